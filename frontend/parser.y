@@ -1,0 +1,5 @@
+%define api.prefix {fe_}
+%code { int fe_lex(void); void fe_error(const char *); }
+%%
+top: %empty ;
+%%

@@ -1,0 +1,583 @@
+/* ir/ir.c: op table, arena, modules, graphs, nodes, attributes, builders. */
+#include <string.h>
+
+#include "ir/ir.h"
+
+const ir_opinfo ir_ops[MOE_OP_COUNT] = {
+#define OP(id, name, mn, mx, rule, flags) [MOE_OP_##id] = {name, mn, mx, SHAPE_##rule, flags},
+#include "moec/ops.def"
+#undef OP
+};
+#define OP(id, name, mn, mx, rule, flags) +1
+_Static_assert(0
+#include "moec/ops.def"
+	== MOE_OP_COUNT, "op table and enum disagree");
+#undef OP
+
+const char *const ir_experts_slot_names[EXP_NSLOTS] = {
+	"x", "idx", "w", "gate", "up", "down", "gate_bias", "up_bias", "down_bias"};
+
+static const char *const dtype_names[MOE_DTYPE_COUNT] = {"f32", "bf16", "i32", "bool", "f8e4m3", "i8"};
+static const size_t dtype_sizes[MOE_DTYPE_COUNT] = {4, 2, 4, 1, 1, 1};
+
+const char *moe_op_name(moe_op op)
+{
+	return (unsigned)op < MOE_OP_COUNT ? ir_ops[op].name : "?";
+}
+
+int moe_op_from_name(const char *name)
+{
+	for (int i = 0; i < MOE_OP_COUNT; i++)
+		if (!strcmp(ir_ops[i].name, name))
+			return i;
+	return -1;
+}
+
+const char *moe_dtype_name(moe_dtype t)
+{
+	return (unsigned)t < MOE_DTYPE_COUNT ? dtype_names[t] : "?";
+}
+
+int moe_dtype_from_name(const char *name)
+{
+	for (int i = 0; i < MOE_DTYPE_COUNT; i++)
+		if (!strcmp(dtype_names[i], name))
+			return i;
+	return -1;
+}
+
+size_t moe_dtype_size(moe_dtype t)
+{
+	return (unsigned)t < MOE_DTYPE_COUNT ? dtype_sizes[t] : 0;
+}
+
+int moe_dtype_is_float(moe_dtype t)
+{
+	return t == MOE_F32 || t == MOE_BF16 || t == MOE_F8E4M3;
+}
+
+/* ---- arena ---- */
+struct ir_chunk {
+	ir_chunk *next;
+	size_t used, size;
+	_Alignas(16) unsigned char data[];
+};
+
+void ir_arena_init(ir_arena *a, moe_ctx *ctx)
+{
+	a->ctx = ctx;
+	a->head = NULL;
+}
+
+void ir_arena_free(ir_arena *a)
+{
+	for (ir_chunk *c = a->head, *n; c; c = n) {
+		n = c->next;
+		ctx_free(a->ctx, c, sizeof *c + c->size);
+	}
+	a->head = NULL;
+}
+
+void *ir_alloc(ir_arena *a, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	ir_chunk *c = a->head;
+	if (!c || c->size - c->used < n) {
+		size_t sz = n > 65536 ? n : 65536;
+		c = ctx_alloc(a->ctx, sizeof *c + sz);
+		c->size = sz;
+		c->used = 0;
+		c->next = a->head;
+		a->head = c;
+	}
+	void *p = c->data + c->used;
+	c->used += n;
+	memset(p, 0, n);
+	return p;
+}
+
+char *ir_strdup(ir_arena *a, const char *s)
+{
+	if (!s)
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *p = ir_alloc(a, n);
+	memcpy(p, s, n);
+	return p;
+}
+
+bool ir_mul_ov(int64_t a, int64_t b, int64_t *r)
+{
+	return !__builtin_mul_overflow(a, b, r);
+}
+
+bool ir_add_ov(int64_t a, int64_t b, int64_t *r)
+{
+	return !__builtin_add_overflow(a, b, r);
+}
+
+/* ---- modules and graphs ---- */
+moe_module *moe_module_new(moe_ctx *ctx)
+{
+	moe_module *m = ctx_alloc(ctx, sizeof *m);
+	m->ctx = ctx;
+	return m;
+}
+
+void moe_module_free(moe_module *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < m->ngraphs; i++)
+		ir_graph_free(m->graphs[i]);
+	ctx_free(m->ctx, m->graphs, m->gcap * sizeof *m->graphs);
+	ctx_free(m->ctx, m, sizeof *m);
+}
+
+size_t moe_module_num_graphs(const moe_module *m)
+{
+	return m->ngraphs;
+}
+
+moe_graph *moe_module_graph(const moe_module *m, size_t i)
+{
+	return i < m->ngraphs ? m->graphs[i] : NULL;
+}
+
+moe_graph *moe_module_add_graph(moe_module *m, const char *name)
+{
+	moe_graph *g = ir_graph_new(m->ctx, name);
+	ctx_grow(m->ctx, (void **)&m->graphs, &m->gcap, m->ngraphs + 1, sizeof *m->graphs);
+	m->graphs[m->ngraphs++] = g;
+	return g;
+}
+
+void ir_module_replace(moe_module *m, uint32_t i, moe_graph *g)
+{
+	IR_ASSERT(i < m->ngraphs);
+	if (m->graphs[i] != g)
+		ir_graph_free(m->graphs[i]);
+	m->graphs[i] = g;
+}
+
+moe_graph *ir_graph_new(moe_ctx *ctx, const char *name)
+{
+	moe_graph *g = ctx_alloc(ctx, sizeof *g);
+	g->ctx = ctx;
+	ir_arena_init(&g->arena, ctx);
+	g->name = ir_strdup(&g->arena, name ? name : "layer");
+	g->dtype = MOE_F32;
+	g->loc = moe_loc_none();
+	g->meta.valid = MOE_NONE;
+	return g;
+}
+
+void ir_graph_free(moe_graph *g)
+{
+	if (!g)
+		return;
+	moe_ctx *c = g->ctx;
+	ctx_free(c, g->nodes, g->ncap * sizeof *g->nodes);
+	ctx_free(c, g->outputs, g->outcap * sizeof *g->outputs);
+	ctx_free(c, g->dims, g->dimcap * sizeof *g->dims);
+	ir_arena_free(&g->arena);
+	ctx_free(c, g, sizeof *g);
+}
+
+moe_graph *ir_graph_clone_empty(const moe_graph *g)
+{
+	moe_graph *n = ir_graph_new(g->ctx, g->name);
+	n->dtype = g->dtype;
+	n->loc = g->loc;
+	for (uint32_t i = 0; i < g->ndims; i++)
+		moe_graph_set_dim(n, g->dims[i].name, g->dims[i].value);
+	for (uint32_t i = 0; i < g->meta.nattrs; i++)
+		ir_attr_set(n, &n->meta, &g->meta.attrs[i]);
+	return n;
+}
+
+moe_graph *ir_graph_clone(const moe_graph *g)
+{
+	moe_graph *n = ir_graph_clone_empty(g);
+	moe_id *map = ctx_alloc(g->ctx, (g->nnodes + 1) * sizeof *map);
+	for (uint32_t i = 0; i < g->nnodes; i++)
+		map[i] = ir_copy_node(n, g, i, map);
+	for (uint32_t i = 0; i < g->nout; i++)
+		moe_graph_add_output(n, map[g->outputs[i]]);
+	ctx_free(g->ctx, map, (g->nnodes + 1) * sizeof *map);
+	return n;
+}
+
+const char *moe_graph_name(const moe_graph *g) { return g->name; }
+uint32_t moe_graph_num_nodes(const moe_graph *g) { return g->nnodes; }
+uint32_t moe_graph_num_outputs(const moe_graph *g) { return g->nout; }
+moe_dtype moe_graph_dtype(const moe_graph *g) { return g->dtype; }
+void moe_graph_set_dtype(moe_graph *g, moe_dtype t) { g->dtype = t; }
+
+moe_id moe_graph_output(const moe_graph *g, uint32_t i)
+{
+	return i < g->nout ? g->outputs[i] : MOE_NONE;
+}
+
+void moe_graph_add_output(moe_graph *g, moe_id v)
+{
+	IR_ASSERT(v < g->nnodes);
+	ctx_grow(g->ctx, (void **)&g->outputs, &g->outcap, g->nout + 1, sizeof *g->outputs);
+	g->outputs[g->nout++] = v;
+}
+
+void moe_graph_set_dim(moe_graph *g, const char *name, int64_t value)
+{
+	for (uint32_t i = 0; i < g->ndims; i++)
+		if (!strcmp(g->dims[i].name, name)) {
+			g->dims[i].value = value;
+			return;
+		}
+	ctx_grow(g->ctx, (void **)&g->dims, &g->dimcap, g->ndims + 1, sizeof *g->dims);
+	g->dims[g->ndims++] = (ir_dim){ir_strdup(&g->arena, name), value};
+}
+
+int moe_graph_get_dim(const moe_graph *g, const char *name, int64_t *value)
+{
+	for (uint32_t i = 0; i < g->ndims; i++)
+		if (!strcmp(g->dims[i].name, name)) {
+			if (value)
+				*value = g->dims[i].value;
+			return 1;
+		}
+	return 0;
+}
+
+void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v)
+{
+	ir_attr a = {.key = key, .kind = MOE_ATTR_INT, .v.i = v};
+	ir_attr_set(g, &g->meta, &a);
+}
+
+int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def)
+{
+	return ir_attr_int(&g->meta, key, def);
+}
+
+/* ---- nodes ---- */
+moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *shape,
+	const moe_id *args, uint32_t nargs, moe_loc loc)
+{
+	IR_ASSERT(rank >= 0 && rank <= MOE_MAX_RANK);
+	IR_ASSERT(g->nnodes < MOE_NONE - 1);
+	ctx_grow(g->ctx, (void **)&g->nodes, &g->ncap, g->nnodes + 1, sizeof *g->nodes);
+	moe_id id = g->nnodes++;
+	ir_node *n = &g->nodes[id];
+	memset(n, 0, sizeof *n);
+	n->op = (uint16_t)op;
+	n->dtype = (uint8_t)t;
+	n->rank = (uint8_t)rank;
+	for (int i = 0; i < rank; i++)
+		n->shape[i] = shape[i];
+	n->nargs = nargs;
+	if (nargs) {
+		n->args = ir_alloc(&g->arena, nargs * sizeof *n->args);
+		for (uint32_t i = 0; i < nargs; i++) {
+			IR_ASSERT(args[i] == MOE_NONE || args[i] < id);
+			n->args[i] = args[i];
+		}
+	}
+	n->valid = MOE_NONE;
+	n->loc = loc;
+	return id;
+}
+
+moe_id ir_copy_node(moe_graph *dst, const moe_graph *src, moe_id sn, const moe_id *map)
+{
+	const ir_node *s = N(src, sn);
+	moe_id args[64];
+	IR_ASSERT(s->nargs <= 64);
+	for (uint32_t i = 0; i < s->nargs; i++)
+		args[i] = s->args[i] == MOE_NONE ? MOE_NONE : map[s->args[i]];
+	moe_id id = ir_emit(dst, s->op, s->dtype, s->rank, s->shape, args, s->nargs, s->loc);
+	ir_node *d = N(dst, id);
+	for (uint32_t i = 0; i < s->nattrs; i++)
+		ir_attr_set(dst, d, &s->attrs[i]);
+	d->name = ir_strdup(&dst->arena, s->name);
+	d->valid = s->valid == MOE_NONE ? MOE_NONE : map[s->valid];
+	return id;
+}
+
+moe_id moe_node_new(moe_graph *g, moe_op op, const moe_id *args, uint32_t nargs, moe_loc loc)
+{
+	int64_t none[1] = {0};
+	return ir_emit(g, op, MOE_F32, 0, none, args, nargs, loc);
+}
+
+void moe_node_set_type(moe_graph *g, moe_id id, moe_dtype t, const int64_t *shape, int rank)
+{
+	ir_node *n = N(g, id);
+	IR_ASSERT(rank >= 0 && rank <= MOE_MAX_RANK);
+	n->dtype = (uint8_t)t;
+	n->rank = (uint8_t)rank;
+	for (int i = 0; i < rank; i++)
+		n->shape[i] = shape[i];
+}
+
+void moe_node_set_name(moe_graph *g, moe_id id, const char *name)
+{
+	N(g, id)->name = ir_strdup(&g->arena, name);
+}
+
+void moe_node_set_valid(moe_graph *g, moe_id id, moe_id valid)
+{
+	IR_ASSERT(valid == MOE_NONE || valid < id);
+	N(g, id)->valid = valid;
+}
+
+ir_attr *ir_attr_find(const ir_node *n, const char *key)
+{
+	for (uint32_t i = 0; i < n->nattrs; i++)
+		if (!strcmp(n->attrs[i].key, key))
+			return &n->attrs[i];
+	return NULL;
+}
+
+void ir_attr_set(moe_graph *g, ir_node *n, const ir_attr *a)
+{
+	ir_attr *d = ir_attr_find(n, a->key);
+	if (!d) {
+		if (n->nattrs == n->attrcap) {
+			uint32_t nc = n->attrcap ? n->attrcap * 2 : 4;
+			ir_attr *na = ir_alloc(&g->arena, nc * sizeof *na);
+			if (n->nattrs)
+				memcpy(na, n->attrs, n->nattrs * sizeof *na);
+			n->attrs = na;
+			n->attrcap = nc;
+		}
+		d = &n->attrs[n->nattrs++];
+		d->key = ir_strdup(&g->arena, a->key);
+	}
+	d->kind = a->kind;
+	d->count = a->count;
+	d->v = a->v;
+	if (a->kind == MOE_ATTR_STR)
+		d->v.s = ir_strdup(&g->arena, a->v.s);
+	else if (a->kind == MOE_ATTR_INTS) {
+		d->v.ints = ir_alloc(&g->arena, (size_t)(a->count ? a->count : 1) * sizeof(int64_t));
+		if (a->count)
+			memcpy(d->v.ints, a->v.ints, (size_t)a->count * sizeof(int64_t));
+	}
+}
+
+int64_t ir_attr_int(const ir_node *n, const char *key, int64_t def)
+{
+	ir_attr *a = ir_attr_find(n, key);
+	if (!a)
+		return def;
+	return a->kind == MOE_ATTR_INT ? a->v.i : a->kind == MOE_ATTR_FLOAT ? (int64_t)a->v.f : def;
+}
+
+double ir_attr_float(const ir_node *n, const char *key, double def)
+{
+	ir_attr *a = ir_attr_find(n, key);
+	if (!a)
+		return def;
+	return a->kind == MOE_ATTR_FLOAT ? a->v.f : a->kind == MOE_ATTR_INT ? (double)a->v.i : def;
+}
+
+const char *ir_attr_str(const ir_node *n, const char *key, const char *def)
+{
+	ir_attr *a = ir_attr_find(n, key);
+	return a && a->kind == MOE_ATTR_STR ? a->v.s : def;
+}
+
+int ir_attr_ints(const ir_node *n, const char *key, const int64_t **out)
+{
+	ir_attr *a = ir_attr_find(n, key);
+	if (!a || a->kind != MOE_ATTR_INTS)
+		return -1;
+	*out = a->v.ints;
+	return a->count;
+}
+
+void moe_node_set_int(moe_graph *g, moe_id n, const char *key, int64_t v)
+{
+	ir_attr a = {.key = key, .kind = MOE_ATTR_INT, .v.i = v};
+	ir_attr_set(g, N(g, n), &a);
+}
+
+void moe_node_set_float(moe_graph *g, moe_id n, const char *key, double v)
+{
+	ir_attr a = {.key = key, .kind = MOE_ATTR_FLOAT, .v.f = v};
+	ir_attr_set(g, N(g, n), &a);
+}
+
+void moe_node_set_str(moe_graph *g, moe_id n, const char *key, const char *v)
+{
+	ir_attr a = {.key = key, .kind = MOE_ATTR_STR, .v.s = v};
+	ir_attr_set(g, N(g, n), &a);
+}
+
+void moe_node_set_ints(moe_graph *g, moe_id n, const char *key, const int64_t *v, int count)
+{
+	ir_attr a = {.key = key, .kind = MOE_ATTR_INTS, .count = count, .v.ints = (int64_t *)v};
+	ir_attr_set(g, N(g, n), &a);
+}
+
+moe_status moe_node_infer(moe_graph *g, moe_id n)
+{
+	return ir_infer(g->ctx, g, n);
+}
+
+moe_op moe_node_op(const moe_graph *g, moe_id n) { return (moe_op)N(g, n)->op; }
+moe_dtype moe_node_dtype(const moe_graph *g, moe_id n) { return (moe_dtype)N(g, n)->dtype; }
+int moe_node_rank(const moe_graph *g, moe_id n) { return N(g, n)->rank; }
+const int64_t *moe_node_shape(const moe_graph *g, moe_id n) { return N(g, n)->shape; }
+uint32_t moe_node_num_args(const moe_graph *g, moe_id n) { return N(g, n)->nargs; }
+const char *moe_node_name(const moe_graph *g, moe_id n) { return N(g, n)->name; }
+moe_id moe_node_valid(const moe_graph *g, moe_id n) { return N(g, n)->valid; }
+moe_loc moe_node_loc(const moe_graph *g, moe_id n) { return N(g, n)->loc; }
+
+moe_id moe_node_arg(const moe_graph *g, moe_id n, uint32_t i)
+{
+	const ir_node *x = N(g, n);
+	return i < x->nargs ? x->args[i] : MOE_NONE;
+}
+
+int moe_node_get_int(const moe_graph *g, moe_id n, const char *key, int64_t *v)
+{
+	ir_attr *a = ir_attr_find(N(g, n), key);
+	if (!a || (a->kind != MOE_ATTR_INT && a->kind != MOE_ATTR_FLOAT))
+		return 0;
+	*v = ir_attr_int(N(g, n), key, 0);
+	return 1;
+}
+
+int moe_node_get_float(const moe_graph *g, moe_id n, const char *key, double *v)
+{
+	ir_attr *a = ir_attr_find(N(g, n), key);
+	if (!a || (a->kind != MOE_ATTR_INT && a->kind != MOE_ATTR_FLOAT))
+		return 0;
+	*v = ir_attr_float(N(g, n), key, 0);
+	return 1;
+}
+
+const char *moe_node_get_str(const moe_graph *g, moe_id n, const char *key)
+{
+	return ir_attr_str(N(g, n), key, NULL);
+}
+
+int64_t ir_numel(const ir_node *n)
+{
+	int64_t e = 1;
+	for (int i = 0; i < n->rank; i++)
+		e *= n->shape[i];
+	return e;
+}
+
+int64_t ir_bytes(const ir_node *n)
+{
+	return ir_numel(n) * (int64_t)moe_dtype_size((moe_dtype)n->dtype);
+}
+
+bool ir_same_shape(const ir_node *a, const ir_node *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int i = 0; i < a->rank; i++)
+		if (a->shape[i] != b->shape[i])
+			return false;
+	return true;
+}
+
+int ir_norm_axis(int axis, int rank)
+{
+	if (axis < 0)
+		axis += rank;
+	return axis >= 0 && axis < rank ? axis : -1;
+}
+
+/* ---- builders ---- */
+moe_id ir_b(moe_graph *g, moe_op op, const moe_id *args, uint32_t nargs, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, op, args, nargs, loc);
+	if (ir_infer(g->ctx, g, id) != MOE_OK) {
+		moe_diag_print(g->ctx, stderr);
+		ir_assert_fail(__FILE__, __LINE__, "pass built an ill-typed node");
+	}
+	return id;
+}
+
+moe_id ir_b1(moe_graph *g, moe_op op, moe_id a, moe_loc loc)
+{
+	return ir_b(g, op, &a, 1, loc);
+}
+
+moe_id ir_b2(moe_graph *g, moe_op op, moe_id a, moe_id b, moe_loc loc)
+{
+	moe_id x[2] = {a, b};
+	return ir_b(g, op, x, 2, loc);
+}
+
+moe_id ir_b3(moe_graph *g, moe_op op, moe_id a, moe_id b, moe_id c, moe_loc loc)
+{
+	moe_id x[3] = {a, b, c};
+	return ir_b(g, op, x, 3, loc);
+}
+
+moe_id ir_b_const(moe_graph *g, moe_dtype t, double value, moe_loc loc)
+{
+	moe_id id = ir_emit(g, MOE_OP_CONST, t, 0, NULL, NULL, 0, loc);
+	if (moe_dtype_is_float(t))
+		moe_node_set_float(g, id, "value", value);
+	else
+		moe_node_set_int(g, id, "value", (int64_t)value);
+	return id;
+}
+
+moe_id ir_b_iota(moe_graph *g, int rank, const int64_t *shape, int axis, moe_loc loc)
+{
+	moe_id id = ir_emit(g, MOE_OP_IOTA, MOE_I32, rank, shape, NULL, 0, loc);
+	moe_node_set_int(g, id, "axis", axis);
+	return id;
+}
+
+moe_id ir_b_cast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc)
+{
+	if (N(g, a)->dtype == t)
+		return a;
+	moe_id id = moe_node_new(g, MOE_OP_CAST, &a, 1, loc);
+	moe_node_set_str(g, id, "to", moe_dtype_name(t));
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
+moe_id ir_b_bitcast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, MOE_OP_BITCAST, &a, 1, loc);
+	moe_node_set_str(g, id, "to", moe_dtype_name(t));
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
+moe_id ir_b_reshape(moe_graph *g, moe_id a, int rank, const int64_t *shape, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, MOE_OP_RESHAPE, &a, 1, loc);
+	moe_node_set_ints(g, id, "shape", shape, rank);
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
+moe_id ir_b_reduce(moe_graph *g, moe_op op, moe_id a, int axis, bool keepdims, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, op, &a, 1, loc);
+	moe_node_set_int(g, id, "axis", axis);
+	moe_node_set_int(g, id, "keepdims", keepdims);
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
+moe_id ir_b_einsum(moe_graph *g, const char *eq, moe_id a, moe_id b, moe_loc loc)
+{
+	moe_id x[2] = {a, b};
+	moe_id id = moe_node_new(g, MOE_OP_EINSUM, x, b == MOE_NONE ? 1 : 2, loc);
+	moe_node_set_str(g, id, "eq", eq);
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}

@@ -1,0 +1,184 @@
+/* ir/ir.h: internal view of the IR (structs, arena, op table, builders).
+ * Code inside the library includes this; embedders use moec/ir.h only. */
+#ifndef MOEC_IR_INTERNAL_H
+#define MOEC_IR_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "moec/ir.h"
+
+/* ---- invariants ---- */
+void ir_assert_fail(const char *file, int line, const char *expr);
+#define IR_ASSERT(e) ((e) ? (void)0 : ir_assert_fail(__FILE__, __LINE__, #e))
+
+/* ---- context memory ---- */
+void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed; aborts on OOM */
+void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n);
+void ctx_free(moe_ctx *ctx, void *p, size_t n);
+const char *ctx_intern(moe_ctx *ctx, const char *s); /* lives as long as ctx */
+const char *ctx_source_line(const moe_ctx *ctx, const char *file, int line, size_t *len);
+/* Grow *arr (elements of size esz) to hold at least need elements. */
+void ctx_grow(moe_ctx *ctx, void **arr, uint32_t *cap, uint32_t need, size_t esz);
+
+/* ---- arena: everything of one graph lives here and is freed at once ---- */
+typedef struct ir_chunk ir_chunk;
+typedef struct ir_arena {
+	moe_ctx *ctx;
+	ir_chunk *head;
+} ir_arena;
+void ir_arena_init(ir_arena *a, moe_ctx *ctx);
+void ir_arena_free(ir_arena *a);
+void *ir_alloc(ir_arena *a, size_t n); /* zeroed, 16-byte aligned */
+char *ir_strdup(ir_arena *a, const char *s);
+
+/* ---- overflow-checked size arithmetic: return false on overflow ---- */
+bool ir_mul_ov(int64_t a, int64_t b, int64_t *r);
+bool ir_add_ov(int64_t a, int64_t b, int64_t *r);
+
+/* ---- op table ---- */
+enum {
+	OPF_LEAF = 1 << 0,
+	OPF_ELEM = 1 << 1,
+	OPF_COMM = 1 << 2,
+	OPF_FLOAT = 1 << 3,
+	OPF_INT = 1 << 4,
+	OPF_CMP = 1 << 5,
+	OPF_VALID = 1 << 6,
+	OPF_IMPURE = 1 << 7,
+};
+typedef enum ir_shape_rule {
+	SHAPE_LEAF, SHAPE_UNARY, SHAPE_BINARY, SHAPE_SELECT, SHAPE_CAST, SHAPE_BITCAST,
+	SHAPE_REDUCE, SHAPE_SOFTMAX, SHAPE_CUMSUM, SHAPE_EINSUM, SHAPE_TOPK, SHAPE_ONE_HOT,
+	SHAPE_FILTER, SHAPE_GATHER, SHAPE_TAKE_ALONG, SHAPE_SCATTER, SHAPE_RESHAPE,
+	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS
+} ir_shape_rule;
+typedef struct ir_opinfo {
+	const char *name;
+	int min_args, max_args; /* max -1: variadic */
+	ir_shape_rule rule;
+	unsigned flags;
+} ir_opinfo;
+extern const ir_opinfo ir_ops[MOE_OP_COUNT];
+
+/* Operand slots of `experts` (absent optional slots hold MOE_NONE). */
+enum { EXP_X, EXP_IDX, EXP_W, EXP_GATE, EXP_UP, EXP_DOWN, EXP_B_GATE, EXP_B_UP, EXP_B_DOWN, EXP_NSLOTS };
+extern const char *const ir_experts_slot_names[EXP_NSLOTS];
+
+/* ---- nodes and graphs ---- */
+typedef struct ir_attr {
+	const char *key; /* interned in the graph arena */
+	moe_attr_kind kind;
+	int count; /* MOE_ATTR_INTS */
+	union {
+		int64_t i;
+		double f;
+		const char *s;
+		int64_t *ints;
+	} v;
+} ir_attr;
+
+typedef struct ir_node {
+	uint16_t op;
+	uint8_t dtype;
+	uint8_t rank;
+	int64_t shape[MOE_MAX_RANK];
+	uint32_t nargs;
+	moe_id *args;
+	uint32_t nattrs, attrcap;
+	ir_attr *attrs;
+	moe_id valid; /* MOE_NONE, or a scalar / vector limiting computed rows */
+	const char *name;
+	moe_loc loc;
+} ir_node;
+
+typedef struct ir_dim {
+	const char *name;
+	int64_t value;
+} ir_dim;
+
+struct moe_graph {
+	moe_ctx *ctx;
+	ir_arena arena;
+	const char *name;
+	moe_dtype dtype; /* the layer's compute type */
+	moe_loc loc;
+	ir_node *nodes;
+	uint32_t nnodes, ncap;
+	moe_id *outputs;
+	uint32_t nout, outcap;
+	ir_dim *dims; /* dimensions and integer parameters, in declaration order */
+	uint32_t ndims, dimcap;
+	ir_node meta; /* graph-level attributes live in meta.attrs */
+};
+
+struct moe_module {
+	moe_ctx *ctx;
+	moe_graph **graphs;
+	uint32_t ngraphs, gcap;
+};
+
+static inline ir_node *ir_node_at(const moe_graph *g, moe_id id)
+{
+	IR_ASSERT(id < g->nnodes);
+	return &g->nodes[id];
+}
+#define N(g, id) ir_node_at((g), (id))
+
+moe_graph *ir_graph_new(moe_ctx *ctx, const char *name);
+void ir_graph_free(moe_graph *g);
+/* An empty graph with the same name, dtype, dims and graph attributes. */
+moe_graph *ir_graph_clone_empty(const moe_graph *g);
+/* Replace graph i of the module by g (the old one is freed). */
+void ir_module_replace(moe_module *m, uint32_t i, moe_graph *g);
+moe_graph *ir_graph_clone(const moe_graph *g);
+
+/* Append a node with explicit type; no inference. */
+moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *shape,
+	const moe_id *args, uint32_t nargs, moe_loc loc);
+/* Copy node `sn` of src into dst with operands (and valid) mapped through map. */
+moe_id ir_copy_node(moe_graph *dst, const moe_graph *src, moe_id sn, const moe_id *map);
+
+ir_attr *ir_attr_find(const ir_node *n, const char *key);
+int64_t ir_attr_int(const ir_node *n, const char *key, int64_t def);
+double ir_attr_float(const ir_node *n, const char *key, double def);
+const char *ir_attr_str(const ir_node *n, const char *key, const char *def);
+int ir_attr_ints(const ir_node *n, const char *key, const int64_t **out); /* count or -1 */
+void ir_attr_set(moe_graph *g, ir_node *n, const ir_attr *a); /* copies strings/lists */
+void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v);
+int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def);
+
+int64_t ir_numel(const ir_node *n);      /* shapes are verified not to overflow */
+int64_t ir_bytes(const ir_node *n);      /* numel * element size */
+bool ir_same_shape(const ir_node *a, const ir_node *b);
+int ir_norm_axis(int axis, int rank);     /* negative axes count from the end; -1 if bad */
+
+/* Shape inference for one node; diagnostics at the node's loc. */
+moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id);
+
+/* ---- builders for passes: create + infer, abort on internal errors ---- */
+moe_id ir_b(moe_graph *g, moe_op op, const moe_id *args, uint32_t nargs, moe_loc loc);
+moe_id ir_b1(moe_graph *g, moe_op op, moe_id a, moe_loc loc);
+moe_id ir_b2(moe_graph *g, moe_op op, moe_id a, moe_id b, moe_loc loc);
+moe_id ir_b3(moe_graph *g, moe_op op, moe_id a, moe_id b, moe_id c, moe_loc loc);
+moe_id ir_b_const(moe_graph *g, moe_dtype t, double value, moe_loc loc);   /* rank-0 */
+moe_id ir_b_iota(moe_graph *g, int rank, const int64_t *shape, int axis, moe_loc loc); /* i32 */
+moe_id ir_b_cast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc);
+moe_id ir_b_bitcast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc);
+moe_id ir_b_reshape(moe_graph *g, moe_id a, int rank, const int64_t *shape, moe_loc loc);
+moe_id ir_b_reduce(moe_graph *g, moe_op op, moe_id a, int axis, bool keepdims, moe_loc loc);
+moe_id ir_b_einsum(moe_graph *g, const char *eq, moe_id a, moe_id b, moe_loc loc);
+
+/* ---- einsum equation parsing, shared by shapes, interpreter and backends ---- */
+typedef struct ir_einsum {
+	int nin;                          /* 1 or 2 */
+	int rank[2], out_rank;
+	char in[2][MOE_MAX_RANK], out[MOE_MAX_RANK]; /* index letters */
+	char letters[26];                 /* all distinct letters, in first-seen order */
+	int nletters;
+} ir_einsum;
+/* Parses "ab,bc->ac". Returns false with msg set on a malformed equation. */
+bool ir_einsum_parse(const char *eq, ir_einsum *e, char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,17 @@
+# lit configuration for moec's golden tests (parse/print, passes, diagnostics).
+import os
+import lit.formats
+
+config.name = "moec"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".moe", ".moeir", ".test", ".json"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moec_obj_root, "tests", "lit")
+config.substitutions.append(("%moec", os.path.join(config.moec_obj_root, "moec")))
+config.substitutions.append(("%FileCheck", config.filecheck))
+config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
+config.substitutions.append(("%fixtures", os.path.join(config.moec_src_root, "tests", "fixtures")))
+config.substitutions.append(("%python", config.python))
+config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
+config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
