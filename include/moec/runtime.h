@@ -1,0 +1,52 @@
+/* moec/runtime.h: host tensors, name->tensor maps, the reference interpreter.
+ *
+ * A moe_tensor is a dense row-major array. bf16 elements are stored as their
+ * 16-bit patterns (uint16_t); bool as one byte (0/1). */
+#ifndef MOEC_RUNTIME_H
+#define MOEC_RUNTIME_H
+
+#include "moec/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct moe_tensor {
+	moe_dtype dtype;
+	int rank;
+	int64_t shape[MOE_MAX_RANK];
+	void *data;
+	size_t nbytes;
+	int owned; /* data is freed with the tensor */
+} moe_tensor;
+
+/* Zero-filled tensor; NULL (with a diagnostic) if the size overflows. */
+MOE_API moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape);
+MOE_API void moe_tensor_free(moe_ctx *ctx, moe_tensor *t);
+MOE_API int64_t moe_tensor_numel(const moe_tensor *t);
+
+/* bf16 <-> f32: round to nearest even, NaN preserved (quieted). */
+MOE_API uint16_t moe_f32_to_bf16(float f);
+MOE_API float moe_bf16_to_f32(uint16_t h);
+
+/* A set of named tensors: graph inputs by input name, weights by weight name. */
+typedef struct moe_tensor_map moe_tensor_map;
+MOE_API moe_tensor_map *moe_tensor_map_new(moe_ctx *ctx);
+MOE_API void moe_tensor_map_free(moe_tensor_map *m); /* frees the tensors it owns */
+/* Takes ownership of t; replaces (and frees) an earlier tensor of that name. */
+MOE_API void moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
+MOE_API moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name);
+
+/* The reference interpreter: the executable definition of every op
+ * (docs/ir.md). Slow and obviously correct. Binds every input and weight node
+ * by name from `bind` (dtype and shape must match the node) and returns the
+ * graph outputs in out[0 .. moe_graph_num_outputs-1] (caller frees). Run-time
+ * faults (an index out of range, an integer division by zero) are
+ * diagnostics and MOE_ERR_RUNTIME. */
+MOE_API moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	moe_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
