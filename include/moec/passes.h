@@ -72,6 +72,15 @@ MOE_API int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B)
 /* vLLM moe_align_block_size: ceil(P / B), P = n + E*(B-1), P = min(n*B, P) if n < E. */
 MOE_API int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B);
 
+/* `moec stats`: one JSON object per module (malloc'd, free with moe_free):
+ * dims, flops (multiply-adds x 2 actually needed: router and the K experts of
+ * each token), flops_grid_max (what the lowered program computes with every
+ * block of the worst-case grid full), weight_bytes, grid_blocks_max with the
+ * seed and vLLM bounds and their block-buffer bytes, and `buffers`: the bytes
+ * of every intermediate value of the layer lowered by `pipeline` (NULL: tcp).
+ * Several layers: the first layer's keys plus "layers": [...]. */
+MOE_API char *moe_module_stats_json(moe_ctx *ctx, const moe_module *m, const char *pipeline);
+
 #ifdef __cplusplus
 }
 #endif
