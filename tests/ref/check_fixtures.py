@@ -9,6 +9,7 @@ max|err| / max|y| per case; exits 0 only if every case is within tolerance
   /usr/bin/python3 tests/ref/check_fixtures.py tests/fixtures/hf
 """
 import argparse
+import json
 import glob
 import os
 import re
@@ -32,7 +33,7 @@ def main(argv=None):
     for folder in sorted(glob.glob(os.path.join(a.fixtures_dir, "*", "config.json"))):
         folder = os.path.dirname(folder)
         name = os.path.basename(folder)
-        cfg = moe_ref.json.load(open(os.path.join(folder, "config.json")))
+        cfg = json.load(open(os.path.join(folder, "config.json")))
         tensors = moe_ref.read_safetensors(os.path.join(folder, "model.safetensors"))
         for xf in sorted(glob.glob(os.path.join(folder, "x_*.npy"))):
             m = re.match(r"x_(float32|bfloat16)_(T\d+)\.npy$", os.path.basename(xf))
