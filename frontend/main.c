@@ -10,6 +10,13 @@
 
 #include "moec/frontend.h"
 #include "moec/ir.h"
+#include "moec/passes.h"
+
+/* The textual/JSON IR readers and the JSON/dot writers come from the irtext
+ * work; set to 1 once they are in the library. */
+#ifndef MOEC_HAVE_IRTEXT
+#define MOEC_HAVE_IRTEXT 0
+#endif
 
 #define MAX_SETS 256
 
@@ -199,9 +206,16 @@ static moe_module *load(moe_ctx *ctx, const opts *o)
 		if (o->nsets)
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "--set applies only to .moe files");
 		moe_ctx_add_source(ctx, o->file, text, len);
+#if MOEC_HAVE_IRTEXT
 		m = o->nsets ? NULL :
 		    json     ? moe_module_parse_json(ctx, o->file, text, len) :
 		               moe_module_parse_text(ctx, o->file, text, len);
+#else
+		m = NULL;
+		if (!o->nsets)
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "reading %s IR is not available yet",
+				json ? "JSON" : "textual");
+#endif
 		if (m && moe_module_verify(ctx, m) != MOE_OK) {
 			moe_module_free(m);
 			m = NULL;
@@ -215,23 +229,27 @@ static moe_module *load(moe_ctx *ctx, const opts *o)
 }
 
 /* ---- pass pipeline hook ----
- * The pass manager is not part of this file. Until it exists only the empty
- * pipeline is accepted; --print-ir-before/after then print nothing. */
+ * Runs the pipeline text (a named pipeline or a pass list) through the
+ * library's pass manager, verifying after every pass; an empty pipeline runs
+ * nothing. IR dumps of --print-ir-before/after go to stderr. */
 static int run_pipeline(moe_ctx *ctx, moe_module *m, const char *pipeline, const char *before, const char *after)
 {
-	(void)m;
-	(void)before;
-	(void)after;
-	if (pipeline && *pipeline) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--pipeline=%s: the pass manager is not available yet",
-			pipeline);
-		return 1;
-	}
-	return 0;
+	if (!pipeline || !*pipeline)
+		return 0;
+	const char *named = moe_pipeline_named(pipeline);
+	moe_run_opts ro = {.verify = 1, .print_before = before, .print_after = after, .print_to = stderr};
+	return moe_run_pipeline_text(ctx, named ? named : pipeline, m, &ro) != MOE_OK;
 }
 
 static int emit(moe_ctx *ctx, const moe_module *m, const char *format, FILE *f)
 {
+#if !MOEC_HAVE_IRTEXT
+	if (format && strcmp(format, "text")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--format=%s is not available yet", format);
+		return 1;
+	}
+	return moe_module_print(m, f) != MOE_OK;
+#endif
 	if (format && !strcmp(format, "json")) {
 		char *s = moe_module_to_json(m);
 		if (!s)
@@ -240,9 +258,11 @@ static int emit(moe_ctx *ctx, const moe_module *m, const char *format, FILE *f)
 		moe_free(ctx, s);
 		return r;
 	}
+#if MOEC_HAVE_IRTEXT
 	if (format && !strcmp(format, "dot"))
 		return moe_module_print_dot(m, f) != MOE_OK;
 	return moe_module_print(m, f) != MOE_OK;
+#endif
 }
 
 /* Writes to OUT.tmp.PID, then renames over OUT. */
