@@ -1041,9 +1041,12 @@ static void lower_layer(lower *L, moe_module *m, const fe_layer *y)
 		L->dtype = moe_dtype_from_name(L->sets[L->dtype_set].text) == MOE_BF16 ? MOE_BF16 : MOE_F32;
 	}
 	moe_graph_set_dtype(L->g, L->dtype);
-	for (const fe_stmt *s = y->stmts; s; s = s->next)
+	bool has_output = false;
+	for (const fe_stmt *s = y->stmts; s; s = s->next) {
 		lower_stmt(L, s);
-	if (!moe_graph_num_outputs(L->g))
+		has_output |= s->kind == FE_S_OUTPUT;
+	}
+	if (!has_output)
 		ERR(L, y->pos, "layer '%s' has no output", y->name);
 }
 
@@ -1074,7 +1077,12 @@ static void parse_sets(lower *L, const moe_settings *sets)
 		char *end;
 		errno = 0;
 		long long v = strtoll(t, &end, 10);
-		if (*t && !*end && !errno && (*t == '-' || *t == '+' || (*t >= '0' && *t <= '9'))) {
+		bool intlike = *t && !*end && (*t == '-' || *t == '+' || (*t >= '0' && *t <= '9'));
+		if (intlike && errno == ERANGE) {
+			moe_diag(L->ctx, MOE_DIAG_ERROR, moe_loc_none(), "--set %s=%s: the value does not fit in 64 bits", name, t);
+			continue;
+		}
+		if (intlike && !errno) {
 			s->v = (cval){false, v, 0};
 			s->ok = true;
 			continue;
