@@ -12,12 +12,6 @@
 #include "moec/ir.h"
 #include "moec/passes.h"
 
-/* The textual/JSON IR readers and the JSON/dot writers come from the irtext
- * work; set to 1 once they are in the library. */
-#ifndef MOEC_HAVE_IRTEXT
-#define MOEC_HAVE_IRTEXT 0
-#endif
-
 #define MAX_SETS 256
 
 typedef struct opts {
@@ -42,7 +36,9 @@ static const struct command {
 	{"ir", "moec ir FILE [--pipeline=P] [--print-ir-after=NAME|all] [--print-ir-before=NAME|all]\n"
 	       "        [--format=text|json|dot] [-o OUT] [--set NAME=VALUE]...",
 		"Print the IR of FILE, after running the pass pipeline P (default: none).\n", 1},
-	{"stats", "moec stats FILE --json [--set NAME=VALUE]...", "Print sizes, FLOPs and bytes of each layer.\n", 0},
+	{"stats", "moec stats FILE --json [--pipeline=P] [--set NAME=VALUE]...",
+		"Print one JSON object: dims, FLOPs, weight bytes, the worst-case block grid (tight, seed and vLLM\n"
+		"bounds with their block-buffer bytes) and the bytes of every intermediate buffer after lowering.\n", 1},
 	{"compile", "moec compile FILE [-o OUT] [--set NAME=VALUE]...", "Compile FILE to a native library.\n", 0},
 	{"run", "moec run FILE [--set NAME=VALUE]...", "Run FILE on given inputs and weights.\n", 0},
 	{"import-hf", "moec import-hf DIR [--set NAME=VALUE]...", "Write a .moe file for a HuggingFace checkpoint.\n", 0},
@@ -143,8 +139,10 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 		return fail("%s: no input file (see moec COMMAND --help)", c->name);
 	if (o->format && strcmp(o->format, "text") && strcmp(o->format, "json") && strcmp(o->format, "dot"))
 		return fail("--format must be text, json or dot, got '%s'", o->format);
-	if (strcmp(c->name, "ir") && (o->pipeline || o->after || o->before || o->format))
-		return fail("--pipeline, --print-ir-* and --format apply to 'moec ir' only%s", "");
+	if (strcmp(c->name, "ir") && (o->after || o->before || o->format))
+		return fail("--print-ir-* and --format apply to 'moec ir' only%s", "");
+	if (strcmp(c->name, "ir") && strcmp(c->name, "stats") && o->pipeline)
+		return fail("--pipeline applies to 'moec ir' and 'moec stats' only%s", "");
 	return 0;
 }
 
@@ -206,16 +204,9 @@ static moe_module *load(moe_ctx *ctx, const opts *o)
 		if (o->nsets)
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "--set applies only to .moe files");
 		moe_ctx_add_source(ctx, o->file, text, len);
-#if MOEC_HAVE_IRTEXT
 		m = o->nsets ? NULL :
 		    json     ? moe_module_parse_json(ctx, o->file, text, len) :
 		               moe_module_parse_text(ctx, o->file, text, len);
-#else
-		m = NULL;
-		if (!o->nsets)
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "reading %s IR is not available yet",
-				json ? "JSON" : "textual");
-#endif
 		if (m && moe_module_verify(ctx, m) != MOE_OK) {
 			moe_module_free(m);
 			m = NULL;
@@ -243,13 +234,6 @@ static int run_pipeline(moe_ctx *ctx, moe_module *m, const char *pipeline, const
 
 static int emit(moe_ctx *ctx, const moe_module *m, const char *format, FILE *f)
 {
-#if !MOEC_HAVE_IRTEXT
-	if (format && strcmp(format, "text")) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--format=%s is not available yet", format);
-		return 1;
-	}
-	return moe_module_print(m, f) != MOE_OK;
-#endif
 	if (format && !strcmp(format, "json")) {
 		char *s = moe_module_to_json(m);
 		if (!s)
@@ -258,11 +242,9 @@ static int emit(moe_ctx *ctx, const moe_module *m, const char *format, FILE *f)
 		moe_free(ctx, s);
 		return r;
 	}
-#if MOEC_HAVE_IRTEXT
 	if (format && !strcmp(format, "dot"))
 		return moe_module_print_dot(m, f) != MOE_OK;
 	return moe_module_print(m, f) != MOE_OK;
-#endif
 }
 
 /* Writes to OUT.tmp.PID, then renames over OUT. */
@@ -332,6 +314,12 @@ int main(int argc, char **argv)
 		status = run_pipeline(ctx, m, o.pipeline, o.before, o.after);
 		if (!status)
 			status = write_output(ctx, m, &o);
+	}
+	if (m && !strcmp(c->name, "stats")) {
+		const char *named = o.pipeline ? moe_pipeline_named(o.pipeline) : NULL;
+		char *js = moe_module_stats_json(ctx, m, named ? named : o.pipeline);
+		status = !js || puts(js) < 0;
+		free(js);
 	}
 	moe_diag_print(ctx, stderr);
 	moe_module_free(m);
