@@ -396,6 +396,25 @@ static void test_truncations_and_mutations(void **st)
 			moe_diag_clear(c);
 		}
 	}
+	static const char jrepl[] = "[]{}\":,-0e.n\\x\x00";
+	char *jm = malloc(jn + 1);
+	for (size_t i = 0; i < jn; i += 11) {
+		for (size_t r = 0; r < sizeof jrepl - 1; r++) {
+			memcpy(jm, j, jn + 1);
+			jm[i] = jrepl[r];
+			moe_module *p = moe_module_parse_json(c, "t.json", jm, jn);
+			if (p) {
+				char *a = moe_module_to_json(p);
+				moe_module *q = moe_module_parse_json(c, "u.json", a, strlen(a));
+				assert_non_null(q);
+				moe_free(c, a);
+				moe_module_free(q);
+			}
+			moe_module_free(p);
+			moe_diag_clear(c);
+		}
+	}
+	free(jm);
 	free(mut);
 	free(t);
 	moe_free(c, j);
