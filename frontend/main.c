@@ -20,6 +20,7 @@ typedef struct opts {
 	const char *out;      /* -o */
 	const char *pipeline; /* --pipeline */
 	const char *after, *before;
+	const char *reproducer; /* --reproducer */
 	const char *format;   /* text, json, dot */
 	int json;             /* stats --json */
 	moe_setting sets[MAX_SETS];
@@ -64,6 +65,7 @@ static void cmd_help(const struct command *c)
 		printf("  --pipeline=P      comma-separated passes to run\n"
 		       "  --print-ir-after=NAME|all, --print-ir-before=NAME|all\n"
 		       "                    print the IR around the named pass (to stderr)\n"
+		       "  --reproducer=FILE if a pass fails, write the pipeline and its input IR to FILE\n"
 		       "  --format=F        text (default), json or dot\n"
 		       "  -o OUT            write to OUT instead of standard output\n");
 }
@@ -113,6 +115,8 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->nsets++;
 		} else if ((v = optval(argc, argv, &i, "--pipeline", &bad))) {
 			o->pipeline = v;
+		} else if ((v = optval(argc, argv, &i, "--reproducer", &bad))) {
+			o->reproducer = v;
 		} else if ((v = optval(argc, argv, &i, "--print-ir-after", &bad))) {
 			o->after = v;
 		} else if ((v = optval(argc, argv, &i, "--print-ir-before", &bad))) {
@@ -223,12 +227,13 @@ static moe_module *load(moe_ctx *ctx, const opts *o)
  * Runs the pipeline text (a named pipeline or a pass list) through the
  * library's pass manager, verifying after every pass; an empty pipeline runs
  * nothing. IR dumps of --print-ir-before/after go to stderr. */
-static int run_pipeline(moe_ctx *ctx, moe_module *m, const char *pipeline, const char *before, const char *after)
+static int run_pipeline(moe_ctx *ctx, moe_module *m, const char *pipeline, const opts *o)
 {
 	if (!pipeline || !*pipeline)
 		return 0;
 	const char *named = moe_pipeline_named(pipeline);
-	moe_run_opts ro = {.verify = 1, .print_before = before, .print_after = after, .print_to = stderr};
+	moe_run_opts ro = {.verify = 1, .print_before = o->before, .print_after = o->after, .print_to = stderr,
+		.reproducer = o->reproducer};
 	return moe_run_pipeline_text(ctx, named ? named : pipeline, m, &ro) != MOE_OK;
 }
 
@@ -311,7 +316,7 @@ int main(int argc, char **argv)
 	moe_module *m = load(ctx, &o);
 	int status = m ? 0 : 1;
 	if (m && !strcmp(c->name, "ir")) {
-		status = run_pipeline(ctx, m, o.pipeline, o.before, o.after);
+		status = run_pipeline(ctx, m, o.pipeline, &o);
 		if (!status)
 			status = write_output(ctx, m, &o);
 	}
