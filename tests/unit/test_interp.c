@@ -1127,29 +1127,73 @@ static void test_experts_activations(void **st)
 	}
 }
 
-static void test_experts_bf16_rounding(void **st)
+/* bf16 experts with K = T = E = 1, act none, optional up bias. */
+static moe_id experts_bf16(fx *t, int64_t D, int64_t F, const uint16_t *x, uint16_t w, const uint16_t *up,
+	const uint16_t *down, const uint16_t *bu)
 {
-	(void)st;
-	/* the up projection 1 + 2^-8 rounds to 1 before down multiplies by 3:
-	 * y = 3, not bf16(3 + 3 * 2^-8) = 3.015625 */
-	fx *t = fx_new();
-	int64_t s12[2] = {1, 2}, s11[2] = {1, 1}, su[3] = {1, 1, 2}, sd[3] = {1, 2, 1};
-	uint16_t x[2] = {0x3f80, 0x3b80}, w[1] = {0x3f80}, up[2] = {0x3f80, 0x3f80}, down[2] = {0x4040, 0x4040};
+	int64_t sx[2] = {1, D}, s11[2] = {1, 1}, su[3] = {1, F, D}, sd[3] = {1, D, F}, sb[2] = {1, F};
 	int32_t idx[1] = {0};
 	moe_id a[EXP_NSLOTS];
 	for (int i = 0; i < EXP_NSLOTS; i++)
 		a[i] = MOE_NONE;
-	a[EXP_X] = input(t, "x", MOE_BF16, 2, s12, x);
+	a[EXP_X] = input(t, "x", MOE_BF16, 2, sx, x);
 	a[EXP_IDX] = input(t, "idx", MOE_I32, 2, s11, idx);
-	a[EXP_W] = input(t, "w", MOE_BF16, 2, s11, w);
+	a[EXP_W] = input(t, "w", MOE_BF16, 2, s11, &w);
 	a[EXP_UP] = weight(t, "up", MOE_BF16, 3, su, up);
 	a[EXP_DOWN] = weight(t, "down", MOE_BF16, 3, sd, down);
+	if (bu)
+		a[EXP_B_UP] = weight(t, "bu", MOE_BF16, 2, sb, bu);
 	moe_id e = moe_node_new(t->g, MOE_OP_EXPERTS, a, EXP_NSLOTS, moe_loc_none());
 	moe_node_set_str(t->g, e, "act", "none");
 	moe_node_set_int(t->g, e, "block", 1);
-	assert_int_equal(run1(t, done(t, e)), MOE_OK);
-	uint16_t want[2] = {0x4040, 0x4040};
+	return done(t, e);
+}
+
+static void test_experts_bf16_rounding(void **st)
+{
+	(void)st;
+	/* up x = 1 + 2^-8 rounds to 1 before the bias 2^-8 is added (and the sum
+	 * rounds to 1 again): y = 1, where one rounding would give 1 + 2^-7 */
+	fx *t = fx_new();
+	uint16_t x[2] = {0x3f80, 0x3b80}, up[2] = {0x3f80, 0x3f80}, down[2] = {0x3f80, 0x3f80}, bu[1] = {0x3b80};
+	assert_int_equal(run1(t, experts_bf16(t, 2, 1, x, 0x3f80, up, down, bu)), MOE_OK);
+	uint16_t want[2] = {0x3f80, 0x3f80};
 	expect_bf16(t->out[0], want, 2);
+	fx_free(t);
+
+	/* down h = 1 + 2^-8 rounds to 1 before the routing weight 3 scales it:
+	 * y = 3, not bf16(3 + 3 * 2^-8) = 3.015625 */
+	t = fx_new();
+	uint16_t x1[1] = {0x3f80}, up1[2] = {0x3f80, 0x3b80}, down1[2] = {0x3f80, 0x3f80};
+	assert_int_equal(run1(t, experts_bf16(t, 1, 2, x1, 0x4040, up1, down1, NULL)), MOE_OK);
+	uint16_t want1[1] = {0x4040};
+	expect_bf16(t->out[0], want1, 1);
+	fx_free(t);
+}
+
+static void test_experts_sum_over_k_f32(void **st)
+{
+	(void)st;
+	/* bf16, K = 3: the sum over k accumulates in f32 (1 + 2^-8 + 2^-8 = 1 + 2^-7)
+	 * and rounds once; a bf16 accumulator would stay at 1 */
+	fx *t = fx_new();
+	int64_t sx[2] = {1, 1}, sk[2] = {1, 3}, sw[3] = {3, 1, 1};
+	uint16_t x[1] = {0x3f80}, w[3] = {0x3f80, 0x3b80, 0x3b80}, ones[3] = {0x3f80, 0x3f80, 0x3f80};
+	int32_t idx[3] = {2, 0, 1};
+	moe_id a[EXP_NSLOTS];
+	for (int i = 0; i < EXP_NSLOTS; i++)
+		a[i] = MOE_NONE;
+	a[EXP_X] = input(t, "x", MOE_BF16, 2, sx, x);
+	a[EXP_IDX] = input(t, "idx", MOE_I32, 2, sk, idx);
+	a[EXP_W] = input(t, "w", MOE_BF16, 2, sk, w);
+	a[EXP_UP] = weight(t, "up", MOE_BF16, 3, sw, ones);
+	a[EXP_DOWN] = weight(t, "down", MOE_BF16, 3, sw, ones);
+	moe_id e = moe_node_new(t->g, MOE_OP_EXPERTS, a, EXP_NSLOTS, moe_loc_none());
+	moe_node_set_str(t->g, e, "act", "none");
+	moe_node_set_int(t->g, e, "block", 2);
+	assert_int_equal(run1(t, done(t, e)), MOE_OK);
+	uint16_t want[1] = {0x3f81};
+	expect_bf16(t->out[0], want, 1);
 	fx_free(t);
 }
 
@@ -1314,6 +1358,7 @@ int main(void)
 		cmocka_unit_test(test_experts_linear),
 		cmocka_unit_test(test_experts_activations),
 		cmocka_unit_test(test_experts_bf16_rounding),
+		cmocka_unit_test(test_experts_sum_over_k_f32),
 		cmocka_unit_test(test_experts_fault),
 		cmocka_unit_test(test_binding_errors),
 		cmocka_unit_test(test_dead_fault_not_evaluated),
