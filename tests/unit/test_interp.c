@@ -1323,6 +1323,79 @@ static void test_random_bindings_ranges(void **st)
 	fx_free(t);
 }
 
+/* ---- allocator discipline: every block is freed through the context
+ * allocator with the size it was allocated with ---- */
+typedef struct counting {
+	int64_t live_bytes, live_blocks, bad_sizes;
+} counting;
+
+static void *counting_alloc(void *ud, void *p, size_t osize, size_t nsize)
+{
+	counting *c = ud;
+	size_t *h = p ? (size_t *)p - 2 : NULL;
+	if (h && h[0] != osize)
+		c->bad_sizes++;
+	if (nsize == 0) {
+		if (h) {
+			c->live_bytes -= (int64_t)h[0];
+			c->live_blocks--;
+			free(h);
+		}
+		return NULL;
+	}
+	size_t *n = realloc(h, nsize + 2 * sizeof(size_t));
+	if (!n)
+		return NULL;
+	c->live_bytes += (int64_t)nsize - (h ? (int64_t)n[0] : 0);
+	if (!h)
+		c->live_blocks++;
+	n[0] = nsize;
+	return n + 2;
+}
+
+static void test_allocator_discipline(void **st)
+{
+	(void)st;
+	counting cnt = {0, 0, 0};
+	moe_ctx *c = moe_ctx_new(counting_alloc, &cnt);
+	moe_graph *g = ir_graph_new(c, "l");
+	int64_t sx[2] = {3, 4}, sw[3] = {4, 5, 4}, sd[3] = {4, 4, 5}, sk[2] = {3, 2}, sb[2] = {4, 5};
+	moe_id a[EXP_NSLOTS];
+	const char *names[EXP_NSLOTS] = {"x", "idx", "w", "gate", "up", "down", "bg", "bu", "bd"};
+	const int64_t *shapes[EXP_NSLOTS] = {sx, sk, sk, sw, sw, sd, sb, sb, NULL};
+	int64_t sbd[2] = {4, 4};
+	shapes[EXP_B_DOWN] = sbd;
+	for (int i = 0; i < EXP_NSLOTS; i++) {
+		moe_dtype t = i == EXP_IDX ? MOE_I32 : MOE_BF16;
+		int rank = i >= EXP_GATE && i <= EXP_DOWN ? 3 : 2;
+		a[i] = ir_emit(g, i < EXP_GATE ? MOE_OP_INPUT : MOE_OP_WEIGHT, t, rank, shapes[i], NULL, 0, moe_loc_none());
+		moe_node_set_name(g, a[i], names[i]);
+		if (i >= EXP_GATE)
+			moe_node_set_str(g, a[i], "source", names[i]);
+	}
+	moe_id e = moe_node_new(g, MOE_OP_EXPERTS, a, EXP_NSLOTS, moe_loc_none());
+	moe_node_set_str(g, e, "act", "gpt_oss");
+	moe_node_set_int(g, e, "block", 2);
+	assert_int_equal(moe_node_infer(g, e), MOE_OK);
+	moe_id l = ir_b_einsum(g, "td,td->t", a[EXP_X], e, moe_loc_none());
+	moe_graph_add_output(g, e);
+	moe_graph_add_output(g, ir_b1(g, MOE_OP_SOFTMAX, l, moe_loc_none()));
+	ir_diff d;
+	assert_int_equal(ir_interp_compare(c, g, g, 11, &d), MOE_OK);
+	assert_int_equal(d.ndiff, 0);
+	moe_tensor_map *m;
+	assert_int_equal(ir_interp_random_bindings(c, g, 11, &m), MOE_OK);
+	moe_tensor_map_set(m, "up", moe_tensor_new(c, MOE_F32, 3, sw)); /* wrong dtype */
+	moe_tensor *out[2];
+	assert_int_equal(moe_interp_run(c, g, m, out), MOE_ERR_INVALID);
+	moe_tensor_map_free(m);
+	ir_graph_free(g);
+	moe_ctx_free(c);
+	assert_int_equal(cnt.bad_sizes, 0);
+	assert_int_equal(cnt.live_blocks, 0);
+	assert_int_equal(cnt.live_bytes, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1364,6 +1437,7 @@ int main(void)
 		cmocka_unit_test(test_dead_fault_not_evaluated),
 		cmocka_unit_test(test_random_compare),
 		cmocka_unit_test(test_random_bindings_ranges),
+		cmocka_unit_test(test_allocator_discipline),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
