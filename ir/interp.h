@@ -29,7 +29,7 @@ moe_status ir_interp_random_bindings(moe_ctx *ctx, const moe_graph *g, uint64_t 
 typedef struct ir_diff {
 	int64_t ndiff;        /* elements whose values differ bitwise (any two NaNs count as equal) */
 	int64_t nnan;         /* elements that are NaN on one side only */
-	double max_abs;       /* largest |a - b| over finite pairs (inf where one side is inf) */
+	double max_abs;       /* largest |a - b|; inf where only one side is NaN, or infs differ */
 	double max_rel;       /* largest |a - b| / max(|a|, |b|) over finite nonzero pairs */
 	uint32_t worst_output; /* output (ir_interp_compare) holding the largest difference */
 	int64_t worst_index;   /* row-major element index of it, -1 when equal */
