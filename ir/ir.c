@@ -196,6 +196,14 @@ moe_graph *ir_graph_clone_empty(const moe_graph *g)
 	return n;
 }
 
+void ir_graph_take(moe_graph *g, moe_graph *ng)
+{
+	moe_graph tmp = *g;
+	*g = *ng;
+	*ng = tmp;
+	ir_graph_free(ng);
+}
+
 moe_graph *ir_graph_clone(const moe_graph *g)
 {
 	moe_graph *n = ir_graph_clone_empty(g);
