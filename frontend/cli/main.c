@@ -12,21 +12,7 @@
 #include "moec/ir.h"
 #include "moec/passes.h"
 
-#define MAX_SETS 256
-
-typedef struct opts {
-	const char *cmd;
-	const char *file;
-	const char *out;      /* -o */
-	const char *pipeline; /* --pipeline */
-	const char *after, *before;
-	const char *reproducer; /* --reproducer */
-	const char *format;   /* text, json, dot */
-	int json;             /* stats --json */
-	moe_setting sets[MAX_SETS];
-	char setnames[MAX_SETS][128];
-	size_t nsets;
-} opts;
+#include "frontend/cli/cli.h"
 
 static const struct command {
 	const char *name, *usage, *help;
@@ -40,9 +26,17 @@ static const struct command {
 	{"stats", "moec stats FILE --json [--pipeline=P] [--set NAME=VALUE]...",
 		"Print one JSON object: dims, FLOPs, weight bytes, the worst-case block grid (tight, seed and vLLM\n"
 		"bounds with their block-buffer bytes) and the bytes of every intermediate buffer after lowering.\n", 1},
-	{"compile", "moec compile FILE [-o OUT] [--set NAME=VALUE]...", "Compile FILE to a native library.\n", 0},
-	{"run", "moec run FILE [--set NAME=VALUE]...", "Run FILE on given inputs and weights.\n", 0},
-	{"import-hf", "moec import-hf DIR [--set NAME=VALUE]...", "Write a .moe file for a HuggingFace checkpoint.\n", 0},
+	{"compile", "moec compile FILE --target=tcp|c|obj|llvm-ir -o OUT [--set NAME=VALUE]...",
+		"Lower FILE with the target's pipeline and emit TCP assembly/binary (.tcps/.tcpb by the extension\n"
+		"of OUT), portable C, a native object file or textual LLVM IR.\n", 1},
+	{"run", "moec run FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]\n"
+		"        [--engine=llvm|c|interp] [--stats FILE.json] [--repeat N] [--trace FILE.json]\n"
+		"        [--machine FILE.json] [--no-skip] [--set NAME=VALUE]...",
+		"Run the layer of FILE (.moe, or a compiled .tcpb) on the input and write its output as f32 .npy.\n", 1},
+	{"import-hf", "moec import-hf CONFIG.json [--layer N] [--tokens T] [--block B] [--set dtype=f32|bf16] -o FILE.moe",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint (mixtral, qwen2_moe, qwen3_moe, olmoe,\n"
+		"gpt_oss, deepseek_v3, llama4); weights bind to the checkpoint's tensor names.\n", 1},
+	{"passes", "moec passes", "List the registered passes, their options and the named pipelines.\n", 1},
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 
@@ -70,7 +64,7 @@ static void cmd_help(const struct command *c)
 		       "  -o OUT            write to OUT instead of standard output\n");
 }
 
-static int fail(const char *fmt, const char *arg)
+int cli_fail(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "moec: ");
 	fprintf(stderr, fmt, arg);
@@ -91,7 +85,7 @@ static const char *optval(int argc, char **argv, int *i, const char *opt, int *b
 		return NULL;
 	if (*i + 1 >= argc) {
 		*bad = 1;
-		fail("option %s needs a value", opt);
+		cli_fail("option %s needs a value", opt);
 		return NULL;
 	}
 	return argv[++*i];
@@ -108,9 +102,9 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 		}
 		if ((v = optval(argc, argv, &i, "--set", &bad))) {
 			if (o->nsets == MAX_SETS)
-				return fail("too many --set options", "");
+				return cli_fail("too many --set options", "");
 			if (!moe_setting_split(v, o->setnames[o->nsets], sizeof o->setnames[0], &o->sets[o->nsets].value))
-				return fail("--set needs NAME=VALUE, got '%s'", v);
+				return cli_fail("--set needs NAME=VALUE, got '%s'", v);
 			o->sets[o->nsets].name = o->setnames[o->nsets];
 			o->nsets++;
 		} else if ((v = optval(argc, argv, &i, "--pipeline", &bad))) {
@@ -125,32 +119,56 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->format = v;
 		} else if ((v = optval(argc, argv, &i, "-o", &bad))) {
 			o->out = v;
+		} else if ((v = optval(argc, argv, &i, "--weights", &bad))) {
+			o->weights = v;
+		} else if ((v = optval(argc, argv, &i, "--input", &bad))) {
+			o->input = v;
+		} else if ((v = optval(argc, argv, &i, "--target", &bad))) {
+			o->target = v;
+		} else if ((v = optval(argc, argv, &i, "--engine", &bad))) {
+			o->engine = v;
+		} else if ((v = optval(argc, argv, &i, "--stats", &bad))) {
+			o->stats = v;
+		} else if ((v = optval(argc, argv, &i, "--trace", &bad))) {
+			o->trace = v;
+		} else if ((v = optval(argc, argv, &i, "--machine", &bad))) {
+			o->machine = v;
+		} else if ((v = optval(argc, argv, &i, "--repeat", &bad))) {
+			o->repeat = v;
+		} else if ((v = optval(argc, argv, &i, "--layer", &bad))) {
+			o->layer = v;
+		} else if ((v = optval(argc, argv, &i, "--tokens", &bad))) {
+			o->tokens = v;
+		} else if ((v = optval(argc, argv, &i, "--block", &bad))) {
+			o->block = v;
+		} else if (!strcmp(a, "--no-skip")) {
+			o->no_skip = 1;
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
 		} else if (bad) {
 			return 1;
 		} else if (a[0] == '-' && a[1]) {
-			return fail("unknown option '%s' (see moec COMMAND --help)", a);
+			return cli_fail("unknown option '%s' (see moec COMMAND --help)", a);
 		} else if (o->file) {
-			return fail("more than one input file ('%s')", a);
+			return cli_fail("more than one input file ('%s')", a);
 		} else {
 			o->file = a;
 		}
 		if (bad)
 			return 1;
 	}
-	if (!o->file)
-		return fail("%s: no input file (see moec COMMAND --help)", c->name);
+	if (!o->file && strcmp(c->name, "passes"))
+		return cli_fail("%s: no input file (see moec COMMAND --help)", c->name);
 	if (o->format && strcmp(o->format, "text") && strcmp(o->format, "json") && strcmp(o->format, "dot"))
-		return fail("--format must be text, json or dot, got '%s'", o->format);
+		return cli_fail("--format must be text, json or dot, got '%s'", o->format);
 	if (strcmp(c->name, "ir") && (o->after || o->before || o->format))
-		return fail("--print-ir-* and --format apply to 'moec ir' only%s", "");
+		return cli_fail("--print-ir-* and --format apply to 'moec ir' only%s", "");
 	if (strcmp(c->name, "ir") && strcmp(c->name, "stats") && o->pipeline)
-		return fail("--pipeline applies to 'moec ir' and 'moec stats' only%s", "");
+		return cli_fail("--pipeline applies to 'moec ir' and 'moec stats' only%s", "");
 	return 0;
 }
 
-static char *read_file(const char *path, size_t *len)
+char *cli_read_file(const char *path, size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f)
@@ -183,16 +201,16 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-static int ends_with(const char *s, const char *suf)
+int cli_ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
-static moe_module *load(moe_ctx *ctx, const opts *o)
+moe_module *cli_load(moe_ctx *ctx, const opts *o)
 {
 	size_t len = 0;
-	char *text = read_file(o->file, &len);
+	char *text = cli_read_file(o->file, &len);
 	if (!text) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "cannot read: %s", strerror(errno));
 		return NULL;
@@ -200,9 +218,9 @@ static moe_module *load(moe_ctx *ctx, const opts *o)
 	const char *p = text;
 	while (p < text + len && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
 		p++;
-	int json = ends_with(o->file, ".json") || (!ends_with(o->file, ".moe") && p < text + len && *p == '{');
-	int moeir = ends_with(o->file, ".moeir") ||
-		(!ends_with(o->file, ".moe") && (size_t)(text + len - p) >= 5 && !strncmp(p, "moeir", 5));
+	int json = cli_ends_with(o->file, ".json") || (!cli_ends_with(o->file, ".moe") && p < text + len && *p == '{');
+	int moeir = cli_ends_with(o->file, ".moeir") ||
+		(!cli_ends_with(o->file, ".moe") && (size_t)(text + len - p) >= 5 && !strncmp(p, "moeir", 5));
 	moe_module *m;
 	if (json || moeir) {
 		if (o->nsets)
@@ -312,9 +330,21 @@ int main(int argc, char **argv)
 	}
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
-		return fail("out of memory%s", "");
-	moe_module *m = load(ctx, &o);
-	int status = m ? 0 : 1;
+		return cli_fail("out of memory%s", "");
+	int status = 0;
+	moe_module *m = NULL;
+	if (!strcmp(c->name, "passes"))
+		status = cli_passes(ctx);
+	else if (!strcmp(c->name, "import-hf"))
+		status = cli_import_hf(ctx, &o);
+	else if (!strcmp(c->name, "run"))
+		status = cli_run(ctx, &o);
+	else if (!strcmp(c->name, "compile"))
+		status = cli_compile(ctx, &o);
+	else {
+		m = cli_load(ctx, &o);
+		status = m ? 0 : 1;
+	}
 	if (m && !strcmp(c->name, "ir")) {
 		status = run_pipeline(ctx, m, o.pipeline, &o);
 		if (!status)
