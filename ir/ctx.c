@@ -30,6 +30,7 @@ struct moe_ctx {
 	source *srcs;
 	uint32_t nsrcs, scap;
 	strnode *strs;
+	ctx_vec passes; /* externally registered passes (moe_pass_info) */
 };
 
 static void *default_alloc(void *ud, void *p, size_t o, size_t n)
@@ -71,6 +72,7 @@ void moe_ctx_free(moe_ctx *c)
 	for (uint32_t i = 0; i < c->nsrcs; i++)
 		ctx_free(c, c->srcs[i].text, c->srcs[i].len + 1);
 	ctx_free(c, c->srcs, c->scap * sizeof(source));
+	ctx_free(c, c->passes.data, (size_t)c->passes.cap * c->passes.esz);
 	for (strnode *s = c->strs, *n; s; s = n) {
 		n = s->next;
 		ctx_free(c, s, sizeof *s + strlen(s->s) + 1);
@@ -142,6 +144,11 @@ void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 		nc *= 2;
 	*arr = ctx_realloc(c, *arr, (size_t)*cap * esz, (size_t)nc * esz);
 	*cap = nc;
+}
+
+ctx_vec *ctx_passes(moe_ctx *c)
+{
+	return &c->passes;
 }
 
 void moe_free(moe_ctx *c, void *p)

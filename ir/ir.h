@@ -19,6 +19,13 @@ void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n);
 void ctx_free(moe_ctx *ctx, void *p, size_t n);
 const char *ctx_intern(moe_ctx *ctx, const char *s); /* lives as long as ctx */
 const char *ctx_source_line(const moe_ctx *ctx, const char *file, int line, size_t *len);
+/* A growable array owned by the context (freed with it). */
+typedef struct ctx_vec {
+	void *data;
+	uint32_t n, cap;
+	size_t esz;
+} ctx_vec;
+ctx_vec *ctx_passes(moe_ctx *ctx);
 /* Grow *arr (elements of size esz) to hold at least need elements. */
 void ctx_grow(moe_ctx *ctx, void **arr, uint32_t *cap, uint32_t need, size_t esz);
 
@@ -133,6 +140,8 @@ moe_graph *ir_graph_clone_empty(const moe_graph *g);
 /* Replace graph i of the module by g (the old one is freed). */
 void ir_module_replace(moe_module *m, uint32_t i, moe_graph *g);
 moe_graph *ir_graph_clone(const moe_graph *g);
+/* Move ng's contents into g (pointers to g stay valid) and free the old contents. */
+void ir_graph_take(moe_graph *g, moe_graph *ng);
 
 /* Append a node with explicit type; no inference. */
 moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *shape,

@@ -1,0 +1,87 @@
+/* moec/passes.h: the pass registry, text pipelines and the pass manager.
+ *
+ * A pipeline is text: `infer-shapes,lower-topk{mode=exact},blockwise-dispatch,
+ * grid-bound,cse,dce`. Named pipelines (`tcp`, `host`) stand for such strings.
+ * Passes run on every graph of a module; the verifier may run after each. */
+#ifndef MOEC_PASSES_H
+#define MOEC_PASSES_H
+
+#include "moec/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options of one pass instance: key=value strings in pipeline order. */
+typedef struct moe_pass_opts {
+	int count;
+	const char *key[16];
+	const char *value[16];
+} moe_pass_opts;
+
+/* Returns the value of key, or NULL. */
+MOE_API const char *moe_pass_opt(const moe_pass_opts *o, const char *key);
+
+typedef moe_status (*moe_pass_fn)(moe_ctx *ctx, moe_graph *g, const moe_pass_opts *opts, void *ud);
+
+/* One registry row. `options` lists the accepted keys, e.g. "mode=packed16|exact";
+ * NULL when the pass takes none. */
+typedef struct moe_pass_info {
+	const char *name;
+	const char *summary;
+	const char *options;
+	moe_pass_fn run;
+	void *ud; /* handed to run: an external pass's own state */
+} moe_pass_info;
+
+/* Built-in passes then passes registered on this context. */
+MOE_API size_t moe_pass_count(moe_ctx *ctx);
+MOE_API const moe_pass_info *moe_pass_get(moe_ctx *ctx, size_t i);
+MOE_API const moe_pass_info *moe_pass_find(moe_ctx *ctx, const char *name);
+/* Register an external pass on ctx (copied). Fails if the name is taken. */
+MOE_API moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info);
+
+/* Named pipelines. */
+MOE_API const char *moe_pipeline_named(const char *name); /* NULL if not a name */
+
+typedef struct moe_pipeline moe_pipeline;
+/* Parse a pipeline string; NULL with a diagnostic (column of the error) if invalid. */
+MOE_API moe_pipeline *moe_pipeline_parse(moe_ctx *ctx, const char *text);
+MOE_API void moe_pipeline_free(moe_pipeline *p);
+/* Canonical text; parse(print(p)) prints identically. Caller frees with moe_free. */
+MOE_API char *moe_pipeline_print(const moe_pipeline *p);
+
+typedef struct moe_run_opts {
+	int verify;                /* run the verifier after every pass */
+	const char *print_before;  /* pass name, "all", or NULL */
+	const char *print_after;   /* pass name, "all", or NULL */
+	FILE *print_to;            /* where IR dumps go (stderr if NULL) */
+	const char *reproducer;    /* on failure write pipeline + input IR here (NULL: none) */
+} moe_run_opts;
+
+MOE_API moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *opts);
+/* Parse and run in one call. */
+MOE_API moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *opts);
+
+/* ---- analyses ---- */
+/* The tight worst-case number of B-row blocks (SEMANTICS.md section 5):
+ * min(M + floor((n - M)/B), M*ceil(T/B)), n = T*K, M = min(E, n). */
+MOE_API int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B);
+/* The seed design's (T*K - E)/B + E (its first term; n < E gives E). */
+MOE_API int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B);
+/* vLLM moe_align_block_size: ceil(P / B), P = n + E*(B-1), P = min(n*B, P) if n < E. */
+MOE_API int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B);
+
+/* `moec stats`: one JSON object per module (malloc'd, free with moe_free):
+ * dims, flops (multiply-adds x 2 actually needed: router and the K experts of
+ * each token), flops_grid_max (what the lowered program computes with every
+ * block of the worst-case grid full), weight_bytes, grid_blocks_max with the
+ * seed and vLLM bounds and their block-buffer bytes, and `buffers`: the bytes
+ * of every intermediate value of the layer lowered by `pipeline` (NULL: tcp).
+ * Several layers: the first layer's keys plus "layers": [...]. */
+MOE_API char *moe_module_stats_json(moe_ctx *ctx, const moe_module *m, const char *pipeline);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

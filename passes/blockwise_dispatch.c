@@ -1,0 +1,265 @@
+/* passes/blockwise_dispatch.c: experts(...) -> expert-centric blockwise form.
+ *
+ * The n = T*K routed pairs are grouped by expert into blocks of B rows:
+ *   oh    = one_hot(idx, E)                     [n, E]   pair p -> expert
+ *   cnt   = sum_p oh                            [E]      tokens per expert
+ *   nb    = ceil(cnt / B), boff = excl-cumsum(nb), nblocks = sum nb
+ *   rank  = sum_e oh * excl-cumsum_p(oh)        [n]      row within expert
+ *   pos   = (sum_e oh * boff) * B + rank        [n]      row in the grid
+ *   owner = boff <= g < boff + nb               [G, E]
+ *   bexp  = filter(owner, e)[:, 0]              [G]      expert of block g
+ *   rows  = sum_e owner * min(B, cnt - (g - boff) B)  [G] valid rows
+ * Tokens are scattered into a [G*B, D] grid, each block multiplies with its
+ * expert's weights (gathered per block), and the results are gathered back
+ * per pair and summed with the routing weights. G is the tight worst case of
+ * grid-bound; `valid` masks (nblocks for weight gathers, rows for the block
+ * math) mark padding rows and blocks past the run-time count so backends skip
+ * them. Activations are computed in f32 and rounded once, like experts(). */
+#include <math.h>
+#include <string.h>
+
+#include "passes/pass.h"
+
+#define SQRT1_2 0.70710678118654752440
+#define PI 3.14159265358979323846
+
+typedef struct dp {
+	moe_graph *d;
+	moe_loc loc;
+	moe_dtype t;
+	int64_t T, K, E, F, D, B, G, n;
+	moe_id rows, nblocks, bexp;
+} dp;
+
+static moe_id ci(dp *c, int64_t v)
+{
+	return ir_b_const(c->d, MOE_I32, (double)v, c->loc);
+}
+
+static moe_id cf(dp *c, double v)
+{
+	return ir_b_const(c->d, MOE_F32, v, c->loc);
+}
+
+static moe_id b2(dp *c, moe_op op, moe_id a, moe_id b)
+{
+	return ir_b2(c->d, op, a, b, c->loc);
+}
+
+/* Elementwise op over block values, skipped outside valid rows. */
+static moe_id v2(dp *c, moe_op op, moe_id a, moe_id b)
+{
+	moe_id x[2] = {a, b};
+	moe_id id = moe_node_new(c->d, op, x, 2, c->loc);
+	moe_node_set_valid(c->d, id, c->rows);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
+static moe_id v1(dp *c, moe_op op, moe_id a)
+{
+	moe_id id = moe_node_new(c->d, op, &a, 1, c->loc);
+	moe_node_set_valid(c->d, id, c->rows);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
+static moe_id vcast(dp *c, moe_id a, moe_dtype t)
+{
+	if (N(c->d, a)->dtype == t)
+		return a;
+	moe_id id = moe_node_new(c->d, MOE_OP_CAST, &a, 1, c->loc);
+	moe_node_set_str(c->d, id, "to", moe_dtype_name(t));
+	moe_node_set_valid(c->d, id, c->rows);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
+static moe_id reshape(dp *c, moe_id x, int rank, int64_t a, int64_t b, int64_t d3)
+{
+	int64_t s[3] = {a, b, d3};
+	return ir_b_reshape(c->d, x, rank, s, c->loc);
+}
+
+/* Per-block weight [G, ...] = w[bexp], only for blocks < nblocks. */
+static moe_id gather_blocks(dp *c, moe_id w)
+{
+	moe_id x[2] = {w, c->bexp};
+	moe_id id = moe_node_new(c->d, MOE_OP_GATHER, x, 2, c->loc);
+	moe_node_set_int(c->d, id, "axis", 0);
+	moe_node_set_valid(c->d, id, c->nblocks);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
+/* [G, B, in] x W[G, out, in] (+ bias[G, out]) -> [G, B, out] over valid rows. */
+static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
+{
+	moe_id wg = gather_blocks(c, w);
+	moe_id x[2] = {blocks, wg};
+	moe_id h = moe_node_new(c->d, MOE_OP_EINSUM, x, 2, c->loc);
+	moe_node_set_str(c->d, h, "eq", "gbi,goi->gbo");
+	moe_node_set_valid(c->d, h, c->rows);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, h) == MOE_OK);
+	if (bias != MOE_NONE) {
+		moe_id bg = gather_blocks(c, bias);
+		ir_node *bn = N(c->d, bg);
+		h = v2(c, MOE_OP_ADD, h, reshape(c, bg, 3, c->G, 1, bn->shape[1]));
+	}
+	return h;
+}
+
+static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
+{
+	const char *act = ir_attr_str(ex, "act", "swiglu");
+	if (!strcmp(act, "none"))
+		return up;
+	moe_id g = vcast(c, gate, MOE_F32), u = vcast(c, up, MOE_F32), a;
+	if (!strcmp(act, "swiglu")) {
+		a = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, g));
+	} else if (!strcmp(act, "geglu")) {
+		moe_id e = v1(c, MOE_OP_ERF, v2(c, MOE_OP_MUL, g, cf(c, SQRT1_2)));
+		a = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, cf(c, 0.5)), v2(c, MOE_OP_ADD, e, cf(c, 1.0)));
+	} else if (!strcmp(act, "geglu_tanh")) {
+		moe_id g3 = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, g), g);
+		moe_id inner = v2(c, MOE_OP_ADD, g, v2(c, MOE_OP_MUL, g3, cf(c, 0.044715)));
+		moe_id th = v1(c, MOE_OP_TANH, v2(c, MOE_OP_MUL, inner, cf(c, sqrt(2.0 / PI))));
+		a = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, cf(c, 0.5)), v2(c, MOE_OP_ADD, th, cf(c, 1.0)));
+	} else { /* gpt_oss */
+		double alpha = ir_attr_float(ex, "alpha", 1.702), limit = ir_attr_float(ex, "limit", 7.0);
+		g = v2(c, MOE_OP_MIN, g, cf(c, limit));
+		u = v2(c, MOE_OP_MAX, v2(c, MOE_OP_MIN, u, cf(c, limit)), cf(c, -limit));
+		moe_id glu = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, v2(c, MOE_OP_MUL, g, cf(c, alpha))));
+		return vcast(c, v2(c, MOE_OP_MUL, v2(c, MOE_OP_ADD, u, cf(c, 1.0)), glu), c->t);
+	}
+	return vcast(c, v2(c, MOE_OP_MUL, a, u), c->t);
+}
+
+static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
+{
+	moe_graph *d = c->d;
+	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
+	/* routing indices */
+	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
+	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
+	moe_node_set_int(d, oh, "n", E);
+	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
+	moe_id cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
+	moe_id nb = b2(c, MOE_OP_DIV, b2(c, MOE_OP_ADD, cnt, ci(c, B - 1)), ci(c, B));
+	moe_id boff = ir_b1(d, MOE_OP_CUMSUM, nb, c->loc);
+	moe_node_set_int(d, boff, "axis", 0);
+	moe_node_set_int(d, boff, "exclusive", 1);
+	moe_id bend = b2(c, MOE_OP_ADD, boff, nb);
+	c->nblocks = ir_b_reduce(d, MOE_OP_REDUCE_SUM, nb, 0, false, c->loc);
+	moe_node_set_name(d, c->nblocks, "nblocks");
+	moe_id before = ir_b1(d, MOE_OP_CUMSUM, oh, c->loc);
+	moe_node_set_int(d, before, "axis", 0);
+	moe_node_set_int(d, before, "exclusive", 1);
+	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, before, oh), 1, false, c->loc);
+	moe_id boffr = reshape(c, boff, 2, 1, E, 0), bendr = reshape(c, bend, 2, 1, E, 0);
+	moe_id off = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, oh, boffr), 1, false, c->loc);
+	moe_id pos = b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, off, ci(c, B)), rank);
+	moe_node_set_name(d, pos, "pos");
+	/* blocks: owner expert and valid rows */
+	int64_t ge[2] = {G, E};
+	moe_id gi = ir_b_iota(d, 2, ge, 0, c->loc), ei = ir_b_iota(d, 2, ge, 1, c->loc);
+	moe_id owner = b2(c, MOE_OP_AND, b2(c, MOE_OP_LE, boffr, gi), b2(c, MOE_OP_LT, gi, bendr));
+	moe_id fx[2] = {owner, ei};
+	moe_id first = ir_b(d, MOE_OP_FILTER, fx, 2, c->loc); /* fill 0: blocks past nblocks get expert 0 */
+	moe_id sl = ir_b1(d, MOE_OP_SLICE, first, c->loc);
+	moe_node_set_int(d, sl, "axis", 1);
+	moe_node_set_int(d, sl, "start", 0);
+	moe_node_set_int(d, sl, "stop", 1);
+	IR_ASSERT(ir_infer(d->ctx, d, sl) == MOE_OK);
+	c->bexp = ir_b_reshape(d, sl, 1, &G, c->loc);
+	moe_node_set_name(d, c->bexp, "block_expert");
+	moe_id rem = b2(c, MOE_OP_SUB, reshape(c, cnt, 2, 1, E, 0),
+		b2(c, MOE_OP_MUL, b2(c, MOE_OP_SUB, gi, boffr), ci(c, B)));
+	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, ci(c, B)), ci(c, 0), c->loc);
+	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
+	moe_node_set_name(d, c->rows, "block_rows");
+	/* dispatch: scatter each pair's token row into the grid */
+	moe_id tok = b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K));
+	moe_id gx[2] = {s[EXP_X], tok};
+	moe_id xp = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc); /* [n, D] */
+	bool on_input = !strcmp(ir_attr_str(ex, "weight_on", "output"), "input");
+	moe_id wp = reshape(c, s[EXP_W], 2, n, 1, 0);
+	if (on_input)
+		xp = ir_b_cast(d, b2(c, MOE_OP_MUL, ir_b_cast(d, xp, MOE_F32, c->loc), ir_b_cast(d, wp, MOE_F32, c->loc)),
+			c->t, c->loc);
+	int64_t gbd[2] = {G * B, c->D};
+	moe_id zero = ir_emit(d, MOE_OP_CONST, c->t, 2, gbd, NULL, 0, c->loc);
+	moe_node_set_float(d, zero, "value", 0.0);
+	moe_id sx[3] = {zero, pos, xp};
+	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
+	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
+	moe_node_set_name(d, blocks, "blocks");
+	/* expert FFN per block */
+	moe_id up = project(c, blocks, s[EXP_UP], s[EXP_B_UP]);
+	moe_id gate = s[EXP_GATE] != MOE_NONE ? project(c, blocks, s[EXP_GATE], s[EXP_B_GATE]) : MOE_NONE;
+	moe_id h = activation(c, ex, gate, up);
+	moe_id out = project(c, h, s[EXP_DOWN], s[EXP_B_DOWN]); /* [G, B, D] */
+	/* combine: gather each pair's row back, weight, sum over K in f32 */
+	moe_id cx[2] = {reshape(c, out, 2, G * B, c->D, 0), pos};
+	moe_id yp = ir_b_cast(d, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), MOE_F32, c->loc);
+	if (!on_input)
+		yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, wp, MOE_F32, c->loc));
+	moe_id y = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, c->T, c->K, c->D), 1, false, c->loc);
+	return ir_b_cast(d, y, c->t, c->loc);
+}
+
+PASS(pass_blockwise_dispatch)
+{
+	const char *grid = moe_pass_opt(opts, "grid");
+	if (grid && strcmp(grid, "tight") && strcmp(grid, "seed") && strcmp(grid, "vllm")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: grid must be tight, seed or vllm, got '%s'",
+			grid);
+		return MOE_ERR_INVALID;
+	}
+	rebuild rb;
+	rebuild_begin(&rb, g);
+	int nexperts = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		ir_node *n = N(g, i);
+		if (n->op != MOE_OP_EXPERTS) {
+			rebuild_copy(&rb, i);
+			continue;
+		}
+		moe_id s[EXP_NSLOTS];
+		for (int k = 0; k < EXP_NSLOTS; k++)
+			s[k] = n->args[k] == MOE_NONE ? MOE_NONE : rb.map[n->args[k]];
+		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
+		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype};
+		c.T = x->shape[0];
+		c.D = x->shape[1];
+		c.K = N(g, n->args[EXP_IDX])->shape[1];
+		c.E = up->shape[0];
+		c.F = up->shape[1];
+		c.B = ir_attr_int(n, "block", 1);
+		c.n = c.T * c.K;
+		c.G = !grid || !strcmp(grid, "tight") ? moe_grid_blocks_max(c.T, c.K, c.E, c.B)
+			: !strcmp(grid, "seed")        ? moe_grid_blocks_seed(c.T, c.K, c.E, c.B)
+						       : moe_grid_blocks_vllm(c.T, c.K, c.E, c.B);
+		int64_t cells;
+		if (!ir_mul_ov(c.G, c.B, &cells) || !ir_mul_ov(cells, c.D, &cells) || c.n > MOE_MAX_DIM ||
+			!ir_mul_ov(c.n, c.E, &cells)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "blockwise-dispatch: the block grid of this layer is too large");
+			rebuild_abort(&rb);
+			return MOE_ERR_INVALID;
+		}
+		moe_id y = lower_experts(&c, n, s);
+		if (n->name)
+			moe_node_set_name(rb.dst, y, n->name);
+		rb.map[i] = y;
+		if (nexperts++ == 0) {
+			ir_graph_set_attr_int(rb.dst, "moe_tokens", c.T);
+			ir_graph_set_attr_int(rb.dst, "moe_k", c.K);
+			ir_graph_set_attr_int(rb.dst, "moe_experts", c.E);
+			ir_graph_set_attr_int(rb.dst, "moe_block", c.B);
+			ir_graph_set_attr_int(rb.dst, "moe_row_bytes", c.D * (int64_t)moe_dtype_size(c.t));
+			ir_graph_set_attr_int(rb.dst, "grid_blocks", c.G);
+		}
+	}
+	rebuild_end(&rb);
+	return MOE_OK;
+}

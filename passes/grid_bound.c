@@ -1,0 +1,74 @@
+/* passes/grid_bound.c: the worst-case block grid (SEMANTICS.md section 5).
+ *
+ * With n = T*K routed pairs, c_e <= T tokens on expert e and sum c_e = n, the
+ * dispatch needs G = sum_e ceil(c_e / B) blocks. Each non-empty expert costs
+ * one block plus one per further B rows, so with M = min(E, n) experts hit
+ * G <= M + floor((n - M)/B); and no expert holds more than T rows, so
+ * G <= M * ceil(T/B). Every count vector with c_e <= T is reachable, so the
+ * minimum of the two is attained. The pass records it with the seed's and
+ * vLLM's bounds and the block-buffer bytes each implies. */
+#include "passes/pass.h"
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B)
+{
+	if (T <= 0 || K <= 0 || E <= 0 || B <= 0)
+		return 0;
+	int64_t n = T * K, M = E < n ? E : n;
+	int64_t a = M + (n - M) / B, b = M * cdiv(T, B);
+	return a < b ? a : b;
+}
+
+int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B)
+{
+	int64_t n = T * K;
+	return n >= E ? (n - E) / B + E : E;
+}
+
+int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B)
+{
+	int64_t n = T * K, P = n + E * (B - 1);
+	if (n < E && n * B < P)
+		P = n * B;
+	return cdiv(P, B);
+}
+
+PASS(pass_grid_bound)
+{
+	int64_t T = ir_graph_attr_int(g, "moe_tokens", -1), K = ir_graph_attr_int(g, "moe_k", -1),
+		E = ir_graph_attr_int(g, "moe_experts", -1), B = ir_graph_attr_int(g, "moe_block", -1),
+		row = ir_graph_attr_int(g, "moe_row_bytes", 0);
+	/* before dispatch: read the experts nodes themselves */
+	for (moe_id i = 0; i < g->nnodes && T < 0; i++) {
+		ir_node *n = N(g, i);
+		if (n->op != MOE_OP_EXPERTS)
+			continue;
+		ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]), *up = N(g, n->args[EXP_UP]);
+		T = x->shape[0];
+		K = idx->shape[1];
+		E = up->shape[0];
+		B = ir_attr_int(n, "block", 0);
+		row = x->shape[1] * (int64_t)moe_dtype_size((moe_dtype)x->dtype);
+	}
+	if (T < 0)
+		return MOE_OK; /* a layer without experts has no grid */
+	int64_t gt = moe_grid_blocks_max(T, K, E, B), gs = moe_grid_blocks_seed(T, K, E, B),
+		gv = moe_grid_blocks_vllm(T, K, E, B);
+	int64_t used = ir_graph_attr_int(g, "grid_blocks", gt); /* allocated by dispatch */
+	if (used < gt) {
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "layer '%s' allocates %lld blocks, below the worst case %lld", g->name,
+			(long long)used, (long long)gt);
+		return MOE_ERR_INTERNAL;
+	}
+	ir_graph_set_attr_int(g, "grid_blocks_max", gt);
+	ir_graph_set_attr_int(g, "grid_blocks_seed", gs);
+	ir_graph_set_attr_int(g, "grid_blocks_vllm", gv);
+	ir_graph_set_attr_int(g, "block_buffer_bytes", gt * B * row);
+	ir_graph_set_attr_int(g, "block_buffer_bytes_seed", gs * B * row);
+	ir_graph_set_attr_int(g, "block_buffer_bytes_vllm", gv * B * row);
+	return MOE_OK;
+}

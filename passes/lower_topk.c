@@ -1,0 +1,156 @@
+/* passes/lower_topk.c: topk -> branchless pack / rank / select form.
+ *
+ * For scores x[..., E] every element gets a 32-bit integer key whose signed
+ * order is the required score order, ties broken by index:
+ *   exact     key = bits(x) ^ ((bits(x) >>a 31) & 0x7fffffff) over the f32
+ *             score with -0 -> +0 and every NaN -> +qNaN (ranks above +inf);
+ *             equal keys are ordered by index (lower index first).
+ *   packed16  key = bf16 bits << 16 | (E-1-e), negatives xor 0x7fff0000; the
+ *             index lives in the key, so keys are unique (needs E <= 65536).
+ * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
+ * output slot k holds the element of rank k (torch.topk(sorted=True) order),
+ * found by comparing rank with k and a select-sum; packed16 unpacks the index
+ * from the selected key. No data-dependent control flow remains. */
+#include <math.h>
+#include <string.h>
+
+#include "passes/pass.h"
+
+typedef struct tk {
+	moe_graph *d;
+	moe_loc loc;
+	int r;                     /* rank of x */
+	int64_t sh[MOE_MAX_RANK]; /* x shape */
+	int64_t E, K;
+} tk;
+
+static moe_id ci(tk *c, int64_t v)
+{
+	return ir_b_const(c->d, MOE_I32, (double)v, c->loc);
+}
+
+/* x with a 1 inserted at position `at` (counted from the front). */
+static moe_id unsqueeze(tk *c, moe_id x, int at)
+{
+	ir_node *n = N(c->d, x);
+	int64_t s[MOE_MAX_RANK];
+	int r = 0;
+	for (int i = 0; i <= n->rank; i++) {
+		if (i == at)
+			s[r++] = 1;
+		if (i < n->rank)
+			s[r++] = n->shape[i];
+	}
+	return ir_b_reshape(c->d, x, r, s, c->loc);
+}
+
+/* 1-D iota of length n reshaped so its axis lands at `axis` of a rank-`rank` shape of ones. */
+static moe_id iota_at(tk *c, int64_t n, int rank, int axis)
+{
+	int64_t s[MOE_MAX_RANK];
+	for (int i = 0; i < rank; i++)
+		s[i] = 1;
+	s[axis] = n;
+	return ir_b_iota(c->d, rank, s, axis, c->loc);
+}
+
+static moe_id exact_key(tk *c, moe_id x)
+{
+	moe_graph *d = c->d;
+	moe_dtype t = (moe_dtype)N(d, x)->dtype;
+	if (t == MOE_I32)
+		return x; /* integer scores are their own key */
+	moe_id f = ir_b_cast(d, x, MOE_F32, c->loc);
+	moe_id zero = ir_b_const(d, MOE_F32, 0.0, c->loc);
+	moe_id z = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, f, zero, c->loc), zero, f, c->loc);
+	moe_id isnan_ = ir_b2(d, MOE_OP_NE, f, f, c->loc);
+	moe_id q = ir_b3(d, MOE_OP_SELECT, isnan_, ir_b_const(d, MOE_F32, NAN, c->loc), z, c->loc);
+	moe_id bits = ir_b_bitcast(d, q, MOE_I32, c->loc);
+	moe_id sign = ir_b2(d, MOE_OP_SAR, bits, ci(c, 31), c->loc);
+	return ir_b2(d, MOE_OP_XOR, bits, ir_b2(d, MOE_OP_AND, sign, ci(c, 0x7fffffff), c->loc), c->loc);
+}
+
+static moe_id packed_key(tk *c, moe_id x)
+{
+	moe_graph *d = c->d;
+	moe_id b = ir_b_cast(d, x, MOE_BF16, c->loc);
+	moe_id zero = ir_b_const(d, MOE_BF16, 0.0, c->loc);
+	moe_id z = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, b, zero, c->loc), zero, b, c->loc);
+	moe_id q = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_NE, b, b, c->loc), ir_b_const(d, MOE_BF16, NAN, c->loc), z,
+		c->loc);
+	moe_id hi = ir_b_bitcast(d, ir_b_cast(d, q, MOE_F32, c->loc), MOE_I32, c->loc);
+	moe_id lo = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), iota_at(c, c->E, c->r, c->r - 1), c->loc);
+	moe_id packed = ir_b2(d, MOE_OP_OR, hi, lo, c->loc);
+	moe_id neg = ir_b2(d, MOE_OP_LT, packed, ci(c, 0), c->loc);
+	moe_id flipped = ir_b2(d, MOE_OP_XOR, packed, ci(c, 0x7fff0000), c->loc);
+	return ir_b3(d, MOE_OP_SELECT, neg, flipped, packed, c->loc);
+}
+
+static moe_id lower_one(tk *c, moe_id x, bool packed)
+{
+	moe_graph *d = c->d;
+	int r = c->r;
+	moe_id key = packed ? packed_key(c, x) : exact_key(c, x);
+	/* ki[..., i, 1] against kj[..., 1, j] */
+	moe_id ki = unsqueeze(c, key, r), kj = unsqueeze(c, key, r - 1);
+	moe_id beats = ir_b2(d, MOE_OP_GT, kj, ki, c->loc);
+	if (!packed) {
+		moe_id eq = ir_b2(d, MOE_OP_EQ, kj, ki, c->loc);
+		moe_id jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
+		beats = ir_b2(d, MOE_OP_OR, beats, ir_b2(d, MOE_OP_AND, eq, jlt, c->loc), c->loc);
+	}
+	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, beats, -1, false, c->loc); /* i32 [..., E] */
+	/* slot k takes the element of rank k: is[..., e, k] = rank[..., e] == k */
+	moe_id is = ir_b2(d, MOE_OP_EQ, unsqueeze(c, rank, r), iota_at(c, c->K, r + 1, r), c->loc);
+	moe_id zero = ci(c, 0);
+	if (packed) {
+		moe_id sel = ir_b3(d, MOE_OP_SELECT, is, unsqueeze(c, key, r), zero, c->loc);
+		moe_id ksel = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc); /* [..., K] */
+		moe_id low = ir_b2(d, MOE_OP_AND, ksel, ci(c, 0xffff), c->loc);
+		return ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
+	}
+	moe_id e = iota_at(c, c->E, r + 1, r - 1);
+	moe_id sel = ir_b3(d, MOE_OP_SELECT, is, e, zero, c->loc);
+	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
+}
+
+PASS(pass_lower_topk)
+{
+	const char *mode = moe_pass_opt(opts, "mode");
+	if (mode && strcmp(mode, "exact") && strcmp(mode, "packed16")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "lower-topk: mode must be exact or packed16, got '%s'", mode);
+		return MOE_ERR_INVALID;
+	}
+	rebuild rb;
+	rebuild_begin(&rb, g);
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		ir_node *n = N(g, i);
+		if (n->op != MOE_OP_TOPK) {
+			rebuild_copy(&rb, i);
+			continue;
+		}
+		ir_node *x = N(g, n->args[0]);
+		tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], ir_attr_int(n, "k", 1)};
+		memcpy(c.sh, x->shape, sizeof c.sh);
+		bool packed = mode ? !strcmp(mode, "packed16") : x->dtype == MOE_BF16;
+		if (packed && (x->dtype == MOE_I32 || c.E > 65536)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
+				"lower-topk: packed16 needs float scores and at most 65536 candidates (got %s, %lld)",
+				moe_dtype_name((moe_dtype)x->dtype), (long long)c.E);
+			rebuild_abort(&rb);
+			return MOE_ERR_INVALID;
+		}
+		if (x->rank + 1 > MOE_MAX_RANK) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "lower-topk: scores of rank %d leave no room for the rank matrix",
+				x->rank);
+			rebuild_abort(&rb);
+			return MOE_ERR_INVALID;
+		}
+		moe_id out = lower_one(&c, rb.map[n->args[0]], packed);
+		if (n->name)
+			moe_node_set_name(rb.dst, out, n->name);
+		rb.map[i] = out;
+	}
+	rebuild_end(&rb);
+	return MOE_OK;
+}

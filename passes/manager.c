@@ -1,0 +1,371 @@
+/* passes/manager.c: pass registry, pipeline text (parse/print), the runner
+ * with verification, IR dumps before/after passes and failure reproducers. */
+#include <ctype.h>
+#include <string.h>
+
+#include "passes/pass.h"
+
+static const moe_pass_info builtin[] = {
+	{"infer-shapes", "re-derive every node's dtype and shape from its operands", NULL, pass_infer_shapes, NULL},
+	{"canonicalize", "remove identity casts/reshapes/broadcasts, fold integer constants", NULL, pass_canonicalize,
+		NULL},
+	{"cse", "merge nodes computing the same value", NULL, pass_cse, NULL},
+	{"dce", "drop nodes no output depends on", NULL, pass_dce, NULL},
+	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form",
+		"mode=packed16|exact (default: packed16 for bf16 scores, exact otherwise)", pass_lower_topk, NULL},
+	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid",
+		"grid=tight|seed|vllm (default tight)", pass_blockwise_dispatch, NULL},
+	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
+		NULL},
+};
+#define NBUILTIN (sizeof builtin / sizeof *builtin)
+
+static const struct {
+	const char *name, *text;
+} named[] = {
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,grid-bound,canonicalize,cse,dce"},
+	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,grid-bound,canonicalize,cse,dce"},
+};
+
+const char *moe_pipeline_named(const char *name)
+{
+	for (size_t i = 0; i < sizeof named / sizeof *named; i++)
+		if (!strcmp(named[i].name, name))
+			return named[i].text;
+	return NULL;
+}
+
+const char *moe_pass_opt(const moe_pass_opts *o, const char *key)
+{
+	for (int i = 0; o && i < o->count; i++)
+		if (!strcmp(o->key[i], key))
+			return o->value[i];
+	return NULL;
+}
+
+size_t moe_pass_count(moe_ctx *ctx)
+{
+	return NBUILTIN + ctx_passes(ctx)->n;
+}
+
+const moe_pass_info *moe_pass_get(moe_ctx *ctx, size_t i)
+{
+	if (i < NBUILTIN)
+		return &builtin[i];
+	ctx_vec *v = ctx_passes(ctx);
+	i -= NBUILTIN;
+	return i < v->n ? &((moe_pass_info *)v->data)[i] : NULL;
+}
+
+const moe_pass_info *moe_pass_find(moe_ctx *ctx, const char *name)
+{
+	for (size_t i = 0, n = moe_pass_count(ctx); i < n; i++)
+		if (!strcmp(moe_pass_get(ctx, i)->name, name))
+			return moe_pass_get(ctx, i);
+	return NULL;
+}
+
+static bool valid_pass_name(const char *s)
+{
+	if (!s || !*s)
+		return false;
+	for (; *s; s++)
+		if (!(islower((unsigned char)*s) || isdigit((unsigned char)*s) || *s == '-' || *s == '_'))
+			return false;
+	return true;
+}
+
+moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info)
+{
+	if (!info || !valid_pass_name(info->name) || !info->run) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "pass registration needs a name of [a-z0-9_-] and a run function");
+		return MOE_ERR_INVALID;
+	}
+	if (moe_pass_find(ctx, info->name)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "a pass named '%s' is already registered", info->name);
+		return MOE_ERR_INVALID;
+	}
+	ctx_vec *v = ctx_passes(ctx);
+	v->esz = sizeof(moe_pass_info);
+	ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz);
+	moe_pass_info *d = &((moe_pass_info *)v->data)[v->n++];
+	*d = *info;
+	d->name = ctx_intern(ctx, info->name);
+	d->summary = ctx_intern(ctx, info->summary ? info->summary : "");
+	d->options = info->options ? ctx_intern(ctx, info->options) : NULL;
+	return MOE_OK;
+}
+
+/* ---- pipelines ---- */
+typedef struct pstep {
+	const moe_pass_info *info;
+	moe_pass_opts opts;
+} pstep;
+
+struct moe_pipeline {
+	moe_ctx *ctx;
+	pstep *steps;
+	uint32_t n, cap;
+};
+
+void moe_pipeline_free(moe_pipeline *p)
+{
+	if (!p)
+		return;
+	ctx_free(p->ctx, p->steps, p->cap * sizeof *p->steps);
+	ctx_free(p->ctx, p, sizeof *p);
+}
+
+static bool opt_key_allowed(const moe_pass_info *pi, const char *key)
+{
+	if (!pi->options)
+		return false;
+	size_t kl = strlen(key);
+	for (const char *s = pi->options; (s = strstr(s, key)); s++)
+		if ((s == pi->options || s[-1] == ' ' || s[-1] == ',') && s[kl] == '=')
+			return true;
+	return false;
+}
+
+static moe_pipeline *parse_err(moe_ctx *ctx, moe_pipeline *p, const char *text, size_t at, const char *fmt,
+	const char *arg)
+{
+	char msg[256];
+	snprintf(msg, sizeof msg, fmt, arg);
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "invalid pipeline '%s' at column %zu: %s", text, at + 1, msg);
+	moe_pipeline_free(p);
+	return NULL;
+}
+
+/* Reads [a-z0-9_-]+ or a value token into buf. */
+static size_t scan_word(const char *s, size_t i, char *buf, size_t blen, bool value)
+{
+	size_t k = 0;
+	while (s[i] && (isalnum((unsigned char)s[i]) || s[i] == '-' || s[i] == '_' ||
+			       (value && (s[i] == '.' || s[i] == '+')))) {
+		if (k + 1 < blen)
+			buf[k++] = s[i];
+		i++;
+	}
+	buf[k] = 0;
+	return i;
+}
+
+static moe_pipeline *parse_into(moe_ctx *ctx, moe_pipeline *p, const char *text, int depth)
+{
+	size_t i = 0;
+	char word[64];
+	while (1) {
+		while (text[i] == ' ')
+			i++;
+		size_t start = i;
+		i = scan_word(text, i, word, sizeof word, false);
+		if (i == start)
+			return parse_err(ctx, p, text, i, "expected a pass name%s", "");
+		const char *sub = moe_pipeline_named(word);
+		if (sub && depth == 0 && text[i] != '{') {
+			if (!parse_into(ctx, p, sub, depth + 1))
+				return NULL;
+		} else {
+			const moe_pass_info *pi = moe_pass_find(ctx, word);
+			if (!pi)
+				return parse_err(ctx, p, text, start, "unknown pass '%s' (see 'moec passes')", word);
+			ctx_grow(ctx, (void **)&p->steps, &p->cap, p->n + 1, sizeof *p->steps);
+			pstep *st = &p->steps[p->n++];
+			memset(st, 0, sizeof *st);
+			st->info = pi;
+			if (text[i] == '{') {
+				i++;
+				while (1) {
+					char key[64], val[64];
+					size_t ks = i;
+					i = scan_word(text, i, key, sizeof key, false);
+					if (i == ks || text[i] != '=')
+						return parse_err(ctx, p, text, i, "expected key=value in pass options%s", "");
+					if (!opt_key_allowed(pi, key))
+						return parse_err(ctx, p, text, ks, "pass '%s' has no option of this name", pi->name);
+					size_t vs = ++i;
+					i = scan_word(text, i, val, sizeof val, true);
+					if (i == vs)
+						return parse_err(ctx, p, text, i, "expected an option value%s", "");
+					if (st->opts.count == 16)
+						return parse_err(ctx, p, text, i, "too many options%s", "");
+					st->opts.key[st->opts.count] = ctx_intern(ctx, key);
+					st->opts.value[st->opts.count++] = ctx_intern(ctx, val);
+					if (text[i] == ',') {
+						i++;
+						continue;
+					}
+					if (text[i] == '}') {
+						i++;
+						break;
+					}
+					return parse_err(ctx, p, text, i, "expected ',' or '}'%s", "");
+				}
+			}
+		}
+		while (text[i] == ' ')
+			i++;
+		if (!text[i])
+			return p;
+		if (text[i] != ',')
+			return parse_err(ctx, p, text, i, "expected ',' between passes%s", "");
+		i++;
+	}
+}
+
+moe_pipeline *moe_pipeline_parse(moe_ctx *ctx, const char *text)
+{
+	moe_pipeline *p = ctx_alloc(ctx, sizeof *p);
+	p->ctx = ctx;
+	if (!text) {
+		moe_pipeline_free(p);
+		return NULL;
+	}
+	if (!*text)
+		return p; /* the empty pipeline does nothing */
+	return parse_into(ctx, p, text, 0);
+}
+
+char *moe_pipeline_print(const moe_pipeline *p)
+{
+	size_t cap = 64, len = 0;
+	char *s = malloc(cap);
+	if (!s)
+		return NULL;
+	s[0] = 0;
+	for (uint32_t i = 0; i < p->n; i++) {
+		const pstep *st = &p->steps[i];
+		char buf[1200];
+		int o = snprintf(buf, sizeof buf, "%s%s", i ? "," : "", st->info->name);
+		for (int k = 0; k < st->opts.count; k++)
+			o += snprintf(buf + o, sizeof buf - (size_t)o, "%s%s=%s", k ? "," : "{", st->opts.key[k],
+				st->opts.value[k]);
+		if (st->opts.count)
+			o += snprintf(buf + o, sizeof buf - (size_t)o, "}");
+		while (len + (size_t)o + 1 > cap)
+			cap *= 2;
+		char *ns = realloc(s, cap);
+		if (!ns) {
+			free(s);
+			return NULL;
+		}
+		s = ns;
+		memcpy(s + len, buf, (size_t)o + 1);
+		len += (size_t)o;
+	}
+	return s;
+}
+
+static bool wants_dump(const char *sel, const char *name)
+{
+	return sel && (!strcmp(sel, "all") || !strcmp(sel, name));
+}
+
+static void dump(const moe_module *m, FILE *out, const char *when, const char *name)
+{
+	fprintf(out, "// -----// IR Dump %s %s //----- //\n", when, name);
+	moe_module_print(m, out);
+}
+
+static void write_reproducer(moe_ctx *ctx, const moe_pipeline *p, const moe_module *before, const char *path)
+{
+	char *text = moe_pipeline_print(p);
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f) {
+		free(text);
+		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), "could not write the reproducer to '%s'", path);
+		return;
+	}
+	fprintf(f, "# moec reproducer: run with\n#   moec ir %s --pipeline='%s'\n", path, text ? text : "");
+	moe_module_print(before, f);
+	bool ok = fclose(f) == 0 && rename(tmp, path) == 0;
+	if (!ok)
+		remove(tmp);
+	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
+	free(text);
+}
+
+moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
+{
+	moe_run_opts none = {0};
+	if (!ro)
+		ro = &none;
+	FILE *out = ro->print_to ? ro->print_to : stderr;
+	for (uint32_t i = 0; i < p->n; i++) {
+		const pstep *st = &p->steps[i];
+		if (wants_dump(ro->print_before, st->info->name))
+			dump(m, out, "Before", st->info->name);
+		/* keep the input of each pass for a reproducer */
+		moe_module *saved = NULL;
+		if (ro->reproducer) {
+			saved = moe_module_new(ctx);
+			for (uint32_t k = 0; k < m->ngraphs; k++) {
+				ctx_grow(ctx, (void **)&saved->graphs, &saved->gcap, saved->ngraphs + 1, sizeof *saved->graphs);
+				saved->graphs[saved->ngraphs++] = ir_graph_clone(m->graphs[k]);
+			}
+		}
+		moe_status st_ = MOE_OK;
+		for (uint32_t k = 0; k < m->ngraphs && st_ == MOE_OK; k++) {
+			st_ = st->info->run(ctx, m->graphs[k], &st->opts, st->info->ud);
+			if (st_ == MOE_OK && ro->verify && moe_graph_verify(ctx, m->graphs[k]) != MOE_OK) {
+				moe_diag(ctx, MOE_DIAG_ERROR, m->graphs[k]->loc, "the IR does not verify after pass '%s'",
+					st->info->name);
+				st_ = MOE_ERR_INTERNAL;
+			}
+		}
+		if (st_ != MOE_OK) {
+			moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), "pass '%s' (step %u of the pipeline) failed",
+				st->info->name, i + 1);
+			if (saved)
+				write_reproducer(ctx, p, saved, ro->reproducer);
+			moe_module_free(saved);
+			return st_;
+		}
+		moe_module_free(saved);
+		if (wants_dump(ro->print_after, st->info->name))
+			dump(m, out, "After", st->info->name);
+	}
+	return MOE_OK;
+}
+
+moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *ro)
+{
+	moe_pipeline *p = moe_pipeline_parse(ctx, text);
+	if (!p)
+		return MOE_ERR_INVALID;
+	moe_status s = moe_pipeline_run(ctx, p, m, ro);
+	moe_pipeline_free(p);
+	return s;
+}
+
+/* ---- rebuild helper ---- */
+void rebuild_begin(rebuild *r, moe_graph *g)
+{
+	r->src = g;
+	r->dst = ir_graph_clone_empty(g);
+	r->map = ctx_alloc(g->ctx, ((size_t)g->nnodes + 1) * sizeof *r->map);
+	for (uint32_t i = 0; i < g->nnodes; i++)
+		r->map[i] = MOE_NONE;
+}
+
+moe_id rebuild_copy(rebuild *r, moe_id i)
+{
+	return r->map[i] = ir_copy_node(r->dst, r->src, i, r->map);
+}
+
+void rebuild_abort(rebuild *r)
+{
+	ctx_free(r->src->ctx, r->map, ((size_t)r->src->nnodes + 1) * sizeof *r->map);
+	ir_graph_free(r->dst);
+}
+
+void rebuild_end(rebuild *r)
+{
+	for (uint32_t i = 0; i < r->src->nout; i++)
+		moe_graph_add_output(r->dst, r->map[r->src->outputs[i]]);
+	ctx_free(r->src->ctx, r->map, ((size_t)r->src->nnodes + 1) * sizeof *r->map);
+	ir_graph_take(r->src, r->dst);
+}

@@ -1,0 +1,31 @@
+/* passes/pass.h: the built-in passes (one per file, one signature). */
+#ifndef MOEC_PASS_H
+#define MOEC_PASS_H
+
+#include "ir/ir.h"
+#include "moec/passes.h"
+
+#define PASS(fn) moe_status fn(moe_ctx *ctx, moe_graph *g, const moe_pass_opts *opts, void *ud)
+PASS(pass_infer_shapes);
+PASS(pass_canonicalize);
+PASS(pass_cse);
+PASS(pass_dce);
+PASS(pass_lower_topk);
+PASS(pass_blockwise_dispatch);
+PASS(pass_grid_bound);
+
+/* Helpers shared by passes: a rebuild copies every node of g into a fresh
+ * graph through `map`, letting a pass replace some nodes by new ones. */
+typedef struct rebuild {
+	moe_graph *src, *dst;
+	moe_id *map; /* src id -> dst id */
+} rebuild;
+void rebuild_begin(rebuild *r, moe_graph *g);
+/* Copy node i unchanged (operands mapped). */
+moe_id rebuild_copy(rebuild *r, moe_id i);
+/* Abandon a rebuild (g unchanged). */
+void rebuild_abort(rebuild *r);
+/* Finish: outputs mapped, g takes the new contents. */
+void rebuild_end(rebuild *r);
+
+#endif
