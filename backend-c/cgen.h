@@ -6,19 +6,20 @@
  * node, so the C and the LLVM code perform the same operations in the same
  * order and give bit-identical results (no reassociation, no contraction).
  *
- * Value types are i64 (indices), i32 (integers and bools as 0/1) and f32
- * (every float computation; bf16 memory is widened on load and must be stored
- * from an already rounded value, see CE_RBF16). */
+ * Value types are i64 (indices), i32 (integers and bools as 0/1), f32 (float
+ * values; bf16 memory is widened on load and stored from a value rounded by
+ * CE_RBF16) and f64 (transcendental functions, which the reference evaluates
+ * in double and rounds once, docs/ir.md). */
 #ifndef MOEC_CGEN_H
 #define MOEC_CGEN_H
 
 #include "ir/ir.h"
 
-typedef enum cg_ty { CT_I64, CT_I32, CT_F32 } cg_ty;
+typedef enum cg_ty { CT_I64, CT_I32, CT_F32, CT_F64 } cg_ty;
 
 typedef enum cg_eop {
 	CE_ICONST, /* i: value (I64 or I32) */
-	CE_FCONST, /* f: value (bit pattern kept exact) */
+	CE_FCONST, /* d: value (F32 constants are exact floats) */
 	CE_VAR,    /* var */
 	CE_LOAD,   /* buf[a]; a is I64; result type from the buffer's dtype */
 	/* binary, operands of the result type */
@@ -33,9 +34,10 @@ typedef enum cg_eop {
 	CE_EQ, CE_NE, CE_LT, CE_LE, CE_GT, CE_GE,
 	/* unary */
 	CE_NEG, CE_ABS, CE_NOT, /* NOT: bitwise on i32 */
-	CE_EXP, CE_LOG, CE_SQRT, CE_TANH, CE_ERF, /* f32 library functions */
+	CE_EXP, CE_LOG, CE_SQRT, CE_TANH, CE_ERF, /* libm on f32 (expf...) or f64 (exp...) */
 	CE_SELECT, /* a (I32 cond) ? b : c */
-	CE_CONV,   /* a to ty: i64<->i32 (trunc/sext), i32->f32 (nearest even), f32->i32 (trunc, NaN->0, saturating) */
+	CE_CONV,   /* a to ty: i64<->i32 (trunc/sext), i32->f32/f64 (nearest even), f32<->f64,
+	            * f32->i32 (trunc, NaN->0, saturating) */
 	CE_BITS,   /* bit reinterpretation f32<->i32 */
 	CE_RBF16,  /* f32 -> f32 rounded to bf16 precision, nearest even, NaN quieted */
 	CE_ISNAN,  /* f32 -> I32 */
@@ -48,7 +50,7 @@ struct cg_expr {
 	uint8_t ty;
 	int var, buf;
 	int64_t i;
-	float f;
+	double d;
 	cg_expr *a, *b, *c;
 };
 
@@ -65,7 +67,8 @@ struct cg_stmt {
 	int var;         /* FOR: loop variable (I64); SET: target */
 	int buf;         /* STORE */
 	int code;        /* FAULT: value returned */
-	cg_expr *a, *b;  /* FOR: lo, hi; SET: value; STORE: index, value; IF: cond (I32) */
+	cg_expr *a, *b;  /* FOR: lo, hi (hi is re-evaluated each iteration and must not depend on
+	                  * variables set in the body); SET: value; STORE: index, value; IF: cond (I32) */
 	cg_block body;   /* FOR body; IF then */
 	cg_block els;    /* IF else */
 	const char *comment; /* printed above the statement in C */

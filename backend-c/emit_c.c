@@ -4,6 +4,7 @@
  * <math.h> only. Signed i32 arithmetic goes through unsigned helpers so that
  * wrap-around is defined; float arithmetic is written operation by operation
  * (compile with -ffp-contract=off so that no multiply-add is fused). */
+#include <math.h>
 #include <string.h>
 
 #include "backend-c/cgen.h"
@@ -44,7 +45,11 @@ static const char *const prelude =
 	"\t\tu = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;\n"
 	"\treturn moe_f32_of_bits(u);\n"
 	"}\n"
-	"static inline float moe_ld_bf16(uint16_t h) { return moe_f32_of_bits((uint32_t)h << 16); }\n"
+	"/* widen bf16 to f32; a signalling NaN is quieted */\n"
+	"static inline float moe_ld_bf16(uint16_t h)\n"
+	"{\n"
+	"\treturn moe_f32_of_bits(((uint32_t)h << 16) | ((h & 0x7fffu) > 0x7f80u ? 0x00400000u : 0u));\n"
+	"}\n"
 	"static inline uint16_t moe_st_bf16(float x) { return (uint16_t)(moe_bits_of_f32(x) >> 16); }\n"
 	"static inline int32_t moe_add_i32(int32_t a, int32_t b) { return moe_wrap((uint32_t)a + (uint32_t)b); }\n"
 	"static inline int32_t moe_sub_i32(int32_t a, int32_t b) { return moe_wrap((uint32_t)a - (uint32_t)b); }\n"
@@ -80,7 +85,7 @@ typedef struct emc {
 
 static const char *ctype(cg_ty t)
 {
-	return t == CT_I64 ? "int64_t" : t == CT_I32 ? "int32_t" : "float";
+	return t == CT_I64 ? "int64_t" : t == CT_I32 ? "int32_t" : t == CT_F32 ? "float" : "double";
 }
 
 static const char *mtype(moe_dtype t)
@@ -93,8 +98,14 @@ static const char *mtype(moe_dtype t)
 	}
 }
 
-static void fconst(FILE *o, float f)
+static void fconst(FILE *o, double d, cg_ty t)
 {
+	if (t == CT_F64) {
+		IR_ASSERT(isfinite(d));
+		fprintf(o, "%a", d);
+		return;
+	}
+	float f = (float)d;
 	uint32_t u;
 	memcpy(&u, &f, 4);
 	if ((u & 0x7f800000u) == 0x7f800000u || f == 0.0f)
@@ -106,8 +117,6 @@ static void fconst(FILE *o, float f)
 static void ex(emc *c, const cg_expr *e)
 {
 	FILE *o = c->o;
-	const char *sfx = e->ty == CT_I64 ? "i64" : e->ty == CT_I32 ? "i32" : "f32";
-	const char *opnd = e->a ? (e->a->ty == CT_I64 ? "i64" : e->a->ty == CT_I32 ? "i32" : "f32") : sfx;
 	switch ((cg_eop)e->op) {
 	case CE_ICONST:
 		if (e->ty == CT_I64)
@@ -117,7 +126,7 @@ static void ex(emc *c, const cg_expr *e)
 		else
 			fprintf(o, e->i < 0 ? "(%lld)" : "%lld", (long long)e->i);
 		return;
-	case CE_FCONST: fconst(o, e->f); return;
+	case CE_FCONST: fconst(o, e->d, (cg_ty)e->ty); return;
 	case CE_VAR: fprintf(o, "v%d", e->var); return;
 	case CE_LOAD: {
 		moe_dtype t = (moe_dtype)c->p->bufs[e->buf].dtype;
@@ -152,7 +161,6 @@ static void ex(emc *c, const cg_expr *e)
 	case CE_GE: inl = ">="; break;
 	default: break;
 	}
-	(void)opnd;
 	if (inl) {
 		bool cmp = e->op >= CE_EQ && e->op <= CE_GE;
 		fprintf(o, cmp ? "(int32_t)(" : "(");
@@ -171,14 +179,14 @@ static void ex(emc *c, const cg_expr *e)
 		return;
 	}
 	switch ((cg_eop)e->op) {
-	case CE_NEG: fn = e->ty == CT_F32 ? "-" : "moe_neg_i32"; break;
-	case CE_ABS: fn = e->ty == CT_F32 ? "fabsf" : "moe_abs_i32"; break;
+	case CE_NEG: fn = e->ty == CT_I32 ? "moe_neg_i32" : "-"; break;
+	case CE_ABS: fn = e->ty == CT_I32 ? "moe_abs_i32" : e->ty == CT_F32 ? "fabsf" : "fabs"; break;
 	case CE_NOT: fn = "~"; break;
-	case CE_EXP: fn = "expf"; break;
-	case CE_LOG: fn = "logf"; break;
-	case CE_SQRT: fn = "sqrtf"; break;
-	case CE_TANH: fn = "tanhf"; break;
-	case CE_ERF: fn = "erff"; break;
+	case CE_EXP: fn = e->ty == CT_F32 ? "expf" : "exp"; break;
+	case CE_LOG: fn = e->ty == CT_F32 ? "logf" : "log"; break;
+	case CE_SQRT: fn = e->ty == CT_F32 ? "sqrtf" : "sqrt"; break;
+	case CE_TANH: fn = e->ty == CT_F32 ? "tanhf" : "tanh"; break;
+	case CE_ERF: fn = e->ty == CT_F32 ? "erff" : "erf"; break;
 	case CE_RBF16: fn = "moe_rbf16"; break;
 	case CE_SELECT:
 		fprintf(o, "(");

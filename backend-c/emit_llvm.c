@@ -78,16 +78,17 @@ typedef struct eml {
 	LLVMModuleRef m;
 	LLVMBuilderRef b;
 	LLVMValueRef fn;
-	LLVMTypeRef i1, i8, i16, i32, i64, f32, ptr;
+	LLVMTypeRef i1, i8, i16, i32, i64, f32, f64, ptr;
 	LLVMValueRef *vars; /* allocas */
 	LLVMValueRef *bufs; /* base pointers */
-	LLVMValueRef f_exp, f_log, f_tanh, f_erf, f_sqrt, f_fabs, f_sat;
-	LLVMTypeRef t_f1, t_sat;
+	/* [0]: f32 functions, [1]: f64 */
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat;
+	LLVMTypeRef t_f1[2], t_sat;
 } eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
 {
-	return t == CT_I64 ? E->i64 : t == CT_I32 ? E->i32 : E->f32;
+	return t == CT_I64 ? E->i64 : t == CT_I32 ? E->i32 : t == CT_F32 ? E->f32 : E->f64;
 }
 
 static LLVMTypeRef mty(eml *E, moe_dtype t)
@@ -121,7 +122,7 @@ static LLVMValueRef bool32(eml *E, LLVMValueRef c)
 	return LLVMBuildZExt(E->b, c, E->i32, "");
 }
 
-static LLVMValueRef isnan(eml *E, LLVMValueRef x)
+static LLVMValueRef is_nan(eml *E, LLVMValueRef x)
 {
 	return LLVMBuildFCmp(E->b, LLVMRealUNO, x, x, "");
 }
@@ -146,8 +147,8 @@ static LLVMValueRef minmax(eml *E, bool max, LLVMValueRef a, LLVMValueRef bb, cg
 	LLVMBuilderRef b = E->b;
 	if (t == CT_F32) {
 		LLVMValueRef pick = LLVMBuildSelect(b, LLVMBuildFCmp(b, max ? LLVMRealOGT : LLVMRealOLT, bb, a, ""), bb, a, "");
-		pick = LLVMBuildSelect(b, isnan(E, bb), bb, pick, "");
-		return LLVMBuildSelect(b, isnan(E, a), a, pick, "");
+		pick = LLVMBuildSelect(b, is_nan(E, bb), bb, pick, "");
+		return LLVMBuildSelect(b, is_nan(E, a), a, pick, "");
 	}
 	return LLVMBuildSelect(b, LLVMBuildICmp(b, max ? LLVMIntSGT : LLVMIntSLT, bb, a, ""), bb, a, "");
 }
@@ -161,16 +162,27 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 	switch ((cg_eop)e->op) {
 	case CE_ICONST: return LLVMConstInt(lty(E, t), (unsigned long long)e->i, 1);
 	case CE_FCONST: {
+		if (t == CT_F64) {
+			uint64_t u;
+			memcpy(&u, &e->d, 8);
+			return LLVMConstBitCast(LLVMConstInt(E->i64, u, 0), E->f64);
+		}
+		float f = (float)e->d;
 		uint32_t u;
-		memcpy(&u, &e->f, 4);
+		memcpy(&u, &f, 4);
 		return LLVMConstBitCast(LLVMConstInt(E->i32, u, 0), E->f32);
 	}
 	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), E->vars[e->var], "");
 	case CE_LOAD: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
-		if (dt == MOE_BF16)
-			return LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, v, E->i32, ""), ci32(E, 16), ""), E->f32, "");
+		if (dt == MOE_BF16) { /* widen; a signalling NaN is quieted */
+			LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
+			LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
+			LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
+			u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
+			return LLVMBuildBitCast(b, u, E->f32, "");
+		}
 		if (dt == MOE_BOOL)
 			return LLVMBuildZExt(b, v, E->i32, "");
 		return v;
@@ -178,28 +190,34 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 	default: break;
 	}
 	x = ex(E, e->a);
-	fl = e->a->ty == CT_F32;
+	fl = e->a->ty == CT_F32 || e->a->ty == CT_F64;
+	int w = t == CT_F64;
 	switch ((cg_eop)e->op) {
 	case CE_NEG: return fl ? LLVMBuildFNeg(b, x, "") : LLVMBuildSub(b, LLVMConstInt(lty(E, t), 0, 0), x, "");
 	case CE_ABS:
 		if (fl)
-			return call1(E, E->t_f1, E->f_fabs, x);
+			return call1(E, E->t_f1[w], E->f_fabs[w], x);
 		return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x, LLVMConstInt(E->i32, 0, 0), ""),
 			LLVMBuildSub(b, LLVMConstInt(E->i32, 0, 0), x, ""), x, "");
 	case CE_NOT: return LLVMBuildNot(b, x, "");
-	case CE_EXP: return call1(E, E->t_f1, E->f_exp, x);
-	case CE_LOG: return call1(E, E->t_f1, E->f_log, x);
-	case CE_SQRT: return call1(E, E->t_f1, E->f_sqrt, x);
-	case CE_TANH: return call1(E, E->t_f1, E->f_tanh, x);
-	case CE_ERF: return call1(E, E->t_f1, E->f_erf, x);
+	case CE_EXP: return call1(E, E->t_f1[w], E->f_exp[w], x);
+	case CE_LOG: return call1(E, E->t_f1[w], E->f_log[w], x);
+	case CE_SQRT: return call1(E, E->t_f1[w], E->f_sqrt[w], x);
+	case CE_TANH: return call1(E, E->t_f1[w], E->f_tanh[w], x);
+	case CE_ERF: return call1(E, E->t_f1[w], E->f_erf[w], x);
 	case CE_RBF16: return rbf16(E, x);
-	case CE_ISNAN: return bool32(E, isnan(E, x));
+	case CE_ISNAN: return bool32(E, is_nan(E, x));
 	case CE_BITS: return LLVMBuildBitCast(b, x, lty(E, t), "");
 	case CE_CONV:
+		if (e->a->ty == CT_F32 && t == CT_F64)
+			return LLVMBuildFPExt(b, x, E->f64, "");
+		if (e->a->ty == CT_F64 && t == CT_F32)
+			return LLVMBuildFPTrunc(b, x, E->f32, "");
 		if (e->a->ty == CT_F32)
 			return call1(E, E->t_sat, E->f_sat, x);
-		if (t == CT_F32)
-			return LLVMBuildSIToFP(b, x, E->f32, "");
+		IR_ASSERT(e->a->ty != CT_F64);
+		if (t == CT_F32 || t == CT_F64)
+			return LLVMBuildSIToFP(b, x, lty(E, t), "");
 		if (t == CT_I64)
 			return LLVMBuildSExt(b, x, E->i64, "");
 		return LLVMBuildTrunc(b, x, E->i32, "");
@@ -342,16 +360,22 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	E->i32 = LLVMInt32TypeInContext(c);
 	E->i64 = LLVMInt64TypeInContext(c);
 	E->f32 = LLVMFloatTypeInContext(c);
+	E->f64 = LLVMDoubleTypeInContext(c);
 	E->ptr = LLVMPointerTypeInContext(c, 0);
 	E->b = LLVMCreateBuilderInContext(c);
-	E->t_f1 = LLVMFunctionType(E->f32, &E->f32, 1, 0);
+	E->t_f1[0] = LLVMFunctionType(E->f32, &E->f32, 1, 0);
+	E->t_f1[1] = LLVMFunctionType(E->f64, &E->f64, 1, 0);
 	E->t_sat = LLVMFunctionType(E->i32, &E->f32, 1, 0);
-	E->f_exp = declare(E, "expf", E->t_f1);
-	E->f_log = declare(E, "logf", E->t_f1);
-	E->f_tanh = declare(E, "tanhf", E->t_f1);
-	E->f_erf = declare(E, "erff", E->t_f1);
-	E->f_sqrt = declare(E, "llvm.sqrt.f32", E->t_f1);
-	E->f_fabs = declare(E, "llvm.fabs.f32", E->t_f1);
+	static const char *const names[6][2] = {{"expf", "exp"}, {"logf", "log"}, {"tanhf", "tanh"}, {"erff", "erf"},
+		{"llvm.sqrt.f32", "llvm.sqrt.f64"}, {"llvm.fabs.f32", "llvm.fabs.f64"}};
+	for (int w = 0; w < 2; w++) {
+		E->f_exp[w] = declare(E, names[0][w], E->t_f1[w]);
+		E->f_log[w] = declare(E, names[1][w], E->t_f1[w]);
+		E->f_tanh[w] = declare(E, names[2][w], E->t_f1[w]);
+		E->f_erf[w] = declare(E, names[3][w], E->t_f1[w]);
+		E->f_sqrt[w] = declare(E, names[4][w], E->t_f1[w]);
+		E->f_fabs[w] = declare(E, names[5][w], E->t_f1[w]);
+	}
 	E->f_sat = declare(E, "llvm.fptosi.sat.i32.f32", E->t_sat);
 
 	char sym[200];

@@ -6,9 +6,11 @@
  * workspace. Workspace offsets come from a liveness-based first-fit plan, so
  * buffers whose lifetimes do not overlap share memory. A reshape that is not a
  * graph output is a view of its operand's buffer (no copy). */
+#include <math.h>
 #include <string.h>
 
 #include "backend-c/cgen.h"
+#include "moec/runtime.h"
 
 /* Float einsum tiling (fast path): columns per panel and k per step. */
 enum { EIN_NT = 256, EIN_KT = 256 };
@@ -53,7 +55,14 @@ static cg_expr *ic32(lw *L, int32_t v)
 static cg_expr *fc(lw *L, float v)
 {
 	cg_expr *e = mk(L, CE_FCONST, CT_F32, NULL, NULL, NULL);
-	e->f = v;
+	e->d = v;
+	return e;
+}
+
+static cg_expr *dc(lw *L, double v)
+{
+	cg_expr *e = mk(L, CE_FCONST, CT_F64, NULL, NULL, NULL);
+	e->d = v;
 	return e;
 }
 
@@ -142,6 +151,44 @@ static cg_expr *mul64(lw *L, cg_expr *a, int64_t k)
 	return bin(L, CE_MUL, a, ic(L, k));
 }
 
+/* Float min/max as the reference defines them: NaN if either operand is NaN
+ * (the first NaN), and -0 < +0. Built from primitives so both emitters agree. */
+static cg_expr *fminmax(lw *L, bool max, cg_expr *a, cg_expr *b)
+{
+	cg_expr *aneg = bin(L, CE_LT, mk(L, CE_BITS, CT_I32, a, NULL, NULL), ic32(L, 0));
+	/* equal values: max picks the non-negative zero, min the negative one */
+	cg_expr *eq = max ? sel(L, aneg, b, a) : sel(L, aneg, a, b);
+	cg_expr *ord = max ? sel(L, bin(L, CE_GT, a, b), a, b) : sel(L, bin(L, CE_LT, a, b), a, b);
+	cg_expr *num = sel(L, bin(L, CE_EQ, a, b), eq, ord);
+	return sel(L, un(L, CE_ISNAN, a), a, sel(L, un(L, CE_ISNAN, b), b, num));
+}
+
+static cg_expr *minmax(lw *L, bool max, cg_expr *a, cg_expr *b)
+{
+	if (a->ty == CT_F32)
+		return fminmax(L, max, a, b);
+	return bin(L, max ? CE_MAX : CE_MIN, a, b);
+}
+
+/* f(x) of an f32 evaluated in double and rounded once, like the reference */
+static cg_expr *via_f64(lw *L, cg_eop op, cg_expr *x)
+{
+	return conv(L, un(L, op, conv(L, x, CT_F64)), CT_F32);
+}
+
+/* i32 -> bf16 with one rounding: the f32 conversion is made round-to-odd
+ * (inexact results get an odd last bit), so rounding it to bf16 is exact. */
+static cg_expr *i32_to_bf16(lw *L, cg_expr *v)
+{
+	cg_expr *f = conv(L, v, CT_F32), *d = conv(L, v, CT_F64), *fd = conv(L, f, CT_F64);
+	cg_expr *u = mk(L, CE_BITS, CT_I32, f, NULL, NULL);
+	cg_expr *even = bin(L, CE_EQ, bin(L, CE_AND, u, ic32(L, 1)), ic32(L, 0));
+	cg_expr *need = bin(L, CE_AND, bin(L, CE_NE, fd, d), even);
+	cg_expr *up = bin(L, CE_EQ, bin(L, CE_GT, d, fd), bin(L, CE_GT, f, fc(L, 0.0f)));
+	cg_expr *u2 = sel(L, need, sel(L, up, bin(L, CE_ADD, u, ic32(L, 1)), bin(L, CE_SUB, u, ic32(L, 1))), u);
+	return un(L, CE_RBF16, mk(L, CE_BITS, CT_F32, u2, NULL, NULL));
+}
+
 static cg_stmt *st(lw *L, cg_block *b, cg_sk kind)
 {
 	cg_stmt *s = ir_alloc(&L->p->arena, sizeof *s);
@@ -168,7 +215,7 @@ static void store(lw *L, cg_block *b, int buf, cg_expr *idx, cg_expr *v)
 {
 	moe_dtype t = (moe_dtype)L->p->bufs[buf].dtype;
 	IR_ASSERT(v->ty == val_ty(t) && idx->ty == CT_I64);
-	if (t == MOE_BF16 && v->op != CE_RBF16 && !(v->op == CE_LOAD && L->p->bufs[v->buf].dtype == MOE_BF16))
+	if (t == MOE_BF16 && v->op != CE_RBF16)
 		v = un(L, CE_RBF16, v);
 	cg_stmt *s = st(L, b, CS_STORE);
 	s->buf = buf;
@@ -420,6 +467,8 @@ static cg_expr *cast_expr(lw *L, cg_expr *x, moe_dtype from, moe_dtype to)
 		return x; /* rounding to bf16 happens at the store */
 	if (ff)
 		return conv(L, x, CT_I32);
+	if (to == MOE_BF16)
+		return i32_to_bf16(L, x);
 	if (tf)
 		return conv(L, x, CT_F32);
 	return x; /* i32/bool -> i32 */
@@ -432,14 +481,17 @@ static cg_expr *elem_expr(lw *L, cg_block *b, const ir_node *n, cg_expr **x)
 	switch ((moe_op)n->op) {
 	case MOE_OP_NEG: return un(L, CE_NEG, x[0]);
 	case MOE_OP_ABS: return un(L, CE_ABS, x[0]);
-	case MOE_OP_EXP: return un(L, CE_EXP, x[0]);
-	case MOE_OP_LOG: return un(L, CE_LOG, x[0]);
-	case MOE_OP_SQRT: return un(L, CE_SQRT, x[0]);
-	case MOE_OP_RSQRT: return bin(L, CE_FDIV, fc(L, 1.0f), un(L, CE_SQRT, x[0]));
-	case MOE_OP_TANH: return un(L, CE_TANH, x[0]);
-	case MOE_OP_ERF: return un(L, CE_ERF, x[0]);
-	case MOE_OP_SIGMOID:
-		return bin(L, CE_FDIV, fc(L, 1.0f), bin(L, CE_ADD, fc(L, 1.0f), un(L, CE_EXP, un(L, CE_NEG, x[0]))));
+	case MOE_OP_EXP: return via_f64(L, CE_EXP, x[0]);
+	case MOE_OP_LOG: return via_f64(L, CE_LOG, x[0]);
+	case MOE_OP_SQRT: return via_f64(L, CE_SQRT, x[0]);
+	case MOE_OP_TANH: return via_f64(L, CE_TANH, x[0]);
+	case MOE_OP_ERF: return via_f64(L, CE_ERF, x[0]);
+	case MOE_OP_RSQRT:
+		return conv(L, bin(L, CE_FDIV, dc(L, 1.0), un(L, CE_SQRT, conv(L, x[0], CT_F64))), CT_F32);
+	case MOE_OP_SIGMOID: {
+		cg_expr *e = un(L, CE_EXP, un(L, CE_NEG, conv(L, x[0], CT_F64)));
+		return conv(L, bin(L, CE_FDIV, dc(L, 1.0), bin(L, CE_ADD, dc(L, 1.0), e)), CT_F32);
+	}
 	case MOE_OP_NOT: return dt == MOE_BOOL ? bin(L, CE_XOR, x[0], ic32(L, 1)) : un(L, CE_NOT, x[0]);
 	case MOE_OP_ADD: return bin(L, CE_ADD, x[0], x[1]);
 	case MOE_OP_SUB: return bin(L, CE_SUB, x[0], x[1]);
@@ -453,8 +505,8 @@ static cg_expr *elem_expr(lw *L, cg_block *b, const ir_node *n, cg_expr **x)
 			fault_unless(L, b, bin(L, CE_NE, vr(L, t), ic32(L, 0)), CG_FAULT_DIV0);
 			return bin(L, CE_SDIV, x[0], vr(L, t));
 		}
-	case MOE_OP_MIN: return bin(L, CE_MIN, x[0], x[1]);
-	case MOE_OP_MAX: return bin(L, CE_MAX, x[0], x[1]);
+	case MOE_OP_MIN: return minmax(L, false, x[0], x[1]);
+	case MOE_OP_MAX: return minmax(L, true, x[0], x[1]);
 	case MOE_OP_AND: return bin(L, CE_AND, x[0], x[1]);
 	case MOE_OP_OR: return bin(L, CE_OR, x[0], x[1]);
 	case MOE_OP_XOR: return bin(L, CE_XOR, x[0], x[1]);
@@ -511,22 +563,63 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 
 /* ---------------- leaves and data movement ---------------- */
 
-static void lower_const(lw *L, cg_block *b, const ir_node *n, int out)
+/* A double rounded once to f32 or bf16 (the reference's rule for attribute
+ * values): for bf16 the f32 is made round-to-odd first. */
+static float round_once(moe_dtype t, double d)
 {
-	const ir_attr *a = ir_attr_find(n, "value");
-	double v = a && a->kind == MOE_ATTR_FLOAT ? a->v.f : a && a->kind == MOE_ATTR_INT ? (double)a->v.i : 0.0;
-	cg_expr *e;
-	if (n->dtype == MOE_BOOL)
-		e = ic32(L, v != 0.0);
-	else if (n->dtype == MOE_I32)
-		e = ic32(L, a && a->kind == MOE_ATTR_INT ? (int32_t)(uint32_t)a->v.i : (int32_t)v);
-	else
-		e = fc(L, (float)v);
-	if (n->dtype == MOE_BF16)
-		e = un(L, CE_RBF16, e);
+	float f = (float)d;
+	if (t == MOE_BF16 && !isnan(d) && !isinf(f) && (double)f != d) {
+		uint32_t u;
+		memcpy(&u, &f, sizeof u);
+		if (!(u & 1u))
+			f = nextafterf(f, d > (double)f ? INFINITY : -INFINITY);
+	}
+	return t == MOE_BF16 ? moe_bf16_to_f32(moe_f32_to_bf16(f)) : f;
+}
+
+static int32_t f2i_sat(float x)
+{
+	if (isnan(x))
+		return 0;
+	if (x >= 2147483648.0f)
+		return INT32_MAX;
+	if (x <= -2147483648.0f)
+		return INT32_MIN;
+	return (int32_t)x;
+}
+
+/* Attribute `key` of n as a constant of n's dtype, like a `cast` of the value;
+ * integer values must fit i32. NULL after a diagnostic. */
+static cg_expr *attr_const(lw *L, const ir_node *n, const char *key)
+{
+	const ir_attr *a = ir_attr_find(n, key);
+	moe_dtype t = (moe_dtype)n->dtype;
+	if (moe_dtype_is_float(t)) {
+		double d = !a ? 0.0 : a->kind == MOE_ATTR_FLOAT ? a->v.f : a->kind == MOE_ATTR_INT ? (double)a->v.i : 0.0;
+		return fc(L, round_once(t, d));
+	}
+	if (a && a->kind == MOE_ATTR_FLOAT)
+		return ic32(L, t == MOE_BOOL ? a->v.f != 0 : f2i_sat((float)a->v.f));
+	int64_t i = a && a->kind == MOE_ATTR_INT ? a->v.i : 0;
+	if (t == MOE_BOOL)
+		return ic32(L, i != 0);
+	if (i < INT32_MIN || i > INT32_MAX) {
+		moe_diag(L->ctx, MOE_DIAG_ERROR, n->loc, "'%s': %s = %lld does not fit i32", ir_ops[n->op].name, key,
+			(long long)i);
+		return NULL;
+	}
+	return ic32(L, (int32_t)i);
+}
+
+static bool lower_const(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	cg_expr *e = attr_const(L, n, "value");
+	if (!e)
+		return false;
 	int j;
 	cg_block *in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
 	store(L, in, out, vr(L, j), e);
+	return true;
 }
 
 static void lower_iota(lw *L, cg_block *b, const ir_node *n, int out)
@@ -646,8 +739,9 @@ static void lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	const ir_node *ix = nd(L, n->args[1]);
 	bool add = !strcmp(ir_attr_str(n, "mode", "set"), "add");
 	int src = L->p->node_buf[n->args[2]], iv[MOE_MAX_RANK];
-	if (L->p->node_buf[n->args[0]] != out)
-		copy_flat(L, b, out, L->p->node_buf[n->args[0]], ir_numel(n));
+	/* bf16 additions accumulate in f32 and round once at the end */
+	int dst = add && n->dtype == MOE_BF16 ? scratch(L, MOE_F32, ir_numel(n)) : out;
+	copy_flat(L, b, dst, L->p->node_buf[n->args[0]], ir_numel(n));
 	int64_t row = ir_numel(n) / n->shape[0];
 	int64_t is[MOE_MAX_RANK];
 	strides_of(ix, is);
@@ -659,8 +753,10 @@ static void lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *di = add64(L, mul64(L, vr(L, r), row), vr(L, j));
 	cg_expr *v = ld(L, src, add64(L, mul64(L, p, row), vr(L, j)));
 	if (add)
-		v = n->dtype == MOE_BOOL ? bin(L, CE_OR, ld(L, out, di), v) : bin(L, CE_ADD, ld(L, out, di), v);
-	store(L, in, out, di, v);
+		v = bin(L, CE_ADD, ld(L, dst, di), v);
+	store(L, in, dst, di, v);
+	if (dst != out)
+		copy_flat(L, b, out, dst, ir_numel(n));
 }
 
 static void lower_one_hot(lw *L, cg_block *b, const ir_node *n, int out)
@@ -677,18 +773,12 @@ static void lower_one_hot(lw *L, cg_block *b, const ir_node *n, int out)
 	store(L, in, out, add64(L, mul64(L, p, depth), vr(L, j)), bin(L, CE_EQ, vr(L, t), vr(L, j)));
 }
 
-static void lower_filter(lw *L, cg_block *b, const ir_node *n, int out)
+static bool lower_filter(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	int64_t len = n->shape[n->rank - 1], rows = ir_numel(n) / len;
-	const ir_attr *fa = ir_attr_find(n, "fill");
-	double fv = fa && fa->kind == MOE_ATTR_FLOAT ? fa->v.f : fa && fa->kind == MOE_ATTR_INT ? (double)fa->v.i : 0.0;
-	cg_expr *fill;
-	if (n->dtype == MOE_BOOL)
-		fill = ic32(L, fv != 0.0);
-	else if (n->dtype == MOE_I32)
-		fill = ic32(L, fa && fa->kind == MOE_ATTR_INT ? (int32_t)(uint32_t)fa->v.i : (int32_t)fv);
-	else
-		fill = fc(L, (float)fv);
+	cg_expr *fill = attr_const(L, n, "fill");
+	if (!fill)
+		return false;
 	int r, j, j2, k = newvar(L, CT_I64);
 	cg_block *in = loopv(L, b, &r, ic(L, 0), ic(L, rows));
 	cg_expr *base = mul64(L, vr(L, r), len);
@@ -699,6 +789,7 @@ static void lower_filter(lw *L, cg_block *b, const ir_node *n, int out)
 	set(L, &s->body, k, add64(L, vr(L, k), ic(L, 1)));
 	cg_block *lf = loopv(L, in, &j2, vr(L, k), ic(L, len));
 	store(L, lf, out, add64(L, base, vr(L, j2)), fill);
+	return true;
 }
 
 /* ---------------- reductions ---------------- */
@@ -740,18 +831,14 @@ static void lower_reduce(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_ty t = val_ty((moe_dtype)x->dtype);
 	int acc = newvar(L, t), k;
 	cg_expr *elt;
-	if (n->op == MOE_OP_REDUCE_SUM) {
-		set(L, in, acc, t == CT_F32 ? fc(L, 0.0f) : ic32(L, 0));
-		cg_block *lk = loopv(L, in, &k, ic(L, 0), ic(L, x->shape[ax]));
-		elt = ld(L, src, add64(L, xb, mul64(L, vr(L, k), xs[ax])));
+	/* acc = x[0], then x[1], x[2], ... in order */
+	set(L, in, acc, ld(L, src, xb));
+	cg_block *lk = loopv(L, in, &k, ic(L, 1), ic(L, x->shape[ax]));
+	elt = ld(L, src, add64(L, xb, mul64(L, vr(L, k), xs[ax])));
+	if (n->op == MOE_OP_REDUCE_SUM)
 		set(L, lk, acc, bin(L, CE_ADD, vr(L, acc), elt));
-	} else {
-		cg_eop op = n->op == MOE_OP_REDUCE_MAX ? CE_MAX : CE_MIN;
-		set(L, in, acc, ld(L, src, xb));
-		cg_block *lk = loopv(L, in, &k, ic(L, 1), ic(L, x->shape[ax]));
-		elt = ld(L, src, add64(L, xb, mul64(L, vr(L, k), xs[ax])));
-		set(L, lk, acc, bin(L, op, vr(L, acc), elt));
-	}
+	else
+		set(L, lk, acc, minmax(L, n->op == MOE_OP_REDUCE_MAX, vr(L, acc), elt));
 	store(L, in, out, ob, vr(L, acc));
 }
 
@@ -766,14 +853,15 @@ static void lower_softmax(lw *L, cg_block *b, const ir_node *n, int out)
 	int m = newvar(L, CT_F32), s = newvar(L, CT_F32), k1, k2, k3;
 	set(L, in, m, ld(L, src, xb));
 	cg_block *l1 = loopv(L, in, &k1, ic(L, 1), ic(L, n->shape[ax]));
-	set(L, l1, m, bin(L, CE_MAX, vr(L, m), ld(L, src, add64(L, xb, mul64(L, vr(L, k1), xs[ax])))));
-	set(L, in, s, fc(L, 0.0f));
+	set(L, l1, m, fminmax(L, true, vr(L, m), ld(L, src, add64(L, xb, mul64(L, vr(L, k1), xs[ax])))));
+	/* sum starts at -0: -0 + e == e for every e, as "sum = first ? e : sum + e" */
+	set(L, in, s, fc(L, -0.0f));
 	cg_block *l2 = loopv(L, in, &k2, ic(L, 0), ic(L, n->shape[ax]));
-	cg_expr *e2 = un(L, CE_EXP, bin(L, CE_SUB, ld(L, src, add64(L, xb, mul64(L, vr(L, k2), xs[ax]))), vr(L, m)));
+	cg_expr *e2 = via_f64(L, CE_EXP, bin(L, CE_SUB, ld(L, src, add64(L, xb, mul64(L, vr(L, k2), xs[ax]))), vr(L, m)));
 	set(L, l2, s, bin(L, CE_ADD, vr(L, s), e2));
 	cg_block *l3 = loopv(L, in, &k3, ic(L, 0), ic(L, n->shape[ax]));
 	cg_expr *i3 = add64(L, xb, mul64(L, vr(L, k3), xs[ax]));
-	cg_expr *e3 = un(L, CE_EXP, bin(L, CE_SUB, ld(L, src, i3), vr(L, m)));
+	cg_expr *e3 = via_f64(L, CE_EXP, bin(L, CE_SUB, ld(L, src, i3), vr(L, m)));
 	store(L, l3, out, i3, bin(L, CE_FDIV, e3, vr(L, s)));
 }
 
@@ -793,7 +881,9 @@ static void lower_cumsum(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *i = add64(L, xb, mul64(L, vr(L, k), xs[ax]));
 	if (excl)
 		store(L, lk, out, i, vr(L, acc));
-	set(L, lk, acc, bin(L, CE_ADD, vr(L, acc), ld(L, src, i)));
+	/* acc = k ? acc + x : x (the first partial sum is x itself, keeping -0) */
+	cg_expr *x0 = ld(L, src, i);
+	set(L, lk, acc, sel(L, bin(L, CE_EQ, vr(L, k), ic(L, 0)), x0, bin(L, CE_ADD, vr(L, acc), x0)));
 	if (!excl)
 		store(L, lk, out, i, vr(L, acc));
 }
@@ -840,7 +930,8 @@ static void lower_einsum_generic(lw *L, cg_block *b, const ir_node *n, int out, 
 		lv[E->e.out[d] - 'a'] = iv[d];
 	cg_ty t = val_ty((moe_dtype)n->dtype);
 	int acc = newvar(L, t);
-	set(L, in, acc, t == CT_F32 ? fc(L, 0.0f) : ic32(L, 0));
+	/* -0 + p == p for every p: the same as starting from the first product */
+	set(L, in, acc, t == CT_F32 ? fc(L, -0.0f) : ic32(L, 0));
 	cg_block *body = in;
 	for (int i = 0; i < E->e.nletters; i++) {
 		int l = E->e.letters[i] - 'a';
@@ -1051,7 +1142,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		int r, j;
 		cg_block *rb = loopv(L, nb, &r, ic(L, 0), vr(L, rows));
 		cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
-		store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), fc(L, 0.0f));
+		store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), fc(L, -0.0f));
 	}
 	{ /* acc[r, j] += A[r, k] * B[k, j], k ascending */
 		int kt, r, k, j, kend = newvar(L, CT_I64), av = newvar(L, CT_F32);
@@ -1228,7 +1319,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		switch ((moe_op)n->op) {
 		case MOE_OP_INPUT:
 		case MOE_OP_WEIGHT: break;
-		case MOE_OP_CONST: lower_const(&L, b, n, out); break;
+		case MOE_OP_CONST: bad |= !lower_const(&L, b, n, out); break;
 		case MOE_OP_IOTA: lower_iota(&L, b, n, out); break;
 		case MOE_OP_REDUCE_SUM:
 		case MOE_OP_REDUCE_MAX:
@@ -1237,7 +1328,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		case MOE_OP_CUMSUM: lower_cumsum(&L, b, n, out); break;
 		case MOE_OP_EINSUM: lower_einsum(&L, b, n, out); break;
 		case MOE_OP_ONE_HOT: lower_one_hot(&L, b, n, out); break;
-		case MOE_OP_FILTER: lower_filter(&L, b, n, out); break;
+		case MOE_OP_FILTER: bad |= !lower_filter(&L, b, n, out); break;
 		case MOE_OP_GATHER: lower_gather(&L, b, n, out); break;
 		case MOE_OP_TAKE_ALONG: lower_take_along(&L, b, n, out); break;
 		case MOE_OP_SCATTER: lower_scatter(&L, b, n, out); break;
@@ -1272,6 +1363,12 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		copy_flat(&L, &p->body, dst, p->node_buf[v], ir_numel(N(g, v)));
 	}
 	ctx_free(ctx, outpos, nn * sizeof *outpos);
+	if (bad) {
+		ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
+		ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));
+		cgen_free(p);
+		return NULL;
+	}
 	plan_workspace(&L);
 	ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
 	ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));
