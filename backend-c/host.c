@@ -182,7 +182,7 @@ static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
 	const char *cc = getenv("MOEC_CC");
 	if (!cc || !*cc)
 		cc = "cc";
-	char *argv[] = {(char *)cc, "-std=c11", "-O2", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-o",
+	char *argv[] = {(char *)cc, "-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-o",
 		m->lib, m->src, "-lm", NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
