@@ -542,6 +542,8 @@ static bool set_attr(lower *L, moe_id id, moe_op op, const char *key, const fe_e
 		return true;
 	case 't': {
 		const char *t = v->kind == FE_E_STR || (v->kind == FE_E_NAME && !lookup(L, v->s)) ? v->s : NULL;
+		if (t && !strcmp(t, "dtype")) /* the layer's compute type */
+			t = moe_dtype_name(L->dtype);
 		if (!t || moe_dtype_from_name(t) < 0) {
 			ERR(L, v->pos, "attribute '%s' of '%s' must be a type name (f32, bf16, i32, bool)", key,
 				moe_op_name(op));
@@ -594,6 +596,8 @@ static bool want_args(lower *L, const fe_expr *e, const callargs *c, int n, bool
 static bool dtype_arg(lower *L, const fe_expr *a, moe_dtype *t)
 {
 	int d = a->kind == FE_E_NAME || a->kind == FE_E_STR ? moe_dtype_from_name(a->s) : -1;
+	if (a->kind == FE_E_NAME && !strcmp(a->s, "dtype")) /* the layer's compute type */
+		d = L->dtype;
 	if (d < 0 || d == MOE_F8E4M3 || d == MOE_I8) {
 		ERR(L, a->pos, "expected a type (f32, bf16, i32, bool)");
 		return false;
