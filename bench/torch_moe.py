@@ -10,6 +10,11 @@ usage: torch_moe.py --weights W.safetensors --input x.npy --output y.npy
                     [--dtype bf16|f32] [--threads 1] [--repeat N] [--warmup 1]
                     [--experts 128 --topk 8 --layer 0] [--json stats.json]
 Prints (and writes with --json) {"compute_seconds": median, "times": [...], ...}.
+
+With --ties-json FILE it only routes (no expert FFNs, no timing) and writes the tokens
+whose K-th and (K+1)-th router probabilities are exactly equal: there the choice of
+expert is a tie-break, which moec makes by the lower expert index and torch.topk leaves
+unspecified, so such rows may legitimately differ between the two.
 """
 import argparse
 import json
@@ -57,9 +62,12 @@ class SparseBlock:
                          w[f"{pre}experts.{e}.down_proj.weight"]) for e in range(n_experts)]
         self.n_experts, self.top_k, self.norm_topk = n_experts, top_k, norm_topk
 
+    def probs(self, h):
+        return F.softmax(F.linear(h, self.router), dim=-1, dtype=torch.float32)
+
     def __call__(self, h):
         dt = h.dtype
-        probs = F.softmax(F.linear(h, self.router), dim=-1, dtype=torch.float32)
+        probs = self.probs(h)
         weights, chosen = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -89,6 +97,7 @@ def main():
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--layer", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--ties-json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
@@ -96,6 +105,14 @@ def main():
     block = SparseBlock(load_safetensors(a.weights, dtype), a.layer, a.experts, a.topk)
     x = torch.from_numpy(np.load(a.input).astype(np.float32)).to(dtype)
     load_s = time.perf_counter() - t0
+    if a.ties_json:
+        with torch.inference_mode():
+            top = torch.topk(block.probs(x), a.topk + 1, dim=-1).values
+        rows = torch.nonzero(top[:, a.topk - 1] == top[:, a.topk]).flatten().tolist()
+        with open(a.ties_json, "w") as f:
+            json.dump({"tokens": x.shape[0], "tie_rows": rows, "dtype": a.dtype}, f)
+            f.write("\n")
+        return 0
     times = []
     with torch.inference_mode():
         for i in range(a.warmup + a.repeat):
