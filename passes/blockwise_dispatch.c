@@ -141,7 +141,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
 	/* routing indices */
 	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
-	moe_id oh = ir_b(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
+	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
 	moe_node_set_int(d, oh, "n", E);
 	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
 	moe_id cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
@@ -166,7 +166,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id owner = b2(c, MOE_OP_AND, b2(c, MOE_OP_LE, boffr, gi), b2(c, MOE_OP_LT, gi, bendr));
 	moe_id fx[2] = {owner, ei};
 	moe_id first = ir_b(d, MOE_OP_FILTER, fx, 2, c->loc);
-	moe_id sl = ir_b1(d, MOE_OP_SLICE, first, c->loc);
+	moe_id sl = moe_node_new(d, MOE_OP_SLICE, &first, 1, c->loc);
 	moe_node_set_int(d, sl, "axis", 1);
 	moe_node_set_int(d, sl, "start", 0);
 	moe_node_set_int(d, sl, "stop", 1);
