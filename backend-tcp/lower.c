@@ -270,14 +270,14 @@ static void patch(lw *c, uint32_t at)
 	c->p->code[at].target = (int32_t)c->p->ncode;
 }
 
-static void ld(lw *c, int rd, int32_t t, int reg, int64_t base)
+static void ld(lw *c, int rd, int32_t t, int reg, int64_t base, int64_t scale)
 {
 	tcp_insn in = tcp_insn_init(TCP_OP_LD);
 	in.rd = (uint8_t)rd;
 	in.v[TCP_V_S0].t = t;
 	in.v[TCP_V_S0].base = base;
 	in.v[TCP_V_S0].reg = reg;
-	in.v[TCP_V_S0].scale = reg >= 0 ? 1 : 0;
+	in.v[TCP_V_S0].scale = reg >= 0 ? scale : 0;
 	emit(c, &in);
 }
 
@@ -1026,6 +1026,19 @@ static void lower_einsum(lw *c, moe_id id)
 		pos_w[k] = pw ? (int)(pw - e.in[1]) : -1;
 		pos_o[k] = po ? (int)(po - e.out) : -1;
 	}
+	bool region = c->inreg[id];
+	if (region && cb >= 0) {
+		/* per block the leading batch letter (the block index) is gone */
+		if (pos_a[0] != 0 || pos_w[0] != 0 || pos_o[0] != 0) {
+			lerr(c, id, "block einsum must have the block index first");
+			return;
+		}
+		for (int k = 1; k < 4; k++) {
+			pos_a[k] -= pos_a[k] >= 0;
+			pos_w[k] -= pos_w[k] >= 0;
+			pos_o[k] -= pos_o[k] >= 0;
+		}
+	}
 	val *av = dm_view(c, n->args[0]);
 	val avs = *av;
 	val *wv = dm_view(c, n->args[1]);
@@ -1034,7 +1047,6 @@ static void lower_einsum(lw *c, moe_id id)
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
 	cplan pl = plan_contract(c, M, O, I, an->dtype);
-	bool region = c->inreg[id];
 	int64_t nbat = cb >= 0 && !region ? an->shape[pos_a[0]] : 1;
 	for (int64_t b = 0; b < nbat; b++) {
 		int dimmap[TCP_MAXD];
@@ -1094,7 +1106,7 @@ static int valid_reg(lw *c, moe_id id)
 		li(c, r, 0);
 		return r;
 	}
-	ld(c, r, vv->t, -1, vv->base);
+	ld(c, r, vv->t, -1, vv->base, 0);
 	return r;
 }
 
@@ -1153,6 +1165,8 @@ static void find_region(lw *c)
 			if (!c->inreg[i] && c->inreg[a])
 				c->hbm_home[a] = true;
 		}
+		if (c->inreg[i] && c->is_out[i])
+			c->hbm_home[i] = true;
 	}
 }
 
@@ -1173,6 +1187,7 @@ static void lower_region(lw *c)
 	tcp_program *p = c->p;
 	int32_t tnb = dm_view(c, c->nblocks)->t, tbe = dm_view(c, c->bexp)->t, trw = dm_view(c, c->rows)->t;
 	int64_t nbbase = c->v[c->nblocks].base, bebase = c->v[c->bexp].base, rwbase = c->v[c->rows].base;
+	int64_t bes = c->v[c->bexp].stride[0], rws = c->v[c->rows].stride[0];
 	p->nblocks_t = tnb;
 	p->bexp_t = tbe;
 	/* per-block buffers: weights and grid rows double-buffered [2, ...] */
@@ -1271,19 +1286,19 @@ static void lower_region(lw *c)
 			return;
 		}
 	}
-	ld(c, R_NB, tnb, -1, nbbase);
+	ld(c, R_NB, tnb, -1, nbbase, 0);
 	li(c, R_G, 0);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
-	ld(c, R_E, tbe, R_G, bebase);
+	ld(c, R_E, tbe, R_G, bebase, bes);
 	LOAD_INPUTS(R_G, R_SLOT, R_E, false, false)
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
-	ld(c, R_ROWS, trw, R_G, rwbase);
+	ld(c, R_ROWS, trw, R_G, rwbase, rws);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
-	ld(c, R_E2, tbe, R_NEXT, bebase);
+	ld(c, R_E2, tbe, R_NEXT, bebase, bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
 	LOAD_INPUTS(R_NEXT, R_IN2, R_E2, false, true)
@@ -1372,6 +1387,45 @@ static void lower_region(lw *c)
 }
 
 /* ---- per node ---- */
+/* A reshape that only adds or drops dimensions of size 1 keeps the strides. */
+static bool squeeze_view(const val *sv, const ir_node *s, const ir_node *n, val *v)
+{
+	int j = 0;
+	for (int i = 0; i < n->rank; i++) {
+		if (n->shape[i] == 1) {
+			v->stride[i] = 0;
+			continue;
+		}
+		while (j < s->rank && s->shape[j] == 1)
+			j++;
+		if (j >= s->rank || s->shape[j] != n->shape[i])
+			return false;
+		v->stride[i] = sv->stride[j++];
+	}
+	while (j < s->rank && s->shape[j] == 1)
+		j++;
+	return j == s->rank;
+}
+
+/* A contiguous DM copy of a strided view (a pass with no ALU steps). */
+static val *copy_contig(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	vpass vp;
+	int64_t one = 1;
+	vp_init(&vp, n->rank ? n->rank : 1, n->rank ? n->shape : &one);
+	int map[TCP_MAXD];
+	for (int k = 0; k < vp.ndim; k++)
+		map[k] = n->rank ? k : -1;
+	vp_operand(c, &vp, id, map);
+	int32_t t = dm_tensor(c, id, "contiguous", (moe_dtype)n->dtype, n->rank, n->shape);
+	moe_id owner = c->v[id].owner;
+	c->v[id] = tview(t, owner, n);
+	tcp_view d = mkview(&c->v[id], n, vp.ndim, map);
+	vp_commit(c, &vp, id, &d, -1);
+	return &c->v[id];
+}
+
 static void lower_view_op(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
@@ -1390,11 +1444,16 @@ static void lower_view_op(lw *c, moe_id id)
 	val v = *sv;
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
-		if (!is_contig(sv, s)) {
-			lerr(c, id, "reshape of a strided view is not lowered");
-			return;
+		if (is_contig(sv, s)) {
+			contiguous(n->shape, n->rank, v.stride);
+			break;
 		}
-		contiguous(n->shape, n->rank, v.stride);
+		if (!squeeze_view(sv, s, n, &v)) {
+			/* copy into a contiguous tensor, then view that */
+			val *cv = copy_contig(c, n->args[0]);
+			v = *cv;
+			contiguous(n->shape, n->rank, v.stride);
+		}
 		break;
 	case MOE_OP_SLICE: {
 		int axis = norm_axis(n, s, 0);
@@ -1584,6 +1643,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.p->t[t].name = ctx_alloc(ctx, strlen(name) + 1);
 		memcpy(c.p->t[t].name, name, strlen(name));
 		val *v = need_view(&c, o);
+		if (v->kind == VK_VIEW && !is_contig(v, n))
+			v = copy_contig(&c, o);
 		if (v->kind != VK_VIEW || !is_contig(v, n)) {
 			lerr(&c, o, "output is not a contiguous tensor");
 			break;

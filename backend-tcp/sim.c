@@ -50,6 +50,7 @@ typedef struct sim {
 	bool fault;
 	int64_t S;
 	double hbm_rd_bpc, hbm_wr_bpc;
+	uint8_t *seen; /* experts whose blocks ran */
 } sim;
 
 #define FAULT(s, pc, ...)                                                                                  \
@@ -818,20 +819,10 @@ static void finish_stats(sim *s)
 	st->simulated_seconds = (double)end / s->m->clock_hz;
 	st->blocks_max = p->moe_G;
 	st->blocks_skipped = p->moe_G > st->blocks_executed ? p->moe_G - st->blocks_executed : 0;
-	/* experts hit: distinct experts among the executed blocks */
+	/* experts hit: distinct experts the block loop loaded */
 	int64_t hit = 0;
-	if (p->bexp_t >= 0 && p->moe_E > 0 && p->moe_E < (1 << 24)) {
-		uint8_t *seen = calloc((size_t)p->moe_E, 1);
-		int64_t nb = st->blocks_executed < p->t[p->bexp_t].numel ? st->blocks_executed : p->t[p->bexp_t].numel;
-		for (int64_t g = 0; seen && g < nb; g++) {
-			int32_t e = iw(load_word(s, p->bexp_t, g));
-			if (e >= 0 && e < p->moe_E && !seen[e]) {
-				seen[e] = 1;
-				hit++;
-			}
-		}
-		free(seen);
-	}
+	for (int64_t e = 0; s->seen && e < p->moe_E; e++)
+		hit += s->seen[e];
 	st->experts_hit = hit;
 	st->flops = 2.0 * (double)p->moe_T * (double)p->moe_K * (double)p->moe_D * (double)p->moe_F * (double)p->nproj +
 		2.0 * (double)p->router_macs;
@@ -885,6 +876,8 @@ static moe_status simulate(sim *s)
 			int64_t w = haz_wait(s, v->t, lo, hi, false);
 			s->tc = (s->tc > w ? s->tc : w) + m->scalar_cycles;
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
+			if (v->t == p->bexp_t && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
+				s->seen[s->reg[in->rd]] = 1;
 			if (s->o->no_skip && v->t == p->nblocks_t && p->moe_G > 0)
 				s->reg[in->rd] = p->moe_G; /* no skipping: run the whole worst-case grid */
 			break;
@@ -972,6 +965,8 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
+	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
+		s.seen = calloc((size_t)p->moe_E, 1);
 	if (!bind(&s, b)) {
 		rc = MOE_ERR_INVALID;
 		goto out;
@@ -1002,6 +997,7 @@ out:
 	free(s.data);
 	free(s.borrowed);
 	free(s.hz);
+	free(s.seen);
 	free(s.ev);
 	moe_tcp_machine_free(ctx, def);
 	return rc;
