@@ -285,7 +285,8 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 		t = t > h ? t : h;
 		s->st->hbm_write_bytes += bytes;
 	}
-	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? nrows * m->row_overhead : 0);
+	/* the per-row overhead is paid by each engine for the rows it moves */
+	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
 }
 
 static void run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
