@@ -378,7 +378,13 @@ int64_t ir_attr_int(const ir_node *n, const char *key, int64_t def)
 	ir_attr *a = ir_attr_find(n, key);
 	if (!a)
 		return def;
-	return a->kind == MOE_ATTR_INT ? a->v.i : a->kind == MOE_ATTR_FLOAT ? (int64_t)a->v.f : def;
+	if (a->kind == MOE_ATTR_INT)
+		return a->v.i;
+	/* a float read as an integer truncates; NaN and values beyond int64 (which
+	 * a read file may hold) would be undefined to convert: give def */
+	if (a->kind == MOE_ATTR_FLOAT && a->v.f > -9223372036854775808.0 && a->v.f < 9223372036854775808.0)
+		return (int64_t)a->v.f;
+	return def;
 }
 
 double ir_attr_float(const ir_node *n, const char *key, double def)

@@ -504,7 +504,7 @@ static moe_status r_slice(infer *c)
 			(long long)step, (long long)n);
 	int64_t s[MOE_MAX_RANK];
 	memcpy(s, a->shape, sizeof s);
-	s[ax] = (stop - start + step - 1) / step;
+	s[ax] = (stop - start - 1) / step + 1; /* ceil((stop - start) / step) without overflow */
 	set_out(c, (moe_dtype)a->dtype, a->rank, s);
 	return MOE_OK;
 }

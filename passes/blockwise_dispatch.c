@@ -165,8 +165,8 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id gi = ir_b_iota(d, 2, ge, 0, c->loc), ei = ir_b_iota(d, 2, ge, 1, c->loc);
 	moe_id owner = b2(c, MOE_OP_AND, b2(c, MOE_OP_LE, boffr, gi), b2(c, MOE_OP_LT, gi, bendr));
 	moe_id fx[2] = {owner, ei};
-	moe_id first = ir_b(d, MOE_OP_FILTER, fx, 2, c->loc);
-	moe_id sl = moe_node_new(d, MOE_OP_SLICE, &first, 1, c->loc);
+	moe_id first = ir_b(d, MOE_OP_FILTER, fx, 2, c->loc); /* fill 0: blocks past nblocks get expert 0 */
+	moe_id sl = ir_b1(d, MOE_OP_SLICE, first, c->loc);
 	moe_node_set_int(d, sl, "axis", 1);
 	moe_node_set_int(d, sl, "start", 0);
 	moe_node_set_int(d, sl, "stop", 1);

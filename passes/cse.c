@@ -32,7 +32,7 @@ static bool same(const ir_node *a, const ir_node *b)
 	if (a->op != b->op || a->dtype != b->dtype || !ir_same_shape(a, b) || a->nargs != b->nargs ||
 		a->valid != b->valid)
 		return false;
-	if (memcmp(a->args, b->args, a->nargs * sizeof *a->args))
+	if (a->nargs && memcmp(a->args, b->args, a->nargs * sizeof *a->args))
 		return false;
 	return attrs_equal(a, b);
 }

@@ -15,3 +15,6 @@ config.substitutions.append(("%fixtures", os.path.join(config.moec_src_root, "te
 config.substitutions.append(("%python", config.python))
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
+# `not` and `count` live beside FileCheck (Debian llvm-19-tools).
+config.environment["PATH"] = os.pathsep.join(
+    [os.path.dirname(config.filecheck), os.environ.get("PATH", "")])

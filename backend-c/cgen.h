@@ -1,0 +1,145 @@
+/* backend-c/cgen.h: the loop-level kernel form shared by the C and LLVM emitters.
+ *
+ * cgen_lower turns a graph (without topk/experts) into one function body made
+ * of loops, scalar assignments, stores, conditionals and fault returns over
+ * typed flat buffers. Both emitters translate this form mechanically, node for
+ * node, so the C and the LLVM code perform the same operations in the same
+ * order and give bit-identical results (no reassociation, no contraction).
+ *
+ * Value types are i64 (indices), i32 (integers and bools as 0/1), f32 (float
+ * values; bf16 memory is widened on load and stored from a value rounded by
+ * CE_RBF16) and f64 (transcendental functions, which the reference evaluates
+ * in double and rounds once, docs/ir.md). */
+#ifndef MOEC_CGEN_H
+#define MOEC_CGEN_H
+
+#include "ir/ir.h"
+
+typedef enum cg_ty { CT_I64, CT_I32, CT_F32, CT_F64 } cg_ty;
+
+typedef enum cg_eop {
+	CE_ICONST, /* i: value (I64 or I32) */
+	CE_FCONST, /* d: value (F32 constants are exact floats) */
+	CE_VAR,    /* var */
+	CE_LOAD,   /* buf[a]; a is I64; result type from the buffer's dtype */
+	/* binary, operands of the result type */
+	CE_ADD, CE_SUB, CE_MUL,
+	CE_FDIV,        /* f32 only */
+	CE_SDIV,        /* i32: b != 0 guaranteed; INT_MIN / -1 wraps */
+	CE_SREM,        /* i64 only, b > 0: index arithmetic */
+	CE_AND, CE_OR, CE_XOR,
+	CE_SHL, CE_LSHR, CE_ASHR, /* i32, count taken mod 32 */
+	CE_MIN, CE_MAX, /* signed for ints; for f32 NaN if either is NaN */
+	/* comparisons: result I32 0/1; operands of one type; f32: IEEE (NE is unordered) */
+	CE_EQ, CE_NE, CE_LT, CE_LE, CE_GT, CE_GE,
+	/* unary */
+	CE_NEG, CE_ABS, CE_NOT, /* NOT: bitwise on i32 */
+	CE_EXP, CE_LOG, CE_SQRT, CE_TANH, CE_ERF, /* libm on f32 (expf...) or f64 (exp...) */
+	CE_SELECT, /* a (I32 cond) ? b : c */
+	CE_CONV,   /* a to ty: i64<->i32 (trunc/sext), i32->f32/f64 (nearest even), f32<->f64,
+	            * f32->i32 (trunc, NaN->0, saturating) */
+	CE_BITS,   /* bit reinterpretation f32<->i32 */
+	CE_RBF16,  /* f32 -> f32 rounded to bf16 precision, nearest even, NaN quieted */
+	CE_ISNAN,  /* f32 -> I32 */
+	CE_COUNT
+} cg_eop;
+
+typedef struct cg_expr cg_expr;
+struct cg_expr {
+	uint8_t op;
+	uint8_t ty;
+	int var, buf;
+	int64_t i;
+	double d;
+	cg_expr *a, *b, *c;
+};
+
+typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT } cg_sk;
+
+typedef struct cg_stmt cg_stmt;
+typedef struct cg_block {
+	cg_stmt *first, *last;
+} cg_block;
+
+struct cg_stmt {
+	uint8_t kind;
+	cg_stmt *next;
+	int var;         /* FOR: loop variable (I64); SET: target */
+	int buf;         /* STORE */
+	int code;        /* FAULT: value returned */
+	cg_expr *a, *b;  /* FOR: lo, hi (hi is re-evaluated each iteration and must not depend on
+	                  * variables set in the body); SET: value; STORE: index, value; IF: cond (I32) */
+	cg_block body;   /* FOR body; IF then */
+	cg_block els;    /* IF else */
+	const char *comment; /* printed above the statement in C */
+};
+
+/* Where a buffer lives. */
+typedef enum cg_bk { CB_INPUT, CB_WEIGHT, CB_OUTPUT, CB_WORK } cg_bk;
+
+typedef struct cg_buf {
+	uint8_t kind;
+	uint8_t dtype; /* moe_dtype: F32, BF16, I32, BOOL */
+	uint32_t index;  /* input/weight/output number */
+	int64_t numel;
+	int64_t offset;  /* CB_WORK: byte offset in the workspace */
+	moe_id node;     /* the node it holds, MOE_NONE for scratch */
+	bool writable;
+} cg_buf;
+
+typedef struct cg_var {
+	uint8_t ty;
+} cg_var;
+
+/* One vector valid mask of a block einsum, for block statistics. */
+typedef struct cg_mask {
+	int buf;
+	int64_t len, rows; /* mask length G; rows per block (the masked dimension) */
+} cg_mask;
+
+/* Fault codes returned by the layer function (docs/abi.md). */
+enum { CG_FAULT_INDEX = 1, CG_FAULT_DIV0 = 2 };
+
+typedef struct cg_prog {
+	moe_ctx *ctx;
+	ir_arena arena;
+	const moe_graph *g;
+	char cname[128];     /* sanitized layer name used in symbols */
+	cg_buf *bufs;
+	uint32_t nbufs, bufcap;
+	cg_var *vars;
+	uint32_t nvars, varcap;
+	int *node_buf;       /* node id -> buffer id, -1 for none */
+	moe_id *inputs, *weights; /* node ids in ABI order */
+	uint32_t ninputs, nweights, noutputs;
+	cg_mask *masks;
+	uint32_t nmasks;
+	int64_t workspace;   /* bytes */
+	cg_block body;
+} cg_prog;
+
+/* Lower g. Returns NULL with diagnostics on unsupported input. */
+cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g);
+void cgen_free(cg_prog *p);
+
+/* The C emitter (emit_c.c). */
+moe_status cgen_emit_c(cg_prog *p, FILE *out);
+
+/* Names of the emitted symbols: "moe_" + cname (+ suffix). */
+void cgen_symbol(const cg_prog *p, const char *suffix, char *buf, size_t len);
+
+/* The layer function of docs/abi.md. */
+typedef int (*cgen_layer_fn)(const void *const *inputs, const void *const *weights, void *const *outputs,
+	void *workspace);
+
+/* The LLVM emitter (emit_llvm.c). kind: 0 textual IR, 1 object file. */
+moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind);
+/* ORC LLJIT: compiles p in process and returns its layer function. */
+typedef struct cgen_jit cgen_jit;
+moe_status cgen_jit_create(cg_prog *p, cgen_jit **jit, cgen_layer_fn *fn);
+void cgen_jit_free(cgen_jit *jit);
+
+/* Write to path through a temporary file and a rename. write() fills f. */
+moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);
+
+#endif

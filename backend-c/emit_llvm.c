@@ -1,0 +1,584 @@
+/* backend-c/emit_llvm.c: kernel form -> LLVM IR through the LLVM 19 C API.
+ *
+ * The translation mirrors emit_c.c construct for construct: the same
+ * operations in the same order, no fast-math flags and no contraction, so the
+ * JIT and the C engine agree bit for bit. Variables are allocas promoted by
+ * the optimiser. The module is verified, optimised with "default<O3>" for the
+ * host CPU, then written (textual IR, object file) or JIT-compiled with ORC
+ * LLJIT. Every LLVM error or message becomes a diagnostic and is disposed. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "backend-c/cgen.h"
+
+static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
+static int llvm_init_failed;
+
+static void llvm_init(void)
+{
+	llvm_init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter();
+}
+
+static moe_status diag_err(moe_ctx *ctx, const char *what, LLVMErrorRef err)
+{
+	char *m = LLVMGetErrorMessage(err); /* consumes err */
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "LLVM: %s: %s", what, m ? m : "(no message)");
+	LLVMDisposeErrorMessage(m);
+	return MOE_ERR_INTERNAL;
+}
+
+static moe_status diag_msg(moe_ctx *ctx, const char *what, char *msg)
+{
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "LLVM: %s: %s", what, msg ? msg : "(no message)");
+	if (msg)
+		LLVMDisposeMessage(msg);
+	return MOE_ERR_INTERNAL;
+}
+
+/* A target machine for the host CPU; NULL with a diagnostic. */
+static LLVMTargetMachineRef host_tm(moe_ctx *ctx)
+{
+	pthread_once(&llvm_once, llvm_init);
+	if (llvm_init_failed) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "LLVM: the native target is not available");
+		return NULL;
+	}
+	char *triple = LLVMGetDefaultTargetTriple(), *err = NULL;
+	LLVMTargetRef t;
+	if (LLVMGetTargetFromTriple(triple, &t, &err)) {
+		diag_msg(ctx, "no target for the host triple", err);
+		LLVMDisposeMessage(triple);
+		return NULL;
+	}
+	char *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+	LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, cpu, feat, LLVMCodeGenLevelAggressive,
+		LLVMRelocPIC, LLVMCodeModelDefault);
+	LLVMDisposeMessage(cpu);
+	LLVMDisposeMessage(feat);
+	LLVMDisposeMessage(triple);
+	if (!tm)
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "LLVM: cannot create a target machine for the host");
+	return tm;
+}
+
+typedef struct eml {
+	cg_prog *p;
+	LLVMContextRef c;
+	LLVMModuleRef m;
+	LLVMBuilderRef b;
+	LLVMValueRef fn;
+	LLVMTypeRef i1, i8, i16, i32, i64, f32, f64, ptr;
+	LLVMValueRef *vars; /* allocas */
+	LLVMValueRef *bufs; /* base pointers */
+	/* [0]: f32 functions, [1]: f64 */
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat;
+	LLVMTypeRef t_f1[2], t_sat;
+} eml;
+
+static LLVMTypeRef lty(eml *E, cg_ty t)
+{
+	return t == CT_I64 ? E->i64 : t == CT_I32 ? E->i32 : t == CT_F32 ? E->f32 : E->f64;
+}
+
+static LLVMTypeRef mty(eml *E, moe_dtype t)
+{
+	switch (t) {
+	case MOE_F32: return E->f32;
+	case MOE_BF16: return E->i16;
+	case MOE_I32: return E->i32;
+	default: return E->i8;
+	}
+}
+
+static LLVMValueRef elem_ptr(eml *E, int buf, LLVMValueRef idx)
+{
+	LLVMTypeRef t = mty(E, (moe_dtype)E->p->bufs[buf].dtype);
+	return LLVMBuildInBoundsGEP2(E->b, t, E->bufs[buf], &idx, 1, "");
+}
+
+static LLVMValueRef ci32(eml *E, uint32_t v)
+{
+	return LLVMConstInt(E->i32, v, 0);
+}
+
+static LLVMValueRef call1(eml *E, LLVMTypeRef ft, LLVMValueRef f, LLVMValueRef x)
+{
+	return LLVMBuildCall2(E->b, ft, f, &x, 1, "");
+}
+
+static LLVMValueRef bool32(eml *E, LLVMValueRef c)
+{
+	return LLVMBuildZExt(E->b, c, E->i32, "");
+}
+
+static LLVMValueRef is_nan(eml *E, LLVMValueRef x)
+{
+	return LLVMBuildFCmp(E->b, LLVMRealUNO, x, x, "");
+}
+
+static LLVMValueRef rbf16(eml *E, LLVMValueRef x)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef u = LLVMBuildBitCast(b, x, E->i32, "");
+	LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, u, ci32(E, 0x7fffffffu), ""),
+		ci32(E, 0x7f800000u), "");
+	LLVMValueRef q = LLVMBuildAnd(b, LLVMBuildOr(b, u, ci32(E, 0x00400000u), ""), ci32(E, 0xffff0000u), "");
+	LLVMValueRef lsb = LLVMBuildAnd(b, LLVMBuildLShr(b, u, ci32(E, 16), ""), ci32(E, 1), "");
+	LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildAdd(b, u, ci32(E, 0x7fffu), ""), lsb, "");
+	r = LLVMBuildAnd(b, r, ci32(E, 0xffff0000u), "");
+	return LLVMBuildBitCast(b, LLVMBuildSelect(b, nan, q, r, ""), E->f32, "");
+}
+
+static LLVMValueRef ex(eml *E, const cg_expr *e);
+
+static LLVMValueRef minmax(eml *E, bool max, LLVMValueRef a, LLVMValueRef bb, cg_ty t)
+{
+	LLVMBuilderRef b = E->b;
+	if (t == CT_F32) {
+		LLVMValueRef pick = LLVMBuildSelect(b, LLVMBuildFCmp(b, max ? LLVMRealOGT : LLVMRealOLT, bb, a, ""), bb, a, "");
+		pick = LLVMBuildSelect(b, is_nan(E, bb), bb, pick, "");
+		return LLVMBuildSelect(b, is_nan(E, a), a, pick, "");
+	}
+	return LLVMBuildSelect(b, LLVMBuildICmp(b, max ? LLVMIntSGT : LLVMIntSLT, bb, a, ""), bb, a, "");
+}
+
+static LLVMValueRef ex(eml *E, const cg_expr *e)
+{
+	LLVMBuilderRef b = E->b;
+	cg_ty t = (cg_ty)e->ty;
+	bool fl;
+	LLVMValueRef x, y;
+	switch ((cg_eop)e->op) {
+	case CE_ICONST: return LLVMConstInt(lty(E, t), (unsigned long long)e->i, 1);
+	case CE_FCONST: {
+		if (t == CT_F64) {
+			uint64_t u;
+			memcpy(&u, &e->d, 8);
+			return LLVMConstBitCast(LLVMConstInt(E->i64, u, 0), E->f64);
+		}
+		float f = (float)e->d;
+		uint32_t u;
+		memcpy(&u, &f, 4);
+		return LLVMConstBitCast(LLVMConstInt(E->i32, u, 0), E->f32);
+	}
+	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), E->vars[e->var], "");
+	case CE_LOAD: {
+		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
+		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
+		if (dt == MOE_BF16) { /* widen; a signalling NaN is quieted */
+			LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
+			LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
+			LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
+			u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
+			return LLVMBuildBitCast(b, u, E->f32, "");
+		}
+		if (dt == MOE_BOOL)
+			return LLVMBuildZExt(b, v, E->i32, "");
+		return v;
+	}
+	default: break;
+	}
+	x = ex(E, e->a);
+	fl = e->a->ty == CT_F32 || e->a->ty == CT_F64;
+	int w = t == CT_F64;
+	switch ((cg_eop)e->op) {
+	case CE_NEG: return fl ? LLVMBuildFNeg(b, x, "") : LLVMBuildSub(b, LLVMConstInt(lty(E, t), 0, 0), x, "");
+	case CE_ABS:
+		if (fl)
+			return call1(E, E->t_f1[w], E->f_fabs[w], x);
+		return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x, LLVMConstInt(E->i32, 0, 0), ""),
+			LLVMBuildSub(b, LLVMConstInt(E->i32, 0, 0), x, ""), x, "");
+	case CE_NOT: return LLVMBuildNot(b, x, "");
+	case CE_EXP: return call1(E, E->t_f1[w], E->f_exp[w], x);
+	case CE_LOG: return call1(E, E->t_f1[w], E->f_log[w], x);
+	case CE_SQRT: return call1(E, E->t_f1[w], E->f_sqrt[w], x);
+	case CE_TANH: return call1(E, E->t_f1[w], E->f_tanh[w], x);
+	case CE_ERF: return call1(E, E->t_f1[w], E->f_erf[w], x);
+	case CE_RBF16: return rbf16(E, x);
+	case CE_ISNAN: return bool32(E, is_nan(E, x));
+	case CE_BITS: return LLVMBuildBitCast(b, x, lty(E, t), "");
+	case CE_CONV:
+		if (e->a->ty == CT_F32 && t == CT_F64)
+			return LLVMBuildFPExt(b, x, E->f64, "");
+		if (e->a->ty == CT_F64 && t == CT_F32)
+			return LLVMBuildFPTrunc(b, x, E->f32, "");
+		if (e->a->ty == CT_F32)
+			return call1(E, E->t_sat, E->f_sat, x);
+		IR_ASSERT(e->a->ty != CT_F64);
+		if (t == CT_F32 || t == CT_F64)
+			return LLVMBuildSIToFP(b, x, lty(E, t), "");
+		if (t == CT_I64)
+			return LLVMBuildSExt(b, x, E->i64, "");
+		return LLVMBuildTrunc(b, x, E->i32, "");
+	case CE_SELECT: {
+		LLVMValueRef c = LLVMBuildICmp(b, LLVMIntNE, x, ci32(E, 0), "");
+		LLVMValueRef p = ex(E, e->b), q = ex(E, e->c);
+		return LLVMBuildSelect(b, c, p, q, "");
+	}
+	default: break;
+	}
+	y = ex(E, e->b);
+	switch ((cg_eop)e->op) {
+	case CE_ADD: return fl ? LLVMBuildFAdd(b, x, y, "") : LLVMBuildAdd(b, x, y, "");
+	case CE_SUB: return fl ? LLVMBuildFSub(b, x, y, "") : LLVMBuildSub(b, x, y, "");
+	case CE_MUL: return fl ? LLVMBuildFMul(b, x, y, "") : LLVMBuildMul(b, x, y, "");
+	case CE_FDIV: return LLVMBuildFDiv(b, x, y, "");
+	case CE_SDIV: {
+		/* y != 0 checked by the caller; y == -1 gives the wrapping negation */
+		LLVMValueRef m1 = LLVMBuildICmp(b, LLVMIntEQ, y, LLVMConstInt(E->i32, (unsigned long long)-1, 1), "");
+		LLVMValueRef d = LLVMBuildSelect(b, m1, ci32(E, 1), y, "");
+		LLVMValueRef q = LLVMBuildSDiv(b, x, d, "");
+		return LLVMBuildSelect(b, m1, LLVMBuildSub(b, ci32(E, 0), x, ""), q, "");
+	}
+	case CE_SREM: return LLVMBuildSRem(b, x, y, "");
+	case CE_AND: return LLVMBuildAnd(b, x, y, "");
+	case CE_OR: return LLVMBuildOr(b, x, y, "");
+	case CE_XOR: return LLVMBuildXor(b, x, y, "");
+	case CE_SHL: return LLVMBuildShl(b, x, LLVMBuildAnd(b, y, ci32(E, 31), ""), "");
+	case CE_LSHR: return LLVMBuildLShr(b, x, LLVMBuildAnd(b, y, ci32(E, 31), ""), "");
+	case CE_ASHR: return LLVMBuildAShr(b, x, LLVMBuildAnd(b, y, ci32(E, 31), ""), "");
+	case CE_MIN: return minmax(E, false, x, y, t);
+	case CE_MAX: return minmax(E, true, x, y, t);
+	case CE_EQ: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealOEQ, x, y, "") : LLVMBuildICmp(b, LLVMIntEQ, x, y, ""));
+	case CE_NE: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealUNE, x, y, "") : LLVMBuildICmp(b, LLVMIntNE, x, y, ""));
+	case CE_LT: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealOLT, x, y, "") : LLVMBuildICmp(b, LLVMIntSLT, x, y, ""));
+	case CE_LE: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealOLE, x, y, "") : LLVMBuildICmp(b, LLVMIntSLE, x, y, ""));
+	case CE_GT: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealOGT, x, y, "") : LLVMBuildICmp(b, LLVMIntSGT, x, y, ""));
+	case CE_GE: return bool32(E, fl ? LLVMBuildFCmp(b, LLVMRealOGE, x, y, "") : LLVMBuildICmp(b, LLVMIntSGE, x, y, ""));
+	default: break;
+	}
+	IR_ASSERT(!"unknown expression");
+	return NULL;
+}
+
+static void block(eml *E, const cg_block *blk);
+
+static LLVMBasicBlockRef bb(eml *E, const char *name)
+{
+	return LLVMAppendBasicBlockInContext(E->c, E->fn, name);
+}
+
+/* branch to `to` unless the current block already ends */
+static void br(eml *E, LLVMBasicBlockRef to)
+{
+	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(E->b)))
+		LLVMBuildBr(E->b, to);
+}
+
+static void stmt(eml *E, const cg_stmt *s)
+{
+	LLVMBuilderRef b = E->b;
+	switch ((cg_sk)s->kind) {
+	case CS_SET: LLVMBuildStore(b, ex(E, s->a), E->vars[s->var]); break;
+	case CS_STORE: {
+		moe_dtype dt = (moe_dtype)E->p->bufs[s->buf].dtype;
+		LLVMValueRef v = ex(E, s->b);
+		if (dt == MOE_BF16)
+			v = LLVMBuildTrunc(b, LLVMBuildLShr(b, LLVMBuildBitCast(b, v, E->i32, ""), ci32(E, 16), ""), E->i16, "");
+		else if (dt == MOE_BOOL)
+			v = LLVMBuildTrunc(b, v, E->i8, "");
+		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
+		break;
+	}
+	case CS_FOR: {
+		LLVMValueRef var = E->vars[s->var];
+		LLVMBuildStore(b, ex(E, s->a), var);
+		LLVMBasicBlockRef cond = bb(E, "for.cond"), body = bb(E, "for.body"), done = bb(E, "for.end");
+		LLVMBuildBr(b, cond);
+		LLVMPositionBuilderAtEnd(b, cond);
+		LLVMValueRef i = LLVMBuildLoad2(b, E->i64, var, "");
+		LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i, ex(E, s->b), ""), body, done);
+		LLVMPositionBuilderAtEnd(b, body);
+		block(E, &s->body);
+		if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(b))) {
+			LLVMValueRef j = LLVMBuildLoad2(b, E->i64, var, "");
+			LLVMBuildStore(b, LLVMBuildAdd(b, j, LLVMConstInt(E->i64, 1, 0), ""), var);
+			LLVMBuildBr(b, cond);
+		}
+		LLVMPositionBuilderAtEnd(b, done);
+		break;
+	}
+	case CS_IF: {
+		LLVMBasicBlockRef th = bb(E, "if.then"), el = bb(E, "if.else"), done = bb(E, "if.end");
+		LLVMValueRef c = LLVMBuildICmp(b, LLVMIntNE, ex(E, s->a), ci32(E, 0), "");
+		LLVMBuildCondBr(b, c, th, el);
+		LLVMPositionBuilderAtEnd(b, th);
+		block(E, &s->body);
+		br(E, done);
+		LLVMPositionBuilderAtEnd(b, el);
+		block(E, &s->els);
+		br(E, done);
+		LLVMPositionBuilderAtEnd(b, done);
+		break;
+	}
+	case CS_FAULT:
+		LLVMBuildRet(b, ci32(E, (uint32_t)s->code));
+		LLVMPositionBuilderAtEnd(b, bb(E, "dead"));
+		break;
+	}
+}
+
+static void block(eml *E, const cg_block *blk)
+{
+	for (const cg_stmt *s = blk->first; s; s = s->next)
+		stmt(E, s);
+}
+
+static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
+{
+	LLVMValueRef f = LLVMGetNamedFunction(E->m, name);
+	return f ? f : LLVMAddFunction(E->m, name, ft);
+}
+
+/* Builds the module for p in context c; NULL with a diagnostic. */
+static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm)
+{
+	eml E0 = {0}, *E = &E0;
+	E->p = p;
+	E->c = c;
+	E->m = LLVMModuleCreateWithNameInContext(p->cname, c);
+	char *triple = LLVMGetTargetMachineTriple(tm);
+	LLVMSetTarget(E->m, triple);
+	LLVMDisposeMessage(triple);
+	LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+	LLVMSetModuleDataLayout(E->m, td);
+	LLVMDisposeTargetData(td);
+	E->i1 = LLVMInt1TypeInContext(c);
+	E->i8 = LLVMInt8TypeInContext(c);
+	E->i16 = LLVMInt16TypeInContext(c);
+	E->i32 = LLVMInt32TypeInContext(c);
+	E->i64 = LLVMInt64TypeInContext(c);
+	E->f32 = LLVMFloatTypeInContext(c);
+	E->f64 = LLVMDoubleTypeInContext(c);
+	E->ptr = LLVMPointerTypeInContext(c, 0);
+	E->b = LLVMCreateBuilderInContext(c);
+	E->t_f1[0] = LLVMFunctionType(E->f32, &E->f32, 1, 0);
+	E->t_f1[1] = LLVMFunctionType(E->f64, &E->f64, 1, 0);
+	E->t_sat = LLVMFunctionType(E->i32, &E->f32, 1, 0);
+	static const char *const names[6][2] = {{"expf", "exp"}, {"logf", "log"}, {"tanhf", "tanh"}, {"erff", "erf"},
+		{"llvm.sqrt.f32", "llvm.sqrt.f64"}, {"llvm.fabs.f32", "llvm.fabs.f64"}};
+	for (int w = 0; w < 2; w++) {
+		E->f_exp[w] = declare(E, names[0][w], E->t_f1[w]);
+		E->f_log[w] = declare(E, names[1][w], E->t_f1[w]);
+		E->f_tanh[w] = declare(E, names[2][w], E->t_f1[w]);
+		E->f_erf[w] = declare(E, names[3][w], E->t_f1[w]);
+		E->f_sqrt[w] = declare(E, names[4][w], E->t_f1[w]);
+		E->f_fabs[w] = declare(E, names[5][w], E->t_f1[w]);
+	}
+	E->f_sat = declare(E, "llvm.fptosi.sat.i32.f32", E->t_sat);
+
+	char sym[200];
+	/* size_t moe_L_workspace_size(void) */
+	cgen_symbol(p, "_workspace_size", sym, sizeof sym);
+	LLVMValueRef wf = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i64, NULL, 0, 0));
+	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, wf, "entry"));
+	LLVMBuildRet(E->b, LLVMConstInt(E->i64, (unsigned long long)p->workspace, 0));
+
+	/* int moe_L(const void *const *in, const void *const *w, void *const *out, void *ws) */
+	LLVMTypeRef params[4] = {E->ptr, E->ptr, E->ptr, E->ptr};
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	E->fn = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i32, params, 4, 0));
+	unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+	LLVMAddAttributeAtIndex(E->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
+	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, E->fn, "entry"));
+	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
+	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
+	for (uint32_t i = 0; i < p->nvars; i++) {
+		E->vars[i] = LLVMBuildAlloca(E->b, lty(E, (cg_ty)p->vars[i].ty), "");
+		LLVMBuildStore(E->b, LLVMConstNull(lty(E, (cg_ty)p->vars[i].ty)), E->vars[i]);
+	}
+	for (uint32_t i = 0; i < p->nbufs; i++) {
+		const cg_buf *bf = &p->bufs[i];
+		if (bf->kind == CB_WORK) {
+			LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)bf->offset, 0);
+			E->bufs[i] = LLVMBuildInBoundsGEP2(E->b, E->i8, LLVMGetParam(E->fn, 3), &off, 1, "");
+			continue;
+		}
+		unsigned arg = bf->kind == CB_INPUT ? 0 : bf->kind == CB_WEIGHT ? 1 : 2;
+		LLVMValueRef idx = LLVMConstInt(E->i64, bf->index, 0);
+		LLVMValueRef slot = LLVMBuildInBoundsGEP2(E->b, E->ptr, LLVMGetParam(E->fn, arg), &idx, 1, "");
+		E->bufs[i] = LLVMBuildLoad2(E->b, E->ptr, slot, "");
+	}
+	block(E, &p->body);
+	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(E->b)))
+		LLVMBuildRet(E->b, ci32(E, 0));
+	LLVMDisposeBuilder(E->b);
+	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
+	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
+
+	char *msg = NULL;
+	if (LLVMVerifyModule(E->m, LLVMReturnStatusAction, &msg)) {
+		diag_msg(p->ctx, "the generated module does not verify", msg);
+		LLVMDisposeModule(E->m);
+		return NULL;
+	}
+	if (msg)
+		LLVMDisposeMessage(msg);
+	return E->m;
+}
+
+static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
+{
+	LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
+	LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
+	LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
+	LLVMPassBuilderOptionsSetLoopUnrolling(o, 1);
+	LLVMErrorRef err = LLVMRunPasses(m, "default<O3>", tm, o);
+	LLVMDisposePassBuilderOptions(o);
+	if (err)
+		return diag_err(p->ctx, "optimisation failed", err);
+	return MOE_OK;
+}
+
+/* A module ready for code generation, with the target machine it was
+ * optimised for. */
+static moe_status make_module(cg_prog *p, LLVMContextRef c, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
+{
+	*m = NULL;
+	*tm = host_tm(p->ctx);
+	if (!*tm)
+		return MOE_ERR_UNSUPPORTED;
+	*m = build_module(p, c, *tm);
+	moe_status s = *m ? optimize(p, *m, *tm) : MOE_ERR_INTERNAL;
+	if (s) {
+		if (*m)
+			LLVMDisposeModule(*m);
+		LLVMDisposeTargetMachine(*tm);
+		*m = NULL;
+		*tm = NULL;
+	}
+	return s;
+}
+
+moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
+{
+	size_t n = strlen(path) + 16;
+	char *tmp = ctx_alloc(p->ctx, n);
+	snprintf(tmp, n, "%s.tmpXXXXXX", path);
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "cannot create a temporary file next to it");
+		ctx_free(p->ctx, tmp, n);
+		return MOE_ERR_IO;
+	}
+	close(fd);
+	LLVMContextRef c = LLVMContextCreate();
+	LLVMModuleRef m;
+	LLVMTargetMachineRef tm;
+	moe_status s = make_module(p, c, &m, &tm);
+	if (!s) {
+		char *err = NULL;
+		bool bad = kind == 0 ? LLVMPrintModuleToFile(m, tmp, &err) :
+				       LLVMTargetMachineEmitToFile(tm, m, tmp, LLVMObjectFile, &err);
+		if (bad) {
+			moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "LLVM: cannot write: %s",
+				err ? err : "(no message)");
+			s = MOE_ERR_IO;
+		}
+		if (err)
+			LLVMDisposeMessage(err);
+		LLVMDisposeModule(m);
+		LLVMDisposeTargetMachine(tm);
+	}
+	LLVMContextDispose(c);
+	if (!s && rename(tmp, path) != 0) {
+		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "cannot rename the temporary file into place");
+		s = MOE_ERR_IO;
+	}
+	if (s)
+		unlink(tmp);
+	ctx_free(p->ctx, tmp, n);
+	return s;
+}
+
+struct cgen_jit {
+	moe_ctx *ctx;
+	LLVMOrcLLJITRef jit;
+};
+
+moe_status cgen_jit_create(cg_prog *p, cgen_jit **out, cgen_layer_fn *fn)
+{
+	*out = NULL;
+	*fn = NULL;
+	LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+	LLVMContextRef c = LLVMOrcThreadSafeContextGetContext(tsc);
+	LLVMModuleRef m;
+	LLVMTargetMachineRef tm;
+	moe_status s = make_module(p, c, &m, &tm);
+	if (s) {
+		LLVMOrcDisposeThreadSafeContext(tsc);
+		return s;
+	}
+	LLVMDisposeTargetMachine(tm);
+	/* the JIT gets its own host target machine (the builder takes it) */
+	LLVMTargetMachineRef jtm = host_tm(p->ctx);
+	if (!jtm) {
+		LLVMDisposeModule(m);
+		LLVMOrcDisposeThreadSafeContext(tsc);
+		return MOE_ERR_UNSUPPORTED;
+	}
+	LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+	LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
+	LLVMOrcLLJITRef jit = NULL;
+	LLVMErrorRef err = LLVMOrcCreateLLJIT(&jit, jb); /* consumes jb */
+	if (err) {
+		LLVMDisposeModule(m);
+		LLVMOrcDisposeThreadSafeContext(tsc);
+		return diag_err(p->ctx, "cannot create the JIT", err);
+	}
+	LLVMOrcDefinitionGeneratorRef gen = NULL;
+	err = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
+	if (err) {
+		LLVMDisposeModule(m);
+		LLVMOrcDisposeThreadSafeContext(tsc);
+		LLVMOrcDisposeLLJIT(jit);
+		return diag_err(p->ctx, "cannot expose process symbols to the JIT", err);
+	}
+	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
+	LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
+	LLVMOrcDisposeThreadSafeContext(tsc); /* the module keeps the context alive */
+	err = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
+	if (err) {
+		LLVMOrcDisposeThreadSafeModule(tsm);
+		LLVMOrcDisposeLLJIT(jit);
+		return diag_err(p->ctx, "cannot add the module to the JIT", err);
+	}
+	char sym[200];
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	LLVMOrcExecutorAddress addr = 0;
+	err = LLVMOrcLLJITLookup(jit, &addr, sym);
+	if (err) {
+		LLVMOrcDisposeLLJIT(jit);
+		return diag_err(p->ctx, "cannot compile the layer function", err);
+	}
+	cgen_jit *j = ctx_alloc(p->ctx, sizeof *j);
+	j->ctx = p->ctx;
+	j->jit = jit;
+	*out = j;
+	/* converting the executor address to a function pointer: POSIX guarantees
+	 * object and function pointers share a representation */
+	uintptr_t a = (uintptr_t)addr;
+	memcpy(fn, &a, sizeof *fn);
+	return MOE_OK;
+}
+
+void cgen_jit_free(cgen_jit *j)
+{
+	if (!j)
+		return;
+	LLVMErrorRef err = LLVMOrcDisposeLLJIT(j->jit);
+	if (err)
+		diag_err(j->ctx, "disposing the JIT", err);
+	ctx_free(j->ctx, j, sizeof *j);
+}

@@ -1,0 +1,395 @@
+/* backend-c/host.c: public entry points of the host backend (moec/backend.h):
+ * emitting C / LLVM files and running a layer in process, either through the
+ * ORC JIT or by compiling the emitted C with the system compiler and loading
+ * it with dlopen. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend-c/cgen.h"
+#include "moec/backend.h"
+
+extern char **environ;
+
+moe_status moe_emit_c(moe_ctx *ctx, const moe_graph *g, FILE *out)
+{
+	if (!ctx || !g || !out)
+		return MOE_ERR_INVALID;
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	moe_status s = cgen_emit_c(p, out);
+	cgen_free(p);
+	return s;
+}
+
+moe_status moe_emit_c_string(moe_ctx *ctx, const moe_graph *g, char **out)
+{
+	if (!out)
+		return MOE_ERR_INVALID;
+	*out = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return MOE_ERR_NOMEM;
+	moe_status s = moe_emit_c(ctx, g, f);
+	if (fclose(f) != 0 && !s)
+		s = MOE_ERR_NOMEM;
+	if (s) {
+		free(buf);
+		return s;
+	}
+	*out = buf; /* malloc'd: moe_free releases it */
+	return MOE_OK;
+}
+
+moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud)
+{
+	size_t n = strlen(path) + 16;
+	char *tmp = ctx_alloc(ctx, n);
+	snprintf(tmp, n, "%s.tmpXXXXXX", path);
+	int fd = mkstemp(tmp);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot create a temporary file: %s", strerror(errno));
+		ctx_free(ctx, tmp, n);
+		return MOE_ERR_IO;
+	}
+	moe_status s = write(ud, f);
+	if (fclose(f) != 0 && !s) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "write failed: %s", strerror(errno));
+		s = MOE_ERR_IO;
+	}
+	if (!s && rename(tmp, path) != 0) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot rename into place: %s", strerror(errno));
+		s = MOE_ERR_IO;
+	}
+	if (s)
+		unlink(tmp);
+	ctx_free(ctx, tmp, n);
+	return s;
+}
+
+static moe_status write_c(void *ud, FILE *f)
+{
+	return cgen_emit_c(ud, f);
+}
+
+moe_status moe_emit_c_file(moe_ctx *ctx, const moe_graph *g, const char *path)
+{
+	if (!ctx || !g || !path)
+		return MOE_ERR_INVALID;
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	moe_status s = cgen_write_atomic(ctx, path, write_c, p);
+	cgen_free(p);
+	return s;
+}
+
+static moe_status emit_llvm(moe_ctx *ctx, const moe_graph *g, const char *path, int kind)
+{
+	if (!ctx || !g || !path)
+		return MOE_ERR_INVALID;
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	moe_status s = cgen_emit_llvm_file(p, path, kind);
+	cgen_free(p);
+	return s;
+}
+
+moe_status moe_emit_llvm_ir(moe_ctx *ctx, const moe_graph *g, const char *path)
+{
+	return emit_llvm(ctx, g, path, 0);
+}
+
+moe_status moe_emit_object(moe_ctx *ctx, const moe_graph *g, const char *path)
+{
+	return emit_llvm(ctx, g, path, 1);
+}
+
+moe_status moe_host_workspace_size(moe_ctx *ctx, const moe_graph *g, size_t *bytes)
+{
+	if (!ctx || !g || !bytes)
+		return MOE_ERR_INVALID;
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	*bytes = (size_t)p->workspace;
+	cgen_free(p);
+	return MOE_OK;
+}
+
+/* ---------------- the C engine: cc + dlopen ---------------- */
+
+typedef struct cc_mod {
+	char dir[256], src[300], lib[300], log[300];
+	void *dl;
+} cc_mod;
+
+static void cc_cleanup(cc_mod *m)
+{
+	if (m->dl)
+		dlclose(m->dl);
+	m->dl = NULL;
+	if (m->src[0])
+		unlink(m->src);
+	if (m->lib[0])
+		unlink(m->lib);
+	if (m->log[0])
+		unlink(m->log);
+	if (m->dir[0])
+		rmdir(m->dir);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Compile p's C with $MOEC_CC (default "cc") and load it. */
+static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
+{
+	moe_ctx *ctx = p->ctx;
+	const char *tmpdir = getenv("TMPDIR");
+	snprintf(m->dir, sizeof m->dir, "%s/moec-cc-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+	if (!mkdtemp(m->dir)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot create a temporary directory: %s", strerror(errno));
+		m->dir[0] = 0;
+		return MOE_ERR_IO;
+	}
+	snprintf(m->src, sizeof m->src, "%s/layer.c", m->dir);
+	snprintf(m->lib, sizeof m->lib, "%s/layer.so", m->dir);
+	snprintf(m->log, sizeof m->log, "%s/cc.log", m->dir);
+	moe_status s = cgen_write_atomic(ctx, m->src, write_c, p);
+	if (s)
+		return s;
+	const char *cc = getenv("MOEC_CC");
+	if (!cc || !*cc)
+		cc = "cc";
+	char *argv[] = {(char *)cc, "-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-o",
+		m->lib, m->src, "-lm", NULL};
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, m->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	pid_t pid;
+	int rc = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot run the C compiler '%s': %s", cc, strerror(rc));
+		return MOE_ERR_IO;
+	}
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		char text[2048] = "";
+		FILE *f = fopen(m->log, "r");
+		if (f) {
+			size_t n = fread(text, 1, sizeof text - 1, f);
+			text[n] = 0;
+			fclose(f);
+		}
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the C compiler '%s' failed on the emitted layer:\n%s", cc, text);
+		return MOE_ERR_INTERNAL;
+	}
+	m->dl = dlopen(m->lib, RTLD_NOW | RTLD_LOCAL);
+	if (!m->dl) {
+		const char *e = dlerror();
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot load the compiled layer: %s", e ? e : "?");
+		return MOE_ERR_IO;
+	}
+	char sym[200];
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	void *f = dlsym(m->dl, sym);
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the compiled layer lacks the symbol %s", sym);
+		return MOE_ERR_INTERNAL;
+	}
+	memcpy(fn, &f, sizeof *fn); /* POSIX: dlsym results convert to function pointers */
+	return MOE_OK;
+}
+
+/* ---------------- running ---------------- */
+
+static bool same_type(const moe_tensor *t, const ir_node *n)
+{
+	if (t->dtype != (moe_dtype)n->dtype || t->rank != n->rank)
+		return false;
+	for (int d = 0; d < n->rank; d++)
+		if (t->shape[d] != n->shape[d])
+			return false;
+	return true;
+}
+
+static void fmt_type(char *buf, size_t len, moe_dtype t, int rank, const int64_t *shape)
+{
+	size_t o = (size_t)snprintf(buf, len, "%s[", moe_dtype_name(t));
+	for (int d = 0; d < rank && o < len; d++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+}
+
+static moe_status bind_all(moe_ctx *ctx, const cg_prog *p, const moe_tensor_map *bind, const void **ins,
+	const void **ws)
+{
+	moe_status s = MOE_OK;
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t n = pass ? p->nweights : p->ninputs;
+		const moe_id *ids = pass ? p->weights : p->inputs;
+		for (uint32_t i = 0; i < n; i++) {
+			const ir_node *nd = N(p->g, ids[i]);
+			const char *name = nd->name ? nd->name : "";
+			const moe_tensor *t = bind ? moe_tensor_map_get(bind, name) : NULL;
+			if (!t) {
+				moe_diag(ctx, MOE_DIAG_ERROR, nd->loc, "no tensor bound for %s '%s'", pass ? "weight" : "input", name);
+				s = MOE_ERR_INVALID;
+				continue;
+			}
+			if (!same_type(t, nd)) {
+				char want[160], got[160];
+				fmt_type(want, sizeof want, (moe_dtype)nd->dtype, nd->rank, nd->shape);
+				fmt_type(got, sizeof got, t->dtype, t->rank, t->shape);
+				moe_diag(ctx, MOE_DIAG_ERROR, nd->loc, "%s '%s' is %s but the bound tensor is %s",
+					pass ? "weight" : "input", name, want, got);
+				s = MOE_ERR_INVALID;
+				continue;
+			}
+			(pass ? ws : ins)[i] = t->data;
+		}
+	}
+	return s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static const void *buf_data(const cg_prog *p, int b, const void **ins, const void **ws, moe_tensor **out,
+	const unsigned char *work)
+{
+	const cg_buf *bf = &p->bufs[b];
+	switch ((cg_bk)bf->kind) {
+	case CB_INPUT: return ins[bf->index];
+	case CB_WEIGHT: return ws[bf->index];
+	case CB_OUTPUT: return out[bf->index]->data;
+	case CB_WORK: return work + bf->offset;
+	}
+	return NULL;
+}
+
+static const char *fault_text(int code)
+{
+	switch (code) {
+	case CG_FAULT_INDEX: return "an index is out of range (gather, take_along or scatter)";
+	case CG_FAULT_DIV0: return "integer division by zero";
+	default: return "unknown fault";
+	}
+}
+
+moe_status moe_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_host_engine engine,
+	int repeat, moe_tensor **out, moe_host_stats *stats)
+{
+	if (!ctx || !g || !out || repeat < 1 || (engine != MOE_HOST_LLVM && engine != MOE_HOST_C))
+		return MOE_ERR_INVALID;
+	for (uint32_t j = 0; j < g->nout; j++)
+		out[j] = NULL;
+	double t0 = now();
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	size_t nin = p->ninputs + 1, nw = p->nweights + 1, no = p->noutputs + 1;
+	const void **ins = ctx_alloc(ctx, nin * sizeof *ins);
+	const void **ws = ctx_alloc(ctx, nw * sizeof *ws);
+	void **outs = ctx_alloc(ctx, no * sizeof *outs);
+	void *work = NULL;
+	double *times = ctx_alloc(ctx, (size_t)repeat * sizeof *times);
+	cgen_jit *jit = NULL;
+	cc_mod ccm;
+	memset(&ccm, 0, sizeof ccm);
+	cgen_layer_fn fn = NULL;
+	moe_status s = bind_all(ctx, p, bind, ins, ws);
+	for (uint32_t j = 0; !s && j < g->nout; j++) {
+		const ir_node *n = N(g, g->outputs[j]);
+		out[j] = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
+		if (!out[j])
+			s = MOE_ERR_NOMEM;
+		else
+			outs[j] = out[j]->data;
+	}
+	if (!s && p->workspace > 0) {
+		size_t sz = ((size_t)p->workspace + 63) & ~(size_t)63;
+		if (posix_memalign(&work, 64, sz) != 0) {
+			work = NULL;
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot allocate %zu bytes of workspace", sz);
+			s = MOE_ERR_NOMEM;
+		}
+	}
+	if (!s)
+		s = engine == MOE_HOST_LLVM ? cgen_jit_create(p, &jit, &fn) : cc_load(p, &ccm, &fn);
+	double t1 = now();
+	int rc = 0;
+	for (int r = 0; !s && r < repeat; r++) {
+		double a = now();
+		rc = fn(ins, ws, outs, work);
+		times[r] = now() - a;
+		if (rc) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "run-time fault in layer '%s' (code %d): %s", g->name ? g->name : "",
+				rc, fault_text(rc));
+			s = MOE_ERR_RUNTIME;
+		}
+	}
+	if (!s && stats) {
+		memset(stats, 0, sizeof *stats);
+		qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+		stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
+		stats->compile_seconds = t1 - t0;
+		stats->repeat = repeat;
+		stats->workspace_bytes = (size_t)p->workspace;
+		stats->grid_blocks_max = ir_graph_attr_int(g, "grid_blocks_max", -1);
+		for (uint32_t k = 0; k < p->nmasks; k++) {
+			const int32_t *v = buf_data(p, p->masks[k].buf, ins, ws, out, work);
+			for (int64_t i = 0; i < p->masks[k].len; i++) {
+				int64_t c = v[i] < 0 ? 0 : v[i] > p->masks[k].rows ? p->masks[k].rows : v[i];
+				if (c > 0)
+					stats->blocks_executed++, stats->rows_executed += c;
+				else
+					stats->blocks_skipped++;
+			}
+		}
+	}
+	cgen_jit_free(jit);
+	cc_cleanup(&ccm);
+	free(work);
+	ctx_free(ctx, times, (size_t)repeat * sizeof *times);
+	ctx_free(ctx, ins, nin * sizeof *ins);
+	ctx_free(ctx, ws, nw * sizeof *ws);
+	ctx_free(ctx, outs, no * sizeof *outs);
+	cgen_free(p);
+	if (s) {
+		for (uint32_t j = 0; j < g->nout; j++) {
+			moe_tensor_free(ctx, out[j]);
+			out[j] = NULL;
+		}
+	}
+	return s;
+}

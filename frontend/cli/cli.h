@@ -1,0 +1,42 @@
+/* frontend/cli/cli.h: shared state of the moec command's subcommands. */
+#ifndef MOEC_CLI_H
+#define MOEC_CLI_H
+
+#include "moec/moec.h"
+
+#define MAX_SETS 256
+
+typedef struct opts {
+	const char *cmd;
+	const char *file;
+	const char *out;      /* -o */
+	const char *pipeline; /* --pipeline */
+	const char *after, *before;
+	const char *reproducer; /* --reproducer */
+	const char *format;   /* text, json, dot */
+	int json;             /* stats --json */
+	const char *weights, *input, *target, *engine, *stats, *trace, *machine, *repeat;
+	const char *layer, *tokens, *block; /* import-hf */
+	int no_skip;
+	moe_setting sets[MAX_SETS];
+	char setnames[MAX_SETS][128];
+	size_t nsets;
+} opts;
+
+int cli_fail(const char *fmt, const char *arg);
+char *cli_read_file(const char *path, size_t *len);
+int cli_ends_with(const char *s, const char *suf);
+moe_module *cli_load(moe_ctx *ctx, const opts *o);
+
+int cli_passes(moe_ctx *ctx);
+int cli_import_hf(moe_ctx *ctx, const opts *o);
+int cli_run(moe_ctx *ctx, const opts *o);
+int cli_compile(moe_ctx *ctx, const opts *o);
+
+/* TCP target (frontend/cli/tcp.c). */
+int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o);
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, int repeat,
+	moe_tensor **out, char **stats_json);
+int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat);
+
+#endif

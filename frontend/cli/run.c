@@ -1,0 +1,291 @@
+/* frontend/cli/run.c: moec passes, import-hf, compile and run. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/cli/cli.h"
+
+static moe_loc floc(moe_ctx *ctx, const char *f)
+{
+	return moe_loc_file(ctx, f ? f : "moec");
+}
+
+static int err(moe_ctx *ctx, const char *file, const char *msg, const char *arg)
+{
+	moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, file), msg, arg);
+	return 1;
+}
+
+/* A non-negative integer option; -1 when absent, -2 (with an error) when bad. */
+static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
+{
+	if (!v)
+		return -1;
+	char *end;
+	errno = 0;
+	long long x = strtoll(v, &end, 10);
+	if (errno || *end || end == v || x < 0 || x > INT32_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in 0..2147483647, got '%s'", name, v);
+		return -2;
+	}
+	return x;
+}
+
+int cli_passes(moe_ctx *ctx)
+{
+	printf("passes:\n");
+	for (size_t i = 0; i < moe_pass_count(ctx); i++) {
+		const moe_pass_info *p = moe_pass_get(ctx, i);
+		printf("  %-20s %s\n", p->name, p->summary);
+		if (p->options)
+			printf("  %-20s   options: %s\n", "", p->options);
+	}
+	printf("\nnamed pipelines:\n");
+	static const char *const names[] = {"tcp", "host"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		printf("  %-20s %s\n", names[i], moe_pipeline_named(names[i]));
+	return 0;
+}
+
+int cli_import_hf(moe_ctx *ctx, const opts *o)
+{
+	moe_import_opts io = {0};
+	io.dtype = MOE_F32;
+	int64_t layer = int_opt(ctx, "--layer", o->layer), T = int_opt(ctx, "--tokens", o->tokens),
+		B = int_opt(ctx, "--block", o->block);
+	for (size_t i = 0; i < o->nsets; i++) {
+		const char *n = o->sets[i].name, *v = o->sets[i].value;
+		if (!strcmp(n, "dtype")) {
+			int t = moe_dtype_from_name(v);
+			if (t != MOE_F32 && t != MOE_BF16)
+				return err(ctx, NULL, "--set dtype= takes f32 or bf16, got '%s'", v);
+			io.dtype = (moe_dtype)t;
+		} else if (!strcmp(n, "layer"))
+			layer = int_opt(ctx, "--set layer", v);
+		else if (!strcmp(n, "T"))
+			T = int_opt(ctx, "--set T", v);
+		else if (!strcmp(n, "B"))
+			B = int_opt(ctx, "--set B", v);
+		else
+			return err(ctx, NULL, "import-hf takes --set dtype, layer, T or B; not '%s'", n);
+	}
+	if (layer == -2 || T == -2 || B == -2)
+		return 1;
+	if (T == 0 || B == 0)
+		return err(ctx, NULL, "the token count and the block size must be positive%s", "");
+	io.layer = layer < 0 ? 0 : (int)layer;
+	io.tokens = T < 0 ? 0 : T;
+	io.block = B < 0 ? 0 : B;
+	if (!o->out)
+		return err(ctx, NULL, "import-hf needs -o FILE.moe%s", "");
+	char *text = NULL;
+	if (moe_import_hf(ctx, o->file, &io, &text) != MOE_OK)
+		return 1;
+	/* never write a file moec itself would reject */
+	moe_module *m = moe_parse_moe(ctx, o->out, text, strlen(text), NULL);
+	int status = !m || moe_module_verify(ctx, m) != MOE_OK;
+	moe_module_free(m);
+	if (status)
+		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, o->file), "the generated layer did not compile; nothing was written");
+	else
+		status = moe_write_file_atomic(ctx, o->out, text, strlen(text)) != MOE_OK;
+	free(text);
+	return status;
+}
+
+/* The single layer of a module, or an error naming the layers. */
+static moe_graph *one_layer(moe_ctx *ctx, const moe_module *m, const char *file)
+{
+	if (moe_module_num_graphs(m) == 1)
+		return moe_module_graph(m, 0);
+	moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, file), "holds %zu layers; run and compile take a file with one layer",
+		moe_module_num_graphs(m));
+	return NULL;
+}
+
+static int lower(moe_ctx *ctx, moe_module *m, const char *pipeline)
+{
+	moe_run_opts ro = {.verify = 1};
+	return moe_run_pipeline_text(ctx, pipeline, m, &ro) != MOE_OK;
+}
+
+int cli_compile(moe_ctx *ctx, const opts *o)
+{
+	const char *t = o->target ? o->target : "c";
+	if (!o->out)
+		return err(ctx, NULL, "compile needs -o OUT%s", "");
+	if (strcmp(t, "c") && strcmp(t, "obj") && strcmp(t, "llvm-ir") && strcmp(t, "tcp"))
+		return err(ctx, NULL, "--target must be tcp, c, obj or llvm-ir, got '%s'", t);
+	moe_module *m = cli_load(ctx, o);
+	if (!m)
+		return 1;
+	int status = 1;
+	moe_graph *g = one_layer(ctx, m, o->file);
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp")) {
+		if (!strcmp(t, "c"))
+			status = moe_emit_c_file(ctx, g, o->out) != MOE_OK;
+		else if (!strcmp(t, "obj"))
+			status = moe_emit_object(ctx, g, o->out) != MOE_OK;
+		else if (!strcmp(t, "llvm-ir"))
+			status = moe_emit_llvm_ir(ctx, g, o->out) != MOE_OK;
+		else
+			status = cli_compile_tcp(ctx, g, o);
+	}
+	moe_module_free(m);
+	return status;
+}
+
+/* Splits "a,b,c" into at most 64 paths (pointers into a copy). */
+static size_t split_paths(char *s, const char **out, size_t max)
+{
+	size_t n = 0;
+	for (char *p = strtok(s, ","); p && n < max; p = strtok(NULL, ","))
+		out[n++] = p;
+	return n;
+}
+
+/* Binds --input: one input node takes x.npy; several take name=path,... */
+static int bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
+{
+	uint32_t ninputs = 0;
+	moe_id last = MOE_NONE;
+	for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_INPUT)
+			ninputs++, last = i;
+	if (!spec)
+		return err(ctx, NULL, "run needs --input x.npy%s", "");
+	char *copy = strdup(spec);
+	const char *items[64];
+	size_t n = split_paths(copy, items, 64);
+	int status = 0;
+	for (size_t k = 0; k < n && !status; k++) {
+		const char *eq = strchr(items[k], '=');
+		moe_id node = MOE_NONE;
+		const char *path = items[k];
+		if (eq) {
+			for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
+				if (moe_node_op(g, i) == MOE_OP_INPUT && !strncmp(moe_node_name(g, i), items[k], (size_t)(eq - items[k])) &&
+					!moe_node_name(g, i)[eq - items[k]])
+					node = i;
+			path = eq + 1;
+			if (node == MOE_NONE)
+				status = err(ctx, NULL, "--input names no input of the layer: '%s'", items[k]);
+		} else if (ninputs == 1 && n == 1) {
+			node = last;
+		} else {
+			status = err(ctx, NULL, "the layer has several inputs: give --input NAME=x.npy,... (got '%s')", items[k]);
+		}
+		if (status)
+			break;
+		moe_tensor *t = moe_npy_read(ctx, path, moe_node_dtype(g, node));
+		if (!t) {
+			status = 1;
+			break;
+		}
+		int rank = moe_node_rank(g, node);
+		const int64_t *shape = moe_node_shape(g, node);
+		bool same = t->rank == rank;
+		for (int d = 0; same && d < rank; d++)
+			same = t->shape[d] == shape[d];
+		if (!same) {
+			char want[128] = "", got[128] = "";
+			for (int d = 0; d < rank; d++)
+				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
+			for (int d = 0; d < t->rank; d++)
+				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+			moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, path), "shape [%s] does not match input '%s' [%s]%s", got,
+				moe_node_name(g, node), want,
+				rank == 2 && t->rank == 2 && t->shape[1] == shape[1] ? " (use --set T=... to match the token count)" : "");
+			moe_tensor_free(ctx, t);
+			status = 1;
+			break;
+		}
+		moe_tensor_map_set(bind, moe_node_name(g, node), t);
+	}
+	for (uint32_t i = 0; !status && i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_INPUT && !moe_tensor_map_get(bind, moe_node_name(g, i)))
+			status = err(ctx, NULL, "input '%s' of the layer is not bound by --input", moe_node_name(g, i));
+	free(copy);
+	return status;
+}
+
+static int write_stats(moe_ctx *ctx, const char *path, const char *json)
+{
+	return moe_write_file_atomic(ctx, path, json, strlen(json)) != MOE_OK;
+}
+
+int cli_run(moe_ctx *ctx, const opts *o)
+{
+	const char *target = o->target ? o->target : "host";
+	if (strcmp(target, "host") && strcmp(target, "tcp"))
+		return err(ctx, NULL, "--target must be host or tcp, got '%s'", target);
+	if (!o->out)
+		return err(ctx, NULL, "run needs -o y.npy%s", "");
+	if (!o->weights)
+		return err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
+	int64_t repeat = int_opt(ctx, "--repeat", o->repeat);
+	if (repeat == -2 || repeat == 0)
+		return repeat == 0 ? err(ctx, NULL, "--repeat must be at least 1%s", "") : 1;
+	if (repeat < 0)
+		repeat = 1;
+	if (cli_ends_with(o->file, ".tcpb"))
+		return cli_run_tcpb(ctx, o, (int)repeat);
+	moe_module *m = cli_load(ctx, o);
+	if (!m)
+		return 1;
+	int status = 1;
+	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_tensor *out[16] = {0};
+	char *wcopy = strdup(o->weights);
+	const char *paths[64];
+	size_t np = split_paths(wcopy, paths, 64);
+	moe_graph *g = one_layer(ctx, m, o->file);
+	if (!g || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
+		goto done;
+	if (moe_graph_num_outputs(g) > 16) {
+		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
+		goto done;
+	}
+	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || bind_inputs(ctx, g, o->input, bind))
+		goto done;
+	char *stats = NULL;
+	if (!strcmp(target, "tcp")) {
+		status = cli_run_tcp(ctx, g, bind, o, (int)repeat, out, &stats);
+	} else {
+		const char *engine = o->engine ? o->engine : "llvm";
+		if (!strcmp(engine, "interp")) {
+			status = moe_interp_run(ctx, g, bind, out) != MOE_OK;
+		} else if (!strcmp(engine, "llvm") || !strcmp(engine, "c")) {
+			moe_host_stats hs;
+			status = moe_host_run(ctx, g, bind, !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM, (int)repeat, out,
+					 &hs) != MOE_OK;
+			if (!status && o->stats) {
+				size_t cap = 1024;
+				stats = malloc(cap);
+				snprintf(stats, cap,
+					"{\n  \"target\": \"host\",\n  \"engine\": \"%s\",\n  \"compute_seconds\": %.9g,\n"
+					"  \"compile_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
+					"  \"blocks_executed\": %lld,\n  \"blocks_skipped\": %lld,\n  \"rows_executed\": %lld,\n"
+					"  \"grid_blocks_max\": %lld\n}\n",
+					engine, hs.compute_seconds, hs.compile_seconds, hs.repeat, hs.workspace_bytes,
+					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
+					(long long)hs.grid_blocks_max);
+			}
+		} else {
+			err(ctx, NULL, "--engine must be llvm, c or interp, got '%s'", engine);
+		}
+	}
+	if (!status)
+		status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
+	if (!status && o->stats && stats)
+		status = write_stats(ctx, o->stats, stats);
+	free(stats);
+done:
+	for (uint32_t i = 0; i < 16; i++)
+		moe_tensor_free(ctx, out[i]);
+	free(wcopy);
+	moe_tensor_map_free(bind);
+	moe_module_free(m);
+	return status;
+}

@@ -1,0 +1,147 @@
+/* moec/io.h: files moec reads and writes.
+ *
+ * - atomic output: every file moec writes goes to PATH.tmp.XXXXXX in the same
+ *   directory, is flushed and fsync'ed, then renamed over PATH; on any failure
+ *   the temporary is removed, so a half-written output never exists;
+ * - safetensors checkpoints (single files and sharded model.safetensors.index.json),
+ *   validated entry by entry before any data is used;
+ * - binding the weight nodes of a graph to checkpoint tensors;
+ * - NumPy .npy arrays (read strictly, written atomically);
+ * - importing a HuggingFace config.json as .moe text.
+ *
+ * Malformed input is reported as a diagnostic `FILE: error: message` (with the
+ * byte offset in moe_loc.offset where one is known) and a non-zero status. */
+#ifndef MOEC_IO_H
+#define MOEC_IO_H
+
+#include "moec/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- whole files ---- */
+
+/* Read a whole file into a buffer the caller frees with moe_free. A NUL is
+ * appended (not counted in *len) so text can be parsed in place. */
+MOE_API moe_status moe_read_file(moe_ctx *ctx, const char *path, char **data, size_t *len);
+
+/* ---- atomic output ---- */
+typedef struct moe_atomic_file moe_atomic_file;
+/* Create PATH.tmp.XXXXXX (mode 0644 minus umask) beside PATH. NULL with a diagnostic. */
+MOE_API moe_atomic_file *moe_atomic_open(moe_ctx *ctx, const char *path);
+/* The stream to write to; valid until commit or abort. */
+MOE_API FILE *moe_atomic_stream(moe_atomic_file *f);
+/* Flush, fsync, close and rename onto PATH (then fsync the directory). Frees f.
+ * On failure (including an earlier write error on the stream) the temporary is
+ * removed and PATH is untouched. */
+MOE_API moe_status moe_atomic_commit(moe_atomic_file *f);
+/* Discard: close and remove the temporary; PATH is untouched. Frees f. NULL is a no-op. */
+MOE_API void moe_atomic_abort(moe_atomic_file *f);
+/* One-shot: write len bytes atomically to path. */
+MOE_API moe_status moe_write_file_atomic(moe_ctx *ctx, const char *path, const void *data, size_t len);
+
+/* ---- safetensors ---- */
+typedef enum moe_st_dtype {
+	MOE_ST_BOOL, MOE_ST_U8, MOE_ST_I8, MOE_ST_I16, MOE_ST_U16, MOE_ST_F16, MOE_ST_BF16,
+	MOE_ST_I32, MOE_ST_U32, MOE_ST_F32, MOE_ST_I64, MOE_ST_U64, MOE_ST_F64,
+	MOE_ST_F8_E4M3, MOE_ST_F8_E5M2,
+	MOE_ST_DTYPE_COUNT
+} moe_st_dtype;
+MOE_API const char *moe_st_dtype_name(moe_st_dtype t); /* the header spelling, "F32" */
+MOE_API size_t moe_st_dtype_size(moe_st_dtype t);
+
+/* One validated entry. data points into the mapped file (nbytes long). */
+typedef struct moe_st_tensor {
+	const char *name;
+	moe_st_dtype dtype;
+	int rank;
+	int64_t shape[MOE_MAX_RANK];
+	int64_t numel;
+	const void *data;
+	size_t nbytes;
+	int64_t offset; /* absolute byte offset of the data in the file */
+} moe_st_tensor;
+
+typedef struct moe_safetensors moe_safetensors;
+/* Map and validate a .safetensors file: header length within the file and at
+ * most 100 MB, JSON object of entries {dtype, shape, data_offsets} (plus an
+ * optional __metadata__ object of strings), known dtypes, shapes of rank
+ * <= MOE_MAX_RANK with non-negative dims and no overflow, byte size = dtype
+ * size x numel, ranges inside the data section and not overlapping. NULL with
+ * diagnostics on any error. */
+MOE_API moe_safetensors *moe_safetensors_open(moe_ctx *ctx, const char *path);
+/* The same on bytes in memory (not copied: they must outlive the result);
+ * `name` is used in diagnostics. */
+MOE_API moe_safetensors *moe_safetensors_open_mem(moe_ctx *ctx, const char *name, const void *data, size_t len);
+MOE_API void moe_safetensors_close(moe_safetensors *st);
+MOE_API size_t moe_safetensors_count(const moe_safetensors *st);
+MOE_API const moe_st_tensor *moe_safetensors_at(const moe_safetensors *st, size_t i); /* file order */
+MOE_API const moe_st_tensor *moe_safetensors_find(const moe_safetensors *st, const char *name);
+MOE_API const char *moe_safetensors_path(const moe_safetensors *st);
+/* The __metadata__ value for key, or NULL. */
+MOE_API const char *moe_safetensors_metadata(const moe_safetensors *st, const char *key);
+
+/* A checkpoint: several sources searched in order. A source is a .safetensors
+ * file, a sharded index (*.index.json: {"weight_map": {name: shard}} with
+ * shard paths relative to the index's directory; shards are opened when first
+ * needed), or a directory holding model.safetensors.index.json or
+ * model.safetensors. */
+typedef struct moe_checkpoint moe_checkpoint;
+MOE_API moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths);
+MOE_API void moe_checkpoint_close(moe_checkpoint *ck);
+/* The first source's tensor of that name. NULL without a diagnostic when no
+ * source has it; NULL with diagnostics when the shard holding it is bad. With
+ * file non-NULL, *file is set to the path of the file holding it. */
+MOE_API const moe_st_tensor *moe_checkpoint_find(moe_checkpoint *ck, const char *name, const char **file);
+
+/* Bind every `weight` node of g: its `source` attribute names a tensor
+ * (`{layer}` is replaced by the graph's `layer` dim, when it has one); a
+ * source containing `{e}` is a per-expert template whose E = shape[0] tensors
+ * (e = 0..E-1) are stacked. Stored shapes must equal the node shape (shape[1:]
+ * for templates). Stored F32/BF16/F16 convert to an f32 or bf16 node (bf16 by
+ * round-to-nearest-even), stored I32 to an i32 node. Tensors are stored in out
+ * under the weight node's name. All weights are checked; every problem is a
+ * diagnostic naming the tensor and file. */
+MOE_API moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+	moe_tensor_map *out);
+/* The same against an open checkpoint. */
+MOE_API moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out);
+
+/* ---- NumPy .npy ----
+ * Accepted: magic \x93NUMPY, version 1.0, 2.0 or 3.0, a header dict with exactly
+ * the keys descr, fortran_order (must be False) and shape; descr one of
+ * '<f4' (f32), '<f2' (IEEE half, converted on read), '<u2' (moec's spelling
+ * for bf16 bit patterns; NumPy has no bf16), '<i4' (i32), '|b1' (bool); the
+ * data must be exactly the rest of the file. */
+/* Read into a new tensor of dtype `want`: floats convert among f32/bf16 (to
+ * bf16 by round-to-nearest-even), i32 and bool read only as themselves. */
+MOE_API moe_tensor *moe_npy_read(moe_ctx *ctx, const char *path, moe_dtype want);
+MOE_API moe_tensor *moe_npy_parse(moe_ctx *ctx, const char *name, const void *data, size_t len, moe_dtype want);
+/* Write atomically: f32 and bf16 tensors as '<f4' (bf16 widened exactly),
+ * i32 as '<i4', bool as '|b1'. Version 1.0 header padded to 64 bytes. */
+MOE_API moe_status moe_npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t);
+
+/* ---- HuggingFace import ---- */
+typedef struct moe_import_opts {
+	int layer;          /* decoder layer index (must be an MoE layer) */
+	int64_t tokens;     /* T, the static token count; 0 = 16 */
+	int64_t block;      /* B, the expert block size; 0 = 64 */
+	moe_dtype dtype;    /* layer compute type: MOE_F32 or MOE_BF16 */
+	const char *prefix; /* tensor name prefix; NULL = the family's, "model.layers.{layer}." */
+} moe_import_opts;
+/* Read an HF config.json and write a .moe layer (docs/language.md) that
+ * computes that family's MoE block exactly as HF does, with weights bound to
+ * the checkpoint's tensor names. Supported model_type: mixtral, qwen2_moe,
+ * qwen3_moe, olmoe, gpt_oss, deepseek_v3, llama4 and llama4_text (text_config
+ * is used when nested). *moe_text is NUL-terminated; free with moe_free. */
+MOE_API moe_status moe_import_hf(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts,
+	char **moe_text);
+/* The same on config text already in memory; `name` is used in diagnostics. */
+MOE_API moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
+	const moe_import_opts *opts, char **moe_text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

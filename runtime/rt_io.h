@@ -1,0 +1,115 @@
+/* runtime/rt_io.h: helpers shared by the file readers and writers of runtime/
+ * (element conversions, a growable text buffer, located diagnostics). */
+#ifndef MOEC_RT_IO_H
+#define MOEC_RT_IO_H
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "moec/io.h"
+
+/* f32 -> bf16 bits, round to nearest even; NaN stays NaN (quieted). */
+static inline uint16_t rt_f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float rt_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* IEEE binary16 -> f32, exact (subnormals, infinities, NaN payloads kept). */
+static inline float rt_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+	if (exp == 0x1f) {
+		u = sign | 0x7f800000u | (man << 13);
+	} else if (exp) {
+		u = sign | ((exp + 112u) << 23) | (man << 13);
+	} else if (man) {
+		int e = 113; /* 127 - 15 + 1: subnormal, normalise */
+		while (!(man & 0x400u)) {
+			man <<= 1;
+			e--;
+		}
+		u = sign | ((uint32_t)e << 23) | ((man & 0x3ffu) << 13);
+	} else {
+		u = sign;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline uint16_t rt_ld16(const unsigned char *p)
+{
+	return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+
+static inline uint32_t rt_ld32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t rt_ld64(const unsigned char *p)
+{
+	return (uint64_t)rt_ld32(p) | (uint64_t)rt_ld32(p + 4) << 32;
+}
+
+/* Growable NUL-terminated text, malloc'ed (freed with free / moe_free). */
+typedef struct rt_buf {
+	char *s;
+	size_t len, cap;
+	bool oom;
+} rt_buf;
+void rt_buf_printf(rt_buf *b, const char *fmt, ...) MOE_PRINTF(2, 3);
+void rt_buf_free(rt_buf *b);
+
+/* An error at a byte offset of a file (offset < 0: the whole file). */
+void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...) MOE_PRINTF(4, 5);
+
+/* A read-only mapping of a whole file (or an empty one). */
+typedef struct rt_map {
+	const unsigned char *data;
+	size_t len;
+	bool mapped;
+} rt_map;
+moe_status rt_map_file(moe_ctx *ctx, const char *path, rt_map *m);
+void rt_unmap(rt_map *m);
+
+/* A string -> index hash table; keys are borrowed (must outlive the table). */
+typedef struct rt_strtab {
+	moe_ctx *ctx;
+	const char **keys;
+	size_t *vals;
+	size_t cap, n;
+} rt_strtab;
+void rt_strtab_init(rt_strtab *t, moe_ctx *ctx, size_t expect);
+/* false if the key is already present (the table is unchanged). */
+bool rt_strtab_put(rt_strtab *t, const char *key, size_t val);
+bool rt_strtab_get(const rt_strtab *t, const char *key, size_t *val);
+void rt_strtab_free(rt_strtab *t);
+
+/* Copy of s in context memory; free with rt_strfree. */
+char *rt_strdup(moe_ctx *ctx, const char *s);
+void rt_strfree(moe_ctx *ctx, char *s);
+
+/* The paths a checkpoint was opened from, for messages. */
+size_t rt_checkpoint_nsources(const moe_checkpoint *ck);
+const char *rt_checkpoint_source(const moe_checkpoint *ck, size_t i);
+
+/* Convert n elements of a stored float format to f32 or bf16 (little-endian source). */
+typedef enum rt_src { RT_SRC_F32, RT_SRC_BF16, RT_SRC_F16 } rt_src;
+void rt_convert_float(void *dst, moe_dtype to, const unsigned char *src, rt_src from, size_t n);
+
+#endif

@@ -1,0 +1,208 @@
+/* runtime/weights.c: bind the weight nodes of a graph to checkpoint tensors.
+ *
+ * A weight's `source` names one tensor, or with `{e}` a per-expert template
+ * whose E = shape[0] tensors stack into the leading dimension. Stored floats
+ * convert to the node's dtype; shapes must match exactly. */
+#include <stdlib.h>
+
+#include "runtime/rt_io.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "moec's weight loader assumes a little-endian host"
+#endif
+
+static void shape_str(char *buf, size_t n, int rank, const int64_t *s)
+{
+	size_t at = 0;
+	at += (size_t)snprintf(buf + at, n - at, "[");
+	for (int i = 0; i < rank && at < n; i++)
+		at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "", (long long)s[i]);
+	if (at < n)
+		snprintf(buf + at, n - at, "]");
+}
+
+/* src with every "{key}" replaced by the decimal value; malloc'ed. */
+static char *subst(const char *src, const char *key, int64_t value)
+{
+	rt_buf b = {0};
+	size_t kl = strlen(key);
+	for (const char *p = src; *p;) {
+		const char *q = strstr(p, key);
+		if (!q) {
+			rt_buf_printf(&b, "%s", p);
+			break;
+		}
+		rt_buf_printf(&b, "%.*s%lld", (int)(q - p), p, (long long)value);
+		p = q + kl;
+	}
+	if (b.oom || !b.s) {
+		rt_buf_free(&b);
+		return NULL;
+	}
+	return b.s;
+}
+
+static void list_sources(moe_checkpoint *ck, char *buf, size_t n)
+{
+	size_t at = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < rt_checkpoint_nsources(ck) && at < n; i++)
+		at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "", rt_checkpoint_source(ck, i));
+}
+
+/* Copy/convert one stored tensor into dst (numel elements of dtype dt). */
+static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, const char *wname, moe_dtype dt,
+	void *dst)
+{
+	const unsigned char *src = st->data;
+	size_t n = (size_t)st->numel;
+	if (dt == MOE_F32 || dt == MOE_BF16) {
+		rt_src from;
+		switch (st->dtype) {
+		case MOE_ST_F32: from = RT_SRC_F32; break;
+		case MOE_ST_BF16: from = RT_SRC_BF16; break;
+		case MOE_ST_F16: from = RT_SRC_F16; break;
+		default: goto bad;
+		}
+		rt_convert_float(dst, dt, src, from, n);
+		return true;
+	}
+	if (dt == MOE_I32 && st->dtype == MOE_ST_I32) {
+		memcpy(dst, src, n * 4);
+		return true;
+	}
+	if (dt == MOE_BOOL && st->dtype == MOE_ST_BOOL) {
+		for (size_t i = 0; i < n; i++)
+			if (src[i] > 1) {
+				rt_err_at(ctx, file, st->offset + (int64_t)i, "tensor '%s': bool element %zu is %u, not 0 or 1",
+					st->name, i, src[i]);
+				return false;
+			}
+		memcpy(dst, src, n);
+		return true;
+	}
+bad:
+	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is %s and moec converts only F32, BF16 and F16 to "
+		"f32/bf16 (and I32 to i32, BOOL to bool)", st->name, moe_st_dtype_name(st->dtype), wname, moe_dtype_name(dt));
+	return false;
+}
+
+/* Load one weight node; false after diagnostics. */
+static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, moe_tensor_map *out)
+{
+	const char *wname = moe_node_name(g, id);
+	moe_loc loc = moe_node_loc(g, id);
+	const char *source = moe_node_get_str(g, id, "source");
+	if (!wname || !*wname) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight node %%%u has no name", id);
+		return false;
+	}
+	if (!source || !*source) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s' has no source tensor name", wname);
+		return false;
+	}
+	char *src;
+	if (strstr(source, "{layer}")) {
+		int64_t layer;
+		if (!moe_graph_get_dim(g, "layer", &layer)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': source '%s' uses {layer} but the layer has no 'layer' param",
+				wname, source);
+			return false;
+		}
+		src = subst(source, "{layer}", layer);
+	} else {
+		src = subst(source, "{layer}", 0);
+	}
+	if (!src) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
+		return false;
+	}
+	moe_dtype dt = moe_node_dtype(g, id);
+	int rank = moe_node_rank(g, id);
+	const int64_t *shape = moe_node_shape(g, id);
+	bool stacked = strstr(src, "{e}") != NULL;
+	if (stacked && rank < 1) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': a per-expert source ({e}) needs a shape [E, ...]", wname);
+		free(src);
+		return false;
+	}
+	moe_tensor *t = moe_tensor_new(ctx, dt, rank, shape);
+	if (!t) {
+		free(src);
+		return false;
+	}
+	int64_t count = stacked ? shape[0] : 1;
+	int prank = stacked ? rank - 1 : rank;
+	const int64_t *pshape = stacked ? shape + 1 : shape;
+	size_t pbytes = count ? t->nbytes / (size_t)count : 0;
+	bool ok = true;
+	for (int64_t e = 0; e < count && ok; e++) {
+		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		const char *tn = stacked ? name : src;
+		if (!tn) {
+			moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
+			ok = false;
+			break;
+		}
+		int before = moe_error_count(ctx);
+		const char *file = NULL;
+		const moe_st_tensor *st = moe_checkpoint_find(ck, tn, &file);
+		if (!st) {
+			if (moe_error_count(ctx) == before) {
+				char srcs[512];
+				list_sources(ck, srcs, sizeof srcs);
+				moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': tensor '%s' not found in %s", wname, tn, srcs);
+			}
+			ok = false;
+		} else {
+			bool same = st->rank == prank;
+			for (int i = 0; same && i < prank; i++)
+				same = st->shape[i] == pshape[i];
+			if (!same) {
+				char have[160], want[160], full[160];
+				shape_str(have, sizeof have, st->rank, st->shape);
+				shape_str(want, sizeof want, prank, pshape);
+				shape_str(full, sizeof full, rank, shape);
+				if (stacked)
+					rt_err_at(ctx, file, st->offset,
+						"tensor '%s' has shape %s but weight '%s' : %s stacks experts of shape %s", tn,
+						have, wname, full, want);
+				else
+					rt_err_at(ctx, file, st->offset, "tensor '%s' has shape %s but weight '%s' needs %s", tn,
+						have, wname, want);
+				ok = false;
+			} else {
+				ok = convert(ctx, st, file, wname, dt, (char *)t->data + (size_t)e * pbytes);
+			}
+		}
+		free(name);
+	}
+	free(src);
+	if (!ok) {
+		moe_tensor_free(ctx, t);
+		return false;
+	}
+	moe_tensor_map_set(out, wname, t);
+	return true;
+}
+
+moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out)
+{
+	bool ok = true;
+	uint32_t n = moe_graph_num_nodes(g);
+	for (moe_id i = 0; i < n; i++)
+		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
+			ok &= load_one(ctx, g, i, ck, out);
+	return ok ? MOE_OK : MOE_ERR_INVALID;
+}
+
+moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+	moe_tensor_map *out)
+{
+	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, npaths);
+	if (!ck)
+		return MOE_ERR_IO;
+	moe_status s = moe_weights_load_from(ctx, g, ck, out);
+	moe_checkpoint_close(ck);
+	return s;
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""End-to-end check against HuggingFace's own MoE blocks.
+
+For every fixture folder (written by transformers itself, see
+tests/fixtures/hf/README.md) and every saved input, run
+    moec import-hf config.json --tokens T -o layer.moe
+    moec run layer.moe --weights model.safetensors --input x.npy -o y.npy --target=TARGET
+and require max|y - y_hf| <= tol * max|y_hf|: 1e-4 for float32 on the host,
+2e-2 for bfloat16 and for every TCP run. Routing is checked exactly when
+moec reports it (--routing).
+
+usage: hf_fixtures.py MOEC FIXTURES_DIR [--target host|tcp] [--engine llvm|c] [--families a,b]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TOL = {("host", "float32"): 1e-4, ("host", "bfloat16"): 2e-2,
+       ("tcp", "float32"): 2e-2, ("tcp", "bfloat16"): 2e-2}
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("moec")
+    ap.add_argument("fixtures")
+    ap.add_argument("--target", default="host")
+    ap.add_argument("--engine", default=None)
+    ap.add_argument("--families", default=None)
+    a = ap.parse_args()
+    fams = sorted(d for d in os.listdir(a.fixtures) if os.path.isfile(os.path.join(a.fixtures, d, "config.json")))
+    if a.families:
+        fams = [f for f in fams if f in a.families.split(",")]
+    failed, passed = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in fams:
+            d = os.path.join(a.fixtures, fam)
+            for name in sorted(os.listdir(d)):
+                if not name.startswith("x_"):
+                    continue
+                dtype, tpart = name[2:-4].rsplit("_", 1)
+                T = int(tpart[1:])
+                case = "%s %s T=%d %s" % (fam, dtype, T, a.target)
+                try:
+                    moe = os.path.join(tmp, "%s.moe" % fam)
+                    ypath = os.path.join(tmp, "y.npy")
+                    run([a.moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "-o", moe])
+                    cmd = [a.moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
+                           "--input", os.path.join(d, name), "-o", ypath, "--target=" + a.target]
+                    if dtype == "bfloat16":
+                        cmd += ["--set", "dtype=bf16"]
+                    if a.engine:
+                        cmd += ["--engine=" + a.engine]
+                    run(cmd)
+                    y = np.load(ypath)
+                    ref = np.load(os.path.join(d, "y_%s_T%d.npy" % (dtype, T)))
+                    if y.shape != ref.shape:
+                        raise RuntimeError("shape %s, expected %s" % (y.shape, ref.shape))
+                    err = float(np.max(np.abs(y.astype(np.float64) - ref)))
+                    scale = float(np.max(np.abs(ref)))
+                    tol = TOL[(a.target, dtype)]
+                    ok = err <= tol * scale
+                    print("%-4s %-32s max|err| = %.3e = %.2e x max|y| (tolerance %.0e)"
+                          % ("ok" if ok else "FAIL", case, err, err / scale, tol))
+                    if not ok:
+                        failed.append(case)
+                    else:
+                        passed += 1
+                except Exception as e:  # report and go on with the other cases
+                    print("FAIL %s: %s" % (case, e))
+                    failed.append(case)
+    print("%d passed, %d failed" % (passed, len(failed)))
+    return 1 if failed or passed == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+/* Unit tests of moe_import_hf: for every fixture config the generated .moe
+ * binds exactly the MoE block's tensors of the fixture checkpoint, with the
+ * declared shapes; unsupported types and dense layers are clear errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moec/io.h"
+
+#define FIX MOEC_SOURCE_DIR "/tests/fixtures/hf/"
+static const char *const fams[] = {"mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "llama4"};
+#define NFAMS (sizeof fams / sizeof *fams)
+
+typedef struct dimtab {
+	char name[16][16];
+	int64_t val[16];
+	int n;
+} dimtab;
+
+static int64_t dim_of(const dimtab *d, const char *s, size_t n)
+{
+	if (isdigit((unsigned char)*s))
+		return strtoll(s, NULL, 10);
+	for (int i = 0; i < d->n; i++)
+		if (strlen(d->name[i]) == n && !strncmp(d->name[i], s, n))
+			return d->val[i];
+	fail_msg("unknown dim %.*s", (int)n, s);
+	return -1;
+}
+
+/* "A = 3, B = 2 * A, C = A / B" (one operator at most) */
+static void read_dims(dimtab *d, const char *line)
+{
+	const char *p = line;
+	while (*p && *p != '\n' && *p != '#') {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (!isalpha((unsigned char)*p))
+			break;
+		const char *nm = p;
+		while (isalnum((unsigned char)*p))
+			p++;
+		size_t nl = (size_t)(p - nm);
+		while (*p == ' ' || *p == '=')
+			p++;
+		const char *a = p;
+		while (isalnum((unsigned char)*p))
+			p++;
+		int64_t v = dim_of(d, a, (size_t)(p - a));
+		while (*p == ' ')
+			p++;
+		if (*p == '*' || *p == '/') {
+			char op = *p++;
+			while (*p == ' ')
+				p++;
+			const char *b = p;
+			while (isalnum((unsigned char)*p))
+				p++;
+			int64_t w = dim_of(d, b, (size_t)(p - b));
+			v = op == '*' ? v * w : v / w;
+		}
+		memcpy(d->name[d->n], nm, nl);
+		d->name[d->n][nl] = 0;
+		d->val[d->n++] = v;
+	}
+}
+
+/* source with {layer} -> 0 and {e} -> e */
+static void expand(char *out, size_t n, const char *src, size_t len, int e)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < len && o + 8 < n;) {
+		if (!strncmp(src + i, "{layer}", 7)) {
+			o += (size_t)snprintf(out + o, n - o, "0");
+			i += 7;
+		} else if (!strncmp(src + i, "{e}", 3)) {
+			o += (size_t)snprintf(out + o, n - o, "%d", e);
+			i += 3;
+		} else {
+			out[o++] = src[i++];
+		}
+	}
+	out[o] = 0;
+}
+
+static void check_family(const char *fam)
+{
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char p[512];
+	snprintf(p, sizeof p, FIX "%s/config.json", fam);
+	moe_import_opts o = {0, 5, 16, MOE_F32, NULL};
+	char *text = NULL;
+	assert_int_equal(moe_import_hf(c, p, &o, &text), MOE_OK);
+	assert_non_null(text);
+	snprintf(p, sizeof p, FIX "%s/model.safetensors", fam);
+	moe_safetensors *st = moe_safetensors_open(c, p);
+	assert_non_null(st);
+	size_t n = moe_safetensors_count(st);
+	bool *used = calloc(n, sizeof *used);
+	dimtab d = {.n = 0};
+	for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+		while (*line == ' ')
+			line++;
+		if (!strncmp(line, "dim ", 4))
+			read_dims(&d, line + 4);
+		if (strncmp(line, "weight ", 7))
+			continue;
+		/* weight NAME : [dtype][DIMS] = "SOURCE" */
+		const char *lb = strchr(line, '['), *rb = strchr(line, ']'), *q1 = strchr(line, '"');
+		assert_non_null(lb);
+		assert_non_null(q1);
+		const char *q2 = strchr(q1 + 1, '"');
+		int64_t shape[8];
+		int rank = 0;
+		for (const char *s = lb + 1; s < rb;) {
+			while (*s == ' ' || *s == ',')
+				s++;
+			const char *b = s;
+			while (isalnum((unsigned char)*s))
+				s++;
+			shape[rank++] = dim_of(&d, b, (size_t)(s - b));
+		}
+		bool stacked = false;
+		for (const char *s = q1; s + 3 <= q2; s++)
+			stacked |= !strncmp(s, "{e}", 3);
+		int count = stacked ? (int)shape[0] : 1;
+		for (int e = 0; e < count; e++) {
+			char name[256];
+			expand(name, sizeof name, q1 + 1, (size_t)(q2 - q1 - 1), e);
+			const moe_st_tensor *t = moe_safetensors_find(st, name);
+			if (!t)
+				fail_msg("%s: generated source '%s' is not in the checkpoint", fam, name);
+			int pr = stacked ? rank - 1 : rank;
+			assert_int_equal(t->rank, pr);
+			for (int i = 0; i < pr; i++)
+				if (t->shape[i] != shape[i + stacked])
+					fail_msg("%s: '%s' dim %d is %lld, .moe says %lld", fam, name, i, (long long)t->shape[i],
+						(long long)shape[i + stacked]);
+			used[t - moe_safetensors_at(st, 0)] = true;
+		}
+	}
+	/* every tensor of the MoE block is bound */
+	for (size_t i = 0; i < n; i++) {
+		const char *nm = moe_safetensors_at(st, i)->name;
+		bool block = !strncmp(nm, "model.layers.0.", 15) &&
+			(strstr(nm, ".mlp.") || strstr(nm, ".block_sparse_moe.") || strstr(nm, ".feed_forward."));
+		if (block && !used[i])
+			fail_msg("%s: checkpoint tensor '%s' is not bound by the generated .moe", fam, nm);
+	}
+	free(used);
+	moe_safetensors_close(st);
+	moe_free(c, text);
+	assert_int_equal(moe_error_count(c), 0);
+	moe_ctx_free(c);
+}
+
+static void test_fixture_configs(void **st)
+{
+	(void)st;
+	for (size_t i = 0; i < NFAMS; i++)
+		check_family(fams[i]);
+}
+
+static char *gen(moe_ctx *c, const char *json, int layer, moe_dtype dt, moe_status want)
+{
+	moe_import_opts o = {layer, 4, 8, dt, NULL};
+	char *text = NULL;
+	moe_status s = moe_import_hf_text(c, "config.json", json, strlen(json), &o, &text);
+	if (s != want)
+		fail_msg("status %d, wanted %d", s, want);
+	return text;
+}
+
+static void expect_error(const char *json, int layer, moe_status want, const char *needle)
+{
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char *t = gen(c, json, layer, MOE_F32, want);
+	assert_null(t);
+	const char *msg;
+	moe_loc loc;
+	assert_true(moe_error_count(c) > 0);
+	moe_diag_get(c, 0, NULL, &loc, &msg);
+	if (!strstr(msg, needle))
+		fail_msg("message '%s' lacks '%s'", msg, needle);
+	assert_string_equal(loc.file, "config.json");
+	moe_ctx_free(c);
+}
+
+static void test_errors(void **st)
+{
+	(void)st;
+	expect_error("{\"model_type\":\"llama\"}", 0, MOE_ERR_UNSUPPORTED, "supported: mixtral");
+	expect_error("{\"hidden_size\":8}", 0, MOE_ERR_UNSUPPORTED, "(missing)");
+	expect_error("[1]", 0, MOE_ERR_FORMAT, "not a JSON object");
+	expect_error("{\"model_type\":\"mixtral\",\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+		     "\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "'hidden_size'");
+	expect_error("{\"model_type\":\"mixtral\",\"hidden_size\":8,\"num_local_experts\":4,\"num_experts\":5,"
+		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "disagree");
+	expect_error("{\"model_type\":\"mixtral\",\"hidden_size\":8,\"num_local_experts\":4,"
+		     "\"num_experts_per_tok\":5,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "exceeds");
+	expect_error("{\"model_type\":\"mixtral\",\"hidden_size\":8,\"num_local_experts\":4,\"num_hidden_layers\":2,"
+		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 2, MOE_ERR_INVALID, "does not exist");
+	expect_error("{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"first_k_dense_replace\":3,"
+		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 1, MOE_ERR_INVALID, "first_k_dense_replace");
+	expect_error("{\"model_type\":\"qwen2_moe\",\"hidden_size\":8,\"num_experts\":8,\"mlp_only_layers\":[0,1],"
+		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8,\"shared_expert_intermediate_size\":8}", 1,
+		MOE_ERR_INVALID, "mlp_only_layers");
+	expect_error("{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"decoder_sparse_step\":2,"
+		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_ERR_INVALID, "decoder_sparse_step");
+	expect_error("{\"model_type\":\"llama4\",\"text_config\":{\"model_type\":\"llama4_text\",\"hidden_size\":8,"
+		     "\"num_local_experts\":4,\"num_experts_per_tok\":1,\"intermediate_size\":8,\"moe_layers\":[1,3]}}", 0,
+		MOE_ERR_INVALID, "moe_layers");
+	expect_error("{\"model_type\":\"llama4_text\",\"hidden_size\":8,\"num_local_experts\":4,\"num_experts_per_tok\":1,"
+		     "\"intermediate_size\":8,\"interleave_moe_layer_step\":2}", 0, MOE_ERR_INVALID, "interleave_moe_layer_step");
+	expect_error("{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":3,"
+		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_ERR_INVALID, "divisible");
+	expect_error("{\"model_type\":\"olmoe\",\"hidden_size\":8,\"num_experts\":8,\"hidden_act\":\"relu2\","
+		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "hidden_act");
+	expect_error("{\"model_type\":\"olmoe\",\"hidden_size\":8.5,\"num_experts\":8,"
+		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "integer");
+}
+
+static void test_variants(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	/* nested Llama 4: text_config and the multimodal checkpoint prefix */
+	char *t = gen(c, "{\"model_type\":\"llama4\",\"text_config\":{\"model_type\":\"llama4_text\",\"hidden_size\":8,"
+			 "\"num_local_experts\":4,\"num_experts_per_tok\":1,\"intermediate_size\":8,\"moe_layers\":[0]}}",
+		0, MOE_BF16, MOE_OK);
+	assert_non_null(strstr(t, "\"language_model.model.layers.{layer}.feed_forward.experts.gate_up_proj\""));
+	assert_non_null(strstr(t, "weight_on=\"input\""));
+	assert_non_null(strstr(t, "dtype bf16"));
+	assert_non_null(strstr(t, "f32)), bf16)"));
+	moe_free(c, t);
+	/* Qwen3 in bf16: router weights cast back to the layer dtype; gelu_pytorch_tanh */
+	t = gen(c, "{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"norm_topk_prob\":true,"
+		   "\"hidden_act\":\"gelu_pytorch_tanh\",\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}",
+		3, MOE_BF16, MOE_OK);
+	assert_non_null(strstr(t, "w      = cast(top_n, bf16)"));
+	assert_non_null(strstr(t, "act=\"geglu_tanh\""));
+	assert_non_null(strstr(t, "param layer = 3"));
+	moe_free(c, t);
+	/* DeepSeek without group limits, no renormalisation, router in f32 */
+	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":1,"
+		   "\"topk_group\":1,\"norm_topk_prob\":false,\"routed_scaling_factor\":1,\"n_shared_experts\":2,"
+		   "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_BF16, MOE_OK);
+	assert_null(strstr(t, "reshape"));
+	assert_non_null(strstr(t, "w      = sw * 1.0"));
+	assert_non_null(strstr(t, "dim S = 16"));
+	assert_non_null(strstr(t, "weight router             : f32[E, D]"));
+	moe_free(c, t);
+	/* gpt-oss limit */
+	t = gen(c, "{\"model_type\":\"gpt_oss\",\"hidden_size\":8,\"num_local_experts\":4,\"swiglu_limit\":5,"
+		   "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_F32, MOE_OK);
+	assert_non_null(strstr(t, "limit=5.0"));
+	moe_free(c, t);
+	/* an explicit prefix */
+	moe_import_opts o = {0, 4, 8, MOE_F32, "blocks.{layer}."};
+	const char *js = "{\"model_type\":\"olmoe\",\"hidden_size\":8,\"num_experts\":8,\"num_experts_per_tok\":2,"
+			 "\"intermediate_size\":8}";
+	assert_int_equal(moe_import_hf_text(c, "c.json", js, strlen(js), &o, &t), MOE_OK);
+	assert_non_null(strstr(t, "\"blocks.{layer}.mlp.gate.weight\""));
+	moe_free(c, t);
+	assert_int_equal(moe_error_count(c), 0);
+	moe_ctx_free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fixture_configs),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_variants),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
