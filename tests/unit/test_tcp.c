@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "moec/passes.h"
 #include "moec/runtime.h"
 #include "moec/tcp.h"
@@ -404,6 +406,32 @@ static void test_timing_only_same_cycles(void **st)
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 11);
 	assert_true(sim_time(ctx, p, b, NULL, 0) == sim_time(ctx, p, b, NULL, 1));
+	/* the trace is Chrome trace-event JSON with one event per command */
+	char path[] = "/tmp/moec_tcp_traceXXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	moe_tcp_run_opts o = {0};
+	o.trace_path = path;
+	moe_tcp_stats s;
+	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &s), MOE_OK);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	rewind(f);
+	char *txt = malloc((size_t)n + 1);
+	assert_int_equal(fread(txt, 1, (size_t)n, f), (size_t)n);
+	txt[n] = 0;
+	fclose(f);
+	remove(path);
+	cJSON *j = cJSON_Parse(txt);
+	assert_non_null(j);
+	cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
+	assert_true(cJSON_IsArray(ev));
+	assert_int_equal(cJSON_GetArraySize(ev), s.commands + 4); /* + one name per context */
+	cJSON_Delete(j);
+	free(txt);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
 	moe_module_free(m);
