@@ -114,7 +114,7 @@ w(f"| run | {E_.get('date_utc', '?')} .. {E_.get('date_end_utc', '?')} (mode `{E
 for k in sorted(E_):
     if k.startswith("remeasured_"):
         w(f"| section `{k[11:]}` re-measured | {E_[k]} (`bench/run --only=...`); dates in its command blocks |")
-w(f"| commit | `{E_.get('commit', '?')[:12]}` {E_.get('commit_subject', '')}"
+w(f"| commit (full run) | `{E_.get('commit', '?')[:12]}` {E_.get('commit_subject', '')}"
   f"{' (plus uncommitted changes)' if E_.get('dirty', '0') not in ('0', '') else ''} |")
 w(f"| machine | {E_.get('cpu', '?')}, {E_.get('nproc')} CPUs (nproc), {mem_gib:.1f} GiB RAM, Linux {E_.get('kernel')} |")
 w(f"| tools | {E_.get('cc')}; PyTorch {E_.get('torch')} (/usr/bin/python3); moec built {E_.get('build_type') or 'RelWithDebInfo (CMakeLists default)'}; the layer code itself is JIT-compiled at O3 |")
@@ -487,12 +487,12 @@ for T in (1, 4096):
         worst = max(j["roofline_ratio"] for _, j in got)
         row(f"TCP simulated time <= 1.25x roofline at T={T}",
             "; ".join(f"{LABEL[m]}: {j['roofline_ratio']:.2f}x" for m, j in got) +
-            (f"; {', '.join(LABEL[m] for m, _ in bad)}: simulator fault" if bad else "") +
+            (f"; {', '.join(LABEL[m] for m, _ in bad)}: compile or run failed" if bad else "") +
             "; other layers not run (no checkpoint)",
             "met" if worst <= 1.25 and not bad else f"**missed** (x{worst / 1.25:.1f} over the target)")
     else:
         row(f"TCP simulated time <= 1.25x roofline at T={T}",
-            ("simulator fault: " + "; ".join(f"{LABEL[m]}" for m, _ in bad)) if bad else
+            ("TCP compile or run failed (section 4): " + "; ".join(f"{LABEL[m]}" for m, _ in bad)) if bad else
             "roofline bounds computed (section 4); no simulated time", "**not measured**")
 row("TCP routing share <= 5% at T=4096",
     "the stats JSON has no per-phase split (a --trace Chrome trace per command exists; not yet summed here)"
