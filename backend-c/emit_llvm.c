@@ -82,8 +82,8 @@ typedef struct eml {
 	LLVMValueRef *vars; /* allocas */
 	LLVMValueRef *bufs; /* base pointers */
 	/* [0]: f32 functions, [1]: f64 */
-	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat;
-	LLVMTypeRef t_f1[2], t_sat;
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch;
+	LLVMTypeRef t_f1[2], t_sat, t_prefetch;
 } eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
@@ -384,6 +384,15 @@ static void dot(eml *E, const cg_dot *t)
 		dloop lk;
 		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K16, 0));
 		LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
+		/* the rows of the next tile start cold in every page: prefetch them a
+		 * tile ahead (a hint only; past the buffer it is dropped harmlessly) */
+		for (int j = 0; j < DOT_LANES; j++) {
+			LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
+				LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
+			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, E->bufs[t->wbuf], &ix, 1, "");
+			LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
+			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+		}
 		for (int j = 0; j < DOT_LANES; j++) {
 			LLVMValueRef v = LLVMBuildLoad2(b, vw, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
 			LLVMSetAlignment(v, bf ? 2 : 4);
@@ -540,6 +549,9 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 		E->f_fabs[w] = declare(E, names[5][w], E->t_f1[w]);
 	}
 	E->f_sat = declare(E, "llvm.fptosi.sat.i32.f32", E->t_sat);
+	LLVMTypeRef pf[4] = {E->ptr, E->i32, E->i32, E->i32};
+	E->t_prefetch = LLVMFunctionType(LLVMVoidTypeInContext(c), pf, 4, 0);
+	E->f_prefetch = declare(E, "llvm.prefetch.p0", E->t_prefetch);
 
 	char sym[200];
 	/* size_t moe_L_workspace_size(void) */
@@ -597,7 +609,8 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 	LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
 	LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
 	LLVMPassBuilderOptionsSetLoopUnrolling(o, 1);
-	LLVMErrorRef err = LLVMRunPasses(m, "default<O3>", tm, o);
+	const char *pl = getenv("MOEC_EXP_PIPE");
+	LLVMErrorRef err = LLVMRunPasses(m, pl ? pl : "default<O3>", tm, o);
 	LLVMDisposePassBuilderOptions(o);
 	if (err)
 		return diag_err(p->ctx, "optimisation failed", err);
