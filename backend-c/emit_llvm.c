@@ -609,8 +609,7 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 	LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
 	LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
 	LLVMPassBuilderOptionsSetLoopUnrolling(o, 1);
-	const char *pl = getenv("MOEC_EXP_PIPE");
-	LLVMErrorRef err = LLVMRunPasses(m, pl ? pl : "default<O3>", tm, o);
+	LLVMErrorRef err = LLVMRunPasses(m, "default<O3>", tm, o);
 	LLVMDisposePassBuilderOptions(o);
 	if (err)
 		return diag_err(p->ctx, "optimisation failed", err);

@@ -23,6 +23,7 @@ typedef struct lw {
 	int64_t *life0, *life1; /* per buffer: first and last node using it */
 	uint32_t lifecap;
 	bool *fused;     /* per node: a gather read in place by its einsum users */
+	bool *nozero;    /* per node: its masked-out elements are never read, so not written */
 } lw;
 
 /* ---------------- construction helpers ---------------- */
@@ -427,7 +428,7 @@ static cg_block *nest(lw *L, cg_block *b, const ir_node *n, int buf, int depth, 
 			hi = vr(L, cnt);
 		}
 		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), hi);
-		if (cnt >= 0) {
+		if (cnt >= 0 && !L->nozero[L->cur]) {
 			/* elements of skipped rows are 0 */
 			cg_expr *slab = d == 0 ? NULL : mul64(L, vr(L, iv[0]), s[0]);
 			cg_expr *from = add64(L, slab, mul64(L, vr(L, cnt), s[d]));
@@ -1143,7 +1144,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			set(L, in, cnt, clamp_count(L, ld(L, p->node_buf[n->valid], ic(L, 0)), E.size[l]));
 			hi = vr(L, cnt);
 			cg_block *body = loopv(L, in, &lv[l], ic(L, 0), hi);
-			zero_range(L, in, out, mul64(L, vr(L, cnt), os[0]), ic(L, ir_numel(n)));
+			if (!L->nozero[L->cur])
+				zero_range(L, in, out, mul64(L, vr(L, cnt), os[0]), ic(L, ir_numel(n)));
 			in = body;
 			continue;
 		}
@@ -1158,8 +1160,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		/* zero rows m0 >= mcnt of this batch element's output slab */
 		cg_expr *slab = gb.n ? mul64(L, vr(L, lv[gb.l[0]]), os[0]) : NULL;
 		int64_t rowst = E.ost[m0];
-		zero_range(L, in, out, add64(L, slab, mul64(L, vr(L, mcnt), rowst)),
-			add64(L, slab, ic(L, E.size[m0] * rowst)));
+		if (!L->nozero[L->cur])
+			zero_range(L, in, out, add64(L, slab, mul64(L, vr(L, mcnt), rowst)),
+				add64(L, slab, ic(L, E.size[m0] * rowst)));
 	} else {
 		set(L, in, mcnt, ic(L, E.size[m0]));
 	}
@@ -1395,10 +1398,12 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	p->weights = ctx_alloc(ctx, nn * sizeof *p->weights);
 	p->masks = ctx_alloc(ctx, nn * sizeof *p->masks);
 	p->noutputs = g->nout;
-	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL};
+	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL};
 	int64_t end = (int64_t)g->nnodes;
 	L.fused = ctx_alloc(ctx, nn * sizeof *L.fused);
 	memset(L.fused, 0, nn * sizeof *L.fused);
+	L.nozero = ctx_alloc(ctx, nn * sizeof *L.nozero);
+	memset(L.nozero, 0, nn * sizeof *L.nozero);
 
 	/* first output occurrence of each node */
 	int64_t *outpos = ctx_alloc(ctx, nn * sizeof *outpos);
@@ -1407,6 +1412,38 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	for (uint32_t j = 0; j < g->nout; j++)
 		if (outpos[g->outputs[j]] < 0)
 			outpos[g->outputs[j]] = j;
+
+	/* masked nodes whose users read only their valid elements: elementwise
+	 * users of the same shape and mask, and einsums with the same row mask
+	 * reading them once with the output's two leading letters */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		L.nozero[i] = n->valid != MOE_NONE && outpos[i] < 0 && (ir_ops[n->op].flags & OPF_ELEM || n->op == MOE_OP_EINSUM);
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *u = N(g, i);
+		for (uint32_t a = 0; a < u->nargs; a++) {
+			moe_id x = u->args[a];
+			if (x == MOE_NONE || !L.nozero[x])
+				continue;
+			const ir_node *n = N(g, x);
+			bool ok = false;
+			if (u->valid == n->valid && ir_ops[u->op].flags & OPF_ELEM)
+				ok = ir_same_shape(u, n);
+			else if (u->valid == n->valid && u->op == MOE_OP_EINSUM && N(g, u->valid)->rank == 1 && n->rank >= 2) {
+				ir_einsum e;
+				char msg[160];
+				ok = ir_einsum_parse(ir_attr_str(u, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 2 &&
+				     e.in[a][0] == e.out[0] && e.in[a][1] == e.out[1];
+				for (uint32_t b2 = 0; b2 < u->nargs; b2++)
+					ok &= b2 == a || u->args[b2] != x;
+			}
+			if (!ok)
+				L.nozero[x] = false;
+		}
+		if (u->valid != MOE_NONE && L.nozero[u->valid])
+			L.nozero[u->valid] = false;
+	}
 
 	/* gathers whose every user is an einsum reading them in place */
 	{
@@ -1542,6 +1579,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	}
 	ctx_free(ctx, outpos, nn * sizeof *outpos);
 	ctx_free(ctx, L.fused, nn * sizeof *L.fused);
+	ctx_free(ctx, L.nozero, nn * sizeof *L.nozero);
 	if (bad) {
 		ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
 		ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));

@@ -362,7 +362,10 @@ static void test_fused_gather_dot(void **state)
 			 "  %13 = einsum(%0, %12) valid(%3) {eq=\"gbd,gfd->gbf\"} : bf16[5, 6, 21]\n"
 			 "  %14 = gather(%9, %2) valid(%3) {axis=0} : f32[5, 40, 21]\n"
 			 "  %15 = einsum(%8, %14) {eq=\"gbf,gdf->gdb\"} : f32[5, 40, 6]\n"
-			 "  output %6, %7, %11, %13, %14, %15\n"
+			 "  %16 = sigmoid(%8) valid(%4) : f32[5, 6, 21]\n"
+			 "  %17 = mul(%16, %8) valid(%4) : f32[5, 6, 21]\n"
+			 "  %18 = einsum(%17, %10) valid(%4) {eq=\"gbf,gdf->gbd\"} : f32[5, 6, 40]\n"
+			 "  output %6, %7, %11, %13, %14, %15, %18\n"
 			 "}\n",
 		8);
 }
