@@ -54,7 +54,22 @@ struct cg_expr {
 	cg_expr *a, *b, *c;
 };
 
-typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT } cg_sk;
+typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT, CS_DOT } cg_sk;
+
+/* CS_DOT: a tile of DOT_LANES dot products sharing their rows of A, each
+ * summed exactly like the generic loop (f32, from -0.0, k ascending, every
+ * product rounded before it is added):
+ *   for r < rows, j < DOT_LANES, jj = min(j, lanes - 1):
+ *     dst[di + r*DOT_LANES + j] = sum_{k < K} A[ai + r*astride + k] * W[wi + jj*wstride + k]
+ * A and dst are f32 buffers, W an f32 or bf16 buffer (widened on load); lanes
+ * >= 1. The LLVM emitter loads DOT_LANES rows of W, transposes them in
+ * registers and vectorises across the lanes; the C emitter writes the loops. */
+enum { DOT_LANES = 16 };
+typedef struct cg_dot {
+	int abuf, wbuf, dbuf;
+	struct cg_expr *rows, *lanes, *ai, *wi, *di; /* I64 */
+	int64_t K, astride, wstride;
+} cg_dot;
 
 typedef struct cg_stmt cg_stmt;
 typedef struct cg_block {
@@ -72,6 +87,7 @@ struct cg_stmt {
 	cg_block body;   /* FOR body; IF then */
 	cg_block els;    /* IF else */
 	const char *comment; /* printed above the statement in C */
+	cg_dot *dot;         /* DOT */
 };
 
 /* Where a buffer lives. */

@@ -233,6 +233,47 @@ static void indent(FILE *o, int d)
 		fputc('\t', o);
 }
 
+/* CS_DOT as plain loops (cgen.h gives the semantics). */
+static void dot(emc *c, const cg_dot *t, int d)
+{
+	FILE *o = c->o;
+	bool bf = c->p->bufs[t->wbuf].dtype == MOE_BF16;
+	fprintf(o, "{\n");
+	indent(o, d + 1);
+	fprintf(o, "const int64_t rows = ");
+	ex(c, t->rows);
+	fprintf(o, ", last = ");
+	ex(c, t->lanes);
+	fprintf(o, " - 1, ai = ");
+	ex(c, t->ai);
+	fprintf(o, ", wi = ");
+	ex(c, t->wi);
+	fprintf(o, ", di = ");
+	ex(c, t->di);
+	fprintf(o, ";\n");
+	indent(o, d + 1);
+	fprintf(o, "for (int64_t r = 0; r < rows; r++)\n");
+	indent(o, d + 2);
+	fprintf(o, "for (int64_t j = 0; j < %d; j++) {\n", DOT_LANES);
+	indent(o, d + 3);
+	fprintf(o, "const float *a = b%d + ai + r * INT64_C(%lld);\n", t->abuf, (long long)t->astride);
+	indent(o, d + 3);
+	fprintf(o, "const %s *w = b%d + wi + (j < last ? j : last) * INT64_C(%lld);\n", bf ? "uint16_t" : "float",
+		t->wbuf, (long long)t->wstride);
+	indent(o, d + 3);
+	fprintf(o, "float s = moe_f32_of_bits(0x80000000u);\n");
+	indent(o, d + 3);
+	fprintf(o, "for (int64_t k = 0; k < INT64_C(%lld); k++)\n", (long long)t->K);
+	indent(o, d + 4);
+	fprintf(o, bf ? "s = s + a[k] * moe_ld_bf16(w[k]);\n" : "s = s + a[k] * w[k];\n");
+	indent(o, d + 3);
+	fprintf(o, "b%d[di + r * %d + j] = s;\n", t->dbuf, DOT_LANES);
+	indent(o, d + 2);
+	fprintf(o, "}\n");
+	indent(o, d);
+	fprintf(o, "}\n");
+}
+
 static void block(emc *c, const cg_block *b, int d)
 {
 	FILE *o = c->o;
@@ -282,6 +323,7 @@ static void block(emc *c, const cg_block *b, int d)
 			fprintf(o, "}\n");
 			break;
 		case CS_FAULT: fprintf(o, "return %d;\n", s->code); break;
+		case CS_DOT: dot(c, s->dot, d); break;
 		}
 	}
 }

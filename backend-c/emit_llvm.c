@@ -82,8 +82,8 @@ typedef struct eml {
 	LLVMValueRef *vars; /* allocas */
 	LLVMValueRef *bufs; /* base pointers */
 	/* [0]: f32 functions, [1]: f64 */
-	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat;
-	LLVMTypeRef t_f1[2], t_sat;
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch;
+	LLVMTypeRef t_f1[2], t_sat, t_prefetch;
 } eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
@@ -264,6 +264,177 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 
 static void block(eml *E, const cg_block *blk);
 
+/* ---- CS_DOT: counted loops with phi induction variables ---- */
+
+typedef struct dloop {
+	LLVMBasicBlockRef head, exit;
+	LLVMValueRef iv;
+} dloop;
+
+static LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef hi)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+	l->head = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.head");
+	LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.body");
+	l->exit = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.exit");
+	LLVMBuildBr(b, l->head);
+	LLVMPositionBuilderAtEnd(b, l->head);
+	l->iv = LLVMBuildPhi(b, E->i64, "");
+	LLVMAddIncoming(l->iv, &lo, &pre, 1);
+	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, l->iv, hi, ""), body, l->exit);
+	LLVMPositionBuilderAtEnd(b, body);
+	return l->iv;
+}
+
+static void dloop_end(eml *E, dloop *l, int64_t step)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef next = LLVMBuildAdd(b, l->iv, LLVMConstInt(E->i64, (unsigned long long)step, 0), "");
+	LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+	LLVMBuildBr(b, l->head);
+	LLVMAddIncoming(l->iv, &next, &cur, 1);
+	LLVMPositionBuilderAtEnd(b, l->exit);
+}
+
+static LLVMValueRef splat32(eml *E, LLVMTypeRef elt, uint64_t v)
+{
+	LLVMValueRef c[DOT_LANES];
+	for (int i = 0; i < DOT_LANES; i++)
+		c[i] = LLVMConstInt(elt, v, 0);
+	return LLVMConstVector(c, DOT_LANES);
+}
+
+/* widen a vector of bf16 (i16) or f32 to f32 lanes, quieting signalling NaNs
+ * exactly like the scalar load */
+static LLVMValueRef dot_widen(eml *E, LLVMValueRef v, bool bf)
+{
+	if (!bf)
+		return v;
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
+	LLVMValueRef h = LLVMBuildZExt(b, v, vi, "");
+	LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, splat32(E, E->i32, 0x7fffu), ""),
+		splat32(E, E->i32, 0x7f80u), "");
+	LLVMValueRef u = LLVMBuildShl(b, h, splat32(E, E->i32, 16), "");
+	u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, splat32(E, E->i32, 0x00400000u), splat32(E, E->i32, 0), ""), "");
+	return LLVMBuildBitCast(b, u, LLVMVectorType(E->f32, DOT_LANES), "");
+}
+
+static LLVMValueRef dot_splat(eml *E, LLVMValueRef x)
+{
+	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
+	LLVMValueRef v = LLVMBuildInsertElement(E->b, LLVMGetUndef(vf), x, LLVMConstInt(E->i32, 0, 0), "");
+	LLVMValueRef z[DOT_LANES];
+	for (int i = 0; i < DOT_LANES; i++)
+		z[i] = LLVMConstInt(E->i32, 0, 0);
+	return LLVMBuildShuffleVector(E->b, v, LLVMGetUndef(vf), LLVMConstVector(z, DOT_LANES), "");
+}
+
+/* for r < rows: acc = dst row r; acc += splat(A[r, k0 + kk]) * col[kk] for kk < n; store */
+static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef di, LLVMValueRef k0,
+	LLVMValueRef *col, int n)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
+	dloop lr;
+	LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
+	LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
+	LLVMValueRef dp = elem_ptr(E, t->dbuf, di_r);
+	LLVMValueRef acc = LLVMBuildLoad2(b, vf, dp, "");
+	LLVMSetAlignment(acc, 4);
+	LLVMValueRef abase = LLVMBuildAdd(b, ai,
+		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
+	for (int kk = 0; kk < n; kk++) {
+		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)kk, 0), "");
+		LLVMValueRef a = LLVMBuildLoad2(b, E->f32, elem_ptr(E, t->abuf, ix), "");
+		acc = LLVMBuildFAdd(b, acc, LLVMBuildFMul(b, dot_splat(E, a), col[kk], ""), "");
+	}
+	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
+	LLVMSetAlignment(stv, 4);
+	dloop_end(E, &lr, 1);
+}
+
+static void dot(eml *E, const cg_dot *t)
+{
+	LLVMBuilderRef b = E->b;
+	bool bf = E->p->bufs[t->wbuf].dtype == MOE_BF16;
+	LLVMTypeRef welt = bf ? E->i16 : E->f32, vf = LLVMVectorType(E->f32, DOT_LANES);
+	LLVMTypeRef vw = LLVMVectorType(welt, DOT_LANES);
+	LLVMValueRef rows = ex(E, t->rows), lanes = ex(E, t->lanes), ai = ex(E, t->ai), wi = ex(E, t->wi),
+		     di = ex(E, t->di);
+	LLVMValueRef last = LLVMBuildSub(b, lanes, LLVMConstInt(E->i64, 1, 0), "");
+	LLVMValueRef wrow[DOT_LANES]; /* element index of each lane's row of W */
+	for (int j = 0; j < DOT_LANES; j++) {
+		LLVMValueRef jj = LLVMConstInt(E->i64, (unsigned long long)j, 0);
+		LLVMValueRef lane = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, jj, last, ""), jj, last, "");
+		wrow[j] = LLVMBuildAdd(b, wi, LLVMBuildMul(b, lane, LLVMConstInt(E->i64, (unsigned long long)t->wstride, 0), ""), "");
+	}
+	{ /* every accumulator starts at -0.0 */
+		dloop lr;
+		LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
+		LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
+		LLVMValueRef st = LLVMBuildStore(b, LLVMBuildBitCast(b, splat32(E, E->i32, 0x80000000u), vf, ""),
+			elem_ptr(E, t->dbuf, di_r));
+		LLVMSetAlignment(st, 4);
+		dloop_end(E, &lr, 1);
+	}
+	int64_t K16 = t->K / DOT_LANES * DOT_LANES;
+	if (K16 > 0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
+		dloop lk;
+		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K16, 0));
+		LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
+		/* the rows of the next tile start cold in every page: prefetch them a
+		 * tile ahead (a hint only; past the buffer it is dropped harmlessly) */
+		for (int j = 0; j < DOT_LANES; j++) {
+			LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
+				LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
+			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, E->bufs[t->wbuf], &ix, 1, "");
+			LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
+			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+		}
+		for (int j = 0; j < DOT_LANES; j++) {
+			LLVMValueRef v = LLVMBuildLoad2(b, vw, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
+			LLVMSetAlignment(v, bf ? 2 : 4);
+			m[j] = dot_widen(E, v, bf);
+		}
+		/* swap bit s of the row index with bit s of the column index, s = 3..0 */
+		LLVMValueRef *src = m, *dst = tt;
+		for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
+			LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
+			for (int k = 0; k < DOT_LANES; k++) {
+				mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
+				mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
+			}
+			LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
+			for (int p = 0; p < DOT_LANES; p++) {
+				if (p & d)
+					continue;
+				dst[p] = LLVMBuildShuffleVector(b, src[p], src[p | d], cp, "");
+				dst[p | d] = LLVMBuildShuffleVector(b, src[p], src[p | d], cq, "");
+			}
+			LLVMValueRef *x = src;
+			src = dst;
+			dst = x;
+		}
+		dot_rows(E, t, rows, ai, di, k0, src, DOT_LANES);
+		dloop_end(E, &lk, DOT_LANES);
+	}
+	if (K16 < t->K) { /* the last k, one column at a time */
+		dloop lk;
+		LLVMValueRef k = dloop_begin(E, &lk, LLVMConstInt(E->i64, (unsigned long long)K16, 0),
+			LLVMConstInt(E->i64, (unsigned long long)t->K, 0));
+		LLVMValueRef v = LLVMGetUndef(vw);
+		for (int j = 0; j < DOT_LANES; j++) {
+			LLVMValueRef x = LLVMBuildLoad2(b, welt, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k, "")), "");
+			v = LLVMBuildInsertElement(b, v, x, LLVMConstInt(E->i32, (unsigned long long)j, 0), "");
+		}
+		LLVMValueRef col = dot_widen(E, v, bf);
+		dot_rows(E, t, rows, ai, di, k, &col, 1);
+		dloop_end(E, &lk, 1);
+	}
+}
+
 static LLVMBasicBlockRef bb(eml *E, const char *name)
 {
 	return LLVMAppendBasicBlockInContext(E->c, E->fn, name);
@@ -326,6 +497,7 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMBuildRet(b, ci32(E, (uint32_t)s->code));
 		LLVMPositionBuilderAtEnd(b, bb(E, "dead"));
 		break;
+	case CS_DOT: dot(E, s->dot); break;
 	}
 }
 
@@ -377,6 +549,9 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 		E->f_fabs[w] = declare(E, names[5][w], E->t_f1[w]);
 	}
 	E->f_sat = declare(E, "llvm.fptosi.sat.i32.f32", E->t_sat);
+	LLVMTypeRef pf[4] = {E->ptr, E->i32, E->i32, E->i32};
+	E->t_prefetch = LLVMFunctionType(LLVMVoidTypeInContext(c), pf, 4, 0);
+	E->f_prefetch = declare(E, "llvm.prefetch.p0", E->t_prefetch);
 
 	char sym[200];
 	/* size_t moe_L_workspace_size(void) */

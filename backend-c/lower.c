@@ -22,6 +22,8 @@ typedef struct lw {
 	moe_id cur;      /* node being lowered */
 	int64_t *life0, *life1; /* per buffer: first and last node using it */
 	uint32_t lifecap;
+	bool *fused;     /* per node: a gather read in place by its einsum users */
+	bool *nozero;    /* per node: its masked-out elements are never read, so not written */
 } lw;
 
 /* ---------------- construction helpers ---------------- */
@@ -426,7 +428,7 @@ static cg_block *nest(lw *L, cg_block *b, const ir_node *n, int buf, int depth, 
 			hi = vr(L, cnt);
 		}
 		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), hi);
-		if (cnt >= 0) {
+		if (cnt >= 0 && !L->nozero[L->cur]) {
 			/* elements of skipped rows are 0 */
 			cg_expr *slab = d == 0 ? NULL : mul64(L, vr(L, iv[0]), s[0]);
 			cg_expr *from = add64(L, slab, mul64(L, vr(L, cnt), s[d]));
@@ -688,6 +690,23 @@ static int checked_index(lw *L, cg_block *b, cg_expr *v32, int64_t n)
 	cg_expr *ok = bin(L, CE_AND, bin(L, CE_GE, vr(L, t), ic(L, 0)), bin(L, CE_LT, vr(L, t), ic(L, n)));
 	fault_unless(L, b, ok, CG_FAULT_INDEX);
 	return t;
+}
+
+/* A gather fused into its einsums: only its index checks remain here (the
+ * faults it would raise), over the blocks its mask computes. */
+static void lower_gather_checks(lw *L, cg_block *b, const ir_node *n)
+{
+	const ir_node *x = nd(L, n->args[0]);
+	cg_expr *hi = ic(L, n->shape[0]);
+	if (n->valid != MOE_NONE) {
+		int cnt = newvar(L, CT_I64);
+		set(L, b, cnt, clamp_count(L, ld(L, L->p->node_buf[n->valid], ic(L, 0)), n->shape[0]));
+		hi = vr(L, cnt);
+	}
+	int g;
+	cg_block *in = loopv(L, b, &g, ic(L, 0), hi);
+	checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], vr(L, g)), x->shape[0]);
+	comment(L, b, "indices of a gather read in place by its einsums");
 }
 
 static void lower_gather(lw *L, cg_block *b, const ir_node *n, int out)
@@ -968,25 +987,29 @@ static void group_add(group *g, int l, int64_t size)
 	g->size *= size;
 }
 
-/* Fast path for float two-operand contractions of the form
- * out[batch.., m.., n..] = sum_k A[..] B[..] (any operand layouts): per batch
- * element the valid A rows are widened to f32 into a packed [M, K] panel and B
- * into [K, NT] column panels; the inner loop runs along a contiguous panel row
- * so it vectorizes across output columns while every output element still
- * accumulates its products in increasing k order, exactly as the generic loop.
- * Returns false when the equation does not fit. */
-static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, const ein *E0)
+/* Role analysis of a float two-operand contraction of the form
+ * out[batch.., m.., n..] = sum_k A[..] B[..] (any operand layouts). */
+typedef struct ein_plan {
+	int ia, ib;
+	char role[26];
+	group gb, gm, gn, gk;
+	bool mask_batch, mask_m;
+} ein_plan;
+
+static bool ein_analyze(lw *L, const ir_node *n, const ein *E0, ein_plan *P)
 {
 	if (E0->e.nin != 2 || !moe_dtype_is_float((moe_dtype)n->dtype))
 		return false;
-	ein E = *E0;
-	int ia = 0, ib = 1;
-	char role[26] = {0};
-	for (int i = 0; i < E.e.nletters; i++) {
-		int l = E.e.letters[i] - 'a';
-		bool a = memchr(E.e.in[0], 'a' + l, (size_t)E.e.rank[0]) != NULL;
-		bool bb = memchr(E.e.in[1], 'a' + l, (size_t)E.e.rank[1]) != NULL;
-		bool o = memchr(E.e.out, 'a' + l, (size_t)E.e.out_rank) != NULL;
+	const ein *E = E0;
+	memset(P, 0, sizeof *P);
+	P->ia = 0;
+	P->ib = 1;
+	char *role = P->role;
+	for (int i = 0; i < E->e.nletters; i++) {
+		int l = E->e.letters[i] - 'a';
+		bool a = memchr(E->e.in[0], 'a' + l, (size_t)E->e.rank[0]) != NULL;
+		bool bb = memchr(E->e.in[1], 'a' + l, (size_t)E->e.rank[1]) != NULL;
+		bool o = memchr(E->e.out, 'a' + l, (size_t)E->e.out_rank) != NULL;
 		if (a && bb && o)
 			role[l] = 'g';
 		else if (a && o)
@@ -1000,53 +1023,113 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	}
 	group gb = {0, {0}, 1}, gm = {0, {0}, 1}, gn = {0, {0}, 1}, gk = {0, {0}, 1};
 	int d = 0;
-	while (d < E.e.out_rank && role[E.e.out[d] - 'a'] == 'g')
-		group_add(&gb, E.e.out[d] - 'a', E.size[E.e.out[d] - 'a']), d++;
-	if (d == E.e.out_rank)
+	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'g')
+		group_add(&gb, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
+	if (d == E->e.out_rank)
 		return false;
-	char first = role[E.e.out[d] - 'a'];
+	char first = role[E->e.out[d] - 'a'];
 	if (first == 'n') { /* B's free letters come first: swap roles (a*b == b*a exactly) */
-		ia = 1;
-		ib = 0;
+		P->ia = 1;
+		P->ib = 0;
 		for (int l = 0; l < 26; l++)
 			role[l] = role[l] == 'm' ? 'n' : role[l] == 'n' ? 'm' : role[l];
 	}
-	while (d < E.e.out_rank && role[E.e.out[d] - 'a'] == 'm')
-		group_add(&gm, E.e.out[d] - 'a', E.size[E.e.out[d] - 'a']), d++;
-	while (d < E.e.out_rank && role[E.e.out[d] - 'a'] == 'n')
-		group_add(&gn, E.e.out[d] - 'a', E.size[E.e.out[d] - 'a']), d++;
-	if (d != E.e.out_rank || gm.n == 0 || gn.n == 0)
+	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'm')
+		group_add(&gm, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
+	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'n')
+		group_add(&gn, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
+	if (d != E->e.out_rank || gm.n == 0 || gn.n == 0)
 		return false;
 	/* k letters in first-seen order: the generic loop's summation order */
-	for (int i = 0; i < E.e.nletters; i++)
-		if (role[E.e.letters[i] - 'a'] == 'k')
-			group_add(&gk, E.e.letters[i] - 'a', E.size[E.e.letters[i] - 'a']);
+	for (int i = 0; i < E->e.nletters; i++)
+		if (role[E->e.letters[i] - 'a'] == 'k')
+			group_add(&gk, E->e.letters[i] - 'a', E->size[E->e.letters[i] - 'a']);
 	if (gk.n == 0 || gn.size < 4)
 		return false;
 	/* masks: scalar on the first batch letter (or on m0 without batch);
 	 * vector over the single batch letter, counting m0 rows */
 	int md = mask_depth(L, n);
-	bool mask_batch = false, mask_m = false;
 	if (md == 1) {
 		if (gb.n >= 1)
-			mask_batch = true;
+			P->mask_batch = true;
 		else
-			mask_m = true;
+			P->mask_m = true;
 	} else if (md == 2) {
 		if (gb.n != 1)
 			return false;
-		mask_m = true;
+		P->mask_m = true;
 	}
+	P->gb = gb;
+	P->gm = gm;
+	P->gn = gn;
+	P->gk = gk;
+	return true;
+}
+
+/* The dot-tile path: one summed letter, contiguous in B. */
+static bool ein_dot_ok(const ein *E, const ein_plan *P)
+{
+	return P->gk.n == 1 && E->st[P->ib][P->gk.l[0]] == 1;
+}
+
+/* Is node g (a gather) read by einsum n as its B operand through a dot tile,
+ * indexing the gathered tensor's first dimension by a batch letter? Then the
+ * einsum reads x[i[g]] directly and the gather is not materialised. */
+static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
+{
+	const ir_node *g = nd(L, gid);
+	if (n->op != MOE_OP_EINSUM || g->op != MOE_OP_GATHER)
+		return false;
+	const ir_node *x = nd(L, g->args[0]), *ix = nd(L, g->args[1]);
+	if (ir_norm_axis((int)ir_attr_int(g, "axis", 0), x->rank) != 0 || ix->rank != 1)
+		return false;
+	if (g->valid != MOE_NONE && nd(L, g->valid)->rank != 0)
+		return false;
+	if (!moe_dtype_is_float((moe_dtype)g->dtype))
+		return false;
+	ein E;
+	ein_plan P;
+	ein_setup(L, n, &E);
+	if (!ein_analyze(L, n, &E, &P) || !ein_dot_ok(&E, &P))
+		return false;
+	if (n->args[P.ib] != gid || n->args[P.ia] == gid)
+		return false;
+	return P.role[E.e.in[P.ib][0] - 'a'] == 'g';
+}
+
+/* Fast path for float two-operand contractions: per batch element the valid
+ * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
+ * contiguous in B, tiles of DOT_LANES output columns are computed by CS_DOT
+ * straight from B (a gathered B operand is read through its index). Otherwise
+ * B is widened into [K, NT] column panels and the inner loop runs along a
+ * contiguous panel row. Either way every output element accumulates its
+ * products in increasing k order, exactly as the generic loop. Returns false
+ * when the equation does not fit. */
+static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, const ein *E0)
+{
+	ein_plan P;
+	if (!ein_analyze(L, n, E0, &P))
+		return false;
+	const ein E = *E0;
+	int ia = P.ia, ib = P.ib;
+	group gb = P.gb, gm = P.gm, gn = P.gn, gk = P.gk;
+	bool mask_batch = P.mask_batch, mask_m = P.mask_m;
+	bool dot = ein_dot_ok(&E, &P);
 
 	cg_prog *p = L->p;
-	int A = p->node_buf[n->args[ia]], B = p->node_buf[n->args[ib]];
+	moe_id bnode = n->args[ib];
+	bool fused = L->fused[bnode];
+	IR_ASSERT(!fused || dot);
+	const ir_node *gnode = fused ? nd(L, bnode) : NULL;
+	int A = p->node_buf[n->args[ia]], B = fused ? p->node_buf[gnode->args[0]] : p->node_buf[bnode];
 	int lv[26];
 	for (int i = 0; i < 26; i++)
 		lv[i] = -1;
 	int64_t M = gm.size, K = gk.size;
 	int lastn = gn.l[gn.n - 1];
-	int64_t NL = E.size[lastn], NT = NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
-	int apan = scratch(L, MOE_F32, M * K), bpan = scratch(L, MOE_F32, K * NT), acc = scratch(L, MOE_F32, M * NT);
+	int64_t NL = E.size[lastn], NT = dot ? DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
+	int apan = scratch(L, MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
+	int acc = scratch(L, MOE_F32, M * NT);
 	int64_t os[MOE_MAX_RANK];
 	strides_of(n, os);
 	int64_t m0rest = M / E.size[gm.l[0]]; /* rows per m0 index */
@@ -1061,7 +1144,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			set(L, in, cnt, clamp_count(L, ld(L, p->node_buf[n->valid], ic(L, 0)), E.size[l]));
 			hi = vr(L, cnt);
 			cg_block *body = loopv(L, in, &lv[l], ic(L, 0), hi);
-			zero_range(L, in, out, mul64(L, vr(L, cnt), os[0]), ic(L, ir_numel(n)));
+			if (!L->nozero[L->cur])
+				zero_range(L, in, out, mul64(L, vr(L, cnt), os[0]), ic(L, ir_numel(n)));
 			in = body;
 			continue;
 		}
@@ -1076,8 +1160,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		/* zero rows m0 >= mcnt of this batch element's output slab */
 		cg_expr *slab = gb.n ? mul64(L, vr(L, lv[gb.l[0]]), os[0]) : NULL;
 		int64_t rowst = E.ost[m0];
-		zero_range(L, in, out, add64(L, slab, mul64(L, vr(L, mcnt), rowst)),
-			add64(L, slab, ic(L, E.size[m0] * rowst)));
+		if (!L->nozero[L->cur])
+			zero_range(L, in, out, add64(L, slab, mul64(L, vr(L, mcnt), rowst)),
+				add64(L, slab, ic(L, E.size[m0] * rowst)));
 	} else {
 		set(L, in, mcnt, ic(L, E.size[m0]));
 	}
@@ -1110,8 +1195,24 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
 		comment(L, bb, "pack A rows to f32");
 	}
-	/* column panels: outer n letters, then tiles of the last n letter */
+	/* a fused gather: slab bexp[g] of its source, for g below its count */
+	int widx = -1;
 	cg_block *nb = bb;
+	cg_block *zb = NULL; /* blocks past the gather's count: B is all +0 */
+	if (fused) {
+		int l0 = E.e.in[ib][0] - 'a';
+		cg_expr *okc = NULL;
+		if (gnode->valid != MOE_NONE)
+			okc = bin(L, CE_LT, vr(L, lv[l0]), conv(L, ld(L, p->node_buf[gnode->valid], ic(L, 0)), CT_I64));
+		widx = newvar(L, CT_I64);
+		if (okc) {
+			cg_stmt *s = iff(L, nb, okc);
+			nb = &s->body;
+			zb = &s->els;
+		}
+		set(L, nb, widx, conv(L, ld(L, p->node_buf[gnode->args[1]], vr(L, lv[l0])), CT_I64));
+	}
+	/* column panels: outer n letters, then tiles of the last n letter */
 	for (int i = 0; i < gn.n - 1; i++)
 		nb = loopv(L, nb, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
 	int n0, nt = newvar(L, CT_I64);
@@ -1121,47 +1222,85 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	n0 = newvar(L, CT_I64);
 	set(L, nb, n0, mul64(L, vr(L, tile), NT));
 	set(L, nb, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
-	{ /* pack B panel: [K, NT] */
-		int kk = newvar(L, CT_I64), j;
-		set(L, nb, kk, ic(L, 0));
-		cg_block *kb = nb;
-		for (int i = 0; i < gk.n; i++)
-			kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
-		cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
-		cg_expr *bi = NULL;
+	if (dot) {
+		cg_expr *wi = NULL;
 		for (int dd = 0; dd < E.e.rank[ib]; dd++) {
 			int l = E.e.in[ib][dd] - 'a';
-			cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
-			bi = add64(L, bi, mul64(L, pos, E.st[ib][l]));
+			cg_expr *pos = fused && dd == 0 ? vr(L, widx) :
+				       l == lastn	       ? vr(L, n0) :
+				       P.role[l] == 'k'	       ? NULL :
+							 vr(L, lv[l]);
+			if (pos)
+				wi = add64(L, wi, mul64(L, pos, E.st[ib][l]));
 		}
-		store(L, jb, bpan, add64(L, mul64(L, vr(L, kk), NT), vr(L, j)), ld(L, B, bi));
-		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
-		comment(L, nb, "pack a B column panel to f32");
+		cg_stmt *s = st(L, nb, CS_DOT);
+		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
+		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0), ic(L, 0), K, K,
+			E.st[ib][lastn]};
+		s->dot = d;
+		comment(L, nb, "a tile of dot products, k ascending per element");
+	} else {
+		{ /* pack B panel: [K, NT] */
+			int kk = newvar(L, CT_I64), j;
+			set(L, nb, kk, ic(L, 0));
+			cg_block *kb = nb;
+			for (int i = 0; i < gk.n; i++)
+				kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
+			cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
+			cg_expr *bi = NULL;
+			for (int dd = 0; dd < E.e.rank[ib]; dd++) {
+				int l = E.e.in[ib][dd] - 'a';
+				cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
+				bi = add64(L, bi, mul64(L, pos, E.st[ib][l]));
+			}
+			store(L, jb, bpan, add64(L, mul64(L, vr(L, kk), NT), vr(L, j)), ld(L, B, bi));
+			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
+			comment(L, nb, "pack a B column panel to f32");
+		}
+		{ /* zero accumulators */
+			int r, j;
+			cg_block *rb = loopv(L, nb, &r, ic(L, 0), vr(L, rows));
+			cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
+			store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), fc(L, -0.0f));
+		}
+		{ /* acc[r, j] += A[r, k] * B[k, j], k ascending */
+			int kt, r, k, j, kend = newvar(L, CT_I64), av = newvar(L, CT_F32);
+			int64_t nkt = (K + KT - 1) / KT;
+			cg_block *tb = loopv(L, nb, &kt, ic(L, 0), ic(L, nkt));
+			set(L, tb, kend, bin(L, CE_MIN, add64(L, mul64(L, vr(L, kt), KT), ic(L, KT)), ic(L, K)));
+			cg_block *rb = loopv(L, tb, &r, ic(L, 0), vr(L, rows));
+			cg_block *kb = loopv(L, rb, &k, mul64(L, vr(L, kt), KT), vr(L, kend));
+			set(L, kb, av, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))));
+			cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
+			cg_expr *ai = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
+			cg_expr *prod = bin(L, CE_MUL, vr(L, av), ld(L, bpan, add64(L, mul64(L, vr(L, k), NT), vr(L, j))));
+			store(L, jb, acc, ai, bin(L, CE_ADD, ld(L, acc, ai), prod));
+			comment(L, nb, "multiply the panel, k ascending per element");
+		}
 	}
-	{ /* zero accumulators */
-		int r, j;
-		cg_block *rb = loopv(L, nb, &r, ic(L, 0), vr(L, rows));
-		cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
-		store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), fc(L, -0.0f));
-	}
-	{ /* acc[r, j] += A[r, k] * B[k, j], k ascending */
-		int kt, r, k, j, kend = newvar(L, CT_I64), av = newvar(L, CT_F32);
-		int64_t nkt = (K + KT - 1) / KT;
-		cg_block *tb = loopv(L, nb, &kt, ic(L, 0), ic(L, nkt));
-		set(L, tb, kend, bin(L, CE_MIN, add64(L, mul64(L, vr(L, kt), KT), ic(L, KT)), ic(L, K)));
-		cg_block *rb = loopv(L, tb, &r, ic(L, 0), vr(L, rows));
-		cg_block *kb = loopv(L, rb, &k, mul64(L, vr(L, kt), KT), vr(L, kend));
-		set(L, kb, av, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))));
-		cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
-		cg_expr *ai = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
-		cg_expr *prod = bin(L, CE_MUL, vr(L, av), ld(L, bpan, add64(L, mul64(L, vr(L, k), NT), vr(L, j))));
-		store(L, jb, acc, ai, bin(L, CE_ADD, ld(L, acc, ai), prod));
-		comment(L, nb, "multiply the panel, k ascending per element");
-	}
-	{ /* store rows of the panel */
+	for (int pass = 0; pass < (zb ? 2 : 1); pass++) {
+		cg_block *sbase = nb;
+		if (pass == 1) { /* the gathered B is +0 here: the same sums with zero products */
+			sbase = zb;
+			for (int i = 0; i < gn.n - 1; i++)
+				sbase = loopv(L, sbase, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
+			sbase = loopv(L, sbase, &tile, ic(L, 0), ic(L, ntiles));
+			set(L, sbase, n0, mul64(L, vr(L, tile), NT));
+			set(L, sbase, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
+			int r, j, k, sv = newvar(L, CT_F32);
+			cg_block *rb = loopv(L, sbase, &r, ic(L, 0), vr(L, rows));
+			cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
+			set(L, jb, sv, fc(L, -0.0f));
+			cg_block *kb = loopv(L, jb, &k, ic(L, 0), ic(L, K));
+			set(L, kb, sv,
+				bin(L, CE_ADD, vr(L, sv),
+					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))), fc(L, 0.0f))));
+			store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), vr(L, sv));
+		}
+		/* store rows of the panel */
 		int r = newvar(L, CT_I64), j;
-		set(L, nb, r, ic(L, 0));
-		cg_block *sb = nb;
+		set(L, sbase, r, ic(L, 0));
+		cg_block *sb = sbase;
 		for (int i = 0; i < gm.n; i++)
 			sb = loopv(L, sb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
 		cg_block *jb = loopv(L, sb, &j, ic(L, 0), vr(L, nt));
@@ -1259,8 +1398,12 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	p->weights = ctx_alloc(ctx, nn * sizeof *p->weights);
 	p->masks = ctx_alloc(ctx, nn * sizeof *p->masks);
 	p->noutputs = g->nout;
-	lw L = {p, ctx, g, 0, NULL, NULL, 0};
+	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL};
 	int64_t end = (int64_t)g->nnodes;
+	L.fused = ctx_alloc(ctx, nn * sizeof *L.fused);
+	memset(L.fused, 0, nn * sizeof *L.fused);
+	L.nozero = ctx_alloc(ctx, nn * sizeof *L.nozero);
+	memset(L.nozero, 0, nn * sizeof *L.nozero);
 
 	/* first output occurrence of each node */
 	int64_t *outpos = ctx_alloc(ctx, nn * sizeof *outpos);
@@ -1269,6 +1412,62 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	for (uint32_t j = 0; j < g->nout; j++)
 		if (outpos[g->outputs[j]] < 0)
 			outpos[g->outputs[j]] = j;
+
+	/* masked nodes whose users read only their valid elements: elementwise
+	 * users of the same shape and mask, and einsums with the same row mask
+	 * reading them once with the output's two leading letters */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		L.nozero[i] = n->valid != MOE_NONE && outpos[i] < 0 && (ir_ops[n->op].flags & OPF_ELEM || n->op == MOE_OP_EINSUM);
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *u = N(g, i);
+		for (uint32_t a = 0; a < u->nargs; a++) {
+			moe_id x = u->args[a];
+			if (x == MOE_NONE || !L.nozero[x])
+				continue;
+			const ir_node *n = N(g, x);
+			bool ok = false;
+			if (u->valid == n->valid && ir_ops[u->op].flags & OPF_ELEM)
+				ok = ir_same_shape(u, n);
+			else if (u->valid == n->valid && u->op == MOE_OP_EINSUM && N(g, u->valid)->rank == 1 && n->rank >= 2) {
+				ir_einsum e;
+				char msg[160];
+				ok = ir_einsum_parse(ir_attr_str(u, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 2 &&
+				     e.in[a][0] == e.out[0] && e.in[a][1] == e.out[1];
+				for (uint32_t b2 = 0; b2 < u->nargs; b2++)
+					ok &= b2 == a || u->args[b2] != x;
+			}
+			if (!ok)
+				L.nozero[x] = false;
+		}
+		if (u->valid != MOE_NONE && L.nozero[u->valid])
+			L.nozero[u->valid] = false;
+	}
+
+	/* gathers whose every user is an einsum reading them in place */
+	{
+		uint32_t *users = ctx_alloc(ctx, nn * sizeof *users), *fusers = ctx_alloc(ctx, nn * sizeof *fusers);
+		memset(users, 0, nn * sizeof *users);
+		memset(fusers, 0, nn * sizeof *fusers);
+		for (moe_id i = 0; i < g->nnodes; i++) {
+			const ir_node *n = N(g, i);
+			for (uint32_t a = 0; a < n->nargs; a++) {
+				moe_id x = n->args[a];
+				if (x == MOE_NONE)
+					continue;
+				users[x]++;
+				if (N(g, x)->op == MOE_OP_GATHER && gather_fusable_into(&L, x, n))
+					fusers[x]++;
+			}
+			if (n->valid != MOE_NONE)
+				users[n->valid]++;
+		}
+		for (moe_id i = 0; i < g->nnodes; i++)
+			L.fused[i] = N(g, i)->op == MOE_OP_GATHER && outpos[i] < 0 && users[i] > 0 && users[i] == fusers[i];
+		ctx_free(ctx, users, nn * sizeof *users);
+		ctx_free(ctx, fusers, nn * sizeof *fusers);
+	}
 
 	/* storage of every node */
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -1285,11 +1484,22 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 			p->node_buf[i] = newbuf(&L, CB_OUTPUT, (moe_dtype)n->dtype, ir_numel(n), (uint32_t)outpos[i], i);
 		else if (op == MOE_OP_RESHAPE)
 			p->node_buf[i] = p->node_buf[n->args[0]]; /* a view */
+		else if (L.fused[i])
+			p->node_buf[i] = -1; /* read in place by its users */
 		else
 			p->node_buf[i] = newbuf(&L, CB_WORK, (moe_dtype)n->dtype, ir_numel(n), 0, i);
-		for (uint32_t a = 0; a < n->nargs; a++)
-			if (n->args[a] != MOE_NONE)
-				use(&L, n->args[a], i);
+		for (uint32_t a = 0; a < n->nargs; a++) {
+			moe_id x = n->args[a];
+			if (x == MOE_NONE)
+				continue;
+			use(&L, x, i);
+			if (L.fused[x]) { /* the einsum reads the gather's operands and mask */
+				use(&L, N(g, x)->args[0], i);
+				use(&L, N(g, x)->args[1], i);
+				if (N(g, x)->valid != MOE_NONE)
+					use(&L, N(g, x)->valid, i);
+			}
+		}
 		if (n->valid != MOE_NONE)
 			use(&L, n->valid, i);
 	}
@@ -1329,7 +1539,12 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		case MOE_OP_EINSUM: lower_einsum(&L, b, n, out); break;
 		case MOE_OP_ONE_HOT: lower_one_hot(&L, b, n, out); break;
 		case MOE_OP_FILTER: bad |= !lower_filter(&L, b, n, out); break;
-		case MOE_OP_GATHER: lower_gather(&L, b, n, out); break;
+		case MOE_OP_GATHER:
+			if (L.fused[i])
+				lower_gather_checks(&L, b, n);
+			else
+				lower_gather(&L, b, n, out);
+			break;
 		case MOE_OP_TAKE_ALONG: lower_take_along(&L, b, n, out); break;
 		case MOE_OP_SCATTER: lower_scatter(&L, b, n, out); break;
 		case MOE_OP_RESHAPE:
@@ -1363,6 +1578,8 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		copy_flat(&L, &p->body, dst, p->node_buf[v], ir_numel(N(g, v)));
 	}
 	ctx_free(ctx, outpos, nn * sizeof *outpos);
+	ctx_free(ctx, L.fused, nn * sizeof *L.fused);
+	ctx_free(ctx, L.nozero, nn * sizeof *L.nozero);
 	if (bad) {
 		ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
 		ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));

@@ -337,6 +337,39 @@ static void test_valid_masks(void **state)
 		4);
 }
 
+/* Gathers of weight slabs read in place by their einsums (dot tiles): masked
+ * blocks, blocks past the gather's count (their weights are +0), partial tiles
+ * of lanes, K not a multiple of the tile, bf16 and f32 weights, a gather with
+ * two einsum users and one that is also an output (materialised). */
+static void test_fused_gather_dot(void **state)
+{
+	(void)state;
+	check_text_seeds("moeir 1\n"
+			 "layer @fuse dtype=bf16 {\n"
+			 "  %0 = input \"x\" : bf16[5, 6, 37]\n"
+			 "  %1 = input \"w\" : bf16[7, 21, 37]\n"
+			 "  %2 = input \"bexp\" : i32[5]\n"
+			 "  %3 = input \"nblocks\" : i32[]\n"
+			 "  %4 = input \"rows\" : i32[5]\n"
+			 "  %5 = gather(%1, %2) valid(%3) {axis=0} : bf16[5, 21, 37]\n"
+			 "  %6 = einsum(%0, %5) valid(%4) {eq=\"gbd,gfd->gbf\"} : bf16[5, 6, 21]\n"
+			 "  %7 = einsum(%0, %5) {eq=\"gbd,gfd->gbf\"} : bf16[5, 6, 21]\n"
+			 "  %8 = cast(%6) valid(%4) {to=\"f32\"} : f32[5, 6, 21]\n"
+			 "  %9 = input \"wf\" : f32[7, 40, 21]\n"
+			 "  %10 = gather(%9, %2) valid(%3) {axis=0} : f32[5, 40, 21]\n"
+			 "  %11 = einsum(%8, %10) valid(%4) {eq=\"gbf,gdf->gbd\"} : f32[5, 6, 40]\n"
+			 "  %12 = gather(%1, %2) {axis=0} : bf16[5, 21, 37]\n"
+			 "  %13 = einsum(%0, %12) valid(%3) {eq=\"gbd,gfd->gbf\"} : bf16[5, 6, 21]\n"
+			 "  %14 = gather(%9, %2) valid(%3) {axis=0} : f32[5, 40, 21]\n"
+			 "  %15 = einsum(%8, %14) {eq=\"gbf,gdf->gdb\"} : f32[5, 40, 6]\n"
+			 "  %16 = sigmoid(%8) valid(%4) : f32[5, 6, 21]\n"
+			 "  %17 = mul(%16, %8) valid(%4) : f32[5, 6, 21]\n"
+			 "  %18 = einsum(%17, %10) valid(%4) {eq=\"gbf,gdf->gbd\"} : f32[5, 6, 40]\n"
+			 "  output %6, %7, %11, %13, %14, %15, %18\n"
+			 "}\n",
+		8);
+}
+
 static void test_data_movement(void **state)
 {
 	(void)state;
@@ -656,6 +689,7 @@ int main(void)
 		cmocka_unit_test(test_cast_bitcast_const_iota),
 		cmocka_unit_test(test_reductions),
 		cmocka_unit_test(test_einsum),
+		cmocka_unit_test(test_fused_gather_dot),
 		cmocka_unit_test(test_valid_masks),
 		cmocka_unit_test(test_data_movement),
 		cmocka_unit_test(test_faults),
