@@ -187,7 +187,7 @@ bad_moe = {
     "bad_unknown_op": seed_hdr + "  y = frobnicate(x)\n  output y\n}\n",
     "bad_nul_byte": "layer s {\n  dim T = 4\0\n}\n",
     "bad_deep_nesting": seed_hdr + "  y = " + "(" * 20000 + "x" + ")" * 20000 + "\n  output y\n}\n",
-    "bad_long_identifier": seed_hdr + "  " + "y" * 100000 + " = x\n}\n",
+    "bad_long_identifier": seed_hdr + "  " + "y" * 10000 + " = x\n}\n",
     "bad_no_layer": "dim T = 4\n",
     "bad_duplicate_layer": "layer a {\n  dim T = 1\n  input x : [T]\n  output x\n}\nlayer a {\n  dim T = 1\n  input x : [T]\n  output x\n}\n",
 }
