@@ -40,7 +40,7 @@ for n in $names; do
 		continue
 	fi
 	"$fz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-		-artifact_prefix="$work/$n.crash-" "$work/$n" "$here/corpus/$n" >"$log" 2>&1
+		-artifact_prefix="$work/$n." "$work/$n" "$here/corpus/$n" >"$log" 2>&1
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 	if [ $rc -eq 0 ]; then
