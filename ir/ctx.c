@@ -72,6 +72,8 @@ void moe_ctx_free(moe_ctx *c)
 	for (uint32_t i = 0; i < c->nsrcs; i++)
 		ctx_free(c, c->srcs[i].text, c->srcs[i].len + 1);
 	ctx_free(c, c->srcs, c->scap * sizeof(source));
+	for (uint32_t i = 0; c->passes.row && i < c->passes.n; i++)
+		ctx_free(c, ((void **)c->passes.data)[i], c->passes.row);
 	ctx_free(c, c->passes.data, (size_t)c->passes.cap * c->passes.esz);
 	for (strnode *s = c->strs, *n; s; s = n) {
 		n = s->next;

@@ -262,6 +262,21 @@ void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v)
 	ir_attr_set(g, &g->meta, &a);
 }
 
+void moe_graph_set_attr_int(moe_graph *g, const char *key, int64_t v)
+{
+	ir_graph_set_attr_int(g, key, v);
+}
+
+int moe_graph_get_attr_int(const moe_graph *g, const char *key, int64_t *v)
+{
+	ir_attr *a = ir_attr_find(&g->meta, key);
+	if (!a || a->kind != MOE_ATTR_INT)
+		return 0;
+	if (v)
+		*v = a->v.i;
+	return 1;
+}
+
 int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def)
 {
 	return ir_attr_int(&g->meta, key, def);

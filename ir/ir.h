@@ -24,6 +24,7 @@ typedef struct ctx_vec {
 	void *data;
 	uint32_t n, cap;
 	size_t esz;
+	size_t row; /* > 0: data holds n pointers to rows of this size, freed with it */
 } ctx_vec;
 ctx_vec *ctx_passes(moe_ctx *ctx);
 /* Grow *arr (elements of size esz) to hold at least need elements. */

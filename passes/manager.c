@@ -54,7 +54,7 @@ const moe_pass_info *moe_pass_get(moe_ctx *ctx, size_t i)
 		return &builtin[i];
 	ctx_vec *v = ctx_passes(ctx);
 	i -= NBUILTIN;
-	return i < v->n ? &((moe_pass_info *)v->data)[i] : NULL;
+	return i < v->n ? ((moe_pass_info **)v->data)[i] : NULL;
 }
 
 const moe_pass_info *moe_pass_find(moe_ctx *ctx, const char *name)
@@ -86,9 +86,13 @@ moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info)
 		return MOE_ERR_INVALID;
 	}
 	ctx_vec *v = ctx_passes(ctx);
-	v->esz = sizeof(moe_pass_info);
+	/* each row is its own block: parsed pipelines keep pointers to rows,
+	 * which must survive later registrations growing the table */
+	v->esz = sizeof(moe_pass_info *);
+	v->row = sizeof(moe_pass_info);
 	ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz);
-	moe_pass_info *d = &((moe_pass_info *)v->data)[v->n++];
+	moe_pass_info *d = ctx_alloc(ctx, sizeof *d);
+	((moe_pass_info **)v->data)[v->n++] = d;
 	*d = *info;
 	d->name = ctx_intern(ctx, info->name);
 	d->summary = ctx_intern(ctx, info->summary ? info->summary : "");

@@ -237,7 +237,7 @@ static bool parse_file(moe_safetensors *st)
 	const char *hdr = (const char *)p + 8, *end = NULL;
 	cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hl, &end, 0);
 	if (!root || !cJSON_IsObject(root)) {
-		const char *at = cJSON_GetErrorPtr();
+		const char *at = end; /* cJSON sets it on failure too; its global error pointer is shared between threads */
 		int64_t off = at && at >= hdr && at <= hdr + hl ? 8 + (at - hdr) : 8;
 		rt_err_at(ctx, file, off, "header is not valid JSON");
 		cJSON_Delete(root);

@@ -66,6 +66,9 @@ MOE_API void moe_graph_add_output(moe_graph *g, moe_id v);
 /* Named integer dimensions and parameters recorded for printing and stats. */
 MOE_API void moe_graph_set_dim(moe_graph *g, const char *name, int64_t value);
 MOE_API int moe_graph_get_dim(const moe_graph *g, const char *name, int64_t *value);
+/* Integer graph attributes recorded by passes (e.g. grid_blocks_max). */
+MOE_API void moe_graph_set_attr_int(moe_graph *g, const char *key, int64_t v);
+MOE_API int moe_graph_get_attr_int(const moe_graph *g, const char *key, int64_t *v);
 MOE_API moe_dtype moe_graph_dtype(const moe_graph *g);
 MOE_API void moe_graph_set_dtype(moe_graph *g, moe_dtype t);
 

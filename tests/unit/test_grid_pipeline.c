@@ -187,6 +187,17 @@ static void test_external_pass(void **st)
 	moe_run_opts ro = {.verify = 1};
 	assert_int_equal(moe_run_pipeline_text(c, "count-me,dce,count-me", m, &ro), MOE_OK);
 	assert_int_equal(calls, 4);
+	/* a parsed pipeline stays valid while more passes are registered */
+	moe_pipeline *p = moe_pipeline_parse(c, "count-me");
+	char names[40][16];
+	for (int i = 0; i < 40; i++) {
+		snprintf(names[i], sizeof names[i], "extra-%d", i);
+		moe_pass_info more = {names[i], "more", NULL, noop, &calls};
+		assert_int_equal(moe_pass_register(c, &more), MOE_OK);
+	}
+	assert_int_equal(moe_pipeline_run(c, p, m, &ro), MOE_OK);
+	assert_int_equal(calls, 6);
+	moe_pipeline_free(p);
 	moe_module_free(m);
 	moe_ctx_free(c);
 }

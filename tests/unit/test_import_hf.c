@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moec/frontend.h"
 #include "moec/io.h"
 
 #define FIX MOEC_SOURCE_DIR "/tests/fixtures/hf/"
@@ -236,13 +237,13 @@ static void test_variants(void **st)
 	assert_non_null(strstr(t, "\"language_model.model.layers.{layer}.feed_forward.experts.gate_up_proj\""));
 	assert_non_null(strstr(t, "weight_on=\"input\""));
 	assert_non_null(strstr(t, "dtype bf16"));
-	assert_non_null(strstr(t, "f32)), bf16)"));
+	assert_non_null(strstr(t, "w      = cast(sigmoid(cast(take_along(logits, idx, axis=1), f32)), dtype)"));
 	moe_free(c, t);
-	/* Qwen3 in bf16: router weights cast back to the layer dtype; gelu_pytorch_tanh */
+	/* Qwen3 in bf16: router weights cast back to the compute type; gelu_pytorch_tanh */
 	t = gen(c, "{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"norm_topk_prob\":true,"
 		   "\"hidden_act\":\"gelu_pytorch_tanh\",\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}",
 		3, MOE_BF16, MOE_OK);
-	assert_non_null(strstr(t, "w      = cast(top_n, bf16)"));
+	assert_non_null(strstr(t, "w      = cast(top_n, dtype)"));
 	assert_non_null(strstr(t, "act=\"geglu_tanh\""));
 	assert_non_null(strstr(t, "param layer = 3"));
 	moe_free(c, t);
@@ -253,7 +254,10 @@ static void test_variants(void **st)
 	assert_null(strstr(t, "reshape"));
 	assert_non_null(strstr(t, "w      = sw * 1.0"));
 	assert_non_null(strstr(t, "dim S = 16"));
-	assert_non_null(strstr(t, "weight router             : f32[E, D]"));
+	assert_non_null(strstr(t, "weight router             : [E, D]"));
+	assert_non_null(strstr(t, "weight score_bias         : f32[E]"));
+	assert_non_null(strstr(t, "cast(x, f32), cast(router, f32))"));
+	assert_null(strstr(t, "cast(w"));      /* DeepSeek's weights stay f32 */
 	moe_free(c, t);
 	/* gpt-oss limit */
 	t = gen(c, "{\"model_type\":\"gpt_oss\",\"hidden_size\":8,\"num_local_experts\":4,\"swiglu_limit\":5,"
@@ -271,12 +275,105 @@ static void test_variants(void **st)
 	moe_ctx_free(c);
 }
 
+/* The textual IR of the one-layer module of text (with dtype set when given). */
+static char *lowered(moe_ctx *c, const char *text, const char *dtype)
+{
+	moe_setting set = {"dtype", dtype};
+	moe_settings sets = {&set, 1};
+	moe_module *m = moe_parse_moe(c, "layer.moe", text, strlen(text), dtype ? &sets : NULL);
+	if (!m) {
+		moe_diag_print(c, stderr);
+		fail_msg("the generated .moe does not parse");
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	assert_int_equal(moe_module_print(m, f), MOE_OK);
+	fclose(f);
+	moe_module_free(m);
+	return buf;
+}
+
+/* One generated file serves both compute types: importing for bf16 differs
+ * from importing for f32 only in the `dtype` line, and `--set dtype=bf16` on
+ * the f32 file lowers to the very IR of the bf16 import (and back). */
+static void test_dtype_follows_set(void **st)
+{
+	(void)st;
+	for (size_t i = 0; i < NFAMS; i++) {
+		moe_ctx *c = moe_ctx_new(NULL, NULL);
+		char p[512];
+		snprintf(p, sizeof p, FIX "%s/config.json", fams[i]);
+		moe_import_opts o32 = {0, 5, 4, MOE_F32, NULL}, o16 = {0, 5, 4, MOE_BF16, NULL};
+		char *t32 = NULL, *t16 = NULL;
+		assert_int_equal(moe_import_hf(c, p, &o32, &t32), MOE_OK);
+		assert_int_equal(moe_import_hf(c, p, &o16, &t16), MOE_OK);
+		/* the texts agree line by line except "  dtype f32" / "  dtype bf16" */
+		const char *a = t32, *b = t16;
+		int dtype_lines = 0;
+		while (*a || *b) {
+			size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+			if (la != lb || strncmp(a, b, la)) {
+				if (la == 11 && lb == 12 && !strncmp(a, "  dtype f32", 11) && !strncmp(b, "  dtype bf16", 12))
+					dtype_lines++;
+				else
+					fail_msg("%s: f32 and bf16 imports differ: '%.*s' vs '%.*s'", fams[i], (int)la, a, (int)lb, b);
+			}
+			a += la + (a[la] == '\n');
+			b += lb + (b[lb] == '\n');
+		}
+		assert_int_equal(dtype_lines, 1);
+		/* no cast names a fixed compute type: only `dtype` or the f32 of routing math */
+		assert_null(strstr(t32, ", bf16)"));
+		char *ir16 = lowered(c, t16, NULL), *ir32to16 = lowered(c, t32, "bf16");
+		char *ir32 = lowered(c, t32, NULL), *ir16to32 = lowered(c, t16, "f32");
+		if (strcmp(ir16, ir32to16))
+			fail_msg("%s: --set dtype=bf16 on the f32 import lowers differently from the bf16 import", fams[i]);
+		if (strcmp(ir32, ir16to32))
+			fail_msg("%s: --set dtype=f32 on the bf16 import lowers differently from the f32 import", fams[i]);
+		assert_non_null(strstr(ir16, "dtype=bf16"));
+		free(ir16);
+		free(ir32to16);
+		free(ir32);
+		free(ir16to32);
+		moe_free(c, t32);
+		moe_free(c, t16);
+		assert_int_equal(moe_error_count(c), 0);
+		moe_ctx_free(c);
+	}
+}
+
+/* DeepSeek's group-limited selection masks the dropped groups with -inf. */
+static void test_deepseek_group_mask(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char *t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":4,"
+			 "\"topk_group\":2,\"num_experts_per_tok\":3,\"moe_intermediate_size\":8}", 0, MOE_F32, MOE_OK);
+	assert_non_null(strstr(t, "masked = reshape(select(keep, c3, -inf), shape=[T, E])"));
+	assert_non_null(strstr(t, "idx    = topk(masked, k=K)"));
+	assert_null(strstr(t, "reduce_min"));
+	assert_non_null(strstr(t, "+ 1e-20)"));
+	moe_free(c, t);
+	/* every group kept: no mask at all */
+	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":4,"
+		   "\"topk_group\":4,\"num_experts_per_tok\":3,\"moe_intermediate_size\":8}", 0, MOE_F32, MOE_OK);
+	assert_null(strstr(t, "masked"));
+	assert_non_null(strstr(t, "idx    = topk(c, k=K)"));
+	moe_free(c, t);
+	assert_int_equal(moe_error_count(c), 0);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fixture_configs),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_variants),
+		cmocka_unit_test(test_dtype_follows_set),
+		cmocka_unit_test(test_deepseek_group_mask),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,190 @@
+/* backend-tcp/api.c: public entry points that glue the pieces: atomic file
+ * writers, loaders that validate, the summary, stats JSON. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+static moe_status write_atomic(moe_ctx *ctx, const char *path, const void *data, size_t len)
+{
+	size_t pl = strlen(path);
+	char *tmp = ctx_alloc(ctx, pl + 16);
+	snprintf(tmp, pl + 16, "%s.tmp%u", path, (unsigned)(len & 0xffff));
+	FILE *f = fopen(tmp, "wb");
+	moe_status rc = MOE_OK;
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot write: %s", strerror(errno));
+		rc = MOE_ERR_IO;
+	} else {
+		bool bad = fwrite(data, 1, len, f) != len;
+		bad |= fflush(f) != 0;
+		bad |= fclose(f) != 0;
+		if (bad || rename(tmp, path)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot write: %s", strerror(errno));
+			remove(tmp);
+			rc = MOE_ERR_IO;
+		}
+	}
+	ctx_free(ctx, tmp, pl + 16);
+	return rc;
+}
+
+moe_status moe_tcp_write_asm(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
+{
+	char *s;
+	size_t n;
+	moe_status rc = moe_tcp_to_asm(ctx, p, &s, &n);
+	if (rc != MOE_OK)
+		return rc;
+	rc = write_atomic(ctx, path, s, n);
+	free(s);
+	return rc;
+}
+
+moe_status moe_tcp_to_binary(moe_ctx *ctx, const moe_tcp_program *p, uint8_t **out, size_t *len)
+{
+	(void)ctx;
+	return tcp_encode(p, out, len);
+}
+
+moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
+{
+	uint8_t *b;
+	size_t n;
+	moe_status rc = tcp_encode(p, &b, &n);
+	if (rc != MOE_OK)
+		return rc;
+	rc = write_atomic(ctx, path, b, n);
+	free(b);
+	return rc;
+}
+
+static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, const moe_tcp_machine *m)
+{
+	if (!p)
+		return NULL;
+	moe_tcp_machine *def = NULL;
+	if (!m) {
+		def = moe_tcp_machine_default(ctx);
+		m = def;
+	}
+	moe_status rc = m ? tcp_validate(ctx, p, m, file) : MOE_ERR_INTERNAL;
+	moe_tcp_machine_free(ctx, def);
+	if (rc != MOE_OK) {
+		tcp_prog_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
+	const moe_tcp_machine *m)
+{
+	return checked(ctx, file, tcp_decode(ctx, file ? file : "<tcpb>", buf, len), m);
+}
+
+moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *m)
+{
+	return checked(ctx, file, tcp_parse_asm(ctx, file, text, len), m);
+}
+
+moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot open: %s", strerror(errno));
+		return NULL;
+	}
+	uint8_t *buf = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		if (len == cap) {
+			size_t nc = cap ? cap * 2 : 65536;
+			uint8_t *nb = realloc(buf, nc);
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "out of memory reading the file");
+				return NULL;
+			}
+			buf = nb;
+			cap = nc;
+		}
+		size_t r = fread(buf + len, 1, cap - len, f);
+		len += r;
+		if (!r)
+			break;
+	}
+	bool err = ferror(f);
+	fclose(f);
+	moe_tcp_program *p = NULL;
+	if (err)
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read the file");
+	else
+		p = moe_tcp_from_binary(ctx, path, buf, len, m);
+	free(buf);
+	return p;
+}
+
+moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)
+{
+	static const char *const sp[TCP_NSPACE] = {"hbm", "dm", "trf", "vrf"};
+	int64_t per[TCP_NCTX] = {0}, bytes[TCP_NSPACE] = {0};
+	for (uint32_t i = 0; i < p->ncode; i++)
+		per[tcp_op_ctx[p->code[i].op]]++;
+	for (uint32_t i = 0; i < p->nt; i++)
+		bytes[p->t[i].space] += p->t[i].numel * (int64_t)moe_dtype_size((moe_dtype)p->t[i].dtype);
+	fprintf(out, "tcpb version 1\nsections: meta, tensors (%u), constants (%lld bytes), code (%u instructions: "
+		"control %lld, main %lld, sub %lld, dma %lld)\n",
+		p->nt, (long long)p->nconst, p->ncode, (long long)per[0], (long long)per[1], (long long)per[2],
+		(long long)per[3]);
+	for (int s = 0; s < TCP_NSPACE; s++)
+		fprintf(out, "%s bytes: %lld\n", sp[s], (long long)bytes[s]);
+	fprintf(out, "layer: T=%lld K=%lld E=%lld B=%lld grid blocks=%lld\n", (long long)p->moe_T, (long long)p->moe_K,
+		(long long)p->moe_E, (long long)p->moe_B, (long long)p->moe_G);
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		if (t->kind == TCP_T_SCRATCH)
+			continue;
+		fprintf(out, "tensor %%%u %s %s %s [", i,
+			t->kind == TCP_T_INPUT ? "input" : t->kind == TCP_T_WEIGHT ? "weight" : t->kind == TCP_T_OUTPUT ? "output" : "const",
+			t->name, moe_dtype_name((moe_dtype)t->dtype));
+		for (int k = 0; k < t->rank; k++)
+			fprintf(out, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+		fprintf(out, "]\n");
+	}
+	return ferror(out) ? MOE_ERR_IO : MOE_OK;
+}
+
+const char *moe_tcp_engine_name(int e)
+{
+	static const char *const n[MOE_TCP_NENGINES] = {"control", "main", "sub", "dma", "contraction", "vector"};
+	return e >= 0 && e < MOE_TCP_NENGINES ? n[e] : "?";
+}
+
+char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s)
+{
+	(void)ctx;
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "simulated_seconds", s->simulated_seconds);
+	cJSON_AddNumberToObject(o, "roofline_seconds", s->roofline_seconds);
+	cJSON_AddNumberToObject(o, "roofline_ratio", s->roofline_ratio);
+	cJSON_AddNumberToObject(o, "cycles", (double)s->cycles);
+	cJSON *b = cJSON_AddObjectToObject(o, "busy_cycles");
+	for (int e = 0; e < MOE_TCP_NENGINES; e++)
+		cJSON_AddNumberToObject(b, moe_tcp_engine_name(e), (double)s->busy_cycles[e]);
+	cJSON_AddNumberToObject(o, "hbm_read_bytes", (double)s->hbm_read_bytes);
+	cJSON_AddNumberToObject(o, "hbm_write_bytes", (double)s->hbm_write_bytes);
+	cJSON_AddNumberToObject(o, "blocks_executed", (double)s->blocks_executed);
+	cJSON_AddNumberToObject(o, "blocks_skipped", (double)s->blocks_skipped);
+	cJSON_AddNumberToObject(o, "blocks_max", (double)s->blocks_max);
+	cJSON_AddNumberToObject(o, "experts_hit", (double)s->experts_hit);
+	cJSON_AddNumberToObject(o, "flops", s->flops);
+	cJSON_AddNumberToObject(o, "commands", (double)s->commands);
+	cJSON_AddNumberToObject(o, "instructions", (double)s->instructions);
+	char *r = cJSON_Print(o);
+	cJSON_Delete(o);
+	return r;
+}

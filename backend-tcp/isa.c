@@ -1,0 +1,445 @@
+/* backend-tcp/isa.c: the instruction set tables, program building, static
+ * validation of a program against a machine, and CRC-32. */
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+const char *const tcp_op_names[TCP_OP_COUNT] = {
+#define X(id, s, c) s,
+	TCP_OPS(X)
+#undef X
+};
+const uint8_t tcp_op_ctx[TCP_OP_COUNT] = {
+#define X(id, s, c) TCP_CTX_##c,
+	TCP_OPS(X)
+#undef X
+};
+const char *const tcp_ctx_names[TCP_NCTX] = {"control", "main", "sub", "dma"};
+const char *const tcp_vop_names[TCP_V_COUNT] = {
+#define X(id, s, st) s,
+	TCP_VOPS(X)
+#undef X
+};
+const uint8_t tcp_vop_stage[TCP_V_COUNT] = {
+#define X(id, s, st) TCP_ST_##st,
+	TCP_VOPS(X)
+#undef X
+};
+const char *const tcp_stage_names[TCP_NSTAGE] = {"tag", "logic", "fxp", "fxp2fp", "float", "reduce", "fpdiv",
+	"fp2fxp", "clip", "filter"};
+
+tcp_program *tcp_prog_new(moe_ctx *ctx)
+{
+	tcp_program *p = ctx_alloc(ctx, sizeof *p);
+	p->ctx = ctx;
+	p->nblocks_t = p->bexp_t = -1;
+	p->block_loop_pc = p->block_body_pc = -1;
+	return p;
+}
+
+void tcp_prog_free(tcp_program *p)
+{
+	if (!p)
+		return;
+	moe_ctx *ctx = p->ctx;
+	for (uint32_t i = 0; i < p->nt; i++)
+		ctx_free(ctx, p->t[i].name, strlen(p->t[i].name) + 1);
+	ctx_free(ctx, p->t, p->tcap * sizeof *p->t);
+	ctx_free(ctx, p->code, p->ccap * sizeof *p->code);
+	ctx_free(ctx, p->consts, (size_t)p->constcap);
+	ctx_free(ctx, p, sizeof *p);
+}
+
+void moe_tcp_program_free(moe_tcp_program *p)
+{
+	tcp_prog_free(p);
+}
+
+int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, moe_dtype dt, int rank,
+	const int64_t *shape)
+{
+	ctx_grow(p->ctx, (void **)&p->t, &p->tcap, p->nt + 1, sizeof *p->t);
+	tcp_tensor *t = &p->t[p->nt];
+	memset(t, 0, sizeof *t);
+	size_t n = strlen(name ? name : "");
+	t->name = ctx_alloc(p->ctx, n + 1);
+	memcpy(t->name, name ? name : "", n);
+	t->space = (uint8_t)space;
+	t->kind = (uint8_t)kind;
+	t->dtype = (uint8_t)dt;
+	t->rank = (uint8_t)rank;
+	t->numel = 1;
+	for (int i = 0; i < rank; i++) {
+		t->shape[i] = shape[i];
+		t->numel *= shape[i];
+	}
+	return (int32_t)p->nt++;
+}
+
+uint32_t tcp_emit(tcp_program *p, const tcp_insn *in)
+{
+	ctx_grow(p->ctx, (void **)&p->code, &p->ccap, p->ncode + 1, sizeof *p->code);
+	p->code[p->ncode] = *in;
+	return p->ncode++;
+}
+
+tcp_view tcp_view_none(void)
+{
+	tcp_view v;
+	memset(&v, 0, sizeof v);
+	v.t = -1;
+	v.reg = -1;
+	return v;
+}
+
+tcp_insn tcp_insn_init(tcp_opcode op)
+{
+	tcp_insn in;
+	memset(&in, 0, sizeof in);
+	in.op = (uint8_t)op;
+	in.rd = in.ra = in.rb = TCP_NOREG;
+	in.vreg = -1;
+	for (int i = 0; i < TCP_NVIEW; i++)
+		in.v[i] = tcp_view_none();
+	return in;
+}
+
+/* ---- CRC-32 (IEEE 802.3, reflected), table built on the fly ---- */
+uint32_t tcp_crc32(const uint8_t *p, size_t n)
+{
+	uint32_t tab[256];
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+		tab[i] = c;
+	}
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < n; i++)
+		c = tab[(c ^ p[i]) & 0xff] ^ (c >> 8);
+	return c ^ 0xffffffffu;
+}
+
+/* ---- validation ---- */
+typedef struct vc {
+	moe_ctx *ctx;
+	const tcp_program *p;
+	const moe_tcp_machine *m;
+	const char *file;
+	int errors;
+} vc;
+
+static void verr(vc *c, int64_t pc, const char *fmt, ...) MOE_PRINTF(3, 4);
+static void verr(vc *c, int64_t pc, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (c->errors++ < 20) {
+		if (pc >= 0)
+			moe_diag(c->ctx, MOE_DIAG_ERROR, moe_loc_file(c->ctx, c->file), "instruction %lld (%s): %s",
+				(long long)pc, tcp_op_names[c->p->code[pc].op], msg);
+		else
+			moe_diag(c->ctx, MOE_DIAG_ERROR, moe_loc_file(c->ctx, c->file), "%s", msg);
+	}
+}
+
+static bool dtype_ok(int d)
+{
+	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL;
+}
+
+static int64_t space_cap(const moe_tcp_machine *m, int space)
+{
+	switch (space) {
+	case TCP_DM: return m->dm_bytes_per_slice;
+	case TCP_TRF: return tcp_trf_bytes(m);
+	case TCP_VRF: return m->vrf_bytes_per_slice;
+	default: return (int64_t)m->hbm_bytes;
+	}
+}
+
+static const char *const space_names[TCP_NSPACE] = {"hbm", "dm", "trf", "vrf"};
+
+static void check_tensors(vc *c)
+{
+	const tcp_program *p = c->p;
+	int64_t S = tcp_slices(c->m);
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		if (t->space >= TCP_NSPACE || t->kind > TCP_T_CONST || !dtype_ok(t->dtype) || t->rank > MOE_MAX_RANK) {
+			verr(c, -1, "tensor %%%u: bad space, kind, dtype or rank", i);
+			continue;
+		}
+		int64_t n = 1;
+		bool ovf = false;
+		for (int k = 0; k < t->rank; k++) {
+			if (t->shape[k] < 1 || !ir_mul_ov(n, t->shape[k], &n))
+				ovf = true;
+		}
+		int64_t bytes;
+		if (ovf || n != t->numel || !ir_mul_ov(n, (int64_t)moe_dtype_size((moe_dtype)t->dtype), &bytes) ||
+			bytes > ((int64_t)1 << 46)) {
+			verr(c, -1, "tensor %%%u '%s': bad shape or element count", i, t->name);
+			continue;
+		}
+		int64_t cap = space_cap(c->m, t->space);
+		if (t->addr < 0 || t->slice_bytes < 0) {
+			verr(c, -1, "tensor %%%u '%s': negative address", i, t->name);
+			continue;
+		}
+		if (t->space == TCP_HBM) {
+			if (t->addr % c->m->hbm_granule || t->addr > cap || bytes > cap - t->addr)
+				verr(c, -1, "tensor %%%u '%s': HBM range [%lld, +%lld) is unaligned or beyond %.0f bytes", i, t->name,
+					(long long)t->addr, (long long)bytes, c->m->hbm_bytes);
+		} else {
+			int64_t need = (bytes + S - 1) / S;
+			if (t->slice_bytes < need)
+				verr(c, -1, "tensor %%%u '%s': per-slice footprint %lld below its share %lld", i, t->name,
+					(long long)t->slice_bytes, (long long)need);
+			else if (t->addr > cap || t->slice_bytes > cap - t->addr)
+				verr(c, -1, "tensor %%%u '%s': %s capacity exceeded (offset %lld + %lld > %lld bytes per slice)", i,
+					t->name, space_names[t->space], (long long)t->addr, (long long)t->slice_bytes, (long long)cap);
+		}
+		if (t->kind == TCP_T_CONST && (t->const_off < 0 || t->const_off > p->nconst || bytes > p->nconst - t->const_off))
+			verr(c, -1, "tensor %%%u '%s': constant data outside the constants section", i, t->name);
+		if ((t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_OUTPUT) &&
+			(t->space != TCP_HBM || !t->name[0]))
+			verr(c, -1, "tensor %%%u: bound tensors must be named and live in HBM", i);
+	}
+}
+
+/* Static extent of a view: the lowest and highest element touched. */
+static void view_extent(const tcp_view *v, int ndim, const int64_t *dim, int64_t *lo, int64_t *hi)
+{
+	int64_t a = v->base, b = v->base;
+	for (int k = 0; k < ndim; k++) {
+		int64_t s = v->stride[k] * (dim[k] - 1);
+		if (s < 0)
+			a += s;
+		else
+			b += s;
+	}
+	*lo = a;
+	*hi = b;
+}
+
+static bool reg_ok(int r, bool optional)
+{
+	return (optional && r == TCP_NOREG) || (r >= 0 && r < TCP_NREG);
+}
+
+/* spaces: bitmask of allowed spaces; need: the view must be present */
+static void check_view(vc *c, int64_t pc, const tcp_insn *in, int which, unsigned spaces, bool need, int ndim,
+	const int64_t *dim)
+{
+	static const char *const vn[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
+	const tcp_view *v = &in->v[which];
+	if (v->t < 0) {
+		if (need)
+			verr(c, pc, "missing operand %s", vn[which]);
+		return;
+	}
+	if ((uint32_t)v->t >= c->p->nt) {
+		verr(c, pc, "operand %s names tensor %%%d of %u", vn[which], v->t, c->p->nt);
+		return;
+	}
+	const tcp_tensor *t = &c->p->t[v->t];
+	if (!(spaces & (1u << t->space)))
+		verr(c, pc, "operand %s: tensor '%s' is in %s, not allowed here", vn[which], t->name, space_names[t->space]);
+	if (v->reg != -1 && !reg_ok(v->reg, false))
+		verr(c, pc, "operand %s: bad offset register r%d", vn[which], v->reg);
+	for (int k = 0; k < ndim; k++)
+		if (v->stride[k] < -((int64_t)1 << 40) || v->stride[k] > ((int64_t)1 << 40))
+			verr(c, pc, "operand %s: stride out of range", vn[which]);
+	if (v->base < -((int64_t)1 << 46) || v->base > ((int64_t)1 << 46) || v->scale < -((int64_t)1 << 40) ||
+		v->scale > ((int64_t)1 << 40)) {
+		verr(c, pc, "operand %s: offset out of range", vn[which]);
+		return;
+	}
+	int64_t lo, hi;
+	view_extent(v, ndim, dim, &lo, &hi);
+	/* with an offset register only the static part can be checked here;
+	 * the simulator checks the rest when it runs */
+	if (v->reg == -1 && (lo < 0 || hi >= t->numel))
+		verr(c, pc, "operand %s: elements [%lld, %lld] outside tensor '%s' of %lld elements", vn[which],
+			(long long)lo, (long long)hi, t->name, (long long)t->numel);
+	if (v->reg != -1 && (lo > t->numel || hi - lo >= t->numel))
+		verr(c, pc, "operand %s: a view of %lld elements cannot fit tensor '%s' of %lld", vn[which],
+			(long long)(hi - lo + 1), t->name, (long long)t->numel);
+}
+
+#define SP(x) (1u << (x))
+
+static int vdt(vc *c, const tcp_insn *in, int which)
+{
+	int t = in->v[which].t;
+	return t >= 0 && (uint32_t)t < c->p->nt ? c->p->t[t].dtype : -1;
+}
+
+static void check_insn(vc *c, int64_t pc)
+{
+	const tcp_insn *in = &c->p->code[pc];
+	const moe_tcp_machine *m = c->m;
+	if (in->op >= TCP_OP_COUNT) {
+		verr(c, -1, "instruction %lld: unknown opcode %u", (long long)pc, in->op);
+		return;
+	}
+	if (in->ndim > TCP_MAXD || in->nstep > TCP_MAXSTEP) {
+		verr(c, pc, "too many dimensions or steps");
+		return;
+	}
+	for (int k = 0; k < in->ndim; k++)
+		if (in->dim[k] < 1 || in->dim[k] > ((int64_t)1 << 31)) {
+			verr(c, pc, "dimension %d size %lld outside [1, 2^31]", k, (long long)in->dim[k]);
+			return;
+		}
+	if (in->vreg != -1 && !reg_ok(in->vreg, false))
+		verr(c, pc, "bad valid-count register r%d", in->vreg);
+	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);
+	switch ((tcp_opcode)in->op) {
+	case TCP_OP_HALT:
+		break;
+	case TCP_OP_LI:
+		if (!reg_ok(in->rd, false))
+			verr(c, pc, "bad destination register");
+		break;
+	case TCP_OP_ALU:
+		if (in->sop >= TCP_S_COUNT || !reg_ok(in->rd, false) || !reg_ok(in->ra, false) || !reg_ok(in->rb, true))
+			verr(c, pc, "bad operation or register");
+		break;
+	case TCP_OP_LD:
+		if (!reg_ok(in->rd, false))
+			verr(c, pc, "bad destination register");
+		check_view(c, pc, in, TCP_V_S0, dmh, true, 0, in->dim);
+		if (vdt(c, in, TCP_V_S0) != MOE_I32)
+			verr(c, pc, "ld reads i32 tensors only");
+		break;
+	case TCP_OP_BR:
+		if (in->sop >= TCP_C_COUNT || !reg_ok(in->ra, false) || !reg_ok(in->rb, false))
+			verr(c, pc, "bad condition or register");
+		/* fallthrough */
+	case TCP_OP_JMP:
+		if (in->target < 0 || (uint32_t)in->target >= c->p->ncode)
+			verr(c, pc, "branch target %d outside the code (%u instructions)", in->target, c->p->ncode);
+		break;
+	case TCP_OP_SIG:
+	case TCP_OP_WAIT:
+		if (in->target < 0 || in->target >= TCP_NTOK || in->sop < TCP_CTX_MAIN || in->sop >= TCP_NCTX)
+			verr(c, pc, "bad token or context");
+		break;
+	case TCP_OP_DMA_COPY:
+		if (in->ndim < 1)
+			verr(c, pc, "needs at least one dimension");
+		check_view(c, pc, in, TCP_V_DST, dmh, true, in->ndim, in->dim);
+		check_view(c, pc, in, TCP_V_S0, dmh, true, in->ndim, in->dim);
+		if (vdt(c, in, TCP_V_DST) >= 0 && vdt(c, in, TCP_V_S0) >= 0 &&
+			moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_DST)) != moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_S0)))
+			verr(c, pc, "DMA copies bytes: element sizes differ");
+		break;
+	case TCP_OP_DMA_GATHER:
+	case TCP_OP_DMA_SCATTER: {
+		/* dims = [groups, n, row]; the index list s1 is [groups, n] */
+		if (in->ndim != 3 || in->rows < 1 || in->rows > ((int64_t)1 << 31)) {
+			verr(c, pc, "gather/scatter need dims [groups, indices, row] and rows >= 1");
+			break;
+		}
+		int64_t d3[3] = {in->dim[0], in->op == TCP_OP_DMA_GATHER ? in->dim[1] : in->rows, in->dim[2]};
+		int64_t s3[3] = {in->dim[0], in->op == TCP_OP_DMA_GATHER ? in->rows : in->dim[1], in->dim[2]};
+		check_view(c, pc, in, TCP_V_DST, dmh, true, 3, d3);
+		check_view(c, pc, in, TCP_V_S0, dmh, true, 3, s3);
+		check_view(c, pc, in, TCP_V_S1, SP(TCP_DM), true, 2, in->dim);
+		if (vdt(c, in, TCP_V_S1) != MOE_I32)
+			verr(c, pc, "index list must be i32");
+		if (vdt(c, in, TCP_V_DST) >= 0 && vdt(c, in, TCP_V_S0) >= 0 &&
+			moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_DST)) != moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_S0)))
+			verr(c, pc, "DMA moves bytes: element sizes differ");
+		break;
+	}
+	case TCP_OP_SUB_TRF:
+	case TCP_OP_SUB_VRF:
+		if (in->ndim < 1)
+			verr(c, pc, "needs at least one dimension");
+		check_view(c, pc, in, TCP_V_DST, SP(in->op == TCP_OP_SUB_TRF ? TCP_TRF : TCP_VRF), true, in->ndim, in->dim);
+		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, in->ndim, in->dim);
+		break;
+	case TCP_OP_TU_VEC: {
+		int last = -1;
+		bool red = false;
+		for (int s = 0; s < in->nstep; s++) {
+			const tcp_step *st = &in->step[s];
+			if (st->op >= TCP_V_COUNT || st->x > TCP_SRC_NONE || st->y > TCP_SRC_NONE ||
+				(st->ctr >= in->ndim && (st->x == TCP_SRC_CTR || st->y == TCP_SRC_CTR))) {
+				verr(c, pc, "step %d: bad operation or operand", s);
+				continue;
+			}
+			int stg = tcp_vop_stage[st->op];
+			if (stg <= last)
+				verr(c, pc, "step %d (%s): stage %s after %s breaks the fixed stage order", s,
+					tcp_vop_names[st->op], tcp_stage_names[stg], tcp_stage_names[last]);
+			last = stg;
+			if (stg == TCP_ST_REDUCE || st->op == TCP_V_COMPACT || st->op == TCP_V_ISCAN || st->op == TCP_V_FSCAN)
+				red = true;
+		}
+		if (red && in->ndim < 1)
+			verr(c, pc, "a reduce, scan or compaction needs an innermost dimension");
+		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, in->ndim, in->dim);
+		for (int w = TCP_V_S0; w <= TCP_V_S2; w++)
+			check_view(c, pc, in, w, SP(TCP_DM) | SP(TCP_VRF), w == TCP_V_S0 && in->nstep == 0, in->ndim, in->dim);
+		for (int s = 0; s < in->nstep; s++)
+			for (int k = 0; k < 2; k++) {
+				int src = k ? in->step[s].y : in->step[s].x;
+				if (src >= TCP_SRC_S0 && src <= TCP_SRC_S2 && in->v[src - TCP_SRC_S0 + 1].t < 0)
+					verr(c, pc, "step %d reads stream s%d that is not fetched", s, src - TCP_SRC_S0);
+			}
+		break;
+	}
+	case TCP_OP_TU_CONTRACT: {
+		/* dims = [M, O, I]: dst[m,o] = sum_i s0[m,i] * s1[o,i] (+ s2[m,o]) */
+		if (in->ndim != 3) {
+			verr(c, pc, "contraction needs dims [rows, outputs, reduction]");
+			break;
+		}
+		int64_t dmo[3] = {in->dim[0], in->dim[1], 1}, dmi[3] = {in->dim[0], 1, in->dim[2]},
+			doi[3] = {1, in->dim[1], in->dim[2]};
+		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
+		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
+		check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
+		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
+		int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
+		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32)))
+			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts)");
+		if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
+			verr(c, pc, "f32 operands need the bf16x3 split");
+		if (in->tile < 1 || in->tile > in->dim[1])
+			verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
+				(long long)in->dim[1]);
+		else if (in->tile * in->dim[2] * 2 * (a == MOE_F32 ? 2 : 1) > tcp_trf_bytes(m))
+			verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
+				(long long)in->dim[2], (long long)tcp_trf_bytes(m));
+		break;
+	}
+	case TCP_OP_COUNT:
+		break;
+	}
+}
+
+moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file)
+{
+	vc c = {ctx, p, m, file ? file : "<program>", 0};
+	check_tensors(&c);
+	if (p->ncode == 0)
+		verr(&c, -1, "program has no instructions");
+	for (uint32_t i = 0; i < p->ncode; i++)
+		check_insn(&c, i);
+	if (p->ncode && p->code[p->ncode - 1].op != TCP_OP_HALT && p->code[p->ncode - 1].op != TCP_OP_JMP)
+		verr(&c, -1, "the last instruction must be halt or jmp (control would run off the code)");
+	if (p->nblocks_t >= (int32_t)p->nt || p->bexp_t >= (int32_t)p->nt || p->nblocks_t < -1 || p->bexp_t < -1 ||
+		p->block_loop_pc >= (int32_t)p->ncode || p->block_body_pc >= (int32_t)p->ncode)
+		verr(&c, -1, "program metadata names a tensor or instruction that does not exist");
+	if (c.errors > 20)
+		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, c.file), "%d further errors not shown", c.errors - 20);
+	return c.errors ? MOE_ERR_FORMAT : MOE_OK;
+}

@@ -1,0 +1,233 @@
+/* backend-tcp/machine.c: the machine description (the fields of
+ * machine.json), parsed with cJSON; a copy of the shipped file is built in.
+ * Every field is required, so a variant file cannot silently fall back. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+/* The shipped backend-tcp/machine.json (a copy of the project's contract). */
+const char tcp_default_machine_json[] =
+	"{\n"
+	"  \"name\": \"RNGD (TCP), one chip\",\n"
+	"  \"source\": \"FuriosaAI RNGD spec table and the furiosa-opt book (see MODEL.md); values marked assumed are ours, not public\",\n"
+	"  \"clock_hz\": 1.0e9,\n"
+	"  \"clusters\": 2,\n"
+	"  \"slices_per_cluster\": 256,\n"
+	"  \"lanes_per_slice\": 8,\n"
+	"  \"flit_bytes\": 32,\n"
+	"  \"memory\": {\n"
+	"    \"hbm_bytes\": 51539607552,\n"
+	"    \"hbm_bytes_per_s\": 1.5e12,\n"
+	"    \"hbm_read_bytes_per_s\": 0.75e12,\n"
+	"    \"hbm_write_bytes_per_s\": 0.75e12,\n"
+	"    \"hbm_access_granule_bytes\": 256,\n"
+	"    \"hbm_unaligned_read_factor\": 2.0,\n"
+	"    \"hbm_unaligned_write_factor\": 50.0,\n"
+	"    \"dm_bytes_per_slice\": 524288,\n"
+	"    \"dm_bytes_per_cycle_per_slice\": 128,\n"
+	"    \"dm_banks_per_slice\": 16,\n"
+	"    \"trf_bytes_per_lane\": 8192,\n"
+	"    \"vrf_bytes_per_slice\": 8192\n"
+	"  },\n"
+	"  \"contraction\": {\n"
+	"    \"mac_bytes_per_lane_per_cycle\": 64,\n"
+	"    \"macs_per_lane_per_cycle\": {\"bf16\": 32, \"f8\": 64, \"i8\": 64, \"i4\": 128},\n"
+	"    \"accumulator\": {\"bf16\": \"f32\", \"f8\": \"f32\", \"i8\": \"i32\", \"i4\": \"i32\"},\n"
+	"    \"tree_latency_cycles\": {\"bf16\": 5, \"f8\": 6, \"i8\": 6, \"i4\": 7},\n"
+	"    \"stream_bytes_per_cycle_per_slice\": 32\n"
+	"  },\n"
+	"  \"peak_ops_per_s\": {\"bf16\": 256e12, \"f8\": 512e12, \"i8\": 512e12, \"i4\": 1024e12},\n"
+	"  \"vector\": {\n"
+	"    \"dtypes\": [\"i32\", \"f32\"],\n"
+	"    \"int_elems_per_cycle\": 8,\n"
+	"    \"float_elems_per_cycle\": 4,\n"
+	"    \"alu_latency_cycles\": 1,\n"
+	"    \"inter_slice_reduce_cycles\": 256\n"
+	"  },\n"
+	"  \"fetch\": {\"max_fetch_bytes\": 32, \"dual_channel_fetch_bytes\": 64},\n"
+	"  \"dma\": {\n"
+	"    \"engines\": 8,\n"
+	"    \"bytes_per_cycle_per_engine\": 256,\n"
+	"    \"setup_cycles\": 500,\n"
+	"    \"max_packet_bytes\": 4096,\n"
+	"    \"request_bytes\": 256\n"
+	"  },\n"
+	"  \"pcie_bytes_per_cycle\": 30,\n"
+	"  \"assumed\": {\n"
+	"    \"command_issue_cycles\": 100,\n"
+	"    \"scalar_op_cycles\": 1,\n"
+	"    \"runtime_branch_cycles\": 20,\n"
+	"    \"gather_scatter_row_overhead_cycles\": 4,\n"
+	"    \"tuexec_fill_drain_cycles\": 32\n"
+	"  }\n"
+	"}\n";
+
+int64_t tcp_slices(const moe_tcp_machine *m)
+{
+	return m->clusters * m->slices_per_cluster;
+}
+
+int64_t tcp_trf_bytes(const moe_tcp_machine *m)
+{
+	return m->lanes_per_slice * m->trf_bytes_per_lane;
+}
+
+typedef struct mp {
+	moe_ctx *ctx;
+	const char *file;
+	bool bad;
+} mp;
+
+static const cJSON *field(mp *p, const cJSON *obj, const char *path, const char *key)
+{
+	const cJSON *f = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+	if (!f && !p->bad) {
+		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, p->file), "machine description: missing field '%s%s'",
+			path, key);
+		p->bad = true;
+	}
+	return f;
+}
+
+/* A positive finite number; integers must be whole and below 2^53. */
+static double num(mp *p, const cJSON *obj, const char *path, const char *key, bool integer)
+{
+	const cJSON *f = field(p, obj, path, key);
+	if (!f)
+		return 1;
+	if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || f->valuedouble <= 0 ||
+		(integer && (f->valuedouble != floor(f->valuedouble) || f->valuedouble > 9007199254740992.0))) {
+		if (!p->bad)
+			moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, p->file),
+				"machine description: '%s%s' must be a positive %s", path, key, integer ? "integer" : "number");
+		p->bad = true;
+		return 1;
+	}
+	return f->valuedouble;
+}
+
+static int64_t inum(mp *p, const cJSON *obj, const char *path, const char *key)
+{
+	return (int64_t)num(p, obj, path, key, true);
+}
+
+static const char *const mt_names[4] = {"bf16", "f8", "i8", "i4"};
+
+moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
+{
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	if (!root || !cJSON_IsObject(root)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file), "machine description is not a JSON object");
+		cJSON_Delete(root);
+		return NULL;
+	}
+	mp p = {ctx, file, false};
+	moe_tcp_machine *m = ctx_alloc(ctx, sizeof *m);
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
+	snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "unnamed");
+	m->clock_hz = num(&p, root, "", "clock_hz", false);
+	m->clusters = inum(&p, root, "", "clusters");
+	m->slices_per_cluster = inum(&p, root, "", "slices_per_cluster");
+	m->lanes_per_slice = inum(&p, root, "", "lanes_per_slice");
+	m->flit_bytes = inum(&p, root, "", "flit_bytes");
+	const cJSON *mem = field(&p, root, "", "memory");
+	m->hbm_bytes = num(&p, mem, "memory.", "hbm_bytes", false);
+	m->hbm_bytes_per_s = num(&p, mem, "memory.", "hbm_bytes_per_s", false);
+	m->hbm_read_bytes_per_s = num(&p, mem, "memory.", "hbm_read_bytes_per_s", false);
+	m->hbm_write_bytes_per_s = num(&p, mem, "memory.", "hbm_write_bytes_per_s", false);
+	m->hbm_granule = inum(&p, mem, "memory.", "hbm_access_granule_bytes");
+	m->hbm_unaligned_read = num(&p, mem, "memory.", "hbm_unaligned_read_factor", false);
+	m->hbm_unaligned_write = num(&p, mem, "memory.", "hbm_unaligned_write_factor", false);
+	m->dm_bytes_per_slice = inum(&p, mem, "memory.", "dm_bytes_per_slice");
+	m->dm_bytes_per_cycle = inum(&p, mem, "memory.", "dm_bytes_per_cycle_per_slice");
+	m->trf_bytes_per_lane = inum(&p, mem, "memory.", "trf_bytes_per_lane");
+	m->vrf_bytes_per_slice = inum(&p, mem, "memory.", "vrf_bytes_per_slice");
+	const cJSON *con = field(&p, root, "", "contraction");
+	m->mac_bytes_per_lane = inum(&p, con, "contraction.", "mac_bytes_per_lane_per_cycle");
+	const cJSON *macs = field(&p, con, "contraction.", "macs_per_lane_per_cycle");
+	const cJSON *tree = field(&p, con, "contraction.", "tree_latency_cycles");
+	const cJSON *peak = field(&p, root, "", "peak_ops_per_s");
+	for (int i = 0; i < 4; i++) {
+		m->macs_per_lane[i] = inum(&p, macs, "contraction.macs_per_lane_per_cycle.", mt_names[i]);
+		m->tree_latency[i] = inum(&p, tree, "contraction.tree_latency_cycles.", mt_names[i]);
+		m->peak_ops[i] = num(&p, peak, "peak_ops_per_s.", mt_names[i], false);
+	}
+	m->stream_bytes_per_cycle = inum(&p, con, "contraction.", "stream_bytes_per_cycle_per_slice");
+	const cJSON *vec = field(&p, root, "", "vector");
+	m->vec_int_rate = inum(&p, vec, "vector.", "int_elems_per_cycle");
+	m->vec_float_rate = inum(&p, vec, "vector.", "float_elems_per_cycle");
+	m->alu_latency = inum(&p, vec, "vector.", "alu_latency_cycles");
+	m->inter_slice_reduce = inum(&p, vec, "vector.", "inter_slice_reduce_cycles");
+	const cJSON *fe = field(&p, root, "", "fetch");
+	m->fetch_bytes = inum(&p, fe, "fetch.", "max_fetch_bytes");
+	m->dual_fetch_bytes = inum(&p, fe, "fetch.", "dual_channel_fetch_bytes");
+	const cJSON *dma = field(&p, root, "", "dma");
+	m->dma_engines = inum(&p, dma, "dma.", "engines");
+	m->dma_bytes_per_cycle = inum(&p, dma, "dma.", "bytes_per_cycle_per_engine");
+	m->dma_setup = inum(&p, dma, "dma.", "setup_cycles");
+	m->dma_max_packet = inum(&p, dma, "dma.", "max_packet_bytes");
+	m->dma_request = inum(&p, dma, "dma.", "request_bytes");
+	m->pcie_bytes_per_cycle = inum(&p, root, "", "pcie_bytes_per_cycle");
+	const cJSON *as = field(&p, root, "", "assumed");
+	m->issue_cycles = inum(&p, as, "assumed.", "command_issue_cycles");
+	m->scalar_cycles = inum(&p, as, "assumed.", "scalar_op_cycles");
+	m->branch_cycles = inum(&p, as, "assumed.", "runtime_branch_cycles");
+	m->row_overhead = inum(&p, as, "assumed.", "gather_scatter_row_overhead_cycles");
+	m->fill_drain = inum(&p, as, "assumed.", "tuexec_fill_drain_cycles");
+	cJSON_Delete(root);
+	if (!p.bad && (tcp_slices(m) > 65536 || m->lanes_per_slice > 64 || m->dm_bytes_per_slice > ((int64_t)1 << 40))) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file), "machine description: sizes out of the modelled range");
+		p.bad = true;
+	}
+	if (p.bad) {
+		ctx_free(ctx, m, sizeof *m);
+		return NULL;
+	}
+	return m;
+}
+
+moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx)
+{
+	return moe_tcp_machine_parse(ctx, "<built-in machine.json>", tcp_default_machine_json,
+		sizeof tcp_default_machine_json - 1);
+}
+
+moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot open machine description: %s", strerror(errno));
+		return NULL;
+	}
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		if (len + 4096 > cap) {
+			size_t nc = cap ? cap * 2 : 8192;
+			buf = ctx_realloc(ctx, buf, cap, nc);
+			cap = nc;
+		}
+		size_t r = fread(buf + len, 1, cap - len, f);
+		len += r;
+		if (r == 0)
+			break;
+	}
+	bool err = ferror(f);
+	fclose(f);
+	moe_tcp_machine *m = NULL;
+	if (err)
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read machine description");
+	else
+		m = moe_tcp_machine_parse(ctx, path, buf, len);
+	ctx_free(ctx, buf, cap);
+	return m;
+}
+
+void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m)
+{
+	if (m)
+		ctx_free(ctx, m, sizeof *m);
+}

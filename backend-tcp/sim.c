@@ -1,0 +1,1005 @@
+/* backend-tcp/sim.c: the instruction-level simulator.
+ *
+ * Functional: instructions run in program order on per-tensor storage; the
+ * hazard scheduler below guarantees that the timed, concurrent execution
+ * would observe the same values. Numerics: the vector engine works on 32-bit
+ * lane words (i32 or f32); float ALUs flush subnormal inputs and results to
+ * signed zero and return the canonical NaN 0x7fc00000; the contraction
+ * multiplies bf16 operands (f32 operands as a bf16x3 split) and accumulates
+ * in f32 in index order.
+ * Timing (MODEL.md section 4): the control processor issues instructions in
+ * order; each command starts when its context is free, the control processor
+ * has issued it and every earlier command touching an overlapping region with
+ * a read/write hazard has finished. Program time is the latest finish. */
+#include <math.h>
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+#define NHAZ 8
+typedef struct haz_rec {
+	int64_t lo, hi, end;
+	bool write;
+} haz_rec;
+typedef struct haz {
+	haz_rec r[NHAZ];
+	int n;
+	int64_t floor_w, floor_r; /* conservative summary of evicted records */
+} haz;
+
+typedef struct tev {
+	int ctx;
+	uint8_t op;
+	uint32_t pc;
+	int64_t start, end;
+} tev;
+
+typedef struct sim {
+	moe_ctx *ctx;
+	const tcp_program *p;
+	const moe_tcp_machine *m;
+	const moe_tcp_run_opts *o;
+	uint8_t **data;  /* per tensor */
+	bool *borrowed;  /* bound inputs/weights are read in place */
+	haz *hz;
+	int64_t reg[TCP_NREG];
+	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
+	moe_tcp_stats *st;
+	tev *ev;
+	size_t nev, evcap;
+	bool fault;
+	int64_t S;
+	double hbm_rd_bpc, hbm_wr_bpc;
+	uint8_t *seen; /* experts whose blocks ran */
+} sim;
+
+#define FAULT(s, pc, ...)                                                                                  \
+	do {                                                                                                 \
+		char _m[400];                                                                                    \
+		snprintf(_m, sizeof _m, __VA_ARGS__);                                                            \
+		moe_diag((s)->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp run-time fault at instruction %u (%s): %s", \
+			(unsigned)(pc), tcp_op_names[(s)->p->code[pc].op], _m);                                       \
+		(s)->fault = true;                                                                               \
+	} while (0)
+
+/* ---- lane words ---- */
+static float w2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t f2w(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float flush(float f)
+{
+	if (f != 0 && fabsf(f) < 1.17549435e-38f)
+		return copysignf(0.0f, f);
+	return f;
+}
+
+static uint32_t fres(float f)
+{
+	if (isnan(f))
+		return 0x7fc00000u;
+	return f2w(flush(f));
+}
+
+static float fin(uint32_t u)
+{
+	return flush(w2f(u));
+}
+
+static uint32_t load_word(const sim *s, int32_t t, int64_t i)
+{
+	const uint8_t *d = s->data[t];
+	switch (s->p->t[t].dtype) {
+	case MOE_BF16: {
+		uint16_t h;
+		memcpy(&h, d + 2 * i, 2);
+		return (uint32_t)h << 16;
+	}
+	case MOE_BOOL: return d[i] ? 1u : 0u;
+	default: {
+		uint32_t u;
+		memcpy(&u, d + 4 * i, 4);
+		return u;
+	}
+	}
+}
+
+static void store_word(sim *s, int32_t t, int64_t i, uint32_t w)
+{
+	uint8_t *d = s->data[t];
+	switch (s->p->t[t].dtype) {
+	case MOE_BF16: {
+		uint16_t h = moe_f32_to_bf16(w2f(w));
+		memcpy(d + 2 * i, &h, 2);
+		break;
+	}
+	case MOE_BOOL: d[i] = w != 0; break;
+	default: memcpy(d + 4 * i, &w, 4); break;
+	}
+}
+
+static int64_t esz_of(const sim *s, int32_t t)
+{
+	return (int64_t)moe_dtype_size((moe_dtype)s->p->t[t].dtype);
+}
+
+/* ---- views ---- */
+static int64_t vbase(const sim *s, const tcp_view *v)
+{
+	return v->base + (v->reg >= 0 ? s->reg[v->reg] * v->scale : 0);
+}
+
+/* The element range a view touches, checked against its tensor. */
+static bool vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
+{
+	int64_t a = vbase(s, v), b = a;
+	for (int k = 0; k < nd; k++) {
+		int64_t x = v->stride[k] * (dim[k] - 1);
+		if (x < 0)
+			a += x;
+		else
+			b += x;
+	}
+	*lo = a;
+	*hi = b;
+	const tcp_tensor *t = &s->p->t[v->t];
+	if (a < 0 || b >= t->numel) {
+		FAULT(s, pc, "%s overflow: elements [%lld, %lld] outside tensor '%s' (%lld elements)",
+			t->space == TCP_HBM ? "HBM" : t->space == TCP_DM ? "DM" : t->space == TCP_TRF ? "TRF" : "VRF",
+			(long long)a, (long long)b, t->name, (long long)t->numel);
+		return false;
+	}
+	return true;
+}
+
+/* ---- hazards ---- */
+static int64_t haz_wait(const sim *s, int32_t t, int64_t lo, int64_t hi, bool write)
+{
+	const haz *h = &s->hz[t];
+	int64_t w = write ? (h->floor_w > h->floor_r ? h->floor_w : h->floor_r) : h->floor_w;
+	for (int i = 0; i < h->n; i++) {
+		const haz_rec *r = &h->r[i];
+		if (r->hi < lo || r->lo > hi || (!write && !r->write))
+			continue;
+		if (r->end > w)
+			w = r->end;
+	}
+	return w;
+}
+
+static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int64_t end)
+{
+	haz *h = &s->hz[t];
+	if (h->n == NHAZ) {
+		/* evict the earliest-ending record into the floor */
+		int k = 0;
+		for (int i = 1; i < h->n; i++)
+			if (h->r[i].end < h->r[k].end)
+				k = i;
+		if (h->r[k].write)
+			h->floor_w = h->floor_w > h->r[k].end ? h->floor_w : h->r[k].end;
+		else
+			h->floor_r = h->floor_r > h->r[k].end ? h->floor_r : h->r[k].end;
+		h->r[k] = h->r[--h->n];
+	}
+	h->r[h->n++] = (haz_rec){lo, hi, end, write};
+}
+
+typedef struct acc {
+	int32_t t[6];
+	int64_t lo[6], hi[6];
+	bool w[6];
+	int n;
+} acc;
+
+static void acc_add(acc *a, int32_t t, int64_t lo, int64_t hi, bool w)
+{
+	a->t[a->n] = t;
+	a->lo[a->n] = lo;
+	a->hi[a->n] = hi;
+	a->w[a->n++] = w;
+}
+
+static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
+{
+	if (!s->o->trace_path || s->nev >= 2000000)
+		return;
+	if (s->nev == s->evcap) {
+		size_t nc = s->evcap ? s->evcap * 2 : 4096;
+		tev *ne = realloc(s->ev, nc * sizeof *ne);
+		if (!ne)
+			return;
+		s->ev = ne;
+		s->evcap = nc;
+	}
+	s->ev[s->nev++] = (tev){ctx, s->p->code[pc].op, pc, start, end};
+}
+
+/* Schedule a command of `dur` cycles in its context after its hazards. */
+static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
+{
+	int ctx = tcp_op_ctx[s->p->code[pc].op];
+	s->tc += s->m->scalar_cycles;
+	int64_t start = s->tc > s->cfree[ctx] ? s->tc : s->cfree[ctx];
+	for (int i = 0; i < a->n; i++) {
+		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i]);
+		if (w > start)
+			start = w;
+	}
+	dur += s->m->issue_cycles;
+	int64_t end = start + dur;
+	s->cfree[ctx] = end;
+	for (int i = 0; i < a->n; i++)
+		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end);
+	s->st->busy_cycles[ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB
+										    : MOE_TCP_ENGINE_DMA] += dur;
+	s->st->commands++;
+	event(s, pc, ctx, start, end);
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* ---- DMA ---- */
+static bool writable(sim *s, uint32_t pc, int32_t t)
+{
+	if (s->p->t[t].kind == TCP_T_INPUT || s->p->t[t].kind == TCP_T_WEIGHT || s->p->t[t].kind == TCP_T_CONST) {
+		FAULT(s, pc, "write to read-only tensor '%s'", s->p->t[t].name);
+		return false;
+	}
+	return true;
+}
+
+static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t saddr, int64_t bytes, int64_t nrows,
+	int64_t rowbytes)
+{
+	const moe_tcp_machine *m = s->m;
+	int64_t packets = nrows > 1 ? nrows * cdiv(rowbytes, m->dma_max_packet) : cdiv(bytes, m->dma_max_packet);
+	int64_t eng = packets < m->dma_engines ? packets : m->dma_engines;
+	if (eng < 1)
+		eng = 1;
+	double t = (double)bytes / (double)(m->dma_bytes_per_cycle * eng);
+	bool sh = s->p->t[st].space == TCP_HBM, dh = s->p->t[dt].space == TCP_HBM;
+	int64_t unit = nrows > 1 ? rowbytes : bytes;
+	if (sh) {
+		bool al = saddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
+		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_read) / s->hbm_rd_bpc;
+		t = t > h ? t : h;
+		s->st->hbm_read_bytes += bytes;
+	}
+	if (dh) {
+		bool al = daddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
+		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_write) / s->hbm_wr_bpc;
+		t = t > h ? t : h;
+		s->st->hbm_write_bytes += bytes;
+	}
+	/* the per-row overhead is paid by each engine for the rows it moves */
+	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
+}
+
+static void run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t dlo, dhi, slo, shi;
+	if (!vrange(s, pc, d, in->ndim, in->dim, &dlo, &dhi) || !vrange(s, pc, sv, in->ndim, in->dim, &slo, &shi) ||
+		!writable(s, pc, d->t))
+		return;
+	int64_t e = esz_of(s, d->t), n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t idx[TCP_MAXD] = {0};
+	int64_t db = vbase(s, d), sb = vbase(s, sv);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t da = db, sa = sb;
+		for (int k = 0; k < in->ndim; k++) {
+			da += idx[k] * d->stride[k];
+			sa += idx[k] * sv->stride[k];
+		}
+		memcpy(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)e);
+		for (int k = in->ndim - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
+			idx[k] = 0;
+	}
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	schedule(s, pc, &a, dma_cost(s, d->t, sv->t, s->p->t[d->t].addr + db * e, s->p->t[sv->t].addr + sb * e, n * e, 1, n * e));
+}
+
+static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	bool gather = in->op == TCP_OP_DMA_GATHER;
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0], *iv = &in->v[TCP_V_S1];
+	int64_t G = in->dim[0], n = in->dim[1], row = in->dim[2], rows = in->rows;
+	int64_t d3[3] = {G, gather ? n : rows, row}, s3[3] = {G, gather ? rows : n, row};
+	int64_t dlo, dhi, slo, shi, ilo, ihi;
+	if (!vrange(s, pc, d, 3, d3, &dlo, &dhi) || !vrange(s, pc, sv, 3, s3, &slo, &shi) ||
+		!vrange(s, pc, iv, 2, in->dim, &ilo, &ihi) || !writable(s, pc, d->t))
+		return;
+	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : n;
+	int64_t e = esz_of(s, d->t), db = vbase(s, d), sb = vbase(s, sv), ib = vbase(s, iv), moved = 0;
+	for (int64_t g = 0; g < G && !s->fault; g++)
+		for (int64_t j = 0; j < n; j++) {
+			if (j >= cnt) {
+				if (gather)
+					for (int64_t x = 0; x < row; x++)
+						memset(s->data[d->t] + (db + g * d->stride[0] + j * d->stride[1] + x) * e, 0, (size_t)e);
+				continue;
+			}
+			int32_t ix = (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
+			if (ix < 0 || ix >= rows) {
+				FAULT(s, pc, "%s index %d at position %lld outside [0, %lld)", gather ? "gather" : "scatter", ix,
+					(long long)(g * n + j), (long long)rows);
+				return;
+			}
+			int64_t da = db + g * d->stride[0] + (gather ? j : ix) * d->stride[1];
+			int64_t sa = sb + g * sv->stride[0] + (gather ? ix : j) * sv->stride[1];
+			for (int64_t x = 0; x < row; x++)
+				memcpy(s->data[d->t] + (da + x * d->stride[2]) * e, s->data[sv->t] + (sa + x * sv->stride[2]) * e,
+					(size_t)e);
+			moved++;
+		}
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	acc_add(&a, iv->t, ilo, ihi, false);
+	int64_t c = dma_cost(s, d->t, sv->t, s->p->t[d->t].addr + db * e, s->p->t[sv->t].addr + sb * e,
+		(moved ? moved : 1) * row * e, G * n, row * e);
+	schedule(s, pc, &a, c);
+}
+
+static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t dlo, dhi, slo, shi;
+	if (!vrange(s, pc, d, in->ndim, in->dim, &dlo, &dhi) || !vrange(s, pc, sv, in->ndim, in->dim, &slo, &shi))
+		return;
+	int64_t e = esz_of(s, d->t), n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t idx[TCP_MAXD] = {0}, db = vbase(s, d), sb = vbase(s, sv);
+	if (!s->o->timing_only || s->p->block_body_pc < 0 || (int32_t)pc < s->p->block_body_pc)
+		for (int64_t i = 0; i < n; i++) {
+			int64_t da = db, sa = sb;
+			for (int k = 0; k < in->ndim; k++) {
+				da += idx[k] * d->stride[k];
+				sa += idx[k] * sv->stride[k];
+			}
+			memcpy(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)e);
+			for (int k = in->ndim - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
+				idx[k] = 0;
+		}
+	/* every slice reads its footprint of the tile from DM */
+	int64_t per = s->p->t[d->t].slice_bytes;
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	schedule(s, pc, &a, cdiv(per, s->m->dm_bytes_per_cycle) + s->m->fill_drain);
+}
+
+/* ---- vector engine ---- */
+static float f_max(float a, float b)
+{
+	if (isnan(a))
+		return a;
+	if (isnan(b))
+		return b;
+	if (a == b)
+		return signbit(a) ? b : a;
+	return a > b ? a : b;
+}
+
+static float f_min(float a, float b)
+{
+	if (isnan(a))
+		return a;
+	if (isnan(b))
+		return b;
+	if (a == b)
+		return signbit(a) ? a : b;
+	return a < b ? a : b;
+}
+
+static int32_t f_to_i(float x)
+{
+	if (isnan(x))
+		return 0;
+	if (x >= 2147483648.0f)
+		return INT32_MAX;
+	if (x <= -2147483648.0f)
+		return INT32_MIN;
+	return (int32_t)x;
+}
+
+static int32_t iw(uint32_t u)
+{
+	int32_t i;
+	memcpy(&i, &u, 4);
+	return i;
+}
+
+static uint32_t wi(int32_t i)
+{
+	uint32_t u;
+	memcpy(&u, &i, 4);
+	return u;
+}
+
+/* One element-wise ALU op (not reduce/scan/compact/merge). */
+static bool alu(sim *s, uint32_t pc, int op, uint32_t x, uint32_t y, uint32_t *v, bool *tag)
+{
+	int32_t a = iw(x), b = iw(y);
+	float fa = fin(x), fb = fin(y);
+	switch (op) {
+	case TCP_V_TEQ: *tag = a == b; break;
+	case TCP_V_TNE: *tag = a != b; break;
+	case TCP_V_TLT: *tag = a < b; break;
+	case TCP_V_TLE: *tag = a <= b; break;
+	case TCP_V_TGT: *tag = a > b; break;
+	case TCP_V_TGE: *tag = a >= b; break;
+	case TCP_V_FTEQ: *tag = fa == fb; break;
+	case TCP_V_FTNE: *tag = !(fa == fb); break;
+	case TCP_V_FTLT: *tag = fa < fb; break;
+	case TCP_V_FTLE: *tag = fa <= fb; break;
+	case TCP_V_FTGT: *tag = fa > fb; break;
+	case TCP_V_FTGE: *tag = fa >= fb; break;
+	case TCP_V_AND: *v = x & y; return true;
+	case TCP_V_OR: *v = x | y; return true;
+	case TCP_V_XOR: *v = x ^ y; return true;
+	case TCP_V_SHL: *v = x << (y & 31); return true;
+	case TCP_V_SHR: *v = x >> (y & 31); return true;
+	case TCP_V_SAR: *v = (y & 31) ? (x >> (y & 31)) | (a < 0 ? ~(0xffffffffu >> (y & 31)) : 0) : x; return true;
+	case TCP_V_IADD: *v = x + y; return true;
+	case TCP_V_ISUB: *v = x - y; return true;
+	case TCP_V_IMUL: *v = (uint32_t)((uint64_t)x * (uint64_t)y); return true;
+	case TCP_V_IDIV:
+		if (b == 0) {
+			FAULT(s, pc, "integer division by zero");
+			return false;
+		}
+		*v = (a == INT32_MIN && b == -1) ? x : wi(a / b);
+		return true;
+	case TCP_V_ITOF: *v = fres((float)a); return true;
+	case TCP_V_FADD: *v = fres(fa + fb); return true;
+	case TCP_V_FSUB: *v = fres(fa - fb); return true;
+	case TCP_V_FMUL: *v = fres(fa * fb); return true;
+	case TCP_V_FEXP: *v = fres((float)exp((double)fa)); return true;
+	case TCP_V_FLOG: *v = fres((float)log((double)fa)); return true;
+	case TCP_V_FSQRT: *v = fres((float)sqrt((double)fa)); return true;
+	case TCP_V_FTANH: *v = fres((float)tanh((double)fa)); return true;
+	case TCP_V_FERF: *v = fres((float)erf((double)fa)); return true;
+	case TCP_V_FSIGM: *v = fres((float)(1.0 / (1.0 + exp(-(double)fa)))); return true;
+	case TCP_V_FNEG: *v = fres(-fa); return true;
+	case TCP_V_FABS: *v = fres(fabsf(fa)); return true;
+	case TCP_V_FDIV: *v = fres(fa / fb); return true;
+	case TCP_V_FTOI: *v = wi(f_to_i(fa)); return true;
+	case TCP_V_IMIN: *v = a < b ? x : y; return true;
+	case TCP_V_IMAX: *v = a > b ? x : y; return true;
+	case TCP_V_FMIN: *v = fres(f_min(fa, fb)); return true;
+	case TCP_V_FMAX: *v = fres(f_max(fa, fb)); return true;
+	default: return true;
+	}
+	*v = *tag ? 1u : 0u;
+	return true;
+}
+
+static uint32_t src_word(const tcp_step *st, int which, uint32_t v, const uint32_t *sw, const int64_t *idx)
+{
+	switch (which) {
+	case TCP_SRC_V: return v;
+	case TCP_SRC_S0: return sw[0];
+	case TCP_SRC_S1: return sw[1];
+	case TCP_SRC_S2: return sw[2];
+	case TCP_SRC_IMM: return st->imm;
+	case TCP_SRC_CTR: return (uint32_t)idx[st->ctr];
+	default: return 0;
+	}
+}
+
+static bool is_rowop(int op)
+{
+	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
+}
+
+static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const moe_tcp_machine *m = s->m;
+	int nd = in->ndim;
+	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW];
+	acc a = {0};
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		if (in->v[w].t < 0)
+			continue;
+		if (!vrange(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w]))
+			return;
+		acc_add(&a, in->v[w].t, lo[w], hi[w], w == TCP_V_DST);
+	}
+	if (!writable(s, pc, in->v[TCP_V_DST].t))
+		return;
+	int rop = -1;
+	bool fl = false;
+	for (int i = 0; i < in->nstep; i++) {
+		if (is_rowop(in->step[i].op))
+			rop = i;
+		int stg = tcp_vop_stage[in->step[i].op];
+		if (stg >= TCP_ST_FXP2FP && stg <= TCP_ST_FP2FXP)
+			fl = true;
+		if (in->step[i].op >= TCP_V_FTEQ && in->step[i].op <= TCP_V_FTGE)
+			fl = true;
+		if (in->step[i].op == TCP_V_FMIN || in->step[i].op == TCP_V_FMAX)
+			fl = true;
+	}
+	int64_t n = 1;
+	for (int k = 0; k < nd; k++)
+		n *= in->dim[k];
+	int64_t L = nd ? in->dim[nd - 1] : 1;
+	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : INT64_MAX;
+	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+	int64_t vb[TCP_NVIEW];
+	for (int w = 0; w < TCP_NVIEW; w++)
+		vb[w] = in->v[w].t >= 0 ? vbase(s, &in->v[w]) : 0;
+	const tcp_view *dv = &in->v[TCP_V_DST];
+	int64_t idx[TCP_MAXD] = {0};
+	uint32_t racc = 0, keep_n = 0;
+	uint32_t *kept = NULL;
+	if (rop >= 0 && in->step[rop].op == TCP_V_COMPACT && compute) {
+		kept = malloc(sizeof *kept * (size_t)L);
+		if (!kept) {
+			FAULT(s, pc, "out of host memory");
+			return;
+		}
+	}
+	for (int64_t e = 0; e < n && compute && !s->fault; e++) {
+		int64_t off[TCP_NVIEW];
+		for (int w = 0; w < TCP_NVIEW; w++) {
+			off[w] = vb[w];
+			if (in->v[w].t >= 0)
+				for (int k = 0; k < nd; k++)
+					off[w] += idx[k] * in->v[w].stride[k];
+		}
+		uint32_t sw[3];
+		for (int w = 0; w < 3; w++)
+			sw[w] = in->v[w + 1].t >= 0 ? load_word(s, in->v[w + 1].t, off[w + 1]) : 0;
+		bool masked = nd > 0 && idx[0] >= cnt;
+		int64_t j = nd ? idx[nd - 1] : 0;
+		bool first = j == 0, lastel = j == L - 1;
+		uint32_t v = in->v[TCP_V_S0].t >= 0 ? sw[0] : 0;
+		bool tag = false, out_now = true;
+		for (int i = 0; i < in->nstep && !s->fault; i++) {
+			const tcp_step *st = &in->step[i];
+			uint32_t x = src_word(st, st->x, v, sw, idx), y = src_word(st, st->y, v, sw, idx);
+			if (i == rop) {
+				switch (st->op) {
+				case TCP_V_RSUM: racc = first ? x : racc + x; break;
+				case TCP_V_RMAX: racc = first || iw(x) > iw(racc) ? x : racc; break;
+				case TCP_V_RMIN: racc = first || iw(x) < iw(racc) ? x : racc; break;
+				case TCP_V_FRSUM: racc = first ? fres(fin(x)) : fres(fin(racc) + fin(x)); break;
+				case TCP_V_FRMAX: racc = first ? fres(fin(x)) : fres(f_max(fin(racc), fin(x))); break;
+				case TCP_V_FRMIN: racc = first ? fres(fin(x)) : fres(f_min(fin(racc), fin(x))); break;
+				case TCP_V_ISCAN:
+				case TCP_V_FSCAN: {
+					uint32_t prev = first ? (st->op == TCP_V_ISCAN ? 0u : 0u) : racc;
+					uint32_t nx = st->op == TCP_V_ISCAN ? (first ? x : racc + x)
+									    : (first ? fres(fin(x)) : fres(fin(racc) + fin(x)));
+					racc = nx;
+					v = (st->flags & TCP_STEP_EXCL) ? prev : nx;
+					continue;
+				}
+				case TCP_V_COMPACT:
+					if (first)
+						keep_n = 0;
+					if (tag)
+						kept[keep_n++] = x;
+					out_now = false;
+					if (lastel) {
+						/* the row's kept values go to the front, the rest is the fill */
+						int64_t rowoff = off[TCP_V_DST] - j * dv->stride[nd - 1];
+						for (int64_t q = 0; q < L; q++)
+							store_word(s, dv->t, rowoff + q * dv->stride[nd - 1],
+								masked ? 0 : q < keep_n ? kept[q] : st->imm);
+					}
+					continue;
+				default: break;
+				}
+				if (!lastel) {
+					out_now = false;
+					break;
+				}
+				v = racc;
+				continue;
+			}
+			if (st->op == TCP_V_MERGE) {
+				v = tag ? x : y;
+				continue;
+			}
+			alu(s, pc, st->op, x, y, &v, &tag);
+		}
+		if (out_now)
+			store_word(s, dv->t, off[TCP_V_DST], masked ? 0 : v);
+		for (int k = nd - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
+			idx[k] = 0;
+	}
+	free(kept);
+	/* cost: rows (for row ops) or flits spread over the slices */
+	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
+	int64_t used = units < S ? units : S;
+	int64_t pe = cdiv(units, used) * per;
+	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
+	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
+	int64_t fb = 0, ns = 0;
+	for (int w = 1; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
+			fb += esz_of(s, in->v[w].t);
+			ns++;
+		}
+	int64_t fetch = cdiv(pe * fb, ns > 1 ? m->dual_fetch_bytes : m->fetch_bytes);
+	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe;
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), m->fetch_bytes);
+	int64_t t = comp > fetch ? comp : fetch;
+	t = t > commit ? t : commit;
+	t += m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	s->st->busy_cycles[MOE_TCP_ENGINE_VECTOR] += comp;
+	schedule(s, pc, &a, t);
+}
+
+/* ---- contraction ---- */
+static void split3(float x, float *hi, float *lo)
+{
+	*hi = moe_bf16_to_f32(moe_f32_to_bf16(x));
+	*lo = isfinite(*hi) ? moe_bf16_to_f32(moe_f32_to_bf16(x - *hi)) : 0.0f;
+}
+
+static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const moe_tcp_machine *m = s->m;
+	int64_t M = in->dim[0], O = in->dim[1], I = in->dim[2];
+	acc a = {0};
+	int64_t lo, hi;
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		if (in->v[w].t < 0)
+			continue;
+		int64_t d[3] = {w == TCP_V_S1 ? 1 : M, w == TCP_V_S0 ? 1 : O, (w == TCP_V_S0 || w == TCP_V_S1) ? I : 1};
+		if (!vrange(s, pc, &in->v[w], 3, d, &lo, &hi))
+			return;
+		acc_add(&a, in->v[w].t, lo, hi, w == TCP_V_DST);
+	}
+	if (!writable(s, pc, in->v[TCP_V_DST].t))
+		return;
+	bool x3 = in->flags & TCP_F_BF16X3;
+	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : M;
+	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0], *wv = &in->v[TCP_V_S1], *pv = &in->v[TCP_V_S2];
+	int64_t db = vbase(s, dv), ab = vbase(s, av), wb = vbase(s, wv), pb = pv->t >= 0 ? vbase(s, pv) : 0;
+	float *wrow = compute ? malloc(sizeof(float) * 2 * (size_t)I) : NULL;
+	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)I) : NULL;
+	if (compute && (!wrow || !arow)) {
+		free(wrow);
+		free(arow);
+		FAULT(s, pc, "out of host memory");
+		return;
+	}
+	for (int64_t r = 0; r < M && compute; r++) {
+		if (r >= cnt) {
+			for (int64_t o = 0; o < O; o++)
+				store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], 0);
+			continue;
+		}
+		for (int64_t i = 0; i < I; i++) {
+			float f = fin(load_word(s, av->t, ab + r * av->stride[0] + i * av->stride[2]));
+			if (x3)
+				split3(f, &arow[i], &arow[I + i]);
+			else
+				arow[i] = f;
+		}
+		for (int64_t o = 0; o < O; o++) {
+			for (int64_t i = 0; i < I; i++) {
+				float f = fin(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
+				if (x3)
+					split3(f, &wrow[i], &wrow[I + i]);
+				else
+					wrow[i] = f;
+			}
+			float sum = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1]))
+							 : 0.0f;
+			if (x3)
+				for (int64_t i = 0; i < I; i++) {
+					float p = arow[i] * wrow[i] + (arow[i] * wrow[I + i] + arow[I + i] * wrow[i]);
+					sum = flush(sum + p);
+				}
+			else
+				for (int64_t i = 0; i < I; i++)
+					sum = flush(sum + arow[i] * wrow[i]);
+			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum));
+		}
+	}
+	free(wrow);
+	free(arow);
+	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
+	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
+	int64_t tiles = cdiv(Cg, S);
+	int64_t macs = Bs * in->tile * I * (x3 ? 3 : 1);
+	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16]);
+	int64_t ae = x3 ? 4 : 2;
+	int64_t stream = tiles * cdiv(Bs * I * ae, m->stream_bytes_per_cycle);
+	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0)),
+		m->fetch_bytes);
+	int64_t t = mac > stream ? mac : stream;
+	t = t > commit ? t : commit;
+	t += m->tree_latency[TCP_MT_BF16] + m->fill_drain;
+	s->st->busy_cycles[MOE_TCP_ENGINE_CONTRACTION] += mac;
+	schedule(s, pc, &a, t);
+}
+
+/* ---- the run ---- */
+static void write_trace(sim *s, const char *path)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f) {
+		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_file(s->ctx, path), "cannot write trace");
+		return;
+	}
+	double us = 1e6 / s->m->clock_hz;
+	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+	for (int c = 0; c < TCP_NCTX; c++)
+		fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", c,
+			tcp_ctx_names[c]);
+	for (size_t i = 0; i < s->nev; i++) {
+		const tev *e = &s->ev[i];
+		fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u}}%s\n",
+			tcp_op_names[e->op], e->ctx, (double)e->start * us, (double)(e->end - e->start) * us, e->pc,
+			i + 1 < s->nev ? "," : "");
+	}
+	fprintf(f, "]}\n");
+	bool bad = ferror(f);
+	if (fclose(f) || bad || rename(tmp, path)) {
+		remove(tmp);
+		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_file(s->ctx, path), "cannot write trace");
+	}
+}
+
+static bool bind(sim *s, const moe_tensor_map *b)
+{
+	const tcp_program *p = s->p;
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		size_t bytes = (size_t)t->numel * moe_dtype_size((moe_dtype)t->dtype);
+		if (t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT) {
+			moe_tensor *h = b ? moe_tensor_map_get(b, t->name) : NULL;
+			if (!h) {
+				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: no tensor bound for %s '%s'",
+					t->kind == TCP_T_INPUT ? "input" : "weight", t->name);
+				return false;
+			}
+			bool same = h->dtype == (moe_dtype)t->dtype && h->rank == t->rank && h->nbytes == bytes;
+			for (int k = 0; same && k < t->rank; k++)
+				same = h->shape[k] == t->shape[k];
+			if (!same) {
+				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
+					"tcp: tensor bound for '%s' has the wrong dtype or shape (want %s, %lld elements)", t->name,
+					moe_dtype_name((moe_dtype)t->dtype), (long long)t->numel);
+				return false;
+			}
+			s->data[i] = h->data;
+			s->borrowed[i] = true;
+			continue;
+		}
+		s->data[i] = calloc(bytes ? bytes : 1, 1);
+		if (!s->data[i]) {
+			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of host memory for '%s' (%zu bytes)", t->name,
+				bytes);
+			return false;
+		}
+		if (t->kind == TCP_T_CONST)
+			memcpy(s->data[i], p->consts + t->const_off, bytes);
+	}
+	return true;
+}
+
+static void finish_stats(sim *s)
+{
+	const tcp_program *p = s->p;
+	moe_tcp_stats *st = s->st;
+	int64_t end = s->tc;
+	for (int c = 0; c < TCP_NCTX; c++)
+		end = end > s->cfree[c] ? end : s->cfree[c];
+	st->cycles = end;
+	st->busy_cycles[MOE_TCP_ENGINE_CONTROL] = s->tc;
+	st->simulated_seconds = (double)end / s->m->clock_hz;
+	st->blocks_max = p->moe_G;
+	st->blocks_skipped = p->moe_G > st->blocks_executed ? p->moe_G - st->blocks_executed : 0;
+	/* experts hit: distinct experts the block loop loaded */
+	int64_t hit = 0;
+	for (int64_t e = 0; s->seen && e < p->moe_E; e++)
+		hit += s->seen[e];
+	st->experts_hit = hit;
+	st->flops = 2.0 * (double)p->moe_T * (double)p->moe_K * (double)p->moe_D * (double)p->moe_F * (double)p->nproj +
+		2.0 * (double)p->router_macs;
+	double bytes = (double)hit * (double)p->weight_bytes_per_expert + (double)p->act_bytes;
+	double tf = st->flops / s->m->peak_ops[TCP_MT_BF16], tb = bytes / s->m->hbm_bytes_per_s;
+	st->roofline_seconds = tf > tb ? tf : tb;
+	st->roofline_ratio = st->roofline_seconds > 0 ? st->simulated_seconds / st->roofline_seconds : 0;
+}
+
+static moe_status simulate(sim *s)
+{
+	const tcp_program *p = s->p;
+	const moe_tcp_machine *m = s->m;
+	uint32_t pc = 0;
+	uint64_t steps = 0;
+	while (!s->fault) {
+		if (++steps > ((uint64_t)1 << 34)) {
+			FAULT(s, pc, "instruction limit reached (the program does not terminate)");
+			break;
+		}
+		const tcp_insn *in = &p->code[pc];
+		s->st->instructions++;
+		if ((int32_t)pc == p->block_loop_pc)
+			s->st->blocks_executed++;
+		uint32_t next = pc + 1;
+		switch ((tcp_opcode)in->op) {
+		case TCP_OP_HALT: goto done;
+		case TCP_OP_LI:
+			s->reg[in->rd] = in->imm;
+			s->tc += m->scalar_cycles;
+			break;
+		case TCP_OP_ALU: {
+			int64_t a = s->reg[in->ra], b = in->rb == TCP_NOREG ? in->imm : s->reg[in->rb], r = 0;
+			switch (in->sop) {
+			case TCP_S_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break;
+			case TCP_S_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
+			case TCP_S_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
+			case TCP_S_AND: r = a & b; break;
+			case TCP_S_MIN: r = a < b ? a : b; break;
+			default: r = a > b ? a : b; break;
+			}
+			s->reg[in->rd] = r;
+			s->tc += m->scalar_cycles;
+			break;
+		}
+		case TCP_OP_LD: {
+			int64_t lo, hi;
+			const tcp_view *v = &in->v[TCP_V_S0];
+			if (!vrange(s, pc, v, 0, in->dim, &lo, &hi))
+				break;
+			int64_t w = haz_wait(s, v->t, lo, hi, false);
+			s->tc = (s->tc > w ? s->tc : w) + m->scalar_cycles;
+			s->reg[in->rd] = iw(load_word(s, v->t, lo));
+			if (v->t == p->bexp_t && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
+				s->seen[s->reg[in->rd]] = 1;
+			if (s->o->no_skip && v->t == p->nblocks_t && p->moe_G > 0)
+				s->reg[in->rd] = p->moe_G; /* no skipping: run the whole worst-case grid */
+			break;
+		}
+		case TCP_OP_BR: {
+			int64_t a = s->reg[in->ra], b = s->reg[in->rb];
+			bool t = in->sop == TCP_C_LT ? a < b : in->sop == TCP_C_GE ? a >= b : in->sop == TCP_C_EQ ? a == b : a != b;
+			s->tc += m->branch_cycles;
+			if (t)
+				next = (uint32_t)in->target;
+			break;
+		}
+		case TCP_OP_JMP:
+			s->tc += m->scalar_cycles;
+			next = (uint32_t)in->target;
+			break;
+		case TCP_OP_SIG:
+			s->tok[in->target] = s->cfree[in->sop] > s->tc ? s->cfree[in->sop] : s->tc;
+			s->tc += m->scalar_cycles;
+			break;
+		case TCP_OP_WAIT:
+			if (s->tok[in->target] > s->cfree[in->sop])
+				s->cfree[in->sop] = s->tok[in->target];
+			s->tc += m->scalar_cycles;
+			break;
+		case TCP_OP_DMA_COPY: run_dma_copy(s, pc, in); break;
+		case TCP_OP_DMA_GATHER:
+		case TCP_OP_DMA_SCATTER: run_dma_gs(s, pc, in); break;
+		case TCP_OP_SUB_TRF:
+		case TCP_OP_SUB_VRF: run_sub(s, pc, in); break;
+		case TCP_OP_TU_VEC: run_vec(s, pc, in); break;
+		case TCP_OP_TU_CONTRACT: run_contract(s, pc, in); break;
+		case TCP_OP_COUNT: break;
+		}
+		pc = next;
+	}
+done:
+	return s->fault ? MOE_ERR_RUNTIME : MOE_OK;
+}
+
+uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < p->nt; i++)
+		n += p->t[i].kind == TCP_T_OUTPUT;
+	return n;
+}
+
+moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
+	moe_tensor **out, moe_tcp_stats *stats)
+{
+	moe_tcp_run_opts defo = {0};
+	const moe_tcp_run_opts *o = opts ? opts : &defo;
+	moe_tcp_machine *def = NULL;
+	const moe_tcp_machine *m = o->machine;
+	if (!m) {
+		def = moe_tcp_machine_default(ctx);
+		if (!def)
+			return MOE_ERR_INTERNAL;
+		m = def;
+	}
+	moe_tcp_stats local;
+	moe_tcp_stats *st = stats ? stats : &local;
+	memset(st, 0, sizeof *st);
+	/* a program may have been built for another machine: check its capacities again */
+	moe_status rc = tcp_validate(ctx, p, m, "<program>");
+	if (rc != MOE_OK) {
+		moe_tcp_machine_free(ctx, def);
+		return rc;
+	}
+	sim s = {0};
+	s.ctx = ctx;
+	s.p = p;
+	s.m = m;
+	s.o = o;
+	s.st = st;
+	s.S = tcp_slices(m);
+	double share = m->hbm_read_bytes_per_s + m->hbm_write_bytes_per_s;
+	s.hbm_rd_bpc = m->hbm_bytes_per_s * (m->hbm_read_bytes_per_s / share) / m->clock_hz;
+	s.hbm_wr_bpc = m->hbm_bytes_per_s * (m->hbm_write_bytes_per_s / share) / m->clock_hz;
+	s.data = calloc(p->nt + 1, sizeof *s.data);
+	s.borrowed = calloc(p->nt + 1, 1);
+	s.hz = calloc(p->nt + 1, sizeof *s.hz);
+	if (!s.data || !s.borrowed || !s.hz) {
+		rc = MOE_ERR_NOMEM;
+		goto out;
+	}
+	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
+		s.seen = calloc((size_t)p->moe_E, 1);
+	if (!bind(&s, b)) {
+		rc = MOE_ERR_INVALID;
+		goto out;
+	}
+	rc = simulate(&s);
+	finish_stats(&s);
+	if (rc == MOE_OK && o->trace_path)
+		write_trace(&s, o->trace_path);
+	if (rc == MOE_OK && out) {
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < p->nt; i++) {
+			const tcp_tensor *t = &p->t[i];
+			if (t->kind != TCP_T_OUTPUT)
+				continue;
+			moe_tensor *r = moe_tensor_new(ctx, (moe_dtype)t->dtype, t->rank, t->shape);
+			if (!r) {
+				rc = MOE_ERR_NOMEM;
+				break;
+			}
+			memcpy(r->data, s.data[i], r->nbytes);
+			out[k++] = r;
+		}
+	}
+out:
+	for (uint32_t i = 0; s.data && i < p->nt; i++)
+		if (!s.borrowed[i])
+			free(s.data[i]);
+	free(s.data);
+	free(s.borrowed);
+	free(s.hz);
+	free(s.seen);
+	free(s.ev);
+	moe_tcp_machine_free(ctx, def);
+	return rc;
+}

@@ -1,0 +1,209 @@
+/* backend-tcp/tcp_int.h: moec's TCP model inside the library: the machine
+ * description, the instruction set, programs, the binary container, the
+ * lowering and the simulator. docs/tcp-isa.md is the contract for all of it. */
+#ifndef MOEC_TCP_INT_H
+#define MOEC_TCP_INT_H
+
+#include <stdbool.h>
+
+#include "ir/ir.h"
+#include "moec/tcp.h"
+
+/* ---- machine description (fields of machine.json) ---- */
+struct moe_tcp_machine {
+	char name[96];
+	double clock_hz;
+	int64_t clusters, slices_per_cluster, lanes_per_slice, flit_bytes;
+	double hbm_bytes, hbm_bytes_per_s, hbm_read_bytes_per_s, hbm_write_bytes_per_s;
+	int64_t hbm_granule;
+	double hbm_unaligned_read, hbm_unaligned_write;
+	int64_t dm_bytes_per_slice, dm_bytes_per_cycle, trf_bytes_per_lane, vrf_bytes_per_slice;
+	int64_t mac_bytes_per_lane;
+	int64_t macs_per_lane[4]; /* TCP_MT_* */
+	int64_t tree_latency[4];
+	int64_t stream_bytes_per_cycle;
+	double peak_ops[4];
+	int64_t vec_int_rate, vec_float_rate, alu_latency, inter_slice_reduce;
+	int64_t fetch_bytes, dual_fetch_bytes;
+	int64_t dma_engines, dma_bytes_per_cycle, dma_setup, dma_max_packet, dma_request;
+	int64_t pcie_bytes_per_cycle;
+	/* assumed */
+	int64_t issue_cycles, scalar_cycles, branch_cycles, row_overhead, fill_drain;
+};
+enum { TCP_MT_BF16, TCP_MT_F8, TCP_MT_I8, TCP_MT_I4 };
+int64_t tcp_slices(const moe_tcp_machine *m);
+int64_t tcp_trf_bytes(const moe_tcp_machine *m); /* per slice */
+extern const char tcp_default_machine_json[];
+
+/* ---- memory spaces and tensors ---- */
+enum { TCP_HBM, TCP_DM, TCP_TRF, TCP_VRF, TCP_NSPACE };
+enum { TCP_T_SCRATCH, TCP_T_INPUT, TCP_T_WEIGHT, TCP_T_OUTPUT, TCP_T_CONST };
+enum { TCP_MAXD = 8, TCP_NREG = 32, TCP_NTOK = 16, TCP_MAXSTEP = 6 };
+
+typedef struct tcp_tensor {
+	char *name;      /* binding name (input/weight/output) or a debug name */
+	uint8_t space;   /* TCP_HBM .. */
+	uint8_t kind;    /* TCP_T_* */
+	uint8_t dtype;   /* moe_dtype */
+	uint8_t rank;
+	int64_t shape[MOE_MAX_RANK]; /* the logical shape (binding checks it) */
+	int64_t numel;
+	int64_t addr;       /* HBM: byte address; DM/TRF/VRF: byte offset inside every slice */
+	int64_t slice_bytes;/* DM/TRF/VRF: footprint per slice; HBM: 0 */
+	int64_t const_off;  /* TCP_T_CONST: byte offset into the constants section */
+} tcp_tensor;
+
+/* ---- instructions ---- */
+#define TCP_OPS(X) \
+	X(HALT, "halt", CTL) X(LI, "li", CTL) X(ALU, "alu", CTL) X(LD, "ld", CTL) \
+	X(BR, "br", CTL) X(JMP, "jmp", CTL) X(SIG, "sig", CTL) X(WAIT, "wait", CTL) \
+	X(DMA_COPY, "dma.copy", DMA) X(DMA_GATHER, "dma.gather", DMA) X(DMA_SCATTER, "dma.scatter", DMA) \
+	X(SUB_TRF, "sub.ldtrf", SUB) X(SUB_VRF, "sub.ldvrf", SUB) \
+	X(TU_VEC, "tu.vec", MAIN) X(TU_CONTRACT, "tu.contract", MAIN)
+typedef enum tcp_opcode {
+#define X(id, s, c) TCP_OP_##id,
+	TCP_OPS(X)
+#undef X
+	TCP_OP_COUNT
+} tcp_opcode;
+enum { TCP_CTX_CTL, TCP_CTX_MAIN, TCP_CTX_SUB, TCP_CTX_DMA, TCP_NCTX };
+extern const char *const tcp_op_names[TCP_OP_COUNT];
+extern const uint8_t tcp_op_ctx[TCP_OP_COUNT];
+extern const char *const tcp_ctx_names[TCP_NCTX];
+
+/* scalar ALU ops and branch conditions */
+#define TCP_SOPS(X) X(ADD, "add") X(SUB, "sub") X(MUL, "mul") X(AND, "and") X(MIN, "min") X(MAX, "max")
+typedef enum {
+#define X(id, s) TCP_S_##id,
+	TCP_SOPS(X)
+#undef X
+	TCP_S_COUNT
+} tcp_sop;
+#define TCP_CONDS(X) X(LT, "lt") X(GE, "ge") X(EQ, "eq") X(NE, "ne")
+typedef enum {
+#define X(id, s) TCP_C_##id,
+	TCP_CONDS(X)
+#undef X
+	TCP_C_COUNT
+} tcp_cond;
+
+/* Vector engine ALU ops with their stage (the fixed stage order). */
+enum {
+	TCP_ST_TAG, TCP_ST_LOGIC, TCP_ST_FXP, TCP_ST_FXP2FP, TCP_ST_FLOAT, TCP_ST_REDUCE, TCP_ST_FPDIV,
+	TCP_ST_FP2FXP, TCP_ST_CLIP, TCP_ST_FILTER, TCP_NSTAGE
+};
+extern const char *const tcp_stage_names[TCP_NSTAGE];
+#define TCP_VOPS(X) \
+	X(TEQ, "t.eq", TAG) X(TNE, "t.ne", TAG) X(TLT, "t.lt", TAG) X(TLE, "t.le", TAG) \
+	X(TGT, "t.gt", TAG) X(TGE, "t.ge", TAG) \
+	X(FTEQ, "t.feq", TAG) X(FTNE, "t.fne", TAG) X(FTLT, "t.flt", TAG) X(FTLE, "t.fle", TAG) \
+	X(FTGT, "t.fgt", TAG) X(FTGE, "t.fge", TAG) \
+	X(AND, "l.and", LOGIC) X(OR, "l.or", LOGIC) X(XOR, "l.xor", LOGIC) X(SHL, "l.shl", LOGIC) \
+	X(SHR, "l.shr", LOGIC) X(SAR, "l.sar", LOGIC) \
+	X(IADD, "x.add", FXP) X(ISUB, "x.sub", FXP) X(IMUL, "x.mul", FXP) X(IDIV, "x.div", FXP) \
+	X(ISCAN, "x.scan", FXP) \
+	X(ITOF, "cvt.itof", FXP2FP) \
+	X(FADD, "f.add", FLOAT) X(FSUB, "f.sub", FLOAT) X(FMUL, "f.mul", FLOAT) X(FEXP, "f.exp", FLOAT) \
+	X(FLOG, "f.log", FLOAT) X(FSQRT, "f.sqrt", FLOAT) X(FTANH, "f.tanh", FLOAT) X(FERF, "f.erf", FLOAT) \
+	X(FSIGM, "f.sigmoid", FLOAT) X(FNEG, "f.neg", FLOAT) X(FABS, "f.abs", FLOAT) X(FSCAN, "f.scan", FLOAT) \
+	X(RSUM, "r.sum", REDUCE) X(RMAX, "r.max", REDUCE) X(RMIN, "r.min", REDUCE) \
+	X(FRSUM, "r.fsum", REDUCE) X(FRMAX, "r.fmax", REDUCE) X(FRMIN, "r.fmin", REDUCE) \
+	X(FDIV, "d.div", FPDIV) \
+	X(FTOI, "cvt.ftoi", FP2FXP) \
+	X(IMIN, "c.min", CLIP) X(IMAX, "c.max", CLIP) X(FMIN, "c.fmin", CLIP) X(FMAX, "c.fmax", CLIP) \
+	X(MERGE, "flt.merge", FILTER) X(COMPACT, "flt.compact", FILTER)
+typedef enum {
+#define X(id, s, st) TCP_V_##id,
+	TCP_VOPS(X)
+#undef X
+	TCP_V_COUNT
+} tcp_vop;
+extern const char *const tcp_vop_names[TCP_V_COUNT];
+extern const uint8_t tcp_vop_stage[TCP_V_COUNT];
+
+/* Operand sources of a vector step. */
+enum { TCP_SRC_V, TCP_SRC_S0, TCP_SRC_S1, TCP_SRC_S2, TCP_SRC_IMM, TCP_SRC_CTR, TCP_SRC_NONE };
+
+typedef struct tcp_step {
+	uint8_t op;        /* tcp_vop */
+	uint8_t x, y;      /* TCP_SRC_*: x is the left operand, y the right */
+	uint8_t ctr;       /* the iteration dimension read by TCP_SRC_CTR */
+	uint8_t flags;     /* TCP_STEP_EXCL for scans */
+	uint32_t imm;      /* 32-bit immediate (i32 or f32 bits) */
+} tcp_step;
+enum { TCP_STEP_EXCL = 1 };
+
+/* A sequencer view of a tensor: element (i0..i_{n-1}) of the iteration
+ * space lies at base + reg*scale + sum_k i_k * stride[k] (elements). */
+typedef struct tcp_view {
+	int32_t t;      /* tensor index, -1: unused */
+	int32_t reg;    /* offset register, -1: none */
+	int64_t base, scale;
+	int64_t stride[TCP_MAXD];
+} tcp_view;
+
+enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
+enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4 };
+
+typedef struct tcp_insn {
+	uint8_t op;
+	uint8_t sop;     /* ALU: tcp_sop; BR: tcp_cond */
+	uint8_t ndim;    /* iteration rank of the pass / DMA */
+	uint8_t nstep;
+	uint8_t flags;   /* TCP_F_* */
+	uint8_t rd, ra, rb;   /* scalar registers (0xff: none) */
+	int32_t vreg;    /* valid-count register, -1: none */
+	int32_t target;  /* BR/JMP: instruction index; SIG/WAIT: token; WAIT/SIG: ctx in sop */
+	int64_t imm;     /* LI value; ALU immediate when rb == 0xff; LD element offset */
+	int64_t dim[TCP_MAXD];
+	tcp_view v[TCP_NVIEW];
+	tcp_step step[TCP_MAXSTEP];
+	/* contraction: rows per slice resident in TRF (the tiling) */
+	int64_t tile;
+	/* DMA gather/scatter: index list view in v[S1] (i32), rows per group */
+	int64_t rows;
+} tcp_insn;
+#define TCP_NOREG 0xff
+
+typedef struct moe_tcp_program tcp_program;
+struct moe_tcp_program {
+	moe_ctx *ctx;
+	tcp_tensor *t;
+	uint32_t nt, tcap;
+	tcp_insn *code;
+	uint32_t ncode, ccap;
+	uint8_t *consts;
+	int64_t nconst, constcap;
+	/* roofline inputs recorded by the lowering (MODEL.md section 6) */
+	int64_t moe_T, moe_K, moe_D, moe_F, moe_E, moe_B, moe_G, nproj, router_E;
+	uint8_t dtype;
+	int32_t nblocks_t;  /* tensor holding nblocks (stats), -1 */
+	int32_t bexp_t;     /* tensor holding block experts, -1 */
+	int64_t weight_bytes_per_expert;
+	int64_t act_bytes; /* inputs and outputs */
+	int64_t router_macs;
+	int32_t block_loop_pc, block_body_pc; /* first instruction of the loop, -1 */
+};
+
+tcp_program *tcp_prog_new(moe_ctx *ctx);
+void tcp_prog_free(tcp_program *p);
+int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, moe_dtype dt, int rank,
+	const int64_t *shape);
+uint32_t tcp_emit(tcp_program *p, const tcp_insn *in);
+tcp_insn tcp_insn_init(tcp_opcode op);
+tcp_view tcp_view_none(void);
+
+/* text assembly */
+moe_status tcp_print_asm(const tcp_program *p, FILE *out);
+tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
+/* binary container */
+moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
+tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
+/* static validation against a machine; diagnostics name the instruction */
+moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
+uint32_t tcp_crc32(const uint8_t *p, size_t n);
+
+/* lowering */
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+
+#endif

@@ -1,0 +1,92 @@
+/* moec/tcp.h: the TCP (RNGD) target: compile a lowered graph to a TCP
+ * program, write it as assembly (.tcps) or binary (.tcpb), load and validate
+ * a binary, and run it on the instruction-level simulator.
+ *
+ * moec models TCP after the public Virtual ISA (docs/tcp-isa.md); the cost
+ * numbers come from a machine description with the fields of machine.json
+ * (a copy is built in). */
+#ifndef MOEC_TCP_H
+#define MOEC_TCP_H
+
+#include "moec/ir.h"
+#include "moec/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct moe_tcp_machine moe_tcp_machine;
+typedef struct moe_tcp_program moe_tcp_program;
+
+/* The built-in machine (the shipped machine.json). Free with moe_tcp_machine_free. */
+MOE_API moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx);
+/* Parse a machine JSON text / file; NULL with a diagnostic naming the bad field. */
+MOE_API moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len);
+MOE_API moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path);
+MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
+
+/* Compile one graph that went through the `tcp` pipeline. machine may be
+ * NULL (the default); the tiling is chosen for it and recorded in the
+ * program, which stays runnable on any machine whose capacities it fits. */
+MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+MOE_API void moe_tcp_program_free(moe_tcp_program *p);
+
+/* Writers (temporary name + rename: no half-written file on failure). */
+MOE_API moe_status moe_tcp_write_asm(moe_ctx *ctx, const moe_tcp_program *p, const char *path);
+MOE_API moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path);
+/* In-memory forms; *out is malloc'd (free with moe_free). */
+MOE_API moe_status moe_tcp_to_asm(moe_ctx *ctx, const moe_tcp_program *p, char **out, size_t *len);
+MOE_API moe_status moe_tcp_to_binary(moe_ctx *ctx, const moe_tcp_program *p, uint8_t **out, size_t *len);
+
+/* Readers. The binary is validated completely (magic, version, checksum,
+ * section bounds, every tensor, address, length, register, step and branch
+ * target that can be checked statically, capacities against machine or the
+ * default) before a program is returned; NULL plus diagnostics otherwise. */
+MOE_API moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
+	const moe_tcp_machine *machine);
+MOE_API moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *machine);
+MOE_API moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *machine);
+
+/* Summary for `moec check`: version, sections, tensors, instruction counts. */
+MOE_API moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out);
+
+/* ---- running ---- */
+enum { MOE_TCP_ENGINE_CONTROL, MOE_TCP_ENGINE_MAIN, MOE_TCP_ENGINE_SUB, MOE_TCP_ENGINE_DMA,
+	MOE_TCP_ENGINE_CONTRACTION, MOE_TCP_ENGINE_VECTOR, MOE_TCP_NENGINES };
+MOE_API const char *moe_tcp_engine_name(int engine);
+
+typedef struct moe_tcp_stats {
+	double simulated_seconds;
+	double roofline_seconds; /* MODEL.md section 6 */
+	double roofline_ratio;   /* simulated / roofline */
+	int64_t cycles;
+	int64_t busy_cycles[MOE_TCP_NENGINES];
+	int64_t hbm_read_bytes, hbm_write_bytes;
+	int64_t blocks_executed, blocks_skipped, blocks_max;
+	int64_t commands, instructions;
+	int64_t experts_hit;
+	double flops; /* needed multiply-adds x 2 */
+} moe_tcp_stats;
+
+typedef struct moe_tcp_run_opts {
+	const moe_tcp_machine *machine; /* NULL: the built-in default */
+	int no_skip;                    /* run every block of the worst-case grid */
+	const char *trace_path;         /* Chrome trace-event JSON, or NULL */
+	int timing_only;                /* cycle counts only; outputs are not computed */
+} moe_tcp_run_opts;
+
+/* Bind inputs by input name and weights by weight name from bind, run, and
+ * return the outputs (out[0..moe_tcp_num_outputs-1], caller frees) and stats.
+ * Faults (an index out of range, a DM overflow) are diagnostics and
+ * MOE_ERR_RUNTIME; out may be NULL with timing_only. */
+MOE_API moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *bind,
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats);
+MOE_API uint32_t moe_tcp_num_outputs(const moe_tcp_program *p);
+/* Stats as a JSON object (malloc'd; moe_free). */
+MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,23 @@
+#!/bin/sh
+# tests/tsan/run.sh: the two-threads test (tests/unit/test_threads.c) built with
+# ThreadSanitizer and run through ctest; any data race fails it.
+#
+# Usage: tests/tsan/run.sh [BUILD_DIR]     (default: build-tsan in the source tree)
+# Environment: CC     the compiler (default clang-19 when installed, else cc)
+#              JOBS   parallel build jobs (default 2)
+# Configures BUILD_DIR with -DMOEC_TSAN=ON, builds only the test_threads
+# target (and the library it needs) and runs `ctest -R unit.test_threads`.
+set -eu
+
+src=$(cd "$(dirname "$0")/../.." && pwd)
+bdir=${1:-$src/build-tsan}
+if [ -z "${CC:-}" ]; then
+	if command -v clang-19 >/dev/null 2>&1; then CC=clang-19; else CC=cc; fi
+fi
+
+# Warnings are the normal build's business (clang flags bison's output).
+cmake -S "$src" -B "$bdir" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DMOEC_TSAN=ON -DMOEC_WERROR=OFF
+cmake --build "$bdir" -j"${JOBS:-2}" --target test_threads
+cd "$bdir"
+ctest --output-on-failure -R '^unit\.test_threads$'

@@ -1,0 +1,588 @@
+/* TCP backend: lowering + simulator against the reference interpreter, block
+ * skipping, the .tcpb container and its validation, and the cost model's
+ * response to the machine description. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "moec/passes.h"
+#include "moec/runtime.h"
+#include "moec/tcp.h"
+
+extern const char tcp_default_machine_json[]; /* backend-tcp/machine.c */
+
+typedef struct layer {
+	moe_dtype t;
+	int64_t T, D, F, E, K, B;
+	int one_expert; /* router weights force every token onto expert 0 */
+} layer;
+
+static moe_id leaf(moe_graph *g, moe_op op, const char *name, moe_dtype t, int r, int64_t a, int64_t b, int64_t c)
+{
+	int64_t s[3] = {a, b, c};
+	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
+	moe_node_set_type(g, id, t, s, r);
+	moe_node_set_name(g, id, name);
+	if (op == MOE_OP_WEIGHT)
+		moe_node_set_str(g, id, "source", name);
+	return id;
+}
+
+/* router einsum -> softmax -> topk -> take_along -> experts(swiglu) */
+static moe_module *build(moe_ctx *ctx, const layer *L)
+{
+	moe_module *m = moe_module_new(ctx);
+	moe_graph *g = moe_module_add_graph(m, "layer");
+	moe_graph_set_dtype(g, L->t);
+	moe_id x = leaf(g, MOE_OP_INPUT, "x", L->t, 2, L->T, L->D, 0);
+	moe_id r = leaf(g, MOE_OP_WEIGHT, "router", L->t, 2, L->E, L->D, 0);
+	moe_id a2[2] = {x, r};
+	moe_id lg = moe_node_new(g, MOE_OP_EINSUM, a2, 2, moe_loc_none());
+	moe_node_set_str(g, lg, "eq", "td,ed->te");
+	assert_int_equal(moe_node_infer(g, lg), MOE_OK);
+	moe_id sm = moe_node_new(g, MOE_OP_SOFTMAX, &lg, 1, moe_loc_none());
+	assert_int_equal(moe_node_infer(g, sm), MOE_OK);
+	moe_id tk = moe_node_new(g, MOE_OP_TOPK, &sm, 1, moe_loc_none());
+	moe_node_set_int(g, tk, "k", L->K);
+	assert_int_equal(moe_node_infer(g, tk), MOE_OK);
+	moe_id ta[2] = {sm, tk};
+	moe_id w = moe_node_new(g, MOE_OP_TAKE_ALONG, ta, 2, moe_loc_none());
+	assert_int_equal(moe_node_infer(g, w), MOE_OK);
+	moe_id gt = leaf(g, MOE_OP_WEIGHT, "gate", L->t, 3, L->E, L->F, L->D);
+	moe_id up = leaf(g, MOE_OP_WEIGHT, "up", L->t, 3, L->E, L->F, L->D);
+	moe_id dn = leaf(g, MOE_OP_WEIGHT, "down", L->t, 3, L->E, L->D, L->F);
+	moe_id ea[9] = {x, tk, w, gt, up, dn, MOE_NONE, MOE_NONE, MOE_NONE};
+	moe_id ex = moe_node_new(g, MOE_OP_EXPERTS, ea, 9, moe_loc_none());
+	moe_node_set_str(g, ex, "act", "swiglu");
+	moe_node_set_int(g, ex, "block", L->B);
+	assert_int_equal(moe_node_infer(g, ex), MOE_OK);
+	moe_graph_add_output(g, ex);
+	moe_graph_add_output(g, tk);
+	return m;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 33;
+}
+
+static moe_tensor *rand_tensor(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape, double scale, uint64_t *seed)
+{
+	moe_tensor *x = moe_tensor_new(ctx, t, rank, shape);
+	int64_t n = moe_tensor_numel(x);
+	for (int64_t i = 0; i < n; i++) {
+		float f = (float)(((double)(rng(seed) % 20001) / 10000.0 - 1.0) * scale);
+		if (t == MOE_BF16)
+			((uint16_t *)x->data)[i] = moe_f32_to_bf16(f);
+		else
+			((float *)x->data)[i] = f;
+	}
+	return x;
+}
+
+static moe_tensor_map *bindings(moe_ctx *ctx, const layer *L, uint64_t seed)
+{
+	moe_tensor_map *b = moe_tensor_map_new(ctx);
+	int64_t sx[2] = {L->T, L->D}, sr[2] = {L->E, L->D}, sg[3] = {L->E, L->F, L->D}, sd[3] = {L->E, L->D, L->F};
+	moe_tensor_map_set(b, "x", rand_tensor(ctx, L->t, 2, sx, 1.0, &seed));
+	moe_tensor *r = rand_tensor(ctx, L->t, 2, sr, 1.0, &seed);
+	if (L->one_expert) /* expert 0 scores far above the rest for positive x */
+		for (int64_t d = 0; d < L->D; d++) {
+			if (L->t == MOE_BF16)
+				((uint16_t *)r->data)[d] = moe_f32_to_bf16(0.0f);
+			else
+				((float *)r->data)[d] = 0.0f;
+		}
+	moe_tensor_map_set(b, "router", r);
+	moe_tensor_map_set(b, "gate", rand_tensor(ctx, L->t, 3, sg, 0.2, &seed));
+	moe_tensor_map_set(b, "up", rand_tensor(ctx, L->t, 3, sg, 0.2, &seed));
+	moe_tensor_map_set(b, "down", rand_tensor(ctx, L->t, 3, sd, 0.2, &seed));
+	if (L->one_expert) {
+		/* x >= 0 and router rows 1.. negative: every token picks expert 0 first */
+		moe_tensor *x = moe_tensor_map_get(b, "x");
+		for (int64_t i = 0; i < L->T * L->D; i++) {
+			if (L->t == MOE_BF16) {
+				uint16_t *h = x->data;
+				h[i] &= 0x7fff;
+			} else {
+				float *f = x->data;
+				f[i] = fabsf(f[i]);
+			}
+		}
+		for (int64_t i = L->D; i < L->E * L->D; i++) {
+			if (L->t == MOE_BF16)
+				((uint16_t *)r->data)[i] |= 0x8000;
+			else
+				((float *)r->data)[i] = -fabsf(((float *)r->data)[i]);
+		}
+		for (int64_t d = 0; d < L->D; d++) {
+			if (L->t == MOE_BF16)
+				((uint16_t *)r->data)[d] = moe_f32_to_bf16(1.0f);
+			else
+				((float *)r->data)[d] = 1.0f;
+		}
+	}
+	return b;
+}
+
+static float elem(const moe_tensor *t, int64_t i)
+{
+	if (t->dtype == MOE_BF16)
+		return moe_bf16_to_f32(((const uint16_t *)t->data)[i]);
+	if (t->dtype == MOE_I32)
+		return (float)((const int32_t *)t->data)[i];
+	return ((const float *)t->data)[i];
+}
+
+typedef struct run {
+	moe_tcp_program *p;
+	moe_tensor *out[2];
+	moe_tcp_stats st;
+} run;
+
+static moe_module *lowered(moe_ctx *ctx, const layer *L, moe_module **orig)
+{
+	*orig = build(ctx, L);
+	moe_module *m = build(ctx, L);
+	if (moe_run_pipeline_text(ctx, "tcp", m, NULL) != MOE_OK) {
+		moe_diag_print(ctx, stderr);
+		fail();
+	}
+	return m;
+}
+
+static void check_against_interp(const layer *L, double tol)
+{
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_module *orig, *m = lowered(ctx, L, &orig);
+	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
+	if (!p)
+		moe_diag_print(ctx, stderr);
+	assert_non_null(p);
+	moe_tensor_map *b = bindings(ctx, L, 42);
+	moe_tensor *want[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
+	moe_status rc = moe_interp_run(ctx, moe_module_graph(orig, 0), b, want);
+	if (rc != MOE_OK)
+		moe_diag_print(ctx, stderr);
+	assert_int_equal(rc, MOE_OK);
+	moe_tcp_stats st;
+	rc = moe_tcp_run(ctx, p, b, NULL, got, &st);
+	if (rc != MOE_OK)
+		moe_diag_print(ctx, stderr);
+	assert_int_equal(rc, MOE_OK);
+	/* routing identical */
+	assert_int_equal(got[1]->nbytes, want[1]->nbytes);
+	assert_memory_equal(got[1]->data, want[1]->data, want[1]->nbytes);
+	double ymax = 0, err = 0;
+	for (int64_t i = 0; i < moe_tensor_numel(want[0]); i++) {
+		double a = elem(want[0], i), g = elem(got[0], i);
+		ymax = fmax(ymax, fabs(a));
+		err = fmax(err, fabs(a - g));
+	}
+	if (getenv("TCP_TEST_VERBOSE"))
+		printf("max|y| %g max err %g cycles %lld ratio %.2f executed %lld skipped %lld\n", ymax, err,
+			(long long)st.cycles, st.roofline_ratio, (long long)st.blocks_executed, (long long)st.blocks_skipped);
+	assert_true(ymax > 0);
+	assert_true(err <= tol * ymax);
+	assert_true(st.simulated_seconds > 0 && st.roofline_seconds > 0);
+	assert_true(st.blocks_executed > 0 && st.blocks_executed + st.blocks_skipped == st.blocks_max);
+	for (int i = 0; i < 2; i++) {
+		moe_tensor_free(ctx, want[i]);
+		moe_tensor_free(ctx, got[i]);
+	}
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_module_free(orig);
+	moe_ctx_free(ctx);
+}
+
+static void test_experts_bf16_matches_interp(void **st)
+{
+	(void)st;
+	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0};
+	check_against_interp(&L, 1e-2);
+}
+
+static void test_experts_f32_matches_interp(void **st)
+{
+	(void)st;
+	layer L = {MOE_F32, 5, 48, 96, 8, 2, 16, 0};
+	check_against_interp(&L, 1e-4);
+}
+
+static void test_experts_more_tokens(void **st)
+{
+	(void)st;
+	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0};
+	check_against_interp(&L, 1e-2);
+}
+
+/* Compile the lowered layer; caller frees. */
+static moe_tcp_program *compile_layer(moe_ctx *ctx, const layer *L, moe_module **keep)
+{
+	moe_module *orig, *m = lowered(ctx, L, &orig);
+	moe_module_free(orig);
+	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
+	if (!p)
+		moe_diag_print(ctx, stderr);
+	assert_non_null(p);
+	*keep = m;
+	return p;
+}
+
+static void free_outs(moe_ctx *ctx, moe_tensor **o, int n)
+{
+	for (int i = 0; i < n; i++)
+		moe_tensor_free(ctx, o[i]);
+}
+
+/* Every token on expert 0 (K = 1): exactly ceil(T/B) blocks run. */
+static void test_one_expert_skips_blocks(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 40, 48, 96, 8, 1, 16, 1};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	moe_tensor_map *b = bindings(ctx, &L, 7);
+	moe_tensor *o1[2] = {0}, *o2[2] = {0};
+	moe_tcp_stats s1, s2;
+	moe_tcp_run_opts skip = {0}, noskip = {0};
+	noskip.no_skip = 1;
+	assert_int_equal(moe_tcp_run(ctx, p, b, &skip, o1, &s1), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, p, b, &noskip, o2, &s2), MOE_OK);
+	for (int64_t t = 0; t < L.T; t++)
+		assert_int_equal(((int32_t *)o1[1]->data)[t], 0);
+	int64_t real = (L.T + L.B - 1) / L.B, gmax = moe_grid_blocks_max(L.T, L.K, L.E, L.B);
+	assert_int_equal(s1.blocks_executed, real);
+	assert_int_equal(s1.blocks_max, gmax);
+	assert_int_equal(s1.blocks_skipped, gmax - real);
+	assert_int_equal(s2.blocks_executed, gmax);
+	assert_int_equal(s1.experts_hit, 1);
+	assert_true(s1.simulated_seconds < s2.simulated_seconds);
+	/* skipping changes no result */
+	assert_memory_equal(o1[0]->data, o2[0]->data, o1[0]->nbytes);
+	free_outs(ctx, o1, 2);
+	free_outs(ctx, o2, 2);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+static void test_binary_round_trip_and_corruption(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	char *a1, *a2, *a3;
+	size_t n1, n2, n3, bl, bl2;
+	uint8_t *bin, *bin2;
+	/* asm -> program -> bin -> program -> asm */
+	assert_int_equal(moe_tcp_to_asm(ctx, p, &a1, &n1), MOE_OK);
+	moe_tcp_program *pa = moe_tcp_from_asm(ctx, "t.tcps", a1, n1, NULL);
+	assert_non_null(pa);
+	assert_int_equal(moe_tcp_to_asm(ctx, pa, &a2, &n2), MOE_OK);
+	assert_int_equal(n1, n2);
+	assert_memory_equal(a1, a2, n1);
+	assert_int_equal(moe_tcp_to_binary(ctx, pa, &bin, &bl), MOE_OK);
+	moe_tcp_program *pb = moe_tcp_from_binary(ctx, "t.tcpb", bin, bl, NULL);
+	assert_non_null(pb);
+	assert_int_equal(moe_tcp_to_asm(ctx, pb, &a3, &n3), MOE_OK);
+	assert_int_equal(n1, n3);
+	assert_memory_equal(a1, a3, n1);
+	assert_int_equal(moe_tcp_to_binary(ctx, pb, &bin2, &bl2), MOE_OK);
+	assert_int_equal(bl, bl2);
+	assert_memory_equal(bin, bin2, bl);
+	/* the loaded binary computes what the compiled program computes */
+	moe_tensor_map *b = bindings(ctx, &L, 3);
+	moe_tensor *o1[2] = {0}, *o2[2] = {0};
+	moe_tcp_stats s1, s2;
+	assert_int_equal(moe_tcp_run(ctx, p, b, NULL, o1, &s1), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, pb, b, NULL, o2, &s2), MOE_OK);
+	assert_memory_equal(o1[0]->data, o2[0]->data, o1[0]->nbytes);
+	assert_int_equal(s1.cycles, s2.cycles);
+	/* a file on disk round-trips too */
+	char path[] = "/tmp/moec_tcp_testXXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(moe_tcp_write_binary(ctx, p, path), MOE_OK);
+	moe_tcp_program *pf = moe_tcp_load_binary(ctx, path, NULL);
+	assert_non_null(pf);
+	moe_tcp_program_free(pf);
+	remove(path);
+	/* corrupt inputs are rejected before anything runs */
+	moe_diag_clear(ctx);
+	uint8_t *bad = malloc(bl);
+	size_t step = bl / 97 + 1;
+	for (size_t i = 0; i < bl; i += step) {
+		memcpy(bad, bin, bl);
+		bad[i] ^= 0x40;
+		assert_null(moe_tcp_from_binary(ctx, "flip.tcpb", bad, bl, NULL));
+	}
+	assert_true(moe_error_count(ctx) > 0);
+	for (size_t cut = 0; cut < bl; cut += step)
+		assert_null(moe_tcp_from_binary(ctx, "cut.tcpb", bin, cut, NULL));
+	memcpy(bad, bin, bl);
+	bad[8] = 2; /* version 2; the checksum does not cover the header */
+	moe_diag_clear(ctx);
+	assert_null(moe_tcp_from_binary(ctx, "ver.tcpb", bad, bl, NULL));
+	const char *msg;
+	moe_diag_get(ctx, 0, NULL, NULL, &msg);
+	assert_non_null(strstr(msg, "version"));
+	free(bad);
+	free(a1);
+	free(a2);
+	free(a3);
+	free(bin);
+	free(bin2);
+	free_outs(ctx, o1, 2);
+	free_outs(ctx, o2, 2);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(pa);
+	moe_tcp_program_free(pb);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+/* The default machine with one number replaced. */
+static moe_tcp_machine *variant(moe_ctx *ctx, const char *key, const char *from, const char *to)
+{
+	const char *d = tcp_default_machine_json;
+	char pat[128];
+	snprintf(pat, sizeof pat, "\"%s\": %s", key, from);
+	const char *at = strstr(d, pat);
+	assert_non_null(at);
+	size_t n = strlen(d);
+	char *buf = malloc(n + 64);
+	size_t pre = (size_t)(at - d);
+	memcpy(buf, d, pre);
+	int k = sprintf(buf + pre, "\"%s\": %s", key, to);
+	strcpy(buf + pre + (size_t)k, at + strlen(pat));
+	moe_tcp_machine *m = moe_tcp_machine_parse(ctx, "variant.json", buf, strlen(buf));
+	free(buf);
+	assert_non_null(m);
+	return m;
+}
+
+static double sim_time(moe_ctx *ctx, moe_tcp_program *p, moe_tensor_map *b, const moe_tcp_machine *mach, int timing)
+{
+	moe_tcp_run_opts o = {0};
+	o.machine = mach;
+	o.timing_only = timing;
+	moe_tcp_stats s;
+	moe_status rc = moe_tcp_run(ctx, p, b, &o, NULL, &s);
+	if (rc != MOE_OK)
+		moe_diag_print(ctx, stderr);
+	assert_int_equal(rc, MOE_OK);
+	if (getenv("TCP_TEST_VERBOSE")) {
+		char *j = moe_tcp_stats_json(ctx, &s);
+		printf("%s\n", j);
+		moe_free(ctx, j);
+	}
+	return s.simulated_seconds;
+}
+
+static void test_timing_only_same_cycles(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	moe_tensor_map *b = bindings(ctx, &L, 11);
+	assert_true(sim_time(ctx, p, b, NULL, 0) == sim_time(ctx, p, b, NULL, 1));
+	/* the trace is Chrome trace-event JSON with one event per command */
+	char path[] = "/tmp/moec_tcp_traceXXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	moe_tcp_run_opts o = {0};
+	o.trace_path = path;
+	moe_tcp_stats s;
+	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &s), MOE_OK);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	rewind(f);
+	char *txt = malloc((size_t)n + 1);
+	assert_int_equal(fread(txt, 1, (size_t)n, f), (size_t)n);
+	txt[n] = 0;
+	fclose(f);
+	remove(path);
+	cJSON *j = cJSON_Parse(txt);
+	assert_non_null(j);
+	cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
+	assert_true(cJSON_IsArray(ev));
+	assert_int_equal(cJSON_GetArraySize(ev), s.commands + 4); /* + one name per context */
+	cJSON_Delete(j);
+	free(txt);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+/* Decode (T = 1) is bound by the weight traffic: twice the HBM bandwidth
+ * cuts the time by at least 30%. */
+static void test_decode_follows_hbm_bandwidth(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 1, 1024, 4096, 4, 2, 4, 0};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	moe_tensor_map *b = bindings(ctx, &L, 5);
+	moe_tcp_machine *fast = variant(ctx, "hbm_bytes_per_s", "1.5e12", "3.0e12");
+	double t0 = sim_time(ctx, p, b, NULL, 1), t1 = sim_time(ctx, p, b, fast, 1);
+	if (getenv("TCP_TEST_VERBOSE"))
+		printf("decode: %g s -> %g s\n", t0, t1);
+	assert_true(t1 <= 0.7 * t0);
+	moe_tcp_machine_free(ctx, fast);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+/* A large-T layer is bound by the contraction engine: twice the bf16 MACs
+ * per lane cut the time by at least 30%. */
+static void test_prefill_follows_mac_rate(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 4096, 1024, 2048, 8, 2, 512, 0};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	moe_tensor_map *b = bindings(ctx, &L, 9);
+	moe_tcp_machine *fast = variant(ctx, "bf16", "32", "64");
+	double t0 = sim_time(ctx, p, b, NULL, 1), t1 = sim_time(ctx, p, b, fast, 1);
+	if (getenv("TCP_TEST_VERBOSE"))
+		printf("prefill: %g s -> %g s\n", t0, t1);
+	assert_true(t1 <= 0.7 * t0);
+	moe_tcp_machine_free(ctx, fast);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+static void test_machine_file_errors(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *d = moe_tcp_machine_default(ctx);
+	assert_non_null(d);
+	moe_tcp_machine_free(ctx, d);
+	assert_null(moe_tcp_machine_parse(ctx, "x.json", "{\"clock_hz\": 1e9}", 17));
+	assert_null(moe_tcp_machine_parse(ctx, "x.json", "not json", 8));
+	moe_tcp_machine *neg = NULL;
+	const char *dj = tcp_default_machine_json;
+	char *buf = strdup(dj);
+	char *at = strstr(buf, "\"engines\": 8");
+	assert_non_null(at);
+	at[11] = '0';
+	neg = moe_tcp_machine_parse(ctx, "zero.json", buf, strlen(buf));
+	assert_null(neg);
+	free(buf);
+	/* the shipped copy equals the project's contract file */
+	FILE *f = fopen(MOEC_SOURCE_DIR "/backend-tcp/machine.json", "rb");
+	assert_non_null(f);
+	char txt[8192];
+	size_t n = fread(txt, 1, sizeof txt, f);
+	fclose(f);
+	assert_int_equal(n, strlen(dj));
+	assert_memory_equal(txt, dj, n);
+	moe_ctx_free(ctx);
+}
+
+/* A gather index out of range and a DM overflow are run-time faults. */
+static void test_runtime_faults(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	const char *prog =
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"tensor %0 dm scratch i32 [4] addr=0 slice=32 const=0 \"idx\"\n"
+		"tensor %1 dm scratch f32 [4,8] addr=32 slice=32 const=0 \"src\"\n"
+		"tensor %2 dm scratch f32 [4,8] addr=64 slice=32 const=0 \"dst\"\n"
+		"@0: tu.vec dims=[4] dst=%0+0:[1] chain=[x.add(ctr,imm,#0x00000002,c0,0)]\n"
+		"@1: dma.gather dims=[1,4,8] rows=4 dst=%2+0:[32,8,1] s0=%1+0:[32,8,1] s1=%0+0:[0,1]\n"
+		"@2: halt\n";
+	moe_tcp_program *p = moe_tcp_from_asm(ctx, "fault.tcps", prog, strlen(prog), NULL);
+	if (!p)
+		moe_diag_print(ctx, stderr);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_run(ctx, p, NULL, NULL, NULL, NULL), MOE_ERR_RUNTIME);
+	const char *msg;
+	moe_diag_get(ctx, moe_diag_count(ctx) - 1, NULL, NULL, &msg);
+	assert_non_null(strstr(msg, "index 4"));
+	moe_tcp_program_free(p);
+	/* a register offset past the end of a DM tensor */
+	const char *prog2 =
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"tensor %0 dm scratch f32 [4,8] addr=0 slice=32 const=0 \"a\"\n"
+		"@0: li rd=r1 imm=3\n"
+		"@1: tu.vec dims=[8] dst=%0+0+r1*8:[1] chain=[l.or(imm,imm,#0x00000000,c0,0)]\n"
+		"@2: li rd=r1 imm=4\n"
+		"@3: jmp target=@1\n";
+	p = moe_tcp_from_asm(ctx, "dm.tcps", prog2, strlen(prog2), NULL);
+	assert_non_null(p);
+	moe_diag_clear(ctx);
+	assert_int_equal(moe_tcp_run(ctx, p, NULL, NULL, NULL, NULL), MOE_ERR_RUNTIME);
+	moe_diag_get(ctx, 0, NULL, NULL, &msg);
+	assert_non_null(strstr(msg, "DM overflow"));
+	moe_tcp_program_free(p);
+	/* statically wrong programs never run: a stage-order violation, a bad target */
+	const char *bad[] = {
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"tensor %0 dm scratch f32 [8] addr=0 slice=32 const=0 \"a\"\n"
+		"@0: tu.vec dims=[8] dst=%0+0:[1] s0=%0+0:[1] chain=[f.exp(s0,_,#0x00000000,c0,0),f.add(v,s0,#0x00000000,c0,0)]\n"
+		"@1: halt\n",
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"@0: jmp target=@7\n",
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"tensor %0 dm scratch f32 [4] addr=524280 slice=32 const=0 \"a\"\n"
+		"@0: halt\n",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		assert_null(moe_tcp_from_asm(ctx, "bad.tcps", bad[i], strlen(bad[i]), NULL));
+	moe_ctx_free(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_experts_bf16_matches_interp),
+		cmocka_unit_test(test_experts_f32_matches_interp),
+		cmocka_unit_test(test_experts_more_tokens),
+		cmocka_unit_test(test_one_expert_skips_blocks),
+		cmocka_unit_test(test_binary_round_trip_and_corruption),
+		cmocka_unit_test(test_timing_only_same_cycles),
+		cmocka_unit_test(test_decode_follows_hbm_bandwidth),
+		cmocka_unit_test(test_prefill_follows_mac_rate),
+		cmocka_unit_test(test_machine_file_errors),
+		cmocka_unit_test(test_runtime_faults),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
