@@ -3,6 +3,7 @@
 inputs of the reader fuzzers (standard library only, deterministic).
 
   corpus/safetensors, corpus/npy   small valid files (seeds)
+  regress/tcpb/bad_*               variants of corpus/tcpb/small.tcpb
   regress/<reader>/bad_*           malformed inputs every reader must reject
                                    with a diagnostic (docs/robustness.md)
 
@@ -241,4 +242,28 @@ bad_json = {
 put("regress/irjson", "bad_not_json.json", bad_json.pop("bad_not_json"))
 for k, v in bad_json.items():
     put("regress/irjson", k + ".json", v)
+# ---- .tcpb ----
+# Hostile variants of the seed (small.moe through the tcp pipeline). fix()
+# recomputes the header CRC-32 so that the check behind the checksum is the one hit.
+tcpb_seed = os.path.join(HERE, "corpus/tcpb/small.tcpb")
+if os.path.exists(tcpb_seed):
+    import zlib
+    b = open(tcpb_seed, "rb").read()
+
+    def fix(x):
+        x = bytearray(x)
+        x[16:20] = struct.pack("<I", zlib.crc32(bytes(x[24:])))
+        return bytes(x)
+
+    bad_tcpb = {
+        "bad_short": b[:20],
+        "bad_magic": b"MOECTCPX" + b[8:64],
+        "bad_version": fix(b[:8] + struct.pack("<I", 99) + b[12:])[:4096],
+        "bad_checksum": b[:24] + bytes([b[24] ^ 1]) + b[25:],
+        "bad_truncated": b[:4096],
+        "bad_section_count": fix((b[:12] + struct.pack("<I", 1000) + b[16:])[:4096]),
+        "bad_section_offset": fix((b[:32] + struct.pack("<Q", 1 << 62) + b[40:])[:4096]),
+    }
+    for k, v in bad_tcpb.items():
+        put("regress/tcpb", k + ".tcpb", v)
 print("ok")
