@@ -439,7 +439,8 @@ moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machin
 	check_tensors(&c);
 	if (p->ncode == 0)
 		verr(&c, -1, "program has no instructions");
-	for (uint32_t i = 0; i < p->ncode; i++)
+	/* check_insn indexes by a tensor's space and dtype: only with valid tensors */
+	for (uint32_t i = 0; i < p->ncode && c.errors == 0; i++)
 		check_insn(&c, i);
 	if (p->ncode && p->code[p->ncode - 1].op != TCP_OP_HALT && p->code[p->ncode - 1].op != TCP_OP_JMP)
 		verr(&c, -1, "the last instruction must be halt or jmp (control would run off the code)");
