@@ -211,19 +211,21 @@ static void check_tensors(vc *c)
 	}
 }
 
-/* Static extent of a view: the lowest and highest element touched. */
-static void view_extent(const tcp_view *v, int ndim, const int64_t *dim, int64_t *lo, int64_t *hi)
+/* Static extent of a view: the lowest and highest element touched. False
+ * when it does not fit int64 (hi - lo + 1 included): such a view is invalid. */
+static bool view_extent(const tcp_view *v, int ndim, const int64_t *dim, int64_t *lo, int64_t *hi)
 {
-	int64_t a = v->base, b = v->base;
+	int64_t a = v->base, b = v->base, s, span;
 	for (int k = 0; k < ndim; k++) {
-		int64_t s = v->stride[k] * (dim[k] - 1);
-		if (s < 0)
-			a += s;
-		else
-			b += s;
+		if (__builtin_sub_overflow(dim[k], 1, &s) || __builtin_mul_overflow(v->stride[k], s, &s) ||
+			(s < 0 ? __builtin_add_overflow(a, s, &a) : __builtin_add_overflow(b, s, &b)))
+			return false;
 	}
+	if (__builtin_sub_overflow(b, a, &span) || span == INT64_MAX)
+		return false;
 	*lo = a;
 	*hi = b;
+	return true;
 }
 
 static bool reg_ok(int r, bool optional)
@@ -252,15 +254,20 @@ static void check_view(vc *c, int64_t pc, const tcp_insn *in, int which, unsigne
 	if (v->reg != -1 && !reg_ok(v->reg, false))
 		verr(c, pc, "operand %s: bad offset register r%d", vn[which], v->reg);
 	for (int k = 0; k < ndim; k++)
-		if (v->stride[k] < -((int64_t)1 << 40) || v->stride[k] > ((int64_t)1 << 40))
+		if (v->stride[k] < -((int64_t)1 << 40) || v->stride[k] > ((int64_t)1 << 40)) {
 			verr(c, pc, "operand %s: stride out of range", vn[which]);
+			return;
+		}
 	if (v->base < -((int64_t)1 << 46) || v->base > ((int64_t)1 << 46) || v->scale < -((int64_t)1 << 40) ||
 		v->scale > ((int64_t)1 << 40)) {
 		verr(c, pc, "operand %s: offset out of range", vn[which]);
 		return;
 	}
 	int64_t lo, hi;
-	view_extent(v, ndim, dim, &lo, &hi);
+	if (!view_extent(v, ndim, dim, &lo, &hi)) {
+		verr(c, pc, "operand %s: the view's extent overflows", vn[which]);
+		return;
+	}
 	/* with an offset register only the static part can be checked here;
 	 * the simulator checks the rest when it runs */
 	if (v->reg == -1 && (lo < 0 || hi >= t->numel))
@@ -432,7 +439,8 @@ moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machin
 	check_tensors(&c);
 	if (p->ncode == 0)
 		verr(&c, -1, "program has no instructions");
-	for (uint32_t i = 0; i < p->ncode; i++)
+	/* check_insn indexes by a tensor's space and dtype: only with valid tensors */
+	for (uint32_t i = 0; i < p->ncode && c.errors == 0; i++)
 		check_insn(&c, i);
 	if (p->ncode && p->code[p->ncode - 1].op != TCP_OP_HALT && p->code[p->ncode - 1].op != TCP_OP_JMP)
 		verr(&c, -1, "the last instruction must be halt or jmp (control would run off the code)");

@@ -149,7 +149,7 @@ static int list_has(cfg *c, const char *key, int64_t value)
 			cerr(c, "config key '%s' must be a list of layer indices", key);
 			return -1;
 		}
-		if ((int64_t)e->valuedouble == value)
+		if (e->valuedouble == (double)value) /* no cast: the entry may exceed int64 */
 			return 1;
 	}
 	return 0;
