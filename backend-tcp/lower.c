@@ -327,12 +327,14 @@ typedef struct vpass {
 	int64_t dim[TCP_MAXD];
 	tcp_insn in;
 	int nstream;
+	int ctr; /* the iteration dimension the chain's counter operand reads, -1: none yet */
 } vpass;
 
 static void vp_init(vpass *vp, int ndim, const int64_t *dim)
 {
 	memset(vp, 0, sizeof *vp);
 	vp->in = tcp_insn_init(TCP_OP_TU_VEC);
+	vp->ctr = -1;
 	vp->ndim = ndim;
 	vp->in.ndim = (uint8_t)ndim;
 	for (int k = 0; k < ndim; k++)
@@ -357,14 +359,21 @@ static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
 		return r;
 	}
 	if (v->kind == VK_IOTA) {
-		for (int k = 0; k < vp->ndim; k++)
-			if (map[k] == v->axis && n->shape[v->axis] > 1) {
-				r.s = TCP_SRC_CTR;
-				r.ctr = (uint8_t)k;
-				return r;
-			}
-		r.s = TCP_SRC_IMM; /* an iota along a dimension of size 1 is 0 */
-		return r;
+		int k = 0;
+		while (k < vp->ndim && !(map[k] == v->axis && n->shape[v->axis] > 1))
+			k++;
+		if (k == vp->ndim) {
+			r.s = TCP_SRC_IMM; /* an iota along a dimension of size 1 is 0 */
+			return r;
+		}
+		if (vp->ctr < 0 || vp->ctr == k) {
+			vp->ctr = k;
+			r.s = TCP_SRC_CTR;
+			r.ctr = (uint8_t)k;
+			return r;
+		}
+		/* a step reads one loop counter: a second iota along another
+		 * dimension (iota(i) < iota(j)) is fetched as a tensor */
 	}
 	v = need_view(c, id);
 	if (vp->nstream >= 3) {
@@ -384,6 +393,10 @@ static void vp_step(lw *c, vpass *vp, tcp_vop op, src x, src y, moe_id at)
 	}
 	if (x.s == TCP_SRC_IMM && y.s == TCP_SRC_IMM && x.imm != y.imm) {
 		lerr(c, at, "a vector step holds one immediate");
+		return;
+	}
+	if (x.s == TCP_SRC_CTR && y.s == TCP_SRC_CTR && x.ctr != y.ctr) {
+		lerr(c, at, "a vector step reads one loop counter");
 		return;
 	}
 	tcp_step *s = &vp->in.step[vp->in.nstep++];
