@@ -149,7 +149,7 @@ moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)
 		if (t->kind == TCP_T_SCRATCH)
 			continue;
 		fprintf(out, "tensor %%%u %s %s %s [", i,
-			t->kind == TCP_T_INPUT ? "input" : t->kind == TCP_T_WEIGHT ? "weight" : t->kind == TCP_T_OUTPUT ? "output" : "const",
+			tcp_kind_names[t->kind],
 			t->name, moe_dtype_name((moe_dtype)t->dtype));
 		for (int k = 0; k < t->rank; k++)
 			fprintf(out, "%s%lld", k ? ", " : "", (long long)t->shape[k]);

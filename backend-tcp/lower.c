@@ -304,13 +304,23 @@ static void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 
 /* The value of node id as a view in DM, copying from HBM if needed. */
 static val *need_view(lw *c, moe_id id);
+static val *dm_view(lw *c, moe_id id);
 
 static val *dm_copy_of(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	val *v = &c->v[id];
 	if (!is_contig(v, n)) {
-		lerr(c, id, "strided HBM views are not lowered");
+		/* a strided or broadcast view (a bias read by every row): copy the
+		 * whole HBM tensor once and keep the view's strides on the copy */
+		const tcp_tensor *ht = &c->p->t[v->t];
+		int64_t sh[MOE_MAX_RANK];
+		memcpy(sh, ht->shape, sizeof sh);
+		int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)ht->dtype, ht->rank, sh);
+		dma_copy(c, t, 0, -1, 0, v->t, 0, -1, 0, c->p->t[t].numel);
+		v->t = t;
+		v->owner = id;
+		v->region = false;
 		return v;
 	}
 	int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)n->dtype, n->rank, n->shape);
@@ -348,12 +358,15 @@ typedef struct src {
 	uint8_t ctr;
 } src;
 
-static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
+/* force: fetch it as a stream even when it is an immediate or an iota */
+static src vp_operand_f(lw *c, vpass *vp, moe_id id, const int *map, bool force)
 {
 	const ir_node *n = N(c->g, id);
 	val *v = &c->v[id];
 	src r = {TCP_SRC_NONE, 0, 0};
-	if (v->kind == VK_IMM) {
+	if (force) {
+		/* fall through to the stream below */
+	} else if (v->kind == VK_IMM) {
 		r.s = TCP_SRC_IMM;
 		r.imm = v->imm;
 		return r;
@@ -375,7 +388,7 @@ static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
 		/* a step reads one loop counter: a second iota along another
 		 * dimension (iota(i) < iota(j)) is fetched as a tensor */
 	}
-	v = need_view(c, id);
+	v = dm_view(c, id); /* tensor-unit passes fetch from DM */
 	if (vp->nstream >= 3) {
 		lerr(c, id, "a vector pass fetches at most three streams");
 		return r;
@@ -383,6 +396,11 @@ static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
 	vp->in.v[TCP_V_S0 + vp->nstream] = mkview(v, n, vp->ndim, map);
 	r.s = (uint8_t)(TCP_SRC_S0 + vp->nstream++);
 	return r;
+}
+
+static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
+{
+	return vp_operand_f(c, vp, id, map, false);
 }
 
 static void vp_step(lw *c, vpass *vp, tcp_vop op, src x, src y, moe_id at)
@@ -461,6 +479,11 @@ static void lower_elem(lw *c, moe_id id)
 		else
 			bmap(o, n->rank, map);
 		a[i] = vp_operand(c, &vp, n->args[i], map);
+		/* a step holds one immediate: a second, different one is fetched
+		 * (div(iota over a size-1 axis, 1) at T = 1) */
+		for (uint32_t j = 0; j < i && a[i].s == TCP_SRC_IMM; j++)
+			if (a[j].s == TCP_SRC_IMM && a[j].imm != a[i].imm)
+				a[i] = vp_operand_f(c, &vp, n->args[i], map, true);
 	}
 	moe_dtype at = (moe_dtype)N(c->g, n->args[0])->dtype;
 	bool fl = moe_dtype_is_float(at);
@@ -632,7 +655,7 @@ static void lower_reduce(lw *c, moe_id id)
 	tcp_vop op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
 		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
 					       : (fl ? TCP_V_FRMIN : TCP_V_RMIN);
-	val *sv = need_view(c, n->args[0]);
+	val *sv = dm_view(c, n->args[0]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	/* keepdims: the output has the axis with size 1, which mkview maps to stride 0 */
 	src x = SV(), y = SN();
@@ -646,7 +669,7 @@ static void lower_cumsum(lw *c, moe_id id)
 	int axis = norm_axis(n, s, 0);
 	bool fl = moe_dtype_is_float((moe_dtype)s->dtype);
 	tcp_vop op = fl ? TCP_V_FSCAN : TCP_V_ISCAN;
-	val *sv = need_view(c, n->args[0]);
+	val *sv = dm_view(c, n->args[0]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	src x = {TCP_SRC_S0, 0, 0}, y = SN();
 	row_pass(c, id, s, sv, NULL, NULL, axis, &op, &x, &y, 1, ir_attr_int(n, "exclusive", 0) ? TCP_STEP_EXCL : 0, o,
@@ -659,8 +682,8 @@ static void lower_filter(lw *c, moe_id id)
 	if (!ir_same_shape(mk, vn)) {
 		/* broadcast operands: materialize through views of the output shape */
 	}
-	val *mv = need_view(c, n->args[0]);
-	val *vv = need_view(c, n->args[1]);
+	val *mv = dm_view(c, n->args[0]);
+	val *vv = dm_view(c, n->args[1]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	tcp_vop ops[2] = {moe_dtype_is_float((moe_dtype)mk->dtype) ? TCP_V_FTNE : TCP_V_TNE, TCP_V_COMPACT};
 	src xs[2] = {{TCP_SRC_S0, 0, 0}, {TCP_SRC_S1, 0, 0}};
@@ -673,7 +696,7 @@ static void lower_softmax(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	int axis = norm_axis(n, n, -1);
-	val *xv = need_view(c, n->args[0]);
+	val *xv = dm_view(c, n->args[0]);
 	val xs = *xv;
 	/* m = max along axis (kept as size 1), z = x - m, e = exp z, s = sum e, y = e / s */
 	int64_t ks[MOE_MAX_RANK];
@@ -1505,9 +1528,14 @@ static void lower_leaf(lw *c, moe_id id)
 		c->v[id].axis = norm_axis(n, n, 0);
 		break;
 	default: {
-		bool w = n->op == MOE_OP_WEIGHT;
-		int32_t t = hbm_tensor(c, n->name ? n->name : "", w ? TCP_T_WEIGHT : TCP_T_INPUT, (moe_dtype)n->dtype, n->rank,
-			n->shape);
+		bool w = n->op == MOE_OP_WEIGHT, packed = w && ir_attr_int(n, "tcp_packed", -1) >= 0;
+		int32_t t = hbm_tensor(c, n->name ? n->name : "", packed ? TCP_T_PACKED : w ? TCP_T_WEIGHT : TCP_T_INPUT,
+			(moe_dtype)n->dtype, n->rank, n->shape);
+		if (w && !packed) {
+			char *src = tcp_resolve_source(c->ctx, c->g, ir_attr_str(n, "source", ""));
+			tcp_set_source(c->p, t, src);
+			ctx_free(c->ctx, src, strlen(src) + 1);
+		}
 		c->v[id] = tview(t, id, n);
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
 		break;
@@ -1562,7 +1590,7 @@ static void release(lw *c, int64_t q)
 			dm_free(c, c->v[i].t);
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
 	lw c = {0};
@@ -1581,6 +1609,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	c.last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	c.pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	tcp_program *p = c.p;
+	p->prep = prep; /* owned by the program from here on */
+	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
 	p->moe_T = ir_graph_attr_int(g, "moe_tokens", 0);
 	p->moe_K = ir_graph_attr_int(g, "moe_k", 0);
@@ -1709,7 +1739,20 @@ moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 			return NULL;
 		machine = def;
 	}
-	tcp_program *p = tcp_lower(ctx, g, machine);
+	/* weights packed at load time (prep.c): the device program sees them as leaves */
+	char *prep = NULL;
+	size_t plen = 0;
+	int errs = moe_error_count(ctx);
+	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
+	tcp_program *p = NULL;
+	if (moe_error_count(ctx) == errs) {
+		if (dev)
+			p = tcp_lower(ctx, dev, machine, prep, plen);
+		else
+			p = tcp_lower(ctx, g, machine, NULL, 0);
+	}
+	if (dev)
+		ir_graph_free(dev);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }

@@ -357,7 +357,7 @@ static void test_binary_round_trip_and_corruption(void **st)
 	for (size_t cut = 0; cut < bl; cut += step)
 		assert_null(moe_tcp_from_binary(ctx, "cut.tcpb", bin, cut, NULL));
 	memcpy(bad, bin, bl);
-	bad[8] = 2; /* version 2; the checksum does not cover the header */
+	bad[8] = 1; /* version 1 (no sources, no prep); the checksum does not cover the header */
 	moe_diag_clear(ctx);
 	assert_null(moe_tcp_from_binary(ctx, "ver.tcpb", bad, bl, NULL));
 	const char *msg;
