@@ -16,7 +16,7 @@
 
 #include "backend-tcp/tcp_int.h"
 
-#define TCPB_VERSION 2u
+#define TCPB_VERSION TCP_TCPB_VERSION
 static const char tcpb_magic[8] = {'M', 'O', 'E', 'C', 'T', 'C', 'P', 'B'};
 enum { SEC_META = 1, SEC_TENSORS, SEC_CONSTS, SEC_CODE, SEC_PREP, SEC_COUNT = 5 };
 

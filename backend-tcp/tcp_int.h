@@ -205,6 +205,7 @@ tcp_view tcp_view_none(void);
 moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
+#define TCP_TCPB_VERSION 2u
 moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
 tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
 /* static validation against a machine; diagnostics name the instruction */
