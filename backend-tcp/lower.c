@@ -63,6 +63,9 @@ typedef struct lw {
 	int32_t trf[2];
 	int64_t trf_rows_cap, trf_cols;
 	bool failed;
+	/* fusions chosen before emission (plan_fusions) */
+	bool *alias_cast;  /* a bf16 -> f32 cast read only by vector passes: a view of its source */
+	moe_id *fused_into; /* mul (and the reshape after it) folded into this reduce_sum, or MOE_NONE */
 	/* block region */
 	moe_id rows, nblocks, bexp;
 	int64_t G;
@@ -647,10 +650,46 @@ static int norm_axis(const ir_node *n, const ir_node *src, int64_t def)
 	return ir_norm_axis((int)a, src->rank);
 }
 
+/* Operand k of the fused mul m, viewed in the shape of the reshape r that
+ * follows m ([a*b, rest] -> [a, b, rest]). */
+static bool fused_operand(lw *c, moe_id m, moe_id r, int k, val *out)
+{
+	const ir_node *mn = N(c->g, m), *rn = N(c->g, r), *on = N(c->g, mn->args[k]);
+	val *v = dm_view(c, mn->args[k]);
+	if (v->kind != VK_VIEW || v->region)
+		return false;
+	int map[MOE_MAX_RANK];
+	bmap(on, mn->rank, map);
+	int64_t st[MOE_MAX_RANK] = {0};
+	for (int d = 0; d < mn->rank; d++)
+		st[d] = map[d] >= 0 && on->shape[map[d]] > 1 ? v->stride[map[d]] : 0;
+	*out = *v;
+	out->stride[0] = st[0] * rn->shape[1];
+	out->stride[1] = st[0];
+	for (int d = 1; d < mn->rank; d++)
+		out->stride[d + 1] = st[d];
+	return true;
+}
+
 static void lower_reduce(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
 	int axis = norm_axis(n, s, -1);
+	if (c->fused_into[n->args[0]] == id) {
+		/* reduce_sum(reshape(mul(a, b))): one pass, f.mul then r.fsum, so the
+		 * product (the size of the combine's gathered rows) never exists */
+		moe_id r = n->args[0], m = N(c->g, r)->args[0];
+		val a, b;
+		if (!fused_operand(c, m, r, 0, &a) || !fused_operand(c, m, r, 1, &b)) {
+			lerr(c, id, "fused multiply-reduce operands are not views");
+			return;
+		}
+		val *o = out_val(c, id, (moe_dtype)n->dtype);
+		tcp_vop ops[2] = {TCP_V_FMUL, TCP_V_FRSUM};
+		src xs[2] = {{TCP_SRC_S0, 0, 0}, SV()}, ys[2] = {{TCP_SRC_S1, 0, 0}, SN()};
+		row_pass(c, id, s, &a, &b, s, axis, ops, xs, ys, 2, 0, o, n, n->rank == s->rank);
+		return;
+	}
 	bool fl = moe_dtype_is_float((moe_dtype)s->dtype);
 	tcp_vop op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
 		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
@@ -1552,6 +1591,14 @@ static void lower_node(lw *c, moe_id id)
 		lower_leaf(c, id);
 		return;
 	}
+	if (c->fused_into[id] != MOE_NONE)
+		return; /* computed inside the reduce it feeds */
+	if (c->alias_cast[id]) {
+		c->v[id] = c->v[n->args[0]]; /* the fetch widens bf16 to the f32 lane word */
+		if (c->v[id].kind != VK_VIEW)
+			lerr(c, id, "aliased cast of a value that is not a tensor view");
+		return;
+	}
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
 	case MOE_OP_SLICE:
@@ -1590,6 +1637,92 @@ static void release(lw *c, int64_t q)
 			dm_free(c, c->v[i].t);
 }
 
+/* Choices that keep real-size layers inside DM (a prefill's combine gathers
+ * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
+ * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
+ * whose rows only feed a scatter stays in HBM (DMA on both sides). */
+static void plan_fusions(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	uint32_t *nuse = ctx_alloc(c->ctx, (nn + 1) * sizeof *nuse);
+	moe_id *user = ctx_alloc(c->ctx, (nn + 1) * sizeof *user);
+	for (moe_id i = 0; i < nn; i++)
+		c->fused_into[i] = MOE_NONE;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE)
+				nuse[a]++, user[a] = i;
+		}
+	}
+	for (moe_id i = 0; i < nn; i++)
+		if (c->is_out[i])
+			nuse[i] += 2; /* never folded away */
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (c->inreg[i] || c->is_out[i])
+			continue;
+		if (n->op == MOE_OP_REDUCE_SUM && n->dtype == MOE_F32) {
+			moe_id r = n->args[0];
+			const ir_node *rn = N(g, r);
+			if (rn->op != MOE_OP_RESHAPE || nuse[r] != 1 || c->inreg[r])
+				continue;
+			moe_id m = rn->args[0];
+			const ir_node *mn = N(g, m);
+			if (mn->op != MOE_OP_MUL || mn->dtype != MOE_F32 || nuse[m] != 1 || c->inreg[m] || mn->valid != MOE_NONE ||
+				rn->rank != mn->rank + 1 || rn->shape[0] * rn->shape[1] != mn->shape[0] || mn->rank + 1 > TCP_MAXD)
+				continue;
+			bool tail = true;
+			for (int d = 1; d < mn->rank; d++)
+				tail &= rn->shape[d + 1] == mn->shape[d];
+			if (tail)
+				c->fused_into[m] = c->fused_into[r] = i;
+		}
+	}
+	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
+			continue;
+		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
+			bool ok = true;
+			for (moe_id u = i + 1; u < nn && ok; u++) {
+				const ir_node *un = N(g, u);
+				bool reads = false;
+				for (uint32_t k = 0; k < un->nargs; k++)
+					reads |= un->args[k] == i;
+				if (!reads && un->valid != i)
+					continue;
+				bool vec = un->valid != i && !c->inreg[u] &&
+					(((ir_ops[un->op].flags & OPF_ELEM) && un->op != MOE_OP_BITCAST && un->op != MOE_OP_CAST &&
+						 c->fused_into[u] == MOE_NONE) ||
+						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
+						un->op == MOE_OP_REDUCE_MAX || un->op == MOE_OP_REDUCE_MIN || un->op == MOE_OP_SOFTMAX ||
+						un->op == MOE_OP_CUMSUM);
+				ok = vec;
+			}
+			c->alias_cast[i] = ok;
+		}
+		if (n->op == MOE_OP_GATHER && ir_bytes(n) >= big && nuse[i] >= 1) {
+			bool only_scatter = true;
+			for (moe_id u = i + 1; u < nn && only_scatter; u++) {
+				const ir_node *un = N(g, u);
+				for (uint32_t k = 0; k < un->nargs; k++)
+					if (un->args[k] == i && (un->op != MOE_OP_SCATTER || k != 2))
+						only_scatter = false;
+				if (un->valid == i)
+					only_scatter = false;
+			}
+			if (only_scatter)
+				c->hbm_home[i] = true;
+		}
+	}
+	ctx_free(c->ctx, nuse, (nn + 1) * sizeof *nuse);
+	ctx_free(c->ctx, user, (nn + 1) * sizeof *user);
+}
+
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
@@ -1608,6 +1741,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	c.is_out = ctx_alloc(ctx, nn + 1);
 	c.last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	c.pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
+	c.alias_cast = ctx_alloc(ctx, nn + 1);
+	c.fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
@@ -1620,6 +1755,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	for (uint32_t i = 0; i < g->nout; i++)
 		c.is_out[g->outputs[i]] = true;
 	find_region(&c);
+	plan_fusions(&c);
 	/* emission order: independent of the region, the loop, then the rest */
 	int64_t q = 0, loop_pos = -1;
 	for (moe_id i = 0; i < nn; i++)
@@ -1639,7 +1775,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		const ir_node *n = N(g, i);
 		own[i] = i;
 		c.last[i] = c.pos[i];
-		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST) && !c.inreg[i])
+		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c.alias_cast[i]) &&
+			!c.inreg[i])
 			own[i] = own[n->args[0]];
 	}
 	for (moe_id i = 0; i < nn; i++) {
@@ -1649,6 +1786,10 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 				c.last[own[n->args[k]]] = c.pos[i];
 		if (n->valid != MOE_NONE && c.pos[i] > c.last[own[n->valid]])
 			c.last[own[n->valid]] = c.pos[i];
+		if (c.fused_into[i] != MOE_NONE) /* read when the reduce runs */
+			for (uint32_t k = 0; k < n->nargs; k++)
+				if (c.pos[c.fused_into[i]] > c.last[own[n->args[k]]])
+					c.last[own[n->args[k]]] = c.pos[c.fused_into[i]];
 		if (c.is_out[i])
 			c.last[own[i]] = INT64_MAX;
 	}
@@ -1717,6 +1858,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.is_out, nn + 1);
 	ctx_free(ctx, c.last, sizeof(int64_t) * (nn + 1));
 	ctx_free(ctx, c.pos, sizeof(int64_t) * (nn + 1));
+	ctx_free(ctx, c.alias_cast, nn + 1);
+	ctx_free(ctx, c.fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
 		tcp_prog_free(p);

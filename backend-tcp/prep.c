@@ -1,4 +1,4 @@
-/* backend-tcp/prep.c: weight packing (docs/tcp-isa.md section 7.5).
+/* backend-tcp/prep.c: weight packing (docs/tcp-isa.md section 7, item 5).
  *
  * Real deployments lay weights out for the device once, when they are
  * loaded: a fused gate_up tensor is transposed and split, a strided slice is
