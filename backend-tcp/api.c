@@ -136,10 +136,13 @@ moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)
 		per[tcp_op_ctx[p->code[i].op]]++;
 	for (uint32_t i = 0; i < p->nt; i++)
 		bytes[p->t[i].space] += p->t[i].numel * (int64_t)moe_dtype_size((moe_dtype)p->t[i].dtype);
-	fprintf(out, "tcpb version 1\nsections: meta, tensors (%u), constants (%lld bytes), code (%u instructions: "
-		"control %lld, main %lld, sub %lld, dma %lld)\n",
-		p->nt, (long long)p->nconst, p->ncode, (long long)per[0], (long long)per[1], (long long)per[2],
-		(long long)per[3]);
+	uint32_t npacked = 0;
+	for (uint32_t i = 0; i < p->nt; i++)
+		npacked += p->t[i].kind == TCP_T_PACKED;
+	fprintf(out, "tcpb version %u\nsections: meta, tensors (%u), constants (%lld bytes), code (%u instructions: "
+		"control %lld, main %lld, sub %lld, dma %lld), prep (%zu bytes: %u packed weights)\n",
+		TCP_TCPB_VERSION, p->nt, (long long)p->nconst, p->ncode, (long long)per[0], (long long)per[1],
+		(long long)per[2], (long long)per[3], p->prep_len, npacked);
 	for (int s = 0; s < TCP_NSPACE; s++)
 		fprintf(out, "%s bytes: %lld\n", sp[s], (long long)bytes[s]);
 	fprintf(out, "layer: T=%lld K=%lld E=%lld B=%lld grid blocks=%lld\n", (long long)p->moe_T, (long long)p->moe_K,
@@ -149,11 +152,32 @@ moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)
 		if (t->kind == TCP_T_SCRATCH)
 			continue;
 		fprintf(out, "tensor %%%u %s %s %s [", i,
-			t->kind == TCP_T_INPUT ? "input" : t->kind == TCP_T_WEIGHT ? "weight" : t->kind == TCP_T_OUTPUT ? "output" : "const",
+			tcp_kind_names[t->kind],
 			t->name, moe_dtype_name((moe_dtype)t->dtype));
 		for (int k = 0; k < t->rank; k++)
 			fprintf(out, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
-		fprintf(out, "]\n");
+		fprintf(out, "]");
+		if (t->source[0])
+			fprintf(out, " = \"%s\"", t->source);
+		fprintf(out, "\n");
+	}
+	if (p->prep_len) {
+		/* the checkpoint weights the packed ones are computed from */
+		moe_module *iface = moe_tcp_interface(p->ctx, p);
+		const moe_graph *g = iface ? moe_module_graph(iface, 0) : NULL;
+		for (moe_id i = 0; g && i < g->nnodes; i++) {
+			const ir_node *n = N(g, i);
+			bool direct = false;
+			for (uint32_t k = 0; k < p->nt && !direct; k++)
+				direct = p->t[k].kind == TCP_T_WEIGHT && !strcmp(p->t[k].name, n->name);
+			if (n->op != MOE_OP_WEIGHT || direct)
+				continue;
+			fprintf(out, "packs from weight %s %s [", n->name, moe_dtype_name((moe_dtype)n->dtype));
+			for (int k = 0; k < n->rank; k++)
+				fprintf(out, "%s%lld", k ? ", " : "", (long long)n->shape[k]);
+			fprintf(out, "] = \"%s\"\n", ir_attr_str(n, "source", ""));
+		}
+		moe_module_free(iface);
 	}
 	return ferror(out) ? MOE_ERR_IO : MOE_OK;
 }

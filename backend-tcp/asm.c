@@ -9,7 +9,6 @@
 #include "backend-tcp/tcp_int.h"
 
 static const char *const space_names[TCP_NSPACE] = {"hbm", "dm", "trf", "vrf"};
-static const char *const kind_names[5] = {"scratch", "input", "weight", "output", "const"};
 static const char *const sop_names[TCP_S_COUNT] = {
 #define X(id, s) s,
 	TCP_SOPS(X)
@@ -126,6 +125,15 @@ static void print_insn(sb *b, const tcp_insn *in)
 	sbf(b, "\n");
 }
 
+static void put_quoted(sb *b, const char *s)
+{
+	sbf(b, "\"");
+	for (const char *c = s; *c; c++)
+		sbf(b, *c == '"' || *c == '\\' ? "\\%c" : isprint((unsigned char)*c) ? "%c" : "\\x%02x",
+			*c == '"' || *c == '\\' || isprint((unsigned char)*c) ? *c : (unsigned char)*c);
+	sbf(b, "\"");
+}
+
 static void print_prog(sb *b, const tcp_program *p)
 {
 	sbf(b, "tcps 1\n");
@@ -139,15 +147,19 @@ static void print_prog(sb *b, const tcp_program *p)
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		sbf(b, "tensor %%%u %s %s %s [", i, t->space < TCP_NSPACE ? space_names[t->space] : "?",
-			t->kind <= TCP_T_CONST ? kind_names[t->kind] : "?", moe_dtype_name((moe_dtype)t->dtype));
+			t->kind < TCP_NKIND ? tcp_kind_names[t->kind] : "?", moe_dtype_name((moe_dtype)t->dtype));
 		for (int k = 0; k < t->rank; k++)
 			sbf(b, "%s%" PRId64, k ? "," : "", t->shape[k]);
-		sbf(b, "] addr=%" PRId64 " slice=%" PRId64 " const=%" PRId64 " \"", t->addr, t->slice_bytes, t->const_off);
-		for (const char *c = t->name; *c; c++)
-			sbf(b, *c == '"' || *c == '\\' ? "\\%c" : isprint((unsigned char)*c) ? "%c" : "\\x%02x",
-				*c == '"' || *c == '\\' || isprint((unsigned char)*c) ? *c : (unsigned char)*c);
-		sbf(b, "\"\n");
+		sbf(b, "] addr=%" PRId64 " slice=%" PRId64 " const=%" PRId64 " ", t->addr, t->slice_bytes, t->const_off);
+		put_quoted(b, t->name);
+		if (t->source[0]) {
+			sbf(b, " src=");
+			put_quoted(b, t->source);
+		}
+		sbf(b, "\n");
 	}
+	if (p->prep_len) /* compact IR JSON: one line */
+		sbf(b, "prep %.*s\n", (int)p->prep_len, p->prep);
 	for (int64_t i = 0; i < p->nconst; i += 32) {
 		sbf(b, "const ");
 		for (int64_t k = i; k < p->nconst && k < i + 32; k++)
@@ -415,6 +427,39 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 	tcp_emit(p, &in);
 }
 
+/* "..." with \" \\ \xHH escapes, at most 4096 bytes, into buf (4097 bytes) */
+static bool pquoted(const char **sp, char *buf)
+{
+	const char *s = *sp;
+	if (*s++ != '"')
+		return false;
+	size_t nl = 0;
+	while (*s && *s != '"') {
+		if (nl >= 4096)
+			return false;
+		if (*s == '\\') {
+			s++;
+			if (*s == 'x') {
+				unsigned x;
+				if (!isxdigit((unsigned char)s[1]) || !isxdigit((unsigned char)s[2]) || sscanf(s + 1, "%2x", &x) != 1 ||
+					!x)
+					return false;
+				buf[nl++] = (char)x;
+				s += 3;
+				continue;
+			}
+			if (!*s)
+				return false;
+		}
+		buf[nl++] = *s++;
+	}
+	buf[nl] = 0;
+	if (*s != '"')
+		return false;
+	*sp = s + 1;
+	return true;
+}
+
 static void parse_tensor(ap *a, tcp_program *p, const char *s)
 {
 	int64_t id, shape[MOE_MAX_RANK];
@@ -423,7 +468,7 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 	if (!lit(&s, "%") || !pint(&s, &id) || id != p->nt || sscanf(s, " %15s %15s %15s %n", sp, kd, dt, &n) != 3)
 		return perr(a, "malformed tensor line (tensors are numbered in order)");
 	s += n;
-	int space = lookup(space_names, TCP_NSPACE, sp, strlen(sp)), kind = lookup(kind_names, 5, kd, strlen(kd)),
+	int space = lookup(space_names, TCP_NSPACE, sp, strlen(sp)), kind = lookup(tcp_kind_names, TCP_NKIND, kd, strlen(kd)),
 	    d = moe_dtype_from_name(dt);
 	int rank = plist(&s, shape, MOE_MAX_RANK);
 	if (space < 0 || kind < 0 || d < 0 || rank < 0)
@@ -433,28 +478,17 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 			return perr(a, "bad tensor shape");
 	int64_t addr, sl, co;
 	if (!lit(&s, " addr=") || !pint(&s, &addr) || !lit(&s, " slice=") || !pint(&s, &sl) || !lit(&s, " const=") ||
-		!pint(&s, &co) || !lit(&s, " \""))
+		!pint(&s, &co) || !lit(&s, " "))
 		return perr(a, "malformed tensor fields");
-	char name[4097];
-	size_t nl = 0;
-	while (*s && *s != '"' && nl < 4096) {
-		if (*s == '\\') {
-			s++;
-			if (*s == 'x') {
-				unsigned x;
-				if (sscanf(s + 1, "%2x", &x) != 1)
-					return perr(a, "bad escape in tensor name");
-				name[nl++] = (char)x;
-				s += 3;
-				continue;
-			}
-		}
-		name[nl++] = *s++;
-	}
-	name[nl] = 0;
-	if (*s != '"' || s[1])
-		return perr(a, "unterminated tensor name");
+	char name[4097], source[4097] = "";
+	if (!pquoted(&s, name))
+		return perr(a, "bad or unterminated tensor name");
+	if (lit(&s, " src=") && !pquoted(&s, source))
+		return perr(a, "bad or unterminated tensor source");
+	if (*s)
+		return perr(a, "unexpected text after the tensor name");
 	int32_t t = tcp_add_tensor(p, name, space, kind, (moe_dtype)d, rank, shape);
+	tcp_set_source(p, t, source);
 	p->t[t].addr = addr;
 	p->t[t].slice_bytes = sl;
 	p->t[t].const_off = co;
@@ -522,6 +556,14 @@ tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, siz
 			parse_meta(&a, p, s);
 		} else if (lit(&s, "tensor ")) {
 			parse_tensor(&a, p, s);
+		} else if (lit(&s, "prep ")) {
+			if (p->prep_len) {
+				perr(&a, "a second prep line");
+				break;
+			}
+			p->prep_len = strlen(s);
+			p->prep = ctx_alloc(ctx, p->prep_len + 1);
+			memcpy(p->prep, s, p->prep_len);
 		} else if (lit(&s, "const ")) {
 			size_t h = strlen(s);
 			if (h % 2) {

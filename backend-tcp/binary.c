@@ -3,20 +3,22 @@
  * Layout (little endian):
  *   0  magic "MOECTCPB"          8 bytes
  *   8  u32 format version (TCPB_VERSION)
- *  12  u32 section count (4)
+ *  12  u32 section count (5)
  *  16  u32 CRC-32 of every byte from offset 24 to the end
  *  20  u32 reserved, 0
  *  24  section table: per section u32 kind, u32 reserved 0, u64 offset, u64 size
- *  ... section payloads: meta, tensors, constants, code
+ *  ... section payloads: meta, tensors, constants, code, prep
+ * Version 2 added each tensor's checkpoint source (after its name) and the
+ * prep section (the weight-packing graph as IR JSON, possibly empty).
  * One serializer walks every field in both directions, so the reader can
  * never disagree with the writer; every read is bounds-checked. */
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
 
-#define TCPB_VERSION 1u
+#define TCPB_VERSION TCP_TCPB_VERSION
 static const char tcpb_magic[8] = {'M', 'O', 'E', 'C', 'T', 'C', 'P', 'B'};
-enum { SEC_META = 1, SEC_TENSORS, SEC_CONSTS, SEC_CODE, SEC_COUNT = 4 };
+enum { SEC_META = 1, SEC_TENSORS, SEC_CONSTS, SEC_CODE, SEC_PREP, SEC_COUNT = 5 };
 
 typedef struct ser {
 	bool rd;
@@ -152,6 +154,26 @@ static void s_insn(ser *s, tcp_insn *in)
 
 #define MAX_NAME 4096
 
+/* A length-prefixed string: written from *w, read into buf (MAX_NAME + 1). */
+static void s_str(ser *s, const char *w, char *buf)
+{
+	uint32_t nl = s->rd ? 0 : (uint32_t)strlen(w);
+	su32(s, &nl);
+	if (!s->rd) {
+		put(s, w, nl);
+		return;
+	}
+	if (nl > MAX_NAME) {
+		s->bad = true;
+		buf[0] = 0;
+		return;
+	}
+	get(s, buf, nl);
+	buf[nl] = 0;
+	if (memchr(buf, 0, nl))
+		s->bad = true;
+}
+
 /* The tensor table; when reading, p->t is grown as entries arrive. */
 static void s_tensors(ser *s, tcp_program *p)
 {
@@ -165,21 +187,9 @@ static void s_tensors(ser *s, tcp_program *p)
 		tcp_tensor tmp, *t = s->rd ? &tmp : &p->t[i];
 		if (s->rd)
 			memset(&tmp, 0, sizeof tmp);
-		uint32_t nl = s->rd ? 0 : (uint32_t)strlen(t->name);
-		su32(s, &nl);
-		char name[MAX_NAME + 1];
-		if (s->rd) {
-			if (nl > MAX_NAME) {
-				s->bad = true;
-				return;
-			}
-			get(s, name, nl);
-			name[nl] = 0;
-			if (memchr(name, 0, nl))
-				s->bad = true;
-		} else {
-			put(s, t->name, nl);
-		}
+		char name[MAX_NAME + 1], source[MAX_NAME + 1];
+		s_str(s, t->name, name);
+		s_str(s, t->source, source);
 		sx8(s, &t->space);
 		sx8(s, &t->kind);
 		sx8(s, &t->dtype);
@@ -196,10 +206,12 @@ static void s_tensors(ser *s, tcp_program *p)
 				return;
 			}
 			int32_t id = tcp_add_tensor(p, name, t->space, t->kind, (moe_dtype)t->dtype, 0, NULL);
+			tcp_set_source(p, id, source);
 			tcp_tensor *d = &p->t[id];
-			char *nm = d->name;
+			char *nm = d->name, *src = d->source;
 			*d = tmp;
 			d->name = nm;
+			d->source = src;
 		}
 	}
 }
@@ -250,7 +262,8 @@ moe_status tcp_encode(const tcp_program *cp, uint8_t **out, size_t *outlen)
 		case SEC_META: s_meta(&s, p); break;
 		case SEC_TENSORS: s_tensors(&s, p); break;
 		case SEC_CONSTS: put(&s, p->consts ? p->consts : zero, (size_t)p->nconst); break;
-		default: s_code(&s, p); break;
+		case SEC_CODE: s_code(&s, p); break;
+		default: put(&s, p->prep ? (const uint8_t *)p->prep : zero, p->prep_len); break;
 		}
 		sz[k] = s.len - off[k];
 	}
@@ -319,7 +332,7 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 		sz[kind - 1] = (size_t)z;
 	}
 	tcp_program *p = tcp_prog_new(ctx);
-	static const char *const names[SEC_COUNT] = {"meta", "tensors", "constants", "code"};
+	static const char *const names[SEC_COUNT] = {"meta", "tensors", "constants", "code", "prep"};
 	for (int k = 0; k < SEC_COUNT; k++) {
 		ser s = {.rd = true, .in = buf, .pos = off[k], .end = off[k] + sz[k]};
 		switch (k + 1) {
@@ -330,8 +343,20 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 			p->consts = ctx_alloc(ctx, sz[k] ? sz[k] : 1);
 			p->constcap = sz[k] ? (int64_t)sz[k] : 1;
 			memcpy(p->consts, buf + off[k], sz[k]);
+			s.pos = s.end;
 			break;
-		default: s_code(&s, p); break;
+		case SEC_CODE: s_code(&s, p); break;
+		default:
+			/* IR JSON text: no NUL inside; parsed and checked by the validator */
+			if (memchr(buf + off[k], 0, sz[k])) {
+				s.bad = true;
+				break;
+			}
+			p->prep_len = sz[k];
+			p->prep = ctx_alloc(ctx, sz[k] + 1);
+			memcpy(p->prep, buf + off[k], sz[k]);
+			s.pos = s.end;
+			break;
 		}
 		if (s.bad || s.pos != s.end) {
 			snprintf(msg, sizeof msg, "section '%s' is malformed", names[k]);

@@ -42,8 +42,11 @@ void tcp_prog_free(tcp_program *p)
 	if (!p)
 		return;
 	moe_ctx *ctx = p->ctx;
-	for (uint32_t i = 0; i < p->nt; i++)
+	for (uint32_t i = 0; i < p->nt; i++) {
 		ctx_free(ctx, p->t[i].name, strlen(p->t[i].name) + 1);
+		ctx_free(ctx, p->t[i].source, strlen(p->t[i].source) + 1);
+	}
+	ctx_free(ctx, p->prep, p->prep_len + 1);
 	ctx_free(ctx, p->t, p->tcap * sizeof *p->t);
 	ctx_free(ctx, p->code, p->ccap * sizeof *p->code);
 	ctx_free(ctx, p->consts, (size_t)p->constcap);
@@ -64,6 +67,7 @@ int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, mo
 	size_t n = strlen(name ? name : "");
 	t->name = ctx_alloc(p->ctx, n + 1);
 	memcpy(t->name, name ? name : "", n);
+	t->source = ctx_alloc(p->ctx, 1);
 	t->space = (uint8_t)space;
 	t->kind = (uint8_t)kind;
 	t->dtype = (uint8_t)dt;
@@ -169,7 +173,7 @@ static void check_tensors(vc *c)
 	int64_t S = tcp_slices(c->m);
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
-		if (t->space >= TCP_NSPACE || t->kind > TCP_T_CONST || !dtype_ok(t->dtype) || t->rank > MOE_MAX_RANK) {
+		if (t->space >= TCP_NSPACE || t->kind >= TCP_NKIND || !dtype_ok(t->dtype) || t->rank > MOE_MAX_RANK) {
 			verr(c, -1, "tensor %%%u: bad space, kind, dtype or rank", i);
 			continue;
 		}
@@ -205,7 +209,7 @@ static void check_tensors(vc *c)
 		}
 		if (t->kind == TCP_T_CONST && (t->const_off < 0 || t->const_off > p->nconst || bytes > p->nconst - t->const_off))
 			verr(c, -1, "tensor %%%u '%s': constant data outside the constants section", i, t->name);
-		if ((t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_OUTPUT) &&
+		if ((t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_OUTPUT || t->kind == TCP_T_PACKED) &&
 			(t->space != TCP_HBM || !t->name[0]))
 			verr(c, -1, "tensor %%%u: bound tensors must be named and live in HBM", i);
 	}
@@ -447,7 +451,28 @@ moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machin
 	if (p->nblocks_t >= (int32_t)p->nt || p->bexp_t >= (int32_t)p->nt || p->nblocks_t < -1 || p->bexp_t < -1 ||
 		p->block_loop_pc >= (int32_t)p->ncode || p->block_body_pc >= (int32_t)p->ncode)
 		verr(&c, -1, "program metadata names a tensor or instruction that does not exist");
+	bool packed = false;
+	for (uint32_t i = 0; i < p->nt; i++)
+		packed |= p->t[i].kind == TCP_T_PACKED;
+	if (packed || p->prep_len) {
+		/* the weight-packing graph parses, verifies and matches the packed tensors */
+		moe_module *pm = tcp_prep_module(ctx, p, c.file);
+		if (!pm)
+			c.errors++;
+		moe_module_free(pm);
+	}
 	if (c.errors > 20)
 		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, c.file), "%d further errors not shown", c.errors - 20);
 	return c.errors ? MOE_ERR_FORMAT : MOE_OK;
+}
+
+const char *const tcp_kind_names[TCP_NKIND] = {"scratch", "input", "weight", "output", "const", "packed"};
+
+void tcp_set_source(tcp_program *p, int32_t t, const char *source)
+{
+	tcp_tensor *tt = &p->t[t];
+	size_t n = strlen(source ? source : "");
+	ctx_free(p->ctx, tt->source, strlen(tt->source) + 1);
+	tt->source = ctx_alloc(p->ctx, n + 1);
+	memcpy(tt->source, source ? source : "", n);
 }

@@ -63,6 +63,9 @@ typedef struct lw {
 	int32_t trf[2];
 	int64_t trf_rows_cap, trf_cols;
 	bool failed;
+	/* fusions chosen before emission (plan_fusions) */
+	bool *alias_cast;  /* a bf16 -> f32 cast read only by vector passes: a view of its source */
+	moe_id *fused_into; /* mul (and the reshape after it) folded into this reduce_sum, or MOE_NONE */
 	/* block region */
 	moe_id rows, nblocks, bexp;
 	int64_t G;
@@ -304,13 +307,23 @@ static void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 
 /* The value of node id as a view in DM, copying from HBM if needed. */
 static val *need_view(lw *c, moe_id id);
+static val *dm_view(lw *c, moe_id id);
 
 static val *dm_copy_of(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	val *v = &c->v[id];
 	if (!is_contig(v, n)) {
-		lerr(c, id, "strided HBM views are not lowered");
+		/* a strided or broadcast view (a bias read by every row): copy the
+		 * whole HBM tensor once and keep the view's strides on the copy */
+		const tcp_tensor *ht = &c->p->t[v->t];
+		int64_t sh[MOE_MAX_RANK];
+		memcpy(sh, ht->shape, sizeof sh);
+		int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)ht->dtype, ht->rank, sh);
+		dma_copy(c, t, 0, -1, 0, v->t, 0, -1, 0, c->p->t[t].numel);
+		v->t = t;
+		v->owner = id;
+		v->region = false;
 		return v;
 	}
 	int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)n->dtype, n->rank, n->shape);
@@ -327,12 +340,14 @@ typedef struct vpass {
 	int64_t dim[TCP_MAXD];
 	tcp_insn in;
 	int nstream;
+	int ctr; /* the iteration dimension the chain's counter operand reads, -1: none yet */
 } vpass;
 
 static void vp_init(vpass *vp, int ndim, const int64_t *dim)
 {
 	memset(vp, 0, sizeof *vp);
 	vp->in = tcp_insn_init(TCP_OP_TU_VEC);
+	vp->ctr = -1;
 	vp->ndim = ndim;
 	vp->in.ndim = (uint8_t)ndim;
 	for (int k = 0; k < ndim; k++)
@@ -346,27 +361,37 @@ typedef struct src {
 	uint8_t ctr;
 } src;
 
-static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
+/* force: fetch it as a stream even when it is an immediate or an iota */
+static src vp_operand_f(lw *c, vpass *vp, moe_id id, const int *map, bool force)
 {
 	const ir_node *n = N(c->g, id);
 	val *v = &c->v[id];
 	src r = {TCP_SRC_NONE, 0, 0};
-	if (v->kind == VK_IMM) {
+	if (force) {
+		/* fall through to the stream below */
+	} else if (v->kind == VK_IMM) {
 		r.s = TCP_SRC_IMM;
 		r.imm = v->imm;
 		return r;
 	}
 	if (v->kind == VK_IOTA) {
-		for (int k = 0; k < vp->ndim; k++)
-			if (map[k] == v->axis && n->shape[v->axis] > 1) {
-				r.s = TCP_SRC_CTR;
-				r.ctr = (uint8_t)k;
-				return r;
-			}
-		r.s = TCP_SRC_IMM; /* an iota along a dimension of size 1 is 0 */
-		return r;
+		int k = 0;
+		while (k < vp->ndim && !(map[k] == v->axis && n->shape[v->axis] > 1))
+			k++;
+		if (k == vp->ndim) {
+			r.s = TCP_SRC_IMM; /* an iota along a dimension of size 1 is 0 */
+			return r;
+		}
+		if (vp->ctr < 0 || vp->ctr == k) {
+			vp->ctr = k;
+			r.s = TCP_SRC_CTR;
+			r.ctr = (uint8_t)k;
+			return r;
+		}
+		/* a step reads one loop counter: a second iota along another
+		 * dimension (iota(i) < iota(j)) is fetched as a tensor */
 	}
-	v = need_view(c, id);
+	v = dm_view(c, id); /* tensor-unit passes fetch from DM */
 	if (vp->nstream >= 3) {
 		lerr(c, id, "a vector pass fetches at most three streams");
 		return r;
@@ -374,6 +399,11 @@ static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
 	vp->in.v[TCP_V_S0 + vp->nstream] = mkview(v, n, vp->ndim, map);
 	r.s = (uint8_t)(TCP_SRC_S0 + vp->nstream++);
 	return r;
+}
+
+static src vp_operand(lw *c, vpass *vp, moe_id id, const int *map)
+{
+	return vp_operand_f(c, vp, id, map, false);
 }
 
 static void vp_step(lw *c, vpass *vp, tcp_vop op, src x, src y, moe_id at)
@@ -384,6 +414,10 @@ static void vp_step(lw *c, vpass *vp, tcp_vop op, src x, src y, moe_id at)
 	}
 	if (x.s == TCP_SRC_IMM && y.s == TCP_SRC_IMM && x.imm != y.imm) {
 		lerr(c, at, "a vector step holds one immediate");
+		return;
+	}
+	if (x.s == TCP_SRC_CTR && y.s == TCP_SRC_CTR && x.ctr != y.ctr) {
+		lerr(c, at, "a vector step reads one loop counter");
 		return;
 	}
 	tcp_step *s = &vp->in.step[vp->in.nstep++];
@@ -448,6 +482,11 @@ static void lower_elem(lw *c, moe_id id)
 		else
 			bmap(o, n->rank, map);
 		a[i] = vp_operand(c, &vp, n->args[i], map);
+		/* a step holds one immediate: a second, different one is fetched
+		 * (div(iota over a size-1 axis, 1) at T = 1) */
+		for (uint32_t j = 0; j < i && a[i].s == TCP_SRC_IMM; j++)
+			if (a[j].s == TCP_SRC_IMM && a[j].imm != a[i].imm)
+				a[i] = vp_operand_f(c, &vp, n->args[i], map, true);
 	}
 	moe_dtype at = (moe_dtype)N(c->g, n->args[0])->dtype;
 	bool fl = moe_dtype_is_float(at);
@@ -611,15 +650,51 @@ static int norm_axis(const ir_node *n, const ir_node *src, int64_t def)
 	return ir_norm_axis((int)a, src->rank);
 }
 
+/* Operand k of the fused mul m, viewed in the shape of the reshape r that
+ * follows m ([a*b, rest] -> [a, b, rest]). */
+static bool fused_operand(lw *c, moe_id m, moe_id r, int k, val *out)
+{
+	const ir_node *mn = N(c->g, m), *rn = N(c->g, r), *on = N(c->g, mn->args[k]);
+	val *v = dm_view(c, mn->args[k]);
+	if (v->kind != VK_VIEW || v->region)
+		return false;
+	int map[MOE_MAX_RANK];
+	bmap(on, mn->rank, map);
+	int64_t st[MOE_MAX_RANK] = {0};
+	for (int d = 0; d < mn->rank; d++)
+		st[d] = map[d] >= 0 && on->shape[map[d]] > 1 ? v->stride[map[d]] : 0;
+	*out = *v;
+	out->stride[0] = st[0] * rn->shape[1];
+	out->stride[1] = st[0];
+	for (int d = 1; d < mn->rank; d++)
+		out->stride[d + 1] = st[d];
+	return true;
+}
+
 static void lower_reduce(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
 	int axis = norm_axis(n, s, -1);
+	if (c->fused_into[n->args[0]] == id) {
+		/* reduce_sum(reshape(mul(a, b))): one pass, f.mul then r.fsum, so the
+		 * product (the size of the combine's gathered rows) never exists */
+		moe_id r = n->args[0], m = N(c->g, r)->args[0];
+		val a, b;
+		if (!fused_operand(c, m, r, 0, &a) || !fused_operand(c, m, r, 1, &b)) {
+			lerr(c, id, "fused multiply-reduce operands are not views");
+			return;
+		}
+		val *o = out_val(c, id, (moe_dtype)n->dtype);
+		tcp_vop ops[2] = {TCP_V_FMUL, TCP_V_FRSUM};
+		src xs[2] = {{TCP_SRC_S0, 0, 0}, SV()}, ys[2] = {{TCP_SRC_S1, 0, 0}, SN()};
+		row_pass(c, id, s, &a, &b, s, axis, ops, xs, ys, 2, 0, o, n, n->rank == s->rank);
+		return;
+	}
 	bool fl = moe_dtype_is_float((moe_dtype)s->dtype);
 	tcp_vop op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
 		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
 					       : (fl ? TCP_V_FRMIN : TCP_V_RMIN);
-	val *sv = need_view(c, n->args[0]);
+	val *sv = dm_view(c, n->args[0]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	/* keepdims: the output has the axis with size 1, which mkview maps to stride 0 */
 	src x = SV(), y = SN();
@@ -633,7 +708,7 @@ static void lower_cumsum(lw *c, moe_id id)
 	int axis = norm_axis(n, s, 0);
 	bool fl = moe_dtype_is_float((moe_dtype)s->dtype);
 	tcp_vop op = fl ? TCP_V_FSCAN : TCP_V_ISCAN;
-	val *sv = need_view(c, n->args[0]);
+	val *sv = dm_view(c, n->args[0]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	src x = {TCP_SRC_S0, 0, 0}, y = SN();
 	row_pass(c, id, s, sv, NULL, NULL, axis, &op, &x, &y, 1, ir_attr_int(n, "exclusive", 0) ? TCP_STEP_EXCL : 0, o,
@@ -646,8 +721,8 @@ static void lower_filter(lw *c, moe_id id)
 	if (!ir_same_shape(mk, vn)) {
 		/* broadcast operands: materialize through views of the output shape */
 	}
-	val *mv = need_view(c, n->args[0]);
-	val *vv = need_view(c, n->args[1]);
+	val *mv = dm_view(c, n->args[0]);
+	val *vv = dm_view(c, n->args[1]);
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
 	tcp_vop ops[2] = {moe_dtype_is_float((moe_dtype)mk->dtype) ? TCP_V_FTNE : TCP_V_TNE, TCP_V_COMPACT};
 	src xs[2] = {{TCP_SRC_S0, 0, 0}, {TCP_SRC_S1, 0, 0}};
@@ -660,7 +735,7 @@ static void lower_softmax(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	int axis = norm_axis(n, n, -1);
-	val *xv = need_view(c, n->args[0]);
+	val *xv = dm_view(c, n->args[0]);
 	val xs = *xv;
 	/* m = max along axis (kept as size 1), z = x - m, e = exp z, s = sum e, y = e / s */
 	int64_t ks[MOE_MAX_RANK];
@@ -1492,9 +1567,14 @@ static void lower_leaf(lw *c, moe_id id)
 		c->v[id].axis = norm_axis(n, n, 0);
 		break;
 	default: {
-		bool w = n->op == MOE_OP_WEIGHT;
-		int32_t t = hbm_tensor(c, n->name ? n->name : "", w ? TCP_T_WEIGHT : TCP_T_INPUT, (moe_dtype)n->dtype, n->rank,
-			n->shape);
+		bool w = n->op == MOE_OP_WEIGHT, packed = w && ir_attr_int(n, "tcp_packed", -1) >= 0;
+		int32_t t = hbm_tensor(c, n->name ? n->name : "", packed ? TCP_T_PACKED : w ? TCP_T_WEIGHT : TCP_T_INPUT,
+			(moe_dtype)n->dtype, n->rank, n->shape);
+		if (w && !packed) {
+			char *src = tcp_resolve_source(c->ctx, c->g, ir_attr_str(n, "source", ""));
+			tcp_set_source(c->p, t, src);
+			ctx_free(c->ctx, src, strlen(src) + 1);
+		}
 		c->v[id] = tview(t, id, n);
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
 		break;
@@ -1509,6 +1589,14 @@ static void lower_node(lw *c, moe_id id)
 		return;
 	if (ir_ops[n->op].flags & OPF_LEAF) {
 		lower_leaf(c, id);
+		return;
+	}
+	if (c->fused_into[id] != MOE_NONE)
+		return; /* computed inside the reduce it feeds */
+	if (c->alias_cast[id]) {
+		c->v[id] = c->v[n->args[0]]; /* the fetch widens bf16 to the f32 lane word */
+		if (c->v[id].kind != VK_VIEW)
+			lerr(c, id, "aliased cast of a value that is not a tensor view");
 		return;
 	}
 	switch ((moe_op)n->op) {
@@ -1549,7 +1637,93 @@ static void release(lw *c, int64_t q)
 			dm_free(c, c->v[i].t);
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* Choices that keep real-size layers inside DM (a prefill's combine gathers
+ * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
+ * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
+ * whose rows only feed a scatter stays in HBM (DMA on both sides). */
+static void plan_fusions(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	uint32_t *nuse = ctx_alloc(c->ctx, (nn + 1) * sizeof *nuse);
+	moe_id *user = ctx_alloc(c->ctx, (nn + 1) * sizeof *user);
+	for (moe_id i = 0; i < nn; i++)
+		c->fused_into[i] = MOE_NONE;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE)
+				nuse[a]++, user[a] = i;
+		}
+	}
+	for (moe_id i = 0; i < nn; i++)
+		if (c->is_out[i])
+			nuse[i] += 2; /* never folded away */
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (c->inreg[i] || c->is_out[i])
+			continue;
+		if (n->op == MOE_OP_REDUCE_SUM && n->dtype == MOE_F32) {
+			moe_id r = n->args[0];
+			const ir_node *rn = N(g, r);
+			if (rn->op != MOE_OP_RESHAPE || nuse[r] != 1 || c->inreg[r])
+				continue;
+			moe_id m = rn->args[0];
+			const ir_node *mn = N(g, m);
+			if (mn->op != MOE_OP_MUL || mn->dtype != MOE_F32 || nuse[m] != 1 || c->inreg[m] || mn->valid != MOE_NONE ||
+				rn->rank != mn->rank + 1 || rn->shape[0] * rn->shape[1] != mn->shape[0] || mn->rank + 1 > TCP_MAXD)
+				continue;
+			bool tail = true;
+			for (int d = 1; d < mn->rank; d++)
+				tail &= rn->shape[d + 1] == mn->shape[d];
+			if (tail)
+				c->fused_into[m] = c->fused_into[r] = i;
+		}
+	}
+	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
+			continue;
+		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
+			bool ok = true;
+			for (moe_id u = i + 1; u < nn && ok; u++) {
+				const ir_node *un = N(g, u);
+				bool reads = false;
+				for (uint32_t k = 0; k < un->nargs; k++)
+					reads |= un->args[k] == i;
+				if (!reads && un->valid != i)
+					continue;
+				bool vec = un->valid != i && !c->inreg[u] &&
+					(((ir_ops[un->op].flags & OPF_ELEM) && un->op != MOE_OP_BITCAST && un->op != MOE_OP_CAST &&
+						 c->fused_into[u] == MOE_NONE) ||
+						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
+						un->op == MOE_OP_REDUCE_MAX || un->op == MOE_OP_REDUCE_MIN || un->op == MOE_OP_SOFTMAX ||
+						un->op == MOE_OP_CUMSUM);
+				ok = vec;
+			}
+			c->alias_cast[i] = ok;
+		}
+		if (n->op == MOE_OP_GATHER && ir_bytes(n) >= big && nuse[i] >= 1) {
+			bool only_scatter = true;
+			for (moe_id u = i + 1; u < nn && only_scatter; u++) {
+				const ir_node *un = N(g, u);
+				for (uint32_t k = 0; k < un->nargs; k++)
+					if (un->args[k] == i && (un->op != MOE_OP_SCATTER || k != 2))
+						only_scatter = false;
+				if (un->valid == i)
+					only_scatter = false;
+			}
+			if (only_scatter)
+				c->hbm_home[i] = true;
+		}
+	}
+	ctx_free(c->ctx, nuse, (nn + 1) * sizeof *nuse);
+	ctx_free(c->ctx, user, (nn + 1) * sizeof *user);
+}
+
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
 	lw c = {0};
@@ -1567,7 +1741,11 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	c.is_out = ctx_alloc(ctx, nn + 1);
 	c.last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	c.pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
+	c.alias_cast = ctx_alloc(ctx, nn + 1);
+	c.fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	tcp_program *p = c.p;
+	p->prep = prep; /* owned by the program from here on */
+	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
 	p->moe_T = ir_graph_attr_int(g, "moe_tokens", 0);
 	p->moe_K = ir_graph_attr_int(g, "moe_k", 0);
@@ -1577,6 +1755,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	for (uint32_t i = 0; i < g->nout; i++)
 		c.is_out[g->outputs[i]] = true;
 	find_region(&c);
+	plan_fusions(&c);
 	/* emission order: independent of the region, the loop, then the rest */
 	int64_t q = 0, loop_pos = -1;
 	for (moe_id i = 0; i < nn; i++)
@@ -1596,7 +1775,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		const ir_node *n = N(g, i);
 		own[i] = i;
 		c.last[i] = c.pos[i];
-		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST) && !c.inreg[i])
+		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c.alias_cast[i]) &&
+			!c.inreg[i])
 			own[i] = own[n->args[0]];
 	}
 	for (moe_id i = 0; i < nn; i++) {
@@ -1606,6 +1786,10 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 				c.last[own[n->args[k]]] = c.pos[i];
 		if (n->valid != MOE_NONE && c.pos[i] > c.last[own[n->valid]])
 			c.last[own[n->valid]] = c.pos[i];
+		if (c.fused_into[i] != MOE_NONE) /* read when the reduce runs */
+			for (uint32_t k = 0; k < n->nargs; k++)
+				if (c.pos[c.fused_into[i]] > c.last[own[n->args[k]]])
+					c.last[own[n->args[k]]] = c.pos[c.fused_into[i]];
 		if (c.is_out[i])
 			c.last[own[i]] = INT64_MAX;
 	}
@@ -1674,6 +1858,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.is_out, nn + 1);
 	ctx_free(ctx, c.last, sizeof(int64_t) * (nn + 1));
 	ctx_free(ctx, c.pos, sizeof(int64_t) * (nn + 1));
+	ctx_free(ctx, c.alias_cast, nn + 1);
+	ctx_free(ctx, c.fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
 		tcp_prog_free(p);
@@ -1696,7 +1882,20 @@ moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 			return NULL;
 		machine = def;
 	}
-	tcp_program *p = tcp_lower(ctx, g, machine);
+	/* weights packed at load time (prep.c): the device program sees them as leaves */
+	char *prep = NULL;
+	size_t plen = 0;
+	int errs = moe_error_count(ctx);
+	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
+	tcp_program *p = NULL;
+	if (moe_error_count(ctx) == errs) {
+		if (dev)
+			p = tcp_lower(ctx, dev, machine, prep, plen);
+		else
+			p = tcp_lower(ctx, g, machine, NULL, 0);
+	}
+	if (dev)
+		ir_graph_free(dev);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }

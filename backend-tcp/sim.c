@@ -255,7 +255,8 @@ static int64_t cdiv(int64_t a, int64_t b)
 /* ---- DMA ---- */
 static bool writable(sim *s, uint32_t pc, int32_t t)
 {
-	if (s->p->t[t].kind == TCP_T_INPUT || s->p->t[t].kind == TCP_T_WEIGHT || s->p->t[t].kind == TCP_T_CONST) {
+	if (s->p->t[t].kind == TCP_T_INPUT || s->p->t[t].kind == TCP_T_WEIGHT || s->p->t[t].kind == TCP_T_CONST ||
+		s->p->t[t].kind == TCP_T_PACKED) {
 		FAULT(s, pc, "write to read-only tensor '%s'", s->p->t[t].name);
 		return false;
 	}
@@ -770,17 +771,18 @@ static void write_trace(sim *s, const char *path)
 	}
 }
 
-static bool bind(sim *s, const moe_tensor_map *b)
+static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 {
 	const tcp_program *p = s->p;
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		size_t bytes = (size_t)t->numel * moe_dtype_size((moe_dtype)t->dtype);
-		if (t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT) {
-			moe_tensor *h = b ? moe_tensor_map_get(b, t->name) : NULL;
+		if (t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_PACKED) {
+			const moe_tensor_map *from = t->kind == TCP_T_PACKED ? packed : b;
+			moe_tensor *h = from ? moe_tensor_map_get(from, t->name) : NULL;
 			if (!h) {
 				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: no tensor bound for %s '%s'",
-					t->kind == TCP_T_INPUT ? "input" : "weight", t->name);
+					tcp_kind_names[t->kind], t->name);
 				return false;
 			}
 			bool same = h->dtype == (moe_dtype)t->dtype && h->rank == t->rank && h->nbytes == bytes;
@@ -950,6 +952,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 		return rc;
 	}
 	sim s = {0};
+	moe_tensor_map *packed = NULL;
 	s.ctx = ctx;
 	s.p = p;
 	s.m = m;
@@ -968,7 +971,11 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	}
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = calloc((size_t)p->moe_E, 1);
-	if (!bind(&s, b)) {
+	packed = moe_tensor_map_new(ctx);
+	rc = tcp_pack_weights(ctx, p, b, packed); /* at load time: off the simulated clock */
+	if (rc != MOE_OK)
+		goto out;
+	if (!bind(&s, b, packed)) {
 		rc = MOE_ERR_INVALID;
 		goto out;
 	}
@@ -1000,6 +1007,8 @@ out:
 	free(s.hz);
 	free(s.seen);
 	free(s.ev);
+	if (packed)
+		moe_tensor_map_free(packed);
 	moe_tcp_machine_free(ctx, def);
 	return rc;
 }

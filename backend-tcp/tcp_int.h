@@ -37,11 +37,15 @@ extern const char tcp_default_machine_json[];
 
 /* ---- memory spaces and tensors ---- */
 enum { TCP_HBM, TCP_DM, TCP_TRF, TCP_VRF, TCP_NSPACE };
-enum { TCP_T_SCRATCH, TCP_T_INPUT, TCP_T_WEIGHT, TCP_T_OUTPUT, TCP_T_CONST };
+/* TCP_T_PACKED: a weight computed from the bound weights by the program's
+ * weight-packing graph when it is bound (prep.c), then read like a weight. */
+enum { TCP_T_SCRATCH, TCP_T_INPUT, TCP_T_WEIGHT, TCP_T_OUTPUT, TCP_T_CONST, TCP_T_PACKED, TCP_NKIND };
+extern const char *const tcp_kind_names[TCP_NKIND];
 enum { TCP_MAXD = 8, TCP_NREG = 32, TCP_NTOK = 16, TCP_MAXSTEP = 6 };
 
 typedef struct tcp_tensor {
 	char *name;      /* binding name (input/weight/output) or a debug name */
+	char *source;    /* weights: checkpoint tensor name, {layer} resolved, {e} per expert; "" otherwise */
 	uint8_t space;   /* TCP_HBM .. */
 	uint8_t kind;    /* TCP_T_* */
 	uint8_t dtype;   /* moe_dtype */
@@ -183,6 +187,10 @@ struct moe_tcp_program {
 	int64_t act_bytes; /* inputs and outputs */
 	int64_t router_macs;
 	int32_t block_loop_pc, block_body_pc; /* first instruction of the loop, -1 */
+	/* the weight-packing graph (IR JSON, one layer; its outputs are the
+	 * TCP_T_PACKED tensors in table order), or prep_len == 0 */
+	char *prep;
+	size_t prep_len;
 };
 
 tcp_program *tcp_prog_new(moe_ctx *ctx);
@@ -197,6 +205,7 @@ tcp_view tcp_view_none(void);
 moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
+#define TCP_TCPB_VERSION 2u
 moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
 tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
 /* static validation against a machine; diagnostics name the instruction */
@@ -204,6 +213,15 @@ moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machin
 uint32_t tcp_crc32(const uint8_t *p, size_t n);
 
 /* lowering */
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too */
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len);
+void tcp_set_source(tcp_program *p, int32_t t, const char *source);
+
+/* weight packing (prep.c): the device graph (NULL when nothing is packed or
+ * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
+moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_tensor_map *packed);
+char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 
 #endif

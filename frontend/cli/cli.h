@@ -38,5 +38,6 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o);
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, int repeat,
 	moe_tensor **out, char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat);
+int cli_check_tcpb(moe_ctx *ctx, const opts *o);
 
 #endif

@@ -18,8 +18,9 @@ static const struct command {
 	const char *name, *usage, *help;
 	int ready;
 } commands[] = {
-	{"check", "moec check FILE [--set NAME=VALUE]...",
-		"Parse FILE (.moe, .moeir or .json IR) and check names, shapes and types.\n", 1},
+	{"check", "moec check FILE [--set NAME=VALUE]...\n       moec check FILE.tcpb [--machine FILE.json]",
+		"Parse FILE (.moe, .moeir or .json IR) and check names, shapes and types; or validate a compiled\n"
+		"TCP binary completely and print its summary (version, sections, tensors).\n", 1},
 	{"ir", "moec ir FILE [--pipeline=P] [--print-ir-after=NAME|all] [--print-ir-before=NAME|all]\n"
 	       "        [--format=text|json|dot] [-o OUT] [--set NAME=VALUE]...",
 		"Print the IR of FILE, after running the pass pipeline P (default: none).\n", 1},
@@ -341,6 +342,8 @@ int main(int argc, char **argv)
 		status = cli_run(ctx, &o);
 	else if (!strcmp(c->name, "compile"))
 		status = cli_compile(ctx, &o);
+	else if (!strcmp(c->name, "check") && cli_ends_with(o.file, ".tcpb"))
+		status = cli_check_tcpb(ctx, &o);
 	else {
 		m = cli_load(ctx, &o);
 		status = m ? 0 : 1;

@@ -54,9 +54,150 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 	return status;
 }
 
+/* Binds --input against the program's inputs: one input takes x.npy; several
+ * take NAME=PATH,... Shapes and dtypes come from the binary. */
+static int bind_tcpb_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
+{
+	uint32_t ninputs = 0;
+	moe_id last = MOE_NONE;
+	for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_INPUT)
+			ninputs++, last = i;
+	if (!spec) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "run needs --input x.npy");
+		return 1;
+	}
+	char *copy = strdup(spec);
+	int status = 0;
+	size_t nitems = 0;
+	for (const char *c = spec; *c; c++)
+		nitems += *c == ',';
+	nitems++;
+	for (char *item = strtok(copy, ","); item && !status; item = strtok(NULL, ",")) {
+		char *eq = strchr(item, '=');
+		const char *path = eq ? eq + 1 : item;
+		moe_id node = MOE_NONE;
+		if (eq) {
+			*eq = 0;
+			for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
+				if (moe_node_op(g, i) == MOE_OP_INPUT && !strcmp(moe_node_name(g, i), item))
+					node = i;
+			if (node == MOE_NONE) {
+				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--input names no input of the program: '%s'", item);
+				status = 1;
+				break;
+			}
+		} else if (ninputs == 1 && nitems == 1) {
+			node = last;
+		} else {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"the program has %u inputs: give --input NAME=x.npy,... (got '%s')", ninputs, item);
+			status = 1;
+			break;
+		}
+		moe_tensor *t = moe_npy_read(ctx, path, moe_node_dtype(g, node));
+		if (!t) {
+			status = 1;
+			break;
+		}
+		int rank = moe_node_rank(g, node);
+		const int64_t *shape = moe_node_shape(g, node);
+		bool same = t->rank == rank;
+		for (int d = 0; same && d < rank; d++)
+			same = t->shape[d] == shape[d];
+		if (!same) {
+			char want[160] = "", got[160] = "";
+			for (int d = 0; d < rank; d++)
+				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
+			for (int d = 0; d < t->rank; d++)
+				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path),
+				"shape [%s] does not match input '%s' [%s] of the compiled program (recompile for another size)", got,
+				moe_node_name(g, node), want);
+			moe_tensor_free(ctx, t);
+			status = 1;
+			break;
+		}
+		moe_tensor_map_set(bind, moe_node_name(g, node), t);
+	}
+	for (uint32_t i = 0; !status && i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_INPUT && !moe_tensor_map_get(bind, moe_node_name(g, i))) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "input '%s' of the program is not bound by --input",
+				moe_node_name(g, i));
+			status = 1;
+		}
+	free(copy);
+	return status;
+}
+
+/* A .tcpb in place of the .moe: the binary is loaded and validated against the
+ * machine completely before any weight is read; its tensor table names the
+ * inputs and the weights' checkpoint sources. */
 int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat)
 {
-	(void)repeat;
-	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "running .tcpb binaries is not available yet");
-	return 1;
+	(void)repeat; /* the simulator is deterministic: one run gives the time */
+	if (o->nsets) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
+			"--set does not apply to a compiled .tcpb (its sizes are fixed); recompile the .moe");
+		return 1;
+	}
+	if (o->target && strcmp(o->target, "tcp")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "a .tcpb runs on --target=tcp only, not '%s'",
+			o->target);
+		return 1;
+	}
+	if (o->engine) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "--engine applies to --target=host only");
+		return 1;
+	}
+	moe_tcp_machine *m = machine(ctx, o);
+	if (!m)
+		return 1;
+	int status = 1;
+	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
+	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
+	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_tensor *out[16] = {0};
+	char *stats = NULL;
+	char *wcopy = strdup(o->weights);
+	const char *paths[64];
+	size_t np = 0;
+	for (char *w = strtok(wcopy, ","); w && np < 64; w = strtok(NULL, ","))
+		paths[np++] = w;
+	if (!iface)
+		goto done;
+	if (moe_tcp_num_outputs(p) > 16) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "a program with more than 16 outputs cannot be run");
+		goto done;
+	}
+	const moe_graph *g = moe_module_graph(iface, 0);
+	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || bind_tcpb_inputs(ctx, g, o->input, bind))
+		goto done;
+	if (run_program(ctx, p, m, bind, o, out, &stats))
+		goto done;
+	status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
+	if (!status && o->stats && stats)
+		status = moe_write_file_atomic(ctx, o->stats, stats, strlen(stats)) != MOE_OK;
+done:
+	for (int i = 0; i < 16; i++)
+		moe_tensor_free(ctx, out[i]);
+	free(stats);
+	free(wcopy);
+	moe_tensor_map_free(bind);
+	moe_module_free(iface);
+	moe_tcp_program_free(p);
+	moe_tcp_machine_free(ctx, m);
+	return status;
+}
+
+int cli_check_tcpb(moe_ctx *ctx, const opts *o)
+{
+	moe_tcp_machine *m = machine(ctx, o);
+	if (!m)
+		return 1;
+	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
+	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
+	moe_tcp_program_free(p);
+	moe_tcp_machine_free(ctx, m);
+	return status;
 }

@@ -48,6 +48,14 @@ MOE_API moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, con
 MOE_API moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *machine);
 
+/* What a program binds, as a module with one graph of leaves: an `input`
+ * node per program input and a `weight` node per checkpoint weight it needs
+ * (name, dtype, shape and the checkpoint `source`, {e} per expert), the
+ * weights read by its weight-packing graph included. Feed it to
+ * moe_weights_load and bind inputs by name, then moe_tcp_run. NULL plus a
+ * diagnostic when a weight has no recorded source. */
+MOE_API moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p);
+
 /* Summary for `moec check`: version, sections, tensors, instruction counts. */
 MOE_API moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out);
 

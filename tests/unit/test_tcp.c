@@ -23,6 +23,7 @@ typedef struct layer {
 	moe_dtype t;
 	int64_t T, D, F, E, K, B;
 	int one_expert; /* router weights force every token onto expert 0 */
+	int ties;       /* router rows 1 and 3 repeat rows 0 and 2: exactly tied scores */
 } layer;
 
 static moe_id leaf(moe_graph *g, moe_op op, const char *name, moe_dtype t, int r, int64_t a, int64_t b, int64_t c)
@@ -102,6 +103,11 @@ static moe_tensor_map *bindings(moe_ctx *ctx, const layer *L, uint64_t seed)
 			else
 				((float *)r->data)[d] = 0.0f;
 		}
+	if (L->ties) {
+		size_t row = (size_t)L->D * moe_dtype_size(L->t);
+		for (int64_t e = 0; e + 1 < L->E && e < 4; e += 2)
+			memcpy((char *)r->data + (size_t)(e + 1) * row, (char *)r->data + (size_t)e * row, row);
+	}
 	moe_tensor_map_set(b, "router", r);
 	moe_tensor_map_set(b, "gate", rand_tensor(ctx, L->t, 3, sg, 0.2, &seed));
 	moe_tensor_map_set(b, "up", rand_tensor(ctx, L->t, 3, sg, 0.2, &seed));
@@ -209,22 +215,36 @@ static void check_against_interp(const layer *L, double tol)
 static void test_experts_bf16_matches_interp(void **st)
 {
 	(void)st;
-	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0};
+	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0, 0};
 	check_against_interp(&L, 1e-2);
 }
 
 static void test_experts_f32_matches_interp(void **st)
 {
 	(void)st;
-	layer L = {MOE_F32, 5, 48, 96, 8, 2, 16, 0};
+	layer L = {MOE_F32, 5, 48, 96, 8, 2, 16, 0, 0};
 	check_against_interp(&L, 1e-4);
 }
 
 static void test_experts_more_tokens(void **st)
 {
 	(void)st;
-	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0};
+	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0, 0};
 	check_against_interp(&L, 1e-2);
+}
+
+/* Regression: the top-k tie break compares two iotas (iota(j) < iota(i));
+ * a vector step reads one loop counter, so one of them must be fetched.
+ * With both read from the same counter every tied pair got the same rank
+ * and the selected index was the sum of the pair (qwen3_moe bf16 T=64:
+ * "gather index 29 outside [0, 16)"). */
+static void test_tied_scores_route_like_host(void **st)
+{
+	(void)st;
+	layer bf = {MOE_BF16, 64, 48, 48, 16, 4, 64, 0, 1};
+	check_against_interp(&bf, 1e-2);
+	layer f = {MOE_F32, 37, 32, 48, 6, 3, 8, 0, 1};
+	check_against_interp(&f, 1e-4);
 }
 
 /* Compile the lowered layer; caller frees. */
@@ -251,7 +271,7 @@ static void test_one_expert_skips_blocks(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
-	layer L = {MOE_BF16, 40, 48, 96, 8, 1, 16, 1};
+	layer L = {MOE_BF16, 40, 48, 96, 8, 1, 16, 1, 0};
 	moe_module *m;
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 7);
@@ -284,7 +304,7 @@ static void test_binary_round_trip_and_corruption(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
-	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0};
+	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0, 0};
 	moe_module *m;
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	char *a1, *a2, *a3;
@@ -337,7 +357,7 @@ static void test_binary_round_trip_and_corruption(void **st)
 	for (size_t cut = 0; cut < bl; cut += step)
 		assert_null(moe_tcp_from_binary(ctx, "cut.tcpb", bin, cut, NULL));
 	memcpy(bad, bin, bl);
-	bad[8] = 2; /* version 2; the checksum does not cover the header */
+	bad[8] = 1; /* version 1 (no sources, no prep); the checksum does not cover the header */
 	moe_diag_clear(ctx);
 	assert_null(moe_tcp_from_binary(ctx, "ver.tcpb", bad, bl, NULL));
 	const char *msg;
@@ -401,7 +421,7 @@ static void test_timing_only_same_cycles(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
-	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0};
+	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0, 0};
 	moe_module *m;
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 11);
@@ -444,7 +464,7 @@ static void test_decode_follows_hbm_bandwidth(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
-	layer L = {MOE_BF16, 1, 1024, 4096, 4, 2, 4, 0};
+	layer L = {MOE_BF16, 1, 1024, 4096, 4, 2, 4, 0, 0};
 	moe_module *m;
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 5);
@@ -466,7 +486,7 @@ static void test_prefill_follows_mac_rate(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
-	layer L = {MOE_BF16, 4096, 1024, 2048, 8, 2, 512, 0};
+	layer L = {MOE_BF16, 4096, 1024, 2048, 8, 2, 512, 0, 0};
 	moe_module *m;
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 9);
@@ -576,6 +596,7 @@ int main(void)
 		cmocka_unit_test(test_experts_bf16_matches_interp),
 		cmocka_unit_test(test_experts_f32_matches_interp),
 		cmocka_unit_test(test_experts_more_tokens),
+		cmocka_unit_test(test_tied_scores_route_like_host),
 		cmocka_unit_test(test_one_expert_skips_blocks),
 		cmocka_unit_test(test_binary_round_trip_and_corruption),
 		cmocka_unit_test(test_timing_only_same_cycles),

@@ -1,0 +1,335 @@
+/* backend-tcp/prep.c: weight packing (docs/tcp-isa.md section 7, item 5).
+ *
+ * Real deployments lay weights out for the device once, when they are
+ * loaded: a fused gate_up tensor is transposed and split, a strided slice is
+ * made dense. The TCP compiler does the same. It splits the lowered graph:
+ * every node computed from weights (and constants) only, and consumed by
+ * the rest of the layer, is a *packed weight*. The nodes that compute the
+ * packed weights form the prep graph, stored in the program (as IR JSON) and
+ * evaluated by the reference interpreter when weights are bound, outside the
+ * simulated time; the device program binds the results like ordinary
+ * weights, and their HBM traffic counts at their packed size. Views that
+ * cost nothing on the device (a reshape or broadcast of one weight) stay on
+ * the device. */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+enum { C_DEV, C_CONST, C_WEIGHT };
+
+static bool free_view(const moe_graph *g, moe_id id)
+{
+	for (;;) {
+		const ir_node *n = N(g, id);
+		if (n->op == MOE_OP_WEIGHT)
+			return true;
+		if (n->op != MOE_OP_RESHAPE && n->op != MOE_OP_BROADCAST)
+			return false;
+		id = n->args[0];
+	}
+}
+
+static void mark(const moe_graph *g, moe_id id, bool *need, const bool *stop)
+{
+	if (need[id])
+		return;
+	need[id] = true;
+	if (stop && stop[id])
+		return;
+	const ir_node *n = N(g, id);
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (n->args[k] != MOE_NONE)
+			mark(g, n->args[k], need, stop);
+	if (n->valid != MOE_NONE)
+		mark(g, n->valid, need, stop);
+}
+
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len)
+{
+	*prep_json = NULL;
+	*prep_len = 0;
+	uint32_t nn = g->nnodes;
+	uint8_t *cls = ctx_alloc(ctx, nn + 1);
+	bool *pack = ctx_alloc(ctx, nn + 1), *used_dev = ctx_alloc(ctx, nn + 1);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (ir_ops[n->op].flags & OPF_LEAF) {
+			cls[i] = n->op == MOE_OP_WEIGHT ? C_WEIGHT : (n->op == MOE_OP_CONST || n->op == MOE_OP_IOTA) ? C_CONST : C_DEV;
+			continue;
+		}
+		uint8_t c = C_CONST;
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a == MOE_NONE)
+				continue;
+			if (cls[a] == C_DEV)
+				c = C_DEV;
+			else if (cls[a] == C_WEIGHT && c == C_CONST)
+				c = C_WEIGHT;
+		}
+		if (ir_ops[n->op].flags & OPF_IMPURE)
+			c = C_DEV;
+		cls[i] = c;
+	}
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (cls[i] == C_WEIGHT)
+			continue;
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE)
+				used_dev[a] = true;
+		}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		used_dev[g->outputs[o]] = true;
+	uint32_t npack = 0;
+	for (moe_id i = 0; i < nn; i++) {
+		pack[i] = cls[i] == C_WEIGHT && N(g, i)->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i);
+		npack += pack[i];
+	}
+	moe_graph *dev = NULL;
+	if (npack) {
+		/* the device graph: packed nodes become weight leaves */
+		bool *need = ctx_alloc(ctx, nn + 1);
+		moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
+		for (uint32_t o = 0; o < g->nout; o++)
+			mark(g, g->outputs[o], need, pack);
+		dev = ir_graph_clone_empty(g);
+		uint32_t k = 0;
+		for (moe_id i = 0; i < nn; i++) {
+			map[i] = MOE_NONE;
+			if (!need[i])
+				continue;
+			const ir_node *n = N(g, i);
+			if (!pack[i]) {
+				map[i] = ir_copy_node(dev, g, i, map);
+				continue;
+			}
+			map[i] = ir_emit(dev, MOE_OP_WEIGHT, (moe_dtype)n->dtype, n->rank, n->shape, NULL, 0, n->loc);
+			char name[160];
+			snprintf(name, sizeof name, "packed.%u.%s", k, n->name ? n->name : moe_op_name((moe_op)n->op));
+			moe_node_set_name(dev, map[i], name);
+			moe_node_set_int(dev, map[i], "tcp_packed", k++);
+		}
+		for (uint32_t o = 0; o < g->nout; o++)
+			moe_graph_add_output(dev, map[g->outputs[o]]);
+		/* the prep graph: the packed nodes and everything they read */
+		memset(need, 0, nn + 1);
+		for (moe_id i = 0; i < nn; i++)
+			if (pack[i])
+				mark(g, i, need, NULL);
+		moe_module *pm = moe_module_new(ctx);
+		moe_module_add_graph(pm, g->name ? g->name : "prep");
+		moe_graph *pg = ir_graph_clone_empty(g);
+		for (moe_id i = 0; i < nn; i++)
+			map[i] = need[i] ? ir_copy_node(pg, g, i, map) : MOE_NONE;
+		for (moe_id i = 0; i < nn; i++)
+			if (pack[i])
+				moe_graph_add_output(pg, map[i]);
+		ir_module_replace(pm, 0, pg);
+		/* stored compact (one line in the assembly) */
+		char *js = moe_module_to_json(pm);
+		cJSON *root = js ? cJSON_Parse(js) : NULL;
+		char *flat = root ? cJSON_PrintUnformatted(root) : NULL;
+		if (flat) {
+			*prep_len = strlen(flat);
+			*prep_json = ctx_alloc(ctx, *prep_len + 1);
+			memcpy(*prep_json, flat, *prep_len);
+		}
+		cJSON_free(flat);
+		cJSON_Delete(root);
+		moe_free(ctx, js);
+		moe_module_free(pm);
+		ctx_free(ctx, need, nn + 1);
+		ctx_free(ctx, map, (nn + 1) * sizeof *map);
+		if (!*prep_json) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: out of memory writing the weight-packing graph");
+			ir_graph_free(dev);
+			dev = NULL;
+		}
+	}
+	ctx_free(ctx, cls, nn + 1);
+	ctx_free(ctx, pack, nn + 1);
+	ctx_free(ctx, used_dev, nn + 1);
+	return dev;
+}
+
+/* The prep graph of p, parsed and checked against the packed tensors of the
+ * table: one graph, verified, leaves only weights and constants, its outputs
+ * in order matching the packed tensors' dtypes and shapes. NULL plus a
+ * diagnostic otherwise (or when p has no prep graph: *none set). */
+moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file)
+{
+	uint32_t npacked = 0;
+	for (uint32_t i = 0; i < p->nt; i++)
+		npacked += p->t[i].kind == TCP_T_PACKED;
+	moe_loc loc = moe_loc_file(ctx, file ? file : "<program>");
+	if (!p->prep_len) {
+		if (npacked)
+			moe_diag(ctx, MOE_DIAG_ERROR, loc, "the program has %u packed weights but no weight-packing graph", npacked);
+		return NULL;
+	}
+	moe_module *m = moe_module_parse_json(ctx, file ? file : "<prep>", p->prep, p->prep_len);
+	if (!m) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "the weight-packing graph does not parse");
+		return NULL;
+	}
+	const char *why = NULL;
+	char msg[200];
+	if (moe_module_num_graphs(m) != 1) {
+		why = "the weight-packing graph must be one layer";
+	} else if (moe_module_verify(ctx, m) != MOE_OK) {
+		why = "the weight-packing graph does not verify";
+	} else {
+		const moe_graph *g = moe_module_graph(m, 0);
+		for (moe_id i = 0; i < g->nnodes && !why; i++) {
+			const ir_node *n = N(g, i);
+			if ((ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_WEIGHT && n->op != MOE_OP_CONST &&
+				n->op != MOE_OP_IOTA)
+				why = "the weight-packing graph reads something other than weights and constants";
+			else if (ir_ops[n->op].flags & OPF_IMPURE)
+				why = "the weight-packing graph holds an impure op";
+		}
+		if (!why && g->nout != npacked) {
+			snprintf(msg, sizeof msg, "the weight-packing graph has %u outputs for %u packed weights", g->nout, npacked);
+			why = msg;
+		}
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < p->nt && !why; i++) {
+			const tcp_tensor *t = &p->t[i];
+			if (t->kind != TCP_T_PACKED)
+				continue;
+			const ir_node *o = N(g, g->outputs[k++]);
+			bool same = o->dtype == t->dtype && o->rank == t->rank;
+			for (int d = 0; same && d < t->rank; d++)
+				same = o->shape[d] == t->shape[d];
+			if (!same) {
+				snprintf(msg, sizeof msg, "packed weight %%%u '%.80s' does not match output %u of the weight-packing graph",
+					i, t->name, k - 1);
+				why = msg;
+			}
+		}
+	}
+	if (why) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "%s", why);
+		moe_module_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_tensor_map *packed)
+{
+	if (!p->prep_len)
+		return MOE_OK;
+	moe_module *m = tcp_prep_module(ctx, p, NULL);
+	if (!m)
+		return MOE_ERR_INVALID;
+	const moe_graph *g = moe_module_graph(m, 0);
+	moe_tensor **out = ctx_alloc(ctx, (g->nout + 1) * sizeof *out);
+	moe_status rc = moe_interp_run(ctx, g, bind, out);
+	if (rc == MOE_OK) {
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < p->nt; i++)
+			if (p->t[i].kind == TCP_T_PACKED) {
+				moe_tensor_map_set(packed, p->t[i].name, out[k]);
+				out[k++] = NULL;
+			}
+	} else {
+		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), "tcp: packing the weights failed");
+	}
+	for (uint32_t k = 0; k < g->nout; k++)
+		moe_tensor_free(ctx, out[k]);
+	ctx_free(ctx, out, (g->nout + 1) * sizeof *out);
+	moe_module_free(m);
+	return rc;
+}
+
+/* {layer} resolved from the graph's `layer` param; {e} kept. */
+char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src)
+{
+	int64_t layer = 0;
+	moe_graph_get_dim(g, "layer", &layer);
+	char num[32];
+	snprintf(num, sizeof num, "%lld", (long long)layer);
+	size_t n = 0;
+	for (const char *s = src; *s;) {
+		if (!strncmp(s, "{layer}", 7)) {
+			n += strlen(num);
+			s += 7;
+		} else {
+			n++;
+			s++;
+		}
+	}
+	char *r = ctx_alloc(ctx, n + 1), *d = r;
+	for (const char *s = src; *s;) {
+		if (!strncmp(s, "{layer}", 7)) {
+			memcpy(d, num, strlen(num));
+			d += strlen(num);
+			s += 7;
+		} else {
+			*d++ = *s++;
+		}
+	}
+	return r;
+}
+
+static void add_leaf(moe_graph *g, moe_op op, const char *name, const char *source, moe_dtype dt, int rank,
+	const int64_t *shape)
+{
+	moe_id id = ir_emit(g, op, dt, rank, shape, NULL, 0, moe_loc_none());
+	moe_node_set_name(g, id, name);
+	if (source)
+		moe_node_set_str(g, id, "source", source);
+}
+
+moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p)
+{
+	moe_module *m = moe_module_new(ctx);
+	moe_graph *g = moe_module_add_graph(m, "tcp_program");
+	moe_graph_set_dtype(g, (moe_dtype)p->dtype);
+	bool ok = true;
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		if (t->kind == TCP_T_INPUT) {
+			add_leaf(g, MOE_OP_INPUT, t->name, NULL, (moe_dtype)t->dtype, t->rank, t->shape);
+		} else if (t->kind == TCP_T_WEIGHT) {
+			if (!t->source || !t->source[0]) {
+				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+					"tcp: weight '%s' has no checkpoint source in the program; bind it by name instead", t->name);
+				ok = false;
+			}
+			add_leaf(g, MOE_OP_WEIGHT, t->name, t->source, (moe_dtype)t->dtype, t->rank, t->shape);
+		}
+	}
+	if (ok && p->prep_len) {
+		moe_module *pm = tcp_prep_module(ctx, p, NULL);
+		if (!pm) {
+			ok = false;
+		} else {
+			const moe_graph *pg = moe_module_graph(pm, 0);
+			for (moe_id i = 0; i < pg->nnodes; i++) {
+				const ir_node *n = N(pg, i);
+				if (n->op != MOE_OP_WEIGHT)
+					continue;
+				bool seen = false;
+				for (moe_id j = 0; j < g->nnodes && !seen; j++)
+					seen = N(g, j)->name && n->name && !strcmp(N(g, j)->name, n->name);
+				if (seen)
+					continue;
+				char *src = tcp_resolve_source(ctx, pg, ir_attr_str(n, "source", ""));
+				add_leaf(g, MOE_OP_WEIGHT, n->name ? n->name : "", src, (moe_dtype)n->dtype, n->rank, n->shape);
+				ctx_free(ctx, src, strlen(src) + 1);
+			}
+			moe_module_free(pm);
+		}
+	}
+	if (!ok) {
+		moe_module_free(m);
+		return NULL;
+	}
+	return m;
+}
