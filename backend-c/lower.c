@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend-c/cgen.h"
+#include "ir/scalar.h"
 #include "moec/runtime.h"
 
 /* Float einsum tiling (fast path): columns per panel and k per step. */
@@ -579,17 +580,6 @@ static float round_once(moe_dtype t, double d)
 	return t == MOE_BF16 ? moe_bf16_to_f32(moe_f32_to_bf16(f)) : f;
 }
 
-static int32_t f2i_sat(float x)
-{
-	if (isnan(x))
-		return 0;
-	if (x >= 2147483648.0f)
-		return INT32_MAX;
-	if (x <= -2147483648.0f)
-		return INT32_MIN;
-	return (int32_t)x;
-}
-
 /* Attribute `key` of n as a constant of n's dtype, like a `cast` of the value;
  * integer values must fit i32. NULL after a diagnostic. */
 static cg_expr *attr_const(lw *L, const ir_node *n, const char *key)
@@ -601,7 +591,7 @@ static cg_expr *attr_const(lw *L, const ir_node *n, const char *key)
 		return fc(L, round_once(t, d));
 	}
 	if (a && a->kind == MOE_ATTR_FLOAT)
-		return ic32(L, t == MOE_BOOL ? a->v.f != 0 : f2i_sat((float)a->v.f));
+		return ic32(L, t == MOE_BOOL ? a->v.f != 0 : sc_f2i((float)a->v.f));
 	int64_t i = a && a->kind == MOE_ATTR_INT ? a->v.i : 0;
 	if (t == MOE_BOOL)
 		return ic32(L, i != 0);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ir/interp.h"
+#include "ir/scalar.h"
 
 typedef struct val {
 	float *f;   /* float dtypes */
@@ -65,45 +66,10 @@ static int32_t i32_wrap(uint32_t u)
 	return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 2147483648u) + INT32_MIN;
 }
 
-/* float -> int: truncate toward 0, NaN -> 0, saturate */
-static int32_t f_to_i32(float x)
-{
-	if (isnan(x))
-		return 0;
-	if (x >= 2147483648.0f)
-		return INT32_MAX;
-	if (x <= -2147483648.0f)
-		return INT32_MIN;
-	return (int32_t)x;
-}
-
 /* ---- float semantics shared with `experts` ---- */
 static float f_sigmoid(float x)
 {
 	return (float)(1.0 / (1.0 + exp(-(double)x)));
-}
-
-/* NaN if either is NaN; -0 < +0 */
-static float f_max(float a, float b)
-{
-	if (isnan(a))
-		return a;
-	if (isnan(b))
-		return b;
-	if (a == b)
-		return signbit(a) ? b : a;
-	return a > b ? a : b;
-}
-
-static float f_min(float a, float b)
-{
-	if (isnan(a))
-		return a;
-	if (isnan(b))
-		return b;
-	if (a == b)
-		return signbit(a) ? a : b;
-	return a < b ? a : b;
 }
 
 /* ---- diagnostics ---- */
@@ -217,7 +183,7 @@ static moe_status attr_value(interp *ip, const char *key, int t, double def, flo
 		return MOE_OK;
 	}
 	if (a && a->kind == MOE_ATTR_FLOAT) {
-		*iv = t == MOE_BOOL ? a->v.f != 0 : f_to_i32((float)a->v.f);
+		*iv = t == MOE_BOOL ? a->v.f != 0 : sc_f2i((float)a->v.f);
 		return MOE_OK;
 	}
 	int64_t i = a && a->kind == MOE_ATTR_INT ? a->v.i : (int64_t)def;
@@ -296,8 +262,8 @@ static float f_binary(moe_op op, float a, float b, int32_t *cmp)
 	case MOE_OP_SUB: return a - b;
 	case MOE_OP_MUL: return a * b;
 	case MOE_OP_DIV: return a / b;
-	case MOE_OP_MIN: return f_min(a, b);
-	case MOE_OP_MAX: return f_max(a, b);
+	case MOE_OP_MIN: return sc_fmin(a, b);
+	case MOE_OP_MAX: return sc_fmax(a, b);
 	case MOE_OP_EQ: *cmp = a == b; return 0;
 	case MOE_OP_NE: *cmp = a != b; return 0;
 	case MOE_OP_LT: *cmp = a < b; return 0;
@@ -401,7 +367,7 @@ static moe_status ev_cast(interp *ip, val *out)
 			else if (n->dtype == MOE_BOOL)
 				out->i[o] = v != 0; /* NaN is nonzero */
 			else
-				out->i[o] = f_to_i32(v);
+				out->i[o] = sc_f2i(v);
 		} else {
 			int32_t v = x->i[o];
 			if (n->dtype == MOE_F32)
@@ -453,7 +419,7 @@ static moe_status ev_reduce(interp *ip, val *out)
 				float acc = x->f[base];
 				for (int64_t j = 1; j < len; j++) {
 					float v = x->f[base + j * inner];
-					acc = op == MOE_OP_REDUCE_SUM ? acc + v : op == MOE_OP_REDUCE_MAX ? f_max(acc, v) : f_min(acc, v);
+					acc = op == MOE_OP_REDUCE_SUM ? acc + v : op == MOE_OP_REDUCE_MAX ? sc_fmax(acc, v) : sc_fmin(acc, v);
 				}
 				out->f[o] = rnd(n->dtype, acc);
 			} else {
@@ -484,7 +450,7 @@ static moe_status ev_softmax(interp *ip, val *out)
 			int64_t base = p * len * inner + q;
 			float m = x->f[base];
 			for (int64_t j = 1; j < len; j++)
-				m = f_max(m, x->f[base + j * inner]);
+				m = sc_fmax(m, x->f[base + j * inner]);
 			float sum = 0;
 			for (int64_t j = 0; j < len; j++) {
 				float z = x->f[base + j * inner] - m;
@@ -859,8 +825,8 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		return a * u;
 	}
 	case ACT_GPT_OSS: {
-		float gc = f_min(g, limit);
-		float uc = f_max(f_min(u, limit), -limit);
+		float gc = sc_fmin(g, limit);
+		float uc = sc_fmax(sc_fmin(u, limit), -limit);
 		float z = gc * alpha;
 		float s = f_sigmoid(z);
 		float glu = gc * s;
