@@ -84,6 +84,13 @@ static float flush(float f)
 	return f;
 }
 
+/* flush() without the branch on zero (fabsf(0) < FLT_MIN gives copysign(0, 0)
+ * = the same zero): the contraction's inner loop vectorizes */
+static inline float flush_fast(float f)
+{
+	return fabsf(f) < 1.17549435e-38f ? copysignf(0.0f, f) : f;
+}
+
 static uint32_t fres(float f)
 {
 	if (isnan(f))
@@ -290,6 +297,38 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
 }
 
+/* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
+ * both sides along the innermost loop move with one memcpy. */
+static void copy_elems(sim *s, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e, int64_t db,
+	int64_t sb)
+{
+	int nd = in->ndim;
+	if (nd == 0)
+		return;
+	int64_t inner = in->dim[nd - 1];
+	bool run = d->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
+	int64_t outer = 1;
+	for (int k = 0; k < nd - 1; k++)
+		outer *= in->dim[k];
+	int64_t idx[TCP_MAXD] = {0};
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t da = db, sa = sb;
+		for (int k = 0; k < nd - 1; k++) {
+			da += idx[k] * d->stride[k];
+			sa += idx[k] * sv->stride[k];
+		}
+		if (run) {
+			memmove(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)(inner * e));
+		} else {
+			for (int64_t i = 0; i < inner; i++)
+				memcpy(s->data[d->t] + (da + i * d->stride[nd - 1]) * e, s->data[sv->t] + (sa + i * sv->stride[nd - 1]) * e,
+					(size_t)e);
+		}
+		for (int k = nd - 2; k >= 0 && ++idx[k] == in->dim[k]; k--)
+			idx[k] = 0;
+	}
+}
+
 static void run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
@@ -300,18 +339,8 @@ static void run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t e = esz_of(s, d->t), n = 1;
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
-	int64_t idx[TCP_MAXD] = {0};
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
-	for (int64_t i = 0; i < n; i++) {
-		int64_t da = db, sa = sb;
-		for (int k = 0; k < in->ndim; k++) {
-			da += idx[k] * d->stride[k];
-			sa += idx[k] * sv->stride[k];
-		}
-		memcpy(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)e);
-		for (int k = in->ndim - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
-			idx[k] = 0;
-	}
+	copy_elems(s, in, d, sv, e, db, sb);
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
@@ -369,18 +398,10 @@ static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t e = esz_of(s, d->t), n = 1;
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
-	int64_t idx[TCP_MAXD] = {0}, db = vbase(s, d), sb = vbase(s, sv);
+	int64_t db = vbase(s, d), sb = vbase(s, sv);
+	(void)n;
 	if (!s->o->timing_only || s->p->block_body_pc < 0 || (int32_t)pc < s->p->block_body_pc)
-		for (int64_t i = 0; i < n; i++) {
-			int64_t da = db, sa = sb;
-			for (int k = 0; k < in->ndim; k++) {
-				da += idx[k] * d->stride[k];
-				sa += idx[k] * sv->stride[k];
-			}
-			memcpy(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)e);
-			for (int k = in->ndim - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
-				idx[k] = 0;
-		}
+		copy_elems(s, in, d, sv, e, db, sb);
 	/* every slice reads its footprint of the tile from DM */
 	int64_t per = s->p->t[d->t].slice_bytes;
 	acc a = {0};
@@ -682,14 +703,30 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
 	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0], *wv = &in->v[TCP_V_S1], *pv = &in->v[TCP_V_S2];
 	int64_t db = vbase(s, dv), ab = vbase(s, av), wb = vbase(s, wv), pb = pv->t >= 0 ? vbase(s, pv) : 0;
-	float *wrow = compute ? malloc(sizeof(float) * 2 * (size_t)I) : NULL;
-	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)I) : NULL;
-	if (compute && (!wrow || !arow)) {
-		free(wrow);
+	/* The stationary tile is unpacked once, transposed to [i][o] (hi and lo
+	 * parts for bf16x3), so each row's O running sums advance together; every
+	 * sum still adds its products in index order, as the hardware's
+	 * accumulator does. */
+	size_t wn = (size_t)(compute ? O * I : 0);
+	float *wt = compute ? malloc(sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
+	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
+	float *sum = compute ? malloc(sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	if (compute && (!wt || !arow || !sum)) {
+		free(wt);
 		free(arow);
+		free(sum);
 		FAULT(s, pc, "out of host memory");
 		return;
 	}
+	float *wlo = x3 && wt ? wt + wn : NULL;
+	for (int64_t o = 0; o < O && compute; o++)
+		for (int64_t i = 0; i < I; i++) {
+			float f = fin(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
+			if (x3)
+				split3(f, &wt[i * O + o], &wlo[i * O + o]);
+			else
+				wt[i * O + o] = f;
+		}
 	for (int64_t r = 0; r < M && compute; r++) {
 		if (r >= cnt) {
 			for (int64_t o = 0; o < O; o++)
@@ -703,29 +740,25 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 			else
 				arow[i] = f;
 		}
-		for (int64_t o = 0; o < O; o++) {
-			for (int64_t i = 0; i < I; i++) {
-				float f = fin(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
-				if (x3)
-					split3(f, &wrow[i], &wrow[I + i]);
-				else
-					wrow[i] = f;
+		for (int64_t o = 0; o < O; o++)
+			sum[o] = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1])) : 0.0f;
+		for (int64_t i = 0; i < I; i++) {
+			const float a = arow[i], *w = wt + i * O;
+			if (x3) {
+				const float al = arow[I + i], *wl = wlo + i * O;
+				for (int64_t o = 0; o < O; o++)
+					sum[o] = flush_fast(sum[o] + (a * w[o] + (a * wl[o] + al * w[o])));
+			} else {
+				for (int64_t o = 0; o < O; o++)
+					sum[o] = flush_fast(sum[o] + a * w[o]);
 			}
-			float sum = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1]))
-							 : 0.0f;
-			if (x3)
-				for (int64_t i = 0; i < I; i++) {
-					float p = arow[i] * wrow[i] + (arow[i] * wrow[I + i] + arow[I + i] * wrow[i]);
-					sum = flush(sum + p);
-				}
-			else
-				for (int64_t i = 0; i < I; i++)
-					sum = flush(sum + arow[i] * wrow[i]);
-			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum));
 		}
+		for (int64_t o = 0; o < O; o++)
+			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum[o]));
 	}
-	free(wrow);
+	free(wt);
 	free(arow);
+	free(sum);
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
