@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
+#include "ir/scalar.h"
 
 #define NHAZ 8
 typedef struct haz_rec {
@@ -411,39 +412,6 @@ static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 }
 
 /* ---- vector engine ---- */
-static float f_max(float a, float b)
-{
-	if (isnan(a))
-		return a;
-	if (isnan(b))
-		return b;
-	if (a == b)
-		return signbit(a) ? b : a;
-	return a > b ? a : b;
-}
-
-static float f_min(float a, float b)
-{
-	if (isnan(a))
-		return a;
-	if (isnan(b))
-		return b;
-	if (a == b)
-		return signbit(a) ? a : b;
-	return a < b ? a : b;
-}
-
-static int32_t f_to_i(float x)
-{
-	if (isnan(x))
-		return 0;
-	if (x >= 2147483648.0f)
-		return INT32_MAX;
-	if (x <= -2147483648.0f)
-		return INT32_MIN;
-	return (int32_t)x;
-}
-
 static int32_t iw(uint32_t u)
 {
 	int32_t i;
@@ -505,11 +473,11 @@ static bool alu(sim *s, uint32_t pc, int op, uint32_t x, uint32_t y, uint32_t *v
 	case TCP_V_FNEG: *v = fres(-fa); return true;
 	case TCP_V_FABS: *v = fres(fabsf(fa)); return true;
 	case TCP_V_FDIV: *v = fres(fa / fb); return true;
-	case TCP_V_FTOI: *v = wi(f_to_i(fa)); return true;
+	case TCP_V_FTOI: *v = wi(sc_f2i(fa)); return true;
 	case TCP_V_IMIN: *v = a < b ? x : y; return true;
 	case TCP_V_IMAX: *v = a > b ? x : y; return true;
-	case TCP_V_FMIN: *v = fres(f_min(fa, fb)); return true;
-	case TCP_V_FMAX: *v = fres(f_max(fa, fb)); return true;
+	case TCP_V_FMIN: *v = fres(sc_fmin(fa, fb)); return true;
+	case TCP_V_FMAX: *v = fres(sc_fmax(fa, fb)); return true;
 	default: return true;
 	}
 	*v = *tag ? 1u : 0u;
@@ -607,8 +575,8 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 				case TCP_V_RMAX: racc = first || iw(x) > iw(racc) ? x : racc; break;
 				case TCP_V_RMIN: racc = first || iw(x) < iw(racc) ? x : racc; break;
 				case TCP_V_FRSUM: racc = first ? fres(fin(x)) : fres(fin(racc) + fin(x)); break;
-				case TCP_V_FRMAX: racc = first ? fres(fin(x)) : fres(f_max(fin(racc), fin(x))); break;
-				case TCP_V_FRMIN: racc = first ? fres(fin(x)) : fres(f_min(fin(racc), fin(x))); break;
+				case TCP_V_FRMAX: racc = first ? fres(fin(x)) : fres(sc_fmax(fin(racc), fin(x))); break;
+				case TCP_V_FRMIN: racc = first ? fres(fin(x)) : fres(sc_fmin(fin(racc), fin(x))); break;
 				case TCP_V_ISCAN:
 				case TCP_V_FSCAN: {
 					uint32_t prev = first ? (st->op == TCP_V_ISCAN ? 0u : 0u) : racc;
