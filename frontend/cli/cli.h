@@ -27,6 +27,8 @@ int cli_fail(const char *fmt, const char *arg);
 char *cli_read_file(const char *path, size_t *len);
 int cli_ends_with(const char *s, const char *suf);
 moe_module *cli_load(moe_ctx *ctx, const opts *o);
+/* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */
+int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind);
 
 int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);

@@ -146,7 +146,7 @@ static size_t split_paths(char *s, const char **out, size_t max)
 }
 
 /* Binds --input: one input node takes x.npy; several take name=path,... */
-static int bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
+int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
 {
 	uint32_t ninputs = 0;
 	moe_id last = MOE_NONE;
@@ -196,7 +196,7 @@ static int bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_t
 				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
 			moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, path), "shape [%s] does not match input '%s' [%s]%s", got,
 				moe_node_name(g, node), want,
-				rank == 2 && t->rank == 2 && t->shape[1] == shape[1] ? " (use --set T=... to match the token count)" : "");
+				rank == 2 && t->rank == 2 && t->shape[1] == shape[1] ? " (use --set T=... for a .moe, or recompile a .tcpb)" : "");
 			moe_tensor_free(ctx, t);
 			status = 1;
 			break;
@@ -247,7 +247,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
 		goto done;
 	}
-	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || bind_inputs(ctx, g, o->input, bind))
+	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || cli_bind_inputs(ctx, g, o->input, bind))
 		goto done;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {

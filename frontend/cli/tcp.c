@@ -54,82 +54,6 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 	return status;
 }
 
-/* Binds --input against the program's inputs: one input takes x.npy; several
- * take NAME=PATH,... Shapes and dtypes come from the binary. */
-static int bind_tcpb_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
-{
-	uint32_t ninputs = 0;
-	moe_id last = MOE_NONE;
-	for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
-		if (moe_node_op(g, i) == MOE_OP_INPUT)
-			ninputs++, last = i;
-	if (!spec) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "run needs --input x.npy");
-		return 1;
-	}
-	char *copy = strdup(spec);
-	int status = 0;
-	size_t nitems = 0;
-	for (const char *c = spec; *c; c++)
-		nitems += *c == ',';
-	nitems++;
-	for (char *item = strtok(copy, ","); item && !status; item = strtok(NULL, ",")) {
-		char *eq = strchr(item, '=');
-		const char *path = eq ? eq + 1 : item;
-		moe_id node = MOE_NONE;
-		if (eq) {
-			*eq = 0;
-			for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
-				if (moe_node_op(g, i) == MOE_OP_INPUT && !strcmp(moe_node_name(g, i), item))
-					node = i;
-			if (node == MOE_NONE) {
-				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--input names no input of the program: '%s'", item);
-				status = 1;
-				break;
-			}
-		} else if (ninputs == 1 && nitems == 1) {
-			node = last;
-		} else {
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
-				"the program has %u inputs: give --input NAME=x.npy,... (got '%s')", ninputs, item);
-			status = 1;
-			break;
-		}
-		moe_tensor *t = moe_npy_read(ctx, path, moe_node_dtype(g, node));
-		if (!t) {
-			status = 1;
-			break;
-		}
-		int rank = moe_node_rank(g, node);
-		const int64_t *shape = moe_node_shape(g, node);
-		bool same = t->rank == rank;
-		for (int d = 0; same && d < rank; d++)
-			same = t->shape[d] == shape[d];
-		if (!same) {
-			char want[160] = "", got[160] = "";
-			for (int d = 0; d < rank; d++)
-				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
-			for (int d = 0; d < t->rank; d++)
-				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path),
-				"shape [%s] does not match input '%s' [%s] of the compiled program (recompile for another size)", got,
-				moe_node_name(g, node), want);
-			moe_tensor_free(ctx, t);
-			status = 1;
-			break;
-		}
-		moe_tensor_map_set(bind, moe_node_name(g, node), t);
-	}
-	for (uint32_t i = 0; !status && i < moe_graph_num_nodes(g); i++)
-		if (moe_node_op(g, i) == MOE_OP_INPUT && !moe_tensor_map_get(bind, moe_node_name(g, i))) {
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "input '%s' of the program is not bound by --input",
-				moe_node_name(g, i));
-			status = 1;
-		}
-	free(copy);
-	return status;
-}
-
 /* A .tcpb in place of the .moe: the binary is loaded and validated against the
  * machine completely before any weight is read; its tensor table names the
  * inputs and the weights' checkpoint sources. */
@@ -171,7 +95,7 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
-	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || bind_tcpb_inputs(ctx, g, o->input, bind))
+	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || cli_bind_inputs(ctx, g, o->input, bind))
 		goto done;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
