@@ -15,7 +15,10 @@
  * over g < nblocks (a run-time count: blocks past it are skipped). Inside,
  * the next block's weights and rows are prefetched by DMA into the other half
  * of double buffers while the current block computes; when consecutive
- * blocks share an expert its weights are not fetched again. */
+ * blocks share an expert its weights are not fetched again. When two whole
+ * experts per weight do not fit (half of DM), the weights feeding block
+ * contractions are streamed: each TRF tile is DMA'd from HBM into a small
+ * double buffer just before its sub load (tiling along F; docs 7.4). */
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
@@ -68,6 +71,7 @@ typedef struct lw {
 	moe_id *fused_into; /* mul (and the reshape after it) folded into this reduce_sum, or MOE_NONE */
 	/* block region */
 	moe_id rows, nblocks, bexp;
+	bool *wstream;     /* per-block weight gather streamed in TRF-tile chunks (not held per expert) */
 	int64_t G;
 	int vreg_rows;
 } lw;
@@ -984,10 +988,18 @@ static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
 /* dst[m, o] = sum_i a[m, i] w[o, i]: a (DM view, strides am, ai), w (DM view, wo, wi).
  * areg/wreg: loop offset registers for region views. */
 static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, int64_t am, int64_t ai,
-	const tcp_view *w, int64_t wo, int64_t wi, const tcp_view *dst, int64_t dm_, int64_t do_, int wdt, int vreg)
+	const tcp_view *w, int64_t wo, int64_t wi, const tcp_view *dst, int64_t dm_, int64_t do_, int wdt, int vreg,
+	bool stream)
 {
 	int64_t nchunks = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
-	int32_t acc = -1;
+	int32_t acc = -1, wb = -1;
+	int64_t wtile = pl->Opass * pl->It, wk = 0;
+	if (stream) {
+		/* w is the expert's weights in HBM: each TRF tile's [on, inn] part is
+		 * DMA'd into one half of a double buffer just before its sub load */
+		int64_t sh[2] = {2, wtile};
+		wb = dm_tensor(c, at, "wbuf", (moe_dtype)wdt, 2, sh);
+	}
 	if (nchunks > 1) {
 		int64_t sh[2] = {pl->M, pl->O};
 		acc = dm_tensor(c, at, "contract.acc", MOE_F32, 2, sh);
@@ -1029,6 +1041,21 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 			ld_.v[TCP_V_S0].base += o0 * wo + i0 * wi;
 			ld_.v[TCP_V_S0].stride[0] = wo;
 			ld_.v[TCP_V_S0].stride[1] = wi;
+			if (stream) {
+				tcp_insn dm = tcp_insn_init(TCP_OP_DMA_COPY);
+				dm.ndim = 2;
+				dm.dim[0] = on;
+				dm.dim[1] = inn;
+				dm.v[TCP_V_DST] = tcp_view_none();
+				dm.v[TCP_V_DST].t = wb;
+				dm.v[TCP_V_DST].base = wk * wtile;
+				dm.v[TCP_V_DST].stride[0] = inn;
+				dm.v[TCP_V_DST].stride[1] = 1;
+				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
+				emit(c, &dm);
+				ld_.v[TCP_V_S0] = dm.v[TCP_V_DST];
+				wk ^= 1;
+			}
 			emit(c, &ld_);
 			tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
 			in.ndim = 3;
@@ -1079,6 +1106,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 	}
 	if (acc >= 0)
 		dm_free(c, acc);
+	if (wb >= 0)
+		dm_free(c, wb);
 }
 
 static void lower_einsum(lw *c, moe_id id)
@@ -1150,7 +1179,8 @@ static void lower_einsum(lw *c, moe_id id)
 	}
 	val *av = dm_view(c, n->args[0]);
 	val avs = *av;
-	val *wv = dm_view(c, n->args[1]);
+	bool stream = region && c->wstream[n->args[1]];
+	val *wv = stream ? &c->v[n->args[1]] : dm_view(c, n->args[1]);
 	val wvs = *wv;
 	val *ov = out_val(c, id, (moe_dtype)n->dtype);
 	val ovs = *ov;
@@ -1170,7 +1200,8 @@ static void lower_einsum(lw *c, moe_id id)
 			w.base += b * wvs.stride[pos_w[0]];
 			d.base += b * ovs.stride[pos_o[0]];
 		}
-		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, valid_reg(c, id));
+		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, valid_reg(c, id),
+			stream);
 	}
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;
@@ -1310,12 +1341,57 @@ static void lower_region(lw *c)
 	inp ins[32];
 	int nin = 0;
 	moe_id first = MOE_NONE;
+	/* Whole experts' weights, double-buffered, take this much DM per slice.
+	 * When that exceeds half of DM, every weight gather read only as the
+	 * stationary operand of block contractions is streamed instead: its
+	 * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4). */
+	int64_t whole = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || n->op != MOE_OP_GATHER || n->valid != c->nblocks)
+			continue;
+		ir_node b = block_node(n);
+		whole += rup((2 * ir_numel(&b) * esz(n->dtype) + c->S - 1) / c->S, c->m->flit_bytes);
+	}
+	if (whole > c->m->dm_bytes_per_slice / 2)
+		for (moe_id i = 0; i < g->nnodes; i++) {
+			const ir_node *n = N(g, i);
+			if (!c->inreg[i] || n->op != MOE_OP_GATHER || n->valid != c->nblocks)
+				continue;
+			bool ok = true, used = false;
+			for (moe_id u = i + 1; u < g->nnodes; u++) {
+				const ir_node *un = N(g, u);
+				for (uint32_t k = 0; k < un->nargs; k++)
+					if (un->args[k] == i) {
+						used = true;
+						ok &= c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && k == 1 &&
+						      un->args[0] != i;
+					}
+			}
+			c->wstream[i] = ok && used;
+		}
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (!c->inreg[i])
 			continue;
 		if (first == MOE_NONE)
 			first = i;
 		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_GATHER && n->valid == c->nblocks && c->wstream[i]) {
+			/* streamed: a view of the expert's weights in HBM, offset by the expert register */
+			ir_node b = block_node(n);
+			val *sv = need_view(c, n->args[0]);
+			if (sv->kind != VK_VIEW || !is_contig(sv, N(g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+				lerr(c, n->args[0], "per-block input must be a contiguous tensor");
+				return;
+			}
+			val v = tview(sv->t, i, &b);
+			v.base = sv->base;
+			v.region = true;
+			v.reg = R_E;
+			v.scale = ir_numel(&b);
+			c->v[i] = v;
+			continue;
+		}
 		if (n->op == MOE_OP_GATHER && n->valid == c->nblocks) {
 			ir_node b = block_node(n);
 			int64_t sh[MOE_MAX_RANK + 1];
@@ -1776,6 +1852,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	c.last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	c.pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
 	c.alias_cast = ctx_alloc(ctx, nn + 1);
+	c.wstream = ctx_alloc(ctx, nn + 1);
 	c.fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */

@@ -3,6 +3,7 @@
  * response to the machine description. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
@@ -166,11 +167,22 @@ static moe_module *lowered(moe_ctx *ctx, const layer *L, moe_module **orig)
 	return m;
 }
 
-static void check_against_interp(const layer *L, double tol)
+/* Compile L for machine mjson (NULL: the default), run it there and compare
+ * with the interpreter; each of asm_has (if not NULL) must (has = true) or
+ * must not occur in the assembly. Returns a copy of the output's bytes. */
+static void *check_against_interp_on(const layer *L, double tol, const char *mjson, const char *const *asm_has,
+	bool has)
 {
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *mach = NULL;
+	if (mjson) {
+		mach = moe_tcp_machine_parse(ctx, "small.json", mjson, strlen(mjson));
+		if (!mach)
+			moe_diag_print(ctx, stderr);
+		assert_non_null(mach);
+	}
 	moe_module *orig, *m = lowered(ctx, L, &orig);
-	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
+	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), mach);
 	if (!p)
 		moe_diag_print(ctx, stderr);
 	assert_non_null(p);
@@ -180,8 +192,19 @@ static void check_against_interp(const layer *L, double tol)
 	if (rc != MOE_OK)
 		moe_diag_print(ctx, stderr);
 	assert_int_equal(rc, MOE_OK);
+	for (; asm_has && *asm_has; asm_has++) {
+		char *text = NULL;
+		size_t len = 0;
+		assert_int_equal(moe_tcp_to_asm(ctx, p, &text, &len), MOE_OK);
+		if (!strstr(text, *asm_has) == has)
+			fprintf(stderr, "assembly %s '%s'\n", has ? "lacks" : "has", *asm_has);
+		assert_true(!strstr(text, *asm_has) != has);
+		moe_free(ctx, text);
+	}
 	moe_tcp_stats st;
-	rc = moe_tcp_run(ctx, p, b, NULL, got, &st);
+	moe_tcp_run_opts ro = {0};
+	ro.machine = mach;
+	rc = moe_tcp_run(ctx, p, b, &ro, got, &st);
 	if (rc != MOE_OK)
 		moe_diag_print(ctx, stderr);
 	assert_int_equal(rc, MOE_OK);
@@ -201,6 +224,8 @@ static void check_against_interp(const layer *L, double tol)
 	assert_true(err <= tol * ymax);
 	assert_true(st.simulated_seconds > 0 && st.roofline_seconds > 0);
 	assert_true(st.blocks_executed > 0 && st.blocks_executed + st.blocks_skipped == st.blocks_max);
+	void *y = malloc(got[0]->nbytes);
+	memcpy(y, got[0]->data, got[0]->nbytes);
 	for (int i = 0; i < 2; i++) {
 		moe_tensor_free(ctx, want[i]);
 		moe_tensor_free(ctx, got[i]);
@@ -209,7 +234,70 @@ static void check_against_interp(const layer *L, double tol)
 	moe_tcp_program_free(p);
 	moe_module_free(m);
 	moe_module_free(orig);
+	if (mach)
+		moe_tcp_machine_free(ctx, mach);
 	moe_ctx_free(ctx);
+	return y;
+}
+
+static void check_against_interp(const layer *L, double tol)
+{
+	free(check_against_interp_on(L, tol, NULL, NULL, true));
+}
+
+/* The default machine JSON with "key": from replaced by "key": to for each
+ * triple (NULL-terminated); caller frees. */
+static char *machine_json(const char *const *rep)
+{
+	char *buf = strdup(tcp_default_machine_json);
+	for (; rep[0]; rep += 3) {
+		char pat[128];
+		snprintf(pat, sizeof pat, "\"%s\": %s", rep[0], rep[1]);
+		char *at = strstr(buf, pat);
+		assert_non_null(at);
+		size_t n = strlen(buf), pre = (size_t)(at - buf);
+		char *nb = malloc(n + 64);
+		memcpy(nb, buf, pre);
+		int k = sprintf(nb + pre, "\"%s\": %s", rep[0], rep[2]);
+		strcpy(nb + pre + (size_t)k, at + strlen(pat));
+		free(buf);
+		buf = nb;
+	}
+	return buf;
+}
+
+/* Experts whose double-buffered weights exceed half of DM are streamed: a
+ * tiny machine (2 slices of 64 KB DM, 4 KB TRF) cannot hold two whole experts
+ * of [256, 64] per projection (96 KB per slice), so each contraction's TRF
+ * tiles are DMA'd from HBM through a [2, tile] buffer, F split into chunks
+ * (gate/up: column groups of h; down: reduction chunks accumulated in f32).
+ * The result matches the interpreter, and bit for bit the same machine with
+ * 1 MB of DM per slice, where whole experts are double-buffered (the
+ * contraction tiling, hence the summation order, does not depend on DM). */
+static void test_streamed_expert_weights_match_interp(void **st)
+{
+	(void)st;
+	const char *const small[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "65536", "trf_bytes_per_lane", "8192", "512", NULL};
+	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
+	char *ms = machine_json(small), *mb = machine_json(big);
+	/* streamed: a [2, tile] wbuf (not [2, F, D]) and 2-D DMAs of weight
+	 * tiles offset by the expert register r4 (16384 elements per expert) */
+	const char *const tiled[] = {"\"wbuf\"", "+r4*16384:[64,1]", "+r4*16384:[256,1]", NULL};
+	const char *const whole[] = {"+r4*16384:[64,1]", "+r4*16384:[256,1]", NULL};
+	const layer Ls[2] = {{MOE_BF16, 5, 64, 256, 4, 2, 8, 0, 0}, {MOE_F32, 7, 64, 256, 4, 2, 8, 0, 0}};
+	for (int k = 0; k < 2; k++) {
+		double tol = Ls[k].t == MOE_F32 ? 1e-4 : 1e-2;
+		void *ys = check_against_interp_on(&Ls[k], tol, ms, tiled, true);
+		void *yb = check_against_interp_on(&Ls[k], tol, mb, whole, false);
+		size_t n = (size_t)(Ls[k].T * Ls[k].D) * moe_dtype_size(Ls[k].t);
+		assert_memory_equal(ys, yb, n);
+		free(ys);
+		free(yb);
+	}
+	free(ms);
+	free(mb);
 }
 
 static void test_experts_bf16_matches_interp(void **st)
@@ -608,6 +696,7 @@ int main(void)
 		cmocka_unit_test(test_experts_f32_matches_interp),
 		cmocka_unit_test(test_experts_more_tokens),
 		cmocka_unit_test(test_tied_scores_route_like_host),
+		cmocka_unit_test(test_streamed_expert_weights_match_interp),
 		cmocka_unit_test(test_one_expert_skips_blocks),
 		cmocka_unit_test(test_binary_round_trip_and_corruption),
 		cmocka_unit_test(test_timing_only_same_cycles),
