@@ -1970,6 +1970,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.last, sizeof(int64_t) * (nn + 1));
 	ctx_free(ctx, c.pos, sizeof(int64_t) * (nn + 1));
 	ctx_free(ctx, c.alias_cast, nn + 1);
+	ctx_free(ctx, c.wstream, nn + 1);
 	ctx_free(ctx, c.fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
