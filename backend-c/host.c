@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+
+#include "moec/io.h"
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
@@ -53,33 +55,15 @@ moe_status moe_emit_c_string(moe_ctx *ctx, const moe_graph *g, char **out)
 
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud)
 {
-	size_t n = strlen(path) + 16;
-	char *tmp = ctx_alloc(ctx, n);
-	snprintf(tmp, n, "%s.tmpXXXXXX", path);
-	int fd = mkstemp(tmp);
-	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	if (!f) {
-		if (fd >= 0) {
-			close(fd);
-			unlink(tmp);
-		}
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot create a temporary file: %s", strerror(errno));
-		ctx_free(ctx, tmp, n);
+	moe_atomic_file *af = moe_atomic_open(ctx, path);
+	if (!af)
 		return MOE_ERR_IO;
+	moe_status s = write(ud, moe_atomic_stream(af));
+	if (s) {
+		moe_atomic_abort(af);
+		return s;
 	}
-	moe_status s = write(ud, f);
-	if (fclose(f) != 0 && !s) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "write failed: %s", strerror(errno));
-		s = MOE_ERR_IO;
-	}
-	if (!s && rename(tmp, path) != 0) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot rename into place: %s", strerror(errno));
-		s = MOE_ERR_IO;
-	}
-	if (s)
-		unlink(tmp);
-	ctx_free(ctx, tmp, n);
-	return s;
+	return moe_atomic_commit(af);
 }
 
 static moe_status write_c(void *ud, FILE *f)

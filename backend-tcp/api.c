@@ -5,30 +5,7 @@
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
-
-static moe_status write_atomic(moe_ctx *ctx, const char *path, const void *data, size_t len)
-{
-	size_t pl = strlen(path);
-	char *tmp = ctx_alloc(ctx, pl + 16);
-	snprintf(tmp, pl + 16, "%s.tmp%u", path, (unsigned)(len & 0xffff));
-	FILE *f = fopen(tmp, "wb");
-	moe_status rc = MOE_OK;
-	if (!f) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot write: %s", strerror(errno));
-		rc = MOE_ERR_IO;
-	} else {
-		bool bad = fwrite(data, 1, len, f) != len;
-		bad |= fflush(f) != 0;
-		bad |= fclose(f) != 0;
-		if (bad || rename(tmp, path)) {
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot write: %s", strerror(errno));
-			remove(tmp);
-			rc = MOE_ERR_IO;
-		}
-	}
-	ctx_free(ctx, tmp, pl + 16);
-	return rc;
-}
+#include "moec/io.h"
 
 moe_status moe_tcp_write_asm(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
 {
@@ -37,7 +14,7 @@ moe_status moe_tcp_write_asm(moe_ctx *ctx, const moe_tcp_program *p, const char 
 	moe_status rc = moe_tcp_to_asm(ctx, p, &s, &n);
 	if (rc != MOE_OK)
 		return rc;
-	rc = write_atomic(ctx, path, s, n);
+	rc = moe_write_file_atomic(ctx, path, s, n);
 	free(s);
 	return rc;
 }
@@ -55,7 +32,7 @@ moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const ch
 	moe_status rc = tcp_encode(p, &b, &n);
 	if (rc != MOE_OK)
 		return rc;
-	rc = write_atomic(ctx, path, b, n);
+	rc = moe_write_file_atomic(ctx, path, b, n);
 	free(b);
 	return rc;
 }

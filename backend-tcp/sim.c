@@ -16,6 +16,7 @@
 
 #include "backend-tcp/tcp_int.h"
 #include "ir/scalar.h"
+#include "moec/io.h"
 
 #define NHAZ 8
 typedef struct haz_rec {
@@ -746,13 +747,10 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 /* ---- the run ---- */
 static void write_trace(sim *s, const char *path)
 {
-	char tmp[4096];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f) {
-		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_file(s->ctx, path), "cannot write trace");
+	moe_atomic_file *af = moe_atomic_open(s->ctx, path);
+	if (!af)
 		return;
-	}
+	FILE *f = moe_atomic_stream(af);
 	double us = 1e6 / s->m->clock_hz;
 	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
 	for (int c = 0; c < TCP_NCTX; c++)
@@ -765,11 +763,7 @@ static void write_trace(sim *s, const char *path)
 			i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
-	bool bad = ferror(f);
-	if (fclose(f) || bad || rename(tmp, path)) {
-		remove(tmp);
-		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_file(s->ctx, path), "cannot write trace");
-	}
+	moe_atomic_commit(af); /* reports its own error */
 }
 
 static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)

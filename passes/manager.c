@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <string.h>
 
+#include "moec/io.h"
 #include "passes/pass.h"
 
 static const moe_pass_info builtin[] = {
@@ -274,22 +275,18 @@ static void dump(const moe_module *m, FILE *out, const char *when, const char *n
 
 static void write_reproducer(moe_ctx *ctx, const moe_pipeline *p, const moe_module *before, const char *path)
 {
-	char *text = moe_pipeline_print(p);
-	char tmp[4096];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f) {
-		free(text);
+	moe_atomic_file *af = moe_atomic_open(ctx, path);
+	if (!af) {
 		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), "could not write the reproducer to '%s'", path);
 		return;
 	}
+	char *text = moe_pipeline_print(p);
+	FILE *f = moe_atomic_stream(af);
 	fprintf(f, "# moec reproducer: run with\n#   moec ir %s --pipeline='%s'\n", path, text ? text : "");
 	moe_module_print(before, f);
-	bool ok = fclose(f) == 0 && rename(tmp, path) == 0;
-	if (!ok)
-		remove(tmp);
-	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
 	free(text);
+	bool ok = moe_atomic_commit(af) == MOE_OK;
+	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
 }
 
 moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)

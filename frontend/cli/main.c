@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "moec/frontend.h"
 #include "moec/ir.h"
@@ -271,30 +270,20 @@ static int emit(moe_ctx *ctx, const moe_module *m, const char *format, FILE *f)
 	return moe_module_print(m, f) != MOE_OK;
 }
 
-/* Writes to OUT.tmp.PID, then renames over OUT. */
+/* Writes to a temporary beside OUT, then renames it over OUT. */
 static int write_output(moe_ctx *ctx, const moe_module *m, const opts *o)
 {
 	if (!o->out || !strcmp(o->out, "-"))
 		return emit(ctx, m, o->format, stdout) || fflush(stdout) != 0;
-	size_t n = strlen(o->out) + 32;
-	char *tmp = malloc(n);
-	if (!tmp)
+	moe_atomic_file *af = moe_atomic_open(ctx, o->out);
+	if (!af)
 		return 1;
-	snprintf(tmp, n, "%s.tmp.%ld", o->out, (long)getpid());
-	FILE *f = fopen(tmp, "wb");
-	int r = 1;
-	if (f) {
-		r = emit(ctx, m, o->format, f);
-		r |= fclose(f) != 0;
-		if (!r && rename(tmp, o->out) != 0)
-			r = 1;
-		if (r)
-			remove(tmp);
-	}
-	if (r)
+	if (emit(ctx, m, o->format, moe_atomic_stream(af))) {
+		moe_atomic_abort(af);
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->out), "cannot write: %s", strerror(errno));
-	free(tmp);
-	return r;
+		return 1;
+	}
+	return moe_atomic_commit(af) != MOE_OK;
 }
 
 int main(int argc, char **argv)
