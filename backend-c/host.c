@@ -256,6 +256,13 @@ static moe_status bind_all(moe_ctx *ctx, const cg_prog *p, const moe_tensor_map 
 				s = MOE_ERR_INVALID;
 				continue;
 			}
+			if (!t->data) {
+				moe_diag(ctx, MOE_DIAG_ERROR, nd->loc,
+					"%s '%s' is bound without data (absent from the checkpoint); only a timing-only TCP run "
+					"accepts that", pass ? "weight" : "input", name);
+				s = MOE_ERR_INVALID;
+				continue;
+			}
 			(pass ? ws : ins)[i] = t->data;
 		}
 	}

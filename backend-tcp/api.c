@@ -185,6 +185,13 @@ char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s)
 	cJSON_AddNumberToObject(o, "flops", s->flops);
 	cJSON_AddNumberToObject(o, "commands", (double)s->commands);
 	cJSON_AddNumberToObject(o, "instructions", (double)s->instructions);
+	cJSON_AddNumberToObject(o, "expert_seconds", s->expert_seconds);
+	cJSON_AddNumberToObject(o, "routing_seconds", s->routing_seconds);
+	cJSON_AddNumberToObject(o, "routing_share", s->simulated_seconds > 0 ? s->routing_seconds / s->simulated_seconds : 0);
+	cJSON *rb = cJSON_AddObjectToObject(o, "routing_busy_cycles");
+	for (int e = MOE_TCP_ENGINE_MAIN; e < MOE_TCP_NENGINES; e++)
+		cJSON_AddNumberToObject(rb, moe_tcp_engine_name(e), (double)s->routing_busy_cycles[e]);
+	cJSON_AddBoolToObject(o, "timing_only", s->timing_only);
 	char *r = cJSON_Print(o);
 	cJSON_Delete(o);
 	return r;

@@ -1611,6 +1611,29 @@ static val *copy_contig(lw *c, moe_id id)
 	return &c->v[id];
 }
 
+/* concat: one copy pass per part into its slice of the output (lower-topk
+ * concatenates the ranks of row chunks). */
+static void lower_concat(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	int axis = norm_axis(n, n, 0);
+	val *o = out_val(c, id, (moe_dtype)n->dtype);
+	int64_t off = 0;
+	for (uint32_t i = 0; i < n->nargs && !c->failed; i++) {
+		const ir_node *a = N(c->g, n->args[i]);
+		vpass vp;
+		int map[TCP_MAXD];
+		vp_init(&vp, a->rank, a->shape);
+		for (int k = 0; k < a->rank; k++)
+			map[k] = k;
+		vp_operand(c, &vp, n->args[i], map);
+		tcp_view d = mkview(o, n, vp.ndim, map);
+		d.base += off * o->stride[axis];
+		vp_commit(c, &vp, id, &d, -1);
+		off += a->shape[axis];
+	}
+}
+
 static void lower_view_op(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
@@ -1724,9 +1747,9 @@ static void lower_node(lw *c, moe_id id)
 	case MOE_OP_GATHER: lower_gather(c, id); return;
 	case MOE_OP_TAKE_ALONG: lower_take_along(c, id); return;
 	case MOE_OP_SCATTER: lower_scatter(c, id); return;
+	case MOE_OP_CONCAT: lower_concat(c, id); return;
 	case MOE_OP_TOPK:
 	case MOE_OP_EXPERTS:
-	case MOE_OP_CONCAT:
 		lerr(c, id, "op '%s' must be lowered by the tcp pipeline first", moe_op_name((moe_op)n->op));
 		return;
 	default:

@@ -43,6 +43,11 @@ typedef struct sim {
 	const moe_tcp_run_opts *o;
 	uint8_t **data;  /* per tensor */
 	bool *borrowed;  /* bound inputs/weights are read in place */
+	/* Timing-only runs may bind weights without data (absent from the
+	 * checkpoint): absent[t] marks tensors whose values derive from one.
+	 * Copies carry the mark (the index of that weight + 1); a computation that
+	 * needs such values faults. */
+	int32_t *absent;
 	haz *hz;
 	int64_t reg[TCP_NREG];
 	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
@@ -53,7 +58,25 @@ typedef struct sim {
 	int64_t S;
 	double hbm_rd_bpc, hbm_wr_bpc;
 	uint8_t *seen; /* experts whose blocks ran */
+	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
+	 * the wall-clock intervals of its commands */
+	int64_t xlo, xhi;
+	int64_t (*xiv)[2];
+	size_t nxiv, xivcap;
 } sim;
+
+static bool in_experts(const sim *s, uint32_t pc)
+{
+	return (int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi;
+}
+
+/* busy cycles of an engine, also counted as routing outside the expert region */
+static void busy(sim *s, uint32_t pc, int engine, int64_t cycles)
+{
+	s->st->busy_cycles[engine] += cycles;
+	if (!in_experts(s, pc))
+		s->st->routing_busy_cycles[engine] += cycles;
+}
 
 #define FAULT(s, pc, ...)                                                                                  \
 	do {                                                                                                 \
@@ -250,8 +273,22 @@ static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 	s->cfree[ctx] = end;
 	for (int i = 0; i < a->n; i++)
 		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end);
-	s->st->busy_cycles[ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB
-										    : MOE_TCP_ENGINE_DMA] += dur;
+	busy(s, pc, ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB : MOE_TCP_ENGINE_DMA,
+		dur);
+	if (in_experts(s, pc)) {
+		if (s->nxiv == s->xivcap) {
+			size_t nc = s->xivcap ? s->xivcap * 2 : 1024;
+			int64_t(*ni)[2] = realloc(s->xiv, nc * sizeof *ni);
+			if (!ni) {
+				FAULT(s, pc, "out of host memory");
+				return;
+			}
+			s->xiv = ni;
+			s->xivcap = nc;
+		}
+		s->xiv[s->nxiv][0] = start;
+		s->xiv[s->nxiv++][1] = end;
+	}
 	s->st->commands++;
 	event(s, pc, ctx, start, end);
 }
@@ -301,11 +338,25 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 
 /* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
  * both sides along the innermost loop move with one memcpy. */
+/* False (with a fault) when the values of tensor t are needed but derive
+ * from a weight absent from the checkpoint. */
+static bool needs_values(sim *s, uint32_t pc, int32_t t)
+{
+	if (t < 0 || !s->absent[t])
+		return true;
+	FAULT(s, pc, "this timing-only run needs the values of '%s', which come from weight '%s', absent from the "
+		"checkpoint (only expert weights, whose arithmetic is skipped, may be left out)", s->p->t[t].name,
+		s->p->t[s->absent[t] - 1].name);
+	return false;
+}
+
 static void copy_elems(sim *s, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e, int64_t db,
 	int64_t sb)
 {
 	int nd = in->ndim;
-	if (nd == 0)
+	if (s->absent[sv->t])
+		s->absent[d->t] = s->absent[sv->t];
+	if (nd == 0 || !s->data[sv->t])
 		return;
 	int64_t inner = in->dim[nd - 1];
 	bool run = d->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
@@ -361,6 +412,11 @@ static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 		return;
 	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : n;
 	int64_t e = esz_of(s, d->t), db = vbase(s, d), sb = vbase(s, sv), ib = vbase(s, iv), moved = 0;
+	if (!needs_values(s, pc, iv->t))
+		return;
+	if (s->absent[sv->t])
+		s->absent[d->t] = s->absent[sv->t];
+	bool copy = s->data[sv->t] != NULL;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
 			if (j >= cnt) {
@@ -377,7 +433,7 @@ static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 			}
 			int64_t da = db + g * d->stride[0] + (gather ? j : ix) * d->stride[1];
 			int64_t sa = sb + g * sv->stride[0] + (gather ? ix : j) * sv->stride[1];
-			for (int64_t x = 0; x < row; x++)
+			for (int64_t x = 0; copy && x < row; x++)
 				memcpy(s->data[d->t] + (da + x * d->stride[2]) * e, s->data[sv->t] + (sa + x * sv->stride[2]) * e,
 					(size_t)e);
 			moved++;
@@ -537,6 +593,11 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t L = nd ? in->dim[nd - 1] : 1;
 	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : INT64_MAX;
 	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+	for (int w = 0; compute && w < TCP_NVIEW; w++)
+		if (w != TCP_V_DST && !needs_values(s, pc, in->v[w].t))
+			return;
+	if (compute)
+		s->absent[in->v[TCP_V_DST].t] = 0;
 	int64_t vb[TCP_NVIEW];
 	for (int w = 0; w < TCP_NVIEW; w++)
 		vb[w] = in->v[w].t >= 0 ? vbase(s, &in->v[w]) : 0;
@@ -640,7 +701,7 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t t = comp > fetch ? comp : fetch;
 	t = t > commit ? t : commit;
 	t += m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
-	s->st->busy_cycles[MOE_TCP_ENGINE_VECTOR] += comp;
+	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
 	schedule(s, pc, &a, t);
 }
 
@@ -670,6 +731,11 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	bool x3 = in->flags & TCP_F_BF16X3;
 	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : M;
 	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+	for (int w = 0; compute && w < TCP_NVIEW; w++)
+		if (w != TCP_V_DST && !needs_values(s, pc, in->v[w].t))
+			return;
+	if (compute)
+		s->absent[in->v[TCP_V_DST].t] = 0;
 	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0], *wv = &in->v[TCP_V_S1], *pv = &in->v[TCP_V_S2];
 	int64_t db = vbase(s, dv), ab = vbase(s, av), wb = vbase(s, wv), pb = pv->t >= 0 ? vbase(s, pv) : 0;
 	/* The stationary tile is unpacked once, transposed to [i][o] (hi and lo
@@ -740,7 +806,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;
 	t += m->tree_latency[TCP_MT_BF16] + m->fill_drain;
-	s->st->busy_cycles[MOE_TCP_ENGINE_CONTRACTION] += mac;
+	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, mac);
 	schedule(s, pc, &a, t);
 }
 
@@ -789,7 +855,14 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 					moe_dtype_name((moe_dtype)t->dtype), (long long)t->numel);
 				return false;
 			}
+			if (!h->data && !s->o->timing_only) {
+				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
+					"tcp: '%s' is bound without data (absent from the checkpoint); only a timing-only run accepts that",
+					t->name);
+				return false;
+			}
 			s->data[i] = h->data;
+			s->absent[i] = h->data ? 0 : (int32_t)i + 1;
 			s->borrowed[i] = true;
 			continue;
 		}
@@ -805,6 +878,12 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 	return true;
 }
 
+static int cmp_iv(const void *a, const void *b)
+{
+	int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+	return x < y ? -1 : x > y;
+}
+
 static void finish_stats(sim *s)
 {
 	const tcp_program *p = s->p;
@@ -814,6 +893,23 @@ static void finish_stats(sim *s)
 		end = end > s->cfree[c] ? end : s->cfree[c];
 	st->cycles = end;
 	st->busy_cycles[MOE_TCP_ENGINE_CONTROL] = s->tc;
+	st->timing_only = s->o->timing_only != 0;
+	/* wall time covered by expert commands: the union of their intervals */
+	if (s->nxiv)
+		qsort(s->xiv, s->nxiv, sizeof *s->xiv, cmp_iv);
+	int64_t covered = 0, lo = 0, hi = -1;
+	for (size_t i = 0; i < s->nxiv; i++) {
+		if (s->xiv[i][0] > hi) {
+			covered += hi > lo ? hi - lo : 0;
+			lo = s->xiv[i][0];
+			hi = s->xiv[i][1];
+		} else if (s->xiv[i][1] > hi) {
+			hi = s->xiv[i][1];
+		}
+	}
+	covered += hi > lo ? hi - lo : 0;
+	st->expert_seconds = (double)covered / s->m->clock_hz;
+	st->routing_seconds = (double)(end - covered) / s->m->clock_hz;
 	st->simulated_seconds = (double)end / s->m->clock_hz;
 	st->blocks_max = p->moe_G;
 	st->blocks_skipped = p->moe_G > st->blocks_executed ? p->moe_G - st->blocks_executed : 0;
@@ -869,7 +965,7 @@ static moe_status simulate(sim *s)
 		case TCP_OP_LD: {
 			int64_t lo, hi;
 			const tcp_view *v = &in->v[TCP_V_S0];
-			if (!vrange(s, pc, v, 0, in->dim, &lo, &hi))
+			if (!vrange(s, pc, v, 0, in->dim, &lo, &hi) || !needs_values(s, pc, v->t))
 				break;
 			int64_t w = haz_wait(s, v->t, lo, hi, false);
 			s->tc = (s->tc > w ? s->tc : w) + m->scalar_cycles;
@@ -959,15 +1055,30 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	s.hbm_wr_bpc = m->hbm_bytes_per_s * (m->hbm_write_bytes_per_s / share) / m->clock_hz;
 	s.data = calloc(p->nt + 1, sizeof *s.data);
 	s.borrowed = calloc(p->nt + 1, 1);
+	s.absent = calloc(p->nt + 1, sizeof *s.absent);
 	s.hz = calloc(p->nt + 1, sizeof *s.hz);
-	if (!s.data || !s.borrowed || !s.hz) {
+	if (!s.data || !s.borrowed || !s.absent || !s.hz) {
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = calloc((size_t)p->moe_E, 1);
+	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
+	s.xlo = s.xhi = -1;
+	if (p->block_loop_pc >= 0) {
+		for (uint32_t i = (uint32_t)p->block_loop_pc; i < p->ncode; i++)
+			if (p->code[i].op == TCP_OP_BR && p->code[i].target == p->block_loop_pc)
+				s.xhi = i;
+		for (int32_t i = p->block_loop_pc; s.xhi >= 0 && i-- > 0;)
+			if (p->code[i].op == TCP_OP_BR && p->code[i].target == s.xhi + 1) {
+				s.xlo = i;
+				break;
+			}
+		if (s.xlo < 0)
+			s.xhi = -1;
+	}
 	packed = moe_tensor_map_new(ctx);
-	rc = tcp_pack_weights(ctx, p, b, packed); /* at load time: off the simulated clock */
+	rc = tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed); /* at load time: off the simulated clock */
 	if (rc != MOE_OK)
 		goto out;
 	if (!bind(&s, b, packed)) {
@@ -999,9 +1110,11 @@ out:
 			free(s.data[i]);
 	free(s.data);
 	free(s.borrowed);
+	free(s.absent);
 	free(s.hz);
 	free(s.seen);
 	free(s.ev);
+	free(s.xiv);
 	if (packed)
 		moe_tensor_map_free(packed);
 	moe_tcp_machine_free(ctx, def);

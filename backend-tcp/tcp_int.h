@@ -221,7 +221,10 @@ void tcp_set_source(tcp_program *p, int32_t t, const char *source);
  * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
 moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
-moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_tensor_map *packed);
+/* Evaluates the prep graph on the bound weights (A13). With timing_only and a
+ * weight bound without data, binds every packed tensor without data instead. */
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
+	moe_tensor_map *packed);
 char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 
 #endif

@@ -3,7 +3,14 @@
 layer of a real model, random weights, for timing runs at real sizes (the
 real weights are not needed to measure speed; the values are N(0, 0.02)).
 
-usage: make_checkpoint.py qwen3_30b_a3b OUT.safetensors [--dtype bf16|f32] [--tokens T X.npy]
+usage: make_checkpoint.py MODEL OUT.safetensors [--dtype bf16|f32] [--no-experts] [--tokens T X.npy]
+
+MODEL is one of qwen3_30b_a3b, olmoe_1b_7b, mixtral_8x7b, deepseek_v3, gpt_oss_20b; the
+names and shapes are those the matching examples/MODEL.moe binds (its `layer` param
+included). --no-experts leaves out the routed experts' weights (the router, its biases
+and DeepSeek's shared experts stay): enough for `moec run --target=tcp --timing-only`,
+whose cycle counts do not depend on expert weight values. The DeepSeek-V3 layer's experts
+alone are 22.5 GB in bf16.
 """
 import json
 import struct
@@ -11,14 +18,47 @@ import sys
 
 import numpy as np
 
-MODELS = {
-    # name: (E, D, F, per-expert name template, router name)
-    "qwen3_30b_a3b": (128, 2048, 768, "model.layers.0.mlp.experts.{e}.{p}_proj.weight", "model.layers.0.mlp.gate.weight"),
-    "olmoe_1b_7b": (64, 2048, 1024, "model.layers.0.mlp.experts.{e}.{p}_proj.weight", "model.layers.0.mlp.gate.weight"),
-    "mixtral_8x7b": (8, 4096, 14336, "model.layers.0.block_sparse_moe.experts.{e}.{p}.weight",
-                     "model.layers.0.block_sparse_moe.gate.weight"),
-}
-MIXTRAL = {"gate": "w1", "up": "w3", "down": "w2"}
+
+def per_expert(E, tmpl, names, D, F):
+    """Per-expert tensors: names maps gate/up/down to the checkpoint's projection name."""
+    out = []
+    for e in range(E):
+        for p in ("gate", "up", "down"):
+            out.append((tmpl.format(e=e, p=names[p]), (F, D) if p != "down" else (D, F), None, True))
+    return out
+
+
+def tensors(model):
+    """[(name, shape, forced dtype or None, is a routed-expert weight)]"""
+    hf = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+    if model in ("qwen3_30b_a3b", "olmoe_1b_7b"):
+        E, D, F = (128, 2048, 768) if model == "qwen3_30b_a3b" else (64, 2048, 1024)
+        return [("model.layers.0.mlp.gate.weight", (E, D), None, False)] + \
+            per_expert(E, "model.layers.0.mlp.experts.{e}.{p}.weight", hf, D, F)
+    if model == "mixtral_8x7b":
+        E, D, F = 8, 4096, 14336
+        return [("model.layers.0.block_sparse_moe.gate.weight", (E, D), None, False)] + \
+            per_expert(E, "model.layers.0.block_sparse_moe.experts.{e}.{p}.weight",
+                       {"gate": "w1", "up": "w3", "down": "w2"}, D, F)
+    if model == "deepseek_v3":
+        E, D, F, L = 256, 7168, 2048, 3
+        pre = f"model.layers.{L}.mlp."
+        return [(pre + "gate.weight", (E, D), None, False),
+                (pre + "gate.e_score_correction_bias", (E,), "f32", False)] + \
+            per_expert(E, pre + "experts.{e}.{p}.weight", hf, D, F) + \
+            [(pre + "shared_experts.gate_proj.weight", (F, D), None, False),
+             (pre + "shared_experts.up_proj.weight", (F, D), None, False),
+             (pre + "shared_experts.down_proj.weight", (D, F), None, False)]
+    if model == "gpt_oss_20b":
+        E, D, F = 32, 2880, 2880
+        pre = "model.layers.0.mlp."
+        return [(pre + "router.weight", (E, D), None, False),
+                (pre + "router.bias", (E,), None, False),
+                (pre + "experts.gate_up_proj", (E, D, 2 * F), None, True),
+                (pre + "experts.gate_up_proj_bias", (E, 2 * F), None, True),
+                (pre + "experts.down_proj", (E, F, D), None, True),
+                (pre + "experts.down_proj_bias", (E, D), None, True)]
+    sys.exit(f"make_checkpoint.py: unknown model '{model}'")
 
 
 def bf16_bits(a):
@@ -27,32 +67,30 @@ def bf16_bits(a):
 
 
 def main():
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
     model, out = sys.argv[1], sys.argv[2]
     dtype = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "bf16"
-    E, D, F, tmpl, router = MODELS[model]
+    ts = [t for t in tensors(model) if not ("--no-experts" in sys.argv and t[3])]
     rng = np.random.default_rng(0)
-    tensors = [(router, (E, D))]
-    for e in range(E):
-        for p in ("gate", "up", "down"):
-            name = tmpl.format(e=e, p=MIXTRAL[p] if model == "mixtral_8x7b" else p)
-            tensors.append((name, (F, D) if p != "down" else (D, F)))
-    esz = 2 if dtype == "bf16" else 4
     header, off = {}, 0
-    for name, shape in tensors:
-        n = int(np.prod(shape)) * esz
-        header[name] = {"dtype": "BF16" if dtype == "bf16" else "F32", "shape": list(shape), "data_offsets": [off, off + n]}
+    for name, shape, forced, _ in ts:
+        dt = forced or dtype
+        n = int(np.prod(shape)) * (2 if dt == "bf16" else 4)
+        header[name] = {"dtype": "BF16" if dt == "bf16" else "F32", "shape": list(shape), "data_offsets": [off, off + n]}
         off += n
     h = json.dumps(header).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(out, "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for name, shape in tensors:
-            a = (rng.standard_normal(shape, dtype=np.float32) * 0.02)
-            f.write(bf16_bits(a).tobytes() if dtype == "bf16" else a.tobytes())
+        for name, shape, forced, _ in ts:
+            a = rng.standard_normal(shape, dtype=np.float32) * 0.02
+            f.write(bf16_bits(a).tobytes() if (forced or dtype) == "bf16" else a.tobytes())
     if "--tokens" in sys.argv:
         i = sys.argv.index("--tokens")
         T, xpath = int(sys.argv[i + 1]), sys.argv[i + 2]
+        D = header[ts[0][0]]["shape"][1]
         np.save(xpath, rng.standard_normal((T, D), dtype=np.float32))
 
 

@@ -602,6 +602,24 @@ moe_id ir_b_reduce(moe_graph *g, moe_op op, moe_id a, int axis, bool keepdims, m
 	return id;
 }
 
+moe_id ir_b_slice(moe_graph *g, moe_id a, int axis, int64_t start, int64_t stop, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, MOE_OP_SLICE, &a, 1, loc);
+	moe_node_set_int(g, id, "axis", axis);
+	moe_node_set_int(g, id, "start", start);
+	moe_node_set_int(g, id, "stop", stop);
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
+moe_id ir_b_concat(moe_graph *g, const moe_id *parts, uint32_t n, int axis, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, MOE_OP_CONCAT, parts, n, loc);
+	moe_node_set_int(g, id, "axis", axis);
+	IR_ASSERT(ir_infer(g->ctx, g, id) == MOE_OK);
+	return id;
+}
+
 moe_id ir_b_einsum(moe_graph *g, const char *eq, moe_id a, moe_id b, moe_loc loc)
 {
 	moe_id x[2] = {a, b};

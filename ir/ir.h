@@ -179,6 +179,8 @@ moe_id ir_b_bitcast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc);
 moe_id ir_b_reshape(moe_graph *g, moe_id a, int rank, const int64_t *shape, moe_loc loc);
 moe_id ir_b_reduce(moe_graph *g, moe_op op, moe_id a, int axis, bool keepdims, moe_loc loc);
 moe_id ir_b_einsum(moe_graph *g, const char *eq, moe_id a, moe_id b, moe_loc loc);
+moe_id ir_b_slice(moe_graph *g, moe_id a, int axis, int64_t start, int64_t stop, moe_loc loc);
+moe_id ir_b_concat(moe_graph *g, const moe_id *parts, uint32_t n, int axis, moe_loc loc);
 
 /* ---- einsum equation parsing, shared by shapes, interpreter and backends ---- */
 typedef struct ir_einsum {

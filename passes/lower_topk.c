@@ -10,8 +10,15 @@
  * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
  * output slot k holds the element of rank k (torch.topk(sorted=True) order),
  * found by comparing rank with k and a select-sum; packed16 unpacks the index
- * from the selected key. No data-dependent control flow remains. */
+ * from the selected key. No data-dependent control flow remains.
+ *
+ * The compare matrix has rows x E x E elements (DeepSeek-V3 at T = 4096:
+ * 2^28). When that exceeds the `chunk` option (default 2^25 elements), the
+ * rows are split along the leading axis into equal chunks that each stay
+ * under it, lowered one by one and concatenated, so no buffer holds the
+ * whole matrix. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass.h"
@@ -114,12 +121,49 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
 }
 
+/* lower_one over chunks of the leading axis, each with at most `limit`
+ * compare elements. */
+static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit)
+{
+	int64_t rows = c->sh[0], per = c->E; /* compare elements per leading row */
+	for (int i = 1; i < c->r; i++)
+		per *= c->sh[i];
+	int64_t fit = limit / per > 0 ? limit / per : 1;
+	if (c->r < 2 || rows <= fit)
+		return lower_one(c, x, packed);
+	int64_t n = (rows + fit - 1) / fit;
+	if (n > 4096)
+		n = 4096; /* parts[] below; the chunks then exceed the limit */
+	int64_t step = (rows + n - 1) / n;
+	moe_id parts[4096];
+	uint32_t np = 0;
+	for (int64_t a = 0; a < rows && np < 4096; a += step) {
+		int64_t b = a + step < rows ? a + step : rows;
+		tk sub = *c;
+		sub.sh[0] = b - a;
+		parts[np++] = lower_one(&sub, ir_b_slice(c->d, x, 0, a, b, c->loc), packed);
+	}
+	return ir_b_concat(c->d, parts, np, 0, c->loc);
+}
+
 PASS(pass_lower_topk)
 {
 	const char *mode = moe_pass_opt(opts, "mode");
 	if (mode && strcmp(mode, "exact") && strcmp(mode, "packed16")) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "lower-topk: mode must be exact or packed16, got '%s'", mode);
 		return MOE_ERR_INVALID;
+	}
+	const char *chunk = moe_pass_opt(opts, "chunk");
+	int64_t limit = (int64_t)1 << 25;
+	if (chunk) {
+		char *end;
+		long long v = strtoll(chunk, &end, 10);
+		if (*end || v < 1) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"lower-topk: chunk must be a positive count of compare elements, got '%s'", chunk);
+			return MOE_ERR_INVALID;
+		}
+		limit = v;
 	}
 	rebuild rb;
 	rebuild_begin(&rb, g);
@@ -146,7 +190,7 @@ PASS(pass_lower_topk)
 			rebuild_abort(&rb);
 			return MOE_ERR_INVALID;
 		}
-		moe_id out = lower_one(&c, rb.map[n->args[0]], packed);
+		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit);
 		if (n->name)
 			moe_node_set_name(rb.dst, out, n->name);
 		rb.map[i] = out;

@@ -13,9 +13,11 @@ static const moe_pass_info builtin[] = {
 	{"cse", "merge nodes computing the same value", NULL, pass_cse, NULL},
 	{"dce", "drop nodes no output depends on", NULL, pass_dce, NULL},
 	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form",
-		"mode=packed16|exact (default: packed16 for bf16 scores, exact otherwise)", pass_lower_topk, NULL},
+		"mode=packed16|exact (default: packed16 for bf16 scores, exact otherwise); chunk=N: split the rows so each\n"
+		"rank compare has at most N elements (default 33554432)", pass_lower_topk, NULL},
 	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid",
-		"grid=tight|seed|vllm (default tight)", pass_blockwise_dispatch, NULL},
+		"grid=tight|seed|vllm (default tight); chunk=N: combine in token chunks of at most N gathered elements\n"
+		"(default 33554432)", pass_blockwise_dispatch, NULL},
 	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
 		NULL},
 };

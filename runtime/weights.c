@@ -88,7 +88,39 @@ bad:
 }
 
 /* Load one weight node; false after diagnostics. */
-static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, moe_tensor_map *out)
+/* A tensor with a shape and no data: a weight absent from the checkpoint
+ * (MOE_WEIGHTS_ALLOW_ABSENT). The graph's shapes are validated, so the byte
+ * count cannot overflow. */
+static moe_tensor *shape_only(moe_ctx *ctx, moe_dtype dt, int rank, const int64_t *shape)
+{
+	moe_tensor *t = ctx_alloc(ctx, sizeof *t);
+	t->dtype = dt;
+	t->rank = rank;
+	t->nbytes = moe_dtype_size(dt);
+	for (int i = 0; i < rank; i++) {
+		t->shape[i] = shape[i];
+		t->nbytes *= (size_t)shape[i];
+	}
+	t->data = NULL;
+	t->owned = 0;
+	return t;
+}
+
+/* True when no tensor of src (each expert's, for a template) is in ck. */
+static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked)
+{
+	for (int64_t e = 0; e < count; e++) {
+		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		bool found = (stacked ? name != NULL : true) && moe_checkpoint_find(ck, stacked ? name : src, NULL);
+		free(name);
+		if (found || (stacked && !name))
+			return false;
+	}
+	return true;
+}
+
+static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, unsigned flags,
+	size_t *absent, moe_tensor_map *out)
 {
 	const char *wname = moe_node_name(g, id);
 	moe_loc loc = moe_node_loc(g, id);
@@ -125,6 +157,13 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': a per-expert source ({e}) needs a shape [E, ...]", wname);
 		free(src);
 		return false;
+	}
+	if ((flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked)) {
+		free(src);
+		moe_tensor_map_set(out, wname, shape_only(ctx, dt, rank, shape));
+		if (absent)
+			(*absent)++;
+		return true;
 	}
 	moe_tensor *t = moe_tensor_new(ctx, dt, rank, shape);
 	if (!t) {
@@ -186,23 +225,37 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	return true;
 }
 
-moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out)
+static moe_status load_all(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, unsigned flags, size_t *absent,
+	moe_tensor_map *out)
 {
 	bool ok = true;
 	uint32_t n = moe_graph_num_nodes(g);
+	if (absent)
+		*absent = 0;
 	for (moe_id i = 0; i < n; i++)
 		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
-			ok &= load_one(ctx, g, i, ck, out);
+			ok &= load_one(ctx, g, i, ck, flags, absent, out);
 	return ok ? MOE_OK : MOE_ERR_INVALID;
+}
+
+moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out)
+{
+	return load_all(ctx, g, ck, 0, NULL, out);
+}
+
+moe_status moe_weights_load_ex(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+	unsigned flags, moe_tensor_map *out, size_t *absent)
+{
+	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, npaths);
+	if (!ck)
+		return MOE_ERR_IO;
+	moe_status s = load_all(ctx, g, ck, flags, absent, out);
+	moe_checkpoint_close(ck);
+	return s;
 }
 
 moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
 	moe_tensor_map *out)
 {
-	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, npaths);
-	if (!ck)
-		return MOE_ERR_IO;
-	moe_status s = moe_weights_load_from(ctx, g, ck, out);
-	moe_checkpoint_close(ck);
-	return s;
+	return moe_weights_load_ex(ctx, g, paths, npaths, 0, out, NULL);
 }

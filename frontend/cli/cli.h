@@ -18,6 +18,7 @@ typedef struct opts {
 	const char *weights, *input, *target, *engine, *stats, *trace, *machine, *repeat;
 	const char *layer, *tokens, *block; /* import-hf */
 	int no_skip;
+	int timing_only; /* run --timing-only */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
@@ -29,6 +30,10 @@ int cli_ends_with(const char *s, const char *suf);
 moe_module *cli_load(moe_ctx *ctx, const opts *o);
 /* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */
 int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind);
+/* Binds the weights from the checkpoint files; with --timing-only, absent ones
+ * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
+int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
+	moe_tensor_map *bind);
 
 int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);

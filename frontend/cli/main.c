@@ -31,8 +31,13 @@ static const struct command {
 		"of OUT), portable C, a native object file or textual LLVM IR.\n", 1},
 	{"run", "moec run FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]\n"
 		"        [--engine=llvm|c|interp] [--stats FILE.json] [--repeat N] [--trace FILE.json]\n"
-		"        [--machine FILE.json] [--no-skip] [--set NAME=VALUE]...",
-		"Run the layer of FILE (.moe, or a compiled .tcpb) on the input and write its output as f32 .npy.\n", 1},
+		"        [--machine FILE.json] [--no-skip] [--timing-only] [--set NAME=VALUE]...",
+		"Run the layer of FILE (.moe, or a compiled .tcpb) on the input and write its output as f32 .npy.\n"
+		"\n"
+		"  --timing-only  (tcp) simulate the cycle counts only: the arithmetic of the expert blocks and of\n"
+		"                 the combine is skipped, no output is written (no -o), and weights absent from the\n"
+		"                 checkpoint (e.g. all expert weights) are allowed as long as routing does not\n"
+		"                 need them; the cycle counts equal those of a full run.\n", 1},
 	{"import-hf", "moec import-hf CONFIG.json [--layer N] [--tokens T] [--block B] [--set dtype=f32|bf16] -o FILE.moe",
 		"Write the .moe of one MoE layer of a HuggingFace checkpoint (mixtral, qwen2_moe, qwen3_moe, olmoe,\n"
 		"gpt_oss, deepseek_v3, llama4); weights bind to the checkpoint's tensor names.\n", 1},
@@ -143,6 +148,8 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->block = v;
 		} else if (!strcmp(a, "--no-skip")) {
 			o->no_skip = 1;
+		} else if (!strcmp(a, "--timing-only")) {
+			o->timing_only = 1;
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
 		} else if (bad) {

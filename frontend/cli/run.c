@@ -210,6 +210,18 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 	return status;
 }
 
+int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
+	moe_tensor_map *bind)
+{
+	size_t absent = 0;
+	if (moe_weights_load_ex(ctx, g, paths, np, o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0, bind, &absent) != MOE_OK)
+		return 1;
+	if (absent)
+		fprintf(stderr, "moec: timing only: %zu weight%s absent from the checkpoint (bound without values)\n", absent,
+			absent == 1 ? " is" : "s are");
+	return 0;
+}
+
 static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 {
 	return moe_write_file_atomic(ctx, path, json, strlen(json)) != MOE_OK;
@@ -220,7 +232,11 @@ int cli_run(moe_ctx *ctx, const opts *o)
 	const char *target = o->target ? o->target : "host";
 	if (strcmp(target, "host") && strcmp(target, "tcp"))
 		return err(ctx, NULL, "--target must be host or tcp, got '%s'", target);
-	if (!o->out)
+	if (o->timing_only && strcmp(target, "tcp") && !cli_ends_with(o->file, ".tcpb"))
+		return err(ctx, NULL, "--timing-only applies to --target=tcp only%s", "");
+	if (o->timing_only && o->out)
+		return err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
+	if (!o->out && !o->timing_only)
 		return err(ctx, NULL, "run needs -o y.npy%s", "");
 	if (!o->weights)
 		return err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
@@ -247,7 +263,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
 		goto done;
 	}
-	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || cli_bind_inputs(ctx, g, o->input, bind))
+	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_bind_inputs(ctx, g, o->input, bind))
 		goto done;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
@@ -276,7 +292,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 			err(ctx, NULL, "--engine must be llvm, c or interp, got '%s'", engine);
 		}
 	}
-	if (!status)
+	if (!status && !o->timing_only)
 		status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
 		status = write_stats(ctx, o->stats, stats);

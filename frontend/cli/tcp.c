@@ -32,9 +32,9 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o)
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	const opts *o, moe_tensor **out, char **stats_json)
 {
-	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip, .trace_path = o->trace};
+	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip, .trace_path = o->trace, .timing_only = o->timing_only};
 	moe_tcp_stats st;
-	if (moe_tcp_run(ctx, p, bind, &ro, out, &st) != MOE_OK)
+	if (moe_tcp_run(ctx, p, bind, &ro, o->timing_only ? NULL : out, &st) != MOE_OK)
 		return 1;
 	*stats_json = moe_tcp_stats_json(ctx, &st);
 	return 0;
@@ -95,11 +95,11 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
-	if (moe_weights_load(ctx, g, paths, np, bind) != MOE_OK || cli_bind_inputs(ctx, g, o->input, bind))
+	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_bind_inputs(ctx, g, o->input, bind))
 		goto done;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
-	status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
+	status = !o->timing_only && moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
 		status = moe_write_file_atomic(ctx, o->stats, stats, strlen(stats)) != MOE_OK;
 done:

@@ -105,6 +105,19 @@ MOE_API const moe_st_tensor *moe_checkpoint_find(moe_checkpoint *ck, const char 
  * diagnostic naming the tensor and file. */
 MOE_API moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
 	moe_tensor_map *out);
+/* Flags of moe_weights_load_ex. */
+enum {
+	/* A weight none of whose tensors is in the checkpoint (for a per-expert
+	 * template: none of its E) is bound as a tensor with its dtype and shape
+	 * but data == NULL, and counted in *absent. Only a timing-only TCP run
+	 * (moe_tcp_run_opts.timing_only) accepts such tensors; it stops with a
+	 * run-time fault if it needs their values (routing does; the expert FFNs,
+	 * whose arithmetic a timing-only run skips, do not). */
+	MOE_WEIGHTS_ALLOW_ABSENT = 1u << 0,
+};
+/* moe_weights_load with flags; *absent (may be NULL) counts absent weights. */
+MOE_API moe_status moe_weights_load_ex(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+	unsigned flags, moe_tensor_map *out, size_t *absent);
 /* The same against an open checkpoint. */
 MOE_API moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out);
 

@@ -75,6 +75,13 @@ typedef struct moe_tcp_stats {
 	int64_t commands, instructions;
 	int64_t experts_hit;
 	double flops; /* needed multiply-adds x 2 */
+	/* Routing (router, top-k, index generation, dispatch and combine: every
+	 * command outside the block loop) against expert work (the block loop and
+	 * the fetch of its first block). */
+	double expert_seconds;  /* wall time with at least one expert command in flight */
+	double routing_seconds; /* simulated_seconds - expert_seconds: routing not hidden under expert work */
+	int64_t routing_busy_cycles[MOE_TCP_NENGINES]; /* the busy cycles of routing commands (control: 0) */
+	int timing_only;        /* the run was timing-only (its outputs were not computed) */
 } moe_tcp_stats;
 
 typedef struct moe_tcp_run_opts {

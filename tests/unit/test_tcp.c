@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "moec/io.h"
 #include "moec/passes.h"
 #include "moec/runtime.h"
 #include "moec/tcp.h"
@@ -156,11 +157,13 @@ typedef struct run {
 	moe_tcp_stats st;
 } run;
 
+static const char *pipeline = "tcp"; /* the lowering pipeline lowered() runs */
+
 static moe_module *lowered(moe_ctx *ctx, const layer *L, moe_module **orig)
 {
 	*orig = build(ctx, L);
 	moe_module *m = build(ctx, L);
-	if (moe_run_pipeline_text(ctx, "tcp", m, NULL) != MOE_OK) {
+	if (moe_run_pipeline_text(ctx, pipeline, m, NULL) != MOE_OK) {
 		moe_diag_print(ctx, stderr);
 		fail();
 	}
@@ -505,6 +508,129 @@ static double sim_time(moe_ctx *ctx, moe_tcp_program *p, moe_tensor_map *b, cons
 	return s.simulated_seconds;
 }
 
+/* The rank compare of top-k and the combine split into row chunks (forced
+ * small here; DeepSeek-V3 at T = 4096 needs it to fit DM): the concat of the
+ * chunks lowers to copy passes and the result still matches the interpreter. */
+static void test_chunked_rows_match_interp(void **st)
+{
+	(void)st;
+	pipeline = "infer-shapes,canonicalize,lower-topk{chunk=300},blockwise-dispatch{chunk=200},grid-bound,"
+		   "canonicalize,cse,dce";
+	layer L = {MOE_F32, 23, 16, 24, 6, 2, 4, 0, 0};
+	check_against_interp(&L, 1e-5);
+	layer Lb = {MOE_BF16, 23, 16, 24, 6, 2, 4, 0, 0};
+	check_against_interp(&Lb, 1e-2);
+	pipeline = "tcp";
+}
+
+/* A safetensors file holding the tensors of b named in names (NULL-terminated). */
+static void write_checkpoint(const char *path, const moe_tensor_map *b, const char *const *names)
+{
+	char hdr[4096] = "{";
+	size_t off = 0;
+	for (int i = 0; names[i]; i++) {
+		const moe_tensor *t = moe_tensor_map_get(b, names[i]);
+		char shape[128] = "";
+		for (int k = 0; k < t->rank; k++)
+			snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", k ? "," : "", (long long)t->shape[k]);
+		snprintf(hdr + strlen(hdr), sizeof hdr - strlen(hdr), "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],"
+			"\"data_offsets\":[%zu,%zu]}", i ? "," : "", names[i], t->dtype == MOE_BF16 ? "BF16" : "F32", shape, off,
+			off + t->nbytes);
+		off += t->nbytes;
+	}
+	strcat(hdr, "}");
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	uint64_t n = strlen(hdr);
+	assert_int_equal(fwrite(&n, 8, 1, f), 1);
+	assert_int_equal(fwrite(hdr, 1, n, f), n);
+	for (int i = 0; names[i]; i++) {
+		const moe_tensor *t = moe_tensor_map_get(b, names[i]);
+		assert_int_equal(fwrite(t->data, 1, t->nbytes, f), t->nbytes);
+	}
+	fclose(f);
+}
+
+/* Timing-only runs need no expert weights: bound without values (absent
+ * from the checkpoint) they give the cycles of the full run; a weight that
+ * routing reads must be present, and a full run refuses absent weights. */
+static void test_timing_only_absent_expert_weights(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0, 0};
+	moe_module *m;
+	moe_tcp_program *p = compile_layer(ctx, &L, &m);
+	moe_tensor_map *full = bindings(ctx, &L, 11);
+	char path[] = "/tmp/moec_absentXXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	const char *router_only[] = {"router", NULL};
+	write_checkpoint(path, full, router_only);
+	const char *paths[] = {path};
+	const moe_graph *g = moe_module_graph(m, 0);
+
+	moe_tensor_map *b = moe_tensor_map_new(ctx);
+	size_t absent = 0;
+	/* without the flag, the missing tensors are errors */
+	assert_int_equal(moe_weights_load(ctx, g, paths, 1, b), MOE_ERR_INVALID);
+	assert_true(moe_error_count(ctx) > 0);
+	moe_diag_clear(ctx);
+	assert_int_equal(moe_weights_load_ex(ctx, g, paths, 1, MOE_WEIGHTS_ALLOW_ABSENT, b, &absent), MOE_OK);
+	assert_int_equal(absent, 3);
+	assert_null(moe_tensor_map_get(b, "gate")->data);
+	assert_non_null(moe_tensor_map_get(b, "router")->data);
+	moe_tensor *x = moe_tensor_map_get(full, "x");
+	moe_tensor *xc = moe_tensor_new(ctx, x->dtype, x->rank, x->shape);
+	memcpy(xc->data, x->data, x->nbytes);
+	moe_tensor_map_set(b, "x", xc);
+
+	moe_tcp_run_opts o = {0};
+	moe_tcp_stats sf, sa;
+	o.timing_only = 1;
+	assert_int_equal(moe_tcp_run(ctx, p, full, &o, NULL, &sf), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &sa), MOE_OK);
+	assert_int_equal(sf.cycles, sa.cycles);
+	assert_int_equal(sf.blocks_executed, sa.blocks_executed);
+	assert_true(sa.timing_only);
+	/* the routing share: expert work covers part of the time, never more */
+	assert_true(sa.expert_seconds > 0 && sa.routing_seconds > 0);
+	assert_true(fabs(sa.expert_seconds + sa.routing_seconds - sa.simulated_seconds) < 1e-12);
+	assert_true(sa.routing_busy_cycles[MOE_TCP_ENGINE_VECTOR] > 0);
+	assert_true(sa.routing_busy_cycles[MOE_TCP_ENGINE_DMA] < sa.busy_cycles[MOE_TCP_ENGINE_DMA]);
+	/* a full run refuses a weight without values, before anything runs */
+	o.timing_only = 0;
+	moe_tensor *out[2] = {0};
+	assert_int_equal(moe_tcp_run(ctx, p, b, &o, out, &sa), MOE_ERR_INVALID);
+	moe_diag_clear(ctx);
+	/* without the router, routing cannot run: a clear fault, not zeros */
+	const char *none[] = {NULL};
+	write_checkpoint(path, full, none);
+	moe_tensor_map *nb = moe_tensor_map_new(ctx);
+	assert_int_equal(moe_weights_load_ex(ctx, g, paths, 1, MOE_WEIGHTS_ALLOW_ABSENT, nb, &absent), MOE_OK);
+	assert_int_equal(absent, 4);
+	xc = moe_tensor_new(ctx, x->dtype, x->rank, x->shape);
+	moe_tensor_map_set(nb, "x", xc);
+	o.timing_only = 1;
+	assert_int_equal(moe_tcp_run(ctx, p, nb, &o, NULL, &sa), MOE_ERR_RUNTIME);
+	char *msg = NULL;
+	size_t len = 0;
+	FILE *mf = open_memstream(&msg, &len);
+	moe_diag_print(ctx, mf);
+	fclose(mf);
+	assert_non_null(strstr(msg, "needs the values of"));
+	assert_non_null(strstr(msg, "router"));
+	free(msg);
+	remove(path);
+	moe_tensor_map_free(nb);
+	moe_tensor_map_free(b);
+	moe_tensor_map_free(full);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
 static void test_timing_only_same_cycles(void **st)
 {
 	(void)st;
@@ -700,6 +826,8 @@ int main(void)
 		cmocka_unit_test(test_one_expert_skips_blocks),
 		cmocka_unit_test(test_binary_round_trip_and_corruption),
 		cmocka_unit_test(test_timing_only_same_cycles),
+		cmocka_unit_test(test_chunked_rows_match_interp),
+		cmocka_unit_test(test_timing_only_absent_expert_weights),
 		cmocka_unit_test(test_decode_follows_hbm_bandwidth),
 		cmocka_unit_test(test_prefill_follows_mac_rate),
 		cmocka_unit_test(test_machine_file_errors),
