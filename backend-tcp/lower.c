@@ -72,6 +72,13 @@ typedef struct lw {
 	/* block region */
 	moe_id rows, nblocks, bexp;
 	bool *wstream;     /* per-block weight gather streamed in TRF-tile chunks (not held per expert) */
+	/* dispatch by gather (plan_fusions): the grid scatter(0, pos, gather(x, tok))
+	 * and the reshapes of it the block loop reads become an i32 list of each
+	 * grid row's token, and every block gathers its rows of x directly.
+	 * ggrid[i] = the scatter + 1 for those nodes, 0 otherwise; gdefer marks
+	 * the token-row gather, which is never materialised. */
+	moe_id *ggrid;
+	bool *gdefer;
 	int64_t G;
 	int vreg_rows;
 } lw;
@@ -917,6 +924,21 @@ static void lower_scatter(lw *c, moe_id id)
 		lerr(c, id, "scatter-add needs read-modify-write DMA, which is not modelled");
 		return;
 	}
+	if (c->ggrid[id]) {
+		/* dispatch by gather: row r of the grid is token rowlist[r] (0 for
+		 * padding rows, which the block math masks) */
+		const ir_node *xp = N(c->g, n->args[2]);
+		int64_t rows = n->shape[0], ni = ir_numel(ix);
+		ir_node rn = *n;
+		rn.dtype = MOE_I32;
+		rn.rank = 1;
+		int32_t t = dm_tensor(c, id, "grid_rows", MOE_I32, 1, &rows);
+		c->v[id] = tview(t, id, &rn);
+		val *iv = dm_view(c, n->args[1]);
+		val *tv = dm_view(c, xp->args[1]);
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1);
+		return;
+	}
 	val *bv = &c->v[n->args[0]];
 	bool zero_base = bv->kind == VK_IMM && bv->imm == 0;
 	val *o = out_val(c, id, (moe_dtype)n->dtype);
@@ -1321,6 +1343,41 @@ static ir_node block_node(const ir_node *n)
 	return b;
 }
 
+/* Dispatch by gather: block blk's rows of x, by the grid's row list, into
+ * slot `slot` of buf (n elements per block). */
+static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk)
+{
+	const ir_node *sn = N(c->g, s), *xp = N(c->g, sn->args[2]), *x = N(c->g, xp->args[0]);
+	val *xv = need_view(c, xp->args[0]);
+	int64_t D = sn->shape[1], rows = n / D, T = x->shape[0];
+	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
+	in.ndim = 3;
+	in.dim[0] = 1;
+	in.dim[1] = rows;
+	in.dim[2] = D;
+	in.rows = T;
+	in.vreg = -1;
+	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
+	d->t = buf;
+	d->reg = slot;
+	d->scale = n;
+	d->stride[0] = n;
+	d->stride[1] = D;
+	d->stride[2] = 1;
+	sv->t = xv->t;
+	sv->base = xv->base;
+	sv->stride[0] = T * D;
+	sv->stride[1] = D;
+	sv->stride[2] = 1;
+	ix->t = c->v[s].t;
+	ix->base = c->v[s].base;
+	ix->reg = blk;
+	ix->scale = rows;
+	ix->stride[0] = rows;
+	ix->stride[1] = 1;
+	emit(c, &in);
+}
+
 static void lower_region(lw *c)
 {
 	const moe_graph *g = c->g;
@@ -1337,6 +1394,7 @@ static void lower_region(lw *c)
 		int32_t buf;
 		int64_t n;  /* elements per block */
 		bool weight;
+		moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
 	} inp;
 	inp ins[32];
 	int nin = 0;
@@ -1399,7 +1457,7 @@ static void lower_region(lw *c)
 			memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 			int32_t t = dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 			if (nin < 32)
-				ins[nin++] = (inp){n->args[0], i, t, ir_numel(&b), true};
+				ins[nin++] = (inp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
 			val v = tview(t, i, &b);
 			v.region = true;
 			v.reg = R_SLOT;
@@ -1427,7 +1485,7 @@ static void lower_region(lw *c)
 			memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 			int32_t t = dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
 			if (nin < 32)
-				ins[nin++] = (inp){a, MOE_NONE, t, ir_numel(&b), false};
+				ins[nin++] = (inp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
 		}
 	}
 	if (nin >= 32) {
@@ -1461,10 +1519,15 @@ static void lower_region(lw *c)
 		if ((ins[j].weight && (grids_only)) || (!ins[j].weight && (weights_only)))                             \
 			continue;                                                                                      \
 		val *sv = &c->v[ins[j].src];                                                                       \
-		dma_copy(c, ins[j].buf, 0, slot, ins[j].n, sv->t, sv->base, ins[j].weight ? ex : blk, ins[j].n,     \
-			ins[j].n);                                                                                 \
+		if (ins[j].gather != MOE_NONE)                                                                     \
+			block_gather(c, ins[j].buf, slot, ins[j].n, ins[j].gather, blk);                               \
+		else                                                                                               \
+			dma_copy(c, ins[j].buf, 0, slot, ins[j].n, sv->t, sv->base, ins[j].weight ? ex : blk, ins[j].n, \
+				ins[j].n);                                                                         \
 	}
 	for (int j = 0; j < nin; j++) {
+		if (ins[j].gather != MOE_NONE)
+			continue;
 		val *sv = need_view(c, ins[j].src);
 		if (sv->kind != VK_VIEW || !is_contig(sv, N(g, ins[j].src))) {
 			lerr(c, ins[j].src, "per-block input must be a contiguous tensor");
@@ -1724,8 +1787,12 @@ static void lower_node(lw *c, moe_id id)
 		lower_leaf(c, id);
 		return;
 	}
-	if (c->fused_into[id] != MOE_NONE)
-		return; /* computed inside the reduce it feeds */
+	if (c->fused_into[id] != MOE_NONE || c->gdefer[id])
+		return; /* computed inside the reduce it feeds; or gathered per block */
+	if (c->ggrid[id] && n->op == MOE_OP_RESHAPE) {
+		c->v[id] = c->v[n->args[0]]; /* the grid's row list; the block loop gathers */
+		return;
+	}
 	if (c->alias_cast[id]) {
 		c->v[id] = c->v[n->args[0]]; /* the fetch widens bf16 to the f32 lane word */
 		if (c->v[id].kind != VK_VIEW)
@@ -1852,6 +1919,43 @@ static void plan_fusions(lw *c)
 				c->hbm_home[i] = true;
 		}
 	}
+	/* dispatch by gather: scatter(0, pos, gather(x, tok)) read only through
+	 * reshapes that only the block loop reads */
+	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_SCATTER || c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE || n->rank != 2 ||
+			strcmp(ir_attr_str(n, "mode", "set"), "set"))
+			continue;
+		const ir_node *z = N(g, n->args[0]), *xp = N(g, n->args[2]);
+		if (z->op != MOE_OP_CONST || ir_attr_float(z, "value", (double)ir_attr_int(z, "value", 1)) != 0.0 ||
+			xp->op != MOE_OP_GATHER || nuse[n->args[2]] != 1 || c->is_out[n->args[2]] || xp->valid != MOE_NONE ||
+			ir_attr_int(xp, "axis", 0) != 0 || N(g, xp->args[0])->rank != 2 || N(g, xp->args[1])->rank != 1 ||
+			N(g, xp->args[0])->op != MOE_OP_INPUT || N(g, xp->args[0])->dtype != n->dtype)
+			continue;
+		bool ok = nuse[i] >= 1;
+		for (moe_id u = i + 1; u < nn && ok; u++) {
+			const ir_node *un = N(g, u);
+			for (uint32_t k = 0; k < un->nargs && ok; k++) {
+				if (un->args[k] != i)
+					continue;
+				ok = un->op == MOE_OP_RESHAPE && !c->inreg[u] && !c->is_out[u] && un->rank >= 2 &&
+				     un->shape[0] == c->G && nuse[u] >= 1;
+				for (moe_id w = u + 1; w < nn && ok; w++)
+					for (uint32_t q = 0; q < N(g, w)->nargs; q++)
+						if (N(g, w)->args[q] == u && !c->inreg[w])
+							ok = false;
+			}
+			if (un->valid == i)
+				ok = false;
+		}
+		if (!ok)
+			continue;
+		c->ggrid[i] = i + 1;
+		c->gdefer[n->args[2]] = true;
+		for (moe_id u = i + 1; u < nn; u++)
+			if (N(g, u)->op == MOE_OP_RESHAPE && N(g, u)->args[0] == i)
+				c->ggrid[u] = i + 1;
+	}
 	ctx_free(c->ctx, nuse, (nn + 1) * sizeof *nuse);
 	ctx_free(c->ctx, user, (nn + 1) * sizeof *user);
 }
@@ -1877,6 +1981,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	c.alias_cast = ctx_alloc(ctx, nn + 1);
 	c.wstream = ctx_alloc(ctx, nn + 1);
 	c.fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
+	c.ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
+	c.gdefer = ctx_alloc(ctx, nn + 1);
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
@@ -1995,6 +2101,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.alias_cast, nn + 1);
 	ctx_free(ctx, c.wstream, nn + 1);
 	ctx_free(ctx, c.fused_into, sizeof(moe_id) * (nn + 1));
+	ctx_free(ctx, c.ggrid, sizeof(moe_id) * (nn + 1));
+	ctx_free(ctx, c.gdefer, nn + 1);
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
 		tcp_prog_free(p);
