@@ -347,6 +347,108 @@ void moe_node_set_name(moe_graph *g, moe_id id, const char *name)
 	N(g, id)->name = ir_strdup(&g->arena, name);
 }
 
+void moe_node_set_arg(moe_graph *g, moe_id id, uint32_t i, moe_id v)
+{
+	ir_node *n = N(g, id);
+	IR_ASSERT(i < n->nargs && (v == MOE_NONE || v < g->nnodes));
+	n->args[i] = v;
+}
+
+uint32_t moe_graph_replace_uses(moe_graph *g, moe_id old, moe_id v)
+{
+	IR_ASSERT(old < g->nnodes && v < g->nnodes);
+	uint32_t count = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (i == v)
+			continue;
+		ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] == old) {
+				n->args[k] = v;
+				count++;
+			}
+		if (n->valid == old) {
+			n->valid = v;
+			count++;
+		}
+	}
+	for (uint32_t i = 0; i < g->nout; i++)
+		if (g->outputs[i] == old) {
+			g->outputs[i] = v;
+			count++;
+		}
+	return count;
+}
+
+/* Emit node i after its operands (depth first; state 1 = on the stack). */
+static bool compact_visit(moe_graph *dst, const moe_graph *g, moe_id i, uint8_t *state, moe_id *map, moe_id *cyc)
+{
+	if (state[i] == 2)
+		return true;
+	if (state[i] == 1) {
+		*cyc = i;
+		return false;
+	}
+	state[i] = 1;
+	const ir_node *n = N(g, i);
+	for (uint32_t k = 0; k <= n->nargs; k++) {
+		moe_id a = k < n->nargs ? n->args[k] : n->valid;
+		if (a != MOE_NONE && !compact_visit(dst, g, a, state, map, cyc))
+			return false;
+	}
+	state[i] = 2;
+	map[i] = ir_copy_node(dst, g, i, map);
+	return true;
+}
+
+moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
+{
+	uint32_t nn = g->nnodes;
+	uint8_t *live = ctx_alloc(ctx, nn + 1), *state = ctx_alloc(ctx, nn + 1);
+	moe_id *m = ctx_alloc(ctx, (nn + 1) * sizeof *m);
+	for (moe_id i = 0; i < nn; i++)
+		m[i] = MOE_NONE;
+	/* live: reachable from the outputs */
+	moe_id *stack = ctx_alloc(ctx, (nn + 1) * sizeof *stack);
+	uint32_t sp = 0;
+	for (uint32_t i = 0; i < g->nout; i++)
+		if (!live[g->outputs[i]]) {
+			live[g->outputs[i]] = 1;
+			stack[sp++] = g->outputs[i];
+		}
+	while (sp) {
+		const ir_node *n = N(g, stack[--sp]);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && !live[a]) {
+				live[a] = 1;
+				stack[sp++] = a;
+			}
+		}
+	}
+	moe_graph *dst = ir_graph_clone_empty(g);
+	moe_id cyc = MOE_NONE;
+	bool ok = true;
+	for (moe_id i = 0; i < nn && ok; i++)
+		if (live[i])
+			ok = compact_visit(dst, g, i, state, m, &cyc);
+	if (ok) {
+		for (uint32_t i = 0; i < g->nout; i++)
+			moe_graph_add_output(dst, m[g->outputs[i]]);
+		ir_graph_take(g, dst);
+		if (map)
+			memcpy(map, m, nn * sizeof *m);
+	} else {
+		moe_diag(ctx, MOE_DIAG_ERROR, N(g, cyc)->loc, "graph compaction: node %%%u depends on itself (a cycle)", cyc);
+		ir_graph_free(dst);
+	}
+	ctx_free(ctx, stack, (nn + 1) * sizeof *stack);
+	ctx_free(ctx, m, (nn + 1) * sizeof *m);
+	ctx_free(ctx, state, nn + 1);
+	ctx_free(ctx, live, nn + 1);
+	return ok ? MOE_OK : MOE_ERR_INVALID;
+}
+
 void moe_node_set_valid(moe_graph *g, moe_id id, moe_id valid)
 {
 	IR_ASSERT(valid == MOE_NONE || valid < id);

@@ -19,7 +19,6 @@
  * would exceed the `chunk` option (default 2^25 elements), so no buffer
  * holds them all (DeepSeek-V3 at T = 4096: 470 MB in bf16). */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass.h"
@@ -238,18 +237,9 @@ PASS(pass_blockwise_dispatch)
 			grid);
 		return MOE_ERR_INVALID;
 	}
-	const char *chunk = moe_pass_opt(opts, "chunk");
-	int64_t limit = (int64_t)1 << 25;
-	if (chunk) {
-		char *end;
-		long long v = strtoll(chunk, &end, 10);
-		if (*end || v < 1) {
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
-				"blockwise-dispatch: chunk must be a positive count of elements, got '%s'", chunk);
-			return MOE_ERR_INVALID;
-		}
-		limit = v;
-	}
+	int64_t limit; /* gathered elements per combine chunk */
+	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
+		return MOE_ERR_INVALID;
 	rebuild rb;
 	rebuild_begin(&rb, g);
 	int nexperts = 0;

@@ -18,7 +18,6 @@
  * under it, lowered one by one and concatenated, so no buffer holds the
  * whole matrix. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass.h"
@@ -153,18 +152,9 @@ PASS(pass_lower_topk)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "lower-topk: mode must be exact or packed16, got '%s'", mode);
 		return MOE_ERR_INVALID;
 	}
-	const char *chunk = moe_pass_opt(opts, "chunk");
-	int64_t limit = (int64_t)1 << 25;
-	if (chunk) {
-		char *end;
-		long long v = strtoll(chunk, &end, 10);
-		if (*end || v < 1) {
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
-				"lower-topk: chunk must be a positive count of compare elements, got '%s'", chunk);
-			return MOE_ERR_INVALID;
-		}
-		limit = v;
-	}
+	int64_t limit; /* compare elements per chunk */
+	if (!pass_opt_count(ctx, opts, "lower-topk", "chunk", (int64_t)1 << 25, &limit))
+		return MOE_ERR_INVALID;
 	rebuild rb;
 	rebuild_begin(&rb, g);
 	for (moe_id i = 0; i < g->nnodes; i++) {

@@ -1,6 +1,8 @@
 /* passes/manager.c: pass registry, pipeline text (parse/print), the runner
  * with verification, IR dumps before/after passes and failure reproducers. */
 #include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moec/io.h"
@@ -36,6 +38,24 @@ const char *moe_pipeline_named(const char *name)
 		if (!strcmp(named[i].name, name))
 			return named[i].text;
 	return NULL;
+}
+
+bool pass_opt_count(moe_ctx *ctx, const moe_pass_opts *o, const char *pass, const char *key, int64_t def,
+	int64_t *out)
+{
+	const char *v = moe_pass_opt(o, key);
+	*out = def;
+	if (!v)
+		return true;
+	char *end;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (end == v || *end || n < 1 || errno) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s: %s must be a positive count, got '%s'", pass, key, v);
+		return false;
+	}
+	*out = n;
+	return true;
 }
 
 const char *moe_pass_opt(const moe_pass_opts *o, const char *key)

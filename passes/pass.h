@@ -14,6 +14,11 @@ PASS(pass_lower_topk);
 PASS(pass_blockwise_dispatch);
 PASS(pass_grid_bound);
 
+/* Option `key` of pass `pass` as a positive count in *out (def when absent);
+ * false with a diagnostic when it is not a positive decimal integer. */
+bool pass_opt_count(moe_ctx *ctx, const moe_pass_opts *o, const char *pass, const char *key, int64_t def,
+	int64_t *out);
+
 /* Helpers shared by passes: a rebuild copies every node of g into a fresh
  * graph through `map`, letting a pass replace some nodes by new ones. */
 typedef struct rebuild {

@@ -87,6 +87,23 @@ MOE_API void moe_node_set_str(moe_graph *g, moe_id n, const char *key, const cha
 MOE_API void moe_node_set_ints(moe_graph *g, moe_id n, const char *key, const int64_t *v, int count);
 MOE_API moe_status moe_node_infer(moe_graph *g, moe_id n);
 
+/* ---- rewriting a graph (external passes) ----
+ * A rewrite appends its new nodes, points the users of the old value at them
+ * (moe_graph_replace_uses, or moe_node_set_arg for one operand), then calls
+ * moe_graph_compact, which puts the nodes back in an order where operands
+ * precede their users and drops every node no output needs. Between the
+ * edits and the compaction an operand may refer to a later node; nothing but
+ * these three functions may run on the graph then. */
+MOE_API void moe_node_set_arg(moe_graph *g, moe_id n, uint32_t i, moe_id v);
+/* Every operand, valid mask and graph output that is `old` becomes `v`
+ * (except in v itself); returns how many were changed. */
+MOE_API uint32_t moe_graph_replace_uses(moe_graph *g, moe_id old, moe_id v);
+/* Reorders the nodes so operands precede uses (the order is kept where it
+ * already does) and drops nodes that no output reaches. map, when not NULL,
+ * has room for the old node count and receives each old id's new id
+ * (MOE_NONE when dropped). A cycle is an error (diagnostic, graph unchanged). */
+MOE_API moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map);
+
 /* ---- reading nodes ---- */
 MOE_API moe_op moe_node_op(const moe_graph *g, moe_id n);
 MOE_API moe_dtype moe_node_dtype(const moe_graph *g, moe_id n);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "moec/runtime.h"
 
 static void test_build_and_infer(void **st)
 {
@@ -40,6 +41,64 @@ static void test_build_and_infer(void **st)
 	assert_int_equal(moe_node_dtype(g, k), MOE_I32);
 	moe_graph_add_output(g, k);
 	assert_int_equal(moe_graph_verify(c, g), MOE_OK);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
+/* An external pass rewrites neg(exp(x)) + 1 into abs(x) + 1 with the public
+ * API: new nodes appended, uses replaced, compacted back into order; the
+ * interpreter then computes the rewritten graph. A cycle is refused. */
+static void test_rewrite_and_compact(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m = moe_module_new(c);
+	moe_graph *g = moe_module_add_graph(m, "l");
+	int64_t xs[1] = {4};
+	moe_id x = moe_node_new(g, MOE_OP_INPUT, NULL, 0, moe_loc_none());
+	moe_node_set_type(g, x, MOE_F32, xs, 1);
+	moe_node_set_name(g, x, "x");
+	moe_id e = ir_b1(g, MOE_OP_EXP, x, moe_loc_none());
+	moe_id ng = ir_b1(g, MOE_OP_NEG, e, moe_loc_none());
+	moe_id one = ir_b_const(g, MOE_F32, 1.0, moe_loc_none());
+	moe_id y = ir_b2(g, MOE_OP_ADD, ng, one, moe_loc_none());
+	moe_graph_add_output(g, y);
+	moe_graph_add_output(g, ng);
+	assert_int_equal(moe_graph_num_nodes(g), 5);
+	moe_id a = ir_b1(g, MOE_OP_ABS, x, moe_loc_none()); /* appended after its users-to-be */
+	assert_int_equal(moe_graph_replace_uses(g, ng, a), 2); /* the add's operand and output 1 */
+	moe_id map[6];
+	assert_int_equal(moe_graph_compact(c, g, map), MOE_OK);
+	assert_int_equal(moe_graph_verify(c, g), MOE_OK);
+	assert_int_equal(moe_graph_num_nodes(g), 4); /* x, const, abs, add: exp and neg dropped */
+	assert_int_equal(map[e], MOE_NONE);
+	assert_int_equal(map[ng], MOE_NONE);
+	assert_int_equal(moe_node_op(g, map[a]), MOE_OP_ABS);
+	assert_true(map[a] < map[y]);
+	assert_int_equal(moe_graph_output(g, 0), map[y]);
+	assert_int_equal(moe_graph_output(g, 1), map[a]);
+	moe_tensor_map *b = moe_tensor_map_new(c);
+	moe_tensor *xt = moe_tensor_new(c, MOE_F32, 1, xs);
+	float xv[4] = {-2.0f, -0.5f, 0.0f, 3.0f};
+	memcpy(xt->data, xv, sizeof xv);
+	moe_tensor_map_set(b, "x", xt);
+	moe_tensor *out[2] = {0};
+	assert_int_equal(moe_interp_run(c, g, b, out), MOE_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_true(((float *)out[0]->data)[i] == (xv[i] < 0 ? -xv[i] : xv[i]) + 1.0f);
+		assert_true(((float *)out[1]->data)[i] == (xv[i] < 0 ? -xv[i] : xv[i]));
+	}
+	moe_tensor_free(c, out[0]);
+	moe_tensor_free(c, out[1]);
+	moe_tensor_map_free(b);
+	/* a cycle: abs reads the add that reads it */
+	moe_node_set_arg(g, map[a], 0, map[y]);
+	assert_int_equal(moe_graph_compact(c, g, NULL), MOE_ERR_INVALID);
+	assert_true(moe_error_count(c) == 1);
+	const char *msg;
+	moe_diag_get(c, 0, NULL, NULL, &msg);
+	assert_non_null(strstr(msg, "cycle"));
+	assert_int_equal(moe_graph_num_nodes(g), 4); /* unchanged */
 	moe_module_free(m);
 	moe_ctx_free(c);
 }
@@ -79,6 +138,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_build_and_infer),
+		cmocka_unit_test(test_rewrite_and_compact),
 		cmocka_unit_test(test_einsum_mismatch),
 		cmocka_unit_test(test_overflow),
 	};
