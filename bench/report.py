@@ -626,7 +626,10 @@ else:
 b512 = next((r for r in host_rows if r["dt"] == "bf16" and r["T"] == 512), None)
 if b512:
     row("host >= 2x PyTorch bf16 at T=512", f"{b512['ratio']:.2f}x ({fmt_s(b512['moec'])} vs {fmt_s(b512['torch'])})",
-        "met" if b512["ratio"] >= 2 else f"**missed** (x{2 / b512['ratio']:.1f} short)")
+        "met" if b512["ratio"] >= 2 else f"**missed** (x{2 / b512['ratio']:.1f} short"
+        + ("; this CPU has " + E_.get("cpu_bf16", "") + ", which PyTorch's bf16 GEMMs (oneDNN) use, while moec's "
+           "kernels widen bf16 to f32 FMAs: 2x PyTorch needs AMX tiles in moec's kernels" if "amx_bf16" in
+           E_.get("cpu_bf16", "") else "") + ")")
 else:
     row("host >= 2x PyTorch bf16 at T=512", "not run in this mode", "**not measured**")
 if comp:
