@@ -936,6 +936,10 @@ static void lower_scatter(lw *c, moe_id id)
 		c->v[id] = tview(t, id, &rn);
 		val *iv = dm_view(c, n->args[1]);
 		val *tv = dm_view(c, xp->args[1]);
+		if (!is_contig(iv, ix) || !is_contig(tv, N(c->g, xp->args[1]))) {
+			lerr(c, id, "dispatch by gather with a strided index list is not lowered");
+			return;
+		}
 		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1);
 		return;
 	}
@@ -1948,7 +1952,7 @@ static void plan_fusions(lw *c)
 			if (un->valid == i)
 				ok = false;
 		}
-		if (!ok)
+		if (!ok || n->shape[0] % c->G)
 			continue;
 		c->ggrid[i] = i + 1;
 		c->gdefer[n->args[2]] = true;
@@ -2039,6 +2043,13 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.last[own[c.nblocks]] = c.last[own[c.nblocks]] > loop_pos ? c.last[own[c.nblocks]] : loop_pos;
 		c.last[own[c.bexp]] = c.last[own[c.bexp]] > loop_pos ? c.last[own[c.bexp]] : loop_pos;
 	}
+	/* dispatch by gather: the scatter reads the token list of the gather it replaces */
+	for (moe_id i = 0; i < nn; i++)
+		if (c.ggrid[i] == i + 1) {
+			moe_id tok = own[N(g, N(g, i)->args[2])->args[1]];
+			if (c.last[tok] < c.pos[i])
+				c.last[tok] = c.pos[i];
+		}
 	for (moe_id i = 0; i < nn; i++)
 		if (own[i] != i)
 			c.last[i] = -2; /* views never free */

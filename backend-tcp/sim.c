@@ -344,9 +344,10 @@ static bool needs_values(sim *s, uint32_t pc, int32_t t)
 {
 	if (t < 0 || !s->absent[t])
 		return true;
-	FAULT(s, pc, "this timing-only run needs the values of '%s', which come from weight '%s', absent from the "
+	const tcp_tensor *w = &s->p->t[s->absent[t] - 1];
+	FAULT(s, pc, "this timing-only run needs the values of '%s', which come from %s '%s', absent from the "
 		"checkpoint (only expert weights, whose arithmetic is skipped, may be left out)", s->p->t[t].name,
-		s->p->t[s->absent[t] - 1].name);
+		w->kind == TCP_T_PACKED ? "packed weight" : "weight", w->name);
 	return false;
 }
 
@@ -1076,6 +1077,18 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 			}
 		if (s.xlo < 0)
 			s.xhi = -1;
+	}
+	/* a full run refuses weights without values before anything is packed */
+	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		const moe_tensor *h = t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT ? moe_tensor_map_get(b, t->name) : NULL;
+		if (h && !h->data) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"tcp: '%s' is bound without data (absent from the checkpoint); only a timing-only run accepts that",
+				t->name);
+			rc = MOE_ERR_INVALID;
+			goto out;
+		}
 	}
 	packed = moe_tensor_map_new(ctx);
 	rc = tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed); /* at load time: off the simulated clock */

@@ -357,9 +357,26 @@ void moe_node_set_arg(moe_graph *g, moe_id id, uint32_t i, moe_id v)
 uint32_t moe_graph_replace_uses(moe_graph *g, moe_id old, moe_id v)
 {
 	IR_ASSERT(old < g->nnodes && v < g->nnodes);
+	/* v and what it is computed from keep reading old (v = f(old) is the
+	 * usual replacement) */
+	uint8_t *spare = ctx_alloc(g->ctx, g->nnodes + 1);
+	moe_id *stack = ctx_alloc(g->ctx, (g->nnodes + 1) * sizeof *stack);
+	uint32_t sp = 0;
+	spare[v] = 1;
+	stack[sp++] = v;
+	while (sp) {
+		const ir_node *n = N(g, stack[--sp]);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && a != old && !spare[a]) {
+				spare[a] = 1;
+				stack[sp++] = a;
+			}
+		}
+	}
 	uint32_t count = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (i == v)
+		if (spare[i])
 			continue;
 		ir_node *n = N(g, i);
 		for (uint32_t k = 0; k < n->nargs; k++)
@@ -377,27 +394,43 @@ uint32_t moe_graph_replace_uses(moe_graph *g, moe_id old, moe_id v)
 			g->outputs[i] = v;
 			count++;
 		}
+	ctx_free(g->ctx, stack, (g->nnodes + 1) * sizeof *stack);
+	ctx_free(g->ctx, spare, g->nnodes + 1);
 	return count;
 }
 
-/* Emit node i after its operands (depth first; state 1 = on the stack). */
-static bool compact_visit(moe_graph *dst, const moe_graph *g, moe_id i, uint8_t *state, moe_id *map, moe_id *cyc)
+/* Emit node root after its operands, depth first with an explicit stack
+ * (state 1 = on the stack, 2 = emitted); false at a cycle, *cyc its node. */
+static bool compact_visit(moe_graph *dst, const moe_graph *g, moe_id root, uint8_t *state, moe_id *map,
+	moe_id *stack, uint32_t *next, moe_id *cyc)
 {
-	if (state[i] == 2)
+	if (state[root] == 2)
 		return true;
-	if (state[i] == 1) {
-		*cyc = i;
-		return false;
+	uint32_t sp = 0;
+	stack[sp] = root;
+	next[sp++] = 0;
+	state[root] = 1;
+	while (sp) {
+		moe_id i = stack[sp - 1];
+		const ir_node *n = N(g, i);
+		if (next[sp - 1] <= n->nargs) {
+			uint32_t k = next[sp - 1]++;
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a == MOE_NONE || state[a] == 2)
+				continue;
+			if (state[a] == 1) {
+				*cyc = a;
+				return false;
+			}
+			state[a] = 1;
+			stack[sp] = a;
+			next[sp++] = 0;
+			continue;
+		}
+		state[i] = 2;
+		map[i] = ir_copy_node(dst, g, i, map);
+		sp--;
 	}
-	state[i] = 1;
-	const ir_node *n = N(g, i);
-	for (uint32_t k = 0; k <= n->nargs; k++) {
-		moe_id a = k < n->nargs ? n->args[k] : n->valid;
-		if (a != MOE_NONE && !compact_visit(dst, g, a, state, map, cyc))
-			return false;
-	}
-	state[i] = 2;
-	map[i] = ir_copy_node(dst, g, i, map);
 	return true;
 }
 
@@ -408,7 +441,8 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 	moe_id *m = ctx_alloc(ctx, (nn + 1) * sizeof *m);
 	for (moe_id i = 0; i < nn; i++)
 		m[i] = MOE_NONE;
-	/* live: reachable from the outputs */
+	/* live: reachable from the outputs, and every input (the layer's
+	 * calling convention, as dce keeps it) */
 	moe_id *stack = ctx_alloc(ctx, (nn + 1) * sizeof *stack);
 	uint32_t sp = 0;
 	for (uint32_t i = 0; i < g->nout; i++)
@@ -416,6 +450,9 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 			live[g->outputs[i]] = 1;
 			stack[sp++] = g->outputs[i];
 		}
+	for (moe_id i = 0; i < nn; i++)
+		if (N(g, i)->op == MOE_OP_INPUT)
+			live[i] = 1;
 	while (sp) {
 		const ir_node *n = N(g, stack[--sp]);
 		for (uint32_t k = 0; k <= n->nargs; k++) {
@@ -429,9 +466,11 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 	moe_graph *dst = ir_graph_clone_empty(g);
 	moe_id cyc = MOE_NONE;
 	bool ok = true;
+	uint32_t *next = ctx_alloc(ctx, (nn + 1) * sizeof *next);
 	for (moe_id i = 0; i < nn && ok; i++)
 		if (live[i])
-			ok = compact_visit(dst, g, i, state, m, &cyc);
+			ok = compact_visit(dst, g, i, state, m, stack, next, &cyc);
+	ctx_free(ctx, next, (nn + 1) * sizeof *next);
 	if (ok) {
 		for (uint32_t i = 0; i < g->nout; i++)
 			moe_graph_add_output(dst, m[g->outputs[i]]);

@@ -206,14 +206,15 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	/* combine: gather each pair's row back, weight, sum over K in f32; in
 	 * chunks of tokens when the gathered rows would exceed c->chunk elements */
 	moe_id flat = reshape(c, out, 2, G * B, c->D, 0);
-	int64_t per = c->K * c->D, fit = c->chunk / per > 0 ? c->chunk / per : 1;
-	int64_t nch = (c->T + fit - 1) / fit;
-	if (nch > 4096)
-		nch = 4096;
-	int64_t step = (c->T + nch - 1) / nch;
-	moe_id parts[4096];
+	int64_t per = c->K * c->D, fit = per > 0 && c->chunk / per > 0 ? c->chunk / per : 1;
+	int64_t nch = c->T > 0 ? (c->T + fit - 1) / fit : 1;
+	if (nch > 64)
+		nch = 64; /* a node has at most 64 operands; the chunks then exceed the limit */
+	int64_t step = c->T > 0 ? (c->T + nch - 1) / nch : 1;
+	moe_id parts[64];
 	uint32_t np = 0;
-	for (int64_t t0 = 0; t0 < c->T; t0 += step) {
+	int64_t t0 = 0;
+	do { /* once at least: T = 0 is one empty chunk */
 		int64_t t1 = t0 + step < c->T ? t0 + step : c->T, tc = t1 - t0;
 		bool all = tc == c->T;
 		moe_id cpos = all ? pos : ir_b_slice(d, pos, 0, t0 * c->K, t1 * c->K, c->loc);
@@ -225,7 +226,8 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		}
 		moe_id yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
 		parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
-	}
+		t0 += step;
+	} while (t0 < c->T);
 	return np == 1 ? parts[0] : ir_b_concat(d, parts, np, 0, c->loc);
 }
 

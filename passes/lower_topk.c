@@ -120,6 +120,8 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
 }
 
+#define MAX_PARTS 64
+
 /* lower_one over chunks of the leading axis, each with at most `limit`
  * compare elements. */
 static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit)
@@ -127,16 +129,18 @@ static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit)
 	int64_t rows = c->sh[0], per = c->E; /* compare elements per leading row */
 	for (int i = 1; i < c->r; i++)
 		per *= c->sh[i];
+	if (c->r < 2 || rows <= 0 || per <= 0)
+		return lower_one(c, x, packed);
 	int64_t fit = limit / per > 0 ? limit / per : 1;
-	if (c->r < 2 || rows <= fit)
+	if (rows <= fit)
 		return lower_one(c, x, packed);
 	int64_t n = (rows + fit - 1) / fit;
-	if (n > 4096)
-		n = 4096; /* parts[] below; the chunks then exceed the limit */
+	if (n > MAX_PARTS)
+		n = MAX_PARTS; /* a node has at most 64 operands; the chunks then exceed the limit */
 	int64_t step = (rows + n - 1) / n;
-	moe_id parts[4096];
+	moe_id parts[MAX_PARTS];
 	uint32_t np = 0;
-	for (int64_t a = 0; a < rows && np < 4096; a += step) {
+	for (int64_t a = 0; a < rows && np < MAX_PARTS; a += step) {
 		int64_t b = a + step < rows ? a + step : rows;
 		tk sub = *c;
 		sub.sh[0] = b - a;

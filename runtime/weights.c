@@ -158,7 +158,10 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		free(src);
 		return false;
 	}
-	if ((flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked)) {
+	int errs = moe_error_count(ctx);
+	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked);
+	/* a listed tensor whose shard cannot be read is an error, not an absence */
+	if (absent_ok && moe_error_count(ctx) == errs) {
 		free(src);
 		moe_tensor_map_set(out, wname, shape_only(ctx, dt, rank, shape));
 		if (absent)

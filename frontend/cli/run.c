@@ -236,6 +236,8 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		return err(ctx, NULL, "--timing-only applies to --target=tcp only%s", "");
 	if (o->timing_only && o->out)
 		return err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
+	if (o->timing_only && !o->stats && !o->trace)
+		return err(ctx, NULL, "--timing-only writes nothing but --stats FILE.json or --trace FILE.json; give one%s", "");
 	if (!o->out && !o->timing_only)
 		return err(ctx, NULL, "run needs -o y.npy%s", "");
 	if (!o->weights)

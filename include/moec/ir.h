@@ -95,11 +95,13 @@ MOE_API moe_status moe_node_infer(moe_graph *g, moe_id n);
  * edits and the compaction an operand may refer to a later node; nothing but
  * these three functions may run on the graph then. */
 MOE_API void moe_node_set_arg(moe_graph *g, moe_id n, uint32_t i, moe_id v);
-/* Every operand, valid mask and graph output that is `old` becomes `v`
- * (except in v itself); returns how many were changed. */
+/* Every operand, valid mask and graph output that is `old` becomes `v`,
+ * except in v and the nodes v is computed from (so v = f(old) keeps reading
+ * old); returns how many were changed. */
 MOE_API uint32_t moe_graph_replace_uses(moe_graph *g, moe_id old, moe_id v);
 /* Reorders the nodes so operands precede uses (the order is kept where it
- * already does) and drops nodes that no output reaches. map, when not NULL,
+ * already does) and drops nodes that no output reaches (inputs stay: they
+ * are the layer's calling convention). map, when not NULL,
  * has room for the old node count and receives each old id's new id
  * (MOE_NONE when dropped). A cycle is an error (diagnostic, graph unchanged). */
 MOE_API moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map);

@@ -99,6 +99,29 @@ static void test_rewrite_and_compact(void **st)
 	moe_diag_get(c, 0, NULL, NULL, &msg);
 	assert_non_null(strstr(msg, "cycle"));
 	assert_int_equal(moe_graph_num_nodes(g), 4); /* unchanged */
+	moe_diag_clear(c);
+
+	/* v = f(old): f keeps reading old; an unused input survives compaction */
+	moe_graph *h = moe_module_add_graph(m, "h");
+	moe_id hx = moe_node_new(h, MOE_OP_INPUT, NULL, 0, moe_loc_none());
+	moe_node_set_type(h, hx, MOE_F32, xs, 1);
+	moe_node_set_name(h, hx, "x");
+	moe_id hu = moe_node_new(h, MOE_OP_INPUT, NULL, 0, moe_loc_none());
+	moe_node_set_type(h, hu, MOE_F32, xs, 1);
+	moe_node_set_name(h, hu, "unused");
+	moe_id he = ir_b1(h, MOE_OP_EXP, hx, moe_loc_none());
+	moe_id hn = ir_b1(h, MOE_OP_NEG, he, moe_loc_none());
+	moe_graph_add_output(h, hn);
+	moe_id two = ir_b_const(h, MOE_F32, 2.0, moe_loc_none());
+	moe_id hv = ir_b2(h, MOE_OP_MUL, he, two, moe_loc_none()); /* v = 2 * exp(x) */
+	assert_int_equal(moe_graph_replace_uses(h, he, hv), 1); /* only neg's operand */
+	assert_int_equal(moe_node_arg(h, hv, 0), he);
+	moe_id hm[8];
+	assert_int_equal(moe_graph_compact(c, h, hm), MOE_OK);
+	assert_int_equal(moe_graph_verify(c, h), MOE_OK);
+	assert_int_not_equal(hm[hu], MOE_NONE);
+	assert_int_equal(moe_node_arg(h, hm[hn], 0), hm[hv]);
+	assert_int_equal(moe_node_arg(h, hm[hv], 0), hm[he]);
 	moe_module_free(m);
 	moe_ctx_free(c);
 }
