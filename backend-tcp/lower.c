@@ -1403,10 +1403,15 @@ static void lower_region(lw *c)
 	inp ins[32];
 	int nin = 0;
 	moe_id first = MOE_NONE;
+	int32_t t_first = (int32_t)p->nt; /* tensors from here on belong to the loop */
 	/* Whole experts' weights, double-buffered, take this much DM per slice.
 	 * When that exceeds half of DM, every weight gather read only as the
 	 * stationary operand of block contractions is streamed instead: its
-	 * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4). */
+	 * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4).
+	 * But when one expert's weights fit in half of DM and the experts get
+	 * two blocks or more on average (T K >= 2 E B), they are held whole in a
+	 * single buffer: each expert is read once for all its blocks, and the
+	 * next expert's fetch waits for the last block of the current one. */
 	int64_t whole = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
@@ -1415,7 +1420,9 @@ static void lower_region(lw *c)
 		ir_node b = block_node(n);
 		whole += rup((2 * ir_numel(&b) * esz(n->dtype) + c->S - 1) / c->S, c->m->flit_bytes);
 	}
-	if (whole > c->m->dm_bytes_per_slice / 2)
+	bool single = whole > c->m->dm_bytes_per_slice / 2 && whole <= c->m->dm_bytes_per_slice &&
+		      p->moe_T * p->moe_K >= 2 * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
+	if (whole > c->m->dm_bytes_per_slice / 2 && !single)
 		for (moe_id i = 0; i < g->nnodes; i++) {
 			const ir_node *n = N(g, i);
 			if (!c->inreg[i] || n->op != MOE_OP_GATHER || n->valid != c->nblocks)
@@ -1457,7 +1464,7 @@ static void lower_region(lw *c)
 		if (n->op == MOE_OP_GATHER && n->valid == c->nblocks) {
 			ir_node b = block_node(n);
 			int64_t sh[MOE_MAX_RANK + 1];
-			sh[0] = 2;
+			sh[0] = single ? 1 : 2;
 			memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 			int32_t t = dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 			if (nin < 32)
@@ -1554,13 +1561,15 @@ static void lower_region(lw *c)
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
 	LOAD_INPUTS(R_NEXT, R_IN2, R_E2, false, true)
-	uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-	alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-	LOAD_INPUTS(R_NEXT, R_S2, R_E2, true, false)
-	uint32_t done = jmp(c);
-	patch(c, same);
-	alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
-	patch(c, done);
+	if (!single) {
+		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
+		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		LOAD_INPUTS(R_NEXT, R_S2, R_E2, true, false)
+		uint32_t done = jmp(c);
+		patch(c, same);
+		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		patch(c, done);
+	}
 	patch(c, nopref);
 	p->block_body_pc = (int32_t)p->ncode;
 	/* the grid inputs are read through the input slot register */
@@ -1613,13 +1622,28 @@ static void lower_region(lw *c)
 		dma_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, -1, 0, ir_numel(&b));
 		c->v[i] = tview(home, i, n);
 	}
+	if (single) {
+		/* the next expert's weights, after this block's reads of the buffer */
+		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
+		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
+		LOAD_INPUTS(R_NEXT, R_SLOT, R_E2, true, false)
+		patch(c, last);
+		patch(c, same);
+	}
 	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
-	alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
+	if (!single)
+		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
 	uint32_t back = br(c, TCP_C_LT, R_G, R_NB);
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
+	/* the loop's DM buffers die with it (results read after it went to HBM) */
+	for (int j = 0; j < nin; j++)
+		dm_free(c, ins[j].buf);
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= t_first && c->p->t[c->v[i].t].space == TCP_DM)
+			dm_free(c, c->v[i].t);
 	/* views of region results for the consumers outside: reshapes follow their source */
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (!c->inreg[i] || N(g, i)->op != MOE_OP_RESHAPE)

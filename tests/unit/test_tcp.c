@@ -303,6 +303,32 @@ static void test_streamed_expert_weights_match_interp(void **st)
 	free(mb);
 }
 
+/* Experts too big to double-buffer but small enough for one buffer, with two
+ * blocks or more per expert on average: one [1, F, D] buffer per weight, each
+ * expert fetched once, the next fetch after the current expert's last block.
+ * The sums are those of the double-buffered program on a larger DM. */
+static void test_single_buffered_expert_weights_match_interp(void **st)
+{
+	(void)st;
+	const char *const mid[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "131072", "trf_bytes_per_lane", "8192", "512", NULL};
+	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
+	char *mm = machine_json(mid), *mb = machine_json(big);
+	const char *const single[] = {"[1,256,64]", "[1,64,256]", NULL};
+	const char *const dbl[] = {"[2,256,64]", "[2,64,256]", NULL};
+	const layer L = {MOE_BF16, 32, 64, 256, 4, 2, 8, 0, 0}; /* T K = 64 = 2 E B */
+	void *y1 = check_against_interp_on(&L, 1e-2, mm, single, true);
+	void *y1n = check_against_interp_on(&L, 1e-2, mm, dbl, false);
+	void *y2 = check_against_interp_on(&L, 1e-2, mb, dbl, true);
+	assert_memory_equal(y1, y2, (size_t)(L.T * L.D) * moe_dtype_size(L.t));
+	free(y1);
+	free(y1n);
+	free(y2);
+	free(mm);
+	free(mb);
+}
+
 static void test_experts_bf16_matches_interp(void **st)
 {
 	(void)st;
@@ -828,6 +854,7 @@ int main(void)
 		cmocka_unit_test(test_one_expert_skips_blocks),
 		cmocka_unit_test(test_binary_round_trip_and_corruption),
 		cmocka_unit_test(test_timing_only_same_cycles),
+		cmocka_unit_test(test_single_buffered_expert_weights_match_interp),
 		cmocka_unit_test(test_chunked_rows_match_interp),
 		cmocka_unit_test(test_timing_only_absent_expert_weights),
 		cmocka_unit_test(test_decode_follows_hbm_bandwidth),
