@@ -61,6 +61,7 @@ typedef struct sim {
 	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
 	 * the wall-clock intervals of its commands */
 	int64_t xlo, xhi;
+	int64_t nblocks; /* the run-time block count, once loaded */
 	int64_t (*xiv)[2];
 	size_t nxiv, xivcap;
 } sim;
@@ -940,8 +941,15 @@ static moe_status simulate(sim *s)
 		}
 		const tcp_insn *in = &p->code[pc];
 		s->st->instructions++;
-		if ((int32_t)pc == p->block_loop_pc)
+		if ((int32_t)pc == p->block_loop_pc) {
 			s->st->blocks_executed++;
+			if (s->o->progress)
+				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks);
+		} else if (s->o->progress && !in_experts(s, pc) && tcp_op_ctx[in->op] != TCP_CTX_CTL) {
+			bool before = s->xlo < 0 || (int64_t)pc < s->xlo;
+			int64_t lo = before ? 0 : s->xhi + 1, hi = before ? (s->xlo < 0 ? (int64_t)p->ncode : s->xlo) : p->ncode;
+			s->o->progress(s->o->progress_ud, before ? "routing" : "combine", (int64_t)pc - lo, hi - lo);
+		}
 		uint32_t next = pc + 1;
 		switch ((tcp_opcode)in->op) {
 		case TCP_OP_HALT: goto done;
@@ -975,6 +983,8 @@ static moe_status simulate(sim *s)
 				s->seen[s->reg[in->rd]] = 1;
 			if (s->o->no_skip && v->t == p->nblocks_t && p->moe_G > 0)
 				s->reg[in->rd] = p->moe_G; /* no skipping: run the whole worst-case grid */
+			if (v->t == p->nblocks_t)
+				s->nblocks = s->reg[in->rd];
 			break;
 		}
 		case TCP_OP_BR: {

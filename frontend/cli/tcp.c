@@ -1,8 +1,10 @@
 /* frontend/cli/tcp.c: the TCP target of moec compile and moec run. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <stdbool.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "frontend/cli/cli.h"
 
@@ -29,12 +31,49 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o)
 	return status;
 }
 
+/* Progress on a terminal: one line, redrawn at most every 0.2 s. */
+typedef struct progress {
+	double last;
+	bool shown;
+} progress;
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void show_progress(void *ud, const char *phase, int64_t done, int64_t total)
+{
+	progress *pr = ud;
+	double t = now_s();
+	if (t - pr->last < 0.2)
+		return;
+	pr->last = t;
+	pr->shown = true;
+	if (!strcmp(phase, "blocks"))
+		fprintf(stderr, "\rmoec: simulating: block %lld of %lld    ", (long long)done, (long long)total);
+	else
+		fprintf(stderr, "\rmoec: simulating: %s, %lld%%          ", phase,
+			(long long)(total > 0 ? 100 * done / total : 0));
+	fflush(stderr);
+}
+
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	const opts *o, moe_tensor **out, char **stats_json)
 {
 	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip, .trace_path = o->trace, .timing_only = o->timing_only};
+	progress pr = {now_s(), false};
+	if (isatty(STDERR_FILENO)) {
+		ro.progress = show_progress;
+		ro.progress_ud = &pr;
+	}
 	moe_tcp_stats st;
-	if (moe_tcp_run(ctx, p, bind, &ro, o->timing_only ? NULL : out, &st) != MOE_OK)
+	moe_status rc = moe_tcp_run(ctx, p, bind, &ro, o->timing_only ? NULL : out, &st);
+	if (pr.shown)
+		fprintf(stderr, "\r%60s\r", "");
+	if (rc != MOE_OK)
 		return 1;
 	*stats_json = moe_tcp_stats_json(ctx, &st);
 	return 0;

@@ -89,6 +89,13 @@ typedef struct moe_tcp_run_opts {
 	int no_skip;                    /* run every block of the worst-case grid */
 	const char *trace_path;         /* Chrome trace-event JSON, or NULL */
 	int timing_only;                /* cycle counts only; outputs are not computed */
+	/* For a progress display (NULL: none): called before each command
+	 * outside the block loop with phase "routing" (before the loop) or
+	 * "combine" (after it) and done/total counting those commands' positions
+	 * in the program, and at each block with phase "blocks" and the blocks
+	 * run / the run-time block count. Cheap calls; the caller throttles. */
+	void (*progress)(void *ud, const char *phase, int64_t done, int64_t total);
+	void *progress_ud;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and

@@ -659,6 +659,27 @@ static void test_timing_only_absent_expert_weights(void **st)
 	moe_ctx_free(ctx);
 }
 
+typedef struct prog_seen {
+	int64_t routing, blocks, combine, last_block, block_total;
+} prog_seen;
+
+static void count_progress(void *ud, const char *phase, int64_t done, int64_t total)
+{
+	prog_seen *p = ud;
+	assert_true(done >= 0 && done <= total);
+	if (!strcmp(phase, "routing"))
+		p->routing++;
+	else if (!strcmp(phase, "combine"))
+		p->combine++;
+	else {
+		assert_string_equal(phase, "blocks");
+		assert_true(done == p->last_block + 1); /* every block, in order */
+		p->blocks++;
+		p->last_block = done;
+		p->block_total = total;
+	}
+}
+
 static void test_timing_only_same_cycles(void **st)
 {
 	(void)st;
@@ -668,6 +689,17 @@ static void test_timing_only_same_cycles(void **st)
 	moe_tcp_program *p = compile_layer(ctx, &L, &m);
 	moe_tensor_map *b = bindings(ctx, &L, 11);
 	assert_true(sim_time(ctx, p, b, NULL, 0) == sim_time(ctx, p, b, NULL, 1));
+	/* progress: routing commands, then every block, then the combine */
+	prog_seen ps = {0};
+	moe_tcp_run_opts po = {0};
+	po.timing_only = 1;
+	po.progress = count_progress;
+	po.progress_ud = &ps;
+	moe_tcp_stats pst;
+	assert_int_equal(moe_tcp_run(ctx, p, b, &po, NULL, &pst), MOE_OK);
+	assert_true(ps.routing > 0 && ps.combine > 0);
+	assert_int_equal(ps.blocks, pst.blocks_executed);
+	assert_int_equal(ps.block_total, pst.blocks_executed);
 	/* the trace is Chrome trace-event JSON with one event per command */
 	char path[] = "/tmp/moec_tcp_traceXXXXXX";
 	int fd = mkstemp(path);
