@@ -642,7 +642,7 @@ if comp:
     if jits:
         row("compile <= 100 ms per layer (host JIT: LLVM at O3 in `moec run`)",
             f"{fmt_s(min(jits))} .. {fmt_s(max(jits))} (Qwen3-30B-A3B, section 1)",
-            "met" if max(jits) <= 0.1 else "**missed** (the C and TCP rows above emit code; this one also runs LLVM's "
+            "met" if max(jits) <= 0.1 else "**missed** (the C and TCP rows time code emission; this one also runs LLVM's "
             "O3 pipeline and code generation on it)")
     tt = [t for _, _, t in comp if t]
     row("compile <= 100 ms per layer (TCP)",
