@@ -4,8 +4,9 @@
  * operations in the same order, no fast-math flags and no contraction, so the
  * JIT and the C engine agree bit for bit. Variables are allocas promoted by
  * the optimiser. The module is verified, optimised with "default<O3>" for the
- * host CPU, then written (textual IR, object file) or JIT-compiled with ORC
- * LLJIT. Every LLVM error or message becomes a diagnostic and is disposed. */
+ * host CPU with LLVM's loop unroller off, then written (textual IR, object
+ * file) or JIT-compiled with ORC LLJIT. Every LLVM error or message becomes a
+ * diagnostic and is disposed. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -608,7 +609,11 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 	LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
 	LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
 	LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
-	LLVMPassBuilderOptionsSetLoopUnrolling(o, 1);
+	/* The hot loops are tiled by the kernel form already; LLVM's unroller
+	 * only multiplied small constant-trip loops (T = 1 routing), which took
+	 * compile time from 0.4 s to 1.9 s with no measurable gain at run time
+	 * (Qwen3-30B-A3B bf16, T = 1, 32, 512). The vectoriser still interleaves. */
+	LLVMPassBuilderOptionsSetLoopUnrolling(o, 0);
 	LLVMErrorRef err = LLVMRunPasses(m, "default<O3>", tm, o);
 	LLVMDisposePassBuilderOptions(o);
 	if (err)
