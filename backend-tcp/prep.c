@@ -241,11 +241,11 @@ moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 			const tcp_tensor *t = &p->t[i];
 			if (t->kind != TCP_T_PACKED)
 				continue;
-			moe_tensor *h = ctx_alloc(ctx, sizeof *h);
-			h->dtype = (moe_dtype)t->dtype;
-			h->rank = t->rank;
-			memcpy(h->shape, t->shape, (size_t)t->rank * sizeof *h->shape);
-			h->nbytes = (size_t)t->numel * moe_dtype_size(h->dtype);
+			moe_tensor *h = moe_tensor_new_shape(ctx, (moe_dtype)t->dtype, t->rank, t->shape);
+			if (!h) {
+				moe_module_free(m);
+				return MOE_ERR_INVALID;
+			}
 			moe_tensor_map_set(packed, t->name, h);
 		}
 		moe_module_free(m);

@@ -337,8 +337,6 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
 }
 
-/* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
- * both sides along the innermost loop move with one memcpy. */
 /* False (with a fault) when the values of tensor t are needed but derive
  * from a weight absent from the checkpoint. */
 static bool needs_values(sim *s, uint32_t pc, int32_t t)
@@ -352,6 +350,25 @@ static bool needs_values(sim *s, uint32_t pc, int32_t t)
 	return false;
 }
 
+/* Timing-only runs skip the arithmetic from the block body on (A12). */
+static bool computes(const sim *s, uint32_t pc)
+{
+	return !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+}
+
+/* Before a pass computes: its sources must have values; its destination gets
+ * fresh ones. False after a fault. */
+static bool take_values(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (w != TCP_V_DST && !needs_values(s, pc, in->v[w].t))
+			return false;
+	s->absent[in->v[TCP_V_DST].t] = 0;
+	return true;
+}
+
+/* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
+ * both sides along the innermost loop move with one memcpy. */
 static void copy_elems(sim *s, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e, int64_t db,
 	int64_t sb)
 {
@@ -460,7 +477,7 @@ static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	(void)n;
-	if (!s->o->timing_only || s->p->block_body_pc < 0 || (int32_t)pc < s->p->block_body_pc)
+	if (computes(s, pc))
 		copy_elems(s, in, d, sv, e, db, sb);
 	/* every slice reads its footprint of the tile from DM */
 	int64_t per = s->p->t[d->t].slice_bytes;
@@ -594,12 +611,9 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t L = nd ? in->dim[nd - 1] : 1;
 	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : INT64_MAX;
-	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
-	for (int w = 0; compute && w < TCP_NVIEW; w++)
-		if (w != TCP_V_DST && !needs_values(s, pc, in->v[w].t))
-			return;
-	if (compute)
-		s->absent[in->v[TCP_V_DST].t] = 0;
+	bool compute = computes(s, pc);
+	if (compute && !take_values(s, pc, in))
+		return;
 	int64_t vb[TCP_NVIEW];
 	for (int w = 0; w < TCP_NVIEW; w++)
 		vb[w] = in->v[w].t >= 0 ? vbase(s, &in->v[w]) : 0;
@@ -732,12 +746,9 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		return;
 	bool x3 = in->flags & TCP_F_BF16X3;
 	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : M;
-	bool compute = !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
-	for (int w = 0; compute && w < TCP_NVIEW; w++)
-		if (w != TCP_V_DST && !needs_values(s, pc, in->v[w].t))
-			return;
-	if (compute)
-		s->absent[in->v[TCP_V_DST].t] = 0;
+	bool compute = computes(s, pc);
+	if (compute && !take_values(s, pc, in))
+		return;
 	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0], *wv = &in->v[TCP_V_S1], *pv = &in->v[TCP_V_S2];
 	int64_t db = vbase(s, dv), ab = vbase(s, av), wb = vbase(s, wv), pb = pv->t >= 0 ? vbase(s, pv) : 0;
 	/* The stationary tile is unpacked once, transposed to [i][o] (hi and lo
@@ -857,13 +868,7 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 					moe_dtype_name((moe_dtype)t->dtype), (long long)t->numel);
 				return false;
 			}
-			if (!h->data && !s->o->timing_only) {
-				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
-					"tcp: '%s' is bound without data (absent from the checkpoint); only a timing-only run accepts that",
-					t->name);
-				return false;
-			}
-			s->data[i] = h->data;
+			s->data[i] = h->data; /* NULL only in a timing-only run (checked in moe_tcp_run) */
 			s->absent[i] = h->data ? 0 : (int32_t)i + 1;
 			s->borrowed[i] = true;
 			continue;

@@ -170,11 +170,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id owner = b2(c, MOE_OP_AND, b2(c, MOE_OP_LE, boffr, gi), b2(c, MOE_OP_LT, gi, bendr));
 	moe_id fx[2] = {owner, ei};
 	moe_id first = ir_b(d, MOE_OP_FILTER, fx, 2, c->loc); /* fill 0: blocks past nblocks get expert 0 */
-	moe_id sl = ir_b1(d, MOE_OP_SLICE, first, c->loc);
-	moe_node_set_int(d, sl, "axis", 1);
-	moe_node_set_int(d, sl, "start", 0);
-	moe_node_set_int(d, sl, "stop", 1);
-	IR_ASSERT(ir_infer(d->ctx, d, sl) == MOE_OK);
+	moe_id sl = ir_b_slice(d, first, 1, 0, 1, c->loc);
 	c->bexp = ir_b_reshape(d, sl, 1, &G, c->loc);
 	moe_node_set_name(d, c->bexp, "block_expert");
 	moe_id rem = b2(c, MOE_OP_SUB, reshape(c, cnt, 2, 1, E, 0),

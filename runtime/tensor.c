@@ -13,7 +13,8 @@ static size_t block_size(size_t nbytes)
 	return nbytes ? nbytes : 1;
 }
 
-moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape)
+/* The tensor header of moe_tensor_new; NULL (with a diagnostic) on a bad type or size. */
+static moe_tensor *tensor_header(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape)
 {
 	if ((unsigned)t >= MOE_DTYPE_COUNT) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tensor: unknown element type %d", (int)t);
@@ -48,9 +49,22 @@ moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *s
 	for (int i = 0; i < rank; i++)
 		tn->shape[i] = shape[i];
 	tn->nbytes = (size_t)bytes;
-	tn->data = ctx_alloc(ctx, block_size(tn->nbytes));
-	tn->owned = 1;
 	return tn;
+}
+
+moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape)
+{
+	moe_tensor *tn = tensor_header(ctx, t, rank, shape);
+	if (tn) {
+		tn->data = ctx_alloc(ctx, block_size(tn->nbytes));
+		tn->owned = 1;
+	}
+	return tn;
+}
+
+moe_tensor *moe_tensor_new_shape(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape)
+{
+	return tensor_header(ctx, t, rank, shape); /* data NULL, not owned */
 }
 
 void moe_tensor_free(moe_ctx *ctx, moe_tensor *t)

@@ -87,25 +87,6 @@ bad:
 	return false;
 }
 
-/* Load one weight node; false after diagnostics. */
-/* A tensor with a shape and no data: a weight absent from the checkpoint
- * (MOE_WEIGHTS_ALLOW_ABSENT). The graph's shapes are validated, so the byte
- * count cannot overflow. */
-static moe_tensor *shape_only(moe_ctx *ctx, moe_dtype dt, int rank, const int64_t *shape)
-{
-	moe_tensor *t = ctx_alloc(ctx, sizeof *t);
-	t->dtype = dt;
-	t->rank = rank;
-	t->nbytes = moe_dtype_size(dt);
-	for (int i = 0; i < rank; i++) {
-		t->shape[i] = shape[i];
-		t->nbytes *= (size_t)shape[i];
-	}
-	t->data = NULL;
-	t->owned = 0;
-	return t;
-}
-
 /* True when no tensor of src (each expert's, for a template) is in ck. */
 static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked)
 {
@@ -119,6 +100,7 @@ static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool 
 	return true;
 }
 
+/* Load one weight node; false after diagnostics. */
 static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, unsigned flags,
 	size_t *absent, moe_tensor_map *out)
 {
@@ -163,7 +145,10 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
 		free(src);
-		moe_tensor_map_set(out, wname, shape_only(ctx, dt, rank, shape));
+		moe_tensor *t = moe_tensor_new_shape(ctx, dt, rank, shape);
+		if (!t)
+			return false;
+		moe_tensor_map_set(out, wname, t);
 		if (absent)
 			(*absent)++;
 		return true;
