@@ -83,7 +83,7 @@ typedef struct lw {
 	int vreg_rows;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
 
 static void lerr(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 static void lerr(lw *c, moe_id n, const char *fmt, ...)
@@ -999,7 +999,7 @@ static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
 		int64_t commit = cdiv64(bs * os * 8, m->fetch_bytes);
 		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
 		main_ += m->tree_latency[TCP_MT_BF16] + over;
-		int64_t load = cdiv64(rup(os * it * e, m->flit_bytes), m->dm_bytes_per_cycle) + over;
+		int64_t load = cdiv64(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
 		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
 		if (best_t < 0 || t < best_t) {
 			best_t = t;
@@ -1545,8 +1545,24 @@ static void lower_region(lw *c)
 			return;
 		}
 	}
+	/* the run-time scalars reach the control path through SPM (one DMA of
+	 * three descriptors); the loop runs the worst-case G blocks, each body
+	 * guarded by g < nblocks (docs/tcp-isa.md 7.4) */
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = c->G;
+	spm.v[TCP_V_S0].t = tnb;
+	spm.v[TCP_V_S0].base = nbbase;
+	spm.v[TCP_V_S1].t = tbe;
+	spm.v[TCP_V_S1].base = bebase;
+	spm.v[TCP_V_S1].stride[0] = bes;
+	spm.v[TCP_V_S2].t = trw;
+	spm.v[TCP_V_S2].base = rwbase;
+	spm.v[TCP_V_S2].stride[0] = rws;
+	emit(c, &spm);
 	ld(c, R_NB, tnb, -1, nbbase, 0);
 	li(c, R_G, 0);
+	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
@@ -1554,6 +1570,7 @@ static void lower_region(lw *c)
 	LOAD_INPUTS(R_G, R_SLOT, R_E, false, false)
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
+	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_ROWS, trw, R_G, rwbase, rws);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
@@ -1630,12 +1647,13 @@ static void lower_region(lw *c)
 		patch(c, last);
 		patch(c, same);
 	}
-	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
 	if (!single)
 		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
-	uint32_t back = br(c, TCP_C_LT, R_G, R_NB);
+	patch(c, guard);
+	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
+	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
 	/* the loop's DM buffers die with it (results read after it went to HBM) */
