@@ -523,6 +523,12 @@ static double sim_time(moe_ctx *ctx, moe_tcp_program *p, moe_tensor_map *b, cons
 	moe_tcp_run_opts o = {0};
 	o.machine = mach;
 	o.timing_only = timing;
+	static int ntrace;
+	char tp[256];
+	if (getenv("TCP_TEST_TRACE")) {
+		snprintf(tp, sizeof tp, "%s.%d.json", getenv("TCP_TEST_TRACE"), ntrace++);
+		o.trace_path = tp;
+	}
 	moe_tcp_stats s;
 	moe_status rc = moe_tcp_run(ctx, p, b, &o, NULL, &s);
 	if (rc != MOE_OK)
@@ -732,8 +738,13 @@ static void test_timing_only_same_cycles(void **st)
 	moe_ctx_free(ctx);
 }
 
-/* Decode (T = 1) is bound by the weight traffic: twice the HBM bandwidth
- * cuts the time by at least 30%. */
+/* Decode (T = 1) is bound by the weight stream: each expert's weights
+ * (3 x D x F bf16) come from HBM in one DMA per projection, at the HBM pool's
+ * 1500 B per cycle. With twice the HBM bandwidth the DMA engines become the
+ * limit, 8 x 256 = 2048 B per cycle, so each weight byte gains 1/1500 - 1/2048
+ * cycles (the stream 26.8% shorter, not 50%), and with every weight DMA on the
+ * critical path the run is shorter by at least that gain over the bytes of
+ * the experts hit (2 here). */
 static void test_decode_follows_hbm_bandwidth(void **st)
 {
 	(void)st;
@@ -744,9 +755,11 @@ static void test_decode_follows_hbm_bandwidth(void **st)
 	moe_tensor_map *b = bindings(ctx, &L, 5);
 	moe_tcp_machine *fast = variant(ctx, "hbm_bytes_per_s", "1.5e12", "3.0e12");
 	double t0 = sim_time(ctx, p, b, NULL, 1), t1 = sim_time(ctx, p, b, fast, 1);
+	double bytes = 2.0 * 3 * L.D * L.F * 2, gain = bytes * (1 / 1500.0 - 1 / 2048.0) * 1e-9;
 	if (getenv("TCP_TEST_VERBOSE"))
-		printf("decode: %g s -> %g s\n", t0, t1);
-	assert_true(t1 <= 0.7 * t0);
+		printf("decode: %g s -> %g s (weight stream gain %g s)\n", t0, t1, gain);
+	assert_true(t0 - t1 >= 0.99 * gain);
+	assert_true(t1 < t0);
 	moe_tcp_machine_free(ctx, fast);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
