@@ -962,53 +962,9 @@ static void lower_scatter(lw *c, moe_id id)
 }
 
 /* ---- contraction ---- */
-typedef struct cplan {
-	int64_t M, O, I, It, Os, Opass;
-} cplan;
-
-static int64_t cdiv64(int64_t a, int64_t b)
-{
-	return (a + b - 1) / b;
-}
-
-/* The tiling of one contraction, chosen with the machine's cost rules
- * (docs/tcp-isa.md sections 6 and 10): for each number of TRF rows per slice
- * (Os) and reduction chunk (It, a multiple of 32 filling at most half the
- * TRF so the next tile loads while this one computes), estimate per chunk the
- * main-context pass (MACs, streamed packets, commit) and the sub-context TRF
- * load, which overlap; take the tiling with the smallest total. Few rows per
- * slice reload TRF for little work; many starve the stream. */
 static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
 {
-	const moe_tcp_machine *m = c->m;
-	cplan best = {M, O, I, 0, 0, 0};
-	int64_t e = wdt == MOE_F32 ? 4 : 2, x = wdt == MOE_F32 ? 3 : 1;
-	int64_t budget = tcp_trf_bytes(m) / 2;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16], over = m->fill_drain + m->issue_cycles;
-	int64_t best_t = -1;
-	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = budget / (os * e);
-		if (it < 1)
-			break;
-		if (it < I)
-			it = it >= 32 ? it / 32 * 32 : it;
-		it = it < I ? it : I;
-		int64_t opass = O < c->S * os ? O : c->S * os, npass = cdiv64(O, opass), nch = cdiv64(I, it);
-		int64_t cg = cdiv64(opass, os), R = c->S / cg > 0 ? c->S / cg : 1, bs = cdiv64(M, R);
-		int64_t mac = cdiv64(bs * os * it * x, macs), stream = cdiv64(bs * it * e, m->stream_bytes_per_cycle);
-		int64_t commit = cdiv64(bs * os * 8, m->fetch_bytes);
-		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += m->tree_latency[TCP_MT_BF16] + over;
-		int64_t load = cdiv64(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
-		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
-		if (best_t < 0 || t < best_t) {
-			best_t = t;
-			best.It = it;
-			best.Os = os;
-			best.Opass = opass;
-		}
-	}
-	return best;
+	return tcp_plan_contract(c->m, M, O, I, wdt, NULL);
 }
 
 /* dst[m, o] = sum_i a[m, i] w[o, i]: a (DM view, strides am, ai), w (DM view, wo, wi).

@@ -217,6 +217,14 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
 uint32_t tcp_crc32(const uint8_t *p, size_t n);
 
+/* planning (plan.c): the tiling of one contraction [M, O] x [O, I] with
+ * weights of dtype wdt, chosen with the cost rules (docs/tcp-isa.md sections 6
+ * and 10); *cycles, when given, the estimated cycles of all its passes */
+typedef struct cplan {
+	int64_t M, O, I, It, Os, Opass;
+} cplan;
+cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
+
 /* lowering */
 /* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too */
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len);
