@@ -1162,7 +1162,13 @@ static void lower_einsum(lw *c, moe_id id)
 	val *av = dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
-	val *wv = stream ? &c->v[n->args[1]] : dm_view(c, n->args[1]);
+	/* a large weight outside the block loop (a shared expert) is streamed
+	 * from HBM tile by tile instead of copied whole into DM */
+	val *hv = !region && wn->op == MOE_OP_WEIGHT && cb < 0 && ir_bytes(wn) * 8 >= c->m->dm_bytes_per_slice * c->S ?
+		need_view(c, n->args[1]) : NULL;
+	bool hstream = hv && hv->kind == VK_VIEW && c->p->t[hv->t].space == TCP_HBM;
+	stream |= hstream;
+	val *wv = hstream ? hv : stream ? &c->v[n->args[1]] : dm_view(c, n->args[1]);
 	val wvs = *wv;
 	val *ov = out_val(c, id, (moe_dtype)n->dtype);
 	val ovs = *ov;
@@ -2114,6 +2120,19 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.gdefer, nn + 1);
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
+		tcp_prog_free(p);
+		return NULL;
+	}
+	if ((double)c.hbm_top > m->hbm_bytes) {
+		/* the tensors bound in HBM (weights first) exceed the chip: a clear error, not a bad program */
+		double w = 0;
+		for (uint32_t i = 0; i < p->nt; i++)
+			if (p->t[i].space == TCP_HBM && (p->t[i].kind == TCP_T_WEIGHT || p->t[i].kind == TCP_T_PACKED))
+				w += (double)p->t[i].numel * (double)esz(p->t[i].dtype);
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc,
+			"tcp: the layer needs %.2f GB of HBM (weights %.2f GB, inputs, outputs and scratch %.2f GB) but the "
+			"machine has %.2f GB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
+			(double)c.hbm_top / 1e9, w / 1e9, ((double)c.hbm_top - w) / 1e9, m->hbm_bytes / 1e9);
 		tcp_prog_free(p);
 		return NULL;
 	}

@@ -18,7 +18,7 @@ static int64_t rup(int64_t a, int64_t b)
 }
 
 /* For each number of TRF rows per slice (Os) and reduction chunk (It, a
- * multiple of 32 filling at most half the TRF so the next tile loads while
+ * multiple of the HBM granule's elements, or of 32, filling at most half the TRF so the next tile loads while
  * this one computes), estimate per chunk the main-context pass (MACs,
  * streamed packets, commit) and the sub-context TRF load, which overlap; take
  * the tiling with the smallest total. Few rows per slice reload TRF for little
@@ -34,8 +34,9 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 		int64_t it = budget / (os * e);
 		if (it < 1)
 			break;
+		int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
 		if (it < I)
-			it = it >= 32 ? it / 32 * 32 : it;
+			it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
 		it = it < I ? it : I;
 		int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
 		int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, bs = cdiv(M, R);
@@ -104,8 +105,10 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	double per = (double)d->T * (double)d->K / hit, nb = hit * ceil(per / (double)B);
 	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
 	int64_t c1 = 0, c2 = 0;
-	tcp_plan_contract(m, B, d->F, d->D, d->wdt, &c1);
-	tcp_plan_contract(m, B, d->D, d->F, d->wdt, &c2);
+	cplan p1 = tcp_plan_contract(m, B, d->F, d->D, d->wdt, &c1), p2 = tcp_plan_contract(m, B, d->D, d->F, d->wdt, &c2);
+	/* streamed weights come one TRF tile per DMA */
+	double tiles = (double)(d->nproj - 1) * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
+		       (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
 	double vpass = ceil((double)B * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
 		       (double)(m->fill_drain + m->issue_cycles);
 	double main_ = (double)(d->nproj - 1) * (double)c1 + (double)c2 + 6 * vpass;
@@ -115,8 +118,8 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	double wfetch = 0;
 	for (int64_t p = 0; p < d->nproj; p++)
 		wfetch += dma_cycles(m, W / (double)d->nproj, 1);
-	if (!whole)
-		dma += wfetch; /* every block streams its expert */
+	if (!whole) /* every block streams its expert */
+		dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)(m->dma_setup + m->issue_cycles);
 	double loop;
 	if (whole) {
 		double dtot = nb * dma + hit * wfetch, mtot = nb * main_;
