@@ -1,4 +1,4 @@
-/* runtime/import_hf.c: HuggingFace config.json -> .moe text (moec import-hf).
+/* frontend/hf/import_hf.c: HuggingFace config.json -> .moe text (moec import-hf).
  *
  * One layer per call. The generated program reproduces the family's MoE block
  * as HF computes it (moe/SEMANTICS.md sections 1-2): router math in f32 where
