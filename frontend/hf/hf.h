@@ -27,7 +27,7 @@ enum {
 	HF_GU,      /* gate_up [E, 2F, D] (gate = first F rows), down [E, D, F] */
 	HF_GU_T,    /* gate_up [E, D, 2F] (gate = first F columns), down [E, F, D] */
 	HF_GU_T_IL, /* gate_up [E, D, 2F] interleaved (gate = even columns), down [E, F, D], biases */
-	HF_UP,      /* not gated: up [E, F, D], down [E, D, F] */
+	HF_UP,      /* not gated: per-expert up [F, D], down [D, F] */
 	HF_DBRX,    /* w1 (gate), v1 (up), w2 each [E*F, D]; down = w2 per expert transposed */
 };
 /* shared expert: none, gate/up/down Linears, one fused [2S, D] input Linear, up/down (not gated) */
@@ -49,6 +49,7 @@ typedef struct hf_route {
 	unsigned char score; /* HF_SOFTMAX ... */
 	bool after;          /* score the K selected logits (else select on the scores of all E) */
 	bool f32;            /* the router Linear runs in f32 */
+	bool f32_weight;     /* HF keeps the router weight itself in f32 (_keep_in_fp32_modules) */
 	bool router_bias;    /* the router Linear has a bias */
 	bool sel_bias;       /* an f32 correction bias is added to the scores for selection only */
 	unsigned char group; /* HF_G_* */

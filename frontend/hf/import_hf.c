@@ -318,7 +318,7 @@ static void emit_weights(out *o)
 	const model *m = o->m;
 	const hf_family *f = m->f;
 	const hf_ffn *fp = f->f;
-	weight(o, "router", NULL, "E, D", DEF(f->router, "gate.weight"));
+	weight(o, "router", f->r->f32_weight ? "f32" : NULL, "E, D", DEF(f->router, "gate.weight"));
 	if (f->r->router_bias)
 		weight(o, "router_bias", NULL, "E", DEF(f->router_bias, "gate.bias"));
 	if (f->r->sel_bias) /* an f32 buffer in HF whatever the model dtype */
