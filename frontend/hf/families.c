@@ -119,6 +119,8 @@ const hf_family hf_families[] = {
 	{.types = "deepseek_v32", .block = "DeepseekV32MoE", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
+	{.types = "kimi_k2", .block = "DeepseekV3MoE", .norm_default = true, .k_shared_count = "n_shared_experts",
+		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ, .s = &S_SHARED_EXPERTS},
 	{.types = "glm4_moe", .block = "Glm4MoeMoE", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
