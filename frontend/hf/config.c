@@ -175,8 +175,9 @@ static int elem(lctx *l, const char *key, int64_t L, const cJSON **out)
 	const cJSON *v = hf_item(l->c, key, NULL, 0);
 	if (!v)
 		return 0;
-	if (!cJSON_IsArray(v) && !cJSON_IsString(v)) {
-		bad(l, key, "a per-layer list");
+	bool pattern = !strcmp(key, "hybrid_override_pattern"); /* a string, one character per layer */
+	if (pattern ? !cJSON_IsString(v) : !cJSON_IsArray(v)) {
+		bad(l, key, pattern ? "a string" : "a per-layer list");
 		return -1;
 	}
 	if (cJSON_IsArray(v) && L >= cJSON_GetArraySize(v)) {
