@@ -353,6 +353,8 @@ int main(int argc, char **argv)
 		return cli_fail("out of memory%s", "");
 	int status = 0;
 	moe_module *m = NULL;
+	int64_t autob = 0;
+	double pred = 0;
 	if (!strcmp(c->name, "passes"))
 		status = cli_passes(ctx);
 	else if (!strcmp(c->name, "import-hf"))
@@ -363,7 +365,10 @@ int main(int argc, char **argv)
 		status = cli_compile(ctx, &o);
 	else if (!strcmp(c->name, "check") && cli_ends_with(o.file, ".tcpb"))
 		status = cli_check_tcpb(ctx, &o);
-	else {
+	else if (!strcmp(c->name, "stats") && o.target && !strcmp(o.target, "tcp")) {
+		m = cli_load_tcp(ctx, &o, &autob, &pred);
+		status = m ? 0 : 1;
+	} else {
 		m = cli_load(ctx, &o);
 		status = m ? 0 : 1;
 	}
@@ -375,7 +380,10 @@ int main(int argc, char **argv)
 	if (m && !strcmp(c->name, "stats")) {
 		const char *named = o.pipeline ? moe_pipeline_named(o.pipeline) : NULL;
 		char *js = moe_module_stats_json(ctx, m, named ? named : o.pipeline);
-		status = !js || puts(js) < 0;
+		if (js && autob > 0 && js[0] == '{') /* block=auto: the choice and its predicted block-loop time */
+			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
+				(long long)autob, pred);
+		status = !js || puts(js + (js && autob > 0 && js[0] == '{')) < 0;
 		free(js);
 	}
 	moe_diag_print(ctx, stderr);

@@ -128,7 +128,9 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return err(ctx, NULL, "compile needs -o OUT%s", "");
 	if (strcmp(t, "c") && strcmp(t, "obj") && strcmp(t, "llvm-ir") && strcmp(t, "tcp"))
 		return err(ctx, NULL, "--target must be tcp, c, obj or llvm-ir, got '%s'", t);
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;
@@ -260,7 +262,9 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		repeat = 1;
 	if (cli_ends_with(o->file, ".tcpb"))
 		return cli_run_tcpb(ctx, o, (int)repeat);
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;
