@@ -17,6 +17,7 @@ typedef struct opts {
 	int json;             /* stats --json */
 	const char *weights, *input, *target, *engine, *stats, *trace, *machine, *repeat;
 	const char *layer, *tokens, *block; /* import-hf */
+	int list, markdown, ignore_quantization; /* import-hf --list, --markdown, --ignore-quantization */
 	int no_skip;
 	int timing_only; /* run --timing-only */
 	moe_setting sets[MAX_SETS];
