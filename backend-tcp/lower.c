@@ -1034,6 +1034,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				dm.v[TCP_V_DST].stride[0] = inn;
 				dm.v[TCP_V_DST].stride[1] = 1;
 				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
+				if (ps > 0 || ch > 0) /* the contraction's tiles form one descriptor list */
+					dm.flags |= TCP_F_JOIN;
 				emit(c, &dm);
 				ld_.v[TCP_V_S0] = dm.v[TCP_V_DST];
 				wk ^= 1;
