@@ -792,19 +792,18 @@ static moe_status ev_broadcast(interp *ip, val *out)
 }
 
 /* ---- experts: token-centric MoE FFN ---- */
-enum { ACT_SWIGLU, ACT_GEGLU, ACT_GEGLU_TANH, ACT_GPT_OSS, ACT_NONE };
 
 /* h(g, u) in f32, as the sequence of f32 ops given in docs/ir.md; the caller
  * rounds the result to the node dtype once. */
 static float activation(int act, float g, float u, float alpha, float limit)
 {
 	switch (act) {
-	case ACT_SWIGLU: {
+	case IR_ACT_SWIGLU: {
 		float s = f_sigmoid(g);
 		float a = g * s;
 		return a * u;
 	}
-	case ACT_GEGLU: {
+	case IR_ACT_GEGLU: {
 		float half = g * 0.5f;
 		float z = g * 0.70710678118654752f; /* 1/sqrt(2) */
 		float t = (float)erf((double)z);
@@ -812,7 +811,7 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		float a = half * one;
 		return a * u;
 	}
-	case ACT_GEGLU_TANH: {
+	case IR_ACT_GEGLU_TANH: {
 		float g2 = g * g;
 		float g3 = g2 * g;
 		float c = 0.044715f * g3;
@@ -824,7 +823,7 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		float a = half * one;
 		return a * u;
 	}
-	case ACT_GPT_OSS: {
+	case IR_ACT_GPT_OSS: {
 		float gc = sc_fmin(g, limit);
 		float uc = sc_fmax(sc_fmin(u, limit), -limit);
 		float z = gc * alpha;
@@ -869,12 +868,7 @@ static moe_status ev_experts(interp *ip, val *out)
 	const int32_t *idx = arg_val(ip, EXP_IDX)->i;
 	const float *gate = opt_f(ip, EXP_GATE), *up = opt_f(ip, EXP_UP), *down = opt_f(ip, EXP_DOWN);
 	const float *bg = opt_f(ip, EXP_B_GATE), *bu = opt_f(ip, EXP_B_UP), *bd = opt_f(ip, EXP_B_DOWN);
-	static const char *const names[] = {"swiglu", "geglu", "geglu_tanh", "gpt_oss", "none"};
-	const char *an = ir_attr_str(n, "act", "swiglu");
-	int act = ACT_NONE;
-	for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
-		if (!strcmp(an, names[i]))
-			act = i;
+	ir_act act = ir_node_act(n);
 	float alpha = (float)ir_attr_float(n, "alpha", 1.702), limit = (float)ir_attr_float(n, "limit", 7.0);
 	bool on_input = !strcmp(ir_attr_str(n, "weight_on", "output"), "input");
 
