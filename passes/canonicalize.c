@@ -86,6 +86,8 @@ static moe_id expand_composite(moe_graph *d, const ir_node *n, const sc_composit
 		v[k] = s->b == SC_NO ? ir_b1(d, s->op, in[0], n->loc) : ir_b2(d, s->op, in[0], in[1], n->loc);
 	}
 	moe_id last = v[def->nsteps - 1];
+	if (n->name)
+		moe_node_set_name(d, last, n->name);
 	if (valid != MOE_NONE) {
 		moe_node_set_valid(d, last, valid);
 		IR_ASSERT(ir_infer(d->ctx, d, last) == MOE_OK);
