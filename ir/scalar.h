@@ -170,7 +170,8 @@ static inline sc_ires sc_binary_i(moe_op op, int32_t a, int32_t b, int32_t *r)
  *   X(ID, steps...)   one row per composite op */
 enum { SC_NO = -2, SC_IMM = -1, SC_X0 = 0, SC_X1 = 1, SC_X2 = 2 };
 #define SC_S(k) (8 + (k))
-#define SC_COMPOSITES(X)
+#define SC_COMPOSITES(X) \
+	X(RELU2, {MOE_OP_MAX, SC_X0, SC_IMM, 0.0f}, {MOE_OP_MUL, SC_S(0), SC_S(0), 0.0f}) /* max(x, 0)^2 */
 
 typedef struct sc_step {
 	moe_op op;

@@ -83,6 +83,7 @@ static void build_all_ops(moe_module *m, bool *used)
 		op1(g, MOE_OP_SQRT, x), op1(g, MOE_OP_RSQRT, x), op1(g, MOE_OP_TANH, x), op1(g, MOE_OP_ERF, x),
 		op1(g, MOE_OP_SIGMOID, x)};
 	op1(g, MOE_OP_NOT, io);
+	op1(g, MOE_OP_RELU2, x);
 	moe_op fbin[] = {MOE_OP_ADD, MOE_OP_SUB, MOE_OP_MUL, MOE_OP_DIV, MOE_OP_MIN, MOE_OP_MAX, MOE_OP_EQ, MOE_OP_NE,
 		MOE_OP_LT, MOE_OP_LE, MOE_OP_GT, MOE_OP_GE};
 	moe_id cmp = MOE_NONE;
