@@ -151,6 +151,16 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_node_set_float(g, ex, "alpha", 1.702);
 	moe_node_set_float(g, ex, "limit", 7.0);
 	assert_int_equal(moe_node_infer(g, ex), MOE_OK);
+	int64_t qd[3] = {E, 4, 4}, sd[3] = {E, 1, 1}, qb[2] = {4, 4};
+	moe_id qw = leaf(g, MOE_OP_WEIGHT, MOE_F8E4M3, 3, qd, "q");
+	moe_node_set_str(g, qw, "source", "experts.{e}.q");
+	moe_id qs = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, sd, "qs");
+	moe_node_set_str(g, qs, "source", "experts.{e}.qs");
+	moe_id dq = moe_node_new(g, MOE_OP_DEQUANT, (moe_id[]){qw, qs}, 2, nl);
+	moe_node_set_str(g, dq, "format", "fp8");
+	moe_node_set_ints(g, dq, "block", qb, 2);
+	assert_int_equal(moe_node_infer(g, dq), MOE_OK);
+	moe_graph_add_output(g, dq);
 	moe_graph_add_output(g, ex);
 	moe_graph_add_output(g, sc);
 
