@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "runtime/rt_io.h"
+#include "runtime/rt_quant.h"
 
 typedef enum family { FAM_MIXTRAL, FAM_QWEN2, FAM_QWEN3, FAM_OLMOE, FAM_GPTOSS, FAM_DEEPSEEK, FAM_LLAMA4 } family;
 
@@ -616,11 +617,17 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 	case FAM_LLAMA4: emit_llama4(&o); break;
 	}
 	rt_buf_printf(&o.b, "  output y\n}\n");
-	cJSON_Delete(root);
 	if (o.b.oom) {
+		cJSON_Delete(root);
 		rt_buf_free(&o.b);
 		rt_err_at(ctx, name, -1, "out of memory");
 		return MOE_ERR_NOMEM;
+	}
+	moe_status st = rt_quant_rewrite(ctx, name, root, &o.b.s);
+	cJSON_Delete(root);
+	if (st) {
+		rt_buf_free(&o.b);
+		return st;
 	}
 	*moe_text = o.b.s;
 	return MOE_OK;
