@@ -14,9 +14,14 @@
 		return false;                                                 \
 	} while (0)
 
-static const char *nm(const ir_node *n)
+/* The operand named for messages: a weight with its checkpoint tensor. */
+#define nm(n) nm_((n), (char[512]){0})
+static const char *nm_(const ir_node *n, char *buf)
 {
-	return n->name && *n->name ? n->name : ir_ops[n->op].name;
+	const char *src = n->op == MOE_OP_WEIGHT ? ir_attr_str(n, "source", NULL) : NULL;
+	snprintf(buf, 512, "%s%s%s%s", n->name && *n->name ? n->name : ir_ops[n->op].name, src ? "' (tensor '" : "",
+		src ? src : "", src ? "')" : "");
+	return buf;
 }
 
 static void shape_txt(const ir_node *n, char *buf, size_t len)
