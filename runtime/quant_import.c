@@ -26,6 +26,7 @@ typedef struct qcfg {
 	const char *ssuffix;
 	int64_t bn, bk;        /* block; bk 0 = the whole row (per channel) */
 	const cJSON *ignore;   /* array of module names (or "re:" patterns) */
+	int fused;             /* fused [E, K, N] experts tensors: 1 fbgemm_fp8, 2 mxfp4 */
 } qcfg;
 
 /* Python-style re.match for the patterns seen in ignore lists: literal text,
@@ -100,13 +101,13 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 			return bad(ctx, file, "asymmetric int4 (weight_zero_point) is not supported");
 		if (strcmp(st, "group") || !cJSON_IsNumber(gs) || gs->valuedouble < 1 || gs->valuedouble > 1 << 20)
 			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
-		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, q->ignore};
+		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, q->ignore, 0};
 		return MOE_OK;
 	}
 	if (!strcmp(fmt->valuestring, "float-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "float") || strcmp(st, "channel"))
 			return bad(ctx, file, "float-quantized is read for 8-bit float weights with one scale per channel only");
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, q->ignore};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, q->ignore, 0};
 		return MOE_OK;
 	}
 	return bad(ctx, file, "compressed-tensors format is not pack-quantized or float-quantized");
@@ -124,18 +125,19 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of positive sizes");
 		const cJSON *ig = member(qc, "modules_to_not_convert");
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
-			(int64_t)bs->child->next->valuedouble, ig ? ig : member(qc, "ignored_layers")};
+			(int64_t)bs->child->next->valuedouble, ig ? ig : member(qc, "ignored_layers"), 0};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "fbgemm_fp8")) {
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, member(qc, "modules_to_not_convert")};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, member(qc, "modules_to_not_convert"), 1};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "compressed-tensors"))
 		return read_ct(ctx, file, qc, q);
-	if (!strcmp(meth, "mxfp4"))
-		return bad(ctx, file, "mxfp4 (gpt-oss *_blocks/*_scales) is not imported yet; declare its weights with "
-			"dequant(format=\"mxfp4\") by hand (docs/language.md)");
+	if (!strcmp(meth, "mxfp4")) {
+		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2};
+		return MOE_OK;
+	}
 	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (fp8, fbgemm_fp8, "
 		"compressed-tensors)", meth);
 	return MOE_ERR_UNSUPPORTED;
@@ -157,9 +159,44 @@ static bool parse_weight(const char *l, size_t len, wline *w)
 	       (w->type[0] = 0, sscanf(buf, "  weight %63s : [%159[^]]] = \"%399[^\"]\"", w->name, w->dims, w->src) == 3);
 }
 
+static bool ends_with(const char *s, const char *tail)
+{
+	size_t a = strlen(s), b = strlen(tail);
+	return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* Fused experts tensors [E, K, N] (llama4, gpt_oss): fbgemm_fp8 keeps that
+ * layout with one scale per n ([E, 1, N], or [E, N, 1] for down_proj);
+ * mxfp4 stores [E, N, K/32, 16] blocks and [E, N, K/32] scales, transposed back. */
+static bool quantize_fused(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
+{
+	if (!ends_with(w->src, "experts.gate_up_proj") && !ends_with(w->src, "experts.down_proj"))
+		return false;
+	char e[64], k[64], n[64];
+	if (sscanf(w->dims, " %63[^,], %63[^,], %63[^,]", e, k, n) != 3)
+		return false;
+	const char *to = w->type[0] ? w->type : "dtype";
+	if (q->fused == 1) {
+		rt_buf_printf(decl, "  weight %s_q : f8e4m3[%s] = \"%s\"\n", w->name, w->dims, w->src);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s, 1, %s] = \"%s_scale\"\n", w->name, e, n, w->src);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"fp8\", block=[%s, 1], to=%s)\n", w->name, w->name,
+			w->name, k, to);
+		return true;
+	}
+	rt_buf_printf(decl, "  weight %s_q : u8[%s, %s, %s / 32, 16] = \"%s_blocks\"\n", w->name, e, n, k, w->src);
+	rt_buf_printf(decl, "  weight %s_s : u8[%s, %s, %s / 32] = \"%s_scales\"\n", w->name, e, n, k, w->src);
+	rt_buf_printf(bind, "  %-6s = einsum(\"enk->ekn\", dequant(reshape(%s_q, shape=[%s, %s, %s / 2]), %s_s, "
+		"format=\"mxfp4\", block=[1, 32], to=%s))\n", w->name, w->name, e, n, k, w->name, to);
+	return true;
+}
+
 /* Emits the quantized form of w when it is quantized; false otherwise. */
 static bool quantize(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
 {
+	if (q->fused && quantize_fused(q, w, decl, bind))
+		return true;
+	if (q->fused == 2)
+		return false;
 	size_t sl = strlen(w->src);
 	if (sl < 7 || strcmp(w->src + sl - 7, ".weight") || strstr(w->name, "router"))
 		return false;
