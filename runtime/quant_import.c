@@ -75,7 +75,7 @@ static const cJSON *member(const cJSON *o, const char *k)
 static moe_status bad(moe_ctx *ctx, const char *file, const char *msg)
 {
 	rt_err_at(ctx, file, -1, "quantization_config: %s", msg);
-	return MOE_ERR_UNSUPPORTED;
+	return MOE_ERR_INVALID;
 }
 
 /* compressed-tensors: the one weight scheme of config_groups. */
@@ -140,7 +140,7 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 	}
 	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (fp8, fbgemm_fp8, "
 		"compressed-tensors)", meth);
-	return MOE_ERR_UNSUPPORTED;
+	return MOE_ERR_INVALID;
 }
 
 /* One parsed `  weight NAME : TYPE[DIMS] = "SRC"` line. */
@@ -255,11 +255,8 @@ static bool quantize(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
 	return true;
 }
 
-moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *root, char **text)
+moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, char **text)
 {
-	const cJSON *qc = member(root, "quantization_config");
-	if (!qc)
-		return MOE_OK;
 	if (!cJSON_IsObject(qc))
 		return bad(ctx, file, "not an object");
 	qcfg q;

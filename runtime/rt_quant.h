@@ -7,10 +7,9 @@
 #include "moec/io.h"
 
 /* Rewrites the weight declarations of an imported .moe text (*text, malloc'ed;
- * replaced on success) for the checkpoint's quantization_config (a member of
- * root, the config.json object): every quantized Linear weight becomes its
- * packed values and scales bound by `dequant`. No quantization_config leaves
- * the text as it is; an unsupported one is an error naming the file. */
-moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *root, char **text);
+ * replaced on success) for the checkpoint's quantization_config qc: every
+ * quantized Linear weight becomes its packed values and scales bound by
+ * `dequant`. An unsupported configuration is an error naming the file. */
+moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, char **text);
 
 #endif

@@ -143,17 +143,28 @@ typedef struct moe_import_opts {
 	int64_t block;      /* B, the expert block size; 0 = 64 */
 	moe_dtype dtype;    /* layer compute type: MOE_F32 or MOE_BF16 */
 	const char *prefix; /* tensor name prefix; NULL = the family's, "model.layers.{layer}." */
+	int config_dtype;   /* follow the config's torch_dtype / dtype (bfloat16 -> bf16, float32 and
+	                     * float16 -> f32); dtype is used when the config names none */
+	int ignore_quantization; /* write a quantized checkpoint's layer as if unquantized (its
+	                           * shapes) instead of reading its quantization_config: block
+	                           * fp8, fbgemm_fp8, compressed-tensors int4 / channel fp8 and
+	                           * mxfp4 experts become packed weights read by dequant */
 } moe_import_opts;
 /* Read an HF config.json and write a .moe layer (docs/language.md) that
  * computes that family's MoE block exactly as HF does, with weights bound to
- * the checkpoint's tensor names. Supported model_type: mixtral, qwen2_moe,
- * qwen3_moe, olmoe, gpt_oss, deepseek_v3, llama4 and llama4_text (text_config
- * is used when nested). *moe_text is NUL-terminated; free with moe_free. */
+ * the checkpoint's tensor names. The families are listed by
+ * moe_import_hf_families (docs/families.md); a text model nested under
+ * text_config / language_config is found. *moe_text is NUL-terminated; free
+ * with moe_free. */
 MOE_API moe_status moe_import_hf(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts,
 	char **moe_text);
 /* The same on config text already in memory; `name` is used in diagnostics. */
 MOE_API moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
 	const moe_import_opts *opts, char **moe_text);
+/* The family table as text: MOE_HF_LIST_TEXT (moec import-hf --list), MOE_HF_LIST_MARKDOWN
+ * (docs/families.md) or MOE_HF_LIST_NAMES (the model_types, comma-separated). Free with moe_free. */
+typedef enum moe_hf_list_format { MOE_HF_LIST_TEXT, MOE_HF_LIST_MARKDOWN, MOE_HF_LIST_NAMES } moe_hf_list_format;
+MOE_API moe_status moe_import_hf_families(moe_ctx *ctx, moe_hf_list_format format, char **text);
 
 #ifdef __cplusplus
 }
