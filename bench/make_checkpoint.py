@@ -13,7 +13,7 @@ and DeepSeek's shared experts stay): enough for `moec run --target=tcp --timing-
 whose cycle counts do not depend on expert weight values. The DeepSeek-V3 layer's experts
 alone are 22.5 GB in bf16. --fp8-block stores the per-expert projections as block FP8
 (F8_E4M3 `weight` with a float32 `weight_scale_inv` per 128x128 block, as DeepSeek-V3 and
-Qwen3-FP8 publish them; random valid codes, scale 2^-14), for examples/*_fp8.moe.
+Qwen3-FP8 publish them; random valid codes, scale 2^-14), for bench/qwen3_30b_a3b_fp8.moe.
 """
 import json
 import struct
