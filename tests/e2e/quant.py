@@ -10,6 +10,10 @@ and require max|y - y_ref| <= 1e-5 x max|y_ref| (y_ref: the float layer on the d
 weights, computed without moec). At T=5 the C engine must give the same bytes as LLVM, and
 (qwen3_moe) a second LLVM run too.
 
+Every code of each format (all 256 E4M3 bytes, all MXFP4 bytes under extreme E8M0 scales, all
+int4 nibbles) is decoded by the interpreter, the LLVM and the C engine to the same bits and
+to the values of the format descriptions (computed here with numpy).
+
 Then checkpoints broken on purpose must be rejected with a message naming the tensor and
 without writing the output: a scale tensor with the wrong count, a group size that does not
 divide K, a U8 blocks tensor of the wrong length, an unsupported quant_method.
@@ -153,10 +157,84 @@ def rejections(moec, fixtures, tmp):
     return failed
 
 
+CODES_MOE = """layer codes {
+  dim N = 4
+  input x : [1, 1]
+  weight q8 : f8e4m3[N, 256] = "q8"
+  weight s8 : f32[N, 1] = "s8"
+  weight qm : u8[N, 128] = "qm"
+  weight sm : u8[N, 8] = "sm"
+  weight q4 : i32[N, 2] = "q4"
+  weight s4 : bf16[N, 1] = "s4"
+  a = dequant(q8, s8, format="fp8", block=[1, 256])
+  b = dequant(qm, sm, format="mxfp4", block=[1, 32])
+  c = dequant(q4, s4, format="int4", block=[1, 16])
+  output concat(a, b, c, axis=1)
+}
+"""
+
+
+def codes(moec, tmp):
+    """Every E4M3 code, every MXFP4 byte under E8M0 scales 0, 1, 126, 127, 128, 200, 254, 255,
+    every int4 nibble: the three engines give the same bits, and the values of the format
+    descriptions (computed here in numpy; NaN where the format says NaN, signed zeros kept)."""
+    n = 4
+    q8 = np.tile(np.arange(256, dtype=np.uint8), (n, 1))
+    s8 = np.array([[1.0], [0.5], [3.0], [2.0 ** -20]], np.float32)
+    qm = np.array([np.arange(128), np.arange(128, 256)] * 2, dtype=np.uint8)
+    sm = np.array([[0, 1, 126, 127, 128, 200, 254, 255]] * n, dtype=np.uint8)
+    words = np.zeros((n, 2), dtype=np.uint32)
+    for i in range(8):
+        words[:, 0] |= np.uint32(i) << np.uint32(4 * i)
+        words[:, 1] |= np.uint32(8 + i) << np.uint32(4 * i)
+    s4bits = np.array([[0x3F80], [0x3E80], [0xC040], [0x3A83]], np.uint16)  # bf16 1, .25, -3, ~1e-3
+    write_st(os.path.join(tmp, "codes.safetensors"), {
+        "q8": ("F8_E4M3", [n, 256], q8.tobytes()), "s8": ("F32", [n, 1], s8.tobytes()),
+        "qm": ("U8", [n, 128], qm.tobytes()), "sm": ("U8", [n, 8], sm.tobytes()),
+        "q4": ("I32", [n, 2], words.view(np.int32).tobytes()), "s4": ("BF16", [n, 1], s4bits.tobytes())})
+    moe = os.path.join(tmp, "codes.moe")
+    open(moe, "w").write(CODES_MOE)
+    np.save(os.path.join(tmp, "x11.npy"), np.zeros((1, 1), np.float32))
+    outs = []
+    for e in ("interp", "llvm", "c"):
+        y = os.path.join(tmp, "codes_%s.npy" % e)
+        run([moec, "run", moe, "--weights", os.path.join(tmp, "codes.safetensors"), "--input",
+             os.path.join(tmp, "x11.npy"), "-o", y, "--engine=" + e])
+        outs.append(open(y, "rb").read())
+    got = np.load(y)
+    # E4M3fn: bias 7, subnormals m x 2^-9, S.1111.111 NaN
+    c = np.arange(256)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10))
+    v = np.where((c & 0x7F) == 0x7F, np.nan, v)
+    e4 = np.where(c & 0x80, -v, v).astype(np.float32)
+    want_a = e4[None, :] * s8
+    # MXFP4: byte j holds element 2j (low nibble) and 2j+1 (high); E2M1 with bit 3 the sign
+    nib = np.stack([qm & 15, qm >> 4], axis=2).reshape(n, 256).astype(np.int64)
+    mag = np.array([0, .5, 1, 1.5, 2, 3, 4, 6], np.float32)[nib & 7]
+    e2 = np.where(nib & 8, -mag, mag).astype(np.float32)
+    with np.errstate(over="ignore"):  # 2^128 (code 255, NaN anyway) and 6 x 2^127 overflow f32 to inf
+        sc = np.where(sm == 255, np.nan, np.ldexp(np.float32(1), np.minimum(sm.astype(np.int32), 254) - 127))
+        want_b = e2 * np.repeat(sc.astype(np.float32), 32, axis=1)
+    # int4: nibble i of word j is element 8j+i, value nibble - 8
+    s4 = (s4bits.astype(np.uint32) << 16).view(np.float32)
+    want_c = (np.arange(16, dtype=np.float32) - 8)[None, :] * s4
+    want = np.concatenate([want_a, want_b, want_c], axis=1).astype(np.float32)
+    same_bits = outs[0] == outs[1] == outs[2]
+    nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    val_ok = np.array_equal(got[fin], want[fin]) and np.array_equal(np.signbit(got[fin]), np.signbit(want[fin]))
+    good = same_bits and nan_ok and val_ok
+    print("%-4s every code of the three formats: engines %s, values %s" % (
+        "ok" if good else "FAIL", "bit-identical" if same_bits else "DIFFER",
+        "as the formats define" if nan_ok and val_ok else "WRONG"))
+    return not good
+
+
 def main():
     moec, fixtures = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
-        failed = numeric(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
+        failed = codes(moec, tmp) + numeric(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
 
