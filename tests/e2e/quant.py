@@ -10,6 +10,8 @@ and require max|y - y_ref| <= 1e-5 x max|y_ref| (y_ref: the float layer on the d
 weights, computed without moec). At T=5 the C engine must give the same bytes as LLVM, and
 (qwen3_moe) a second LLVM run too.
 
+The quantized block-FP8 qwen3_moe and int4 deepseek_v3 layers give the same bits as the
+unquantized layer (import-hf --ignore-quantization) run on weights dequantized here in numpy.
 Every code of each format (all 256 E4M3 bytes, all MXFP4 bytes under extreme E8M0 scales, all
 int4 nibbles) is decoded by the interpreter, the LLVM and the C engine to the same bits and
 to the values of the format descriptions (computed here with numpy).
@@ -231,10 +233,70 @@ def codes(moec, tmp):
     return not good
 
 
+def e4m3_np(c):
+    c = c.astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10))
+    v = np.where((c & 0x7F) == 0x7F, np.nan, v)
+    return np.where(c & 0x80, -v, v).astype(np.float32)
+
+
+def dequantized(st):
+    """The float checkpoint of a block-FP8 or int4 pack-quantized one, dequantized in numpy
+    (f32 products), under the unquantized tensor names."""
+    out = {}
+    for k, (dt, shape, data) in st.items():
+        if k.endswith("_scale_inv") or k.endswith(".weight_scale") or k.endswith(".weight_shape"):
+            continue
+        if dt == "F8_E4M3":
+            w = e4m3_np(np.frombuffer(data, np.uint8).reshape(shape))
+            s = np.frombuffer(st[k + "_scale_inv"][2], "<f4").reshape(
+                (shape[0] + 127) // 128, (shape[1] + 127) // 128)
+            w = w * np.repeat(np.repeat(s, 128, 0), 128, 1)[:shape[0], :shape[1]]
+        elif k.endswith(".weight_packed"):
+            base = k[:-len("_packed")]
+            n, kk = np.frombuffer(st[base + "_shape"][2], "<i4")
+            words = np.frombuffer(data, "<u4").reshape(shape)
+            nib = np.stack([(words >> np.uint32(4 * i)) & 15 for i in range(8)], axis=2).reshape(n, -1)[:, :kk]
+            sdt, sshape, sdata = st[base + "_scale"]
+            sc = (np.frombuffer(sdata, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(sshape)
+            w, k = (nib.astype(np.float32) - 8) * np.repeat(sc, kk // sshape[1], axis=1), base
+        elif dt in ("F32", "BF16"):
+            out[k] = (dt, shape, data)
+            continue
+        else:
+            raise RuntimeError("unexpected tensor %s %s" % (k, dt))
+        out[k] = ("F32", list(w.shape), w.astype("<f4").tobytes())
+    return out
+
+
+def exact(moec, fixtures, tmp):
+    """Quantized run == the unquantized layer (--ignore-quantization) on the dequantized
+    weights, bit for bit (f32)."""
+    failed = 0
+    for fam in ("qwen3_moe", "int4_deepseek_v3"):
+        d = os.path.join(fixtures, fam)
+        ck = os.path.join(tmp, "deq.safetensors")
+        write_st(ck, dequantized(read_st(os.path.join(d, "model.safetensors"))))
+        ys = []
+        for ign, w in ((False, os.path.join(d, "model.safetensors")), (True, ck)):
+            moe, y = os.path.join(tmp, "e.moe"), os.path.join(tmp, "e%d.npy" % ign)
+            run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=f32", "-o", moe]
+                + (["--ignore-quantization"] if ign else []))
+            run([moec, "run", moe, "--weights", w, "--input", os.path.join(d, "x_float32_T5.npy"), "-o", y])
+            ys.append(open(y, "rb").read())
+        good = ys[0] == ys[1]
+        print("%-4s %-18s T=5 quantized run %s the float layer on the dequantized weights" % (
+            "ok" if good else "FAIL", fam, "bit-identical to" if good else "DIFFERS from"))
+        failed += not good
+    return failed
+
+
 def main():
     moec, fixtures = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
-        failed = codes(moec, tmp) + numeric(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
+        failed = codes(moec, tmp) + exact(moec, fixtures, tmp) + numeric(moec, fixtures, tmp) + \
+            rejections(moec, fixtures, tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
 
