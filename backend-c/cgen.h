@@ -86,6 +86,12 @@ struct cg_stmt {
 	                  * variables set in the body); SET: value; STORE: index, value; IF: cond (I32) */
 	cg_block body;   /* FOR body; IF then */
 	cg_block els;    /* IF else */
+	bool par;        /* FOR: a parallel loop. Its iterations are independent: they write
+	                  * disjoint elements, read nothing another iteration writes, set only
+	                  * variables that each iteration sets before reading, and never fault.
+	                  * The LLVM emitter outlines the body and runs it over the thread pool;
+	                  * the C emitter writes an ordinary loop. Either way every element is
+	                  * computed by the same operations, so results do not depend on threads. */
 	const char *comment; /* printed above the statement in C */
 	cg_dot *dot;         /* DOT */
 };
@@ -148,11 +154,41 @@ void cgen_symbol(const cg_prog *p, const char *suffix, char *buf, size_t len);
 typedef int (*cgen_layer_fn)(const void *const *inputs, const void *const *weights, void *const *outputs,
 	void *workspace);
 
+/* Parallel loops (cg_stmt.par) in LLVM code: the layer function moe_L_par
+ * takes a cgen_par as fifth argument and calls run(pool, body, env, lo, hi)
+ * for each parallel loop; run must call body(env, a, b) over disjoint ranges
+ * covering [lo, hi) and return when all have returned. moe_L is moe_L_par
+ * with par == NULL (bodies called directly, in order). */
+typedef void (*cgen_par_body)(void *env, int64_t lo, int64_t hi);
+typedef struct cgen_par {
+	void (*run)(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi);
+	void *pool;
+} cgen_par;
+typedef int (*cgen_layer_par_fn)(const void *const *inputs, const void *const *weights, void *const *outputs,
+	void *workspace, const cgen_par *par);
+
+/* The thread pool (pool.c): nthreads - 1 workers plus the calling thread.
+ * NULL with a diagnostic when threads cannot be started. */
+typedef struct cgen_pool cgen_pool;
+cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads);
+void cgen_pool_free(cgen_pool *pool);
+/* cgen_par.run for a cgen_pool: iterations one at a time, dynamically. */
+void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi);
+/* Cores this process may run on (sched_getaffinity), at least 1. */
+int cgen_cores(void);
+
 /* The LLVM emitter (emit_llvm.c). kind: 0 textual IR, 1 object file. */
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind);
 /* ORC LLJIT: compiles p in process and returns its layer function. */
 typedef struct cgen_jit cgen_jit;
-moe_status cgen_jit_create(cg_prog *p, cgen_jit **jit, cgen_layer_fn *fn);
+typedef struct cgen_jit_opts {
+	int portable;          /* in: no CPU-specific dot-product kernels */
+	int no_cache;          /* in: bypass the on-disk cache */
+	const char *cache_dir; /* in: NULL for the default */
+	int cache;             /* out: moe_host_cache */
+	const char *kernels;   /* out: "portable" or "avx512bf16" */
+} cgen_jit_opts;
+moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **jit, cgen_layer_par_fn *fn);
 void cgen_jit_free(cgen_jit *jit);
 
 /* Write to path through a temporary file and a rename. write() fills f. */

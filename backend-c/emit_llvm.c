@@ -22,6 +22,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "backend-c/cgen.h"
+#include "moec/backend.h"
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static int llvm_init_failed;
@@ -80,8 +81,12 @@ typedef struct eml {
 	LLVMBuilderRef b;
 	LLVMValueRef fn;
 	LLVMTypeRef i1, i8, i16, i32, i64, f32, f64, ptr;
-	LLVMValueRef *vars; /* allocas */
-	LLVMValueRef *bufs; /* base pointers */
+	LLVMValueRef *vars; /* allocas, made on first use in the entry block */
+	LLVMValueRef *bufs; /* base pointers, likewise */
+	LLVMBasicBlockRef entry; /* the current function's entry: allocas and buffer pointers */
+	LLVMValueRef args[4];    /* the layer function's four arguments (docs/abi.md) */
+	LLVMValueRef par;        /* its cgen_par argument; NULL inside an outlined body */
+	int npar;                /* outlined bodies so far */
 	/* [0]: f32 functions, [1]: f64 */
 	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch;
 	LLVMTypeRef t_f1[2], t_sat, t_prefetch;
@@ -102,10 +107,49 @@ static LLVMTypeRef mty(eml *E, moe_dtype t)
 	}
 }
 
+/* a builder placed before the entry block's terminator */
+static LLVMBuilderRef entry_builder(eml *E)
+{
+	LLVMBuilderRef b = LLVMCreateBuilderInContext(E->c);
+	LLVMPositionBuilderBefore(b, LLVMGetBasicBlockTerminator(E->entry));
+	return b;
+}
+
+static LLVMValueRef var_ptr(eml *E, int v)
+{
+	if (!E->vars[v]) {
+		LLVMBuilderRef b = entry_builder(E);
+		LLVMTypeRef t = lty(E, (cg_ty)E->p->vars[v].ty);
+		E->vars[v] = LLVMBuildAlloca(b, t, "");
+		LLVMBuildStore(b, LLVMConstNull(t), E->vars[v]);
+		LLVMDisposeBuilder(b);
+	}
+	return E->vars[v];
+}
+
+static LLVMValueRef buf_base(eml *E, int i)
+{
+	if (!E->bufs[i]) {
+		LLVMBuilderRef b = entry_builder(E);
+		const cg_buf *bf = &E->p->bufs[i];
+		if (bf->kind == CB_WORK) {
+			LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)bf->offset, 0);
+			E->bufs[i] = LLVMBuildInBoundsGEP2(b, E->i8, E->args[3], &off, 1, "");
+		} else {
+			unsigned arg = bf->kind == CB_INPUT ? 0 : bf->kind == CB_WEIGHT ? 1 : 2;
+			LLVMValueRef idx = LLVMConstInt(E->i64, bf->index, 0);
+			LLVMValueRef slot = LLVMBuildInBoundsGEP2(b, E->ptr, E->args[arg], &idx, 1, "");
+			E->bufs[i] = LLVMBuildLoad2(b, E->ptr, slot, "");
+		}
+		LLVMDisposeBuilder(b);
+	}
+	return E->bufs[i];
+}
+
 static LLVMValueRef elem_ptr(eml *E, int buf, LLVMValueRef idx)
 {
 	LLVMTypeRef t = mty(E, (moe_dtype)E->p->bufs[buf].dtype);
-	return LLVMBuildInBoundsGEP2(E->b, t, E->bufs[buf], &idx, 1, "");
+	return LLVMBuildInBoundsGEP2(E->b, t, buf_base(E, buf), &idx, 1, "");
 }
 
 static LLVMValueRef ci32(eml *E, uint32_t v)
@@ -173,7 +217,7 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 		memcpy(&u, &f, 4);
 		return LLVMConstBitCast(LLVMConstInt(E->i32, u, 0), E->f32);
 	}
-	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), E->vars[e->var], "");
+	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), var_ptr(E, e->var), "");
 	case CE_LOAD: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
@@ -390,7 +434,7 @@ static void dot(eml *E, const cg_dot *t)
 		for (int j = 0; j < DOT_LANES; j++) {
 			LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
 				LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
-			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, E->bufs[t->wbuf], &ix, 1, "");
+			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, buf_base(E, t->wbuf), &ix, 1, "");
 			LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
 			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
 		}
@@ -448,11 +492,187 @@ static void br(eml *E, LLVMBasicBlockRef to)
 		LLVMBuildBr(E->b, to);
 }
 
+/* for (var = lo; var < hi; var++) body, hi a value (hv) or an expression
+ * evaluated before every iteration (he) */
+static void for_loop(eml *E, int v, LLVMValueRef lo, LLVMValueRef hv, const cg_expr *he, const cg_block *body)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef var = var_ptr(E, v);
+	LLVMBuildStore(b, lo, var);
+	LLVMBasicBlockRef cond = bb(E, "for.cond"), bod = bb(E, "for.body"), done = bb(E, "for.end");
+	LLVMBuildBr(b, cond);
+	LLVMPositionBuilderAtEnd(b, cond);
+	LLVMValueRef i = LLVMBuildLoad2(b, E->i64, var, "");
+	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i, hv ? hv : ex(E, he), ""), bod, done);
+	LLVMPositionBuilderAtEnd(b, bod);
+	block(E, body);
+	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(b))) {
+		LLVMValueRef j = LLVMBuildLoad2(b, E->i64, var, "");
+		LLVMBuildStore(b, LLVMBuildAdd(b, j, LLVMConstInt(E->i64, 1, 0), ""), var);
+		LLVMBuildBr(b, cond);
+	}
+	LLVMPositionBuilderAtEnd(b, done);
+}
+
+/* ---- parallel loops: the body becomes a function run over the thread pool ---- */
+
+/* Marks the variables an expression reads. */
+static void mark_expr(const cg_expr *e, uint8_t *used)
+{
+	for (; e; e = e->c) {
+		if (e->op == CE_VAR)
+			used[e->var] = 1;
+		mark_expr(e->a, used);
+		mark_expr(e->b, used);
+	}
+}
+
+/* Marks the variables a block uses; false if it can fault. */
+static bool mark_block(const cg_block *blk, uint8_t *used)
+{
+	bool ok = true;
+	for (const cg_stmt *s = blk->first; s; s = s->next) {
+		if (s->kind == CS_FAULT)
+			return false;
+		if (s->var >= 0)
+			used[s->var] = 1;
+		mark_expr(s->a, used);
+		mark_expr(s->b, used);
+		if (s->dot) {
+			const cg_dot *d = s->dot;
+			mark_expr(d->rows, used);
+			mark_expr(d->lanes, used);
+			mark_expr(d->ai, used);
+			mark_expr(d->wi, used);
+			mark_expr(d->di, used);
+		}
+		ok = ok && mark_block(&s->body, used) && mark_block(&s->els, used);
+	}
+	return ok;
+}
+
+/* Starts function f: an entry block (allocas, buffer pointers) that falls
+ * through to the code. */
+static void begin_function(eml *E, LLVMValueRef f)
+{
+	E->fn = f;
+	E->entry = LLVMAppendBasicBlockInContext(E->c, f, "entry");
+	LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(E->c, f, "start");
+	LLVMPositionBuilderAtEnd(E->b, E->entry);
+	LLVMBuildBr(E->b, start);
+	LLVMPositionBuilderAtEnd(E->b, start);
+	memset(E->vars, 0, E->p->nvars * sizeof *E->vars);
+	memset(E->bufs, 0, E->p->nbufs * sizeof *E->bufs);
+}
+
+/* Builds `void body(env, lo, hi)` running iterations [lo, hi) of loop s. The
+ * environment holds the four layer arguments, then the variables in `used`,
+ * in id order, one 8-byte slot each. */
+static LLVMValueRef outline_body(eml *E, const cg_stmt *s, const uint8_t *used)
+{
+	cg_prog *p = E->p;
+	char sym[200], name[240];
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	snprintf(name, sizeof name, "%s.par%d", sym, E->npar++);
+	LLVMTypeRef pt[3] = {E->ptr, E->i64, E->i64};
+	LLVMValueRef f = LLVMAddFunction(E->m, name, LLVMFunctionType(LLVMVoidTypeInContext(E->c), pt, 3, 0));
+	LLVMSetLinkage(f, LLVMInternalLinkage);
+	unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+	LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(E->c, nounwind, 0));
+	eml saved = *E;
+	E->b = LLVMCreateBuilderInContext(E->c);
+	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
+	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
+	E->par = NULL;
+	begin_function(E, f);
+	LLVMBuilderRef eb = entry_builder(E);
+	LLVMValueRef env = LLVMGetParam(f, 0);
+	for (unsigned i = 0; i < 4; i++) {
+		LLVMValueRef ix = LLVMConstInt(E->i64, i, 0);
+		E->args[i] = LLVMBuildLoad2(eb, E->ptr, LLVMBuildInBoundsGEP2(eb, E->i64, env, &ix, 1, ""), "");
+	}
+	unsigned slot = 4;
+	for (uint32_t v = 0; v < p->nvars; v++) {
+		if (!used[v])
+			continue;
+		LLVMTypeRef t = lty(E, (cg_ty)p->vars[v].ty);
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot++, 0);
+		E->vars[v] = LLVMBuildAlloca(eb, t, "");
+		LLVMBuildStore(eb, LLVMBuildLoad2(eb, t, LLVMBuildInBoundsGEP2(eb, E->i64, env, &ix, 1, ""), ""), E->vars[v]);
+	}
+	LLVMDisposeBuilder(eb);
+	for_loop(E, s->var, LLVMGetParam(f, 1), LLVMGetParam(f, 2), NULL, &s->body);
+	LLVMBuildRetVoid(E->b);
+	LLVMDisposeBuilder(E->b);
+	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
+	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
+	int npar = E->npar;
+	*E = saved;
+	E->npar = npar;
+	return f;
+}
+
+/* Emits parallel loop s as a call of par->run (or of its body directly when
+ * the caller passed no cgen_par); false when s cannot be outlined. */
+static bool outline(eml *E, const cg_stmt *s)
+{
+	cg_prog *p = E->p;
+	uint8_t *used = ctx_alloc(p->ctx, p->nvars + 1);
+	memset(used, 0, p->nvars + 1);
+	bool ok = mark_block(&s->body, used);
+	used[s->var] = 0;
+	if (!ok) {
+		ctx_free(p->ctx, used, p->nvars + 1);
+		return false;
+	}
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef lo = ex(E, s->a), hi = ex(E, s->b);
+	unsigned n = 4;
+	for (uint32_t v = 0; v < p->nvars; v++)
+		n += used[v];
+	LLVMBuilderRef eb = entry_builder(E);
+	LLVMValueRef env = LLVMBuildAlloca(eb, LLVMArrayType(E->i64, n), "env");
+	LLVMDisposeBuilder(eb);
+	unsigned slot = 0;
+	for (; slot < 4; slot++) {
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot, 0);
+		LLVMBuildStore(b, E->args[slot], LLVMBuildInBoundsGEP2(b, E->i64, env, &ix, 1, ""));
+	}
+	for (uint32_t v = 0; v < p->nvars; v++) {
+		if (!used[v])
+			continue;
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot++, 0);
+		LLVMValueRef x = LLVMBuildLoad2(b, lty(E, (cg_ty)p->vars[v].ty), var_ptr(E, v), "");
+		LLVMBuildStore(b, x, LLVMBuildInBoundsGEP2(b, E->i64, env, &ix, 1, ""));
+	}
+	LLVMValueRef f = outline_body(E, s, used);
+	ctx_free(p->ctx, used, p->nvars + 1);
+	LLVMTypeRef pt[3] = {E->ptr, E->i64, E->i64};
+	LLVMTypeRef bodyt = LLVMFunctionType(LLVMVoidTypeInContext(E->c), pt, 3, 0);
+	LLVMTypeRef rt[5] = {E->ptr, E->ptr, E->ptr, E->i64, E->i64};
+	LLVMTypeRef runt = LLVMFunctionType(LLVMVoidTypeInContext(E->c), rt, 5, 0);
+	LLVMBasicBlockRef direct = bb(E, "par.direct"), pool = bb(E, "par.pool"), done = bb(E, "par.done");
+	LLVMBuildCondBr(b, LLVMBuildIsNull(b, E->par, ""), direct, pool);
+	LLVMPositionBuilderAtEnd(b, direct);
+	LLVMValueRef da[3] = {env, lo, hi};
+	LLVMBuildCall2(b, bodyt, f, da, 3, "");
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, pool);
+	LLVMValueRef one = LLVMConstInt(E->i64, 1, 0);
+	LLVMValueRef run = LLVMBuildLoad2(b, E->ptr, E->par, "");
+	LLVMValueRef pp = LLVMBuildLoad2(b, E->ptr, LLVMBuildInBoundsGEP2(b, E->ptr, E->par, &one, 1, ""), "");
+	LLVMValueRef ra[5] = {pp, f, env, lo, hi};
+	LLVMBuildCall2(b, runt, run, ra, 5, "");
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, done);
+	return true;
+}
+
 static void stmt(eml *E, const cg_stmt *s)
 {
 	LLVMBuilderRef b = E->b;
 	switch ((cg_sk)s->kind) {
-	case CS_SET: LLVMBuildStore(b, ex(E, s->a), E->vars[s->var]); break;
+	case CS_SET: LLVMBuildStore(b, ex(E, s->a), var_ptr(E, s->var)); break;
 	case CS_STORE: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[s->buf].dtype;
 		LLVMValueRef v = ex(E, s->b);
@@ -463,24 +683,11 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
 		break;
 	}
-	case CS_FOR: {
-		LLVMValueRef var = E->vars[s->var];
-		LLVMBuildStore(b, ex(E, s->a), var);
-		LLVMBasicBlockRef cond = bb(E, "for.cond"), body = bb(E, "for.body"), done = bb(E, "for.end");
-		LLVMBuildBr(b, cond);
-		LLVMPositionBuilderAtEnd(b, cond);
-		LLVMValueRef i = LLVMBuildLoad2(b, E->i64, var, "");
-		LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i, ex(E, s->b), ""), body, done);
-		LLVMPositionBuilderAtEnd(b, body);
-		block(E, &s->body);
-		if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(b))) {
-			LLVMValueRef j = LLVMBuildLoad2(b, E->i64, var, "");
-			LLVMBuildStore(b, LLVMBuildAdd(b, j, LLVMConstInt(E->i64, 1, 0), ""), var);
-			LLVMBuildBr(b, cond);
-		}
-		LLVMPositionBuilderAtEnd(b, done);
+	case CS_FOR:
+		if (s->par && E->par && outline(E, s))
+			break;
+		for_loop(E, s->var, ex(E, s->a), NULL, s->b, &s->body);
 		break;
-	}
 	case CS_IF: {
 		LLVMBasicBlockRef th = bb(E, "if.then"), el = bb(E, "if.else"), done = bb(E, "if.end");
 		LLVMValueRef c = LLVMBuildICmp(b, LLVMIntNE, ex(E, s->a), ci32(E, 0), "");
@@ -561,34 +768,33 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, wf, "entry"));
 	LLVMBuildRet(E->b, LLVMConstInt(E->i64, (unsigned long long)p->workspace, 0));
 
-	/* int moe_L(const void *const *in, const void *const *w, void *const *out, void *ws) */
-	LLVMTypeRef params[4] = {E->ptr, E->ptr, E->ptr, E->ptr};
-	cgen_symbol(p, NULL, sym, sizeof sym);
-	E->fn = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i32, params, 4, 0));
+	/* int moe_L_par(const void *const *in, const void *const *w, void *const *out, void *ws,
+	 *               const cgen_par *par) */
+	LLVMTypeRef params[5] = {E->ptr, E->ptr, E->ptr, E->ptr, E->ptr};
 	unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-	LLVMAddAttributeAtIndex(E->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
-	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, E->fn, "entry"));
+	cgen_symbol(p, "_par", sym, sizeof sym);
+	LLVMTypeRef part = LLVMFunctionType(E->i32, params, 5, 0);
+	LLVMValueRef pfn = LLVMAddFunction(E->m, sym, part);
+	LLVMAddAttributeAtIndex(pfn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
 	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
 	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
-	for (uint32_t i = 0; i < p->nvars; i++) {
-		E->vars[i] = LLVMBuildAlloca(E->b, lty(E, (cg_ty)p->vars[i].ty), "");
-		LLVMBuildStore(E->b, LLVMConstNull(lty(E, (cg_ty)p->vars[i].ty)), E->vars[i]);
-	}
-	for (uint32_t i = 0; i < p->nbufs; i++) {
-		const cg_buf *bf = &p->bufs[i];
-		if (bf->kind == CB_WORK) {
-			LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)bf->offset, 0);
-			E->bufs[i] = LLVMBuildInBoundsGEP2(E->b, E->i8, LLVMGetParam(E->fn, 3), &off, 1, "");
-			continue;
-		}
-		unsigned arg = bf->kind == CB_INPUT ? 0 : bf->kind == CB_WEIGHT ? 1 : 2;
-		LLVMValueRef idx = LLVMConstInt(E->i64, bf->index, 0);
-		LLVMValueRef slot = LLVMBuildInBoundsGEP2(E->b, E->ptr, LLVMGetParam(E->fn, arg), &idx, 1, "");
-		E->bufs[i] = LLVMBuildLoad2(E->b, E->ptr, slot, "");
-	}
+	begin_function(E, pfn);
+	for (unsigned i = 0; i < 4; i++)
+		E->args[i] = LLVMGetParam(pfn, i);
+	E->par = LLVMGetParam(pfn, 4);
 	block(E, &p->body);
 	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(E->b)))
 		LLVMBuildRet(E->b, ci32(E, 0));
+	/* int moe_L(in, w, out, ws): moe_L_par without a thread pool */
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	LLVMValueRef lf = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i32, params, 4, 0));
+	LLVMAddAttributeAtIndex(lf, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
+	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, lf, "entry"));
+	LLVMValueRef a5[5];
+	for (unsigned i = 0; i < 4; i++)
+		a5[i] = LLVMGetParam(lf, i);
+	a5[4] = LLVMConstNull(E->ptr);
+	LLVMBuildRet(E->b, LLVMBuildCall2(E->b, part, pfn, a5, 5, ""));
 	LLVMDisposeBuilder(E->b);
 	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
 	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
@@ -687,8 +893,10 @@ struct cgen_jit {
 	LLVMOrcLLJITRef jit;
 };
 
-moe_status cgen_jit_create(cg_prog *p, cgen_jit **out, cgen_layer_fn *fn)
+moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_layer_par_fn *fn)
 {
+	o->cache = MOE_CACHE_OFF;
+	o->kernels = "portable";
 	*out = NULL;
 	*fn = NULL;
 	LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
@@ -735,7 +943,7 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit **out, cgen_layer_fn *fn)
 		return diag_err(p->ctx, "cannot add the module to the JIT", err);
 	}
 	char sym[200];
-	cgen_symbol(p, NULL, sym, sizeof sym);
+	cgen_symbol(p, "_par", sym, sizeof sym);
 	LLVMOrcExecutorAddress addr = 0;
 	err = LLVMOrcLLJITLookup(jit, &addr, sym);
 	if (err) {
