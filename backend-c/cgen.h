@@ -61,9 +61,14 @@ typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT, CS_DOT } cg_sk;
  * product rounded before it is added):
  *   for r < rows, j < DOT_LANES, jj = min(j, lanes - 1):
  *     dst[di + r*DOT_LANES + j] = sum_{k < K} A[ai + r*astride + k] * W[wi + jj*wstride + k]
- * A and dst are f32 buffers, W an f32 or bf16 buffer (widened on load); lanes
+ * dst is an f32 buffer, A and W f32 or bf16 buffers (widened on load); lanes
  * >= 1. The LLVM emitter loads DOT_LANES rows of W, transposes them in
- * registers and vectorises across the lanes; the C emitter writes the loops. */
+ * registers and vectorises across the lanes; the C emitter writes the loops.
+ * That is the portable kernel. When A and W are both bf16 and the target has
+ * AVX512-BF16 (and portable kernels were not asked for), the LLVM emitter
+ * uses vdpbf16ps instead: the same exact products (a bf16 product is exact in
+ * f32), added pairwise in another order, with bf16 denormal inputs and f32
+ * denormal results flushed to zero; docs/abi.md bounds the difference. */
 enum { DOT_LANES = 16 };
 typedef struct cg_dot {
 	int abuf, wbuf, dbuf;

@@ -74,6 +74,15 @@ static LLVMTargetMachineRef host_tm(moe_ctx *ctx)
 	return tm;
 }
 
+/* Does the host CPU have AVX512-BF16 (cpuid, through LLVM's feature list)? */
+static bool host_has_bf16dot(void)
+{
+	char *feat = LLVMGetHostCPUFeatures();
+	bool yes = feat && strstr(feat, "+avx512bf16") != NULL;
+	LLVMDisposeMessage(feat);
+	return yes;
+}
+
 typedef struct eml {
 	cg_prog *p;
 	LLVMContextRef c;
@@ -88,8 +97,9 @@ typedef struct eml {
 	LLVMValueRef par;        /* its cgen_par argument; NULL inside an outlined body */
 	int npar;                /* outlined bodies so far */
 	/* [0]: f32 functions, [1]: f64 */
-	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch;
-	LLVMTypeRef t_f1[2], t_sat, t_prefetch;
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch, f_dpbf16;
+	LLVMTypeRef t_f1[2], t_sat, t_prefetch, t_dpbf16;
+	bool bf16dot; /* bf16 x bf16 dot tiles use vdpbf16ps (cgen.h, CS_DOT) */
 } eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
@@ -185,6 +195,17 @@ static LLVMValueRef rbf16(eml *E, LLVMValueRef x)
 	return LLVMBuildBitCast(b, LLVMBuildSelect(b, nan, q, r, ""), E->f32, "");
 }
 
+/* bf16 bits (i16) to f32; a signalling NaN is quieted */
+static LLVMValueRef widen_bf16(eml *E, LLVMValueRef v)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
+	LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
+	LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
+	u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
+	return LLVMBuildBitCast(b, u, E->f32, "");
+}
+
 static LLVMValueRef ex(eml *E, const cg_expr *e);
 
 static LLVMValueRef minmax(eml *E, bool max, LLVMValueRef a, LLVMValueRef bb, cg_ty t)
@@ -221,13 +242,8 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 	case CE_LOAD: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
-		if (dt == MOE_BF16) { /* widen; a signalling NaN is quieted */
-			LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
-			LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
-			LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
-			u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
-			return LLVMBuildBitCast(b, u, E->f32, "");
-		}
+		if (dt == MOE_BF16)
+			return widen_bf16(E, v);
 		if (dt == MOE_BOOL)
 			return LLVMBuildZExt(b, v, E->i32, "");
 		return v;
@@ -392,7 +408,10 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
 	for (int kk = 0; kk < n; kk++) {
 		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)kk, 0), "");
-		LLVMValueRef a = LLVMBuildLoad2(b, E->f32, elem_ptr(E, t->abuf, ix), "");
+		bool abf = E->p->bufs[t->abuf].dtype == MOE_BF16;
+		LLVMValueRef a = LLVMBuildLoad2(b, abf ? E->i16 : E->f32, elem_ptr(E, t->abuf, ix), "");
+		if (abf)
+			a = widen_bf16(E, a);
 		acc = LLVMBuildFAdd(b, acc, LLVMBuildFMul(b, dot_splat(E, a), col[kk], ""), "");
 	}
 	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
@@ -400,10 +419,100 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	dloop_end(E, &lr, 1);
 }
 
+/* Transposes the DOT_LANES x DOT_LANES matrix of 32-bit elements whose rows
+ * are m[0..DOT_LANES) (scratch tt of the same size); returns the rows of the
+ * transpose, which is m or tt. */
+static LLVMValueRef *transpose16(eml *E, LLVMValueRef *m, LLVMValueRef *tt)
+{
+	/* swap bit s of the row index with bit s of the column index, s = 3..0 */
+	LLVMValueRef *src = m, *dst = tt;
+	for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
+		LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
+		for (int k = 0; k < DOT_LANES; k++) {
+			mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
+			mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
+		}
+		LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
+		for (int p = 0; p < DOT_LANES; p++) {
+			if (p & d)
+				continue;
+			dst[p] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cp, "");
+			dst[p | d] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cq, "");
+		}
+		LLVMValueRef *x = src;
+		src = dst;
+		dst = x;
+	}
+	return src;
+}
+
+/* prefetch the rows of the next tile at k0, a tile ahead (a hint only; past
+ * the buffer it is dropped harmlessly): they start cold in every page */
+static void prefetch_next_tile(eml *E, const cg_dot *t, LLVMTypeRef welt, LLVMValueRef wi, LLVMValueRef k0)
+{
+	LLVMBuilderRef b = E->b;
+	for (int j = 0; j < DOT_LANES; j++) {
+		LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
+			LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
+		LLVMValueRef ptr = LLVMBuildGEP2(b, welt, buf_base(E, t->wbuf), &ix, 1, "");
+		LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
+		LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+	}
+}
+
+/* k in [0, K32) by vdpbf16ps: per step of 2 * DOT_LANES k, the tile's rows
+ * of W as DOT_LANES x DOT_LANES pairs of bf16, transposed, then per row of A
+ * one vdpbf16ps per pair with that pair of A broadcast. */
+static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi, LLVMValueRef di,
+	const LLVMValueRef *wrow, int64_t K32)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES), vf = LLVMVectorType(E->f32, DOT_LANES);
+	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
+	dloop lk;
+	LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K32, 0));
+	prefetch_next_tile(E, t, E->i16, wi, k0);
+	LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
+	for (int j = 0; j < DOT_LANES; j++) {
+		LLVMValueRef v = LLVMBuildLoad2(b, vi, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
+		LLVMSetAlignment(v, 2);
+		m[j] = v;
+	}
+	LLVMValueRef *col = transpose16(E, m, tt);
+	LLVMValueRef wv[DOT_LANES];
+	for (int p = 0; p < DOT_LANES; p++)
+		wv[p] = LLVMBuildBitCast(b, col[p], vbf, "");
+	dloop lr;
+	LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
+	LLVMValueRef dp = elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
+	LLVMValueRef acc = LLVMBuildLoad2(b, vf, dp, "");
+	LLVMSetAlignment(acc, 4);
+	LLVMValueRef abase = LLVMBuildAdd(b, ai,
+		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
+	LLVMValueRef zero[DOT_LANES];
+	for (int i = 0; i < DOT_LANES; i++)
+		zero[i] = LLVMConstInt(E->i32, 0, 0);
+	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
+	for (int p = 0; p < DOT_LANES; p++) {
+		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)(2 * p), 0), "");
+		LLVMValueRef a = LLVMBuildLoad2(b, E->i32, elem_ptr(E, t->abuf, ix), "");
+		LLVMSetAlignment(a, 2);
+		LLVMValueRef av = LLVMBuildInsertElement(b, LLVMGetUndef(vi), a, LLVMConstInt(E->i32, 0, 0), "");
+		av = LLVMBuildShuffleVector(b, av, LLVMGetUndef(vi), zmask, "");
+		LLVMValueRef args[3] = {acc, LLVMBuildBitCast(b, av, vbf, ""), wv[p]};
+		acc = LLVMBuildCall2(b, E->t_dpbf16, E->f_dpbf16, args, 3, "");
+	}
+	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
+	LLVMSetAlignment(stv, 4);
+	dloop_end(E, &lr, 1);
+	dloop_end(E, &lk, 2 * DOT_LANES);
+}
+
 static void dot(eml *E, const cg_dot *t)
 {
 	LLVMBuilderRef b = E->b;
 	bool bf = E->p->bufs[t->wbuf].dtype == MOE_BF16;
+	bool fast = E->bf16dot && bf && E->p->bufs[t->abuf].dtype == MOE_BF16;
 	LLVMTypeRef welt = bf ? E->i16 : E->f32, vf = LLVMVectorType(E->f32, DOT_LANES);
 	LLVMTypeRef vw = LLVMVectorType(welt, DOT_LANES);
 	LLVMValueRef rows = ex(E, t->rows), lanes = ex(E, t->lanes), ai = ex(E, t->ai), wi = ex(E, t->wi),
@@ -424,44 +533,22 @@ static void dot(eml *E, const cg_dot *t)
 		LLVMSetAlignment(st, 4);
 		dloop_end(E, &lr, 1);
 	}
+	int64_t K0 = fast ? t->K / (2 * DOT_LANES) * (2 * DOT_LANES) : 0;
+	if (K0 > 0)
+		dot_bf16(E, t, rows, ai, wi, di, wrow, K0);
 	int64_t K16 = t->K / DOT_LANES * DOT_LANES;
-	if (K16 > 0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
+	if (K16 > K0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
 		dloop lk;
-		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K16, 0));
+		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, (unsigned long long)K0, 0),
+			LLVMConstInt(E->i64, (unsigned long long)K16, 0));
 		LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
-		/* the rows of the next tile start cold in every page: prefetch them a
-		 * tile ahead (a hint only; past the buffer it is dropped harmlessly) */
-		for (int j = 0; j < DOT_LANES; j++) {
-			LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
-				LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
-			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, buf_base(E, t->wbuf), &ix, 1, "");
-			LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
-			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
-		}
+		prefetch_next_tile(E, t, welt, wi, k0);
 		for (int j = 0; j < DOT_LANES; j++) {
 			LLVMValueRef v = LLVMBuildLoad2(b, vw, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
 			LLVMSetAlignment(v, bf ? 2 : 4);
 			m[j] = dot_widen(E, v, bf);
 		}
-		/* swap bit s of the row index with bit s of the column index, s = 3..0 */
-		LLVMValueRef *src = m, *dst = tt;
-		for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
-			LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
-			for (int k = 0; k < DOT_LANES; k++) {
-				mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
-				mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
-			}
-			LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
-			for (int p = 0; p < DOT_LANES; p++) {
-				if (p & d)
-					continue;
-				dst[p] = LLVMBuildShuffleVector(b, src[p], src[p | d], cp, "");
-				dst[p | d] = LLVMBuildShuffleVector(b, src[p], src[p | d], cq, "");
-			}
-			LLVMValueRef *x = src;
-			src = dst;
-			dst = x;
-		}
+		LLVMValueRef *src = transpose16(E, m, tt);
 		dot_rows(E, t, rows, ai, di, k0, src, DOT_LANES);
 		dloop_end(E, &lk, DOT_LANES);
 	}
@@ -722,11 +809,12 @@ static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
 }
 
 /* Builds the module for p in context c; NULL with a diagnostic. */
-static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm)
+static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm, bool bf16dot)
 {
 	eml E0 = {0}, *E = &E0;
 	E->p = p;
 	E->c = c;
+	E->bf16dot = bf16dot;
 	E->m = LLVMModuleCreateWithNameInContext(p->cname, c);
 	char *triple = LLVMGetTargetMachineTriple(tm);
 	LLVMSetTarget(E->m, triple);
@@ -760,6 +848,12 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	LLVMTypeRef pf[4] = {E->ptr, E->i32, E->i32, E->i32};
 	E->t_prefetch = LLVMFunctionType(LLVMVoidTypeInContext(c), pf, 4, 0);
 	E->f_prefetch = declare(E, "llvm.prefetch.p0", E->t_prefetch);
+	if (E->bf16dot) {
+		LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES), vbf = LLVMVectorType(LLVMBFloatTypeInContext(c), 2 * DOT_LANES);
+		LLVMTypeRef dp[3] = {vf, vbf, vbf};
+		E->t_dpbf16 = LLVMFunctionType(vf, dp, 3, 0);
+		E->f_dpbf16 = declare(E, "llvm.x86.avx512bf16.dpbf16ps.512", E->t_dpbf16);
+	}
 
 	char sym[200];
 	/* size_t moe_L_workspace_size(void) */
@@ -829,13 +923,13 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 
 /* A module ready for code generation, with the target machine it was
  * optimised for. */
-static moe_status make_module(cg_prog *p, LLVMContextRef c, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
+static moe_status make_module(cg_prog *p, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
 {
 	*m = NULL;
 	*tm = host_tm(p->ctx);
 	if (!*tm)
 		return MOE_ERR_UNSUPPORTED;
-	*m = build_module(p, c, *tm);
+	*m = build_module(p, c, *tm, bf16dot);
 	moe_status s = *m ? optimize(p, *m, *tm) : MOE_ERR_INTERNAL;
 	if (s) {
 		if (*m)
@@ -862,7 +956,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, &m, &tm);
+	moe_status s = make_module(p, c, host_has_bf16dot(), &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		bool bad = kind == 0 ? LLVMPrintModuleToFile(m, tmp, &err) :
@@ -903,7 +997,9 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	LLVMContextRef c = LLVMOrcThreadSafeContextGetContext(tsc);
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, &m, &tm);
+	bool fast = !o->portable && host_has_bf16dot();
+	o->kernels = fast ? "avx512bf16" : "portable";
+	moe_status s = make_module(p, c, fast, &m, &tm);
 	if (s) {
 		LLVMOrcDisposeThreadSafeContext(tsc);
 		return s;

@@ -1125,7 +1125,10 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	int lastn = gn.l[gn.n - 1];
 	int64_t NL = E.size[lastn], NT = dot ? DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
 	int64_t ntiles = (NL + NT - 1) / NT;
-	int apan = scratch(L, MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
+	/* bf16 times bf16 dot tiles keep A in bf16 (exact): the LLVM emitter may
+	 * then use the CPU's bf16 dot-product instructions (cgen.h, CS_DOT) */
+	bool abf = dot && p->bufs[A].dtype == MOE_BF16 && p->bufs[B].dtype == MOE_BF16;
+	int apan = scratch(L, abf ? MOE_BF16 : MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
 	/* dot tiles are independent (a parallel loop): each has its own accumulators */
 	int64_t accsz = M * NT * (dot ? ntiles : 1);
 	int acc = scratch(L, MOE_F32, accsz);
@@ -1190,9 +1193,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
 		store(L, kb, apan, add64(L, mul64(L, vr(L, r), K), vr(L, kk)), ld(L, A, ai));
+		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
 		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
 		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
-		comment(L, bb, "pack A rows to f32");
 	}
 	/* a fused gather: slab bexp[g] of its source, for g below its count */
 	int widx = -1;
