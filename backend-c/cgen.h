@@ -196,6 +196,23 @@ typedef struct cgen_jit_opts {
 moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **jit, cgen_layer_par_fn *fn);
 void cgen_jit_free(cgen_jit *jit);
 
+/* The JIT cache (jit_cache.c). */
+typedef struct cgen_cache {
+	char path[4096];  /* the entry's file */
+	const char *key;  /* the key text (not owned) */
+	size_t keylen;
+} cgen_cache;
+uint64_t cgen_fnv1a(const void *data, size_t n, uint64_t h);
+/* Picks the entry for key in dir (NULL: $XDG_CACHE_HOME/moec, else
+ * $HOME/.cache/moec), creating the directory; false when none is usable. */
+bool cgen_cache_open(cgen_cache *c, const char *dir, const char *key, size_t keylen);
+/* 1: *obj (malloc'd) and *len hold the verified object; 0: no entry; -1: an
+ * entry that failed verification (wrong key, length or checksum). */
+int cgen_cache_load(const cgen_cache *c, void **obj, size_t *len);
+/* Writes the entry through a temporary file and a rename; false on failure
+ * (the cache is an optimisation: callers go on without it). */
+bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len);
+
 /* Write to path through a temporary file and a rename. write() fills f. */
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);
 

@@ -8,6 +8,7 @@
  * file) or JIT-compiled with ORC LLJIT. Every LLVM error or message becomes a
  * diagnostic and is disposed. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -987,29 +988,98 @@ struct cgen_jit {
 	LLVMOrcLLJITRef jit;
 };
 
-moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_layer_par_fn *fn)
+/* The cache key of p (jit_cache.c): what determines its object file. NULL
+ * when out of memory; free() it. */
+static char *cache_key(cg_prog *p, bool fast, size_t *len)
 {
-	o->cache = MOE_CACHE_OFF;
-	o->kernels = "portable";
-	*out = NULL;
-	*fn = NULL;
-	LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-	LLVMContextRef c = LLVMOrcThreadSafeContextGetContext(tsc);
+	char *buf = NULL;
+	*len = 0;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+	/* the build time stands for the emitters' code within one version */
+	fprintf(f, "moec %s (built %s %s)\ntarget %s %s %s\nkernels %s\n", MOEC_VERSION_STRING, __DATE__, __TIME__,
+		triple, cpu, feat, fast ? "avx512bf16" : "portable");
+	LLVMDisposeMessage(triple);
+	LLVMDisposeMessage(cpu);
+	LLVMDisposeMessage(feat);
+	moe_status s = cgen_emit_c(p, f);
+	if (fclose(f) != 0 || s) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* Compiles p to an object file in memory (malloc'd). */
+static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
+{
+	*obj = NULL;
+	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
+	moe_status s = make_module(p, c, fast, &m, &tm);
+	if (!s) {
+		char *err = NULL;
+		LLVMMemoryBufferRef mb = NULL;
+		if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &err, &mb)) {
+			s = diag_msg(p->ctx, "cannot generate code", err);
+			err = NULL;
+		} else {
+			*len = LLVMGetBufferSize(mb);
+			*obj = malloc(*len ? *len : 1);
+			if (*obj)
+				memcpy(*obj, LLVMGetBufferStart(mb), *len);
+			else
+				s = MOE_ERR_NOMEM;
+			LLVMDisposeMemoryBuffer(mb);
+		}
+		if (err)
+			LLVMDisposeMessage(err);
+		LLVMDisposeModule(m);
+		LLVMDisposeTargetMachine(tm);
+	}
+	LLVMContextDispose(c);
+	return s;
+}
+
+/* The layer's object: from the cache when a verified entry is there, else
+ * compiled (and stored unless o->no_cache). */
+static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **obj, size_t *len)
+{
+	size_t keylen = 0;
+	char *key = o->no_cache ? NULL : cache_key(p, fast, &keylen);
+	cgen_cache cc;
+	bool usable = key && cgen_cache_open(&cc, o->cache_dir, key, keylen);
+	int got = usable ? cgen_cache_load(&cc, obj, len) : 0;
+	o->cache = !usable ? MOE_CACHE_OFF : got == 1 ? MOE_CACHE_HIT : got < 0 ? MOE_CACHE_BAD : MOE_CACHE_MISS;
+	moe_status s = MOE_OK;
+	if (got != 1) {
+		s = compile_object(p, fast, obj, len);
+		if (!s && usable)
+			cgen_cache_store(&cc, *obj, *len);
+	}
+	free(key);
+	return s;
+}
+
+moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_layer_par_fn *fn)
+{
+	*out = NULL;
+	*fn = NULL;
+	o->cache = MOE_CACHE_OFF;
+	pthread_once(&llvm_once, llvm_init);
 	bool fast = !o->portable && host_has_bf16dot();
 	o->kernels = fast ? "avx512bf16" : "portable";
-	moe_status s = make_module(p, c, fast, &m, &tm);
-	if (s) {
-		LLVMOrcDisposeThreadSafeContext(tsc);
+	void *obj = NULL;
+	size_t len = 0;
+	moe_status s = layer_object(p, o, fast, &obj, &len);
+	if (s)
 		return s;
-	}
-	LLVMDisposeTargetMachine(tm);
-	/* the JIT gets its own host target machine (the builder takes it) */
 	LLVMTargetMachineRef jtm = host_tm(p->ctx);
 	if (!jtm) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		return MOE_ERR_UNSUPPORTED;
 	}
 	LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -1017,26 +1087,23 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	LLVMOrcLLJITRef jit = NULL;
 	LLVMErrorRef err = LLVMOrcCreateLLJIT(&jit, jb); /* consumes jb */
 	if (err) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		return diag_err(p->ctx, "cannot create the JIT", err);
 	}
 	LLVMOrcDefinitionGeneratorRef gen = NULL;
 	err = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
 	if (err) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		LLVMOrcDisposeLLJIT(jit);
 		return diag_err(p->ctx, "cannot expose process symbols to the JIT", err);
 	}
 	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
-	LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
-	LLVMOrcDisposeThreadSafeContext(tsc); /* the module keeps the context alive */
-	err = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
+	LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len, p->cname);
+	free(obj);
+	err = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), mb); /* takes mb */
 	if (err) {
-		LLVMOrcDisposeThreadSafeModule(tsm);
 		LLVMOrcDisposeLLJIT(jit);
-		return diag_err(p->ctx, "cannot add the module to the JIT", err);
+		return diag_err(p->ctx, "cannot add the object file to the JIT", err);
 	}
 	char sym[200];
 	cgen_symbol(p, "_par", sym, sizeof sym);
@@ -1044,7 +1111,7 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	err = LLVMOrcLLJITLookup(jit, &addr, sym);
 	if (err) {
 		LLVMOrcDisposeLLJIT(jit);
-		return diag_err(p->ctx, "cannot compile the layer function", err);
+		return diag_err(p->ctx, "cannot link the layer function", err);
 	}
 	cgen_jit *j = ctx_alloc(p->ctx, sizeof *j);
 	j->ctx = p->ctx;
