@@ -420,6 +420,9 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	dloop_end(E, &lr, 1);
 }
 
+/* rows of A per group in the vdpbf16ps tile: independent accumulator chains */
+enum { DOT_BF16_ROWS = 4 };
+
 /* Transposes the DOT_LANES x DOT_LANES matrix of 32-bit elements whose rows
  * are m[0..DOT_LANES) (scratch tt of the same size); returns the rows of the
  * transpose, which is m or tt. */
@@ -461,15 +464,55 @@ static void prefetch_next_tile(eml *E, const cg_dot *t, LLVMTypeRef welt, LLVMVa
 	}
 }
 
-/* k in [0, K32) by vdpbf16ps: per step of 2 * DOT_LANES k, the tile's rows
- * of W as DOT_LANES x DOT_LANES pairs of bf16, transposed, then per row of A
- * one vdpbf16ps per pair with that pair of A broadcast. */
-static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi, LLVMValueRef di,
-	const LLVMValueRef *wrow, int64_t K32)
+/* rows [r0, r0 + g) of a vdpbf16ps step at k0: the g accumulators are
+ * independent chains, interleaved so that the instruction's latency is hidden */
+static void dot_bf16_rows(eml *E, const cg_dot *t, LLVMValueRef r0, int g, LLVMValueRef ai, LLVMValueRef di,
+	LLVMValueRef k0, const LLVMValueRef *wv)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES), vf = LLVMVectorType(E->f32, DOT_LANES);
 	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
+	LLVMValueRef zero[DOT_LANES];
+	for (int i = 0; i < DOT_LANES; i++)
+		zero[i] = LLVMConstInt(E->i32, 0, 0);
+	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
+	LLVMValueRef dp[DOT_BF16_ROWS], acc[DOT_BF16_ROWS], abase[DOT_BF16_ROWS];
+	for (int q = 0; q < g; q++) {
+		LLVMValueRef r = LLVMBuildAdd(b, r0, LLVMConstInt(E->i64, (unsigned long long)q, 0), "");
+		dp[q] = elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
+		acc[q] = LLVMBuildLoad2(b, vf, dp[q], "");
+		LLVMSetAlignment(acc[q], 4);
+		abase[q] = LLVMBuildAdd(b, ai,
+			LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
+	}
+	for (int p = 0; p < DOT_LANES; p++)
+		for (int q = 0; q < g; q++) {
+			LLVMValueRef ix = LLVMBuildAdd(b, abase[q], LLVMConstInt(E->i64, (unsigned long long)(2 * p), 0), "");
+			LLVMValueRef a = LLVMBuildLoad2(b, E->i32, elem_ptr(E, t->abuf, ix), "");
+			LLVMSetAlignment(a, 2);
+			LLVMValueRef av = LLVMBuildInsertElement(b, LLVMGetUndef(vi), a, LLVMConstInt(E->i32, 0, 0), "");
+			av = LLVMBuildShuffleVector(b, av, LLVMGetUndef(vi), zmask, "");
+			LLVMValueRef args[3] = {acc[q], LLVMBuildBitCast(b, av, vbf, ""), wv[p]};
+			acc[q] = LLVMBuildCall2(b, E->t_dpbf16, E->f_dpbf16, args, 3, "");
+		}
+	for (int q = 0; q < g; q++) {
+		LLVMValueRef stv = LLVMBuildStore(b, acc[q], dp[q]);
+		LLVMSetAlignment(stv, 4);
+	}
+}
+
+/* k in [0, K32) by vdpbf16ps: per step of 2 * DOT_LANES k, the tile's rows
+ * of W as DOT_LANES x DOT_LANES pairs of bf16, transposed, then per row of A
+ * one vdpbf16ps per pair with that pair of A broadcast; rows go by groups of
+ * DOT_BF16_ROWS, then one at a time. */
+static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi, LLVMValueRef di,
+	const LLVMValueRef *wrow, int64_t K32)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
+	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
+	LLVMValueRef grows = LLVMBuildSub(b, rows,
+		LLVMBuildSRem(b, rows, LLVMConstInt(E->i64, DOT_BF16_ROWS, 0), ""), "");
 	dloop lk;
 	LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K32, 0));
 	prefetch_next_tile(E, t, E->i16, wi, k0);
@@ -483,28 +526,12 @@ static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	LLVMValueRef wv[DOT_LANES];
 	for (int p = 0; p < DOT_LANES; p++)
 		wv[p] = LLVMBuildBitCast(b, col[p], vbf, "");
-	dloop lr;
-	LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
-	LLVMValueRef dp = elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
-	LLVMValueRef acc = LLVMBuildLoad2(b, vf, dp, "");
-	LLVMSetAlignment(acc, 4);
-	LLVMValueRef abase = LLVMBuildAdd(b, ai,
-		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
-	LLVMValueRef zero[DOT_LANES];
-	for (int i = 0; i < DOT_LANES; i++)
-		zero[i] = LLVMConstInt(E->i32, 0, 0);
-	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
-	for (int p = 0; p < DOT_LANES; p++) {
-		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)(2 * p), 0), "");
-		LLVMValueRef a = LLVMBuildLoad2(b, E->i32, elem_ptr(E, t->abuf, ix), "");
-		LLVMSetAlignment(a, 2);
-		LLVMValueRef av = LLVMBuildInsertElement(b, LLVMGetUndef(vi), a, LLVMConstInt(E->i32, 0, 0), "");
-		av = LLVMBuildShuffleVector(b, av, LLVMGetUndef(vi), zmask, "");
-		LLVMValueRef args[3] = {acc, LLVMBuildBitCast(b, av, vbf, ""), wv[p]};
-		acc = LLVMBuildCall2(b, E->t_dpbf16, E->f_dpbf16, args, 3, "");
-	}
-	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
-	LLVMSetAlignment(stv, 4);
+	dloop lg, lr;
+	LLVMValueRef r = dloop_begin(E, &lg, LLVMConstInt(E->i64, 0, 0), grows);
+	dot_bf16_rows(E, t, r, DOT_BF16_ROWS, ai, di, k0, wv);
+	dloop_end(E, &lg, DOT_BF16_ROWS);
+	r = dloop_begin(E, &lr, grows, rows);
+	dot_bf16_rows(E, t, r, 1, ai, di, k0, wv);
 	dloop_end(E, &lr, 1);
 	dloop_end(E, &lk, 2 * DOT_LANES);
 }
