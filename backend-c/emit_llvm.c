@@ -245,7 +245,7 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
 		if (dt == MOE_BF16)
 			return widen_bf16(E, v);
-		if (dt == MOE_BOOL)
+		if (dt == MOE_BOOL || moe_dtype_is_storage(dt)) /* raw bytes load as their i32 value */
 			return LLVMBuildZExt(b, v, E->i32, "");
 		return v;
 	}
@@ -793,7 +793,7 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMValueRef v = ex(E, s->b);
 		if (dt == MOE_BF16)
 			v = LLVMBuildTrunc(b, LLVMBuildLShr(b, LLVMBuildBitCast(b, v, E->i32, ""), ci32(E, 16), ""), E->i16, "");
-		else if (dt == MOE_BOOL)
+		else if (dt == MOE_BOOL || moe_dtype_is_storage(dt))
 			v = LLVMBuildTrunc(b, v, E->i8, "");
 		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
 		break;

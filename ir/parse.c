@@ -79,12 +79,10 @@ static void err_at(rd *r, int line, int col, const char *fmt, ...)
 {
 	if (r->failed)
 		return;
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	ctx_vdiag(r->ctx, MOE_DIAG_ERROR, moe_loc_at(r->ctx, r->file, line, col), fmt, ap);
 	va_end(ap);
-	moe_diag(r->ctx, MOE_DIAG_ERROR, moe_loc_at(r->ctx, r->file, line, col), "%s", msg);
 	r->failed = true;
 }
 
@@ -496,7 +494,7 @@ static bool parse_dtype(rd *r, moe_dtype *t)
 		d = moe_dtype_from_name(name);
 	}
 	if (d < 0) {
-		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8)",
+		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8, u8)",
 			r->t.len > 40 ? 40 : (int)r->t.len, r->t.p);
 		return false;
 	}

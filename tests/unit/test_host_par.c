@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
-#include "ir/interp.h"
+#include "interp/interp.h"
 #include "moec/backend.h"
 #include "moec/frontend.h"
 #include "moec/passes.h"
