@@ -177,7 +177,7 @@ typedef int (*cgen_layer_par_fn)(const void *const *inputs, const void *const *w
 typedef struct cgen_pool cgen_pool;
 cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads);
 void cgen_pool_free(cgen_pool *pool);
-/* cgen_par.run for a cgen_pool: iterations one at a time, dynamically. */
+/* cgen_par.run for a cgen_pool: chunks of iterations, handed out dynamically. */
 void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi);
 /* Cores this process may run on (sched_getaffinity), at least 1. */
 int cgen_cores(void);

@@ -263,6 +263,20 @@ static void comment(lw *L, cg_block *b, const char *text)
 		b->last->comment = text;
 }
 
+/* Elements a node must have before its outer loop runs in parallel: below
+ * this, handing out iterations costs more than it saves. */
+enum { PAR_MIN_ELEMS = 1 << 16 };
+
+/* The loop just appended to block b becomes a parallel loop (cg_stmt.par) when
+ * the node has at least PAR_MIN_ELEMS elements of work. The caller guarantees
+ * that its iterations write disjoint elements and share no variables. */
+static void par_if_big(cg_block *b, int64_t elems)
+{
+	IR_ASSERT(b->last && b->last->kind == CS_FOR);
+	if (elems >= PAR_MIN_ELEMS)
+		b->last->par = true;
+}
+
 /* zero of a buffer's value type */
 static cg_expr *zero_of(lw *L, moe_dtype t)
 {
@@ -550,11 +564,19 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 	if (flat && r > 0) { /* one loop over all elements */
 		int j;
 		in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
+		par_if_big(b, ir_numel(n)); /* one element per iteration */
 		oidx = vr(L, j);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = ir_numel(nd(L, n->args[i])) == 1 ? ic(L, 0) : vr(L, j);
 	} else {
+		cg_stmt *before = b->last;
 		in = nest(L, b, n, out, r, iv);
+		/* the outermost loop: one slab of the output per iteration */
+		cg_stmt *outer = before ? before->next : b->first;
+		while (outer && outer->kind != CS_FOR)
+			outer = outer->next;
+		if (outer && ir_numel(n) >= PAR_MIN_ELEMS)
+			outer->par = true;
 		oidx = lin(L, iv, os, r, NULL);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = lin(L, iv, as[i], r, NULL);
@@ -902,12 +924,17 @@ static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_ex
 		if (d != ax)
 			k *= x->shape[d];
 	}
+	bool outer = true;
 	for (int d = 0; d < x->rank; d++) {
 		if (d == ax) {
 			iv[d] = -1;
 			continue;
 		}
-		b = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		if (outer) /* each iteration reduces into its own outputs */
+			par_if_big(b, ir_numel(x));
+		outer = false;
+		b = in;
 	}
 	*xbase = lin(L, iv, xs, x->rank, NULL);
 	*obase = lin(L, iv, osk, x->rank, NULL);

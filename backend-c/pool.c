@@ -2,8 +2,8 @@
  *
  * nthreads - 1 workers wait for a generation number to change; the calling
  * thread publishes a loop (body, env, [next, hi)), and every thread, the
- * caller included, takes iterations one at a time from an atomic counter
- * until none is left. Which thread runs an iteration never changes what it
+ * caller included, takes chunks of iterations (about 8 chunks per thread)
+ * from an atomic counter until none is left. Which thread runs an iteration never changes what it
  * computes (cg_stmt.par), so results are the same for every thread count.
  * Workers spin briefly before sleeping, since a layer runs hundreds of short
  * parallel loops back to back. */
@@ -36,17 +36,17 @@ struct cgen_pool {
 	/* the current loop, written under mu before gen changes */
 	cgen_par_body body;
 	void *env;
-	int64_t hi;
+	int64_t hi, grain;
 	atomic_int_fast64_t next;
 };
 
-static void take_iterations(cgen_pool *P, cgen_par_body body, void *env, int64_t hi)
+static void take_iterations(cgen_pool *P, cgen_par_body body, void *env, int64_t hi, int64_t grain)
 {
 	for (;;) {
-		int64_t i = atomic_fetch_add_explicit(&P->next, 1, memory_order_relaxed);
+		int64_t i = atomic_fetch_add_explicit(&P->next, grain, memory_order_relaxed);
 		if (i >= hi)
 			return;
-		body(env, i, i + 1);
+		body(env, i, i + grain < hi ? i + grain : hi);
 	}
 }
 
@@ -67,9 +67,9 @@ static void *worker(void *arg)
 		seen = atomic_load_explicit(&P->gen, memory_order_relaxed);
 		cgen_par_body body = P->body;
 		void *env = P->env;
-		int64_t hi = P->hi;
+		int64_t hi = P->hi, grain = P->grain;
 		pthread_mutex_unlock(&P->mu);
-		take_iterations(P, body, env, hi);
+		take_iterations(P, body, env, hi, grain);
 		pthread_mutex_lock(&P->mu);
 		if (--P->pending == 0)
 			pthread_cond_signal(&P->done);
@@ -89,12 +89,15 @@ void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_
 	P->body = body;
 	P->env = env;
 	P->hi = hi;
+	/* about 8 chunks per thread: few hand-outs, and still balanced */
+	int64_t grain = (hi - lo) / (8 * (int64_t)P->nthreads);
+	P->grain = grain = grain < 1 ? 1 : grain;
 	atomic_store_explicit(&P->next, lo, memory_order_relaxed);
 	P->pending = P->started;
 	atomic_fetch_add_explicit(&P->gen, 1, memory_order_release);
 	pthread_cond_broadcast(&P->go);
 	pthread_mutex_unlock(&P->mu);
-	take_iterations(P, body, env, hi);
+	take_iterations(P, body, env, hi, grain);
 	pthread_mutex_lock(&P->mu);
 	while (P->pending > 0)
 		pthread_cond_wait(&P->done, &P->mu);

@@ -39,12 +39,13 @@ static char *read_all(const char *path, size_t *len)
 	return buf;
 }
 
-/* The Qwen3 example at small dims through the host pipeline. */
+/* The Qwen3 example at small dims through the host pipeline; T x E x E =
+ * 151552 elements in the top-k compare nodes, so their loops run in parallel. */
 static moe_graph *qwen3_small(moe_ctx *c, const char *dtype)
 {
 	size_t len;
 	char *text = read_all(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", &len);
-	moe_setting sets[] = {{"T", "37"}, {"D", "96"}, {"F", "80"}, {"E", "8"}, {"K", "2"}, {"B", "8"}, {"dtype", dtype}};
+	moe_setting sets[] = {{"T", "37"}, {"D", "96"}, {"F", "80"}, {"E", "64"}, {"K", "4"}, {"B", "8"}, {"dtype", dtype}};
 	moe_settings ss = {sets, sizeof sets / sizeof *sets};
 	moe_module *m = moe_parse_moe(c, "qwen3_30b_a3b.moe", text, len, &ss);
 	free(text);
