@@ -291,7 +291,8 @@ static void block(emc *c, const cg_block *b, int d)
 			ex(c, s->a);
 			fprintf(o, "; v%d < ", s->var);
 			ex(c, s->b);
-			fprintf(o, "; v%d++) {\n", s->var);
+			/* the marker also makes the JIT cache key (jit_cache.c) see parallel loops */
+			fprintf(o, s->par ? "; v%d++) { /* parallel */\n" : "; v%d++) {\n", s->var);
 			block(c, &s->body, d + 1);
 			indent(o, d);
 			fprintf(o, "}\n");

@@ -3,7 +3,8 @@
  * An entry is the object file LLVM made for a layer, stored under a name
  * hashed from its key. The key is the text that determines the object: moec's
  * version and build, the target triple, CPU and feature list, the kernel
- * choice, and the layer's kernel form printed as C (cgen_emit_c). The entry
+ * choice, and the layer's kernel form printed as C (cgen_emit_c, which marks
+ * parallel loops: everything the LLVM emitter reads is in that text). The entry
  * holds the whole key, so a load compares it byte for byte (a hash collision
  * is a miss, never a wrong layer), and a checksum and length of the object,
  * so a truncated or corrupted entry is detected, ignored and rewritten.
