@@ -406,6 +406,11 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 		moe_host_opts_init(&o);
 	if (!ctx || !g || !out || o.repeat < 1 || o.threads < 0 || (o.engine != MOE_HOST_LLVM && o.engine != MOE_HOST_C))
 		return MOE_ERR_INVALID;
+	if (o.threads > MOE_HOST_MAX_THREADS) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the thread count must be at most %d, got %d",
+			MOE_HOST_MAX_THREADS, o.threads);
+		return MOE_ERR_INVALID;
+	}
 	for (uint32_t j = 0; j < g->nout; j++)
 		out[j] = NULL;
 	double t0 = now();

@@ -37,10 +37,12 @@ typedef enum moe_host_engine {
 } moe_host_engine;
 
 /* Options of a host run; moe_host_opts_init fills the defaults. */
+#define MOE_HOST_MAX_THREADS 1024
 typedef struct moe_host_opts {
 	moe_host_engine engine; /* default MOE_HOST_LLVM */
 	int repeat;             /* calls timed, >= 1 (default 1) */
-	int threads;            /* 0 (default): the cores this process may run on; else >= 1.
+	int threads;            /* 0 (default): the cores this process may run on; else 1 ..
+	                         * MOE_HOST_MAX_THREADS.
 	                         * The result is bitwise the same for every count. Only the LLVM
 	                         * engine runs parallel loops; the C engine runs on one thread. */
 	int portable;           /* 1: portable kernels only, never the CPU's bf16 dot-product
