@@ -2005,6 +2005,12 @@ static void plan_fusions(lw *c)
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++)
+		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
+			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
+				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
+			return NULL;
+		}
 	lw c = {0};
 	c.ctx = ctx;
 	c.g = g;
