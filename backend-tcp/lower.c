@@ -2009,8 +2009,27 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
 			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
 				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
+			if (prep)
+				ctx_free(ctx, prep, prep_len + 1);
 			return NULL;
 		}
+	/* weights beyond HBM: the same clear error as after lowering, before any DM limit is met */
+	double wsum = 0;
+	moe_id big = MOE_NONE; /* the largest weight names the place */
+	for (moe_id i = 0; i < nn; i++)
+		if (N(g, i)->op == MOE_OP_WEIGHT) {
+			wsum += (double)ir_bytes(N(g, i));
+			if (big == MOE_NONE || ir_bytes(N(g, i)) > ir_bytes(N(g, big)))
+				big = i;
+		}
+	if (wsum > m->hbm_bytes) {
+		moe_diag(ctx, MOE_DIAG_ERROR, big != MOE_NONE ? N(g, big)->loc : g->loc,
+			"tcp: the layer needs at least %.2f GB of HBM for its weights but the machine has %.2f GB; use bf16 "
+			"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1e9, m->hbm_bytes / 1e9);
+		if (prep)
+			ctx_free(ctx, prep, prep_len + 1);
+		return NULL;
+	}
 	lw c = {0};
 	c.ctx = ctx;
 	c.g = g;
