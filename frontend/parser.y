@@ -149,7 +149,7 @@ file:
 	%empty
 	| file NL
 	| file layer
-	| file error NL { yyerrok; }
+	| file error NL { if (moe_diag_limit_reached(p->ctx)) YYABORT; yyerrok; }
 	;
 
 layer:
@@ -170,7 +170,7 @@ items:
 	| items stmt sep { $$ = sappend($1, $2); }
 	| items DIM defs sep { $$ = sjoin($1, $3); }
 	| items PARAM pdefs sep { $$ = sjoin($1, $3); }
-	| items error sep { $$ = $1; yyerrok; }
+	| items error sep { if (moe_diag_limit_reached(p->ctx)) YYABORT; $$ = $1; yyerrok; }
 	;
 
 sep: NL | ';' ;

@@ -27,6 +27,7 @@ struct moe_ctx {
 	diag *diags;
 	uint32_t ndiags, dcap;
 	int nerrors;
+	int max_errors; /* errors kept before "too many errors" (0: no limit) */
 	source *srcs;
 	uint32_t nsrcs, scap;
 	strnode *strs;
@@ -60,6 +61,7 @@ moe_ctx *moe_ctx_new(moe_alloc_fn alloc, void *ud)
 	memset(c, 0, sizeof *c);
 	c->alloc = alloc;
 	c->ud = ud;
+	c->max_errors = MOE_DIAG_MAX_ERRORS;
 	return c;
 }
 
@@ -220,8 +222,22 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 	return NULL;
 }
 
+static void diag_push(moe_ctx *c, moe_diag_kind kind, moe_loc loc, char *msg)
+{
+	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
+	c->diags[c->ndiags++] = (diag){kind, loc, msg};
+}
+
+/* The error that reaches the limit is followed by the note "too many
+ * errors; stopping"; past it every diagnostic is dropped (errors are still
+ * counted), since readers stop there. */
 void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
 {
+	if (c->max_errors > 0 && c->nerrors >= c->max_errors) {
+		if (kind == MOE_DIAG_ERROR)
+			c->nerrors++;
+		return;
+	}
 	va_list ap, aq;
 	va_start(ap, fmt);
 	va_copy(aq, ap);
@@ -232,10 +248,25 @@ void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
 	char *msg = ctx_alloc(c, (size_t)n + 1);
 	vsnprintf(msg, (size_t)n + 1, fmt, aq);
 	va_end(aq);
-	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
-	c->diags[c->ndiags++] = (diag){kind, loc, msg};
-	if (kind == MOE_DIAG_ERROR)
-		c->nerrors++;
+	diag_push(c, kind, loc, msg);
+	if (kind == MOE_DIAG_ERROR && ++c->nerrors == c->max_errors) {
+		static const char stop[] = "too many errors; stopping";
+		char *m = ctx_alloc(c, sizeof stop);
+		memcpy(m, stop, sizeof stop);
+		moe_loc at = moe_loc_none();
+		at.file = loc.file;
+		diag_push(c, MOE_DIAG_NOTE, at, m);
+	}
+}
+
+void moe_diag_set_limit(moe_ctx *c, int max_errors)
+{
+	c->max_errors = max_errors > 0 ? max_errors : 0;
+}
+
+int moe_diag_limit_reached(const moe_ctx *c)
+{
+	return c->max_errors > 0 && c->nerrors >= c->max_errors;
 }
 
 int moe_error_count(const moe_ctx *c)

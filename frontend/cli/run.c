@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend/cli/cli.h"
 
@@ -88,6 +89,8 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	moe_module_free(m);
 	if (status)
 		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, o->file), "the generated layer did not compile; nothing was written");
+	else if (cli_is_stdout(o->out))
+		status = fputs(text, stdout) < 0 || fflush(stdout) != 0;
 	else
 		status = moe_write_file_atomic(ctx, o->out, text, strlen(text)) != MOE_OK;
 	free(text);
@@ -110,29 +113,115 @@ static int lower(moe_ctx *ctx, moe_module *m, const char *pipeline)
 	return moe_run_pipeline_text(ctx, pipeline, m, &ro) != MOE_OK;
 }
 
+/* The target an output name implies: NULL when the name says nothing. */
+static const char *target_of(const char *out)
+{
+	static const struct {
+		const char *ext, *target;
+	} exts[] = {{".tcpb", "tcp"}, {".tcps", "tcp"}, {".c", "c"}, {".o", "obj"}, {".ll", "llvm-ir"}};
+	for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
+		if (cli_ends_with(out, exts[i].ext))
+			return exts[i].target;
+	return NULL;
+}
+
+/* --target and -o agree, or one decides; NULL after an error. */
+static const char *compile_target(moe_ctx *ctx, const opts *o)
+{
+	if (!o->out) {
+		err(ctx, NULL, "compile needs -o OUT (.tcpb, .tcps, .c, .o or .ll; - for standard output)%s", "");
+		return NULL;
+	}
+	const char *named = cli_is_stdout(o->out) ? NULL : target_of(o->out);
+	if (!o->target && !named) {
+		err(ctx, NULL, cli_is_stdout(o->out) ? "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s"
+			: "cannot tell the target from the name '%s' (.tcpb, .tcps, .c, .o, .ll): give --target", o->out);
+		return NULL;
+	}
+	if (o->target && named && strcmp(o->target, named)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, "moec"), "-o %s names a %s output but --target=%s", o->out, named,
+			o->target);
+		return NULL;
+	}
+	const char *t = o->target ? o->target : named;
+	if (cli_is_stdout(o->out) && !strcmp(t, "obj")) {
+		err(ctx, NULL, "--target=obj writes a binary object file: -o - takes text forms only; name a file%s", "");
+		return NULL;
+	}
+	return t;
+}
+
+/* Emits to `path`, or for -o - to a temporary file copied to stdout. */
+static int emit_host(moe_ctx *ctx, const moe_graph *g, const char *t, const char *path)
+{
+	if (!strcmp(t, "c"))
+		return moe_emit_c_file(ctx, g, path) != MOE_OK;
+	if (!strcmp(t, "obj"))
+		return moe_emit_object(ctx, g, path) != MOE_OK;
+	return moe_emit_llvm_ir(ctx, g, path) != MOE_OK;
+}
+
+static int emit_target(moe_ctx *ctx, const moe_graph *g, const char *t, const opts *o)
+{
+	if (cli_is_stdout(o->out) && !strcmp(t, "c"))
+		return moe_emit_c(ctx, g, stdout) != MOE_OK || fflush(stdout) != 0;
+	char tmp[64] = "";
+	const char *path = o->out;
+	if (cli_is_stdout(o->out)) {
+		const char *td = getenv("TMPDIR");
+		char dir[40];
+		snprintf(dir, sizeof dir, "%s/moec.XXXXXX", td && *td && strlen(td) < 24 ? td : "/tmp");
+		if (!mkdtemp(dir))
+			return err(ctx, NULL, "cannot make a temporary directory: %s", strerror(errno));
+		snprintf(tmp, sizeof tmp, "%s/out.%s", dir, strcmp(t, "tcp") ? "ll" : "tcps");
+		path = tmp;
+	}
+	int status = strcmp(t, "tcp") ? emit_host(ctx, g, t, path) : cli_compile_tcp(ctx, g, o, path);
+	if (*tmp)
+		status |= cli_cat_and_remove(ctx, tmp);
+	return status;
+}
+
 int cli_compile(moe_ctx *ctx, const opts *o)
 {
-	const char *t = o->target ? o->target : "c";
-	if (!o->out)
-		return err(ctx, NULL, "compile needs -o OUT%s", "");
-	if (strcmp(t, "c") && strcmp(t, "obj") && strcmp(t, "llvm-ir") && strcmp(t, "tcp"))
-		return err(ctx, NULL, "--target must be tcp, c, obj or llvm-ir, got '%s'", t);
+	const char *t = compile_target(ctx, o);
+	if (!t || cli_check_target(ctx, o, !strcmp(t, "tcp") ? "tcp" : "host"))
+		return 1;
 	moe_module *m = cli_load(ctx, o);
 	if (!m)
 		return 1;
 	int status = 1;
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp")) {
-		if (!strcmp(t, "c"))
-			status = moe_emit_c_file(ctx, g, o->out) != MOE_OK;
-		else if (!strcmp(t, "obj"))
-			status = moe_emit_object(ctx, g, o->out) != MOE_OK;
-		else if (!strcmp(t, "llvm-ir"))
-			status = moe_emit_llvm_ir(ctx, g, o->out) != MOE_OK;
-		else
-			status = cli_compile_tcp(ctx, g, o);
-	}
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp"))
+		status = emit_target(ctx, g, t, o);
 	moe_module_free(m);
+	return status;
+}
+
+int cli_cat_and_remove(moe_ctx *ctx, const char *tmp)
+{
+	/* removed before the copy, so a closed pipe (SIGPIPE) leaves nothing */
+	FILE *f = fopen(tmp, "rb");
+	remove(tmp);
+	char dir[64];
+	snprintf(dir, sizeof dir, "%s", tmp);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = 0;
+		rmdir(dir);
+	}
+	if (!f)
+		return 1; /* the emitter has reported why */
+	int status = 0;
+	char buf[1 << 16];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		status |= fwrite(buf, 1, n, stdout) != n;
+	status |= ferror(f);
+	fclose(f);
+	status |= fflush(stdout) != 0;
+	if (status)
+		err(ctx, NULL, "cannot write to standard output%s", "");
 	return status;
 }
 
@@ -227,28 +316,58 @@ static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 	return moe_write_file_atomic(ctx, path, json, strlen(json)) != MOE_OK;
 }
 
+/* The options of run that hold together, and the target; NULL after an error. */
+static const char *run_target(moe_ctx *ctx, const opts *o)
+{
+	int tcpb = o->kind == K_TCPB;
+	const char *target = o->target ? o->target : tcpb ? "tcp" : "host";
+	if (tcpb && strcmp(target, "tcp")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, o->file), "a .tcpb runs on --target=tcp only, not '%s'", target);
+		return NULL;
+	}
+	if (cli_check_target(ctx, o, target))
+		return NULL;
+	const char *engine = o->engine ? o->engine : "llvm";
+	if (!strcmp(target, "host") && !strcmp(engine, "interp") && (o->repeat || o->stats)) {
+		err(ctx, NULL, "%s applies to --engine=llvm or c, not the interpreter", o->repeat ? "--repeat" : "--stats");
+		return NULL;
+	}
+	if (o->timing_only && o->out) {
+		err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
+		return NULL;
+	}
+	if (o->timing_only && !o->stats && !o->trace) {
+		err(ctx, NULL, "--timing-only writes nothing but --stats FILE.json or --trace FILE.json; give one%s", "");
+		return NULL;
+	}
+	if (!o->out && !o->timing_only) {
+		err(ctx, NULL, "run needs -o y.npy%s", "");
+		return NULL;
+	}
+	if (cli_is_stdout(o->out) || cli_is_stdout(o->stats) || cli_is_stdout(o->trace)) {
+		err(ctx, NULL, "run writes .npy and JSON files: -o -, --stats - and --trace - are not supported; name files%s",
+			"");
+		return NULL;
+	}
+	if (!o->weights) {
+		err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
+		return NULL;
+	}
+	return target;
+}
+
 int cli_run(moe_ctx *ctx, const opts *o)
 {
-	const char *target = o->target ? o->target : "host";
-	if (strcmp(target, "host") && strcmp(target, "tcp"))
-		return err(ctx, NULL, "--target must be host or tcp, got '%s'", target);
-	if (o->timing_only && strcmp(target, "tcp") && !cli_ends_with(o->file, ".tcpb"))
-		return err(ctx, NULL, "--timing-only applies to --target=tcp only%s", "");
-	if (o->timing_only && o->out)
-		return err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
-	if (o->timing_only && !o->stats && !o->trace)
-		return err(ctx, NULL, "--timing-only writes nothing but --stats FILE.json or --trace FILE.json; give one%s", "");
-	if (!o->out && !o->timing_only)
-		return err(ctx, NULL, "run needs -o y.npy%s", "");
-	if (!o->weights)
-		return err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
+	const char *target = run_target(ctx, o);
+	if (!target)
+		return 1;
 	int64_t repeat = int_opt(ctx, "--repeat", o->repeat);
 	if (repeat == -2 || repeat == 0)
 		return repeat == 0 ? err(ctx, NULL, "--repeat must be at least 1%s", "") : 1;
 	if (repeat < 0)
 		repeat = 1;
-	if (cli_ends_with(o->file, ".tcpb"))
-		return cli_run_tcpb(ctx, o, (int)repeat);
+	if (o->kind == K_TCPB)
+		return cli_run_tcpb(ctx, o);
 	moe_module *m = cli_load(ctx, o);
 	if (!m)
 		return 1;
@@ -269,7 +388,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		goto done;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
-		status = cli_run_tcp(ctx, g, bind, o, (int)repeat, out, &stats);
+		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
 	} else {
 		const char *engine = o->engine ? o->engine : "llvm";
 		if (!strcmp(engine, "interp")) {
@@ -290,8 +409,6 @@ int cli_run(moe_ctx *ctx, const opts *o)
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
 					(long long)hs.grid_blocks_max);
 			}
-		} else {
-			err(ctx, NULL, "--engine must be llvm, c or interp, got '%s'", engine);
 		}
 	}
 	if (!status && !o->timing_only)
