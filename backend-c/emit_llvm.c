@@ -21,7 +21,10 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
+#include <sys/stat.h>
+
 #include "backend-c/cgen.h"
+#include "runtime/rt_io.h"
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static int llvm_init_failed;
@@ -652,6 +655,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		ctx_free(p->ctx, tmp, n);
 		return MOE_ERR_IO;
 	}
+	(void)fchmod(fd, rt_output_mode()); /* mkstemp makes 0600 */
 	close(fd);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;

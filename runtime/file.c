@@ -59,6 +59,28 @@ void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, 
 	moe_diag(ctx, MOE_DIAG_ERROR, loc, "%s", msg);
 }
 
+/* 0644 less the umask. The umask is read from /proc/self/status, since
+ * umask() can only be read by setting it (a race between threads); the
+ * fallback does that. */
+mode_t rt_output_mode(void)
+{
+	unsigned mask = 0;
+	bool found = false;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (f) {
+		char line[128];
+		while (!found && fgets(line, sizeof line, f))
+			found = sscanf(line, "Umask: %o", &mask) == 1;
+		fclose(f);
+	}
+	if (!found) {
+		mode_t old = umask(022);
+		umask(old);
+		mask = (unsigned)old;
+	}
+	return (mode_t)(0644u & ~mask);
+}
+
 /* Open a regular file for reading; -1 with a diagnostic otherwise. */
 static int open_regular(moe_ctx *ctx, const char *path, off_t *size)
 {
@@ -218,7 +240,7 @@ moe_atomic_file *moe_atomic_open(moe_ctx *ctx, const char *path)
 		return NULL;
 	}
 	/* mkstemp makes 0600; outputs are ordinary files */
-	(void)fchmod(fd, 0644);
+	(void)fchmod(fd, rt_output_mode());
 	f->fp = fdopen(fd, "wb");
 	if (!f->fp) {
 		rt_err_at(ctx, path, -1, "cannot open a stream: %s", strerror(errno));

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "ir/ir.h"
 #include "moec/io.h"
@@ -77,6 +78,9 @@ void rt_buf_free(rt_buf *b);
 
 /* An error at a byte offset of a file (offset < 0: the whole file). */
 void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...) MOE_PRINTF(4, 5);
+
+/* The mode of every file moec writes: 0644 less the process's umask. */
+mode_t rt_output_mode(void);
 
 /* A read-only mapping of a whole file (or an empty one). */
 typedef struct rt_map {
