@@ -8,7 +8,7 @@
 #include "frontend/cli/cli.h"
 
 static const cli_command commands[] = {
-	{"check", C_CHECK, "FILE [--set NAME=VALUE]...",
+	{"check", C_CHECK, "FILE [--set NAME=VALUE]...  |  moec check FILE.tcpb [--machine FILE.json]",
 		"parse and verify a layer, or validate a compiled .tcpb",
 		"Parse FILE (.moe, .moeir or JSON IR) and check its names, shapes and types; or validate a compiled\n"
 		"TCP binary (.tcpb) completely and print its summary (version, sections, tensors). The kind of FILE\n"

@@ -134,8 +134,11 @@ static const char *compile_target(moe_ctx *ctx, const opts *o)
 	}
 	const char *named = cli_is_stdout(o->out) ? NULL : target_of(o->out);
 	if (!o->target && !named) {
-		err(ctx, NULL, cli_is_stdout(o->out) ? "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s"
-			: "cannot tell the target from the name '%s' (.tcpb, .tcps, .c, .o, .ll): give --target", o->out);
+		if (cli_is_stdout(o->out))
+			err(ctx, NULL, "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s", "");
+		else
+			err(ctx, NULL, "cannot tell the target from the name '%s' (.tcpb, .tcps, .c, .o, .ll): give --target",
+				o->out);
 		return NULL;
 	}
 	if (o->target && named && strcmp(o->target, named)) {
