@@ -76,8 +76,8 @@ typedef struct rt_buf {
 void rt_buf_printf(rt_buf *b, const char *fmt, ...) MOE_PRINTF(2, 3);
 void rt_buf_free(rt_buf *b);
 
-/* An error at a byte offset of a file (offset < 0: the whole file). */
-void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...) MOE_PRINTF(4, 5);
+/* An error at a byte offset of a file: support/support.h ctx_err_at. */
+#define rt_err_at ctx_err_at
 
 /* The mode of every file moec writes: 0644 less the process's umask. */
 mode_t rt_output_mode(void);
@@ -91,18 +91,12 @@ typedef struct rt_map {
 moe_status rt_map_file(moe_ctx *ctx, const char *path, rt_map *m);
 void rt_unmap(rt_map *m);
 
-/* A string -> index hash table; keys are borrowed (must outlive the table). */
-typedef struct rt_strtab {
-	moe_ctx *ctx;
-	const char **keys;
-	size_t *vals;
-	size_t cap, n;
-} rt_strtab;
-void rt_strtab_init(rt_strtab *t, moe_ctx *ctx, size_t expect);
-/* false if the key is already present (the table is unchanged). */
-bool rt_strtab_put(rt_strtab *t, const char *key, size_t val);
-bool rt_strtab_get(const rt_strtab *t, const char *key, size_t *val);
-void rt_strtab_free(rt_strtab *t);
+/* The string table lives in support/ (ctx_strtab); these names stay for runtime/. */
+typedef ctx_strtab rt_strtab;
+#define rt_strtab_init ctx_strtab_init
+#define rt_strtab_put ctx_strtab_put
+#define rt_strtab_get ctx_strtab_get
+#define rt_strtab_free ctx_strtab_free
 
 /* Copy of s in context memory; free with rt_strfree. */
 char *rt_strdup(moe_ctx *ctx, const char *s);

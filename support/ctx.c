@@ -1,8 +1,8 @@
-/* ir/ctx.c: the context (allocator, interned strings, sources, diagnostics). */
+/* support/ctx.c: the context (allocator, interned strings, sources, diagnostics). */
 #include <stdarg.h>
 #include <string.h>
 
-#include "ir/ir.h"
+#include "support/support.h"
 
 typedef struct diag {
 	moe_diag_kind kind;
@@ -231,23 +231,21 @@ static void diag_push(moe_ctx *c, moe_diag_kind kind, moe_loc loc, char *msg)
 /* The error that reaches the limit is followed by the note "too many
  * errors; stopping"; past it every diagnostic is dropped (errors are still
  * counted), since readers stop there. */
-void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
+void ctx_vdiag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, va_list ap)
 {
 	if (c->max_errors > 0 && c->nerrors >= c->max_errors) {
 		if (kind == MOE_DIAG_ERROR)
 			c->nerrors++;
 		return;
 	}
-	va_list ap, aq;
-	va_start(ap, fmt);
+	va_list aq;
 	va_copy(aq, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
 	if (n < 0)
 		n = 0;
 	char *msg = ctx_alloc(c, (size_t)n + 1);
-	vsnprintf(msg, (size_t)n + 1, fmt, aq);
-	va_end(aq);
+	vsnprintf(msg, (size_t)n + 1, fmt, ap);
 	diag_push(c, kind, loc, msg);
 	if (kind == MOE_DIAG_ERROR && ++c->nerrors == c->max_errors) {
 		static const char stop[] = "too many errors; stopping";
@@ -267,6 +265,24 @@ void moe_diag_set_limit(moe_ctx *c, int max_errors)
 int moe_diag_limit_reached(const moe_ctx *c)
 {
 	return c->max_errors > 0 && c->nerrors >= c->max_errors;
+}
+
+void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	ctx_vdiag(c, kind, loc, fmt, ap);
+	va_end(ap);
+}
+
+void ctx_err_at(moe_ctx *c, const char *file, int64_t offset, const char *fmt, ...)
+{
+	moe_loc loc = moe_loc_file(c, file);
+	loc.offset = offset < 0 ? -1 : offset;
+	va_list ap;
+	va_start(ap, fmt);
+	ctx_vdiag(c, MOE_DIAG_ERROR, loc, fmt, ap);
+	va_end(ap);
 }
 
 int moe_error_count(const moe_ctx *c)
