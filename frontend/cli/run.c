@@ -113,15 +113,18 @@ static int lower(moe_ctx *ctx, moe_module *m, const char *pipeline)
 	return moe_run_pipeline_text(ctx, pipeline, m, &ro) != MOE_OK;
 }
 
-/* The target an output name implies: NULL when the name says nothing. */
-static const char *target_of(const char *out)
+/* The target an output name implies (and what it is): NULL when the name says nothing. */
+static const char *target_of(const char *out, const char **what)
 {
 	static const struct {
-		const char *ext, *target;
-	} exts[] = {{".tcpb", "tcp"}, {".tcps", "tcp"}, {".c", "c"}, {".o", "obj"}, {".ll", "llvm-ir"}};
+		const char *ext, *target, *what;
+	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".c", "c", "C source"},
+		{".o", "obj", "an object file"}, {".ll", "llvm-ir", "LLVM IR"}};
 	for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
-		if (cli_ends_with(out, exts[i].ext))
+		if (cli_ends_with(out, exts[i].ext)) {
+			*what = exts[i].what;
 			return exts[i].target;
+		}
 	return NULL;
 }
 
@@ -132,7 +135,7 @@ static const char *compile_target(moe_ctx *ctx, const opts *o)
 		err(ctx, NULL, "compile needs -o OUT (.tcpb, .tcps, .c, .o or .ll; - for standard output)%s", "");
 		return NULL;
 	}
-	const char *named = cli_is_stdout(o->out) ? NULL : target_of(o->out);
+	const char *what = NULL, *named = cli_is_stdout(o->out) ? NULL : target_of(o->out, &what);
 	if (!o->target && !named) {
 		if (cli_is_stdout(o->out))
 			err(ctx, NULL, "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s", "");
@@ -142,8 +145,8 @@ static const char *compile_target(moe_ctx *ctx, const opts *o)
 		return NULL;
 	}
 	if (o->target && named && strcmp(o->target, named)) {
-		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, "moec"), "-o %s names a %s output but --target=%s", o->out, named,
-			o->target);
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, "moec"), "-o %s names %s (--target=%s), not --target=%s output",
+			o->out, what, named, o->target);
 		return NULL;
 	}
 	const char *t = o->target ? o->target : named;
