@@ -121,11 +121,12 @@ int cli_sniff_file(const char *path, cli_kind *kind)
 	if (!f)
 		return -1;
 	char head[SNIFF_BYTES];
+	errno = 0;
 	size_t n = fread(head, 1, sizeof head, f);
-	int err = ferror(f);
+	int err = ferror(f) ? (errno ? errno : EIO) : 0;
 	fclose(f);
 	if (err) {
-		errno = EIO;
+		errno = err;
 		return -1;
 	}
 	cli_kind k = cli_sniff(head, n);
