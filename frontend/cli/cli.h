@@ -55,6 +55,7 @@ typedef struct opts {
 	const char *layer, *tokens, *block; /* import-hf */
 	const char *no_skip;
 	const char *timing_only; /* run --timing-only */
+	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
@@ -108,9 +109,12 @@ int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);
 int cli_run(moe_ctx *ctx, const opts *o);
 int cli_compile(moe_ctx *ctx, const opts *o);
-int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o);
+/* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);
 
 /* TCP target (frontend/cli/tcp.c). */
+/* block=auto for the TCP target; *chosen: the B picked (0: none). */
+moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
 	char **stats_json);

@@ -241,8 +241,13 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	case C_IR: return cmd_ir(ctx, o);
 	default: break;
 	}
-	moe_module *m = cli_load(ctx, o);
-	int status = !m || cli_stats(ctx, m, o);
+	if (cli_check_target(ctx, o, o->target ? o->target : "host"))
+		return 1;
+	int64_t autob = 0;
+	double pred = 0;
+	int tcp = o->target && !strcmp(o->target, "tcp");
+	moe_module *m = tcp ? cli_load_tcp(ctx, o, &autob, &pred) : cli_load(ctx, o);
+	int status = !m || cli_stats(ctx, m, o, autob, pred);
 	moe_module_free(m);
 	return status;
 }

@@ -37,12 +37,12 @@ static const cli_command commands[] = {
 		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
 		"headers before any tensor data is read.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
-	{"import-hf", C_IMPORT, "CONFIG.json -o FILE.moe [--layer N] [--tokens T] [--block B]",
+	{"import-hf", C_IMPORT, "CONFIG.json -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",
-		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json (mixtral,\n"
-		"qwen2_moe, qwen3_moe, olmoe, gpt_oss, deepseek_v3, llama4); its weights bind to the checkpoint's\n"
-		"tensor names, so `moec run --weights` takes the model's own safetensors (sharded ones through\n"
-		"model.safetensors.index.json or their directory).",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json (the families are\n"
+		"listed below and by --list); its weights bind to the checkpoint's tensor names, so `moec run\n"
+		"--weights` takes the model's own safetensors (sharded ones through model.safetensors.index.json\n"
+		"or their directory).",
 		"moec import-hf config.json --layer 3 --tokens 32 -o layer3.moe"},
 	{"passes", C_PASSES, "", "list the registered passes and the named pipelines",
 		"List the registered passes, their options and the named pipelines.", "moec passes"},
@@ -96,6 +96,18 @@ static void option_line(FILE *f, const cli_option *p)
 		p->help);
 }
 
+/* The model_types import-hf takes, from the importer's family table. */
+static void family_names(FILE *f)
+{
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	char *names = NULL;
+	if (ctx && moe_import_hf_families(ctx, MOE_HF_LIST_NAMES, &names) == MOE_OK)
+		fprintf(f, "\nmodel_types: %s\n", names);
+	if (ctx)
+		moe_free(ctx, names);
+	moe_ctx_free(ctx);
+}
+
 void cli_command_help(FILE *f, const cli_command *c)
 {
 	fprintf(f, "usage: moec %s%s%s\n\n%s\n", c->name, *c->synopsis ? " " : "", c->synopsis, c->text);
@@ -107,6 +119,8 @@ void cli_command_help(FILE *f, const cli_command *c)
 			option_line(f, &options[i]);
 		}
 	fprintf(f, "  %-30s %s\n", "--help", "print this help");
+	if (c->bit == C_IMPORT)
+		family_names(f);
 	fprintf(f, "\nexample:\n  %s\n", c->example);
 }
 
@@ -226,9 +240,11 @@ int cli_parse(int argc, char **argv, opts *o, const cli_command *c)
 			o->file = a;
 		}
 	}
-	if (o->file && c->bit == C_PASSES)
-		return cli_fail("moec passes takes no file ('%s')", o->file);
-	if (!o->file && c->bit != C_PASSES) {
+	if (o->file && (c->bit == C_PASSES || o->list))
+		return cli_fail("this takes no file ('%s')", o->file);
+	if (o->markdown && !o->list)
+		return cli_fail("--markdown goes with --list%s", "");
+	if (!o->file && c->bit != C_PASSES && !o->list) {
 		fprintf(stderr, "moec: error: %s: no input file (see moec %s --help)\n", c->name, c->name);
 		return 1;
 	}

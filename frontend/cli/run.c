@@ -51,8 +51,18 @@ int cli_passes(moe_ctx *ctx)
 
 int cli_import_hf(moe_ctx *ctx, const opts *o)
 {
+	if (o->list) {
+		char *text = NULL;
+		if (moe_import_hf_families(ctx, o->markdown ? MOE_HF_LIST_MARKDOWN : MOE_HF_LIST_TEXT, &text) != MOE_OK)
+			return 1;
+		int bad = fputs(text, stdout) == EOF || fflush(stdout) != 0;
+		moe_free(ctx, text);
+		return bad ? err(ctx, NULL, "cannot write the family list%s", "") : 0;
+	}
 	moe_import_opts io = {0};
 	io.dtype = MOE_F32;
+	io.config_dtype = 1; /* unless --set dtype= */
+	io.ignore_quantization = o->ignore_quantization != NULL;
 	int64_t layer = int_opt(ctx, "--layer", o->layer), T = int_opt(ctx, "--tokens", o->tokens),
 		B = int_opt(ctx, "--block", o->block);
 	for (size_t i = 0; i < o->nsets; i++) {
@@ -62,6 +72,7 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 			if (t != MOE_F32 && t != MOE_BF16)
 				return err(ctx, NULL, "--set dtype= takes f32 or bf16, got '%s'", v);
 			io.dtype = (moe_dtype)t;
+			io.config_dtype = 0;
 		} else if (!strcmp(n, "layer"))
 			layer = int_opt(ctx, "--set layer", v);
 		else if (!strcmp(n, "T"))
@@ -193,7 +204,9 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 	const char *t = compile_target(ctx, o);
 	if (!t || cli_check_target(ctx, o, !strcmp(t, "tcp") ? "tcp" : "host"))
 		return 1;
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;
@@ -374,7 +387,9 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		repeat = 1;
 	if (o->kind == K_TCPB)
 		return cli_run_tcpb(ctx, o);
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;

@@ -99,7 +99,7 @@ static void print_layer(FILE *f, const cJSON *l)
 	print_buffers(f, cJSON_GetObjectItemCaseSensitive(l, "buffers"), num(l, "buffer_bytes_total"));
 }
 
-int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o)
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred)
 {
 	const char *named = o->pipeline ? moe_pipeline_named(o->pipeline) : NULL;
 	char *js = moe_module_stats_json(ctx, m, named ? named : o->pipeline);
@@ -107,8 +107,15 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o)
 		return 1;
 	int status = 0;
 	if (o->json) {
-		status = puts(js) < 0;
+		/* block=auto: the choice and its predicted block-loop time lead the object */
+		if (autob > 0 && js[0] == '{')
+			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
+				(long long)autob, pred);
+		status = puts(js + (autob > 0 && js[0] == '{')) < 0;
 	} else {
+		if (autob > 0)
+			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n\n",
+				(long long)autob, pred);
 		cJSON *j = cJSON_Parse(js);
 		const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
 		if (!j) {
