@@ -57,6 +57,7 @@ typedef struct opts {
 	const char *timing_only; /* run --timing-only */
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
+	const char *threads, *kernels, *no_cache; /* run --threads N, --kernels=auto|portable, --no-cache (host) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;

@@ -91,6 +91,9 @@ static void print_layer(FILE *f, const cJSON *l)
 		grouped(b, sizeof b, num(l, "flops_grid_max")));
 	fprintf(f, "  %-15s %s (%s)\n", "weight bytes", grouped(a, sizeof a, num(l, "weight_bytes")),
 		human(b, sizeof b, num(l, "weight_bytes")));
+	if (num(l, "quantized_weight_bytes") > 0)
+		fprintf(f, "  %-15s %s (%s: packed values and scales read by dequant)\n", "quantized",
+			grouped(a, sizeof a, num(l, "quantized_weight_bytes")), human(b, sizeof b, num(l, "quantized_weight_bytes")));
 	fprintf(f, "  %-15s %.0f tight, %.0f seed design, %.0f vLLM\n", "grid blocks", num(l, "grid_blocks_max"),
 		num(l, "grid_blocks_seed"), num(l, "grid_blocks_vllm"));
 	fprintf(f, "  %-15s %s tight, %s seed design, %s vLLM\n", "block buffers",
