@@ -4,9 +4,11 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
+#include "moec/io.h"
 
 /* The shipped backend-tcp/machine.json (a copy of the project's contract). */
 const char tcp_default_machine_json[] =
@@ -197,32 +199,12 @@ moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx)
 
 moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot open machine description: %s", strerror(errno));
+	char *buf;
+	size_t len;
+	if (moe_read_file_max(ctx, path, TCP_MAX_MACHINE_BYTES, &buf, &len) != MOE_OK)
 		return NULL;
-	}
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	for (;;) {
-		if (len + 4096 > cap) {
-			size_t nc = cap ? cap * 2 : 8192;
-			buf = ctx_realloc(ctx, buf, cap, nc);
-			cap = nc;
-		}
-		size_t r = fread(buf + len, 1, cap - len, f);
-		len += r;
-		if (r == 0)
-			break;
-	}
-	bool err = ferror(f);
-	fclose(f);
-	moe_tcp_machine *m = NULL;
-	if (err)
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read machine description");
-	else
-		m = moe_tcp_machine_parse(ctx, path, buf, len);
-	ctx_free(ctx, buf, cap);
+	moe_tcp_machine *m = moe_tcp_machine_parse(ctx, path, buf, len);
+	free(buf);
 	return m;
 }
 

@@ -168,6 +168,9 @@ typedef struct tcp_insn {
 	int64_t rows;
 } tcp_insn;
 #define TCP_NOREG 0xff
+/* input size caps: a machine description, a .tcpb (constants included) */
+#define TCP_MAX_MACHINE_BYTES ((size_t)1 << 20)
+#define TCP_MAX_BINARY_BYTES ((size_t)1 << 30)
 
 typedef struct moe_tcp_program tcp_program;
 struct moe_tcp_program {
