@@ -47,6 +47,8 @@ static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, 
 		m = def;
 	}
 	moe_status rc = m ? tcp_validate(ctx, p, m, file) : MOE_ERR_INTERNAL;
+	if (rc == MOE_OK)
+		rc = tcp_check_termination(ctx, p, file);
 	moe_tcp_machine_free(ctx, def);
 	if (rc != MOE_OK) {
 		tcp_prog_free(p);

@@ -19,6 +19,7 @@
 #include "moec/io.h"
 
 #define NHAZ 8
+#define TCP_MAX_CYCLES ((int64_t)1 << 60)
 typedef struct haz_rec {
 	int64_t lo, hi, end;
 	bool write;
@@ -55,6 +56,7 @@ typedef struct sim {
 	tev *ev;
 	size_t nev, evcap;
 	bool fault;
+	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
 	double hbm_rd_bpc, hbm_wr_bpc;
 	uint8_t *seen; /* experts whose blocks ran */
@@ -270,6 +272,10 @@ static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 			start = w;
 	}
 	dur += s->m->issue_cycles;
+	if (dur > TCP_MAX_CYCLES - start) {
+		s->cycles_overflow = true;
+		dur = TCP_MAX_CYCLES - start;
+	}
 	int64_t end = start + dur;
 	s->cfree[ctx] = end;
 	for (int i = 0; i < a->n; i++)
@@ -334,6 +340,10 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 		s->st->hbm_write_bytes += bytes;
 	}
 	/* the per-row overhead is paid by each engine for the rows it moves */
+	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
+		s->cycles_overflow = true;
+		t = 1e15;
+	}
 	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
 }
 
@@ -722,9 +732,18 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 }
 
 /* ---- contraction ---- */
+/* x = hi + lo (+ a remainder below bf16x3's precision). A finite x next to
+ * FLT_MAX, which bf16 rounding would carry to inf, is split from its
+ * truncation instead; inf and NaN are hi alone. */
 static void split3(float x, float *hi, float *lo)
 {
 	*hi = moe_bf16_to_f32(moe_f32_to_bf16(x));
+	if (isinf(*hi) && isfinite(x)) {
+		uint32_t u;
+		memcpy(&u, &x, 4);
+		u &= 0xffff0000u;
+		memcpy(hi, &u, 4);
+	}
 	*lo = isfinite(*hi) ? moe_bf16_to_f32(moe_f32_to_bf16(x - *hi)) : 0.0f;
 }
 
@@ -767,6 +786,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		return;
 	}
 	float *wlo = x3 && wt ? wt + wn : NULL;
+	bool wfin = true; /* every stationary value finite: the three-product form is exact */
 	for (int64_t o = 0; o < O && compute; o++)
 		for (int64_t i = 0; i < I; i++) {
 			float f = fin(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
@@ -774,6 +794,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 				split3(f, &wt[i * O + o], &wlo[i * O + o]);
 			else
 				wt[i * O + o] = f;
+			wfin &= isfinite(f) != 0;
 		}
 	for (int64_t r = 0; r < M && compute; r++) {
 		if (r >= cnt) {
@@ -792,10 +813,19 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 			sum[o] = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1])) : 0.0f;
 		for (int64_t i = 0; i < I; i++) {
 			const float a = arow[i], *w = wt + i * O;
-			if (x3) {
+			if (x3 && isfinite(a) && wfin) {
 				const float al = arow[I + i], *wl = wlo + i * O;
 				for (int64_t o = 0; o < O; o++)
 					sum[o] = flush_fast(sum[o] + (a * w[o] + (a * wl[o] + al * w[o])));
+			} else if (x3) {
+				/* an inf or NaN operand: its product is hi x hi alone, as IEEE f32
+				 * gives it (inf x finite = inf, inf x 0 = NaN); the cross terms
+				 * would add inf x 0 = NaN */
+				const float al = arow[I + i], *wl = wlo + i * O;
+				for (int64_t o = 0; o < O; o++) {
+					float pr = isfinite(a) && isfinite(w[o]) ? a * w[o] + (a * wl[o] + al * w[o]) : a * w[o];
+					sum[o] = flush_fast(sum[o] + pr);
+				}
 			} else {
 				for (int64_t o = 0; o < O; o++)
 					sum[o] = flush_fast(sum[o] + a * w[o]);
@@ -933,15 +963,59 @@ static void finish_stats(sim *s)
 	st->roofline_ratio = st->roofline_seconds > 0 ? st->simulated_seconds / st->roofline_seconds : 0;
 }
 
+/* The instruction budget of a run, from the program: every instruction once
+ * per block of the worst-case grid it declares (G; two more for the routing
+ * before and the combine after), times 1024 for the loops inside a block
+ * (row chunks, top-k rounds), capped at 2^34. A compiled program runs within
+ * a small fraction of it; a loop that never exits reaches it in seconds. */
+uint64_t tcp_step_budget(const tcp_program *p)
+{
+	uint64_t cap = (uint64_t)1 << 34, g = p->moe_G > 0 && p->moe_G < ((int64_t)1 << 24) ? (uint64_t)p->moe_G : 0;
+	uint64_t b = (uint64_t)p->ncode * (g + 2) * 1024;
+	return b < cap ? b : cap;
+}
+
+/* A backward jump whose loop body holds no branch out of it and no halt
+ * can never terminate; such a program is rejected when it is loaded. */
+moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file)
+{
+	for (uint32_t pc = 0; pc < p->ncode; pc++) {
+		const tcp_insn *in = &p->code[pc];
+		if (in->op != TCP_OP_JMP || in->target < 0 || (uint32_t)in->target > pc)
+			continue;
+		bool exits = false;
+		for (uint32_t k = (uint32_t)in->target; k <= pc && !exits; k++) {
+			const tcp_insn *b = &p->code[k];
+			exits = b->op == TCP_OP_HALT || ((b->op == TCP_OP_BR || b->op == TCP_OP_JMP) &&
+								 (b->target < in->target || (uint32_t)b->target > pc));
+		}
+		if (!exits) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file ? file : "<program>"),
+				"instruction %u (jmp @%d): the loop of instructions %d..%u has no branch out and no halt: it "
+				"cannot terminate",
+				pc, in->target, in->target, pc);
+			return MOE_ERR_INVALID;
+		}
+	}
+	return MOE_OK;
+}
+
 static moe_status simulate(sim *s)
 {
 	const tcp_program *p = s->p;
 	const moe_tcp_machine *m = s->m;
 	uint32_t pc = 0;
-	uint64_t steps = 0;
+	uint64_t steps = 0, budget = tcp_step_budget(p);
 	while (!s->fault) {
-		if (++steps > ((uint64_t)1 << 34)) {
-			FAULT(s, pc, "instruction limit reached (the program does not terminate)");
+		if (++steps > budget) {
+			FAULT(s, pc,
+				"instruction budget of %llu reached (%u instructions x (%lld blocks + 2) x 1024): the program "
+				"does not terminate",
+				(unsigned long long)budget, p->ncode, (long long)p->moe_G);
+			break;
+		}
+		if (s->cycles_overflow) {
+			FAULT(s, pc, "the cycle count exceeds 2^60 (the machine's bandwidths or latencies are out of scale)");
 			break;
 		}
 		const tcp_insn *in = &p->code[pc];
