@@ -570,9 +570,11 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 	const moe_import_opts *opts, char **moe_text)
 {
 	*moe_text = NULL;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	cJSON *root = rt_json_doc(ctx, name, json, len); /* Python json's reading; reports its errors */
 	cfg c = {ctx, name, root, false};
-	if (!root || !cJSON_IsObject(root)) {
+	if (!root)
+		return MOE_ERR_FORMAT;
+	if (!cJSON_IsObject(root)) {
 		cerr(&c, "not a JSON object");
 		cJSON_Delete(root);
 		return MOE_ERR_FORMAT;

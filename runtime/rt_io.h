@@ -95,6 +95,17 @@ char *rt_mkdtemp(char *tmpl, int *slot);
 int rt_temp_register(const char *path);
 void rt_temp_forget(int slot);
 
+/* JSON documents (runtime/jsondoc.c), read as Python's json reads them:
+ * one value and nothing after it but whitespace, the last of duplicate keys
+ * kept, and \u0000 in a string rejected. NULL with a located diagnostic.
+ * Free with cJSON_Delete. */
+struct cJSON;
+struct cJSON *rt_json_doc(moe_ctx *ctx, const char *file, const char *text, size_t len);
+/* One pass over JSON text: returns the offset of the first \u0000 escape
+ * inside a string (-1: none); fills keys[0..nkeys) with the offsets of the
+ * top-level object's keys in order and *nfound with their count. */
+int64_t rt_json_scan(const char *text, size_t len, int64_t *keys, size_t nkeys, size_t *nfound);
+
 /* A string -> index hash table; keys are borrowed (must outlive the table). */
 typedef struct rt_strtab {
 	moe_ctx *ctx;
