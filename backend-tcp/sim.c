@@ -854,11 +854,11 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 }
 
 /* ---- the run ---- */
-static void write_trace(sim *s, const char *path)
+static moe_status write_trace(sim *s, const char *path)
 {
 	moe_atomic_file *af = moe_atomic_open(s->ctx, path);
 	if (!af)
-		return;
+		return MOE_ERR_IO;
 	FILE *f = moe_atomic_stream(af);
 	double us = 1e6 / s->m->clock_hz;
 	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
@@ -872,7 +872,7 @@ static void write_trace(sim *s, const char *path)
 			i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
-	moe_atomic_commit(af); /* reports its own error */
+	return moe_atomic_commit(af); /* reports its own error */
 }
 
 static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
@@ -1190,7 +1190,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	rc = simulate(&s);
 	finish_stats(&s);
 	if (rc == MOE_OK && o->trace_path)
-		write_trace(&s, o->trace_path);
+		rc = write_trace(&s, o->trace_path);
 	if (rc == MOE_OK && out) {
 		uint32_t k = 0;
 		for (uint32_t i = 0; i < p->nt; i++) {

@@ -108,6 +108,7 @@ const char *moe_status_string(moe_status s)
 
 void *ctx_alloc(moe_ctx *c, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (n == 0)
 		n = 1;
 	void *p = c->alloc(c->ud, NULL, 0, n);
@@ -121,6 +122,7 @@ void *ctx_alloc(moe_ctx *c, size_t n)
 
 void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	void *q = c->alloc(c->ud, p, o, n);
 	if (!q && n) {
 		fprintf(stderr, "moec: out of memory allocating %zu bytes\n", n);
@@ -133,12 +135,14 @@ void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 
 void ctx_free(moe_ctx *c, void *p, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (p)
 		c->alloc(c->ud, p, n, 0);
 }
 
 void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (need <= *cap)
 		return;
 	uint32_t nc = *cap ? *cap : 8;
@@ -150,6 +154,7 @@ void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 
 ctx_vec *ctx_passes(moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return &c->passes;
 }
 
@@ -161,6 +166,7 @@ void moe_free(moe_ctx *c, void *p)
 
 const char *ctx_intern(moe_ctx *c, const char *s)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (!s)
 		return NULL;
 	for (strnode *n = c->strs; n; n = n->next)
@@ -181,16 +187,19 @@ moe_loc moe_loc_none(void)
 
 moe_loc moe_loc_file(moe_ctx *c, const char *file)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return (moe_loc){ctx_intern(c, file), 0, 0, -1};
 }
 
 moe_loc moe_loc_at(moe_ctx *c, const char *file, int line, int col)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return (moe_loc){ctx_intern(c, file), line, col, -1};
 }
 
 void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t len)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	ctx_grow(c, (void **)&c->srcs, &c->scap, c->nsrcs + 1, sizeof(source));
 	source *s = &c->srcs[c->nsrcs++];
 	s->file = ctx_intern(c, file);
@@ -201,6 +210,7 @@ void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t l
 
 const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t *len)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (!file || line <= 0)
 		return NULL;
 	for (uint32_t i = c->nsrcs; i-- > 0;) {
@@ -222,6 +232,7 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 
 void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	va_list ap, aq;
 	va_start(ap, fmt);
 	va_copy(aq, ap);
@@ -240,16 +251,19 @@ void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
 
 int moe_error_count(const moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return c->nerrors;
 }
 
 size_t moe_diag_count(const moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return c->ndiags;
 }
 
 void moe_diag_get(const moe_ctx *c, size_t i, moe_diag_kind *kind, moe_loc *loc, const char **msg)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	IR_ASSERT(i < c->ndiags);
 	if (kind)
 		*kind = c->diags[i].kind;
@@ -261,6 +275,7 @@ void moe_diag_get(const moe_ctx *c, size_t i, moe_diag_kind *kind, moe_loc *loc,
 
 void moe_diag_clear(moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++)
 		ctx_free(c, c->diags[i].msg, strlen(c->diags[i].msg) + 1);
 	c->ndiags = 0;
@@ -274,6 +289,7 @@ static const char *kind_name(moe_diag_kind k)
 
 void moe_diag_print(const moe_ctx *c, FILE *out)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++) {
 		const diag *d = &c->diags[i];
 		const char *file = d->loc.file ? d->loc.file : "moec";

@@ -17,7 +17,8 @@ static int err(moe_ctx *ctx, const char *file, const char *msg, const char *arg)
 	return 1;
 }
 
-/* A non-negative integer option; -1 when absent, -2 (with an error) when bad. */
+/* An integer option (>= 0 for a layer, >= 1 otherwise); -1 when absent, -2
+ * (with an error) when bad. */
 static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 {
 	if (!v)
@@ -25,8 +26,11 @@ static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 	char *end;
 	errno = 0;
 	long long x = strtoll(v, &end, 10);
-	if (errno || *end || end == v || x < 0 || x > INT32_MAX) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in 0..2147483647, got '%s'", name, v);
+	/* a layer index may be 0; counts and sizes (--tokens, --block, --repeat) may not */
+	long long lo = strstr(name, "layer") ? 0 : 1;
+	if (errno || *end || end == v || x < lo || x > INT32_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in %lld..2147483647, got '%s'", name, lo,
+			v);
 		return -2;
 	}
 	return x;
