@@ -287,6 +287,28 @@ static const char *kind_name(moe_diag_kind k)
 	return k == MOE_DIAG_ERROR ? "error" : k == MOE_DIAG_WARNING ? "warning" : "note";
 }
 
+/* Text from files goes to a terminal: control bytes but tab (an ESC would
+ * start an escape sequence) are printed as '?'. */
+static void put_safe(FILE *out, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n && s[i]; i++)
+		fputc(((unsigned char)s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f ? '?' : s[i], out);
+}
+
+/* The quoted source line: at most QUOTE bytes around the column. */
+#define QUOTE 160
+static void put_quote(FILE *out, const char *line, size_t len, int col)
+{
+	size_t c = col > 0 ? (size_t)col - 1 : 0, from = c > QUOTE / 2 ? c - QUOTE / 2 : 0;
+	size_t n = len - from < QUOTE ? len - from : QUOTE;
+	fputs(from ? "..." : "", out);
+	put_safe(out, line + from, n);
+	fputs(from + n < len ? "...\n" : "\n", out);
+	for (size_t k = from ? from - 3 : 0; k < c && k < len; k++)
+		fputc(k >= from && line[k] == '\t' ? '\t' : ' ', out);
+	fputs("^\n", out);
+}
+
 void moe_diag_print(const moe_ctx *c, FILE *out)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
@@ -294,20 +316,16 @@ void moe_diag_print(const moe_ctx *c, FILE *out)
 		const diag *d = &c->diags[i];
 		const char *file = d->loc.file ? d->loc.file : "moec";
 		if (d->loc.line > 0)
-			fprintf(out, "%s:%d:%d: %s: %s\n", file, d->loc.line, d->loc.col, kind_name(d->kind), d->msg);
-		else if (d->loc.offset >= 0)
-			fprintf(out, "%s: %s: %s (at byte %lld)\n", file, kind_name(d->kind), d->msg,
-				(long long)d->loc.offset);
+			fprintf(out, "%s:%d:%d: %s: ", file, d->loc.line, d->loc.col, kind_name(d->kind));
 		else
-			fprintf(out, "%s: %s: %s\n", file, kind_name(d->kind), d->msg);
+			fprintf(out, "%s: %s: ", file, kind_name(d->kind));
+		put_safe(out, d->msg, strlen(d->msg));
+		if (d->loc.line <= 0 && d->loc.offset >= 0)
+			fprintf(out, " (at byte %lld)", (long long)d->loc.offset);
+		fputc('\n', out);
 		size_t len;
 		const char *line = ctx_source_line(c, d->loc.file, d->loc.line, &len);
-		if (!line)
-			continue;
-		fprintf(out, "%.*s\n", (int)len, line);
-		int col = d->loc.col > 0 ? d->loc.col : 1;
-		for (int k = 1; k < col && (size_t)(k - 1) < len; k++)
-			fputc(line[k - 1] == '\t' ? '\t' : ' ', out);
-		fputs("^\n", out);
+		if (line)
+			put_quote(out, line, len, d->loc.col);
 	}
 }
