@@ -310,12 +310,10 @@ arg:
 
 void fe_error_at(fe_parser *p, int line, int col, const char *fmt, ...)
 {
-	char buf[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	ctx_vdiag(p->ctx, MOE_DIAG_ERROR, moe_loc_at(p->ctx, p->file, line, col), fmt, ap);
 	va_end(ap);
-	moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_at(p->ctx, p->file, line, col), "%s", buf);
 	p->nerrors++;
 }
 

@@ -1,4 +1,5 @@
-/* ir/ir.h: internal view of the IR (structs, arena, op table, builders).
+/* ir/ir.h: internal view of the IR (structs, op table, builders); the
+ * context, arena and overflow helpers it builds on are in support/support.h.
  * Code inside the library includes this; embedders use moec/ir.h only. */
 #ifndef MOEC_IR_INTERNAL_H
 #define MOEC_IR_INTERNAL_H
@@ -8,42 +9,7 @@
 #include <stdlib.h>
 
 #include "moec/ir.h"
-
-/* ---- invariants ---- */
-void ir_assert_fail(const char *file, int line, const char *expr);
-#define IR_ASSERT(e) ((e) ? (void)0 : ir_assert_fail(__FILE__, __LINE__, #e))
-
-/* ---- context memory ---- */
-void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed; aborts on OOM */
-void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n);
-void ctx_free(moe_ctx *ctx, void *p, size_t n);
-const char *ctx_intern(moe_ctx *ctx, const char *s); /* lives as long as ctx */
-const char *ctx_source_line(const moe_ctx *ctx, const char *file, int line, size_t *len);
-/* A growable array owned by the context (freed with it). */
-typedef struct ctx_vec {
-	void *data;
-	uint32_t n, cap;
-	size_t esz;
-	size_t row; /* > 0: data holds n pointers to rows of this size, freed with it */
-} ctx_vec;
-ctx_vec *ctx_passes(moe_ctx *ctx);
-/* Grow *arr (elements of size esz) to hold at least need elements. */
-void ctx_grow(moe_ctx *ctx, void **arr, uint32_t *cap, uint32_t need, size_t esz);
-
-/* ---- arena: everything of one graph lives here and is freed at once ---- */
-typedef struct ir_chunk ir_chunk;
-typedef struct ir_arena {
-	moe_ctx *ctx;
-	ir_chunk *head;
-} ir_arena;
-void ir_arena_init(ir_arena *a, moe_ctx *ctx);
-void ir_arena_free(ir_arena *a);
-void *ir_alloc(ir_arena *a, size_t n); /* zeroed, 16-byte aligned */
-char *ir_strdup(ir_arena *a, const char *s);
-
-/* ---- overflow-checked size arithmetic: return false on overflow ---- */
-bool ir_mul_ov(int64_t a, int64_t b, int64_t *r);
-bool ir_add_ov(int64_t a, int64_t b, int64_t *r);
+#include "support/support.h"
 
 /* ---- op table ---- */
 enum {

@@ -79,12 +79,10 @@ static void err_at(rd *r, int line, int col, const char *fmt, ...)
 {
 	if (r->failed)
 		return;
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	ctx_vdiag(r->ctx, MOE_DIAG_ERROR, moe_loc_at(r->ctx, r->file, line, col), fmt, ap);
 	va_end(ap);
-	moe_diag(r->ctx, MOE_DIAG_ERROR, moe_loc_at(r->ctx, r->file, line, col), "%s", msg);
 	r->failed = true;
 }
 

@@ -55,18 +55,6 @@ void rt_buf_free(rt_buf *b)
 	*b = (rt_buf){0};
 }
 
-void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	moe_loc loc = moe_loc_file(ctx, file);
-	loc.offset = offset < 0 ? -1 : offset;
-	moe_diag(ctx, MOE_DIAG_ERROR, loc, "%s", msg);
-}
-
 /* What a path names, for messages. */
 static const char *kind_of(mode_t m)
 {
@@ -739,76 +727,4 @@ void rt_strfree(moe_ctx *ctx, char *s)
 {
 	if (s)
 		ctx_free(ctx, s, strlen(s) + 1);
-}
-
-static uint64_t str_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
-void rt_strtab_init(rt_strtab *t, moe_ctx *ctx, size_t expect)
-{
-	size_t cap = 16;
-	while (cap < expect * 2 + 1)
-		cap *= 2;
-	t->ctx = ctx;
-	t->cap = cap;
-	t->n = 0;
-	t->keys = ctx_alloc(ctx, cap * sizeof *t->keys);
-	t->vals = ctx_alloc(ctx, cap * sizeof *t->vals);
-}
-
-static void strtab_grow(rt_strtab *t)
-{
-	rt_strtab nt;
-	rt_strtab_init(&nt, t->ctx, t->cap);
-	for (size_t i = 0; i < t->cap; i++)
-		if (t->keys[i])
-			rt_strtab_put(&nt, t->keys[i], t->vals[i]);
-	rt_strtab_free(t);
-	*t = nt;
-}
-
-bool rt_strtab_put(rt_strtab *t, const char *key, size_t val)
-{
-	if ((t->n + 1) * 2 > t->cap)
-		strtab_grow(t);
-	size_t m = t->cap - 1;
-	for (size_t i = (size_t)str_hash(key) & m;; i = (i + 1) & m) {
-		if (!t->keys[i]) {
-			t->keys[i] = key;
-			t->vals[i] = val;
-			t->n++;
-			return true;
-		}
-		if (!strcmp(t->keys[i], key))
-			return false;
-	}
-}
-
-bool rt_strtab_get(const rt_strtab *t, const char *key, size_t *val)
-{
-	if (!t->cap)
-		return false;
-	size_t m = t->cap - 1;
-	for (size_t i = (size_t)str_hash(key) & m; t->keys[i]; i = (i + 1) & m)
-		if (!strcmp(t->keys[i], key)) {
-			*val = t->vals[i];
-			return true;
-		}
-	return false;
-}
-
-void rt_strtab_free(rt_strtab *t)
-{
-	if (t->keys) {
-		ctx_free(t->ctx, t->keys, t->cap * sizeof *t->keys);
-		ctx_free(t->ctx, t->vals, t->cap * sizeof *t->vals);
-	}
-	t->keys = NULL;
-	t->vals = NULL;
-	t->cap = t->n = 0;
 }

@@ -75,8 +75,8 @@ typedef struct rt_buf {
 void rt_buf_printf(rt_buf *b, const char *fmt, ...) MOE_PRINTF(2, 3);
 void rt_buf_free(rt_buf *b);
 
-/* An error at a byte offset of a file (offset < 0: the whole file). */
-void rt_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...) MOE_PRINTF(4, 5);
+/* An error at a byte offset of a file: support/support.h ctx_err_at. */
+#define rt_err_at ctx_err_at
 
 /* A read-only mapping of a whole file (or an empty one). */
 typedef struct rt_map {
@@ -106,18 +106,12 @@ struct cJSON *rt_json_doc(moe_ctx *ctx, const char *file, const char *text, size
  * top-level object's keys in order and *nfound with their count. */
 int64_t rt_json_scan(const char *text, size_t len, int64_t *keys, size_t nkeys, size_t *nfound);
 
-/* A string -> index hash table; keys are borrowed (must outlive the table). */
-typedef struct rt_strtab {
-	moe_ctx *ctx;
-	const char **keys;
-	size_t *vals;
-	size_t cap, n;
-} rt_strtab;
-void rt_strtab_init(rt_strtab *t, moe_ctx *ctx, size_t expect);
-/* false if the key is already present (the table is unchanged). */
-bool rt_strtab_put(rt_strtab *t, const char *key, size_t val);
-bool rt_strtab_get(const rt_strtab *t, const char *key, size_t *val);
-void rt_strtab_free(rt_strtab *t);
+/* The string table lives in support/ (ctx_strtab); these names stay for runtime/. */
+typedef ctx_strtab rt_strtab;
+#define rt_strtab_init ctx_strtab_init
+#define rt_strtab_put ctx_strtab_put
+#define rt_strtab_get ctx_strtab_get
+#define rt_strtab_free ctx_strtab_free
 
 /* Copy of s in context memory; free with rt_strfree. */
 char *rt_strdup(moe_ctx *ctx, const char *s);

@@ -74,6 +74,9 @@ MOE_API void moe_diag_clear(moe_ctx *ctx);
  * line and a caret when the source text was registered. */
 MOE_API void moe_diag_print(const moe_ctx *ctx, FILE *out);
 
+/* Free a string the library returned (JSON, printed pipelines, stats). */
+MOE_API void moe_free(moe_ctx *ctx, void *p);
+
 /* Register source text so diagnostics can quote it. The text is copied. */
 MOE_API void moe_ctx_add_source(moe_ctx *ctx, const char *file, const char *text, size_t len);
 

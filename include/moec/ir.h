@@ -132,7 +132,6 @@ MOE_API char *moe_module_to_json(const moe_module *m);
 MOE_API moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* Graphviz dot. */
 MOE_API moe_status moe_module_print_dot(const moe_module *m, FILE *out);
-MOE_API void moe_free(moe_ctx *ctx, void *p);
 
 #ifdef __cplusplus
 }

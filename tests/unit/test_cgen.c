@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ir/interp.h"
+#include "interp/interp.h"
 #include "ir/ir.h"
 #include "moec/backend.h"
 

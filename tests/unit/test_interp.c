@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ir/interp.h"
+#include "interp/interp.h"
 
 /* ---- fixture: one context, one graph, its bindings, its outputs ---- */
 typedef struct fx {

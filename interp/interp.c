@@ -1,4 +1,4 @@
-/* ir/interp.c: the reference interpreter, the executable definition of every
+/* interp/interp.c: the reference interpreter, the executable definition of every
  * op in moec/ops.def (docs/ir.md). Slow and obviously correct: every op is a
  * plain loop over the multi-indices of its result.
  *
@@ -18,7 +18,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "ir/interp.h"
+#include "interp/interp.h"
 #include "ir/scalar.h"
 
 typedef struct val {

@@ -1,8 +1,8 @@
-/* ir/ctx.c: the context (allocator, interned strings, sources, diagnostics). */
+/* support/ctx.c: the context (allocator, interned strings, sources, diagnostics). */
 #include <stdarg.h>
 #include <string.h>
 
-#include "ir/ir.h"
+#include "support/support.h"
 
 typedef struct diag {
 	moe_diag_kind kind;
@@ -230,23 +230,39 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 	return NULL;
 }
 
-void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
+void ctx_vdiag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, va_list ap)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	va_list ap, aq;
-	va_start(ap, fmt);
+	va_list aq;
 	va_copy(aq, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
 	if (n < 0)
 		n = 0;
 	char *msg = ctx_alloc(c, (size_t)n + 1);
-	vsnprintf(msg, (size_t)n + 1, fmt, aq);
-	va_end(aq);
+	vsnprintf(msg, (size_t)n + 1, fmt, ap);
 	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
 	c->diags[c->ndiags++] = (diag){kind, loc, msg};
 	if (kind == MOE_DIAG_ERROR)
 		c->nerrors++;
+}
+
+void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	ctx_vdiag(c, kind, loc, fmt, ap);
+	va_end(ap);
+}
+
+void ctx_err_at(moe_ctx *c, const char *file, int64_t offset, const char *fmt, ...)
+{
+	moe_loc loc = moe_loc_file(c, file);
+	loc.offset = offset < 0 ? -1 : offset;
+	va_list ap;
+	va_start(ap, fmt);
+	ctx_vdiag(c, MOE_DIAG_ERROR, loc, fmt, ap);
+	va_end(ap);
 }
 
 int moe_error_count(const moe_ctx *c)

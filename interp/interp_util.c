@@ -1,9 +1,9 @@
-/* ir/interp_util.c: deterministic random bindings and output comparison,
+/* interp/interp_util.c: deterministic random bindings and output comparison,
  * used by tests and by pass checks (run a graph before and after a pass). */
 #include <math.h>
 #include <string.h>
 
-#include "ir/interp.h"
+#include "interp/interp.h"
 
 /* ---- deterministic random numbers (splitmix64) ---- */
 static uint64_t rng_next(uint64_t *s)

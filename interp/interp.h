@@ -1,4 +1,4 @@
-/* ir/interp.h: helpers around the reference interpreter for tests and passes.
+/* interp/interp.h: helpers around the reference interpreter for tests and passes.
  *
  * A pass is checked by running the graph before and after it on the same
  * deterministic random bindings and comparing the outputs:
@@ -7,8 +7,8 @@
  *     if (ir_interp_compare(ctx, before, after, 1, &d) != MOE_OK) ...
  *     if (d.ndiff) ... (not bitwise equal); d.max_abs gives the size of the gap.
  */
-#ifndef MOEC_IR_INTERP_H
-#define MOEC_IR_INTERP_H
+#ifndef MOEC_INTERP_H
+#define MOEC_INTERP_H
 
 #include "ir/ir.h"
 #include "moec/runtime.h"
