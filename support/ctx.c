@@ -120,6 +120,15 @@ void *ctx_alloc(moe_ctx *c, size_t n)
 	return p;
 }
 
+void *ctx_try_alloc(moe_ctx *c, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	void *p = c->alloc(c->ud, NULL, 0, n ? n : 1);
+	if (p)
+		memset(p, 0, n ? n : 1);
+	return p;
+}
+
 void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */

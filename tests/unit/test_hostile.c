@@ -449,6 +449,49 @@ static void test_tcp_f32_inf_like_ieee(void **st)
 	moe_ctx_free(c);
 }
 
+/* ---- allocation failures are errors, not aborts (item 4) ---- */
+
+/* An allocator hook that refuses any block over 64 MiB. */
+static void *small_alloc(void *ud, void *p, size_t o, size_t n)
+{
+	(void)ud;
+	(void)o;
+	if (!n) {
+		free(p);
+		return NULL;
+	}
+	return n > ((size_t)64 << 20) ? NULL : realloc(p, n);
+}
+
+static void test_refused_allocations(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(small_alloc, NULL);
+	int64_t shape[2] = {8, (int64_t)1 << 30};
+	assert_null(moe_tensor_new(c, MOE_F32, 2, shape));
+	assert_non_null(strstr(last_error(c), "out of memory"));
+	/* one_hot(i, 2147483647) on the host: the output cannot be allocated */
+	moe_diag_clear(c);
+	const char *src = "layer l {\n  dim T = 4, D = 8, E = 4\n  dtype f32\n  input x : [T, D]\n"
+			  "  weight w : [E, D] = \"w\"\n  s = einsum(\"td,ed->te\", x, w)\n  i = topk(s, k=1)\n"
+			  "  h = one_hot(i, 2147483647)\n  output h\n}\n";
+	moe_module *m = parse(c, src);
+	assert_non_null(m);
+	assert_int_equal(moe_run_pipeline_text(c, "host", m, NULL), MOE_OK);
+	int64_t xs[2] = {4, 8};
+	moe_tensor_map *b = moe_tensor_map_new(c);
+	moe_tensor_map_set(b, "x", moe_tensor_new(c, MOE_F32, 2, xs));
+	moe_tensor_map_set(b, "w", moe_tensor_new(c, MOE_F32, 2, xs));
+	moe_tensor *out[1] = {0};
+	moe_host_stats hs;
+	assert_int_not_equal(moe_host_run(c, moe_module_graph(m, 0), b, MOE_HOST_LLVM, 1, out, &hs), MOE_OK);
+	assert_null(out[0]);
+	assert_non_null(strstr(last_error(c), "out of memory"));
+	moe_tensor_map_free(b);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
 /* ---- JSON, safetensors, NULL ctx (item 10) ---- */
 
 static void test_config_json_like_python(void **st)
@@ -547,6 +590,7 @@ int main(void)
 		cmocka_unit_test(test_machine_fields_bounded),
 		cmocka_unit_test(test_tcp_loops),
 		cmocka_unit_test(test_tcp_f32_inf_like_ieee),
+		cmocka_unit_test(test_refused_allocations),
 		cmocka_unit_test(test_config_json_like_python),
 		cmocka_unit_test(test_safetensors_offsets_and_nul),
 		cmocka_unit_test(test_null_ctx_aborts),
