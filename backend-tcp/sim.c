@@ -73,12 +73,23 @@ static bool in_experts(const sim *s, uint32_t pc)
 	return (int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi;
 }
 
+/* Counters saturate at TCP_MAX_CYCLES; reaching it stops the run with a fault. */
+static void acc_sat(sim *s, int64_t *acc, int64_t v)
+{
+	if (v > TCP_MAX_CYCLES - *acc) {
+		*acc = TCP_MAX_CYCLES;
+		s->cycles_overflow = true;
+	} else {
+		*acc += v;
+	}
+}
+
 /* busy cycles of an engine, also counted as routing outside the expert region */
 static void busy(sim *s, uint32_t pc, int engine, int64_t cycles)
 {
-	s->st->busy_cycles[engine] += cycles;
+	acc_sat(s, &s->st->busy_cycles[engine], cycles);
 	if (!in_experts(s, pc))
-		s->st->routing_busy_cycles[engine] += cycles;
+		acc_sat(s, &s->st->routing_busy_cycles[engine], cycles);
 }
 
 #define FAULT(s, pc, ...)                                                                                  \
@@ -331,13 +342,13 @@ static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t s
 		bool al = saddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
 		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_read) / s->hbm_rd_bpc;
 		t = t > h ? t : h;
-		s->st->hbm_read_bytes += bytes;
+		acc_sat(s, &s->st->hbm_read_bytes, bytes);
 	}
 	if (dh) {
 		bool al = daddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
 		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_write) / s->hbm_wr_bpc;
 		t = t > h ? t : h;
-		s->st->hbm_write_bytes += bytes;
+		acc_sat(s, &s->st->hbm_write_bytes, bytes);
 	}
 	/* the per-row overhead is paid by each engine for the rows it moves */
 	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
@@ -1015,7 +1026,8 @@ static moe_status simulate(sim *s)
 			break;
 		}
 		if (s->cycles_overflow) {
-			FAULT(s, pc, "the cycle count exceeds 2^60 (the machine's bandwidths or latencies are out of scale)");
+			FAULT(s, pc, "a cycle or byte counter passed 2^60 (the machine's bandwidths or latencies are out of "
+				     "scale for this program)");
 			break;
 		}
 		const tcp_insn *in = &p->code[pc];
