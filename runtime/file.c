@@ -409,6 +409,13 @@ static char *output_target(moe_ctx *ctx, const char *path, struct stat *st, bool
 		return p;
 	}
 	char *r = realpath(path, NULL);
+	if (!r && stat(path, st) == 0 && !S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
+		/* /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]": not a path, but open() follows it */
+		r = strdup(path);
+		if (!r)
+			rt_err_at(ctx, path, -1, "out of memory");
+		return r;
+	}
 	if (!r) {
 		rt_err_at(ctx, path, -1, "the output is a symbolic link that cannot be resolved: %s", strerror(errno));
 		return NULL;
