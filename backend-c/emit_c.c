@@ -135,9 +135,10 @@ static void ex(emc *c, const cg_expr *e)
 	case CE_VAR: fprintf(o, "v%d", e->var); return;
 	case CE_LOAD: {
 		moe_dtype t = (moe_dtype)c->p->bufs[e->buf].dtype;
-		fprintf(o, t == MOE_BF16 ? "moe_ld_bf16(b%d[" : t == MOE_BOOL ? "((int32_t)b%d[" : "b%d[", e->buf);
+		bool byte = t == MOE_BOOL || moe_dtype_is_storage(t); /* raw bytes load as their i32 value */
+		fprintf(o, t == MOE_BF16 ? "moe_ld_bf16(b%d[" : byte ? "((int32_t)b%d[" : "b%d[", e->buf);
 		ex(c, e->a);
-		fprintf(o, t == MOE_BF16 || t == MOE_BOOL ? "])" : "]");
+		fprintf(o, t == MOE_BF16 || byte ? "])" : "]");
 		return;
 	}
 	default: break;
@@ -304,9 +305,10 @@ static void block(emc *c, const cg_block *b, int d)
 			IR_ASSERT(c->p->bufs[s->buf].writable);
 			fprintf(o, "b%d[", s->buf);
 			ex(c, s->a);
-			fprintf(o, t == MOE_BF16 ? "] = moe_st_bf16(" : t == MOE_BOOL ? "] = (uint8_t)(" : "] = ");
+			bool byte = t == MOE_BOOL || moe_dtype_is_storage(t);
+			fprintf(o, t == MOE_BF16 ? "] = moe_st_bf16(" : byte ? "] = (uint8_t)(" : "] = ");
 			ex(c, s->b);
-			fprintf(o, t == MOE_BF16 || t == MOE_BOOL ? ");\n" : ";\n");
+			fprintf(o, t == MOE_BF16 || byte ? ");\n" : ";\n");
 			break;
 		}
 		case CS_IF:

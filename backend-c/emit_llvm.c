@@ -188,7 +188,7 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 			u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
 			return LLVMBuildBitCast(b, u, E->f32, "");
 		}
-		if (dt == MOE_BOOL)
+		if (dt == MOE_BOOL || moe_dtype_is_storage(dt)) /* raw bytes load as their i32 value */
 			return LLVMBuildZExt(b, v, E->i32, "");
 		return v;
 	}
@@ -462,7 +462,7 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMValueRef v = ex(E, s->b);
 		if (dt == MOE_BF16)
 			v = LLVMBuildTrunc(b, LLVMBuildLShr(b, LLVMBuildBitCast(b, v, E->i32, ""), ci32(E, 16), ""), E->i16, "");
-		else if (dt == MOE_BOOL)
+		else if (dt == MOE_BOOL || moe_dtype_is_storage(dt))
 			v = LLVMBuildTrunc(b, v, E->i8, "");
 		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
 		break;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend-c/cgen.h"
+#include "ir/quant.h"
 #include "ir/scalar.h"
 #include "moec/runtime.h"
 
@@ -726,6 +727,90 @@ static void lower_gather(lw *L, cg_block *b, const ir_node *n, int out)
 	store(L, in, out, lin(L, iv, os, n->rank, NULL), ld(L, L->p->node_buf[n->args[0]], xi));
 }
 
+/* ---------------- quantized weights (ir/quant.h) ---------------- */
+
+static cg_expr *i32div(lw *L, cg_expr *v64, int64_t d)
+{
+	return d == 1 ? v64 : conv(L, bin(L, CE_SDIV, conv(L, v64, CT_I32), ic32(L, (int32_t)d)), CT_I64);
+}
+
+/* The f32 2^e for an i32 expression e of normal range, from its bits. */
+static cg_expr *pow2(lw *L, cg_expr *e)
+{
+	return mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, bin(L, CE_ADD, e, ic32(L, 127)), ic32(L, 23)), NULL, NULL);
+}
+
+static cg_expr *fbits(lw *L, uint32_t u)
+{
+	return mk(L, CE_BITS, CT_F32, ic32(L, (int32_t)u), NULL, NULL);
+}
+
+static cg_expr *bit_set(lw *L, cg_expr *x, int32_t mask)
+{
+	return bin(L, CE_NE, bin(L, CE_AND, x, ic32(L, mask)), ic32(L, 0));
+}
+
+/* qt_e4m3 of the byte b (i32) */
+static cg_expr *e4m3_expr(lw *L, cg_expr *b)
+{
+	cg_expr *e = bin(L, CE_AND, bin(L, CE_LSHR, b, ic32(L, 3)), ic32(L, 15));
+	cg_expr *m = bin(L, CE_AND, b, ic32(L, 7)), *zero = bin(L, CE_EQ, e, ic32(L, 0));
+	cg_expr *mant = conv(L, sel(L, zero, m, bin(L, CE_ADD, m, ic32(L, 8))), CT_F32);
+	cg_expr *v = bin(L, CE_MUL, mant, pow2(L, bin(L, CE_SUB, sel(L, zero, ic32(L, 1), e), ic32(L, 10))));
+	v = sel(L, bin(L, CE_EQ, bin(L, CE_AND, b, ic32(L, 0x7f)), ic32(L, 0x7f)), fbits(L, 0x7fc00000u), v);
+	return sel(L, bit_set(L, b, 0x80), un(L, CE_NEG, v), v);
+}
+
+/* qt_e2m1 of the nibble c4 (i32) */
+static cg_expr *e2m1_expr(lw *L, cg_expr *c4)
+{
+	cg_expr *c = bin(L, CE_AND, c4, ic32(L, 7)), *small = bin(L, CE_LT, c, ic32(L, 2));
+	cg_expr *mant = conv(L, sel(L, small, c, bin(L, CE_ADD, bin(L, CE_AND, c, ic32(L, 1)), ic32(L, 2))), CT_F32);
+	cg_expr *ex = sel(L, small, ic32(L, -1), bin(L, CE_SUB, bin(L, CE_LSHR, c, ic32(L, 1)), ic32(L, 2)));
+	cg_expr *v = bin(L, CE_MUL, mant, pow2(L, ex));
+	return sel(L, bit_set(L, c4, 8), un(L, CE_NEG, v), v);
+}
+
+/* qt_e8m0 of the byte s (i32): 2^(s-127), 0 -> 2^-127 (subnormal), 255 -> NaN */
+static cg_expr *e8m0_expr(lw *L, cg_expr *s)
+{
+	cg_expr *v = sel(L, bin(L, CE_EQ, s, ic32(L, 0)), fbits(L, 0x00400000u),
+		mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, s, ic32(L, 23)), NULL, NULL));
+	return sel(L, bin(L, CE_EQ, s, ic32(L, 255)), fbits(L, 0x7fc00000u), v);
+}
+
+/* dequant: one loop nest over the result (rows past a scalar mask zeroed),
+ * each element decoded from its packed value and scale as qt_value does. */
+static void lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]);
+	qt_info qi;
+	IR_ASSERT(ir_dequant_info(L->g, n, &qi));
+	int r = n->rank, iv[MOE_MAX_RANK];
+	int64_t os[MOE_MAX_RANK], qs[MOE_MAX_RANK], ss[MOE_MAX_RANK];
+	strides_of(n, os);
+	strides_of(qn, qs);
+	strides_of(sn, ss);
+	cg_block *in = nest(L, b, n, out, r, iv);
+	cg_expr *row = vr(L, iv[r - 2]), *k = vr(L, iv[r - 1]);
+	cg_expr *qi_ = add64(L, lin(L, iv, qs, r - 1, NULL), i32div(L, k, qt_pack(qi.fmt)));
+	cg_expr *si = add64(L, lin(L, iv, ss, r - 2, mul64(L, i32div(L, row, qi.bn), ss[r - 2])), i32div(L, k, qi.bk));
+	cg_expr *raw = ld(L, L->p->node_buf[n->args[0]], qi_), *sc = ld(L, L->p->node_buf[n->args[1]], si);
+	cg_expr *k32 = conv(L, k, CT_I32), *v;
+	if (qi.fmt == QT_FP8) {
+		v = bin(L, CE_MUL, e4m3_expr(L, raw), sc);
+	} else if (qi.fmt == QT_MXFP4) {
+		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 1)), ic32(L, 2));
+		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));
+		v = bin(L, CE_MUL, e2m1_expr(L, nib), e8m0_expr(L, sc));
+	} else {
+		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 7)), ic32(L, 2));
+		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));
+		v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, nib, ic32(L, 8)), CT_F32), sc);
+	}
+	store(L, in, out, lin(L, iv, os, r, NULL), v);
+}
+
 static void lower_take_along(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	const ir_node *x = nd(L, n->args[0]);
@@ -1349,7 +1434,7 @@ void cgen_free(cg_prog *p)
 
 static bool supported_dtype(moe_dtype t)
 {
-	return t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL;
+	return t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL || moe_dtype_is_storage(t);
 }
 
 cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
@@ -1536,6 +1621,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 				lower_gather(&L, b, n, out);
 			break;
 		case MOE_OP_TAKE_ALONG: lower_take_along(&L, b, n, out); break;
+		case MOE_OP_DEQUANT: lower_dequant(&L, b, n, out); break;
 		case MOE_OP_SCATTER: lower_scatter(&L, b, n, out); break;
 		case MOE_OP_RESHAPE:
 			if (out != p->node_buf[n->args[0]])

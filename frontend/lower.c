@@ -527,6 +527,7 @@ static const attrspec *attrs_of(moe_op op)
 	static const attrspec cast[] = {{"to", 't'}, {NULL, 0}};
 	static const attrspec experts[] = {{"act", 's'}, {"block", 'i'}, {"weight_on", 's'}, {"alpha", 'n'},
 		{"limit", 'n'}, {NULL, 0}};
+	static const attrspec dequant[] = {{"format", 's'}, {"block", 'l'}, {"k", 'i'}, {"to", 't'}, {NULL, 0}};
 	switch (ir_ops[op].rule) {
 	case SHAPE_REDUCE: return reduce;
 	case SHAPE_SOFTMAX:
@@ -545,6 +546,7 @@ static const attrspec *attrs_of(moe_op op)
 	case SHAPE_CAST:
 	case SHAPE_BITCAST: return cast;
 	case SHAPE_EXPERTS: return experts;
+	case SHAPE_DEQUANT: return dequant;
 	default: return none;
 	}
 }
@@ -642,7 +644,7 @@ static bool dtype_arg(lower *L, const fe_expr *a, moe_dtype *t)
 	int d = a->kind == FE_E_NAME || a->kind == FE_E_STR ? moe_dtype_from_name(a->s) : -1;
 	if (a->kind == FE_E_NAME && !strcmp(a->s, "dtype")) /* the layer's compute type */
 		d = L->dtype;
-	if (d < 0 || d == MOE_F8E4M3 || d == MOE_I8) {
+	if (d < 0 || d == MOE_I8 || moe_dtype_is_storage((moe_dtype)d)) {
 		ERR(L, a->pos, "expected a type (f32, bf16, i32, bool)");
 		return false;
 	}
@@ -890,8 +892,13 @@ static bool value_type(lower *L, const fe_stmt *s, moe_dtype *t)
 	if (!s->type)
 		return true;
 	int d = moe_dtype_from_name(s->type);
-	if (d < 0 || d == MOE_F8E4M3 || d == MOE_I8) {
-		ERR(L, s->type_pos, "unknown or unsupported type '%s' (f32, bf16, i32, bool)", s->type);
+	if (d >= 0 && moe_dtype_is_storage((moe_dtype)d) && s->kind != FE_S_WEIGHT) {
+		ERR(L, s->type_pos, "type '%s' holds the raw bytes of a quantized weight: only a weight may have it", s->type);
+		return false;
+	}
+	if (d < 0 || d == MOE_I8) {
+		ERR(L, s->type_pos, "unknown or unsupported type '%s' (f32, bf16, i32, bool; f8e4m3, u8 for quantized weights)",
+			s->type);
 		return false;
 	}
 	*t = (moe_dtype)d;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "interp/interp.h"
+#include "ir/quant.h"
 #include "ir/scalar.h"
 
 typedef struct val {
@@ -916,6 +917,35 @@ static moe_status ev_experts(interp *ip, val *out)
 }
 
 /* ---- driver ---- */
+/* dequant: every element from its packed value and scale (ir/quant.h), rounded
+ * once to the result type; rows past a scalar valid mask are 0. */
+static moe_status ev_dequant(interp *ip, val *out)
+{
+	const ir_node *n = ip->n, *qn = arg_node(ip, 0), *sn = arg_node(ip, 1);
+	const val *q = arg_val(ip, 0), *s = arg_val(ip, 1);
+	qt_info qi;
+	IR_ASSERT(ir_dequant_info(ip->g, n, &qi));
+	int r = n->rank;
+	int64_t idx[MOE_MAX_RANK] = {0}, qi_[MOE_MAX_RANK], si[MOE_MAX_RANK];
+	for (int64_t o = 0; o < out->n; o++, next_index(idx, n->shape, n->rank)) {
+		if (!computed(ip, idx)) {
+			out->f[o] = 0;
+			continue;
+		}
+		memcpy(qi_, idx, sizeof qi_);
+		memcpy(si, idx, sizeof si);
+		int64_t row = idx[r - 2], k = idx[r - 1];
+		qi_[r - 1] = k / qt_pack(qi.fmt);
+		si[r - 2] = row / qi.bn;
+		si[r - 1] = k / qi.bk;
+		uint32_t raw = (uint32_t)q->i[offset_of(qi_, qn->shape, r)];
+		int64_t so = offset_of(si, sn->shape, r);
+		float v = qt_value(qi.fmt, raw, k, s->f ? s->f[so] : 0.0f, s->i ? (uint32_t)s->i[so] : 0u);
+		out->f[o] = rnd(n->dtype, v);
+	}
+	return MOE_OK;
+}
+
 static size_t val_bytes(const val *v)
 {
 	return (size_t)(v->n ? v->n : 1) * 4;
@@ -981,6 +1011,8 @@ static void load_binding(val *v, const moe_tensor *t)
 		}
 		case MOE_I32: memcpy(&v->i[o], (const char *)t->data + o * 4, 4); break;
 		case MOE_BOOL: v->i[o] = ((const unsigned char *)t->data)[o] != 0; break;
+		case MOE_F8E4M3:
+		case MOE_U8: v->i[o] = ((const unsigned char *)t->data)[o]; break; /* raw bytes */
 		default: IR_ASSERT(!"reserved dtype in a verified graph");
 		}
 	}
@@ -1001,6 +1033,8 @@ static moe_tensor *store_output(moe_ctx *ctx, const ir_node *n, const val *v)
 		}
 		case MOE_I32: memcpy((char *)t->data + o * 4, &v->i[o], 4); break;
 		case MOE_BOOL: ((unsigned char *)t->data)[o] = (unsigned char)(v->i[o] != 0); break;
+		case MOE_F8E4M3:
+		case MOE_U8: ((unsigned char *)t->data)[o] = (unsigned char)v->i[o]; break;
 		default: IR_ASSERT(!"reserved dtype in a verified graph");
 		}
 	}
@@ -1031,6 +1065,7 @@ static moe_status eval_node(interp *ip, val *out)
 	case MOE_OP_CONCAT: return ev_concat(ip, out);
 	case MOE_OP_BROADCAST: return ev_broadcast(ip, out);
 	case MOE_OP_EXPERTS: return ev_experts(ip, out);
+	case MOE_OP_DEQUANT: return ev_dequant(ip, out);
 	default:
 		IR_ASSERT(ir_ops[ip->n->op].flags & OPF_ELEM);
 		return ev_elem(ip, out);
@@ -1049,7 +1084,7 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 	uint32_t nn = g->nnodes;
 	for (moe_id id = 0; id < nn; id++) {
 		int t = N(g, id)->dtype;
-		if (t == MOE_F8E4M3 || t == MOE_I8) { /* inference rejects these for computed nodes */
+		if (t == MOE_I8) { /* reserved */
 			moe_diag(ctx, MOE_DIAG_ERROR, N(g, id)->loc, "%%%u: type %s is reserved and not supported yet", id,
 				moe_dtype_name((moe_dtype)t));
 			return MOE_ERR_UNSUPPORTED;

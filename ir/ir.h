@@ -26,7 +26,7 @@ typedef enum ir_shape_rule {
 	SHAPE_LEAF, SHAPE_UNARY, SHAPE_BINARY, SHAPE_SELECT, SHAPE_CAST, SHAPE_BITCAST,
 	SHAPE_REDUCE, SHAPE_SOFTMAX, SHAPE_CUMSUM, SHAPE_EINSUM, SHAPE_TOPK, SHAPE_ONE_HOT,
 	SHAPE_FILTER, SHAPE_GATHER, SHAPE_TAKE_ALONG, SHAPE_SCATTER, SHAPE_RESHAPE,
-	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS
+	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS, SHAPE_DEQUANT
 } ir_shape_rule;
 typedef struct ir_opinfo {
 	const char *name;
@@ -132,6 +132,10 @@ int ir_norm_axis(int axis, int rank);     /* negative axes count from the end; -
 
 /* Shape inference for one node; diagnostics at the node's loc. */
 moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id);
+/* The rule of `dequant` (ir/quant.c) and the geometry of a verified one. */
+struct qt_info;
+moe_status ir_infer_dequant(moe_ctx *ctx, moe_graph *g, moe_id id);
+bool ir_dequant_info(const moe_graph *g, const ir_node *n, struct qt_info *qi);
 
 /* ---- builders for passes: create + infer, abort on internal errors ---- */
 moe_id ir_b(moe_graph *g, moe_op op, const moe_id *args, uint32_t nargs, moe_loc loc);

@@ -323,7 +323,7 @@ static bool field_dtype(jr *r, const cJSON *o, moe_dtype *t)
 	int d = moe_dtype_from_name(s);
 	if (d < 0) {
 		size_t old = push_key(r, "dtype");
-		jerr(r, "unknown element type '%.40s' (f32, bf16, i32, bool, f8e4m3, i8)", s);
+		jerr(r, "unknown element type '%.40s' (f32, bf16, i32, bool, f8e4m3, i8, u8)", s);
 		pop(r, old);
 		return false;
 	}

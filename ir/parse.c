@@ -494,7 +494,7 @@ static bool parse_dtype(rd *r, moe_dtype *t)
 		d = moe_dtype_from_name(name);
 	}
 	if (d < 0) {
-		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8)",
+		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8, u8)",
 			r->t.len > 40 ? 40 : (int)r->t.len, r->t.p);
 		return false;
 	}

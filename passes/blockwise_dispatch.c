@@ -96,10 +96,31 @@ static moe_id gather_blocks(dp *c, moe_id w)
 	return id;
 }
 
+/* The weight of each block. A quantized weight (dequant of packed values and
+ * scales) is dequantized per block from its gathered bytes and scales, so no
+ * dequantized copy of the whole layer exists. */
+static moe_id block_weight(dp *c, moe_id w)
+{
+	if (N(c->d, w)->op != MOE_OP_DEQUANT)
+		return gather_blocks(c, w);
+	moe_id q = N(c->d, w)->args[0], s = N(c->d, w)->args[1];
+	moe_id x[2] = {gather_blocks(c, q), gather_blocks(c, s)};
+	moe_id id = moe_node_new(c->d, MOE_OP_DEQUANT, x, 2, c->loc);
+	ir_node *from = N(c->d, w);
+	for (uint32_t i = 0; i < from->nattrs; i++) {
+		ir_attr a = from->attrs[i]; /* copied: ir_attr_set may grow the node array */
+		ir_attr_set(c->d, N(c->d, id), &a);
+		from = N(c->d, w);
+	}
+	moe_node_set_valid(c->d, id, c->nblocks);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
 /* [G, B, in] x W[G, out, in] (+ bias[G, out]) -> [G, B, out] over valid rows. */
 static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 {
-	moe_id wg = gather_blocks(c, w);
+	moe_id wg = block_weight(c, w);
 	moe_id x[2] = {blocks, wg};
 	moe_id h = moe_node_new(c->d, MOE_OP_EINSUM, x, 2, c->loc);
 	moe_node_set_str(c->d, h, "eq", "gbi,goi->gbo");

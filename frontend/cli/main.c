@@ -38,9 +38,11 @@ static const struct command {
 		"                 the combine is skipped, no output is written (no -o), and weights absent from the\n"
 		"                 checkpoint (e.g. all expert weights) are allowed as long as routing does not\n"
 		"                 need them; the cycle counts equal those of a full run.\n", 1},
-	{"import-hf", "moec import-hf CONFIG.json [--layer N] [--tokens T] [--block B] [--set dtype=f32|bf16] -o FILE.moe",
-		"Write the .moe of one MoE layer of a HuggingFace checkpoint (mixtral, qwen2_moe, qwen3_moe, olmoe,\n"
-		"gpt_oss, deepseek_v3, llama4); weights bind to the checkpoint's tensor names.\n", 1},
+	{"import-hf", "moec import-hf CONFIG.json [--layer N] [--tokens T] [--block B] [--set dtype=f32|bf16]\n"
+		      "        [--ignore-quantization] -o FILE.moe\n"
+		      "       moec import-hf --list [--markdown]",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint; weights bind to the checkpoint's\n"
+		"tensor names. --list prints the supported families and their recipes.\n", 1},
 	{"passes", "moec passes", "List the registered passes, their options and the named pipelines.\n", 1},
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
@@ -67,6 +69,21 @@ static void cmd_help(const struct command *c)
 		       "  --reproducer=FILE if a pass fails, write the pipeline and its input IR to FILE\n"
 		       "  --format=F        text (default), json or dot\n"
 		       "  -o OUT            write to OUT instead of standard output\n");
+	if (!strcmp(c->name, "import-hf")) {
+		printf("  --layer N         the decoder layer (default 0); a dense layer's error names the nearest MoE layer\n"
+		       "  --tokens T, --block B   the static token count (16) and expert block size (64)\n"
+		       "  --set dtype=f32|bf16    the compute type (default: the config's torch_dtype / dtype)\n"
+		       "  --ignore-quantization   import a config with a quantization_config (shapes only:\n"
+		       "                    moec reads unquantized weights)\n"
+		       "  --list [--markdown]     print the family table (docs/families.md is --markdown)\n");
+		moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+		char *names = NULL;
+		if (ctx && moe_import_hf_families(ctx, MOE_HF_LIST_NAMES, &names) == MOE_OK)
+			printf("\nmodel_types: %s\n", names);
+		if (ctx)
+			moe_free(ctx, names);
+		moe_ctx_free(ctx);
+	}
 }
 
 int cli_fail(const char *fmt, const char *arg)
@@ -152,6 +169,12 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->timing_only = 1;
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
+		} else if (!strcmp(c->name, "import-hf") && !strcmp(a, "--list")) {
+			o->list = 1;
+		} else if (!strcmp(c->name, "import-hf") && !strcmp(a, "--markdown")) {
+			o->markdown = 1;
+		} else if (!strcmp(c->name, "import-hf") && !strcmp(a, "--ignore-quantization")) {
+			o->ignore_quantization = 1;
 		} else if (bad) {
 			return 1;
 		} else if (a[0] == '-' && a[1]) {
@@ -164,7 +187,7 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 		if (bad)
 			return 1;
 	}
-	if (!o->file && strcmp(c->name, "passes"))
+	if (!o->file && strcmp(c->name, "passes") && !o->list)
 		return cli_fail("%s: no input file (see moec COMMAND --help)", c->name);
 	if (o->format && strcmp(o->format, "text") && strcmp(o->format, "json") && strcmp(o->format, "dot"))
 		return cli_fail("--format must be text, json or dot, got '%s'", o->format);
@@ -298,6 +321,8 @@ int main(int argc, char **argv)
 		return cli_fail("out of memory%s", "");
 	int status = 0;
 	moe_module *m = NULL;
+	int64_t autob = 0;
+	double pred = 0;
 	if (cli_guard_paths(ctx, &o))
 		status = 1;
 	else if (!strcmp(c->name, "passes"))
@@ -310,7 +335,10 @@ int main(int argc, char **argv)
 		status = cli_compile(ctx, &o);
 	else if (!strcmp(c->name, "check") && cli_ends_with(o.file, ".tcpb"))
 		status = cli_check_tcpb(ctx, &o);
-	else {
+	else if (!strcmp(c->name, "stats") && o.target && !strcmp(o.target, "tcp")) {
+		m = cli_load_tcp(ctx, &o, &autob, &pred);
+		status = m ? 0 : 1;
+	} else {
 		m = cli_load(ctx, &o);
 		status = m ? 0 : 1;
 	}
@@ -322,7 +350,10 @@ int main(int argc, char **argv)
 	if (m && !strcmp(c->name, "stats")) {
 		const char *named = o.pipeline ? moe_pipeline_named(o.pipeline) : NULL;
 		char *js = moe_module_stats_json(ctx, m, named ? named : o.pipeline);
-		status = !js || puts(js) < 0;
+		if (js && autob > 0 && js[0] == '{') /* block=auto: the choice and its predicted block-loop time */
+			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
+				(long long)autob, pred);
+		status = !js || puts(js + (js && autob > 0 && js[0] == '{')) < 0;
 		free(js);
 	}
 	moe_diag_print(ctx, stderr);

@@ -54,8 +54,18 @@ int cli_passes(moe_ctx *ctx)
 
 int cli_import_hf(moe_ctx *ctx, const opts *o)
 {
+	if (o->list) {
+		char *text = NULL;
+		if (moe_import_hf_families(ctx, o->markdown ? MOE_HF_LIST_MARKDOWN : MOE_HF_LIST_TEXT, &text) != MOE_OK)
+			return 1;
+		int bad = fputs(text, stdout) == EOF || fflush(stdout) != 0;
+		moe_free(ctx, text);
+		return bad ? err(ctx, NULL, "cannot write the family list%s", "") : 0;
+	}
 	moe_import_opts io = {0};
 	io.dtype = MOE_F32;
+	io.config_dtype = 1; /* unless --set dtype= */
+	io.ignore_quantization = o->ignore_quantization;
 	int64_t layer = int_opt(ctx, "--layer", o->layer), T = int_opt(ctx, "--tokens", o->tokens),
 		B = int_opt(ctx, "--block", o->block);
 	for (size_t i = 0; i < o->nsets; i++) {
@@ -65,6 +75,7 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 			if (t != MOE_F32 && t != MOE_BF16)
 				return err(ctx, NULL, "--set dtype= takes f32 or bf16, got '%s'", v);
 			io.dtype = (moe_dtype)t;
+			io.config_dtype = 0;
 		} else if (!strcmp(n, "layer"))
 			layer = int_opt(ctx, "--set layer", v);
 		else if (!strcmp(n, "T"))
@@ -121,7 +132,9 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return err(ctx, NULL, "compile needs -o OUT%s", "");
 	if (strcmp(t, "c") && strcmp(t, "obj") && strcmp(t, "llvm-ir") && strcmp(t, "tcp"))
 		return err(ctx, NULL, "--target must be tcp, c, obj or llvm-ir, got '%s'", t);
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;
@@ -253,7 +266,9 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		repeat = 1;
 	if (cli_ends_with(o->file, ".tcpb"))
 		return cli_run_tcpb(ctx, o, (int)repeat);
-	moe_module *m = cli_load(ctx, o);
+	int64_t autob = 0;
+	double pred = 0;
+	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
 	if (!m)
 		return 1;
 	int status = 1;

@@ -78,11 +78,12 @@ MOE_API void moe_remove_temporaries(void);
 typedef enum moe_st_dtype {
 	MOE_ST_BOOL, MOE_ST_U8, MOE_ST_I8, MOE_ST_I16, MOE_ST_U16, MOE_ST_F16, MOE_ST_BF16,
 	MOE_ST_I32, MOE_ST_U32, MOE_ST_F32, MOE_ST_I64, MOE_ST_U64, MOE_ST_F64,
-	MOE_ST_F8_E4M3, MOE_ST_F8_E5M2,
+	MOE_ST_F8_E4M3, MOE_ST_F8_E5M2, MOE_ST_F8_E8M0,
+	MOE_ST_F4, /* E2M1, two elements per byte (the shape counts elements) */
 	MOE_ST_DTYPE_COUNT
 } moe_st_dtype;
 MOE_API const char *moe_st_dtype_name(moe_st_dtype t); /* the header spelling, "F32" */
-MOE_API size_t moe_st_dtype_size(moe_st_dtype t);
+MOE_API size_t moe_st_dtype_size(moe_st_dtype t); /* bytes per element; 0 for F4 (half a byte) */
 
 /* One validated entry. data points into the mapped file (nbytes long). */
 typedef struct moe_st_tensor {
@@ -175,17 +176,26 @@ typedef struct moe_import_opts {
 	int64_t block;      /* B, the expert block size; 0 = 64 */
 	moe_dtype dtype;    /* layer compute type: MOE_F32 or MOE_BF16 */
 	const char *prefix; /* tensor name prefix; NULL = the family's, "model.layers.{layer}." */
+	int config_dtype;   /* follow the config's torch_dtype / dtype (bfloat16 -> bf16, float32 and
+	                     * float16 -> f32); dtype is used when the config names none */
+	int ignore_quantization; /* import a config with a quantization_config (shapes only: moec
+	                           * reads unquantized weights) instead of refusing it */
 } moe_import_opts;
 /* Read an HF config.json and write a .moe layer (docs/language.md) that
  * computes that family's MoE block exactly as HF does, with weights bound to
- * the checkpoint's tensor names. Supported model_type: mixtral, qwen2_moe,
- * qwen3_moe, olmoe, gpt_oss, deepseek_v3, llama4 and llama4_text (text_config
- * is used when nested). *moe_text is NUL-terminated; free with moe_free. */
+ * the checkpoint's tensor names. The families are listed by
+ * moe_import_hf_families (docs/families.md); a text model nested under
+ * text_config / language_config is found. *moe_text is NUL-terminated; free
+ * with moe_free. */
 MOE_API moe_status moe_import_hf(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts,
 	char **moe_text);
 /* The same on config text already in memory; `name` is used in diagnostics. */
 MOE_API moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
 	const moe_import_opts *opts, char **moe_text);
+/* The family table as text: MOE_HF_LIST_TEXT (moec import-hf --list), MOE_HF_LIST_MARKDOWN
+ * (docs/families.md) or MOE_HF_LIST_NAMES (the model_types, comma-separated). Free with moe_free. */
+typedef enum moe_hf_list_format { MOE_HF_LIST_TEXT, MOE_HF_LIST_MARKDOWN, MOE_HF_LIST_NAMES } moe_hf_list_format;
+MOE_API moe_status moe_import_hf_families(moe_ctx *ctx, moe_hf_list_format format, char **text);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@ static void run_case(const char *fam, int T, moe_dtype dt)
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	char p[512], xp[600], yp[600];
 	snprintf(p, sizeof p, FIX "%s/config.json", fam);
-	moe_import_opts o = {0, T, 4, dt, NULL};
+	moe_import_opts o = {.layer = 0, .tokens = T, .block = 4, .dtype = dt, .prefix = NULL};
 	char *text = NULL;
 	assert_int_equal(moe_import_hf(c, p, &o, &text), MOE_OK);
 	moe_module *m = moe_parse_moe(c, "generated.moe", text, strlen(text), NULL);

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,7 +96,7 @@ static void check_family(const char *fam)
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	char p[512];
 	snprintf(p, sizeof p, FIX "%s/config.json", fam);
-	moe_import_opts o = {0, 5, 16, MOE_F32, NULL};
+	moe_import_opts o = {.layer = 0, .tokens = 5, .block = 16, .dtype = MOE_F32, .prefix = NULL};
 	char *text = NULL;
 	assert_int_equal(moe_import_hf(c, p, &o, &text), MOE_OK);
 	assert_non_null(text);
@@ -160,16 +162,31 @@ static void check_family(const char *fam)
 	moe_ctx_free(c);
 }
 
+/* Every fixture folder (one per family, written by HF transformers): the generated .moe binds
+ * exactly the block's tensors with the checkpoint's shapes. */
 static void test_fixture_configs(void **st)
 {
 	(void)st;
-	for (size_t i = 0; i < NFAMS; i++)
-		check_family(fams[i]);
+	DIR *d = opendir(FIX);
+	assert_non_null(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		char p[512];
+		snprintf(p, sizeof p, FIX "%s/config.json", e->d_name);
+		FILE *f = e->d_name[0] != '.' ? fopen(p, "rb") : NULL;
+		if (!f)
+			continue;
+		fclose(f);
+		check_family(e->d_name);
+		n++;
+	}
+	closedir(d);
+	assert_true(n >= 38);
 }
 
 static char *gen(moe_ctx *c, const char *json, int layer, moe_dtype dt, moe_status want)
 {
-	moe_import_opts o = {layer, 4, 8, dt, NULL};
+	moe_import_opts o = {.layer = layer, .tokens = 4, .block = 8, .dtype = dt, .prefix = NULL};
 	char *text = NULL;
 	moe_status s = moe_import_hf_text(c, "config.json", json, strlen(json), &o, &text);
 	if (s != want)
@@ -196,7 +213,7 @@ static void test_errors(void **st)
 {
 	(void)st;
 	expect_error("{\"model_type\":\"llama\"}", 0, MOE_ERR_UNSUPPORTED, "supported: mixtral");
-	expect_error("{\"hidden_size\":8}", 0, MOE_ERR_UNSUPPORTED, "(missing)");
+	expect_error("{\"hidden_size\":8}", 0, MOE_ERR_UNSUPPORTED, "no model_type");
 	expect_error("[1]", 0, MOE_ERR_FORMAT, "not a JSON object");
 	expect_error("{\"model_type\":\"mixtral\",\"num_local_experts\":4,\"num_experts_per_tok\":2,"
 		     "\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "'hidden_size'");
@@ -237,13 +254,14 @@ static void test_variants(void **st)
 	assert_non_null(strstr(t, "\"language_model.model.layers.{layer}.feed_forward.experts.gate_up_proj\""));
 	assert_non_null(strstr(t, "weight_on=\"input\""));
 	assert_non_null(strstr(t, "dtype bf16"));
-	assert_non_null(strstr(t, "w      = cast(sigmoid(cast(take_along(logits, idx, axis=1), f32)), dtype)"));
+	assert_non_null(strstr(t, "sw     = sigmoid(cast(take_along(logits, idx, axis=1), f32))"));
+	assert_non_null(strstr(t, "w      = cast(sw, dtype)"));
 	moe_free(c, t);
 	/* Qwen3 in bf16: router weights cast back to the compute type; gelu_pytorch_tanh */
 	t = gen(c, "{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"norm_topk_prob\":true,"
 		   "\"hidden_act\":\"gelu_pytorch_tanh\",\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}",
 		3, MOE_BF16, MOE_OK);
-	assert_non_null(strstr(t, "w      = cast(top_n, dtype)"));
+	assert_non_null(strstr(t, "w      = cast(sw_n, dtype)"));
 	assert_non_null(strstr(t, "act=\"geglu_tanh\""));
 	assert_non_null(strstr(t, "param layer = 3"));
 	moe_free(c, t);
@@ -252,7 +270,8 @@ static void test_variants(void **st)
 		   "\"topk_group\":1,\"norm_topk_prob\":false,\"routed_scaling_factor\":1,\"n_shared_experts\":2,"
 		   "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_BF16, MOE_OK);
 	assert_null(strstr(t, "reshape"));
-	assert_non_null(strstr(t, "w      = sw * 1.0"));
+	assert_non_null(strstr(t, "w      = sw   #"));
+	assert_null(strstr(t, "sw_n"));
 	assert_non_null(strstr(t, "dim S = 16"));
 	assert_non_null(strstr(t, "weight router             : [E, D]"));
 	assert_non_null(strstr(t, "weight score_bias         : f32[E]"));
@@ -265,7 +284,7 @@ static void test_variants(void **st)
 	assert_non_null(strstr(t, "limit=5.0"));
 	moe_free(c, t);
 	/* an explicit prefix */
-	moe_import_opts o = {0, 4, 8, MOE_F32, "blocks.{layer}."};
+	moe_import_opts o = {.layer = 0, .tokens = 4, .block = 8, .dtype = MOE_F32, .prefix = "blocks.{layer}."};
 	const char *js = "{\"model_type\":\"olmoe\",\"hidden_size\":8,\"num_experts\":8,\"num_experts_per_tok\":2,"
 			 "\"intermediate_size\":8}";
 	assert_int_equal(moe_import_hf_text(c, "c.json", js, strlen(js), &o, &t), MOE_OK);
@@ -305,7 +324,8 @@ static void test_dtype_follows_set(void **st)
 		moe_ctx *c = moe_ctx_new(NULL, NULL);
 		char p[512];
 		snprintf(p, sizeof p, FIX "%s/config.json", fams[i]);
-		moe_import_opts o32 = {0, 5, 4, MOE_F32, NULL}, o16 = {0, 5, 4, MOE_BF16, NULL};
+		moe_import_opts o32 = {.layer = 0, .tokens = 5, .block = 4, .dtype = MOE_F32, .prefix = NULL},
+				 o16 = {.layer = 0, .tokens = 5, .block = 4, .dtype = MOE_BF16, .prefix = NULL};
 		char *t32 = NULL, *t16 = NULL;
 		assert_int_equal(moe_import_hf(c, p, &o32, &t32), MOE_OK);
 		assert_int_equal(moe_import_hf(c, p, &o16, &t16), MOE_OK);
@@ -366,6 +386,113 @@ static void test_deepseek_group_mask(void **st)
 	moe_ctx_free(c);
 }
 
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	char *buf = malloc(1 << 20);
+	assert_non_null(buf);
+	size_t n = fread(buf, 1, (1 << 20) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return buf;
+}
+
+/* docs/families.md holds the table `moec import-hf --list --markdown` prints, verbatim. */
+static void test_families_doc(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char *table = NULL, *names = NULL;
+	assert_int_equal(moe_import_hf_families(c, MOE_HF_LIST_MARKDOWN, &table), MOE_OK);
+	assert_int_equal(moe_import_hf_families(c, MOE_HF_LIST_NAMES, &names), MOE_OK);
+	char *doc = read_all(MOEC_SOURCE_DIR "/docs/families.md");
+	const char *b = strstr(doc, "<!-- generated: moec import-hf --list --markdown -->\n");
+	const char *e = strstr(doc, "<!-- end generated -->");
+	assert_non_null(b);
+	assert_non_null(e);
+	b = strchr(b, '\n') + 1;
+	if ((size_t)(e - b) != strlen(table) || strncmp(b, table, strlen(table)))
+		fail_msg("docs/families.md differs from `moec import-hf --list --markdown`; regenerate it");
+	/* the 38 families of issue 13, each answered by a row */
+	static const char *const want[] = {"mixtral", "phimoe", "jamba", "olmoe", "flex_olmo", "qwen2_moe", "qwen3_moe",
+		"qwen3_next", "qwen3_vl_moe", "qwen3_5_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
+		"kimi_linear", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "mistral4", "dots1",
+		"ernie4_5_moe", "exaone_moe", "granitemoe", "granitemoeshared", "hunyuan_v1_moe", "hy_v3", "jetmoe",
+		"dbrx", "minimax", "minimax_m2", "mimo_v2_flash", "solar_open", "llama4", "gpt_oss", "nemotron_h", "aria",
+		"cohere2_moe"};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+		char row[64];
+		snprintf(row, sizeof row, "| %s", want[i]);
+		if (!strstr(table, row))
+			fail_msg("no row for %s", want[i]);
+	}
+	assert_non_null(strstr(names, "qwen3_vl_moe_text"));
+	free(doc);
+	moe_free(c, table);
+	moe_free(c, names);
+	moe_ctx_free(c);
+}
+
+/* The new import errors: a dense layer names the nearest MoE layer, a quantized config is refused
+ * (unless asked), per-layer lists need an entry for the layer. */
+static void test_new_errors(void **st)
+{
+	(void)st;
+	expect_error("{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"num_hidden_layers\":6,"
+		     "\"first_k_dense_replace\":3,\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 1, MOE_ERR_INVALID,
+		"the nearest MoE layer is 3 (--layer 3)");
+	expect_error("{\"model_type\":\"glm4_moe_lite\",\"hidden_size\":8,\"n_routed_experts\":8,\"num_hidden_layers\":3,"
+		     "\"mlp_layer_types\":[\"dense\",\"dense\",\"sparse\"],\"num_experts_per_tok\":2,"
+		     "\"moe_intermediate_size\":8}", 0, MOE_ERR_INVALID, "mlp_layer_types[0] is 'dense'");
+	expect_error("{\"model_type\":\"jamba\",\"hidden_size\":8,\"num_experts\":8,\"num_hidden_layers\":4,"
+		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 2, MOE_ERR_INVALID, "nearest MoE layer is 1");
+	expect_error("{\"model_type\":\"nemotron_h\",\"hidden_size\":8,\"n_routed_experts\":8,"
+		     "\"hybrid_override_pattern\":\"M-M\",\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0,
+		MOE_ERR_INVALID, "the config has no MoE layer");
+	expect_error("{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"num_experts_per_tok\":2,"
+		     "\"moe_intermediate_size\":8,\"quantization_config\":{\"quant_method\":\"fp8\"}}", 0, MOE_ERR_INVALID,
+		"quant_method 'fp8'");
+	expect_error("{\"model_type\":\"hunyuan_v1_moe\",\"hidden_size\":8,\"num_experts\":8,\"moe_topk\":[2],"
+		     "\"num_hidden_layers\":2,\"moe_intermediate_size\":8}", 1, MOE_ERR_INVALID, "'moe_topk' lists 1");
+	expect_error("{\"model_type\":\"deepseek_v2\",\"hidden_size\":8,\"n_routed_experts\":8,\"topk_method\":\"x\","
+		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_ERR_INVALID, "topk_method 'x'");
+	expect_error("{\"model_type\":\"phimoe\",\"hidden_size\":8,\"num_local_experts\":8,\"num_experts_per_tok\":3,"
+		     "\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "sparsemixer");
+}
+
+/* Config-driven options: torch_dtype, nested text configs, per-layer lists, --ignore-quantization. */
+static void test_config_options(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_import_opts o = {.tokens = 4, .block = 8, .dtype = MOE_F32, .config_dtype = 1};
+	const char *js = "{\"model_type\":\"qwen3_vl_moe\",\"torch_dtype\":\"bfloat16\",\"text_config\":{\"model_type\":"
+			 "\"qwen3_vl_moe_text\",\"hidden_size\":8,\"num_experts\":8,\"num_experts_per_tok\":2,"
+			 "\"moe_intermediate_size\":8}}";
+	char *t = NULL;
+	assert_int_equal(moe_import_hf_text(c, "c.json", js, strlen(js), &o, &t), MOE_OK);
+	assert_non_null(strstr(t, "dtype bf16"));
+	assert_non_null(strstr(t, "\"model.language_model.layers.{layer}.mlp.experts.gate_up_proj\""));
+	moe_free(c, t);
+	o.config_dtype = 0; /* --set dtype= wins */
+	assert_int_equal(moe_import_hf_text(c, "c.json", js, strlen(js), &o, &t), MOE_OK);
+	assert_non_null(strstr(t, "dtype f32"));
+	moe_free(c, t);
+	o.layer = 1;
+	js = "{\"model_type\":\"hunyuan_v1_moe\",\"hidden_size\":8,\"num_experts\":8,\"moe_topk\":[2,3],"
+	     "\"intermediate_size\":8,\"moe_intermediate_size\":[8,12],\"num_shared_expert\":[1,2],"
+	     "\"quantization_config\":{\"quant_method\":\"fp8\"}}";
+	o.ignore_quantization = 1;
+	assert_int_equal(moe_import_hf_text(c, "c.json", js, strlen(js), &o, &t), MOE_OK);
+	assert_non_null(strstr(t, "F = 12, E = 8, K = 3"));
+	assert_non_null(strstr(t, "dim S = 16"));
+	assert_non_null(strstr(t, "router             : f32[E, D]"));
+	moe_free(c, t);
+	assert_int_equal(moe_error_count(c), 0);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -374,6 +501,9 @@ int main(void)
 		cmocka_unit_test(test_variants),
 		cmocka_unit_test(test_dtype_follows_set),
 		cmocka_unit_test(test_deepseek_group_mask),
+		cmocka_unit_test(test_families_doc),
+		cmocka_unit_test(test_new_errors),
+		cmocka_unit_test(test_config_options),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

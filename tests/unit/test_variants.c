@@ -229,7 +229,7 @@ static char *with_outputs(const char *text, const char *extra)
 static char *imported(const char *json, int T)
 {
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_import_opts o = {0, T, 4, MOE_F32, NULL};
+	moe_import_opts o = {.layer = 0, .tokens = T, .block = 4, .dtype = MOE_F32, .prefix = NULL};
 	char *t = NULL;
 	if (moe_import_hf_text(c, "config.json", json, strlen(json), &o, &t) != MOE_OK) {
 		moe_diag_print(c, stderr);
