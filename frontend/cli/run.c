@@ -17,8 +17,8 @@ static int err(moe_ctx *ctx, const char *file, const char *msg, const char *arg)
 	return 1;
 }
 
-/* An integer option (>= 0 for a layer, >= 1 otherwise); -1 when absent, -2
- * (with an error) when bad. */
+/* An integer option (>= 1 for the token count and the block size, >= 0
+ * otherwise); -1 when absent, -2 (with an error) when bad. */
 static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 {
 	if (!v)
@@ -26,8 +26,9 @@ static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 	char *end;
 	errno = 0;
 	long long x = strtoll(v, &end, 10);
-	/* a layer index may be 0; counts and sizes (--tokens, --block, --repeat) may not */
-	long long lo = strstr(name, "layer") ? 0 : 1;
+	/* the token count and the block size must be positive (other options say so themselves) */
+	long long lo = strstr(name, "tokens") || strstr(name, "block") || !strcmp(name, "--set T") ||
+			       !strcmp(name, "--set B") ? 1 : 0;
 	if (errno || *end || end == v || x < lo || x > INT32_MAX) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in %lld..2147483647, got '%s'", name, lo,
 			v);
