@@ -162,7 +162,7 @@ const hf_family hf_families[] = {
 		.sel_bias_dims = "1, E", .k_experts = "moe_num_experts", .k_topk = "moe_k", .k_eps = "moe_norm_min",
 		.k_shared_count = "moe_num_shared_experts", .layers = HF_L_ERNIE, .r = &R_ERNIE, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
-	{.types = "hunyuan_v1_moe", .block = "HunYuanMoEV1Moe", .router = "gate.wg.weight", .k_topk = "moe_topk",
+	{.types = "hunyuan_v1_moe hunyuan", .block = "HunYuanMoEV1Moe", .router = "gate.wg.weight", .k_topk = "moe_topk",
 		.k_shared_count = "num_shared_expert", .k_shared_base = "intermediate_size", .norm_default = true,
 		.r = &R_SOFTMAX_F32, .f = &F_PROJ, .s = &S_SHARED_MLP},
 	{.types = "granitemoe", .block = "GraniteMoeMoE", .blk = "block_sparse_moe.", .router = "router.layer.weight",
