@@ -135,9 +135,10 @@ static void ex(emc *c, const cg_expr *e)
 	case CE_VAR: fprintf(o, "v%d", e->var); return;
 	case CE_LOAD: {
 		moe_dtype t = (moe_dtype)c->p->bufs[e->buf].dtype;
-		fprintf(o, t == MOE_BF16 ? "moe_ld_bf16(b%d[" : t == MOE_BOOL ? "((int32_t)b%d[" : "b%d[", e->buf);
+		bool byte = t == MOE_BOOL || moe_dtype_is_storage(t); /* raw bytes load as their i32 value */
+		fprintf(o, t == MOE_BF16 ? "moe_ld_bf16(b%d[" : byte ? "((int32_t)b%d[" : "b%d[", e->buf);
 		ex(c, e->a);
-		fprintf(o, t == MOE_BF16 || t == MOE_BOOL ? "])" : "]");
+		fprintf(o, t == MOE_BF16 || byte ? "])" : "]");
 		return;
 	}
 	default: break;
@@ -237,7 +238,7 @@ static void indent(FILE *o, int d)
 static void dot(emc *c, const cg_dot *t, int d)
 {
 	FILE *o = c->o;
-	bool bf = c->p->bufs[t->wbuf].dtype == MOE_BF16;
+	bool bf = c->p->bufs[t->wbuf].dtype == MOE_BF16, abf = c->p->bufs[t->abuf].dtype == MOE_BF16;
 	fprintf(o, "{\n");
 	indent(o, d + 1);
 	fprintf(o, "const int64_t rows = ");
@@ -256,7 +257,8 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 2);
 	fprintf(o, "for (int64_t j = 0; j < %d; j++) {\n", DOT_LANES);
 	indent(o, d + 3);
-	fprintf(o, "const float *a = b%d + ai + r * INT64_C(%lld);\n", t->abuf, (long long)t->astride);
+	fprintf(o, "const %s *a = b%d + ai + r * INT64_C(%lld);\n", abf ? "uint16_t" : "float", t->abuf,
+		(long long)t->astride);
 	indent(o, d + 3);
 	fprintf(o, "const %s *w = b%d + wi + (j < last ? j : last) * INT64_C(%lld);\n", bf ? "uint16_t" : "float",
 		t->wbuf, (long long)t->wstride);
@@ -265,7 +267,7 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 3);
 	fprintf(o, "for (int64_t k = 0; k < INT64_C(%lld); k++)\n", (long long)t->K);
 	indent(o, d + 4);
-	fprintf(o, bf ? "s = s + a[k] * moe_ld_bf16(w[k]);\n" : "s = s + a[k] * w[k];\n");
+	fprintf(o, "s = s + %s * %s;\n", abf ? "moe_ld_bf16(a[k])" : "a[k]", bf ? "moe_ld_bf16(w[k])" : "w[k]");
 	indent(o, d + 3);
 	fprintf(o, "b%d[di + r * %d + j] = s;\n", t->dbuf, DOT_LANES);
 	indent(o, d + 2);
@@ -289,7 +291,8 @@ static void block(emc *c, const cg_block *b, int d)
 			ex(c, s->a);
 			fprintf(o, "; v%d < ", s->var);
 			ex(c, s->b);
-			fprintf(o, "; v%d++) {\n", s->var);
+			/* the marker also makes the JIT cache key (jit_cache.c) see parallel loops */
+			fprintf(o, s->par ? "; v%d++) { /* parallel */\n" : "; v%d++) {\n", s->var);
 			block(c, &s->body, d + 1);
 			indent(o, d);
 			fprintf(o, "}\n");
@@ -304,9 +307,10 @@ static void block(emc *c, const cg_block *b, int d)
 			IR_ASSERT(c->p->bufs[s->buf].writable);
 			fprintf(o, "b%d[", s->buf);
 			ex(c, s->a);
-			fprintf(o, t == MOE_BF16 ? "] = moe_st_bf16(" : t == MOE_BOOL ? "] = (uint8_t)(" : "] = ");
+			bool byte = t == MOE_BOOL || moe_dtype_is_storage(t);
+			fprintf(o, t == MOE_BF16 ? "] = moe_st_bf16(" : byte ? "] = (uint8_t)(" : "] = ");
 			ex(c, s->b);
-			fprintf(o, t == MOE_BF16 || t == MOE_BOOL ? ");\n" : ";\n");
+			fprintf(o, t == MOE_BF16 || byte ? ");\n" : ";\n");
 			break;
 		}
 		case CS_IF:

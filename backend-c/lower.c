@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend-c/cgen.h"
+#include "ir/quant.h"
 #include "ir/scalar.h"
 #include "moec/runtime.h"
 
@@ -260,6 +261,20 @@ static void comment(lw *L, cg_block *b, const char *text)
 	(void)L;
 	if (b->last)
 		b->last->comment = text;
+}
+
+/* Elements a node must have before its outer loop runs in parallel: below
+ * this, handing out iterations costs more than it saves. */
+enum { PAR_MIN_ELEMS = 1 << 16 };
+
+/* The loop just appended to block b becomes a parallel loop (cg_stmt.par) when
+ * the node has at least PAR_MIN_ELEMS elements of work. The caller guarantees
+ * that its iterations write disjoint elements and share no variables. */
+static void par_if_big(cg_block *b, int64_t elems)
+{
+	IR_ASSERT(b->last && b->last->kind == CS_FOR);
+	if (elems >= PAR_MIN_ELEMS)
+		b->last->par = true;
 }
 
 /* zero of a buffer's value type */
@@ -549,11 +564,19 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 	if (flat && r > 0) { /* one loop over all elements */
 		int j;
 		in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
+		par_if_big(b, ir_numel(n)); /* one element per iteration */
 		oidx = vr(L, j);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = ir_numel(nd(L, n->args[i])) == 1 ? ic(L, 0) : vr(L, j);
 	} else {
+		cg_stmt *before = b->last;
 		in = nest(L, b, n, out, r, iv);
+		/* the outermost loop: one slab of the output per iteration */
+		cg_stmt *outer = before ? before->next : b->first;
+		while (outer && outer->kind != CS_FOR)
+			outer = outer->next;
+		if (outer && ir_numel(n) >= PAR_MIN_ELEMS)
+			outer->par = true;
 		oidx = lin(L, iv, os, r, NULL);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = lin(L, iv, as[i], r, NULL);
@@ -726,6 +749,90 @@ static void lower_gather(lw *L, cg_block *b, const ir_node *n, int out)
 	store(L, in, out, lin(L, iv, os, n->rank, NULL), ld(L, L->p->node_buf[n->args[0]], xi));
 }
 
+/* ---------------- quantized weights (ir/quant.h) ---------------- */
+
+static cg_expr *i32div(lw *L, cg_expr *v64, int64_t d)
+{
+	return d == 1 ? v64 : conv(L, bin(L, CE_SDIV, conv(L, v64, CT_I32), ic32(L, (int32_t)d)), CT_I64);
+}
+
+/* The f32 2^e for an i32 expression e of normal range, from its bits. */
+static cg_expr *pow2(lw *L, cg_expr *e)
+{
+	return mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, bin(L, CE_ADD, e, ic32(L, 127)), ic32(L, 23)), NULL, NULL);
+}
+
+static cg_expr *fbits(lw *L, uint32_t u)
+{
+	return mk(L, CE_BITS, CT_F32, ic32(L, (int32_t)u), NULL, NULL);
+}
+
+static cg_expr *bit_set(lw *L, cg_expr *x, int32_t mask)
+{
+	return bin(L, CE_NE, bin(L, CE_AND, x, ic32(L, mask)), ic32(L, 0));
+}
+
+/* qt_e4m3 of the byte b (i32) */
+static cg_expr *e4m3_expr(lw *L, cg_expr *b)
+{
+	cg_expr *e = bin(L, CE_AND, bin(L, CE_LSHR, b, ic32(L, 3)), ic32(L, 15));
+	cg_expr *m = bin(L, CE_AND, b, ic32(L, 7)), *zero = bin(L, CE_EQ, e, ic32(L, 0));
+	cg_expr *mant = conv(L, sel(L, zero, m, bin(L, CE_ADD, m, ic32(L, 8))), CT_F32);
+	cg_expr *v = bin(L, CE_MUL, mant, pow2(L, bin(L, CE_SUB, sel(L, zero, ic32(L, 1), e), ic32(L, 10))));
+	v = sel(L, bin(L, CE_EQ, bin(L, CE_AND, b, ic32(L, 0x7f)), ic32(L, 0x7f)), fbits(L, 0x7fc00000u), v);
+	return sel(L, bit_set(L, b, 0x80), un(L, CE_NEG, v), v);
+}
+
+/* qt_e2m1 of the nibble c4 (i32) */
+static cg_expr *e2m1_expr(lw *L, cg_expr *c4)
+{
+	cg_expr *c = bin(L, CE_AND, c4, ic32(L, 7)), *small = bin(L, CE_LT, c, ic32(L, 2));
+	cg_expr *mant = conv(L, sel(L, small, c, bin(L, CE_ADD, bin(L, CE_AND, c, ic32(L, 1)), ic32(L, 2))), CT_F32);
+	cg_expr *ex = sel(L, small, ic32(L, -1), bin(L, CE_SUB, bin(L, CE_LSHR, c, ic32(L, 1)), ic32(L, 2)));
+	cg_expr *v = bin(L, CE_MUL, mant, pow2(L, ex));
+	return sel(L, bit_set(L, c4, 8), un(L, CE_NEG, v), v);
+}
+
+/* qt_e8m0 of the byte s (i32): 2^(s-127), 0 -> 2^-127 (subnormal), 255 -> NaN */
+static cg_expr *e8m0_expr(lw *L, cg_expr *s)
+{
+	cg_expr *v = sel(L, bin(L, CE_EQ, s, ic32(L, 0)), fbits(L, 0x00400000u),
+		mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, s, ic32(L, 23)), NULL, NULL));
+	return sel(L, bin(L, CE_EQ, s, ic32(L, 255)), fbits(L, 0x7fc00000u), v);
+}
+
+/* dequant: one loop nest over the result (rows past a scalar mask zeroed),
+ * each element decoded from its packed value and scale as qt_value does. */
+static void lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]);
+	qt_info qi;
+	IR_ASSERT(ir_dequant_info(L->g, n, &qi));
+	int r = n->rank, iv[MOE_MAX_RANK];
+	int64_t os[MOE_MAX_RANK], qs[MOE_MAX_RANK], ss[MOE_MAX_RANK];
+	strides_of(n, os);
+	strides_of(qn, qs);
+	strides_of(sn, ss);
+	cg_block *in = nest(L, b, n, out, r, iv);
+	cg_expr *row = vr(L, iv[r - 2]), *k = vr(L, iv[r - 1]);
+	cg_expr *qi_ = add64(L, lin(L, iv, qs, r - 1, NULL), i32div(L, k, qt_pack(qi.fmt)));
+	cg_expr *si = add64(L, lin(L, iv, ss, r - 2, mul64(L, i32div(L, row, qi.bn), ss[r - 2])), i32div(L, k, qi.bk));
+	cg_expr *raw = ld(L, L->p->node_buf[n->args[0]], qi_), *sc = ld(L, L->p->node_buf[n->args[1]], si);
+	cg_expr *k32 = conv(L, k, CT_I32), *v;
+	if (qi.fmt == QT_FP8) {
+		v = bin(L, CE_MUL, e4m3_expr(L, raw), sc);
+	} else if (qi.fmt == QT_MXFP4) {
+		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 1)), ic32(L, 2));
+		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));
+		v = bin(L, CE_MUL, e2m1_expr(L, nib), e8m0_expr(L, sc));
+	} else {
+		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 7)), ic32(L, 2));
+		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));
+		v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, nib, ic32(L, 8)), CT_F32), sc);
+	}
+	store(L, in, out, lin(L, iv, os, r, NULL), v);
+}
+
 static void lower_take_along(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	const ir_node *x = nd(L, n->args[0]);
@@ -817,12 +924,17 @@ static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_ex
 		if (d != ax)
 			k *= x->shape[d];
 	}
+	bool outer = true;
 	for (int d = 0; d < x->rank; d++) {
 		if (d == ax) {
 			iv[d] = -1;
 			continue;
 		}
-		b = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		if (outer) /* each iteration reduces into its own outputs */
+			par_if_big(b, ir_numel(x));
+		outer = false;
+		b = in;
 	}
 	*xbase = lin(L, iv, xs, x->rank, NULL);
 	*obase = lin(L, iv, osk, x->rank, NULL);
@@ -1087,6 +1199,12 @@ static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
 	return P.role[E.e.in[P.ib][0] - 'a'] == 'g';
 }
 
+/* offset of a tile's accumulators: per tile for dot tiles, else shared */
+static cg_expr *accbase(lw *L, bool dot, int tile, int64_t per_tile)
+{
+	return dot ? mul64(L, vr(L, tile), per_tile) : NULL;
+}
+
 /* Fast path for float two-operand contractions: per batch element the valid
  * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
  * contiguous in B, tiles of DOT_LANES output columns are computed by CS_DOT
@@ -1118,8 +1236,14 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	int64_t M = gm.size, K = gk.size;
 	int lastn = gn.l[gn.n - 1];
 	int64_t NL = E.size[lastn], NT = dot ? DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
-	int apan = scratch(L, MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
-	int acc = scratch(L, MOE_F32, M * NT);
+	int64_t ntiles = (NL + NT - 1) / NT;
+	/* bf16 times bf16 dot tiles keep A in bf16 (exact): the LLVM emitter may
+	 * then use the CPU's bf16 dot-product instructions (cgen.h, CS_DOT) */
+	bool abf = dot && p->bufs[A].dtype == MOE_BF16 && p->bufs[B].dtype == MOE_BF16;
+	int apan = scratch(L, abf ? MOE_BF16 : MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
+	/* dot tiles are independent (a parallel loop): each has its own accumulators */
+	int64_t accsz = M * NT * (dot ? ntiles : 1);
+	int acc = scratch(L, MOE_F32, accsz);
 	int64_t os[MOE_MAX_RANK];
 	strides_of(n, os);
 	int64_t m0rest = M / E.size[gm.l[0]]; /* rows per m0 index */
@@ -1181,9 +1305,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
 		store(L, kb, apan, add64(L, mul64(L, vr(L, r), K), vr(L, kk)), ld(L, A, ai));
+		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
 		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
 		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
-		comment(L, bb, "pack A rows to f32");
 	}
 	/* a fused gather: slab bexp[g] of its source, for g below its count */
 	int widx = -1;
@@ -1206,9 +1330,11 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	for (int i = 0; i < gn.n - 1; i++)
 		nb = loopv(L, nb, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
 	int n0, nt = newvar(L, CT_I64);
-	int64_t ntiles = (NL + NT - 1) / NT;
 	int tile;
+	cg_block *tb = nb;
 	nb = loopv(L, nb, &tile, ic(L, 0), ic(L, ntiles));
+	if (dot) /* tiles write disjoint accumulators and output columns; no faults */
+		tb->last->par = true;
 	n0 = newvar(L, CT_I64);
 	set(L, nb, n0, mul64(L, vr(L, tile), NT));
 	set(L, nb, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
@@ -1225,8 +1351,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		}
 		cg_stmt *s = st(L, nb, CS_DOT);
 		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
-		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0), ic(L, 0), K, K,
-			E.st[ib][lastn]};
+		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0),
+			mul64(L, vr(L, tile), M * NT), K, K, E.st[ib][lastn]};
 		s->dot = d;
 		comment(L, nb, "a tile of dot products, k ascending per element");
 	} else {
@@ -1285,7 +1411,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			set(L, kb, sv,
 				bin(L, CE_ADD, vr(L, sv),
 					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))), fc(L, 0.0f))));
-			store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), vr(L, sv));
+			store(L, jb, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j))),
+				vr(L, sv));
 		}
 		/* store rows of the panel */
 		int r = newvar(L, CT_I64), j;
@@ -1300,7 +1427,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
 			oi = add64(L, oi, mul64(L, pos, E.ost[l]));
 		}
-		store(L, jb, out, oi, ld(L, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j))));
+		store(L, jb, out, oi,
+			ld(L, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j)))));
 		set(L, sb, r, add64(L, vr(L, r), ic(L, 1)));
 	}
 	return true;
@@ -1349,7 +1477,7 @@ void cgen_free(cg_prog *p)
 
 static bool supported_dtype(moe_dtype t)
 {
-	return t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL;
+	return t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL || moe_dtype_is_storage(t);
 }
 
 cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
@@ -1362,6 +1490,11 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		if (n->op == MOE_OP_TOPK || n->op == MOE_OP_EXPERTS) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
 				"the host backend does not lower '%s': run the host pipeline first (lower-topk, blockwise-dispatch)",
+				ir_ops[n->op].name);
+			bad = true;
+		} else if (sc_composite((moe_op)n->op)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
+				"the host backend does not lower the composite op '%s': run canonicalize first (ir/scalar.h)",
 				ir_ops[n->op].name);
 			bad = true;
 		} else if (!supported_dtype((moe_dtype)n->dtype)) {
@@ -1536,6 +1669,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 				lower_gather(&L, b, n, out);
 			break;
 		case MOE_OP_TAKE_ALONG: lower_take_along(&L, b, n, out); break;
+		case MOE_OP_DEQUANT: lower_dequant(&L, b, n, out); break;
 		case MOE_OP_SCATTER: lower_scatter(&L, b, n, out); break;
 		case MOE_OP_RESHAPE:
 			if (out != p->node_buf[n->args[0]])

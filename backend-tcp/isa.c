@@ -290,6 +290,23 @@ static int vdt(vc *c, const tcp_insn *in, int which)
 	return t >= 0 && (uint32_t)t < c->p->nt ? c->p->t[t].dtype : -1;
 }
 
+/* Takes a float-cluster ALU for op (mask of those taken): f.mul on FpMul0,
+ * FpMul1, then FpFma; f.exp on FpExp, then FpFpu; the other transcendental
+ * functions on FpFpu; add, sub, neg, abs and the scan on FpFma. */
+static bool float_alu(const moe_tcp_machine *m, int op, int64_t *taken)
+{
+	static const int8_t mul[] = {TCP_FALU_MUL0, TCP_FALU_MUL1, TCP_FALU_FMA, -1}, ex[] = {TCP_FALU_EXP, TCP_FALU_FPU, -1},
+			    fpu[] = {TCP_FALU_FPU, -1}, fma[] = {TCP_FALU_FMA, -1};
+	const int8_t *pref = op == TCP_V_FMUL ? mul : op == TCP_V_FEXP ? ex :
+		(op == TCP_V_FLOG || op == TCP_V_FSQRT || op == TCP_V_FTANH || op == TCP_V_FERF || op == TCP_V_FSIGM) ? fpu : fma;
+	for (; *pref >= 0; pref++)
+		if ((m->float_alus & (1 << *pref)) && !(*taken & (1 << *pref))) {
+			*taken |= 1 << *pref;
+			return true;
+		}
+	return false;
+}
+
 static void check_insn(vc *c, int64_t pc)
 {
 	const tcp_insn *in = &c->p->code[pc];
@@ -307,6 +324,8 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "dimension %d size %lld outside [1, 2^31]", k, (long long)in->dim[k]);
 			return;
 		}
+	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
+		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);
@@ -369,6 +388,18 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "DMA moves bytes: element sizes differ");
 		break;
 	}
+	case TCP_OP_DMA_SPM:
+		/* up to three i32 views staged into the control processor's SPM */
+		if (in->ndim < 1)
+			verr(c, pc, "needs at least one dimension");
+		if (in->v[TCP_V_DST].t >= 0)
+			verr(c, pc, "dma.spm has no dst (it writes SPM)");
+		for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+			check_view(c, pc, in, w, dmh, w == TCP_V_S0, in->ndim, in->dim);
+			if (in->v[w].t >= 0 && vdt(c, in, w) != MOE_I32)
+				verr(c, pc, "dma.spm stages i32 tensors only");
+		}
+		break;
 	case TCP_OP_SUB_TRF:
 	case TCP_OP_SUB_VRF:
 		if (in->ndim < 1)
@@ -378,6 +409,7 @@ static void check_insn(vc *c, int64_t pc)
 		break;
 	case TCP_OP_TU_VEC: {
 		int last = -1;
+		int64_t falu = 0;
 		bool red = false;
 		for (int s = 0; s < in->nstep; s++) {
 			const tcp_step *st = &in->step[s];
@@ -387,9 +419,18 @@ static void check_insn(vc *c, int64_t pc)
 				continue;
 			}
 			int stg = tcp_vop_stage[st->op];
+			if (stg == TCP_ST_FLOAT && last == TCP_ST_FLOAT) {
+				/* the float cluster: another of its ALUs, each once per pass */
+				if (!float_alu(m, st->op, &falu))
+					verr(c, pc, "step %d (%s): no float ALU left in this pass (each of vector.float_alus is "
+						"usable once)", s, tcp_vop_names[st->op]);
+				continue;
+			}
 			if (stg <= last)
 				verr(c, pc, "step %d (%s): stage %s after %s breaks the fixed stage order", s,
 					tcp_vop_names[st->op], tcp_stage_names[stg], tcp_stage_names[last]);
+			if (stg == TCP_ST_FLOAT && !float_alu(m, st->op, &falu))
+				verr(c, pc, "step %d (%s): the machine has no float ALU for it", s, tcp_vop_names[st->op]);
 			last = stg;
 			if (stg == TCP_ST_REDUCE || st->op == TCP_V_COMPACT || st->op == TCP_V_ISCAN || st->op == TCP_V_FSCAN)
 				red = true;

@@ -83,7 +83,7 @@ typedef struct lw {
 	int vreg_rows;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
 
 static void lerr(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 static void lerr(lw *c, moe_id n, const char *fmt, ...)
@@ -962,53 +962,9 @@ static void lower_scatter(lw *c, moe_id id)
 }
 
 /* ---- contraction ---- */
-typedef struct cplan {
-	int64_t M, O, I, It, Os, Opass;
-} cplan;
-
-static int64_t cdiv64(int64_t a, int64_t b)
-{
-	return (a + b - 1) / b;
-}
-
-/* The tiling of one contraction, chosen with the machine's cost rules
- * (docs/tcp-isa.md sections 6 and 10): for each number of TRF rows per slice
- * (Os) and reduction chunk (It, a multiple of 32 filling at most half the
- * TRF so the next tile loads while this one computes), estimate per chunk the
- * main-context pass (MACs, streamed packets, commit) and the sub-context TRF
- * load, which overlap; take the tiling with the smallest total. Few rows per
- * slice reload TRF for little work; many starve the stream. */
 static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
 {
-	const moe_tcp_machine *m = c->m;
-	cplan best = {M, O, I, 0, 0, 0};
-	int64_t e = wdt == MOE_F32 ? 4 : 2, x = wdt == MOE_F32 ? 3 : 1;
-	int64_t budget = tcp_trf_bytes(m) / 2;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16], over = m->fill_drain + m->issue_cycles;
-	int64_t best_t = -1;
-	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = budget / (os * e);
-		if (it < 1)
-			break;
-		if (it < I)
-			it = it >= 32 ? it / 32 * 32 : it;
-		it = it < I ? it : I;
-		int64_t opass = O < c->S * os ? O : c->S * os, npass = cdiv64(O, opass), nch = cdiv64(I, it);
-		int64_t cg = cdiv64(opass, os), R = c->S / cg > 0 ? c->S / cg : 1, bs = cdiv64(M, R);
-		int64_t mac = cdiv64(bs * os * it * x, macs), stream = cdiv64(bs * it * e, m->stream_bytes_per_cycle);
-		int64_t commit = cdiv64(bs * os * 8, m->fetch_bytes);
-		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += m->tree_latency[TCP_MT_BF16] + over;
-		int64_t load = cdiv64(rup(os * it * e, m->flit_bytes), m->dm_bytes_per_cycle) + over;
-		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
-		if (best_t < 0 || t < best_t) {
-			best_t = t;
-			best.It = it;
-			best.Os = os;
-			best.Opass = opass;
-		}
-	}
-	return best;
+	return tcp_plan_contract(c->m, M, O, I, wdt, NULL);
 }
 
 /* dst[m, o] = sum_i a[m, i] w[o, i]: a (DM view, strides am, ai), w (DM view, wo, wi).
@@ -1206,7 +1162,13 @@ static void lower_einsum(lw *c, moe_id id)
 	val *av = dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
-	val *wv = stream ? &c->v[n->args[1]] : dm_view(c, n->args[1]);
+	/* a large weight outside the block loop (a shared expert) is streamed
+	 * from HBM tile by tile instead of copied whole into DM */
+	val *hv = !region && wn->op == MOE_OP_WEIGHT && cb < 0 && ir_bytes(wn) * 8 >= c->m->dm_bytes_per_slice * c->S ?
+		need_view(c, n->args[1]) : NULL;
+	bool hstream = hv && hv->kind == VK_VIEW && c->p->t[hv->t].space == TCP_HBM;
+	stream |= hstream;
+	val *wv = hstream ? hv : stream ? &c->v[n->args[1]] : dm_view(c, n->args[1]);
 	val wvs = *wv;
 	val *ov = out_val(c, id, (moe_dtype)n->dtype);
 	val ovs = *ov;
@@ -1525,8 +1487,9 @@ static void lower_region(lw *c)
 		c->v[i] = tview(t, i, &b);
 	}
 	/* loads of one block's inputs into slot `slot` for block `blk` with expert `ex` */
+	/* one DMA command per group: the later copies join the first's descriptors */
 #define LOAD_INPUTS(blk, slot, ex, weights_only, grids_only)                                                     \
-	for (int j = 0; j < nin; j++) {                                                                            \
+	for (int j = 0, first_ = 1; j < nin; j++) {                                                                \
 		if ((ins[j].weight && (grids_only)) || (!ins[j].weight && (weights_only)))                             \
 			continue;                                                                                      \
 		val *sv = &c->v[ins[j].src];                                                                       \
@@ -1535,6 +1498,9 @@ static void lower_region(lw *c)
 		else                                                                                               \
 			dma_copy(c, ins[j].buf, 0, slot, ins[j].n, sv->t, sv->base, ins[j].weight ? ex : blk, ins[j].n, \
 				ins[j].n);                                                                         \
+		if (!first_)                                                                                       \
+			c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;                                               \
+		first_ = 0;                                                                                        \
 	}
 	for (int j = 0; j < nin; j++) {
 		if (ins[j].gather != MOE_NONE)
@@ -1545,8 +1511,24 @@ static void lower_region(lw *c)
 			return;
 		}
 	}
+	/* the run-time scalars reach the control path through SPM (one DMA of
+	 * three descriptors); the loop runs the worst-case G blocks, each body
+	 * guarded by g < nblocks (docs/tcp-isa.md 7.4) */
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = c->G;
+	spm.v[TCP_V_S0].t = tnb;
+	spm.v[TCP_V_S0].base = nbbase;
+	spm.v[TCP_V_S1].t = tbe;
+	spm.v[TCP_V_S1].base = bebase;
+	spm.v[TCP_V_S1].stride[0] = bes;
+	spm.v[TCP_V_S2].t = trw;
+	spm.v[TCP_V_S2].base = rwbase;
+	spm.v[TCP_V_S2].stride[0] = rws;
+	emit(c, &spm);
 	ld(c, R_NB, tnb, -1, nbbase, 0);
 	li(c, R_G, 0);
+	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
@@ -1554,6 +1536,7 @@ static void lower_region(lw *c)
 	LOAD_INPUTS(R_G, R_SLOT, R_E, false, false)
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
+	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_ROWS, trw, R_G, rwbase, rws);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
@@ -1630,12 +1613,13 @@ static void lower_region(lw *c)
 		patch(c, last);
 		patch(c, same);
 	}
-	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
 	if (!single)
 		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
-	uint32_t back = br(c, TCP_C_LT, R_G, R_NB);
+	patch(c, guard);
+	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
+	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
 	/* the loop's DM buffers die with it (results read after it went to HBM) */
@@ -1991,6 +1975,12 @@ static void plan_fusions(lw *c)
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++)
+		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
+			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
+				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
+			return NULL;
+		}
 	lw c = {0};
 	c.ctx = ctx;
 	c.g = g;
@@ -2140,6 +2130,19 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	ctx_free(ctx, c.gdefer, nn + 1);
 	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
 	if (c.failed) {
+		tcp_prog_free(p);
+		return NULL;
+	}
+	if ((double)c.hbm_top > m->hbm_bytes) {
+		/* the tensors bound in HBM (weights first) exceed the chip: a clear error, not a bad program */
+		double w = 0;
+		for (uint32_t i = 0; i < p->nt; i++)
+			if (p->t[i].space == TCP_HBM && (p->t[i].kind == TCP_T_WEIGHT || p->t[i].kind == TCP_T_PACKED))
+				w += (double)p->t[i].numel * (double)esz(p->t[i].dtype);
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc,
+			"tcp: the layer needs %.2f GB of HBM (weights %.2f GB, inputs, outputs and scratch %.2f GB) but the "
+			"machine has %.2f GB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
+			(double)c.hbm_top / 1e9, w / 1e9, ((double)c.hbm_top - w) / 1e9, m->hbm_bytes / 1e9);
 		tcp_prog_free(p);
 		return NULL;
 	}

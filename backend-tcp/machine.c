@@ -12,7 +12,8 @@
 const char tcp_default_machine_json[] =
 	"{\n"
 	"  \"name\": \"RNGD (TCP), one chip\",\n"
-	"  \"source\": \"FuriosaAI RNGD spec table and the furiosa-opt book (see MODEL.md); values marked assumed are ours, not public\",\n"
+	"  \"source\": \"FuriosaAI RNGD spec table and the furiosa-opt book (see MODEL.md); values under assumed, and the interconnect, are ours, not public\",\n"
+	"  \"revision\": \"2026-11-23 (MODEL.md section 7)\",\n"
 	"  \"clock_hz\": 1.0e9,\n"
 	"  \"clusters\": 2,\n"
 	"  \"slices_per_cluster\": 256,\n"
@@ -21,14 +22,13 @@ const char tcp_default_machine_json[] =
 	"  \"memory\": {\n"
 	"    \"hbm_bytes\": 51539607552,\n"
 	"    \"hbm_bytes_per_s\": 1.5e12,\n"
-	"    \"hbm_read_bytes_per_s\": 0.75e12,\n"
-	"    \"hbm_write_bytes_per_s\": 0.75e12,\n"
 	"    \"hbm_access_granule_bytes\": 256,\n"
 	"    \"hbm_unaligned_read_factor\": 2.0,\n"
 	"    \"hbm_unaligned_write_factor\": 50.0,\n"
 	"    \"dm_bytes_per_slice\": 524288,\n"
 	"    \"dm_bytes_per_cycle_per_slice\": 128,\n"
 	"    \"dm_banks_per_slice\": 16,\n"
+	"    \"dm_alignment_bytes\": 8,\n"
 	"    \"trf_bytes_per_lane\": 8192,\n"
 	"    \"vrf_bytes_per_slice\": 8192\n"
 	"  },\n"
@@ -39,29 +39,37 @@ const char tcp_default_machine_json[] =
 	"    \"tree_latency_cycles\": {\"bf16\": 5, \"f8\": 6, \"i8\": 6, \"i4\": 7},\n"
 	"    \"stream_bytes_per_cycle_per_slice\": 32\n"
 	"  },\n"
-	"  \"peak_ops_per_s\": {\"bf16\": 256e12, \"f8\": 512e12, \"i8\": 512e12, \"i4\": 1024e12},\n"
+	"  \"peak_ops_per_s\": {\"bf16\": 262.144e12, \"f8\": 524.288e12, \"i8\": 524.288e12, \"i4\": 1048.576e12},\n"
 	"  \"vector\": {\n"
 	"    \"dtypes\": [\"i32\", \"f32\"],\n"
 	"    \"int_elems_per_cycle\": 8,\n"
 	"    \"float_elems_per_cycle\": 4,\n"
+	"    \"float_alus\": [\"fma\", \"fpu\", \"exp\", \"mul0\", \"mul1\"],\n"
 	"    \"alu_latency_cycles\": 1,\n"
 	"    \"inter_slice_reduce_cycles\": 256\n"
 	"  },\n"
-	"  \"fetch\": {\"max_fetch_bytes\": 32, \"dual_channel_fetch_bytes\": 64},\n"
+	"  \"fetch\": {\"max_fetch_bytes\": 32, \"dual_channel_fetch_bytes\": 64, \"sub_context_read_bytes\": 8},\n"
 	"  \"dma\": {\n"
 	"    \"engines\": 8,\n"
 	"    \"bytes_per_cycle_per_engine\": 256,\n"
 	"    \"setup_cycles\": 500,\n"
 	"    \"max_packet_bytes\": 4096,\n"
-	"    \"request_bytes\": 256\n"
+	"    \"request_bytes\": 256,\n"
+	"    \"dm_to_dm_serialized\": true\n"
 	"  },\n"
 	"  \"pcie_bytes_per_cycle\": 30,\n"
+	"  \"interconnect\": {\n"
+	"    \"topology\": \"switch\",\n"
+	"    \"chip_link_bytes_per_s\": 3.0e10,\n"
+	"    \"chip_link_latency_s\": 2.0e-6\n"
+	"  },\n"
 	"  \"assumed\": {\n"
 	"    \"command_issue_cycles\": 100,\n"
 	"    \"scalar_op_cycles\": 1,\n"
 	"    \"runtime_branch_cycles\": 20,\n"
 	"    \"gather_scatter_row_overhead_cycles\": 4,\n"
-	"    \"tuexec_fill_drain_cycles\": 32\n"
+	"    \"tuexec_fill_drain_cycles\": 32,\n"
+	"    \"trf_load_bytes_per_cycle_per_slice\": 32\n"
 	"  }\n"
 	"}\n";
 
@@ -114,6 +122,44 @@ static int64_t inum(mp *p, const cJSON *obj, const char *path, const char *key)
 	return (int64_t)num(p, obj, path, key, true);
 }
 
+static bool boolean(mp *p, const cJSON *obj, const char *path, const char *key)
+{
+	const cJSON *f = field(p, obj, path, key);
+	if (f && !cJSON_IsBool(f) && !p->bad) {
+		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, p->file), "machine description: '%s%s' must be true or false",
+			path, key);
+		p->bad = true;
+	}
+	return f && cJSON_IsTrue(f);
+}
+
+/* vector.float_alus: the float cluster's ALUs by name, each usable once per
+ * pass; moec knows the five the book names. */
+static int64_t float_alus(mp *p, const cJSON *vec)
+{
+	static const char *const known[] = {"fma", "fpu", "exp", "mul0", "mul1"};
+	const cJSON *f = field(p, vec, "vector.", "float_alus"), *e;
+	int64_t mask = 0;
+	if (!f)
+		return 0;
+	bool ok = cJSON_IsArray(f) && cJSON_GetArraySize(f) > 0;
+	cJSON_ArrayForEach(e, f)
+	{
+		int k = 0;
+		while (ok && k < 5 && !(cJSON_IsString(e) && strcmp(e->valuestring, known[k]) == 0))
+			k++;
+		ok = ok && k < 5 && !(mask & (1 << k));
+		if (ok)
+			mask |= 1 << k;
+	}
+	if (!ok && !p->bad) {
+		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, p->file),
+			"machine description: 'vector.float_alus' must list distinct ALUs among fma, fpu, exp, mul0, mul1");
+		p->bad = true;
+	}
+	return mask;
+}
+
 static const char *const mt_names[4] = {"bf16", "f8", "i8", "i4"};
 
 moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
@@ -136,13 +182,13 @@ moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const cha
 	const cJSON *mem = field(&p, root, "", "memory");
 	m->hbm_bytes = num(&p, mem, "memory.", "hbm_bytes", false);
 	m->hbm_bytes_per_s = num(&p, mem, "memory.", "hbm_bytes_per_s", false);
-	m->hbm_read_bytes_per_s = num(&p, mem, "memory.", "hbm_read_bytes_per_s", false);
-	m->hbm_write_bytes_per_s = num(&p, mem, "memory.", "hbm_write_bytes_per_s", false);
 	m->hbm_granule = inum(&p, mem, "memory.", "hbm_access_granule_bytes");
 	m->hbm_unaligned_read = num(&p, mem, "memory.", "hbm_unaligned_read_factor", false);
 	m->hbm_unaligned_write = num(&p, mem, "memory.", "hbm_unaligned_write_factor", false);
 	m->dm_bytes_per_slice = inum(&p, mem, "memory.", "dm_bytes_per_slice");
 	m->dm_bytes_per_cycle = inum(&p, mem, "memory.", "dm_bytes_per_cycle_per_slice");
+	m->dm_banks = inum(&p, mem, "memory.", "dm_banks_per_slice");
+	m->dm_align = inum(&p, mem, "memory.", "dm_alignment_bytes");
 	m->trf_bytes_per_lane = inum(&p, mem, "memory.", "trf_bytes_per_lane");
 	m->vrf_bytes_per_slice = inum(&p, mem, "memory.", "vrf_bytes_per_slice");
 	const cJSON *con = field(&p, root, "", "contraction");
@@ -161,22 +207,29 @@ moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const cha
 	m->vec_float_rate = inum(&p, vec, "vector.", "float_elems_per_cycle");
 	m->alu_latency = inum(&p, vec, "vector.", "alu_latency_cycles");
 	m->inter_slice_reduce = inum(&p, vec, "vector.", "inter_slice_reduce_cycles");
+	m->float_alus = float_alus(&p, vec);
 	const cJSON *fe = field(&p, root, "", "fetch");
 	m->fetch_bytes = inum(&p, fe, "fetch.", "max_fetch_bytes");
 	m->dual_fetch_bytes = inum(&p, fe, "fetch.", "dual_channel_fetch_bytes");
+	m->sub_read_bytes = inum(&p, fe, "fetch.", "sub_context_read_bytes");
 	const cJSON *dma = field(&p, root, "", "dma");
 	m->dma_engines = inum(&p, dma, "dma.", "engines");
 	m->dma_bytes_per_cycle = inum(&p, dma, "dma.", "bytes_per_cycle_per_engine");
 	m->dma_setup = inum(&p, dma, "dma.", "setup_cycles");
 	m->dma_max_packet = inum(&p, dma, "dma.", "max_packet_bytes");
 	m->dma_request = inum(&p, dma, "dma.", "request_bytes");
+	m->dm_to_dm_serialized = boolean(&p, dma, "dma.", "dm_to_dm_serialized");
 	m->pcie_bytes_per_cycle = inum(&p, root, "", "pcie_bytes_per_cycle");
+	const cJSON *ic = field(&p, root, "", "interconnect");
+	m->link_bytes_per_s = num(&p, ic, "interconnect.", "chip_link_bytes_per_s", false);
+	m->link_latency_s = num(&p, ic, "interconnect.", "chip_link_latency_s", false);
 	const cJSON *as = field(&p, root, "", "assumed");
 	m->issue_cycles = inum(&p, as, "assumed.", "command_issue_cycles");
 	m->scalar_cycles = inum(&p, as, "assumed.", "scalar_op_cycles");
 	m->branch_cycles = inum(&p, as, "assumed.", "runtime_branch_cycles");
 	m->row_overhead = inum(&p, as, "assumed.", "gather_scatter_row_overhead_cycles");
 	m->fill_drain = inum(&p, as, "assumed.", "tuexec_fill_drain_cycles");
+	m->trf_load_bytes = inum(&p, as, "assumed.", "trf_load_bytes_per_cycle_per_slice");
 	cJSON_Delete(root);
 	if (!p.bad && (tcp_slices(m) > 65536 || m->lanes_per_slice > 64 || m->dm_bytes_per_slice > ((int64_t)1 << 40))) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file), "machine description: sizes out of the modelled range");

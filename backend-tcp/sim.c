@@ -51,13 +51,17 @@ typedef struct sim {
 	haz *hz;
 	int64_t reg[TCP_NREG];
 	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
+	int64_t dma_start; /* when the last DMA command started (a joined one sets up beside it) */
 	moe_tcp_stats *st;
 	tev *ev;
 	size_t nev, evcap;
 	bool fault;
 	int64_t S;
-	double hbm_rd_bpc, hbm_wr_bpc;
+	double hbm_bpc; /* the one HBM pool, bytes per cycle */
 	uint8_t *seen; /* experts whose blocks ran */
+	/* SPM: per tensor, the element range staged by dma.spm and when it
+	 * arrived (-1: none); `ld` reads only staged elements */
+	int64_t (*spm)[3];
 	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
 	 * the wall-clock intervals of its commands */
 	int64_t xlo, xhi;
@@ -258,19 +262,31 @@ static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
 	s->ev[s->nev++] = (tev){ctx, s->p->code[pc].op, pc, start, end};
 }
 
-/* Schedule a command of `dur` cycles in its context after its hazards. */
-static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
+/* Schedule a command of `dur` cycles in its context after its hazards;
+ * `dur_sub_busy` when the sub context is still busy at its start (a tensor
+ * pass whose fetch then cannot use the dual channel). */
+static void schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t dur_sub_busy)
 {
 	int ctx = tcp_op_ctx[s->p->code[pc].op];
+	/* a joined DMA sets up beside the command it joins: only its transfer
+	 * (and issue) follows that command's end */
+	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN);
+	int64_t prev_end = s->cfree[ctx];
 	s->tc += s->m->scalar_cycles;
-	int64_t start = s->tc > s->cfree[ctx] ? s->tc : s->cfree[ctx];
+	int64_t start = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tc : (join ? s->dma_start : s->cfree[ctx]);
 	for (int i = 0; i < a->n; i++) {
 		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i]);
 		if (w > start)
 			start = w;
 	}
+	if (s->cfree[TCP_CTX_SUB] > start)
+		dur = dur_sub_busy;
 	dur += s->m->issue_cycles;
 	int64_t end = start + dur;
+	if (join && end < prev_end + dur - s->m->dma_setup)
+		end = prev_end + dur - s->m->dma_setup;
+	if (ctx == TCP_CTX_DMA)
+		s->dma_start = start;
 	s->cfree[ctx] = end;
 	for (int i = 0; i < a->n; i++)
 		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end);
@@ -294,9 +310,34 @@ static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 	event(s, pc, ctx, start, end);
 }
 
+static void schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
+{
+	schedule_alt(s, pc, a, dur, dur);
+}
+
 static int64_t cdiv(int64_t a, int64_t b)
 {
 	return (a + b - 1) / b;
+}
+
+/* Bytes per cycle a fetch or commit sequencer moves for a view over dims:
+ * min(max_fetch_bytes, the largest power of two dividing the contiguous run
+ * in bytes); *elems is how many elements it reads (a stride-0 innermost loop
+ * re-reads one element per row, fetched once). */
+static int64_t read_size(const sim *s, const tcp_view *v, int nd, const int64_t *dim, int64_t e, int64_t *elems)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	if (nd > 0 && v->stride[nd - 1] == 0 && dim[nd - 1] > 1) {
+		*elems /= dim[nd - 1];
+		return e;
+	}
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t b = run * e, rs = 1;
+	while (rs < s->m->fetch_bytes && b % (rs * 2) == 0)
+		rs *= 2;
+	return rs;
 }
 
 /* ---- DMA ---- */
@@ -310,31 +351,78 @@ static bool writable(sim *s, uint32_t pc, int32_t t)
 	return true;
 }
 
-static int64_t dma_cost(sim *s, int32_t dt, int32_t st, int64_t daddr, int64_t saddr, int64_t bytes, int64_t nrows,
-	int64_t rowbytes)
+/* What one DMA command moves, for its cost (docs/tcp-isa.md section 10). */
+typedef struct dmac {
+	int64_t bytes, runs, packets, dm_rmw;
+	double hbm; /* bytes charged to the one HBM pool, reads and writes together */
+} dmac;
+
+/* One contiguous run of len bytes at byte address a of tensor t, read or
+ * written. HBM reads are charged whole requests of the access granule (a run
+ * crossing a granule boundary costs one more request); HBM writes are charged
+ * whole granules, a partial granule at the unaligned write factor (its
+ * read-modify-write). A DM write whose address or size is not a multiple of
+ * dm_alignment_bytes is one read-modify-write (A16). */
+static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool write)
 {
 	const moe_tcp_machine *m = s->m;
-	int64_t packets = nrows > 1 ? nrows * cdiv(rowbytes, m->dma_max_packet) : cdiv(bytes, m->dma_max_packet);
-	int64_t eng = packets < m->dma_engines ? packets : m->dma_engines;
+	if (len <= 0)
+		return;
+	if (s->p->t[t].space == TCP_HBM) {
+		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
+		if (!write) {
+			c->hbm += (double)(blocks * g);
+			s->st->hbm_read_bytes += len;
+		} else {
+			int64_t partial = (a % g != 0) + (end % g != 0);
+			if (partial > blocks)
+				partial = blocks;
+			c->hbm += (double)((blocks - partial) * g) + (double)(partial * g) * m->hbm_unaligned_write;
+			s->st->hbm_write_bytes += len;
+		}
+	} else if (write && (a % m->dm_align != 0 || len % m->dm_align != 0)) {
+		c->dm_rmw++;
+	}
+}
+
+/* The contiguous runs of a view over dims (elements of size e), each passed
+ * to dma_run; returns the run length in elements. */
+static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t base = s->p->t[v->t].addr + vbase(s, v) * e, idx[TCP_MAXD] = {0}, outer = 1;
+	for (int j = 0; j <= k; j++)
+		outer *= dim[j];
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t a = base;
+		for (int j = 0; j <= k; j++)
+			a += idx[j] * v->stride[j] * e;
+		dma_run(s, c, v->t, a, run * e, write);
+		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
+			idx[j] = 0;
+	}
+	return run;
+}
+
+/* setup + the longer of the engines' time and the HBM pool's time; DM -> DM
+ * serializes its reads and writes; gather/scatter pay the row overhead per
+ * engine for the rows it moves. */
+static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
+{
+	const moe_tcp_machine *m = s->m;
+	int64_t eng = c->packets < m->dma_engines ? c->packets : m->dma_engines;
 	if (eng < 1)
 		eng = 1;
-	double t = (double)bytes / (double)(m->dma_bytes_per_cycle * eng);
-	bool sh = s->p->t[st].space == TCP_HBM, dh = s->p->t[dt].space == TCP_HBM;
-	int64_t unit = nrows > 1 ? rowbytes : bytes;
-	if (sh) {
-		bool al = saddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
-		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_read) / s->hbm_rd_bpc;
-		t = t > h ? t : h;
-		s->st->hbm_read_bytes += bytes;
-	}
-	if (dh) {
-		bool al = daddr % m->hbm_granule == 0 && unit % m->hbm_granule == 0;
-		double h = (double)bytes * (al ? 1.0 : m->hbm_unaligned_write) / s->hbm_wr_bpc;
-		t = t > h ? t : h;
-		s->st->hbm_write_bytes += bytes;
-	}
-	/* the per-row overhead is paid by each engine for the rows it moves */
-	return m->dma_setup + (int64_t)ceil(t) + (nrows > 1 ? cdiv(nrows, eng) * m->row_overhead : 0);
+	double t = (double)c->bytes / (double)(m->dma_bytes_per_cycle * eng);
+	if (dm2dm && m->dm_to_dm_serialized)
+		t *= 2;
+	double h = c->hbm / s->hbm_bpc;
+	t = t > h ? t : h;
+	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, eng) * m->row_overhead : 0) +
+	       cdiv(c->dm_rmw, eng) * m->row_overhead;
 }
 
 /* False (with a fault) when the values of tensor t are needed but derive
@@ -413,10 +501,14 @@ static void run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	copy_elems(s, in, d, sv, e, db, sb);
+	dmac dc = {n * e, 0, 0, 0, 0};
+	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
+	int64_t run = rs < rd ? rs : rd;
+	dc.packets = n / run * cdiv(run * e, s->m->dma_max_packet);
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
-	schedule(s, pc, &a, dma_cost(s, d->t, sv->t, s->p->t[d->t].addr + db * e, s->p->t[sv->t].addr + sb * e, n * e, 1, n * e));
+	schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, 1));
 }
 
 static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
@@ -436,6 +528,8 @@ static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	if (s->absent[sv->t])
 		s->absent[d->t] = s->absent[sv->t];
 	bool copy = s->data[sv->t] != NULL;
+	dmac dc = {0, 0, 0, 0, 0};
+	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
 			if (j >= cnt) {
@@ -455,15 +549,59 @@ static void run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 			for (int64_t x = 0; copy && x < row; x++)
 				memcpy(s->data[d->t] + (da + x * d->stride[2]) * e, s->data[sv->t] + (sa + x * sv->stride[2]) * e,
 					(size_t)e);
+			for (int64_t x = 0; x < row; x += rb / e) {
+				dma_run(s, &dc, sv->t, sa0 + (sa + x * sv->stride[2]) * e, rb, false);
+				dma_run(s, &dc, d->t, da0 + (da + x * d->stride[2]) * e, rb, true);
+			}
 			moved++;
 		}
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
 	acc_add(&a, iv->t, ilo, ihi, false);
-	int64_t c = dma_cost(s, d->t, sv->t, s->p->t[d->t].addr + db * e, s->p->t[sv->t].addr + sb * e,
-		(moved ? moved : 1) * row * e, G * n, row * e);
-	schedule(s, pc, &a, c);
+	dc.bytes = (moved ? moved : 1) * row * e;
+	dc.packets = G * n * cdiv(row * e, s->m->dma_max_packet);
+	schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, G * n));
+}
+
+/* Stages up to three i32 views into SPM, one descriptor each on its own
+ * engine (they run side by side): the run-time scalars the control path reads
+ * with ld (MODEL.md section 3). */
+static void run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW], n = 1, most = 0;
+	acc a = {0};
+	dmac dc = {0, 0, 0, 0, 0};
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+		const tcp_view *v = &in->v[w];
+		if (v->t < 0)
+			continue;
+		if (!vrange(s, pc, v, in->ndim, in->dim, &lo[w], &hi[w]) || !needs_values(s, pc, v->t))
+			return;
+		acc_add(&a, v->t, lo[w], hi[w], false);
+		int64_t el = hi[w] - lo[w] + 1 < n ? hi[w] - lo[w] + 1 : n;
+		most = el * 4 > most ? el * 4 : most;
+		dc.packets++;
+		dma_runs(s, &dc, v, in->ndim, in->dim, 4, false);
+	}
+	dc.bytes = most * dc.packets;
+	schedule(s, pc, &a, dma_time(s, &dc, false, 1));
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+		int32_t t = in->v[w].t;
+		if (t < 0)
+			continue;
+		int64_t *sp = s->spm[t];
+		if (sp[2] >= 0) {
+			sp[0] = sp[0] < lo[w] ? sp[0] : lo[w];
+			sp[1] = sp[1] > hi[w] ? sp[1] : hi[w];
+		} else {
+			sp[0] = lo[w];
+			sp[1] = hi[w];
+		}
+		sp[2] = s->cfree[TCP_CTX_DMA];
+	}
 }
 
 static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
@@ -479,12 +617,15 @@ static void run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 	(void)n;
 	if (computes(s, pc))
 		copy_elems(s, in, d, sv, e, db, sb);
-	/* every slice reads its footprint of the tile from DM */
+	/* every slice reads its footprint of the tile from DM: TRF through
+	 * Collect at trf_load_bytes_per_cycle_per_slice (assumed), VRF at the
+	 * sub context's read width */
 	int64_t per = s->p->t[d->t].slice_bytes;
+	int64_t rate = in->op == TCP_OP_SUB_TRF ? s->m->trf_load_bytes : s->m->sub_read_bytes;
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
-	schedule(s, pc, &a, cdiv(per, s->m->dm_bytes_per_cycle) + s->m->fill_drain);
+	schedule(s, pc, &a, cdiv(per, rate) + s->m->fill_drain);
 }
 
 /* ---- vector engine ---- */
@@ -540,12 +681,12 @@ static bool alu(sim *s, uint32_t pc, int op, uint32_t x, uint32_t y, uint32_t *v
 	case TCP_V_FADD: *v = fres(fa + fb); return true;
 	case TCP_V_FSUB: *v = fres(fa - fb); return true;
 	case TCP_V_FMUL: *v = fres(fa * fb); return true;
-	case TCP_V_FEXP: *v = fres((float)exp((double)fa)); return true;
-	case TCP_V_FLOG: *v = fres((float)log((double)fa)); return true;
-	case TCP_V_FSQRT: *v = fres((float)sqrt((double)fa)); return true;
-	case TCP_V_FTANH: *v = fres((float)tanh((double)fa)); return true;
-	case TCP_V_FERF: *v = fres((float)erf((double)fa)); return true;
-	case TCP_V_FSIGM: *v = fres((float)(1.0 / (1.0 + exp(-(double)fa)))); return true;
+	case TCP_V_FEXP: *v = fres(sc_exp(fa)); return true;
+	case TCP_V_FLOG: *v = fres(sc_log(fa)); return true;
+	case TCP_V_FSQRT: *v = fres(sc_sqrt(fa)); return true;
+	case TCP_V_FTANH: *v = fres(sc_tanh(fa)); return true;
+	case TCP_V_FERF: *v = fres(sc_erf(fa)); return true;
+	case TCP_V_FSIGM: *v = fres(sc_sigmoid(fa)); return true;
 	case TCP_V_FNEG: *v = fres(-fa); return true;
 	case TCP_V_FABS: *v = fres(fabsf(fa)); return true;
 	case TCP_V_FDIV: *v = fres(fa / fb); return true;
@@ -705,20 +846,26 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t pe = cdiv(units, used) * per;
 	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
 	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
-	int64_t fb = 0, ns = 0;
+	/* fetch: each DM stream at its read size; two or more streams share one
+	 * channel, or use the dual channel when the sub context is idle */
+	int64_t fsum = 0, fmax = 0, ns = 0;
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
-			fb += esz_of(s, in->v[w].t);
+			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t cyc = cdiv(el * e, rs);
+			fsum += cyc;
+			fmax = cyc > fmax ? cyc : fmax;
 			ns++;
 		}
-	int64_t fetch = cdiv(pe * fb, ns > 1 ? m->dual_fetch_bytes : m->fetch_bytes);
-	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe;
-	int64_t commit = cdiv(outs * esz_of(s, dv->t), m->fetch_bytes);
-	int64_t t = comp > fetch ? comp : fetch;
-	t = t > commit ? t : commit;
-	t += m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
+	fdual = fdual > fmax ? fdual : fmax;
+	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
+	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
+		in->dim, esz_of(s, dv->t), &ol);
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
+	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
 	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
-	schedule(s, pc, &a, t);
+	schedule_alt(s, pc, &a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
 }
 
 /* ---- contraction ---- */
@@ -946,7 +1093,7 @@ static moe_status simulate(sim *s)
 		}
 		const tcp_insn *in = &p->code[pc];
 		s->st->instructions++;
-		if ((int32_t)pc == p->block_loop_pc) {
+		if ((int32_t)pc == p->block_loop_pc + 1 && p->block_loop_pc >= 0) {
 			s->st->blocks_executed++;
 			if (s->o->progress)
 				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks);
@@ -981,8 +1128,13 @@ static moe_status simulate(sim *s)
 			const tcp_view *v = &in->v[TCP_V_S0];
 			if (!vrange(s, pc, v, 0, in->dim, &lo, &hi) || !needs_values(s, pc, v->t))
 				break;
-			int64_t w = haz_wait(s, v->t, lo, hi, false);
-			s->tc = (s->tc > w ? s->tc : w) + m->scalar_cycles;
+			const int64_t *sp = s->spm[v->t];
+			if (sp[2] < 0 || lo < sp[0] || lo > sp[1]) {
+				FAULT(s, pc, "element %lld of '%s' was not staged into SPM (dma.spm) before this ld", (long long)lo,
+					p->t[v->t].name);
+				break;
+			}
+			s->tc = (s->tc > sp[2] ? s->tc : sp[2]) + m->scalar_cycles;
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
 			if (v->t == p->bexp_t && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
@@ -1016,6 +1168,7 @@ static moe_status simulate(sim *s)
 		case TCP_OP_DMA_COPY: run_dma_copy(s, pc, in); break;
 		case TCP_OP_DMA_GATHER:
 		case TCP_OP_DMA_SCATTER: run_dma_gs(s, pc, in); break;
+		case TCP_OP_DMA_SPM: run_dma_spm(s, pc, in); break;
 		case TCP_OP_SUB_TRF:
 		case TCP_OP_SUB_VRF: run_sub(s, pc, in); break;
 		case TCP_OP_TU_VEC: run_vec(s, pc, in); break;
@@ -1066,17 +1219,18 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	s.o = o;
 	s.st = st;
 	s.S = tcp_slices(m);
-	double share = m->hbm_read_bytes_per_s + m->hbm_write_bytes_per_s;
-	s.hbm_rd_bpc = m->hbm_bytes_per_s * (m->hbm_read_bytes_per_s / share) / m->clock_hz;
-	s.hbm_wr_bpc = m->hbm_bytes_per_s * (m->hbm_write_bytes_per_s / share) / m->clock_hz;
+	s.hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
 	s.data = calloc(p->nt + 1, sizeof *s.data);
 	s.borrowed = calloc(p->nt + 1, 1);
 	s.absent = calloc(p->nt + 1, sizeof *s.absent);
 	s.hz = calloc(p->nt + 1, sizeof *s.hz);
-	if (!s.data || !s.borrowed || !s.absent || !s.hz) {
+	s.spm = malloc((p->nt + 1) * sizeof *s.spm);
+	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm) {
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
+	for (uint32_t i = 0; i <= p->nt; i++)
+		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = calloc((size_t)p->moe_E, 1);
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
@@ -1140,6 +1294,7 @@ out:
 	free(s.borrowed);
 	free(s.absent);
 	free(s.hz);
+	free(s.spm);
 	free(s.seen);
 	free(s.ev);
 	free(s.xiv);

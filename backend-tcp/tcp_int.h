@@ -14,23 +14,28 @@ struct moe_tcp_machine {
 	char name[96];
 	double clock_hz;
 	int64_t clusters, slices_per_cluster, lanes_per_slice, flit_bytes;
-	double hbm_bytes, hbm_bytes_per_s, hbm_read_bytes_per_s, hbm_write_bytes_per_s;
+	double hbm_bytes, hbm_bytes_per_s; /* one pool shared by reads and writes */
 	int64_t hbm_granule;
 	double hbm_unaligned_read, hbm_unaligned_write;
-	int64_t dm_bytes_per_slice, dm_bytes_per_cycle, trf_bytes_per_lane, vrf_bytes_per_slice;
+	int64_t dm_bytes_per_slice, dm_bytes_per_cycle, dm_banks, dm_align, trf_bytes_per_lane, vrf_bytes_per_slice;
 	int64_t mac_bytes_per_lane;
 	int64_t macs_per_lane[4]; /* TCP_MT_* */
 	int64_t tree_latency[4];
 	int64_t stream_bytes_per_cycle;
 	double peak_ops[4];
 	int64_t vec_int_rate, vec_float_rate, alu_latency, inter_slice_reduce;
-	int64_t fetch_bytes, dual_fetch_bytes;
+	int64_t float_alus; /* bit k: ALU k of TCP_FALU_* present */
+	int64_t fetch_bytes, dual_fetch_bytes, sub_read_bytes;
 	int64_t dma_engines, dma_bytes_per_cycle, dma_setup, dma_max_packet, dma_request;
+	bool dm_to_dm_serialized;
 	int64_t pcie_bytes_per_cycle;
+	double link_bytes_per_s, link_latency_s; /* interconnect (assumed) */
 	/* assumed */
-	int64_t issue_cycles, scalar_cycles, branch_cycles, row_overhead, fill_drain;
+	int64_t issue_cycles, scalar_cycles, branch_cycles, row_overhead, fill_drain, trf_load_bytes;
 };
 enum { TCP_MT_BF16, TCP_MT_F8, TCP_MT_I8, TCP_MT_I4 };
+/* the float cluster's ALUs (vector.float_alus), each usable once per pass */
+enum { TCP_FALU_FMA, TCP_FALU_FPU, TCP_FALU_EXP, TCP_FALU_MUL0, TCP_FALU_MUL1, TCP_NFALU };
 int64_t tcp_slices(const moe_tcp_machine *m);
 int64_t tcp_trf_bytes(const moe_tcp_machine *m); /* per slice */
 extern const char tcp_default_machine_json[];
@@ -63,7 +68,7 @@ typedef struct tcp_tensor {
 	X(BR, "br", CTL) X(JMP, "jmp", CTL) X(SIG, "sig", CTL) X(WAIT, "wait", CTL) \
 	X(DMA_COPY, "dma.copy", DMA) X(DMA_GATHER, "dma.gather", DMA) X(DMA_SCATTER, "dma.scatter", DMA) \
 	X(SUB_TRF, "sub.ldtrf", SUB) X(SUB_VRF, "sub.ldvrf", SUB) \
-	X(TU_VEC, "tu.vec", MAIN) X(TU_CONTRACT, "tu.contract", MAIN)
+	X(TU_VEC, "tu.vec", MAIN) X(TU_CONTRACT, "tu.contract", MAIN) X(DMA_SPM, "dma.spm", DMA)
 typedef enum tcp_opcode {
 #define X(id, s, c) TCP_OP_##id,
 	TCP_OPS(X)
@@ -147,7 +152,9 @@ typedef struct tcp_view {
 } tcp_view;
 
 enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
-enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4 };
+/* TCP_F_JOIN (DMA): the command is one more descriptor of the preceding DMA
+ * command's list; its setup runs on other engines while that one transfers */
+enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8 };
 
 typedef struct tcp_insn {
 	uint8_t op;
@@ -205,12 +212,20 @@ tcp_view tcp_view_none(void);
 moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
-#define TCP_TCPB_VERSION 2u
+#define TCP_TCPB_VERSION 3u
 moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
 tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
 /* static validation against a machine; diagnostics name the instruction */
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
 uint32_t tcp_crc32(const uint8_t *p, size_t n);
+
+/* planning (plan.c): the tiling of one contraction [M, O] x [O, I] with
+ * weights of dtype wdt, chosen with the cost rules (docs/tcp-isa.md sections 6
+ * and 10); *cycles, when given, the estimated cycles of all its passes */
+typedef struct cplan {
+	int64_t M, O, I, It, Os, Opass;
+} cplan;
+cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
 
 /* lowering */
 /* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too */

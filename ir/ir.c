@@ -4,11 +4,11 @@
 #include "ir/ir.h"
 
 const ir_opinfo ir_ops[MOE_OP_COUNT] = {
-#define OP(id, name, mn, mx, rule, flags) [MOE_OP_##id] = {name, mn, mx, SHAPE_##rule, flags},
+#define OP(id, name, mn, mx, rule, flags, attrs) [MOE_OP_##id] = {name, mn, mx, SHAPE_##rule, flags},
 #include "moec/ops.def"
 #undef OP
 };
-#define OP(id, name, mn, mx, rule, flags) +1
+#define OP(id, name, mn, mx, rule, flags, attrs) +1
 _Static_assert(0
 #include "moec/ops.def"
 	== MOE_OP_COUNT, "op table and enum disagree");
@@ -17,8 +17,8 @@ _Static_assert(0
 const char *const ir_experts_slot_names[EXP_NSLOTS] = {
 	"x", "idx", "w", "gate", "up", "down", "gate_bias", "up_bias", "down_bias"};
 
-static const char *const dtype_names[MOE_DTYPE_COUNT] = {"f32", "bf16", "i32", "bool", "f8e4m3", "i8"};
-static const size_t dtype_sizes[MOE_DTYPE_COUNT] = {4, 2, 4, 1, 1, 1};
+static const char *const dtype_names[MOE_DTYPE_COUNT] = {"f32", "bf16", "i32", "bool", "f8e4m3", "i8", "u8"};
+static const size_t dtype_sizes[MOE_DTYPE_COUNT] = {4, 2, 4, 1, 1, 1, 1};
 
 const char *moe_op_name(moe_op op)
 {
@@ -53,7 +53,12 @@ size_t moe_dtype_size(moe_dtype t)
 
 int moe_dtype_is_float(moe_dtype t)
 {
-	return t == MOE_F32 || t == MOE_BF16 || t == MOE_F8E4M3;
+	return t == MOE_F32 || t == MOE_BF16;
+}
+
+int moe_dtype_is_storage(moe_dtype t)
+{
+	return t == MOE_F8E4M3 || t == MOE_U8;
 }
 
 /* ---- modules and graphs ---- */

@@ -26,7 +26,7 @@ typedef enum ir_shape_rule {
 	SHAPE_LEAF, SHAPE_UNARY, SHAPE_BINARY, SHAPE_SELECT, SHAPE_CAST, SHAPE_BITCAST,
 	SHAPE_REDUCE, SHAPE_SOFTMAX, SHAPE_CUMSUM, SHAPE_EINSUM, SHAPE_TOPK, SHAPE_ONE_HOT,
 	SHAPE_FILTER, SHAPE_GATHER, SHAPE_TAKE_ALONG, SHAPE_SCATTER, SHAPE_RESHAPE,
-	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS
+	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS, SHAPE_DEQUANT
 } ir_shape_rule;
 typedef struct ir_opinfo {
 	const char *name;
@@ -35,6 +35,27 @@ typedef struct ir_opinfo {
 	unsigned flags;
 } ir_opinfo;
 extern const ir_opinfo ir_ops[MOE_OP_COUNT];
+
+/* ---- attribute schema (ATTRS rows of moec/ops.def; ir/attrs.c) ---- */
+typedef enum ir_attr_type { IR_AT_INT, IR_AT_NUM, IR_AT_STR, IR_AT_TYPE, IR_AT_INTS } ir_attr_type;
+typedef struct ir_attrspec {
+	const char *key; /* NULL ends a set */
+	ir_attr_type type;
+	bool required;
+	int64_t idef;              /* IR_AT_INT default */
+	double fdef;               /* IR_AT_NUM default */
+	const char *sdef;          /* IR_AT_STR default (NULL: none) */
+	const char *const *names;  /* IR_AT_STR: the allowed values, NULL-terminated; NULL: any */
+} ir_attrspec;
+const ir_attrspec *ir_op_attrs(moe_op op);                    /* the op's set, NULL-key terminated */
+const ir_attrspec *ir_attr_spec(moe_op op, const char *key);  /* NULL if the op has no such key */
+int ir_name_index(const char *const *names, const char *s);   /* -1 if absent */
+
+/* Activations of `experts` (attribute act): one enum, one name table. */
+typedef enum ir_act { IR_ACT_SWIGLU, IR_ACT_GEGLU, IR_ACT_GEGLU_TANH, IR_ACT_GPT_OSS, IR_ACT_NONE, IR_ACT_COUNT } ir_act;
+extern const char *const ir_act_names[IR_ACT_COUNT + 1]; /* NULL-terminated */
+extern const char *const ir_scatter_modes[];             /* scatter mode: set, add */
+extern const char *const ir_weight_on_names[];           /* experts weight_on: output, input */
 
 /* Operand slots of `experts` (absent optional slots hold MOE_NONE). */
 enum { EXP_X, EXP_IDX, EXP_W, EXP_GATE, EXP_UP, EXP_DOWN, EXP_B_GATE, EXP_B_UP, EXP_B_DOWN, EXP_NSLOTS };
@@ -121,6 +142,11 @@ int64_t ir_attr_int(const ir_node *n, const char *key, int64_t def);
 double ir_attr_float(const ir_node *n, const char *key, double def);
 const char *ir_attr_str(const ir_node *n, const char *key, const char *def);
 int ir_attr_ints(const ir_node *n, const char *key, const int64_t **out); /* count or -1 */
+/* Checks attribute a of an op against the op's set (known key, kind, allowed
+ * value); false with an error at loc otherwise. */
+bool ir_attr_check(moe_ctx *ctx, moe_op op, const ir_attr *a, moe_loc loc);
+bool ir_node_attrs_check(moe_ctx *ctx, const ir_node *n); /* every attribute, at the node's loc */
+ir_act ir_node_act(const ir_node *n); /* IR_ACT_COUNT for an unknown name */
 void ir_attr_set(moe_graph *g, ir_node *n, const ir_attr *a); /* copies strings/lists */
 void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v);
 int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def);
@@ -132,6 +158,10 @@ int ir_norm_axis(int axis, int rank);     /* negative axes count from the end; -
 
 /* Shape inference for one node; diagnostics at the node's loc. */
 moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id);
+/* The rule of `dequant` (ir/quant.c) and the geometry of a verified one. */
+struct qt_info;
+moe_status ir_infer_dequant(moe_ctx *ctx, moe_graph *g, moe_id id);
+bool ir_dequant_info(const moe_graph *g, const ir_node *n, struct qt_info *qi);
 
 /* ---- builders for passes: create + infer, abort on internal errors ---- */
 moe_id ir_b(moe_graph *g, moe_op op, const moe_id *args, uint32_t nargs, moe_loc loc);

@@ -494,7 +494,7 @@ static bool parse_dtype(rd *r, moe_dtype *t)
 		d = moe_dtype_from_name(name);
 	}
 	if (d < 0) {
-		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8)",
+		ERR_TOK(r, "unknown element type '%.*s' (f32, bf16, i32, bool, f8e4m3, i8, u8)",
 			r->t.len > 40 ? 40 : (int)r->t.len, r->t.p);
 		return false;
 	}
@@ -578,6 +578,10 @@ static bool parse_attr_list(rd *r, moe_graph *g, moe_id id)
 		ir_node *n = id == MOE_NONE ? &g->meta : N(g, id);
 		if (ir_attr_find(n, a.key)) {
 			err_at(r, line, col, "duplicate attribute '%s'", a.key);
+			return false;
+		}
+		if (id != MOE_NONE && !ir_attr_check(r->ctx, (moe_op)n->op, &a, moe_loc_at(r->ctx, r->file, line, col))) {
+			r->failed = true;
 			return false;
 		}
 		ir_attr_set(g, n, &a);

@@ -164,8 +164,8 @@ static moe_status get_dtype_attr(infer *c, moe_dtype *t)
 	int d = to ? moe_dtype_from_name(to) : -1;
 	if (d < 0)
 		return ERR(c, "'%s': unknown target type '%s'", c->op, to ? to : "(none)");
-	if (d == MOE_F8E4M3 || d == MOE_I8)
-		return ERR(c, "'%s': type %s is reserved and not supported yet", c->op, to);
+	if (d == MOE_F8E4M3 || d == MOE_I8 || d == MOE_U8)
+		return ERR(c, "'%s': type %s is storage only (quantized weights are read by dequant)", c->op, to);
 	*t = (moe_dtype)d;
 	return MOE_OK;
 }
@@ -601,14 +601,10 @@ static moe_status r_experts(infer *c)
 	}
 	if (!moe_dtype_is_float((moe_dtype)x->dtype))
 		return ERR(c, "'experts': x must be floating point");
-	const char *act = ir_attr_str(c->n, "act", "swiglu");
-	static const char *const acts[] = {"swiglu", "geglu", "geglu_tanh", "gpt_oss", "none"};
-	bool ok = false;
-	for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
-		ok |= !strcmp(act, acts[i]);
-	if (!ok)
+	const char *act = ir_attr_str(c->n, "act", ir_act_names[IR_ACT_SWIGLU]);
+	if (ir_node_act(c->n) == IR_ACT_COUNT)
 		return ERR(c, "'experts': unknown activation '%s' (swiglu, geglu, geglu_tanh, gpt_oss, none)", act);
-	bool gated = strcmp(act, "none") != 0;
+	bool gated = ir_node_act(c->n) != IR_ACT_NONE;
 	if (gated != (s[EXP_GATE] != MOE_NONE))
 		return ERR(c, gated ? "'experts': activation '%s' needs a gate weight" :
 				      "'experts': activation '%s' takes no gate weight", act);
@@ -661,6 +657,13 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 		if (n->args[i] >= id)
 			return ERR(&c, "'%s': operand %%%u is not defined before its use", oi->name, n->args[i]);
 	}
+	/* the raw bytes of quantized weights are moved and dequantized, never computed on */
+	bool moves = n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE ||
+		n->op == MOE_OP_CONCAT || n->op == MOE_OP_DEQUANT;
+	for (uint32_t i = 0; i < n->nargs && !moves; i++)
+		if (n->args[i] != MOE_NONE && moe_dtype_is_storage((moe_dtype)N(g, n->args[i])->dtype))
+			return ERR(&c, "'%s': operand %u is %s, the raw bytes of a quantized weight; only dequant, gather, "
+				"reshape, slice and concat read it", oi->name, i + 1, moe_dtype_name((moe_dtype)N(g, n->args[i])->dtype));
 	moe_status st = MOE_OK;
 	switch (oi->rule) {
 	case SHAPE_LEAF: st = r_leaf(&c); break;
@@ -684,6 +687,7 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 	case SHAPE_CONCAT: st = r_concat(&c); break;
 	case SHAPE_BROADCAST: st = r_broadcast(&c); break;
 	case SHAPE_EXPERTS: st = r_experts(&c); break;
+	case SHAPE_DEQUANT: st = ir_infer_dequant(ctx, g, id); break;
 	}
 	if (st)
 		return st;

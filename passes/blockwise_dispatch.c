@@ -96,10 +96,31 @@ static moe_id gather_blocks(dp *c, moe_id w)
 	return id;
 }
 
+/* The weight of each block. A quantized weight (dequant of packed values and
+ * scales) is dequantized per block from its gathered bytes and scales, so no
+ * dequantized copy of the whole layer exists. */
+static moe_id block_weight(dp *c, moe_id w)
+{
+	if (N(c->d, w)->op != MOE_OP_DEQUANT)
+		return gather_blocks(c, w);
+	moe_id q = N(c->d, w)->args[0], s = N(c->d, w)->args[1];
+	moe_id x[2] = {gather_blocks(c, q), gather_blocks(c, s)};
+	moe_id id = moe_node_new(c->d, MOE_OP_DEQUANT, x, 2, c->loc);
+	ir_node *from = N(c->d, w);
+	for (uint32_t i = 0; i < from->nattrs; i++) {
+		ir_attr a = from->attrs[i]; /* copied: ir_attr_set may grow the node array */
+		ir_attr_set(c->d, N(c->d, id), &a);
+		from = N(c->d, w);
+	}
+	moe_node_set_valid(c->d, id, c->nblocks);
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
 /* [G, B, in] x W[G, out, in] (+ bias[G, out]) -> [G, B, out] over valid rows. */
 static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 {
-	moe_id wg = gather_blocks(c, w);
+	moe_id wg = block_weight(c, w);
 	moe_id x[2] = {blocks, wg};
 	moe_id h = moe_node_new(c->d, MOE_OP_EINSUM, x, 2, c->loc);
 	moe_node_set_str(c->d, h, "eq", "gbi,goi->gbo");
@@ -115,16 +136,16 @@ static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 
 static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
 {
-	const char *act = ir_attr_str(ex, "act", "swiglu");
-	if (!strcmp(act, "none"))
+	ir_act act = ir_node_act(ex);
+	if (act == IR_ACT_NONE)
 		return up;
 	moe_id g = vcast(c, gate, MOE_F32), u = vcast(c, up, MOE_F32), a;
-	if (!strcmp(act, "swiglu")) {
+	if (act == IR_ACT_SWIGLU) {
 		a = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, g));
-	} else if (!strcmp(act, "geglu")) {
+	} else if (act == IR_ACT_GEGLU) {
 		moe_id e = v1(c, MOE_OP_ERF, v2(c, MOE_OP_MUL, g, cf(c, SQRT1_2)));
 		a = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, cf(c, 0.5)), v2(c, MOE_OP_ADD, e, cf(c, 1.0)));
-	} else if (!strcmp(act, "geglu_tanh")) {
+	} else if (act == IR_ACT_GEGLU_TANH) {
 		moe_id g3 = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, g), g);
 		moe_id inner = v2(c, MOE_OP_ADD, g, v2(c, MOE_OP_MUL, g3, cf(c, 0.044715)));
 		moe_id th = v1(c, MOE_OP_TANH, v2(c, MOE_OP_MUL, inner, cf(c, sqrt(2.0 / PI))));

@@ -16,13 +16,14 @@
 
 static const struct {
 	const char *name;
-	size_t size;
+	size_t bits;
 } st_types[MOE_ST_DTYPE_COUNT] = {
-	[MOE_ST_BOOL] = {"BOOL", 1}, [MOE_ST_U8] = {"U8", 1}, [MOE_ST_I8] = {"I8", 1},
-	[MOE_ST_I16] = {"I16", 2}, [MOE_ST_U16] = {"U16", 2}, [MOE_ST_F16] = {"F16", 2},
-	[MOE_ST_BF16] = {"BF16", 2}, [MOE_ST_I32] = {"I32", 4}, [MOE_ST_U32] = {"U32", 4},
-	[MOE_ST_F32] = {"F32", 4}, [MOE_ST_I64] = {"I64", 8}, [MOE_ST_U64] = {"U64", 8},
-	[MOE_ST_F64] = {"F64", 8}, [MOE_ST_F8_E4M3] = {"F8_E4M3", 1}, [MOE_ST_F8_E5M2] = {"F8_E5M2", 1},
+	[MOE_ST_BOOL] = {"BOOL", 8}, [MOE_ST_U8] = {"U8", 8}, [MOE_ST_I8] = {"I8", 8},
+	[MOE_ST_I16] = {"I16", 16}, [MOE_ST_U16] = {"U16", 16}, [MOE_ST_F16] = {"F16", 16},
+	[MOE_ST_BF16] = {"BF16", 16}, [MOE_ST_I32] = {"I32", 32}, [MOE_ST_U32] = {"U32", 32},
+	[MOE_ST_F32] = {"F32", 32}, [MOE_ST_I64] = {"I64", 64}, [MOE_ST_U64] = {"U64", 64},
+	[MOE_ST_F64] = {"F64", 64}, [MOE_ST_F8_E4M3] = {"F8_E4M3", 8}, [MOE_ST_F8_E5M2] = {"F8_E5M2", 8},
+	[MOE_ST_F8_E8M0] = {"F8_E8M0", 8}, [MOE_ST_F4] = {"F4", 4},
 };
 
 const char *moe_st_dtype_name(moe_st_dtype t)
@@ -32,7 +33,7 @@ const char *moe_st_dtype_name(moe_st_dtype t)
 
 size_t moe_st_dtype_size(moe_st_dtype t)
 {
-	return (unsigned)t < MOE_ST_DTYPE_COUNT ? st_types[t].size : 0;
+	return (unsigned)t < MOE_ST_DTYPE_COUNT ? st_types[t].bits / 8 : 0;
 }
 
 struct moe_safetensors {
@@ -156,10 +157,16 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 	}
 	t->numel = numel;
 	int64_t nbytes;
-	if (!ir_mul_ov(numel, (int64_t)st_types[ty].size, &nbytes)) {
+	if (!ir_mul_ov(numel, (int64_t)st_types[ty].bits, &nbytes)) {
 		rt_err_at(ctx, file, 8, "tensor '%s': byte size overflows 64 bits", nm);
 		return false;
 	}
+	if (nbytes % 8) {
+		rt_err_at(ctx, file, 8, "tensor '%s': %lld %s elements do not fill whole bytes", nm, (long long)numel,
+			st_types[ty].name);
+		return false;
+	}
+	nbytes /= 8;
 	int64_t b, en;
 	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(off->child, &b) ||
 		!json_uint(off->child->next, &en)) {

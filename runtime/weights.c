@@ -71,6 +71,12 @@ static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, con
 		memcpy(dst, src, n * 4);
 		return true;
 	}
+	/* quantized weights: their bytes as stored (E8M0 scales may be U8 or F8_E8M0) */
+	if ((dt == MOE_F8E4M3 && st->dtype == MOE_ST_F8_E4M3) ||
+		(dt == MOE_U8 && (st->dtype == MOE_ST_U8 || st->dtype == MOE_ST_F8_E8M0))) {
+		memcpy(dst, src, n);
+		return true;
+	}
 	if (dt == MOE_BOOL && st->dtype == MOE_ST_BOOL) {
 		for (size_t i = 0; i < n; i++)
 			if (src[i] > 1) {
@@ -83,8 +89,43 @@ static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, con
 	}
 bad:
 	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is %s and moec converts only F32, BF16 and F16 to "
-		"f32/bf16 (and I32 to i32, BOOL to bool)", st->name, moe_st_dtype_name(st->dtype), wname, moe_dtype_name(dt));
+		"f32/bf16 (and I32 to i32, BOOL to bool, F8_E4M3 to f8e4m3, U8 and F8_E8M0 to u8; quantized weights are "
+		"declared with their stored type and read by dequant)", st->name, moe_st_dtype_name(st->dtype), wname,
+		moe_dtype_name(dt));
 	return false;
+}
+
+/* Is weight id the scale operand of a dequant? Scales are stored with a
+ * collapsed rank at times (a 0-d tensor for one 128x128 block): their grid is
+ * rebuilt from the weight's shape, so only the non-1 dims must agree. */
+static bool is_scale(const moe_graph *g, moe_id id)
+{
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
+		if (moe_node_op(g, i) != MOE_OP_DEQUANT)
+			continue;
+		moe_id s = moe_node_arg(g, i, 1); /* through the per-block gathers of blockwise-dispatch */
+		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
+				   moe_node_op(g, s) == MOE_OP_SLICE))
+			s = moe_node_arg(g, s, 0);
+		if (s == id)
+			return true;
+	}
+	return false;
+}
+
+static bool same_squeezed(int ra, const int64_t *a, int rb, const int64_t *b)
+{
+	int i = 0, j = 0;
+	for (;;) {
+		while (i < ra && a[i] == 1)
+			i++;
+		while (j < rb && b[j] == 1)
+			j++;
+		if (i == ra || j == rb)
+			return i == ra && j == rb;
+		if (a[i++] != b[j++])
+			return false;
+	}
 }
 
 /* True when no tensor of src (each expert's, for a template) is in ck. */
@@ -185,6 +226,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 			bool same = st->rank == prank;
 			for (int i = 0; same && i < prank; i++)
 				same = st->shape[i] == pshape[i];
+			if (!same && is_scale(g, id))
+				same = same_squeezed(st->rank, st->shape, prank, pshape);
 			if (!same) {
 				char have[160], want[160], full[160];
 				shape_str(have, sizeof have, st->rank, st->shape);

@@ -20,6 +20,8 @@ typedef struct opts {
 	int list, markdown, ignore_quantization; /* import-hf --list, --markdown, --ignore-quantization */
 	int no_skip;
 	int timing_only; /* run --timing-only */
+	const char *threads, *kernels; /* run --threads N, --kernels=auto|portable (host) */
+	int no_cache;                  /* run --no-cache (host JIT cache) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
@@ -42,6 +44,7 @@ int cli_run(moe_ctx *ctx, const opts *o);
 int cli_compile(moe_ctx *ctx, const opts *o);
 
 /* TCP target (frontend/cli/tcp.c). */
+moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o);
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, int repeat,
 	moe_tensor **out, char **stats_json);

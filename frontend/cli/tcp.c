@@ -13,6 +13,45 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
 	return o->machine ? moe_tcp_machine_load(ctx, o->machine) : moe_tcp_machine_default(ctx);
 }
 
+/* block=auto (docs/tcp-isa.md 7.8): for the TCP target, a .moe layer with
+ * a dim B is loaded again with the block size the cost model picks, unless
+ * --set B= forces one. *chosen: the B picked (0: none, the file's or the
+ * forced one stands); *pred: its predicted block-loop time. */
+moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
+{
+	*chosen = 0;
+	*pred = 0;
+	moe_module *m = cli_load(ctx, o);
+	if (!m || !cli_ends_with(o->file, ".moe") || moe_module_num_graphs(m) != 1 || o->nsets >= MAX_SETS)
+		return m;
+	for (size_t i = 0; i < o->nsets; i++)
+		if (!strcmp(o->sets[i].name, "B"))
+			return m;
+	const moe_graph *g = moe_module_graph(m, 0);
+	int64_t cur = 0;
+	bool hasb = moe_graph_get_dim(g, "B", &cur) != 0;
+	moe_tcp_machine *mach = hasb ? machine(ctx, o) : NULL;
+	int64_t B = mach ? moe_tcp_auto_block(ctx, g, mach, pred) : 0;
+	moe_tcp_machine_free(ctx, mach);
+	if (B <= 0 || B == cur) {
+		*chosen = B;
+		return m;
+	}
+	static opts o2; /* large; one load at a time */
+	o2 = *o;
+	snprintf(o2.setnames[o2.nsets], sizeof o2.setnames[0], "B");
+	char val[32];
+	snprintf(val, sizeof val, "%lld", (long long)B);
+	o2.sets[o2.nsets].name = o2.setnames[o2.nsets];
+	o2.sets[o2.nsets].value = val;
+	for (size_t i = 0; i < o2.nsets; i++)
+		o2.sets[i].name = o2.setnames[i];
+	o2.nsets++;
+	moe_module_free(m);
+	*chosen = B;
+	return cli_load(ctx, &o2);
+}
+
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o)
 {
 	bool text = cli_ends_with(o->out, ".tcps"), bin = cli_ends_with(o->out, ".tcpb");

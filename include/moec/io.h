@@ -45,11 +45,12 @@ MOE_API moe_status moe_write_file_atomic(moe_ctx *ctx, const char *path, const v
 typedef enum moe_st_dtype {
 	MOE_ST_BOOL, MOE_ST_U8, MOE_ST_I8, MOE_ST_I16, MOE_ST_U16, MOE_ST_F16, MOE_ST_BF16,
 	MOE_ST_I32, MOE_ST_U32, MOE_ST_F32, MOE_ST_I64, MOE_ST_U64, MOE_ST_F64,
-	MOE_ST_F8_E4M3, MOE_ST_F8_E5M2,
+	MOE_ST_F8_E4M3, MOE_ST_F8_E5M2, MOE_ST_F8_E8M0,
+	MOE_ST_F4, /* E2M1, two elements per byte (the shape counts elements) */
 	MOE_ST_DTYPE_COUNT
 } moe_st_dtype;
 MOE_API const char *moe_st_dtype_name(moe_st_dtype t); /* the header spelling, "F32" */
-MOE_API size_t moe_st_dtype_size(moe_st_dtype t);
+MOE_API size_t moe_st_dtype_size(moe_st_dtype t); /* bytes per element; 0 for F4 (half a byte) */
 
 /* One validated entry. data points into the mapped file (nbytes long). */
 typedef struct moe_st_tensor {
@@ -144,8 +145,10 @@ typedef struct moe_import_opts {
 	const char *prefix; /* tensor name prefix; NULL = the family's, "model.layers.{layer}." */
 	int config_dtype;   /* follow the config's torch_dtype / dtype (bfloat16 -> bf16, float32 and
 	                     * float16 -> f32); dtype is used when the config names none */
-	int ignore_quantization; /* import a config with a quantization_config (shapes only: moec
-	                           * reads unquantized weights) instead of refusing it */
+	int ignore_quantization; /* write a quantized checkpoint's layer as if unquantized (its
+	                           * shapes) instead of reading its quantization_config: block
+	                           * fp8, fbgemm_fp8, compressed-tensors int4 / channel fp8 and
+	                           * mxfp4 experts become packed weights read by dequant */
 } moe_import_opts;
 /* Read an HF config.json and write a .moe layer (docs/language.md) that
  * computes that family's MoE block exactly as HF does, with weights bound to

@@ -20,20 +20,22 @@ typedef uint32_t moe_id;
 #define MOE_MAX_DIM ((int64_t)INT32_MAX)
 
 typedef enum moe_op {
-#define OP(id, name, mn, mx, rule, flags) MOE_OP_##id,
+#define OP(id, name, mn, mx, rule, flags, attrs) MOE_OP_##id,
 #include "moec/ops.def"
 #undef OP
 	MOE_OP_COUNT
 } moe_op;
 
-/* Element types. f8/i8 are reserved for scaled low-precision weights. */
+/* Element types. f8e4m3 and u8 hold the raw bytes of quantized weights: only
+ * data movement (gather, reshape, slice, concat) and `dequant` read them. */
 typedef enum moe_dtype {
 	MOE_F32,
 	MOE_BF16,
 	MOE_I32,
 	MOE_BOOL,
-	MOE_F8E4M3, /* reserved: not yet accepted by passes or backends */
+	MOE_F8E4M3, /* storage only: E4M3fn bytes of a quantized weight, read by dequant */
 	MOE_I8,     /* reserved */
+	MOE_U8,     /* storage only: packed bytes (MXFP4 E2M1 pairs, E8M0 scales), read by dequant */
 	MOE_DTYPE_COUNT
 } moe_dtype;
 
@@ -42,7 +44,8 @@ MOE_API int moe_op_from_name(const char *name); /* -1 if unknown */
 MOE_API const char *moe_dtype_name(moe_dtype t);
 MOE_API int moe_dtype_from_name(const char *name); /* -1 if unknown */
 MOE_API size_t moe_dtype_size(moe_dtype t);        /* bytes per element in memory */
-MOE_API int moe_dtype_is_float(moe_dtype t);
+MOE_API int moe_dtype_is_float(moe_dtype t);     /* f32, bf16 */
+MOE_API int moe_dtype_is_storage(moe_dtype t);   /* f8e4m3, u8: raw bytes of quantized weights */
 
 typedef enum moe_attr_kind { MOE_ATTR_INT, MOE_ATTR_FLOAT, MOE_ATTR_STR, MOE_ATTR_INTS } moe_attr_kind;
 

@@ -31,6 +31,14 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
 MOE_API void moe_tcp_program_free(moe_tcp_program *p);
 
+/* block=auto: the block size B of the expert grid that the cost model
+ * predicts fastest for layer g (before the pipeline; its experts op) on
+ * machine (NULL: the default), among 8, 16, 32, 48, 64, 96, 128, 192 and 256; 0 when g has
+ * no experts op. *predicted_s (may be NULL): the predicted time of the block
+ * loop at that B, under uniform routing. */
+MOE_API int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
+	double *predicted_s);
+
 /* Writers (temporary name + rename: no half-written file on failure). */
 MOE_API moe_status moe_tcp_write_asm(moe_ctx *ctx, const moe_tcp_program *p, const char *path);
 MOE_API moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path);

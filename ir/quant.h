@@ -1,0 +1,82 @@
+/* ir/quant.h: the quantized weight formats read by the `dequant` op.
+ *
+ * A quantized weight is two values: q, the packed elements, and s, their
+ * scales, both with the same leading (expert) dims; `dequant(q, s,
+ * format=F, block=[BN, BK])` is the float weight [..., N, K] with
+ *   W[.., n, k] = decode(q, n, k) * scale(s[.., n / BN, k / BK])
+ * rounded once to the result type (attribute `to`, f32 by default). Formats:
+ *   fp8    q f8e4m3 [.., N, K]; s float [.., ceil(N/BN), ceil(K/BK)] (block FP8
+ *          128x128 as DeepSeek-V3, Qwen3-FP8; per-channel FP8 is BN = 1, BK = K);
+ *          edge blocks may be partial.
+ *   mxfp4  q u8 [.., N, K/2] (element 2j in the low nibble of byte j, 2j+1 in
+ *          the high), E2M1 values; s u8 [.., N, K/32] E8M0 exponents 2^(s-127);
+ *          block [1, 32] (gpt-oss).
+ *   int4   q i32 [.., N, ceil(K/8)] (element 8j+i is nibble i of word j, least
+ *          significant first, value nibble - 8); s float [.., N, K/BK]; block
+ *          [1, BK] (compressed-tensors pack-quantized, symmetric); attribute
+ *          `k` gives K when it is not 8 x the packed width.
+ * Scalars here are shared by every executor so they cannot drift apart. */
+#ifndef MOEC_IR_QUANT_H
+#define MOEC_IR_QUANT_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_NFORMATS } qt_format;
+
+/* E4M3 "fn": bias 7, no infinities, S.1111.111 is NaN, largest 448. */
+static inline float qt_e4m3(uint32_t b)
+{
+	uint32_t e = (b >> 3) & 15u, m = b & 7u;
+	float v = (b & 0x7fu) == 0x7fu ? NAN : e ? ldexpf((float)(8u + m), (int)e - 10) : ldexpf((float)m, -9);
+	return b & 0x80u ? -v : v;
+}
+
+/* E2M1: bit 3 the sign; magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6. */
+static inline float qt_e2m1(uint32_t nib)
+{
+	uint32_t c = nib & 7u;
+	float v = c < 2 ? 0.5f * (float)c : ldexpf((float)(2u + (c & 1u)), (int)(c >> 1) - 2);
+	return nib & 8u ? -v : v;
+}
+
+/* E8M0: 2^(s - 127); 255 is NaN. */
+static inline float qt_e8m0(uint32_t s)
+{
+	s &= 0xffu;
+	return s == 255u ? NAN : ldexpf(1.0f, (int)s - 127);
+}
+
+/* One element of a dequantized weight in f32 (before rounding to `to`):
+ * raw = the packed byte (fp8, mxfp4) or word (int4) holding element k,
+ * scale = the scale element (for mxfp4 its E8M0 byte). */
+static inline float qt_value(qt_format f, uint32_t raw, int64_t k, float scale_f, uint32_t scale_u8)
+{
+	switch (f) {
+	case QT_FP8: return qt_e4m3(raw) * scale_f;
+	case QT_MXFP4: return qt_e2m1(k & 1 ? raw >> 4 : raw & 15u) * qt_e8m0(scale_u8);
+	default: return (float)((int32_t)((raw >> (4 * (k & 7))) & 15u) - 8) * scale_f;
+	}
+}
+
+/* Elements per packed q element: 1, 2, 8. */
+static inline int64_t qt_pack(qt_format f)
+{
+	return f == QT_FP8 ? 1 : f == QT_MXFP4 ? 2 : 8;
+}
+
+/* The format named by a dequant node's `format`, -1 if unknown. */
+static inline int qt_format_from_name(const char *s)
+{
+	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4 : -1;
+}
+
+/* A dequant node's geometry, filled by ir_dequant_info from a verified node. */
+typedef struct qt_info {
+	qt_format fmt;
+	int64_t bn, bk; /* block */
+	int64_t N, K;   /* result's last two dims */
+} qt_info;
+
+#endif
