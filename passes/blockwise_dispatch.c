@@ -139,6 +139,10 @@ static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
 	ir_act act = ir_node_act(ex);
 	if (act == IR_ACT_NONE)
 		return up;
+	if (act == IR_ACT_RELU2) { /* not gated: max(u, 0)^2 in f32, rounded once */
+		moe_id r = v2(c, MOE_OP_MAX, vcast(c, up, MOE_F32), cf(c, 0.0));
+		return vcast(c, v2(c, MOE_OP_MUL, r, r), c->t);
+	}
 	moe_id g = vcast(c, gate, MOE_F32), u = vcast(c, up, MOE_F32), a;
 	if (act == IR_ACT_SWIGLU) {
 		a = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, g));

@@ -322,8 +322,9 @@ static void emit_weights(out *o)
 	weight(o, "router", f->r->f32_weight ? "f32" : NULL, "E, D", DEF(f->router, "gate.weight"));
 	if (f->r->router_bias)
 		weight(o, "router_bias", NULL, "E", DEF(f->router_bias, "gate.bias"));
-	if (f->r->sel_bias) /* an f32 buffer in HF whatever the model dtype */
-		weight(o, "score_bias", "f32", DEF(f->sel_bias_dims, "E"), DEF(f->sel_bias, "gate.e_score_correction_bias"));
+	if (f->r->sel_bias) /* an f32 buffer in HF unless the family lets it follow the model dtype */
+		weight(o, "score_bias", f->r->sel_bias_dt ? NULL : "f32", DEF(f->sel_bias_dims, "E"),
+			DEF(f->sel_bias, "gate.e_score_correction_bias"));
 	switch (fp->layout) {
 	case HF_SPLIT:
 		weight(o, "gate", NULL, "E, F, D", fp->gate);
@@ -386,7 +387,8 @@ static void emit_select_all(out *o)
 		P("  s      = sigmoid(cast(logits, f32))\n");
 	const char *sel = "s";
 	if (r->sel_bias) {
-		P("  c      = s + score_bias                   # the correction bias steers selection only\n");
+		P("  c      = s + %s   # the correction bias steers selection only\n",
+			r->sel_bias_dt ? "cast(score_bias, f32)" : "score_bias");
 		sel = "c";
 	}
 	if (m->group) {
