@@ -343,12 +343,17 @@ static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_ex
 		if (d != ax)
 			k *= x->shape[d];
 	}
+	bool outer = true;
 	for (int d = 0; d < x->rank; d++) {
 		if (d == ax) {
 			iv[d] = -1;
 			continue;
 		}
-		b = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		if (outer) /* each iteration reduces into its own outputs */
+			par_if_big(b, ir_numel(x));
+		outer = false;
+		b = in;
 	}
 	*xbase = lin(L, iv, xs, x->rank, NULL);
 	*obase = lin(L, iv, osk, x->rank, NULL);

@@ -259,6 +259,20 @@ static inline void comment(lw *L, cg_block *b, const char *text)
 		b->last->comment = text;
 }
 
+/* Elements a node must have before its outer loop runs in parallel: below
+ * this, handing out iterations costs more than it saves. */
+enum { PAR_MIN_ELEMS = 1 << 16 };
+
+/* The loop just appended to block b becomes a parallel loop (cg_stmt.par) when
+ * the node has at least PAR_MIN_ELEMS elements of work. The caller guarantees
+ * that its iterations write disjoint elements and share no variables. */
+static inline void par_if_big(cg_block *b, int64_t elems)
+{
+	IR_ASSERT(b->last && b->last->kind == CS_FOR);
+	if (elems >= PAR_MIN_ELEMS)
+		b->last->par = true;
+}
+
 /* zero of a buffer's value type */
 static inline cg_expr *zero_of(lw *L, moe_dtype t)
 {

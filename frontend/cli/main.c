@@ -31,7 +31,8 @@ static const struct command {
 		"of OUT), portable C, a native object file or textual LLVM IR.\n", 1},
 	{"run", "moec run FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]\n"
 		"        [--engine=llvm|c|interp] [--stats FILE.json] [--repeat N] [--trace FILE.json]\n"
-		"        [--machine FILE.json] [--no-skip] [--timing-only] [--set NAME=VALUE]...",
+		"        [--machine FILE.json] [--no-skip] [--timing-only] [--threads N] [--kernels=auto|portable]\n"
+		"        [--no-cache] [--set NAME=VALUE]...",
 		"Run the layer of FILE (.moe, or a compiled .tcpb) on the input and write its output as f32 .npy.\n"
 		"\n"
 		"  --timing-only  (tcp) simulate the cycle counts only: the arithmetic of the expert blocks and of\n"
@@ -73,8 +74,8 @@ static void cmd_help(const struct command *c)
 		printf("  --layer N         the decoder layer (default 0); a dense layer's error names the nearest MoE layer\n"
 		       "  --tokens T, --block B   the static token count (16) and expert block size (64)\n"
 		       "  --set dtype=f32|bf16    the compute type (default: the config's torch_dtype / dtype)\n"
-		       "  --ignore-quantization   import a config with a quantization_config (shapes only:\n"
-		       "                    moec reads unquantized weights)\n"
+		       "  --ignore-quantization   import a quantized checkpoint's layer as if unquantized (its\n"
+		       "                    shapes; without it, quantized experts are read by dequant)\n"
 		       "  --list [--markdown]     print the family table (docs/families.md is --markdown)\n");
 		moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 		char *names = NULL;
@@ -157,6 +158,12 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->machine = v;
 		} else if ((v = optval(argc, argv, &i, "--repeat", &bad))) {
 			o->repeat = v;
+		} else if ((v = optval(argc, argv, &i, "--threads", &bad))) {
+			o->threads = v;
+		} else if ((v = optval(argc, argv, &i, "--kernels", &bad))) {
+			o->kernels = v;
+		} else if (!strcmp(a, "--no-cache")) {
+			o->no_cache = 1;
 		} else if ((v = optval(argc, argv, &i, "--layer", &bad))) {
 			o->layer = v;
 		} else if ((v = optval(argc, argv, &i, "--tokens", &bad))) {
