@@ -43,7 +43,12 @@ int cli_passes(moe_ctx *ctx)
 	for (size_t i = 0; i < moe_pass_count(ctx); i++) {
 		const moe_pass_info *p = moe_pass_get(ctx, i);
 		printf("  %-20s %s\n", p->name, p->summary);
-		if (p->options)
+		const moe_pass_option *rows = moe_pass_options(p);
+		for (const moe_pass_option *o = rows; o && o->key; o++)
+			printf("  %-20s   %s=%s (default %s): %s\n", "", o->key,
+				o->kind == MOE_PASS_OPT_ENUM ? o->values : o->kind == MOE_PASS_OPT_COUNT ? "N" : "VALUE",
+				o->def ? o->def : "none", o->help ? o->help : "");
+		if (p->options && !rows)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
 	printf("\nnamed pipelines:\n");
