@@ -61,9 +61,14 @@ typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT, CS_DOT } cg_sk;
  * product rounded before it is added):
  *   for r < rows, j < DOT_LANES, jj = min(j, lanes - 1):
  *     dst[di + r*DOT_LANES + j] = sum_{k < K} A[ai + r*astride + k] * W[wi + jj*wstride + k]
- * A and dst are f32 buffers, W an f32 or bf16 buffer (widened on load); lanes
+ * dst is an f32 buffer, A and W f32 or bf16 buffers (widened on load); lanes
  * >= 1. The LLVM emitter loads DOT_LANES rows of W, transposes them in
- * registers and vectorises across the lanes; the C emitter writes the loops. */
+ * registers and vectorises across the lanes; the C emitter writes the loops.
+ * That is the portable kernel. When A and W are both bf16 and the target has
+ * AVX512-BF16 (and portable kernels were not asked for), the LLVM emitter
+ * uses vdpbf16ps instead: the same exact products (a bf16 product is exact in
+ * f32), added pairwise in another order, with bf16 denormal inputs and f32
+ * denormal results flushed to zero; docs/abi.md bounds the difference. */
 enum { DOT_LANES = 16 };
 typedef struct cg_dot {
 	int abuf, wbuf, dbuf;
@@ -86,6 +91,12 @@ struct cg_stmt {
 	                  * variables set in the body); SET: value; STORE: index, value; IF: cond (I32) */
 	cg_block body;   /* FOR body; IF then */
 	cg_block els;    /* IF else */
+	bool par;        /* FOR: a parallel loop. Its iterations are independent: they write
+	                  * disjoint elements, read nothing another iteration writes, set only
+	                  * variables that each iteration sets before reading, and never fault.
+	                  * The LLVM emitter outlines the body and runs it over the thread pool;
+	                  * the C emitter writes an ordinary loop. Either way every element is
+	                  * computed by the same operations, so results do not depend on threads. */
 	const char *comment; /* printed above the statement in C */
 	cg_dot *dot;         /* DOT */
 };
@@ -148,12 +159,59 @@ void cgen_symbol(const cg_prog *p, const char *suffix, char *buf, size_t len);
 typedef int (*cgen_layer_fn)(const void *const *inputs, const void *const *weights, void *const *outputs,
 	void *workspace);
 
+/* Parallel loops (cg_stmt.par) in LLVM code: the layer function moe_L_par
+ * takes a cgen_par as fifth argument and calls run(pool, body, env, lo, hi)
+ * for each parallel loop; run must call body(env, a, b) over disjoint ranges
+ * covering [lo, hi) and return when all have returned. moe_L is moe_L_par
+ * with par == NULL (bodies called directly, in order). */
+typedef void (*cgen_par_body)(void *env, int64_t lo, int64_t hi);
+typedef struct cgen_par {
+	void (*run)(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi);
+	void *pool;
+} cgen_par;
+typedef int (*cgen_layer_par_fn)(const void *const *inputs, const void *const *weights, void *const *outputs,
+	void *workspace, const cgen_par *par);
+
+/* The thread pool (pool.c): nthreads - 1 workers plus the calling thread.
+ * NULL with a diagnostic when threads cannot be started. */
+typedef struct cgen_pool cgen_pool;
+cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads);
+void cgen_pool_free(cgen_pool *pool);
+/* cgen_par.run for a cgen_pool: chunks of iterations, handed out dynamically. */
+void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi);
+/* Cores this process may run on (sched_getaffinity), at least 1. */
+int cgen_cores(void);
+
 /* The LLVM emitter (emit_llvm.c). kind: 0 textual IR, 1 object file. */
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind);
 /* ORC LLJIT: compiles p in process and returns its layer function. */
 typedef struct cgen_jit cgen_jit;
-moe_status cgen_jit_create(cg_prog *p, cgen_jit **jit, cgen_layer_fn *fn);
+typedef struct cgen_jit_opts {
+	int portable;          /* in: no CPU-specific dot-product kernels */
+	int no_cache;          /* in: bypass the on-disk cache */
+	const char *cache_dir; /* in: NULL for the default */
+	int cache;             /* out: moe_host_cache */
+	const char *kernels;   /* out: "portable" or "avx512bf16" */
+} cgen_jit_opts;
+moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **jit, cgen_layer_par_fn *fn);
 void cgen_jit_free(cgen_jit *jit);
+
+/* The JIT cache (jit_cache.c). */
+typedef struct cgen_cache {
+	char path[4096];  /* the entry's file */
+	const char *key;  /* the key text (not owned) */
+	size_t keylen;
+} cgen_cache;
+uint64_t cgen_fnv1a(const void *data, size_t n, uint64_t h);
+/* Picks the entry for key in dir (NULL: $XDG_CACHE_HOME/moec, else
+ * $HOME/.cache/moec), creating the directory; false when none is usable. */
+bool cgen_cache_open(cgen_cache *c, const char *dir, const char *key, size_t keylen);
+/* 1: *obj (malloc'd) and *len hold the verified object; 0: no entry; -1: an
+ * entry that failed verification (wrong key, length or checksum). */
+int cgen_cache_load(const cgen_cache *c, void **obj, size_t *len);
+/* Writes the entry through a temporary file and a rename; false on failure
+ * (the cache is an optimisation: callers go on without it). */
+bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len);
 
 /* Write to path through a temporary file and a rename. write() fills f. */
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);

@@ -238,7 +238,7 @@ static void indent(FILE *o, int d)
 static void dot(emc *c, const cg_dot *t, int d)
 {
 	FILE *o = c->o;
-	bool bf = c->p->bufs[t->wbuf].dtype == MOE_BF16;
+	bool bf = c->p->bufs[t->wbuf].dtype == MOE_BF16, abf = c->p->bufs[t->abuf].dtype == MOE_BF16;
 	fprintf(o, "{\n");
 	indent(o, d + 1);
 	fprintf(o, "const int64_t rows = ");
@@ -257,7 +257,8 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 2);
 	fprintf(o, "for (int64_t j = 0; j < %d; j++) {\n", DOT_LANES);
 	indent(o, d + 3);
-	fprintf(o, "const float *a = b%d + ai + r * INT64_C(%lld);\n", t->abuf, (long long)t->astride);
+	fprintf(o, "const %s *a = b%d + ai + r * INT64_C(%lld);\n", abf ? "uint16_t" : "float", t->abuf,
+		(long long)t->astride);
 	indent(o, d + 3);
 	fprintf(o, "const %s *w = b%d + wi + (j < last ? j : last) * INT64_C(%lld);\n", bf ? "uint16_t" : "float",
 		t->wbuf, (long long)t->wstride);
@@ -266,7 +267,7 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 3);
 	fprintf(o, "for (int64_t k = 0; k < INT64_C(%lld); k++)\n", (long long)t->K);
 	indent(o, d + 4);
-	fprintf(o, bf ? "s = s + a[k] * moe_ld_bf16(w[k]);\n" : "s = s + a[k] * w[k];\n");
+	fprintf(o, "s = s + %s * %s;\n", abf ? "moe_ld_bf16(a[k])" : "a[k]", bf ? "moe_ld_bf16(w[k])" : "w[k]");
 	indent(o, d + 3);
 	fprintf(o, "b%d[di + r * %d + j] = s;\n", t->dbuf, DOT_LANES);
 	indent(o, d + 2);
@@ -290,7 +291,8 @@ static void block(emc *c, const cg_block *b, int d)
 			ex(c, s->a);
 			fprintf(o, "; v%d < ", s->var);
 			ex(c, s->b);
-			fprintf(o, "; v%d++) {\n", s->var);
+			/* the marker also makes the JIT cache key (jit_cache.c) see parallel loops */
+			fprintf(o, s->par ? "; v%d++) { /* parallel */\n" : "; v%d++) {\n", s->var);
 			block(c, &s->body, d + 1);
 			indent(o, d);
 			fprintf(o, "}\n");

@@ -8,6 +8,7 @@
  * file) or JIT-compiled with ORC LLJIT. Every LLVM error or message becomes a
  * diagnostic and is disposed. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "backend-c/cgen.h"
+#include "moec/backend.h"
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static int llvm_init_failed;
@@ -73,6 +75,15 @@ static LLVMTargetMachineRef host_tm(moe_ctx *ctx)
 	return tm;
 }
 
+/* Does the host CPU have AVX512-BF16 (cpuid, through LLVM's feature list)? */
+static bool host_has_bf16dot(void)
+{
+	char *feat = LLVMGetHostCPUFeatures();
+	bool yes = feat && strstr(feat, "+avx512bf16") != NULL;
+	LLVMDisposeMessage(feat);
+	return yes;
+}
+
 typedef struct eml {
 	cg_prog *p;
 	LLVMContextRef c;
@@ -80,11 +91,16 @@ typedef struct eml {
 	LLVMBuilderRef b;
 	LLVMValueRef fn;
 	LLVMTypeRef i1, i8, i16, i32, i64, f32, f64, ptr;
-	LLVMValueRef *vars; /* allocas */
-	LLVMValueRef *bufs; /* base pointers */
+	LLVMValueRef *vars; /* allocas, made on first use in the entry block */
+	LLVMValueRef *bufs; /* base pointers, likewise */
+	LLVMBasicBlockRef entry; /* the current function's entry: allocas and buffer pointers */
+	LLVMValueRef args[4];    /* the layer function's four arguments (docs/abi.md) */
+	LLVMValueRef par;        /* its cgen_par argument; NULL inside an outlined body */
+	int npar;                /* outlined bodies so far */
 	/* [0]: f32 functions, [1]: f64 */
-	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch;
-	LLVMTypeRef t_f1[2], t_sat, t_prefetch;
+	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch, f_dpbf16;
+	LLVMTypeRef t_f1[2], t_sat, t_prefetch, t_dpbf16;
+	bool bf16dot; /* bf16 x bf16 dot tiles use vdpbf16ps (cgen.h, CS_DOT) */
 } eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
@@ -102,10 +118,49 @@ static LLVMTypeRef mty(eml *E, moe_dtype t)
 	}
 }
 
+/* a builder placed before the entry block's terminator */
+static LLVMBuilderRef entry_builder(eml *E)
+{
+	LLVMBuilderRef b = LLVMCreateBuilderInContext(E->c);
+	LLVMPositionBuilderBefore(b, LLVMGetBasicBlockTerminator(E->entry));
+	return b;
+}
+
+static LLVMValueRef var_ptr(eml *E, int v)
+{
+	if (!E->vars[v]) {
+		LLVMBuilderRef b = entry_builder(E);
+		LLVMTypeRef t = lty(E, (cg_ty)E->p->vars[v].ty);
+		E->vars[v] = LLVMBuildAlloca(b, t, "");
+		LLVMBuildStore(b, LLVMConstNull(t), E->vars[v]);
+		LLVMDisposeBuilder(b);
+	}
+	return E->vars[v];
+}
+
+static LLVMValueRef buf_base(eml *E, int i)
+{
+	if (!E->bufs[i]) {
+		LLVMBuilderRef b = entry_builder(E);
+		const cg_buf *bf = &E->p->bufs[i];
+		if (bf->kind == CB_WORK) {
+			LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)bf->offset, 0);
+			E->bufs[i] = LLVMBuildInBoundsGEP2(b, E->i8, E->args[3], &off, 1, "");
+		} else {
+			unsigned arg = bf->kind == CB_INPUT ? 0 : bf->kind == CB_WEIGHT ? 1 : 2;
+			LLVMValueRef idx = LLVMConstInt(E->i64, bf->index, 0);
+			LLVMValueRef slot = LLVMBuildInBoundsGEP2(b, E->ptr, E->args[arg], &idx, 1, "");
+			E->bufs[i] = LLVMBuildLoad2(b, E->ptr, slot, "");
+		}
+		LLVMDisposeBuilder(b);
+	}
+	return E->bufs[i];
+}
+
 static LLVMValueRef elem_ptr(eml *E, int buf, LLVMValueRef idx)
 {
 	LLVMTypeRef t = mty(E, (moe_dtype)E->p->bufs[buf].dtype);
-	return LLVMBuildInBoundsGEP2(E->b, t, E->bufs[buf], &idx, 1, "");
+	return LLVMBuildInBoundsGEP2(E->b, t, buf_base(E, buf), &idx, 1, "");
 }
 
 static LLVMValueRef ci32(eml *E, uint32_t v)
@@ -141,6 +196,17 @@ static LLVMValueRef rbf16(eml *E, LLVMValueRef x)
 	return LLVMBuildBitCast(b, LLVMBuildSelect(b, nan, q, r, ""), E->f32, "");
 }
 
+/* bf16 bits (i16) to f32; a signalling NaN is quieted */
+static LLVMValueRef widen_bf16(eml *E, LLVMValueRef v)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
+	LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
+	LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
+	u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
+	return LLVMBuildBitCast(b, u, E->f32, "");
+}
+
 static LLVMValueRef ex(eml *E, const cg_expr *e);
 
 static LLVMValueRef minmax(eml *E, bool max, LLVMValueRef a, LLVMValueRef bb, cg_ty t)
@@ -173,17 +239,12 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 		memcpy(&u, &f, 4);
 		return LLVMConstBitCast(LLVMConstInt(E->i32, u, 0), E->f32);
 	}
-	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), E->vars[e->var], "");
+	case CE_VAR: return LLVMBuildLoad2(b, lty(E, t), var_ptr(E, e->var), "");
 	case CE_LOAD: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
-		if (dt == MOE_BF16) { /* widen; a signalling NaN is quieted */
-			LLVMValueRef h = LLVMBuildZExt(b, v, E->i32, "");
-			LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, ci32(E, 0x7fffu), ""), ci32(E, 0x7f80u), "");
-			LLVMValueRef u = LLVMBuildShl(b, h, ci32(E, 16), "");
-			u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, ci32(E, 0x00400000u), ci32(E, 0), ""), "");
-			return LLVMBuildBitCast(b, u, E->f32, "");
-		}
+		if (dt == MOE_BF16)
+			return widen_bf16(E, v);
 		if (dt == MOE_BOOL || moe_dtype_is_storage(dt)) /* raw bytes load as their i32 value */
 			return LLVMBuildZExt(b, v, E->i32, "");
 		return v;
@@ -348,7 +409,10 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
 	for (int kk = 0; kk < n; kk++) {
 		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)kk, 0), "");
-		LLVMValueRef a = LLVMBuildLoad2(b, E->f32, elem_ptr(E, t->abuf, ix), "");
+		bool abf = E->p->bufs[t->abuf].dtype == MOE_BF16;
+		LLVMValueRef a = LLVMBuildLoad2(b, abf ? E->i16 : E->f32, elem_ptr(E, t->abuf, ix), "");
+		if (abf)
+			a = widen_bf16(E, a);
 		acc = LLVMBuildFAdd(b, acc, LLVMBuildFMul(b, dot_splat(E, a), col[kk], ""), "");
 	}
 	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
@@ -356,10 +420,127 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	dloop_end(E, &lr, 1);
 }
 
+/* rows of A per group in the vdpbf16ps tile: independent accumulator chains */
+enum { DOT_BF16_ROWS = 4 };
+
+/* Transposes the DOT_LANES x DOT_LANES matrix of 32-bit elements whose rows
+ * are m[0..DOT_LANES) (scratch tt of the same size); returns the rows of the
+ * transpose, which is m or tt. */
+static LLVMValueRef *transpose16(eml *E, LLVMValueRef *m, LLVMValueRef *tt)
+{
+	/* swap bit s of the row index with bit s of the column index, s = 3..0 */
+	LLVMValueRef *src = m, *dst = tt;
+	for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
+		LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
+		for (int k = 0; k < DOT_LANES; k++) {
+			mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
+			mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
+		}
+		LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
+		for (int p = 0; p < DOT_LANES; p++) {
+			if (p & d)
+				continue;
+			dst[p] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cp, "");
+			dst[p | d] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cq, "");
+		}
+		LLVMValueRef *x = src;
+		src = dst;
+		dst = x;
+	}
+	return src;
+}
+
+/* prefetch the rows of the next tile at k0, a tile ahead (a hint only; past
+ * the buffer it is dropped harmlessly): they start cold in every page */
+static void prefetch_next_tile(eml *E, const cg_dot *t, LLVMTypeRef welt, LLVMValueRef wi, LLVMValueRef k0)
+{
+	LLVMBuilderRef b = E->b;
+	for (int j = 0; j < DOT_LANES; j++) {
+		LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
+			LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
+		LLVMValueRef ptr = LLVMBuildGEP2(b, welt, buf_base(E, t->wbuf), &ix, 1, "");
+		LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
+		LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+	}
+}
+
+/* rows [r0, r0 + g) of a vdpbf16ps step at k0: the g accumulators are
+ * independent chains, interleaved so that the instruction's latency is hidden */
+static void dot_bf16_rows(eml *E, const cg_dot *t, LLVMValueRef r0, int g, LLVMValueRef ai, LLVMValueRef di,
+	LLVMValueRef k0, const LLVMValueRef *wv)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES), vf = LLVMVectorType(E->f32, DOT_LANES);
+	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
+	LLVMValueRef zero[DOT_LANES];
+	for (int i = 0; i < DOT_LANES; i++)
+		zero[i] = LLVMConstInt(E->i32, 0, 0);
+	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
+	LLVMValueRef dp[DOT_BF16_ROWS], acc[DOT_BF16_ROWS], abase[DOT_BF16_ROWS];
+	for (int q = 0; q < g; q++) {
+		LLVMValueRef r = LLVMBuildAdd(b, r0, LLVMConstInt(E->i64, (unsigned long long)q, 0), "");
+		dp[q] = elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
+		acc[q] = LLVMBuildLoad2(b, vf, dp[q], "");
+		LLVMSetAlignment(acc[q], 4);
+		abase[q] = LLVMBuildAdd(b, ai,
+			LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
+	}
+	for (int p = 0; p < DOT_LANES; p++)
+		for (int q = 0; q < g; q++) {
+			LLVMValueRef ix = LLVMBuildAdd(b, abase[q], LLVMConstInt(E->i64, (unsigned long long)(2 * p), 0), "");
+			LLVMValueRef a = LLVMBuildLoad2(b, E->i32, elem_ptr(E, t->abuf, ix), "");
+			LLVMSetAlignment(a, 2);
+			LLVMValueRef av = LLVMBuildInsertElement(b, LLVMGetUndef(vi), a, LLVMConstInt(E->i32, 0, 0), "");
+			av = LLVMBuildShuffleVector(b, av, LLVMGetUndef(vi), zmask, "");
+			LLVMValueRef args[3] = {acc[q], LLVMBuildBitCast(b, av, vbf, ""), wv[p]};
+			acc[q] = LLVMBuildCall2(b, E->t_dpbf16, E->f_dpbf16, args, 3, "");
+		}
+	for (int q = 0; q < g; q++) {
+		LLVMValueRef stv = LLVMBuildStore(b, acc[q], dp[q]);
+		LLVMSetAlignment(stv, 4);
+	}
+}
+
+/* k in [0, K32) by vdpbf16ps: per step of 2 * DOT_LANES k, the tile's rows
+ * of W as DOT_LANES x DOT_LANES pairs of bf16, transposed, then per row of A
+ * one vdpbf16ps per pair with that pair of A broadcast; rows go by groups of
+ * DOT_BF16_ROWS, then one at a time. */
+static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi, LLVMValueRef di,
+	const LLVMValueRef *wrow, int64_t K32)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
+	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
+	LLVMValueRef grows = LLVMBuildSub(b, rows,
+		LLVMBuildSRem(b, rows, LLVMConstInt(E->i64, DOT_BF16_ROWS, 0), ""), "");
+	dloop lk;
+	LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K32, 0));
+	prefetch_next_tile(E, t, E->i16, wi, k0);
+	LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
+	for (int j = 0; j < DOT_LANES; j++) {
+		LLVMValueRef v = LLVMBuildLoad2(b, vi, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
+		LLVMSetAlignment(v, 2);
+		m[j] = v;
+	}
+	LLVMValueRef *col = transpose16(E, m, tt);
+	LLVMValueRef wv[DOT_LANES];
+	for (int p = 0; p < DOT_LANES; p++)
+		wv[p] = LLVMBuildBitCast(b, col[p], vbf, "");
+	dloop lg, lr;
+	LLVMValueRef r = dloop_begin(E, &lg, LLVMConstInt(E->i64, 0, 0), grows);
+	dot_bf16_rows(E, t, r, DOT_BF16_ROWS, ai, di, k0, wv);
+	dloop_end(E, &lg, DOT_BF16_ROWS);
+	r = dloop_begin(E, &lr, grows, rows);
+	dot_bf16_rows(E, t, r, 1, ai, di, k0, wv);
+	dloop_end(E, &lr, 1);
+	dloop_end(E, &lk, 2 * DOT_LANES);
+}
+
 static void dot(eml *E, const cg_dot *t)
 {
 	LLVMBuilderRef b = E->b;
 	bool bf = E->p->bufs[t->wbuf].dtype == MOE_BF16;
+	bool fast = E->bf16dot && bf && E->p->bufs[t->abuf].dtype == MOE_BF16;
 	LLVMTypeRef welt = bf ? E->i16 : E->f32, vf = LLVMVectorType(E->f32, DOT_LANES);
 	LLVMTypeRef vw = LLVMVectorType(welt, DOT_LANES);
 	LLVMValueRef rows = ex(E, t->rows), lanes = ex(E, t->lanes), ai = ex(E, t->ai), wi = ex(E, t->wi),
@@ -380,44 +561,22 @@ static void dot(eml *E, const cg_dot *t)
 		LLVMSetAlignment(st, 4);
 		dloop_end(E, &lr, 1);
 	}
+	int64_t K0 = fast ? t->K / (2 * DOT_LANES) * (2 * DOT_LANES) : 0;
+	if (K0 > 0)
+		dot_bf16(E, t, rows, ai, wi, di, wrow, K0);
 	int64_t K16 = t->K / DOT_LANES * DOT_LANES;
-	if (K16 > 0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
+	if (K16 > K0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
 		dloop lk;
-		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K16, 0));
+		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, (unsigned long long)K0, 0),
+			LLVMConstInt(E->i64, (unsigned long long)K16, 0));
 		LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
-		/* the rows of the next tile start cold in every page: prefetch them a
-		 * tile ahead (a hint only; past the buffer it is dropped harmlessly) */
-		for (int j = 0; j < DOT_LANES; j++) {
-			LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
-				LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
-			LLVMValueRef ptr = LLVMBuildGEP2(b, welt, E->bufs[t->wbuf], &ix, 1, "");
-			LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
-			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
-		}
+		prefetch_next_tile(E, t, welt, wi, k0);
 		for (int j = 0; j < DOT_LANES; j++) {
 			LLVMValueRef v = LLVMBuildLoad2(b, vw, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
 			LLVMSetAlignment(v, bf ? 2 : 4);
 			m[j] = dot_widen(E, v, bf);
 		}
-		/* swap bit s of the row index with bit s of the column index, s = 3..0 */
-		LLVMValueRef *src = m, *dst = tt;
-		for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
-			LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
-			for (int k = 0; k < DOT_LANES; k++) {
-				mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
-				mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
-			}
-			LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
-			for (int p = 0; p < DOT_LANES; p++) {
-				if (p & d)
-					continue;
-				dst[p] = LLVMBuildShuffleVector(b, src[p], src[p | d], cp, "");
-				dst[p | d] = LLVMBuildShuffleVector(b, src[p], src[p | d], cq, "");
-			}
-			LLVMValueRef *x = src;
-			src = dst;
-			dst = x;
-		}
+		LLVMValueRef *src = transpose16(E, m, tt);
 		dot_rows(E, t, rows, ai, di, k0, src, DOT_LANES);
 		dloop_end(E, &lk, DOT_LANES);
 	}
@@ -448,11 +607,187 @@ static void br(eml *E, LLVMBasicBlockRef to)
 		LLVMBuildBr(E->b, to);
 }
 
+/* for (var = lo; var < hi; var++) body, hi a value (hv) or an expression
+ * evaluated before every iteration (he) */
+static void for_loop(eml *E, int v, LLVMValueRef lo, LLVMValueRef hv, const cg_expr *he, const cg_block *body)
+{
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef var = var_ptr(E, v);
+	LLVMBuildStore(b, lo, var);
+	LLVMBasicBlockRef cond = bb(E, "for.cond"), bod = bb(E, "for.body"), done = bb(E, "for.end");
+	LLVMBuildBr(b, cond);
+	LLVMPositionBuilderAtEnd(b, cond);
+	LLVMValueRef i = LLVMBuildLoad2(b, E->i64, var, "");
+	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i, hv ? hv : ex(E, he), ""), bod, done);
+	LLVMPositionBuilderAtEnd(b, bod);
+	block(E, body);
+	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(b))) {
+		LLVMValueRef j = LLVMBuildLoad2(b, E->i64, var, "");
+		LLVMBuildStore(b, LLVMBuildAdd(b, j, LLVMConstInt(E->i64, 1, 0), ""), var);
+		LLVMBuildBr(b, cond);
+	}
+	LLVMPositionBuilderAtEnd(b, done);
+}
+
+/* ---- parallel loops: the body becomes a function run over the thread pool ---- */
+
+/* Marks the variables an expression reads. */
+static void mark_expr(const cg_expr *e, uint8_t *used)
+{
+	for (; e; e = e->c) {
+		if (e->op == CE_VAR)
+			used[e->var] = 1;
+		mark_expr(e->a, used);
+		mark_expr(e->b, used);
+	}
+}
+
+/* Marks the variables a block uses; false if it can fault. */
+static bool mark_block(const cg_block *blk, uint8_t *used)
+{
+	bool ok = true;
+	for (const cg_stmt *s = blk->first; s; s = s->next) {
+		if (s->kind == CS_FAULT)
+			return false;
+		if (s->var >= 0)
+			used[s->var] = 1;
+		mark_expr(s->a, used);
+		mark_expr(s->b, used);
+		if (s->dot) {
+			const cg_dot *d = s->dot;
+			mark_expr(d->rows, used);
+			mark_expr(d->lanes, used);
+			mark_expr(d->ai, used);
+			mark_expr(d->wi, used);
+			mark_expr(d->di, used);
+		}
+		ok = ok && mark_block(&s->body, used) && mark_block(&s->els, used);
+	}
+	return ok;
+}
+
+/* Starts function f: an entry block (allocas, buffer pointers) that falls
+ * through to the code. */
+static void begin_function(eml *E, LLVMValueRef f)
+{
+	E->fn = f;
+	E->entry = LLVMAppendBasicBlockInContext(E->c, f, "entry");
+	LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(E->c, f, "start");
+	LLVMPositionBuilderAtEnd(E->b, E->entry);
+	LLVMBuildBr(E->b, start);
+	LLVMPositionBuilderAtEnd(E->b, start);
+	memset(E->vars, 0, E->p->nvars * sizeof *E->vars);
+	memset(E->bufs, 0, E->p->nbufs * sizeof *E->bufs);
+}
+
+/* Builds `void body(env, lo, hi)` running iterations [lo, hi) of loop s. The
+ * environment holds the four layer arguments, then the variables in `used`,
+ * in id order, one 8-byte slot each. */
+static LLVMValueRef outline_body(eml *E, const cg_stmt *s, const uint8_t *used)
+{
+	cg_prog *p = E->p;
+	char sym[200], name[240];
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	snprintf(name, sizeof name, "%s.par%d", sym, E->npar++);
+	LLVMTypeRef pt[3] = {E->ptr, E->i64, E->i64};
+	LLVMValueRef f = LLVMAddFunction(E->m, name, LLVMFunctionType(LLVMVoidTypeInContext(E->c), pt, 3, 0));
+	LLVMSetLinkage(f, LLVMInternalLinkage);
+	unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+	LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(E->c, nounwind, 0));
+	eml saved = *E;
+	E->b = LLVMCreateBuilderInContext(E->c);
+	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
+	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
+	E->par = NULL;
+	begin_function(E, f);
+	LLVMBuilderRef eb = entry_builder(E);
+	LLVMValueRef env = LLVMGetParam(f, 0);
+	for (unsigned i = 0; i < 4; i++) {
+		LLVMValueRef ix = LLVMConstInt(E->i64, i, 0);
+		E->args[i] = LLVMBuildLoad2(eb, E->ptr, LLVMBuildInBoundsGEP2(eb, E->i64, env, &ix, 1, ""), "");
+	}
+	unsigned slot = 4;
+	for (uint32_t v = 0; v < p->nvars; v++) {
+		if (!used[v])
+			continue;
+		LLVMTypeRef t = lty(E, (cg_ty)p->vars[v].ty);
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot++, 0);
+		E->vars[v] = LLVMBuildAlloca(eb, t, "");
+		LLVMBuildStore(eb, LLVMBuildLoad2(eb, t, LLVMBuildInBoundsGEP2(eb, E->i64, env, &ix, 1, ""), ""), E->vars[v]);
+	}
+	LLVMDisposeBuilder(eb);
+	for_loop(E, s->var, LLVMGetParam(f, 1), LLVMGetParam(f, 2), NULL, &s->body);
+	LLVMBuildRetVoid(E->b);
+	LLVMDisposeBuilder(E->b);
+	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
+	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
+	int npar = E->npar;
+	*E = saved;
+	E->npar = npar;
+	return f;
+}
+
+/* Emits parallel loop s as a call of par->run (or of its body directly when
+ * the caller passed no cgen_par); false when s cannot be outlined. */
+static bool outline(eml *E, const cg_stmt *s)
+{
+	cg_prog *p = E->p;
+	uint8_t *used = ctx_alloc(p->ctx, p->nvars + 1);
+	memset(used, 0, p->nvars + 1);
+	bool ok = mark_block(&s->body, used);
+	used[s->var] = 0;
+	if (!ok) {
+		ctx_free(p->ctx, used, p->nvars + 1);
+		return false;
+	}
+	LLVMBuilderRef b = E->b;
+	LLVMValueRef lo = ex(E, s->a), hi = ex(E, s->b);
+	unsigned n = 4;
+	for (uint32_t v = 0; v < p->nvars; v++)
+		n += used[v];
+	LLVMBuilderRef eb = entry_builder(E);
+	LLVMValueRef env = LLVMBuildAlloca(eb, LLVMArrayType(E->i64, n), "env");
+	LLVMDisposeBuilder(eb);
+	unsigned slot = 0;
+	for (; slot < 4; slot++) {
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot, 0);
+		LLVMBuildStore(b, E->args[slot], LLVMBuildInBoundsGEP2(b, E->i64, env, &ix, 1, ""));
+	}
+	for (uint32_t v = 0; v < p->nvars; v++) {
+		if (!used[v])
+			continue;
+		LLVMValueRef ix = LLVMConstInt(E->i64, slot++, 0);
+		LLVMValueRef x = LLVMBuildLoad2(b, lty(E, (cg_ty)p->vars[v].ty), var_ptr(E, v), "");
+		LLVMBuildStore(b, x, LLVMBuildInBoundsGEP2(b, E->i64, env, &ix, 1, ""));
+	}
+	LLVMValueRef f = outline_body(E, s, used);
+	ctx_free(p->ctx, used, p->nvars + 1);
+	LLVMTypeRef pt[3] = {E->ptr, E->i64, E->i64};
+	LLVMTypeRef bodyt = LLVMFunctionType(LLVMVoidTypeInContext(E->c), pt, 3, 0);
+	LLVMTypeRef rt[5] = {E->ptr, E->ptr, E->ptr, E->i64, E->i64};
+	LLVMTypeRef runt = LLVMFunctionType(LLVMVoidTypeInContext(E->c), rt, 5, 0);
+	LLVMBasicBlockRef direct = bb(E, "par.direct"), pool = bb(E, "par.pool"), done = bb(E, "par.done");
+	LLVMBuildCondBr(b, LLVMBuildIsNull(b, E->par, ""), direct, pool);
+	LLVMPositionBuilderAtEnd(b, direct);
+	LLVMValueRef da[3] = {env, lo, hi};
+	LLVMBuildCall2(b, bodyt, f, da, 3, "");
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, pool);
+	LLVMValueRef one = LLVMConstInt(E->i64, 1, 0);
+	LLVMValueRef run = LLVMBuildLoad2(b, E->ptr, E->par, "");
+	LLVMValueRef pp = LLVMBuildLoad2(b, E->ptr, LLVMBuildInBoundsGEP2(b, E->ptr, E->par, &one, 1, ""), "");
+	LLVMValueRef ra[5] = {pp, f, env, lo, hi};
+	LLVMBuildCall2(b, runt, run, ra, 5, "");
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, done);
+	return true;
+}
+
 static void stmt(eml *E, const cg_stmt *s)
 {
 	LLVMBuilderRef b = E->b;
 	switch ((cg_sk)s->kind) {
-	case CS_SET: LLVMBuildStore(b, ex(E, s->a), E->vars[s->var]); break;
+	case CS_SET: LLVMBuildStore(b, ex(E, s->a), var_ptr(E, s->var)); break;
 	case CS_STORE: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[s->buf].dtype;
 		LLVMValueRef v = ex(E, s->b);
@@ -463,24 +798,11 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
 		break;
 	}
-	case CS_FOR: {
-		LLVMValueRef var = E->vars[s->var];
-		LLVMBuildStore(b, ex(E, s->a), var);
-		LLVMBasicBlockRef cond = bb(E, "for.cond"), body = bb(E, "for.body"), done = bb(E, "for.end");
-		LLVMBuildBr(b, cond);
-		LLVMPositionBuilderAtEnd(b, cond);
-		LLVMValueRef i = LLVMBuildLoad2(b, E->i64, var, "");
-		LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i, ex(E, s->b), ""), body, done);
-		LLVMPositionBuilderAtEnd(b, body);
-		block(E, &s->body);
-		if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(b))) {
-			LLVMValueRef j = LLVMBuildLoad2(b, E->i64, var, "");
-			LLVMBuildStore(b, LLVMBuildAdd(b, j, LLVMConstInt(E->i64, 1, 0), ""), var);
-			LLVMBuildBr(b, cond);
-		}
-		LLVMPositionBuilderAtEnd(b, done);
+	case CS_FOR:
+		if (s->par && E->par && outline(E, s))
+			break;
+		for_loop(E, s->var, ex(E, s->a), NULL, s->b, &s->body);
 		break;
-	}
 	case CS_IF: {
 		LLVMBasicBlockRef th = bb(E, "if.then"), el = bb(E, "if.else"), done = bb(E, "if.end");
 		LLVMValueRef c = LLVMBuildICmp(b, LLVMIntNE, ex(E, s->a), ci32(E, 0), "");
@@ -515,11 +837,12 @@ static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
 }
 
 /* Builds the module for p in context c; NULL with a diagnostic. */
-static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm)
+static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm, bool bf16dot)
 {
 	eml E0 = {0}, *E = &E0;
 	E->p = p;
 	E->c = c;
+	E->bf16dot = bf16dot;
 	E->m = LLVMModuleCreateWithNameInContext(p->cname, c);
 	char *triple = LLVMGetTargetMachineTriple(tm);
 	LLVMSetTarget(E->m, triple);
@@ -553,6 +876,12 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	LLVMTypeRef pf[4] = {E->ptr, E->i32, E->i32, E->i32};
 	E->t_prefetch = LLVMFunctionType(LLVMVoidTypeInContext(c), pf, 4, 0);
 	E->f_prefetch = declare(E, "llvm.prefetch.p0", E->t_prefetch);
+	if (E->bf16dot) {
+		LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES), vbf = LLVMVectorType(LLVMBFloatTypeInContext(c), 2 * DOT_LANES);
+		LLVMTypeRef dp[3] = {vf, vbf, vbf};
+		E->t_dpbf16 = LLVMFunctionType(vf, dp, 3, 0);
+		E->f_dpbf16 = declare(E, "llvm.x86.avx512bf16.dpbf16ps.512", E->t_dpbf16);
+	}
 
 	char sym[200];
 	/* size_t moe_L_workspace_size(void) */
@@ -561,34 +890,33 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, wf, "entry"));
 	LLVMBuildRet(E->b, LLVMConstInt(E->i64, (unsigned long long)p->workspace, 0));
 
-	/* int moe_L(const void *const *in, const void *const *w, void *const *out, void *ws) */
-	LLVMTypeRef params[4] = {E->ptr, E->ptr, E->ptr, E->ptr};
-	cgen_symbol(p, NULL, sym, sizeof sym);
-	E->fn = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i32, params, 4, 0));
+	/* int moe_L_par(const void *const *in, const void *const *w, void *const *out, void *ws,
+	 *               const cgen_par *par) */
+	LLVMTypeRef params[5] = {E->ptr, E->ptr, E->ptr, E->ptr, E->ptr};
 	unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-	LLVMAddAttributeAtIndex(E->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
-	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, E->fn, "entry"));
+	cgen_symbol(p, "_par", sym, sizeof sym);
+	LLVMTypeRef part = LLVMFunctionType(E->i32, params, 5, 0);
+	LLVMValueRef pfn = LLVMAddFunction(E->m, sym, part);
+	LLVMAddAttributeAtIndex(pfn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
 	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
 	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
-	for (uint32_t i = 0; i < p->nvars; i++) {
-		E->vars[i] = LLVMBuildAlloca(E->b, lty(E, (cg_ty)p->vars[i].ty), "");
-		LLVMBuildStore(E->b, LLVMConstNull(lty(E, (cg_ty)p->vars[i].ty)), E->vars[i]);
-	}
-	for (uint32_t i = 0; i < p->nbufs; i++) {
-		const cg_buf *bf = &p->bufs[i];
-		if (bf->kind == CB_WORK) {
-			LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)bf->offset, 0);
-			E->bufs[i] = LLVMBuildInBoundsGEP2(E->b, E->i8, LLVMGetParam(E->fn, 3), &off, 1, "");
-			continue;
-		}
-		unsigned arg = bf->kind == CB_INPUT ? 0 : bf->kind == CB_WEIGHT ? 1 : 2;
-		LLVMValueRef idx = LLVMConstInt(E->i64, bf->index, 0);
-		LLVMValueRef slot = LLVMBuildInBoundsGEP2(E->b, E->ptr, LLVMGetParam(E->fn, arg), &idx, 1, "");
-		E->bufs[i] = LLVMBuildLoad2(E->b, E->ptr, slot, "");
-	}
+	begin_function(E, pfn);
+	for (unsigned i = 0; i < 4; i++)
+		E->args[i] = LLVMGetParam(pfn, i);
+	E->par = LLVMGetParam(pfn, 4);
 	block(E, &p->body);
 	if (!LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(E->b)))
 		LLVMBuildRet(E->b, ci32(E, 0));
+	/* int moe_L(in, w, out, ws): moe_L_par without a thread pool */
+	cgen_symbol(p, NULL, sym, sizeof sym);
+	LLVMValueRef lf = LLVMAddFunction(E->m, sym, LLVMFunctionType(E->i32, params, 4, 0));
+	LLVMAddAttributeAtIndex(lf, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
+	LLVMPositionBuilderAtEnd(E->b, LLVMAppendBasicBlockInContext(c, lf, "entry"));
+	LLVMValueRef a5[5];
+	for (unsigned i = 0; i < 4; i++)
+		a5[i] = LLVMGetParam(lf, i);
+	a5[4] = LLVMConstNull(E->ptr);
+	LLVMBuildRet(E->b, LLVMBuildCall2(E->b, part, pfn, a5, 5, ""));
 	LLVMDisposeBuilder(E->b);
 	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
 	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
@@ -623,13 +951,13 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 
 /* A module ready for code generation, with the target machine it was
  * optimised for. */
-static moe_status make_module(cg_prog *p, LLVMContextRef c, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
+static moe_status make_module(cg_prog *p, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
 {
 	*m = NULL;
 	*tm = host_tm(p->ctx);
 	if (!*tm)
 		return MOE_ERR_UNSUPPORTED;
-	*m = build_module(p, c, *tm);
+	*m = build_module(p, c, *tm, bf16dot);
 	moe_status s = *m ? optimize(p, *m, *tm) : MOE_ERR_INTERNAL;
 	if (s) {
 		if (*m)
@@ -656,7 +984,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, &m, &tm);
+	moe_status s = make_module(p, c, host_has_bf16dot(), &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		bool bad = kind == 0 ? LLVMPrintModuleToFile(m, tmp, &err) :
@@ -687,25 +1015,98 @@ struct cgen_jit {
 	LLVMOrcLLJITRef jit;
 };
 
-moe_status cgen_jit_create(cg_prog *p, cgen_jit **out, cgen_layer_fn *fn)
+/* The cache key of p (jit_cache.c): what determines its object file. NULL
+ * when out of memory; free() it. */
+static char *cache_key(cg_prog *p, bool fast, size_t *len)
+{
+	char *buf = NULL;
+	*len = 0;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+	/* the build time stands for the emitters' code within one version */
+	fprintf(f, "moec %s (built %s %s)\ntarget %s %s %s\nkernels %s\n", MOEC_VERSION_STRING, __DATE__, __TIME__,
+		triple, cpu, feat, fast ? "avx512bf16" : "portable");
+	LLVMDisposeMessage(triple);
+	LLVMDisposeMessage(cpu);
+	LLVMDisposeMessage(feat);
+	moe_status s = cgen_emit_c(p, f);
+	if (fclose(f) != 0 || s) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* Compiles p to an object file in memory (malloc'd). */
+static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
+{
+	*obj = NULL;
+	LLVMContextRef c = LLVMContextCreate();
+	LLVMModuleRef m;
+	LLVMTargetMachineRef tm;
+	moe_status s = make_module(p, c, fast, &m, &tm);
+	if (!s) {
+		char *err = NULL;
+		LLVMMemoryBufferRef mb = NULL;
+		if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &err, &mb)) {
+			s = diag_msg(p->ctx, "cannot generate code", err);
+			err = NULL;
+		} else {
+			*len = LLVMGetBufferSize(mb);
+			*obj = malloc(*len ? *len : 1);
+			if (*obj)
+				memcpy(*obj, LLVMGetBufferStart(mb), *len);
+			else
+				s = MOE_ERR_NOMEM;
+			LLVMDisposeMemoryBuffer(mb);
+		}
+		if (err)
+			LLVMDisposeMessage(err);
+		LLVMDisposeModule(m);
+		LLVMDisposeTargetMachine(tm);
+	}
+	LLVMContextDispose(c);
+	return s;
+}
+
+/* The layer's object: from the cache when a verified entry is there, else
+ * compiled (and stored unless o->no_cache). */
+static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **obj, size_t *len)
+{
+	size_t keylen = 0;
+	char *key = o->no_cache ? NULL : cache_key(p, fast, &keylen);
+	cgen_cache cc;
+	bool usable = key && cgen_cache_open(&cc, o->cache_dir, key, keylen);
+	int got = usable ? cgen_cache_load(&cc, obj, len) : 0;
+	o->cache = !usable ? MOE_CACHE_OFF : got == 1 ? MOE_CACHE_HIT : got < 0 ? MOE_CACHE_BAD : MOE_CACHE_MISS;
+	moe_status s = MOE_OK;
+	if (got != 1) {
+		s = compile_object(p, fast, obj, len);
+		if (!s && usable)
+			cgen_cache_store(&cc, *obj, *len);
+	}
+	free(key);
+	return s;
+}
+
+moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_layer_par_fn *fn)
 {
 	*out = NULL;
 	*fn = NULL;
-	LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-	LLVMContextRef c = LLVMOrcThreadSafeContextGetContext(tsc);
-	LLVMModuleRef m;
-	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, &m, &tm);
-	if (s) {
-		LLVMOrcDisposeThreadSafeContext(tsc);
+	o->cache = MOE_CACHE_OFF;
+	pthread_once(&llvm_once, llvm_init);
+	bool fast = !o->portable && host_has_bf16dot();
+	o->kernels = fast ? "avx512bf16" : "portable";
+	void *obj = NULL;
+	size_t len = 0;
+	moe_status s = layer_object(p, o, fast, &obj, &len);
+	if (s)
 		return s;
-	}
-	LLVMDisposeTargetMachine(tm);
-	/* the JIT gets its own host target machine (the builder takes it) */
 	LLVMTargetMachineRef jtm = host_tm(p->ctx);
 	if (!jtm) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		return MOE_ERR_UNSUPPORTED;
 	}
 	LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -713,34 +1114,31 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit **out, cgen_layer_fn *fn)
 	LLVMOrcLLJITRef jit = NULL;
 	LLVMErrorRef err = LLVMOrcCreateLLJIT(&jit, jb); /* consumes jb */
 	if (err) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		return diag_err(p->ctx, "cannot create the JIT", err);
 	}
 	LLVMOrcDefinitionGeneratorRef gen = NULL;
 	err = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
 	if (err) {
-		LLVMDisposeModule(m);
-		LLVMOrcDisposeThreadSafeContext(tsc);
+		free(obj);
 		LLVMOrcDisposeLLJIT(jit);
 		return diag_err(p->ctx, "cannot expose process symbols to the JIT", err);
 	}
 	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
-	LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
-	LLVMOrcDisposeThreadSafeContext(tsc); /* the module keeps the context alive */
-	err = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
+	LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len, p->cname);
+	free(obj);
+	err = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), mb); /* takes mb */
 	if (err) {
-		LLVMOrcDisposeThreadSafeModule(tsm);
 		LLVMOrcDisposeLLJIT(jit);
-		return diag_err(p->ctx, "cannot add the module to the JIT", err);
+		return diag_err(p->ctx, "cannot add the object file to the JIT", err);
 	}
 	char sym[200];
-	cgen_symbol(p, NULL, sym, sizeof sym);
+	cgen_symbol(p, "_par", sym, sizeof sym);
 	LLVMOrcExecutorAddress addr = 0;
 	err = LLVMOrcLLJITLookup(jit, &addr, sym);
 	if (err) {
 		LLVMOrcDisposeLLJIT(jit);
-		return diag_err(p->ctx, "cannot compile the layer function", err);
+		return diag_err(p->ctx, "cannot link the layer function", err);
 	}
 	cgen_jit *j = ctx_alloc(p->ctx, sizeof *j);
 	j->ctx = p->ctx;

@@ -297,52 +297,143 @@ static const char *fault_text(int code)
 	}
 }
 
+void moe_host_opts_init(moe_host_opts *o)
+{
+	if (!o)
+		return;
+	memset(o, 0, sizeof *o);
+	o->engine = MOE_HOST_LLVM;
+	o->repeat = 1;
+}
+
 moe_status moe_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_host_engine engine,
 	int repeat, moe_tensor **out, moe_host_stats *stats)
 {
-	if (!ctx || !g || !out || repeat < 1 || (engine != MOE_HOST_LLVM && engine != MOE_HOST_C))
-		return MOE_ERR_INVALID;
-	for (uint32_t j = 0; j < g->nout; j++)
-		out[j] = NULL;
-	double t0 = now();
-	cg_prog *p = cgen_lower(ctx, g);
-	if (!p)
-		return MOE_ERR_INVALID;
-	size_t nin = p->ninputs + 1, nw = p->nweights + 1, no = p->noutputs + 1;
-	const void **ins = ctx_alloc(ctx, nin * sizeof *ins);
-	const void **ws = ctx_alloc(ctx, nw * sizeof *ws);
-	void **outs = ctx_alloc(ctx, no * sizeof *outs);
-	void *work = NULL;
-	double *times = ctx_alloc(ctx, (size_t)repeat * sizeof *times);
-	cgen_jit *jit = NULL;
+	moe_host_opts o;
+	moe_host_opts_init(&o);
+	o.engine = engine;
+	o.repeat = repeat;
+	return moe_host_run_opts(ctx, g, bind, &o, out, stats);
+}
+
+/* The buffers of one run and the loaded layer. */
+typedef struct host_run {
+	const void **ins, **ws;
+	void **outs;
+	void *work;
+	double *times;
+	size_t nin, nw, no;
+	cgen_jit *jit;
 	cc_mod ccm;
-	memset(&ccm, 0, sizeof ccm);
-	cgen_layer_fn fn = NULL;
-	moe_status s = bind_all(ctx, p, bind, ins, ws);
+	cgen_layer_fn fn;
+	cgen_layer_par_fn pfn;
+	cgen_pool *pool;
+	cgen_jit_opts jo;
+} host_run;
+
+static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_tensor_map *bind,
+	const moe_host_opts *o, host_run *R, moe_tensor **out)
+{
+	R->nin = p->ninputs + 1, R->nw = p->nweights + 1, R->no = p->noutputs + 1;
+	R->ins = ctx_alloc(ctx, R->nin * sizeof *R->ins);
+	R->ws = ctx_alloc(ctx, R->nw * sizeof *R->ws);
+	R->outs = ctx_alloc(ctx, R->no * sizeof *R->outs);
+	R->times = ctx_alloc(ctx, (size_t)o->repeat * sizeof *R->times);
+	moe_status s = bind_all(ctx, p, bind, R->ins, R->ws);
 	for (uint32_t j = 0; !s && j < g->nout; j++) {
 		const ir_node *n = N(g, g->outputs[j]);
 		out[j] = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
 		if (!out[j])
 			s = MOE_ERR_NOMEM;
 		else
-			outs[j] = out[j]->data;
+			R->outs[j] = out[j]->data;
 	}
 	if (!s && p->workspace > 0) {
 		size_t sz = ((size_t)p->workspace + 63) & ~(size_t)63;
-		if (posix_memalign(&work, 64, sz) != 0) {
-			work = NULL;
+		if (posix_memalign(&R->work, 64, sz) != 0) {
+			R->work = NULL;
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot allocate %zu bytes of workspace", sz);
 			s = MOE_ERR_NOMEM;
 		}
 	}
+	return s;
+}
+
+static void run_teardown(moe_ctx *ctx, host_run *R, int repeat)
+{
+	cgen_pool_free(R->pool);
+	cgen_jit_free(R->jit);
+	cc_cleanup(&R->ccm);
+	free(R->work);
+	ctx_free(ctx, R->times, (size_t)repeat * sizeof *R->times);
+	ctx_free(ctx, R->ins, R->nin * sizeof *R->ins);
+	ctx_free(ctx, R->ws, R->nw * sizeof *R->ws);
+	ctx_free(ctx, R->outs, R->no * sizeof *R->outs);
+}
+
+static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const moe_host_opts *o, int threads,
+	moe_tensor **out, moe_host_stats *stats)
+{
+	int repeat = o->repeat;
+	double *times = R->times;
+	qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+	stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
+	stats->repeat = repeat;
+	stats->workspace_bytes = (size_t)p->workspace;
+	stats->grid_blocks_max = ir_graph_attr_int(g, "grid_blocks_max", -1);
+	stats->threads = threads;
+	stats->cache = R->jo.cache;
+	stats->kernels = R->jo.kernels ? R->jo.kernels : "portable";
+	for (uint32_t k = 0; k < p->nmasks; k++) {
+		const int32_t *v = buf_data(p, p->masks[k].buf, R->ins, R->ws, out, R->work);
+		for (int64_t i = 0; i < p->masks[k].len; i++) {
+			int64_t c = v[i] < 0 ? 0 : v[i] > p->masks[k].rows ? p->masks[k].rows : v[i];
+			if (c > 0)
+				stats->blocks_executed++, stats->rows_executed += c;
+			else
+				stats->blocks_skipped++;
+		}
+	}
+}
+
+moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_host_opts *opts,
+	moe_tensor **out, moe_host_stats *stats)
+{
+	moe_host_opts o;
+	if (opts)
+		o = *opts;
+	else
+		moe_host_opts_init(&o);
+	if (!ctx || !g || !out || o.repeat < 1 || o.threads < 0 || (o.engine != MOE_HOST_LLVM && o.engine != MOE_HOST_C))
+		return MOE_ERR_INVALID;
+	if (o.threads > MOE_HOST_MAX_THREADS) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the thread count must be at most %d, got %d",
+			MOE_HOST_MAX_THREADS, o.threads);
+		return MOE_ERR_INVALID;
+	}
+	for (uint32_t j = 0; j < g->nout; j++)
+		out[j] = NULL;
+	double t0 = now();
+	cg_prog *p = cgen_lower(ctx, g);
+	if (!p)
+		return MOE_ERR_INVALID;
+	host_run R;
+	memset(&R, 0, sizeof R);
+	R.jo.portable = o.portable;
+	R.jo.no_cache = o.no_cache;
+	R.jo.cache_dir = o.cache_dir;
+	int threads = o.engine == MOE_HOST_C ? 1 : o.threads ? o.threads : cgen_cores();
+	moe_status s = run_setup(ctx, g, p, bind, &o, &R, out);
 	if (!s)
-		s = engine == MOE_HOST_LLVM ? cgen_jit_create(p, &jit, &fn) : cc_load(p, &ccm, &fn);
+		s = o.engine == MOE_HOST_LLVM ? cgen_jit_create(p, &R.jo, &R.jit, &R.pfn) : cc_load(p, &R.ccm, &R.fn);
 	double t1 = now();
-	int rc = 0;
-	for (int r = 0; !s && r < repeat; r++) {
+	if (!s && threads > 1 && !(R.pool = cgen_pool_create(ctx, threads)))
+		s = MOE_ERR_INTERNAL;
+	cgen_par par = {cgen_pool_run, R.pool};
+	for (int r = 0; !s && r < o.repeat; r++) {
 		double a = now();
-		rc = fn(ins, ws, outs, work);
-		times[r] = now() - a;
+		int rc = R.pfn ? R.pfn(R.ins, R.ws, R.outs, R.work, R.pool ? &par : NULL) : R.fn(R.ins, R.ws, R.outs, R.work);
+		R.times[r] = now() - a;
 		if (rc) {
 			moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "run-time fault in layer '%s' (code %d): %s", g->name ? g->name : "",
 				rc, fault_text(rc));
@@ -351,30 +442,10 @@ moe_status moe_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *
 	}
 	if (!s && stats) {
 		memset(stats, 0, sizeof *stats);
-		qsort(times, (size_t)repeat, sizeof *times, cmp_double);
-		stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
 		stats->compile_seconds = t1 - t0;
-		stats->repeat = repeat;
-		stats->workspace_bytes = (size_t)p->workspace;
-		stats->grid_blocks_max = ir_graph_attr_int(g, "grid_blocks_max", -1);
-		for (uint32_t k = 0; k < p->nmasks; k++) {
-			const int32_t *v = buf_data(p, p->masks[k].buf, ins, ws, out, work);
-			for (int64_t i = 0; i < p->masks[k].len; i++) {
-				int64_t c = v[i] < 0 ? 0 : v[i] > p->masks[k].rows ? p->masks[k].rows : v[i];
-				if (c > 0)
-					stats->blocks_executed++, stats->rows_executed += c;
-				else
-					stats->blocks_skipped++;
-			}
-		}
+		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
-	cgen_jit_free(jit);
-	cc_cleanup(&ccm);
-	free(work);
-	ctx_free(ctx, times, (size_t)repeat * sizeof *times);
-	ctx_free(ctx, ins, nin * sizeof *ins);
-	ctx_free(ctx, ws, nw * sizeof *ws);
-	ctx_free(ctx, outs, no * sizeof *outs);
+	run_teardown(ctx, &R, o.repeat);
 	cgen_free(p);
 	if (s) {
 		for (uint32_t j = 0; j < g->nout; j++) {

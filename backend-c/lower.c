@@ -263,6 +263,20 @@ static void comment(lw *L, cg_block *b, const char *text)
 		b->last->comment = text;
 }
 
+/* Elements a node must have before its outer loop runs in parallel: below
+ * this, handing out iterations costs more than it saves. */
+enum { PAR_MIN_ELEMS = 1 << 16 };
+
+/* The loop just appended to block b becomes a parallel loop (cg_stmt.par) when
+ * the node has at least PAR_MIN_ELEMS elements of work. The caller guarantees
+ * that its iterations write disjoint elements and share no variables. */
+static void par_if_big(cg_block *b, int64_t elems)
+{
+	IR_ASSERT(b->last && b->last->kind == CS_FOR);
+	if (elems >= PAR_MIN_ELEMS)
+		b->last->par = true;
+}
+
 /* zero of a buffer's value type */
 static cg_expr *zero_of(lw *L, moe_dtype t)
 {
@@ -550,11 +564,19 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 	if (flat && r > 0) { /* one loop over all elements */
 		int j;
 		in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
+		par_if_big(b, ir_numel(n)); /* one element per iteration */
 		oidx = vr(L, j);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = ir_numel(nd(L, n->args[i])) == 1 ? ic(L, 0) : vr(L, j);
 	} else {
+		cg_stmt *before = b->last;
 		in = nest(L, b, n, out, r, iv);
+		/* the outermost loop: one slab of the output per iteration */
+		cg_stmt *outer = before ? before->next : b->first;
+		while (outer && outer->kind != CS_FOR)
+			outer = outer->next;
+		if (outer && ir_numel(n) >= PAR_MIN_ELEMS)
+			outer->par = true;
 		oidx = lin(L, iv, os, r, NULL);
 		for (uint32_t i = 0; i < n->nargs; i++)
 			aidx[i] = lin(L, iv, as[i], r, NULL);
@@ -902,12 +924,17 @@ static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_ex
 		if (d != ax)
 			k *= x->shape[d];
 	}
+	bool outer = true;
 	for (int d = 0; d < x->rank; d++) {
 		if (d == ax) {
 			iv[d] = -1;
 			continue;
 		}
-		b = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		if (outer) /* each iteration reduces into its own outputs */
+			par_if_big(b, ir_numel(x));
+		outer = false;
+		b = in;
 	}
 	*xbase = lin(L, iv, xs, x->rank, NULL);
 	*obase = lin(L, iv, osk, x->rank, NULL);
@@ -1172,6 +1199,12 @@ static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
 	return P.role[E.e.in[P.ib][0] - 'a'] == 'g';
 }
 
+/* offset of a tile's accumulators: per tile for dot tiles, else shared */
+static cg_expr *accbase(lw *L, bool dot, int tile, int64_t per_tile)
+{
+	return dot ? mul64(L, vr(L, tile), per_tile) : NULL;
+}
+
 /* Fast path for float two-operand contractions: per batch element the valid
  * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
  * contiguous in B, tiles of DOT_LANES output columns are computed by CS_DOT
@@ -1203,8 +1236,14 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	int64_t M = gm.size, K = gk.size;
 	int lastn = gn.l[gn.n - 1];
 	int64_t NL = E.size[lastn], NT = dot ? DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
-	int apan = scratch(L, MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
-	int acc = scratch(L, MOE_F32, M * NT);
+	int64_t ntiles = (NL + NT - 1) / NT;
+	/* bf16 times bf16 dot tiles keep A in bf16 (exact): the LLVM emitter may
+	 * then use the CPU's bf16 dot-product instructions (cgen.h, CS_DOT) */
+	bool abf = dot && p->bufs[A].dtype == MOE_BF16 && p->bufs[B].dtype == MOE_BF16;
+	int apan = scratch(L, abf ? MOE_BF16 : MOE_F32, M * K), bpan = dot ? -1 : scratch(L, MOE_F32, K * NT);
+	/* dot tiles are independent (a parallel loop): each has its own accumulators */
+	int64_t accsz = M * NT * (dot ? ntiles : 1);
+	int acc = scratch(L, MOE_F32, accsz);
 	int64_t os[MOE_MAX_RANK];
 	strides_of(n, os);
 	int64_t m0rest = M / E.size[gm.l[0]]; /* rows per m0 index */
@@ -1266,9 +1305,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
 		store(L, kb, apan, add64(L, mul64(L, vr(L, r), K), vr(L, kk)), ld(L, A, ai));
+		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
 		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
 		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
-		comment(L, bb, "pack A rows to f32");
 	}
 	/* a fused gather: slab bexp[g] of its source, for g below its count */
 	int widx = -1;
@@ -1291,9 +1330,11 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	for (int i = 0; i < gn.n - 1; i++)
 		nb = loopv(L, nb, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
 	int n0, nt = newvar(L, CT_I64);
-	int64_t ntiles = (NL + NT - 1) / NT;
 	int tile;
+	cg_block *tb = nb;
 	nb = loopv(L, nb, &tile, ic(L, 0), ic(L, ntiles));
+	if (dot) /* tiles write disjoint accumulators and output columns; no faults */
+		tb->last->par = true;
 	n0 = newvar(L, CT_I64);
 	set(L, nb, n0, mul64(L, vr(L, tile), NT));
 	set(L, nb, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
@@ -1310,8 +1351,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		}
 		cg_stmt *s = st(L, nb, CS_DOT);
 		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
-		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0), ic(L, 0), K, K,
-			E.st[ib][lastn]};
+		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0),
+			mul64(L, vr(L, tile), M * NT), K, K, E.st[ib][lastn]};
 		s->dot = d;
 		comment(L, nb, "a tile of dot products, k ascending per element");
 	} else {
@@ -1370,7 +1411,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			set(L, kb, sv,
 				bin(L, CE_ADD, vr(L, sv),
 					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))), fc(L, 0.0f))));
-			store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), vr(L, sv));
+			store(L, jb, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j))),
+				vr(L, sv));
 		}
 		/* store rows of the panel */
 		int r = newvar(L, CT_I64), j;
@@ -1385,7 +1427,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
 			oi = add64(L, oi, mul64(L, pos, E.ost[l]));
 		}
-		store(L, jb, out, oi, ld(L, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j))));
+		store(L, jb, out, oi,
+			ld(L, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j)))));
 		set(L, sb, r, add64(L, vr(L, r), ic(L, 1)));
 	}
 	return true;
@@ -1447,6 +1490,11 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		if (n->op == MOE_OP_TOPK || n->op == MOE_OP_EXPERTS) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
 				"the host backend does not lower '%s': run the host pipeline first (lower-topk, blockwise-dispatch)",
+				ir_ops[n->op].name);
+			bad = true;
+		} else if (sc_composite((moe_op)n->op)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
+				"the host backend does not lower the composite op '%s': run canonicalize first (ir/scalar.h)",
 				ir_ops[n->op].name);
 			bad = true;
 		} else if (!supported_dtype((moe_dtype)n->dtype)) {

@@ -1,15 +1,17 @@
 /* bench/stream.c: a small STREAM-like memory bandwidth probe for bench/run.
  *
- * Single-threaded on purpose: moec's host code and the PyTorch baseline both run on one
- * thread, so the roofline that matters is what one core can pull from DRAM.
+ * With THREADS threads (default 1) each kernel is split into THREADS contiguous slices,
+ * one per thread, and timed from before the threads start to after the last joins: the
+ * roofline for moec and PyTorch run with the same thread count.
  * Kernels over arrays far larger than the caches (default 256 MiB each):
  *   read   s += a[i]            (bytes: 8 per element)      -- the decode case: weights are only read
  *   copy   c[i] = a[i]          (16 per element)
  *   triad  a[i] = b[i] + q*c[i] (24 per element)
  * Each kernel runs N times; best and median are printed as one JSON object (GB = 1e9 B).
- * usage: stream [MiB per array] [N]
+ * usage: stream [MiB per array] [N] [THREADS]
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,12 +52,57 @@ static void triad_kernel(double *restrict a, const double *restrict b, const dou
 		a[i] = b[i] + q * c[i];
 }
 
+/* one thread's slice [lo, hi) of one kernel */
+typedef struct job {
+	int kernel; /* 0 read, 1 copy, 2 triad, 3 initialise */
+	double *a, *b, *c, q;
+	size_t lo, hi;
+	uint64_t sum;
+} job;
+
+static void *run_job(void *arg)
+{
+	job *j = arg;
+	size_t n = j->hi - j->lo;
+	switch (j->kernel) {
+	case 0: j->sum = read_kernel((const uint64_t *)(const void *)(j->a + j->lo), n); break;
+	case 1: copy_kernel(j->c + j->lo, j->a + j->lo, n); break;
+	case 2: triad_kernel(j->a + j->lo, j->b + j->lo, j->c + j->lo, j->q, n); break;
+	default:
+		for (size_t i = j->lo; i < j->hi; i++)
+			j->a[i] = 1.0, j->b[i] = 2.0, j->c[i] = 0.5;
+	}
+	return NULL;
+}
+
+/* runs kernel k over n elements on nt threads; returns the read sum */
+static uint64_t run_kernel(int k, double *a, double *b, double *c, double q, size_t n, int nt)
+{
+	job jobs[64];
+	pthread_t th[64];
+	for (int i = 0; i < nt; i++)
+		jobs[i] = (job){k, a, b, c, q, n * (size_t)i / (size_t)nt, n * (size_t)(i + 1) / (size_t)nt, 0};
+	for (int i = 1; i < nt; i++)
+		if (pthread_create(&th[i], NULL, run_job, &jobs[i]) != 0) {
+			fprintf(stderr, "stream: cannot start a thread\n");
+			exit(1);
+		}
+	run_job(&jobs[0]);
+	uint64_t s = jobs[0].sum;
+	for (int i = 1; i < nt; i++) {
+		pthread_join(th[i], NULL);
+		s += jobs[i].sum;
+	}
+	return s;
+}
+
 int main(int argc, char **argv)
 {
 	size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 256;
 	int reps = argc > 2 ? atoi(argv[2]) : 10;
-	if (mib < 16 || reps < 1 || reps > 1000) {
-		fprintf(stderr, "usage: stream [MiB per array >= 16] [repetitions 1..1000]\n");
+	int nt = argc > 3 ? atoi(argv[3]) : 1;
+	if (mib < 16 || reps < 1 || reps > 1000 || nt < 1 || nt > 64) {
+		fprintf(stderr, "usage: stream [MiB per array >= 16] [repetitions 1..1000] [threads 1..64]\n");
 		return 2;
 	}
 	size_t n = mib * 1024 * 1024 / 8;
@@ -64,8 +111,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stream: out of memory\n");
 		return 1;
 	}
-	for (size_t i = 0; i < n; i++)
-		a[i] = 1.0, b[i] = 2.0, c[i] = 0.5;
+	run_kernel(3, a, b, c, 0, n, nt); /* each thread first touches its own slice */
 	double *t[3];
 	for (int k = 0; k < 3; k++)
 		t[k] = malloc(sizeof(double) * (size_t)reps);
@@ -74,17 +120,17 @@ int main(int argc, char **argv)
 		double t0 = now();
 		uint64_t bits;
 		memcpy(&bits, &a[r % 7], 8);
-		sink += read_kernel((const uint64_t *)(const void *)a, n) + bits;
+		sink += run_kernel(0, a, b, c, 0, n, nt) + bits;
 		double t1 = now();
-		copy_kernel(c, a, n);
+		run_kernel(1, a, b, c, 0, n, nt);
 		double t2 = now();
-		triad_kernel(a, b, c, 0.5 + 1e-9 * r, n);
+		run_kernel(2, a, b, c, 0.5 + 1e-9 * r, n, nt);
 		double t3 = now();
 		t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2;
 	}
 	const char *names[3] = {"read", "copy", "triad"};
 	const double bytes[3] = {8.0 * n, 16.0 * n, 24.0 * n};
-	printf("{\"threads\": 1, \"array_mib\": %zu, \"repetitions\": %d", mib, reps);
+	printf("{\"threads\": %d, \"array_mib\": %zu, \"repetitions\": %d", nt, mib, reps);
 	for (int k = 0; k < 3; k++) {
 		qsort(t[k], (size_t)reps, sizeof(double), cmp);
 		double med = reps % 2 ? t[k][reps / 2] : 0.5 * (t[k][reps / 2 - 1] + t[k][reps / 2]);

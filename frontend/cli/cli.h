@@ -20,6 +20,8 @@ typedef struct opts {
 	int list, markdown, ignore_quantization; /* import-hf --list, --markdown, --ignore-quantization */
 	int no_skip;
 	int timing_only; /* run --timing-only */
+	const char *threads, *kernels; /* run --threads N, --kernels=auto|portable (host) */
+	int no_cache;                  /* run --no-cache (host JIT cache) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;

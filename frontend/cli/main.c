@@ -31,7 +31,8 @@ static const struct command {
 		"of OUT), portable C, a native object file or textual LLVM IR.\n", 1},
 	{"run", "moec run FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]\n"
 		"        [--engine=llvm|c|interp] [--stats FILE.json] [--repeat N] [--trace FILE.json]\n"
-		"        [--machine FILE.json] [--no-skip] [--timing-only] [--set NAME=VALUE]...",
+		"        [--machine FILE.json] [--no-skip] [--timing-only] [--threads N] [--kernels=auto|portable]\n"
+		"        [--no-cache] [--set NAME=VALUE]...",
 		"Run the layer of FILE (.moe, or a compiled .tcpb) on the input and write its output as f32 .npy.\n"
 		"\n"
 		"  --timing-only  (tcp) simulate the cycle counts only: the arithmetic of the expert blocks and of\n"
@@ -157,6 +158,12 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 			o->machine = v;
 		} else if ((v = optval(argc, argv, &i, "--repeat", &bad))) {
 			o->repeat = v;
+		} else if ((v = optval(argc, argv, &i, "--threads", &bad))) {
+			o->threads = v;
+		} else if ((v = optval(argc, argv, &i, "--kernels", &bad))) {
+			o->kernels = v;
+		} else if (!strcmp(a, "--no-cache")) {
+			o->no_cache = 1;
 		} else if ((v = optval(argc, argv, &i, "--layer", &bad))) {
 			o->layer = v;
 		} else if ((v = optval(argc, argv, &i, "--tokens", &bad))) {

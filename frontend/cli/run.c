@@ -291,8 +291,24 @@ int cli_run(moe_ctx *ctx, const opts *o)
 			status = moe_interp_run(ctx, g, bind, out) != MOE_OK;
 		} else if (!strcmp(engine, "llvm") || !strcmp(engine, "c")) {
 			moe_host_stats hs;
-			status = moe_host_run(ctx, g, bind, !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM, (int)repeat, out,
-					 &hs) != MOE_OK;
+			moe_host_opts ho;
+			moe_host_opts_init(&ho);
+			ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
+			ho.repeat = (int)repeat;
+			ho.no_cache = o->no_cache;
+			int64_t th = int_opt(ctx, "--threads", o->threads);
+			if (th == 0) {
+				err(ctx, NULL, "--threads must be at least 1 (leave it out for every core)%s", "");
+				th = -2;
+			}
+			if (o->kernels && strcmp(o->kernels, "auto") && strcmp(o->kernels, "portable")) {
+				err(ctx, NULL, "--kernels must be auto or portable, got '%s'", o->kernels);
+				th = -2;
+			}
+			ho.threads = th < 0 ? 0 : (int)th;
+			ho.portable = o->kernels && !strcmp(o->kernels, "portable");
+			static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
+			status = th == -2 || moe_host_run_opts(ctx, g, bind, &ho, out, &hs) != MOE_OK;
 			if (!status && o->stats) {
 				size_t cap = 1024;
 				stats = malloc(cap);
@@ -300,10 +316,11 @@ int cli_run(moe_ctx *ctx, const opts *o)
 					"{\n  \"target\": \"host\",\n  \"engine\": \"%s\",\n  \"compute_seconds\": %.9g,\n"
 					"  \"compile_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
 					"  \"blocks_executed\": %lld,\n  \"blocks_skipped\": %lld,\n  \"rows_executed\": %lld,\n"
-					"  \"grid_blocks_max\": %lld\n}\n",
+					"  \"grid_blocks_max\": %lld,\n  \"threads\": %d,\n  \"cache\": \"%s\",\n"
+					"  \"kernels\": \"%s\"\n}\n",
 					engine, hs.compute_seconds, hs.compile_seconds, hs.repeat, hs.workspace_bytes,
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
-					(long long)hs.grid_blocks_max);
+					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels);
 			}
 		} else {
 			err(ctx, NULL, "--engine must be llvm, c or interp, got '%s'", engine);

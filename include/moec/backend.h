@@ -36,6 +36,33 @@ typedef enum moe_host_engine {
 	MOE_HOST_C     /* emit C, compile with $MOEC_CC (default cc) into a temp dir, dlopen */
 } moe_host_engine;
 
+/* Options of a host run; moe_host_opts_init fills the defaults. */
+#define MOE_HOST_MAX_THREADS 1024
+typedef struct moe_host_opts {
+	moe_host_engine engine; /* default MOE_HOST_LLVM */
+	int repeat;             /* calls timed, >= 1 (default 1) */
+	int threads;            /* 0 (default): the cores this process may run on; else 1 ..
+	                         * MOE_HOST_MAX_THREADS.
+	                         * The result is bitwise the same for every count. Only the LLVM
+	                         * engine runs parallel loops; the C engine runs on one thread. */
+	int portable;           /* 1: portable kernels only, never the CPU's bf16 dot-product
+	                         * instructions; then the LLVM engine equals the C engine bit
+	                         * for bit. 0 (default): chosen from cpuid (docs/abi.md bounds
+	                         * the difference). */
+	int no_cache;           /* 1: neither read nor write the JIT cache */
+	const char *cache_dir;  /* NULL (default): $XDG_CACHE_HOME/moec, else $HOME/.cache/moec */
+} moe_host_opts;
+
+MOE_API void moe_host_opts_init(moe_host_opts *o);
+
+/* Where the compiled layer came from (moe_host_stats.cache). */
+typedef enum moe_host_cache {
+	MOE_CACHE_OFF,  /* not used: the C engine, no_cache, or no usable directory */
+	MOE_CACHE_MISS, /* compiled, then stored */
+	MOE_CACHE_HIT,  /* loaded from the cache */
+	MOE_CACHE_BAD   /* an entry was there but failed verification: compiled and rewritten */
+} moe_host_cache;
+
 typedef struct moe_host_stats {
 	double compute_seconds; /* median over `repeat` calls of the layer function alone */
 	double compile_seconds; /* lowering + code generation + loading */
@@ -48,6 +75,9 @@ typedef struct moe_host_stats {
 	int64_t blocks_skipped;
 	int64_t rows_executed;   /* sum over those masks of clamp(v[g], 0, rows per block) */
 	int64_t grid_blocks_max; /* graph attribute grid_blocks_max, -1 when unset */
+	int threads;             /* threads the layer ran on */
+	moe_host_cache cache;
+	const char *kernels;     /* dot-product kernels: "portable" or "avx512bf16" (static string) */
 } moe_host_stats;
 
 /* Runs layer g on the host. Inputs and weights are bound by node name from
@@ -57,6 +87,9 @@ typedef struct moe_host_stats {
  * zero) is a diagnostic and MOE_ERR_RUNTIME. */
 MOE_API moe_status moe_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
 	moe_host_engine engine, int repeat, moe_tensor **out, moe_host_stats *stats);
+/* The same with every option; o may be NULL for the defaults. */
+MOE_API moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_host_opts *o, moe_tensor **out, moe_host_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -68,7 +68,11 @@ static void check_text_seeds(const char *text, int nseeds)
 			moe_tensor *jit[32] = {0}, *cc[32] = {0};
 			assert_true(no <= 32);
 			moe_host_stats st;
-			moe_status s1 = moe_host_run(ctx, g, bind, MOE_HOST_LLVM, 1, jit, &st);
+			moe_host_opts ho; /* portable kernels: bitwise the interpreter's sums (docs/abi.md) */
+			moe_host_opts_init(&ho);
+			ho.portable = 1;
+			ho.no_cache = 1;
+			moe_status s1 = moe_host_run_opts(ctx, g, bind, &ho, jit, &st);
 			print_diags(ctx);
 			assert_int_equal(s1, MOE_OK);
 			moe_status s2 = moe_host_run(ctx, g, bind, MOE_HOST_C, 1, cc, NULL);
