@@ -152,11 +152,11 @@ def rejections(moec, fixtures, tmp):
         st[blk] = (dt, list(a.shape), a.tobytes())
     d = broken("mxfp4_gpt_oss", fixtures, tmp, edit_st=shorten)
     failed += expect_reject("U8 blocks of the wrong length", run_cmd(d), out, [blk, "15"])
-    # 5. safetensors F4 (packed E2M1): an odd element count does not fill whole bytes
+    # 4. safetensors F4 (packed E2M1): an odd element count does not fill whole bytes
     d = broken("qwen3_moe", fixtures, tmp, edit_st=lambda st: st.__setitem__("extra.f4", ("F4", [3], b"\0\0")))
     failed += expect_reject("F4 tensor of an odd element count", run_cmd(d), out,
                             ["tensor 'extra.f4': 3 F4 elements do not fill whole bytes"])
-    # 6. a quant_method moec does not read: import-hf says so and writes nothing
+    # 5. a quant_method moec does not read: import-hf says so and writes nothing
     d = broken("qwen3_moe", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(
         "quant_method", "awq"))
     failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
