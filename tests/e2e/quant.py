@@ -8,7 +8,8 @@ gpt_oss written by make_quant.py there), and the saved inputs of T = 1 and 64:
     moec run layer.moe --weights model.safetensors --input x.npy -o y.npy   (host, LLVM)
 and require max|y - y_ref| <= 1e-5 x max|y_ref| (y_ref: the float layer on the dequantized
 weights, computed without moec). At T=1 the C engine must give the same bytes as LLVM, and
-(qwen3_moe) a second LLVM run too.
+(qwen3_moe) a second LLVM run too. With the bf16 compute type (block FP8 and MXFP4) the
+result stays within 2e-2 x max|y|.
 
 The quantized block-FP8 qwen3_moe and int4 deepseek_v3 layers give the same bits as the
 unquantized layer (import-hf --ignore-quantization) run on weights dequantized here in numpy.
@@ -93,6 +94,24 @@ def numeric(moec, fixtures, tmp):
                   % ("ok" if ok and same else "FAIL", fam, T, err / scale, TOL,
                      "" if same else "; runs or engines differ"))
             failed += not (ok and same)
+    return failed
+
+
+def bf16(moec, fixtures, tmp):
+    """The bf16 compute type (dequant to bf16, as HF loads these checkpoints) stays within
+    2e-2 x max|y| of the f32 reference, the bf16 tolerance of hf_fixtures.py."""
+    failed = 0
+    for fam in ("qwen3_moe", "mxfp4_gpt_oss"):
+        d = os.path.join(fixtures, fam)
+        moe, y = os.path.join(tmp, "b.moe"), os.path.join(tmp, "yb.npy")
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "64", "--set", "dtype=bf16", "-o", moe])
+        run([moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"), "--input",
+             os.path.join(d, "x_float32_T64.npy"), "-o", y])
+        ref = np.load(os.path.join(d, "y_float32_T64.npy"))
+        err = float(np.max(np.abs(np.load(y).astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
+        print("%-4s %-18s T=64 bf16 compute: max|err| = %.2e x max|y| (tolerance 2e-02)"
+              % ("ok" if err <= 2e-2 else "FAIL", fam, err))
+        failed += err > 2e-2
     return failed
 
 
@@ -301,7 +320,7 @@ def main():
     moec, fixtures = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         failed = codes(moec, tmp) + exact(moec, fixtures, tmp) + numeric(moec, fixtures, tmp) + \
-            rejections(moec, fixtures, tmp)
+            bf16(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
 
