@@ -1492,6 +1492,11 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 				"the host backend does not lower '%s': run the host pipeline first (lower-topk, blockwise-dispatch)",
 				ir_ops[n->op].name);
 			bad = true;
+		} else if (sc_composite((moe_op)n->op)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
+				"the host backend does not lower the composite op '%s': run canonicalize first (ir/scalar.h)",
+				ir_ops[n->op].name);
+			bad = true;
 		} else if (!supported_dtype((moe_dtype)n->dtype)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "the host backend does not support type %s yet",
 				moe_dtype_name((moe_dtype)n->dtype));

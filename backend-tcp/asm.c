@@ -101,8 +101,8 @@ static void print_insn(sb *b, const tcp_insn *in)
 		sbf(b, "]");
 	}
 	if (in->flags)
-		sbf(b, " flags=%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
-			in->flags & TCP_F_XSLICE ? "xslice," : "");
+		sbf(b, " flags=%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
+			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? "join," : "");
 	if (in->vreg >= 0)
 		sbf(b, " valid=r%d", in->vreg);
 	if (in->tile)
@@ -398,6 +398,8 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_ACC;
 				else if (lit(&s, "xslice,"))
 					in.flags |= TCP_F_XSLICE;
+				else if (lit(&s, "join,"))
+					in.flags |= TCP_F_JOIN;
 				else {
 					ok = false;
 					break;

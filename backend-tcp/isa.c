@@ -324,6 +324,8 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "dimension %d size %lld outside [1, 2^31]", k, (long long)in->dim[k]);
 			return;
 		}
+	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
+		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);

@@ -1487,8 +1487,9 @@ static void lower_region(lw *c)
 		c->v[i] = tview(t, i, &b);
 	}
 	/* loads of one block's inputs into slot `slot` for block `blk` with expert `ex` */
+	/* one DMA command per group: the later copies join the first's descriptors */
 #define LOAD_INPUTS(blk, slot, ex, weights_only, grids_only)                                                     \
-	for (int j = 0; j < nin; j++) {                                                                            \
+	for (int j = 0, first_ = 1; j < nin; j++) {                                                                \
 		if ((ins[j].weight && (grids_only)) || (!ins[j].weight && (weights_only)))                             \
 			continue;                                                                                      \
 		val *sv = &c->v[ins[j].src];                                                                       \
@@ -1497,6 +1498,9 @@ static void lower_region(lw *c)
 		else                                                                                               \
 			dma_copy(c, ins[j].buf, 0, slot, ins[j].n, sv->t, sv->base, ins[j].weight ? ex : blk, ins[j].n, \
 				ins[j].n);                                                                         \
+		if (!first_)                                                                                       \
+			c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;                                               \
+		first_ = 0;                                                                                        \
 	}
 	for (int j = 0; j < nin; j++) {
 		if (ins[j].gather != MOE_NONE)
@@ -1971,6 +1975,12 @@ static void plan_fusions(lw *c)
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++)
+		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
+			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
+				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
+			return NULL;
+		}
 	lw c = {0};
 	c.ctx = ctx;
 	c.g = g;

@@ -81,6 +81,25 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 	return false;
 }
 
+/* Under uniform routing an expert's token count n is Binomial(T, K/E): the
+ * expected number of experts hit, E P(n > 0), and of blocks, E E[ceil(n/B)]
+ * (the mass within 10 standard deviations of the mean). */
+static void expected_blocks(const layer_dims *d, int64_t B, double *hit, double *nb)
+{
+	double T = (double)d->T, p = (double)d->K / (double)d->E, mu = T * p, sd = sqrt(T * p * (1 - p));
+	int64_t lo = (int64_t)fmax(0, floor(mu - 10 * sd - 1)), hi = (int64_t)fmin(T, ceil(mu + 10 * sd + 1));
+	double h = 0, b = 0;
+	for (int64_t n = lo; n <= hi; n++) {
+		double lp = lgamma(T + 1) - lgamma((double)n + 1) - lgamma(T - (double)n + 1) +
+			    (double)n * log(p) + (T - (double)n) * log1p(-p);
+		double pr = p >= 1 ? (n == d->T) : exp(lp);
+		h += n > 0 ? pr : 0;
+		b += pr * (double)((n + B - 1) / B);
+	}
+	*hit = (double)d->E * h;
+	*nb = (double)d->E * b;
+}
+
 /* Cycles of one DMA of `bytes` with one HBM side (docs/tcp-isa.md 10). */
 static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
 {
@@ -101,8 +120,8 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 {
 	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt),
 	       we = (double)moe_dtype_size((moe_dtype)d->wdt);
-	double hit = (double)d->E * (1 - pow(1 - (double)d->K / (double)d->E, (double)d->T));
-	double per = (double)d->T * (double)d->K / hit, nb = hit * ceil(per / (double)B);
+	double hit = 0, nb = 0;
+	expected_blocks(d, B, &hit, &nb);
 	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
 	int64_t c1 = 0, c2 = 0;
 	cplan p1 = tcp_plan_contract(m, B, d->F, d->D, d->wdt, &c1), p2 = tcp_plan_contract(m, B, d->D, d->F, d->wdt, &c2);
@@ -130,7 +149,7 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	return loop + (double)(gm > nb ? gm - (int64_t)nb : 0) * (double)(2 * m->branch_cycles + m->scalar_cycles);
 }
 
-static const int64_t auto_blocks[] = {8, 16, 32, 64, 128, 256};
+static const int64_t auto_blocks[] = {8, 16, 32, 48, 64, 96, 128, 192, 256};
 
 int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, double *predicted_s)
 {
@@ -147,7 +166,7 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	double bt = 0;
 	for (size_t i = 0; i < sizeof auto_blocks / sizeof *auto_blocks; i++) {
 		int64_t B = auto_blocks[i];
-		if (B > 8 && B / 2 >= d.T * d.K)
+		if (B > 8 && B / 2 >= d.T * d.K / d.E + 1 && B / 2 >= 8)
 			break; /* no block holds more rows than all routed pairs */
 		double t = predict_loop(m, &d, B);
 		if (best == 0 || t < bt) {

@@ -51,6 +51,7 @@ typedef struct sim {
 	haz *hz;
 	int64_t reg[TCP_NREG];
 	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
+	int64_t dma_start; /* when the last DMA command started (a joined one sets up beside it) */
 	moe_tcp_stats *st;
 	tev *ev;
 	size_t nev, evcap;
@@ -267,8 +268,12 @@ static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
 static void schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t dur_sub_busy)
 {
 	int ctx = tcp_op_ctx[s->p->code[pc].op];
+	/* a joined DMA sets up beside the command it joins: only its transfer
+	 * (and issue) follows that command's end */
+	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN);
+	int64_t prev_end = s->cfree[ctx];
 	s->tc += s->m->scalar_cycles;
-	int64_t start = s->tc > s->cfree[ctx] ? s->tc : s->cfree[ctx];
+	int64_t start = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tc : (join ? s->dma_start : s->cfree[ctx]);
 	for (int i = 0; i < a->n; i++) {
 		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i]);
 		if (w > start)
@@ -278,6 +283,10 @@ static void schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t
 		dur = dur_sub_busy;
 	dur += s->m->issue_cycles;
 	int64_t end = start + dur;
+	if (join && end < prev_end + dur - s->m->dma_setup)
+		end = prev_end + dur - s->m->dma_setup;
+	if (ctx == TCP_CTX_DMA)
+		s->dma_start = start;
 	s->cfree[ctx] = end;
 	for (int i = 0; i < a->n; i++)
 		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end);
@@ -672,12 +681,12 @@ static bool alu(sim *s, uint32_t pc, int op, uint32_t x, uint32_t y, uint32_t *v
 	case TCP_V_FADD: *v = fres(fa + fb); return true;
 	case TCP_V_FSUB: *v = fres(fa - fb); return true;
 	case TCP_V_FMUL: *v = fres(fa * fb); return true;
-	case TCP_V_FEXP: *v = fres((float)exp((double)fa)); return true;
-	case TCP_V_FLOG: *v = fres((float)log((double)fa)); return true;
-	case TCP_V_FSQRT: *v = fres((float)sqrt((double)fa)); return true;
-	case TCP_V_FTANH: *v = fres((float)tanh((double)fa)); return true;
-	case TCP_V_FERF: *v = fres((float)erf((double)fa)); return true;
-	case TCP_V_FSIGM: *v = fres((float)(1.0 / (1.0 + exp(-(double)fa)))); return true;
+	case TCP_V_FEXP: *v = fres(sc_exp(fa)); return true;
+	case TCP_V_FLOG: *v = fres(sc_log(fa)); return true;
+	case TCP_V_FSQRT: *v = fres(sc_sqrt(fa)); return true;
+	case TCP_V_FTANH: *v = fres(sc_tanh(fa)); return true;
+	case TCP_V_FERF: *v = fres(sc_erf(fa)); return true;
+	case TCP_V_FSIGM: *v = fres(sc_sigmoid(fa)); return true;
 	case TCP_V_FNEG: *v = fres(-fa); return true;
 	case TCP_V_FABS: *v = fres(fabsf(fa)); return true;
 	case TCP_V_FDIV: *v = fres(fa / fb); return true;

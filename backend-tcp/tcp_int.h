@@ -152,7 +152,9 @@ typedef struct tcp_view {
 } tcp_view;
 
 enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
-enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4 };
+/* TCP_F_JOIN (DMA): the command is one more descriptor of the preceding DMA
+ * command's list; its setup runs on other engines while that one transfers */
+enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8 };
 
 typedef struct tcp_insn {
 	uint8_t op;

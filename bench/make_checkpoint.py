@@ -3,14 +3,17 @@
 layer of a real model, random weights, for timing runs at real sizes (the
 real weights are not needed to measure speed; the values are N(0, 0.02)).
 
-usage: make_checkpoint.py MODEL OUT.safetensors [--dtype bf16|f32] [--no-experts] [--tokens T X.npy]
+usage: make_checkpoint.py MODEL OUT.safetensors [--dtype bf16|f32] [--no-experts] [--fp8-block]
+                          [--tokens T X.npy]
 
 MODEL is one of qwen3_30b_a3b, olmoe_1b_7b, mixtral_8x7b, deepseek_v3, gpt_oss_20b; the
 names and shapes are those the matching examples/MODEL.moe binds (its `layer` param
 included). --no-experts leaves out the routed experts' weights (the router, its biases
 and DeepSeek's shared experts stay): enough for `moec run --target=tcp --timing-only`,
 whose cycle counts do not depend on expert weight values. The DeepSeek-V3 layer's experts
-alone are 22.5 GB in bf16.
+alone are 22.5 GB in bf16. --fp8-block stores the per-expert projections as block FP8
+(F8_E4M3 `weight` with a float32 `weight_scale_inv` per 128x128 block, as DeepSeek-V3 and
+Qwen3-FP8 publish them; random valid codes, scale 2^-14), for bench/qwen3_30b_a3b_fp8.moe.
 """
 import json
 import struct
@@ -72,12 +75,17 @@ def main():
     model, out = sys.argv[1], sys.argv[2]
     dtype = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "bf16"
     ts = [t for t in tensors(model) if not ("--no-experts" in sys.argv and t[3])]
+    fp8 = "--fp8-block" in sys.argv
+    if fp8:  # a scale grid after every per-expert projection
+        ts = [u for t in ts for u in ([(t[0], t[1], "f8", True), (t[0] + "_scale_inv", (
+            -(-t[1][0] // 128), -(-t[1][1] // 128)), "f32", True)] if t[3] and t[0].endswith(".weight") else [t])]
     rng = np.random.default_rng(0)
     header, off = {}, 0
     for name, shape, forced, _ in ts:
         dt = forced or dtype
-        n = int(np.prod(shape)) * (2 if dt == "bf16" else 4)
-        header[name] = {"dtype": "BF16" if dt == "bf16" else "F32", "shape": list(shape), "data_offsets": [off, off + n]}
+        n = int(np.prod(shape)) * {"bf16": 2, "f8": 1}.get(dt, 4)
+        header[name] = {"dtype": {"bf16": "BF16", "f8": "F8_E4M3"}.get(dt, "F32"), "shape": list(shape),
+                        "data_offsets": [off, off + n]}
         off += n
     h = json.dumps(header).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
@@ -85,6 +93,13 @@ def main():
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
         for name, shape, forced, _ in ts:
+            if forced == "f8":  # E4M3 codes without the NaN ones (S.1111.111)
+                f.write(rng.integers(0, 255, size=shape, dtype=np.uint8).clip(0, 0xFE).tobytes().replace(
+                    b"\x7f", b"\x7e"))
+                continue
+            if name.endswith("_scale_inv"):
+                f.write(np.full(shape, 2.0 ** -14, dtype=np.float32).tobytes())
+                continue
             a = rng.standard_normal(shape, dtype=np.float32) * 0.02
             f.write(bf16_bits(a).tobytes() if (forced or dtype) == "bf16" else a.tobytes())
     if "--tokens" in sys.argv:

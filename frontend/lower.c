@@ -462,51 +462,6 @@ static bool split_args(lower *L, const fe_expr *e, callargs *c)
 
 /* Attributes each op family takes: key and kind (i int, n number, s string,
  * t type name, l integer list). */
-typedef struct attrspec {
-	const char *key;
-	char kind;
-} attrspec;
-
-static const attrspec *attrs_of(moe_op op)
-{
-	static const attrspec none[] = {{NULL, 0}};
-	static const attrspec reduce[] = {{"axis", 'i'}, {"keepdims", 'i'}, {NULL, 0}};
-	static const attrspec axis[] = {{"axis", 'i'}, {NULL, 0}};
-	static const attrspec cumsum[] = {{"axis", 'i'}, {"exclusive", 'i'}, {NULL, 0}};
-	static const attrspec einsum[] = {{"eq", 's'}, {NULL, 0}};
-	static const attrspec topk[] = {{"k", 'i'}, {NULL, 0}};
-	static const attrspec onehot[] = {{"n", 'i'}, {NULL, 0}};
-	static const attrspec filter[] = {{"fill", 'n'}, {NULL, 0}};
-	static const attrspec scatter[] = {{"mode", 's'}, {NULL, 0}};
-	static const attrspec shape[] = {{"shape", 'l'}, {NULL, 0}};
-	static const attrspec slice[] = {{"axis", 'i'}, {"start", 'i'}, {"stop", 'i'}, {"step", 'i'}, {NULL, 0}};
-	static const attrspec cast[] = {{"to", 't'}, {NULL, 0}};
-	static const attrspec experts[] = {{"act", 's'}, {"block", 'i'}, {"weight_on", 's'}, {"alpha", 'n'},
-		{"limit", 'n'}, {NULL, 0}};
-	static const attrspec dequant[] = {{"format", 's'}, {"block", 'l'}, {"k", 'i'}, {"to", 't'}, {NULL, 0}};
-	switch (ir_ops[op].rule) {
-	case SHAPE_REDUCE: return reduce;
-	case SHAPE_SOFTMAX:
-	case SHAPE_GATHER:
-	case SHAPE_TAKE_ALONG:
-	case SHAPE_CONCAT: return axis;
-	case SHAPE_CUMSUM: return cumsum;
-	case SHAPE_EINSUM: return einsum;
-	case SHAPE_TOPK: return topk;
-	case SHAPE_ONE_HOT: return onehot;
-	case SHAPE_FILTER: return filter;
-	case SHAPE_SCATTER: return scatter;
-	case SHAPE_RESHAPE:
-	case SHAPE_BROADCAST: return shape;
-	case SHAPE_SLICE: return slice;
-	case SHAPE_CAST:
-	case SHAPE_BITCAST: return cast;
-	case SHAPE_EXPERTS: return experts;
-	case SHAPE_DEQUANT: return dequant;
-	default: return none;
-	}
-}
-
 static bool eval_ints(lower *L, const fe_expr *list, int64_t *v, int *n)
 {
 	if (list->kind != FE_E_LIST) {
@@ -524,62 +479,58 @@ static bool eval_ints(lower *L, const fe_expr *list, int64_t *v, int *n)
 	return ok;
 }
 
-/* Sets attribute key = value on node id, checked against the op's spec. */
+/* Sets attribute key = value on node id, checked against the op's
+ * attribute set in moec/ops.def (ir_attr_check). */
 static bool set_attr(lower *L, moe_id id, moe_op op, const char *key, const fe_expr *v, fe_pos kpos)
 {
-	const attrspec *s = attrs_of(op);
-	while (s->key && strcmp(s->key, key))
-		s++;
-	if (!s->key) {
-		ERR(L, kpos, "'%s' has no attribute '%s'", moe_op_name(op), key);
+	const ir_attrspec *s = ir_attr_spec(op, key);
+	if (!s || !strcmp(key, "*")) {
+		if (ir_attr_check(L->ctx, op, &(ir_attr){.key = key}, at(L, kpos)))
+			ERR(L, kpos, "'%s' takes no attribute '%s' here", moe_op_name(op), key); /* an open leaf */
 		return false;
 	}
-	switch (s->kind) {
-	case 's':
-		if (v->kind != FE_E_STR) {
-			ERR(L, v->pos, "attribute '%s' of '%s' must be a string", key, moe_op_name(op));
+	ir_attr a = {.key = key, .kind = MOE_ATTR_STR};
+	int64_t xs[MOE_MAX_RANK];
+	switch (s->type) {
+	case IR_AT_STR:
+		a.v.s = v->kind == FE_E_STR ? v->s : NULL;
+		break;
+	case IR_AT_TYPE:
+		a.v.s = v->kind == FE_E_STR || (v->kind == FE_E_NAME && !lookup(L, v->s)) ? v->s : NULL;
+		if (a.v.s && !strcmp(a.v.s, "dtype")) /* the layer's compute type */
+			a.v.s = moe_dtype_name(L->dtype);
+		break;
+	case IR_AT_INTS:
+		if (!eval_ints(L, v, xs, &a.count))
 			return false;
-		}
-		moe_node_set_str(L->g, id, key, v->s);
-		return true;
-	case 't': {
-		const char *t = v->kind == FE_E_STR || (v->kind == FE_E_NAME && !lookup(L, v->s)) ? v->s : NULL;
-		if (t && !strcmp(t, "dtype")) /* the layer's compute type */
-			t = moe_dtype_name(L->dtype);
-		if (!t || moe_dtype_from_name(t) < 0) {
-			ERR(L, v->pos, "attribute '%s' of '%s' must be a type name (f32, bf16, i32, bool)", key,
-				moe_op_name(op));
-			return false;
-		}
-		moe_node_set_str(L->g, id, key, t);
-		return true;
-	}
-	case 'l': {
-		int64_t xs[MOE_MAX_RANK];
-		int n;
-		if (!eval_ints(L, v, xs, &n))
-			return false;
-		moe_node_set_ints(L->g, id, key, xs, n);
-		return true;
-	}
-	default: {
+		a.kind = MOE_ATTR_INTS;
+		a.v.ints = xs;
+		break;
+	case IR_AT_INT:
+	case IR_AT_NUM: {
 		cval c;
 		if (!ceval(L, v, &c))
 			return false;
-		if (s->kind == 'i') {
-			if (c.isf) {
-				ERR(L, v->pos, "attribute '%s' of '%s' must be an integer, got %g", key, moe_op_name(op), c.f);
-				return false;
-			}
-			moe_node_set_int(L->g, id, key, c.i);
-		} else if (c.isf) {
-			moe_node_set_float(L->g, id, key, c.f);
-		} else {
-			moe_node_set_int(L->g, id, key, c.i);
+		if (s->type == IR_AT_INT && c.isf) {
+			ERR(L, v->pos, "attribute '%s' of '%s' must be an integer, got %g", key, moe_op_name(op), c.f);
+			return false;
 		}
-		return true;
+		a.kind = c.isf ? MOE_ATTR_FLOAT : MOE_ATTR_INT;
+		if (c.isf)
+			a.v.f = c.f;
+		else
+			a.v.i = c.i;
+		break;
 	}
 	}
+	if (a.kind == MOE_ATTR_STR && !a.v.s) {
+		a.v.s = ""; /* not a string or a type name: ir_attr_check names the kind */
+		a.kind = MOE_ATTR_INT;
+	}
+	if (!ir_attr_check(L->ctx, op, &a, at(L, v->pos)))
+		return false;
+	ir_attr_set(L->g, N(L->g, id), &a);
+	return true;
 }
 
 static bool want_args(lower *L, const fe_expr *e, const callargs *c, int n, bool kw_ok)

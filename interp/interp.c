@@ -64,13 +64,13 @@ static float rnd_double(int t, double d)
 
 static int32_t i32_wrap(uint32_t u)
 {
-	return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 2147483648u) + INT32_MIN;
+	return sc_wrap(u);
 }
 
 /* ---- float semantics shared with `experts` ---- */
 static float f_sigmoid(float x)
 {
-	return (float)(1.0 / (1.0 + exp(-(double)x)));
+	return sc_sigmoid(x);
 }
 
 /* ---- diagnostics ---- */
@@ -228,83 +228,12 @@ static moe_status ev_iota(interp *ip, val *out)
 	return MOE_OK;
 }
 
-/* ---- elementwise ---- */
-static float f_unary(moe_op op, float x)
+/* ---- elementwise: ir/scalar.h defines each op on one element ---- */
+static sc_ires int_binary(moe_op op, int32_t a, int32_t b, int32_t *r)
 {
-	switch (op) {
-	case MOE_OP_NEG: return -x;
-	case MOE_OP_ABS: return fabsf(x);
-	case MOE_OP_EXP: return (float)exp((double)x);
-	case MOE_OP_LOG: return (float)log((double)x);
-	case MOE_OP_SQRT: return (float)sqrt((double)x);
-	case MOE_OP_RSQRT: return (float)(1.0 / sqrt((double)x));
-	case MOE_OP_TANH: return (float)tanh((double)x);
-	case MOE_OP_ERF: return (float)erf((double)x);
-	case MOE_OP_SIGMOID: return f_sigmoid(x);
-	default: IR_ASSERT(!"not a float unary op"); return 0;
-	}
-}
-
-static int32_t i_unary(moe_op op, int dtype, int32_t x)
-{
-	switch (op) {
-	case MOE_OP_NEG: return i32_wrap(0u - (uint32_t)x);
-	case MOE_OP_ABS: return x < 0 ? i32_wrap(0u - (uint32_t)x) : x;
-	case MOE_OP_NOT: return dtype == MOE_BOOL ? !x : ~x;
-	default: IR_ASSERT(!"not an integer unary op"); return 0;
-	}
-}
-
-/* Float binary op; comparisons return 0/1 in *cmp. */
-static float f_binary(moe_op op, float a, float b, int32_t *cmp)
-{
-	switch (op) {
-	case MOE_OP_ADD: return a + b;
-	case MOE_OP_SUB: return a - b;
-	case MOE_OP_MUL: return a * b;
-	case MOE_OP_DIV: return a / b;
-	case MOE_OP_MIN: return sc_fmin(a, b);
-	case MOE_OP_MAX: return sc_fmax(a, b);
-	case MOE_OP_EQ: *cmp = a == b; return 0;
-	case MOE_OP_NE: *cmp = a != b; return 0;
-	case MOE_OP_LT: *cmp = a < b; return 0;
-	case MOE_OP_LE: *cmp = a <= b; return 0;
-	case MOE_OP_GT: *cmp = a > b; return 0;
-	case MOE_OP_GE: *cmp = a >= b; return 0;
-	default: IR_ASSERT(!"not a float binary op"); return 0;
-	}
-}
-
-/* Integer binary op; false on a division by zero. */
-static bool i_binary(moe_op op, int32_t a, int32_t b, int32_t *r)
-{
-	uint32_t ua = (uint32_t)a, ub = (uint32_t)b, s = ub & 31u;
-	switch (op) {
-	case MOE_OP_ADD: *r = i32_wrap(ua + ub); break;
-	case MOE_OP_SUB: *r = i32_wrap(ua - ub); break;
-	case MOE_OP_MUL: *r = i32_wrap(ua * ub); break;
-	case MOE_OP_DIV:
-		if (b == 0)
-			return false;
-		*r = a == INT32_MIN && b == -1 ? INT32_MIN : a / b;
-		break;
-	case MOE_OP_MIN: *r = a < b ? a : b; break;
-	case MOE_OP_MAX: *r = a > b ? a : b; break;
-	case MOE_OP_AND: *r = a & b; break;
-	case MOE_OP_OR: *r = a | b; break;
-	case MOE_OP_XOR: *r = a ^ b; break;
-	case MOE_OP_SHL: *r = i32_wrap(ua << s); break;
-	case MOE_OP_SHR: *r = i32_wrap(ua >> s); break;
-	case MOE_OP_SAR: *r = a >= 0 ? (int32_t)(ua >> s) : ~(int32_t)(~ua >> s); break;
-	case MOE_OP_EQ: *r = a == b; break;
-	case MOE_OP_NE: *r = a != b; break;
-	case MOE_OP_LT: *r = a < b; break;
-	case MOE_OP_LE: *r = a <= b; break;
-	case MOE_OP_GT: *r = a > b; break;
-	case MOE_OP_GE: *r = a >= b; break;
-	default: IR_ASSERT(!"not an integer binary op"); return true;
-	}
-	return true;
+	sc_ires res = sc_binary_i(op, a, b, r);
+	IR_ASSERT(res != SC_NOT_OP);
+	return res;
 }
 
 /* unary and binary ops (broadcasting), select */
@@ -320,6 +249,7 @@ static moe_status ev_elem(interp *ip, val *out)
 		av[j] = arg_val(ip, j);
 	}
 	bool fin = is_f(an[na - 1]->dtype);
+	const sc_composite_def *comp = sc_composite(op);
 	int64_t idx[MOE_MAX_RANK] = {0};
 	for (int64_t o = 0; o < out->n; o++, next_index(idx, n->shape, n->rank)) {
 		if (!computed(ip, idx))
@@ -333,18 +263,26 @@ static moe_status ev_elem(interp *ip, val *out)
 				out->f[o] = av[sel]->f[off[sel]];
 			else
 				out->i[o] = av[sel]->i[off[sel]];
+		} else if (comp) {
+			float xs[3] = {0};
+			for (uint32_t j = 0; j < na; j++)
+				xs[j] = av[j]->f[off[j]];
+			out->f[o] = sc_composite_eval(comp, xs, rnd, n->dtype);
 		} else if (na == 1 && fin) {
-			out->f[o] = rnd(n->dtype, f_unary(op, av[0]->f[off[0]]));
+			float r = 0;
+			IR_ASSERT(sc_unary_f(op, av[0]->f[off[0]], &r));
+			out->f[o] = rnd(n->dtype, r);
 		} else if (na == 1) {
-			out->i[o] = i_unary(op, an[0]->dtype, av[0]->i[off[0]]);
+			IR_ASSERT(sc_unary_i(op, (moe_dtype)an[0]->dtype, av[0]->i[off[0]], &out->i[o]));
 		} else if (fin) {
 			int32_t cmp = 0;
-			float r = f_binary(op, av[0]->f[off[0]], av[1]->f[off[1]], &cmp);
+			float r = 0;
+			IR_ASSERT(sc_binary_f(op, av[0]->f[off[0]], av[1]->f[off[1]], &r, &cmp));
 			if (out->f)
 				out->f[o] = rnd(n->dtype, r);
 			else
 				out->i[o] = cmp;
-		} else if (!i_binary(op, av[0]->i[off[0]], av[1]->i[off[1]], &out->i[o])) {
+		} else if (int_binary(op, av[0]->i[off[0]], av[1]->i[off[1]], &out->i[o]) == SC_DIV0) {
 			char at[128];
 			fmt_index(at, sizeof at, idx, n->rank);
 			return fault(ip, "integer division by zero at %s", at);
@@ -793,19 +731,18 @@ static moe_status ev_broadcast(interp *ip, val *out)
 }
 
 /* ---- experts: token-centric MoE FFN ---- */
-enum { ACT_SWIGLU, ACT_GEGLU, ACT_GEGLU_TANH, ACT_GPT_OSS, ACT_NONE };
 
 /* h(g, u) in f32, as the sequence of f32 ops given in docs/ir.md; the caller
  * rounds the result to the node dtype once. */
 static float activation(int act, float g, float u, float alpha, float limit)
 {
 	switch (act) {
-	case ACT_SWIGLU: {
+	case IR_ACT_SWIGLU: {
 		float s = f_sigmoid(g);
 		float a = g * s;
 		return a * u;
 	}
-	case ACT_GEGLU: {
+	case IR_ACT_GEGLU: {
 		float half = g * 0.5f;
 		float z = g * 0.70710678118654752f; /* 1/sqrt(2) */
 		float t = (float)erf((double)z);
@@ -813,7 +750,7 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		float a = half * one;
 		return a * u;
 	}
-	case ACT_GEGLU_TANH: {
+	case IR_ACT_GEGLU_TANH: {
 		float g2 = g * g;
 		float g3 = g2 * g;
 		float c = 0.044715f * g3;
@@ -825,7 +762,7 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		float a = half * one;
 		return a * u;
 	}
-	case ACT_GPT_OSS: {
+	case IR_ACT_GPT_OSS: {
 		float gc = sc_fmin(g, limit);
 		float uc = sc_fmax(sc_fmin(u, limit), -limit);
 		float z = gc * alpha;
@@ -870,12 +807,7 @@ static moe_status ev_experts(interp *ip, val *out)
 	const int32_t *idx = arg_val(ip, EXP_IDX)->i;
 	const float *gate = opt_f(ip, EXP_GATE), *up = opt_f(ip, EXP_UP), *down = opt_f(ip, EXP_DOWN);
 	const float *bg = opt_f(ip, EXP_B_GATE), *bu = opt_f(ip, EXP_B_UP), *bd = opt_f(ip, EXP_B_DOWN);
-	static const char *const names[] = {"swiglu", "geglu", "geglu_tanh", "gpt_oss", "none"};
-	const char *an = ir_attr_str(n, "act", "swiglu");
-	int act = ACT_NONE;
-	for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
-		if (!strcmp(an, names[i]))
-			act = i;
+	ir_act act = ir_node_act(n);
 	float alpha = (float)ir_attr_float(n, "alpha", 1.702), limit = (float)ir_attr_float(n, "limit", 7.0);
 	bool on_input = !strcmp(ir_attr_str(n, "weight_on", "output"), "input");
 

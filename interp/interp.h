@@ -16,7 +16,7 @@
 /* Bindings for every input and weight node of g, named as the interpreter
  * looks them up, deterministic in seed:
  *   floats: approximately N(0, 1) (sum of uniforms), rounded to the dtype;
- *   bool:   0 or 1;
+ *   bool:   0 or 1; f8e4m3, u8 (quantized weight bytes): any byte;
  *   i32:    an input used directly as the `idx` of `experts` gets, per row,
  *           distinct experts in [0, E); one used as an index operand (gather,
  *           take_along, scatter) or as a `valid` mask gets values in range for

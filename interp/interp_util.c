@@ -110,6 +110,11 @@ static moe_tensor *random_tensor(moe_ctx *ctx, const moe_graph *g, moe_id id, ui
 		for (int64_t i = 0; i < cnt; i++)
 			((unsigned char *)t->data)[i] = (unsigned char)(rng_next(&s) & 1);
 		break;
+	case MOE_F8E4M3: /* raw bytes of a quantized weight: every code (NaN codes too) */
+	case MOE_U8:
+		for (int64_t i = 0; i < cnt; i++)
+			((unsigned char *)t->data)[i] = (unsigned char)rng_next(&s);
+		break;
 	case MOE_I32: {
 		irange r = leaf_range(g, id);
 		int32_t *p = t->data;

@@ -4,11 +4,11 @@
 #include "ir/ir.h"
 
 const ir_opinfo ir_ops[MOE_OP_COUNT] = {
-#define OP(id, name, mn, mx, rule, flags) [MOE_OP_##id] = {name, mn, mx, SHAPE_##rule, flags},
+#define OP(id, name, mn, mx, rule, flags, attrs) [MOE_OP_##id] = {name, mn, mx, SHAPE_##rule, flags},
 #include "moec/ops.def"
 #undef OP
 };
-#define OP(id, name, mn, mx, rule, flags) +1
+#define OP(id, name, mn, mx, rule, flags, attrs) +1
 _Static_assert(0
 #include "moec/ops.def"
 	== MOE_OP_COUNT, "op table and enum disagree");

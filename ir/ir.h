@@ -36,6 +36,27 @@ typedef struct ir_opinfo {
 } ir_opinfo;
 extern const ir_opinfo ir_ops[MOE_OP_COUNT];
 
+/* ---- attribute schema (ATTRS rows of moec/ops.def; ir/attrs.c) ---- */
+typedef enum ir_attr_type { IR_AT_INT, IR_AT_NUM, IR_AT_STR, IR_AT_TYPE, IR_AT_INTS } ir_attr_type;
+typedef struct ir_attrspec {
+	const char *key; /* NULL ends a set */
+	ir_attr_type type;
+	bool required;
+	int64_t idef;              /* IR_AT_INT default */
+	double fdef;               /* IR_AT_NUM default */
+	const char *sdef;          /* IR_AT_STR default (NULL: none) */
+	const char *const *names;  /* IR_AT_STR: the allowed values, NULL-terminated; NULL: any */
+} ir_attrspec;
+const ir_attrspec *ir_op_attrs(moe_op op);                    /* the op's set, NULL-key terminated */
+const ir_attrspec *ir_attr_spec(moe_op op, const char *key);  /* NULL if the op has no such key */
+int ir_name_index(const char *const *names, const char *s);   /* -1 if absent */
+
+/* Activations of `experts` (attribute act): one enum, one name table. */
+typedef enum ir_act { IR_ACT_SWIGLU, IR_ACT_GEGLU, IR_ACT_GEGLU_TANH, IR_ACT_GPT_OSS, IR_ACT_NONE, IR_ACT_COUNT } ir_act;
+extern const char *const ir_act_names[IR_ACT_COUNT + 1]; /* NULL-terminated */
+extern const char *const ir_scatter_modes[];             /* scatter mode: set, add */
+extern const char *const ir_weight_on_names[];           /* experts weight_on: output, input */
+
 /* Operand slots of `experts` (absent optional slots hold MOE_NONE). */
 enum { EXP_X, EXP_IDX, EXP_W, EXP_GATE, EXP_UP, EXP_DOWN, EXP_B_GATE, EXP_B_UP, EXP_B_DOWN, EXP_NSLOTS };
 extern const char *const ir_experts_slot_names[EXP_NSLOTS];
@@ -121,6 +142,11 @@ int64_t ir_attr_int(const ir_node *n, const char *key, int64_t def);
 double ir_attr_float(const ir_node *n, const char *key, double def);
 const char *ir_attr_str(const ir_node *n, const char *key, const char *def);
 int ir_attr_ints(const ir_node *n, const char *key, const int64_t **out); /* count or -1 */
+/* Checks attribute a of an op against the op's set (known key, kind, allowed
+ * value); false with an error at loc otherwise. */
+bool ir_attr_check(moe_ctx *ctx, moe_op op, const ir_attr *a, moe_loc loc);
+bool ir_node_attrs_check(moe_ctx *ctx, const ir_node *n); /* every attribute, at the node's loc */
+ir_act ir_node_act(const ir_node *n); /* IR_ACT_COUNT for an unknown name */
 void ir_attr_set(moe_graph *g, ir_node *n, const ir_attr *a); /* copies strings/lists */
 void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v);
 int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def);

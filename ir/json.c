@@ -143,6 +143,8 @@ char *moe_module_to_json(const moe_module *m)
 typedef struct jr {
 	moe_ctx *ctx;
 	const char *file; /* interned */
+	const char *text; /* the document, for the line and column of a path */
+	size_t len;
 	char path[512];   /* JSON path of the value being read */
 	size_t plen;
 	moe_id *args;
@@ -150,6 +152,115 @@ typedef struct jr {
 	int64_t *ints;
 	uint32_t intcap;
 } jr;
+
+/* ---- where a JSON path is in the text (cJSON keeps no positions) ---- */
+static const char *jws(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* Past the string or value starting at p (p < e). */
+static const char *jskip_str(const char *p, const char *e)
+{
+	for (p++; p < e && *p != '"'; p++)
+		if (*p == '\\')
+			p++;
+	return p < e ? p + 1 : e;
+}
+
+static const char *jskip(const char *p, const char *e)
+{
+	if (*p == '"')
+		return jskip_str(p, e);
+	int depth = 0;
+	for (; p < e; p++) {
+		if (*p == '"') {
+			p = jskip_str(p, e) - 1;
+		} else if (*p == '{' || *p == '[') {
+			depth++;
+		} else if (*p == '}' || *p == ']') {
+			if (depth-- == 0)
+				return p;
+			if (depth == 0)
+				return p + 1;
+		} else if (depth == 0 && (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) {
+			return p;
+		}
+	}
+	return e;
+}
+
+/* In the object or array at p, the key (its opening quote) or element i. */
+static const char *jchild(const char *p, const char *e, const char *key, size_t klen, long idx)
+{
+	if (p >= e || *p != (key ? '{' : '['))
+		return NULL;
+	p++;
+	for (long i = 0;; i++) {
+		p = jws(p, e);
+		if (p >= e || *p == '}' || *p == ']')
+			return NULL;
+		if (key) {
+			const char *k = p;
+			if (*p != '"')
+				return NULL;
+			p = jskip_str(p, e);
+			if ((size_t)(p - k) == klen + 2 && !memcmp(k + 1, key, klen))
+				return k;
+			p = jws(p, e);
+			if (p >= e || *p != ':')
+				return NULL;
+			p = jws(p + 1, e);
+		} else if (i == idx) {
+			return p;
+		}
+		if (p >= e)
+			return NULL;
+		p = jws(jskip(p, e), e);
+		if (p >= e || *p != ',')
+			return NULL;
+		p++;
+	}
+}
+
+/* The position of r->path in the text: a key's opening quote or an element. */
+static const char *jfind(const jr *r)
+{
+	const char *e = r->text + r->len, *p = jws(r->text, e), *at = p;
+	const char *s = r->path;
+	while (*s && p && p < e) {
+		if (*s == '.')
+			s++;
+		if (*s == '[') {
+			char *end;
+			long i = strtol(s + 1, &end, 10);
+			s = *end == ']' ? end + 1 : end;
+			p = at = jchild(p, e, NULL, 0, i);
+		} else {
+			size_t n = strcspn(s, ".[");
+			at = jchild(p, e, s, n, 0);
+			s += n;
+			p = at ? jws(jskip_str(at, e), e) : NULL;
+			p = p && p < e && *p == ':' ? jws(p + 1, e) : NULL;
+		}
+	}
+	return *s || !at ? NULL : at;
+}
+
+/* file:line:col of the value at r->path, or the whole file when not found. */
+static moe_loc jloc(const jr *r)
+{
+	const char *at = r->plen && r->text ? jfind(r) : NULL;
+	if (!at)
+		return moe_loc_file(r->ctx, r->file);
+	int line = 1, col = 1;
+	for (const char *p = r->text; p < at; p++, col++)
+		if (*p == '\n')
+			line++, col = 0;
+	return moe_loc_at(r->ctx, r->file, line, col);
+}
 
 static void jerr(jr *r, const char *fmt, ...) MOE_PRINTF(2, 3);
 
@@ -160,8 +271,7 @@ static void jerr(jr *r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	moe_diag(r->ctx, MOE_DIAG_ERROR, moe_loc_file(r->ctx, r->file), "%s: %s", r->plen ? r->path : "(document)",
-		msg);
+	moe_diag(r->ctx, MOE_DIAG_ERROR, jloc(r), "%s: %s", r->plen ? r->path : "(document)", msg);
 }
 
 /* Path segments: push returns the old length for pop. */
@@ -403,6 +513,8 @@ static bool read_attr(jr *r, moe_graph *g, ir_node *n, const cJSON *c)
 		a.v.ints = r->ints;
 	}
 	pop(r, old);
+	if (ok && n != &g->meta && !ir_attr_check(r->ctx, (moe_op)n->op, &a, jloc(r)))
+		ok = false;
 	if (ok)
 		ir_attr_set(g, n, &a);
 	return ok;
@@ -561,9 +673,9 @@ static bool read_node(jr *r, moe_graph *g, const cJSON *o)
 	/* diagnostics of inference go to the node's source location, or to this
 	 * file when it has none; a note gives the JSON path */
 	if (!loc.file && loc.line <= 0)
-		N(g, id)->loc = moe_loc_file(r->ctx, r->file);
+		N(g, id)->loc = jloc(r);
 	if (ir_read_finish_node(r->ctx, g, id, t, rank, shape) != MOE_OK) {
-		moe_diag(r->ctx, MOE_DIAG_NOTE, moe_loc_file(r->ctx, r->file), "%s: in this node", r->path);
+		moe_diag(r->ctx, MOE_DIAG_NOTE, jloc(r), "%s: in this node", r->path);
 		return false;
 	}
 	N(g, id)->loc = loc;
@@ -705,7 +817,7 @@ moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *te
 	if (!file)
 		file = "<input>";
 	moe_ctx_add_source(ctx, file, text, len);
-	jr r = {.ctx = ctx, .file = ctx_intern(ctx, file)};
+	jr r = {.ctx = ctx, .file = ctx_intern(ctx, file), .text = text, .len = len};
 	const char *end = NULL;
 	cJSON *root = len ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
 	const char *tail = root && end ? end : NULL;

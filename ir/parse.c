@@ -580,6 +580,10 @@ static bool parse_attr_list(rd *r, moe_graph *g, moe_id id)
 			err_at(r, line, col, "duplicate attribute '%s'", a.key);
 			return false;
 		}
+		if (id != MOE_NONE && !ir_attr_check(r->ctx, (moe_op)n->op, &a, moe_loc_at(r->ctx, r->file, line, col))) {
+			r->failed = true;
+			return false;
+		}
 		ir_attr_set(g, n, &a);
 		lex(r); /* past the value: sbuf/ints were copied by ir_attr_set */
 		if (r->failed)

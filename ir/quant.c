@@ -14,9 +14,14 @@
 		return false;                                                 \
 	} while (0)
 
-static const char *nm(const ir_node *n)
+/* The operand named for messages: a weight with its checkpoint tensor. */
+#define nm(n) nm_((n), (char[512]){0})
+static const char *nm_(const ir_node *n, char *buf)
 {
-	return n->name && *n->name ? n->name : ir_ops[n->op].name;
+	const char *src = n->op == MOE_OP_WEIGHT ? ir_attr_str(n, "source", NULL) : NULL;
+	snprintf(buf, 512, "'%s'%s%s%s", n->name && *n->name ? n->name : ir_ops[n->op].name, src ? " (tensor '" : "",
+		src ? src : "", src ? "')" : "");
+	return buf;
 }
 
 static void shape_txt(const ir_node *n, char *buf, size_t len)
@@ -39,18 +44,18 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4)", f ? f : "(none)");
 	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32};
 	if (q->dtype != qdt[fmt])
-		FAIL("'dequant': %s values '%s' must be %s, got %s", f, nm(q),
+		FAIL("'dequant': %s values %s must be %s, got %s", f, nm(q),
 			moe_dtype_name(qdt[fmt]), moe_dtype_name((moe_dtype)q->dtype));
 	bool sok = fmt == QT_MXFP4 ? s->dtype == MOE_U8 : moe_dtype_is_float((moe_dtype)s->dtype);
 	if (!sok)
-		FAIL("'dequant': %s scales '%s' must be %s, got %s", f, nm(s),
+		FAIL("'dequant': %s scales %s must be %s, got %s", f, nm(s),
 			fmt == QT_MXFP4 ? "u8 (E8M0)" : "f32 or bf16", moe_dtype_name((moe_dtype)s->dtype));
 	if (q->rank < 2 || s->rank != q->rank)
-		FAIL("'dequant': values '%s' must have rank >= 2 and scales '%s' the same rank (%d, %d)",
+		FAIL("'dequant': values %s must have rank >= 2 and scales %s the same rank (%d, %d)",
 			nm(q), nm(s), q->rank, s->rank);
 	for (int d = 0; d < q->rank - 2; d++)
 		if (q->shape[d] != s->shape[d])
-			FAIL("'dequant': values '%s' and scales '%s' differ in dim %d (%lld, %lld)", nm(q),
+			FAIL("'dequant': values %s and scales %s differ in dim %d (%lld, %lld)", nm(q),
 					      nm(s), d, (long long)q->shape[d], (long long)s->shape[d]);
 	int64_t packed = q->shape[q->rank - 1];
 	qi->fmt = (qt_format)fmt;
@@ -59,7 +64,7 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	if (fmt == QT_INT4 && ir_attr_find(n, "k")) {
 		qi->K = ir_attr_int(n, "k", 0);
 		if (qi->K <= 0 || (qi->K + 7) / 8 != packed)
-			FAIL("'dequant': int4 values '%s' pack %lld words per row, which cannot hold k = %lld",
+			FAIL("'dequant': int4 values %s pack %lld words per row, which cannot hold k = %lld",
 					      nm(q), (long long)packed, (long long)qi->K);
 	}
 	const int64_t *b;
@@ -79,14 +84,14 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	if (fmt == QT_MXFP4 && qi->bk != 32)
 		FAIL("'dequant': mxfp4 blocks are 32 elements, got %lld", (long long)qi->bk);
 	if (fmt != QT_FP8 && qi->K % qi->bk)
-		FAIL("'dequant': the group size %lld does not divide K = %lld of '%s'",
+		FAIL("'dequant': the group size %lld does not divide K = %lld of %s",
 			(long long)qi->bk, (long long)qi->K, nm(q));
 	int64_t sn = (qi->N + qi->bn - 1) / qi->bn, sk = (qi->K + qi->bk - 1) / qi->bk;
 	if (s->shape[s->rank - 2] != sn || s->shape[s->rank - 1] != sk) {
 		char have[128];
 		if (ctx)
 			shape_txt(s, have, sizeof have);
-		FAIL("'dequant': scales '%s' are %s but %lld x %lld elements in blocks of %lld x %lld "
+		FAIL("'dequant': scales %s are %s but %lld x %lld elements in blocks of %lld x %lld "
 			"need %lld x %lld scales per matrix", nm(s), have, (long long)qi->N, (long long)qi->K,
 			(long long)qi->bn, (long long)qi->bk, (long long)sn, (long long)sk);
 	}

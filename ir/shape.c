@@ -601,14 +601,10 @@ static moe_status r_experts(infer *c)
 	}
 	if (!moe_dtype_is_float((moe_dtype)x->dtype))
 		return ERR(c, "'experts': x must be floating point");
-	const char *act = ir_attr_str(c->n, "act", "swiglu");
-	static const char *const acts[] = {"swiglu", "geglu", "geglu_tanh", "gpt_oss", "none"};
-	bool ok = false;
-	for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
-		ok |= !strcmp(act, acts[i]);
-	if (!ok)
+	const char *act = ir_attr_str(c->n, "act", ir_act_names[IR_ACT_SWIGLU]);
+	if (ir_node_act(c->n) == IR_ACT_COUNT)
 		return ERR(c, "'experts': unknown activation '%s' (swiglu, geglu, geglu_tanh, gpt_oss, none)", act);
-	bool gated = strcmp(act, "none") != 0;
+	bool gated = ir_node_act(c->n) != IR_ACT_NONE;
 	if (gated != (s[EXP_GATE] != MOE_NONE))
 		return ERR(c, gated ? "'experts': activation '%s' needs a gate weight" :
 				      "'experts': activation '%s' takes no gate weight", act);

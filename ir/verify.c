@@ -1,7 +1,8 @@
 /* ir/verify.c: structural and type verification of graphs.
  * Re-runs shape inference on a scratch copy of every node and checks that the
- * recorded dtype and shape agree, that operands precede uses, that outputs
- * exist and that every leaf is well formed. */
+ * recorded dtype and shape agree, that every attribute is one of the op's
+ * (ops.def ATTRS) with the declared kind, that operands precede uses, that
+ * outputs exist and that every leaf is well formed. */
 #include <string.h>
 
 #include "ir/ir.h"
@@ -16,7 +17,7 @@ moe_status moe_graph_verify(moe_ctx *ctx, const moe_graph *g)
 			moe_diag(ctx, MOE_DIAG_ERROR, o->loc, "verifier: node %%%u has an unknown op", i);
 			continue;
 		}
-		if (ir_infer(ctx, s, i) != MOE_OK)
+		if (!ir_node_attrs_check(ctx, o) || ir_infer(ctx, s, i) != MOE_OK)
 			continue;
 		if (n->dtype != o->dtype || !ir_same_shape(n, o))
 			moe_diag(ctx, MOE_DIAG_ERROR, o->loc,

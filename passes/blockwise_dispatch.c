@@ -136,16 +136,16 @@ static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 
 static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
 {
-	const char *act = ir_attr_str(ex, "act", "swiglu");
-	if (!strcmp(act, "none"))
+	ir_act act = ir_node_act(ex);
+	if (act == IR_ACT_NONE)
 		return up;
 	moe_id g = vcast(c, gate, MOE_F32), u = vcast(c, up, MOE_F32), a;
-	if (!strcmp(act, "swiglu")) {
+	if (act == IR_ACT_SWIGLU) {
 		a = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, g));
-	} else if (!strcmp(act, "geglu")) {
+	} else if (act == IR_ACT_GEGLU) {
 		moe_id e = v1(c, MOE_OP_ERF, v2(c, MOE_OP_MUL, g, cf(c, SQRT1_2)));
 		a = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, cf(c, 0.5)), v2(c, MOE_OP_ADD, e, cf(c, 1.0)));
-	} else if (!strcmp(act, "geglu_tanh")) {
+	} else if (act == IR_ACT_GEGLU_TANH) {
 		moe_id g3 = v2(c, MOE_OP_MUL, v2(c, MOE_OP_MUL, g, g), g);
 		moe_id inner = v2(c, MOE_OP_ADD, g, v2(c, MOE_OP_MUL, g3, cf(c, 0.044715)));
 		moe_id th = v1(c, MOE_OP_TANH, v2(c, MOE_OP_MUL, inner, cf(c, sqrt(2.0 / PI))));

@@ -4,7 +4,10 @@
  *   x * 1, x + 0 (integer), x | 0, x ^ 0, shifts by 0  -> x (when shapes agree)
  *   select(c, a, a)                                    -> a (when shapes agree)
  *   integer op on two scalar constants                 -> a constant
- * Nodes carrying a valid mask are left alone (their masked rows are 0). */
+ *   a composite elementwise op (ir/scalar.h)            -> its primitive steps
+ * Nodes carrying a valid mask are left alone (their masked rows are 0), but
+ * for composite ops, whose last step takes the mask. */
+#include "ir/scalar.h"
 #include "passes/pass.h"
 
 static bool is_const(const ir_node *n, double *v)
@@ -15,28 +18,12 @@ static bool is_const(const ir_node *n, double *v)
 	return true;
 }
 
+/* Integer folding by the shared scalar rules; INT32_MIN / -1 is left alone. */
 static bool fold_int(moe_op op, int32_t a, int32_t b, int32_t *r)
 {
-	uint32_t ua = (uint32_t)a, ub = (uint32_t)b;
-	switch (op) {
-	case MOE_OP_ADD: *r = (int32_t)(ua + ub); return true;
-	case MOE_OP_SUB: *r = (int32_t)(ua - ub); return true;
-	case MOE_OP_MUL: *r = (int32_t)(ua * ub); return true;
-	case MOE_OP_DIV:
-		if (b == 0 || (a == INT32_MIN && b == -1))
-			return false;
-		*r = a / b;
-		return true;
-	case MOE_OP_MIN: *r = a < b ? a : b; return true;
-	case MOE_OP_MAX: *r = a > b ? a : b; return true;
-	case MOE_OP_AND: *r = a & b; return true;
-	case MOE_OP_OR: *r = a | b; return true;
-	case MOE_OP_XOR: *r = a ^ b; return true;
-	case MOE_OP_SHL: *r = (int32_t)(ua << (ub & 31)); return true;
-	case MOE_OP_SHR: *r = (int32_t)(ua >> (ub & 31)); return true;
-	case MOE_OP_SAR: *r = a >> (b & 31); return true;
-	default: return false;
-	}
+	if (op == MOE_OP_DIV && a == INT32_MIN && b == -1)
+		return false;
+	return sc_binary_i(op, a, b, r) == SC_OK;
 }
 
 /* Returns the id (in dst) that node n (already mapped operands) simplifies
@@ -83,6 +70,31 @@ static moe_id simplify(moe_graph *d, const ir_node *n, const moe_id *a, moe_loc 
 	return MOE_NONE;
 }
 
+/* The steps of composite op n (operands a, mask valid, both in d) as nodes;
+ * returns the last one. */
+static moe_id expand_composite(moe_graph *d, const ir_node *n, const sc_composite_def *def, const moe_id *a,
+	moe_id valid)
+{
+	moe_id v[SC_MAX_STEPS];
+	for (int k = 0; k < def->nsteps; k++) {
+		const sc_step *s = &def->step[k];
+		int8_t src[2] = {s->a, s->b};
+		moe_id in[2] = {MOE_NONE, MOE_NONE};
+		for (int j = 0; j < 2; j++)
+			in[j] = src[j] == SC_IMM ? ir_b_const(d, (moe_dtype)n->dtype, s->imm, n->loc) :
+				src[j] >= SC_S(0) ? v[src[j] - SC_S(0)] : src[j] >= 0 ? a[src[j]] : MOE_NONE;
+		v[k] = s->b == SC_NO ? ir_b1(d, s->op, in[0], n->loc) : ir_b2(d, s->op, in[0], in[1], n->loc);
+	}
+	moe_id last = v[def->nsteps - 1];
+	if (n->name)
+		moe_node_set_name(d, last, n->name);
+	if (valid != MOE_NONE) {
+		moe_node_set_valid(d, last, valid);
+		IR_ASSERT(ir_infer(d->ctx, d, last) == MOE_OK);
+	}
+	return last;
+}
+
 PASS(pass_canonicalize)
 {
 	rebuild r;
@@ -92,7 +104,10 @@ PASS(pass_canonicalize)
 		moe_id a[64];
 		for (uint32_t k = 0; k < n->nargs && k < 64; k++)
 			a[k] = n->args[k] == MOE_NONE ? MOE_NONE : r.map[n->args[k]];
-		moe_id s = n->nargs <= 64 ? simplify(r.dst, n, a, n->loc) : MOE_NONE;
+		const sc_composite_def *def = sc_composite((moe_op)n->op);
+		moe_id s = def ? expand_composite(r.dst, n, def, a, n->valid == MOE_NONE ? MOE_NONE : r.map[n->valid]) :
+			n->nargs <= 64 ? simplify(r.dst, n, a, n->loc) :
+					 MOE_NONE;
 		if (s == MOE_NONE)
 			rebuild_copy(&r, i);
 		else

@@ -56,6 +56,17 @@ static cJSON *layer_stats(moe_ctx *ctx, const moe_graph *g, const char *pipeline
 			wbytes += (double)ir_bytes(N(g, i));
 	cJSON_AddNumberToObject(o, "flops", graph_flops(g));
 	cJSON_AddNumberToObject(o, "weight_bytes", wbytes);
+	double qbytes = 0; /* packed values and scales read by dequant */
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_DEQUANT)
+			for (uint32_t a = 0; a < 2; a++) {
+				const ir_node *w = N(g, N(g, i)->args[a]);
+				while (w->op == MOE_OP_RESHAPE || w->op == MOE_OP_SLICE)
+					w = N(g, w->args[0]);
+				if (w->op == MOE_OP_WEIGHT)
+					qbytes += (double)ir_bytes(w);
+			}
+	cJSON_AddNumberToObject(o, "quantized_weight_bytes", qbytes);
 	/* lower a copy */
 	moe_module *tmp = moe_module_new(ctx);
 	ctx_grow(ctx, (void **)&tmp->graphs, &tmp->gcap, 1, sizeof *tmp->graphs);

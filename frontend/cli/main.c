@@ -74,8 +74,8 @@ static void cmd_help(const struct command *c)
 		printf("  --layer N         the decoder layer (default 0); a dense layer's error names the nearest MoE layer\n"
 		       "  --tokens T, --block B   the static token count (16) and expert block size (64)\n"
 		       "  --set dtype=f32|bf16    the compute type (default: the config's torch_dtype / dtype)\n"
-		       "  --ignore-quantization   import a config with a quantization_config (shapes only:\n"
-		       "                    moec reads unquantized weights)\n"
+		       "  --ignore-quantization   import a quantized checkpoint's layer as if unquantized (its\n"
+		       "                    shapes; without it, quantized experts are read by dequant)\n"
 		       "  --list [--markdown]     print the family table (docs/families.md is --markdown)\n");
 		moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 		char *names = NULL;

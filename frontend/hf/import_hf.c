@@ -17,6 +17,7 @@
 
 #include "frontend/hf/hf_cfg.h"
 #include "runtime/rt_io.h"
+#include "runtime/rt_quant.h"
 
 typedef struct model {
 	const hf_family *f;
@@ -608,20 +609,13 @@ static bool pick_dtype(hf_cfg *c, const moe_import_opts *o, model *m)
 	return true;
 }
 
-static bool check_quant(hf_cfg *c, const moe_import_opts *o)
+/* The quantization_config (of text_config for nested configs, else the root's), or NULL. */
+static const cJSON *quant_config(const hf_cfg *c)
 {
-	if (o->ignore_quantization)
-		return true;
 	const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->obj, "quantization_config");
 	if (!q || cJSON_IsNull(q))
 		q = cJSON_GetObjectItemCaseSensitive(c->root, "quantization_config");
-	if (!q || cJSON_IsNull(q))
-		return true;
-	const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
-	hf_err(c, "the checkpoint is quantized (quantization_config, quant_method '%s'): moec reads f32, bf16 and f16 "
-		"weights only; import a dequantized checkpoint's config, or pass --ignore-quantization to import the "
-		"layer's shapes", cJSON_IsString(qm) ? qm->valuestring : "?");
-	return false;
+	return q && !cJSON_IsNull(q) ? q : NULL;
 }
 
 static moe_status emit(moe_ctx *ctx, const char *name, const moe_import_opts *opts, const model *m, char **moe_text)
@@ -666,8 +660,14 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 		return MOE_ERR_UNSUPPORTED;
 	}
 	moe_status st = MOE_ERR_INVALID;
-	if (check_quant(&c, opts) && pick_dtype(&c, opts, &m) && read_model(&c, opts, &m))
+	if (pick_dtype(&c, opts, &m) && read_model(&c, opts, &m))
 		st = emit(ctx, name, opts, &m, moe_text);
+	/* quantized experts: packed values and scales read by dequant (runtime/quant_import.c) */
+	const cJSON *q = quant_config(&c);
+	if (st == MOE_OK && q && !opts->ignore_quantization && (st = rt_quant_rewrite(ctx, name, q, moe_text)) != MOE_OK) {
+		free(*moe_text);
+		*moe_text = NULL;
+	}
 	cJSON_Delete(root);
 	return st;
 }

@@ -145,8 +145,10 @@ typedef struct moe_import_opts {
 	const char *prefix; /* tensor name prefix; NULL = the family's, "model.layers.{layer}." */
 	int config_dtype;   /* follow the config's torch_dtype / dtype (bfloat16 -> bf16, float32 and
 	                     * float16 -> f32); dtype is used when the config names none */
-	int ignore_quantization; /* import a config with a quantization_config (shapes only: moec
-	                           * reads unquantized weights) instead of refusing it */
+	int ignore_quantization; /* write a quantized checkpoint's layer as if unquantized (its
+	                           * shapes) instead of reading its quantization_config: block
+	                           * fp8, fbgemm_fp8, compressed-tensors int4 / channel fp8 and
+	                           * mxfp4 experts become packed weights read by dequant */
 } moe_import_opts;
 /* Read an HF config.json and write a .moe layer (docs/language.md) that
  * computes that family's MoE block exactly as HF does, with weights bound to

@@ -20,7 +20,7 @@ typedef uint32_t moe_id;
 #define MOE_MAX_DIM ((int64_t)INT32_MAX)
 
 typedef enum moe_op {
-#define OP(id, name, mn, mx, rule, flags) MOE_OP_##id,
+#define OP(id, name, mn, mx, rule, flags, attrs) MOE_OP_##id,
 #include "moec/ops.def"
 #undef OP
 	MOE_OP_COUNT

@@ -33,7 +33,7 @@ MOE_API void moe_tcp_program_free(moe_tcp_program *p);
 
 /* block=auto: the block size B of the expert grid that the cost model
  * predicts fastest for layer g (before the pipeline; its experts op) on
- * machine (NULL: the default), among 8, 16, 32, 64, 128 and 256; 0 when g has
+ * machine (NULL: the default), among 8, 16, 32, 48, 64, 96, 128, 192 and 256; 0 when g has
  * no experts op. *predicted_s (may be NULL): the predicted time of the block
  * loop at that B, under uniform routing. */
 MOE_API int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,

@@ -83,6 +83,7 @@ static void build_all_ops(moe_module *m, bool *used)
 		op1(g, MOE_OP_SQRT, x), op1(g, MOE_OP_RSQRT, x), op1(g, MOE_OP_TANH, x), op1(g, MOE_OP_ERF, x),
 		op1(g, MOE_OP_SIGMOID, x)};
 	op1(g, MOE_OP_NOT, io);
+	op1(g, MOE_OP_RELU2, x);
 	moe_op fbin[] = {MOE_OP_ADD, MOE_OP_SUB, MOE_OP_MUL, MOE_OP_DIV, MOE_OP_MIN, MOE_OP_MAX, MOE_OP_EQ, MOE_OP_NE,
 		MOE_OP_LT, MOE_OP_LE, MOE_OP_GT, MOE_OP_GE};
 	moe_id cmp = MOE_NONE;
@@ -150,6 +151,16 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_node_set_float(g, ex, "alpha", 1.702);
 	moe_node_set_float(g, ex, "limit", 7.0);
 	assert_int_equal(moe_node_infer(g, ex), MOE_OK);
+	int64_t qd[3] = {E, 4, 4}, sd[3] = {E, 1, 1}, qb[2] = {4, 4};
+	moe_id qw = leaf(g, MOE_OP_WEIGHT, MOE_F8E4M3, 3, qd, "q");
+	moe_node_set_str(g, qw, "source", "experts.{e}.q");
+	moe_id qs = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, sd, "qs");
+	moe_node_set_str(g, qs, "source", "experts.{e}.qs");
+	moe_id dq = moe_node_new(g, MOE_OP_DEQUANT, (moe_id[]){qw, qs}, 2, nl);
+	moe_node_set_str(g, dq, "format", "fp8");
+	moe_node_set_ints(g, dq, "block", qb, 2);
+	assert_int_equal(moe_node_infer(g, dq), MOE_OK);
+	moe_graph_add_output(g, dq);
 	moe_graph_add_output(g, ex);
 	moe_graph_add_output(g, sc);
 

@@ -829,6 +829,45 @@ static void test_machine_file_errors(void **st)
 	moe_ctx_free(ctx);
 }
 
+/* block=auto against the simulator: the B the cost model picks for a
+ * decode and a prefill layer runs within 3% of the fastest of B in
+ * {32, 64, 128, 256} (issue 16, must-show 4, at unit scale). */
+static void test_block_auto_near_best(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	const layer Ls[] = {{MOE_BF16, 1, 1024, 2048, 8, 2, 64, 0, 0}, {MOE_BF16, 1024, 512, 1024, 8, 2, 64, 0, 0}};
+	for (size_t k = 0; k < sizeof Ls / sizeof *Ls; k++) {
+		moe_module *orig = build(ctx, &Ls[k]);
+		double pred = 0;
+		int64_t ab = moe_tcp_auto_block(ctx, moe_module_graph(orig, 0), NULL, &pred);
+		moe_module_free(orig);
+		assert_true(ab > 0 && pred > 0);
+		const int64_t cand[5] = {32, 64, 128, 256, ab};
+		double best = 0, tauto = 0;
+		for (int i = 0; i < 5; i++) {
+			layer L = Ls[k];
+			L.B = cand[i];
+			moe_module *m;
+			moe_tcp_program *p = compile_layer(ctx, &L, &m);
+			moe_tensor_map *b = bindings(ctx, &L, 11);
+			double t = sim_time(ctx, p, b, NULL, 1);
+			if (i < 4)
+				best = i == 0 || t < best ? t : best;
+			else
+				tauto = t;
+			moe_tensor_map_free(b);
+			moe_tcp_program_free(p);
+			moe_module_free(m);
+		}
+		if (getenv("TCP_TEST_VERBOSE"))
+			printf("block=auto: T=%lld B=%lld %g s, best of 32..256 %g s\n", (long long)Ls[k].T, (long long)ab, tauto,
+				best);
+		assert_true(tauto <= 1.03 * best);
+	}
+	moe_ctx_free(ctx);
+}
+
 /* Cycles of one command on the default machine, from a hand-written program. */
 static int64_t one_command_cycles(const char *body)
 {
@@ -983,6 +1022,7 @@ int main(void)
 		cmocka_unit_test(test_prefill_follows_mac_rate),
 		cmocka_unit_test(test_machine_file_errors),
 		cmocka_unit_test(test_cost_rules_by_hand),
+		cmocka_unit_test(test_block_auto_near_best),
 		cmocka_unit_test(test_runtime_faults),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,302 @@
+/* runtime/quant_import.c: quantization_config -> quantized weights in .moe text.
+ *
+ * Read (facts from the public formats, ir/quant.h):
+ *   quant_method "fp8" with weight_block_size [BN, BK]   block FP8: `W.weight` F8_E4M3,
+ *       `W.weight_scale_inv` [ceil(N/BN), ceil(K/BK)]; modules_to_not_convert /
+ *       ignored_layers stay unquantized;
+ *   quant_method "fbgemm_fp8"                             per-channel FP8: `W.weight`,
+ *       `W.weight_scale` [N, 1]; modules_to_not_convert;
+ *   quant_method "compressed-tensors", format "pack-quantized" (4-bit int, symmetric,
+ *       group strategy): `W.weight_packed` I32 [N, ceil(K/8)], `W.weight_scale`
+ *       [N, K/G]; format "float-quantized" (8-bit float, channel strategy):
+ *       `W.weight`, `W.weight_scale` [N, 1]; `ignore` lists modules kept as they are.
+ * Every `weight` line of the imported text whose tensor is a Linear `.weight`
+ * (not the router's, not an ignored module) is replaced by NAME_q and NAME_s
+ * declarations and `NAME = dequant(NAME_q, NAME_s, ...)` after the weights.
+ * MXFP4 (gpt-oss) stores its experts in another layout and is refused here. */
+#include <stdlib.h>
+
+#include "runtime/rt_io.h"
+#include "runtime/rt_quant.h"
+
+typedef struct qcfg {
+	const char *fmt;       /* dequant format */
+	const char *qtype;     /* declared type of the packed values */
+	const char *qsuffix;   /* tensor name suffixes replacing ".weight" */
+	const char *ssuffix;
+	int64_t bn, bk;        /* block; bk 0 = the whole row (per channel) */
+	const cJSON *ignore;   /* array of module names (or "re:" patterns) */
+	int fused;             /* fused [E, K, N] experts tensors: 1 fbgemm_fp8, 2 mxfp4 */
+} qcfg;
+
+/* Python-style re.match for the patterns seen in ignore lists: literal text,
+ * "\\." for a dot, ".*" for anything; others are taken literally. */
+static bool re_match(const char *p, const char *s)
+{
+	if (!*p)
+		return true; /* re.match: a prefix match */
+	if (p[0] == '.' && p[1] == '*') {
+		for (const char *t = s;; t++) {
+			if (re_match(p + 2, t))
+				return true;
+			if (!*t)
+				return false;
+		}
+	}
+	if (p[0] == '\\' && p[1]) {
+		return *s == p[1] && re_match(p + 2, s + 1);
+	}
+	if (p[0] == '$' && !p[1])
+		return !*s;
+	return *s && (p[0] == '.' || *s == p[0]) && re_match(p + 1, s + 1);
+}
+
+/* Is module (a tensor name without ".weight", {e} as 0) left unquantized? */
+static bool ignored(const qcfg *q, const char *module)
+{
+	const cJSON *it;
+	cJSON_ArrayForEach(it, q->ignore)
+	{
+		if (!cJSON_IsString(it))
+			continue;
+		const char *p = it->valuestring;
+		if (!strncmp(p, "re:", 3) ? re_match(p + 3, module) : strstr(module, p) != NULL)
+			return true;
+	}
+	return false;
+}
+
+static const cJSON *member(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static moe_status bad(moe_ctx *ctx, const char *file, const char *msg)
+{
+	rt_err_at(ctx, file, -1, "quantization_config: %s", msg);
+	return MOE_ERR_INVALID;
+}
+
+/* compressed-tensors: the one weight scheme of config_groups. */
+static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
+{
+	const cJSON *fmt = member(qc, "format"), *groups = member(qc, "config_groups"), *g, *w = NULL;
+	cJSON_ArrayForEach(g, groups)
+	{
+		if (w)
+			return bad(ctx, file, "compressed-tensors with several config_groups is not supported");
+		w = member(g, "weights");
+	}
+	if (!cJSON_IsString(fmt) || !w)
+		return bad(ctx, file, "compressed-tensors needs a format and config_groups with weights");
+	const cJSON *bits = member(w, "num_bits"), *type = member(w, "type"), *sym = member(w, "symmetric");
+	const cJSON *strat = member(w, "strategy"), *gs = member(w, "group_size");
+	const char *ty = cJSON_IsString(type) ? type->valuestring : "", *st = cJSON_IsString(strat) ? strat->valuestring : "";
+	q->ignore = member(qc, "ignore");
+	if (!strcmp(fmt->valuestring, "pack-quantized")) {
+		if (!cJSON_IsNumber(bits) || bits->valuedouble != 4 || strcmp(ty, "int"))
+			return bad(ctx, file, "pack-quantized is read for 4-bit int weights only");
+		if (!cJSON_IsTrue(sym))
+			return bad(ctx, file, "asymmetric int4 (weight_zero_point) is not supported");
+		if (strcmp(st, "group") || !cJSON_IsNumber(gs) || gs->valuedouble < 1 || gs->valuedouble > 1 << 20)
+			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
+		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, q->ignore, 0};
+		return MOE_OK;
+	}
+	if (!strcmp(fmt->valuestring, "float-quantized")) {
+		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "float") || strcmp(st, "channel"))
+			return bad(ctx, file, "float-quantized is read for 8-bit float weights with one scale per channel only");
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, q->ignore, 0};
+		return MOE_OK;
+	}
+	return bad(ctx, file, "compressed-tensors format is not pack-quantized or float-quantized");
+}
+
+static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
+{
+	const cJSON *m = member(qc, "quant_method");
+	const char *meth = cJSON_IsString(m) ? m->valuestring : "";
+	if (!strcmp(meth, "fp8")) {
+		const cJSON *bs = member(qc, "weight_block_size");
+		if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !cJSON_IsNumber(bs->child) ||
+			!cJSON_IsNumber(bs->child->next) || bs->child->valuedouble < 1 || bs->child->next->valuedouble < 1 ||
+			bs->child->valuedouble > 1 << 20 || bs->child->next->valuedouble > 1 << 20)
+			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of positive sizes");
+		const cJSON *ig = member(qc, "modules_to_not_convert");
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
+			(int64_t)bs->child->next->valuedouble, ig ? ig : member(qc, "ignored_layers"), 0};
+		return MOE_OK;
+	}
+	if (!strcmp(meth, "fbgemm_fp8")) {
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, member(qc, "modules_to_not_convert"), 1};
+		return MOE_OK;
+	}
+	if (!strcmp(meth, "compressed-tensors"))
+		return read_ct(ctx, file, qc, q);
+	if (!strcmp(meth, "mxfp4")) {
+		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2};
+		return MOE_OK;
+	}
+	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (fp8, fbgemm_fp8, "
+		"compressed-tensors)", meth);
+	return MOE_ERR_INVALID;
+}
+
+/* One parsed `  weight NAME : TYPE[DIMS] = "SRC"` line. */
+typedef struct wline {
+	char name[64], type[16], dims[160], src[400];
+} wline;
+
+static bool parse_weight(const char *l, size_t len, wline *w)
+{
+	char buf[700];
+	if (len >= sizeof buf || strncmp(l, "  weight ", 9))
+		return false;
+	memcpy(buf, l, len);
+	buf[len] = 0;
+	return sscanf(buf, "  weight %63s : %15[a-z0-9][%159[^]]] = \"%399[^\"]\"", w->name, w->type, w->dims, w->src) == 4 ||
+	       (w->type[0] = 0, sscanf(buf, "  weight %63s : [%159[^]]] = \"%399[^\"]\"", w->name, w->dims, w->src) == 3);
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+	size_t a = strlen(s), b = strlen(tail);
+	return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* Fused experts tensors [E, K, N] (llama4, gpt_oss): fbgemm_fp8 keeps that
+ * layout with one scale per n ([E, 1, N], or [E, N, 1] for down_proj);
+ * mxfp4 stores [E, N, K/32, 16] blocks and [E, N, K/32] scales, transposed back. */
+static bool quantize_fused(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
+{
+	if (!ends_with(w->src, "experts.gate_up_proj") && !ends_with(w->src, "experts.down_proj"))
+		return false;
+	char e[64], k[64], n[64];
+	if (sscanf(w->dims, " %63[^,], %63[^,], %63[^,]", e, k, n) != 3)
+		return false;
+	const char *to = w->type[0] ? w->type : "dtype";
+	if (q->fused == 1) {
+		rt_buf_printf(decl, "  weight %s_q : f8e4m3[%s] = \"%s\"\n", w->name, w->dims, w->src);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s, 1, %s] = \"%s_scale\"\n", w->name, e, n, w->src);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"fp8\", block=[%s, 1], to=%s)\n", w->name, w->name,
+			w->name, k, to);
+		return true;
+	}
+	rt_buf_printf(decl, "  weight %s_q : u8[%s, %s, %s / 32, 16] = \"%s_blocks\"\n", w->name, e, n, k, w->src);
+	rt_buf_printf(decl, "  weight %s_s : u8[%s, %s, %s / 32] = \"%s_scales\"\n", w->name, e, n, k, w->src);
+	rt_buf_printf(bind, "  %-6s = einsum(\"enk->ekn\", dequant(reshape(%s_q, shape=[%s, %s, %s / 2]), %s_s, "
+		"format=\"mxfp4\", block=[1, 32], to=%s))\n", w->name, w->name, e, n, k, w->name, to);
+	return true;
+}
+
+/* Emits the quantized form of w when it is quantized; false otherwise. */
+static bool quantize(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
+{
+	if (q->fused && quantize_fused(q, w, decl, bind))
+		return true;
+	if (q->fused == 2)
+		return false;
+	size_t sl = strlen(w->src);
+	if (sl < 7 || strcmp(w->src + sl - 7, ".weight") || strstr(w->name, "router"))
+		return false;
+	char module[400];
+	snprintf(module, sizeof module, "%.*s", (int)(sl - 7), w->src);
+	char *e = strstr(module, "{e}");
+	if (e) /* the first expert's module name */
+		memmove(e + 1, e + 3, strlen(e + 3) + 1), e[0] = '0';
+	if (ignored(q, module))
+		return false;
+	/* the last two dims are N (out) and K (in) */
+	const char *c2 = strrchr(w->dims, ',');
+	if (!c2)
+		return false;
+	const char *c1 = c2;
+	while (c1 > w->dims && c1[-1] != ',')
+		c1--;
+	int lead = (int)(c1 - w->dims);
+	char n[64], k[64];
+	snprintf(n, sizeof n, "%.*s", (int)(c2 - c1), c1);
+	snprintf(k, sizeof k, "%s", c2 + 1);
+	char *nn = n, *kk = k;
+	while (*nn == ' ')
+		nn++;
+	while (*kk == ' ')
+		kk++;
+	const char *base = w->src;
+	int bl = (int)(sl - 7);
+	char pre[160]; /* the leading dims, "E, " */
+	snprintf(pre, sizeof pre, "%.*s%s", lead, w->dims, lead ? " " : "");
+	if (!strcmp(q->fmt, "int4"))
+		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, (%s + 7) / 8] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,
+			q->qsuffix);
+	else
+		rt_buf_printf(decl, "  weight %s_q : %s[%s] = \"%.*s%s\"\n", w->name, q->qtype, w->dims, bl, base, q->qsuffix);
+	char sn[96], sk[96];
+	if (q->bn == 1)
+		snprintf(sn, sizeof sn, "%s", nn);
+	else
+		snprintf(sn, sizeof sn, "(%s + %lld) / %lld", nn, (long long)q->bn - 1, (long long)q->bn);
+	if (q->bk == 0)
+		snprintf(sk, sizeof sk, "1");
+	else if (!strcmp(q->fmt, "int4"))
+		snprintf(sk, sizeof sk, "%s / %lld", kk, (long long)q->bk);
+	else
+		snprintf(sk, sizeof sk, "(%s + %lld) / %lld", kk, (long long)q->bk - 1, (long long)q->bk);
+	rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s%s\"\n", w->name, pre, sn, sk, bl, base, q->ssuffix);
+	char bk[64];
+	if (q->bk == 0)
+		snprintf(bk, sizeof bk, "%s", kk);
+	else
+		snprintf(bk, sizeof bk, "%lld", (long long)q->bk);
+	rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"%s\", block=[%lld, %s]%s%s, to=%s)\n", w->name,
+		w->name, w->name, q->fmt, (long long)q->bn, bk, !strcmp(q->fmt, "int4") ? ", k=" : "",
+		!strcmp(q->fmt, "int4") ? kk : "", w->type[0] ? w->type : "dtype");
+	return true;
+}
+
+moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, char **text)
+{
+	if (!cJSON_IsObject(qc))
+		return bad(ctx, file, "not an object");
+	qcfg q;
+	moe_status st = read_cfg(ctx, file, qc, &q);
+	if (st)
+		return st;
+	rt_buf out = {0}, bind = {0};
+	int nq = 0;
+	const char *p = *text, *last_weight_end = NULL;
+	for (const char *l = p; *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t len = nl ? (size_t)(nl - l) : strlen(l);
+		wline w;
+		if (parse_weight(l, len, &w)) {
+			if (quantize(&q, &w, &out, &bind))
+				nq++;
+			else
+				rt_buf_printf(&out, "%.*s\n", (int)len, l);
+			last_weight_end = l + len;
+		} else {
+			if (last_weight_end && bind.s && bind.len) { /* bindings right after the weights */
+				rt_buf_printf(&out, "  # quantized weights (quantization_config: %s)\n%s", q.fmt, bind.s);
+				bind.len = 0;
+				bind.s[0] = 0;
+			}
+			rt_buf_printf(&out, "%.*s%s", (int)len, l, nl ? "\n" : "");
+		}
+		l += len + (nl ? 1 : 0);
+	}
+	rt_buf_free(&bind);
+	if (out.oom || !out.s) {
+		rt_buf_free(&out);
+		rt_err_at(ctx, file, -1, "out of memory");
+		return MOE_ERR_NOMEM;
+	}
+	if (!nq) {
+		rt_buf_free(&out);
+		return bad(ctx, file, "no expert weight of this layer is quantized by it (all ignored?)");
+	}
+	free(*text);
+	*text = out.s;
+	return MOE_OK;
+}

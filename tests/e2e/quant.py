@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Quantized experts end to end (issue #14).
+
+For every folder of tests/fixtures/quant (block FP8 qwen3_moe and deepseek_v3 written by
+transformers; int4 pack-quantized deepseek_v3, fbgemm per-channel FP8 llama4 and mxfp4
+gpt_oss written by make_quant.py there), and every saved input:
+    moec import-hf config.json --tokens T -o layer.moe
+    moec run layer.moe --weights model.safetensors --input x.npy -o y.npy   (host, LLVM)
+and require max|y - y_ref| <= 1e-5 x max|y_ref| (y_ref: the float layer on the dequantized
+weights, computed without moec). At T=5 the C engine must give the same bytes as LLVM, and
+(qwen3_moe) a second LLVM run too.
+
+The quantized block-FP8 qwen3_moe and int4 deepseek_v3 layers give the same bits as the
+unquantized layer (import-hf --ignore-quantization) run on weights dequantized here in numpy.
+Every code of each format (all 256 E4M3 bytes, all MXFP4 bytes under extreme E8M0 scales, all
+int4 nibbles) is decoded by the interpreter, the LLVM and the C engine to the same bits and
+to the values of the format descriptions (computed here with numpy).
+
+Then checkpoints broken on purpose must be rejected with a message naming the tensor and
+without writing the output: a scale tensor with the wrong count, a group size that does not
+divide K, a U8 blocks tensor of the wrong length, an unsupported quant_method.
+
+usage: quant.py MOEC FIXTURES_DIR
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TOL = 1e-5
+
+
+def run(cmd, ok=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
+    return p
+
+
+def read_st(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+
+
+def write_st(path, t):
+    header, blobs, off = {}, [], 0
+    for k in sorted(t):
+        dt, shape, data = t[k]
+        header[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def numeric(moec, fixtures, tmp):
+    failed = 0
+    for fam in sorted(os.listdir(fixtures)):
+        d = os.path.join(fixtures, fam)
+        if not os.path.isfile(os.path.join(d, "config.json")):
+            continue
+        for T in (1, 5, 64):
+            x = os.path.join(d, "x_float32_T%d.npy" % T)
+            moe, y = os.path.join(tmp, fam + ".moe"), os.path.join(tmp, "y.npy")
+            run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "--set", "dtype=f32", "-o", moe])
+            base = [moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"), "--input", x]
+            run(base + ["-o", y, "--engine=llvm"])
+            ref = np.load(os.path.join(d, "y_float32_T%d.npy" % T))
+            got = np.load(y)
+            err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.shape == ref.shape else float("inf")
+            scale = float(np.max(np.abs(ref)))
+            ok = err <= TOL * scale
+            same = True
+            if T == 5:  # engines agree bit for bit; a second run gives the same bytes
+                yc = os.path.join(tmp, "yc.npy")
+                run(base + ["-o", yc, "--engine=c"])
+                same = open(y, "rb").read() == open(yc, "rb").read()
+                if fam == "qwen3_moe":
+                    run(base + ["-o", yc, "--engine=llvm"])
+                    same &= open(y, "rb").read() == open(yc, "rb").read()
+            print("%-4s %-18s T=%-3d max|err| = %.2e x max|y| (tolerance %.0e)%s"
+                  % ("ok" if ok and same else "FAIL", fam, T, err / scale, TOL,
+                     "" if same else "; runs or engines differ"))
+            failed += not (ok and same)
+    return failed
+
+
+def expect_reject(case, cmd, out, words):
+    p = run(cmd, ok=False)
+    msg = p.stdout + p.stderr
+    good = p.returncode != 0 and not os.path.exists(out) and all(w in msg for w in words) \
+        and "Sanitizer" not in msg and p.returncode < 128
+    print("%-4s reject: %s%s" % ("ok" if good else "FAIL", case, "" if good else "\n" + msg))
+    return not good
+
+
+def broken(name, fixtures, tmp, edit_st=None, edit_cfg=None):
+    """A copy of fixture `name` with its checkpoint or config edited."""
+    src, dst = os.path.join(fixtures, name), os.path.join(tmp, "broken_" + name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    if edit_st:
+        st = read_st(os.path.join(dst, "model.safetensors"))
+        edit_st(st)
+        write_st(os.path.join(dst, "model.safetensors"), st)
+    if edit_cfg:
+        cfg = json.load(open(os.path.join(dst, "config.json")))
+        edit_cfg(cfg)
+        json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    return dst
+
+
+def rejections(moec, fixtures, tmp):
+    failed = 0
+    out = os.path.join(tmp, "never.npy")
+
+    def run_cmd(d):
+        moe = os.path.join(tmp, "b.moe")
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", moe])
+        return [moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
+                "--input", os.path.join(d, "x_float32_T5.npy"), "-o", out]
+
+    # 1. a block-FP8 scale tensor with 4 scales where the 128x128 weight has one block
+    bad = "model.layers.0.mlp.experts.3.gate_proj.weight_scale_inv"
+    d = broken("qwen3_moe", fixtures, tmp,
+               edit_st=lambda st: st.__setitem__(bad, ("F32", [2, 2], np.ones(4, "<f4").tobytes())))
+    failed += expect_reject("FP8 scales of the wrong count", run_cmd(d), out, [bad, "[2, 2]"])
+    # 2. int4 groups of 32 declared for rows of K = 48: import-hf compiles what it writes
+    d = broken("int4_deepseek_v3", fixtures, tmp,
+               edit_cfg=lambda c: c["quantization_config"]["config_groups"]["group_0"]["weights"]
+               .__setitem__("group_size", 32))
+    moe = os.path.join(tmp, "never.moe")
+    failed += expect_reject("int4 group size that does not divide K", [moec, "import-hf", os.path.join(
+        d, "config.json"), "-o", moe], moe, ["does not divide", "experts.{e}.gate_proj.weight_packed"])
+    # 3. an MXFP4 blocks tensor whose rows hold 15 bytes, not 16
+    blk = "model.layers.0.mlp.experts.gate_up_proj_blocks"
+
+    def shorten(st):
+        dt, shape, data = st[blk]
+        a = np.frombuffer(data, np.uint8).reshape(shape)[..., :15]
+        st[blk] = (dt, list(a.shape), a.tobytes())
+    d = broken("mxfp4_gpt_oss", fixtures, tmp, edit_st=shorten)
+    failed += expect_reject("U8 blocks of the wrong length", run_cmd(d), out, [blk, "15"])
+    # 4. a quant_method moec does not read: import-hf says so and writes nothing
+    d = broken("qwen3_moe", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(
+        "quant_method", "awq"))
+    failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
+                                                         "-o", moe], moe, ["quant_method 'awq'"])
+    return failed
+
+
+CODES_MOE = """layer codes {
+  dim N = 4
+  input x : [1, 1]
+  weight q8 : f8e4m3[N, 256] = "q8"
+  weight s8 : f32[N, 1] = "s8"
+  weight qm : u8[N, 128] = "qm"
+  weight sm : u8[N, 8] = "sm"
+  weight q4 : i32[N, 2] = "q4"
+  weight s4 : bf16[N, 1] = "s4"
+  a = dequant(q8, s8, format="fp8", block=[1, 256])
+  b = dequant(qm, sm, format="mxfp4", block=[1, 32])
+  c = dequant(q4, s4, format="int4", block=[1, 16])
+  output concat(a, b, c, axis=1)
+}
+"""
+
+
+def codes(moec, tmp):
+    """Every E4M3 code, every MXFP4 byte under E8M0 scales 0, 1, 126, 127, 128, 200, 254, 255,
+    every int4 nibble: the three engines give the same bits, and the values of the format
+    descriptions (computed here in numpy; NaN where the format says NaN, signed zeros kept)."""
+    n = 4
+    q8 = np.tile(np.arange(256, dtype=np.uint8), (n, 1))
+    s8 = np.array([[1.0], [0.5], [3.0], [2.0 ** -20]], np.float32)
+    qm = np.array([np.arange(128), np.arange(128, 256)] * 2, dtype=np.uint8)
+    sm = np.array([[0, 1, 126, 127, 128, 200, 254, 255]] * n, dtype=np.uint8)
+    words = np.zeros((n, 2), dtype=np.uint32)
+    for i in range(8):
+        words[:, 0] |= np.uint32(i) << np.uint32(4 * i)
+        words[:, 1] |= np.uint32(8 + i) << np.uint32(4 * i)
+    s4bits = np.array([[0x3F80], [0x3E80], [0xC040], [0x3A83]], np.uint16)  # bf16 1, .25, -3, ~1e-3
+    write_st(os.path.join(tmp, "codes.safetensors"), {
+        "q8": ("F8_E4M3", [n, 256], q8.tobytes()), "s8": ("F32", [n, 1], s8.tobytes()),
+        "qm": ("U8", [n, 128], qm.tobytes()), "sm": ("U8", [n, 8], sm.tobytes()),
+        "q4": ("I32", [n, 2], words.view(np.int32).tobytes()), "s4": ("BF16", [n, 1], s4bits.tobytes())})
+    moe = os.path.join(tmp, "codes.moe")
+    open(moe, "w").write(CODES_MOE)
+    np.save(os.path.join(tmp, "x11.npy"), np.zeros((1, 1), np.float32))
+    outs = []
+    for e in ("interp", "llvm", "c"):
+        y = os.path.join(tmp, "codes_%s.npy" % e)
+        run([moec, "run", moe, "--weights", os.path.join(tmp, "codes.safetensors"), "--input",
+             os.path.join(tmp, "x11.npy"), "-o", y, "--engine=" + e])
+        outs.append(open(y, "rb").read())
+    got = np.load(y)
+    # E4M3fn: bias 7, subnormals m x 2^-9, S.1111.111 NaN
+    c = np.arange(256)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10))
+    v = np.where((c & 0x7F) == 0x7F, np.nan, v)
+    e4 = np.where(c & 0x80, -v, v).astype(np.float32)
+    want_a = e4[None, :] * s8
+    # MXFP4: byte j holds element 2j (low nibble) and 2j+1 (high); E2M1 with bit 3 the sign
+    nib = np.stack([qm & 15, qm >> 4], axis=2).reshape(n, 256).astype(np.int64)
+    mag = np.array([0, .5, 1, 1.5, 2, 3, 4, 6], np.float32)[nib & 7]
+    e2 = np.where(nib & 8, -mag, mag).astype(np.float32)
+    with np.errstate(over="ignore"):  # 2^128 (code 255, NaN anyway) and 6 x 2^127 overflow f32 to inf
+        sc = np.where(sm == 255, np.nan, np.ldexp(np.float32(1), np.minimum(sm.astype(np.int32), 254) - 127))
+        want_b = e2 * np.repeat(sc.astype(np.float32), 32, axis=1)
+    # int4: nibble i of word j is element 8j+i, value nibble - 8
+    s4 = (s4bits.astype(np.uint32) << 16).view(np.float32)
+    want_c = (np.arange(16, dtype=np.float32) - 8)[None, :] * s4
+    want = np.concatenate([want_a, want_b, want_c], axis=1).astype(np.float32)
+    same_bits = outs[0] == outs[1] == outs[2]
+    nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    val_ok = np.array_equal(got[fin], want[fin]) and np.array_equal(np.signbit(got[fin]), np.signbit(want[fin]))
+    good = same_bits and nan_ok and val_ok
+    print("%-4s every code of the three formats: engines %s, values %s" % (
+        "ok" if good else "FAIL", "bit-identical" if same_bits else "DIFFER",
+        "as the formats define" if nan_ok and val_ok else "WRONG"))
+    return not good
+
+
+def e4m3_np(c):
+    c = c.astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10))
+    v = np.where((c & 0x7F) == 0x7F, np.nan, v)
+    return np.where(c & 0x80, -v, v).astype(np.float32)
+
+
+def dequantized(st):
+    """The float checkpoint of a block-FP8 or int4 pack-quantized one, dequantized in numpy
+    (f32 products), under the unquantized tensor names."""
+    out = {}
+    for k, (dt, shape, data) in st.items():
+        if k.endswith("_scale_inv") or k.endswith(".weight_scale") or k.endswith(".weight_shape"):
+            continue
+        if dt == "F8_E4M3":
+            w = e4m3_np(np.frombuffer(data, np.uint8).reshape(shape))
+            s = np.frombuffer(st[k + "_scale_inv"][2], "<f4").reshape(
+                (shape[0] + 127) // 128, (shape[1] + 127) // 128)
+            w = w * np.repeat(np.repeat(s, 128, 0), 128, 1)[:shape[0], :shape[1]]
+        elif k.endswith(".weight_packed"):
+            base = k[:-len("_packed")]
+            n, kk = np.frombuffer(st[base + "_shape"][2], "<i4")
+            words = np.frombuffer(data, "<u4").reshape(shape)
+            nib = np.stack([(words >> np.uint32(4 * i)) & 15 for i in range(8)], axis=2).reshape(n, -1)[:, :kk]
+            sdt, sshape, sdata = st[base + "_scale"]
+            sc = (np.frombuffer(sdata, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(sshape)
+            w, k = (nib.astype(np.float32) - 8) * np.repeat(sc, kk // sshape[1], axis=1), base
+        elif dt in ("F32", "BF16"):
+            out[k] = (dt, shape, data)
+            continue
+        else:
+            raise RuntimeError("unexpected tensor %s %s" % (k, dt))
+        out[k] = ("F32", list(w.shape), w.astype("<f4").tobytes())
+    return out
+
+
+def exact(moec, fixtures, tmp):
+    """Quantized run == the unquantized layer (--ignore-quantization) on the dequantized
+    weights, bit for bit (f32)."""
+    failed = 0
+    for fam in ("qwen3_moe", "int4_deepseek_v3"):
+        d = os.path.join(fixtures, fam)
+        ck = os.path.join(tmp, "deq.safetensors")
+        write_st(ck, dequantized(read_st(os.path.join(d, "model.safetensors"))))
+        ys = []
+        for ign, w in ((False, os.path.join(d, "model.safetensors")), (True, ck)):
+            moe, y = os.path.join(tmp, "e.moe"), os.path.join(tmp, "e%d.npy" % ign)
+            run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=f32", "-o", moe]
+                + (["--ignore-quantization"] if ign else []))
+            run([moec, "run", moe, "--weights", w, "--input", os.path.join(d, "x_float32_T5.npy"), "-o", y])
+            ys.append(open(y, "rb").read())
+        good = ys[0] == ys[1]
+        print("%-4s %-18s T=5 quantized run %s the float layer on the dequantized weights" % (
+            "ok" if good else "FAIL", fam, "bit-identical to" if good else "DIFFERS from"))
+        failed += not good
+    return failed
+
+
+def main():
+    moec, fixtures = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        failed = codes(moec, tmp) + exact(moec, fixtures, tmp) + numeric(moec, fixtures, tmp) + \
+            rejections(moec, fixtures, tmp)
+    print("%d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
