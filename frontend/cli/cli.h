@@ -21,6 +21,7 @@ enum {
 
 /* What a file holds, by its content (frontend/cli/sniff.c). */
 typedef enum cli_kind {
+	K_UNREAD,       /* not a regular file (stdin, FIFO, device): its reader decides */
 	K_MOE,          /* .moe text (anything not recognised as another kind) */
 	K_MOEIR,        /* textual IR, also a --reproducer file */
 	K_IR_JSON,      /* {"format": "moeir", ...} */
@@ -85,14 +86,20 @@ int cli_check_target(moe_ctx *ctx, const opts *o, const char *target);
 
 /* ---- input recognition (frontend/cli/sniff.c) ---- */
 cli_kind cli_sniff(const char *data, size_t len);
-/* Reads the start of path and classifies it; -1 (errno set) if unreadable. */
-int cli_sniff_file(const char *path, cli_kind *kind);
+/* Reads the start of a regular file and classifies it (other files are left
+ * to the reader: K_UNREAD); 1 after a diagnostic if it cannot be read. */
+int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind);
 /* An error "this looks like ...; use `moec ...`" when `kind` is not what
  * the command takes; 0 when it is. */
 int cli_check_kind(moe_ctx *ctx, const opts *o);
 
+#define CLI_MAX_PATHS 64               /* --weights and --input items */
+#define CLI_MAX_SOURCE ((size_t)256 << 20) /* a .moe, .moeir or IR .json */
+
 int cli_fail(const char *fmt, const char *arg);
-char *cli_read_file(const char *path, size_t *len);
+/* Before any input is read: outputs that are inputs or each other, and path
+ * lists longer than CLI_MAX_PATHS, are errors (1). */
+int cli_guard_paths(moe_ctx *ctx, const opts *o);
 int cli_ends_with(const char *s, const char *suf);
 /* True for "-o -": the output goes to standard output. */
 int cli_is_stdout(const char *out);

@@ -15,39 +15,6 @@
 
 #include "frontend/cli/cli.h"
 
-char *cli_read_file(const char *path, size_t *len)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap);
-	for (;;) {
-		if (!buf)
-			break;
-		n += fread(buf + n, 1, cap - n, f);
-		if (n < cap)
-			break;
-		char *nb = realloc(buf, cap * 2);
-		if (!nb) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = nb;
-		cap *= 2;
-	}
-	int err = ferror(f);
-	if (f != stdin)
-		fclose(f);
-	if (err) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
-}
-
 int cli_ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
@@ -81,11 +48,11 @@ static int check_sets(moe_ctx *ctx, const opts *o)
 moe_module *cli_load(moe_ctx *ctx, const opts *o)
 {
 	size_t len = 0;
-	char *text = cli_read_file(o->file, &len);
-	if (!text) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "cannot read: %s", strerror(errno));
+	char *text = NULL;
+	/* stdin may be a pipe; a named input must be a regular file */
+	if ((strcmp(o->file, "-") ? moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) :
+				    moe_read_stream(ctx, "<stdin>", 0, CLI_MAX_SOURCE, &text, &len)) != MOE_OK)
 		return NULL;
-	}
 	opts so = *o;
 	so.kind = cli_sniff(text, len);
 	if (cli_check_kind(ctx, &so) || so.kind == K_TCPB) {
@@ -196,10 +163,8 @@ static int classify(moe_ctx *ctx, opts *o)
 {
 	if (!o->file)
 		return 0;
-	if (cli_sniff_file(o->file, &o->kind)) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "cannot read: %s", strerror(errno));
+	if (cli_sniff_file(ctx, o->file, &o->kind))
 		return 1;
-	}
 	return cli_check_kind(ctx, o);
 }
 
@@ -290,10 +255,11 @@ int main(int argc, char **argv)
 	int r = cli_parse(argc, argv, &o, c);
 	if (r)
 		return r < 0 ? 0 : 1;
+	moe_cleanup_on_signals(); /* temporaries are removed on SIGINT/SIGTERM */
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
-	int status = classify(ctx, &o) || dispatch(ctx, &o);
+	int status = cli_guard_paths(ctx, &o) || classify(ctx, &o) || dispatch(ctx, &o);
 	moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;

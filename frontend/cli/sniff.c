@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -112,30 +113,29 @@ cli_kind cli_sniff(const char *data, size_t len)
 	return K_MOE;
 }
 
-int cli_sniff_file(const char *path, cli_kind *kind)
+int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind)
 {
-	*kind = K_MOE;
-	if (!strcmp(path, "-"))
-		return 0; /* standard input: cli_load decides after reading it */
+	*kind = K_UNREAD;
+	struct stat st;
+	/* standard input, FIFOs and devices: the reader decides (and refuses
+	 * what is not a regular file) without this blocking on them first */
+	if (!strcmp(path, "-") || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
 	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -1;
-	char head[SNIFF_BYTES];
-	errno = 0;
-	size_t n = fread(head, 1, sizeof head, f);
-	int err = ferror(f) ? (errno ? errno : EIO) : 0;
-	fclose(f);
-	if (err) {
-		errno = err;
-		return -1;
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read: %s", strerror(errno));
+		return 1;
 	}
+	char head[SNIFF_BYTES];
+	size_t n = fread(head, 1, sizeof head, f);
+	fclose(f);
 	cli_kind k = cli_sniff(head, n);
 	if (n == sizeof head && (k == K_JSON || k == K_IR_JSON)) {
 		/* JSON is told by its keys: read it whole */
+		char *text = NULL;
 		size_t len = 0;
-		char *text = cli_read_file(path, &len);
-		if (!text)
-			return -1;
+		if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
+			return 1;
 		k = cli_sniff(text, len);
 		free(text);
 	}
@@ -147,6 +147,7 @@ int cli_sniff_file(const char *path, cli_kind *kind)
 static const struct {
 	const char *desc, *use;
 } kinds[] = {
+	[K_UNREAD] = {"a file that is not a regular file", "a regular file"},
 	[K_MOE] = {"a .moe layer", "`moec check|ir|stats|compile|run`"},
 	[K_MOEIR] = {"textual IR (.moeir)", "`moec check|ir|stats|compile|run`"},
 	[K_IR_JSON] = {"JSON IR", "`moec check|ir|stats|compile|run`"},
@@ -168,6 +169,8 @@ static const struct {
 int cli_check_kind(moe_ctx *ctx, const opts *o)
 {
 	cli_kind k = o->kind;
+	if (k == K_UNREAD)
+		return 0;
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
 		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
