@@ -646,9 +646,11 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 	moe_import_opts def = {0};
 	if (!opts)
 		opts = &def;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	cJSON *root = rt_json_doc(ctx, name, json, len); /* read as Python's json reads it; reports its errors */
 	hf_cfg c = {ctx, name, root, root, 0, false};
-	if (!root || !cJSON_IsObject(root)) {
+	if (!root)
+		return MOE_ERR_FORMAT;
+	if (!cJSON_IsObject(root)) {
 		hf_err(&c, "not a JSON object");
 		cJSON_Delete(root);
 		return MOE_ERR_FORMAT;

@@ -159,7 +159,7 @@ enum { DR = 5, DK = 1000, DLANES = 13 }; /* K not a multiple of 32: the tail tak
 /* A program holding one CS_DOT from a bf16 [DR, DK] input and a bf16
  * [16, DK] weight into the f32 [DR, 16] output (the lowering's buffers of a
  * small graph; its body replaced by the tile). */
-static cg_prog *dot_prog(moe_ctx *c)
+static cg_prog *dot_prog(moe_ctx *c, int rows)
 {
 	static const char *text = "moeir 1\n"
 				  "layer @dotk dtype=bf16 {\n"
@@ -178,7 +178,7 @@ static cg_prog *dot_prog(moe_ctx *c)
 	cg_dot *d = ir_alloc(&p->arena, sizeof *d);
 	cg_expr *e = ir_alloc(&p->arena, 5 * sizeof *e);
 	memset(e, 0, 5 * sizeof *e);
-	int64_t v[5] = {DR, DLANES, 0, 0, 0};
+	int64_t v[5] = {rows, DLANES, 0, 0, 0};
 	for (int i = 0; i < 5; i++)
 		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
 	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], DK, DK, DK};
@@ -206,11 +206,11 @@ static void run_dot(cg_prog *p, int portable, const uint16_t *a, const uint16_t 
 	cgen_jit_free(jit);
 }
 
-static void test_dot_bound(void **state)
+/* rows: DR takes groups of four rows and one single row, 2 only single rows */
+static void dot_bound(int rows)
 {
-	(void)state;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	cg_prog *p = dot_prog(c);
+	cg_prog *p = dot_prog(c, rows);
 	static uint16_t a[DR * DK], w[16 * DK];
 	for (int i = 0; i < DR * DK; i++)
 		a[i] = rand_bf16();
@@ -224,7 +224,7 @@ static void test_dot_bound(void **state)
 	int differ = 0;
 	double worst = 0; /* largest |difference| / bound */
 	const double u = ldexp(1.0, -24), gamma = (DK - 1) * u / (1 - (DK - 1) * u);
-	for (int r = 0; r < DR; r++)
+	for (int r = 0; r < rows; r++)
 		for (int j = 0; j < 16; j++) {
 			int jj = j < DLANES - 1 ? j : DLANES - 1;
 			double exact = 0, mag = 0;
@@ -244,12 +244,19 @@ static void test_dot_bound(void **state)
 			worst = fmax(worst, fabs((double)f1 - (double)p1) / bound);
 		}
 	if (strcmp(kf, "portable"))
-		print_message("vdpbf16ps tile: %d of %d sums differ from the portable tile, at most %.3g of the bound\n",
-			differ, DR * 16, worst);
+		print_message("vdpbf16ps tile, %d rows: %d of %d sums differ from the portable tile, at most %.3g of the "
+			      "bound\n", rows, differ, rows * 16, worst);
 	else /* no AVX512-BF16 here: both runs are the portable tile */
 		assert_int_equal(differ, 0);
 	cgen_free(p);
 	moe_ctx_free(c);
+}
+
+static void test_dot_bound(void **state)
+{
+	(void)state;
+	dot_bound(DR);
+	dot_bound(2);
 }
 
 /* ---- the JIT cache ---- */
