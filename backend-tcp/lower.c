@@ -1034,6 +1034,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				dm.v[TCP_V_DST].stride[0] = inn;
 				dm.v[TCP_V_DST].stride[1] = 1;
 				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
+				if (ps > 0 || ch > 0) /* the contraction's tiles form one descriptor list */
+					dm.flags |= TCP_F_JOIN;
 				emit(c, &dm);
 				ld_.v[TCP_V_S0] = dm.v[TCP_V_DST];
 				wk ^= 1;
@@ -1365,6 +1367,26 @@ static void lower_region(lw *c)
 	inp ins[32];
 	int nin = 0;
 	moe_id first = MOE_NONE;
+	/* Block results read after the loop go to a grid of all G blocks: in DM
+	 * when it is small (at most 1/16 of DM: a decode), where each block's
+	 * math writes its slot directly and the combine reads it there, else in
+	 * HBM through one copy per block. */
+	int32_t dmhome[64];
+	int ndh = 0;
+	for (moe_id i = 0; i < g->nnodes && ndh < 64; i++) {
+		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || !c->hbm_home[i] || n->op == MOE_OP_RESHAPE || c->is_out[i] ||
+			ir_bytes(n) * 16 > c->m->dm_bytes_per_slice * c->S)
+			continue;
+		ir_node b = block_node(n);
+		int32_t t = dm_tensor(c, i, n->name ? n->name : "block-out", (moe_dtype)n->dtype, n->rank, n->shape);
+		val v = tview(t, i, &b);
+		v.region = true;
+		v.reg = R_G;
+		v.scale = ir_numel(&b);
+		c->v[i] = v;
+		dmhome[ndh++] = (int32_t)i;
+	}
 	int32_t t_first = (int32_t)p->nt; /* tensors from here on belong to the loop */
 	/* Whole experts' weights, double-buffered, take this much DM per slice.
 	 * When that exceeds half of DM, every weight gather read only as the
@@ -1594,9 +1616,12 @@ static void lower_region(lw *c)
 				*(ir_node *)N(g, n->args[k]) = saved_args[k];
 		*mn = saved;
 	}
-	/* store region results read outside the loop */
+	/* store region results read outside the loop (those in a DM grid are there) */
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE)
+		bool indm = false;
+		for (int k = 0; k < ndh; k++)
+			indm |= dmhome[k] == (int32_t)i;
+		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || indm)
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -1622,7 +1647,9 @@ static void lower_region(lw *c)
 	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
-	/* the loop's DM buffers die with it (results read after it went to HBM) */
+	for (int k = 0; k < ndh; k++)
+		c->v[dmhome[k]] = tview(c->v[dmhome[k]].t, dmhome[k], N(g, dmhome[k]));
+	/* the loop's DM buffers die with it (results read after it went to HBM or to a DM grid) */
 	for (int j = 0; j < nin; j++)
 		dm_free(c, ins[j].buf);
 	for (moe_id i = 0; i < g->nnodes; i++)
@@ -1633,7 +1660,10 @@ static void lower_region(lw *c)
 		if (!c->inreg[i] || N(g, i)->op != MOE_OP_RESHAPE)
 			continue;
 		const val *sv = &c->v[N(g, i)->args[0]];
-		if (sv->kind == VK_VIEW && c->p->t[sv->t].space == TCP_HBM) {
+		bool dmgrid = false;
+		for (int k = 0; k < ndh; k++)
+			dmgrid |= sv->kind == VK_VIEW && sv->t == c->v[dmhome[k]].t;
+		if (sv->kind == VK_VIEW && (c->p->t[sv->t].space == TCP_HBM || dmgrid)) {
 			val v = *sv;
 			contiguous(N(g, i)->shape, N(g, i)->rank, v.stride);
 			c->v[i] = v;

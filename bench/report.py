@@ -586,7 +586,7 @@ if tcp_runs:
 w(cmd_block(["tcp"], "TCP simulator commands"))
 
 # -------------------------------------------------------------------------------- targets
-w("## 5. Where the targets of issue 7 stand\n")
+w("## 5. Where the targets stand (issue 7; TCP rows: issue 16)\n")
 
 
 def row(target, measured, status):

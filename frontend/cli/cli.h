@@ -27,8 +27,13 @@ typedef struct opts {
 	size_t nsets;
 } opts;
 
+#define CLI_MAX_PATHS 64               /* --weights and --input items */
+#define CLI_MAX_SOURCE ((size_t)256 << 20) /* a .moe, .moeir or IR .json */
+
 int cli_fail(const char *fmt, const char *arg);
-char *cli_read_file(const char *path, size_t *len);
+/* Before any input is read: outputs that are inputs or each other, and path
+ * lists longer than CLI_MAX_PATHS, are errors (1). */
+int cli_guard_paths(moe_ctx *ctx, const opts *o);
 int cli_ends_with(const char *s, const char *suf);
 moe_module *cli_load(moe_ctx *ctx, const opts *o);
 /* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */

@@ -205,39 +205,6 @@ static int parse_opts(int argc, char **argv, opts *o, const struct command *c)
 	return 0;
 }
 
-char *cli_read_file(const char *path, size_t *len)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap);
-	for (;;) {
-		if (!buf)
-			break;
-		n += fread(buf + n, 1, cap - n, f);
-		if (n < cap)
-			break;
-		char *nb = realloc(buf, cap * 2);
-		if (!nb) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = nb;
-		cap *= 2;
-	}
-	int err = ferror(f);
-	if (f != stdin)
-		fclose(f);
-	if (err) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
-}
-
 int cli_ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
@@ -247,11 +214,11 @@ int cli_ends_with(const char *s, const char *suf)
 moe_module *cli_load(moe_ctx *ctx, const opts *o)
 {
 	size_t len = 0;
-	char *text = cli_read_file(o->file, &len);
-	if (!text) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "cannot read: %s", strerror(errno));
+	char *text = NULL;
+	/* stdin may be a pipe; a named input must be a regular file */
+	if ((strcmp(o->file, "-") ? moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) :
+				    moe_read_stream(ctx, "<stdin>", 0, CLI_MAX_SOURCE, &text, &len)) != MOE_OK)
 		return NULL;
-	}
 	const char *p = text;
 	while (p < text + len && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
 		p++;
@@ -355,6 +322,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "moec: '%s' is not available yet\n", c->name);
 		return 2;
 	}
+	moe_cleanup_on_signals(); /* temporaries are removed on SIGINT/SIGTERM */
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
@@ -362,7 +330,9 @@ int main(int argc, char **argv)
 	moe_module *m = NULL;
 	int64_t autob = 0;
 	double pred = 0;
-	if (!strcmp(c->name, "passes"))
+	if (cli_guard_paths(ctx, &o))
+		status = 1;
+	else if (!strcmp(c->name, "passes"))
 		status = cli_passes(ctx);
 	else if (!strcmp(c->name, "import-hf"))
 		status = cli_import_hf(ctx, &o);

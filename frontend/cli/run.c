@@ -17,7 +17,8 @@ static int err(moe_ctx *ctx, const char *file, const char *msg, const char *arg)
 	return 1;
 }
 
-/* A non-negative integer option; -1 when absent, -2 (with an error) when bad. */
+/* An integer option (>= 1 for the token count and the block size, >= 0
+ * otherwise); -1 when absent, -2 (with an error) when bad. */
 static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 {
 	if (!v)
@@ -25,8 +26,12 @@ static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 	char *end;
 	errno = 0;
 	long long x = strtoll(v, &end, 10);
-	if (errno || *end || end == v || x < 0 || x > INT32_MAX) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in 0..2147483647, got '%s'", name, v);
+	/* the token count and the block size must be positive (other options say so themselves) */
+	long long lo = strstr(name, "tokens") || strstr(name, "block") || !strcmp(name, "--set T") ||
+			       !strcmp(name, "--set B") ? 1 : 0;
+	if (errno || *end || end == v || x < lo || x > INT32_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in %lld..2147483647, got '%s'", name, lo,
+			v);
 		return -2;
 	}
 	return x;
@@ -38,7 +43,12 @@ int cli_passes(moe_ctx *ctx)
 	for (size_t i = 0; i < moe_pass_count(ctx); i++) {
 		const moe_pass_info *p = moe_pass_get(ctx, i);
 		printf("  %-20s %s\n", p->name, p->summary);
-		if (p->options)
+		const moe_pass_option *rows = moe_pass_options(p);
+		for (const moe_pass_option *o = rows; o && o->key; o++)
+			printf("  %-20s   %s=%s (default %s): %s\n", "", o->key,
+				o->kind == MOE_PASS_OPT_ENUM ? o->values : o->kind == MOE_PASS_OPT_COUNT ? "N" : "VALUE",
+				o->def ? o->def : "none", o->help ? o->help : "");
+		if (p->options && !rows)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
 	printf("\nnamed pipelines:\n");
