@@ -41,7 +41,7 @@ static char *read_all(const char *path, size_t *len)
 
 /* The Qwen3 example at small dims through the host pipeline; T x E x E =
  * 151552 elements in the top-k compare nodes, so their loops run in parallel. */
-static moe_graph *qwen3_small(moe_ctx *c, const char *dtype)
+static moe_graph *qwen3_small(moe_ctx *c, const char *dtype, moe_module **mod)
 {
 	size_t len;
 	char *text = read_all(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", &len);
@@ -55,6 +55,7 @@ static moe_graph *qwen3_small(moe_ctx *c, const char *dtype)
 	moe_run_opts ro = {.verify = 1};
 	if (moe_run_pipeline_text(c, "host", m, &ro) != MOE_OK)
 		moe_diag_print(c, stderr);
+	*mod = m;
 	return moe_module_graph(m, 0);
 }
 
@@ -86,7 +87,8 @@ static void assert_same(const moe_tensor *a, const moe_tensor *b, const char *wh
 static void threads_case(const char *dtype)
 {
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_graph *g = qwen3_small(c, dtype);
+	moe_module *m;
+	moe_graph *g = qwen3_small(c, dtype, &m);
 	moe_tensor_map *bind = NULL;
 	assert_int_equal(ir_interp_random_bindings(c, g, 7, &bind), MOE_OK);
 	char dir[] = "/tmp/moec-par-test-XXXXXX";
@@ -111,6 +113,8 @@ static void threads_case(const char *dtype)
 	moe_tensor_free(c, p1);
 	moe_tensor_free(c, p3);
 	moe_tensor_free(c, cc);
+	moe_tensor_map_free(bind);
+	moe_module_free(m);
 	moe_ctx_free(c);
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -159,7 +163,7 @@ enum { DR = 5, DK = 1000, DLANES = 13 }; /* K not a multiple of 32: the tail tak
 /* A program holding one CS_DOT from a bf16 [DR, DK] input and a bf16
  * [16, DK] weight into the f32 [DR, 16] output (the lowering's buffers of a
  * small graph; its body replaced by the tile). */
-static cg_prog *dot_prog(moe_ctx *c, int rows)
+static cg_prog *dot_prog(moe_ctx *c, int rows, moe_module **mod)
 {
 	static const char *text = "moeir 1\n"
 				  "layer @dotk dtype=bf16 {\n"
@@ -171,6 +175,7 @@ static cg_prog *dot_prog(moe_ctx *c, int rows)
 				  "}\n";
 	moe_module *m = moe_module_parse_text(c, "dotk.moeir", text, strlen(text));
 	assert_non_null(m);
+	*mod = m;
 	cg_prog *p = cgen_lower(c, moe_module_graph(m, 0));
 	if (!p)
 		moe_diag_print(c, stderr);
@@ -210,7 +215,8 @@ static void run_dot(cg_prog *p, int portable, const uint16_t *a, const uint16_t 
 static void dot_bound(int rows)
 {
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	cg_prog *p = dot_prog(c, rows);
+	moe_module *m;
+	cg_prog *p = dot_prog(c, rows, &m);
 	static uint16_t a[DR * DK], w[16 * DK];
 	for (int i = 0; i < DR * DK; i++)
 		a[i] = rand_bf16();
@@ -249,6 +255,7 @@ static void dot_bound(int rows)
 	else /* no AVX512-BF16 here: both runs are the portable tile */
 		assert_int_equal(differ, 0);
 	cgen_free(p);
+	moe_module_free(m);
 	moe_ctx_free(c);
 }
 
@@ -302,7 +309,8 @@ static void test_cache(void **state)
 	char sub[64];
 	snprintf(sub, sizeof sub, "%s/a/b", dir); /* created on first use */
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_graph *g = qwen3_small(c, "bf16");
+	moe_module *m;
+	moe_graph *g = qwen3_small(c, "bf16", &m);
 	moe_tensor_map *bind = NULL;
 	assert_int_equal(ir_interp_random_bindings(c, g, 3, &bind), MOE_OK);
 	moe_tensor *y0[1], *y[1];
@@ -335,6 +343,8 @@ static void test_cache(void **state)
 	assert_int_equal(cached_run(c, g, bind, sub, 1, y, &t), MOE_CACHE_OFF);
 	moe_tensor_free(c, y[0]);
 	moe_tensor_free(c, y0[0]);
+	moe_tensor_map_free(bind);
+	moe_module_free(m);
 	moe_ctx_free(c);
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
