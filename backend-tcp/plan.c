@@ -137,8 +137,8 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	double wfetch = 0;
 	for (int64_t p = 0; p < d->nproj; p++)
 		wfetch += dma_cycles(m, W / (double)d->nproj, 1);
-	if (!whole) /* every block streams its expert */
-		dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)(m->dma_setup + m->issue_cycles);
+	if (!whole) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
+		dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
 	double loop;
 	if (whole) {
 		double dtot = nb * dma + hit * wfetch, mtot = nb * main_;
@@ -166,8 +166,6 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	double bt = 0;
 	for (size_t i = 0; i < sizeof auto_blocks / sizeof *auto_blocks; i++) {
 		int64_t B = auto_blocks[i];
-		if (B > 8 && B / 2 >= d.T * d.K / d.E + 1 && B / 2 >= 8)
-			break; /* no block holds more rows than all routed pairs */
 		double t = predict_loop(m, &d, B);
 		if (best == 0 || t < bt) {
 			best = B;
