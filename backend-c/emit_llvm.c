@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/ErrorHandling.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
@@ -22,15 +23,20 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
+#include <sys/stat.h>
+
 #include "backend-c/cgen.h"
 #include "moec/backend.h"
+#include "moec/io.h"
 
+static void llvm_fatal(const char *reason);
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static int llvm_init_failed;
 
 static void llvm_init(void)
 {
 	llvm_init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter();
+	LLVMInstallFatalErrorHandler(llvm_fatal);
 }
 
 static moe_status diag_err(moe_ctx *ctx, const char *what, LLVMErrorRef err)
@@ -969,30 +975,41 @@ static moe_status make_module(cg_prog *p, LLVMContextRef c, bool bf16dot, LLVMMo
 	return s;
 }
 
+/* LLVM's fatal-error handler: an I/O or code generation failure inside LLVM
+ * ends the process, but first this says why and removes moec's temporaries
+ * (LLVM then exits). */
+static void llvm_fatal(const char *reason)
+{
+	moe_remove_temporaries();
+	fprintf(stderr, "moec: error: LLVM: %s\n", reason ? reason : "fatal error");
+}
+
+/* The module is generated into memory and written through the output module,
+ * so that nothing exists at or beside path before code generation has
+ * finished and no LLVM file stream can fail inside LLVM. */
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 {
-	size_t n = strlen(path) + 16;
-	char *tmp = ctx_alloc(p->ctx, n);
-	snprintf(tmp, n, "%s.tmpXXXXXX", path);
-	int fd = mkstemp(tmp);
-	if (fd < 0) {
-		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "cannot create a temporary file next to it");
-		ctx_free(p->ctx, tmp, n);
-		return MOE_ERR_IO;
-	}
-	close(fd);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
 	moe_status s = make_module(p, c, host_has_bf16dot(), &m, &tm);
 	if (!s) {
 		char *err = NULL;
-		bool bad = kind == 0 ? LLVMPrintModuleToFile(m, tmp, &err) :
-				       LLVMTargetMachineEmitToFile(tm, m, tmp, LLVMObjectFile, &err);
-		if (bad) {
-			moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "LLVM: cannot write: %s",
-				err ? err : "(no message)");
-			s = MOE_ERR_IO;
+		if (kind == 0) {
+			char *text = LLVMPrintModuleToString(m);
+			s = moe_write_output(p->ctx, path, 0, text, strlen(text));
+			LLVMDisposeMessage(text);
+		} else {
+			LLVMMemoryBufferRef buf = NULL;
+			if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &err, &buf)) {
+				moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "LLVM: code generation failed: %s",
+					err ? err : "(no message)");
+				s = MOE_ERR_INTERNAL;
+			} else {
+				s = moe_write_output(p->ctx, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf),
+					LLVMGetBufferSize(buf));
+				LLVMDisposeMemoryBuffer(buf);
+			}
 		}
 		if (err)
 			LLVMDisposeMessage(err);
@@ -1000,13 +1017,6 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		LLVMDisposeTargetMachine(tm);
 	}
 	LLVMContextDispose(c);
-	if (!s && rename(tmp, path) != 0) {
-		moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, path), "cannot rename the temporary file into place");
-		s = MOE_ERR_IO;
-	}
-	if (s)
-		unlink(tmp);
-	ctx_free(p->ctx, tmp, n);
 	return s;
 }
 

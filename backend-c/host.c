@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
+#include "runtime/rt_io.h"
 #include "moec/backend.h"
 
 extern char **environ;
@@ -58,9 +59,13 @@ moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)
 	moe_atomic_file *af = moe_atomic_open(ctx, path);
 	if (!af)
 		return MOE_ERR_IO;
+	errno = 0;
 	moe_status s = write(ud, moe_atomic_stream(af));
 	if (s) {
+		int e = errno;
 		moe_atomic_abort(af);
+		if (s == MOE_ERR_IO)
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "write failed: %s", strerror(e ? e : EIO));
 		return s;
 	}
 	return moe_atomic_commit(af);
@@ -121,6 +126,7 @@ moe_status moe_host_workspace_size(moe_ctx *ctx, const moe_graph *g, size_t *byt
 
 typedef struct cc_mod {
 	char dir[256], src[300], lib[300], log[300];
+	int slot[4]; /* their places in the table of temporaries (runtime/file.c) */
 	void *dl;
 } cc_mod;
 
@@ -137,6 +143,8 @@ static void cc_cleanup(cc_mod *m)
 		unlink(m->log);
 	if (m->dir[0])
 		rmdir(m->dir);
+	for (int i = 0; i < 4; i++)
+		rt_temp_forget(m->slot[i]);
 }
 
 static double now(void)
@@ -152,7 +160,7 @@ static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
 	moe_ctx *ctx = p->ctx;
 	const char *tmpdir = getenv("TMPDIR");
 	snprintf(m->dir, sizeof m->dir, "%s/moec-cc-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-	if (!mkdtemp(m->dir)) {
+	if (!rt_mkdtemp(m->dir, &m->slot[0])) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot create a temporary directory: %s", strerror(errno));
 		m->dir[0] = 0;
 		return MOE_ERR_IO;
@@ -160,6 +168,9 @@ static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
 	snprintf(m->src, sizeof m->src, "%s/layer.c", m->dir);
 	snprintf(m->lib, sizeof m->lib, "%s/layer.so", m->dir);
 	snprintf(m->log, sizeof m->log, "%s/cc.log", m->dir);
+	m->slot[1] = rt_temp_register(m->src);
+	m->slot[2] = rt_temp_register(m->lib);
+	m->slot[3] = rt_temp_register(m->log);
 	moe_status s = cgen_write_atomic(ctx, m->src, write_c, p);
 	if (s)
 		return s;
@@ -419,6 +430,8 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 		return MOE_ERR_INVALID;
 	host_run R;
 	memset(&R, 0, sizeof R);
+	for (int i = 0; i < 4; i++)
+		R.ccm.slot[i] = -1; /* no temporaries registered yet */
 	R.jo.portable = o.portable;
 	R.jo.no_cache = o.no_cache;
 	R.jo.cache_dir = o.cache_dir;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
+#include "runtime/rt_io.h"
 
 static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'J', 'I', 'T', '1'};
 enum { HDR = 32 };
@@ -126,13 +127,15 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
 {
 	char tmp[PATH_MAX + 16];
 	snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", c->path);
-	int fd = mkstemp(tmp);
+	int slot; /* in the table of temporaries removed on SIGINT/SIGTERM (runtime/file.c) */
+	int fd = rt_mkstemp(tmp, &slot);
 	if (fd < 0)
 		return false;
 	FILE *f = fdopen(fd, "wb");
 	if (!f) {
 		close(fd);
 		unlink(tmp);
+		rt_temp_forget(slot);
 		return false;
 	}
 	unsigned char hdr[HDR];
@@ -148,5 +151,6 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
 		ok = rename(tmp, c->path) == 0;
 	if (!ok)
 		unlink(tmp);
+	rt_temp_forget(slot);
 	return ok;
 }

@@ -32,7 +32,7 @@ moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const ch
 	moe_status rc = tcp_encode(p, &b, &n);
 	if (rc != MOE_OK)
 		return rc;
-	rc = moe_write_file_atomic(ctx, path, b, n);
+	rc = moe_write_output(ctx, path, MOE_OUTPUT_BINARY, b, n);
 	free(b);
 	return rc;
 }
@@ -47,6 +47,8 @@ static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, 
 		m = def;
 	}
 	moe_status rc = m ? tcp_validate(ctx, p, m, file) : MOE_ERR_INTERNAL;
+	if (rc == MOE_OK)
+		rc = tcp_check_termination(ctx, p, file);
 	moe_tcp_machine_free(ctx, def);
 	if (rc != MOE_OK) {
 		tcp_prog_free(p);
@@ -69,38 +71,11 @@ moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *te
 
 moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot open: %s", strerror(errno));
+	char *buf;
+	size_t len;
+	if (moe_read_file_max(ctx, path, TCP_MAX_BINARY_BYTES, &buf, &len) != MOE_OK)
 		return NULL;
-	}
-	uint8_t *buf = NULL;
-	size_t len = 0, cap = 0;
-	for (;;) {
-		if (len == cap) {
-			size_t nc = cap ? cap * 2 : 65536;
-			uint8_t *nb = realloc(buf, nc);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "out of memory reading the file");
-				return NULL;
-			}
-			buf = nb;
-			cap = nc;
-		}
-		size_t r = fread(buf + len, 1, cap - len, f);
-		len += r;
-		if (!r)
-			break;
-	}
-	bool err = ferror(f);
-	fclose(f);
-	moe_tcp_program *p = NULL;
-	if (err)
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read the file");
-	else
-		p = moe_tcp_from_binary(ctx, path, buf, len, m);
+	moe_tcp_program *p = moe_tcp_from_binary(ctx, path, (const uint8_t *)buf, len, m);
 	free(buf);
 	return p;
 }

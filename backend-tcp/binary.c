@@ -170,8 +170,12 @@ static void s_str(ser *s, const char *w, char *buf)
 	}
 	get(s, buf, nl);
 	buf[nl] = 0;
-	if (memchr(buf, 0, nl))
-		s->bad = true;
+	/* no NUL and no control byte but tab and newline (an ESC sequence would
+	 * reach the terminal through `moec check` and every message quoting the
+	 * name); the .moe lexer refuses raw control bytes in strings alike */
+	for (uint32_t i = 0; i < nl; i++)
+		if (((unsigned char)buf[i] < 0x20 && buf[i] != '\t' && buf[i] != '\n') || buf[i] == 0x7f)
+			s->bad = true;
 }
 
 /* The tensor table; when reading, p->t is grown as entries arrive. */

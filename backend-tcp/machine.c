@@ -4,9 +4,11 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
+#include "moec/io.h"
 
 /* The shipped backend-tcp/machine.json (a copy of the project's contract). */
 const char tcp_default_machine_json[] =
@@ -100,26 +102,33 @@ static const cJSON *field(mp *p, const cJSON *obj, const char *path, const char 
 	return f;
 }
 
-/* A positive finite number; integers must be whole and below 2^53. */
-static double num(mp *p, const cJSON *obj, const char *path, const char *key, bool integer)
+/* A finite number in [lo, hi]; integers must be whole. Every field has a
+ * range so that the products the simulator and the code generator form from
+ * them (cycles, bytes, slices) stay far inside int64. */
+static double num_in(mp *p, const cJSON *obj, const char *path, const char *key, bool integer, double lo, double hi)
 {
 	const cJSON *f = field(p, obj, path, key);
 	if (!f)
-		return 1;
-	if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || f->valuedouble <= 0 ||
-		(integer && (f->valuedouble != floor(f->valuedouble) || f->valuedouble > 9007199254740992.0))) {
+		return lo;
+	if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || f->valuedouble < lo || f->valuedouble > hi ||
+		(integer && f->valuedouble != floor(f->valuedouble))) {
 		if (!p->bad)
 			moe_diag(p->ctx, MOE_DIAG_ERROR, moe_loc_file(p->ctx, p->file),
-				"machine description: '%s%s' must be a positive %s", path, key, integer ? "integer" : "number");
+				"machine description: '%s%s' must be %s in %.17g..%.17g", path, key,
+				integer ? "an integer" : "a number", lo, hi);
 		p->bad = true;
-		return 1;
+		return lo;
 	}
 	return f->valuedouble;
 }
 
-static int64_t inum(mp *p, const cJSON *obj, const char *path, const char *key)
+#define K20 1048576.0 /* 2^20: latencies, rates, per-cycle widths */
+#define K30 1073741824.0
+
+/* Integer fields: [1, hi]. */
+static int64_t inum(mp *p, const cJSON *obj, const char *path, const char *key, double hi)
 {
-	return (int64_t)num(p, obj, path, key, true);
+	return (int64_t)num_in(p, obj, path, key, true, 1, hi);
 }
 
 static bool boolean(mp *p, const cJSON *obj, const char *path, const char *key)
@@ -174,65 +183,74 @@ moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const cha
 	moe_tcp_machine *m = ctx_alloc(ctx, sizeof *m);
 	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
 	snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "unnamed");
-	m->clock_hz = num(&p, root, "", "clock_hz", false);
-	m->clusters = inum(&p, root, "", "clusters");
-	m->slices_per_cluster = inum(&p, root, "", "slices_per_cluster");
-	m->lanes_per_slice = inum(&p, root, "", "lanes_per_slice");
-	m->flit_bytes = inum(&p, root, "", "flit_bytes");
+	m->clock_hz = num_in(&p, root, "", "clock_hz", false, 1e6, 1e11);
+	m->clusters = inum(&p, root, "", "clusters", 65536);
+	m->slices_per_cluster = inum(&p, root, "", "slices_per_cluster", 65536);
+	m->lanes_per_slice = inum(&p, root, "", "lanes_per_slice", 64);
+	m->flit_bytes = inum(&p, root, "", "flit_bytes", 4096);
 	const cJSON *mem = field(&p, root, "", "memory");
-	m->hbm_bytes = num(&p, mem, "memory.", "hbm_bytes", false);
-	m->hbm_bytes_per_s = num(&p, mem, "memory.", "hbm_bytes_per_s", false);
-	m->hbm_granule = inum(&p, mem, "memory.", "hbm_access_granule_bytes");
-	m->hbm_unaligned_read = num(&p, mem, "memory.", "hbm_unaligned_read_factor", false);
-	m->hbm_unaligned_write = num(&p, mem, "memory.", "hbm_unaligned_write_factor", false);
-	m->dm_bytes_per_slice = inum(&p, mem, "memory.", "dm_bytes_per_slice");
-	m->dm_bytes_per_cycle = inum(&p, mem, "memory.", "dm_bytes_per_cycle_per_slice");
-	m->dm_banks = inum(&p, mem, "memory.", "dm_banks_per_slice");
-	m->dm_align = inum(&p, mem, "memory.", "dm_alignment_bytes");
-	m->trf_bytes_per_lane = inum(&p, mem, "memory.", "trf_bytes_per_lane");
-	m->vrf_bytes_per_slice = inum(&p, mem, "memory.", "vrf_bytes_per_slice");
+	m->hbm_bytes = num_in(&p, mem, "memory.", "hbm_bytes", false, 1, 1125899906842624.0);
+	m->hbm_bytes_per_s = num_in(&p, mem, "memory.", "hbm_bytes_per_s", false, 1e6, 1e15);
+	m->hbm_granule = inum(&p, mem, "memory.", "hbm_access_granule_bytes", K20);
+	m->hbm_unaligned_read = num_in(&p, mem, "memory.", "hbm_unaligned_read_factor", false, 1, 1000);
+	m->hbm_unaligned_write = num_in(&p, mem, "memory.", "hbm_unaligned_write_factor", false, 1, 1000);
+	m->dm_bytes_per_slice = inum(&p, mem, "memory.", "dm_bytes_per_slice", K30);
+	m->dm_bytes_per_cycle = inum(&p, mem, "memory.", "dm_bytes_per_cycle_per_slice", K20);
+	m->dm_banks = inum(&p, mem, "memory.", "dm_banks_per_slice", K20);
+	m->dm_align = inum(&p, mem, "memory.", "dm_alignment_bytes", K20);
+	m->trf_bytes_per_lane = inum(&p, mem, "memory.", "trf_bytes_per_lane", K30);
+	m->vrf_bytes_per_slice = inum(&p, mem, "memory.", "vrf_bytes_per_slice", K30);
 	const cJSON *con = field(&p, root, "", "contraction");
-	m->mac_bytes_per_lane = inum(&p, con, "contraction.", "mac_bytes_per_lane_per_cycle");
+	m->mac_bytes_per_lane = inum(&p, con, "contraction.", "mac_bytes_per_lane_per_cycle", K20);
 	const cJSON *macs = field(&p, con, "contraction.", "macs_per_lane_per_cycle");
 	const cJSON *tree = field(&p, con, "contraction.", "tree_latency_cycles");
 	const cJSON *peak = field(&p, root, "", "peak_ops_per_s");
 	for (int i = 0; i < 4; i++) {
-		m->macs_per_lane[i] = inum(&p, macs, "contraction.macs_per_lane_per_cycle.", mt_names[i]);
-		m->tree_latency[i] = inum(&p, tree, "contraction.tree_latency_cycles.", mt_names[i]);
-		m->peak_ops[i] = num(&p, peak, "peak_ops_per_s.", mt_names[i], false);
+		m->macs_per_lane[i] = inum(&p, macs, "contraction.macs_per_lane_per_cycle.", mt_names[i], K20);
+		m->tree_latency[i] = inum(&p, tree, "contraction.tree_latency_cycles.", mt_names[i], K20);
+		m->peak_ops[i] = num_in(&p, peak, "peak_ops_per_s.", mt_names[i], false, 1e6, 1e18);
 	}
-	m->stream_bytes_per_cycle = inum(&p, con, "contraction.", "stream_bytes_per_cycle_per_slice");
+	m->stream_bytes_per_cycle = inum(&p, con, "contraction.", "stream_bytes_per_cycle_per_slice", K20);
 	const cJSON *vec = field(&p, root, "", "vector");
-	m->vec_int_rate = inum(&p, vec, "vector.", "int_elems_per_cycle");
-	m->vec_float_rate = inum(&p, vec, "vector.", "float_elems_per_cycle");
-	m->alu_latency = inum(&p, vec, "vector.", "alu_latency_cycles");
-	m->inter_slice_reduce = inum(&p, vec, "vector.", "inter_slice_reduce_cycles");
+	m->vec_int_rate = inum(&p, vec, "vector.", "int_elems_per_cycle", K20);
+	m->vec_float_rate = inum(&p, vec, "vector.", "float_elems_per_cycle", K20);
+	m->alu_latency = inum(&p, vec, "vector.", "alu_latency_cycles", K20);
+	m->inter_slice_reduce = inum(&p, vec, "vector.", "inter_slice_reduce_cycles", K20);
 	m->float_alus = float_alus(&p, vec);
 	const cJSON *fe = field(&p, root, "", "fetch");
-	m->fetch_bytes = inum(&p, fe, "fetch.", "max_fetch_bytes");
-	m->dual_fetch_bytes = inum(&p, fe, "fetch.", "dual_channel_fetch_bytes");
-	m->sub_read_bytes = inum(&p, fe, "fetch.", "sub_context_read_bytes");
+	m->fetch_bytes = inum(&p, fe, "fetch.", "max_fetch_bytes", K20);
+	m->dual_fetch_bytes = inum(&p, fe, "fetch.", "dual_channel_fetch_bytes", K20);
+	m->sub_read_bytes = inum(&p, fe, "fetch.", "sub_context_read_bytes", K20);
 	const cJSON *dma = field(&p, root, "", "dma");
-	m->dma_engines = inum(&p, dma, "dma.", "engines");
-	m->dma_bytes_per_cycle = inum(&p, dma, "dma.", "bytes_per_cycle_per_engine");
-	m->dma_setup = inum(&p, dma, "dma.", "setup_cycles");
-	m->dma_max_packet = inum(&p, dma, "dma.", "max_packet_bytes");
-	m->dma_request = inum(&p, dma, "dma.", "request_bytes");
+	m->dma_engines = inum(&p, dma, "dma.", "engines", 1024);
+	m->dma_bytes_per_cycle = inum(&p, dma, "dma.", "bytes_per_cycle_per_engine", K20);
+	m->dma_setup = inum(&p, dma, "dma.", "setup_cycles", K20);
+	m->dma_max_packet = inum(&p, dma, "dma.", "max_packet_bytes", K30);
+	m->dma_request = inum(&p, dma, "dma.", "request_bytes", K30);
 	m->dm_to_dm_serialized = boolean(&p, dma, "dma.", "dm_to_dm_serialized");
-	m->pcie_bytes_per_cycle = inum(&p, root, "", "pcie_bytes_per_cycle");
+	m->pcie_bytes_per_cycle = inum(&p, root, "", "pcie_bytes_per_cycle", K20);
 	const cJSON *ic = field(&p, root, "", "interconnect");
-	m->link_bytes_per_s = num(&p, ic, "interconnect.", "chip_link_bytes_per_s", false);
-	m->link_latency_s = num(&p, ic, "interconnect.", "chip_link_latency_s", false);
+	m->link_bytes_per_s = num_in(&p, ic, "interconnect.", "chip_link_bytes_per_s", false, 1e3, 1e15);
+	m->link_latency_s = num_in(&p, ic, "interconnect.", "chip_link_latency_s", false, 1e-12, 1);
 	const cJSON *as = field(&p, root, "", "assumed");
-	m->issue_cycles = inum(&p, as, "assumed.", "command_issue_cycles");
-	m->scalar_cycles = inum(&p, as, "assumed.", "scalar_op_cycles");
-	m->branch_cycles = inum(&p, as, "assumed.", "runtime_branch_cycles");
-	m->row_overhead = inum(&p, as, "assumed.", "gather_scatter_row_overhead_cycles");
-	m->fill_drain = inum(&p, as, "assumed.", "tuexec_fill_drain_cycles");
-	m->trf_load_bytes = inum(&p, as, "assumed.", "trf_load_bytes_per_cycle_per_slice");
+	m->issue_cycles = inum(&p, as, "assumed.", "command_issue_cycles", K20);
+	m->scalar_cycles = inum(&p, as, "assumed.", "scalar_op_cycles", K20);
+	m->branch_cycles = inum(&p, as, "assumed.", "runtime_branch_cycles", K20);
+	m->row_overhead = inum(&p, as, "assumed.", "gather_scatter_row_overhead_cycles", K20);
+	m->fill_drain = inum(&p, as, "assumed.", "tuexec_fill_drain_cycles", K20);
+	m->trf_load_bytes = inum(&p, as, "assumed.", "trf_load_bytes_per_cycle_per_slice", K20);
 	cJSON_Delete(root);
-	if (!p.bad && (tcp_slices(m) > 65536 || m->lanes_per_slice > 64 || m->dm_bytes_per_slice > ((int64_t)1 << 40))) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file), "machine description: sizes out of the modelled range");
+	/* derived: each factor is bounded above, so these products cannot wrap */
+	if (!p.bad && tcp_slices(m) > 65536) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file),
+			"machine description: clusters x slices_per_cluster = %lld exceeds 65536 slices",
+			(long long)tcp_slices(m));
+		p.bad = true;
+	}
+	if (!p.bad && m->flit_bytes % 4) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file),
+			"machine description: flit_bytes = %lld must be a multiple of 4 (the 32-bit lane word)",
+			(long long)m->flit_bytes);
 		p.bad = true;
 	}
 	if (p.bad) {
@@ -250,32 +268,12 @@ moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx)
 
 moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot open machine description: %s", strerror(errno));
+	char *buf;
+	size_t len;
+	if (moe_read_file_max(ctx, path, TCP_MAX_MACHINE_BYTES, &buf, &len) != MOE_OK)
 		return NULL;
-	}
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	for (;;) {
-		if (len + 4096 > cap) {
-			size_t nc = cap ? cap * 2 : 8192;
-			buf = ctx_realloc(ctx, buf, cap, nc);
-			cap = nc;
-		}
-		size_t r = fread(buf + len, 1, cap - len, f);
-		len += r;
-		if (r == 0)
-			break;
-	}
-	bool err = ferror(f);
-	fclose(f);
-	moe_tcp_machine *m = NULL;
-	if (err)
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read machine description");
-	else
-		m = moe_tcp_machine_parse(ctx, path, buf, len);
-	ctx_free(ctx, buf, cap);
+	moe_tcp_machine *m = moe_tcp_machine_parse(ctx, path, buf, len);
+	free(buf);
 	return m;
 }
 

@@ -19,6 +19,7 @@
 #include "moec/io.h"
 
 #define NHAZ 8
+#define TCP_MAX_CYCLES ((int64_t)1 << 60)
 typedef struct haz_rec {
 	int64_t lo, hi, end;
 	bool write;
@@ -56,6 +57,7 @@ typedef struct sim {
 	tev *ev;
 	size_t nev, evcap;
 	bool fault;
+	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
 	double hbm_bpc; /* the one HBM pool, bytes per cycle */
 	uint8_t *seen; /* experts whose blocks ran */
@@ -75,12 +77,23 @@ static bool in_experts(const sim *s, uint32_t pc)
 	return (int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi;
 }
 
+/* Counters saturate at TCP_MAX_CYCLES; reaching it stops the run with a fault. */
+static void acc_sat(sim *s, int64_t *acc, int64_t v)
+{
+	if (v > TCP_MAX_CYCLES - *acc) {
+		*acc = TCP_MAX_CYCLES;
+		s->cycles_overflow = true;
+	} else {
+		*acc += v;
+	}
+}
+
 /* busy cycles of an engine, also counted as routing outside the expert region */
 static void busy(sim *s, uint32_t pc, int engine, int64_t cycles)
 {
-	s->st->busy_cycles[engine] += cycles;
+	acc_sat(s, &s->st->busy_cycles[engine], cycles);
 	if (!in_experts(s, pc))
-		s->st->routing_busy_cycles[engine] += cycles;
+		acc_sat(s, &s->st->routing_busy_cycles[engine], cycles);
 }
 
 #define FAULT(s, pc, ...)                                                                                  \
@@ -282,6 +295,10 @@ static void schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t
 	if (s->cfree[TCP_CTX_SUB] > start)
 		dur = dur_sub_busy;
 	dur += s->m->issue_cycles;
+	if (dur > TCP_MAX_CYCLES - start) {
+		s->cycles_overflow = true;
+		dur = TCP_MAX_CYCLES - start;
+	}
 	int64_t end = start + dur;
 	if (join && end < prev_end + dur - s->m->dma_setup)
 		end = prev_end + dur - s->m->dma_setup;
@@ -372,13 +389,13 @@ static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool wri
 		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
 		if (!write) {
 			c->hbm += (double)(blocks * g);
-			s->st->hbm_read_bytes += len;
+			acc_sat(s, &s->st->hbm_read_bytes, len);
 		} else {
 			int64_t partial = (a % g != 0) + (end % g != 0);
 			if (partial > blocks)
 				partial = blocks;
 			c->hbm += (double)((blocks - partial) * g) + (double)(partial * g) * m->hbm_unaligned_write;
-			s->st->hbm_write_bytes += len;
+			acc_sat(s, &s->st->hbm_write_bytes, len);
 		}
 	} else if (write && (a % m->dm_align != 0 || len % m->dm_align != 0)) {
 		c->dm_rmw++;
@@ -421,6 +438,10 @@ static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
 		t *= 2;
 	double h = c->hbm / s->hbm_bpc;
 	t = t > h ? t : h;
+	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
+		s->cycles_overflow = true;
+		t = 1e15;
+	}
 	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, eng) * m->row_overhead : 0) +
 	       cdiv(c->dm_rmw, eng) * m->row_overhead;
 }
@@ -869,9 +890,18 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 }
 
 /* ---- contraction ---- */
+/* x = hi + lo (+ a remainder below bf16x3's precision). A finite x next to
+ * FLT_MAX, which bf16 rounding would carry to inf, is split from its
+ * truncation instead; inf and NaN are hi alone. */
 static void split3(float x, float *hi, float *lo)
 {
 	*hi = moe_bf16_to_f32(moe_f32_to_bf16(x));
+	if (isinf(*hi) && isfinite(x)) {
+		uint32_t u;
+		memcpy(&u, &x, 4);
+		u &= 0xffff0000u;
+		memcpy(hi, &u, 4);
+	}
 	*lo = isfinite(*hi) ? moe_bf16_to_f32(moe_f32_to_bf16(x - *hi)) : 0.0f;
 }
 
@@ -914,6 +944,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		return;
 	}
 	float *wlo = x3 && wt ? wt + wn : NULL;
+	bool wfin = true; /* every stationary value finite: the three-product form is exact */
 	for (int64_t o = 0; o < O && compute; o++)
 		for (int64_t i = 0; i < I; i++) {
 			float f = fin(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
@@ -921,6 +952,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 				split3(f, &wt[i * O + o], &wlo[i * O + o]);
 			else
 				wt[i * O + o] = f;
+			wfin &= isfinite(f) != 0;
 		}
 	for (int64_t r = 0; r < M && compute; r++) {
 		if (r >= cnt) {
@@ -939,10 +971,19 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 			sum[o] = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1])) : 0.0f;
 		for (int64_t i = 0; i < I; i++) {
 			const float a = arow[i], *w = wt + i * O;
-			if (x3) {
+			if (x3 && isfinite(a) && wfin) {
 				const float al = arow[I + i], *wl = wlo + i * O;
 				for (int64_t o = 0; o < O; o++)
 					sum[o] = flush_fast(sum[o] + (a * w[o] + (a * wl[o] + al * w[o])));
+			} else if (x3) {
+				/* an inf or NaN operand: its product is hi x hi alone, as IEEE f32
+				 * gives it (inf x finite = inf, inf x 0 = NaN); the cross terms
+				 * would add inf x 0 = NaN */
+				const float al = arow[I + i], *wl = wlo + i * O;
+				for (int64_t o = 0; o < O; o++) {
+					float pr = isfinite(a) && isfinite(w[o]) ? a * w[o] + (a * wl[o] + al * w[o]) : a * w[o];
+					sum[o] = flush_fast(sum[o] + pr);
+				}
 			} else {
 				for (int64_t o = 0; o < O; o++)
 					sum[o] = flush_fast(sum[o] + a * w[o]);
@@ -971,11 +1012,11 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 }
 
 /* ---- the run ---- */
-static void write_trace(sim *s, const char *path)
+static moe_status write_trace(sim *s, const char *path)
 {
 	moe_atomic_file *af = moe_atomic_open(s->ctx, path);
 	if (!af)
-		return;
+		return MOE_ERR_IO;
 	FILE *f = moe_atomic_stream(af);
 	double us = 1e6 / s->m->clock_hz;
 	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
@@ -989,7 +1030,7 @@ static void write_trace(sim *s, const char *path)
 			i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
-	moe_atomic_commit(af); /* reports its own error */
+	return moe_atomic_commit(af); /* reports its own error */
 }
 
 static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
@@ -1085,10 +1126,18 @@ static moe_status simulate(sim *s)
 	const tcp_program *p = s->p;
 	const moe_tcp_machine *m = s->m;
 	uint32_t pc = 0;
-	uint64_t steps = 0;
+	uint64_t steps = 0, budget = tcp_step_budget(p);
 	while (!s->fault) {
-		if (++steps > ((uint64_t)1 << 34)) {
-			FAULT(s, pc, "instruction limit reached (the program does not terminate)");
+		if (++steps > budget) {
+			FAULT(s, pc,
+				"instruction budget of %llu reached (%u instructions x (%lld blocks + 2) x 1024): the program "
+				"does not terminate",
+				(unsigned long long)budget, p->ncode, (long long)p->moe_G);
+			break;
+		}
+		if (s->cycles_overflow) {
+			FAULT(s, pc, "a cycle or byte counter passed 2^60 (the machine's bandwidths or latencies are out of "
+				     "scale for this program)");
 			break;
 		}
 		const tcp_insn *in = &p->code[pc];
@@ -1270,7 +1319,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	rc = simulate(&s);
 	finish_stats(&s);
 	if (rc == MOE_OK && o->trace_path)
-		write_trace(&s, o->trace_path);
+		rc = write_trace(&s, o->trace_path);
 	if (rc == MOE_OK && out) {
 		uint32_t k = 0;
 		for (uint32_t i = 0; i < p->nt; i++) {

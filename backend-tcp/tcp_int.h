@@ -175,6 +175,9 @@ typedef struct tcp_insn {
 	int64_t rows;
 } tcp_insn;
 #define TCP_NOREG 0xff
+/* input size caps: a machine description, a .tcpb (constants included) */
+#define TCP_MAX_MACHINE_BYTES ((size_t)1 << 20)
+#define TCP_MAX_BINARY_BYTES ((size_t)1 << 30)
 
 typedef struct moe_tcp_program tcp_program;
 struct moe_tcp_program {
@@ -241,5 +244,9 @@ moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file
 moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
 	moe_tensor_map *packed);
 char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
+
+/* sim.c: the instruction budget of a run; a loop without exit is an error */
+uint64_t tcp_step_budget(const tcp_program *p);
+moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
 
 #endif

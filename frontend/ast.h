@@ -41,6 +41,7 @@ struct fe_expr {
 	const char *s;
 	fe_expr *kids; /* first child; children are chained through next */
 	int nkids;
+	int height;    /* 1 + the greatest height of the children; at most FE_MAX_HEIGHT */
 	fe_expr *next;
 };
 
@@ -76,6 +77,12 @@ struct fe_layer {
 	fe_layer *next;
 };
 
+/* Limits that keep every recursive walk of an expression (lowering,
+ * constant evaluation) shallow: operator nesting, and open brackets (checked
+ * by the lexer, before Bison's own stack of 10,000 runs out). */
+#define FE_MAX_HEIGHT 1000
+#define FE_MAX_BRACKETS 256
+
 /* State shared by the lexer and the parser of one file. */
 typedef struct fe_parser {
 	moe_ctx *ctx;
@@ -84,6 +91,8 @@ typedef struct fe_parser {
 	fe_layer *layers, **tail;
 	int nerrors;
 	int depth; /* open ( and [ : newlines inside them are not statement ends */
+	bool too_deep; /* the nesting error was reported */
+	bool stopped;  /* the lexer ended the parse after an error: no more syntax errors */
 	int line, col;
 } fe_parser;
 

@@ -40,6 +40,8 @@ typedef struct lower {
 	moe_dtype dtype;
 	sym *syms;
 	uint32_t nsyms, symcap;
+	uint32_t *hash; /* open addressing: index + 1 of a sym, 0 = empty; hcap is a power of 2 */
+	uint32_t hcap;
 	setv *sets;
 	size_t nsets;
 	int dtype_set; /* index of the dtype setting or -1 */
@@ -52,12 +54,52 @@ static moe_loc at(lower *L, fe_pos p)
 
 #define ERR(L, pos, ...) moe_diag((L)->ctx, MOE_DIAG_ERROR, at((L), (pos)), __VA_ARGS__)
 
+static uint32_t name_hash(const char *s)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+/* The slot of name in the hash table: its entry, or the empty slot it would take. */
+static uint32_t *slot_of(lower *L, const char *name)
+{
+	uint32_t m = L->hcap - 1;
+	for (uint32_t i = name_hash(name) & m;; i = (i + 1) & m)
+		if (!L->hash[i] || !strcmp(L->syms[L->hash[i] - 1].name, name))
+			return &L->hash[i];
+}
+
 static sym *lookup(lower *L, const char *name)
 {
-	for (uint32_t i = L->nsyms; i-- > 0;)
-		if (!strcmp(L->syms[i].name, name))
-			return &L->syms[i];
-	return NULL;
+	if (!L->hcap)
+		return NULL;
+	uint32_t k = *slot_of(L, name);
+	return k ? &L->syms[k - 1] : NULL;
+}
+
+/* Empties the table (a new layer). */
+static void clear_syms(lower *L)
+{
+	L->nsyms = 0;
+	if (L->hash)
+		memset(L->hash, 0, L->hcap * sizeof *L->hash);
+}
+
+static void hash_insert(lower *L, uint32_t idx)
+{
+	if (2 * (L->nsyms + 1) > L->hcap) {
+		uint32_t *old = L->hash, ocap = L->hcap;
+		L->hcap = ocap ? 2 * ocap : 64;
+		L->hash = ctx_alloc(L->ctx, L->hcap * sizeof *L->hash);
+		for (uint32_t i = 0; i < ocap; i++)
+			if (old[i])
+				*slot_of(L, L->syms[old[i] - 1].name) = old[i];
+		if (old)
+			ctx_free(L->ctx, old, ocap * sizeof *old);
+	}
+	*slot_of(L, L->syms[idx].name) = idx + 1;
 }
 
 /* Defines name; a redefinition is reported and the old binding stays. */
@@ -70,8 +112,10 @@ static sym *define(lower *L, const char *name, symkind k, fe_pos pos)
 		return NULL;
 	}
 	ctx_grow(L->ctx, (void **)&L->syms, &L->symcap, L->nsyms + 1, sizeof *L->syms);
-	sym *s = &L->syms[L->nsyms++];
+	sym *s = &L->syms[L->nsyms];
 	*s = (sym){.name = name, .kind = k, .id = MOE_NONE, .pos = pos};
+	hash_insert(L, L->nsyms);
+	L->nsyms++;
 	return s;
 }
 
@@ -980,7 +1024,7 @@ static void lower_stmt(lower *L, const fe_stmt *s)
 static void lower_layer(lower *L, moe_module *m, const fe_layer *y)
 {
 	L->g = moe_module_add_graph(m, y->name);
-	L->nsyms = 0;
+	clear_syms(L);
 	L->dtype = MOE_F32;
 	const fe_stmt *dt = NULL;
 	for (const fe_stmt *s = y->stmts; s; s = s->next) {
@@ -1124,6 +1168,8 @@ moe_module *moe_parse_moe(moe_ctx *ctx, const char *file, const char *text, size
 done:
 	if (L.syms)
 		ctx_free(ctx, L.syms, L.symcap * sizeof *L.syms);
+	if (L.hash)
+		ctx_free(ctx, L.hash, L.hcap * sizeof *L.hash);
 	if (L.sets)
 		ctx_free(ctx, L.sets, L.nsets * sizeof *L.sets);
 	ir_arena_free(&arena);

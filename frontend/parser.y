@@ -32,7 +32,8 @@ int fe_lex(FE_STYPE *lval, FE_LTYPE *lloc, yyscan_t scanner);
 static void fe_error(FE_LTYPE *l, fe_parser *p, yyscan_t scanner, const char *msg)
 {
 	(void)scanner;
-	fe_error_at(p, l->first_line, l->first_column, "%s", msg);
+	if (!p->stopped)
+		fe_error_at(p, l->first_line, l->first_column, "%s", msg);
 }
 
 static fe_expr *mk(fe_parser *p, fe_ekind k, FE_LTYPE l)
@@ -55,10 +56,21 @@ static fe_list append(fe_list l, fe_expr *e)
 	return l;
 }
 
-static fe_expr *with_kids(fe_expr *e, fe_list l)
+static fe_expr *with_kids(fe_parser *p, fe_expr *e, fe_list l)
 {
 	e->kids = l.head;
 	e->nkids = l.n;
+	int h = 0;
+	for (const fe_expr *k = l.head; k && k != l.tail->next; k = k->next)
+		h = k->height > h ? k->height : h;
+	e->height = h + 1;
+	if (e->height > FE_MAX_HEIGHT) {
+		if (!p->too_deep)
+			fe_error_at(p, e->pos.line, e->pos.col, "expression nested too deeply (more than %d levels)",
+				FE_MAX_HEIGHT);
+		p->too_deep = true;
+		e->height = FE_MAX_HEIGHT; /* reported once */
+	}
 	return e;
 }
 
@@ -67,14 +79,14 @@ static fe_expr *binop(fe_parser *p, fe_oper op, FE_LTYPE l, fe_expr *a, fe_expr 
 	fe_expr *e = mk(p, FE_E_BINARY, l);
 	e->op = op;
 	a->next = b;
-	return with_kids(e, (fe_list){a, b, 2});
+	return with_kids(p, e, (fe_list){a, b, 2});
 }
 
 static fe_expr *unop(fe_parser *p, fe_oper op, FE_LTYPE l, fe_expr *a)
 {
 	fe_expr *e = mk(p, FE_E_UNARY, l);
 	e->op = op;
-	return with_kids(e, one(a));
+	return with_kids(p, e, one(a));
 }
 
 static fe_stmt *stmt(fe_parser *p, fe_skind k, FE_LTYPE l, const char *name)
@@ -149,7 +161,7 @@ file:
 	%empty
 	| file NL
 	| file layer
-	| file error NL { yyerrok; }
+	| file error NL { if (moe_diag_limit_reached(p->ctx)) YYABORT; yyerrok; }
 	;
 
 layer:
@@ -170,7 +182,7 @@ items:
 	| items stmt sep { $$ = sappend($1, $2); }
 	| items DIM defs sep { $$ = sjoin($1, $3); }
 	| items PARAM pdefs sep { $$ = sjoin($1, $3); }
-	| items error sep { $$ = $1; yyerrok; }
+	| items error sep { if (moe_diag_limit_reached(p->ctx)) YYABORT; $$ = $1; yyerrok; }
 	;
 
 sep: NL | ';' ;
@@ -269,13 +281,13 @@ primary:
 	| FLOAT { $$ = mk(p, FE_E_FLOAT, @1); $$->f = $1; }
 	| STRING { $$ = mk(p, FE_E_STR, @1); $$->s = $1; }
 	| name { $$ = mk(p, FE_E_NAME, @1); $$->s = $1; }
-	| name '(' opt_args ')' { $$ = with_kids(mk(p, FE_E_CALL, @1), $3); $$->s = $1; }
+	| name '(' opt_args ')' { $$ = with_kids(p, mk(p, FE_E_CALL, @1), $3); $$->s = $1; }
 	| '(' expr ')' { $$ = $2; }
 	| list
 	;
 
 list:
-	'[' opt_exprs ']' { $$ = with_kids(mk(p, FE_E_LIST, @1), $2); }
+	'[' opt_exprs ']' { $$ = with_kids(p, mk(p, FE_E_LIST, @1), $2); }
 	;
 
 opt_args:
@@ -291,7 +303,7 @@ args:
 
 arg:
 	expr
-	| name '=' expr { $$ = with_kids(mk(p, FE_E_KWARG, @1), one($3)); $$->s = $1; }
+	| name '=' expr { $$ = with_kids(p, mk(p, FE_E_KWARG, @1), one($3)); $$->s = $1; }
 	;
 
 %%
@@ -310,5 +322,6 @@ fe_expr *fe_expr_new(fe_parser *p, fe_ekind k, int line, int col)
 	fe_expr *e = ir_alloc(p->arena, sizeof *e);
 	e->kind = k;
 	e->pos = (fe_pos){line, col};
+	e->height = 1;
 	return e;
 }

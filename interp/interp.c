@@ -771,6 +771,10 @@ static float activation(int act, float g, float u, float alpha, float limit)
 		float u1 = uc + 1.0f;
 		return u1 * glu;
 	}
+	case IR_ACT_RELU2: {
+		float r = sc_fmax(u, 0.0f);
+		return r * r;
+	}
 	default: return u;
 	}
 }

@@ -12,6 +12,7 @@ const char *const ir_act_names[IR_ACT_COUNT + 1] = {
 	[IR_ACT_GEGLU_TANH] = "geglu_tanh",
 	[IR_ACT_GPT_OSS] = "gpt_oss",
 	[IR_ACT_NONE] = "none",
+	[IR_ACT_RELU2] = "relu2",
 	[IR_ACT_COUNT] = NULL,
 };
 const char *const ir_scatter_modes[] = {"set", "add", NULL};

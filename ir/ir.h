@@ -52,7 +52,16 @@ const ir_attrspec *ir_attr_spec(moe_op op, const char *key);  /* NULL if the op 
 int ir_name_index(const char *const *names, const char *s);   /* -1 if absent */
 
 /* Activations of `experts` (attribute act): one enum, one name table. */
-typedef enum ir_act { IR_ACT_SWIGLU, IR_ACT_GEGLU, IR_ACT_GEGLU_TANH, IR_ACT_GPT_OSS, IR_ACT_NONE, IR_ACT_COUNT } ir_act;
+/* experts activations; NONE and RELU2 take no gate weight */
+typedef enum ir_act {
+	IR_ACT_SWIGLU,
+	IR_ACT_GEGLU,
+	IR_ACT_GEGLU_TANH,
+	IR_ACT_GPT_OSS,
+	IR_ACT_NONE,
+	IR_ACT_RELU2,
+	IR_ACT_COUNT
+} ir_act;
 extern const char *const ir_act_names[IR_ACT_COUNT + 1]; /* NULL-terminated */
 extern const char *const ir_scatter_modes[];             /* scatter mode: set, add */
 extern const char *const ir_weight_on_names[];           /* experts weight_on: output, input */

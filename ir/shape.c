@@ -603,8 +603,8 @@ static moe_status r_experts(infer *c)
 		return ERR(c, "'experts': x must be floating point");
 	const char *act = ir_attr_str(c->n, "act", ir_act_names[IR_ACT_SWIGLU]);
 	if (ir_node_act(c->n) == IR_ACT_COUNT)
-		return ERR(c, "'experts': unknown activation '%s' (swiglu, geglu, geglu_tanh, gpt_oss, none)", act);
-	bool gated = ir_node_act(c->n) != IR_ACT_NONE;
+		return ERR(c, "'experts': unknown activation '%s' (swiglu, geglu, geglu_tanh, gpt_oss, none, relu2)", act);
+	bool gated = ir_node_act(c->n) != IR_ACT_NONE && ir_node_act(c->n) != IR_ACT_RELU2;
 	if (gated != (s[EXP_GATE] != MOE_NONE))
 		return ERR(c, gated ? "'experts': activation '%s' needs a gate weight" :
 				      "'experts': activation '%s' takes no gate weight", act);

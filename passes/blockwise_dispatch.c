@@ -96,24 +96,54 @@ static moe_id gather_blocks(dp *c, moe_id w)
 	return id;
 }
 
+/* A copy of node `from` of d (op and attributes) on operand a. */
+static moe_id redo(dp *c, moe_id from, moe_id a, moe_id b)
+{
+	moe_id x[2] = {a, b};
+	moe_id id = moe_node_new(c->d, (moe_op)N(c->d, from)->op, x, b == MOE_NONE ? 1 : 2, c->loc);
+	for (uint32_t i = 0; i < N(c->d, from)->nattrs; i++) {
+		ir_attr at = N(c->d, from)->attrs[i]; /* copied: ir_attr_set may grow the node array */
+		ir_attr_set(c->d, N(c->d, id), &at);
+	}
+	return id;
+}
+
+/* Does n keep the expert dimension first (a slice past axis 0, an einsum
+ * permutation that leaves its first letter first)? */
+static bool keeps_expert_axis(const ir_node *n)
+{
+	if (n->op == MOE_OP_SLICE)
+		return ir_attr_int(n, "axis", 0) > 0;
+	if (n->op != MOE_OP_EINSUM || n->nargs != 1)
+		return false;
+	ir_einsum e;
+	char msg[8];
+	return ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 1 &&
+	       e.in[0][0] == e.out[0];
+}
+
 /* The weight of each block. A quantized weight (dequant of packed values and
- * scales) is dequantized per block from its gathered bytes and scales, so no
- * dequantized copy of the whole layer exists. */
+ * scales, possibly under slices and transposes that keep the expert axis
+ * first, as fused checkpoint tensors are imported) is dequantized per block
+ * from its gathered bytes and scales, and the slices and transposes are
+ * applied to the [G, ...] result: no dequantized copy of the layer exists. */
 static moe_id block_weight(dp *c, moe_id w)
 {
-	if (N(c->d, w)->op != MOE_OP_DEQUANT)
+	moe_id chain[8];
+	int n = 0;
+	moe_id d = w;
+	while (n < 8 && keeps_expert_axis(N(c->d, d)))
+		chain[n++] = d, d = N(c->d, d)->args[0];
+	if (N(c->d, d)->op != MOE_OP_DEQUANT)
 		return gather_blocks(c, w);
-	moe_id q = N(c->d, w)->args[0], s = N(c->d, w)->args[1];
-	moe_id x[2] = {gather_blocks(c, q), gather_blocks(c, s)};
-	moe_id id = moe_node_new(c->d, MOE_OP_DEQUANT, x, 2, c->loc);
-	ir_node *from = N(c->d, w);
-	for (uint32_t i = 0; i < from->nattrs; i++) {
-		ir_attr a = from->attrs[i]; /* copied: ir_attr_set may grow the node array */
-		ir_attr_set(c->d, N(c->d, id), &a);
-		from = N(c->d, w);
-	}
+	moe_id q = N(c->d, d)->args[0], s = N(c->d, d)->args[1];
+	moe_id id = redo(c, d, gather_blocks(c, q), gather_blocks(c, s));
 	moe_node_set_valid(c->d, id, c->nblocks);
 	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	while (n-- > 0) {
+		id = redo(c, chain[n], id, MOE_NONE);
+		IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	}
 	return id;
 }
 
@@ -139,6 +169,10 @@ static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
 	ir_act act = ir_node_act(ex);
 	if (act == IR_ACT_NONE)
 		return up;
+	if (act == IR_ACT_RELU2) { /* not gated: max(u, 0)^2 in f32, rounded once */
+		moe_id r = v2(c, MOE_OP_MAX, vcast(c, up, MOE_F32), cf(c, 0.0));
+		return vcast(c, v2(c, MOE_OP_MUL, r, r), c->t);
+	}
 	moe_id g = vcast(c, gate, MOE_F32), u = vcast(c, up, MOE_F32), a;
 	if (act == IR_ACT_SWIGLU) {
 		a = v2(c, MOE_OP_MUL, g, v1(c, MOE_OP_SIGMOID, g));

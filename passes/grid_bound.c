@@ -1,4 +1,4 @@
-/* passes/grid_bound.c: the worst-case block grid (SEMANTICS.md section 5).
+/* passes/grid_bound.c: the worst-case block grid (docs/semantics.md section 5).
  *
  * With n = T*K routed pairs, c_e <= T tokens on expert e and sum c_e = n, the
  * dispatch needs G = sum_e ceil(c_e / B) blocks. Each non-empty expert costs

@@ -8,21 +8,42 @@
 #include "moec/io.h"
 #include "passes/pass.h"
 
+static const moe_pass_option topk_opts[] = {
+	{"mode", MOE_PASS_OPT_ENUM, "packed16|exact", "packed16 for bf16 scores, exact otherwise",
+		"how scores are ranked: 16-bit packed keys or exact f32 comparisons"},
+	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "split the rows so each rank compare has at most N elements"},
+	{NULL, 0, NULL, NULL, NULL},
+};
+static const moe_pass_option dispatch_opts[] = {
+	{"grid", MOE_PASS_OPT_ENUM, "tight|seed|vllm", "tight", "the worst-case block grid bound (docs/semantics.md)"},
+	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements"},
+	{NULL, 0, NULL, NULL, NULL},
+};
+
 static const moe_pass_info builtin[] = {
 	{"infer-shapes", "re-derive every node's dtype and shape from its operands", NULL, pass_infer_shapes, NULL},
-	{"canonicalize", "remove identity casts/reshapes/broadcasts, fold integer constants", NULL, pass_canonicalize,
-		NULL},
+	{"canonicalize", "remove identity casts/reshapes/broadcasts, fold integer constants, expand composite ops",
+		NULL, pass_canonicalize, NULL},
 	{"cse", "merge nodes computing the same value", NULL, pass_cse, NULL},
 	{"dce", "drop nodes no output depends on", NULL, pass_dce, NULL},
-	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form",
-		"mode=packed16|exact (default: packed16 for bf16 scores, exact otherwise); chunk=N: split the rows so each\n"
-		"rank compare has at most N elements (default 33554432)", pass_lower_topk, NULL},
-	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid",
-		"grid=tight|seed|vllm (default tight); chunk=N: combine in token chunks of at most N gathered elements\n"
-		"(default 33554432)", pass_blockwise_dispatch, NULL},
+	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form", NULL, pass_lower_topk, NULL},
+	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid", NULL,
+		pass_blockwise_dispatch, NULL},
 	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
 		NULL},
 };
+/* The option rows of builtin[i] (NULL: none). */
+static const moe_pass_option *const builtin_rows[] = {NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL};
+_Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
+	"one option-row entry per built-in pass");
+
+const moe_pass_option *moe_pass_options(const moe_pass_info *p)
+{
+	for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++)
+		if (p == &builtin[i])
+			return builtin_rows[i];
+	return NULL;
+}
 #define NBUILTIN (sizeof builtin / sizeof *builtin)
 
 static const struct {
@@ -143,8 +164,17 @@ void moe_pipeline_free(moe_pipeline *p)
 	ctx_free(p->ctx, p, sizeof *p);
 }
 
+/* key is one of the pass's option rows (or, for an external pass, appears
+ * as "key=" in its options text). */
 static bool opt_key_allowed(const moe_pass_info *pi, const char *key)
 {
+	const moe_pass_option *rows = moe_pass_options(pi);
+	if (rows) {
+		for (const moe_pass_option *o = rows; o->key; o++)
+			if (!strcmp(o->key, key))
+				return true;
+		return false;
+	}
 	if (!pi->options)
 		return false;
 	size_t kl = strlen(key);

@@ -319,7 +319,7 @@ moe_status moe_npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t)
 	hdr[padded - 10 - 1] = '\n';
 	unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((padded - 10) & 0xff),
 		(unsigned char)((padded - 10) >> 8)};
-	moe_atomic_file *f = moe_atomic_open(ctx, path);
+	moe_atomic_file *f = moe_output_open(ctx, path, MOE_OUTPUT_BINARY);
 	if (!f)
 		return MOE_ERR_IO;
 	FILE *fp = moe_atomic_stream(f);

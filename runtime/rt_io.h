@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "ir/ir.h"
 #include "moec/io.h"
@@ -78,6 +79,9 @@ void rt_buf_free(rt_buf *b);
 /* An error at a byte offset of a file: support/support.h ctx_err_at. */
 #define rt_err_at ctx_err_at
 
+/* The mode of every file moec writes: 0644 less the process's umask. */
+mode_t rt_output_mode(void);
+
 /* A read-only mapping of a whole file (or an empty one). */
 typedef struct rt_map {
 	const unsigned char *data;
@@ -86,6 +90,25 @@ typedef struct rt_map {
 } rt_map;
 moe_status rt_map_file(moe_ctx *ctx, const char *path, rt_map *m);
 void rt_unmap(rt_map *m);
+
+/* Temporaries removed on SIGINT/SIGTERM (runtime/file.c): mkstemp/mkdtemp
+ * that register the name (*slot, -1 when the table is full); rt_temp_forget
+ * after the file is renamed or removed. */
+int rt_mkstemp(char *tmpl, int *slot);
+char *rt_mkdtemp(char *tmpl, int *slot);
+int rt_temp_register(const char *path);
+void rt_temp_forget(int slot);
+
+/* JSON documents (runtime/jsondoc.c), read as Python's json reads them:
+ * one value and nothing after it but whitespace, the last of duplicate keys
+ * kept, and \u0000 in a string rejected. NULL with a located diagnostic.
+ * Free with cJSON_Delete. */
+struct cJSON;
+struct cJSON *rt_json_doc(moe_ctx *ctx, const char *file, const char *text, size_t len);
+/* One pass over JSON text: returns the offset of the first \u0000 escape
+ * inside a string (-1: none); fills keys[0..nkeys) with the offsets of the
+ * top-level object's keys in order and *nfound with their count. */
+int64_t rt_json_scan(const char *text, size_t len, int64_t *keys, size_t nkeys, size_t *nfound);
 
 /* The string table lives in support/ (ctx_strtab); these names stay for runtime/. */
 typedef ctx_strtab rt_strtab;

@@ -94,11 +94,12 @@ static int range_cmp(const void *a, const void *b)
 }
 
 /* Check one header entry and fill *t; false after a diagnostic. */
-static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t datalen, moe_st_tensor *t)
+static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t at, int64_t datalen,
+	moe_st_tensor *t)
 {
 	const char *nm = e->string;
 	if (!cJSON_IsObject(e)) {
-		rt_err_at(ctx, file, 8, "tensor '%s': header entry is not an object", nm);
+		rt_err_at(ctx, file, at, "tensor '%s': header entry is not an object", nm);
 		return false;
 	}
 	const cJSON *dt = NULL, *sh = NULL, *off = NULL;
@@ -106,22 +107,22 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 		const cJSON **slot = !strcmp(k->string, "dtype") ? &dt : !strcmp(k->string, "shape") ? &sh :
 			!strcmp(k->string, "data_offsets") ? &off : NULL;
 		if (!slot) {
-			rt_err_at(ctx, file, 8, "tensor '%s': unknown key '%s' in its header entry", nm, k->string);
+			rt_err_at(ctx, file, at, "tensor '%s': unknown key '%s' in its header entry", nm, k->string);
 			return false;
 		}
 		if (*slot) {
-			rt_err_at(ctx, file, 8, "tensor '%s': key '%s' appears twice", nm, k->string);
+			rt_err_at(ctx, file, at, "tensor '%s': key '%s' appears twice", nm, k->string);
 			return false;
 		}
 		*slot = k;
 	}
 	if (!dt || !sh || !off) {
-		rt_err_at(ctx, file, 8, "tensor '%s': header entry lacks '%s'", nm,
+		rt_err_at(ctx, file, at, "tensor '%s': header entry lacks '%s'", nm,
 			!dt ? "dtype" : !sh ? "shape" : "data_offsets");
 		return false;
 	}
 	if (!cJSON_IsString(dt)) {
-		rt_err_at(ctx, file, 8, "tensor '%s': dtype is not a string", nm);
+		rt_err_at(ctx, file, at, "tensor '%s': dtype is not a string", nm);
 		return false;
 	}
 	int ty = -1;
@@ -129,17 +130,17 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 		if (!strcmp(dt->valuestring, st_types[i].name))
 			ty = i;
 	if (ty < 0) {
-		rt_err_at(ctx, file, 8, "tensor '%s': unknown dtype '%s'", nm, dt->valuestring);
+		rt_err_at(ctx, file, at, "tensor '%s': unknown dtype '%s'", nm, dt->valuestring);
 		return false;
 	}
 	t->dtype = (moe_st_dtype)ty;
 	if (!cJSON_IsArray(sh)) {
-		rt_err_at(ctx, file, 8, "tensor '%s': shape is not an array", nm);
+		rt_err_at(ctx, file, at, "tensor '%s': shape is not an array", nm);
 		return false;
 	}
 	int rank = cJSON_GetArraySize(sh);
 	if (rank > MOE_MAX_RANK) {
-		rt_err_at(ctx, file, 8, "tensor '%s': rank %d exceeds the limit %d", nm, rank, MOE_MAX_RANK);
+		rt_err_at(ctx, file, at, "tensor '%s': rank %d exceeds the limit %d", nm, rank, MOE_MAX_RANK);
 		return false;
 	}
 	t->rank = rank;
@@ -147,22 +148,22 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 	int i = 0;
 	for (const cJSON *d = sh->child; d; d = d->next, i++) {
 		if (!json_uint(d, &t->shape[i])) {
-			rt_err_at(ctx, file, 8, "tensor '%s': shape[%d] is not a non-negative integer", nm, i);
+			rt_err_at(ctx, file, at, "tensor '%s': shape[%d] is not a non-negative integer", nm, i);
 			return false;
 		}
 		if (!ir_mul_ov(numel, t->shape[i], &numel)) {
-			rt_err_at(ctx, file, 8, "tensor '%s': element count overflows 64 bits", nm);
+			rt_err_at(ctx, file, at, "tensor '%s': element count overflows 64 bits", nm);
 			return false;
 		}
 	}
 	t->numel = numel;
 	int64_t nbytes;
 	if (!ir_mul_ov(numel, (int64_t)st_types[ty].bits, &nbytes)) {
-		rt_err_at(ctx, file, 8, "tensor '%s': byte size overflows 64 bits", nm);
+		rt_err_at(ctx, file, at, "tensor '%s': byte size overflows 64 bits", nm);
 		return false;
 	}
 	if (nbytes % 8) {
-		rt_err_at(ctx, file, 8, "tensor '%s': %lld %s elements do not fill whole bytes", nm, (long long)numel,
+		rt_err_at(ctx, file, at, "tensor '%s': %lld %s elements do not fill whole bytes", nm, (long long)numel,
 			st_types[ty].name);
 		return false;
 	}
@@ -170,21 +171,21 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 	int64_t b, en;
 	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(off->child, &b) ||
 		!json_uint(off->child->next, &en)) {
-		rt_err_at(ctx, file, 8, "tensor '%s': data_offsets must be two non-negative integers", nm);
+		rt_err_at(ctx, file, at, "tensor '%s': data_offsets must be two non-negative integers", nm);
 		return false;
 	}
 	if (b > en) {
-		rt_err_at(ctx, file, 8, "tensor '%s': data_offsets [%lld, %lld] are out of order", nm, (long long)b,
+		rt_err_at(ctx, file, at, "tensor '%s': data_offsets [%lld, %lld] are out of order", nm, (long long)b,
 			(long long)en);
 		return false;
 	}
 	if (en > datalen) {
-		rt_err_at(ctx, file, 8, "tensor '%s': data_offsets [%lld, %lld] end outside the data section of %lld bytes",
+		rt_err_at(ctx, file, at, "tensor '%s': data_offsets [%lld, %lld] end outside the data section of %lld bytes",
 			nm, (long long)b, (long long)en, (long long)datalen);
 		return false;
 	}
 	if (en - b != nbytes) {
-		rt_err_at(ctx, file, 8,
+		rt_err_at(ctx, file, at,
 			"tensor '%s': data_offsets span %lld bytes but %s x %lld elements need %lld", nm,
 			(long long)(en - b), st_types[ty].name, (long long)numel, (long long)nbytes);
 		return false;
@@ -194,16 +195,16 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 	return true;
 }
 
-static bool parse_metadata(moe_safetensors *st, const cJSON *m)
+static bool parse_metadata(moe_safetensors *st, const cJSON *m, int64_t at)
 {
 	if (!cJSON_IsObject(m)) {
-		rt_err_at(st->ctx, st->path, 8, "__metadata__ is not an object");
+		rt_err_at(st->ctx, st->path, at, "__metadata__ is not an object");
 		return false;
 	}
 	size_t n = (size_t)cJSON_GetArraySize(m);
 	for (const cJSON *k = m->child; k; k = k->next)
 		if (!cJSON_IsString(k)) {
-			rt_err_at(st->ctx, st->path, 8, "__metadata__ value of '%s' is not a string", k->string);
+			rt_err_at(st->ctx, st->path, at, "__metadata__ value of '%s' is not a string", k->string);
 			return false;
 		}
 	if (!n)
@@ -242,6 +243,13 @@ static bool parse_file(moe_safetensors *st)
 		return false;
 	}
 	const char *hdr = (const char *)p + 8, *end = NULL;
+	/* \u0000 in a key would make it compare as its prefix; keys' offsets for messages */
+	size_t nkeys = 0;
+	int64_t nul = rt_json_scan(hdr, (size_t)hl, NULL, 0, &nkeys);
+	if (nul >= 0) {
+		rt_err_at(ctx, file, 8 + nul, "a header string holds \\u0000");
+		return false;
+	}
 	cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hl, &end, 0);
 	if (!root || !cJSON_IsObject(root)) {
 		const char *at = end; /* cJSON sets it on failure too; its global error pointer is shared between threads */
@@ -257,37 +265,41 @@ static bool parse_file(moe_safetensors *st)
 			return false;
 		}
 	int64_t base = 8 + (int64_t)hl, datalen = (int64_t)len - base;
-	size_t n = 0;
+	int64_t *keyat = ctx_alloc(ctx, (nkeys ? nkeys : 1) * sizeof *keyat);
+	rt_json_scan(hdr, (size_t)hl, keyat, nkeys, NULL);
+	size_t n = 0, ki = 0;
 	for (const cJSON *e = root->child; e; e = e->next)
 		n += strcmp(e->string, "__metadata__") != 0;
 	st->tcap = n ? n : 1;
 	st->t = ctx_alloc(ctx, st->tcap * sizeof *st->t);
 	rt_strtab_init(&st->names, ctx, n);
 	bool ok = true, seen_meta = false;
-	for (const cJSON *e = root->child; e && ok; e = e->next) {
+	for (const cJSON *e = root->child; e && ok; e = e->next, ki++) {
+		int64_t at = ki < nkeys ? 8 + keyat[ki] : 8; /* the entry's key */
 		if (!strcmp(e->string, "__metadata__")) {
 			if (seen_meta) {
-				rt_err_at(ctx, file, 8, "__metadata__ appears twice");
+				rt_err_at(ctx, file, at, "__metadata__ appears twice");
 				ok = false;
 			} else {
-				ok = parse_metadata(st, e);
+				ok = parse_metadata(st, e, at);
 			}
 			seen_meta = true;
 			continue;
 		}
 		moe_st_tensor *t = &st->t[st->n];
-		if (!parse_entry(ctx, file, e, datalen, t)) {
+		if (!parse_entry(ctx, file, e, at, datalen, t)) {
 			ok = false;
 			break;
 		}
 		t->name = rt_strdup(ctx, e->string);
 		st->n++;
 		if (!rt_strtab_put(&st->names, t->name, st->n - 1)) {
-			rt_err_at(ctx, file, 8, "tensor '%s' appears twice in the header", t->name);
+			rt_err_at(ctx, file, at, "tensor '%s' appears twice in the header", t->name);
 			ok = false;
 		}
 	}
 	cJSON_Delete(root);
+	ctx_free(ctx, keyat, (nkeys ? nkeys : 1) * sizeof *keyat);
 	if (!ok)
 		return false;
 	/* ranges: sorted, they must tile the data section exactly */

@@ -56,7 +56,13 @@ moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *s
 {
 	moe_tensor *tn = tensor_header(ctx, t, rank, shape);
 	if (tn) {
-		tn->data = ctx_alloc(ctx, block_size(tn->nbytes));
+		tn->data = ctx_try_alloc(ctx, block_size(tn->nbytes));
+		if (!tn->data) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory allocating a tensor of %zu bytes",
+				tn->nbytes);
+			ctx_free(ctx, tn, sizeof *tn);
+			return NULL;
+		}
 		tn->owned = 1;
 	}
 	return tn;

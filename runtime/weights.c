@@ -2,7 +2,9 @@
  *
  * A weight's `source` names one tensor, or with `{e}` a per-expert template
  * whose E = shape[0] tensors stack into the leading dimension. Stored floats
- * convert to the node's dtype; shapes must match exactly. */
+ * convert to the node's dtype; shapes must match exactly. Every weight's
+ * tensors are checked from the checkpoint headers (names, shapes, dtypes)
+ * before any weight is allocated or any tensor data is read. */
 #include <stdlib.h>
 
 #include "runtime/rt_io.h"
@@ -50,6 +52,24 @@ static void list_sources(moe_checkpoint *ck, char *buf, size_t n)
 		at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "", rt_checkpoint_source(ck, i));
 }
 
+/* The stored dtypes that convert to a node of dtype dt. */
+static bool dtype_converts(moe_st_dtype from, moe_dtype dt)
+{
+	if (dt == MOE_F32 || dt == MOE_BF16)
+		return from == MOE_ST_F32 || from == MOE_ST_BF16 || from == MOE_ST_F16;
+	return (dt == MOE_I32 && from == MOE_ST_I32) || (dt == MOE_BOOL && from == MOE_ST_BOOL) ||
+	       (dt == MOE_F8E4M3 && from == MOE_ST_F8_E4M3) ||
+	       (dt == MOE_U8 && (from == MOE_ST_U8 || from == MOE_ST_F8_E8M0));
+}
+
+static void dtype_error(moe_ctx *ctx, const moe_st_tensor *st, const char *file, const char *wname, moe_dtype dt)
+{
+	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is %s and moec converts only F32, BF16 and F16 to "
+		"f32/bf16 (and I32 to i32, BOOL to bool, F8_E4M3 to f8e4m3, U8 and F8_E8M0 to u8; quantized weights are "
+		"declared with their stored type and read by dequant)", st->name, moe_st_dtype_name(st->dtype), wname,
+		moe_dtype_name(dt));
+}
+
 /* Copy/convert one stored tensor into dst (numel elements of dtype dt). */
 static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, const char *wname, moe_dtype dt,
 	void *dst)
@@ -88,10 +108,7 @@ static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, con
 		return true;
 	}
 bad:
-	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is %s and moec converts only F32, BF16 and F16 to "
-		"f32/bf16 (and I32 to i32, BOOL to bool, F8_E4M3 to f8e4m3, U8 and F8_E8M0 to u8; quantized weights are "
-		"declared with their stored type and read by dequant)", st->name, moe_st_dtype_name(st->dtype), wname,
-		moe_dtype_name(dt));
+	dtype_error(ctx, st, file, wname, dt);
 	return false;
 }
 
@@ -141,8 +158,9 @@ static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool 
 	return true;
 }
 
-/* Load one weight node; false after diagnostics. */
-static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, unsigned flags,
+/* Check (check: headers only, nothing allocated or read) or load one weight
+ * node; false after diagnostics. */
+static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, unsigned flags, bool check,
 	size_t *absent, moe_tensor_map *out)
 {
 	const char *wname = moe_node_name(g, id);
@@ -186,6 +204,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
 		free(src);
+		if (check)
+			return true;
 		moe_tensor *t = moe_tensor_new_shape(ctx, dt, rank, shape);
 		if (!t)
 			return false;
@@ -194,15 +214,15 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 			(*absent)++;
 		return true;
 	}
-	moe_tensor *t = moe_tensor_new(ctx, dt, rank, shape);
-	if (!t) {
+	moe_tensor *t = check ? NULL : moe_tensor_new(ctx, dt, rank, shape);
+	if (!check && !t) {
 		free(src);
 		return false;
 	}
 	int64_t count = stacked ? shape[0] : 1;
 	int prank = stacked ? rank - 1 : rank;
 	const int64_t *pshape = stacked ? shape + 1 : shape;
-	size_t pbytes = count ? t->nbytes / (size_t)count : 0;
+	size_t pbytes = count && t ? t->nbytes / (size_t)count : 0;
 	bool ok = true;
 	for (int64_t e = 0; e < count && ok; e++) {
 		char *name = stacked ? subst(src, "{e}", e) : NULL;
@@ -241,16 +261,19 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 					rt_err_at(ctx, file, st->offset, "tensor '%s' has shape %s but weight '%s' needs %s", tn,
 						have, wname, want);
 				ok = false;
-			} else {
+			} else if (!dtype_converts(st->dtype, dt)) {
+				dtype_error(ctx, st, file, wname, dt);
+				ok = false;
+			} else if (!check) {
 				ok = convert(ctx, st, file, wname, dt, (char *)t->data + (size_t)e * pbytes);
 			}
 		}
 		free(name);
 	}
 	free(src);
-	if (!ok) {
+	if (!ok || check) {
 		moe_tensor_free(ctx, t);
-		return false;
+		return ok;
 	}
 	moe_tensor_map_set(out, wname, t);
 	return true;
@@ -263,9 +286,13 @@ static moe_status load_all(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck,
 	uint32_t n = moe_graph_num_nodes(g);
 	if (absent)
 		*absent = 0;
-	for (moe_id i = 0; i < n; i++)
+	/* every header first: a mismatch costs no allocation and no read */
+	for (moe_id i = 0; i < n && !moe_diag_limit_reached(ctx); i++)
 		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
-			ok &= load_one(ctx, g, i, ck, flags, absent, out);
+			ok &= load_one(ctx, g, i, ck, flags, true, NULL, out);
+	for (moe_id i = 0; i < n && ok; i++)
+		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
+			ok &= load_one(ctx, g, i, ck, flags, false, absent, out);
 	return ok ? MOE_OK : MOE_ERR_INVALID;
 }
 

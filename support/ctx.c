@@ -27,6 +27,7 @@ struct moe_ctx {
 	diag *diags;
 	uint32_t ndiags, dcap;
 	int nerrors;
+	int max_errors; /* errors kept before "too many errors" (0: no limit) */
 	source *srcs;
 	uint32_t nsrcs, scap;
 	strnode *strs;
@@ -60,6 +61,7 @@ moe_ctx *moe_ctx_new(moe_alloc_fn alloc, void *ud)
 	memset(c, 0, sizeof *c);
 	c->alloc = alloc;
 	c->ud = ud;
+	c->max_errors = MOE_DIAG_MAX_ERRORS;
 	return c;
 }
 
@@ -108,6 +110,7 @@ const char *moe_status_string(moe_status s)
 
 void *ctx_alloc(moe_ctx *c, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (n == 0)
 		n = 1;
 	void *p = c->alloc(c->ud, NULL, 0, n);
@@ -119,8 +122,18 @@ void *ctx_alloc(moe_ctx *c, size_t n)
 	return p;
 }
 
+void *ctx_try_alloc(moe_ctx *c, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	void *p = c->alloc(c->ud, NULL, 0, n ? n : 1);
+	if (p)
+		memset(p, 0, n ? n : 1);
+	return p;
+}
+
 void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	void *q = c->alloc(c->ud, p, o, n);
 	if (!q && n) {
 		fprintf(stderr, "moec: out of memory allocating %zu bytes\n", n);
@@ -133,12 +146,14 @@ void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 
 void ctx_free(moe_ctx *c, void *p, size_t n)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (p)
 		c->alloc(c->ud, p, n, 0);
 }
 
 void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (need <= *cap)
 		return;
 	uint32_t nc = *cap ? *cap : 8;
@@ -150,6 +165,7 @@ void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 
 ctx_vec *ctx_passes(moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return &c->passes;
 }
 
@@ -161,6 +177,7 @@ void moe_free(moe_ctx *c, void *p)
 
 const char *ctx_intern(moe_ctx *c, const char *s)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (!s)
 		return NULL;
 	for (strnode *n = c->strs; n; n = n->next)
@@ -181,16 +198,19 @@ moe_loc moe_loc_none(void)
 
 moe_loc moe_loc_file(moe_ctx *c, const char *file)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return (moe_loc){ctx_intern(c, file), 0, 0, -1};
 }
 
 moe_loc moe_loc_at(moe_ctx *c, const char *file, int line, int col)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return (moe_loc){ctx_intern(c, file), line, col, -1};
 }
 
 void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t len)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	ctx_grow(c, (void **)&c->srcs, &c->scap, c->nsrcs + 1, sizeof(source));
 	source *s = &c->srcs[c->nsrcs++];
 	s->file = ctx_intern(c, file);
@@ -201,6 +221,7 @@ void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t l
 
 const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t *len)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (!file || line <= 0)
 		return NULL;
 	for (uint32_t i = c->nsrcs; i-- > 0;) {
@@ -220,8 +241,23 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 	return NULL;
 }
 
+static void diag_push(moe_ctx *c, moe_diag_kind kind, moe_loc loc, char *msg)
+{
+	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
+	c->diags[c->ndiags++] = (diag){kind, loc, msg};
+}
+
+/* The error that reaches the limit is followed by the note "too many
+ * errors; stopping"; past it every diagnostic is dropped (errors are still
+ * counted), since readers stop there. */
 void ctx_vdiag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, va_list ap)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	if (c->max_errors > 0 && c->nerrors >= c->max_errors) {
+		if (kind == MOE_DIAG_ERROR)
+			c->nerrors++;
+		return;
+	}
 	va_list aq;
 	va_copy(aq, ap);
 	int n = vsnprintf(NULL, 0, fmt, aq);
@@ -230,10 +266,25 @@ void ctx_vdiag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, va_
 		n = 0;
 	char *msg = ctx_alloc(c, (size_t)n + 1);
 	vsnprintf(msg, (size_t)n + 1, fmt, ap);
-	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
-	c->diags[c->ndiags++] = (diag){kind, loc, msg};
-	if (kind == MOE_DIAG_ERROR)
-		c->nerrors++;
+	diag_push(c, kind, loc, msg);
+	if (kind == MOE_DIAG_ERROR && ++c->nerrors == c->max_errors) {
+		static const char stop[] = "too many errors; stopping";
+		char *m = ctx_alloc(c, sizeof stop);
+		memcpy(m, stop, sizeof stop);
+		moe_loc at = moe_loc_none();
+		at.file = loc.file;
+		diag_push(c, MOE_DIAG_NOTE, at, m);
+	}
+}
+
+void moe_diag_set_limit(moe_ctx *c, int max_errors)
+{
+	c->max_errors = max_errors > 0 ? max_errors : 0;
+}
+
+int moe_diag_limit_reached(const moe_ctx *c)
+{
+	return c->max_errors > 0 && c->nerrors >= c->max_errors;
 }
 
 void moe_diag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
@@ -256,16 +307,19 @@ void ctx_err_at(moe_ctx *c, const char *file, int64_t offset, const char *fmt, .
 
 int moe_error_count(const moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return c->nerrors;
 }
 
 size_t moe_diag_count(const moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return c->ndiags;
 }
 
 void moe_diag_get(const moe_ctx *c, size_t i, moe_diag_kind *kind, moe_loc *loc, const char **msg)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	IR_ASSERT(i < c->ndiags);
 	if (kind)
 		*kind = c->diags[i].kind;
@@ -277,6 +331,7 @@ void moe_diag_get(const moe_ctx *c, size_t i, moe_diag_kind *kind, moe_loc *loc,
 
 void moe_diag_clear(moe_ctx *c)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++)
 		ctx_free(c, c->diags[i].msg, strlen(c->diags[i].msg) + 1);
 	c->ndiags = 0;
@@ -288,26 +343,45 @@ static const char *kind_name(moe_diag_kind k)
 	return k == MOE_DIAG_ERROR ? "error" : k == MOE_DIAG_WARNING ? "warning" : "note";
 }
 
+/* Text from files goes to a terminal: control bytes but tab (an ESC would
+ * start an escape sequence) are printed as '?'. */
+static void put_safe(FILE *out, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n && s[i]; i++)
+		fputc(((unsigned char)s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f ? '?' : s[i], out);
+}
+
+/* The quoted source line: at most QUOTE bytes around the column. */
+#define QUOTE 160
+static void put_quote(FILE *out, const char *line, size_t len, int col)
+{
+	size_t c = col > 0 ? (size_t)col - 1 : 0, from = c > QUOTE / 2 ? c - QUOTE / 2 : 0;
+	size_t n = len - from < QUOTE ? len - from : QUOTE;
+	fputs(from ? "..." : "", out);
+	put_safe(out, line + from, n);
+	fputs(from + n < len ? "...\n" : "\n", out);
+	for (size_t k = from ? from - 3 : 0; k < c && k < len; k++)
+		fputc(k >= from && line[k] == '\t' ? '\t' : ' ', out);
+	fputs("^\n", out);
+}
+
 void moe_diag_print(const moe_ctx *c, FILE *out)
 {
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++) {
 		const diag *d = &c->diags[i];
 		const char *file = d->loc.file ? d->loc.file : "moec";
 		if (d->loc.line > 0)
-			fprintf(out, "%s:%d:%d: %s: %s\n", file, d->loc.line, d->loc.col, kind_name(d->kind), d->msg);
-		else if (d->loc.offset >= 0)
-			fprintf(out, "%s: %s: %s (at byte %lld)\n", file, kind_name(d->kind), d->msg,
-				(long long)d->loc.offset);
+			fprintf(out, "%s:%d:%d: %s: ", file, d->loc.line, d->loc.col, kind_name(d->kind));
 		else
-			fprintf(out, "%s: %s: %s\n", file, kind_name(d->kind), d->msg);
+			fprintf(out, "%s: %s: ", file, kind_name(d->kind));
+		put_safe(out, d->msg, strlen(d->msg));
+		if (d->loc.line <= 0 && d->loc.offset >= 0)
+			fprintf(out, " (at byte %lld)", (long long)d->loc.offset);
+		fputc('\n', out);
 		size_t len;
 		const char *line = ctx_source_line(c, d->loc.file, d->loc.line, &len);
-		if (!line)
-			continue;
-		fprintf(out, "%.*s\n", (int)len, line);
-		int col = d->loc.col > 0 ? d->loc.col : 1;
-		for (int k = 1; k < col && (size_t)(k - 1) < len; k++)
-			fputc(line[k - 1] == '\t' ? '\t' : ' ', out);
-		fputs("^\n", out);
+		if (line)
+			put_quote(out, line, len, d->loc.col);
 	}
 }

@@ -20,6 +20,7 @@ void ir_assert_fail(const char *file, int line, const char *expr);
 
 /* ---- context memory ---- */
 void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed; aborts on OOM */
+void *ctx_try_alloc(moe_ctx *ctx, size_t n);         /* zeroed; NULL when the allocator refuses */
 void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n);
 void ctx_free(moe_ctx *ctx, void *p, size_t n);
 const char *ctx_intern(moe_ctx *ctx, const char *s); /* lives as long as ctx */

@@ -2,34 +2,107 @@
 #ifndef MOEC_CLI_H
 #define MOEC_CLI_H
 
+#include <stddef.h>
+
 #include "moec/moec.h"
 
 #define MAX_SETS 256
 
+/* The commands, as bits of the option table's `commands` column. */
+enum {
+	C_CHECK = 1u << 0,
+	C_IR = 1u << 1,
+	C_STATS = 1u << 2,
+	C_COMPILE = 1u << 3,
+	C_RUN = 1u << 4,
+	C_IMPORT = 1u << 5,
+	C_PASSES = 1u << 6,
+};
+
+/* What a file holds, by its content (frontend/cli/sniff.c). */
+typedef enum cli_kind {
+	K_UNREAD,       /* not a regular file (stdin, FIFO, device): its reader decides */
+	K_MOE,          /* .moe text (anything not recognised as another kind) */
+	K_MOEIR,        /* textual IR, also a --reproducer file */
+	K_IR_JSON,      /* {"format": "moeir", ...} */
+	K_JSON,         /* other JSON (or broken JSON): the command's reader decides */
+	K_TCPB,         /* MOECTCPB magic */
+	K_TCPS,         /* "tcps 1" TCP assembly */
+	K_NPY,          /* \x93NUMPY */
+	K_SAFETENSORS,  /* u64 header size + JSON header */
+	K_CK_INDEX,     /* {"weight_map": ...} */
+	K_HF_CONFIG,    /* {"model_type": ...} or {"architectures": ...} */
+	K_MACHINE,      /* {"clock_hz": ..., "slices_per_cluster": ...} */
+	K_TRACE,        /* {"traceEvents": ...} */
+	K_C,            /* C source */
+	K_LLVM_IR,      /* "; ModuleID" */
+	K_ELF,          /* \x7fELF: an object file */
+	K_BINARY,       /* other bytes that are not text */
+} cli_kind;
+
+/* Every value is a string; flags hold their own spelling when given. */
 typedef struct opts {
 	const char *cmd;
+	unsigned cmdbit;
 	const char *file;
+	cli_kind kind;        /* of file, by content */
 	const char *out;      /* -o */
 	const char *pipeline; /* --pipeline */
 	const char *after, *before;
 	const char *reproducer; /* --reproducer */
-	const char *format;   /* text, json, dot */
-	int json;             /* stats --json */
+	const char *format;     /* text, json, dot */
+	const char *json;       /* stats --json */
 	const char *weights, *input, *target, *engine, *stats, *trace, *machine, *repeat;
 	const char *layer, *tokens, *block; /* import-hf */
-	int list, markdown, ignore_quantization; /* import-hf --list, --markdown, --ignore-quantization */
-	int no_skip;
-	int timing_only; /* run --timing-only */
-	const char *threads, *kernels; /* run --threads N, --kernels=auto|portable (host) */
-	int no_cache;                  /* run --no-cache (host JIT cache) */
+	const char *no_skip;
+	const char *timing_only; /* run --timing-only */
+	const char *list, *markdown, *ignore_quantization; /* import-hf */
+	const char *set;         /* the last --set (the table's field; all of them are in sets) */
+	const char *threads, *kernels, *no_cache; /* run --threads N, --kernels=auto|portable, --no-cache (host) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
 } opts;
 
+/* ---- the option table and help (frontend/cli/options.c) ---- */
+typedef struct cli_command {
+	const char *name;
+	unsigned bit;
+	const char *synopsis; /* after "moec NAME " */
+	const char *summary;  /* one line for `moec --help` */
+	const char *text;     /* the paragraph of `moec NAME --help` */
+	const char *example;
+} cli_command;
+
+const cli_command *cli_command_find(const char *name);
+void cli_usage(FILE *f);
+void cli_command_help(FILE *f, const cli_command *c);
+/* docs/cli.md, generated from the tables. */
+void cli_markdown(FILE *f);
+/* Parses argv[2..]; 0 ok, -1 when help was printed, 1 after an error. */
+int cli_parse(int argc, char **argv, opts *o, const cli_command *c);
+/* Options given that apply only to another target than `target`: an error. */
+int cli_check_target(moe_ctx *ctx, const opts *o, const char *target);
+
+/* ---- input recognition (frontend/cli/sniff.c) ---- */
+cli_kind cli_sniff(const char *data, size_t len);
+/* Reads the start of a regular file and classifies it (other files are left
+ * to the reader: K_UNREAD); 1 after a diagnostic if it cannot be read. */
+int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind);
+/* An error "this looks like ...; use `moec ...`" when `kind` is not what
+ * the command takes; 0 when it is. */
+int cli_check_kind(moe_ctx *ctx, const opts *o);
+
+#define CLI_MAX_PATHS 64               /* --weights and --input items */
+#define CLI_MAX_SOURCE ((size_t)256 << 20) /* a .moe, .moeir or IR .json */
+
 int cli_fail(const char *fmt, const char *arg);
-char *cli_read_file(const char *path, size_t *len);
+/* Before any input is read: outputs that are inputs or each other, and path
+ * lists longer than CLI_MAX_PATHS, are errors (1). */
+int cli_guard_paths(moe_ctx *ctx, const opts *o);
 int cli_ends_with(const char *s, const char *suf);
+/* True for "-o -": the output goes to standard output. */
+int cli_is_stdout(const char *out);
 moe_module *cli_load(moe_ctx *ctx, const opts *o);
 /* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */
 int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind);
@@ -37,18 +110,23 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
  * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
 	moe_tensor_map *bind);
+/* Copies the file written at tmp to standard output and removes it. */
+int cli_cat_and_remove(moe_ctx *ctx, const char *tmp);
 
 int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);
 int cli_run(moe_ctx *ctx, const opts *o);
 int cli_compile(moe_ctx *ctx, const opts *o);
+/* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);
 
 /* TCP target (frontend/cli/tcp.c). */
+/* block=auto for the TCP target; *chosen: the B picked (0: none). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
-int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o);
-int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, int repeat,
-	moe_tensor **out, char **stats_json);
-int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat);
+int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
+	char **stats_json);
+int cli_run_tcpb(moe_ctx *ctx, const opts *o);
 int cli_check_tcpb(moe_ctx *ctx, const opts *o);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend/cli/cli.h"
 
@@ -17,7 +18,8 @@ static int err(moe_ctx *ctx, const char *file, const char *msg, const char *arg)
 	return 1;
 }
 
-/* A non-negative integer option; -1 when absent, -2 (with an error) when bad. */
+/* An integer option (>= 1 for the token count and the block size, >= 0
+ * otherwise); -1 when absent, -2 (with an error) when bad. */
 static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 {
 	if (!v)
@@ -25,8 +27,12 @@ static int64_t int_opt(moe_ctx *ctx, const char *name, const char *v)
 	char *end;
 	errno = 0;
 	long long x = strtoll(v, &end, 10);
-	if (errno || *end || end == v || x < 0 || x > INT32_MAX) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in 0..2147483647, got '%s'", name, v);
+	/* the token count and the block size must be positive (other options say so themselves) */
+	long long lo = strstr(name, "tokens") || strstr(name, "block") || !strcmp(name, "--set T") ||
+			       !strcmp(name, "--set B") ? 1 : 0;
+	if (errno || *end || end == v || x < lo || x > INT32_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "%s must be an integer in %lld..2147483647, got '%s'", name, lo,
+			v);
 		return -2;
 	}
 	return x;
@@ -38,7 +44,12 @@ int cli_passes(moe_ctx *ctx)
 	for (size_t i = 0; i < moe_pass_count(ctx); i++) {
 		const moe_pass_info *p = moe_pass_get(ctx, i);
 		printf("  %-20s %s\n", p->name, p->summary);
-		if (p->options)
+		const moe_pass_option *rows = moe_pass_options(p);
+		for (const moe_pass_option *o = rows; o && o->key; o++)
+			printf("  %-20s   %s=%s (default %s): %s\n", "", o->key,
+				o->kind == MOE_PASS_OPT_ENUM ? o->values : o->kind == MOE_PASS_OPT_COUNT ? "N" : "VALUE",
+				o->def ? o->def : "none", o->help ? o->help : "");
+		if (p->options && !rows)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
 	printf("\nnamed pipelines:\n");
@@ -61,7 +72,7 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	moe_import_opts io = {0};
 	io.dtype = MOE_F32;
 	io.config_dtype = 1; /* unless --set dtype= */
-	io.ignore_quantization = o->ignore_quantization;
+	io.ignore_quantization = o->ignore_quantization != NULL;
 	int64_t layer = int_opt(ctx, "--layer", o->layer), T = int_opt(ctx, "--tokens", o->tokens),
 		B = int_opt(ctx, "--block", o->block);
 	for (size_t i = 0; i < o->nsets; i++) {
@@ -99,6 +110,8 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	moe_module_free(m);
 	if (status)
 		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, o->file), "the generated layer did not compile; nothing was written");
+	else if (cli_is_stdout(o->out))
+		status = fputs(text, stdout) < 0 || fflush(stdout) != 0;
 	else
 		status = moe_write_file_atomic(ctx, o->out, text, strlen(text)) != MOE_OK;
 	free(text);
@@ -121,13 +134,86 @@ static int lower(moe_ctx *ctx, moe_module *m, const char *pipeline)
 	return moe_run_pipeline_text(ctx, pipeline, m, &ro) != MOE_OK;
 }
 
+/* The target an output name implies (and what it is): NULL when the name says nothing. */
+static const char *target_of(const char *out, const char **what)
+{
+	static const struct {
+		const char *ext, *target, *what;
+	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".c", "c", "C source"},
+		{".o", "obj", "an object file"}, {".ll", "llvm-ir", "LLVM IR"}};
+	for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
+		if (cli_ends_with(out, exts[i].ext)) {
+			*what = exts[i].what;
+			return exts[i].target;
+		}
+	return NULL;
+}
+
+/* --target and -o agree, or one decides; NULL after an error. */
+static const char *compile_target(moe_ctx *ctx, const opts *o)
+{
+	if (!o->out) {
+		err(ctx, NULL, "compile needs -o OUT (.tcpb, .tcps, .c, .o or .ll; - for standard output)%s", "");
+		return NULL;
+	}
+	const char *what = NULL, *named = cli_is_stdout(o->out) ? NULL : target_of(o->out, &what);
+	if (!o->target && !named) {
+		if (cli_is_stdout(o->out))
+			err(ctx, NULL, "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s", "");
+		else
+			err(ctx, NULL, "cannot tell the target from the name '%s' (.tcpb, .tcps, .c, .o, .ll): give --target",
+				o->out);
+		return NULL;
+	}
+	if (o->target && named && strcmp(o->target, named)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, "moec"), "-o %s names %s (--target=%s), not --target=%s output",
+			o->out, what, named, o->target);
+		return NULL;
+	}
+	const char *t = o->target ? o->target : named;
+	if (cli_is_stdout(o->out) && !strcmp(t, "obj")) {
+		err(ctx, NULL, "--target=obj writes a binary object file: -o - takes text forms only; name a file%s", "");
+		return NULL;
+	}
+	return t;
+}
+
+/* Emits to `path`, or for -o - to a temporary file copied to stdout. */
+static int emit_host(moe_ctx *ctx, const moe_graph *g, const char *t, const char *path)
+{
+	if (!strcmp(t, "c"))
+		return moe_emit_c_file(ctx, g, path) != MOE_OK;
+	if (!strcmp(t, "obj"))
+		return moe_emit_object(ctx, g, path) != MOE_OK;
+	return moe_emit_llvm_ir(ctx, g, path) != MOE_OK;
+}
+
+static int emit_target(moe_ctx *ctx, const moe_graph *g, const char *t, const opts *o)
+{
+	if (cli_is_stdout(o->out) && !strcmp(t, "c"))
+		return moe_emit_c(ctx, g, stdout) != MOE_OK || fflush(stdout) != 0;
+	char tmp[64] = "";
+	const char *path = o->out;
+	if (cli_is_stdout(o->out)) {
+		const char *td = getenv("TMPDIR");
+		char dir[40];
+		snprintf(dir, sizeof dir, "%s/moec.XXXXXX", td && *td && strlen(td) < 24 ? td : "/tmp");
+		if (!mkdtemp(dir))
+			return err(ctx, NULL, "cannot make a temporary directory: %s", strerror(errno));
+		snprintf(tmp, sizeof tmp, "%s/out.%s", dir, strcmp(t, "tcp") ? "ll" : "tcps");
+		path = tmp;
+	}
+	int status = strcmp(t, "tcp") ? emit_host(ctx, g, t, path) : cli_compile_tcp(ctx, g, o, path);
+	if (*tmp)
+		status |= cli_cat_and_remove(ctx, tmp);
+	return status;
+}
+
 int cli_compile(moe_ctx *ctx, const opts *o)
 {
-	const char *t = o->target ? o->target : "c";
-	if (!o->out)
-		return err(ctx, NULL, "compile needs -o OUT%s", "");
-	if (strcmp(t, "c") && strcmp(t, "obj") && strcmp(t, "llvm-ir") && strcmp(t, "tcp"))
-		return err(ctx, NULL, "--target must be tcp, c, obj or llvm-ir, got '%s'", t);
+	const char *t = compile_target(ctx, o);
+	if (!t || cli_check_target(ctx, o, !strcmp(t, "tcp") ? "tcp" : "host"))
+		return 1;
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
@@ -135,17 +221,36 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return 1;
 	int status = 1;
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp")) {
-		if (!strcmp(t, "c"))
-			status = moe_emit_c_file(ctx, g, o->out) != MOE_OK;
-		else if (!strcmp(t, "obj"))
-			status = moe_emit_object(ctx, g, o->out) != MOE_OK;
-		else if (!strcmp(t, "llvm-ir"))
-			status = moe_emit_llvm_ir(ctx, g, o->out) != MOE_OK;
-		else
-			status = cli_compile_tcp(ctx, g, o);
-	}
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp"))
+		status = emit_target(ctx, g, t, o);
 	moe_module_free(m);
+	return status;
+}
+
+int cli_cat_and_remove(moe_ctx *ctx, const char *tmp)
+{
+	/* removed before the copy, so a closed pipe (SIGPIPE) leaves nothing */
+	FILE *f = fopen(tmp, "rb");
+	remove(tmp);
+	char dir[64];
+	snprintf(dir, sizeof dir, "%s", tmp);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = 0;
+		rmdir(dir);
+	}
+	if (!f)
+		return 1; /* the emitter has reported why */
+	int status = 0;
+	char buf[1 << 16];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		status |= fwrite(buf, 1, n, stdout) != n;
+	status |= ferror(f);
+	fclose(f);
+	status |= fflush(stdout) != 0;
+	if (status)
+		err(ctx, NULL, "cannot write to standard output%s", "");
 	return status;
 }
 
@@ -240,28 +345,60 @@ static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 	return moe_write_file_atomic(ctx, path, json, strlen(json)) != MOE_OK;
 }
 
+/* The options of run that hold together, and the target; NULL after an error. */
+static const char *run_target(moe_ctx *ctx, const opts *o)
+{
+	int tcpb = o->kind == K_TCPB;
+	const char *target = o->target ? o->target : tcpb ? "tcp" : "host";
+	if (tcpb && strcmp(target, "tcp")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, o->file), "a .tcpb runs on --target=tcp only, not '%s'", target);
+		return NULL;
+	}
+	if (cli_check_target(ctx, o, target))
+		return NULL;
+	const char *engine = o->engine ? o->engine : "llvm";
+	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
+			: o->no_cache ? "--no-cache" : NULL;
+	if (!strcmp(target, "host") && !strcmp(engine, "interp") && jit) {
+		err(ctx, NULL, "%s applies to --engine=llvm or c, not the interpreter", jit);
+		return NULL;
+	}
+	if (o->timing_only && o->out) {
+		err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
+		return NULL;
+	}
+	if (o->timing_only && !o->stats && !o->trace) {
+		err(ctx, NULL, "--timing-only writes nothing but --stats FILE.json or --trace FILE.json; give one%s", "");
+		return NULL;
+	}
+	if (!o->out && !o->timing_only) {
+		err(ctx, NULL, "run needs -o y.npy%s", "");
+		return NULL;
+	}
+	if (cli_is_stdout(o->out) || cli_is_stdout(o->stats) || cli_is_stdout(o->trace)) {
+		err(ctx, NULL, "run writes .npy and JSON files: -o -, --stats - and --trace - are not supported; name files%s",
+			"");
+		return NULL;
+	}
+	if (!o->weights) {
+		err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
+		return NULL;
+	}
+	return target;
+}
+
 int cli_run(moe_ctx *ctx, const opts *o)
 {
-	const char *target = o->target ? o->target : "host";
-	if (strcmp(target, "host") && strcmp(target, "tcp"))
-		return err(ctx, NULL, "--target must be host or tcp, got '%s'", target);
-	if (o->timing_only && strcmp(target, "tcp") && !cli_ends_with(o->file, ".tcpb"))
-		return err(ctx, NULL, "--timing-only applies to --target=tcp only%s", "");
-	if (o->timing_only && o->out)
-		return err(ctx, NULL, "--timing-only computes no output; drop -o (use --stats FILE.json for the times)%s", "");
-	if (o->timing_only && !o->stats && !o->trace)
-		return err(ctx, NULL, "--timing-only writes nothing but --stats FILE.json or --trace FILE.json; give one%s", "");
-	if (!o->out && !o->timing_only)
-		return err(ctx, NULL, "run needs -o y.npy%s", "");
-	if (!o->weights)
-		return err(ctx, NULL, "run needs --weights W.safetensors[,W2...]%s", "");
+	const char *target = run_target(ctx, o);
+	if (!target)
+		return 1;
 	int64_t repeat = int_opt(ctx, "--repeat", o->repeat);
 	if (repeat == -2 || repeat == 0)
 		return repeat == 0 ? err(ctx, NULL, "--repeat must be at least 1%s", "") : 1;
 	if (repeat < 0)
 		repeat = 1;
-	if (cli_ends_with(o->file, ".tcpb"))
-		return cli_run_tcpb(ctx, o, (int)repeat);
+	if (o->kind == K_TCPB)
+		return cli_run_tcpb(ctx, o);
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
@@ -284,7 +421,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		goto done;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
-		status = cli_run_tcp(ctx, g, bind, o, (int)repeat, out, &stats);
+		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
 	} else {
 		const char *engine = o->engine ? o->engine : "llvm";
 		if (!strcmp(engine, "interp")) {
@@ -295,7 +432,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 			moe_host_opts_init(&ho);
 			ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
 			ho.repeat = (int)repeat;
-			ho.no_cache = o->no_cache;
+			ho.no_cache = o->no_cache != NULL;
 			int64_t th = int_opt(ctx, "--threads", o->threads);
 			if (th == 0) {
 				err(ctx, NULL, "--threads must be at least 1 (leave it out for every core)%s", "");
@@ -322,8 +459,6 @@ int cli_run(moe_ctx *ctx, const opts *o)
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
 					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels);
 			}
-		} else {
-			err(ctx, NULL, "--engine must be llvm, c or interp, got '%s'", engine);
 		}
 	}
 	if (!status && !o->timing_only)

@@ -22,7 +22,7 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 	*chosen = 0;
 	*pred = 0;
 	moe_module *m = cli_load(ctx, o);
-	if (!m || !cli_ends_with(o->file, ".moe") || moe_module_num_graphs(m) != 1 || o->nsets >= MAX_SETS)
+	if (!m || o->kind != K_MOE || moe_module_num_graphs(m) != 1 || o->nsets >= MAX_SETS)
 		return m;
 	for (size_t i = 0; i < o->nsets; i++)
 		if (!strcmp(o->sets[i].name, "B"))
@@ -52,11 +52,11 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 	return cli_load(ctx, &o2);
 }
 
-int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o)
+int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
-	bool text = cli_ends_with(o->out, ".tcps"), bin = cli_ends_with(o->out, ".tcpb");
+	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
 	if (!text && !bin) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->out),
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, out),
 			"--target=tcp writes assembly (.tcps) or a binary (.tcpb); name the output so");
 		return 1;
 	}
@@ -64,7 +64,7 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o)
 	if (!m)
 		return 1;
 	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || (text ? moe_tcp_write_asm(ctx, p, o->out) : moe_tcp_write_binary(ctx, p, o->out)) != MOE_OK;
+	int status = !p || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -102,7 +102,7 @@ static void show_progress(void *ud, const char *phase, int64_t done, int64_t tot
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	const opts *o, moe_tensor **out, char **stats_json)
 {
-	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip, .trace_path = o->trace, .timing_only = o->timing_only};
+	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace, .timing_only = o->timing_only != NULL};
 	progress pr = {now_s(), false};
 	if (isatty(STDERR_FILENO)) {
 		ro.progress = show_progress;
@@ -118,10 +118,9 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	return 0;
 }
 
-int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, int repeat,
-	moe_tensor **out, char **stats_json)
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
+	char **stats_json)
 {
-	(void)repeat; /* the simulator is deterministic: one run gives the time */
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
@@ -135,21 +134,11 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 /* A .tcpb in place of the .moe: the binary is loaded and validated against the
  * machine completely before any weight is read; its tensor table names the
  * inputs and the weights' checkpoint sources. */
-int cli_run_tcpb(moe_ctx *ctx, const opts *o, int repeat)
+int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 {
-	(void)repeat; /* the simulator is deterministic: one run gives the time */
 	if (o->nsets) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
 			"--set does not apply to a compiled .tcpb (its sizes are fixed); recompile the .moe");
-		return 1;
-	}
-	if (o->target && strcmp(o->target, "tcp")) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "a .tcpb runs on --target=tcp only, not '%s'",
-			o->target);
-		return 1;
-	}
-	if (o->engine) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "--engine applies to --target=host only");
 		return 1;
 	}
 	moe_tcp_machine *m = machine(ctx, o);

@@ -27,6 +27,9 @@ static const hf_route R_DSV3 = {.score = HF_SIGMOID, .f32 = true, .sel_bias = tr
 static const hf_route R_SIGMOID_BIAS = {.score = HF_SIGMOID, .f32 = true, .sel_bias = true, .norm = HF_N_ALWAYS,
 	.eps = 1e-20, .scale = true, .keep_f32 = true,
 	.summary = "f32 router, sigmoid, +correction bias for selection, renormalise (+1e-20), x scale; f32 weights"};
+static const hf_route R_SIGMOID_BIAS_DT = {.score = HF_SIGMOID, .sel_bias = true, .sel_bias_dt = true,
+	.norm = HF_N_ALWAYS, .keep_f32 = true,
+	.summary = "router in dtype, sigmoid f32, +correction bias (held in dtype) for selection, renormalise; f32 weights"};
 static const hf_route R_DSV2 = {.score = HF_SOFTMAX, .group = HF_G_MAX, .norm = HF_N_KEY, .eps = 1e-20,
 	.scale = true, .keep_f32 = true,
 	.summary = "softmax(E) f32, groups by their best (topk_method), renormalise (+1e-20) if norm key, x scale"};
@@ -153,7 +156,7 @@ const hf_family hf_families[] = {
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_W123,
 		.s = &S_SHARED_EXPERTS},
 	{.types = "minimax_m2", .block = "MiniMaxM2SparseMoeBlock", .blk = "block_sparse_moe.",
-		.sel_bias = "e_score_correction_bias", .k_width = "intermediate_size", .r = &R_SIGMOID_BIAS, .f = &F_W123,
+		.sel_bias = "e_score_correction_bias", .k_width = "intermediate_size", .r = &R_SIGMOID_BIAS_DT, .f = &F_W123,
 		.s = &S_NONE},
 	{.types = "hy_v3", .block = "HYV3MoE", .router = "router.gate.weight", .sel_bias = "expert_bias",
 		.k_shared_count = "num_shared_experts", .k_scale = "router_scaling_factor", .layers = HF_L_TYPES,
@@ -162,7 +165,7 @@ const hf_family hf_families[] = {
 		.sel_bias_dims = "1, E", .k_experts = "moe_num_experts", .k_topk = "moe_k", .k_eps = "moe_norm_min",
 		.k_shared_count = "moe_num_shared_experts", .layers = HF_L_ERNIE, .r = &R_ERNIE, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
-	{.types = "hunyuan_v1_moe", .block = "HunYuanMoEV1Moe", .router = "gate.wg.weight", .k_topk = "moe_topk",
+	{.types = "hunyuan_v1_moe hunyuan", .block = "HunYuanMoEV1Moe", .router = "gate.wg.weight", .k_topk = "moe_topk",
 		.k_shared_count = "num_shared_expert", .k_shared_base = "intermediate_size", .norm_default = true,
 		.r = &R_SOFTMAX_F32, .f = &F_PROJ, .s = &S_SHARED_MLP},
 	{.types = "granitemoe", .block = "GraniteMoeMoE", .blk = "block_sparse_moe.", .router = "router.layer.weight",

@@ -51,7 +51,8 @@ typedef struct hf_route {
 	bool f32;            /* the router Linear runs in f32 */
 	bool f32_weight;     /* HF keeps the router weight itself in f32 (_keep_in_fp32_modules) */
 	bool router_bias;    /* the router Linear has a bias */
-	bool sel_bias;       /* an f32 correction bias is added to the scores for selection only */
+	bool sel_bias;       /* a correction bias is added to the scores for selection only */
+	bool sel_bias_dt;    /* HF holds that bias in the model dtype (no _keep_in_fp32_modules), else f32 */
 	unsigned char group; /* HF_G_* */
 	unsigned char norm;  /* HF_N_* */
 	double eps;          /* added to the renormalising sum */

@@ -322,8 +322,9 @@ static void emit_weights(out *o)
 	weight(o, "router", f->r->f32_weight ? "f32" : NULL, "E, D", DEF(f->router, "gate.weight"));
 	if (f->r->router_bias)
 		weight(o, "router_bias", NULL, "E", DEF(f->router_bias, "gate.bias"));
-	if (f->r->sel_bias) /* an f32 buffer in HF whatever the model dtype */
-		weight(o, "score_bias", "f32", DEF(f->sel_bias_dims, "E"), DEF(f->sel_bias, "gate.e_score_correction_bias"));
+	if (f->r->sel_bias) /* an f32 buffer in HF unless the family lets it follow the model dtype */
+		weight(o, "score_bias", f->r->sel_bias_dt ? NULL : "f32", DEF(f->sel_bias_dims, "E"),
+			DEF(f->sel_bias, "gate.e_score_correction_bias"));
 	switch (fp->layout) {
 	case HF_SPLIT:
 		weight(o, "gate", NULL, "E, F, D", fp->gate);
@@ -386,7 +387,8 @@ static void emit_select_all(out *o)
 		P("  s      = sigmoid(cast(logits, f32))\n");
 	const char *sel = "s";
 	if (r->sel_bias) {
-		P("  c      = s + score_bias                   # the correction bias steers selection only\n");
+		P("  c      = s + %s   # the correction bias steers selection only\n",
+			r->sel_bias_dt ? "cast(score_bias, f32)" : "score_bias");
 		sel = "c";
 	}
 	if (m->group) {
@@ -644,9 +646,11 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 	moe_import_opts def = {0};
 	if (!opts)
 		opts = &def;
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	cJSON *root = rt_json_doc(ctx, name, json, len); /* read as Python's json reads it; reports its errors */
 	hf_cfg c = {ctx, name, root, root, 0, false};
-	if (!root || !cJSON_IsObject(root)) {
+	if (!root)
+		return MOE_ERR_FORMAT;
+	if (!cJSON_IsObject(root)) {
 		hf_err(&c, "not a JSON object");
 		cJSON_Delete(root);
 		return MOE_ERR_FORMAT;

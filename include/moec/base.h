@@ -65,6 +65,14 @@ typedef enum moe_diag_kind { MOE_DIAG_ERROR, MOE_DIAG_WARNING, MOE_DIAG_NOTE } m
 MOE_API void moe_diag(moe_ctx *ctx, moe_diag_kind kind, moe_loc loc, const char *fmt, ...)
 	MOE_PRINTF(4, 5);
 MOE_API int moe_error_count(const moe_ctx *ctx);
+/* Like cc, a context keeps at most MOE_DIAG_MAX_ERRORS errors: the one that
+ * reaches the limit is followed by the note "too many errors; stopping", and
+ * later diagnostics are dropped (errors are still counted by
+ * moe_error_count). max_errors <= 0 removes the limit. The .moe parser stops
+ * once moe_diag_limit_reached. */
+#define MOE_DIAG_MAX_ERRORS 20
+MOE_API void moe_diag_set_limit(moe_ctx *ctx, int max_errors);
+MOE_API int moe_diag_limit_reached(const moe_ctx *ctx);
 MOE_API size_t moe_diag_count(const moe_ctx *ctx);
 /* Read diagnostic i; message pointer lives until moe_diag_clear or ctx free. */
 MOE_API void moe_diag_get(const moe_ctx *ctx, size_t i, moe_diag_kind *kind, moe_loc *loc,

@@ -23,12 +23,31 @@ extern "C" {
 /* ---- whole files ---- */
 
 /* Read a whole file into a buffer the caller frees with moe_free. A NUL is
- * appended (not counted in *len) so text can be parsed in place. */
+ * appended (not counted in *len) so text can be parsed in place. Only a
+ * regular file is read: a FIFO, device or directory is refused when opened
+ * (opened with O_NONBLOCK, so a FIFO never blocks), and so is a file larger
+ * than MOE_READ_MAX_DEFAULT bytes. */
+#define MOE_READ_MAX_DEFAULT ((size_t)1 << 30)
 MOE_API moe_status moe_read_file(moe_ctx *ctx, const char *path, char **data, size_t *len);
+/* The same with a size cap of max bytes (0: MOE_READ_MAX_DEFAULT). */
+MOE_API moe_status moe_read_file_max(moe_ctx *ctx, const char *path, size_t max, char **data, size_t *len);
+/* Read an open descriptor (e.g. stdin, which may be a pipe) to its end, at
+ * most max bytes (0: MOE_READ_MAX_DEFAULT); `name` is used in diagnostics. */
+MOE_API moe_status moe_read_stream(moe_ctx *ctx, const char *name, int fd, size_t max, char **data, size_t *len);
 
-/* ---- atomic output ---- */
+/* ---- output ----
+ * A regular file (or a new one) is written to PATH.tmp.XXXXXX beside it (the
+ * base name shortened to fit NAME_MAX), flushed, fsync'ed and renamed over it;
+ * a symbolic link is first resolved, so the link stays and its target is
+ * replaced. An existing FIFO or character device (/dev/null, /dev/stdout) is
+ * written straight through and never replaced; with MOE_OUTPUT_BINARY a
+ * terminal is refused. A directory, block device or socket is refused. */
 typedef struct moe_atomic_file moe_atomic_file;
-/* Create PATH.tmp.XXXXXX (mode 0644 minus umask) beside PATH. NULL with a diagnostic. */
+enum {
+	MOE_OUTPUT_BINARY = 1u << 0, /* binary contents: refused on a terminal */
+};
+MOE_API moe_atomic_file *moe_output_open(moe_ctx *ctx, const char *path, unsigned flags);
+/* moe_output_open with flags 0. NULL with a diagnostic. */
 MOE_API moe_atomic_file *moe_atomic_open(moe_ctx *ctx, const char *path);
 /* The stream to write to; valid until commit or abort. */
 MOE_API FILE *moe_atomic_stream(moe_atomic_file *f);
@@ -40,6 +59,20 @@ MOE_API moe_status moe_atomic_commit(moe_atomic_file *f);
 MOE_API void moe_atomic_abort(moe_atomic_file *f);
 /* One-shot: write len bytes atomically to path. */
 MOE_API moe_status moe_write_file_atomic(moe_ctx *ctx, const char *path, const void *data, size_t len);
+MOE_API moe_status moe_write_output(moe_ctx *ctx, const char *path, unsigned flags, const void *data, size_t len);
+/* An error for every output that is the same file as an input (same st_dev
+ * and st_ino; regular files) or as an earlier output (the same file, or the
+ * same not-yet-existing name); NULL entries are skipped. MOE_ERR_INVALID then. */
+MOE_API moe_status moe_check_outputs(moe_ctx *ctx, const char *const *inputs, size_t nin, const char *const *outputs,
+	size_t nout);
+/* Temporaries (atomic outputs, the C engine's build directory) are listed in
+ * a process-wide table while they exist. moe_cleanup_on_signals installs
+ * handlers for SIGINT, SIGTERM and SIGHUP (not those ignored at the time)
+ * that remove them and _exit(128 + signal); a program embedding the library
+ * with its own handlers may call moe_remove_temporaries (async-signal-safe)
+ * from them. */
+MOE_API void moe_cleanup_on_signals(void);
+MOE_API void moe_remove_temporaries(void);
 
 /* ---- safetensors ---- */
 typedef enum moe_st_dtype {

@@ -24,8 +24,26 @@ MOE_API const char *moe_pass_opt(const moe_pass_opts *o, const char *key);
 
 typedef moe_status (*moe_pass_fn)(moe_ctx *ctx, moe_graph *g, const moe_pass_opts *opts, void *ud);
 
-/* One registry row. `options` lists the accepted keys, e.g. "mode=packed16|exact";
- * NULL when the pass takes none. */
+/* One option a pass accepts: its key, the kind of value, the default (as
+ * text) and a line of help. A pipeline naming a key that is not one of the
+ * pass's rows is rejected when it is parsed; the pass checks the value. */
+typedef enum moe_pass_opt_kind {
+	MOE_PASS_OPT_COUNT, /* a positive decimal integer */
+	MOE_PASS_OPT_ENUM,  /* one of `values`, "a|b|c" */
+	MOE_PASS_OPT_TEXT   /* any value token */
+} moe_pass_opt_kind;
+typedef struct moe_pass_option {
+	const char *key;
+	moe_pass_opt_kind kind;
+	const char *values; /* MOE_PASS_OPT_ENUM: the accepted values, "a|b|c" */
+	const char *def;    /* the default, as text (how it is chosen when it depends) */
+	const char *help;
+} moe_pass_option;
+
+/* One registry row. The built-in passes declare their options as
+ * moe_pass_option rows (moe_pass_options); an external pass lists its keys in
+ * `options`, e.g. "mode=packed16|exact" (a key is accepted when it appears
+ * there followed by '='), NULL when it takes none. */
 typedef struct moe_pass_info {
 	const char *name;
 	const char *summary;
@@ -33,6 +51,10 @@ typedef struct moe_pass_info {
 	moe_pass_fn run;
 	void *ud; /* handed to run: an external pass's own state */
 } moe_pass_info;
+
+/* The option rows of a built-in pass (ended by a row with a NULL key), or
+ * NULL for a pass without rows. */
+MOE_API const moe_pass_option *moe_pass_options(const moe_pass_info *p);
 
 /* Built-in passes then passes registered on this context. */
 MOE_API size_t moe_pass_count(moe_ctx *ctx);
@@ -64,7 +86,7 @@ MOE_API moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_mod
 MOE_API moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *opts);
 
 /* ---- analyses ---- */
-/* The tight worst-case number of B-row blocks (SEMANTICS.md section 5):
+/* The tight worst-case number of B-row blocks (docs/semantics.md section 5):
  * min(M + floor((n - M)/B), M*ceil(T/B)), n = T*K, M = min(E, n). */
 MOE_API int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B);
 /* The seed design's (T*K - E)/B + E (its first term; n < E gives E). */

@@ -20,7 +20,8 @@ typedef struct moe_tensor {
 	int owned; /* data is freed with the tensor */
 } moe_tensor;
 
-/* Zero-filled tensor; NULL (with a diagnostic) if the size overflows. */
+/* Zero-filled tensor; NULL (with a diagnostic) if the size overflows or the
+ * context's allocator refuses the data (out of memory). */
 MOE_API moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape);
 /* A tensor with a dtype and shape but no data (data == NULL): a weight absent
  * from a checkpoint (MOE_WEIGHTS_ALLOW_ABSENT, moec/io.h). */

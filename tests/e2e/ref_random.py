@@ -49,7 +49,8 @@ def main():
                              "--block", str(B), "--set", "dtype=" + dt, "-o", moe])
                     y = os.path.join(tmp, "y.npy")
                     run([moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"), "--input",
-                         os.path.join(d, "x.npy"), "-o", y, "--target=" + target, "--engine=" + engine] + sets)
+                         os.path.join(d, "x.npy"), "-o", y, "--target=" + target]
+                        + (["--engine=" + engine] if target == "host" else []) + sets)
                     got, ref = np.load(y).astype(np.float64), np.load(os.path.join(d, "y.npy")).astype(np.float64)
                     err, scale = float(np.max(np.abs(got - ref))), float(np.max(np.abs(ref)))
                     tol = 1e-4 if dt == "f32" and target == "host" else 2e-2

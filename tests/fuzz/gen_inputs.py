@@ -91,6 +91,7 @@ bad_st = {
     "bad_offsets_missing": st_file([], header=b'{"r":{"dtype":"F32","shape":[2]}}'),
     "bad_metadata_not_string": st_file([], header=b'{"__metadata__":{"format":1}}'),
     "bad_entry_not_object": st_file([], header=b'{"r":7}'),
+    "bad_key_nul": st_file([], header=b'{"r\\u0000x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', data_extra=b"\0"),
     "bad_duplicate_name": st_file([], header=b'{"r":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"r":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', data_extra=b"\0\0"),
     # Valid file, but the layer's tensors are wrong: binding must complain, not read.
     "bad_bind_shape": st_file([("r", "F32", [4, 2], f32s(8))] + good[1:]),
@@ -173,6 +174,10 @@ bad_hf = {
     "bad_layer_out_of_range": cfg(num_hidden_layers=0),
     "bad_unknown_act": cfg(hidden_act="swish7"),
     "bad_text_config_not_object": json.dumps({"model_type": "llama4", "text_config": 3}),
+    # read as Python's json: the last duplicate wins, nothing may follow, no \u0000
+    "bad_duplicate_key_last_wins": cfg()[:-1] + ', "model_type": "gpt2"}',
+    "bad_trailing_garbage": cfg() + " xyz",
+    "bad_nul_in_model_type": cfg(model_type="mixtral\u0000x"),
 }
 for k, v in bad_hf.items():
     put("regress/hfconfig", k + ".json", v)

@@ -13,6 +13,10 @@ config.substitutions.append(("%FileCheck", config.filecheck))
 config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
 config.substitutions.append(("%fixtures", os.path.join(config.moec_src_root, "tests", "fixtures")))
 config.substitutions.append(("%python", config.python))
+config.substitutions.append(("%srcroot", config.moec_src_root))
+# Time and memory limits hold for the plain build; sanitizer builds check the rest.
+sanitized = getattr(config, "moec_sanitized", "OFFOFF") not in ("OFFOFF", "")
+config.environment["MOEC_TEST_SANITIZED"] = "1" if sanitized else "0"
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
 # `not` and `count` live beside FileCheck (Debian llvm-19-tools).

@@ -953,7 +953,9 @@ static void test_runtime_faults(void **st)
 		"@0: li rd=r1 imm=3\n"
 		"@1: tu.vec dims=[8] dst=%0+0+r1*8:[1] chain=[l.or(imm,imm,#0x00000000,c0,0)]\n"
 		"@2: li rd=r1 imm=4\n"
-		"@3: jmp target=@1\n";
+		"@3: br.lt ra=r1 rb=r2 target=@5\n" /* never taken: the loop's exit (a loop without one is rejected) */
+		"@4: jmp target=@1\n"
+		"@5: halt\n";
 	p = moe_tcp_from_asm(ctx, "dm.tcps", prog2, strlen(prog2), NULL);
 	assert_non_null(p);
 	moe_diag_clear(ctx);

@@ -228,7 +228,10 @@ static void one_file(job *j, moe_ctx *ctx, const char *path, int llvm)
 			remove(llpath);
 			buf_str(&j->out, "ll", csrc, cl);
 			moe_host_stats hs;
-			if (moe_host_run(ctx, g, b, MOE_HOST_LLVM, 1, hout, &hs) != MOE_OK)
+			moe_host_opts ho; /* no JIT cache: every run compiles, so allocations compare */
+			moe_host_opts_init(&ho);
+			ho.no_cache = 1;
+			if (moe_host_run_opts(ctx, g, b, &ho, hout, &hs) != MOE_OK)
 				FAIL("%s: running layer %s on the host failed", path, moe_graph_name(g));
 			for (uint32_t k = 0; k < no; k++) {
 				if (hout[k]->nbytes != out[k]->nbytes)

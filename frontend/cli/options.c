@@ -1,0 +1,304 @@
+/* frontend/cli/options.c: the command and option tables of moec, the option
+ * parser, every `--help` and docs/cli.md, all generated from the same rows
+ * (options.def), so what the help says is what the parser accepts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/cli/cli.h"
+
+static const cli_command commands[] = {
+	{"check", C_CHECK, "FILE [--set NAME=VALUE]...  |  moec check FILE.tcpb [--machine FILE.json]",
+		"parse and verify a layer, or validate a compiled .tcpb",
+		"Parse FILE (.moe, .moeir or JSON IR) and check its names, shapes and types; or validate a compiled\n"
+		"TCP binary (.tcpb) completely and print its summary (version, sections, tensors). The kind of FILE\n"
+		"is recognised by its content, not its name.",
+		"moec check examples/mixtral_8x7b.moe --set T=1"},
+	{"ir", C_IR, "FILE [--pipeline=P] [--print-ir-after=NAME|all] [--format=text|json|dot] [-o OUT]",
+		"print the IR, optionally after a pass pipeline",
+		"Print the IR of FILE, after running the pass pipeline P when one is given. The pass named by\n"
+		"--print-ir-after/--print-ir-before must be one of the pipeline's (`moec passes` lists them).",
+		"moec ir examples/mixtral_8x7b.moe --pipeline=host --print-ir-after=lower-topk"},
+	{"stats", C_STATS, "FILE [--json] [--pipeline=P]",
+		"dims, FLOPs, weight bytes, worst-case grid and buffer sizes",
+		"Print the layer's dims, FLOPs, weight bytes, the worst-case block grid (tight, seed and vLLM\n"
+		"bounds with their block-buffer bytes) and the largest intermediate buffers after lowering, as a\n"
+		"table; with --json, one JSON object holding every buffer.",
+		"moec stats examples/mixtral_8x7b.moe --set T=512"},
+	{"compile", C_COMPILE, "FILE -o OUT [--target=tcp|c|obj|llvm-ir]",
+		"emit TCP code, C, a native object or LLVM IR",
+		"Lower FILE with the target's pipeline and emit TCP assembly (.tcps) or a TCP binary (.tcpb),\n"
+		"portable C (.c), a native object file (.o) or textual LLVM IR (.ll). Without --target the\n"
+		"target follows the name of OUT; a --target that contradicts that name is an error.",
+		"moec compile examples/mixtral_8x7b.moe --set T=64 -o mixtral.tcpb"},
+	{"run", C_RUN, "FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]",
+		"run a layer on the host or on the TCP simulator",
+		"Run the layer of FILE (.moe, .moeir, JSON IR, or a compiled .tcpb) on the input and write its\n"
+		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
+		"headers before any tensor data is read.",
+		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
+	{"import-hf", C_IMPORT, "CONFIG.json -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
+		"write the .moe of a HuggingFace MoE layer",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json (the families are\n"
+		"listed below and by --list); its weights bind to the checkpoint's tensor names, so `moec run\n"
+		"--weights` takes the model's own safetensors (sharded ones through model.safetensors.index.json\n"
+		"or their directory).",
+		"moec import-hf config.json --layer 3 --tokens 32 -o layer3.moe"},
+	{"passes", C_PASSES, "", "list the registered passes and the named pipelines",
+		"List the registered passes, their options and the named pipelines.", "moec passes"},
+};
+#define NCOMMANDS (sizeof commands / sizeof *commands)
+
+typedef struct cli_option {
+	const char *name, *meta;
+	size_t field;
+	unsigned cmds;
+	const char *only, *help;
+} cli_option;
+
+static const cli_option options[] = {
+#define OPT(name, meta, field, cmds, only, help) {name, meta, offsetof(opts, field), cmds, only, help},
+#include "frontend/cli/options.def"
+#undef OPT
+};
+#define NOPTIONS (sizeof options / sizeof *options)
+
+const cli_command *cli_command_find(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(name, commands[i].name))
+			return &commands[i];
+	return NULL;
+}
+
+int cli_fail(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "moec: error: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	return 1;
+}
+
+void cli_usage(FILE *f)
+{
+	fprintf(f, "usage: moec COMMAND [options] FILE\n\ncommands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n`moec COMMAND --help` lists the options of a command; `moec --version` prints the version.\n");
+}
+
+static void option_line(FILE *f, const cli_option *p)
+{
+	char head[80];
+	snprintf(head, sizeof head, "%s%s%s", p->name, p->meta ? " " : "",
+		p->meta ? p->meta : "");
+	fprintf(f, "  %-30s %s%s%s%s\n", head, p->only ? "(" : "", p->only ? p->only : "", p->only ? ") " : "",
+		p->help);
+}
+
+/* The model_types import-hf takes, from the importer's family table. */
+static void family_names(FILE *f)
+{
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	char *names = NULL;
+	if (ctx && moe_import_hf_families(ctx, MOE_HF_LIST_NAMES, &names) == MOE_OK)
+		fprintf(f, "\nmodel_types: %s\n", names);
+	if (ctx)
+		moe_free(ctx, names);
+	moe_ctx_free(ctx);
+}
+
+void cli_command_help(FILE *f, const cli_command *c)
+{
+	fprintf(f, "usage: moec %s%s%s\n\n%s\n", c->name, *c->synopsis ? " " : "", c->synopsis, c->text);
+	int any = 0;
+	for (size_t i = 0; i < NOPTIONS; i++)
+		if (options[i].cmds & c->bit) {
+			if (!any++)
+				fprintf(f, "\noptions:\n");
+			option_line(f, &options[i]);
+		}
+	fprintf(f, "  %-30s %s\n", "--help", "print this help");
+	if (c->bit == C_IMPORT)
+		family_names(f);
+	fprintf(f, "\nexample:\n  %s\n", c->example);
+}
+
+/* The meta of an enumerated value ("a|b|c", lower case) or NULL. */
+static int enumerated(const char *meta)
+{
+	return meta && strchr(meta, '|') && strspn(meta, "abcdefghijklmnopqrstuvwxyz-|") == strlen(meta);
+}
+
+static int check_enum(const cli_option *p, const char *v)
+{
+	size_t n = strlen(v);
+	for (const char *s = p->meta; *s;) {
+		size_t k = strcspn(s, "|");
+		if (k == n && !strncmp(s, v, n))
+			return 0;
+		s += k + (s[k] == '|');
+	}
+	char list[128] = "";
+	for (const char *s = p->meta; *s;) {
+		size_t k = strcspn(s, "|");
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.*s", !*list ? "" : s[k] ? ", " : " or ",
+			(int)k, s);
+		s += k + (s[k] == '|');
+	}
+	fprintf(stderr, "moec: error: %s must be %s, got '%s'\n", p->name, list, v);
+	return 1;
+}
+
+/* The row for argument a of command c; *val its value (from "=V" or the next
+ * argument). NULL with *err set on an error; NULL otherwise when a is not an
+ * option of any command. */
+static const cli_option *match(const char *a, const cli_command *c, int *err)
+{
+	const cli_option *other = NULL;
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const cli_option *p = &options[i];
+		size_t n = strlen(p->name);
+		if (strncmp(a, p->name, n) || (a[n] && !(a[n] == '=' && p->meta)))
+			continue;
+		if (p->cmds & c->bit)
+			return p;
+		other = p;
+	}
+	if (other) {
+		char users[96] = "";
+		for (size_t i = 0; i < NOPTIONS; i++)
+			for (size_t k = 0; k < NCOMMANDS; k++)
+				if (!strcmp(options[i].name, other->name) && (options[i].cmds & commands[k].bit) &&
+					!strstr(users, commands[k].name))
+					snprintf(users + strlen(users), sizeof users - strlen(users), "%s%s", *users ? ", " : "",
+						commands[k].name);
+		fprintf(stderr, "moec: error: %s does not apply to moec %s (it is an option of moec %s)\n", other->name,
+			c->name, users);
+		*err = 1;
+	}
+	return NULL;
+}
+
+static int add_set(opts *o, const char *v)
+{
+	if (o->nsets == MAX_SETS)
+		return cli_fail("too many --set options%s", "");
+	if (!moe_setting_split(v, o->setnames[o->nsets], sizeof o->setnames[0], &o->sets[o->nsets].value))
+		return cli_fail("--set needs NAME=VALUE, got '%s'", v);
+	o->sets[o->nsets].name = o->setnames[o->nsets];
+	o->nsets++;
+	return 0;
+}
+
+static int take(int argc, char **argv, int *i, opts *o, const cli_option *p)
+{
+	const char *a = argv[*i], *v = p->name;
+	size_t n = strlen(p->name);
+	if (p->meta) {
+		if (a[n] == '=')
+			v = a + n + 1;
+		else if (*i + 1 < argc)
+			v = argv[++*i];
+		else
+			return cli_fail("option %s needs a value", p->name);
+	}
+	const char **slot = (const char **)((char *)o + p->field);
+	if (!strcmp(p->name, "--set"))
+		return add_set(o, v);
+	if (*slot)
+		return cli_fail("option %s is given twice", p->name);
+	if (enumerated(p->meta) && check_enum(p, v))
+		return 1;
+	*slot = v;
+	return 0;
+}
+
+int cli_parse(int argc, char **argv, opts *o, const cli_command *c)
+{
+	o->cmd = c->name;
+	o->cmdbit = c->bit;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			cli_command_help(stdout, c);
+			return -1;
+		}
+		int err = 0;
+		const cli_option *p = match(a, c, &err);
+		if (err)
+			return 1;
+		if (p) {
+			if (take(argc, argv, &i, o, p))
+				return 1;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "moec: error: unknown option '%s' (see moec %s --help)\n", a, c->name);
+			return 1;
+		} else if (o->file) {
+			return cli_fail("more than one input file ('%s')", a);
+		} else {
+			o->file = a;
+		}
+	}
+	if (o->file && (c->bit == C_PASSES || o->list))
+		return cli_fail("this takes no file ('%s')", o->file);
+	if (o->markdown && !o->list)
+		return cli_fail("--markdown goes with --list%s", "");
+	if (!o->file && c->bit != C_PASSES && !o->list) {
+		fprintf(stderr, "moec: error: %s: no input file (see moec %s --help)\n", c->name, c->name);
+		return 1;
+	}
+	return 0;
+}
+
+int cli_check_target(moe_ctx *ctx, const opts *o, const char *target)
+{
+	int bad = 0;
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const cli_option *p = &options[i];
+		if (!(p->cmds & o->cmdbit) || !p->only || !strcmp(p->only, target) ||
+			!*(const char *const *)((const char *)o + p->field))
+			continue;
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "%s applies to --target=%s only, not %s", p->name,
+			p->only, target);
+		bad = 1;
+	}
+	return bad;
+}
+
+/* ---- docs/cli.md ---- */
+static const char *const md_intro =
+	"# The moec command line\n"
+	"\n"
+	"<!-- Generated by `moec help --markdown` from frontend/cli/options.def and\n"
+	"     frontend/cli/options.c; tests/lit/cli/help.test keeps this file equal to it. -->\n"
+	"\n"
+	"`moec COMMAND [options] FILE`. Every option belongs to the commands listed under it;\n"
+	"an option given to another command, an option for another target (`--trace` on the\n"
+	"host, `--engine` on TCP), an option given twice, or a value outside its list is an error.\n"
+	"Errors are printed as `file:line:col: error: message` (with the source line when there\n"
+	"is one); moec stops after 20 errors and exits with status 1.\n"
+	"\n"
+	"Input files are recognised by their content before their name: `.moe` text, textual IR\n"
+	"(`moeir 1`, also a `--reproducer` file), JSON IR (`\"format\": \"moeir\"`), a compiled\n"
+	"`.tcpb` (magic `MOECTCPB`). A file of another kind (a NumPy array, a safetensors\n"
+	"checkpoint or its index, a HuggingFace `config.json`, a machine description, a trace,\n"
+	"TCP assembly, C, LLVM IR, an object file) gets one line naming what it looks like and\n"
+	"which command takes it.\n"
+	"\n"
+	"`-o -` writes text outputs (IR, C, LLVM IR, TCP assembly, `.moe`) to standard output.\n"
+	"Every file moec writes goes to a temporary name and is renamed into place, with mode\n"
+	"0644 less the umask.\n";
+
+void cli_markdown(FILE *f)
+{
+	fputs(md_intro, f);
+	fprintf(f, "\n| command | what it does |\n|---|---|\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "| [`moec %s`](#moec-%s) | %s |\n", commands[i].name, commands[i].name, commands[i].summary);
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		fprintf(f, "\n## moec %s\n\n```text\n", commands[i].name);
+		cli_command_help(f, &commands[i]);
+		fprintf(f, "```\n");
+	}
+}

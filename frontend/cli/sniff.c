@@ -1,0 +1,182 @@
+/* frontend/cli/sniff.c: what a file holds, by its content before its name:
+ * magic bytes for binaries, top-level keys for JSON documents, the first
+ * meaningful line for text. A file of a kind the command does not take gets
+ * one error naming what it looks like and the command that takes it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "frontend/cli/cli.h"
+
+#define SNIFF_BYTES 4096
+
+static int starts(const char *p, const char *end, const char *lit)
+{
+	size_t n = strlen(lit);
+	return (size_t)(end - p) >= n && !memcmp(p, lit, n);
+}
+
+/* The first character that is not blank or in a `#` comment line. */
+static const char *skip_comments(const char *p, const char *end)
+{
+	while (p < end) {
+		if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') {
+			p++;
+		} else if (*p == '#') {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+			p = nl ? nl + 1 : end;
+		} else {
+			break;
+		}
+	}
+	return p;
+}
+
+static int has_line_starting(const char *p, const char *end, const char *lit)
+{
+	for (const char *q = p; q < end;) {
+		if (starts(q, end, lit))
+			return 1;
+		const char *nl = memchr(q, '\n', (size_t)(end - q));
+		q = nl ? nl + 1 : end;
+	}
+	return 0;
+}
+
+static cli_kind json_kind(const char *data, size_t len)
+{
+	cJSON *j = cJSON_ParseWithLength(data, len);
+	if (!cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		return K_JSON; /* the reader of the command names the error */
+	}
+	cli_kind k = K_JSON;
+	const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+	if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "moeir"))
+		k = K_IR_JSON;
+	else if (cJSON_GetObjectItemCaseSensitive(j, "weight_map"))
+		k = K_CK_INDEX;
+	else if (cJSON_GetObjectItemCaseSensitive(j, "model_type") || cJSON_GetObjectItemCaseSensitive(j, "architectures"))
+		k = K_HF_CONFIG;
+	else if (cJSON_GetObjectItemCaseSensitive(j, "slices_per_cluster") || cJSON_GetObjectItemCaseSensitive(j, "clock_hz"))
+		k = K_MACHINE;
+	else if (cJSON_GetObjectItemCaseSensitive(j, "traceEvents"))
+		k = K_TRACE;
+	cJSON_Delete(j);
+	return k;
+}
+
+static int is_safetensors(const unsigned char *u, size_t len)
+{
+	if (len < 10 || u[8] != '{')
+		return 0;
+	unsigned long long n = 0;
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | u[i];
+	return n >= 2 && n <= 100000000ull;
+}
+
+cli_kind cli_sniff(const char *data, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)data;
+	const char *end = data + len;
+	if (len >= 8 && !memcmp(data, "MOECTCPB", 8))
+		return K_TCPB;
+	if (len >= 6 && !memcmp(data, "\x93NUMPY", 6))
+		return K_NPY;
+	if (len >= 4 && !memcmp(data, "\x7f" "ELF", 4))
+		return K_ELF;
+	if (is_safetensors(u, len))
+		return K_SAFETENSORS;
+	if (memchr(data, 0, len < SNIFF_BYTES ? len : SNIFF_BYTES))
+		return K_BINARY;
+	const char *p = data;
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+		p++;
+	if (p < end && *p == '{')
+		return json_kind(data, len);
+	if (starts(p, end, "tcps "))
+		return K_TCPS;
+	if (starts(p, end, "; ModuleID") || has_line_starting(p, end, "target datalayout"))
+		return K_LLVM_IR;
+	if (starts(p, end, "/*") || starts(p, end, "//"))
+		return K_C;
+	const char *q = skip_comments(p, end);
+	if (starts(q, end, "moeir"))
+		return K_MOEIR;
+	if (!starts(q, end, "layer") && (has_line_starting(p, end, "#include") || has_line_starting(p, end, "#define")))
+		return K_C;
+	return K_MOE;
+}
+
+int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind)
+{
+	*kind = K_UNREAD;
+	struct stat st;
+	/* standard input, FIFOs and devices: the reader decides (and refuses
+	 * what is not a regular file) without this blocking on them first */
+	if (!strcmp(path, "-") || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "cannot read: %s", strerror(errno));
+		return 1;
+	}
+	char head[SNIFF_BYTES];
+	size_t n = fread(head, 1, sizeof head, f);
+	fclose(f);
+	cli_kind k = cli_sniff(head, n);
+	if (n == sizeof head && (k == K_JSON || k == K_IR_JSON)) {
+		/* JSON is told by its keys: read it whole */
+		char *text = NULL;
+		size_t len = 0;
+		if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
+			return 1;
+		k = cli_sniff(text, len);
+		free(text);
+	}
+	*kind = k;
+	return 0;
+}
+
+/* What each kind is, and which command takes it. */
+static const struct {
+	const char *desc, *use;
+} kinds[] = {
+	[K_UNREAD] = {"a file that is not a regular file", "a regular file"},
+	[K_MOE] = {"a .moe layer", "`moec check|ir|stats|compile|run`"},
+	[K_MOEIR] = {"textual IR (.moeir)", "`moec check|ir|stats|compile|run`"},
+	[K_IR_JSON] = {"JSON IR", "`moec check|ir|stats|compile|run`"},
+	[K_JSON] = {"JSON of no kind moec knows", "`moec --help`"},
+	[K_TCPB] = {"a compiled TCP binary (.tcpb)", "`moec check` or `moec run`"},
+	[K_TCPS] = {"TCP assembly (.tcps)", "`moec compile LAYER.moe -o FILE.tcpb` (moec reads back .tcpb, not assembly)"},
+	[K_NPY] = {"a NumPy array (.npy)", "`moec run LAYER --input FILE`"},
+	[K_SAFETENSORS] = {"a safetensors checkpoint", "`moec run LAYER --weights FILE`"},
+	[K_CK_INDEX] = {"a sharded checkpoint's index", "`moec run LAYER --weights FILE`"},
+	[K_HF_CONFIG] = {"a HuggingFace config.json", "`moec import-hf FILE -o LAYER.moe`"},
+	[K_MACHINE] = {"a TCP machine description", "`--machine FILE` with `moec compile`, `run` or `check`"},
+	[K_TRACE] = {"a trace written by `moec run --trace`", "Perfetto (ui.perfetto.dev) to view it"},
+	[K_C] = {"C source", "`moec check` on the .moe it came from"},
+	[K_LLVM_IR] = {"LLVM IR", "`moec check` on the .moe it came from"},
+	[K_ELF] = {"an object file", "`moec check` on the .moe it came from"},
+	[K_BINARY] = {"a binary file, not a layer (.moe, .moeir or JSON IR)", "`moec --help`"},
+};
+
+int cli_check_kind(moe_ctx *ctx, const opts *o)
+{
+	cli_kind k = o->kind;
+	if (k == K_UNREAD)
+		return 0;
+	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
+	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
+		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
+	if (ok)
+		return 0;
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "this looks like %s%s; use %s", kinds[k].desc,
+		o->cmdbit == C_IMPORT ? ", not a HuggingFace config.json" : "", kinds[k].use);
+	return 1;
+}
