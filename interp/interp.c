@@ -897,13 +897,15 @@ static void val_free(moe_ctx *ctx, val *v)
 	v->i = NULL;
 }
 
-static void val_alloc(moe_ctx *ctx, val *v, const ir_node *n)
+/* A value's storage; false (nothing allocated) when the allocator refuses it. */
+static bool val_alloc(moe_ctx *ctx, val *v, const ir_node *n)
 {
 	v->n = ir_numel(n);
 	if (is_f(n->dtype))
-		v->f = ctx_alloc(ctx, val_bytes(v));
+		v->f = ctx_try_alloc(ctx, val_bytes(v));
 	else
-		v->i = ctx_alloc(ctx, val_bytes(v));
+		v->i = ctx_try_alloc(ctx, val_bytes(v));
+	return v->f || v->i || !val_bytes(v);
 }
 
 /* Checks a binding against its leaf node; diagnostics at the node. */
@@ -1078,7 +1080,12 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 			st = MOE_ERR_NOMEM;
 			break;
 		}
-		val_alloc(ctx, v, ip.n);
+		if (!val_alloc(ctx, v, ip.n)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, ip.n->loc, "%%%u %s: out of memory allocating %lld elements", id,
+				ir_ops[ip.n->op].name, (long long)ir_numel(ip.n));
+			st = MOE_ERR_NOMEM;
+			break;
+		}
 		if (ip.n->op == MOE_OP_INPUT || ip.n->op == MOE_OP_WEIGHT)
 			load_binding(v, moe_tensor_map_get(bind, ip.n->name));
 		else

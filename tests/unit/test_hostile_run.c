@@ -293,6 +293,11 @@ static void test_refused_allocations(void **st)
 	assert_int_not_equal(moe_host_run(c, moe_module_graph(m, 0), b, MOE_HOST_LLVM, 1, out, &hs), MOE_OK);
 	assert_null(out[0]);
 	assert_non_null(strstr(last_error(c), "out of memory"));
+	/* the reference interpreter: the same refusal is an error, not an abort */
+	moe_diag_clear(c);
+	assert_int_equal(moe_interp_run(c, moe_module_graph(m, 0), b, out), MOE_ERR_NOMEM);
+	assert_null(out[0]);
+	assert_non_null(strstr(last_error(c), "out of memory allocating"));
 	moe_tensor_map_free(b);
 	moe_module_free(m);
 	moe_ctx_free(c);
