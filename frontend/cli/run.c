@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
+#include "runtime/rt_io.h"
 
 static moe_loc floc(moe_ctx *ctx, const char *f)
 {
@@ -194,18 +195,23 @@ static int emit_target(moe_ctx *ctx, const moe_graph *g, const char *t, const op
 		return moe_emit_c(ctx, g, stdout) != MOE_OK || fflush(stdout) != 0;
 	char tmp[64] = "";
 	const char *path = o->out;
+	int slot[2] = {-1, -1}; /* the directory and the file in it, removed on SIGINT/SIGTERM */
 	if (cli_is_stdout(o->out)) {
 		const char *td = getenv("TMPDIR");
 		char dir[40];
 		snprintf(dir, sizeof dir, "%s/moec.XXXXXX", td && *td && strlen(td) < 24 ? td : "/tmp");
-		if (!mkdtemp(dir))
+		if (!rt_mkdtemp(dir, &slot[0]))
 			return err(ctx, NULL, "cannot make a temporary directory: %s", strerror(errno));
 		snprintf(tmp, sizeof tmp, "%s/out.%s", dir, strcmp(t, "tcp") ? "ll" : "tcps");
+		slot[1] = rt_temp_register(tmp);
 		path = tmp;
 	}
 	int status = strcmp(t, "tcp") ? emit_host(ctx, g, t, path) : cli_compile_tcp(ctx, g, o, path);
-	if (*tmp)
+	if (*tmp) {
 		status |= cli_cat_and_remove(ctx, tmp);
+		rt_temp_forget(slot[1]);
+		rt_temp_forget(slot[0]);
+	}
 	return status;
 }
 
