@@ -337,7 +337,9 @@ static val *dm_copy_of(lw *c, moe_id id)
 		v->region = false;
 		return v;
 	}
-	int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)n->dtype, n->rank, n->shape);
+	/* the copy keeps the HBM tensor's element type: an aliased bf16 -> f32
+	 * cast is a view of bf16 data (the fetch widens), so DMA moves bf16 */
+	int32_t t = dm_tensor(c, id, "hbm-copy", (moe_dtype)c->p->t[v->t].dtype, n->rank, n->shape);
 	dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
 	val nv = tview(t, v->owner, n);
 	nv.owner = id;

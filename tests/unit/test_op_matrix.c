@@ -421,8 +421,6 @@ static const struct gap {
 	const char *msg;
 } gaps[] = {
 	{MOE_OP_SCATTER, EX_TCP, 2, "scatter-add needs read-modify-write DMA"},
-	/* bf16 tokens and experts in a bf16 layer: a lowering bug (issue 15 report) */
-	{MOE_OP_EXPERTS, EX_TCP, 2, "element sizes differ"},
 };
 
 static const struct gap *find_gap(moe_op op, exec ex, uint64_t seed)
