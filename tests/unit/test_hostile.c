@@ -25,6 +25,7 @@
 
 #include "backend-tcp/tcp_int.h"
 #include "moec/moec.h"
+#include "hostile_util.h"
 
 static char dir[256];
 
@@ -78,24 +79,6 @@ static void put_file(const char *path, const char *text)
 	fclose(f);
 }
 
-static const char *last_error(moe_ctx *c)
-{
-	const char *m = "";
-	for (size_t i = 0; i < moe_diag_count(c); i++) {
-		moe_diag_kind k;
-		moe_diag_get(c, i, &k, NULL, &m);
-		if (k == MOE_DIAG_ERROR)
-			return m;
-	}
-	return m;
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- outputs (items 1, 2, 6, 10: NAME_MAX) ---- */
 

@@ -15,25 +15,8 @@
 
 #include "backend-tcp/tcp_int.h"
 #include "moec/moec.h"
+#include "hostile_util.h"
 
-static const char *last_error(moe_ctx *c)
-{
-	const char *m = "";
-	for (size_t i = 0; i < moe_diag_count(c); i++) {
-		moe_diag_kind k;
-		moe_diag_get(c, i, &k, NULL, &m);
-		if (k == MOE_DIAG_ERROR)
-			return m;
-	}
-	return m;
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static moe_module *parse(moe_ctx *c, const char *text)
 {
