@@ -77,7 +77,10 @@ typedef struct moe_host_stats {
 	int64_t grid_blocks_max; /* graph attribute grid_blocks_max, -1 when unset */
 	int threads;             /* threads the layer ran on */
 	moe_host_cache cache;
-	const char *kernels;     /* dot-product kernels: "portable" or "avx512bf16" (static string) */
+	const char *kernels;     /* the dot-product kernel set selected (static string): "portable", or
+	                          * "avx512bf16" where the CPU has it and portable was not asked for;
+	                          * vdpbf16ps then serves the bf16 x bf16 dot products, and a layer
+	                          * without any (f32) runs the portable kernels all the same */
 } moe_host_stats;
 
 /* Runs layer g on the host. Inputs and weights are bound by node name from
