@@ -351,7 +351,15 @@ void moe_free(moe_ctx *c, void *p)
 	free(p); /* strings returned by cJSON-based printers use malloc */
 }
 
-/* NULL when the allocator refuses. */
+/* A block of the context's own refused: inside a guard the call fails
+ * (throw); outside one the caller drops what it was keeping. */
+static void keep_refused(moe_ctx *c, size_t n)
+{
+	if (c->guard)
+		ctx_throw(c, n);
+}
+
+/* NULL when the allocator refuses (outside a guard). */
 static const char *try_intern(moe_ctx *c, const char *s)
 {
 	for (strnode *n = c->strs; n; n = n->next)
@@ -359,8 +367,10 @@ static const char *try_intern(moe_ctx *c, const char *s)
 			return n->s;
 	size_t len = strlen(s);
 	strnode *n = blk_realloc(c, NULL, sizeof *n + len + 1, true);
-	if (!n)
+	if (!n) {
+		keep_refused(c, sizeof *n + len + 1);
 		return NULL;
+	}
 	memcpy(n->s, s, len + 1);
 	n->next = c->strs;
 	c->strs = n;
@@ -386,7 +396,7 @@ moe_loc moe_loc_none(void)
 moe_loc moe_loc_file(moe_ctx *c, const char *file)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	return (moe_loc){file ? try_intern(c, file) : NULL, 0, 0, -1}; /* no file name on OOM */
+	return (moe_loc){file ? try_intern(c, file) : NULL, 0, 0, -1}; /* no file name on OOM outside a guard */
 }
 
 moe_loc moe_loc_at(moe_ctx *c, const char *file, int line, int col)
@@ -403,6 +413,7 @@ void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t l
 	char *text_copy = len < SIZE_MAX ? blk_realloc(c, NULL, len + 1, true) : NULL;
 	if (!f || !text_copy || !keep_grow(c, (void **)&c->srcs, &c->scap, c->nsrcs + 1, sizeof(source))) {
 		ctx_free(c, text_copy, 0);
+		keep_refused(c, len + 1);
 		return;
 	}
 	source *s = &c->srcs[c->nsrcs++];
@@ -434,11 +445,13 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 	return NULL;
 }
 
-/* Out of memory: the diagnostic is dropped (its error is still counted). */
+/* Out of memory: the call fails inside a guard; outside one the diagnostic
+ * is dropped (its error is still counted). */
 static void diag_push(moe_ctx *c, moe_diag_kind kind, moe_loc loc, char *msg)
 {
 	if (!msg || !keep_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag))) {
 		ctx_free(c, msg, 0);
+		keep_refused(c, sizeof(diag));
 		return;
 	}
 	c->diags[c->ndiags++] = (diag){kind, loc, msg};
