@@ -49,6 +49,7 @@ struct moe_ctx {
 	blk *live;       /* every block, newest first */
 	uint64_t seq;    /* last sequence number given */
 	ctx_guard *guard; /* the outermost guard entered, or NULL */
+	size_t pending;   /* > 0: a block of the context's own was refused inside the guard */
 	struct {
 		void (*fn)(void *);
 		void *arg;
@@ -196,6 +197,7 @@ bool ctx_guard_begin(moe_ctx *c, ctx_guard *g)
 	g->mark = c->seq;
 	g->ndefer = c->ndefer;
 	c->guard = g;
+	c->pending = 0;
 	return true;
 }
 
@@ -203,6 +205,8 @@ void ctx_guard_end(moe_ctx *c, ctx_guard *g)
 {
 	IR_ASSERT(c->guard == g);
 	IR_ASSERT(c->ndefer == g->ndefer); /* every ctx_defer undone */
+	if (c->pending)
+		ctx_throw(c, c->pending);
 	c->guard = NULL;
 }
 
@@ -220,6 +224,7 @@ void ctx_throw(moe_ctx *c, size_t n)
 		abort();
 	}
 	c->guard = NULL; /* a clean-up that allocates and fails aborts */
+	c->pending = 0;
 	while (c->ndefer > g->ndefer) {
 		c->ndefer--;
 		c->defer[c->ndefer].fn(c->defer[c->ndefer].arg);
@@ -351,12 +356,15 @@ void moe_free(moe_ctx *c, void *p)
 	free(p); /* strings returned by cJSON-based printers use malloc */
 }
 
-/* A block of the context's own refused: inside a guard the call fails
- * (throw); outside one the caller drops what it was keeping. */
+/* A block of the context's own refused (a diagnostic, a source, a file
+ * name of a location): the caller drops what it was keeping; inside a guard
+ * the call still fails, when it leaves the guard (ctx_guard_end throws),
+ * so that the code that met it need not be a safe point to unwind from
+ * (it may hold an LLVM object). */
 static void keep_refused(moe_ctx *c, size_t n)
 {
-	if (c->guard)
-		ctx_throw(c, n);
+	if (c->guard && !c->pending)
+		c->pending = n;
 }
 
 /* NULL when the allocator refuses (outside a guard). */
@@ -383,8 +391,10 @@ const char *ctx_intern(moe_ctx *c, const char *s)
 	if (!s)
 		return NULL;
 	const char *r = try_intern(c, s);
-	if (!r)
+	if (!r) {
+		c->pending = 0;
 		ctx_throw(c, strlen(s) + 1);
+	}
 	return r;
 }
 

@@ -25,7 +25,10 @@ void ir_assert_fail(const char *file, int line, const char *expr);
  * not return: ctx_throw unwinds to the guarded public entry point
  * (CTX_GUARDED), freeing every block born inside it, running the clean-ups
  * registered with ctx_defer, and the entry point returns MOE_ERR_NOMEM (or
- * NULL) with the error "out of memory". Outside every guard (a builder call
+ * NULL) with the error "out of memory". A diagnostic (or a registered
+ * source, or a location's file name) the allocator refuses never throws: it
+ * is dropped and the guarded call fails with MOE_ERR_NOMEM when it returns
+ * (so error paths need no care). Outside every guard (a builder call
  * made straight by an embedder) the failure aborts with a message. So: code
  * inside the library never checks these for NULL, but must not hold a
  * resource other than context blocks (a FILE, a thread, an LLVM object, a
