@@ -100,34 +100,40 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	emit(c, &in);
 }
 
-void tcpl_lower_region(lw *c)
+/* A per-block input of the loop: weights double-buffered per expert, grid
+ * rows double-buffered per block. */
+typedef struct rinp {
+	moe_id src;    /* node outside (weight leaf, or grid) */
+	moe_id user;   /* region node standing for it (gather), or MOE_NONE for a grid */
+	int32_t buf;
+	int64_t n;     /* elements per block */
+	bool weight;
+	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
+} rinp;
+
+enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
+
+/* The block loop being emitted. */
+typedef struct rgn {
+	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows */
+	int64_t nbbase, bebase, rwbase, bes, rws;
+	rinp ins[RGN_MAXIN];
+	int nin;
+	moe_id first;             /* the first region node (diagnostics) */
+	int32_t dmhome[RGN_MAXDM]; /* block results kept in a DM grid */
+	int ndh;
+	int32_t t_first; /* tensors from here on belong to the loop */
+	bool single;     /* whole experts held in a single buffer */
+} rgn;
+
+/* Block results read after the loop go to a grid of all G blocks: in DM
+ * when it is small (at most 1/16 of DM: a decode), where each block's
+ * math writes its slot directly and the combine reads it there, else in
+ * HBM through one copy per block. */
+static void region_dm_grids(lw *c, rgn *r)
 {
 	const moe_graph *g = c->g;
-	tcp_program *p = c->p;
-	int32_t tnb = tcpl_dm_view(c, c->nblocks)->t, tbe = tcpl_dm_view(c, c->bexp)->t, trw = tcpl_dm_view(c, c->rows)->t;
-	int64_t nbbase = c->v[c->nblocks].base, bebase = c->v[c->bexp].base, rwbase = c->v[c->rows].base;
-	int64_t bes = c->v[c->bexp].stride[0], rws = c->v[c->rows].stride[0];
-	p->nblocks_t = tnb;
-	p->bexp_t = tbe;
-	/* per-block buffers: weights and grid rows double-buffered [2, ...] */
-	typedef struct inp {
-		moe_id src; /* node outside (weight leaf, or grid) */
-		moe_id user; /* region node standing for it (gather), or MOE_NONE for a grid */
-		int32_t buf;
-		int64_t n;  /* elements per block */
-		bool weight;
-		moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
-	} inp;
-	inp ins[32];
-	int nin = 0;
-	moe_id first = MOE_NONE;
-	/* Block results read after the loop go to a grid of all G blocks: in DM
-	 * when it is small (at most 1/16 of DM: a decode), where each block's
-	 * math writes its slot directly and the combine reads it there, else in
-	 * HBM through one copy per block. */
-	int32_t dmhome[64];
-	int ndh = 0;
-	for (moe_id i = 0; i < g->nnodes && ndh < 64; i++) {
+	for (moe_id i = 0; i < g->nnodes && r->ndh < RGN_MAXDM; i++) {
 		const ir_node *n = N(g, i);
 		if (!c->inreg[i] || !c->hbm_home[i] || n->op == MOE_OP_RESHAPE || c->is_out[i] ||
 			ir_bytes(n) * 16 > c->m->dm_bytes_per_slice * c->S)
@@ -139,17 +145,23 @@ void tcpl_lower_region(lw *c)
 		v.reg = R_G;
 		v.scale = ir_numel(&b);
 		c->v[i] = v;
-		dmhome[ndh++] = (int32_t)i;
+		r->dmhome[r->ndh++] = (int32_t)i;
 	}
-	int32_t t_first = (int32_t)p->nt; /* tensors from here on belong to the loop */
-	/* Whole experts' weights, double-buffered, take this much DM per slice.
-	 * When that exceeds half of DM, every weight gather read only as the
-	 * stationary operand of block contractions is streamed instead: its
-	 * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4).
-	 * But when one expert's weights fit in half of DM and the experts get
-	 * two blocks or more on average (T K >= 2 E B), they are held whole in a
-	 * single buffer: each expert is read once for all its blocks, and the
-	 * next expert's fetch waits for the last block of the current one. */
+}
+
+/* Whole experts' weights, double-buffered, take this much DM per slice.
+ * When that exceeds half of DM, every weight gather read only as the
+ * stationary operand of block contractions is streamed instead: its
+ * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4).
+ * But when one expert's weights fit in half of DM and the experts get
+ * two blocks or more on average (T K >= 2 E B), they are held whole in a
+ * single buffer: each expert is read once for all its blocks, and the
+ * next expert's fetch waits for the last block of the current one.
+ * Returns whether they are held in a single buffer. */
+static bool region_plan_weights(lw *c)
+{
+	const moe_graph *g = c->g;
+	const tcp_program *p = c->p;
 	int64_t whole = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
@@ -177,71 +189,107 @@ void tcpl_lower_region(lw *c)
 			}
 			c->wstream[i] = ok && used;
 		}
+	return single;
+}
+
+/* A streamed weight gather: a view of the expert's weights in HBM, offset by the expert register. */
+static bool region_stream_view(lw *c, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	ir_node b = block_node(n);
+	val *sv = tcpl_need_view(c, n->args[0]);
+	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+		tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
+		return false;
+	}
+	val v = tview(sv->t, i, &b);
+	v.base = sv->base;
+	v.region = true;
+	v.reg = R_E;
+	v.scale = ir_numel(&b);
+	c->v[i] = v;
+	return true;
+}
+
+/* A weight gather held per expert: one buffer (single) or two, read through the slot register. */
+static void region_weight_buffer(lw *c, rgn *r, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	ir_node b = block_node(n);
+	int64_t sh[MOE_MAX_RANK + 1];
+	sh[0] = r->single ? 1 : 2;
+	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
+	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
+	if (r->nin < RGN_MAXIN)
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
+	val v = tview(t, i, &b);
+	v.region = true;
+	v.reg = R_SLOT;
+	v.scale = ir_numel(&b);
+	c->v[i] = v;
+}
+
+/* The per-block grids region node i reads from outside: double buffers per block. */
+static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, i);
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		moe_id a = n->args[k];
+		if (a == MOE_NONE || c->inreg[a] || c->v[a].kind == VK_IMM)
+			continue;
+		const ir_node *an = N(g, a);
+		if (an->rank < 1 || an->shape[0] != c->G) {
+			tcpl_err(c, i, "a block op reads a value that is not per block");
+			return false;
+		}
+		bool seen = false;
+		for (int j = 0; j < r->nin; j++)
+			seen |= r->ins[j].src == a;
+		if (seen)
+			continue;
+		ir_node b = block_node(an);
+		int64_t sh[MOE_MAX_RANK + 1];
+		sh[0] = 2;
+		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
+		int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		if (r->nin < RGN_MAXIN)
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
+	}
+	return true;
+}
+
+/* The loop's inputs and their buffers; false after an error. */
+static bool region_inputs(lw *c, rgn *r)
+{
+	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (!c->inreg[i])
 			continue;
-		if (first == MOE_NONE)
-			first = i;
+		if (r->first == MOE_NONE)
+			r->first = i;
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_GATHER && n->valid == c->nblocks && c->wstream[i]) {
-			/* streamed: a view of the expert's weights in HBM, offset by the expert register */
-			ir_node b = block_node(n);
-			val *sv = tcpl_need_view(c, n->args[0]);
-			if (sv->kind != VK_VIEW || !is_contig(sv, N(g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
-				tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
-				return;
-			}
-			val v = tview(sv->t, i, &b);
-			v.base = sv->base;
-			v.region = true;
-			v.reg = R_E;
-			v.scale = ir_numel(&b);
-			c->v[i] = v;
-			continue;
-		}
-		if (n->op == MOE_OP_GATHER && n->valid == c->nblocks) {
-			ir_node b = block_node(n);
-			int64_t sh[MOE_MAX_RANK + 1];
-			sh[0] = single ? 1 : 2;
-			memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
-			int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
-			if (nin < 32)
-				ins[nin++] = (inp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
-			val v = tview(t, i, &b);
-			v.region = true;
-			v.reg = R_SLOT;
-			v.scale = ir_numel(&b);
-			c->v[i] = v;
-			continue;
-		}
-		for (uint32_t k = 0; k < n->nargs; k++) {
-			moe_id a = n->args[k];
-			if (a == MOE_NONE || c->inreg[a] || c->v[a].kind == VK_IMM)
-				continue;
-			const ir_node *an = N(g, a);
-			if (an->rank < 1 || an->shape[0] != c->G) {
-				tcpl_err(c, i, "a block op reads a value that is not per block");
-				return;
-			}
-			bool seen = false;
-			for (int j = 0; j < nin; j++)
-				seen |= ins[j].src == a;
-			if (seen)
-				continue;
-			ir_node b = block_node(an);
-			int64_t sh[MOE_MAX_RANK + 1];
-			sh[0] = 2;
-			memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
-			int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
-			if (nin < 32)
-				ins[nin++] = (inp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
+		bool wgather = n->op == MOE_OP_GATHER && n->valid == c->nblocks;
+		if (wgather && c->wstream[i]) {
+			if (!region_stream_view(c, i))
+				return false;
+		} else if (wgather) {
+			region_weight_buffer(c, r, i);
+		} else if (!region_grid_inputs(c, r, i)) {
+			return false;
 		}
 	}
-	if (nin >= 32) {
-		tcpl_err(c, first, "too many per-block inputs");
-		return;
+	if (r->nin >= RGN_MAXIN) {
+		tcpl_err(c, r->first, "too many per-block inputs");
+		return false;
 	}
-	/* region node buffers */
+	return true;
+}
+
+/* Buffers of the region nodes (one block's worth); reshapes view their source. */
+static bool region_buffers(lw *c)
+{
+	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (!c->inreg[i] || c->v[i].kind == VK_VIEW)
 			continue;
@@ -251,7 +299,7 @@ void tcpl_lower_region(lw *c)
 			const val *sv = &c->v[n->args[0]];
 			if (sv->kind != VK_VIEW) {
 				tcpl_err(c, i, "reshape of a block value before it exists");
-				return;
+				return false;
 			}
 			val v = *sv;
 			contiguous(b.shape, b.rank, v.stride);
@@ -262,89 +310,137 @@ void tcpl_lower_region(lw *c)
 		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block", (moe_dtype)n->dtype, b.rank, b.shape);
 		c->v[i] = tview(t, i, &b);
 	}
-	/* loads of one block's inputs into slot `slot` for block `blk` with expert `ex` */
-	/* one DMA command per group: the later copies join the first's descriptors */
-#define LOAD_INPUTS(blk, slot, ex, weights_only, grids_only)                                                     \
-	for (int j = 0, first_ = 1; j < nin; j++) {                                                                \
-		if ((ins[j].weight && (grids_only)) || (!ins[j].weight && (weights_only)))                             \
-			continue;                                                                                      \
-		val *sv = &c->v[ins[j].src];                                                                       \
-		if (ins[j].gather != MOE_NONE)                                                                     \
-			block_gather(c, ins[j].buf, slot, ins[j].n, ins[j].gather, blk);                               \
-		else                                                                                               \
-			dma_copy(c, ins[j].buf, 0, slot, ins[j].n, sv->t, sv->base, ins[j].weight ? ex : blk, ins[j].n, \
-				ins[j].n);                                                                         \
-		if (!first_)                                                                                       \
-			c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;                                               \
-		first_ = 0;                                                                                        \
-	}
-	for (int j = 0; j < nin; j++) {
-		if (ins[j].gather != MOE_NONE)
+	return true;
+}
+
+/* Every input copied whole per block must be a contiguous tensor. */
+static bool region_check_inputs(lw *c, const rgn *r)
+{
+	for (int j = 0; j < r->nin; j++) {
+		if (r->ins[j].gather != MOE_NONE)
 			continue;
-		val *sv = tcpl_need_view(c, ins[j].src);
-		if (sv->kind != VK_VIEW || !is_contig(sv, N(g, ins[j].src))) {
-			tcpl_err(c, ins[j].src, "per-block input must be a contiguous tensor");
-			return;
+		val *sv = tcpl_need_view(c, r->ins[j].src);
+		if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, r->ins[j].src))) {
+			tcpl_err(c, r->ins[j].src, "per-block input must be a contiguous tensor");
+			return false;
 		}
 	}
-	/* the run-time scalars reach the control path through SPM (one DMA of
-	 * three descriptors); the loop runs the worst-case G blocks, each body
-	 * guarded by g < nblocks (docs/tcp-isa.md 7.4) */
+	return true;
+}
+
+/* Loads of one block's inputs into slot `slot` for block `blk` with expert
+ * `ex` (registers); one DMA command per group: the later copies join the
+ * first's descriptors. */
+static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only)
+{
+	for (int j = 0, first_ = 1; j < r->nin; j++) {
+		const rinp *in = &r->ins[j];
+		if ((in->weight && grids_only) || (!in->weight && weights_only))
+			continue;
+		val *sv = &c->v[in->src];
+		if (in->gather != MOE_NONE)
+			block_gather(c, in->buf, slot, in->n, in->gather, blk);
+		else
+			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
+		if (!first_)
+			c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;
+		first_ = 0;
+	}
+}
+
+/* The run-time scalars reach the control path through SPM (one DMA of
+ * three descriptors); the first block's inputs are loaded. Returns the
+ * branch that skips the whole loop when there are no blocks. */
+static uint32_t region_prologue(lw *c, const rgn *r)
+{
 	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
 	spm.ndim = 1;
 	spm.dim[0] = c->G;
-	spm.v[TCP_V_S0].t = tnb;
-	spm.v[TCP_V_S0].base = nbbase;
-	spm.v[TCP_V_S1].t = tbe;
-	spm.v[TCP_V_S1].base = bebase;
-	spm.v[TCP_V_S1].stride[0] = bes;
-	spm.v[TCP_V_S2].t = trw;
-	spm.v[TCP_V_S2].base = rwbase;
-	spm.v[TCP_V_S2].stride[0] = rws;
+	spm.v[TCP_V_S0].t = r->tnb;
+	spm.v[TCP_V_S0].base = r->nbbase;
+	spm.v[TCP_V_S1].t = r->tbe;
+	spm.v[TCP_V_S1].base = r->bebase;
+	spm.v[TCP_V_S1].stride[0] = r->bes;
+	spm.v[TCP_V_S2].t = r->trw;
+	spm.v[TCP_V_S2].base = r->rwbase;
+	spm.v[TCP_V_S2].stride[0] = r->rws;
 	emit(c, &spm);
-	ld(c, R_NB, tnb, -1, nbbase, 0);
+	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	li(c, R_G, 0);
 	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
-	ld(c, R_E, tbe, R_G, bebase, bes);
-	LOAD_INPUTS(R_G, R_SLOT, R_E, false, false)
-	p->block_loop_pc = (int32_t)p->ncode;
-	uint32_t loop = p->ncode;
-	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
-	ld(c, R_ROWS, trw, R_G, rwbase, rws);
+	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false);
+	return skip_all;
+}
+
+/* At the top of block g's body: its row count, and the next block's grid
+ * rows (and, unless held in a single buffer, its expert's weights when they
+ * differ) prefetched into the other halves of the double buffers. */
+static void region_prefetch(lw *c, const rgn *r)
+{
+	ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
-	ld(c, R_E2, tbe, R_NEXT, bebase, bes);
+	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	LOAD_INPUTS(R_NEXT, R_IN2, R_E2, false, true)
-	if (!single) {
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true);
+	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-		LOAD_INPUTS(R_NEXT, R_S2, R_E2, true, false)
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false);
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
 		patch(c, done);
 	}
 	patch(c, nopref);
-	p->block_body_pc = (int32_t)p->ncode;
-	/* the grid inputs are read through the input slot register */
-	for (int j = 0; j < nin; j++) {
-		if (ins[j].weight)
+}
+
+/* Lowers region node i with the per-block view of every operand: the
+ * shapes are narrowed (the leading G dropped) for the call, then restored. */
+static void lower_block_node(lw *c, moe_id i)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, i);
+	ir_node *mn = (ir_node *)n;
+	ir_node saved = *mn;
+	ir_node saved_args[16];
+	for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
+		ir_node *an = (ir_node *)N(g, n->args[k]);
+		saved_args[k] = *an;
+		if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
+			(c->inreg[n->args[k]] || c->v[n->args[k]].region))
+			*an = block_node(an);
+	}
+	*mn = block_node(n);
+	tcpl_lower_node(c, i);
+	for (uint32_t k = n->nargs; k-- > 0;)
+		if (k < 16)
+			*(ir_node *)N(g, n->args[k]) = saved_args[k];
+	*mn = saved;
+}
+
+/* The block body: the grid inputs read through the input slot register, then every region node. */
+static void region_body(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (int j = 0; j < r->nin; j++) {
+		if (r->ins[j].weight)
 			continue;
-		ir_node b = block_node(N(g, ins[j].src));
-		val v = tview(ins[j].buf, ins[j].src, &b);
+		ir_node b = block_node(N(g, r->ins[j].src));
+		val v = tview(r->ins[j].buf, r->ins[j].src, &b);
 		v.region = true;
 		v.reg = R_IN;
-		v.scale = ins[j].n;
+		v.scale = r->ins[j].n;
 		for (moe_id i = 0; i < g->nnodes; i++)
 			if (c->inreg[i])
 				for (uint32_t k = 0; k < N(g, i)->nargs; k++)
-					if (N(g, i)->args[k] == ins[j].src)
-						c->v[ins[j].src] = v;
+					if (N(g, i)->args[k] == r->ins[j].src)
+						c->v[r->ins[j].src] = v;
 	}
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
 		if (!c->inreg[i])
@@ -352,62 +448,62 @@ void tcpl_lower_region(lw *c)
 		const ir_node *n = N(g, i);
 		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE)
 			continue;
-		/* lower with the per-block view of every operand: temporarily narrow shapes */
-		ir_node *mn = (ir_node *)n;
-		ir_node saved = *mn;
-		ir_node saved_args[16];
-		for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
-			ir_node *an = (ir_node *)N(g, n->args[k]);
-			saved_args[k] = *an;
-			if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
-				(c->inreg[n->args[k]] || c->v[n->args[k]].region))
-				*an = block_node(an);
-		}
-		*mn = block_node(n);
-		tcpl_lower_node(c, i);
-		for (uint32_t k = n->nargs; k-- > 0;)
-			if (k < 16)
-				*(ir_node *)N(g, n->args[k]) = saved_args[k];
-		*mn = saved;
+		lower_block_node(c, i);
 	}
-	/* store region results read outside the loop (those in a DM grid are there) */
+}
+
+static bool in_dm_grid(const rgn *r, moe_id i)
+{
+	bool indm = false;
+	for (int k = 0; k < r->ndh; k++)
+		indm |= r->dmhome[k] == (int32_t)i;
+	return indm;
+}
+
+/* Store region results read outside the loop (those in a DM grid are there). */
+static void region_store(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		bool indm = false;
-		for (int k = 0; k < ndh; k++)
-			indm |= dmhome[k] == (int32_t)i;
-		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || indm)
+		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
-		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank,
-			n->shape);
+		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
+			n->rank, n->shape);
 		dma_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, -1, 0, ir_numel(&b));
 		c->v[i] = tview(home, i, n);
 	}
-	if (single) {
-		/* the next expert's weights, after this block's reads of the buffer */
+}
+
+/* The end of block g's body: the next expert's weights into the single
+ * buffer (after this block's reads of it), the slots swapped. */
+static void region_advance(lw *c, const rgn *r)
+{
+	if (r->single) {
 		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-		LOAD_INPUTS(R_NEXT, R_SLOT, R_E2, true, false)
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false);
 		patch(c, last);
 		patch(c, same);
 	}
-	if (!single)
+	if (!r->single)
 		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
-	patch(c, guard);
-	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
-	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
-	p->code[back].target = (int32_t)loop;
-	patch(c, skip_all);
-	for (int k = 0; k < ndh; k++)
-		c->v[dmhome[k]] = tview(c->v[dmhome[k]].t, dmhome[k], N(g, dmhome[k]));
-	/* the loop's DM buffers die with it (results read after it went to HBM or to a DM grid) */
-	for (int j = 0; j < nin; j++)
-		tcpl_dm_free(c, ins[j].buf);
+}
+
+/* After the loop: its DM buffers die with it (results read after it went to
+ * HBM or to a DM grid); consumers outside see whole-grid views. */
+static void region_finish(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (int k = 0; k < r->ndh; k++)
+		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
+	for (int j = 0; j < r->nin; j++)
+		tcpl_dm_free(c, r->ins[j].buf);
 	for (moe_id i = 0; i < g->nnodes; i++)
-		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= t_first && c->p->t[c->v[i].t].space == TCP_DM)
+		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= r->t_first && c->p->t[c->v[i].t].space == TCP_DM)
 			tcpl_dm_free(c, c->v[i].t);
 	/* views of region results for the consumers outside: reshapes follow their source */
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -415,18 +511,56 @@ void tcpl_lower_region(lw *c)
 			continue;
 		const val *sv = &c->v[N(g, i)->args[0]];
 		bool dmgrid = false;
-		for (int k = 0; k < ndh; k++)
-			dmgrid |= sv->kind == VK_VIEW && sv->t == c->v[dmhome[k]].t;
+		for (int k = 0; k < r->ndh; k++)
+			dmgrid |= sv->kind == VK_VIEW && sv->t == c->v[r->dmhome[k]].t;
 		if (sv->kind == VK_VIEW && (c->p->t[sv->t].space == TCP_HBM || dmgrid)) {
 			val v = *sv;
 			contiguous(N(g, i)->shape, N(g, i)->rank, v.stride);
 			c->v[i] = v;
 		}
 	}
-	for (int j = 0; j < nin; j++)
-		if (!ins[j].weight)
-			c->v[ins[j].src] = tview(c->p->t[ins[j].buf].space == TCP_HBM ? ins[j].buf : c->v[ins[j].src].t,
-				ins[j].src, N(g, ins[j].src));
-#undef LOAD_INPUTS
+	for (int j = 0; j < r->nin; j++)
+		if (!r->ins[j].weight)
+			c->v[r->ins[j].src] = tview(c->p->t[r->ins[j].buf].space == TCP_HBM ? r->ins[j].buf : c->v[r->ins[j].src].t,
+				r->ins[j].src, N(g, r->ins[j].src));
 }
 
+/* The block region as one loop over g < G, each body guarded by
+ * g < nblocks (docs/tcp-isa.md 7.4). */
+void tcpl_lower_region(lw *c)
+{
+	tcp_program *p = c->p;
+	rgn r;
+	memset(&r, 0, sizeof r);
+	r.first = MOE_NONE;
+	r.tnb = tcpl_dm_view(c, c->nblocks)->t;
+	r.tbe = tcpl_dm_view(c, c->bexp)->t;
+	r.trw = tcpl_dm_view(c, c->rows)->t;
+	r.nbbase = c->v[c->nblocks].base;
+	r.bebase = c->v[c->bexp].base;
+	r.rwbase = c->v[c->rows].base;
+	r.bes = c->v[c->bexp].stride[0];
+	r.rws = c->v[c->rows].stride[0];
+	p->nblocks_t = r.tnb;
+	p->bexp_t = r.tbe;
+	region_dm_grids(c, &r);
+	r.t_first = (int32_t)p->nt;
+	r.single = region_plan_weights(c);
+	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
+		return;
+	uint32_t skip_all = region_prologue(c, &r);
+	p->block_loop_pc = (int32_t)p->ncode;
+	uint32_t loop = p->ncode;
+	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
+	region_prefetch(c, &r);
+	p->block_body_pc = (int32_t)p->ncode;
+	region_body(c, &r);
+	region_store(c, &r);
+	region_advance(c, &r);
+	patch(c, guard);
+	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
+	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
+	p->code[back].target = (int32_t)loop;
+	patch(c, skip_all);
+	region_finish(c, &r);
+}
