@@ -111,18 +111,17 @@ static void release(lw *c, int64_t q)
 			tcpl_dm_free(c, c->v[i].t);
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
+/* Layers refused before any work: quantized weights, and weights beyond HBM
+ * (the same clear error as after lowering, before any DM limit is met). */
+static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
 	for (moe_id i = 0; i < nn; i++)
 		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
 			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
 				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
-			if (prep)
-				ctx_free(ctx, prep, prep_len + 1);
-			return NULL;
+			return false;
 		}
-	/* weights beyond HBM: the same clear error as after lowering, before any DM limit is met */
 	double wsum = 0;
 	moe_id big = MOE_NONE; /* the largest weight names the place */
 	for (moe_id i = 0; i < nn; i++)
@@ -135,30 +134,205 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		moe_diag(ctx, MOE_DIAG_ERROR, big != MOE_NONE ? N(g, big)->loc : g->loc,
 			"tcp: the layer needs at least %.2f GB of HBM for its weights but the machine has %.2f GB; use bf16 "
 			"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1e9, m->hbm_bytes / 1e9);
+		return false;
+	}
+	return true;
+}
+
+static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	uint32_t nn = g->nnodes;
+	memset(c, 0, sizeof *c);
+	c->ctx = ctx;
+	c->g = g;
+	c->m = m;
+	c->p = tcp_prog_new(ctx);
+	c->S = tcp_slices(m);
+	c->next_reg = R_FREE;
+	c->trf[0] = c->trf[1] = -1;
+	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
+	c->inreg = ctx_alloc(ctx, nn + 1);
+	c->dep = ctx_alloc(ctx, nn + 1);
+	c->hbm_home = ctx_alloc(ctx, nn + 1);
+	c->is_out = ctx_alloc(ctx, nn + 1);
+	c->last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
+	c->pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
+	c->alias_cast = ctx_alloc(ctx, nn + 1);
+	c->wstream = ctx_alloc(ctx, nn + 1);
+	c->fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
+	c->ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
+	c->gdefer = ctx_alloc(ctx, nn + 1);
+}
+
+static void lw_fini(lw *c)
+{
+	moe_ctx *ctx = c->ctx;
+	uint32_t nn = c->g->nnodes;
+	ctx_free(ctx, c->v, sizeof *c->v * (nn + 1));
+	ctx_free(ctx, c->inreg, nn + 1);
+	ctx_free(ctx, c->dep, nn + 1);
+	ctx_free(ctx, c->hbm_home, nn + 1);
+	ctx_free(ctx, c->is_out, nn + 1);
+	ctx_free(ctx, c->last, sizeof(int64_t) * (nn + 1));
+	ctx_free(ctx, c->pos, sizeof(int64_t) * (nn + 1));
+	ctx_free(ctx, c->alias_cast, nn + 1);
+	ctx_free(ctx, c->wstream, nn + 1);
+	ctx_free(ctx, c->fused_into, sizeof(moe_id) * (nn + 1));
+	ctx_free(ctx, c->ggrid, sizeof(moe_id) * (nn + 1));
+	ctx_free(ctx, c->gdefer, nn + 1);
+	ctx_free(ctx, c->live, c->lcap * sizeof *c->live);
+}
+
+static void last_use(lw *c, moe_id owner, int64_t q)
+{
+	if (q > c->last[owner])
+		c->last[owner] = q;
+}
+
+/* Emission order (independent of the region, the loop, then the rest) and
+ * liveness: the last use of each owner (views pass uses to their source).
+ * Returns the position of the loop, -1 without one. */
+static int64_t plan_order(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	int64_t q = 0, loop_pos = -1;
+	for (moe_id i = 0; i < nn; i++)
+		if (!c->inreg[i] && !c->dep[i])
+			c->pos[i] = q++;
+	if (c->rows != MOE_NONE)
+		loop_pos = q++;
+	for (moe_id i = 0; i < nn; i++) {
+		if (c->inreg[i])
+			c->pos[i] = loop_pos;
+		else if (c->dep[i])
+			c->pos[i] = q++;
+	}
+	moe_id *own = ctx_alloc(c->ctx, sizeof(moe_id) * (nn + 1));
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		own[i] = i;
+		c->last[i] = c->pos[i];
+		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c->alias_cast[i]) &&
+			!c->inreg[i])
+			own[i] = own[n->args[0]];
+	}
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE)
+				last_use(c, own[n->args[k]], c->pos[i]);
+		if (n->valid != MOE_NONE)
+			last_use(c, own[n->valid], c->pos[i]);
+		if (c->fused_into[i] != MOE_NONE) /* read when the reduce runs */
+			for (uint32_t k = 0; k < n->nargs; k++)
+				last_use(c, own[n->args[k]], c->pos[c->fused_into[i]]);
+		if (c->is_out[i])
+			c->last[own[i]] = INT64_MAX;
+	}
+	/* the loop reads nblocks, rows and bexp */
+	if (c->rows != MOE_NONE) {
+		last_use(c, own[c->rows], loop_pos);
+		last_use(c, own[c->nblocks], loop_pos);
+		last_use(c, own[c->bexp], loop_pos);
+	}
+	/* dispatch by gather: the scatter reads the token list of the gather it replaces */
+	for (moe_id i = 0; i < nn; i++)
+		if (c->ggrid[i] == i + 1)
+			last_use(c, own[N(g, N(g, i)->args[2])->args[1]], c->pos[i]);
+	for (moe_id i = 0; i < nn; i++)
+		if (own[i] != i)
+			c->last[i] = -2; /* views never free */
+	ctx_free(c->ctx, own, sizeof(moe_id) * (nn + 1));
+	return loop_pos;
+}
+
+/* Every node in emission order: those independent of the region, the loop, the rest. */
+static void lower_all(lw *c, int64_t loop_pos)
+{
+	uint32_t nn = c->g->nnodes;
+	for (int pass = 0; pass < 2 && !c->failed; pass++) {
+		for (moe_id i = 0; i < nn && !c->failed; i++) {
+			if (c->inreg[i] || (pass == 0) == c->dep[i])
+				continue;
+			tcpl_lower_node(c, i);
+			release(c, c->pos[i]);
+		}
+		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
+			tcpl_lower_region(c);
+			release(c, loop_pos);
+		}
+	}
+}
+
+/* The graph outputs, copied to HBM tensors output0, output1, ... */
+static void emit_outputs(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (uint32_t i = 0; i < g->nout && !c->failed; i++) {
+		moe_id o = g->outputs[i];
+		const ir_node *n = N(g, o);
+		char name[64];
+		snprintf(name, sizeof name, "output%u", i);
+		int32_t t = tcpl_hbm_tensor(c, n->name ? n->name : name, TCP_T_OUTPUT, (moe_dtype)n->dtype, n->rank, n->shape);
+		c->p->t[t].name[0] = 0;
+		ctx_free(c->ctx, c->p->t[t].name, 1);
+		c->p->t[t].name = ctx_alloc(c->ctx, strlen(name) + 1);
+		memcpy(c->p->t[t].name, name, strlen(name));
+		val *v = tcpl_need_view(c, o);
+		if (v->kind == VK_VIEW && !is_contig(v, n))
+			v = tcpl_copy_contig(c, o);
+		if (v->kind != VK_VIEW || !is_contig(v, n)) {
+			tcpl_err(c, o, "output is not a contiguous tensor");
+			break;
+		}
+		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+		c->p->act_bytes += ir_bytes(n);
+	}
+}
+
+/* Roofline dims from the block contractions: up [F, D]. */
+static void roofline_dims(lw *c)
+{
+	const moe_graph *g = c->g;
+	tcp_program *p = c->p;
+	p->moe_D = ir_graph_attr_int(g, "moe_row_bytes", 0) / (int64_t)moe_dtype_size(g->dtype);
+	int64_t wb = 0;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
+			ir_node b = block_node(N(g, i));
+			wb += ir_bytes(&b);
+			if (b.rank == 2 && b.shape[1] == p->moe_D && !p->moe_F)
+				p->moe_F = b.shape[0];
+		}
+	p->weight_bytes_per_expert = wb;
+}
+
+/* The tensors bound in HBM (weights first) must fit the chip: a clear error, not a bad program. */
+static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const tcp_program *p, int64_t top)
+{
+	if ((double)top <= m->hbm_bytes)
+		return true;
+	double w = 0;
+	for (uint32_t i = 0; i < p->nt; i++)
+		if (p->t[i].space == TCP_HBM && (p->t[i].kind == TCP_T_WEIGHT || p->t[i].kind == TCP_T_PACKED))
+			w += (double)p->t[i].numel * (double)esz(p->t[i].dtype);
+	moe_diag(ctx, MOE_DIAG_ERROR, g->loc,
+		"tcp: the layer needs %.2f GB of HBM (weights %.2f GB, inputs, outputs and scratch %.2f GB) but the "
+		"machine has %.2f GB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
+		(double)top / 1e9, w / 1e9, ((double)top - w) / 1e9, m->hbm_bytes / 1e9);
+	return false;
+}
+
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
+{
+	if (!lowerable(ctx, g, m)) {
 		if (prep)
 			ctx_free(ctx, prep, prep_len + 1);
 		return NULL;
 	}
-	lw c = {0};
-	c.ctx = ctx;
-	c.g = g;
-	c.m = m;
-	c.p = tcp_prog_new(ctx);
-	c.S = tcp_slices(m);
-	c.next_reg = R_FREE;
-	c.trf[0] = c.trf[1] = -1;
-	c.v = ctx_alloc(ctx, sizeof *c.v * (nn + 1));
-	c.inreg = ctx_alloc(ctx, nn + 1);
-	c.dep = ctx_alloc(ctx, nn + 1);
-	c.hbm_home = ctx_alloc(ctx, nn + 1);
-	c.is_out = ctx_alloc(ctx, nn + 1);
-	c.last = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
-	c.pos = ctx_alloc(ctx, sizeof(int64_t) * (nn + 1));
-	c.alias_cast = ctx_alloc(ctx, nn + 1);
-	c.wstream = ctx_alloc(ctx, nn + 1);
-	c.fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
-	c.ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
-	c.gdefer = ctx_alloc(ctx, nn + 1);
+	lw c;
+	lw_init(&c, ctx, g, m);
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
@@ -172,135 +346,16 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
-	/* emission order: independent of the region, the loop, then the rest */
-	int64_t q = 0, loop_pos = -1;
-	for (moe_id i = 0; i < nn; i++)
-		if (!c.inreg[i] && !c.dep[i])
-			c.pos[i] = q++;
-	if (c.rows != MOE_NONE)
-		loop_pos = q++;
-	for (moe_id i = 0; i < nn; i++) {
-		if (c.inreg[i])
-			c.pos[i] = loop_pos;
-		else if (c.dep[i])
-			c.pos[i] = q++;
-	}
-	/* liveness: last use of each owner (views pass uses to their source) */
-	moe_id *own = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		own[i] = i;
-		c.last[i] = c.pos[i];
-		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c.alias_cast[i]) &&
-			!c.inreg[i])
-			own[i] = own[n->args[0]];
-	}
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; k < n->nargs; k++)
-			if (n->args[k] != MOE_NONE && c.pos[i] > c.last[own[n->args[k]]])
-				c.last[own[n->args[k]]] = c.pos[i];
-		if (n->valid != MOE_NONE && c.pos[i] > c.last[own[n->valid]])
-			c.last[own[n->valid]] = c.pos[i];
-		if (c.fused_into[i] != MOE_NONE) /* read when the reduce runs */
-			for (uint32_t k = 0; k < n->nargs; k++)
-				if (c.pos[c.fused_into[i]] > c.last[own[n->args[k]]])
-					c.last[own[n->args[k]]] = c.pos[c.fused_into[i]];
-		if (c.is_out[i])
-			c.last[own[i]] = INT64_MAX;
-	}
-	/* the loop reads nblocks, rows and bexp */
-	if (c.rows != MOE_NONE) {
-		c.last[own[c.rows]] = c.last[own[c.rows]] > loop_pos ? c.last[own[c.rows]] : loop_pos;
-		c.last[own[c.nblocks]] = c.last[own[c.nblocks]] > loop_pos ? c.last[own[c.nblocks]] : loop_pos;
-		c.last[own[c.bexp]] = c.last[own[c.bexp]] > loop_pos ? c.last[own[c.bexp]] : loop_pos;
-	}
-	/* dispatch by gather: the scatter reads the token list of the gather it replaces */
-	for (moe_id i = 0; i < nn; i++)
-		if (c.ggrid[i] == i + 1) {
-			moe_id tok = own[N(g, N(g, i)->args[2])->args[1]];
-			if (c.last[tok] < c.pos[i])
-				c.last[tok] = c.pos[i];
-		}
-	for (moe_id i = 0; i < nn; i++)
-		if (own[i] != i)
-			c.last[i] = -2; /* views never free */
-	ctx_free(ctx, own, sizeof(moe_id) * (nn + 1));
-	for (int pass = 0; pass < 2 && !c.failed; pass++) {
-		for (moe_id i = 0; i < nn && !c.failed; i++) {
-			if (c.inreg[i] || (pass == 0) == c.dep[i])
-				continue;
-			tcpl_lower_node(&c, i);
-			release(&c, c.pos[i]);
-		}
-		if (pass == 0 && c.rows != MOE_NONE && !c.failed) {
-			tcpl_lower_region(&c);
-			release(&c, loop_pos);
-		}
-	}
-	/* outputs to HBM */
-	for (uint32_t i = 0; i < g->nout && !c.failed; i++) {
-		moe_id o = g->outputs[i];
-		const ir_node *n = N(g, o);
-		char name[64];
-		snprintf(name, sizeof name, "output%u", i);
-		int32_t t = tcpl_hbm_tensor(&c, n->name ? n->name : name, TCP_T_OUTPUT, (moe_dtype)n->dtype, n->rank, n->shape);
-		c.p->t[t].name[0] = 0;
-		ctx_free(ctx, c.p->t[t].name, 1);
-		c.p->t[t].name = ctx_alloc(ctx, strlen(name) + 1);
-		memcpy(c.p->t[t].name, name, strlen(name));
-		val *v = tcpl_need_view(&c, o);
-		if (v->kind == VK_VIEW && !is_contig(v, n))
-			v = tcpl_copy_contig(&c, o);
-		if (v->kind != VK_VIEW || !is_contig(v, n)) {
-			tcpl_err(&c, o, "output is not a contiguous tensor");
-			break;
-		}
-		dma_copy(&c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
-		c.p->act_bytes += ir_bytes(n);
-	}
+	lower_all(&c, plan_order(&c));
+	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
 	tcp_emit(p, &h);
-	if (c.rows != MOE_NONE) {
-		/* roofline dims from the block contractions: up [F, D] */
-		p->moe_D = ir_graph_attr_int(g, "moe_row_bytes", 0) / (int64_t)moe_dtype_size(g->dtype);
-		int64_t wb = 0;
-		for (moe_id i = 0; i < nn; i++)
-			if (c.inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c.nblocks) {
-				ir_node b = block_node(N(g, i));
-				wb += ir_bytes(&b);
-				if (b.rank == 2 && b.shape[1] == p->moe_D && !p->moe_F)
-					p->moe_F = b.shape[0];
-			}
-		p->weight_bytes_per_expert = wb;
-	}
-	ctx_free(ctx, c.v, sizeof *c.v * (nn + 1));
-	ctx_free(ctx, c.inreg, nn + 1);
-	ctx_free(ctx, c.dep, nn + 1);
-	ctx_free(ctx, c.hbm_home, nn + 1);
-	ctx_free(ctx, c.is_out, nn + 1);
-	ctx_free(ctx, c.last, sizeof(int64_t) * (nn + 1));
-	ctx_free(ctx, c.pos, sizeof(int64_t) * (nn + 1));
-	ctx_free(ctx, c.alias_cast, nn + 1);
-	ctx_free(ctx, c.wstream, nn + 1);
-	ctx_free(ctx, c.fused_into, sizeof(moe_id) * (nn + 1));
-	ctx_free(ctx, c.ggrid, sizeof(moe_id) * (nn + 1));
-	ctx_free(ctx, c.gdefer, nn + 1);
-	ctx_free(ctx, c.live, c.lcap * sizeof *c.live);
-	if (c.failed) {
-		tcp_prog_free(p);
-		return NULL;
-	}
-	if ((double)c.hbm_top > m->hbm_bytes) {
-		/* the tensors bound in HBM (weights first) exceed the chip: a clear error, not a bad program */
-		double w = 0;
-		for (uint32_t i = 0; i < p->nt; i++)
-			if (p->t[i].space == TCP_HBM && (p->t[i].kind == TCP_T_WEIGHT || p->t[i].kind == TCP_T_PACKED))
-				w += (double)p->t[i].numel * (double)esz(p->t[i].dtype);
-		moe_diag(ctx, MOE_DIAG_ERROR, g->loc,
-			"tcp: the layer needs %.2f GB of HBM (weights %.2f GB, inputs, outputs and scratch %.2f GB) but the "
-			"machine has %.2f GB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
-			(double)c.hbm_top / 1e9, w / 1e9, ((double)c.hbm_top - w) / 1e9, m->hbm_bytes / 1e9);
+	if (c.rows != MOE_NONE)
+		roofline_dims(&c);
+	bool failed = c.failed;
+	int64_t top = c.hbm_top;
+	lw_fini(&c);
+	if (failed || !hbm_fits(ctx, g, m, p, top)) {
 		tcp_prog_free(p);
 		return NULL;
 	}
