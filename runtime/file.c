@@ -414,7 +414,7 @@ static void atomic_free(moe_atomic_file *f)
 /* A copy of s in the context's memory; NULL (with an error) when refused. */
 static char *out_strdup(moe_ctx *ctx, const char *path, const char *s, size_t n)
 {
-	char *p = ctx_try_alloc(ctx, n + 1);
+	char *p = ctx_soft_alloc(ctx, n + 1);
 	if (!p) {
 		rt_err_at(ctx, path, -1, "out of memory");
 		return NULL;
@@ -466,7 +466,7 @@ static char *temp_name(moe_ctx *ctx, const char *target)
 	size_t dir = slash ? (size_t)(slash - target) + 1 : 0, base = strlen(target) - dir;
 	if (base > NAME_MAX - (sizeof suffix - 1))
 		base = NAME_MAX - (sizeof suffix - 1);
-	char *t = ctx_try_alloc(ctx, dir + base + sizeof suffix);
+	char *t = ctx_soft_alloc(ctx, dir + base + sizeof suffix);
 	if (t) {
 		memcpy(t, target, dir + base);
 		memcpy(t + dir + base, suffix, sizeof suffix);
@@ -540,7 +540,7 @@ static void atomic_unwind(void *arg)
 
 moe_atomic_file *moe_output_open(moe_ctx *ctx, const char *path, unsigned flags)
 {
-	moe_atomic_file *f = ctx_try_alloc(ctx, sizeof *f);
+	moe_atomic_file *f = ctx_soft_alloc(ctx, sizeof *f);
 	if (!f) {
 		rt_err_at(ctx, path, -1, "out of memory");
 		return NULL;
@@ -602,26 +602,21 @@ void moe_atomic_abort(moe_atomic_file *f)
 /* fsync the directory holding path so the rename is durable; best effort. */
 static void sync_dir(moe_ctx *ctx, const char *path)
 {
+	(void)ctx;
 	const char *slash = strrchr(path, '/');
-	char *dir;
-	if (!slash) {
-		dir = ctx_try_alloc(ctx, 2);
-		if (dir)
-			dir[0] = '.';
-	} else {
+	char dir[PATH_MAX] = "."; /* no allocation: a commit cannot fail after the rename */
+	if (slash) {
 		size_t n = slash == path ? 1 : (size_t)(slash - path);
-		dir = ctx_try_alloc(ctx, n + 1);
-		if (dir)
-			memcpy(dir, path, n);
+		if (n >= sizeof dir)
+			return;
+		memcpy(dir, path, n);
+		dir[n] = 0;
 	}
-	if (!dir)
-		return;
 	int fd = open(dir, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		(void)fsync(fd);
 		close(fd);
 	}
-	ctx_free(ctx, dir, 0);
 }
 
 moe_status moe_atomic_commit(moe_atomic_file *f)

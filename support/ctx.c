@@ -274,6 +274,15 @@ void *ctx_try_alloc(moe_ctx *c, size_t n)
 	return blk_realloc(c, NULL, n, false);
 }
 
+void *ctx_soft_alloc(moe_ctx *c, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	void *p = blk_realloc(c, NULL, n, false);
+	if (!p && c->guard)
+		ctx_throw(c, n);
+	return p;
+}
+
 void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */

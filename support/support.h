@@ -39,6 +39,9 @@ void ir_assert_fail(const char *file, int line, const char *expr);
  * allocation). docs/abi.md. */
 void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed */
 void *ctx_try_alloc(moe_ctx *ctx, size_t n);         /* zeroed; NULL when the allocator refuses */
+/* Zeroed; when refused: a throw inside a guard, NULL outside one (for code
+ * that may run both ways and holds nothing but context blocks). */
+void *ctx_soft_alloc(moe_ctx *ctx, size_t n);
 void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n); /* o is ignored: blocks know their size */
 void *ctx_try_realloc(moe_ctx *ctx, void *p, size_t n); /* NULL when refused (p unchanged) */
 void ctx_free(moe_ctx *ctx, void *p, size_t n);      /* n is ignored */
