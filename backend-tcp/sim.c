@@ -67,7 +67,7 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 			s->borrowed[i] = true;
 			continue;
 		}
-		s->data[i] = ctx_try_alloc(s->ctx, bytes ? bytes : 1);
+		s->data[i] = ctx_soft_alloc(s->ctx, bytes ? bytes : 1); /* guarded: a refusal is MOE_ERR_NOMEM */
 		if (!s->data[i]) {
 			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of host memory for '%s' (%zu bytes)", t->name,
 				bytes);
@@ -292,7 +292,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	for (uint32_t i = 0; i <= p->nt; i++)
 		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
-		s.seen = ctx_try_alloc(ctx, (size_t)p->moe_E);
+		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
 	s.xlo = s.xhi = -1;
 	if (p->block_loop_pc >= 0) {
@@ -319,7 +319,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 			goto out;
 		}
 	}
-	packed = moe_tensor_map_new(ctx);
+	packed = moe_tensor_map_new(ctx); /* guarded: never NULL */
 	rc = tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed); /* at load time: off the simulated clock */
 	if (rc != MOE_OK)
 		goto out;
@@ -347,7 +347,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		}
 	}
 out:
-	for (uint32_t i = 0; s.data && i < p->nt; i++)
+	for (uint32_t i = 0; s.data && s.borrowed && i < p->nt; i++)
 		if (!s.borrowed[i])
 			ctx_free(ctx, s.data[i], 0);
 	ctx_free(ctx, s.data, 0);

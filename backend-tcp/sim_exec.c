@@ -143,7 +143,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	uint32_t racc = 0, keep_n = 0;
 	uint32_t *kept = NULL;
 	if (rop >= 0 && in->step[rop].op == TCP_V_COMPACT && compute) {
-		kept = ctx_try_alloc(s->ctx, sizeof *kept * (size_t)L);
+		kept = ctx_alloc(s->ctx, sizeof *kept * (size_t)L); /* guarded: refused is MOE_ERR_NOMEM */
 		if (!kept) {
 			FAULT(s, pc, "out of host memory");
 			return;
@@ -292,9 +292,9 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	 * sum still adds its products in index order, as the hardware's
 	 * accumulator does. */
 	size_t wn = (size_t)(compute ? O * I : 0);
-	float *wt = compute ? ctx_try_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
-	float *arow = compute ? ctx_try_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
-	float *sum = compute ? ctx_try_alloc(s->ctx, sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	float *wt = compute ? ctx_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
+	float *arow = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
+	float *sum = compute ? ctx_alloc(s->ctx, sizeof(float) * (size_t)(O ? O : 1)) : NULL;
 	if (compute && (!wt || !arow || !sum)) {
 		ctx_free(s->ctx, wt, 0);
 		ctx_free(s->ctx, arow, 0);

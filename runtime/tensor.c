@@ -144,7 +144,7 @@ static uint32_t hash_name(const char *s)
 
 moe_tensor_map *moe_tensor_map_new(moe_ctx *ctx)
 {
-	moe_tensor_map *m = ctx_try_alloc(ctx, sizeof *m);
+	moe_tensor_map *m = ctx_soft_alloc(ctx, sizeof *m);
 	if (!m) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory creating a tensor map");
 		return NULL;
@@ -223,6 +223,8 @@ moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t
 		ctx_free(m->ctx, nm, 0);
 		ctx_free(m->ctx, slots, 0);
 		moe_tensor_free(m->ctx, t);
+		if (ctx_guarded(m->ctx)) /* inside the library: the guarded call fails */
+			ctx_throw(m->ctx, len + 1);
 		moe_diag(m->ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory adding tensor '%s' to a map", name);
 		return MOE_ERR_NOMEM;
 	}
