@@ -1013,6 +1013,35 @@ static void llvm_fatal(const char *reason)
 /* The module is generated into memory and written through the output module,
  * so that nothing exists at or beside path before code generation has
  * finished and no LLVM file stream can fail inside LLVM. */
+/* The LLVM objects alive while the output is written (which may throw). */
+typedef struct llvm_live {
+	LLVMContextRef c;
+	LLVMModuleRef m;
+	LLVMTargetMachineRef tm;
+	LLVMMemoryBufferRef buf;
+	char *text;
+} llvm_live;
+
+static void llvm_unwind(void *arg)
+{
+	llvm_live *l = arg;
+	if (l->text)
+		LLVMDisposeMessage(l->text);
+	if (l->buf)
+		LLVMDisposeMemoryBuffer(l->buf);
+	LLVMDisposeModule(l->m);
+	LLVMDisposeTargetMachine(l->tm);
+	LLVMContextDispose(l->c);
+}
+
+static moe_status write_live(cg_prog *p, const char *path, unsigned flags, const void *data, size_t n, llvm_live *l)
+{
+	uint32_t h = ctx_defer(p->ctx, llvm_unwind, l);
+	moe_status s = moe_write_output(p->ctx, path, flags, data, n);
+	ctx_undefer(p->ctx, h);
+	return s;
+}
+
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 {
 	eml_scratch sc;
@@ -1025,7 +1054,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		char *err = NULL;
 		if (kind == 0) {
 			char *text = LLVMPrintModuleToString(m);
-			s = moe_write_output(p->ctx, path, 0, text, strlen(text));
+			s = write_live(p, path, 0, text, strlen(text), &(llvm_live){c, m, tm, NULL, text});
 			LLVMDisposeMessage(text);
 		} else {
 			LLVMMemoryBufferRef buf = NULL;
@@ -1034,8 +1063,8 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 					err ? err : "(no message)");
 				s = MOE_ERR_INTERNAL;
 			} else {
-				s = moe_write_output(p->ctx, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf),
-					LLVMGetBufferSize(buf));
+				s = write_live(p, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf),
+					&(llvm_live){c, m, tm, buf, NULL});
 				LLVMDisposeMemoryBuffer(buf);
 			}
 		}

@@ -32,7 +32,9 @@ static moe_status write_binary(moe_ctx *ctx, const moe_tcp_program *p, const cha
 	moe_status rc = tcp_encode(p, &b, &n);
 	if (rc != MOE_OK)
 		return rc;
+	uint32_t h = ctx_defer(ctx, free, b); /* the encoder's buffer is libc's */
 	rc = moe_write_output(ctx, path, MOE_OUTPUT_BINARY, b, n);
+	ctx_undefer(ctx, h);
 	free(b);
 	return rc;
 }
