@@ -40,7 +40,8 @@ void tcpl_find_region(lw *c)
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||
-			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp && weight_view(g, n->args[0]));
+			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
+				weight_view(g, n->args[0]));
 		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
 			N(g, n->args[0])->shape[0] == c->G)
 			r = true;
