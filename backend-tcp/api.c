@@ -64,10 +64,16 @@ static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, 
 	return p;
 }
 
-moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
+static moe_tcp_program *from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
 	const moe_tcp_machine *m)
 {
 	return checked(ctx, file, tcp_decode(ctx, file ? file : "<tcpb>", buf, len), m);
+}
+
+moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
+	const moe_tcp_machine *m)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, from_binary(ctx, file, buf, len, m));
 }
 
 moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
@@ -76,15 +82,22 @@ moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *te
 	return checked(ctx, file, tcp_parse_asm(ctx, file, text, len), m);
 }
 
-moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)
+static moe_tcp_program *load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)
 {
 	char *buf;
 	size_t len;
 	if (moe_read_file_max(ctx, path, TCP_MAX_BINARY_BYTES, &buf, &len) != MOE_OK)
 		return NULL;
+	uint32_t h = ctx_defer(ctx, free, buf); /* the reader's buffer is libc's */
 	moe_tcp_program *p = moe_tcp_from_binary(ctx, path, (const uint8_t *)buf, len, m);
+	ctx_undefer(ctx, h);
 	free(buf);
 	return p;
+}
+
+moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, load_binary(ctx, path, m));
 }
 
 moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)

@@ -164,7 +164,8 @@ static moe_status add_random_bindings(moe_ctx *ctx, const moe_graph *g, uint64_t
 		moe_tensor *t = random_tensor(ctx, g, id, seed);
 		if (!t)
 			return MOE_ERR_INVALID;
-		moe_tensor_map_set(m, n->name, t);
+		if (moe_tensor_map_set(m, n->name, t) != MOE_OK)
+			return MOE_ERR_NOMEM;
 	}
 	return MOE_OK;
 }

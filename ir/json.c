@@ -808,10 +808,13 @@ static bool read_module(jr *r, moe_module *m, const cJSON *root)
 	return true;
 }
 
-moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *text, size_t len)
+static void delete_json(void *root)
 {
-	if (!ctx)
-		return NULL;
+	cJSON_Delete(root);
+}
+
+static moe_module *parse_json(moe_ctx *ctx, const char *file, const char *text, size_t len)
+{
 	if (!text)
 		text = "", len = 0;
 	if (!file)
@@ -842,8 +845,10 @@ moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *te
 		cJSON_Delete(root);
 		return NULL;
 	}
+	uint32_t h = ctx_defer(ctx, delete_json, root); /* cJSON's memory is libc's */
 	moe_module *m = moe_module_new(ctx);
 	bool ok = read_module(&r, m, root);
+	ctx_undefer(ctx, h);
 	cJSON_Delete(root);
 	ctx_free(ctx, r.args, r.argcap * sizeof *r.args);
 	ctx_free(ctx, r.ints, r.intcap * sizeof *r.ints);
@@ -852,4 +857,11 @@ moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *te
 		return NULL;
 	}
 	return m;
+}
+
+moe_module *moe_module_parse_json(moe_ctx *ctx, const char *file, const char *text, size_t len)
+{
+	if (!ctx)
+		return NULL;
+	CTX_GUARDED(ctx, moe_module *, NULL, parse_json(ctx, file, text, len));
 }

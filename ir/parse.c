@@ -800,10 +800,8 @@ static bool parse_module(rd *r)
 	return !r->failed;
 }
 
-moe_module *moe_module_parse_text(moe_ctx *ctx, const char *file, const char *text, size_t len)
+static moe_module *parse_text(moe_ctx *ctx, const char *file, const char *text, size_t len)
 {
-	if (!ctx)
-		return NULL;
 	if (!text)
 		text = "", len = 0;
 	if (!file)
@@ -822,4 +820,11 @@ moe_module *moe_module_parse_text(moe_ctx *ctx, const char *file, const char *te
 		return NULL;
 	}
 	return r.m;
+}
+
+moe_module *moe_module_parse_text(moe_ctx *ctx, const char *file, const char *text, size_t len)
+{
+	if (!ctx)
+		return NULL;
+	CTX_GUARDED(ctx, moe_module *, NULL, parse_text(ctx, file, text, len));
 }

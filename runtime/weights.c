@@ -209,7 +209,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		moe_tensor *t = moe_tensor_new_shape(ctx, dt, rank, shape);
 		if (!t)
 			return false;
-		moe_tensor_map_set(out, wname, t);
+		if (moe_tensor_map_set(out, wname, t) != MOE_OK)
+			return false; /* out of memory: t freed, with an error */
 		if (absent)
 			(*absent)++;
 		return true;
@@ -275,8 +276,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		moe_tensor_free(ctx, t);
 		return ok;
 	}
-	moe_tensor_map_set(out, wname, t);
-	return true;
+	return moe_tensor_map_set(out, wname, t) == MOE_OK; /* out of memory: t freed, with an error */
 }
 
 static moe_status load_all(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, unsigned flags, size_t *absent,

@@ -325,7 +325,10 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 			status = 1;
 			break;
 		}
-		moe_tensor_map_set(bind, moe_node_name(g, node), t);
+		if (moe_tensor_map_set(bind, moe_node_name(g, node), t) != MOE_OK) {
+			status = 1; /* out of memory, reported */
+			break;
+		}
 	}
 	for (uint32_t i = 0; !status && i < moe_graph_num_nodes(g); i++)
 		if (moe_node_op(g, i) == MOE_OP_INPUT && !moe_tensor_map_get(bind, moe_node_name(g, i)))

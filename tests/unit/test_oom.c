@@ -190,6 +190,56 @@ static moe_status run_tcp(flow *f)
 	return moe_tcp_run(f->c, f->p, f->bind, NULL, f->out, &st);
 }
 
+/* The layer as printed IR text and JSON and as a .tcpb, made once with an
+ * allocator that never refuses (inputs of the reading sweeps). */
+static char *ir_text, *ir_json;
+static uint8_t *tcpb;
+static size_t ir_text_len, ir_json_len, tcpb_len;
+
+static void make_inputs(void)
+{
+	if (ir_text)
+		return;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m = moe_parse_moe(c, "tiny.moe", layer_text, strlen(layer_text), NULL);
+	assert_non_null(m);
+	FILE *f = open_memstream(&ir_text, &ir_text_len);
+	assert_int_equal(moe_module_print(m, f), MOE_OK);
+	fclose(f);
+	ir_json = moe_module_to_json(m);
+	assert_non_null(ir_json);
+	ir_json_len = strlen(ir_json);
+	assert_int_equal(moe_run_pipeline_text(c, "tcp", m, NULL), MOE_OK);
+	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_to_binary(c, p, &tcpb, &tcpb_len), MOE_OK);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
+static moe_status read_ir(flow *f)
+{
+	f->m = moe_module_parse_text(f->c, "tiny.moeir", ir_text, ir_text_len);
+	if (!f->m)
+		return null_status(f);
+	moe_module_free(f->m);
+	f->m = moe_module_parse_json(f->c, "tiny.json", ir_json, ir_json_len);
+	return f->m ? MOE_OK : null_status(f);
+}
+
+static moe_status run_tcpb(flow *f)
+{
+	f->p = moe_tcp_from_binary(f->c, "tiny.tcpb", tcpb, tcpb_len, NULL);
+	if (!f->p)
+		return null_status(f);
+	moe_status s = bind(f);
+	if (s)
+		return s;
+	moe_tcp_stats st;
+	return moe_tcp_run(f->c, f->p, f->bind, NULL, f->out, &st);
+}
+
 static void flow_free(flow *f)
 {
 	for (int i = 0; i < 2; i++)
@@ -297,6 +347,20 @@ static void test_run_tcp(void **st)
 	assert_true(sweep("run tcp simulator", run_tcp) > 20);
 }
 
+static void test_read_ir(void **st)
+{
+	(void)st;
+	make_inputs();
+	assert_true(sweep("read IR text + JSON", read_ir) > 20);
+}
+
+static void test_run_tcpb(void **st)
+{
+	(void)st;
+	make_inputs();
+	assert_true(sweep("load .tcpb + run tcp simulator", run_tcpb) > 20);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +370,12 @@ int main(void)
 		cmocka_unit_test(test_run_tcp),
 		cmocka_unit_test(test_compile_llvm),
 		cmocka_unit_test(test_run_host),
+		cmocka_unit_test(test_read_ir),
+		cmocka_unit_test(test_run_tcpb),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	free(ir_text);
+	free(ir_json); /* cJSON's: malloc'd */
+	free(tcpb);
+	return r;
 }
