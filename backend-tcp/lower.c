@@ -11,7 +11,8 @@
  * take_along and scatter become DMA gathers/scatters with index lists;
  * reshape, slice, broadcast are sequencer views (no data moves).
  * Blocks: nodes masked by the per-block valid rows (and the per-block weight
- * gathers masked by nblocks) form the block region, emitted once as a loop
+ * gathers masked by nblocks; blockwise-dispatch names both in graph
+ * attributes, ir/graph_keys.h) form the block region, emitted once as a loop
  * over g < nblocks (a run-time count: blocks past it are skipped). Inside,
  * the next block's weights and rows are prefetched by DMA into the other half
  * of double buffers while the current block computes; when consecutive
