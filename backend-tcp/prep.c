@@ -138,8 +138,9 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		char *flat = root ? cJSON_PrintUnformatted(root) : NULL;
 		if (flat) {
 			*prep_len = strlen(flat);
-			*prep_json = ctx_alloc(ctx, *prep_len + 1);
-			memcpy(*prep_json, flat, *prep_len);
+			*prep_json = ctx_try_alloc(ctx, *prep_len + 1); /* no throw while cJSON holds memory */
+			if (*prep_json)
+				memcpy(*prep_json, flat, *prep_len);
 		}
 		cJSON_free(flat);
 		cJSON_Delete(root);

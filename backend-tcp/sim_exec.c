@@ -177,7 +177,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	uint32_t racc = 0, keep_n = 0;
 	uint32_t *kept = NULL;
 	if (rop >= 0 && in->step[rop].op == TCP_V_COMPACT && compute) {
-		kept = malloc(sizeof *kept * (size_t)L);
+		kept = ctx_alloc(s->ctx, sizeof *kept * (size_t)L); /* guarded: refused is MOE_ERR_NOMEM */
 		if (!kept) {
 			FAULT(s, pc, "out of host memory");
 			return;
@@ -253,7 +253,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		for (int k = nd - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
 			idx[k] = 0;
 	}
-	free(kept);
+	ctx_free(s->ctx, kept, 0);
 	vec_cost(s, pc, in, &a, rop, fl, n, L);
 }
 
@@ -301,13 +301,13 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	 * sum still adds its products in index order, as the hardware's
 	 * accumulator does. */
 	size_t wn = (size_t)(compute ? O * I : 0);
-	float *wt = compute ? malloc(sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
-	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
-	float *sum = compute ? malloc(sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	float *wt = compute ? ctx_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
+	float *arow = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
+	float *sum = compute ? ctx_alloc(s->ctx, sizeof(float) * (size_t)(O ? O : 1)) : NULL;
 	if (compute && (!wt || !arow || !sum)) {
-		free(wt);
-		free(arow);
-		free(sum);
+		ctx_free(s->ctx, wt, 0);
+		ctx_free(s->ctx, arow, 0);
+		ctx_free(s->ctx, sum, 0);
 		FAULT(s, pc, "out of host memory");
 		return;
 	}
@@ -360,9 +360,9 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		for (int64_t o = 0; o < O; o++)
 			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum[o]));
 	}
-	free(wt);
-	free(arow);
-	free(sum);
+	ctx_free(s->ctx, wt, 0);
+	ctx_free(s->ctx, arow, 0);
+	ctx_free(s->ctx, sum, 0);
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
