@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
+#include "ir/graph_keys.h"
 #include "runtime/rt_io.h"
 #include "moec/backend.h"
 
@@ -445,7 +446,7 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 	stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
 	stats->repeat = repeat;
 	stats->workspace_bytes = (size_t)p->workspace;
-	stats->grid_blocks_max = ir_graph_attr_int(g, "grid_blocks_max", -1);
+	stats->grid_blocks_max = ir_graph_attr_int(g, IR_GK_GRID_BLOCKS_MAX, -1);
 	stats->threads = threads;
 	stats->cache = R->jo.cache;
 	stats->kernels = R->jo.kernels ? R->jo.kernels : "portable";

@@ -99,9 +99,43 @@ static bool is_rowop(int op)
 	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
 }
 
-void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
+/* The time of a tu.vec pass of n elements (rows of L for a row op rop >= 0;
+ * fl: float ALUs) and its scheduling. */
+static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int rop, bool fl, int64_t n, int64_t L)
 {
 	const moe_tcp_machine *m = s->m;
+	int nd = in->ndim;
+	const tcp_view *dv = &in->v[TCP_V_DST];
+	/* cost: rows (for row ops) or flits spread over the slices */
+	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
+	int64_t used = units < S ? units : S;
+	int64_t pe = cdiv(units, used) * per;
+	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
+	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
+	/* fetch: each DM stream at its read size; two or more streams share one
+	 * channel, or use the dual channel when the sub context is idle */
+	int64_t fsum = 0, fmax = 0, ns = 0;
+	for (int w = 1; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
+			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t cyc = cdiv(el * e, rs);
+			fsum += cyc;
+			fmax = cyc > fmax ? cyc : fmax;
+			ns++;
+		}
+	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
+	fdual = fdual > fmax ? fdual : fmax;
+	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
+	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
+		in->dim, esz_of(s, dv->t), &ol);
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
+	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
+	tcps_schedule_alt(s, pc, a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
+}
+
+void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
+{
 	int nd = in->ndim;
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW];
 	acc a = {0};
@@ -220,32 +254,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 			idx[k] = 0;
 	}
 	ctx_free(s->ctx, kept, 0);
-	/* cost: rows (for row ops) or flits spread over the slices */
-	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
-	int64_t used = units < S ? units : S;
-	int64_t pe = cdiv(units, used) * per;
-	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
-	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
-	/* fetch: each DM stream at its read size; two or more streams share one
-	 * channel, or use the dual channel when the sub context is idle */
-	int64_t fsum = 0, fmax = 0, ns = 0;
-	for (int w = 1; w < TCP_NVIEW; w++)
-		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
-			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
-			int64_t cyc = cdiv(el * e, rs);
-			fsum += cyc;
-			fmax = cyc > fmax ? cyc : fmax;
-			ns++;
-		}
-	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
-	fdual = fdual > fmax ? fdual : fmax;
-	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
-	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
-		in->dim, esz_of(s, dv->t), &ol);
-	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
-	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
-	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
-	tcps_schedule_alt(s, pc, &a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
+	vec_cost(s, pc, in, &a, rop, fl, n, L);
 }
 
 /* ---- contraction ---- */
