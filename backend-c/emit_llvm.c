@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "backend-c/cgen.h"
+#include "backend-c/llvm_mem.h"
 #include "moec/backend.h"
 #include "moec/io.h"
 
@@ -90,35 +91,8 @@ static bool host_has_bf16dot(void)
 	return yes;
 }
 
-/* Every block code generation needs, taken before the LLVM context exists:
- * an allocation that fails while LLVM objects are alive would leak them
- * (docs/abi.md). vars/bufs [0]: the layer function, [1]: an outlined body
- * (outlining does not nest). */
-typedef struct eml_scratch {
-	LLVMValueRef *vars[2], *bufs[2];
-	uint8_t *used;
-} eml_scratch;
-
-static void scratch_new(cg_prog *p, eml_scratch *s)
-{
-	for (int k = 0; k < 2; k++) {
-		s->vars[k] = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *s->vars[k]);
-		s->bufs[k] = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *s->bufs[k]);
-	}
-	s->used = ctx_alloc(p->ctx, p->nvars + 1);
-}
-
-static void scratch_free(cg_prog *p, eml_scratch *s)
-{
-	for (int k = 0; k < 2; k++) {
-		ctx_free(p->ctx, s->vars[k], 0);
-		ctx_free(p->ctx, s->bufs[k], 0);
-	}
-	ctx_free(p->ctx, s->used, 0);
-}
-
 typedef struct eml {
-	eml_scratch *sc;
+	cgen_scratch *sc;
 	cg_prog *p;
 	LLVMContextRef c;
 	LLVMModuleRef m;
@@ -868,7 +842,7 @@ static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
 }
 
 /* Builds the module for p in context c; NULL with a diagnostic. */
-static LLVMModuleRef build_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, LLVMTargetMachineRef tm,
+static LLVMModuleRef build_module(cg_prog *p, cgen_scratch *sc, LLVMContextRef c, LLVMTargetMachineRef tm,
 	bool bf16dot)
 {
 	eml E0 = {0}, *E = &E0;
@@ -982,7 +956,7 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 
 /* A module ready for code generation, with the target machine it was
  * optimised for. */
-static moe_status make_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m,
+static moe_status make_module(cg_prog *p, cgen_scratch *sc, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m,
 	LLVMTargetMachineRef *tm)
 {
 	*m = NULL;
@@ -1013,39 +987,10 @@ static void llvm_fatal(const char *reason)
 /* The module is generated into memory and written through the output module,
  * so that nothing exists at or beside path before code generation has
  * finished and no LLVM file stream can fail inside LLVM. */
-/* The LLVM objects alive while the output is written (which may throw). */
-typedef struct llvm_live {
-	LLVMContextRef c;
-	LLVMModuleRef m;
-	LLVMTargetMachineRef tm;
-	LLVMMemoryBufferRef buf;
-	char *text;
-} llvm_live;
-
-static void llvm_unwind(void *arg)
-{
-	llvm_live *l = arg;
-	if (l->text)
-		LLVMDisposeMessage(l->text);
-	if (l->buf)
-		LLVMDisposeMemoryBuffer(l->buf);
-	LLVMDisposeModule(l->m);
-	LLVMDisposeTargetMachine(l->tm);
-	LLVMContextDispose(l->c);
-}
-
-static moe_status write_live(cg_prog *p, const char *path, unsigned flags, const void *data, size_t n, llvm_live *l)
-{
-	uint32_t h = ctx_defer(p->ctx, llvm_unwind, l);
-	moe_status s = moe_write_output(p->ctx, path, flags, data, n);
-	ctx_undefer(p->ctx, h);
-	return s;
-}
-
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 {
-	eml_scratch sc;
-	scratch_new(p, &sc);
+	cgen_scratch sc;
+	cgen_scratch_new(p, &sc);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
@@ -1054,7 +999,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		char *err = NULL;
 		if (kind == 0) {
 			char *text = LLVMPrintModuleToString(m);
-			s = write_live(p, path, 0, text, strlen(text), &(llvm_live){c, m, tm, NULL, text});
+			s = cgen_write_live(p, path, 0, text, strlen(text), &(cgen_llvm_live){c, m, tm, NULL, text});
 			LLVMDisposeMessage(text);
 		} else {
 			LLVMMemoryBufferRef buf = NULL;
@@ -1063,8 +1008,8 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 					err ? err : "(no message)");
 				s = MOE_ERR_INTERNAL;
 			} else {
-				s = write_live(p, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf),
-					&(llvm_live){c, m, tm, buf, NULL});
+				s = cgen_write_live(p, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf),
+					&(cgen_llvm_live){c, m, tm, buf, NULL});
 				LLVMDisposeMemoryBuffer(buf);
 			}
 		}
@@ -1074,7 +1019,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		LLVMDisposeTargetMachine(tm);
 	}
 	LLVMContextDispose(c);
-	scratch_free(p, &sc);
+	cgen_scratch_free(p, &sc);
 	return s;
 }
 
@@ -1111,8 +1056,8 @@ static char *cache_key(cg_prog *p, bool fast, size_t *len)
 static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 {
 	*obj = NULL;
-	eml_scratch sc;
-	scratch_new(p, &sc);
+	cgen_scratch sc;
+	cgen_scratch_new(p, &sc);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
@@ -1138,7 +1083,7 @@ static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 		LLVMDisposeTargetMachine(tm);
 	}
 	LLVMContextDispose(c);
-	scratch_free(p, &sc);
+	cgen_scratch_free(p, &sc);
 	return s;
 }
 
