@@ -1116,9 +1116,18 @@ static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 	return st;
 }
 
+static moe_status interp_run_guarded(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, interp_run(ctx, g, bind, out));
+}
+
 moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
 {
 	if (!ctx)
 		return MOE_ERR_INVALID;
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, interp_run(ctx, g, bind, out));
+	moe_status s = interp_run_guarded(ctx, g, bind, out);
+	if (s == MOE_ERR_NOMEM && g && out) /* the outputs were freed with the rest */
+		for (uint32_t i = 0; i < g->nout; i++)
+			out[i] = NULL;
+	return s;
 }

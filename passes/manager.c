@@ -140,6 +140,7 @@ static moe_status pass_register(moe_ctx *ctx, const moe_pass_info *info)
 	v->esz = sizeof(moe_pass_info *);
 	v->row = sizeof(moe_pass_info);
 	ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz); /* the last allocation: then the table changes */
+	ctx_commit_point(ctx);
 	ctx_keep(ctx, v->data);
 	ctx_keep(ctx, d);
 	((moe_pass_info **)v->data)[v->n++] = d;
@@ -406,6 +407,7 @@ static moe_status pipeline_run_copy(moe_ctx *ctx, const moe_pipeline *p, moe_mod
 		w->graphs[w->ngraphs++] = ir_graph_clone(m->graphs[k]);
 	}
 	moe_status s = pipeline_run(ctx, p, w, ro);
+	ctx_commit_point(ctx); /* no throw once m holds blocks born in the guard */
 	for (uint32_t k = 0; k < m->ngraphs; k++) {
 		moe_graph tmp = *m->graphs[k];
 		*m->graphs[k] = *w->graphs[k];

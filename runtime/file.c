@@ -622,6 +622,7 @@ static void sync_dir(moe_ctx *ctx, const char *path)
 moe_status moe_atomic_commit(moe_atomic_file *f)
 {
 	moe_ctx *ctx = f->ctx;
+	ctx_commit_point(ctx); /* a doomed guarded call renames nothing into place */
 	int err = 0;
 	const char *what = NULL;
 	errno = 0;

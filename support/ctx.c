@@ -210,6 +210,12 @@ void ctx_guard_end(moe_ctx *c, ctx_guard *g)
 	c->guard = NULL;
 }
 
+void ctx_commit_point(moe_ctx *c)
+{
+	if (c->guard && c->pending)
+		ctx_throw(c, c->pending);
+}
+
 bool ctx_guarded(const moe_ctx *c)
 {
 	return c->guard != NULL;

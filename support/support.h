@@ -58,6 +58,10 @@ typedef struct ctx_guard {
 bool ctx_guard_begin(moe_ctx *ctx, ctx_guard *g);
 void ctx_guard_end(moe_ctx *ctx, ctx_guard *g);
 bool ctx_guarded(const moe_ctx *ctx);
+/* Before a guarded call changes something that outlives it (swaps graphs
+ * into the caller's module, renames an output into place): throw now if a
+ * refused diagnostic already dooms the call. */
+void ctx_commit_point(moe_ctx *ctx);
 /* The allocator refused n bytes: unwind to the guard (abort without one). */
 _Noreturn void ctx_throw(moe_ctx *ctx, size_t n);
 /* Run fn(arg) if a throw unwinds past this point; ctx_undefer(h) once the
