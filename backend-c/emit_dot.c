@@ -151,7 +151,7 @@ static void prefetch_next_tile(eml *E, const cg_dot *t, LLVMTypeRef welt, LLVMVa
 
 /* elements of a packed copy prefetched ahead of the step being read: the
  * steps of a tile, then the next tile, lie one after the other */
-enum { DOT_PACK_AHEAD = 4 * 2 * DOT_LANES * DOT_LANES };
+enum { DOT_PACK_AHEAD = 16 * 2 * DOT_LANES * DOT_LANES };
 
 /* pair vector p of the step at element pat of the packed copy pw (pack.c) */
 static LLVMValueRef wpair_packed(eml *E, LLVMValueRef pw, LLVMValueRef pat, int p)
