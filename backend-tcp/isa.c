@@ -152,7 +152,15 @@ static void verr(vc *c, int64_t pc, const char *fmt, ...)
 
 static bool dtype_ok(int d)
 {
-	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL;
+	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL || d == MOE_F8E4M3 || d == MOE_U8;
+}
+
+/* A view's unit: elements of its tensor, or 4-bit elements of the tensor's
+ * bytes for s0 of a tu.vec with TCP_F_E2M1 / TCP_F_I4. */
+static int64_t view_numel(const tcp_insn *in, int which, const tcp_tensor *t)
+{
+	bool nib = in->op == TCP_OP_TU_VEC && which == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4));
+	return nib ? t->numel * (int64_t)moe_dtype_size((moe_dtype)t->dtype) * 2 : t->numel;
 }
 
 static int64_t space_cap(const moe_tcp_machine *m, int space)
@@ -274,12 +282,13 @@ static void check_view(vc *c, int64_t pc, const tcp_insn *in, int which, unsigne
 	}
 	/* with an offset register only the static part can be checked here;
 	 * the simulator checks the rest when it runs */
-	if (v->reg == -1 && (lo < 0 || hi >= t->numel))
+	int64_t ne = view_numel(in, which, t);
+	if (v->reg == -1 && (lo < 0 || hi >= ne))
 		verr(c, pc, "operand %s: elements [%lld, %lld] outside tensor '%s' of %lld elements", vn[which],
-			(long long)lo, (long long)hi, t->name, (long long)t->numel);
-	if (v->reg != -1 && (lo > t->numel || hi - lo >= t->numel))
+			(long long)lo, (long long)hi, t->name, (long long)ne);
+	if (v->reg != -1 && (lo > ne || hi - lo >= ne))
 		verr(c, pc, "operand %s: a view of %lld elements cannot fit tensor '%s' of %lld", vn[which],
-			(long long)(hi - lo + 1), t->name, (long long)t->numel);
+			(long long)(hi - lo + 1), t->name, (long long)ne);
 }
 
 #define SP(x) (1u << (x))
@@ -326,6 +335,10 @@ static void check_insn(vc *c, int64_t pc)
 		}
 	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
 		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
+	if ((in->flags & (TCP_F_E2M1 | TCP_F_I4)) &&
+		(in->op != TCP_OP_TU_VEC || (in->flags & (TCP_F_E2M1 | TCP_F_I4)) == (TCP_F_E2M1 | TCP_F_I4) ||
+			(unsigned)in->v[TCP_V_S0].t >= c->p->nt || c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
+		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);

@@ -154,7 +154,11 @@ typedef struct tcp_view {
 enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
 /* TCP_F_JOIN (DMA): the command is one more descriptor of the preceding DMA
  * command's list; its setup runs on other engines while that one transfers */
-enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8 };
+/* TCP_F_E2M1, TCP_F_I4 (tu.vec): stream s0 is read in 4-bit elements of its
+ * tensor's bytes (element i: byte i / 2, low nibble when i is even), decoded
+ * by the fetch unit: E2M1 through its table to f8e4m3 and widened to f32;
+ * i4 with the zero point 8 subtracted, widened to i32 (docs/tcp-isa.md 5). */
+enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32 };
 
 typedef struct tcp_insn {
 	uint8_t op;
