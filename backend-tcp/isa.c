@@ -474,14 +474,14 @@ static void check_insn(vc *c, int64_t pc)
 		check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
 		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
 		int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
-		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32)))
-			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts)");
+		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3)))
+			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts) or both f8e4m3");
 		if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
 			verr(c, pc, "f32 operands need the bf16x3 split");
 		if (in->tile < 1 || in->tile > in->dim[1])
 			verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
 				(long long)in->dim[1]);
-		else if (in->tile * in->dim[2] * 2 * (a == MOE_F32 ? 2 : 1) > tcp_trf_bytes(m))
+		else if (in->tile * in->dim[2] * (a == MOE_F32 ? 4 : a == MOE_F8E4M3 ? 1 : 2) > tcp_trf_bytes(m))
 			verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
 				(long long)in->dim[2], (long long)tcp_trf_bytes(m));
 		break;

@@ -22,6 +22,16 @@
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
+/* TEMP-UNSPLIT */
+bool tcpl_weight_leaf(const moe_graph *g, moe_id id);
+typedef struct lw lw;
+typedef struct val val;
+bool tcpl_quant_in_region(const lw *c, moe_id id);
+bool tcpl_quant_is_view(const lw *c, moe_id id);
+bool tcpl_quant_no_buffer(const lw *c, moe_id id);
+void tcpl_lower_qview(lw *c, moe_id id);
+void tcpl_lower_dequant(lw *c, moe_id id);
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id);
 
 enum { VK_NONE, VK_IMM, VK_IOTA, VK_VIEW };
 
@@ -1099,6 +1109,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 static void lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
+	if (tcpl_lower_fp8_einsum(c, id))
+		return;
 	if (n->nargs != 2) {
 		lerr(c, id, "one-operand einsum has no TCP lowering");
 		return;
@@ -1268,8 +1280,8 @@ static void find_region(lw *c)
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||
-			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp && N(g, n->args[0])->op ==
-				MOE_OP_WEIGHT);
+			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
+				tcpl_weight_leaf(g, n->args[0])) || tcpl_quant_in_region(c, i);
 		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
 			N(g, n->args[0])->shape[0] == c->G)
 			r = true;
@@ -1491,7 +1503,7 @@ static void lower_region(lw *c)
 	}
 	/* region node buffers */
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || c->v[i].kind == VK_VIEW)
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || tcpl_quant_no_buffer(c, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -1843,10 +1855,15 @@ static void lower_node(lw *c, moe_id id)
 			lerr(c, id, "aliased cast of a value that is not a tensor view");
 		return;
 	}
+	if (tcpl_quant_is_view(c, id)) {
+		tcpl_lower_qview(c, id);
+		return;
+	}
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
 	case MOE_OP_SLICE:
 	case MOE_OP_BROADCAST: lower_view_op(c, id); return;
+	case MOE_OP_DEQUANT: tcpl_lower_dequant(c, id); return;
 	case MOE_OP_REDUCE_SUM:
 	case MOE_OP_REDUCE_MAX:
 	case MOE_OP_REDUCE_MIN: lower_reduce(c, id); return;
@@ -2004,17 +2021,31 @@ static void plan_fusions(lw *c)
 	ctx_free(c->ctx, user, (nn + 1) * sizeof *user);
 }
 
+/* TEMP-UNSPLIT wrappers */
+void tcpl_err(lw *c, moe_id n, const char *fmt, ...);
+void tcpl_err(lw *c, moe_id n, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	lerr(c, n, "%s", msg);
+}
+int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
+int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape) { return dm_tensor(c, at, name, dt, rank, shape); }
+void tcpl_dm_free(lw *c, int32_t t);
+void tcpl_dm_free(lw *c, int32_t t) { dm_free(c, t); }
+val *tcpl_dm_view(lw *c, moe_id id);
+val *tcpl_dm_view(lw *c, moe_id id) { return dm_view(c, id); }
+val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
+val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt) { return out_val(c, id, dt); }
+int tcpl_valid_reg(lw *c, moe_id id);
+int tcpl_valid_reg(lw *c, moe_id id) { return valid_reg(c, id); }
+
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
 {
 	uint32_t nn = g->nnodes;
-	for (moe_id i = 0; i < nn; i++)
-		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
-			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
-				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
-			if (prep)
-				ctx_free(ctx, prep, prep_len + 1);
-			return NULL;
-		}
 	/* weights beyond HBM: the same clear error as after lowering, before any DM limit is met */
 	double wsum = 0;
 	moe_id big = MOE_NONE; /* the largest weight names the place */

@@ -18,6 +18,8 @@
 #include "backend-tcp/lower_int.h"
 #include "ir/quant.h"
 
+static moe_id fp8_weight(const lw *c, moe_id d);
+
 /* A weight leaf, possibly under reshapes (mxfp4 blocks [E, N, K/32, 16] are
  * read as [E, N, K/2]). */
 bool tcpl_weight_leaf(const moe_graph *g, moe_id id)
@@ -165,6 +167,8 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *qn = N(c->g, n->args[0]);
 	qt_info qi;
+	if (fp8_weight(c, id) != MOE_NONE)
+		return; /* act=fp8: the contractions read the packed weight */
 	if (!c->inreg[id] || n->rank != 2 || !ir_dequant_info(c->g, n, &qi)) {
 		tcpl_err(c, id, "dequant is lowered only for the experts' weights inside the block loop (a quantized "
 				"weight elsewhere is dequantized when the weights are bound)");
@@ -184,4 +188,192 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 	dq_pass(c, &qi, q, qu, s, d, 0, fn, qi.bn, fk * qi.bk, 1, rk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, 0, fk, qi.bk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
+}
+
+/* ---- act=fp8: DeepSeek's fp8_gemm on the block loop (block FP8 only) ----
+ * Per block and projection y[M, O] = x[M, I] W^T with W = fp8 q [O, I] in
+ * 128 x 128 blocks of scales s [O/128, I/128]:
+ *   sa[m, c] = max_i |x[m, 128c + i]| / 448                       (one pass)
+ *   xq[m, i] = e4m3(x[m, i] / sa[m, i / 128])   (cast, nearest even; one pass)
+ *   P[c][m, o] = sum_{i in chunk c} xq[m, i] q[o, i]   (one f8 x f8 contraction
+ *                per 128-wide K chunk, f32 accumulation)
+ *   y[m, o] = sum_c P[c][m, o] x sa[m, c] x s[o / 128, c]   (one pass, in
+ *             increasing c: the f32 per-chunk scaling of fp8_gemm)
+ * The dequant itself then emits nothing: the contractions read the packed
+ * fp8 weights straight from their per-block buffer. */
+
+/* The dequant a block contraction reads as its weight, when it is contracted
+ * with fp8 activations (act=fp8, block FP8 128 x 128 dividing N and K, read
+ * only by block einsums "gbi,goi->gbo" as the weight); else MOE_NONE. */
+static moe_id fp8_weight(const lw *c, moe_id d)
+{
+	const ir_node *n = N(c->g, d);
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || !c->inreg[d] || strcmp(ir_attr_str(n, "act", "bf16"), "fp8") ||
+		!ir_dequant_info(c->g, n, &qi) || qi.fmt != QT_FP8 || qi.bn != 128 || qi.bk != 128 || qi.N % 128 ||
+		qi.K % 128)
+		return MOE_NONE;
+	for (moe_id u = d + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2 || !c->inreg[u] ||
+							strcmp(ir_attr_str(un, "eq", ""), "gbi,goi->gbo")))
+				return MOE_NONE;
+	}
+	return d;
+}
+
+bool tcpl_quant_no_buffer(const lw *c, moe_id id)
+{
+	return tcpl_quant_is_view(c, id) || fp8_weight(c, id) != MOE_NONE;
+}
+
+static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+	tcp_view v = tcp_view_none();
+	v.t = t;
+	v.base = base;
+	v.stride[0] = s0;
+	v.stride[1] = s1;
+	v.stride[2] = s2;
+	v.stride[3] = s3;
+	return v;
+}
+
+static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = d3 ? 4 : 3;
+	in.dim[0] = d0;
+	in.dim[1] = d1;
+	in.dim[2] = d2;
+	in.dim[3] = d3;
+	in.vreg = vreg;
+	return in;
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* The two TRF tiles, (re)declared for f8e4m3 [Opass, 128] tiles. */
+static void fp8_trf(lw *c, const cplan *pl)
+{
+	int64_t need = pl->Opass * pl->It, fp = rup(pl->Os * pl->It, c->m->flit_bytes),
+		share = rup((need + c->S - 1) / c->S, c->m->flit_bytes);
+	fp = fp > share ? fp : share;
+	if (c->trf[0] >= 0 && need <= c->trf_rows_cap && c->p->t[c->trf[0]].dtype == MOE_F8E4M3 &&
+		c->p->t[c->trf[0]].slice_bytes == fp)
+		return;
+	int64_t sh[2] = {pl->Opass, pl->It};
+	for (int k = 0; k < 2; k++) {
+		c->trf[k] = tcp_add_tensor(c->p, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, MOE_F8E4M3, 2, sh);
+		c->p->t[c->trf[k]].addr = k * (tcp_trf_bytes(c->m) / 2);
+		c->p->t[c->trf[k]].slice_bytes = fp;
+	}
+	c->trf_rows_cap = need;
+}
+
+/* P[c] = xq[:, chunk c] q[:, chunk c]^T for every chunk: sub loads and f8 contractions. */
+static void fp8_chunks(lw *c, const val *q, int32_t xq, int32_t P, int64_t M, int64_t O, int64_t I, int vreg)
+{
+	cplan pl = tcp_plan_contract(c->m, M, O, 128, MOE_F8E4M3, NULL);
+	fp8_trf(c, &pl);
+	int64_t npass = (O + pl.Opass - 1) / pl.Opass;
+	for (int64_t kc = 0; kc < I / 128; kc++)
+		for (int64_t ps = 0; ps < npass; ps++) {
+			int64_t o0 = ps * pl.Opass, on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
+			int32_t tt = c->trf[c->trf_k];
+			c->trf_k ^= 1;
+			tcp_insn ld_ = tcp_insn_init(TCP_OP_SUB_TRF);
+			ld_.ndim = 2;
+			ld_.dim[0] = on;
+			ld_.dim[1] = 128;
+			ld_.v[TCP_V_DST] = v4(tt, 0, 128, 1, 0, 0);
+			ld_.v[TCP_V_S0] = qview(q, 1, o0 * q->stride[0] + kc * 128 * q->stride[1], q->stride[0], q->stride[1],
+				1, 1, true);
+			ld_.v[TCP_V_S0].stride[1] = q->stride[1];
+			emit(c, &ld_);
+			tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
+			in.ndim = 3;
+			in.dim[0] = M;
+			in.dim[1] = on;
+			in.dim[2] = 128;
+			in.tile = pl.Os < on ? pl.Os : on;
+			in.vreg = vreg;
+			in.v[TCP_V_S0] = v4(xq, kc * 128, I, 0, 1, 0);
+			in.v[TCP_V_S1] = v4(tt, 0, 0, 128, 1, 0);
+			in.v[TCP_V_DST] = v4(P, kc * M * O + o0, O, 1, 0, 0);
+			emit(c, &in);
+		}
+}
+
+/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
+ * false when its weight is not contracted that way. */
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
+		return false;
+	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
+	const val *q = &c->v[dn->args[0]], *s = &c->v[dn->args[1]];
+	val *av = tcpl_dm_view(c, n->args[0]);
+	if (c->failed)
+		return true;
+	val a = *av;
+	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[0], nk = I / 128;
+	int vreg = tcpl_valid_reg(c, id);
+	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shp[3] = {nk, M, O};
+	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	int32_t P = tcpl_dm_tensor(c, id, "fp8.partial", MOE_F32, 3, shp);
+	tcp_view av3 = qview(&a, 1, 0, a.stride[0], a.stride[1], 1, 128, false);
+	av3.stride[0] = a.stride[0];
+	av3.stride[1] = 128 * a.stride[1];
+	av3.stride[2] = a.stride[1];
+	av3.stride[3] = 0;
+	/* sa = max |a| / 448 per 1 x 128 group */
+	tcp_insn p1 = vec3(M, nk, 128, 0, vreg);
+	p1.v[TCP_V_S0] = av3;
+	p1.v[TCP_V_DST] = v4(sa, 0, nk, 1, 0, 0);
+	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
+	emit(c, &p1);
+	/* xq = e4m3(a / sa): the commit's cast rounds to nearest even */
+	tcp_insn p2 = vec3(M, nk, 128, 0, vreg);
+	p2.v[TCP_V_S0] = av3;
+	p2.v[TCP_V_S1] = v4(sa, 0, nk, 1, 0, 0);
+	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
+	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p2);
+	fp8_chunks(c, q, xq, P, M, O, I, vreg);
+	/* y = sum over chunks of P x sa x s_w, in chunk order */
+	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
+	p3.v[TCP_V_S0] = v4(P, 0, O, 128, 1, M * O);
+	p3.v[TCP_V_S1] = v4(sa, 0, nk, 0, 0, 1);
+	p3.v[TCP_V_S2] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
+	p3.v[TCP_V_S2].stride[0] = 0;
+	p3.v[TCP_V_S2].stride[1] = s->stride[0];
+	p3.v[TCP_V_S2].stride[2] = 0;
+	p3.v[TCP_V_S2].stride[3] = s->stride[1];
+	tcp_view dv = qview(ov, 1, 0, ov->stride[0], ov->stride[1], 1, 1, true);
+	dv.stride[0] = ov->stride[0];
+	dv.stride[1] = 128 * ov->stride[1];
+	dv.stride[2] = ov->stride[1];
+	dv.stride[3] = 0;
+	p3.v[TCP_V_DST] = dv;
+	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S2, 0);
+	step(&p3, TCP_V_FRSUM, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p3);
+	tcpl_dm_free(c, P);
+	tcpl_dm_free(c, xq);
+	tcpl_dm_free(c, sa);
+	c->p->nproj++;
+	return true;
 }

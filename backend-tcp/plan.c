@@ -26,9 +26,10 @@ static int64_t rup(int64_t a, int64_t b)
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
 {
 	cplan best = {M, O, I, 0, 0, 0};
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, x = wdt == MOE_F32 ? 3 : 1;
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
 	int64_t budget = tcp_trf_bytes(m) / 2;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16], over = m->fill_drain + m->issue_cycles;
+	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
 	int64_t best_t = -1;
 	for (int64_t os = 1; os <= O; os++) {
 		int64_t it = budget / (os * e);
@@ -43,7 +44,7 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 		int64_t mac = cdiv(bs * os * it * x, macs), stream = cdiv(bs * it * e, m->stream_bytes_per_cycle);
 		int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
 		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += m->tree_latency[TCP_MT_BF16] + over;
+		main_ += m->tree_latency[mt] + over;
 		int64_t load = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
 		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
 		if (best_t < 0 || t < best_t) {

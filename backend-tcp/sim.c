@@ -16,6 +16,7 @@
 
 #include "backend-tcp/tcp_int.h"
 #include "ir/scalar.h"
+#include "backend-tcp/sim_quant.h"
 #include "moec/io.h"
 
 #define NHAZ 8
@@ -156,6 +157,8 @@ static uint32_t load_word(const sim *s, int32_t t, int64_t i)
 		return (uint32_t)h << 16;
 	}
 	case MOE_BOOL: return d[i] ? 1u : 0u;
+	case MOE_F8E4M3: return tcpq_bits(qt_e4m3(d[i])); /* the fetch widens f8 to f32 */
+	case MOE_U8: return d[i];
 	default: {
 		uint32_t u;
 		memcpy(&u, d + 4 * i, 4);
@@ -174,6 +177,8 @@ static void store_word(sim *s, int32_t t, int64_t i, uint32_t w)
 		break;
 	}
 	case MOE_BOOL: d[i] = w != 0; break;
+	case MOE_F8E4M3: d[i] = tcpq_to_e4m3(w2f(w)); break; /* the cast stage narrows f32 to f8 */
+	case MOE_U8: d[i] = (uint8_t)w; break;
 	default: memcpy(d + 4 * i, &w, 4); break;
 	}
 }
@@ -209,6 +214,25 @@ static bool vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t
 			(long long)a, (long long)b, t->name, (long long)t->numel);
 		return false;
 	}
+	return true;
+}
+
+/* vrange for a view in 4-bit elements of its tensor's bytes; lo, hi in elements of the tensor. */
+static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
+{
+	tcp_view b = *v;
+	int64_t per = 2 * esz_of(s, v->t), a = vbase(s, v), z = a;
+	for (int k = 0; k < nd; k++) {
+		int64_t x = v->stride[k] * (dim[k] - 1);
+		*(x < 0 ? &a : &z) += x;
+	}
+	if (a < 0 || z >= s->p->t[v->t].numel * per) {
+		b.reg = -1;
+		b.base = a < 0 ? a : s->p->t[v->t].numel; /* reported as an overflow by vrange */
+		return vrange(s, pc, &b, 0, dim, lo, hi);
+	}
+	*lo = a / per;
+	*hi = z / per;
 	return true;
 }
 
@@ -746,10 +770,12 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int nd = in->ndim;
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW];
 	acc a = {0};
+	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4); /* s0 in 4-bit elements */
 	for (int w = 0; w < TCP_NVIEW; w++) {
 		if (in->v[w].t < 0)
 			continue;
-		if (!vrange(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w]))
+		if (!(nib && w == TCP_V_S0 ? nib_range(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w])
+					   : vrange(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w])))
 			return;
 		acc_add(&a, in->v[w].t, lo[w], hi[w], w == TCP_V_DST);
 	}
@@ -800,7 +826,9 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		}
 		uint32_t sw[3];
 		for (int w = 0; w < 3; w++)
-			sw[w] = in->v[w + 1].t >= 0 ? load_word(s, in->v[w + 1].t, off[w + 1]) : 0;
+			sw[w] = in->v[w + 1].t < 0 ? 0
+				: nib && w == 0 ? tcpq_nibble_word(s->data[in->v[1].t], off[1], nib)
+						: load_word(s, in->v[w + 1].t, off[w + 1]);
 		bool masked = nd > 0 && idx[0] >= cnt;
 		int64_t j = nd ? idx[nd - 1] : 0;
 		bool first = j == 0, lastel = j == L - 1;
@@ -872,8 +900,9 @@ static void run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t fsum = 0, fmax = 0, ns = 0;
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
-			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
-			int64_t cyc = cdiv(el * e, rs);
+			bool n4 = nib && w == TCP_V_S0; /* 4-bit elements: half a byte each */
+			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t cyc = n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
 			fsum += cyc;
 			fmax = cyc > fmax ? cyc : fmax;
 			ns++;
@@ -998,15 +1027,16 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
+	int mt = s->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate */
 	int64_t macs = Bs * in->tile * I * (x3 ? 3 : 1);
-	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16]);
-	int64_t ae = x3 ? 4 : 2;
+	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[mt]);
+	int64_t ae = x3 ? 4 : mt == TCP_MT_F8 ? 1 : 2;
 	int64_t stream = tiles * cdiv(Bs * I * ae, m->stream_bytes_per_cycle);
 	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0)),
 		m->fetch_bytes);
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;
-	t += m->tree_latency[TCP_MT_BF16] + m->fill_drain;
+	t += m->tree_latency[mt] + m->fill_drain;
 	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, mac);
 	schedule(s, pc, &a, t);
 }
