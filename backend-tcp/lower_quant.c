@@ -29,16 +29,19 @@ bool tcpl_weight_leaf(const moe_graph *g, moe_id id)
 	return N(g, id)->op == MOE_OP_WEIGHT;
 }
 
-/* A slice or one-operand einsum of a per-block dequantized weight: a view. */
-static bool qview_of(const lw *c, moe_id id)
+/* A slice or one-operand einsum of a per-block dequantized weight: a view.
+ * (The region's nodes are lowered with their leading G dropped, so only
+ * membership, decided before, looks at the shapes.) */
+static bool qview_of(const lw *c, moe_id id, bool shapes)
 {
 	const ir_node *n = N(c->g, id);
 	if (!(n->op == MOE_OP_SLICE || (n->op == MOE_OP_EINSUM && n->nargs == 1)) || n->args[0] == MOE_NONE)
 		return false;
 	moe_id a = n->args[0];
 	const ir_node *an = N(c->g, a);
-	return c->inreg[a] && n->rank >= 1 && n->shape[0] == c->G && an->rank >= 1 && an->shape[0] == c->G &&
-	       (an->op == MOE_OP_DEQUANT || qview_of(c, a));
+	if (shapes && !(n->rank >= 1 && n->shape[0] == c->G && an->rank >= 1 && an->shape[0] == c->G))
+		return false;
+	return c->inreg[a] && (an->op == MOE_OP_DEQUANT || qview_of(c, a, shapes));
 }
 
 bool tcpl_quant_in_region(const lw *c, moe_id id)
@@ -46,12 +49,12 @@ bool tcpl_quant_in_region(const lw *c, moe_id id)
 	const ir_node *n = N(c->g, id);
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
-	return qview_of(c, id);
+	return qview_of(c, id, true);
 }
 
 bool tcpl_quant_is_view(const lw *c, moe_id id)
 {
-	return c->inreg[id] && qview_of(c, id);
+	return c->inreg[id] && qview_of(c, id, false);
 }
 
 /* Per block (shapes without the leading G): the view that a slice or a
@@ -325,7 +328,8 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		return true;
 	val a = *av;
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
-	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[0], nk = I / 128;
+	/* the dequant keeps its leading G here (it has no per-block view) */
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2], nk = I / 128;
 	int vreg = tcpl_valid_reg(c, id);
 	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shp[3] = {nk, M, O};
 	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);

@@ -206,9 +206,12 @@ def main():
                            extra=["--quant-act=fp8"])
             ref = float_ref(d, np.load(x), patch=fp8_patch)
             err = rel_err(y, ref)
-            print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme"
-                  % ("ok" if err <= TOL else "FAIL", name, err))
-            failed += err > TOL
+            # the activation rounding is visible: farther from the weight-only layer than from its reference
+            err_wo = rel_err(y, float_ref(d, np.load(x)))
+            good = err <= TOL and err < err_wo
+            print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
+                  "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
+            failed += not good
         moe, tcps = os.path.join(tmp, "c.moe"), os.path.join(tmp, "c.tcps")
         run([moec, "import-hf", os.path.join(FIXTURES, "qwen3_moe", "config.json"), "--tokens", "5", "--set",
              "dtype=bf16", "-o", moe])
