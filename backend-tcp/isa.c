@@ -335,6 +335,8 @@ static void check_insn(vc *c, int64_t pc)
 		}
 	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
 		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
+	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT)
+		verr(c, pc, "only a contraction is scaled");
 	if ((in->flags & (TCP_F_E2M1 | TCP_F_I4)) &&
 		(in->op != TCP_OP_TU_VEC || (in->flags & (TCP_F_E2M1 | TCP_F_I4)) == (TCP_F_E2M1 | TCP_F_I4) ||
 			(unsigned)in->v[TCP_V_S0].t >= c->p->nt || c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
@@ -472,8 +474,14 @@ static void check_insn(vc *c, int64_t pc)
 		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
 		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
 		check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
-		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
+		bool sc = in->flags & TCP_F_SCALED;
+		int64_t dch[3] = {in->dim[0], in->dim[1], in->dim[2] / TCP_SCALE_CHUNK};
+		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
 		int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
+		if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
+				  vdt(c, in, TCP_V_S2) != MOE_F32))
+			verr(c, pc, "a scaled contraction takes f8e4m3 operands, f32 scales in s2 and a reduction of whole "
+				    "%d-element chunks, without acc", TCP_SCALE_CHUNK);
 		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3)))
 			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts) or both f8e4m3");
 		if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))

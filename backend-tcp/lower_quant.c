@@ -195,15 +195,16 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 
 /* ---- act=fp8: DeepSeek's fp8_gemm on the block loop (block FP8 only) ----
  * Per block and projection y[M, O] = x[M, I] W^T with W = fp8 q [O, I] in
- * 128 x 128 blocks of scales s [O/128, I/128]:
- *   sa[m, c] = max_i |x[m, 128c + i]| / 448                       (one pass)
- *   xq[m, i] = e4m3(x[m, i] / sa[m, i / 128])   (cast, nearest even; one pass)
- *   P[c][m, o] = sum_{i in chunk c} xq[m, i] q[o, i]   (one f8 x f8 contraction
- *                per 128-wide K chunk, f32 accumulation)
- *   y[m, o] = sum_c P[c][m, o] x sa[m, c] x s[o / 128, c]   (one pass, in
- *             increasing c: the f32 per-chunk scaling of fp8_gemm)
- * The dequant itself then emits nothing: the contractions read the packed
- * fp8 weights straight from their per-block buffer. */
+ * 128 x 128 blocks of scales s [O/128, I/128], c = 0 .. I/128 - 1:
+ *   sa[m, c] = max_i |x[m, 128c + i]| / 448                     (one pass)
+ *   xq[m, i] = e4m3(x[m, i] / sa[m, i / 128])  (the cast rounds to nearest even; one pass)
+ *   C[m, o, c] = sa[m, c] x s[o / 128, c]                       (one pass)
+ *   y[m, o] = sum_c C[m, o, c] x (sum_{i in chunk c} xq[m, i] q[o, i])
+ * the last one contraction per TRF pass, f8 x f8 at the fp8 MAC rate, whose
+ * accumulator is scaled and added per 128-wide chunk in f32 (flags=scaled:
+ * the vector stage behind the contraction engine, docs/tcp-isa.md 6). The
+ * dequant itself emits nothing: the contraction reads the packed fp8 weight
+ * straight from its per-block buffer into TRF. */
 
 /* The dequant a block contraction reads as its weight, when it is contracted
  * with fp8 activations (act=fp8, block FP8 128 x 128 dividing N and K, read
@@ -262,7 +263,7 @@ static uint32_t fbits(float f)
 	return u;
 }
 
-/* The two TRF tiles, (re)declared for f8e4m3 [Opass, 128] tiles. */
+/* The two TRF tiles, (re)declared for f8e4m3 [Opass, I] tiles. */
 static void fp8_trf(lw *c, const cplan *pl)
 {
 	int64_t need = pl->Opass * pl->It, fp = rup(pl->Os * pl->It, c->m->flit_bytes),
@@ -280,38 +281,61 @@ static void fp8_trf(lw *c, const cplan *pl)
 	c->trf_rows_cap = need;
 }
 
-/* P[c] = xq[:, chunk c] q[:, chunk c]^T for every chunk: sub loads and f8 contractions. */
-static void fp8_chunks(lw *c, const val *q, int32_t xq, int32_t P, int64_t M, int64_t O, int64_t I, int vreg)
+/* The tiling of a scaled contraction: the whole reduction in one TRF tile
+ * (the scale chunks must not straddle an accumulation), as many rows per
+ * slice as the planner would take within that. */
+static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I)
 {
-	cplan pl = tcp_plan_contract(c->m, M, O, 128, MOE_F8E4M3, NULL);
+	cplan pl = tcp_plan_contract(c->m, M, O, I, MOE_F8E4M3, NULL);
+	if (pl.It < I) {
+		int64_t os = tcp_trf_bytes(c->m) / 2 / I;
+		pl.Os = os < 1 ? 1 : os < O ? os : O;
+		pl.It = I;
+		pl.Opass = O < c->S * pl.Os ? O : c->S * pl.Os;
+	}
+	return pl;
+}
+
+/* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions. */
+static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, const val *ov, int64_t M, int64_t O,
+	int64_t I, int vreg)
+{
+	cplan pl = fp8_plan(c, M, O, I);
+	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
+		tcpl_err(c, at, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
 	fp8_trf(c, &pl);
-	int64_t npass = (O + pl.Opass - 1) / pl.Opass;
-	for (int64_t kc = 0; kc < I / 128; kc++)
-		for (int64_t ps = 0; ps < npass; ps++) {
-			int64_t o0 = ps * pl.Opass, on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
-			int32_t tt = c->trf[c->trf_k];
-			c->trf_k ^= 1;
-			tcp_insn ld_ = tcp_insn_init(TCP_OP_SUB_TRF);
-			ld_.ndim = 2;
-			ld_.dim[0] = on;
-			ld_.dim[1] = 128;
-			ld_.v[TCP_V_DST] = v4(tt, 0, 128, 1, 0, 0);
-			ld_.v[TCP_V_S0] = qview(q, 1, o0 * q->stride[0] + kc * 128 * q->stride[1], q->stride[0], q->stride[1],
-				1, 1, true);
-			ld_.v[TCP_V_S0].stride[1] = q->stride[1];
-			emit(c, &ld_);
-			tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
-			in.ndim = 3;
-			in.dim[0] = M;
-			in.dim[1] = on;
-			in.dim[2] = 128;
-			in.tile = pl.Os < on ? pl.Os : on;
-			in.vreg = vreg;
-			in.v[TCP_V_S0] = v4(xq, kc * 128, I, 0, 1, 0);
-			in.v[TCP_V_S1] = v4(tt, 0, 0, 128, 1, 0);
-			in.v[TCP_V_DST] = v4(P, kc * M * O + o0, O, 1, 0, 0);
-			emit(c, &in);
-		}
+	int64_t nk = I / 128;
+	for (int64_t o0 = 0; o0 < O; o0 += pl.Opass) {
+		int64_t on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
+		int32_t tt = c->trf[c->trf_k];
+		c->trf_k ^= 1;
+		tcp_insn ld_ = tcp_insn_init(TCP_OP_SUB_TRF);
+		ld_.ndim = 2;
+		ld_.dim[0] = on;
+		ld_.dim[1] = I;
+		ld_.v[TCP_V_DST] = v4(tt, 0, I, 1, 0, 0);
+		ld_.v[TCP_V_S0] = qview(q, 1, o0 * q->stride[0], q->stride[0], q->stride[1], 1, 1, true);
+		ld_.v[TCP_V_S0].stride[1] = q->stride[1];
+		emit(c, &ld_);
+		tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
+		in.ndim = 3;
+		in.dim[0] = M;
+		in.dim[1] = on;
+		in.dim[2] = I;
+		in.tile = pl.Os < on ? pl.Os : on;
+		in.vreg = vreg;
+		in.flags = TCP_F_SCALED;
+		in.v[TCP_V_S0] = v4(xq, 0, I, 0, 1, 0);
+		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
+		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
+		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
+		dv.stride[1] = ov->stride[1];
+		dv.stride[2] = 0;
+		in.v[TCP_V_DST] = dv;
+		emit(c, &in);
+	}
 }
 
 /* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
@@ -331,10 +355,10 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	/* the dequant keeps its leading G here (it has no per-block view) */
 	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2], nk = I / 128;
 	int vreg = tcpl_valid_reg(c, id);
-	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shp[3] = {nk, M, O};
+	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shc[3] = {M, O, nk};
 	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
 	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
-	int32_t P = tcpl_dm_tensor(c, id, "fp8.partial", MOE_F32, 3, shp);
+	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
 	tcp_view av3 = qview(&a, 1, 0, a.stride[0], a.stride[1], 1, 128, false);
 	av3.stride[0] = a.stride[0];
 	av3.stride[1] = 128 * a.stride[1];
@@ -355,27 +379,19 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
 	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p2);
-	fp8_chunks(c, q, xq, P, M, O, I, vreg);
-	/* y = sum over chunks of P x sa x s_w, in chunk order */
+	/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] */
 	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
-	p3.v[TCP_V_S0] = v4(P, 0, O, 128, 1, M * O);
-	p3.v[TCP_V_S1] = v4(sa, 0, nk, 0, 0, 1);
-	p3.v[TCP_V_S2] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
-	p3.v[TCP_V_S2].stride[0] = 0;
-	p3.v[TCP_V_S2].stride[1] = s->stride[0];
-	p3.v[TCP_V_S2].stride[2] = 0;
-	p3.v[TCP_V_S2].stride[3] = s->stride[1];
-	tcp_view dv = qview(ov, 1, 0, ov->stride[0], ov->stride[1], 1, 1, true);
-	dv.stride[0] = ov->stride[0];
-	dv.stride[1] = 128 * ov->stride[1];
-	dv.stride[2] = ov->stride[1];
-	dv.stride[3] = 0;
-	p3.v[TCP_V_DST] = dv;
+	p3.v[TCP_V_S0] = v4(sa, 0, nk, 0, 0, 1);
+	p3.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
+	p3.v[TCP_V_S1].stride[0] = 0;
+	p3.v[TCP_V_S1].stride[1] = s->stride[0];
+	p3.v[TCP_V_S1].stride[2] = 0;
+	p3.v[TCP_V_S1].stride[3] = s->stride[1];
+	p3.v[TCP_V_DST] = v4(C, 0, O * nk, 128 * nk, nk, 1);
 	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
-	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S2, 0);
-	step(&p3, TCP_V_FRSUM, TCP_SRC_V, TCP_SRC_NONE, 0);
 	emit(c, &p3);
-	tcpl_dm_free(c, P);
+	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	tcpl_dm_free(c, C);
 	tcpl_dm_free(c, xq);
 	tcpl_dm_free(c, sa);
 	c->p->nproj++;

@@ -934,6 +934,28 @@ static void split3(float x, float *hi, float *lo)
 	*lo = isfinite(*hi) ? moe_bf16_to_f32(moe_f32_to_bf16(x - *hi)) : 0.0f;
 }
 
+/* One row of a scaled contraction (act=fp8): per 128-wide chunk of I, the
+ * chunk's f32 sum of products times s2[r, o, chunk], added in chunk order.
+ * sum holds 2 O floats (the total, then the chunk's sum). */
+static void scaled_row(sim *s, const tcp_insn *in, int64_t r, const float *arow, const float *wt, float *sum, int64_t pb)
+{
+	int64_t O = in->dim[1], I = in->dim[2];
+	const tcp_view *pv = &in->v[TCP_V_S2];
+	float *part = sum + O;
+	for (int64_t c0 = 0; c0 < I; c0 += TCP_SCALE_CHUNK) {
+		for (int64_t o = 0; o < O; o++)
+			part[o] = 0.0f;
+		for (int64_t i = c0; i < c0 + TCP_SCALE_CHUNK && i < I; i++)
+			for (int64_t o = 0; o < O; o++)
+				part[o] = flush_fast(part[o] + arow[i] * wt[i * O + o]);
+		for (int64_t o = 0; o < O; o++) {
+			float sc = fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1] +
+								 c0 / TCP_SCALE_CHUNK * pv->stride[2]));
+			sum[o] = flush_fast(sum[o] + flush_fast(part[o] * sc));
+		}
+	}
+}
+
 static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	const moe_tcp_machine *m = s->m;
@@ -944,6 +966,8 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		if (in->v[w].t < 0)
 			continue;
 		int64_t d[3] = {w == TCP_V_S1 ? 1 : M, w == TCP_V_S0 ? 1 : O, (w == TCP_V_S0 || w == TCP_V_S1) ? I : 1};
+		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED))
+			d[2] = I / TCP_SCALE_CHUNK; /* one scale per (row, output, chunk) */
 		if (!vrange(s, pc, &in->v[w], 3, d, &lo, &hi))
 			return;
 		acc_add(&a, in->v[w].t, lo, hi, w == TCP_V_DST);
@@ -964,7 +988,7 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	size_t wn = (size_t)(compute ? O * I : 0);
 	float *wt = compute ? malloc(sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
 	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
-	float *sum = compute ? malloc(sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	float *sum = compute ? malloc(sizeof(float) * 2 * (size_t)(O ? O : 1)) : NULL;
 	if (compute && (!wt || !arow || !sum)) {
 		free(wt);
 		free(arow);
@@ -998,6 +1022,12 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		}
 		for (int64_t o = 0; o < O; o++)
 			sum[o] = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1])) : 0.0f;
+		if (in->flags & TCP_F_SCALED) {
+			scaled_row(s, in, r, arow, wt, sum, pb);
+			for (int64_t o = 0; o < O; o++)
+				store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum[o]));
+			continue;
+		}
 		for (int64_t i = 0; i < I; i++) {
 			const float a = arow[i], *w = wt + i * O;
 			if (x3 && isfinite(a) && wfin) {
@@ -1032,7 +1062,8 @@ static void run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[mt]);
 	int64_t ae = x3 ? 4 : mt == TCP_MT_F8 ? 1 : 2;
 	int64_t stream = tiles * cdiv(Bs * I * ae, m->stream_bytes_per_cycle);
-	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0)),
+	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (I / TCP_SCALE_CHUNK) : 0; /* the chunk scales read */
+	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes),
 		m->fetch_bytes);
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;
