@@ -316,6 +316,25 @@ static bool float_alu(const moe_tcp_machine *m, int op, int64_t *taken)
 	return false;
 }
 
+/* The quantized forms (issue #14): 4-bit decoding of a vector pass's s0,
+ * and the scaled f8 contraction of act=fp8. */
+static void check_quant(vc *c, int64_t pc, const tcp_insn *in)
+{
+	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4);
+	if (nib && (in->op != TCP_OP_TU_VEC || nib == (TCP_F_E2M1 | TCP_F_I4) || (unsigned)in->v[TCP_V_S0].t >= c->p->nt ||
+			   c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
+		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
+	if (!(in->flags & TCP_F_SCALED))
+		return;
+	int64_t dch[3] = {in->dim[0], in->dim[1], in->dim[2] / TCP_SCALE_CHUNK}; /* s2: (m, o, chunk) */
+	if (in->op == TCP_OP_TU_CONTRACT && in->ndim == 3)
+		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), true, 3, dch);
+	if (in->op != TCP_OP_TU_CONTRACT || in->ndim != 3 || vdt(c, in, TCP_V_S0) != MOE_F8E4M3 ||
+		(in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK || vdt(c, in, TCP_V_S2) != MOE_F32)
+		verr(c, pc, "a scaled contraction takes f8e4m3 operands, f32 scales in s2 and a reduction of whole "
+			    "%d-element chunks, without acc", TCP_SCALE_CHUNK);
+}
+
 static void check_insn(vc *c, int64_t pc)
 {
 	const tcp_insn *in = &c->p->code[pc];
@@ -335,12 +354,7 @@ static void check_insn(vc *c, int64_t pc)
 		}
 	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
 		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
-	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT)
-		verr(c, pc, "only a contraction is scaled");
-	if ((in->flags & (TCP_F_E2M1 | TCP_F_I4)) &&
-		(in->op != TCP_OP_TU_VEC || (in->flags & (TCP_F_E2M1 | TCP_F_I4)) == (TCP_F_E2M1 | TCP_F_I4) ||
-			(unsigned)in->v[TCP_V_S0].t >= c->p->nt || c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
-		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
+	check_quant(c, pc, in);
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);
@@ -474,14 +488,9 @@ static void check_insn(vc *c, int64_t pc)
 		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
 		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
 		check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
-		bool sc = in->flags & TCP_F_SCALED;
-		int64_t dch[3] = {in->dim[0], in->dim[1], in->dim[2] / TCP_SCALE_CHUNK};
-		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
+		if (!(in->flags & TCP_F_SCALED)) /* scaled: check_quant */
+			check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
 		int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
-		if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
-				  vdt(c, in, TCP_V_S2) != MOE_F32))
-			verr(c, pc, "a scaled contraction takes f8e4m3 operands, f32 scales in s2 and a reduction of whole "
-				    "%d-element chunks, without acc", TCP_SCALE_CHUNK);
 		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3)))
 			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts) or both f8e4m3");
 		if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))

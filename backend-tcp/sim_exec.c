@@ -99,6 +99,14 @@ static bool is_rowop(int op)
 	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
 }
 
+/* The lane word of stream w (s0..s2) at element off; s0 may be 4-bit. */
+static uint32_t stream_word(const sim *s, const tcp_insn *in, int w, int64_t off, unsigned nib)
+{
+	if (in->v[w].t < 0)
+		return 0;
+	return nib && w == TCP_V_S0 ? tcpq_nibble_word(s->data[in->v[w].t], off, nib) : load_word(s, in->v[w].t, off);
+}
+
 /* tcps_vrange for a view in 4-bit elements of its tensor's bytes (flags
  * e2m1, i4); lo, hi in elements of the tensor, for the hazards. */
 static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
@@ -129,8 +137,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	for (int w = 0; w < TCP_NVIEW; w++) {
 		if (in->v[w].t < 0)
 			continue;
-		if (!(nib && w == TCP_V_S0 ? nib_range(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w])
-					   : tcps_vrange(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w])))
+		if (!(nib && w == TCP_V_S0 ? nib_range : tcps_vrange)(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w]))
 			return;
 		acc_add(&a, in->v[w].t, lo[w], hi[w], w == TCP_V_DST);
 	}
@@ -181,9 +188,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		}
 		uint32_t sw[3];
 		for (int w = 0; w < 3; w++)
-			sw[w] = in->v[w + 1].t < 0 ? 0
-				: nib && w == 0 ? tcpq_nibble_word(s->data[in->v[1].t], off[1], nib)
-						: load_word(s, in->v[w + 1].t, off[w + 1]);
+			sw[w] = stream_word(s, in, w + 1, off[w + 1], nib);
 		bool masked = nd > 0 && idx[0] >= cnt;
 		int64_t j = nd ? idx[nd - 1] : 0;
 		bool first = j == 0, lastel = j == L - 1;
