@@ -16,6 +16,8 @@
    (per 1x128 group: s = max|a| / 448, q = e4m3(a / s) rounded to nearest even; each K chunk's
    fp8 x fp8 dot product in f32 scaled by s_a x s_w and summed in f32), within 2e-2 x max|y|;
    the program contracts f8e4m3 operands.
+4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
+   and gives the same bytes as the .moe run.
 
 usage: quant_tcp.py MOEC FIXTURES_DIR REF_DIR
 """
@@ -211,6 +213,19 @@ def main():
             good = err <= TOL and err < err_wo
             print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
                   "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
+            failed += not good
+        # 4. a compiled .tcpb binds the packed checkpoint by its sources and gives the same bytes
+        for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3"):
+            d = os.path.join(FIXTURES, fam)
+            moe, tcpb, yb = os.path.join(tmp, "b.moe"), os.path.join(tmp, "b.tcpb"), os.path.join(tmp, "yb.npy")
+            run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=bf16", "-o", moe])
+            run([moec, "compile", moe, "-o", tcpb])
+            args = ["--weights", os.path.join(d, "model.safetensors"), "--input", os.path.join(d, "x_float32_T5.npy")]
+            run([moec, "run", tcpb, "-o", yb] + args)
+            y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
+                           os.path.join(d, "x_float32_T5.npy"), 5)
+            good = np.array_equal(np.load(yb), y)
+            print("%-4s tcp %-18s the compiled .tcpb gives the bytes of the .moe run" % ("ok" if good else "FAIL", fam))
             failed += not good
         moe, tcps = os.path.join(tmp, "c.moe"), os.path.join(tmp, "c.tcps")
         run([moec, "import-hf", os.path.join(FIXTURES, "qwen3_moe", "config.json"), "--tokens", "5", "--set",
