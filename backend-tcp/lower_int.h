@@ -293,7 +293,6 @@ void tcpl_plan_fusions(lw *c);
 void tcpl_lower_node(lw *c, moe_id id);
 
 /* lower_quant.c: quantized expert weights (dequant in the block loop) */
-bool tcpl_weight_leaf(const moe_graph *g, moe_id id);
 bool tcpl_quant_in_region(const lw *c, moe_id id); /* a dequant, or a view of one, joins the block region */
 bool tcpl_quant_is_view(const lw *c, moe_id id);   /* a region slice / permutation of a dequant: no buffer */
 bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as fp8 (act=fp8) */

@@ -20,15 +20,6 @@
 
 static moe_id fp8_weight(const lw *c, moe_id d);
 
-/* A weight leaf, possibly under reshapes (mxfp4 blocks [E, N, K/32, 16] are
- * read as [E, N, K/2]). */
-bool tcpl_weight_leaf(const moe_graph *g, moe_id id)
-{
-	while (N(g, id)->op == MOE_OP_RESHAPE)
-		id = N(g, id)->args[0];
-	return N(g, id)->op == MOE_OP_WEIGHT;
-}
-
 /* A slice or one-operand einsum of a per-block dequantized weight: a view.
  * (The region's nodes are lowered with their leading G dropped, so only
  * membership, decided before, looks at the shapes.) */
