@@ -8,6 +8,7 @@
    layer on the dequantized weights within 2e-2 x max|y|. The references are the fixtures'
    y_float32 files (written without moec, see tests/fixtures/quant/README.md) and, for the
    synthetic layer, tests/ref/moe_ref.py (PyTorch) on weights dequantized here in numpy.
+   With the f32 compute type (bf16x3 contractions) the TCP run stays within 1e-4 x max|y|.
 2. Costs: the TCP run of the quantized qwen3_moe layer reads fewer HBM bytes than the same
    layer with bf16 experts (import-hf --ignore-quantization on the dequantized weights).
 3. act=fp8 (`--quant-act=fp8`) on block-FP8 layers (qwen3_moe, deepseek_v3 and a synthetic
@@ -48,9 +49,9 @@ def rel_err(got, ref):
     return float(np.max(np.abs(got.astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
 
 
-def tcp_run(moec, tmp, cfg, weights, x, T, extra=(), ignore=False):
+def tcp_run(moec, tmp, cfg, weights, x, T, extra=(), ignore=False, dtype="bf16"):
     moe, y, st = os.path.join(tmp, "l.moe"), os.path.join(tmp, "y.npy"), os.path.join(tmp, "s.json")
-    run([moec, "import-hf", cfg, "--tokens", str(T), "--set", "dtype=bf16", "-o", moe]
+    run([moec, "import-hf", cfg, "--tokens", str(T), "--set", "dtype=" + dtype, "-o", moe]
         + (["--ignore-quantization"] if ignore else []))
     run([moec, "run", moe, "--target=tcp", "--weights", weights, "--input", x, "-o", y, "--stats", st]
         + list(extra))
@@ -171,15 +172,20 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         # 1. weight-only, every fixture
-        for fam, T in (("qwen3_moe", 1), ("qwen3_moe", 5), ("deepseek_v3", 5), ("int4_deepseek_v3", 5),
-                       ("fp8ch_llama4", 5), ("mxfp4_gpt_oss", 5)):
+        # (f32 compute: the bf16x3 contractions keep the f32 layer's accuracy, 1e-4)
+        for fam, T, dt, tol in (("qwen3_moe", 1, "bf16", TOL), ("qwen3_moe", 5, "bf16", TOL),
+                                ("deepseek_v3", 5, "bf16", TOL), ("int4_deepseek_v3", 5, "bf16", TOL),
+                                ("fp8ch_llama4", 5, "bf16", TOL), ("mxfp4_gpt_oss", 5, "bf16", TOL),
+                                ("deepseek_v3", 5, "f32", 1e-4), ("int4_deepseek_v3", 5, "f32", 1e-4),
+                                ("fp8ch_llama4", 5, "f32", 1e-4), ("mxfp4_gpt_oss", 5, "f32", 1e-4)):
             d = os.path.join(FIXTURES, fam)
             x = os.path.join(d, "x_float32_T%d.npy" % T)
-            y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"), x, T)
+            y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"), x, T,
+                           dtype=dt)
             err = rel_err(y, np.load(os.path.join(d, "y_float32_T%d.npy" % T)))
-            print("%-4s tcp act=bf16 %-18s T=%d max|err| = %.2e x max|y| (tolerance %.0e)"
-                  % ("ok" if err <= TOL else "FAIL", fam, T, err, TOL))
-            failed += err > TOL
+            print("%-4s tcp act=bf16 %-18s T=%d %-4s max|err| = %.2e x max|y| (tolerance %.0e)"
+                  % ("ok" if err <= tol else "FAIL", fam, T, dt, err, tol))
+            failed += err > tol
         d = synth(tmp, "edge", 256, 320)
         y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
                        os.path.join(d, "x.npy"), 5)
