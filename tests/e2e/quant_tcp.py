@@ -19,6 +19,7 @@
    the program contracts f8e4m3 operands.
 4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
    and gives the same bytes as the .moe run.
+5. act="fp8" on MXFP4 weights, and --quant-act=int8, are errors that write nothing.
 
 usage: quant_tcp.py MOEC FIXTURES_DIR REF_DIR
 """
@@ -232,6 +233,20 @@ def main():
                            os.path.join(d, "x_float32_T5.npy"), 5)
             good = np.array_equal(np.load(yb), y)
             print("%-4s tcp %-18s the compiled .tcpb gives the bytes of the .moe run" % ("ok" if good else "FAIL", fam))
+            failed += not good
+        # 5. act=fp8 asked where it cannot apply: an error, nothing written
+        d = os.path.join(FIXTURES, "mxfp4_gpt_oss")
+        moe, bad, out = os.path.join(tmp, "m.moe"), os.path.join(tmp, "bad.moe"), os.path.join(tmp, "never.tcpb")
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", moe])
+        open(bad, "w").write(open(moe).read().replace('to=dtype)', 'to=dtype, act="fp8")'))
+        for case, cmd, words in (
+                ("act=\"fp8\" on MXFP4 weights", [moec, "compile", bad, "-o", out],
+                 ["act=\"fp8\"", "applies to fp8 weights, not mxfp4", "bad.moe:"]),
+                ("--quant-act=int8", [moec, "compile", moe, "-o", out, "--quant-act=int8"],
+                 ["--quant-act must be bf16 or fp8, got 'int8'"])):
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            good = p.returncode == 1 and not os.path.exists(out) and all(w in p.stderr for w in words)
+            print("%-4s tcp reject: %s%s" % ("ok" if good else "FAIL", case, "" if good else "\n" + p.stderr))
             failed += not good
         moe, tcps = os.path.join(tmp, "c.moe"), os.path.join(tmp, "c.tcps")
         run([moec, "import-hf", os.path.join(FIXTURES, "qwen3_moe", "config.json"), "--tokens", "5", "--set",
