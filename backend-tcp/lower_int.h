@@ -292,4 +292,12 @@ void tcpl_plan_fusions(lw *c);
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
 
+/* lower_quant.c: quantized expert weights (dequant in the block loop) */
+bool tcpl_quant_in_region(const lw *c, moe_id id); /* a dequant, or a view of one, joins the block region */
+bool tcpl_quant_is_view(const lw *c, moe_id id);   /* a region slice / permutation of a dequant: no buffer */
+bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as fp8 (act=fp8) */
+void tcpl_lower_qview(lw *c, moe_id id);
+void tcpl_lower_dequant(lw *c, moe_id id);
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 contraction */
+
 #endif

@@ -40,7 +40,7 @@ void tcpl_find_region(lw *c)
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||
 			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
-				weight_view(g, n->args[0]));
+				weight_view(g, n->args[0])) || tcpl_quant_in_region(c, i);
 		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
 			N(g, n->args[0])->shape[0] == c->G)
 			r = true;
@@ -299,7 +299,7 @@ static bool region_buffers(lw *c)
 {
 	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || c->v[i].kind == VK_VIEW)
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || tcpl_quant_no_buffer(c, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -338,10 +338,10 @@ static bool region_check_inputs(lw *c, const rgn *r)
 
 /* Loads of one block's inputs into slot `slot` for block `blk` with expert
  * `ex` (registers); one DMA command per group: the later copies join the
- * first's descriptors. */
-static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only)
+ * first's descriptors (and the first joins the preceding DMA with `join`). */
+static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
-	for (int j = 0, first_ = 1; j < r->nin; j++) {
+	for (int j = 0, first_ = !join; j < r->nin; j++) {
 		const rinp *in = &r->ins[j];
 		if ((in->weight && grids_only) || (!in->weight && weights_only))
 			continue;
@@ -380,7 +380,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
 	return skip_all;
 }
 
@@ -395,11 +395,14 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true);
-	if (!r->single) {
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, false);
+	bool grids = false;
+	for (int j = 0; j < r->nin; j++)
+		grids |= !r->ins[j].weight;
+	if (!r->single) { /* the next expert's weights join the grid rows' descriptor list (7.4) */
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, grids);
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
@@ -491,7 +494,7 @@ static void region_advance(lw *c, const rgn *r)
 	if (r->single) {
 		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false, false);
 		patch(c, last);
 		patch(c, same);
 	}

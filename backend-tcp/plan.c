@@ -26,9 +26,10 @@ static int64_t rup(int64_t a, int64_t b)
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
 {
 	cplan best = {M, O, I, 0, 0, 0};
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, x = wdt == MOE_F32 ? 3 : 1;
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
 	int64_t budget = tcp_trf_bytes(m) / 2;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16], over = m->fill_drain + m->issue_cycles;
+	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
 	int64_t best_t = -1;
 	for (int64_t os = 1; os <= O; os++) {
 		int64_t it = budget / (os * e);
@@ -43,7 +44,7 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 		int64_t mac = cdiv(bs * os * it * x, macs), stream = cdiv(bs * it * e, m->stream_bytes_per_cycle);
 		int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
 		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += m->tree_latency[TCP_MT_BF16] + over;
+		main_ += m->tree_latency[mt] + over;
 		int64_t load = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
 		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
 		if (best_t < 0 || t < best_t) {
@@ -63,7 +64,22 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 typedef struct layer_dims {
 	int64_t T, D, F, E, K, B, nproj;
 	int xdt, wdt;
+	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
 } layer_dims;
+
+/* Stored bytes per element of a weight: a dequant's packed values and scales
+ * (under the slices and transposes import-hf puts after it), else its dtype. */
+static double weight_bytes(const moe_graph *g, moe_id w)
+{
+	moe_id d = w;
+	for (int k = 0; k < 8 && (N(g, d)->op == MOE_OP_SLICE || N(g, d)->op == MOE_OP_RESHAPE ||
+				       (N(g, d)->op == MOE_OP_EINSUM && N(g, d)->nargs == 1)); k++)
+		d = N(g, d)->args[0];
+	const ir_node *n = N(g, d);
+	if (n->op != MOE_OP_DEQUANT || ir_numel(n) <= 0)
+		return (double)moe_dtype_size((moe_dtype)N(g, w)->dtype);
+	return (double)(ir_bytes(N(g, n->args[0])) + ir_bytes(N(g, n->args[1]))) / (double)ir_numel(n);
+}
 
 static bool find_experts(const moe_graph *g, layer_dims *d)
 {
@@ -75,7 +91,8 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 		if (x->rank != 2 || idx->rank != 2 || up->rank != 3)
 			return false;
 		*d = (layer_dims){x->shape[0], x->shape[1], up->shape[1], up->shape[0], idx->shape[1],
-			ir_attr_int(n, "block", 1), n->args[EXP_GATE] != MOE_NONE ? 3 : 2, x->dtype, up->dtype};
+			ir_attr_int(n, "block", 1), n->args[EXP_GATE] != MOE_NONE ? 3 : 2, x->dtype, up->dtype,
+			weight_bytes(g, n->args[EXP_UP])};
 		return d->T > 0 && d->E > 0 && d->K > 0 && d->K <= d->E;
 	}
 	return false;
@@ -118,8 +135,7 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
  * guard of every skipped block of the worst-case grid. */
 static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_t B)
 {
-	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt),
-	       we = (double)moe_dtype_size((moe_dtype)d->wdt);
+	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
 	double hit = 0, nb = 0;
 	expected_blocks(d, B, &hit, &nb);
 	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);

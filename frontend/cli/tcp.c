@@ -17,7 +17,25 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
  * a dim B is loaded again with the block size the cost model picks, unless
  * --set B= forces one. *chosen: the B picked (0: none, the file's or the
  * forced one stands); *pred: its predicted block-loop time. */
+static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
+
+/* --quant-act=fp8: every block-FP8 dequant is contracted with fp8 activations
+ * (the dequant attribute act, docs/tcp-isa.md 7.10). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
+{
+	moe_module *m = load_tcp(ctx, o, chosen, pred);
+	for (size_t i = 0; m && o->quant_act && !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
+		moe_graph *g = moe_module_graph(m, i);
+		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++) {
+			const char *f = moe_node_op(g, n) == MOE_OP_DEQUANT ? moe_node_get_str(g, n, "format") : NULL;
+			if (f && !strcmp(f, "fp8"))
+				moe_node_set_str(g, n, "act", "fp8");
+		}
+	}
+	return m;
+}
+
+static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	*chosen = 0;
 	*pred = 0;
