@@ -329,11 +329,13 @@ static bool region_check_inputs(lw *c, const rgn *r)
 }
 
 /* Loads of one block's inputs into slot `slot` for block `blk` with expert
- * `ex` (registers); one DMA command per group: the later copies join the
- * first's descriptors. */
-static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only)
+ * `ex` (registers) as one DMA descriptor list (the later commands join the
+ * first). `join`: the list itself joins the DMA command before it, so inside
+ * the loop every block's list sets up while the previous one transfers (the
+ * hazards still hold each copy until its buffer's last reader is done). */
+static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
-	for (int j = 0, first_ = 1; j < r->nin; j++) {
+	for (int j = 0, first_ = !join; j < r->nin; j++) {
 		const rinp *in = &r->ins[j];
 		if ((in->weight && grids_only) || (!in->weight && weights_only))
 			continue;
@@ -372,7 +374,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
 	return skip_all;
 }
 
@@ -387,11 +389,11 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true);
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, true);
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
@@ -483,7 +485,7 @@ static void region_advance(lw *c, const rgn *r)
 	if (r->single) {
 		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false, true);
 		patch(c, last);
 		patch(c, same);
 	}
