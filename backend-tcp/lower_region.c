@@ -366,6 +366,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	spm.v[TCP_V_S2].t = r->trw;
 	spm.v[TCP_V_S2].base = r->rwbase;
 	spm.v[TCP_V_S2].stride[0] = r->rws;
+	/* right after dispatch's scatter (which it does not read) the staging
+	 * joins that command's descriptor list: its setup overlaps the scatter */
+	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
+		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
 	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	li(c, R_G, 0);
