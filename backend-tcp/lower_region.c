@@ -337,8 +337,10 @@ static bool region_check_inputs(lw *c, const rgn *r)
 }
 
 /* Loads of one block's inputs into slot `slot` for block `blk` with expert
- * `ex` (registers); one DMA command per group: the later copies join the
- * first's descriptors (and the first joins the preceding DMA with `join`). */
+ * `ex` (registers) as one DMA descriptor list (the later commands join the
+ * first). `join`: the list itself joins the DMA command before it, so inside
+ * the loop every block's list sets up while the previous one transfers (the
+ * hazards still hold each copy until its buffer's last reader is done). */
 static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
 	for (int j = 0, first_ = !join; j < r->nin; j++) {
@@ -372,6 +374,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	spm.v[TCP_V_S2].t = r->trw;
 	spm.v[TCP_V_S2].base = r->rwbase;
 	spm.v[TCP_V_S2].stride[0] = r->rws;
+	/* right after dispatch's scatter (which it does not read) the staging
+	 * joins that command's descriptor list: its setup overlaps the scatter */
+	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
+		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
 	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	li(c, R_G, 0);
@@ -395,14 +401,11 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, false);
-	bool grids = false;
-	for (int j = 0; j < r->nin; j++)
-		grids |= !r->ins[j].weight;
-	if (!r->single) { /* the next expert's weights join the grid rows' descriptor list (7.4) */
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
+	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, grids);
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, true);
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
@@ -494,7 +497,7 @@ static void region_advance(lw *c, const rgn *r)
 	if (r->single) {
 		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false, false);
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false, true);
 		patch(c, last);
 		patch(c, same);
 	}
