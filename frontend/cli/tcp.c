@@ -162,7 +162,8 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_bind_inputs(ctx, g, o->input, bind))
+	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
