@@ -264,10 +264,11 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	bool on_input = !strcmp(ir_attr_str(ex, "weight_on", "output"), "input");
 	moe_id wp = reshape(c, s[EXP_W], 2, n, 1, 0);
 	moe_id spos = pos, swp = wp;
-	if (live != MOE_NONE) {
-		moe_id px[2] = {pos, src}, wx[2] = {wp, src};
-		spos = ir_b(d, MOE_OP_GATHER, px, 2, c->loc);
-		swp = on_input ? ir_b(d, MOE_OP_GATHER, wx, 2, c->loc) : wp;
+	if (live != MOE_NONE) { /* padded pairs: pair 0's place and weight */
+		spos = ir_b3(d, MOE_OP_SELECT, live, pos, ir_b_slice(d, pos, 0, 0, 1, c->loc), c->loc);
+		if (on_input)
+			swp = ir_b3(d, MOE_OP_SELECT, reshape(c, live, 2, n, 1, 0), wp, ir_b_slice(d, wp, 0, 0, 1, c->loc),
+				c->loc);
 	}
 	if (on_input)
 		xp = ir_b_cast(d, b2(c, MOE_OP_MUL, ir_b_cast(d, xp, MOE_F32, c->loc), ir_b_cast(d, swp, MOE_F32, c->loc)),
