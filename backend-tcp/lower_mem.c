@@ -161,6 +161,14 @@ int tcpl_valid_reg(lw *c, moe_id id)
 		li(c, r, 0);
 		return r;
 	}
+	/* the control path reads a run-time scalar (a serving layer's token
+	 * count, or a count derived from it) only from SPM: stage it first */
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = 1;
+	spm.v[TCP_V_S0].t = vv->t;
+	spm.v[TCP_V_S0].base = vv->base;
+	emit(c, &spm);
 	ld(c, r, vv->t, -1, vv->base, 0);
 	return r;
 }

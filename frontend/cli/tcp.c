@@ -167,6 +167,8 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 		goto done;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
+	if (!o->timing_only && !(out[0] = cli_serve_rows(ctx, out[0], cli_tokens(ctx, o))))
+		goto done;
 	status = !o->timing_only && moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
 		status = moe_write_file_atomic(ctx, o->stats, stats, strlen(stats)) != MOE_OK;
