@@ -155,6 +155,9 @@ int tcpl_valid_reg(lw *c, moe_id id)
 		tcpl_err(c, id, "a per-row valid mask outside the block loop is not lowered");
 		return -1;
 	}
+	for (int k = 0; k < c->nvc; k++)
+		if (c->vc_id[k] == n->valid)
+			return c->vc_reg[k];
 	int r = new_reg(c, id);
 	val *vv = tcpl_dm_view(c, n->valid);
 	if (vv->kind != VK_VIEW) {
@@ -170,5 +173,9 @@ int tcpl_valid_reg(lw *c, moe_id id)
 	spm.v[TCP_V_S0].base = vv->base;
 	emit(c, &spm);
 	ld(c, r, vv->t, -1, vv->base, 0);
+	if (c->nvc < 16) {
+		c->vc_id[c->nvc] = n->valid;
+		c->vc_reg[c->nvc++] = r;
+	}
 	return r;
 }

@@ -302,11 +302,12 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		moe_id cpos = all ? pos : ir_b_slice(d, pos, 0, t0 * c->K, t1 * c->K, c->loc);
 		moe_id cx[2] = {flat, cpos};
 		moe_id cnk = nk == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, nk, ci(c, t0 * c->K)); /* real pairs here */
-		moe_id yp = masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk);
-		yp = masked(c, ir_b_cast(d, yp, MOE_F32, c->loc), cnk);
+		/* only the gather is masked: the rows it skips are zero, and an
+		 * unmasked cast and multiply-reduce stay one fused pass on TCP */
+		moe_id yp = ir_b_cast(d, masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk), MOE_F32, c->loc);
 		if (!on_input) {
 			moe_id cw = all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
-			yp = masked(c, b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc)), cnk);
+			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
 		}
 		moe_id yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
 		if (c->ntok == MOE_NONE) {
@@ -323,9 +324,28 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	return np == 1 ? parts[0] : ir_b_concat(d, parts, np, 0, c->loc);
 }
 
-/* The token-row kinds of a serving layer's nodes (T from its experts), or
- * NULL after an error. */
-static uint8_t *serving_kinds(moe_ctx *ctx, moe_graph *g, moe_id ntok)
+/* A serving layer's token rows: per node its kind, row offset and real-row
+ * count (passes/token_rows.c). */
+typedef struct srv {
+	uint8_t *kind;
+	int64_t *off;
+	moe_id *count;
+	uint32_t n;
+} srv;
+
+static void srv_free(moe_ctx *ctx, srv *v)
+{
+	if (!v)
+		return;
+	ctx_free(ctx, v->kind, v->n);
+	ctx_free(ctx, v->off, v->n * sizeof *v->off);
+	ctx_free(ctx, v->count, v->n * sizeof *v->count);
+	ctx_free(ctx, v, sizeof *v);
+}
+
+/* The token rows of a serving layer's nodes (T from its experts), or NULL
+ * after an error. */
+static srv *serving_rows(moe_ctx *ctx, moe_graph *g, moe_id ntok)
 {
 	const ir_node *t = N(g, ntok);
 	int64_t T = -1;
@@ -338,12 +358,16 @@ static uint8_t *serving_kinds(moe_ctx *ctx, moe_graph *g, moe_id ntok)
 			MOE_TOKENS_INPUT);
 		return NULL;
 	}
-	uint8_t *k = ctx_alloc(ctx, g->nnodes);
-	if (!token_rows_classify(ctx, g, T, ntok, k)) {
-		ctx_free(ctx, k, g->nnodes);
+	srv *v = ctx_alloc(ctx, sizeof *v);
+	v->n = g->nnodes;
+	v->kind = ctx_alloc(ctx, v->n);
+	v->off = ctx_alloc(ctx, v->n * sizeof *v->off);
+	v->count = ctx_alloc(ctx, v->n * sizeof *v->count);
+	if (!token_rows_classify(ctx, g, T, ntok, v->kind, v->off)) {
+		srv_free(ctx, v);
 		return NULL;
 	}
-	return k;
+	return v;
 }
 
 PASS(pass_blockwise_dispatch)
@@ -358,13 +382,15 @@ PASS(pass_blockwise_dispatch)
 	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
 	moe_id ntok = token_count_input(g);
-	uint8_t *kinds = NULL;
-	if (ntok != MOE_NONE && !(kinds = serving_kinds(ctx, g, ntok)))
+	srv *sv = NULL;
+	if (ntok != MOE_NONE && !(sv = serving_rows(ctx, g, ntok)))
 		return MOE_ERR_INVALID;
 	rebuild rb;
 	rebuild_begin(&rb, g);
-	if (ntok != MOE_NONE)
-		rebuild_copy(&rb, ntok); /* first: every node of the dispatch may read it */
+	if (sv) { /* first: every node of the dispatch may read it */
+		rebuild_copy(&rb, ntok);
+		token_rows_counts(rb.dst, g, sv->kind, sv->off, rb.map[ntok], sv->count);
+	}
 	int nexperts = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		ir_node *n = N(g, i);
@@ -395,7 +421,7 @@ PASS(pass_blockwise_dispatch)
 			!ir_mul_ov(c.n, c.E, &cells)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "blockwise-dispatch: the block grid of this layer is too large");
 			rebuild_abort(&rb);
-			ctx_free(ctx, kinds, g->nnodes);
+			srv_free(ctx, sv);
 			return MOE_ERR_INVALID;
 		}
 		moe_id y = lower_experts(&c, n, s);
@@ -413,9 +439,9 @@ PASS(pass_blockwise_dispatch)
 				ir_graph_set_attr_int(rb.dst, "serving_tokens_max", c.T);
 		}
 	}
-	if (kinds) {
-		token_rows_mask(rb.dst, g, kinds, rb.map, rb.map[ntok]);
-		ctx_free(ctx, kinds, g->nnodes);
+	if (sv) {
+		token_rows_mask(rb.dst, g, sv->kind, rb.map, sv->count);
+		srv_free(ctx, sv);
 	}
 	rebuild_end(&rb);
 	return MOE_OK;
