@@ -253,4 +253,10 @@ moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char 
  * MOE_ERR_INVALID (backend-tcp/serve.c). */
 moe_status tcp_tokens_check(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *b);
 
+/* Bucketed .tcpb (backend-tcp/bundle.c): the version word that marks one,
+ * and the most buckets it holds. */
+#define TCP_BUNDLE_VERSION 256u
+#define TCP_MAX_BUCKETS 16
+bool tcp_is_bundle(const uint8_t *buf, size_t len);
+
 #endif

@@ -220,6 +220,8 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 	const char *t = compile_target(ctx, o);
 	if (!t || cli_check_target(ctx, o, !strcmp(t, "tcp") ? "tcp" : "host"))
 		return 1;
+	if (o->buckets)
+		return cli_compile_buckets(ctx, o, o->out);
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);

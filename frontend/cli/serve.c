@@ -90,3 +90,104 @@ moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens)
 	moe_tensor_free(ctx, y);
 	return r;
 }
+
+/* ---- buckets: compile --buckets, and run/check of a bucketed .tcpb ---- */
+
+/* Parses "1,8,64" into increasing sizes; the count, or -1 after an error. */
+static int parse_buckets(moe_ctx *ctx, const char *s, int64_t *T, int max)
+{
+	int n = 0;
+	const char *p = s;
+	while (*p) {
+		char *end;
+		long long v = strtoll(p, &end, 10);
+		if (end == p || v < 1 || v > 2147483647 || (*end && *end != ',') || n == max || (n && v <= T[n - 1])) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"--buckets takes at most %d increasing token counts >= 1 separated by commas, got '%s'", max, s);
+			return -1;
+		}
+		T[n++] = v;
+		p = *end ? end + 1 : end;
+	}
+	if (!n)
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--buckets needs at least one token count%s", "");
+	return n ? n : -1;
+}
+
+int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out)
+{
+	int64_t T[16];
+	int n = parse_buckets(ctx, o->buckets, T, 16);
+	if (n < 0)
+		return 1;
+	if (o->kind != K_MOE || !cli_ends_with(out, ".tcpb")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
+			"--buckets compiles a .moe layer into one .tcpb (-o NAME.tcpb)");
+		return 1;
+	}
+	for (size_t i = 0; i < o->nsets; i++)
+		if (!strcmp(o->sets[i].name, "T")) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--buckets sets T itself: drop --set T=%s", "");
+			return 1;
+		}
+	moe_tcp_machine *m = o->machine ? moe_tcp_machine_load(ctx, o->machine) : moe_tcp_machine_default(ctx);
+	moe_tcp_program *p[16] = {0};
+	int status = !m;
+	static opts ob; /* large; the options with T set per bucket */
+	for (int b = 0; b < n && !status; b++) {
+		ob = *o;
+		for (size_t i = 0; i < ob.nsets; i++)
+			ob.sets[i].name = ob.setnames[i];
+		char val[24];
+		snprintf(ob.setnames[ob.nsets], sizeof ob.setnames[0], "T");
+		snprintf(val, sizeof val, "%lld", (long long)T[b]);
+		ob.sets[ob.nsets].name = ob.setnames[ob.nsets];
+		ob.sets[ob.nsets].value = val;
+		ob.nsets++;
+		ob.serve_tokens = "0"; /* every bucket gets the n_tokens input */
+		int64_t autob;
+		double pred;
+		moe_module *mod = cli_load_tcp(ctx, &ob, &autob, &pred);
+		moe_graph *g = mod && moe_module_num_graphs(mod) == 1 ? moe_module_graph(mod, 0) : NULL;
+		moe_run_opts ro = {.verify = 1};
+		status = !g || cli_serve_prepare(ctx, g, &ob) || moe_run_pipeline_text(ctx, "tcp", mod, &ro) != MOE_OK ||
+			 !(p[b] = moe_tcp_compile(ctx, g, m));
+		moe_module_free(mod);
+	}
+	if (!status)
+		status = moe_tcp_bundle_write(ctx, (const moe_tcp_program *const *)p, T, (uint32_t)n, out) != MOE_OK;
+	for (int b = 0; b < n; b++)
+		moe_tcp_program_free(p[b]);
+	moe_tcp_machine_free(ctx, m);
+	return status;
+}
+
+int cli_is_bundle_file(const char *path)
+{
+	uint8_t h[24];
+	FILE *f = fopen(path, "rb");
+	size_t n = f ? fread(h, 1, sizeof h, f) : 0;
+	if (f)
+		fclose(f);
+	return moe_tcp_is_bundle(h, n);
+}
+
+const moe_tcp_program *cli_bundle_pick(moe_ctx *ctx, const moe_tcp_bundle *b, const opts *o)
+{
+	int64_t n = cli_tokens(ctx, o);
+	if (n == -1) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
+			"a bucketed .tcpb runs with --tokens N (it picks the smallest bucket >= N)");
+		return NULL;
+	}
+	int i = n < 0 ? -1 : moe_tcp_bundle_pick(b, n);
+	if (i < 0) {
+		if (n >= 0)
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "--tokens %lld exceeds the largest bucket, T=%lld",
+				(long long)n, (long long)moe_tcp_bundle_tokens(b, moe_tcp_bundle_count(b) - 1));
+		return NULL;
+	}
+	fprintf(stderr, "moec: %lld tokens run on the bucket T=%lld\n", (long long)n,
+		(long long)moe_tcp_bundle_tokens(b, (uint32_t)i));
+	return moe_tcp_bundle_program(b, (uint32_t)i);
+}

@@ -145,7 +145,9 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	if (!m)
 		return 1;
 	int status = 1;
-	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
+	moe_tcp_bundle *bun = cli_is_bundle_file(o->file) ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
+	moe_tcp_program *own = bun ? NULL : moe_tcp_load_binary(ctx, o->file, m);
+	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
 	moe_tensor *out[16] = {0};
@@ -179,7 +181,8 @@ done:
 	free(wcopy);
 	moe_tensor_map_free(bind);
 	moe_module_free(iface);
-	moe_tcp_program_free(p);
+	moe_tcp_program_free(own);
+	moe_tcp_bundle_free(bun);
 	moe_tcp_machine_free(ctx, m);
 	return status;
 }
@@ -189,6 +192,16 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
+	if (cli_is_bundle_file(o->file)) {
+		moe_tcp_bundle *b = moe_tcp_bundle_load(ctx, o->file, m);
+		for (uint32_t i = 0; b && i < moe_tcp_bundle_count(b); i++) {
+			printf("bucket T=%lld: ", (long long)moe_tcp_bundle_tokens(b, i));
+			moe_tcp_print_summary(moe_tcp_bundle_program(b, i), stdout);
+		}
+		moe_tcp_machine_free(ctx, m);
+		moe_tcp_bundle_free(b);
+		return !b;
+	}
 	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
 	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
 	moe_tcp_program_free(p);
