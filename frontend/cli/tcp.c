@@ -145,8 +145,9 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	if (!m)
 		return 1;
 	int status = 1;
-	moe_tcp_bundle *bun = cli_is_bundle_file(o->file) ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
-	moe_tcp_program *own = bun ? NULL : moe_tcp_load_binary(ctx, o->file, m);
+	bool bundle = cli_is_bundle_file(o->file);
+	moe_tcp_bundle *bun = bundle ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
+	moe_tcp_program *own = bundle ? NULL : moe_tcp_load_binary(ctx, o->file, m);
 	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
