@@ -29,8 +29,7 @@ void tcpl_find_region(lw *c)
 			c->G = vn->shape[0];
 		}
 		/* the per-block weight gathers (a serving combine gathers pairs under a scalar mask too) */
-		if (vn->rank == 0 && n->op == MOE_OP_GATHER && N(g, n->args[1])->rank == 1 &&
-			N(g, n->args[0])->op == MOE_OP_WEIGHT) {
+		if (vn->rank == 0 && n->op == MOE_OP_GATHER && N(g, n->args[1])->rank == 1 && weight_view(g, n->args[0])) {
 			c->nblocks = n->valid;
 			c->bexp = n->args[1];
 		}
