@@ -6,7 +6,10 @@
  * - rows >= n all zero bytes;
  * - at n = 0 the host executes no block and no block row;
  * - n = -1 and n = T_max + 1 are refused with a located error;
- * - a layer whose output is not row-wise in the tokens is refused. */
+ * - a layer whose output is not row-wise in the tokens is refused;
+ * - a bucketed .tcpb of 1, 8, 64, 512, 4096 picks the smallest bucket >= n
+ *   for every n in 0..4096 (none past 4096), is smaller than its programs
+ *   apart, and a flipped byte in any bucket rejects it at load. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +24,7 @@
 #include "moec/backend.h"
 #include "moec/frontend.h"
 #include "moec/passes.h"
+#include "moec/tcp.h"
 
 #define TMAX 37
 
@@ -213,6 +217,82 @@ static void test_cross_token_output_refused(void **st)
 	moe_ctx_free(c);
 }
 
+static moe_tcp_program *tcp_bucket(moe_ctx *c, const moe_tcp_machine *mach, int64_t T, size_t *bytes)
+{
+	size_t len;
+	char *text = example(&len, true);
+	char tv[16];
+	snprintf(tv, sizeof tv, "%lld", (long long)T);
+	moe_setting sets[] = {{"T", tv}, {"D", "40"}, {"F", "24"}, {"E", "16"}, {"K", "4"}, {"B", "8"}};
+	moe_settings ss = {sets, sizeof sets / sizeof *sets};
+	moe_module *m = moe_parse_moe(c, "qwen3.moe", text, len, &ss);
+	free(text);
+	assert_non_null(m);
+	moe_run_opts ro = {.verify = 1};
+	assert_int_equal(moe_run_pipeline_text(c, "tcp", m, &ro), MOE_OK);
+	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), mach);
+	if (!p)
+		moe_diag_print(c, stderr);
+	assert_non_null(p);
+	uint8_t *bin;
+	assert_int_equal(moe_tcp_to_binary(c, p, &bin, bytes), MOE_OK);
+	free(bin);
+	moe_module_free(m);
+	return p;
+}
+
+static void test_buckets(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *mach = moe_tcp_machine_default(c);
+	const int64_t T[] = {1, 8, 64, 512, 4096};
+	moe_tcp_program *p[5];
+	size_t sum = 0;
+	for (int b = 0; b < 5; b++) {
+		size_t n;
+		p[b] = tcp_bucket(c, mach, T[b], &n);
+		sum += n;
+	}
+	char path[96];
+	snprintf(path, sizeof path, "%s/b.tcpb", cache_dir);
+	assert_int_equal(moe_tcp_bundle_write(c, (const moe_tcp_program *const *)p, T, 5, path), MOE_OK);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	static uint8_t buf[1 << 21];
+	size_t len = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	assert_true(len > 0 && len < sizeof buf);
+	if (len >= sum)
+		fail_msg("bucketed .tcpb of %zu bytes, the programs apart %zu", len, sum);
+	moe_tcp_bundle *bu = moe_tcp_bundle_from_binary(c, path, buf, len, mach);
+	if (!bu)
+		moe_diag_print(c, stderr);
+	assert_non_null(bu);
+	assert_int_equal(moe_tcp_bundle_count(bu), 5);
+	for (int64_t n = 0; n <= 4097; n++) { /* the smallest bucket >= n */
+		int want = -1;
+		for (int b = 4; b >= 0; b--)
+			if (T[b] >= n)
+				want = b;
+		assert_int_equal(moe_tcp_bundle_pick(bu, n), want);
+	}
+	moe_tcp_bundle_free(bu);
+	/* a flipped byte anywhere past the header is rejected */
+	for (size_t at = 30; at < len; at += len / 7) {
+		buf[at] ^= 0x10;
+		moe_diag_clear(c);
+		bu = moe_tcp_bundle_from_binary(c, path, buf, len, mach);
+		if (bu)
+			fail_msg("a flipped byte at %zu of %zu was not detected", at, len);
+		buf[at] ^= 0x10;
+	}
+	for (int b = 0; b < 5; b++)
+		moe_tcp_program_free(p[b]);
+	moe_tcp_machine_free(c, mach);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	if (!mkdtemp(cache_dir))
@@ -220,6 +300,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows_match_layer_of_n),
 		cmocka_unit_test(test_cross_token_output_refused),
+		cmocka_unit_test(test_buckets),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[96];
