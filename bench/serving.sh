@@ -4,7 +4,10 @@
 # Qwen3-30B-A3B (examples/qwen3_30b_a3b.moe, bf16) compiled once for T_max = 4096 with an
 # n_tokens input, run timing-only on the TCP simulator for n real tokens, against the
 # layer compiled for T = n. Timing-only runs need no expert weights (make_checkpoint.py
-# --no-experts); x is random. Usage: bench/serving.sh [N ...] (default 1 8 64 512 4096).
+# --no-experts); x is random. Then the bucketed .tcpb (compile --buckets 1,8,64,512,4096) for
+# the same n, and its size against the five programs compiled apart.
+# Usage: bench/serving.sh [N ...] (default 1 8 64 512 4096); MOEC_SERVING_REUSE=1 keeps the
+# measurements already in bench/.cache/serving.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -19,10 +22,12 @@ ck=$CACHE/qwen3_30b_a3b.routing.bf16.safetensors
 [ -f "$ck" ] || { "$PY" bench/make_checkpoint.py qwen3_30b_a3b "$ck.tmp" --no-experts && mv "$ck.tmp" "$ck"; }
 sed 's/^  input  x : \[T, D\]$/&\n  input  n_tokens : i32[]/' examples/qwen3_30b_a3b.moe >"$OUT/serving.moe"
 grep -q 'n_tokens' "$OUT/serving.moe"
-: >"$OUT/commands.txt"
+: >>"$OUT/commands.txt"
+[ "${MOEC_SERVING_REUSE:-0}" = 1 ] || : >"$OUT/commands.txt"
 run() { # ID ARGS...
 	local id=$1
 	shift
+	[ "${MOEC_SERVING_REUSE:-0}" = 1 ] && [ -s "$OUT/$id.json" ] && return 0
 	printf '%s\t%s\t%s\n' "$id" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$MOEC $*" >>"$OUT/commands.txt"
 	"$MOEC" "$@" --target=tcp --weights "$ck" --timing-only --stats "$OUT/$id.json" 2>"$OUT/$id.err" || true
 }
@@ -32,6 +37,19 @@ for n in $NS; do
 	echo "[serving] n=$n" >&2
 	run "serve.n$n" run "$OUT/serving.moe" --set T=4096 --tokens "$n" --input "$x"
 	run "fixed.T$n" run examples/qwen3_30b_a3b.moe --set T="$n" --input "$x"
+done
+BK="1,8,64,512,4096"
+printf '%s\t%s\t%s\n' "bundle" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$MOEC compile examples/qwen3_30b_a3b.moe --buckets $BK -o $OUT/buckets.tcpb" >>"$OUT/commands.txt"
+"$MOEC" compile examples/qwen3_30b_a3b.moe --buckets "$BK" -o "$OUT/buckets.tcpb"
+apart=0
+for T in ${BK//,/ }; do
+	"$MOEC" compile "$OUT/serving.moe" --set T="$T" -o "$OUT/apart.T$T.tcpb"
+	apart=$((apart + $(stat -c %s "$OUT/apart.T$T.tcpb")))
+done
+echo "$(stat -c %s "$OUT/buckets.tcpb") $apart" >"$OUT/sizes.txt"
+for n in $NS; do
+	run "bucket.n$n" run "$OUT/buckets.tcpb" --tokens "$n" --input "$OUT/x_T$n.npy"
+	grep -o 'the bucket T=[0-9]*' "$OUT/bucket.n$n.err" | cut -d= -f2 >"$OUT/bucket.n$n.T" || true
 done
 "$PY" - "$OUT" $NS >bench/SERVING.md <<'PYEOF'
 import json, os, sys
@@ -54,6 +72,21 @@ for n in ns:
     r = "%.2fx" % (s["simulated_seconds"] / f["simulated_seconds"]) if s and f else "-"
     print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (n, us(s, "simulated_seconds"), us(s, "routing_seconds"),
           us(s, "expert_seconds"), us(f, "simulated_seconds"), us(f, "routing_seconds"), us(f, "expert_seconds"), r))
+print("\n## The bucketed .tcpb\n")
+print("`moec compile examples/qwen3_30b_a3b.moe --buckets 1,8,64,512,4096`: one file, a serving program per")
+print("bucket; `run --tokens n` runs the smallest bucket >= n.\n")
+print("| n | bucket | bucketed total | fixed T=n total | ratio |")
+print("|---:|---:|---:|---:|---:|")
+for n in ns:
+    b, f = load("bucket.n%d" % n), load("fixed.T%d" % n)
+    tp = os.path.join(out, "bucket.n%d.T" % n)
+    bt = open(tp).read().strip() if os.path.exists(tp) else "?"
+    r = "%.2fx" % (b["simulated_seconds"] / f["simulated_seconds"]) if b and f else "-"
+    print("| %d | T=%s | %s | %s | %s |" % (n, bt, "%.1f" % (b["simulated_seconds"] * 1e6) if b else "failed",
+          "%.1f" % (f["simulated_seconds"] * 1e6) if f else "failed", r))
+sz = open(os.path.join(out, "sizes.txt")).read().split()
+print("\nSize: the bucketed file %s bytes, the five programs compiled apart %s bytes together (%s bytes less:" % (sz[0], sz[1], int(sz[1]) - int(sz[0])))
+print("the per-program headers, and sections equal byte for byte, which for this bf16 layer are only the empty ones).")
 print("\nCommands (UTC start, command line):\n")
 print("```")
 print(open(os.path.join(out, "commands.txt")).read().rstrip())

@@ -217,8 +217,9 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
 	/* routing indices */
 	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
-	moe_id pairs = ir_b_iota(d, 1, &n, 0, c->loc), live = MOE_NONE, nk = MOE_NONE;
+	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
 	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
+		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
 		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
 		live = b2(c, MOE_OP_LT, pairs, nk);
 		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
@@ -257,8 +258,9 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, c->rows, "block_rows");
 	/* dispatch: scatter each pair's token row into the grid */
-	moe_id src = live == MOE_NONE ? pairs : ir_b3(d, MOE_OP_SELECT, live, pairs, ci(c, 0), c->loc);
-	moe_id tok = b2(c, MOE_OP_DIV, src, ci(c, c->K));
+	/* a layer without n_tokens keeps its nodes and their order */
+	moe_id tok = live == MOE_NONE ? b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K))
+				      : b2(c, MOE_OP_DIV, ir_b3(d, MOE_OP_SELECT, live, pairs, ci(c, 0), c->loc), ci(c, c->K));
 	moe_id gx[2] = {s[EXP_X], tok};
 	moe_id xp = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc); /* [n, D] */
 	bool on_input = !strcmp(ir_attr_str(ex, "weight_on", "output"), "input");
