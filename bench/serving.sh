@@ -28,7 +28,8 @@ run() { # ID ARGS...
 	local id=$1
 	shift
 	[ "${MOEC_SERVING_REUSE:-0}" = 1 ] && [ -s "$OUT/$id.json" ] && return 0
-	printf '%s\t%s\t%s\n' "$id" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$MOEC $*" >>"$OUT/commands.txt"
+	printf '%s\t%s\t%s\n' "$id" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		"$MOEC $* --target=tcp --weights $ck --timing-only --stats $OUT/$id.json" >>"$OUT/commands.txt"
 	"$MOEC" "$@" --target=tcp --weights "$ck" --timing-only --stats "$OUT/$id.json" 2>"$OUT/$id.err" || true
 }
 for n in $NS; do
@@ -87,6 +88,23 @@ for n in ns:
 sz = open(os.path.join(out, "sizes.txt")).read().split()
 print("\nSize: the bucketed file %s bytes, the five programs compiled apart %s bytes together (%s bytes less:" % (sz[0], sz[1], int(sz[1]) - int(sz[0])))
 print("the per-program headers, and sections equal byte for byte, which for this bf16 layer are only the empty ones).")
+print("""
+## Where the T_max program's time goes at n = 1
+
+Issue 18 asks for at most 1.15x the T = n program at n = 1 and n = 512 from the single T_max
+program: **not met** (7.2x and 1.6x above). The padded tokens make no grid row and no block,
+and the elementwise routing ops, the router einsum and the combine gather carry
+`valid(n_tokens)`, but on TCP most of the routing still runs over all T = 4096 rows:
+a trace at n = 1 (`--trace`, summed per instruction) puts about 130 us in the combine's fused
+multiply-reduce over all T x K pairs (a reduce_sum, which has no valid mask in the IR), 66 us in
+the one-hot histogram and its scan over all T x K pairs, 67 us in the take_along gather and
+the dispatch scatter of all pairs, 33 us in the top-k rank sums, 24 us copying x in and y out,
+and 8 us per masked [T, E, E] compare pass, because the simulator charges a `tu.vec` with a
+valid count for every row (rows past it are written as zero). The experts cost more too
+(98 against 62 us): block=auto picks T = 4096's block size, too large for a few tokens.
+Following n there needs valid counts on reductions, scans, one_hot and take_along (IR, every
+executor) and a cost for masked vector rows; the buckets above are the working answer today.
+""")
 print("\nCommands (UTC start, command line):\n")
 print("```")
 print(open(os.path.join(out, "commands.txt")).read().rstrip())
