@@ -14,6 +14,7 @@
  * Loading checks the index CRC and the bounds, rebuilds every bucket's
  * .tcpb and loads it with moe_tcp_from_binary (its own CRC and the full
  * validation): a corrupt bucket rejects the whole file. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,13 @@ moe_status moe_tcp_bundle_write(moe_ctx *ctx, const moe_tcp_program *const *prog
 {
 	if (!ctx || !progs || !T || !path || n < 1 || n > TCP_MAX_BUCKETS)
 		return MOE_ERR_INVALID;
+	for (uint32_t b = 0; b < n; b++)
+		if (!progs[b] || T[b] < 1 || T[b] > INT32_MAX || (b && T[b] <= T[b - 1])) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path),
+				"a bucketed .tcpb takes 1 to %d programs with increasing token counts in 1..2147483647",
+				TCP_MAX_BUCKETS);
+			return MOE_ERR_INVALID;
+		}
 	uint8_t *bin[TCP_MAX_BUCKETS] = {0};
 	size_t len[TCP_MAX_BUCKETS];
 	sec pool[TCP_MAX_BUCKETS * 5];
