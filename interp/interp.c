@@ -1015,7 +1015,7 @@ static moe_status eval_node(interp *ip, val *out)
 	}
 }
 
-moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
 {
 	if (!ctx || !g || !out)
 		return MOE_ERR_INVALID;
@@ -1122,4 +1122,11 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 	ctx_free(ctx, last, (size_t)nn * sizeof *last);
 	ctx_free(ctx, live, (size_t)nn * sizeof *live);
 	return st;
+}
+
+moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+{
+	if (!ctx)
+		return MOE_ERR_INVALID;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, interp_run(ctx, g, bind, out));
 }

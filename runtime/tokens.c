@@ -2,6 +2,7 @@
  * count (docs/semantics.md section 7), shared by every executor. */
 #include <string.h>
 
+#include "ir/graph_keys.h"
 #include "ir/ir.h"
 #include "moec/runtime.h"
 
@@ -9,7 +10,7 @@
  * token rows; -1 without experts. */
 static int64_t tokens_max(const moe_graph *g)
 {
-	int64_t T = ir_graph_attr_int(g, "serving_tokens_max", -1);
+	int64_t T = ir_graph_attr_int(g, IR_GK_SERVING_TOKENS_MAX, -1);
 	for (moe_id i = 0; i < g->nnodes && T < 0; i++)
 		if (N(g, i)->op == MOE_OP_EXPERTS)
 			T = N(g, N(g, i)->args[EXP_X])->shape[0];
