@@ -548,6 +548,8 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	}
 	for (uint32_t j = 0; j < g->nout; j++)
 		out[j] = NULL;
+	if (moe_tokens_check(ctx, g, bind, NULL) != MOE_OK)
+		return MOE_ERR_INVALID;
 	double t0 = now();
 	cg_prog *p = cgen_lower(ctx, g);
 	if (!p)

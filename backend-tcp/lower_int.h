@@ -50,6 +50,10 @@ typedef struct lw {
 	int64_t dm_peak;
 	int64_t hbm_top;
 	int next_reg;
+	/* scalar valid counts outside the block loop already in a register
+	 * (staged and loaded once: a serving layer masks many nodes by them) */
+	moe_id vc_id[16];
+	int vc_reg[16], nvc;
 	int trf_k;
 	int32_t trf[2];
 	int64_t trf_rows_cap, trf_cols;

@@ -168,12 +168,27 @@ int tcpl_valid_reg(lw *c, moe_id id)
 		tcpl_err(c, id, "a per-row valid mask outside the block loop is not lowered");
 		return -1;
 	}
+	for (int k = 0; k < c->nvc; k++)
+		if (c->vc_id[k] == n->valid)
+			return c->vc_reg[k];
 	int r = new_reg(c, id);
 	val *vv = tcpl_dm_view(c, n->valid);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);
 		return r;
 	}
+	/* the control path reads a run-time scalar (a serving layer's token
+	 * count, or a count derived from it) only from SPM: stage it first */
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = 1;
+	spm.v[TCP_V_S0].t = vv->t;
+	spm.v[TCP_V_S0].base = vv->base;
+	emit(c, &spm);
 	ld(c, r, vv->t, -1, vv->base, 0);
+	if (c->nvc < 16) {
+		c->vc_id[c->nvc] = n->valid;
+		c->vc_reg[c->nvc++] = r;
+	}
 	return r;
 }

@@ -259,4 +259,14 @@ char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 uint64_t tcp_step_budget(const tcp_program *p);
 moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
 
+/* A serving program's n_tokens binding outside 0..T: a diagnostic and
+ * MOE_ERR_INVALID (backend-tcp/serve.c). */
+moe_status tcp_tokens_check(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *b);
+
+/* Bucketed .tcpb (backend-tcp/bundle.c): the version word that marks one,
+ * and the most buckets it holds. */
+#define TCP_BUNDLE_VERSION 256u
+#define TCP_MAX_BUCKETS 16
+bool tcp_is_bundle(const uint8_t *buf, size_t len);
+
 #endif
