@@ -316,6 +316,23 @@ static bool float_alu(const moe_tcp_machine *m, int op, int64_t *taken)
 	return false;
 }
 
+/* Whether a chain of n vector ops keeps the fixed stage order and finds a
+ * float ALU for each float op (the rule check_vec applies); the lowering
+ * asks it before fusing passes. */
+bool tcp_vec_chain_ok(const moe_tcp_machine *m, const uint8_t *ops, int n)
+{
+	int last = -1;
+	int64_t falu = 0;
+	for (int s = 0; s < n; s++) {
+		int stg = tcp_vop_stage[ops[s]];
+		if ((stg <= last && !(stg == TCP_ST_FLOAT && last == TCP_ST_FLOAT)) ||
+			(stg == TCP_ST_FLOAT && !float_alu(m, ops[s], &falu)))
+			return false;
+		last = stg;
+	}
+	return n <= TCP_MAXSTEP;
+}
+
 /* tu.vec: the ALU chain keeps the fixed stage order, each float ALU once
  * per pass; streams read are fetched. */
 static void check_vec(vc *c, int64_t pc, const tcp_insn *in)

@@ -4,6 +4,153 @@
 
 #include "backend-tcp/lower_int.h"
 
+/* Which operands of elementwise node u its pass can take as the chain's
+ * running value v (bit k: operand k): every operand of a one-step binary op,
+ * the first of a unary op or of select (whose later steps read the others). */
+static unsigned chain_operands(const moe_graph *g, const ir_node *u)
+{
+	switch ((moe_op)u->op) {
+	case MOE_OP_ADD: case MOE_OP_SUB: case MOE_OP_MUL: case MOE_OP_DIV: case MOE_OP_MIN: case MOE_OP_MAX:
+	case MOE_OP_AND: case MOE_OP_OR: case MOE_OP_XOR: case MOE_OP_SHL: case MOE_OP_SHR: case MOE_OP_SAR:
+	case MOE_OP_EQ: case MOE_OP_NE: case MOE_OP_LT: case MOE_OP_LE: case MOE_OP_GT: case MOE_OP_GE: return 3;
+	case MOE_OP_NEG: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT: case MOE_OP_TANH: case MOE_OP_ERF:
+	case MOE_OP_SIGMOID: case MOE_OP_RSQRT: case MOE_OP_NOT: case MOE_OP_CAST: case MOE_OP_BITCAST:
+	case MOE_OP_SELECT: return 1;
+	case MOE_OP_ABS: return moe_dtype_is_float((moe_dtype)N(g, u->args[0])->dtype) ? 1 : 0;
+	default: return 0;
+	}
+}
+
+/* Streams (upper bound: every operand but a constant, a second constant
+ * too) of elementwise node u's own pass. */
+static int elem_streams(const moe_graph *g, const ir_node *u)
+{
+	int ns = 0, nc = 0;
+	for (uint32_t k = 0; k < u->nargs; k++) {
+		if (N(g, u->args[k])->op == MOE_OP_CONST)
+			nc++;
+		else
+			ns++;
+	}
+	return ns + (nc > 1 ? nc - 1 : 0);
+}
+
+/* The vector ops tcpl_lower_elem gives node u (as its lowering picks them;
+ * fused: operand 0 is a chain's value, so a cast or bitcast needs no step). */
+static int elem_vops(const moe_graph *g, const ir_node *u, bool fused, uint8_t *ops)
+{
+	moe_dtype at = (moe_dtype)N(g, u->args[0])->dtype, to = (moe_dtype)u->dtype;
+	bool fl = moe_dtype_is_float(at), tf = moe_dtype_is_float(to);
+	static const struct {
+		moe_op op;
+		tcp_vop f, i;
+	} bin[] = {{MOE_OP_ADD, TCP_V_FADD, TCP_V_IADD}, {MOE_OP_SUB, TCP_V_FSUB, TCP_V_ISUB}, {MOE_OP_MUL, TCP_V_FMUL, TCP_V_IMUL},
+		{MOE_OP_DIV, TCP_V_FDIV, TCP_V_IDIV}, {MOE_OP_MIN, TCP_V_FMIN, TCP_V_IMIN}, {MOE_OP_MAX, TCP_V_FMAX, TCP_V_IMAX},
+		{MOE_OP_AND, TCP_V_AND, TCP_V_AND}, {MOE_OP_OR, TCP_V_OR, TCP_V_OR}, {MOE_OP_XOR, TCP_V_XOR, TCP_V_XOR},
+		{MOE_OP_SHL, TCP_V_SHL, TCP_V_SHL}, {MOE_OP_SHR, TCP_V_SHR, TCP_V_SHR}, {MOE_OP_SAR, TCP_V_SAR, TCP_V_SAR},
+		{MOE_OP_EQ, TCP_V_FTEQ, TCP_V_TEQ}, {MOE_OP_NE, TCP_V_FTNE, TCP_V_TNE}, {MOE_OP_LT, TCP_V_FTLT, TCP_V_TLT},
+		{MOE_OP_LE, TCP_V_FTLE, TCP_V_TLE}, {MOE_OP_GT, TCP_V_FTGT, TCP_V_TGT}, {MOE_OP_GE, TCP_V_FTGE, TCP_V_TGE},
+		{MOE_OP_EXP, TCP_V_FEXP, TCP_V_FEXP}, {MOE_OP_LOG, TCP_V_FLOG, TCP_V_FLOG}, {MOE_OP_SQRT, TCP_V_FSQRT, TCP_V_FSQRT},
+		{MOE_OP_TANH, TCP_V_FTANH, TCP_V_FTANH}, {MOE_OP_ERF, TCP_V_FERF, TCP_V_FERF},
+		{MOE_OP_SIGMOID, TCP_V_FSIGM, TCP_V_FSIGM}, {MOE_OP_NEG, TCP_V_FNEG, TCP_V_ISUB}, {MOE_OP_NOT, TCP_V_XOR, TCP_V_XOR}};
+	for (size_t k = 0; k < sizeof bin / sizeof bin[0]; k++)
+		if (bin[k].op == (moe_op)u->op) {
+			ops[0] = (uint8_t)(fl ? bin[k].f : bin[k].i);
+			return 1;
+		}
+	switch ((moe_op)u->op) {
+	case MOE_OP_ABS:
+		ops[0] = fl ? TCP_V_FABS : TCP_V_ISUB;
+		ops[1] = TCP_V_IMAX;
+		return fl ? 1 : 2;
+	case MOE_OP_RSQRT: ops[0] = TCP_V_FSQRT, ops[1] = TCP_V_FDIV; return 2;
+	case MOE_OP_SELECT: ops[0] = at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, ops[1] = TCP_V_MERGE; return 2;
+	case MOE_OP_CAST:
+		if (to == MOE_BOOL && at != MOE_BOOL)
+			return ops[0] = fl ? TCP_V_FTNE : TCP_V_TNE, 1;
+		if (fl != tf)
+			return ops[0] = fl ? TCP_V_FTOI : TCP_V_ITOF, 1;
+		/* fall through */
+	case MOE_OP_BITCAST:
+		if (fused)
+			return 0;
+		ops[0] = TCP_V_OR; /* taken when the operand is an immediate or a counter */
+		return 1;
+	default: return -1; /* not chained */
+	}
+}
+
+/* a node lowered by tcpl_lower_elem outside the block loop */
+static bool plain_elem(const lw *c, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) && !c->inreg[i] &&
+	       !c->alias_cast[i] && !c->hbm_home[i] && !c->ggrid[i] && !c->gdefer[i] && c->fused_into[i] == MOE_NONE &&
+	       n->rank >= 1;
+}
+
+/* Elementwise chains: an elementwise node read once, by an elementwise node
+ * of its shape, is computed inside that node's pass (its steps first, its
+ * result the running value v), so a chain of them is one tu.vec pass. Its
+ * value is a 32-bit lane word (f32, i32, bool), which is what its own commit
+ * would have stored. fused_into names the chain's last node (the pass). */
+static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	size_t sz = (nn + 1) * (sizeof(int) + 2 * sizeof(bool) + TCP_MAXSTEP + 1);
+	char *mem = ctx_alloc(c->ctx, sz);
+	int *ns = (int *)(void *)mem;
+	bool *elem = (bool *)(ns + nn + 1), *has = elem + nn + 1;
+	uint8_t *chain = (uint8_t *)(has + nn + 1); /* per root: its steps' ops, then their count */
+	memset(has, 0, (nn + 1) * sizeof *has);
+	for (moe_id i = 0; i < nn; i++) {
+		elem[i] = plain_elem(c, i);
+		if (!elem[i])
+			continue;
+		ns[i] = elem_streams(g, N(g, i));
+		uint8_t *ci = chain + (size_t)i * (TCP_MAXSTEP + 1);
+		int n = elem_vops(g, N(g, i), false, ci);
+		elem[i] = n >= 0;
+		ci[TCP_MAXSTEP] = (uint8_t)(n > 0 ? n : 0);
+	}
+	for (moe_id i = nn; i-- > 0;) {
+		const ir_node *p = N(g, i);
+		if (!elem[i] || c->is_out[i] || nuse[i] != 1 || p->valid != MOE_NONE ||
+			(p->dtype != MOE_F32 && p->dtype != MOE_I32 && p->dtype != MOE_BOOL))
+			continue;
+		moe_id u = user[i];
+		const ir_node *un = N(g, u);
+		if (!elem[u] || has[u] || un->valid == i || un->rank != p->rank ||
+			memcmp(un->shape, p->shape, sizeof(int64_t) * (size_t)p->rank))
+			continue;
+		int k = 0;
+		while (k < (int)un->nargs && un->args[k] != i)
+			k++;
+		if (k == (int)un->nargs || !(chain_operands(g, un) >> k & 1))
+			continue;
+		moe_id r = c->fused_into[u] != MOE_NONE ? c->fused_into[u] : u;
+		uint8_t ops[2 * TCP_MAXSTEP], uo[2];
+		/* the chain so far: u's ops (now without the copy a fused cast skips), then
+		 * the rest of r's chain after u's */
+		uint8_t *cr = chain + (size_t)r * (TCP_MAXSTEP + 1);
+		int nold = cr[TCP_MAXSTEP], nu_old = elem_vops(g, un, false, uo), nu = elem_vops(g, un, true, uo);
+		int np = elem_vops(g, p, false, ops), n = np;
+		for (int q = 0; q < nu; q++)
+			ops[n++] = uo[q];
+		for (int q = nu_old; q < nold; q++)
+			ops[n++] = cr[q];
+		if (ns[r] - 1 + ns[i] > 3 || n > TCP_MAXSTEP || !tcp_vec_chain_ok(c->m, ops, n))
+			continue;
+		memcpy(cr, ops, (size_t)n);
+		cr[TCP_MAXSTEP] = (uint8_t)n;
+		ns[r] += ns[i] - 1;
+		c->fused_into[i] = r;
+		has[u] = true;
+	}
+	ctx_free(c->ctx, mem, sz);
+}
+
 /* Choices that keep real-size layers inside DM (a prefill's combine gathers
  * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
  * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
@@ -123,6 +270,7 @@ void tcpl_plan_fusions(lw *c)
 			if (N(g, u)->op == MOE_OP_RESHAPE && N(g, u)->args[0] == i)
 				c->ggrid[u] = i + 1;
 	}
+	plan_chains(c, nuse, user);
 	ctx_free(c->ctx, nuse, (nn + 1) * sizeof *nuse);
 	ctx_free(c->ctx, user, (nn + 1) * sizeof *user);
 }

@@ -127,17 +127,14 @@ static uint32_t f32bits(float f)
 	return u;
 }
 
-/* Elementwise node -> one pass. */
-void tcpl_lower_elem(lw *c, moe_id id)
+/* The steps of elementwise node id in pass vp, after those of the operand
+ * fused into it (tcpl_plan_chains: fused_into == root, at most one per node,
+ * whose result is the chain's running value v). Returns where id's result
+ * is: v, or the operand itself when id needs no step (a bitcast). */
+static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root)
 {
 	const ir_node *n = N(c->g, id);
-	vpass vp;
-	vp_init(&vp, n->rank, n->shape);
-	if (n->rank == 0) {
-		vp.ndim = 1;
-		vp.in.ndim = 1;
-		vp.dim[0] = vp.in.dim[0] = 1;
-	}
+	int nst0 = vp->in.nstep;
 	src a[3];
 	int map[TCP_MAXD];
 	for (uint32_t i = 0; i < n->nargs; i++) {
@@ -146,12 +143,16 @@ void tcpl_lower_elem(lw *c, moe_id id)
 			map[0] = -1;
 		else
 			bmap(o, n->rank, map);
-		a[i] = vp_operand(c, &vp, n->args[i], map);
+		if (c->fused_into[n->args[i]] == root) {
+			a[i] = elem_steps(c, vp, n->args[i], root); /* its steps come first: their result is v */
+			continue;
+		}
+		a[i] = vp_operand(c, vp, n->args[i], map);
 		/* a step holds one immediate: a second, different one is fetched
 		 * (div(iota over a size-1 axis, 1) at T = 1) */
 		for (uint32_t j = 0; j < i && a[i].s == TCP_SRC_IMM; j++)
 			if (a[j].s == TCP_SRC_IMM && a[j].imm != a[i].imm)
-				a[i] = vp_operand_f(c, &vp, n->args[i], map, true);
+				a[i] = vp_operand_f(c, vp, n->args[i], map, true);
 	}
 	moe_dtype at = (moe_dtype)N(c->g, n->args[0])->dtype;
 	bool fl = moe_dtype_is_float(at);
@@ -178,64 +179,83 @@ void tcpl_lower_elem(lw *c, moe_id id)
 	default: break;
 	}
 	if (op != TCP_V_COUNT) {
-		vp_step(c, &vp, op, a[0], a[1], id);
+		vp_step(c, vp, op, a[0], a[1], id);
 	} else {
 		switch ((moe_op)n->op) {
 		case MOE_OP_NEG:
 			if (fl)
-				vp_step(c, &vp, TCP_V_FNEG, a[0], SN(), id);
+				vp_step(c, vp, TCP_V_FNEG, a[0], SN(), id);
 			else
-				vp_step(c, &vp, TCP_V_ISUB, SI(0), a[0], id);
+				vp_step(c, vp, TCP_V_ISUB, SI(0), a[0], id);
 			break;
 		case MOE_OP_ABS:
 			if (fl) {
-				vp_step(c, &vp, TCP_V_FABS, a[0], SN(), id);
+				vp_step(c, vp, TCP_V_FABS, a[0], SN(), id);
 			} else {
-				vp_step(c, &vp, TCP_V_ISUB, SI(0), a[0], id);
-				vp_step(c, &vp, TCP_V_IMAX, a[0], SV(), id);
+				vp_step(c, vp, TCP_V_ISUB, SI(0), a[0], id);
+				vp_step(c, vp, TCP_V_IMAX, a[0], SV(), id);
 			}
 			break;
-		case MOE_OP_EXP: vp_step(c, &vp, TCP_V_FEXP, a[0], SN(), id); break;
-		case MOE_OP_LOG: vp_step(c, &vp, TCP_V_FLOG, a[0], SN(), id); break;
-		case MOE_OP_SQRT: vp_step(c, &vp, TCP_V_FSQRT, a[0], SN(), id); break;
-		case MOE_OP_TANH: vp_step(c, &vp, TCP_V_FTANH, a[0], SN(), id); break;
-		case MOE_OP_ERF: vp_step(c, &vp, TCP_V_FERF, a[0], SN(), id); break;
-		case MOE_OP_SIGMOID: vp_step(c, &vp, TCP_V_FSIGM, a[0], SN(), id); break;
+		case MOE_OP_EXP: vp_step(c, vp, TCP_V_FEXP, a[0], SN(), id); break;
+		case MOE_OP_LOG: vp_step(c, vp, TCP_V_FLOG, a[0], SN(), id); break;
+		case MOE_OP_SQRT: vp_step(c, vp, TCP_V_FSQRT, a[0], SN(), id); break;
+		case MOE_OP_TANH: vp_step(c, vp, TCP_V_FTANH, a[0], SN(), id); break;
+		case MOE_OP_ERF: vp_step(c, vp, TCP_V_FERF, a[0], SN(), id); break;
+		case MOE_OP_SIGMOID: vp_step(c, vp, TCP_V_FSIGM, a[0], SN(), id); break;
 		case MOE_OP_RSQRT:
-			vp_step(c, &vp, TCP_V_FSQRT, a[0], SN(), id);
-			vp_step(c, &vp, TCP_V_FDIV, SI(f32bits(1.0f)), SV(), id);
+			vp_step(c, vp, TCP_V_FSQRT, a[0], SN(), id);
+			vp_step(c, vp, TCP_V_FDIV, SI(f32bits(1.0f)), SV(), id);
 			break;
-		case MOE_OP_NOT: vp_step(c, &vp, TCP_V_XOR, a[0], SI(at == MOE_BOOL ? 1u : 0xffffffffu), id); break;
+		case MOE_OP_NOT: vp_step(c, vp, TCP_V_XOR, a[0], SI(at == MOE_BOOL ? 1u : 0xffffffffu), id); break;
 		case MOE_OP_SELECT:
 			if (a[1].s == TCP_SRC_IMM && a[2].s == TCP_SRC_IMM && a[1].imm != a[2].imm) {
 				/* one immediate per step: the tag compares with 0 (no immediate) */
-				vp_step(c, &vp, TCP_V_TNE, a[0], SI(0), id);
+				vp_step(c, vp, TCP_V_TNE, a[0], SI(0), id);
 				tcpl_err(c, id, "select between two different immediates is not lowered");
 				break;
 			}
-			vp_step(c, &vp, at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, a[0], SI(0), id);
-			vp_step(c, &vp, TCP_V_MERGE, a[1], a[2], id);
+			vp_step(c, vp, at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, a[0], SI(0), id);
+			vp_step(c, vp, TCP_V_MERGE, a[1], a[2], id);
 			break;
 		case MOE_OP_CAST: {
 			moe_dtype to = (moe_dtype)n->dtype;
 			bool tf = moe_dtype_is_float(to);
 			if (to == MOE_BOOL && at != MOE_BOOL)
-				vp_step(c, &vp, fl ? TCP_V_FTNE : TCP_V_TNE, a[0], SI(0), id);
+				vp_step(c, vp, fl ? TCP_V_FTNE : TCP_V_TNE, a[0], SI(0), id);
 			else if (fl && !tf)
-				vp_step(c, &vp, TCP_V_FTOI, a[0], SN(), id);
+				vp_step(c, vp, TCP_V_FTOI, a[0], SN(), id);
 			else if (!fl && tf)
-				vp_step(c, &vp, TCP_V_ITOF, a[0], SN(), id);
+				vp_step(c, vp, TCP_V_ITOF, a[0], SN(), id);
 			else if (a[0].s == TCP_SRC_IMM || a[0].s == TCP_SRC_CTR)
-				vp_step(c, &vp, TCP_V_OR, a[0], SI(0), id);
+				vp_step(c, vp, TCP_V_OR, a[0], SI(0), id);
 			break; /* float->float and int->int: the commit narrows */
 		}
 		case MOE_OP_BITCAST:
 			if (a[0].s == TCP_SRC_IMM || a[0].s == TCP_SRC_CTR)
-				vp_step(c, &vp, TCP_V_OR, a[0], SI(0), id);
+				vp_step(c, vp, TCP_V_OR, a[0], SI(0), id);
 			break; /* the lane word is copied unchanged */
-		default: tcpl_err(c, id, "op '%s' has no vector-engine lowering", moe_op_name((moe_op)n->op)); return;
+		default: tcpl_err(c, id, "op '%s' has no vector-engine lowering", moe_op_name((moe_op)n->op)); return SV();
 		}
 	}
+	if (vp->in.nstep == nst0 && n->nargs)
+		return a[0]; /* no step: the lane word passes unchanged */
+	return SV();
+}
+
+/* Elementwise node -> one pass (with the elementwise operands fused into it). */
+void tcpl_lower_elem(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	vpass vp;
+	vp_init(&vp, n->rank, n->shape);
+	if (n->rank == 0) {
+		vp.ndim = 1;
+		vp.in.ndim = 1;
+		vp.dim[0] = vp.in.dim[0] = 1;
+	}
+	elem_steps(c, &vp, id, id);
+	if (c->failed)
+		return;
 	/* a chain must start from a fetched stream or compute v */
 	if (vp.in.nstep == 0 && vp.nstream == 0)
 		vp_step(c, &vp, TCP_V_OR, SI(0), SI(0), id);
@@ -396,7 +416,7 @@ void tcpl_lower_softmax(lw *c, moe_id id)
 	int axis = norm_axis(n, n, -1);
 	val *xv = tcpl_dm_view(c, n->args[0]);
 	val xs = *xv;
-	/* m = max along axis (kept as size 1), z = x - m, e = exp z, s = sum e, y = e / s */
+	/* m = max along axis (kept as size 1), z = exp(x - m), s = sum z, y = z / s */
 	int64_t ks[MOE_MAX_RANK];
 	memcpy(ks, n->shape, sizeof ks);
 	ks[axis] = 1;
@@ -410,10 +430,16 @@ void tcpl_lower_softmax(lw *c, moe_id id)
 	src s0 = {TCP_SRC_S0, 0, 0}, s1 = {TCP_SRC_S1, 0, 0}, sn = SN();
 	tcp_vop op = TCP_V_FRMAX;
 	row_pass(c, id, n, &xs, NULL, NULL, axis, &op, &s0, &sn, 1, 0, &vm, &kn, true);
-	op = TCP_V_FSUB;
-	row_pass(c, id, n, &xs, &vm, &kn, axis, &op, &s0, &s1, 1, 0, &vz, &fn, true);
-	op = TCP_V_FEXP;
-	row_pass(c, id, n, &vz, NULL, NULL, axis, &op, &s0, &sn, 1, 0, &vz, &fn, true);
+	/* z = exp(x - m) in one pass where the float cluster chains f.sub and f.exp */
+	tcp_vop se[2] = {TCP_V_FSUB, TCP_V_FEXP};
+	uint8_t seb[2] = {TCP_V_FSUB, TCP_V_FEXP};
+	src sx[2] = {s0, SV()}, sy[2] = {s1, sn};
+	if (tcp_vec_chain_ok(c->m, seb, 2)) {
+		row_pass(c, id, n, &xs, &vm, &kn, axis, se, sx, sy, 2, 0, &vz, &fn, true);
+	} else {
+		row_pass(c, id, n, &xs, &vm, &kn, axis, &se[0], &s0, &s1, 1, 0, &vz, &fn, true);
+		row_pass(c, id, n, &vz, NULL, NULL, axis, &se[1], &s0, &sn, 1, 0, &vz, &fn, true);
+	}
 	op = TCP_V_FRSUM;
 	row_pass(c, id, n, &vz, NULL, NULL, axis, &op, &s0, &sn, 1, 0, &vs, &kn, true);
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);

@@ -130,6 +130,7 @@ typedef enum {
 } tcp_vop;
 extern const char *const tcp_vop_names[TCP_V_COUNT];
 extern const uint8_t tcp_vop_stage[TCP_V_COUNT];
+bool tcp_vec_chain_ok(const moe_tcp_machine *m, const uint8_t *ops, int n);
 
 /* Operand sources of a vector step. */
 enum { TCP_SRC_V, TCP_SRC_S0, TCP_SRC_S1, TCP_SRC_S2, TCP_SRC_IMM, TCP_SRC_CTR, TCP_SRC_NONE };
