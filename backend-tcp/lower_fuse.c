@@ -15,7 +15,8 @@ static unsigned chain_operands(const moe_graph *g, const ir_node *u)
 	case MOE_OP_EQ: case MOE_OP_NE: case MOE_OP_LT: case MOE_OP_LE: case MOE_OP_GT: case MOE_OP_GE: return 3;
 	case MOE_OP_NEG: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT: case MOE_OP_TANH: case MOE_OP_ERF:
 	case MOE_OP_SIGMOID: case MOE_OP_RSQRT: case MOE_OP_NOT: case MOE_OP_CAST: case MOE_OP_BITCAST:
-	case MOE_OP_SELECT: return 1;
+	case MOE_OP_SELECT:
+	case MOE_OP_REDUCE_SUM: case MOE_OP_REDUCE_MAX: case MOE_OP_REDUCE_MIN: return 1;
 	case MOE_OP_ABS: return moe_dtype_is_float((moe_dtype)N(g, u->args[0])->dtype) ? 1 : 0;
 	default: return 0;
 	}
@@ -64,6 +65,9 @@ static int elem_vops(const moe_graph *g, const ir_node *u, bool fused, uint8_t *
 		ops[1] = TCP_V_IMAX;
 		return fl ? 1 : 2;
 	case MOE_OP_RSQRT: ops[0] = TCP_V_FSQRT, ops[1] = TCP_V_FDIV; return 2;
+	case MOE_OP_REDUCE_SUM:
+	case MOE_OP_REDUCE_MAX:
+	case MOE_OP_REDUCE_MIN: ops[0] = TCP_V_RSUM; return 1; /* the reduce stage */
 	case MOE_OP_SELECT: ops[0] = at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, ops[1] = TCP_V_MERGE; return 2;
 	case MOE_OP_CAST:
 		if (to == MOE_BOOL && at != MOE_BOOL)
@@ -90,8 +94,9 @@ static bool plain_elem(const lw *c, moe_id i)
 }
 
 /* Elementwise chains: an elementwise node read once, by an elementwise node
- * of its shape, is computed inside that node's pass (its steps first, its
- * result the running value v), so a chain of them is one tu.vec pass. Its
+ * of its shape or by a reduce, is computed inside that node's pass (its steps
+ * first, its result the running value v), so a chain of them is one tu.vec
+ * pass, when the steps keep the vector engine's stage order. Its
  * value is a 32-bit lane word (f32, i32, bool), which is what its own commit
  * would have stored. fused_into names the chain's last node (the pass). */
 static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
@@ -101,11 +106,14 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 	size_t sz = (nn + 1) * (sizeof(int) + 2 * sizeof(bool) + TCP_MAXSTEP + 1);
 	char *mem = ctx_alloc(c->ctx, sz);
 	int *ns = (int *)(void *)mem;
-	bool *elem = (bool *)(ns + nn + 1), *has = elem + nn + 1;
+	bool *elem = (bool *)(ns + nn + 1), *has = elem + nn + 1; /* elem: a pass that can take a chain */
 	uint8_t *chain = (uint8_t *)(has + nn + 1); /* per root: its steps' ops, then their count */
 	memset(has, 0, (nn + 1) * sizeof *has);
 	for (moe_id i = 0; i < nn; i++) {
-		elem[i] = plain_elem(c, i);
+		const ir_node *nd = N(g, i);
+		bool red = (nd->op == MOE_OP_REDUCE_SUM || nd->op == MOE_OP_REDUCE_MAX || nd->op == MOE_OP_REDUCE_MIN) &&
+			   !c->inreg[i] && nd->valid == MOE_NONE && N(g, nd->args[0])->op != MOE_OP_RESHAPE;
+		elem[i] = red || plain_elem(c, i);
 		if (!elem[i])
 			continue;
 		ns[i] = elem_streams(g, N(g, i));
@@ -116,13 +124,14 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 	}
 	for (moe_id i = nn; i-- > 0;) {
 		const ir_node *p = N(g, i);
-		if (!elem[i] || c->is_out[i] || nuse[i] != 1 || p->valid != MOE_NONE ||
+		if (!elem[i] || !(ir_ops[p->op].flags & OPF_ELEM) || c->is_out[i] || nuse[i] != 1 || p->valid != MOE_NONE ||
 			(p->dtype != MOE_F32 && p->dtype != MOE_I32 && p->dtype != MOE_BOOL))
 			continue;
 		moe_id u = user[i];
 		const ir_node *un = N(g, u);
-		if (!elem[u] || has[u] || un->valid == i || un->rank != p->rank ||
-			memcmp(un->shape, p->shape, sizeof(int64_t) * (size_t)p->rank))
+		bool ured = !(ir_ops[un->op].flags & OPF_ELEM); /* a reduce of p */
+		if (!elem[u] || has[u] || un->valid == i ||
+			(!ured && (un->rank != p->rank || memcmp(un->shape, p->shape, sizeof(int64_t) * (size_t)p->rank))))
 			continue;
 		int k = 0;
 		while (k < (int)un->nargs && un->args[k] != i)

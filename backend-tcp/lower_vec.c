@@ -131,7 +131,7 @@ static uint32_t f32bits(float f)
  * fused into it (tcpl_plan_chains: fused_into == root, at most one per node,
  * whose result is the chain's running value v). Returns where id's result
  * is: v, or the operand itself when id needs no step (a bitcast). */
-static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root)
+static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root, const int *perm)
 {
 	const ir_node *n = N(c->g, id);
 	int nst0 = vp->in.nstep;
@@ -141,10 +141,12 @@ static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root)
 		const ir_node *o = N(c->g, n->args[i]);
 		if (n->rank == 0)
 			map[0] = -1;
-		else
-			bmap(o, n->rank, map);
+		for (int k = 0; k < n->rank; k++) { /* iteration dim k is node dim perm[k] */
+			int d = perm[k] - (n->rank - o->rank);
+			map[k] = d >= 0 ? d : -1;
+		}
 		if (c->fused_into[n->args[i]] == root) {
-			a[i] = elem_steps(c, vp, n->args[i], root); /* its steps come first: their result is v */
+			a[i] = elem_steps(c, vp, n->args[i], root, perm); /* its steps come first: their result is v */
 			continue;
 		}
 		a[i] = vp_operand(c, vp, n->args[i], map);
@@ -253,7 +255,10 @@ void tcpl_lower_elem(lw *c, moe_id id)
 		vp.in.ndim = 1;
 		vp.dim[0] = vp.in.dim[0] = 1;
 	}
-	elem_steps(c, &vp, id, id);
+	int perm[TCP_MAXD];
+	for (int k = 0; k < TCP_MAXD; k++)
+		perm[k] = k;
+	elem_steps(c, &vp, id, id, perm);
 	if (c->failed)
 		return;
 	/* a chain must start from a fetched stream or compute v */
@@ -350,11 +355,46 @@ static bool fused_operand(lw *c, moe_id m, moe_id r, int k, val *out)
 	return true;
 }
 
+/* A reduce whose elementwise operand (and that one's chain) is fused into
+ * its pass (tcpl_plan_chains): the operand's steps, then the row op. */
+static void reduce_chain(lw *c, moe_id id, int axis, bool fl)
+{
+	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
+	int order[MOE_MAX_RANK];
+	axis_order(s, axis, order);
+	int64_t dim[TCP_MAXD];
+	for (int k = 0; k < s->rank; k++)
+		dim[k] = s->shape[order[k]];
+	vpass vp;
+	vp_init(&vp, s->rank, dim);
+	src r = elem_steps(c, &vp, n->args[0], id, order);
+	tcp_vop op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
+		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
+					       : (fl ? TCP_V_FRMIN : TCP_V_RMIN);
+	vp_step(c, &vp, op, r, SN(), id);
+	if (c->failed)
+		return;
+	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int dmap[TCP_MAXD];
+	bool keep = n->rank == s->rank;
+	for (int k = 0; k < s->rank; k++) {
+		int d = order[k];
+		if (!keep)
+			d = d == axis ? -1 : d > axis ? d - 1 : d;
+		dmap[k] = d;
+	}
+	tcp_view dv = mkview(o, n, vp.ndim, dmap);
+	dv.stride[vp.ndim - 1] = 0;
+	if (axis == 0 && s->rank >= 2)
+		vp.in.flags |= TCP_F_XSLICE;
+	vp_commit(c, &vp, id, &dv, -1);
+}
+
 void tcpl_lower_reduce(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
 	int axis = norm_axis(n, s, -1);
-	if (c->fused_into[n->args[0]] == id) {
+	if (c->fused_into[n->args[0]] == id && s->op == MOE_OP_RESHAPE) {
 		/* reduce_sum(reshape(mul(a, b))): one pass, f.mul then r.fsum, so the
 		 * product (the size of the combine's gathered rows) never exists */
 		moe_id r = n->args[0], m = N(c->g, r)->args[0];
@@ -370,6 +410,10 @@ void tcpl_lower_reduce(lw *c, moe_id id)
 		return;
 	}
 	bool fl = moe_dtype_is_float((moe_dtype)s->dtype);
+	if (c->fused_into[n->args[0]] == id) {
+		reduce_chain(c, id, axis, fl);
+		return;
+	}
 	tcp_vop op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
 		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
 					       : (fl ? TCP_V_FRMIN : TCP_V_RMIN);
