@@ -1040,6 +1040,90 @@ static void test_runtime_faults(void **st)
 	moe_ctx_free(ctx);
 }
 
+static moe_id node2(moe_graph *g, moe_op op, moe_id a, moe_id b)
+{
+	moe_id args[2] = {a, b};
+	moe_id id = moe_node_new(g, op, args, b == MOE_NONE ? 1 : 2, moe_loc_none());
+	if (op == MOE_OP_CAST)
+		moe_node_set_str(g, id, "to", "i32");
+	if (op == MOE_OP_REDUCE_SUM)
+		moe_node_set_int(g, id, "axis", 1);
+	assert_int_equal(moe_node_infer(g, id), MOE_OK);
+	return id;
+}
+
+/* Elementwise chains share one tu.vec pass where the stage order allows:
+ * sum(exp(a - b)) (f.sub, f.exp, r.fsum), min(i - j, 3) (x.sub, c.min) and
+ * (i < j) & k (t.lt, l.and: tag then logic) are one pass each; (i < j) < k
+ * (tag after tag) stays two. Results equal the interpreter's exactly. */
+static void test_elementwise_chains_one_pass(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_module *m = moe_module_new(ctx);
+	moe_graph *g = moe_module_add_graph(m, "chains");
+	moe_graph_set_dtype(g, MOE_F32);
+	moe_id a = leaf(g, MOE_OP_INPUT, "a", MOE_F32, 2, 4, 8, 0), b = leaf(g, MOE_OP_INPUT, "b", MOE_F32, 2, 4, 8, 0);
+	moe_id i = leaf(g, MOE_OP_INPUT, "i", MOE_I32, 2, 4, 8, 0), j = leaf(g, MOE_OP_INPUT, "j", MOE_I32, 2, 4, 8, 0);
+	moe_id k = leaf(g, MOE_OP_INPUT, "k", MOE_I32, 2, 4, 8, 0);
+	moe_id three = leaf(g, MOE_OP_CONST, "three", MOE_I32, 0, 0, 0, 0);
+	moe_node_set_int(g, three, "value", 3);
+	moe_id sm = node2(g, MOE_OP_REDUCE_SUM, node2(g, MOE_OP_EXP, node2(g, MOE_OP_SUB, a, b), MOE_NONE), MOE_NONE);
+	moe_id mn = node2(g, MOE_OP_MIN, node2(g, MOE_OP_SUB, i, j), three);
+	moe_id an = node2(g, MOE_OP_AND, node2(g, MOE_OP_LT, i, j), node2(g, MOE_OP_NE, k, three));
+	moe_id lt2 = node2(g, MOE_OP_LT, node2(g, MOE_OP_CAST, node2(g, MOE_OP_LT, j, i), MOE_NONE), k);
+	moe_id outs[4] = {sm, mn, an, lt2};
+	for (int q = 0; q < 4; q++)
+		moe_graph_add_output(g, outs[q]);
+	moe_tcp_program *p = moe_tcp_compile(ctx, g, NULL);
+	if (!p)
+		moe_diag_print(ctx, stderr);
+	assert_non_null(p);
+	char *text = NULL;
+	size_t len = 0;
+	assert_int_equal(moe_tcp_to_asm(ctx, p, &text, &len), MOE_OK);
+	int passes = 0;
+	for (const char *q = text; (q = strstr(q, "tu.vec")) != NULL; q++)
+		passes++;
+	/* sm 1, mn 1, an: ne (tag) then lt + and in one pass = 2, lt2: the
+	 * cast of a bool to i32 needs no step, but its lt (tag) cannot follow
+	 * the first lt's tag = 2 */
+	if (passes != 6)
+		fprintf(stderr, "%s", text);
+	assert_int_equal(passes, 6);
+	moe_free(ctx, text);
+	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	uint64_t seed = 7;
+	int64_t sh[2] = {4, 8};
+	moe_tensor_map_set(bind, "a", rand_tensor(ctx, MOE_F32, 2, sh, 2.0, &seed));
+	moe_tensor_map_set(bind, "b", rand_tensor(ctx, MOE_F32, 2, sh, 2.0, &seed));
+	const char *in[3] = {"i", "j", "k"};
+	for (int q = 0; q < 3; q++) {
+		moe_tensor *t = moe_tensor_new(ctx, MOE_I32, 2, sh);
+		for (int64_t e = 0; e < 32; e++)
+			((int32_t *)t->data)[e] = (int32_t)(rng(&seed) % 9) - 4;
+		moe_tensor_map_set(bind, in[q], t);
+	}
+	moe_tensor *want[4] = {NULL}, *got[4] = {NULL};
+	assert_int_equal(moe_interp_run(ctx, g, bind, want), MOE_OK);
+	moe_tcp_run_opts ro = {0};
+	moe_tcp_stats tst;
+	moe_status rc = moe_tcp_run(ctx, p, bind, &ro, got, &tst);
+	if (rc != MOE_OK)
+		moe_diag_print(ctx, stderr);
+	assert_int_equal(rc, MOE_OK);
+	for (int q = 0; q < 4; q++) {
+		assert_int_equal(got[q]->nbytes, want[q]->nbytes);
+		assert_memory_equal(got[q]->data, want[q]->data, want[q]->nbytes);
+		moe_tensor_free(ctx, want[q]);
+		moe_tensor_free(ctx, got[q]);
+	}
+	moe_tensor_map_free(bind);
+	moe_tcp_program_free(p);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1061,6 +1145,7 @@ int main(void)
 		cmocka_unit_test(test_cost_rules_by_hand),
 		cmocka_unit_test(test_block_auto_near_best),
 		cmocka_unit_test(test_runtime_faults),
+		cmocka_unit_test(test_elementwise_chains_one_pass),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
