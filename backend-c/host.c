@@ -519,7 +519,7 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 	if (!s && stats) {
 		memset(stats, 0, sizeof *stats);
 		stats->compile_seconds = t1 - t0;
-		stats->pack_seconds = t3 - t2;
+		stats->pack_seconds = R.npack && R.packed[0] ? t3 - t2 : 0;
 		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
 	run_teardown(ctx, p, &R, o.repeat);
