@@ -9,7 +9,17 @@
 
 #include "backend-c/cgen.h"
 
+/* Every block code generation needs, taken before the LLVM context exists:
+ * an allocation that fails while LLVM objects are alive would leak them
+ * (docs/abi.md). vars/bufs [0]: the layer function, [1]: an outlined body
+ * (outlining does not nest). */
+typedef struct eml_scratch {
+	LLVMValueRef *vars[2], *bufs[2];
+	uint8_t *used;
+} eml_scratch;
+
 typedef struct eml {
+	eml_scratch *sc;
 	cg_prog *p;
 	LLVMContextRef c;
 	LLVMModuleRef m;

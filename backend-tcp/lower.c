@@ -11,7 +11,8 @@
  * take_along and scatter become DMA gathers/scatters with index lists;
  * reshape, slice, broadcast are sequencer views (no data moves).
  * Blocks: nodes masked by the per-block valid rows (and the per-block weight
- * gathers masked by nblocks) form the block region, emitted once as a loop
+ * gathers masked by nblocks; blockwise-dispatch names both in graph
+ * attributes, ir/graph_keys.h) form the block region, emitted once as a loop
  * over g < nblocks (a run-time count: blocks past it are skipped). Inside,
  * the next block's weights and rows are prefetched by DMA into the other half
  * of double buffers while the current block computes; when consecutive
@@ -73,10 +74,15 @@ void tcpl_lower_node(lw *c, moe_id id)
 			tcpl_err(c, id, "aliased cast of a value that is not a tensor view");
 		return;
 	}
+	if (tcpl_quant_is_view(c, id)) {
+		tcpl_lower_qview(c, id);
+		return;
+	}
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
 	case MOE_OP_SLICE:
 	case MOE_OP_BROADCAST: tcpl_lower_view_op(c, id); return;
+	case MOE_OP_DEQUANT: tcpl_lower_dequant(c, id); return;
 	case MOE_OP_REDUCE_SUM:
 	case MOE_OP_REDUCE_MAX:
 	case MOE_OP_REDUCE_MIN: tcpl_lower_reduce(c, id); return;
@@ -111,17 +117,11 @@ static void release(lw *c, int64_t q)
 			tcpl_dm_free(c, c->v[i].t);
 }
 
-/* Layers refused before any work: quantized weights, and weights beyond HBM
- * (the same clear error as after lowering, before any DM limit is met). */
+/* Layers refused before any work: weights beyond HBM (the same clear error
+ * as after lowering, before any DM limit is met). */
 static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
-	for (moe_id i = 0; i < nn; i++)
-		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
-			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
-				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
-			return false;
-		}
 	double wsum = 0;
 	moe_id big = MOE_NONE; /* the largest weight names the place */
 	for (moe_id i = 0; i < nn; i++)
@@ -296,7 +296,7 @@ static void roofline_dims(lw *c)
 {
 	const moe_graph *g = c->g;
 	tcp_program *p = c->p;
-	p->moe_D = ir_graph_attr_int(g, "moe_row_bytes", 0) / (int64_t)moe_dtype_size(g->dtype);
+	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
 	int64_t wb = 0;
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
@@ -337,11 +337,11 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
-	p->moe_T = ir_graph_attr_int(g, "moe_tokens", 0);
-	p->moe_K = ir_graph_attr_int(g, "moe_k", 0);
-	p->moe_E = ir_graph_attr_int(g, "moe_experts", 0);
-	p->moe_B = ir_graph_attr_int(g, "moe_block", 0);
-	p->moe_G = ir_graph_attr_int(g, "grid_blocks", 0);
+	p->moe_T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
+	p->moe_K = ir_graph_attr_int(g, IR_GK_MOE_K, 0);
+	p->moe_E = ir_graph_attr_int(g, IR_GK_MOE_EXPERTS, 0);
+	p->moe_B = ir_graph_attr_int(g, IR_GK_MOE_BLOCK, 0);
+	p->moe_G = ir_graph_attr_int(g, IR_GK_GRID_BLOCKS, 0);
 	for (uint32_t i = 0; i < g->nout; i++)
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
@@ -367,7 +367,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	return p;
 }
 
-moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
 {
 	moe_tcp_machine *def = NULL;
 	if (!machine) {
@@ -394,3 +394,8 @@ moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 	return p;
 }
 
+
+moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, tcp_compile(ctx, g, machine));
+}

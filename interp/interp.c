@@ -34,6 +34,7 @@ typedef struct interp {
 	val *v;           /* per node */
 	moe_id id;        /* node being evaluated */
 	const ir_node *n; /* N(g, id) */
+	int64_t ntok;     /* serving: the n_tokens value, else -1 */
 } interp;
 
 static bool is_f(int t)
@@ -818,6 +819,10 @@ static moe_status ev_experts(interp *ip, val *out)
 	size_t fsz = (size_t)F * sizeof(float), dsz = (size_t)D * sizeof(float);
 	float *xin = ctx_alloc(ip->ctx, dsz), *acc = ctx_alloc(ip->ctx, dsz), *h = ctx_alloc(ip->ctx, fsz);
 	moe_status st = MOE_OK;
+	if (ip->ntok >= 0 && ip->ntok < T) { /* serving: later rows are not routed and are 0 */
+		memset(out->f + ip->ntok * D, 0, (size_t)((T - ip->ntok) * D) * sizeof(float));
+		T = ip->ntok;
+	}
 	for (int64_t ti = 0; ti < T && !st; ti++) {
 		for (int64_t k = 0; k < K; k++) {
 			int32_t e = idx[ti * K + k];
@@ -1010,7 +1015,7 @@ static moe_status eval_node(interp *ip, val *out)
 	}
 }
 
-moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
 {
 	if (!ctx || !g || !out)
 		return MOE_ERR_INVALID;
@@ -1038,6 +1043,9 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 	}
 	if (!bound)
 		return MOE_ERR_INVALID;
+	int64_t ntok;
+	if ((st = moe_tokens_check(ctx, g, bind, &ntok)) != MOE_OK)
+		return st;
 
 	/* liveness: evaluate what the outputs need, free values after their last use */
 	uint32_t *last = ctx_alloc(ctx, (size_t)nn * sizeof *last);
@@ -1067,7 +1075,7 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 			last[n->valid] = id;
 	}
 
-	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), 0, NULL};
+	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), 0, NULL, ntok};
 	for (moe_id id = 0; id < nn && !st; id++) {
 		if (!live[id])
 			continue;
@@ -1114,4 +1122,11 @@ moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map
 	ctx_free(ctx, last, (size_t)nn * sizeof *last);
 	ctx_free(ctx, live, (size_t)nn * sizeof *live);
 	return st;
+}
+
+moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+{
+	if (!ctx)
+		return MOE_ERR_INVALID;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, interp_run(ctx, g, bind, out));
 }

@@ -37,9 +37,17 @@ MOE_API float moe_bf16_to_f32(uint16_t h);
 typedef struct moe_tensor_map moe_tensor_map;
 MOE_API moe_tensor_map *moe_tensor_map_new(moe_ctx *ctx);
 MOE_API void moe_tensor_map_free(moe_tensor_map *m); /* frees the tensors it owns */
-/* Takes ownership of t; replaces (and frees) an earlier tensor of that name. */
-MOE_API void moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
+/* Takes ownership of t; replaces (and frees) an earlier tensor of that name.
+ * MOE_ERR_NOMEM (t freed, the map unchanged) when the allocator refuses. */
+MOE_API moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
 MOE_API moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name);
+
+/* A serving layer (an i32 scalar input named MOE_TOKENS_INPUT, "n_tokens")
+ * runs on the first n token rows: every executor calls this before running
+ * and refuses n < 0 or n > T with a located error (MOE_ERR_INVALID). *n_out
+ * (may be NULL) receives n, or -1 for a layer without the input. To run a
+ * serving layer, bind a rank-0 i32 tensor holding n under "n_tokens". */
+MOE_API moe_status moe_tokens_check(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, int64_t *n_out);
 
 /* The reference interpreter: the executable definition of every op
  * (docs/ir.md). Slow and obviously correct. Binds every input and weight node
