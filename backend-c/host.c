@@ -398,7 +398,6 @@ typedef struct host_run {
 	int64_t *rowlen;    /* per buffer: the K it is packed with */
 	int npack;
 	void **packed;      /* the packed copies, weights[nweights + slot] */
-	size_t *packed_bytes;
 } host_run;
 
 static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_tensor_map *bind,
