@@ -448,7 +448,9 @@ static void packed_case(int64_t rows, int64_t lanes, int64_t w0, bool packed, co
 static void test_dot_packed(void **state)
 {
 	(void)state;
-	static uint16_t a[PR * PK], w[PW * PK], pw[PW * PK], zero[PW * PK];
+	/* packed copies are 64-byte aligned (moe_host_run allocates them so): the tile's loads rely on it */
+	static _Alignas(64) uint16_t pw[PW * PK], zero[PW * PK];
+	static uint16_t a[PR * PK], w[PW * PK];
 	for (int i = 0; i < PR * PK; i++)
 		a[i] = rand_bf16();
 	for (int i = 0; i < PW * PK; i++)
