@@ -146,13 +146,73 @@ static bool same_squeezed(int ra, const int64_t *a, int rb, const int64_t *b)
 }
 
 /* True when no tensor of src (each expert's, for a template) is in ck. */
-static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked)
+static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked, const int64_t *map)
 {
 	for (int64_t e = 0; e < count; e++) {
-		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
 		bool found = (stacked ? name != NULL : true) && moe_checkpoint_find(ck, stacked ? name : src, NULL);
 		free(name);
 		if (found || (stacked && !name))
+			return false;
+	}
+	return true;
+}
+
+/* The ep_experts list of an expert-parallel device's weight (the global
+ * expert of each leading row), in *map; NULL when the weight has none. */
+static bool ep_map(moe_ctx *ctx, const moe_graph *g, moe_id id, const int64_t **map)
+{
+	const ir_node *n = N(g, id);
+	int k = ir_attr_ints(n, "ep_experts", map);
+	if (k < 0) {
+		*map = NULL;
+		return true;
+	}
+	bool ok = n->rank >= 1 && k == n->shape[0];
+	for (int i = 0; ok && i < k; i++)
+		ok = (*map)[i] >= 0 && (*map)[i] < MOE_MAX_DIM;
+	if (!ok)
+		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "weight '%s': ep_experts must list one expert >= 0 per leading row",
+			n->name);
+	return ok;
+}
+
+/* An expert-parallel device's rows of one tensor holding every expert
+ * ([E, ...]): row i of the weight is row map[i] of the tensor; only those
+ * bytes are read. */
+static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file,
+	const int64_t *map, bool check, moe_tensor *t)
+{
+	const ir_node *n = N(g, id);
+	bool same = st->rank == n->rank && st->rank >= 1;
+	for (int i = 1; same && i < n->rank; i++)
+		same = st->shape[i] == n->shape[i];
+	for (int64_t e = 0; same && e < n->shape[0]; e++)
+		same = map[e] < st->shape[0];
+	if (!same) {
+		char have[160], want[160];
+		shape_str(have, sizeof have, st->rank, st->shape);
+		shape_str(want, sizeof want, n->rank, n->shape);
+		rt_err_at(ctx, file, st->offset, "tensor '%s' has shape %s; weight '%s' : %s takes its rows of experts "
+			"(ep_experts) up to %lld", st->name, have, n->name, want, (long long)map[n->shape[0] - 1]);
+		return false;
+	}
+	if (!dtype_converts(st->dtype, (moe_dtype)n->dtype)) {
+		dtype_error(ctx, st, file, n->name, (moe_dtype)n->dtype);
+		return false;
+	}
+	if (check)
+		return true;
+	int64_t per = st->shape[0] ? st->numel / st->shape[0] : 0;
+	size_t sbytes = st->shape[0] ? st->nbytes / (size_t)st->shape[0] : 0;
+	size_t dbytes = n->shape[0] ? t->nbytes / (size_t)n->shape[0] : 0;
+	for (int64_t e = 0; e < n->shape[0]; e++) {
+		moe_st_tensor row = *st;
+		row.numel = per;
+		row.nbytes = sbytes;
+		row.data = (const char *)st->data + (size_t)map[e] * sbytes;
+		row.offset = st->offset + (int64_t)((size_t)map[e] * sbytes);
+		if (!convert(ctx, &row, file, n->name, (moe_dtype)n->dtype, (char *)t->data + (size_t)e * dbytes))
 			return false;
 	}
 	return true;
@@ -200,7 +260,13 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		return false;
 	}
 	int errs = moe_error_count(ctx);
-	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked);
+	/* an expert-parallel device's rows: the global experts it holds */
+	const int64_t *map = NULL;
+	if (!ep_map(ctx, g, id, &map)) {
+		free(src);
+		return false;
+	}
+	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked, map);
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
 		free(src);
@@ -225,7 +291,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	size_t pbytes = count && t ? t->nbytes / (size_t)count : 0;
 	bool ok = true;
 	for (int64_t e = 0; e < count && ok; e++) {
-		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
 		const char *tn = stacked ? name : src;
 		if (!tn) {
 			moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
@@ -242,6 +308,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 				moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': tensor '%s' not found in %s", wname, tn, srcs);
 			}
 			ok = false;
+		} else if (map && !stacked) {
+			ok = load_rows(ctx, g, id, st, file, map, check, t);
 		} else {
 			bool same = st->rank == prank;
 			for (int i = 0; same && i < prank; i++)
