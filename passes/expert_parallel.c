@@ -453,23 +453,22 @@ PASS(pass_lower_exchange)
 		const ir_node *x = N(g, n->args[0]);
 		moe_id xv = rb.map[n->args[0]];
 		int64_t S = x->shape[0], R = n->shape[0];
-		if (R < S) {
-			xv = ir_b_slice(rb.dst, xv, 0, 0, R, c.loc);
-		} else if (R > S) {
-			int64_t sh[MOE_MAX_RANK];
-			memcpy(sh, x->shape, sizeof sh);
-			sh[0] = R - S;
-			moe_id z = ir_emit(rb.dst, MOE_OP_CONST, (moe_dtype)x->dtype, x->rank, sh, NULL, 0, c.loc);
-			moe_node_set_float(rb.dst, z, "value", 0.0);
-			moe_id parts[2] = {xv, z};
-			xv = S ? ir_b_concat(rb.dst, parts, 2, 0, c.loc) : z;
+		if (S == 0) { /* nothing to send: all zeros */
+			xv = ir_emit(rb.dst, MOE_OP_CONST, (moe_dtype)n->dtype, n->rank, n->shape, NULL, 0, c.loc);
+			moe_node_set_float(rb.dst, xv, "value", 0.0);
+		} else { /* row r of x for r < S (rows past the count are zeroed below) */
+			moe_id at = ir_b_iota(rb.dst, 1, &R, 0, c.loc);
+			if (R > S)
+				at = b2(&c, MOE_OP_MIN, at, ci(&c, S - 1));
+			moe_id ga[2] = {xv, at};
+			xv = ir_b(rb.dst, MOE_OP_GATHER, ga, 2, c.loc);
 		}
-		int64_t ms[MOE_MAX_RANK];
+		int64_t ms[MOE_MAX_RANK], ones[MOE_MAX_RANK];
 		for (int k = 0; k < x->rank; k++)
-			ms[k] = k ? 1 : R;
-		moe_id kept = ir_b_reshape(rb.dst, ir_b_slice(rb.dst, rb.map[n->args[1]], 0, 0, 1, c.loc), 0, NULL, c.loc);
-		moe_id keep = ir_b_reshape(rb.dst, b2(&c, MOE_OP_LT, ir_b_iota(rb.dst, 1, &R, 0, c.loc), kept), x->rank, ms,
+			ms[k] = k ? 1 : R, ones[k] = 1;
+		moe_id kept = ir_b_reshape(rb.dst, ir_b_slice(rb.dst, rb.map[n->args[1]], 0, 0, 1, c.loc), x->rank, ones,
 			c.loc);
+		moe_id keep = b2(&c, MOE_OP_LT, ir_b_iota(rb.dst, x->rank, ms, 0, c.loc), kept);
 		moe_id zero = ir_b_const(rb.dst, (moe_dtype)x->dtype, 0.0, c.loc);
 		moe_id y = ir_b3(rb.dst, MOE_OP_SELECT, keep, xv, zero, c.loc);
 		if (n->name)
