@@ -19,8 +19,9 @@
  *   combine   each pair's row gathered at spos, weighted and summed over K
  *             in f32 in k order, as the one-device program does, so the
  *             result is bitwise that program's
- * Expert weights become this device's rows ([E_r, ...]) with attribute
- * ep_experts listing their global experts; the loader reads only those. */
+ * Expert weights become this device's rows ([E_r, ...], or [E_r * F, ...]
+ * for a weight stacking each expert's F rows) with attribute ep_experts
+ * listing their global experts; the loader reads only those rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,23 +224,48 @@ static bool keeps_expert_axis(const ir_node *n)
 }
 
 /* Marks the expert weights under v (through ops that keep the expert axis)
- * 2 and the ops between 1; false when something else carries experts. */
+ * 2 and the ops between 1; false when something else carries experts. A
+ * weight may stack its experts' rows ([E * F, D], reshaped to [E, F, D]). */
 static bool mark(moe_graph *g, moe_id v, int64_t E, uint8_t *m)
 {
 	ir_node *n = N(g, v);
-	if (n->rank < 1 || n->shape[0] != E)
-		return false;
-	if (n->op == MOE_OP_WEIGHT) {
+	if (n->op == MOE_OP_WEIGHT && n->rank >= 1 && n->shape[0] >= E && n->shape[0] % E == 0) {
 		m[v] = 2;
 		return true;
 	}
-	if (!keeps_expert_axis(n))
+	if (n->rank < 1 || n->shape[0] != E)
 		return false;
+	if (n->op == MOE_OP_RESHAPE) {
+		const ir_node *a = N(g, n->args[0]);
+		if (a->rank < 1 || a->shape[0] % E)
+			return false;
+	} else if (!keeps_expert_axis(n)) {
+		return false;
+	}
 	m[v] = 1;
 	for (uint32_t i = 0; i < n->nargs; i++)
 		if (!mark(g, n->args[i], E, m))
 			return false;
 	return true;
+}
+
+/* Copies node i (marked by mark) for this device's Ed experts. */
+static void copy_marked(rebuild *rb, const ep *c, moe_id i, uint8_t how)
+{
+	moe_id id = rebuild_copy(rb, i);
+	ir_node *n = N(rb->dst, id);
+	if (how == 2) { /* this device's experts only */
+		n->shape[0] = n->shape[0] / c->E * c->Ed;
+		moe_node_set_ints(rb->dst, id, "ep_experts", c->mine, (int)c->Ed);
+		return;
+	}
+	if (n->op == MOE_OP_RESHAPE) {
+		int64_t s[MOE_MAX_RANK];
+		memcpy(s, n->shape, sizeof s);
+		s[0] = c->Ed;
+		moe_node_set_ints(rb->dst, id, "shape", s, n->rank);
+	}
+	IR_ASSERT(ir_infer(c->ctx, rb->dst, id) == MOE_OK);
 }
 
 static bool parse_int(const char *v, int64_t lo, int64_t hi, int64_t *out)
@@ -401,13 +427,10 @@ PASS(pass_expert_parallel)
 	c.d = rb.dst;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (i != ex) {
-			moe_id id = rebuild_copy(&rb, i);
-			if (m[i] == 2) { /* this device's experts only */
-				N(rb.dst, id)->shape[0] = c.Ed;
-				moe_node_set_ints(rb.dst, id, "ep_experts", c.mine, (int)c.Ed);
-			} else if (m[i] == 1) {
-				IR_ASSERT(ir_infer(ctx, rb.dst, id) == MOE_OK);
-			}
+			if (m[i])
+				copy_marked(&rb, &c, i, m[i]);
+			else
+				rebuild_copy(&rb, i);
 			continue;
 		}
 		moe_id s[EXP_NSLOTS];
