@@ -245,7 +245,7 @@ moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 	moe_tensor_map *packed);
 char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 
-/* sim.c: the instruction budget of a run; a loop without exit is an error */
+/* terminate.c (enforced by sim.c): the instruction budget of a run; a loop without exit is an error */
 uint64_t tcp_step_budget(const tcp_program *p);
 moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
 

@@ -1,0 +1,295 @@
+/* backend-tcp/lower_int.h: state shared by the files of the TCP lowering
+ * (lower.c is the driver; lower_mem.c DM/HBM placement and operand views,
+ * lower_vec.c vector-engine passes, lower_route.c gathers, scatters and
+ * sequencer views, lower_contract.c contractions, lower_region.c the block
+ * loop, lower_fuse.c fusion planning). The small emission and view helpers
+ * are static inline here; everything else crossing files is tcpl_*. */
+#ifndef MOEC_TCP_LOWER_INT_H
+#define MOEC_TCP_LOWER_INT_H
+
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+
+enum { VK_NONE, VK_IMM, VK_IOTA, VK_VIEW };
+
+/* Where a node's value is: an immediate, an iota, or a view of a tensor. */
+typedef struct val {
+	int kind;
+	uint32_t imm;    /* VK_IMM: lane word (f32 bits or i32) */
+	int axis;        /* VK_IOTA */
+	int32_t t;       /* VK_VIEW */
+	int64_t base;
+	int64_t stride[MOE_MAX_RANK];
+	moe_id owner;    /* node whose tensor this is (for liveness) */
+	bool region;     /* per-block view: offset by a loop register */
+	int reg;
+	int64_t scale;
+} val;
+
+typedef struct dmblk {
+	int64_t off, size;
+	int32_t t;
+} dmblk;
+
+typedef struct lw {
+	moe_ctx *ctx;
+	const moe_graph *g;
+	const moe_tcp_machine *m;
+	tcp_program *p;
+	int64_t S;
+	val *v;
+	bool *inreg;      /* node in the block region */
+	bool *dep;        /* depends on the block region */
+	bool *hbm_home;   /* value must live in HBM */
+	bool *is_out;
+	int64_t *last;    /* last emission position of an owner's uses */
+	int64_t *pos;     /* emission position of each node */
+	dmblk *live;
+	uint32_t nlive, lcap;
+	int64_t dm_peak;
+	int64_t hbm_top;
+	int next_reg;
+	int trf_k;
+	int32_t trf[2];
+	int64_t trf_rows_cap, trf_cols;
+	bool failed;
+	/* fusions chosen before emission (tcpl_plan_fusions) */
+	bool *alias_cast;  /* a bf16 -> f32 cast read only by vector passes: a view of its source */
+	moe_id *fused_into; /* mul (and the reshape after it) folded into this reduce_sum, or MOE_NONE */
+	/* block region */
+	moe_id rows, nblocks, bexp;
+	bool *wstream;     /* per-block weight gather streamed in TRF-tile chunks (not held per expert) */
+	/* dispatch by gather (tcpl_plan_fusions): the grid scatter(0, pos, gather(x, tok))
+	 * and the reshapes of it the block loop reads become an i32 list of each
+	 * grid row's token, and every block gathers its rows of x directly.
+	 * ggrid[i] = the scatter + 1 for those nodes, 0 otherwise; gdefer marks
+	 * the token-row gather, which is never materialised. */
+	moe_id *ggrid;
+	bool *gdefer;
+	int64_t G;
+	int vreg_rows;
+} lw;
+
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
+
+void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
+
+static inline int64_t rup(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b * b;
+}
+
+static inline int64_t esz(int dt)
+{
+	return (int64_t)moe_dtype_size((moe_dtype)dt);
+}
+
+/* ---- views ---- */
+static inline void contiguous(const int64_t *shape, int rank, int64_t *stride)
+{
+	int64_t s = 1;
+	for (int i = rank - 1; i >= 0; i--) {
+		stride[i] = shape[i] == 1 ? 0 : s;
+		s *= shape[i];
+	}
+}
+
+static inline bool is_contig(const val *v, const ir_node *n)
+{
+	int64_t s = 1;
+	for (int i = n->rank - 1; i >= 0; i--) {
+		if (n->shape[i] != 1 && v->stride[i] != s)
+			return false;
+		s *= n->shape[i];
+	}
+	return true;
+}
+
+static inline val tview(int32_t t, moe_id owner, const ir_node *n)
+{
+	val v;
+	memset(&v, 0, sizeof v);
+	v.kind = VK_VIEW;
+	v.t = t;
+	v.owner = owner;
+	v.reg = -1;
+	contiguous(n->shape, n->rank, v.stride);
+	return v;
+}
+
+/* A sequencer view of value v (of node shape n) broadcast into iteration
+ * dims: iteration dim k maps to node dim map[k] (-1: broadcast). */
+static inline tcp_view mkview(const val *v, const ir_node *n, int ndim, const int *map)
+{
+	tcp_view tv = tcp_view_none();
+	tv.t = v->t;
+	tv.base = v->base;
+	tv.reg = v->region ? v->reg : -1;
+	tv.scale = v->region ? v->scale : 0;
+	for (int k = 0; k < ndim; k++)
+		tv.stride[k] = map[k] >= 0 && n->shape[map[k]] > 1 ? v->stride[map[k]] : 0;
+	return tv;
+}
+
+/* numpy broadcasting: node dim for each of ndim iteration dims (aligned right) */
+static inline void bmap(const ir_node *n, int ndim, int *map)
+{
+	for (int k = 0; k < ndim; k++) {
+		int d = k - (ndim - n->rank);
+		map[k] = d >= 0 ? d : -1;
+	}
+}
+
+static inline uint32_t imm_of(const ir_node *n, double v)
+{
+	if (moe_dtype_is_float((moe_dtype)n->dtype)) {
+		float f = (float)v;
+		if (n->dtype == MOE_BF16)
+			f = moe_bf16_to_f32(moe_f32_to_bf16(f));
+		uint32_t u;
+		memcpy(&u, &f, 4);
+		return u;
+	}
+	return (uint32_t)(int32_t)v;
+}
+
+static inline int norm_axis(const ir_node *n, const ir_node *src, int64_t def)
+{
+	int64_t a = ir_attr_int(n, "axis", def);
+	return ir_norm_axis((int)a, src->rank);
+}
+
+/* per-block shape of a region node: drop the leading G */
+static inline ir_node block_node(const ir_node *n)
+{
+	ir_node b = *n;
+	b.rank = (uint8_t)(n->rank - 1);
+	memmove(b.shape, n->shape + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+	return b;
+}
+
+/* ---- emission helpers ---- */
+static inline void emit(lw *c, tcp_insn *in)
+{
+	tcp_emit(c->p, in);
+}
+
+static inline void li(lw *c, int rd, int64_t v)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_LI);
+	in.rd = (uint8_t)rd;
+	in.imm = v;
+	emit(c, &in);
+}
+
+static inline void alui(lw *c, tcp_sop op, int rd, int ra, int rb, int64_t imm)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_ALU);
+	in.sop = (uint8_t)op;
+	in.rd = (uint8_t)rd;
+	in.ra = (uint8_t)ra;
+	in.rb = (uint8_t)rb;
+	in.imm = imm;
+	emit(c, &in);
+}
+
+static inline uint32_t br(lw *c, tcp_cond cc, int ra, int rb)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_BR);
+	in.sop = (uint8_t)cc;
+	in.ra = (uint8_t)ra;
+	in.rb = (uint8_t)rb;
+	in.target = -1;
+	emit(c, &in);
+	return c->p->ncode - 1;
+}
+
+static inline uint32_t jmp(lw *c)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_JMP);
+	in.target = -1;
+	emit(c, &in);
+	return c->p->ncode - 1;
+}
+
+static inline void patch(lw *c, uint32_t at)
+{
+	c->p->code[at].target = (int32_t)c->p->ncode;
+}
+
+static inline void ld(lw *c, int rd, int32_t t, int reg, int64_t base, int64_t scale)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_LD);
+	in.rd = (uint8_t)rd;
+	in.v[TCP_V_S0].t = t;
+	in.v[TCP_V_S0].base = base;
+	in.v[TCP_V_S0].reg = reg;
+	in.v[TCP_V_S0].scale = reg >= 0 ? scale : 0;
+	emit(c, &in);
+}
+
+/* Linear DMA of a contiguous run of n elements. */
+static inline void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int sreg,
+	int64_t sscale, int64_t n)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_DMA_COPY);
+	in.ndim = 1;
+	in.dim[0] = n;
+	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0];
+	d->t = dt;
+	d->base = dbase;
+	d->reg = dreg;
+	d->scale = dreg >= 0 ? dscale : 0;
+	d->stride[0] = 1;
+	s->t = st;
+	s->base = sbase;
+	s->reg = sreg;
+	s->scale = sreg >= 0 ? sscale : 0;
+	s->stride[0] = 1;
+	emit(c, &in);
+}
+
+/* lower_mem.c: placement */
+int32_t tcpl_hbm_tensor(lw *c, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
+int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
+void tcpl_dm_free(lw *c, int32_t t);
+/* The value of node id as a view (materialized if an immediate or iota);
+ * tcpl_dm_view: in DM, copying from HBM if needed. */
+val *tcpl_need_view(lw *c, moe_id id);
+val *tcpl_dm_view(lw *c, moe_id id);
+/* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
+val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
+int tcpl_valid_reg(lw *c, moe_id id);
+
+/* lower_vec.c: vector-engine passes */
+void tcpl_materialize(lw *c, moe_id id);
+val *tcpl_copy_contig(lw *c, moe_id id);
+void tcpl_lower_elem(lw *c, moe_id id);
+void tcpl_lower_reduce(lw *c, moe_id id);
+void tcpl_lower_cumsum(lw *c, moe_id id);
+void tcpl_lower_filter(lw *c, moe_id id);
+void tcpl_lower_softmax(lw *c, moe_id id);
+void tcpl_lower_one_hot(lw *c, moe_id id);
+void tcpl_lower_concat(lw *c, moe_id id);
+
+/* lower_route.c: DMA gathers and scatters, sequencer views */
+void tcpl_lower_gather(lw *c, moe_id id);
+void tcpl_lower_take_along(lw *c, moe_id id);
+void tcpl_lower_scatter(lw *c, moe_id id);
+void tcpl_lower_view_op(lw *c, moe_id id);
+
+/* lower_contract.c */
+void tcpl_lower_einsum(lw *c, moe_id id);
+
+/* lower_region.c: the block region and its loop */
+void tcpl_find_region(lw *c);
+void tcpl_lower_region(lw *c);
+
+/* lower_fuse.c */
+void tcpl_plan_fusions(lw *c);
+
+/* lower.c */
+void tcpl_lower_node(lw *c, moe_id id);
+
+#endif

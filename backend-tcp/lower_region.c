@@ -1,0 +1,566 @@
+/* backend-tcp/lower_region.c: TCP lowering of the block region: finding it (nodes
+ * masked by the per-block valid rows), and emitting it once as a guarded loop
+ * over the blocks with double-buffered prefetch of weights and rows. */
+#include <string.h>
+
+#include "backend-tcp/lower_int.h"
+
+/* ---- block region ---- */
+void tcpl_find_region(lw *c)
+{
+	const moe_graph *g = c->g;
+	c->rows = c->nblocks = c->bexp = MOE_NONE;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->valid == MOE_NONE)
+			continue;
+		const ir_node *vn = N(g, n->valid);
+		if (vn->rank == 1 && n->rank >= 2 && n->shape[0] == vn->shape[0]) {
+			c->rows = n->valid;
+			c->G = vn->shape[0];
+		}
+		if (vn->rank == 0 && n->op == MOE_OP_GATHER && N(g, n->args[1])->rank == 1) {
+			c->nblocks = n->valid;
+			c->bexp = n->args[1];
+		}
+	}
+	if (c->rows == MOE_NONE || c->nblocks == MOE_NONE || N(g, c->bexp)->shape[0] != c->G) {
+		c->rows = c->nblocks = c->bexp = MOE_NONE;
+		return;
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		bool r = (n->valid == c->rows) ||
+			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp && N(g, n->args[0])->op ==
+				MOE_OP_WEIGHT);
+		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
+			N(g, n->args[0])->shape[0] == c->G)
+			r = true;
+		c->inreg[i] = r;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE && (c->inreg[n->args[k]] || c->dep[n->args[k]]))
+				c->dep[i] = true;
+		if (r)
+			c->dep[i] = false;
+	}
+	/* region results read outside live in HBM; so do grids read inside */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			moe_id a = n->args[k];
+			if (a == MOE_NONE)
+				continue;
+			if (c->inreg[i] && !c->inreg[a] && N(g, a)->rank >= 1 && N(g, a)->shape[0] == c->G &&
+				N(g, a)->op != MOE_OP_WEIGHT) {
+				moe_id s = a;
+				while (N(g, s)->op == MOE_OP_RESHAPE)
+					s = N(g, s)->args[0];
+				c->hbm_home[s] = true;
+			}
+			if (!c->inreg[i] && c->inreg[a])
+				c->hbm_home[a] = true;
+		}
+		if (c->inreg[i] && c->is_out[i])
+			c->hbm_home[i] = true;
+	}
+}
+
+/* Dispatch by gather: block blk's rows of x, by the grid's row list, into
+ * slot `slot` of buf (n elements per block). */
+static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk)
+{
+	const ir_node *sn = N(c->g, s), *xp = N(c->g, sn->args[2]), *x = N(c->g, xp->args[0]);
+	val *xv = tcpl_need_view(c, xp->args[0]);
+	int64_t D = sn->shape[1], rows = n / D, T = x->shape[0];
+	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
+	in.ndim = 3;
+	in.dim[0] = 1;
+	in.dim[1] = rows;
+	in.dim[2] = D;
+	in.rows = T;
+	in.vreg = -1;
+	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
+	d->t = buf;
+	d->reg = slot;
+	d->scale = n;
+	d->stride[0] = n;
+	d->stride[1] = D;
+	d->stride[2] = 1;
+	sv->t = xv->t;
+	sv->base = xv->base;
+	sv->stride[0] = T * D;
+	sv->stride[1] = D;
+	sv->stride[2] = 1;
+	ix->t = c->v[s].t;
+	ix->base = c->v[s].base;
+	ix->reg = blk;
+	ix->scale = rows;
+	ix->stride[0] = rows;
+	ix->stride[1] = 1;
+	emit(c, &in);
+}
+
+/* A per-block input of the loop: weights double-buffered per expert, grid
+ * rows double-buffered per block. */
+typedef struct rinp {
+	moe_id src;    /* node outside (weight leaf, or grid) */
+	moe_id user;   /* region node standing for it (gather), or MOE_NONE for a grid */
+	int32_t buf;
+	int64_t n;     /* elements per block */
+	bool weight;
+	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
+} rinp;
+
+enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
+
+/* The block loop being emitted. */
+typedef struct rgn {
+	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows */
+	int64_t nbbase, bebase, rwbase, bes, rws;
+	rinp ins[RGN_MAXIN];
+	int nin;
+	moe_id first;             /* the first region node (diagnostics) */
+	int32_t dmhome[RGN_MAXDM]; /* block results kept in a DM grid */
+	int ndh;
+	int32_t t_first; /* tensors from here on belong to the loop */
+	bool single;     /* whole experts held in a single buffer */
+} rgn;
+
+/* Block results read after the loop go to a grid of all G blocks: in DM
+ * when it is small (at most 1/16 of DM: a decode), where each block's
+ * math writes its slot directly and the combine reads it there, else in
+ * HBM through one copy per block. */
+static void region_dm_grids(lw *c, rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes && r->ndh < RGN_MAXDM; i++) {
+		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || !c->hbm_home[i] || n->op == MOE_OP_RESHAPE || c->is_out[i] ||
+			ir_bytes(n) * 16 > c->m->dm_bytes_per_slice * c->S)
+			continue;
+		ir_node b = block_node(n);
+		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block-out", (moe_dtype)n->dtype, n->rank, n->shape);
+		val v = tview(t, i, &b);
+		v.region = true;
+		v.reg = R_G;
+		v.scale = ir_numel(&b);
+		c->v[i] = v;
+		r->dmhome[r->ndh++] = (int32_t)i;
+	}
+}
+
+/* Whole experts' weights, double-buffered, take this much DM per slice.
+ * When that exceeds half of DM, every weight gather read only as the
+ * stationary operand of block contractions is streamed instead: its
+ * TRF tiles are fetched from HBM one at a time (docs/tcp-isa.md 7.4).
+ * But when one expert's weights fit in half of DM and the experts get
+ * two blocks or more on average (T K >= 2 E B), they are held whole in a
+ * single buffer: each expert is read once for all its blocks, and the
+ * next expert's fetch waits for the last block of the current one.
+ * Returns whether they are held in a single buffer. */
+static bool region_plan_weights(lw *c)
+{
+	const moe_graph *g = c->g;
+	const tcp_program *p = c->p;
+	int64_t whole = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || n->op != MOE_OP_GATHER || n->valid != c->nblocks)
+			continue;
+		ir_node b = block_node(n);
+		whole += rup((2 * ir_numel(&b) * esz(n->dtype) + c->S - 1) / c->S, c->m->flit_bytes);
+	}
+	bool single = whole > c->m->dm_bytes_per_slice / 2 && whole <= c->m->dm_bytes_per_slice &&
+		      p->moe_T * p->moe_K >= 2 * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
+	if (whole > c->m->dm_bytes_per_slice / 2 && !single)
+		for (moe_id i = 0; i < g->nnodes; i++) {
+			const ir_node *n = N(g, i);
+			if (!c->inreg[i] || n->op != MOE_OP_GATHER || n->valid != c->nblocks)
+				continue;
+			bool ok = true, used = false;
+			for (moe_id u = i + 1; u < g->nnodes; u++) {
+				const ir_node *un = N(g, u);
+				for (uint32_t k = 0; k < un->nargs; k++)
+					if (un->args[k] == i) {
+						used = true;
+						ok &= c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && k == 1 &&
+						      un->args[0] != i;
+					}
+			}
+			c->wstream[i] = ok && used;
+		}
+	return single;
+}
+
+/* A streamed weight gather: a view of the expert's weights in HBM, offset by the expert register. */
+static bool region_stream_view(lw *c, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	ir_node b = block_node(n);
+	val *sv = tcpl_need_view(c, n->args[0]);
+	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+		tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
+		return false;
+	}
+	val v = tview(sv->t, i, &b);
+	v.base = sv->base;
+	v.region = true;
+	v.reg = R_E;
+	v.scale = ir_numel(&b);
+	c->v[i] = v;
+	return true;
+}
+
+/* A weight gather held per expert: one buffer (single) or two, read through the slot register. */
+static void region_weight_buffer(lw *c, rgn *r, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	ir_node b = block_node(n);
+	int64_t sh[MOE_MAX_RANK + 1];
+	sh[0] = r->single ? 1 : 2;
+	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
+	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
+	if (r->nin < RGN_MAXIN)
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
+	val v = tview(t, i, &b);
+	v.region = true;
+	v.reg = R_SLOT;
+	v.scale = ir_numel(&b);
+	c->v[i] = v;
+}
+
+/* The per-block grids region node i reads from outside: double buffers per block. */
+static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, i);
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		moe_id a = n->args[k];
+		if (a == MOE_NONE || c->inreg[a] || c->v[a].kind == VK_IMM)
+			continue;
+		const ir_node *an = N(g, a);
+		if (an->rank < 1 || an->shape[0] != c->G) {
+			tcpl_err(c, i, "a block op reads a value that is not per block");
+			return false;
+		}
+		bool seen = false;
+		for (int j = 0; j < r->nin; j++)
+			seen |= r->ins[j].src == a;
+		if (seen)
+			continue;
+		ir_node b = block_node(an);
+		int64_t sh[MOE_MAX_RANK + 1];
+		sh[0] = 2;
+		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
+		int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		if (r->nin < RGN_MAXIN)
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
+	}
+	return true;
+}
+
+/* The loop's inputs and their buffers; false after an error. */
+static bool region_inputs(lw *c, rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (!c->inreg[i])
+			continue;
+		if (r->first == MOE_NONE)
+			r->first = i;
+		const ir_node *n = N(g, i);
+		bool wgather = n->op == MOE_OP_GATHER && n->valid == c->nblocks;
+		if (wgather && c->wstream[i]) {
+			if (!region_stream_view(c, i))
+				return false;
+		} else if (wgather) {
+			region_weight_buffer(c, r, i);
+		} else if (!region_grid_inputs(c, r, i)) {
+			return false;
+		}
+	}
+	if (r->nin >= RGN_MAXIN) {
+		tcpl_err(c, r->first, "too many per-block inputs");
+		return false;
+	}
+	return true;
+}
+
+/* Buffers of the region nodes (one block's worth); reshapes view their source. */
+static bool region_buffers(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW)
+			continue;
+		const ir_node *n = N(g, i);
+		ir_node b = block_node(n);
+		if (n->op == MOE_OP_RESHAPE) {
+			const val *sv = &c->v[n->args[0]];
+			if (sv->kind != VK_VIEW) {
+				tcpl_err(c, i, "reshape of a block value before it exists");
+				return false;
+			}
+			val v = *sv;
+			contiguous(b.shape, b.rank, v.stride);
+			v.owner = i;
+			c->v[i] = v;
+			continue;
+		}
+		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block", (moe_dtype)n->dtype, b.rank, b.shape);
+		c->v[i] = tview(t, i, &b);
+	}
+	return true;
+}
+
+/* Every input copied whole per block must be a contiguous tensor. */
+static bool region_check_inputs(lw *c, const rgn *r)
+{
+	for (int j = 0; j < r->nin; j++) {
+		if (r->ins[j].gather != MOE_NONE)
+			continue;
+		val *sv = tcpl_need_view(c, r->ins[j].src);
+		if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, r->ins[j].src))) {
+			tcpl_err(c, r->ins[j].src, "per-block input must be a contiguous tensor");
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Loads of one block's inputs into slot `slot` for block `blk` with expert
+ * `ex` (registers); one DMA command per group: the later copies join the
+ * first's descriptors. */
+static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only)
+{
+	for (int j = 0, first_ = 1; j < r->nin; j++) {
+		const rinp *in = &r->ins[j];
+		if ((in->weight && grids_only) || (!in->weight && weights_only))
+			continue;
+		val *sv = &c->v[in->src];
+		if (in->gather != MOE_NONE)
+			block_gather(c, in->buf, slot, in->n, in->gather, blk);
+		else
+			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
+		if (!first_)
+			c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;
+		first_ = 0;
+	}
+}
+
+/* The run-time scalars reach the control path through SPM (one DMA of
+ * three descriptors); the first block's inputs are loaded. Returns the
+ * branch that skips the whole loop when there are no blocks. */
+static uint32_t region_prologue(lw *c, const rgn *r)
+{
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = c->G;
+	spm.v[TCP_V_S0].t = r->tnb;
+	spm.v[TCP_V_S0].base = r->nbbase;
+	spm.v[TCP_V_S1].t = r->tbe;
+	spm.v[TCP_V_S1].base = r->bebase;
+	spm.v[TCP_V_S1].stride[0] = r->bes;
+	spm.v[TCP_V_S2].t = r->trw;
+	spm.v[TCP_V_S2].base = r->rwbase;
+	spm.v[TCP_V_S2].stride[0] = r->rws;
+	emit(c, &spm);
+	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
+	li(c, R_G, 0);
+	li(c, R_GMAX, c->G);
+	li(c, R_SLOT, 0);
+	li(c, R_IN, 0);
+	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
+	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false);
+	return skip_all;
+}
+
+/* At the top of block g's body: its row count, and the next block's grid
+ * rows (and, unless held in a single buffer, its expert's weights when they
+ * differ) prefetched into the other halves of the double buffers. */
+static void region_prefetch(lw *c, const rgn *r)
+{
+	ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
+	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
+	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
+	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
+	li(c, R_T, 1);
+	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true);
+	if (!r->single) {
+		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
+		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false);
+		uint32_t done = jmp(c);
+		patch(c, same);
+		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		patch(c, done);
+	}
+	patch(c, nopref);
+}
+
+/* Lowers region node i with the per-block view of every operand: the
+ * shapes are narrowed (the leading G dropped) for the call, then restored. */
+static void lower_block_node(lw *c, moe_id i)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, i);
+	ir_node *mn = (ir_node *)n;
+	ir_node saved = *mn;
+	ir_node saved_args[16];
+	for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
+		ir_node *an = (ir_node *)N(g, n->args[k]);
+		saved_args[k] = *an;
+		if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
+			(c->inreg[n->args[k]] || c->v[n->args[k]].region))
+			*an = block_node(an);
+	}
+	*mn = block_node(n);
+	tcpl_lower_node(c, i);
+	for (uint32_t k = n->nargs; k-- > 0;)
+		if (k < 16)
+			*(ir_node *)N(g, n->args[k]) = saved_args[k];
+	*mn = saved;
+}
+
+/* The block body: the grid inputs read through the input slot register, then every region node. */
+static void region_body(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (int j = 0; j < r->nin; j++) {
+		if (r->ins[j].weight)
+			continue;
+		ir_node b = block_node(N(g, r->ins[j].src));
+		val v = tview(r->ins[j].buf, r->ins[j].src, &b);
+		v.region = true;
+		v.reg = R_IN;
+		v.scale = r->ins[j].n;
+		for (moe_id i = 0; i < g->nnodes; i++)
+			if (c->inreg[i])
+				for (uint32_t k = 0; k < N(g, i)->nargs; k++)
+					if (N(g, i)->args[k] == r->ins[j].src)
+						c->v[r->ins[j].src] = v;
+	}
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
+		if (!c->inreg[i])
+			continue;
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE)
+			continue;
+		lower_block_node(c, i);
+	}
+}
+
+static bool in_dm_grid(const rgn *r, moe_id i)
+{
+	bool indm = false;
+	for (int k = 0; k < r->ndh; k++)
+		indm |= r->dmhome[k] == (int32_t)i;
+	return indm;
+}
+
+/* Store region results read outside the loop (those in a DM grid are there). */
+static void region_store(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
+			continue;
+		const ir_node *n = N(g, i);
+		ir_node b = block_node(n);
+		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
+			n->rank, n->shape);
+		dma_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, -1, 0, ir_numel(&b));
+		c->v[i] = tview(home, i, n);
+	}
+}
+
+/* The end of block g's body: the next expert's weights into the single
+ * buffer (after this block's reads of it), the slots swapped. */
+static void region_advance(lw *c, const rgn *r)
+{
+	if (r->single) {
+		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
+		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false);
+		patch(c, last);
+		patch(c, same);
+	}
+	if (!r->single)
+		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
+	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
+	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
+}
+
+/* After the loop: its DM buffers die with it (results read after it went to
+ * HBM or to a DM grid); consumers outside see whole-grid views. */
+static void region_finish(lw *c, const rgn *r)
+{
+	const moe_graph *g = c->g;
+	for (int k = 0; k < r->ndh; k++)
+		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
+	for (int j = 0; j < r->nin; j++)
+		tcpl_dm_free(c, r->ins[j].buf);
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= r->t_first && c->p->t[c->v[i].t].space == TCP_DM)
+			tcpl_dm_free(c, c->v[i].t);
+	/* views of region results for the consumers outside: reshapes follow their source */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (!c->inreg[i] || N(g, i)->op != MOE_OP_RESHAPE)
+			continue;
+		const val *sv = &c->v[N(g, i)->args[0]];
+		bool dmgrid = false;
+		for (int k = 0; k < r->ndh; k++)
+			dmgrid |= sv->kind == VK_VIEW && sv->t == c->v[r->dmhome[k]].t;
+		if (sv->kind == VK_VIEW && (c->p->t[sv->t].space == TCP_HBM || dmgrid)) {
+			val v = *sv;
+			contiguous(N(g, i)->shape, N(g, i)->rank, v.stride);
+			c->v[i] = v;
+		}
+	}
+	for (int j = 0; j < r->nin; j++)
+		if (!r->ins[j].weight)
+			c->v[r->ins[j].src] = tview(c->p->t[r->ins[j].buf].space == TCP_HBM ? r->ins[j].buf : c->v[r->ins[j].src].t,
+				r->ins[j].src, N(g, r->ins[j].src));
+}
+
+/* The block region as one loop over g < G, each body guarded by
+ * g < nblocks (docs/tcp-isa.md 7.4). */
+void tcpl_lower_region(lw *c)
+{
+	tcp_program *p = c->p;
+	rgn r;
+	memset(&r, 0, sizeof r);
+	r.first = MOE_NONE;
+	r.tnb = tcpl_dm_view(c, c->nblocks)->t;
+	r.tbe = tcpl_dm_view(c, c->bexp)->t;
+	r.trw = tcpl_dm_view(c, c->rows)->t;
+	r.nbbase = c->v[c->nblocks].base;
+	r.bebase = c->v[c->bexp].base;
+	r.rwbase = c->v[c->rows].base;
+	r.bes = c->v[c->bexp].stride[0];
+	r.rws = c->v[c->rows].stride[0];
+	p->nblocks_t = r.tnb;
+	p->bexp_t = r.tbe;
+	region_dm_grids(c, &r);
+	r.t_first = (int32_t)p->nt;
+	r.single = region_plan_weights(c);
+	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
+		return;
+	uint32_t skip_all = region_prologue(c, &r);
+	p->block_loop_pc = (int32_t)p->ncode;
+	uint32_t loop = p->ncode;
+	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
+	region_prefetch(c, &r);
+	p->block_body_pc = (int32_t)p->ncode;
+	region_body(c, &r);
+	region_store(c, &r);
+	region_advance(c, &r);
+	patch(c, guard);
+	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
+	uint32_t back = br(c, TCP_C_LT, R_G, R_GMAX);
+	p->code[back].target = (int32_t)loop;
+	patch(c, skip_all);
+	region_finish(c, &r);
+}

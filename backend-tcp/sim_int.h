@@ -1,0 +1,244 @@
+/* backend-tcp/sim_int.h: state shared by the files of the TCP simulator
+ * (sim.c: binding, the instruction loop, statistics and trace; sim_sched.c:
+ * view ranges, hazards and the command scheduler; sim_mem.c: DMA and sub
+ * loads with their cost model; sim_exec.c: the vector engine and the
+ * contraction). Lane-word helpers are static inline here (hot loops);
+ * everything else crossing files is tcps_*. */
+#ifndef MOEC_TCP_SIM_INT_H
+#define MOEC_TCP_SIM_INT_H
+
+#include <math.h>
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+#include "ir/scalar.h"
+
+#define NHAZ 8
+#define TCP_MAX_CYCLES ((int64_t)1 << 60)
+typedef struct haz_rec {
+	int64_t lo, hi, end;
+	bool write;
+} haz_rec;
+typedef struct haz {
+	haz_rec r[NHAZ];
+	int n;
+	int64_t floor_w, floor_r; /* conservative summary of evicted records */
+} haz;
+
+typedef struct tev {
+	int ctx;
+	uint8_t op;
+	uint32_t pc;
+	int64_t start, end;
+} tev;
+
+typedef struct sim {
+	moe_ctx *ctx;
+	const tcp_program *p;
+	const moe_tcp_machine *m;
+	const moe_tcp_run_opts *o;
+	uint8_t **data;  /* per tensor */
+	bool *borrowed;  /* bound inputs/weights are read in place */
+	/* Timing-only runs may bind weights without data (absent from the
+	 * checkpoint): absent[t] marks tensors whose values derive from one.
+	 * Copies carry the mark (the index of that weight + 1); a computation that
+	 * needs such values faults. */
+	int32_t *absent;
+	haz *hz;
+	int64_t reg[TCP_NREG];
+	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
+	int64_t dma_start; /* when the last DMA command started (a joined one sets up beside it) */
+	moe_tcp_stats *st;
+	tev *ev;
+	size_t nev, evcap;
+	bool fault;
+	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
+	int64_t S;
+	double hbm_bpc; /* the one HBM pool, bytes per cycle */
+	uint8_t *seen; /* experts whose blocks ran */
+	/* SPM: per tensor, the element range staged by dma.spm and when it
+	 * arrived (-1: none); `ld` reads only staged elements */
+	int64_t (*spm)[3];
+	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
+	 * the wall-clock intervals of its commands */
+	int64_t xlo, xhi;
+	int64_t nblocks; /* the run-time block count, once loaded */
+	int64_t (*xiv)[2];
+	size_t nxiv, xivcap;
+} sim;
+
+static inline bool in_experts(const sim *s, uint32_t pc)
+{
+	return (int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi;
+}
+
+/* Counters saturate at TCP_MAX_CYCLES; reaching it stops the run with a fault. */
+static inline void acc_sat(sim *s, int64_t *acc, int64_t v)
+{
+	if (v > TCP_MAX_CYCLES - *acc) {
+		*acc = TCP_MAX_CYCLES;
+		s->cycles_overflow = true;
+	} else {
+		*acc += v;
+	}
+}
+
+/* busy cycles of an engine, also counted as routing outside the expert region */
+static inline void busy(sim *s, uint32_t pc, int engine, int64_t cycles)
+{
+	acc_sat(s, &s->st->busy_cycles[engine], cycles);
+	if (!in_experts(s, pc))
+		acc_sat(s, &s->st->routing_busy_cycles[engine], cycles);
+}
+
+#define FAULT(s, pc, ...)                                                                                  \
+	do {                                                                                                 \
+		char _m[400];                                                                                    \
+		snprintf(_m, sizeof _m, __VA_ARGS__);                                                            \
+		moe_diag((s)->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp run-time fault at instruction %u (%s): %s", \
+			(unsigned)(pc), tcp_op_names[(s)->p->code[pc].op], _m);                                       \
+		(s)->fault = true;                                                                               \
+	} while (0)
+
+/* ---- lane words ---- */
+static inline float w2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline uint32_t f2w(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float flush(float f)
+{
+	if (f != 0 && fabsf(f) < 1.17549435e-38f)
+		return copysignf(0.0f, f);
+	return f;
+}
+
+/* flush() without the branch on zero (fabsf(0) < FLT_MIN gives copysign(0, 0)
+ * = the same zero): the contraction's inner loop vectorizes */
+static inline float flush_fast(float f)
+{
+	return fabsf(f) < 1.17549435e-38f ? copysignf(0.0f, f) : f;
+}
+
+static inline uint32_t fres(float f)
+{
+	if (isnan(f))
+		return 0x7fc00000u;
+	return f2w(flush(f));
+}
+
+static inline float fin(uint32_t u)
+{
+	return flush(w2f(u));
+}
+
+static inline uint32_t load_word(const sim *s, int32_t t, int64_t i)
+{
+	const uint8_t *d = s->data[t];
+	switch (s->p->t[t].dtype) {
+	case MOE_BF16: {
+		uint16_t h;
+		memcpy(&h, d + 2 * i, 2);
+		return (uint32_t)h << 16;
+	}
+	case MOE_BOOL: return d[i] ? 1u : 0u;
+	default: {
+		uint32_t u;
+		memcpy(&u, d + 4 * i, 4);
+		return u;
+	}
+	}
+}
+
+static inline void store_word(sim *s, int32_t t, int64_t i, uint32_t w)
+{
+	uint8_t *d = s->data[t];
+	switch (s->p->t[t].dtype) {
+	case MOE_BF16: {
+		uint16_t h = moe_f32_to_bf16(w2f(w));
+		memcpy(d + 2 * i, &h, 2);
+		break;
+	}
+	case MOE_BOOL: d[i] = w != 0; break;
+	default: memcpy(d + 4 * i, &w, 4); break;
+	}
+}
+
+static inline int64_t esz_of(const sim *s, int32_t t)
+{
+	return (int64_t)moe_dtype_size((moe_dtype)s->p->t[t].dtype);
+}
+
+/* ---- views ---- */
+static inline int64_t vbase(const sim *s, const tcp_view *v)
+{
+	return v->base + (v->reg >= 0 ? s->reg[v->reg] * v->scale : 0);
+}
+
+static inline int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* ---- vector engine ---- */
+static inline int32_t iw(uint32_t u)
+{
+	int32_t i;
+	memcpy(&i, &u, 4);
+	return i;
+}
+
+static inline uint32_t wi(int32_t i)
+{
+	uint32_t u;
+	memcpy(&u, &i, 4);
+	return u;
+}
+
+typedef struct acc {
+	int32_t t[6];
+	int64_t lo[6], hi[6];
+	bool w[6];
+	int n;
+} acc;
+
+static inline void acc_add(acc *a, int32_t t, int64_t lo, int64_t hi, bool w)
+{
+	a->t[a->n] = t;
+	a->lo[a->n] = lo;
+	a->hi[a->n] = hi;
+	a->w[a->n++] = w;
+}
+
+/* sim_sched.c */
+/* The element range a view touches, checked against its tensor. */
+bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi);
+/* Schedule a command of `dur` cycles in its context after its hazards;
+ * `dur_sub_busy` when the sub context is still busy at its start. */
+void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t dur_sub_busy);
+void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur);
+
+/* sim_mem.c */
+bool tcps_writable(sim *s, uint32_t pc, int32_t t);
+bool tcps_needs_values(sim *s, uint32_t pc, int32_t t);
+bool tcps_computes(const sim *s, uint32_t pc);
+bool tcps_take_values(sim *s, uint32_t pc, const tcp_insn *in);
+void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in);
+void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in);
+void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in);
+void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in);
+
+/* sim_exec.c */
+void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in);
+void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""tools/check_sizes.py ROOT [--list]: the size rules of docs/contributing.md.
+
+No C source or header of the repository (library, tools and tests; generated
+and third-party files excepted) is longer than MAX_FILE lines, and no function
+in backend-tcp/ is longer than MAX_FUNC lines (from the line of its name to
+its closing brace). Functions are found by the house layout: a definition's
+opening brace and closing brace stand alone in column 0. With --list, print
+the largest file and the longest functions of backend-tcp/ as well.
+Exit status 1 when a rule is broken, naming the file (and function)."""
+import os
+import re
+import sys
+
+MAX_FILE = 1200
+MAX_FUNC = 150
+FUNC_DIRS = ("backend-tcp",)
+SKIP_DIRS = {".git", "build", "bench/.cache"}
+SKIP_PREFIX = ("build",)  # any build*/ folder at the root
+
+
+def c_files(root):
+    for d, subs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        if rel != "." and (rel.split(os.sep)[0].startswith(SKIP_PREFIX) or rel in SKIP_DIRS or
+                           rel.split(os.sep)[0].startswith(".")):
+            subs[:] = []
+            continue
+        for f in files:
+            if f.endswith((".c", ".h")):
+                yield os.path.normpath(os.path.join(rel, f))
+
+
+def functions(lines):
+    """(name, first line, last line) of each function definition, 1-based."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].rstrip() != "{":
+            i += 1
+            continue
+        start = i - 1  # the signature: back to the line in column 0 holding '('
+        while start > 0 and (lines[start][:1] in ("\t", " ") or "(" not in lines[start]):
+            start -= 1
+        m = re.search(r"(\w+)\s*\(", lines[start])
+        j = i + 1
+        while j < len(lines) and lines[j].rstrip() != "}":
+            j += 1
+        out.append((m.group(1) if m else "?", start + 1, j + 1))
+        i = j + 1
+    return out
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "."
+    listing = "--list" in sys.argv
+    bad = 0
+    sizes = []
+    funcs = []
+    for rel in sorted(c_files(root)):
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+        n = len(lines) - (lines[-1] == "")
+        sizes.append((n, rel))
+        if n > MAX_FILE:
+            print("%s: %d lines, over the limit of %d: split it by what the code does" % (rel, n, MAX_FILE))
+            bad = 1
+        if rel.split(os.sep)[0] in FUNC_DIRS:
+            for name, a, b in functions(lines):
+                funcs.append((b - a + 1, rel, name, a))
+                if b - a + 1 > MAX_FUNC:
+                    print("%s:%d: function '%s' has %d lines, over the limit of %d: extract helpers" %
+                          (rel, a, name, b - a + 1, MAX_FUNC))
+                    bad = 1
+    if not sizes:
+        print("no C sources under %s" % root)
+        return 1
+    if listing:
+        sizes.sort(reverse=True)
+        funcs.sort(reverse=True)
+        print("largest files:", ", ".join("%s (%d)" % (r, n) for n, r in sizes[:5]))
+        print("longest functions in %s:" % "/".join(FUNC_DIRS))
+        for n, rel, name, a in funcs[:10]:
+            print("  %4d  %s:%d %s" % (n, rel, a, name))
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
