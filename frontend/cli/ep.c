@@ -34,7 +34,7 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 			: o->no_cache ? "--no-cache" : NULL;
 	if (jit)
 		return fail(ctx, "%s does not apply to --ep (the devices run on the interpreter)", jit), 0;
-	if (o->kind != K_MOE)
+	if (o->kind != K_MOE && o->kind != K_UNREAD)
 		return fail(ctx, "--ep needs a .moe layer (its token count T is set per device), not %s", o->file), 0;
 	return n;
 }
