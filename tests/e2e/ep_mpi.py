@@ -7,7 +7,8 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec run layer.moe ... --kernels=portable -o yl.npy            (one process, LLVM)
     mpirun -n N moec run layer.moe --ep N ... -o yN.npy            (N ranks, N in --ranks)
 and require yN == y1 == yl bitwise. Each mpirun has a time limit (--timeout),
-so a hang fails the test instead of stalling it.
+so a hang fails the test instead of stalling it. $MOEC_MPIRUN names another mpirun
+(mpirun.mpich for a moec built against MPICH).
 
 usage: ep_mpi.py MOEC FIXTURES_DIR [--families a,b] [--tokens 1,5,64] [--ranks 2,3]
                  [--dtypes float32,bfloat16] [--timeout S]
@@ -22,11 +23,13 @@ import numpy as np
 
 
 def mpirun_cmd(n):
-    """mpirun -n N with oversubscription (2 cores run 3 ranks) for Open MPI or MPICH."""
-    v = subprocess.run(["mpirun", "--version"], capture_output=True, text=True)
+    """mpirun -n N ($MOEC_MPIRUN, default mpirun) with oversubscription (2 cores run 3
+    ranks) for Open MPI; MPICH's hydra oversubscribes as it is."""
+    mpirun = os.environ.get("MOEC_MPIRUN", "mpirun")
+    v = subprocess.run([mpirun, "--version"], capture_output=True, text=True)
     if "Open MPI" in v.stdout + v.stderr or "OpenRTE" in v.stdout + v.stderr:
-        return ["mpirun", "--oversubscribe", "-n", str(n)]
-    return ["mpirun", "-n", str(n)]
+        return [mpirun, "--oversubscribe", "-n", str(n)]
+    return [mpirun, "-n", str(n)]
 
 
 def mpi_env():
