@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "frontend/cli/cli.h"
+#include "moec/tcp.h"
 #include "runtime/rt_io.h"
 
 static int fail(moe_ctx *ctx, const char *fmt, const char *arg)
@@ -28,11 +29,12 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 	long long n = strtoll(o->ep, &end, 10);
 	if (errno || end == o->ep || *end || n < 1 || n > 4096)
 		return fail(ctx, "--ep must be a device count in 1..4096, got '%s'", o->ep), 0;
-	if (o->engine && strcmp(o->engine, "interp"))
+	bool tcp = o->target && !strcmp(o->target, "tcp");
+	if (!tcp && o->engine && strcmp(o->engine, "interp"))
 		return fail(ctx, "--ep runs each device on the interpreter; drop --engine=%s", o->engine), 0;
 	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
 			: o->no_cache ? "--no-cache" : NULL;
-	if (jit)
+	if (jit && !(tcp && !strcmp(jit, "--stats")))
 		return fail(ctx, "%s does not apply to --ep (the devices run on the interpreter)", jit), 0;
 	if (o->kind != K_MOE && o->kind != K_UNREAD)
 		return fail(ctx, "--ep needs a .moe layer (its token count T is set per device), not %s", o->file), 0;
@@ -151,11 +153,89 @@ static int gather_write(moe_ctx *ctx, const opts *o, int rank, int64_t N, int64_
 	return st;
 }
 
+/* The stats of a multichip TCP run as JSON (malloc'ed). */
+static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
+{
+	size_t cap = 4096 + (size_t)s->ep * 256, at = 0;
+	char *j = malloc(cap);
+	if (!j)
+		return NULL;
+	at += (size_t)snprintf(j + at, cap - at, "{\n  \"target\": \"tcp\",\n  \"ep\": %d,\n  \"tokens\": %lld,\n"
+		"  \"simulated_seconds\": %.9g,\n  \"compute_seconds\": %.9g,\n  \"link_seconds\": %.9g,\n"
+		"  \"exchanges\": %d,\n  \"link_bytes_per_s\": %.9g,\n  \"link_latency_s\": %.9g,\n  \"chips\": [",
+		s->ep, (long long)T, s->simulated_seconds, s->compute_seconds, s->link_seconds, s->exchanges,
+		s->link_bytes_per_s, s->link_latency_s);
+	for (int d = 0; d < s->ep; d++)
+		at += (size_t)snprintf(j + at, cap - at, "%s\n    {\"chip\": %d, \"compute_seconds\": %.9g, "
+			"\"link_seconds\": %.9g, \"link_bytes_out\": %lld, \"link_bytes_in\": %lld}", d ? "," : "", d,
+			s->chip_seconds[d], s->chip_link_seconds[d], (long long)s->chip_link_bytes_out[d],
+			(long long)s->chip_link_bytes_in[d]);
+	snprintf(j + at, cap - at, "\n  ]\n}\n");
+	return j;
+}
+
+/* --target=tcp --ep N: N simulated chips in this process. */
+static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
+{
+	if (o->trace || o->timing_only)
+		return fail(ctx, "--ep on TCP does not support %s yet", o->trace ? "--trace" : "--timing-only");
+	if (N > MOE_TCP_EP_MAX)
+		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
+	int64_t T = global_tokens(ctx, o);
+	moe_module *m[MOE_TCP_EP_MAX] = {0};
+	moe_tensor_map *bind[MOE_TCP_EP_MAX] = {0};
+	const moe_graph *g[MOE_TCP_EP_MAX];
+	moe_tensor *outv[MOE_TCP_EP_MAX] = {0}, **out[MOE_TCP_EP_MAX];
+	moe_tcp_machine *mach = o->machine ? moe_tcp_machine_load(ctx, o->machine) : NULL;
+	int st = T < 1 || (o->machine && !mach);
+	for (int d = 0; d < N && !st; d++) {
+		bind[d] = moe_tensor_map_new(ctx);
+		st = prepare(ctx, o, N, d, T, &m[d], bind[d]);
+		if (!st) {
+			g[d] = moe_module_graph(m[d], 0);
+			out[d] = &outv[d];
+			st = moe_graph_num_outputs(g[d]) != 1 && fail(ctx, "--ep runs layers with one output%s", "");
+		}
+	}
+	moe_tcp_ep_stats s;
+	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL};
+	if (!st)
+		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
+	moe_tensor *y = NULL;
+	if (!st) { /* the chips' rows, in chip order */
+		int64_t q = T / N, sh[2] = {T, outv[0]->shape[1]};
+		y = moe_tensor_new(ctx, outv[0]->dtype, 2, sh);
+		size_t row = y ? y->nbytes / (size_t)T : 0, at = 0;
+		for (int d = 0; y && d < N; d++) {
+			size_t n = (size_t)(d < N - 1 ? q : T - q * (N - 1)) * row;
+			memcpy((char *)y->data + at, outv[d]->data, n);
+			at += n;
+		}
+		st = !y || moe_npy_write(ctx, o->out, y) != MOE_OK;
+	}
+	if (!st && o->stats) {
+		char *j = tcp_stats_json(&s, T);
+		st = !j || moe_write_file_atomic(ctx, o->stats, j, strlen(j)) != MOE_OK;
+		free(j);
+	}
+	moe_tensor_free(ctx, y);
+	for (int d = 0; d < N; d++) {
+		moe_tensor_free(ctx, outv[d]);
+		moe_tensor_map_free(bind[d]);
+		moe_module_free(m[d]);
+	}
+	if (mach)
+		moe_tcp_machine_free(ctx, mach);
+	return st;
+}
+
 int cli_run_ep(moe_ctx *ctx, const opts *o)
 {
 	int64_t N = ep_count(ctx, o);
 	if (!N)
 		return 1;
+	if (o->target && !strcmp(o->target, "tcp"))
+		return run_tcp_chips(ctx, o, N);
 	int rank = 0, size = 1;
 	if (cli_ep_net_init(ctx, &rank, &size))
 		return 1;
