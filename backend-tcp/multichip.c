@@ -29,18 +29,19 @@ typedef struct chip {
 	double link_seconds;
 } chip;
 
-static bool is_leaf(const ir_node *n)
-{
-	return n->op == MOE_OP_INPUT || n->op == MOE_OP_WEIGHT || n->op == MOE_OP_CONST || n->op == MOE_OP_IOTA;
-}
-
-/* Phases of every node; returns the phase count. */
+/* Phases of every node; returns the phase count. Leaves and what depends on
+ * leaves alone (a weight's slices and transposes) have phase -1: every phase
+ * that uses them recomputes them, so the backend sees them as in one chip's
+ * program. */
 static int levels(const moe_graph *g, int *level)
 {
 	int top = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
-		int l = is_leaf(n) ? -1 : 0;
+		bool pure = n->op != MOE_OP_ALL_TO_ALL && n->op != MOE_OP_INPUT && n->valid == MOE_NONE;
+		for (uint32_t j = 0; pure && j < n->nargs; j++)
+			pure = level[n->args[j]] < 0;
+		int l = pure ? -1 : 0;
 		for (uint32_t j = 0; j < n->nargs; j++) {
 			moe_id a = n->args[j];
 			int la = level[a] + (N(g, a)->op == MOE_OP_ALL_TO_ALL);
@@ -54,6 +55,16 @@ static int levels(const moe_graph *g, int *level)
 			top = l;
 	}
 	return top + 1;
+}
+
+/* Copies node a of phase -1 and what it depends on. */
+static void copy_pure(moe_graph *d, const moe_graph *g, moe_id a, moe_id *map)
+{
+	const ir_node *n = N(g, a);
+	for (uint32_t j = 0; j < n->nargs; j++)
+		if (map[n->args[j]] == MOE_NONE)
+			copy_pure(d, g, n->args[j], map);
+	map[a] = ir_copy_node(d, g, a, map);
 }
 
 /* The graph of phase k; ids[j] receives the source node of output j. */
@@ -70,15 +81,15 @@ static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, 
 	*nids = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
-		if (is_leaf(n) || n->op == MOE_OP_ALL_TO_ALL || c->level[i] != k)
+		if (n->op == MOE_OP_ALL_TO_ALL || c->level[i] != k)
 			continue;
 		for (uint32_t j = 0; j <= n->nargs; j++) {
 			moe_id a = j < n->nargs ? n->args[j] : n->valid;
 			if (a == MOE_NONE || map[a] != MOE_NONE)
 				continue;
 			const ir_node *an = N(g, a);
-			if (is_leaf(an)) {
-				map[a] = ir_copy_node(d, g, a, map);
+			if (c->level[a] < 0) {
+				copy_pure(d, g, a, map);
 			} else { /* a value of an earlier phase or an exchange */
 				char name[32];
 				snprintf(name, sizeof name, "ep.%u", a);
@@ -89,7 +100,7 @@ static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, 
 		map[i] = ir_copy_node(d, g, i, map);
 	}
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (map[i] == MOE_NONE || is_leaf(N(g, i)) || c->level[i] != k || N(g, i)->op == MOE_OP_INPUT)
+		if (map[i] == MOE_NONE || c->level[i] != k)
 			continue;
 		bool out = false;
 		for (uint32_t o = 0; o < g->nout; o++)
