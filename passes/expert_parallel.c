@@ -396,6 +396,8 @@ static void record(moe_graph *d, const ep *c)
 	ir_graph_set_attr_int(d, "ep_recv_bytes_max", c->R * c->D * (int64_t)moe_dtype_size(c->t));
 }
 
+static void rewrite(moe_graph *g, moe_id ex, ep *c, const uint8_t *m);
+
 PASS(pass_expert_parallel)
 {
 	(void)ud;
@@ -411,24 +413,38 @@ PASS(pass_expert_parallel)
 	if (ex == MOE_NONE)
 		return MOE_OK;
 	ep c = {.ctx = ctx};
-	if (!setup(ctx, g, N(g, ex), opts, &c))
-		return MOE_ERR_INVALID;
-	uint8_t *m = ctx_alloc(ctx, g->nnodes);
-	for (int k = EXP_GATE; k < EXP_NSLOTS; k++) {
+	moe_status st = setup(ctx, g, N(g, ex), opts, &c) ? MOE_OK : MOE_ERR_INVALID;
+	size_t nn = g->nnodes; /* the rewrite replaces g's nodes */
+	uint8_t *m = st == MOE_OK ? ctx_alloc(ctx, nn) : NULL;
+	for (int k = EXP_GATE; st == MOE_OK && k < EXP_NSLOTS; k++) {
 		moe_id a = N(g, ex)->args[k];
 		if (a != MOE_NONE && !mark(g, a, c.E, m)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, N(g, a)->loc, "expert-parallel: expert operand %%%u is not a weight with "
 				"the experts first (through slices, transposes or dequant)", a);
-			return MOE_ERR_UNSUPPORTED;
+			st = MOE_ERR_UNSUPPORTED;
 		}
 	}
+	if (st == MOE_OK)
+		rewrite(g, ex, &c, m);
+	if (m)
+		ctx_free(ctx, m, nn);
+	if (c.owner)
+		ctx_free(ctx, c.owner, (size_t)c.E * sizeof *c.owner);
+	if (c.mine)
+		ctx_free(ctx, c.mine, (size_t)c.E * sizeof *c.mine);
+	return st;
+}
+
+/* Rebuilds g with experts node ex replaced by device c's program. */
+static void rewrite(moe_graph *g, moe_id ex, ep *c, const uint8_t *m)
+{
 	rebuild rb;
 	rebuild_begin(&rb, g);
-	c.d = rb.dst;
+	c->d = rb.dst;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		if (i != ex) {
 			if (m[i])
-				copy_marked(&rb, &c, i, m[i]);
+				copy_marked(&rb, c, i, m[i]);
 			else
 				rebuild_copy(&rb, i);
 			continue;
@@ -436,14 +452,13 @@ PASS(pass_expert_parallel)
 		moe_id s[EXP_NSLOTS];
 		for (int k = 0; k < EXP_NSLOTS; k++)
 			s[k] = N(g, ex)->args[k] == MOE_NONE ? MOE_NONE : rb.map[N(g, ex)->args[k]];
-		moe_id y = lower(&c, N(g, ex), s);
+		moe_id y = lower(c, N(g, ex), s);
 		if (N(g, ex)->name)
 			moe_node_set_name(rb.dst, y, N(g, ex)->name);
 		rb.map[i] = y;
 	}
-	record(rb.dst, &c);
+	record(rb.dst, c);
 	rebuild_end(&rb);
-	return MOE_OK;
 }
 
 /* all_to_all over one device: the first counts[0] rows stay, then zeros. */
