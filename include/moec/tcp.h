@@ -122,8 +122,11 @@ MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
  * all_to_all nodes into phases run on the simulator chip by chip, the chips
  * advancing together; the exchanges move rows in memory and are costed by the
  * machine's interconnect (latency + max(bytes out, bytes in) / bandwidth per
- * chip). out[d] receives chip d's outputs (caller frees). ro->trace_path and
- * ro->timing_only are not supported here. */
+ * chip). out[d] receives chip d's outputs (caller frees). With
+ * ro->timing_only, phases whose weights are all bound with data (routing,
+ * combine) run in full so that the exchanges carry the real counts, the
+ * others are timed only, and the outputs are not meaningful. ro->trace_path
+ * is not supported here. */
 #define MOE_TCP_EP_MAX 64
 typedef struct moe_tcp_ep_stats {
 	int ep, exchanges;
