@@ -307,10 +307,81 @@ static bool float_alu(const moe_tcp_machine *m, int op, int64_t *taken)
 	return false;
 }
 
+/* tu.vec: the ALU chain keeps the fixed stage order, each float ALU once
+ * per pass; streams read are fetched. */
+static void check_vec(vc *c, int64_t pc, const tcp_insn *in)
+{
+	const moe_tcp_machine *m = c->m;
+	int last = -1;
+	int64_t falu = 0;
+	bool red = false;
+	for (int s = 0; s < in->nstep; s++) {
+		const tcp_step *st = &in->step[s];
+		if (st->op >= TCP_V_COUNT || st->x > TCP_SRC_NONE || st->y > TCP_SRC_NONE ||
+			(st->ctr >= in->ndim && (st->x == TCP_SRC_CTR || st->y == TCP_SRC_CTR))) {
+			verr(c, pc, "step %d: bad operation or operand", s);
+			continue;
+		}
+		int stg = tcp_vop_stage[st->op];
+		if (stg == TCP_ST_FLOAT && last == TCP_ST_FLOAT) {
+			/* the float cluster: another of its ALUs, each once per pass */
+			if (!float_alu(m, st->op, &falu))
+				verr(c, pc, "step %d (%s): no float ALU left in this pass (each of vector.float_alus is "
+					"usable once)", s, tcp_vop_names[st->op]);
+			continue;
+		}
+		if (stg <= last)
+			verr(c, pc, "step %d (%s): stage %s after %s breaks the fixed stage order", s,
+				tcp_vop_names[st->op], tcp_stage_names[stg], tcp_stage_names[last]);
+		if (stg == TCP_ST_FLOAT && !float_alu(m, st->op, &falu))
+			verr(c, pc, "step %d (%s): the machine has no float ALU for it", s, tcp_vop_names[st->op]);
+		last = stg;
+		if (stg == TCP_ST_REDUCE || st->op == TCP_V_COMPACT || st->op == TCP_V_ISCAN || st->op == TCP_V_FSCAN)
+			red = true;
+	}
+	if (red && in->ndim < 1)
+		verr(c, pc, "a reduce, scan or compaction needs an innermost dimension");
+	check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, in->ndim, in->dim);
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++)
+		check_view(c, pc, in, w, SP(TCP_DM) | SP(TCP_VRF), w == TCP_V_S0 && in->nstep == 0, in->ndim, in->dim);
+	for (int s = 0; s < in->nstep; s++)
+		for (int k = 0; k < 2; k++) {
+			int src = k ? in->step[s].y : in->step[s].x;
+			if (src >= TCP_SRC_S0 && src <= TCP_SRC_S2 && in->v[src - TCP_SRC_S0 + 1].t < 0)
+				verr(c, pc, "step %d reads stream s%d that is not fetched", s, src - TCP_SRC_S0);
+		}
+}
+
+static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
+{
+	const moe_tcp_machine *m = c->m;
+	/* dims = [M, O, I]: dst[m,o] = sum_i s0[m,i] * s1[o,i] (+ s2[m,o]) */
+	if (in->ndim != 3) {
+		verr(c, pc, "contraction needs dims [rows, outputs, reduction]");
+		return;
+	}
+	int64_t dmo[3] = {in->dim[0], in->dim[1], 1}, dmi[3] = {in->dim[0], 1, in->dim[2]},
+		doi[3] = {1, in->dim[1], in->dim[2]};
+	check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
+	check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
+	check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
+	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
+	int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
+	if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32)))
+		verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts)");
+	if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
+		verr(c, pc, "f32 operands need the bf16x3 split");
+	if (in->tile < 1 || in->tile > in->dim[1])
+		verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
+			(long long)in->dim[1]);
+	else if (in->tile * in->dim[2] * 2 * (a == MOE_F32 ? 2 : 1) > tcp_trf_bytes(m))
+		verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
+			(long long)in->dim[2], (long long)tcp_trf_bytes(m));
+}
+
 static void check_insn(vc *c, int64_t pc)
 {
 	const tcp_insn *in = &c->p->code[pc];
-	const moe_tcp_machine *m = c->m;
 	if (in->op >= TCP_OP_COUNT) {
 		verr(c, -1, "instruction %lld: unknown opcode %u", (long long)pc, in->op);
 		return;
@@ -407,72 +478,8 @@ static void check_insn(vc *c, int64_t pc)
 		check_view(c, pc, in, TCP_V_DST, SP(in->op == TCP_OP_SUB_TRF ? TCP_TRF : TCP_VRF), true, in->ndim, in->dim);
 		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, in->ndim, in->dim);
 		break;
-	case TCP_OP_TU_VEC: {
-		int last = -1;
-		int64_t falu = 0;
-		bool red = false;
-		for (int s = 0; s < in->nstep; s++) {
-			const tcp_step *st = &in->step[s];
-			if (st->op >= TCP_V_COUNT || st->x > TCP_SRC_NONE || st->y > TCP_SRC_NONE ||
-				(st->ctr >= in->ndim && (st->x == TCP_SRC_CTR || st->y == TCP_SRC_CTR))) {
-				verr(c, pc, "step %d: bad operation or operand", s);
-				continue;
-			}
-			int stg = tcp_vop_stage[st->op];
-			if (stg == TCP_ST_FLOAT && last == TCP_ST_FLOAT) {
-				/* the float cluster: another of its ALUs, each once per pass */
-				if (!float_alu(m, st->op, &falu))
-					verr(c, pc, "step %d (%s): no float ALU left in this pass (each of vector.float_alus is "
-						"usable once)", s, tcp_vop_names[st->op]);
-				continue;
-			}
-			if (stg <= last)
-				verr(c, pc, "step %d (%s): stage %s after %s breaks the fixed stage order", s,
-					tcp_vop_names[st->op], tcp_stage_names[stg], tcp_stage_names[last]);
-			if (stg == TCP_ST_FLOAT && !float_alu(m, st->op, &falu))
-				verr(c, pc, "step %d (%s): the machine has no float ALU for it", s, tcp_vop_names[st->op]);
-			last = stg;
-			if (stg == TCP_ST_REDUCE || st->op == TCP_V_COMPACT || st->op == TCP_V_ISCAN || st->op == TCP_V_FSCAN)
-				red = true;
-		}
-		if (red && in->ndim < 1)
-			verr(c, pc, "a reduce, scan or compaction needs an innermost dimension");
-		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, in->ndim, in->dim);
-		for (int w = TCP_V_S0; w <= TCP_V_S2; w++)
-			check_view(c, pc, in, w, SP(TCP_DM) | SP(TCP_VRF), w == TCP_V_S0 && in->nstep == 0, in->ndim, in->dim);
-		for (int s = 0; s < in->nstep; s++)
-			for (int k = 0; k < 2; k++) {
-				int src = k ? in->step[s].y : in->step[s].x;
-				if (src >= TCP_SRC_S0 && src <= TCP_SRC_S2 && in->v[src - TCP_SRC_S0 + 1].t < 0)
-					verr(c, pc, "step %d reads stream s%d that is not fetched", s, src - TCP_SRC_S0);
-			}
-		break;
-	}
-	case TCP_OP_TU_CONTRACT: {
-		/* dims = [M, O, I]: dst[m,o] = sum_i s0[m,i] * s1[o,i] (+ s2[m,o]) */
-		if (in->ndim != 3) {
-			verr(c, pc, "contraction needs dims [rows, outputs, reduction]");
-			break;
-		}
-		int64_t dmo[3] = {in->dim[0], in->dim[1], 1}, dmi[3] = {in->dim[0], 1, in->dim[2]},
-			doi[3] = {1, in->dim[1], in->dim[2]};
-		check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
-		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
-		check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
-		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
-		int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
-		if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32)))
-			verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts)");
-		if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
-			verr(c, pc, "f32 operands need the bf16x3 split");
-		if (in->tile < 1 || in->tile > in->dim[1])
-			verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
-				(long long)in->dim[1]);
-		else if (in->tile * in->dim[2] * 2 * (a == MOE_F32 ? 2 : 1) > tcp_trf_bytes(m))
-			verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
-				(long long)in->dim[2], (long long)tcp_trf_bytes(m));
-		break;
-	}
+	case TCP_OP_TU_VEC: check_vec(c, pc, in); break;
+	case TCP_OP_TU_CONTRACT: check_contract(c, pc, in); break;
 	case TCP_OP_COUNT:
 		break;
 	}

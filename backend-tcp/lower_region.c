@@ -6,6 +6,15 @@
 #include "backend-tcp/lower_int.h"
 
 /* ---- block region ---- */
+/* A weight, or a reshape of one (DBRX's [E*F, D] tensors viewed as [E, F, D]): a contiguous
+ * view of the weight's HBM tensor, which per-block gathers read like the weight itself. */
+static bool weight_view(const moe_graph *g, moe_id id)
+{
+	while (N(g, id)->op == MOE_OP_RESHAPE)
+		id = N(g, id)->args[0];
+	return N(g, id)->op == MOE_OP_WEIGHT;
+}
+
 void tcpl_find_region(lw *c)
 {
 	const moe_graph *g = c->g;
@@ -31,8 +40,8 @@ void tcpl_find_region(lw *c)
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||
-			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp && N(g, n->args[0])->op ==
-				MOE_OP_WEIGHT);
+			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
+				weight_view(g, n->args[0]));
 		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
 			N(g, n->args[0])->shape[0] == c->G)
 			r = true;
@@ -51,7 +60,7 @@ void tcpl_find_region(lw *c)
 			if (a == MOE_NONE)
 				continue;
 			if (c->inreg[i] && !c->inreg[a] && N(g, a)->rank >= 1 && N(g, a)->shape[0] == c->G &&
-				N(g, a)->op != MOE_OP_WEIGHT) {
+				!weight_view(g, a)) {
 				moe_id s = a;
 				while (N(g, s)->op == MOE_OP_RESHAPE)
 					s = N(g, s)->args[0];

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""tools/check_sizes.py ROOT [--list]: the size rules of docs/contributing.md.
+"""tools/check_sizes.py ROOT [--list] | --selftest: the size rules of docs/contributing.md.
 
 No C source or header of the repository (library, tools and tests; generated
 and third-party files excepted) is longer than MAX_FILE lines, and no function
 in backend-tcp/ is longer than MAX_FUNC lines (from the line of its name to
 its closing brace). Functions are found by the house layout: a definition's
 opening brace and closing brace stand alone in column 0. With --list, print
-the largest file and the longest functions of backend-tcp/ as well.
+the largest file and the longest functions of backend-tcp/ as well. With
+--selftest, check the checker on a made-up tree (a file and a function one
+line over the limits are reported, ones at the limits are not).
 Exit status 1 when a rule is broken, naming the file (and function)."""
 import os
 import re
@@ -50,7 +52,39 @@ def functions(lines):
     return out
 
 
+def selftest():
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "backend-tcp"))
+        os.makedirs(os.path.join(d, "tests"))
+        os.makedirs(os.path.join(d, "build"))
+
+        def fn(name, lines):  # a function of exactly `lines` lines
+            return "static int %s(int x)\n{\n" % name + "\tx++;\n" * (lines - 3) + "}\n"
+
+        def write(rel, text):
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(text)
+
+        write("backend-tcp/a.c", fn("ok", MAX_FUNC) + "\n" + fn("too_long", MAX_FUNC + 1))
+        write("tests/at_limit.c", "int x;\n" * MAX_FILE)
+        write("tests/over.h", "int x;\n" * (MAX_FILE + 1))
+        write("build/generated.c", "int x;\n" * (MAX_FILE + 5))  # build folders are not sources
+        write("tests/long_fn.c", fn("elsewhere", MAX_FUNC + 10))  # the function rule is backend-tcp/'s
+        p = subprocess.run([sys.executable, __file__, d], capture_output=True, text=True)
+        got = sorted(l.split(":")[0] + ":" + (l.split("'")[1] if "'" in l else "") for l in p.stdout.splitlines())
+        want = ["backend-tcp/a.c:too_long", "tests/over.h:"]
+        if p.returncode != 1 or got != want:
+            print("selftest failed: exit %d, reported %s, want %s" % (p.returncode, got, want))
+            return 1
+    print("selftest passed")
+    return 0
+
+
 def main():
+    if "--selftest" in sys.argv:
+        return selftest()
     root = sys.argv[1] if len(sys.argv) > 1 else "."
     listing = "--list" in sys.argv
     bad = 0

@@ -12,6 +12,8 @@ static const hf_route R_SOFTMAX_F32W = {.score = HF_SOFTMAX, .norm = HF_N_ALWAYS
 	.summary = "softmax(E) f32, top-K, renormalise; weights stay f32"};
 static const hf_route R_SOFTMAX = {.score = HF_SOFTMAX, .norm = HF_N_KEY,
 	.summary = "softmax(E) f32, top-K, renormalise if norm key; weights in dtype"};
+static const hf_route R_SOFTMAX_DT = {.score = HF_SOFTMAX, .norm = HF_N_KEY, .score_dt = true,
+	.summary = "softmax(E) in dtype, top-K, renormalise (in dtype) if norm key"};
 static const hf_route R_SOFTMAX_AFTER = {.score = HF_SOFTMAX, .after = true,
 	.summary = "top-K logits, softmax(K) f32; weights in dtype"};
 static const hf_route R_SOFTMAX_AFTER_BIAS = {.score = HF_SOFTMAX, .after = true, .router_bias = true,
@@ -178,7 +180,7 @@ const hf_family hf_families[] = {
 	{.types = "dbrx", .block = "DbrxFFN", .prefix = "transformer.blocks.{layer}.", .blk = "ffn.",
 		.router = "router.layer.weight", .k_experts = "ffn_config.moe_num_experts", .k_topk = "ffn_config.moe_top_k",
 		.k_width = "ffn_config.ffn_hidden_size", .k_hidden = "d_model", .k_layers = "n_layers",
-		.k_act = "ffn_config.ffn_act_fn.name", .r = &R_SOFTMAX, .k_norm = "ffn_config.moe_normalize_expert_weights",
+		.k_act = "ffn_config.ffn_act_fn.name", .r = &R_SOFTMAX_DT, .k_norm = "ffn_config.moe_normalize_expert_weights",
 		.f = &F_DBRX, .s = &S_NONE},
 	{.types = "llama4 llama4_text", .block = "Llama4TextMoe", .nested = "language_model.model.layers.{layer}.",
 		.blk = "feed_forward.", .router = "router.weight", .k_width = "intermediate_size",

@@ -50,6 +50,8 @@ typedef struct hf_route {
 	bool after;          /* score the K selected logits (else select on the scores of all E) */
 	bool f32;            /* the router Linear runs in f32 */
 	bool f32_weight;     /* HF keeps the router weight itself in f32 (_keep_in_fp32_modules) */
+	bool score_dt;       /* the score function over all E runs in the layer dtype, so selection and
+	                      * renormalisation see rounded scores (DBRX: softmax(dtype=logits.dtype)) */
 	bool router_bias;    /* the router Linear has a bias */
 	bool sel_bias;       /* a correction bias is added to the scores for selection only */
 	bool sel_bias_dt;    /* HF holds that bias in the model dtype (no _keep_in_fp32_modules), else f32 */

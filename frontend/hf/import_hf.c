@@ -381,7 +381,10 @@ static void emit_select_all(out *o)
 {
 	const model *m = o->m;
 	const hf_route *r = m->f->r;
-	if (m->score == HF_SOFTMAX)
+	if (m->score == HF_SOFTMAX && r->score_dt)
+		P("  s      = softmax(logits, axis=1)   # over all E in the layer dtype, like HF: a bf16 layer "
+		  "selects on bf16 scores\n");
+	else if (m->score == HF_SOFTMAX)
 		P("  s      = softmax(cast(logits, f32), axis=1)   # over all E in f32\n");
 	else
 		P("  s      = sigmoid(cast(logits, f32))\n");

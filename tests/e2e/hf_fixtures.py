@@ -55,6 +55,8 @@ def tied_rows(a, moe, xpath, dtype, tmp):
     cmd = [a.moec, "run", smoe, "--weights", a.weights, "--input", xpath, "-o", spath]
     if dtype == "bfloat16":
         cmd += ["--set", "dtype=bf16"]
+    if a.engine:  # the host engine of the run (the scores are recomputed on the host)
+        cmd += ["--engine=" + a.engine]
     run(cmd)
     sc = np.load(spath)
     sc = sc.reshape(sc.shape[0], -1)

@@ -27,6 +27,19 @@ MODELS = {
     "gpt-oss-120b": (0, 2880, 128, 4, 2880, 0, True),
     "Llama-4-Maverick-17B-128E-Instruct": (1, 5120, 128, 1, 8192, 8192, False),
     "Hunyuan-A13B": (0, 4096, 64, 8, 3072, 3072, False),
+    # flagship models beyond the list (the named OLMoE, Phi-3.5-MoE, Granite-3.1-3B-A800M,
+    # ERNIE-4.5-21B-A3B, MiniMax-M2, DBRX, Jamba and dots.llm1 configs were not found; README)
+    "Mixtral-8x7B-v0.1": (0, 4096, 8, 2, 14336, 0, False),
+    "Qwen3-30B-A3B": (0, 2048, 128, 8, 768, 0, False),
+    "Qwen3-Coder-480B-A35B-Instruct": (0, 6144, 160, 8, 2560, 0, False),
+    "Qwen3.5-35B-A3B": (0, 2048, 256, 8, 512, 512, False),
+    "DeepSeek-R1": (3, 7168, 256, 8, 2048, 2048, True),
+    "DeepSeek-V3.2": (3, 7168, 256, 8, 2048, 2048, True),
+    "gpt-oss-20b": (0, 2880, 32, 4, 2880, 0, True),
+    "Llama-4-Scout-17B-16E-Instruct": (0, 5120, 16, 1, 8192, 8192, False),
+    "MiniMax-M2.5": (0, 3072, 256, 8, 1536, 0, True),
+    "MiMo-V2-Flash": (1, 4096, 256, 8, 2048, 0, True),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (1, 2688, 128, 6, 1856, 3712, False),
 }
 
 
