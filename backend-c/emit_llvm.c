@@ -90,7 +90,35 @@ static bool host_has_bf16dot(void)
 	return yes;
 }
 
+/* Every block code generation needs, taken before the LLVM context exists:
+ * an allocation that fails while LLVM objects are alive would leak them
+ * (docs/abi.md). vars/bufs [0]: the layer function, [1]: an outlined body
+ * (outlining does not nest). */
+typedef struct eml_scratch {
+	LLVMValueRef *vars[2], *bufs[2];
+	uint8_t *used;
+} eml_scratch;
+
+static void scratch_new(cg_prog *p, eml_scratch *s)
+{
+	for (int k = 0; k < 2; k++) {
+		s->vars[k] = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *s->vars[k]);
+		s->bufs[k] = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *s->bufs[k]);
+	}
+	s->used = ctx_alloc(p->ctx, p->nvars + 1);
+}
+
+static void scratch_free(cg_prog *p, eml_scratch *s)
+{
+	for (int k = 0; k < 2; k++) {
+		ctx_free(p->ctx, s->vars[k], 0);
+		ctx_free(p->ctx, s->bufs[k], 0);
+	}
+	ctx_free(p->ctx, s->used, 0);
+}
+
 typedef struct eml {
+	eml_scratch *sc;
 	cg_prog *p;
 	LLVMContextRef c;
 	LLVMModuleRef m;
@@ -702,8 +730,10 @@ static LLVMValueRef outline_body(eml *E, const cg_stmt *s, const uint8_t *used)
 	LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(E->c, nounwind, 0));
 	eml saved = *E;
 	E->b = LLVMCreateBuilderInContext(E->c);
-	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
-	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
+	E->vars = E->sc->vars[1];
+	E->bufs = E->sc->bufs[1];
+	memset(E->vars, 0, (p->nvars + 1) * sizeof *E->vars);
+	memset(E->bufs, 0, (p->nbufs + 1) * sizeof *E->bufs);
 	E->par = NULL;
 	begin_function(E, f);
 	LLVMBuilderRef eb = entry_builder(E);
@@ -725,8 +755,6 @@ static LLVMValueRef outline_body(eml *E, const cg_stmt *s, const uint8_t *used)
 	for_loop(E, s->var, LLVMGetParam(f, 1), LLVMGetParam(f, 2), NULL, &s->body);
 	LLVMBuildRetVoid(E->b);
 	LLVMDisposeBuilder(E->b);
-	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
-	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
 	int npar = E->npar;
 	*E = saved;
 	E->npar = npar;
@@ -738,14 +766,12 @@ static LLVMValueRef outline_body(eml *E, const cg_stmt *s, const uint8_t *used)
 static bool outline(eml *E, const cg_stmt *s)
 {
 	cg_prog *p = E->p;
-	uint8_t *used = ctx_alloc(p->ctx, p->nvars + 1);
+	uint8_t *used = E->sc->used;
 	memset(used, 0, p->nvars + 1);
 	bool ok = mark_block(&s->body, used);
 	used[s->var] = 0;
-	if (!ok) {
-		ctx_free(p->ctx, used, p->nvars + 1);
+	if (!ok)
 		return false;
-	}
 	LLVMBuilderRef b = E->b;
 	LLVMValueRef lo = ex(E, s->a), hi = ex(E, s->b);
 	unsigned n = 4;
@@ -767,7 +793,6 @@ static bool outline(eml *E, const cg_stmt *s)
 		LLVMBuildStore(b, x, LLVMBuildInBoundsGEP2(b, E->i64, env, &ix, 1, ""));
 	}
 	LLVMValueRef f = outline_body(E, s, used);
-	ctx_free(p->ctx, used, p->nvars + 1);
 	LLVMTypeRef pt[3] = {E->ptr, E->i64, E->i64};
 	LLVMTypeRef bodyt = LLVMFunctionType(LLVMVoidTypeInContext(E->c), pt, 3, 0);
 	LLVMTypeRef rt[5] = {E->ptr, E->ptr, E->ptr, E->i64, E->i64};
@@ -843,9 +868,11 @@ static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
 }
 
 /* Builds the module for p in context c; NULL with a diagnostic. */
-static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachineRef tm, bool bf16dot)
+static LLVMModuleRef build_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, LLVMTargetMachineRef tm,
+	bool bf16dot)
 {
 	eml E0 = {0}, *E = &E0;
+	E->sc = sc;
 	E->p = p;
 	E->c = c;
 	E->bf16dot = bf16dot;
@@ -904,8 +931,8 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	LLVMTypeRef part = LLVMFunctionType(E->i32, params, 5, 0);
 	LLVMValueRef pfn = LLVMAddFunction(E->m, sym, part);
 	LLVMAddAttributeAtIndex(pfn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, nounwind, 0));
-	E->vars = ctx_alloc(p->ctx, (p->nvars + 1) * sizeof *E->vars);
-	E->bufs = ctx_alloc(p->ctx, (p->nbufs + 1) * sizeof *E->bufs);
+	E->vars = sc->vars[0];
+	E->bufs = sc->bufs[0];
 	begin_function(E, pfn);
 	for (unsigned i = 0; i < 4; i++)
 		E->args[i] = LLVMGetParam(pfn, i);
@@ -924,8 +951,6 @@ static LLVMModuleRef build_module(cg_prog *p, LLVMContextRef c, LLVMTargetMachin
 	a5[4] = LLVMConstNull(E->ptr);
 	LLVMBuildRet(E->b, LLVMBuildCall2(E->b, part, pfn, a5, 5, ""));
 	LLVMDisposeBuilder(E->b);
-	ctx_free(p->ctx, E->vars, (p->nvars + 1) * sizeof *E->vars);
-	ctx_free(p->ctx, E->bufs, (p->nbufs + 1) * sizeof *E->bufs);
 
 	char *msg = NULL;
 	if (LLVMVerifyModule(E->m, LLVMReturnStatusAction, &msg)) {
@@ -957,13 +982,14 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 
 /* A module ready for code generation, with the target machine it was
  * optimised for. */
-static moe_status make_module(cg_prog *p, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m, LLVMTargetMachineRef *tm)
+static moe_status make_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m,
+	LLVMTargetMachineRef *tm)
 {
 	*m = NULL;
 	*tm = host_tm(p->ctx);
 	if (!*tm)
 		return MOE_ERR_UNSUPPORTED;
-	*m = build_module(p, c, *tm, bf16dot);
+	*m = build_module(p, sc, c, *tm, bf16dot);
 	moe_status s = *m ? optimize(p, *m, *tm) : MOE_ERR_INTERNAL;
 	if (s) {
 		if (*m)
@@ -987,17 +1013,48 @@ static void llvm_fatal(const char *reason)
 /* The module is generated into memory and written through the output module,
  * so that nothing exists at or beside path before code generation has
  * finished and no LLVM file stream can fail inside LLVM. */
+/* The LLVM objects alive while the output is written (which may throw). */
+typedef struct llvm_live {
+	LLVMContextRef c;
+	LLVMModuleRef m;
+	LLVMTargetMachineRef tm;
+	LLVMMemoryBufferRef buf;
+	char *text;
+} llvm_live;
+
+static void llvm_unwind(void *arg)
+{
+	llvm_live *l = arg;
+	if (l->text)
+		LLVMDisposeMessage(l->text);
+	if (l->buf)
+		LLVMDisposeMemoryBuffer(l->buf);
+	LLVMDisposeModule(l->m);
+	LLVMDisposeTargetMachine(l->tm);
+	LLVMContextDispose(l->c);
+}
+
+static moe_status write_live(cg_prog *p, const char *path, unsigned flags, const void *data, size_t n, llvm_live *l)
+{
+	uint32_t h = ctx_defer(p->ctx, llvm_unwind, l);
+	moe_status s = moe_write_output(p->ctx, path, flags, data, n);
+	ctx_undefer(p->ctx, h);
+	return s;
+}
+
 moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 {
+	eml_scratch sc;
+	scratch_new(p, &sc);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, host_has_bf16dot(), &m, &tm);
+	moe_status s = make_module(p, &sc, c, host_has_bf16dot(), &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		if (kind == 0) {
 			char *text = LLVMPrintModuleToString(m);
-			s = moe_write_output(p->ctx, path, 0, text, strlen(text));
+			s = write_live(p, path, 0, text, strlen(text), &(llvm_live){c, m, tm, NULL, text});
 			LLVMDisposeMessage(text);
 		} else {
 			LLVMMemoryBufferRef buf = NULL;
@@ -1006,8 +1063,8 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 					err ? err : "(no message)");
 				s = MOE_ERR_INTERNAL;
 			} else {
-				s = moe_write_output(p->ctx, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf),
-					LLVMGetBufferSize(buf));
+				s = write_live(p, path, MOE_OUTPUT_BINARY, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf),
+					&(llvm_live){c, m, tm, buf, NULL});
 				LLVMDisposeMemoryBuffer(buf);
 			}
 		}
@@ -1017,6 +1074,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 		LLVMDisposeTargetMachine(tm);
 	}
 	LLVMContextDispose(c);
+	scratch_free(p, &sc);
 	return s;
 }
 
@@ -1053,10 +1111,12 @@ static char *cache_key(cg_prog *p, bool fast, size_t *len)
 static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 {
 	*obj = NULL;
+	eml_scratch sc;
+	scratch_new(p, &sc);
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, c, fast, &m, &tm);
+	moe_status s = make_module(p, &sc, c, fast, &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		LLVMMemoryBufferRef mb = NULL;
@@ -1078,6 +1138,7 @@ static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 		LLVMDisposeTargetMachine(tm);
 	}
 	LLVMContextDispose(c);
+	scratch_free(p, &sc);
 	return s;
 }
 
@@ -1111,12 +1172,16 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	o->kernels = fast ? "avx512bf16" : "portable";
 	void *obj = NULL;
 	size_t len = 0;
+	cgen_jit *j = ctx_alloc(p->ctx, sizeof *j); /* before any LLVM object */
 	moe_status s = layer_object(p, o, fast, &obj, &len);
-	if (s)
+	if (s) {
+		ctx_free(p->ctx, j, sizeof *j);
 		return s;
+	}
 	LLVMTargetMachineRef jtm = host_tm(p->ctx);
 	if (!jtm) {
 		free(obj);
+		ctx_free(p->ctx, j, sizeof *j);
 		return MOE_ERR_UNSUPPORTED;
 	}
 	LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -1125,6 +1190,7 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	LLVMErrorRef err = LLVMOrcCreateLLJIT(&jit, jb); /* consumes jb */
 	if (err) {
 		free(obj);
+		ctx_free(p->ctx, j, sizeof *j);
 		return diag_err(p->ctx, "cannot create the JIT", err);
 	}
 	LLVMOrcDefinitionGeneratorRef gen = NULL;
@@ -1132,6 +1198,7 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	if (err) {
 		free(obj);
 		LLVMOrcDisposeLLJIT(jit);
+		ctx_free(p->ctx, j, sizeof *j);
 		return diag_err(p->ctx, "cannot expose process symbols to the JIT", err);
 	}
 	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
@@ -1140,6 +1207,7 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	err = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), mb); /* takes mb */
 	if (err) {
 		LLVMOrcDisposeLLJIT(jit);
+		ctx_free(p->ctx, j, sizeof *j);
 		return diag_err(p->ctx, "cannot add the object file to the JIT", err);
 	}
 	char sym[200];
@@ -1148,9 +1216,9 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	err = LLVMOrcLLJITLookup(jit, &addr, sym);
 	if (err) {
 		LLVMOrcDisposeLLJIT(jit);
+		ctx_free(p->ctx, j, sizeof *j);
 		return diag_err(p->ctx, "cannot link the layer function", err);
 	}
-	cgen_jit *j = ctx_alloc(p->ctx, sizeof *j);
 	j->ctx = p->ctx;
 	j->jit = jit;
 	*out = j;

@@ -16,15 +16,14 @@
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
+#include "ir/graph_keys.h"
 #include "runtime/rt_io.h"
 #include "moec/backend.h"
 
 extern char **environ;
 
-moe_status moe_emit_c(moe_ctx *ctx, const moe_graph *g, FILE *out)
+static moe_status emit_c(moe_ctx *ctx, const moe_graph *g, FILE *out)
 {
-	if (!ctx || !g || !out)
-		return MOE_ERR_INVALID;
 	cg_prog *p = cgen_lower(ctx, g);
 	if (!p)
 		return MOE_ERR_INVALID;
@@ -33,24 +32,62 @@ moe_status moe_emit_c(moe_ctx *ctx, const moe_graph *g, FILE *out)
 	return s;
 }
 
+moe_status moe_emit_c(moe_ctx *ctx, const moe_graph *g, FILE *out)
+{
+	if (!ctx || !g || !out)
+		return MOE_ERR_INVALID;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_c(ctx, g, out));
+}
+
+typedef struct memstream {
+	FILE *f;
+	char *buf;
+	size_t len;
+} memstream;
+
+static void memstream_unwind(void *arg)
+{
+	memstream *m = arg;
+	fclose(m->f);
+	free(m->buf);
+	m->f = NULL;
+}
+
+/* The stream is libc's (open_memstream): a throw closes it. */
+static moe_status emit_c_string(moe_ctx *ctx, const moe_graph *g, memstream *m)
+{
+	uint32_t h = ctx_defer(ctx, memstream_unwind, m);
+	moe_status s = emit_c(ctx, g, m->f);
+	ctx_undefer(ctx, h);
+	return s;
+}
+
+static moe_status emit_c_string_guarded(moe_ctx *ctx, const moe_graph *g, memstream *m)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_c_string(ctx, g, m));
+}
+
 moe_status moe_emit_c_string(moe_ctx *ctx, const moe_graph *g, char **out)
 {
 	if (!out)
 		return MOE_ERR_INVALID;
 	*out = NULL;
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
+	if (!ctx || !g)
+		return MOE_ERR_INVALID;
+	memstream m = {NULL, NULL, 0};
+	m.f = open_memstream(&m.buf, &m.len);
+	if (!m.f)
 		return MOE_ERR_NOMEM;
-	moe_status s = moe_emit_c(ctx, g, f);
-	if (fclose(f) != 0 && !s)
+	moe_status s = emit_c_string_guarded(ctx, g, &m);
+	if (!m.f) /* unwound: closed and freed */
+		return s;
+	if (fclose(m.f) != 0 && !s)
 		s = MOE_ERR_NOMEM;
 	if (s) {
-		free(buf);
+		free(m.buf);
 		return s;
 	}
-	*out = buf; /* malloc'd: moe_free releases it */
+	*out = m.buf; /* malloc'd: moe_free releases it */
 	return MOE_OK;
 }
 
@@ -76,10 +113,8 @@ static moe_status write_c(void *ud, FILE *f)
 	return cgen_emit_c(ud, f);
 }
 
-moe_status moe_emit_c_file(moe_ctx *ctx, const moe_graph *g, const char *path)
+static moe_status emit_c_file(moe_ctx *ctx, const moe_graph *g, const char *path)
 {
-	if (!ctx || !g || !path)
-		return MOE_ERR_INVALID;
 	cg_prog *p = cgen_lower(ctx, g);
 	if (!p)
 		return MOE_ERR_INVALID;
@@ -88,16 +123,35 @@ moe_status moe_emit_c_file(moe_ctx *ctx, const moe_graph *g, const char *path)
 	return s;
 }
 
+moe_status moe_emit_c_file(moe_ctx *ctx, const moe_graph *g, const char *path)
+{
+	if (!ctx || !g || !path)
+		return MOE_ERR_INVALID;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_c_file(ctx, g, path));
+}
+
+static moe_status emit_llvm_guarded(moe_ctx *ctx, const moe_graph *g, const char *path, int kind);
+
 static moe_status emit_llvm(moe_ctx *ctx, const moe_graph *g, const char *path, int kind)
 {
 	if (!ctx || !g || !path)
 		return MOE_ERR_INVALID;
+	return emit_llvm_guarded(ctx, g, path, kind);
+}
+
+static moe_status emit_llvm_body(moe_ctx *ctx, const moe_graph *g, const char *path, int kind)
+{
 	cg_prog *p = cgen_lower(ctx, g);
 	if (!p)
 		return MOE_ERR_INVALID;
 	moe_status s = cgen_emit_llvm_file(p, path, kind);
 	cgen_free(p);
 	return s;
+}
+
+static moe_status emit_llvm_guarded(moe_ctx *ctx, const moe_graph *g, const char *path, int kind)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_llvm_body(ctx, g, path, kind));
 }
 
 moe_status moe_emit_llvm_ir(moe_ctx *ctx, const moe_graph *g, const char *path)
@@ -331,7 +385,7 @@ moe_status moe_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *
 typedef struct host_run {
 	const void **ins, **ws;
 	void **outs;
-	void *work;
+	void *work, *work_block; /* work: 64-byte aligned inside work_block */
 	double *times;
 	size_t nin, nw, no;
 	cgen_jit *jit;
@@ -361,9 +415,10 @@ static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, 
 	}
 	if (!s && p->workspace > 0) {
 		size_t sz = ((size_t)p->workspace + 63) & ~(size_t)63;
-		if (posix_memalign(&R->work, 64, sz) != 0) {
-			R->work = NULL;
-			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot allocate %zu bytes of workspace", sz);
+		R->work_block = sz < SIZE_MAX - 64 ? ctx_try_alloc(ctx, sz + 64) : NULL; /* 64-byte aligned inside */
+		R->work = R->work_block ? (void *)(((uintptr_t)R->work_block + 63) & ~(uintptr_t)63) : NULL;
+		if (!R->work) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory allocating %zu bytes of workspace", sz);
 			s = MOE_ERR_NOMEM;
 		}
 	}
@@ -375,7 +430,7 @@ static void run_teardown(moe_ctx *ctx, host_run *R, int repeat)
 	cgen_pool_free(R->pool);
 	cgen_jit_free(R->jit);
 	cc_cleanup(&R->ccm);
-	free(R->work);
+	ctx_free(ctx, R->work_block, 0);
 	ctx_free(ctx, R->times, (size_t)repeat * sizeof *R->times);
 	ctx_free(ctx, R->ins, R->nin * sizeof *R->ins);
 	ctx_free(ctx, R->ws, R->nw * sizeof *R->ws);
@@ -391,7 +446,7 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 	stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
 	stats->repeat = repeat;
 	stats->workspace_bytes = (size_t)p->workspace;
-	stats->grid_blocks_max = ir_graph_attr_int(g, "grid_blocks_max", -1);
+	stats->grid_blocks_max = ir_graph_attr_int(g, IR_GK_GRID_BLOCKS_MAX, -1);
 	stats->threads = threads;
 	stats->cache = R->jo.cache;
 	stats->kernels = R->jo.kernels ? R->jo.kernels : "portable";
@@ -407,7 +462,17 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 	}
 }
 
-moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_host_opts *opts,
+/* A throw during the run: the threads, the JIT and the C engine's
+ * temporaries go (the blocks go with the unwinding). */
+static void run_unwind(void *arg)
+{
+	host_run *R = arg;
+	cgen_pool_free(R->pool);
+	cgen_jit_free(R->jit);
+	cc_cleanup(&R->ccm);
+}
+
+static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_host_opts *opts,
 	moe_tensor **out, moe_host_stats *stats)
 {
 	moe_host_opts o;
@@ -436,6 +501,7 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 	R.jo.no_cache = o.no_cache;
 	R.jo.cache_dir = o.cache_dir;
 	int threads = o.engine == MOE_HOST_C ? 1 : o.threads ? o.threads : cgen_cores();
+	uint32_t unwind = ctx_defer(ctx, run_unwind, &R);
 	moe_status s = run_setup(ctx, g, p, bind, &o, &R, out);
 	if (!s)
 		s = o.engine == MOE_HOST_LLVM ? cgen_jit_create(p, &R.jo, &R.jit, &R.pfn) : cc_load(p, &R.ccm, &R.fn);
@@ -458,6 +524,7 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 		stats->compile_seconds = t1 - t0;
 		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
+	ctx_undefer(ctx, unwind);
 	run_teardown(ctx, &R, o.repeat);
 	cgen_free(p);
 	if (s) {
@@ -466,5 +533,23 @@ moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 			out[j] = NULL;
 		}
 	}
+	return s;
+}
+
+static moe_status host_run_guarded(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_host_opts *opts, moe_tensor **out, moe_host_stats *stats)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, host_run_opts(ctx, g, bind, opts, out, stats));
+}
+
+moe_status moe_host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_host_opts *opts,
+	moe_tensor **out, moe_host_stats *stats)
+{
+	if (!ctx || !g || !out)
+		return MOE_ERR_INVALID;
+	moe_status s = host_run_guarded(ctx, g, bind, opts, out, stats);
+	if (s == MOE_ERR_NOMEM) /* the outputs were freed with the rest */
+		for (uint32_t j = 0; j < g->nout; j++)
+			out[j] = NULL;
 	return s;
 }

@@ -25,16 +25,23 @@ moe_status moe_tcp_to_binary(moe_ctx *ctx, const moe_tcp_program *p, uint8_t **o
 	return tcp_encode(p, out, len);
 }
 
-moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
+static moe_status write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
 {
 	uint8_t *b;
 	size_t n;
 	moe_status rc = tcp_encode(p, &b, &n);
 	if (rc != MOE_OK)
 		return rc;
+	uint32_t h = ctx_defer(ctx, free, b); /* the encoder's buffer is libc's */
 	rc = moe_write_output(ctx, path, MOE_OUTPUT_BINARY, b, n);
+	ctx_undefer(ctx, h);
 	free(b);
 	return rc;
+}
+
+moe_status moe_tcp_write_binary(moe_ctx *ctx, const moe_tcp_program *p, const char *path)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, write_binary(ctx, p, path));
 }
 
 static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, const moe_tcp_machine *m)

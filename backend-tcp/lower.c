@@ -11,7 +11,8 @@
  * take_along and scatter become DMA gathers/scatters with index lists;
  * reshape, slice, broadcast are sequencer views (no data moves).
  * Blocks: nodes masked by the per-block valid rows (and the per-block weight
- * gathers masked by nblocks) form the block region, emitted once as a loop
+ * gathers masked by nblocks; blockwise-dispatch names both in graph
+ * attributes, ir/graph_keys.h) form the block region, emitted once as a loop
  * over g < nblocks (a run-time count: blocks past it are skipped). Inside,
  * the next block's weights and rows are prefetched by DMA into the other half
  * of double buffers while the current block computes; when consecutive
@@ -296,7 +297,7 @@ static void roofline_dims(lw *c)
 {
 	const moe_graph *g = c->g;
 	tcp_program *p = c->p;
-	p->moe_D = ir_graph_attr_int(g, "moe_row_bytes", 0) / (int64_t)moe_dtype_size(g->dtype);
+	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
 	int64_t wb = 0;
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
@@ -337,11 +338,11 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
-	p->moe_T = ir_graph_attr_int(g, "moe_tokens", 0);
-	p->moe_K = ir_graph_attr_int(g, "moe_k", 0);
-	p->moe_E = ir_graph_attr_int(g, "moe_experts", 0);
-	p->moe_B = ir_graph_attr_int(g, "moe_block", 0);
-	p->moe_G = ir_graph_attr_int(g, "grid_blocks", 0);
+	p->moe_T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
+	p->moe_K = ir_graph_attr_int(g, IR_GK_MOE_K, 0);
+	p->moe_E = ir_graph_attr_int(g, IR_GK_MOE_EXPERTS, 0);
+	p->moe_B = ir_graph_attr_int(g, IR_GK_MOE_BLOCK, 0);
+	p->moe_G = ir_graph_attr_int(g, IR_GK_GRID_BLOCKS, 0);
 	for (uint32_t i = 0; i < g->nout; i++)
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
@@ -367,7 +368,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	return p;
 }
 
-moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
 {
 	moe_tcp_machine *def = NULL;
 	if (!machine) {
@@ -394,3 +395,8 @@ moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 	return p;
 }
 
+
+moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, tcp_compile(ctx, g, machine));
+}

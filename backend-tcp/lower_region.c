@@ -15,28 +15,27 @@ static bool weight_view(const moe_graph *g, moe_id id)
 	return N(g, id)->op == MOE_OP_WEIGHT;
 }
 
+/* The block region as blockwise-dispatch marked it (IR_GK_BLOCK_ROWS,
+ * IR_GK_NBLOCKS, IR_GK_BLOCK_EXPERT): the nodes masked by the per-block
+ * valid rows, the weight gathers by the block experts masked by nblocks, and
+ * reshapes of region values that keep the leading G. */
 void tcpl_find_region(lw *c)
 {
 	const moe_graph *g = c->g;
-	c->rows = c->nblocks = c->bexp = MOE_NONE;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		if (n->valid == MOE_NONE)
-			continue;
-		const ir_node *vn = N(g, n->valid);
-		if (vn->rank == 1 && n->rank >= 2 && n->shape[0] == vn->shape[0]) {
-			c->rows = n->valid;
-			c->G = vn->shape[0];
-		}
-		if (vn->rank == 0 && n->op == MOE_OP_GATHER && N(g, n->args[1])->rank == 1) {
-			c->nblocks = n->valid;
-			c->bexp = n->args[1];
-		}
-	}
-	if (c->rows == MOE_NONE || c->nblocks == MOE_NONE || N(g, c->bexp)->shape[0] != c->G) {
+	c->rows = ir_graph_node_attr(g, IR_GK_BLOCK_ROWS);
+	c->nblocks = ir_graph_node_attr(g, IR_GK_NBLOCKS);
+	c->bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
+	if (c->rows == MOE_NONE || c->nblocks == MOE_NONE || c->bexp == MOE_NONE || N(g, c->rows)->rank != 1 ||
+		N(g, c->nblocks)->rank != 0 || N(g, c->bexp)->rank != 1 || N(g, c->bexp)->shape[0] != N(g, c->rows)->shape[0]) {
 		c->rows = c->nblocks = c->bexp = MOE_NONE;
+		for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+			if (N(g, i)->valid != MOE_NONE && N(g, N(g, i)->valid)->rank == 1)
+				tcpl_err(c, i, "this node is masked per block row, but the graph does not name its block grid "
+					"(graph attributes " IR_GK_BLOCK_ROWS ", " IR_GK_NBLOCKS " and " IR_GK_BLOCK_EXPERT
+					", node ids set by blockwise-dispatch)");
 		return;
 	}
+	c->G = N(g, c->rows)->shape[0];
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||

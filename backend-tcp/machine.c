@@ -173,14 +173,15 @@ static const char *const mt_names[4] = {"bf16", "f8", "i8", "i4"};
 
 moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
 {
+	moe_tcp_machine *m = ctx_alloc(ctx, sizeof *m); /* before the cJSON tree: a throw must not leak it */
 	cJSON *root = cJSON_ParseWithLength(text, len);
 	if (!root || !cJSON_IsObject(root)) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, file), "machine description is not a JSON object");
 		cJSON_Delete(root);
+		ctx_free(ctx, m, sizeof *m);
 		return NULL;
 	}
 	mp p = {ctx, file, false};
-	moe_tcp_machine *m = ctx_alloc(ctx, sizeof *m);
 	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
 	snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "unnamed");
 	m->clock_hz = num_in(&p, root, "", "clock_hz", false, 1e6, 1e11);

@@ -97,6 +97,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		for (uint32_t o = 0; o < g->nout; o++)
 			mark(g, g->outputs[o], need, pack);
 		dev = ir_graph_clone_empty(g);
+		ir_graph_drop_node_keys(dev);
 		uint32_t k = 0;
 		for (moe_id i = 0; i < nn; i++) {
 			map[i] = MOE_NONE;
@@ -115,6 +116,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		}
 		for (uint32_t o = 0; o < g->nout; o++)
 			moe_graph_add_output(dev, map[g->outputs[o]]);
+		ir_graph_remap_node_keys(dev, g, map);
 		/* the prep graph: the packed nodes and everything they read */
 		memset(need, 0, nn + 1);
 		for (moe_id i = 0; i < nn; i++)
@@ -123,6 +125,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module *pm = moe_module_new(ctx);
 		moe_module_add_graph(pm, g->name ? g->name : "prep");
 		moe_graph *pg = ir_graph_clone_empty(g);
+		ir_graph_drop_node_keys(pg); /* the block grid is the device graph's */
 		for (moe_id i = 0; i < nn; i++)
 			map[i] = need[i] ? ir_copy_node(pg, g, i, map) : MOE_NONE;
 		for (moe_id i = 0; i < nn; i++)
@@ -135,8 +138,9 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		char *flat = root ? cJSON_PrintUnformatted(root) : NULL;
 		if (flat) {
 			*prep_len = strlen(flat);
-			*prep_json = ctx_alloc(ctx, *prep_len + 1);
-			memcpy(*prep_json, flat, *prep_len);
+			*prep_json = ctx_try_alloc(ctx, *prep_len + 1); /* no throw while cJSON holds memory */
+			if (*prep_json)
+				memcpy(*prep_json, flat, *prep_len);
 		}
 		cJSON_free(flat);
 		cJSON_Delete(root);

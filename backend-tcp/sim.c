@@ -67,7 +67,7 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 			s->borrowed[i] = true;
 			continue;
 		}
-		s->data[i] = calloc(bytes ? bytes : 1, 1);
+		s->data[i] = ctx_soft_alloc(s->ctx, bytes ? bytes : 1); /* guarded: a refusal is MOE_ERR_NOMEM */
 		if (!s->data[i]) {
 			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of host memory for '%s' (%zu bytes)", t->name,
 				bytes);
@@ -244,7 +244,10 @@ uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
 	return n;
 }
 
-moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
+static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats);
+
+static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
 	moe_tensor **out, moe_tcp_stats *stats)
 {
 	moe_tcp_run_opts defo = {0};
@@ -275,19 +278,21 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 	s.st = st;
 	s.S = tcp_slices(m);
 	s.hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
-	s.data = calloc(p->nt + 1, sizeof *s.data);
-	s.borrowed = calloc(p->nt + 1, 1);
-	s.absent = calloc(p->nt + 1, sizeof *s.absent);
-	s.hz = calloc(p->nt + 1, sizeof *s.hz);
-	s.spm = malloc((p->nt + 1) * sizeof *s.spm);
+	/* the simulator's memory is the context's (a throw frees it) */
+	s.data = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.data);
+	s.borrowed = ctx_try_alloc(ctx, p->nt + 1);
+	s.absent = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.absent);
+	s.hz = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.hz);
+	s.spm = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.spm);
 	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of memory for the simulator's tables");
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
 	for (uint32_t i = 0; i <= p->nt; i++)
 		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
-		s.seen = calloc((size_t)p->moe_E, 1);
+		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
 	s.xlo = s.xhi = -1;
 	if (p->block_loop_pc >= 0) {
@@ -314,7 +319,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 			goto out;
 		}
 	}
-	packed = moe_tensor_map_new(ctx);
+	packed = moe_tensor_map_new(ctx); /* guarded: never NULL */
 	rc = tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed); /* at load time: off the simulated clock */
 	if (rc != MOE_OK)
 		goto out;
@@ -342,20 +347,36 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 		}
 	}
 out:
-	for (uint32_t i = 0; s.data && i < p->nt; i++)
+	for (uint32_t i = 0; s.data && s.borrowed && i < p->nt; i++)
 		if (!s.borrowed[i])
-			free(s.data[i]);
-	free(s.data);
-	free(s.borrowed);
-	free(s.absent);
-	free(s.hz);
-	free(s.spm);
-	free(s.seen);
-	free(s.ev);
-	free(s.xiv);
+			ctx_free(ctx, s.data[i], 0);
+	ctx_free(ctx, s.data, 0);
+	ctx_free(ctx, s.borrowed, 0);
+	ctx_free(ctx, s.absent, 0);
+	ctx_free(ctx, s.hz, 0);
+	ctx_free(ctx, s.spm, 0);
+	ctx_free(ctx, s.seen, 0);
+	ctx_free(ctx, s.ev, 0);
+	ctx_free(ctx, s.xiv, 0);
 	if (packed)
 		moe_tensor_map_free(packed);
 	moe_tcp_machine_free(ctx, def);
 	return rc;
 }
 
+
+moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
+	moe_tensor **out, moe_tcp_stats *stats)
+{
+	moe_status s = tcp_run_guarded(ctx, p, b, opts, out, stats);
+	if (s == MOE_ERR_NOMEM && out) /* the outputs were freed with the rest */
+		for (uint32_t i = 0; i < moe_tcp_num_outputs(p); i++)
+			out[i] = NULL;
+	return s;
+}
+
+static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, tcp_run(ctx, p, b, opts, out, stats));
+}

@@ -99,9 +99,43 @@ static bool is_rowop(int op)
 	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
 }
 
-void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
+/* The time of a tu.vec pass of n elements (rows of L for a row op rop >= 0;
+ * fl: float ALUs) and its scheduling. */
+static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int rop, bool fl, int64_t n, int64_t L)
 {
 	const moe_tcp_machine *m = s->m;
+	int nd = in->ndim;
+	const tcp_view *dv = &in->v[TCP_V_DST];
+	/* cost: rows (for row ops) or flits spread over the slices */
+	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
+	int64_t used = units < S ? units : S;
+	int64_t pe = cdiv(units, used) * per;
+	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
+	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
+	/* fetch: each DM stream at its read size; two or more streams share one
+	 * channel, or use the dual channel when the sub context is idle */
+	int64_t fsum = 0, fmax = 0, ns = 0;
+	for (int w = 1; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
+			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t cyc = cdiv(el * e, rs);
+			fsum += cyc;
+			fmax = cyc > fmax ? cyc : fmax;
+			ns++;
+		}
+	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
+	fdual = fdual > fmax ? fdual : fmax;
+	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
+	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
+		in->dim, esz_of(s, dv->t), &ol);
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
+	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
+	tcps_schedule_alt(s, pc, a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
+}
+
+void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
+{
 	int nd = in->ndim;
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW];
 	acc a = {0};
@@ -143,7 +177,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	uint32_t racc = 0, keep_n = 0;
 	uint32_t *kept = NULL;
 	if (rop >= 0 && in->step[rop].op == TCP_V_COMPACT && compute) {
-		kept = malloc(sizeof *kept * (size_t)L);
+		kept = ctx_alloc(s->ctx, sizeof *kept * (size_t)L); /* guarded: refused is MOE_ERR_NOMEM */
 		if (!kept) {
 			FAULT(s, pc, "out of host memory");
 			return;
@@ -219,33 +253,8 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		for (int k = nd - 1; k >= 0 && ++idx[k] == in->dim[k]; k--)
 			idx[k] = 0;
 	}
-	free(kept);
-	/* cost: rows (for row ops) or flits spread over the slices */
-	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
-	int64_t used = units < S ? units : S;
-	int64_t pe = cdiv(units, used) * per;
-	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
-	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
-	/* fetch: each DM stream at its read size; two or more streams share one
-	 * channel, or use the dual channel when the sub context is idle */
-	int64_t fsum = 0, fmax = 0, ns = 0;
-	for (int w = 1; w < TCP_NVIEW; w++)
-		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
-			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
-			int64_t cyc = cdiv(el * e, rs);
-			fsum += cyc;
-			fmax = cyc > fmax ? cyc : fmax;
-			ns++;
-		}
-	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
-	fdual = fdual > fmax ? fdual : fmax;
-	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
-	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
-		in->dim, esz_of(s, dv->t), &ol);
-	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
-	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
-	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
-	tcps_schedule_alt(s, pc, &a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
+	ctx_free(s->ctx, kept, 0);
+	vec_cost(s, pc, in, &a, rop, fl, n, L);
 }
 
 /* ---- contraction ---- */
@@ -292,13 +301,13 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	 * sum still adds its products in index order, as the hardware's
 	 * accumulator does. */
 	size_t wn = (size_t)(compute ? O * I : 0);
-	float *wt = compute ? malloc(sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
-	float *arow = compute ? malloc(sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
-	float *sum = compute ? malloc(sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	float *wt = compute ? ctx_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
+	float *arow = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
+	float *sum = compute ? ctx_alloc(s->ctx, sizeof(float) * (size_t)(O ? O : 1)) : NULL;
 	if (compute && (!wt || !arow || !sum)) {
-		free(wt);
-		free(arow);
-		free(sum);
+		ctx_free(s->ctx, wt, 0);
+		ctx_free(s->ctx, arow, 0);
+		ctx_free(s->ctx, sum, 0);
 		FAULT(s, pc, "out of host memory");
 		return;
 	}
@@ -351,9 +360,9 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		for (int64_t o = 0; o < O; o++)
 			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum[o]));
 	}
-	free(wt);
-	free(arow);
-	free(sum);
+	ctx_free(s->ctx, wt, 0);
+	ctx_free(s->ctx, arow, 0);
+	ctx_free(s->ctx, sum, 0);
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);

@@ -66,7 +66,7 @@ static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
 		return;
 	if (s->nev == s->evcap) {
 		size_t nc = s->evcap ? s->evcap * 2 : 4096;
-		tev *ne = realloc(s->ev, nc * sizeof *ne);
+		tev *ne = ctx_realloc(s->ctx, s->ev, 0, nc * sizeof *ne); /* guarded: refused is MOE_ERR_NOMEM */
 		if (!ne)
 			return;
 		s->ev = ne;
@@ -112,7 +112,7 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 	if (in_experts(s, pc)) {
 		if (s->nxiv == s->xivcap) {
 			size_t nc = s->xivcap ? s->xivcap * 2 : 1024;
-			int64_t(*ni)[2] = realloc(s->xiv, nc * sizeof *ni);
+			int64_t(*ni)[2] = ctx_realloc(s->ctx, s->xiv, 0, nc * sizeof *ni);
 			if (!ni) {
 				FAULT(s, pc, "out of host memory");
 				return;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "ir/graph_keys.h"
 #include "ir/ir.h"
 #include "moec/tcp.h"
 

@@ -1126,7 +1126,8 @@ int moe_setting_split(const char *arg, char *name, size_t namelen, const char **
 	return 1;
 }
 
-moe_module *moe_parse_moe(moe_ctx *ctx, const char *file, const char *text, size_t len, const moe_settings *sets)
+static moe_module *parse_moe(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_settings *sets)
 {
 	if (!file)
 		file = "<input>";
@@ -1178,4 +1179,9 @@ done:
 		return NULL;
 	}
 	return m;
+}
+
+moe_module *moe_parse_moe(moe_ctx *ctx, const char *file, const char *text, size_t len, const moe_settings *sets)
+{
+	CTX_GUARDED(ctx, moe_module *, NULL, parse_moe(ctx, file, text, len, sets));
 }

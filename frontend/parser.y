@@ -29,6 +29,10 @@ int fe_lex(FE_STYPE *lval, FE_LTYPE *lloc, yyscan_t scanner);
 #include <stdarg.h>
 #include <string.h>
 
+/* The parser stack beyond its first 200 entries: the context's memory. */
+#define YYMALLOC(n) ctx_alloc(p->ctx, (n))
+#define YYFREE(q) ctx_free(p->ctx, (q), 0)
+
 static void fe_error(FE_LTYPE *l, fe_parser *p, yyscan_t scanner, const char *msg)
 {
 	(void)scanner;

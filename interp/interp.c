@@ -1056,7 +1056,7 @@ static moe_status eval_node(interp *ip, val *out)
 	}
 }
 
-moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
 {
 	return moe_interp_run_ex(ctx, g, bind, NULL, out);
 }
@@ -1166,4 +1166,11 @@ moe_status moe_interp_run_ex(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 	ctx_free(ctx, last, (size_t)nn * sizeof *last);
 	ctx_free(ctx, live, (size_t)nn * sizeof *live);
 	return st;
+}
+
+moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
+{
+	if (!ctx)
+		return MOE_ERR_INVALID;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, interp_run(ctx, g, bind, out));
 }

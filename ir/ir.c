@@ -1,6 +1,7 @@
 /* ir/ir.c: op table, modules, graphs, nodes, attributes, builders. */
 #include <string.h>
 
+#include "ir/graph_keys.h"
 #include "ir/ir.h"
 
 const ir_opinfo ir_ops[MOE_OP_COUNT] = {
@@ -409,6 +410,7 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 		}
 	}
 	moe_graph *dst = ir_graph_clone_empty(g);
+	ir_graph_drop_node_keys(dst);
 	moe_id cyc = MOE_NONE;
 	bool ok = true;
 	uint32_t *next = ctx_alloc(ctx, (nn + 1) * sizeof *next);
@@ -419,6 +421,7 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 	if (ok) {
 		for (uint32_t i = 0; i < g->nout; i++)
 			moe_graph_add_output(dst, m[g->outputs[i]]);
+		ir_graph_remap_node_keys(dst, g, m);
 		ir_graph_take(g, dst);
 		if (map)
 			memcpy(map, m, nn * sizeof *m);

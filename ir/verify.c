@@ -7,7 +7,7 @@
 
 #include "ir/ir.h"
 
-moe_status moe_graph_verify(moe_ctx *ctx, const moe_graph *g)
+static moe_status graph_verify(moe_ctx *ctx, const moe_graph *g)
 {
 	int before = moe_error_count(ctx);
 	moe_graph *s = ir_graph_clone(g); /* inference writes into nodes: work on a copy */
@@ -38,11 +38,21 @@ moe_status moe_graph_verify(moe_ctx *ctx, const moe_graph *g)
 	return moe_error_count(ctx) > before ? MOE_ERR_INVALID : MOE_OK;
 }
 
-moe_status moe_module_verify(moe_ctx *ctx, const moe_module *m)
+static moe_status module_verify(moe_ctx *ctx, const moe_module *m)
 {
 	moe_status st = MOE_OK;
 	for (uint32_t i = 0; i < m->ngraphs; i++)
 		if (moe_graph_verify(ctx, m->graphs[i]) != MOE_OK)
 			st = MOE_ERR_INVALID;
 	return st;
+}
+
+moe_status moe_graph_verify(moe_ctx *ctx, const moe_graph *g)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, graph_verify(ctx, g));
+}
+
+moe_status moe_module_verify(moe_ctx *ctx, const moe_module *m)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, module_verify(ctx, m));
 }

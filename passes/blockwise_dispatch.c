@@ -340,12 +340,16 @@ PASS(pass_blockwise_dispatch)
 			moe_node_set_name(rb.dst, y, n->name);
 		rb.map[i] = y;
 		if (nexperts++ == 0) {
-			ir_graph_set_attr_int(rb.dst, "moe_tokens", c.T);
-			ir_graph_set_attr_int(rb.dst, "moe_k", c.K);
-			ir_graph_set_attr_int(rb.dst, "moe_experts", c.E);
-			ir_graph_set_attr_int(rb.dst, "moe_block", c.B);
-			ir_graph_set_attr_int(rb.dst, "moe_row_bytes", c.D * (int64_t)moe_dtype_size(c.t));
-			ir_graph_set_attr_int(rb.dst, "grid_blocks", c.G);
+			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_TOKENS, c.T);
+			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_K, c.K);
+			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_EXPERTS, c.E);
+			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_BLOCK, c.B);
+			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_ROW_BYTES, c.D * (int64_t)moe_dtype_size(c.t));
+			ir_graph_set_attr_int(rb.dst, IR_GK_GRID_BLOCKS, c.G);
+			/* the block region, explicitly (the TCP lowering's block loop) */
+			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, c.rows);
+			ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, c.nblocks);
+			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, c.bexp);
 		}
 	}
 	rebuild_end(&rb);

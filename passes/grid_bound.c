@@ -39,9 +39,9 @@ int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B)
 
 PASS(pass_grid_bound)
 {
-	int64_t T = ir_graph_attr_int(g, "moe_tokens", -1), K = ir_graph_attr_int(g, "moe_k", -1),
-		E = ir_graph_attr_int(g, "moe_experts", -1), B = ir_graph_attr_int(g, "moe_block", -1),
-		row = ir_graph_attr_int(g, "moe_row_bytes", 0);
+	int64_t T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, -1), K = ir_graph_attr_int(g, IR_GK_MOE_K, -1),
+		E = ir_graph_attr_int(g, IR_GK_MOE_EXPERTS, -1), B = ir_graph_attr_int(g, IR_GK_MOE_BLOCK, -1),
+		row = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0);
 	/* before dispatch: read the experts nodes themselves */
 	for (moe_id i = 0; i < g->nnodes && T < 0; i++) {
 		ir_node *n = N(g, i);
@@ -58,17 +58,17 @@ PASS(pass_grid_bound)
 		return MOE_OK; /* a layer without experts has no grid */
 	int64_t gt = moe_grid_blocks_max(T, K, E, B), gs = moe_grid_blocks_seed(T, K, E, B),
 		gv = moe_grid_blocks_vllm(T, K, E, B);
-	int64_t used = ir_graph_attr_int(g, "grid_blocks", gt); /* allocated by dispatch */
+	int64_t used = ir_graph_attr_int(g, IR_GK_GRID_BLOCKS, gt); /* allocated by dispatch */
 	if (used < gt) {
 		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "layer '%s' allocates %lld blocks, below the worst case %lld", g->name,
 			(long long)used, (long long)gt);
 		return MOE_ERR_INTERNAL;
 	}
-	ir_graph_set_attr_int(g, "grid_blocks_max", gt);
-	ir_graph_set_attr_int(g, "grid_blocks_seed", gs);
-	ir_graph_set_attr_int(g, "grid_blocks_vllm", gv);
-	ir_graph_set_attr_int(g, "block_buffer_bytes", gt * B * row);
-	ir_graph_set_attr_int(g, "block_buffer_bytes_seed", gs * B * row);
-	ir_graph_set_attr_int(g, "block_buffer_bytes_vllm", gv * B * row);
+	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS_MAX, gt);
+	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS_SEED, gs);
+	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS_VLLM, gv);
+	ir_graph_set_attr_int(g, IR_GK_BLOCK_BUFFER_BYTES, gt * B * row);
+	ir_graph_set_attr_int(g, IR_GK_BLOCK_BUFFER_BYTES_SEED, gs * B * row);
+	ir_graph_set_attr_int(g, IR_GK_BLOCK_BUFFER_BYTES_VLLM, gv * B * row);
 	return MOE_OK;
 }

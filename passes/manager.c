@@ -132,7 +132,7 @@ static bool valid_pass_name(const char *s)
 	return true;
 }
 
-moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info)
+static moe_status pass_register(moe_ctx *ctx, const moe_pass_info *info)
 {
 	if (!info || !valid_pass_name(info->name) || !info->run) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "pass registration needs a name of [a-z0-9_-] and a run function");
@@ -145,16 +145,23 @@ moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info)
 	ctx_vec *v = ctx_passes(ctx);
 	/* each row is its own block: parsed pipelines keep pointers to rows,
 	 * which must survive later registrations growing the table */
-	v->esz = sizeof(moe_pass_info *);
-	v->row = sizeof(moe_pass_info);
-	ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz);
 	moe_pass_info *d = ctx_alloc(ctx, sizeof *d);
-	((moe_pass_info **)v->data)[v->n++] = d;
 	*d = *info;
 	d->name = ctx_intern(ctx, info->name);
 	d->summary = ctx_intern(ctx, info->summary ? info->summary : "");
 	d->options = info->options ? ctx_intern(ctx, info->options) : NULL;
+	v->esz = sizeof(moe_pass_info *);
+	v->row = sizeof(moe_pass_info);
+	ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz); /* the last allocation: then the table changes */
+	ctx_keep(ctx, v->data);
+	ctx_keep(ctx, d);
+	((moe_pass_info **)v->data)[v->n++] = d;
 	return MOE_OK;
+}
+
+moe_status moe_pass_register(moe_ctx *ctx, const moe_pass_info *info)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, pass_register(ctx, info));
 }
 
 /* ---- pipelines ---- */
@@ -284,7 +291,7 @@ static moe_pipeline *parse_into(moe_ctx *ctx, moe_pipeline *p, const char *text,
 	}
 }
 
-moe_pipeline *moe_pipeline_parse(moe_ctx *ctx, const char *text)
+static moe_pipeline *pipeline_parse(moe_ctx *ctx, const char *text)
 {
 	moe_pipeline *p = ctx_alloc(ctx, sizeof *p);
 	p->ctx = ctx;
@@ -295,6 +302,11 @@ moe_pipeline *moe_pipeline_parse(moe_ctx *ctx, const char *text)
 	if (!*text)
 		return p; /* the empty pipeline does nothing */
 	return parse_into(ctx, p, text, 0);
+}
+
+moe_pipeline *moe_pipeline_parse(moe_ctx *ctx, const char *text)
+{
+	CTX_GUARDED(ctx, moe_pipeline *, NULL, pipeline_parse(ctx, text));
 }
 
 char *moe_pipeline_print(const moe_pipeline *p)
@@ -354,7 +366,7 @@ static void write_reproducer(moe_ctx *ctx, const moe_pipeline *p, const moe_modu
 	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
 }
 
-moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
+static moe_status pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
 {
 	moe_run_opts none = {0};
 	if (!ro)
@@ -397,7 +409,31 @@ moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, 
 	return MOE_OK;
 }
 
-moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *ro)
+/* The passes run on a copy of m's graphs, swapped in at the end (no
+ * allocation after): out of memory leaves m as it was. */
+static moe_status pipeline_run_copy(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
+{
+	moe_module *w = moe_module_new(ctx);
+	for (uint32_t k = 0; k < m->ngraphs; k++) {
+		ctx_grow(ctx, (void **)&w->graphs, &w->gcap, w->ngraphs + 1, sizeof *w->graphs);
+		w->graphs[w->ngraphs++] = ir_graph_clone(m->graphs[k]);
+	}
+	moe_status s = pipeline_run(ctx, p, w, ro);
+	for (uint32_t k = 0; k < m->ngraphs; k++) {
+		moe_graph tmp = *m->graphs[k];
+		*m->graphs[k] = *w->graphs[k];
+		*w->graphs[k] = tmp;
+	}
+	moe_module_free(w);
+	return s;
+}
+
+moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, pipeline_run_copy(ctx, p, m, ro));
+}
+
+static moe_status run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *ro)
 {
 	moe_pipeline *p = moe_pipeline_parse(ctx, text);
 	if (!p)
@@ -407,11 +443,17 @@ moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, 
 	return s;
 }
 
+moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *ro)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, run_pipeline_text(ctx, text, m, ro));
+}
+
 /* ---- rebuild helper ---- */
 void rebuild_begin(rebuild *r, moe_graph *g)
 {
 	r->src = g;
 	r->dst = ir_graph_clone_empty(g);
+	ir_graph_drop_node_keys(r->dst); /* mapped by rebuild_end unless the pass sets them */
 	r->map = ctx_alloc(g->ctx, ((size_t)g->nnodes + 1) * sizeof *r->map);
 	for (uint32_t i = 0; i < g->nnodes; i++)
 		r->map[i] = MOE_NONE;
@@ -432,6 +474,7 @@ void rebuild_end(rebuild *r)
 {
 	for (uint32_t i = 0; i < r->src->nout; i++)
 		moe_graph_add_output(r->dst, r->map[r->src->outputs[i]]);
+	ir_graph_remap_node_keys(r->dst, r->src, r->map);
 	ctx_free(r->src->ctx, r->map, ((size_t)r->src->nnodes + 1) * sizeof *r->map);
 	ir_graph_take(r->src, r->dst);
 }

@@ -2,6 +2,7 @@
 #ifndef MOEC_PASS_H
 #define MOEC_PASS_H
 
+#include "ir/graph_keys.h"
 #include "ir/ir.h"
 #include "moec/passes.h"
 

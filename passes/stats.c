@@ -74,15 +74,15 @@ static cJSON *layer_stats(moe_ctx *ctx, const moe_graph *g, const char *pipeline
 	*st = moe_run_pipeline_text(ctx, pipeline ? pipeline : "tcp", tmp, NULL);
 	if (*st == MOE_OK) {
 		const moe_graph *l = tmp->graphs[0];
-		static const char *const keys[] = {"grid_blocks_max", "grid_blocks_seed", "grid_blocks_vllm",
-			"block_buffer_bytes", "block_buffer_bytes_seed", "block_buffer_bytes_vllm"};
+		static const char *const keys[] = {IR_GK_GRID_BLOCKS_MAX, IR_GK_GRID_BLOCKS_SEED, IR_GK_GRID_BLOCKS_VLLM,
+			IR_GK_BLOCK_BUFFER_BYTES, IR_GK_BLOCK_BUFFER_BYTES_SEED, IR_GK_BLOCK_BUFFER_BYTES_VLLM};
 		for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
 			ir_attr *a = ir_attr_find(&l->meta, keys[k]);
 			if (a)
 				cJSON_AddNumberToObject(o, keys[k], (double)a->v.i);
 		}
-		if (!ir_attr_find(&l->meta, "grid_blocks_max"))
-			cJSON_AddNullToObject(o, "grid_blocks_max");
+		if (!ir_attr_find(&l->meta, IR_GK_GRID_BLOCKS_MAX))
+			cJSON_AddNullToObject(o, IR_GK_GRID_BLOCKS_MAX);
 		cJSON_AddNumberToObject(o, "flops_grid_max", graph_flops(l));
 		cJSON *bufs = cJSON_AddArrayToObject(o, "buffers");
 		double total = 0;

@@ -399,13 +399,29 @@ struct moe_atomic_file {
 	char *tmp;  /* NULL when written straight through */
 	FILE *fp;
 	int slot;
+	int defer; /* its ctx_defer handle when opened inside a guard, else -1 */
 };
 
 static void atomic_free(moe_atomic_file *f)
 {
-	free(f->path);
-	free(f->tmp);
-	free(f);
+	if (f->defer >= 0)
+		ctx_undefer(f->ctx, (uint32_t)f->defer);
+	ctx_free(f->ctx, f->path, 0);
+	ctx_free(f->ctx, f->tmp, 0);
+	ctx_free(f->ctx, f, sizeof *f);
+}
+
+/* A copy of s in the context's memory; NULL (with an error) when refused. */
+static char *out_strdup(moe_ctx *ctx, const char *path, const char *s, size_t n)
+{
+	char *p = ctx_soft_alloc(ctx, n + 1);
+	if (!p) {
+		rt_err_at(ctx, path, -1, "out of memory");
+		return NULL;
+	}
+	memcpy(p, s, n);
+	p[n] = 0;
+	return p;
 }
 
 /* The file a write to path lands on: path itself, or a symbolic link's
@@ -418,25 +434,15 @@ static char *output_target(moe_ctx *ctx, const char *path, struct stat *st, bool
 			rt_err_at(ctx, path, -1, "cannot stat the output: %s", strerror(errno));
 			return NULL;
 		}
-		char *p = strdup(path);
-		if (!p)
-			rt_err_at(ctx, path, -1, "out of memory");
-		return p;
+		return out_strdup(ctx, path, path, strlen(path));
 	}
 	*exists = true;
-	if (!S_ISLNK(st->st_mode)) {
-		char *p = strdup(path);
-		if (!p)
-			rt_err_at(ctx, path, -1, "out of memory");
-		return p;
-	}
-	char *r = realpath(path, NULL);
+	if (!S_ISLNK(st->st_mode))
+		return out_strdup(ctx, path, path, strlen(path));
+	char *r = realpath(path, NULL); /* libc's malloc: copied below */
 	if (!r && stat(path, st) == 0 && !S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
 		/* /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]": not a path, but open() follows it */
-		r = strdup(path);
-		if (!r)
-			rt_err_at(ctx, path, -1, "out of memory");
-		return r;
+		return out_strdup(ctx, path, path, strlen(path));
 	}
 	if (!r) {
 		rt_err_at(ctx, path, -1, "the output is a symbolic link that cannot be resolved: %s", strerror(errno));
@@ -447,18 +453,20 @@ static char *output_target(moe_ctx *ctx, const char *path, struct stat *st, bool
 		free(r);
 		return NULL;
 	}
-	return r;
+	char *c = out_strdup(ctx, path, r, strlen(r));
+	free(r);
+	return c;
 }
 
 /* TARGET.tmp.XXXXXX, the base name shortened so that it fits NAME_MAX. */
-static char *temp_name(const char *target)
+static char *temp_name(moe_ctx *ctx, const char *target)
 {
 	static const char suffix[] = ".tmp.XXXXXX";
 	const char *slash = strrchr(target, '/');
 	size_t dir = slash ? (size_t)(slash - target) + 1 : 0, base = strlen(target) - dir;
 	if (base > NAME_MAX - (sizeof suffix - 1))
 		base = NAME_MAX - (sizeof suffix - 1);
-	char *t = malloc(dir + base + sizeof suffix);
+	char *t = ctx_soft_alloc(ctx, dir + base + sizeof suffix);
 	if (t) {
 		memcpy(t, target, dir + base);
 		memcpy(t + dir + base, suffix, sizeof suffix);
@@ -495,7 +503,7 @@ static bool open_through(moe_atomic_file *f, const char *path, unsigned flags)
 
 static bool open_temp(moe_atomic_file *f, const char *path)
 {
-	f->tmp = temp_name(f->path);
+	f->tmp = temp_name(f->ctx, f->path);
 	if (!f->tmp) {
 		rt_err_at(f->ctx, path, -1, "out of memory");
 		return false;
@@ -518,15 +526,28 @@ static bool open_temp(moe_atomic_file *f, const char *path)
 	return true;
 }
 
+static void drop_temp(moe_atomic_file *f);
+
+/* A throw unwinds past an open output: close it and remove the temporary
+ * (the blocks of f are freed by the unwinding). */
+static void atomic_unwind(void *arg)
+{
+	moe_atomic_file *f = arg;
+	if (f->fp)
+		fclose(f->fp);
+	drop_temp(f);
+}
+
 moe_atomic_file *moe_output_open(moe_ctx *ctx, const char *path, unsigned flags)
 {
-	moe_atomic_file *f = calloc(1, sizeof *f);
+	moe_atomic_file *f = ctx_soft_alloc(ctx, sizeof *f);
 	if (!f) {
 		rt_err_at(ctx, path, -1, "out of memory");
 		return NULL;
 	}
 	f->ctx = ctx;
 	f->slot = -1;
+	f->defer = -1;
 	struct stat st;
 	bool exists, ok = false;
 	f->path = output_target(ctx, path, &st, &exists);
@@ -544,6 +565,9 @@ moe_atomic_file *moe_output_open(moe_ctx *ctx, const char *path, unsigned flags)
 		atomic_free(f);
 		return NULL;
 	}
+	/* inside a guarded call, out of memory before commit or abort drops the temporary */
+	if (ctx_guarded(ctx))
+		f->defer = (int)ctx_defer(ctx, atomic_unwind, f);
 	return f;
 }
 
@@ -576,28 +600,23 @@ void moe_atomic_abort(moe_atomic_file *f)
 }
 
 /* fsync the directory holding path so the rename is durable; best effort. */
-static void sync_dir(const char *path)
+static void sync_dir(moe_ctx *ctx, const char *path)
 {
+	(void)ctx;
 	const char *slash = strrchr(path, '/');
-	char *dir;
-	if (!slash) {
-		dir = strdup(".");
-	} else {
+	char dir[PATH_MAX] = "."; /* no allocation: a commit cannot fail after the rename */
+	if (slash) {
 		size_t n = slash == path ? 1 : (size_t)(slash - path);
-		dir = malloc(n + 1);
-		if (dir) {
-			memcpy(dir, path, n);
-			dir[n] = 0;
-		}
+		if (n >= sizeof dir)
+			return;
+		memcpy(dir, path, n);
+		dir[n] = 0;
 	}
-	if (!dir)
-		return;
 	int fd = open(dir, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		(void)fsync(fd);
 		close(fd);
 	}
-	free(dir);
 }
 
 moe_status moe_atomic_commit(moe_atomic_file *f)
@@ -634,7 +653,7 @@ moe_status moe_atomic_commit(moe_atomic_file *f)
 	}
 	if (f->tmp) {
 		rt_temp_forget(f->slot);
-		sync_dir(f->path);
+		sync_dir(ctx, f->path);
 	}
 	atomic_free(f);
 	return MOE_OK;

@@ -43,7 +43,11 @@ static moe_tensor *tensor_header(moe_ctx *ctx, moe_dtype t, int rank, const int6
 			(long long)bytes);
 		return NULL;
 	}
-	moe_tensor *tn = ctx_alloc(ctx, sizeof *tn);
+	moe_tensor *tn = ctx_try_alloc(ctx, sizeof *tn);
+	if (!tn) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory allocating a tensor");
+		return NULL;
+	}
 	tn->dtype = t;
 	tn->rank = rank;
 	for (int i = 0; i < rank; i++)
@@ -140,7 +144,11 @@ static uint32_t hash_name(const char *s)
 
 moe_tensor_map *moe_tensor_map_new(moe_ctx *ctx)
 {
-	moe_tensor_map *m = ctx_alloc(ctx, sizeof *m);
+	moe_tensor_map *m = ctx_soft_alloc(ctx, sizeof *m);
+	if (!m) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory creating a tensor map");
+		return NULL;
+	}
 	m->ctx = ctx;
 	return m;
 }
@@ -170,16 +178,19 @@ static uint32_t *find_slot(const moe_tensor_map *m, const char *name)
 	}
 }
 
-static void rehash(moe_tensor_map *m, uint32_t nslots)
+/* Fills the new index slots (nslots entries, zeroed) and takes them. */
+static void rehash(moe_tensor_map *m, uint32_t *slots, uint32_t nslots)
 {
 	ctx_free(m->ctx, m->slots, (size_t)m->nslots * sizeof *m->slots);
-	m->slots = ctx_alloc(m->ctx, (size_t)nslots * sizeof *m->slots);
+	m->slots = slots;
 	m->nslots = nslots;
 	for (uint32_t i = 0; i < m->nents; i++)
 		*find_slot(m, m->ents[i].name) = i + 1;
 }
 
-void moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t)
+/* Every block is taken before the map changes: out of memory leaves it as
+ * it was (and frees t, which the map owned from the call). */
+moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t)
 {
 	IR_ASSERT(m && name);
 	if (m->nslots) {
@@ -189,20 +200,44 @@ void moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t)
 			if (e->t != t)
 				moe_tensor_free(m->ctx, e->t);
 			e->t = t;
-			return;
+			return MOE_OK;
 		}
 	}
 	IR_ASSERT(m->nents < UINT32_MAX / 4);
-	if ((uint64_t)(m->nents + 1) * 2 > m->nslots)
-		rehash(m, m->nslots ? m->nslots * 2 : 16);
-	ctx_grow(m->ctx, (void **)&m->ents, &m->entcap, m->nents + 1, sizeof *m->ents);
+	size_t len = strlen(name);
+	char *nm = ctx_try_alloc(m->ctx, len + 1);
+	uint32_t nslots = m->nslots, *slots = NULL;
+	if ((uint64_t)(m->nents + 1) * 2 > nslots) {
+		nslots = nslots ? nslots * 2 : 16;
+		slots = ctx_try_alloc(m->ctx, (size_t)nslots * sizeof *slots);
+	}
+	if (nm && (slots || nslots == m->nslots) && m->nents + 1 > m->entcap) {
+		uint32_t cap = m->entcap ? m->entcap * 2 : 8;
+		map_entry *ents = ctx_try_realloc(m->ctx, m->ents, (size_t)cap * sizeof *ents);
+		if (ents) {
+			m->ents = ents;
+			m->entcap = cap;
+		}
+	}
+	if (!nm || (!slots && nslots != m->nslots) || m->nents + 1 > m->entcap) {
+		ctx_free(m->ctx, nm, 0);
+		ctx_free(m->ctx, slots, 0);
+		moe_tensor_free(m->ctx, t);
+		if (ctx_guarded(m->ctx)) /* inside the library: the guarded call fails */
+			ctx_throw(m->ctx, len + 1);
+		moe_diag(m->ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory adding tensor '%s' to a map", name);
+		return MOE_ERR_NOMEM;
+	}
+	if (slots)
+		rehash(m, slots, nslots);
 	map_entry *e = &m->ents[m->nents];
-	e->namelen = strlen(name);
-	e->name = ctx_alloc(m->ctx, e->namelen + 1);
-	memcpy(e->name, name, e->namelen + 1);
+	e->namelen = len;
+	e->name = nm;
+	memcpy(e->name, name, len + 1);
 	e->t = t;
 	m->nents++;
 	*find_slot(m, name) = m->nents;
+	return MOE_OK;
 }
 
 moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name)

@@ -1,4 +1,16 @@
-/* support/ctx.c: the context (allocator, interned strings, sources, diagnostics). */
+/* support/ctx.c: the context (allocator, interned strings, sources, diagnostics).
+ *
+ * Out of memory (docs/abi.md): every block the library takes from the hook
+ * carries a header that links it into the context's list of live blocks,
+ * newest first, with a sequence number. A public entry point runs inside a
+ * guard (CTX_GUARDED, support.h) that records the sequence number on entry;
+ * when the hook refuses a block, ctx_throw runs the registered clean-ups
+ * (files, threads, LLVM objects), frees every block born since the guard was
+ * entered and longjmps back to the entry point, which returns
+ * MOE_ERR_NOMEM. Blocks the context itself keeps (interned strings,
+ * diagnostics, sources, registered passes) have sequence number 0 and
+ * survive. Lua's luaD_throw does the same with its garbage collector. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -21,9 +33,28 @@ typedef struct strnode {
 	char s[];
 } strnode;
 
+/* The header of every block (32 bytes: the payload stays 16-byte aligned). */
+typedef struct blk {
+	struct blk *prev, *next; /* the live list, newest first */
+	uint64_t seq;            /* 0: kept by the context; else order of birth */
+	size_t size;             /* payload bytes */
+} blk;
+_Static_assert(sizeof(blk) % 16 == 0, "block header breaks alignment");
+
+#define MAX_DEFER 16
+
 struct moe_ctx {
 	moe_alloc_fn alloc;
 	void *ud;
+	blk *live;       /* every block, newest first */
+	uint64_t seq;    /* last sequence number given */
+	ctx_guard *guard; /* the outermost guard entered, or NULL */
+	size_t pending;   /* > 0: a block of the context's own was refused inside the guard */
+	struct {
+		void (*fn)(void *);
+		void *arg;
+	} defer[MAX_DEFER];
+	uint32_t ndefer;
 	diag *diags;
 	uint32_t ndiags, dcap;
 	int nerrors;
@@ -108,47 +139,192 @@ const char *moe_status_string(moe_status s)
 	return "unknown status";
 }
 
-void *ctx_alloc(moe_ctx *c, size_t n)
+/* ---- blocks ---- */
+static blk *hdr(void *p)
+{
+	return (blk *)p - 1;
+}
+
+static void free_blk(moe_ctx *c, blk *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		c->live = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	c->alloc(c->ud, b, b->size + sizeof *b, 0);
+}
+
+/* A fresh zeroed block (p == NULL) or p resized, the new tail zeroed; NULL
+ * when the hook refuses (p is then unchanged). A resized block keeps its
+ * sequence number and its place in the live list. */
+static void *blk_realloc(moe_ctx *c, void *p, size_t n, bool keep)
+{
+	if (n > SIZE_MAX - sizeof(blk) - 16)
+		return NULL;
+	blk *o = p ? hdr(p) : NULL;
+	size_t osz = o ? o->size : 0;
+	blk *b = c->alloc(c->ud, o, o ? osz + sizeof *b : 0, n + sizeof *b);
+	if (!b)
+		return NULL;
+	if (o) {
+		if (b->prev)
+			b->prev->next = b;
+		else
+			c->live = b;
+		if (b->next)
+			b->next->prev = b;
+	} else {
+		b->seq = keep ? 0 : ++c->seq;
+		b->prev = NULL;
+		b->next = c->live;
+		if (c->live)
+			c->live->prev = b;
+		c->live = b;
+	}
+	b->size = n;
+	if (n > osz)
+		memset((char *)(b + 1) + osz, 0, n - osz);
+	return b + 1;
+}
+
+bool ctx_guard_begin(moe_ctx *c, ctx_guard *g)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	if (n == 0)
-		n = 1;
-	void *p = c->alloc(c->ud, NULL, 0, n);
-	if (!p) {
+	if (c->guard)
+		return false;
+	g->mark = c->seq;
+	g->ndefer = c->ndefer;
+	c->guard = g;
+	c->pending = 0;
+	return true;
+}
+
+void ctx_guard_end(moe_ctx *c, ctx_guard *g)
+{
+	IR_ASSERT(c->guard == g);
+	IR_ASSERT(c->ndefer == g->ndefer); /* every ctx_defer undone */
+	if (c->pending)
+		ctx_throw(c, c->pending);
+	c->guard = NULL;
+}
+
+bool ctx_guarded(const moe_ctx *c)
+{
+	return c->guard != NULL;
+}
+
+void ctx_throw(moe_ctx *c, size_t n)
+{
+	ctx_guard *g = c->guard;
+	if (!g) {
+		/* a builder call outside every guarded entry point (docs/abi.md) */
 		fprintf(stderr, "moec: out of memory allocating %zu bytes\n", n);
 		abort();
 	}
-	memset(p, 0, n);
+	c->guard = NULL; /* a clean-up that allocates and fails aborts */
+	c->pending = 0;
+	while (c->ndefer > g->ndefer) {
+		c->ndefer--;
+		c->defer[c->ndefer].fn(c->defer[c->ndefer].arg);
+	}
+	for (blk *b = c->live, *nx; b && (b->seq == 0 || b->seq > g->mark); b = nx) {
+		nx = b->next;
+		if (b->seq)
+			free_blk(c, b);
+	}
+	moe_diag(c, MOE_DIAG_ERROR, moe_loc_none(), "out of memory (the allocator refused %zu bytes)", n);
+	longjmp(g->jb, 1);
+}
+
+uint32_t ctx_defer(moe_ctx *c, void (*fn)(void *), void *arg)
+{
+	IR_ASSERT(c->ndefer < MAX_DEFER);
+	c->defer[c->ndefer].fn = fn;
+	c->defer[c->ndefer].arg = arg;
+	return c->ndefer++;
+}
+
+void ctx_undefer(moe_ctx *c, uint32_t h)
+{
+	IR_ASSERT(c->ndefer > 0 && h == c->ndefer - 1);
+	c->ndefer--;
+}
+
+void ctx_keep(moe_ctx *c, void *p)
+{
+	(void)c;
+	if (p)
+		hdr(p)->seq = 0;
+}
+
+void *ctx_alloc(moe_ctx *c, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	void *p = blk_realloc(c, NULL, n, false);
+	if (!p)
+		ctx_throw(c, n);
 	return p;
 }
 
 void *ctx_try_alloc(moe_ctx *c, size_t n)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	void *p = c->alloc(c->ud, NULL, 0, n ? n : 1);
-	if (p)
-		memset(p, 0, n ? n : 1);
+	return blk_realloc(c, NULL, n, false);
+}
+
+void *ctx_soft_alloc(moe_ctx *c, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	void *p = blk_realloc(c, NULL, n, false);
+	if (!p && c->guard)
+		ctx_throw(c, n);
 	return p;
 }
 
 void *ctx_realloc(moe_ctx *c, void *p, size_t o, size_t n)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	void *q = c->alloc(c->ud, p, o, n);
-	if (!q && n) {
-		fprintf(stderr, "moec: out of memory allocating %zu bytes\n", n);
-		abort();
+	(void)o; /* the header knows the size */
+	if (!n) {
+		ctx_free(c, p, 0);
+		return NULL;
 	}
-	if (n > o)
-		memset((char *)q + o, 0, n - o);
+	void *q = blk_realloc(c, p, n, false);
+	if (!q)
+		ctx_throw(c, n);
 	return q;
+}
+
+void *ctx_try_realloc(moe_ctx *c, void *p, size_t n)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	return blk_realloc(c, p, n ? n : 1, false);
 }
 
 void ctx_free(moe_ctx *c, void *p, size_t n)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	(void)n;
 	if (p)
-		c->alloc(c->ud, p, n, 0);
+		free_blk(c, hdr(p));
+}
+
+char *ctx_strdup(moe_ctx *c, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = ctx_alloc(c, n);
+	memcpy(p, s, n);
+	return p;
+}
+
+static uint32_t grow_cap(uint32_t cap, uint32_t need)
+{
+	uint64_t nc = cap ? cap : 8;
+	while (nc < need)
+		nc *= 2;
+	return nc > UINT32_MAX ? UINT32_MAX : (uint32_t)nc;
 }
 
 void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
@@ -156,11 +332,25 @@ void ctx_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (need <= *cap)
 		return;
-	uint32_t nc = *cap ? *cap : 8;
-	while (nc < need)
-		nc *= 2;
+	uint32_t nc = grow_cap(*cap, need);
+	if ((size_t)nc > SIZE_MAX / esz)
+		ctx_throw(c, SIZE_MAX);
 	*arr = ctx_realloc(c, *arr, (size_t)*cap * esz, (size_t)nc * esz);
 	*cap = nc;
+}
+
+/* The context's own arrays: kept across guards; false when refused. */
+static bool keep_grow(moe_ctx *c, void **arr, uint32_t *cap, uint32_t need, size_t esz)
+{
+	if (need <= *cap)
+		return true;
+	uint32_t nc = grow_cap(*cap, need);
+	void *q = blk_realloc(c, *arr, (size_t)nc * esz, true);
+	if (!q)
+		return false;
+	*arr = q;
+	*cap = nc;
+	return true;
 }
 
 ctx_vec *ctx_passes(moe_ctx *c)
@@ -175,20 +365,46 @@ void moe_free(moe_ctx *c, void *p)
 	free(p); /* strings returned by cJSON-based printers use malloc */
 }
 
+/* A block of the context's own refused (a diagnostic, a source, a file
+ * name of a location): the caller drops what it was keeping; inside a guard
+ * the call still fails, when it leaves the guard (ctx_guard_end throws),
+ * so that the code that met it need not be a safe point to unwind from
+ * (it may hold an LLVM object). */
+static void keep_refused(moe_ctx *c, size_t n)
+{
+	if (c->guard && !c->pending)
+		c->pending = n;
+}
+
+/* NULL when the allocator refuses (outside a guard). */
+static const char *try_intern(moe_ctx *c, const char *s)
+{
+	for (strnode *n = c->strs; n; n = n->next)
+		if (!strcmp(n->s, s))
+			return n->s;
+	size_t len = strlen(s);
+	strnode *n = blk_realloc(c, NULL, sizeof *n + len + 1, true);
+	if (!n) {
+		keep_refused(c, sizeof *n + len + 1);
+		return NULL;
+	}
+	memcpy(n->s, s, len + 1);
+	n->next = c->strs;
+	c->strs = n;
+	return n->s;
+}
+
 const char *ctx_intern(moe_ctx *c, const char *s)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	if (!s)
 		return NULL;
-	for (strnode *n = c->strs; n; n = n->next)
-		if (!strcmp(n->s, s))
-			return n->s;
-	size_t len = strlen(s);
-	strnode *n = ctx_alloc(c, sizeof *n + len + 1);
-	memcpy(n->s, s, len + 1);
-	n->next = c->strs;
-	c->strs = n;
-	return n->s;
+	const char *r = try_intern(c, s);
+	if (!r) {
+		c->pending = 0;
+		ctx_throw(c, strlen(s) + 1);
+	}
+	return r;
 }
 
 moe_loc moe_loc_none(void)
@@ -199,22 +415,29 @@ moe_loc moe_loc_none(void)
 moe_loc moe_loc_file(moe_ctx *c, const char *file)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	return (moe_loc){ctx_intern(c, file), 0, 0, -1};
+	return (moe_loc){file ? try_intern(c, file) : NULL, 0, 0, -1}; /* no file name on OOM outside a guard */
 }
 
 moe_loc moe_loc_at(moe_ctx *c, const char *file, int line, int col)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	return (moe_loc){ctx_intern(c, file), line, col, -1};
+	return (moe_loc){file ? try_intern(c, file) : NULL, line, col, -1};
 }
 
 void moe_ctx_add_source(moe_ctx *c, const char *file, const char *text, size_t len)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
-	ctx_grow(c, (void **)&c->srcs, &c->scap, c->nsrcs + 1, sizeof(source));
+	/* out of memory: the source is not kept (diagnostics lose the quote) */
+	const char *f = file ? try_intern(c, file) : NULL;
+	char *text_copy = len < SIZE_MAX ? blk_realloc(c, NULL, len + 1, true) : NULL;
+	if (!f || !text_copy || !keep_grow(c, (void **)&c->srcs, &c->scap, c->nsrcs + 1, sizeof(source))) {
+		ctx_free(c, text_copy, 0);
+		keep_refused(c, len + 1);
+		return;
+	}
 	source *s = &c->srcs[c->nsrcs++];
-	s->file = ctx_intern(c, file);
-	s->text = ctx_alloc(c, len + 1);
+	s->file = f;
+	s->text = text_copy;
 	memcpy(s->text, text, len);
 	s->len = len;
 }
@@ -241,9 +464,15 @@ const char *ctx_source_line(const moe_ctx *c, const char *file, int line, size_t
 	return NULL;
 }
 
+/* Out of memory: the call fails inside a guard; outside one the diagnostic
+ * is dropped (its error is still counted). */
 static void diag_push(moe_ctx *c, moe_diag_kind kind, moe_loc loc, char *msg)
 {
-	ctx_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag));
+	if (!msg || !keep_grow(c, (void **)&c->diags, &c->dcap, c->ndiags + 1, sizeof(diag))) {
+		ctx_free(c, msg, 0);
+		keep_refused(c, sizeof(diag));
+		return;
+	}
 	c->diags[c->ndiags++] = (diag){kind, loc, msg};
 }
 
@@ -264,13 +493,15 @@ void ctx_vdiag(moe_ctx *c, moe_diag_kind kind, moe_loc loc, const char *fmt, va_
 	va_end(aq);
 	if (n < 0)
 		n = 0;
-	char *msg = ctx_alloc(c, (size_t)n + 1);
-	vsnprintf(msg, (size_t)n + 1, fmt, ap);
+	char *msg = blk_realloc(c, NULL, (size_t)n + 1, true);
+	if (msg)
+		vsnprintf(msg, (size_t)n + 1, fmt, ap);
 	diag_push(c, kind, loc, msg);
 	if (kind == MOE_DIAG_ERROR && ++c->nerrors == c->max_errors) {
 		static const char stop[] = "too many errors; stopping";
-		char *m = ctx_alloc(c, sizeof stop);
-		memcpy(m, stop, sizeof stop);
+		char *m = blk_realloc(c, NULL, sizeof stop, true);
+		if (m)
+			memcpy(m, stop, sizeof stop);
 		moe_loc at = moe_loc_none();
 		at.file = loc.file;
 		diag_push(c, MOE_DIAG_NOTE, at, m);

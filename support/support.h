@@ -7,6 +7,7 @@
 #ifndef MOEC_SUPPORT_H
 #define MOEC_SUPPORT_H
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,11 +19,66 @@
 void ir_assert_fail(const char *file, int line, const char *expr);
 #define IR_ASSERT(e) ((e) ? (void)0 : ir_assert_fail(__FILE__, __LINE__, #e))
 
-/* ---- context memory ---- */
-void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed; aborts on OOM */
+/* ---- context memory ----
+ * Every block comes from the context's allocator hook. When the hook
+ * refuses, ctx_alloc, ctx_realloc, ctx_grow, ctx_strdup and ctx_intern do
+ * not return: ctx_throw unwinds to the guarded public entry point
+ * (CTX_GUARDED), freeing every block born inside it, running the clean-ups
+ * registered with ctx_defer, and the entry point returns MOE_ERR_NOMEM (or
+ * NULL) with the error "out of memory". A diagnostic (or a registered
+ * source, or a location's file name) the allocator refuses never throws: it
+ * is dropped and the guarded call fails with MOE_ERR_NOMEM when it returns
+ * (so error paths need no care). Outside every guard (a builder call
+ * made straight by an embedder) the failure aborts with a message. So: code
+ * inside the library never checks these for NULL, but must not hold a
+ * resource other than context blocks (a FILE, a thread, an LLVM object, a
+ * malloc'd block) across a call that may allocate without ctx_defer, and an
+ * entry point that changes an object the caller owns must do it so that a
+ * throw leaves that object as it was (work on a copy, then swap: no block
+ * born inside the guard may be linked into an older object before the last
+ * allocation). docs/abi.md. */
+void *ctx_alloc(moe_ctx *ctx, size_t n);             /* zeroed */
 void *ctx_try_alloc(moe_ctx *ctx, size_t n);         /* zeroed; NULL when the allocator refuses */
-void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n);
-void ctx_free(moe_ctx *ctx, void *p, size_t n);
+/* Zeroed; when refused: a throw inside a guard, NULL outside one (for code
+ * that may run both ways and holds nothing but context blocks). */
+void *ctx_soft_alloc(moe_ctx *ctx, size_t n);
+void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n); /* o is ignored: blocks know their size */
+void *ctx_try_realloc(moe_ctx *ctx, void *p, size_t n); /* NULL when refused (p unchanged) */
+void ctx_free(moe_ctx *ctx, void *p, size_t n);      /* n is ignored */
+char *ctx_strdup(moe_ctx *ctx, const char *s);
+/* The block p (from ctx_alloc) is the context's: a throw does not free it. */
+void ctx_keep(moe_ctx *ctx, void *p);
+
+typedef struct ctx_guard {
+	jmp_buf jb;
+	uint64_t mark;   /* blocks with a larger sequence number are freed by a throw */
+	uint32_t ndefer; /* clean-ups registered before the guard */
+} ctx_guard;
+/* false when a guard is already active (the call then runs inside it). */
+bool ctx_guard_begin(moe_ctx *ctx, ctx_guard *g);
+void ctx_guard_end(moe_ctx *ctx, ctx_guard *g);
+bool ctx_guarded(const moe_ctx *ctx);
+/* The allocator refused n bytes: unwind to the guard (abort without one). */
+_Noreturn void ctx_throw(moe_ctx *ctx, size_t n);
+/* Run fn(arg) if a throw unwinds past this point; ctx_undefer(h) once the
+ * resource is released normally (last in, first out). At most 16 at once. */
+uint32_t ctx_defer(moe_ctx *ctx, void (*fn)(void *), void *arg);
+void ctx_undefer(moe_ctx *ctx, uint32_t h);
+
+/* The body of a public entry point: `return call;` inside a guard, or
+ * `return fail;` when an allocation inside it fails. A nested entry point
+ * runs inside the outer guard. */
+#define CTX_GUARDED(ctx, T, fail, call) \
+	do { \
+		ctx_guard g_; \
+		if (!ctx_guard_begin((ctx), &g_)) \
+			return call; \
+		if (setjmp(g_.jb)) \
+			return fail; \
+		T r_ = call; \
+		ctx_guard_end((ctx), &g_); \
+		return r_; \
+	} while (0)
 const char *ctx_intern(moe_ctx *ctx, const char *s); /* lives as long as ctx */
 const char *ctx_source_line(const moe_ctx *ctx, const char *file, int line, size_t *len);
 /* A growable array owned by the context (freed with it). */

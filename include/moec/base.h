@@ -42,7 +42,9 @@ typedef void *(*moe_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
 typedef struct moe_ctx moe_ctx;
 
-/* alloc may be NULL for malloc/realloc/free. */
+/* alloc may be NULL for malloc/realloc/free. When it refuses, a guarded
+ * call returns MOE_ERR_NOMEM (or NULL) with nothing leaked (docs/abi.md,
+ * "Out of memory"). */
 MOE_API moe_ctx *moe_ctx_new(moe_alloc_fn alloc, void *ud);
 MOE_API void moe_ctx_free(moe_ctx *ctx);
 MOE_API const char *moe_version_string(void);

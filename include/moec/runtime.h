@@ -37,8 +37,9 @@ MOE_API float moe_bf16_to_f32(uint16_t h);
 typedef struct moe_tensor_map moe_tensor_map;
 MOE_API moe_tensor_map *moe_tensor_map_new(moe_ctx *ctx);
 MOE_API void moe_tensor_map_free(moe_tensor_map *m); /* frees the tensors it owns */
-/* Takes ownership of t; replaces (and frees) an earlier tensor of that name. */
-MOE_API void moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
+/* Takes ownership of t; replaces (and frees) an earlier tensor of that name.
+ * MOE_ERR_NOMEM (t freed, the map unchanged) when the allocator refuses. */
+MOE_API moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
 MOE_API moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name);
 
 /* The reference interpreter: the executable definition of every op

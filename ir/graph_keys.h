@@ -1,0 +1,45 @@
+/* ir/graph_keys.h: the graph attributes (moe_graph meta, integers) that
+ * passes and backends exchange, declared once. The writer of each is named;
+ * docs/ir.md ("Graph attributes") gives their meaning. */
+#ifndef MOEC_IR_GRAPH_KEYS_H
+#define MOEC_IR_GRAPH_KEYS_H
+
+#include "ir/ir.h"
+
+/* blockwise-dispatch: the layer's dims, for grid-bound, stats and the backends */
+#define IR_GK_MOE_TOKENS "moe_tokens"       /* T */
+#define IR_GK_MOE_K "moe_k"                 /* experts per token */
+#define IR_GK_MOE_EXPERTS "moe_experts"     /* E */
+#define IR_GK_MOE_BLOCK "moe_block"         /* B, rows per block */
+#define IR_GK_MOE_ROW_BYTES "moe_row_bytes" /* D x element size */
+#define IR_GK_GRID_BLOCKS "grid_blocks"     /* G, blocks allocated in the grid */
+/* blockwise-dispatch: the block grid's control values, as node ids (kept
+ * valid by every rewrite, see ir_graph_remap_node_keys): the block region is
+ * every node masked by the per-block valid rows, and the weight gathers by
+ * the block experts masked by nblocks (the TCP lowering's block loop). */
+#define IR_GK_BLOCK_ROWS "block_rows"     /* [G] i32: valid rows of each block */
+#define IR_GK_NBLOCKS "nblocks"           /* scalar i32: blocks in use */
+#define IR_GK_BLOCK_EXPERT "block_expert" /* [G] i32: each block's expert */
+/* grid-bound: worst-case block counts and block-buffer sizes */
+#define IR_GK_GRID_BLOCKS_MAX "grid_blocks_max"
+#define IR_GK_GRID_BLOCKS_SEED "grid_blocks_seed"
+#define IR_GK_GRID_BLOCKS_VLLM "grid_blocks_vllm"
+#define IR_GK_BLOCK_BUFFER_BYTES "block_buffer_bytes"
+#define IR_GK_BLOCK_BUFFER_BYTES_SEED "block_buffer_bytes_seed"
+#define IR_GK_BLOCK_BUFFER_BYTES_VLLM "block_buffer_bytes_vllm"
+
+/* The keys above whose value is a node id (-1: none). */
+extern const char *const ir_node_keys[];
+enum { IR_NNODE_KEYS = 3 };
+
+/* The node id under key in g, MOE_NONE when absent or out of range. */
+moe_id ir_graph_node_attr(const moe_graph *g, const char *key);
+/* After a rewrite of src into dst through map (src id -> dst id, MOE_NONE:
+ * dropped): every node-id key dst does not hold yet gets src's node mapped
+ * (-1 when that node is gone). Keys dst already holds were set by the
+ * rewrite itself and stay. */
+void ir_graph_remap_node_keys(moe_graph *dst, const moe_graph *src, const moe_id *map);
+/* Remove the node-id keys from g (before a rewrite that maps them). */
+void ir_graph_drop_node_keys(moe_graph *g);
+
+#endif
