@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
+#include "ir/graph_keys.h"
 #include "moec/passes.h"
 
 typedef struct chip {
@@ -112,6 +113,12 @@ static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, 
 			moe_graph_add_output(d, map[i]);
 			ids[(*nids)++] = i;
 		}
+	}
+	/* the block grid's node keys, in the phase that holds the grid */
+	for (int k2 = 0; k2 < IR_NNODE_KEYS; k2++) {
+		moe_id old = ir_graph_node_attr(g, ir_node_keys[k2]);
+		if (old != MOE_NONE && map[old] != MOE_NONE && c->level[old] == k)
+			ir_graph_set_attr_int(d, ir_node_keys[k2], map[old]);
 	}
 	free(map);
 	return m;

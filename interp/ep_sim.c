@@ -36,7 +36,8 @@ typedef struct device {
 	moe_ctx *ctx;
 	const moe_graph *g;
 	const moe_tensor_map *bind;
-	moe_tensor **out;
+	moe_tensor **out; /* the caller's: copies of own[] in its context */
+	moe_tensor *own[16];
 	moe_status st;
 } device;
 
@@ -113,7 +114,7 @@ static moe_status sim_all_to_all(void *ud, moe_ctx *ctx, const void *send, const
 static void *device_main(void *arg)
 {
 	device *d = arg;
-	d->st = moe_interp_run_ex(d->ctx, d->g, d->bind, &d->x, d->out);
+	d->st = moe_graph_num_outputs(d->g) > 16 ? MOE_ERR_UNSUPPORTED : ir_interp_run_verified(d->ctx, d->g, d->bind, &d->x, d->own);
 	if (d->st != MOE_OK)
 		fail(d->s, d->rank);
 	return NULL;
@@ -140,6 +141,13 @@ moe_status moe_ep_sim_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 {
 	if (!ctx || ep < 1 || ep > 4096 || !g || !bind || !out)
 		return MOE_ERR_INVALID;
+	for (int r = 0; r < ep; r++)
+		for (uint32_t i = 0; i < moe_graph_num_outputs(g[r]); i++)
+			out[r][i] = NULL;
+	/* verified here, on one thread: verification works on a copy made in the graph's context */
+	for (int r = 0; r < ep; r++)
+		if (moe_graph_verify(ctx, g[r]) != MOE_OK)
+			return MOE_ERR_INVALID;
 	sim s = {.ep = ep};
 	device *dev = calloc((size_t)ep, sizeof *dev);
 	pthread_t *th = calloc((size_t)ep, sizeof *th);
@@ -157,7 +165,7 @@ moe_status moe_ep_sim_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	moe_status st = MOE_OK;
 	for (int r = 0; r < ep; r++) {
 		device *d = &dev[r];
-		*d = (device){&s, r, {ep, r, sim_all_to_all, d}, moe_ctx_new(NULL, NULL), g[r], bind[r], out[r], MOE_OK};
+		*d = (device){&s, r, {ep, r, sim_all_to_all, d}, moe_ctx_new(NULL, NULL), g[r], bind[r], out[r], {0}, MOE_OK};
 		if (!d->ctx || pthread_create(&th[r], NULL, device_main, d)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "device %d: cannot start its thread", r);
 			fail(&s, r);
@@ -178,6 +186,19 @@ moe_status moe_ep_sim_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 		if (dev[r].st != MOE_OK && st == MOE_OK)
 			st = dev[r].st;
 	}
+	/* the outputs, copied into the caller's context (contexts own their blocks) */
+	for (int r = 0; r < started; r++)
+		for (uint32_t i = 0; i < moe_graph_num_outputs(g[r]) && i < 16; i++) {
+			moe_tensor *t = dev[r].own[i];
+			if (t && st == MOE_OK) {
+				out[r][i] = moe_tensor_new(ctx, t->dtype, t->rank, t->shape);
+				if (out[r][i])
+					memcpy(out[r][i]->data, t->data, t->nbytes);
+				else
+					st = MOE_ERR_NOMEM;
+			}
+			moe_tensor_free(dev[r].ctx, t);
+		}
 	for (int r = 0; r < ep; r++)
 		if (dev[r].ctx)
 			moe_ctx_free(dev[r].ctx);

@@ -1066,11 +1066,18 @@ moe_status moe_interp_run_ex(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 {
 	if (!ctx || !g || !out)
 		return MOE_ERR_INVALID;
+	moe_status st = moe_graph_verify(ctx, g);
+	for (uint32_t i = 0; st && i < g->nout; i++)
+		out[i] = NULL;
+	return st ? st : ir_interp_run_verified(ctx, g, bind, x, out);
+}
+
+moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_exchange *x, moe_tensor **out)
+{
+	moe_status st = MOE_OK;
 	for (uint32_t i = 0; i < g->nout; i++)
 		out[i] = NULL;
-	moe_status st = moe_graph_verify(ctx, g);
-	if (st)
-		return st;
 	uint32_t nn = g->nnodes;
 	for (moe_id id = 0; id < nn; id++) {
 		int t = N(g, id)->dtype;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/graph_keys.h"
 #include "passes/pass.h"
 
 #define EP_MAX 4096
@@ -35,6 +36,7 @@ typedef struct ep {
 	moe_loc loc;
 	moe_dtype t;
 	int64_t ep, rank, T, Tl, Td, K, E, D, B, Ed, Kd, R, G;
+	moe_id rows, nblocks, bexp; /* the local block grid's control values */
 	int32_t *owner; /* [E] device of expert e */
 	int64_t *mine;  /* [Ed] this device's experts, ascending */
 } ep;
@@ -157,6 +159,7 @@ static moe_id local_experts(ep *c, const ir_node *ex, const moe_id *s, moe_id xr
 	moe_id grid = ir_b_slice(d, ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc), 0, 0, G * B, c->loc);
 	b.blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, b.blocks, "blocks");
+	c->rows = b.rows, c->nblocks = b.nblocks, c->bexp = b.bexp;
 	*out = reshape(c, pass_expert_ffn(d, ex, s, &b), 2, G * B, c->D, 0);
 	return ir_b3(d, MOE_OP_SELECT, valid, pos, ci(c, 0), c->loc);
 }
@@ -458,6 +461,12 @@ static void rewrite(moe_graph *g, moe_id ex, ep *c, const uint8_t *m)
 		rb.map[i] = y;
 	}
 	record(rb.dst, c);
+	/* the block region, as blockwise-dispatch names it (the TCP lowering's block loop) */
+	ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, c->rows);
+	ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, c->nblocks);
+	ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, c->bexp);
+	ir_graph_set_attr_int(rb.dst, IR_GK_MOE_BLOCK, c->B);
+	ir_graph_set_attr_int(rb.dst, IR_GK_GRID_BLOCKS, c->G);
 	rebuild_end(&rb);
 }
 
