@@ -53,7 +53,13 @@ static moe_module *load_rows(moe_ctx *ctx, const opts *o, int64_t rows)
 	*c = *o;
 	char v[24];
 	snprintf(v, sizeof v, "%lld", (long long)rows);
-	c->sets[c->nsets++] = (moe_setting){"T", v};
+	size_t at = c->nsets;
+	for (size_t i = 0; i < c->nsets; i++)
+		if (!strcmp(c->sets[i].name, "T"))
+			at = i; /* the user's global T becomes this device's rows */
+	c->sets[at] = (moe_setting){"T", v};
+	if (at == c->nsets)
+		c->nsets++;
 	moe_module *m = cli_load(ctx, c);
 	free(c);
 	return m;
