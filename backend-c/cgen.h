@@ -192,9 +192,23 @@ typedef struct cgen_jit_opts {
 	const char *cache_dir; /* in: NULL for the default */
 	int cache;             /* out: moe_host_cache */
 	const char *kernels;   /* out: "portable" or "avx512bf16" */
+	const int *wpack;      /* in: NULL, or per buffer the slot of its packed copy (cgen_pack_plan), -1 for
+	                        * none; slot s is weights[nweights + s] of the layer function. Only the
+	                        * vdpbf16ps kernels read packed copies: when o->kernels is "portable", none
+	                        * is read and none need be passed */
 } cgen_jit_opts;
 moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **jit, cgen_layer_par_fn *fn);
 void cgen_jit_free(cgen_jit *jit);
+
+/* Packed bf16 weights (pack.c). cgen_pack_plan: per buffer of p, the slot of
+ * its packed copy or -1 (slot), and the row length K it is packed with
+ * (rowlen); returns the number of slots. A weight buffer is packed when every
+ * CS_DOT reading it as W is bf16 x bf16 with whole rows (wstride == K), K a
+ * multiple of 2 * DOT_LANES and numel a multiple of DOT_LANES * K.
+ * cgen_pack_tiles packs tiles [t0, t1) of DOT_LANES rows of src into dst (the
+ * layout is described in pack.c). */
+int cgen_pack_plan(const cg_prog *p, int *slot, int64_t *rowlen);
+void cgen_pack_tiles(const uint16_t *src, uint16_t *dst, int64_t K, int64_t t0, int64_t t1);
 
 /* The JIT cache (jit_cache.c). */
 typedef struct cgen_cache {

@@ -25,7 +25,7 @@
 
 #include <sys/stat.h>
 
-#include "backend-c/cgen.h"
+#include "backend-c/emit_llvm_int.h"
 #include "moec/backend.h"
 #include "moec/io.h"
 
@@ -90,15 +90,6 @@ static bool host_has_bf16dot(void)
 	return yes;
 }
 
-/* Every block code generation needs, taken before the LLVM context exists:
- * an allocation that fails while LLVM objects are alive would leak them
- * (docs/abi.md). vars/bufs [0]: the layer function, [1]: an outlined body
- * (outlining does not nest). */
-typedef struct eml_scratch {
-	LLVMValueRef *vars[2], *bufs[2];
-	uint8_t *used;
-} eml_scratch;
-
 static void scratch_new(cg_prog *p, eml_scratch *s)
 {
 	for (int k = 0; k < 2; k++) {
@@ -116,26 +107,6 @@ static void scratch_free(cg_prog *p, eml_scratch *s)
 	}
 	ctx_free(p->ctx, s->used, 0);
 }
-
-typedef struct eml {
-	eml_scratch *sc;
-	cg_prog *p;
-	LLVMContextRef c;
-	LLVMModuleRef m;
-	LLVMBuilderRef b;
-	LLVMValueRef fn;
-	LLVMTypeRef i1, i8, i16, i32, i64, f32, f64, ptr;
-	LLVMValueRef *vars; /* allocas, made on first use in the entry block */
-	LLVMValueRef *bufs; /* base pointers, likewise */
-	LLVMBasicBlockRef entry; /* the current function's entry: allocas and buffer pointers */
-	LLVMValueRef args[4];    /* the layer function's four arguments (docs/abi.md) */
-	LLVMValueRef par;        /* its cgen_par argument; NULL inside an outlined body */
-	int npar;                /* outlined bodies so far */
-	/* [0]: f32 functions, [1]: f64 */
-	LLVMValueRef f_exp[2], f_log[2], f_tanh[2], f_erf[2], f_sqrt[2], f_fabs[2], f_sat, f_prefetch, f_dpbf16;
-	LLVMTypeRef t_f1[2], t_sat, t_prefetch, t_dpbf16;
-	bool bf16dot; /* bf16 x bf16 dot tiles use vdpbf16ps (cgen.h, CS_DOT) */
-} eml;
 
 static LLVMTypeRef lty(eml *E, cg_ty t)
 {
@@ -360,275 +331,6 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 
 static void block(eml *E, const cg_block *blk);
 
-/* ---- CS_DOT: counted loops with phi induction variables ---- */
-
-typedef struct dloop {
-	LLVMBasicBlockRef head, exit;
-	LLVMValueRef iv;
-} dloop;
-
-static LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef hi)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
-	l->head = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.head");
-	LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.body");
-	l->exit = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.exit");
-	LLVMBuildBr(b, l->head);
-	LLVMPositionBuilderAtEnd(b, l->head);
-	l->iv = LLVMBuildPhi(b, E->i64, "");
-	LLVMAddIncoming(l->iv, &lo, &pre, 1);
-	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, l->iv, hi, ""), body, l->exit);
-	LLVMPositionBuilderAtEnd(b, body);
-	return l->iv;
-}
-
-static void dloop_end(eml *E, dloop *l, int64_t step)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMValueRef next = LLVMBuildAdd(b, l->iv, LLVMConstInt(E->i64, (unsigned long long)step, 0), "");
-	LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-	LLVMBuildBr(b, l->head);
-	LLVMAddIncoming(l->iv, &next, &cur, 1);
-	LLVMPositionBuilderAtEnd(b, l->exit);
-}
-
-static LLVMValueRef splat32(eml *E, LLVMTypeRef elt, uint64_t v)
-{
-	LLVMValueRef c[DOT_LANES];
-	for (int i = 0; i < DOT_LANES; i++)
-		c[i] = LLVMConstInt(elt, v, 0);
-	return LLVMConstVector(c, DOT_LANES);
-}
-
-/* widen a vector of bf16 (i16) or f32 to f32 lanes, quieting signalling NaNs
- * exactly like the scalar load */
-static LLVMValueRef dot_widen(eml *E, LLVMValueRef v, bool bf)
-{
-	if (!bf)
-		return v;
-	LLVMBuilderRef b = E->b;
-	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
-	LLVMValueRef h = LLVMBuildZExt(b, v, vi, "");
-	LLVMValueRef snan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, h, splat32(E, E->i32, 0x7fffu), ""),
-		splat32(E, E->i32, 0x7f80u), "");
-	LLVMValueRef u = LLVMBuildShl(b, h, splat32(E, E->i32, 16), "");
-	u = LLVMBuildOr(b, u, LLVMBuildSelect(b, snan, splat32(E, E->i32, 0x00400000u), splat32(E, E->i32, 0), ""), "");
-	return LLVMBuildBitCast(b, u, LLVMVectorType(E->f32, DOT_LANES), "");
-}
-
-static LLVMValueRef dot_splat(eml *E, LLVMValueRef x)
-{
-	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
-	LLVMValueRef v = LLVMBuildInsertElement(E->b, LLVMGetUndef(vf), x, LLVMConstInt(E->i32, 0, 0), "");
-	LLVMValueRef z[DOT_LANES];
-	for (int i = 0; i < DOT_LANES; i++)
-		z[i] = LLVMConstInt(E->i32, 0, 0);
-	return LLVMBuildShuffleVector(E->b, v, LLVMGetUndef(vf), LLVMConstVector(z, DOT_LANES), "");
-}
-
-/* for r < rows: acc = dst row r; acc += splat(A[r, k0 + kk]) * col[kk] for kk < n; store */
-static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef di, LLVMValueRef k0,
-	LLVMValueRef *col, int n)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
-	dloop lr;
-	LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
-	LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
-	LLVMValueRef dp = elem_ptr(E, t->dbuf, di_r);
-	LLVMValueRef acc = LLVMBuildLoad2(b, vf, dp, "");
-	LLVMSetAlignment(acc, 4);
-	LLVMValueRef abase = LLVMBuildAdd(b, ai,
-		LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
-	for (int kk = 0; kk < n; kk++) {
-		LLVMValueRef ix = LLVMBuildAdd(b, abase, LLVMConstInt(E->i64, (unsigned long long)kk, 0), "");
-		bool abf = E->p->bufs[t->abuf].dtype == MOE_BF16;
-		LLVMValueRef a = LLVMBuildLoad2(b, abf ? E->i16 : E->f32, elem_ptr(E, t->abuf, ix), "");
-		if (abf)
-			a = widen_bf16(E, a);
-		acc = LLVMBuildFAdd(b, acc, LLVMBuildFMul(b, dot_splat(E, a), col[kk], ""), "");
-	}
-	LLVMValueRef stv = LLVMBuildStore(b, acc, dp);
-	LLVMSetAlignment(stv, 4);
-	dloop_end(E, &lr, 1);
-}
-
-/* rows of A per group in the vdpbf16ps tile: independent accumulator chains */
-enum { DOT_BF16_ROWS = 4 };
-
-/* Transposes the DOT_LANES x DOT_LANES matrix of 32-bit elements whose rows
- * are m[0..DOT_LANES) (scratch tt of the same size); returns the rows of the
- * transpose, which is m or tt. */
-static LLVMValueRef *transpose16(eml *E, LLVMValueRef *m, LLVMValueRef *tt)
-{
-	/* swap bit s of the row index with bit s of the column index, s = 3..0 */
-	LLVMValueRef *src = m, *dst = tt;
-	for (int d = DOT_LANES / 2; d >= 1; d /= 2) {
-		LLVMValueRef mp[DOT_LANES], mq[DOT_LANES];
-		for (int k = 0; k < DOT_LANES; k++) {
-			mp[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + (k ^ d) : k), 0);
-			mq[k] = LLVMConstInt(E->i32, (unsigned long long)((k & d) ? DOT_LANES + k : (k ^ d)), 0);
-		}
-		LLVMValueRef cp = LLVMConstVector(mp, DOT_LANES), cq = LLVMConstVector(mq, DOT_LANES);
-		for (int p = 0; p < DOT_LANES; p++) {
-			if (p & d)
-				continue;
-			dst[p] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cp, "");
-			dst[p | d] = LLVMBuildShuffleVector(E->b, src[p], src[p | d], cq, "");
-		}
-		LLVMValueRef *x = src;
-		src = dst;
-		dst = x;
-	}
-	return src;
-}
-
-/* prefetch the rows of the next tile at k0, a tile ahead (a hint only; past
- * the buffer it is dropped harmlessly): they start cold in every page */
-static void prefetch_next_tile(eml *E, const cg_dot *t, LLVMTypeRef welt, LLVMValueRef wi, LLVMValueRef k0)
-{
-	LLVMBuilderRef b = E->b;
-	for (int j = 0; j < DOT_LANES; j++) {
-		LLVMValueRef ix = LLVMBuildAdd(b, LLVMBuildAdd(b, wi, k0, ""),
-			LLVMConstInt(E->i64, (unsigned long long)((DOT_LANES + j) * t->wstride), 0), "");
-		LLVMValueRef ptr = LLVMBuildGEP2(b, welt, buf_base(E, t->wbuf), &ix, 1, "");
-		LLVMValueRef args[4] = {ptr, ci32(E, 0), ci32(E, 2), ci32(E, 1)};
-		LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
-	}
-}
-
-/* rows [r0, r0 + g) of a vdpbf16ps step at k0: the g accumulators are
- * independent chains, interleaved so that the instruction's latency is hidden */
-static void dot_bf16_rows(eml *E, const cg_dot *t, LLVMValueRef r0, int g, LLVMValueRef ai, LLVMValueRef di,
-	LLVMValueRef k0, const LLVMValueRef *wv)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES), vf = LLVMVectorType(E->f32, DOT_LANES);
-	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
-	LLVMValueRef zero[DOT_LANES];
-	for (int i = 0; i < DOT_LANES; i++)
-		zero[i] = LLVMConstInt(E->i32, 0, 0);
-	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
-	LLVMValueRef dp[DOT_BF16_ROWS], acc[DOT_BF16_ROWS], abase[DOT_BF16_ROWS];
-	for (int q = 0; q < g; q++) {
-		LLVMValueRef r = LLVMBuildAdd(b, r0, LLVMConstInt(E->i64, (unsigned long long)q, 0), "");
-		dp[q] = elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
-		acc[q] = LLVMBuildLoad2(b, vf, dp[q], "");
-		LLVMSetAlignment(acc[q], 4);
-		abase[q] = LLVMBuildAdd(b, ai,
-			LLVMBuildAdd(b, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), "");
-	}
-	for (int p = 0; p < DOT_LANES; p++)
-		for (int q = 0; q < g; q++) {
-			LLVMValueRef ix = LLVMBuildAdd(b, abase[q], LLVMConstInt(E->i64, (unsigned long long)(2 * p), 0), "");
-			LLVMValueRef a = LLVMBuildLoad2(b, E->i32, elem_ptr(E, t->abuf, ix), "");
-			LLVMSetAlignment(a, 2);
-			LLVMValueRef av = LLVMBuildInsertElement(b, LLVMGetUndef(vi), a, LLVMConstInt(E->i32, 0, 0), "");
-			av = LLVMBuildShuffleVector(b, av, LLVMGetUndef(vi), zmask, "");
-			LLVMValueRef args[3] = {acc[q], LLVMBuildBitCast(b, av, vbf, ""), wv[p]};
-			acc[q] = LLVMBuildCall2(b, E->t_dpbf16, E->f_dpbf16, args, 3, "");
-		}
-	for (int q = 0; q < g; q++) {
-		LLVMValueRef stv = LLVMBuildStore(b, acc[q], dp[q]);
-		LLVMSetAlignment(stv, 4);
-	}
-}
-
-/* k in [0, K32) by vdpbf16ps: per step of 2 * DOT_LANES k, the tile's rows
- * of W as DOT_LANES x DOT_LANES pairs of bf16, transposed, then per row of A
- * one vdpbf16ps per pair with that pair of A broadcast; rows go by groups of
- * DOT_BF16_ROWS, then one at a time. */
-static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi, LLVMValueRef di,
-	const LLVMValueRef *wrow, int64_t K32)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
-	LLVMTypeRef vbf = LLVMVectorType(LLVMBFloatTypeInContext(E->c), 2 * DOT_LANES);
-	LLVMValueRef grows = LLVMBuildSub(b, rows,
-		LLVMBuildSRem(b, rows, LLVMConstInt(E->i64, DOT_BF16_ROWS, 0), ""), "");
-	dloop lk;
-	LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)K32, 0));
-	prefetch_next_tile(E, t, E->i16, wi, k0);
-	LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
-	for (int j = 0; j < DOT_LANES; j++) {
-		LLVMValueRef v = LLVMBuildLoad2(b, vi, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
-		LLVMSetAlignment(v, 2);
-		m[j] = v;
-	}
-	LLVMValueRef *col = transpose16(E, m, tt);
-	LLVMValueRef wv[DOT_LANES];
-	for (int p = 0; p < DOT_LANES; p++)
-		wv[p] = LLVMBuildBitCast(b, col[p], vbf, "");
-	dloop lg, lr;
-	LLVMValueRef r = dloop_begin(E, &lg, LLVMConstInt(E->i64, 0, 0), grows);
-	dot_bf16_rows(E, t, r, DOT_BF16_ROWS, ai, di, k0, wv);
-	dloop_end(E, &lg, DOT_BF16_ROWS);
-	r = dloop_begin(E, &lr, grows, rows);
-	dot_bf16_rows(E, t, r, 1, ai, di, k0, wv);
-	dloop_end(E, &lr, 1);
-	dloop_end(E, &lk, 2 * DOT_LANES);
-}
-
-static void dot(eml *E, const cg_dot *t)
-{
-	LLVMBuilderRef b = E->b;
-	bool bf = E->p->bufs[t->wbuf].dtype == MOE_BF16;
-	bool fast = E->bf16dot && bf && E->p->bufs[t->abuf].dtype == MOE_BF16;
-	LLVMTypeRef welt = bf ? E->i16 : E->f32, vf = LLVMVectorType(E->f32, DOT_LANES);
-	LLVMTypeRef vw = LLVMVectorType(welt, DOT_LANES);
-	LLVMValueRef rows = ex(E, t->rows), lanes = ex(E, t->lanes), ai = ex(E, t->ai), wi = ex(E, t->wi),
-		     di = ex(E, t->di);
-	LLVMValueRef last = LLVMBuildSub(b, lanes, LLVMConstInt(E->i64, 1, 0), "");
-	LLVMValueRef wrow[DOT_LANES]; /* element index of each lane's row of W */
-	for (int j = 0; j < DOT_LANES; j++) {
-		LLVMValueRef jj = LLVMConstInt(E->i64, (unsigned long long)j, 0);
-		LLVMValueRef lane = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, jj, last, ""), jj, last, "");
-		wrow[j] = LLVMBuildAdd(b, wi, LLVMBuildMul(b, lane, LLVMConstInt(E->i64, (unsigned long long)t->wstride, 0), ""), "");
-	}
-	{ /* every accumulator starts at -0.0 */
-		dloop lr;
-		LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
-		LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
-		LLVMValueRef st = LLVMBuildStore(b, LLVMBuildBitCast(b, splat32(E, E->i32, 0x80000000u), vf, ""),
-			elem_ptr(E, t->dbuf, di_r));
-		LLVMSetAlignment(st, 4);
-		dloop_end(E, &lr, 1);
-	}
-	int64_t K0 = fast ? t->K / (2 * DOT_LANES) * (2 * DOT_LANES) : 0;
-	if (K0 > 0)
-		dot_bf16(E, t, rows, ai, wi, di, wrow, K0);
-	int64_t K16 = t->K / DOT_LANES * DOT_LANES;
-	if (K16 > K0) { /* DOT_LANES x DOT_LANES tiles of W, transposed in registers */
-		dloop lk;
-		LLVMValueRef k0 = dloop_begin(E, &lk, LLVMConstInt(E->i64, (unsigned long long)K0, 0),
-			LLVMConstInt(E->i64, (unsigned long long)K16, 0));
-		LLVMValueRef m[DOT_LANES], tt[DOT_LANES];
-		prefetch_next_tile(E, t, welt, wi, k0);
-		for (int j = 0; j < DOT_LANES; j++) {
-			LLVMValueRef v = LLVMBuildLoad2(b, vw, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k0, "")), "");
-			LLVMSetAlignment(v, bf ? 2 : 4);
-			m[j] = dot_widen(E, v, bf);
-		}
-		LLVMValueRef *src = transpose16(E, m, tt);
-		dot_rows(E, t, rows, ai, di, k0, src, DOT_LANES);
-		dloop_end(E, &lk, DOT_LANES);
-	}
-	if (K16 < t->K) { /* the last k, one column at a time */
-		dloop lk;
-		LLVMValueRef k = dloop_begin(E, &lk, LLVMConstInt(E->i64, (unsigned long long)K16, 0),
-			LLVMConstInt(E->i64, (unsigned long long)t->K, 0));
-		LLVMValueRef v = LLVMGetUndef(vw);
-		for (int j = 0; j < DOT_LANES; j++) {
-			LLVMValueRef x = LLVMBuildLoad2(b, welt, elem_ptr(E, t->wbuf, LLVMBuildAdd(b, wrow[j], k, "")), "");
-			v = LLVMBuildInsertElement(b, v, x, LLVMConstInt(E->i32, (unsigned long long)j, 0), "");
-		}
-		LLVMValueRef col = dot_widen(E, v, bf);
-		dot_rows(E, t, rows, ai, di, k, &col, 1);
-		dloop_end(E, &lk, 1);
-	}
-}
-
 static LLVMBasicBlockRef bb(eml *E, const char *name)
 {
 	return LLVMAppendBasicBlockInContext(E->c, E->fn, name);
@@ -851,7 +553,7 @@ static void stmt(eml *E, const cg_stmt *s)
 		LLVMBuildRet(b, ci32(E, (uint32_t)s->code));
 		LLVMPositionBuilderAtEnd(b, bb(E, "dead"));
 		break;
-	case CS_DOT: dot(E, s->dot); break;
+	case CS_DOT: cgl_dot(E, s->dot); break;
 	}
 }
 
@@ -869,13 +571,14 @@ static LLVMValueRef declare(eml *E, const char *name, LLVMTypeRef ft)
 
 /* Builds the module for p in context c; NULL with a diagnostic. */
 static LLVMModuleRef build_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, LLVMTargetMachineRef tm,
-	bool bf16dot)
+	bool bf16dot, const int *wpack)
 {
 	eml E0 = {0}, *E = &E0;
 	E->sc = sc;
 	E->p = p;
 	E->c = c;
 	E->bf16dot = bf16dot;
+	E->wpack = bf16dot ? wpack : NULL;
 	E->m = LLVMModuleCreateWithNameInContext(p->cname, c);
 	char *triple = LLVMGetTargetMachineTriple(tm);
 	LLVMSetTarget(E->m, triple);
@@ -982,14 +685,15 @@ static moe_status optimize(cg_prog *p, LLVMModuleRef m, LLVMTargetMachineRef tm)
 
 /* A module ready for code generation, with the target machine it was
  * optimised for. */
-static moe_status make_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, bool bf16dot, LLVMModuleRef *m,
+static moe_status make_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c, bool bf16dot, const int *wpack,
+	LLVMModuleRef *m,
 	LLVMTargetMachineRef *tm)
 {
 	*m = NULL;
 	*tm = host_tm(p->ctx);
 	if (!*tm)
 		return MOE_ERR_UNSUPPORTED;
-	*m = build_module(p, sc, c, *tm, bf16dot);
+	*m = build_module(p, sc, c, *tm, bf16dot, wpack);
 	moe_status s = *m ? optimize(p, *m, *tm) : MOE_ERR_INTERNAL;
 	if (s) {
 		if (*m)
@@ -1049,7 +753,7 @@ moe_status cgen_emit_llvm_file(cg_prog *p, const char *path, int kind)
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, &sc, c, host_has_bf16dot(), &m, &tm);
+	moe_status s = make_module(p, &sc, c, host_has_bf16dot(), NULL, &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		if (kind == 0) {
@@ -1085,7 +789,7 @@ struct cgen_jit {
 
 /* The cache key of p (jit_cache.c): what determines its object file. NULL
  * when out of memory; free() it. */
-static char *cache_key(cg_prog *p, bool fast, size_t *len)
+static char *cache_key(cg_prog *p, bool fast, const int *wpack, size_t *len)
 {
 	char *buf = NULL;
 	*len = 0;
@@ -1094,11 +798,17 @@ static char *cache_key(cg_prog *p, bool fast, size_t *len)
 		return NULL;
 	char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
 	/* the build time stands for the emitters' code within one version */
-	fprintf(f, "moec %s (built %s %s)\ntarget %s %s %s\nkernels %s\n", MOEC_VERSION_STRING, __DATE__, __TIME__,
+	fprintf(f, "moec %s (built %s %s, %s)\ntarget %s %s %s\nkernels %s\n", MOEC_VERSION_STRING, __DATE__, __TIME__, cgl_dot_built,
 		triple, cpu, feat, fast ? "avx512bf16" : "portable");
 	LLVMDisposeMessage(triple);
 	LLVMDisposeMessage(cpu);
 	LLVMDisposeMessage(feat);
+	/* which weights the vdpbf16ps tiles read packed (pack.c) */
+	fputs("packed", f);
+	for (uint32_t i = 0; fast && wpack && i < p->nbufs; i++)
+		if (wpack[i] >= 0)
+			fprintf(f, " b%u:%d", i, wpack[i]);
+	fputc('\n', f);
 	moe_status s = cgen_emit_c(p, f);
 	if (fclose(f) != 0 || s) {
 		free(buf);
@@ -1108,7 +818,7 @@ static char *cache_key(cg_prog *p, bool fast, size_t *len)
 }
 
 /* Compiles p to an object file in memory (malloc'd). */
-static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
+static moe_status compile_object(cg_prog *p, bool fast, const int *wpack, void **obj, size_t *len)
 {
 	*obj = NULL;
 	eml_scratch sc;
@@ -1116,7 +826,7 @@ static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 	LLVMContextRef c = LLVMContextCreate();
 	LLVMModuleRef m;
 	LLVMTargetMachineRef tm;
-	moe_status s = make_module(p, &sc, c, fast, &m, &tm);
+	moe_status s = make_module(p, &sc, c, fast, wpack, &m, &tm);
 	if (!s) {
 		char *err = NULL;
 		LLVMMemoryBufferRef mb = NULL;
@@ -1147,14 +857,14 @@ static moe_status compile_object(cg_prog *p, bool fast, void **obj, size_t *len)
 static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **obj, size_t *len)
 {
 	size_t keylen = 0;
-	char *key = o->no_cache ? NULL : cache_key(p, fast, &keylen);
+	char *key = o->no_cache ? NULL : cache_key(p, fast, o->wpack, &keylen);
 	cgen_cache cc;
 	bool usable = key && cgen_cache_open(&cc, o->cache_dir, key, keylen);
 	int got = usable ? cgen_cache_load(&cc, obj, len) : 0;
 	o->cache = !usable ? MOE_CACHE_OFF : got == 1 ? MOE_CACHE_HIT : got < 0 ? MOE_CACHE_BAD : MOE_CACHE_MISS;
 	moe_status s = MOE_OK;
 	if (got != 1) {
-		s = compile_object(p, fast, obj, len);
+		s = compile_object(p, fast, o->wpack, obj, len);
 		if (!s && usable)
 			cgen_cache_store(&cc, *obj, *len);
 	}
@@ -1238,3 +948,10 @@ void cgen_jit_free(cgen_jit *j)
 		diag_err(j->ctx, "disposing the JIT", err);
 	ctx_free(j->ctx, j, sizeof *j);
 }
+
+/* for emit_dot.c */
+LLVMValueRef cgl_ex(eml *E, const cg_expr *e) { return ex(E, e); }
+LLVMValueRef cgl_buf_base(eml *E, int i) { return buf_base(E, i); }
+LLVMValueRef cgl_elem_ptr(eml *E, int buf, LLVMValueRef idx) { return elem_ptr(E, buf, idx); }
+LLVMValueRef cgl_ci32(eml *E, uint32_t v) { return ci32(E, v); }
+LLVMValueRef cgl_widen_bf16(eml *E, LLVMValueRef v) { return widen_bf16(E, v); }

@@ -394,12 +394,17 @@ typedef struct host_run {
 	cgen_layer_par_fn pfn;
 	cgen_pool *pool;
 	cgen_jit_opts jo;
+	int *wpack;         /* per buffer: slot of its packed copy (cgen_pack_plan), or NULL */
+	int64_t *rowlen;    /* per buffer: the K it is packed with */
+	int npack;
+	void **packed;      /* the packed copies, weights[nweights + slot] */
+	size_t *packed_bytes;
 } host_run;
 
 static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_tensor_map *bind,
 	const moe_host_opts *o, host_run *R, moe_tensor **out)
 {
-	R->nin = p->ninputs + 1, R->nw = p->nweights + 1, R->no = p->noutputs + 1;
+	R->nin = p->ninputs + 1, R->nw = p->nweights + (size_t)R->npack + 1, R->no = p->noutputs + 1;
 	R->ins = ctx_alloc(ctx, R->nin * sizeof *R->ins);
 	R->ws = ctx_alloc(ctx, R->nw * sizeof *R->ws);
 	R->outs = ctx_alloc(ctx, R->no * sizeof *R->outs);
@@ -425,8 +430,60 @@ static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, 
 	return s;
 }
 
-static void run_teardown(moe_ctx *ctx, host_run *R, int repeat)
+/* Which bf16 weights the vdpbf16ps tiles read packed (pack.c). */
+static void pack_plan(moe_ctx *ctx, const cg_prog *p, host_run *R)
 {
+	R->wpack = ctx_alloc(ctx, (p->nbufs + 1) * sizeof *R->wpack);
+	R->rowlen = ctx_alloc(ctx, (p->nbufs + 1) * sizeof *R->rowlen);
+	R->npack = cgen_pack_plan(p, R->wpack, R->rowlen);
+	R->packed = ctx_alloc(ctx, (size_t)R->npack * sizeof *R->packed + 1);
+	for (int i = 0; i < R->npack; i++)
+		R->packed[i] = NULL;
+	R->jo.wpack = R->npack ? R->wpack : NULL;
+}
+
+typedef struct pack_env {
+	const uint16_t *src;
+	uint16_t *dst;
+	int64_t K;
+} pack_env;
+
+static void pack_body(void *env, int64_t lo, int64_t hi)
+{
+	const pack_env *e = env;
+	cgen_pack_tiles(e->src, e->dst, e->K, lo, hi);
+}
+
+/* The packed copies, made over the thread pool: weights[nweights + slot]. */
+static moe_status pack_weights(moe_ctx *ctx, const cg_prog *p, host_run *R)
+{
+	for (uint32_t i = 0; i < p->nbufs; i++) {
+		int slot = R->wpack[i];
+		if (slot < 0)
+			continue;
+		const cg_buf *b = &p->bufs[i];
+		size_t bytes = (size_t)b->numel * 2;
+		if (posix_memalign(&R->packed[slot], 64, bytes ? bytes : 64) != 0) {
+			R->packed[slot] = NULL;
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot allocate %zu bytes for a packed weight", bytes);
+			return MOE_ERR_NOMEM;
+		}
+		pack_env e = {R->ws[b->index], R->packed[slot], R->rowlen[i]};
+		cgen_pool_run(R->pool, pack_body, &e, 0, b->numel / (DOT_LANES * R->rowlen[i]));
+		R->ws[p->nweights + (uint32_t)slot] = R->packed[slot];
+	}
+	return MOE_OK;
+}
+
+static void run_teardown(moe_ctx *ctx, const cg_prog *p, host_run *R, int repeat)
+{
+	for (int i = 0; i < R->npack; i++)
+		free(R->packed[i]);
+	if (R->wpack) {
+		ctx_free(ctx, R->packed, (size_t)R->npack * sizeof *R->packed + 1);
+		ctx_free(ctx, R->wpack, (p->nbufs + 1) * sizeof *R->wpack);
+		ctx_free(ctx, R->rowlen, (p->nbufs + 1) * sizeof *R->rowlen);
+	}
 	cgen_pool_free(R->pool);
 	cgen_jit_free(R->jit);
 	cc_cleanup(&R->ccm);
@@ -467,6 +524,8 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 static void run_unwind(void *arg)
 {
 	host_run *R = arg;
+	for (int i = 0; R->packed && i < R->npack; i++)
+		free(R->packed[i]); /* posix_memalign'd: the unwinding does not know them */
 	cgen_pool_free(R->pool);
 	cgen_jit_free(R->jit);
 	cc_cleanup(&R->ccm);
@@ -489,6 +548,8 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	}
 	for (uint32_t j = 0; j < g->nout; j++)
 		out[j] = NULL;
+	if (moe_tokens_check(ctx, g, bind, NULL) != MOE_OK)
+		return MOE_ERR_INVALID;
 	double t0 = now();
 	cg_prog *p = cgen_lower(ctx, g);
 	if (!p)
@@ -500,14 +561,20 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	R.jo.portable = o.portable;
 	R.jo.no_cache = o.no_cache;
 	R.jo.cache_dir = o.cache_dir;
-	int threads = o.engine == MOE_HOST_C ? 1 : o.threads ? o.threads : cgen_cores();
 	uint32_t unwind = ctx_defer(ctx, run_unwind, &R);
+	if (o.engine == MOE_HOST_LLVM && !o.portable)
+		pack_plan(ctx, p, &R);
+	int threads = o.engine == MOE_HOST_C ? 1 : o.threads ? o.threads : cgen_cores();
 	moe_status s = run_setup(ctx, g, p, bind, &o, &R, out);
 	if (!s)
 		s = o.engine == MOE_HOST_LLVM ? cgen_jit_create(p, &R.jo, &R.jit, &R.pfn) : cc_load(p, &R.ccm, &R.fn);
 	double t1 = now();
 	if (!s && threads > 1 && !(R.pool = cgen_pool_create(ctx, threads)))
 		s = MOE_ERR_INTERNAL;
+	double t2 = now();
+	if (!s && R.npack && R.jo.kernels && strcmp(R.jo.kernels, "portable"))
+		s = pack_weights(ctx, p, &R);
+	double t3 = now();
 	cgen_par par = {cgen_pool_run, R.pool};
 	for (int r = 0; !s && r < o.repeat; r++) {
 		double a = now();
@@ -522,10 +589,11 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	if (!s && stats) {
 		memset(stats, 0, sizeof *stats);
 		stats->compile_seconds = t1 - t0;
+		stats->pack_seconds = t3 - t2;
 		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
 	ctx_undefer(ctx, unwind);
-	run_teardown(ctx, &R, o.repeat);
+	run_teardown(ctx, p, &R, o.repeat);
 	cgen_free(p);
 	if (s) {
 		for (uint32_t j = 0; j < g->nout; j++) {

@@ -52,6 +52,7 @@ bool cgen_lower_const(lw *L, cg_block *b, const ir_node *n, int out)
 		return false;
 	int j;
 	cg_block *in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
+	par_if_big(b, ir_numel(n)); /* one element per iteration */
 	store(L, in, out, vr(L, j), e);
 	return true;
 }
@@ -69,6 +70,7 @@ void cgen_copy_flat(lw *L, cg_block *b, int dst, int src, int64_t numel)
 {
 	int j;
 	cg_block *in = loopv(L, b, &j, ic(L, 0), ic(L, numel));
+	par_if_big(b, numel); /* one element per iteration */
 	store(L, in, dst, vr(L, j), ld(L, src, vr(L, j)));
 }
 

@@ -1,22 +1,31 @@
 /* backend-c/pool.c: the host thread pool behind parallel loops (cgen_par).
  *
- * nthreads - 1 workers wait for a generation number to change; the calling
- * thread publishes a loop (body, env, [next, hi)), and every thread, the
- * caller included, takes chunks of iterations (about 8 chunks per thread)
- * from an atomic counter until none is left. Which thread runs an iteration never changes what it
- * computes (cg_stmt.par), so results are the same for every thread count.
- * Workers spin briefly before sleeping, since a layer runs hundreds of short
- * parallel loops back to back. */
+ * nthreads - 1 workers plus the calling thread take chunks of a loop's
+ * iterations (about 8 chunks per thread) until none is left; which thread runs
+ * an iteration never changes what it computes (cg_stmt.par), so results are
+ * the same for every thread count.
+ *
+ * One atomic word holds the loop's generation and the next unclaimed
+ * iteration. The caller closes it (a new generation, no iteration to claim),
+ * writes the loop's parameters, then opens it; a worker reads the parameters
+ * between two reads of the word and uses them only if the generation did not
+ * change (a sequence lock), and claims a chunk by compare-and-swap, which
+ * fails once the generation has moved on. The caller waits for the claimed
+ * iterations to be done, never for a worker to turn up: on a machine with
+ * more runnable threads than cores, a worker that is not running when a loop
+ * starts costs nothing, the caller does its share. A layer runs hundreds of
+ * short loops back to back, so idle workers spin briefly before sleeping. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend-c/cgen.h"
 
-enum { POOL_SPIN = 20000 }; /* polls of the generation before a worker sleeps */
+enum { POOL_SPIN = 20000 }; /* polls of the word before a worker sleeps */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -24,84 +33,139 @@ enum { POOL_SPIN = 20000 }; /* polls of the generation before a worker sleeps */
 #define cpu_relax() ((void)0)
 #endif
 
+/* the word: generation << IX_BITS | next iteration; IX_CLOSED: none to claim */
+#define IX_BITS 40
+#define IX_MASK ((UINT64_C(1) << IX_BITS) - 1)
+#define IX_CLOSED IX_MASK
+
 struct cgen_pool {
 	moe_ctx *ctx;
 	int nthreads, started;
 	pthread_t *th;
 	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	atomic_uint_fast64_t gen; /* bumped under mu for each loop */
-	int pending;              /* workers still in the current loop (mu) */
-	bool quit;                /* (mu) */
-	/* the current loop, written under mu before gen changes */
-	cgen_par_body body;
-	void *env;
-	int64_t hi, grain;
-	atomic_int_fast64_t next;
+	pthread_cond_t go;
+	int sleepers; /* (mu) */
+	bool quit;    /* (mu); also read atomically below */
+	atomic_bool stop;
+	_Atomic uint64_t word;
+	/* the current loop's parameters, written while the word is closed */
+	_Atomic(cgen_par_body) body;
+	_Atomic(void *) env;
+	atomic_int_fast64_t hi, grain;
+	atomic_int_fast64_t done; /* iterations of the current loop finished */
 };
 
-static void take_iterations(cgen_pool *P, cgen_par_body body, void *env, int64_t hi, int64_t grain)
+/* Claims and runs chunks of the loop of generation gen until none is left or
+ * the generation changes; returns the iterations it ran. */
+static int64_t take(cgen_pool *P, uint64_t gen, cgen_par_body body, void *env, int64_t hi, int64_t grain)
 {
+	int64_t ran = 0;
+	uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
 	for (;;) {
-		int64_t i = atomic_fetch_add_explicit(&P->next, grain, memory_order_relaxed);
+		if (w >> IX_BITS != gen)
+			return ran;
+		int64_t i = (int64_t)(w & IX_MASK);
 		if (i >= hi)
-			return;
-		body(env, i, i + grain < hi ? i + grain : hi);
+			return ran;
+		int64_t e = i + grain < hi ? i + grain : hi;
+		if (atomic_compare_exchange_weak_explicit(&P->word, &w, (gen << IX_BITS) | (uint64_t)e,
+			    memory_order_acq_rel, memory_order_acquire)) {
+			body(env, i, e);
+			ran += e - i;
+			w = atomic_load_explicit(&P->word, memory_order_acquire);
+		}
 	}
+}
+
+/* One attempt at the open loop, if any: reads its parameters (sequence lock),
+ * runs chunks, reports them done. Returns the generation it took part in, or
+ * seen when it found none open. */
+static uint64_t join(cgen_pool *P, uint64_t seen)
+{
+	uint64_t w1 = atomic_load_explicit(&P->word, memory_order_acquire);
+	if ((w1 & IX_MASK) == IX_CLOSED)
+		return seen;
+	cgen_par_body body = atomic_load_explicit(&P->body, memory_order_relaxed);
+	void *env = atomic_load_explicit(&P->env, memory_order_relaxed);
+	int64_t hi = atomic_load_explicit(&P->hi, memory_order_relaxed);
+	int64_t grain = atomic_load_explicit(&P->grain, memory_order_relaxed);
+	atomic_thread_fence(memory_order_acquire);
+	uint64_t w2 = atomic_load_explicit(&P->word, memory_order_relaxed);
+	if (w2 >> IX_BITS != w1 >> IX_BITS)
+		return seen;
+	int64_t ran = take(P, w1 >> IX_BITS, body, env, hi, grain);
+	if (ran)
+		atomic_fetch_add_explicit(&P->done, ran, memory_order_release);
+	return w1 >> IX_BITS;
 }
 
 static void *worker(void *arg)
 {
 	cgen_pool *P = arg;
-	uint64_t seen = 0;
-	for (;;) {
-		for (int k = 0; k < POOL_SPIN && atomic_load_explicit(&P->gen, memory_order_acquire) == seen; k++)
+	uint64_t seen = 0; /* the last generation joined */
+	while (!atomic_load_explicit(&P->stop, memory_order_acquire)) {
+		int k = 0;
+		for (; k < POOL_SPIN; k++) {
+			uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
+			if (w >> IX_BITS != seen && (w & IX_MASK) != IX_CLOSED)
+				break;
+			if (atomic_load_explicit(&P->stop, memory_order_relaxed))
+				return NULL;
 			cpu_relax();
-		pthread_mutex_lock(&P->mu);
-		while (!P->quit && atomic_load_explicit(&P->gen, memory_order_relaxed) == seen)
-			pthread_cond_wait(&P->go, &P->mu);
-		if (P->quit) {
-			pthread_mutex_unlock(&P->mu);
-			return NULL;
 		}
-		seen = atomic_load_explicit(&P->gen, memory_order_relaxed);
-		cgen_par_body body = P->body;
-		void *env = P->env;
-		int64_t hi = P->hi, grain = P->grain;
-		pthread_mutex_unlock(&P->mu);
-		take_iterations(P, body, env, hi, grain);
-		pthread_mutex_lock(&P->mu);
-		if (--P->pending == 0)
-			pthread_cond_signal(&P->done);
-		pthread_mutex_unlock(&P->mu);
+		if (k == POOL_SPIN) {
+			pthread_mutex_lock(&P->mu);
+			P->sleepers++;
+			for (;;) {
+				uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
+				if (P->quit || (w >> IX_BITS != seen && (w & IX_MASK) != IX_CLOSED))
+					break;
+				pthread_cond_wait(&P->go, &P->mu);
+			}
+			P->sleepers--;
+			pthread_mutex_unlock(&P->mu);
+			continue;
+		}
+		seen = join(P, seen);
 	}
+	return NULL;
 }
 
 void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_t hi)
 {
 	cgen_pool *P = pool;
-	if (!P || P->started == 0 || hi - lo <= 1) {
+	if (!P || P->started == 0 || hi - lo <= 1 || lo < 0 || hi >= (int64_t)IX_CLOSED) {
 		if (lo < hi)
 			body(env, lo, hi);
 		return;
 	}
-	pthread_mutex_lock(&P->mu);
-	P->body = body;
-	P->env = env;
-	P->hi = hi;
+	uint64_t gen = ((atomic_load_explicit(&P->word, memory_order_relaxed) >> IX_BITS) + 1) &
+		((UINT64_C(1) << (64 - IX_BITS)) - 1);
+	if (gen == 0)
+		gen = 1; /* workers start having seen generation 0 */
+	atomic_store_explicit(&P->word, (gen << IX_BITS) | IX_CLOSED, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
 	/* about 8 chunks per thread: few hand-outs, and still balanced */
 	int64_t grain = (hi - lo) / (8 * (int64_t)P->nthreads);
-	P->grain = grain = grain < 1 ? 1 : grain;
-	atomic_store_explicit(&P->next, lo, memory_order_relaxed);
-	P->pending = P->started;
-	atomic_fetch_add_explicit(&P->gen, 1, memory_order_release);
-	pthread_cond_broadcast(&P->go);
-	pthread_mutex_unlock(&P->mu);
-	take_iterations(P, body, env, hi, grain);
+	atomic_store_explicit(&P->body, body, memory_order_relaxed);
+	atomic_store_explicit(&P->env, env, memory_order_relaxed);
+	atomic_store_explicit(&P->hi, hi, memory_order_relaxed);
+	atomic_store_explicit(&P->grain, grain < 1 ? 1 : grain, memory_order_relaxed);
+	atomic_store_explicit(&P->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&P->word, (gen << IX_BITS) | (uint64_t)lo, memory_order_release);
 	pthread_mutex_lock(&P->mu);
-	while (P->pending > 0)
-		pthread_cond_wait(&P->done, &P->mu);
+	if (P->sleepers)
+		pthread_cond_broadcast(&P->go);
 	pthread_mutex_unlock(&P->mu);
+	int64_t ran = take(P, gen, body, env, hi, grain < 1 ? 1 : grain);
+	/* every iteration is claimed now; wait for the ones other threads run */
+	int64_t want = hi - lo - ran;
+	for (int k = 0; atomic_load_explicit(&P->done, memory_order_acquire) < want; k++) {
+		if (k < POOL_SPIN)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
 
 cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads)
@@ -112,9 +176,13 @@ cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads)
 	P->nthreads = nthreads < 1 ? 1 : nthreads;
 	pthread_mutex_init(&P->mu, NULL);
 	pthread_cond_init(&P->go, NULL);
-	pthread_cond_init(&P->done, NULL);
-	atomic_init(&P->gen, 0);
-	atomic_init(&P->next, 0);
+	atomic_init(&P->stop, false);
+	atomic_init(&P->word, IX_CLOSED); /* generation 0, closed */
+	atomic_init(&P->body, NULL);
+	atomic_init(&P->env, NULL);
+	atomic_init(&P->hi, 0);
+	atomic_init(&P->grain, 1);
+	atomic_init(&P->done, 0);
 	int nw = P->nthreads - 1;
 	P->th = ctx_alloc(ctx, (size_t)(nw + 1) * sizeof *P->th);
 	for (int i = 0; i < nw; i++) {
@@ -136,13 +204,13 @@ void cgen_pool_free(cgen_pool *P)
 		return;
 	pthread_mutex_lock(&P->mu);
 	P->quit = true;
+	atomic_store_explicit(&P->stop, true, memory_order_release);
 	pthread_cond_broadcast(&P->go);
 	pthread_mutex_unlock(&P->mu);
 	for (int i = 0; i < P->started; i++)
 		pthread_join(P->th[i], NULL);
 	pthread_mutex_destroy(&P->mu);
 	pthread_cond_destroy(&P->go);
-	pthread_cond_destroy(&P->done);
 	ctx_free(P->ctx, P->th, (size_t)P->nthreads * sizeof *P->th);
 	ctx_free(P->ctx, P, sizeof *P);
 }

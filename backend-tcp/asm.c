@@ -101,8 +101,10 @@ static void print_insn(sb *b, const tcp_insn *in)
 		sbf(b, "]");
 	}
 	if (in->flags)
-		sbf(b, " flags=%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
-			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? "join," : "");
+		sbf(b, " flags=%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
+			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? "join," : "",
+			in->flags & TCP_F_E2M1 ? "e2m1," : "", in->flags & TCP_F_I4 ? "i4," : "",
+			in->flags & TCP_F_SCALED ? "scaled," : "");
 	if (in->vreg >= 0)
 		sbf(b, " valid=r%d", in->vreg);
 	if (in->tile)
@@ -400,6 +402,12 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_XSLICE;
 				else if (lit(&s, "join,"))
 					in.flags |= TCP_F_JOIN;
+				else if (lit(&s, "e2m1,"))
+					in.flags |= TCP_F_E2M1;
+				else if (lit(&s, "i4,"))
+					in.flags |= TCP_F_I4;
+				else if (lit(&s, "scaled,"))
+					in.flags |= TCP_F_SCALED;
 				else {
 					ok = false;
 					break;

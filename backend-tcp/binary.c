@@ -309,6 +309,8 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 	if (len < 24 || memcmp(buf, tcpb_magic, 8))
 		return fail(ctx, file, 0, NULL, len < 24 ? "file too short for the header" : "bad magic (expected MOECTCPB)");
 	uint32_t ver = rd32(buf + 8), nsec = rd32(buf + 12);
+	if (ver == TCP_BUNDLE_VERSION)
+		return fail(ctx, file, 8, NULL, "a bucketed .tcpb (several programs): load it with moe_tcp_bundle_load");
 	if (ver != TCPB_VERSION) {
 		snprintf(msg, sizeof msg, "format version %u, this moec reads version %u", ver, TCPB_VERSION);
 		return fail(ctx, file, 8, NULL, msg);

@@ -152,7 +152,15 @@ static void verr(vc *c, int64_t pc, const char *fmt, ...)
 
 static bool dtype_ok(int d)
 {
-	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL;
+	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL || d == MOE_F8E4M3 || d == MOE_U8;
+}
+
+/* A view's unit: elements of its tensor, or 4-bit elements of the tensor's
+ * bytes for s0 of a tu.vec with TCP_F_E2M1 / TCP_F_I4. */
+static int64_t view_numel(const tcp_insn *in, int which, const tcp_tensor *t)
+{
+	bool nib = in->op == TCP_OP_TU_VEC && which == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4));
+	return nib ? t->numel * (int64_t)moe_dtype_size((moe_dtype)t->dtype) * 2 : t->numel;
 }
 
 static int64_t space_cap(const moe_tcp_machine *m, int space)
@@ -274,12 +282,13 @@ static void check_view(vc *c, int64_t pc, const tcp_insn *in, int which, unsigne
 	}
 	/* with an offset register only the static part can be checked here;
 	 * the simulator checks the rest when it runs */
-	if (v->reg == -1 && (lo < 0 || hi >= t->numel))
+	int64_t ne = view_numel(in, which, t);
+	if (v->reg == -1 && (lo < 0 || hi >= ne))
 		verr(c, pc, "operand %s: elements [%lld, %lld] outside tensor '%s' of %lld elements", vn[which],
-			(long long)lo, (long long)hi, t->name, (long long)t->numel);
-	if (v->reg != -1 && (lo > t->numel || hi - lo >= t->numel))
+			(long long)lo, (long long)hi, t->name, (long long)ne);
+	if (v->reg != -1 && (lo > ne || hi - lo >= ne))
 		verr(c, pc, "operand %s: a view of %lld elements cannot fit tensor '%s' of %lld", vn[which],
-			(long long)(hi - lo + 1), t->name, (long long)t->numel);
+			(long long)(hi - lo + 1), t->name, (long long)ne);
 }
 
 #define SP(x) (1u << (x))
@@ -365,16 +374,22 @@ static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
 	check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
 	check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
 	check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
-	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0, 3, dmo);
+	bool sc = in->flags & TCP_F_SCALED; /* s2: the f32 scales of (m, o, 128-wide chunk) */
+	int64_t dch[3] = {in->dim[0], in->dim[1], in->dim[2] / TCP_SCALE_CHUNK};
+	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
 	int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
-	if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32)))
-		verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts)");
+	if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
+			  vdt(c, in, TCP_V_S2) != MOE_F32))
+		verr(c, pc, "a scaled contraction takes f8e4m3 operands, f32 scales in s2 and a reduction of whole "
+			    "%d-element chunks, without acc", TCP_SCALE_CHUNK);
+	if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3)))
+		verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts) or both f8e4m3");
 	if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
 		verr(c, pc, "f32 operands need the bf16x3 split");
 	if (in->tile < 1 || in->tile > in->dim[1])
 		verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
 			(long long)in->dim[1]);
-	else if (in->tile * in->dim[2] * 2 * (a == MOE_F32 ? 2 : 1) > tcp_trf_bytes(m))
+	else if (in->tile * in->dim[2] * (a == MOE_F32 ? 4 : a == MOE_F8E4M3 ? 1 : 2) > tcp_trf_bytes(m))
 		verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
 			(long long)in->dim[2], (long long)tcp_trf_bytes(m));
 }
@@ -397,6 +412,12 @@ static void check_insn(vc *c, int64_t pc)
 		}
 	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
 		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
+	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4);
+	if (nib && (in->op != TCP_OP_TU_VEC || nib == (TCP_F_E2M1 | TCP_F_I4) || (unsigned)in->v[TCP_V_S0].t >= c->p->nt ||
+			   c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
+		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
+	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT)
+		verr(c, pc, "only a contraction is scaled");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);

@@ -74,10 +74,15 @@ void tcpl_lower_node(lw *c, moe_id id)
 			tcpl_err(c, id, "aliased cast of a value that is not a tensor view");
 		return;
 	}
+	if (tcpl_quant_is_view(c, id)) {
+		tcpl_lower_qview(c, id);
+		return;
+	}
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
 	case MOE_OP_SLICE:
 	case MOE_OP_BROADCAST: tcpl_lower_view_op(c, id); return;
+	case MOE_OP_DEQUANT: tcpl_lower_dequant(c, id); return;
 	case MOE_OP_REDUCE_SUM:
 	case MOE_OP_REDUCE_MAX:
 	case MOE_OP_REDUCE_MIN: tcpl_lower_reduce(c, id); return;
@@ -112,17 +117,11 @@ static void release(lw *c, int64_t q)
 			tcpl_dm_free(c, c->v[i].t);
 }
 
-/* Layers refused before any work: quantized weights, and weights beyond HBM
- * (the same clear error as after lowering, before any DM limit is met). */
+/* Layers refused before any work: weights beyond HBM (the same clear error
+ * as after lowering, before any DM limit is met). */
 static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
-	for (moe_id i = 0; i < nn; i++)
-		if (N(g, i)->op == MOE_OP_DEQUANT) { /* issue #14: fp8/i4 engines not yet used */
-			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
-				"tcp: quantized weights (dequant) are not lowered to TCP yet; run this layer on the host");
-			return false;
-		}
 	double wsum = 0;
 	moe_id big = MOE_NONE; /* the largest weight names the place */
 	for (moe_id i = 0; i < nn; i++)

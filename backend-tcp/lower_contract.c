@@ -141,6 +141,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 void tcpl_lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
+	if (tcpl_lower_fp8_einsum(c, id))
+		return;
 	if (n->nargs != 2) {
 		tcpl_err(c, id, "one-operand einsum has no TCP lowering");
 		return;

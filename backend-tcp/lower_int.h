@@ -50,6 +50,10 @@ typedef struct lw {
 	int64_t dm_peak;
 	int64_t hbm_top;
 	int next_reg;
+	/* scalar valid counts outside the block loop already in a register
+	 * (staged and loaded once: a serving layer masks many nodes by them) */
+	moe_id vc_id[16];
+	int vc_reg[16], nvc;
 	int trf_k;
 	int32_t trf[2];
 	int64_t trf_rows_cap, trf_cols;
@@ -291,5 +295,13 @@ void tcpl_plan_fusions(lw *c);
 
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
+
+/* lower_quant.c: quantized expert weights (dequant in the block loop) */
+bool tcpl_quant_in_region(const lw *c, moe_id id); /* a dequant, or a view of one, joins the block region */
+bool tcpl_quant_is_view(const lw *c, moe_id id);   /* a region slice / permutation of a dequant: no buffer */
+bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as fp8 (act=fp8) */
+void tcpl_lower_qview(lw *c, moe_id id);
+void tcpl_lower_dequant(lw *c, moe_id id);
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 contraction */
 
 #endif

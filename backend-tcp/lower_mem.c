@@ -74,11 +74,22 @@ static int new_reg(lw *c, moe_id at)
 	return c->next_reg++;
 }
 
+/* A copy emitted right after another DMA copy joins its descriptor list
+ * (two HBM reads that routing needs first, x and the router weights, set up
+ * side by side). */
+static void join_adjacent(lw *c, uint32_t at)
+{
+	if (at > 0 && at < c->p->ncode && c->p->code[at - 1].op == TCP_OP_DMA_COPY &&
+		c->p->code[at].op == TCP_OP_DMA_COPY)
+		c->p->code[at].flags |= TCP_F_JOIN;
+}
+
 /* The value of node id as a view in DM, copying from HBM if needed. */
 static val *dm_copy_of(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	val *v = &c->v[id];
+	uint32_t at = c->p->ncode;
 	if (!is_contig(v, n)) {
 		/* a strided or broadcast view (a bias read by every row): copy the
 		 * whole HBM tensor once and keep the view's strides on the copy */
@@ -87,6 +98,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 		memcpy(sh, ht->shape, sizeof sh);
 		int32_t t = tcpl_dm_tensor(c, id, "hbm-copy", (moe_dtype)ht->dtype, ht->rank, sh);
 		dma_copy(c, t, 0, -1, 0, v->t, 0, -1, 0, c->p->t[t].numel);
+		join_adjacent(c, at);
 		v->t = t;
 		v->owner = id;
 		v->region = false;
@@ -96,6 +108,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 	 * cast is a view of bf16 data (the fetch widens), so DMA moves bf16 */
 	int32_t t = tcpl_dm_tensor(c, id, "hbm-copy", (moe_dtype)c->p->t[v->t].dtype, n->rank, n->shape);
 	dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+	join_adjacent(c, at);
 	val nv = tview(t, v->owner, n);
 	nv.owner = id;
 	*v = nv;
@@ -155,12 +168,27 @@ int tcpl_valid_reg(lw *c, moe_id id)
 		tcpl_err(c, id, "a per-row valid mask outside the block loop is not lowered");
 		return -1;
 	}
+	for (int k = 0; k < c->nvc; k++)
+		if (c->vc_id[k] == n->valid)
+			return c->vc_reg[k];
 	int r = new_reg(c, id);
 	val *vv = tcpl_dm_view(c, n->valid);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);
 		return r;
 	}
+	/* the control path reads a run-time scalar (a serving layer's token
+	 * count, or a count derived from it) only from SPM: stage it first */
+	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
+	spm.ndim = 1;
+	spm.dim[0] = 1;
+	spm.v[TCP_V_S0].t = vv->t;
+	spm.v[TCP_V_S0].base = vv->base;
+	emit(c, &spm);
 	ld(c, r, vv->t, -1, vv->base, 0);
+	if (c->nvc < 16) {
+		c->vc_id[c->nvc] = n->valid;
+		c->vc_reg[c->nvc++] = r;
+	}
 	return r;
 }

@@ -40,7 +40,7 @@ void tcpl_find_region(lw *c)
 		const ir_node *n = N(g, i);
 		bool r = (n->valid == c->rows) ||
 			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
-				weight_view(g, n->args[0]));
+				weight_view(g, n->args[0])) || tcpl_quant_in_region(c, i);
 		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
 			N(g, n->args[0])->shape[0] == c->G)
 			r = true;
@@ -299,7 +299,7 @@ static bool region_buffers(lw *c)
 {
 	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || c->v[i].kind == VK_VIEW)
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || tcpl_quant_no_buffer(c, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -337,11 +337,13 @@ static bool region_check_inputs(lw *c, const rgn *r)
 }
 
 /* Loads of one block's inputs into slot `slot` for block `blk` with expert
- * `ex` (registers); one DMA command per group: the later copies join the
- * first's descriptors. */
-static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only)
+ * `ex` (registers) as one DMA descriptor list (the later commands join the
+ * first). `join`: the list itself joins the DMA command before it, so inside
+ * the loop every block's list sets up while the previous one transfers (the
+ * hazards still hold each copy until its buffer's last reader is done). */
+static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
-	for (int j = 0, first_ = 1; j < r->nin; j++) {
+	for (int j = 0, first_ = !join; j < r->nin; j++) {
 		const rinp *in = &r->ins[j];
 		if ((in->weight && grids_only) || (!in->weight && weights_only))
 			continue;
@@ -372,6 +374,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	spm.v[TCP_V_S2].t = r->trw;
 	spm.v[TCP_V_S2].base = r->rwbase;
 	spm.v[TCP_V_S2].stride[0] = r->rws;
+	/* right after dispatch's scatter (which it does not read) the staging
+	 * joins that command's descriptor list: its setup overlaps the scatter */
+	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
+		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
 	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	li(c, R_G, 0);
@@ -380,7 +386,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
 	return skip_all;
 }
 
@@ -395,11 +401,11 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true);
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
-		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, true);
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
@@ -491,7 +497,7 @@ static void region_advance(lw *c, const rgn *r)
 	if (r->single) {
 		uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
-		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false);
+		load_inputs(c, r, R_NEXT, R_SLOT, R_E2, true, false, true);
 		patch(c, last);
 		patch(c, same);
 	}

@@ -265,6 +265,8 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	memset(st, 0, sizeof *st);
 	/* a program may have been built for another machine: check its capacities again */
 	moe_status rc = tcp_validate(ctx, p, m, "<program>");
+	if (rc == MOE_OK)
+		rc = tcp_tokens_check(ctx, p, b);
 	if (rc != MOE_OK) {
 		moe_tcp_machine_free(ctx, def);
 		return rc;

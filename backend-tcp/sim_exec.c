@@ -99,6 +99,34 @@ static bool is_rowop(int op)
 	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
 }
 
+/* The lane word of stream w (s0..s2) at element off; s0 may be 4-bit. */
+static uint32_t stream_word(const sim *s, const tcp_insn *in, int w, int64_t off, unsigned nib)
+{
+	if (in->v[w].t < 0)
+		return 0;
+	return nib && w == TCP_V_S0 ? tcpq_nibble_word(s->data[in->v[w].t], off, nib) : load_word(s, in->v[w].t, off);
+}
+
+/* tcps_vrange for a view in 4-bit elements of its tensor's bytes (flags
+ * e2m1, i4); lo, hi in elements of the tensor, for the hazards. */
+static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
+{
+	int64_t per = 2 * esz_of(s, v->t), a = vbase(s, v), z = a;
+	for (int k = 0; k < nd; k++) {
+		int64_t x = v->stride[k] * (dim[k] - 1);
+		*(x < 0 ? &a : &z) += x;
+	}
+	if (a < 0 || z >= s->p->t[v->t].numel * per) {
+		tcp_view b = *v; /* reported as an overflow by tcps_vrange */
+		b.reg = -1;
+		b.base = a < 0 ? a : s->p->t[v->t].numel;
+		return tcps_vrange(s, pc, &b, 0, dim, lo, hi);
+	}
+	*lo = a / per;
+	*hi = z / per;
+	return true;
+}
+
 /* The time of a tu.vec pass of n elements (rows of L for a row op rop >= 0;
  * fl: float ALUs) and its scheduling. */
 static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int rop, bool fl, int64_t n, int64_t L)
@@ -117,8 +145,9 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 	int64_t fsum = 0, fmax = 0, ns = 0;
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
-			int64_t el = pe, e = esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
-			int64_t cyc = cdiv(el * e, rs);
+			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0; /* 4-bit: half a byte each */
+			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t cyc = n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
 			fsum += cyc;
 			fmax = cyc > fmax ? cyc : fmax;
 			ns++;
@@ -139,10 +168,11 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 	int nd = in->ndim;
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW];
 	acc a = {0};
+	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4); /* s0 in 4-bit elements */
 	for (int w = 0; w < TCP_NVIEW; w++) {
 		if (in->v[w].t < 0)
 			continue;
-		if (!tcps_vrange(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w]))
+		if (!(nib && w == TCP_V_S0 ? nib_range : tcps_vrange)(s, pc, &in->v[w], nd, in->dim, &lo[w], &hi[w]))
 			return;
 		acc_add(&a, in->v[w].t, lo[w], hi[w], w == TCP_V_DST);
 	}
@@ -193,7 +223,7 @@ void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
 		}
 		uint32_t sw[3];
 		for (int w = 0; w < 3; w++)
-			sw[w] = in->v[w + 1].t >= 0 ? load_word(s, in->v[w + 1].t, off[w + 1]) : 0;
+			sw[w] = stream_word(s, in, w + 1, off[w + 1], nib);
 		bool masked = nd > 0 && idx[0] >= cnt;
 		int64_t j = nd ? idx[nd - 1] : 0;
 		bool first = j == 0, lastel = j == L - 1;
@@ -273,6 +303,28 @@ static void split3(float x, float *hi, float *lo)
 	*lo = isfinite(*hi) ? moe_bf16_to_f32(moe_f32_to_bf16(x - *hi)) : 0.0f;
 }
 
+/* One row of a scaled contraction (act=fp8): per 128-wide chunk of I, the
+ * chunk's f32 sum of products times s2[r, o, chunk], added in chunk order.
+ * sum holds 2 O floats (the total, then the chunk's sum). */
+static void scaled_row(sim *s, const tcp_insn *in, int64_t r, const float *arow, const float *wt, float *sum, int64_t pb)
+{
+	int64_t O = in->dim[1], I = in->dim[2];
+	const tcp_view *pv = &in->v[TCP_V_S2];
+	float *part = sum + O;
+	for (int64_t c0 = 0; c0 < I; c0 += TCP_SCALE_CHUNK) {
+		for (int64_t o = 0; o < O; o++)
+			part[o] = 0.0f;
+		for (int64_t i = c0; i < c0 + TCP_SCALE_CHUNK && i < I; i++)
+			for (int64_t o = 0; o < O; o++)
+				part[o] = flush_fast(part[o] + arow[i] * wt[i * O + o]);
+		for (int64_t o = 0; o < O; o++) {
+			float sc = fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1] +
+								 c0 / TCP_SCALE_CHUNK * pv->stride[2]));
+			sum[o] = flush_fast(sum[o] + flush_fast(part[o] * sc));
+		}
+	}
+}
+
 void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	const moe_tcp_machine *m = s->m;
@@ -283,6 +335,8 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		if (in->v[w].t < 0)
 			continue;
 		int64_t d[3] = {w == TCP_V_S1 ? 1 : M, w == TCP_V_S0 ? 1 : O, (w == TCP_V_S0 || w == TCP_V_S1) ? I : 1};
+		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED))
+			d[2] = I / TCP_SCALE_CHUNK; /* one scale per (row, output, chunk) */
 		if (!tcps_vrange(s, pc, &in->v[w], 3, d, &lo, &hi))
 			return;
 		acc_add(&a, in->v[w].t, lo, hi, w == TCP_V_DST);
@@ -303,7 +357,7 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	size_t wn = (size_t)(compute ? O * I : 0);
 	float *wt = compute ? ctx_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
 	float *arow = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
-	float *sum = compute ? ctx_alloc(s->ctx, sizeof(float) * (size_t)(O ? O : 1)) : NULL;
+	float *sum = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(O ? O : 1)) : NULL;
 	if (compute && (!wt || !arow || !sum)) {
 		ctx_free(s->ctx, wt, 0);
 		ctx_free(s->ctx, arow, 0);
@@ -337,6 +391,12 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		}
 		for (int64_t o = 0; o < O; o++)
 			sum[o] = (in->flags & TCP_F_ACC) ? fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1])) : 0.0f;
+		if (in->flags & TCP_F_SCALED) {
+			scaled_row(s, in, r, arow, wt, sum, pb);
+			for (int64_t o = 0; o < O; o++)
+				store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], fres(sum[o]));
+			continue;
+		}
 		for (int64_t i = 0; i < I; i++) {
 			const float a = arow[i], *w = wt + i * O;
 			if (x3 && isfinite(a) && wfin) {
@@ -366,15 +426,17 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
+	int mt = s->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate */
 	int64_t macs = Bs * in->tile * I * (x3 ? 3 : 1);
-	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[TCP_MT_BF16]);
-	int64_t ae = x3 ? 4 : 2;
+	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[mt]);
+	int64_t ae = x3 ? 4 : mt == TCP_MT_F8 ? 1 : 2;
 	int64_t stream = tiles * cdiv(Bs * I * ae, m->stream_bytes_per_cycle);
-	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0)),
+	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (I / TCP_SCALE_CHUNK) : 0; /* the chunk scales read */
+	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes),
 		m->fetch_bytes);
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;
-	t += m->tree_latency[TCP_MT_BF16] + m->fill_drain;
+	t += m->tree_latency[mt] + m->fill_drain;
 	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, mac);
 	tcps_schedule(s, pc, &a, t);
 }

@@ -155,7 +155,16 @@ typedef struct tcp_view {
 enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
 /* TCP_F_JOIN (DMA): the command is one more descriptor of the preceding DMA
  * command's list; its setup runs on other engines while that one transfers */
-enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8 };
+/* TCP_F_E2M1, TCP_F_I4 (tu.vec): stream s0 is read in 4-bit elements of its
+ * tensor's bytes (element i: byte i / 2, low nibble when i is even), decoded
+ * by the fetch unit: E2M1 through its table to f8e4m3 and widened to f32;
+ * i4 with the zero point 8 subtracted, widened to i32 (docs/tcp-isa.md 5). */
+/* TCP_F_SCALED (tu.contract, f8e4m3 operands, act=fp8): the reduction runs in
+ * chunks of 128 along I; each chunk's f32 sum is multiplied by the f32 scale
+ * s2[m, o, chunk] and added to the row's f32 sum (DeepSeek's fp8_gemm). */
+enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32,
+	TCP_F_SCALED = 64 };
+enum { TCP_SCALE_CHUNK = 128 };
 
 typedef struct tcp_insn {
 	uint8_t op;
@@ -249,5 +258,15 @@ char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 /* terminate.c (enforced by sim.c): the instruction budget of a run; a loop without exit is an error */
 uint64_t tcp_step_budget(const tcp_program *p);
 moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
+
+/* A serving program's n_tokens binding outside 0..T: a diagnostic and
+ * MOE_ERR_INVALID (backend-tcp/serve.c). */
+moe_status tcp_tokens_check(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *b);
+
+/* Bucketed .tcpb (backend-tcp/bundle.c): the version word that marks one,
+ * and the most buckets it holds. */
+#define TCP_BUNDLE_VERSION 256u
+#define TCP_MAX_BUCKETS 16
+bool tcp_is_bundle(const uint8_t *buf, size_t len);
 
 #endif

@@ -35,6 +35,7 @@ typedef struct interp {
 	const moe_exchange *x; /* all_to_all transport; NULL: ep = 1 only */
 	moe_id id;        /* node being evaluated */
 	const ir_node *n; /* N(g, id) */
+	int64_t ntok;     /* serving: the n_tokens value, else -1 */
 } interp;
 
 static bool is_f(int t)
@@ -819,6 +820,10 @@ static moe_status ev_experts(interp *ip, val *out)
 	size_t fsz = (size_t)F * sizeof(float), dsz = (size_t)D * sizeof(float);
 	float *xin = ctx_alloc(ip->ctx, dsz), *acc = ctx_alloc(ip->ctx, dsz), *h = ctx_alloc(ip->ctx, fsz);
 	moe_status st = MOE_OK;
+	if (ip->ntok >= 0 && ip->ntok < T) { /* serving: later rows are not routed and are 0 */
+		memset(out->f + ip->ntok * D, 0, (size_t)((T - ip->ntok) * D) * sizeof(float));
+		T = ip->ntok;
+	}
 	for (int64_t ti = 0; ti < T && !st; ti++) {
 		for (int64_t k = 0; k < K; k++) {
 			int32_t e = idx[ti * K + k];
@@ -1097,6 +1102,9 @@ moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_te
 	}
 	if (!bound)
 		return MOE_ERR_INVALID;
+	int64_t ntok;
+	if ((st = moe_tokens_check(ctx, g, bind, &ntok)) != MOE_OK)
+		return st;
 
 	/* liveness: evaluate what the outputs need, free values after their last use */
 	uint32_t *last = ctx_alloc(ctx, (size_t)nn * sizeof *last);
@@ -1126,7 +1134,7 @@ moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_te
 			last[n->valid] = id;
 	}
 
-	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), x, 0, NULL};
+	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), x, 0, NULL, ntok};
 	for (moe_id id = 0; id < nn && !st; id++) {
 		if (!live[id])
 			continue;

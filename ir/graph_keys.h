@@ -20,6 +20,9 @@
 #define IR_GK_BLOCK_ROWS "block_rows"     /* [G] i32: valid rows of each block */
 #define IR_GK_NBLOCKS "nblocks"           /* scalar i32: blocks in use */
 #define IR_GK_BLOCK_EXPERT "block_expert" /* [G] i32: each block's expert */
+/* blockwise-dispatch, serving layers (an n_tokens input): T, the most real
+ * tokens, for the executors' range check (runtime/tokens.c) */
+#define IR_GK_SERVING_TOKENS_MAX "serving_tokens_max"
 /* grid-bound: worst-case block counts and block-buffer sizes */
 #define IR_GK_GRID_BLOCKS_MAX "grid_blocks_max"
 #define IR_GK_GRID_BLOCKS_SEED "grid_blocks_seed"

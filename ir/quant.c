@@ -81,6 +81,8 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	if (fmt != QT_FP8 && qi->bn != 1)
 		FAIL("'dequant': %s scales are per row: block must be [1, group], got [%lld, %lld]", f,
 			(long long)qi->bn, (long long)qi->bk);
+	if (fmt != QT_FP8 && !strcmp(ir_attr_str(n, "act", "bf16"), "fp8"))
+		FAIL("'dequant': act=\"fp8\" (fp8 activations on TCP) applies to fp8 weights, not %s", f);
 	if (fmt == QT_MXFP4 && qi->bk != 32)
 		FAIL("'dequant': mxfp4 blocks are 32 elements, got %lld", (long long)qi->bk);
 	if (fmt != QT_FP8 && qi->K % qi->bk)

@@ -17,7 +17,11 @@
  * them. Activations are computed in f32 and rounded once, like experts().
  * The combine runs over chunks of tokens when the gathered [T*K, D] rows
  * would exceed the `chunk` option (default 2^25 elements), so no buffer
- * holds them all (DeepSeek-V3 at T = 4096: 470 MB in bf16). */
+ * holds them all (DeepSeek-V3 at T = 4096: 470 MB in bf16).
+ * Serving (an n_tokens input, docs/semantics.md section 7): the pairs of
+ * tokens >= n get no one-hot entry, so no count, grid row or block; they
+ * scatter pair 0's row onto pair 0's place (the same bytes again), the
+ * combine reads only the real pairs, and output rows >= n are zero. */
 #include <math.h>
 #include <string.h>
 
@@ -33,6 +37,7 @@ typedef struct dp {
 	int64_t T, K, E, F, D, B, G, n;
 	int64_t chunk; /* combine: most gathered elements per token chunk */
 	moe_id rows, nblocks, bexp;
+	moe_id ntok; /* serving: the n_tokens input (rebuilt graph), else MOE_NONE */
 } dp;
 
 static moe_id ci(dp *c, int64_t v)
@@ -93,6 +98,18 @@ static moe_id gather_blocks(dp *c, moe_id w)
 	moe_node_set_int(c->d, id, "axis", 0);
 	moe_node_set_valid(c->d, id, c->nblocks);
 	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
+}
+
+/* Node id under valid(v) when v is set (a fresh node: shared builders may
+ * return an existing one, which is then left alone). */
+static moe_id masked(dp *c, moe_id id, moe_id v)
+{
+	if (v != MOE_NONE && N(c->d, id)->valid == MOE_NONE && (ir_ops[N(c->d, id)->op].flags & OPF_VALID) &&
+		N(c->d, id)->rank >= 1) {
+		moe_node_set_valid(c->d, id, v);
+		IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	}
 	return id;
 }
 
@@ -215,6 +232,13 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
 	/* routing indices */
 	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
+	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
+	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
+		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
+		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
+		live = b2(c, MOE_OP_LT, pairs, nk);
+		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
+	}
 	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
 	moe_node_set_int(d, oh, "n", E);
 	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
@@ -249,18 +273,27 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, c->rows, "block_rows");
 	/* dispatch: scatter each pair's token row into the grid */
-	moe_id tok = b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K));
+	/* a layer without n_tokens keeps its nodes and their order */
+	moe_id tok = live == MOE_NONE ? b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K))
+				      : b2(c, MOE_OP_DIV, ir_b3(d, MOE_OP_SELECT, live, pairs, ci(c, 0), c->loc), ci(c, c->K));
 	moe_id gx[2] = {s[EXP_X], tok};
 	moe_id xp = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc); /* [n, D] */
 	bool on_input = !strcmp(ir_attr_str(ex, "weight_on", "output"), "input");
 	moe_id wp = reshape(c, s[EXP_W], 2, n, 1, 0);
+	moe_id spos = pos, swp = wp;
+	if (live != MOE_NONE) { /* padded pairs: pair 0's place and weight */
+		spos = ir_b3(d, MOE_OP_SELECT, live, pos, ir_b_slice(d, pos, 0, 0, 1, c->loc), c->loc);
+		if (on_input)
+			swp = ir_b3(d, MOE_OP_SELECT, reshape(c, live, 2, n, 1, 0), wp, ir_b_slice(d, wp, 0, 0, 1, c->loc),
+				c->loc);
+	}
 	if (on_input)
-		xp = ir_b_cast(d, b2(c, MOE_OP_MUL, ir_b_cast(d, xp, MOE_F32, c->loc), ir_b_cast(d, wp, MOE_F32, c->loc)),
+		xp = ir_b_cast(d, b2(c, MOE_OP_MUL, ir_b_cast(d, xp, MOE_F32, c->loc), ir_b_cast(d, swp, MOE_F32, c->loc)),
 			c->t, c->loc);
 	int64_t gbd[2] = {G * B, c->D};
 	moe_id zero = ir_emit(d, MOE_OP_CONST, c->t, 2, gbd, NULL, 0, c->loc);
 	moe_node_set_float(d, zero, "value", 0.0);
-	moe_id sx[3] = {zero, pos, xp};
+	moe_id sx[3] = {zero, spos, xp};
 	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
 	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, blocks, "blocks");
@@ -281,16 +314,73 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		bool all = tc == c->T;
 		moe_id cpos = all ? pos : ir_b_slice(d, pos, 0, t0 * c->K, t1 * c->K, c->loc);
 		moe_id cx[2] = {flat, cpos};
-		moe_id yp = ir_b_cast(d, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), MOE_F32, c->loc);
+		moe_id cnk = nk == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, nk, ci(c, t0 * c->K)); /* real pairs here */
+		/* only the gather is masked: the rows it skips are zero, and an
+		 * unmasked cast and multiply-reduce stay one fused pass on TCP */
+		moe_id yp = ir_b_cast(d, masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk), MOE_F32, c->loc);
 		if (!on_input) {
 			moe_id cw = all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
 			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
 		}
 		moe_id yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
-		parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
+		if (c->ntok == MOE_NONE) {
+			parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
+		} else { /* a cast even to f32: rows of padded tokens are zero */
+			moe_id rows = b2(c, MOE_OP_SUB, c->ntok, ci(c, t0)); /* real tokens of this chunk */
+			moe_id y = moe_node_new(d, MOE_OP_CAST, &yc, 1, c->loc);
+			moe_node_set_str(d, y, "to", moe_dtype_name(c->t));
+			IR_ASSERT(ir_infer(d->ctx, d, y) == MOE_OK);
+			parts[np++] = masked(c, y, rows);
+		}
 		t0 += step;
 	} while (t0 < c->T);
 	return np == 1 ? parts[0] : ir_b_concat(d, parts, np, 0, c->loc);
+}
+
+/* A serving layer's token rows: per node its kind, row offset and real-row
+ * count (passes/token_rows.c). */
+typedef struct srv {
+	uint8_t *kind;
+	int64_t *off;
+	moe_id *count;
+	uint32_t n;
+} srv;
+
+static void srv_free(moe_ctx *ctx, srv *v)
+{
+	if (!v)
+		return;
+	ctx_free(ctx, v->kind, v->n);
+	ctx_free(ctx, v->off, v->n * sizeof *v->off);
+	ctx_free(ctx, v->count, v->n * sizeof *v->count);
+	ctx_free(ctx, v, sizeof *v);
+}
+
+/* The token rows of a serving layer's nodes (T from its experts), or NULL
+ * after an error. */
+static srv *serving_rows(moe_ctx *ctx, moe_graph *g, moe_id ntok)
+{
+	const ir_node *t = N(g, ntok);
+	int64_t T = -1;
+	for (moe_id i = 0; i < g->nnodes && T < 0; i++)
+		if (N(g, i)->op == MOE_OP_EXPERTS)
+			T = N(g, N(g, i)->args[EXP_X])->shape[0];
+	if (t->dtype != MOE_I32 || t->rank != 0 || T < 0) {
+		moe_diag(ctx, MOE_DIAG_ERROR, t->loc,
+			T < 0 ? "input '%s' (serving) needs a layer with experts(...)" : "input '%s' must be an i32 scalar: i32[]",
+			MOE_TOKENS_INPUT);
+		return NULL;
+	}
+	srv *v = ctx_alloc(ctx, sizeof *v);
+	v->n = g->nnodes;
+	v->kind = ctx_alloc(ctx, v->n);
+	v->off = ctx_alloc(ctx, v->n * sizeof *v->off);
+	v->count = ctx_alloc(ctx, v->n * sizeof *v->count);
+	if (!token_rows_classify(ctx, g, T, ntok, v->kind, v->off)) {
+		srv_free(ctx, v);
+		return NULL;
+	}
+	return v;
 }
 
 PASS(pass_blockwise_dispatch)
@@ -304,11 +394,21 @@ PASS(pass_blockwise_dispatch)
 	int64_t limit; /* gathered elements per combine chunk */
 	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
+	moe_id ntok = token_count_input(g);
+	srv *sv = NULL;
+	if (ntok != MOE_NONE && !(sv = serving_rows(ctx, g, ntok)))
+		return MOE_ERR_INVALID;
 	rebuild rb;
 	rebuild_begin(&rb, g);
+	if (sv) { /* first: every node of the dispatch may read it */
+		rebuild_copy(&rb, ntok);
+		token_rows_counts(rb.dst, g, sv->kind, sv->off, rb.map[ntok], sv->count);
+	}
 	int nexperts = 0;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		ir_node *n = N(g, i);
+		if (i == ntok)
+			continue;
 		if (n->op != MOE_OP_EXPERTS) {
 			rebuild_copy(&rb, i);
 			continue;
@@ -317,7 +417,8 @@ PASS(pass_blockwise_dispatch)
 		for (int k = 0; k < EXP_NSLOTS; k++)
 			s[k] = n->args[k] == MOE_NONE ? MOE_NONE : rb.map[n->args[k]];
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
-		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit};
+		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit,
+			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];
 		c.K = N(g, n->args[EXP_IDX])->shape[1];
@@ -333,6 +434,7 @@ PASS(pass_blockwise_dispatch)
 			!ir_mul_ov(c.n, c.E, &cells)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "blockwise-dispatch: the block grid of this layer is too large");
 			rebuild_abort(&rb);
+			srv_free(ctx, sv);
 			return MOE_ERR_INVALID;
 		}
 		moe_id y = lower_experts(&c, n, s);
@@ -350,7 +452,13 @@ PASS(pass_blockwise_dispatch)
 			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, c.rows);
 			ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, c.nblocks);
 			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, c.bexp);
+			if (ntok != MOE_NONE)
+				ir_graph_set_attr_int(rb.dst, IR_GK_SERVING_TOKENS_MAX, c.T);
 		}
+	}
+	if (sv) {
+		token_rows_mask(rb.dst, g, sv->kind, rb.map, sv->count);
+		srv_free(ctx, sv);
 	}
 	rebuild_end(&rb);
 	return MOE_OK;

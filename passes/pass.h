@@ -29,6 +29,18 @@ typedef struct pass_blocks {
  * [G, B, D], padding rows and blocks past nblocks skipped. */
 moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b);
 
+/* Serving layers (passes/token_rows.c): the n_tokens input of g or
+ * MOE_NONE; the token-row kind of every node (false with an error when the
+ * experts or an output are not row-wise) and row offset; the real-row
+ * counts n_tokens - offset, built first; valid(count) on the row-wise nodes
+ * of the rebuilt graph. */
+moe_id token_count_input(const moe_graph *g);
+bool token_rows_classify(moe_ctx *ctx, const moe_graph *g, int64_t T, moe_id ntok, uint8_t *kinds, int64_t *off);
+void token_rows_counts(moe_graph *dst, const moe_graph *src, const uint8_t *kinds, const int64_t *off,
+	moe_id ntok_dst, moe_id *counts);
+void token_rows_mask(moe_graph *dst, const moe_graph *src, const uint8_t *kinds, const moe_id *map,
+	const moe_id *counts);
+
 /* Option `key` of pass `pass` as a positive count in *out (def when absent);
  * false with a diagnostic when it is not a positive decimal integer. */
 bool pass_opt_count(moe_ctx *ctx, const moe_pass_opts *o, const char *pass, const char *key, int64_t def,

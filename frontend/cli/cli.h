@@ -56,10 +56,13 @@ typedef struct opts {
 	const char *layer, *tokens, *block; /* import-hf */
 	const char *no_skip;
 	const char *timing_only; /* run --timing-only */
+	const char *quant_act;   /* --quant-act=bf16|fp8 (tcp) */
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
 	const char *threads, *kernels, *no_cache; /* run --threads N, --kernels=auto|portable, --no-cache (host) */
 	const char *ep, *placement; /* run --ep N [--placement D0,D1,...] (expert parallelism) */
+	const char *serve_tokens; /* run --tokens N */
+	const char *buckets;      /* compile --buckets T1,T2,... */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
@@ -106,7 +109,23 @@ int cli_ends_with(const char *s, const char *suf);
 int cli_is_stdout(const char *out);
 moe_module *cli_load(moe_ctx *ctx, const opts *o);
 /* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */
-int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind);
+int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind, int64_t tokens);
+
+/* Serving, `run --tokens N` (frontend/cli/serve.c): N (-1 when absent, -2
+ * after an error); the n_tokens input added to a layer without one (before
+ * lowering); N bound to it; an input of N rows padded to the node's shape;
+ * the first N rows of an output (the tensors given are freed). */
+int64_t cli_tokens(moe_ctx *ctx, const opts *o);
+int cli_serve_prepare(moe_ctx *ctx, moe_graph *g, const opts *o);
+int cli_serve_bind(moe_ctx *ctx, const moe_graph *g, const opts *o, moe_tensor_map *bind);
+moe_tensor *cli_serve_pad(moe_ctx *ctx, moe_tensor *t, const int64_t *shape, int64_t tokens);
+moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens);
+/* compile --buckets: one program per bucket into one .tcpb; is FILE a
+ * bucketed .tcpb; the program of the smallest bucket >= --tokens (NULL with
+ * an error when there is none). */
+int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out);
+int cli_is_bundle_file(const char *path);
+const moe_tcp_program *cli_bundle_pick(moe_ctx *ctx, const moe_tcp_bundle *b, const opts *o);
 /* Binds the weights from the checkpoint files; with --timing-only, absent ones
  * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,

@@ -127,7 +127,7 @@ void cli_command_help(FILE *f, const cli_command *c)
 /* The meta of an enumerated value ("a|b|c", lower case) or NULL. */
 static int enumerated(const char *meta)
 {
-	return meta && strchr(meta, '|') && strspn(meta, "abcdefghijklmnopqrstuvwxyz-|") == strlen(meta);
+	return meta && strchr(meta, '|') && strspn(meta, "abcdefghijklmnopqrstuvwxyz0123456789-|") == strlen(meta);
 }
 
 static int check_enum(const cli_option *p, const char *v)

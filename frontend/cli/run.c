@@ -220,6 +220,8 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 	const char *t = compile_target(ctx, o);
 	if (!t || cli_check_target(ctx, o, !strcmp(t, "tcp") ? "tcp" : "host"))
 		return 1;
+	if (o->buckets)
+		return cli_compile_buckets(ctx, o, o->out);
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
@@ -270,13 +272,13 @@ static size_t split_paths(char *s, const char **out, size_t max)
 }
 
 /* Binds --input: one input node takes x.npy; several take name=path,... */
-int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind)
+int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind, int64_t tokens)
 {
 	uint32_t ninputs = 0;
 	moe_id last = MOE_NONE;
 	for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
-		if (moe_node_op(g, i) == MOE_OP_INPUT)
-			ninputs++, last = i;
+		if (moe_node_op(g, i) == MOE_OP_INPUT && !moe_tensor_map_get(bind, moe_node_name(g, i)))
+			ninputs++, last = i; /* n_tokens is bound already under --tokens */
 	if (!spec)
 		return err(ctx, NULL, "run needs --input x.npy%s", "");
 	char *copy = strdup(spec);
@@ -309,6 +311,10 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 		}
 		int rank = moe_node_rank(g, node);
 		const int64_t *shape = moe_node_shape(g, node);
+		if (!(t = cli_serve_pad(ctx, t, shape, tokens))) {
+			status = 1;
+			break;
+		}
 		bool same = t->rank == rank;
 		for (int d = 0; same && d < rank; d++)
 			same = t->shape[d] == shape[d];
@@ -421,13 +427,14 @@ int cli_run(moe_ctx *ctx, const opts *o)
 	const char *paths[64];
 	size_t np = split_paths(wcopy, paths, 64);
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (!g || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
+	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
 		goto done;
 	if (moe_graph_num_outputs(g) > 16) {
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
 		goto done;
 	}
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_bind_inputs(ctx, g, o->input, bind))
+	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
@@ -461,16 +468,18 @@ int cli_run(moe_ctx *ctx, const opts *o)
 				stats = malloc(cap);
 				snprintf(stats, cap,
 					"{\n  \"target\": \"host\",\n  \"engine\": \"%s\",\n  \"compute_seconds\": %.9g,\n"
-					"  \"compile_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
+					"  \"compile_seconds\": %.9g,\n  \"pack_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
 					"  \"blocks_executed\": %lld,\n  \"blocks_skipped\": %lld,\n  \"rows_executed\": %lld,\n"
 					"  \"grid_blocks_max\": %lld,\n  \"threads\": %d,\n  \"cache\": \"%s\",\n"
 					"  \"kernels\": \"%s\"\n}\n",
-					engine, hs.compute_seconds, hs.compile_seconds, hs.repeat, hs.workspace_bytes,
+					engine, hs.compute_seconds, hs.compile_seconds, hs.pack_seconds, hs.repeat, hs.workspace_bytes,
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
 					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels);
 			}
 		}
 	}
+	if (!status && !o->timing_only && !(out[0] = cli_serve_rows(ctx, out[0], cli_tokens(ctx, o))))
+		status = 1;
 	if (!status && !o->timing_only)
 		status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)

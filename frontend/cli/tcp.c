@@ -17,7 +17,25 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
  * a dim B is loaded again with the block size the cost model picks, unless
  * --set B= forces one. *chosen: the B picked (0: none, the file's or the
  * forced one stands); *pred: its predicted block-loop time. */
+static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
+
+/* --quant-act=fp8: every block-FP8 dequant is contracted with fp8 activations
+ * (the dequant attribute act, docs/tcp-isa.md 7.10). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
+{
+	moe_module *m = load_tcp(ctx, o, chosen, pred);
+	for (size_t i = 0; m && o->quant_act && !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
+		moe_graph *g = moe_module_graph(m, i);
+		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++) {
+			const char *f = moe_node_op(g, n) == MOE_OP_DEQUANT ? moe_node_get_str(g, n, "format") : NULL;
+			if (f && !strcmp(f, "fp8"))
+				moe_node_set_str(g, n, "act", "fp8");
+		}
+	}
+	return m;
+}
+
+static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	*chosen = 0;
 	*pred = 0;
@@ -145,7 +163,10 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	if (!m)
 		return 1;
 	int status = 1;
-	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
+	bool bundle = cli_is_bundle_file(o->file);
+	moe_tcp_bundle *bun = bundle ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
+	moe_tcp_program *own = bundle ? NULL : moe_tcp_load_binary(ctx, o->file, m);
+	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
 	moe_tensor *out[16] = {0};
@@ -162,9 +183,12 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_bind_inputs(ctx, g, o->input, bind))
+	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
+		goto done;
+	if (!o->timing_only && !(out[0] = cli_serve_rows(ctx, out[0], cli_tokens(ctx, o))))
 		goto done;
 	status = !o->timing_only && moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
@@ -176,7 +200,8 @@ done:
 	free(wcopy);
 	moe_tensor_map_free(bind);
 	moe_module_free(iface);
-	moe_tcp_program_free(p);
+	moe_tcp_program_free(own);
+	moe_tcp_bundle_free(bun);
 	moe_tcp_machine_free(ctx, m);
 	return status;
 }
@@ -186,6 +211,16 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
+	if (cli_is_bundle_file(o->file)) {
+		moe_tcp_bundle *b = moe_tcp_bundle_load(ctx, o->file, m);
+		for (uint32_t i = 0; b && i < moe_tcp_bundle_count(b); i++) {
+			printf("bucket T=%lld: ", (long long)moe_tcp_bundle_tokens(b, i));
+			moe_tcp_print_summary(moe_tcp_bundle_program(b, i), stdout);
+		}
+		moe_tcp_machine_free(ctx, m);
+		moe_tcp_bundle_free(b);
+		return !b;
+	}
 	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
 	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
 	moe_tcp_program_free(p);

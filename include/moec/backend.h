@@ -66,6 +66,8 @@ typedef enum moe_host_cache {
 typedef struct moe_host_stats {
 	double compute_seconds; /* median over `repeat` calls of the layer function alone */
 	double compile_seconds; /* lowering + code generation + loading */
+	double pack_seconds;    /* copying bf16 weights into the layout of the vdpbf16ps kernels, once per
+	                         * run (0 when no weight is packed) */
 	int repeat;             /* calls made */
 	size_t workspace_bytes;
 	/* Block statistics, over the distinct rank-1 `valid` masks of einsum nodes

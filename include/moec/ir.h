@@ -60,6 +60,11 @@ MOE_API moe_graph *moe_module_graph(const moe_module *m, size_t i);
 /* Adds a new empty graph owned by the module. */
 MOE_API moe_graph *moe_module_add_graph(moe_module *m, const char *name);
 
+/* The optional i32 scalar input of a serving layer: the number n of real
+ * tokens, 0 <= n <= T; rows of x at and past n are padding (docs/semantics.md
+ * section 7). */
+#define MOE_TOKENS_INPUT "n_tokens"
+
 /* ---- graphs ---- */
 MOE_API const char *moe_graph_name(const moe_graph *g);
 MOE_API uint32_t moe_graph_num_nodes(const moe_graph *g);

@@ -42,6 +42,13 @@ MOE_API void moe_tensor_map_free(moe_tensor_map *m); /* frees the tensors it own
 MOE_API moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t);
 MOE_API moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name);
 
+/* A serving layer (an i32 scalar input named MOE_TOKENS_INPUT, "n_tokens")
+ * runs on the first n token rows: every executor calls this before running
+ * and refuses n < 0 or n > T with a located error (MOE_ERR_INVALID). *n_out
+ * (may be NULL) receives n, or -1 for a layer without the input. To run a
+ * serving layer, bind a rank-0 i32 tensor holding n under "n_tokens". */
+MOE_API moe_status moe_tokens_check(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, int64_t *n_out);
+
 /* The reference interpreter: the executable definition of every op
  * (docs/ir.md). Slow and obviously correct. Binds every input and weight node
  * by name from `bind` (dtype and shape must match the node) and returns the

@@ -56,6 +56,26 @@ MOE_API moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, con
 MOE_API moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *machine);
 
+/* A bucketed .tcpb (docs/tcp-isa.md section 8.1): one program per token
+ * bucket T_1 < T_2 < ... (each with an n_tokens input), equal sections
+ * stored once. Writing takes the programs in increasing T (at most 16).
+ * Loading checks the index checksum and loads every bucket as
+ * moe_tcp_from_binary does (its checksum, full validation): any corrupt
+ * bucket rejects the file. pick: the smallest bucket with T >= n, or -1. */
+typedef struct moe_tcp_bundle moe_tcp_bundle;
+MOE_API moe_status moe_tcp_bundle_write(moe_ctx *ctx, const moe_tcp_program *const *progs, const int64_t *T,
+	uint32_t n, const char *path);
+MOE_API moe_tcp_bundle *moe_tcp_bundle_from_binary(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len,
+	const moe_tcp_machine *machine);
+MOE_API moe_tcp_bundle *moe_tcp_bundle_load(moe_ctx *ctx, const char *path, const moe_tcp_machine *machine);
+MOE_API void moe_tcp_bundle_free(moe_tcp_bundle *b);
+MOE_API uint32_t moe_tcp_bundle_count(const moe_tcp_bundle *b);
+MOE_API int64_t moe_tcp_bundle_tokens(const moe_tcp_bundle *b, uint32_t i);
+MOE_API const moe_tcp_program *moe_tcp_bundle_program(const moe_tcp_bundle *b, uint32_t i);
+MOE_API int moe_tcp_bundle_pick(const moe_tcp_bundle *b, int64_t n);
+/* True when buf holds a bucketed .tcpb (by its header). */
+MOE_API int moe_tcp_is_bundle(const uint8_t *buf, size_t len);
+
 /* What a program binds, as a module with one graph of leaves: an `input`
  * node per program input and a `weight` node per checkpoint weight it needs
  * (name, dtype, shape and the checkpoint `source`, {e} per expert), the

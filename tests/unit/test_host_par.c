@@ -5,6 +5,9 @@
  *   portable kernels on 1 and 3 threads bitwise the C engine's output;
  * - the vdpbf16ps dot tile stays within the bound of docs/abi.md of the
  *   portable tile, computed here in double from the operands;
+ * - packed bf16 weights (pack.c): the layout element by element, the tile
+ *   reading them bitwise equal to the tile reading W as stored, and read
+ *   exactly for whole tiles starting at a multiple of 16 rows;
  * - the JIT cache: a miss then a hit with the same output, a truncated and a
  *   corrupted entry detected ("bad"), recompiled and rewritten, --no-cache.
  * tests/tsan/run.sh also runs this test under ThreadSanitizer. */
@@ -198,7 +201,7 @@ static cg_prog *dot_prog(moe_ctx *c, int rows, moe_module **mod)
 
 static void run_dot(cg_prog *p, int portable, const uint16_t *a, const uint16_t *w, float *y, const char **kernels)
 {
-	cgen_jit_opts o = {portable, 1, NULL, 0, NULL};
+	cgen_jit_opts o = {portable, 1, NULL, 0, NULL, NULL};
 	cgen_jit *jit = NULL;
 	cgen_layer_par_fn fn = NULL;
 	assert_int_equal(cgen_jit_create(p, &o, &jit, &fn), MOE_OK);
@@ -351,12 +354,124 @@ static void test_cache(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- packed weights (backend-c/pack.c) ---- */
+
+enum { PR = 31, PK = 256, PW = 48 }; /* 31 rows: groups of 8, 4, 2 and 1; W: three tiles of 16 rows */
+
+/* a bf16 [PR, PK] x [PW, PK] einsum whose body is one CS_DOT of `rows` rows and `lanes` lanes at W row w0 */
+static cg_prog *packed_prog(moe_ctx *c, int64_t rows, int64_t lanes, int64_t w0, moe_module **mod)
+{
+	static const char *text = "moeir 1\n"
+				  "layer @dotp dtype=bf16 {\n"
+				  "  %0 = input \"a\" : bf16[31, 256]\n"
+				  "  %1 = weight \"w\" {source=\"w\"} : bf16[48, 256]\n"
+				  "  %2 = einsum(%0, %1) {eq=\"td,ed->te\"} : bf16[31, 48]\n"
+				  "  %3 = cast(%2) {to=\"f32\"} : f32[31, 48]\n"
+				  "  output %3\n"
+				  "}\n";
+	moe_module *m = moe_module_parse_text(c, "dotp.moeir", text, strlen(text));
+	assert_non_null(m);
+	*mod = m;
+	cg_prog *p = cgen_lower(c, moe_module_graph(m, 0));
+	assert_non_null(p);
+	cg_dot *d = ir_alloc(&p->arena, sizeof *d);
+	cg_expr *e = ir_alloc(&p->arena, 5 * sizeof *e);
+	memset(e, 0, 5 * sizeof *e);
+	int64_t v[5] = {rows, lanes, 0, w0 * PK, 0};
+	for (int i = 0; i < 5; i++)
+		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], PK, PK, PK};
+	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
+	memset(s, 0, sizeof *s);
+	s->kind = CS_DOT;
+	s->var = s->buf = -1;
+	s->dot = d;
+	p->body.first = p->body.last = s;
+	return p;
+}
+
+/* y = the tile with W read as stored (wpack NULL) or from the packed copy pw */
+static const char *run_packed(cg_prog *p, const int *wpack, const uint16_t *a, const uint16_t *w, const uint16_t *pw,
+	float *y)
+{
+	cgen_jit_opts o = {0, 1, NULL, 0, NULL, wpack};
+	cgen_jit *jit = NULL;
+	cgen_layer_par_fn fn = NULL;
+	assert_int_equal(cgen_jit_create(p, &o, &jit, &fn), MOE_OK);
+	const void *ins[1] = {a}, *ws[2] = {w, pw};
+	void *outs[1] = {y};
+	void *work = malloc((size_t)p->workspace + 64);
+	memset(y, 0, PR * 16 * sizeof *y);
+	assert_int_equal(fn(ins, ws, outs, work, NULL), 0);
+	free(work);
+	cgen_jit_free(jit);
+	return o.kernels;
+}
+
+/* one tile: packed copy vs W as stored, bitwise; with a zeroed packed copy
+ * the tile reads it exactly when it is a whole aligned one (packed) */
+static void packed_case(int64_t rows, int64_t lanes, int64_t w0, bool packed, const uint16_t *a, const uint16_t *w,
+	const uint16_t *pw, const uint16_t *zero)
+{
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m;
+	cg_prog *p = packed_prog(c, rows, lanes, w0, &m);
+	int *slot = calloc(p->nbufs + 1, sizeof *slot);
+	int64_t *rowlen = calloc(p->nbufs + 1, sizeof *rowlen);
+	assert_int_equal(cgen_pack_plan(p, slot, rowlen), 1);
+	assert_int_equal(slot[p->node_buf[1]], 0);
+	assert_int_equal(rowlen[p->node_buf[1]], PK);
+	assert_int_equal(slot[p->node_buf[0]], -1);
+	static float ys[PR * 16], yp[PR * 16], yz[PR * 16];
+	const char *k = run_packed(p, NULL, a, w, NULL, ys);
+	run_packed(p, slot, a, w, pw, yp);
+	run_packed(p, slot, a, w, zero, yz);
+	if (strcmp(k, "portable")) {
+		assert_memory_equal(ys, yp, sizeof ys);
+		bool zeros = true;
+		for (int i = 0; i < rows * 16; i++)
+			zeros = zeros && yz[i] == 0;
+		assert_true(zeros == packed);
+		if (!packed)
+			assert_memory_equal(ys, yz, sizeof ys);
+	} else { /* no AVX512-BF16: packed copies are never read */
+		print_message("no AVX512-BF16: the packed kernel is not run\n");
+		assert_memory_equal(ys, yz, sizeof ys);
+	}
+	free(slot);
+	free(rowlen);
+	cgen_free(p);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
+static void test_dot_packed(void **state)
+{
+	(void)state;
+	static uint16_t a[PR * PK], w[PW * PK], pw[PW * PK], zero[PW * PK];
+	for (int i = 0; i < PR * PK; i++)
+		a[i] = rand_bf16();
+	for (int i = 0; i < PW * PK; i++)
+		w[i] = rand_bf16();
+	cgen_pack_tiles(w, pw, PK, 0, PW / 16);
+	/* the layout of pack.c, element by element */
+	for (int r = 0; r < PW; r++)
+		for (int kk = 0; kk < PK; kk++)
+			assert_int_equal(pw[(r / 16) * 16 * PK + (kk / 32) * 512 + ((kk % 32) / 2) * 32 + (r % 16) * 2 + kk % 2],
+				w[r * PK + kk]);
+	packed_case(PR, 16, 16, true, a, w, pw, zero);  /* tile 1, 8 + 8 + 8 + 4 + 2 + 1 rows */
+	packed_case(1, 16, 32, true, a, w, pw, zero);   /* the last tile, one row */
+	packed_case(PR, 13, 16, false, a, w, pw, zero); /* a partial tile reads W as stored */
+	packed_case(5, 16, 8, false, a, w, pw, zero);   /* so does one not starting at a tile */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_threads_bf16),
 		cmocka_unit_test(test_threads_f32),
 		cmocka_unit_test(test_dot_bound),
+		cmocka_unit_test(test_dot_packed),
 		cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
