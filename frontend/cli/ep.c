@@ -254,6 +254,7 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "rank %d: --ep %lld but %d MPI rank%s running (start "
 			"it as mpirun -n %lld moec run --ep %lld ...)", rank, (long long)N, size, size == 1 ? " is" : "s are",
 			(long long)N, (long long)N);
+		cli_ep_net_agree(ctx, 1); /* prints it before every rank stops */
 		goto done;
 	}
 	int64_t T = global_tokens(ctx, o);

@@ -10,6 +10,7 @@
  * --ep needs it. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend/cli/cli.h"
 
@@ -33,6 +34,26 @@ int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size)
 	return 0;
 }
 
+/* The diagnostics in one write(2): the ranks share mpirun's stderr, and
+ * pieces written apart interleave with another rank's (a write of up to
+ * PIPE_BUF bytes to a pipe is atomic). */
+static void print_whole(moe_ctx *ctx)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (m) {
+		moe_diag_print(ctx, m);
+		if (fclose(m) == 0 && len)
+			(void)!write(2, buf, len);
+		free(buf);
+	} else {
+		moe_diag_print(ctx, stderr);
+	}
+	fflush(stderr);
+	moe_diag_clear(ctx);
+}
+
 int cli_ep_net_agree(moe_ctx *ctx, int failed)
 {
 	if (ep_failed_seen)
@@ -44,6 +65,11 @@ int cli_ep_net_agree(moe_ctx *ctx, int failed)
 		if (!failed)
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "rank %d of %d: stopping: another rank failed (its error "
 				"is printed by that rank)", ep_rank, ep_size);
+		/* every rank prints before a barrier they all join: mpirun stops the
+		 * others as soon as one rank exits, so a message left for exit could be
+		 * lost */
+		print_whole(ctx);
+		MPI_Barrier(MPI_COMM_WORLD);
 	}
 	return any;
 }
