@@ -127,7 +127,7 @@ static moe_id redo(dp *c, moe_id from, moe_id a, moe_id b)
 
 /* Does n keep the expert dimension first (a slice past axis 0, an einsum
  * permutation that leaves its first letter first)? */
-static bool keeps_expert_axis(const ir_node *n)
+bool pass_keeps_expert_axis(const ir_node *n)
 {
 	if (n->op == MOE_OP_SLICE)
 		return ir_attr_int(n, "axis", 0) > 0;
@@ -149,7 +149,7 @@ static moe_id block_weight(dp *c, moe_id w)
 	moe_id chain[8];
 	int n = 0;
 	moe_id d = w;
-	while (n < 8 && keeps_expert_axis(N(c->d, d)))
+	while (n < 8 && pass_keeps_expert_axis(N(c->d, d)))
 		chain[n++] = d, d = N(c->d, d)->args[0];
 	if (N(c->d, d)->op != MOE_OP_DEQUANT)
 		return gather_blocks(c, w);

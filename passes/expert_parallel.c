@@ -211,19 +211,10 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	return ir_b_cast(d, y, c->t, c->loc);
 }
 
-/* Does n keep the expert dimension first (blockwise-dispatch's rule)? */
+/* Does n keep the expert dimension first (blockwise-dispatch's rule, or a dequant)? */
 static bool keeps_expert_axis(const ir_node *n)
 {
-	if (n->op == MOE_OP_SLICE)
-		return ir_attr_int(n, "axis", 0) > 0;
-	if (n->op == MOE_OP_DEQUANT)
-		return true;
-	if (n->op != MOE_OP_EINSUM || n->nargs != 1)
-		return false;
-	ir_einsum e;
-	char msg[8];
-	return ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 1 &&
-	       e.in[0][0] == e.out[0];
+	return n->op == MOE_OP_DEQUANT || pass_keeps_expert_axis(n);
 }
 
 /* Marks the expert weights under v (through ops that keep the expert axis)

@@ -27,6 +27,9 @@ typedef struct pass_blocks {
 /* The expert FFN of experts node ex (of the source graph; s its operands
  * mapped into d) over every block of b, as blockwise-dispatch computes it:
  * [G, B, D], padding rows and blocks past nblocks skipped. */
+/* Does n keep the expert dimension first (a slice past axis 0, an einsum
+ * permutation that leaves its first letter first)? (blockwise_dispatch.c) */
+bool pass_keeps_expert_axis(const ir_node *n);
 moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b);
 
 /* Serving layers (passes/token_rows.c): the n_tokens input of g or
