@@ -206,7 +206,8 @@ void cgen_jit_free(cgen_jit *jit);
  * CS_DOT reading it as W is bf16 x bf16 with whole rows (wstride == K), K a
  * multiple of 2 * DOT_LANES and numel a multiple of DOT_LANES * K.
  * cgen_pack_tiles packs tiles [t0, t1) of DOT_LANES rows of src into dst (the
- * layout is described in pack.c). */
+ * layout is described in pack.c); dst must be 64-byte aligned (the tiles load
+ * it with aligned loads). */
 int cgen_pack_plan(const cg_prog *p, int *slot, int64_t *rowlen);
 void cgen_pack_tiles(const uint16_t *src, uint16_t *dst, int64_t K, int64_t t0, int64_t t1);
 

@@ -398,7 +398,6 @@ typedef struct host_run {
 	int64_t *rowlen;    /* per buffer: the K it is packed with */
 	int npack;
 	void **packed;      /* the packed copies, weights[nweights + slot] */
-	size_t *packed_bytes;
 } host_run;
 
 static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_tensor_map *bind,
@@ -589,7 +588,7 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	if (!s && stats) {
 		memset(stats, 0, sizeof *stats);
 		stats->compile_seconds = t1 - t0;
-		stats->pack_seconds = t3 - t2;
+		stats->pack_seconds = R.npack && R.packed[0] ? t3 - t2 : 0;
 		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
 	ctx_undefer(ctx, unwind);

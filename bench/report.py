@@ -216,7 +216,7 @@ for r in host_rows:
       f"({r['rmin']:.2f}-{r['rmax']:.2f}) | {r['n']} x {r['calls']} | {r['rest']:.1e} / {r['diff']:.1e} | "
       f"{len(r['off'])} / {tied} | {r['blocks']} / {r['grid']} | {fmt_s(r['jit'])} / "
       f"{fmt_s(r['jit_cached']) if r['jit_cached'] is not None else '-'} | "
-      f"{fmt_s(r['pack']) if r['pack'] else '-'} |")
+      f"{fmt_s(r['pack']) if r['pack'] and r['pack'] > 1e-4 else '-'} |")
 w("")
 w("About the baseline: Debian's PyTorch runs bf16 `F.linear` through oneDNN, whose speed depends on the kernels "
   f"it finds for this CPU (bf16 features: {E_.get('cpu_bf16', '?') or 'none'}), but float32 `F.linear` through the generic BLAS interface, which Debian resolves to the reference "
@@ -224,7 +224,8 @@ w("About the baseline: Debian's PyTorch runs bf16 `F.linear` through oneDNN, who
   "f32 baseline is weak at T = 32 and 512 and the f32 speed-ups there say more about that BLAS than about moec; "
   "the bf16 rows are the meaningful comparison, and the issue's target is stated for bf16.\n")
 w("moec pack = `pack_seconds`: the bf16 expert weights copied once per run into the layout of the vdpbf16ps "
-  "tiles (docs/abi.md), over the thread pool; like loading, not part of the compute time. "
+  "tiles (docs/abi.md), over the thread pool; like loading, not part of the compute time (`-`: nothing packed, "
+  "f32). "
   "moec JIT = `compile_seconds` (lowering, LLVM code generation at O3 and loading, in process), not part of the "
   "compute time: cold = round 1 (the run's JIT cache starts empty), cached = later rounds, which load the "
   "object file from the cache (`$XDG_CACHE_HOME/moec`) instead of running LLVM. The output differences are at the level of bf16 rounding (bf16 has 8 significant bits, "

@@ -32,6 +32,7 @@ typedef struct interp {
 	moe_ctx *ctx;
 	const moe_graph *g;
 	val *v;           /* per node */
+	const moe_exchange *x; /* all_to_all transport; NULL: ep = 1 only */
 	moe_id id;        /* node being evaluated */
 	const ir_node *n; /* N(g, id) */
 	int64_t ntok;     /* serving: the n_tokens value, else -1 */
@@ -887,6 +888,50 @@ static moe_status ev_dequant(interp *ip, val *out)
 	return MOE_OK;
 }
 
+/* all_to_all: rows [0, sum counts) of x grouped by destination go to their
+ * devices; the result holds the rows received, in device order, then zeros. */
+static moe_status ev_all_to_all(interp *ip, val *out)
+{
+	const ir_node *n = ip->n, *x = arg_node(ip, 0);
+	const val *xv = arg_val(ip, 0), *cv = arg_val(ip, 1);
+	int64_t ep = ir_attr_int(n, "ep", 1), rows = n->shape[0], S = x->shape[0];
+	int64_t width = S ? xv->n / S : 0, sum = 0;
+	int64_t counts[4096];
+	for (int64_t j = 0; j < ep; j++) {
+		counts[j] = cv->i[j];
+		if (counts[j] < 0 || counts[j] > S - sum)
+			return fault(ip, "all_to_all: counts[%lld] = %d: the counts must be >= 0 and sum to at most the %lld rows "
+				"of the send buffer", (long long)j, cv->i[j], (long long)S);
+		sum += counts[j];
+	}
+	const void *src = xv->f ? (const void *)xv->f : (const void *)xv->i;
+	void *dst = out->f ? (void *)out->f : (void *)out->i;
+	size_t rb = (size_t)width * 4;
+	if (out->n)
+		memset(dst, 0, (size_t)out->n * 4);
+	int64_t got = 0;
+	if (!ip->x || ip->x->ep == 1) {
+		if (ep != 1)
+			return fault(ip, "all_to_all over %lld devices needs an expert-parallel run (moec run --ep %lld under "
+				"mpirun, or moe_ep_sim_run)", (long long)ep, (long long)ep);
+		got = counts[0];
+		if (got > rows)
+			return fault(ip, "all_to_all: %lld rows received, more than the %lld the buffer holds", (long long)got,
+				(long long)rows);
+		if (got)
+			memcpy(dst, src, (size_t)got * rb);
+		return MOE_OK;
+	}
+	if (ip->x->ep != ep)
+		return fault(ip, "all_to_all: the program exchanges over %lld devices but runs on %d", (long long)ep,
+			ip->x->ep);
+	moe_status st = ip->x->all_to_all(ip->x->ud, ip->ctx, src, counts, rb, dst, rows, &got);
+	if (st == MOE_OK && got > rows)
+		return fault(ip, "all_to_all: %lld rows received, more than the %lld the buffer holds", (long long)got,
+			(long long)rows);
+	return st;
+}
+
 static size_t val_bytes(const val *v)
 {
 	return (size_t)(v->n ? v->n : 1) * 4;
@@ -1009,6 +1054,7 @@ static moe_status eval_node(interp *ip, val *out)
 	case MOE_OP_BROADCAST: return ev_broadcast(ip, out);
 	case MOE_OP_EXPERTS: return ev_experts(ip, out);
 	case MOE_OP_DEQUANT: return ev_dequant(ip, out);
+	case MOE_OP_ALL_TO_ALL: return ev_all_to_all(ip, out);
 	default:
 		IR_ASSERT(ir_ops[ip->n->op].flags & OPF_ELEM);
 		return ev_elem(ip, out);
@@ -1017,13 +1063,26 @@ static moe_status eval_node(interp *ip, val *out)
 
 static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor **out)
 {
+	return moe_interp_run_ex(ctx, g, bind, NULL, out);
+}
+
+moe_status moe_interp_run_ex(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_exchange *x,
+	moe_tensor **out)
+{
 	if (!ctx || !g || !out)
 		return MOE_ERR_INVALID;
+	moe_status st = moe_graph_verify(ctx, g);
+	for (uint32_t i = 0; st && i < g->nout; i++)
+		out[i] = NULL;
+	return st ? st : ir_interp_run_verified(ctx, g, bind, x, out);
+}
+
+moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_exchange *x, moe_tensor **out)
+{
+	moe_status st = MOE_OK;
 	for (uint32_t i = 0; i < g->nout; i++)
 		out[i] = NULL;
-	moe_status st = moe_graph_verify(ctx, g);
-	if (st)
-		return st;
 	uint32_t nn = g->nnodes;
 	for (moe_id id = 0; id < nn; id++) {
 		int t = N(g, id)->dtype;
@@ -1075,7 +1134,7 @@ static moe_status interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 			last[n->valid] = id;
 	}
 
-	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), 0, NULL, ntok};
+	interp ip = {ctx, g, ctx_alloc(ctx, (size_t)nn * sizeof(val)), x, 0, NULL, ntok};
 	for (moe_id id = 0; id < nn && !st; id++) {
 		if (!live[id])
 			continue;

@@ -50,4 +50,10 @@ moe_status ir_interp_compare(moe_ctx *ctx, const moe_graph *a, const moe_graph *
 moe_status ir_interp_run_alloc(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_tensor ***out);
 void ir_interp_free_outputs(moe_ctx *ctx, const moe_graph *g, moe_tensor **out);
 
+/* moe_interp_run_ex on a graph already verified: allocates only from ctx,
+ * never from the graph's own context, so that the devices of a simulated
+ * expert-parallel run (interp/ep_sim.c) can share graphs of one context. */
+moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_exchange *x, moe_tensor **out);
+
 #endif

@@ -405,6 +405,26 @@ static moe_status want_index(infer *c, const ir_node *i)
 	return MOE_OK;
 }
 
+/* all_to_all(x [S, ...], counts i32 [ep]) -> [rows, ...] of x's dtype. */
+static moe_status r_all_to_all(infer *c)
+{
+	ir_node *x = arg(c, 0), *k = arg(c, 1);
+	int64_t ep = ir_attr_int(c->n, "ep", 0), rows = ir_attr_int(c->n, "rows", -1);
+	if (ep < 1 || ep > 4096)
+		return ERR(c, "'all_to_all' needs ep in 1..4096, got %lld", (long long)ep);
+	if (rows < 0 || rows > MOE_MAX_DIM)
+		return ERR(c, "'all_to_all' needs rows in 0..%lld, got %lld", (long long)MOE_MAX_DIM, (long long)rows);
+	if (x->rank < 1)
+		return ERR(c, "'all_to_all' needs rows to send: x of rank >= 1");
+	if (k->dtype != MOE_I32 || k->rank != 1 || k->shape[0] != ep)
+		return ERR(c, "'all_to_all' counts must be i32[%lld] (one per device)", (long long)ep);
+	int64_t s[MOE_MAX_RANK];
+	memcpy(s, x->shape, sizeof s);
+	s[0] = rows;
+	set_out(c, (moe_dtype)x->dtype, x->rank, s);
+	return MOE_OK;
+}
+
 static moe_status r_gather(infer *c)
 {
 	ir_node *x = arg(c, 0), *i = arg(c, 1);
@@ -688,6 +708,7 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 	case SHAPE_BROADCAST: st = r_broadcast(&c); break;
 	case SHAPE_EXPERTS: st = r_experts(&c); break;
 	case SHAPE_DEQUANT: st = ir_infer_dequant(ctx, g, id); break;
+	case SHAPE_ALL_TO_ALL: st = r_all_to_all(&c); break;
 	}
 	if (st)
 		return st;

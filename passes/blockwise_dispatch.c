@@ -127,7 +127,7 @@ static moe_id redo(dp *c, moe_id from, moe_id a, moe_id b)
 
 /* Does n keep the expert dimension first (a slice past axis 0, an einsum
  * permutation that leaves its first letter first)? */
-static bool keeps_expert_axis(const ir_node *n)
+bool pass_keeps_expert_axis(const ir_node *n)
 {
 	if (n->op == MOE_OP_SLICE)
 		return ir_attr_int(n, "axis", 0) > 0;
@@ -149,7 +149,7 @@ static moe_id block_weight(dp *c, moe_id w)
 	moe_id chain[8];
 	int n = 0;
 	moe_id d = w;
-	while (n < 8 && keeps_expert_axis(N(c->d, d)))
+	while (n < 8 && pass_keeps_expert_axis(N(c->d, d)))
 		chain[n++] = d, d = N(c->d, d)->args[0];
 	if (N(c->d, d)->op != MOE_OP_DEQUANT)
 		return gather_blocks(c, w);
@@ -209,6 +209,21 @@ static moe_id activation(dp *c, const ir_node *ex, moe_id gate, moe_id up)
 		return vcast(c, v2(c, MOE_OP_MUL, v2(c, MOE_OP_ADD, u, cf(c, 1.0)), glu), c->t);
 	}
 	return vcast(c, v2(c, MOE_OP_MUL, a, u), c->t);
+}
+
+/* The expert FFN of every block of blocks [G, B, D]. */
+static moe_id expert_ffn(dp *c, const ir_node *ex, const moe_id *s, moe_id blocks)
+{
+	moe_id up = project(c, blocks, s[EXP_UP], s[EXP_B_UP]);
+	moe_id gate = s[EXP_GATE] != MOE_NONE ? project(c, blocks, s[EXP_GATE], s[EXP_B_GATE]) : MOE_NONE;
+	return project(c, activation(c, ex, gate, up), s[EXP_DOWN], s[EXP_B_DOWN]);
+}
+
+moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b)
+{
+	dp c = {.d = d, .loc = ex->loc, .t = (moe_dtype)N(d, b->blocks)->dtype, .G = b->G, .B = b->B,
+		.rows = b->rows, .nblocks = b->nblocks, .bexp = b->bexp};
+	return expert_ffn(&c, ex, s, b->blocks);
 }
 
 static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
@@ -282,11 +297,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
 	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, blocks, "blocks");
-	/* expert FFN per block */
-	moe_id up = project(c, blocks, s[EXP_UP], s[EXP_B_UP]);
-	moe_id gate = s[EXP_GATE] != MOE_NONE ? project(c, blocks, s[EXP_GATE], s[EXP_B_GATE]) : MOE_NONE;
-	moe_id h = activation(c, ex, gate, up);
-	moe_id out = project(c, h, s[EXP_DOWN], s[EXP_B_DOWN]); /* [G, B, D] */
+	moe_id out = expert_ffn(c, ex, s, blocks); /* [G, B, D] */
 	/* combine: gather each pair's row back, weight, sum over K in f32; in
 	 * chunks of tokens when the gathered rows would exceed c->chunk elements */
 	moe_id flat = reshape(c, out, 2, G * B, c->D, 0);

@@ -20,6 +20,15 @@ static const moe_pass_option dispatch_opts[] = {
 	{NULL, 0, NULL, NULL, NULL},
 };
 
+static const moe_pass_option ep_opts[] = {
+	{"ep", MOE_PASS_OPT_COUNT, NULL, "1", "the devices the experts are spread over"},
+	{"rank", MOE_PASS_OPT_TEXT, NULL, "0", "the device whose program this is, 0..ep-1"},
+	{"tokens", MOE_PASS_OPT_COUNT, NULL, "ep x the layer's T", "the tokens of the whole batch (the layer holds this "
+		"device's floor(T/ep), the last device the remainder)"},
+	{"placement", MOE_PASS_OPT_TEXT, NULL, "contiguous ranges", "the device of each expert, '.'-separated (0.0.1.1)"},
+	{NULL, 0, NULL, NULL, NULL},
+};
+
 static const moe_pass_info builtin[] = {
 	{"infer-shapes", "re-derive every node's dtype and shape from its operands", NULL, pass_infer_shapes, NULL},
 	{"canonicalize", "remove identity casts/reshapes/broadcasts, fold integer constants, expand composite ops",
@@ -31,9 +40,13 @@ static const moe_pass_info builtin[] = {
 		pass_blockwise_dispatch, NULL},
 	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
 		NULL},
+	{"expert-parallel", "split experts() into one device's program of an expert-parallel layer (all_to_all)", NULL,
+		pass_expert_parallel, NULL},
+	{"lower-exchange", "rewrite single-device all_to_all into slices and selects", NULL, pass_lower_exchange, NULL},
 };
 /* The option rows of builtin[i] (NULL: none). */
-static const moe_pass_option *const builtin_rows[] = {NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL};
+static const moe_pass_option *const builtin_rows[] = {
+	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL};
 _Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
 	"one option-row entry per built-in pass");
 
@@ -49,8 +62,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,grid-bound,canonicalize,cse,dce"},
-	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,grid-bound,canonicalize,cse,dce"},
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
 
 const char *moe_pipeline_named(const char *name)

@@ -14,6 +14,23 @@ PASS(pass_dce);
 PASS(pass_lower_topk);
 PASS(pass_blockwise_dispatch);
 PASS(pass_grid_bound);
+PASS(pass_expert_parallel);
+PASS(pass_lower_exchange);
+
+/* A block grid of blockwise-dispatch: blocks [G, B, D] of the compute type,
+ * rows [G] the valid rows of each block, nblocks the blocks in use (a
+ * scalar), bexp [G] the expert of each block. */
+typedef struct pass_blocks {
+	moe_id blocks, rows, nblocks, bexp;
+	int64_t G, B;
+} pass_blocks;
+/* The expert FFN of experts node ex (of the source graph; s its operands
+ * mapped into d) over every block of b, as blockwise-dispatch computes it:
+ * [G, B, D], padding rows and blocks past nblocks skipped. */
+/* Does n keep the expert dimension first (a slice past axis 0, an einsum
+ * permutation that leaves its first letter first)? (blockwise_dispatch.c) */
+bool pass_keeps_expert_axis(const ir_node *n);
+moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b);
 
 /* Serving layers (passes/token_rows.c): the n_tokens input of g or
  * MOE_NONE; the token-row kind of every node (false with an error when the

@@ -146,13 +146,74 @@ static bool same_squeezed(int ra, const int64_t *a, int rb, const int64_t *b)
 }
 
 /* True when no tensor of src (each expert's, for a template) is in ck. */
-static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked)
+static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked, const int64_t *map)
 {
 	for (int64_t e = 0; e < count; e++) {
-		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
 		bool found = (stacked ? name != NULL : true) && moe_checkpoint_find(ck, stacked ? name : src, NULL);
 		free(name);
 		if (found || (stacked && !name))
+			return false;
+	}
+	return true;
+}
+
+/* The ep_experts list of an expert-parallel device's weight (the global
+ * expert of each leading row), in *map; NULL when the weight has none. */
+static bool ep_map(moe_ctx *ctx, const moe_graph *g, moe_id id, const int64_t **map, int *nmap)
+{
+	const ir_node *n = N(g, id);
+	int k = *nmap = ir_attr_ints(n, "ep_experts", map);
+	if (k < 0) {
+		*map = NULL;
+		return true;
+	}
+	bool ok = n->rank >= 1 && k >= 1 && n->shape[0] % k == 0;
+	for (int i = 0; ok && i < k; i++)
+		ok = (*map)[i] >= 0 && (*map)[i] < MOE_MAX_DIM;
+	if (!ok)
+		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "weight '%s': ep_experts must list experts >= 0 whose count divides the leading dimension",
+			n->name);
+	return ok;
+}
+
+/* An expert-parallel device's rows of one tensor holding every expert
+ * ([E * G, ...], each expert G consecutive rows; G = 1 mostly): the weight's
+ * rows [i * G, (i + 1) * G) are the tensor's of expert map[i]; only those
+ * bytes are read. */
+static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file,
+	const int64_t *map, int nmap, bool check, moe_tensor *t)
+{
+	const ir_node *n = N(g, id);
+	int64_t grp = n->shape[0] / nmap;
+	bool same = st->rank == n->rank && st->rank >= 1 && grp >= 1 && st->shape[0] % grp == 0;
+	for (int i = 1; same && i < n->rank; i++)
+		same = st->shape[i] == n->shape[i];
+	for (int e = 0; same && e < nmap; e++)
+		same = map[e] < st->shape[0] / grp;
+	if (!same) {
+		char have[160], want[160];
+		shape_str(have, sizeof have, st->rank, st->shape);
+		shape_str(want, sizeof want, n->rank, n->shape);
+		rt_err_at(ctx, file, st->offset, "tensor '%s' has shape %s; weight '%s' : %s takes the rows of experts "
+			"(ep_experts) up to %lld", st->name, have, n->name, want, (long long)map[nmap - 1]);
+		return false;
+	}
+	if (!dtype_converts(st->dtype, (moe_dtype)n->dtype)) {
+		dtype_error(ctx, st, file, n->name, (moe_dtype)n->dtype);
+		return false;
+	}
+	if (check)
+		return true;
+	int64_t experts = st->shape[0] / grp;
+	size_t sbytes = st->nbytes / (size_t)experts, dbytes = t->nbytes / (size_t)nmap;
+	for (int e = 0; e < nmap; e++) {
+		moe_st_tensor row = *st;
+		row.numel = st->numel / experts;
+		row.nbytes = sbytes;
+		row.data = (const char *)st->data + (size_t)map[e] * sbytes;
+		row.offset = st->offset + (int64_t)((size_t)map[e] * sbytes);
+		if (!convert(ctx, &row, file, n->name, (moe_dtype)n->dtype, (char *)t->data + (size_t)e * dbytes))
 			return false;
 	}
 	return true;
@@ -200,7 +261,17 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		return false;
 	}
 	int errs = moe_error_count(ctx);
-	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked);
+	/* an expert-parallel device's rows: the global experts it holds */
+	const int64_t *map = NULL;
+	int nmap = 0;
+	if (!ep_map(ctx, g, id, &map, &nmap) || (map && stacked && nmap != shape[0])) {
+		if (map && stacked && nmap != shape[0])
+			moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': a per-expert source ({e}) takes one ep_experts entry per "
+				"leading row", wname);
+		free(src);
+		return false;
+	}
+	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked, map);
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
 		free(src);
@@ -226,7 +297,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	size_t pbytes = count && t ? t->nbytes / (size_t)count : 0;
 	bool ok = true;
 	for (int64_t e = 0; e < count && ok; e++) {
-		char *name = stacked ? subst(src, "{e}", e) : NULL;
+		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
 		const char *tn = stacked ? name : src;
 		if (!tn) {
 			moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
@@ -243,6 +314,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 				moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': tensor '%s' not found in %s", wname, tn, srcs);
 			}
 			ok = false;
+		} else if (map && !stacked) {
+			ok = load_rows(ctx, g, id, st, file, map, nmap, check, t);
 		} else {
 			bool same = st->rank == prank;
 			for (int i = 0; same && i < prank; i++)

@@ -60,6 +60,7 @@ typedef struct opts {
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
 	const char *threads, *kernels, *no_cache; /* run --threads N, --kernels=auto|portable, --no-cache (host) */
+	const char *ep, *placement; /* run --ep N [--placement D0,D1,...] (expert parallelism) */
 	const char *serve_tokens; /* run --tokens N */
 	const char *buckets;      /* compile --buckets T1,T2,... */
 	moe_setting sets[MAX_SETS];
@@ -135,6 +136,17 @@ int cli_cat_and_remove(moe_ctx *ctx, const char *tmp);
 int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);
 int cli_run(moe_ctx *ctx, const opts *o);
+/* run --ep N (frontend/cli/ep.c) and its MPI transport (ep_mpi.c): init
+ * reports this process's rank and the ranks running; agree returns nonzero
+ * when any rank failed (failed: this one did), after which no collective
+ * follows; gather collects each rank's bytes at rank 0, in rank order. */
+int cli_run_ep(moe_ctx *ctx, const opts *o);
+int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
+int cli_ep_net_agree(moe_ctx *ctx, int failed);
+moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,
+	void *recv, int64_t cap, int64_t *got);
+int cli_ep_net_gather(moe_ctx *ctx, const void *mine, size_t bytes, void *all, size_t all_bytes);
+void cli_ep_net_finish(void);
 int cli_compile(moe_ctx *ctx, const opts *o);
 /* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);

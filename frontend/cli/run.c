@@ -414,6 +414,10 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		repeat = 1;
 	if (o->kind == K_TCPB)
 		return cli_run_tcpb(ctx, o);
+	if (o->placement && !o->ep)
+		return err(ctx, NULL, "--placement needs --ep N%s", "");
+	if (o->ep)
+		return cli_run_ep(ctx, o);
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);

@@ -89,6 +89,12 @@ MOE_API moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_mod
 /* The tight worst-case number of B-row blocks (docs/semantics.md section 5):
  * min(M + floor((n - M)/B), M*ceil(T/B)), n = T*K, M = min(E, n). */
 MOE_API int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B);
+/* Expert parallelism (docs/expert-parallel.md): the most rows a device
+ * holding Ed of the experts can receive when T tokens pick K experts each,
+ * T * min(K, Ed), and the tight block grid over them,
+ * moe_grid_blocks_max(T, min(K, Ed), Ed, B). */
+MOE_API int64_t moe_ep_recv_rows_max(int64_t T, int64_t K, int64_t Ed);
+MOE_API int64_t moe_ep_grid_blocks_max(int64_t T, int64_t K, int64_t Ed, int64_t B);
 /* The seed design's (T*K - E)/B + E (its first term; n < E gives E). */
 MOE_API int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B);
 /* vLLM moe_align_block_size: ceil(P / B), P = n + E*(B-1), P = min(n*B, P) if n < E. */

@@ -58,6 +58,36 @@ MOE_API moe_status moe_tokens_check(moe_ctx *ctx, const moe_graph *g, const moe_
 MOE_API moe_status moe_interp_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
 	moe_tensor **out);
 
+/* Expert parallelism (docs/expert-parallel.md): how the `all_to_all` nodes of
+ * one device's program reach the other ep - 1 devices. all_to_all sends rows
+ * [0, sum counts) of `send`, grouped by destination (counts[j] rows of
+ * row_bytes bytes to device j, counts has ep entries), and receives into
+ * `recv` (room for cap rows) the rows every device sends to this one, in
+ * device order; *got is the number received. Every device calls it for the
+ * same nodes in the same order. It returns MOE_OK, or an error with a
+ * diagnostic on ctx (then every device must see an error, never a hang). */
+typedef struct moe_exchange {
+	int ep, rank;
+	moe_status (*all_to_all)(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,
+		void *recv, int64_t cap, int64_t *got);
+	void *ud;
+} moe_exchange;
+
+/* moe_interp_run for one device of an expert-parallel program: its
+ * all_to_all nodes go through x (NULL: only ep = 1 exchanges, which keep
+ * the rows on this device). */
+MOE_API moe_status moe_interp_run_ex(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
+	const moe_exchange *x, moe_tensor **out);
+
+/* A simulated run of the ep per-device programs g[0 .. ep-1] (from the
+ * expert-parallel pass, one per rank) on the interpreter, one thread per
+ * device, the exchanges done in memory. out[d] receives device d's outputs
+ * (caller frees each tensor and the arrays are the caller's: out[d] must
+ * have room for moe_graph_num_outputs(g[d]) tensors). Diagnostics of every
+ * device are copied to ctx, prefixed with the device. */
+MOE_API moe_status moe_ep_sim_run(moe_ctx *ctx, int ep, const moe_graph *const *g,
+	const moe_tensor_map *const *bind, moe_tensor **const *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -136,6 +136,30 @@ MOE_API uint32_t moe_tcp_num_outputs(const moe_tcp_program *p);
 /* Stats as a JSON object (malloc'd; moe_free). */
 MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
 
+/* ---- expert parallelism on N simulated chips (docs/expert-parallel.md) ----
+ * g[d] is chip d's program from the expert-parallel pass (and the rest of the
+ * pipeline), bind[d] its inputs and weights. The programs are cut at their
+ * all_to_all nodes into phases run on the simulator chip by chip, the chips
+ * advancing together; the exchanges move rows in memory and are costed by the
+ * machine's interconnect (latency + max(bytes out, bytes in) / bandwidth per
+ * chip). out[d] receives chip d's outputs (caller frees). With
+ * ro->timing_only, phases whose weights are all bound with data (routing,
+ * combine) run in full so that the exchanges carry the real counts, the
+ * others are timed only, and the outputs are not meaningful. ro->trace_path
+ * is not supported here. */
+#define MOE_TCP_EP_MAX 64
+typedef struct moe_tcp_ep_stats {
+	int ep, exchanges;
+	double simulated_seconds; /* compute_seconds + link_seconds */
+	double compute_seconds;   /* sum over phases of the slowest chip */
+	double link_seconds;      /* sum over exchanges of the slowest chip's link */
+	double link_bytes_per_s, link_latency_s;
+	double chip_seconds[MOE_TCP_EP_MAX], chip_link_seconds[MOE_TCP_EP_MAX];
+	int64_t chip_link_bytes_out[MOE_TCP_EP_MAX], chip_link_bytes_in[MOE_TCP_EP_MAX];
+} moe_tcp_ep_stats;
+MOE_API moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
+	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

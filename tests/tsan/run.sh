@@ -1,6 +1,7 @@
 #!/bin/sh
 # tests/tsan/run.sh: the two-threads test (tests/unit/test_threads.c) and the
-# host thread-pool test (tests/unit/test_host_par.c: layers on 1-3 threads)
+# host thread-pool test (tests/unit/test_host_par.c: layers on 1-3 threads) and the
+# simulated expert-parallel devices (tests/unit/test_expert_parallel.c: a thread each)
 # built with ThreadSanitizer and run through ctest; any data race fails them.
 # (The JIT-compiled layer code itself is not instrumented; the pool's
 # hand-offs around it are.)
@@ -21,6 +22,6 @@ fi
 # Warnings are the normal build's business (clang flags bison's output).
 cmake -S "$src" -B "$bdir" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DMOEC_TSAN=ON -DMOEC_WERROR=OFF
-cmake --build "$bdir" -j"${JOBS:-2}" --target test_threads test_host_par
+cmake --build "$bdir" -j"${JOBS:-2}" --target test_threads test_host_par test_expert_parallel
 cd "$bdir"
-ctest --output-on-failure -R '^unit\.test_(threads|host_par)$'
+ctest --output-on-failure -R '^unit\.test_(threads|host_par|expert_parallel)$'

@@ -422,7 +422,7 @@ static void packed_case(int64_t rows, int64_t lanes, int64_t w0, bool packed, co
 	assert_int_equal(slot[p->node_buf[1]], 0);
 	assert_int_equal(rowlen[p->node_buf[1]], PK);
 	assert_int_equal(slot[p->node_buf[0]], -1);
-	static float ys[PR * 16], yp[PR * 16], yz[PR * 16];
+	static _Alignas(64) float ys[PR * 16], yp[PR * 16], yz[PR * 16];
 	const char *k = run_packed(p, NULL, a, w, NULL, ys);
 	run_packed(p, slot, a, w, pw, yp);
 	run_packed(p, slot, a, w, zero, yz);
@@ -448,7 +448,8 @@ static void packed_case(int64_t rows, int64_t lanes, int64_t w0, bool packed, co
 static void test_dot_packed(void **state)
 {
 	(void)state;
-	static uint16_t a[PR * PK], w[PW * PK], pw[PW * PK], zero[PW * PK];
+	/* packed copies are 64-byte aligned (moe_host_run allocates them so): the tile's loads rely on it */
+	static _Alignas(64) uint16_t a[PR * PK], w[PW * PK], pw[PW * PK], zero[PW * PK];
 	for (int i = 0; i < PR * PK; i++)
 		a[i] = rand_bf16();
 	for (int i = 0; i < PW * PK; i++)

@@ -161,6 +161,13 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_node_set_ints(g, dq, "block", qb, 2);
 	assert_int_equal(moe_node_infer(g, dq), MOE_OK);
 	moe_graph_add_output(g, dq);
+	int64_t one = 1;
+	moe_id cnt = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &one, "a2a_counts");
+	moe_id a2a = moe_node_new(g, MOE_OP_ALL_TO_ALL, (moe_id[]){x, cnt}, 2, nl);
+	moe_node_set_int(g, a2a, "ep", 1);
+	moe_node_set_int(g, a2a, "rows", 2 * T);
+	assert_int_equal(moe_node_infer(g, a2a), MOE_OK);
+	moe_graph_add_output(g, a2a);
 	moe_graph_add_output(g, ex);
 	moe_graph_add_output(g, sc);
 

@@ -327,6 +327,21 @@ static moe_id b_experts(moe_graph *g, rng *r)
 	return id;
 }
 
+/* all_to_all over one device (ep = 1): x [S, D], counts = [c] with c <= S
+ * and c <= rows, so every executor keeps the first c rows (lower-exchange). */
+static moe_id b_all_to_all(moe_graph *g, rng *r)
+{
+	int64_t S = 1 + rnd(r, 6), D = 1 + rnd(r, 5), rows = 1 + rnd(r, 8);
+	int64_t c = rnd(r, (uint32_t)((S < rows ? S : rows) + 1));
+	moe_id x = input(g, "x", pick(r, NUMS, 3), 2, (int64_t[]){S, D});
+	moe_id k = ir_emit(g, MOE_OP_CONST, MOE_I32, 1, (int64_t[]){1}, NULL, 0, moe_loc_none());
+	moe_node_set_float(g, k, "value", (double)c);
+	moe_id id = node(g, MOE_OP_ALL_TO_ALL, (moe_id[]){x, k}, 2);
+	moe_node_set_int(g, id, "ep", 1);
+	moe_node_set_int(g, id, "rows", rows);
+	return id;
+}
+
 /* One layer exercising op, deterministic in seed. */
 static moe_module *build(moe_ctx *ctx, moe_op op, uint64_t seed)
 {
@@ -357,6 +372,7 @@ static moe_module *build(moe_ctx *ctx, moe_op op, uint64_t seed)
 	case SHAPE_BROADCAST: y = b_shape_op(g, op, &r); break;
 	case SHAPE_EXPERTS: y = b_experts(g, &r); break;
 	case SHAPE_DEQUANT: y = b_dequant(g, &r); break;
+	case SHAPE_ALL_TO_ALL: y = b_all_to_all(g, &r); break;
 	default: fail_msg("op %s: no graph builder for its shape rule", moe_op_name(op)); return NULL;
 	}
 	infer(g, y);
