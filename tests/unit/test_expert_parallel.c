@@ -14,33 +14,9 @@
 #include "interp/interp.h"
 #include "ir/ir.h"
 #include "moec/passes.h"
+#include "grid_brute.h"
 
 /* ---- bounds ---- */
-
-/* Can T tokens each pick K distinct experts so that expert e gets c[e]?
- * (Greedy by largest remaining demand, optimal for equal row sums.) */
-static int feasible(int T, int K, int E, const int *c)
-{
-	int r[8];
-	memcpy(r, c, sizeof(int) * (size_t)E);
-	for (int t = 0; t < T; t++) {
-		int used[8] = {0};
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int e = 0; e < E; e++)
-				if (!used[e] && r[e] > 0 && (best < 0 || r[e] > r[best]))
-					best = e;
-			if (best < 0)
-				return 0;
-			used[best] = 1;
-			r[best]--;
-		}
-	}
-	for (int e = 0; e < E; e++)
-		if (r[e])
-			return 0;
-	return 1;
-}
 
 /* Over every reachable count vector: the most rows and blocks that land on
  * the experts [lo, hi) of one device. */
