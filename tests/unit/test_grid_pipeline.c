@@ -10,7 +10,6 @@
 #include "moec/passes.h"
 #include "grid_brute.h"
 
-
 static int64_t brute(int T, int K, int E, int B)
 {
 	int c[8] = {0};
