@@ -121,8 +121,16 @@ def main():
         one = peaks(run(tm + [moec, "run", moe, "--weights", w, "--input", x, "--engine", "interp", "-o", y1],
                         to)[0].stderr)[0]
         y4 = os.path.join(tmp, "y4.npy")
-        p, _ = run(mpirun_cmd(4) + tm + [moec, "run", moe, "--weights", w, "--input", x, "--ep", "4", "-o", y4], to)
-        ranks = peaks(p.stderr)
+        # Each rank's /usr/bin/time writes its own file: lines the ranks print to a
+        # shared stderr can arrive interleaved through mpirun and be lost to the match.
+        per_rank = os.path.join(tmp, "peak.")
+        wrap = ["sh", "-c", '/usr/bin/time -f "peak_rss_kb %%M" -o "%s${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" "$@"'
+                % per_rank, "sh"]
+        run(mpirun_cmd(4) + wrap + [moec, "run", moe, "--weights", w, "--input", x, "--ep", "4", "-o", y4], to)
+        ranks = []
+        for r in range(4):
+            if os.path.exists(per_rank + str(r)):
+                ranks += peaks(open(per_rank + str(r)).read())
         mb = 1 << 20
         check("one process holds every expert", one - base >= 1.5 * W,
               "peak %.1f MB, base %.1f MB, expert weights W = %.1f MB" % (one / mb, base / mb, W / mb))
