@@ -189,7 +189,7 @@ static cg_prog *dot_prog(moe_ctx *c, int rows, moe_module **mod)
 	int64_t v[5] = {rows, DLANES, 0, 0, 0};
 	for (int i = 0; i < 5; i++)
 		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
-	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], DK, DK, DK};
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], DK, DK, DK, 1, 0, 0};
 	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
 	memset(s, 0, sizeof *s);
 	s->kind = CS_DOT;
@@ -380,7 +380,7 @@ static cg_prog *packed_prog(moe_ctx *c, int64_t rows, int64_t lanes, int64_t w0,
 	int64_t v[5] = {rows, lanes, 0, w0 * PK, 0};
 	for (int i = 0; i < 5; i++)
 		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
-	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], PK, PK, PK};
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], PK, PK, PK, 1, 0, 0};
 	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
 	memset(s, 0, sizeof *s);
 	s->kind = CS_DOT;
