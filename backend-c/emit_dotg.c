@@ -12,7 +12,6 @@
  * Every element is summed as by the single-tile vdpbf16ps kernel: from
  * -0.0, one vdpbf16ps per pair of k, pairs in ascending k, with the same
  * operands. Results are bitwise those of emit_dot.c's dot_bf16. */
-#include <stdlib.h> /* H17TMP */
 #include "backend-c/emit_llvm_int.h"
 
 enum { DOTG_ROWS = 6, DOTG_KB = 256, DOTG_MAXG = 4 };
@@ -72,34 +71,6 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 	}
 }
 
-/* the first row group of a k block streams the group's W from memory: it
- * prefetches, per step, the same step of the next k block (or, in the last
- * block, of the next group's first block), one cache line per pair vector;
- * the other row groups find that block in L1 */
-static void group_prefetch(eml *E, const cg_dot *t, int G, LLVMValueRef r0, LLVMValueRef pw, LLVMValueRef pat,
-	LLVMValueRef kb)
-{
-	LLVMBuilderRef b = E->b;
-	LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.pf");
-	LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.pfdone");
-	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntEQ, r0, c64(E, 0), ""), yes, join);
-	LLVMPositionBuilderAtEnd(b, yes);
-	LLVMValueRef more = LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, kb, c64(E, DOTG_KB), ""), c64(E, t->K), "");
-	LLVMValueRef off = LLVMBuildSelect(b, more, c64(E, DOTG_KB * DOT_LANES),
-		LLVMBuildSub(b, c64(E, G * DOT_LANES * t->K), LLVMBuildMul(b, kb, c64(E, DOT_LANES), ""), ""), "");
-	LLVMValueRef at = LLVMBuildAdd(b, pat, off, "");
-	LLVMValueRef base = LLVMBuildGEP2(b, E->i16, pw, &at, 1, "");
-	for (int u = 0; u < G; u++)
-		for (int p = 0; p < DOT_LANES; p++) {
-			LLVMValueRef o = c64(E, u * DOT_LANES * t->K + p * 2 * DOT_LANES);
-			LLVMValueRef args[4] = {LLVMBuildGEP2(b, E->i16, base, &o, 1, ""), cgl_ci32(E, 0), cgl_ci32(E, 3),
-				cgl_ci32(E, 1)};
-			LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
-		}
-	LLVMBuildBr(b, join);
-	LLVMPositionBuilderAtEnd(b, join);
-}
-
 /* rows [r0, r0 + R), k in [kb, kend): accumulators loaded from dst, kept in
  * registers (phis) over the steps, stored back */
 static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, LLVMValueRef ai, LLVMValueRef wi,
@@ -136,7 +107,6 @@ static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, L
 	LLVMPositionBuilderAtEnd(b, body);
 	/* tile 0's step at k0 in the packed copy: wi + k0 * DOT_LANES (pack.c) */
 	LLVMValueRef pat = LLVMBuildAdd(b, wi, LLVMBuildMul(b, k0, c64(E, DOT_LANES), ""), "");
-	if (!getenv("H17_NOPF")) group_prefetch(E, t, G, r0, pw, pat, kb); /* H17TMP */
 	group_step(E, t, G, R, a0, pw, pat, k0, acc);
 	LLVMValueRef next = LLVMBuildAdd(b, k0, c64(E, 2 * DOT_LANES), "");
 	LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
