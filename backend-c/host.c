@@ -204,7 +204,7 @@ static void cc_cleanup(cc_mod *m)
 static double now(void)
 {
 	struct timespec t;
-	clock_gettime(getenv("H17_CPU") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t); /* H17TMP */
+	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -499,7 +499,6 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 	int repeat = o->repeat;
 	double *times = R->times;
 	qsort(times, (size_t)repeat, sizeof *times, cmp_double);
-	if (getenv("H17_TIMES")) fprintf(stderr, "H17 min %.4f med %.4f\n", times[0], times[repeat / 2]); /* H17TMP */
 	stats->compute_seconds = repeat % 2 ? times[repeat / 2] : 0.5 * (times[repeat / 2 - 1] + times[repeat / 2]);
 	stats->repeat = repeat;
 	stats->workspace_bytes = (size_t)p->workspace;

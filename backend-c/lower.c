@@ -454,7 +454,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	/* a bf16 panel's rows are K + 32 elements apart: with K * 2 bytes a
 	 * multiple of 4 KB, the rows a tile reads at one k would all fall in one
 	 * set of the L1 cache and evict each other */
-	int64_t AS = abf && !getenv("H17_NOPAD") ? K + 32 : K; /* H17TMP */
+	int64_t AS = abf ? K + 32 : K;
 	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, M * AS), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
 	/* dot tiles are independent (a parallel loop): each has its own accumulators */
 	int64_t accsz = M * NT * (dot ? ntiles : 1);
