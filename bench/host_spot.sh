@@ -41,7 +41,7 @@ import json, sys
 dt, T, r, out = sys.argv[1:]
 m = json.load(open(out + "/m.json"))["compute_seconds"]
 t = json.load(open(out + "/t.json"))
-t = t.get("median_seconds", t.get("seconds"))
+t = t["compute_seconds"]
 print(f"{dt} T={T} round {r}: moec {m * 1e3:.1f} ms  torch {t * 1e3:.1f} ms  ratio {t / m:.2f}x  load {open('/proc/loadavg').read().split()[0]}")
 with open(out + "/ratios.txt", "a") as f:
     f.write(f"{dt} {T} {t / m} {m} {t}\n")
