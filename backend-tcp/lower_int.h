@@ -71,6 +71,7 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
+	bool *hoist;       /* computed from constants and iotas only: emitted first (plan_order) */
 	int64_t G;
 	int vreg_rows;
 } lw;

@@ -38,6 +38,8 @@ typedef struct dp {
 	int64_t chunk; /* combine: most gathered elements per token chunk */
 	moe_id rows, nblocks, bexp;
 	moe_id ntok; /* serving: the n_tokens input (rebuilt graph), else MOE_NONE */
+	bool decode; /* option decode=1: a T = 1 layer takes the decode grid (decode_grid) */
+	bool dgrid;  /* this layer's grid is the decode grid */
 } dp;
 
 static moe_id ci(dp *c, int64_t v)
@@ -226,19 +228,13 @@ moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const p
 	return expert_ffn(&c, ex, s, b->blocks);
 }
 
-static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
+/* The expert-sorted grid of section 5 (docs/semantics.md): one-hot counts,
+ * block offsets, each pair's row and each block's expert and valid rows.
+ * Sets nblocks, bexp and rows; returns pos. */
+static moe_id index_grid(dp *c, moe_id idx)
 {
 	moe_graph *d = c->d;
-	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
-	/* routing indices */
-	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
-	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
-	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
-		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
-		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
-		live = b2(c, MOE_OP_LT, pairs, nk);
-		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
-	}
+	int64_t E = c->E, B = c->B, G = c->G;
 	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
 	moe_node_set_int(d, oh, "n", E);
 	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
@@ -272,6 +268,57 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, ci(c, B)), ci(c, 0), c->loc);
 	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, c->rows, "block_rows");
+	return pos;
+}
+
+/* Decode (T = 1, no serving count, G = K): the K pairs are K blocks of one
+ * row each in slot order, so the top-k indices are the block experts and no
+ * index generation runs: pos = k B, rows = 1, nblocks = K (constants). Each
+ * block computes its own pair as the sorted grid would, and the combine sums
+ * over k in slot order, so the result is the same. */
+static moe_id decode_grid(dp *c, moe_id idx)
+{
+	moe_graph *d = c->d;
+	int64_t G = c->G;
+	c->nblocks = ir_emit(d, MOE_OP_CONST, MOE_I32, 0, NULL, NULL, 0, c->loc);
+	moe_node_set_int(d, c->nblocks, "value", c->K);
+	moe_node_set_name(d, c->nblocks, "nblocks");
+	c->rows = ir_emit(d, MOE_OP_CONST, MOE_I32, 1, &G, NULL, 0, c->loc);
+	moe_node_set_int(d, c->rows, "value", 1);
+	moe_node_set_name(d, c->rows, "block_rows");
+	c->bexp = idx;
+	moe_node_set_name(d, c->bexp, "block_expert");
+	moe_id pos = b2(c, MOE_OP_MUL, ir_b_iota(d, 1, &G, 0, c->loc), ci(c, c->B));
+	moe_node_set_name(d, pos, "pos");
+	return pos;
+}
+
+/* The decode grid's pair rows for the combine: pair k is row 0 of block k,
+ * a strided view of the block results ([G, B, D] -> [K, D]), no gather. */
+static moe_id decode_rows(dp *c, moe_id out)
+{
+	return reshape(c, ir_b_slice(c->d, out, 1, 0, 1, c->loc), 2, c->K, c->D, 0);
+}
+
+static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
+{
+	moe_graph *d = c->d;
+	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
+	/* routing indices */
+	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
+	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
+	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
+		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
+		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
+		live = b2(c, MOE_OP_LT, pairs, nk);
+		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
+	}
+	moe_id pos;
+	c->dgrid = c->decode && c->T == 1 && c->ntok == MOE_NONE && c->G == n;
+	if (c->dgrid)
+		pos = decode_grid(c, idx);
+	else
+		pos = index_grid(c, idx);
 	/* dispatch: scatter each pair's token row into the grid */
 	/* a layer without n_tokens keeps its nodes and their order */
 	moe_id tok = live == MOE_NONE ? b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K))
@@ -317,7 +364,8 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		moe_id cnk = nk == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, nk, ci(c, t0 * c->K)); /* real pairs here */
 		/* only the gather is masked: the rows it skips are zero, and an
 		 * unmasked cast and multiply-reduce stay one fused pass on TCP */
-		moe_id yp = ir_b_cast(d, masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk), MOE_F32, c->loc);
+		moe_id pr = c->dgrid ? decode_rows(c, out) : masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk);
+		moe_id yp = ir_b_cast(d, pr, MOE_F32, c->loc);
 		if (!on_input) {
 			moe_id cw = all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
 			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
@@ -394,6 +442,11 @@ PASS(pass_blockwise_dispatch)
 	int64_t limit; /* gathered elements per combine chunk */
 	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
+	const char *dec = moe_pass_opt(opts, "decode");
+	if (dec && strcmp(dec, "0") && strcmp(dec, "1")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: decode must be 0 or 1, got '%s'", dec);
+		return MOE_ERR_INVALID;
+	}
 	moe_id ntok = token_count_input(g);
 	srv *sv = NULL;
 	if (ntok != MOE_NONE && !(sv = serving_rows(ctx, g, ntok)))
@@ -417,7 +470,7 @@ PASS(pass_blockwise_dispatch)
 		for (int k = 0; k < EXP_NSLOTS; k++)
 			s[k] = n->args[k] == MOE_NONE ? MOE_NONE : rb.map[n->args[k]];
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
-		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit,
+		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit, .decode = dec && *dec == '1',
 			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];

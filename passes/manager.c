@@ -17,6 +17,8 @@ static const moe_pass_option topk_opts[] = {
 static const moe_pass_option dispatch_opts[] = {
 	{"grid", MOE_PASS_OPT_ENUM, "tight|seed|vllm", "tight", "the worst-case block grid bound (docs/semantics.md)"},
 	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements"},
+	{"decode", MOE_PASS_OPT_ENUM, "0|1", "0", "1: a T = 1 layer's K pairs are K one-row blocks in slot order (no index "
+		"generation)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -62,7 +64,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1},lower-exchange,grid-bound,canonicalize,cse,dce"},
 	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
 
