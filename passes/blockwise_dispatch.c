@@ -288,7 +288,13 @@ static moe_id decode_grid(dp *c, moe_id idx)
 	moe_node_set_name(d, c->rows, "block_rows");
 	c->bexp = idx;
 	moe_node_set_name(d, c->bexp, "block_expert");
-	moe_id pos = b2(c, MOE_OP_MUL, ir_b_iota(d, 1, &G, 0, c->loc), ci(c, c->B));
+	moe_id pos;
+	if (G > 1) {
+		pos = b2(c, MOE_OP_MUL, ir_b_iota(d, 1, &G, 0, c->loc), ci(c, c->B));
+	} else { /* K = 1: the one pair is row 0 */
+		pos = ir_emit(d, MOE_OP_CONST, MOE_I32, 1, &G, NULL, 0, c->loc);
+		moe_node_set_int(d, pos, "value", 0);
+	}
 	moe_node_set_name(d, pos, "pos");
 	return pos;
 }
