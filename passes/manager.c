@@ -17,6 +17,10 @@ static const moe_pass_option topk_opts[] = {
 static const moe_pass_option dispatch_opts[] = {
 	{"grid", MOE_PASS_OPT_ENUM, "tight|seed|vllm", "tight", "the worst-case block grid bound (docs/semantics.md)"},
 	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements"},
+	{"combine", MOE_PASS_OPT_ENUM, "reduce|chain", "reduce", "chain: a combine chunk of at least 2^17 row elements sums "
+		"over K by K adds in slot order (the same sums; TCP fetches each slot's rows contiguously)"},
+	{"counts", MOE_PASS_OPT_ENUM, "reduce|scan", "reduce", "scan: tokens per expert = the last row of the pairs' "
+		"exclusive scan plus the last pair (one pass over [T K, E] instead of two)"},
 	{"decode", MOE_PASS_OPT_ENUM, "0|1", "0", "1: a T = 1 layer's K pairs are K one-row blocks in slot order (no index "
 		"generation)"},
 	{NULL, 0, NULL, NULL, NULL},
@@ -64,7 +68,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1},lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
+		"grid-bound,canonicalize,cse,dce"},
 	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
 
