@@ -145,7 +145,9 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 		uint8_t *cr = chain + (size_t)r * (TCP_MAXSTEP + 1);
 		int nold = cr[TCP_MAXSTEP], nu_old = elem_vops(g, un, false, uo), nu = elem_vops(g, un, true, uo);
 		int np = elem_vops(g, p, false, ops), n = np;
-		for (int q = 0; q < nu; q++)
+		/* a select whose condition ends in a compare reads the tag it set (no t.ne) */
+		int u0 = un->op == MOE_OP_SELECT && k == 0 && np > 0 && tcp_vop_stage[ops[np - 1]] == TCP_ST_TAG;
+		for (int q = u0; q < nu; q++)
 			ops[n++] = uo[q];
 		for (int q = nu_old; q < nold; q++)
 			ops[n++] = cr[q];
