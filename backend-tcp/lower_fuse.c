@@ -211,7 +211,14 @@ void tcpl_plan_fusions(lw *c)
 		const ir_node *n = N(g, i);
 		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
 			continue;
-		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
+		/* a 4-byte bitcast (of an f32 or i32 value, or of a bf16 -> f32 cast read
+		 * only by it) is the same lane words: a view as well */
+		const ir_node *a0 = n->nargs ? N(g, n->args[0]) : NULL;
+		bool bc = n->op == MOE_OP_BITCAST && esz(n->dtype) == 4 && a0->op != MOE_OP_CONST && a0->op != MOE_OP_IOTA &&
+			  !c->inreg[n->args[0]] &&
+			  (esz(a0->dtype) == 4 || (a0->op == MOE_OP_CAST && a0->dtype == MOE_F32 && nuse[n->args[0]] == 1 &&
+							  N(g, a0->args[0])->dtype == MOE_BF16));
+		if ((bc || (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && a0->dtype == MOE_BF16)) && nuse[i] >= 1) {
 			bool ok = true;
 			for (moe_id u = i + 1; u < nn && ok; u++) {
 				const ir_node *un = N(g, u);
@@ -229,6 +236,8 @@ void tcpl_plan_fusions(lw *c)
 				ok = vec;
 			}
 			c->alias_cast[i] = ok;
+			if (ok && bc && a0->op == MOE_OP_CAST)
+				c->alias_cast[n->args[0]] = true;
 		}
 		if (n->op == MOE_OP_GATHER && ir_bytes(n) >= big && nuse[i] >= 1) {
 			bool only_scatter = true;

@@ -376,11 +376,24 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	spm.v[w++].stride[0] = r->bes;
 	if (r->trw >= 0)
 		spm.v[w].t = r->trw, spm.v[w].base = r->rwbase, spm.v[w].stride[0] = r->rws;
-	/* right after dispatch's scatter (which it does not read) the staging
-	 * joins that command's descriptor list: its setup overlaps the scatter */
-	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
-		spm.flags |= TCP_F_JOIN;
+	/* the staging joins the descriptor list of the DMA command before it (its
+	 * setup overlaps that one's transfer); right after dispatch's scatter,
+	 * which it does not read, it goes first and the scatter joins it: the
+	 * loop's control waits for the staging only, the row list is read by the
+	 * block gathers, which the hazards order after the scatter */
+	uint32_t at = c->p->ncode;
+	for (uint32_t q = at; q-- > 0;)
+		if (tcp_op_ctx[c->p->code[q].op] == TCP_CTX_DMA) {
+			spm.flags |= TCP_F_JOIN;
+			break;
+		}
 	emit(c, &spm);
+	if (at > 0 && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
+		tcp_insn sc = c->p->code[at - 1];
+		c->p->code[at - 1] = c->p->code[at];
+		sc.flags |= TCP_F_JOIN;
+		c->p->code[at] = sc;
+	}
 	if (r->tnb >= 0)
 		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	else
@@ -391,7 +404,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
 	return skip_all;
 }
 
