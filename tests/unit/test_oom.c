@@ -193,9 +193,9 @@ static moe_status run_tcp(flow *f)
 
 /* The layer as printed IR text and JSON and as a .tcpb, made once with an
  * allocator that never refuses (inputs of the reading sweeps). */
-static char *ir_text, *ir_json;
+static char *ir_text, *ir_json, *tcps;
 static uint8_t *tcpb;
-static size_t ir_text_len, ir_json_len, tcpb_len;
+static size_t ir_text_len, ir_json_len, tcpb_len, tcps_len;
 
 static void make_inputs(void)
 {
@@ -214,6 +214,7 @@ static void make_inputs(void)
 	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
 	assert_non_null(p);
 	assert_int_equal(moe_tcp_to_binary(c, p, &tcpb, &tcpb_len), MOE_OK);
+	assert_int_equal(moe_tcp_to_asm(c, p, &tcps, &tcps_len), MOE_OK);
 	moe_tcp_program_free(p);
 	moe_module_free(m);
 	moe_ctx_free(c);
@@ -392,6 +393,17 @@ static moe_status read_npy(flow *f)
 	return f->out[0] ? MOE_OK : null_status(f);
 }
 
+/* The built-in machine description, then the layer's TCP assembly checked against it. */
+static moe_status read_asm(flow *f)
+{
+	moe_tcp_machine *mach = moe_tcp_machine_default(f->c);
+	if (!mach)
+		return null_status(f);
+	f->p = moe_tcp_from_asm(f->c, "tiny.tcps", tcps, tcps_len, mach);
+	moe_tcp_machine_free(f->c, mach);
+	return f->p ? MOE_OK : null_status(f);
+}
+
 static void flow_free(flow *f)
 {
 	moe_free(f->c, f->text);
@@ -535,6 +547,13 @@ static void test_load_from_open_checkpoint(void **st)
 	assert_true(sweep("load weights from an open checkpoint (retried)", load_from_open_checkpoint) > 20);
 }
 
+static void test_read_asm(void **st)
+{
+	(void)st;
+	make_inputs();
+	assert_true(sweep("machine.json + read .tcps", read_asm) > 20);
+}
+
 static void test_read_npy(void **st)
 {
 	(void)st;
@@ -549,6 +568,7 @@ int main(void)
 		cmocka_unit_test(test_load_weights_npy_run),
 		cmocka_unit_test(test_load_from_open_checkpoint),
 		cmocka_unit_test(test_read_npy),
+		cmocka_unit_test(test_read_asm),
 		cmocka_unit_test(test_run_interp),
 		cmocka_unit_test(test_compile_c),
 		cmocka_unit_test(test_compile_tcp),
@@ -562,6 +582,7 @@ int main(void)
 	remove_files();
 	free(ir_text);
 	free(ir_json); /* cJSON's: malloc'd */
+	free(tcps);
 	free(tcpb);
 	return r;
 }
