@@ -291,7 +291,14 @@ static void add_leaf(moe_graph *g, moe_op op, const char *name, const char *sour
 		moe_node_set_str(g, id, "source", source);
 }
 
+static moe_module *tcp_interface(moe_ctx *ctx, const moe_tcp_program *p);
+
 moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p)
+{
+	CTX_GUARDED(ctx, moe_module *, NULL, tcp_interface(ctx, p));
+}
+
+static moe_module *tcp_interface(moe_ctx *ctx, const moe_tcp_program *p)
 {
 	moe_module *m = moe_module_new(ctx);
 	moe_graph *g = moe_module_add_graph(m, "tcp_program");

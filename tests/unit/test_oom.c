@@ -393,7 +393,8 @@ static moe_status read_npy(flow *f)
 	return f->out[0] ? MOE_OK : null_status(f);
 }
 
-/* The built-in machine description, then the layer's TCP assembly checked against it. */
+/* The built-in machine description, the layer's TCP assembly checked against
+ * it, and the program's interface (its inputs and checkpoint weights). */
 static moe_status read_asm(flow *f)
 {
 	moe_tcp_machine *mach = moe_tcp_machine_default(f->c);
@@ -401,7 +402,10 @@ static moe_status read_asm(flow *f)
 		return null_status(f);
 	f->p = moe_tcp_from_asm(f->c, "tiny.tcps", tcps, tcps_len, mach);
 	moe_tcp_machine_free(f->c, mach);
-	return f->p ? MOE_OK : null_status(f);
+	if (!f->p)
+		return null_status(f);
+	f->m = moe_tcp_interface(f->c, f->p); /* what `moec run FILE.tcpb` binds */
+	return f->m ? MOE_OK : null_status(f);
 }
 
 static void flow_free(flow *f)
@@ -551,7 +555,7 @@ static void test_read_asm(void **st)
 {
 	(void)st;
 	make_inputs();
-	assert_true(sweep("machine.json + read .tcps", read_asm) > 20);
+	assert_true(sweep("machine.json + read .tcps + interface", read_asm) > 20);
 }
 
 static void test_read_npy(void **st)
