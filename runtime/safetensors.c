@@ -511,9 +511,8 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 	size_t len;
 	if (moe_read_file(ctx, path, &text, &len) != MOE_OK)
 		return false;
-	s->index = rt_strdup(ctx, path);
 	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
+	free(text); /* malloc'd: released before the next context allocation */
 	const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
 	if (!root || !cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
 		rt_err_at(ctx, path, -1, root ? "sharded index has no \"weight_map\" object" :
@@ -522,6 +521,7 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 		return false;
 	}
 	uint32_t dj = ctx_defer(ctx, json_unwind, root);
+	s->index = rt_strdup(ctx, path);
 	const char *slash = strrchr(path, '/');
 	size_t dlen = slash ? (size_t)(slash - path) : 0;
 	if (slash == path)
