@@ -269,8 +269,9 @@ if st:
     if st1:
         w(f"The roofline below uses the same probe over {st1.get('array_mib', '?')} MiB arrays, the size of what the bf16 "
           f"layer reads at T = 1 (76.0 MB), re-read back to back like moec's `--repeat` calls re-read the same "
-          f"experts: read {st1['read_best_gbs']:.2f} GB/s best / {st1['read_median_gbs']:.2f} median. The set is "
-          "over twice the 32 MB L3, so neither side sits in L3, and both get the same help from it.\n")
+          f"experts: read {st1['read_best_gbs']:.2f} GB/s best / {st1['read_median_gbs']:.2f} median. The set does "
+          "not fit in the 32 MB L3 on either side; whatever part of a repeated sweep L3 still serves, it serves "
+          "to both.\n")
     w("Bytes at T = 1: the K = 8 experts hit (3 x D x F each) + the router (E x D) + x and y (D each), in the "
       "dtype of the run. Roofline time = bytes / read bandwidth; fraction = roofline time / measured time.\n")
     w("| dtype | bytes | roofline | moec | moec fraction | PyTorch | PyTorch fraction |")
