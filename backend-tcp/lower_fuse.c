@@ -84,6 +84,11 @@ static int elem_vops(const moe_graph *g, const ir_node *u, bool fused, uint8_t *
 	}
 }
 
+static bool is_reduce(const ir_node *n)
+{
+	return n->op == MOE_OP_REDUCE_SUM || n->op == MOE_OP_REDUCE_MAX || n->op == MOE_OP_REDUCE_MIN;
+}
+
 /* a node lowered by tcpl_lower_elem outside the block loop */
 static bool plain_elem(const lw *c, moe_id i)
 {
@@ -209,6 +214,15 @@ void tcpl_plan_fusions(lw *c)
 	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
+		/* an f32 -> bf16 cast of a reduce read only by it: the reduce's pass
+		 * commits bf16 (the commit rounds to nearest even, as the cast's pass
+		 * would) and the cast is a view of it */
+		if (n->op == MOE_OP_CAST && n->dtype == MOE_BF16 && !c->inreg[i] && n->valid == MOE_NONE &&
+			N(g, n->args[0])->dtype == MOE_F32 && nuse[n->args[0]] == 1 && is_reduce(N(g, n->args[0])) &&
+			!c->inreg[n->args[0]] && N(g, n->args[0])->valid == MOE_NONE && !c->is_out[n->args[0]]) {
+			c->store_dt[n->args[0]] = MOE_BF16;
+			c->alias_cast[i] = true;
+		}
 		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
 			continue;
 		/* a 4-byte bitcast (of an f32 or i32 value, or of a bf16 -> f32 cast read

@@ -71,7 +71,8 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
-	bool *hoist;       /* computed from constants and iotas only: emitted first (plan_order) */
+	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
+	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
 	int64_t G;
 	int vreg_rows;
 } lw;

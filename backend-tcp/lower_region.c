@@ -381,18 +381,20 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	 * which it does not read, it goes first and the scatter joins it: the
 	 * loop's control waits for the staging only, the row list is read by the
 	 * block gathers, which the hazards order after the scatter */
-	uint32_t at = c->p->ncode;
-	for (uint32_t q = at; q-- > 0;)
-		if (tcp_op_ctx[c->p->code[q].op] == TCP_CTX_DMA) {
-			spm.flags |= TCP_F_JOIN;
-			break;
-		}
+	uint32_t at = c->p->ncode, q = at;
+	while (q > 0 && tcp_op_ctx[c->p->code[q - 1].op] != TCP_CTX_DMA)
+		q--; /* the last DMA command before the loop is code[q - 1] */
+	if (q > 0)
+		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
-	if (at > 0 && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
-		tcp_insn sc = c->p->code[at - 1];
-		c->p->code[at - 1] = c->p->code[at];
+	tcp_insn *code = c->p->code;
+	if (q > 0 && code[q - 1].op == TCP_OP_DMA_SCATTER && !(code[q - 1].flags & TCP_F_JOIN)) {
+		/* straight-line code (no branch targets) between: the staging moves up */
+		tcp_insn st = code[at], sc = code[q - 1];
+		memmove(&code[q], &code[q - 1], (at - q + 1) * sizeof *code);
+		code[q - 1] = st;
 		sc.flags |= TCP_F_JOIN;
-		c->p->code[at] = sc;
+		code[q] = sc;
 	}
 	if (r->tnb >= 0)
 		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
