@@ -49,10 +49,12 @@ static const moe_pass_info builtin[] = {
 	{"expert-parallel", "split experts() into one device's program of an expert-parallel layer (all_to_all)", NULL,
 		pass_expert_parallel, NULL},
 	{"lower-exchange", "rewrite single-device all_to_all into slices and selects", NULL, pass_lower_exchange, NULL},
+	{"tcp-split-weights", "mark the weight-only values the TCP program binds as packed weights (tcp_pack)", NULL,
+		pass_tcp_split_weights, NULL},
 };
 /* The option rows of builtin[i] (NULL: none). */
 static const moe_pass_option *const builtin_rows[] = {
-	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL};
+	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL, NULL};
 _Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
 	"one option-row entry per built-in pass");
 
@@ -69,7 +71,7 @@ static const struct {
 	const char *name, *text;
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce"},
+		"grid-bound,canonicalize,cse,dce,tcp-split-weights"},
 	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
 
