@@ -256,6 +256,8 @@ static void lower_all(lw *c, int64_t loop_pos)
 			if (c->inreg[i] || (pass == 0) == c->dep[i])
 				continue;
 			tcpl_lower_node(c, i);
+			if (pass == 0 && !c->qscales_staged && c->p->ncode > 0)
+				tcpl_quant_stage_scales(c); /* DMA idle while routing computes */
 			release(c, c->pos[i]);
 		}
 		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {

@@ -329,6 +329,50 @@ static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, 
 	}
 }
 
+/* sa = max |a| / 448 per 1 x 128 group of the block's activation a [M, I],
+ * then xq = e4m3(a / sa): two passes (the division needs the finished max). */
+static void fp8_quantize_act(lw *c, moe_id id, const val *a, int64_t M, int64_t I, int vreg, int32_t *sa_,
+	int32_t *xq_)
+{
+	int64_t nk = I / 128, shs[2] = {M, nk}, shx[2] = {M, I};
+	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	tcp_view av3 = qview(a, 1, 0, a->stride[0], a->stride[1], 1, 128, false);
+	av3.stride[0] = a->stride[0];
+	av3.stride[1] = 128 * a->stride[1];
+	av3.stride[2] = a->stride[1];
+	av3.stride[3] = 0;
+	tcp_insn p1 = vec3(M, nk, 128, 0, vreg);
+	p1.v[TCP_V_S0] = av3;
+	p1.v[TCP_V_DST] = v4(sa, 0, nk, 1, 0, 0);
+	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
+	emit(c, &p1);
+	/* the commit's cast to e4m3 rounds to nearest even */
+	tcp_insn p2 = vec3(M, nk, 128, 0, vreg);
+	p2.v[TCP_V_S0] = av3;
+	p2.v[TCP_V_S1] = v4(sa, 0, nk, 1, 0, 0);
+	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
+	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p2);
+	*sa_ = sa;
+	*xq_ = xq;
+}
+
+/* Whether a later act=fp8 block contraction reads the activation of id. */
+static bool fp8_act_reread(const lw *c, moe_id id)
+{
+	moe_id a = N(c->g, id)->args[0];
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && un->args[0] == a &&
+			fp8_weight(c, un->args[1]) != MOE_NONE)
+			return true;
+	}
+	return false;
+}
+
 /* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
  * false when its weight is not contracted that way. */
 bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
@@ -346,30 +390,15 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	/* the dequant keeps its leading G here (it has no per-block view) */
 	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2], nk = I / 128;
 	int vreg = tcpl_valid_reg(c, id);
-	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shc[3] = {M, O, nk};
-	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
-	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	int64_t shc[3] = {M, O, nk};
+	int32_t sa, xq;
+	if (c->qx_act == n->args[0] + 1) { /* gate and up read one activation: quantized once */
+		sa = c->qx_sa;
+		xq = c->qx_xq;
+	} else {
+		fp8_quantize_act(c, id, &a, M, I, vreg, &sa, &xq);
+	}
 	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
-	tcp_view av3 = qview(&a, 1, 0, a.stride[0], a.stride[1], 1, 128, false);
-	av3.stride[0] = a.stride[0];
-	av3.stride[1] = 128 * a.stride[1];
-	av3.stride[2] = a.stride[1];
-	av3.stride[3] = 0;
-	/* sa = max |a| / 448 per 1 x 128 group */
-	tcp_insn p1 = vec3(M, nk, 128, 0, vreg);
-	p1.v[TCP_V_S0] = av3;
-	p1.v[TCP_V_DST] = v4(sa, 0, nk, 1, 0, 0);
-	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
-	emit(c, &p1);
-	/* xq = e4m3(a / sa): the commit's cast rounds to nearest even */
-	tcp_insn p2 = vec3(M, nk, 128, 0, vreg);
-	p2.v[TCP_V_S0] = av3;
-	p2.v[TCP_V_S1] = v4(sa, 0, nk, 1, 0, 0);
-	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
-	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
-	emit(c, &p2);
 	/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] */
 	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
 	p3.v[TCP_V_S0] = v4(sa, 0, nk, 0, 0, 1);
@@ -383,8 +412,67 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	emit(c, &p3);
 	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
-	tcpl_dm_free(c, xq);
-	tcpl_dm_free(c, sa);
+	c->qx_act = 0;
+	if (fp8_act_reread(c, id)) {
+		c->qx_act = n->args[0] + 1;
+		c->qx_sa = sa;
+		c->qx_xq = xq;
+	} else {
+		tcpl_dm_free(c, xq);
+		tcpl_dm_free(c, sa);
+	}
 	c->p->nproj++;
 	return true;
+}
+
+/* ---- block scales staged whole ----
+ * A block's fetch list pays one command issue per descriptor, and the three
+ * scale tensors of a block-FP8 expert are three descriptors of a few hundred
+ * bytes each. When all the experts' scales of the layer are small (at most
+ * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
+ * are copied whole into DM once, right after the first commands of routing,
+ * while the DMA engines would otherwise idle; the block loop then reads them
+ * in place through the expert register, like a streamed weight
+ * (docs/tcp-isa.md 7.10). */
+enum { QSCALE_STAGE_BYTES = 1 << 20 };
+
+/* The weight leaf whose per-block gather id is the scales of an in-region
+ * dequant; else MOE_NONE. */
+static moe_id scale_leaf(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->op != MOE_OP_GATHER || n->valid != c->nblocks || N(c->g, n->args[0])->op != MOE_OP_WEIGHT)
+		return MOE_NONE;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_DEQUANT && un->args[1] == id)
+			return n->args[0];
+	}
+	return MOE_NONE;
+}
+
+void tcpl_quant_stage_scales(lw *c)
+{
+	c->qscales_staged = true;
+	if (c->rows == MOE_NONE)
+		return;
+	int64_t bytes = 0;
+	for (moe_id i = 0; i < c->g->nnodes; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE)
+			bytes += ir_bytes(N(c->g, w));
+	}
+	if (bytes == 0 || bytes > QSCALE_STAGE_BYTES)
+		return;
+	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_HBM)
+			tcpl_dm_view(c, w);
+	}
+}
+
+bool tcpl_quant_resident(const lw *c, moe_id id)
+{
+	moe_id w = scale_leaf(c, id);
+	return w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_DM;
 }

@@ -200,13 +200,15 @@ static bool region_plan_weights(lw *c)
 	return single;
 }
 
-/* A streamed weight gather: a view of the expert's weights in HBM, offset by the expert register. */
+/* A streamed weight gather: a view of the expert's weights in HBM, offset by
+ * the expert register (or in DM, for block scales staged whole: lower_quant.c). */
 static bool region_stream_view(lw *c, moe_id i)
 {
 	const ir_node *n = N(c->g, i);
 	ir_node b = block_node(n);
 	val *sv = tcpl_need_view(c, n->args[0]);
-	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) ||
+		(c->p->t[sv->t].space != TCP_HBM && !tcpl_quant_resident(c, i))) {
 		tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
 		return false;
 	}
@@ -278,7 +280,7 @@ static bool region_inputs(lw *c, rgn *r)
 			r->first = i;
 		const ir_node *n = N(g, i);
 		bool wgather = n->op == MOE_OP_GATHER && n->valid == c->nblocks;
-		if (wgather && c->wstream[i]) {
+		if (wgather && (c->wstream[i] || tcpl_quant_resident(c, i))) {
 			if (!region_stream_view(c, i))
 				return false;
 		} else if (wgather) {
