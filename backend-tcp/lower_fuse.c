@@ -207,7 +207,9 @@ void tcpl_plan_fusions(lw *c)
 	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
-		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
+		/* a block's cast to f32 read only by the block's vector passes is a view too */
+		bool blk = c->inreg[i] && n->valid == c->rows && n->op == MOE_OP_CAST;
+		if ((c->inreg[i] && !blk) || c->is_out[i] || (n->valid != MOE_NONE && !blk))
 			continue;
 		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
 			bool ok = true;
@@ -218,7 +220,7 @@ void tcpl_plan_fusions(lw *c)
 					reads |= un->args[k] == i;
 				if (!reads && un->valid != i)
 					continue;
-				bool vec = un->valid != i && !c->inreg[u] &&
+				bool vec = un->valid != i && c->inreg[u] == c->inreg[i] &&
 					(((ir_ops[un->op].flags & OPF_ELEM) && un->op != MOE_OP_BITCAST && un->op != MOE_OP_CAST &&
 						 c->fused_into[u] == MOE_NONE) ||
 						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
