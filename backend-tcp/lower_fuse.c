@@ -84,13 +84,14 @@ static int elem_vops(const moe_graph *g, const ir_node *u, bool fused, uint8_t *
 	}
 }
 
-/* a node lowered by tcpl_lower_elem outside the block loop */
+/* a node lowered by tcpl_lower_elem outside the block loop, or inside it
+ * masked by the block's rows (lower_block_node narrows a chain's nodes) */
 static bool plain_elem(const lw *c, moe_id i)
 {
 	const ir_node *n = N(c->g, i);
-	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) && !c->inreg[i] &&
-	       !c->alias_cast[i] && !c->hbm_home[i] && !c->ggrid[i] && !c->gdefer[i] && c->fused_into[i] == MOE_NONE &&
-	       n->rank >= 1;
+	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) &&
+	       (!c->inreg[i] || n->valid == c->rows) && !c->alias_cast[i] && !c->hbm_home[i] && !c->ggrid[i] &&
+	       !c->gdefer[i] && c->fused_into[i] == MOE_NONE && n->rank >= 1;
 }
 
 /* Elementwise chains: an elementwise node read once, by an elementwise node
@@ -124,11 +125,14 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 	}
 	for (moe_id i = nn; i-- > 0;) {
 		const ir_node *p = N(g, i);
-		if (!elem[i] || !(ir_ops[p->op].flags & OPF_ELEM) || c->is_out[i] || nuse[i] != 1 || p->valid != MOE_NONE ||
+		if (!elem[i] || !(ir_ops[p->op].flags & OPF_ELEM) || c->is_out[i] || nuse[i] != 1 ||
+			(p->valid != MOE_NONE && !c->inreg[i]) || c->hbm_home[i] ||
 			(p->dtype != MOE_F32 && p->dtype != MOE_I32 && p->dtype != MOE_BOOL))
 			continue;
 		moe_id u = user[i];
 		const ir_node *un = N(g, u);
+		if (c->inreg[u] != c->inreg[i])
+			continue; /* a chain stays inside the block loop or outside it */
 		bool ured = !(ir_ops[un->op].flags & OPF_ELEM); /* a reduce of p */
 		if (!elem[u] || has[u] || un->valid == i ||
 			(!ured && (un->rank != p->rank || memcmp(un->shape, p->shape, sizeof(int64_t) * (size_t)p->rank))))

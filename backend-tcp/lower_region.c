@@ -417,27 +417,47 @@ static void region_prefetch(lw *c, const rgn *r)
 }
 
 /* Lowers region node i with the per-block view of every operand: the
- * shapes are narrowed (the leading G dropped) for the call, then restored. */
+ * shapes are narrowed (the leading G dropped) for the call, then restored;
+ * an elementwise chain fused into i (lower_fuse.c) narrows its nodes and
+ * their operands too. */
+enum { BLK_NARROW = 48 };
 static void lower_block_node(lw *c, moe_id i)
 {
 	const moe_graph *g = c->g;
-	const ir_node *n = N(g, i);
-	ir_node *mn = (ir_node *)n;
-	ir_node saved = *mn;
-	ir_node saved_args[16];
-	for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
-		ir_node *an = (ir_node *)N(g, n->args[k]);
-		saved_args[k] = *an;
-		if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
-			(c->inreg[n->args[k]] || c->v[n->args[k]].region))
-			*an = block_node(an);
+	moe_id ids[BLK_NARROW];
+	ir_node saved[BLK_NARROW];
+	bool narrow[BLK_NARROW];
+	int nid = 0;
+	for (moe_id m = 0; m < g->nnodes; m++) {
+		if (m != i && c->fused_into[m] != i)
+			continue;
+		const ir_node *mn = N(g, m);
+		for (uint32_t k = 0; k <= mn->nargs; k++) {
+			moe_id a = k < mn->nargs ? mn->args[k] : m;
+			int j = 0;
+			while (j < nid && ids[j] != a)
+				j++;
+			if (j < nid)
+				continue;
+			if (nid == BLK_NARROW) {
+				tcpl_err(c, i, "a block op with more than %d operands", BLK_NARROW);
+				return;
+			}
+			const ir_node *an = N(g, a);
+			ids[nid] = a;
+			saved[nid] = *an;
+			narrow[nid] = a == m || c->fused_into[a] == i ||
+				      (c->v[a].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
+					      (c->inreg[a] || c->v[a].region));
+			nid++;
+		}
 	}
-	*mn = block_node(n);
+	for (int j = 0; j < nid; j++)
+		if (narrow[j])
+			*(ir_node *)N(g, ids[j]) = block_node(&saved[j]);
 	tcpl_lower_node(c, i);
-	for (uint32_t k = n->nargs; k-- > 0;)
-		if (k < 16)
-			*(ir_node *)N(g, n->args[k]) = saved_args[k];
-	*mn = saved;
+	for (int j = nid; j-- > 0;)
+		*(ir_node *)N(g, ids[j]) = saved[j];
 }
 
 /* The block body: the grid inputs read through the input slot register, then every region node. */
