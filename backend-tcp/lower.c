@@ -382,6 +382,9 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	char *prep = NULL;
 	size_t plen = 0;
 	int errs = moe_error_count(ctx);
+	moe_graph *gu = tcp_pack_gate_up(ctx, g);
+	if (gu)
+		g = gu;
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
 	tcp_program *p = NULL;
 	if (moe_error_count(ctx) == errs) {
@@ -392,6 +395,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	}
 	if (dev)
 		ir_graph_free(dev);
+	if (gu)
+		ir_graph_free(gu);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }

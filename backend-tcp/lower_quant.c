@@ -35,17 +35,30 @@ static bool qview_of(const lw *c, moe_id id, bool shapes)
 	return c->inreg[a] && (an->op == MOE_OP_DEQUANT || qview_of(c, a, shapes));
 }
 
+/* A row slice of a per-block gather of packed expert weights (gate and up
+ * side by side, quant_pack.c), read by dequants: a view of the gather's
+ * buffer. */
+static bool packed_slice(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_SLICE || n->args[0] == MOE_NONE || !c->inreg[n->args[0]])
+		return false;
+	const ir_node *an = N(c->g, n->args[0]);
+	return an->op == MOE_OP_GATHER && an->valid == c->nblocks && ir_attr_int(n, "axis", 0) != 0 &&
+	       ir_attr_int(n, "axis", 0) != -(int64_t)an->rank;
+}
+
 bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
-	return qview_of(c, id, true);
+	return qview_of(c, id, true) || (packed_slice(c, id) && n->rank >= 1 && n->shape[0] == c->G);
 }
 
 bool tcpl_quant_is_view(const lw *c, moe_id id)
 {
-	return c->inreg[id] && qview_of(c, id, false);
+	return c->inreg[id] && (qview_of(c, id, false) || packed_slice(c, id));
 }
 
 /* Per block (shapes without the leading G): the view that a slice or a
@@ -91,6 +104,8 @@ void tcpl_lower_qview(lw *c, moe_id id)
 	}
 	v.owner = sv->owner;
 	c->v[id] = v;
+	if (packed_slice(c, id) && !c->p->moe_F && n->rank == 2)
+		c->p->moe_F = n->shape[0]; /* the roofline's F: one projection's rows, not the pair's */
 }
 
 /* A sequencer view of per-block value v, in units of u per element of its
