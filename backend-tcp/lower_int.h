@@ -75,8 +75,8 @@ typedef struct lw {
 	int vreg_rows;
 	/* lower_quant.c: act=fp8 activations quantized once per block for every
 	 * projection reading them (node + 1, 0: none); scales staged whole */
-	moe_id qx_act;
-	int32_t qx_sa, qx_xq;
+	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
+	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
 } lw;
 

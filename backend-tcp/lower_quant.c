@@ -375,46 +375,28 @@ static void fp8_quantize_act(lw *c, moe_id id, const val *a, int64_t M, int64_t 
 	*xq_ = xq;
 }
 
-/* Whether a later act=fp8 block contraction reads the activation of id. */
-static bool fp8_act_reread(const lw *c, moe_id id)
+/* The next act=fp8 block contraction that reads the activation of id, or MOE_NONE. */
+static moe_id fp8_act_next(const lw *c, moe_id id)
 {
 	moe_id a = N(c->g, id)->args[0];
 	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
 		const ir_node *un = N(c->g, u);
 		if (c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && un->args[0] == a &&
 			fp8_weight(c, un->args[1]) != MOE_NONE)
-			return true;
+			return u;
 	}
-	return false;
+	return MOE_NONE;
 }
 
-/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
- * false when its weight is not contracted that way. */
-bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] for block
+ * einsum id (one pass): the chunk scales of its contraction. */
+static int32_t fp8_chunk_scales(lw *c, moe_id id, int32_t sa, int64_t M, int vreg)
 {
-	const ir_node *n = N(c->g, id);
-	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
-		return false;
-	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
-	const val *q = &c->v[dn->args[0]], *s = &c->v[dn->args[1]];
-	val *av = tcpl_dm_view(c, n->args[0]);
-	if (c->failed)
-		return true;
-	val a = *av;
-	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	const ir_node *n = N(c->g, id), *dn = N(c->g, n->args[1]);
+	const val *s = &c->v[dn->args[1]];
 	/* the dequant keeps its leading G here (it has no per-block view) */
-	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2], nk = I / 128;
-	int vreg = tcpl_valid_reg(c, id);
-	int64_t shc[3] = {M, O, nk};
-	int32_t sa, xq;
-	if (c->qx_act == n->args[0] + 1) { /* gate and up read one activation: quantized once */
-		sa = c->qx_sa;
-		xq = c->qx_xq;
-	} else {
-		fp8_quantize_act(c, id, &a, M, I, vreg, &sa, &xq);
-	}
+	int64_t I = dn->shape[dn->rank - 1], O = dn->shape[dn->rank - 2], nk = I / 128, shc[3] = {M, O, nk};
 	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
-	/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] */
 	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
 	p3.v[TCP_V_S0] = v4(sa, 0, nk, 0, 0, 1);
 	p3.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
@@ -425,14 +407,50 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	p3.v[TCP_V_DST] = v4(C, 0, O * nk, 128 * nk, nk, 1);
 	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p3);
-	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
-	tcpl_dm_free(c, C);
-	c->qx_act = 0;
-	if (fp8_act_reread(c, id)) {
+	return C;
+}
+
+/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
+ * false when its weight is not contracted that way. When a later one reads
+ * the same activation (gate, then up), the activation is quantized once and
+ * the later one's chunk scales are made here too, before this contraction:
+ * they need no weight bytes, so they run while the pair's fetch is in
+ * flight. */
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
+		return false;
+	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
+	const val *q = &c->v[dn->args[0]];
+	val *av = tcpl_dm_view(c, n->args[0]);
+	if (c->failed)
+		return true;
+	val a = *av;
+	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2];
+	int vreg = tcpl_valid_reg(c, id);
+	int32_t sa, xq, C;
+	if (c->qx_act == n->args[0] + 1 && c->qx_cfor == id + 1) { /* made by the einsum before */
+		sa = c->qx_sa;
+		xq = c->qx_xq;
+		C = c->qx_c;
+	} else {
+		fp8_quantize_act(c, id, &a, M, I, vreg, &sa, &xq);
+		C = fp8_chunk_scales(c, id, sa, M, vreg);
+	}
+	moe_id next = fp8_act_next(c, id);
+	c->qx_act = c->qx_cfor = 0;
+	if (next != MOE_NONE) {
 		c->qx_act = n->args[0] + 1;
 		c->qx_sa = sa;
 		c->qx_xq = xq;
-	} else {
+		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
+		c->qx_cfor = next + 1;
+	}
+	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	tcpl_dm_free(c, C);
+	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);
 		tcpl_dm_free(c, sa);
 	}
