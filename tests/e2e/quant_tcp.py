@@ -16,7 +16,11 @@
    a reference written here that quantizes activations as DeepSeek-V3's inference kernels do
    (per 1x128 group: s = max|a| / 448, q = e4m3(a / s) rounded to nearest even; each K chunk's
    fp8 x fp8 dot product in f32 scaled by s_a x s_w and summed in f32), within 2e-2 x max|y|;
-   the program contracts f8e4m3 operands.
+   the program contracts f8e4m3 operands. On the synthetic layer the compiled .tcpb gives
+   the bytes of the .moe run, and the program's block loop is as docs/tcp-isa.md 7.10
+   describes it: gate and up values packed in one [E, 2F, D] tensor, the three scale
+   tensors copied before the loop (none inside it), two activation quantizations (the
+   block input once for gate and up, the SwiGLU output once).
 4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
    and gives the same bytes as the .moe run.
 5. act="fp8" on MXFP4 weights, and --quant-act=int8, are errors that write nothing.
