@@ -255,12 +255,14 @@ static void lower_all(lw *c, int64_t loop_pos)
 		for (moe_id i = 0; i < nn && !c->failed; i++) {
 			if (c->inreg[i] || (pass == 0) == c->dep[i])
 				continue;
+			uint32_t at = c->p->ncode;
 			tcpl_lower_node(c, i);
-			if (pass == 0 && !c->qscales_staged && c->p->ncode > 0)
-				tcpl_quant_stage_scales(c); /* DMA idle while routing computes */
+			if (pass == 0)
+				tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 			release(c, c->pos[i]);
 		}
 		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
+			tcpl_quant_stage_after(c, UINT32_MAX);
 			tcpl_lower_region(c);
 			release(c, loop_pos);
 		}

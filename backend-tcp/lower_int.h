@@ -308,7 +308,9 @@ bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as f
 void tcpl_lower_qview(lw *c, moe_id id);
 void tcpl_lower_dequant(lw *c, moe_id id);
 bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 contraction */
-void tcpl_quant_stage_scales(lw *c);               /* small block-scale tensors copied whole into DM, once */
+/* small block-scale tensors copied whole into DM, once: after the first contraction emitted
+ * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
+void tcpl_quant_stage_after(lw *c, uint32_t from);
 bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such a DM-resident tensor */
 
 #endif

@@ -463,8 +463,8 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
  * scale tensors of a block-FP8 expert are three descriptors of a few hundred
  * bytes each. When all the experts' scales of the layer are small (at most
  * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
- * are copied whole into DM once, right after the first commands of routing,
- * while the DMA engines would otherwise idle; the block loop then reads them
+ * are copied whole into DM once, right after routing's first contraction
+ * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
  * in place through the expert register, like a streamed weight
  * (docs/tcp-isa.md 7.10). */
 enum { QSCALE_STAGE_BYTES = 1 << 20 };
@@ -484,8 +484,13 @@ static moe_id scale_leaf(const lw *c, moe_id id)
 	return MOE_NONE;
 }
 
-void tcpl_quant_stage_scales(lw *c)
+void tcpl_quant_stage_after(lw *c, uint32_t from)
 {
+	bool now = from == UINT32_MAX;
+	for (uint32_t pc = from; pc < c->p->ncode && !now; pc++)
+		now = c->p->code[pc].op == TCP_OP_TU_CONTRACT;
+	if (c->qscales_staged || !now)
+		return;
 	c->qscales_staged = true;
 	if (c->rows == MOE_NONE)
 		return;
