@@ -54,7 +54,8 @@ static bool find_pair(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_i
 			if (qb == MOE_NONE || N(g, b)->args[0] != N(g, a)->args[0])
 				continue;
 			const ir_node *wa = N(g, N(g, qa)->args[0]), *wb = N(g, N(g, qb)->args[0]);
-			if (wa == wb || wa->dtype != wb->dtype || wa->rank != wb->rank ||
+			if (wa == wb || N(g, qa)->args[0] > (qa < qb ? qa : qb) || N(g, qb)->args[0] > (qa < qb ? qa : qb) ||
+				wa->dtype != wb->dtype || wa->rank != wb->rank ||
 				memcmp(wa->shape, wb->shape, sizeof(int64_t) * wa->rank))
 				continue;
 			*q1 = qa < qb ? qa : qb;
