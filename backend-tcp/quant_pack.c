@@ -7,7 +7,8 @@
  * same shape, so a deployment lays their fp8 bytes out side by side once, at
  * load time: concat(gate_q, up_q) along the output rows, [E, 2F, D]. This
  * rewrite does that on the lowered graph before the weights are split
- * (prep.c packs the concat like any weight computed from weights): the two
+ * (prep.c packs the concat like any weight computed from weights, marked
+ * tcp_pack when the tcp-split-weights pass has marked the graph): the two
  * per-block gathers become one gather of the pair and two row slices of it,
  * which the lowering reads as views of the one buffer (lower_quant.c). The
  * scales stay separate (they are staged whole in DM). The layer's value is
@@ -88,6 +89,12 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	if (!found)
 		return NULL;
+	int64_t pack_mark = -1;
+	for (moe_id i = 0; i < nn; i++)
+		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
+			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
+			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
+		}
 	moe_graph *dev = ir_graph_clone_empty(g);
 	ir_graph_drop_node_keys(dev);
 	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
@@ -104,6 +111,8 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 		char name[200];
 		snprintf(name, sizeof name, "%.90s+%.90s", w1->name ? w1->name : "w", w2->name ? w2->name : "w");
 		moe_node_set_name(dev, cat, name);
+		if (pack_mark >= 0) /* the tcp-split-weights pass ran: prep.c packs only what it marked */
+			moe_node_set_int(dev, cat, IR_NK_TCP_PACK, pack_mark);
 		moe_id ga[2] = {cat, map[bexp]};
 		moe_id gq = moe_node_new(dev, MOE_OP_GATHER, ga, 2, n1->loc);
 		moe_node_set_int(dev, gq, "axis", 0);
