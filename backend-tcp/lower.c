@@ -310,10 +310,14 @@ static void lower_all(lw *c, int64_t loop_pos)
 			for (moe_id i = 0; i < nn && !c->failed; i++) {
 				if (c->inreg[i] || (pass == 0) == c->dep[i] || (pass == 0 && c->tier[i] != h))
 					continue;
+				uint32_t at = c->p->ncode;
 				tcpl_lower_node(c, i);
+				if (pass == 0)
+					tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 				release(c, c->pos[i]);
 			}
 		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
+			tcpl_quant_stage_after(c, UINT32_MAX);
 			tcpl_lower_region(c);
 			release(c, loop_pos);
 		}
@@ -435,6 +439,9 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	char *prep = NULL;
 	size_t plen = 0;
 	int errs = moe_error_count(ctx);
+	moe_graph *gu = tcp_pack_gate_up(ctx, g);
+	if (gu)
+		g = gu;
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
 	tcp_program *p = NULL;
 	if (moe_error_count(ctx) == errs) {
@@ -445,6 +452,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	}
 	if (dev)
 		ir_graph_free(dev);
+	if (gu)
+		ir_graph_free(gu);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }
