@@ -73,6 +73,14 @@ typedef struct lw {
 	bool *gdefer;
 	int64_t G;
 	int vreg_rows;
+	/* the tail in row chunks (rowchunk.c): nodes read only after the block
+	 * loop are emitted after it, depth first from the outputs */
+	bool sink;
+	bool *after;       /* emitted after the block loop */
+	moe_id *order1;    /* their emission order */
+	uint32_t norder1;
+	moe_id *cat_of;    /* a part of an output joined along its rows: that concat (DMA'd out at once) */
+	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 } lw;
 
 enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
