@@ -1,7 +1,5 @@
 /* backend-tcp/lower_mem.c: TCP lowering: diagnostics, DM and HBM placement (first-fit DM
  * allocation per slice), operand views in DM, output placement and valid masks. */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
@@ -44,10 +42,6 @@ int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int ran
 	if (off + need > c->m->dm_bytes_per_slice) {
 		tcpl_err(c, at, "DM capacity exceeded: '%s' needs %lld bytes per slice at offset %lld, %lld per slice exist",
 			name, (long long)need, (long long)off, (long long)c->m->dm_bytes_per_slice);
-		if (getenv("MOEC_DMDEBUG"))
-			for (uint32_t k = 0; k < c->nlive; k++)
-				fprintf(stderr, "  live %s off %lld size %lld\n", c->p->t[c->live[k].t].name,
-					(long long)c->live[k].off, (long long)c->live[k].size);
 		off = 0;
 	}
 	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
