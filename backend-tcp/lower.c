@@ -102,14 +102,16 @@ static int32_t out_tensor(lw *c, moe_id o, uint32_t idx)
 	return t;
 }
 
-/* An output joined from parts along its rows (out_cat): each part is DMA'd
- * into its rows of the output tensor as soon as it is computed, so no whole
- * copy sits in DM. */
+/* (sink, or an output of 1/8 of DM or more) An output joined from parts
+ * along its rows (out_cat): each part is DMA'd into its rows of the output
+ * tensor as soon as it is computed, so no whole copy sits in DM. Not
+ * otherwise: that DMA would queue ahead of the next part's gather and hold
+ * it behind this part's compute. */
 static bool out_cat(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	uint32_t idx = 0;
-	if (n->op != MOE_OP_CONCAT || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
+	if (n->op != MOE_OP_CONCAT || !(c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S) || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
 		c->inreg[id] || !sole_output(c, id, &idx))
 		return false;
 	for (uint32_t i = 0; i < n->nargs; i++)
