@@ -347,6 +347,34 @@ static void mark_after(lw *c)
 /* The nodes after the loop in emission order: by id, or (sink) depth first
  * from the outputs, so each row chunk of the tail runs to its end before the
  * next starts and its buffers are freed. */
+static uint32_t visit_after(lw *c, moe_id root, bool *seen, moe_id *stack, uint32_t *next, uint32_t n1)
+{
+	const moe_graph *g = c->g;
+	if (!c->after[root] || seen[root])
+		return n1;
+	uint32_t sp = 0;
+	stack[sp++] = root;
+	seen[root] = true;
+	next[root] = 0;
+	while (sp) {
+		moe_id i = stack[sp - 1];
+		const ir_node *n = N(g, i);
+		if (next[i] > n->nargs) { /* every operand and the valid mask visited */
+			c->order1[n1++] = i;
+			sp--;
+			continue;
+		}
+		uint32_t k = next[i]++;
+		moe_id a = k < n->nargs ? n->args[k] : n->valid;
+		if (a != MOE_NONE && c->after[a] && !seen[a]) {
+			seen[a] = true;
+			next[a] = 0;
+			stack[sp++] = a;
+		}
+	}
+	return n1;
+}
+
 static void order_after(lw *c)
 {
 	const moe_graph *g = c->g;
@@ -354,37 +382,9 @@ static void order_after(lw *c)
 	bool *seen = ctx_alloc(c->ctx, nn + 1);
 	moe_id *stack = ctx_alloc(c->ctx, sizeof *stack * (nn + 1));
 	uint32_t *next = ctx_alloc(c->ctx, sizeof *next * (nn + 1)); /* operand to visit next */
-	for (uint32_t o = 0; c->sink && o <= g->nout; o++) {
-		for (moe_id r = 0; r < nn; r++) { /* the outputs first, then whatever they do not reach */
-			moe_id root = o < g->nout ? g->outputs[o] : r;
-			if (!c->after[root] || seen[root])
-				goto next_root;
-			uint32_t sp = 0;
-			stack[sp++] = root;
-			seen[root] = true;
-			next[root] = 0;
-			while (sp) {
-				moe_id i = stack[sp - 1];
-				const ir_node *n = N(g, i);
-				if (next[i] <= n->nargs) {
-					uint32_t k = next[i]++;
-					moe_id a = k < n->nargs ? n->args[k] : n->valid;
-					if (a != MOE_NONE && c->after[a] && !seen[a]) {
-						seen[a] = true;
-						next[a] = 0;
-						stack[sp++] = a;
-					}
-					continue;
-				}
-				c->order1[n1++] = i;
-				sp--;
-			}
-		next_root:
-			if (o < g->nout)
-				break;
-		}
-	}
-	for (moe_id i = 0; i < nn; i++)
+	for (uint32_t o = 0; c->sink && o < g->nout; o++)
+		n1 = visit_after(c, g->outputs[o], seen, stack, next, n1);
+	for (moe_id i = 0; i < nn; i++) /* what the outputs do not reach, by id */
 		if (c->after[i] && !seen[i])
 			c->order1[n1++] = i;
 	c->norder1 = n1;
