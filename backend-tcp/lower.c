@@ -264,6 +264,7 @@ static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	c->fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->gdefer = ctx_alloc(ctx, nn + 1);
+	c->hoist = ctx_alloc(ctx, nn + 1);
 	c->after = ctx_alloc(ctx, nn + 1);
 	c->cat_of = ctx_alloc(ctx, sizeof *c->cat_of * (nn + 1));
 	c->order1 = ctx_alloc(ctx, sizeof *c->order1 * (nn + 1));
@@ -288,6 +289,7 @@ static void lw_fini(lw *c)
 	ctx_free(ctx, c->fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->ggrid, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->gdefer, nn + 1);
+	ctx_free(ctx, c->hoist, nn + 1);
 	ctx_free(ctx, c->after, nn + 1);
 	ctx_free(ctx, c->cat_of, sizeof *c->cat_of * (nn + 1));
 	ctx_free(ctx, c->order1, sizeof *c->order1 * (nn + 1));
@@ -393,6 +395,27 @@ static void order_after(lw *c)
 	ctx_free(c->ctx, next, sizeof *next * (nn + 1));
 }
 
+/* Vector passes that read only constants and iotas (the decode grid's
+ * rows and token list, top-k's index compare): emitted before everything
+ * else, so the main context computes them while the first DMAs (x, the router
+ * weights) are in flight rather than on routing's critical path. DMA ops
+ * stay in place (the DMA context runs in order). */
+static void mark_hoisted(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		bool h = !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_GATHER && n->op != MOE_OP_SCATTER &&
+			 n->op != MOE_OP_TAKE_ALONG && !c->inreg[i] && !c->after[i] && n->valid == MOE_NONE && !c->is_out[i];
+		for (uint32_t k = 0; k < n->nargs && h; k++) {
+			const ir_node *a = n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
+			h = a && (a->op == MOE_OP_CONST || a->op == MOE_OP_IOTA ||
+					 (c->hoist[n->args[k]] && !(ir_ops[a->op].flags & OPF_LEAF)));
+		}
+		c->hoist[i] = h || (ir_ops[n->op].flags & OPF_LEAF); /* leaves emit no code; bound first */
+	}
+}
+
 /* Emission order (independent of the region, the loop, then the rest) and
  * liveness: the last use of each owner (views pass uses to their source).
  * Returns the position of the loop, -1 without one. */
@@ -403,9 +426,11 @@ static int64_t plan_order(lw *c)
 	int64_t q = 0, loop_pos = -1;
 	mark_after(c);
 	order_after(c);
-	for (moe_id i = 0; i < nn; i++)
-		if (!c->inreg[i] && !c->after[i])
-			c->pos[i] = q++;
+	mark_hoisted(c);
+	for (int h = 1; h >= 0; h--)
+		for (moe_id i = 0; i < nn; i++)
+			if (!c->inreg[i] && !c->after[i] && c->hoist[i] == h)
+				c->pos[i] = q++;
 	if (c->rows != MOE_NONE)
 		loop_pos = q++;
 	for (moe_id i = 0; i < nn; i++)
@@ -481,12 +506,13 @@ static void inputs_to_hbm(lw *c)
 static void lower_all(lw *c, int64_t loop_pos)
 {
 	uint32_t nn = c->g->nnodes;
-	for (moe_id i = 0; i < nn && !c->failed; i++) {
-		if (c->inreg[i] || c->after[i])
-			continue;
-		lower_one(c, i);
-		release(c, c->pos[i]);
-	}
+	for (int h = 1; h >= 0; h--)
+		for (moe_id i = 0; i < nn && !c->failed; i++) {
+			if (c->inreg[i] || c->after[i] || c->hoist[i] != h)
+				continue;
+			lower_one(c, i);
+			release(c, c->pos[i]);
+		}
 	if (c->sink)
 		inputs_to_hbm(c);
 	if (c->rows != MOE_NONE && !c->failed) {

@@ -71,6 +71,7 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
+	bool *hoist;       /* computed from constants and iotas only: emitted first (plan_order) */
 	int64_t G;
 	int vreg_rows;
 	/* the tail in row chunks (rowchunk.c): nodes read only after the block
@@ -273,6 +274,7 @@ val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
+int tcpl_new_reg(lw *c, moe_id at); /* a scalar register of its own (R_FREE and up) */
 
 /* lower_vec.c: vector-engine passes */
 void tcpl_materialize(lw *c, moe_id id);
@@ -290,6 +292,9 @@ void tcpl_lower_gather(lw *c, moe_id id);
 void tcpl_lower_take_along(lw *c, moe_id id);
 void tcpl_lower_scatter(lw *c, moe_id id);
 void tcpl_lower_view_op(lw *c, moe_id id);
+
+/* lower_scatter.c: scatter mode=add (vector adds in a run-time loop) */
+void tcpl_lower_scatter_add(lw *c, moe_id id);
 
 /* lower_contract.c */
 void tcpl_lower_einsum(lw *c, moe_id id);
