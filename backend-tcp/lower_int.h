@@ -73,6 +73,14 @@ typedef struct lw {
 	bool *gdefer;
 	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
 	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
+	/* the tail in row chunks (rowchunk.c): nodes read only after the block
+	 * loop are emitted after it, depth first from the outputs */
+	bool sink;
+	bool *after;       /* emitted after the block loop */
+	moe_id *order1;    /* their emission order */
+	uint32_t norder1;
+	moe_id *cat_of;    /* a part of an output joined along its rows: that concat (DMA'd out at once) */
+	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
 	int vreg_rows;
 	/* lower_quant.c: act=fp8 activations quantized once per block for every

@@ -178,8 +178,17 @@ static bool region_plan_weights(lw *c)
 		ir_node b = block_node(n);
 		whole += rup((2 * ir_numel(&b) * esz(n->dtype) + c->S - 1) / c->S, c->m->flit_bytes);
 	}
-	bool single = whole > c->m->dm_bytes_per_slice / 2 && whole <= c->m->dm_bytes_per_slice &&
-		      p->moe_T * p->moe_K >= 2 * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
+	/* quantized weights: their dequantized copies (one per block) sit beside
+	 * them; with those, the double buffers must leave a quarter of DM */
+	int64_t deq = 0;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (c->inreg[i] && N(g, i)->op == MOE_OP_DEQUANT) {
+			ir_node b = block_node(N(g, i));
+			deq += rup((ir_bytes(&b) + c->S - 1) / c->S, c->m->flit_bytes);
+		}
+	bool tight = deq && whole + deq > c->m->dm_bytes_per_slice / 4 * 3; /* then one block per expert will do */
+	bool single = (whole > c->m->dm_bytes_per_slice / 2 || tight) && whole <= c->m->dm_bytes_per_slice &&
+		      p->moe_T * p->moe_K >= (tight ? 1 : 2) * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
 	if (whole > c->m->dm_bytes_per_slice / 2 && !single)
 		for (moe_id i = 0; i < g->nnodes; i++) {
 			const ir_node *n = N(g, i);

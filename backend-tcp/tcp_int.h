@@ -242,8 +242,13 @@ typedef struct cplan {
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
 
 /* lowering */
-/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too */
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len);
+/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too;
+ * sink: g's tail was split into row chunks (rowchunk.c), emitted after the block loop */
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink);
+/* rowchunk.c: g with its row-wise tail computed in row chunks that fit DM, or
+ * NULL when the tail fits (or there is none) */
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or

@@ -16,7 +16,8 @@
  * math) mark padding rows and blocks past the run-time count so backends skip
  * them. Activations are computed in f32 and rounded once, like experts().
  * The combine runs over chunks of tokens when the gathered [T*K, D] rows
- * would exceed the `chunk` option (default 2^25 elements), so no buffer
+ * would exceed the `chunk` option (default 2^25 elements; f32 ones count
+ * twice), so no buffer
  * holds them all (DeepSeek-V3 at T = 4096: 470 MB in bf16).
  * Serving (an n_tokens input, docs/semantics.md section 7): the pairs of
  * tokens >= n get no one-hot entry, so no count, grid row or block; they
@@ -386,7 +387,8 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	/* combine: gather each pair's row back, weight, sum over K in f32; in
 	 * chunks of tokens when the gathered rows would exceed c->chunk elements */
 	moe_id flat = reshape(c, out, 2, G * B, c->D, 0);
-	int64_t per = c->K * c->D, fit = per > 0 && c->chunk / per > 0 ? c->chunk / per : 1;
+	/* counted in 2-byte elements: an f32 layer's chunks hold half the rows */
+	int64_t per = c->K * c->D * (moe_dtype_size(c->t) > 2 ? 2 : 1), fit = per > 0 && c->chunk / per > 0 ? c->chunk / per : 1;
 	int64_t nch = c->T > 0 ? (c->T + fit - 1) / fit : 1;
 	if (nch > 64)
 		nch = 64; /* a node has at most 64 operands; the chunks then exceed the limit */
