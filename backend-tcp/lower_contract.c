@@ -129,7 +129,10 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				s2->stride[0] = pl->O;
 				s2->stride[1] = 1;
 			}
-			emit(c, &in);
+			if (vreg == R_ROWS || (vreg >= 0 && tcpl_tile_outside(c, at))) /* guarded row tiles (lower_rows.c) */
+				tcpl_emit_row_tiles(c, &in, tcpl_row_tile(pl->M));
+			else
+				emit(c, &in);
 		}
 	}
 	if (acc >= 0)
@@ -236,8 +239,22 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			w.base += b * wvs.stride[pos_w[0]];
 			d.base += b * ovs.stride[pos_o[0]];
 		}
-		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, tcpl_valid_reg(c, id),
-			stream);
+		int vreg = tcpl_valid_reg(c, id);
+		int64_t small = tcpl_row_tile(M);
+		uint32_t big = 0, end = 0;
+		if (vreg == R_ROWS && M > small) {
+			/* a block of at most `small` rows (a decode) runs a contraction
+			 * planned for that many rows, the others the one planned for B */
+			cplan ps = plan_contract(c, small, O, I, an->dtype);
+			li(c, R_ROWT, small);
+			big = br(c, TCP_C_LT, R_ROWT, R_ROWS);
+			emit_contract(c, id, &ps, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream);
+			end = jmp(c);
+			patch(c, big);
+		}
+		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream);
+		if (end)
+			patch(c, end);
 	}
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;

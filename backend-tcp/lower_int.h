@@ -75,7 +75,7 @@ typedef struct lw {
 	int vreg_rows;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 
@@ -285,6 +285,10 @@ void tcpl_lower_view_op(lw *c, moe_id id);
 
 /* lower_contract.c */
 void tcpl_lower_einsum(lw *c, moe_id id);
+/* lower_rows.c: a pass over rows with a run-time count as guarded row tiles */
+void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
+int64_t tcpl_row_tile(int64_t rows); /* the first tile's rows for a pass over `rows` */
+bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

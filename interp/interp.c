@@ -158,6 +158,23 @@ static bool computed(const interp *ip, const int64_t *idx)
 	return idx[1] < lim[idx[0]];
 }
 
+/* Rows of the result below a scalar valid mask (all rows without one); the
+ * elements of the other rows are set to 0 (reductions, softmax, take_along). */
+static int64_t rows_computed(const interp *ip, val *out)
+{
+	const ir_node *n = ip->n;
+	if (n->valid == MOE_NONE || n->rank < 1)
+		return n->rank < 1 ? 1 : n->shape[0];
+	int64_t v = ip->v[n->valid].i[0], r = n->shape[0];
+	v = v < 0 ? 0 : v > r ? r : v;
+	int64_t row = r ? out->n / r : 0;
+	if (out->f)
+		memset(out->f + v * row, 0, (size_t)((r - v) * row) * sizeof *out->f);
+	else
+		memset(out->i + v * row, 0, (size_t)((r - v) * row) * sizeof *out->i);
+	return v;
+}
+
 static const ir_node *arg_node(const interp *ip, uint32_t i)
 {
 	return N(ip->g, ip->n->args[i]);
@@ -353,6 +370,8 @@ static moe_status ev_reduce(interp *ip, val *out)
 	moe_op op = (moe_op)n->op;
 	int64_t outer, len, inner;
 	split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	if (n->valid != MOE_NONE) /* axis > 0 (verified): the outer loop's rows are the result's */
+		outer = a->shape[0] ? outer / a->shape[0] * rows_computed(ip, out) : 0;
 	for (int64_t p = 0; p < outer; p++)
 		for (int64_t q = 0; q < inner; q++) {
 			int64_t base = p * len * inner + q, o = p * inner + q;
@@ -386,6 +405,8 @@ static moe_status ev_softmax(interp *ip, val *out)
 	const val *x = arg_val(ip, 0);
 	int64_t outer, len, inner;
 	split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	if (n->valid != MOE_NONE) /* axis > 0 (verified) */
+		outer = a->shape[0] ? outer / a->shape[0] * rows_computed(ip, out) : 0;
 	for (int64_t p = 0; p < outer; p++)
 		for (int64_t q = 0; q < inner; q++) {
 			int64_t base = p * len * inner + q;
@@ -629,7 +650,8 @@ static moe_status ev_take_along(interp *ip, val *out)
 	const val *x = arg_val(ip, 0), *iv = arg_val(ip, 1);
 	int ax = axis_attr(n, "axis", -1, xn->rank);
 	int64_t idx[MOE_MAX_RANK] = {0}, src[MOE_MAX_RANK];
-	for (int64_t o = 0; o < out->n; o++, next_index(idx, n->shape, n->rank)) {
+	int64_t nout = n->valid != MOE_NONE && n->shape[0] ? rows_computed(ip, out) * (out->n / n->shape[0]) : out->n;
+	for (int64_t o = 0; o < nout; o++, next_index(idx, n->shape, n->rank)) {
 		int32_t j = iv->i[o];
 		if (j < 0 || j >= xn->shape[ax])
 			return index_fault(ip, j, xn->shape[ax], idx, n->rank, "indices");

@@ -106,7 +106,7 @@ static moe_id gather_blocks(dp *c, moe_id w)
 static moe_id masked(dp *c, moe_id id, moe_id v)
 {
 	if (v != MOE_NONE && N(c->d, id)->valid == MOE_NONE && (ir_ops[N(c->d, id)->op].flags & OPF_VALID) &&
-		N(c->d, id)->rank >= 1) {
+		N(c->d, id)->rank >= 1 && !(ir_valid_rows_only(N(c->d, id)->op) && N(c->d, v)->rank != 0)) {
 		moe_node_set_valid(c->d, id, v);
 		IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
 	}
@@ -322,11 +322,13 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 			moe_id cw = all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
 			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
 		}
+		/* real tokens of this chunk (serving) */
+		moe_id rows = c->ntok == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, c->ntok, ci(c, t0));
 		moe_id yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
 		if (c->ntok == MOE_NONE) {
 			parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
 		} else { /* a cast even to f32: rows of padded tokens are zero */
-			moe_id rows = b2(c, MOE_OP_SUB, c->ntok, ci(c, t0)); /* real tokens of this chunk */
+			yc = masked(c, yc, rows); /* the sums of padded tokens are not computed */
 			moe_id y = moe_node_new(d, MOE_OP_CAST, &yc, 1, c->loc);
 			moe_node_set_str(d, y, "to", moe_dtype_name(c->t));
 			IR_ASSERT(ir_infer(d->ctx, d, y) == MOE_OK);

@@ -1,0 +1,118 @@
+/* backend-tcp/lower_rows.c: row sub-tiles guarded by a run-time row count
+ * (docs/tcp-isa.md section 7.4, "Row sub-tiles").
+ *
+ * A pass whose outermost loop runs over rows with a run-time valid count
+ * (`valid=rN`: a block's rows inside the block loop, a serving layer's
+ * n_tokens outside it) is charged for every row of its static extent, the
+ * rows past the count included (they are written as zero). When that extent
+ * is large and the count is often small (a block of 256 rows holding one
+ * decode token), the pass is emitted as static row tiles of growing size,
+ * [0, f), [f, 2f), [2f, 4f), ... each guarded by the count: a tile whose
+ * first row is at or past the count is skipped and costs only its guard
+ * (an `li` and a run-time branch); a tile that runs is charged for all its
+ * rows, its own rows past the count included, with the count less the
+ * tile's first row as its valid count. Rows of skipped tiles are not
+ * written, so only values whose every reader reads them through the same
+ * tiles (or not at all) are tiled; the callers decide that. */
+#include "backend-tcp/lower_int.h"
+
+/* May `in` be split along its outermost loop? Every view must step rows
+ * along dim 0 only by its stride, and no step may read the dim-0 counter or
+ * reduce / scan / compact along dim 0 (the innermost loop of a 1-D pass). */
+static bool splittable(const tcp_insn *in)
+{
+	if (in->ndim < 2 || in->vreg < 0)
+		return false;
+	if (in->op == TCP_OP_TU_VEC) {
+		if (in->flags)
+			return false;
+		for (int i = 0; i < in->nstep; i++)
+			if ((in->step[i].x == TCP_SRC_CTR || in->step[i].y == TCP_SRC_CTR) && in->step[i].ctr == 0)
+				return false;
+		return true;
+	}
+	return in->op == TCP_OP_TU_CONTRACT && !(in->flags & TCP_F_SCALED);
+}
+
+/* Emits `in` (valid count in in->vreg) as guarded row tiles starting at
+ * `first` rows, or as it is when it cannot be split or is not larger than
+ * one tile. */
+void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
+{
+	int64_t M = in->dim[0];
+	if (!splittable(in) || first < 1 || M <= first) {
+		tcp_insn cp = *in;
+		emit(c, &cp);
+		return;
+	}
+	for (int64_t s = 0, len = first; s < M; s += len, len = s) {
+		int64_t n = M - s < len ? M - s : len;
+		/* guard: skip the tile when its first row is at or past the count */
+		li(c, R_ROWT, s);
+		uint32_t skip = br(c, TCP_C_GE, R_ROWT, in->vreg);
+		tcp_insn t = *in;
+		t.dim[0] = n;
+		for (int w = 0; w < TCP_NVIEW; w++)
+			if (t.v[w].t >= 0)
+				t.v[w].base += s * t.v[w].stride[0];
+		if (s > 0) {
+			alui(c, TCP_S_SUB, R_ROWT, in->vreg, TCP_NOREG, s);
+			t.vreg = R_ROWT;
+		}
+		emit(c, &t);
+		patch(c, skip);
+	}
+}
+
+/* The first tile of a pass over `rows` rows: an eighth of them, at least 16
+ * (a tile pays a command and a fill/drain; 4 tiles cover 256 rows). */
+int64_t tcpl_row_tile(int64_t rows)
+{
+	int64_t f = rows / 32;
+	return f < 8 ? 8 : f;
+}
+
+/* Does every pass that reads node x (through views that keep its rows)
+ * mask the rows at and past count v itself? Such a reader writes zero
+ * there whatever it reads, and below v reads only rows of x that a tile
+ * which ran wrote; a reader that could fault on a stale row (an index, an
+ * integer division) or reads x's rows elsewhere keeps x untiled. */
+static bool readers_mask(const lw *c, moe_id x, moe_id v, int64_t rows, int depth)
+{
+	if (depth > 8 || c->is_out[x])
+		return false;
+	for (moe_id u = x + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		bool reads = false;
+		for (uint32_t a = 0; a < un->nargs; a++)
+			reads |= un->args[a] == x;
+		if (!reads)
+			continue;
+		if (un->rank < 1 || un->shape[0] != rows || c->inreg[u])
+			return false;
+		if (c->alias_cast[u] || un->op == MOE_OP_RESHAPE || un->op == MOE_OP_BROADCAST) {
+			if (!readers_mask(c, u, v, rows, depth + 1))
+				return false;
+			continue;
+		}
+		moe_id r = c->fused_into[u] != MOE_NONE ? c->fused_into[u] : u; /* the pass that reads x */
+		const ir_node *rn = N(c->g, r);
+		bool ok = (ir_ops[rn->op].flags & OPF_ELEM) || rn->op == MOE_OP_EINSUM || rn->op == MOE_OP_SOFTMAX ||
+			  rn->op == MOE_OP_REDUCE_SUM || rn->op == MOE_OP_REDUCE_MAX || rn->op == MOE_OP_REDUCE_MIN;
+		if (!ok || rn->valid != v || rn->rank < 1 || rn->shape[0] != rows)
+			return false;
+		if ((un->op == MOE_OP_DIV || rn->op == MOE_OP_DIV) && !moe_dtype_is_float((moe_dtype)un->dtype))
+			return false;
+	}
+	return true;
+}
+
+/* May node id's pass, outside the block loop and masked by a scalar count
+ * (a serving layer's rows), be emitted as guarded row tiles? */
+bool tcpl_tile_outside(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (c->inreg[id] || n->valid == MOE_NONE || N(c->g, n->valid)->rank != 0 || n->rank < 1 || c->hbm_home[id])
+		return false;
+	return readers_mask(c, id, n->valid, n->shape[0], 0);
+}
