@@ -15,7 +15,7 @@ static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
  * areg/wreg: loop offset registers for region views. */
 static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, int64_t am, int64_t ai,
 	const tcp_view *w, int64_t wo, int64_t wi, const tcp_view *dst, int64_t dm_, int64_t do_, int wdt, int vreg,
-	bool stream)
+	bool stream, int64_t tiles)
 {
 	int64_t nchunks = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
 	int32_t acc = -1, wb = -1;
@@ -129,8 +129,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				s2->stride[0] = pl->O;
 				s2->stride[1] = 1;
 			}
-			if (vreg == R_ROWS || (vreg >= 0 && tcpl_tile_outside(c, at))) /* guarded row tiles (lower_rows.c) */
-				tcpl_emit_row_tiles(c, &in, tcpl_row_tile(pl->M));
+			if (tiles > 0) /* guarded row tiles (lower_rows.c) */
+				tcpl_emit_row_tiles(c, &in, tiles);
 			else
 				emit(c, &in);
 		}
@@ -240,21 +240,29 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			d.base += b * ovs.stride[pos_o[0]];
 		}
 		int vreg = tcpl_valid_reg(c, id);
-		int64_t small = tcpl_row_tile(M);
-		uint32_t big = 0, end = 0;
-		if (vreg == R_ROWS && M > small) {
-			/* a block of at most `small` rows (a decode) runs a contraction
-			 * planned for that many rows, the others the one planned for B */
-			cplan ps = plan_contract(c, small, O, I, an->dtype);
-			li(c, R_ROWT, small);
-			big = br(c, TCP_C_LT, R_ROWT, R_ROWS);
-			emit_contract(c, id, &ps, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream);
-			end = jmp(c);
+		int64_t f = tcpl_row_tile(M);
+		if (vreg == R_ROWS && M > f) {
+			/* a block's rows (lower_rows.c): at most f rows (a decode) run a
+			 * contraction planned for f rows; more than half the block the
+			 * one planned for B; the others its guarded row tiles */
+			cplan ps = plan_contract(c, f, O, I, an->dtype), ph = pl;
+			ph.M = M / 2;
+			uint32_t big = tcpl_block_rows_guard(c, f), end[2];
+			emit_contract(c, id, &ps, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
+			end[0] = jmp(c);
 			patch(c, big);
+			uint32_t full = tcpl_block_rows_guard(c, M / 2);
+			emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, f);
+			end[1] = jmp(c);
+			patch(c, full);
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
+			patch(c, end[0]);
+			patch(c, end[1]);
+		} else {
+			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+				tiles ? tcpl_row_tile(M) : 0);
 		}
-		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream);
-		if (end)
-			patch(c, end);
 	}
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;

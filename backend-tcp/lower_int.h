@@ -288,7 +288,9 @@ void tcpl_lower_einsum(lw *c, moe_id id);
 /* lower_rows.c: a pass over rows with a run-time count as guarded row tiles */
 void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
 int64_t tcpl_row_tile(int64_t rows); /* the first tile's rows for a pass over `rows` */
-bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
+bool tcpl_tile_outside(const lw *c, moe_id id);
+void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
+uint32_t tcpl_block_rows_guard(lw *c, int64_t f);  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

@@ -64,6 +64,45 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 	}
 }
 
+/* A pass over a block's rows (count R_ROWS), three ways: a block of at
+ * most f rows runs it over f rows, one of more than half the block over
+ * all of them (a prefill's full blocks pay two guards, not six tiles), the
+ * others over the guarded tiles up to half the block. */
+void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
+{
+	int64_t M = in->dim[0], f = tcpl_row_tile(M);
+	if (!splittable(in) || M <= f) {
+		tcp_insn cp = *in;
+		emit(c, &cp);
+		return;
+	}
+	uint32_t big = tcpl_block_rows_guard(c, f), end[2];
+	tcp_insn t = *in;
+	t.dim[0] = f;
+	emit(c, &t);
+	end[0] = jmp(c);
+	patch(c, big);
+	li(c, R_ROWT, M / 2);
+	uint32_t full = br(c, TCP_C_LT, R_ROWT, in->vreg);
+	t = *in;
+	t.dim[0] = M / 2;
+	tcpl_emit_row_tiles(c, &t, f);
+	end[1] = jmp(c);
+	patch(c, full);
+	t = *in;
+	emit(c, &t);
+	patch(c, end[0]);
+	patch(c, end[1]);
+}
+
+/* Branches past the code that follows when the block has more than f rows
+ * (patch the returned branch where that code ends). */
+uint32_t tcpl_block_rows_guard(lw *c, int64_t f)
+{
+	li(c, R_ROWT, f);
+	return br(c, TCP_C_LT, R_ROWT, R_ROWS);
+}
+
 /* The first tile of a pass over `rows` rows: an eighth of them, at least 16
  * (a tile pays a command and a fill/drain; 4 tiles cover 256 rows). */
 int64_t tcpl_row_tile(int64_t rows)

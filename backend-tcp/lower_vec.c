@@ -117,7 +117,9 @@ static void vp_commit(lw *c, vpass *vp, moe_id id, const tcp_view *dst, int vreg
 {
 	vp->in.v[TCP_V_DST] = *dst;
 	vp->in.vreg = vreg;
-	if (vreg == R_ROWS || (vreg >= 0 && tcpl_tile_outside(c, id))) /* guarded row tiles (lower_rows.c) */
+	if (vreg == R_ROWS) /* a block's rows (lower_rows.c) */
+		tcpl_emit_block_pass(c, &vp->in);
+	else if (vreg >= 0 && tcpl_tile_outside(c, id)) /* guarded row tiles (lower_rows.c) */
 		tcpl_emit_row_tiles(c, &vp->in, tcpl_row_tile(vp->in.dim[0]));
 	else
 		emit(c, &vp->in);
