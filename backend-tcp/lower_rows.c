@@ -31,6 +31,8 @@ static bool splittable(const tcp_insn *in)
 				return false;
 		return true;
 	}
+	if (in->op == TCP_OP_DMA_GATHER || in->op == TCP_OP_DMA_SCATTER)
+		return (in->flags & TCP_F_VROWS) != 0; /* the count is of groups (dim 0) */
 	return in->op == TCP_OP_TU_CONTRACT && !(in->flags & TCP_F_SCALED);
 }
 
@@ -137,6 +139,7 @@ static bool readers_mask(const lw *c, moe_id x, moe_id v, int64_t rows, int dept
 		moe_id r = c->fused_into[u] != MOE_NONE ? c->fused_into[u] : u; /* the pass that reads x */
 		const ir_node *rn = N(c->g, r);
 		bool ok = (ir_ops[rn->op].flags & OPF_ELEM) || rn->op == MOE_OP_EINSUM || rn->op == MOE_OP_SOFTMAX ||
+			  (rn->op == MOE_OP_TAKE_ALONG && un->args[0] == x) || /* not its indices: a gather reads them all */
 			  rn->op == MOE_OP_REDUCE_SUM || rn->op == MOE_OP_REDUCE_MAX || rn->op == MOE_OP_REDUCE_MIN;
 		if (!ok || rn->valid != v || rn->rank < 1 || rn->shape[0] != rows)
 			return false;
