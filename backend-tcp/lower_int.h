@@ -265,6 +265,7 @@ val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
+int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
 
 /* lower_vec.c: vector-engine passes */
 void tcpl_materialize(lw *c, moe_id id);
@@ -290,7 +291,10 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
 int64_t tcpl_row_tile(int64_t rows); /* the first tile's rows for a pass over `rows` */
 bool tcpl_tile_outside(const lw *c, moe_id id);
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
-uint32_t tcpl_block_rows_guard(lw *c, int64_t f);  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
+uint32_t tcpl_block_rows_guard(lw *c, int64_t f);
+void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
+moe_id tcpl_input_rows_count(const lw *c, moe_id id);
+bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */ /* a token input copied in row tiles: by this count */  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

@@ -158,3 +158,90 @@ bool tcpl_tile_outside(const lw *c, moe_id id)
 		return false;
 	return readers_mask(c, id, n->valid, n->shape[0], 0);
 }
+
+/* A contiguous copy of `rows` rows of `rowlen` elements (dst, src: tensor
+ * and base) as guarded row tiles by the count in register creg: rows of the
+ * tiles that run are copied (their rows past the count included), the
+ * others are not touched. */
+void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg)
+{
+	int64_t first = tcpl_row_tile(rows);
+	for (int64_t s = 0, len = first; s < rows; s += len, len = s) {
+		int64_t n = rows - s < len ? rows - s : len;
+		li(c, R_ROWT, s);
+		uint32_t skip = br(c, TCP_C_GE, R_ROWT, creg);
+		dma_copy(c, dt, dbase + s * rowlen, -1, 0, st, sbase + s * rowlen, -1, 0, n * rowlen);
+		patch(c, skip);
+	}
+}
+
+/* The count by which a serving layer's token input x (rows [T, ...]) may be
+ * copied into DM in row tiles: the mask of its readers, when every reader
+ * masks the rows past it (the router einsum) or is the dispatch's deferred
+ * gather of token rows (which reads the rows of real tokens only, and token
+ * 0 for the grid's padding rows); MOE_NONE otherwise. */
+moe_id tcpl_input_rows_count(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_INPUT || n->rank < 1 || c->is_out[id])
+		return MOE_NONE;
+	moe_id v = MOE_NONE;
+	for (moe_id u = id + 1; u < c->g->nnodes && v == MOE_NONE; u++) {
+		const ir_node *un = N(c->g, u);
+		for (uint32_t a = 0; a < un->nargs; a++)
+			if (un->args[a] == id && un->valid != MOE_NONE && !c->inreg[u] && N(c->g, un->valid)->rank == 0)
+				v = un->valid;
+	}
+	if (v == MOE_NONE)
+		return MOE_NONE;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		bool reads = false;
+		for (uint32_t a = 0; a < un->nargs; a++)
+			reads |= un->args[a] == id;
+		if (!reads || c->gdefer[u])
+			continue;
+		if (c->alias_cast[u] || un->valid != v || un->rank < 1 || un->shape[0] != n->shape[0] || c->inreg[u])
+			return MOE_NONE;
+		moe_id r = c->fused_into[u] != MOE_NONE ? c->fused_into[u] : u;
+		if (un->op != MOE_OP_EINSUM && !(ir_ops[un->op].flags & OPF_ELEM))
+			return MOE_NONE;
+		if (N(c->g, r)->valid != v || (un->op == MOE_OP_DIV && !moe_dtype_is_float((moe_dtype)un->dtype)))
+			return MOE_NONE;
+	}
+	/* the token-row gather reads row 0 for padding: n >= 1 whenever a block runs */
+	return v;
+}
+
+/* The part of output o (a serving layer's rows: o masked by a scalar count,
+ * or a concatenation of token chunks each so masked) its tiles that hold
+ * real rows copy to HBM tensor t; the other rows of t are not written, so a
+ * serving program's output rows at and past n are those of the buffer the
+ * runtime binds, which moe_tcp_run zero-fills (docs/tcp-isa.md 7.4). False
+ * when o is not such an output (the caller copies it whole). */
+bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v)
+{
+	const ir_node *n = N(c->g, o);
+	if (n->rank < 1 || c->inreg[o] || n->shape[0] < 2)
+		return false;
+	moe_id one = o;
+	uint32_t np = 1;
+	const moe_id *parts = &one;
+	if (n->op == MOE_OP_CONCAT && n->valid == MOE_NONE && ir_attr_int(n, "axis", 0) == 0) {
+		parts = n->args;
+		np = n->nargs;
+	}
+	for (uint32_t k = 0; k < np; k++) {
+		const ir_node *pn = N(c->g, parts[k]);
+		if (pn->valid == MOE_NONE || N(c->g, pn->valid)->rank != 0 || pn->rank != n->rank || c->inreg[parts[k]])
+			return false;
+	}
+	int64_t row = ir_numel(n) / n->shape[0], at = 0;
+	for (uint32_t k = 0; k < np; k++) {
+		const ir_node *pn = N(c->g, parts[k]);
+		tcpl_copy_rows(c, t, at * row, v->t, v->base + at * row, pn->shape[0], row,
+			tcpl_count_reg(c, o, pn->valid));
+		at += pn->shape[0];
+	}
+	return true;
+}
