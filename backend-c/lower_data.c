@@ -283,7 +283,15 @@ void cgen_lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t row = ir_numel(n) / n->shape[0];
 	int64_t is[MOE_MAX_RANK];
 	strides_of(ix, is);
-	cg_block *in = loops(L, b, ix->shape, 0, ix->rank, iv);
+	cg_block *in = b;
+	int d0 = 0;
+	if (n->valid != MOE_NONE && ix->rank >= 1) { /* only index rows below the count are applied */
+		int cnt = newvar(L, CT_I64);
+		set(L, b, cnt, clamp_count(L, ld(L, L->p->node_buf[n->valid], ic(L, 0)), ix->shape[0]));
+		in = loopv(L, b, &iv[0], ic(L, 0), vr(L, cnt));
+		d0 = 1;
+	}
+	in = loops(L, in, ix->shape, d0, ix->rank, iv);
 	cg_expr *p = lin(L, iv, is, ix->rank, NULL);
 	int r = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], p), n->shape[0]);
 	int j;

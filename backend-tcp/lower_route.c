@@ -33,7 +33,8 @@ static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *s
 	ix->base = idx->base;
 	ix->stride[0] = igstride;
 	ix->stride[1] = istride;
-	if ((flags & TCP_F_VROWS) && tcpl_tile_outside(c, at)) /* guarded row tiles (lower_rows.c) */
+	/* guarded row tiles (lower_rows.c); a scatter's skipped rows are exactly those not applied */
+	if ((flags & TCP_F_VROWS) && (op == TCP_OP_DMA_SCATTER || tcpl_tile_outside(c, at)))
 		tcpl_emit_row_tiles(c, &in, tcpl_row_tile(groups));
 	else
 		emit(c, &in);
@@ -111,7 +112,11 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 			tcpl_err(c, id, "dispatch by gather with a strided index list is not lowered");
 			return;
 		}
-		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1, 0);
+		int vreg = tcpl_valid_reg(c, id);
+		if (vreg >= 0) /* serving: one index per group, the count limits the groups (tiled) */
+			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, ni, 1, rows, 1, 1, 1, 0, 1, 1, 1, vreg, TCP_F_VROWS);
+		else
+			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1, 0);
 		return;
 	}
 	val *bv = &c->v[n->args[0]];
@@ -129,7 +134,11 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 	val *iv = tcpl_dm_view(c, n->args[1]);
 	val *sv = tcpl_need_view(c, n->args[2]);
 	int64_t rows = n->shape[0], row = prod(n->shape, 1, n->rank), ni = ir_numel(ix);
-	dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, 1, ni, rows, row, ni * row, row, rows * row, row, 0, 1, -1, 0);
+	int vreg = tcpl_valid_reg(c, id);
+	if (vreg >= 0) /* one index per group, the count limits the groups (tiled) */
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, ni, 1, rows, row, row, row, 0, row, 1, 1, vreg, TCP_F_VROWS);
+	else
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, 1, ni, rows, row, ni * row, row, rows * row, row, 0, 1, -1, 0);
 }
 
 /* A reshape that only adds or drops dimensions of size 1 keeps the strides. */

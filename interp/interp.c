@@ -676,8 +676,13 @@ static moe_status ev_scatter(interp *ip, val *out)
 		memcpy(out->f, base->f, (size_t)out->n * sizeof *out->f);
 	else
 		memcpy(out->i, base->i, (size_t)out->n * sizeof *out->i);
-	int64_t idx[MOE_MAX_RANK] = {0};
-	for (int64_t p = 0; p < iv->n; p++, next_index(idx, in->shape, in->rank)) {
+	int64_t idx[MOE_MAX_RANK] = {0}, np = iv->n;
+	if (n->valid != MOE_NONE && in->rank >= 1 && in->shape[0]) { /* only index rows below the count are applied */
+		int64_t v = ip->v[n->valid].i[0];
+		v = v < 0 ? 0 : v > in->shape[0] ? in->shape[0] : v;
+		np = v * (iv->n / in->shape[0]);
+	}
+	for (int64_t p = 0; p < np; p++, next_index(idx, in->shape, in->rank)) {
 		int32_t r = iv->i[p];
 		if (r < 0 || r >= n->shape[0])
 			return index_fault(ip, r, n->shape[0], idx, in->rank, "indices");

@@ -652,6 +652,8 @@ static moe_status check_valid(infer *c)
 		return ERR(c, "a valid mask must be an i32 scalar or vector");
 	if (v->rank == 0 && n->rank < 1)
 		return ERR(c, "a scalar valid mask needs a result of rank >= 1");
+	if (n->op == MOE_OP_SCATTER && v->rank != 0)
+		return ERR(c, "'scatter' takes only a scalar valid mask (it counts the index rows applied)");
 	if (ir_valid_rows_only(n->op)) {
 		/* rows of the result are rows of the operand: a reduction or softmax
 		 * along another axis, a take_along */

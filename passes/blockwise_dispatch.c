@@ -295,6 +295,10 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_node_set_float(d, zero, "value", 0.0);
 	moe_id sx[3] = {zero, spos, xp};
 	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
+	if (nk != MOE_NONE) { /* serving: the pairs of padded tokens are not scattered */
+		moe_node_set_valid(d, grid, nk);
+		IR_ASSERT(ir_infer(d->ctx, d, grid) == MOE_OK);
+	}
 	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, blocks, "blocks");
 	moe_id out = expert_ffn(c, ex, s, blocks); /* [G, B, D] */
