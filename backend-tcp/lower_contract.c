@@ -242,22 +242,23 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		int vreg = tcpl_valid_reg(c, id);
 		int64_t f = tcpl_row_tile(M);
 		if (vreg == R_ROWS && M > f) {
-			/* a block's rows (lower_rows.c): at most f rows (a decode) run a
-			 * contraction planned for f rows; more than half the block the
-			 * one planned for B; the others its guarded row tiles */
-			cplan ps = plan_contract(c, f, O, I, an->dtype), ph = pl;
-			ph.M = M / 2;
-			uint32_t big = tcpl_block_rows_guard(c, f), end[2];
-			emit_contract(c, id, &ps, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
-			end[0] = jmp(c);
-			patch(c, big);
-			uint32_t full = tcpl_block_rows_guard(c, M / 2);
-			emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, f);
-			end[1] = jmp(c);
-			patch(c, full);
+			/* a block's rows (lower_rows.c): a block of at most h rows, h = f,
+			 * 4f, 16f, ... below B, runs a contraction planned for h rows in
+			 * guarded row tiles up to h (one pass at h = f); a larger block
+			 * the one planned for B, whole */
+			uint32_t end[8];
+			int ne = 0;
+			for (int64_t h = f; h < M && ne < 8; h *= 4) {
+				cplan ph = plan_contract(c, h, O, I, an->dtype);
+				uint32_t more = tcpl_block_rows_guard(c, h);
+				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+					h > f ? f : 0);
+				end[ne++] = jmp(c);
+				patch(c, more);
+			}
 			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
-			patch(c, end[0]);
-			patch(c, end[1]);
+			for (int k = 0; k < ne; k++)
+				patch(c, end[k]);
 		} else {
 			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
 			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,

@@ -294,7 +294,9 @@ void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, ti
 uint32_t tcpl_block_rows_guard(lw *c, int64_t f);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
 moe_id tcpl_input_rows_count(const lw *c, moe_id id);
-bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */ /* a token input copied in row tiles: by this count */  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
+bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v);
+void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
+	int64_t rowlen); /* a block's rows by its run-time count (lower_rows.c) */ /* a serving output's real rows only */ /* a token input copied in row tiles: by this count */  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

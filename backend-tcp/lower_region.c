@@ -75,7 +75,8 @@ void tcpl_find_region(lw *c)
 
 /* Dispatch by gather: block blk's rows of x, by the grid's row list, into
  * slot `slot` of buf (n elements per block). */
-static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk)
+static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk, int32_t trw, int64_t rwbase,
+	int64_t rws)
 {
 	const ir_node *sn = N(c->g, s), *xp = N(c->g, sn->args[2]), *x = N(c->g, xp->args[0]);
 	val *xv = tcpl_need_view(c, xp->args[0]);
@@ -86,7 +87,8 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	in.dim[1] = rows;
 	in.dim[2] = D;
 	in.rows = T;
-	in.vreg = -1;
+	in.vreg = R_ROWT; /* the block's real rows: the others are not moved (written as zero) */
+	ld(c, R_ROWT, trw, blk, rwbase, rws);
 	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = buf;
 	d->reg = slot;
@@ -349,7 +351,7 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 			continue;
 		val *sv = &c->v[in->src];
 		if (in->gather != MOE_NONE)
-			block_gather(c, in->buf, slot, in->n, in->gather, blk);
+			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
 		if (!first_)
@@ -485,7 +487,7 @@ static void region_store(lw *c, const rgn *r)
 		ir_node b = block_node(n);
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
 			n->rank, n->shape);
-		dma_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, -1, 0, ir_numel(&b));
+		tcpl_block_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, b.shape[0], ir_numel(&b) / b.shape[0]);
 		c->v[i] = tview(home, i, n);
 	}
 }
