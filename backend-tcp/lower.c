@@ -162,6 +162,7 @@ static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	c->fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->gdefer = ctx_alloc(ctx, nn + 1);
+	c->hoist = ctx_alloc(ctx, nn + 1);
 }
 
 static void lw_fini(lw *c)
@@ -180,6 +181,7 @@ static void lw_fini(lw *c)
 	ctx_free(ctx, c->fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->ggrid, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->gdefer, nn + 1);
+	ctx_free(ctx, c->hoist, nn + 1);
 	ctx_free(ctx, c->live, c->lcap * sizeof *c->live);
 }
 
@@ -187,6 +189,27 @@ static void last_use(lw *c, moe_id owner, int64_t q)
 {
 	if (q > c->last[owner])
 		c->last[owner] = q;
+}
+
+/* Vector passes that read only constants and iotas (the decode grid's
+ * rows and token list, top-k's index compare): emitted before everything
+ * else, so the main context computes them while the first DMAs (x, the router
+ * weights) are in flight rather than on routing's critical path. DMA ops
+ * stay in place (the DMA context runs in order). */
+static void mark_hoisted(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		bool h = !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_GATHER && n->op != MOE_OP_SCATTER &&
+			 n->op != MOE_OP_TAKE_ALONG && !c->inreg[i] && !c->dep[i] && n->valid == MOE_NONE && !c->is_out[i];
+		for (uint32_t k = 0; k < n->nargs && h; k++) {
+			const ir_node *a = n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
+			h = a && (a->op == MOE_OP_CONST || a->op == MOE_OP_IOTA ||
+					 (c->hoist[n->args[k]] && !(ir_ops[a->op].flags & OPF_LEAF)));
+		}
+		c->hoist[i] = h || (ir_ops[n->op].flags & OPF_LEAF); /* leaves emit no code; bound first */
+	}
 }
 
 /* Emission order (independent of the region, the loop, then the rest) and
@@ -197,9 +220,11 @@ static int64_t plan_order(lw *c)
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
 	int64_t q = 0, loop_pos = -1;
-	for (moe_id i = 0; i < nn; i++)
-		if (!c->inreg[i] && !c->dep[i])
-			c->pos[i] = q++;
+	mark_hoisted(c);
+	for (int h = 1; h >= 0; h--)
+		for (moe_id i = 0; i < nn; i++)
+			if (!c->inreg[i] && !c->dep[i] && c->hoist[i] == h)
+				c->pos[i] = q++;
 	if (c->rows != MOE_NONE)
 		loop_pos = q++;
 	for (moe_id i = 0; i < nn; i++) {
@@ -252,12 +277,13 @@ static void lower_all(lw *c, int64_t loop_pos)
 {
 	uint32_t nn = c->g->nnodes;
 	for (int pass = 0; pass < 2 && !c->failed; pass++) {
-		for (moe_id i = 0; i < nn && !c->failed; i++) {
-			if (c->inreg[i] || (pass == 0) == c->dep[i])
-				continue;
-			tcpl_lower_node(c, i);
-			release(c, c->pos[i]);
-		}
+		for (int h = pass == 0; h >= 0; h--)
+			for (moe_id i = 0; i < nn && !c->failed; i++) {
+				if (c->inreg[i] || (pass == 0) == c->dep[i] || c->hoist[i] != h)
+					continue;
+				tcpl_lower_node(c, i);
+				release(c, c->pos[i]);
+			}
 		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
 			tcpl_lower_region(c);
 			release(c, loop_pos);

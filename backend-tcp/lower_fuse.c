@@ -145,7 +145,9 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 		uint8_t *cr = chain + (size_t)r * (TCP_MAXSTEP + 1);
 		int nold = cr[TCP_MAXSTEP], nu_old = elem_vops(g, un, false, uo), nu = elem_vops(g, un, true, uo);
 		int np = elem_vops(g, p, false, ops), n = np;
-		for (int q = 0; q < nu; q++)
+		/* a select whose condition ends in a compare reads the tag it set (no t.ne) */
+		int u0 = un->op == MOE_OP_SELECT && k == 0 && np > 0 && tcp_vop_stage[ops[np - 1]] == TCP_ST_TAG;
+		for (int q = u0; q < nu; q++)
 			ops[n++] = uo[q];
 		for (int q = nu_old; q < nold; q++)
 			ops[n++] = cr[q];
@@ -209,7 +211,14 @@ void tcpl_plan_fusions(lw *c)
 		const ir_node *n = N(g, i);
 		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
 			continue;
-		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
+		/* a 4-byte bitcast (of an f32 or i32 value, or of a bf16 -> f32 cast read
+		 * only by it) is the same lane words: a view as well */
+		const ir_node *a0 = n->nargs ? N(g, n->args[0]) : NULL;
+		bool bc = n->op == MOE_OP_BITCAST && esz(n->dtype) == 4 && a0->op != MOE_OP_CONST && a0->op != MOE_OP_IOTA &&
+			  !c->inreg[n->args[0]] &&
+			  (esz(a0->dtype) == 4 || (a0->op == MOE_OP_CAST && a0->dtype == MOE_F32 && nuse[n->args[0]] == 1 &&
+							  N(g, a0->args[0])->dtype == MOE_BF16));
+		if ((bc || (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && a0->dtype == MOE_BF16)) && nuse[i] >= 1) {
 			bool ok = true;
 			for (moe_id u = i + 1; u < nn && ok; u++) {
 				const ir_node *un = N(g, u);
@@ -227,6 +236,8 @@ void tcpl_plan_fusions(lw *c)
 				ok = vec;
 			}
 			c->alias_cast[i] = ok;
+			if (ok && bc && a0->op == MOE_OP_CAST)
+				c->alias_cast[n->args[0]] = true;
 		}
 		if (n->op == MOE_OP_GATHER && ir_bytes(n) >= big && nuse[i] >= 1) {
 			bool only_scatter = true;

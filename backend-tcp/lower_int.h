@@ -71,6 +71,7 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
+	bool *hoist;       /* computed from constants and iotas only: emitted first (plan_order) */
 	int64_t G;
 	int vreg_rows;
 } lw;
@@ -266,6 +267,7 @@ val *tcpl_dm_view(lw *c, moe_id id);
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
 int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
+int tcpl_new_reg(lw *c, moe_id at); /* a scalar register of its own (R_FREE and up) */
 
 /* lower_vec.c: vector-engine passes */
 void tcpl_materialize(lw *c, moe_id id);
@@ -284,19 +286,22 @@ void tcpl_lower_take_along(lw *c, moe_id id);
 void tcpl_lower_scatter(lw *c, moe_id id);
 void tcpl_lower_view_op(lw *c, moe_id id);
 
+/* lower_scatter.c: scatter mode=add (vector adds in a run-time loop) */
+void tcpl_lower_scatter_add(lw *c, moe_id id);
+
 /* lower_contract.c */
 void tcpl_lower_einsum(lw *c, moe_id id);
-/* lower_rows.c: a pass over rows with a run-time count as guarded row tiles */
+/* lower_rows.c: passes over rows with a run-time count as guarded row tiles */
 void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
-int64_t tcpl_row_tile(int64_t rows); /* the first tile's rows for a pass over `rows` */
-bool tcpl_tile_outside(const lw *c, moe_id id);
+int64_t tcpl_row_tile(int64_t rows);           /* the first tile's rows for a pass over `rows` */
+bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
-uint32_t tcpl_block_rows_guard(lw *c, int64_t f);
+uint32_t tcpl_block_rows_guard(lw *c, int64_t f);    /* branch taken when the block has more than f rows */
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
-moe_id tcpl_input_rows_count(const lw *c, moe_id id);
-bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v);
+moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in row tiles: by this count */
+bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */
 void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
-	int64_t rowlen); /* a block's rows by its run-time count (lower_rows.c) */ /* a serving output's real rows only */ /* a token input copied in row tiles: by this count */  /* branch taken when the block has more than f rows */ /* a serving pass whose readers all mask its padded rows */
+	int64_t rowlen); /* a block's rows by its run-time count */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

@@ -65,7 +65,7 @@ void tcpl_dm_free(lw *c, int32_t t)
 		}
 }
 
-static int new_reg(lw *c, moe_id at)
+int tcpl_new_reg(lw *c, moe_id at)
 {
 	if (c->next_reg >= TCP_NREG) {
 		tcpl_err(c, at, "out of scalar registers");
@@ -182,7 +182,7 @@ int tcpl_count_reg(lw *c, moe_id id, moe_id cnt)
 	for (int k = 0; k < c->nvc; k++)
 		if (c->vc_id[k] == cnt)
 			return c->vc_reg[k];
-	int r = new_reg(c, id);
+	int r = tcpl_new_reg(c, id);
 	val *vv = tcpl_dm_view(c, cnt);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);

@@ -59,7 +59,7 @@ void tcpl_find_region(lw *c)
 			if (a == MOE_NONE)
 				continue;
 			if (c->inreg[i] && !c->inreg[a] && N(g, a)->rank >= 1 && N(g, a)->shape[0] == c->G &&
-				!weight_view(g, a)) {
+				!weight_view(g, a) && a != c->bexp) { /* the block experts reach the loop through SPM */
 				moe_id s = a;
 				while (N(g, s)->op == MOE_OP_RESHAPE)
 					s = N(g, s)->args[0];
@@ -125,7 +125,7 @@ enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
 
 /* The block loop being emitted. */
 typedef struct rgn {
-	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows */
+	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows (-1: a constant, in the base) */
 	int64_t nbbase, bebase, rwbase, bes, rws;
 	rinp ins[RGN_MAXIN];
 	int nin;
@@ -368,27 +368,45 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
 	spm.ndim = 1;
 	spm.dim[0] = c->G;
-	spm.v[TCP_V_S0].t = r->tnb;
-	spm.v[TCP_V_S0].base = r->nbbase;
-	spm.v[TCP_V_S1].t = r->tbe;
-	spm.v[TCP_V_S1].base = r->bebase;
-	spm.v[TCP_V_S1].stride[0] = r->bes;
-	spm.v[TCP_V_S2].t = r->trw;
-	spm.v[TCP_V_S2].base = r->rwbase;
-	spm.v[TCP_V_S2].stride[0] = r->rws;
-	/* right after dispatch's scatter (which it does not read) the staging
-	 * joins that command's descriptor list: its setup overlaps the scatter */
-	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
-		spm.flags |= TCP_F_JOIN;
+	/* a compile-time count (tensor -1, the value in its base: the decode
+	 * grid) is no descriptor: `li` sets its register */
+	int w = TCP_V_S0;
+	if (r->tnb >= 0)
+		spm.v[w].t = r->tnb, spm.v[w++].base = r->nbbase;
+	spm.v[w].t = r->tbe;
+	spm.v[w].base = r->bebase;
+	spm.v[w++].stride[0] = r->bes;
+	if (r->trw >= 0)
+		spm.v[w].t = r->trw, spm.v[w].base = r->rwbase, spm.v[w].stride[0] = r->rws;
+	/* the staging joins the descriptor list of the DMA command before it (its
+	 * setup overlaps that one's transfer); right after dispatch's scatter,
+	 * which it does not read, it goes first and the scatter joins it: the
+	 * loop's control waits for the staging only, the row list is read by the
+	 * block gathers, which the hazards order after the scatter */
+	uint32_t at = c->p->ncode;
+	for (uint32_t q = at; q-- > 0;)
+		if (tcp_op_ctx[c->p->code[q].op] == TCP_CTX_DMA) {
+			spm.flags |= TCP_F_JOIN;
+			break;
+		}
 	emit(c, &spm);
-	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
+	if (at > 0 && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
+		tcp_insn sc = c->p->code[at - 1];
+		c->p->code[at - 1] = c->p->code[at];
+		sc.flags |= TCP_F_JOIN;
+		c->p->code[at] = sc;
+	}
+	if (r->tnb >= 0)
+		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
+	else
+		li(c, R_NB, r->nbbase);
 	li(c, R_G, 0);
 	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
 	return skip_all;
 }
 
@@ -397,7 +415,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
  * differ) prefetched into the other halves of the double buffers. */
 static void region_prefetch(lw *c, const rgn *r)
 {
-	ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
+	if (r->trw >= 0)
+		ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
+	else
+		li(c, R_ROWS, r->rwbase);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
@@ -549,12 +570,13 @@ void tcpl_lower_region(lw *c)
 	rgn r;
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
-	r.tnb = tcpl_dm_view(c, c->nblocks)->t;
+	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
+	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
 	r.tbe = tcpl_dm_view(c, c->bexp)->t;
-	r.trw = tcpl_dm_view(c, c->rows)->t;
-	r.nbbase = c->v[c->nblocks].base;
+	r.trw = rwi ? -1 : tcpl_dm_view(c, c->rows)->t;
+	r.nbbase = nbi ? (int32_t)c->v[c->nblocks].imm : c->v[c->nblocks].base;
 	r.bebase = c->v[c->bexp].base;
-	r.rwbase = c->v[c->rows].base;
+	r.rwbase = rwi ? (int32_t)c->v[c->rows].imm : c->v[c->rows].base;
 	r.bes = c->v[c->bexp].stride[0];
 	r.rws = c->v[c->rows].stride[0];
 	p->nblocks_t = r.tnb;
