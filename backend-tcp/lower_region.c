@@ -87,8 +87,11 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	in.dim[1] = rows;
 	in.dim[2] = D;
 	in.rows = T;
-	in.vreg = R_ROWT; /* the block's real rows: the others are not moved (written as zero) */
-	ld(c, R_ROWT, trw, blk, rwbase, rws);
+	in.vreg = -1;
+	if (trw >= 0) { /* the block's real rows: the others are not moved (written as zero) */
+		ld(c, R_ROWT, trw, blk, rwbase, rws);
+		in.vreg = R_ROWT;
+	}
 	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = buf;
 	d->reg = slot;
@@ -390,7 +393,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 			break;
 		}
 	emit(c, &spm);
-	if (at > 0 && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
+	bool guarded = false; /* a scatter in guarded row tiles (lower_rows.c) is not moved */
+	for (uint32_t q = 0; q < at; q++)
+		guarded |= (c->p->code[q].op == TCP_OP_BR || c->p->code[q].op == TCP_OP_JMP) && c->p->code[q].target == (int32_t)at;
+	if (at > 0 && !guarded && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
 		tcp_insn sc = c->p->code[at - 1];
 		c->p->code[at - 1] = c->p->code[at];
 		sc.flags |= TCP_F_JOIN;

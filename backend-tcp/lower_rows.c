@@ -47,11 +47,14 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 		emit(c, &cp);
 		return;
 	}
-	for (int64_t s = 0, len = first; s < M; s += len, len = s) {
+	uint32_t skip[64];
+	int ns = 0;
+	for (int64_t s = 0, len = first; s < M && ns < 64; s += len, len = s) {
 		int64_t n = M - s < len ? M - s : len;
-		/* guard: skip the tile when its first row is at or past the count */
+		/* guard: a tile whose first row is at or past the count is skipped,
+		 * and so are the later ones (nested ifs: one guard skips them all) */
 		li(c, R_ROWT, s);
-		uint32_t skip = br(c, TCP_C_GE, R_ROWT, in->vreg);
+		skip[ns++] = br(c, TCP_C_GE, R_ROWT, in->vreg);
 		tcp_insn t = *in;
 		t.dim[0] = n;
 		for (int w = 0; w < TCP_NVIEW; w++)
@@ -62,8 +65,9 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 			t.vreg = R_ROWT;
 		}
 		emit(c, &t);
-		patch(c, skip);
 	}
+	for (int k = 0; k < ns; k++)
+		patch(c, skip[k]);
 }
 
 /* A pass over a block's rows (count R_ROWS), three ways: a block of at
@@ -166,13 +170,16 @@ bool tcpl_tile_outside(const lw *c, moe_id id)
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg)
 {
 	int64_t first = tcpl_row_tile(rows);
-	for (int64_t s = 0, len = first; s < rows; s += len, len = s) {
+	uint32_t skip[64];
+	int ns = 0;
+	for (int64_t s = 0, len = first; s < rows && ns < 64; s += len, len = s) {
 		int64_t n = rows - s < len ? rows - s : len;
 		li(c, R_ROWT, s);
-		uint32_t skip = br(c, TCP_C_GE, R_ROWT, creg);
+		skip[ns++] = br(c, TCP_C_GE, R_ROWT, creg); /* this tile and the later ones */
 		dma_copy(c, dt, dbase + s * rowlen, -1, 0, st, sbase + s * rowlen, -1, 0, n * rowlen);
-		patch(c, skip);
 	}
+	for (int k = 0; k < ns; k++)
+		patch(c, skip[k]);
 }
 
 /* The count by which a serving layer's token input x (rows [T, ...]) may be
