@@ -267,6 +267,7 @@ val *tcpl_dm_view(lw *c, moe_id id);
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
 int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
+int tcpl_count_alu(lw *c, moe_id id, moe_id cnt); /* ... derived by scalar ALU from another count, or -1 */
 int tcpl_new_reg(lw *c, moe_id at); /* a scalar register of its own (R_FREE and up) */
 
 /* lower_vec.c: vector-engine passes */

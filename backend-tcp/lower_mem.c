@@ -182,7 +182,10 @@ int tcpl_count_reg(lw *c, moe_id id, moe_id cnt)
 	for (int k = 0; k < c->nvc; k++)
 		if (c->vc_id[k] == cnt)
 			return c->vc_reg[k];
-	int r = tcpl_new_reg(c, id);
+	int r = tcpl_count_alu(c, id, cnt);
+	if (r >= 0)
+		return r;
+	r = tcpl_new_reg(c, id);
 	val *vv = tcpl_dm_view(c, cnt);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);

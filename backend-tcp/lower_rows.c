@@ -272,3 +272,31 @@ void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 	for (int k = 0; k < ne; k++)
 		patch(c, end[k]);
 }
+
+/* A count derived from another by a constant (n_tokens - t0, n_tokens x K,
+ * n_tokens x K - p0: a serving layer's chunks and pairs) is computed from
+ * that count's register by the control processor's ALU, instead of staging
+ * the vector engine's result into SPM (whose `ld` would wait for every pass
+ * before it). -1 when cnt is not such a count. */
+int tcpl_count_alu(lw *c, moe_id id, moe_id cnt)
+{
+	const ir_node *n = N(c->g, cnt);
+	if (n->rank != 0 || n->dtype != MOE_I32 || n->nargs != 2 || c->inreg[cnt] || c->nvc >= 16 ||
+		(n->op != MOE_OP_ADD && n->op != MOE_OP_SUB && n->op != MOE_OP_MUL))
+		return -1;
+	const ir_node *k = N(c->g, n->args[1]);
+	if (k->op != MOE_OP_CONST || k->rank != 0 || N(c->g, n->args[0])->rank != 0)
+		return -1;
+	int64_t v = ir_attr_int(k, "value", 0);
+	int a = tcpl_count_reg(c, id, n->args[0]);
+	if (a < 0 || c->next_reg >= TCP_NREG)
+		return -1;
+	int r = tcpl_new_reg(c, id);
+	/* i32 counts: the 64-bit ALU agrees while they stay within i32 (at most T x K) */
+	alui(c, n->op == MOE_OP_ADD ? TCP_S_ADD : n->op == MOE_OP_SUB ? TCP_S_SUB : TCP_S_MUL, r, a, TCP_NOREG, v);
+	if (c->nvc < 16) {
+		c->vc_id[c->nvc] = cnt;
+		c->vc_reg[c->nvc++] = r;
+	}
+	return r;
+}
