@@ -395,7 +395,8 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	emit(c, &spm);
 	bool guarded = false; /* a scatter in guarded row tiles (lower_rows.c) is not moved */
 	for (uint32_t q = 0; q < at; q++)
-		guarded |= (c->p->code[q].op == TCP_OP_BR || c->p->code[q].op == TCP_OP_JMP) && c->p->code[q].target == (int32_t)at;
+		guarded |= (c->p->code[q].op == TCP_OP_BR || c->p->code[q].op == TCP_OP_JMP) &&
+			   c->p->code[q].target == (int32_t)at;
 	if (at > 0 && !guarded && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
 		tcp_insn sc = c->p->code[at - 1];
 		c->p->code[at - 1] = c->p->code[at];

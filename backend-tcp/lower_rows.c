@@ -257,8 +257,8 @@ bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v)
  * register dreg, scale dscale): at most h rows (h = f, 4f, ... below rows)
  * copy h rows, a fuller block all of them; the rows past the block's count
  * are never read back (the combine gathers real pairs only). */
-void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
-	int64_t rowlen)
+void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase,
+	int64_t rows, int64_t rowlen)
 {
 	uint32_t end[8];
 	int ne = 0;
