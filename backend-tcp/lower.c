@@ -577,7 +577,8 @@ static void emit_outputs(lw *c)
 			tcpl_err(c, o, "output is not a contiguous tensor");
 			break;
 		}
-		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+		if (!tcpl_copy_out_rows(c, o, t, v))
+			dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
 		c->p->act_bytes += ir_bytes(n);
 	}
 }

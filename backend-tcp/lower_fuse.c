@@ -277,7 +277,7 @@ void tcpl_plan_fusions(lw *c)
 	 * reshapes that only the block loop reads */
 	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {
 		const ir_node *n = N(g, i);
-		if (n->op != MOE_OP_SCATTER || c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE || n->rank != 2 ||
+		if (n->op != MOE_OP_SCATTER || c->inreg[i] || c->is_out[i] || n->rank != 2 ||
 			strcmp(ir_attr_str(n, "mode", "set"), "set"))
 			continue;
 		const ir_node *z = N(g, n->args[0]), *xp = N(g, n->args[2]);

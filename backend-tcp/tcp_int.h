@@ -163,8 +163,11 @@ enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
 /* TCP_F_SCALED (tu.contract, f8e4m3 operands, act=fp8): the reduction runs in
  * chunks of 128 along I; each chunk's f32 sum is multiplied by the f32 scale
  * s2[m, o, chunk] and added to the row's f32 sum (DeepSeek's fp8_gemm). */
+/* TCP_F_VROWS (dma.gather / dma.scatter): the valid count limits the groups
+ * (dim 0), not the indices of each group: groups at and past it are not
+ * moved (a gather writes them as zero) */
 enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32,
-	TCP_F_SCALED = 64 };
+	TCP_F_SCALED = 64, TCP_F_VROWS = 128 };
 enum { TCP_SCALE_CHUNK = 128 };
 
 typedef struct tcp_insn {
