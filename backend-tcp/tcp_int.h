@@ -247,8 +247,10 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
- * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
-moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
+ * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);
+ * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
+ * when one is made (MOE_NONE: not in it) */
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
