@@ -23,6 +23,46 @@ static int64_t fingerprint(const moe_tcp_machine *m)
 	return (m->dm_bytes_per_slice / 8 * tcp_slices(m)) * 32 + (m->float_alus & 31) + 1;
 }
 
+static bool is_reduce(const ir_node *n)
+{
+	return n->op == MOE_OP_REDUCE_SUM || n->op == MOE_OP_REDUCE_MAX || n->op == MOE_OP_REDUCE_MIN;
+}
+
+/* A group member (not its last node): elementwise or a reshape, read once, by
+ * a node of its group. */
+static bool member_ok(const moe_graph *g, moe_id i, int64_t k)
+{
+	const ir_node *n = N(g, i);
+	if (!(ir_ops[n->op].flags & OPF_ELEM) && n->op != MOE_OP_RESHAPE)
+		return false;
+	uint32_t uses = 0;
+	bool in_group = true;
+	for (moe_id u = i + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		for (uint32_t a = 0; a <= un->nargs; a++)
+			if ((a < un->nargs ? un->args[a] : un->valid) == i) {
+				uses++;
+				in_group &= ir_attr_int(un, IR_NK_TCP_FUSE, -1) == k;
+			}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		uses += 2 * (g->outputs[o] == i);
+	return uses == 1 && in_group;
+}
+
+/* Is tcp_fuse = k on node i a group of this graph? */
+static bool group_ok(const moe_graph *g, moe_id i, int64_t k, const moe_id *root)
+{
+	const ir_node *n = N(g, i);
+	if (k < 0)
+		return true;
+	if (k >= (int64_t)g->nnodes || root[k] == MOE_NONE || (ir_ops[n->op].flags & OPF_LEAF))
+		return false;
+	if (root[k] == i)
+		return (ir_ops[n->op].flags & OPF_ELEM) || is_reduce(n);
+	return member_ok(g, i, k);
+}
+
 /* A mark on a node that cannot take it: false with a diagnostic. */
 static bool marks_ok(lw *c, const moe_id *root)
 {
@@ -30,8 +70,9 @@ static bool marks_ok(lw *c, const moe_id *root)
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
 		const ir_node *n = N(g, i);
 		int64_t k = ir_attr_int(n, IR_NK_TCP_FUSE, -1);
-		if (k >= (int64_t)g->nnodes || (k >= 0 && (root[k] == MOE_NONE || (ir_ops[n->op].flags & OPF_LEAF))))
-			tcpl_err(c, i, "%s=%lld: not a fusion group of this graph", IR_NK_TCP_FUSE, (long long)k);
+		if (!group_ok(g, i, k, root))
+			tcpl_err(c, i, "%s=%lld: not a fusion group of this graph (one vector pass: elementwise nodes, each read "
+				"once, by the group)", IR_NK_TCP_FUSE, (long long)k);
 		else if (ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0 && n->op != MOE_OP_CAST && n->op != MOE_OP_BITCAST)
 			tcpl_err(c, i, "%s marks a cast or a bitcast only", IR_NK_TCP_VIEW);
 		else if (ir_attr_int(n, IR_NK_TCP_HBM, 0) > 0 && n->op != MOE_OP_GATHER)

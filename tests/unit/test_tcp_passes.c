@@ -5,7 +5,7 @@
  * the backend follows the marks. tcp-split-weights marks packed weights (tcp_pack); the
  * backend splits the program at the marks and decides nothing itself: a mark
  * taken away keeps that value on the device, and a graph lowered without the
- * pass (the tcp pipeline less its last pass) is planned by the pass's own
+ * pass (the tcp pipeline less its last two passes) is planned by the pass's own
  * rule, so it compiles to the same program as the tcp pipeline's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,6 +178,19 @@ static void test_fusion_marks(void **st)
 		moe_loc loc;
 		moe_diag_get(ctx, i, NULL, &loc, &msg);
 		said |= strstr(msg, "tcp_view marks a cast or a bitcast only") && loc.line == 9;
+	}
+	assert_true(said);
+	/* an einsum in a vector pass's group */
+	moe_node_set_int(g, node_named(g, "down_b"), "tcp_view", 0);
+	moe_node_set_int(g, node_named(g, "logits"), "tcp_fuse", 0);
+	moe_node_set_int(g, node_named(g, "idx"), "tcp_fuse", 0);
+	assert_null(moe_tcp_compile(ctx, g, NULL));
+	said = false;
+	for (size_t i = 0; i < moe_diag_count(ctx); i++) {
+		const char *msg;
+		moe_loc loc;
+		moe_diag_get(ctx, i, NULL, &loc, &msg);
+		said |= strstr(msg, "tcp_fuse=0: not a fusion group") && loc.line == 10;
 	}
 	assert_true(said);
 	free(a);
