@@ -144,6 +144,8 @@ val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt)
 	val *v = &c->v[id];
 	if (v->kind == VK_VIEW)
 		return v; /* preassigned (region buffers) */
+	if (c->store_dt[id])
+		dt = (moe_dtype)c->store_dt[id]; /* the pass commits its narrowing cast's dtype */
 	int32_t t;
 	if (c->hbm_home[id])
 		t = tcpl_hbm_tensor(c, n->name ? n->name : "hbm", TCP_T_SCRATCH, dt, n->rank, n->shape);

@@ -200,13 +200,15 @@ static bool region_plan_weights(lw *c)
 	return single;
 }
 
-/* A streamed weight gather: a view of the expert's weights in HBM, offset by the expert register. */
+/* A streamed weight gather: a view of the expert's weights in HBM, offset by
+ * the expert register (or in DM, for block scales staged whole: lower_quant.c). */
 static bool region_stream_view(lw *c, moe_id i)
 {
 	const ir_node *n = N(c->g, i);
 	ir_node b = block_node(n);
 	val *sv = tcpl_need_view(c, n->args[0]);
-	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) ||
+		(c->p->t[sv->t].space != TCP_HBM && !tcpl_quant_resident(c, i))) {
 		tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
 		return false;
 	}
@@ -278,7 +280,7 @@ static bool region_inputs(lw *c, rgn *r)
 			r->first = i;
 		const ir_node *n = N(g, i);
 		bool wgather = n->op == MOE_OP_GATHER && n->valid == c->nblocks;
-		if (wgather && c->wstream[i]) {
+		if (wgather && (c->wstream[i] || tcpl_quant_resident(c, i))) {
 			if (!region_stream_view(c, i))
 				return false;
 		} else if (wgather) {
@@ -381,18 +383,20 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	 * which it does not read, it goes first and the scatter joins it: the
 	 * loop's control waits for the staging only, the row list is read by the
 	 * block gathers, which the hazards order after the scatter */
-	uint32_t at = c->p->ncode;
-	for (uint32_t q = at; q-- > 0;)
-		if (tcp_op_ctx[c->p->code[q].op] == TCP_CTX_DMA) {
-			spm.flags |= TCP_F_JOIN;
-			break;
-		}
+	uint32_t at = c->p->ncode, q = at;
+	while (q > 0 && tcp_op_ctx[c->p->code[q - 1].op] != TCP_CTX_DMA)
+		q--; /* the last DMA command before the loop is code[q - 1] */
+	if (q > 0)
+		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
-	if (at > 0 && c->p->code[at - 1].op == TCP_OP_DMA_SCATTER && !(c->p->code[at - 1].flags & TCP_F_JOIN)) {
-		tcp_insn sc = c->p->code[at - 1];
-		c->p->code[at - 1] = c->p->code[at];
+	tcp_insn *code = c->p->code;
+	if (q > 0 && code[q - 1].op == TCP_OP_DMA_SCATTER && !(code[q - 1].flags & TCP_F_JOIN)) {
+		/* straight-line code (no branch targets) between: the staging moves up */
+		tcp_insn st = code[at], sc = code[q - 1];
+		memmove(&code[q], &code[q - 1], (at - q + 1) * sizeof *code);
+		code[q - 1] = st;
 		sc.flags |= TCP_F_JOIN;
-		c->p->code[at] = sc;
+		code[q] = sc;
 	}
 	if (r->tnb >= 0)
 		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
@@ -436,27 +440,47 @@ static void region_prefetch(lw *c, const rgn *r)
 }
 
 /* Lowers region node i with the per-block view of every operand: the
- * shapes are narrowed (the leading G dropped) for the call, then restored. */
+ * shapes are narrowed (the leading G dropped) for the call, then restored;
+ * an elementwise chain fused into i (lower_fuse.c) narrows its nodes and
+ * their operands too. */
+enum { BLK_NARROW = 48 };
 static void lower_block_node(lw *c, moe_id i)
 {
 	const moe_graph *g = c->g;
-	const ir_node *n = N(g, i);
-	ir_node *mn = (ir_node *)n;
-	ir_node saved = *mn;
-	ir_node saved_args[16];
-	for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
-		ir_node *an = (ir_node *)N(g, n->args[k]);
-		saved_args[k] = *an;
-		if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
-			(c->inreg[n->args[k]] || c->v[n->args[k]].region))
-			*an = block_node(an);
+	moe_id ids[BLK_NARROW];
+	ir_node saved[BLK_NARROW];
+	bool narrow[BLK_NARROW];
+	int nid = 0;
+	for (moe_id m = 0; m < g->nnodes; m++) {
+		if (m != i && c->fused_into[m] != i)
+			continue;
+		const ir_node *mn = N(g, m);
+		for (uint32_t k = 0; k <= mn->nargs; k++) {
+			moe_id a = k < mn->nargs ? mn->args[k] : m;
+			int j = 0;
+			while (j < nid && ids[j] != a)
+				j++;
+			if (j < nid)
+				continue;
+			if (nid == BLK_NARROW) {
+				tcpl_err(c, i, "a block op with more than %d operands", BLK_NARROW);
+				return;
+			}
+			const ir_node *an = N(g, a);
+			ids[nid] = a;
+			saved[nid] = *an;
+			narrow[nid] = a == m || c->fused_into[a] == i ||
+				      (c->v[a].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
+					      (c->inreg[a] || c->v[a].region));
+			nid++;
+		}
 	}
-	*mn = block_node(n);
+	for (int j = 0; j < nid; j++)
+		if (narrow[j])
+			*(ir_node *)N(g, ids[j]) = block_node(&saved[j]);
 	tcpl_lower_node(c, i);
-	for (uint32_t k = n->nargs; k-- > 0;)
-		if (k < 16)
-			*(ir_node *)N(g, n->args[k]) = saved_args[k];
-	*mn = saved;
+	for (int j = nid; j-- > 0;)
+		*(ir_node *)N(g, ids[j]) = saved[j];
 }
 
 /* The block body: the grid inputs read through the input slot register, then every region node. */

@@ -11,7 +11,8 @@
  * rule read. It changes no value. The lowering takes the plan from the marks
  * when the fingerprint is its machine's, and applies the rule itself
  * otherwise (a graph from a pipeline without the pass), so both give the same
- * program. */
+ * program. Not planned (no marks): a block-FP8 layer whose gate and up are
+ * fetched as one pair, which the lowering rewrites first (quant_pack.c). */
 #include "backend-tcp/lower_int.h"
 #include "moec/tcp.h"
 #include "passes/pass.h"
@@ -158,6 +159,19 @@ static void write_marks(moe_graph *g, const lw *c, const moe_id *dev_of, const b
 	ctx_free(c->ctx, gid, (nd + 1) * sizeof *gid);
 }
 
+/* No plan on g (marks of an earlier run set back to none): the lowering applies the rule. */
+static void clear_marks(moe_graph *g)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		set_mark(g, i, IR_NK_TCP_FUSE, -1, -1);
+		set_mark(g, i, IR_NK_TCP_VIEW, 0, 0);
+		set_mark(g, i, IR_NK_TCP_HBM, 0, 0);
+		set_mark(g, i, IR_NK_TCP_GGRID, 0, 0);
+	}
+	if (ir_graph_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0))
+		ir_graph_set_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0);
+}
+
 /* The rule on d (g itself, or its device graph), marks written on g. */
 static moe_status plan_on(moe_ctx *ctx, moe_graph *g, const moe_graph *d, const moe_id *dev_of,
 	const moe_tcp_machine *m)
@@ -184,6 +198,14 @@ static PASS(pass_tcp_plan_fusion)
 {
 	(void)opts;
 	(void)ud;
+	/* a block-FP8 layer whose gate and up the lowering fetches as one pair
+	 * (quant_pack.c) is lowered from a rewritten graph: not planned here */
+	moe_graph *gu = tcp_pack_gate_up(ctx, g);
+	if (gu) {
+		ir_graph_free(gu);
+		clear_marks(g);
+		return MOE_OK;
+	}
 	moe_tcp_machine *m = moe_tcp_machine_default(ctx);
 	if (!m)
 		return MOE_ERR_INTERNAL;
