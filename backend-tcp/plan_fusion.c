@@ -76,6 +76,9 @@ static bool marks_ok(lw *c, const moe_id *root)
 				"once, by the group)", IR_NK_TCP_FUSE, (long long)k);
 		else if (ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0 && n->op != MOE_OP_CAST && n->op != MOE_OP_BITCAST)
 			tcpl_err(c, i, "%s marks a cast or a bitcast only", IR_NK_TCP_VIEW);
+		else if (ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0 && n->op == MOE_OP_CAST && n->dtype == MOE_BF16 &&
+			 (N(g, n->args[0])->dtype != MOE_F32 || !is_reduce(N(g, n->args[0]))))
+			tcpl_err(c, i, "%s on a cast to bf16 marks a cast of an f32 reduce only", IR_NK_TCP_VIEW);
 		else if (ir_attr_int(n, IR_NK_TCP_HBM, 0) > 0 && n->op != MOE_OP_GATHER)
 			tcpl_err(c, i, "%s marks a gather only", IR_NK_TCP_HBM);
 		else if (ir_attr_int(n, IR_NK_TCP_GGRID, 0) > 0 &&
@@ -105,7 +108,10 @@ static bool read_marks(lw *c)
 			const ir_node *n = N(g, i);
 			int64_t k = ir_attr_int(n, IR_NK_TCP_FUSE, -1);
 			c->fused_into[i] = k >= 0 && root[k] != i ? root[k] : MOE_NONE;
-			c->alias_cast[i] |= ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0;
+			bool view = ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0;
+			c->alias_cast[i] |= view;
+			if (view && n->op == MOE_OP_CAST && n->dtype == MOE_BF16)
+				c->store_dt[n->args[0]] = MOE_BF16; /* the reduce's pass commits the cast's bf16 */
 			c->hbm_home[i] |= ir_attr_int(n, IR_NK_TCP_HBM, 0) > 0;
 			if (ir_attr_int(n, IR_NK_TCP_GGRID, 0) <= 0)
 				continue;

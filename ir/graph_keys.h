@@ -39,7 +39,8 @@
  * the lowering's fusion choices. tcp_fuse = k (k >= 0) on every node of
  * fusion group k, computed by one vector pass, that of the group's last node
  * (its highest id); tcp_view = 1 on a cast or bitcast lowered as a view of its
- * operand; tcp_hbm = 1 on a gather kept in HBM; tcp_ggrid = 1 on a dispatch
+ * operand (a cast to bf16: of a reduce, whose pass commits bf16); tcp_hbm = 1
+ * on a gather kept in HBM; tcp_ggrid = 1 on a dispatch
  * scatter lowered as a gather by block (with its reshapes and its gather).
  * -1 / 0: none (a mark of an earlier run that no longer holds). */
 #define IR_NK_TCP_FUSE "tcp_fuse"
