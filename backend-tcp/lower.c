@@ -241,7 +241,7 @@ static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	return true;
 }
 
-static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
 	memset(c, 0, sizeof *c);
@@ -274,7 +274,7 @@ static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	c->store_dt = ctx_alloc(ctx, nn + 1);
 }
 
-static void lw_fini(lw *c)
+void tcpl_fini(lw *c)
 {
 	moe_ctx *ctx = c->ctx;
 	uint32_t nn = c->g->nnodes;
@@ -625,7 +625,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		return NULL;
 	}
 	lw c;
-	lw_init(&c, ctx, g, m);
+	tcpl_init(&c, ctx, g, m);
 	c.sink = sink;
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */
@@ -648,7 +648,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		roofline_dims(&c);
 	bool failed = c.failed;
 	int64_t top = c.hbm_top;
-	lw_fini(&c);
+	tcpl_fini(&c);
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
 		tcp_prog_free(p);
 		return NULL;
@@ -677,7 +677,7 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	moe_graph *gu = tcp_pack_gate_up(ctx, g);
 	if (gu)
 		g = gu;
-	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
+	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_program *p = NULL;
 	moe_graph *rows = NULL;
 	if (moe_error_count(ctx) == errs) {

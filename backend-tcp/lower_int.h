@@ -322,11 +322,19 @@ void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 void tcpl_find_region(lw *c);
 void tcpl_lower_region(lw *c);
 
-/* lower_fuse.c */
+/* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
+ * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */
+void tcpl_fusion_rule(lw *c);
+/* plan_fusion.c: the fusion plan from the graph's tcp-plan-fusion marks when
+ * they were made for c's machine, by tcpl_fusion_rule otherwise */
 void tcpl_plan_fusions(lw *c);
 
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
+/* The lowering state of g on machine m (a fresh program in c->p), and its
+ * release (c->p excepted). */
+void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+void tcpl_fini(lw *c);
 
 /* lower_quant.c: quantized expert weights (dequant in the block loop) */
 bool tcpl_quant_in_region(const lw *c, moe_id id); /* a dequant, or a view of one, joins the block region */

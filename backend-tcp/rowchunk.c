@@ -263,5 +263,9 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		ir_graph_free(d);
 		return NULL;
 	}
+	/* tcp-plan-fusion planned the graph before the chunks: its marks do not
+	 * describe this one, so the lowering applies the fusion rule itself */
+	if (d)
+		ir_graph_set_attr_int(d, IR_GK_TCP_FUSION_PLAN, 0);
 	return d;
 }

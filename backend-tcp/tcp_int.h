@@ -255,8 +255,10 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
- * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
-moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
+ * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);
+ * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
+ * when one is made (MOE_NONE: not in it) */
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
