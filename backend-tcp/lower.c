@@ -503,8 +503,12 @@ static int64_t plan_order(lw *c)
 	}
 	/* dispatch by gather: the scatter reads the token list of the gather it replaces */
 	for (moe_id i = 0; i < nn; i++)
-		if (c->ggrid[i] == i + 1)
-			last_use(c, own[N(g, N(g, i)->args[2])->args[1]], c->pos[i]);
+		if (c->ggrid[i] == i + 1) {
+			const ir_node *ga = N(g, N(g, i)->args[2]);
+			last_use(c, own[ga->args[1]], c->pos[i]);
+			/* and every block gathers its rows from the gather's source */
+			last_use(c, own[ga->args[0]], loop_pos);
+		}
 	for (moe_id i = 0; i < nn; i++)
 		if (own[i] != i) /* views never free; (sink) a view's own DM copy frees with its source */
 			c->last[i] = c->sink && !c->inreg[i] ? c->last[own[i]] : -2;
@@ -649,6 +653,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	bool failed = c.failed;
 	int64_t top = c.hbm_top;
 	tcpl_fini(&c);
+	if (!failed && tcpl_check_dm(ctx, p, g->loc))
+		failed = true;
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
 		tcp_prog_free(p);
 		return NULL;

@@ -273,6 +273,8 @@ static inline void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t 
 int32_t tcpl_hbm_tensor(lw *c, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
 int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
 void tcpl_dm_free(lw *c, int32_t t);
+/* lower_check.c: DM tensors that share bytes while both are live (errors, count) */
+int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc);
 /* The value of node id as a view (materialized if an immediate or iota);
  * tcpl_dm_view: in DM, copying from HBM if needed. */
 val *tcpl_need_view(lw *c, moe_id id);
