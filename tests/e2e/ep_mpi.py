@@ -21,6 +21,8 @@ import tempfile
 
 import numpy as np
 
+import cases
+
 
 def mpirun_cmd(n):
     """mpirun -n N ($MOEC_MPIRUN, default mpirun) with oversubscription (2 cores run 3
@@ -41,10 +43,7 @@ def mpi_env():
 
 
 def run(cmd, timeout):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
-    if p.returncode != 0:
-        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
-    return p
+    return cases.run(cmd, timeout, mpi_env())
 
 
 def same_bits(a, b):
@@ -63,50 +62,34 @@ def main():
     a = ap.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
     ranks = [int(r) for r in a.ranks.split(",")]
-    fams = sorted(d for d in os.listdir(a.fixtures) if os.path.isfile(os.path.join(a.fixtures, d, "config.json")))
-    if a.families:
-        fams = [f for f in fams if f in a.families.split(",")]
-    failed, passed = [], 0
+    fams = cases.families(a.fixtures, a.families)
+    tally = cases.Tally(44)
     with tempfile.TemporaryDirectory() as tmp:
-        for fam in fams:
+        for fam, dtype, T, x in cases.inputs(a.fixtures, fams, a.dtypes.split(","), tokens):
             d = os.path.join(a.fixtures, fam)
             w = os.path.join(d, "model.safetensors")
-            for dtype in a.dtypes.split(","):
-                for T in tokens:
-                    x = os.path.join(d, "x_%s_T%d.npy" % (dtype, T))
-                    if not os.path.exists(x):
-                        continue
-                    moe = os.path.join(tmp, "layer.moe")
-                    sets = ["--set", "dtype=bf16"] if dtype == "bfloat16" else []
-                    try:
-                        run([a.moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "-o", moe], a.timeout)
-                        base = [a.moec, "run", moe, "--weights", w, "--input", x] + sets
-                        y1p, ylp = os.path.join(tmp, "y1.npy"), os.path.join(tmp, "yl.npy")
-                        run(base + ["--engine", "interp", "-o", y1p], a.timeout)
-                        run(base + ["--kernels=portable", "-o", ylp], a.timeout)
-                        y1, yl = np.load(y1p), np.load(ylp)
-                    except Exception as e:
-                        print("FAIL %s %s T=%d: single process: %s" % (fam, dtype, T, e))
-                        failed.append("%s %s T=%d" % (fam, dtype, T))
-                        continue
-                    for n in ranks:
-                        case = "%s %s T=%d ranks=%d" % (fam, dtype, T, n)
-                        try:
-                            yp = os.path.join(tmp, "y%d.npy" % n)
-                            run(mpirun_cmd(n) + base + ["--ep", str(n), "-o", yp], a.timeout)
-                            y = np.load(yp)
-                            ok = same_bits(y, y1) and same_bits(y, yl)
-                            print("%-4s %-44s bitwise %s the one-process interpreter and LLVM (portable) outputs"
-                                  % ("ok" if ok else "FAIL", case, "equal to" if ok else "DIFFERENT from"))
-                            if ok:
-                                passed += 1
-                            else:
-                                failed.append(case)
-                        except Exception as e:
-                            print("FAIL %s: %s" % (case, e))
-                            failed.append(case)
-    print("%d passed, %d failed" % (passed, len(failed)))
-    return 1 if failed or passed == 0 else 0
+            moe = os.path.join(tmp, "layer.moe")
+            one = None
+            with tally.case("%s %s T=%d (single process)" % (fam, dtype, T)):
+                cases.import_layer(a.moec, d, T, moe, a.timeout)
+                base = [a.moec, "run", moe, "--weights", w, "--input", x] + cases.dtype_sets(dtype)
+                y1p, ylp = os.path.join(tmp, "y1.npy"), os.path.join(tmp, "yl.npy")
+                run(base + ["--engine", "interp", "-o", y1p], a.timeout)
+                run(base + ["--kernels=portable", "-o", ylp], a.timeout)
+                one = np.load(y1p), np.load(ylp)
+            if one is None:
+                continue
+            y1, yl = one
+            for n in ranks:
+                case = "%s %s T=%d ranks=%d" % (fam, dtype, T, n)
+                with tally.case(case):
+                    yp = os.path.join(tmp, "y%d.npy" % n)
+                    run(mpirun_cmd(n) + base + ["--ep", str(n), "-o", yp], a.timeout)
+                    y = np.load(yp)
+                    ok = same_bits(y, y1) and same_bits(y, yl)
+                    tally.check(case, ok, "bitwise %s the one-process interpreter and LLVM (portable) outputs"
+                                % ("equal to" if ok else "DIFFERENT from"))
+    return tally.finish()
 
 
 if __name__ == "__main__":
