@@ -207,6 +207,11 @@ void tcpl_plan_fusions(lw *c)
 	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
+		/* a large gather or scatter that only the program's caller reads (an
+		 * expert-parallel phase's send or return rows) moves HBM to HBM */
+		if (c->is_out[i] && !c->inreg[i] && n->valid == MOE_NONE && nuse[i] == 2 && ir_bytes(n) >= big &&
+			(n->op == MOE_OP_GATHER || n->op == MOE_OP_SCATTER))
+			c->hbm_home[i] = true;
 		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
 			continue;
 		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
