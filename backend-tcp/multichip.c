@@ -13,13 +13,20 @@
  * (one full-duplex link per chip into a switch: the machine description's
  * interconnect section, MODEL.md section 9). The layer's time is the sum
  * over phases of the slowest chip plus the sum over rounds of the slowest
- * link. */
+ * link.
+ *
+ * Every phase's commands are kept (the simulator's events): each round is
+ * measured end to end against its bound (moe_tcp_ep_round), and --trace
+ * writes them as one Chrome trace, a process per chip. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/sim_int.h"
 #include "ir/graph_keys.h"
+#include "moec/io.h"
 #include "moec/passes.h"
+
+#define PH_MAX (MOE_TCP_EP_MAX_ROUNDS + 1)
 
 typedef struct chip {
 	const moe_graph *g;
@@ -28,6 +35,13 @@ typedef struct chip {
 	double seconds;    /* compute, summed over phases */
 	int64_t out_bytes, in_bytes;
 	double link_seconds;
+	/* per phase: its commands (cycles), length, where packing starts (s from
+	 * the phase's start; its length when nothing is packed), the summed time
+	 * of the commands that read received rows; per round: link time, bytes */
+	tev *ev[PH_MAX];
+	size_t nev[PH_MAX];
+	double len[PH_MAX], pack_at[PH_MAX], unpack[PH_MAX], link[PH_MAX], bound[PH_MAX];
+	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
 /* Phases of every node; returns the phase count. Leaves and what depends on
@@ -136,6 +150,64 @@ static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
 	return v;
 }
 
+/* Is source node a of chip c read by an exchange? */
+static bool sent(const chip *c, moe_id a)
+{
+	for (moe_id j = a + 1; j < c->g->nnodes; j++)
+		if (N(c->g, j)->op == MOE_OP_ALL_TO_ALL && N(c->g, j)->args[0] == a)
+			return true;
+	return false;
+}
+
+static bool tensor_ok(const tcp_program *p, int32_t t)
+{
+	return t >= 0 && (uint32_t)t < p->nt;
+}
+
+/* Packing and unpacking in phase k's program p (outputs ids[0..nids-1]):
+ * packing is the DMA commands that write an output sent by an exchange and,
+ * backwards, the gathers and scatters writing their sources (the send
+ * buffer's rows; not the copy of an input into DM, which the one-chip
+ * program makes too); unpacking the DMA commands that read a received
+ * tensor (an input "ep.<all_to_all>"). */
+static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const moe_id *ids, uint32_t nids, double hz)
+{
+	uint8_t *in = ctx_alloc(ctx, p->nt + 1), *rv = ctx_alloc(ctx, p->nt + 1), *pk = ctx_alloc(ctx, p->ncode + 1);
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		unsigned j;
+		if (t->kind == TCP_T_OUTPUT && sscanf(t->name, "output%u", &j) == 1 && j < nids && sent(c, ids[j]))
+			in[i] = 1;
+		if (t->kind == TCP_T_INPUT && sscanf(t->name, "ep.%u", &j) == 1 && j < c->g->nnodes &&
+			N(c->g, j)->op == MOE_OP_ALL_TO_ALL)
+			rv[i] = 1;
+	}
+	for (uint32_t pc = p->ncode; pc-- > 0;) {
+		const tcp_insn *in_ = &p->code[pc];
+		int32_t dt = in_->v[TCP_V_DST].t;
+		if (tcp_op_ctx[in_->op] != TCP_CTX_DMA || !tensor_ok(p, dt) || !in[dt] ||
+			(in_->op != TCP_OP_DMA_GATHER && in_->op != TCP_OP_DMA_SCATTER && p->t[dt].kind != TCP_T_OUTPUT))
+			continue;
+		pk[pc] = 1;
+		if (tensor_ok(p, in_->v[TCP_V_S0].t))
+			in[in_->v[TCP_V_S0].t] = 1;
+	}
+	int64_t first = -1, un = 0;
+	for (size_t i = 0; i < c->nev[k]; i++) {
+		const tev *e = &c->ev[k][i];
+		const tcp_insn *in_ = &p->code[e->pc];
+		if (pk[e->pc] && (first < 0 || e->start < first))
+			first = e->start;
+		if (tcp_op_ctx[in_->op] == TCP_CTX_DMA && tensor_ok(p, in_->v[TCP_V_S0].t) && rv[in_->v[TCP_V_S0].t])
+			un += e->end - e->start;
+	}
+	c->pack_at[k] = first >= 0 ? (double)first / hz : c->len[k];
+	c->unpack[k] = (double)un / hz;
+	ctx_free(ctx, in, p->nt + 1);
+	ctx_free(ctx, rv, p->nt + 1);
+	ctx_free(ctx, pk, p->ncode + 1);
+}
+
 /* Runs phase k on chip d. */
 static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *bind, const moe_tcp_run_opts *ro)
 {
@@ -177,8 +249,13 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 	 * timed only and its outputs are zeros of their shapes */
 	moe_tcp_run_opts o = *ro;
 	o.timing_only = ro->timing_only && absent;
+	o.trace_path = NULL; /* the chips' trace is written at the end */
 	if (st == MOE_OK)
-		st = moe_tcp_run(ctx, p, b, &o, o.timing_only ? NULL : out, &s);
+		st = tcp_run_events(ctx, p, b, &o, o.timing_only ? NULL : out, &s, &c->ev[k], &c->nev[k]);
+	if (st == MOE_OK) {
+		c->len[k] = s.simulated_seconds;
+		measure(ctx, c, k, p, ids, nids, ro->machine->clock_hz);
+	}
 	for (uint32_t j = 0; st == MOE_OK && o.timing_only && j < nids; j++) {
 		const ir_node *n = N(c->g, ids[j]);
 		out[j] = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
@@ -263,6 +340,71 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 	return MOE_OK;
 }
 
+/* Round k on every chip: pack (from its first packing command to the end of
+ * the phase on the slowest chip), the round's link time, unpack (in phase
+ * k + 1); the chip with the largest ratio to its bound is recorded. */
+static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const double *len, const double *link,
+	const int *nx)
+{
+	s->rounds = 0;
+	for (int k = 0; k + 1 < phases && s->rounds < MOE_TCP_EP_MAX_ROUNDS; k++) {
+		if (!nx[k])
+			continue;
+		moe_tcp_ep_round *r = &s->round[s->rounds++];
+		double worst = -1;
+		for (int d = 0; d < ep; d++) {
+			double pack = len[k] - c[d].pack_at[k], t = pack + link[k] + c[d].unpack[k + 1];
+			double ratio = c[d].bound[k] > 0 ? t / c[d].bound[k] : 0;
+			if (ratio <= worst)
+				continue;
+			worst = ratio;
+			*r = (moe_tcp_ep_round){d, nx[k], c[d].rbo[k], c[d].rbi[k], c[d].bound[k], pack, link[k],
+				c[d].unpack[k + 1], t};
+		}
+	}
+}
+
+/* One Chrome trace of every chip: process d is chip d, a thread per command
+ * context and one for its link; phase k starts on every chip when round
+ * k - 1 ends. */
+static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int ep, int phases, const double *len,
+	const double *link, double hz)
+{
+	moe_atomic_file *af = moe_atomic_open(ctx, path);
+	if (!af)
+		return MOE_ERR_IO;
+	FILE *f = moe_atomic_stream(af);
+	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+	for (int d = 0; d < ep; d++) {
+		fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"chip %d\"}},\n", d, d);
+		for (int t = 0; t <= TCP_NCTX; t++)
+			fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
+				d, t, t < TCP_NCTX ? tcp_ctx_names[t] : "link");
+	}
+	double at = 0; /* seconds */
+	for (int k = 0; k < phases; k++) {
+		for (int d = 0; d < ep; d++) {
+			for (size_t i = 0; i < c[d].nev[k]; i++) {
+				const tev *e = &c[d].ev[k][i];
+				fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+					"\"args\":{\"phase\":%d,\"pc\":%u}},\n", tcp_op_names[e->op], d, e->ctx,
+					(at + (double)e->start / hz) * 1e6, (double)(e->end - e->start) / hz * 1e6, k, e->pc);
+			}
+			if (k + 1 < phases && link[k] > 0) {
+				if (len[k] > c[d].len[k])
+					fprintf(f, "{\"name\":\"wait\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f},\n",
+						d, TCP_NCTX, (at + c[d].len[k]) * 1e6, (len[k] - c[d].len[k]) * 1e6);
+				fprintf(f, "{\"name\":\"all_to_all\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+					"\"args\":{\"round\":%d,\"bytes_out\":%lld,\"bytes_in\":%lld}},\n", d, TCP_NCTX,
+					(at + len[k]) * 1e6, c[d].link[k] * 1e6, k, (long long)c[d].rbo[k], (long long)c[d].rbi[k]);
+			}
+		}
+		at += len[k] + link[k];
+	}
+	fprintf(f, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":%.4f,\"s\":\"g\"}\n]}\n", at * 1e6);
+	return moe_atomic_commit(af);
+}
+
 moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats)
 {
@@ -273,10 +415,14 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	if (!mach)
 		return MOE_ERR_INVALID;
 	double bw = mach->link_bytes_per_s, lat = mach->link_latency_s;
+	moe_tcp_run_opts rom = *ro; /* the phases run on the resolved machine */
+	rom.machine = mach;
 	memset(stats, 0, sizeof *stats);
 	stats->ep = ep;
 	chip c[MOE_TCP_EP_MAX];
 	memset(c, 0, sizeof c);
+	double phase_len[PH_MAX] = {0}, round_len[PH_MAX] = {0};
+	int nx[PH_MAX] = {0};
 	int phases = 0;
 	moe_status st = MOE_OK;
 	for (int d = 0; d < ep; d++) {
@@ -288,7 +434,11 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 			break;
 		}
 		int p = levels(g[d], c[d].level);
-		if (d && (p != phases || g[d]->nnodes < 1)) {
+		if (p > PH_MAX) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
+				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);
+			st = MOE_ERR_UNSUPPORTED;
+		} else if (d && (p != phases || g[d]->nnodes < 1)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d phases, chip 0's %d", d, p, phases);
 			st = MOE_ERR_INVALID;
 		}
@@ -298,11 +448,13 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 		double slow = 0, before[MOE_TCP_EP_MAX];
 		for (int d = 0; st == MOE_OK && d < ep; d++) {
 			before[d] = c[d].seconds;
-			st = run_phase(ctx, &c[d], k, bind[d], ro);
+			st = run_phase(ctx, &c[d], k, bind[d], &rom);
 			if (c[d].seconds - before[d] > slow)
 				slow = c[d].seconds - before[d];
 		}
 		stats->compute_seconds += slow;
+		phase_len[k] = slow;
+		double link0 = stats->link_seconds;
 		/* round k: the exchanges whose operands are of phase k, in node order; the
 		 * programs differ in node ids (folded constants), not in their exchanges */
 		int64_t bo[MOE_TCP_EP_MAX], bi[MOE_TCP_EP_MAX];
@@ -331,13 +483,20 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 				int64_t o = c[d].out_bytes - bo[d], i = c[d].in_bytes - bi[d];
 				double td = lat + (double)(o > i ? o : i) / bw;
 				c[d].link_seconds += td;
+				c[d].link[k] += td, c[d].bound[k] += td, c[d].rbo[k] += o, c[d].rbi[k] += i;
 				if (td > t)
 					t = td;
 			}
 			stats->link_seconds += t;
 			stats->exchanges++;
+			nx[k]++;
 		}
+		round_len[k] = stats->link_seconds - link0;
 	}
+	if (st == MOE_OK)
+		rounds(stats, c, ep, phases, phase_len, round_len, nx);
+	if (st == MOE_OK && ro->trace_path)
+		st = write_trace(ctx, ro->trace_path, c, ep, phases, phase_len, round_len, mach->clock_hz);
 	for (int d = 0; d < ep; d++) {
 		if (st == MOE_OK)
 			for (uint32_t o = 0; o < g[d]->nout; o++) {
@@ -350,6 +509,8 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 		stats->chip_link_bytes_in[d] = c[d].in_bytes;
 		for (moe_id i = 0; c[d].val && i < g[d]->nnodes; i++)
 			moe_tensor_free(ctx, c[d].val[i]);
+		for (int k = 0; k < PH_MAX; k++)
+			ctx_free(ctx, c[d].ev[k], 0);
 		free(c[d].val);
 		free(c[d].level);
 	}

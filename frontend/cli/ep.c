@@ -162,7 +162,7 @@ static int gather_write(moe_ctx *ctx, const opts *o, int rank, int64_t N, int64_
 /* The stats of a multichip TCP run as JSON (malloc'ed). */
 static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 {
-	size_t cap = 4096 + (size_t)s->ep * 256, at = 0;
+	size_t cap = 4096 + (size_t)s->ep * 256 + (size_t)s->rounds * 512, at = 0;
 	char *j = malloc(cap);
 	if (!j)
 		return NULL;
@@ -176,6 +176,15 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 			"\"link_seconds\": %.9g, \"link_bytes_out\": %lld, \"link_bytes_in\": %lld}", d ? "," : "", d,
 			s->chip_seconds[d], s->chip_link_seconds[d], (long long)s->chip_link_bytes_out[d],
 			(long long)s->chip_link_bytes_in[d]);
+	at += (size_t)snprintf(j + at, cap - at, "\n  ],\n  \"rounds\": [");
+	for (int k = 0; k < s->rounds; k++) {
+		const moe_tcp_ep_round *r = &s->round[k];
+		at += (size_t)snprintf(j + at, cap - at, "%s\n    {\"round\": %d, \"exchanges\": %d, \"chip\": %d, "
+			"\"bytes_out\": %lld, \"bytes_in\": %lld, \"bound_seconds\": %.9g, \"seconds\": %.9g, "
+			"\"pack_seconds\": %.9g, \"link_seconds\": %.9g, \"unpack_seconds\": %.9g}", k ? "," : "", k,
+			r->exchanges, r->chip, (long long)r->bytes_out, (long long)r->bytes_in, r->bound_seconds, r->seconds,
+			r->pack_seconds, r->link_seconds, r->unpack_seconds);
+	}
 	snprintf(j + at, cap - at, "\n  ]\n}\n");
 	return j;
 }
@@ -183,8 +192,6 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
-	if (o->trace)
-		return fail(ctx, "--ep on TCP does not write a --trace yet%s", "");
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
 	int64_t T = global_tokens(ctx, o);
@@ -204,7 +211,8 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 		}
 	}
 	moe_tcp_ep_stats s;
-	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL};
+	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
+		.trace_path = o->trace};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;

@@ -146,8 +146,23 @@ MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
  * ro->timing_only, phases whose weights are all bound with data (routing,
  * combine) run in full so that the exchanges carry the real counts, the
  * others are timed only, and the outputs are not meaningful. ro->trace_path
- * is not supported here. */
+ * writes one Chrome trace of all chips (a process per chip, the phases and
+ * links on one clock). */
 #define MOE_TCP_EP_MAX 64
+#define MOE_TCP_EP_MAX_ROUNDS 8
+/* One exchange round (the all_to_alls after a phase) measured end to end on
+ * the chip where it takes longest against its bound (docs/expert-parallel.md
+ * section 6): pack = from the first command that assembles a send buffer to
+ * the end of the phase, waits for the slowest chip included; link = the
+ * round's link time (the slowest chip's); unpack = the commands of the next
+ * phase that read received rows into DM (their summed durations). */
+typedef struct moe_tcp_ep_round {
+	int chip, exchanges;
+	int64_t bytes_out, bytes_in;   /* that chip's, over the round */
+	double bound_seconds;          /* that chip's: sum over exchanges of latency + max(out, in) / bandwidth */
+	double pack_seconds, link_seconds, unpack_seconds;
+	double seconds;                /* pack + link + unpack */
+} moe_tcp_ep_round;
 typedef struct moe_tcp_ep_stats {
 	int ep, exchanges;
 	double simulated_seconds; /* compute_seconds + link_seconds */
@@ -156,6 +171,8 @@ typedef struct moe_tcp_ep_stats {
 	double link_bytes_per_s, link_latency_s;
 	double chip_seconds[MOE_TCP_EP_MAX], chip_link_seconds[MOE_TCP_EP_MAX];
 	int64_t chip_link_bytes_out[MOE_TCP_EP_MAX], chip_link_bytes_in[MOE_TCP_EP_MAX];
+	int rounds;
+	moe_tcp_ep_round round[MOE_TCP_EP_MAX_ROUNDS];
 } moe_tcp_ep_stats;
 MOE_API moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats);
