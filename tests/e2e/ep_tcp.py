@@ -6,7 +6,9 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec run layer.moe --target=tcp --set B=B -o y1.npy           (one chip, the same B)
     moec run layer.moe --target=tcp --ep N --stats s.json -o yN.npy   (N in --chips, N <= E)
 and require max|yN - y1| <= 1e-6 max|y1| (--tol), and the stats to account for every
-chip: link bytes out and in summing to the same total over the chips.
+chip: link bytes out and in summing to the same total over the chips; each exchange
+round measured end to end (stats "rounds") at least its bound and positive; and the
+--trace to hold one process per chip, each with one all_to_all per round.
 
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
 """
@@ -62,8 +64,8 @@ def main():
                     continue
                 case = "%s %s T=%d chips=%d" % (fam, dtype, T, n)
                 with tally.case(case):
-                    yp, sp = os.path.join(tmp, "yn.npy"), os.path.join(tmp, "s.json")
-                    run(base + ["--ep", str(n), "--stats", sp, "-o", yp])
+                    yp, sp, tp = os.path.join(tmp, "yn.npy"), os.path.join(tmp, "s.json"), os.path.join(tmp, "t.json")
+                    run(base + ["--ep", str(n), "--stats", sp, "--trace", tp, "-o", yp])
                     y = np.load(yp).astype(np.float64)
                     s = json.load(open(sp))
                     scale = float(np.max(np.abs(y1))) or 1.0
@@ -71,10 +73,18 @@ def main():
                     chips = s["chips"]
                     bytes_ok = (len(chips) == n and sum(c["link_bytes_out"] for c in chips) ==
                                 sum(c["link_bytes_in"] for c in chips))
-                    ok = y.shape == y1.shape and rel <= a.tol and bytes_ok
-                    tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us"
+                    rounds = s["rounds"]
+                    rounds_ok = len(rounds) >= 1 and all(0 < r["bound_seconds"] <= r["seconds"] for r in rounds)
+                    ev = json.load(open(tp))["traceEvents"]
+                    trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
+                                all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
+                                    for d in range(n)))
+                    ok = y.shape == y1.shape and rel <= a.tol and bytes_ok and rounds_ok and trace_ok
+                    tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us, rounds %s x bound%s"
                                 % (rel, "bitwise" if (y == y1).all() else "not bitwise",
-                                   sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6))
+                                   sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
+                                   "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
+                                   "" if trace_ok else ", trace WRONG"))
     return tally.finish()
 
 
