@@ -27,6 +27,7 @@
 #include "moec/passes.h"
 
 #define PH_MAX (MOE_TCP_EP_MAX_ROUNDS + 1)
+#define PHASE_MAX_OUT 256 /* values one phase hands on */
 
 typedef struct chip {
 	const moe_graph *g;
@@ -123,10 +124,11 @@ static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, 
 		for (moe_id j = i + 1; j < g->nnodes && !out; j++) /* an exchange's operand, or used later */
 			for (uint32_t a = 0; a < N(g, j)->nargs; a++)
 				out |= N(g, j)->args[a] == i && (N(g, j)->op == MOE_OP_ALL_TO_ALL || c->level[j] > k);
-		if (out) {
+		if (out && *nids < PHASE_MAX_OUT) {
 			moe_graph_add_output(d, map[i]);
-			ids[(*nids)++] = i;
+			ids[*nids] = i;
 		}
+		*nids += out;
 	}
 	/* the block grid's node keys, in the phase that holds the grid */
 	for (int k2 = 0; k2 < IR_NNODE_KEYS; k2++) {
@@ -209,23 +211,42 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
 }
 
 /* Runs phase k on chip d. */
-static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *bind, const moe_tcp_run_opts *ro)
+/* Phase k of chip c compiled: *mp its graph, *pp its program (both NULL
+ * when the phase computes nothing), ids[0..*nids-1] the source node of
+ * each output. */
+static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_machine *mach, moe_module **mp,
+	moe_tcp_program **pp, moe_id *ids, uint32_t *nids)
 {
-	moe_id ids[256];
-	uint32_t nids = 0;
-	moe_module *m = phase_graph(ctx, c, k, ids, &nids);
+	*nids = 0;
+	*pp = NULL;
+	moe_module *m = *mp = phase_graph(ctx, c, k, ids, nids);
 	moe_graph *g = moe_module_graph(m, 0);
-	moe_status st = nids > 256 ? MOE_ERR_UNSUPPORTED : MOE_OK;
-	if (st == MOE_OK && moe_graph_num_outputs(g) == 0) {
+	if (*nids > PHASE_MAX_OUT) {
+		moe_diag(ctx, MOE_DIAG_ERROR, c->g->loc, "phase %d hands on %u values, at most %d are supported", k, *nids,
+			PHASE_MAX_OUT);
+		return MOE_ERR_UNSUPPORTED;
+	}
+	if (moe_graph_num_outputs(g) == 0) {
 		moe_module_free(m);
+		*mp = NULL;
 		return MOE_OK;
 	}
 	moe_run_opts po = {.verify = 1};
-	if (st == MOE_OK)
-		st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce", m, &po);
-	moe_tcp_program *p = st == MOE_OK ? moe_tcp_compile(ctx, g, ro->machine) : NULL;
-	if (st == MOE_OK && !p)
-		st = MOE_ERR_INVALID;
+	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce", m, &po);
+	*pp = st == MOE_OK ? moe_tcp_compile(ctx, g, mach) : NULL;
+	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
+}
+
+static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *bind, const moe_tcp_run_opts *ro)
+{
+	moe_id ids[PHASE_MAX_OUT];
+	uint32_t nids = 0;
+	moe_module *m;
+	moe_tcp_program *p;
+	moe_status st = compile_phase(ctx, c, k, ro->machine, &m, &p, ids, &nids);
+	if (st == MOE_OK && !m)
+		return MOE_OK;
+	moe_graph *g = m ? moe_module_graph(m, 0) : NULL;
 	moe_tensor_map *b = moe_tensor_map_new(ctx);
 	bool absent = false;
 	for (moe_id i = 0; st == MOE_OK && i < g->nnodes; i++) {
@@ -242,7 +263,7 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 			moe_tensor_map_set(b, n->name, view(ctx, t));
 		absent |= t && !t->data;
 	}
-	moe_tensor *out[256] = {0};
+	moe_tensor *out[PHASE_MAX_OUT] = {0};
 	moe_tcp_stats s;
 	/* timing-only: a phase whose weights are all present (routing, combine) runs in
 	 * full, so the exchanges move the real counts; one without (the experts) is
@@ -271,7 +292,8 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 		moe_tensor_free(ctx, out[j]);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
-	moe_module_free(m);
+	if (m)
+		moe_module_free(m);
 	return st;
 }
 
@@ -405,6 +427,65 @@ static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int
 	return moe_atomic_commit(af);
 }
 
+/* The chips' programs cut into phases (*phases each). */
+static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases)
+{
+	for (int d = 0; d < ep; d++) {
+		c[d].g = g[d];
+		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
+		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
+		if (!c[d].level || !c[d].val)
+			return MOE_ERR_NOMEM;
+		int p = levels(g[d], c[d].level);
+		if (p > PH_MAX) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
+				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);
+			return MOE_ERR_UNSUPPORTED;
+		}
+		if (d && (p != *phases || g[d]->nnodes < 1)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d phases, chip 0's %d", d, p, *phases);
+			return MOE_ERR_INVALID;
+		}
+		*phases = p;
+	}
+	return MOE_OK;
+}
+
+moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
+	moe_tcp_ep_sink sink, void *ud)
+{
+	if (!ctx || ep < 1 || ep > MOE_TCP_EP_MAX || !g || !sink)
+		return MOE_ERR_INVALID;
+	moe_tcp_machine *def = machine ? NULL : moe_tcp_machine_default(ctx);
+	const moe_tcp_machine *mach = machine ? machine : def;
+	if (!mach)
+		return MOE_ERR_INVALID;
+	chip c[MOE_TCP_EP_MAX];
+	memset(c, 0, sizeof c);
+	int phases = 0;
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
+	for (int d = 0; st == MOE_OK && d < ep; d++)
+		for (int k = 0; st == MOE_OK && k < phases; k++) {
+			moe_id ids[PHASE_MAX_OUT];
+			uint32_t nids;
+			moe_module *m;
+			moe_tcp_program *p;
+			st = compile_phase(ctx, &c[d], k, mach, &m, &p, ids, &nids);
+			if (st == MOE_OK)
+				st = sink(ud, d, k, p, p ? ids : NULL, p ? nids : 0);
+			moe_tcp_program_free(p);
+			if (m)
+				moe_module_free(m);
+		}
+	for (int d = 0; d < ep; d++) {
+		free(c[d].val);
+		free(c[d].level);
+	}
+	if (def)
+		moe_tcp_machine_free(ctx, def);
+	return st;
+}
+
 moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats)
 {
@@ -424,26 +505,7 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	double phase_len[PH_MAX] = {0}, round_len[PH_MAX] = {0};
 	int nx[PH_MAX] = {0};
 	int phases = 0;
-	moe_status st = MOE_OK;
-	for (int d = 0; d < ep; d++) {
-		c[d].g = g[d];
-		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
-		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
-		if (!c[d].level || !c[d].val) {
-			st = MOE_ERR_NOMEM;
-			break;
-		}
-		int p = levels(g[d], c[d].level);
-		if (p > PH_MAX) {
-			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
-				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);
-			st = MOE_ERR_UNSUPPORTED;
-		} else if (d && (p != phases || g[d]->nnodes < 1)) {
-			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d phases, chip 0's %d", d, p, phases);
-			st = MOE_ERR_INVALID;
-		}
-		phases = p;
-	}
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
 	for (int k = 0; st == MOE_OK && k < phases; k++) {
 		double slow = 0, before[MOE_TCP_EP_MAX];
 		for (int d = 0; st == MOE_OK && d < ep; d++) {

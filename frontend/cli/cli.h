@@ -141,6 +141,7 @@ int cli_run(moe_ctx *ctx, const opts *o);
  * when any rank failed (failed: this one did), after which no collective
  * follows; gather collects each rank's bytes at rank 0, in rank order. */
 int cli_run_ep(moe_ctx *ctx, const opts *o);
+int cli_compile_ep(moe_ctx *ctx, const opts *o);
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
 int cli_ep_net_agree(moe_ctx *ctx, int failed);
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,

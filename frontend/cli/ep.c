@@ -8,6 +8,7 @@
  * all_to_all nodes going through MPI (ep_mpi.c). Rank 0 gathers the rows of
  * the output in rank order and writes -o. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,8 +108,8 @@ static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T,
 	return 0;
 }
 
-/* This rank's program, weights and input; 0 when ready. */
-static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+/* This rank's program; 0 when ready. */
+static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	moe_module *m = *mp = load_rows(ctx, o, Td ? Td : 1);
@@ -127,9 +128,16 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%d,tokens=%lld%s},blockwise-dispatch,"
 		"grid-bound,canonicalize,cse,dce", (long long)N, rank, (long long)T, pl);
 	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK)
+	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
+}
+
+/* This rank's program, weights and input; 0 when ready. */
+static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+{
+	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
+	if (build(ctx, o, N, rank, T, mp))
 		return 1;
-	moe_graph *g = moe_module_graph(m, 0);
+	moe_graph *g = moe_module_graph(*mp, 0);
 	char *wcopy = strdup(o->weights);
 	const char *paths[64];
 	size_t np = 0;
@@ -285,4 +293,111 @@ done:
 	moe_module_free(m);
 	cli_ep_net_finish();
 	return status;
+}
+
+/* moec compile --ep N: every chip's phase programs (moe_tcp_ep_compile) and
+ * OUT.ep.json, written last, naming them (docs/expert-parallel.md section 6). */
+typedef struct ep_out {
+	moe_ctx *ctx;
+	const char *ext;
+	char stem[4096];
+	char *json;
+	size_t len, cap;
+	bool nomem;
+} ep_out;
+
+static void jadd(ep_out *w, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || w->len + (size_t)n + 1 > w->cap) {
+		size_t cap = (w->cap + (size_t)(n > 0 ? n : 0) + 1) * 2;
+		char *j = realloc(w->json, cap);
+		if (!j) {
+			w->nomem = true;
+			return;
+		}
+		w->json = j, w->cap = cap;
+	}
+	va_start(ap, fmt);
+	w->len += (size_t)vsnprintf(w->json + w->len, w->cap - w->len, fmt, ap);
+	va_end(ap);
+}
+
+static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
+	uint32_t n)
+{
+	ep_out *w = ud;
+	if (!p)
+		return MOE_OK;
+	char path[4200];
+	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
+	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, path) : moe_tcp_write_binary(w->ctx, p, path);
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	jadd(w, "%s\n    {\"chip\": %d, \"phase\": %d, \"file\": \"%s\", \"outputs\": [",
+		w->json[w->len - 1] == '[' ? "" : ",", chip, phase, base);
+	for (uint32_t j = 0; j < n; j++)
+		jadd(w, "%s%u", j ? ", " : "", (unsigned)outputs[j]);
+	jadd(w, "]}");
+	return st;
+}
+
+/* The exchanges of chip d's program g, for the manifest. */
+static void list_exchanges(ep_out *w, const moe_graph *g, int d)
+{
+	jadd(w, "%s\n    {\"chip\": %d, \"all_to_all\": [", d ? "," : "", d);
+	for (moe_id i = 0, k = 0; i < moe_graph_num_nodes(g); i++) {
+		if (moe_node_op(g, i) != MOE_OP_ALL_TO_ALL)
+			continue;
+		const char *nm = moe_node_name(g, i);
+		jadd(w, "%s{\"node\": %u, \"rows\": %u, \"counts\": %u, \"name\": \"%s\"}", k++ ? ", " : "", (unsigned)i,
+			(unsigned)moe_node_arg(g, i, 0), (unsigned)moe_node_arg(g, i, 1), nm ? nm : "");
+	}
+	jadd(w, "]}");
+}
+
+int cli_compile_ep(moe_ctx *ctx, const opts *o)
+{
+	int64_t N = ep_count(ctx, o);
+	if (!N)
+		return 1;
+	if (N > MOE_TCP_EP_MAX)
+		return fail(ctx, "--ep on TCP compiles at most 64 chips%s", "");
+	bool asm_ = cli_ends_with(o->out, ".tcps");
+	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
+		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
+	ep_out w = {.ctx = ctx, .ext = asm_ ? ".tcps" : ".tcpb"};
+	snprintf(w.stem, sizeof w.stem, "%.*s", (int)(strlen(o->out) - 5), o->out);
+	int64_t T = global_tokens(ctx, o);
+	moe_module *m[MOE_TCP_EP_MAX] = {0};
+	const moe_graph *g[MOE_TCP_EP_MAX];
+	moe_tcp_machine *mach = o->machine ? moe_tcp_machine_load(ctx, o->machine) : NULL;
+	int st = T < 1 || (o->machine && !mach);
+	for (int d = 0; d < N && !st; d++) {
+		st = build(ctx, o, N, d, T, &m[d]);
+		if (!st)
+			g[d] = moe_module_graph(m[d], 0);
+	}
+	jadd(&w, "{\n  \"ep\": %lld,\n  \"tokens\": %lld,\n  \"programs\": [", (long long)N, (long long)T);
+	if (!st)
+		st = moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
+	jadd(&w, "\n  ],\n  \"exchanges\": [");
+	for (int d = 0; d < N && !st; d++)
+		list_exchanges(&w, g[d], d);
+	jadd(&w, "\n  ]\n}\n");
+	if (!st && w.nomem)
+		st = fail(ctx, "out of memory for the manifest%s", "");
+	if (!st) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s.ep.json", w.stem);
+		st = moe_write_file_atomic(ctx, path, w.json, w.len) != MOE_OK;
+	}
+	free(w.json);
+	for (int d = 0; d < N; d++)
+		moe_module_free(m[d]);
+	if (mach)
+		moe_tcp_machine_free(ctx, mach);
+	return st;
 }

@@ -176,6 +176,17 @@ typedef struct moe_tcp_ep_stats {
 } moe_tcp_ep_stats;
 MOE_API moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats);
+/* Compiles the phases moe_tcp_ep_run runs: sink gets, chip by chip and phase
+ * by phase, the program (NULL for a phase with nothing to compute on that
+ * chip) and the node of chip's program g[chip] that each of its outputs
+ * output<j> holds (outputs[j]). A phase program's inputs are named after the
+ * node they hold, "ep.<id>": a value of an earlier phase or an all_to_all's
+ * result; its weights and the layer input keep their names. A non-MOE_OK
+ * return from sink stops and is returned. */
+typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
+	uint32_t noutputs);
+MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
+	moe_tcp_ep_sink sink, void *ud);
 
 #ifdef __cplusplus
 }
