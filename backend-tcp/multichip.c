@@ -41,7 +41,7 @@ typedef struct chip {
 	 * of the commands that read received rows; per round: link time, bytes */
 	tev *ev[PH_MAX];
 	size_t nev[PH_MAX];
-	double len[PH_MAX], pack_at[PH_MAX], unpack[PH_MAX], link[PH_MAX], bound[PH_MAX];
+	double len[PH_MAX], pack_at[PH_MAX], unpack[PH_MAX], link[PH_MAX];
 	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
@@ -362,9 +362,10 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 	return MOE_OK;
 }
 
-/* Round k on every chip: pack (from its first packing command to the end of
- * the phase on the slowest chip), the round's link time, unpack (in phase
- * k + 1); the chip with the largest ratio to its bound is recorded. */
+/* Round k along the critical path (moe_tcp_ep_round): the packing tail of
+ * the chip that ends phase k last, the round's link time (the bound: the
+ * link model charges exactly latency + bytes / bandwidth), the longest
+ * unpacking in phase k + 1. */
 static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const double *len, const double *link,
 	const int *nx)
 {
@@ -373,16 +374,17 @@ static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const
 		if (!nx[k])
 			continue;
 		moe_tcp_ep_round *r = &s->round[s->rounds++];
-		double worst = -1;
+		int last = 0, busy = 0;
+		double un = 0, wait = 0;
 		for (int d = 0; d < ep; d++) {
-			double pack = len[k] - c[d].pack_at[k], t = pack + link[k] + c[d].unpack[k + 1];
-			double ratio = c[d].bound[k] > 0 ? t / c[d].bound[k] : 0;
-			if (ratio <= worst)
-				continue;
-			worst = ratio;
-			*r = (moe_tcp_ep_round){d, nx[k], c[d].rbo[k], c[d].rbi[k], c[d].bound[k], pack, link[k],
-				c[d].unpack[k + 1], t};
+			last = c[d].len[k] > c[last].len[k] ? d : last;
+			busy = c[d].rbo[k] + c[d].rbi[k] > c[busy].rbo[k] + c[busy].rbi[k] ? d : busy;
+			un = c[d].unpack[k + 1] > un ? c[d].unpack[k + 1] : un;
+			wait = len[k] - c[d].len[k] > wait ? len[k] - c[d].len[k] : wait;
 		}
+		double pack = c[last].len[k] - c[last].pack_at[k];
+		*r = (moe_tcp_ep_round){last, nx[k], c[busy].rbo[k], c[busy].rbi[k], link[k], pack, link[k], un, wait,
+			pack + link[k] + un};
 	}
 }
 
@@ -545,7 +547,7 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 				int64_t o = c[d].out_bytes - bo[d], i = c[d].in_bytes - bi[d];
 				double td = lat + (double)(o > i ? o : i) / bw;
 				c[d].link_seconds += td;
-				c[d].link[k] += td, c[d].bound[k] += td, c[d].rbo[k] += o, c[d].rbi[k] += i;
+				c[d].link[k] += td, c[d].rbo[k] += o, c[d].rbi[k] += i;
 				if (td > t)
 					t = td;
 			}

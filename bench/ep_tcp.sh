@@ -12,8 +12,9 @@
 # subsets can run separately (or side by side) and --table prints them together:
 #   1. per T and N: simulated time, compute and link parts, link bytes (the busiest chip's
 #      out + in), speed-up over one chip, the receive buffer per chip against its tight bound;
-#   2. per exchange round (0: dispatch, 1: return): measured end to end on the chip where it
-#      is slowest against that chip's bound (latency + bytes / bandwidth per all_to_all).
+#   2. per exchange round (0: dispatch, 1: return): measured end to end along the critical path
+#      (pack on the chip that ends the phase last + link + the longest unpack) against the bound
+#      (latency + bytes / bandwidth per all_to_all on the busiest chip), and the longest wait.
 set -eu
 table_only=0
 if [ "${1:-}" = "--table" ]; then table_only=1; shift; set -- build/moec "$@"; fi
@@ -77,16 +78,16 @@ for T in tokens:
               s["simulated_seconds"] * 1e3, s["compute_seconds"] * 1e3, s["link_seconds"] * 1e3, busy / 1e6, sp,
               s["rows"], int(T) * 8, s["wall"]))
 print()
-print("| T | chips | round | chip | bytes out / in | bound | measured | pack | link | unpack | measured / bound |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| T | chips | round | bytes out / in (busiest chip) | bound = link | pack (chip) | unpack | measured | measured / bound | longest wait |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for T in tokens:
     for N in chips:
         s = load(N, T)
         if N == "1" or s is None:
             continue
         for r in s.get("rounds", []):
-            print("| %s | %s | %d | %d | %.3f / %.3f MB | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %.2f |" % (
-                T, N, r["round"], r["chip"], r["bytes_out"] / 1e6, r["bytes_in"] / 1e6, r["bound_seconds"] * 1e6,
-                r["seconds"] * 1e6, r["pack_seconds"] * 1e6, r["link_seconds"] * 1e6, r["unpack_seconds"] * 1e6,
-                r["seconds"] / r["bound_seconds"]))
+            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d) | %.1f us | %.1f us | %.2f | %.1f us |" % (
+                T, N, r["round"], r["bytes_out"] / 1e6, r["bytes_in"] / 1e6, r["bound_seconds"] * 1e6,
+                r["pack_seconds"] * 1e6, r["chip"], r["unpack_seconds"] * 1e6, r["seconds"] * 1e6,
+                r["seconds"] / r["bound_seconds"], r["wait_seconds"] * 1e6))
 PY

@@ -150,17 +150,20 @@ MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
  * links on one clock). */
 #define MOE_TCP_EP_MAX 64
 #define MOE_TCP_EP_MAX_ROUNDS 8
-/* One exchange round (the all_to_alls after a phase) measured end to end on
- * the chip where it takes longest against its bound (docs/expert-parallel.md
- * section 6): pack = from the first command that assembles a send buffer to
- * the end of the phase, waits for the slowest chip included; link = the
- * round's link time (the slowest chip's); unpack = the commands of the next
- * phase that read received rows into DM (their summed durations). */
+/* One exchange round (the all_to_alls after a phase) measured end to end
+ * along the critical path against its bound (docs/expert-parallel.md
+ * section 6): pack = on the chip that ends the phase last, from its first
+ * command that assembles a send buffer to the phase's end; link = the
+ * round's link time; unpack = the most any chip spends in the next phase in
+ * commands that read received rows into DM (their summed durations). The
+ * bound is the sum over the round's exchanges of latency + max(bytes out,
+ * bytes in) / bandwidth on the busiest chip. wait = the longest any chip
+ * waits for the last one (load imbalance, not counted in seconds). */
 typedef struct moe_tcp_ep_round {
-	int chip, exchanges;
-	int64_t bytes_out, bytes_in;   /* that chip's, over the round */
-	double bound_seconds;          /* that chip's: sum over exchanges of latency + max(out, in) / bandwidth */
-	double pack_seconds, link_seconds, unpack_seconds;
+	int chip, exchanges;           /* chip: the one that ends the phase last */
+	int64_t bytes_out, bytes_in;   /* the busiest chip's, over the round */
+	double bound_seconds;
+	double pack_seconds, link_seconds, unpack_seconds, wait_seconds;
 	double seconds;                /* pack + link + unpack */
 } moe_tcp_ep_round;
 typedef struct moe_tcp_ep_stats {
