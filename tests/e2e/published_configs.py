@@ -27,8 +27,11 @@ MODELS = {
     "gpt-oss-120b": (0, 2880, 128, 4, 2880, 0, True),
     "Llama-4-Maverick-17B-128E-Instruct": (1, 5120, 128, 1, 8192, 8192, False),
     "Hunyuan-A13B": (0, 4096, 64, 8, 3072, 3072, False),
-    # flagship models beyond the list (the named OLMoE, Phi-3.5-MoE, Granite-3.1-3B-A800M,
-    # ERNIE-4.5-21B-A3B, MiniMax-M2, DBRX, Jamba and dots.llm1 configs were not found; README)
+    "OLMoE-1B-7B-0125-Instruct": (0, 2048, 64, 8, 1024, 0, False),
+    "Phi-3.5-MoE-instruct": (0, 4096, 16, 2, 6400, 0, False),
+    "DBRX": (0, 6144, 16, 4, 10752, 0, False),
+    # flagship models beyond the list (the named Granite-3.1-3B-A800M, ERNIE-4.5-21B-A3B,
+    # MiniMax-M2, Jamba and dots.llm1 configs were not found; README)
     "Mixtral-8x7B-v0.1": (0, 4096, 8, 2, 14336, 0, False),
     "Qwen3-30B-A3B": (0, 2048, 128, 8, 768, 0, False),
     "Qwen3-Coder-480B-A35B-Instruct": (0, 6144, 160, 8, 2560, 0, False),
