@@ -33,15 +33,17 @@ typedef struct chip {
 	const moe_graph *g;
 	int *level;        /* per node: phase (leaves -1) */
 	moe_tensor **val;  /* per node: value once computed (owned) */
+	uint8_t *fake;     /* per node: its value is zeros of a timing-only phase */
 	double seconds;    /* compute, summed over phases */
 	int64_t out_bytes, in_bytes;
 	double link_seconds;
 	/* per phase: its commands (cycles), length, where packing starts (s from
 	 * the phase's start; its length when nothing is packed), the summed time
-	 * of the commands that read received rows; per round: link time, bytes */
+	 * of the commands that read received rows, the phase's end after the last
+	 * command that is not packing; per round: link time, bytes */
 	tev *ev[PH_MAX];
 	size_t nev[PH_MAX];
-	double len[PH_MAX], pack_at[PH_MAX], unpack[PH_MAX], link[PH_MAX];
+	double len[PH_MAX], pack_at[PH_MAX], pack_tail[PH_MAX], unpack[PH_MAX], link[PH_MAX];
 	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
@@ -194,16 +196,19 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
 		if (tensor_ok(p, in_->v[TCP_V_S0].t))
 			in[in_->v[TCP_V_S0].t] = 1;
 	}
-	int64_t first = -1, un = 0;
+	int64_t first = -1, un = 0, other = 0;
 	for (size_t i = 0; i < c->nev[k]; i++) {
 		const tev *e = &c->ev[k][i];
 		const tcp_insn *in_ = &p->code[e->pc];
 		if (pk[e->pc] && (first < 0 || e->start < first))
 			first = e->start;
+		if (!pk[e->pc] && e->end > other)
+			other = e->end;
 		if (tcp_op_ctx[in_->op] == TCP_CTX_DMA && tensor_ok(p, in_->v[TCP_V_S0].t) && rv[in_->v[TCP_V_S0].t])
 			un += e->end - e->start;
 	}
 	c->pack_at[k] = first >= 0 ? (double)first / hz : c->len[k];
+	c->pack_tail[k] = first >= 0 && c->len[k] > (double)other / hz ? c->len[k] - (double)other / hz : 0;
 	c->unpack[k] = (double)un / hz;
 	ctx_free(ctx, in, p->nt + 1);
 	ctx_free(ctx, rv, p->nt + 1);
@@ -286,7 +291,7 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 	if (st == MOE_OK) {
 		c->seconds += s.simulated_seconds;
 		for (uint32_t j = 0; j < nids; j++)
-			c->val[ids[j]] = out[j], out[j] = NULL;
+			c->val[ids[j]] = out[j], out[j] = NULL, c->fake[ids[j]] = o.timing_only;
 	}
 	for (uint32_t j = 0; j < nids; j++)
 		moe_tensor_free(ctx, out[j]);
@@ -297,10 +302,19 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 	return st;
 }
 
-/* The value of an exchange operand: computed by a phase, or a constant. */
+/* The value of an exchange operand: computed by a phase, or a constant; a
+ * reshape that a timing-only phase left as zeros is taken again from its
+ * operand (the return's counts: the received counts, reshaped). */
 static const moe_tensor *operand(moe_ctx *ctx, chip *c, moe_id a)
 {
 	const ir_node *n = N(c->g, a);
+	if (c->fake[a] && n->op == MOE_OP_RESHAPE && c->val[a]) {
+		const moe_tensor *s = operand(ctx, c, n->args[0]);
+		if (s && !c->fake[n->args[0]] && s->nbytes == c->val[a]->nbytes) {
+			memcpy(c->val[a]->data, s->data, s->nbytes);
+			c->fake[a] = 0;
+		}
+	}
 	if (!c->val[a] && n->op == MOE_OP_CONST) {
 		moe_tensor *t = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
 		double v = ir_attr_float(n, "value", 0);
@@ -331,6 +345,11 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 		moe_id x = xs[d];
 		const ir_node *n = N(c[d].g, x);
 		const moe_tensor *src = operand(ctx, &c[d], n->args[0]), *cnt = operand(ctx, &c[d], n->args[1]);
+		if (cnt && c[d].fake[n->args[1]]) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "chip %d: timing only: the counts of all_to_all %%%u depend on weights "
+				"absent from the checkpoint", d, x);
+			return MOE_ERR_UNSUPPORTED;
+		}
 		if (!src || !cnt || cnt->dtype != MOE_I32) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "chip %d: all_to_all %%%u: operand %s is neither computed nor a constant", d, x, !src ? moe_op_name((moe_op)N(c[d].g, n->args[0])->op) : moe_op_name((moe_op)N(c[d].g, n->args[1])->op));
 			return MOE_ERR_UNSUPPORTED;
@@ -382,9 +401,9 @@ static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const
 			un = c[d].unpack[k + 1] > un ? c[d].unpack[k + 1] : un;
 			wait = len[k] - c[d].len[k] > wait ? len[k] - c[d].len[k] : wait;
 		}
-		double pack = c[last].len[k] - c[last].pack_at[k];
-		*r = (moe_tcp_ep_round){last, nx[k], c[busy].rbo[k], c[busy].rbi[k], link[k], pack, link[k], un, wait,
-			pack + link[k] + un};
+		double pack = c[last].pack_tail[k];
+		*r = (moe_tcp_ep_round){last, nx[k], c[busy].rbo[k], c[busy].rbi[k], link[k], pack,
+			c[last].len[k] - c[last].pack_at[k], link[k], un, wait, pack + link[k] + un};
 	}
 }
 
@@ -436,7 +455,8 @@ static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 		c[d].g = g[d];
 		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
 		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
-		if (!c[d].level || !c[d].val)
+		c[d].fake = calloc(g[d]->nnodes, 1);
+		if (!c[d].level || !c[d].val || !c[d].fake)
 			return MOE_ERR_NOMEM;
 		int p = levels(g[d], c[d].level);
 		if (p > PH_MAX) {
@@ -481,6 +501,7 @@ moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 		}
 	for (int d = 0; d < ep; d++) {
 		free(c[d].val);
+		free(c[d].fake);
 		free(c[d].level);
 	}
 	if (def)
@@ -576,6 +597,7 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 		for (int k = 0; k < PH_MAX; k++)
 			ctx_free(ctx, c[d].ev[k], 0);
 		free(c[d].val);
+		free(c[d].fake);
 		free(c[d].level);
 	}
 	stats->simulated_seconds = stats->compute_seconds + stats->link_seconds;

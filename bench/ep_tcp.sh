@@ -78,7 +78,7 @@ for T in tokens:
               s["simulated_seconds"] * 1e3, s["compute_seconds"] * 1e3, s["link_seconds"] * 1e3, busy / 1e6, sp,
               s["rows"], int(T) * 8, s["wall"]))
 print()
-print("| T | chips | round | bytes out / in (busiest chip) | bound = link | pack (chip) | unpack | measured | measured / bound | longest wait |")
+print("| T | chips | round | bytes out / in (busiest chip) | bound = link | pack (chip; span) | unpack | measured | measured / bound | longest wait |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for T in tokens:
     for N in chips:
@@ -86,8 +86,8 @@ for T in tokens:
         if N == "1" or s is None:
             continue
         for r in s.get("rounds", []):
-            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d) | %.1f us | %.1f us | %.2f | %.1f us |" % (
+            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d; %.1f us) | %.1f us | %.1f us | %.2f | %.1f us |" % (
                 T, N, r["round"], r["bytes_out"] / 1e6, r["bytes_in"] / 1e6, r["bound_seconds"] * 1e6,
-                r["pack_seconds"] * 1e6, r["chip"], r["unpack_seconds"] * 1e6, r["seconds"] * 1e6,
+                r["pack_seconds"] * 1e6, r["chip"], r["pack_span_seconds"] * 1e6, r["unpack_seconds"] * 1e6, r["seconds"] * 1e6,
                 r["seconds"] / r["bound_seconds"], r["wait_seconds"] * 1e6))
 PY
