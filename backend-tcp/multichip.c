@@ -47,101 +47,6 @@ typedef struct chip {
 	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
-/* Phases of every node; returns the phase count. Leaves and what depends on
- * leaves alone (a weight's slices and transposes) have phase -1: every phase
- * that uses them recomputes them, so the backend sees them as in one chip's
- * program. */
-static int levels(const moe_graph *g, int *level)
-{
-	int top = 0;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		bool pure = n->op != MOE_OP_ALL_TO_ALL && n->op != MOE_OP_INPUT && n->valid == MOE_NONE;
-		for (uint32_t j = 0; pure && j < n->nargs; j++)
-			pure = level[n->args[j]] < 0;
-		int l = pure ? -1 : 0;
-		for (uint32_t j = 0; j < n->nargs; j++) {
-			moe_id a = n->args[j];
-			int la = level[a] + (N(g, a)->op == MOE_OP_ALL_TO_ALL);
-			if (la > l)
-				l = la;
-		}
-		if (n->valid != MOE_NONE && level[n->valid] + (N(g, n->valid)->op == MOE_OP_ALL_TO_ALL) > l)
-			l = level[n->valid] + (N(g, n->valid)->op == MOE_OP_ALL_TO_ALL);
-		level[i] = l;
-		if (l > top)
-			top = l;
-	}
-	return top + 1;
-}
-
-/* Copies node a of phase -1 and what it depends on. */
-static void copy_pure(moe_graph *d, const moe_graph *g, moe_id a, moe_id *map)
-{
-	const ir_node *n = N(g, a);
-	for (uint32_t j = 0; j < n->nargs; j++)
-		if (map[n->args[j]] == MOE_NONE)
-			copy_pure(d, g, n->args[j], map);
-	map[a] = ir_copy_node(d, g, a, map);
-}
-
-/* The graph of phase k; ids[j] receives the source node of output j. */
-static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, uint32_t *nids)
-{
-	const moe_graph *g = c->g;
-	moe_module *m = moe_module_new(ctx);
-	moe_graph *d = moe_module_add_graph(m, g->name ? g->name : "phase");
-	moe_graph_set_dtype(d, (moe_dtype)g->dtype);
-	moe_id *map = calloc(g->nnodes, sizeof *map);
-	IR_ASSERT(map);
-	for (moe_id i = 0; i < g->nnodes; i++)
-		map[i] = MOE_NONE;
-	*nids = 0;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_ALL_TO_ALL || c->level[i] != k)
-			continue;
-		for (uint32_t j = 0; j <= n->nargs; j++) {
-			moe_id a = j < n->nargs ? n->args[j] : n->valid;
-			if (a == MOE_NONE || map[a] != MOE_NONE)
-				continue;
-			const ir_node *an = N(g, a);
-			if (c->level[a] < 0) {
-				copy_pure(d, g, a, map);
-			} else { /* a value of an earlier phase or an exchange */
-				char name[32];
-				snprintf(name, sizeof name, "ep.%u", a);
-				map[a] = ir_emit(d, MOE_OP_INPUT, (moe_dtype)an->dtype, an->rank, an->shape, NULL, 0, an->loc);
-				moe_node_set_name(d, map[a], name);
-			}
-		}
-		map[i] = ir_copy_node(d, g, i, map);
-	}
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (map[i] == MOE_NONE || c->level[i] != k)
-			continue;
-		bool out = false;
-		for (uint32_t o = 0; o < g->nout; o++)
-			out |= g->outputs[o] == i;
-		for (moe_id j = i + 1; j < g->nnodes && !out; j++) /* an exchange's operand, or used later */
-			for (uint32_t a = 0; a < N(g, j)->nargs; a++)
-				out |= N(g, j)->args[a] == i && (N(g, j)->op == MOE_OP_ALL_TO_ALL || c->level[j] > k);
-		if (out && *nids < PHASE_MAX_OUT) {
-			moe_graph_add_output(d, map[i]);
-			ids[*nids] = i;
-		}
-		*nids += out;
-	}
-	/* the block grid's node keys, in the phase that holds the grid */
-	for (int k2 = 0; k2 < IR_NNODE_KEYS; k2++) {
-		moe_id old = ir_graph_node_attr(g, ir_node_keys[k2]);
-		if (old != MOE_NONE && map[old] != MOE_NONE && c->level[old] == k)
-			ir_graph_set_attr_int(d, ir_node_keys[k2], map[old]);
-	}
-	free(map);
-	return m;
-}
-
 /* A view of t that the map does not own. */
 static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
 {
@@ -224,7 +129,7 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 {
 	*nids = 0;
 	*pp = NULL;
-	moe_module *m = *mp = phase_graph(ctx, c, k, ids, nids);
+	moe_module *m = *mp = moe_ep_phase_graph(ctx, c->g, c->level, k, ids, PHASE_MAX_OUT, nids);
 	moe_graph *g = moe_module_graph(m, 0);
 	if (*nids > PHASE_MAX_OUT) {
 		moe_diag(ctx, MOE_DIAG_ERROR, c->g->loc, "phase %d hands on %u values, at most %d are supported", k, *nids,
@@ -458,7 +363,7 @@ static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 		c[d].fake = calloc(g[d]->nnodes, 1);
 		if (!c[d].level || !c[d].val || !c[d].fake)
 			return MOE_ERR_NOMEM;
-		int p = levels(g[d], c[d].level);
+		int p = moe_ep_phases(g[d], c[d].level);
 		if (p > PH_MAX) {
 			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
 				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);
