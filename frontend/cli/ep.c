@@ -31,12 +31,13 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 	if (errno || end == o->ep || *end || n < 1 || n > 4096)
 		return fail(ctx, "--ep must be a device count in 1..4096, got '%s'", o->ep), 0;
 	bool tcp = o->target && !strcmp(o->target, "tcp");
-	if (!tcp && o->engine && strcmp(o->engine, "interp"))
-		return fail(ctx, "--ep runs each device on the interpreter; drop --engine=%s", o->engine), 0;
+	bool jit_engine = !tcp && o->engine && strcmp(o->engine, "interp");
 	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
 			: o->no_cache ? "--no-cache" : NULL;
-	if (jit && !(tcp && !strcmp(jit, "--stats")))
-		return fail(ctx, "%s does not apply to --ep (the devices run on the interpreter)", jit), 0;
+	if (o->repeat || (o->stats && !tcp))
+		return fail(ctx, "%s does not apply to --ep on the host", o->repeat ? "--repeat" : "--stats"), 0;
+	if (jit && !tcp && !jit_engine)
+		return fail(ctx, "%s applies to --ep with --engine=llvm or c (the default runs the interpreter)", jit), 0;
 	if (o->kind != K_MOE && o->kind != K_UNREAD)
 		return fail(ctx, "--ep needs a .moe layer (its token count T is set per device), not %s", o->file), 0;
 	return n;
@@ -281,7 +282,17 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	moe_exchange x = {(int)N, rank, cli_ep_all_to_all, NULL};
-	bad = moe_interp_run_ex(ctx, moe_module_graph(m, 0), bind, &x, out) != MOE_OK;
+	if (o->engine && strcmp(o->engine, "interp")) { /* compiled, phase by phase */
+		moe_host_opts ho;
+		moe_host_opts_init(&ho);
+		ho.engine = !strcmp(o->engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
+		ho.threads = o->threads ? atoi(o->threads) : 0;
+		ho.portable = o->kernels && !strcmp(o->kernels, "portable");
+		ho.no_cache = o->no_cache != NULL;
+		bad = ho.threads < 0 || cli_ep_host_run(ctx, moe_module_graph(m, 0), bind, &ho, &x, out);
+	} else {
+		bad = moe_interp_run_ex(ctx, moe_module_graph(m, 0), bind, &x, out) != MOE_OK;
+	}
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	status = gather_write(ctx, o, rank, N, T, out[0]);

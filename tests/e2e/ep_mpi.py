@@ -5,13 +5,14 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec import-hf config.json --tokens T -o layer.moe
     moec run layer.moe ... --engine interp -o y1.npy               (one process)
     moec run layer.moe ... --kernels=portable -o yl.npy            (one process, LLVM)
-    mpirun -n N moec run layer.moe --ep N ... -o yN.npy            (N ranks, N in --ranks)
-and require yN == y1 == yl bitwise. Each mpirun has a time limit (--timeout),
+    mpirun -n N moec run layer.moe --ep N [--engine E] ... -o yN.npy   (N in --ranks, E in --engines)
+and require yN == y1 == yl bitwise. --engines: interp (the default: each rank on the
+interpreter), llvm (--kernels=portable) and c run each rank's phases compiled. Each mpirun has a time limit (--timeout),
 so a hang fails the test instead of stalling it. $MOEC_MPIRUN names another mpirun
 (mpirun.mpich for a moec built against MPICH).
 
 usage: ep_mpi.py MOEC FIXTURES_DIR [--families a,b] [--tokens 1,5,64] [--ranks 2,3]
-                 [--dtypes float32,bfloat16] [--timeout S]
+                 [--dtypes float32,bfloat16] [--engines interp,llvm,c] [--timeout S]
 """
 import argparse
 import os
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("--tokens", default="1,5,64")
     ap.add_argument("--ranks", default="2,3")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--engines", default="interp")
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
@@ -80,11 +82,12 @@ def main():
             if one is None:
                 continue
             y1, yl = one
-            for n in ranks:
-                case = "%s %s T=%d ranks=%d" % (fam, dtype, T, n)
+            for n, eng in [(n, e) for n in ranks for e in a.engines.split(",")]:
+                case = "%s %s T=%d ranks=%d%s" % (fam, dtype, T, n, "" if eng == "interp" else " " + eng)
                 with tally.case(case):
                     yp = os.path.join(tmp, "y%d.npy" % n)
-                    run(mpirun_cmd(n) + base + ["--ep", str(n), "-o", yp], a.timeout)
+                    ex = {"interp": [], "llvm": ["--engine", "llvm", "--kernels=portable"], "c": ["--engine", "c"]}[eng]
+                    run(mpirun_cmd(n) + base + ["--ep", str(n)] + ex + ["-o", yp], a.timeout)
                     y = np.load(yp)
                     ok = same_bits(y, y1) and same_bits(y, yl)
                     tally.check(case, ok, "bitwise %s the one-process interpreter and LLVM (portable) outputs"
