@@ -76,10 +76,15 @@ moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, const uint8
 	CTX_GUARDED(ctx, moe_tcp_program *, NULL, from_binary(ctx, file, buf, len, m));
 }
 
+static moe_tcp_program *from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len, const moe_tcp_machine *m)
+{
+	return checked(ctx, file, tcp_parse_asm(ctx, file, text, len), m);
+}
+
 moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *m)
 {
-	return checked(ctx, file, tcp_parse_asm(ctx, file, text, len), m);
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, from_asm(ctx, file, text, len, m));
 }
 
 static moe_tcp_program *load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *m)

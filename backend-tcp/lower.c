@@ -162,6 +162,8 @@ static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	c->fused_into = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->gdefer = ctx_alloc(ctx, nn + 1);
+	c->tier = ctx_alloc(ctx, nn + 1);
+	c->store_dt = ctx_alloc(ctx, nn + 1);
 }
 
 static void lw_fini(lw *c)
@@ -180,6 +182,8 @@ static void lw_fini(lw *c)
 	ctx_free(ctx, c->fused_into, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->ggrid, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->gdefer, nn + 1);
+	ctx_free(ctx, c->tier, nn + 1);
+	ctx_free(ctx, c->store_dt, nn + 1);
 	ctx_free(ctx, c->live, c->lcap * sizeof *c->live);
 }
 
@@ -187,6 +191,54 @@ static void last_use(lw *c, moe_id owner, int64_t q)
 {
 	if (q > c->last[owner])
 		c->last[owner] = q;
+}
+
+/* Emission tiers of the nodes before the loop (each tier in node order;
+ * data dependencies only point to the same or an earlier tier):
+ * 0: leaves (no code) and vector passes that read only constants and iotas
+ *    (the decode grid's rows and token list, top-k's index compare), which
+ *    the main context computes while the first DMAs (x, the router weights)
+ *    are in flight; DMA ops are not hoisted (the DMA context runs in order);
+ * 1: what the block loop reads (its experts, counts and valid rows, the
+ *    dispatch's row list) and everything those depend on;
+ *    DMA ops (gathers, scatters) stay in this tier too, in node order, so
+ *    that they start as early as before;
+ * 2: the other vector passes (the routing weights of the combine), which
+ *    would otherwise hold the in-order main context before the loop's index
+ *    generation (gpt-oss's softmax of the top-k logits waits for their
+ *    take_along gather: 17 us at T = 4096). */
+static void mark_tiers(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		bool h = !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_GATHER && n->op != MOE_OP_SCATTER &&
+			 n->op != MOE_OP_TAKE_ALONG && !c->inreg[i] && !c->dep[i] && n->valid == MOE_NONE && !c->is_out[i];
+		for (uint32_t k = 0; k < n->nargs && h; k++) {
+			const ir_node *a = n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
+			h = a && (a->op == MOE_OP_CONST || a->op == MOE_OP_IOTA ||
+					 (c->tier[n->args[k]] == 0 && !(ir_ops[a->op].flags & OPF_LEAF)));
+		}
+		c->tier[i] = h || (ir_ops[n->op].flags & OPF_LEAF) ? 0 : 2;
+	}
+	if (c->rows == MOE_NONE)
+		return;
+	/* backwards: operands (and masks) of a loop node or of a tier-1 node */
+	for (moe_id i = nn; i-- > 0;) {
+		const ir_node *n = N(g, i);
+		bool dma = n->op == MOE_OP_GATHER || n->op == MOE_OP_TAKE_ALONG || n->op == MOE_OP_SCATTER;
+		bool need = c->inreg[i] || c->tier[i] == 1 || i == c->rows || i == c->nblocks || i == c->bexp || dma;
+		if (!need)
+			continue;
+		if (c->tier[i] == 2 && !c->inreg[i] && !c->dep[i])
+			c->tier[i] = 1;
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && c->tier[a] == 2 && !c->inreg[a] && !c->dep[a])
+				c->tier[a] = 1;
+		}
+	}
 }
 
 /* Emission order (independent of the region, the loop, then the rest) and
@@ -197,9 +249,11 @@ static int64_t plan_order(lw *c)
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
 	int64_t q = 0, loop_pos = -1;
-	for (moe_id i = 0; i < nn; i++)
-		if (!c->inreg[i] && !c->dep[i])
-			c->pos[i] = q++;
+	mark_tiers(c);
+	for (int h = 0; h < 3; h++)
+		for (moe_id i = 0; i < nn; i++)
+			if (!c->inreg[i] && !c->dep[i] && c->tier[i] == h)
+				c->pos[i] = q++;
 	if (c->rows != MOE_NONE)
 		loop_pos = q++;
 	for (moe_id i = 0; i < nn; i++) {
@@ -252,13 +306,18 @@ static void lower_all(lw *c, int64_t loop_pos)
 {
 	uint32_t nn = c->g->nnodes;
 	for (int pass = 0; pass < 2 && !c->failed; pass++) {
-		for (moe_id i = 0; i < nn && !c->failed; i++) {
-			if (c->inreg[i] || (pass == 0) == c->dep[i])
-				continue;
-			tcpl_lower_node(c, i);
-			release(c, c->pos[i]);
-		}
+		for (int h = pass == 0 ? 0 : 2; h < 3; h++)
+			for (moe_id i = 0; i < nn && !c->failed; i++) {
+				if (c->inreg[i] || (pass == 0) == c->dep[i] || (pass == 0 && c->tier[i] != h))
+					continue;
+				uint32_t at = c->p->ncode;
+				tcpl_lower_node(c, i);
+				if (pass == 0)
+					tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
+				release(c, c->pos[i]);
+			}
 		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
+			tcpl_quant_stage_after(c, UINT32_MAX);
 			tcpl_lower_region(c);
 			release(c, loop_pos);
 		}
@@ -380,6 +439,9 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	char *prep = NULL;
 	size_t plen = 0;
 	int errs = moe_error_count(ctx);
+	moe_graph *gu = tcp_pack_gate_up(ctx, g);
+	if (gu)
+		g = gu;
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
 	tcp_program *p = NULL;
 	if (moe_error_count(ctx) == errs) {
@@ -390,6 +452,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	}
 	if (dev)
 		ir_graph_free(dev);
+	if (gu)
+		ir_graph_free(gu);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }

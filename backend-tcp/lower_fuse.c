@@ -84,13 +84,19 @@ static int elem_vops(const moe_graph *g, const ir_node *u, bool fused, uint8_t *
 	}
 }
 
-/* a node lowered by tcpl_lower_elem outside the block loop */
+static bool is_reduce(const ir_node *n)
+{
+	return n->op == MOE_OP_REDUCE_SUM || n->op == MOE_OP_REDUCE_MAX || n->op == MOE_OP_REDUCE_MIN;
+}
+
+/* a node lowered by tcpl_lower_elem outside the block loop, or inside it
+ * masked by the block's rows (lower_block_node narrows a chain's nodes) */
 static bool plain_elem(const lw *c, moe_id i)
 {
 	const ir_node *n = N(c->g, i);
-	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) && !c->inreg[i] &&
-	       !c->alias_cast[i] && !c->hbm_home[i] && !c->ggrid[i] && !c->gdefer[i] && c->fused_into[i] == MOE_NONE &&
-	       n->rank >= 1;
+	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) &&
+	       (!c->inreg[i] || n->valid == c->rows) && !c->alias_cast[i] && !c->hbm_home[i] && !c->ggrid[i] &&
+	       !c->gdefer[i] && c->fused_into[i] == MOE_NONE && n->rank >= 1;
 }
 
 /* Elementwise chains: an elementwise node read once, by an elementwise node
@@ -124,11 +130,14 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 	}
 	for (moe_id i = nn; i-- > 0;) {
 		const ir_node *p = N(g, i);
-		if (!elem[i] || !(ir_ops[p->op].flags & OPF_ELEM) || c->is_out[i] || nuse[i] != 1 || p->valid != MOE_NONE ||
+		if (!elem[i] || !(ir_ops[p->op].flags & OPF_ELEM) || c->is_out[i] || nuse[i] != 1 ||
+			(p->valid != MOE_NONE && !c->inreg[i]) || c->hbm_home[i] ||
 			(p->dtype != MOE_F32 && p->dtype != MOE_I32 && p->dtype != MOE_BOOL))
 			continue;
 		moe_id u = user[i];
 		const ir_node *un = N(g, u);
+		if (c->inreg[u] != c->inreg[i])
+			continue; /* a chain stays inside the block loop or outside it */
 		bool ured = !(ir_ops[un->op].flags & OPF_ELEM); /* a reduce of p */
 		if (!elem[u] || has[u] || un->valid == i ||
 			(!ured && (un->rank != p->rank || memcmp(un->shape, p->shape, sizeof(int64_t) * (size_t)p->rank))))
@@ -145,7 +154,9 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 		uint8_t *cr = chain + (size_t)r * (TCP_MAXSTEP + 1);
 		int nold = cr[TCP_MAXSTEP], nu_old = elem_vops(g, un, false, uo), nu = elem_vops(g, un, true, uo);
 		int np = elem_vops(g, p, false, ops), n = np;
-		for (int q = 0; q < nu; q++)
+		/* a select whose condition ends in a compare reads the tag it set (no t.ne) */
+		int u0 = un->op == MOE_OP_SELECT && k == 0 && np > 0 && tcp_vop_stage[ops[np - 1]] == TCP_ST_TAG;
+		for (int q = u0; q < nu; q++)
 			ops[n++] = uo[q];
 		for (int q = nu_old; q < nold; q++)
 			ops[n++] = cr[q];
@@ -212,9 +223,27 @@ void tcpl_plan_fusions(lw *c)
 		if (c->is_out[i] && !c->inreg[i] && n->valid == MOE_NONE && nuse[i] == 2 && ir_bytes(n) >= big &&
 			(n->op == MOE_OP_GATHER || n->op == MOE_OP_SCATTER))
 			c->hbm_home[i] = true;
-		if (c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE)
+		/* an f32 -> bf16 cast of a reduce read only by it: the reduce's pass
+		 * commits bf16 (the commit rounds to nearest even, as the cast's pass
+		 * would) and the cast is a view of it */
+		if (n->op == MOE_OP_CAST && n->dtype == MOE_BF16 && !c->inreg[i] && n->valid == MOE_NONE &&
+			N(g, n->args[0])->dtype == MOE_F32 && nuse[n->args[0]] == 1 && is_reduce(N(g, n->args[0])) &&
+			!c->inreg[n->args[0]] && N(g, n->args[0])->valid == MOE_NONE && !c->is_out[n->args[0]]) {
+			c->store_dt[n->args[0]] = MOE_BF16;
+			c->alias_cast[i] = true;
+		}
+		/* a block's cast to f32 read only by the block's vector passes is a view too */
+		bool blk = c->inreg[i] && n->valid == c->rows && n->op == MOE_OP_CAST;
+		if ((c->inreg[i] && !blk) || c->is_out[i] || (n->valid != MOE_NONE && !blk))
 			continue;
-		if (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 && nuse[i] >= 1) {
+		/* a 4-byte bitcast (of an f32 or i32 value, or of a bf16 -> f32 cast read
+		 * only by it) is the same lane words: a view as well */
+		const ir_node *a0 = n->nargs ? N(g, n->args[0]) : NULL;
+		bool bc = n->op == MOE_OP_BITCAST && esz(n->dtype) == 4 && a0->op != MOE_OP_CONST && a0->op != MOE_OP_IOTA &&
+			  !c->inreg[n->args[0]] &&
+			  (esz(a0->dtype) == 4 || (a0->op == MOE_OP_CAST && a0->dtype == MOE_F32 && nuse[n->args[0]] == 1 &&
+							  N(g, a0->args[0])->dtype == MOE_BF16));
+		if ((bc || (n->op == MOE_OP_CAST && n->dtype == MOE_F32 && a0->dtype == MOE_BF16)) && nuse[i] >= 1) {
 			bool ok = true;
 			for (moe_id u = i + 1; u < nn && ok; u++) {
 				const ir_node *un = N(g, u);
@@ -223,7 +252,7 @@ void tcpl_plan_fusions(lw *c)
 					reads |= un->args[k] == i;
 				if (!reads && un->valid != i)
 					continue;
-				bool vec = un->valid != i && !c->inreg[u] &&
+				bool vec = un->valid != i && c->inreg[u] == c->inreg[i] &&
 					(((ir_ops[un->op].flags & OPF_ELEM) && un->op != MOE_OP_BITCAST && un->op != MOE_OP_CAST &&
 						 c->fused_into[u] == MOE_NONE) ||
 						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
@@ -232,6 +261,8 @@ void tcpl_plan_fusions(lw *c)
 				ok = vec;
 			}
 			c->alias_cast[i] = ok;
+			if (ok && bc && a0->op == MOE_OP_CAST)
+				c->alias_cast[n->args[0]] = true;
 		}
 		if (n->op == MOE_OP_GATHER && ir_bytes(n) >= big && nuse[i] >= 1) {
 			bool only_scatter = true;

@@ -71,8 +71,15 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
+	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
+	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
 	int64_t G;
 	int vreg_rows;
+	/* lower_quant.c: act=fp8 activations quantized once per block for every
+	 * projection reading them (node + 1, 0: none); scales staged whole */
+	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
+	int32_t qx_sa, qx_xq, qx_c;
+	bool qscales_staged;
 } lw;
 
 enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
@@ -265,6 +272,7 @@ val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
+int tcpl_new_reg(lw *c, moe_id at); /* a scalar register of its own (R_FREE and up) */
 
 /* lower_vec.c: vector-engine passes */
 void tcpl_materialize(lw *c, moe_id id);
@@ -282,6 +290,9 @@ void tcpl_lower_gather(lw *c, moe_id id);
 void tcpl_lower_take_along(lw *c, moe_id id);
 void tcpl_lower_scatter(lw *c, moe_id id);
 void tcpl_lower_view_op(lw *c, moe_id id);
+
+/* lower_scatter.c: scatter mode=add (vector adds in a run-time loop) */
+void tcpl_lower_scatter_add(lw *c, moe_id id);
 
 /* lower_contract.c */
 void tcpl_lower_einsum(lw *c, moe_id id);
@@ -303,5 +314,9 @@ bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as f
 void tcpl_lower_qview(lw *c, moe_id id);
 void tcpl_lower_dequant(lw *c, moe_id id);
 bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 contraction */
+/* small block-scale tensors copied whole into DM, once: after the first contraction emitted
+ * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
+void tcpl_quant_stage_after(lw *c, uint32_t from);
+bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such a DM-resident tensor */
 
 #endif

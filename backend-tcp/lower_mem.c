@@ -65,7 +65,7 @@ void tcpl_dm_free(lw *c, int32_t t)
 		}
 }
 
-static int new_reg(lw *c, moe_id at)
+int tcpl_new_reg(lw *c, moe_id at)
 {
 	if (c->next_reg >= TCP_NREG) {
 		tcpl_err(c, at, "out of scalar registers");
@@ -144,6 +144,8 @@ val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt)
 	val *v = &c->v[id];
 	if (v->kind == VK_VIEW)
 		return v; /* preassigned (region buffers) */
+	if (c->store_dt[id])
+		dt = (moe_dtype)c->store_dt[id]; /* the pass commits its narrowing cast's dtype */
 	int32_t t;
 	if (c->hbm_home[id])
 		t = tcpl_hbm_tensor(c, n->name ? n->name : "hbm", TCP_T_SCRATCH, dt, n->rank, n->shape);
@@ -171,7 +173,7 @@ int tcpl_valid_reg(lw *c, moe_id id)
 	for (int k = 0; k < c->nvc; k++)
 		if (c->vc_id[k] == n->valid)
 			return c->vc_reg[k];
-	int r = new_reg(c, id);
+	int r = tcpl_new_reg(c, id);
 	val *vv = tcpl_dm_view(c, n->valid);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);

@@ -35,17 +35,30 @@ static bool qview_of(const lw *c, moe_id id, bool shapes)
 	return c->inreg[a] && (an->op == MOE_OP_DEQUANT || qview_of(c, a, shapes));
 }
 
+/* A row slice of a per-block gather of packed expert weights (gate and up
+ * side by side, quant_pack.c), read by dequants: a view of the gather's
+ * buffer. */
+static bool packed_slice(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_SLICE || n->args[0] == MOE_NONE || !c->inreg[n->args[0]])
+		return false;
+	const ir_node *an = N(c->g, n->args[0]);
+	return an->op == MOE_OP_GATHER && an->valid == c->nblocks && ir_attr_int(n, "axis", 0) != 0 &&
+	       ir_attr_int(n, "axis", 0) != -(int64_t)an->rank;
+}
+
 bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
-	return qview_of(c, id, true);
+	return qview_of(c, id, true) || (packed_slice(c, id) && n->rank >= 1 && n->shape[0] == c->G);
 }
 
 bool tcpl_quant_is_view(const lw *c, moe_id id)
 {
-	return c->inreg[id] && qview_of(c, id, false);
+	return c->inreg[id] && (qview_of(c, id, false) || packed_slice(c, id));
 }
 
 /* Per block (shapes without the leading G): the view that a slice or a
@@ -91,6 +104,8 @@ void tcpl_lower_qview(lw *c, moe_id id)
 	}
 	v.owner = sv->owner;
 	c->v[id] = v;
+	if (packed_slice(c, id) && !c->p->moe_F && n->rank == 2)
+		c->p->moe_F = n->shape[0]; /* the roofline's F: one projection's rows, not the pair's */
 }
 
 /* A sequencer view of per-block value v, in units of u per element of its
@@ -329,33 +344,19 @@ static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, 
 	}
 }
 
-/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
- * false when its weight is not contracted that way. */
-bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+/* sa = max |a| / 448 per 1 x 128 group of the block's activation a [M, I],
+ * then xq = e4m3(a / sa): two passes (the division needs the finished max). */
+static void fp8_quantize_act(lw *c, moe_id id, const val *a, int64_t M, int64_t I, int vreg, int32_t *sa_,
+	int32_t *xq_)
 {
-	const ir_node *n = N(c->g, id);
-	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
-		return false;
-	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
-	const val *q = &c->v[dn->args[0]], *s = &c->v[dn->args[1]];
-	val *av = tcpl_dm_view(c, n->args[0]);
-	if (c->failed)
-		return true;
-	val a = *av;
-	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
-	/* the dequant keeps its leading G here (it has no per-block view) */
-	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2], nk = I / 128;
-	int vreg = tcpl_valid_reg(c, id);
-	int64_t shs[2] = {M, nk}, shx[2] = {M, I}, shc[3] = {M, O, nk};
+	int64_t nk = I / 128, shs[2] = {M, nk}, shx[2] = {M, I};
 	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
 	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
-	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
-	tcp_view av3 = qview(&a, 1, 0, a.stride[0], a.stride[1], 1, 128, false);
-	av3.stride[0] = a.stride[0];
-	av3.stride[1] = 128 * a.stride[1];
-	av3.stride[2] = a.stride[1];
+	tcp_view av3 = qview(a, 1, 0, a->stride[0], a->stride[1], 1, 128, false);
+	av3.stride[0] = a->stride[0];
+	av3.stride[1] = 128 * a->stride[1];
+	av3.stride[2] = a->stride[1];
 	av3.stride[3] = 0;
-	/* sa = max |a| / 448 per 1 x 128 group */
 	tcp_insn p1 = vec3(M, nk, 128, 0, vreg);
 	p1.v[TCP_V_S0] = av3;
 	p1.v[TCP_V_DST] = v4(sa, 0, nk, 1, 0, 0);
@@ -363,14 +364,39 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
 	emit(c, &p1);
-	/* xq = e4m3(a / sa): the commit's cast rounds to nearest even */
+	/* the commit's cast to e4m3 rounds to nearest even */
 	tcp_insn p2 = vec3(M, nk, 128, 0, vreg);
 	p2.v[TCP_V_S0] = av3;
 	p2.v[TCP_V_S1] = v4(sa, 0, nk, 1, 0, 0);
 	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
 	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p2);
-	/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] */
+	*sa_ = sa;
+	*xq_ = xq;
+}
+
+/* The next act=fp8 block contraction that reads the activation of id, or MOE_NONE. */
+static moe_id fp8_act_next(const lw *c, moe_id id)
+{
+	moe_id a = N(c->g, id)->args[0];
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && un->args[0] == a &&
+			fp8_weight(c, un->args[1]) != MOE_NONE)
+			return u;
+	}
+	return MOE_NONE;
+}
+
+/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] for block
+ * einsum id (one pass): the chunk scales of its contraction. */
+static int32_t fp8_chunk_scales(lw *c, moe_id id, int32_t sa, int64_t M, int vreg)
+{
+	const ir_node *n = N(c->g, id), *dn = N(c->g, n->args[1]);
+	const val *s = &c->v[dn->args[1]];
+	/* the dequant keeps its leading G here (it has no per-block view) */
+	int64_t I = dn->shape[dn->rank - 1], O = dn->shape[dn->rank - 2], nk = I / 128, shc[3] = {M, O, nk};
+	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
 	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
 	p3.v[TCP_V_S0] = v4(sa, 0, nk, 0, 0, 1);
 	p3.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
@@ -381,10 +407,110 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	p3.v[TCP_V_DST] = v4(C, 0, O * nk, 128 * nk, nk, 1);
 	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p3);
+	return C;
+}
+
+/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
+ * false when its weight is not contracted that way. When a later one reads
+ * the same activation (gate, then up), the activation is quantized once and
+ * the later one's chunk scales are made here too, before this contraction:
+ * they need no weight bytes, so they run while the pair's fetch is in
+ * flight. */
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
+		return false;
+	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
+	const val *q = &c->v[dn->args[0]];
+	val *av = tcpl_dm_view(c, n->args[0]);
+	if (c->failed)
+		return true;
+	val a = *av;
+	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2];
+	int vreg = tcpl_valid_reg(c, id);
+	int32_t sa, xq, C;
+	if (c->qx_act == n->args[0] + 1 && c->qx_cfor == id + 1) { /* made by the einsum before */
+		sa = c->qx_sa;
+		xq = c->qx_xq;
+		C = c->qx_c;
+	} else {
+		fp8_quantize_act(c, id, &a, M, I, vreg, &sa, &xq);
+		C = fp8_chunk_scales(c, id, sa, M, vreg);
+	}
+	moe_id next = fp8_act_next(c, id);
+	c->qx_act = c->qx_cfor = 0;
+	if (next != MOE_NONE) {
+		c->qx_act = n->args[0] + 1;
+		c->qx_sa = sa;
+		c->qx_xq = xq;
+		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
+		c->qx_cfor = next + 1;
+	}
 	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
-	tcpl_dm_free(c, xq);
-	tcpl_dm_free(c, sa);
+	if (next == MOE_NONE) {
+		tcpl_dm_free(c, xq);
+		tcpl_dm_free(c, sa);
+	}
 	c->p->nproj++;
 	return true;
+}
+
+/* ---- block scales staged whole ----
+ * A block's fetch list pays one command issue per descriptor, and the three
+ * scale tensors of a block-FP8 expert are three descriptors of a few hundred
+ * bytes each. When all the experts' scales of the layer are small (at most
+ * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
+ * are copied whole into DM once, right after routing's first contraction
+ * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
+ * in place through the expert register, like a streamed weight
+ * (docs/tcp-isa.md 7.10). */
+enum { QSCALE_STAGE_BYTES = 1 << 20 };
+
+/* The weight leaf whose per-block gather id is the scales of an in-region
+ * dequant; else MOE_NONE. */
+static moe_id scale_leaf(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->op != MOE_OP_GATHER || n->valid != c->nblocks || N(c->g, n->args[0])->op != MOE_OP_WEIGHT)
+		return MOE_NONE;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_DEQUANT && un->args[1] == id)
+			return n->args[0];
+	}
+	return MOE_NONE;
+}
+
+void tcpl_quant_stage_after(lw *c, uint32_t from)
+{
+	bool now = from == UINT32_MAX;
+	for (uint32_t pc = from; pc < c->p->ncode && !now; pc++)
+		now = c->p->code[pc].op == TCP_OP_TU_CONTRACT;
+	if (c->qscales_staged || !now)
+		return;
+	c->qscales_staged = true;
+	if (c->rows == MOE_NONE)
+		return;
+	int64_t bytes = 0;
+	for (moe_id i = 0; i < c->g->nnodes; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE)
+			bytes += ir_bytes(N(c->g, w));
+	}
+	if (bytes == 0 || bytes > QSCALE_STAGE_BYTES)
+		return;
+	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_HBM)
+			tcpl_dm_view(c, w);
+	}
+}
+
+bool tcpl_quant_resident(const lw *c, moe_id id)
+{
+	moe_id w = scale_leaf(c, id);
+	return w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_DM;
 }

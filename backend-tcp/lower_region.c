@@ -59,7 +59,7 @@ void tcpl_find_region(lw *c)
 			if (a == MOE_NONE)
 				continue;
 			if (c->inreg[i] && !c->inreg[a] && N(g, a)->rank >= 1 && N(g, a)->shape[0] == c->G &&
-				!weight_view(g, a)) {
+				!weight_view(g, a) && a != c->bexp) { /* the block experts reach the loop through SPM */
 				moe_id s = a;
 				while (N(g, s)->op == MOE_OP_RESHAPE)
 					s = N(g, s)->args[0];
@@ -123,7 +123,7 @@ enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
 
 /* The block loop being emitted. */
 typedef struct rgn {
-	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows */
+	int32_t tnb, tbe, trw; /* tensors of nblocks, the block experts, the block rows (-1: a constant, in the base) */
 	int64_t nbbase, bebase, rwbase, bes, rws;
 	rinp ins[RGN_MAXIN];
 	int nin;
@@ -200,13 +200,15 @@ static bool region_plan_weights(lw *c)
 	return single;
 }
 
-/* A streamed weight gather: a view of the expert's weights in HBM, offset by the expert register. */
+/* A streamed weight gather: a view of the expert's weights in HBM, offset by
+ * the expert register (or in DM, for block scales staged whole: lower_quant.c). */
 static bool region_stream_view(lw *c, moe_id i)
 {
 	const ir_node *n = N(c->g, i);
 	ir_node b = block_node(n);
 	val *sv = tcpl_need_view(c, n->args[0]);
-	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) || c->p->t[sv->t].space != TCP_HBM) {
+	if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, n->args[0])) ||
+		(c->p->t[sv->t].space != TCP_HBM && !tcpl_quant_resident(c, i))) {
 		tcpl_err(c, n->args[0], "per-block input must be a contiguous tensor");
 		return false;
 	}
@@ -278,7 +280,7 @@ static bool region_inputs(lw *c, rgn *r)
 			r->first = i;
 		const ir_node *n = N(g, i);
 		bool wgather = n->op == MOE_OP_GATHER && n->valid == c->nblocks;
-		if (wgather && c->wstream[i]) {
+		if (wgather && (c->wstream[i] || tcpl_quant_resident(c, i))) {
 			if (!region_stream_view(c, i))
 				return false;
 		} else if (wgather) {
@@ -366,27 +368,47 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	tcp_insn spm = tcp_insn_init(TCP_OP_DMA_SPM);
 	spm.ndim = 1;
 	spm.dim[0] = c->G;
-	spm.v[TCP_V_S0].t = r->tnb;
-	spm.v[TCP_V_S0].base = r->nbbase;
-	spm.v[TCP_V_S1].t = r->tbe;
-	spm.v[TCP_V_S1].base = r->bebase;
-	spm.v[TCP_V_S1].stride[0] = r->bes;
-	spm.v[TCP_V_S2].t = r->trw;
-	spm.v[TCP_V_S2].base = r->rwbase;
-	spm.v[TCP_V_S2].stride[0] = r->rws;
-	/* right after dispatch's scatter (which it does not read) the staging
-	 * joins that command's descriptor list: its setup overlaps the scatter */
-	if (c->p->ncode > 0 && tcp_op_ctx[c->p->code[c->p->ncode - 1].op] == TCP_CTX_DMA)
+	/* a compile-time count (tensor -1, the value in its base: the decode
+	 * grid) is no descriptor: `li` sets its register */
+	int w = TCP_V_S0;
+	if (r->tnb >= 0)
+		spm.v[w].t = r->tnb, spm.v[w++].base = r->nbbase;
+	spm.v[w].t = r->tbe;
+	spm.v[w].base = r->bebase;
+	spm.v[w++].stride[0] = r->bes;
+	if (r->trw >= 0)
+		spm.v[w].t = r->trw, spm.v[w].base = r->rwbase, spm.v[w].stride[0] = r->rws;
+	/* the staging joins the descriptor list of the DMA command before it (its
+	 * setup overlaps that one's transfer); right after dispatch's scatter,
+	 * which it does not read, it goes first and the scatter joins it: the
+	 * loop's control waits for the staging only, the row list is read by the
+	 * block gathers, which the hazards order after the scatter */
+	uint32_t at = c->p->ncode, q = at;
+	while (q > 0 && tcp_op_ctx[c->p->code[q - 1].op] != TCP_CTX_DMA)
+		q--; /* the last DMA command before the loop is code[q - 1] */
+	if (q > 0)
 		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
-	ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
+	tcp_insn *code = c->p->code;
+	if (q > 0 && code[q - 1].op == TCP_OP_DMA_SCATTER && !(code[q - 1].flags & TCP_F_JOIN)) {
+		/* straight-line code (no branch targets) between: the staging moves up */
+		tcp_insn st = code[at], sc = code[q - 1];
+		memmove(&code[q], &code[q - 1], (at - q + 1) * sizeof *code);
+		code[q - 1] = st;
+		sc.flags |= TCP_F_JOIN;
+		code[q] = sc;
+	}
+	if (r->tnb >= 0)
+		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
+	else
+		li(c, R_NB, r->nbbase);
 	li(c, R_G, 0);
 	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, false);
+	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
 	return skip_all;
 }
 
@@ -395,7 +417,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
  * differ) prefetched into the other halves of the double buffers. */
 static void region_prefetch(lw *c, const rgn *r)
 {
-	ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
+	if (r->trw >= 0)
+		ld(c, R_ROWS, r->trw, R_G, r->rwbase, r->rws);
+	else
+		li(c, R_ROWS, r->rwbase);
 	alui(c, TCP_S_ADD, R_NEXT, R_G, TCP_NOREG, 1);
 	uint32_t nopref = br(c, TCP_C_GE, R_NEXT, R_NB);
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
@@ -415,27 +440,47 @@ static void region_prefetch(lw *c, const rgn *r)
 }
 
 /* Lowers region node i with the per-block view of every operand: the
- * shapes are narrowed (the leading G dropped) for the call, then restored. */
+ * shapes are narrowed (the leading G dropped) for the call, then restored;
+ * an elementwise chain fused into i (lower_fuse.c) narrows its nodes and
+ * their operands too. */
+enum { BLK_NARROW = 48 };
 static void lower_block_node(lw *c, moe_id i)
 {
 	const moe_graph *g = c->g;
-	const ir_node *n = N(g, i);
-	ir_node *mn = (ir_node *)n;
-	ir_node saved = *mn;
-	ir_node saved_args[16];
-	for (uint32_t k = 0; k < n->nargs && k < 16; k++) {
-		ir_node *an = (ir_node *)N(g, n->args[k]);
-		saved_args[k] = *an;
-		if (c->v[n->args[k]].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
-			(c->inreg[n->args[k]] || c->v[n->args[k]].region))
-			*an = block_node(an);
+	moe_id ids[BLK_NARROW];
+	ir_node saved[BLK_NARROW];
+	bool narrow[BLK_NARROW];
+	int nid = 0;
+	for (moe_id m = 0; m < g->nnodes; m++) {
+		if (m != i && c->fused_into[m] != i)
+			continue;
+		const ir_node *mn = N(g, m);
+		for (uint32_t k = 0; k <= mn->nargs; k++) {
+			moe_id a = k < mn->nargs ? mn->args[k] : m;
+			int j = 0;
+			while (j < nid && ids[j] != a)
+				j++;
+			if (j < nid)
+				continue;
+			if (nid == BLK_NARROW) {
+				tcpl_err(c, i, "a block op with more than %d operands", BLK_NARROW);
+				return;
+			}
+			const ir_node *an = N(g, a);
+			ids[nid] = a;
+			saved[nid] = *an;
+			narrow[nid] = a == m || c->fused_into[a] == i ||
+				      (c->v[a].kind == VK_VIEW && an->rank >= 1 && an->shape[0] == c->G &&
+					      (c->inreg[a] || c->v[a].region));
+			nid++;
+		}
 	}
-	*mn = block_node(n);
+	for (int j = 0; j < nid; j++)
+		if (narrow[j])
+			*(ir_node *)N(g, ids[j]) = block_node(&saved[j]);
 	tcpl_lower_node(c, i);
-	for (uint32_t k = n->nargs; k-- > 0;)
-		if (k < 16)
-			*(ir_node *)N(g, n->args[k]) = saved_args[k];
-	*mn = saved;
+	for (int j = nid; j-- > 0;)
+		*(ir_node *)N(g, ids[j]) = saved[j];
 }
 
 /* The block body: the grid inputs read through the input slot register, then every region node. */
@@ -547,12 +592,13 @@ void tcpl_lower_region(lw *c)
 	rgn r;
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
-	r.tnb = tcpl_dm_view(c, c->nblocks)->t;
+	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
+	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
 	r.tbe = tcpl_dm_view(c, c->bexp)->t;
-	r.trw = tcpl_dm_view(c, c->rows)->t;
-	r.nbbase = c->v[c->nblocks].base;
+	r.trw = rwi ? -1 : tcpl_dm_view(c, c->rows)->t;
+	r.nbbase = nbi ? (int32_t)c->v[c->nblocks].imm : c->v[c->nblocks].base;
 	r.bebase = c->v[c->bexp].base;
-	r.rwbase = c->v[c->rows].base;
+	r.rwbase = rwi ? (int32_t)c->v[c->rows].imm : c->v[c->rows].base;
 	r.bes = c->v[c->bexp].stride[0];
 	r.rws = c->v[c->rows].stride[0];
 	p->nblocks_t = r.tnb;

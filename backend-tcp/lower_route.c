@@ -88,7 +88,7 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *ix = N(c->g, n->args[1]);
 	if (strcmp(ir_attr_str(n, "mode", "set"), "set")) {
-		tcpl_err(c, id, "scatter-add needs read-modify-write DMA, which is not modelled");
+		tcpl_lower_scatter_add(c, id);
 		return;
 	}
 	if (c->ggrid[id]) {

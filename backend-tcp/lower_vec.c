@@ -216,7 +216,11 @@ static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root, const int *perm)
 				tcpl_err(c, id, "select between two different immediates is not lowered");
 				break;
 			}
-			vp_step(c, vp, at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, a[0], SI(0), id);
+			/* a condition computed by the chain's last step, a compare, has set
+			 * the tag already (v = tag): the merge reads it */
+			if (!(c->fused_into[n->args[0]] == root && vp->in.nstep > nst0 &&
+				    tcp_vop_stage[vp->in.step[vp->in.nstep - 1].op] == TCP_ST_TAG))
+				vp_step(c, vp, at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, a[0], SI(0), id);
 			vp_step(c, vp, TCP_V_MERGE, a[1], a[2], id);
 			break;
 		case MOE_OP_CAST: {

@@ -171,7 +171,7 @@ static int64_t float_alus(mp *p, const cJSON *vec)
 
 static const char *const mt_names[4] = {"bf16", "f8", "i8", "i4"};
 
-moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
+static moe_tcp_machine *machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
 {
 	moe_tcp_machine *m = ctx_alloc(ctx, sizeof *m); /* before the cJSON tree: a throw must not leak it */
 	cJSON *root = cJSON_ParseWithLength(text, len);
@@ -267,15 +267,27 @@ moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx)
 		sizeof tcp_default_machine_json - 1);
 }
 
-moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path)
+moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len)
+{
+	CTX_GUARDED(ctx, moe_tcp_machine *, NULL, machine_parse(ctx, file, text, len));
+}
+
+static moe_tcp_machine *machine_load(moe_ctx *ctx, const char *path)
 {
 	char *buf;
 	size_t len;
 	if (moe_read_file_max(ctx, path, TCP_MAX_MACHINE_BYTES, &buf, &len) != MOE_OK)
 		return NULL;
-	moe_tcp_machine *m = moe_tcp_machine_parse(ctx, path, buf, len);
+	uint32_t d = ctx_defer(ctx, free, buf); /* the text is malloc'd */
+	moe_tcp_machine *m = machine_parse(ctx, path, buf, len);
+	ctx_undefer(ctx, d);
 	free(buf);
 	return m;
+}
+
+moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path)
+{
+	CTX_GUARDED(ctx, moe_tcp_machine *, NULL, machine_load(ctx, path));
 }
 
 void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m)

@@ -2,33 +2,21 @@
  *
  * Real deployments lay weights out for the device once, when they are
  * loaded: a fused gate_up tensor is transposed and split, a strided slice is
- * made dense. The TCP compiler does the same. It splits the lowered graph:
- * every node computed from weights (and constants) only, and consumed by
- * the rest of the layer, is a *packed weight*. The nodes that compute the
- * packed weights form the prep graph, stored in the program (as IR JSON) and
- * evaluated by the reference interpreter when weights are bound, outside the
- * simulated time; the device program binds the results like ordinary
- * weights, and their HBM traffic counts at their packed size. Views that
- * cost nothing on the device (a reshape or broadcast of one weight) stay on
- * the device. */
+ * made dense. The TCP compiler does the same. The pass tcp-split-weights
+ * (passes/tcp_split_weights.c) marks every node computed from weights (and
+ * constants) only and consumed by the rest of the layer, a *packed weight*,
+ * with `tcp_pack`; here the graph is split at those marks. The nodes that
+ * compute the packed weights form the prep graph, stored in the program (as
+ * IR JSON) and evaluated by the reference interpreter when weights are bound,
+ * outside the simulated time; the device program binds the results like
+ * ordinary weights, and their HBM traffic counts at their packed size. A
+ * graph that carries no mark (lowered by a pipeline without the pass) is
+ * planned by the pass's own rule (pass_tcp_pack_plan). */
 #include <cjson/cJSON.h>
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
-
-enum { C_DEV, C_CONST, C_WEIGHT };
-
-static bool free_view(const moe_graph *g, moe_id id)
-{
-	for (;;) {
-		const ir_node *n = N(g, id);
-		if (n->op == MOE_OP_WEIGHT)
-			return true;
-		if (n->op != MOE_OP_RESHAPE && n->op != MOE_OP_BROADCAST)
-			return false;
-		id = n->args[0];
-	}
-}
+#include "passes/pass.h"
 
 static void mark(const moe_graph *g, moe_id id, bool *need, const bool *stop)
 {
@@ -45,50 +33,39 @@ static void mark(const moe_graph *g, moe_id id, bool *need, const bool *stop)
 		mark(g, n->valid, need, stop);
 }
 
+/* pack[i] from the tcp_pack marks; without any mark, the pass's rule. */
+static uint32_t packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack)
+{
+	uint32_t npack = 0;
+	bool marked = false;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_attr *a = ir_attr_find(N(g, i), IR_NK_TCP_PACK);
+		marked |= a != NULL;
+		pack[i] = a && ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1) >= 0;
+		npack += pack[i];
+	}
+	return marked ? npack : pass_tcp_pack_plan(ctx, g, pack);
+}
+
+/* The prep graph keeps no tcp_pack mark (it is run, not split). */
+static void drop_mark(moe_graph *g, moe_id id)
+{
+	ir_node *n = N(g, id);
+	ir_attr *a = ir_attr_find(n, IR_NK_TCP_PACK);
+	if (!a)
+		return;
+	uint32_t at = (uint32_t)(a - n->attrs);
+	memmove(&n->attrs[at], &n->attrs[at + 1], (n->nattrs - at - 1) * sizeof *n->attrs);
+	n->nattrs--;
+}
+
 moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len)
 {
 	*prep_json = NULL;
 	*prep_len = 0;
 	uint32_t nn = g->nnodes;
-	uint8_t *cls = ctx_alloc(ctx, nn + 1);
-	bool *pack = ctx_alloc(ctx, nn + 1), *used_dev = ctx_alloc(ctx, nn + 1);
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		if (ir_ops[n->op].flags & OPF_LEAF) {
-			cls[i] = n->op == MOE_OP_WEIGHT ? C_WEIGHT : (n->op == MOE_OP_CONST || n->op == MOE_OP_IOTA) ? C_CONST : C_DEV;
-			continue;
-		}
-		uint8_t c = C_CONST;
-		for (uint32_t k = 0; k <= n->nargs; k++) {
-			moe_id a = k < n->nargs ? n->args[k] : n->valid;
-			if (a == MOE_NONE)
-				continue;
-			if (cls[a] == C_DEV)
-				c = C_DEV;
-			else if (cls[a] == C_WEIGHT && c == C_CONST)
-				c = C_WEIGHT;
-		}
-		if (ir_ops[n->op].flags & OPF_IMPURE)
-			c = C_DEV;
-		cls[i] = c;
-	}
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		if (cls[i] == C_WEIGHT)
-			continue;
-		for (uint32_t k = 0; k <= n->nargs; k++) {
-			moe_id a = k < n->nargs ? n->args[k] : n->valid;
-			if (a != MOE_NONE)
-				used_dev[a] = true;
-		}
-	}
-	for (uint32_t o = 0; o < g->nout; o++)
-		used_dev[g->outputs[o]] = true;
-	uint32_t npack = 0;
-	for (moe_id i = 0; i < nn; i++) {
-		pack[i] = cls[i] == C_WEIGHT && N(g, i)->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i);
-		npack += pack[i];
-	}
+	bool *pack = ctx_alloc(ctx, nn + 1);
+	uint32_t npack = packed_nodes(ctx, g, pack);
 	moe_graph *dev = NULL;
 	if (npack) {
 		/* the device graph: packed nodes become weight leaves */
@@ -126,8 +103,11 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module_add_graph(pm, g->name ? g->name : "prep");
 		moe_graph *pg = ir_graph_clone_empty(g);
 		ir_graph_drop_node_keys(pg); /* the block grid is the device graph's */
-		for (moe_id i = 0; i < nn; i++)
+		for (moe_id i = 0; i < nn; i++) {
 			map[i] = need[i] ? ir_copy_node(pg, g, i, map) : MOE_NONE;
+			if (map[i] != MOE_NONE)
+				drop_mark(pg, map[i]);
+		}
 		for (moe_id i = 0; i < nn; i++)
 			if (pack[i])
 				moe_graph_add_output(pg, map[i]);
@@ -154,9 +134,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 			dev = NULL;
 		}
 	}
-	ctx_free(ctx, cls, nn + 1);
 	ctx_free(ctx, pack, nn + 1);
-	ctx_free(ctx, used_dev, nn + 1);
 	return dev;
 }
 
@@ -313,7 +291,14 @@ static void add_leaf(moe_graph *g, moe_op op, const char *name, const char *sour
 		moe_node_set_str(g, id, "source", source);
 }
 
+static moe_module *tcp_interface(moe_ctx *ctx, const moe_tcp_program *p);
+
 moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p)
+{
+	CTX_GUARDED(ctx, moe_module *, NULL, tcp_interface(ctx, p));
+}
+
+static moe_module *tcp_interface(moe_ctx *ctx, const moe_tcp_program *p)
 {
 	moe_module *m = moe_module_new(ctx);
 	moe_graph *g = moe_module_add_graph(m, "tcp_program");

@@ -249,6 +249,9 @@ void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
  * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
 moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
+/* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
+ * one packed pair (act=fp8), or NULL when the layer has no such pair */
+moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */

@@ -54,6 +54,9 @@ const ir_attrspec *ir_attr_spec(moe_op op, const char *key)
 	for (const ir_attrspec *s = ir_op_attrs(op); s->key; s++)
 		if (!strcmp(s->key, key))
 			return s;
+	for (const ir_attrspec *s = attrs_ANY; s->key; s++) /* keys of every op */
+		if (!strcmp(s->key, key))
+			return s;
 	return NULL;
 }
 

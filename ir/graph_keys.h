@@ -31,6 +31,11 @@
 #define IR_GK_BLOCK_BUFFER_BYTES_SEED "block_buffer_bytes_seed"
 #define IR_GK_BLOCK_BUFFER_BYTES_VLLM "block_buffer_bytes_vllm"
 
+/* Node attributes a pass leaves for a backend (the ANY row of moec/ops.def:
+ * every op accepts them). tcp-split-weights: k >= 0 on the k-th value the
+ * TCP program binds as a packed weight (backend-tcp/prep.c splits there). */
+#define IR_NK_TCP_PACK "tcp_pack"
+
 /* The keys above whose value is a node id (-1: none). */
 extern const char *const ir_node_keys[];
 enum { IR_NNODE_KEYS = 3 };

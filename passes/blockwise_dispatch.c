@@ -27,6 +27,7 @@
 
 #include "passes/pass.h"
 
+#define CHAIN_MIN ((int64_t)1 << 17) /* combine=chain: rows x D of a chunk from which the sum is K adds */
 #define SQRT1_2 0.70710678118654752440
 #define PI 3.14159265358979323846
 
@@ -38,6 +39,10 @@ typedef struct dp {
 	int64_t chunk; /* combine: most gathered elements per token chunk */
 	moe_id rows, nblocks, bexp;
 	moe_id ntok; /* serving: the n_tokens input (rebuilt graph), else MOE_NONE */
+	bool decode; /* option decode=1: a T = 1 layer takes the decode grid (decode_grid) */
+	bool dgrid;  /* this layer's grid is the decode grid */
+	bool chain;  /* option combine=chain: combine_chain for large chunks */
+	bool scan_counts; /* option counts=scan: tokens per expert from the pairs' scan */
 } dp;
 
 static moe_id ci(dp *c, int64_t v)
@@ -226,23 +231,26 @@ moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const p
 	return expert_ffn(&c, ex, s, b->blocks);
 }
 
-static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
+/* The expert-sorted grid of section 5 (docs/semantics.md): one-hot counts,
+ * block offsets, each pair's row and each block's expert and valid rows.
+ * Sets nblocks, bexp and rows; returns pos. */
+static moe_id index_grid(dp *c, moe_id idx)
 {
 	moe_graph *d = c->d;
-	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
-	/* routing indices */
-	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
-	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
-	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
-		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
-		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
-		live = b2(c, MOE_OP_LT, pairs, nk);
-		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
-	}
+	int64_t E = c->E, B = c->B, G = c->G;
 	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
 	moe_node_set_int(d, oh, "n", E);
 	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
-	moe_id cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
+	moe_id before = ir_b1(d, MOE_OP_CUMSUM, oh, c->loc);
+	moe_node_set_int(d, before, "axis", 0);
+	moe_node_set_int(d, before, "exclusive", 1);
+	moe_id cnt;
+	if (c->scan_counts && c->n > 0) { /* the scan's last row plus the last pair: no second pass over [n, E] */
+		moe_id lb = ir_b_slice(d, before, 0, c->n - 1, c->n, c->loc), lo = ir_b_slice(d, oh, 0, c->n - 1, c->n, c->loc);
+		cnt = ir_b_reshape(d, b2(c, MOE_OP_ADD, lb, lo), 1, &E, c->loc);
+	} else {
+		cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
+	}
 	moe_id nb = b2(c, MOE_OP_DIV, b2(c, MOE_OP_ADD, cnt, ci(c, B - 1)), ci(c, B));
 	moe_id boff = ir_b1(d, MOE_OP_CUMSUM, nb, c->loc);
 	moe_node_set_int(d, boff, "axis", 0);
@@ -250,9 +258,6 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id bend = b2(c, MOE_OP_ADD, boff, nb);
 	c->nblocks = ir_b_reduce(d, MOE_OP_REDUCE_SUM, nb, 0, false, c->loc);
 	moe_node_set_name(d, c->nblocks, "nblocks");
-	moe_id before = ir_b1(d, MOE_OP_CUMSUM, oh, c->loc);
-	moe_node_set_int(d, before, "axis", 0);
-	moe_node_set_int(d, before, "exclusive", 1);
 	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, before, oh), 1, false, c->loc);
 	moe_id boffr = reshape(c, boff, 2, 1, E, 0), bendr = reshape(c, bend, 2, 1, E, 0);
 	moe_id off = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, oh, boffr), 1, false, c->loc);
@@ -272,6 +277,86 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, ci(c, B)), ci(c, 0), c->loc);
 	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, c->rows, "block_rows");
+	return pos;
+}
+
+/* Decode (T = 1, no serving count, G = K): the K pairs are K blocks of one
+ * row each in slot order, so the top-k indices are the block experts and no
+ * index generation runs: pos = k B, rows = 1, nblocks = K (constants). Each
+ * block computes its own pair as the sorted grid would, and the combine sums
+ * over k in slot order, so the result is the same. */
+static moe_id decode_grid(dp *c, moe_id idx)
+{
+	moe_graph *d = c->d;
+	int64_t G = c->G;
+	c->nblocks = ir_emit(d, MOE_OP_CONST, MOE_I32, 0, NULL, NULL, 0, c->loc);
+	moe_node_set_int(d, c->nblocks, "value", c->K);
+	moe_node_set_name(d, c->nblocks, "nblocks");
+	c->rows = ir_emit(d, MOE_OP_CONST, MOE_I32, 1, &G, NULL, 0, c->loc);
+	moe_node_set_int(d, c->rows, "value", 1);
+	moe_node_set_name(d, c->rows, "block_rows");
+	c->bexp = idx;
+	moe_node_set_name(d, c->bexp, "block_expert");
+	moe_id pos;
+	if (G > 1) {
+		pos = b2(c, MOE_OP_MUL, ir_b_iota(d, 1, &G, 0, c->loc), ci(c, c->B));
+	} else { /* K = 1: the one pair is row 0 */
+		pos = ir_emit(d, MOE_OP_CONST, MOE_I32, 1, &G, NULL, 0, c->loc);
+		moe_node_set_int(d, pos, "value", 0);
+	}
+	moe_node_set_name(d, pos, "pos");
+	return pos;
+}
+
+/* The decode grid's pair rows for the combine: pair k is row 0 of block k,
+ * a strided view of the block results ([G, B, D] -> [K, D]), no gather. */
+static moe_id decode_rows(dp *c, moe_id out)
+{
+	return reshape(c, ir_b_slice(c->d, out, 1, 0, 1, c->loc), 2, c->K, c->D, 0);
+}
+
+/* The combine's sum over k as K elementwise adds in slot order, acc = 0 +
+ * p_0, acc = acc + p_k (p_k = rows of slot k, times w_k unless the weight
+ * was applied to the input): the same f32 additions in the same order as
+ * the reduce, each reading slot k's rows [tc, D] with unit stride. A reduce
+ * over K walks the rows of D elements across, one element per step (TCP
+ * fetches D times slower than a contiguous stream), so for many rows the
+ * K passes are faster (option combine=chain, from CHAIN_MIN elements). */
+static moe_id combine_chain(dp *c, moe_id pr, moe_id cw, int64_t tc)
+{
+	moe_graph *d = c->d;
+	moe_id rk = reshape(c, pr, 3, tc, c->K, c->D), wk = MOE_NONE, acc = cf(c, 0.0);
+	if (cw != MOE_NONE)
+		wk = reshape(c, cw, 3, tc, c->K, 1);
+	for (int64_t k = 0; k < c->K; k++) {
+		moe_id p = ir_b_cast(d, reshape(c, ir_b_slice(d, rk, 1, k, k + 1, c->loc), 2, tc, c->D, 0), MOE_F32, c->loc);
+		if (wk != MOE_NONE)
+			p = b2(c, MOE_OP_MUL, p,
+				ir_b_cast(d, reshape(c, ir_b_slice(d, wk, 1, k, k + 1, c->loc), 2, tc, 1, 0), MOE_F32, c->loc));
+		acc = b2(c, MOE_OP_ADD, acc, p);
+	}
+	return acc;
+}
+
+static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
+{
+	moe_graph *d = c->d;
+	int64_t n = c->n, E = c->E, B = c->B, G = c->G;
+	/* routing indices */
+	moe_id idx = ir_b_reshape(d, s[EXP_IDX], 1, &n, c->loc);
+	moe_id pairs = MOE_NONE, live = MOE_NONE, nk = MOE_NONE;
+	if (c->ntok != MOE_NONE) { /* pairs of padded tokens: index E, a zero one-hot row */
+		pairs = ir_b_iota(d, 1, &n, 0, c->loc);
+		nk = b2(c, MOE_OP_MUL, c->ntok, ci(c, c->K));
+		live = b2(c, MOE_OP_LT, pairs, nk);
+		idx = ir_b3(d, MOE_OP_SELECT, live, idx, ci(c, E), c->loc);
+	}
+	moe_id pos;
+	c->dgrid = c->decode && c->T == 1 && c->ntok == MOE_NONE && c->G == n;
+	if (c->dgrid)
+		pos = decode_grid(c, idx);
+	else
+		pos = index_grid(c, idx);
 	/* dispatch: scatter each pair's token row into the grid */
 	/* a layer without n_tokens keeps its nodes and their order */
 	moe_id tok = live == MOE_NONE ? b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K))
@@ -317,12 +402,17 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		moe_id cnk = nk == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, nk, ci(c, t0 * c->K)); /* real pairs here */
 		/* only the gather is masked: the rows it skips are zero, and an
 		 * unmasked cast and multiply-reduce stay one fused pass on TCP */
-		moe_id yp = ir_b_cast(d, masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk), MOE_F32, c->loc);
-		if (!on_input) {
-			moe_id cw = all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
-			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
+		moe_id pr = c->dgrid ? decode_rows(c, out) : masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk);
+		moe_id cw = on_input ? MOE_NONE : all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
+		moe_id yc;
+		if (c->chain && c->K > 1 && tc * c->D >= CHAIN_MIN) {
+			yc = combine_chain(c, pr, cw, tc);
+		} else {
+			moe_id yp = ir_b_cast(d, pr, MOE_F32, c->loc);
+			if (cw != MOE_NONE)
+				yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, cw, MOE_F32, c->loc));
+			yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
 		}
-		moe_id yc = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
 		if (c->ntok == MOE_NONE) {
 			parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
 		} else { /* a cast even to f32: rows of padded tokens are zero */
@@ -394,6 +484,23 @@ PASS(pass_blockwise_dispatch)
 	int64_t limit; /* gathered elements per combine chunk */
 	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
+	const char *comb = moe_pass_opt(opts, "combine");
+	if (comb && strcmp(comb, "reduce") && strcmp(comb, "chain")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: combine must be reduce or chain, got '%s'",
+			comb);
+		return MOE_ERR_INVALID;
+	}
+	const char *cnts = moe_pass_opt(opts, "counts");
+	if (cnts && strcmp(cnts, "reduce") && strcmp(cnts, "scan")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: counts must be reduce or scan, got '%s'",
+			cnts);
+		return MOE_ERR_INVALID;
+	}
+	const char *dec = moe_pass_opt(opts, "decode");
+	if (dec && strcmp(dec, "0") && strcmp(dec, "1")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: decode must be 0 or 1, got '%s'", dec);
+		return MOE_ERR_INVALID;
+	}
 	moe_id ntok = token_count_input(g);
 	srv *sv = NULL;
 	if (ntok != MOE_NONE && !(sv = serving_rows(ctx, g, ntok)))
@@ -417,7 +524,8 @@ PASS(pass_blockwise_dispatch)
 		for (int k = 0; k < EXP_NSLOTS; k++)
 			s[k] = n->args[k] == MOE_NONE ? MOE_NONE : rb.map[n->args[k]];
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
-		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit,
+		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit, .decode = dec && *dec == '1',
+			.chain = comb && !strcmp(comb, "chain"), .scan_counts = cnts && !strcmp(cnts, "scan"),
 			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];

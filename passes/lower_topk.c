@@ -9,7 +9,8 @@
  *             index lives in the key, so keys are unique (needs E <= 65536).
  * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
  * output slot k holds the element of rank k (torch.topk(sorted=True) order),
- * found by comparing rank with k and a select-sum; packed16 unpacks the index
+ * found by comparing rank with k and a 0/1 product summed over the candidates
+ * (one candidate matches, so the sum is its value); packed16 unpacks the index
  * from the selected key. No data-dependent control flow remains.
  *
  * The compare matrix has rows x E x E elements (DeepSeek-V3 at T = 4096:
@@ -108,15 +109,17 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, beats, -1, false, c->loc); /* i32 [..., E] */
 	/* slot k takes the element of rank k: is[..., e, k] = rank[..., e] == k */
 	moe_id is = ir_b2(d, MOE_OP_EQ, unsqueeze(c, rank, r), iota_at(c, c->K, r + 1, r), c->loc);
-	moe_id zero = ci(c, 0);
+	/* the select-sum as a 0/1 product: compare, multiply and sum are one
+	 * vector pass in TCP's stage order (a select's merge comes after the sum) */
+	moe_id isi = ir_b_cast(d, is, MOE_I32, c->loc);
 	if (packed) {
-		moe_id sel = ir_b3(d, MOE_OP_SELECT, is, unsqueeze(c, key, r), zero, c->loc);
+		moe_id sel = ir_b2(d, MOE_OP_MUL, isi, unsqueeze(c, key, r), c->loc);
 		moe_id ksel = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc); /* [..., K] */
 		moe_id low = ir_b2(d, MOE_OP_AND, ksel, ci(c, 0xffff), c->loc);
 		return ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
 	}
 	moe_id e = iota_at(c, c->E, r + 1, r - 1);
-	moe_id sel = ir_b3(d, MOE_OP_SELECT, is, e, zero, c->loc);
+	moe_id sel = ir_b2(d, MOE_OP_MUL, isi, e, c->loc);
 	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
 }
 

@@ -17,6 +17,12 @@ static const moe_pass_option topk_opts[] = {
 static const moe_pass_option dispatch_opts[] = {
 	{"grid", MOE_PASS_OPT_ENUM, "tight|seed|vllm", "tight", "the worst-case block grid bound (docs/semantics.md)"},
 	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements"},
+	{"combine", MOE_PASS_OPT_ENUM, "reduce|chain", "reduce", "chain: a combine chunk of at least 2^17 row elements sums "
+		"over K by K adds in slot order (the same sums; TCP fetches each slot's rows contiguously)"},
+	{"counts", MOE_PASS_OPT_ENUM, "reduce|scan", "reduce", "scan: tokens per expert = the last row of the pairs' "
+		"exclusive scan plus the last pair (one pass over [T K, E] instead of two)"},
+	{"decode", MOE_PASS_OPT_ENUM, "0|1", "0", "1: a T = 1 layer's K pairs are K one-row blocks in slot order (no index "
+		"generation)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -43,10 +49,12 @@ static const moe_pass_info builtin[] = {
 	{"expert-parallel", "split experts() into one device's program of an expert-parallel layer (all_to_all)", NULL,
 		pass_expert_parallel, NULL},
 	{"lower-exchange", "rewrite single-device all_to_all into slices and selects", NULL, pass_lower_exchange, NULL},
+	{"tcp-split-weights", "mark the weight-only values the TCP program binds as packed weights (tcp_pack)", NULL,
+		pass_tcp_split_weights, NULL},
 };
 /* The option rows of builtin[i] (NULL: none). */
 static const moe_pass_option *const builtin_rows[] = {
-	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL};
+	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL, NULL};
 _Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
 	"one option-row entry per built-in pass");
 
@@ -62,7 +70,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
+		"grid-bound,canonicalize,cse,dce,tcp-split-weights"},
 	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
 

@@ -16,6 +16,12 @@ PASS(pass_blockwise_dispatch);
 PASS(pass_grid_bound);
 PASS(pass_expert_parallel);
 PASS(pass_lower_exchange);
+PASS(pass_tcp_split_weights);
+
+/* tcp-split-weights (passes/tcp_split_weights.c): pack[i] for every node the
+ * TCP program binds as a packed weight; returns their count. The backend
+ * asks it for a graph no tcp-split-weights ran on. */
+uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack);
 
 /* A block grid of blockwise-dispatch: blocks [G, B, D] of the compute type,
  * rows [G] the valid rows of each block, nblocks the blocks in use (a

@@ -39,7 +39,9 @@ void rt_buf_printf(rt_buf *b, const char *fmt, ...)
 		size_t nc = b->cap ? b->cap * 2 : 1024;
 		while (nc - b->len <= (size_t)n)
 			nc *= 2;
-		char *s = realloc(b->s, nc);
+		char *s = b->ctx ? ctx_try_realloc(b->ctx, b->s, nc) : realloc(b->s, nc);
+		if (!s && b->ctx && ctx_guarded(b->ctx))
+			ctx_throw(b->ctx, nc);
 		if (!s) {
 			b->oom = true;
 			return;
@@ -51,7 +53,10 @@ void rt_buf_printf(rt_buf *b, const char *fmt, ...)
 
 void rt_buf_free(rt_buf *b)
 {
-	free(b->s);
+	if (b->ctx)
+		ctx_free(b->ctx, b->s, 0);
+	else
+		free(b->s);
 	*b = (rt_buf){0};
 }
 

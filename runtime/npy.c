@@ -251,7 +251,7 @@ static bool parse_header(moe_ctx *ctx, const char *file, const unsigned char *d,
 	return true;
 }
 
-moe_tensor *moe_npy_parse(moe_ctx *ctx, const char *name, const void *data, size_t len, moe_dtype want)
+static moe_tensor *npy_parse(moe_ctx *ctx, const char *name, const void *data, size_t len, moe_dtype want)
 {
 	npy_info in = {0};
 	const unsigned char *d = data;
@@ -283,17 +283,41 @@ moe_tensor *moe_npy_parse(moe_ctx *ctx, const char *name, const void *data, size
 	return t;
 }
 
-moe_tensor *moe_npy_read(moe_ctx *ctx, const char *path, moe_dtype want)
+moe_tensor *moe_npy_parse(moe_ctx *ctx, const char *name, const void *data, size_t len, moe_dtype want)
+{
+	CTX_GUARDED(ctx, moe_tensor *, NULL, npy_parse(ctx, name, data, len, want));
+}
+
+static void map_unwind(void *m)
+{
+	rt_unmap(m);
+}
+
+static moe_tensor *npy_read(moe_ctx *ctx, const char *path, moe_dtype want)
 {
 	rt_map m;
 	if (rt_map_file(ctx, path, &m) != MOE_OK)
 		return NULL;
-	moe_tensor *t = moe_npy_parse(ctx, path, m.data, m.len, want);
+	uint32_t d = ctx_defer(ctx, map_unwind, &m); /* a refusal inside unmaps the file */
+	moe_tensor *t = npy_parse(ctx, path, m.data, m.len, want);
+	ctx_undefer(ctx, d);
 	rt_unmap(&m);
 	return t;
 }
 
+moe_tensor *moe_npy_read(moe_ctx *ctx, const char *path, moe_dtype want)
+{
+	CTX_GUARDED(ctx, moe_tensor *, NULL, npy_read(ctx, path, want));
+}
+
+static moe_status npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t);
+
 moe_status moe_npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, npy_write(ctx, path, t));
+}
+
+static moe_status npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t)
 {
 	const char *descr;
 	switch (t->dtype) {

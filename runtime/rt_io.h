@@ -68,10 +68,13 @@ static inline uint64_t rt_ld64(const unsigned char *p)
 }
 
 /* Growable NUL-terminated text, malloc'ed (freed with free / moe_free). */
+/* A growable string: malloc'd, or with ctx set context blocks (a refusal
+ * unwinds inside a guarded call, else sets oom). */
 typedef struct rt_buf {
 	char *s;
 	size_t len, cap;
 	bool oom;
+	moe_ctx *ctx;
 } rt_buf;
 void rt_buf_printf(rt_buf *b, const char *fmt, ...) MOE_PRINTF(2, 3);
 void rt_buf_free(rt_buf *b);
@@ -121,6 +124,18 @@ typedef ctx_strtab rt_strtab;
 char *rt_strdup(moe_ctx *ctx, const char *s);
 void rt_strfree(moe_ctx *ctx, char *s);
 
+/* Move every entry of from into m, taking every block first (runtime/tensor.c). */
+void rt_tensor_map_move(moe_tensor_map *m, moe_tensor_map *from);
+/* ctx_defer clean-up of a checkpoint used inside a guarded call (a throw frees
+ * the blocks born in the call): with all, unmap every file (ck is the call's
+ * own); else unmap and forget the shards opened since rt_checkpoint_mark. */
+typedef struct rt_ck_mark {
+	moe_checkpoint *ck;
+	bool all;
+	uint32_t nopen;
+} rt_ck_mark;
+void rt_checkpoint_mark(moe_checkpoint *ck, bool all, rt_ck_mark *m);
+void rt_checkpoint_unwind(void *mark);
 /* The paths a checkpoint was opened from, for messages. */
 size_t rt_checkpoint_nsources(const moe_checkpoint *ck);
 const char *rt_checkpoint_source(const moe_checkpoint *ck, size_t i);

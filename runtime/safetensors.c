@@ -195,6 +195,17 @@ static bool parse_entry(moe_ctx *ctx, const char *file, const cJSON *e, int64_t 
 	return true;
 }
 
+/* ctx_defer clean-ups: a cJSON tree (cJSON's own malloc), a mapping */
+static void json_unwind(void *root)
+{
+	cJSON_Delete(root);
+}
+
+static void map_unwind(void *m)
+{
+	rt_unmap(m);
+}
+
 static bool parse_metadata(moe_safetensors *st, const cJSON *m, int64_t at)
 {
 	if (!cJSON_IsObject(m)) {
@@ -265,6 +276,7 @@ static bool parse_file(moe_safetensors *st)
 			return false;
 		}
 	int64_t base = 8 + (int64_t)hl, datalen = (int64_t)len - base;
+	uint32_t dj = ctx_defer(ctx, json_unwind, root); /* out of memory below: delete the tree */
 	int64_t *keyat = ctx_alloc(ctx, (nkeys ? nkeys : 1) * sizeof *keyat);
 	rt_json_scan(hdr, (size_t)hl, keyat, nkeys, NULL);
 	size_t n = 0, ki = 0;
@@ -298,6 +310,7 @@ static bool parse_file(moe_safetensors *st)
 			ok = false;
 		}
 	}
+	ctx_undefer(ctx, dj);
 	cJSON_Delete(root);
 	ctx_free(ctx, keyat, (nkeys ? nkeys : 1) * sizeof *keyat);
 	if (!ok)
@@ -344,25 +357,36 @@ static moe_safetensors *st_new(moe_ctx *ctx, const char *path)
 	return st;
 }
 
-moe_safetensors *moe_safetensors_open(moe_ctx *ctx, const char *path)
+/* The mapping is unmapped by a throw while st is being read; once st is
+ * returned, its owner (a checkpoint, the caller) releases it. */
+static moe_safetensors *st_open(moe_ctx *ctx, const char *path, const void *data, size_t len)
 {
 	moe_safetensors *st = st_new(ctx, path);
-	if (rt_map_file(ctx, path, &st->map) != MOE_OK || !parse_file(st)) {
+	if (data || len)
+		st->map = (rt_map){data, len, false};
+	else if (rt_map_file(ctx, path, &st->map) != MOE_OK) {
+		moe_safetensors_close(st);
+		return NULL;
+	}
+	uint32_t dm = ctx_defer(ctx, map_unwind, &st->map);
+	bool ok = parse_file(st);
+	ctx_undefer(ctx, dm);
+	if (!ok) {
 		moe_safetensors_close(st);
 		return NULL;
 	}
 	return st;
 }
 
+moe_safetensors *moe_safetensors_open(moe_ctx *ctx, const char *path)
+{
+	CTX_GUARDED(ctx, moe_safetensors *, NULL, st_open(ctx, path, NULL, 0));
+}
+
 moe_safetensors *moe_safetensors_open_mem(moe_ctx *ctx, const char *name, const void *data, size_t len)
 {
-	moe_safetensors *st = st_new(ctx, name);
-	st->map = (rt_map){data, len, false};
-	if (!parse_file(st)) {
-		moe_safetensors_close(st);
-		return NULL;
-	}
-	return st;
+	static const char empty[1];
+	CTX_GUARDED(ctx, moe_safetensors *, NULL, st_open(ctx, name, len ? data : empty, len));
 }
 
 size_t moe_safetensors_count(const moe_safetensors *st)
@@ -400,6 +424,7 @@ typedef struct ck_shard {
 	char *path;
 	moe_safetensors *st;
 	bool failed;
+	uint32_t seq; /* the checkpoint's nopen when this shard was opened */
 } ck_shard;
 
 typedef struct ck_source {
@@ -418,6 +443,7 @@ struct moe_checkpoint {
 	moe_ctx *ctx;
 	ck_source *src;
 	size_t n;
+	uint32_t nopen; /* shards opened so far */
 };
 
 static void source_free(moe_ctx *ctx, ck_source *s)
@@ -485,9 +511,8 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 	size_t len;
 	if (moe_read_file(ctx, path, &text, &len) != MOE_OK)
 		return false;
-	s->index = rt_strdup(ctx, path);
 	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
+	free(text); /* malloc'd: released before the next context allocation */
 	const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
 	if (!root || !cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
 		rt_err_at(ctx, path, -1, root ? "sharded index has no \"weight_map\" object" :
@@ -495,6 +520,8 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 		cJSON_Delete(root);
 		return false;
 	}
+	uint32_t dj = ctx_defer(ctx, json_unwind, root);
+	s->index = rt_strdup(ctx, path);
 	const char *slash = strrchr(path, '/');
 	size_t dlen = slash ? (size_t)(slash - path) : 0;
 	if (slash == path)
@@ -524,7 +551,7 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 				s->shcap = nc;
 			}
 			k = s->nshards++;
-			s->shards[k] = (ck_shard){path_join(ctx, path, dlen, e->valuestring), NULL, false};
+			s->shards[k] = (ck_shard){path_join(ctx, path, dlen, e->valuestring), NULL, false, 0};
 			/* the key must outlive the table: use the joined path's tail */
 			rt_strtab_put(&shards, s->shards[k].path + (dlen ? dlen + 1 : 0), k);
 		}
@@ -536,6 +563,7 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 		}
 	}
 	rt_strtab_free(&shards);
+	ctx_undefer(ctx, dj);
 	cJSON_Delete(root);
 	return ok;
 }
@@ -581,7 +609,37 @@ static bool open_source(moe_ctx *ctx, const char *path, ck_source *s)
 	return s->st != NULL;
 }
 
-moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths)
+void rt_checkpoint_mark(moe_checkpoint *ck, bool all, rt_ck_mark *m)
+{
+	m->ck = ck;
+	m->all = all;
+	m->nopen = ck->nopen;
+}
+
+/* A throw inside a guarded call that used ck (its blocks born in the call go
+ * with the throw): unmap every file (all: ck itself is the call's), or forget
+ * the shards opened since the mark, leaving an older ck as it was. */
+void rt_checkpoint_unwind(void *arg)
+{
+	const rt_ck_mark *m = arg;
+	moe_checkpoint *ck = m->ck;
+	for (size_t i = 0; ck->src && i < ck->n; i++) {
+		ck_source *s = &ck->src[i];
+		if (s->st && m->all)
+			rt_unmap(&s->st->map);
+		for (size_t k = 0; k < s->nshards; k++) {
+			ck_shard *sh = &s->shards[k];
+			if (!m->all && (!sh->st || sh->seq <= m->nopen))
+				continue;
+			if (sh->st)
+				rt_unmap(&sh->st->map);
+			sh->st = NULL;
+			sh->failed = false;
+		}
+	}
+}
+
+static moe_checkpoint *checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths)
 {
 	if (!npaths) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "no checkpoint files given");
@@ -589,6 +647,9 @@ moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size
 	}
 	moe_checkpoint *ck = ctx_alloc(ctx, sizeof *ck);
 	ck->ctx = ctx;
+	rt_ck_mark mk;
+	rt_checkpoint_mark(ck, true, &mk);
+	uint32_t d = ctx_defer(ctx, rt_checkpoint_unwind, &mk);
 	ck->src = ctx_alloc(ctx, npaths * sizeof *ck->src);
 	ck->n = npaths;
 	bool ok = true;
@@ -596,6 +657,7 @@ moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size
 		ck->src[i].path = rt_strdup(ctx, paths[i]);
 		ok &= open_source(ctx, paths[i], &ck->src[i]);
 	}
+	ctx_undefer(ctx, d);
 	if (!ok) {
 		moe_checkpoint_close(ck);
 		return NULL;
@@ -603,7 +665,20 @@ moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size
 	return ck;
 }
 
+moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths)
+{
+	CTX_GUARDED(ctx, moe_checkpoint *, NULL, checkpoint_open(ctx, paths, npaths));
+}
+
+static const moe_st_tensor *checkpoint_find(moe_checkpoint *ck, const char *name, const char **file);
+
+/* Opening a shard the first time allocates: a refusal leaves ck as it was. */
 const moe_st_tensor *moe_checkpoint_find(moe_checkpoint *ck, const char *name, const char **file)
+{
+	CTX_GUARDED(ck->ctx, const moe_st_tensor *, NULL, checkpoint_find(ck, name, file));
+}
+
+static const moe_st_tensor *checkpoint_find(moe_checkpoint *ck, const char *name, const char **file)
 {
 	for (size_t i = 0; i < ck->n; i++) {
 		ck_source *s = &ck->src[i];
@@ -623,6 +698,7 @@ const moe_st_tensor *moe_checkpoint_find(moe_checkpoint *ck, const char *name, c
 		if (!sh->st && !sh->failed) {
 			sh->st = moe_safetensors_open(ck->ctx, sh->path);
 			sh->failed = sh->st == NULL;
+			sh->seq = ++ck->nopen;
 		}
 		if (sh->failed) {
 			rt_err_at(ck->ctx, s->index, -1, "tensor '%s' is in shard '%s', which could not be read", name,

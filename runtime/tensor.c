@@ -240,6 +240,47 @@ moe_status moe_tensor_map_set(moe_tensor_map *m, const char *name, moe_tensor *t
 	return MOE_OK;
 }
 
+/* Moves every entry of from into m (an entry of the same name is replaced),
+ * leaving from empty. Every block is taken before m changes, and then
+ * ctx_commit_point: a guarded call that fills a map of its own and moves it
+ * into its caller's map last leaves the caller's map as it was on a throw. */
+void rt_tensor_map_move(moe_tensor_map *m, moe_tensor_map *from)
+{
+	moe_ctx *c = m->ctx;
+	uint32_t need = m->nents + from->nents, cap = m->entcap, nslots = m->nslots ? m->nslots : 16;
+	while (cap < need)
+		cap = cap ? cap * 2 : 8;
+	while ((uint64_t)need * 2 > nslots)
+		nslots *= 2;
+	map_entry *ents = ctx_alloc(c, (size_t)(cap ? cap : 1) * sizeof *ents);
+	uint32_t *slots = ctx_alloc(c, (size_t)nslots * sizeof *slots);
+	ctx_commit_point(c);
+	if (m->nents)
+		memcpy(ents, m->ents, (size_t)m->nents * sizeof *ents);
+	ctx_free(c, m->ents, 0);
+	m->ents = ents;
+	m->entcap = cap ? cap : 1;
+	rehash(m, slots, nslots);
+	for (uint32_t i = 0; i < from->nents; i++) {
+		map_entry *fe = &from->ents[i];
+		uint32_t *s = find_slot(m, fe->name);
+		if (*s) { /* replace: the name block of from is not needed */
+			map_entry *e = &m->ents[*s - 1];
+			if (e->t != fe->t)
+				moe_tensor_free(c, e->t);
+			e->t = fe->t;
+			ctx_free(c, fe->name, 0);
+		} else {
+			m->ents[m->nents] = *fe;
+			*s = ++m->nents;
+		}
+	}
+	from->nents = 0;
+	ctx_free(c, from->slots, 0);
+	from->slots = NULL;
+	from->nslots = 0;
+}
+
 moe_tensor *moe_tensor_map_get(const moe_tensor_map *m, const char *name)
 {
 	if (!m || !name || !m->nslots)

@@ -23,8 +23,10 @@ static void shape_str(char *buf, size_t n, int rank, const int64_t *s)
 		snprintf(buf + at, n - at, "]");
 }
 
-/* src with every "{key}" replaced by the decimal value; malloc'ed. */
-static char *subst(const char *src, const char *key, int64_t value)
+/* src with every "{key}" replaced by the decimal value, in context memory
+ * (rt_strfree); every caller runs inside a guarded entry point, so a refusal
+ * unwinds. */
+static char *subst(moe_ctx *ctx, const char *src, const char *key, int64_t value)
 {
 	rt_buf b = {0};
 	size_t kl = strlen(key);
@@ -37,11 +39,14 @@ static char *subst(const char *src, const char *key, int64_t value)
 		rt_buf_printf(&b, "%.*s%lld", (int)(q - p), p, (long long)value);
 		p = q + kl;
 	}
-	if (b.oom || !b.s) {
-		rt_buf_free(&b);
-		return NULL;
-	}
-	return b.s;
+	size_t n = b.s ? strlen(b.s) + 1 : 0;
+	char *r = b.oom || !b.s ? NULL : ctx_try_alloc(ctx, n);
+	if (r)
+		memcpy(r, b.s, n);
+	rt_buf_free(&b);
+	if (!r)
+		ctx_throw(ctx, n ? n : 1);
+	return r;
 }
 
 static void list_sources(moe_checkpoint *ck, char *buf, size_t n)
@@ -146,12 +151,12 @@ static bool same_squeezed(int ra, const int64_t *a, int rb, const int64_t *b)
 }
 
 /* True when no tensor of src (each expert's, for a template) is in ck. */
-static bool absent_all(moe_checkpoint *ck, const char *src, int64_t count, bool stacked, const int64_t *map)
+static bool absent_all(moe_ctx *ctx, moe_checkpoint *ck, const char *src, int64_t count, bool stacked, const int64_t *map)
 {
 	for (int64_t e = 0; e < count; e++) {
-		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
+		char *name = stacked ? subst(ctx, src, "{e}", map ? map[e] : e) : NULL;
 		bool found = (stacked ? name != NULL : true) && moe_checkpoint_find(ck, stacked ? name : src, NULL);
-		free(name);
+		rt_strfree(ctx, name);
 		if (found || (stacked && !name))
 			return false;
 	}
@@ -243,9 +248,9 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 				wname, source);
 			return false;
 		}
-		src = subst(source, "{layer}", layer);
+		src = subst(ctx, source, "{layer}", layer);
 	} else {
-		src = subst(source, "{layer}", 0);
+		src = subst(ctx, source, "{layer}", 0);
 	}
 	if (!src) {
 		moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
@@ -257,7 +262,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 	bool stacked = strstr(src, "{e}") != NULL;
 	if (stacked && rank < 1) {
 		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': a per-expert source ({e}) needs a shape [E, ...]", wname);
-		free(src);
+		rt_strfree(ctx, src);
 		return false;
 	}
 	int errs = moe_error_count(ctx);
@@ -268,18 +273,18 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		if (map && stacked && nmap != shape[0])
 			moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': a per-expert source ({e}) takes one ep_experts entry per "
 				"leading row", wname);
-		free(src);
+		rt_strfree(ctx, src);
 		return false;
 	}
-	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ck, src, stacked ? shape[0] : 1, stacked, map);
+	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ctx, ck, src, stacked ? shape[0] : 1, stacked, map);
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
-		free(src);
+		rt_strfree(ctx, src);
 		if (check)
 			return true;
 		moe_tensor *t = moe_tensor_new_shape(ctx, dt, rank, shape);
 		if (!t)
-			return false;
+			ctx_throw(ctx, sizeof *t); /* refused (said so): the guarded call returns MOE_ERR_NOMEM */
 		if (moe_tensor_map_set(out, wname, t) != MOE_OK)
 			return false; /* out of memory: t freed, with an error */
 		if (absent)
@@ -287,17 +292,15 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		return true;
 	}
 	moe_tensor *t = check ? NULL : moe_tensor_new(ctx, dt, rank, shape);
-	if (!check && !t) {
-		free(src);
-		return false;
-	}
+	if (!check && !t)
+		ctx_throw(ctx, sizeof *t); /* the shape was checked: a NULL tensor is a refused allocation */
 	int64_t count = stacked ? shape[0] : 1;
 	int prank = stacked ? rank - 1 : rank;
 	const int64_t *pshape = stacked ? shape + 1 : shape;
 	size_t pbytes = count && t ? t->nbytes / (size_t)count : 0;
 	bool ok = true;
 	for (int64_t e = 0; e < count && ok; e++) {
-		char *name = stacked ? subst(src, "{e}", map ? map[e] : e) : NULL;
+		char *name = stacked ? subst(ctx, src, "{e}", map ? map[e] : e) : NULL;
 		const char *tn = stacked ? name : src;
 		if (!tn) {
 			moe_diag(ctx, MOE_DIAG_ERROR, loc, "out of memory");
@@ -342,9 +345,9 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 				ok = convert(ctx, st, file, wname, dt, (char *)t->data + (size_t)e * pbytes);
 			}
 		}
-		free(name);
+		rt_strfree(ctx, name);
 	}
-	free(src);
+	rt_strfree(ctx, src);
 	if (!ok || check) {
 		moe_tensor_free(ctx, t);
 		return ok;
@@ -369,20 +372,44 @@ static moe_status load_all(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck,
 	return ok ? MOE_OK : MOE_ERR_INVALID;
 }
 
-moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out)
+/* The weights go to a map of the call's own and move into out at the end:
+ * out changes only on success. A throw unmaps the files ck opened during
+ * the call (own: all of them, ck being the call's own) and forgets them. */
+static moe_status load_into(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, bool own, unsigned flags,
+	size_t *absent, moe_tensor_map *out)
 {
-	return load_all(ctx, g, ck, 0, NULL, out);
+	rt_ck_mark mk;
+	rt_checkpoint_mark(ck, own, &mk);
+	uint32_t d = ctx_defer(ctx, rt_checkpoint_unwind, &mk);
+	moe_tensor_map *tmp = moe_tensor_map_new(ctx);
+	moe_status s = load_all(ctx, g, ck, flags, absent, tmp);
+	if (s == MOE_OK)
+		rt_tensor_map_move(out, tmp);
+	moe_tensor_map_free(tmp);
+	ctx_undefer(ctx, d);
+	return s;
 }
 
-moe_status moe_weights_load_ex(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_into(ctx, g, ck, false, 0, NULL, out));
+}
+
+static moe_status weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
 	unsigned flags, moe_tensor_map *out, size_t *absent)
 {
 	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, npaths);
 	if (!ck)
 		return MOE_ERR_IO;
-	moe_status s = load_all(ctx, g, ck, flags, absent, out);
+	moe_status s = load_into(ctx, g, ck, true, flags, absent, out);
 	moe_checkpoint_close(ck);
 	return s;
+}
+
+moe_status moe_weights_load_ex(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
+	unsigned flags, moe_tensor_map *out, size_t *absent)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, weights_load(ctx, g, paths, npaths, flags, out, absent));
 }
 
 moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,

@@ -627,25 +627,41 @@ static moe_status emit(moe_ctx *ctx, const char *name, const moe_import_opts *op
 {
 	out o = {{0}, opts->prefix ? opts->prefix : m->nested ? DEF(m->f->nested, "model.language_model.layers.{layer}.") :
 		DEF(m->f->prefix, "model.layers.{layer}."), m};
+	o.b.ctx = ctx; /* the text grows in context memory; the caller's copy is malloc'd (moe_free) */
 	emit_header(&o, name);
 	emit_weights(&o);
 	emit_routing(&o);
 	emit_experts(&o);
 	emit_shared(&o);
 	rt_buf_printf(&o.b, "  output y\n}\n");
-	if (o.b.oom) {
-		rt_buf_free(&o.b);
+	ctx_commit_point(ctx); /* nothing of the context's is taken after the copy */
+	*moe_text = o.b.oom ? NULL : malloc(o.b.len + 1);
+	if (*moe_text)
+		memcpy(*moe_text, o.b.s, o.b.len + 1);
+	rt_buf_free(&o.b);
+	if (!*moe_text) {
 		rt_err_at(ctx, name, -1, "out of memory");
 		return MOE_ERR_NOMEM;
 	}
-	*moe_text = o.b.s;
 	return MOE_OK;
 }
 
-moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
+/* ctx_defer clean-ups: the cJSON tree, the malloc'd text */
+static void json_unwind(void *root)
+{
+	cJSON_Delete(root);
+}
+
+static void text_unwind(void *p)
+{
+	char **t = p;
+	free(*t);
+	*t = NULL;
+}
+
+static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
 	const moe_import_opts *opts, char **moe_text)
 {
-	*moe_text = NULL;
 	moe_import_opts def = {0};
 	if (!opts)
 		opts = &def;
@@ -667,27 +683,46 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 		return MOE_ERR_UNSUPPORTED;
 	}
 	moe_status st = MOE_ERR_INVALID;
+	uint32_t dj = ctx_defer(ctx, json_unwind, root);
 	if (pick_dtype(&c, opts, &m) && read_model(&c, opts, &m))
 		st = emit(ctx, name, opts, &m, moe_text);
+	uint32_t dt = ctx_defer(ctx, text_unwind, moe_text);
 	/* quantized experts: packed values and scales read by dequant (runtime/quant_import.c) */
 	const cJSON *q = quant_config(&c);
 	if (st == MOE_OK && q && !opts->ignore_quantization && (st = rt_quant_rewrite(ctx, name, q, moe_text)) != MOE_OK) {
 		free(*moe_text);
 		*moe_text = NULL;
 	}
+	ctx_commit_point(ctx); /* a refused diagnostic fails the call here, the text still covered */
+	ctx_undefer(ctx, dt);
+	ctx_undefer(ctx, dj);
 	cJSON_Delete(root);
 	return st;
 }
 
-moe_status moe_import_hf(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts, char **moe_text)
+moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
+	const moe_import_opts *opts, char **moe_text)
 {
 	*moe_text = NULL;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, import_text(ctx, name, json, len, opts, moe_text));
+}
+
+static moe_status import_file(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts, char **moe_text)
+{
 	char *text;
 	size_t len;
 	moe_status s = moe_read_file(ctx, config_path, &text, &len);
 	if (s)
 		return s;
+	uint32_t d = ctx_defer(ctx, free, text);
 	s = moe_import_hf_text(ctx, config_path, text, len, opts, moe_text);
+	ctx_undefer(ctx, d);
 	free(text);
 	return s;
+}
+
+moe_status moe_import_hf(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts, char **moe_text)
+{
+	*moe_text = NULL;
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, import_file(ctx, config_path, opts, moe_text));
 }

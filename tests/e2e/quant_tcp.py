@@ -16,7 +16,11 @@
    a reference written here that quantizes activations as DeepSeek-V3's inference kernels do
    (per 1x128 group: s = max|a| / 448, q = e4m3(a / s) rounded to nearest even; each K chunk's
    fp8 x fp8 dot product in f32 scaled by s_a x s_w and summed in f32), within 2e-2 x max|y|;
-   the program contracts f8e4m3 operands.
+   the program contracts f8e4m3 operands. On the synthetic layer the compiled .tcpb gives
+   the bytes of the .moe run, and the program's block loop is as docs/tcp-isa.md 7.10
+   describes it: gate and up values packed in one [E, 2F, D] tensor, the three scale
+   tensors copied before the loop (none inside it), two activation quantizations (the
+   block input once for gate and up, the SwiGLU output once).
 4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
    and gives the same bytes as the .moe run.
 5. act="fp8" on MXFP4 weights, and --quant-act=int8, are errors that write nothing.
@@ -24,6 +28,7 @@
 usage: quant_tcp.py MOEC FIXTURES_DIR REF_DIR
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -221,6 +226,36 @@ def main():
             print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
                   "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
             failed += not good
+        # 3b. act=fp8 block loop (issue #14, decode at HBM rate): the gate and up values are one packed
+        # [E, 2F, D] tensor (one fetch per block), the scales are copied into DM once before the loop,
+        # the activation of gate and up is quantized once; the .tcpb binds the same checkpoint and gives
+        # the bytes of the .moe run
+        d = synth(tmp, "chunks", 256, 384, seed=11)
+        moe, tcpb, tcps = os.path.join(tmp, "f.moe"), os.path.join(tmp, "f.tcpb"), os.path.join(tmp, "f.tcps")
+        yb = os.path.join(tmp, "yf.npy")
+        args = ["--weights", os.path.join(d, "model.safetensors"), "--input", os.path.join(d, "x.npy")]
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=bf16", "-o", moe])
+        run([moec, "compile", moe, "-o", tcpb, "--quant-act=fp8"])
+        run([moec, "compile", moe, "-o", tcps, "--quant-act=fp8"])
+        run([moec, "run", tcpb, "-o", yb] + args)
+        y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
+                       os.path.join(d, "x.npy"), 5, extra=["--quant-act=fp8"])
+        good = np.array_equal(np.load(yb), y)
+        print("%-4s tcp act=fp8 synthetic D=256 F=384: the compiled .tcpb gives the bytes of the .moe run"
+              % ("ok" if good else "FAIL"))
+        failed += not good
+        asm = open(tcps).read().splitlines()
+        loop = int(re.search(r"\bloop=(\d+)", next(l for l in asm if l.startswith("meta"))).group(1))
+        tid = {m.group(2): m.group(1) for m in (re.match(r'tensor %(\d+) [^"]*"([^"]+)"', l) for l in asm) if m}
+        packed = [l for l in asm if " hbm packed f8e4m3 [4,768,256] " in l]
+        code = [(int(m.group(1)), l) for m in (re.match(r"@(\d+): (.*)", l) for l in asm) if m for l in [m.group(2)]]
+        scale_dma = [pc for pc, l in code if l.startswith("dma.")
+                     for n in ("gate_s", "up_s", "down_s") if " s0=%%%s+" % tid.get(n, "?") in l]
+        quants = [pc for pc, l in code if "f.abs" in l and "r.fmax" in l and pc >= loop]
+        good = len(packed) == 1 and len(scale_dma) == 3 and max(scale_dma) < loop and len(quants) == 2
+        print("%-4s tcp act=fp8 block loop: gate+up packed %s, scale copies at %s (loop at @%d), "
+              "activation quantizations %s" % ("ok" if good else "FAIL", len(packed), scale_dma, loop, quants))
+        failed += not good
         # 4. a compiled .tcpb binds the packed checkpoint by its sources and gives the same bytes
         for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3"):
             d = os.path.join(FIXTURES, fam)

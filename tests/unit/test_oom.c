@@ -72,6 +72,7 @@ typedef struct flow {
 	moe_tcp_program *p;
 	moe_tensor_map *bind;
 	moe_tensor *out[2];
+	char *text; /* moe_import_hf's (moe_free) */
 } flow;
 
 static bool said_oom(moe_ctx *c)
@@ -192,9 +193,9 @@ static moe_status run_tcp(flow *f)
 
 /* The layer as printed IR text and JSON and as a .tcpb, made once with an
  * allocator that never refuses (inputs of the reading sweeps). */
-static char *ir_text, *ir_json;
+static char *ir_text, *ir_json, *tcps;
 static uint8_t *tcpb;
-static size_t ir_text_len, ir_json_len, tcpb_len;
+static size_t ir_text_len, ir_json_len, tcpb_len, tcps_len;
 
 static void make_inputs(void)
 {
@@ -213,6 +214,7 @@ static void make_inputs(void)
 	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
 	assert_non_null(p);
 	assert_int_equal(moe_tcp_to_binary(c, p, &tcpb, &tcpb_len), MOE_OK);
+	assert_int_equal(moe_tcp_to_asm(c, p, &tcps, &tcps_len), MOE_OK);
 	moe_tcp_program_free(p);
 	moe_module_free(m);
 	moe_ctx_free(c);
@@ -240,8 +242,175 @@ static moe_status run_tcpb(flow *f)
 	return moe_tcp_run(f->c, f->p, f->bind, NULL, f->out, &st);
 }
 
+/* ---- loaders: an HF config, a sharded safetensors checkpoint, an .npy input,
+ * written once into files_dir with an allocator that never refuses ---- */
+static char files_dir[] = "/tmp/moec-oom-files-XXXXXX";
+static bool files_made;
+
+static const char hf_config[] = "{\"model_type\": \"mixtral\", \"hidden_size\": 8, \"num_local_experts\": 4,"
+				"\"num_experts_per_tok\": 2, \"intermediate_size\": 8, \"torch_dtype\": \"float32\"}";
+
+static char *file_path(const char *name)
+{
+	static char buf[4096];
+	snprintf(buf, sizeof buf, "%s/%s", files_dir, name);
+	return buf;
+}
+
+static void write_bytes(const char *name, const void *a, size_t na, const void *b, size_t nb)
+{
+	FILE *f = fopen(file_path(name), "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(a, 1, na, f), na);
+	if (nb)
+		assert_int_equal(fwrite(b, 1, nb, f), nb);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* A safetensors shard holding n f32 tensors of the given shapes (values i / 100). */
+static void write_shard(const char *file, int n, const char *const *names, const char *const *shapes,
+	const int *numel)
+{
+	char hdr[1024];
+	size_t at = 0, off = 0;
+	at += (size_t)snprintf(hdr + at, sizeof hdr - at, "{");
+	for (int i = 0; i < n; i++) {
+		at += (size_t)snprintf(hdr + at, sizeof hdr - at, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": %s, "
+			"\"data_offsets\": [%zu, %zu]}", i ? ", " : "", names[i], shapes[i], off, off + 4 * (size_t)numel[i]);
+		off += 4 * (size_t)numel[i];
+	}
+	at += (size_t)snprintf(hdr + at, sizeof hdr - at, "}");
+	unsigned char *buf = malloc(8 + at + off);
+	assert_non_null(buf);
+	for (int i = 0; i < 8; i++)
+		buf[i] = (unsigned char)((uint64_t)at >> (8 * i));
+	memcpy(buf + 8, hdr, at);
+	for (size_t k = 0; k < off / 4; k++) {
+		float v = (float)(k % 200) / 100.0f - 1.0f;
+		memcpy(buf + 8 + at + 4 * k, &v, 4);
+	}
+	write_bytes(file, buf, 8 + at + off, NULL, 0);
+	free(buf);
+}
+
+static void make_files(void)
+{
+	if (files_made)
+		return;
+	assert_non_null(mkdtemp(files_dir));
+	write_bytes("config.json", hf_config, strlen(hf_config), NULL, 0);
+	write_shard("a.safetensors", 2, (const char *const[]){"router", "w1"}, (const char *const[]){"[4, 4]", "[4, 4, 4]"},
+		(const int[]){16, 64});
+	write_shard("b.safetensors", 2, (const char *const[]){"w3", "w2"}, (const char *const[]){"[4, 4, 4]", "[4, 4, 4]"},
+		(const int[]){64, 64});
+	static const char idx[] = "{\"metadata\": {}, \"weight_map\": {\"router\": \"a.safetensors\", \"w1\": "
+				  "\"a.safetensors\", \"w3\": \"b.safetensors\", \"w2\": \"b.safetensors\"}}";
+	write_bytes("model.safetensors.index.json", idx, strlen(idx), NULL, 0);
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_tensor *x = moe_tensor_new(c, MOE_F32, 2, (const int64_t[]){3, 4});
+	for (int k = 0; k < 12; k++)
+		((float *)x->data)[k] = (float)k / 8.0f - 0.5f;
+	assert_int_equal(moe_npy_write(c, file_path("x.npy"), x), MOE_OK);
+	moe_tensor_free(c, x);
+	moe_ctx_free(c);
+	files_made = true;
+}
+
+static void remove_files(void)
+{
+	if (!files_made)
+		return;
+	static const char *const names[] = {"config.json", "a.safetensors", "b.safetensors",
+		"model.safetensors.index.json", "x.npy"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		unlink(file_path(names[i]));
+	rmdir(files_dir);
+}
+
+/* moe_import_hf, then the .moe text it wrote is parsed. */
+static moe_status import_hf(flow *f)
+{
+	moe_import_opts o = {0};
+	o.dtype = MOE_F32;
+	moe_status s = moe_import_hf(f->c, file_path("config.json"), &o, &f->text);
+	if (s)
+		return s;
+	f->m = moe_parse_moe(f->c, "config.moe", f->text, strlen(f->text), NULL);
+	return f->m ? MOE_OK : null_status(f);
+}
+
+/* A run as `moec run --weights model.safetensors.index.json --input x.npy` does it. */
+static moe_status load_and_run(flow *f)
+{
+	moe_status s = parse(f, NULL);
+	if (s)
+		return s;
+	f->bind = moe_tensor_map_new(f->c);
+	if (!f->bind)
+		return null_status(f);
+	const char *paths[1] = {file_path("model.safetensors.index.json")};
+	s = moe_weights_load(f->c, moe_module_graph(f->m, 0), paths, 1, f->bind);
+	if (s)
+		return s;
+	moe_tensor *x = moe_npy_read(f->c, file_path("x.npy"), MOE_F32);
+	if (!x)
+		return null_status(f);
+	s = moe_tensor_map_set(f->bind, "x", x);
+	return s ? s : moe_interp_run(f->c, moe_module_graph(f->m, 0), f->bind, f->out);
+}
+
+/* A checkpoint opened before the call (the embedder's): a refusal while its
+ * shards open lazily must leave it usable, so the loop retries to success. */
+static moe_status load_from_open_checkpoint(flow *f)
+{
+	moe_status s = parse(f, NULL);
+	if (s)
+		return s;
+	f->bind = moe_tensor_map_new(f->c);
+	if (!f->bind)
+		return null_status(f);
+	const char *paths[1] = {file_path("model.safetensors.index.json")};
+	moe_checkpoint *ck = moe_checkpoint_open(f->c, paths, 1);
+	if (!ck)
+		return null_status(f);
+	s = moe_weights_load_from(f->c, moe_module_graph(f->m, 0), ck, f->bind);
+	if (s == MOE_ERR_NOMEM) { /* the map and the checkpoint are as they were: a second try succeeds */
+		if (moe_tensor_map_get(f->bind, "w1")) {
+			moe_checkpoint_close(ck);
+			return MOE_ERR_INTERNAL;
+		}
+		moe_status s2 = moe_weights_load_from(f->c, moe_module_graph(f->m, 0), ck, f->bind);
+		if (s2 != MOE_OK || !moe_tensor_map_get(f->bind, "w1"))
+			s = MOE_ERR_INTERNAL;
+	}
+	moe_checkpoint_close(ck);
+	return s;
+}
+
+static moe_status read_npy(flow *f)
+{
+	f->out[0] = moe_npy_read(f->c, file_path("x.npy"), MOE_F32);
+	return f->out[0] ? MOE_OK : null_status(f);
+}
+
+/* The built-in machine description, the layer's TCP assembly checked against
+ * it, and the program's interface (its inputs and checkpoint weights). */
+static moe_status read_asm(flow *f)
+{
+	moe_tcp_machine *mach = moe_tcp_machine_default(f->c);
+	if (!mach)
+		return null_status(f);
+	f->p = moe_tcp_from_asm(f->c, "tiny.tcps", tcps, tcps_len, mach);
+	moe_tcp_machine_free(f->c, mach);
+	if (!f->p)
+		return null_status(f);
+	f->m = moe_tcp_interface(f->c, f->p); /* what `moec run FILE.tcpb` binds */
+	return f->m ? MOE_OK : null_status(f);
+}
+
 static void flow_free(flow *f)
 {
+	moe_free(f->c, f->text);
 	for (int i = 0; i < 2; i++)
 		moe_tensor_free(f->c, f->out[i]);
 	moe_tensor_map_free(f->bind);
@@ -361,9 +530,49 @@ static void test_run_tcpb(void **st)
 	assert_true(sweep("load .tcpb + run tcp simulator", run_tcpb) > 20);
 }
 
+static void test_import_hf(void **st)
+{
+	(void)st;
+	make_files();
+	assert_true(sweep("import HF config + parse", import_hf) > 20);
+}
+
+static void test_load_weights_npy_run(void **st)
+{
+	(void)st;
+	make_files();
+	assert_true(sweep("load sharded weights + .npy input + run interp", load_and_run) > 20);
+}
+
+static void test_load_from_open_checkpoint(void **st)
+{
+	(void)st;
+	make_files();
+	assert_true(sweep("load weights from an open checkpoint (retried)", load_from_open_checkpoint) > 20);
+}
+
+static void test_read_asm(void **st)
+{
+	(void)st;
+	make_inputs();
+	assert_true(sweep("machine.json + read .tcps + interface", read_asm) > 20);
+}
+
+static void test_read_npy(void **st)
+{
+	(void)st;
+	make_files();
+	assert_true(sweep("read .npy", read_npy) >= 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_import_hf),
+		cmocka_unit_test(test_load_weights_npy_run),
+		cmocka_unit_test(test_load_from_open_checkpoint),
+		cmocka_unit_test(test_read_npy),
+		cmocka_unit_test(test_read_asm),
 		cmocka_unit_test(test_run_interp),
 		cmocka_unit_test(test_compile_c),
 		cmocka_unit_test(test_compile_tcp),
@@ -374,8 +583,10 @@ int main(void)
 		cmocka_unit_test(test_run_tcpb),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	remove_files();
 	free(ir_text);
 	free(ir_json); /* cJSON's: malloc'd */
+	free(tcps);
 	free(tcpb);
 	return r;
 }

@@ -1,0 +1,134 @@
+/* backend-tcp/quant_pack.c: one fetch for a block-FP8 expert's gate and up
+ * weights (issue #14, act=fp8).
+ *
+ * The block loop fetches each expert weight with its own DMA descriptor, and
+ * every descriptor costs a command issue on the DMA context (MODEL.md 4). The
+ * gate and up projections of an expert read the same activation and have the
+ * same shape, so a deployment lays their fp8 bytes out side by side once, at
+ * load time: concat(gate_q, up_q) along the output rows, [E, 2F, D]. This
+ * rewrite does that on the lowered graph before the weights are split
+ * (prep.c packs the concat like any weight computed from weights, marked
+ * tcp_pack when the tcp-split-weights pass has marked the graph): the two
+ * per-block gathers become one gather of the pair and two row slices of it,
+ * which the lowering reads as views of the one buffer (lower_quant.c). The
+ * scales stay separate (they are staged whole in DM). The layer's value is
+ * unchanged: each dequant reads the same bytes and scales as before. */
+#include <string.h>
+
+#include "backend-tcp/tcp_int.h"
+#include "ir/graph_keys.h"
+#include "ir/quant.h"
+
+/* The per-block fp8 values gather of block einsum e's weight when it is a
+ * block-FP8 dequant contracted with fp8 activations, read only there; else
+ * MOE_NONE. */
+static moe_id fp8_qgather(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp)
+{
+	const ir_node *en = N(g, e);
+	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || strcmp(ir_attr_str(en, "eq", ""), "gbi,goi->gbo"))
+		return MOE_NONE;
+	moe_id d = en->args[1];
+	const ir_node *dn = N(g, d);
+	qt_info qi;
+	if (dn->op != MOE_OP_DEQUANT || nuse[d] != 1 || strcmp(ir_attr_str(dn, "act", "bf16"), "fp8") ||
+		!ir_dequant_info(g, dn, &qi) || qi.fmt != QT_FP8)
+		return MOE_NONE;
+	moe_id q = dn->args[0];
+	const ir_node *qn = N(g, q);
+	if (qn->op != MOE_OP_GATHER || nuse[q] != 1 || qn->valid != nb || qn->args[1] != bexp || qn->rank != 3 ||
+		ir_attr_int(qn, "axis", 0) != 0 || N(g, qn->args[0])->op != MOE_OP_WEIGHT || qn->args[0] > q ||
+		nb > q || bexp > q)
+		return MOE_NONE;
+	return q;
+}
+
+/* Finds the gate/up pair: two such einsums on one activation over weights
+ * of one type and shape. */
+static bool find_pair(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_id bexp, moe_id *q1, moe_id *q2)
+{
+	for (moe_id a = 0; a < g->nnodes; a++) {
+		moe_id qa = fp8_qgather(g, nuse, a, nb, bexp);
+		if (qa == MOE_NONE)
+			continue;
+		for (moe_id b = a + 1; b < g->nnodes; b++) {
+			moe_id qb = fp8_qgather(g, nuse, b, nb, bexp);
+			if (qb == MOE_NONE || N(g, b)->args[0] != N(g, a)->args[0])
+				continue;
+			const ir_node *wa = N(g, N(g, qa)->args[0]), *wb = N(g, N(g, qb)->args[0]);
+			if (wa == wb || N(g, qa)->args[0] > (qa < qb ? qa : qb) || N(g, qb)->args[0] > (qa < qb ? qa : qb) ||
+				wa->dtype != wb->dtype || wa->rank != wb->rank ||
+				memcmp(wa->shape, wb->shape, sizeof(int64_t) * wa->rank))
+				continue;
+			*q1 = qa < qb ? qa : qb;
+			*q2 = qa < qb ? qb : qa;
+			return true;
+		}
+	}
+	return false;
+}
+
+moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
+{
+	moe_id nb = ir_graph_node_attr(g, IR_GK_NBLOCKS), bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
+	if (nb == MOE_NONE || bexp == MOE_NONE)
+		return NULL;
+	uint32_t nn = g->nnodes;
+	uint32_t *nuse = ctx_alloc(ctx, (nn + 1) * sizeof *nuse);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE)
+				nuse[a]++;
+		}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		nuse[g->outputs[o]] += 2;
+	moe_id q1 = MOE_NONE, q2 = MOE_NONE;
+	bool found = find_pair(g, nuse, nb, bexp, &q1, &q2);
+	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
+	if (!found)
+		return NULL;
+	int64_t pack_mark = -1;
+	for (moe_id i = 0; i < nn; i++)
+		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
+			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
+			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
+		}
+	moe_graph *dev = ir_graph_clone_empty(g);
+	ir_graph_drop_node_keys(dev);
+	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
+	for (moe_id i = 0; i < nn; i++) {
+		if (i == q2) {
+			continue; /* mapped with q1 */
+		} else if (i != q1) {
+			map[i] = ir_copy_node(dev, g, i, map);
+			continue;
+		}
+		const ir_node *n1 = N(g, q1), *w1 = N(g, n1->args[0]), *w2 = N(g, N(g, q2)->args[0]);
+		moe_id parts[2] = {map[n1->args[0]], map[N(g, q2)->args[0]]};
+		moe_id cat = ir_b_concat(dev, parts, 2, 1, w1->loc);
+		char name[200];
+		snprintf(name, sizeof name, "%.90s+%.90s", w1->name ? w1->name : "w", w2->name ? w2->name : "w");
+		moe_node_set_name(dev, cat, name);
+		if (pack_mark >= 0) /* the tcp-split-weights pass ran: prep.c packs only what it marked */
+			moe_node_set_int(dev, cat, IR_NK_TCP_PACK, pack_mark);
+		moe_id ga[2] = {cat, map[bexp]};
+		moe_id gq = moe_node_new(dev, MOE_OP_GATHER, ga, 2, n1->loc);
+		moe_node_set_int(dev, gq, "axis", 0);
+		if (ir_infer(ctx, dev, gq) != MOE_OK) {
+			ir_graph_free(dev);
+			ctx_free(ctx, map, (nn + 1) * sizeof *map);
+			return NULL;
+		}
+		moe_node_set_valid(dev, gq, map[nb]);
+		int64_t F = w1->shape[1];
+		map[q1] = ir_b_slice(dev, gq, 1, 0, F, n1->loc);
+		map[q2] = ir_b_slice(dev, gq, 1, F, 2 * F, n1->loc);
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		moe_graph_add_output(dev, map[g->outputs[o]]);
+	ir_graph_remap_node_keys(dev, g, map);
+	ctx_free(ctx, map, (nn + 1) * sizeof *map);
+	return dev;
+}

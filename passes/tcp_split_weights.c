@@ -1,0 +1,99 @@
+/* passes/tcp_split_weights.c: the `tcp-split-weights` pass (docs/tcp-isa.md
+ * section 7, item 5): which values the TCP program binds as *packed
+ * weights*, computed once when weights are loaded instead of on the device.
+ *
+ * A node computed from weights and constants only (at least one weight, no
+ * impure op), whose value the rest of the layer or an output reads, is packed
+ * unless it is a free view of one weight (a chain of reshape / broadcast,
+ * which stays a device view): gpt-oss's and Llama 4's fused gate_up
+ * (a permuting einsum, then a strided or half slice), a transposed down, a
+ * sliced bias. The pass records the choice on the graph: each packed node gets
+ * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
+ * executor still runs the graph; the TCP backend (backend-tcp/prep.c) reads
+ * the marks and splits the graph into the device program, where each packed
+ * node is a weight leaf, and the prep graph that computes them. */
+#include "passes/pass.h"
+
+enum { C_DEV, C_CONST, C_WEIGHT };
+
+static bool free_view(const moe_graph *g, moe_id id)
+{
+	for (;;) {
+		const ir_node *n = N(g, id);
+		if (n->op == MOE_OP_WEIGHT)
+			return true;
+		if (n->op != MOE_OP_RESHAPE && n->op != MOE_OP_BROADCAST)
+			return false;
+		id = n->args[0];
+	}
+}
+
+/* Each node's class: device, constant, or weight (weights and constants only). */
+static void classify(const moe_graph *g, uint8_t *cls)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (ir_ops[n->op].flags & OPF_LEAF) {
+			cls[i] = n->op == MOE_OP_WEIGHT ? C_WEIGHT : (n->op == MOE_OP_CONST || n->op == MOE_OP_IOTA) ? C_CONST : C_DEV;
+			continue;
+		}
+		uint8_t c = C_CONST;
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a == MOE_NONE)
+				continue;
+			if (cls[a] == C_DEV)
+				c = C_DEV;
+			else if (cls[a] == C_WEIGHT && c == C_CONST)
+				c = C_WEIGHT;
+		}
+		if (ir_ops[n->op].flags & OPF_IMPURE)
+			c = C_DEV;
+		cls[i] = c;
+	}
+}
+
+uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
+{
+	uint32_t nn = g->nnodes;
+	uint8_t *cls = ctx_alloc(ctx, nn + 1);
+	bool *used_dev = ctx_alloc(ctx, nn + 1);
+	classify(g, cls);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		if (cls[i] == C_WEIGHT)
+			continue;
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE)
+				used_dev[a] = true;
+		}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		used_dev[g->outputs[o]] = true;
+	uint32_t npack = 0;
+	for (moe_id i = 0; i < nn; i++) {
+		pack[i] = cls[i] == C_WEIGHT && N(g, i)->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i);
+		npack += pack[i];
+	}
+	ctx_free(ctx, cls, nn + 1);
+	ctx_free(ctx, used_dev, nn + 1);
+	return npack;
+}
+
+PASS(pass_tcp_split_weights)
+{
+	(void)opts;
+	(void)ud;
+	uint32_t nn = g->nnodes;
+	bool *pack = ctx_alloc(ctx, nn + 1);
+	pass_tcp_pack_plan(ctx, g, pack);
+	int64_t k = 0;
+	for (moe_id i = 0; i < nn; i++)
+		if (pack[i])
+			moe_node_set_int(g, i, IR_NK_TCP_PACK, k++);
+		else if (ir_attr_find(N(g, i), IR_NK_TCP_PACK))
+			moe_node_set_int(g, i, IR_NK_TCP_PACK, -1); /* a mark of an earlier run that no longer holds */
+	ctx_free(ctx, pack, nn + 1);
+	return MOE_OK;
+}

@@ -1,0 +1,138 @@
+/* The TCP-specific passes of the `tcp` pipeline and the backend that reads
+ * what they record. tcp-split-weights marks packed weights (tcp_pack); the
+ * backend splits the program at the marks and decides nothing itself: a mark
+ * taken away keeps that value on the device, and a graph lowered without the
+ * pass (the tcp pipeline less its last pass) is planned by the pass's own
+ * rule, so it compiles to the same program as the tcp pipeline's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moec/frontend.h"
+#include "moec/ir.h"
+#include "moec/passes.h"
+#include "moec/tcp.h"
+
+/* gpt-oss's expert weights at toy size (tests/lit/passes/Inputs/packed.moe) */
+static const char packed_moe[] =
+	"layer packed {\n"
+	"  dim T = 2, D = 4, F = 4, E = 4, K = 2, B = 2\n"
+	"  dtype f32\n"
+	"  input  x : [T, D]\n"
+	"  weight router_w : [E, D]     = \"router.weight\"\n"
+	"  weight gate_up  : [E, D, 2*F] = \"experts.gate_up_proj\"\n"
+	"  weight gate_up_b : [E, 2*F]  = \"experts.gate_up_proj_bias\"\n"
+	"  weight down_t   : [E, F, D]  = \"experts.down_proj\"\n"
+	"  weight down_b   : [E, D]     = \"experts.down_proj_bias\"\n"
+	"  logits = einsum(\"td,ed->te\", x, router_w)\n"
+	"  idx    = topk(logits, K)\n"
+	"  w      = softmax(take_along(logits, idx, axis=1), axis=1)\n"
+	"  gu     = einsum(\"edf->efd\", gate_up)\n"
+	"  gate   = slice(gu, axis=1, start=0, step=2)\n"
+	"  up     = slice(gu, axis=1, start=1, step=2)\n"
+	"  gate_b = slice(gate_up_b, axis=1, start=0, step=2)\n"
+	"  up_b   = slice(gate_up_b, axis=1, start=1, step=2)\n"
+	"  down   = einsum(\"efd->edf\", down_t)\n"
+	"  y = experts(x, idx, w, gate=gate, up=up, down=down, gate_bias=gate_b, up_bias=up_b,\n"
+	"              down_bias=down_b, act=\"gpt_oss\", block=B)\n"
+	"  output y\n"
+	"}\n";
+
+static moe_module *lowered(moe_ctx *ctx, const char *pipeline)
+{
+	moe_module *m = moe_parse_moe(ctx, "packed.moe", packed_moe, strlen(packed_moe), NULL);
+	assert_non_null(m);
+	assert_int_equal(moe_run_pipeline_text(ctx, pipeline, m, NULL), MOE_OK);
+	return m;
+}
+
+/* The TCP assembly of graph 0 of m (malloc'd). */
+static char *assembly(moe_ctx *ctx, moe_module *m)
+{
+	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
+	if (!p)
+		moe_diag_print(ctx, stderr);
+	assert_non_null(p);
+	char *s;
+	size_t n;
+	assert_int_equal(moe_tcp_to_asm(ctx, p, &s, &n), MOE_OK);
+	moe_tcp_program_free(p);
+	return s;
+}
+
+static moe_id node_named(const moe_graph *g, const char *name)
+{
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_name(g, i) && !strcmp(moe_node_name(g, i), name))
+			return i;
+	fail_msg("no node '%s'", name);
+	return MOE_NONE;
+}
+
+static void test_marks_and_plan_agree(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	char unmarked[1024];
+	snprintf(unmarked, sizeof unmarked, "%s", moe_pipeline_named("tcp"));
+	char *last = strstr(unmarked, ",tcp-split-weights");
+	assert_non_null(last);
+	*last = 0;
+	moe_module *t = lowered(ctx, "tcp"), *h = lowered(ctx, unmarked);
+	const moe_graph *g = moe_module_graph(t, 0);
+	static const char *const packed[] = {"gate", "up", "gate_b", "up_b", "down"};
+	for (int i = 0; i < 5; i++) {
+		int64_t k = -1;
+		assert_true(moe_node_get_int(g, node_named(g, packed[i]), "tcp_pack", &k));
+		assert_int_equal(k, i);
+	}
+	int64_t k;
+	assert_false(moe_node_get_int(g, node_named(g, "gu"), "tcp_pack", &k));
+	assert_false(moe_node_get_int(moe_module_graph(h, 0), node_named(moe_module_graph(h, 0), "down"), "tcp_pack", &k));
+	char *a = assembly(ctx, t), *b = assembly(ctx, h);
+	assert_non_null(strstr(a, "\"packed.4.down\""));
+	assert_string_equal(a, b);
+	free(a);
+	free(b);
+	moe_module_free(t);
+	moe_module_free(h);
+	moe_ctx_free(ctx);
+}
+
+/* The backend follows the marks, deciding nothing itself: with the mark on
+ * the transposed down taken away, down stays a device node, where a
+ * one-operand einsum has no lowering, and the compile says so at its line. */
+static void test_backend_reads_marks(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_module *t = lowered(ctx, "tcp");
+	moe_graph *g = moe_module_graph(t, 0);
+	moe_node_set_int(g, node_named(g, "down"), "tcp_pack", -1);
+	assert_null(moe_tcp_compile(ctx, g, NULL));
+	bool said = false;
+	for (size_t i = 0; i < moe_diag_count(ctx); i++) {
+		const char *msg;
+		moe_loc loc;
+		moe_diag_get(ctx, i, NULL, &loc, &msg);
+		said |= strstr(msg, "one-operand einsum has no TCP lowering") && loc.line == 18;
+	}
+	assert_true(said);
+	moe_module_free(t);
+	moe_ctx_free(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_marks_and_plan_agree),
+		cmocka_unit_test(test_backend_reads_marks),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
