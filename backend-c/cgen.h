@@ -60,7 +60,7 @@ typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT, CS_DOT } cg_sk;
  * summed exactly like the generic loop (f32, from -0.0, k ascending, every
  * product rounded before it is added):
  *   for r < rows, j < DOT_LANES, jj = min(j, lanes - 1):
- *     dst[di + r*DOT_LANES + j] = sum_{k < K} A[ai + r*astride + k] * W[wi + jj*wstride + k]
+ *     dst[di + r*drow + j] = sum_{k < K} A[ai + r*astride + k] * W[wi + jj*wstride + k]
  * dst is an f32 buffer, A and W f32 or bf16 buffers (widened on load); lanes
  * >= 1. The LLVM emitter loads DOT_LANES rows of W, transposes them in
  * registers and vectorises across the lanes; the C emitter writes the loops.
@@ -70,10 +70,19 @@ typedef enum cg_sk { CS_FOR, CS_SET, CS_STORE, CS_IF, CS_FAULT, CS_DOT } cg_sk;
  * f32), added pairwise in another order, with bf16 denormal inputs and f32
  * denormal results flushed to zero; docs/abi.md bounds the difference. */
 enum { DOT_LANES = 16 };
+/* A CS_DOT statement computes a group of up to `group` such tiles side by
+ * side (group 0 counts as 1): for u < group with lanes > u * DOT_LANES, tile u
+ * is the tile above with lanes min(lanes - u * DOT_LANES, DOT_LANES), W rows
+ * from wi + u * DOT_LANES * wstride and dst from di + u * dstep; rows of dst
+ * are drow elements apart (0 counts as DOT_LANES) instead of DOT_LANES. Each
+ * element is summed exactly as in its own tile; the group lets the vdpbf16ps
+ * kernel reuse each broadcast pair of A across the group's columns. */
+enum { DOT_GROUP = 4 };
 typedef struct cg_dot {
 	int abuf, wbuf, dbuf;
 	struct cg_expr *rows, *lanes, *ai, *wi, *di; /* I64 */
 	int64_t K, astride, wstride;
+	int64_t group, dstep, drow;
 } cg_dot;
 
 typedef struct cg_stmt cg_stmt;

@@ -243,15 +243,26 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 1);
 	fprintf(o, "const int64_t rows = ");
 	ex(c, t->rows);
-	fprintf(o, ", last = ");
+	fprintf(o, ", lanes = ");
 	ex(c, t->lanes);
-	fprintf(o, " - 1, ai = ");
+	fprintf(o, ", ai = ");
 	ex(c, t->ai);
-	fprintf(o, ", wi = ");
+	fprintf(o, ", wi0 = ");
 	ex(c, t->wi);
-	fprintf(o, ", di = ");
+	fprintf(o, ", di0 = ");
 	ex(c, t->di);
 	fprintf(o, ";\n");
+	/* the group's tiles, one after the other (cgen.h) */
+	indent(o, d + 1);
+	fprintf(o, "for (int64_t u = 0; u < %lld && lanes > u * %d; u++) {\n", (long long)(t->group > 1 ? t->group : 1),
+		DOT_LANES);
+	d++;
+	indent(o, d + 1);
+	fprintf(o, "const int64_t last = (lanes - u * %d < %d ? lanes - u * %d : %d) - 1;\n", DOT_LANES, DOT_LANES,
+		DOT_LANES, DOT_LANES);
+	indent(o, d + 1);
+	fprintf(o, "const int64_t wi = wi0 + u * INT64_C(%lld), di = di0 + u * INT64_C(%lld);\n",
+		(long long)(DOT_LANES * t->wstride), (long long)t->dstep);
 	indent(o, d + 1);
 	fprintf(o, "for (int64_t r = 0; r < rows; r++)\n");
 	indent(o, d + 2);
@@ -269,8 +280,11 @@ static void dot(emc *c, const cg_dot *t, int d)
 	indent(o, d + 4);
 	fprintf(o, "s = s + %s * %s;\n", abf ? "moe_ld_bf16(a[k])" : "a[k]", bf ? "moe_ld_bf16(w[k])" : "w[k]");
 	indent(o, d + 3);
-	fprintf(o, "b%d[di + r * %d + j] = s;\n", t->dbuf, DOT_LANES);
+	fprintf(o, "b%d[di + r * INT64_C(%lld) + j] = s;\n", t->dbuf, (long long)(t->drow > 0 ? t->drow : DOT_LANES));
 	indent(o, d + 2);
+	fprintf(o, "}\n");
+	d--;
+	indent(o, d + 1);
 	fprintf(o, "}\n");
 	indent(o, d);
 	fprintf(o, "}\n");

@@ -11,12 +11,7 @@ const char cgl_dot_built[] = __DATE__ " " __TIME__;
 
 /* ---- CS_DOT: counted loops with phi induction variables ---- */
 
-typedef struct dloop {
-	LLVMBasicBlockRef head, exit;
-	LLVMValueRef iv;
-} dloop;
-
-static LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef hi)
+LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef hi)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
@@ -32,7 +27,7 @@ static LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef 
 	return l->iv;
 }
 
-static void dloop_end(eml *E, dloop *l, int64_t step)
+void dloop_end(eml *E, dloop *l, int64_t step)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMValueRef next = LLVMBuildAdd(b, l->iv, LLVMConstInt(E->i64, (unsigned long long)step, 0), "");
@@ -84,7 +79,7 @@ static void dot_rows(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
 	dloop lr;
 	LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
-	LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
+	LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)cgl_drow(t), 0), ""), "");
 	LLVMValueRef dp = cgl_elem_ptr(E, t->dbuf, di_r);
 	LLVMValueRef acc = LLVMBuildLoad2(b, vf, dp, "");
 	LLVMSetAlignment(acc, 4);
@@ -192,11 +187,11 @@ static void dot_bf16_rows(eml *E, const cg_dot *t, LLVMValueRef r0, int g, LLVMV
 	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
 	LLVMValueRef dp[DOT_BF16_ROWS], acc[DOT_BF16_ROWS];
 	/* one base pointer each for the rows of dst and of A, the rows at constant offsets from it */
-	LLVMValueRef d0 = cgl_elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r0, LLVMConstInt(E->i64, DOT_LANES, 0), ""), ""));
+	LLVMValueRef d0 = cgl_elem_ptr(E, t->dbuf, LLVMBuildAdd(b, di, LLVMBuildMul(b, r0, LLVMConstInt(E->i64, (unsigned long long)cgl_drow(t), 0), ""), ""));
 	LLVMValueRef a0 = cgl_elem_ptr(E, t->abuf, LLVMBuildAdd(b, ai,
 		LLVMBuildAdd(b, LLVMBuildMul(b, r0, LLVMConstInt(E->i64, (unsigned long long)t->astride, 0), ""), k0, ""), ""));
 	for (int q = 0; q < g; q++) {
-		LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)(q * DOT_LANES), 0);
+		LLVMValueRef off = LLVMConstInt(E->i64, (unsigned long long)(q * cgl_drow(t)), 0);
 		dp[q] = LLVMBuildInBoundsGEP2(b, E->f32, d0, &off, 1, "");
 		acc[q] = LLVMBuildLoad2(b, vf, dp[q], "");
 		LLVMSetAlignment(acc[q], 4);
@@ -301,15 +296,15 @@ static void dot_bf16_either(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValu
 	LLVMPositionBuilderAtEnd(b, done);
 }
 
-void cgl_dot(eml *E, const cg_dot *t)
+/* one tile of the statement's group (cgen.h, CS_DOT) */
+static void dot_tile(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef lanes, LLVMValueRef ai, LLVMValueRef wi,
+	LLVMValueRef di)
 {
 	LLVMBuilderRef b = E->b;
 	bool bf = E->p->bufs[t->wbuf].dtype == MOE_BF16;
 	bool fast = E->bf16dot && bf && E->p->bufs[t->abuf].dtype == MOE_BF16;
 	LLVMTypeRef welt = bf ? E->i16 : E->f32, vf = LLVMVectorType(E->f32, DOT_LANES);
 	LLVMTypeRef vw = LLVMVectorType(welt, DOT_LANES);
-	LLVMValueRef rows = cgl_ex(E, t->rows), lanes = cgl_ex(E, t->lanes), ai = cgl_ex(E, t->ai), wi = cgl_ex(E, t->wi),
-		     di = cgl_ex(E, t->di);
 	LLVMValueRef last = LLVMBuildSub(b, lanes, LLVMConstInt(E->i64, 1, 0), "");
 	LLVMValueRef wrow[DOT_LANES]; /* element index of each lane's row of W */
 	for (int j = 0; j < DOT_LANES; j++) {
@@ -320,7 +315,7 @@ void cgl_dot(eml *E, const cg_dot *t)
 	{ /* every accumulator starts at -0.0 */
 		dloop lr;
 		LLVMValueRef r = dloop_begin(E, &lr, LLVMConstInt(E->i64, 0, 0), rows);
-		LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
+		LLVMValueRef di_r = LLVMBuildAdd(b, di, LLVMBuildMul(b, r, LLVMConstInt(E->i64, (unsigned long long)cgl_drow(t), 0), ""), "");
 		LLVMValueRef st = LLVMBuildStore(b, LLVMBuildBitCast(b, splat32(E, E->i32, 0x80000000u), vf, ""),
 			cgl_elem_ptr(E, t->dbuf, di_r));
 		LLVMSetAlignment(st, 4);
@@ -360,3 +355,59 @@ void cgl_dot(eml *E, const cg_dot *t)
 	}
 }
 
+
+/* the group's tiles one at a time: tile u while lanes > u * DOT_LANES */
+static void dot_tiles(eml *E, const cg_dot *t, int64_t G, LLVMValueRef rows, LLVMValueRef lanes, LLVMValueRef ai,
+	LLVMValueRef wi, LLVMValueRef di)
+{
+	LLVMBuilderRef b = E->b;
+	dloop lu;
+	LLVMValueRef u = dloop_begin(E, &lu, LLVMConstInt(E->i64, 0, 0), LLVMConstInt(E->i64, (unsigned long long)G, 0));
+	LLVMValueRef rest = LLVMBuildSub(b, lanes, LLVMBuildMul(b, u, LLVMConstInt(E->i64, DOT_LANES, 0), ""), "");
+	LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.tile");
+	LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.tnext");
+	LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGT, rest, LLVMConstInt(E->i64, 0, 0), ""), yes, next);
+	LLVMPositionBuilderAtEnd(b, yes);
+	LLVMValueRef lu_n = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, rest, LLVMConstInt(E->i64, DOT_LANES, 0), ""),
+		rest, LLVMConstInt(E->i64, DOT_LANES, 0), "");
+	LLVMValueRef wi_u = LLVMBuildAdd(b, wi, LLVMBuildMul(b, u, LLVMConstInt(E->i64, (unsigned long long)(DOT_LANES * t->wstride), 0), ""), "");
+	LLVMValueRef di_u = LLVMBuildAdd(b, di, LLVMBuildMul(b, u, LLVMConstInt(E->i64, (unsigned long long)t->dstep, 0), ""), "");
+	dot_tile(E, t, rows, lu_n, ai, wi_u, di_u);
+	LLVMBuildBr(b, next);
+	LLVMPositionBuilderAtEnd(b, next);
+	dloop_end(E, &lu, 1);
+}
+
+void cgl_dot(eml *E, const cg_dot *t)
+{
+	LLVMBuilderRef b = E->b;
+	int64_t G = t->group > 1 ? t->group : 1;
+	LLVMValueRef rows = cgl_ex(E, t->rows), lanes = cgl_ex(E, t->lanes), ai = cgl_ex(E, t->ai), wi = cgl_ex(E, t->wi),
+		     di = cgl_ex(E, t->di);
+	if (G == 1) {
+		dot_tile(E, t, rows, lanes, ai, wi, di);
+		return;
+	}
+	LLVMValueRef pw = cgl_dot_group_packed(E, t);
+	if (!pw) {
+		dot_tiles(E, t, G, rows, lanes, ai, wi, di);
+		return;
+	}
+	/* a whole group of packed tiles: the register-blocked kernel (emit_dotg.c) */
+	LLVMValueRef whole = LLVMBuildAnd(b,
+		LLVMBuildICmp(b, LLVMIntEQ, lanes, LLVMConstInt(E->i64, (unsigned long long)(G * DOT_LANES), 0), ""),
+		LLVMBuildICmp(b, LLVMIntEQ,
+			LLVMBuildSRem(b, wi, LLVMConstInt(E->i64, (unsigned long long)(DOT_LANES * t->K), 0), ""),
+			LLVMConstInt(E->i64, 0, 0), ""), "");
+	LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.whole");
+	LLVMBasicBlockRef no = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.tiles");
+	LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.done");
+	LLVMBuildCondBr(b, whole, yes, no);
+	LLVMPositionBuilderAtEnd(b, yes);
+	cgl_dot_group(E, t, G, rows, ai, wi, di, pw);
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, no);
+	dot_tiles(E, t, G, rows, lanes, ai, wi, di);
+	LLVMBuildBr(b, done);
+	LLVMPositionBuilderAtEnd(b, done);
+}

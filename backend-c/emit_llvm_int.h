@@ -46,7 +46,24 @@ LLVMValueRef cgl_elem_ptr(eml *E, int buf, LLVMValueRef idx);
 LLVMValueRef cgl_ci32(eml *E, uint32_t v);
 LLVMValueRef cgl_widen_bf16(eml *E, LLVMValueRef v);
 /* emit_dot.c */
+/* the row stride of a CS_DOT's dst */
+static inline int64_t cgl_drow(const cg_dot *t)
+{
+	return t->drow > 0 ? t->drow : DOT_LANES;
+}
 void cgl_dot(eml *E, const cg_dot *t);
+/* a counted loop: iv from lo while iv < hi (signed), step given at the end */
+typedef struct dloop {
+	LLVMBasicBlockRef head, exit;
+	LLVMValueRef iv;
+} dloop;
+LLVMValueRef dloop_begin(eml *E, dloop *l, LLVMValueRef lo, LLVMValueRef hi);
+void dloop_end(eml *E, dloop *l, int64_t step);
+/* emit_dotg.c: NULL, or the packed copy of t's W when a whole group may run
+ * the register-blocked vdpbf16ps kernel; that kernel, for rows of A */
+LLVMValueRef cgl_dot_group_packed(eml *E, const cg_dot *t);
+void cgl_dot_group(eml *E, const cg_dot *t, int64_t G, LLVMValueRef rows, LLVMValueRef ai, LLVMValueRef wi,
+	LLVMValueRef di, LLVMValueRef pw);
 extern const char cgl_dot_built[]; /* its build date and time */
 
 #endif

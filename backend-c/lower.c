@@ -407,10 +407,13 @@ static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
 	return P.role[E.e.in[P.ib][0] - 'a'] == 'g';
 }
 
-/* offset of a tile's accumulators: per tile for dot tiles, else shared */
-static cg_expr *accbase(lw *L, bool dot, int tile, int64_t per_tile)
+/* index of the accumulator of row r, column j of a tile of NT columns: an
+ * [M, NT] panel, per tile for dot tiles (groups of DOT_GROUP tiles of
+ * DOT_LANES columns, CS_DOT), else shared */
+static cg_expr *accidx(lw *L, bool dot, int tile, int64_t M, int64_t NT, int r, int j)
 {
-	return dot ? mul64(L, vr(L, tile), per_tile) : NULL;
+	cg_expr *in = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
+	return dot ? add64(L, mul64(L, vr(L, tile), M * NT), in) : in;
 }
 
 /* Fast path for float two-operand contractions: per batch element the valid
@@ -443,12 +446,16 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		lv[i] = -1;
 	int64_t M = gm.size, K = gk.size;
 	int lastn = gn.l[gn.n - 1];
-	int64_t NL = E.size[lastn], NT = dot ? DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
+	int64_t NL = E.size[lastn], NT = dot ? DOT_GROUP * DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
 	int64_t ntiles = (NL + NT - 1) / NT;
 	/* bf16 times bf16 dot tiles keep A in bf16 (exact): the LLVM emitter may
 	 * then use the CPU's bf16 dot-product instructions (cgen.h, CS_DOT) */
 	bool abf = dot && p->bufs[A].dtype == MOE_BF16 && p->bufs[B].dtype == MOE_BF16;
-	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, M * K), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
+	/* a bf16 panel's rows are K + 32 elements apart: with K * 2 bytes a
+	 * multiple of 4 KB, the rows a tile reads at one k would all fall in one
+	 * set of the L1 cache and evict each other */
+	int64_t AS = abf ? K + 32 : K;
+	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, M * AS), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
 	/* dot tiles are independent (a parallel loop): each has its own accumulators */
 	int64_t accsz = M * NT * (dot ? ntiles : 1);
 	int acc = cgen_scratch(L, MOE_F32, accsz);
@@ -512,7 +519,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			int l = E.e.in[ia][dd] - 'a';
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
-		store(L, kb, apan, add64(L, mul64(L, vr(L, r), K), vr(L, kk)), ld(L, A, ai));
+		store(L, kb, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, kk)), ld(L, A, ai));
 		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
 		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
 		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
@@ -560,9 +567,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		cg_stmt *s = st(L, nb, CS_DOT);
 		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
 		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0),
-			mul64(L, vr(L, tile), M * NT), K, K, E.st[ib][lastn]};
+			mul64(L, vr(L, tile), M * NT), K, AS, E.st[ib][lastn], DOT_GROUP, DOT_LANES, NT};
 		s->dot = d;
-		comment(L, nb, "a tile of dot products, k ascending per element");
+		comment(L, nb, "a group of tiles of dot products, k ascending per element");
 	} else {
 		{ /* pack B panel: [K, NT] */
 			int kk = newvar(L, CT_I64), j;
@@ -594,7 +601,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			set(L, tb, kend, bin(L, CE_MIN, add64(L, mul64(L, vr(L, kt), KT), ic(L, KT)), ic(L, K)));
 			cg_block *rb = loopv(L, tb, &r, ic(L, 0), vr(L, rows));
 			cg_block *kb = loopv(L, rb, &k, mul64(L, vr(L, kt), KT), vr(L, kend));
-			set(L, kb, av, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))));
+			set(L, kb, av, ld(L, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, k))));
 			cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
 			cg_expr *ai = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
 			cg_expr *prod = bin(L, CE_MUL, vr(L, av), ld(L, bpan, add64(L, mul64(L, vr(L, k), NT), vr(L, j))));
@@ -618,9 +625,8 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			cg_block *kb = loopv(L, jb, &k, ic(L, 0), ic(L, K));
 			set(L, kb, sv,
 				bin(L, CE_ADD, vr(L, sv),
-					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), K), vr(L, k))), fc(L, 0.0f))));
-			store(L, jb, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j))),
-				vr(L, sv));
+					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, k))), fc(L, 0.0f))));
+			store(L, jb, acc, accidx(L, dot, tile, M, NT, r, j), vr(L, sv));
 		}
 		/* store rows of the panel */
 		int r = newvar(L, CT_I64), j;
@@ -636,7 +642,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			oi = add64(L, oi, mul64(L, pos, E.ost[l]));
 		}
 		store(L, jb, out, oi,
-			ld(L, acc, add64(L, accbase(L, dot, tile, M * NT), add64(L, mul64(L, vr(L, r), NT), vr(L, j)))));
+			ld(L, acc, accidx(L, dot, tile, M, NT, r, j)));
 		set(L, sb, r, add64(L, vr(L, r), ic(L, 1)));
 	}
 	return true;

@@ -261,7 +261,8 @@ void cgen_lower_take_along(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t os[MOE_MAX_RANK], xs[MOE_MAX_RANK];
 	strides_of(n, os);
 	strides_of(x, xs);
-	cg_block *in = loops(L, b, n->shape, 0, n->rank, iv);
+	int md = mask_depth(L, n);
+	cg_block *in = loops(L, nest(L, b, n, out, md, iv), n->shape, md, n->rank, iv);
 	cg_expr *oi = lin(L, iv, os, n->rank, NULL);
 	int t = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], oi), x->shape[ax]);
 	int64_t xs2[MOE_MAX_RANK];
@@ -282,7 +283,15 @@ void cgen_lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t row = ir_numel(n) / n->shape[0];
 	int64_t is[MOE_MAX_RANK];
 	strides_of(ix, is);
-	cg_block *in = loops(L, b, ix->shape, 0, ix->rank, iv);
+	cg_block *in = b;
+	int d0 = 0;
+	if (n->valid != MOE_NONE && ix->rank >= 1) { /* only index rows below the count are applied */
+		int cnt = newvar(L, CT_I64);
+		set(L, b, cnt, clamp_count(L, ld(L, L->p->node_buf[n->valid], ic(L, 0)), ix->shape[0]));
+		in = loopv(L, b, &iv[0], ic(L, 0), vr(L, cnt));
+		d0 = 1;
+	}
+	in = loops(L, in, ix->shape, d0, ix->rank, iv);
 	cg_expr *p = lin(L, iv, is, ix->rank, NULL);
 	int r = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], p), n->shape[0]);
 	int j;
@@ -333,7 +342,19 @@ bool cgen_lower_filter(lw *L, cg_block *b, const ir_node *n, int out)
 
 /* Open loops over every dim except `ax` of x; returns the base index (i64
  * expression of the outer/inner position) and the output index. */
+/* The loops around axis ax of x (reduce, softmax); a result n with a scalar
+ * valid mask (ax > 0: its rows are x's) runs the rows below the count only
+ * and zeroes the others of out. */
+static cg_block *around_axis_masked(lw *L, cg_block *b, const ir_node *x, int ax, cg_expr **xbase, cg_expr **obase,
+	const ir_node *n, int out);
+
 static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_expr **xbase, cg_expr **obase)
+{
+	return around_axis_masked(L, b, x, ax, xbase, obase, NULL, -1);
+}
+
+static cg_block *around_axis_masked(lw *L, cg_block *b, const ir_node *x, int ax, cg_expr **xbase, cg_expr **obase,
+	const ir_node *n, int out)
 {
 	int iv[MOE_MAX_RANK];
 	int64_t xs[MOE_MAX_RANK], osk[MOE_MAX_RANK];
@@ -351,7 +372,15 @@ static cg_block *around_axis(lw *L, cg_block *b, const ir_node *x, int ax, cg_ex
 			iv[d] = -1;
 			continue;
 		}
-		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), ic(L, x->shape[d]));
+		cg_expr *hi = ic(L, x->shape[d]);
+		if (d == 0 && n && n->valid != MOE_NONE) {
+			int cnt = newvar(L, CT_I64);
+			int64_t row = ir_numel(n) / n->shape[0];
+			set(L, b, cnt, clamp_count(L, ld(L, L->p->node_buf[n->valid], ic(L, 0)), n->shape[0]));
+			zero_range(L, b, out, mul64(L, vr(L, cnt), row), ic(L, ir_numel(n)));
+			hi = vr(L, cnt);
+		}
+		cg_block *in = loopv(L, b, &iv[d], ic(L, 0), hi);
 		if (outer) /* each iteration reduces into its own outputs */
 			par_if_big(b, ir_numel(x));
 		outer = false;
@@ -369,7 +398,7 @@ void cgen_lower_reduce(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t xs[MOE_MAX_RANK];
 	strides_of(x, xs);
 	cg_expr *xb, *ob;
-	cg_block *in = around_axis(L, b, x, ax, &xb, &ob);
+	cg_block *in = around_axis_masked(L, b, x, ax, &xb, &ob, n, out);
 	cg_ty t = val_ty((moe_dtype)x->dtype);
 	int acc = newvar(L, t), k;
 	cg_expr *elt;
@@ -390,7 +419,7 @@ void cgen_lower_softmax(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t xs[MOE_MAX_RANK];
 	strides_of(n, xs);
 	cg_expr *xb, *ob;
-	cg_block *in = around_axis(L, b, n, ax, &xb, &ob);
+	cg_block *in = around_axis_masked(L, b, n, ax, &xb, &ob, n, out);
 	(void)ob;
 	int m = newvar(L, CT_F32), s = newvar(L, CT_F32), k1, k2, k3;
 	set(L, in, m, ld(L, src, xb));

@@ -101,10 +101,10 @@ static void print_insn(sb *b, const tcp_insn *in)
 		sbf(b, "]");
 	}
 	if (in->flags)
-		sbf(b, " flags=%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
+		sbf(b, " flags=%s%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
 			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? "join," : "",
 			in->flags & TCP_F_E2M1 ? "e2m1," : "", in->flags & TCP_F_I4 ? "i4," : "",
-			in->flags & TCP_F_SCALED ? "scaled," : "");
+			in->flags & TCP_F_SCALED ? "scaled," : "", in->flags & TCP_F_VROWS ? "vrows," : "");
 	if (in->vreg >= 0)
 		sbf(b, " valid=r%d", in->vreg);
 	if (in->tile)
@@ -408,6 +408,8 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_I4;
 				else if (lit(&s, "scaled,"))
 					in.flags |= TCP_F_SCALED;
+				else if (lit(&s, "vrows,"))
+					in.flags |= TCP_F_VROWS;
 				else {
 					ok = false;
 					break;

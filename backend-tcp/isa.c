@@ -435,6 +435,8 @@ static void check_insn(vc *c, int64_t pc)
 		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
 	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT)
 		verr(c, pc, "only a contraction is scaled");
+	if ((in->flags & TCP_F_VROWS) && in->op != TCP_OP_DMA_GATHER && in->op != TCP_OP_DMA_SCATTER)
+		verr(c, pc, "only a gather or scatter counts valid groups (vrows)");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
 		verr(c, pc, "bad valid-count register r%d", in->vreg);
 	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);

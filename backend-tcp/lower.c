@@ -47,10 +47,108 @@ static void lower_leaf(lw *c, moe_id id)
 			ctx_free(c->ctx, src, strlen(src) + 1);
 		}
 		c->v[id] = tview(t, id, n);
+		if (n->op == MOE_OP_INPUT)
+			c->leaf_t[id] = t;
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
 		break;
 	}
 	}
+}
+
+/* A row slice of a graph input read by a row chunk of the tail: a view of
+ * the input in HBM (copied to DM by its reader, per chunk), not of the DM copy
+ * routing may have made of the whole input. */
+static bool input_rows(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->sink || n->op != MOE_OP_SLICE || c->leaf_t[n->args[0]] < 0 || ir_attr_int(n, "step", 1) != 1)
+		return false;
+	const ir_node *s = N(c->g, n->args[0]);
+	int axis = norm_axis(n, s, 0);
+	int64_t start = ir_attr_int(n, "start", 0);
+	if (start < 0)
+		start += s->shape[axis];
+	val v = tview(c->leaf_t[n->args[0]], id, s);
+	v.base = start * v.stride[axis];
+	c->v[id] = v;
+	return true;
+}
+
+/* Is o exactly one graph output (index *idx) that no node reads? */
+static bool sole_output(const lw *c, moe_id o, uint32_t *idx)
+{
+	const moe_graph *g = c->g;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < g->nout; i++)
+		if (g->outputs[i] == o)
+			*idx = i, k++;
+	for (moe_id i = o + 1; i < g->nnodes && k == 1; i++)
+		for (uint32_t a = 0; a < N(g, i)->nargs; a++)
+			k += N(g, i)->args[a] == o;
+	return k == 1;
+}
+
+/* The HBM tensor of graph output o, named output<idx>. */
+static int32_t out_tensor(lw *c, moe_id o, uint32_t idx)
+{
+	const ir_node *n = N(c->g, o);
+	char name[64];
+	snprintf(name, sizeof name, "output%u", idx);
+	int32_t t = tcpl_hbm_tensor(c, n->name ? n->name : name, TCP_T_OUTPUT, (moe_dtype)n->dtype, n->rank, n->shape);
+	c->p->t[t].name[0] = 0;
+	ctx_free(c->ctx, c->p->t[t].name, 1);
+	c->p->t[t].name = ctx_alloc(c->ctx, strlen(name) + 1);
+	memcpy(c->p->t[t].name, name, strlen(name));
+	return t;
+}
+
+/* (sink, or an output of 1/8 of DM or more) An output joined from parts
+ * along its rows (out_cat): each part is DMA'd into its rows of the output
+ * tensor as soon as it is computed, so no whole copy sits in DM. Not
+ * otherwise: that DMA would queue ahead of the next part's gather and hold
+ * it behind this part's compute. */
+static bool out_cat(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	uint32_t idx = 0;
+	if (n->op != MOE_OP_CONCAT || !(c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S) || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
+		c->inreg[id] || !sole_output(c, id, &idx))
+		return false;
+	for (uint32_t i = 0; i < n->nargs; i++)
+		for (uint32_t k = 0; k < i; k++)
+			if (n->args[k] == n->args[i])
+				return false;
+	return true;
+}
+
+static void out_part(lw *c, moe_id part)
+{
+	moe_id id = c->cat_of[part];
+	const ir_node *n = N(c->g, id), *a = N(c->g, part);
+	if (c->v[id].kind != VK_VIEW) {
+		uint32_t idx = 0;
+		sole_output(c, id, &idx);
+		c->v[id] = tview(out_tensor(c, id, idx), id, n);
+	}
+	int64_t row = ir_numel(n) / (n->shape[0] ? n->shape[0] : 1), off = 0;
+	for (uint32_t i = 0; i < n->nargs && n->args[i] != part; i++)
+		off += N(c->g, n->args[i])->shape[0];
+	val *v = tcpl_need_view(c, part);
+	if (v->kind != VK_VIEW || !is_contig(v, a) || c->p->t[v->t].dtype != a->dtype)
+		v = tcpl_copy_contig(c, part);
+	if (v->kind != VK_VIEW || !is_contig(v, a) || c->p->t[v->t].dtype != a->dtype) {
+		tcpl_err(c, id, "output part is not a contiguous tensor");
+		return;
+	}
+	dma_copy(c, c->v[id].t, off * row, -1, 0, v->t, v->base, -1, 0, ir_numel(a));
+}
+
+/* Lower node id (and, for a part of an output joined along its rows, its DMA out). */
+static void lower_one(lw *c, moe_id id)
+{
+	tcpl_lower_node(c, id);
+	if (c->cat_of[id] != MOE_NONE && !c->failed)
+		out_part(c, id);
 }
 
 void tcpl_lower_node(lw *c, moe_id id)
@@ -78,6 +176,10 @@ void tcpl_lower_node(lw *c, moe_id id)
 		tcpl_lower_qview(c, id);
 		return;
 	}
+	if (input_rows(c, id))
+		return;
+	if (n->op == MOE_OP_CONCAT && c->v[id].kind == VK_VIEW && c->p->t[c->v[id].t].kind == TCP_T_OUTPUT)
+		return; /* its parts went out one by one (out_part) */
 	switch ((moe_op)n->op) {
 	case MOE_OP_RESHAPE:
 	case MOE_OP_SLICE:
@@ -139,7 +241,7 @@ static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	return true;
 }
 
-static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
 	memset(c, 0, sizeof *c);
@@ -163,10 +265,16 @@ static void lw_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	c->ggrid = ctx_alloc(ctx, sizeof(moe_id) * (nn + 1));
 	c->gdefer = ctx_alloc(ctx, nn + 1);
 	c->tier = ctx_alloc(ctx, nn + 1);
+	c->after = ctx_alloc(ctx, nn + 1);
+	c->cat_of = ctx_alloc(ctx, sizeof *c->cat_of * (nn + 1));
+	c->order1 = ctx_alloc(ctx, sizeof *c->order1 * (nn + 1));
+	c->leaf_t = ctx_alloc(ctx, sizeof *c->leaf_t * (nn + 1));
+	for (moe_id i = 0; i < nn; i++)
+		c->leaf_t[i] = -1, c->cat_of[i] = MOE_NONE;
 	c->store_dt = ctx_alloc(ctx, nn + 1);
 }
 
-static void lw_fini(lw *c)
+void tcpl_fini(lw *c)
 {
 	moe_ctx *ctx = c->ctx;
 	uint32_t nn = c->g->nnodes;
@@ -183,6 +291,10 @@ static void lw_fini(lw *c)
 	ctx_free(ctx, c->ggrid, sizeof(moe_id) * (nn + 1));
 	ctx_free(ctx, c->gdefer, nn + 1);
 	ctx_free(ctx, c->tier, nn + 1);
+	ctx_free(ctx, c->after, nn + 1);
+	ctx_free(ctx, c->cat_of, sizeof *c->cat_of * (nn + 1));
+	ctx_free(ctx, c->order1, sizeof *c->order1 * (nn + 1));
+	ctx_free(ctx, c->leaf_t, sizeof *c->leaf_t * (nn + 1));
 	ctx_free(ctx, c->store_dt, nn + 1);
 	ctx_free(ctx, c->live, c->lcap * sizeof *c->live);
 }
@@ -191,6 +303,98 @@ static void last_use(lw *c, moe_id owner, int64_t q)
 {
 	if (q > c->last[owner])
 		c->last[owner] = q;
+}
+
+/* after[i]: node i is emitted after the block loop: it depends on the loop,
+ * or (sink) every reader of it comes after the loop and so does every
+ * operand but leaves (sinking it extends no other value's life through the
+ * loop). */
+static bool sinkable(const lw *c, moe_id i, const bool *after)
+{
+	const ir_node *n = N(c->g, i);
+	if (ir_ops[n->op].flags & OPF_LEAF)
+		return false;
+	for (uint32_t k = 0; k <= n->nargs; k++) {
+		moe_id a = k < n->nargs ? n->args[k] : n->valid;
+		if (a != MOE_NONE && !after[a] && !(ir_ops[N(c->g, a)->op].flags & OPF_LEAF))
+			return false;
+	}
+	return true;
+}
+
+static void mark_after(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++)
+		c->after[i] = !c->inreg[i] && (c->dep[i] || (c->sink && c->rows != MOE_NONE));
+	if (c->rows != MOE_NONE)
+		c->after[c->rows] = c->after[c->nblocks] = c->after[c->bexp] = false;
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (moe_id i = 0; i < nn; i++) /* operands first */
+			if (c->after[i] && !c->dep[i] && !sinkable(c, i, c->after))
+				c->after[i] = false, changed = true;
+		for (moe_id i = nn; i-- > 0;) { /* a value read before the loop is computed before it */
+			const ir_node *n = N(g, i);
+			if (c->after[i])
+				continue;
+			for (uint32_t k = 0; k <= n->nargs; k++) {
+				moe_id a = k < n->nargs ? n->args[k] : n->valid;
+				if (a != MOE_NONE && c->after[a] && !c->dep[a])
+					c->after[a] = false, changed = true;
+			}
+		}
+	}
+}
+
+/* The nodes after the loop in emission order: by id, or (sink) depth first
+ * from the outputs, so each row chunk of the tail runs to its end before the
+ * next starts and its buffers are freed. */
+static uint32_t visit_after(lw *c, moe_id root, bool *seen, moe_id *stack, uint32_t *next, uint32_t n1)
+{
+	const moe_graph *g = c->g;
+	if (!c->after[root] || seen[root])
+		return n1;
+	uint32_t sp = 0;
+	stack[sp++] = root;
+	seen[root] = true;
+	next[root] = 0;
+	while (sp) {
+		moe_id i = stack[sp - 1];
+		const ir_node *n = N(g, i);
+		if (next[i] > n->nargs) { /* every operand and the valid mask visited */
+			c->order1[n1++] = i;
+			sp--;
+			continue;
+		}
+		uint32_t k = next[i]++;
+		moe_id a = k < n->nargs ? n->args[k] : n->valid;
+		if (a != MOE_NONE && c->after[a] && !seen[a]) {
+			seen[a] = true;
+			next[a] = 0;
+			stack[sp++] = a;
+		}
+	}
+	return n1;
+}
+
+static void order_after(lw *c)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes, n1 = 0;
+	bool *seen = ctx_alloc(c->ctx, nn + 1);
+	moe_id *stack = ctx_alloc(c->ctx, sizeof *stack * (nn + 1));
+	uint32_t *next = ctx_alloc(c->ctx, sizeof *next * (nn + 1)); /* operand to visit next */
+	for (uint32_t o = 0; c->sink && o < g->nout; o++)
+		n1 = visit_after(c, g->outputs[o], seen, stack, next, n1);
+	for (moe_id i = 0; i < nn; i++) /* what the outputs do not reach, by id */
+		if (c->after[i] && !seen[i])
+			c->order1[n1++] = i;
+	c->norder1 = n1;
+	ctx_free(c->ctx, seen, nn + 1);
+	ctx_free(c->ctx, stack, sizeof *stack * (nn + 1));
+	ctx_free(c->ctx, next, sizeof *next * (nn + 1));
 }
 
 /* Emission tiers of the nodes before the loop (each tier in node order;
@@ -214,7 +418,7 @@ static void mark_tiers(lw *c)
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
 		bool h = !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_GATHER && n->op != MOE_OP_SCATTER &&
-			 n->op != MOE_OP_TAKE_ALONG && !c->inreg[i] && !c->dep[i] && n->valid == MOE_NONE && !c->is_out[i];
+			 n->op != MOE_OP_TAKE_ALONG && !c->inreg[i] && !c->after[i] && n->valid == MOE_NONE && !c->is_out[i];
 		for (uint32_t k = 0; k < n->nargs && h; k++) {
 			const ir_node *a = n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
 			h = a && (a->op == MOE_OP_CONST || a->op == MOE_OP_IOTA ||
@@ -231,11 +435,11 @@ static void mark_tiers(lw *c)
 		bool need = c->inreg[i] || c->tier[i] == 1 || i == c->rows || i == c->nblocks || i == c->bexp || dma;
 		if (!need)
 			continue;
-		if (c->tier[i] == 2 && !c->inreg[i] && !c->dep[i])
+		if (c->tier[i] == 2 && !c->inreg[i] && !c->after[i])
 			c->tier[i] = 1;
 		for (uint32_t k = 0; k <= n->nargs; k++) {
 			moe_id a = k < n->nargs ? n->args[k] : n->valid;
-			if (a != MOE_NONE && c->tier[a] == 2 && !c->inreg[a] && !c->dep[a])
+			if (a != MOE_NONE && c->tier[a] == 2 && !c->inreg[a] && !c->after[a])
 				c->tier[a] = 1;
 		}
 	}
@@ -249,33 +453,40 @@ static int64_t plan_order(lw *c)
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
 	int64_t q = 0, loop_pos = -1;
+	mark_after(c);
+	order_after(c);
 	mark_tiers(c);
 	for (int h = 0; h < 3; h++)
 		for (moe_id i = 0; i < nn; i++)
-			if (!c->inreg[i] && !c->dep[i] && c->tier[i] == h)
+			if (!c->inreg[i] && !c->after[i] && c->tier[i] == h)
 				c->pos[i] = q++;
 	if (c->rows != MOE_NONE)
 		loop_pos = q++;
-	for (moe_id i = 0; i < nn; i++) {
+	for (moe_id i = 0; i < nn; i++)
 		if (c->inreg[i])
 			c->pos[i] = loop_pos;
-		else if (c->dep[i])
-			c->pos[i] = q++;
-	}
+	for (uint32_t k = 0; k < c->norder1; k++)
+		c->pos[c->order1[k]] = q++;
 	moe_id *own = ctx_alloc(c->ctx, sizeof(moe_id) * (nn + 1));
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
 		own[i] = i;
 		c->last[i] = c->pos[i];
+		bool in_rows = c->sink && n->op == MOE_OP_SLICE && N(g, n->args[0])->op == MOE_OP_INPUT; /* input_rows */
 		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c->alias_cast[i]) &&
-			!c->inreg[i])
+			!c->inreg[i] && !in_rows)
 			own[i] = own[n->args[0]];
 	}
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
+		bool oc = out_cat(c, i); /* its parts are read when each is computed */
 		for (uint32_t k = 0; k < n->nargs; k++)
-			if (n->args[k] != MOE_NONE)
-				last_use(c, own[n->args[k]], c->pos[i]);
+			if (n->args[k] != MOE_NONE) {
+				if (oc)
+					c->cat_of[n->args[k]] = i;
+				else
+					last_use(c, own[n->args[k]], c->pos[i]);
+			}
 		if (n->valid != MOE_NONE)
 			last_use(c, own[n->valid], c->pos[i]);
 		if (c->fused_into[i] != MOE_NONE) /* read when the reduce runs */
@@ -295,32 +506,55 @@ static int64_t plan_order(lw *c)
 		if (c->ggrid[i] == i + 1)
 			last_use(c, own[N(g, N(g, i)->args[2])->args[1]], c->pos[i]);
 	for (moe_id i = 0; i < nn; i++)
-		if (own[i] != i)
-			c->last[i] = -2; /* views never free */
+		if (own[i] != i) /* views never free; (sink) a view's own DM copy frees with its source */
+			c->last[i] = c->sink && !c->inreg[i] ? c->last[own[i]] : -2;
 	ctx_free(c->ctx, own, sizeof(moe_id) * (nn + 1));
 	return loop_pos;
 }
 
-/* Every node in emission order: those independent of the region, the loop, the rest. */
+/* (sink) Before the block loop: an input copied whole into DM for routing
+ * is read from HBM again from here on (the block gathers, the tail's row
+ * chunks), so its DM copy does not stay through the loop. */
+static void inputs_to_hbm(lw *c)
+{
+	for (moe_id i = 0; i < c->g->nnodes; i++) {
+		val *v = &c->v[i];
+		if (c->leaf_t[i] < 0 || v->kind != VK_VIEW || c->p->t[v->t].space != TCP_DM)
+			continue;
+		bool shared = false; /* a view made of the copy keeps it */
+		for (moe_id k = 0; k < c->g->nnodes && !shared; k++)
+			shared = k != i && c->v[k].kind == VK_VIEW && c->v[k].t == v->t;
+		if (shared)
+			continue;
+		tcpl_dm_free(c, v->t);
+		*v = tview(c->leaf_t[i], i, N(c->g, i));
+	}
+}
+
+/* Every node in emission order: those independent of the region (by tier),
+ * the loop, the rest. */
 static void lower_all(lw *c, int64_t loop_pos)
 {
 	uint32_t nn = c->g->nnodes;
-	for (int pass = 0; pass < 2 && !c->failed; pass++) {
-		for (int h = pass == 0 ? 0 : 2; h < 3; h++)
-			for (moe_id i = 0; i < nn && !c->failed; i++) {
-				if (c->inreg[i] || (pass == 0) == c->dep[i] || (pass == 0 && c->tier[i] != h))
-					continue;
-				uint32_t at = c->p->ncode;
-				tcpl_lower_node(c, i);
-				if (pass == 0)
-					tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
-				release(c, c->pos[i]);
-			}
-		if (pass == 0 && c->rows != MOE_NONE && !c->failed) {
-			tcpl_quant_stage_after(c, UINT32_MAX);
-			tcpl_lower_region(c);
-			release(c, loop_pos);
+	for (int h = 0; h < 3; h++)
+		for (moe_id i = 0; i < nn && !c->failed; i++) {
+			if (c->inreg[i] || c->after[i] || c->tier[i] != h)
+				continue;
+			uint32_t at = c->p->ncode;
+			lower_one(c, i);
+			tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
+			release(c, c->pos[i]);
 		}
+	if (c->sink)
+		inputs_to_hbm(c);
+	if (c->rows != MOE_NONE && !c->failed) {
+		tcpl_quant_stage_after(c, UINT32_MAX);
+		tcpl_lower_region(c);
+		release(c, loop_pos);
+	}
+	for (uint32_t k = 0; k < c->norder1 && !c->failed; k++) {
+		lower_one(c, c->order1[k]);
+		release(c, c->pos[c->order1[k]]);
 	}
 }
 
@@ -331,21 +565,20 @@ static void emit_outputs(lw *c)
 	for (uint32_t i = 0; i < g->nout && !c->failed; i++) {
 		moe_id o = g->outputs[i];
 		const ir_node *n = N(g, o);
-		char name[64];
-		snprintf(name, sizeof name, "output%u", i);
-		int32_t t = tcpl_hbm_tensor(c, n->name ? n->name : name, TCP_T_OUTPUT, (moe_dtype)n->dtype, n->rank, n->shape);
-		c->p->t[t].name[0] = 0;
-		ctx_free(c->ctx, c->p->t[t].name, 1);
-		c->p->t[t].name = ctx_alloc(c->ctx, strlen(name) + 1);
-		memcpy(c->p->t[t].name, name, strlen(name));
 		val *v = tcpl_need_view(c, o);
+		if (v->kind == VK_VIEW && c->p->t[v->t].kind == TCP_T_OUTPUT) { /* written by its parts */
+			c->p->act_bytes += ir_bytes(n);
+			continue;
+		}
+		int32_t t = out_tensor(c, o, i);
 		if (v->kind == VK_VIEW && !is_contig(v, n))
 			v = tcpl_copy_contig(c, o);
 		if (v->kind != VK_VIEW || !is_contig(v, n)) {
 			tcpl_err(c, o, "output is not a contiguous tensor");
 			break;
 		}
-		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+		if (!tcpl_copy_out_rows(c, o, t, v))
+			dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
 		c->p->act_bytes += ir_bytes(n);
 	}
 }
@@ -383,7 +616,8 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 	return false;
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len)
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink)
 {
 	if (!lowerable(ctx, g, m)) {
 		if (prep)
@@ -391,7 +625,8 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		return NULL;
 	}
 	lw c;
-	lw_init(&c, ctx, g, m);
+	tcpl_init(&c, ctx, g, m);
+	c.sink = sink;
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on */
 	p->prep_len = prep_len;
@@ -413,7 +648,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		roofline_dims(&c);
 	bool failed = c.failed;
 	int64_t top = c.hbm_top;
-	lw_fini(&c);
+	tcpl_fini(&c);
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
 		tcp_prog_free(p);
 		return NULL;
@@ -442,14 +677,17 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	moe_graph *gu = tcp_pack_gate_up(ctx, g);
 	if (gu)
 		g = gu;
-	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen);
+	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_program *p = NULL;
+	moe_graph *rows = NULL;
 	if (moe_error_count(ctx) == errs) {
-		if (dev)
-			p = tcp_lower(ctx, dev, machine, prep, plen);
-		else
-			p = tcp_lower(ctx, g, machine, NULL, 0);
+		/* the tail in row chunks when it would not fit DM whole */
+		rows = tcp_row_chunk(ctx, dev ? dev : g, machine);
+		const moe_graph *lg = rows ? rows : dev ? dev : g;
+		p = tcp_lower(ctx, lg, machine, dev ? prep : NULL, dev ? plen : 0, rows != NULL);
 	}
+	if (rows)
+		ir_graph_free(rows);
 	if (dev)
 		ir_graph_free(dev);
 	if (gu)

@@ -15,7 +15,7 @@ static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
  * areg/wreg: loop offset registers for region views. */
 static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, int64_t am, int64_t ai,
 	const tcp_view *w, int64_t wo, int64_t wi, const tcp_view *dst, int64_t dm_, int64_t do_, int wdt, int vreg,
-	bool stream)
+	bool stream, int64_t tiles)
 {
 	int64_t nchunks = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
 	int32_t acc = -1, wb = -1;
@@ -129,7 +129,10 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				s2->stride[0] = pl->O;
 				s2->stride[1] = 1;
 			}
-			emit(c, &in);
+			if (tiles > 0) /* guarded row tiles (lower_rows.c) */
+				tcpl_emit_row_tiles(c, &in, tiles);
+			else
+				emit(c, &in);
 		}
 	}
 	if (acc >= 0)
@@ -236,8 +239,31 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			w.base += b * wvs.stride[pos_w[0]];
 			d.base += b * ovs.stride[pos_o[0]];
 		}
-		emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, tcpl_valid_reg(c, id),
-			stream);
+		int vreg = tcpl_valid_reg(c, id);
+		int64_t f = tcpl_row_tile(M);
+		if (vreg == R_ROWS && M > f) {
+			/* a block's rows (lower_rows.c): a block of at most h rows, h = f,
+			 * 4f, 16f, ... below B, runs a contraction planned for h rows in
+			 * guarded row tiles up to h (one pass at h = f); a larger block
+			 * the one planned for B, whole */
+			uint32_t end[8];
+			int ne = 0;
+			for (int64_t h = f; h < M && ne < 8; h *= 4) {
+				cplan ph = plan_contract(c, h, O, I, an->dtype);
+				uint32_t more = tcpl_block_rows_guard(c, h);
+				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+					h > f ? f : 0);
+				end[ne++] = jmp(c);
+				patch(c, more);
+			}
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
+			for (int k = 0; k < ne; k++)
+				patch(c, end[k]);
+		} else {
+			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+				tiles ? tcpl_row_tile(M) : 0);
+		}
 	}
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;

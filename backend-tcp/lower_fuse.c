@@ -1,5 +1,7 @@
 /* backend-tcp/lower_fuse.c: TCP lowering: fusion choices made before emission
- * (aliased casts, fused multiply-reduce, HBM-homed gathers, dispatch by gather). */
+ * (aliased casts, fused multiply-reduce, HBM-homed gathers, dispatch by gather).
+ * This is the rule of the tcp-plan-fusion pass (plan_fusion.c), which records
+ * its choices on the graph; the lowering applies it to a graph without them. */
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
@@ -175,7 +177,7 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
  * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
  * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
  * whose rows only feed a scatter stays in HBM (DMA on both sides). */
-void tcpl_plan_fusions(lw *c)
+void tcpl_fusion_rule(lw *c)
 {
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
@@ -282,7 +284,7 @@ void tcpl_plan_fusions(lw *c)
 	 * reshapes that only the block loop reads */
 	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {
 		const ir_node *n = N(g, i);
-		if (n->op != MOE_OP_SCATTER || c->inreg[i] || c->is_out[i] || n->valid != MOE_NONE || n->rank != 2 ||
+		if (n->op != MOE_OP_SCATTER || c->inreg[i] || c->is_out[i] || n->rank != 2 ||
 			strcmp(ir_attr_str(n, "mode", "set"), "set"))
 			continue;
 		const ir_node *z = N(g, n->args[0]), *xp = N(g, n->args[2]);

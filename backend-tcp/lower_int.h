@@ -73,6 +73,14 @@ typedef struct lw {
 	bool *gdefer;
 	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
 	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
+	/* the tail in row chunks (rowchunk.c): nodes read only after the block
+	 * loop are emitted after it, depth first from the outputs */
+	bool sink;
+	bool *after;       /* emitted after the block loop */
+	moe_id *order1;    /* their emission order */
+	uint32_t norder1;
+	moe_id *cat_of;    /* a part of an output joined along its rows: that concat (DMA'd out at once) */
+	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
 	int vreg_rows;
 	/* lower_quant.c: act=fp8 activations quantized once per block for every
@@ -82,7 +90,7 @@ typedef struct lw {
 	bool qscales_staged;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 
@@ -272,6 +280,8 @@ val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 int tcpl_valid_reg(lw *c, moe_id id);
+int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
+int tcpl_count_alu(lw *c, moe_id id, moe_id cnt); /* ... derived by scalar ALU from another count, or -1 */
 int tcpl_new_reg(lw *c, moe_id at); /* a scalar register of its own (R_FREE and up) */
 
 /* lower_vec.c: vector-engine passes */
@@ -296,16 +306,35 @@ void tcpl_lower_scatter_add(lw *c, moe_id id);
 
 /* lower_contract.c */
 void tcpl_lower_einsum(lw *c, moe_id id);
+/* lower_rows.c: passes over rows with a run-time count as guarded row tiles */
+void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
+int64_t tcpl_row_tile(int64_t rows);           /* the first tile's rows for a pass over `rows` */
+bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
+void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
+uint32_t tcpl_block_rows_guard(lw *c, int64_t f);    /* branch taken when the block has more than f rows */
+void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
+moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in row tiles: by this count */
+bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */
+void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
+	int64_t rowlen); /* a block's rows by its run-time count */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);
 void tcpl_lower_region(lw *c);
 
-/* lower_fuse.c */
+/* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
+ * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */
+void tcpl_fusion_rule(lw *c);
+/* plan_fusion.c: the fusion plan from the graph's tcp-plan-fusion marks when
+ * they were made for c's machine, by tcpl_fusion_rule otherwise */
 void tcpl_plan_fusions(lw *c);
 
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
+/* The lowering state of g on machine m (a fresh program in c->p), and its
+ * release (c->p excepted). */
+void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+void tcpl_fini(lw *c);
 
 /* lower_quant.c: quantized expert weights (dequant in the block loop) */
 bool tcpl_quant_in_region(const lw *c, moe_id id); /* a dequant, or a view of one, joins the block region */

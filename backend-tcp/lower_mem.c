@@ -107,7 +107,11 @@ static val *dm_copy_of(lw *c, moe_id id)
 	/* the copy keeps the HBM tensor's element type: an aliased bf16 -> f32
 	 * cast is a view of bf16 data (the fetch widens), so DMA moves bf16 */
 	int32_t t = tcpl_dm_tensor(c, id, "hbm-copy", (moe_dtype)c->p->t[v->t].dtype, n->rank, n->shape);
-	dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+	moe_id cnt = tcpl_input_rows_count(c, id);
+	if (cnt != MOE_NONE && n->shape[0] > 1) /* a serving layer's tokens: the real rows' tiles (lower_rows.c) */
+		tcpl_copy_rows(c, t, 0, v->t, v->base, n->shape[0], ir_numel(n) / n->shape[0], tcpl_count_reg(c, id, cnt));
+	else
+		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
 	join_adjacent(c, at);
 	val nv = tview(t, v->owner, n);
 	nv.owner = id;
@@ -170,11 +174,21 @@ int tcpl_valid_reg(lw *c, moe_id id)
 		tcpl_err(c, id, "a per-row valid mask outside the block loop is not lowered");
 		return -1;
 	}
+	return tcpl_count_reg(c, id, n->valid);
+}
+
+/* A register holding the run-time scalar count (i32 node cnt), staged into
+ * SPM and loaded the first time (for node id's code). */
+int tcpl_count_reg(lw *c, moe_id id, moe_id cnt)
+{
 	for (int k = 0; k < c->nvc; k++)
-		if (c->vc_id[k] == n->valid)
+		if (c->vc_id[k] == cnt)
 			return c->vc_reg[k];
-	int r = tcpl_new_reg(c, id);
-	val *vv = tcpl_dm_view(c, n->valid);
+	int r = tcpl_count_alu(c, id, cnt);
+	if (r >= 0)
+		return r;
+	r = tcpl_new_reg(c, id);
+	val *vv = tcpl_dm_view(c, cnt);
 	if (vv->kind != VK_VIEW) {
 		li(c, r, 0);
 		return r;
@@ -189,7 +203,7 @@ int tcpl_valid_reg(lw *c, moe_id id)
 	emit(c, &spm);
 	ld(c, r, vv->t, -1, vv->base, 0);
 	if (c->nvc < 16) {
-		c->vc_id[c->nvc] = n->valid;
+		c->vc_id[c->nvc] = cnt;
 		c->vc_reg[c->nvc++] = r;
 	}
 	return r;

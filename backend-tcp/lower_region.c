@@ -75,7 +75,8 @@ void tcpl_find_region(lw *c)
 
 /* Dispatch by gather: block blk's rows of x, by the grid's row list, into
  * slot `slot` of buf (n elements per block). */
-static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk)
+static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int blk, int32_t trw, int64_t rwbase,
+	int64_t rws)
 {
 	const ir_node *sn = N(c->g, s), *xp = N(c->g, sn->args[2]), *x = N(c->g, xp->args[0]);
 	val *xv = tcpl_need_view(c, xp->args[0]);
@@ -87,6 +88,10 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	in.dim[2] = D;
 	in.rows = T;
 	in.vreg = -1;
+	if (trw >= 0) { /* the block's real rows: the others are not moved (written as zero) */
+		ld(c, R_ROWT, trw, blk, rwbase, rws);
+		in.vreg = R_ROWT;
+	}
 	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = buf;
 	d->reg = slot;
@@ -178,8 +183,17 @@ static bool region_plan_weights(lw *c)
 		ir_node b = block_node(n);
 		whole += rup((2 * ir_numel(&b) * esz(n->dtype) + c->S - 1) / c->S, c->m->flit_bytes);
 	}
-	bool single = whole > c->m->dm_bytes_per_slice / 2 && whole <= c->m->dm_bytes_per_slice &&
-		      p->moe_T * p->moe_K >= 2 * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
+	/* quantized weights: their dequantized copies (one per block) sit beside
+	 * them; with those, the double buffers must leave a quarter of DM */
+	int64_t deq = 0;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (c->inreg[i] && N(g, i)->op == MOE_OP_DEQUANT) {
+			ir_node b = block_node(N(g, i));
+			deq += rup((ir_bytes(&b) + c->S - 1) / c->S, c->m->flit_bytes);
+		}
+	bool tight = deq && whole + deq > c->m->dm_bytes_per_slice / 4 * 3; /* then one block per expert will do */
+	bool single = (whole > c->m->dm_bytes_per_slice / 2 || tight) && whole <= c->m->dm_bytes_per_slice &&
+		      p->moe_T * p->moe_K >= (tight ? 1 : 2) * p->moe_E * p->moe_B && p->moe_E > 0 && p->moe_B > 0;
 	if (whole > c->m->dm_bytes_per_slice / 2 && !single)
 		for (moe_id i = 0; i < g->nnodes; i++) {
 			const ir_node *n = N(g, i);
@@ -351,7 +365,7 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 			continue;
 		val *sv = &c->v[in->src];
 		if (in->gather != MOE_NONE)
-			block_gather(c, in->buf, slot, in->n, in->gather, blk);
+			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
 		if (!first_)
@@ -390,7 +404,11 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 		spm.flags |= TCP_F_JOIN;
 	emit(c, &spm);
 	tcp_insn *code = c->p->code;
-	if (q > 0 && code[q - 1].op == TCP_OP_DMA_SCATTER && !(code[q - 1].flags & TCP_F_JOIN)) {
+	bool guarded = false; /* a scatter in guarded row tiles (lower_rows.c) is not moved */
+	for (uint32_t k = 0; q > 0 && k < at; k++)
+		guarded |= (code[k].op == TCP_OP_BR || code[k].op == TCP_OP_JMP) && code[k].target >= (int32_t)q - 1 &&
+			   code[k].target <= (int32_t)at;
+	if (q > 0 && !guarded && code[q - 1].op == TCP_OP_DMA_SCATTER && !(code[q - 1].flags & TCP_F_JOIN)) {
 		/* straight-line code (no branch targets) between: the staging moves up */
 		tcp_insn st = code[at], sc = code[q - 1];
 		memmove(&code[q], &code[q - 1], (at - q + 1) * sizeof *code);
@@ -530,7 +548,7 @@ static void region_store(lw *c, const rgn *r)
 		ir_node b = block_node(n);
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
 			n->rank, n->shape);
-		dma_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, -1, 0, ir_numel(&b));
+		tcpl_block_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, b.shape[0], ir_numel(&b) / b.shape[0]);
 		c->v[i] = tview(home, i, n);
 	}
 }

@@ -8,7 +8,7 @@
 /* ---- gathers and scatters ---- */
 static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *srcv, const val *idx, int64_t groups,
 	int64_t nidx, int64_t rows, int64_t row, int64_t sgstride, int64_t srstride, int64_t dgstride, int64_t drstride,
-	int64_t igstride, int64_t istride, int vreg)
+	int64_t igstride, int64_t istride, int vreg, unsigned flags)
 {
 	tcp_insn in = tcp_insn_init(op);
 	in.ndim = 3;
@@ -17,6 +17,7 @@ static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *s
 	in.dim[2] = row;
 	in.rows = rows;
 	in.vreg = vreg;
+	in.flags = (uint8_t)flags;
 	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = dst->t;
 	d->base = dst->base;
@@ -32,8 +33,11 @@ static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *s
 	ix->base = idx->base;
 	ix->stride[0] = igstride;
 	ix->stride[1] = istride;
-	(void)at;
-	emit(c, &in);
+	/* guarded row tiles (lower_rows.c); a scatter's skipped rows are exactly those not applied */
+	if ((flags & TCP_F_VROWS) && (op == TCP_OP_DMA_SCATTER || tcpl_tile_outside(c, at)))
+		tcpl_emit_row_tiles(c, &in, tcpl_row_tile(groups));
+	else
+		emit(c, &in);
 }
 
 static int64_t prod(const int64_t *s, int a, int b)
@@ -62,7 +66,7 @@ void tcpl_lower_gather(lw *c, moe_id id)
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], row = prod(x->shape, axis + 1, x->rank);
 	int64_t ni = ir_numel(ix);
 	dma_gs(c, TCP_OP_DMA_GATHER, id, o, xv, iv, groups, ni, rows, row, rows * row, row, ni * row, row, 0, 1,
-		tcpl_valid_reg(c, id));
+		tcpl_valid_reg(c, id), 0);
 }
 
 void tcpl_lower_take_along(lw *c, moe_id id)
@@ -81,7 +85,8 @@ void tcpl_lower_take_along(lw *c, moe_id id)
 	}
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], k = ix->shape[ix->rank - 1];
-	dma_gs(c, TCP_OP_DMA_GATHER, id, o, xv, iv, groups, k, rows, 1, rows, 1, k, 1, k, 1, -1);
+	dma_gs(c, TCP_OP_DMA_GATHER, id, o, xv, iv, groups, k, rows, 1, rows, 1, k, 1, k, 1, tcpl_valid_reg(c, id),
+		TCP_F_VROWS); /* the mask counts rows: groups */
 }
 
 void tcpl_lower_scatter(lw *c, moe_id id)
@@ -107,7 +112,11 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 			tcpl_err(c, id, "dispatch by gather with a strided index list is not lowered");
 			return;
 		}
-		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1);
+		int vreg = tcpl_valid_reg(c, id);
+		if (vreg >= 0) /* serving: one index per group, the count limits the groups (tiled) */
+			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, ni, 1, rows, 1, 1, 1, 0, 1, 1, 1, vreg, TCP_F_VROWS);
+		else
+			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1, 0);
 		return;
 	}
 	val *bv = &c->v[n->args[0]];
@@ -125,7 +134,11 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 	val *iv = tcpl_dm_view(c, n->args[1]);
 	val *sv = tcpl_need_view(c, n->args[2]);
 	int64_t rows = n->shape[0], row = prod(n->shape, 1, n->rank), ni = ir_numel(ix);
-	dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, 1, ni, rows, row, ni * row, row, rows * row, row, 0, 1, -1);
+	int vreg = tcpl_valid_reg(c, id);
+	if (vreg >= 0) /* one index per group, the count limits the groups (tiled) */
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, ni, 1, rows, row, row, row, 0, row, 1, 1, vreg, TCP_F_VROWS);
+	else
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, o, sv, iv, 1, ni, rows, row, ni * row, row, rows * row, row, 0, 1, -1, 0);
 }
 
 /* A reshape that only adds or drops dimensions of size 1 keeps the strides. */

@@ -117,7 +117,12 @@ static void vp_commit(lw *c, vpass *vp, moe_id id, const tcp_view *dst, int vreg
 {
 	vp->in.v[TCP_V_DST] = *dst;
 	vp->in.vreg = vreg;
-	emit(c, &vp->in);
+	if (vreg == R_ROWS) /* a block's rows (lower_rows.c) */
+		tcpl_emit_block_pass(c, &vp->in);
+	else if (vreg >= 0 && tcpl_tile_outside(c, id)) /* guarded row tiles (lower_rows.c) */
+		tcpl_emit_row_tiles(c, &vp->in, tcpl_row_tile(vp->in.dim[0]));
+	else
+		emit(c, &vp->in);
 }
 
 static uint32_t f32bits(float f)
@@ -335,7 +340,8 @@ static void row_pass(lw *c, moe_id id, const ir_node *srcn, const val *srcv, con
 		dv.stride[vp.ndim - 1] = 0;
 	if (axis == 0 && srcn->rank >= 2)
 		vp.in.flags |= TCP_F_XSLICE; /* the axis is the one spread over slices */
-	vp_commit(c, &vp, id, &dv, -1);
+	/* a masked reduce / softmax (axis > 0): its rows are the pass's outer loop */
+	vp_commit(c, &vp, id, &dv, axis > 0 && order[0] == 0 ? tcpl_valid_reg(c, id) : -1);
 }
 
 /* Operand k of the fused mul m, viewed in the shape of the reshape r that
@@ -391,7 +397,7 @@ static void reduce_chain(lw *c, moe_id id, int axis, bool fl)
 	dv.stride[vp.ndim - 1] = 0;
 	if (axis == 0 && s->rank >= 2)
 		vp.in.flags |= TCP_F_XSLICE;
-	vp_commit(c, &vp, id, &dv, -1);
+	vp_commit(c, &vp, id, &dv, axis > 0 && order[0] == 0 ? tcpl_valid_reg(c, id) : -1);
 }
 
 void tcpl_lower_reduce(lw *c, moe_id id)

@@ -47,11 +47,9 @@ static uint32_t packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack)
 	return marked ? npack : pass_tcp_pack_plan(ctx, g, pack);
 }
 
-/* The prep graph keeps no tcp_pack mark (it is run, not split). */
-static void drop_mark(moe_graph *g, moe_id id)
+static void drop_key(ir_node *n, const char *key)
 {
-	ir_node *n = N(g, id);
-	ir_attr *a = ir_attr_find(n, IR_NK_TCP_PACK);
+	ir_attr *a = ir_attr_find(n, key);
 	if (!a)
 		return;
 	uint32_t at = (uint32_t)(a - n->attrs);
@@ -59,7 +57,15 @@ static void drop_mark(moe_graph *g, moe_id id)
 	n->nattrs--;
 }
 
-moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len)
+/* The prep graph keeps no mark of the TCP passes (it is run, not split nor lowered). */
+static void drop_mark(moe_graph *g, moe_id id)
+{
+	static const char *const keys[] = {IR_NK_TCP_PACK, IR_NK_TCP_FUSE, IR_NK_TCP_VIEW, IR_NK_TCP_HBM, IR_NK_TCP_GGRID};
+	for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+		drop_key(N(g, id), keys[k]);
+}
+
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of)
 {
 	*prep_json = NULL;
 	*prep_len = 0;
@@ -94,6 +100,8 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		for (uint32_t o = 0; o < g->nout; o++)
 			moe_graph_add_output(dev, map[g->outputs[o]]);
 		ir_graph_remap_node_keys(dev, g, map);
+		if (dev_of)
+			memcpy(dev_of, map, nn * sizeof *map);
 		/* the prep graph: the packed nodes and everything they read */
 		memset(need, 0, nn + 1);
 		for (moe_id i = 0; i < nn; i++)
@@ -103,6 +111,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module_add_graph(pm, g->name ? g->name : "prep");
 		moe_graph *pg = ir_graph_clone_empty(g);
 		ir_graph_drop_node_keys(pg); /* the block grid is the device graph's */
+		drop_key(&pg->meta, IR_GK_TCP_FUSION_PLAN);
 		for (moe_id i = 0; i < nn; i++) {
 			map[i] = need[i] ? ir_copy_node(pg, g, i, map) : MOE_NONE;
 			if (map[i] != MOE_NONE)

@@ -188,7 +188,8 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	if (!tcps_vrange(s, pc, d, 3, d3, &dlo, &dhi) || !tcps_vrange(s, pc, sv, 3, s3, &slo, &shi) ||
 		!tcps_vrange(s, pc, iv, 2, in->dim, &ilo, &ihi) || !tcps_writable(s, pc, d->t))
 		return;
-	int64_t cnt = in->vreg >= 0 ? s->reg[in->vreg] : n;
+	bool vrows = in->flags & TCP_F_VROWS; /* the count limits the groups */
+	int64_t cnt = in->vreg >= 0 && !vrows ? s->reg[in->vreg] : n, gcnt = in->vreg >= 0 && vrows ? s->reg[in->vreg] : G;
 	int64_t e = esz_of(s, d->t), db = vbase(s, d), sb = vbase(s, sv), ib = vbase(s, iv), moved = 0;
 	if (!tcps_needs_values(s, pc, iv->t))
 		return;
@@ -199,7 +200,7 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
-			if (j >= cnt) {
+			if (j >= cnt || g >= gcnt) {
 				if (gather)
 					for (int64_t x = 0; x < row; x++)
 						memset(s->data[d->t] + (db + g * d->stride[0] + j * d->stride[1] + x) * e, 0, (size_t)e);

@@ -163,8 +163,11 @@ enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
 /* TCP_F_SCALED (tu.contract, f8e4m3 operands, act=fp8): the reduction runs in
  * chunks of 128 along I; each chunk's f32 sum is multiplied by the f32 scale
  * s2[m, o, chunk] and added to the row's f32 sum (DeepSeek's fp8_gemm). */
+/* TCP_F_VROWS (dma.gather / dma.scatter): the valid count limits the groups
+ * (dim 0), not the indices of each group: groups at and past it are not
+ * moved (a gather writes them as zero) */
 enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32,
-	TCP_F_SCALED = 64 };
+	TCP_F_SCALED = 64, TCP_F_VROWS = 128 };
 enum { TCP_SCALE_CHUNK = 128 };
 
 typedef struct tcp_insn {
@@ -242,13 +245,20 @@ typedef struct cplan {
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
 
 /* lowering */
-/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too */
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len);
+/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too;
+ * sink: g's tail was split into row chunks (rowchunk.c), emitted after the block loop */
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink);
+/* rowchunk.c: g with its row-wise tail computed in row chunks that fit DM, or
+ * NULL when the tail fits (or there is none) */
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
- * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd) */
-moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len);
+ * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);
+ * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
+ * when one is made (MOE_NONE: not in it) */
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);

@@ -89,21 +89,27 @@ sz = open(os.path.join(out, "sizes.txt")).read().split()
 print("\nSize: the bucketed file %s bytes, the five programs compiled apart %s bytes together (%s bytes less:" % (sz[0], sz[1], int(sz[1]) - int(sz[0])))
 print("the per-program headers, and sections equal byte for byte, which for this bf16 layer are only the empty ones).")
 print("""
-## Where the T_max program's time goes at n = 1
+## Where the T_max program's time goes
 
 Issue 18 asks for at most 1.15x the T = n program at n = 1 and n = 512 from the single T_max
-program: **not met** (7.2x and 1.6x above). The padded tokens make no grid row and no block,
-and the elementwise routing ops, the router einsum and the combine gather carry
-`valid(n_tokens)`, but on TCP most of the routing still runs over all T = 4096 rows:
-a trace at n = 1 (`--trace`, summed per instruction) puts about 130 us in the combine's fused
-multiply-reduce over all T x K pairs (a reduce_sum, which has no valid mask in the IR), 66 us in
-the one-hot histogram and its scan over all T x K pairs, 67 us in the take_along gather and
-the dispatch scatter of all pairs, 33 us in the top-k rank sums, 24 us copying x in and y out,
-and 8 us per masked [T, E, E] compare pass, because the simulator charges a `tu.vec` with a
-valid count for every row (rows past it are written as zero). The experts cost more too
-(98 against 62 us): block=auto picks T = 4096's block size, too large for a few tokens.
-Following n there needs valid counts on reductions, scans, one_hot and take_along (IR, every
-executor) and a cost for masked vector rows; the buckets above are the working answer today.
+program. The first version of this table (2026-11-23 20:45, before the row tiles) had n = 1 at
+541.6 us (7.17x) and n = 512 at 1949.5 us (1.64x). Since then the serving program follows n
+through guarded row tiles (docs/tcp-isa.md section 7.4): reductions, softmax, take_along and the
+dispatch scatter carry `valid` masks in the IR (interpreter, C, LLVM and TCP), the routing
+passes, the x copy-in and the y copy-out run only the tiles that hold real rows (a skipped
+tile pays one guard, and the first skipped tile skips the rest), and inside the block loop
+the contractions are planned per row class (8, 32, 128 rows in guarded tiles, else the whole
+block), the row gathers move only the block's real rows and the result copies follow the
+block's row count (which also speeds up the T = n programs). **n = 512 now meets the target;
+n = 1 does not** (ratios in the first table). A trace at n = 1 (`--trace`, summed per
+instruction) puts the remaining routing time in: 33 us in the exclusive scan of the one-hot
+over all T x K pairs (the dispatch's counts=scan; a scan along the pairs, the innermost axis of
+its pass, would need tiles along that axis with carried partial sums: not done), 8 us in the
+two top-k slot sums, whose results are read as gather indices and so stay whole, 18 us in the
+combine's two gathers (masked by the real pairs, but a gather is charged a row overhead for
+every entry of its index list), and about 5 us in the combine's casts and the concatenation
+copies; the experts take 61 us against 55 us for the T = 1 program. The buckets above stay the
+way to be within 1.15x at every n. (Measured on branch h18 at commit 7568e4f.)
 """)
 print("\nCommands (UTC start, command line):\n")
 print("```")

@@ -3,12 +3,15 @@
  * With THREADS threads (default 1) each kernel is split into THREADS contiguous slices,
  * one per thread, and timed from before the threads start to after the last joins: the
  * roofline for moec and PyTorch run with the same thread count.
- * Kernels over arrays far larger than the caches (default 256 MiB each):
+ * Kernels over arrays of MiB each (default 256: far larger than the caches; bench/run also
+ * runs it at the size of what the Qwen3 layer reads at T=1, see there):
  *   read   s += a[i]            (bytes: 8 per element)      -- the decode case: weights are only read
  *   copy   c[i] = a[i]          (16 per element)
  *   triad  a[i] = b[i] + q*c[i] (24 per element)
  * Each kernel runs N times; best and median are printed as one JSON object (GB = 1e9 B).
- * usage: stream [MiB per array] [N] [THREADS]
+ * With a fourth argument "read" only the read kernel runs, N times back to back over the
+ * same array (copy and triad, which would stir the caches in between, are left out).
+ * usage: stream [MiB per array] [N] [THREADS] [read]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -101,8 +104,9 @@ int main(int argc, char **argv)
 	size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 256;
 	int reps = argc > 2 ? atoi(argv[2]) : 10;
 	int nt = argc > 3 ? atoi(argv[3]) : 1;
-	if (mib < 16 || reps < 1 || reps > 1000 || nt < 1 || nt > 64) {
-		fprintf(stderr, "usage: stream [MiB per array >= 16] [repetitions 1..1000] [threads 1..64]\n");
+	int only_read = argc > 4 && !strcmp(argv[4], "read");
+	if (mib < 16 || reps < 1 || reps > 1000 || nt < 1 || nt > 64 || (argc > 4 && !only_read)) {
+		fprintf(stderr, "usage: stream [MiB per array >= 16] [repetitions 1..1000] [threads 1..64] [read]\n");
 		return 2;
 	}
 	size_t n = mib * 1024 * 1024 / 8;
@@ -122,16 +126,19 @@ int main(int argc, char **argv)
 		memcpy(&bits, &a[r % 7], 8);
 		sink += run_kernel(0, a, b, c, 0, n, nt) + bits;
 		double t1 = now();
+		t[0][r] = t1 - t0;
+		if (only_read)
+			continue;
 		run_kernel(1, a, b, c, 0, n, nt);
 		double t2 = now();
 		run_kernel(2, a, b, c, 0.5 + 1e-9 * r, n, nt);
 		double t3 = now();
-		t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2;
+		t[1][r] = t2 - t1, t[2][r] = t3 - t2;
 	}
 	const char *names[3] = {"read", "copy", "triad"};
 	const double bytes[3] = {8.0 * n, 16.0 * n, 24.0 * n};
 	printf("{\"threads\": %d, \"array_mib\": %zu, \"repetitions\": %d", nt, mib, reps);
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < (only_read ? 1 : 3); k++) {
 		qsort(t[k], (size_t)reps, sizeof(double), cmp);
 		double med = reps % 2 ? t[k][reps / 2] : 0.5 * (t[k][reps / 2 - 1] + t[k][reps / 2]);
 		printf(", \"%s_best_gbs\": %.3f, \"%s_median_gbs\": %.3f", names[k], bytes[k] / t[k][0] / 1e9, names[k],

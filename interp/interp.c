@@ -135,16 +135,6 @@ static int64_t bcast_offset(const ir_node *a, const int64_t *idx, int r)
 }
 
 /* Splits a shape around axis: outer * len * inner elements. */
-static void split_axis(const ir_node *x, int ax, int64_t *outer, int64_t *len, int64_t *inner)
-{
-	*outer = 1;
-	*inner = 1;
-	for (int d = 0; d < ax; d++)
-		*outer *= x->shape[d];
-	for (int d = ax + 1; d < x->rank; d++)
-		*inner *= x->shape[d];
-	*len = x->shape[ax];
-}
 
 /* The `valid` mask: is result element idx computed? */
 static bool computed(const interp *ip, const int64_t *idx)
@@ -352,7 +342,10 @@ static moe_status ev_reduce(interp *ip, val *out)
 	const val *x = arg_val(ip, 0);
 	moe_op op = (moe_op)n->op;
 	int64_t outer, len, inner;
-	split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	interp_split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	if (n->valid != MOE_NONE) /* axis > 0 (verified): the outer loop's rows are the result's */
+		outer = a->shape[0] ? outer / a->shape[0] * interp_rows_below(out->f, out->i, out->n, n->shape[0],
+								  ip->v[n->valid].i[0]) : 0;
 	for (int64_t p = 0; p < outer; p++)
 		for (int64_t q = 0; q < inner; q++) {
 			int64_t base = p * len * inner + q, o = p * inner + q;
@@ -385,7 +378,10 @@ static moe_status ev_softmax(interp *ip, val *out)
 	const ir_node *n = ip->n, *a = arg_node(ip, 0);
 	const val *x = arg_val(ip, 0);
 	int64_t outer, len, inner;
-	split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	interp_split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	if (n->valid != MOE_NONE) /* axis > 0 (verified) */
+		outer = a->shape[0] ? outer / a->shape[0] * interp_rows_below(out->f, out->i, out->n, n->shape[0],
+								  ip->v[n->valid].i[0]) : 0;
 	for (int64_t p = 0; p < outer; p++)
 		for (int64_t q = 0; q < inner; q++) {
 			int64_t base = p * len * inner + q;
@@ -413,7 +409,7 @@ static moe_status ev_cumsum(interp *ip, val *out)
 	const val *x = arg_val(ip, 0);
 	bool excl = ir_attr_int(n, "exclusive", 0) != 0;
 	int64_t outer, len, inner;
-	split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
+	interp_split_axis(a, axis_attr(n, "axis", -1, a->rank), &outer, &len, &inner);
 	for (int64_t p = 0; p < outer; p++)
 		for (int64_t q = 0; q < inner; q++) {
 			int64_t base = p * len * inner + q;
@@ -629,7 +625,9 @@ static moe_status ev_take_along(interp *ip, val *out)
 	const val *x = arg_val(ip, 0), *iv = arg_val(ip, 1);
 	int ax = axis_attr(n, "axis", -1, xn->rank);
 	int64_t idx[MOE_MAX_RANK] = {0}, src[MOE_MAX_RANK];
-	for (int64_t o = 0; o < out->n; o++, next_index(idx, n->shape, n->rank)) {
+	int64_t nout = n->valid == MOE_NONE || !n->shape[0] ? out->n
+		: interp_rows_below(out->f, out->i, out->n, n->shape[0], ip->v[n->valid].i[0]) * (out->n / n->shape[0]);
+	for (int64_t o = 0; o < nout; o++, next_index(idx, n->shape, n->rank)) {
 		int32_t j = iv->i[o];
 		if (j < 0 || j >= xn->shape[ax])
 			return index_fault(ip, j, xn->shape[ax], idx, n->rank, "indices");
@@ -654,8 +652,10 @@ static moe_status ev_scatter(interp *ip, val *out)
 		memcpy(out->f, base->f, (size_t)out->n * sizeof *out->f);
 	else
 		memcpy(out->i, base->i, (size_t)out->n * sizeof *out->i);
-	int64_t idx[MOE_MAX_RANK] = {0};
-	for (int64_t p = 0; p < iv->n; p++, next_index(idx, in->shape, in->rank)) {
+	int64_t idx[MOE_MAX_RANK] = {0}, v = n->valid != MOE_NONE ? ip->v[n->valid].i[0] : iv->n; /* index rows applied */
+	int64_t np = in->rank < 1 || !in->shape[0] ? iv->n
+		: (v < 0 ? 0 : v > in->shape[0] ? in->shape[0] : v) * (iv->n / in->shape[0]);
+	for (int64_t p = 0; p < np; p++, next_index(idx, in->shape, in->rank)) {
 		int32_t r = iv->i[p];
 		if (r < 0 || r >= n->shape[0])
 			return index_fault(ip, r, n->shape[0], idx, in->rank, "indices");

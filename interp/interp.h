@@ -56,4 +56,9 @@ void ir_interp_free_outputs(moe_ctx *ctx, const moe_graph *g, moe_tensor **out);
 moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
 	const moe_exchange *x, moe_tensor **out);
 
+/* interp_util.c: the rows of a result below a scalar valid count v (clamped),
+ * its other rows zeroed (f or i, the buffer in use) */
+int64_t interp_rows_below(float *f, int32_t *i, int64_t n, int64_t rows, int64_t v);
+void interp_split_axis(const ir_node *x, int ax, int64_t *outer, int64_t *len, int64_t *inner);
+
 #endif

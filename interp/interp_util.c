@@ -302,3 +302,28 @@ moe_status ir_interp_compare(moe_ctx *ctx, const moe_graph *a, const moe_graph *
 	moe_tensor_map_free(m);
 	return st;
 }
+
+/* The rows of an n-element result of `rows` rows below count v (clamped to
+ * 0..rows), its other rows set to 0 (f or i: the one buffer in use). */
+int64_t interp_rows_below(float *f, int32_t *i, int64_t n, int64_t rows, int64_t v)
+{
+	v = v < 0 ? 0 : v > rows ? rows : v;
+	int64_t row = rows ? n / rows : 0;
+	if (f)
+		memset(f + v * row, 0, (size_t)((rows - v) * row) * sizeof *f);
+	else if (i)
+		memset(i + v * row, 0, (size_t)((rows - v) * row) * sizeof *i);
+	return v;
+}
+
+/* outer x len x inner around axis ax of x */
+void interp_split_axis(const ir_node *x, int ax, int64_t *outer, int64_t *len, int64_t *inner)
+{
+	*outer = 1;
+	*inner = 1;
+	for (int d = 0; d < ax; d++)
+		*outer *= x->shape[d];
+	for (int d = ax + 1; d < x->rank; d++)
+		*inner *= x->shape[d];
+	*len = x->shape[ax];
+}

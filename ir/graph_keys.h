@@ -35,6 +35,21 @@
  * every op accepts them). tcp-split-weights: k >= 0 on the k-th value the
  * TCP program binds as a packed weight (backend-tcp/prep.c splits there). */
 #define IR_NK_TCP_PACK "tcp_pack"
+/* tcp-plan-fusion (backend-tcp/plan_fusion.c, registered by the TCP target):
+ * the lowering's fusion choices. tcp_fuse = k (k >= 0) on every node of
+ * fusion group k, computed by one vector pass, that of the group's last node
+ * (its highest id); tcp_view = 1 on a cast or bitcast lowered as a view of its
+ * operand (a cast to bf16: of a reduce, whose pass commits bf16); tcp_hbm = 1
+ * on a gather kept in HBM; tcp_ggrid = 1 on a dispatch
+ * scatter lowered as a gather by block (with its reshapes and its gather).
+ * -1 / 0: none (a mark of an earlier run that no longer holds). */
+#define IR_NK_TCP_FUSE "tcp_fuse"
+#define IR_NK_TCP_VIEW "tcp_view"
+#define IR_NK_TCP_HBM "tcp_hbm"
+#define IR_NK_TCP_GGRID "tcp_ggrid"
+/* tcp-plan-fusion: the machine facts its marks were planned for (a nonzero
+ * fingerprint); a backend for another machine plans again by the rule. */
+#define IR_GK_TCP_FUSION_PLAN "tcp_fusion_plan"
 
 /* The keys above whose value is a node id (-1: none). */
 extern const char *const ir_node_keys[];

@@ -35,6 +35,13 @@ typedef struct ir_opinfo {
 	unsigned flags;
 } ir_opinfo;
 extern const ir_opinfo ir_ops[MOE_OP_COUNT];
+/* Ops whose `valid` mask must be a scalar counting rows of axis 0 kept from
+ * operand 0 (reductions and softmax along another axis, take_along). */
+static inline bool ir_valid_rows_only(unsigned op)
+{
+	return op == MOE_OP_REDUCE_SUM || op == MOE_OP_REDUCE_MAX || op == MOE_OP_REDUCE_MIN || op == MOE_OP_SOFTMAX ||
+	       op == MOE_OP_TAKE_ALONG;
+}
 
 /* ---- attribute schema (ATTRS rows of moec/ops.def; ir/attrs.c) ---- */
 typedef enum ir_attr_type { IR_AT_INT, IR_AT_NUM, IR_AT_STR, IR_AT_TYPE, IR_AT_INTS } ir_attr_type;

@@ -652,6 +652,17 @@ static moe_status check_valid(infer *c)
 		return ERR(c, "a valid mask must be an i32 scalar or vector");
 	if (v->rank == 0 && n->rank < 1)
 		return ERR(c, "a scalar valid mask needs a result of rank >= 1");
+	if (n->op == MOE_OP_SCATTER && v->rank != 0)
+		return ERR(c, "'scatter' takes only a scalar valid mask (it counts the index rows applied)");
+	if (ir_valid_rows_only(n->op)) {
+		/* rows of the result are rows of the operand: a reduction or softmax
+		 * along another axis, a take_along */
+		const ir_node *x = N(c->g, n->args[0]);
+		if (v->rank != 0)
+			return ERR(c, "'%s' takes only a scalar valid mask", c->op);
+		if (n->op != MOE_OP_TAKE_ALONG && x->rank >= 1 && ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank) == 0)
+			return ERR(c, "'%s' along axis 0 takes no valid mask (the mask counts rows of axis 0)", c->op);
+	}
 	if (v->rank == 1 && (n->rank < 2 || v->shape[0] != n->shape[0]))
 		return ERR(c, "a vector valid mask [%lld] needs a result of rank >= 2 with that leading dimension",
 			(long long)v->shape[0]);

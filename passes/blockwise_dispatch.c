@@ -16,7 +16,8 @@
  * math) mark padding rows and blocks past the run-time count so backends skip
  * them. Activations are computed in f32 and rounded once, like experts().
  * The combine runs over chunks of tokens when the gathered [T*K, D] rows
- * would exceed the `chunk` option (default 2^25 elements), so no buffer
+ * would exceed the `chunk` option (default 2^25 elements; f32 ones count
+ * twice), so no buffer
  * holds them all (DeepSeek-V3 at T = 4096: 470 MB in bf16).
  * Serving (an n_tokens input, docs/semantics.md section 7): the pairs of
  * tokens >= n get no one-hot entry, so no count, grid row or block; they
@@ -111,7 +112,7 @@ static moe_id gather_blocks(dp *c, moe_id w)
 static moe_id masked(dp *c, moe_id id, moe_id v)
 {
 	if (v != MOE_NONE && N(c->d, id)->valid == MOE_NONE && (ir_ops[N(c->d, id)->op].flags & OPF_VALID) &&
-		N(c->d, id)->rank >= 1) {
+		N(c->d, id)->rank >= 1 && !(ir_valid_rows_only(N(c->d, id)->op) && N(c->d, v)->rank != 0)) {
 		moe_node_set_valid(c->d, id, v);
 		IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
 	}
@@ -322,7 +323,7 @@ static moe_id decode_rows(dp *c, moe_id out)
  * over K walks the rows of D elements across, one element per step (TCP
  * fetches D times slower than a contiguous stream), so for many rows the
  * K passes are faster (option combine=chain, from CHAIN_MIN elements). */
-static moe_id combine_chain(dp *c, moe_id pr, moe_id cw, int64_t tc)
+static moe_id combine_chain(dp *c, moe_id pr, moe_id cw, int64_t tc, moe_id rows)
 {
 	moe_graph *d = c->d;
 	moe_id rk = reshape(c, pr, 3, tc, c->K, c->D), wk = MOE_NONE, acc = cf(c, 0.0);
@@ -331,9 +332,9 @@ static moe_id combine_chain(dp *c, moe_id pr, moe_id cw, int64_t tc)
 	for (int64_t k = 0; k < c->K; k++) {
 		moe_id p = ir_b_cast(d, reshape(c, ir_b_slice(d, rk, 1, k, k + 1, c->loc), 2, tc, c->D, 0), MOE_F32, c->loc);
 		if (wk != MOE_NONE)
-			p = b2(c, MOE_OP_MUL, p,
-				ir_b_cast(d, reshape(c, ir_b_slice(d, wk, 1, k, k + 1, c->loc), 2, tc, 1, 0), MOE_F32, c->loc));
-		acc = b2(c, MOE_OP_ADD, acc, p);
+			p = masked(c, b2(c, MOE_OP_MUL, p,
+				ir_b_cast(d, reshape(c, ir_b_slice(d, wk, 1, k, k + 1, c->loc), 2, tc, 1, 0), MOE_F32, c->loc)), rows);
+		acc = masked(c, b2(c, MOE_OP_ADD, acc, p), rows); /* serving: the real tokens' rows */
 	}
 	return acc;
 }
@@ -380,13 +381,18 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	moe_node_set_float(d, zero, "value", 0.0);
 	moe_id sx[3] = {zero, spos, xp};
 	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
+	if (nk != MOE_NONE) { /* serving: the pairs of padded tokens are not scattered */
+		moe_node_set_valid(d, grid, nk);
+		IR_ASSERT(ir_infer(d->ctx, d, grid) == MOE_OK);
+	}
 	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, blocks, "blocks");
 	moe_id out = expert_ffn(c, ex, s, blocks); /* [G, B, D] */
 	/* combine: gather each pair's row back, weight, sum over K in f32; in
 	 * chunks of tokens when the gathered rows would exceed c->chunk elements */
 	moe_id flat = reshape(c, out, 2, G * B, c->D, 0);
-	int64_t per = c->K * c->D, fit = per > 0 && c->chunk / per > 0 ? c->chunk / per : 1;
+	/* counted in 2-byte elements: an f32 layer's chunks hold half the rows */
+	int64_t per = c->K * c->D * (moe_dtype_size(c->t) > 2 ? 2 : 1), fit = per > 0 && c->chunk / per > 0 ? c->chunk / per : 1;
 	int64_t nch = c->T > 0 ? (c->T + fit - 1) / fit : 1;
 	if (nch > 64)
 		nch = 64; /* a node has at most 64 operands; the chunks then exceed the limit */
@@ -400,13 +406,14 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		moe_id cpos = all ? pos : ir_b_slice(d, pos, 0, t0 * c->K, t1 * c->K, c->loc);
 		moe_id cx[2] = {flat, cpos};
 		moe_id cnk = nk == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, nk, ci(c, t0 * c->K)); /* real pairs here */
-		/* only the gather is masked: the rows it skips are zero, and an
-		 * unmasked cast and multiply-reduce stay one fused pass on TCP */
+		/* serving: the gather is masked by the real pairs, the sums by the
+		 * real tokens (rows); the cast stays unmasked (a view on TCP) */
+		moe_id rows = c->ntok == MOE_NONE ? MOE_NONE : b2(c, MOE_OP_SUB, c->ntok, ci(c, t0));
 		moe_id pr = c->dgrid ? decode_rows(c, out) : masked(c, ir_b(d, MOE_OP_GATHER, cx, 2, c->loc), cnk);
 		moe_id cw = on_input ? MOE_NONE : all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc);
 		moe_id yc;
 		if (c->chain && c->K > 1 && tc * c->D >= CHAIN_MIN) {
-			yc = combine_chain(c, pr, cw, tc);
+			yc = combine_chain(c, pr, cw, tc, rows);
 		} else {
 			moe_id yp = ir_b_cast(d, pr, MOE_F32, c->loc);
 			if (cw != MOE_NONE)
@@ -416,7 +423,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 		if (c->ntok == MOE_NONE) {
 			parts[np++] = ir_b_cast(d, yc, c->t, c->loc); /* rounded per chunk: the parts stay small */
 		} else { /* a cast even to f32: rows of padded tokens are zero */
-			moe_id rows = b2(c, MOE_OP_SUB, c->ntok, ci(c, t0)); /* real tokens of this chunk */
+			yc = masked(c, yc, rows); /* the sums of padded tokens are not computed */
 			moe_id y = moe_node_new(d, MOE_OP_CAST, &yc, 1, c->loc);
 			moe_node_set_str(d, y, "to", moe_dtype_name(c->t));
 			IR_ASSERT(ir_infer(d->ctx, d, y) == MOE_OK);

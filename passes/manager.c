@@ -71,9 +71,22 @@ static const struct {
 	const char *name, *text;
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-split-weights"},
+		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
+
+/* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
+ * that is not registered skips it, as its target's backend applies the
+ * pass's rule itself to a graph without its marks. */
+static const char *const target_passes[] = {"tcp-plan-fusion"};
+
+static bool is_target_pass(const char *name)
+{
+	for (size_t i = 0; i < sizeof target_passes / sizeof *target_passes; i++)
+		if (!strcmp(target_passes[i], name))
+			return true;
+	return false;
+}
 
 const char *moe_pipeline_named(const char *name)
 {
@@ -255,6 +268,8 @@ static moe_pipeline *parse_into(moe_ctx *ctx, moe_pipeline *p, const char *text,
 				return NULL;
 		} else {
 			const moe_pass_info *pi = moe_pass_find(ctx, word);
+			if (!pi && is_target_pass(word) && text[i] != '{')
+				goto next; /* not registered: its backend applies the rule */
 			if (!pi)
 				return parse_err(ctx, p, text, start, "unknown pass '%s' (see 'moec passes')", word);
 			ctx_grow(ctx, (void **)&p->steps, &p->cap, p->n + 1, sizeof *p->steps);
@@ -291,6 +306,7 @@ static moe_pipeline *parse_into(moe_ctx *ctx, moe_pipeline *p, const char *text,
 				}
 			}
 		}
+	next:
 		while (text[i] == ' ')
 			i++;
 		if (!text[i])

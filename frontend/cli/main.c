@@ -12,6 +12,7 @@
 #include "moec/frontend.h"
 #include "moec/ir.h"
 #include "moec/passes.h"
+#include "moec/tcp.h"
 
 #include "frontend/cli/cli.h"
 
@@ -259,7 +260,8 @@ int main(int argc, char **argv)
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
-	int status = cli_guard_paths(ctx, &o) || classify(ctx, &o) || dispatch(ctx, &o);
+	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || classify(ctx, &o) ||
+		     dispatch(ctx, &o);
 	moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;

@@ -5,7 +5,15 @@ dimensions. The expected numbers below were read off each published config by
 hand; a quantized checkpoint's config (FP8, MXFP4) imports with its experts
 dequantized from the packed checkpoint tensors (issue #14's `dequant`).
 
-usage: published_configs.py MOEC CONFIGS_DIR
+Then each compiles for TCP (issue 16, must-show 5) at T = 1 and T = 4096 in
+bf16 and f32 with the shipped machine description: it compiles, or, when its
+weights exceed the chip's HBM, it is refused with the HBM error (the sizes
+and the hint), no output file. Which of the two is expected is computed here
+from the dimensions above and the HBM size of MACHINE, not by moec: routed
+experts E x 3 x D x F elements (quantized ones stored at most one byte each),
+the shared expert 3 x D x S, in the compute type.
+
+usage: published_configs.py MOEC CONFIGS_DIR [MACHINE_JSON]
 """
 import json
 import os
@@ -46,8 +54,45 @@ MODELS = {
 }
 
 
+def weight_bytes(D, E, F, S, quant, dtype):
+    """A lower bound of the layer's weight bytes (router and biases left out)."""
+    size = 4 if dtype == "f32" else 2
+    return E * 3 * D * F * (1 if quant else size) + 3 * D * S * size
+
+
+def compile_check(moec, moe_dir, name, cfg, layer, dims, hbm):
+    """Compile at T in {1, 4096} x {bf16, f32}: the expected outcome or FAIL lines."""
+    D, E, K, F, S, quant = dims
+    bad = 0
+    for dtype in ("bf16", "f32"):
+        over = weight_bytes(D, E, F, S, quant, dtype) > hbm
+        for T in (1, 4096):
+            moe = os.path.join(moe_dir, "%s.%s.%d.moe" % (name, dtype, T))
+            out = moe[:-4] + ".tcpb"
+            p = subprocess.run([moec, "import-hf", cfg, "--layer", str(layer), "--tokens", str(T), "--set",
+                                "dtype=" + dtype, "-o", moe], capture_output=True, text=True)
+            if p.returncode == 0:
+                p = subprocess.run([moec, "compile", moe, "--target=tcp", "-o", out], capture_output=True, text=True)
+            made = os.path.exists(out)
+            if over:
+                ok = (p.returncode != 0 and not made and "GB of HBM" in p.stderr and "--ep" in p.stderr
+                      and "moec bug" not in p.stderr)
+            else:
+                ok = p.returncode == 0 and made
+            print("%-4s %-36s %-4s T=%-4d %s" % ("ok" if ok else "FAIL", name, dtype, T,
+                                               "HBM error (expected)" if over else "compiles"))
+            if not ok:
+                print("     rc=%d %s" % (p.returncode, p.stderr.strip()[:400]))
+                bad += 1
+            if made:
+                os.unlink(out)
+            os.unlink(moe)
+    return bad
+
+
 def main():
     moec, d = sys.argv[1], sys.argv[2]
+    hbm = json.load(open(sys.argv[3]))["memory"]["hbm_bytes"] if len(sys.argv) > 3 else None
     bad = 0
     present = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json"))
     if sorted(MODELS) != present:
@@ -85,6 +130,8 @@ def main():
             if not ok:
                 print("     expected %s" % want)
                 bad += 1
+            if hbm is not None:
+                bad += compile_check(moec, tmp, name, cfg, layer, (D, E, K, F, S, quant), hbm)
     print("%d models, %d failed" % (len(MODELS), bad))
     return 1 if bad else 0
 

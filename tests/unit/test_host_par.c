@@ -8,6 +8,9 @@
  * - packed bf16 weights (pack.c): the layout element by element, the tile
  *   reading them bitwise equal to the tile reading W as stored, and read
  *   exactly for whole tiles starting at a multiple of 16 rows;
+ * - groups of tiles: the register-blocked vdpbf16ps kernel (emit_dotg.c)
+ *   bitwise equal to the single-tile kernel, within the bound of the
+ *   portable tiles, for whole and partial groups;
  * - the JIT cache: a miss then a hit with the same output, a truncated and a
  *   corrupted entry detected ("bad"), recompiled and rewritten, --no-cache.
  * tests/tsan/run.sh also runs this test under ThreadSanitizer. */
@@ -189,7 +192,7 @@ static cg_prog *dot_prog(moe_ctx *c, int rows, moe_module **mod)
 	int64_t v[5] = {rows, DLANES, 0, 0, 0};
 	for (int i = 0; i < 5; i++)
 		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
-	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], DK, DK, DK};
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], DK, DK, DK, 1, 0, 0};
 	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
 	memset(s, 0, sizeof *s);
 	s->kind = CS_DOT;
@@ -380,7 +383,7 @@ static cg_prog *packed_prog(moe_ctx *c, int64_t rows, int64_t lanes, int64_t w0,
 	int64_t v[5] = {rows, lanes, 0, w0 * PK, 0};
 	for (int i = 0; i < 5; i++)
 		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
-	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], PK, PK, PK};
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], PK, PK, PK, 1, 0, 0};
 	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
 	memset(s, 0, sizeof *s);
 	s->kind = CS_DOT;
@@ -466,6 +469,122 @@ static void test_dot_packed(void **state)
 	packed_case(5, 16, 8, false, a, w, pw, zero);   /* so does one not starting at a tile */
 }
 
+/* ---- groups of tiles (CS_DOT group > 1, backend-c/emit_dotg.c) ---- */
+
+enum { GR = 31, GK = 288, GW = 64 }; /* K: a k block of 256 and one of 32; W: one group of 4 tiles */
+
+/* a bf16 [GR, GK] x [GW, GK] einsum whose body is one CS_DOT group of `rows`
+ * rows and `lanes` lanes writing y as [GR, GW] (drow GW, tiles DOT_LANES apart) */
+static cg_prog *group_prog(moe_ctx *c, int64_t rows, int64_t lanes, moe_module **mod)
+{
+	static const char *text = "moeir 1\n"
+				  "layer @dotg dtype=bf16 {\n"
+				  "  %0 = input \"a\" : bf16[31, 288]\n"
+				  "  %1 = weight \"w\" {source=\"w\"} : bf16[64, 288]\n"
+				  "  %2 = einsum(%0, %1) {eq=\"td,ed->te\"} : bf16[31, 64]\n"
+				  "  %3 = cast(%2) {to=\"f32\"} : f32[31, 64]\n"
+				  "  output %3\n"
+				  "}\n";
+	moe_module *m = moe_module_parse_text(c, "dotg.moeir", text, strlen(text));
+	assert_non_null(m);
+	*mod = m;
+	cg_prog *p = cgen_lower(c, moe_module_graph(m, 0));
+	assert_non_null(p);
+	cg_dot *d = ir_alloc(&p->arena, sizeof *d);
+	cg_expr *e = ir_alloc(&p->arena, 5 * sizeof *e);
+	memset(e, 0, 5 * sizeof *e);
+	int64_t v[5] = {rows, lanes, 0, 0, 0};
+	for (int i = 0; i < 5; i++)
+		e[i].op = CE_ICONST, e[i].ty = CT_I64, e[i].i = v[i];
+	*d = (cg_dot){p->node_buf[0], p->node_buf[1], p->node_buf[3], &e[0], &e[1], &e[2], &e[3], &e[4], GK, GK, GK,
+		DOT_GROUP, DOT_LANES, GW};
+	cg_stmt *s = ir_alloc(&p->arena, sizeof *s);
+	memset(s, 0, sizeof *s);
+	s->kind = CS_DOT;
+	s->var = s->buf = -1;
+	s->dot = d;
+	p->body.first = p->body.last = s;
+	return p;
+}
+
+static const char *run_group(cg_prog *p, int portable, const int *wpack, const uint16_t *a, const uint16_t *w,
+	const uint16_t *pw, float *y)
+{
+	cgen_jit_opts o = {portable, 1, NULL, 0, NULL, wpack};
+	cgen_jit *jit = NULL;
+	cgen_layer_par_fn fn = NULL;
+	assert_int_equal(cgen_jit_create(p, &o, &jit, &fn), MOE_OK);
+	const void *ins[1] = {a}, *ws[2] = {w, pw};
+	void *outs[1] = {y};
+	void *work = malloc((size_t)p->workspace + 64);
+	memset(y, 0, GR * GW * sizeof *y);
+	assert_int_equal(fn(ins, ws, outs, work, NULL), 0);
+	free(work);
+	cgen_jit_free(jit);
+	return o.kernels;
+}
+
+/* a group: the register-blocked kernel over the packed copy (whole groups)
+ * bitwise equal to the single-tile vdpbf16ps kernels over W as stored, each
+ * within the docs/abi.md bound of the portable tiles (test_dot_bound's
+ * check, here against the C engine's loops run as LLVM portable code) */
+static void group_case(int64_t rows, int64_t lanes, const uint16_t *a, const uint16_t *w, const uint16_t *pw)
+{
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m;
+	cg_prog *p = group_prog(c, rows, lanes, &m);
+	int *slot = calloc(p->nbufs + 1, sizeof *slot);
+	int64_t *rowlen = calloc(p->nbufs + 1, sizeof *rowlen);
+	assert_int_equal(cgen_pack_plan(p, slot, rowlen), 1);
+	static _Alignas(64) float yg[GR * GW], ys[GR * GW], yp[GR * GW];
+	const char *k = run_group(p, 0, slot, a, w, pw, yg);
+	run_group(p, 0, NULL, a, w, NULL, ys);
+	run_group(p, 1, NULL, a, w, NULL, yp);
+	assert_memory_equal(yg, ys, sizeof yg);
+	int differ = 0;
+	for (int r = 0; r < GR; r++)
+		for (int j = 0; j < GW; j++) {
+			float g = yg[r * GW + j], q = yp[r * GW + j];
+			if (r >= rows || j >= (lanes + 15) / 16 * 16) { /* untouched */
+				assert_true(g == 0 && q == 0);
+				continue;
+			}
+			int jj = j < lanes ? j : (int)lanes - 1; /* a partial tile repeats its last lane (cgen.h) */
+			double mag = 0;
+			for (int kk = 0; kk < GK; kk++)
+				mag += fabs(bf16_value(a[r * GK + kk]) * bf16_value(w[jj * GK + kk]));
+			double gamma = (GK - 1) * ldexp(1.0, -24) / (1 - (GK - 1) * ldexp(1.0, -24)); /* as test_dot_bound */
+			double bound = 2 * gamma * mag + 2 * GK * ldexp(1.0, -126);
+			if (fabs((double)g - (double)q) > bound)
+				fail_msg("row %d col %d: %.9g vs %.9g, bound %.3g", r, j, g, q, bound);
+			differ += g != q;
+		}
+	if (!strcmp(k, "portable"))
+		assert_int_equal(differ, 0);
+	print_message("group of %lld rows, %lld lanes (%s): %d sums differ from the portable tiles\n", (long long)rows,
+		(long long)lanes, k, differ);
+	free(slot);
+	free(rowlen);
+	cgen_free(p);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
+static void test_dot_group(void **state)
+{
+	(void)state;
+	static _Alignas(64) uint16_t a[GR * GK], w[GW * GK], pw[GW * GK];
+	for (int i = 0; i < GR * GK; i++)
+		a[i] = rand_bf16();
+	for (int i = 0; i < GW * GK; i++)
+		w[i] = rand_bf16();
+	cgen_pack_tiles(w, pw, GK, 0, GW / 16);
+	group_case(GR, GW, a, w, pw); /* whole: 5 groups of 6 rows and 1 */
+	group_case(11, GW, a, w, pw); /* 6 + 4 + 1 rows */
+	group_case(3, GW, a, w, pw);  /* 2 + 1 */
+	group_case(GR, 40, a, w, pw); /* a partial group: tiles of 16, 16 and 8 lanes, one at a time */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -473,6 +592,7 @@ int main(void)
 		cmocka_unit_test(test_threads_f32),
 		cmocka_unit_test(test_dot_bound),
 		cmocka_unit_test(test_dot_packed),
+		cmocka_unit_test(test_dot_group),
 		cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -267,6 +267,60 @@ static void test_valid_masks(void **st)
 	fx_free(t);
 }
 
+/* reduce_sum, softmax and take_along under a scalar valid mask: rows at and
+ * past the count are 0 and their operands are not read (a garbage index) */
+static void test_valid_rows_ops(void **st)
+{
+	(void)st;
+	fx *t = fx_new();
+	int64_t s[2] = {3, 2};
+	float x[6] = {1, 3, 0, 0, NAN, NAN};
+	int32_t i[6] = {1, 0, 0, 0, 99, -7}, two[1] = {2};
+	moe_id xi = input(t, "x", MOE_F32, 2, s, x), ii = input(t, "i", MOE_I32, 2, s, i);
+	moe_id v = input(t, "v", MOE_I32, 0, NULL, two);
+	moe_id r = mk(t, MOE_OP_REDUCE_SUM, 1, xi, 0, 0);
+	moe_node_set_int(t->g, r, "axis", 1);
+	moe_node_set_valid(t->g, r, v);
+	moe_graph_add_output(t->g, done(t, r));
+	moe_id sm = mk(t, MOE_OP_SOFTMAX, 1, xi, 0, 0);
+	moe_node_set_int(t->g, sm, "axis", 1);
+	moe_node_set_valid(t->g, sm, v);
+	moe_graph_add_output(t->g, done(t, sm));
+	moe_id ta = mk(t, MOE_OP_TAKE_ALONG, 2, xi, ii, 0);
+	moe_node_set_int(t->g, ta, "axis", 1);
+	moe_node_set_valid(t->g, ta, v);
+	moe_graph_add_output(t->g, done(t, ta));
+	assert_int_equal(run(t), MOE_OK);
+	float e0 = (float)exp(-2.0), sum = e0 + 1.0f; /* softmax of [1, 3] as docs/ir.md computes it */
+	float wr[3] = {4, 0, 0}, ws[6] = {e0 / sum, 1.0f / sum, 0.5f, 0.5f, 0, 0}, wt[6] = {3, 1, 0, 0, 0, 0};
+	expect_f32(t->out[0], wr, 3);
+	expect_f32(t->out[1], ws, 6);
+	expect_f32(t->out[2], wt, 6);
+	fx_free(t);
+
+	/* the mask counts rows: a vector mask, or a reduction along axis 0, is refused */
+	t = fx_new();
+	xi = input(t, "x", MOE_F32, 2, s, x);
+	int32_t lim[3] = {1, 1, 1};
+	moe_id vv = input(t, "v", MOE_I32, 1, (int64_t[]){3}, lim);
+	r = mk(t, MOE_OP_REDUCE_SUM, 1, xi, 0, 0);
+	moe_node_set_int(t->g, r, "axis", 1);
+	moe_node_set_valid(t->g, r, vv);
+	assert_int_not_equal(moe_node_infer(t->g, r), MOE_OK);
+	assert_true(has_diag(t, "'reduce_sum' takes only a scalar valid mask"));
+	fx_free(t);
+	t = fx_new();
+	xi = input(t, "x", MOE_F32, 2, s, x);
+	v = input(t, "v", MOE_I32, 0, NULL, two);
+	r = mk(t, MOE_OP_REDUCE_MAX, 1, xi, 0, 0);
+	moe_node_set_int(t->g, r, "axis", 0);
+	moe_node_set_int(t->g, r, "keepdims", 1);
+	moe_node_set_valid(t->g, r, v);
+	assert_int_not_equal(moe_node_infer(t->g, r), MOE_OK);
+	assert_true(has_diag(t, "along axis 0 takes no valid mask"));
+	fx_free(t);
+}
+
 static void test_valid_gather_einsum(void **st)
 {
 	(void)st;
@@ -749,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_take_along),
 		cmocka_unit_test(test_scatter),
 		cmocka_unit_test(test_valid_masks),
+		cmocka_unit_test(test_valid_rows_ops),
 		cmocka_unit_test(test_valid_gather_einsum),
 		cmocka_unit_test(test_leaves),
 		cmocka_unit_test(test_shape_ops),

@@ -1,8 +1,11 @@
 /* The TCP-specific passes of the `tcp` pipeline and the backend that reads
- * what they record. tcp-split-weights marks packed weights (tcp_pack); the
+ * what they record. tcp-plan-fusion (registered by moe_tcp_register_passes)
+ * marks the lowering's fusions: with it and without it (skipped when not
+ * registered, the backend applying its rule) the program is the same, and
+ * the backend follows the marks. tcp-split-weights marks packed weights (tcp_pack); the
  * backend splits the program at the marks and decides nothing itself: a mark
  * taken away keeps that value on the device, and a graph lowered without the
- * pass (the tcp pipeline less its last pass) is planned by the pass's own
+ * pass (the tcp pipeline less its last two passes) is planned by the pass's own
  * rule, so it compiles to the same program as the tcp pipeline's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,9 +131,81 @@ static void test_backend_reads_marks(void **st)
 	moe_ctx_free(ctx);
 }
 
+static int64_t count_marks(const moe_graph *g, const char *key, bool clear)
+{
+	int64_t n = 0, v;
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_get_int(g, i, key, &v) && v >= 0) {
+			n++;
+			if (clear)
+				moe_node_set_int((moe_graph *)g, i, key, -1);
+		}
+	return n;
+}
+
+/* The fusion marks and the rule give one program; the backend follows the marks. */
+static void test_fusion_marks(void **st)
+{
+	(void)st;
+	moe_ctx *rule = moe_ctx_new(NULL, NULL), *ctx = moe_ctx_new(NULL, NULL);
+	assert_int_equal(moe_tcp_register_passes(ctx), MOE_OK);
+	assert_int_equal(moe_tcp_register_passes(ctx), MOE_OK); /* twice: harmless */
+	assert_non_null(moe_pass_find(ctx, "tcp-plan-fusion"));
+	assert_null(moe_pass_find(rule, "tcp-plan-fusion"));
+	moe_module *t = lowered(ctx, "tcp"), *h = lowered(rule, "tcp");
+	moe_graph *g = moe_module_graph(t, 0);
+	int64_t v;
+	assert_true(moe_graph_get_attr_int(g, "tcp_fusion_plan", &v) && v > 0);
+	assert_false(moe_graph_get_attr_int(moe_module_graph(h, 0), "tcp_fusion_plan", &v));
+	assert_int_equal(count_marks(moe_module_graph(h, 0), "tcp_fuse", false), 0);
+	/* the top-k rank compare (gt, eq, and, or, reduce_sum: 2 groups), the slot
+	 * pick, the grid counts and positions; one cast view; the dispatch scatter */
+	assert_true(count_marks(g, "tcp_fuse", false) >= 10);
+	assert_int_equal(count_marks(g, "tcp_view", false), 1);
+	assert_int_equal(count_marks(g, "tcp_ggrid", false), 1);
+	char *a = assembly(ctx, t), *b = assembly(rule, h);
+	assert_string_equal(a, b);
+	/* no group marked: every node its own vector pass, a longer program */
+	count_marks(g, "tcp_fuse", true);
+	char *c = assembly(ctx, t);
+	assert_true(strlen(c) > strlen(a));
+	/* a mark on a node that cannot take it: an error at its line */
+	moe_node_set_int(g, node_named(g, "down_b"), "tcp_view", 1);
+	assert_null(moe_tcp_compile(ctx, g, NULL));
+	bool said = false;
+	for (size_t i = 0; i < moe_diag_count(ctx); i++) {
+		const char *msg;
+		moe_loc loc;
+		moe_diag_get(ctx, i, NULL, &loc, &msg);
+		said |= strstr(msg, "tcp_view marks a cast or a bitcast only") && loc.line == 9;
+	}
+	assert_true(said);
+	/* an einsum in a vector pass's group */
+	moe_node_set_int(g, node_named(g, "down_b"), "tcp_view", 0);
+	moe_node_set_int(g, node_named(g, "logits"), "tcp_fuse", 0);
+	moe_node_set_int(g, node_named(g, "idx"), "tcp_fuse", 0);
+	assert_null(moe_tcp_compile(ctx, g, NULL));
+	said = false;
+	for (size_t i = 0; i < moe_diag_count(ctx); i++) {
+		const char *msg;
+		moe_loc loc;
+		moe_diag_get(ctx, i, NULL, &loc, &msg);
+		said |= strstr(msg, "tcp_fuse=0: not a fusion group") && loc.line == 10;
+	}
+	assert_true(said);
+	free(a);
+	free(b);
+	free(c);
+	moe_module_free(t);
+	moe_module_free(h);
+	moe_ctx_free(ctx);
+	moe_ctx_free(rule);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fusion_marks),
 		cmocka_unit_test(test_marks_and_plan_agree),
 		cmocka_unit_test(test_backend_reads_marks),
 	};
