@@ -220,6 +220,11 @@ void tcpl_fusion_rule(lw *c)
 	int64_t big = c->m->dm_bytes_per_slice / 8 * c->S;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
+		/* a large gather or scatter that only the program's caller reads (an
+		 * expert-parallel phase's send or return rows) moves HBM to HBM */
+		if (c->is_out[i] && !c->inreg[i] && n->valid == MOE_NONE && nuse[i] == 2 && ir_bytes(n) >= big &&
+			(n->op == MOE_OP_GATHER || n->op == MOE_OP_SCATTER))
+			c->hbm_home[i] = true;
 		/* an f32 -> bf16 cast of a reduce read only by it: the reduce's pass
 		 * commits bf16 (the commit rounds to nearest even, as the cast's pass
 		 * would) and the cast is a view of it */

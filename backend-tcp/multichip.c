@@ -13,116 +13,39 @@
  * (one full-duplex link per chip into a switch: the machine description's
  * interconnect section, MODEL.md section 9). The layer's time is the sum
  * over phases of the slowest chip plus the sum over rounds of the slowest
- * link. */
+ * link.
+ *
+ * Every phase's commands are kept (the simulator's events): each round is
+ * measured end to end against its bound (moe_tcp_ep_round), and --trace
+ * writes them as one Chrome trace, a process per chip. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/sim_int.h"
 #include "ir/graph_keys.h"
+#include "moec/io.h"
 #include "moec/passes.h"
+
+#define PH_MAX (MOE_TCP_EP_MAX_ROUNDS + 1)
+#define PHASE_MAX_OUT 256 /* values one phase hands on */
 
 typedef struct chip {
 	const moe_graph *g;
 	int *level;        /* per node: phase (leaves -1) */
 	moe_tensor **val;  /* per node: value once computed (owned) */
+	uint8_t *fake;     /* per node: its value is zeros of a timing-only phase */
 	double seconds;    /* compute, summed over phases */
 	int64_t out_bytes, in_bytes;
 	double link_seconds;
+	/* per phase: its commands (cycles), length, where packing starts (s from
+	 * the phase's start; its length when nothing is packed), the summed time
+	 * of the commands that read received rows, the phase's end after the last
+	 * command that is not packing; per round: link time, bytes */
+	tev *ev[PH_MAX];
+	size_t nev[PH_MAX];
+	double len[PH_MAX], pack_at[PH_MAX], pack_tail[PH_MAX], unpack[PH_MAX], link[PH_MAX];
+	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
-
-/* Phases of every node; returns the phase count. Leaves and what depends on
- * leaves alone (a weight's slices and transposes) have phase -1: every phase
- * that uses them recomputes them, so the backend sees them as in one chip's
- * program. */
-static int levels(const moe_graph *g, int *level)
-{
-	int top = 0;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		bool pure = n->op != MOE_OP_ALL_TO_ALL && n->op != MOE_OP_INPUT && n->valid == MOE_NONE;
-		for (uint32_t j = 0; pure && j < n->nargs; j++)
-			pure = level[n->args[j]] < 0;
-		int l = pure ? -1 : 0;
-		for (uint32_t j = 0; j < n->nargs; j++) {
-			moe_id a = n->args[j];
-			int la = level[a] + (N(g, a)->op == MOE_OP_ALL_TO_ALL);
-			if (la > l)
-				l = la;
-		}
-		if (n->valid != MOE_NONE && level[n->valid] + (N(g, n->valid)->op == MOE_OP_ALL_TO_ALL) > l)
-			l = level[n->valid] + (N(g, n->valid)->op == MOE_OP_ALL_TO_ALL);
-		level[i] = l;
-		if (l > top)
-			top = l;
-	}
-	return top + 1;
-}
-
-/* Copies node a of phase -1 and what it depends on. */
-static void copy_pure(moe_graph *d, const moe_graph *g, moe_id a, moe_id *map)
-{
-	const ir_node *n = N(g, a);
-	for (uint32_t j = 0; j < n->nargs; j++)
-		if (map[n->args[j]] == MOE_NONE)
-			copy_pure(d, g, n->args[j], map);
-	map[a] = ir_copy_node(d, g, a, map);
-}
-
-/* The graph of phase k; ids[j] receives the source node of output j. */
-static moe_module *phase_graph(moe_ctx *ctx, const chip *c, int k, moe_id *ids, uint32_t *nids)
-{
-	const moe_graph *g = c->g;
-	moe_module *m = moe_module_new(ctx);
-	moe_graph *d = moe_module_add_graph(m, g->name ? g->name : "phase");
-	moe_graph_set_dtype(d, (moe_dtype)g->dtype);
-	moe_id *map = calloc(g->nnodes, sizeof *map);
-	IR_ASSERT(map);
-	for (moe_id i = 0; i < g->nnodes; i++)
-		map[i] = MOE_NONE;
-	*nids = 0;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_ALL_TO_ALL || c->level[i] != k)
-			continue;
-		for (uint32_t j = 0; j <= n->nargs; j++) {
-			moe_id a = j < n->nargs ? n->args[j] : n->valid;
-			if (a == MOE_NONE || map[a] != MOE_NONE)
-				continue;
-			const ir_node *an = N(g, a);
-			if (c->level[a] < 0) {
-				copy_pure(d, g, a, map);
-			} else { /* a value of an earlier phase or an exchange */
-				char name[32];
-				snprintf(name, sizeof name, "ep.%u", a);
-				map[a] = ir_emit(d, MOE_OP_INPUT, (moe_dtype)an->dtype, an->rank, an->shape, NULL, 0, an->loc);
-				moe_node_set_name(d, map[a], name);
-			}
-		}
-		map[i] = ir_copy_node(d, g, i, map);
-	}
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (map[i] == MOE_NONE || c->level[i] != k)
-			continue;
-		bool out = false;
-		for (uint32_t o = 0; o < g->nout; o++)
-			out |= g->outputs[o] == i;
-		for (moe_id j = i + 1; j < g->nnodes && !out; j++) /* an exchange's operand, or used later */
-			for (uint32_t a = 0; a < N(g, j)->nargs; a++)
-				out |= N(g, j)->args[a] == i && (N(g, j)->op == MOE_OP_ALL_TO_ALL || c->level[j] > k);
-		if (out) {
-			moe_graph_add_output(d, map[i]);
-			ids[(*nids)++] = i;
-		}
-	}
-	/* the block grid's node keys, in the phase that holds the grid */
-	for (int k2 = 0; k2 < IR_NNODE_KEYS; k2++) {
-		moe_id old = ir_graph_node_attr(g, ir_node_keys[k2]);
-		if (old != MOE_NONE && map[old] != MOE_NONE && c->level[old] == k)
-			ir_graph_set_attr_int(d, ir_node_keys[k2], map[old]);
-	}
-	free(map);
-	return m;
-}
 
 /* A view of t that the map does not own. */
 static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
@@ -136,24 +59,104 @@ static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
 	return v;
 }
 
-/* Runs phase k on chip d. */
-static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *bind, const moe_tcp_run_opts *ro)
+/* Is source node a of chip c read by an exchange? */
+static bool sent(const chip *c, moe_id a)
 {
-	moe_id ids[256];
-	uint32_t nids = 0;
-	moe_module *m = phase_graph(ctx, c, k, ids, &nids);
+	for (moe_id j = a + 1; j < c->g->nnodes; j++)
+		if (N(c->g, j)->op == MOE_OP_ALL_TO_ALL && N(c->g, j)->args[0] == a)
+			return true;
+	return false;
+}
+
+static bool tensor_ok(const tcp_program *p, int32_t t)
+{
+	return t >= 0 && (uint32_t)t < p->nt;
+}
+
+/* Packing and unpacking in phase k's program p (outputs ids[0..nids-1]):
+ * packing is the DMA commands that write an output sent by an exchange and,
+ * backwards, the gathers and scatters writing their sources (the send
+ * buffer's rows; not the copy of an input into DM, which the one-chip
+ * program makes too); unpacking the DMA commands that read a received
+ * tensor (an input "ep.<all_to_all>"). */
+static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const moe_id *ids, uint32_t nids, double hz)
+{
+	uint8_t *in = ctx_alloc(ctx, p->nt + 1), *rv = ctx_alloc(ctx, p->nt + 1), *pk = ctx_alloc(ctx, p->ncode + 1);
+	for (uint32_t i = 0; i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		unsigned j;
+		if (t->kind == TCP_T_OUTPUT && sscanf(t->name, "output%u", &j) == 1 && j < nids && sent(c, ids[j]))
+			in[i] = 1;
+		if (t->kind == TCP_T_INPUT && sscanf(t->name, "ep.%u", &j) == 1 && j < c->g->nnodes &&
+			N(c->g, j)->op == MOE_OP_ALL_TO_ALL)
+			rv[i] = 1;
+	}
+	for (uint32_t pc = p->ncode; pc-- > 0;) {
+		const tcp_insn *in_ = &p->code[pc];
+		int32_t dt = in_->v[TCP_V_DST].t;
+		if (tcp_op_ctx[in_->op] != TCP_CTX_DMA || !tensor_ok(p, dt) || !in[dt] ||
+			(in_->op != TCP_OP_DMA_GATHER && in_->op != TCP_OP_DMA_SCATTER && p->t[dt].kind != TCP_T_OUTPUT))
+			continue;
+		pk[pc] = 1;
+		if (tensor_ok(p, in_->v[TCP_V_S0].t))
+			in[in_->v[TCP_V_S0].t] = 1;
+	}
+	int64_t first = -1, un = 0, other = 0;
+	for (size_t i = 0; i < c->nev[k]; i++) {
+		const tev *e = &c->ev[k][i];
+		const tcp_insn *in_ = &p->code[e->pc];
+		if (pk[e->pc] && (first < 0 || e->start < first))
+			first = e->start;
+		if (!pk[e->pc] && e->end > other)
+			other = e->end;
+		if (tcp_op_ctx[in_->op] == TCP_CTX_DMA && tensor_ok(p, in_->v[TCP_V_S0].t) && rv[in_->v[TCP_V_S0].t])
+			un += e->end - e->start;
+	}
+	c->pack_at[k] = first >= 0 ? (double)first / hz : c->len[k];
+	c->pack_tail[k] = first >= 0 && c->len[k] > (double)other / hz ? c->len[k] - (double)other / hz : 0;
+	c->unpack[k] = (double)un / hz;
+	ctx_free(ctx, in, p->nt + 1);
+	ctx_free(ctx, rv, p->nt + 1);
+	ctx_free(ctx, pk, p->ncode + 1);
+}
+
+/* Runs phase k on chip d. */
+/* Phase k of chip c compiled: *mp its graph, *pp its program (both NULL
+ * when the phase computes nothing), ids[0..*nids-1] the source node of
+ * each output. */
+static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_machine *mach, moe_module **mp,
+	moe_tcp_program **pp, moe_id *ids, uint32_t *nids)
+{
+	*nids = 0;
+	*pp = NULL;
+	moe_module *m = *mp = moe_ep_phase_graph(ctx, c->g, c->level, k, ids, PHASE_MAX_OUT, nids);
 	moe_graph *g = moe_module_graph(m, 0);
-	moe_status st = nids > 256 ? MOE_ERR_UNSUPPORTED : MOE_OK;
-	if (st == MOE_OK && moe_graph_num_outputs(g) == 0) {
+	if (*nids > PHASE_MAX_OUT) {
+		moe_diag(ctx, MOE_DIAG_ERROR, c->g->loc, "phase %d hands on %u values, at most %d are supported", k, *nids,
+			PHASE_MAX_OUT);
+		return MOE_ERR_UNSUPPORTED;
+	}
+	if (moe_graph_num_outputs(g) == 0) {
 		moe_module_free(m);
+		*mp = NULL;
 		return MOE_OK;
 	}
 	moe_run_opts po = {.verify = 1};
-	if (st == MOE_OK)
-		st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce", m, &po);
-	moe_tcp_program *p = st == MOE_OK ? moe_tcp_compile(ctx, g, ro->machine) : NULL;
-	if (st == MOE_OK && !p)
-		st = MOE_ERR_INVALID;
+	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce", m, &po);
+	*pp = st == MOE_OK ? moe_tcp_compile(ctx, g, mach) : NULL;
+	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
+}
+
+static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *bind, const moe_tcp_run_opts *ro)
+{
+	moe_id ids[PHASE_MAX_OUT];
+	uint32_t nids = 0;
+	moe_module *m;
+	moe_tcp_program *p;
+	moe_status st = compile_phase(ctx, c, k, ro->machine, &m, &p, ids, &nids);
+	if (st == MOE_OK && !m)
+		return MOE_OK;
+	moe_graph *g = m ? moe_module_graph(m, 0) : NULL;
 	moe_tensor_map *b = moe_tensor_map_new(ctx);
 	bool absent = false;
 	for (moe_id i = 0; st == MOE_OK && i < g->nnodes; i++) {
@@ -170,15 +173,20 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 			moe_tensor_map_set(b, n->name, view(ctx, t));
 		absent |= t && !t->data;
 	}
-	moe_tensor *out[256] = {0};
+	moe_tensor *out[PHASE_MAX_OUT] = {0};
 	moe_tcp_stats s;
 	/* timing-only: a phase whose weights are all present (routing, combine) runs in
 	 * full, so the exchanges move the real counts; one without (the experts) is
 	 * timed only and its outputs are zeros of their shapes */
 	moe_tcp_run_opts o = *ro;
 	o.timing_only = ro->timing_only && absent;
+	o.trace_path = NULL; /* the chips' trace is written at the end */
 	if (st == MOE_OK)
-		st = moe_tcp_run(ctx, p, b, &o, o.timing_only ? NULL : out, &s);
+		st = tcp_run_events(ctx, p, b, &o, o.timing_only ? NULL : out, &s, &c->ev[k], &c->nev[k]);
+	if (st == MOE_OK) {
+		c->len[k] = s.simulated_seconds;
+		measure(ctx, c, k, p, ids, nids, ro->machine->clock_hz);
+	}
 	for (uint32_t j = 0; st == MOE_OK && o.timing_only && j < nids; j++) {
 		const ir_node *n = N(c->g, ids[j]);
 		out[j] = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
@@ -188,20 +196,30 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 	if (st == MOE_OK) {
 		c->seconds += s.simulated_seconds;
 		for (uint32_t j = 0; j < nids; j++)
-			c->val[ids[j]] = out[j], out[j] = NULL;
+			c->val[ids[j]] = out[j], out[j] = NULL, c->fake[ids[j]] = o.timing_only;
 	}
 	for (uint32_t j = 0; j < nids; j++)
 		moe_tensor_free(ctx, out[j]);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
-	moe_module_free(m);
+	if (m)
+		moe_module_free(m);
 	return st;
 }
 
-/* The value of an exchange operand: computed by a phase, or a constant. */
+/* The value of an exchange operand: computed by a phase, or a constant; a
+ * reshape that a timing-only phase left as zeros is taken again from its
+ * operand (the return's counts: the received counts, reshaped). */
 static const moe_tensor *operand(moe_ctx *ctx, chip *c, moe_id a)
 {
 	const ir_node *n = N(c->g, a);
+	if (c->fake[a] && n->op == MOE_OP_RESHAPE && c->val[a]) {
+		const moe_tensor *s = operand(ctx, c, n->args[0]);
+		if (s && !c->fake[n->args[0]] && s->nbytes == c->val[a]->nbytes) {
+			memcpy(c->val[a]->data, s->data, s->nbytes);
+			c->fake[a] = 0;
+		}
+	}
 	if (!c->val[a] && n->op == MOE_OP_CONST) {
 		moe_tensor *t = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
 		double v = ir_attr_float(n, "value", 0);
@@ -232,6 +250,11 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 		moe_id x = xs[d];
 		const ir_node *n = N(c[d].g, x);
 		const moe_tensor *src = operand(ctx, &c[d], n->args[0]), *cnt = operand(ctx, &c[d], n->args[1]);
+		if (cnt && c[d].fake[n->args[1]]) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "chip %d: timing only: the counts of all_to_all %%%u depend on weights "
+				"absent from the checkpoint", d, x);
+			return MOE_ERR_UNSUPPORTED;
+		}
 		if (!src || !cnt || cnt->dtype != MOE_I32) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "chip %d: all_to_all %%%u: operand %s is neither computed nor a constant", d, x, !src ? moe_op_name((moe_op)N(c[d].g, n->args[0])->op) : moe_op_name((moe_op)N(c[d].g, n->args[1])->op));
 			return MOE_ERR_UNSUPPORTED;
@@ -263,6 +286,134 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 	return MOE_OK;
 }
 
+/* Round k along the critical path (moe_tcp_ep_round): the packing tail of
+ * the chip that ends phase k last, the round's link time (the bound: the
+ * link model charges exactly latency + bytes / bandwidth), the longest
+ * unpacking in phase k + 1. */
+static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const double *len, const double *link,
+	const int *nx)
+{
+	s->rounds = 0;
+	for (int k = 0; k + 1 < phases && s->rounds < MOE_TCP_EP_MAX_ROUNDS; k++) {
+		if (!nx[k])
+			continue;
+		moe_tcp_ep_round *r = &s->round[s->rounds++];
+		int last = 0, busy = 0;
+		double un = 0, wait = 0;
+		for (int d = 0; d < ep; d++) {
+			last = c[d].len[k] > c[last].len[k] ? d : last;
+			busy = c[d].rbo[k] + c[d].rbi[k] > c[busy].rbo[k] + c[busy].rbi[k] ? d : busy;
+			un = c[d].unpack[k + 1] > un ? c[d].unpack[k + 1] : un;
+			wait = len[k] - c[d].len[k] > wait ? len[k] - c[d].len[k] : wait;
+		}
+		double pack = c[last].pack_tail[k];
+		*r = (moe_tcp_ep_round){last, nx[k], c[busy].rbo[k], c[busy].rbi[k], link[k], pack,
+			c[last].len[k] - c[last].pack_at[k], link[k], un, wait, pack + link[k] + un};
+	}
+}
+
+/* One Chrome trace of every chip: process d is chip d, a thread per command
+ * context and one for its link; phase k starts on every chip when round
+ * k - 1 ends. */
+static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int ep, int phases, const double *len,
+	const double *link, double hz)
+{
+	moe_atomic_file *af = moe_atomic_open(ctx, path);
+	if (!af)
+		return MOE_ERR_IO;
+	FILE *f = moe_atomic_stream(af);
+	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+	for (int d = 0; d < ep; d++) {
+		fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"chip %d\"}},\n", d, d);
+		for (int t = 0; t <= TCP_NCTX; t++)
+			fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
+				d, t, t < TCP_NCTX ? tcp_ctx_names[t] : "link");
+	}
+	double at = 0; /* seconds */
+	for (int k = 0; k < phases; k++) {
+		for (int d = 0; d < ep; d++) {
+			for (size_t i = 0; i < c[d].nev[k]; i++) {
+				const tev *e = &c[d].ev[k][i];
+				fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+					"\"args\":{\"phase\":%d,\"pc\":%u}},\n", tcp_op_names[e->op], d, e->ctx,
+					(at + (double)e->start / hz) * 1e6, (double)(e->end - e->start) / hz * 1e6, k, e->pc);
+			}
+			if (k + 1 < phases && link[k] > 0) {
+				if (len[k] > c[d].len[k])
+					fprintf(f, "{\"name\":\"wait\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f},\n",
+						d, TCP_NCTX, (at + c[d].len[k]) * 1e6, (len[k] - c[d].len[k]) * 1e6);
+				fprintf(f, "{\"name\":\"all_to_all\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+					"\"args\":{\"round\":%d,\"bytes_out\":%lld,\"bytes_in\":%lld}},\n", d, TCP_NCTX,
+					(at + len[k]) * 1e6, c[d].link[k] * 1e6, k, (long long)c[d].rbo[k], (long long)c[d].rbi[k]);
+			}
+		}
+		at += len[k] + link[k];
+	}
+	fprintf(f, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":%.4f,\"s\":\"g\"}\n]}\n", at * 1e6);
+	return moe_atomic_commit(af);
+}
+
+/* The chips' programs cut into phases (*phases each). */
+static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases)
+{
+	for (int d = 0; d < ep; d++) {
+		c[d].g = g[d];
+		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
+		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
+		c[d].fake = calloc(g[d]->nnodes, 1);
+		if (!c[d].level || !c[d].val || !c[d].fake)
+			return MOE_ERR_NOMEM;
+		int p = moe_ep_phases(g[d], c[d].level);
+		if (p > PH_MAX) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
+				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);
+			return MOE_ERR_UNSUPPORTED;
+		}
+		if (d && (p != *phases || g[d]->nnodes < 1)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d phases, chip 0's %d", d, p, *phases);
+			return MOE_ERR_INVALID;
+		}
+		*phases = p;
+	}
+	return MOE_OK;
+}
+
+moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
+	moe_tcp_ep_sink sink, void *ud)
+{
+	if (!ctx || ep < 1 || ep > MOE_TCP_EP_MAX || !g || !sink)
+		return MOE_ERR_INVALID;
+	moe_tcp_machine *def = machine ? NULL : moe_tcp_machine_default(ctx);
+	const moe_tcp_machine *mach = machine ? machine : def;
+	if (!mach)
+		return MOE_ERR_INVALID;
+	chip c[MOE_TCP_EP_MAX];
+	memset(c, 0, sizeof c);
+	int phases = 0;
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
+	for (int d = 0; st == MOE_OK && d < ep; d++)
+		for (int k = 0; st == MOE_OK && k < phases; k++) {
+			moe_id ids[PHASE_MAX_OUT];
+			uint32_t nids;
+			moe_module *m;
+			moe_tcp_program *p;
+			st = compile_phase(ctx, &c[d], k, mach, &m, &p, ids, &nids);
+			if (st == MOE_OK)
+				st = sink(ud, d, k, p, p ? ids : NULL, p ? nids : 0);
+			moe_tcp_program_free(p);
+			if (m)
+				moe_module_free(m);
+		}
+	for (int d = 0; d < ep; d++) {
+		free(c[d].val);
+		free(c[d].fake);
+		free(c[d].level);
+	}
+	if (def)
+		moe_tcp_machine_free(ctx, def);
+	return st;
+}
+
 moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats)
 {
@@ -273,36 +424,27 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	if (!mach)
 		return MOE_ERR_INVALID;
 	double bw = mach->link_bytes_per_s, lat = mach->link_latency_s;
+	moe_tcp_run_opts rom = *ro; /* the phases run on the resolved machine */
+	rom.machine = mach;
 	memset(stats, 0, sizeof *stats);
 	stats->ep = ep;
 	chip c[MOE_TCP_EP_MAX];
 	memset(c, 0, sizeof c);
+	double phase_len[PH_MAX] = {0}, round_len[PH_MAX] = {0};
+	int nx[PH_MAX] = {0};
 	int phases = 0;
-	moe_status st = MOE_OK;
-	for (int d = 0; d < ep; d++) {
-		c[d].g = g[d];
-		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
-		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
-		if (!c[d].level || !c[d].val) {
-			st = MOE_ERR_NOMEM;
-			break;
-		}
-		int p = levels(g[d], c[d].level);
-		if (d && (p != phases || g[d]->nnodes < 1)) {
-			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d phases, chip 0's %d", d, p, phases);
-			st = MOE_ERR_INVALID;
-		}
-		phases = p;
-	}
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
 	for (int k = 0; st == MOE_OK && k < phases; k++) {
 		double slow = 0, before[MOE_TCP_EP_MAX];
 		for (int d = 0; st == MOE_OK && d < ep; d++) {
 			before[d] = c[d].seconds;
-			st = run_phase(ctx, &c[d], k, bind[d], ro);
+			st = run_phase(ctx, &c[d], k, bind[d], &rom);
 			if (c[d].seconds - before[d] > slow)
 				slow = c[d].seconds - before[d];
 		}
 		stats->compute_seconds += slow;
+		phase_len[k] = slow;
+		double link0 = stats->link_seconds;
 		/* round k: the exchanges whose operands are of phase k, in node order; the
 		 * programs differ in node ids (folded constants), not in their exchanges */
 		int64_t bo[MOE_TCP_EP_MAX], bi[MOE_TCP_EP_MAX];
@@ -331,13 +473,20 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 				int64_t o = c[d].out_bytes - bo[d], i = c[d].in_bytes - bi[d];
 				double td = lat + (double)(o > i ? o : i) / bw;
 				c[d].link_seconds += td;
+				c[d].link[k] += td, c[d].rbo[k] += o, c[d].rbi[k] += i;
 				if (td > t)
 					t = td;
 			}
 			stats->link_seconds += t;
 			stats->exchanges++;
+			nx[k]++;
 		}
+		round_len[k] = stats->link_seconds - link0;
 	}
+	if (st == MOE_OK)
+		rounds(stats, c, ep, phases, phase_len, round_len, nx);
+	if (st == MOE_OK && ro->trace_path)
+		st = write_trace(ctx, ro->trace_path, c, ep, phases, phase_len, round_len, mach->clock_hz);
 	for (int d = 0; d < ep; d++) {
 		if (st == MOE_OK)
 			for (uint32_t o = 0; o < g[d]->nout; o++) {
@@ -350,7 +499,10 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 		stats->chip_link_bytes_in[d] = c[d].in_bytes;
 		for (moe_id i = 0; c[d].val && i < g[d]->nnodes; i++)
 			moe_tensor_free(ctx, c[d].val[i]);
+		for (int k = 0; k < PH_MAX; k++)
+			ctx_free(ctx, c[d].ev[k], 0);
 		free(c[d].val);
+		free(c[d].fake);
 		free(c[d].level);
 	}
 	stats->simulated_seconds = stats->compute_seconds + stats->link_seconds;

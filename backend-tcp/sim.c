@@ -245,10 +245,10 @@ uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
-	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats);
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
 static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
-	moe_tensor **out, moe_tcp_stats *stats)
+	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
 {
 	moe_tcp_run_opts defo = {0};
 	const moe_tcp_run_opts *o = opts ? opts : &defo;
@@ -278,6 +278,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.m = m;
 	s.o = o;
 	s.st = st;
+	s.keep_ev = ev != NULL;
 	s.S = tcp_slices(m);
 	s.hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
 	/* the simulator's memory is the context's (a throw frees it) */
@@ -358,6 +359,10 @@ out:
 	ctx_free(ctx, s.hz, 0);
 	ctx_free(ctx, s.spm, 0);
 	ctx_free(ctx, s.seen, 0);
+	if (ev && rc == MOE_OK) { /* handed to the caller */
+		*ev = s.ev, *nev = s.nev;
+		s.ev = NULL;
+	}
 	ctx_free(ctx, s.ev, 0);
 	ctx_free(ctx, s.xiv, 0);
 	if (packed)
@@ -370,7 +375,13 @@ out:
 moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
 	moe_tensor **out, moe_tcp_stats *stats)
 {
-	moe_status s = tcp_run_guarded(ctx, p, b, opts, out, stats);
+	return tcp_run_events(ctx, p, b, opts, out, stats, NULL, NULL);
+}
+
+moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
+	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
+{
+	moe_status s = tcp_run_guarded(ctx, p, b, opts, out, stats, ev, nev);
 	if (s == MOE_ERR_NOMEM && out) /* the outputs were freed with the rest */
 		for (uint32_t i = 0; i < moe_tcp_num_outputs(p); i++)
 			out[i] = NULL;
@@ -378,7 +389,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
-	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats)
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
 {
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, tcp_run(ctx, p, b, opts, out, stats));
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, tcp_run(ctx, p, b, opts, out, stats, ev, nev));
 }

@@ -15,6 +15,7 @@
 #include "ir/scalar.h"
 
 #define NHAZ 8
+#define TCP_MAX_EVENTS 2000000 /* commands recorded for a trace; later ones are not */
 #define TCP_MAX_CYCLES ((int64_t)1 << 60)
 typedef struct haz_rec {
 	int64_t lo, hi, end;
@@ -52,6 +53,7 @@ typedef struct sim {
 	moe_tcp_stats *st;
 	tev *ev;
 	size_t nev, evcap;
+	bool keep_ev; /* record events without a trace file (tcp_run_events) */
 	bool fault;
 	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
@@ -67,6 +69,12 @@ typedef struct sim {
 	int64_t (*xiv)[2];
 	size_t nxiv, xivcap;
 } sim;
+
+/* moe_tcp_run that also hands back every command's run (cycles; at most
+ * TCP_MAX_EVENTS, *nev of them; the caller frees *ev with ctx_free(ctx, *ev, 0)):
+ * the expert-parallel runner's per-phase measurement and trace (multichip.c). */
+moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
+	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
 static inline bool in_experts(const sim *s, uint32_t pc)
 {

@@ -62,7 +62,7 @@ static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int6
 
 static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
 {
-	if (!s->o->trace_path || s->nev >= 2000000)
+	if ((!s->o->trace_path && !s->keep_ev) || s->nev >= TCP_MAX_EVENTS)
 		return;
 	if (s->nev == s->evcap) {
 		size_t nc = s->evcap ? s->evcap * 2 : 4096;

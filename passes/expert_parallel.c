@@ -153,15 +153,53 @@ static moe_id local_experts(ep *c, const ir_node *ex, const moe_id *s, moe_id xr
 	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, ci(c, B)), ci(c, 0), c->loc);
 	b.rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, b.rows, "block_rows");
-	/* padding rows land on a spare row past the G x B grid */
-	moe_id spare = ir_b3(d, MOE_OP_SELECT, valid, pos, ci(c, G * B), c->loc);
-	moe_id sx[3] = {splat(c, c->t, 2, G * B + 1, c->D, 0.0), spare, xr};
-	moe_id grid = ir_b_slice(d, ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc), 0, 0, G * B, c->loc);
+	/* Padding rows land on a free grid row: the first row past a block's count
+	 * (blocks past nblocks count 0 rows). One exists whenever there is padding:
+	 * the valid rows number fewer than R <= G B (section 3), so some block is not
+	 * full. The block math masks that row, and the grid is scatter(0, pos,
+	 * gather(received, rows)) as one device's dispatch (the TCP lowering then
+	 * gathers each block's rows from the received buffer in HBM). */
+	moe_id slot = G == 1 ? b.rows /* (a one-element iota is an immediate on TCP) */
+			     : b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, ir_b_iota(d, 1, &G, 0, c->loc), ci(c, B)), b.rows);
+	moe_id open_ = ir_b3(d, MOE_OP_SELECT, b2(c, MOE_OP_LT, b.rows, ci(c, B)), slot, ci(c, G * B - 1), c->loc);
+	moe_id spare = ir_b_reduce(d, MOE_OP_REDUCE_MIN, open_, 0, false, c->loc);
+	moe_id at = ir_b3(d, MOE_OP_SELECT, valid, pos, spare, c->loc);
+	moe_id gr[2] = {xr, ir_b_iota(d, 1, &c->R, 0, c->loc)};
+	moe_id sx[3] = {splat(c, c->t, 2, G * B, c->D, 0.0), at, ir_b(d, MOE_OP_GATHER, gr, 2, c->loc)};
+	moe_id grid = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
 	b.blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, b.blocks, "blocks");
 	c->rows = b.rows, c->nblocks = b.nblocks, c->bexp = b.bexp;
 	*out = reshape(c, pass_expert_ffn(d, ex, s, &b), 2, G * B, c->D, 0);
 	return ir_b3(d, MOE_OP_SELECT, valid, pos, ci(c, 0), c->loc);
+}
+
+/* Each pair's returned row (at spos), weighted by wp (MOE_NONE: weighted on
+ * the input), summed over k in f32 and rounded: in chunks of tokens when the
+ * gathered rows would exceed 2^25 elements, as blockwise-dispatch's combine
+ * (a row's result does not depend on the chunking). */
+static moe_id combine(ep *c, moe_id back, moe_id spos, moe_id wp)
+{
+	moe_graph *d = c->d;
+	int64_t per = c->K * c->D, fit = ((int64_t)1 << 25) / per > 0 ? ((int64_t)1 << 25) / per : 1;
+	int64_t nch = (c->Tl + fit - 1) / fit;
+	if (nch > 64)
+		nch = 64; /* a node has at most 64 operands */
+	int64_t step = (c->Tl + nch - 1) / nch;
+	moe_id parts[64];
+	uint32_t np = 0;
+	for (int64_t t0 = 0; t0 < c->Tl; t0 += step) {
+		int64_t t1 = t0 + step < c->Tl ? t0 + step : c->Tl, tc = t1 - t0;
+		bool all = tc == c->Tl;
+		moe_id gb[2] = {back, all ? spos : ir_b_slice(d, spos, 0, t0 * c->K, t1 * c->K, c->loc)};
+		moe_id yp = ir_b_cast(d, ir_b(d, MOE_OP_GATHER, gb, 2, c->loc), MOE_F32, c->loc);
+		if (wp != MOE_NONE)
+			yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, all ? wp : ir_b_slice(d, wp, 0, t0 * c->K, t1 * c->K, c->loc),
+							    MOE_F32, c->loc));
+		moe_id y = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, tc, c->K, c->D), 1, false, c->loc);
+		parts[np++] = ir_b_cast(d, y, c->t, c->loc);
+	}
+	return np == 1 ? parts[0] : ir_b_concat(d, parts, np, 0, c->loc);
 }
 
 static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
@@ -203,12 +241,7 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	moe_id yr = ir_b(d, MOE_OP_GATHER, ga, 2, c->loc);
 	/* return and combine, in the one-device program's order */
 	moe_id back = exchange(c, yr, rcount, n, "returned_rows");
-	moe_id gb[2] = {back, spos};
-	moe_id yp = ir_b_cast(d, ir_b(d, MOE_OP_GATHER, gb, 2, c->loc), MOE_F32, c->loc);
-	if (!on_input)
-		yp = b2(c, MOE_OP_MUL, yp, ir_b_cast(d, wp, MOE_F32, c->loc));
-	moe_id y = ir_b_reduce(d, MOE_OP_REDUCE_SUM, reshape(c, yp, 3, c->Tl, c->K, c->D), 1, false, c->loc);
-	return ir_b_cast(d, y, c->t, c->loc);
+	return combine(c, back, spos, on_input ? MOE_NONE : wp);
 }
 
 /* Does n keep the expert dimension first (blockwise-dispatch's rule, or a dequant)? */
@@ -361,7 +394,7 @@ static bool setup(moe_ctx *ctx, moe_graph *g, const ir_node *n, const moe_pass_o
 	c->R = moe_ep_recv_rows_max(c->T, c->K, c->Ed);
 	c->G = moe_ep_grid_blocks_max(c->T, c->K, c->Ed, c->B);
 	int64_t cells;
-	if (c->R > MOE_MAX_DIM || !ir_mul_ov(c->G, c->B, &cells) || !ir_mul_ov(cells + 1, c->D, &cells)) {
+	if (c->R > MOE_MAX_DIM || !ir_mul_ov(c->G, c->B, &cells) || !ir_mul_ov(cells, c->D, &cells)) {
 		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "expert-parallel: the receive buffers of this layer are too large");
 		return false;
 	}

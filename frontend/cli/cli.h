@@ -141,6 +141,10 @@ int cli_run(moe_ctx *ctx, const opts *o);
  * when any rank failed (failed: this one did), after which no collective
  * follows; gather collects each rank's bytes at rank 0, in rank order. */
 int cli_run_ep(moe_ctx *ctx, const opts *o);
+int cli_compile_ep(moe_ctx *ctx, const opts *o);
+struct moe_host_opts;
+int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const struct moe_host_opts *ho,
+	const moe_exchange *x, moe_tensor **out);
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
 int cli_ep_net_agree(moe_ctx *ctx, int failed);
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,

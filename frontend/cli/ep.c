@@ -8,6 +8,7 @@
  * all_to_all nodes going through MPI (ep_mpi.c). Rank 0 gathers the rows of
  * the output in rank order and writes -o. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,12 +31,13 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 	if (errno || end == o->ep || *end || n < 1 || n > 4096)
 		return fail(ctx, "--ep must be a device count in 1..4096, got '%s'", o->ep), 0;
 	bool tcp = o->target && !strcmp(o->target, "tcp");
-	if (!tcp && o->engine && strcmp(o->engine, "interp"))
-		return fail(ctx, "--ep runs each device on the interpreter; drop --engine=%s", o->engine), 0;
+	bool jit_engine = !tcp && o->engine && strcmp(o->engine, "interp");
 	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
 			: o->no_cache ? "--no-cache" : NULL;
-	if (jit && !(tcp && !strcmp(jit, "--stats")))
-		return fail(ctx, "%s does not apply to --ep (the devices run on the interpreter)", jit), 0;
+	if (o->repeat || (o->stats && !tcp))
+		return fail(ctx, "%s does not apply to --ep on the host", o->repeat ? "--repeat" : "--stats"), 0;
+	if (jit && !tcp && !jit_engine)
+		return fail(ctx, "%s applies to --ep with --engine=llvm or c (the default runs the interpreter)", jit), 0;
 	if (o->kind != K_MOE && o->kind != K_UNREAD)
 		return fail(ctx, "--ep needs a .moe layer (its token count T is set per device), not %s", o->file), 0;
 	return n;
@@ -107,8 +109,8 @@ static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T,
 	return 0;
 }
 
-/* This rank's program, weights and input; 0 when ready. */
-static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+/* This rank's program; 0 when ready. */
+static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	moe_module *m = *mp = load_rows(ctx, o, Td ? Td : 1);
@@ -127,9 +129,16 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%d,tokens=%lld%s},blockwise-dispatch,"
 		"grid-bound,canonicalize,cse,dce", (long long)N, rank, (long long)T, pl);
 	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK)
+	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
+}
+
+/* This rank's program, weights and input; 0 when ready. */
+static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+{
+	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
+	if (build(ctx, o, N, rank, T, mp))
 		return 1;
-	moe_graph *g = moe_module_graph(m, 0);
+	moe_graph *g = moe_module_graph(*mp, 0);
 	char *wcopy = strdup(o->weights);
 	const char *paths[64];
 	size_t np = 0;
@@ -162,7 +171,7 @@ static int gather_write(moe_ctx *ctx, const opts *o, int rank, int64_t N, int64_
 /* The stats of a multichip TCP run as JSON (malloc'ed). */
 static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 {
-	size_t cap = 4096 + (size_t)s->ep * 256, at = 0;
+	size_t cap = 4096 + (size_t)s->ep * 256 + (size_t)s->rounds * 512, at = 0;
 	char *j = malloc(cap);
 	if (!j)
 		return NULL;
@@ -176,6 +185,16 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 			"\"link_seconds\": %.9g, \"link_bytes_out\": %lld, \"link_bytes_in\": %lld}", d ? "," : "", d,
 			s->chip_seconds[d], s->chip_link_seconds[d], (long long)s->chip_link_bytes_out[d],
 			(long long)s->chip_link_bytes_in[d]);
+	at += (size_t)snprintf(j + at, cap - at, "\n  ],\n  \"rounds\": [");
+	for (int k = 0; k < s->rounds; k++) {
+		const moe_tcp_ep_round *r = &s->round[k];
+		at += (size_t)snprintf(j + at, cap - at, "%s\n    {\"round\": %d, \"exchanges\": %d, \"chip\": %d, "
+			"\"bytes_out\": %lld, \"bytes_in\": %lld, \"bound_seconds\": %.9g, \"seconds\": %.9g, "
+			"\"pack_seconds\": %.9g, \"pack_span_seconds\": %.9g, \"link_seconds\": %.9g, \"unpack_seconds\": %.9g, "
+			"\"wait_seconds\": %.9g}", k ? "," : "", k, r->exchanges, r->chip, (long long)r->bytes_out,
+			(long long)r->bytes_in, r->bound_seconds, r->seconds, r->pack_seconds, r->pack_span_seconds, r->link_seconds,
+			r->unpack_seconds, r->wait_seconds);
+	}
 	snprintf(j + at, cap - at, "\n  ]\n}\n");
 	return j;
 }
@@ -183,8 +202,6 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
-	if (o->trace)
-		return fail(ctx, "--ep on TCP does not write a --trace yet%s", "");
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
 	int64_t T = global_tokens(ctx, o);
@@ -204,7 +221,8 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 		}
 	}
 	moe_tcp_ep_stats s;
-	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL};
+	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
+		.trace_path = o->trace};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;
@@ -264,7 +282,17 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	moe_exchange x = {(int)N, rank, cli_ep_all_to_all, NULL};
-	bad = moe_interp_run_ex(ctx, moe_module_graph(m, 0), bind, &x, out) != MOE_OK;
+	if (o->engine && strcmp(o->engine, "interp")) { /* compiled, phase by phase */
+		moe_host_opts ho;
+		moe_host_opts_init(&ho);
+		ho.engine = !strcmp(o->engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
+		ho.threads = o->threads ? atoi(o->threads) : 0;
+		ho.portable = o->kernels && !strcmp(o->kernels, "portable");
+		ho.no_cache = o->no_cache != NULL;
+		bad = ho.threads < 0 || cli_ep_host_run(ctx, moe_module_graph(m, 0), bind, &ho, &x, out);
+	} else {
+		bad = moe_interp_run_ex(ctx, moe_module_graph(m, 0), bind, &x, out) != MOE_OK;
+	}
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	status = gather_write(ctx, o, rank, N, T, out[0]);
@@ -277,4 +305,111 @@ done:
 	moe_module_free(m);
 	cli_ep_net_finish();
 	return status;
+}
+
+/* moec compile --ep N: every chip's phase programs (moe_tcp_ep_compile) and
+ * OUT.ep.json, written last, naming them (docs/expert-parallel.md section 6). */
+typedef struct ep_out {
+	moe_ctx *ctx;
+	const char *ext;
+	char stem[4096];
+	char *json;
+	size_t len, cap;
+	bool nomem;
+} ep_out;
+
+static void jadd(ep_out *w, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || w->len + (size_t)n + 1 > w->cap) {
+		size_t cap = (w->cap + (size_t)(n > 0 ? n : 0) + 1) * 2;
+		char *j = realloc(w->json, cap);
+		if (!j) {
+			w->nomem = true;
+			return;
+		}
+		w->json = j, w->cap = cap;
+	}
+	va_start(ap, fmt);
+	w->len += (size_t)vsnprintf(w->json + w->len, w->cap - w->len, fmt, ap);
+	va_end(ap);
+}
+
+static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
+	uint32_t n)
+{
+	ep_out *w = ud;
+	if (!p)
+		return MOE_OK;
+	char path[4200];
+	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
+	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, path) : moe_tcp_write_binary(w->ctx, p, path);
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	jadd(w, "%s\n    {\"chip\": %d, \"phase\": %d, \"file\": \"%s\", \"outputs\": [",
+		w->json[w->len - 1] == '[' ? "" : ",", chip, phase, base);
+	for (uint32_t j = 0; j < n; j++)
+		jadd(w, "%s%u", j ? ", " : "", (unsigned)outputs[j]);
+	jadd(w, "]}");
+	return st;
+}
+
+/* The exchanges of chip d's program g, for the manifest. */
+static void list_exchanges(ep_out *w, const moe_graph *g, int d)
+{
+	jadd(w, "%s\n    {\"chip\": %d, \"all_to_all\": [", d ? "," : "", d);
+	for (moe_id i = 0, k = 0; i < moe_graph_num_nodes(g); i++) {
+		if (moe_node_op(g, i) != MOE_OP_ALL_TO_ALL)
+			continue;
+		const char *nm = moe_node_name(g, i);
+		jadd(w, "%s{\"node\": %u, \"rows\": %u, \"counts\": %u, \"name\": \"%s\"}", k++ ? ", " : "", (unsigned)i,
+			(unsigned)moe_node_arg(g, i, 0), (unsigned)moe_node_arg(g, i, 1), nm ? nm : "");
+	}
+	jadd(w, "]}");
+}
+
+int cli_compile_ep(moe_ctx *ctx, const opts *o)
+{
+	int64_t N = ep_count(ctx, o);
+	if (!N)
+		return 1;
+	if (N > MOE_TCP_EP_MAX)
+		return fail(ctx, "--ep on TCP compiles at most 64 chips%s", "");
+	bool asm_ = cli_ends_with(o->out, ".tcps");
+	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
+		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
+	ep_out w = {.ctx = ctx, .ext = asm_ ? ".tcps" : ".tcpb"};
+	snprintf(w.stem, sizeof w.stem, "%.*s", (int)(strlen(o->out) - 5), o->out);
+	int64_t T = global_tokens(ctx, o);
+	moe_module *m[MOE_TCP_EP_MAX] = {0};
+	const moe_graph *g[MOE_TCP_EP_MAX];
+	moe_tcp_machine *mach = o->machine ? moe_tcp_machine_load(ctx, o->machine) : NULL;
+	int st = T < 1 || (o->machine && !mach);
+	for (int d = 0; d < N && !st; d++) {
+		st = build(ctx, o, N, d, T, &m[d]);
+		if (!st)
+			g[d] = moe_module_graph(m[d], 0);
+	}
+	jadd(&w, "{\n  \"ep\": %lld,\n  \"tokens\": %lld,\n  \"programs\": [", (long long)N, (long long)T);
+	if (!st)
+		st = moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
+	jadd(&w, "\n  ],\n  \"exchanges\": [");
+	for (int d = 0; d < N && !st; d++)
+		list_exchanges(&w, g[d], d);
+	jadd(&w, "\n  ]\n}\n");
+	if (!st && w.nomem)
+		st = fail(ctx, "out of memory for the manifest%s", "");
+	if (!st) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s.ep.json", w.stem);
+		st = moe_write_file_atomic(ctx, path, w.json, w.len) != MOE_OK;
+	}
+	free(w.json);
+	for (int d = 0; d < N; d++)
+		moe_module_free(m[d]);
+	if (mach)
+		moe_tcp_machine_free(ctx, mach);
+	return st;
 }

@@ -222,6 +222,8 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return 1;
 	if (o->buckets)
 		return cli_compile_buckets(ctx, o, o->out);
+	if (o->ep)
+		return cli_compile_ep(ctx, o);
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);

@@ -95,6 +95,17 @@ MOE_API int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B);
  * moe_grid_blocks_max(T, min(K, Ed), Ed, B). */
 MOE_API int64_t moe_ep_recv_rows_max(int64_t T, int64_t K, int64_t Ed);
 MOE_API int64_t moe_ep_grid_blocks_max(int64_t T, int64_t K, int64_t Ed, int64_t B);
+/* An expert-parallel device program g cut at its all_to_all nodes into
+ * phases (passes/ep_phases.c): moe_ep_phases writes each node's phase into
+ * level[0 .. nnodes-1] (-1: depends on leaves alone, recomputed where used)
+ * and returns the phase count; moe_ep_phase_graph builds phase k as a module
+ * of one graph whose inputs "ep.<id>" are node <id>'s value (of an earlier
+ * phase or an exchange) and whose outputs are what later phases, exchanges
+ * and g's outputs read, ids[j] the node of output j (*nids of them; only the
+ * first cap are made outputs: more than cap is the caller's error). */
+MOE_API int moe_ep_phases(const moe_graph *g, int *level);
+MOE_API moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *level, int k, moe_id *ids,
+	uint32_t cap, uint32_t *nids);
 /* The seed design's (T*K - E)/B + E (its first term; n < E gives E). */
 MOE_API int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B);
 /* vLLM moe_align_block_size: ceil(P / B), P = n + E*(B-1), P = min(n*B, P) if n < E. */

@@ -150,8 +150,30 @@ MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
  * ro->timing_only, phases whose weights are all bound with data (routing,
  * combine) run in full so that the exchanges carry the real counts, the
  * others are timed only, and the outputs are not meaningful. ro->trace_path
- * is not supported here. */
+ * writes one Chrome trace of all chips (a process per chip, the phases and
+ * links on one clock). */
 #define MOE_TCP_EP_MAX 64
+#define MOE_TCP_EP_MAX_ROUNDS 8
+/* One exchange round (the all_to_alls after a phase) measured end to end
+ * along the critical path against its bound (docs/expert-parallel.md
+ * section 6): on the chip that ends the phase last, pack = the end of the
+ * phase after its last command that is not packing (the DMA gathers,
+ * scatters and copies that assemble and write out the send buffers: what
+ * packing adds to the phase), pack_span = from its first packing command
+ * to the phase's end (packing overlaps routing there); link = the round's
+ * link time; unpack = the most any chip spends in the next phase in
+ * commands that read received rows into DM (their summed durations, an
+ * upper bound where they overlap compute). The bound is the sum over the
+ * round's exchanges of latency + max(bytes out, bytes in) / bandwidth on
+ * the busiest chip. wait = the longest any chip waits for the last one
+ * (load imbalance, not counted in seconds). */
+typedef struct moe_tcp_ep_round {
+	int chip, exchanges;           /* chip: the one that ends the phase last */
+	int64_t bytes_out, bytes_in;   /* the busiest chip's, over the round */
+	double bound_seconds;
+	double pack_seconds, pack_span_seconds, link_seconds, unpack_seconds, wait_seconds;
+	double seconds;                /* pack + link + unpack */
+} moe_tcp_ep_round;
 typedef struct moe_tcp_ep_stats {
 	int ep, exchanges;
 	double simulated_seconds; /* compute_seconds + link_seconds */
@@ -160,9 +182,22 @@ typedef struct moe_tcp_ep_stats {
 	double link_bytes_per_s, link_latency_s;
 	double chip_seconds[MOE_TCP_EP_MAX], chip_link_seconds[MOE_TCP_EP_MAX];
 	int64_t chip_link_bytes_out[MOE_TCP_EP_MAX], chip_link_bytes_in[MOE_TCP_EP_MAX];
+	int rounds;
+	moe_tcp_ep_round round[MOE_TCP_EP_MAX_ROUNDS];
 } moe_tcp_ep_stats;
 MOE_API moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tensor_map *const *bind,
 	const moe_tcp_run_opts *ro, moe_tensor **const *out, moe_tcp_ep_stats *stats);
+/* Compiles the phases moe_tcp_ep_run runs: sink gets, chip by chip and phase
+ * by phase, the program (NULL for a phase with nothing to compute on that
+ * chip) and the node of chip's program g[chip] that each of its outputs
+ * output<j> holds (outputs[j]). A phase program's inputs are named after the
+ * node they hold, "ep.<id>": a value of an earlier phase or an all_to_all's
+ * result; its weights and the layer input keep their names. A non-MOE_OK
+ * return from sink stops and is returned. */
+typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
+	uint32_t noutputs);
+MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
+	moe_tcp_ep_sink sink, void *ud);
 
 #ifdef __cplusplus
 }

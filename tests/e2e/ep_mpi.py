@@ -5,13 +5,14 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec import-hf config.json --tokens T -o layer.moe
     moec run layer.moe ... --engine interp -o y1.npy               (one process)
     moec run layer.moe ... --kernels=portable -o yl.npy            (one process, LLVM)
-    mpirun -n N moec run layer.moe --ep N ... -o yN.npy            (N ranks, N in --ranks)
-and require yN == y1 == yl bitwise. Each mpirun has a time limit (--timeout),
+    mpirun -n N moec run layer.moe --ep N [--engine E] ... -o yN.npy   (N in --ranks, E in --engines)
+and require yN == y1 == yl bitwise. --engines: interp (the default: each rank on the
+interpreter), llvm (--kernels=portable) and c run each rank's phases compiled. Each mpirun has a time limit (--timeout),
 so a hang fails the test instead of stalling it. $MOEC_MPIRUN names another mpirun
 (mpirun.mpich for a moec built against MPICH).
 
 usage: ep_mpi.py MOEC FIXTURES_DIR [--families a,b] [--tokens 1,5,64] [--ranks 2,3]
-                 [--dtypes float32,bfloat16] [--timeout S]
+                 [--dtypes float32,bfloat16] [--engines interp,llvm,c] [--timeout S]
 """
 import argparse
 import os
@@ -20,6 +21,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+import cases
 
 
 def mpirun_cmd(n):
@@ -41,10 +44,7 @@ def mpi_env():
 
 
 def run(cmd, timeout):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
-    if p.returncode != 0:
-        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
-    return p
+    return cases.run(cmd, timeout, mpi_env())
 
 
 def same_bits(a, b):
@@ -59,54 +59,40 @@ def main():
     ap.add_argument("--tokens", default="1,5,64")
     ap.add_argument("--ranks", default="2,3")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--engines", default="interp")
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
     ranks = [int(r) for r in a.ranks.split(",")]
-    fams = sorted(d for d in os.listdir(a.fixtures) if os.path.isfile(os.path.join(a.fixtures, d, "config.json")))
-    if a.families:
-        fams = [f for f in fams if f in a.families.split(",")]
-    failed, passed = [], 0
+    fams = cases.families(a.fixtures, a.families)
+    tally = cases.Tally(44)
     with tempfile.TemporaryDirectory() as tmp:
-        for fam in fams:
+        for fam, dtype, T, x in cases.inputs(a.fixtures, fams, a.dtypes.split(","), tokens):
             d = os.path.join(a.fixtures, fam)
             w = os.path.join(d, "model.safetensors")
-            for dtype in a.dtypes.split(","):
-                for T in tokens:
-                    x = os.path.join(d, "x_%s_T%d.npy" % (dtype, T))
-                    if not os.path.exists(x):
-                        continue
-                    moe = os.path.join(tmp, "layer.moe")
-                    sets = ["--set", "dtype=bf16"] if dtype == "bfloat16" else []
-                    try:
-                        run([a.moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "-o", moe], a.timeout)
-                        base = [a.moec, "run", moe, "--weights", w, "--input", x] + sets
-                        y1p, ylp = os.path.join(tmp, "y1.npy"), os.path.join(tmp, "yl.npy")
-                        run(base + ["--engine", "interp", "-o", y1p], a.timeout)
-                        run(base + ["--kernels=portable", "-o", ylp], a.timeout)
-                        y1, yl = np.load(y1p), np.load(ylp)
-                    except Exception as e:
-                        print("FAIL %s %s T=%d: single process: %s" % (fam, dtype, T, e))
-                        failed.append("%s %s T=%d" % (fam, dtype, T))
-                        continue
-                    for n in ranks:
-                        case = "%s %s T=%d ranks=%d" % (fam, dtype, T, n)
-                        try:
-                            yp = os.path.join(tmp, "y%d.npy" % n)
-                            run(mpirun_cmd(n) + base + ["--ep", str(n), "-o", yp], a.timeout)
-                            y = np.load(yp)
-                            ok = same_bits(y, y1) and same_bits(y, yl)
-                            print("%-4s %-44s bitwise %s the one-process interpreter and LLVM (portable) outputs"
-                                  % ("ok" if ok else "FAIL", case, "equal to" if ok else "DIFFERENT from"))
-                            if ok:
-                                passed += 1
-                            else:
-                                failed.append(case)
-                        except Exception as e:
-                            print("FAIL %s: %s" % (case, e))
-                            failed.append(case)
-    print("%d passed, %d failed" % (passed, len(failed)))
-    return 1 if failed or passed == 0 else 0
+            moe = os.path.join(tmp, "layer.moe")
+            one = None
+            with tally.case("%s %s T=%d (single process)" % (fam, dtype, T)):
+                cases.import_layer(a.moec, d, T, moe, a.timeout)
+                base = [a.moec, "run", moe, "--weights", w, "--input", x] + cases.dtype_sets(dtype)
+                y1p, ylp = os.path.join(tmp, "y1.npy"), os.path.join(tmp, "yl.npy")
+                run(base + ["--engine", "interp", "-o", y1p], a.timeout)
+                run(base + ["--kernels=portable", "-o", ylp], a.timeout)
+                one = np.load(y1p), np.load(ylp)
+            if one is None:
+                continue
+            y1, yl = one
+            for n, eng in [(n, e) for n in ranks for e in a.engines.split(",")]:
+                case = "%s %s T=%d ranks=%d%s" % (fam, dtype, T, n, "" if eng == "interp" else " " + eng)
+                with tally.case(case):
+                    yp = os.path.join(tmp, "y%d.npy" % n)
+                    ex = {"interp": [], "llvm": ["--engine", "llvm", "--kernels=portable"], "c": ["--engine", "c"]}[eng]
+                    run(mpirun_cmd(n) + base + ["--ep", str(n)] + ex + ["-o", yp], a.timeout)
+                    y = np.load(yp)
+                    ok = same_bits(y, y1) and same_bits(y, yl)
+                    tally.check(case, ok, "bitwise %s the one-process interpreter and LLVM (portable) outputs"
+                                % ("equal to" if ok else "DIFFERENT from"))
+    return tally.finish()
 
 
 if __name__ == "__main__":

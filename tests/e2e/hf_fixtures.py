@@ -24,21 +24,18 @@ usage: hf_fixtures.py MOEC FIXTURES_DIR [--target host|tcp] [--engine llvm|c] [-
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
+import cases
+
 TOL = {("host", "float32"): 1e-4, ("host", "bfloat16"): 2e-2,
        ("tcp", "float32"): 2e-2, ("tcp", "bfloat16"): 2e-2}
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
-    return p
+run = cases.run
 
 
 def tied_rows(a, moe, xpath, dtype, tmp):
@@ -78,65 +75,47 @@ def main():
     ap.add_argument("--exclude", default="")
     a = ap.parse_args()
     full = set(x for x in a.all_tokens.split(",") if x)
-    fams = sorted(d for d in os.listdir(a.fixtures) if os.path.isfile(os.path.join(a.fixtures, d, "config.json")))
-    if a.families:
-        fams = [f for f in fams if f in a.families.split(",")]
-    fams = [f for f in fams if f not in a.exclude.split(",")]
-    failed, passed = [], 0
+    fams = cases.families(a.fixtures, a.families, a.exclude)
+    tally = cases.Tally(32)
+
+    def wanted(fam, T):
+        return a.tokens is None or T == a.tokens or fam in full
+
     with tempfile.TemporaryDirectory() as tmp:
-        for fam in fams:
+        for fam, dtype, T, xpath in cases.inputs(a.fixtures, fams, tokens=wanted):
             d = os.path.join(a.fixtures, fam)
-            for name in sorted(os.listdir(d)):
-                if not name.startswith("x_"):
-                    continue
-                dtype, tpart = name[2:-4].rsplit("_", 1)
-                T = int(tpart[1:])
-                if a.tokens is not None and T != a.tokens and fam not in full:
-                    continue
-                case = "%s %s T=%d %s" % (fam, dtype, T, a.target)
-                try:
-                    moe = os.path.join(tmp, "%s.moe" % fam)
-                    ypath = os.path.join(tmp, "y.npy")
-                    run([a.moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "-o", moe])
-                    cmd = [a.moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
-                           "--input", os.path.join(d, name), "-o", ypath, "--target=" + a.target]
-                    if dtype == "bfloat16":
-                        cmd += ["--set", "dtype=bf16"]
-                    if a.engine:
-                        cmd += ["--engine=" + a.engine]
-                    run(cmd)
-                    y = np.load(ypath)
-                    ref = np.load(os.path.join(d, "y_%s_T%d.npy" % (dtype, T))).astype(np.float64)
-                    # a shared MLP outside HF's block whose output the layer adds (granitemoeshared):
-                    # the fixture holds HF's output of it on the same x, the import includes it
-                    ysh = os.path.join(d, "yshared_%s_T%d.npy" % (dtype, T))
-                    if os.path.exists(ysh):
-                        ref = ref + np.load(ysh)
-                    if y.shape != ref.shape:
-                        raise RuntimeError("shape %s, expected %s" % (y.shape, ref.shape))
-                    rowerr = np.max(np.abs(y.astype(np.float64) - ref), axis=1)
-                    scale = float(np.max(np.abs(ref)))
-                    tol = TOL[(a.target, dtype)]
-                    note = ""
-                    if dtype == "bfloat16" and np.max(rowerr) > tol * scale:
-                        a.weights = os.path.join(d, "model.safetensors")
-                        ties = tied_rows(a, moe, os.path.join(d, name), dtype, tmp)
-                        if ties is not None and ties.any():
-                            rowerr = rowerr[~ties]
-                            note = ", %d tied row(s) of %d counted apart" % (int(ties.sum()), T)
-                    err = float(np.max(rowerr)) if rowerr.size else 0.0
-                    ok = err <= tol * scale
-                    print("%-4s %-32s max|err| = %.3e = %.2e x max|y| (tolerance %.0e%s)"
-                          % ("ok" if ok else "FAIL", case, err, err / scale, tol, note))
-                    if not ok:
-                        failed.append(case)
-                    else:
-                        passed += 1
-                except Exception as e:  # report and go on with the other cases
-                    print("FAIL %s: %s" % (case, e))
-                    failed.append(case)
-    print("%d passed, %d failed" % (passed, len(failed)))
-    return 1 if failed or passed == 0 else 0
+            case = "%s %s T=%d %s" % (fam, dtype, T, a.target)
+            with tally.case(case):
+                moe = cases.import_layer(a.moec, d, T, os.path.join(tmp, "%s.moe" % fam))
+                ypath = os.path.join(tmp, "y.npy")
+                cmd = [a.moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
+                       "--input", xpath, "-o", ypath, "--target=" + a.target] + cases.dtype_sets(dtype)
+                if a.engine:
+                    cmd += ["--engine=" + a.engine]
+                run(cmd)
+                y = np.load(ypath)
+                ref = np.load(os.path.join(d, "y_%s_T%d.npy" % (dtype, T))).astype(np.float64)
+                # a shared MLP outside HF's block whose output the layer adds (granitemoeshared):
+                # the fixture holds HF's output of it on the same x, the import includes it
+                ysh = os.path.join(d, "yshared_%s_T%d.npy" % (dtype, T))
+                if os.path.exists(ysh):
+                    ref = ref + np.load(ysh)
+                if y.shape != ref.shape:
+                    raise RuntimeError("shape %s, expected %s" % (y.shape, ref.shape))
+                rowerr = np.max(np.abs(y.astype(np.float64) - ref), axis=1)
+                scale = float(np.max(np.abs(ref)))
+                tol = TOL[(a.target, dtype)]
+                note = ""
+                if dtype == "bfloat16" and np.max(rowerr) > tol * scale:
+                    a.weights = os.path.join(d, "model.safetensors")
+                    ties = tied_rows(a, moe, xpath, dtype, tmp)
+                    if ties is not None and ties.any():
+                        rowerr = rowerr[~ties]
+                        note = ", %d tied row(s) of %d counted apart" % (int(ties.sum()), T)
+                err = float(np.max(rowerr)) if rowerr.size else 0.0
+                tally.check(case, err <= tol * scale, "max|err| = %.3e = %.2e x max|y| (tolerance %.0e%s)"
+                            % (err, err / scale, tol, note))
+    return tally.finish()
 
 
 if __name__ == "__main__":
