@@ -173,6 +173,18 @@ static void plan_chains(lw *c, const uint32_t *nuse, const moe_id *user)
 	ctx_free(c->ctx, mem, sz);
 }
 
+/* Dispatch by gather for the grid scatter i (ggrid): i and the reshapes of it
+ * become the grid's token list; the token-row gather it reads is deferred. */
+void tcpl_mark_ggrid(lw *c, moe_id i)
+{
+	const moe_graph *g = c->g;
+	c->ggrid[i] = i + 1;
+	c->gdefer[N(g, i)->args[2]] = true;
+	for (moe_id u = i + 1; u < g->nnodes; u++)
+		if (N(g, u)->op == MOE_OP_RESHAPE && N(g, u)->args[0] == i)
+			c->ggrid[u] = i + 1;
+}
+
 /* Choices that keep real-size layers inside DM (a prefill's combine gathers
  * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
  * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
@@ -311,11 +323,7 @@ void tcpl_fusion_rule(lw *c)
 		}
 		if (!ok || n->shape[0] % c->G)
 			continue;
-		c->ggrid[i] = i + 1;
-		c->gdefer[n->args[2]] = true;
-		for (moe_id u = i + 1; u < nn; u++)
-			if (N(g, u)->op == MOE_OP_RESHAPE && N(g, u)->args[0] == i)
-				c->ggrid[u] = i + 1;
+		tcpl_mark_ggrid(c, i);
 	}
 	plan_chains(c, nuse, user);
 	ctx_free(c->ctx, nuse, (nn + 1) * sizeof *nuse);

@@ -327,6 +327,8 @@ void tcpl_lower_region(lw *c);
 /* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
  * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */
 void tcpl_fusion_rule(lw *c);
+/* dispatch by gather for the grid scatter i: its token list, the gather deferred */
+void tcpl_mark_ggrid(lw *c, moe_id i);
 /* plan_fusion.c: the fusion plan from the graph's tcp-plan-fusion marks when
  * they were made for c's machine, by tcpl_fusion_rule otherwise */
 void tcpl_plan_fusions(lw *c);

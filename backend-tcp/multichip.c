@@ -47,18 +47,6 @@ typedef struct chip {
 	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
-/* A view of t that the map does not own. */
-static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
-{
-	moe_tensor *v = moe_tensor_new_shape(ctx, t->dtype, t->rank, t->shape);
-	if (v) {
-		v->data = t->data;
-		v->nbytes = t->nbytes;
-		v->owned = 0;
-	}
-	return v;
-}
-
 /* Is source node a of chip c read by an exchange? */
 static bool sent(const chip *c, moe_id a)
 {
@@ -170,7 +158,7 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 		else
 			t = moe_tensor_map_get(bind, n->name);
 		if (t)
-			moe_tensor_map_set(b, n->name, view(ctx, t));
+			moe_tensor_map_set(b, n->name, moe_tensor_view(ctx, t));
 		absent |= t && !t->data;
 	}
 	moe_tensor *out[PHASE_MAX_OUT] = {0};

@@ -115,11 +115,7 @@ static bool read_marks(lw *c)
 			c->hbm_home[i] |= ir_attr_int(n, IR_NK_TCP_HBM, 0) > 0;
 			if (ir_attr_int(n, IR_NK_TCP_GGRID, 0) <= 0)
 				continue;
-			c->ggrid[i] = i + 1;
-			c->gdefer[n->args[2]] = true;
-			for (moe_id u = i + 1; u < nn; u++)
-				if (N(g, u)->op == MOE_OP_RESHAPE && N(g, u)->args[0] == i)
-					c->ggrid[u] = i + 1;
+			tcpl_mark_ggrid(c, i);
 		}
 	ctx_free(c->ctx, root, (nn + 1) * sizeof *root);
 	return true;

@@ -77,6 +77,17 @@ moe_tensor *moe_tensor_new_shape(moe_ctx *ctx, moe_dtype t, int rank, const int6
 	return tensor_header(ctx, t, rank, shape); /* data NULL, not owned */
 }
 
+moe_tensor *moe_tensor_view(moe_ctx *ctx, const moe_tensor *t)
+{
+	moe_tensor *v = moe_tensor_new_shape(ctx, t->dtype, t->rank, t->shape);
+	if (v) {
+		v->data = t->data;
+		v->nbytes = t->nbytes;
+		v->owned = 0;
+	}
+	return v;
+}
+
 void moe_tensor_free(moe_ctx *ctx, moe_tensor *t)
 {
 	if (!t)

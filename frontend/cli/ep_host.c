@@ -16,18 +16,6 @@
 
 #define PHASE_MAX_OUT 256
 
-/* A view of t that a map does not own. */
-static moe_tensor *view(moe_ctx *ctx, const moe_tensor *t)
-{
-	moe_tensor *v = moe_tensor_new_shape(ctx, t->dtype, t->rank, t->shape);
-	if (v) {
-		v->data = t->data;
-		v->nbytes = t->nbytes;
-		v->owned = 0;
-	}
-	return v;
-}
-
 /* Node a's value: computed, or a constant (an exchange's counts may be one). */
 static moe_tensor *value(moe_ctx *ctx, const moe_graph *g, moe_tensor **val, moe_id a)
 {
@@ -81,7 +69,7 @@ static int run_phase(moe_ctx *ctx, const moe_graph *g, const int *level, int k, 
 		const moe_tensor *t = !strncmp(name, "ep.", 3) && sscanf(name + 3, "%u", &src) == 1 &&
 					      src < moe_graph_num_nodes(g) ? val[src] : moe_tensor_map_get(bind, name);
 		if (t)
-			moe_tensor_map_set(b, name, view(ctx, t));
+			moe_tensor_map_set(b, name, moe_tensor_view(ctx, t));
 	}
 	moe_tensor *out[PHASE_MAX_OUT] = {0};
 	moe_host_stats hs;

@@ -26,6 +26,9 @@ MOE_API moe_tensor *moe_tensor_new(moe_ctx *ctx, moe_dtype t, int rank, const in
 /* A tensor with a dtype and shape but no data (data == NULL): a weight absent
  * from a checkpoint (MOE_WEIGHTS_ALLOW_ABSENT, moec/io.h). */
 MOE_API moe_tensor *moe_tensor_new_shape(moe_ctx *ctx, moe_dtype t, int rank, const int64_t *shape);
+/* A tensor sharing t's data (not owned: freeing it leaves t's data alone);
+ * NULL if the allocator refuses the header. */
+MOE_API moe_tensor *moe_tensor_view(moe_ctx *ctx, const moe_tensor *t);
 MOE_API void moe_tensor_free(moe_ctx *ctx, moe_tensor *t);
 MOE_API int64_t moe_tensor_numel(const moe_tensor *t);
 
