@@ -266,6 +266,19 @@ static void dot_bf16(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef ai
 	dloop_end(E, &lk, 2 * DOT_LANES);
 }
 
+/* lanes == n whole tiles and wi the start of a tile of W: the packed copy
+ * holds exactly these columns */
+static LLVMValueRef whole_tiles(eml *E, const cg_dot *t, int64_t n, LLVMValueRef lanes, LLVMValueRef wi)
+{
+	LLVMBuilderRef b = E->b;
+	return LLVMBuildAnd(b,
+		LLVMBuildICmp(b, LLVMIntEQ, lanes, LLVMConstInt(E->i64, (unsigned long long)(n * DOT_LANES), 0), ""),
+		LLVMBuildICmp(b, LLVMIntEQ,
+			LLVMBuildSRem(b, wi, LLVMConstInt(E->i64, (unsigned long long)(DOT_LANES * t->K), 0), ""),
+			LLVMConstInt(E->i64, 0, 0), ""),
+		"");
+}
+
 /* K32 by vdpbf16ps from W's packed copy when this tile is a whole aligned
  * one (lanes == DOT_LANES, wi a multiple of DOT_LANES * K), else from W */
 static void dot_bf16_either(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValueRef lanes, LLVMValueRef ai,
@@ -279,10 +292,7 @@ static void dot_bf16_either(eml *E, const cg_dot *t, LLVMValueRef rows, LLVMValu
 	}
 	LLVMValueRef ix = LLVMConstInt(E->i64, (unsigned long long)(E->p->nweights + (uint32_t)slot), 0);
 	LLVMValueRef pw = LLVMBuildLoad2(b, E->ptr, LLVMBuildInBoundsGEP2(b, E->ptr, E->args[1], &ix, 1, ""), "");
-	LLVMValueRef whole = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, lanes, LLVMConstInt(E->i64, DOT_LANES, 0), ""),
-		LLVMBuildICmp(b, LLVMIntEQ,
-			LLVMBuildSRem(b, wi, LLVMConstInt(E->i64, (unsigned long long)(DOT_LANES * t->K), 0), ""),
-			LLVMConstInt(E->i64, 0, 0), ""), "");
+	LLVMValueRef whole = whole_tiles(E, t, 1, lanes, wi);
 	LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.packed");
 	LLVMBasicBlockRef no = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.stored");
 	LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(E->c, E->fn, "dot.done");
@@ -394,11 +404,7 @@ void cgl_dot(eml *E, const cg_dot *t)
 		return;
 	}
 	/* a whole group of packed tiles: the register-blocked kernel (emit_dotg.c) */
-	LLVMValueRef whole = LLVMBuildAnd(b,
-		LLVMBuildICmp(b, LLVMIntEQ, lanes, LLVMConstInt(E->i64, (unsigned long long)(G * DOT_LANES), 0), ""),
-		LLVMBuildICmp(b, LLVMIntEQ,
-			LLVMBuildSRem(b, wi, LLVMConstInt(E->i64, (unsigned long long)(DOT_LANES * t->K), 0), ""),
-			LLVMConstInt(E->i64, 0, 0), ""), "");
+	LLVMValueRef whole = whole_tiles(E, t, G, lanes, wi);
 	LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.whole");
 	LLVMBasicBlockRef no = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.tiles");
 	LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.done");
