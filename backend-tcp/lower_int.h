@@ -90,7 +90,7 @@ typedef struct lw {
 	bool qscales_staged;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 

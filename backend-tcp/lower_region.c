@@ -424,6 +424,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
+	li(c, R_PF, -1);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
@@ -431,8 +432,13 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 }
 
 /* At the top of block g's body: its row count, and the next block's grid
- * rows (and, unless held in a single buffer, its expert's weights when they
- * differ) prefetched into the other halves of the double buffers. */
+ * rows prefetched into the other half of their double buffer. Unless the
+ * weights are held in a single buffer, the next expert's weights go into
+ * the other weight slot as early as it is free: for block g + 1 when its
+ * expert differs, and otherwise, looking one block further, for block
+ * g + 2's (an expert's last block, often nearly empty, is then not the only
+ * work its successor's fetch overlaps). R_PF names the expert whose weights
+ * the other slot holds or is receiving (-1: none known). */
 static void region_prefetch(lw *c, const rgn *r)
 {
 	if (r->trw >= 0)
@@ -448,10 +454,24 @@ static void region_prefetch(lw *c, const rgn *r)
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		uint32_t have = br(c, TCP_C_EQ, R_E2, R_PF);
 		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, true);
+		patch(c, have);
+		alui(c, TCP_S_ADD, R_PF, R_E, TCP_NOREG, 0); /* after the swap the other slot holds this expert */
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_ROWT, R_G, TCP_NOREG, 2);
+		uint32_t end2 = br(c, TCP_C_GE, R_ROWT, R_NB);
+		ld(c, R_E3, r->tbe, R_ROWT, r->bebase, r->bes);
+		uint32_t same2 = br(c, TCP_C_EQ, R_E3, R_E), have2 = br(c, TCP_C_EQ, R_E3, R_PF);
+		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		load_inputs(c, r, R_ROWT, R_S2, R_E3, true, false, true);
+		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_PF, R_E3, TCP_NOREG, 0);
+		patch(c, end2);
+		patch(c, same2);
+		patch(c, have2);
 		patch(c, done);
 	}
 	patch(c, nopref);
