@@ -269,5 +269,5 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;
 	else
-		c->p->nproj++;
+		c->p->nproj += tcpl_region_projections(c, id);
 }

@@ -323,6 +323,7 @@ void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);
 void tcpl_lower_region(lw *c);
+int tcpl_region_projections(const lw *c, moe_id e);
 
 /* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
  * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */

@@ -15,6 +15,38 @@ static bool weight_view(const moe_graph *g, moe_id id)
 	return N(g, id)->op == MOE_OP_WEIGHT;
 }
 
+/* A unit-step slice along the last axis of a block einsum that only such
+ * slices read (the paired gate and up outputs, pair_gate_up.c): inside the
+ * loop a view of its source. */
+static bool region_slice(const moe_graph *g, const ir_node *n)
+{
+	if (n->op != MOE_OP_SLICE || n->nargs != 1 || n->rank < 2 || ir_attr_int(n, "step", 1) != 1 ||
+		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || N(g, n->args[0])->op != MOE_OP_EINSUM)
+		return false;
+	moe_id e = n->args[0];
+	for (moe_id u = e + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == e && (un->op != MOE_OP_SLICE || un->rank != n->rank ||
+							ir_norm_axis((int)ir_attr_int(un, "axis", 0), un->rank) != n->rank - 1))
+				return false;
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		if (g->outputs[o] == e)
+			return false;
+	return true;
+}
+
+/* The projections a block einsum computes: the slices that read it (its
+ * gate and up paired, pair_gate_up.c), else one. */
+int tcpl_region_projections(const lw *c, moe_id e)
+{
+	int k = 0;
+	for (moe_id u = e + 1; u < c->g->nnodes; u++)
+		k += c->inreg[u] && region_slice(c->g, N(c->g, u)) && N(c->g, u)->args[0] == e;
+	return k > 1 ? k : 1;
+}
+
 /* The block region as blockwise-dispatch marked it (IR_GK_BLOCK_ROWS,
  * IR_GK_NBLOCKS, IR_GK_BLOCK_EXPERT): the nodes masked by the per-block
  * valid rows, the weight gathers by the block experts masked by nblocks, and
@@ -41,8 +73,8 @@ void tcpl_find_region(lw *c)
 		bool r = (n->valid == c->rows) ||
 			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
 				weight_view(g, n->args[0])) || tcpl_quant_in_region(c, i);
-		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
-			N(g, n->args[0])->shape[0] == c->G)
+		if (!r && (n->op == MOE_OP_RESHAPE || region_slice(g, n)) && c->inreg[n->args[0]] && n->rank >= 1 &&
+			n->shape[0] == c->G && N(g, n->args[0])->shape[0] == c->G)
 			r = true;
 		c->inreg[i] = r;
 		for (uint32_t k = 0; k < n->nargs; k++)
@@ -319,14 +351,20 @@ static bool region_buffers(lw *c)
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
-		if (n->op == MOE_OP_RESHAPE) {
+		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
 			if (sv->kind != VK_VIEW) {
 				tcpl_err(c, i, "reshape of a block value before it exists");
 				return false;
 			}
 			val v = *sv;
-			contiguous(b.shape, b.rank, v.stride);
+			if (n->op == MOE_OP_RESHAPE) {
+				contiguous(b.shape, b.rank, v.stride);
+			} else { /* per block: the axis less the dropped G */
+				int ax = ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) - 1;
+				int64_t start = ir_attr_int(n, "start", 0);
+				v.base += (start < 0 ? start + N(g, n->args[0])->shape[ax + 1] : start) * sv->stride[ax];
+			}
 			v.owner = i;
 			c->v[i] = v;
 			continue;
@@ -543,7 +581,7 @@ static void region_body(lw *c, const rgn *r)
 		if (!c->inreg[i])
 			continue;
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE)
+		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || region_slice(g, n))
 			continue;
 		lower_block_node(c, i);
 	}

@@ -31,16 +31,21 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
 	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
 	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
 	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
-	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, main_ = 0;
-	for (int k = 0; k < ntiles; k++) {
-		int64_t bs = cdiv(tiles[k], R);
-		int64_t mac = cdiv(bs * os * it * x, macs), stream = cdiv(bs * it * e, m->stream_bytes_per_cycle);
-		int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
-		int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += t + m->tree_latency[mt] + over;
+	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
+	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
+		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
+		for (int k = 0; k < ntiles; k++) {
+			int64_t bs = cdiv(tiles[k], R);
+			int64_t mac = cdiv(bs * os * in * x, macs), stream = cdiv(bs * in * e, m->stream_bytes_per_cycle);
+			int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
+			int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
+			main_ += t + m->tree_latency[mt] + over;
+		}
+		int64_t load = cdiv(rup(os * in * e, m->flit_bytes), m->trf_load_bytes) + over;
+		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
 	}
-	int64_t load = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
-	return npass * nch * (main_ > load ? main_ : load) + load;
+	int64_t load0 = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
+	return npass * total + load0;
 }
 
 /* The reduction chunk for `os` TRF rows per slice: the most that fills half
@@ -70,12 +75,21 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 		int64_t it = chunk_of(m, os, I, wdt);
 		if (it < 1)
 			break;
-		int64_t t = contract_cycles(m, os, it, O, I, wdt, &M, 1);
-		if (best_t < 0 || t < best_t) {
-			best_t = t;
-			best.It = it;
-			best.Os = os;
-			best.Opass = O < S * os ? O : S * os;
+		/* the largest chunk, or as many chunks of an even size (a multiple
+		 * of the same unit): the last chunk then does its share */
+		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, ge = m->hbm_granule / e;
+		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
+		for (int v = 0; v < 2; v++) {
+			int64_t iv = v ? even : it;
+			if (v && (even >= it || it >= I))
+				break;
+			int64_t t = contract_cycles(m, os, iv, O, I, wdt, &M, 1);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = iv;
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
+			}
 		}
 	}
 	if (cycles)
@@ -105,7 +119,8 @@ static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, 
 typedef struct layer_dims {
 	int64_t T, D, F, E, K, B, nproj;
 	int xdt, wdt;
-	int acts; /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
+	int acts;  /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
+	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
 } layer_dims;
 
@@ -132,13 +147,16 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 		const ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]), *up = N(g, n->args[EXP_UP]);
 		if (x->rank != 2 || idx->rank != 2 || up->rank != 3)
 			return false;
-		*d = (layer_dims){x->shape[0], x->shape[1], up->shape[1], up->shape[0], idx->shape[1],
-			ir_attr_int(n, "block", 1), n->args[EXP_GATE] != MOE_NONE ? 3 : 2, x->dtype, up->dtype,
-			weight_bytes(g, n->args[EXP_UP]), 0};
+		*d = (layer_dims){.T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
+			.K = idx->shape[1], .B = ir_attr_int(n, "block", 1), .nproj = n->args[EXP_GATE] != MOE_NONE ? 3 : 2,
+			.xdt = x->dtype, .wdt = up->dtype, .wbytes = weight_bytes(g, n->args[EXP_UP])};
 		/* swiglu's silu(g) x u is one pass; gpt-oss's clamps, biases and scaled
 		 * sigmoid take eight (measured on gpt-oss-20b); the others about two */
 		const char *act = ir_attr_str(n, "act", "swiglu");
 		d->acts = !strcmp(act, "swiglu") || !strcmp(act, "none") ? 1 : !strcmp(act, "gpt_oss") ? 8 : 2;
+		const ir_node *gt = n->args[EXP_GATE] != MOE_NONE ? N(g, n->args[EXP_GATE]) : NULL;
+		d->pair = gt && gt->op == MOE_OP_WEIGHT && up->op == MOE_OP_WEIGHT && gt->dtype == up->dtype &&
+			  (up->dtype == MOE_BF16 || up->dtype == MOE_F32) && !memcmp(gt->shape, up->shape, sizeof up->shape);
 		return d->T > 0 && d->E > 0 && d->K > 0 && d->K <= d->E;
 	}
 	return false;
@@ -225,19 +243,21 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
  * rows (in row tiles from `first`, lower_rows.c): its contractions and the
  * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
  * each). */
-static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t h, int64_t first, int64_t rows,
-	double *tiles)
+static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
+	int64_t rows, double *tiles)
 {
 	double S = (double)tcp_slices(m);
-	int64_t c1 = tiled_cycles(m, h, first, rows, d->F, d->D, d->wdt), c2 = tiled_cycles(m, h, first, rows, d->D, d->F, d->wdt);
+	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
+	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
+	int64_t c1 = tiled_cycles(m, h, first, rows, F1, d->D, d->wdt), c2 = tiled_cycles(m, h, first, rows, d->D, d->F, d->wdt);
 	if (tiles) {
-		cplan p1 = tcp_plan_contract(m, h, d->F, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
-		*tiles = (double)(d->nproj - 1) * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
+		cplan p1 = tcp_plan_contract(m, h, F1, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
+		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
 			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
 	}
 	double vpass = ceil((double)h * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
 		       (double)(m->fill_drain + m->issue_cycles);
-	return (double)(d->nproj - 1) * (double)c1 + (double)c2 + (double)d->acts * vpass;
+	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
 }
 
 /* The per-block costs of block size B: main work by row class, and the DMA
@@ -254,11 +274,11 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	for (int64_t h = f; h < B && bc->ncls < MAXCLS - 1; h *= 4) {
 		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
 		bc->h[bc->ncls] = h;
-		bc->lo[bc->ncls] = block_main(m, d, h, first, h / 2, NULL);
-		bc->hi[bc->ncls++] = block_main(m, d, h, first, h, NULL);
+		bc->lo[bc->ncls] = block_main(m, d, B, h, first, h / 2, NULL);
+		bc->hi[bc->ncls++] = block_main(m, d, B, h, first, h, NULL);
 	}
 	bc->h[bc->ncls] = B;
-	bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, 0, B, &tiles);
+	bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, B, 0, B, &tiles);
 	bc->ncls++;
 	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
 	bc->dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
@@ -292,9 +312,9 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 /* Block sizes block=auto evaluates: the listed ones, and from 256 up to
  * 1024 every multiple of 16 (an expert of a prefill takes one block of
  * about its token count instead of a full block and a nearly empty one),
- * those above 256 only while one block's buffers (token rows in and out,
- * double-buffered, and the f32 values of its projections) take at most a
- * quarter of DM. */
+ * while one block's buffers (token rows in and out, double-buffered, and
+ * the f32 values of its projections) take at most half of DM (a quarter
+ * above 256); the smallest is always a candidate. */
 static const int64_t auto_small[] = {8, 16, 32, 48, 64, 96, 128, 192};
 #define NSMALL (sizeof auto_small / sizeof *auto_small)
 enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 1 };
@@ -302,13 +322,14 @@ enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO
 static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_t *out)
 {
 	int n = 0;
-	for (size_t i = 0; i < NSMALL; i++)
-		out[n++] = auto_small[i];
 	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
 	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
 	double cap = (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 4;
+	for (size_t i = 0; i < NSMALL; i++)
+		if (i == 0 || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
+			out[n++] = auto_small[i];
 	for (int64_t B = 256; B <= AUTO_MAX; B += AUTO_STEP)
-		if (B == 256 || ((double)B * row <= cap && B < d->T * d->K))
+		if ((double)B * row <= (B == 256 ? 2 : 1) * cap && (B == 256 || B < d->T * d->K))
 			out[n++] = B;
 	return n;
 }
