@@ -1,5 +1,5 @@
 /* backend-tcp/tier.c: a serving program with a decode tier (docs/tcp-isa.md
- * section 7.5, issue 18).
+ * section 7.4, "Decode tier"; issue 18).
  *
  * A serving program compiled for T_max runs every n <= T_max through its
  * guarded grid; at n = 1 its routing still pays a tile of every row-wise
@@ -7,13 +7,14 @@
  * (the decode grid: K one-row blocks, no index generation), linked into the
  * serving program behind a guard on the staged n_tokens:
  *
- *   dma.spm n_tokens; ld rA, n_tokens; li rB, 1; br.ne rA, rB, GEN
+ *   dma.spm n_tokens; ld rA, n_tokens; li rB, 0; br.eq rA, rB, HALT
+ *   li rB, 1; br.ne rA, rB, GEN
  *   li rA, 0; li rB, 0
  *   tier code before its expert region         (routing)
  *   jmp TIER_EXPERTS
  *   GEN: li rA, 0; li rB, 0
  *   serving code                                (unchanged, relocated)
- *   halt
+ *   HALT: halt
  *   TIER_EXPERTS: the tier's code from the branch that skips its block
  *               loop on (block loop, combine, halt)
  *
@@ -22,8 +23,10 @@
  * output (both row-major, so the tier's [1, D] views are those rows); output
  * rows 1.. are the zeroed buffer the runtime binds, as for every serving run
  * (docs/tcp-isa.md 7.4). Its other tensors (DM, TRF, VRF, HBM scratch and
- * constants) are its own, appended to the table; their bytes may overlap the
- * serving version's, which never runs in the same call. The layout keeps the
+ * constants) are its own, appended to the table: its HBM scratch is moved
+ * past the serving program's HBM (bound tensors persist between calls); its
+ * DM, TRF and VRF bytes may overlap the serving version's, which never runs
+ * in the same call. The layout keeps the
  * serving program's block body as the program's block body, so a
  * timing-only run computes the routing of both versions and neither's expert
  * arithmetic; tier_loop_pc and tier_bexp_t give the simulator the tier's
@@ -33,6 +36,7 @@
 #include "backend-tcp/tcp_int.h"
 
 enum { RA = 12, RB = 13 }; /* guard registers; zeroed again on both paths */
+#define HBM_ALIGN ((int64_t)1 << 20) /* the tier's HBM scratch starts on a MiB (a multiple of any granule) */
 
 typedef struct tl {
 	moe_ctx *ctx;
@@ -89,8 +93,12 @@ static int32_t shared_tensor(tl *c, const tcp_tensor *dt)
 static bool map_tensors(tl *c)
 {
 	const tcp_program *d = c->d;
-	if (d->prep_len != c->s->prep_len || (d->prep_len && memcmp(d->prep, c->s->prep, d->prep_len)))
-		return refuse(c, "the two versions pack their weights differently", NULL);
+	if (d->prep_len != c->s->prep_len || (d->prep_len && memcmp(d->prep, c->s->prep, d->prep_len))) {
+		/* not an error: the serving program stands alone (a note says why) */
+		moe_diag(c->ctx, MOE_DIAG_NOTE, moe_loc_none(),
+			"tcp: no decode tier: the T = 1 program packs its weights differently from the serving program");
+		return false;
+	}
 	for (uint32_t i = 0; i < c->s->nt; i++) { /* the serving table first, unchanged */
 		const tcp_tensor *st = &c->s->t[i];
 		int32_t t = tcp_add_tensor(c->p, st->name, st->space, st->kind, (moe_dtype)st->dtype, st->rank, st->shape);
@@ -99,7 +107,16 @@ static bool map_tensors(tl *c)
 		c->p->t[t].slice_bytes = st->slice_bytes;
 		c->p->t[t].const_off = st->const_off;
 	}
-	int64_t cbase = c->s->nconst;
+	int64_t cbase = c->s->nconst, hend = 0, hmin = INT64_MAX;
+	for (uint32_t i = 0; i < c->s->nt; i++) /* the end of the serving program's HBM */
+		if (c->s->t[i].space == TCP_HBM) {
+			int64_t e = c->s->t[i].addr + c->s->t[i].numel * (int64_t)moe_dtype_size((moe_dtype)c->s->t[i].dtype);
+			hend = e > hend ? e : hend;
+		}
+	for (uint32_t i = 0; i < d->nt; i++)
+		if (d->t[i].space == TCP_HBM && !bound(d->t[i].kind) && d->t[i].addr < hmin)
+			hmin = d->t[i].addr;
+	hend = (hend + HBM_ALIGN - 1) / HBM_ALIGN * HBM_ALIGN;
 	for (uint32_t i = 0; i < d->nt; i++) {
 		const tcp_tensor *dt = &d->t[i];
 		c->tmap[i] = -1;
@@ -114,7 +131,9 @@ static bool map_tensors(tl *c)
 			continue;
 		}
 		int32_t t = tcp_add_tensor(c->p, dt->name, dt->space, dt->kind, (moe_dtype)dt->dtype, dt->rank, dt->shape);
-		c->p->t[t].addr = dt->addr;
+		/* HBM scratch past the serving program's HBM, keeping its layout
+		 * (the bound tensors stay where they are: both versions read them) */
+		c->p->t[t].addr = dt->space == TCP_HBM ? hend + (dt->addr - hmin) : dt->addr;
 		c->p->t[t].slice_bytes = dt->slice_bytes;
 		c->p->t[t].const_off = dt->kind == TCP_T_CONST ? cbase + dt->const_off : dt->const_off;
 		c->tmap[i] = t;
@@ -196,7 +215,7 @@ static void emit_code(tl *c, int32_t ntok)
 {
 	const tcp_program *s = c->s, *d = c->d;
 	int64_t dbody = c->d_split;
-	c->d_pre = 6; /* after the guard (4) and the zeroing (2) */
+	c->d_pre = 8; /* after the guards (6) and the zeroing (2) */
 	int64_t gen = c->d_pre + dbody + 1;
 	c->s_at = gen + 2;
 	c->d_post = c->s_at + s->ncode + 1;
@@ -209,6 +228,8 @@ static void emit_code(tl *c, int32_t ntok)
 	ld.rd = RA;
 	ld.v[TCP_V_S0].t = ntok;
 	tcp_emit(c->p, &ld);
+	li0(c->p, RB, 0); /* n = 0: nothing to compute, the output is the zeroed buffer */
+	jump(c->p, TCP_OP_BR, TCP_C_EQ, c->d_post - 1);
 	li0(c->p, RB, 1);
 	jump(c->p, TCP_OP_BR, TCP_C_NE, gen);
 	li0(c->p, RA, 0);

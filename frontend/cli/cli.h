@@ -122,7 +122,7 @@ int cli_serve_bind(moe_ctx *ctx, const moe_graph *g, const opts *o, moe_tensor_m
 moe_tensor *cli_serve_pad(moe_ctx *ctx, moe_tensor *t, const int64_t *shape, int64_t tokens);
 moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens);
 /* The decode tier of a serving program p compiled from g (docs/tcp-isa.md
- * 7.5): *p is replaced by p with the layer compiled for T = 1 linked in, or
+ * 7.4, "Decode tier"): *p is replaced by p with the layer compiled for T = 1 linked in, or
  * kept when the tier does not apply; 1 after an error. */
 int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m, moe_tcp_program **p);
 /* compile --buckets: one program per bucket into one .tcpb; is FILE a

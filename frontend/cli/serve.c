@@ -130,11 +130,13 @@ int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tc
 		moe_node_set_name(g1, nt, MOE_TOKENS_INPUT ".tier");
 	moe_run_opts ro = {.verify = 1};
 	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK ? moe_tcp_compile(ctx, g1, m) : NULL;
+	int errors = moe_error_count(ctx);
 	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;
+	int alone = d && !linked && moe_error_count(ctx) == errors; /* a note: no tier for this layer */
 	moe_tcp_program_free(d);
 	moe_module_free(mod);
 	if (!linked)
-		return 1;
+		return !alone;
 	moe_tcp_program_free(*p);
 	*p = linked;
 	return 0;

@@ -1,10 +1,10 @@
-/* The decode tier (docs/tcp-isa.md section 7.5): a Qwen3-shaped serving
+/* The decode tier (docs/tcp-isa.md section 7.4, "Decode tier"): a Qwen3-shaped serving
  * program for T = 16 linked with the layer compiled for T = 1, on the TCP
  * simulator with random x and weights:
  * - at n = 1 (the tier) and n = 2, 15, 16 (the serving code, both sides of
  *   the tier's boundary and the top) rows < n are bitwise those of the layer
- *   compiled for T = n, rows >= n are zero; at n = 0 no block runs and the
- *   output is zero;
+ *   compiled for T = n, rows >= n are zero; at n = 0 the program stops at its
+ *   guard (five instructions) and the output is zero;
  * - n = 1 runs the K one-row blocks of the T = 1 program in its time plus
  *   less than 1 us (the guard: staging n_tokens and one branch); n = 2 runs
  *   the blocks of the unlinked serving program;
@@ -136,8 +136,9 @@ static void test_tier_matches_layer_of_n(void **st)
 			moe_tensor_free(c, yr);
 			moe_tensor_map_free(rb);
 			moe_tcp_program_free(rp);
-		} else {
+		} else { /* n = 0 stops at the guard: stage, load, two branches, halt */
 			assert_int_equal(ls.blocks_executed, 0);
+			assert_true(ls.instructions <= 5);
 		}
 		const unsigned char *b = (const unsigned char *)yl->data;
 		for (size_t i = (size_t)n * row; i < yl->nbytes; i++)
