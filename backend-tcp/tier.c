@@ -90,10 +90,30 @@ static int32_t shared_tensor(tl *c, const tcp_tensor *dt)
 	return -1;
 }
 
+/* The part of a weight-packing graph (IR JSON of one layer) from its nodes
+ * on: the computation. What precedes it, the layer's dims and graph
+ * attributes, records T and the grid, which differ between the versions. */
+static const char *prep_nodes(const tcp_program *p, size_t *len)
+{
+	static const char key[] = "\"nodes\":[";
+	const char *s = p->prep_len ? strstr(p->prep, key) : NULL; /* NUL-terminated, none inside */
+	*len = s ? p->prep_len - (size_t)(s - p->prep) : 0;
+	return s;
+}
+
+static bool same_packing(const tcp_program *a, const tcp_program *b)
+{
+	size_t na, nb;
+	const char *pa = prep_nodes(a, &na), *pb = prep_nodes(b, &nb);
+	if (!a->prep_len || !b->prep_len)
+		return a->prep_len == b->prep_len;
+	return pa && pb && na == nb && !memcmp(pa, pb, na);
+}
+
 static bool map_tensors(tl *c)
 {
 	const tcp_program *d = c->d;
-	if (d->prep_len != c->s->prep_len || (d->prep_len && memcmp(d->prep, c->s->prep, d->prep_len))) {
+	if (!same_packing(d, c->s)) {
 		/* not an error: the serving program stands alone (a note says why) */
 		moe_diag(c->ctx, MOE_DIAG_NOTE, moe_loc_none(),
 			"tcp: no decode tier: the T = 1 program packs its weights differently from the serving program");
