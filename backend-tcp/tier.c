@@ -302,6 +302,7 @@ static tcp_program *link_tier(moe_ctx *ctx, const tcp_program *s, const tcp_prog
 	c.p = tcp_prog_new(ctx);
 	c.tmap = ctx_alloc(ctx, (d->nt + 1) * sizeof *c.tmap);
 	bool ok = map_tensors(&c);
+	int32_t tbexp = ok && d->bexp_t >= 0 ? c.tmap[d->bexp_t] : -1;
 	if (ok)
 		emit_code(&c, ntok);
 	ctx_free(ctx, c.tmap, (d->nt + 1) * sizeof *c.tmap);
@@ -322,7 +323,7 @@ static tcp_program *link_tier(moe_ctx *ctx, const tcp_program *s, const tcp_prog
 	p->block_body_pc = (int32_t)spc(&c, s->block_body_pc);
 	p->tier_n = 1;
 	p->tier_loop_pc = (int32_t)dpc(&c, d->block_loop_pc);
-	p->tier_bexp_t = d->bexp_t >= 0 ? c.tmap[d->bexp_t] : -1;
+	p->tier_bexp_t = tbexp;
 	return p;
 }
 
