@@ -63,9 +63,11 @@ for n in $NS; do
 	run "bucket.n$n" run "$OUT/buckets.tcpb" --tokens "$n" --input "$xb"
 	grep -o 'the bucket T=[0-9]*' "$OUT/bucket.n$n.err" | cut -d= -f2 >"$OUT/bucket.n$n.T" || true
 done
-"$PY" - "$OUT" $NS >bench/SERVING.md <<'PYEOF'
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT with uncommitted changes"
+"$PY" - "$OUT" "$COMMIT" $NS >bench/SERVING.md <<'PYEOF'
 import json, os, sys
-out, ns = sys.argv[1], [int(a) for a in sys.argv[2:]]
+out, commit, ns = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
 def load(i):
     p = os.path.join(out, i + ".json")
     return json.load(open(p)) if os.path.exists(p) and os.path.getsize(p) else None
@@ -109,26 +111,29 @@ print("""
 ## Where the T_max program's time goes
 
 Issue 18 asks for at most 1.15x the T = n program at n = 1 and n = 512 from the single T_max
-program. The first version of this table (2026-11-23 20:45, before the row tiles) had n = 1 at
-541.6 us (7.17x) and n = 512 at 1949.5 us (1.64x). Since then the serving program follows n
-through guarded row tiles (docs/tcp-isa.md section 7.4): reductions, softmax, take_along and the
-dispatch scatter carry `valid` masks in the IR (interpreter, C, LLVM and TCP), the routing
-passes, the x copy-in and the y copy-out run only the tiles that hold real rows (a skipped
-tile pays one guard, and the first skipped tile skips the rest), and inside the block loop
-the contractions are planned per row class (8, 32, 128 rows in guarded tiles, else the whole
-block), the row gathers move only the block's real rows and the result copies follow the
-block's row count (which also speeds up the T = n programs). **n = 512 now meets the target;
-n = 1 does not** (ratios in the first table). A trace at n = 1 (`--trace`, summed per
-instruction) puts the remaining routing time in: 33 us in the exclusive scan of the one-hot
-over all T x K pairs (the dispatch's counts=scan; a scan along the pairs, the innermost axis of
-its pass, would need tiles along that axis with carried partial sums: not done), 8 us in the
-two top-k slot sums, whose results are read as gather indices and so stay whole, 18 us in the
-combine's two gathers (masked by the real pairs, but a gather is charged a row overhead for
-every entry of its index list), and about 5 us in the combine's casts and the concatenation
-copies; the experts take 61 us against 55 us for the T = 1 program. The buckets above stay the
-way to be within 1.15x at every n. (Measured on branch h18 at commit 7568e4f.)
+program. **Both hold: n = 1 at 1.01x, n = 512 at 1.11x** (first table, *ratio*). The first
+version of this table (2026-11-23 20:45, before the row tiles) had n = 1 at 541.6 us (7.17x)
+and n = 512 at 1949.5 us (1.64x). The guarded row tiles (docs/tcp-isa.md section 7.4:
+`valid` masks on the routing passes, tiled x copy-in and y copy-out, block rows planned per
+row class) brought n = 512 to 1.11x and n = 1 to 141.6 us (2.35x, the *no tier* column): at
+n = 1 the serving code still pays a first tile of every row-wise routing pass (T / 32 =
+128 rows), the exclusive scan of the one-hot over all T x K pairs (33 us), the per-index
+overhead of the combine's masked gathers (18 us) and the top-k slot sums (8 us), 81.7 us
+of routing against 5.1 us for the T = 1 program.
+
+The **decode tier** (docs/tcp-isa.md 7.4, "Decode tier") closes that gap inside the one
+program: `moec compile|run` of a serving layer of T > 1 also compiles the layer for T = 1
+(the decode grid: K one-row blocks, no index generation) and links it behind a guard on
+the staged n_tokens, sharing x, the weights and the output. n = 1 runs the T = 1 code: the
+T = 1 program's 60.3 us plus the guard's 0.6 us (one `dma.spm` of n_tokens and its `ld`);
+every other n pays the same 0.6 us on the serving code (compare *serving* and *no tier*);
+n = 0 stops at the guard (0.6 us, against 71.3 us for the serving code's guarded routing).
+Outputs at n = 1 are the T = 1 program's bit for bit and at n = 2 the serving code's
+(unit.test_tcp_tier, tcp/serving.test, tcp/decode_tier.test). Not reached by this: small
+batches of 2 to about 100 tokens (n = 7 at 1.33x, n = 64 at 1.19x), which still pay the
+T = 4096 routing tiles; the buckets above cover them (at most 1.10x here).
 """)
-print("\nCommands (UTC start, command line):\n")
+print("\nGenerated at commit %s; the measurements are the runs below (UTC start, command line):\n" % commit)
 print("```")
 print(open(os.path.join(out, "commands.txt")).read().rstrip())
 print("```")
