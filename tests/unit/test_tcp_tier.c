@@ -183,6 +183,17 @@ static void test_tier_round_trips(void **st)
 	assert_int_equal(moe_tcp_to_binary(c, ap, &b2, &n2), MOE_OK);
 	assert_int_equal(n2, n0);
 	assert_memory_equal(b2, b0, n0);
+	/* a tier loop past the code is refused when the assembly is loaded */
+	char *at = strstr(text, " tier_loop="), *bad = malloc(na + 16);
+	assert_non_null(at);
+	size_t pre = (size_t)(at - text) + strlen(" tier_loop=");
+	const char *rest = strchr(text + pre, ' ');
+	assert_non_null(rest);
+	int nb = snprintf(bad, na + 16, "%.*s99999999%s", (int)pre, text, rest);
+	moe_diag_clear(c);
+	assert_null(moe_tcp_from_asm(c, "bad.tcps", bad, (size_t)nb, NULL));
+	assert_true(moe_error_count(c) >= 1);
+	free(bad);
 	free(b0);
 	free(b1);
 	free(b2);
