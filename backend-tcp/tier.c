@@ -44,7 +44,7 @@ typedef struct tl {
 	tcp_program *p;
 	int32_t *tmap;  /* tier tensor -> linked tensor, -1: unused */
 	int64_t s_at;   /* first pc of the serving code */
-	int64_t d_pre;  /* first pc of the tier's code before its body */
+	int64_t d_pre;  /* first pc of the tier's code before its split (routing) */
 	int64_t d_post; /* first pc of the tier's code from its split on */
 	int64_t d_split; /* the tier's first pc after the split: its expert region */
 } tl;
