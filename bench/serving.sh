@@ -64,7 +64,7 @@ for n in $NS; do
 	grep -o 'the bucket T=[0-9]*' "$OUT/bucket.n$n.err" | cut -d= -f2 >"$OUT/bucket.n$n.T" || true
 done
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT with uncommitted changes"
+git diff --quiet HEAD -- . ':!bench/SERVING.md' 2>/dev/null || COMMIT="$COMMIT with uncommitted changes"
 "$PY" - "$OUT" "$COMMIT" $NS >bench/SERVING.md <<'PYEOF'
 import json, os, sys
 out, commit, ns = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
