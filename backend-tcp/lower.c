@@ -102,6 +102,20 @@ static int32_t out_tensor(lw *c, moe_id o, uint32_t idx)
 	return t;
 }
 
+bool tcpl_gather_to_output(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	uint32_t idx = 0;
+	int64_t row = n->rank >= 1 && n->shape[0] > 0 ? ir_bytes(n) / n->shape[0] : 0;
+	/* whole HBM granules per row: a partial one would be written at the
+	 * unaligned factor, which one contiguous copy avoids */
+	if (c->v[id].kind == VK_VIEW || c->inreg[id] || c->store_dt[id] || !c->is_out[id] || row <= 0 ||
+		row % c->m->hbm_granule != 0 || !sole_output(c, id, &idx))
+		return false;
+	c->v[id] = tview(out_tensor(c, id, idx), id, n);
+	return true;
+}
+
 /* (sink, or an output of 1/8 of DM or more) An output joined from parts
  * along its rows (out_cat): each part is DMA'd into its rows of the output
  * tensor as soon as it is computed, so no whole copy sits in DM. Not
@@ -581,8 +595,11 @@ static void emit_outputs(lw *c)
 			tcpl_err(c, o, "output is not a contiguous tensor");
 			break;
 		}
+		uint32_t at = c->p->ncode;
 		if (!tcpl_copy_out_rows(c, o, t, v))
 			dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+		if (c->p->ncode == at + 1)
+			tcpl_join_adjacent(c, at);
 		c->p->act_bytes += ir_bytes(n);
 	}
 }

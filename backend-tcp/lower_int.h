@@ -281,6 +281,12 @@ val *tcpl_need_view(lw *c, moe_id id);
 val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
+/* A DMA gather's result that is exactly one graph output, read by no node:
+ * its HBM output tensor becomes the value (the gather writes it there, no
+ * copy out); false, changing nothing, otherwise (lower.c). */
+bool tcpl_gather_to_output(lw *c, moe_id id);
+/* The DMA copy at code[at] joins the list of a DMA copy right before it (lower_mem.c). */
+void tcpl_join_adjacent(lw *c, uint32_t at);
 int tcpl_valid_reg(lw *c, moe_id id);
 int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
 int tcpl_count_alu(lw *c, moe_id id, moe_id cnt); /* ... derived by scalar ALU from another count, or -1 */

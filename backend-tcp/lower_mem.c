@@ -76,8 +76,8 @@ int tcpl_new_reg(lw *c, moe_id at)
 
 /* A copy emitted right after another DMA copy joins its descriptor list
  * (two HBM reads that routing needs first, x and the router weights, set up
- * side by side). */
-static void join_adjacent(lw *c, uint32_t at)
+ * side by side; a program's outputs copied out one after another). */
+void tcpl_join_adjacent(lw *c, uint32_t at)
 {
 	if (at > 0 && at < c->p->ncode && c->p->code[at - 1].op == TCP_OP_DMA_COPY &&
 		c->p->code[at].op == TCP_OP_DMA_COPY)
@@ -98,7 +98,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 		memcpy(sh, ht->shape, sizeof sh);
 		int32_t t = tcpl_dm_tensor(c, id, "hbm-copy", (moe_dtype)ht->dtype, ht->rank, sh);
 		dma_copy(c, t, 0, -1, 0, v->t, 0, -1, 0, c->p->t[t].numel);
-		join_adjacent(c, at);
+		tcpl_join_adjacent(c, at);
 		v->t = t;
 		v->owner = id;
 		v->region = false;
@@ -112,7 +112,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 		tcpl_copy_rows(c, t, 0, v->t, v->base, n->shape[0], ir_numel(n) / n->shape[0], tcpl_count_reg(c, id, cnt));
 	else
 		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
-	join_adjacent(c, at);
+	tcpl_join_adjacent(c, at);
 	val nv = tview(t, v->owner, n);
 	nv.owner = id;
 	*v = nv;

@@ -62,6 +62,7 @@ void tcpl_lower_gather(lw *c, moe_id id)
 		tcpl_err(c, id, "gather with a strided index list is not lowered");
 		return;
 	}
+	tcpl_gather_to_output(c, id);
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], row = prod(x->shape, axis + 1, x->rank);
 	int64_t ni = ir_numel(ix);

@@ -189,7 +189,9 @@ static moe_status simulate(sim *s)
 					p->t[v->t].name);
 				break;
 			}
-			s->tc = (s->tc > sp[2] ? s->tc : sp[2]) + m->scalar_cycles;
+			if (sp[2] > s->tc)
+				s->tc = sp[2], s->tcev = (evref)sp[3];
+			s->tc += m->scalar_cycles;
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
 			if (v->t == p->bexp_t && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
@@ -213,11 +215,12 @@ static moe_status simulate(sim *s)
 			break;
 		case TCP_OP_SIG:
 			s->tok[in->target] = s->cfree[in->sop] > s->tc ? s->cfree[in->sop] : s->tc;
+			s->tokev[in->target] = s->cfree[in->sop] > s->tc ? s->cev[in->sop] : s->tcev;
 			s->tc += m->scalar_cycles;
 			break;
 		case TCP_OP_WAIT:
 			if (s->tok[in->target] > s->cfree[in->sop])
-				s->cfree[in->sop] = s->tok[in->target];
+				s->cfree[in->sop] = s->tok[in->target], s->cev[in->sop] = s->tokev[in->target];
 			s->tc += m->scalar_cycles;
 			break;
 		case TCP_OP_DMA_COPY: tcps_run_dma_copy(s, pc, in); break;
@@ -293,7 +296,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		goto out;
 	}
 	for (uint32_t i = 0; i <= p->nt; i++)
-		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1;
+		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1, s.spm[i][3] = 0;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */

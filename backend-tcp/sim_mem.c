@@ -269,6 +269,7 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 			sp[1] = hi[w];
 		}
 		sp[2] = s->cfree[TCP_CTX_DMA];
+		sp[3] = s->cev[TCP_CTX_DMA];
 	}
 }
 

@@ -239,6 +239,10 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	moe_id at = local_experts(c, ex, s, xr, er, valid, &flat);
 	moe_id ga[2] = {flat, at};
 	moe_id yr = ir_b(d, MOE_OP_GATHER, ga, 2, c->loc);
+	/* only the received rows go back: the rows past their count are not sent,
+	 * so they are not gathered (valid: zeros there) */
+	moe_node_set_valid(d, yr, total);
+	IR_ASSERT(ir_infer(c->ctx, d, yr) == MOE_OK);
 	/* return and combine, in the one-device program's order */
 	moe_id back = exchange(c, yr, rcount, n, "returned_rows");
 	return combine(c, back, spos, on_input ? MOE_NONE : wp);
