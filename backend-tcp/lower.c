@@ -50,6 +50,13 @@ static void lower_leaf(lw *c, moe_id id)
 		if (n->op == MOE_OP_INPUT)
 			c->leaf_t[id] = t;
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
+		/* a small i32 value an earlier phase of an expert-parallel program
+		 * hands on (input "ep.<id>": counts, received experts, positions) is
+		 * copied into DM with the leaves, so the copies join one descriptor
+		 * list, rather than one by one between the vector passes that use them */
+		if (n->op == MOE_OP_INPUT && n->dtype == MOE_I32 && n->name && !strncmp(n->name, "ep.", 3) &&
+			ir_bytes(n) <= 256 * 1024)
+			tcpl_dm_view(c, id);
 		break;
 	}
 	}

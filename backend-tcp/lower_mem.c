@@ -84,6 +84,18 @@ void tcpl_join_adjacent(lw *c, uint32_t at)
 		c->p->code[at].flags |= TCP_F_JOIN;
 }
 
+/* A gather or scatter emitted right after another DMA command (copy, gather
+ * or scatter) joins its descriptor list: its setup runs beside that
+ * command's transfer (the send buffers' rows and experts, scattered one
+ * after the other). */
+void tcpl_join_gs(lw *c, uint32_t at)
+{
+	tcp_opcode prev = at > 0 && at < c->p->ncode ? (tcp_opcode)c->p->code[at - 1].op : TCP_OP_COUNT;
+	if ((prev == TCP_OP_DMA_COPY || prev == TCP_OP_DMA_GATHER || prev == TCP_OP_DMA_SCATTER) &&
+		(c->p->code[at].op == TCP_OP_DMA_GATHER || c->p->code[at].op == TCP_OP_DMA_SCATTER))
+		c->p->code[at].flags |= TCP_F_JOIN;
+}
+
 /* The value of node id as a view in DM, copying from HBM if needed. */
 static val *dm_copy_of(lw *c, moe_id id)
 {

@@ -36,8 +36,10 @@ static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *s
 	/* guarded row tiles (lower_rows.c); a scatter's skipped rows are exactly those not applied */
 	if ((flags & TCP_F_VROWS) && (op == TCP_OP_DMA_SCATTER || tcpl_tile_outside(c, at)))
 		tcpl_emit_row_tiles(c, &in, tcpl_row_tile(groups));
-	else
+	else {
 		emit(c, &in);
+		tcpl_join_gs(c, c->p->ncode - 1);
+	}
 }
 
 static int64_t prod(const int64_t *s, int a, int b)
