@@ -7,8 +7,11 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec run layer.moe --target=tcp --ep N --stats s.json -o yN.npy   (N in --chips, N <= E)
 and require max|yN - y1| <= 1e-6 max|y1| (--tol), and the stats to account for every
 chip: link bytes out and in summing to the same total over the chips; each exchange
-round measured end to end (stats "rounds") at least its bound and positive; and the
---trace to hold one process per chip, each with one all_to_all per round.
+round measured end to end (stats "rounds") at least its bound and positive, its pack, link
+and unpack summing to it, pack within its span and unpack within its summed durations (the
+critical path's share of a command set is at most the set's whole time); the --trace to
+hold one process per chip, each with one all_to_all per round, and every command's
+critical-path link ("pred") to name an earlier command of its phase that ends no later.
 
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
 """
@@ -26,6 +29,23 @@ import cases
 
 def run(cmd):
     return cases.run(cmd, 600)
+
+
+def preds_ok(ev):
+    """Every command's critical-path link (args.pred) is an earlier command
+    of its chip and phase that ends no later than it does."""
+    runs = {}
+    for e in ev:
+        if e["ph"] == "X" and "event" in e.get("args", {}):
+            runs[(e["pid"], e["args"]["phase"], e["args"]["event"])] = e
+    for (pid, ph, i), e in runs.items():
+        p = e["args"]["pred"]
+        if p < 0:
+            continue
+        q = runs.get((pid, ph, p))
+        if p >= i or q is None or q["ts"] + q["dur"] > e["ts"] + e["dur"] + 1e-3:
+            return False
+    return len(runs) > 0
 
 
 def main():
@@ -74,8 +94,14 @@ def main():
                     bytes_ok = (len(chips) == n and sum(c["link_bytes_out"] for c in chips) ==
                                 sum(c["link_bytes_in"] for c in chips))
                     rounds = s["rounds"]
-                    rounds_ok = len(rounds) >= 1 and all(0 < r["bound_seconds"] <= r["seconds"] for r in rounds)
+                    eps = 1e-12
+                    rounds_ok = len(rounds) >= 1 and all(
+                        0 < r["bound_seconds"] <= r["seconds"] and
+                        abs(r["seconds"] - r["pack_seconds"] - r["link_seconds"] - r["unpack_seconds"]) <= 1e-9 and
+                        0 <= r["pack_seconds"] <= r["pack_span_seconds"] + eps and
+                        0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
                     ev = json.load(open(tp))["traceEvents"]
+                    rounds_ok = rounds_ok and preds_ok(ev)
                     trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
                                 all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
                                     for d in range(n)))
