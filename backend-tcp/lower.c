@@ -50,12 +50,13 @@ static void lower_leaf(lw *c, moe_id id)
 		if (n->op == MOE_OP_INPUT)
 			c->leaf_t[id] = t;
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
-		/* a small i32 value an earlier phase of an expert-parallel program
-		 * hands on (input "ep.<id>": counts, received experts, positions) is
-		 * copied into DM with the leaves, so the copies join one descriptor
-		 * list, rather than one by one between the vector passes that use them */
-		if (n->op == MOE_OP_INPUT && n->dtype == MOE_I32 && n->name && !strncmp(n->name, "ep.", 3) &&
-			ir_bytes(n) <= 256 * 1024)
+		/* a small i32 or f32 value an earlier phase of an expert-parallel
+		 * program hands on (input "ep.<id>": counts, received experts,
+		 * positions, routing weights; not rows) is copied into DM with the
+		 * leaves, so the copies join one descriptor list, rather than one by
+		 * one between the vector passes that use them */
+		if (n->op == MOE_OP_INPUT && (n->dtype == MOE_I32 || n->dtype == MOE_F32) && n->name &&
+			!strncmp(n->name, "ep.", 3) && ir_bytes(n) <= 256 * 1024)
 			tcpl_dm_view(c, id);
 		break;
 	}
@@ -606,7 +607,7 @@ static void emit_outputs(lw *c)
 		if (!tcpl_copy_out_rows(c, o, t, v))
 			dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
 		if (c->p->ncode == at + 1)
-			tcpl_join_adjacent(c, at);
+			tcpl_join_output(c, at);
 		c->p->act_bytes += ir_bytes(n);
 	}
 }

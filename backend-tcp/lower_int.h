@@ -287,6 +287,8 @@ val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
 bool tcpl_gather_to_output(lw *c, moe_id id);
 /* The DMA copy at code[at] joins the list of a DMA copy right before it (lower_mem.c). */
 void tcpl_join_adjacent(lw *c, uint32_t at);
+/* ... an output's copy, and a gather or scatter, right after a DMA copy, gather or scatter. */
+void tcpl_join_output(lw *c, uint32_t at);
 /* ... and a gather or scatter right after a DMA copy, gather or scatter. */
 void tcpl_join_gs(lw *c, uint32_t at);
 int tcpl_valid_reg(lw *c, moe_id id);

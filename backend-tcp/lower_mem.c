@@ -76,10 +76,21 @@ int tcpl_new_reg(lw *c, moe_id at)
 
 /* A copy emitted right after another DMA copy joins its descriptor list
  * (two HBM reads that routing needs first, x and the router weights, set up
- * side by side; a program's outputs copied out one after another). */
+ * side by side). */
 void tcpl_join_adjacent(lw *c, uint32_t at)
 {
 	if (at > 0 && at < c->p->ncode && c->p->code[at - 1].op == TCP_OP_DMA_COPY &&
+		c->p->code[at].op == TCP_OP_DMA_COPY)
+		c->p->code[at].flags |= TCP_F_JOIN;
+}
+
+/* An output's copy emitted right after a DMA copy, gather or scatter joins
+ * its list (the outputs copied out one after another, or after the gather
+ * that wrote another output in place). */
+void tcpl_join_output(lw *c, uint32_t at)
+{
+	tcp_opcode prev = at > 0 && at < c->p->ncode ? (tcp_opcode)c->p->code[at - 1].op : TCP_OP_COUNT;
+	if ((prev == TCP_OP_DMA_COPY || prev == TCP_OP_DMA_GATHER || prev == TCP_OP_DMA_SCATTER) &&
 		c->p->code[at].op == TCP_OP_DMA_COPY)
 		c->p->code[at].flags |= TCP_F_JOIN;
 }
