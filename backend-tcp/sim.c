@@ -247,6 +247,25 @@ uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
 	return n;
 }
 
+/* The tensor of output k: the one named output<k> (the lowering may create a
+ * later output first, when a gather writes it in place), else the k-th
+ * output in table order. */
+static uint32_t output_tensor(const moe_tcp_program *p, uint32_t k)
+{
+	uint32_t j = 0, at = p->nt;
+	for (uint32_t i = 0; i < p->nt; i++) {
+		unsigned x;
+		char end;
+		if (p->t[i].kind != TCP_T_OUTPUT)
+			continue;
+		if (p->t[i].name && sscanf(p->t[i].name, "output%u%c", &x, &end) == 1 && x == k)
+			return i;
+		if (j++ == k)
+			at = i;
+	}
+	return at;
+}
+
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
 	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
@@ -338,18 +357,16 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	if (rc == MOE_OK && o->trace_path)
 		rc = write_trace(&s, o->trace_path);
 	if (rc == MOE_OK && out) {
-		uint32_t k = 0;
-		for (uint32_t i = 0; i < p->nt; i++) {
+		for (uint32_t k = 0, n = moe_tcp_num_outputs(p); k < n; k++) {
+			uint32_t i = output_tensor(p, k);
 			const tcp_tensor *t = &p->t[i];
-			if (t->kind != TCP_T_OUTPUT)
-				continue;
 			moe_tensor *r = moe_tensor_new(ctx, (moe_dtype)t->dtype, t->rank, t->shape);
 			if (!r) {
 				rc = MOE_ERR_NOMEM;
 				break;
 			}
 			memcpy(r->data, s.data[i], r->nbytes);
-			out[k++] = r;
+			out[k] = r;
 		}
 	}
 out:
