@@ -42,6 +42,7 @@ MODELS = {
     "MiniMax-M2": (0, 3072, 256, 8, 1536, 0, True),
     # Jamba: layer 0 is dense (expert_layer_period 2, expert_layer_offset 1), layer 1 the first MoE one
     "Jamba-v0.1": (1, 4096, 16, 2, 14336, 0, False),
+    "Granite-3.1-3B-A800M-Instruct": (0, 1536, 40, 8, 512, 0, False),
     # flagship models beyond the list (the named ERNIE-4.5-21B-A3B and dots.llm1 configs
     # were not found; README)
     "Mixtral-8x7B-v0.1": (0, 4096, 8, 2, 14336, 0, False),
@@ -72,6 +73,12 @@ PUBLISHED_SHA256 = {
     "Qwen3-235B-A22B": "0ecd5d6fe6f2db6739e4e36ab06b88ebe7bd013ef31b9583f43796059a2b23a4",
     "Qwen3-30B-A3B": "2850ddb3bf7aecad20b611e2d44f3077fc8193f4827c93beddd4c02ad63c2297",
     "Qwen3.5-35B-A3B": "5e4d7f74fec2f360eb9cfbfcd6ec0c4c76e684d3a11caaed259d9fd9bfbc7944",
+}
+
+# Files copied verbatim from the hub's own page (indentation kept) with no third-party hash:
+# the size the hub's page states for the file (README).
+PUBLISHED_SIZE = {
+    "Granite-3.1-3B-A800M-Instruct": 890,
 }
 
 
@@ -123,6 +130,10 @@ def main():
         got = hashlib.sha256(open(os.path.join(d, name + ".json"), "rb").read()).hexdigest()
         print("%-4s %-36s sha256 %s the hub's config.json" % ("ok" if got == want else "FAIL", name,
                                                               "equals" if got == want else "differs from"))
+        bad += got != want
+    for name, want in sorted(PUBLISHED_SIZE.items()):
+        got = os.path.getsize(os.path.join(d, name + ".json"))
+        print("%-4s %-36s %d bytes, the hub page states %d" % ("ok" if got == want else "FAIL", name, got, want))
         bad += got != want
     with tempfile.TemporaryDirectory() as tmp:
         for name, (layer, D, E, K, F, S, quant) in sorted(MODELS.items()):
