@@ -88,7 +88,7 @@ for T in tokens:
         if N == "1" or s is None:
             continue
         for r in s.get("rounds", []):
-            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d; %.1f us) | %.1f us (%.1f us) | %.1f us | %.2f | %.1f us |" % (
+            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d; %.1f us) | %.1f us (%.1f us) | %.1f us | %.3f | %.1f us |" % (
                 T, N, r["round"], r["bytes_out"] / 1e6, r["bytes_in"] / 1e6, r["bound_seconds"] * 1e6,
                 r["pack_seconds"] * 1e6, r["chip"], r["pack_span_seconds"] * 1e6, r["unpack_seconds"] * 1e6,
                 r.get("unpack_sum_seconds", r["unpack_seconds"]) * 1e6, r["seconds"] * 1e6,
