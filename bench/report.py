@@ -670,8 +670,8 @@ if ep_rounds:
     over = [x for x in ep_rounds if x[3] > 1.25]
     row("TCP expert parallelism: every all-to-all round <= 1.25x its bound, T in {1, 64, 4096} on 2/4/8 chips "
         "(issue 19, must-show 3)",
-        f"{len(ep_rounds) - len(over)} of {len(ep_rounds)} rounds within it, worst {max(x[3] for x in ep_rounds):.2f}x",
-        "met" if not over else "**missed** (" + "; ".join(f"T={T} {n} chips round {k}: {v:.2f}x"
+        f"{len(ep_rounds) - len(over)} of {len(ep_rounds)} rounds within it, worst {max(x[3] for x in ep_rounds):.3f}x",
+        "met" if not over else "**missed** (" + "; ".join(f"T={T} {n} chips round {k}: {v:.4f}x"
                                                           for T, n, k, v in over) + ")")
 b1 = next((r for r in host_rows if r["dt"] == "bf16" and r["T"] == 1), None)
 if b1 and st:
