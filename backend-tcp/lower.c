@@ -602,11 +602,22 @@ static void emit_outputs(lw *c)
 	}
 }
 
-/* Roofline dims from the block contractions: up [F, D]. */
+/* Roofline dims from the block contractions: up [F, D]. The bytes every
+ * run reads whatever the routing (act_bytes) count the weights outside the
+ * block loop too (router, shared experts, biases: read whole each run). */
 static void roofline_dims(lw *c)
 {
 	const moe_graph *g = c->g;
 	tcp_program *p = c->p;
+	for (moe_id w = 0; w < g->nnodes; w++) {
+		if (N(g, w)->op != MOE_OP_WEIGHT)
+			continue;
+		bool expert = false;
+		for (moe_id i = w + 1; i < g->nnodes && !expert; i++)
+			for (uint32_t k = 0; k < N(g, i)->nargs && !expert; k++)
+				expert = N(g, i)->args[k] == w && c->inreg[i];
+		p->act_bytes += expert ? 0 : ir_bytes(N(g, w));
+	}
 	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
 	int64_t wb = 0;
 	for (moe_id i = 0; i < g->nnodes; i++)
