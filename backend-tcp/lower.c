@@ -478,7 +478,8 @@ static int64_t plan_order(lw *c)
 	mark_after(c);
 	order_after(c);
 	mark_tiers(c);
-	for (int h = 0; h < 3; h++)
+	tcpl_mark_pre_experts(c);
+	for (int h = 0; h < 4; h++) /* tier 3 runs in the loop's prologue */
 		for (moe_id i = 0; i < nn; i++)
 			if (!c->inreg[i] && !c->after[i] && c->tier[i] == h)
 				c->pos[i] = q++;
@@ -577,11 +578,25 @@ static void lower_all(lw *c, int64_t loop_pos)
 		tcpl_quant_stage_after(c, UINT32_MAX);
 		tcpl_lower_region(c);
 		release(c, loop_pos);
+		tcpl_lower_pre_experts(c, true); /* when the loop's prologue had no DM for them */
 	}
 	for (uint32_t k = 0; k < c->norder1 && !c->failed; k++) {
 		lower_one(c, c->order1[k]);
 		release(c, c->pos[c->order1[k]]);
 	}
+}
+
+/* Tier 3 (lower_preexp.c), from the block loop's prologue. */
+void tcpl_lower_pre_experts(lw *c, bool late)
+{
+	if (c->pre_done || (!late && !tcpl_pre_experts_fit(c)))
+		return;
+	c->pre_done = true;
+	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++)
+		if (!c->inreg[i] && !c->after[i] && c->tier[i] == 3) {
+			lower_one(c, i);
+			release(c, c->pos[i]);
+		}
 }
 
 /* The graph outputs, copied to HBM tensors output0, output1, ... */
@@ -612,11 +627,22 @@ static void emit_outputs(lw *c)
 	}
 }
 
-/* Roofline dims from the block contractions: up [F, D]. */
+/* Roofline dims from the block contractions: up [F, D]. The bytes every
+ * run reads whatever the routing (act_bytes) count the weights outside the
+ * block loop too (router, shared experts, biases: read whole each run). */
 static void roofline_dims(lw *c)
 {
 	const moe_graph *g = c->g;
 	tcp_program *p = c->p;
+	for (moe_id w = 0; w < g->nnodes; w++) {
+		if (N(g, w)->op != MOE_OP_WEIGHT)
+			continue;
+		bool expert = false;
+		for (moe_id i = w + 1; i < g->nnodes && !expert; i++)
+			for (uint32_t k = 0; k < N(g, i)->nargs && !expert; k++)
+				expert = N(g, i)->args[k] == w && c->inreg[i];
+		p->act_bytes += expert ? 0 : ir_bytes(N(g, w));
+	}
 	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
 	int64_t wb = 0;
 	for (moe_id i = 0; i < g->nnodes; i++)

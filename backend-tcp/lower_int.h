@@ -71,11 +71,13 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
-	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
+	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first; 3: in the loop's
+	                    * prologue (lower_preexp.c) */
 	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
 	/* the tail in row chunks (rowchunk.c): nodes read only after the block
 	 * loop are emitted after it, depth first from the outputs */
 	bool sink;
+	bool pre_done; /* tier 3 (lower_preexp.c) emitted */
 	bool *after;       /* emitted after the block loop */
 	moe_id *order1;    /* their emission order */
 	uint32_t norder1;
@@ -361,5 +363,11 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 cont
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);
 bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such a DM-resident tensor */
+
+/* lower_preexp.c: expert work independent of routing (a shared expert) gets tier 3, emitted by
+ * tcpl_lower_pre_experts (lower.c) after the first block's fetch (lower_region.c) */
+void tcpl_mark_pre_experts(lw *c);
+bool tcpl_pre_experts_fit(const lw *c); /* their DM beside what is live now */
+void tcpl_lower_pre_experts(lw *c, bool late); /* late: after the loop, as they did not fit in it */
 
 #endif
