@@ -701,9 +701,9 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	bool bad = false;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_TOPK || n->op == MOE_OP_EXPERTS || n->op == MOE_OP_ALL_TO_ALL) {
+		if (n->op == MOE_OP_EXPERTS || n->op == MOE_OP_ALL_TO_ALL) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
-				"the host backend does not lower '%s': run the host pipeline first (lower-topk, blockwise-dispatch, "
+				"the host backend does not lower '%s': run the host pipeline first (blockwise-dispatch, "
 				"lower-exchange)",
 				ir_ops[n->op].name);
 			bad = true;
@@ -893,7 +893,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		case MOE_OP_SLICE: cgen_lower_slice(&L, b, n, out); break;
 		case MOE_OP_CONCAT: cgen_lower_concat(&L, b, n, out); break;
 		case MOE_OP_BROADCAST: cgen_lower_broadcast(&L, b, n, out); break;
-		case MOE_OP_TOPK:
+		case MOE_OP_TOPK: cgen_lower_topk(&L, b, n, out); break;
 		case MOE_OP_EXPERTS:
 		case MOE_OP_ALL_TO_ALL:
 		case MOE_OP_COUNT: IR_ASSERT(!"rejected above"); break;
