@@ -155,12 +155,29 @@ void cgen_lower_gather(lw *L, cg_block *b, const ir_node *n, int out)
 	int lvl = ax + ir, md = mask_depth(L, n);
 	if (lvl < md)
 		lvl = md;
+	/* a big unmasked gather checks its indices first (serially, the faults in
+	 * index order), then copies in a parallel loop that cannot fault */
+	bool par = md == 0 && lvl > 0 && ir_numel(n) >= PAR_MIN_ELEMS;
+	if (par) {
+		int jv[MOE_MAX_RANK];
+		cg_block *c = loops(L, b, ix->shape, 0, ir, jv);
+		cgen_checked_index(L, c, ld(L, L->p->node_buf[n->args[1]], lin(L, jv, is, ir, NULL)), x->shape[ax]);
+	}
 	cg_block *in = nest(L, b, n, out, lvl, iv);
+	if (par)
+		b->last->par = true;
 	/* index tensor position: output dims [ax, ax + ir) */
 	int ivi[MOE_MAX_RANK];
 	for (int d = 0; d < ir; d++)
 		ivi[d] = iv[ax + d];
-	int t = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], lin(L, ivi, is, ir, NULL)), x->shape[ax]);
+	cg_expr *iload = ld(L, L->p->node_buf[n->args[1]], lin(L, ivi, is, ir, NULL));
+	int t;
+	if (par) { /* checked above: the clamp never changes it */
+		t = newvar(L, CT_I64);
+		set(L, in, t, clamp_count(L, iload, x->shape[ax] - 1));
+	} else {
+		t = cgen_checked_index(L, in, iload, x->shape[ax]);
+	}
 	in = loops(L, in, n->shape, lvl, n->rank, iv);
 	cg_expr *xi = mul64(L, vr(L, t), xs[ax]);
 	for (int d = 0; d < ax; d++)
