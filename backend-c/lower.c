@@ -504,13 +504,23 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	/* operand index of A for (batch, m, k) letters; B for (batch, k, n) */
 	/* pack A: rows in m-group order, k in k-group order */
 	{
+		/* one m and one k letter: row and column are the loop variables, and
+		 * the rows a parallel loop when the panel is big */
+		bool direct = gm.n == 1 && gk.n == 1;
 		cg_block *pb = bb;
-		int r = newvar(L, CT_I64);
-		set(L, pb, r, ic(L, 0));
+		int r = -1, kk = -1;
+		if (!direct) {
+			r = newvar(L, CT_I64);
+			set(L, pb, r, ic(L, 0));
+		}
 		for (int i = 0; i < gm.n; i++)
 			pb = loopv(L, pb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
-		int kk = newvar(L, CT_I64);
-		set(L, pb, kk, ic(L, 0));
+		if (direct)
+			par_if_big(bb, M * K);
+		else {
+			kk = newvar(L, CT_I64);
+			set(L, pb, kk, ic(L, 0));
+		}
 		cg_block *kb = pb;
 		for (int i = 0; i < gk.n; i++)
 			kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
@@ -519,10 +529,13 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			int l = E.e.in[ia][dd] - 'a';
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
-		store(L, kb, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, kk)), ld(L, A, ai));
+		cg_expr *pr = vr(L, direct ? lv[gm.l[0]] : r), *pk = vr(L, direct ? lv[gk.l[0]] : kk);
+		store(L, kb, apan, add64(L, mul64(L, pr, AS), pk), ld(L, A, ai));
 		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
-		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
-		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
+		if (!direct) {
+			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
+			set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
+		}
 	}
 	/* a fused gather: slab bexp[g] of its source, for g below its count */
 	int widx = -1;
