@@ -124,6 +124,8 @@ moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out)
 		fprintf(out, "%s bytes: %lld\n", sp[s], (long long)bytes[s]);
 	fprintf(out, "layer: T=%lld K=%lld E=%lld B=%lld grid blocks=%lld\n", (long long)p->moe_T, (long long)p->moe_K,
 		(long long)p->moe_E, (long long)p->moe_B, (long long)p->moe_G);
+	if (p->tier_n > 0)
+		fprintf(out, "decode tier: n_tokens = %lld runs the layer compiled for T = 1\n", (long long)p->tier_n);
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		if (t->kind == TCP_T_SCRATCH)

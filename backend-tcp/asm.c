@@ -142,10 +142,13 @@ static void print_prog(sb *b, const tcp_program *p)
 	sbf(b,
 		"meta T=%" PRId64 " K=%" PRId64 " D=%" PRId64 " F=%" PRId64 " E=%" PRId64 " B=%" PRId64 " G=%" PRId64
 		" nproj=%" PRId64 " router_e=%" PRId64 " wexp=%" PRId64 " act=%" PRId64 " rmacs=%" PRId64
-		" dtype=%u nblocks=%d bexp=%d loop=%d body=%d\n",
+		" dtype=%u nblocks=%d bexp=%d loop=%d body=%d",
 		p->moe_T, p->moe_K, p->moe_D, p->moe_F, p->moe_E, p->moe_B, p->moe_G, p->nproj, p->router_E,
 		p->weight_bytes_per_expert, p->act_bytes, p->router_macs, p->dtype, p->nblocks_t, p->bexp_t,
 		p->block_loop_pc, p->block_body_pc);
+	if (p->tier_n > 0) /* a decode tier (tier.c) */
+		sbf(b, " tier=%" PRId64 " tier_loop=%d tier_bexp=%d", p->tier_n, p->tier_loop_pc, p->tier_bexp_t);
+	sbf(b, "\n");
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		sbf(b, "tensor %%%u %s %s %s [", i, t->space < TCP_NSPACE ? space_names[t->space] : "?",
@@ -528,6 +531,15 @@ static void parse_meta(ap *a, tcp_program *p, const char *s)
 	p->bexp_t = (int32_t)v[14];
 	p->block_loop_pc = (int32_t)v[15];
 	p->block_body_pc = (int32_t)v[16];
+	int64_t t[3];
+	if (!lit(&s, " tier="))
+		return;
+	if (!pint(&s, &t[0]) || !lit(&s, " tier_loop=") || !pint(&s, &t[1]) || !lit(&s, " tier_bexp=") ||
+		!pint(&s, &t[2]) || t[0] < 1 || t[1] < -1 || t[1] > INT32_MAX || t[2] < -1 || t[2] > INT32_MAX)
+		return perr(a, "malformed meta line at '%s'", "tier");
+	p->tier_n = t[0];
+	p->tier_loop_pc = (int32_t)t[1];
+	p->tier_bexp_t = (int32_t)t[2];
 }
 
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len)

@@ -115,6 +115,13 @@ static void s_meta(ser *s, tcp_program *p)
 	sx32(s, &p->bexp_t);
 	sx32(s, &p->block_loop_pc);
 	sx32(s, &p->block_body_pc);
+	/* a decode tier's fields follow only in a program that has one (older
+	 * readers reject such a meta section as malformed) */
+	if (s->rd ? s->pos < s->end : p->tier_n > 0) {
+		sx64(s, &p->tier_n);
+		sx32(s, &p->tier_loop_pc);
+		sx32(s, &p->tier_bexp_t);
+	}
 }
 
 static void s_view(ser *s, tcp_view *v)

@@ -34,6 +34,7 @@ tcp_program *tcp_prog_new(moe_ctx *ctx)
 	p->ctx = ctx;
 	p->nblocks_t = p->bexp_t = -1;
 	p->block_loop_pc = p->block_body_pc = -1;
+	p->tier_loop_pc = p->tier_bexp_t = -1;
 	return p;
 }
 
@@ -537,7 +538,9 @@ moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machin
 	if (p->ncode && p->code[p->ncode - 1].op != TCP_OP_HALT && p->code[p->ncode - 1].op != TCP_OP_JMP)
 		verr(&c, -1, "the last instruction must be halt or jmp (control would run off the code)");
 	if (p->nblocks_t >= (int32_t)p->nt || p->bexp_t >= (int32_t)p->nt || p->nblocks_t < -1 || p->bexp_t < -1 ||
-		p->block_loop_pc >= (int32_t)p->ncode || p->block_body_pc >= (int32_t)p->ncode)
+		p->block_loop_pc >= (int32_t)p->ncode || p->block_body_pc >= (int32_t)p->ncode ||
+		p->tier_loop_pc >= (int32_t)p->ncode || p->tier_bexp_t >= (int32_t)p->nt || p->tier_loop_pc < -1 ||
+		p->tier_bexp_t < -1 || p->tier_n < 0 || p->tier_n > p->moe_T)
 		verr(&c, -1, "program metadata names a tensor or instruction that does not exist");
 	bool packed = false;
 	for (uint32_t i = 0; i < p->nt; i++)

@@ -148,7 +148,8 @@ static moe_status simulate(sim *s)
 		}
 		const tcp_insn *in = &p->code[pc];
 		s->st->instructions++;
-		if ((int32_t)pc == p->block_loop_pc + 1 && p->block_loop_pc >= 0) {
+		if (((int32_t)pc == p->block_loop_pc + 1 && p->block_loop_pc >= 0) ||
+			((int32_t)pc == p->tier_loop_pc + 1 && p->tier_loop_pc >= 0)) {
 			s->st->blocks_executed++;
 			if (s->o->progress)
 				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks);
@@ -191,7 +192,7 @@ static moe_status simulate(sim *s)
 			}
 			s->tc = (s->tc > sp[2] ? s->tc : sp[2]) + m->scalar_cycles;
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
-			if (v->t == p->bexp_t && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
+			if ((v->t == p->bexp_t || v->t == p->tier_bexp_t) && v->t >= 0 && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
 			if (s->o->no_skip && v->t == p->nblocks_t && p->moe_G > 0)
 				s->reg[in->rd] = p->moe_G; /* no skipping: run the whole worst-case grid */
@@ -242,6 +243,25 @@ uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
 	for (uint32_t i = 0; i < p->nt; i++)
 		n += p->t[i].kind == TCP_T_OUTPUT;
 	return n;
+}
+
+/* The expert region of the block loop at loop_pc: from the branch that
+ * skips the whole loop to the loop's back branch ([-1, -1]: none). */
+static void expert_region(const tcp_program *p, int32_t loop_pc, int64_t *lo, int64_t *hi)
+{
+	*lo = *hi = -1;
+	if (loop_pc < 0)
+		return;
+	for (uint32_t i = (uint32_t)loop_pc; i < p->ncode; i++)
+		if (p->code[i].op == TCP_OP_BR && p->code[i].target == loop_pc)
+			*hi = i;
+	for (int32_t i = loop_pc; *hi >= 0 && i-- > 0;)
+		if (p->code[i].op == TCP_OP_BR && p->code[i].target == *hi + 1) {
+			*lo = i;
+			break;
+		}
+	if (*lo < 0)
+		*hi = -1;
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
@@ -297,19 +317,8 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
-	s.xlo = s.xhi = -1;
-	if (p->block_loop_pc >= 0) {
-		for (uint32_t i = (uint32_t)p->block_loop_pc; i < p->ncode; i++)
-			if (p->code[i].op == TCP_OP_BR && p->code[i].target == p->block_loop_pc)
-				s.xhi = i;
-		for (int32_t i = p->block_loop_pc; s.xhi >= 0 && i-- > 0;)
-			if (p->code[i].op == TCP_OP_BR && p->code[i].target == s.xhi + 1) {
-				s.xlo = i;
-				break;
-			}
-		if (s.xlo < 0)
-			s.xhi = -1;
-	}
+	expert_region(p, p->block_loop_pc, &s.xlo, &s.xhi);
+	expert_region(p, p->tier_loop_pc, &s.tlo, &s.thi);
 	/* a full run refuses weights without values before anything is packed */
 	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];

@@ -211,6 +211,10 @@ struct moe_tcp_program {
 	int64_t act_bytes; /* inputs and outputs */
 	int64_t router_macs;
 	int32_t block_loop_pc, block_body_pc; /* first instruction of the loop, -1 */
+	/* decode tier (tier.c): the most tokens it serves (0: none), its block
+	 * loop's first instruction and its block-expert tensor (-1: none) */
+	int64_t tier_n;
+	int32_t tier_loop_pc, tier_bexp_t;
 	/* the weight-packing graph (IR JSON, one layer; its outputs are the
 	 * TCP_T_PACKED tensors in table order), or prep_len == 0 */
 	char *prep;

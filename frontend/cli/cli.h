@@ -63,6 +63,7 @@ typedef struct opts {
 	const char *ep, *placement; /* run --ep N [--placement D0,D1,...] (expert parallelism) */
 	const char *serve_tokens; /* run --tokens N */
 	const char *buckets;      /* compile --buckets T1,T2,... */
+	const char *decode_tier;  /* --decode-tier=on|off (tcp serving) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
@@ -120,6 +121,10 @@ int cli_serve_prepare(moe_ctx *ctx, moe_graph *g, const opts *o);
 int cli_serve_bind(moe_ctx *ctx, const moe_graph *g, const opts *o, moe_tensor_map *bind);
 moe_tensor *cli_serve_pad(moe_ctx *ctx, moe_tensor *t, const int64_t *shape, int64_t tokens);
 moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens);
+/* The decode tier of a serving program p compiled from g (docs/tcp-isa.md
+ * 7.4, "Decode tier"): *p is replaced by p with the layer compiled for T = 1 linked in, or
+ * kept when the tier does not apply; 1 after an error. */
+int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m, moe_tcp_program **p);
 /* compile --buckets: one program per bucket into one .tcpb; is FILE a
  * bucketed .tcpb; the program of the smallest bucket >= --tokens (NULL with
  * an error when there is none). */

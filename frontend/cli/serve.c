@@ -91,6 +91,57 @@ moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens)
 	return r;
 }
 
+/* ---- the decode tier ---- */
+
+/* The options of o with T set to 1 and no --tokens (into *d, whose set
+ * names are its own). */
+static void tier_opts(const opts *o, opts *d)
+{
+	*d = *o;
+	size_t k = d->nsets;
+	for (size_t i = 0; i < d->nsets; i++) {
+		d->sets[i].name = d->setnames[i];
+		if (!strcmp(d->setnames[i], "T"))
+			k = i;
+	}
+	if (k == d->nsets) {
+		snprintf(d->setnames[k], sizeof d->setnames[0], "T");
+		d->sets[k].name = d->setnames[k];
+		d->nsets++;
+	}
+	d->sets[k].value = "1";
+	d->serve_tokens = NULL;
+}
+
+int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m, moe_tcp_program **p)
+{
+	int64_t T = 0;
+	if (o->kind != K_MOE || (o->decode_tier && !strcmp(o->decode_tier, "off")) || tokens_node(g) == MOE_NONE ||
+		!moe_graph_get_dim(g, "T", &T) || T <= 1 || o->nsets >= MAX_SETS)
+		return 0;
+	static opts o1; /* large; one tier at a time */
+	tier_opts(o, &o1);
+	int64_t autob;
+	double pred;
+	moe_module *mod = cli_load_tcp(ctx, &o1, &autob, &pred);
+	moe_graph *g1 = mod && moe_module_num_graphs(mod) == 1 ? moe_module_graph(mod, 0) : NULL;
+	moe_id nt = g1 ? tokens_node(g1) : MOE_NONE;
+	if (nt != MOE_NONE) /* declared by the .moe: the tier is the layer without it (its input is left unused) */
+		moe_node_set_name(g1, nt, MOE_TOKENS_INPUT ".tier");
+	moe_run_opts ro = {.verify = 1};
+	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK ? moe_tcp_compile(ctx, g1, m) : NULL;
+	int errors = moe_error_count(ctx);
+	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;
+	int alone = d && !linked && moe_error_count(ctx) == errors; /* a note: no tier for this layer */
+	moe_tcp_program_free(d);
+	moe_module_free(mod);
+	if (!linked)
+		return !alone;
+	moe_tcp_program_free(*p);
+	*p = linked;
+	return 0;
+}
+
 /* ---- buckets: compile --buckets, and run/check of a bucketed .tcpb ---- */
 
 /* Parses "1,8,64" into increasing sizes; the count, or -1 after an error. */
@@ -151,7 +202,7 @@ int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out)
 		moe_graph *g = mod && moe_module_num_graphs(mod) == 1 ? moe_module_graph(mod, 0) : NULL;
 		moe_run_opts ro = {.verify = 1};
 		status = !g || cli_serve_prepare(ctx, g, &ob) || moe_run_pipeline_text(ctx, "tcp", mod, &ro) != MOE_OK ||
-			 !(p[b] = moe_tcp_compile(ctx, g, m));
+			 !(p[b] = moe_tcp_compile(ctx, g, m)) || cli_serve_tier(ctx, &ob, g, m, &p[b]);
 		moe_module_free(mod);
 	}
 	if (!status)

@@ -82,7 +82,7 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	if (!m)
 		return 1;
 	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -143,7 +143,7 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 	if (!m)
 		return 1;
 	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || run_program(ctx, p, m, bind, o, out, stats_json);
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, o, out, stats_json);
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;

@@ -60,6 +60,18 @@ MOE_API moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, con
 MOE_API moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *machine);
 
+/* A serving program with a decode tier (docs/tcp-isa.md section 7.4, "Decode tier"): the
+ * serving program (an n_tokens input, T > 1) and the same layer compiled for
+ * T = 1 without n_tokens, linked into one program whose first instructions
+ * stage n_tokens and run the T = 1 code when it is 1, the serving code
+ * otherwise. The versions share the bound tensors (the tier reads row 0 of
+ * x and writes row 0 of the output). NULL plus an error when tier is not
+ * such a program of the same layer; NULL plus only a note when the two
+ * pack their weights differently (a quantized layer whose packing follows
+ * the block size), which leaves the serving program to run alone. The
+ * arguments stay the caller's. */
+MOE_API moe_tcp_program *moe_tcp_link_tier(moe_ctx *ctx, const moe_tcp_program *serving, const moe_tcp_program *tier);
+
 /* A bucketed .tcpb (docs/tcp-isa.md section 8.1): one program per token
  * bucket T_1 < T_2 < ... (each with an n_tokens input), equal sections
  * stored once. Writing takes the programs in increasing T (at most 16).

@@ -15,6 +15,7 @@ the shared expert 3 x D x S, in the compute type.
 
 usage: published_configs.py MOEC CONFIGS_DIR [MACHINE_JSON]
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -38,8 +39,12 @@ MODELS = {
     "OLMoE-1B-7B-0125-Instruct": (0, 2048, 64, 8, 1024, 0, False),
     "Phi-3.5-MoE-instruct": (0, 4096, 16, 2, 6400, 0, False),
     "DBRX": (0, 6144, 16, 4, 10752, 0, False),
-    # flagship models beyond the issue's list (the named Granite-3.1-3B-A800M, ERNIE-4.5-21B-A3B,
-    # MiniMax-M2, Jamba and dots.llm1 configs were not found; README)
+    "MiniMax-M2": (0, 3072, 256, 8, 1536, 0, True),
+    # Jamba: layer 0 is dense (expert_layer_period 2, expert_layer_offset 1), layer 1 the first MoE one
+    "Jamba-v0.1": (1, 4096, 16, 2, 14336, 0, False),
+    "Granite-3.1-3B-A800M-Instruct": (0, 1536, 40, 8, 512, 0, False),
+    # flagship models beyond the issue's list (the named ERNIE-4.5-21B-A3B and dots.llm1 configs
+    # were not found; README)
     "Mixtral-8x7B-v0.1": (0, 4096, 8, 2, 14336, 0, False),
     "Qwen3-30B-A3B": (0, 2048, 128, 8, 768, 0, False),
     "Qwen3-Coder-480B-A35B-Instruct": (0, 6144, 160, 8, 2560, 0, False),
@@ -51,6 +56,29 @@ MODELS = {
     "MiniMax-M2.5": (0, 3072, 256, 8, 1536, 0, True),
     "MiMo-V2-Flash": (1, 4096, 256, 8, 2048, 0, True),
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (1, 2688, 128, 6, 1856, 3712, False),
+}
+
+# SHA-256 of the HuggingFace hub's config.json, for the files whose bytes are known to equal it:
+# the hashes are recorded, per hub revision, in dinoml/model-configs-rs corpus/report-repositories.json
+# (commit 23d004779fcb; README). A copy that an editor re-indents or re-terminates fails here.
+PUBLISHED_SHA256 = {
+    "MiniMax-M2": "03d0b726553f72ee799f30f52f77b9292b873714abda76ee7e2683953373db87",
+    "Jamba-v0.1": "98d005b3bdb7b4d3104ed3f8e6e8e45fa484846703012a11010d43aad768e984",
+    "GLM-4.5": "a5dbd07371a8a51b0013a63a7a70543a7094af1a9598812b537133e6da78dda7",
+    "GLM-4.5-Air": "e59f21d7be4b4b917d80bb3a2d1211356d29cf3aeff93372523daf7d0ffb839d",
+    "DeepSeek-V3": "cbf0b95dc614de208a109bb5fd4e7eed11385e9c68411d2c17db5319443035d9",
+    "gpt-oss-120b": "933aeb666a3fd851133ddd7686414f369bc564c4185fb5704416550879f10566",
+    "gpt-oss-20b": "3a2a26ded679375b7928ddeca59764df7cea83220c1961035f6d6e232659e9ce",
+    "Phi-3.5-MoE-instruct": "0b7d26ba176054d43f2b47012ec7cb01868ae7078693757f940e90c13e5bae15",
+    "Qwen3-235B-A22B": "0ecd5d6fe6f2db6739e4e36ab06b88ebe7bd013ef31b9583f43796059a2b23a4",
+    "Qwen3-30B-A3B": "2850ddb3bf7aecad20b611e2d44f3077fc8193f4827c93beddd4c02ad63c2297",
+    "Qwen3.5-35B-A3B": "5e4d7f74fec2f360eb9cfbfcd6ec0c4c76e684d3a11caaed259d9fd9bfbc7944",
+}
+
+# Files copied verbatim from the hub's own page (indentation kept) with no third-party hash:
+# the size the hub's page states for the file (README).
+PUBLISHED_SIZE = {
+    "Granite-3.1-3B-A800M-Instruct": 890,
 }
 
 
@@ -98,6 +126,15 @@ def main():
     if sorted(MODELS) != present:
         print("FAIL the manifest and %s differ: %s" % (d, sorted(set(MODELS) ^ set(present))))
         bad += 1
+    for name, want in sorted(PUBLISHED_SHA256.items()):
+        got = hashlib.sha256(open(os.path.join(d, name + ".json"), "rb").read()).hexdigest()
+        print("%-4s %-36s sha256 %s the hub's config.json" % ("ok" if got == want else "FAIL", name,
+                                                              "equals" if got == want else "differs from"))
+        bad += got != want
+    for name, want in sorted(PUBLISHED_SIZE.items()):
+        got = os.path.getsize(os.path.join(d, name + ".json"))
+        print("%-4s %-36s %d bytes, the hub page states %d" % ("ok" if got == want else "FAIL", name, got, want))
+        bad += got != want
     with tempfile.TemporaryDirectory() as tmp:
         for name, (layer, D, E, K, F, S, quant) in sorted(MODELS.items()):
             cfg, moe = os.path.join(d, name + ".json"), os.path.join(tmp, name + ".moe")
