@@ -68,7 +68,7 @@ bool cgen_lower_const(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *e = attr_const(L, n, "value");
 	if (!e)
 		return false;
-	if (scatter_base_only(L, L->cur))
+	if (n->valid == MOE_NONE && scatter_base_only(L, L->cur))
 		return true;
 	int j;
 	cg_block *in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
@@ -317,7 +317,7 @@ void cgen_lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	/* bf16 additions accumulate in f32 and round once at the end */
 	int dst = add && n->dtype == MOE_BF16 ? cgen_scratch(L, MOE_F32, ir_numel(n)) : out;
 	const ir_node *base = nd(L, n->args[0]);
-	cg_expr *fill = base->op == MOE_OP_CONST ? attr_const(L, base, "value") : NULL;
+	cg_expr *fill = base->op == MOE_OP_CONST && base->valid == MOE_NONE ? attr_const(L, base, "value") : NULL;
 	if (fill) { /* a constant base is written here (its node is not materialised) */
 		int j;
 		cg_block *z = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
