@@ -50,6 +50,14 @@ static void lower_leaf(lw *c, moe_id id)
 		if (n->op == MOE_OP_INPUT)
 			c->leaf_t[id] = t;
 		c->p->act_bytes += w ? 0 : ir_bytes(n);
+		/* a small i32 or f32 value an earlier phase of an expert-parallel
+		 * program hands on (input "ep.<id>": counts, received experts,
+		 * positions, routing weights; not rows) is copied into DM with the
+		 * leaves, so the copies join one descriptor list, rather than one by
+		 * one between the vector passes that use them */
+		if (n->op == MOE_OP_INPUT && (n->dtype == MOE_I32 || n->dtype == MOE_F32) && n->name &&
+			!strncmp(n->name, "ep.", 3) && ir_bytes(n) <= 256 * 1024)
+			tcpl_dm_view(c, id);
 		break;
 	}
 	}
@@ -100,6 +108,20 @@ static int32_t out_tensor(lw *c, moe_id o, uint32_t idx)
 	c->p->t[t].name = ctx_alloc(c->ctx, strlen(name) + 1);
 	memcpy(c->p->t[t].name, name, strlen(name));
 	return t;
+}
+
+bool tcpl_gather_to_output(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	uint32_t idx = 0;
+	int64_t row = n->rank >= 1 && n->shape[0] > 0 ? ir_bytes(n) / n->shape[0] : 0;
+	/* whole HBM granules per row: a partial one would be written at the
+	 * unaligned factor, which one contiguous copy avoids */
+	if (c->v[id].kind == VK_VIEW || c->inreg[id] || c->store_dt[id] || !c->is_out[id] || row <= 0 ||
+		row % c->m->hbm_granule != 0 || !sole_output(c, id, &idx))
+		return false;
+	c->v[id] = tview(out_tensor(c, id, idx), id, n);
+	return true;
 }
 
 /* (sink, or an output of 1/8 of DM or more) An output joined from parts
@@ -456,7 +478,8 @@ static int64_t plan_order(lw *c)
 	mark_after(c);
 	order_after(c);
 	mark_tiers(c);
-	for (int h = 0; h < 3; h++)
+	tcpl_mark_pre_experts(c);
+	for (int h = 0; h < 4; h++) /* tier 3 runs in the loop's prologue */
 		for (moe_id i = 0; i < nn; i++)
 			if (!c->inreg[i] && !c->after[i] && c->tier[i] == h)
 				c->pos[i] = q++;
@@ -555,11 +578,25 @@ static void lower_all(lw *c, int64_t loop_pos)
 		tcpl_quant_stage_after(c, UINT32_MAX);
 		tcpl_lower_region(c);
 		release(c, loop_pos);
+		tcpl_lower_pre_experts(c, true); /* when the loop's prologue had no DM for them */
 	}
 	for (uint32_t k = 0; k < c->norder1 && !c->failed; k++) {
 		lower_one(c, c->order1[k]);
 		release(c, c->pos[c->order1[k]]);
 	}
+}
+
+/* Tier 3 (lower_preexp.c), from the block loop's prologue. */
+void tcpl_lower_pre_experts(lw *c, bool late)
+{
+	if (c->pre_done || (!late && !tcpl_pre_experts_fit(c)))
+		return;
+	c->pre_done = true;
+	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++)
+		if (!c->inreg[i] && !c->after[i] && c->tier[i] == 3) {
+			lower_one(c, i);
+			release(c, c->pos[i]);
+		}
 }
 
 /* The graph outputs, copied to HBM tensors output0, output1, ... */
@@ -581,17 +618,31 @@ static void emit_outputs(lw *c)
 			tcpl_err(c, o, "output is not a contiguous tensor");
 			break;
 		}
+		uint32_t at = c->p->ncode;
 		if (!tcpl_copy_out_rows(c, o, t, v))
 			dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
+		if (c->p->ncode == at + 1)
+			tcpl_join_output(c, at);
 		c->p->act_bytes += ir_bytes(n);
 	}
 }
 
-/* Roofline dims from the block contractions: up [F, D]. */
+/* Roofline dims from the block contractions: up [F, D]. The bytes every
+ * run reads whatever the routing (act_bytes) count the weights outside the
+ * block loop too (router, shared experts, biases: read whole each run). */
 static void roofline_dims(lw *c)
 {
 	const moe_graph *g = c->g;
 	tcp_program *p = c->p;
+	for (moe_id w = 0; w < g->nnodes; w++) {
+		if (N(g, w)->op != MOE_OP_WEIGHT)
+			continue;
+		bool expert = false;
+		for (moe_id i = w + 1; i < g->nnodes && !expert; i++)
+			for (uint32_t k = 0; k < N(g, i)->nargs && !expert; k++)
+				expert = N(g, i)->args[k] == w && c->inreg[i];
+		p->act_bytes += expert ? 0 : ir_bytes(N(g, w));
+	}
 	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
 	int64_t wb = 0;
 	for (moe_id i = 0; i < g->nnodes; i++)

@@ -71,11 +71,13 @@ typedef struct lw {
 	 * the token-row gather, which is never materialised. */
 	moe_id *ggrid;
 	bool *gdefer;
-	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first */
+	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first; 3: in the loop's
+	                    * prologue (lower_preexp.c) */
 	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
 	/* the tail in row chunks (rowchunk.c): nodes read only after the block
 	 * loop are emitted after it, depth first from the outputs */
 	bool sink;
+	bool pre_done; /* tier 3 (lower_preexp.c) emitted */
 	bool *after;       /* emitted after the block loop */
 	moe_id *order1;    /* their emission order */
 	uint32_t norder1;
@@ -281,6 +283,16 @@ val *tcpl_need_view(lw *c, moe_id id);
 val *tcpl_dm_view(lw *c, moe_id id);
 /* Destination value for node id: per-block buffer inside the region, a fresh DM tensor otherwise. */
 val *tcpl_out_val(lw *c, moe_id id, moe_dtype dt);
+/* A DMA gather's result that is exactly one graph output, read by no node:
+ * its HBM output tensor becomes the value (the gather writes it there, no
+ * copy out); false, changing nothing, otherwise (lower.c). */
+bool tcpl_gather_to_output(lw *c, moe_id id);
+/* The DMA copy at code[at] joins the list of a DMA copy right before it (lower_mem.c). */
+void tcpl_join_adjacent(lw *c, uint32_t at);
+/* ... an output's copy, and a gather or scatter, right after a DMA copy, gather or scatter. */
+void tcpl_join_output(lw *c, uint32_t at);
+/* ... and a gather or scatter right after a DMA copy, gather or scatter. */
+void tcpl_join_gs(lw *c, uint32_t at);
 int tcpl_valid_reg(lw *c, moe_id id);
 int tcpl_count_reg(lw *c, moe_id id, moe_id cnt); /* a scalar count's register (staged, loaded once) */
 int tcpl_count_alu(lw *c, moe_id id, moe_id cnt); /* ... derived by scalar ALU from another count, or -1 */
@@ -351,5 +363,11 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 cont
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);
 bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such a DM-resident tensor */
+
+/* lower_preexp.c: expert work independent of routing (a shared expert) gets tier 3, emitted by
+ * tcpl_lower_pre_experts (lower.c) after the first block's fetch (lower_region.c) */
+void tcpl_mark_pre_experts(lw *c);
+bool tcpl_pre_experts_fit(const lw *c); /* their DM beside what is live now */
+void tcpl_lower_pre_experts(lw *c, bool late); /* late: after the loop, as they did not fit in it */
 
 #endif

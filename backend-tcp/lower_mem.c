@@ -77,10 +77,33 @@ int tcpl_new_reg(lw *c, moe_id at)
 /* A copy emitted right after another DMA copy joins its descriptor list
  * (two HBM reads that routing needs first, x and the router weights, set up
  * side by side). */
-static void join_adjacent(lw *c, uint32_t at)
+void tcpl_join_adjacent(lw *c, uint32_t at)
 {
 	if (at > 0 && at < c->p->ncode && c->p->code[at - 1].op == TCP_OP_DMA_COPY &&
 		c->p->code[at].op == TCP_OP_DMA_COPY)
+		c->p->code[at].flags |= TCP_F_JOIN;
+}
+
+/* An output's copy emitted right after a DMA copy, gather or scatter joins
+ * its list (the outputs copied out one after another, or after the gather
+ * that wrote another output in place). */
+void tcpl_join_output(lw *c, uint32_t at)
+{
+	tcp_opcode prev = at > 0 && at < c->p->ncode ? (tcp_opcode)c->p->code[at - 1].op : TCP_OP_COUNT;
+	if ((prev == TCP_OP_DMA_COPY || prev == TCP_OP_DMA_GATHER || prev == TCP_OP_DMA_SCATTER) &&
+		c->p->code[at].op == TCP_OP_DMA_COPY)
+		c->p->code[at].flags |= TCP_F_JOIN;
+}
+
+/* A gather or scatter emitted right after another DMA command (copy, gather
+ * or scatter) joins its descriptor list: its setup runs beside that
+ * command's transfer (the send buffers' rows and experts, scattered one
+ * after the other). */
+void tcpl_join_gs(lw *c, uint32_t at)
+{
+	tcp_opcode prev = at > 0 && at < c->p->ncode ? (tcp_opcode)c->p->code[at - 1].op : TCP_OP_COUNT;
+	if ((prev == TCP_OP_DMA_COPY || prev == TCP_OP_DMA_GATHER || prev == TCP_OP_DMA_SCATTER) &&
+		(c->p->code[at].op == TCP_OP_DMA_GATHER || c->p->code[at].op == TCP_OP_DMA_SCATTER))
 		c->p->code[at].flags |= TCP_F_JOIN;
 }
 
@@ -98,7 +121,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 		memcpy(sh, ht->shape, sizeof sh);
 		int32_t t = tcpl_dm_tensor(c, id, "hbm-copy", (moe_dtype)ht->dtype, ht->rank, sh);
 		dma_copy(c, t, 0, -1, 0, v->t, 0, -1, 0, c->p->t[t].numel);
-		join_adjacent(c, at);
+		tcpl_join_adjacent(c, at);
 		v->t = t;
 		v->owner = id;
 		v->region = false;
@@ -112,7 +135,7 @@ static val *dm_copy_of(lw *c, moe_id id)
 		tcpl_copy_rows(c, t, 0, v->t, v->base, n->shape[0], ir_numel(n) / n->shape[0], tcpl_count_reg(c, id, cnt));
 	else
 		dma_copy(c, t, 0, -1, 0, v->t, v->base, -1, 0, ir_numel(n));
-	join_adjacent(c, at);
+	tcpl_join_adjacent(c, at);
 	val nv = tview(t, v->owner, n);
 	nv.owner = id;
 	*v = nv;

@@ -427,6 +427,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
+	tcpl_lower_pre_experts(c, false); /* a shared expert: after the first fetch (lower_preexp.c) */
 	return skip_all;
 }
 

@@ -36,8 +36,10 @@ static void dma_gs(lw *c, tcp_opcode op, moe_id at, const val *dst, const val *s
 	/* guarded row tiles (lower_rows.c); a scatter's skipped rows are exactly those not applied */
 	if ((flags & TCP_F_VROWS) && (op == TCP_OP_DMA_SCATTER || tcpl_tile_outside(c, at)))
 		tcpl_emit_row_tiles(c, &in, tcpl_row_tile(groups));
-	else
+	else {
 		emit(c, &in);
+		tcpl_join_gs(c, c->p->ncode - 1);
+	}
 }
 
 static int64_t prod(const int64_t *s, int a, int b)
@@ -62,6 +64,7 @@ void tcpl_lower_gather(lw *c, moe_id id)
 		tcpl_err(c, id, "gather with a strided index list is not lowered");
 		return;
 	}
+	tcpl_gather_to_output(c, id);
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], row = prod(x->shape, axis + 1, x->rank);
 	int64_t ni = ir_numel(ix);
@@ -85,8 +88,14 @@ void tcpl_lower_take_along(lw *c, moe_id id)
 	}
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], k = ix->shape[ix->rank - 1];
-	dma_gs(c, TCP_OP_DMA_GATHER, id, o, xv, iv, groups, k, rows, 1, rows, 1, k, 1, k, 1, tcpl_valid_reg(c, id),
-		TCP_F_VROWS); /* the mask counts rows: groups */
+	int vreg = tcpl_valid_reg(c, id); /* the mask counts leading rows (tokens) */
+	int64_t per = x->rank > 2 && x->shape[0] > 0 ? groups / x->shape[0] : 1; /* groups per leading row */
+	if (vreg >= 0 && per > 1) { /* [T, G, E] (DeepSeek's groups): n tokens are n x G groups */
+		int r = tcpl_new_reg(c, id);
+		alui(c, TCP_S_MUL, r, vreg, TCP_NOREG, per);
+		vreg = r;
+	}
+	dma_gs(c, TCP_OP_DMA_GATHER, id, o, xv, iv, groups, k, rows, 1, rows, 1, k, 1, k, 1, vreg, TCP_F_VROWS);
 }
 
 void tcpl_lower_scatter(lw *c, moe_id id)

@@ -38,12 +38,13 @@ typedef struct chip {
 	int64_t out_bytes, in_bytes;
 	double link_seconds;
 	/* per phase: its commands (cycles), length, where packing starts (s from
-	 * the phase's start; its length when nothing is packed), the summed time
-	 * of the commands that read received rows, the phase's end after the last
-	 * command that is not packing; per round: link time, bytes */
+	 * the phase's start; its length when nothing is packed), the time packing
+	 * adds to the phase's critical path, the time the commands that read
+	 * received rows add to it and their summed durations; per round: link
+	 * time, bytes */
 	tev *ev[PH_MAX];
 	size_t nev[PH_MAX];
-	double len[PH_MAX], pack_at[PH_MAX], pack_tail[PH_MAX], unpack[PH_MAX], link[PH_MAX];
+	double len[PH_MAX], pack_at[PH_MAX], pack_tail[PH_MAX], unpack[PH_MAX], unpack_sum[PH_MAX], link[PH_MAX];
 	int64_t rbo[PH_MAX], rbi[PH_MAX];
 } chip;
 
@@ -66,7 +67,9 @@ static bool tensor_ok(const tcp_program *p, int32_t t)
  * backwards, the gathers and scatters writing their sources (the send
  * buffer's rows; not the copy of an input into DM, which the one-chip
  * program makes too); unpacking the DMA commands that read a received
- * tensor (an input "ep.<all_to_all>"). */
+ * tensor (an input "ep.<all_to_all>"). Each is measured as the time it adds
+ * to the phase's critical path: following tev.pred back from the command
+ * that ends last, a command adds end - max(start, its predecessor's end). */
 static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const moe_id *ids, uint32_t nids, double hz)
 {
 	uint8_t *in = ctx_alloc(ctx, p->nt + 1), *rv = ctx_alloc(ctx, p->nt + 1), *pk = ctx_alloc(ctx, p->ncode + 1);
@@ -89,20 +92,32 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
 		if (tensor_ok(p, in_->v[TCP_V_S0].t))
 			in[in_->v[TCP_V_S0].t] = 1;
 	}
-	int64_t first = -1, un = 0, other = 0;
+	int64_t first = -1, un = 0, last = -1;
+	const tev *ev = c->ev[k];
 	for (size_t i = 0; i < c->nev[k]; i++) {
-		const tev *e = &c->ev[k][i];
-		const tcp_insn *in_ = &p->code[e->pc];
-		if (pk[e->pc] && (first < 0 || e->start < first))
-			first = e->start;
-		if (!pk[e->pc] && e->end > other)
-			other = e->end;
+		const tcp_insn *in_ = &p->code[ev[i].pc];
+		if (pk[ev[i].pc] && (first < 0 || ev[i].start < first))
+			first = ev[i].start;
 		if (tcp_op_ctx[in_->op] == TCP_CTX_DMA && tensor_ok(p, in_->v[TCP_V_S0].t) && rv[in_->v[TCP_V_S0].t])
-			un += e->end - e->start;
+			un += ev[i].end - ev[i].start;
+		if (last < 0 || ev[i].end > ev[last].end)
+			last = (int64_t)i;
+	}
+	/* the critical path, back from the command that ends last */
+	int64_t cp_pack = 0, cp_un = 0;
+	for (int64_t i = last; i >= 0; i = ev[i].pred < i ? ev[i].pred : -1) {
+		const tcp_insn *in_ = &p->code[ev[i].pc];
+		int64_t from = ev[i].pred >= 0 && ev[ev[i].pred].end > ev[i].start ? ev[ev[i].pred].end : ev[i].start;
+		int64_t own = ev[i].end > from ? ev[i].end - from : 0;
+		if (pk[ev[i].pc])
+			cp_pack += own;
+		if (tcp_op_ctx[in_->op] == TCP_CTX_DMA && tensor_ok(p, in_->v[TCP_V_S0].t) && rv[in_->v[TCP_V_S0].t])
+			cp_un += own;
 	}
 	c->pack_at[k] = first >= 0 ? (double)first / hz : c->len[k];
-	c->pack_tail[k] = first >= 0 && c->len[k] > (double)other / hz ? c->len[k] - (double)other / hz : 0;
-	c->unpack[k] = (double)un / hz;
+	c->pack_tail[k] = (double)cp_pack / hz;
+	c->unpack[k] = (double)cp_un / hz;
+	c->unpack_sum[k] = (double)un / hz;
 	ctx_free(ctx, in, p->nt + 1);
 	ctx_free(ctx, rv, p->nt + 1);
 	ctx_free(ctx, pk, p->ncode + 1);
@@ -274,10 +289,11 @@ static moe_status exchange(moe_ctx *ctx, chip *c, int ep, const moe_id *xs)
 	return MOE_OK;
 }
 
-/* Round k along the critical path (moe_tcp_ep_round): the packing tail of
- * the chip that ends phase k last, the round's link time (the bound: the
- * link model charges exactly latency + bytes / bandwidth), the longest
- * unpacking in phase k + 1. */
+/* Round k along the critical path (moe_tcp_ep_round): what packing adds to
+ * the critical path of phase k on the chip that ends it last, the round's
+ * link time (the bound: the link model charges exactly latency + bytes /
+ * bandwidth), the most unpacking adds to the critical path of phase k + 1
+ * on any chip. */
 static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const double *len, const double *link,
 	const int *nx)
 {
@@ -287,16 +303,17 @@ static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const
 			continue;
 		moe_tcp_ep_round *r = &s->round[s->rounds++];
 		int last = 0, busy = 0;
-		double un = 0, wait = 0;
+		double un = 0, unsum = 0, wait = 0;
 		for (int d = 0; d < ep; d++) {
 			last = c[d].len[k] > c[last].len[k] ? d : last;
 			busy = c[d].rbo[k] + c[d].rbi[k] > c[busy].rbo[k] + c[busy].rbi[k] ? d : busy;
 			un = c[d].unpack[k + 1] > un ? c[d].unpack[k + 1] : un;
+			unsum = c[d].unpack_sum[k + 1] > unsum ? c[d].unpack_sum[k + 1] : unsum;
 			wait = len[k] - c[d].len[k] > wait ? len[k] - c[d].len[k] : wait;
 		}
 		double pack = c[last].pack_tail[k];
 		*r = (moe_tcp_ep_round){last, nx[k], c[busy].rbo[k], c[busy].rbi[k], link[k], pack,
-			c[last].len[k] - c[last].pack_at[k], link[k], un, wait, pack + link[k] + un};
+			c[last].len[k] - c[last].pack_at[k], link[k], un, unsum, wait, pack + link[k] + un};
 	}
 }
 
@@ -323,8 +340,9 @@ static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int
 			for (size_t i = 0; i < c[d].nev[k]; i++) {
 				const tev *e = &c[d].ev[k][i];
 				fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
-					"\"args\":{\"phase\":%d,\"pc\":%u}},\n", tcp_op_names[e->op], d, e->ctx,
-					(at + (double)e->start / hz) * 1e6, (double)(e->end - e->start) / hz * 1e6, k, e->pc);
+					"\"args\":{\"phase\":%d,\"pc\":%u,\"event\":%zu,\"pred\":%d}},\n", tcp_op_names[e->op], d,
+					e->ctx, (at + (double)e->start / hz) * 1e6, (double)(e->end - e->start) / hz * 1e6, k, e->pc, i,
+					e->pred);
 			}
 			if (k + 1 < phases && link[k] > 0) {
 				if (len[k] > c[d].len[k])

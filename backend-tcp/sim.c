@@ -190,7 +190,9 @@ static moe_status simulate(sim *s)
 					p->t[v->t].name);
 				break;
 			}
-			s->tc = (s->tc > sp[2] ? s->tc : sp[2]) + m->scalar_cycles;
+			if (sp[2] > s->tc)
+				s->tc = sp[2], s->tcev = (evref)sp[3];
+			s->tc += m->scalar_cycles;
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
 			if ((v->t == p->bexp_t || v->t == p->tier_bexp_t) && v->t >= 0 && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
@@ -214,11 +216,12 @@ static moe_status simulate(sim *s)
 			break;
 		case TCP_OP_SIG:
 			s->tok[in->target] = s->cfree[in->sop] > s->tc ? s->cfree[in->sop] : s->tc;
+			s->tokev[in->target] = s->cfree[in->sop] > s->tc ? s->cev[in->sop] : s->tcev;
 			s->tc += m->scalar_cycles;
 			break;
 		case TCP_OP_WAIT:
 			if (s->tok[in->target] > s->cfree[in->sop])
-				s->cfree[in->sop] = s->tok[in->target];
+				s->cfree[in->sop] = s->tok[in->target], s->cev[in->sop] = s->tokev[in->target];
 			s->tc += m->scalar_cycles;
 			break;
 		case TCP_OP_DMA_COPY: tcps_run_dma_copy(s, pc, in); break;
@@ -243,6 +246,25 @@ uint32_t moe_tcp_num_outputs(const moe_tcp_program *p)
 	for (uint32_t i = 0; i < p->nt; i++)
 		n += p->t[i].kind == TCP_T_OUTPUT;
 	return n;
+}
+
+/* The tensor of output k: the one named output<k> (the lowering may create a
+ * later output first, when a gather writes it in place), else the k-th
+ * output in table order. */
+static uint32_t output_tensor(const moe_tcp_program *p, uint32_t k)
+{
+	uint32_t j = 0, at = p->nt;
+	for (uint32_t i = 0; i < p->nt; i++) {
+		unsigned x;
+		char end;
+		if (p->t[i].kind != TCP_T_OUTPUT)
+			continue;
+		if (p->t[i].name && sscanf(p->t[i].name, "output%u%c", &x, &end) == 1 && x == k)
+			return i;
+		if (j++ == k)
+			at = i;
+	}
+	return at;
 }
 
 /* The expert region of the block loop at loop_pc: from the branch that
@@ -313,7 +335,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		goto out;
 	}
 	for (uint32_t i = 0; i <= p->nt; i++)
-		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1;
+		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1, s.spm[i][3] = 0;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
@@ -344,18 +366,16 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	if (rc == MOE_OK && o->trace_path)
 		rc = write_trace(&s, o->trace_path);
 	if (rc == MOE_OK && out) {
-		uint32_t k = 0;
-		for (uint32_t i = 0; i < p->nt; i++) {
+		for (uint32_t k = 0, n = moe_tcp_num_outputs(p); k < n; k++) {
+			uint32_t i = output_tensor(p, k);
 			const tcp_tensor *t = &p->t[i];
-			if (t->kind != TCP_T_OUTPUT)
-				continue;
 			moe_tensor *r = moe_tensor_new(ctx, (moe_dtype)t->dtype, t->rank, t->shape);
 			if (!r) {
 				rc = MOE_ERR_NOMEM;
 				break;
 			}
 			memcpy(r->data, s.data[i], r->nbytes);
-			out[k++] = r;
+			out[k] = r;
 		}
 	}
 out:

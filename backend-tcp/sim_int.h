@@ -17,21 +17,33 @@
 #define NHAZ 8
 #define TCP_MAX_EVENTS 2000000 /* commands recorded for a trace; later ones are not */
 #define TCP_MAX_CYCLES ((int64_t)1 << 60)
+/* An event reference: the recorded event's index + 1, 0 for none (the
+ * critical path's links, tev.pred). */
+typedef int32_t evref;
 typedef struct haz_rec {
 	int64_t lo, hi, end;
 	bool write;
+	evref ev; /* the command that ends at `end` */
 } haz_rec;
 typedef struct haz {
 	haz_rec r[NHAZ];
 	int n;
 	int64_t floor_w, floor_r; /* conservative summary of evicted records */
+	evref floor_w_ev, floor_r_ev;
 } haz;
 
+/* One command's run. pred: the recorded command whose end released it (the
+ * latest of: the issue path's last wait, its context's previous command, the
+ * commands it has hazards on; for a joined DMA whose end follows the command
+ * it joins, that command), -1 when none was recorded or it waited on nothing.
+ * Following pred from the last command gives the critical path: each command
+ * adds end - max(start, pred's end), the rest is command issue. */
 typedef struct tev {
 	int ctx;
 	uint8_t op;
 	uint32_t pc;
 	int64_t start, end;
+	int32_t pred;
 } tev;
 
 typedef struct sim {
@@ -50,6 +62,10 @@ typedef struct sim {
 	int64_t reg[TCP_NREG];
 	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
 	int64_t dma_start; /* when the last DMA command started (a joined one sets up beside it) */
+	/* the critical path's links (evref): the command whose end cfree[ctx] is,
+	 * that raised tc last (an ld waiting for SPM), that a token holds, that
+	 * released the last DMA command (a joined one starts beside it) */
+	evref cev[TCP_NCTX], tcev, tokev[TCP_NTOK], dma_pred;
 	moe_tcp_stats *st;
 	tev *ev;
 	size_t nev, evcap;
@@ -61,7 +77,7 @@ typedef struct sim {
 	uint8_t *seen; /* experts whose blocks ran */
 	/* SPM: per tensor, the element range staged by dma.spm and when it
 	 * arrived (-1: none); `ld` reads only staged elements */
-	int64_t (*spm)[3];
+	int64_t (*spm)[4]; /* [3]: the staging command (evref) */
 	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
 	 * the wall-clock intervals of its commands */
 	int64_t xlo, xhi;

@@ -72,7 +72,8 @@ static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_
 
 /* setup + the longer of the engines' time and the HBM pool's time; DM -> DM
  * serializes its reads and writes; gather/scatter pay the row overhead per
- * engine for the rows it moves. */
+ * engine for every row of the index list, the zero rows past a valid count
+ * included (docs/tcp-isa.md A3). */
 static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
 {
 	const moe_tcp_machine *m = s->m;
@@ -269,6 +270,7 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 			sp[1] = hi[w];
 		}
 		sp[2] = s->cfree[TCP_CTX_DMA];
+		sp[3] = s->cev[TCP_CTX_DMA];
 	}
 }
 

@@ -28,21 +28,24 @@ bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *
 }
 
 /* ---- hazards ---- */
-static int64_t haz_wait(const sim *s, int32_t t, int64_t lo, int64_t hi, bool write)
+static int64_t haz_wait(const sim *s, int32_t t, int64_t lo, int64_t hi, bool write, evref *ev)
 {
 	const haz *h = &s->hz[t];
-	int64_t w = write ? (h->floor_w > h->floor_r ? h->floor_w : h->floor_r) : h->floor_w;
+	int64_t w = h->floor_w;
+	*ev = h->floor_w_ev;
+	if (write && h->floor_r > w)
+		w = h->floor_r, *ev = h->floor_r_ev;
 	for (int i = 0; i < h->n; i++) {
 		const haz_rec *r = &h->r[i];
 		if (r->hi < lo || r->lo > hi || (!write && !r->write))
 			continue;
 		if (r->end > w)
-			w = r->end;
+			w = r->end, *ev = r->ev;
 	}
 	return w;
 }
 
-static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int64_t end)
+static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int64_t end, evref ev)
 {
 	haz *h = &s->hz[t];
 	if (h->n == NHAZ) {
@@ -51,28 +54,30 @@ static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int6
 		for (int i = 1; i < h->n; i++)
 			if (h->r[i].end < h->r[k].end)
 				k = i;
-		if (h->r[k].write)
-			h->floor_w = h->floor_w > h->r[k].end ? h->floor_w : h->r[k].end;
-		else
-			h->floor_r = h->floor_r > h->r[k].end ? h->floor_r : h->r[k].end;
+		if (h->r[k].write && h->r[k].end > h->floor_w)
+			h->floor_w = h->r[k].end, h->floor_w_ev = h->r[k].ev;
+		else if (!h->r[k].write && h->r[k].end > h->floor_r)
+			h->floor_r = h->r[k].end, h->floor_r_ev = h->r[k].ev;
 		h->r[k] = h->r[--h->n];
 	}
-	h->r[h->n++] = (haz_rec){lo, hi, end, write};
+	h->r[h->n++] = (haz_rec){lo, hi, end, write, ev};
 }
 
-static void event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end)
+/* Records a command's run; its evref (0 when not recorded). */
+static evref event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end, evref pred)
 {
 	if ((!s->o->trace_path && !s->keep_ev) || s->nev >= TCP_MAX_EVENTS)
-		return;
+		return 0;
 	if (s->nev == s->evcap) {
 		size_t nc = s->evcap ? s->evcap * 2 : 4096;
 		tev *ne = ctx_realloc(s->ctx, s->ev, 0, nc * sizeof *ne); /* guarded: refused is MOE_ERR_NOMEM */
 		if (!ne)
-			return;
+			return 0;
 		s->ev = ne;
 		s->evcap = nc;
 	}
-	s->ev[s->nev++] = (tev){ctx, s->p->code[pc].op, pc, start, end};
+	s->ev[s->nev++] = (tev){ctx, s->p->code[pc].op, pc, start, end, pred - 1};
+	return (evref)s->nev;
 }
 
 /* Schedule a command of `dur` cycles in its context after its hazards;
@@ -85,12 +90,15 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 	 * (and issue) follows that command's end */
 	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN);
 	int64_t prev_end = s->cfree[ctx];
+	evref prev = s->cev[ctx];
 	s->tc += s->m->scalar_cycles;
 	int64_t start = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tc : (join ? s->dma_start : s->cfree[ctx]);
+	evref pred = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tcev : (join ? s->dma_pred : prev);
 	for (int i = 0; i < a->n; i++) {
-		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i]);
+		evref hv;
+		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i], &hv);
 		if (w > start)
-			start = w;
+			start = w, pred = hv;
 	}
 	if (s->cfree[TCP_CTX_SUB] > start)
 		dur = dur_sub_busy;
@@ -100,13 +108,16 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 		dur = TCP_MAX_CYCLES - start;
 	}
 	int64_t end = start + dur;
+	evref started_by = pred;
 	if (join && end < prev_end + dur - s->m->dma_setup)
-		end = prev_end + dur - s->m->dma_setup;
+		end = prev_end + dur - s->m->dma_setup, pred = prev;
+	evref me = event(s, pc, ctx, start, end, pred);
 	if (ctx == TCP_CTX_DMA)
-		s->dma_start = start;
+		s->dma_start = start, s->dma_pred = started_by;
 	s->cfree[ctx] = end;
+	s->cev[ctx] = me;
 	for (int i = 0; i < a->n; i++)
-		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end);
+		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end, me);
 	busy(s, pc, ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB : MOE_TCP_ENGINE_DMA,
 		dur);
 	if (in_experts(s, pc)) {
@@ -124,7 +135,6 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 		s->xiv[s->nxiv++][1] = end;
 	}
 	s->st->commands++;
-	event(s, pc, ctx, start, end);
 }
 
 void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)

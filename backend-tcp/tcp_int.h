@@ -208,7 +208,7 @@ struct moe_tcp_program {
 	int32_t nblocks_t;  /* tensor holding nblocks (stats), -1 */
 	int32_t bexp_t;     /* tensor holding block experts, -1 */
 	int64_t weight_bytes_per_expert;
-	int64_t act_bytes; /* inputs and outputs */
+	int64_t act_bytes; /* inputs, outputs and the weights outside the block loop */
 	int64_t router_macs;
 	int32_t block_loop_pc, block_body_pc; /* first instruction of the loop, -1 */
 	/* decode tier (tier.c): the most tokens it serves (0: none), its block

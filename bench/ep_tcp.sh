@@ -13,8 +13,10 @@
 #   1. per T and N: simulated time, compute and link parts, link bytes (the busiest chip's
 #      out + in), speed-up over one chip, the receive buffer per chip against its tight bound;
 #   2. per exchange round (0: dispatch, 1: return): measured end to end along the critical path
-#      (pack on the chip that ends the phase last + link + the longest unpack) against the bound
-#      (latency + bytes / bandwidth per all_to_all on the busiest chip), and the longest wait.
+#      (what packing adds to the critical path of the phase on the chip that ends it last + link +
+#      the most unpacking adds to the next phase's critical path on any chip; unpack's summed
+#      durations in brackets) against the bound (latency + bytes / bandwidth per all_to_all on the
+#      busiest chip), and the longest wait.
 set -eu
 table_only=0
 if [ "${1:-}" = "--table" ]; then table_only=1; shift; set -- build/moec "$@"; fi
@@ -78,7 +80,7 @@ for T in tokens:
               s["simulated_seconds"] * 1e3, s["compute_seconds"] * 1e3, s["link_seconds"] * 1e3, busy / 1e6, sp,
               s["rows"], int(T) * 8, s["wall"]))
 print()
-print("| T | chips | round | bytes out / in (busiest chip) | bound = link | pack (chip; span) | unpack | measured | measured / bound | longest wait |")
+print("| T | chips | round | bytes out / in (busiest chip) | bound = link | pack (chip; span) | unpack (summed) | measured | measured / bound | longest wait |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for T in tokens:
     for N in chips:
@@ -86,8 +88,9 @@ for T in tokens:
         if N == "1" or s is None:
             continue
         for r in s.get("rounds", []):
-            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d; %.1f us) | %.1f us | %.1f us | %.2f | %.1f us |" % (
+            print("| %s | %s | %d | %.3f / %.3f MB | %.1f us | %.1f us (%d; %.1f us) | %.1f us (%.1f us) | %.1f us | %.3f | %.1f us |" % (
                 T, N, r["round"], r["bytes_out"] / 1e6, r["bytes_in"] / 1e6, r["bound_seconds"] * 1e6,
-                r["pack_seconds"] * 1e6, r["chip"], r["pack_span_seconds"] * 1e6, r["unpack_seconds"] * 1e6, r["seconds"] * 1e6,
+                r["pack_seconds"] * 1e6, r["chip"], r["pack_span_seconds"] * 1e6, r["unpack_seconds"] * 1e6,
+                r.get("unpack_sum_seconds", r["unpack_seconds"]) * 1e6, r["seconds"] * 1e6,
                 r["seconds"] / r["bound_seconds"], r["wait_seconds"] * 1e6))
 PY

@@ -7,7 +7,8 @@
  * keeps one dummy row whose pairs are never sent):
  *   dest/loc  owner device and local index of each pair's expert
  *   spos      send-buffer row of pair p: grouped by device, pair order within
- *   send      scount = rows per device; x rows (x * w for weight_on=input)
+ *   send      scount = rows per device; x rows gathered by the tokens scattered
+ *             to spos (x * w scattered to spos for weight_on=input)
  *             and local expert ids scattered to spos
  *   exchange  rcount = all_to_all(scount); rows and ids = all_to_all(send)
  *             into R = T * min(K, E_r) rows, the tight bound
@@ -217,15 +218,24 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	moe_node_set_name(d, spos, "send_pos");
 	/* send buffers: each pair's row and local expert at spos */
 	moe_id tok = b2(c, MOE_OP_DIV, ir_b_iota(d, 1, &n, 0, c->loc), ci(c, c->K));
-	moe_id gx[2] = {s[EXP_X], tok};
-	moe_id xp = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc);
 	bool on_input = !strcmp(ir_attr_str(ex, "weight_on", "output"), "input");
 	moe_id wp = reshape(c, s[EXP_W], 2, n, 1, 0);
-	if (on_input)
+	moe_id xs;
+	if (on_input) {
+		moe_id gx[2] = {s[EXP_X], tok};
+		moe_id xp = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc);
 		xp = ir_b_cast(d, b2(c, MOE_OP_MUL, ir_b_cast(d, xp, MOE_F32, c->loc), ir_b_cast(d, wp, MOE_F32, c->loc)),
 			c->t, c->loc);
-	moe_id sx[3] = {splat(c, c->t, 2, n, c->D, 0.0), spos, xp};
-	moe_id xs = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
+		moe_id sx[3] = {splat(c, c->t, 2, n, c->D, 0.0), spos, xp};
+		xs = ir_b(d, MOE_OP_SCATTER, sx, 3, c->loc);
+	} else {
+		/* spos is a bijection onto [0, n): send row spos[p] is x[tok[p]], so
+		 * the buffer is one gather of x by the tokens scattered to their
+		 * positions (the rows move once, not gathered and then scattered) */
+		moe_id st[3] = {splat(c, MOE_I32, 1, n, 0, 0.0), spos, tok};
+		moe_id gx[2] = {s[EXP_X], ir_b(d, MOE_OP_SCATTER, st, 3, c->loc)};
+		xs = ir_b(d, MOE_OP_GATHER, gx, 2, c->loc);
+	}
 	moe_id se[3] = {splat(c, MOE_I32, 1, n, 0, 0.0), spos, loc};
 	moe_id es = ir_b(d, MOE_OP_SCATTER, se, 3, c->loc);
 	/* dispatch */
@@ -239,6 +249,10 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	moe_id at = local_experts(c, ex, s, xr, er, valid, &flat);
 	moe_id ga[2] = {flat, at};
 	moe_id yr = ir_b(d, MOE_OP_GATHER, ga, 2, c->loc);
+	/* only the received rows go back: the rows past their count are not sent,
+	 * so they are not gathered (valid: zeros there) */
+	moe_node_set_valid(d, yr, total);
+	IR_ASSERT(ir_infer(c->ctx, d, yr) == MOE_OK);
 	/* return and combine, in the one-device program's order */
 	moe_id back = exchange(c, yr, rcount, n, "returned_rows");
 	return combine(c, back, spos, on_input ? MOE_NONE : wp);

@@ -2,9 +2,13 @@
  *
  * For scores x[..., E] every element gets a 32-bit integer key whose signed
  * order is the required score order, ties broken by index:
- *   exact     key = bits(x) ^ ((bits(x) >>a 31) & 0x7fffffff) over the f32
- *             score with -0 -> +0 and every NaN -> +qNaN (ranks above +inf);
- *             equal keys are ordered by index (lower index first).
+ *   exact     over the f32 score with every NaN -> +qNaN (ranks above +inf),
+ *             key = bits(x) when bits(x) >= 0, else INT_MIN - bits(x) (the
+ *             negated magnitude, so -0 and +0 share the key 0); equal keys
+ *             are ordered by index (lower index first): the mask j < i is a
+ *             constant computed before the compares (on TCP while x and the
+ *             router weights are fetched), so the equality and the and are
+ *             one vector pass, the greater-than, the or and the sum another.
  *   packed16  key = bf16 bits << 16 | (E-1-e), negatives xor 0x7fff0000; the
  *             index lives in the key, so keys are unique (needs E <= 65536).
  * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
@@ -68,13 +72,14 @@ static moe_id exact_key(tk *c, moe_id x)
 	if (t == MOE_I32)
 		return x; /* integer scores are their own key */
 	moe_id f = ir_b_cast(d, x, MOE_F32, c->loc);
-	moe_id zero = ir_b_const(d, MOE_F32, 0.0, c->loc);
-	moe_id z = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, f, zero, c->loc), zero, f, c->loc);
 	moe_id isnan_ = ir_b2(d, MOE_OP_NE, f, f, c->loc);
-	moe_id q = ir_b3(d, MOE_OP_SELECT, isnan_, ir_b_const(d, MOE_F32, NAN, c->loc), z, c->loc);
+	moe_id q = ir_b3(d, MOE_OP_SELECT, isnan_, ir_b_const(d, MOE_F32, NAN, c->loc), f, c->loc);
 	moe_id bits = ir_b_bitcast(d, q, MOE_I32, c->loc);
-	moe_id sign = ir_b2(d, MOE_OP_SAR, bits, ci(c, 31), c->loc);
-	return ir_b2(d, MOE_OP_XOR, bits, ir_b2(d, MOE_OP_AND, sign, ci(c, 0x7fffffff), c->loc), c->loc);
+	/* sign-magnitude to two's complement: INT_MIN - bits = -(bits & 0x7fffffff)
+	 * for a negative bits (no overflow there; the other lanes are not taken) */
+	moe_id negm = ir_b2(d, MOE_OP_SUB, ci(c, INT32_MIN), bits, c->loc);
+	moe_id neg = ir_b2(d, MOE_OP_LT, bits, ci(c, 0), c->loc);
+	return ir_b3(d, MOE_OP_SELECT, neg, negm, bits, c->loc);
 }
 
 static moe_id packed_key(tk *c, moe_id x)
@@ -100,10 +105,12 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 	moe_id key = packed ? packed_key(c, x) : exact_key(c, x);
 	/* ki[..., i, 1] against kj[..., 1, j] */
 	moe_id ki = unsqueeze(c, key, r), kj = unsqueeze(c, key, r - 1);
-	moe_id beats = ir_b2(d, MOE_OP_GT, kj, ki, c->loc);
+	moe_id beats = MOE_NONE, jlt = MOE_NONE;
+	if (!packed) /* before the compares: a constant, its own pass, so the equality chains into the and */
+		jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
+	beats = ir_b2(d, MOE_OP_GT, kj, ki, c->loc);
 	if (!packed) {
 		moe_id eq = ir_b2(d, MOE_OP_EQ, kj, ki, c->loc);
-		moe_id jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
 		beats = ir_b2(d, MOE_OP_OR, beats, ir_b2(d, MOE_OP_AND, eq, jlt, c->loc), c->loc);
 	}
 	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, beats, -1, false, c->loc); /* i32 [..., E] */

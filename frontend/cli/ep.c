@@ -191,9 +191,10 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 		at += (size_t)snprintf(j + at, cap - at, "%s\n    {\"round\": %d, \"exchanges\": %d, \"chip\": %d, "
 			"\"bytes_out\": %lld, \"bytes_in\": %lld, \"bound_seconds\": %.9g, \"seconds\": %.9g, "
 			"\"pack_seconds\": %.9g, \"pack_span_seconds\": %.9g, \"link_seconds\": %.9g, \"unpack_seconds\": %.9g, "
+			"\"unpack_sum_seconds\": %.9g, "
 			"\"wait_seconds\": %.9g}", k ? "," : "", k, r->exchanges, r->chip, (long long)r->bytes_out,
 			(long long)r->bytes_in, r->bound_seconds, r->seconds, r->pack_seconds, r->pack_span_seconds, r->link_seconds,
-			r->unpack_seconds, r->wait_seconds);
+			r->unpack_seconds, r->unpack_sum_seconds, r->wait_seconds);
 	}
 	snprintf(j + at, cap - at, "\n  ]\n}\n");
 	return j;

@@ -168,22 +168,24 @@ MOE_API char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s);
 #define MOE_TCP_EP_MAX_ROUNDS 8
 /* One exchange round (the all_to_alls after a phase) measured end to end
  * along the critical path against its bound (docs/expert-parallel.md
- * section 6): on the chip that ends the phase last, pack = the end of the
- * phase after its last command that is not packing (the DMA gathers,
- * scatters and copies that assemble and write out the send buffers: what
- * packing adds to the phase), pack_span = from its first packing command
- * to the phase's end (packing overlaps routing there); link = the round's
- * link time; unpack = the most any chip spends in the next phase in
- * commands that read received rows into DM (their summed durations, an
- * upper bound where they overlap compute). The bound is the sum over the
- * round's exchanges of latency + max(bytes out, bytes in) / bandwidth on
- * the busiest chip. wait = the longest any chip waits for the last one
- * (load imbalance, not counted in seconds). */
+ * section 6): pack = the time the packing commands (the DMA gathers,
+ * scatters and copies that assemble and write out the send buffers) add to
+ * the critical path of the phase on the chip that ends it last, pack_span =
+ * from its first packing command to the phase's end (packing overlaps
+ * routing there); link = the round's link time; unpack = the most the
+ * commands that read received rows into DM add to the critical path of the
+ * next phase on any chip (unpack_sum: their summed durations, an upper bound
+ * that counts what overlaps other work). A command adds to a phase's
+ * critical path its end less the later of its start and the end of the
+ * command that released it (the simulator's hazards and contexts). The
+ * bound is the sum over the round's exchanges of latency + max(bytes out,
+ * bytes in) / bandwidth on the busiest chip. wait = the longest any chip
+ * waits for the last one (load imbalance, not counted in seconds). */
 typedef struct moe_tcp_ep_round {
 	int chip, exchanges;           /* chip: the one that ends the phase last */
 	int64_t bytes_out, bytes_in;   /* the busiest chip's, over the round */
 	double bound_seconds;
-	double pack_seconds, pack_span_seconds, link_seconds, unpack_seconds, wait_seconds;
+	double pack_seconds, pack_span_seconds, link_seconds, unpack_seconds, unpack_sum_seconds, wait_seconds;
 	double seconds;                /* pack + link + unpack */
 } moe_tcp_ep_round;
 typedef struct moe_tcp_ep_stats {

@@ -7,8 +7,11 @@ For every fixture family and saved input x_{dtype}_T{T}.npy (T in --tokens):
     moec run layer.moe --target=tcp --ep N --stats s.json -o yN.npy   (N in --chips, N <= E)
 and require max|yN - y1| <= 1e-6 max|y1| (--tol), and the stats to account for every
 chip: link bytes out and in summing to the same total over the chips; each exchange
-round measured end to end (stats "rounds") at least its bound and positive; and the
---trace to hold one process per chip, each with one all_to_all per round.
+round measured end to end (stats "rounds") at least its bound and positive, its pack, link
+and unpack summing to it, pack within its span and unpack within its summed durations (the
+critical path's share of a command set is at most the set's whole time); the --trace to
+hold one process per chip, each with one all_to_all per round, and every command's
+critical-path link ("pred") to name an earlier command of its phase that ends no later.
 
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
 """
@@ -26,6 +29,80 @@ import cases
 
 def run(cmd):
     return cases.run(cmd, 600)
+
+
+def preds_ok(ev):
+    """Every command's critical-path link (args.pred) is an earlier command
+    of its chip and phase that ends no later than it does."""
+    runs = {}
+    for e in ev:
+        if e["ph"] == "X" and "event" in e.get("args", {}):
+            runs[(e["pid"], e["args"]["phase"], e["args"]["event"])] = e
+    for (pid, ph, i), e in runs.items():
+        p = e["args"]["pred"]
+        if p < 0:
+            continue
+        q = runs.get((pid, ph, p))
+        if p >= i or q is None or q["ts"] + q["dur"] > e["ts"] + e["dur"] + 1e-3:
+            return False
+    return len(runs) > 0
+
+
+GRANULE_LAYER = """layer granule {
+  dim T = 5, D = 128, F = 64, E = 8, K = 2, B = 4
+  dtype f32
+  input  x : [T, D]
+  weight router : [E, D]    = "router"
+  weight up     : [E, F, D] = "up.{e}"
+  weight down   : [E, D, F] = "down.{e}"
+  logits = einsum("td,ed->te", x, router)
+  idx    = topk(logits, K)
+  w      = softmax(take_along(logits, idx, axis=1), axis=1)
+  y      = experts(x, idx, w, up=up, down=down, act="none", block=B)
+  output y
+}
+"""
+
+
+def save_safetensors(path, tensors):
+    """f32 tensors in the safetensors layout (8-byte header size, JSON header, data)."""
+    head, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        head[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def granule_case(moec, tmp, tally, tol):
+    """A layer whose rows are whole 256-byte HBM granules (f32, D = 128): the
+    send and return buffers are gathered straight into their phase outputs
+    (docs/tcp-isa.md section 7), so a phase's outputs are not created in
+    index order; 2 chips must still equal one."""
+    rng = np.random.default_rng(7)
+    E, F, D, T = 8, 64, 128, 5
+    lay, ck, x = (os.path.join(tmp, n) for n in ("granule.moe", "granule.safetensors", "granule_x.npy"))
+    open(lay, "w").write(GRANULE_LAYER)
+    t = {"router": rng.standard_normal((E, D)) * 0.5}
+    for e in range(E):
+        t["up.%d" % e] = rng.standard_normal((F, D)) * 0.1
+        t["down.%d" % e] = rng.standard_normal((D, F)) * 0.1
+    save_safetensors(ck, t)
+    np.save(x, rng.standard_normal((T, D)).astype(np.float32))
+    case = "granule rows f32 D=128 T=5 chips=2"
+    with tally.case(case):
+        base = [moec, "run", lay, "--target=tcp", "--weights", ck, "--input", x]
+        y1p, y2p = os.path.join(tmp, "g1.npy"), os.path.join(tmp, "g2.npy")
+        run(base + ["-o", y1p])
+        run(base + ["--ep", "2", "-o", y2p])
+        y1, y2 = np.load(y1p).astype(np.float64), np.load(y2p).astype(np.float64)
+        rel = float(np.max(np.abs(y2 - y1))) / (float(np.max(np.abs(y1))) or 1.0)
+        tally.check(case, y1.shape == y2.shape and rel <= tol and float(np.max(np.abs(y1))) > 0,
+                    "max|y - y1| = %.2e x max|y1|" % rel)
 
 
 def main():
@@ -74,8 +151,14 @@ def main():
                     bytes_ok = (len(chips) == n and sum(c["link_bytes_out"] for c in chips) ==
                                 sum(c["link_bytes_in"] for c in chips))
                     rounds = s["rounds"]
-                    rounds_ok = len(rounds) >= 1 and all(0 < r["bound_seconds"] <= r["seconds"] for r in rounds)
+                    eps = 1e-12
+                    rounds_ok = len(rounds) >= 1 and all(
+                        0 < r["bound_seconds"] <= r["seconds"] and
+                        abs(r["seconds"] - r["pack_seconds"] - r["link_seconds"] - r["unpack_seconds"]) <= 1e-9 and
+                        0 <= r["pack_seconds"] <= r["pack_span_seconds"] + eps and
+                        0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
                     ev = json.load(open(tp))["traceEvents"]
+                    rounds_ok = rounds_ok and preds_ok(ev)
                     trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
                                 all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
                                     for d in range(n)))
@@ -85,6 +168,7 @@ def main():
                                    sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
                                    "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
                                    "" if trace_ok else ", trace WRONG"))
+        granule_case(a.moec, tmp, tally, a.tol)
     return tally.finish()
 
 
