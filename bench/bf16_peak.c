@@ -6,7 +6,7 @@
  * on the core cost little). Not part of the build; needs AVX512-BF16 and
  * clang (gcc 12 keeps the accumulator array in memory, which measures the
  * store-to-load latency instead):
- *   clang -O3 -mavx512f -mavx512bf16 -o bf16_peak bench/bf16_peak.c && ./bf16_peak */
+ *   clang -O3 -mavx512f -mavx512bf16 -o /tmp/bf16_peak bench/bf16_peak.c && /tmp/bf16_peak */
 #include <immintrin.h>
 #include <stdio.h>
 #include <time.h>
