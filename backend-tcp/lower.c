@@ -627,8 +627,9 @@ static void emit_outputs(lw *c)
 	}
 }
 
-/* Roofline dims from the block contractions: up [F, D]. The bytes every
- * run reads whatever the routing (act_bytes) count the weights outside the
+/* Roofline dims from the block contractions: down [D, F], else up [F, D]
+ * (gate and up paired are [2F, D]: pair_gate_up.c). The bytes every run
+ * reads whatever the routing (act_bytes) count the weights outside the
  * block loop too (router, shared experts, biases: read whole each run). */
 static void roofline_dims(lw *c)
 {
@@ -644,14 +645,21 @@ static void roofline_dims(lw *c)
 		p->act_bytes += expert ? 0 : ir_bytes(N(g, w));
 	}
 	p->moe_D = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0) / (int64_t)moe_dtype_size(g->dtype);
-	int64_t wb = 0;
-	for (moe_id i = 0; i < g->nnodes; i++)
+	int64_t wb = 0, up = 0, down = 0;
+	bool paired = false;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		paired |= c->inreg[i] && N(g, i)->op == MOE_OP_EINSUM && tcpl_region_projections(c, i) > 1;
 		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
 			ir_node b = block_node(N(g, i));
 			wb += ir_bytes(&b);
-			if (b.rank == 2 && b.shape[1] == p->moe_D && !p->moe_F)
-				p->moe_F = b.shape[0];
+			if (b.rank == 2 && b.shape[1] == p->moe_D && !up)
+				up = b.shape[0];
+			if (b.rank == 2 && b.shape[0] == p->moe_D && !down)
+				down = b.shape[1];
 		}
+	}
+	if (!p->moe_F)
+		p->moe_F = paired && down ? down : up;
 	p->weight_bytes_per_expert = wb;
 }
 
@@ -732,6 +740,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	size_t plen = 0;
 	int errs = moe_error_count(ctx);
 	moe_graph *gu = tcp_pack_gate_up(ctx, g);
+	if (!gu && (gu = tcp_pair_gate_up(ctx, g, machine)) != NULL && ir_graph_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0))
+		ir_graph_set_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0); /* new node ids: the lowering applies the rule */
 	if (gu)
 		g = gu;
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);

@@ -243,16 +243,17 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		int64_t f = tcpl_row_tile(M);
 		if (vreg == R_ROWS && M > f) {
 			/* a block's rows (lower_rows.c): a block of at most h rows, h = f,
-			 * 4f, 16f, ... below B, runs a contraction planned for h rows in
-			 * guarded row tiles up to h (one pass at h = f); a larger block
-			 * the one planned for B, whole */
+			 * 4f, 16f, ... below B, runs a contraction planned for h rows,
+			 * above f in two row tiles, [0, h / 2) and [h / 2, h) (it has more
+			 * than h / 4 rows), the second guarded; a larger block the one
+			 * planned for B, whole */
 			uint32_t end[8];
 			int ne = 0;
 			for (int64_t h = f; h < M && ne < 8; h *= 4) {
 				cplan ph = plan_contract(c, h, O, I, an->dtype);
 				uint32_t more = tcpl_block_rows_guard(c, h);
 				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
-					h > f ? f : 0);
+					h > f ? h / 2 : 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
 			}
@@ -268,5 +269,5 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;
 	else
-		c->p->nproj++;
+		c->p->nproj += tcpl_region_projections(c, id);
 }

@@ -92,7 +92,7 @@ typedef struct lw {
 	bool qscales_staged;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 
@@ -335,6 +335,7 @@ void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);
 void tcpl_lower_region(lw *c);
+int tcpl_region_projections(const lw *c, moe_id e);
 
 /* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
  * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */

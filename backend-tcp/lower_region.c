@@ -15,6 +15,38 @@ static bool weight_view(const moe_graph *g, moe_id id)
 	return N(g, id)->op == MOE_OP_WEIGHT;
 }
 
+/* A unit-step slice along the last axis of a block einsum that only such
+ * slices read (the paired gate and up outputs, pair_gate_up.c): inside the
+ * loop a view of its source. */
+static bool region_slice(const moe_graph *g, const ir_node *n)
+{
+	if (n->op != MOE_OP_SLICE || n->nargs != 1 || n->rank < 2 || ir_attr_int(n, "step", 1) != 1 ||
+		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || N(g, n->args[0])->op != MOE_OP_EINSUM)
+		return false;
+	moe_id e = n->args[0];
+	for (moe_id u = e + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == e && (un->op != MOE_OP_SLICE || un->rank != n->rank ||
+							ir_norm_axis((int)ir_attr_int(un, "axis", 0), un->rank) != n->rank - 1))
+				return false;
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		if (g->outputs[o] == e)
+			return false;
+	return true;
+}
+
+/* The projections a block einsum computes: the slices that read it (its
+ * gate and up paired, pair_gate_up.c), else one. */
+int tcpl_region_projections(const lw *c, moe_id e)
+{
+	int k = 0;
+	for (moe_id u = e + 1; u < c->g->nnodes; u++)
+		k += c->inreg[u] && region_slice(c->g, N(c->g, u)) && N(c->g, u)->args[0] == e;
+	return k > 1 ? k : 1;
+}
+
 /* The block region as blockwise-dispatch marked it (IR_GK_BLOCK_ROWS,
  * IR_GK_NBLOCKS, IR_GK_BLOCK_EXPERT): the nodes masked by the per-block
  * valid rows, the weight gathers by the block experts masked by nblocks, and
@@ -41,8 +73,8 @@ void tcpl_find_region(lw *c)
 		bool r = (n->valid == c->rows) ||
 			(n->valid == c->nblocks && n->op == MOE_OP_GATHER && n->args[1] == c->bexp &&
 				weight_view(g, n->args[0])) || tcpl_quant_in_region(c, i);
-		if (!r && n->op == MOE_OP_RESHAPE && c->inreg[n->args[0]] && n->rank >= 1 && n->shape[0] == c->G &&
-			N(g, n->args[0])->shape[0] == c->G)
+		if (!r && (n->op == MOE_OP_RESHAPE || region_slice(g, n)) && c->inreg[n->args[0]] && n->rank >= 1 &&
+			n->shape[0] == c->G && N(g, n->args[0])->shape[0] == c->G)
 			r = true;
 		c->inreg[i] = r;
 		for (uint32_t k = 0; k < n->nargs; k++)
@@ -319,14 +351,20 @@ static bool region_buffers(lw *c)
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
-		if (n->op == MOE_OP_RESHAPE) {
+		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
 			if (sv->kind != VK_VIEW) {
 				tcpl_err(c, i, "reshape of a block value before it exists");
 				return false;
 			}
 			val v = *sv;
-			contiguous(b.shape, b.rank, v.stride);
+			if (n->op == MOE_OP_RESHAPE) {
+				contiguous(b.shape, b.rank, v.stride);
+			} else { /* per block: the axis less the dropped G */
+				int ax = ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) - 1;
+				int64_t start = ir_attr_int(n, "start", 0);
+				v.base += (start < 0 ? start + N(g, n->args[0])->shape[ax + 1] : start) * sv->stride[ax];
+			}
 			v.owner = i;
 			c->v[i] = v;
 			continue;
@@ -424,6 +462,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_GMAX, c->G);
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
+	li(c, R_PF, -1);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
@@ -432,8 +471,13 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 }
 
 /* At the top of block g's body: its row count, and the next block's grid
- * rows (and, unless held in a single buffer, its expert's weights when they
- * differ) prefetched into the other halves of the double buffers. */
+ * rows prefetched into the other half of their double buffer. Unless the
+ * weights are held in a single buffer, the next expert's weights go into
+ * the other weight slot as early as it is free: for block g + 1 when its
+ * expert differs, and otherwise, looking one block further, for block
+ * g + 2's (an expert's last block, often nearly empty, is then not the only
+ * work its successor's fetch overlaps). R_PF names the expert whose weights
+ * the other slot holds or is receiving (-1: none known). */
 static void region_prefetch(lw *c, const rgn *r)
 {
 	if (r->trw >= 0)
@@ -449,10 +493,24 @@ static void region_prefetch(lw *c, const rgn *r)
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		uint32_t have = br(c, TCP_C_EQ, R_E2, R_PF);
 		load_inputs(c, r, R_NEXT, R_S2, R_E2, true, false, true);
+		patch(c, have);
+		alui(c, TCP_S_ADD, R_PF, R_E, TCP_NOREG, 0); /* after the swap the other slot holds this expert */
 		uint32_t done = jmp(c);
 		patch(c, same);
 		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_ROWT, R_G, TCP_NOREG, 2);
+		uint32_t end2 = br(c, TCP_C_GE, R_ROWT, R_NB);
+		ld(c, R_E3, r->tbe, R_ROWT, r->bebase, r->bes);
+		uint32_t same2 = br(c, TCP_C_EQ, R_E3, R_E), have2 = br(c, TCP_C_EQ, R_E3, R_PF);
+		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
+		load_inputs(c, r, R_ROWT, R_S2, R_E3, true, false, true);
+		alui(c, TCP_S_ADD, R_S2, R_SLOT, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_PF, R_E3, TCP_NOREG, 0);
+		patch(c, end2);
+		patch(c, same2);
+		patch(c, have2);
 		patch(c, done);
 	}
 	patch(c, nopref);
@@ -524,7 +582,7 @@ static void region_body(lw *c, const rgn *r)
 		if (!c->inreg[i])
 			continue;
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE)
+		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || region_slice(g, n))
 			continue;
 		lower_block_node(c, i);
 	}

@@ -70,10 +70,12 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 		patch(c, skip[k]);
 }
 
-/* A pass over a block's rows (count R_ROWS), three ways: a block of at
- * most f rows runs it over f rows, one of more than half the block over
- * all of them (a prefill's full blocks pay two guards, not six tiles), the
- * others over the guarded tiles up to half the block. */
+/* A pass over a block's rows (count R_ROWS) by the row classes of the
+ * block's contractions (tcpl_lower_einsum): a block of at most h rows, h =
+ * f, 4f, 16f, ... below the block's rows, runs it over h rows, above f in
+ * two row tiles [0, h / 2) and [h / 2, h), the second guarded; a fuller
+ * block over all of them (a prefill's full blocks pay the class guards
+ * only). */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
 {
 	int64_t M = in->dim[0], f = tcpl_row_tile(M);
@@ -82,23 +84,20 @@ void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
 		emit(c, &cp);
 		return;
 	}
-	uint32_t big = tcpl_block_rows_guard(c, f), end[2];
+	uint32_t end[8];
+	int ne = 0;
+	for (int64_t h = f; h < M && ne < 8; h *= 4) {
+		uint32_t more = tcpl_block_rows_guard(c, h);
+		tcp_insn t = *in;
+		t.dim[0] = h;
+		tcpl_emit_row_tiles(c, &t, h > f ? h / 2 : 0);
+		end[ne++] = jmp(c);
+		patch(c, more);
+	}
 	tcp_insn t = *in;
-	t.dim[0] = f;
 	emit(c, &t);
-	end[0] = jmp(c);
-	patch(c, big);
-	li(c, R_ROWT, M / 2);
-	uint32_t full = br(c, TCP_C_LT, R_ROWT, in->vreg);
-	t = *in;
-	t.dim[0] = M / 2;
-	tcpl_emit_row_tiles(c, &t, f);
-	end[1] = jmp(c);
-	patch(c, full);
-	t = *in;
-	emit(c, &t);
-	patch(c, end[0]);
-	patch(c, end[1]);
+	for (int k = 0; k < ne; k++)
+		patch(c, end[k]);
 }
 
 /* Branches past the code that follows when the block has more than f rows

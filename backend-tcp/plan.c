@@ -17,41 +17,79 @@ static int64_t rup(int64_t a, int64_t b)
 	return cdiv(a, b) * b;
 }
 
-/* For each number of TRF rows per slice (Os) and reduction chunk (It, a
- * multiple of the HBM granule's elements, or of 32, filling at most half the TRF so the next tile loads while
- * this one computes), estimate per chunk the main-context pass (MACs,
- * streamed packets, commit) and the sub-context TRF load, which overlap; take
- * the tiling with the smallest total. Few rows per slice reload TRF for little
- * work; many starve the stream. */
+/* The cycles of a contraction of M rows with `os` TRF rows per slice and
+ * reduction chunks of `it`, O x I, in its passes and chunks: per chunk the
+ * main-context pass over each row tile of `tiles` (MACs, streamed packets,
+ * commit, its latency and issue) against the sub-context TRF load, which
+ * overlap, plus the first load (*load: one chunk's). `tiles` row counts
+ * (NULL: one tile of M rows) are the guarded row tiles of lower_rows.c, all
+ * on one TRF tile. */
+static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles)
+{
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
+	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
+	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
+	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
+	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
+		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
+		for (int k = 0; k < ntiles; k++) {
+			int64_t bs = cdiv(tiles[k], R);
+			int64_t mac = cdiv(bs * os * in * x, macs), stream = cdiv(bs * in * e, m->stream_bytes_per_cycle);
+			int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
+			int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
+			main_ += t + m->tree_latency[mt] + over;
+		}
+		int64_t load = cdiv(rup(os * in * e, m->flit_bytes), m->trf_load_bytes) + over;
+		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
+	}
+	int64_t load0 = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
+	return npass * total + load0;
+}
+
+/* The reduction chunk for `os` TRF rows per slice: the most that fills half
+ * the TRF (the next tile loads while this one computes), when it splits I a
+ * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
+static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
+{
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2;
+	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
+	if (it < 1)
+		return 0;
+	int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
+	if (it < I)
+		it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
+	return it < I ? it : I;
+}
+
+/* For each number of TRF rows per slice (Os) and its reduction chunk (It),
+ * estimate the contraction (contract_cycles) and take the tiling with the
+ * smallest total. Few rows per slice reload TRF for little work; many starve
+ * the stream. */
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
 {
 	cplan best = {M, O, I, 0, 0, 0};
-	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
-	int64_t budget = tcp_trf_bytes(m) / 2;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
-	int64_t best_t = -1;
+	int64_t S = tcp_slices(m), best_t = -1;
 	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = budget / (os * e);
+		int64_t it = chunk_of(m, os, I, wdt);
 		if (it < 1)
 			break;
-		int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
-		if (it < I)
-			it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
-		it = it < I ? it : I;
-		int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
-		int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, bs = cdiv(M, R);
-		int64_t mac = cdiv(bs * os * it * x, macs), stream = cdiv(bs * it * e, m->stream_bytes_per_cycle);
-		int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
-		int64_t main_ = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-		main_ += m->tree_latency[mt] + over;
-		int64_t load = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
-		int64_t t = npass * nch * (main_ > load ? main_ : load) + load;
-		if (best_t < 0 || t < best_t) {
-			best_t = t;
-			best.It = it;
-			best.Os = os;
-			best.Opass = opass;
+		/* the largest chunk, or as many chunks of an even size (a multiple
+		 * of the same unit): the last chunk then does its share */
+		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, ge = m->hbm_granule / e;
+		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
+		for (int v = 0; v < 2; v++) {
+			int64_t iv = v ? even : it;
+			if (v && (even >= it || it >= I))
+				break;
+			int64_t t = contract_cycles(m, os, iv, O, I, wdt, &M, 1);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = iv;
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
+			}
 		}
 	}
 	if (cycles)
@@ -59,11 +97,30 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 	return best;
 }
 
+/* A block of `rows` rows (at most h) runs the contraction planned for h rows
+ * in the row tiles of lower_rows.c that start below `rows`: [0, first),
+ * [first, 2 first), ... (first = 0: h whole). Its cycles. */
+static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, int64_t rows, int64_t O, int64_t I,
+	int wdt)
+{
+	cplan pl = tcp_plan_contract(m, h, O, I, wdt, NULL);
+	int64_t tiles[64];
+	int nt = 0;
+	if (first < 1 || h <= first)
+		tiles[nt++] = h;
+	else
+		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = s)
+			tiles[nt++] = h - s < len ? h - s : len;
+	return contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
+}
+
 /* The sizes block=auto looks at: the experts op of a layer before the
  * pipeline (x [T, D], idx [T, K], up [E, F, D]). */
 typedef struct layer_dims {
 	int64_t T, D, F, E, K, B, nproj;
 	int xdt, wdt;
+	int acts;  /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
+	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
 } layer_dims;
 
@@ -90,49 +147,87 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 		const ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]), *up = N(g, n->args[EXP_UP]);
 		if (x->rank != 2 || idx->rank != 2 || up->rank != 3)
 			return false;
-		*d = (layer_dims){x->shape[0], x->shape[1], up->shape[1], up->shape[0], idx->shape[1],
-			ir_attr_int(n, "block", 1), n->args[EXP_GATE] != MOE_NONE ? 3 : 2, x->dtype, up->dtype,
-			weight_bytes(g, n->args[EXP_UP])};
+		*d = (layer_dims){.T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
+			.K = idx->shape[1], .B = ir_attr_int(n, "block", 1), .nproj = n->args[EXP_GATE] != MOE_NONE ? 3 : 2,
+			.xdt = x->dtype, .wdt = up->dtype, .wbytes = weight_bytes(g, n->args[EXP_UP])};
+		/* swiglu's silu(g) x u is one pass; gpt-oss's clamps, biases and scaled
+		 * sigmoid take eight (measured on gpt-oss-20b); the others about two */
+		const char *act = ir_attr_str(n, "act", "swiglu");
+		d->acts = !strcmp(act, "swiglu") || !strcmp(act, "none") ? 1 : !strcmp(act, "gpt_oss") ? 8 : 2;
+		const ir_node *gt = n->args[EXP_GATE] != MOE_NONE ? N(g, n->args[EXP_GATE]) : NULL;
+		d->pair = gt && gt->op == MOE_OP_WEIGHT && up->op == MOE_OP_WEIGHT && gt->dtype == up->dtype &&
+			  (up->dtype == MOE_BF16 || up->dtype == MOE_F32) && !memcmp(gt->shape, up->shape, sizeof up->shape);
 		return d->T > 0 && d->E > 0 && d->K > 0 && d->K <= d->E;
 	}
 	return false;
+}
+
+/* What one block costs on the main context, by its row count: a block of
+ * at most h rows (h = f, 4f, 16f, ... below B, the row classes of
+ * lower_rows.c) runs the contractions planned for h rows (above f in two
+ * row tiles, the second only for more than h / 2 rows), a fuller one those
+ * planned for B. Index k < ncls: class h[k]; the last entry is B. */
+enum { MAXCLS = 8 };
+typedef struct block_costs {
+	int64_t B, h[MAXCLS];
+	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
+	int ncls;    /* entries, B's included */
+	bool stream; /* weights streamed per block: a block takes the longer of its main and DMA work */
+} block_costs;
+
+/* The main-context cycles of the block at the rows of its class. */
+static double class_cost(const block_costs *bc, int64_t rows)
+{
+	int k = 0;
+	while (k < bc->ncls - 1 && rows > bc->h[k])
+		k++;
+	double mm = 2 * rows > bc->h[k] ? bc->hi[k] : bc->lo[k];
+	return bc->stream && bc->dma > mm ? bc->dma : mm;
 }
 
 /* Expert loads: an expert's token count n is Binomial(T, K/E x l), where
  * l is the expert's load relative to uniform routing: l = 1 when the router
  * is balanced (cv = 0), else lognormal with mean 1 and coefficient of
  * variation cv, taken at its 8 equally likely octile midpoints (assumption
- * A15). The expected number of experts hit, E P(n > 0), and of blocks,
- * E E[ceil(n/B)] (each binomial over the mass within 10 standard deviations
- * of its mean). */
-static void binom_blocks(double T, double p, int64_t B, double *h, double *b)
+ * A15). Accumulates the expected number of experts hit, E P(n > 0), of
+ * blocks, E E[ceil(n/B)], and of the blocks' main-context cycles, each full
+ * block at B's cost and the last at its row class's (each binomial over the
+ * mass within 10 standard deviations of its mean). */
+typedef struct loop_sums {
+	double hit, nb, cyc;
+} loop_sums;
+
+static void binom_blocks(double T, double p, const block_costs *bc, loop_sums *s)
 {
 	double mu = T * p, sd = sqrt(T * p * (1 - p));
 	int64_t lo = (int64_t)fmax(0, floor(mu - 10 * sd - 1)), hi = (int64_t)fmin(T, ceil(mu + 10 * sd + 1));
-	*h = *b = 0;
+	int64_t B = bc->B;
+	double full = class_cost(bc, B);
 	for (int64_t n = lo; n <= hi; n++) {
 		double lp = lgamma(T + 1) - lgamma((double)n + 1) - lgamma(T - (double)n + 1) + (double)n * log(p) +
 			    (T - (double)n) * log1p(-p);
 		double pr = p >= 1 ? (n == (int64_t)T) : exp(lp);
-		*h += n > 0 ? pr : 0;
-		*b += pr * (double)((n + B - 1) / B);
+		int64_t rem = n % B;
+		s->hit += n > 0 ? pr : 0;
+		s->nb += pr * (double)((n + B - 1) / B);
+		s->cyc += pr * ((double)(n / B) * full + (rem ? class_cost(bc, rem) : 0));
 	}
 }
 
-static void expected_blocks(const layer_dims *d, int64_t B, double cv, double *hit, double *nb)
+static void expected_blocks(const layer_dims *d, const block_costs *bc, double cv, loop_sums *out)
 {
 	/* standard normal quantiles at (2i + 1) / 16 */
 	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
-	double s2 = log1p(cv * cv), p0 = (double)d->K / (double)d->E, h = 0, b = 0;
+	double s2 = log1p(cv * cv), p0 = (double)d->K / (double)d->E;
 	int q = cv > 0 ? 8 : 1;
+	loop_sums acc = {0, 0, 0};
 	for (int i = 0; i < q; i++) {
-		double l = cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1, p = fmin(1, p0 * l), hi = 0, bi = 0;
-		binom_blocks((double)d->T, p, B, &hi, &bi);
-		h += hi / q;
-		b += bi / q;
+		double l = cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1, p = fmin(1, p0 * l);
+		binom_blocks((double)d->T, p, bc, &acc);
 	}
-	*hit = (double)d->E * h;
-	*nb = (double)d->E * b;
+	out->hit = (double)d->E * acc.hit / q;
+	out->nb = (double)d->E * acc.nb / q;
+	out->cyc = (double)d->E * acc.cyc / q;
 }
 
 /* Cycles of one DMA of `bytes` with one HBM side (docs/tcp-isa.md 10). */
@@ -144,47 +239,100 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
 	return (double)(m->dma_setup + m->issue_cycles) + t + (rows > 1 ? ceil(rows / er) * (double)m->row_overhead : 0);
 }
 
-/* Predicted cycles of the block loop with block size B under uniform routing
- * (every token picks K of the E experts alike): the blocks each hit expert
- * needs, each block's main-context work (its contractions with their tiling,
- * the activation passes) against its DMA work (its token rows, its result,
- * and its expert's weights: once per expert when two experts' weights fit
- * half of DM, per block when they are streamed), whichever is longer, plus the
- * guard of every skipped block of the worst-case grid. */
-static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_t B, double cv)
+/* Main-context cycles of a block of `rows` rows run with the plans for h
+ * rows (in row tiles from `first`, lower_rows.c): its contractions and the
+ * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
+ * each). */
+static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
+	int64_t rows, double *tiles)
 {
-	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
-	double hit = 0, nb = 0;
-	expected_blocks(d, B, cv, &hit, &nb);
-	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
-	int64_t c1 = 0, c2 = 0;
-	cplan p1 = tcp_plan_contract(m, B, d->F, d->D, d->wdt, &c1), p2 = tcp_plan_contract(m, B, d->D, d->F, d->wdt, &c2);
-	/* streamed weights come one TRF tile per DMA */
-	double tiles = (double)(d->nproj - 1) * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
-		       (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
-	double vpass = ceil((double)B * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
-		       (double)(m->fill_drain + m->issue_cycles);
-	double main_ = (double)(d->nproj - 1) * (double)c1 + (double)c2 + 6 * vpass;
-	double W = (double)d->nproj * (double)d->D * (double)d->F * we;
-	bool whole = 2 * W / S <= (double)m->dm_bytes_per_slice / 2;
-	double dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
-	double wfetch = 0;
-	for (int64_t p = 0; p < d->nproj; p++)
-		wfetch += dma_cycles(m, W / (double)d->nproj, 1);
-	if (!whole) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
-		dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
-	double loop;
-	if (whole) {
-		double dtot = nb * dma + hit * wfetch, mtot = nb * main_;
-		loop = mtot > dtot ? mtot : dtot;
-	} else {
-		loop = nb * (main_ > dma ? main_ : dma);
+	double S = (double)tcp_slices(m);
+	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
+	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
+	int64_t c1 = tiled_cycles(m, h, first, rows, F1, d->D, d->wdt), c2 = tiled_cycles(m, h, first, rows, d->D, d->F, d->wdt);
+	if (tiles) {
+		cplan p1 = tcp_plan_contract(m, h, F1, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
+		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
+			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
 	}
-	return loop + (double)(gm > nb ? gm - (int64_t)nb : 0) * (double)(2 * m->branch_cycles + m->scalar_cycles);
+	double vpass = ceil((double)h * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
+		       (double)(m->fill_drain + m->issue_cycles);
+	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
 }
 
-static const int64_t auto_blocks[] = {8, 16, 32, 48, 64, 96, 128, 192, 256};
-#define NAUTO (sizeof auto_blocks / sizeof *auto_blocks)
+/* The per-block costs of block size B: main work by row class, and the DMA
+ * work (its token rows, its result and, for streamed weights, its expert's
+ * tiles at one setup each; whole experts' weights are fetched once per expert
+ * hit when two experts' weights fit half of DM). */
+static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_t B, block_costs *bc)
+{
+	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
+	double tiles = 0, W = (double)d->nproj * (double)d->D * (double)d->F * we;
+	memset(bc, 0, sizeof *bc);
+	bc->B = B;
+	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
+	for (int64_t h = f; h < B && bc->ncls < MAXCLS - 1; h *= 4) {
+		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
+		bc->h[bc->ncls] = h;
+		bc->lo[bc->ncls] = block_main(m, d, B, h, first, h / 2, NULL);
+		bc->hi[bc->ncls++] = block_main(m, d, B, h, first, h, NULL);
+	}
+	bc->h[bc->ncls] = B;
+	bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, B, 0, B, &tiles);
+	bc->ncls++;
+	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
+	bc->dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
+	for (int64_t p = 0; p < d->nproj; p++)
+		bc->wfetch += dma_cycles(m, W / (double)d->nproj, 1);
+	if (bc->stream) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
+		bc->dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
+}
+
+/* Predicted cycles of the block loop with block size B: the blocks each hit
+ * expert needs, each block's main-context work at its row class against
+ * the DMA work, whichever is longer, plus the guard of every skipped block
+ * of the worst-case grid. */
+static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_t B, double cv)
+{
+	block_costs bc;
+	block_costs_of(m, d, B, &bc);
+	loop_sums s;
+	expected_blocks(d, &bc, cv, &s);
+	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
+	double loop;
+	if (!bc.stream) {
+		double dtot = s.nb * bc.dma + s.hit * bc.wfetch;
+		loop = s.cyc > dtot ? s.cyc : dtot;
+	} else {
+		loop = s.cyc; /* each block already the longer of its main and DMA work */
+	}
+	return loop + (double)(gm > s.nb ? gm - (int64_t)s.nb : 0) * (double)(2 * m->branch_cycles + m->scalar_cycles);
+}
+
+/* Block sizes block=auto evaluates: the listed ones, and from 256 up to
+ * 1024 every multiple of 16 (an expert of a prefill takes one block of
+ * about its token count instead of a full block and a nearly empty one),
+ * while one block's buffers (token rows in and out, double-buffered, and
+ * the f32 values of its projections) take at most half of DM (a quarter
+ * above 256); the smallest is always a candidate. */
+static const int64_t auto_small[] = {8, 16, 32, 48, 64, 96, 128, 192};
+#define NSMALL (sizeof auto_small / sizeof *auto_small)
+enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 1 };
+
+static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_t *out)
+{
+	int n = 0;
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
+	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
+	double cap = (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 4;
+	for (size_t i = 0; i < NSMALL; i++)
+		if (i == 0 || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
+			out[n++] = auto_small[i];
+	for (int64_t B = 256; B <= AUTO_MAX; B += AUTO_STEP)
+		if ((double)B * row <= (B == 256 ? 2 : 1) * cap && (B == 256 || B < d->T * d->K))
+			out[n++] = B;
+	return n;
+}
 
 /* The router's balance is not known when the layer compiles: block=auto
  * predicts every candidate B under uniform expert loads and under loads of
@@ -204,15 +352,17 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		return 0;
 	if (!m && !(m = def = moe_tcp_machine_default(ctx)))
 		return 0;
+	int64_t cand[NAUTO];
+	int nc = auto_candidates(m, &d, cand);
 	double t[2][NAUTO], best[2] = {0, 0};
 	for (int l = 0; l < 2; l++)
-		for (size_t i = 0; i < NAUTO; i++) {
-			t[l][i] = predict_loop(m, &d, auto_blocks[i], load_cv[l]);
+		for (int i = 0; i < nc; i++) {
+			t[l][i] = predict_loop(m, &d, cand[i], load_cv[l]);
 			best[l] = i == 0 || t[l][i] < best[l] ? t[l][i] : best[l];
 		}
-	size_t pick = 0;
+	int pick = 0;
 	double pr = 0;
-	for (size_t i = 0; i < NAUTO; i++) {
+	for (int i = 0; i < nc; i++) {
 		double r = fmax(t[0][i] / best[0], t[1][i] / best[1]);
 		if (i == 0 || r < pr || (r == pr && t[0][i] < t[0][pick])) {
 			pick = i;
@@ -222,5 +372,5 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	if (predicted_s)
 		*predicted_s = t[0][pick] / m->clock_hz;
 	moe_tcp_machine_free(ctx, def);
-	return auto_blocks[pick];
+	return cand[pick];
 }

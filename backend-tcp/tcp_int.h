@@ -266,6 +266,10 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
+/* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
+ * contracted as one over their weights side by side (NULL: no such pair, or
+ * the pair's block buffers would take more than 1/8 of m's DM) */
+moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/tcp_spot.sh: a quick TCP spot check (simulated, deterministic) of the four layers of bench/REPORT.md
 # section 4: time, ratio to the roofline and routing share, T=1 for all four, T=4096 for three
-# (DeepSeek-V3 at T=4096 takes about 15 minutes: bench/run --only=tcp). Needs bench/run's cache
+# (DeepSeek-V3 at T=4096 took 3.7 minutes at b418bd5 on 2 shared cores: bench/run --only=tcp). Needs bench/run's cache
 # (M.routing.bf16.safetensors from bench/make_checkpoint.py --no-experts, x_D{D}_T{T}.npy inputs).
 cd "$(dirname "$0")/.."
 B=${MOEC_BENCH_CACHE:-bench/.cache}

@@ -286,9 +286,10 @@ static void test_streamed_expert_weights_match_interp(void **st)
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *ms = machine_json(small), *mb = machine_json(big);
 	/* streamed: a [2, tile] wbuf (not [2, F, D]) and 2-D DMAs of weight
-	 * tiles offset by the expert register r4 (16384 elements per expert) */
+	 * tiles offset by the expert register r4 (16384 elements per expert; on
+	 * the larger DM gate and up are paired, 32768, and held whole) */
 	const char *const tiled[] = {"\"wbuf\"", "+r4*16384:[64,1]", "+r4*16384:[256,1]", NULL};
-	const char *const whole[] = {"+r4*16384:[64,1]", "+r4*16384:[256,1]", NULL};
+	const char *const whole[] = {"+r4*16384:[64,1]", "+r4*32768:[64,1]", "+r4*16384:[256,1]", NULL};
 	const layer Ls[2] = {{MOE_BF16, 5, 64, 256, 4, 2, 8, 0, 0}, {MOE_F32, 7, 64, 256, 4, 2, 8, 0, 0}};
 	for (int k = 0; k < 2; k++) {
 		double tol = Ls[k].t == MOE_F32 ? 1e-4 : 1e-2;
@@ -315,8 +316,9 @@ static void test_single_buffered_expert_weights_match_interp(void **st)
 	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *mm = machine_json(mid), *mb = machine_json(big);
-	const char *const single[] = {"[1,256,64]", "[1,64,256]", NULL};
-	const char *const dbl[] = {"[2,256,64]", "[2,64,256]", NULL};
+	/* gate and up side by side ([2F, D], pair_gate_up.c), down [D, F] */
+	const char *const single[] = {"[1,512,64]", "[1,64,256]", NULL};
+	const char *const dbl[] = {"[2,512,64]", "[2,64,256]", NULL};
 	const layer L = {MOE_BF16, 32, 64, 256, 4, 2, 8, 0, 0}; /* T K = 64 = 2 E B */
 	void *y1 = check_against_interp_on(&L, 1e-2, mm, single, true);
 	void *y1n = check_against_interp_on(&L, 1e-2, mm, dbl, false);
