@@ -15,6 +15,10 @@
 #include "backend-c/emit_llvm_int.h"
 
 enum { DOTG_ROWS = 6, DOTG_KB = 256, DOTG_MAXG = 4 };
+/* row groups of at least this many rows prefetch W's next k block (each
+ * pass, so whichever runs first brings it in); smaller ones (decode: a row
+ * or two per expert) leave it to the hardware prefetcher */
+enum { DOTG_PF_ROWS = 4 };
 
 LLVMValueRef cgl_dot_group_packed(eml *E, const cg_dot *t)
 {
@@ -53,6 +57,13 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 	LLVMValueRef wp = LLVMBuildInBoundsGEP2(b, E->i16, pw, &pat, 1, "");
 	for (int p = 0; p < DOT_LANES; p++) {
 		LLVMValueRef w[DOTG_MAXG];
+		if (R >= DOTG_PF_ROWS) /* the same lines of the next k block, to L2 (a hint: never faults) */
+			for (int u = 0; u < G; u++) {
+				LLVMValueRef args[4] = {
+					gep16(E, E->i16, wp, u * DOT_LANES * t->K + p * 2 * DOT_LANES + DOTG_KB * DOT_LANES),
+					cgl_ci32(E, 0), cgl_ci32(E, 2), cgl_ci32(E, 1)};
+				LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+			}
 		for (int u = 0; u < G; u++) {
 			LLVMValueRef v = LLVMBuildLoad2(b, vi, gep16(E, E->i16, wp, u * DOT_LANES * t->K + p * 2 * DOT_LANES), "");
 			LLVMSetAlignment(v, 64);

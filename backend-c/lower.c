@@ -504,13 +504,23 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	/* operand index of A for (batch, m, k) letters; B for (batch, k, n) */
 	/* pack A: rows in m-group order, k in k-group order */
 	{
+		/* one m and one k letter: row and column are the loop variables, and
+		 * the rows a parallel loop when the panel is big */
+		bool direct = gm.n == 1 && gk.n == 1;
 		cg_block *pb = bb;
-		int r = newvar(L, CT_I64);
-		set(L, pb, r, ic(L, 0));
+		int r = -1, kk = -1;
+		if (!direct) {
+			r = newvar(L, CT_I64);
+			set(L, pb, r, ic(L, 0));
+		}
 		for (int i = 0; i < gm.n; i++)
 			pb = loopv(L, pb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
-		int kk = newvar(L, CT_I64);
-		set(L, pb, kk, ic(L, 0));
+		if (direct)
+			par_if_big(bb, M * K);
+		else {
+			kk = newvar(L, CT_I64);
+			set(L, pb, kk, ic(L, 0));
+		}
 		cg_block *kb = pb;
 		for (int i = 0; i < gk.n; i++)
 			kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
@@ -519,10 +529,13 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			int l = E.e.in[ia][dd] - 'a';
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
-		store(L, kb, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, kk)), ld(L, A, ai));
+		cg_expr *pr = vr(L, direct ? lv[gm.l[0]] : r), *pk = vr(L, direct ? lv[gk.l[0]] : kk);
+		store(L, kb, apan, add64(L, mul64(L, pr, AS), pk), ld(L, A, ai));
 		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
-		set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
-		set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
+		if (!direct) {
+			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
+			set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
+		}
 	}
 	/* a fused gather: slab bexp[g] of its source, for g below its count */
 	int widx = -1;
@@ -701,9 +714,9 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	bool bad = false;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_TOPK || n->op == MOE_OP_EXPERTS || n->op == MOE_OP_ALL_TO_ALL) {
+		if (n->op == MOE_OP_EXPERTS || n->op == MOE_OP_ALL_TO_ALL) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
-				"the host backend does not lower '%s': run the host pipeline first (lower-topk, blockwise-dispatch, "
+				"the host backend does not lower '%s': run the host pipeline first (blockwise-dispatch, "
 				"lower-exchange)",
 				ir_ops[n->op].name);
 			bad = true;
@@ -893,7 +906,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		case MOE_OP_SLICE: cgen_lower_slice(&L, b, n, out); break;
 		case MOE_OP_CONCAT: cgen_lower_concat(&L, b, n, out); break;
 		case MOE_OP_BROADCAST: cgen_lower_broadcast(&L, b, n, out); break;
-		case MOE_OP_TOPK:
+		case MOE_OP_TOPK: cgen_lower_topk(&L, b, n, out); break;
 		case MOE_OP_EXPERTS:
 		case MOE_OP_ALL_TO_ALL:
 		case MOE_OP_COUNT: IR_ASSERT(!"rejected above"); break;

@@ -45,11 +45,31 @@ static cg_expr *attr_const(lw *L, const ir_node *n, const char *key)
 	return ic32(L, (int32_t)i);
 }
 
+/* Is const c read only as the base (operand 0) of scatters? Those write its
+ * value themselves (cgen_lower_scatter), so it need not be materialised. */
+static bool scatter_base_only(lw *L, moe_id c)
+{
+	for (uint32_t j = 0; j < L->g->nout; j++)
+		if (L->g->outputs[j] == c)
+			return false;
+	for (moe_id i = c + 1; i < L->g->nnodes; i++) {
+		const ir_node *u = nd(L, i);
+		for (uint32_t a = 0; a < u->nargs; a++)
+			if (u->args[a] == c && (u->op != MOE_OP_SCATTER || a != 0))
+				return false;
+		if (u->valid == c)
+			return false;
+	}
+	return true;
+}
+
 bool cgen_lower_const(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	cg_expr *e = attr_const(L, n, "value");
 	if (!e)
 		return false;
+	if (n->valid == MOE_NONE && scatter_base_only(L, L->cur))
+		return true;
 	int j;
 	cg_block *in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
 	par_if_big(b, ir_numel(n)); /* one element per iteration */
@@ -155,12 +175,29 @@ void cgen_lower_gather(lw *L, cg_block *b, const ir_node *n, int out)
 	int lvl = ax + ir, md = mask_depth(L, n);
 	if (lvl < md)
 		lvl = md;
+	/* a big unmasked gather checks its indices first (serially, the faults in
+	 * index order), then copies in a parallel loop that cannot fault */
+	bool par = md == 0 && lvl > 0 && ir_numel(n) >= PAR_MIN_ELEMS;
+	if (par) {
+		int jv[MOE_MAX_RANK];
+		cg_block *c = loops(L, b, ix->shape, 0, ir, jv);
+		cgen_checked_index(L, c, ld(L, L->p->node_buf[n->args[1]], lin(L, jv, is, ir, NULL)), x->shape[ax]);
+	}
 	cg_block *in = nest(L, b, n, out, lvl, iv);
+	if (par)
+		b->last->par = true;
 	/* index tensor position: output dims [ax, ax + ir) */
 	int ivi[MOE_MAX_RANK];
 	for (int d = 0; d < ir; d++)
 		ivi[d] = iv[ax + d];
-	int t = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[1]], lin(L, ivi, is, ir, NULL)), x->shape[ax]);
+	cg_expr *iload = ld(L, L->p->node_buf[n->args[1]], lin(L, ivi, is, ir, NULL));
+	int t;
+	if (par) { /* checked above: the clamp never changes it */
+		t = newvar(L, CT_I64);
+		set(L, in, t, clamp_count(L, iload, x->shape[ax] - 1));
+	} else {
+		t = cgen_checked_index(L, in, iload, x->shape[ax]);
+	}
 	in = loops(L, in, n->shape, lvl, n->rank, iv);
 	cg_expr *xi = mul64(L, vr(L, t), xs[ax]);
 	for (int d = 0; d < ax; d++)
@@ -279,7 +316,16 @@ void cgen_lower_scatter(lw *L, cg_block *b, const ir_node *n, int out)
 	int src = L->p->node_buf[n->args[2]], iv[MOE_MAX_RANK];
 	/* bf16 additions accumulate in f32 and round once at the end */
 	int dst = add && n->dtype == MOE_BF16 ? cgen_scratch(L, MOE_F32, ir_numel(n)) : out;
-	cgen_copy_flat(L, b, dst, L->p->node_buf[n->args[0]], ir_numel(n));
+	const ir_node *base = nd(L, n->args[0]);
+	cg_expr *fill = base->op == MOE_OP_CONST && base->valid == MOE_NONE ? attr_const(L, base, "value") : NULL;
+	if (fill) { /* a constant base is written here (its node is not materialised) */
+		int j;
+		cg_block *z = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
+		par_if_big(b, ir_numel(n));
+		store(L, z, dst, vr(L, j), fill);
+	} else {
+		cgen_copy_flat(L, b, dst, L->p->node_buf[n->args[0]], ir_numel(n));
+	}
 	int64_t row = ir_numel(n) / n->shape[0];
 	int64_t is[MOE_MAX_RANK];
 	strides_of(ix, is);

@@ -399,4 +399,7 @@ void cgen_lower_reduce(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_softmax(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_cumsum(lw *L, cg_block *b, const ir_node *n, int out);
 
+/* ---------------- lower_topk.c ---------------- */
+void cgen_lower_topk(lw *L, cg_block *b, const ir_node *n, int out);
+
 #endif

@@ -18,7 +18,7 @@ static const cli_command commands[] = {
 		"print the IR, optionally after a pass pipeline",
 		"Print the IR of FILE, after running the pass pipeline P when one is given. The pass named by\n"
 		"--print-ir-after/--print-ir-before must be one of the pipeline's (`moec passes` lists them).",
-		"moec ir examples/mixtral_8x7b.moe --pipeline=host --print-ir-after=lower-topk"},
+		"moec ir examples/mixtral_8x7b.moe --pipeline=host --print-ir-after=blockwise-dispatch"},
 	{"stats", C_STATS, "FILE [--json] [--pipeline=P]",
 		"dims, FLOPs, weight bytes, worst-case grid and buffer sizes",
 		"Print the layer's dims, FLOPs, weight bytes, the worst-case block grid (tight, seed and vLLM\n"

@@ -45,8 +45,9 @@ static char *read_all(const char *path, size_t *len)
 	return buf;
 }
 
-/* The Qwen3 example at small dims through the host pipeline; T x E x E =
- * 151552 elements in the top-k compare nodes, so their loops run in parallel. */
+/* The Qwen3 example at small dims through the host pipeline (its einsums'
+ * groups of tiles run as parallel loops; the native top-k's rows
+ * run in parallel in tests/unit/test_topk_host.c). */
 static moe_graph *qwen3_small(moe_ctx *c, const char *dtype, moe_module **mod)
 {
 	size_t len;
