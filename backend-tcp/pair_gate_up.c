@@ -24,6 +24,17 @@
 #include "backend-tcp/tcp_int.h"
 #include "ir/graph_keys.h"
 
+/* q is the block loop's gather of one expert's rows of a weight (the block's
+ * expert ids bexp, its valid count nb), read only by one user. Shared with
+ * quant_pack.c. */
+bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp)
+{
+	const ir_node *qn = N(g, q);
+	return qn->op == MOE_OP_GATHER && nuse[q] == 1 && qn->valid == nb && qn->args[1] == bexp && qn->rank == 3 &&
+	       ir_attr_int(qn, "axis", 0) == 0 && N(g, qn->args[0])->op == MOE_OP_WEIGHT && qn->args[0] < q && nb < q &&
+	       bexp < q;
+}
+
 /* The per-block gather of block einsum e's weight when it is a plain bf16 or
  * f32 weight read only there; else MOE_NONE. */
 static moe_id weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp)
@@ -33,10 +44,7 @@ static moe_id weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id e, 
 		en->valid == MOE_NONE || en->rank != 3)
 		return MOE_NONE;
 	moe_id q = en->args[1];
-	const ir_node *qn = N(g, q);
-	if (qn->op != MOE_OP_GATHER || nuse[q] != 1 || qn->valid != nb || qn->args[1] != bexp || qn->rank != 3 ||
-		ir_attr_int(qn, "axis", 0) != 0 || N(g, qn->args[0])->op != MOE_OP_WEIGHT || nb > q || bexp > q ||
-		(qn->dtype != MOE_BF16 && qn->dtype != MOE_F32))
+	if (!tcp_block_weight_gather(g, nuse, q, nb, bexp) || (N(g, q)->dtype != MOE_BF16 && N(g, q)->dtype != MOE_F32))
 		return MOE_NONE;
 	return q;
 }

@@ -34,12 +34,7 @@ static moe_id fp8_qgather(const moe_graph *g, const uint32_t *nuse, moe_id e, mo
 		!ir_dequant_info(g, dn, &qi) || qi.fmt != QT_FP8)
 		return MOE_NONE;
 	moe_id q = dn->args[0];
-	const ir_node *qn = N(g, q);
-	if (qn->op != MOE_OP_GATHER || nuse[q] != 1 || qn->valid != nb || qn->args[1] != bexp || qn->rank != 3 ||
-		ir_attr_int(qn, "axis", 0) != 0 || N(g, qn->args[0])->op != MOE_OP_WEIGHT || qn->args[0] > q ||
-		nb > q || bexp > q)
-		return MOE_NONE;
-	return q;
+	return tcp_block_weight_gather(g, nuse, q, nb, bexp) ? q : MOE_NONE;
 }
 
 /* Finds the gate/up pair: two such einsums on one activation over weights

@@ -270,6 +270,8 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
  * contracted as one over their weights side by side (NULL: no such pair, or
  * the pair's block buffers would take more than 1/8 of m's DM) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
+bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
