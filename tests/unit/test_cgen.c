@@ -518,8 +518,8 @@ static void test_rejects(void **state)
 	(void)state;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	moe_module *m = parse(ctx, "moeir 1\nlayer @r dtype=f32 {\n"
-				   "  %0 = input \"x\" : f32[3, 8]\n"
-				   "  %1 = topk(%0) {k=2} : i32[3, 2]\n  output %1\n}\n");
+				   "  %0 = input \"x\" : f32[3, 8]\n  %1 = const {value=2} : i32[1]\n"
+				   "  %2 = all_to_all(%0, %1) {ep=1, rows=4} : f32[4, 8]\n  output %2\n}\n");
 	char *c = NULL;
 	assert_int_equal(moe_emit_c_string(ctx, moe_module_graph(m, 0), &c), MOE_ERR_INVALID);
 	assert_null(c);
