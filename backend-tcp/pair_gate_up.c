@@ -78,7 +78,9 @@ static bool find_pair(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_i
 	return false;
 }
 
-static uint32_t *use_counts(moe_ctx *ctx, const moe_graph *g)
+/* How many times each node is read (outputs count twice); (nnodes + 1)
+ * entries. Shared with quant_pack.c. */
+uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g)
 {
 	uint32_t nn = g->nnodes, *nuse = ctx_alloc(ctx, (nn + 1) * sizeof *nuse);
 	for (moe_id i = 0; i < nn; i++) {
@@ -92,6 +94,20 @@ static uint32_t *use_counts(moe_ctx *ctx, const moe_graph *g)
 	for (uint32_t o = 0; o < g->nout; o++)
 		nuse[g->outputs[o]] += 2;
 	return nuse;
+}
+
+/* The tcp_pack mark for a new packed weight: one past the largest in g, or
+ * -1 when the tcp-split-weights pass has not marked g. Shared with
+ * quant_pack.c. */
+int64_t tcp_next_pack_mark(const moe_graph *g)
+{
+	int64_t pack_mark = -1;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
+			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
+			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
+		}
+	return pack_mark;
 }
 
 /* The paired einsum in dev at e1's place: concat of the two weights, its
@@ -135,7 +151,7 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	moe_id nb = ir_graph_node_attr(g, IR_GK_NBLOCKS), bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
 	if (nb == MOE_NONE || bexp == MOE_NONE)
 		return NULL;
-	uint32_t nn = g->nnodes, *nuse = use_counts(ctx, g);
+	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
 	moe_id e1 = MOE_NONE, e2 = MOE_NONE;
 	bool found = find_pair(g, nuse, nb, bexp, &e1, &e2);
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
@@ -144,12 +160,7 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	if (!found || 16.0 * (double)N(g, e1)->shape[1] * (double)N(g, e1)->shape[2] * 8 >
 			      (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
 		return NULL;
-	int64_t pack_mark = -1;
-	for (moe_id i = 0; i < nn; i++)
-		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
-			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
-			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
-		}
+	int64_t pack_mark = tcp_next_pack_mark(g);
 	moe_graph *dev = ir_graph_clone_empty(g);
 	ir_graph_drop_node_keys(dev);
 	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);

@@ -68,28 +68,13 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 	if (nb == MOE_NONE || bexp == MOE_NONE)
 		return NULL;
 	uint32_t nn = g->nnodes;
-	uint32_t *nuse = ctx_alloc(ctx, (nn + 1) * sizeof *nuse);
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; k <= n->nargs; k++) {
-			moe_id a = k < n->nargs ? n->args[k] : n->valid;
-			if (a != MOE_NONE)
-				nuse[a]++;
-		}
-	}
-	for (uint32_t o = 0; o < g->nout; o++)
-		nuse[g->outputs[o]] += 2;
+	uint32_t *nuse = tcp_use_counts(ctx, g);
 	moe_id q1 = MOE_NONE, q2 = MOE_NONE;
 	bool found = find_pair(g, nuse, nb, bexp, &q1, &q2);
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	if (!found)
 		return NULL;
-	int64_t pack_mark = -1;
-	for (moe_id i = 0; i < nn; i++)
-		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
-			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
-			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
-		}
+	int64_t pack_mark = tcp_next_pack_mark(g);
 	moe_graph *dev = ir_graph_clone_empty(g);
 	ir_graph_drop_node_keys(dev);
 	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);

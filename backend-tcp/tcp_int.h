@@ -272,6 +272,10 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
 bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
+/* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */
+uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
+/* pair_gate_up.c: the tcp_pack mark of a new packed weight (-1: the graph is not marked). */
+int64_t tcp_next_pack_mark(const moe_graph *g);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
