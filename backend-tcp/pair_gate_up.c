@@ -110,12 +110,14 @@ int64_t tcp_next_pack_mark(const moe_graph *g)
 	return pack_mark;
 }
 
-/* The paired einsum in dev at e1's place: concat of the two weights, its
- * gather, the einsum, and the two slices (map[e1], map[e2]). */
-static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e1, moe_id e2, moe_id bexp,
-	moe_id nb, int64_t pack_mark, moe_id *map)
+/* In dev: the two weights of g's block gathers qa and qb side by side
+ * (concat along the output rows, marked for packing when pack_mark >= 0)
+ * and the block gather of that pair, under nb; MOE_NONE when it does not
+ * type. Shared with quant_pack.c. */
+moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id qa, moe_id qb, moe_id bexp,
+	moe_id nb, int64_t pack_mark, const moe_id *map)
 {
-	const ir_node *n1 = N(g, e1), *q1 = N(g, n1->args[1]), *q2 = N(g, N(g, e2)->args[1]);
+	const ir_node *q1 = N(g, qa), *q2 = N(g, qb);
 	const ir_node *w1 = N(g, q1->args[0]), *w2 = N(g, q2->args[0]);
 	moe_id parts[2] = {map[q1->args[0]], map[q2->args[0]]};
 	moe_id cat = ir_b_concat(dev, parts, 2, 1, w1->loc);
@@ -128,8 +130,20 @@ static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e
 	moe_id gq = moe_node_new(dev, MOE_OP_GATHER, ga, 2, q1->loc);
 	moe_node_set_int(dev, gq, "axis", 0);
 	if (ir_infer(ctx, dev, gq) != MOE_OK)
-		return false;
+		return MOE_NONE;
 	moe_node_set_valid(dev, gq, map[nb]);
+	return gq;
+}
+
+/* The paired einsum in dev at e1's place: concat of the two weights, its
+ * gather, the einsum, and the two slices (map[e1], map[e2]). */
+static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e1, moe_id e2, moe_id bexp,
+	moe_id nb, int64_t pack_mark, moe_id *map)
+{
+	const ir_node *n1 = N(g, e1), *w1 = N(g, N(g, n1->args[1])->args[0]);
+	moe_id gq = tcp_emit_pair_gather(ctx, dev, g, n1->args[1], N(g, e2)->args[1], bexp, nb, pack_mark, map);
+	if (gq == MOE_NONE)
+		return false;
 	moe_id ea[2] = {map[n1->args[0]], gq};
 	moe_id e = moe_node_new(dev, MOE_OP_EINSUM, ea, 2, n1->loc);
 	moe_node_set_str(dev, e, "eq", "gbi,goi->gbo");

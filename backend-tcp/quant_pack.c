@@ -85,23 +85,13 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 			map[i] = ir_copy_node(dev, g, i, map);
 			continue;
 		}
-		const ir_node *n1 = N(g, q1), *w1 = N(g, n1->args[0]), *w2 = N(g, N(g, q2)->args[0]);
-		moe_id parts[2] = {map[n1->args[0]], map[N(g, q2)->args[0]]};
-		moe_id cat = ir_b_concat(dev, parts, 2, 1, w1->loc);
-		char name[200];
-		snprintf(name, sizeof name, "%.90s+%.90s", w1->name ? w1->name : "w", w2->name ? w2->name : "w");
-		moe_node_set_name(dev, cat, name);
-		if (pack_mark >= 0) /* the tcp-split-weights pass ran: prep.c packs only what it marked */
-			moe_node_set_int(dev, cat, IR_NK_TCP_PACK, pack_mark);
-		moe_id ga[2] = {cat, map[bexp]};
-		moe_id gq = moe_node_new(dev, MOE_OP_GATHER, ga, 2, n1->loc);
-		moe_node_set_int(dev, gq, "axis", 0);
-		if (ir_infer(ctx, dev, gq) != MOE_OK) {
+		const ir_node *n1 = N(g, q1), *w1 = N(g, n1->args[0]);
+		moe_id gq = tcp_emit_pair_gather(ctx, dev, g, q1, q2, bexp, nb, pack_mark, map);
+		if (gq == MOE_NONE) {
 			ir_graph_free(dev);
 			ctx_free(ctx, map, (nn + 1) * sizeof *map);
 			return NULL;
 		}
-		moe_node_set_valid(dev, gq, map[nb]);
 		int64_t F = w1->shape[1];
 		map[q1] = ir_b_slice(dev, gq, 1, 0, F, n1->loc);
 		map[q2] = ir_b_slice(dev, gq, 1, F, 2 * F, n1->loc);

@@ -276,6 +276,9 @@ bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q,
 uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
 /* pair_gate_up.c: the tcp_pack mark of a new packed weight (-1: the graph is not marked). */
 int64_t tcp_next_pack_mark(const moe_graph *g);
+/* pair_gate_up.c: the concat of two block gathers' weights and its block gather, emitted in dev (MOE_NONE: it does not type). */
+moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id qa, moe_id qb, moe_id bexp,
+	moe_id nb, int64_t pack_mark, const moe_id *map);
 moe_module *tcp_prep_module(moe_ctx *ctx, const tcp_program *p, const char *file);
 /* Evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
