@@ -25,12 +25,14 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 import cases
+import quant  # read_st, write_st
 
 
 def run(cmd):
@@ -175,6 +177,26 @@ def act_took_effect(tally, moe, tag, ys):
     tally.check(tag + " act=fp8 != bf16", d > 0, "one chip: max|y_fp8 - y_bf16| = %.3g" % d)
 
 
+def bad_scale_case(moec, fixtures, tmp, tally):
+    """fp8ch_llama4 stores down_proj_scale [E, D, 1] for the grid [E, 1, D]: the chips
+    read its rows (compared above). A scale whose other dims differ ([E, D/2, 2], the same
+    bytes) is still refused on 2 chips, naming the tensor, with no output written."""
+    d = os.path.join(fixtures, "fp8ch_llama4")
+    name = "model.layers.0.feed_forward.experts.down_proj_scale"
+    case = "fp8ch_llama4 scale [E, D/2, 2] chips=2 refused"
+    with tally.case(case):
+        t = quant.read_st(os.path.join(d, "model.safetensors"))
+        dt, shape, data = t[name]
+        t[name] = (dt, [shape[0], shape[1] // 2, 2], data)
+        ck, moe, y = (os.path.join(tmp, n) for n in ("bad.safetensors", "bad.moe", "bad.npy"))
+        quant.write_st(ck, t)
+        cases.import_layer(moec, d, 5, moe, 600)
+        p = subprocess.run([moec, "run", moe, "--target=tcp", "--ep", "2", "--weights", ck, "--input",
+                            os.path.join(d, "x_float32_T5.npy"), "-o", y], capture_output=True, text=True)
+        ok = p.returncode == 1 and name in p.stderr and "error:" in p.stderr and not os.path.exists(y)
+        tally.check(case, ok, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "rc %d" % p.returncode)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("moec")
@@ -200,6 +222,8 @@ def main():
             ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (acts if imported else [])}
             act_took_effect(tally, moe, "%s %s T=%d" % (fam, dtype, T), ys)
         granule_case(a.moec, tmp, tally, a.tol)
+        if "fp8ch_llama4" in fams:
+            bad_scale_case(a.moec, a.fixtures, tmp, tally)
     return tally.finish()
 
 
