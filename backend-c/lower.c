@@ -189,6 +189,74 @@ static bool leaves_flat(lw *L, const ir_node *n, const ir_node *root)
 	return true;
 }
 
+/* ---- tables: a unary float op of a bf16 value has 2^16 possible results ---- */
+
+enum { TAB_N = 1 << 16, TAB_MIN = 2 * TAB_N };
+
+/* a transcendental unary op whose operand's value is exactly a bf16 (a bf16
+ * node, or a cast of one to f32) */
+static bool tabulable(lw *L, moe_id id)
+{
+	const ir_node *n = nd(L, id);
+	moe_op op = (moe_op)n->op;
+	if (!(op == MOE_OP_SIGMOID || op == MOE_OP_EXP || op == MOE_OP_LOG || op == MOE_OP_TANH || op == MOE_OP_ERF ||
+		    op == MOE_OP_SQRT || op == MOE_OP_RSQRT) ||
+		(n->dtype != MOE_F32 && n->dtype != MOE_BF16))
+		return false;
+	const ir_node *a = nd(L, n->args[0]);
+	return a->dtype == MOE_BF16 ||
+	       (a->op == MOE_OP_CAST && a->dtype == MOE_F32 && nd(L, a->args[0])->dtype == MOE_BF16);
+}
+
+/* n's value from its operands: computed, or looked up in n's table by the
+ * operand's upper 16 bits (a widened bf16 is never a signalling NaN, so the
+ * entry is the value computed from exactly that operand) */
+static cg_expr *elem_value(lw *L, cg_block *in, moe_id id, cg_expr **x)
+{
+	if (L->tab[id] < 0)
+		return elem_expr(L, in, nd(L, id), x);
+	cg_expr *k = bin(L, CE_LSHR, mk(L, CE_BITS, CT_I32, x[0], NULL, NULL), ic32(L, 16));
+	return ld(L, L->tab[id], conv(L, k, CT_I64));
+}
+
+/* the tabulable nodes of n's inlined operand tree (n included), at most max */
+static int tab_nodes(lw *L, moe_id id, moe_id *out, int k, int max)
+{
+	if (k < max && tabulable(L, id))
+		out[k++] = id;
+	const ir_node *n = nd(L, id);
+	for (uint32_t i = 0; i < n->nargs; i++)
+		if (L->inl[n->args[i]])
+			k = tab_nodes(L, n->args[i], out, k, max);
+	return k;
+}
+
+/* the number of elements n's loops compute: its valid rows times the rest */
+static cg_expr *elem_count(lw *L, cg_block *b, const ir_node *n)
+{
+	int md = mask_depth(L, n);
+	if (!md)
+		return ic(L, ir_numel(n));
+	int vbuf = L->p->node_buf[n->valid];
+	if (md == 1)
+		return mul64(L, clamp_count(L, ld(L, vbuf, ic(L, 0)), n->shape[0]), ir_numel(n) / n->shape[0]);
+	int cnt = newvar(L, CT_I64), g;
+	set(L, b, cnt, ic(L, 0));
+	cg_block *lg = loopv(L, b, &g, ic(L, 0), ic(L, n->shape[0]));
+	set(L, lg, cnt, bin(L, CE_ADD, vr(L, cnt), clamp_count(L, ld(L, vbuf, vr(L, g)), n->shape[1])));
+	return mul64(L, vr(L, cnt), ir_numel(n) / (n->shape[0] * n->shape[1]));
+}
+
+/* fills the table of node id: entry k = the op of the f32 with bits k << 16 */
+static void tab_fill(lw *L, cg_block *b, moe_id id, int buf)
+{
+	int k;
+	cg_block *in = loopv(L, b, &k, ic(L, 0), ic(L, TAB_N));
+	par_if_big(b, TAB_N);
+	cg_expr *x = mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, conv(L, vr(L, k), CT_I32), ic32(L, 16)), NULL, NULL);
+	store(L, in, buf, vr(L, k), elem_expr(L, in, nd(L, id), &x));
+}
+
 /* The value of operand a at the element of an elementwise output of rank r
  * reached by the loop variables iv (flat loop: j >= 0 is the element index).
  * An inlined operand is computed here exactly as it would have been stored
@@ -205,11 +273,11 @@ static cg_expr *elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv
 	cg_expr *x[3];
 	for (uint32_t i = 0; i < an->nargs; i++)
 		x[i] = elem_operand(L, in, an->args[i], r, iv, j);
-	cg_expr *v = elem_expr(L, in, an, x);
+	cg_expr *v = elem_value(L, in, a, x);
 	return an->dtype == MOE_BF16 ? un(L, CE_RBF16, v) : v;
 }
 
-static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
+static void elem_loop(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	int r = n->rank, iv[MOE_MAX_RANK], j = -1;
 	int64_t os[MOE_MAX_RANK];
@@ -235,7 +303,31 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *x[3];
 	for (uint32_t i = 0; i < n->nargs; i++)
 		x[i] = elem_operand(L, in, n->args[i], r, iv, j);
-	store(L, in, out, oidx, elem_expr(L, in, n, x));
+	store(L, in, out, oidx, elem_value(L, in, L->cur, x));
+}
+
+/* With a transcendental of a bf16 value among the computed ops and at least
+ * TAB_MIN elements to compute (counted at run time under a mask), each such
+ * op is evaluated once per possible operand into a table first and looked up
+ * in the loop: bitwise the same values, 2^16 evaluations instead of one per
+ * element (the SwiGLU's sigmoid of a large T). */
+static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	moe_id t[4];
+	int nt = ir_numel(n) >= TAB_MIN ? tab_nodes(L, L->cur, t, 0, 4) : 0;
+	if (!nt) {
+		elem_loop(L, b, n, out);
+		return;
+	}
+	cg_stmt *s = iff(L, b, bin(L, CE_GE, elem_count(L, b, n), ic(L, TAB_MIN)));
+	for (int i = 0; i < nt; i++) {
+		L->tab[t[i]] = cgen_scratch(L, MOE_F32, TAB_N);
+		tab_fill(L, &s->body, t[i], L->tab[t[i]]);
+	}
+	elem_loop(L, &s->body, n, out);
+	for (int i = 0; i < nt; i++)
+		L->tab[t[i]] = -1;
+	elem_loop(L, &s->els, n, out);
 }
 
 /* Elementwise nodes not stored but computed in their users' loops: every use
@@ -824,13 +916,16 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	p->weights = ctx_alloc(ctx, nn * sizeof *p->weights);
 	p->masks = ctx_alloc(ctx, nn * sizeof *p->masks);
 	p->noutputs = g->nout;
-	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL, NULL};
+	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL};
 	int64_t end = (int64_t)g->nnodes;
 	L.fused = ctx_alloc(ctx, nn * sizeof *L.fused);
 	memset(L.fused, 0, nn * sizeof *L.fused);
 	L.nozero = ctx_alloc(ctx, nn * sizeof *L.nozero);
 	memset(L.nozero, 0, nn * sizeof *L.nozero);
 	L.inl = ctx_alloc(ctx, nn * sizeof *L.inl);
+	L.tab = ctx_alloc(ctx, nn * sizeof *L.tab);
+	for (size_t i = 0; i < nn; i++)
+		L.tab[i] = -1;
 
 	/* first output occurrence of each node */
 	int64_t *outpos = ctx_alloc(ctx, nn * sizeof *outpos);
@@ -1015,6 +1110,7 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	ctx_free(ctx, L.fused, nn * sizeof *L.fused);
 	ctx_free(ctx, L.nozero, nn * sizeof *L.nozero);
 	ctx_free(ctx, L.inl, nn * sizeof *L.inl);
+	ctx_free(ctx, L.tab, nn * sizeof *L.tab);
 	if (bad) {
 		ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
 		ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));
