@@ -15,9 +15,10 @@
 #include "backend-c/emit_llvm_int.h"
 
 enum { DOTG_ROWS = 6, DOTG_KB = 256, DOTG_MAXG = 4 };
-/* row groups of at least this many rows prefetch W's next k block (each
- * pass, so whichever runs first brings it in); smaller ones (decode: a row
- * or two per expert) leave it to the hardware prefetcher */
+/* row groups of at least this many rows prefetch W's next k block, or in the
+ * last k block the next group's first (each pass, so whichever runs first
+ * brings it in); smaller ones (decode: a row or two per expert) leave it to
+ * the hardware prefetcher */
 enum { DOTG_PF_ROWS = 4 };
 
 LLVMValueRef cgl_dot_group_packed(eml *E, const cg_dot *t)
