@@ -98,7 +98,33 @@ static moe_id packed_key(tk *c, moe_id x)
 	return ir_b3(d, MOE_OP_SELECT, neg, flipped, packed, c->loc);
 }
 
-static moe_id lower_one(tk *c, moe_id x, bool packed)
+/* The values of the K slots, take_along(x, topk(x)) along the last axis, as
+ * sum_e (idx_k == e) x bits(x_e) in i32 (one candidate matches, so the sum is
+ * its bits): one vector pass per chunk on TCP where a take_along is a DMA
+ * gather of one element per index. bits: x's bits as i32 (pick_bits). */
+static moe_id pick_values(tk *c, moe_id idx, moe_id bits)
+{
+	moe_graph *d = c->d;
+	moe_id hit = ir_b_cast(d, ir_b2(d, MOE_OP_EQ, unsqueeze(c, idx, c->r), iota_at(c, c->E, c->r + 1, c->r), c->loc),
+		MOE_I32, c->loc); /* [..., K, E] */
+	moe_id sel = ir_b2(d, MOE_OP_MUL, hit, unsqueeze(c, bits, c->r - 1), c->loc);
+	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -1, false, c->loc); /* [..., K] */
+}
+
+/* x's bits as i32 (a bf16 x widened to f32 first: exact), and back. */
+static moe_id pick_bits(tk *c, moe_id x)
+{
+	moe_graph *d = c->d;
+	return N(d, x)->dtype == MOE_I32 ? x : ir_b_bitcast(d, ir_b_cast(d, x, MOE_F32, c->loc), MOE_I32, c->loc);
+}
+
+static moe_id unpick_bits(tk *c, moe_id v, moe_dtype t)
+{
+	moe_graph *d = c->d;
+	return t == MOE_I32 ? v : ir_b_cast(d, ir_b_bitcast(d, v, MOE_F32, c->loc), t, c->loc);
+}
+
+static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 {
 	moe_graph *d = c->d;
 	int r = c->r;
@@ -123,39 +149,53 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 		moe_id sel = ir_b2(d, MOE_OP_MUL, isi, unsqueeze(c, key, r), c->loc);
 		moe_id ksel = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc); /* [..., K] */
 		moe_id low = ir_b2(d, MOE_OP_AND, ksel, ci(c, 0xffff), c->loc);
-		return ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
+		moe_id ix = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
+		if (vals)
+			*vals = pick_values(c, ix, bits);
+		return ix;
 	}
 	moe_id e = iota_at(c, c->E, r + 1, r - 1);
 	moe_id sel = ir_b2(d, MOE_OP_MUL, isi, e, c->loc);
-	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
+	moe_id ix = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
+	if (vals)
+		*vals = pick_values(c, ix, bits);
+	return ix;
 }
 
 #define MAX_PARTS 64
 
 /* lower_one over chunks of the leading axis, each with at most `limit`
  * compare elements. */
-static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit)
+static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit, moe_id *vals)
 {
 	int64_t rows = c->sh[0], per = c->E; /* compare elements per leading row */
 	for (int i = 1; i < c->r; i++)
 		per *= c->sh[i];
-	if (c->r < 2 || rows <= 0 || per <= 0)
-		return lower_one(c, x, packed);
+	moe_dtype t = (moe_dtype)N(c->d, x)->dtype;
+	moe_id bits = vals ? pick_bits(c, x) : MOE_NONE, out;
+	if (c->r < 2 || rows <= 0 || per <= 0 || rows <= (limit / per > 0 ? limit / per : 1)) {
+		out = lower_one(c, x, packed, bits, vals);
+		if (vals)
+			*vals = unpick_bits(c, *vals, t);
+		return out;
+	}
 	int64_t fit = limit / per > 0 ? limit / per : 1;
-	if (rows <= fit)
-		return lower_one(c, x, packed);
 	int64_t n = (rows + fit - 1) / fit;
 	if (n > MAX_PARTS)
 		n = MAX_PARTS; /* a node has at most 64 operands; the chunks then exceed the limit */
 	int64_t step = (rows + n - 1) / n;
-	moe_id parts[MAX_PARTS];
+	moe_id parts[MAX_PARTS], vparts[MAX_PARTS];
 	uint32_t np = 0;
 	for (int64_t a = 0; a < rows && np < MAX_PARTS; a += step) {
 		int64_t b = a + step < rows ? a + step : rows;
 		tk sub = *c;
 		sub.sh[0] = b - a;
-		parts[np++] = lower_one(&sub, ir_b_slice(c->d, x, 0, a, b, c->loc), packed);
+		np++;
+		parts[np - 1] = lower_one(&sub, ir_b_slice(c->d, x, 0, a, b, c->loc), packed,
+			vals ? ir_b_slice(c->d, bits, 0, a, b, c->loc) : MOE_NONE, vals ? &vparts[np - 1] : NULL);
 	}
+	if (vals)
+		*vals = unpick_bits(c, ir_b_concat(c->d, vparts, np, 0, c->loc), t);
 	return ir_b_concat(c->d, parts, np, 0, c->loc);
 }
 
@@ -170,9 +210,22 @@ PASS(pass_lower_topk)
 	if (!pass_opt_count(ctx, opts, "lower-topk", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
 	rebuild rb;
+	moe_id *vals = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *vals); /* a topk's slot values, when read */
+	if (!vals)
+		return MOE_ERR_NOMEM;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		vals[i] = MOE_NONE;
+	bool want = false;
 	rebuild_begin(&rb, g);
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		ir_node *n = N(g, i);
+		if (n->op == MOE_OP_TAKE_ALONG && vals[n->args[1]] != MOE_NONE && n->args[0] == N(g, n->args[1])->args[0] &&
+			ir_norm_axis((int)ir_attr_int(n, "axis", -1), n->rank) == n->rank - 1) {
+			rb.map[i] = vals[n->args[1]]; /* the slot pick's values (pick_values) */
+			if (n->name)
+				moe_node_set_name(rb.dst, vals[n->args[1]], n->name);
+			continue;
+		}
 		if (n->op != MOE_OP_TOPK) {
 			rebuild_copy(&rb, i);
 			continue;
@@ -186,19 +239,28 @@ PASS(pass_lower_topk)
 				"lower-topk: packed16 needs float scores and at most 65536 candidates (got %s, %lld)",
 				moe_dtype_name((moe_dtype)x->dtype), (long long)c.E);
 			rebuild_abort(&rb);
+			ctx_free(ctx, vals, 0);
 			return MOE_ERR_INVALID;
 		}
 		if (x->rank + 1 > MOE_MAX_RANK) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "lower-topk: scores of rank %d leave no room for the rank matrix",
 				x->rank);
 			rebuild_abort(&rb);
+			ctx_free(ctx, vals, 0);
 			return MOE_ERR_INVALID;
 		}
-		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit);
+		moe_dtype xt = (moe_dtype)x->dtype;
+		bool pick = xt == MOE_F32 || xt == MOE_BF16 || xt == MOE_I32;
+		for (moe_id j = i + 1; pick && j < g->nnodes && !want; j++)
+			want = N(g, j)->op == MOE_OP_TAKE_ALONG && N(g, j)->nargs >= 2 && N(g, j)->args[1] == i &&
+			       N(g, j)->args[0] == n->args[0];
+		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit, want ? &vals[i] : NULL);
+		want = false;
 		if (n->name)
 			moe_node_set_name(rb.dst, out, n->name);
 		rb.map[i] = out;
 	}
 	rebuild_end(&rb);
+	ctx_free(ctx, vals, 0);
 	return MOE_OK;
 }

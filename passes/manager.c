@@ -23,6 +23,8 @@ static const moe_pass_option dispatch_opts[] = {
 		"exclusive scan plus the last pair (one pass over [T K, E] instead of two)"},
 	{"decode", MOE_PASS_OPT_ENUM, "0|1", "0", "1: a T = 1 layer's K pairs are K one-row blocks in slot order (no index "
 		"generation)"},
+	{"rank", MOE_PASS_OPT_ENUM, "pairs|tokens", "pairs", "tokens: each pair's row within its expert from a scan over "
+		"the T tokens' expert counts [T, E] instead of the T K pairs' one-hot [T K, E] (the same rows)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -70,7 +72,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens},lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
