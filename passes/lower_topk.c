@@ -27,12 +27,15 @@
 
 #include "passes/pass.h"
 
+#define MAX_PARTS_ITER 64 /* select=iter: K at most (a concat's operands) */
+
 typedef struct tk {
 	moe_graph *d;
 	moe_loc loc;
 	int r;                     /* rank of x */
 	int64_t sh[MOE_MAX_RANK]; /* x shape */
 	int64_t E, K;
+	bool iter; /* select=iter (lower_iter) */
 } tk;
 
 static moe_id ci(tk *c, int64_t v)
@@ -162,7 +165,57 @@ static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 	return ix;
 }
 
+/* select=iter: K rounds over the keys [..., E] instead of the E x E rank
+ * compare. Round k takes the largest key m (reduce_max) and, among the
+ * elements holding it, the lowest index (reduce_min of e + ((key != m) << s),
+ * 2^s >= E); that element's key becomes INT_MIN, which no key reaches (the
+ * least key, -inf's, is INT_MIN + 2^23; packed16's keys are above INT_MIN
+ * too, as every element holds its own index). Slot k is the element of
+ * rank k: the largest remaining key, ties by lower index, as the rank
+ * compare orders them. 3 K passes of E elements per row where the rank
+ * compare has 2 of E x E (see lower-topk's `select` option). */
+static moe_id lower_iter(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
+{
+	moe_graph *d = c->d;
+	int r = c->r;
+	moe_id key = packed ? packed_key(c, x) : exact_key(c, x), e = iota_at(c, c->E, r, r - 1);
+	int sh = 0;
+	while (((int64_t)1 << sh) < c->E)
+		sh++;
+	moe_id parts[MAX_PARTS_ITER];
+	for (int64_t k = 0; k < c->K; k++) {
+		moe_id m = ir_b_reduce(d, MOE_OP_REDUCE_MAX, key, -1, true, c->loc); /* [..., 1] */
+		moe_id off = ir_b2(d, MOE_OP_SHL, ir_b_cast(d, ir_b2(d, MOE_OP_NE, key, m, c->loc), MOE_I32, c->loc),
+			ci(c, sh), c->loc);
+		moe_id ik = ir_b_reduce(d, MOE_OP_REDUCE_MIN, ir_b2(d, MOE_OP_ADD, off, e, c->loc), -1, true, c->loc);
+		parts[k] = ik;
+		if (k + 1 < c->K)
+			key = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, e, ik, c->loc), ci(c, INT32_MIN), key, c->loc);
+	}
+	moe_id ix = c->K == 1 ? parts[0] : ir_b_concat(d, parts, (uint32_t)c->K, r - 1, c->loc);
+	if (vals)
+		*vals = pick_values(c, ix, bits);
+	return ix;
+}
+
 #define MAX_PARTS 64
+
+/* select=auto: the K rounds when they move fewer lane elements than the rank
+ * compare, counting each vector pass's fixed cost (issue and fill/drain,
+ * about 132 cycles on TCP) as 132 x 512 elements (TCP's 512 slices) and a
+ * reduce's elements twice (4 per cycle where the others go 8): per row the
+ * rank compare is E x E x 3 (equality, then greater-than with the sum), the
+ * rounds 5 K x E (max, index min), over 3 and 3 K passes. */
+static bool iter_cheaper(const tk *c)
+{
+	int64_t rows = 1;
+	for (int i = 0; i + 1 < c->r; i++)
+		rows *= c->sh[i];
+	double fixed = 132.0 * 512.0;
+	double rank = (double)rows * (double)c->E * (double)c->E * 3.0 + 3.0 * fixed;
+	double iter = (double)rows * (double)c->E * 5.0 * (double)c->K + 3.0 * (double)c->K * fixed;
+	return iter < rank;
+}
 
 /* lower_one over chunks of the leading axis, each with at most `limit`
  * compare elements. */
@@ -173,6 +226,12 @@ static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit, moe_id 
 		per *= c->sh[i];
 	moe_dtype t = (moe_dtype)N(c->d, x)->dtype;
 	moe_id bits = vals ? pick_bits(c, x) : MOE_NONE, out;
+	if (c->iter) {
+		out = lower_iter(c, x, packed, bits, vals);
+		if (vals)
+			*vals = unpick_bits(c, *vals, t);
+		return out;
+	}
 	if (c->r < 2 || rows <= 0 || per <= 0 || rows <= (limit / per > 0 ? limit / per : 1)) {
 		out = lower_one(c, x, packed, bits, vals);
 		if (vals)
@@ -209,6 +268,13 @@ PASS(pass_lower_topk)
 	int64_t limit; /* compare elements per chunk */
 	if (!pass_opt_count(ctx, opts, "lower-topk", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
+	const char *sel = moe_pass_opt(opts, "select");
+	if (sel && strcmp(sel, "rank") && strcmp(sel, "iter") && strcmp(sel, "auto")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "lower-topk: select must be rank, iter or auto, got '%s'", sel);
+		return MOE_ERR_INVALID;
+	}
+	if (sel && !strcmp(sel, "auto"))
+		sel = NULL;
 	rebuild rb;
 	moe_id *vals = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *vals); /* a topk's slot values, when read */
 	if (!vals)
@@ -231,7 +297,7 @@ PASS(pass_lower_topk)
 			continue;
 		}
 		ir_node *x = N(g, n->args[0]);
-		tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], ir_attr_int(n, "k", 1)};
+		tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], ir_attr_int(n, "k", 1), false};
 		memcpy(c.sh, x->shape, sizeof c.sh);
 		bool packed = mode ? !strcmp(mode, "packed16") : x->dtype == MOE_BF16;
 		if (packed && (x->dtype == MOE_I32 || c.E > 65536)) {
@@ -254,6 +320,8 @@ PASS(pass_lower_topk)
 		for (moe_id j = i + 1; pick && j < g->nnodes && !want; j++)
 			want = N(g, j)->op == MOE_OP_TAKE_ALONG && N(g, j)->nargs >= 2 && N(g, j)->args[1] == i &&
 			       N(g, j)->args[0] == n->args[0];
+		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c);
+		c.iter = c.iter && c.K <= MAX_PARTS_ITER && c.E <= ((int64_t)1 << 30);
 		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit, want ? &vals[i] : NULL);
 		want = false;
 		if (n->name)
