@@ -133,7 +133,9 @@ static bool out_cat(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	uint32_t idx = 0;
-	if (n->op != MOE_OP_CONCAT || !(c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S) || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
+	/* (lower_pairs.c: no gather after the loop for such a DMA to hold) */
+	bool big = c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S || c->pr_node != MOE_NONE;
+	if (n->op != MOE_OP_CONCAT || !big || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
 		c->inreg[id] || !sole_output(c, id, &idx))
 		return false;
 	for (uint32_t i = 0; i < n->nargs; i++)
@@ -274,6 +276,8 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->S = tcp_slices(m);
 	c->next_reg = R_FREE;
 	c->trf[0] = c->trf[1] = -1;
+	c->pr_node = c->pr_pos = MOE_NONE; /* lower_pairs.c */
+	c->pr_t = c->pr_rl = -1;
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);
@@ -703,6 +707,7 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
+	tcpl_pairs_plan(&c);
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
