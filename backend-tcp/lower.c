@@ -683,19 +683,17 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 	return false;
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
-	bool sink)
+/* One lowering; with `pairs`, the block results in pair order (lower_pairs.c)
+ * where planned, quietly: a failure then (DM capacity) sets *again for a
+ * lowering without them. */
+static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink, bool pairs, bool *again)
 {
-	if (!lowerable(ctx, g, m)) {
-		if (prep)
-			ctx_free(ctx, prep, prep_len + 1);
-		return NULL;
-	}
 	lw c;
 	tcpl_init(&c, ctx, g, m);
 	c.sink = sink;
 	tcp_program *p = c.p;
-	p->prep = prep; /* owned by the program from here on */
+	p->prep = prep; /* owned by the program from here on, but when tried again */
 	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
 	p->moe_T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
@@ -707,16 +705,25 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
-	tcpl_pairs_plan(&c);
+	if (pairs)
+		tcpl_pairs_plan(&c);
+	c.quiet = c.pr_node != MOE_NONE;
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
 	tcp_emit(p, &h);
 	if (c.rows != MOE_NONE)
 		roofline_dims(&c);
-	bool failed = c.failed;
+	bool failed = c.failed, quiet = c.quiet;
 	int64_t top = c.hbm_top;
 	tcpl_fini(&c);
+	if (failed && quiet) {
+		*again = true;
+		p->prep = NULL;
+		p->prep_len = 0;
+		tcp_prog_free(p);
+		return NULL;
+	}
 	if (!failed && tcpl_check_dm(ctx, p, g->loc))
 		failed = true;
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
@@ -728,6 +735,21 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		tcp_prog_free(p);
 		return NULL;
 	}
+	return p;
+}
+
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink)
+{
+	if (!lowerable(ctx, g, m)) {
+		if (prep)
+			ctx_free(ctx, prep, prep_len + 1);
+		return NULL;
+	}
+	bool again = false;
+	tcp_program *p = lower_try(ctx, g, m, prep, prep_len, sink, true, &again);
+	if (again)
+		p = lower_try(ctx, g, m, prep, prep_len, sink, false, &again);
 	return p;
 }
 

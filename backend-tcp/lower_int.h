@@ -84,6 +84,7 @@ typedef struct lw {
 	moe_id *cat_of;    /* a part of an output joined along its rows: that concat (DMA'd out at once) */
 	moe_id pr_node, pr_pos; /* lower_pairs.c: the block result kept in pair order in DM (pr_t), and pos */
 	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
+	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
 	int vreg_rows;

@@ -150,6 +150,8 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 			tcpl_pairs_alloc(c, id, src.t, ni, t); /* each pair's index as the second word (lower_pairs.c) */
 		}
 		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], &src, iv, 1, ni, rows, w, ni * w, w, rows * w, w, 0, 1, -1, 0);
+		if (w == 2) /* its last reader, as tok's (release) */
+			tcpl_dm_free(c, src.t);
 		return;
 	}
 	val *bv = &c->v[n->args[0]];
