@@ -12,6 +12,8 @@ static const moe_pass_option topk_opts[] = {
 	{"mode", MOE_PASS_OPT_ENUM, "packed16|exact", "packed16 for bf16 scores, exact otherwise",
 		"how scores are ranked: 16-bit packed keys or exact f32 comparisons"},
 	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "split the rows so each rank compare has at most N elements"},
+	{"select", MOE_PASS_OPT_ENUM, "rank|iter|auto", "auto", "rank: the E x E compare; iter: K rounds of max, lowest "
+		"index and mask over E; auto: the one moving fewer elements"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 static const moe_pass_option dispatch_opts[] = {
