@@ -576,7 +576,7 @@ static void lower_all(lw *c, int64_t loop_pos)
 			tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 			release(c, c->pos[i]);
 		}
-	if (c->sink)
+	if (c->sink || c->pr_node != MOE_NONE) /* lower_pairs.c: the DM the copy held goes to the pair rows */
 		inputs_to_hbm(c);
 	if (c->rows != MOE_NONE && !c->failed) {
 		tcpl_quant_stage_after(c, UINT32_MAX);

@@ -97,17 +97,17 @@ void tcpl_pairs_plan(lw *c)
 	c->pr_pos = pos;
 }
 
-/* At the dispatch scatter: P is allocated (live to the end) and the pair
- * index written as the second word of each 8-byte row of the row list's
- * source (src: [n, 2] i32; rowlist: the row list it is scattered into). */
+/* At the dispatch scatter: the pair index written as the second word of
+ * each 8-byte row of the row list's source (src: [n, 2] i32; rowlist: the
+ * row list it is scattered into). P is allocated at the loop (tcpl_pairs_rows)
+ * and lives to the end. */
 void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist)
 {
 	if (c->pr_node == MOE_NONE)
 		return;
+	(void)at;
 	c->pr_rl = rowlist;
-	const ir_node *rn = N(c->g, c->pr_node);
-	int64_t shape[2] = {n, rn->shape[2]};
-	c->pr_t = tcpl_dm_tensor(c, at, "pair-rows", (moe_dtype)rn->dtype, 2, shape);
+	c->pr_n = n;
 	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
 	in.ndim = 1;
 	in.dim[0] = n;
@@ -117,6 +117,16 @@ void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist)
 	in.nstep = 1;
 	in.step[0] = (tcp_step){TCP_V_IADD, TCP_SRC_CTR, TCP_SRC_IMM, 0, 0, 0};
 	emit(c, &in);
+}
+
+/* Before the loop's buffers (after routing's have been freed): P. */
+void tcpl_pairs_rows(lw *c)
+{
+	if (c->pr_node == MOE_NONE || c->pr_rl < 0)
+		return;
+	const ir_node *rn = N(c->g, c->pr_node);
+	int64_t shape[2] = {c->pr_n, rn->shape[2]};
+	c->pr_t = tcpl_dm_tensor(c, c->pr_node, "pair-rows", (moe_dtype)rn->dtype, 2, shape);
 }
 
 /* In the block body, for the pair-order result i: the block's real rows

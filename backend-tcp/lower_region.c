@@ -685,6 +685,7 @@ void tcpl_lower_region(lw *c)
 	region_dm_grids(c, &r);
 	r.t_first = (int32_t)p->nt;
 	r.single = region_plan_weights(c);
+	tcpl_pairs_rows(c); /* block results in pair order (lower_pairs.c) */
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
 	uint32_t skip_all = region_prologue(c, &r);
