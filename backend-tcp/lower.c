@@ -186,6 +186,7 @@ void tcpl_lower_node(lw *c, moe_id id)
 		return; /* computed inside the reduce it feeds; or gathered per block */
 	if (c->ggrid[id] && n->op == MOE_OP_RESHAPE) {
 		c->v[id] = c->v[n->args[0]]; /* the grid's row list; the block loop gathers */
+		tcpl_decode_reshape(c, id);  /* or x's one row, read in place (lower_decode.c) */
 		return;
 	}
 	if (c->alias_cast[id]) {

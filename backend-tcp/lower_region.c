@@ -154,6 +154,7 @@ typedef struct rinp {
 	int64_t n;     /* elements per block */
 	bool weight;
 	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
+	bool inplace;  /* a decode's x row, read in place (lower_decode.c): no buffer, no DMA */
 } rinp;
 
 enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
@@ -277,7 +278,7 @@ static void region_weight_buffer(lw *c, rgn *r, moe_id i)
 	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 	if (r->nin < RGN_MAXIN)
-		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false};
 	val v = tview(t, i, &b);
 	v.region = true;
 	v.reg = R_SLOT;
@@ -304,13 +305,18 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 			seen |= r->ins[j].src == a;
 		if (seen)
 			continue;
+		if (tcpl_decode_view(c, a)) {
+			if (r->nin < RGN_MAXIN)
+				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, true};
+			continue;
+		}
 		ir_node b = block_node(an);
 		int64_t sh[MOE_MAX_RANK + 1];
 		sh[0] = 2;
 		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 		int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
 		if (r->nin < RGN_MAXIN)
-			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE, false};
 	}
 	return true;
 }
@@ -379,7 +385,7 @@ static bool region_buffers(lw *c)
 static bool region_check_inputs(lw *c, const rgn *r)
 {
 	for (int j = 0; j < r->nin; j++) {
-		if (r->ins[j].gather != MOE_NONE)
+		if (r->ins[j].gather != MOE_NONE || r->ins[j].inplace)
 			continue;
 		val *sv = tcpl_need_view(c, r->ins[j].src);
 		if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, r->ins[j].src))) {
@@ -399,7 +405,7 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 {
 	for (int j = 0, first_ = !join; j < r->nin; j++) {
 		const rinp *in = &r->ins[j];
-		if ((in->weight && grids_only) || (!in->weight && weights_only))
+		if ((in->weight && grids_only) || (!in->weight && weights_only) || in->inplace)
 			continue;
 		val *sv = &c->v[in->src];
 		if (in->gather != MOE_NONE)
@@ -572,6 +578,8 @@ static void region_body(lw *c, const rgn *r)
 		v.region = true;
 		v.reg = R_IN;
 		v.scale = r->ins[j].n;
+		if (r->ins[j].inplace)
+			v = tcpl_decode_block_view(c, r->ins[j].src);
 		for (moe_id i = 0; i < g->nnodes; i++)
 			if (c->inreg[i])
 				for (uint32_t k = 0; k < N(g, i)->nargs; k++)
@@ -637,7 +645,8 @@ static void region_finish(lw *c, const rgn *r)
 	for (int k = 0; k < r->ndh; k++)
 		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
 	for (int j = 0; j < r->nin; j++)
-		tcpl_dm_free(c, r->ins[j].buf);
+		if (!r->ins[j].inplace)
+			tcpl_dm_free(c, r->ins[j].buf);
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= r->t_first && c->p->t[c->v[i].t].space == TCP_DM)
 			tcpl_dm_free(c, c->v[i].t);
@@ -656,7 +665,7 @@ static void region_finish(lw *c, const rgn *r)
 		}
 	}
 	for (int j = 0; j < r->nin; j++)
-		if (!r->ins[j].weight)
+		if (!r->ins[j].weight && !r->ins[j].inplace)
 			c->v[r->ins[j].src] = tview(c->p->t[r->ins[j].buf].space == TCP_HBM ? r->ins[j].buf : c->v[r->ins[j].src].t,
 				r->ins[j].src, N(g, r->ins[j].src));
 }
