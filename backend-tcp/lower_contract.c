@@ -210,6 +210,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			pos_o[k] -= pos_o[k] >= 0;
 		}
 	}
+	if (!region && cb < 0 && ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S)
+		(void)tcpl_dm_view(c, n->args[1]); /* the stationary operand's copy first: its TRF load waits for it only */
 	val *av = tcpl_dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
