@@ -97,8 +97,12 @@ void tcpl_find_region(lw *c)
 					s = N(g, s)->args[0];
 				c->hbm_home[s] = true;
 			}
-			if (!c->inreg[i] && c->inreg[a])
+			if (!c->inreg[i] && c->inreg[a]) {
 				c->hbm_home[a] = true;
+				/* a reshape that keeps G (B = 1: [G, 1, D] -> [G, D]) is a view of its source's home */
+				for (moe_id s = a; N(g, s)->op == MOE_OP_RESHAPE && c->inreg[N(g, s)->args[0]];)
+					c->hbm_home[s = N(g, s)->args[0]] = true;
+			}
 		}
 		if (c->inreg[i] && c->is_out[i])
 			c->hbm_home[i] = true;
