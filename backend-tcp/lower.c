@@ -189,6 +189,10 @@ void tcpl_lower_node(lw *c, moe_id id)
 		tcpl_decode_reshape(c, id);  /* or x's one row, read in place (lower_decode.c) */
 		return;
 	}
+	if (tcpl_nan_key(c, id)) {
+		c->v[id] = c->v[tcpl_nan_key_src(c, id)]; /* its lane words (lower_decode.c) */
+		return;
+	}
 	if (c->alias_cast[id]) {
 		c->v[id] = c->v[n->args[0]]; /* the fetch widens bf16 to the f32 lane word */
 		if (c->v[id].kind != VK_VIEW)
@@ -500,6 +504,8 @@ static int64_t plan_order(lw *c)
 		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c->alias_cast[i]) &&
 			!c->inreg[i] && !in_rows)
 			own[i] = own[n->args[0]];
+		if (tcpl_nan_key(c, i))
+			own[i] = own[tcpl_nan_key_src(c, i)];
 	}
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);

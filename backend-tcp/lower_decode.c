@@ -10,6 +10,8 @@
  * The block then reads x's DM copy in place through a view whose row stride
  * is 0: no token list is scattered, no row is moved, and the contractions
  * stream the same values. */
+#include <math.h>
+
 #include "backend-tcp/lower_int.h"
 
 /* The grid scatter `id` (dispatch by gather) of a layer whose x has one row,
@@ -70,4 +72,63 @@ val tcpl_decode_block_view(const lw *c, moe_id id)
 	v.reg = R_IN;
 	v.scale = 0;
 	return v;
+}
+
+/* Whether every reader of id, through reshapes, is an elementwise vector
+ * pass outside the loop (which reads lane words whatever the tensor type). */
+static bool vector_readers(const lw *c, moe_id id, int depth)
+{
+	const moe_graph *g = c->g;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		bool reads = false;
+		for (uint32_t k = 0; k < un->nargs; k++)
+			reads |= un->args[k] == id;
+		if (un->valid == id)
+			return false;
+		if (!reads)
+			continue;
+		if (c->inreg[u])
+			return false;
+		if (un->op == MOE_OP_RESHAPE && depth < 4 && vector_readers(c, u, depth + 1))
+			continue;
+		if (!(ir_ops[un->op].flags & OPF_ELEM) || (ir_ops[un->op].flags & OPF_LEAF) || un->op == MOE_OP_BITCAST ||
+			un->op == MOE_OP_CAST)
+			return false;
+	}
+	return !c->is_out[id];
+}
+
+/* bitcast(select(ne(f, f), NaN, f), i32), top-k's key of a softmax score
+ * (passes/lower_topk.c: NaN made +qNaN, no sign to fix), one chained pass
+ * (lower_fuse.c): f's last pass divides, and a float ALU returns the
+ * canonical NaN 0x7fc00000 (assumption A9), the select's constant, so the
+ * key is f's lane words bit for bit. When only vector passes read the key,
+ * it is a view of f: one vector pass less between the router and the first
+ * expert fetch. */
+bool tcpl_nan_key(const lw *c, moe_id id)
+{
+	const moe_graph *g = c->g;
+	const ir_node *b = N(g, id);
+	if (b->op != MOE_OP_BITCAST || b->dtype != MOE_I32 || c->inreg[id] || b->valid != MOE_NONE)
+		return false;
+	moe_id sel = b->args[0];
+	const ir_node *n = N(g, sel);
+	if (n->op != MOE_OP_SELECT || n->nargs != 3 || n->valid != MOE_NONE || n->dtype != MOE_F32 ||
+		c->fused_into[sel] != id)
+		return false;
+	const ir_node *ne = N(g, n->args[0]), *k = N(g, n->args[1]), *f = N(g, n->args[2]);
+	if (ne->op != MOE_OP_NE || ne->args[0] != n->args[2] || ne->args[1] != n->args[2] ||
+		c->fused_into[n->args[0]] != id || k->op != MOE_OP_CONST || k->rank != 0 ||
+		!isnan(ir_attr_float(k, "value", 0.0)))
+		return false;
+	return f->op == MOE_OP_SOFTMAX && f->dtype == MOE_F32 && f->valid == MOE_NONE && f->rank == b->rank &&
+	       !memcmp(f->shape, b->shape, sizeof(int64_t) * b->rank) && !c->inreg[n->args[2]] &&
+	       vector_readers(c, id, 0);
+}
+
+/* The softmax whose lane words such a key is. */
+moe_id tcpl_nan_key_src(const lw *c, moe_id id)
+{
+	return N(c->g, N(c->g, id)->args[0])->args[2];
 }

@@ -375,5 +375,7 @@ bool tcpl_decode_scatter(lw *c, moe_id id);
 bool tcpl_decode_view(const lw *c, moe_id id);
 void tcpl_decode_reshape(lw *c, moe_id id);
 val tcpl_decode_block_view(const lw *c, moe_id id);
+bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
+moe_id tcpl_nan_key_src(const lw *c, moe_id id);
 
 #endif
