@@ -20,9 +20,11 @@ static bool weight_view(const moe_graph *g, moe_id id)
  * loop a view of its source. */
 static bool region_slice(const moe_graph *g, const ir_node *n)
 {
+	const ir_node *sn = n->nargs == 1 ? N(g, n->args[0]) : NULL;
+	bool wg = sn && sn->op == MOE_OP_GATHER && sn->valid != MOE_NONE && sn->valid == ir_graph_node_attr(g, IR_GK_NBLOCKS);
 	if (n->op != MOE_OP_SLICE || n->nargs != 1 || n->rank < 2 || ir_attr_int(n, "step", 1) != 1 ||
-		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || N(g, n->args[0])->op != MOE_OP_EINSUM)
-		return false;
+		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || (sn->op != MOE_OP_EINSUM && !wg))
+		return false; /* wg: the expert's weights packed together (pair_down.c) */
 	moe_id e = n->args[0];
 	for (moe_id u = e + 1; u < g->nnodes; u++) {
 		const ir_node *un = N(g, u);
@@ -357,9 +359,9 @@ static bool region_buffers(lw *c)
 {
 	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || tcpl_quant_no_buffer(c, i))
-			continue;
 		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || (tcpl_quant_no_buffer(c, i) && !region_slice(g, n)))
+			continue;
 		ir_node b = block_node(n);
 		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
@@ -405,6 +407,39 @@ static bool region_check_inputs(lw *c, const rgn *r)
  * first). `join`: the list itself joins the DMA command before it, so inside
  * the loop every block's list sets up while the previous one transfers (the
  * hazards still hold each copy until its buffer's last reader is done). */
+/* An expert's weights packed whole (pair_down.c): the gather's first slice
+ * ends at the pair's elements, where down's begin; 0 for any other gather. */
+static int64_t merged_split(const lw *c, moe_id q)
+{
+	const moe_graph *g = c->g;
+	for (moe_id u = q + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		if (un->op == MOE_OP_SLICE && un->args[0] == q && c->inreg[u] && region_slice(g, un) &&
+			ir_attr_int(un, "start", 0) == 0)
+			return ir_attr_int(un, "stop", 0);
+	}
+	return 0;
+}
+
+/* The fetch of such an expert: one descriptor, but two (the pair's rows,
+ * then down's) when block `blk` is the last, so that its gate and up work
+ * while down streams in and only down's contraction follows the stream. */
+static void merged_fetch(lw *c, const rinp *in, int blk, int slot, int ex, int64_t na, bool join)
+{
+	const val *sv = &c->v[in->src];
+	alui(c, TCP_S_ADD, R_T, blk, TCP_NOREG, 1);
+	uint32_t one = br(c, TCP_C_LT, R_T, R_NB);
+	dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, ex, in->n, na);
+	c->p->code[c->p->ncode - 1].flags |= join ? TCP_F_JOIN : 0;
+	dma_copy(c, in->buf, na, slot, in->n, sv->t, sv->base + na, ex, in->n, in->n - na);
+	c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;
+	uint32_t done = jmp(c);
+	patch(c, one);
+	dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, ex, in->n, in->n);
+	c->p->code[c->p->ncode - 1].flags |= join ? TCP_F_JOIN : 0;
+	patch(c, done);
+}
+
 static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
 	for (int j = 0, first_ = !join; j < r->nin; j++) {
@@ -412,6 +447,12 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 		if ((in->weight && grids_only) || (!in->weight && weights_only) || in->inplace)
 			continue;
 		val *sv = &c->v[in->src];
+		int64_t na = in->weight ? merged_split(c, in->user) : 0;
+		if (na > 0 && na < in->n) {
+			merged_fetch(c, in, blk, slot, ex, na, !first_);
+			first_ = 0;
+			continue;
+		}
 		if (in->gather != MOE_NONE)
 			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
 		else
