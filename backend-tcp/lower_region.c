@@ -448,6 +448,9 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 			continue;
 		val *sv = &c->v[in->src];
 		int64_t na = in->weight ? merged_split(c, in->user) : 0;
+		/* the prologue's block 0 of a decode (count a constant above 1) is not the last */
+		if (na > 0 && blk == R_G && r->tnb < 0 && r->nbbase > 1)
+			na = 0;
 		if (na > 0 && na < in->n) {
 			merged_fetch(c, in, blk, slot, ex, na, !first_);
 			first_ = 0;
