@@ -160,6 +160,7 @@ typedef struct rinp {
 	int64_t n;     /* elements per block */
 	bool weight;
 	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
+	bool staged;   /* ... its rows staged into buf once, in block order (lower_stage.c) */
 	bool inplace;  /* a decode's x row, read in place (lower_decode.c): no buffer, no DMA */
 } rinp;
 
@@ -176,6 +177,8 @@ typedef struct rgn {
 	int ndh;
 	int32_t t_first; /* tensors from here on belong to the loop */
 	bool single;     /* whole experts held in a single buffer */
+	int st_reg;      /* staged rows: the first row of block g, -1: none staged */
+	int32_t st_tmp[2];
 } rgn;
 
 /* Block results read after the loop go to a grid of all G blocks: in DM
@@ -284,7 +287,7 @@ static void region_weight_buffer(lw *c, rgn *r, moe_id i)
 	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 	if (r->nin < RGN_MAXIN)
-		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false};
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false, false};
 	val v = tview(t, i, &b);
 	v.region = true;
 	v.reg = R_SLOT;
@@ -313,16 +316,21 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 			continue;
 		if (tcpl_decode_view(c, a)) {
 			if (r->nin < RGN_MAXIN)
-				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, true};
+				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, false, true};
 			continue;
 		}
 		ir_node b = block_node(an);
 		int64_t sh[MOE_MAX_RANK + 1];
 		sh[0] = 2;
 		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
-		int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		moe_id gs = c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE;
+		bool st = gs != MOE_NONE && r->st_reg < 0 && tcpl_stage_fits(c, gs, ir_numel(&b));
+		int32_t t = st ? tcpl_stage_buffer(c, gs, ir_numel(&b), r->st_tmp)
+			       : tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		if (st)
+			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)
-			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE, false};
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st, false};
 	}
 	return true;
 }
@@ -456,7 +464,11 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 			first_ = 0;
 			continue;
 		}
-		if (in->gather != MOE_NONE)
+		if (in->staged && (weights_only || grids_only))
+			continue; /* staged once, before the loop */
+		if (in->staged)
+			tcpl_stage_emit(c, in->gather, in->buf, in->n, r->trw, r->rwbase, r->rws, r->st_tmp);
+		else if (in->gather != MOE_NONE)
 			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
@@ -508,6 +520,9 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 		sc.flags |= TCP_F_JOIN;
 		code[q] = sc;
 	}
+	for (int j = 0; j < r->nin; j++) /* staged rows: their count beside the loop's scalars */
+		if (r->ins[j].staged)
+			tcpl_stage_count(c, r->ins[j].gather);
 	if (r->tnb >= 0)
 		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	else
@@ -517,6 +532,8 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	li(c, R_PF, -1);
+	if (r->st_reg >= 0)
+		li(c, r->st_reg, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
@@ -624,8 +641,8 @@ static void region_body(lw *c, const rgn *r)
 		ir_node b = block_node(N(g, r->ins[j].src));
 		val v = tview(r->ins[j].buf, r->ins[j].src, &b);
 		v.region = true;
-		v.reg = R_IN;
-		v.scale = r->ins[j].n;
+		v.reg = r->ins[j].staged ? r->st_reg : R_IN;
+		v.scale = r->ins[j].staged ? b.shape[b.rank - 1] : r->ins[j].n; /* staged: rows from the block's first */
 		if (r->ins[j].inplace)
 			v = tcpl_decode_block_view(c, r->ins[j].src);
 		for (moe_id i = 0; i < g->nnodes; i++)
@@ -683,6 +700,8 @@ static void region_advance(lw *c, const rgn *r)
 		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
+	if (r->st_reg >= 0)
+		alui(c, TCP_S_ADD, r->st_reg, r->st_reg, R_ROWS, 0);
 }
 
 /* After the loop: its DM buffers die with it (results read after it went to
@@ -695,6 +714,9 @@ static void region_finish(lw *c, const rgn *r)
 	for (int j = 0; j < r->nin; j++)
 		if (!r->ins[j].inplace)
 			tcpl_dm_free(c, r->ins[j].buf);
+	for (int k = 0; r->st_reg >= 0 && k < 2; k++)
+		if (r->st_tmp[k] >= 0)
+			tcpl_dm_free(c, r->st_tmp[k]);
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= r->t_first && c->p->t[c->v[i].t].space == TCP_DM)
 			tcpl_dm_free(c, c->v[i].t);
@@ -726,6 +748,8 @@ void tcpl_lower_region(lw *c)
 	rgn r;
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
+	r.st_reg = -1;
+	r.st_tmp[0] = r.st_tmp[1] = -1;
 	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
 	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
 	r.tbe = tcpl_dm_view(c, c->bexp)->t;
