@@ -188,6 +188,11 @@ void tcpl_lower_node(lw *c, moe_id id)
 		return; /* computed inside the reduce it feeds; or gathered per block */
 	if (c->ggrid[id] && n->op == MOE_OP_RESHAPE) {
 		c->v[id] = c->v[n->args[0]]; /* the grid's row list; the block loop gathers */
+		tcpl_decode_reshape(c, id);  /* or x's one row, read in place (lower_decode.c) */
+		return;
+	}
+	if (tcpl_nan_key(c, id)) {
+		c->v[id] = c->v[tcpl_nan_key_src(c, id)]; /* its lane words (lower_decode.c) */
 		return;
 	}
 	if (c->alias_cast[id]) {
@@ -503,6 +508,8 @@ static int64_t plan_order(lw *c)
 		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c->alias_cast[i]) &&
 			!c->inreg[i] && !in_rows)
 			own[i] = own[n->args[0]];
+		if (tcpl_nan_key(c, i))
+			own[i] = own[tcpl_nan_key_src(c, i)];
 	}
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
@@ -653,9 +660,11 @@ static void roofline_dims(lw *c)
 	bool paired = false;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		paired |= c->inreg[i] && N(g, i)->op == MOE_OP_EINSUM && tcpl_region_projections(c, i) > 1;
-		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
+		bool wview = c->inreg[i] && N(g, i)->op == MOE_OP_RESHAPE && N(g, N(g, i)->args[0])->op == MOE_OP_SLICE &&
+			     N(g, N(g, N(g, i)->args[0])->args[0])->op == MOE_OP_GATHER; /* pair_down.c */
+		if ((c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) || wview) {
 			ir_node b = block_node(N(g, i));
-			wb += ir_bytes(&b);
+			wb += wview ? 0 : ir_bytes(&b);
 			if (b.rank == 2 && b.shape[1] == p->moe_D && !up)
 				up = b.shape[0];
 			if (b.rank == 2 && b.shape[0] == p->moe_D && !down)
@@ -769,8 +778,14 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	moe_graph *gu = tcp_pack_gate_up(ctx, g);
 	if (!gu && (gu = tcp_pair_gate_up(ctx, g, machine)) != NULL && ir_graph_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0))
 		ir_graph_set_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0); /* new node ids: the lowering applies the rule */
-	if (gu)
+	if (gu) {
+		moe_graph *gd = tcp_pair_down(ctx, gu, machine); /* pair_down.c */
+		if (gd) {
+			ir_graph_free(gu);
+			gu = gd;
+		}
 		g = gu;
+	}
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_program *p = NULL;
 	moe_graph *rows = NULL;

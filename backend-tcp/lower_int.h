@@ -386,5 +386,12 @@ bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such
 void tcpl_mark_pre_experts(lw *c);
 bool tcpl_pre_experts_fit(const lw *c); /* their DM beside what is live now */
 void tcpl_lower_pre_experts(lw *c, bool late); /* late: after the loop, as they did not fit in it */
+/* lower_decode.c: a decode's block rows read x's DM copy in place (7.4) */
+bool tcpl_decode_scatter(lw *c, moe_id id);
+bool tcpl_decode_view(const lw *c, moe_id id);
+void tcpl_decode_reshape(lw *c, moe_id id);
+val tcpl_decode_block_view(const lw *c, moe_id id);
+bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
+moe_id tcpl_nan_key_src(const lw *c, moe_id id);
 
 #endif

@@ -107,6 +107,8 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 		tcpl_lower_scatter_add(c, id);
 		return;
 	}
+	if (c->ggrid[id] && tcpl_decode_scatter(c, id))
+		return; /* a decode: the blocks read x's one row in place (lower_decode.c) */
 	if (c->ggrid[id]) {
 		/* dispatch by gather: row r of the grid is token rowlist[r] (0 for
 		 * padding rows, which the block math masks) */

@@ -68,6 +68,17 @@ static moe_id iota_at(tk *c, int64_t n, int rank, int axis)
 	return ir_b_iota(c->d, rank, s, axis, c->loc);
 }
 
+/* A score whose values other than NaN all have a clear sign bit: a softmax
+ * (exp(x - max) / sum: +0 .. 1) or a sigmoid (1 / (1 + exp(-x)): +0 .. 1),
+ * through casts between float types (which keep the sign). */
+static bool nonneg_score(const moe_graph *d, moe_id x)
+{
+	while (N(d, x)->op == MOE_OP_CAST && moe_dtype_is_float((moe_dtype)N(d, x)->dtype) &&
+		moe_dtype_is_float((moe_dtype)N(d, N(d, x)->args[0])->dtype))
+		x = N(d, x)->args[0];
+	return N(d, x)->op == MOE_OP_SOFTMAX || N(d, x)->op == MOE_OP_SIGMOID;
+}
+
 static moe_id exact_key(tk *c, moe_id x)
 {
 	moe_graph *d = c->d;
@@ -78,6 +89,8 @@ static moe_id exact_key(tk *c, moe_id x)
 	moe_id isnan_ = ir_b2(d, MOE_OP_NE, f, f, c->loc);
 	moe_id q = ir_b3(d, MOE_OP_SELECT, isnan_, ir_b_const(d, MOE_F32, NAN, c->loc), f, c->loc);
 	moe_id bits = ir_b_bitcast(d, q, MOE_I32, c->loc);
+	if (nonneg_score(d, x))
+		return bits; /* no negative bits: the key is the bits (one vector pass on TCP, not three) */
 	/* sign-magnitude to two's complement: INT_MIN - bits = -(bits & 0x7fffffff)
 	 * for a negative bits (no overflow there; the other lanes are not taken) */
 	moe_id negm = ir_b2(d, MOE_OP_SUB, ci(c, INT32_MIN), bits, c->loc);
