@@ -132,3 +132,40 @@ moe_id tcpl_nan_key_src(const lw *c, moe_id id)
 {
 	return N(c->g, N(c->g, id)->args[0])->args[2];
 }
+
+/* The first block's expert weights in a loop of a compile-time block count
+ * (a decode): a `dma.gather` of one row, expert list entry 0, instead of a
+ * `dma.copy` addressed by the register that `ld` reads from SPM. The copy
+ * waits for the `dma.spm` staging (its setup and issue) before its own
+ * setup can start; the gather's index list is the DM expert list itself, so
+ * its descriptor (setup, issue) starts as soon as top-k wrote that list, beside
+ * the staging (it joins the staging's list), and only its transfer follows
+ * the staging's. The bytes, packets and engines are the copy's (a gather
+ * row of n elements is split into packets like a copy's run); one row, no
+ * row overhead. The loop's control still reads the expert from SPM. */
+void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tbe, int64_t bebase, int64_t bes)
+{
+	const val *sv = &c->v[w];
+	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
+	in.ndim = 3;
+	in.dim[0] = 1;
+	in.dim[1] = 1;
+	in.dim[2] = n;
+	in.rows = N(c->g, w)->shape[0];
+	in.vreg = -1;
+	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
+	d->t = buf; /* slot 0: the prologue's R_SLOT */
+	d->stride[0] = n;
+	d->stride[1] = n;
+	d->stride[2] = 1;
+	s->t = sv->t;
+	s->base = sv->base;
+	s->stride[0] = in.rows * n;
+	s->stride[1] = n;
+	s->stride[2] = 1;
+	ix->t = tbe;
+	ix->base = bebase; /* block 0's expert */
+	ix->stride[0] = bes;
+	ix->stride[1] = bes;
+	emit(c, &in);
+}

@@ -391,6 +391,7 @@ bool tcpl_decode_scatter(lw *c, moe_id id);
 bool tcpl_decode_view(const lw *c, moe_id id);
 void tcpl_decode_reshape(lw *c, moe_id id);
 val tcpl_decode_block_view(const lw *c, moe_id id);
+void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tbe, int64_t bebase, int64_t bes);
 bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
 moe_id tcpl_nan_key_src(const lw *c, moe_id id);
 

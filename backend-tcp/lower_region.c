@@ -471,6 +471,8 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 			tcpl_stage_emit(c, in->gather, in->buf, in->n, r->trw, r->rwbase, r->rws, r->st_tmp);
 		else if (in->gather != MOE_NONE)
 			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
+		else if (in->weight && blk == R_G && r->tnb < 0 && r->nbbase > 1) /* a decode's first expert (lower_decode.c) */
+			tcpl_decode_first_fetch(c, in->buf, in->n, in->src, r->tbe, r->bebase, r->bes);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
 		if (!first_)
@@ -536,8 +538,14 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
-	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
+	/* a decode's first weights are gathered by the DM expert list: the
+	 * control path reads the expert from SPM after issuing that fetch */
+	bool gathered = r->tnb < 0 && r->nbbase > 1;
+	if (!gathered)
+		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
+	if (gathered)
+		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	tcpl_lower_pre_experts(c, false); /* a shared expert: after the first fetch (lower_preexp.c) */
 	return skip_all;
 }
