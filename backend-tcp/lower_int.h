@@ -92,7 +92,7 @@ typedef struct lw {
 	bool qscales_staged;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_PG, R_PROWS, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 
@@ -331,6 +331,14 @@ moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in
 bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */
 void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
 	int64_t rowlen); /* a block's rows by its run-time count */
+
+/* block_store.c: block results copied to their HBM grid, deferred by one block */
+typedef struct tcpl_bstore {
+	int32_t home, src;    /* the HBM grid, the block's DM buffer */
+	int64_t rows, rowlen; /* per block */
+} tcpl_bstore;
+void tcpl_store_pending(lw *c, const tcpl_bstore *s, int ns); /* block g - 1's, in block g */
+void tcpl_store_end(lw *c, const tcpl_bstore *s, int ns);     /* the last block's own; the rest pend */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);

@@ -169,6 +169,9 @@ typedef struct rgn {
 	int ndh;
 	int32_t t_first; /* tensors from here on belong to the loop */
 	bool single;     /* whole experts held in a single buffer */
+	tcpl_bstore st[RGN_MAXDM]; /* block results copied to HBM grids (block_store.c) */
+	moe_id stid[RGN_MAXDM];
+	int nst;
 } rgn;
 
 /* Block results read after the loop go to a grid of all G blocks: in DM
@@ -463,6 +466,8 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	li(c, R_PF, -1);
+	if (r->nst)
+		li(c, R_PG, -1); /* no block result pending */
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
@@ -578,14 +583,28 @@ static void region_body(lw *c, const rgn *r)
 					if (N(g, i)->args[k] == r->ins[j].src)
 						c->v[r->ins[j].src] = v;
 	}
+	bool pending = r->nst > 0; /* block g - 1's results: after block g's first contraction (block_store.c) */
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
 		if (!c->inreg[i])
 			continue;
 		const ir_node *n = N(g, i);
 		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || region_slice(g, n))
 			continue;
+		bool rewrites = false; /* a stored value is written again: its copy goes first */
+		for (int k = 0; k < r->nst; k++)
+			rewrites |= r->stid[k] == i;
+		if (pending && rewrites) {
+			tcpl_store_pending(c, r->st, r->nst);
+			pending = false;
+		}
 		lower_block_node(c, i);
+		if (pending && n->op == MOE_OP_EINSUM) {
+			tcpl_store_pending(c, r->st, r->nst);
+			pending = false;
+		}
 	}
+	if (pending)
+		tcpl_store_pending(c, r->st, r->nst);
 }
 
 static bool in_dm_grid(const rgn *r, moe_id i)
@@ -596,19 +615,21 @@ static bool in_dm_grid(const rgn *r, moe_id i)
 	return indm;
 }
 
-/* Store region results read outside the loop (those in a DM grid are there). */
-static void region_store(lw *c, const rgn *r)
+/* Region results read outside the loop (those in a DM grid are there):
+ * each gets an HBM grid, to which every block's result is copied
+ * (block_store.c: deferred to the next block's body). */
+static void region_homes(lw *c, rgn *r)
 {
 	const moe_graph *g = c->g;
-	for (moe_id i = 0; i < g->nnodes; i++) {
+	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
 		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
 			n->rank, n->shape);
-		tcpl_block_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, b.shape[0], ir_numel(&b) / b.shape[0]);
-		c->v[i] = tview(home, i, n);
+		r->stid[r->nst] = i;
+		r->st[r->nst++] = (tcpl_bstore){home, c->v[i].t, b.shape[0], ir_numel(&b) / b.shape[0]};
 	}
 }
 
@@ -636,6 +657,8 @@ static void region_finish(lw *c, const rgn *r)
 	const moe_graph *g = c->g;
 	for (int k = 0; k < r->ndh; k++)
 		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
+	for (int k = 0; k < r->nst; k++)
+		c->v[r->stid[k]] = tview(r->st[k].home, r->stid[k], N(g, r->stid[k]));
 	for (int j = 0; j < r->nin; j++)
 		tcpl_dm_free(c, r->ins[j].buf);
 	for (moe_id i = 0; i < g->nnodes; i++)
@@ -685,6 +708,7 @@ void tcpl_lower_region(lw *c)
 	r.single = region_plan_weights(c);
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
+	region_homes(c, &r);
 	uint32_t skip_all = region_prologue(c, &r);
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
@@ -692,7 +716,7 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
-	region_store(c, &r);
+	tcpl_store_end(c, r.st, r.nst);
 	region_advance(c, &r);
 	patch(c, guard);
 	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);
