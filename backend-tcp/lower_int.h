@@ -322,6 +322,7 @@ void tcpl_lower_scatter_add(lw *c, moe_id id);
 void tcpl_lower_einsum(lw *c, moe_id id);
 /* lower_rows.c: passes over rows with a run-time count as guarded row tiles */
 void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
+void tcpl_emit_row_steps(lw *c, const tcp_insn *in, int64_t first, int64_t step); /* then tiles of `step` rows */
 int64_t tcpl_row_tile(int64_t rows);           /* the first tile's rows for a pass over `rows` */
 bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */

@@ -494,7 +494,6 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
@@ -565,6 +564,20 @@ static void lower_block_node(lw *c, moe_id i)
 		*(ir_node *)N(g, ids[j]) = saved[j];
 }
 
+/* In block g's body, after its first contraction (or before a value that
+ * is copied out is written again): block g + 1's grid rows into the other
+ * half of their double buffer, then block g - 1's results to HBM
+ * (block_store.c). Issued at the top of the body, the gather would wait for
+ * block g - 1's reads of that half, and the DMA commands after it (block
+ * g's weights) with it. */
+static void region_mid(lw *c, const rgn *r)
+{
+	uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
+	patch(c, last);
+	tcpl_store_pending(c, r->st, r->nst);
+}
+
 /* The block body: the grid inputs read through the input slot register, then every region node. */
 static void region_body(lw *c, const rgn *r)
 {
@@ -583,7 +596,7 @@ static void region_body(lw *c, const rgn *r)
 					if (N(g, i)->args[k] == r->ins[j].src)
 						c->v[r->ins[j].src] = v;
 	}
-	bool pending = r->nst > 0; /* block g - 1's results: after block g's first contraction (block_store.c) */
+	bool pending = true; /* the next block's rows, block g - 1's results: after block g's first contraction */
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
 		if (!c->inreg[i])
 			continue;
@@ -594,17 +607,17 @@ static void region_body(lw *c, const rgn *r)
 		for (int k = 0; k < r->nst; k++)
 			rewrites |= r->stid[k] == i;
 		if (pending && rewrites) {
-			tcpl_store_pending(c, r->st, r->nst);
+			region_mid(c, r);
 			pending = false;
 		}
 		lower_block_node(c, i);
 		if (pending && n->op == MOE_OP_EINSUM) {
-			tcpl_store_pending(c, r->st, r->nst);
+			region_mid(c, r);
 			pending = false;
 		}
 	}
 	if (pending)
-		tcpl_store_pending(c, r->st, r->nst);
+		region_mid(c, r);
 }
 
 static bool in_dm_grid(const rgn *r, moe_id i)
