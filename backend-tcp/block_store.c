@@ -15,23 +15,57 @@
  * none), R_PROWS its row count. */
 #include "backend-tcp/lower_int.h"
 
-/* A block's value of `rows` rows of `rowlen` elements copied from st to
- * slot `greg` of dt (slot size dscale), by the row count in creg: a block
- * of at most h rows (h = f, 4f, ... below rows) copies h rows, a fuller one
- * all of them (the rows past its count are never read back: the combine
- * gathers real pairs only). */
+/* A block's value of `rows` rows of `rowlen` elements copied from its DM
+ * buffer to its slot (greg) of the HBM grid, by the row count in creg: a
+ * block of at most h rows (h = f, 4f, ... below rows) copies h rows, a
+ * fuller one all of them (the rows past its count are never read back: the
+ * combine gathers real pairs only); with streamed weights (s->fine) the
+ * rows of the row tiles its contractions ran (lower_contract.c). */
+static void copy_part(lw *c, const tcpl_bstore *s, int greg, int64_t r0, int64_t rows)
+{
+	dma_copy(c, s->home, r0 * s->rowlen, greg, s->rows * s->rowlen, s->src, r0 * s->rowlen, -1, 0, rows * s->rowlen);
+	c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN; /* sets up while the DMA before it transfers */
+}
+
+/* Rows [0, h / 2) of a block, then tiles of h / 8 up to h while the count
+ * in creg reaches them (the row tiles of a streamed contraction). */
+static void step_copy(lw *c, const tcpl_bstore *s, int greg, int creg, int64_t h)
+{
+	uint32_t skip[8];
+	int ns = 0;
+	copy_part(c, s, greg, 0, h / 2);
+	for (int64_t r0 = h / 2; r0 < h && ns < 8; r0 += h / 8) {
+		li(c, R_ROWT, r0);
+		skip[ns++] = br(c, TCP_C_GE, R_ROWT, creg); /* this tile and the later ones */
+		copy_part(c, s, greg, r0, h - r0 < h / 8 ? h - r0 : h / 8);
+	}
+	for (int k = 0; k < ns; k++)
+		patch(c, skip[k]);
+}
+
 static void class_copy(lw *c, const tcpl_bstore *s, int greg, int creg)
 {
-	uint32_t end[8];
+	uint32_t end[9];
 	int ne = 0;
-	for (int64_t h = tcpl_row_tile(s->rows); h < s->rows && ne < 8; h *= 4) {
+	int64_t f = tcpl_row_tile(s->rows);
+	for (int64_t h = f; h < s->rows && ne < 8; h *= 4) {
 		li(c, R_ROWT, h);
 		uint32_t more = br(c, TCP_C_LT, R_ROWT, creg);
-		dma_copy(c, s->home, 0, greg, s->rows * s->rowlen, s->src, 0, -1, 0, h * s->rowlen);
+		if (s->fine && h > f)
+			step_copy(c, s, greg, creg, h);
+		else
+			copy_part(c, s, greg, 0, h);
 		end[ne++] = jmp(c);
 		patch(c, more);
 	}
-	dma_copy(c, s->home, 0, greg, s->rows * s->rowlen, s->src, 0, -1, 0, s->rows * s->rowlen);
+	if (s->fine && s->rows >= 4 * f) { /* a block short of full */
+		li(c, R_ROWT, s->rows);
+		uint32_t full = br(c, TCP_C_GE, creg, R_ROWT);
+		step_copy(c, s, greg, creg, s->rows);
+		end[ne++] = jmp(c);
+		patch(c, full);
+	}
+	copy_part(c, s, greg, 0, s->rows);
 	for (int k = 0; k < ne; k++)
 		patch(c, end[k]);
 }

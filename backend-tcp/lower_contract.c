@@ -19,11 +19,16 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 {
 	int64_t nchunks = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
 	int32_t acc = -1, wb = -1;
-	int64_t wtile = pl->Opass * pl->It, wk = 0;
+	int64_t wtile = pl->Opass * pl->It, wk = 0, nwb = 2;
 	if (stream) {
 		/* w is the expert's weights in HBM: each TRF tile's [on, inn] part is
-		 * DMA'd into one half of a double buffer just before its sub load */
-		int64_t sh[2] = {2, wtile};
+		 * DMA'd into one slot of a ring just before its sub load: two slots,
+		 * four in the block loop when they take at most 1/8 of DM, so the
+		 * weight stream runs further ahead of a block whose rows make it
+		 * MAC-bound (into the next block's tiles: docs/tcp-isa.md 7.4) */
+		if (c->inreg[at] && 4 * wtile * esz(wdt) * 8 <= c->m->dm_bytes_per_slice * c->S)
+			nwb = 4;
+		int64_t sh[2] = {nwb, wtile};
 		wb = tcpl_dm_tensor(c, at, "wbuf", (moe_dtype)wdt, 2, sh);
 	}
 	if (nchunks > 1) {
@@ -78,11 +83,14 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				dm.v[TCP_V_DST].stride[0] = inn;
 				dm.v[TCP_V_DST].stride[1] = 1;
 				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
-				if (ps > 0 || ch > 0) /* the contraction's tiles form one descriptor list */
+				/* the contraction's tiles form one descriptor list; in the
+				 * block loop it joins the DMA command before it, so its setup
+				 * overlaps that one's transfer (the hazards still order it) */
+				if (ps > 0 || ch > 0 || c->inreg[at])
 					dm.flags |= TCP_F_JOIN;
 				emit(c, &dm);
 				ld_.v[TCP_V_S0] = dm.v[TCP_V_DST];
-				wk ^= 1;
+				wk = (wk + 1) % nwb;
 			}
 			emit(c, &ld_);
 			tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);

@@ -337,6 +337,7 @@ void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale,
 typedef struct tcpl_bstore {
 	int32_t home, src;    /* the HBM grid, the block's DM buffer */
 	int64_t rows, rowlen; /* per block */
+	bool fine;            /* streamed weights: the rows of the fine row tiles */
 } tcpl_bstore;
 void tcpl_store_pending(lw *c, const tcpl_bstore *s, int ns); /* block g - 1's, in block g */
 void tcpl_store_end(lw *c, const tcpl_bstore *s, int ns);     /* the last block's own; the rest pend */

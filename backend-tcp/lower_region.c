@@ -634,6 +634,9 @@ static bool in_dm_grid(const rgn *r, moe_id i)
 static void region_homes(lw *c, rgn *r)
 {
 	const moe_graph *g = c->g;
+	bool fine = false; /* streamed weights: the contractions run fine row tiles */
+	for (moe_id i = 0; i < g->nnodes; i++)
+		fine |= c->inreg[i] && c->wstream[i];
 	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
 		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
 			continue;
@@ -642,7 +645,7 @@ static void region_homes(lw *c, rgn *r)
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
 			n->rank, n->shape);
 		r->stid[r->nst] = i;
-		r->st[r->nst++] = (tcpl_bstore){home, c->v[i].t, b.shape[0], ir_numel(&b) / b.shape[0]};
+		r->st[r->nst++] = (tcpl_bstore){home, c->v[i].t, b.shape[0], ir_numel(&b) / b.shape[0], fine};
 	}
 }
 
