@@ -494,6 +494,8 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
+	if (!r->nst) /* a decode's (results in a DM grid): its rows go first, the weights join them */
+		load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
@@ -565,13 +567,17 @@ static void lower_block_node(lw *c, moe_id i)
 }
 
 /* In block g's body, after its first contraction (or before a value that
- * is copied out is written again): block g + 1's grid rows into the other
- * half of their double buffer, then block g - 1's results to HBM
- * (block_store.c). Issued at the top of the body, the gather would wait for
- * block g - 1's reads of that half, and the DMA commands after it (block
- * g's weights) with it. */
+ * is copied out is written again), when block results go to HBM grids:
+ * block g + 1's grid rows into the other half of their double buffer, then
+ * block g - 1's results to HBM (block_store.c). Issued at the top of the
+ * body, the gather would wait for block g - 1's reads of that half, and the
+ * DMA commands after it (block g's weights) with it. A decode (results in a
+ * DM grid) gathers at the top: its one-row blocks are read at once, and the
+ * weights that follow join the gather. */
 static void region_mid(lw *c, const rgn *r)
 {
+	if (!r->nst)
+		return; /* no result to copy: a decode's small blocks, whose rows were gathered at the top */
 	uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
 	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	patch(c, last);
