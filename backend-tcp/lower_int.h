@@ -344,6 +344,12 @@ void tcpl_store_end(lw *c, const tcpl_bstore *s, int ns);     /* the last block'
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);
+/* lower_stage.c: an EP phase's received rows staged into DM once, in block order */
+bool tcpl_stage_fits(const lw *c, moe_id s, int64_t n);
+int tcpl_stage_count(lw *c, moe_id s);
+int32_t tcpl_stage_buffer(lw *c, moe_id s, int64_t n, int32_t *tmp);
+void tcpl_stage_emit(lw *c, moe_id s, int32_t buf, int64_t n, int32_t trw, int64_t rwbase, int64_t rws,
+	const int32_t *tmp);
 void tcpl_lower_region(lw *c);
 int tcpl_region_projections(const lw *c, moe_id e);
 

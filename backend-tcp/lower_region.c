@@ -154,6 +154,7 @@ typedef struct rinp {
 	int64_t n;     /* elements per block */
 	bool weight;
 	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
+	bool staged;   /* ... its rows staged into buf once, in block order (lower_stage.c) */
 } rinp;
 
 enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
@@ -172,6 +173,8 @@ typedef struct rgn {
 	tcpl_bstore st[RGN_MAXDM]; /* block results copied to HBM grids (block_store.c) */
 	moe_id stid[RGN_MAXDM];
 	int nst;
+	int st_reg;      /* staged rows: the first row of block g, -1: none staged */
+	int32_t st_tmp[2];
 } rgn;
 
 /* Block results read after the loop go to a grid of all G blocks: in DM
@@ -280,7 +283,7 @@ static void region_weight_buffer(lw *c, rgn *r, moe_id i)
 	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 	if (r->nin < RGN_MAXIN)
-		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE};
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false};
 	val v = tview(t, i, &b);
 	v.region = true;
 	v.reg = R_SLOT;
@@ -311,9 +314,14 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 		int64_t sh[MOE_MAX_RANK + 1];
 		sh[0] = 2;
 		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
-		int32_t t = tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		moe_id gs = c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE;
+		bool st = gs != MOE_NONE && r->st_reg < 0 && tcpl_stage_fits(c, gs, ir_numel(&b));
+		int32_t t = st ? tcpl_stage_buffer(c, gs, ir_numel(&b), r->st_tmp)
+			       : tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+		if (st)
+			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)
-			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE};
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st};
 	}
 	return true;
 }
@@ -405,7 +413,11 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 		if ((in->weight && grids_only) || (!in->weight && weights_only))
 			continue;
 		val *sv = &c->v[in->src];
-		if (in->gather != MOE_NONE)
+		if (in->staged && (weights_only || grids_only))
+			continue; /* staged once, before the loop */
+		if (in->staged)
+			tcpl_stage_emit(c, in->gather, in->buf, in->n, r->trw, r->rwbase, r->rws, r->st_tmp);
+		else if (in->gather != MOE_NONE)
 			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
@@ -457,6 +469,9 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 		sc.flags |= TCP_F_JOIN;
 		code[q] = sc;
 	}
+	for (int j = 0; j < r->nin; j++) /* staged rows: their count beside the loop's scalars */
+		if (r->ins[j].staged)
+			tcpl_stage_count(c, r->ins[j].gather);
 	if (r->tnb >= 0)
 		ld(c, R_NB, r->tnb, -1, r->nbbase, 0);
 	else
@@ -468,6 +483,8 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_PF, -1);
 	if (r->nst)
 		li(c, R_PG, -1); /* no block result pending */
+	if (r->st_reg >= 0)
+		li(c, r->st_reg, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
@@ -594,8 +611,8 @@ static void region_body(lw *c, const rgn *r)
 		ir_node b = block_node(N(g, r->ins[j].src));
 		val v = tview(r->ins[j].buf, r->ins[j].src, &b);
 		v.region = true;
-		v.reg = R_IN;
-		v.scale = r->ins[j].n;
+		v.reg = r->ins[j].staged ? r->st_reg : R_IN;
+		v.scale = r->ins[j].staged ? b.shape[b.rank - 1] : r->ins[j].n; /* staged: rows from the block's first */
 		for (moe_id i = 0; i < g->nnodes; i++)
 			if (c->inreg[i])
 				for (uint32_t k = 0; k < N(g, i)->nargs; k++)
@@ -670,6 +687,8 @@ static void region_advance(lw *c, const rgn *r)
 		alui(c, TCP_S_ADD, R_SLOT, R_S2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_E, R_E2, TCP_NOREG, 0);
 	alui(c, TCP_S_ADD, R_IN, R_IN2, TCP_NOREG, 0);
+	if (r->st_reg >= 0)
+		alui(c, TCP_S_ADD, r->st_reg, r->st_reg, R_ROWS, 0);
 }
 
 /* After the loop: its DM buffers die with it (results read after it went to
@@ -683,6 +702,9 @@ static void region_finish(lw *c, const rgn *r)
 		c->v[r->stid[k]] = tview(r->st[k].home, r->stid[k], N(g, r->stid[k]));
 	for (int j = 0; j < r->nin; j++)
 		tcpl_dm_free(c, r->ins[j].buf);
+	for (int k = 0; r->st_reg >= 0 && k < 2; k++)
+		if (r->st_tmp[k] >= 0)
+			tcpl_dm_free(c, r->st_tmp[k]);
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (c->inreg[i] && c->v[i].kind == VK_VIEW && c->v[i].t >= r->t_first && c->p->t[c->v[i].t].space == TCP_DM)
 			tcpl_dm_free(c, c->v[i].t);
@@ -714,6 +736,8 @@ void tcpl_lower_region(lw *c)
 	rgn r;
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
+	r.st_reg = -1;
+	r.st_tmp[0] = r.st_tmp[1] = -1;
 	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
 	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
 	r.tbe = tcpl_dm_view(c, c->bexp)->t;
