@@ -15,9 +15,10 @@
 #include "backend-c/emit_llvm_int.h"
 
 enum { DOTG_ROWS = 6, DOTG_KB = 256, DOTG_MAXG = 4 };
-/* row groups of at least this many rows prefetch W's next k block (each
- * pass, so whichever runs first brings it in); smaller ones (decode: a row
- * or two per expert) leave it to the hardware prefetcher */
+/* row groups of at least this many rows prefetch W's next k block, or in the
+ * last k block the next group's first (each pass, so whichever runs first
+ * brings it in); smaller ones (decode: a row or two per expert) leave it to
+ * the hardware prefetcher */
 enum { DOTG_PF_ROWS = 4 };
 
 LLVMValueRef cgl_dot_group_packed(eml *E, const cg_dot *t)
@@ -44,7 +45,7 @@ static LLVMValueRef gep16(eml *E, LLVMTypeRef elt, LLVMValueRef base, int64_t of
 
 /* one step of 2 * DOT_LANES k at k0 for R rows: the accumulators acc[q * G + u] */
 static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, LLVMValueRef pw, LLVMValueRef pat,
-	LLVMValueRef k0, LLVMValueRef *acc)
+	LLVMValueRef k0, LLVMValueRef pfo, LLVMValueRef *acc)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
@@ -55,12 +56,13 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 	LLVMValueRef zmask = LLVMConstVector(zero, DOT_LANES);
 	LLVMValueRef ak = LLVMBuildInBoundsGEP2(b, E->i16, a0, &k0, 1, "");
 	LLVMValueRef wp = LLVMBuildInBoundsGEP2(b, E->i16, pw, &pat, 1, "");
+	LLVMValueRef wpf = LLVMBuildGEP2(b, E->i16, wp, &pfo, 1, ""); /* may point past W: only prefetched */
 	for (int p = 0; p < DOT_LANES; p++) {
 		LLVMValueRef w[DOTG_MAXG];
 		if (R >= DOTG_PF_ROWS) /* the same lines of the next k block, to L2 (a hint: never faults) */
 			for (int u = 0; u < G; u++) {
 				LLVMValueRef args[4] = {
-					gep16(E, E->i16, wp, u * DOT_LANES * t->K + p * 2 * DOT_LANES + DOTG_KB * DOT_LANES),
+					LLVMBuildGEP2(b, E->i16, wpf, (LLVMValueRef[]){c64(E, u * DOT_LANES * t->K + p * 2 * DOT_LANES)}, 1, ""),
 					cgl_ci32(E, 0), cgl_ci32(E, 2), cgl_ci32(E, 1)};
 				LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
 			}
@@ -85,7 +87,7 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 /* rows [r0, r0 + R), k in [kb, kend): accumulators loaded from dst, kept in
  * registers (phis) over the steps, stored back */
 static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, LLVMValueRef ai, LLVMValueRef wi,
-	LLVMValueRef di, LLVMValueRef pw, LLVMValueRef kb, LLVMValueRef kend)
+	LLVMValueRef di, LLVMValueRef pw, LLVMValueRef kb, LLVMValueRef kend, LLVMValueRef pfo)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
@@ -118,7 +120,7 @@ static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, L
 	LLVMPositionBuilderAtEnd(b, body);
 	/* tile 0's step at k0 in the packed copy: wi + k0 * DOT_LANES (pack.c) */
 	LLVMValueRef pat = LLVMBuildAdd(b, wi, LLVMBuildMul(b, k0, c64(E, DOT_LANES), ""), "");
-	group_step(E, t, G, R, a0, pw, pat, k0, acc);
+	group_step(E, t, G, R, a0, pw, pat, k0, pfo, acc);
 	LLVMValueRef next = LLVMBuildAdd(b, k0, c64(E, 2 * DOT_LANES), "");
 	LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
 	LLVMBuildBr(b, head);
@@ -154,18 +156,33 @@ void cgl_dot_group(eml *E, const cg_dot *t, int64_t G, LLVMValueRef rows, LLVMVa
 	LLVMValueRef kb = dloop_begin(E, &lk, c64(E, 0), c64(E, t->K));
 	LLVMValueRef kend = LLVMBuildAdd(b, kb, c64(E, DOTG_KB), "");
 	kend = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, kend, c64(E, t->K), ""), kend, c64(E, t->K), "");
-	/* rows by groups of DOTG_ROWS, then at most one group of 4, 2 and 1 */
-	static const int rg[] = {DOTG_ROWS, 4, 2, 1};
-	LLVMValueRef lo = c64(E, 0);
-	for (int i = 0; i < 4; i++) {
-		int R = rg[i];
-		LLVMValueRef left = LLVMBuildSub(b, rows, lo, "");
-		LLVMValueRef hi = LLVMBuildSub(b, rows, LLVMBuildSRem(b, left, c64(E, R), ""), "");
-		dloop lg;
-		LLVMValueRef r = dloop_begin(E, &lg, lo, hi);
-		group_rows(E, t, (int)G, R, r, ai, wi, di, pw, kb, kend);
-		dloop_end(E, &lg, R);
-		lo = hi;
+	/* what the row groups prefetch, relative to the W they read: the next k
+	 * block; in the last block the next group's first block (its tiles follow
+	 * in the packed copy: pack.c) */
+	LLVMValueRef pfo = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, kend, c64(E, t->K), ""), c64(E, DOTG_KB * DOT_LANES),
+		LLVMBuildSub(b, c64(E, G * DOT_LANES * t->K), LLVMBuildMul(b, kb, c64(E, DOT_LANES), ""), ""), "");
+	/* rows in n = ceil(rows / DOTG_ROWS) groups of as even a size as can be:
+	 * group i has base + (i < extra) rows, base = rows / n, extra = rows % n,
+	 * so no group is left with a row or two when rows > DOTG_ROWS */
+	LLVMValueRef n = LLVMBuildSDiv(b, LLVMBuildAdd(b, rows, c64(E, DOTG_ROWS - 1), ""), c64(E, DOTG_ROWS), "");
+	LLVMValueRef nz = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, n, c64(E, 0), ""), n, c64(E, 1), "");
+	LLVMValueRef base = LLVMBuildSDiv(b, rows, nz, ""), extra = LLVMBuildSRem(b, rows, nz, "");
+	dloop lg;
+	LLVMValueRef i = dloop_begin(E, &lg, c64(E, 0), n);
+	LLVMValueRef lt = LLVMBuildICmp(b, LLVMIntSLT, i, extra, "");
+	LLVMValueRef size = LLVMBuildAdd(b, base, LLVMBuildZExt(b, lt, E->i64, ""), "");
+	LLVMValueRef r0 = LLVMBuildAdd(b, LLVMBuildMul(b, i, base, ""),
+		LLVMBuildSelect(b, lt, i, extra, ""), "");
+	LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.join");
+	LLVMValueRef sw = LLVMBuildSwitch(b, size, join, DOTG_ROWS);
+	for (int R = 1; R <= DOTG_ROWS; R++) {
+		LLVMBasicBlockRef cb = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.rows");
+		LLVMAddCase(sw, c64(E, R), cb);
+		LLVMPositionBuilderAtEnd(b, cb);
+		group_rows(E, t, (int)G, R, r0, ai, wi, di, pw, kb, kend, pfo);
+		LLVMBuildBr(b, join);
 	}
+	LLVMPositionBuilderAtEnd(b, join);
+	dloop_end(E, &lg, 1);
 	dloop_end(E, &lk, DOTG_KB);
 }

@@ -177,27 +177,118 @@ static cg_expr *elem_expr(lw *L, cg_block *b, const ir_node *n, cg_expr **x)
 	return NULL;
 }
 
-static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
+/* Whether every operand leaf of n (through inlined operands) has root's shape
+ * or one element, so that one flat loop serves them all. */
+static bool leaves_flat(lw *L, const ir_node *n, const ir_node *root)
 {
-	int r = n->rank, iv[MOE_MAX_RANK];
-	int64_t os[MOE_MAX_RANK], as[3][MOE_MAX_RANK];
-	strides_of(n, os);
-	bool flat = n->valid == MOE_NONE;
 	for (uint32_t i = 0; i < n->nargs; i++) {
 		const ir_node *a = nd(L, n->args[i]);
-		bcast_strides(a, r, as[i]);
-		if (ir_numel(a) != 1 && !ir_same_shape(a, n))
-			flat = false;
+		if (L->inl[n->args[i]] ? !leaves_flat(L, a, root) : ir_numel(a) != 1 && !ir_same_shape(a, root))
+			return false;
 	}
+	return true;
+}
+
+/* ---- tables: a unary float op of a bf16 value has 2^16 possible results ---- */
+
+enum { TAB_N = 1 << 16, TAB_MIN = 2 * TAB_N };
+
+/* a transcendental unary op whose operand's value is exactly a bf16 (a bf16
+ * node, or a cast of one to f32) */
+static bool tabulable(lw *L, moe_id id)
+{
+	const ir_node *n = nd(L, id);
+	moe_op op = (moe_op)n->op;
+	if (!(op == MOE_OP_SIGMOID || op == MOE_OP_EXP || op == MOE_OP_LOG || op == MOE_OP_TANH || op == MOE_OP_ERF ||
+		    op == MOE_OP_SQRT || op == MOE_OP_RSQRT) ||
+		(n->dtype != MOE_F32 && n->dtype != MOE_BF16))
+		return false;
+	const ir_node *a = nd(L, n->args[0]);
+	return a->dtype == MOE_BF16 ||
+	       (a->op == MOE_OP_CAST && a->dtype == MOE_F32 && nd(L, a->args[0])->dtype == MOE_BF16);
+}
+
+/* n's value from its operands: computed, or looked up in n's table by the
+ * operand's upper 16 bits (a widened bf16 is never a signalling NaN, so the
+ * entry is the value computed from exactly that operand) */
+static cg_expr *elem_value(lw *L, cg_block *in, moe_id id, cg_expr **x)
+{
+	if (L->tab[id] < 0)
+		return elem_expr(L, in, nd(L, id), x);
+	cg_expr *k = bin(L, CE_LSHR, mk(L, CE_BITS, CT_I32, x[0], NULL, NULL), ic32(L, 16));
+	return ld(L, L->tab[id], conv(L, k, CT_I64));
+}
+
+/* the tabulable nodes of n's inlined operand tree (n included), at most max */
+static int tab_nodes(lw *L, moe_id id, moe_id *out, int k, int max)
+{
+	if (k < max && tabulable(L, id))
+		out[k++] = id;
+	const ir_node *n = nd(L, id);
+	for (uint32_t i = 0; i < n->nargs; i++)
+		if (L->inl[n->args[i]])
+			k = tab_nodes(L, n->args[i], out, k, max);
+	return k;
+}
+
+/* the number of elements n's loops compute: its valid rows times the rest */
+static cg_expr *elem_count(lw *L, cg_block *b, const ir_node *n)
+{
+	int md = mask_depth(L, n);
+	if (!md)
+		return ic(L, ir_numel(n));
+	int vbuf = L->p->node_buf[n->valid];
+	if (md == 1)
+		return mul64(L, clamp_count(L, ld(L, vbuf, ic(L, 0)), n->shape[0]), ir_numel(n) / n->shape[0]);
+	int cnt = newvar(L, CT_I64), g;
+	set(L, b, cnt, ic(L, 0));
+	cg_block *lg = loopv(L, b, &g, ic(L, 0), ic(L, n->shape[0]));
+	set(L, lg, cnt, bin(L, CE_ADD, vr(L, cnt), clamp_count(L, ld(L, vbuf, vr(L, g)), n->shape[1])));
+	return mul64(L, vr(L, cnt), ir_numel(n) / (n->shape[0] * n->shape[1]));
+}
+
+/* fills the table of node id: entry k = the op of the f32 with bits k << 16 */
+static void tab_fill(lw *L, cg_block *b, moe_id id, int buf)
+{
+	int k;
+	cg_block *in = loopv(L, b, &k, ic(L, 0), ic(L, TAB_N));
+	par_if_big(b, TAB_N);
+	cg_expr *x = mk(L, CE_BITS, CT_F32, bin(L, CE_SHL, conv(L, vr(L, k), CT_I32), ic32(L, 16)), NULL, NULL);
+	store(L, in, buf, vr(L, k), elem_expr(L, in, nd(L, id), &x));
+}
+
+/* The value of operand a at the element of an elementwise output of rank r
+ * reached by the loop variables iv (flat loop: j >= 0 is the element index).
+ * An inlined operand is computed here exactly as it would have been stored
+ * and loaded back: bf16 rounded (and a NaN quieted) as by the store. */
+static cg_expr *elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv, int j)
+{
+	const ir_node *an = nd(L, a);
+	if (!L->inl[a]) {
+		int64_t as[MOE_MAX_RANK];
+		bcast_strides(an, r, as);
+		cg_expr *idx = j < 0 ? lin(L, iv, as, r, NULL) : ir_numel(an) == 1 ? ic(L, 0) : vr(L, j);
+		return ld(L, L->p->node_buf[a], idx);
+	}
+	cg_expr *x[3];
+	for (uint32_t i = 0; i < an->nargs; i++)
+		x[i] = elem_operand(L, in, an->args[i], r, iv, j);
+	cg_expr *v = elem_value(L, in, a, x);
+	return an->dtype == MOE_BF16 ? un(L, CE_RBF16, v) : v;
+}
+
+static void elem_loop(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	int r = n->rank, iv[MOE_MAX_RANK], j = -1;
+	int64_t os[MOE_MAX_RANK];
+	strides_of(n, os);
+	bool flat = n->valid == MOE_NONE && leaves_flat(L, n, n);
 	cg_block *in;
-	cg_expr *oidx, *aidx[3];
+	cg_expr *oidx;
 	if (flat && r > 0) { /* one loop over all elements */
-		int j;
 		in = loopv(L, b, &j, ic(L, 0), ic(L, ir_numel(n)));
 		par_if_big(b, ir_numel(n)); /* one element per iteration */
 		oidx = vr(L, j);
-		for (uint32_t i = 0; i < n->nargs; i++)
-			aidx[i] = ir_numel(nd(L, n->args[i])) == 1 ? ic(L, 0) : vr(L, j);
 	} else {
 		cg_stmt *before = b->last;
 		in = nest(L, b, n, out, r, iv);
@@ -208,13 +299,89 @@ static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
 		if (outer && ir_numel(n) >= PAR_MIN_ELEMS)
 			outer->par = true;
 		oidx = lin(L, iv, os, r, NULL);
-		for (uint32_t i = 0; i < n->nargs; i++)
-			aidx[i] = lin(L, iv, as[i], r, NULL);
 	}
 	cg_expr *x[3];
 	for (uint32_t i = 0; i < n->nargs; i++)
-		x[i] = ld(L, L->p->node_buf[n->args[i]], aidx[i]);
-	store(L, in, out, oidx, elem_expr(L, in, n, x));
+		x[i] = elem_operand(L, in, n->args[i], r, iv, j);
+	store(L, in, out, oidx, elem_value(L, in, L->cur, x));
+}
+
+/* With a transcendental of a bf16 value among the computed ops and at least
+ * TAB_MIN elements to compute (counted at run time under a mask), each such
+ * op is evaluated once per possible operand into a table first and looked up
+ * in the loop: bitwise the same values, 2^16 evaluations instead of one per
+ * element (the SwiGLU's sigmoid of a large T). */
+static void lower_elem(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	moe_id t[4];
+	int nt = ir_numel(n) >= TAB_MIN ? tab_nodes(L, L->cur, t, 0, 4) : 0;
+	if (!nt) {
+		elem_loop(L, b, n, out);
+		return;
+	}
+	cg_stmt *s = iff(L, b, bin(L, CE_GE, elem_count(L, b, n), ic(L, TAB_MIN)));
+	for (int i = 0; i < nt; i++) {
+		L->tab[t[i]] = cgen_scratch(L, MOE_F32, TAB_N);
+		tab_fill(L, &s->body, t[i], L->tab[t[i]]);
+	}
+	elem_loop(L, &s->body, n, out);
+	for (int i = 0; i < nt; i++)
+		L->tab[t[i]] = -1;
+	elem_loop(L, &s->els, n, out);
+}
+
+/* Elementwise nodes not stored but computed in their users' loops: every use
+ * is as an operand of an elementwise node of the same shape and mask, and
+ * there is one use, or the node is a cast of a stored value (cheap to compute
+ * twice). Not
+ * outputs, integer division (its fault check) or bitcasts. */
+static void mark_inline(lw *L, const int64_t *outpos)
+{
+	const moe_graph *g = L->g;
+	size_t nn = g->nnodes + 1;
+	uint32_t *uses = ctx_alloc(L->ctx, nn * sizeof *uses);
+	bool *ok = ctx_alloc(L->ctx, nn * sizeof *ok);
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		moe_dtype t = (moe_dtype)n->dtype;
+		uses[i] = 0;
+		ok[i] = ir_ops[n->op].flags & OPF_ELEM && outpos[i] < 0 && n->op != MOE_OP_BITCAST &&
+		        (t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL) &&
+		        !(n->op == MOE_OP_DIV && !moe_dtype_is_float((moe_dtype)N(g, n->args[0])->dtype));
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *u = N(g, i);
+		bool elem = ir_ops[u->op].flags & OPF_ELEM;
+		for (uint32_t a = 0; a < u->nargs; a++) {
+			moe_id x = u->args[a];
+			if (x == MOE_NONE)
+				continue;
+			uses[x]++;
+			if (!elem || u->valid != N(g, x)->valid || !ir_same_shape(u, N(g, x)))
+				ok[x] = false;
+		}
+		if (u->valid != MOE_NONE)
+			ok[u->valid] = false;
+	}
+	for (moe_id i = 0; i < g->nnodes; i++)
+		L->inl[i] = ok[i] && uses[i] > 0 &&
+		            (uses[i] == 1 || (N(g, i)->op == MOE_OP_CAST && !L->inl[N(g, i)->args[0]]));
+	ctx_free(L->ctx, uses, nn * sizeof *uses);
+	ctx_free(L->ctx, ok, nn * sizeof *ok);
+}
+
+/* the buffers an operand x of the node at `at` is read from: its own, or an
+ * inlined operand's operands */
+static void use_operand(lw *L, moe_id x, int64_t at)
+{
+	use(L, x, at);
+	if (!L->inl[x])
+		return;
+	const ir_node *n = nd(L, x);
+	for (uint32_t a = 0; a < n->nargs; a++)
+		use_operand(L, n->args[a], at);
+	if (n->valid != MOE_NONE)
+		use(L, n->valid, at);
 }
 
 /* ---------------- einsum ---------------- */
@@ -749,12 +916,16 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	p->weights = ctx_alloc(ctx, nn * sizeof *p->weights);
 	p->masks = ctx_alloc(ctx, nn * sizeof *p->masks);
 	p->noutputs = g->nout;
-	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL};
+	lw L = {p, ctx, g, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL};
 	int64_t end = (int64_t)g->nnodes;
 	L.fused = ctx_alloc(ctx, nn * sizeof *L.fused);
 	memset(L.fused, 0, nn * sizeof *L.fused);
 	L.nozero = ctx_alloc(ctx, nn * sizeof *L.nozero);
 	memset(L.nozero, 0, nn * sizeof *L.nozero);
+	L.inl = ctx_alloc(ctx, nn * sizeof *L.inl);
+	L.tab = ctx_alloc(ctx, nn * sizeof *L.tab);
+	for (size_t i = 0; i < nn; i++)
+		L.tab[i] = -1;
 
 	/* first output occurrence of each node */
 	int64_t *outpos = ctx_alloc(ctx, nn * sizeof *outpos);
@@ -763,6 +934,8 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	for (uint32_t j = 0; j < g->nout; j++)
 		if (outpos[g->outputs[j]] < 0)
 			outpos[g->outputs[j]] = j;
+
+	mark_inline(&L, outpos);
 
 	/* masked nodes whose users read only their valid elements: elementwise
 	 * users of the same shape and mask, and einsums with the same row mask
@@ -835,15 +1008,15 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 			p->node_buf[i] = newbuf(&L, CB_OUTPUT, (moe_dtype)n->dtype, ir_numel(n), (uint32_t)outpos[i], i);
 		else if (op == MOE_OP_RESHAPE)
 			p->node_buf[i] = p->node_buf[n->args[0]]; /* a view */
-		else if (L.fused[i])
-			p->node_buf[i] = -1; /* read in place by its users */
+		else if (L.fused[i] || L.inl[i])
+			p->node_buf[i] = -1; /* read in place, or computed, by its users */
 		else
 			p->node_buf[i] = newbuf(&L, CB_WORK, (moe_dtype)n->dtype, ir_numel(n), 0, i);
 		for (uint32_t a = 0; a < n->nargs; a++) {
 			moe_id x = n->args[a];
 			if (x == MOE_NONE)
 				continue;
-			use(&L, x, i);
+			use_operand(&L, x, i);
 			if (L.fused[x]) { /* the einsum reads the gather's operands and mask */
 				use(&L, N(g, x)->args[0], i);
 				use(&L, N(g, x)->args[1], i);
@@ -910,7 +1083,10 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		case MOE_OP_EXPERTS:
 		case MOE_OP_ALL_TO_ALL:
 		case MOE_OP_COUNT: IR_ASSERT(!"rejected above"); break;
-		default: lower_elem(&L, b, n, out); break;
+		default:
+			if (!L.inl[i])
+				lower_elem(&L, b, n, out);
+			break;
 		}
 		cg_stmt *first = mark ? mark->next : b->first;
 		if (first) {
@@ -933,6 +1109,8 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 	ctx_free(ctx, outpos, nn * sizeof *outpos);
 	ctx_free(ctx, L.fused, nn * sizeof *L.fused);
 	ctx_free(ctx, L.nozero, nn * sizeof *L.nozero);
+	ctx_free(ctx, L.inl, nn * sizeof *L.inl);
+	ctx_free(ctx, L.tab, nn * sizeof *L.tab);
 	if (bad) {
 		ctx_free(ctx, L.life0, p->bufcap * sizeof(int64_t));
 		ctx_free(ctx, L.life1, p->bufcap * sizeof(int64_t));

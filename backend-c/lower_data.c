@@ -437,10 +437,47 @@ static cg_block *around_axis_masked(lw *L, cg_block *b, const ir_node *x, int ax
 	return b;
 }
 
+/* A reduction over an axis that is neither the first nor the last, kept in
+ * its own type (f32, i32) and unmasked: each row of the output is reduced in
+ * place, row after row of x (out[o, :] = x[o, 0, :], then out[o, :] op=
+ * x[o, k, :] for k = 1, 2, ...). Every element takes its terms in the same
+ * order as below, and the inner loops run along contiguous rows. */
+static bool reduce_rows(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *x = nd(L, n->args[0]);
+	int ax = ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank), src = L->p->node_buf[n->args[0]];
+	if (ax == 0 || ax == x->rank - 1 || n->valid != MOE_NONE || n->dtype != x->dtype ||
+		(x->dtype != MOE_F32 && x->dtype != MOE_I32))
+		return false;
+	int64_t outer = 1, inner = 1, len = x->shape[ax];
+	for (int d = 0; d < x->rank; d++) {
+		if (d < ax)
+			outer *= x->shape[d];
+		else if (d > ax)
+			inner *= x->shape[d];
+	}
+	int o, j, k, j2;
+	cg_block *lo = loopv(L, b, &o, ic(L, 0), ic(L, outer));
+	par_if_big(b, ir_numel(x)); /* each iteration reduces into its own outputs */
+	cg_expr *xb = mul64(L, vr(L, o), len * inner), *ob = mul64(L, vr(L, o), inner);
+	cg_block *l0 = loopv(L, lo, &j, ic(L, 0), ic(L, inner));
+	store(L, l0, out, add64(L, ob, vr(L, j)), ld(L, src, add64(L, xb, vr(L, j))));
+	cg_block *lk = loopv(L, lo, &k, ic(L, 1), ic(L, len));
+	cg_block *lj = loopv(L, lk, &j2, ic(L, 0), ic(L, inner));
+	cg_expr *oi = add64(L, ob, vr(L, j2));
+	cg_expr *elt = ld(L, src, add64(L, add64(L, xb, mul64(L, vr(L, k), inner)), vr(L, j2)));
+	cg_expr *acc = ld(L, out, oi);
+	store(L, lj, out, oi,
+		n->op == MOE_OP_REDUCE_SUM ? bin(L, CE_ADD, acc, elt) : minmax(L, n->op == MOE_OP_REDUCE_MAX, acc, elt));
+	return true;
+}
+
 void cgen_lower_reduce(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	const ir_node *x = nd(L, n->args[0]);
 	int ax = ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank), src = L->p->node_buf[n->args[0]];
+	if (reduce_rows(L, b, n, out))
+		return;
 	int64_t xs[MOE_MAX_RANK];
 	strides_of(x, xs);
 	cg_expr *xb, *ob;

@@ -22,6 +22,8 @@ typedef struct lw {
 	uint32_t lifecap;
 	bool *fused;     /* per node: a gather read in place by its einsum users */
 	bool *nozero;    /* per node: its masked-out elements are never read, so not written */
+	bool *inl;       /* per node: elementwise, computed inside its elementwise users' loops, never stored */
+	int *tab;        /* per node: -1, or the f32 table of its values over the 2^16 bf16 operands (lower.c) */
 } lw;
 
 /* ---------------- construction helpers ---------------- */

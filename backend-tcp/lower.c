@@ -133,7 +133,9 @@ static bool out_cat(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	uint32_t idx = 0;
-	if (n->op != MOE_OP_CONCAT || !(c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S) || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
+	/* (lower_pairs.c: no gather after the loop for such a DMA to hold) */
+	bool big = c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S || c->pr_node != MOE_NONE;
+	if (n->op != MOE_OP_CONCAT || !big || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
 		c->inreg[id] || !sole_output(c, id, &idx))
 		return false;
 	for (uint32_t i = 0; i < n->nargs; i++)
@@ -274,6 +276,8 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->S = tcp_slices(m);
 	c->next_reg = R_FREE;
 	c->trf[0] = c->trf[1] = -1;
+	c->pr_node = c->pr_pos = MOE_NONE; /* lower_pairs.c */
+	c->pr_t = c->pr_rl = -1;
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);
@@ -572,7 +576,7 @@ static void lower_all(lw *c, int64_t loop_pos)
 			tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 			release(c, c->pos[i]);
 		}
-	if (c->sink)
+	if (c->sink || c->pr_node != MOE_NONE) /* lower_pairs.c: the DM the copy held goes to the pair rows */
 		inputs_to_hbm(c);
 	if (c->rows != MOE_NONE && !c->failed) {
 		tcpl_quant_stage_after(c, UINT32_MAX);
@@ -679,19 +683,17 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 	return false;
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
-	bool sink)
+/* One lowering; with `pairs`, the block results in pair order (lower_pairs.c)
+ * where planned, quietly: a failure then (DM capacity) sets *again for a
+ * lowering without them. */
+static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink, bool pairs, bool *again)
 {
-	if (!lowerable(ctx, g, m)) {
-		if (prep)
-			ctx_free(ctx, prep, prep_len + 1);
-		return NULL;
-	}
 	lw c;
 	tcpl_init(&c, ctx, g, m);
 	c.sink = sink;
 	tcp_program *p = c.p;
-	p->prep = prep; /* owned by the program from here on */
+	p->prep = prep; /* owned by the program from here on, but when tried again */
 	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
 	p->moe_T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
@@ -703,15 +705,25 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
+	if (pairs)
+		tcpl_pairs_plan(&c);
+	c.quiet = c.pr_node != MOE_NONE;
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
 	tcp_emit(p, &h);
 	if (c.rows != MOE_NONE)
 		roofline_dims(&c);
-	bool failed = c.failed;
+	bool failed = c.failed, quiet = c.quiet;
 	int64_t top = c.hbm_top;
 	tcpl_fini(&c);
+	if (failed && quiet) {
+		*again = true;
+		p->prep = NULL;
+		p->prep_len = 0;
+		tcp_prog_free(p);
+		return NULL;
+	}
 	if (!failed && tcpl_check_dm(ctx, p, g->loc))
 		failed = true;
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
@@ -723,6 +735,21 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		tcp_prog_free(p);
 		return NULL;
 	}
+	return p;
+}
+
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink)
+{
+	if (!lowerable(ctx, g, m)) {
+		if (prep)
+			ctx_free(ctx, prep, prep_len + 1);
+		return NULL;
+	}
+	bool again = false;
+	tcp_program *p = lower_try(ctx, g, m, prep, prep_len, sink, true, &again);
+	if (again)
+		p = lower_try(ctx, g, m, prep, prep_len, sink, false, &again);
 	return p;
 }
 

@@ -136,12 +136,13 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	sv->stride[0] = T * D;
 	sv->stride[1] = D;
 	sv->stride[2] = 1;
+	int64_t is = c->v[s].stride[0] > 1 ? c->v[s].stride[0] : 1; /* 8-byte index rows (lower_route.c) */
 	ix->t = c->v[s].t;
 	ix->base = c->v[s].base;
 	ix->reg = blk;
-	ix->scale = rows;
-	ix->stride[0] = rows;
-	ix->stride[1] = 1;
+	ix->scale = rows * is;
+	ix->stride[0] = rows * is;
+	ix->stride[1] = is;
 	emit(c, &in);
 }
 
@@ -661,7 +662,8 @@ static void region_homes(lw *c, rgn *r)
 	for (moe_id i = 0; i < g->nnodes; i++)
 		fine |= c->inreg[i] && c->wstream[i];
 	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
-		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
+		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i) ||
+			(i == c->pr_node && c->pr_t >= 0)) /* in pair order (lower_pairs.c): scattered at the block's end */
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -752,6 +754,7 @@ void tcpl_lower_region(lw *c)
 	region_dm_grids(c, &r);
 	r.t_first = (int32_t)p->nt;
 	r.single = region_plan_weights(c);
+	tcpl_pairs_rows(c); /* block results in pair order (lower_pairs.c) */
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
 	region_homes(c, &r);
@@ -762,6 +765,9 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
+	for (moe_id i = 0; i < c->g->nnodes; i++) /* block results in pair order (lower_pairs.c) */
+		if (c->inreg[i] && c->hbm_home[i])
+			tcpl_pairs_store(c, i);
 	tcpl_store_end(c, r.st, r.nst);
 	region_advance(c, &r);
 	patch(c, guard);
