@@ -372,7 +372,7 @@ void tcpl_lower_node(lw *c, moe_id id);
 void tcpl_pairs_plan(lw *c);
 void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist);
 void tcpl_pairs_rows(lw *c);
-bool tcpl_pairs_store(lw *c, moe_id i);
+bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg);
 bool tcpl_pairs_gather(lw *c, moe_id id);
 /* The lowering state of g on machine m (a fresh program in c->p), and its
  * release (c->p excepted). */

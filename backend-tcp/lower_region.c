@@ -174,6 +174,7 @@ typedef struct rgn {
 	tcpl_bstore st[RGN_MAXDM]; /* block results copied to HBM grids (block_store.c) */
 	moe_id stid[RGN_MAXDM];
 	int nst;
+	moe_id pair; /* a block result scattered in pair order (lower_pairs.c), deferred like the copies */
 	int st_reg;      /* staged rows: the first row of block g, -1: none staged */
 	int32_t st_tmp[2];
 } rgn;
@@ -482,7 +483,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	li(c, R_PF, -1);
-	if (r->nst)
+	if (r->nst || r->pair != MOE_NONE)
 		li(c, R_PG, -1); /* no block result pending */
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
@@ -594,6 +595,12 @@ static void lower_block_node(lw *c, moe_id i)
  * weights that follow join the gather. */
 static void region_mid(lw *c, const rgn *r)
 {
+	if (r->pair != MOE_NONE) { /* block g - 1's results scattered to their pairs */
+		li(c, R_ROWT, 0);
+		uint32_t none = br(c, TCP_C_LT, R_PG, R_ROWT);
+		tcpl_pairs_store(c, r->pair, R_PG, R_PROWS);
+		patch(c, none);
+	}
 	if (!r->nst)
 		return; /* no result to copy: a decode's small blocks, whose rows were gathered at the top */
 	uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
@@ -630,6 +637,7 @@ static void region_body(lw *c, const rgn *r)
 		bool rewrites = false; /* a stored value is written again: its copy goes first */
 		for (int k = 0; k < r->nst; k++)
 			rewrites |= r->stid[k] == i;
+		rewrites |= i == r->pair;
 		if (pending && rewrites) {
 			region_mid(c, r);
 			pending = false;
@@ -663,8 +671,11 @@ static void region_homes(lw *c, rgn *r)
 		fine |= c->inreg[i] && c->wstream[i];
 	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
 		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i) ||
-			(i == c->pr_node && c->pr_t >= 0)) /* in pair order (lower_pairs.c): scattered at the block's end */
+			(i == c->pr_node && c->pr_t >= 0)) { /* in pair order (lower_pairs.c) */
+			if (c->inreg[i] && i == c->pr_node && c->pr_t >= 0)
+				r->pair = i;
 			continue;
+		}
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
@@ -739,6 +750,7 @@ void tcpl_lower_region(lw *c)
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
 	r.st_reg = -1;
+	r.pair = MOE_NONE;
 	r.st_tmp[0] = r.st_tmp[1] = -1;
 	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
 	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
@@ -765,10 +777,16 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
-	for (moe_id i = 0; i < c->g->nnodes; i++) /* block results in pair order (lower_pairs.c) */
-		if (c->inreg[i] && c->hbm_home[i])
-			tcpl_pairs_store(c, i);
+	if (r.pair != MOE_NONE) { /* the last block scatters its own results in pair order (lower_pairs.c) */
+		uint32_t more = br(c, TCP_C_LT, R_NEXT, R_NB);
+		tcpl_pairs_store(c, r.pair, R_G, R_ROWS);
+		patch(c, more);
+	}
 	tcpl_store_end(c, r.st, r.nst);
+	if (r.pair != MOE_NONE && !r.nst) { /* this block's results pend (tcpl_store_end sets these with copies) */
+		alui(c, TCP_S_ADD, R_PG, R_G, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_PROWS, R_ROWS, TCP_NOREG, 0);
+	}
 	region_advance(c, &r);
 	patch(c, guard);
 	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);

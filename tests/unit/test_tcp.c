@@ -306,8 +306,8 @@ static void test_streamed_expert_weights_match_interp(void **st)
 
 /* Streamed weights with blocks of B = 32 rows holding about 24: the rows
  * past B / 2 run in guarded tiles of B / 8 (4 rows), and each block's
- * result is copied to the HBM grid in the next block's body (r16: the
- * pending block). The sums match the interpreter, and bit for bit the
+ * results go to their pairs (lower_pairs.c) in the next block's body (r16:
+ * the pending block). The sums match the interpreter, and bit for bit the
  * program of a DM that holds whole experts (its two row tiles of 16). */
 static void test_streamed_fine_row_tiles_match(void **st)
 {
