@@ -672,7 +672,7 @@ static void region_homes(lw *c, rgn *r)
 	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
 		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i) ||
 			(i == c->pr_node && c->pr_t >= 0)) { /* in pair order (lower_pairs.c) */
-			if (fine) /* deferred with streamed weights; else at the block's end (below) */
+			if (c->inreg[i] && i == c->pr_node && c->pr_t >= 0)
 				r->pair = i;
 			continue;
 		}
@@ -781,11 +781,6 @@ void tcpl_lower_region(lw *c)
 		uint32_t more = br(c, TCP_C_LT, R_NEXT, R_NB);
 		tcpl_pairs_store(c, r.pair, R_G, R_ROWS);
 		patch(c, more);
-	} else if (c->pr_t >= 0 && c->pr_node != MOE_NONE && c->inreg[c->pr_node]) {
-		/* whole experts prefetched: the next expert's fetch, issued at the top of
-		 * the next block, would hold a deferred scatter and the block's write of
-		 * its results behind it, so every block scatters its own at its end */
-		tcpl_pairs_store(c, c->pr_node, R_G, R_ROWS);
 	}
 	tcpl_store_end(c, r.st, r.nst);
 	if (r.pair != MOE_NONE && !r.nst) { /* this block's results pend (tcpl_store_end sets these with copies) */
