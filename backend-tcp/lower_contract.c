@@ -15,15 +15,20 @@ static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
  * areg/wreg: loop offset registers for region views. */
 static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, int64_t am, int64_t ai,
 	const tcp_view *w, int64_t wo, int64_t wi, const tcp_view *dst, int64_t dm_, int64_t do_, int wdt, int vreg,
-	bool stream, int64_t tiles)
+	bool stream, int64_t tiles, int64_t step)
 {
 	int64_t nchunks = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
 	int32_t acc = -1, wb = -1;
-	int64_t wtile = pl->Opass * pl->It, wk = 0;
+	int64_t wtile = pl->Opass * pl->It, wk = 0, nwb = 2;
 	if (stream) {
 		/* w is the expert's weights in HBM: each TRF tile's [on, inn] part is
-		 * DMA'd into one half of a double buffer just before its sub load */
-		int64_t sh[2] = {2, wtile};
+		 * DMA'd into one slot of a ring just before its sub load: two slots,
+		 * four in the block loop when they take at most 1/8 of DM, so the
+		 * weight stream runs further ahead of a block whose rows make it
+		 * MAC-bound (into the next block's tiles: docs/tcp-isa.md 7.4) */
+		if (c->inreg[at] && 4 * wtile * esz(wdt) * 8 <= c->m->dm_bytes_per_slice * c->S)
+			nwb = 4;
+		int64_t sh[2] = {nwb, wtile};
 		wb = tcpl_dm_tensor(c, at, "wbuf", (moe_dtype)wdt, 2, sh);
 	}
 	if (nchunks > 1) {
@@ -78,11 +83,14 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				dm.v[TCP_V_DST].stride[0] = inn;
 				dm.v[TCP_V_DST].stride[1] = 1;
 				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
-				if (ps > 0 || ch > 0) /* the contraction's tiles form one descriptor list */
+				/* the contraction's tiles form one descriptor list; in the
+				 * block loop it joins the DMA command before it, so its setup
+				 * overlaps that one's transfer (the hazards still order it) */
+				if (ps > 0 || ch > 0 || c->inreg[at])
 					dm.flags |= TCP_F_JOIN;
 				emit(c, &dm);
 				ld_.v[TCP_V_S0] = dm.v[TCP_V_DST];
-				wk ^= 1;
+				wk = (wk + 1) % nwb;
 			}
 			emit(c, &ld_);
 			tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
@@ -130,7 +138,7 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 				s2->stride[1] = 1;
 			}
 			if (tiles > 0) /* guarded row tiles (lower_rows.c) */
-				tcpl_emit_row_tiles(c, &in, tiles);
+				tcpl_emit_row_steps(c, &in, tiles, step);
 			else
 				emit(c, &in);
 		}
@@ -265,24 +273,35 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			 * 4f, 16f, ... below B, runs a contraction planned for h rows,
 			 * above f in two row tiles, [0, h / 2) and [h / 2, h) (it has more
 			 * than h / 4 rows), the second guarded; a larger block the one
-			 * planned for B, whole */
-			uint32_t end[8];
+			 * planned for B, whole. With streamed weights the block is bound
+			 * by the weight stream unless its rows make it MAC-bound: the
+			 * rows past h / 2 (B / 2 for a block short of B) run in guarded
+			 * tiles of h / 8 (docs/tcp-isa.md 7.4, "Fine row tiles") */
+			uint32_t end[9];
 			int ne = 0;
 			for (int64_t h = f; h < M && ne < 8; h *= 4) {
 				cplan ph = plan_contract(c, h, O, I, an->dtype);
 				uint32_t more = tcpl_block_rows_guard(c, h);
 				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
-					h > f ? h / 2 : 0);
+					h > f ? h / 2 : 0, stream && h > f ? h / 8 : 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
 			}
-			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0);
+			if (stream && M >= 4 * f) {
+				li(c, R_ROWT, M);
+				uint32_t full = br(c, TCP_C_GE, R_ROWS, R_ROWT);
+				emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, M / 2,
+					M / 8);
+				end[ne++] = jmp(c);
+				patch(c, full);
+			}
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0, 0);
 			for (int k = 0; k < ne; k++)
 				patch(c, end[k]);
 		} else {
 			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
 			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
-				tiles ? tcpl_row_tile(M) : 0);
+				tiles ? tcpl_row_tile(M) : 0, 0);
 		}
 	}
 	if (!region)

@@ -96,7 +96,7 @@ typedef struct lw {
 	bool qscales_staged;
 } lw;
 
-enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_FREE };
+enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_PG, R_PROWS, R_FREE };
 
 void tcpl_err(lw *c, moe_id n, const char *fmt, ...) MOE_PRINTF(3, 4);
 
@@ -326,6 +326,7 @@ void tcpl_lower_scatter_add(lw *c, moe_id id);
 void tcpl_lower_einsum(lw *c, moe_id id);
 /* lower_rows.c: passes over rows with a run-time count as guarded row tiles */
 void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first);
+void tcpl_emit_row_steps(lw *c, const tcp_insn *in, int64_t first, int64_t step); /* then tiles of `step` rows */
 int64_t tcpl_row_tile(int64_t rows);           /* the first tile's rows for a pass over `rows` */
 bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
@@ -335,6 +336,15 @@ moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in
 bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */
 void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
 	int64_t rowlen); /* a block's rows by its run-time count */
+
+/* block_store.c: block results copied to their HBM grid, deferred by one block */
+typedef struct tcpl_bstore {
+	int32_t home, src;    /* the HBM grid, the block's DM buffer */
+	int64_t rows, rowlen; /* per block */
+	bool fine;            /* streamed weights: the rows of the fine row tiles */
+} tcpl_bstore;
+void tcpl_store_pending(lw *c, const tcpl_bstore *s, int ns); /* block g - 1's, in block g */
+void tcpl_store_end(lw *c, const tcpl_bstore *s, int ns);     /* the last block's own; the rest pend */
 
 /* lower_region.c: the block region and its loop */
 void tcpl_find_region(lw *c);
@@ -362,7 +372,7 @@ void tcpl_lower_node(lw *c, moe_id id);
 void tcpl_pairs_plan(lw *c);
 void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist);
 void tcpl_pairs_rows(lw *c);
-bool tcpl_pairs_store(lw *c, moe_id i);
+bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg);
 bool tcpl_pairs_gather(lw *c, moe_id id);
 /* The lowering state of g on machine m (a fresh program in c->p), and its
  * release (c->p excepted). */

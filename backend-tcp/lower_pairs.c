@@ -131,7 +131,7 @@ void tcpl_pairs_rows(lw *c)
 
 /* In the block body, for the pair-order result i: the block's real rows
  * scattered into P by the pair indices of its grid rows. */
-bool tcpl_pairs_store(lw *c, moe_id i)
+bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg)
 {
 	if (i != c->pr_node || c->pr_t < 0)
 		return false;
@@ -143,7 +143,7 @@ bool tcpl_pairs_store(lw *c, moe_id i)
 	in.dim[1] = B;
 	in.dim[2] = D;
 	in.rows = c->p->t[c->pr_t].shape[0];
-	in.vreg = R_ROWS; /* the block's real rows */
+	in.vreg = rreg; /* the block's real rows (R_ROWS, or a pending block's: block_store.c) */
 	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = c->pr_t;
 	d->stride[0] = in.rows * D;
@@ -156,7 +156,7 @@ bool tcpl_pairs_store(lw *c, moe_id i)
 	s->stride[2] = 1;
 	ix->t = c->pr_rl;
 	ix->base = 1;
-	ix->reg = R_G;
+	ix->reg = greg;
 	ix->scale = 2 * B;
 	ix->stride[0] = 2 * B;
 	ix->stride[1] = 2;

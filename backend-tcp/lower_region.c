@@ -178,6 +178,10 @@ typedef struct rgn {
 	int ndh;
 	int32_t t_first; /* tensors from here on belong to the loop */
 	bool single;     /* whole experts held in a single buffer */
+	tcpl_bstore st[RGN_MAXDM]; /* block results copied to HBM grids (block_store.c) */
+	moe_id stid[RGN_MAXDM];
+	int nst;
+	moe_id pair; /* a block result scattered in pair order (lower_pairs.c), deferred like the copies */
 	int st_reg;      /* staged rows: the first row of block g, -1: none staged */
 	int32_t st_tmp[2];
 } rgn;
@@ -535,6 +539,8 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	li(c, R_SLOT, 0);
 	li(c, R_IN, 0);
 	li(c, R_PF, -1);
+	if (r->nst || r->pair != MOE_NONE)
+		li(c, R_PG, -1); /* no block result pending */
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
@@ -569,7 +575,8 @@ static void region_prefetch(lw *c, const rgn *r)
 	ld(c, R_E2, r->tbe, R_NEXT, r->bebase, r->bes);
 	li(c, R_T, 1);
 	alui(c, TCP_S_SUB, R_IN2, R_T, R_IN, 0);
-	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
+	if (!r->nst) /* a decode's (results in a DM grid): its rows go first, the weights join them */
+		load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
 	if (!r->single) {
 		uint32_t same = br(c, TCP_C_EQ, R_E2, R_E);
 		alui(c, TCP_S_SUB, R_S2, R_T, R_SLOT, 0);
@@ -640,6 +647,30 @@ static void lower_block_node(lw *c, moe_id i)
 		*(ir_node *)N(g, ids[j]) = saved[j];
 }
 
+/* In block g's body, after its first contraction (or before a value that
+ * is copied out is written again), when block results go to HBM grids:
+ * block g + 1's grid rows into the other half of their double buffer, then
+ * block g - 1's results to HBM (block_store.c). Issued at the top of the
+ * body, the gather would wait for block g - 1's reads of that half, and the
+ * DMA commands after it (block g's weights) with it. A decode (results in a
+ * DM grid) gathers at the top: its one-row blocks are read at once, and the
+ * weights that follow join the gather. */
+static void region_mid(lw *c, const rgn *r)
+{
+	if (r->pair != MOE_NONE) { /* block g - 1's results scattered to their pairs */
+		li(c, R_ROWT, 0);
+		uint32_t none = br(c, TCP_C_LT, R_PG, R_ROWT);
+		tcpl_pairs_store(c, r->pair, R_PG, R_PROWS);
+		patch(c, none);
+	}
+	if (!r->nst)
+		return; /* no result to copy: a decode's small blocks, whose rows were gathered at the top */
+	uint32_t last = br(c, TCP_C_GE, R_NEXT, R_NB);
+	load_inputs(c, r, R_NEXT, R_IN2, R_E2, false, true, true);
+	patch(c, last);
+	tcpl_store_pending(c, r->st, r->nst);
+}
+
 /* The block body: the grid inputs read through the input slot register, then every region node. */
 static void region_body(lw *c, const rgn *r)
 {
@@ -660,14 +691,29 @@ static void region_body(lw *c, const rgn *r)
 					if (N(g, i)->args[k] == r->ins[j].src)
 						c->v[r->ins[j].src] = v;
 	}
+	bool pending = true; /* the next block's rows, block g - 1's results: after block g's first contraction */
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++) {
 		if (!c->inreg[i])
 			continue;
 		const ir_node *n = N(g, i);
 		if (n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || region_slice(g, n))
 			continue;
+		bool rewrites = false; /* a stored value is written again: its copy goes first */
+		for (int k = 0; k < r->nst; k++)
+			rewrites |= r->stid[k] == i;
+		rewrites |= i == r->pair;
+		if (pending && rewrites) {
+			region_mid(c, r);
+			pending = false;
+		}
 		lower_block_node(c, i);
+		if (pending && n->op == MOE_OP_EINSUM) {
+			region_mid(c, r);
+			pending = false;
+		}
 	}
+	if (pending)
+		region_mid(c, r);
 }
 
 static bool in_dm_grid(const rgn *r, moe_id i)
@@ -678,20 +724,28 @@ static bool in_dm_grid(const rgn *r, moe_id i)
 	return indm;
 }
 
-/* Store region results read outside the loop (those in a DM grid are there). */
-static void region_store(lw *c, const rgn *r)
+/* Region results read outside the loop (those in a DM grid are there):
+ * each gets an HBM grid, to which every block's result is copied
+ * (block_store.c: deferred to the next block's body). */
+static void region_homes(lw *c, rgn *r)
 {
 	const moe_graph *g = c->g;
-	for (moe_id i = 0; i < g->nnodes; i++) {
+	bool fine = false; /* streamed weights: the contractions run fine row tiles */
+	for (moe_id i = 0; i < g->nnodes; i++)
+		fine |= c->inreg[i] && c->wstream[i];
+	for (moe_id i = 0; i < g->nnodes && r->nst < RGN_MAXDM; i++) {
 		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i) ||
-			tcpl_pairs_store(c, i))
+			(i == c->pr_node && c->pr_t >= 0)) { /* in pair order (lower_pairs.c) */
+			if (c->inreg[i] && i == c->pr_node && c->pr_t >= 0)
+				r->pair = i;
 			continue;
+		}
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
 		int32_t home = tcpl_hbm_tensor(c, n->name ? n->name : "block-out", TCP_T_SCRATCH, (moe_dtype)n->dtype,
 			n->rank, n->shape);
-		tcpl_block_copy(c, home, 0, R_G, ir_numel(&b), c->v[i].t, 0, b.shape[0], ir_numel(&b) / b.shape[0]);
-		c->v[i] = tview(home, i, n);
+		r->stid[r->nst] = i;
+		r->st[r->nst++] = (tcpl_bstore){home, c->v[i].t, b.shape[0], ir_numel(&b) / b.shape[0], fine};
 	}
 }
 
@@ -721,6 +775,8 @@ static void region_finish(lw *c, const rgn *r)
 	const moe_graph *g = c->g;
 	for (int k = 0; k < r->ndh; k++)
 		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
+	for (int k = 0; k < r->nst; k++)
+		c->v[r->stid[k]] = tview(r->st[k].home, r->stid[k], N(g, r->stid[k]));
 	for (int j = 0; j < r->nin; j++)
 		if (!r->ins[j].inplace)
 			tcpl_dm_free(c, r->ins[j].buf);
@@ -759,6 +815,7 @@ void tcpl_lower_region(lw *c)
 	memset(&r, 0, sizeof r);
 	r.first = MOE_NONE;
 	r.st_reg = -1;
+	r.pair = MOE_NONE;
 	r.st_tmp[0] = r.st_tmp[1] = -1;
 	bool nbi = c->v[c->nblocks].kind == VK_IMM, rwi = c->v[c->rows].kind == VK_IMM;
 	r.tnb = nbi ? -1 : tcpl_dm_view(c, c->nblocks)->t;
@@ -777,6 +834,7 @@ void tcpl_lower_region(lw *c)
 	tcpl_pairs_rows(c); /* block results in pair order (lower_pairs.c) */
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
+	region_homes(c, &r);
 	uint32_t skip_all = region_prologue(c, &r);
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
@@ -784,7 +842,16 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
-	region_store(c, &r);
+	if (r.pair != MOE_NONE) { /* the last block scatters its own results in pair order (lower_pairs.c) */
+		uint32_t more = br(c, TCP_C_LT, R_NEXT, R_NB);
+		tcpl_pairs_store(c, r.pair, R_G, R_ROWS);
+		patch(c, more);
+	}
+	tcpl_store_end(c, r.st, r.nst);
+	if (r.pair != MOE_NONE && !r.nst) { /* this block's results pend (tcpl_store_end sets these with copies) */
+		alui(c, TCP_S_ADD, R_PG, R_G, TCP_NOREG, 0);
+		alui(c, TCP_S_ADD, R_PROWS, R_ROWS, TCP_NOREG, 0);
+	}
 	region_advance(c, &r);
 	patch(c, guard);
 	alui(c, TCP_S_ADD, R_G, R_G, TCP_NOREG, 1);

@@ -41,6 +41,13 @@ static bool splittable(const tcp_insn *in)
  * one tile. */
 void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 {
+	tcpl_emit_row_steps(c, in, first, 0);
+}
+
+/* ... the tiles after the first of `step` rows each (0: growing, each as
+ * long as the rows before it). */
+void tcpl_emit_row_steps(lw *c, const tcp_insn *in, int64_t first, int64_t step)
+{
 	int64_t M = in->dim[0];
 	if (!splittable(in) || first < 1 || M <= first) {
 		tcp_insn cp = *in;
@@ -49,7 +56,7 @@ void tcpl_emit_row_tiles(lw *c, const tcp_insn *in, int64_t first)
 	}
 	uint32_t skip[64];
 	int ns = 0;
-	for (int64_t s = 0, len = first; s < M && ns < 64; s += len, len = s) {
+	for (int64_t s = 0, len = first; s < M && ns < 64; s += len, len = step > 0 ? step : s) {
 		int64_t n = M - s < len ? M - s : len;
 		/* guard: a tile whose first row is at or past the count is skipped,
 		 * and so are the later ones (nested ifs: one guard skips them all) */

@@ -99,9 +99,10 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 
 /* A block of `rows` rows (at most h) runs the contraction planned for h rows
  * in the row tiles of lower_rows.c that start below `rows`: [0, first),
- * [first, 2 first), ... (first = 0: h whole). Its cycles. */
-static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, int64_t rows, int64_t O, int64_t I,
-	int wdt)
+ * [first, 2 first), ... or, with a step, [first, first + step), ... (first
+ * = 0: h whole). Its cycles. */
+static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, int64_t step, int64_t rows, int64_t O,
+	int64_t I, int wdt)
 {
 	cplan pl = tcp_plan_contract(m, h, O, I, wdt, NULL);
 	int64_t tiles[64];
@@ -109,7 +110,7 @@ static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, 
 	if (first < 1 || h <= first)
 		tiles[nt++] = h;
 	else
-		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = s)
+		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = step > 0 ? step : s)
 			tiles[nt++] = h - s < len ? h - s : len;
 	return contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
 }
@@ -167,22 +168,33 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
  * lower_rows.c) runs the contractions planned for h rows (above f in two
  * row tiles, the second only for more than h / 2 rows), a fuller one those
  * planned for B. Index k < ncls: class h[k]; the last entry is B. */
-enum { MAXCLS = 8 };
+enum { MAXCLS = 8, NSTEP = 5 };
 typedef struct block_costs {
 	int64_t B, h[MAXCLS];
 	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
 	int ncls;    /* entries, B's included */
 	bool stream; /* weights streamed per block: a block takes the longer of its main and DMA work */
+	/* streamed weights (fine row tiles, lower_contract.c): main cycles of
+	 * class k with j tiles of h / 8 past h / 2 (the last entry: a block
+	 * short of B), of a full block; DMA cycles fixed and per row moved */
+	double fine[MAXCLS][NSTEP], full, sdma, drow;
 } block_costs;
 
-/* The main-context cycles of the block at the rows of its class. */
+/* The main-context cycles of the block at the rows of its class; with
+ * streamed weights the longer of those and its DMA work (the expert's
+ * weights, its token rows, its result's rows: h of its class). */
 static double class_cost(const block_costs *bc, int64_t rows)
 {
 	int k = 0;
 	while (k < bc->ncls - 1 && rows > bc->h[k])
 		k++;
-	double mm = 2 * rows > bc->h[k] ? bc->hi[k] : bc->lo[k];
-	return bc->stream && bc->dma > mm ? bc->dma : mm;
+	int64_t h = bc->h[k];
+	if (!bc->stream)
+		return 2 * rows > h ? bc->hi[k] : bc->lo[k];
+	int64_t j = k == 0 || 2 * rows <= h ? 0 : (rows - h / 2 + h / 8 - 1) / (h / 8);
+	double mm = rows >= bc->B ? bc->full : bc->fine[k][j < NSTEP ? j : NSTEP - 1];
+	double dm = bc->sdma + (double)(rows + h) * bc->drow;
+	return dm > mm ? dm : mm;
 }
 
 /* Expert loads: an expert's token count n is Binomial(T, K/E x l), where
@@ -244,12 +256,13 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
  * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
  * each). */
 static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
-	int64_t rows, double *tiles)
+	int64_t step, int64_t rows, double *tiles)
 {
 	double S = (double)tcp_slices(m);
 	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
 	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
-	int64_t c1 = tiled_cycles(m, h, first, rows, F1, d->D, d->wdt), c2 = tiled_cycles(m, h, first, rows, d->D, d->F, d->wdt);
+	int64_t c1 = tiled_cycles(m, h, first, step, rows, F1, d->D, d->wdt),
+		c2 = tiled_cycles(m, h, first, step, rows, d->D, d->F, d->wdt);
 	if (tiles) {
 		cplan p1 = tcp_plan_contract(m, h, F1, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
 		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
@@ -271,21 +284,31 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	memset(bc, 0, sizeof *bc);
 	bc->B = B;
 	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
+	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
 	for (int64_t h = f; h < B && bc->ncls < MAXCLS - 1; h *= 4) {
 		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
 		bc->h[bc->ncls] = h;
-		bc->lo[bc->ncls] = block_main(m, d, B, h, first, h / 2, NULL);
-		bc->hi[bc->ncls++] = block_main(m, d, B, h, first, h, NULL);
+		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
+		bc->hi[bc->ncls] = block_main(m, d, B, h, first, 0, h, NULL);
+		for (int j = 0; bc->stream && j < NSTEP; j++)
+			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
+		bc->ncls++;
 	}
 	bc->h[bc->ncls] = B;
-	bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, B, 0, B, &tiles);
+	bc->lo[bc->ncls] = bc->hi[bc->ncls] = bc->full = block_main(m, d, B, B, 0, 0, B, &tiles);
+	for (int j = 0; bc->stream && j < NSTEP; j++) /* a block short of B (B >= 4f) */
+		bc->fine[bc->ncls][j] = B >= 4 * f ? block_main(m, d, B, B, B / 2, B / 8, B / 2 + j * (B / 8), NULL) : bc->full;
 	bc->ncls++;
-	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
 	bc->dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
 	for (int64_t p = 0; p < d->nproj; p++)
 		bc->wfetch += dma_cycles(m, W / (double)d->nproj, 1);
 	if (bc->stream) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
 		bc->dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
+	/* ... and in the loop every block's DMA list joins the one before it
+	 * (block_store.c): the setups hide; its token rows and its result's
+	 * rows by its count */
+	bc->sdma = dma_cycles(m, W, 1) + (tiles + 2) * (double)m->issue_cycles;
+	bc->drow = (double)d->D * xe / fmin(m->hbm_bytes_per_s / m->clock_hz, (double)(m->dma_engines * m->dma_bytes_per_cycle));
 }
 
 /* Predicted cycles of the block loop with block size B: the blocks each hit

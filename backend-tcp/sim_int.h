@@ -14,7 +14,7 @@
 #include "backend-tcp/tcp_int.h"
 #include "ir/scalar.h"
 
-#define NHAZ 8
+#define NHAZ 64
 #define TCP_MAX_EVENTS 2000000 /* commands recorded for a trace; later ones are not */
 #define TCP_MAX_CYCLES ((int64_t)1 << 60)
 /* An event reference: the recorded event's index + 1, 0 for none (the

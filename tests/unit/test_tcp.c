@@ -304,6 +304,31 @@ static void test_streamed_expert_weights_match_interp(void **st)
 	free(mb);
 }
 
+/* Streamed weights with blocks of B = 32 rows holding about 24: the rows
+ * past B / 2 run in guarded tiles of B / 8 (4 rows), and each block's
+ * results go to their pairs (lower_pairs.c) in the next block's body (r16:
+ * the pending block). The sums match the interpreter, and bit for bit the
+ * program of a DM that holds whole experts (its two row tiles of 16). */
+static void test_streamed_fine_row_tiles_match(void **st)
+{
+	(void)st;
+	const char *const mid[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "163840", "trf_bytes_per_lane", "8192", "512", NULL};
+	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
+		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
+	char *mm = machine_json(mid), *mb = machine_json(big);
+	const char *const fine[] = {"tu.contract dims=[4,", "+r16*", NULL};
+	const char *const coarse[] = {"tu.contract dims=[4,", NULL};
+	const layer L = {MOE_BF16, 48, 64, 256, 4, 2, 32, 0, 0};
+	void *ys = check_against_interp_on(&L, 1e-2, mm, fine, true);
+	void *yb = check_against_interp_on(&L, 1e-2, mb, coarse, false);
+	assert_memory_equal(ys, yb, (size_t)(L.T * L.D) * moe_dtype_size(L.t));
+	free(ys);
+	free(yb);
+	free(mm);
+	free(mb);
+}
+
 /* Experts too big to double-buffer but small enough for one buffer, with two
  * blocks or more per expert on average: one [1, F, D] buffer per weight, each
  * expert fetched once, the next fetch after the current expert's last block.
@@ -1137,6 +1162,7 @@ int main(void)
 		cmocka_unit_test(test_experts_more_tokens),
 		cmocka_unit_test(test_tied_scores_route_like_host),
 		cmocka_unit_test(test_streamed_expert_weights_match_interp),
+		cmocka_unit_test(test_streamed_fine_row_tiles_match),
 		cmocka_unit_test(test_one_expert_skips_blocks),
 		cmocka_unit_test(test_binary_round_trip_and_corruption),
 		cmocka_unit_test(test_timing_only_same_cycles),
