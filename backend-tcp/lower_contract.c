@@ -248,7 +248,7 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
 		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
 		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
-			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0);
+			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0, 0);
 		c->p->router_macs += M * O * I;
 		return;
 	}
