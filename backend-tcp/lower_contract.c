@@ -149,6 +149,26 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 		tcpl_dm_free(c, wb);
 }
 
+/* One row against weights in DM with the row stationary (tcpl_lower_einsum's
+ * swap): dst[o, m] = sum_i w[o, i] x[m, i], the weights streamed past it.
+ * Returns true (emitted). */
+static bool emit_row_stationary(lw *c, moe_id id, const val *avs, const val *wvs, const val *ovs, const int *pos_a,
+	const int *pos_w, const int *pos_o)
+{
+	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]), *wn = N(c->g, n->args[1]);
+	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
+	int dimmap[TCP_MAXD];
+	for (int k = 0; k < TCP_MAXD; k++)
+		dimmap[k] = k;
+	tcp_view a = mkview(avs, an, an->rank, dimmap), w = mkview(wvs, wn, wn->rank, dimmap);
+	tcp_view d = mkview(ovs, n, n->rank, dimmap);
+	cplan ps = plan_contract(c, O, M, I, an->dtype);
+	emit_contract(c, id, &ps, &w, wvs->stride[pos_w[2]], wvs->stride[pos_w[3]], &a, avs->stride[pos_a[1]],
+		avs->stride[pos_a[3]], &d, ovs->stride[pos_o[2]], ovs->stride[pos_o[1]], an->dtype, -1, false, 0, 0);
+	c->p->router_macs += M * O * I;
+	return true;
+}
+
 void tcpl_lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
@@ -240,18 +260,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
 	cplan pl = plan_contract(c, M, O, I, an->dtype);
-	if (swap && !stream) {
-		int dimmap[TCP_MAXD];
-		for (int k = 0; k < TCP_MAXD; k++)
-			dimmap[k] = k;
-		tcp_view a = mkview(&avs, an, an->rank, dimmap), w = mkview(&wvs, wn, wn->rank, dimmap);
-		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
-		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
-		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
-			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0, 0);
-		c->p->router_macs += M * O * I;
+	if (swap && !stream && emit_row_stationary(c, id, &avs, &wvs, &ovs, pos_a, pos_w, pos_o))
 		return;
-	}
 	int64_t nbat = cb >= 0 && !region ? an->shape[pos_a[0]] : 1;
 	for (int64_t b = 0; b < nbat; b++) {
 		int dimmap[TCP_MAXD];
