@@ -151,7 +151,7 @@ void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tb
 	in.dim[0] = 1;
 	in.dim[1] = 1;
 	in.dim[2] = n;
-	in.rows = N(c->g, w)->shape[0];
+	in.rows = ir_numel(N(c->g, w)) / n; /* the experts: the weight is [E, n] as the copy read it */
 	in.vreg = -1;
 	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
 	d->t = buf; /* slot 0: the prologue's R_SLOT */
