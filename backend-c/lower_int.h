@@ -212,6 +212,39 @@ static inline void set(lw *L, cg_block *b, int var, cg_expr *e)
 	s->a = e;
 }
 
+/* f32 add/sub/mul/div with the defined NaN of ir/scalar.h (sc_nan2): the
+ * first operand if it is a NaN, else the second if it is one, quieted; else
+ * a op b. Which NaN operand the hardware passes on is not fixed once a
+ * compiler commutes the operation, so both are chosen by selects. Operands
+ * other than loads, variables and constants are computed once into a
+ * variable set in b; a constant that is not a NaN needs no select. */
+static inline cg_expr *fquiet(lw *L, cg_expr *x)
+{
+	cg_expr *u = bin(L, CE_OR, mk(L, CE_BITS, CT_I32, x, NULL, NULL), ic32(L, 0x00400000));
+	return mk(L, CE_BITS, CT_F32, u, NULL, NULL);
+}
+
+static inline cg_expr *fleaf(lw *L, cg_block *b, cg_expr *x)
+{
+	if (x->op == CE_LOAD || x->op == CE_VAR || x->op == CE_FCONST)
+		return x;
+	int v = newvar(L, CT_F32);
+	set(L, b, v, x);
+	return vr(L, v);
+}
+
+static inline cg_expr *farith(lw *L, cg_block *b, cg_eop op, cg_expr *a, cg_expr *c)
+{
+	a = fleaf(L, b, a);
+	c = fleaf(L, b, c);
+	cg_expr *r = bin(L, op, a, c);
+	if (c->op != CE_FCONST || c->d != c->d)
+		r = sel(L, un(L, CE_ISNAN, c), fquiet(L, c), r);
+	if (a->op != CE_FCONST || a->d != a->d)
+		r = sel(L, un(L, CE_ISNAN, a), fquiet(L, a), r);
+	return r;
+}
+
 /* Store a value already in the buffer's value type; bf16 is rounded here. */
 static inline void store(lw *L, cg_block *b, int buf, cg_expr *idx, cg_expr *v)
 {
