@@ -360,11 +360,16 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 			break;
 		case SEC_CODE: s_code(&s, p); break;
 		default:
-			/* IR JSON text: no NUL inside; parsed and checked by the validator */
-			if (memchr(buf + off[k], 0, sz[k])) {
-				s.bad = true;
-				break;
+			/* IR JSON text: no NUL inside, and no raw control byte but the
+			 * whitespace JSON allows (the checkpoint names in it reach the
+			 * terminal through `moec check`, like the tensor table's);
+			 * parsed and checked by the validator */
+			for (uint64_t j = 0; j < sz[k] && !s.bad; j++) {
+				unsigned char ch = buf[off[k] + j];
+				s.bad = (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f;
 			}
+			if (s.bad)
+				break;
 			p->prep_len = sz[k];
 			p->prep = ctx_alloc(ctx, sz[k] + 1);
 			memcpy(p->prep, buf + off[k], sz[k]);

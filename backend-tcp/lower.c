@@ -133,7 +133,9 @@ static bool out_cat(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	uint32_t idx = 0;
-	if (n->op != MOE_OP_CONCAT || !(c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S) || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
+	/* (lower_pairs.c: no gather after the loop for such a DMA to hold) */
+	bool big = c->sink || ir_bytes(n) >= c->m->dm_bytes_per_slice / 8 * c->S || c->pr_node != MOE_NONE;
+	if (n->op != MOE_OP_CONCAT || !big || !c->is_out[id] || norm_axis(n, n, 0) != 0 || c->hbm_home[id] ||
 		c->inreg[id] || !sole_output(c, id, &idx))
 		return false;
 	for (uint32_t i = 0; i < n->nargs; i++)
@@ -186,6 +188,11 @@ void tcpl_lower_node(lw *c, moe_id id)
 		return; /* computed inside the reduce it feeds; or gathered per block */
 	if (c->ggrid[id] && n->op == MOE_OP_RESHAPE) {
 		c->v[id] = c->v[n->args[0]]; /* the grid's row list; the block loop gathers */
+		tcpl_decode_reshape(c, id);  /* or x's one row, read in place (lower_decode.c) */
+		return;
+	}
+	if (tcpl_nan_key(c, id)) {
+		c->v[id] = c->v[tcpl_nan_key_src(c, id)]; /* its lane words (lower_decode.c) */
 		return;
 	}
 	if (c->alias_cast[id]) {
@@ -274,6 +281,8 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->S = tcp_slices(m);
 	c->next_reg = R_FREE;
 	c->trf[0] = c->trf[1] = -1;
+	c->pr_node = c->pr_pos = MOE_NONE; /* lower_pairs.c */
+	c->pr_t = c->pr_rl = -1;
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);
@@ -499,6 +508,8 @@ static int64_t plan_order(lw *c)
 		if ((n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE || n->op == MOE_OP_BROADCAST || c->alias_cast[i]) &&
 			!c->inreg[i] && !in_rows)
 			own[i] = own[n->args[0]];
+		if (tcpl_nan_key(c, i))
+			own[i] = own[tcpl_nan_key_src(c, i)];
 	}
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
@@ -572,7 +583,7 @@ static void lower_all(lw *c, int64_t loop_pos)
 			tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 			release(c, c->pos[i]);
 		}
-	if (c->sink)
+	if (c->sink || c->pr_node != MOE_NONE) /* lower_pairs.c: the DM the copy held goes to the pair rows */
 		inputs_to_hbm(c);
 	if (c->rows != MOE_NONE && !c->failed) {
 		tcpl_quant_stage_after(c, UINT32_MAX);
@@ -649,9 +660,11 @@ static void roofline_dims(lw *c)
 	bool paired = false;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		paired |= c->inreg[i] && N(g, i)->op == MOE_OP_EINSUM && tcpl_region_projections(c, i) > 1;
-		if (c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) {
+		bool wview = c->inreg[i] && N(g, i)->op == MOE_OP_RESHAPE && N(g, N(g, i)->args[0])->op == MOE_OP_SLICE &&
+			     N(g, N(g, N(g, i)->args[0])->args[0])->op == MOE_OP_GATHER; /* pair_down.c */
+		if ((c->inreg[i] && N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks) || wview) {
 			ir_node b = block_node(N(g, i));
-			wb += ir_bytes(&b);
+			wb += wview ? 0 : ir_bytes(&b);
 			if (b.rank == 2 && b.shape[1] == p->moe_D && !up)
 				up = b.shape[0];
 			if (b.rank == 2 && b.shape[0] == p->moe_D && !down)
@@ -679,19 +692,17 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 	return false;
 }
 
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
-	bool sink)
+/* One lowering; with `pairs`, the block results in pair order (lower_pairs.c)
+ * where planned, quietly: a failure then (DM capacity) sets *again for a
+ * lowering without them. */
+static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink, bool pairs, bool *again)
 {
-	if (!lowerable(ctx, g, m)) {
-		if (prep)
-			ctx_free(ctx, prep, prep_len + 1);
-		return NULL;
-	}
 	lw c;
 	tcpl_init(&c, ctx, g, m);
 	c.sink = sink;
 	tcp_program *p = c.p;
-	p->prep = prep; /* owned by the program from here on */
+	p->prep = prep; /* owned by the program from here on, but when tried again */
 	p->prep_len = prep_len;
 	p->dtype = (uint8_t)g->dtype;
 	p->moe_T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
@@ -703,15 +714,25 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
+	if (pairs)
+		tcpl_pairs_plan(&c);
+	c.quiet = c.pr_node != MOE_NONE;
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
 	tcp_emit(p, &h);
 	if (c.rows != MOE_NONE)
 		roofline_dims(&c);
-	bool failed = c.failed;
+	bool failed = c.failed, quiet = c.quiet;
 	int64_t top = c.hbm_top;
 	tcpl_fini(&c);
+	if (failed && quiet) {
+		*again = true;
+		p->prep = NULL;
+		p->prep_len = 0;
+		tcp_prog_free(p);
+		return NULL;
+	}
 	if (!failed && tcpl_check_dm(ctx, p, g->loc))
 		failed = true;
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {
@@ -723,6 +744,21 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 		tcp_prog_free(p);
 		return NULL;
 	}
+	return p;
+}
+
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink)
+{
+	if (!lowerable(ctx, g, m)) {
+		if (prep)
+			ctx_free(ctx, prep, prep_len + 1);
+		return NULL;
+	}
+	bool again = false;
+	tcp_program *p = lower_try(ctx, g, m, prep, prep_len, sink, true, &again);
+	if (again)
+		p = lower_try(ctx, g, m, prep, prep_len, sink, false, &again);
 	return p;
 }
 
@@ -742,8 +778,14 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	moe_graph *gu = tcp_pack_gate_up(ctx, g);
 	if (!gu && (gu = tcp_pair_gate_up(ctx, g, machine)) != NULL && ir_graph_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0))
 		ir_graph_set_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0); /* new node ids: the lowering applies the rule */
-	if (gu)
+	if (gu) {
+		moe_graph *gd = tcp_pair_down(ctx, gu, machine); /* pair_down.c */
+		if (gd) {
+			ir_graph_free(gu);
+			gu = gd;
+		}
 		g = gu;
+	}
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_program *p = NULL;
 	moe_graph *rows = NULL;

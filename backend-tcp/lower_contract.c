@@ -210,6 +210,13 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			pos_o[k] -= pos_o[k] >= 0;
 		}
 	}
+	/* one row against weights outside the loop (a decode's router): the row
+	 * is the stationary operand and the weights stream past it, so the TRF
+	 * load of the row overlaps the weights' copy (x is copied first) */
+	bool swap = !region && cb < 0 && an->shape[pos_a[1]] == 1 && tcpl_valid_reg(c, id) < 0 &&
+		    ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S;
+	if (!region && cb < 0 && ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S && !swap)
+		(void)tcpl_dm_view(c, n->args[1]); /* the stationary operand's copy first: its TRF load waits for it only */
 	val *av = tcpl_dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
@@ -225,6 +232,18 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
 	cplan pl = plan_contract(c, M, O, I, an->dtype);
+	if (swap && !stream) {
+		int dimmap[TCP_MAXD];
+		for (int k = 0; k < TCP_MAXD; k++)
+			dimmap[k] = k;
+		tcp_view a = mkview(&avs, an, an->rank, dimmap), w = mkview(&wvs, wn, wn->rank, dimmap);
+		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
+		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
+		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
+			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0);
+		c->p->router_macs += M * O * I;
+		return;
+	}
 	int64_t nbat = cb >= 0 && !region ? an->shape[pos_a[0]] : 1;
 	for (int64_t b = 0; b < nbat; b++) {
 		int dimmap[TCP_MAXD];

@@ -82,6 +82,10 @@ typedef struct lw {
 	moe_id *order1;    /* their emission order */
 	uint32_t norder1;
 	moe_id *cat_of;    /* a part of an output joined along its rows: that concat (DMA'd out at once) */
+	moe_id pr_node, pr_pos; /* lower_pairs.c: the block result kept in pair order in DM (pr_t), and pos */
+	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
+	int64_t pr_n;           /* ... its rows (T K) */
+	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
 	int vreg_rows;
@@ -354,6 +358,12 @@ void tcpl_plan_fusions(lw *c);
 
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
+/* lower_pairs.c */
+void tcpl_pairs_plan(lw *c);
+void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist);
+void tcpl_pairs_rows(lw *c);
+bool tcpl_pairs_store(lw *c, moe_id i);
+bool tcpl_pairs_gather(lw *c, moe_id id);
 /* The lowering state of g on machine m (a fresh program in c->p), and its
  * release (c->p excepted). */
 void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
@@ -376,5 +386,12 @@ bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such
 void tcpl_mark_pre_experts(lw *c);
 bool tcpl_pre_experts_fit(const lw *c); /* their DM beside what is live now */
 void tcpl_lower_pre_experts(lw *c, bool late); /* late: after the loop, as they did not fit in it */
+/* lower_decode.c: a decode's block rows read x's DM copy in place (7.4) */
+bool tcpl_decode_scatter(lw *c, moe_id id);
+bool tcpl_decode_view(const lw *c, moe_id id);
+void tcpl_decode_reshape(lw *c, moe_id id);
+val tcpl_decode_block_view(const lw *c, moe_id id);
+bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
+moe_id tcpl_nan_key_src(const lw *c, moe_id id);
 
 #endif

@@ -11,7 +11,7 @@ void tcpl_err(lw *c, moe_id n, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (!c->failed)
+	if (!c->failed && !c->quiet) /* quiet: a lowering that is tried again (lower_try) */
 		moe_diag(c->ctx, MOE_DIAG_ERROR, n == MOE_NONE ? c->g->loc : N(c->g, n)->loc, "tcp: %s", msg);
 	c->failed = true;
 }

@@ -20,9 +20,11 @@ static bool weight_view(const moe_graph *g, moe_id id)
  * loop a view of its source. */
 static bool region_slice(const moe_graph *g, const ir_node *n)
 {
+	const ir_node *sn = n->nargs == 1 ? N(g, n->args[0]) : NULL;
+	bool wg = sn && sn->op == MOE_OP_GATHER && sn->valid != MOE_NONE && sn->valid == ir_graph_node_attr(g, IR_GK_NBLOCKS);
 	if (n->op != MOE_OP_SLICE || n->nargs != 1 || n->rank < 2 || ir_attr_int(n, "step", 1) != 1 ||
-		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || N(g, n->args[0])->op != MOE_OP_EINSUM)
-		return false;
+		ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank) != n->rank - 1 || (sn->op != MOE_OP_EINSUM && !wg))
+		return false; /* wg: the expert's weights packed together (pair_down.c) */
 	moe_id e = n->args[0];
 	for (moe_id u = e + 1; u < g->nnodes; u++) {
 		const ir_node *un = N(g, u);
@@ -97,8 +99,12 @@ void tcpl_find_region(lw *c)
 					s = N(g, s)->args[0];
 				c->hbm_home[s] = true;
 			}
-			if (!c->inreg[i] && c->inreg[a])
+			if (!c->inreg[i] && c->inreg[a]) {
 				c->hbm_home[a] = true;
+				/* a reshape that keeps G (B = 1: [G, 1, D] -> [G, D]) is a view of its source's home */
+				for (moe_id s = a; N(g, s)->op == MOE_OP_RESHAPE && c->inreg[N(g, s)->args[0]];)
+					c->hbm_home[s = N(g, s)->args[0]] = true;
+			}
 		}
 		if (c->inreg[i] && c->is_out[i])
 			c->hbm_home[i] = true;
@@ -136,12 +142,13 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	sv->stride[0] = T * D;
 	sv->stride[1] = D;
 	sv->stride[2] = 1;
+	int64_t is = c->v[s].stride[0] > 1 ? c->v[s].stride[0] : 1; /* 8-byte index rows (lower_route.c) */
 	ix->t = c->v[s].t;
 	ix->base = c->v[s].base;
 	ix->reg = blk;
-	ix->scale = rows;
-	ix->stride[0] = rows;
-	ix->stride[1] = 1;
+	ix->scale = rows * is;
+	ix->stride[0] = rows * is;
+	ix->stride[1] = is;
 	emit(c, &in);
 }
 
@@ -155,6 +162,7 @@ typedef struct rinp {
 	bool weight;
 	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
 	bool staged;   /* ... its rows staged into buf once, in block order (lower_stage.c) */
+	bool inplace;  /* a decode's x row, read in place (lower_decode.c): no buffer, no DMA */
 } rinp;
 
 enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
@@ -280,7 +288,7 @@ static void region_weight_buffer(lw *c, rgn *r, moe_id i)
 	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 	if (r->nin < RGN_MAXIN)
-		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false};
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false, false};
 	val v = tview(t, i, &b);
 	v.region = true;
 	v.reg = R_SLOT;
@@ -307,6 +315,11 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 			seen |= r->ins[j].src == a;
 		if (seen)
 			continue;
+		if (tcpl_decode_view(c, a)) {
+			if (r->nin < RGN_MAXIN)
+				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, false, true};
+			continue;
+		}
 		ir_node b = block_node(an);
 		int64_t sh[MOE_MAX_RANK + 1];
 		sh[0] = 2;
@@ -318,7 +331,7 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 		if (st)
 			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)
-			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st};
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st, false};
 	}
 	return true;
 }
@@ -355,9 +368,9 @@ static bool region_buffers(lw *c)
 {
 	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || tcpl_quant_no_buffer(c, i))
-			continue;
 		const ir_node *n = N(g, i);
+		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || (tcpl_quant_no_buffer(c, i) && !region_slice(g, n)))
+			continue;
 		ir_node b = block_node(n);
 		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
@@ -387,7 +400,7 @@ static bool region_buffers(lw *c)
 static bool region_check_inputs(lw *c, const rgn *r)
 {
 	for (int j = 0; j < r->nin; j++) {
-		if (r->ins[j].gather != MOE_NONE)
+		if (r->ins[j].gather != MOE_NONE || r->ins[j].inplace)
 			continue;
 		val *sv = tcpl_need_view(c, r->ins[j].src);
 		if (sv->kind != VK_VIEW || !is_contig(sv, N(c->g, r->ins[j].src))) {
@@ -403,13 +416,55 @@ static bool region_check_inputs(lw *c, const rgn *r)
  * first). `join`: the list itself joins the DMA command before it, so inside
  * the loop every block's list sets up while the previous one transfers (the
  * hazards still hold each copy until its buffer's last reader is done). */
+/* An expert's weights packed whole (pair_down.c): the gather's first slice
+ * ends at the pair's elements, where down's begin; 0 for any other gather. */
+static int64_t merged_split(const lw *c, moe_id q)
+{
+	const moe_graph *g = c->g;
+	for (moe_id u = q + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		if (un->op == MOE_OP_SLICE && un->args[0] == q && c->inreg[u] && region_slice(g, un) &&
+			ir_attr_int(un, "start", 0) == 0)
+			return ir_attr_int(un, "stop", 0);
+	}
+	return 0;
+}
+
+/* The fetch of such an expert: one descriptor, but two (the pair's rows,
+ * then down's) when block `blk` is the last, so that its gate and up work
+ * while down streams in and only down's contraction follows the stream. */
+static void merged_fetch(lw *c, const rinp *in, int blk, int slot, int ex, int64_t na, bool join)
+{
+	const val *sv = &c->v[in->src];
+	alui(c, TCP_S_ADD, R_T, blk, TCP_NOREG, 1);
+	uint32_t one = br(c, TCP_C_LT, R_T, R_NB);
+	dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, ex, in->n, na);
+	c->p->code[c->p->ncode - 1].flags |= join ? TCP_F_JOIN : 0;
+	dma_copy(c, in->buf, na, slot, in->n, sv->t, sv->base + na, ex, in->n, in->n - na);
+	c->p->code[c->p->ncode - 1].flags |= TCP_F_JOIN;
+	uint32_t done = jmp(c);
+	patch(c, one);
+	dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, ex, in->n, in->n);
+	c->p->code[c->p->ncode - 1].flags |= join ? TCP_F_JOIN : 0;
+	patch(c, done);
+}
+
 static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool weights_only, bool grids_only, bool join)
 {
 	for (int j = 0, first_ = !join; j < r->nin; j++) {
 		const rinp *in = &r->ins[j];
-		if ((in->weight && grids_only) || (!in->weight && weights_only))
+		if ((in->weight && grids_only) || (!in->weight && weights_only) || in->inplace)
 			continue;
 		val *sv = &c->v[in->src];
+		int64_t na = in->weight ? merged_split(c, in->user) : 0;
+		/* the prologue's block 0 of a decode (count a constant above 1) is not the last */
+		if (na > 0 && blk == R_G && r->tnb < 0 && r->nbbase > 1)
+			na = 0;
+		if (na > 0 && na < in->n) {
+			merged_fetch(c, in, blk, slot, ex, na, !first_);
+			first_ = 0;
+			continue;
+		}
 		if (in->staged && (weights_only || grids_only))
 			continue; /* staged once, before the loop */
 		if (in->staged)
@@ -589,6 +644,8 @@ static void region_body(lw *c, const rgn *r)
 		v.region = true;
 		v.reg = r->ins[j].staged ? r->st_reg : R_IN;
 		v.scale = r->ins[j].staged ? b.shape[b.rank - 1] : r->ins[j].n; /* staged: rows from the block's first */
+		if (r->ins[j].inplace)
+			v = tcpl_decode_block_view(c, r->ins[j].src);
 		for (moe_id i = 0; i < g->nnodes; i++)
 			if (c->inreg[i])
 				for (uint32_t k = 0; k < N(g, i)->nargs; k++)
@@ -618,7 +675,8 @@ static void region_store(lw *c, const rgn *r)
 {
 	const moe_graph *g = c->g;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i))
+		if (!c->inreg[i] || !c->hbm_home[i] || N(g, i)->op == MOE_OP_RESHAPE || in_dm_grid(r, i) ||
+			tcpl_pairs_store(c, i))
 			continue;
 		const ir_node *n = N(g, i);
 		ir_node b = block_node(n);
@@ -656,7 +714,8 @@ static void region_finish(lw *c, const rgn *r)
 	for (int k = 0; k < r->ndh; k++)
 		c->v[r->dmhome[k]] = tview(c->v[r->dmhome[k]].t, r->dmhome[k], N(g, r->dmhome[k]));
 	for (int j = 0; j < r->nin; j++)
-		tcpl_dm_free(c, r->ins[j].buf);
+		if (!r->ins[j].inplace)
+			tcpl_dm_free(c, r->ins[j].buf);
 	for (int k = 0; r->st_reg >= 0 && k < 2; k++)
 		if (r->st_tmp[k] >= 0)
 			tcpl_dm_free(c, r->st_tmp[k]);
@@ -678,7 +737,7 @@ static void region_finish(lw *c, const rgn *r)
 		}
 	}
 	for (int j = 0; j < r->nin; j++)
-		if (!r->ins[j].weight)
+		if (!r->ins[j].weight && !r->ins[j].inplace)
 			c->v[r->ins[j].src] = tview(c->p->t[r->ins[j].buf].space == TCP_HBM ? r->ins[j].buf : c->v[r->ins[j].src].t,
 				r->ins[j].src, N(g, r->ins[j].src));
 }
@@ -707,6 +766,7 @@ void tcpl_lower_region(lw *c)
 	region_dm_grids(c, &r);
 	r.t_first = (int32_t)p->nt;
 	r.single = region_plan_weights(c);
+	tcpl_pairs_rows(c); /* block results in pair order (lower_pairs.c) */
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
 	uint32_t skip_all = region_prologue(c, &r);

@@ -52,6 +52,8 @@ static int64_t prod(const int64_t *s, int a, int b)
 
 void tcpl_lower_gather(lw *c, moe_id id)
 {
+	if (tcpl_pairs_gather(c, id))
+		return; /* rows of the block results in pair order, in DM */
 	const ir_node *n = N(c->g, id), *x = N(c->g, n->args[0]), *ix = N(c->g, n->args[1]);
 	int axis = norm_axis(n, x, 0);
 	val *xv = tcpl_need_view(c, n->args[0]);
@@ -105,6 +107,8 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 		tcpl_lower_scatter_add(c, id);
 		return;
 	}
+	if (c->ggrid[id] && tcpl_decode_scatter(c, id))
+		return; /* a decode: the blocks read x's one row in place (lower_decode.c) */
 	if (c->ggrid[id]) {
 		/* dispatch by gather: row r of the grid is token rowlist[r] (0 for
 		 * padding rows, which the block math masks) */
@@ -113,19 +117,43 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 		ir_node rn = *n;
 		rn.dtype = MOE_I32;
 		rn.rank = 1;
-		int32_t t = tcpl_dm_tensor(c, id, "grid_rows", MOE_I32, 1, &rows);
+		int vreg = tcpl_valid_reg(c, id);
+		/* without a serving count, each index is an 8-byte row (token, 0): a
+		 * DM write aligned to dm_alignment_bytes, where a 4-byte one is a
+		 * read-modify-write (A16); the block gathers read every other word */
+		int64_t w = vreg < 0 && c->m->dm_align == 8 ? 2 : 1, wrows = rows * w;
+		int32_t t = tcpl_dm_tensor(c, id, "grid_rows", MOE_I32, 1, &wrows);
 		c->v[id] = tview(t, id, &rn);
+		c->v[id].stride[0] = w;
 		val *iv = tcpl_dm_view(c, n->args[1]);
 		val *tv = tcpl_dm_view(c, xp->args[1]);
 		if (!is_contig(iv, ix) || !is_contig(tv, N(c->g, xp->args[1]))) {
 			tcpl_err(c, id, "dispatch by gather with a strided index list is not lowered");
 			return;
 		}
-		int vreg = tcpl_valid_reg(c, id);
-		if (vreg >= 0) /* serving: one index per group, the count limits the groups (tiled) */
+		if (vreg >= 0) { /* serving: one index per group, the count limits the groups (tiled) */
 			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, ni, 1, rows, 1, 1, 1, 0, 1, 1, 1, vreg, TCP_F_VROWS);
-		else
-			dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], tv, iv, 1, ni, rows, 1, ni, 1, rows, 1, 0, 1, -1, 0);
+			return;
+		}
+		val src = *tv;
+		if (w == 2) { /* the tokens as the first words of 8-byte rows: one copy pass */
+			int64_t n2 = ni * 2;
+			src.t = tcpl_dm_tensor(c, id, "grid_src", MOE_I32, 1, &n2);
+			src.base = 0;
+			tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+			in.ndim = 1;
+			in.dim[0] = ni;
+			in.v[TCP_V_DST].t = src.t;
+			in.v[TCP_V_DST].stride[0] = 2;
+			in.v[TCP_V_S0].t = tv->t;
+			in.v[TCP_V_S0].base = tv->base;
+			in.v[TCP_V_S0].stride[0] = 1;
+			emit(c, &in);
+			tcpl_pairs_alloc(c, id, src.t, ni, t); /* each pair's index as the second word (lower_pairs.c) */
+		}
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, &c->v[id], &src, iv, 1, ni, rows, w, ni * w, w, rows * w, w, 0, 1, -1, 0);
+		if (w == 2) /* its last reader, as tok's (release) */
+			tcpl_dm_free(c, src.t);
 		return;
 	}
 	val *bv = &c->v[n->args[0]];
@@ -174,6 +202,10 @@ void tcpl_lower_view_op(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
 	val *sv = &c->v[n->args[0]];
+	if (n->args[0] == c->pr_node && c->pr_t >= 0) {
+		c->v[id].kind = VK_NONE; /* the grid's rows: its gathers read the pair-order rows (lower_pairs.c) */
+		return;
+	}
 	if (sv->kind == VK_IMM) {
 		c->v[id] = *sv;
 		return;

@@ -293,8 +293,35 @@ static void axis_order(const ir_node *n, int axis, int *order)
 
 /* One pass over src node (or a tensor view) moving `axis` innermost.
  * keep_out: the output keeps the axis (scan/compact/elementwise) or drops it (reduce). */
+typedef struct rp3 {
+	const val *v;
+	const ir_node *n;
+} rp3;
+static void row_pass3(lw *c, moe_id id, const ir_node *srcn, const val *srcv, const val *src2, const ir_node *s2n,
+	rp3 s3, int axis, const tcp_vop *ops, const src *xs, const src *ys, int nops, uint8_t flags0, const val *dst,
+	const ir_node *dstn, bool dst_keeps_axis);
 static void row_pass(lw *c, moe_id id, const ir_node *srcn, const val *srcv, const val *src2, const ir_node *s2n,
 	int axis, const tcp_vop *ops, const src *xs, const src *ys, int nops, uint8_t flags0, const val *dst,
+	const ir_node *dstn, bool dst_keeps_axis)
+{
+	rp3 none = {NULL, NULL};
+	row_pass3(c, id, srcn, srcv, src2, s2n, none, axis, ops, xs, ys, nops, flags0, dst, dstn, dst_keeps_axis);
+}
+
+/* A row pass's second or third stream: node sn's value v broadcast like
+ * numpy (aligned right) into the pass's loop order. */
+static tcp_view row_stream(const ir_node *srcn, const int *order, const val *v, const ir_node *sn, int ndim)
+{
+	int map2[TCP_MAXD];
+	for (int k = 0; k < srcn->rank; k++) {
+		int d = order[k] - (srcn->rank - sn->rank);
+		map2[k] = d >= 0 ? d : -1;
+	}
+	return mkview(v, sn, ndim, map2);
+}
+
+static void row_pass3(lw *c, moe_id id, const ir_node *srcn, const val *srcv, const val *src2, const ir_node *s2n,
+	rp3 s3, int axis, const tcp_vop *ops, const src *xs, const src *ys, int nops, uint8_t flags0, const val *dst,
 	const ir_node *dstn, bool dst_keeps_axis)
 {
 	int order[MOE_MAX_RANK];
@@ -310,13 +337,12 @@ static void row_pass(lw *c, moe_id id, const ir_node *srcn, const val *srcv, con
 	vp.in.v[TCP_V_S0] = mkview(srcv, srcn, vp.ndim, map);
 	vp.nstream = 1;
 	if (src2) {
-		int map2[TCP_MAXD];
-		for (int k = 0; k < srcn->rank; k++) {
-			int d = order[k] - (srcn->rank - s2n->rank);
-			map2[k] = d >= 0 ? d : -1;
-		}
-		vp.in.v[TCP_V_S1] = mkview(src2, s2n, vp.ndim, map2);
+		vp.in.v[TCP_V_S1] = row_stream(srcn, order, src2, s2n, vp.ndim);
 		vp.nstream = 2;
+	}
+	if (src2 && s3.v) {
+		vp.in.v[TCP_V_S2] = row_stream(srcn, order, s3.v, s3.n, vp.ndim);
+		vp.nstream = 3;
 	}
 	for (int i = 0; i < nops; i++) {
 		vp_step(c, &vp, ops[i], xs[i], ys[i], id);
@@ -478,16 +504,32 @@ void tcpl_lower_softmax(lw *c, moe_id id)
 	memcpy(kn.shape, ks, sizeof ks);
 	kn.dtype = fn.dtype = MOE_F32;
 	int32_t tm = tcpl_dm_tensor(c, id, "softmax.max", MOE_F32, n->rank, ks);
-	int32_t tz = tcpl_dm_tensor(c, id, "softmax.z", MOE_F32, n->rank, n->shape);
 	int32_t ts = tcpl_dm_tensor(c, id, "softmax.sum", MOE_F32, n->rank, ks);
-	val vm = tview(tm, id, &kn), vz = tview(tz, id, &fn), vs = tview(ts, id, &kn);
+	val vm = tview(tm, id, &kn), vs = tview(ts, id, &kn);
 	src s0 = {TCP_SRC_S0, 0, 0}, s1 = {TCP_SRC_S1, 0, 0}, sn = SN();
 	tcp_vop op = TCP_V_FRMAX;
 	row_pass(c, id, n, &xs, NULL, NULL, axis, &op, &s0, &sn, 1, 0, &vm, &kn, true);
-	/* z = exp(x - m) in one pass where the float cluster chains f.sub and f.exp */
-	tcp_vop se[2] = {TCP_V_FSUB, TCP_V_FEXP};
-	uint8_t seb[2] = {TCP_V_FSUB, TCP_V_FEXP};
-	src sx[2] = {s0, SV()}, sy[2] = {s1, sn};
+	/* z = exp(x - m) in one pass where the float cluster chains f.sub and f.exp;
+	 * with the sum (reduce stage) and the division (fpdiv stage) after it when
+	 * the chain allows, two passes for z, s and y */
+	tcp_vop se[3] = {TCP_V_FSUB, TCP_V_FEXP, TCP_V_FRSUM};
+	uint8_t seb[3] = {TCP_V_FSUB, TCP_V_FEXP, TCP_V_FRSUM}, sed[3] = {TCP_V_FSUB, TCP_V_FEXP, TCP_V_FDIV};
+	src sx[3] = {s0, SV(), SV()}, sy[3] = {s1, sn, sn};
+	if (tcp_vec_chain_ok(c->m, seb, 3) && tcp_vec_chain_ok(c->m, sed, 3)) {
+		/* s = sum exp(x - m) in one pass, and y = exp(x - m) / s in another
+		 * that computes the same exp again: z is never stored */
+		row_pass(c, id, n, &xs, &vm, &kn, axis, se, sx, sy, 3, 0, &vs, &kn, true);
+		val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+		tcp_vop de[3] = {TCP_V_FSUB, TCP_V_FEXP, TCP_V_FDIV};
+		src dy[3] = {s1, sn, {TCP_SRC_S2, 0, 0}};
+		rp3 st = {&vs, &kn};
+		row_pass3(c, id, n, &xs, &vm, &kn, st, axis, de, sx, dy, 3, 0, o, n, true);
+		tcpl_dm_free(c, tm);
+		tcpl_dm_free(c, ts);
+		return;
+	}
+	int32_t tz = tcpl_dm_tensor(c, id, "softmax.z", MOE_F32, n->rank, n->shape);
+	val vz = tview(tz, id, &fn);
 	if (tcp_vec_chain_ok(c->m, seb, 2)) {
 		row_pass(c, id, n, &xs, &vm, &kn, axis, se, sx, sy, 2, 0, &vz, &fn, true);
 	} else {

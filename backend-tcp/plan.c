@@ -317,7 +317,7 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
  * above 256); the smallest is always a candidate. */
 static const int64_t auto_small[] = {8, 16, 32, 48, 64, 96, 128, 192};
 #define NSMALL (sizeof auto_small / sizeof *auto_small)
-enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 1 };
+enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 2 };
 
 static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_t *out)
 {
@@ -325,8 +325,10 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
 	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
 	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
 	double cap = (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 4;
+	if (d->T >= 1 && d->T < auto_small[0]) /* no expert gets more than T rows: a decode's B = 1 */
+		out[n++] = d->T;
 	for (size_t i = 0; i < NSMALL; i++)
-		if (i == 0 || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
+		if ((i == 0 && n == 0) || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
 			out[n++] = auto_small[i];
 	for (int64_t B = 256; B <= AUTO_MAX; B += AUTO_STEP)
 		if ((double)B * row <= (B == 256 ? 2 : 1) * cap && (B == 256 || B < d->T * d->K))

@@ -270,6 +270,8 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
  * contracted as one over their weights side by side (NULL: no such pair, or
  * the pair's block buffers would take more than 1/8 of m's DM) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor) */
+moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
 bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 /* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */

@@ -44,6 +44,7 @@ typedef struct dp {
 	bool dgrid;  /* this layer's grid is the decode grid */
 	bool chain;  /* option combine=chain: combine_chain for large chunks */
 	bool scan_counts; /* option counts=scan: tokens per expert from the pairs' scan */
+	bool tok_rank;    /* option rank=tokens: each pair's row within its expert from a scan over tokens */
 } dp;
 
 static moe_id ci(dp *c, int64_t v)
@@ -232,6 +233,56 @@ moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const p
 	return expert_ffn(&c, ex, s, b->blocks);
 }
 
+/* rank=pairs: the exclusive cumsum of the pairs' one-hot [n, E], from which
+ * each pair's row within its expert is read. Sets *cnt. */
+static moe_id pair_scan(dp *c, moe_id oh, moe_id *cnt)
+{
+	moe_graph *d = c->d;
+	int64_t E = c->E;
+	moe_id before = ir_b1(d, MOE_OP_CUMSUM, oh, c->loc);
+	moe_node_set_int(d, before, "axis", 0);
+	moe_node_set_int(d, before, "exclusive", 1);
+	if (c->scan_counts && c->n > 0) { /* the scan's last row plus the last pair: no second pass over [n, E] */
+		moe_id lb = ir_b_slice(d, before, 0, c->n - 1, c->n, c->loc), lo = ir_b_slice(d, oh, 0, c->n - 1, c->n, c->loc);
+		*cnt = ir_b_reshape(d, b2(c, MOE_OP_ADD, lb, lo), 1, &E, c->loc);
+	} else {
+		*cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
+	}
+	return before;
+}
+
+/* rank=tokens: pair (t, k)'s row within its expert e counts the pairs before
+ * it with expert e: those of tokens t' < t (an exclusive cumsum over the T
+ * tokens of each token's count of e, [T, E], K times fewer rows than the
+ * pairs' one-hot) plus those of token t in slots k' < k (none when a token's
+ * K experts differ, as top-k's do; counted all the same). The same integers
+ * as the pairs' scan. Sets *cnt (tokens per expert); returns rank [n]. */
+static moe_id token_rank(dp *c, moe_id idx, moe_id oh, moe_id *cnt)
+{
+	moe_graph *d = c->d;
+	int64_t T = c->T, K = c->K, E = c->E, se[3] = {1, E, 1}, sk[3] = {1, K, K};
+	moe_id hit = b2(c, MOE_OP_EQ, reshape(c, idx, 3, T, 1, K), ir_b_iota(d, 3, se, 1, c->loc)); /* [T, E, K] */
+	moe_id per = ir_b_reduce(d, MOE_OP_REDUCE_SUM, ir_b_cast(d, hit, MOE_I32, c->loc), 2, false, c->loc); /* [T, E] */
+	moe_id before = ir_b1(d, MOE_OP_CUMSUM, per, c->loc);
+	moe_node_set_int(d, before, "axis", 0);
+	moe_node_set_int(d, before, "exclusive", 1);
+	if (c->scan_counts) { /* the scan's last row plus the last token's counts */
+		moe_id lb = ir_b_slice(d, before, 0, T - 1, T, c->loc), lp = ir_b_slice(d, per, 0, T - 1, T, c->loc);
+		*cnt = ir_b_reshape(d, b2(c, MOE_OP_ADD, lb, lp), 1, &E, c->loc);
+	} else {
+		*cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, per, 0, false, c->loc);
+	}
+	/* before[t, e] at each pair's expert: sum_e oh[t, k, e] x before[t, e] */
+	moe_id at = ir_b_reduce(d, MOE_OP_REDUCE_SUM,
+		b2(c, MOE_OP_MUL, reshape(c, oh, 3, T, K, E), reshape(c, before, 3, T, 1, E)), 2, false, c->loc);
+	/* earlier slots of the same token with the same expert */
+	moe_id same = b2(c, MOE_OP_EQ, reshape(c, idx, 3, T, K, 1), reshape(c, idx, 3, T, 1, K));
+	moe_id earlier = b2(c, MOE_OP_LT, ir_b_iota(d, 3, sk, 2, c->loc), ir_b_iota(d, 3, sk, 1, c->loc));
+	moe_id dup = ir_b_reduce(d, MOE_OP_REDUCE_SUM, ir_b_cast(d, b2(c, MOE_OP_AND, same, earlier), MOE_I32, c->loc), 2,
+		false, c->loc);
+	return reshape(c, b2(c, MOE_OP_ADD, at, dup), 1, c->n, 0, 0);
+}
+
 /* The expert-sorted grid of section 5 (docs/semantics.md): one-hot counts,
  * block offsets, each pair's row and each block's expert and valid rows.
  * Sets nblocks, bexp and rows; returns pos. */
@@ -242,16 +293,11 @@ static moe_id index_grid(dp *c, moe_id idx)
 	moe_id oh = moe_node_new(d, MOE_OP_ONE_HOT, &idx, 1, c->loc);
 	moe_node_set_int(d, oh, "n", E);
 	IR_ASSERT(ir_infer(d->ctx, d, oh) == MOE_OK);
-	moe_id before = ir_b1(d, MOE_OP_CUMSUM, oh, c->loc);
-	moe_node_set_int(d, before, "axis", 0);
-	moe_node_set_int(d, before, "exclusive", 1);
-	moe_id cnt;
-	if (c->scan_counts && c->n > 0) { /* the scan's last row plus the last pair: no second pass over [n, E] */
-		moe_id lb = ir_b_slice(d, before, 0, c->n - 1, c->n, c->loc), lo = ir_b_slice(d, oh, 0, c->n - 1, c->n, c->loc);
-		cnt = ir_b_reshape(d, b2(c, MOE_OP_ADD, lb, lo), 1, &E, c->loc);
-	} else {
-		cnt = ir_b_reduce(d, MOE_OP_REDUCE_SUM, oh, 0, false, c->loc);
-	}
+	moe_id cnt, before = MOE_NONE, rank = MOE_NONE;
+	if (c->tok_rank && c->n > 0)
+		rank = token_rank(c, idx, oh, &cnt);
+	else
+		before = pair_scan(c, oh, &cnt);
 	moe_id nb = b2(c, MOE_OP_DIV, b2(c, MOE_OP_ADD, cnt, ci(c, B - 1)), ci(c, B));
 	moe_id boff = ir_b1(d, MOE_OP_CUMSUM, nb, c->loc);
 	moe_node_set_int(d, boff, "axis", 0);
@@ -259,7 +305,8 @@ static moe_id index_grid(dp *c, moe_id idx)
 	moe_id bend = b2(c, MOE_OP_ADD, boff, nb);
 	c->nblocks = ir_b_reduce(d, MOE_OP_REDUCE_SUM, nb, 0, false, c->loc);
 	moe_node_set_name(d, c->nblocks, "nblocks");
-	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, before, oh), 1, false, c->loc);
+	if (rank == MOE_NONE)
+		rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, before, oh), 1, false, c->loc);
 	moe_id boffr = reshape(c, boff, 2, 1, E, 0), bendr = reshape(c, bend, 2, 1, E, 0);
 	moe_id off = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, oh, boffr), 1, false, c->loc);
 	moe_id pos = b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, off, ci(c, B)), rank);
@@ -503,6 +550,11 @@ PASS(pass_blockwise_dispatch)
 			cnts);
 		return MOE_ERR_INVALID;
 	}
+	const char *rk = moe_pass_opt(opts, "rank");
+	if (rk && strcmp(rk, "pairs") && strcmp(rk, "tokens")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: rank must be pairs or tokens, got '%s'", rk);
+		return MOE_ERR_INVALID;
+	}
 	const char *dec = moe_pass_opt(opts, "decode");
 	if (dec && strcmp(dec, "0") && strcmp(dec, "1")) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: decode must be 0 or 1, got '%s'", dec);
@@ -533,6 +585,7 @@ PASS(pass_blockwise_dispatch)
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
 		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit, .decode = dec && *dec == '1',
 			.chain = comb && !strcmp(comb, "chain"), .scan_counts = cnts && !strcmp(cnts, "scan"),
+			.tok_rank = rk && !strcmp(rk, "tokens"),
 			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];

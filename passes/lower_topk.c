@@ -27,12 +27,15 @@
 
 #include "passes/pass.h"
 
+#define MAX_PARTS_ITER 64 /* select=iter: K at most (a concat's operands) */
+
 typedef struct tk {
 	moe_graph *d;
 	moe_loc loc;
 	int r;                     /* rank of x */
 	int64_t sh[MOE_MAX_RANK]; /* x shape */
 	int64_t E, K;
+	bool iter; /* select=iter (lower_iter) */
 } tk;
 
 static moe_id ci(tk *c, int64_t v)
@@ -65,6 +68,17 @@ static moe_id iota_at(tk *c, int64_t n, int rank, int axis)
 	return ir_b_iota(c->d, rank, s, axis, c->loc);
 }
 
+/* A score whose values other than NaN all have a clear sign bit: a softmax
+ * (exp(x - max) / sum: +0 .. 1) or a sigmoid (1 / (1 + exp(-x)): +0 .. 1),
+ * through casts between float types (which keep the sign). */
+static bool nonneg_score(const moe_graph *d, moe_id x)
+{
+	while (N(d, x)->op == MOE_OP_CAST && moe_dtype_is_float((moe_dtype)N(d, x)->dtype) &&
+		moe_dtype_is_float((moe_dtype)N(d, N(d, x)->args[0])->dtype))
+		x = N(d, x)->args[0];
+	return N(d, x)->op == MOE_OP_SOFTMAX || N(d, x)->op == MOE_OP_SIGMOID;
+}
+
 static moe_id exact_key(tk *c, moe_id x)
 {
 	moe_graph *d = c->d;
@@ -75,6 +89,8 @@ static moe_id exact_key(tk *c, moe_id x)
 	moe_id isnan_ = ir_b2(d, MOE_OP_NE, f, f, c->loc);
 	moe_id q = ir_b3(d, MOE_OP_SELECT, isnan_, ir_b_const(d, MOE_F32, NAN, c->loc), f, c->loc);
 	moe_id bits = ir_b_bitcast(d, q, MOE_I32, c->loc);
+	if (nonneg_score(d, x))
+		return bits; /* no negative bits: the key is the bits (one vector pass on TCP, not three) */
 	/* sign-magnitude to two's complement: INT_MIN - bits = -(bits & 0x7fffffff)
 	 * for a negative bits (no overflow there; the other lanes are not taken) */
 	moe_id negm = ir_b2(d, MOE_OP_SUB, ci(c, INT32_MIN), bits, c->loc);
@@ -98,7 +114,33 @@ static moe_id packed_key(tk *c, moe_id x)
 	return ir_b3(d, MOE_OP_SELECT, neg, flipped, packed, c->loc);
 }
 
-static moe_id lower_one(tk *c, moe_id x, bool packed)
+/* The values of the K slots, take_along(x, topk(x)) along the last axis, as
+ * sum_e (idx_k == e) x bits(x_e) in i32 (one candidate matches, so the sum is
+ * its bits): one vector pass per chunk on TCP where a take_along is a DMA
+ * gather of one element per index. bits: x's bits as i32 (pick_bits). */
+static moe_id pick_values(tk *c, moe_id idx, moe_id bits)
+{
+	moe_graph *d = c->d;
+	moe_id hit = ir_b_cast(d, ir_b2(d, MOE_OP_EQ, unsqueeze(c, idx, c->r), iota_at(c, c->E, c->r + 1, c->r), c->loc),
+		MOE_I32, c->loc); /* [..., K, E] */
+	moe_id sel = ir_b2(d, MOE_OP_MUL, hit, unsqueeze(c, bits, c->r - 1), c->loc);
+	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -1, false, c->loc); /* [..., K] */
+}
+
+/* x's bits as i32 (a bf16 x widened to f32 first: exact), and back. */
+static moe_id pick_bits(tk *c, moe_id x)
+{
+	moe_graph *d = c->d;
+	return N(d, x)->dtype == MOE_I32 ? x : ir_b_bitcast(d, ir_b_cast(d, x, MOE_F32, c->loc), MOE_I32, c->loc);
+}
+
+static moe_id unpick_bits(tk *c, moe_id v, moe_dtype t)
+{
+	moe_graph *d = c->d;
+	return t == MOE_I32 ? v : ir_b_cast(d, ir_b_bitcast(d, v, MOE_F32, c->loc), t, c->loc);
+}
+
+static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 {
 	moe_graph *d = c->d;
 	int r = c->r;
@@ -123,39 +165,109 @@ static moe_id lower_one(tk *c, moe_id x, bool packed)
 		moe_id sel = ir_b2(d, MOE_OP_MUL, isi, unsqueeze(c, key, r), c->loc);
 		moe_id ksel = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc); /* [..., K] */
 		moe_id low = ir_b2(d, MOE_OP_AND, ksel, ci(c, 0xffff), c->loc);
-		return ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
+		moe_id ix = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
+		if (vals)
+			*vals = pick_values(c, ix, bits);
+		return ix;
 	}
 	moe_id e = iota_at(c, c->E, r + 1, r - 1);
 	moe_id sel = ir_b2(d, MOE_OP_MUL, isi, e, c->loc);
-	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
+	moe_id ix = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
+	if (vals)
+		*vals = pick_values(c, ix, bits);
+	return ix;
+}
+
+/* select=iter: K rounds over the keys [..., E] instead of the E x E rank
+ * compare. Round k takes the largest key m (reduce_max) and, among the
+ * elements holding it, the lowest index (reduce_min of e + ((key != m) << s),
+ * 2^s >= E); that element's key becomes INT_MIN, which no key reaches (the
+ * least key, -inf's, is INT_MIN + 2^23; packed16's keys are above INT_MIN
+ * too, as every element holds its own index). Slot k is the element of
+ * rank k: the largest remaining key, ties by lower index, as the rank
+ * compare orders them. 3 K passes of E elements per row where the rank
+ * compare has 2 of E x E (see lower-topk's `select` option). */
+static moe_id lower_iter(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
+{
+	moe_graph *d = c->d;
+	int r = c->r;
+	moe_id key = packed ? packed_key(c, x) : exact_key(c, x), e = iota_at(c, c->E, r, r - 1);
+	int sh = 0;
+	while (((int64_t)1 << sh) < c->E)
+		sh++;
+	moe_id parts[MAX_PARTS_ITER];
+	for (int64_t k = 0; k < c->K; k++) {
+		moe_id m = ir_b_reduce(d, MOE_OP_REDUCE_MAX, key, -1, true, c->loc); /* [..., 1] */
+		moe_id off = ir_b2(d, MOE_OP_SHL, ir_b_cast(d, ir_b2(d, MOE_OP_NE, key, m, c->loc), MOE_I32, c->loc),
+			ci(c, sh), c->loc);
+		moe_id ik = ir_b_reduce(d, MOE_OP_REDUCE_MIN, ir_b2(d, MOE_OP_ADD, off, e, c->loc), -1, true, c->loc);
+		parts[k] = ik;
+		if (k + 1 < c->K)
+			key = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, e, ik, c->loc), ci(c, INT32_MIN), key, c->loc);
+	}
+	moe_id ix = c->K == 1 ? parts[0] : ir_b_concat(d, parts, (uint32_t)c->K, r - 1, c->loc);
+	if (vals)
+		*vals = pick_values(c, ix, bits);
+	return ix;
 }
 
 #define MAX_PARTS 64
 
+/* select=auto: the K rounds when they move fewer lane elements than the rank
+ * compare, counting each vector pass's fixed cost (issue and fill/drain,
+ * about 132 cycles on TCP) as 132 x 512 elements (TCP's 512 slices) and a
+ * reduce's elements twice (4 per cycle where the others go 8): per row the
+ * rank compare is E x E x 3 (equality, then greater-than with the sum), the
+ * rounds 5 K x E (max, index min), over 3 and 3 K passes. */
+static bool iter_cheaper(const tk *c)
+{
+	int64_t rows = 1;
+	for (int i = 0; i + 1 < c->r; i++)
+		rows *= c->sh[i];
+	double fixed = 132.0 * 512.0;
+	double rank = (double)rows * (double)c->E * (double)c->E * 3.0 + 3.0 * fixed;
+	double iter = (double)rows * (double)c->E * 5.0 * (double)c->K + 3.0 * (double)c->K * fixed;
+	return iter < rank;
+}
+
 /* lower_one over chunks of the leading axis, each with at most `limit`
  * compare elements. */
-static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit)
+static moe_id lower_chunked(tk *c, moe_id x, bool packed, int64_t limit, moe_id *vals)
 {
 	int64_t rows = c->sh[0], per = c->E; /* compare elements per leading row */
 	for (int i = 1; i < c->r; i++)
 		per *= c->sh[i];
-	if (c->r < 2 || rows <= 0 || per <= 0)
-		return lower_one(c, x, packed);
+	moe_dtype t = (moe_dtype)N(c->d, x)->dtype;
+	moe_id bits = vals ? pick_bits(c, x) : MOE_NONE, out;
+	if (c->iter) {
+		out = lower_iter(c, x, packed, bits, vals);
+		if (vals)
+			*vals = unpick_bits(c, *vals, t);
+		return out;
+	}
+	if (c->r < 2 || rows <= 0 || per <= 0 || rows <= (limit / per > 0 ? limit / per : 1)) {
+		out = lower_one(c, x, packed, bits, vals);
+		if (vals)
+			*vals = unpick_bits(c, *vals, t);
+		return out;
+	}
 	int64_t fit = limit / per > 0 ? limit / per : 1;
-	if (rows <= fit)
-		return lower_one(c, x, packed);
 	int64_t n = (rows + fit - 1) / fit;
 	if (n > MAX_PARTS)
 		n = MAX_PARTS; /* a node has at most 64 operands; the chunks then exceed the limit */
 	int64_t step = (rows + n - 1) / n;
-	moe_id parts[MAX_PARTS];
+	moe_id parts[MAX_PARTS], vparts[MAX_PARTS];
 	uint32_t np = 0;
 	for (int64_t a = 0; a < rows && np < MAX_PARTS; a += step) {
 		int64_t b = a + step < rows ? a + step : rows;
 		tk sub = *c;
 		sub.sh[0] = b - a;
-		parts[np++] = lower_one(&sub, ir_b_slice(c->d, x, 0, a, b, c->loc), packed);
+		np++;
+		parts[np - 1] = lower_one(&sub, ir_b_slice(c->d, x, 0, a, b, c->loc), packed,
+			vals ? ir_b_slice(c->d, bits, 0, a, b, c->loc) : MOE_NONE, vals ? &vparts[np - 1] : NULL);
 	}
+	if (vals)
+		*vals = unpick_bits(c, ir_b_concat(c->d, vparts, np, 0, c->loc), t);
 	return ir_b_concat(c->d, parts, np, 0, c->loc);
 }
 
@@ -169,16 +281,36 @@ PASS(pass_lower_topk)
 	int64_t limit; /* compare elements per chunk */
 	if (!pass_opt_count(ctx, opts, "lower-topk", "chunk", (int64_t)1 << 25, &limit))
 		return MOE_ERR_INVALID;
+	const char *sel = moe_pass_opt(opts, "select");
+	if (sel && strcmp(sel, "rank") && strcmp(sel, "iter") && strcmp(sel, "auto")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "lower-topk: select must be rank, iter or auto, got '%s'", sel);
+		return MOE_ERR_INVALID;
+	}
+	if (sel && !strcmp(sel, "auto"))
+		sel = NULL;
 	rebuild rb;
+	moe_id *vals = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *vals); /* a topk's slot values, when read */
+	if (!vals)
+		return MOE_ERR_NOMEM;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		vals[i] = MOE_NONE;
+	bool want = false;
 	rebuild_begin(&rb, g);
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		ir_node *n = N(g, i);
+		if (n->op == MOE_OP_TAKE_ALONG && vals[n->args[1]] != MOE_NONE && n->args[0] == N(g, n->args[1])->args[0] &&
+			ir_norm_axis((int)ir_attr_int(n, "axis", -1), n->rank) == n->rank - 1) {
+			rb.map[i] = vals[n->args[1]]; /* the slot pick's values (pick_values) */
+			if (n->name)
+				moe_node_set_name(rb.dst, vals[n->args[1]], n->name);
+			continue;
+		}
 		if (n->op != MOE_OP_TOPK) {
 			rebuild_copy(&rb, i);
 			continue;
 		}
 		ir_node *x = N(g, n->args[0]);
-		tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], ir_attr_int(n, "k", 1)};
+		tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], ir_attr_int(n, "k", 1), false};
 		memcpy(c.sh, x->shape, sizeof c.sh);
 		bool packed = mode ? !strcmp(mode, "packed16") : x->dtype == MOE_BF16;
 		if (packed && (x->dtype == MOE_I32 || c.E > 65536)) {
@@ -186,19 +318,30 @@ PASS(pass_lower_topk)
 				"lower-topk: packed16 needs float scores and at most 65536 candidates (got %s, %lld)",
 				moe_dtype_name((moe_dtype)x->dtype), (long long)c.E);
 			rebuild_abort(&rb);
+			ctx_free(ctx, vals, 0);
 			return MOE_ERR_INVALID;
 		}
 		if (x->rank + 1 > MOE_MAX_RANK) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "lower-topk: scores of rank %d leave no room for the rank matrix",
 				x->rank);
 			rebuild_abort(&rb);
+			ctx_free(ctx, vals, 0);
 			return MOE_ERR_INVALID;
 		}
-		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit);
+		moe_dtype xt = (moe_dtype)x->dtype;
+		bool pick = xt == MOE_F32 || xt == MOE_BF16 || xt == MOE_I32;
+		for (moe_id j = i + 1; pick && j < g->nnodes && !want; j++)
+			want = N(g, j)->op == MOE_OP_TAKE_ALONG && N(g, j)->nargs >= 2 && N(g, j)->args[1] == i &&
+			       N(g, j)->args[0] == n->args[0];
+		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c);
+		c.iter = c.iter && c.K <= MAX_PARTS_ITER && c.E <= ((int64_t)1 << 30);
+		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit, want ? &vals[i] : NULL);
+		want = false;
 		if (n->name)
 			moe_node_set_name(rb.dst, out, n->name);
 		rb.map[i] = out;
 	}
 	rebuild_end(&rb);
+	ctx_free(ctx, vals, 0);
 	return MOE_OK;
 }

@@ -12,6 +12,8 @@ static const moe_pass_option topk_opts[] = {
 	{"mode", MOE_PASS_OPT_ENUM, "packed16|exact", "packed16 for bf16 scores, exact otherwise",
 		"how scores are ranked: 16-bit packed keys or exact f32 comparisons"},
 	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "split the rows so each rank compare has at most N elements"},
+	{"select", MOE_PASS_OPT_ENUM, "rank|iter|auto", "auto", "rank: the E x E compare; iter: K rounds of max, lowest "
+		"index and mask over E; auto: the one moving fewer elements"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 static const moe_pass_option dispatch_opts[] = {
@@ -23,6 +25,8 @@ static const moe_pass_option dispatch_opts[] = {
 		"exclusive scan plus the last pair (one pass over [T K, E] instead of two)"},
 	{"decode", MOE_PASS_OPT_ENUM, "0|1", "0", "1: a T = 1 layer's K pairs are K one-row blocks in slot order (no index "
 		"generation)"},
+	{"rank", MOE_PASS_OPT_ENUM, "pairs|tokens", "pairs", "tokens: each pair's row within its expert from a scan over "
+		"the T tokens' expert counts [T, E] instead of the T K pairs' one-hot [T K, E] (the same rows)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -70,7 +74,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan},lower-exchange,"
+	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens},lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };

@@ -191,9 +191,14 @@ static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_
 {
 	const ir_node *n = N(g, id);
 	int64_t grp = n->shape[0] / nmap;
-	bool same = st->rank == n->rank && st->rank >= 1 && grp >= 1 && st->shape[0] % grp == 0;
+	bool lead = st->rank >= 1 && n->rank >= 1 && grp >= 1 && st->shape[0] % grp == 0;
+	bool same = lead && st->rank == n->rank;
 	for (int i = 1; same && i < n->rank; i++)
 		same = st->shape[i] == n->shape[i];
+	/* a dequant's scale may be stored with its unit dims elsewhere (per-channel
+	 * FP8: [E, D, 1] for a [E, 1, D] grid), as load_one accepts on one device */
+	if (!same && lead && is_scale(g, id))
+		same = same_squeezed(st->rank - 1, st->shape + 1, n->rank - 1, n->shape + 1);
 	for (int e = 0; same && e < nmap; e++)
 		same = map[e] < st->shape[0] / grp;
 	if (!same) {

@@ -63,6 +63,7 @@ static moe_module *load_rows(moe_ctx *ctx, const opts *o, int64_t rows)
 	if (at == c->nsets)
 		c->nsets++;
 	moe_module *m = cli_load(ctx, c);
+	cli_quant_act(o, m); /* --quant-act, as cli_load_tcp sets it on one chip */
 	free(c);
 	return m;
 }

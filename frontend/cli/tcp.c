@@ -21,9 +21,8 @@ static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double
 
 /* --quant-act=fp8: every block-FP8 dequant is contracted with fp8 activations
  * (the dequant attribute act, docs/tcp-isa.md 7.10). */
-moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
+void cli_quant_act(const opts *o, moe_module *m)
 {
-	moe_module *m = load_tcp(ctx, o, chosen, pred);
 	for (size_t i = 0; m && o->quant_act && !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
 		moe_graph *g = moe_module_graph(m, i);
 		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++) {
@@ -32,6 +31,12 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 				moe_node_set_str(g, n, "act", "fp8");
 		}
 	}
+}
+
+moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
+{
+	moe_module *m = load_tcp(ctx, o, chosen, pred);
+	cli_quant_act(o, m);
 	return m;
 }
 

@@ -13,18 +13,26 @@ critical path's share of a command set is at most the set's whole time); the --t
 hold one process per chip, each with one all_to_all per round, and every command's
 critical-path link ("pred") to name an earlier command of its phase that ends no later.
 
+With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run, one
+chip and N chips alike, is made once per --quant-act value: the chips must agree with one
+chip in both activation modes (act=fp8 quantizes each token's activations per 1x128 group,
+so a token's scales do not depend on which chip holds it, and the outputs are equal).
+
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
+                 [--quant-acts bf16,fp8]
 """
 import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 import cases
+import quant  # read_st, write_st
 
 
 def run(cmd):
@@ -105,6 +113,90 @@ def granule_case(moec, tmp, tally, tol):
                     "max|y - y1| = %.2e x max|y1|" % rel)
 
 
+def compare(a, tally, tmp, fam, dtype, T, x, moe, act):
+    """One chip, then N chips for each N of --chips, of the imported layer `moe`
+    (with --quant-act=act unless act is None); the one-chip output."""
+    d = os.path.join(a.fixtures, fam)
+    w = os.path.join(d, "model.safetensors")
+    tag = "%s %s T=%d%s" % (fam, dtype, T, "" if act is None else " act=" + act)
+    one = None
+    with tally.case(tag + " (one chip)"):
+        text = open(moe).read()
+        B = re.search(r"\bB = (\d+)", text).group(1)
+        E = int(re.search(r"\bE = (\d+)", text).group(1))
+        base = [a.moec, "run", moe, "--target=tcp", "--weights", w, "--input", x] + cases.dtype_sets(dtype)
+        base += [] if act is None else ["--quant-act=" + act]
+        y1p = os.path.join(tmp, "y1.npy")
+        run(base + ["--set", "B=" + B, "-o", y1p])
+        one = np.load(y1p).astype(np.float64)
+    if one is None:
+        return None
+    y1 = one
+    for n in [int(c) for c in a.chips.split(",")]:
+        if n > E:
+            continue
+        case = "%s chips=%d" % (tag, n)
+        with tally.case(case):
+            yp, sp, tp = os.path.join(tmp, "yn.npy"), os.path.join(tmp, "s.json"), os.path.join(tmp, "t.json")
+            run(base + ["--ep", str(n), "--stats", sp, "--trace", tp, "-o", yp])
+            y = np.load(yp).astype(np.float64)
+            s = json.load(open(sp))
+            scale = float(np.max(np.abs(y1))) or 1.0
+            rel = float(np.max(np.abs(y - y1))) / scale
+            chips = s["chips"]
+            bytes_ok = (len(chips) == n and sum(c["link_bytes_out"] for c in chips) ==
+                        sum(c["link_bytes_in"] for c in chips))
+            rounds = s["rounds"]
+            eps = 1e-12
+            rounds_ok = len(rounds) >= 1 and all(
+                0 < r["bound_seconds"] <= r["seconds"] and
+                abs(r["seconds"] - r["pack_seconds"] - r["link_seconds"] - r["unpack_seconds"]) <= 1e-9 and
+                0 <= r["pack_seconds"] <= r["pack_span_seconds"] + eps and
+                0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
+            ev = json.load(open(tp))["traceEvents"]
+            rounds_ok = rounds_ok and preds_ok(ev)
+            trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
+                        all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
+                            for d in range(n)))
+            ok = y.shape == y1.shape and rel <= a.tol and bytes_ok and rounds_ok and trace_ok
+            tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us, rounds %s x bound%s"
+                        % (rel, "bitwise" if (y == y1).all() else "not bitwise",
+                           sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
+                           "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
+                           "" if trace_ok else ", trace WRONG"))
+    return y1
+
+
+def act_took_effect(tally, moe, tag, ys):
+    """A layer with 128 x 128 block-FP8 experts contracts them fp8 x fp8 under
+    --quant-act=fp8: its one-chip output must differ from the bf16 one (else the
+    comparison of the chips would not test the fp8 activation path)."""
+    if "block=[128, 128]" not in open(moe).read() or ys.get("bf16") is None or ys.get("fp8") is None:
+        return
+    d = float(np.max(np.abs(ys["fp8"] - ys["bf16"])))
+    tally.check(tag + " act=fp8 != bf16", d > 0, "one chip: max|y_fp8 - y_bf16| = %.3g" % d)
+
+
+def bad_scale_case(moec, fixtures, tmp, tally):
+    """fp8ch_llama4 stores down_proj_scale [E, D, 1] for the grid [E, 1, D]: the chips
+    read its rows (compared above). A scale whose other dims differ ([E, D/2, 2], the same
+    bytes) is still refused on 2 chips, naming the tensor, with no output written."""
+    d = os.path.join(fixtures, "fp8ch_llama4")
+    name = "model.layers.0.feed_forward.experts.down_proj_scale"
+    case = "fp8ch_llama4 scale [E, D/2, 2] chips=2 refused"
+    with tally.case(case):
+        t = quant.read_st(os.path.join(d, "model.safetensors"))
+        dt, shape, data = t[name]
+        t[name] = (dt, [shape[0], shape[1] // 2, 2], data)
+        ck, moe, y = (os.path.join(tmp, n) for n in ("bad.safetensors", "bad.moe", "bad.npy"))
+        quant.write_st(ck, t)
+        cases.import_layer(moec, d, 5, moe, 600)
+        p = subprocess.run([moec, "run", moe, "--target=tcp", "--ep", "2", "--weights", ck, "--input",
+                            os.path.join(d, "x_float32_T5.npy"), "-o", y], capture_output=True, text=True)
+        ok = p.returncode == 1 and name in p.stderr and "error:" in p.stderr and not os.path.exists(y)
+        tally.check(case, ok, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "rc %d" % p.returncode)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("moec")
@@ -114,61 +206,24 @@ def main():
     ap.add_argument("--chips", default="2,4,8")
     ap.add_argument("--dtypes", default="float32")
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--quant-acts", default=None)
     a = ap.parse_args()
     fams = cases.families(a.fixtures, a.families)
     tally = cases.Tally(40)
     tokens = [int(t) for t in a.tokens.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
+        acts = a.quant_acts.split(",") if a.quant_acts else [None]
         for fam, dtype, T, x in cases.inputs(a.fixtures, fams, a.dtypes.split(","), tokens):
-            d = os.path.join(a.fixtures, fam)
-            w = os.path.join(d, "model.safetensors")
             moe = os.path.join(tmp, "layer.moe")
-            one = None
-            with tally.case("%s %s T=%d (one chip)" % (fam, dtype, T)):
-                cases.import_layer(a.moec, d, T, moe, 600)
-                text = open(moe).read()
-                B = re.search(r"\bB = (\d+)", text).group(1)
-                E = int(re.search(r"\bE = (\d+)", text).group(1))
-                base = [a.moec, "run", moe, "--target=tcp", "--weights", w, "--input", x] + cases.dtype_sets(dtype)
-                y1p = os.path.join(tmp, "y1.npy")
-                run(base + ["--set", "B=" + B, "-o", y1p])
-                one = np.load(y1p).astype(np.float64)
-            if one is None:
-                continue
-            y1 = one
-            for n in [int(c) for c in a.chips.split(",")]:
-                if n > E:
-                    continue
-                case = "%s %s T=%d chips=%d" % (fam, dtype, T, n)
-                with tally.case(case):
-                    yp, sp, tp = os.path.join(tmp, "yn.npy"), os.path.join(tmp, "s.json"), os.path.join(tmp, "t.json")
-                    run(base + ["--ep", str(n), "--stats", sp, "--trace", tp, "-o", yp])
-                    y = np.load(yp).astype(np.float64)
-                    s = json.load(open(sp))
-                    scale = float(np.max(np.abs(y1))) or 1.0
-                    rel = float(np.max(np.abs(y - y1))) / scale
-                    chips = s["chips"]
-                    bytes_ok = (len(chips) == n and sum(c["link_bytes_out"] for c in chips) ==
-                                sum(c["link_bytes_in"] for c in chips))
-                    rounds = s["rounds"]
-                    eps = 1e-12
-                    rounds_ok = len(rounds) >= 1 and all(
-                        0 < r["bound_seconds"] <= r["seconds"] and
-                        abs(r["seconds"] - r["pack_seconds"] - r["link_seconds"] - r["unpack_seconds"]) <= 1e-9 and
-                        0 <= r["pack_seconds"] <= r["pack_span_seconds"] + eps and
-                        0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
-                    ev = json.load(open(tp))["traceEvents"]
-                    rounds_ok = rounds_ok and preds_ok(ev)
-                    trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
-                                all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
-                                    for d in range(n)))
-                    ok = y.shape == y1.shape and rel <= a.tol and bytes_ok and rounds_ok and trace_ok
-                    tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us, rounds %s x bound%s"
-                                % (rel, "bitwise" if (y == y1).all() else "not bitwise",
-                                   sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
-                                   "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
-                                   "" if trace_ok else ", trace WRONG"))
+            imported = False
+            with tally.case("%s %s T=%d (import)" % (fam, dtype, T)):
+                cases.import_layer(a.moec, os.path.join(a.fixtures, fam), T, moe, 600)
+                imported = True
+            ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (acts if imported else [])}
+            act_took_effect(tally, moe, "%s %s T=%d" % (fam, dtype, T), ys)
         granule_case(a.moec, tmp, tally, a.tol)
+        if "fp8ch_llama4" in fams:
+            bad_scale_case(a.moec, a.fixtures, tmp, tally)
     return tally.finish()
 
 
