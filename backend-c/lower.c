@@ -141,12 +141,12 @@ static cg_expr *elem_expr(lw *L, cg_block *b, const ir_node *n, cg_expr **x)
 		return conv(L, bin(L, CE_FDIV, dc(L, 1.0), bin(L, CE_ADD, dc(L, 1.0), e)), CT_F32);
 	}
 	case MOE_OP_NOT: return dt == MOE_BOOL ? bin(L, CE_XOR, x[0], ic32(L, 1)) : un(L, CE_NOT, x[0]);
-	case MOE_OP_ADD: return bin(L, CE_ADD, x[0], x[1]);
-	case MOE_OP_SUB: return bin(L, CE_SUB, x[0], x[1]);
-	case MOE_OP_MUL: return bin(L, CE_MUL, x[0], x[1]);
+	case MOE_OP_ADD: return fl ? farith(L, b, CE_ADD, x[0], x[1]) : bin(L, CE_ADD, x[0], x[1]);
+	case MOE_OP_SUB: return fl ? farith(L, b, CE_SUB, x[0], x[1]) : bin(L, CE_SUB, x[0], x[1]);
+	case MOE_OP_MUL: return fl ? farith(L, b, CE_MUL, x[0], x[1]) : bin(L, CE_MUL, x[0], x[1]);
 	case MOE_OP_DIV:
 		if (fl)
-			return bin(L, CE_FDIV, x[0], x[1]);
+			return farith(L, b, CE_FDIV, x[0], x[1]);
 		else {
 			int t = newvar(L, CT_I32);
 			set(L, b, t, x[1]);

@@ -212,6 +212,42 @@ static inline void set(lw *L, cg_block *b, int var, cg_expr *e)
 	s->a = e;
 }
 
+/* f32 add/sub/mul/div with the defined NaN of ir/scalar.h (sc_nan2): the
+ * first operand if it is a NaN, else the second if it is one, quieted; else
+ * a op b. Which of two NaN operands the hardware passes on is not fixed once
+ * a compiler commutes the operation, so a NaN first operand is chosen by a
+ * select. A NaN second operand with a first that is not NaN is the one NaN
+ * operand, which the hardware passes on quieted in either order; it gets a
+ * select only when the first operand is a constant (1 * x, -0 + x could be
+ * folded to an unquieted x). A non-NaN constant first operand needs none of
+ * its own. An operand that is an expression is computed once into a
+ * variable set in b. */
+static inline cg_expr *fquiet(lw *L, cg_expr *x)
+{
+	cg_expr *u = bin(L, CE_OR, mk(L, CE_BITS, CT_I32, x, NULL, NULL), ic32(L, 0x00400000));
+	return mk(L, CE_BITS, CT_F32, u, NULL, NULL);
+}
+
+static inline cg_expr *fleaf(lw *L, cg_block *b, cg_expr *x)
+{
+	if (x->op == CE_LOAD || x->op == CE_VAR || x->op == CE_FCONST)
+		return x;
+	int v = newvar(L, CT_F32);
+	set(L, b, v, x);
+	return vr(L, v);
+}
+
+static inline cg_expr *farith(lw *L, cg_block *b, cg_eop op, cg_expr *a, cg_expr *c)
+{
+	bool aconst = a->op == CE_FCONST && a->d == a->d;
+	a = aconst ? a : fleaf(L, b, a);
+	c = aconst && c->op != CE_FCONST ? fleaf(L, b, c) : c;
+	cg_expr *r = bin(L, op, a, c);
+	if (aconst)
+		return c->op == CE_FCONST && c->d == c->d ? r : sel(L, un(L, CE_ISNAN, c), fquiet(L, c), r);
+	return sel(L, un(L, CE_ISNAN, a), fquiet(L, a), r);
+}
+
 /* Store a value already in the buffer's value type; bf16 is rounded here. */
 static inline void store(lw *L, cg_block *b, int buf, cg_expr *idx, cg_expr *v)
 {

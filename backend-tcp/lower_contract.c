@@ -149,23 +149,49 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 		tcpl_dm_free(c, wb);
 }
 
-/* One row against weights in DM with the row stationary (tcpl_lower_einsum's
- * swap): dst[o, m] = sum_i w[o, i] x[m, i], the weights streamed past it.
- * Returns true (emitted). */
-static bool emit_row_stationary(lw *c, moe_id id, const val *avs, const val *wvs, const val *ovs, const int *pos_a,
-	const int *pos_w, const int *pos_o)
+/* the einsum's letters as [b]mi,[b]oi->[b]mo: pos_x[k] is the dim index in
+ * a, w and the output of b, m, o, i (-1 if absent); *cbp the batch letter */
+static bool classify_einsum(lw *c, moe_id id, const ir_einsum *ep, int pos_a[4], int pos_w[4], int pos_o[4], int *cbp)
 {
-	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]), *wn = N(c->g, n->args[1]);
-	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
-	int dimmap[TCP_MAXD];
-	for (int k = 0; k < TCP_MAXD; k++)
-		dimmap[k] = k;
-	tcp_view a = mkview(avs, an, an->rank, dimmap), w = mkview(wvs, wn, wn->rank, dimmap);
-	tcp_view d = mkview(ovs, n, n->rank, dimmap);
-	cplan ps = plan_contract(c, O, M, I, an->dtype);
-	emit_contract(c, id, &ps, &w, wvs->stride[pos_w[2]], wvs->stride[pos_w[3]], &a, avs->stride[pos_a[1]],
-		avs->stride[pos_a[3]], &d, ovs->stride[pos_o[2]], ovs->stride[pos_o[1]], an->dtype, -1, false, 0, 0);
-	c->p->router_macs += M * O * I;
+	const ir_node *n = N(c->g, id);
+	const ir_einsum e = *ep;
+	int cb = -1;
+	/* classify: batch (a, w, out), m (a, out), o (w, out), i (a, w) */
+	int cm = -1, co = -1, ci_ = -1, nb = 0, nm = 0, no = 0, ni = 0;
+	for (int l = 0; l < e.nletters; l++) {
+		char ch = e.letters[l];
+		bool ia = memchr(e.in[0], ch, (size_t)e.rank[0]) != NULL, iw = memchr(e.in[1], ch, (size_t)e.rank[1]) != NULL,
+		     io = memchr(e.out, ch, (size_t)e.out_rank) != NULL;
+		if (ia && iw && io)
+			cb = l, nb++;
+		else if (ia && io)
+			cm = l, nm++;
+		else if (iw && io)
+			co = l, no++;
+		else if (ia && iw)
+			ci_ = l, ni++;
+		else {
+			tcpl_err(c, id, "einsum '%s': a letter summed from one operand only is not lowered", ir_attr_str(n, "eq", ""));
+			return false;
+		}
+	}
+	if (nb > 1 || nm != 1 || no != 1 || ni != 1) {
+		tcpl_err(c, id, "einsum '%s' is not of the form [b]mi,[b]oi->[b]mo", ir_attr_str(n, "eq", ""));
+		return false;
+	}
+	int letters[4] = {cb, cm, co, ci_};
+	for (int k = 0; k < 4; k++) {
+		pos_a[k] = pos_w[k] = pos_o[k] = -1;
+		if (letters[k] < 0)
+			continue;
+		char ch = e.letters[letters[k]];
+		const char *pa = memchr(e.in[0], ch, (size_t)e.rank[0]), *pw = memchr(e.in[1], ch, (size_t)e.rank[1]),
+			   *po = memchr(e.out, ch, (size_t)e.out_rank);
+		pos_a[k] = pa ? (int)(pa - e.in[0]) : -1;
+		pos_w[k] = pw ? (int)(pw - e.in[1]) : -1;
+		pos_o[k] = po ? (int)(po - e.out) : -1;
+	}
+	*cbp = cb;
 	return true;
 }
 
@@ -184,46 +210,13 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		tcpl_err(c, id, "einsum: %s", msg);
 		return;
 	}
-	/* classify: batch (a, w, out), m (a, out), o (w, out), i (a, w) */
-	int cb = -1, cm = -1, co = -1, ci_ = -1, nb = 0, nm = 0, no = 0, ni = 0;
-	for (int l = 0; l < e.nletters; l++) {
-		char ch = e.letters[l];
-		bool ia = memchr(e.in[0], ch, (size_t)e.rank[0]) != NULL, iw = memchr(e.in[1], ch, (size_t)e.rank[1]) != NULL,
-		     io = memchr(e.out, ch, (size_t)e.out_rank) != NULL;
-		if (ia && iw && io)
-			cb = l, nb++;
-		else if (ia && io)
-			cm = l, nm++;
-		else if (iw && io)
-			co = l, no++;
-		else if (ia && iw)
-			ci_ = l, ni++;
-		else {
-			tcpl_err(c, id, "einsum '%s': a letter summed from one operand only is not lowered", ir_attr_str(n, "eq", ""));
-			return;
-		}
-	}
-	if (nb > 1 || nm != 1 || no != 1 || ni != 1) {
-		tcpl_err(c, id, "einsum '%s' is not of the form [b]mi,[b]oi->[b]mo", ir_attr_str(n, "eq", ""));
+	int pos_a[4], pos_w[4], pos_o[4], cb; /* b m o i -> dim index */
+	if (!classify_einsum(c, id, &e, pos_a, pos_w, pos_o, &cb))
 		return;
-	}
 	const ir_node *an = N(c->g, n->args[0]), *wn = N(c->g, n->args[1]);
 	if (an->dtype != MOE_BF16 && an->dtype != MOE_F32) {
 		tcpl_err(c, id, "contraction operands must be bf16 or f32");
 		return;
-	}
-	int pos_a[4], pos_w[4], pos_o[4]; /* b m o i -> dim index */
-	int letters[4] = {cb, cm, co, ci_};
-	for (int k = 0; k < 4; k++) {
-		pos_a[k] = pos_w[k] = pos_o[k] = -1;
-		if (letters[k] < 0)
-			continue;
-		char ch = e.letters[letters[k]];
-		const char *pa = memchr(e.in[0], ch, (size_t)e.rank[0]), *pw = memchr(e.in[1], ch, (size_t)e.rank[1]),
-			   *po = memchr(e.out, ch, (size_t)e.out_rank);
-		pos_a[k] = pa ? (int)(pa - e.in[0]) : -1;
-		pos_w[k] = pw ? (int)(pw - e.in[1]) : -1;
-		pos_o[k] = po ? (int)(po - e.out) : -1;
 	}
 	bool region = c->inreg[id];
 	if (region && cb >= 0) {
@@ -260,8 +253,18 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
 	cplan pl = plan_contract(c, M, O, I, an->dtype);
-	if (swap && !stream && emit_row_stationary(c, id, &avs, &wvs, &ovs, pos_a, pos_w, pos_o))
+	if (swap && !stream) {
+		int dimmap[TCP_MAXD];
+		for (int k = 0; k < TCP_MAXD; k++)
+			dimmap[k] = k;
+		tcp_view a = mkview(&avs, an, an->rank, dimmap), w = mkview(&wvs, wn, wn->rank, dimmap);
+		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
+		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
+		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
+			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0, 0);
+		c->p->router_macs += M * O * I;
 		return;
+	}
 	int64_t nbat = cb >= 0 && !region ? an->shape[pos_a[0]] : 1;
 	for (int64_t b = 0; b < nbat; b++) {
 		int dimmap[TCP_MAXD];

@@ -734,48 +734,48 @@ static moe_status ev_broadcast(interp *ip, val *out)
 
 /* ---- experts: token-centric MoE FFN ---- */
 
-/* h(g, u) in f32, as the sequence of f32 ops given in docs/ir.md; the caller
- * rounds the result to the node dtype once. */
+/* h(g, u) in f32, as the sequence of f32 ops given in docs/ir.md (with the
+ * NaN rule of ir/scalar.h); the caller rounds the result to the node dtype once. */
 static float activation(int act, float g, float u, float alpha, float limit)
 {
 	switch (act) {
 	case IR_ACT_SWIGLU: {
 		float s = f_sigmoid(g);
-		float a = g * s;
-		return a * u;
+		float a = sc_fmul(g, s);
+		return sc_fmul(a, u);
 	}
 	case IR_ACT_GEGLU: {
-		float half = g * 0.5f;
-		float z = g * 0.70710678118654752f; /* 1/sqrt(2) */
+		float half = sc_fmul(g, 0.5f);
+		float z = sc_fmul(g, 0.70710678118654752f); /* 1/sqrt(2) */
 		float t = (float)erf((double)z);
-		float one = 1.0f + t;
-		float a = half * one;
-		return a * u;
+		float one = sc_fadd(1.0f, t);
+		float a = sc_fmul(half, one);
+		return sc_fmul(a, u);
 	}
 	case IR_ACT_GEGLU_TANH: {
-		float g2 = g * g;
-		float g3 = g2 * g;
-		float c = 0.044715f * g3;
-		float in = g + c;
-		float z = 0.79788456080286536f * in; /* sqrt(2/pi) */
+		float g2 = sc_fmul(g, g);
+		float g3 = sc_fmul(g2, g);
+		float c = sc_fmul(0.044715f, g3);
+		float in = sc_fadd(g, c);
+		float z = sc_fmul(0.79788456080286536f, in); /* sqrt(2/pi) */
 		float t = (float)tanh((double)z);
-		float one = 1.0f + t;
-		float half = g * 0.5f;
-		float a = half * one;
-		return a * u;
+		float one = sc_fadd(1.0f, t);
+		float half = sc_fmul(g, 0.5f);
+		float a = sc_fmul(half, one);
+		return sc_fmul(a, u);
 	}
 	case IR_ACT_GPT_OSS: {
 		float gc = sc_fmin(g, limit);
 		float uc = sc_fmax(sc_fmin(u, limit), -limit);
-		float z = gc * alpha;
+		float z = sc_fmul(gc, alpha);
 		float s = f_sigmoid(z);
-		float glu = gc * s;
-		float u1 = uc + 1.0f;
-		return u1 * glu;
+		float glu = sc_fmul(gc, s);
+		float u1 = sc_fadd(uc, 1.0f);
+		return sc_fmul(u1, glu);
 	}
 	case IR_ACT_RELU2: {
 		float r = sc_fmax(u, 0.0f);
-		return r * r;
+		return sc_fmul(r, r);
 	}
 	default: return u;
 	}
@@ -792,7 +792,7 @@ static float project(int t, const float *w, const float *v, int64_t n, const flo
 	}
 	acc = rnd(t, acc);
 	if (bias)
-		acc = rnd(t, acc + *bias);
+		acc = rnd(t, sc_fadd(acc, *bias));
 	return acc;
 }
 
@@ -835,7 +835,7 @@ static moe_status ev_experts(interp *ip, val *out)
 			float wk = w[ti * K + k];
 			for (int64_t d = 0; d < D; d++) {
 				float xv = x[ti * D + d];
-				xin[d] = on_input ? rnd(t, wk * xv) : xv;
+				xin[d] = on_input ? rnd(t, sc_fmul(xv, wk)) : xv;
 			}
 			for (int64_t f = 0; f < F; f++) {
 				int64_t row = (e * F + f) * D;
@@ -845,8 +845,8 @@ static moe_status ev_experts(interp *ip, val *out)
 			}
 			for (int64_t d = 0; d < D; d++) {
 				float o = project(t, down + (e * D + d) * F, h, F, bd ? &bd[e * D + d] : NULL);
-				float term = on_input ? o : wk * o;
-				acc[d] = k ? acc[d] + term : term;
+				float term = on_input ? o : sc_fmul(o, wk);
+				acc[d] = k ? sc_fadd(acc[d], term) : term;
 			}
 		}
 		for (int64_t d = 0; d < D && !st; d++)

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "moec/ir.h"
 
@@ -57,6 +58,32 @@ static inline float sc_fmin(float a, float b)
 		return signbit(a) ? a : b;
 	return a < b ? a : b;
 }
+
+/* ---- f32 arithmetic with a defined NaN (docs/abi.md) ----
+ * IEEE 754 leaves open which NaN operand an operation returns, x86 returns its
+ * first source operand's, and compilers may swap the operands of a commutative
+ * add or mul. So add/sub/mul/div state it: the first operand if it is a NaN,
+ * else the second if it is one, quieted (the quiet bit set, sign and payload
+ * kept); otherwise the IEEE result (an invalid operation gives the CPU's
+ * default NaN, which only inf - inf, 0 * inf, 0 / 0 and inf / inf produce). */
+static inline float sc_quiet(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	u |= 0x00400000u;
+	memcpy(&x, &u, sizeof x);
+	return x;
+}
+
+static inline float sc_nan2(float a, float b, float r)
+{
+	return isnan(a) ? sc_quiet(a) : isnan(b) ? sc_quiet(b) : r;
+}
+
+static inline float sc_fadd(float a, float b) { return sc_nan2(a, b, a + b); }
+static inline float sc_fsub(float a, float b) { return sc_nan2(a, b, a - b); }
+static inline float sc_fmul(float a, float b) { return sc_nan2(a, b, a * b); }
+static inline float sc_fdiv(float a, float b) { return sc_nan2(a, b, a / b); }
 
 /* ---- float primitives (double inside, one rounding to f32) ---- */
 static inline float sc_exp(float x) { return (float)exp((double)x); }
@@ -113,10 +140,10 @@ static inline bool sc_unary_i(moe_op op, moe_dtype t, int32_t x, int32_t *r)
 static inline bool sc_binary_f(moe_op op, float a, float b, float *r, int32_t *cmp)
 {
 	switch (op) {
-	case MOE_OP_ADD: *r = a + b; return true;
-	case MOE_OP_SUB: *r = a - b; return true;
-	case MOE_OP_MUL: *r = a * b; return true;
-	case MOE_OP_DIV: *r = a / b; return true;
+	case MOE_OP_ADD: *r = sc_fadd(a, b); return true;
+	case MOE_OP_SUB: *r = sc_fsub(a, b); return true;
+	case MOE_OP_MUL: *r = sc_fmul(a, b); return true;
+	case MOE_OP_DIV: *r = sc_fdiv(a, b); return true;
 	case MOE_OP_MIN: *r = sc_fmin(a, b); return true;
 	case MOE_OP_MAX: *r = sc_fmax(a, b); return true;
 	case MOE_OP_EQ: *cmp = a == b; return true;

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -206,6 +207,181 @@ static void test_binary_broadcast(void **state)
 		   "  %22 = select(%19, %0, %1) : i32[4, 6]\n"
 		   "  output %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %14, %17, %18, %20, %21, %22\n"
 		   "}\n");
+}
+
+/* ---- two NaN operands (docs/abi.md "NaN results") ---- */
+
+static const uint32_t nan_vals[10] = {0x7fc00001u, 0xffc12345u, 0x7f810005u, 0xff812345u, 0x7f800000u,
+	0xff800000u, 0u, 0x80000000u, 0x3fc00000u, 0xc0000000u};
+
+static float bits_f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static uint32_t f_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+/* the stated rule, written out independently of ir/scalar.h */
+static float want_op(char op, float a, float b)
+{
+	if (a != a)
+		return bits_f(f_bits(a) | 0x00400000u);
+	if (b != b)
+		return bits_f(f_bits(b) | 0x00400000u);
+	volatile float x = a, y = b;
+	return op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;
+}
+
+static moe_tensor *nan_tensor(moe_ctx *ctx, moe_dtype t, int64_t n, int which)
+{
+	moe_tensor *x = moe_tensor_new(ctx, t, 1, &n);
+	assert_non_null(x);
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t v = nan_vals[which ? i % 10 : i / 10 % 10];
+		if (t == MOE_F32)
+			((uint32_t *)x->data)[i] = v;
+		else
+			((uint16_t *)x->data)[i] = (uint16_t)(v >> 16);
+	}
+	return x;
+}
+
+/* Runs g on bind through the interpreter, LLVM (portable and default kernels)
+ * and the C engine into out[engine][output]. */
+static void run_engines(moe_ctx *ctx, moe_graph *g, moe_tensor_map *bind, moe_tensor *out[4][8])
+{
+	uint32_t no = moe_graph_num_outputs(g);
+	assert_true(no <= 8);
+	moe_tensor **ref = NULL;
+	assert_int_equal(ir_interp_run_alloc(ctx, g, bind, &ref), MOE_OK);
+	for (uint32_t j = 0; j < no; j++) {
+		out[0][j] = ref[j];
+		ref[j] = NULL;
+	}
+	ir_interp_free_outputs(ctx, g, ref);
+	for (int e = 1; e < 4; e++) {
+		moe_host_opts ho;
+		moe_host_opts_init(&ho);
+		ho.engine = e == 3 ? MOE_HOST_C : MOE_HOST_LLVM;
+		ho.portable = e == 1;
+		ho.no_cache = 1;
+		moe_status s = moe_host_run_opts(ctx, g, bind, &ho, out[e], NULL);
+		print_diags(ctx);
+		assert_int_equal(s, MOE_OK);
+	}
+}
+
+static void test_nan_operands(void **state)
+{
+	(void)state;
+	static const char text[] = "moeir 1\n"
+				   "layer @nan2 dtype=f32 {\n"
+				   "  %0 = input \"a\" : f32[100]\n"
+				   "  %1 = input \"b\" : f32[100]\n"
+				   "  %2 = add(%0, %1) : f32[100]\n"
+				   "  %3 = sub(%0, %1) : f32[100]\n"
+				   "  %4 = mul(%0, %1) : f32[100]\n"
+				   "  %5 = div(%0, %1) : f32[100]\n"
+				   "  %6 = sigmoid(%0) : f32[100]\n"
+				   "  %7 = mul(%0, %6) : f32[100]\n"
+				   "  %8 = sub(%1, %0) : f32[100]\n"
+				   "  %9 = mul(%2, %8) : f32[100]\n"
+				   "  output %2, %3, %4, %5, %7, %9\n"
+				   "}\n"
+				   "layer @nan2_bf16 dtype=bf16 {\n"
+				   "  %0 = input \"a\" : bf16[100]\n"
+				   "  %1 = input \"b\" : bf16[100]\n"
+				   "  %2 = add(%0, %1) : bf16[100]\n"
+				   "  %3 = sub(%0, %1) : bf16[100]\n"
+				   "  %4 = mul(%0, %1) : bf16[100]\n"
+				   "  %5 = div(%0, %1) : bf16[100]\n"
+				   "  output %2, %3, %4, %5\n"
+				   "}\n";
+	static const char ops[] = "+-*/";
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_module *m = parse(ctx, text);
+	for (size_t gi = 0; gi < 2; gi++) {
+		moe_graph *g = moe_module_graph(m, gi);
+		moe_dtype t = gi ? MOE_BF16 : MOE_F32;
+		moe_tensor_map *bind = moe_tensor_map_new(ctx);
+		assert_int_equal(moe_tensor_map_set(bind, "a", nan_tensor(ctx, t, 100, 0)), MOE_OK);
+		assert_int_equal(moe_tensor_map_set(bind, "b", nan_tensor(ctx, t, 100, 1)), MOE_OK);
+		moe_tensor *out[4][8] = {{0}};
+		run_engines(ctx, g, bind, out);
+		uint32_t no = moe_graph_num_outputs(g);
+		for (uint32_t j = 0; j < no; j++) {
+			for (int e = 1; e < 4; e++)
+				assert_true(same_bits(out[0][j], out[e][j], e == 3 ? "interp vs c" : "interp vs llvm", j));
+			for (int i = 0; i < 100; i++) {
+				float a = bits_f(gi ? nan_vals[i / 10] & 0xffff0000u : nan_vals[i / 10]);
+				float b = bits_f(gi ? nan_vals[i % 10] & 0xffff0000u : nan_vals[i % 10]);
+				float w = j < 4 ? want_op(ops[j], a, b) :
+					  j == 4 ? want_op('*', a, (float)(1.0 / (1.0 + exp(-(double)a)))) :
+						   want_op('*', want_op('+', a, b), want_op('-', b, a));
+				uint32_t got = gi ? (uint32_t)((uint16_t *)out[0][j]->data)[i] << 16 :
+						    ((uint32_t *)out[0][j]->data)[i];
+				if (w != w) /* the NaN results: exactly the rule's (bf16: its upper half) */
+					assert_int_equal(got, gi ? f_bits(w) & 0xffff0000u : f_bits(w));
+				else
+					assert_false(bits_f(got) != bits_f(got));
+			}
+		}
+		for (int e = 0; e < 4; e++)
+			for (uint32_t j = 0; j < no; j++)
+				moe_tensor_free(ctx, out[e][j]);
+		moe_tensor_map_free(bind);
+	}
+	moe_module_free(m);
+	moe_ctx_free(ctx);
+}
+
+/* Sums (einsum, reduce_sum, cumsum, softmax): NaN exactly where the
+ * interpreter has one, and every other element bitwise its value; which NaN
+ * is not defined (docs/abi.md). */
+static void test_nan_sums(void **state)
+{
+	(void)state;
+	static const char text[] = "moeir 1\n"
+				   "layer @nansum dtype=f32 {\n"
+				   "  %0 = input \"a\" : f32[100]\n"
+				   "  %1 = reshape(%0) {shape=[10, 10]} : f32[10, 10]\n"
+				   "  %2 = reduce_sum(%1) {axis=1} : f32[10]\n"
+				   "  %3 = cumsum(%1) {axis=0} : f32[10, 10]\n"
+				   "  %4 = einsum(%1, %1) {eq=\"ij,kj->ik\"} : f32[10, 10]\n"
+				   "  %5 = softmax(%1) {axis=1} : f32[10, 10]\n"
+				   "  output %2, %3, %4, %5\n"
+				   "}\n";
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_module *m = parse(ctx, text);
+	moe_graph *g = moe_module_graph(m, 0);
+	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	assert_int_equal(moe_tensor_map_set(bind, "a", nan_tensor(ctx, MOE_F32, 100, 1)), MOE_OK);
+	moe_tensor *out[4][8] = {{0}};
+	run_engines(ctx, g, bind, out);
+	int nans = 0;
+	for (uint32_t j = 0; j < 4; j++)
+		for (int e = 1; e < 4; e++)
+			for (size_t i = 0; i < out[0][j]->nbytes / 4; i++) {
+				float r = ((float *)out[0][j]->data)[i], x = ((float *)out[e][j]->data)[i];
+				assert_int_equal(r != r, x != x);
+				if (r == r)
+					assert_int_equal(f_bits(r), f_bits(x));
+				nans += r != r;
+			}
+	assert_true(nans > 0);
+	for (int e = 0; e < 4; e++)
+		for (uint32_t j = 0; j < 4; j++)
+			moe_tensor_free(ctx, out[e][j]);
+	moe_tensor_map_free(bind);
+	moe_module_free(m);
+	moe_ctx_free(ctx);
 }
 
 static void test_cast_bitcast_const_iota(void **state)
@@ -690,6 +866,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_unary),
 		cmocka_unit_test(test_binary_broadcast),
+		cmocka_unit_test(test_nan_operands),
+		cmocka_unit_test(test_nan_sums),
 		cmocka_unit_test(test_cast_bitcast_const_iota),
 		cmocka_unit_test(test_reductions),
 		cmocka_unit_test(test_einsum),
