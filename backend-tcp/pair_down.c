@@ -106,11 +106,8 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		     (double)moe_dtype_size((moe_dtype)a->dtype);
 	if (2 * per > (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 2)
 		return NULL;
-	moe_graph *dev = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(dev);
-	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
-	for (moe_id i = 0; i <= nn; i++)
-		map[i] = MOE_NONE;
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
 	bool ok = true;
 	for (moe_id i = 0; i < nn && ok; i++) {
 		if (i == p.cat || i == p.dq)
@@ -120,15 +117,5 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		else
 			map[i] = ir_copy_node(dev, g, i, map);
 	}
-	if (ok)
-		for (uint32_t o = 0; o < g->nout; o++)
-			moe_graph_add_output(dev, map[g->outputs[o]]);
-	if (ok)
-		ir_graph_remap_node_keys(dev, g, map);
-	ctx_free(ctx, map, (nn + 1) * sizeof *map);
-	if (!ok) {
-		ir_graph_free(dev);
-		return NULL;
-	}
-	return dev;
+	return tcp_rewrite_end(ctx, dev, g, map, ok);
 }

@@ -99,6 +99,31 @@ uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g)
 /* The tcp_pack mark for a new packed weight: one past the largest in g, or
  * -1 when the tcp-split-weights pass has not marked g. Shared with
  * quant_pack.c. */
+moe_id *tcp_rewrite_begin(moe_ctx *ctx, const moe_graph *g, moe_graph **dev)
+{
+	*dev = ir_graph_clone_empty(g);
+	ir_graph_drop_node_keys(*dev);
+	moe_id *map = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *map);
+	for (moe_id i = 0; i <= g->nnodes; i++)
+		map[i] = MOE_NONE;
+	return map;
+}
+
+moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok)
+{
+	if (ok) {
+		for (uint32_t o = 0; o < g->nout; o++)
+			moe_graph_add_output(dev, map[g->outputs[o]]);
+		ir_graph_remap_node_keys(dev, g, map);
+	}
+	ctx_free(ctx, map, (g->nnodes + 1) * sizeof *map);
+	if (!ok) {
+		ir_graph_free(dev);
+		return NULL;
+	}
+	return dev;
+}
+
 int64_t tcp_next_pack_mark(const moe_graph *g)
 {
 	int64_t pack_mark = -1;
@@ -175,11 +200,8 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 			      (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
 		return NULL;
 	int64_t pack_mark = tcp_next_pack_mark(g);
-	moe_graph *dev = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(dev);
-	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
-	for (moe_id i = 0; i <= nn; i++)
-		map[i] = MOE_NONE;
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
 	moe_id q1 = N(g, e1)->args[1], q2 = N(g, e2)->args[1];
 	bool ok = true;
 	for (moe_id i = 0; i < nn && ok; i++) {
@@ -190,15 +212,5 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 		else
 			map[i] = ir_copy_node(dev, g, i, map);
 	}
-	if (ok)
-		for (uint32_t o = 0; o < g->nout; o++)
-			moe_graph_add_output(dev, map[g->outputs[o]]);
-	if (ok)
-		ir_graph_remap_node_keys(dev, g, map);
-	ctx_free(ctx, map, (nn + 1) * sizeof *map);
-	if (!ok) {
-		ir_graph_free(dev);
-		return NULL;
-	}
-	return dev;
+	return tcp_rewrite_end(ctx, dev, g, map, ok);
 }

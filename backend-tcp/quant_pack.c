@@ -75,9 +75,8 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 	if (!found)
 		return NULL;
 	int64_t pack_mark = tcp_next_pack_mark(g);
-	moe_graph *dev = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(dev);
-	moe_id *map = ctx_alloc(ctx, (nn + 1) * sizeof *map);
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
 	for (moe_id i = 0; i < nn; i++) {
 		if (i == q2) {
 			continue; /* mapped with q1 */
@@ -87,18 +86,11 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g)
 		}
 		const ir_node *n1 = N(g, q1), *w1 = N(g, n1->args[0]);
 		moe_id gq = tcp_emit_pair_gather(ctx, dev, g, q1, q2, bexp, nb, pack_mark, map);
-		if (gq == MOE_NONE) {
-			ir_graph_free(dev);
-			ctx_free(ctx, map, (nn + 1) * sizeof *map);
-			return NULL;
-		}
+		if (gq == MOE_NONE)
+			return tcp_rewrite_end(ctx, dev, g, map, false);
 		int64_t F = w1->shape[1];
 		map[q1] = ir_b_slice(dev, gq, 1, 0, F, n1->loc);
 		map[q2] = ir_b_slice(dev, gq, 1, F, 2 * F, n1->loc);
 	}
-	for (uint32_t o = 0; o < g->nout; o++)
-		moe_graph_add_output(dev, map[g->outputs[o]]);
-	ir_graph_remap_node_keys(dev, g, map);
-	ctx_free(ctx, map, (nn + 1) * sizeof *map);
-	return dev;
+	return tcp_rewrite_end(ctx, dev, g, map, true);
 }

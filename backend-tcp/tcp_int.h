@@ -276,6 +276,12 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 /* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */
 uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
+/* pair_gate_up.c: a rewrite of g into a new graph: *dev an empty clone, the returned map
+ * (nnodes + 1 entries, all MOE_NONE) from g's ids to dev's; tcp_rewrite_end adds the
+ * outputs and node keys when ok and returns dev, else frees dev and returns NULL
+ * (it frees the map either way). */
+moe_id *tcp_rewrite_begin(moe_ctx *ctx, const moe_graph *g, moe_graph **dev);
+moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok);
 /* pair_gate_up.c: the tcp_pack mark of a new packed weight (-1: the graph is not marked). */
 int64_t tcp_next_pack_mark(const moe_graph *g);
 /* pair_gate_up.c: the concat of two block gathers' weights and its block gather, emitted in dev (MOE_NONE: it does not type). */
