@@ -33,6 +33,7 @@
 #include "moec/frontend.h"
 #include "moec/passes.h"
 #include "moec/runtime.h"
+#include "host_layer.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next32(void)
@@ -45,15 +46,7 @@ static uint32_t next32(void)
 
 static moe_graph *layer(moe_ctx *c, const char *text, moe_module **mod)
 {
-	moe_module *m = moe_parse_moe(c, "el.moe", text, strlen(text), NULL);
-	if (!m)
-		moe_diag_print(c, stderr);
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(c, "host", m, &ro) != MOE_OK)
-		moe_diag_print(c, stderr);
-	*mod = m;
-	return moe_module_graph(m, 0);
+	return host_layer(c, "el.moe", text, strlen(text), NULL, mod);
 }
 
 static moe_tensor *tensor(moe_ctx *c, int rank, const int64_t *shape, int pattern, float scale)

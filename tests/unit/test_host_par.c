@@ -30,6 +30,7 @@
 #include "moec/backend.h"
 #include "moec/frontend.h"
 #include "moec/passes.h"
+#include "host_layer.h"
 
 static char *read_all(const char *path, size_t *len)
 {
@@ -54,16 +55,9 @@ static moe_graph *qwen3_small(moe_ctx *c, const char *dtype, moe_module **mod)
 	char *text = read_all(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", &len);
 	moe_setting sets[] = {{"T", "37"}, {"D", "96"}, {"F", "80"}, {"E", "64"}, {"K", "4"}, {"B", "8"}, {"dtype", dtype}};
 	moe_settings ss = {sets, sizeof sets / sizeof *sets};
-	moe_module *m = moe_parse_moe(c, "qwen3_30b_a3b.moe", text, len, &ss);
+	moe_graph *g = host_layer(c, "qwen3_30b_a3b.moe", text, len, &ss, mod);
 	free(text);
-	if (!m)
-		moe_diag_print(c, stderr);
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(c, "host", m, &ro) != MOE_OK)
-		moe_diag_print(c, stderr);
-	*mod = m;
-	return moe_module_graph(m, 0);
+	return g;
 }
 
 /* runs with the same kernels share one compilation through a cache in cdir */

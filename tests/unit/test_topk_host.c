@@ -20,6 +20,7 @@
 #include "moec/frontend.h"
 #include "moec/passes.h"
 #include "moec/runtime.h"
+#include "host_layer.h"
 
 enum { ROWS = 600, E = 32, K = 4, HAND = 5 };
 
@@ -91,15 +92,7 @@ static moe_graph *layer(moe_ctx *c, const char *dtype, moe_module **mod)
 	snprintf(text, sizeof text,
 		"layer tk {\n  dim T = %d, E = %d, K = %d\n  input x : %s[T, E]\n  idx = topk(x, K)\n  output idx\n}\n",
 		ROWS, E, K, dtype);
-	moe_module *m = moe_parse_moe(c, "tk.moe", text, strlen(text), NULL);
-	if (!m)
-		moe_diag_print(c, stderr);
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(c, "host", m, &ro) != MOE_OK)
-		moe_diag_print(c, stderr);
-	*mod = m;
-	return moe_module_graph(m, 0);
+	return host_layer(c, "tk.moe", text, strlen(text), NULL, mod);
 }
 
 static moe_tensor *run_host(moe_ctx *c, moe_graph *g, moe_tensor_map *b, moe_host_engine en, int threads, int portable)
