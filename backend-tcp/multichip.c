@@ -359,6 +359,31 @@ static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int
 	return moe_atomic_commit(af);
 }
 
+/* A contraction of phase 0 (it depends on no exchange) whose every consumer
+ * is in a later phase runs in the earliest of its consumers' phases: the
+ * shared expert's down projection, in the combine. Its weight stream, issued
+ * before the combine's gather of the returned rows (moe_ep_phase_graph puts
+ * a phase's work that reads no exchange first), hides that gather, while its
+ * gate and up projections stay in phase 0 beside routing and hide the
+ * dispatch's packing (docs/expert-parallel.md section 6). */
+static void defer_tail(const moe_graph *g, int *level)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		if (level[i] != 0 || N(g, i)->op != MOE_OP_EINSUM)
+			continue;
+		int to = -1;
+		bool out = false;
+		for (uint32_t o = 0; o < g->nout; o++)
+			out |= g->outputs[o] == i;
+		for (moe_id j = i + 1; j < g->nnodes && !out; j++)
+			for (uint32_t a = 0; a <= N(g, j)->nargs; a++)
+				if ((a < N(g, j)->nargs ? N(g, j)->args[a] : N(g, j)->valid) == i)
+					to = to < 0 || level[j] < to ? level[j] : to;
+		if (!out && to > 0)
+			level[i] = to;
+	}
+}
+
 /* The chips' programs cut into phases (*phases each). */
 static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases)
 {
@@ -370,6 +395,7 @@ static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 		if (!c[d].level || !c[d].val || !c[d].fake)
 			return MOE_ERR_NOMEM;
 		int p = moe_ep_phases(g[d], c[d].level);
+		defer_tail(g[d], c[d].level);
 		if (p > PH_MAX) {
 			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc, "chip %d: its program has %d exchange rounds, at most %d are run",
 				d, p - 1, MOE_TCP_EP_MAX_ROUNDS);

@@ -65,9 +65,23 @@ moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *leve
 	for (moe_id i = 0; i < g->nnodes; i++)
 		map[i] = MOE_NONE;
 	*nids = 0;
+	/* recv[i]: node i of phase k reads, through nodes of phase k, an exchange's
+	 * result; the nodes that do not come first (their work, the shared expert's
+	 * tail deferred to the combine, is issued before the received rows') */
+	uint8_t *recv = calloc(g->nnodes, 1);
+	IR_ASSERT(recv);
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
-		if (n->op == MOE_OP_ALL_TO_ALL || level[i] != k)
+		for (uint32_t j = 0; level[i] == k && j <= n->nargs; j++) {
+			moe_id a = j < n->nargs ? n->args[j] : n->valid;
+			if (a != MOE_NONE && (recv[a] || N(g, a)->op == MOE_OP_ALL_TO_ALL))
+				recv[i] = 1;
+		}
+	}
+	for (moe_id s = 0; s < 2 * g->nnodes; s++) {
+		moe_id i = s % g->nnodes;
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_ALL_TO_ALL || level[i] != k || recv[i] != s / g->nnodes)
 			continue;
 		for (uint32_t j = 0; j <= n->nargs; j++) {
 			moe_id a = j < n->nargs ? n->args[j] : n->valid;
@@ -107,6 +121,7 @@ moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *leve
 			ir_graph_set_attr_int(d, ir_node_keys[k2], map[old]);
 	}
 	free(map);
+	free(recv);
 	return m;
 }
 
