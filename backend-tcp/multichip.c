@@ -5,7 +5,8 @@
  * phase is the largest over its operands of the operand's phase, plus one
  * for an operand that is an exchange (an exchange runs at the end of the
  * phase of its operands). Every phase becomes a graph of its own whose
- * inputs are the values of earlier phases (input "ep.<id>"), compiled and
+ * inputs are the values of earlier phases (input "ep.<id>"; one contraction
+ * of phase 0 may be deferred to its readers' phase: defer_tail), compiled and
  * run on the simulator. The chips advance together, phase by phase
  * (bulk-synchronous): all chips run phase k, then the exchanges of round k
  * move rows between them in memory, costed by the link model:

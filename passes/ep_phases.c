@@ -7,7 +7,10 @@
  * plus one for an operand that is an exchange (an exchange runs at the end
  * of the phase of its operands). Phase k's graph takes the values of
  * earlier phases and the exchanges' results as inputs "ep.<id>" and gives as
- * outputs what later phases, the exchanges and the program's outputs read. */
+ * outputs what later phases, the exchanges and the program's outputs read;
+ * its work that reads no exchange result comes first (the TCP chips defer
+ * the shared expert's down projection to the combine, where it is issued
+ * before the returned rows are gathered: backend-tcp/multichip.c). */
 #include <stdio.h>
 #include <stdlib.h>
 

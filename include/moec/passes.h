@@ -102,7 +102,10 @@ MOE_API int64_t moe_ep_grid_blocks_max(int64_t T, int64_t K, int64_t Ed, int64_t
  * of one graph whose inputs "ep.<id>" are node <id>'s value (of an earlier
  * phase or an exchange) and whose outputs are what later phases, exchanges
  * and g's outputs read, ids[j] the node of output j (*nids of them; only the
- * first cap are made outputs: more than cap is the caller's error). */
+ * first cap are made outputs: more than cap is the caller's error). Its nodes
+ * that read no exchange result come first, then the others, each in g's
+ * order. level may place a node later than moe_ep_phases does (no earlier
+ * than its operands). */
 MOE_API int moe_ep_phases(const moe_graph *g, int *level);
 MOE_API moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *level, int k, moe_id *ids,
 	uint32_t cap, uint32_t *nids);
