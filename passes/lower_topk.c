@@ -249,14 +249,16 @@ static moe_id lower_iter(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals
  * about 132 cycles on TCP) as 132 x 512 elements (TCP's 512 slices) and a
  * reduce's elements twice (4 per cycle where the others go 8): per row the
  * rank compare is E x E x 3 (equality, then greater-than with the sum), the
- * rounds 5 K x E (max, index min), over 3 and 3 K passes. */
-static bool iter_cheaper(const tk *c)
+ * rounds 5 K x E (max, index min), over 3 and 3 K passes; the rank of a
+ * softmax's or a sigmoid's key (step_rank) is E x E x 2 (one float pass) over
+ * 2 passes. */
+static bool iter_cheaper(const tk *c, bool step)
 {
 	int64_t rows = 1;
 	for (int i = 0; i + 1 < c->r; i++)
 		rows *= c->sh[i];
 	double fixed = 132.0 * 512.0;
-	double rank = (double)rows * (double)c->E * (double)c->E * 3.0 + 3.0 * fixed;
+	double rank = (double)rows * (double)c->E * (double)c->E * (step ? 2.0 : 3.0) + (step ? 2.0 : 3.0) * fixed;
 	double iter = (double)rows * (double)c->E * 5.0 * (double)c->K + 3.0 * (double)c->K * fixed;
 	return iter < rank;
 }
@@ -364,7 +366,7 @@ PASS(pass_lower_topk)
 		for (moe_id j = i + 1; pick && j < g->nnodes && !want; j++)
 			want = N(g, j)->op == MOE_OP_TAKE_ALONG && N(g, j)->nargs >= 2 && N(g, j)->args[1] == i &&
 			       N(g, j)->args[0] == n->args[0];
-		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c);
+		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c, !packed && nonneg_score(g, n->args[0]));
 		c.iter = c.iter && c.K <= MAX_PARTS_ITER && c.E <= ((int64_t)1 << 30);
 		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit, want ? &vals[i] : NULL);
 		want = false;
