@@ -94,6 +94,12 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
+	/* lower_dcomb.c: a decode's combine accumulated in the block loop (red: the reduce, else MOE_NONE) */
+	struct {
+		moe_id red;
+		int32_t acc, y, grid, w;
+		int64_t gbase, gscale, wbase, wstride, n;
+	} dc;
 } lw;
 
 enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_PG, R_PROWS, R_FREE };
@@ -404,5 +410,9 @@ val tcpl_decode_block_view(const lw *c, moe_id id);
 void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tbe, int64_t bebase, int64_t bes);
 bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
 moe_id tcpl_nan_key_src(const lw *c, moe_id id);
+/* lower_dcomb.c: a decode's combine accumulated block by block in the loop (7.4) */
+void tcpl_dcomb_plan(lw *c, const int32_t *dmhome, int ndh);
+void tcpl_dcomb_step(lw *c);
+void tcpl_dcomb_finish(lw *c);
 
 #endif

@@ -835,6 +835,7 @@ void tcpl_lower_region(lw *c)
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
 	region_homes(c, &r);
+	tcpl_dcomb_plan(c, r.dmhome, r.ndh); /* a decode's combine, in the loop (lower_dcomb.c) */
 	uint32_t skip_all = region_prologue(c, &r);
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
@@ -842,6 +843,7 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
+	tcpl_dcomb_step(c);
 	if (r.pair != MOE_NONE) { /* the last block scatters its own results in pair order (lower_pairs.c) */
 		uint32_t more = br(c, TCP_C_LT, R_NEXT, R_NB);
 		tcpl_pairs_store(c, r.pair, R_G, R_ROWS);
@@ -859,4 +861,5 @@ void tcpl_lower_region(lw *c)
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
 	region_finish(c, &r);
+	tcpl_dcomb_finish(c);
 }
