@@ -375,6 +375,8 @@ static bool region_buffers(lw *c)
 		const ir_node *n = N(g, i);
 		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || (tcpl_quant_no_buffer(c, i) && !region_slice(g, n)))
 			continue;
+		if (c->fused_into[i] != MOE_NONE && !c->hbm_home[i] && !c->is_out[i])
+			continue; /* computed inside the pass it feeds (lower_fuse.c): never stored */
 		ir_node b = block_node(n);
 		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
