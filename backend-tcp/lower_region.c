@@ -396,6 +396,8 @@ static bool region_buffers(lw *c)
 			c->v[i] = v;
 			continue;
 		}
+		if (tcpl_pairs_buffer(c, i, &b))
+			continue; /* two slots (lower_pairs.c) */
 		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block", (moe_dtype)n->dtype, b.rank, b.shape);
 		c->v[i] = tview(t, i, &b);
 	}
@@ -677,6 +679,7 @@ static void region_mid(lw *c, const rgn *r)
 static void region_body(lw *c, const rgn *r)
 {
 	const moe_graph *g = c->g;
+	tcpl_pairs_slot(c); /* the slot of block g's pair-order result (lower_pairs.c) */
 	for (int j = 0; j < r->nin; j++) {
 		if (r->ins[j].weight)
 			continue;
