@@ -85,6 +85,7 @@ typedef struct lw {
 	moe_id pr_node, pr_pos; /* lower_pairs.c: the block result kept in pair order in DM (pr_t), and pos */
 	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
 	int64_t pr_n;           /* ... its rows (T K) */
+	int pr_reg, pr_preg;    /* ... the slot (block & 1) of the block's result buffer, and of the pending block's */
 	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
@@ -379,6 +380,8 @@ void tcpl_pairs_plan(lw *c);
 void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist);
 void tcpl_pairs_rows(lw *c);
 bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg);
+bool tcpl_pairs_buffer(lw *c, moe_id i, const ir_node *b);
+void tcpl_pairs_slot(lw *c);
 bool tcpl_pairs_gather(lw *c, moe_id id);
 /* The lowering state of g on machine m (a fresh program in c->p), and its
  * release (c->p excepted). */

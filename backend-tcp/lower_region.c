@@ -375,6 +375,8 @@ static bool region_buffers(lw *c)
 		const ir_node *n = N(g, i);
 		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || (tcpl_quant_no_buffer(c, i) && !region_slice(g, n)))
 			continue;
+		if (c->fused_into[i] != MOE_NONE && !c->hbm_home[i] && !c->is_out[i])
+			continue; /* computed inside the pass it feeds (lower_fuse.c): never stored */
 		ir_node b = block_node(n);
 		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
@@ -394,6 +396,8 @@ static bool region_buffers(lw *c)
 			c->v[i] = v;
 			continue;
 		}
+		if (tcpl_pairs_buffer(c, i, &b))
+			continue; /* two slots (lower_pairs.c) */
 		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block", (moe_dtype)n->dtype, b.rank, b.shape);
 		c->v[i] = tview(t, i, &b);
 	}
@@ -675,6 +679,7 @@ static void region_mid(lw *c, const rgn *r)
 static void region_body(lw *c, const rgn *r)
 {
 	const moe_graph *g = c->g;
+	tcpl_pairs_slot(c); /* the slot of block g's pair-order result (lower_pairs.c) */
 	for (int j = 0; j < r->nin; j++) {
 		if (r->ins[j].weight)
 			continue;
