@@ -184,7 +184,7 @@ void tcpl_shared_plan(lw *c)
 {
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
-	if (!c->sink || c->rows == MOE_NONE || c->pr_node != MOE_NONE)
+	if (!c->sink || c->rows == MOE_NONE)
 		return;
 	for (moe_id i = 0; i < nn; i++) /* a serving layer (valid counts) may skip the loop */
 		if (!c->inreg[i] && N(g, i)->valid != MOE_NONE)
@@ -197,8 +197,17 @@ void tcpl_shared_plan(lw *c)
 	for (moe_id i = 0; i < nn; i++)
 		s->chain[i] = candidate(c, s->chain, i);
 	bool any = false;
+	int64_t wb = 0; /* its weights, held in DM: at most half of it (else streamed as before) */
+	bool *seen = ctx_alloc(c->ctx, nn + 1);
 	for (moe_id i = 0; i < nn; i++)
-		any |= s->chain[i] && N(g, i)->op == MOE_OP_EINSUM;
+		if (s->chain[i] && N(g, i)->op == MOE_OP_EINSUM) {
+			moe_id w = N(g, i)->args[1];
+			any = true;
+			wb += seen[w] ? 0 : ir_bytes(N(g, w));
+			seen[w] = true;
+		}
+	ctx_free(c->ctx, seen, nn + 1);
+	any &= wb <= c->m->dm_bytes_per_slice * c->S / 2;
 	int64_t *ch = ctx_alloc(c->ctx, sizeof *ch * (nn + 1));
 	bool ok = any && chunks_of(c, s, ch);
 	s->root = ctx_alloc(c->ctx, sizeof *s->root * (size_t)(s->P + 1));
@@ -208,6 +217,8 @@ void tcpl_shared_plan(lw *c)
 		drop(c, s);
 		return;
 	}
+	for (int64_t k = 0; k < s->P; k++) /* a root is a value of its own, not folded into the tail's pass */
+		c->fused_into[s->root[k]] = MOE_NONE;
 	uint32_t n1 = 0;
 	for (uint32_t k = 0; k < c->norder1; k++)
 		if (!s->chain[c->order1[k]])

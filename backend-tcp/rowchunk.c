@@ -16,7 +16,7 @@
  * a tail that fits is left alone. The lowering emits the chunks after the
  * block loop, one after another (lower.c, `sink`); a shared expert's part of
  * them (routing-independent) runs inside the loop, one chunk of T / 64 rows
- * at a time (lower_shared.c). */
+ * (at least 4) at a time (lower_shared.c). */
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
@@ -283,7 +283,7 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	if (widest > 0 && T * widest > budget) {
 		int64_t at[MAXCH + 2];
 		int64_t rows = budget / widest > 0 ? budget / widest : 1;
-		if (T % MAXCH == 0 && T / MAXCH < rows && shared_tail(&c, m))
+		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
 			rows = T / MAXCH; /* pieces of the shared expert in the loop (lower_shared.c) */
 		uint32_t nch = boundaries(&c, rows, at);
 		if (nch > 1)
