@@ -437,7 +437,11 @@ void tcpl_shared_after(lw *c)
 		free_piece(c, false);
 	}
 	uint32_t top = br(c, TCP_C_GE, s->rp, s->rn);
+	int64_t macs = c->p->router_macs;
 	emit_piece(c, false);
+	/* the statistics' MACs outside the block loop: P pieces, the code of one
+	 * lowered here and (not late) once in the body */
+	c->p->router_macs += (c->p->router_macs - macs) * (s->P - (s->late ? 1 : 2));
 	alui(c, TCP_S_ADD, s->rp, s->rp, TCP_NOREG, 1);
 	c->p->code[jmp(c)].target = (int32_t)top;
 	patch(c, top);
