@@ -168,7 +168,7 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
  * lower_rows.c) runs the contractions planned for h rows (above f in two
  * row tiles, the second only for more than h / 2 rows), a fuller one those
  * planned for B. Index k < ncls: class h[k]; the last entry is B. */
-enum { MAXCLS = 8, NSTEP = 5 };
+enum { MAXCLS = 8 + TCP_MAX_UPPER, NSTEP = 5 };
 typedef struct block_costs {
 	int64_t B, h[MAXCLS];
 	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
@@ -285,7 +285,7 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	bc->B = B;
 	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
 	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
-	for (int64_t h = f; h < B && bc->ncls < MAXCLS - 1; h *= 4) {
+	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
 		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
 		bc->h[bc->ncls] = h;
 		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
@@ -293,6 +293,12 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 		for (int j = 0; bc->stream && j < NSTEP; j++)
 			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
 		bc->ncls++;
+	}
+	int64_t up[TCP_MAX_UPPER]; /* weights held in DM: the upper classes, each whole (row_classes.c) */
+	int nu = bc->stream ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
+	for (int k = 0; k < nu; k++, bc->ncls++) {
+		bc->h[bc->ncls] = up[k];
+		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
 	}
 	bc->h[bc->ncls] = B;
 	bc->lo[bc->ncls] = bc->hi[bc->ncls] = bc->full = block_main(m, d, B, B, 0, 0, B, &tiles);
