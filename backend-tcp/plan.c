@@ -294,8 +294,13 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
 		bc->ncls++;
 	}
-	int64_t up[TCP_MAX_UPPER]; /* weights held in DM: the upper classes, each whole (row_classes.c) */
-	int nu = bc->stream ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
+	/* weights held in DM: the upper classes, each whole (row_classes.c); not
+	 * priced for packed low-precision experts, whose dequantized buffers this
+	 * model's DM bound does not see (a larger B would not fit) */
+	int64_t up[TCP_MAX_UPPER];
+	bool plain = (d->wdt == MOE_BF16 || d->wdt == MOE_F32) &&
+		     d->wbytes >= (double)moe_dtype_size((moe_dtype)d->wdt);
+	int nu = bc->stream || !plain ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
 	for (int k = 0; k < nu; k++, bc->ncls++) {
 		bc->h[bc->ncls] = up[k];
 		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
