@@ -330,6 +330,7 @@ void tcpl_fini(lw *c)
 	ctx_free(ctx, c->leaf_t, sizeof *c->leaf_t * (nn + 1));
 	ctx_free(ctx, c->store_dt, nn + 1);
 	ctx_free(ctx, c->live, c->lcap * sizeof *c->live);
+	tcpl_shared_fini(c);
 }
 
 static void last_use(lw *c, moe_id owner, int64_t q)
@@ -488,6 +489,7 @@ static int64_t plan_order(lw *c)
 	int64_t q = 0, loop_pos = -1;
 	mark_after(c);
 	order_after(c);
+	tcpl_shared_plan(c);
 	mark_tiers(c);
 	tcpl_mark_pre_experts(c);
 	for (int h = 0; h < 4; h++) /* tier 3 runs in the loop's prologue */
@@ -501,6 +503,7 @@ static int64_t plan_order(lw *c)
 			c->pos[i] = loop_pos;
 	for (uint32_t k = 0; k < c->norder1; k++)
 		c->pos[c->order1[k]] = q++;
+	tcpl_shared_pos(c, loop_pos);
 	moe_id *own = ctx_alloc(c->ctx, sizeof(moe_id) * (nn + 1));
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
@@ -548,6 +551,7 @@ static int64_t plan_order(lw *c)
 	for (moe_id i = 0; i < nn; i++)
 		if (own[i] != i) /* views never free; (sink) a view's own DM copy frees with its source */
 			c->last[i] = c->sink && !c->inreg[i] ? c->last[own[i]] : -2;
+	tcpl_shared_liveness(c);
 	ctx_free(c->ctx, own, sizeof(moe_id) * (nn + 1));
 	return loop_pos;
 }
@@ -591,6 +595,7 @@ static void lower_all(lw *c, int64_t loop_pos)
 		tcpl_quant_stage_after(c, UINT32_MAX);
 		tcpl_lower_region(c);
 		release(c, loop_pos);
+		tcpl_shared_after(c); /* lower_shared.c */
 		tcpl_lower_pre_experts(c, true); /* when the loop's prologue had no DM for them */
 	}
 	for (uint32_t k = 0; k < c->norder1 && !c->failed; k++) {

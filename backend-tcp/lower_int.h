@@ -95,6 +95,7 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
+	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	/* lower_dcomb.c: a decode's combine accumulated in the block loop (red: the reduce, else MOE_NONE) */
 	struct {
 		moe_id red;
@@ -408,6 +409,15 @@ bool tcpl_quant_resident(const lw *c, moe_id id);  /* a per-block gather of such
 void tcpl_mark_pre_experts(lw *c);
 bool tcpl_pre_experts_fit(const lw *c); /* their DM beside what is live now */
 void tcpl_lower_pre_experts(lw *c, bool late); /* late: after the loop, as they did not fit in it */
+/* lower_shared.c: a row-chunked tail's shared expert in pieces inside the block loop (docs/tcp-isa.md 7.4) */
+void tcpl_shared_plan(lw *c);                 /* after order_after: the pieces leave the order after the loop */
+void tcpl_shared_pos(lw *c, int64_t loop_pos); /* plan_order: their position */
+void tcpl_shared_liveness(lw *c);             /* ... their values and weights freed by tcpl_shared_after */
+void tcpl_shared_regs(lw *c);                 /* region prologue, before the skip branch */
+void tcpl_shared_prologue(lw *c);             /* region prologue: the weights into DM */
+void tcpl_shared_body(lw *c);                 /* end of the block body: a piece in some blocks */
+void tcpl_shared_after(lw *c);                /* after the loop: the pieces left, the roots' views */
+void tcpl_shared_fini(lw *c);
 /* lower_decode.c: a decode's block rows read x's DM copy in place (7.4) */
 bool tcpl_decode_scatter(lw *c, moe_id id);
 bool tcpl_decode_view(const lw *c, moe_id id);

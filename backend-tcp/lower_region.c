@@ -565,6 +565,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
 	bool spec = spec_first(c, r); /* expert 0's weights fetched while routing runs (spec_fetch.c) */
+	tcpl_shared_regs(c);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	/* a decode's first weights are gathered by the DM expert list: the
 	 * control path reads the expert from SPM after issuing that fetch */
@@ -583,6 +584,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	if (gathered)
 		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	tcpl_lower_pre_experts(c, false); /* a shared expert: after the first fetch (lower_preexp.c) */
+	tcpl_shared_prologue(c);          /* ... or its weights, for its pieces in the loop (lower_shared.c) */
 	return skip_all;
 }
 
@@ -745,6 +747,7 @@ static void region_body(lw *c, const rgn *r)
 	}
 	if (pending)
 		region_mid(c, r);
+	tcpl_shared_body(c);
 }
 
 static bool in_dm_grid(const rgn *r, moe_id i)

@@ -123,6 +123,7 @@ typedef struct layer_dims {
 	int acts;  /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
 	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
+	double shared; /* main cycles of a shared expert run in pieces inside the loop (lower_shared.c), or 0 */
 } layer_dims;
 
 /* Stored bytes per element of a weight: a dequant's packed values and scales
@@ -163,6 +164,48 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 	return false;
 }
 
+/* A shared expert: contractions of a weight that neither feed the experts
+ * op nor read its result. When the tail runs in row chunks (its widest
+ * contraction's f32 rows past 1/8 of DM) and 64 chunks hold at least 4 rows
+ * each (rowchunk.c), lower_shared.c runs it in 64 pieces of T / 64 rows
+ * inside the block loop: their contraction cycles, else 0. */
+static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const layer_dims *d)
+{
+	uint32_t nn = g->nnodes;
+	moe_id ex = MOE_NONE;
+	for (moe_id i = 0; i < nn && ex == MOE_NONE; i++)
+		ex = N(g, i)->op == MOE_OP_EXPERTS ? i : MOE_NONE;
+	if (ex == MOE_NONE || d->T % 64 || d->T / 64 < 4)
+		return 0;
+	bool *anc = ctx_alloc(g->ctx, nn + 1), *dep = ctx_alloc(g->ctx, nn + 1);
+	anc[ex] = true;
+	for (moe_id i = ex + 1; i-- > 0;)
+		for (uint32_t k = 0; anc[i] && k < N(g, i)->nargs; k++)
+			if (N(g, i)->args[k] != MOE_NONE)
+				anc[N(g, i)->args[k]] = true;
+	double cyc = 0, wb = 0, widest = 0, S = (double)tcp_slices(m);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		dep[i] = i == ex;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			dep[i] |= n->args[k] != MOE_NONE && dep[n->args[k]];
+		ir_einsum e;
+		char msg[96];
+		if (anc[i] || dep[i] || n->op != MOE_OP_EINSUM || n->nargs != 2 || N(g, n->args[1])->op != MOE_OP_WEIGHT ||
+			n->rank < 1 || n->shape[0] != d->T || !ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg))
+			continue;
+		const ir_node *a = N(g, n->args[0]), *w = N(g, n->args[1]);
+		int64_t O = ir_numel(n) / d->T, I = ir_numel(a) / d->T;
+		cyc += 64.0 * (double)tiled_cycles(m, d->T / 64, 0, 0, d->T / 64, O, I, w->dtype);
+		wb += (double)ir_bytes(w);
+		widest = fmax(widest, (double)O * (double)(moe_dtype_size((moe_dtype)n->dtype) + 4));
+	}
+	ctx_free(g->ctx, anc, nn + 1);
+	ctx_free(g->ctx, dep, nn + 1);
+	double dm = (double)m->dm_bytes_per_slice * S;
+	return wb <= dm / 2 && (double)d->T * widest > dm / 8 ? cyc : 0;
+}
+
 /* What one block costs on the main context, by its row count: a block of
  * at most h rows (h = f, 4f, 16f, ... below B, the row classes of
  * lower_rows.c) runs the contractions planned for h rows (above f in two
@@ -178,6 +221,7 @@ typedef struct block_costs {
 	 * class k with j tiles of h / 8 past h / 2 (the last entry: a block
 	 * short of B), of a full block; DMA cycles fixed and per row moved */
 	double fine[MAXCLS][NSTEP], full, sdma, drow;
+	double share; /* a shared expert's pieces, spread over the blocks: main cycles per block */
 } block_costs;
 
 /* The main-context cycles of the block at the rows of its class; with
@@ -190,9 +234,9 @@ static double class_cost(const block_costs *bc, int64_t rows)
 		k++;
 	int64_t h = bc->h[k];
 	if (!bc->stream)
-		return 2 * rows > h ? bc->hi[k] : bc->lo[k];
+		return (2 * rows > h ? bc->hi[k] : bc->lo[k]) + bc->share;
 	int64_t j = k == 0 || 2 * rows <= h ? 0 : (rows - h / 2 + h / 8 - 1) / (h / 8);
-	double mm = rows >= bc->B ? bc->full : bc->fine[k][j < NSTEP ? j : NSTEP - 1];
+	double mm = (rows >= bc->B ? bc->full : bc->fine[k][j < NSTEP ? j : NSTEP - 1]) + bc->share;
 	double dm = bc->sdma + (double)(rows + h) * bc->drow;
 	return dm > mm ? dm : mm;
 }
@@ -351,6 +395,10 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	block_costs_of(m, d, B, &bc);
 	loop_sums s;
 	expected_blocks(d, &bc, cv, &s);
+	if (d->shared > 0 && s.nb > 0) { /* the pieces ride on the blocks (lower_shared.c) */
+		bc.share = d->shared / s.nb;
+		expected_blocks(d, &bc, cv, &s);
+	}
 	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
 	double loop;
 	if (!bc.stream) {
@@ -407,6 +455,7 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		return 0;
 	if (!m && !(m = def = moe_tcp_machine_default(ctx)))
 		return 0;
+	d.shared = shared_cycles(m, g, &d);
 	int64_t cand[NAUTO];
 	int nc = auto_candidates(m, &d, cand);
 	double t[2][NAUTO], best[2] = {0, 0};

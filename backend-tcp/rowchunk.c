@@ -14,7 +14,9 @@
  * by the same operations in the same order. A chunk holds at most
  * 1/8 of DM per value (contractions counted with their f32 partial sums);
  * a tail that fits is left alone. The lowering emits the chunks after the
- * block loop, one after another (lower.c, `sink`). */
+ * block loop, one after another (lower.c, `sink`); a shared expert's part of
+ * them (routing-independent) runs inside the loop, one chunk of T / 64 rows
+ * (at least 4) at a time (lower_shared.c). */
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
@@ -224,6 +226,34 @@ static moe_graph *rewrite(rc *c, const bool *is_out, const int64_t *at, uint32_t
 	return d;
 }
 
+/* Does the tail hold a routing-independent contraction (a shared expert: its
+ * rows reach only graph inputs through tail nodes, its other operands are
+ * leaves) whose weights take at most half of DM? The lowering then runs it
+ * one chunk at a time inside the block loop (lower_shared.c), and small
+ * chunks spread it over the loop's blocks. */
+static bool shared_tail(const rc *c, const moe_tcp_machine *m)
+{
+	const moe_graph *g = c->g;
+	bool *ind = ctx_alloc(g->ctx, g->nnodes + 1), any = false;
+	int64_t wb = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		ind[i] = c->tail[i];
+		for (uint32_t k = 0; k < n->nargs && ind[i]; k++) {
+			const ir_node *a = N(g, n->args[k]);
+			ind[i] = c->tail[n->args[k]] ? ind[n->args[k]]
+				 : row_operand(c, n, k) ? a->op == MOE_OP_INPUT
+							 : (ir_ops[a->op].flags & OPF_LEAF) != 0;
+		}
+		if (ind[i] && n->op == MOE_OP_EINSUM) {
+			any = true;
+			wb += ir_bytes(N(g, n->args[1]));
+		}
+	}
+	ctx_free(g->ctx, ind, g->nnodes + 1);
+	return any && wb <= m->dm_bytes_per_slice * tcp_slices(m) / 2;
+}
+
 moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	int64_t T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
@@ -252,7 +282,10 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	moe_graph *d = NULL;
 	if (widest > 0 && T * widest > budget) {
 		int64_t at[MAXCH + 2];
-		uint32_t nch = boundaries(&c, budget / widest > 0 ? budget / widest : 1, at);
+		int64_t rows = budget / widest > 0 ? budget / widest : 1;
+		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
+			rows = T / MAXCH; /* pieces of the shared expert in the loop (lower_shared.c) */
+		uint32_t nch = boundaries(&c, rows, at);
 		if (nch > 1)
 			d = rewrite(&c, is_out, at, nch);
 	}
