@@ -358,6 +358,8 @@ void cgen_lower_one_hot(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t is[MOE_MAX_RANK], depth = n->shape[n->rank - 1];
 	strides_of(ix, is);
 	cg_block *in = loops(L, b, ix->shape, 0, ix->rank, iv);
+	if (ix->rank > 0) /* rows of the output per iteration (the dispatch's [T K, E] one-hot) */
+		par_if_big(b, ir_numel(n));
 	cg_expr *p = lin(L, iv, is, ix->rank, NULL);
 	int t = newvar(L, CT_I64);
 	set(L, in, t, conv(L, ld(L, L->p->node_buf[n->args[0]], p), CT_I64));
