@@ -277,6 +277,11 @@ static cg_expr *elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv
 	return an->dtype == MOE_BF16 ? un(L, CE_RBF16, v) : v;
 }
 
+cg_expr *cgen_elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv)
+{
+	return elem_operand(L, in, a, r, iv, -1);
+}
+
 static void elem_loop(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	int r = n->rank, iv[MOE_MAX_RANK], j = -1;
@@ -369,6 +374,28 @@ static void mark_inline(lw *L, const int64_t *outpos)
 	for (moe_id i = 0; i < g->nnodes; i++)
 		L->inl[i] = ok[i] && uses[i] > 0 &&
 		            (uses[i] == 1 || (N(g, i)->op == MOE_OP_CAST && !L->inl[N(g, i)->args[0]]));
+	/* a row reduction over a reshape [A, K, C] of an unmasked elementwise node
+	 * x of shape [A K, C], each read once (the MoE combine: the weighted
+	 * expert rows summed per token): x is computed in the reduction's loop
+	 * instead of stored and read back */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if ((n->op != MOE_OP_REDUCE_SUM && n->op != MOE_OP_REDUCE_MAX && n->op != MOE_OP_REDUCE_MIN) ||
+			!cgen_reduce_rows_ok(L, n))
+			continue;
+		moe_id r = n->args[0];
+		const ir_node *rn = N(g, r);
+		if (rn->op != MOE_OP_RESHAPE || outpos[r] >= 0 || uses[r] != 1 || rn->rank != 3)
+			continue;
+		moe_id x = rn->args[0];
+		const ir_node *xn = N(g, x);
+		bool base = ir_ops[xn->op].flags & OPF_ELEM && outpos[x] < 0 && xn->op != MOE_OP_BITCAST &&
+			    xn->dtype == n->dtype && xn->valid == MOE_NONE &&
+			    !(xn->op == MOE_OP_DIV && !moe_dtype_is_float((moe_dtype)N(g, xn->args[0])->dtype));
+		if (base && uses[x] == 1 && xn->rank == 2 && xn->shape[0] == rn->shape[0] * rn->shape[1] &&
+			xn->shape[1] == rn->shape[2])
+			L->inl[x] = L->inl[r] = true;
+	}
 	ctx_free(L->ctx, uses, nn * sizeof *uses);
 	ctx_free(L->ctx, ok, nn * sizeof *ok);
 }
