@@ -127,6 +127,9 @@ w("**Caveat: a shared, loaded machine.** This is a 2-CPU virtual machine on whic
   "therefore noisy and pessimistic. Ratios are more trustworthy than absolute numbers: moec and PyTorch ran "
   "alternately in the same session (the order flipping every round), each process reports the median of its "
   "own calls, and the tables give the median over rounds together with the spread of the per-round ratios.\n")
+w("This file is generated and replaced by every full run. The analyses behind the figures (profiles, what each "
+  "change gave, spot checks between full runs, with their commands) are kept by hand in "
+  "[NOTES.md](NOTES.md).\n")
 
 # ------------------------------------------------------------------------------ bandwidth
 st = load(os.path.join(RES, "stream.json")) if os.path.exists(os.path.join(RES, "stream.json")) else None
@@ -608,7 +611,7 @@ if tcp_runs:
 w(cmd_block(["tcp"], "TCP simulator commands"))
 
 # ------------------------------------------------------------ expert parallelism (issue 19)
-EPC = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "ep")
+EPC = os.path.join(os.path.dirname(os.path.abspath(RES)), "ep")  # bench/run: $CACHE/ep beside $CACHE/results
 ep_rounds = []  # (T, chips, round, measured / bound)
 for p in sorted(glob.glob(os.path.join(EPC, "ep*.T*.json"))):
     m = re.match(r"ep(\d+)\.T(\d+)\.json$", os.path.basename(p))
@@ -623,8 +626,10 @@ if ep_rounds:
       "it, the link, and what unpacking adds to the phase after it (unpack's summed durations in brackets), "
       "against its bound, latency + bytes / bandwidth per all_to_all on the busiest chip.\n")
     tab = subprocess.run(["sh", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ep_tcp.sh"), "--table",
-                          EPC, "1 64 4096", "1 2 4 8"], capture_output=True, text=True)
+                          EPC, " ".join(str(t) for t in sorted({1} | {r[0] for r in ep_rounds})), "1 2 4 8"],
+                         capture_output=True, text=True)
     w(tab.stdout)
+    w(cmd_block(["ep"], "expert-parallel commands"))
 
 # -------------------------------------------------------------------------------- targets
 w("## 5. Where the targets stand (issue 7; TCP rows: issue 16)\n")
