@@ -184,8 +184,8 @@ void tcpl_lower_node(lw *c, moe_id id)
 		lower_leaf(c, id);
 		return;
 	}
-	if (c->fused_into[id] != MOE_NONE || c->gdefer[id])
-		return; /* computed inside the reduce it feeds; or gathered per block */
+	if (c->fused_into[id] != MOE_NONE || c->gdefer[id] || id == c->dc.red)
+		return; /* computed inside the reduce it feeds; or gathered per block; or in the loop (lower_dcomb.c) */
 	if (c->ggrid[id] && n->op == MOE_OP_RESHAPE) {
 		c->v[id] = c->v[n->args[0]]; /* the grid's row list; the block loop gathers */
 		tcpl_decode_reshape(c, id);  /* or x's one row, read in place (lower_decode.c) */
@@ -282,7 +282,9 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->next_reg = R_FREE;
 	c->trf[0] = c->trf[1] = -1;
 	c->pr_node = c->pr_pos = MOE_NONE; /* lower_pairs.c */
+	c->dc.red = MOE_NONE;               /* lower_dcomb.c */
 	c->pr_t = c->pr_rl = -1;
+	c->pr_reg = c->pr_preg = -1;
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);

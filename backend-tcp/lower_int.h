@@ -85,6 +85,7 @@ typedef struct lw {
 	moe_id pr_node, pr_pos; /* lower_pairs.c: the block result kept in pair order in DM (pr_t), and pos */
 	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
 	int64_t pr_n;           /* ... its rows (T K) */
+	int pr_reg, pr_preg;    /* ... the slot (block & 1) of the block's result buffer, and of the pending block's */
 	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
@@ -94,6 +95,12 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
+	/* lower_dcomb.c: a decode's combine accumulated in the block loop (red: the reduce, else MOE_NONE) */
+	struct {
+		moe_id red;
+		int32_t acc, y, grid, w;
+		int64_t gbase, gscale, wbase, wstride, n;
+	} dc;
 } lw;
 
 enum { R_NB = 1, R_G, R_SLOT, R_E, R_NEXT, R_E2, R_S2, R_ROWS, R_T, R_IN, R_IN2, R_GMAX, R_ROWT, R_PF, R_E3, R_PG, R_PROWS, R_FREE };
@@ -373,6 +380,8 @@ void tcpl_pairs_plan(lw *c);
 void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist);
 void tcpl_pairs_rows(lw *c);
 bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg);
+bool tcpl_pairs_buffer(lw *c, moe_id i, const ir_node *b);
+void tcpl_pairs_slot(lw *c);
 bool tcpl_pairs_gather(lw *c, moe_id id);
 /* The lowering state of g on machine m (a fresh program in c->p), and its
  * release (c->p excepted). */
@@ -404,5 +413,9 @@ val tcpl_decode_block_view(const lw *c, moe_id id);
 void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tbe, int64_t bebase, int64_t bes);
 bool tcpl_nan_key(const lw *c, moe_id id); /* top-k's key of a softmax score: a view of it */
 moe_id tcpl_nan_key_src(const lw *c, moe_id id);
+/* lower_dcomb.c: a decode's combine accumulated block by block in the loop (7.4) */
+void tcpl_dcomb_plan(lw *c, const int32_t *dmhome, int ndh);
+void tcpl_dcomb_step(lw *c);
+void tcpl_dcomb_finish(lw *c);
 
 #endif

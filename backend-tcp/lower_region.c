@@ -375,6 +375,8 @@ static bool region_buffers(lw *c)
 		const ir_node *n = N(g, i);
 		if (!c->inreg[i] || c->v[i].kind == VK_VIEW || (tcpl_quant_no_buffer(c, i) && !region_slice(g, n)))
 			continue;
+		if (c->fused_into[i] != MOE_NONE && !c->hbm_home[i] && !c->is_out[i])
+			continue; /* computed inside the pass it feeds (lower_fuse.c): never stored */
 		ir_node b = block_node(n);
 		if (n->op == MOE_OP_RESHAPE || region_slice(g, n)) {
 			const val *sv = &c->v[n->args[0]];
@@ -394,6 +396,8 @@ static bool region_buffers(lw *c)
 			c->v[i] = v;
 			continue;
 		}
+		if (tcpl_pairs_buffer(c, i, &b))
+			continue; /* two slots (lower_pairs.c) */
 		int32_t t = tcpl_dm_tensor(c, i, n->name ? n->name : "block", (moe_dtype)n->dtype, b.rank, b.shape);
 		c->v[i] = tview(t, i, &b);
 	}
@@ -675,6 +679,7 @@ static void region_mid(lw *c, const rgn *r)
 static void region_body(lw *c, const rgn *r)
 {
 	const moe_graph *g = c->g;
+	tcpl_pairs_slot(c); /* the slot of block g's pair-order result (lower_pairs.c) */
 	for (int j = 0; j < r->nin; j++) {
 		if (r->ins[j].weight)
 			continue;
@@ -835,6 +840,7 @@ void tcpl_lower_region(lw *c)
 	if (!region_inputs(c, &r) || !region_buffers(c) || !region_check_inputs(c, &r))
 		return;
 	region_homes(c, &r);
+	tcpl_dcomb_plan(c, r.dmhome, r.ndh); /* a decode's combine, in the loop (lower_dcomb.c) */
 	uint32_t skip_all = region_prologue(c, &r);
 	p->block_loop_pc = (int32_t)p->ncode;
 	uint32_t loop = p->ncode;
@@ -842,6 +848,7 @@ void tcpl_lower_region(lw *c)
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
 	region_body(c, &r);
+	tcpl_dcomb_step(c);
 	if (r.pair != MOE_NONE) { /* the last block scatters its own results in pair order (lower_pairs.c) */
 		uint32_t more = br(c, TCP_C_LT, R_NEXT, R_NB);
 		tcpl_pairs_store(c, r.pair, R_G, R_ROWS);
@@ -859,4 +866,5 @@ void tcpl_lower_region(lw *c)
 	p->code[back].target = (int32_t)loop;
 	patch(c, skip_all);
 	region_finish(c, &r);
+	tcpl_dcomb_finish(c);
 }

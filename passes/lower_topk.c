@@ -140,6 +140,31 @@ static moe_id unpick_bits(tk *c, moe_id v, moe_dtype t)
 	return t == MOE_I32 ? v : ir_b_cast(d, ir_b_bitcast(d, v, MOE_F32, c->loc), t, c->loc);
 }
 
+/* The ranks of keys that are never negative (a softmax's or a sigmoid's
+ * NaN-fixed bits: 0 .. 0x7fc00000), as f32 integers, in one reduce whose
+ * elementwise chain is one vector pass on TCP (x.sub, cvt.itof, f.mul, f.add,
+ * f.sigmoid, r.fsum) where the compare form takes two (the equality and the
+ * tie mask's and, then the greater-than, the or and the sum: two tag steps).
+ * j beats i when d = key_j - key_i > 0 (no overflow: both keys are in
+ * [0, 2^31)), or d = 0 and j < i. With t = +2^62 for j < i and -2^62 else (a
+ * constant built before, from iotas), s = float(d) x 2^64 + t has the sign of d
+ * when d != 0 (|d| >= 1, so |float(d) x 2^64| >= 2^64 > 2^62, and at most
+ * 2^95: finite) and t's sign when d = 0; sigmoid(s) is then exactly 1 or 0
+ * (|s| >= 3 x 2^62: exp(-|s|) is 0 in double, exp(|s|) infinite), and the sum
+ * of E such terms (E < 2^24) is the exact count. */
+static moe_id step_rank(tk *c, moe_id kj, moe_id ki)
+{
+	moe_graph *d = c->d;
+	int r = c->r;
+	moe_id jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
+	moe_id tie = ir_b3(d, MOE_OP_SELECT, jlt, ir_b_const(d, MOE_F32, 0x1p62, c->loc),
+		ir_b_const(d, MOE_F32, -0x1p62, c->loc), c->loc);
+	moe_id diff = ir_b_cast(d, ir_b2(d, MOE_OP_SUB, kj, ki, c->loc), MOE_F32, c->loc);
+	moe_id s = ir_b2(d, MOE_OP_ADD, ir_b2(d, MOE_OP_MUL, diff, ir_b_const(d, MOE_F32, 0x1p64, c->loc), c->loc), tie,
+		c->loc);
+	return ir_b_reduce(d, MOE_OP_REDUCE_SUM, ir_b1(d, MOE_OP_SIGMOID, s, c->loc), -1, false, c->loc);
+}
+
 static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 {
 	moe_graph *d = c->d;
@@ -147,17 +172,23 @@ static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 	moe_id key = packed ? packed_key(c, x) : exact_key(c, x);
 	/* ki[..., i, 1] against kj[..., 1, j] */
 	moe_id ki = unsqueeze(c, key, r), kj = unsqueeze(c, key, r - 1);
-	moe_id beats = MOE_NONE, jlt = MOE_NONE;
-	if (!packed) /* before the compares: a constant, its own pass, so the equality chains into the and */
-		jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
-	beats = ir_b2(d, MOE_OP_GT, kj, ki, c->loc);
-	if (!packed) {
-		moe_id eq = ir_b2(d, MOE_OP_EQ, kj, ki, c->loc);
-		beats = ir_b2(d, MOE_OP_OR, beats, ir_b2(d, MOE_OP_AND, eq, jlt, c->loc), c->loc);
+	moe_id rank = MOE_NONE, kk = iota_at(c, c->K, r + 1, r);
+	if (!packed && nonneg_score(d, x)) {
+		rank = step_rank(c, kj, ki);
+		kk = ir_b_cast(d, kk, MOE_F32, c->loc); /* the ranks are f32 integers */
+	} else {
+		moe_id beats = MOE_NONE, jlt = MOE_NONE;
+		if (!packed) /* before the compares: a constant, its own pass, so the equality chains into the and */
+			jlt = ir_b2(d, MOE_OP_LT, iota_at(c, c->E, r + 1, r), iota_at(c, c->E, r + 1, r - 1), c->loc);
+		beats = ir_b2(d, MOE_OP_GT, kj, ki, c->loc);
+		if (!packed) {
+			moe_id eq = ir_b2(d, MOE_OP_EQ, kj, ki, c->loc);
+			beats = ir_b2(d, MOE_OP_OR, beats, ir_b2(d, MOE_OP_AND, eq, jlt, c->loc), c->loc);
+		}
+		rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, beats, -1, false, c->loc); /* i32 [..., E] */
 	}
-	moe_id rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, beats, -1, false, c->loc); /* i32 [..., E] */
 	/* slot k takes the element of rank k: is[..., e, k] = rank[..., e] == k */
-	moe_id is = ir_b2(d, MOE_OP_EQ, unsqueeze(c, rank, r), iota_at(c, c->K, r + 1, r), c->loc);
+	moe_id is = ir_b2(d, MOE_OP_EQ, unsqueeze(c, rank, r), kk, c->loc);
 	/* the select-sum as a 0/1 product: compare, multiply and sum are one
 	 * vector pass in TCP's stage order (a select's merge comes after the sum) */
 	moe_id isi = ir_b_cast(d, is, MOE_I32, c->loc);
@@ -218,14 +249,16 @@ static moe_id lower_iter(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals
  * about 132 cycles on TCP) as 132 x 512 elements (TCP's 512 slices) and a
  * reduce's elements twice (4 per cycle where the others go 8): per row the
  * rank compare is E x E x 3 (equality, then greater-than with the sum), the
- * rounds 5 K x E (max, index min), over 3 and 3 K passes. */
-static bool iter_cheaper(const tk *c)
+ * rounds 5 K x E (max, index min), over 3 and 3 K passes; the rank of a
+ * softmax's or a sigmoid's key (step_rank) is E x E x 2 (one float pass) over
+ * 2 passes. */
+static bool iter_cheaper(const tk *c, bool step)
 {
 	int64_t rows = 1;
 	for (int i = 0; i + 1 < c->r; i++)
 		rows *= c->sh[i];
 	double fixed = 132.0 * 512.0;
-	double rank = (double)rows * (double)c->E * (double)c->E * 3.0 + 3.0 * fixed;
+	double rank = (double)rows * (double)c->E * (double)c->E * (step ? 2.0 : 3.0) + (step ? 2.0 : 3.0) * fixed;
 	double iter = (double)rows * (double)c->E * 5.0 * (double)c->K + 3.0 * (double)c->K * fixed;
 	return iter < rank;
 }
@@ -333,7 +366,7 @@ PASS(pass_lower_topk)
 		for (moe_id j = i + 1; pick && j < g->nnodes && !want; j++)
 			want = N(g, j)->op == MOE_OP_TAKE_ALONG && N(g, j)->nargs >= 2 && N(g, j)->args[1] == i &&
 			       N(g, j)->args[0] == n->args[0];
-		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c);
+		c.iter = sel ? !strcmp(sel, "iter") : iter_cheaper(&c, !packed && nonneg_score(g, n->args[0]));
 		c.iter = c.iter && c.K <= MAX_PARTS_ITER && c.E <= ((int64_t)1 << 30);
 		moe_id out = lower_chunked(&c, rb.map[n->args[0]], packed, limit, want ? &vals[i] : NULL);
 		want = false;

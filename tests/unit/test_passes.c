@@ -74,19 +74,25 @@ static float special(int mode)
 	return v[mode];
 }
 
-/* One batch: R rows of E scores, top-K, through lower-topk{mode}. */
-static void topk_batch(moe_ctx *c, int R, int E, int K, moe_dtype t, const char *mode)
+/* One batch: R rows of E scores (x, or pre(x) for pre a softmax or a
+ * sigmoid: the scores whose ranks lower-topk counts in one step-function
+ * reduce), top-K, through lower-topk{mode}. */
+static void topk_batch_pre(moe_ctx *c, int R, int E, int K, moe_dtype t, const char *mode, moe_op pre)
 {
 	moe_module *m = moe_module_new(c);
 	moe_graph *g = moe_module_add_graph(m, "tk");
 	int64_t s[2] = {R, E};
 	moe_id x = leaf(g, MOE_OP_INPUT, "x", t, 2, s);
-	moe_id k = moe_node_new(g, MOE_OP_TOPK, &x, 1, moe_loc_none());
+	moe_id sc = x;
+	if (pre == MOE_OP_SOFTMAX || pre == MOE_OP_SIGMOID)
+		sc = ir_b1(g, pre, x, moe_loc_none());
+	moe_id k = moe_node_new(g, MOE_OP_TOPK, &sc, 1, moe_loc_none());
 	moe_node_set_int(g, k, "k", K);
 	assert_int_equal(moe_node_infer(g, k), MOE_OK);
-	moe_id tv = ir_b2(g, MOE_OP_TAKE_ALONG, x, k, moe_loc_none());
+	moe_id tv = ir_b2(g, MOE_OP_TAKE_ALONG, sc, k, moe_loc_none());
 	moe_graph_add_output(g, k);
 	moe_graph_add_output(g, tv);
+	moe_graph_add_output(g, sc);
 
 	moe_tensor_map *bind = moe_tensor_map_new(c);
 	moe_tensor *xt = moe_tensor_new(c, t, 2, s);
@@ -109,14 +115,14 @@ static void topk_batch(moe_ctx *c, int R, int E, int K, moe_dtype t, const char 
 	assert_int_equal(moe_run_pipeline_text(c, text, m, &ro), MOE_OK);
 	for (uint32_t i = 0; i < moe_graph_num_nodes(g); i++)
 		assert_int_not_equal(moe_node_op(g, i), MOE_OP_TOPK);
-	moe_tensor *out[2] = {0};
+	moe_tensor *out[3] = {0};
 	assert_int_equal(moe_interp_run(c, g, bind, out), MOE_OK);
 	const int32_t *got = out[0]->data;
 	float *row = malloc(sizeof(float) * (size_t)E);
 	int *ord = malloc(sizeof(int) * (size_t)E);
 	for (int r = 0; r < R; r++) {
 		for (int e = 0; e < E; e++) {
-			row[e] = get_f(xt, (int64_t)r * E + e);
+			row[e] = get_f(out[2], (int64_t)r * E + e);
 			ord[e] = e;
 		}
 		ref_scores = row;
@@ -134,8 +140,14 @@ static void topk_batch(moe_ctx *c, int R, int E, int K, moe_dtype t, const char 
 	free(ord);
 	moe_tensor_free(c, out[0]);
 	moe_tensor_free(c, out[1]);
+	moe_tensor_free(c, out[2]);
 	moe_tensor_map_free(bind);
 	moe_module_free(m);
+}
+
+static void topk_batch(moe_ctx *c, int R, int E, int K, moe_dtype t, const char *mode)
+{
+	topk_batch_pre(c, R, E, K, t, mode, MOE_OP_TOPK);
 }
 
 static void test_topk_property(void **st)
@@ -153,6 +165,11 @@ static void test_topk_property(void **st)
 		topk_batch(c, R, E, K, MOE_F32, "exact");
 		topk_batch(c, R, E, K, MOE_BF16, "packed16");
 		topk_batch(c, R, E, K, MOE_BF16, "exact");
+		if (it % 4 == 0) { /* softmax and sigmoid scores: the one-pass rank (ties from rounding, NaN) */
+			topk_batch_pre(c, R, E, K, MOE_F32, "exact", MOE_OP_SOFTMAX);
+			topk_batch_pre(c, R, E, K, MOE_F32, "exact", MOE_OP_SIGMOID);
+			rows += 2L * R;
+		}
 		rows += 3L * R;
 	}
 	assert_true(rows >= 10000);
