@@ -121,6 +121,10 @@ typedef struct cg_buf {
 	int64_t offset;  /* CB_WORK: byte offset in the workspace */
 	moe_id node;     /* the node it holds, MOE_NONE for scratch */
 	bool writable;
+	bool table;      /* CB_WORK: a lookup table of an elementwise op (lower.c, "Tables"): written
+	                  * by its fill loop, then only read; never shares workspace with another
+	                  * buffer, so the LLVM emitter tells LLVM that its loads do not alias any
+	                  * access to another buffer (the lookup loop is then vectorised) */
 } cg_buf;
 
 typedef struct cg_var {

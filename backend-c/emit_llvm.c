@@ -18,6 +18,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
+#include <llvm-c/Object.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -225,6 +226,31 @@ static LLVMValueRef minmax(eml *E, bool max, LLVMValueRef a, LLVMValueRef bb, cg
 	return LLVMBuildSelect(b, LLVMBuildICmp(b, max ? LLVMIntSGT : LLVMIntSLT, bb, a, ""), bb, a, "");
 }
 
+/* Scoped alias metadata for lookup tables (cg_buf.table): a table's loads are
+ * in the table scope, every other buffer access is noalias with it. A table
+ * has a workspace slice of its own and is read only after its fill loop, so
+ * this is true; it lets LLVM vectorise a loop that looks a table up by a
+ * computed index (the SwiGLU's sigmoid), whose accesses it cannot bound. */
+static void alias_md(eml *E, LLVMValueRef inst, int buf)
+{
+	const cg_buf *bf = &E->p->bufs[buf];
+	if (bf->table)
+		LLVMSetMetadata(inst, E->md_scope, E->tab_scope);
+	else
+		LLVMSetMetadata(inst, E->md_noalias, E->tab_scope);
+}
+
+static void alias_md_init(eml *E)
+{
+	LLVMMetadataRef dn = LLVMMDStringInContext2(E->c, "moec.workspace", 14);
+	LLVMMetadataRef dom = LLVMMDNodeInContext2(E->c, &dn, 1);
+	LLVMMetadataRef so[2] = {LLVMMDStringInContext2(E->c, "moec.tables", 11), dom};
+	LLVMMetadataRef scope = LLVMMDNodeInContext2(E->c, so, 2);
+	E->tab_scope = LLVMMetadataAsValue(E->c, LLVMMDNodeInContext2(E->c, &scope, 1));
+	E->md_scope = LLVMGetMDKindIDInContext(E->c, "alias.scope", 11);
+	E->md_noalias = LLVMGetMDKindIDInContext(E->c, "noalias", 7);
+}
+
 static LLVMValueRef ex(eml *E, const cg_expr *e)
 {
 	LLVMBuilderRef b = E->b;
@@ -248,6 +274,7 @@ static LLVMValueRef ex(eml *E, const cg_expr *e)
 	case CE_LOAD: {
 		moe_dtype dt = (moe_dtype)E->p->bufs[e->buf].dtype;
 		LLVMValueRef v = LLVMBuildLoad2(b, mty(E, dt), elem_ptr(E, e->buf, ex(E, e->a)), "");
+		alias_md(E, v, e->buf);
 		if (dt == MOE_BF16)
 			return widen_bf16(E, v);
 		if (dt == MOE_BOOL || moe_dtype_is_storage(dt)) /* raw bytes load as their i32 value */
@@ -528,7 +555,7 @@ static void stmt(eml *E, const cg_stmt *s)
 			v = LLVMBuildTrunc(b, LLVMBuildLShr(b, LLVMBuildBitCast(b, v, E->i32, ""), ci32(E, 16), ""), E->i16, "");
 		else if (dt == MOE_BOOL || moe_dtype_is_storage(dt))
 			v = LLVMBuildTrunc(b, v, E->i8, "");
-		LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a)));
+		alias_md(E, LLVMBuildStore(b, v, elem_ptr(E, s->buf, ex(E, s->a))), s->buf);
 		break;
 	}
 	case CS_FOR:
@@ -579,6 +606,7 @@ static LLVMModuleRef build_module(cg_prog *p, eml_scratch *sc, LLVMContextRef c,
 	E->c = c;
 	E->bf16dot = bf16dot;
 	E->wpack = bf16dot ? wpack : NULL;
+	alias_md_init(E);
 	E->m = LLVMModuleCreateWithNameInContext(p->cname, c);
 	char *triple = LLVMGetTargetMachineTriple(tm);
 	LLVMSetTarget(E->m, triple);
@@ -872,6 +900,44 @@ static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **o
 	return s;
 }
 
+/* MOEC_PERF_MAP=1: write /tmp/perf-PID.map with the JIT-compiled functions of
+ * the layer (profiling with perf). The object's .text is linked as one block,
+ * so every symbol is placed at the looked-up entry's address plus its offset
+ * from that entry in the object. */
+static void perf_map(const void *obj, size_t len, const char *sym, uint64_t addr)
+{
+	const char *env = getenv("MOEC_PERF_MAP");
+	if (!env || !*env)
+		return;
+	LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRange(obj, len, "perf", 0);
+	char *msg = NULL;
+	LLVMBinaryRef bin = LLVMCreateBinary(mb, NULL, &msg);
+	if (!bin) {
+		LLVMDisposeMessage(msg);
+		LLVMDisposeMemoryBuffer(mb);
+		return;
+	}
+	uint64_t base = 0;
+	LLVMSymbolIteratorRef it = LLVMObjectFileCopySymbolIterator(bin);
+	for (; !LLVMObjectFileIsSymbolIteratorAtEnd(bin, it); LLVMMoveToNextSymbol(it))
+		if (!strcmp(LLVMGetSymbolName(it), sym))
+			base = addr - LLVMGetSymbolAddress(it);
+	LLVMDisposeSymbolIterator(it);
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+	FILE *f = fopen(path, "a");
+	it = LLVMObjectFileCopySymbolIterator(bin);
+	for (; f && !LLVMObjectFileIsSymbolIteratorAtEnd(bin, it); LLVMMoveToNextSymbol(it))
+		if (LLVMGetSymbolSize(it) > 0)
+			fprintf(f, "%llx %llx %s\n", (unsigned long long)(base + LLVMGetSymbolAddress(it)),
+				(unsigned long long)LLVMGetSymbolSize(it), LLVMGetSymbolName(it));
+	LLVMDisposeSymbolIterator(it);
+	if (f)
+		fclose(f);
+	LLVMDisposeBinary(bin);
+	LLVMDisposeMemoryBuffer(mb);
+}
+
 moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_layer_par_fn *fn)
 {
 	*out = NULL;
@@ -913,9 +979,9 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	}
 	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
 	LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len, p->cname);
-	free(obj);
 	err = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), mb); /* takes mb */
 	if (err) {
+		free(obj);
 		LLVMOrcDisposeLLJIT(jit);
 		ctx_free(p->ctx, j, sizeof *j);
 		return diag_err(p->ctx, "cannot add the object file to the JIT", err);
@@ -924,6 +990,9 @@ moe_status cgen_jit_create(cg_prog *p, cgen_jit_opts *o, cgen_jit **out, cgen_la
 	cgen_symbol(p, "_par", sym, sizeof sym);
 	LLVMOrcExecutorAddress addr = 0;
 	err = LLVMOrcLLJITLookup(jit, &addr, sym);
+	if (!err)
+		perf_map(obj, len, sym, addr);
+	free(obj);
 	if (err) {
 		LLVMOrcDisposeLLJIT(jit);
 		ctx_free(p->ctx, j, sizeof *j);

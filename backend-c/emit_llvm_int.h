@@ -37,6 +37,8 @@ typedef struct eml {
 	LLVMTypeRef t_f1[2], t_sat, t_prefetch, t_dpbf16;
 	bool bf16dot; /* bf16 x bf16 dot tiles use vdpbf16ps (cgen.h, CS_DOT) */
 	const int *wpack; /* NULL, or per buffer the slot of its packed copy (cgen_jit_opts.wpack) */
+	unsigned md_scope, md_noalias; /* metadata kinds !alias.scope, !noalias */
+	LLVMValueRef tab_scope;        /* !{table scope}: the loads of table buffers (cg_buf.table) */
 } eml;
 
 /* emit_llvm.c */

@@ -358,6 +358,8 @@ void cgen_lower_one_hot(lw *L, cg_block *b, const ir_node *n, int out)
 	int64_t is[MOE_MAX_RANK], depth = n->shape[n->rank - 1];
 	strides_of(ix, is);
 	cg_block *in = loops(L, b, ix->shape, 0, ix->rank, iv);
+	if (ix->rank > 0) /* rows of the output per iteration (the dispatch's [T K, E] one-hot) */
+		par_if_big(b, ir_numel(n));
 	cg_expr *p = lin(L, iv, is, ix->rank, NULL);
 	int t = newvar(L, CT_I64);
 	set(L, in, t, conv(L, ld(L, L->p->node_buf[n->args[0]], p), CT_I64));
@@ -442,12 +444,32 @@ static cg_block *around_axis_masked(lw *L, cg_block *b, const ir_node *x, int ax
  * place, row after row of x (out[o, :] = x[o, 0, :], then out[o, :] op=
  * x[o, k, :] for k = 1, 2, ...). Every element takes its terms in the same
  * order as below, and the inner loops run along contiguous rows. */
+bool cgen_reduce_rows_ok(lw *L, const ir_node *n)
+{
+	const ir_node *x = nd(L, n->args[0]);
+	int ax = ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank);
+	return !(ax == 0 || ax == x->rank - 1 || n->valid != MOE_NONE || n->dtype != x->dtype ||
+		 (x->dtype != MOE_F32 && x->dtype != MOE_I32));
+}
+
+/* element (o, k, j) of the reduction's operand: stored, or (an inlined
+ * reshape [A, K, C] of an inlined [A K, C] node, lower.c mark_inline)
+ * computed at row o * K + k, column j */
+static cg_expr *row_elem(lw *L, cg_block *b, const ir_node *n, int o, cg_expr *k, int64_t len, int64_t inner, int j)
+{
+	moe_id r = n->args[0];
+	if (!L->inl[r])
+		return ld(L, L->p->node_buf[r], add64(L, add64(L, mul64(L, vr(L, o), len * inner), mul64(L, k, inner)), vr(L, j)));
+	int iv[2] = {newvar(L, CT_I64), j};
+	set(L, b, iv[0], add64(L, mul64(L, vr(L, o), len), k));
+	return cgen_elem_operand(L, b, nd(L, r)->args[0], 2, iv);
+}
+
 static bool reduce_rows(lw *L, cg_block *b, const ir_node *n, int out)
 {
 	const ir_node *x = nd(L, n->args[0]);
-	int ax = ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank), src = L->p->node_buf[n->args[0]];
-	if (ax == 0 || ax == x->rank - 1 || n->valid != MOE_NONE || n->dtype != x->dtype ||
-		(x->dtype != MOE_F32 && x->dtype != MOE_I32))
+	int ax = ir_norm_axis((int)ir_attr_int(n, "axis", -1), x->rank);
+	if (!cgen_reduce_rows_ok(L, n))
 		return false;
 	int64_t outer = 1, inner = 1, len = x->shape[ax];
 	for (int d = 0; d < x->rank; d++) {
@@ -459,13 +481,13 @@ static bool reduce_rows(lw *L, cg_block *b, const ir_node *n, int out)
 	int o, j, k, j2;
 	cg_block *lo = loopv(L, b, &o, ic(L, 0), ic(L, outer));
 	par_if_big(b, ir_numel(x)); /* each iteration reduces into its own outputs */
-	cg_expr *xb = mul64(L, vr(L, o), len * inner), *ob = mul64(L, vr(L, o), inner);
+	cg_expr *ob = mul64(L, vr(L, o), inner);
 	cg_block *l0 = loopv(L, lo, &j, ic(L, 0), ic(L, inner));
-	store(L, l0, out, add64(L, ob, vr(L, j)), ld(L, src, add64(L, xb, vr(L, j))));
+	store(L, l0, out, add64(L, ob, vr(L, j)), row_elem(L, l0, n, o, ic(L, 0), len, inner, j));
 	cg_block *lk = loopv(L, lo, &k, ic(L, 1), ic(L, len));
 	cg_block *lj = loopv(L, lk, &j2, ic(L, 0), ic(L, inner));
 	cg_expr *oi = add64(L, ob, vr(L, j2));
-	cg_expr *elt = ld(L, src, add64(L, add64(L, xb, mul64(L, vr(L, k), inner)), vr(L, j2)));
+	cg_expr *elt = row_elem(L, lj, n, o, vr(L, k), len, inner, j2);
 	cg_expr *acc = ld(L, out, oi);
 	store(L, lj, out, oi,
 		n->op == MOE_OP_REDUCE_SUM ? bin(L, CE_ADD, acc, elt) : minmax(L, n->op == MOE_OP_REDUCE_MAX, acc, elt));

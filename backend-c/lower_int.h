@@ -22,7 +22,8 @@ typedef struct lw {
 	uint32_t lifecap;
 	bool *fused;     /* per node: a gather read in place by its einsum users */
 	bool *nozero;    /* per node: its masked-out elements are never read, so not written */
-	bool *inl;       /* per node: elementwise, computed inside its elementwise users' loops, never stored */
+	bool *inl;       /* per node: elementwise, computed inside its elementwise users' loops, never stored;
+	                  * or a reshape of such a node read only by a row reduction (cgen_reduce_rows_ok) */
 	int *tab;        /* per node: -1, or the f32 table of its values over the 2^16 bf16 operands (lower.c) */
 } lw;
 
@@ -434,6 +435,13 @@ void cgen_lower_scatter(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_one_hot(lw *L, cg_block *b, const ir_node *n, int out);
 bool cgen_lower_filter(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_reduce(lw *L, cg_block *b, const ir_node *n, int out);
+/* reduce n runs row after row in place (lower_data.c); with an inlined
+ * reshape of an inlined elementwise node as operand it computes that node's
+ * elements in its own loop */
+bool cgen_reduce_rows_ok(lw *L, const ir_node *n);
+/* the value of (inlined or stored) elementwise operand a at the element of
+ * rank r reached by loop variables iv (lower.c) */
+cg_expr *cgen_elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv);
 void cgen_lower_softmax(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_cumsum(lw *L, cg_block *b, const ir_node *n, int out);
 

@@ -45,7 +45,7 @@ static void step_copy(lw *c, const tcpl_bstore *s, int greg, int creg, int64_t h
 
 static void class_copy(lw *c, const tcpl_bstore *s, int greg, int creg)
 {
-	uint32_t end[9];
+	uint32_t end[9 + TCP_MAX_UPPER];
 	int ne = 0;
 	int64_t f = tcpl_row_tile(s->rows);
 	for (int64_t h = f; h < s->rows && ne < 8; h *= 4) {
@@ -55,6 +55,15 @@ static void class_copy(lw *c, const tcpl_bstore *s, int greg, int creg)
 			step_copy(c, s, greg, creg, h);
 		else
 			copy_part(c, s, greg, 0, h);
+		end[ne++] = jmp(c);
+		patch(c, more);
+	}
+	int64_t up[TCP_MAX_UPPER]; /* weights held in DM: the upper row classes (row_classes.c) */
+	int nu = s->fine ? 0 : tcp_upper_classes(s->rows, f, up, TCP_MAX_UPPER);
+	for (int k = 0; k < nu && ne < 8 + TCP_MAX_UPPER; k++) {
+		li(c, R_ROWT, up[k]);
+		uint32_t more = br(c, TCP_C_LT, R_ROWT, creg);
+		copy_part(c, s, greg, 0, up[k]);
 		end[ne++] = jmp(c);
 		patch(c, more);
 	}

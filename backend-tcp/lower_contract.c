@@ -290,13 +290,22 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			 * by the weight stream unless its rows make it MAC-bound: the
 			 * rows past h / 2 (B / 2 for a block short of B) run in guarded
 			 * tiles of h / 8 (docs/tcp-isa.md 7.4, "Fine row tiles") */
-			uint32_t end[9];
+			uint32_t end[9 + TCP_MAX_UPPER];
 			int ne = 0;
 			for (int64_t h = f; h < M && ne < 8; h *= 4) {
 				cplan ph = plan_contract(c, h, O, I, an->dtype);
 				uint32_t more = tcpl_block_rows_guard(c, h);
 				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
 					h > f ? h / 2 : 0, stream && h > f ? h / 8 : 0);
+				end[ne++] = jmp(c);
+				patch(c, more);
+			}
+			int64_t up[TCP_MAX_UPPER]; /* weights held in DM: classes up to B (row_classes.c) */
+			int nu = !stream && tcpl_upper_rows(c) ? tcp_upper_classes(M, f, up, TCP_MAX_UPPER) : 0;
+			for (int k = 0; k < nu; k++) {
+				cplan pu = plan_contract(c, up[k], O, I, an->dtype);
+				uint32_t more = tcpl_block_rows_guard(c, up[k]);
+				emit_contract(c, id, &pu, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, false, 0, 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
 			}

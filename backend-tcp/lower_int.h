@@ -339,6 +339,9 @@ int64_t tcpl_row_tile(int64_t rows);           /* the first tile's rows for a pa
 bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers all mask its padded rows */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
 uint32_t tcpl_block_rows_guard(lw *c, int64_t f);    /* branch taken when the block has more than f rows */
+bool tcpl_upper_rows(const lw *c); /* no weight of the block loop streamed: upper row classes (row_classes.c) */
+/* spec_fetch.c: a static weight copy inserted after the DMAs routing reads first (true: inserted) */
+bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t n, int32_t st, int64_t sbase);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
 moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in row tiles: by this count */
 bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */

@@ -167,6 +167,7 @@ bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg)
 	ix->scale = 2 * B;
 	ix->stride[0] = 2 * B;
 	ix->stride[1] = 2;
+	in.flags |= TCP_F_JOIN; /* sets up while the DMA before it (the loop's last weights) transfers */
 	emit(c, &in);
 	return true; /* read outside the loop only through P (tcpl_pairs_gather) */
 }

@@ -489,6 +489,23 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 	}
 }
 
+/* A prefill (at least 8 rows per expert on average) whose one weight input
+ * is held whole in DM: expert 0's weights into slot 0 ahead of routing. */
+static bool spec_first(lw *c, const rgn *r)
+{
+	int w = -1;
+	for (int j = 0; j < r->nin; j++) {
+		if (r->ins[j].staged || r->ins[j].inplace || (r->ins[j].weight && w >= 0))
+			return false;
+		w = r->ins[j].weight ? j : w;
+	}
+	const tcp_program *p = c->p;
+	if (w < 0 || r->single || r->tnb < 0 || !tcpl_upper_rows(c) || p->moe_T * p->moe_K < 8 * p->moe_E)
+		return false;
+	const val *sv = &c->v[r->ins[w].src];
+	return tcpl_spec_fetch(c, r->ins[w].buf, r->ins[w].n, sv->t, sv->base);
+}
+
 /* The run-time scalars reach the control path through SPM (one DMA of
  * three descriptors); the first block's inputs are loaded. Returns the
  * branch that skips the whole loop when there are no blocks. */
@@ -547,6 +564,7 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 		li(c, R_PG, -1); /* no block result pending */
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
+	bool spec = spec_first(c, r); /* expert 0's weights fetched while routing runs (spec_fetch.c) */
 	tcpl_shared_regs(c);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	/* a decode's first weights are gathered by the DM expert list: the
@@ -554,7 +572,15 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	bool gathered = r->tnb < 0 && r->nbbase > 1;
 	if (!gathered)
 		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
+	if (spec) { /* block 0's rows, then its weights unless its expert is 0 */
+		load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
+		li(c, R_ROWT, 0);
+		uint32_t have = br(c, TCP_C_EQ, R_E, R_ROWT);
+		load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
+		patch(c, have);
+	} else {
+		load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
+	}
 	if (gathered)
 		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	tcpl_lower_pre_experts(c, false); /* a shared expert: after the first fetch (lower_preexp.c) */

@@ -91,7 +91,7 @@ void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
 		emit(c, &cp);
 		return;
 	}
-	uint32_t end[8];
+	uint32_t end[8 + TCP_MAX_UPPER];
 	int ne = 0;
 	for (int64_t h = f; h < M && ne < 8; h *= 4) {
 		uint32_t more = tcpl_block_rows_guard(c, h);
@@ -101,10 +101,31 @@ void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
 		end[ne++] = jmp(c);
 		patch(c, more);
 	}
+	int64_t up[TCP_MAX_UPPER];
+	int nu = tcpl_upper_rows(c) ? tcp_upper_classes(M, f, up, TCP_MAX_UPPER) : 0;
+	for (int k = 0; k < nu; k++) { /* row_classes.c */
+		uint32_t more = tcpl_block_rows_guard(c, up[k]);
+		tcp_insn t = *in;
+		t.dim[0] = up[k];
+		emit(c, &t);
+		end[ne++] = jmp(c);
+		patch(c, more);
+	}
 	tcp_insn t = *in;
 	emit(c, &t);
 	for (int k = 0; k < ne; k++)
 		patch(c, end[k]);
+}
+
+/* Does the block loop hold every weight it reads whole in DM (no weight
+ * streamed tile by tile)? Then its passes take the upper row classes of
+ * row_classes.c. */
+bool tcpl_upper_rows(const lw *c)
+{
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (c->inreg[i] && c->wstream[i])
+			return false;
+	return true;
 }
 
 /* Branches past the code that follows when the block has more than f rows

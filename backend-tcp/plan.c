@@ -211,7 +211,7 @@ static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const 
  * lower_rows.c) runs the contractions planned for h rows (above f in two
  * row tiles, the second only for more than h / 2 rows), a fuller one those
  * planned for B. Index k < ncls: class h[k]; the last entry is B. */
-enum { MAXCLS = 8, NSTEP = 5 };
+enum { MAXCLS = 8 + TCP_MAX_UPPER, NSTEP = 5 };
 typedef struct block_costs {
 	int64_t B, h[MAXCLS];
 	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
@@ -317,6 +317,25 @@ static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t 
 	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
 }
 
+/* The upper row classes pay off through a larger B (one block per expert).
+ * A larger B's buffers can push the block results kept in pair order out of
+ * DM (lower_pairs.c: when the T K result rows take at most half of it), and
+ * the combine then gathers them after the loop, which this model does not
+ * price; so they are priced only while those rows, the double-buffered
+ * experts and B's buffers (the estimate of auto_candidates) take at most
+ * 3/4 of DM (Qwen3-30B-A3B at B = 304: 61%; gpt-oss-20b, whose pair rows
+ * fit only at its B = 496 of main: 80% at B = 256). */
+static bool pairs_roomy(const moe_tcp_machine *m, const layer_dims *d, int64_t B)
+{
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt), dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	double pairs = (double)d->T * (double)d->K * (double)d->D * xe;
+	if (2 * pairs > dm)
+		return true; /* no pair-order results: the combine gathers anyway */
+	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
+	double w = 2 * (double)d->nproj * (double)d->D * (double)d->F * d->wbytes;
+	return pairs + w + (double)B * row <= 0.75 * dm;
+}
+
 /* The per-block costs of block size B: main work by row class, and the DMA
  * work (its token rows, its result and, for streamed weights, its expert's
  * tiles at one setup each; whole experts' weights are fetched once per expert
@@ -329,7 +348,7 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	bc->B = B;
 	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
 	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
-	for (int64_t h = f; h < B && bc->ncls < MAXCLS - 1; h *= 4) {
+	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
 		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
 		bc->h[bc->ncls] = h;
 		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
@@ -337,6 +356,17 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 		for (int j = 0; bc->stream && j < NSTEP; j++)
 			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
 		bc->ncls++;
+	}
+	/* weights held in DM: the upper classes, each whole (row_classes.c); not
+	 * priced for packed low-precision experts, whose dequantized buffers this
+	 * model's DM bound does not see (a larger B would not fit) */
+	int64_t up[TCP_MAX_UPPER];
+	bool plain = (d->wdt == MOE_BF16 || d->wdt == MOE_F32) &&
+		     d->wbytes >= (double)moe_dtype_size((moe_dtype)d->wdt);
+	int nu = bc->stream || !plain || !pairs_roomy(m, d, B) ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
+	for (int k = 0; k < nu; k++, bc->ncls++) {
+		bc->h[bc->ncls] = up[k];
+		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
 	}
 	bc->h[bc->ncls] = B;
 	bc->lo[bc->ncls] = bc->hi[bc->ncls] = bc->full = block_main(m, d, B, B, 0, 0, B, &tiles);

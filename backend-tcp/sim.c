@@ -286,6 +286,25 @@ static void expert_region(const tcp_program *p, int32_t loop_pc, int64_t *lo, in
 		*hi = -1;
 }
 
+/* The first expert's weights fetched before the loop (spec_fetch.c): a copy
+ * from an expert weight into a DM tensor that the loop's weight fetches
+ * write too; expert work like the fetch it stands for. -1: none. */
+static int64_t expert_prefetch(const tcp_program *p, int64_t lo, int64_t hi)
+{
+	for (int64_t i = 0; lo >= 0 && i < lo; i++) {
+		const tcp_insn *in = &p->code[i];
+		int32_t d = in->v[TCP_V_DST].t, src = in->v[TCP_V_S0].t;
+		if (in->op != TCP_OP_DMA_COPY || d < 0 || src < 0 ||
+			(p->t[src].kind != TCP_T_WEIGHT && p->t[src].kind != TCP_T_PACKED) || p->t[d].space != TCP_DM)
+			continue;
+		for (int64_t k = lo; k <= hi; k++)
+			if (p->code[k].op == TCP_OP_DMA_COPY && p->code[k].v[TCP_V_DST].t == d &&
+				p->code[k].v[TCP_V_S0].t == src)
+				return i;
+	}
+	return -1;
+}
+
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
 	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
@@ -341,6 +360,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
 	expert_region(p, p->block_loop_pc, &s.xlo, &s.xhi);
 	expert_region(p, p->tier_loop_pc, &s.tlo, &s.thi);
+	s.xpre = expert_prefetch(p, s.xlo, s.xhi);
 	/* a full run refuses weights without values before anything is packed */
 	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];

@@ -247,6 +247,11 @@ typedef struct cplan {
 	int64_t M, O, I, It, Os, Opass;
 } cplan;
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
+/* row_classes.c: a block pass's upper row classes between the largest
+ * f 4^k below B and B (weights held whole in DM; docs/tcp-isa.md 7.4) */
+enum { TCP_MAX_UPPER = 32 };
+int64_t tcp_upper_step(int64_t B);
+int tcp_upper_classes(int64_t B, int64_t f, int64_t *out, int max);
 
 /* lowering */
 /* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too;

@@ -189,11 +189,48 @@ static void test_elem_experts(void **state)
 	moe_ctx_free(c);
 }
 
+/* Layer 3: the MoE combine, a row reduction over a reshape [A, K, C] of a
+ * product of [A K, C] (backend-c/lower.c mark_inline): the product is
+ * computed in the reduction's loop, not stored (the emitted C has no loop of
+ * its own for it), with bitwise the interpreter's sums on every engine. */
+static void test_elem_combine(void **state)
+{
+	(void)state;
+	static const char text[] = "layer cb {\n"
+				   "  dim A = 256, K = 8, C = 64, R = 2048\n"
+				   "  input d : bf16[R, C]\n"
+				   "  input w : bf16[R, 1]\n"
+				   "  p = cast(d, f32) * cast(w, f32)\n"
+				   "  s = reduce_sum(reshape(p, [A, K, C]), axis=1)\n"
+				   "  m = reduce_max(reshape(cast(d, f32) - cast(w, f32), [A, K, C]), axis=1)\n"
+				   "  output s, m\n"
+				   "}\n";
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m;
+	moe_graph *g = layer(c, text, &m);
+	moe_tensor_map *b = moe_tensor_map_new(c);
+	int64_t ds[2] = {2048, 64}, ws[2] = {2048, 1};
+	assert_int_equal(moe_tensor_map_set(b, "d", tensor(c, 2, ds, 0, 3.0f)), MOE_OK);
+	assert_int_equal(moe_tensor_map_set(b, "w", tensor(c, 2, ws, 0, 1.0f)), MOE_OK);
+	run_all(c, g, b, 2, true);
+	char *src = NULL;
+	assert_int_equal(moe_emit_c_string(c, g, &src), MOE_OK);
+	assert_non_null(strstr(src, "= reduce_sum */"));
+	assert_non_null(strstr(src, "= reduce_max */"));
+	assert_null(strstr(src, "= mul */"));
+	assert_null(strstr(src, "= sub */"));
+	moe_free(c, src);
+	moe_tensor_map_free(b);
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_elem_chains),
 		cmocka_unit_test(test_elem_experts),
+		cmocka_unit_test(test_elem_combine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
