@@ -473,11 +473,11 @@ int cli_run(moe_ctx *ctx, const opts *o)
 				stats = malloc(cap);
 				snprintf(stats, cap,
 					"{\n  \"target\": \"host\",\n  \"engine\": \"%s\",\n  \"compute_seconds\": %.9g,\n"
-					"  \"compile_seconds\": %.9g,\n  \"pack_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
+					"  \"compile_seconds\": %.9g,\n  \"setup_seconds\": %.9g,\n  \"pack_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
 					"  \"blocks_executed\": %lld,\n  \"blocks_skipped\": %lld,\n  \"rows_executed\": %lld,\n"
 					"  \"grid_blocks_max\": %lld,\n  \"threads\": %d,\n  \"cache\": \"%s\",\n"
 					"  \"kernels\": \"%s\"\n}\n",
-					engine, hs.compute_seconds, hs.compile_seconds, hs.pack_seconds, hs.repeat, hs.workspace_bytes,
+					engine, hs.compute_seconds, hs.compile_seconds, hs.setup_seconds, hs.pack_seconds, hs.repeat, hs.workspace_bytes,
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
 					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels);
 			}

@@ -65,7 +65,7 @@ typedef enum moe_host_cache {
 
 typedef struct moe_host_stats {
 	double compute_seconds; /* median over `repeat` calls of the layer function alone */
-	double compile_seconds; /* lowering + code generation + loading */
+	double compile_seconds; /* lowering + code generation (or the cache's object) + loading */
 	double pack_seconds;    /* copying bf16 weights into the layout of the vdpbf16ps kernels, once per
 	                         * run (0 when no weight is packed) */
 	int repeat;             /* calls made */
@@ -83,6 +83,8 @@ typedef struct moe_host_stats {
 	                          * "avx512bf16" where the CPU has it and portable was not asked for;
 	                          * vdpbf16ps then serves the bf16 x bf16 dot products, and a layer
 	                          * without any (f32) runs the portable kernels all the same */
+	double setup_seconds;    /* binding the tensors and allocating the zeroed workspace, once per run
+	                          * (not part of compile_seconds) */
 } moe_host_stats;
 
 /* Runs layer g on the host. Inputs and weights are bound by node name from
