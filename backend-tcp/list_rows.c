@@ -33,13 +33,14 @@ static uint32_t class_cmd(lw *c, const tcp_insn *in, int kreg, int64_t h)
 
 /* Emits `in` (dims [1, B, row], its count in in->vreg) with the list of the
  * smallest class of B holding the count; kreg is a scratch register other
- * than the count's. Another shape, or no count, is emitted as it is. */
+ * than the count's. Another shape, no count or no kreg (-1): as it is. */
 void tcpl_emit_list_rows(lw *c, const tcp_insn *in, int kreg)
 {
 	int64_t B = in->dim[1], f = tcpl_row_tile(B);
 	uint32_t end[8 + TCP_MAX_UPPER];
 	int ne = 0;
-	if (in->ndim == 3 && in->dim[0] == 1 && in->vreg >= 0 && in->vreg != kreg && !(in->flags & TCP_F_VROWS)) {
+	if (in->ndim == 3 && in->dim[0] == 1 && in->vreg >= 0 && kreg >= 0 && in->vreg != kreg &&
+		!(in->flags & TCP_F_VROWS)) {
 		for (int64_t h = f; h < B && ne < 8; h *= 4)
 			end[ne++] = class_cmd(c, in, kreg, h);
 		int64_t up[TCP_MAX_UPPER];

@@ -149,8 +149,8 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	ix->scale = rows * is;
 	ix->stride[0] = rows * is;
 	ix->stride[1] = is;
-	if (in.vreg >= 0 && c->lr_reg < 0)
-		c->lr_reg = tcpl_new_reg(c, s);
+	if (in.vreg >= 0 && c->lr_reg < 0 && c->next_reg < TCP_NREG)
+		c->lr_reg = tcpl_new_reg(c, s); /* none left: the list of B rows */
 	tcpl_emit_list_rows(c, &in, c->lr_reg); /* the list of the count's row class (list_rows.c) */
 }
 
