@@ -285,6 +285,7 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->dc.red = MOE_NONE;               /* lower_dcomb.c */
 	c->pr_t = c->pr_rl = -1;
 	c->pr_reg = c->pr_preg = -1;
+	c->lr_reg = -1; /* list_rows.c */
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);

@@ -86,6 +86,7 @@ typedef struct lw {
 	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
 	int64_t pr_n;           /* ... its rows (T K) */
 	int pr_reg, pr_preg;    /* ... the slot (block & 1) of the block's result buffer, and of the pending block's */
+	int lr_reg;             /* list_rows.c: the class guard's register of a block's row gather (-1: none yet) */
 	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
 	int64_t G;
@@ -340,6 +341,8 @@ bool tcpl_tile_outside(const lw *c, moe_id id); /* a serving pass whose readers 
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in); /* a block pass: small, tiled or whole by the block's rows */
 uint32_t tcpl_block_rows_guard(lw *c, int64_t f);    /* branch taken when the block has more than f rows */
 bool tcpl_upper_rows(const lw *c); /* no weight of the block loop streamed: upper row classes (row_classes.c) */
+/* list_rows.c: a block's gather or scatter [1, B, row] with the index list of its count's row class */
+void tcpl_emit_list_rows(lw *c, const tcp_insn *in, int kreg);
 /* spec_fetch.c: a static weight copy inserted after the DMAs routing reads first (true: inserted) */
 bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t n, int32_t st, int64_t sbase);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);

@@ -168,7 +168,7 @@ bool tcpl_pairs_store(lw *c, moe_id i, int greg, int rreg)
 	ix->stride[0] = 2 * B;
 	ix->stride[1] = 2;
 	in.flags |= TCP_F_JOIN; /* sets up while the DMA before it (the loop's last weights) transfers */
-	emit(c, &in);
+	tcpl_emit_list_rows(c, &in, R_ROWT); /* the list of the count's row class (list_rows.c) */
 	return true; /* read outside the loop only through P (tcpl_pairs_gather) */
 }
 

@@ -149,7 +149,9 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	ix->scale = rows * is;
 	ix->stride[0] = rows * is;
 	ix->stride[1] = is;
-	emit(c, &in);
+	if (in.vreg >= 0 && c->lr_reg < 0 && c->next_reg < TCP_NREG)
+		c->lr_reg = tcpl_new_reg(c, s); /* none left: the list of B rows */
+	tcpl_emit_list_rows(c, &in, c->lr_reg); /* the list of the count's row class (list_rows.c) */
 }
 
 /* A per-block input of the loop: weights double-buffered per expert, grid
@@ -475,11 +477,15 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 		}
 		if (in->staged && (weights_only || grids_only))
 			continue; /* staged once, before the loop */
+		uint32_t mark = c->p->ncode;
 		if (in->staged)
 			tcpl_stage_emit(c, in->gather, in->buf, in->n, r->trw, r->rwbase, r->rws, r->st_tmp);
-		else if (in->gather != MOE_NONE)
+		else if (in->gather != MOE_NONE) {
 			block_gather(c, in->buf, slot, in->n, in->gather, blk, r->trw, r->rwbase, r->rws);
-		else if (in->weight && blk == R_G && r->tnb < 0 && r->nbbase > 1) /* a decode's first expert (lower_decode.c) */
+			for (uint32_t k = mark; !first_ && k + 1 < c->p->ncode; k++) /* each class's gather joins */
+				if (tcp_op_ctx[c->p->code[k].op] == TCP_CTX_DMA)
+					c->p->code[k].flags |= TCP_F_JOIN;
+		} else if (in->weight && blk == R_G && r->tnb < 0 && r->nbbase > 1) /* a decode's first expert (lower_decode.c) */
 			tcpl_decode_first_fetch(c, in->buf, in->n, in->src, r->tbe, r->bebase, r->bes);
 		else
 			dma_copy(c, in->buf, 0, slot, in->n, sv->t, sv->base, in->weight ? ex : blk, in->n, in->n);
