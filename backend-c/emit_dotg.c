@@ -16,9 +16,16 @@
 
 enum { DOTG_ROWS = 6, DOTG_KB = 256, DOTG_MAXG = 4 };
 /* row groups of at least this many rows prefetch W's next k block, or in the
- * last k block the next group's first (each pass, so whichever runs first
- * brings it in); smaller ones (decode: a row or two per expert) leave it to
- * the hardware prefetcher */
+ * last k block the next group's first, to L1; smaller ones (decode: a row or
+ * two per expert) leave it to the hardware prefetcher. The n row groups of a
+ * k block share the work: at k pair j of its pass, row group i prefetches
+ * line j of each tile of the next block only when j % n == i, so every line
+ * is asked for once and the requests are spread over the whole block instead
+ * of all issued by the first row group (which left them to queue behind each
+ * other: W streams from memory at T = 512). A branch per k pair skips the
+ * prefetches of the other row groups' lines (pf_share; prefetching the line
+ * being read instead, to keep the step free of branches, cost most of the
+ * gain). */
 enum { DOTG_PF_ROWS = 4 };
 
 LLVMValueRef cgl_dot_group_packed(eml *E, const cg_dot *t)
@@ -43,9 +50,27 @@ static LLVMValueRef gep16(eml *E, LLVMTypeRef elt, LLVMValueRef base, int64_t of
 	return LLVMBuildInBoundsGEP2(E->b, elt, base, &o, 1, "");
 }
 
+/* k pair p of a step: prefetch its lines of the G tiles at wpf to L1 when
+ * c == gi. The test and the prefetches are one inline assembly statement: as
+ * a branch in the IR it splits the step into blocks, and LLVM then sank the
+ * step's vdpbf16ps below all of its loads and spilled them. */
+static void pf_share(eml *E, const cg_dot *t, int G, int p, LLVMValueRef c, LLVMValueRef gi, LLVMValueRef wpf)
+{
+	char text[512];
+	int at = snprintf(text, sizeof text, "cmpq $1, $0\n\tjne 1f");
+	for (int u = 0; u < G; u++)
+		at += snprintf(text + at, sizeof text - (size_t)at, "\n\tprefetcht0 %lld($2)",
+			(long long)(2 * (u * DOT_LANES * t->K + p * 2 * DOT_LANES)));
+	at += snprintf(text + at, sizeof text - (size_t)at, "\n1:");
+	static const char cons[] = "r,r,r,~{dirflag},~{fpsr},~{flags}";
+	LLVMTypeRef ty = LLVMFunctionType(LLVMVoidTypeInContext(E->c), (LLVMTypeRef[]){E->i64, E->i64, E->ptr}, 3, 0);
+	LLVMValueRef fn = LLVMGetInlineAsm(ty, text, (size_t)at, cons, sizeof cons - 1, 1, 0, LLVMInlineAsmDialectATT, 0);
+	LLVMBuildCall2(E->b, ty, fn, (LLVMValueRef[]){c, gi, wpf}, 3, "");
+}
+
 /* one step of 2 * DOT_LANES k at k0 for R rows: the accumulators acc[q * G + u] */
 static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, LLVMValueRef pw, LLVMValueRef pat,
-	LLVMValueRef k0, LLVMValueRef pfo, LLVMValueRef *acc)
+	LLVMValueRef k0, LLVMValueRef pfo, LLVMValueRef gi, LLVMValueRef ng, LLVMValueRef *acc)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMTypeRef vi = LLVMVectorType(E->i32, DOT_LANES);
@@ -57,15 +82,17 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 	LLVMValueRef ak = LLVMBuildInBoundsGEP2(b, E->i16, a0, &k0, 1, "");
 	LLVMValueRef wp = LLVMBuildInBoundsGEP2(b, E->i16, pw, &pat, 1, "");
 	LLVMValueRef wpf = LLVMBuildGEP2(b, E->i16, wp, &pfo, 1, ""); /* may point past W: only prefetched */
+	/* c = j % ng for the step's k pair j = k0 / 2 + p, kept by increments */
+	LLVMValueRef c = R >= DOTG_PF_ROWS ? LLVMBuildURem(b, LLVMBuildLShr(b, k0, c64(E, 1), ""), ng, "") : NULL;
 	for (int p = 0; p < DOT_LANES; p++) {
 		LLVMValueRef w[DOTG_MAXG];
-		if (R >= DOTG_PF_ROWS) /* the same lines of the next k block, to L2 (a hint: never faults) */
-			for (int u = 0; u < G; u++) {
-				LLVMValueRef args[4] = {
-					LLVMBuildGEP2(b, E->i16, wpf, (LLVMValueRef[]){c64(E, u * DOT_LANES * t->K + p * 2 * DOT_LANES)}, 1, ""),
-					cgl_ci32(E, 0), cgl_ci32(E, 2), cgl_ci32(E, 1)};
-				LLVMBuildCall2(b, E->t_prefetch, E->f_prefetch, args, 4, "");
+		if (R >= DOTG_PF_ROWS) { /* this row group's share of the next k block's lines, to L1 (a hint: never faults) */
+			if (p) {
+				c = LLVMBuildAdd(b, c, c64(E, 1), "");
+				c = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, c, ng, ""), c64(E, 0), c, "");
 			}
+			pf_share(E, t, G, p, c, gi, wpf);
+		}
 		for (int u = 0; u < G; u++) {
 			LLVMValueRef v = LLVMBuildLoad2(b, vi, gep16(E, E->i16, wp, u * DOT_LANES * t->K + p * 2 * DOT_LANES), "");
 			LLVMSetAlignment(v, 64);
@@ -87,7 +114,8 @@ static void group_step(eml *E, const cg_dot *t, int G, int R, LLVMValueRef a0, L
 /* rows [r0, r0 + R), k in [kb, kend): accumulators loaded from dst, kept in
  * registers (phis) over the steps, stored back */
 static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, LLVMValueRef ai, LLVMValueRef wi,
-	LLVMValueRef di, LLVMValueRef pw, LLVMValueRef kb, LLVMValueRef kend, LLVMValueRef pfo)
+	LLVMValueRef di, LLVMValueRef pw, LLVMValueRef kb, LLVMValueRef kend, LLVMValueRef pfo, LLVMValueRef gi,
+	LLVMValueRef ng)
 {
 	LLVMBuilderRef b = E->b;
 	LLVMTypeRef vf = LLVMVectorType(E->f32, DOT_LANES);
@@ -120,7 +148,7 @@ static void group_rows(eml *E, const cg_dot *t, int G, int R, LLVMValueRef r0, L
 	LLVMPositionBuilderAtEnd(b, body);
 	/* tile 0's step at k0 in the packed copy: wi + k0 * DOT_LANES (pack.c) */
 	LLVMValueRef pat = LLVMBuildAdd(b, wi, LLVMBuildMul(b, k0, c64(E, DOT_LANES), ""), "");
-	group_step(E, t, G, R, a0, pw, pat, k0, pfo, acc);
+	group_step(E, t, G, R, a0, pw, pat, k0, pfo, gi, ng, acc);
 	LLVMValueRef next = LLVMBuildAdd(b, k0, c64(E, 2 * DOT_LANES), "");
 	LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
 	LLVMBuildBr(b, head);
@@ -179,7 +207,7 @@ void cgl_dot_group(eml *E, const cg_dot *t, int64_t G, LLVMValueRef rows, LLVMVa
 		LLVMBasicBlockRef cb = LLVMAppendBasicBlockInContext(E->c, E->fn, "dotg.rows");
 		LLVMAddCase(sw, c64(E, R), cb);
 		LLVMPositionBuilderAtEnd(b, cb);
-		group_rows(E, t, (int)G, R, r0, ai, wi, di, pw, kb, kend, pfo);
+		group_rows(E, t, (int)G, R, r0, ai, wi, di, pw, kb, kend, pfo, i, nz);
 		LLVMBuildBr(b, join);
 	}
 	LLVMPositionBuilderAtEnd(b, join);

@@ -36,7 +36,8 @@ static int llvm_init_failed;
 
 static void llvm_init(void)
 {
-	llvm_init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter();
+	/* the asm parser assembles the inline assembly of emit_dotg.c's prefetches */
+	llvm_init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter() || LLVMInitializeNativeAsmParser();
 	LLVMInstallFatalErrorHandler(llvm_fatal);
 }
 

@@ -574,9 +574,13 @@ static void test_dot_group(void **state)
 	for (int i = 0; i < GW * GK; i++)
 		w[i] = rand_bf16();
 	cgen_pack_tiles(w, pw, GK, 0, GW / 16);
-	group_case(GR, GW, a, w, pw); /* whole: 5 groups of 6 rows and 1 */
-	group_case(11, GW, a, w, pw); /* 6 + 4 + 1 rows */
-	group_case(3, GW, a, w, pw);  /* 2 + 1 */
+	/* row groups of 4 to 6 rows share the next k block's prefetches (emit_dotg.c
+	 * pf_share: row group i of n takes the k pairs j with j % n == i), smaller
+	 * ones have none; neither may change a bit */
+	group_case(GR, GW, a, w, pw); /* whole: 6 + 5 + 5 + 5 + 5 + 5 rows, all prefetching */
+	group_case(11, GW, a, w, pw); /* 6 + 5 */
+	group_case(7, GW, a, w, pw);  /* 4 + 3: only the first prefetches its share */
+	group_case(3, GW, a, w, pw);  /* 3: no prefetch */
 	group_case(GR, 40, a, w, pw); /* a partial group: tiles of 16, 16 and 8 lanes, one at a time */
 }
 
