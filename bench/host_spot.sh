@@ -4,7 +4,7 @@
 # on the Qwen3-30B-A3B layer, the same thread count on both sides, alternating (the order
 # flips every round), then the two bandwidth probes of bench/run. Prints per round the two
 # medians and their ratio, then per (dtype, T) the median ratio over rounds, and the load
-# average before and after. Needs bench/run's cache (checkpoints, inputs): bench/.cache.
+# average before and after. Needs bench/run's cache (checkpoints, inputs): bench/.cache, or MOEC_BENCH_CACHE.
 #   bench/host_spot.sh [ROUNDS] [DTYPES] [TOKENS]     e.g. bench/host_spot.sh 3 "bf16 f32" "1 32 512"
 # MOEC_BENCH_THREADS sets the threads (default nproc), MOEC (default build/moec) the binary.
 set -eu
@@ -15,7 +15,7 @@ TOKENS=${3:-1 32 512}
 TH=${MOEC_BENCH_THREADS:-$(nproc)}
 MOEC=${MOEC:-build/moec}
 PY=${PYTHON:-/usr/bin/python3}
-C=bench/.cache
+C=${MOEC_BENCH_CACHE:-bench/.cache}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 export OMP_NUM_THREADS=$TH XDG_CACHE_HOME=$OUT/jit
