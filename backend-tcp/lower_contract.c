@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
+#include "passes/pass.h"
 
 /* ---- contraction ---- */
 static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
@@ -252,16 +253,28 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
-	cplan pl = plan_contract(c, M, O, I, an->dtype);
+	/* a widened einsum whose casts are views of bf16 tensors contracts them
+	 * as bf16 into its f32 accumulator: the same products, exact in f32, added
+	 * in the same order, at a third of bf16x3's MACs (docs/tcp-isa.md 7.2) */
+	int cdt = an->dtype;
+	if (c->alias_cast[n->args[0]] && c->alias_cast[n->args[1]] && pass_tcp_widened_einsum(c->g, id)) {
+		if (region || stream || avs.kind != VK_VIEW || wvs.kind != VK_VIEW || c->p->t[avs.t].dtype != MOE_BF16 ||
+			c->p->t[wvs.t].dtype != MOE_BF16) {
+			tcpl_err(c, id, "widened einsum: its casts are views but not of bf16 tensors in DM");
+			return;
+		}
+		cdt = MOE_BF16;
+	}
+	cplan pl = plan_contract(c, M, O, I, cdt);
 	if (swap && !stream) {
 		int dimmap[TCP_MAXD];
 		for (int k = 0; k < TCP_MAXD; k++)
 			dimmap[k] = k;
 		tcp_view a = mkview(&avs, an, an->rank, dimmap), w = mkview(&wvs, wn, wn->rank, dimmap);
 		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
-		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
+		cplan ps = plan_contract(c, O, M, I, cdt); /* dst[o, m] = sum_i w[o, i] x[m, i] */
 		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
-			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0, 0);
+			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], cdt, -1, false, 0, 0);
 		c->p->router_macs += M * O * I;
 		return;
 	}
@@ -293,9 +306,9 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			uint32_t end[9 + TCP_MAX_UPPER];
 			int ne = 0;
 			for (int64_t h = f; h < M && ne < 8; h *= 4) {
-				cplan ph = plan_contract(c, h, O, I, an->dtype);
+				cplan ph = plan_contract(c, h, O, I, cdt);
 				uint32_t more = tcpl_block_rows_guard(c, h);
-				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream,
 					h > f ? h / 2 : 0, stream && h > f ? h / 8 : 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
@@ -303,26 +316,26 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			int64_t up[TCP_MAX_UPPER]; /* weights held in DM: classes up to B (row_classes.c) */
 			int nu = !stream && tcpl_upper_rows(c) ? tcp_upper_classes(M, f, up, TCP_MAX_UPPER) : 0;
 			for (int k = 0; k < nu; k++) {
-				cplan pu = plan_contract(c, up[k], O, I, an->dtype);
+				cplan pu = plan_contract(c, up[k], O, I, cdt);
 				uint32_t more = tcpl_block_rows_guard(c, up[k]);
-				emit_contract(c, id, &pu, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, false, 0, 0);
+				emit_contract(c, id, &pu, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, false, 0, 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
 			}
 			if (stream && M >= 4 * f) {
 				li(c, R_ROWT, M);
 				uint32_t full = br(c, TCP_C_GE, R_ROWS, R_ROWT);
-				emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, M / 2,
+				emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream, M / 2,
 					M / 8);
 				end[ne++] = jmp(c);
 				patch(c, full);
 			}
-			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0, 0);
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream, 0, 0);
 			for (int k = 0; k < ne; k++)
 				patch(c, end[k]);
 		} else {
 			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
-			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream,
 				tiles ? tcpl_row_tile(M) : 0, 0);
 		}
 	}

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
+#include "passes/pass.h"
 
 /* Which operands of elementwise node u its pass can take as the chain's
  * running value v (bit k: operand k): every operand of a one-step binary op,
@@ -272,7 +273,10 @@ void tcpl_fusion_rule(lw *c)
 						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
 						un->op == MOE_OP_REDUCE_MAX || un->op == MOE_OP_REDUCE_MIN || un->op == MOE_OP_SOFTMAX ||
 						un->op == MOE_OP_CUMSUM);
-				ok = vec;
+				/* a widened einsum outside the loop contracts the bf16 values
+				 * themselves (pass_tcp_widened_einsum) */
+				bool wide = !c->inreg[u] && !c->inreg[i] && un->valid != i && pass_tcp_widened_einsum(g, u);
+				ok = vec || wide;
 			}
 			c->alias_cast[i] = ok;
 			if (ok && bc && a0->op == MOE_OP_CAST)
@@ -292,6 +296,14 @@ void tcpl_fusion_rule(lw *c)
 				c->hbm_home[i] = true;
 		}
 	}
+	/* a widened einsum contracts bf16 only when both casts are views: where
+	 * one is not, both are computed (the f32 contraction, bf16x3) */
+	for (moe_id i = 0; i < nn; i++)
+		if (!c->inreg[i] && pass_tcp_widened_einsum(g, i)) {
+			const ir_node *n = N(g, i);
+			if (c->alias_cast[n->args[0]] != c->alias_cast[n->args[1]])
+				c->alias_cast[n->args[0]] = c->alias_cast[n->args[1]] = false;
+		}
 	/* dispatch by gather: scatter(0, pos, gather(x, tok)) read only through
 	 * reshapes that only the block loop reads */
 	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {
