@@ -164,7 +164,21 @@ static void out_part(lw *c, moe_id part)
 		tcpl_err(c, id, "output part is not a contiguous tensor");
 		return;
 	}
+	uint32_t at = c->p->ncode;
 	dma_copy(c, c->v[id].t, off * row, -1, 0, v->t, v->base, -1, 0, ir_numel(a));
+	/* after the block loop a part's copy joins the DMA command before it
+	 * (the next chunk's combine gather, or the previous part's copy), across
+	 * the vector passes between that compute its rows: its setup runs beside
+	 * that command's transfer (a row-chunked tail's 64 parts paid 500 cycles
+	 * each between transfers; straight-line code only) */
+	if (c->sink && c->rows != MOE_NONE && c->p->block_loop_pc >= 0 && at == c->p->ncode - 1) {
+		uint32_t q = at;
+		while (q > 0 && (tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_MAIN ||
+					tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_SUB))
+			q--;
+		if (q > 0 && tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_DMA && q - 1 > (uint32_t)c->p->block_loop_pc)
+			c->p->code[at].flags |= TCP_F_JOIN;
+	}
 }
 
 /* Lower node id (and, for a part of an output joined along its rows, its DMA out). */
