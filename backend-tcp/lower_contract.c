@@ -109,6 +109,12 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 			s0->stride[0] = am;
 			s0->stride[1] = 0;
 			s0->stride[2] = ai;
+			if (c->achunk) { /* the rows' chunk ch, a DM tensor [M, inn] of its own (chunked_rows) */
+				*s0 = tcp_view_none();
+				s0->t = c->achunk[ch];
+				s0->stride[0] = inn;
+				s0->stride[2] = 1;
+			}
 			tcp_view *s1 = &in.v[TCP_V_S1];
 			s1->t = tt;
 			s1->stride[0] = 0;
@@ -196,6 +202,47 @@ static bool classify_einsum(lw *c, moe_id id, const ir_einsum *ep, int pos_a[4],
 	return true;
 }
 
+/* A widened einsum's rows operand x [M, I], an input in HBM, copied into DM
+ * as one tensor per reduction chunk of plan pl ([M, It], strided DMAs of one
+ * list): the contraction of chunk ch waits for its own chunk only (the
+ * simulator's hazards are per tensor), so the copy of x overlaps the
+ * router's contractions instead of preceding them (DeepSeek-V3 at T = 4096:
+ * 42 us of x before the first of 7 contractions of 8.3 us). NULL when x is
+ * not such an input. */
+static int32_t *chunked_rows(lw *c, moe_id id, const cplan *pl, int64_t nch)
+{
+	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]);
+	val *v = &c->v[n->args[0]];
+	if (nch < 2 || nch > 64 || an->rank != 2 || v->kind != VK_VIEW || v->region || c->p->t[v->t].space != TCP_HBM ||
+		!is_contig(v, an) || tcpl_valid_reg(c, id) >= 0 || tcpl_input_rows_count(c, n->args[0]) != MOE_NONE)
+		return NULL;
+	int32_t *t = ctx_alloc(c->ctx, sizeof *t * (size_t)nch);
+	for (int64_t ch = 0; ch < nch; ch++) {
+		int64_t i0 = ch * pl->It, inn = pl->I - i0 < pl->It ? pl->I - i0 : pl->It, sh[2] = {pl->M, inn};
+		t[ch] = tcpl_dm_tensor(c, id, "rows-chunk", (moe_dtype)c->p->t[v->t].dtype, 2, sh);
+		tcp_insn dm = tcp_insn_init(TCP_OP_DMA_COPY);
+		dm.ndim = 2;
+		dm.dim[0] = pl->M;
+		dm.dim[1] = inn;
+		dm.v[TCP_V_DST] = tcp_view_none();
+		dm.v[TCP_V_DST].t = t[ch];
+		dm.v[TCP_V_DST].stride[0] = inn;
+		dm.v[TCP_V_DST].stride[1] = 1;
+		dm.v[TCP_V_S0] = tcp_view_none();
+		dm.v[TCP_V_S0].t = v->t;
+		dm.v[TCP_V_S0].base = v->base + i0;
+		dm.v[TCP_V_S0].stride[0] = pl->I;
+		dm.v[TCP_V_S0].stride[1] = 1;
+		uint32_t at = c->p->ncode;
+		emit(c, &dm);
+		if (ch > 0)
+			c->p->code[at].flags |= TCP_F_JOIN;
+		else
+			tcpl_join_adjacent(c, at);
+	}
+	return t;
+}
+
 void tcpl_lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
@@ -239,7 +286,14 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		    ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S;
 	if (!region && cb < 0 && ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S && !swap)
 		(void)tcpl_dm_view(c, n->args[1]); /* the stationary operand's copy first: its TRF load waits for it only */
-	val *av = tcpl_dm_view(c, n->args[0]);
+	int32_t *achunk = NULL;
+	if (!region && !swap && cb < 0 && c->alias_cast[n->args[0]] && c->alias_cast[n->args[1]] &&
+		pass_tcp_widened_einsum(c->g, id)) {
+		cplan pw = plan_contract(c, an->shape[pos_a[1]], wn->shape[pos_w[2]], an->shape[pos_a[3]], MOE_BF16);
+		if (pos_a[1] == 0 && pos_a[3] == 1)
+			achunk = chunked_rows(c, id, &pw, (pw.I + pw.It - 1) / pw.It);
+	}
+	val *av = achunk ? &c->v[n->args[0]] : tcpl_dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
 	/* a large weight outside the block loop (a shared expert) is streamed
@@ -258,7 +312,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	 * in the same order, at a third of bf16x3's MACs (docs/tcp-isa.md 7.2) */
 	int cdt = an->dtype;
 	if (c->alias_cast[n->args[0]] && c->alias_cast[n->args[1]] && pass_tcp_widened_einsum(c->g, id)) {
-		if (region || stream || avs.kind != VK_VIEW || wvs.kind != VK_VIEW || c->p->t[avs.t].dtype != MOE_BF16 ||
+		if (region || stream || avs.kind != VK_VIEW || wvs.kind != VK_VIEW ||
+			(!achunk && c->p->t[avs.t].dtype != MOE_BF16) || (achunk && c->p->t[achunk[0]].dtype != MOE_BF16) ||
 			c->p->t[wvs.t].dtype != MOE_BF16) {
 			tcpl_err(c, id, "widened einsum: its casts are views but not of bf16 tensors in DM");
 			return;
@@ -335,9 +390,17 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 				patch(c, end[k]);
 		} else {
 			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
+			c->achunk = achunk;
 			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream,
 				tiles ? tcpl_row_tile(M) : 0, 0);
+			c->achunk = NULL;
 		}
+	}
+	if (achunk) { /* read by these contractions only (program order orders the reuse) */
+		int64_t nch = (pl.I + pl.It - 1) / pl.It;
+		for (int64_t ch = 0; ch < nch; ch++)
+			tcpl_dm_free(c, achunk[ch]);
+		ctx_free(c->ctx, achunk, sizeof *achunk * (size_t)nch);
 	}
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;

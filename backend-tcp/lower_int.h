@@ -97,6 +97,7 @@ typedef struct lw {
 	bool qscales_staged;
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
+	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
 	/* lower_dcomb.c: a decode's combine accumulated in the block loop (red: the reduce, else MOE_NONE) */
 	struct {
 		moe_id red;

@@ -535,7 +535,8 @@ void tcpl_shared_after(lw *c)
 	 * lowered here and (not late) once in the body */
 	c->p->router_macs += (c->p->router_macs - macs) * (s->P - (s->late ? 1 : 2));
 	alui(c, TCP_S_ADD, s->rp, s->rp, TCP_NOREG, 1);
-	c->p->code[jmp(c)].target = (int32_t)top;
+	uint32_t back = jmp(c); /* (jmp may move the code array) */
+	c->p->code[back].target = (int32_t)top;
 	patch(c, top);
 	free_piece(c, true);
 	for (int64_t k = 0; k < s->P; k++) {
