@@ -19,7 +19,10 @@
  * `shared` from HBM. Every row is computed by the same operations in the same
  * order as before, so the outputs do not change. When the weights and the
  * piece's values do not fit in the DM the loop leaves, every piece runs in
- * the loop after the block loop instead (the weights still copied once). */
+ * the loop after the block loop instead (the weights still copied once).
+ * Where `shared` itself fits beside the loop too (tried quietly first,
+ * c->sh_dm), it is a DM tensor at the top of DM: each piece writes its rows
+ * in place and the tail reads them there, no copy out or in per piece. */
 #include "backend-tcp/lower_int.h"
 
 struct tcpl_shared {
