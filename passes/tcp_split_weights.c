@@ -5,7 +5,9 @@
  * A node computed from weights and constants only (at least one weight, no
  * impure op), whose value the rest of the layer or an output reads, is packed
  * unless it is a free view of one weight (a chain of reshape / broadcast,
- * which stays a device view): gpt-oss's and Llama 4's fused gate_up
+ * which stays a device view) or a bf16 -> f32 cast of one that only widened
+ * einsums read (pass_tcp_widened_einsum: the TCP contraction reads the bf16
+ * weight itself): gpt-oss's and Llama 4's fused gate_up
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
  * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
