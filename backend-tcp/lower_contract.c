@@ -243,6 +243,41 @@ static int32_t *chunked_rows(lw *c, moe_id id, const cplan *pl, int64_t nch)
 	return t;
 }
 
+/* chunked_rows for a widened einsum whose casts are views (pos_w: the
+ * weight's dims of b m o i), planned as bf16. */
+static int32_t *widened_rows(lw *c, moe_id id, const int pos_w[4])
+{
+	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]), *wn = N(c->g, n->args[1]);
+	if (!c->alias_cast[n->args[0]] || !c->alias_cast[n->args[1]] || !pass_tcp_widened_einsum(c->g, id))
+		return NULL;
+	cplan pw = plan_contract(c, an->shape[0], wn->shape[pos_w[2]], an->shape[1], MOE_BF16);
+	return chunked_rows(c, id, &pw, (pw.I + pw.It - 1) / pw.It);
+}
+
+static void free_rows(lw *c, int32_t *achunk, int64_t nch)
+{
+	for (int64_t ch = 0; ch < nch; ch++)
+		tcpl_dm_free(c, achunk[ch]);
+	ctx_free(c->ctx, achunk, sizeof *achunk * (size_t)nch);
+}
+
+/* The contraction's dtype *cdt: bf16 for a widened einsum whose casts are
+ * views of bf16 tensors in DM (or its rows' chunks); false (an error) when
+ * they are views of anything else (`other`: in the loop or streamed). */
+static bool widened_dtype(lw *c, moe_id id, bool other, const val *avs, const val *wvs, const int32_t *achunk, int *cdt)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->alias_cast[n->args[0]] || !c->alias_cast[n->args[1]] || !pass_tcp_widened_einsum(c->g, id))
+		return true;
+	if (other || avs->kind != VK_VIEW || wvs->kind != VK_VIEW || c->p->t[achunk ? achunk[0] : avs->t].dtype != MOE_BF16 ||
+		c->p->t[wvs->t].dtype != MOE_BF16) {
+		tcpl_err(c, id, "widened einsum: its casts are views but not of bf16 tensors in DM");
+		return false;
+	}
+	*cdt = MOE_BF16;
+	return true;
+}
+
 void tcpl_lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
@@ -286,13 +321,7 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		    ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S;
 	if (!region && cb < 0 && ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S && !swap)
 		(void)tcpl_dm_view(c, n->args[1]); /* the stationary operand's copy first: its TRF load waits for it only */
-	int32_t *achunk = NULL;
-	if (!region && !swap && cb < 0 && c->alias_cast[n->args[0]] && c->alias_cast[n->args[1]] &&
-		pass_tcp_widened_einsum(c->g, id)) {
-		cplan pw = plan_contract(c, an->shape[pos_a[1]], wn->shape[pos_w[2]], an->shape[pos_a[3]], MOE_BF16);
-		if (pos_a[1] == 0 && pos_a[3] == 1)
-			achunk = chunked_rows(c, id, &pw, (pw.I + pw.It - 1) / pw.It);
-	}
+	int32_t *achunk = !region && !swap && cb < 0 && pos_a[1] == 0 && pos_a[3] == 1 ? widened_rows(c, id, pos_w) : NULL;
 	val *av = achunk ? &c->v[n->args[0]] : tcpl_dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
@@ -311,15 +340,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	 * as bf16 into its f32 accumulator: the same products, exact in f32, added
 	 * in the same order, at a third of bf16x3's MACs (docs/tcp-isa.md 7.2) */
 	int cdt = an->dtype;
-	if (c->alias_cast[n->args[0]] && c->alias_cast[n->args[1]] && pass_tcp_widened_einsum(c->g, id)) {
-		if (region || stream || avs.kind != VK_VIEW || wvs.kind != VK_VIEW ||
-			(!achunk && c->p->t[avs.t].dtype != MOE_BF16) || (achunk && c->p->t[achunk[0]].dtype != MOE_BF16) ||
-			c->p->t[wvs.t].dtype != MOE_BF16) {
-			tcpl_err(c, id, "widened einsum: its casts are views but not of bf16 tensors in DM");
-			return;
-		}
-		cdt = MOE_BF16;
-	}
+	if (!widened_dtype(c, id, region || stream, &avs, &wvs, achunk, &cdt))
+		return;
 	cplan pl = plan_contract(c, M, O, I, cdt);
 	if (swap && !stream) {
 		int dimmap[TCP_MAXD];
@@ -396,12 +418,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			c->achunk = NULL;
 		}
 	}
-	if (achunk) { /* read by these contractions only (program order orders the reuse) */
-		int64_t nch = (pl.I + pl.It - 1) / pl.It;
-		for (int64_t ch = 0; ch < nch; ch++)
-			tcpl_dm_free(c, achunk[ch]);
-		ctx_free(c->ctx, achunk, sizeof *achunk * (size_t)nch);
-	}
+	if (achunk) /* read by these contractions only (program order orders the reuse) */
+		free_rows(c, achunk, (pl.I + pl.It - 1) / pl.It);
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;
 	else

@@ -186,6 +186,18 @@ void tcpl_mark_ggrid(lw *c, moe_id i)
 			c->ggrid[u] = i + 1;
 }
 
+/* A widened einsum contracts bf16 only when both casts are views: where one
+ * is not, both are computed (the f32 contraction, bf16x3). */
+static void widened_views(lw *c)
+{
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (!c->inreg[i] && pass_tcp_widened_einsum(c->g, i)) {
+			const ir_node *n = N(c->g, i);
+			if (c->alias_cast[n->args[0]] != c->alias_cast[n->args[1]])
+				c->alias_cast[n->args[0]] = c->alias_cast[n->args[1]] = false;
+		}
+}
+
 /* Choices that keep real-size layers inside DM (a prefill's combine gathers
  * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
  * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
@@ -296,14 +308,7 @@ void tcpl_fusion_rule(lw *c)
 				c->hbm_home[i] = true;
 		}
 	}
-	/* a widened einsum contracts bf16 only when both casts are views: where
-	 * one is not, both are computed (the f32 contraction, bf16x3) */
-	for (moe_id i = 0; i < nn; i++)
-		if (!c->inreg[i] && pass_tcp_widened_einsum(g, i)) {
-			const ir_node *n = N(g, i);
-			if (c->alias_cast[n->args[0]] != c->alias_cast[n->args[1]])
-				c->alias_cast[n->args[0]] = c->alias_cast[n->args[1]] = false;
-		}
+	widened_views(c);
 	/* dispatch by gather: scatter(0, pos, gather(x, tok)) read only through
 	 * reshapes that only the block loop reads */
 	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {
