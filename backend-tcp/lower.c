@@ -164,7 +164,21 @@ static void out_part(lw *c, moe_id part)
 		tcpl_err(c, id, "output part is not a contiguous tensor");
 		return;
 	}
+	uint32_t at = c->p->ncode;
 	dma_copy(c, c->v[id].t, off * row, -1, 0, v->t, v->base, -1, 0, ir_numel(a));
+	/* after the block loop a part's copy joins the DMA command before it
+	 * (the next chunk's combine gather, or the previous part's copy), across
+	 * the vector passes between that compute its rows: its setup runs beside
+	 * that command's transfer (a row-chunked tail's 64 parts paid 500 cycles
+	 * each between transfers; straight-line code only) */
+	if (c->sink && c->rows != MOE_NONE && c->p->block_loop_pc >= 0 && at == c->p->ncode - 1) {
+		uint32_t q = at;
+		while (q > 0 && (tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_MAIN ||
+					tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_SUB))
+			q--;
+		if (q > 0 && tcp_op_ctx[c->p->code[q - 1].op] == TCP_CTX_DMA && q - 1 > (uint32_t)c->p->block_loop_pc)
+			c->p->code[at].flags |= TCP_F_JOIN;
+	}
 }
 
 /* Lower node id (and, for a part of an output joined along its rows, its DMA out). */
@@ -564,7 +578,12 @@ static void inputs_to_hbm(lw *c)
 {
 	for (moe_id i = 0; i < c->g->nnodes; i++) {
 		val *v = &c->v[i];
-		if (c->leaf_t[i] < 0 || v->kind != VK_VIEW || c->p->t[v->t].space != TCP_DM)
+		/* an input's DM copy, or one made for an aliased cast of it (the
+		 * widened router's x, lower_contract.c): the cast is that copy's owner */
+		const ir_node *n = N(c->g, i);
+		int32_t lt = c->leaf_t[i] >= 0 ? c->leaf_t[i] :
+			     c->alias_cast[i] && n->nargs == 1 && !c->inreg[i] ? c->leaf_t[n->args[0]] : -1;
+		if (lt < 0 || v->kind != VK_VIEW || c->p->t[v->t].space != TCP_DM)
 			continue;
 		bool shared = false; /* a view made of the copy keeps it */
 		for (moe_id k = 0; k < c->g->nnodes && !shared; k++)
@@ -572,7 +591,7 @@ static void inputs_to_hbm(lw *c)
 		if (shared)
 			continue;
 		tcpl_dm_free(c, v->t);
-		*v = tview(c->leaf_t[i], i, N(c->g, i));
+		*v = tview(lt, i, n);
 	}
 }
 
@@ -701,14 +720,16 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 }
 
 /* One lowering; with `pairs`, the block results in pair order (lower_pairs.c)
- * where planned, quietly: a failure then (DM capacity) sets *again for a
+ * where planned, with `shdm` a shared expert's piece results in DM
+ * (lower_shared.c), quietly: a failure then (DM capacity) sets *again for a
  * lowering without them. */
 static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
-	bool sink, bool pairs, bool *again)
+	bool sink, bool pairs, bool shdm, bool *again)
 {
 	lw c;
 	tcpl_init(&c, ctx, g, m);
 	c.sink = sink;
+	c.sh_dm = shdm;
 	tcp_program *p = c.p;
 	p->prep = prep; /* owned by the program from here on, but when tried again */
 	p->prep_len = prep_len;
@@ -724,7 +745,7 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 	tcpl_plan_fusions(&c);
 	if (pairs)
 		tcpl_pairs_plan(&c);
-	c.quiet = c.pr_node != MOE_NONE;
+	c.quiet = c.pr_node != MOE_NONE || shdm;
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
 	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
@@ -763,10 +784,15 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 			ctx_free(ctx, prep, prep_len + 1);
 		return NULL;
 	}
-	bool again = false;
-	tcp_program *p = lower_try(ctx, g, m, prep, prep_len, sink, true, &again);
-	if (again)
-		p = lower_try(ctx, g, m, prep, prep_len, sink, false, &again);
+	/* with pair-order results and the shared expert's results in DM, then
+	 * without the latter, then without the former, then without both */
+	tcp_program *p = NULL;
+	for (int k = 0; k < 4; k++) {
+		bool again = false;
+		p = lower_try(ctx, g, m, prep, prep_len, sink, k < 2, !(k & 1), &again);
+		if (!again)
+			break;
+	}
 	return p;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
+#include "passes/pass.h"
 
 /* ---- contraction ---- */
 static cplan plan_contract(lw *c, int64_t M, int64_t O, int64_t I, int wdt)
@@ -108,6 +109,12 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 			s0->stride[0] = am;
 			s0->stride[1] = 0;
 			s0->stride[2] = ai;
+			if (c->achunk) { /* the rows' chunk ch, a DM tensor [M, inn] of its own (chunked_rows) */
+				*s0 = tcp_view_none();
+				s0->t = c->achunk[ch];
+				s0->stride[0] = inn;
+				s0->stride[2] = 1;
+			}
 			tcp_view *s1 = &in.v[TCP_V_S1];
 			s1->t = tt;
 			s1->stride[0] = 0;
@@ -195,6 +202,82 @@ static bool classify_einsum(lw *c, moe_id id, const ir_einsum *ep, int pos_a[4],
 	return true;
 }
 
+/* A widened einsum's rows operand x [M, I], an input in HBM, copied into DM
+ * as one tensor per reduction chunk of plan pl ([M, It], strided DMAs of one
+ * list): the contraction of chunk ch waits for its own chunk only (the
+ * simulator's hazards are per tensor), so the copy of x overlaps the
+ * router's contractions instead of preceding them (DeepSeek-V3 at T = 4096:
+ * 42 us of x before the first of 7 contractions of 8.3 us). NULL when x is
+ * not such an input. */
+static int32_t *chunked_rows(lw *c, moe_id id, const cplan *pl, int64_t nch)
+{
+	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]);
+	val *v = &c->v[n->args[0]];
+	if (nch < 2 || nch > 64 || an->rank != 2 || v->kind != VK_VIEW || v->region || c->p->t[v->t].space != TCP_HBM ||
+		!is_contig(v, an) || tcpl_valid_reg(c, id) >= 0 || tcpl_input_rows_count(c, n->args[0]) != MOE_NONE)
+		return NULL;
+	int32_t *t = ctx_alloc(c->ctx, sizeof *t * (size_t)nch);
+	for (int64_t ch = 0; ch < nch; ch++) {
+		int64_t i0 = ch * pl->It, inn = pl->I - i0 < pl->It ? pl->I - i0 : pl->It, sh[2] = {pl->M, inn};
+		t[ch] = tcpl_dm_tensor(c, id, "rows-chunk", (moe_dtype)c->p->t[v->t].dtype, 2, sh);
+		tcp_insn dm = tcp_insn_init(TCP_OP_DMA_COPY);
+		dm.ndim = 2;
+		dm.dim[0] = pl->M;
+		dm.dim[1] = inn;
+		dm.v[TCP_V_DST] = tcp_view_none();
+		dm.v[TCP_V_DST].t = t[ch];
+		dm.v[TCP_V_DST].stride[0] = inn;
+		dm.v[TCP_V_DST].stride[1] = 1;
+		dm.v[TCP_V_S0] = tcp_view_none();
+		dm.v[TCP_V_S0].t = v->t;
+		dm.v[TCP_V_S0].base = v->base + i0;
+		dm.v[TCP_V_S0].stride[0] = pl->I;
+		dm.v[TCP_V_S0].stride[1] = 1;
+		uint32_t at = c->p->ncode;
+		emit(c, &dm);
+		if (ch > 0)
+			c->p->code[at].flags |= TCP_F_JOIN;
+		else
+			tcpl_join_adjacent(c, at);
+	}
+	return t;
+}
+
+/* chunked_rows for a widened einsum whose casts are views (pos_w: the
+ * weight's dims of b m o i), planned as bf16. */
+static int32_t *widened_rows(lw *c, moe_id id, const int pos_w[4])
+{
+	const ir_node *n = N(c->g, id), *an = N(c->g, n->args[0]), *wn = N(c->g, n->args[1]);
+	if (!c->alias_cast[n->args[0]] || !c->alias_cast[n->args[1]] || !pass_tcp_widened_einsum(c->g, id))
+		return NULL;
+	cplan pw = plan_contract(c, an->shape[0], wn->shape[pos_w[2]], an->shape[1], MOE_BF16);
+	return chunked_rows(c, id, &pw, (pw.I + pw.It - 1) / pw.It);
+}
+
+static void free_rows(lw *c, int32_t *achunk, int64_t nch)
+{
+	for (int64_t ch = 0; ch < nch; ch++)
+		tcpl_dm_free(c, achunk[ch]);
+	ctx_free(c->ctx, achunk, sizeof *achunk * (size_t)nch);
+}
+
+/* The contraction's dtype *cdt: bf16 for a widened einsum whose casts are
+ * views of bf16 tensors in DM (or its rows' chunks); false (an error) when
+ * they are views of anything else (`other`: in the loop or streamed). */
+static bool widened_dtype(lw *c, moe_id id, bool other, const val *avs, const val *wvs, const int32_t *achunk, int *cdt)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->alias_cast[n->args[0]] || !c->alias_cast[n->args[1]] || !pass_tcp_widened_einsum(c->g, id))
+		return true;
+	if (other || avs->kind != VK_VIEW || wvs->kind != VK_VIEW || c->p->t[achunk ? achunk[0] : avs->t].dtype != MOE_BF16 ||
+		c->p->t[wvs->t].dtype != MOE_BF16) {
+		tcpl_err(c, id, "widened einsum: its casts are views but not of bf16 tensors in DM");
+		return false;
+	}
+	*cdt = MOE_BF16;
+	return true;
+}
+
 void tcpl_lower_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
@@ -238,7 +321,8 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 		    ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S;
 	if (!region && cb < 0 && ir_bytes(wn) * 8 < c->m->dm_bytes_per_slice * c->S && !swap)
 		(void)tcpl_dm_view(c, n->args[1]); /* the stationary operand's copy first: its TRF load waits for it only */
-	val *av = tcpl_dm_view(c, n->args[0]);
+	int32_t *achunk = !region && !swap && cb < 0 && pos_a[1] == 0 && pos_a[3] == 1 ? widened_rows(c, id, pos_w) : NULL;
+	val *av = achunk ? &c->v[n->args[0]] : tcpl_dm_view(c, n->args[0]);
 	val avs = *av;
 	bool stream = region && c->wstream[n->args[1]];
 	/* a large weight outside the block loop (a shared expert) is streamed
@@ -252,16 +336,22 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	val ovs = *ov;
 	int64_t M = an->shape[pos_a[1]], I = an->shape[pos_a[3]], O = wn->shape[pos_w[2]];
-	cplan pl = plan_contract(c, M, O, I, an->dtype);
+	/* a widened einsum whose casts are views of bf16 tensors contracts them
+	 * as bf16 into its f32 accumulator: the same products, exact in f32, added
+	 * in the same order, at a third of bf16x3's MACs (docs/tcp-isa.md 7.2) */
+	int cdt = an->dtype;
+	if (!widened_dtype(c, id, region || stream, &avs, &wvs, achunk, &cdt))
+		return;
+	cplan pl = plan_contract(c, M, O, I, cdt);
 	if (swap && !stream) {
 		int dimmap[TCP_MAXD];
 		for (int k = 0; k < TCP_MAXD; k++)
 			dimmap[k] = k;
 		tcp_view a = mkview(&avs, an, an->rank, dimmap), w = mkview(&wvs, wn, wn->rank, dimmap);
 		tcp_view d = mkview(&ovs, n, n->rank, dimmap);
-		cplan ps = plan_contract(c, O, M, I, an->dtype); /* dst[o, m] = sum_i w[o, i] x[m, i] */
+		cplan ps = plan_contract(c, O, M, I, cdt); /* dst[o, m] = sum_i w[o, i] x[m, i] */
 		emit_contract(c, id, &ps, &w, wvs.stride[pos_w[2]], wvs.stride[pos_w[3]], &a, avs.stride[pos_a[1]],
-			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], an->dtype, -1, false, 0, 0);
+			avs.stride[pos_a[3]], &d, ovs.stride[pos_o[2]], ovs.stride[pos_o[1]], cdt, -1, false, 0, 0);
 		c->p->router_macs += M * O * I;
 		return;
 	}
@@ -293,9 +383,9 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			uint32_t end[9 + TCP_MAX_UPPER];
 			int ne = 0;
 			for (int64_t h = f; h < M && ne < 8; h *= 4) {
-				cplan ph = plan_contract(c, h, O, I, an->dtype);
+				cplan ph = plan_contract(c, h, O, I, cdt);
 				uint32_t more = tcpl_block_rows_guard(c, h);
-				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+				emit_contract(c, id, &ph, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream,
 					h > f ? h / 2 : 0, stream && h > f ? h / 8 : 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
@@ -303,29 +393,33 @@ void tcpl_lower_einsum(lw *c, moe_id id)
 			int64_t up[TCP_MAX_UPPER]; /* weights held in DM: classes up to B (row_classes.c) */
 			int nu = !stream && tcpl_upper_rows(c) ? tcp_upper_classes(M, f, up, TCP_MAX_UPPER) : 0;
 			for (int k = 0; k < nu; k++) {
-				cplan pu = plan_contract(c, up[k], O, I, an->dtype);
+				cplan pu = plan_contract(c, up[k], O, I, cdt);
 				uint32_t more = tcpl_block_rows_guard(c, up[k]);
-				emit_contract(c, id, &pu, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, false, 0, 0);
+				emit_contract(c, id, &pu, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, false, 0, 0);
 				end[ne++] = jmp(c);
 				patch(c, more);
 			}
 			if (stream && M >= 4 * f) {
 				li(c, R_ROWT, M);
 				uint32_t full = br(c, TCP_C_GE, R_ROWS, R_ROWT);
-				emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, M / 2,
+				emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream, M / 2,
 					M / 8);
 				end[ne++] = jmp(c);
 				patch(c, full);
 			}
-			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream, 0, 0);
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream, 0, 0);
 			for (int k = 0; k < ne; k++)
 				patch(c, end[k]);
 		} else {
 			bool tiles = vreg >= 0 && vreg != R_ROWS && tcpl_tile_outside(c, id);
-			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, an->dtype, vreg, stream,
+			c->achunk = achunk;
+			emit_contract(c, id, &pl, &a, am, ai, &w, wo, wi, &d, dmm, doo, cdt, vreg, stream,
 				tiles ? tcpl_row_tile(M) : 0, 0);
+			c->achunk = NULL;
 		}
 	}
+	if (achunk) /* read by these contractions only (program order orders the reuse) */
+		free_rows(c, achunk, (pl.I + pl.It - 1) / pl.It);
 	if (!region)
 		c->p->router_macs += nbat * M * O * I;
 	else

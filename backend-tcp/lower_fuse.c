@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend-tcp/lower_int.h"
+#include "passes/pass.h"
 
 /* Which operands of elementwise node u its pass can take as the chain's
  * running value v (bit k: operand k): every operand of a one-step binary op,
@@ -185,6 +186,18 @@ void tcpl_mark_ggrid(lw *c, moe_id i)
 			c->ggrid[u] = i + 1;
 }
 
+/* A widened einsum contracts bf16 only when both casts are views: where one
+ * is not, both are computed (the f32 contraction, bf16x3). */
+static void widened_views(lw *c)
+{
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (!c->inreg[i] && pass_tcp_widened_einsum(c->g, i)) {
+			const ir_node *n = N(c->g, i);
+			if (c->alias_cast[n->args[0]] != c->alias_cast[n->args[1]])
+				c->alias_cast[n->args[0]] = c->alias_cast[n->args[1]] = false;
+		}
+}
+
 /* Choices that keep real-size layers inside DM (a prefill's combine gathers
  * T x K rows of D): bf16 -> f32 casts read only by vector passes are views
  * (the fetch widens); reduce_sum(reshape(mul)) is one pass; a large gather
@@ -272,7 +285,10 @@ void tcpl_fusion_rule(lw *c)
 						(c->fused_into[u] != MOE_NONE && un->op == MOE_OP_MUL) || un->op == MOE_OP_REDUCE_SUM ||
 						un->op == MOE_OP_REDUCE_MAX || un->op == MOE_OP_REDUCE_MIN || un->op == MOE_OP_SOFTMAX ||
 						un->op == MOE_OP_CUMSUM);
-				ok = vec;
+				/* a widened einsum outside the loop contracts the bf16 values
+				 * themselves (pass_tcp_widened_einsum) */
+				bool wide = !c->inreg[u] && !c->inreg[i] && un->valid != i && pass_tcp_widened_einsum(g, u);
+				ok = vec || wide;
 			}
 			c->alias_cast[i] = ok;
 			if (ok && bc && a0->op == MOE_OP_CAST)
@@ -292,6 +308,7 @@ void tcpl_fusion_rule(lw *c)
 				c->hbm_home[i] = true;
 		}
 	}
+	widened_views(c);
 	/* dispatch by gather: scatter(0, pos, gather(x, tok)) read only through
 	 * reshapes that only the block loop reads */
 	for (moe_id i = 0; i < nn && c->rows != MOE_NONE; i++) {

@@ -97,6 +97,8 @@ typedef struct lw {
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
+	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
+	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
 	/* lower_dcomb.c: a decode's combine accumulated in the block loop (red: the reduce, else MOE_NONE) */
 	struct {
 		moe_id red;
@@ -287,6 +289,7 @@ static inline void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t 
 /* lower_mem.c: placement */
 int32_t tcpl_hbm_tensor(lw *c, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
 int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
+int32_t tcpl_dm_tensor_top(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
 void tcpl_dm_free(lw *c, int32_t t);
 /* lower_check.c: DM tensors that share bytes while both are live (errors, count) */
 int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc);

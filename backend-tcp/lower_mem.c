@@ -55,6 +55,38 @@ int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int ran
 	return t;
 }
 
+/* As tcpl_dm_tensor, but at the top of the highest gap that holds it: a
+ * tensor live through the block loop and after it (lower_shared.c's
+ * `shared`) leaves the gaps below to the loop's buffers, allocated later. */
+int32_t tcpl_dm_tensor_top(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape)
+{
+	int32_t t = tcp_add_tensor(c->p, name, TCP_DM, TCP_T_SCRATCH, dt, rank, shape);
+	tcp_tensor *tt = &c->p->t[t];
+	int64_t need = rup((tt->numel * esz(dt) + c->S - 1) / c->S, c->m->flit_bytes);
+	int64_t off = -1;
+	uint32_t at_i = 0;
+	for (uint32_t i = 0; i <= c->nlive; i++) {
+		int64_t lo = i ? c->live[i - 1].off + c->live[i - 1].size : 0;
+		int64_t hi = i < c->nlive ? c->live[i].off : c->m->dm_bytes_per_slice;
+		if (hi - lo >= need)
+			off = (hi - need) / c->m->flit_bytes * c->m->flit_bytes, at_i = i;
+	}
+	if (off < 0) {
+		tcpl_err(c, at, "DM capacity exceeded: '%s' needs %lld bytes per slice, no gap holds it", name,
+			(long long)need);
+		off = 0;
+	}
+	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
+	memmove(&c->live[at_i + 1], &c->live[at_i], (c->nlive - at_i) * sizeof *c->live);
+	c->live[at_i] = (dmblk){off, need, t};
+	c->nlive++;
+	tt->addr = off;
+	tt->slice_bytes = need;
+	if (off + need > c->dm_peak)
+		c->dm_peak = off + need;
+	return t;
+}
+
 void tcpl_dm_free(lw *c, int32_t t)
 {
 	for (uint32_t i = 0; i < c->nlive; i++)

@@ -19,7 +19,10 @@
  * `shared` from HBM. Every row is computed by the same operations in the same
  * order as before, so the outputs do not change. When the weights and the
  * piece's values do not fit in the DM the loop leaves, every piece runs in
- * the loop after the block loop instead (the weights still copied once). */
+ * the loop after the block loop instead (the weights still copied once).
+ * Where `shared` itself fits beside the loop too (tried quietly first,
+ * c->sh_dm), it is a DM tensor at the top of DM: each piece writes its rows
+ * in place and the tail reads them there, no copy out or in per piece. */
 #include "backend-tcp/lower_int.h"
 
 struct tcpl_shared {
@@ -29,10 +32,11 @@ struct tcpl_shared {
 	moe_id *root;    /* per chunk: the node of its part that the tail reads */
 	moe_id x;        /* the input whose rows the parts read */
 	int64_t P, R, xrow, rrow; /* pieces, rows per piece, elements per row of x and of a root */
-	int32_t ys;      /* the roots' HBM tensor */
+	int32_t ys;      /* the roots' tensor: HBM, or DM through the loop and the tail (dm) */
 	int32_t yb;      /* the body piece's root, in DM through the loop (its copy out deferred), or -1 */
 	int rp, ra, rn, r1; /* registers: piece index, accumulator, P, 1 */
 	bool late;       /* every piece after the loop */
+	bool dm;         /* ys in DM: each piece writes its rows in place, the tail reads them there */
 };
 
 static bool plain_leaf(const lw *c, moe_id a)
@@ -212,9 +216,11 @@ static void gathers_ahead(lw *c)
 	}
 	for (uint32_t k = 0, next = 0; k < c->norder1; k++) {
 		moe_id i = c->order1[k];
-		if (!in[i])
+		bool ahead = N(g, i)->op == MOE_OP_GATHER; /* at each gather's own place, emitted ahead or not */
+		if (!in[i] && !ahead)
 			continue;
-		emit_with_operands(c, i, in, out, &n);
+		if (in[i])
+			emit_with_operands(c, i, in, out, &n);
 		while (next < ng && !in[gs[next]])
 			next++; /* the gathers emitted so far */
 		if (N(g, i)->op == MOE_OP_GATHER && next < ng)
@@ -319,8 +325,9 @@ static int64_t per_slice(const lw *c, int64_t b)
 	return (q + f - 1) / f * f;
 }
 
-/* The weights in DM, and room for the piece's values beside what is live now? */
-static bool piece_fits(const lw *c)
+/* The weights in DM, and room for the piece's values and `extra` bytes per
+ * slice beside what is live now? */
+static bool piece_fits(const lw *c, int64_t extra)
 {
 	const struct tcpl_shared *s = c->sh;
 	int64_t top = 0, need = 0;
@@ -334,7 +341,23 @@ static bool piece_fits(const lw *c)
 			need += per_slice(c, ir_bytes(N(c->g, n->args[1])));
 	}
 	need += per_slice(c, s->R * s->xrow * esz(N(c->g, s->x)->dtype));
-	return top + need <= c->m->dm_bytes_per_slice;
+	return top + need + extra <= c->m->dm_bytes_per_slice;
+}
+
+/* The dtype the roots are stored in. */
+static moe_dtype root_dtype(const lw *c)
+{
+	const struct tcpl_shared *s = c->sh;
+	return (moe_dtype)(c->store_dt[s->root[0]] ? c->store_dt[s->root[0]] : N(c->g, s->root[0])->dtype);
+}
+
+/* The roots' rows of every piece, [P R, ...] of the root's shape. */
+static void ys_shape(const lw *c, int64_t *sh)
+{
+	const struct tcpl_shared *s = c->sh;
+	const ir_node *rn = N(c->g, s->root[0]);
+	memcpy(sh, rn->shape, sizeof(int64_t) * MOE_MAX_RANK);
+	sh[0] = s->R * s->P;
 }
 
 static void copy_weights(lw *c)
@@ -354,19 +377,32 @@ void tcpl_shared_prologue(lw *c)
 	struct tcpl_shared *s = c->sh;
 	if (!s)
 		return;
-	s->late = !piece_fits(c);
+	s->late = !piece_fits(c, 0);
 	if (s->late)
 		return;
-	copy_weights(c);
 	const ir_node *rn = N(c->g, s->root[0]);
-	s->yb = tcpl_dm_tensor(c, s->root[0], "shared-piece", (moe_dtype)(c->store_dt[s->root[0]] ? c->store_dt[s->root[0]] : rn->dtype),
-		rn->rank, rn->shape);
+	int64_t sh[MOE_MAX_RANK], ysz = 1;
+	ys_shape(c, sh);
+	for (int d = 0; d < rn->rank; d++)
+		ysz *= sh[d];
+	/* where it fits (tried quietly first, c->sh_dm: the combine after the
+	 * loop needs its DM too), `shared` is a DM tensor that each piece's last
+	 * contraction writes in place: no copy out per piece, no copy in per
+	 * tail chunk after the loop */
+	s->dm = c->sh_dm && piece_fits(c, per_slice(c, ysz * esz(root_dtype(c))));
+	copy_weights(c);
+	if (s->dm)
+		s->ys = tcpl_dm_tensor_top(c, s->root[0], "shared", root_dtype(c), rn->rank, sh);
+	else
+		s->yb = tcpl_dm_tensor(c, s->root[0], "shared-piece", root_dtype(c), rn->rank, rn->shape);
 }
 
 /* The root of piece rp - 1, held in yb, to its rows of `shared` (when rp > 0). */
 static void copy_pending(lw *c)
 {
 	struct tcpl_shared *s = c->sh;
+	if (s->dm)
+		return;
 	uint32_t none = br(c, TCP_C_LT, s->rp, s->r1);
 	dma_copy(c, s->ys, -s->R * s->rrow, s->rp, s->R * s->rrow, s->yb, 0, -1, 0, ir_numel(N(c->g, s->root[0])));
 	patch(c, none);
@@ -377,7 +413,9 @@ static void emit_piece(lw *c, bool body)
 {
 	struct tcpl_shared *s = c->sh;
 	uint32_t at = c->p->ncode;
-	if (body) /* the result lands in yb; the copy out of the previous piece's goes first */
+	if (s->dm) /* the result lands in its rows of `shared` (offset by the piece register below) */
+		c->v[s->root[0]] = tview(s->ys, s->root[0], N(c->g, s->root[0]));
+	else if (body) /* the result lands in yb; the copy out of the previous piece's goes first */
 		c->v[s->root[0]] = tview(s->yb, s->root[0], N(c->g, s->root[0]));
 	for (uint32_t j = 0; j < s->n0 && !c->failed; j++)
 		tcpl_lower_node(c, s->node0[j]);
@@ -389,7 +427,15 @@ static void emit_piece(lw *c, bool body)
 			tcp_view *v = &c->p->code[q].v[w];
 			if (v->t == xt && xt >= 0 && v->reg < 0)
 				v->reg = s->rp, v->scale = s->R * s->xrow;
+			else if (s->dm && v->t == s->ys && v->reg < 0)
+				v->reg = s->rp, v->scale = s->R * s->rrow;
 		}
+	if (s->dm) {
+		val *v = &c->v[s->root[0]];
+		if (v->kind != VK_VIEW || v->t != s->ys || v->base != 0)
+			tcpl_err(c, s->root[0], "a shared expert's piece result is not in its rows of `shared`");
+		return;
+	}
 	moe_id r0 = s->root[0];
 	const ir_node *rn = N(c->g, r0);
 	val *v = tcpl_need_view(c, r0);
@@ -461,7 +507,8 @@ static void free_piece(lw *c, bool weights)
 		moe_id own[2] = {s->node0[j], weights && n->op == MOE_OP_EINSUM ? n->args[1] : MOE_NONE};
 		for (int k = 0; k < 2; k++) {
 			val *v = own[k] != MOE_NONE ? &c->v[own[k]] : NULL;
-			if (v && v->kind == VK_VIEW && !v->region && v->owner == own[k] && c->p->t[v->t].space == TCP_DM)
+			if (v && v->kind == VK_VIEW && !v->region && v->owner == own[k] && c->p->t[v->t].space == TCP_DM &&
+				!(s->dm && v->t == s->ys))
 				tcpl_dm_free(c, v->t);
 			if (v && (k == 0 || (v->kind == VK_VIEW && c->p->t[v->t].space == TCP_DM)))
 				v->kind = VK_NONE;
@@ -491,7 +538,8 @@ void tcpl_shared_after(lw *c)
 	 * lowered here and (not late) once in the body */
 	c->p->router_macs += (c->p->router_macs - macs) * (s->P - (s->late ? 1 : 2));
 	alui(c, TCP_S_ADD, s->rp, s->rp, TCP_NOREG, 1);
-	c->p->code[jmp(c)].target = (int32_t)top;
+	uint32_t back = jmp(c); /* (jmp may move the code array) */
+	c->p->code[back].target = (int32_t)top;
 	patch(c, top);
 	free_piece(c, true);
 	for (int64_t k = 0; k < s->P; k++) {

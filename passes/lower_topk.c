@@ -242,6 +242,20 @@ static moe_id lower_iter(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals
 	return ix;
 }
 
+/* take_along(y, topk(x)) with y another f32, bf16 or i32 value of x's
+ * shape (the pick needs one candidate per index: top-k's are in range). */
+static bool pick_other(const moe_graph *g, const ir_node *n)
+{
+	const ir_node *y = N(g, n->args[0]), *t = N(g, n->args[1]), *x = N(g, t->args[0]);
+	if (n->args[0] == t->args[0] || y->rank != x->rank || y->rank + 1 > MOE_MAX_RANK ||
+		(y->dtype != MOE_F32 && y->dtype != MOE_BF16 && y->dtype != MOE_I32))
+		return false;
+	for (int d = 0; d < y->rank; d++)
+		if (y->shape[d] != x->shape[d])
+			return false;
+	return true;
+}
+
 #define MAX_PARTS 64
 
 /* select=auto: the K rounds when they move fewer lane elements than the rank
@@ -336,6 +350,20 @@ PASS(pass_lower_topk)
 			rb.map[i] = vals[n->args[1]]; /* the slot pick's values (pick_values) */
 			if (n->name)
 				moe_node_set_name(rb.dst, vals[n->args[1]], n->name);
+			continue;
+		}
+		if (n->op == MOE_OP_TAKE_ALONG && N(g, n->args[1])->op == MOE_OP_TOPK &&
+			ir_norm_axis((int)ir_attr_int(n, "axis", -1), n->rank) == n->rank - 1 && pick_other(g, n)) {
+			/* another value of the scores' shape at the top-k indices (DeepSeek-V3's
+			 * unbiased scores at the indices of the biased ones): the same pick,
+			 * one vector pass where the gather moved one element per index */
+			const ir_node *x = N(g, n->args[0]);
+			tk c = {rb.dst, n->loc, x->rank, {0}, x->shape[x->rank - 1], n->shape[n->rank - 1], false};
+			memcpy(c.sh, x->shape, sizeof c.sh);
+			rb.map[i] = unpick_bits(&c, pick_values(&c, rb.map[n->args[1]], pick_bits(&c, rb.map[n->args[0]])),
+				(moe_dtype)x->dtype);
+			if (n->name)
+				moe_node_set_name(rb.dst, rb.map[i], n->name);
 			continue;
 		}
 		if (n->op != MOE_OP_TOPK) {

@@ -23,6 +23,14 @@ PASS(pass_tcp_split_weights);
  * asks it for a graph no tcp-split-weights ran on. */
 uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack);
 
+/* An f32 einsum of two bf16 values each widened by a cast (DeepSeek-V3's
+ * router): every product of the widened values is exact in f32, so a TCP
+ * contraction of the bf16 values with its f32 accumulator computes the same
+ * sums, where the f32 operands took the bf16x3 split at three times the
+ * MACs (docs/tcp-isa.md section 7, item 2). Such a cast of a weight, read by
+ * these einsums only, is not packed: it stays a view of the bf16 weight. */
+bool pass_tcp_widened_einsum(const moe_graph *g, moe_id id);
+
 /* A block grid of blockwise-dispatch: blocks [G, B, D] of the compute type,
  * rows [G] the valid rows of each block, nblocks the blocks in use (a
  * scalar), bexp [G] the expert of each block. */

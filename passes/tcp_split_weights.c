@@ -5,7 +5,9 @@
  * A node computed from weights and constants only (at least one weight, no
  * impure op), whose value the rest of the layer or an output reads, is packed
  * unless it is a free view of one weight (a chain of reshape / broadcast,
- * which stays a device view): gpt-oss's and Llama 4's fused gate_up
+ * which stays a device view) or a bf16 -> f32 cast of one that only widened
+ * einsums read (pass_tcp_widened_einsum: the TCP contraction reads the bf16
+ * weight itself): gpt-oss's and Llama 4's fused gate_up
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
  * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
@@ -26,6 +28,19 @@ static bool free_view(const moe_graph *g, moe_id id)
 			return false;
 		id = n->args[0];
 	}
+}
+
+bool pass_tcp_widened_einsum(const moe_graph *g, moe_id id)
+{
+	const ir_node *n = N(g, id);
+	if (n->op != MOE_OP_EINSUM || n->nargs != 2 || n->dtype != MOE_F32)
+		return false;
+	for (uint32_t k = 0; k < 2; k++) {
+		const ir_node *a = N(g, n->args[k]);
+		if (a->op != MOE_OP_CAST || a->dtype != MOE_F32 || N(g, a->args[0])->dtype != MOE_BF16)
+			return false;
+	}
+	return true;
 }
 
 /* Each node's class: device, constant, or weight (weights and constants only). */
@@ -58,7 +73,21 @@ uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
 	uint32_t nn = g->nnodes;
 	uint8_t *cls = ctx_alloc(ctx, nn + 1);
 	bool *used_dev = ctx_alloc(ctx, nn + 1);
+	bool *wide_only = ctx_alloc(ctx, nn + 1); /* read only as a widened einsum's operand */
 	classify(g, cls);
+	for (moe_id i = 0; i < nn; i++)
+		wide_only[i] = true;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		bool wide = pass_tcp_widened_einsum(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE && !wide)
+				wide_only[n->args[k]] = false;
+		if (n->valid != MOE_NONE)
+			wide_only[n->valid] = false;
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		wide_only[g->outputs[o]] = false;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
 		if (cls[i] == C_WEIGHT)
@@ -73,9 +102,13 @@ uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
 		used_dev[g->outputs[o]] = true;
 	uint32_t npack = 0;
 	for (moe_id i = 0; i < nn; i++) {
-		pack[i] = cls[i] == C_WEIGHT && N(g, i)->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i);
+		const ir_node *n = N(g, i);
+		bool widen = n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 &&
+			     wide_only[i] && free_view(g, n->args[0]);
+		pack[i] = cls[i] == C_WEIGHT && n->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i) && !widen;
 		npack += pack[i];
 	}
+	ctx_free(ctx, wide_only, nn + 1);
 	ctx_free(ctx, cls, nn + 1);
 	ctx_free(ctx, used_dev, nn + 1);
 	return npack;
