@@ -585,14 +585,17 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	if (!gathered)
 		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
 	bool rows0 = tcpl_spec_rows_take(c); /* block 0's rows gathered after top-k (spec_rows.c) */
-	if (spec) { /* block 0's rows, then its weights unless its expert is 0 */
+	if (spec || rows0) { /* block 0's rows and weights, each unless its expert is 0 and they are there */
 		if (!rows0)
 			load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
+		if (!spec)
+			load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
 		li(c, R_ROWT, 0);
 		uint32_t have = br(c, TCP_C_EQ, R_E, R_ROWT);
 		if (rows0)
 			load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
-		load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
+		if (spec)
+			load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
 		patch(c, have);
 	} else {
 		load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */
