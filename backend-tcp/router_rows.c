@@ -8,7 +8,9 @@
  * else to do (the router is the first contraction; routing's other passes
  * read its result). So when an einsum outside the block loop is lowered to
  * contractions that all read one DM tensor X as their streamed rows, X
- * being exactly one contiguous copy of an HBM tensor, and the stationary
+ * being exactly one contiguous copy of a graph input of 1 MiB or more (a
+ * decode's row-stationary router streams the weights instead: unchanged),
+ * and the stationary
  * tiles are loaded once (one pass over the outputs, at most two TRF chunks:
  * each sub load fills its own TRF tile), the copy is split into R copies of
  * M / R rows each (one descriptor list, joined) and the contractions are
@@ -85,8 +87,9 @@ void tcpl_router_rows(lw *c, moe_id i, uint32_t at)
 	if (ci->op != TCP_OP_DMA_COPY || ci->ndim != 1 || ci->dim[0] != p->t[x].numel || ci->dim[0] != M * am ||
 		ci->v[TCP_V_DST].base != 0 || ci->v[TCP_V_DST].stride[0] != 1 || ci->v[TCP_V_S0].stride[0] != 1 ||
 		ci->v[TCP_V_DST].reg >= 0 || ci->v[TCP_V_S0].reg >= 0 || ci->v[TCP_V_S0].t < 0 ||
-		p->t[ci->v[TCP_V_S0].t].space != TCP_HBM)
-		return;
+		p->t[ci->v[TCP_V_S0].t].space != TCP_HBM || p->t[ci->v[TCP_V_S0].t].kind != TCP_T_INPUT ||
+		ci->dim[0] * esz(p->t[x].dtype) < ((int64_t)1 << 20))
+		return; /* the token rows of an input (not a decode's streamed router weights), 1 MiB or more */
 	int64_t rows = M / ROUTER_CHUNKS, part = rows * am;
 	uint32_t nb = end - cp;
 	tcp_insn *code = ctx_alloc(c->ctx, sizeof *code * nb);
