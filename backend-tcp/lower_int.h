@@ -88,6 +88,7 @@ typedef struct lw {
 	/* spec_rows.c: block 0's rows gathered before the dispatch scatter */
 	moe_id sr_idx, sr_grid;        /* the top-k indices [T, K] and the grid scatter, or MOE_NONE */
 	int32_t sr_buf, sr_m, sr_list; /* the loop's row buffer (allocated early), the two index lists, or -1 */
+	bool sr_used;                  /* ... the loop reads its rows from sr_buf */
 	int pr_reg, pr_preg;    /* ... the slot (block & 1) of the block's result buffer, and of the pending block's */
 	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
 	int32_t *leaf_t;   /* an input's HBM tensor (a slice of it reads HBM, not a DM copy), or -1 */
@@ -348,7 +349,7 @@ bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t dbase, int64_t n, int32_t st, i
 /* spec_rows.c: block 0's rows listed and gathered right after top-k (docs/tcp-isa.md 7.4) */
 void tcpl_spec_rows_plan(lw *c);
 void tcpl_spec_rows_emit(lw *c, moe_id i);
-int32_t tcpl_spec_rows_buffer(const lw *c, moe_id s);
+int32_t tcpl_spec_rows_buffer(lw *c, moe_id s);
 bool tcpl_spec_rows_take(lw *c);
 /* router_rows.c: an einsum before the loop in row chunks behind its operand's copy (docs/tcp-isa.md 7.2) */
 void tcpl_router_rows(lw *c, moe_id i, uint32_t at);

@@ -41,6 +41,7 @@ void tcpl_spec_rows_plan(lw *c)
 	const moe_graph *g = c->g;
 	c->sr_idx = c->sr_grid = MOE_NONE;
 	c->sr_buf = c->sr_m = c->sr_list = -1;
+	c->sr_used = false;
 	if (c->rows == MOE_NONE || c->m->dm_align != 8 || !tcpl_upper_rows(c))
 		return;
 	moe_id sc = MOE_NONE, grid = MOE_NONE, idx = MOE_NONE;
@@ -61,8 +62,9 @@ void tcpl_spec_rows_plan(lw *c)
 	const ir_node *xp = N(g, N(g, sc)->args[2]), *gn = N(g, grid), *in = N(g, idx);
 	moe_id x = xp->args[0];
 	const ir_node *xn = N(g, x);
-	if (xn->op != MOE_OP_INPUT || xn->rank != 2 || in->rank != 2 || in->dtype != MOE_I32)
-		return;
+	if (xn->op != MOE_OP_INPUT || xn->rank != 2 || in->rank != 2 || in->dtype != MOE_I32 ||
+		(xn->name && !strncmp(xn->name, "ep.", 3)))
+		return; /* (received rows are staged whole before the loop: lower_stage.c) */
 	int64_t T = xn->shape[0], K = in->shape[1];
 	if (in->shape[0] != T || gn->shape[0] != c->G || gn->shape[2] != xn->shape[1] || E < 1 || T * K < 8 * E ||
 		c->inreg[idx] || c->after[idx])
@@ -166,8 +168,9 @@ void tcpl_spec_rows_emit(lw *c, moe_id i)
 
 /* The loop's row buffer for grid scatter s when block 0's rows are in it
  * already, else -1. */
-int32_t tcpl_spec_rows_buffer(const lw *c, moe_id s)
+int32_t tcpl_spec_rows_buffer(lw *c, moe_id s)
 {
+	c->sr_used |= s == c->sr_grid && c->sr_buf >= 0;
 	return s == c->sr_grid ? c->sr_buf : -1;
 }
 
@@ -181,5 +184,5 @@ bool tcpl_spec_rows_take(lw *c)
 	if (c->sr_list >= 0)
 		tcpl_dm_free(c, c->sr_list);
 	c->sr_m = c->sr_list = -1;
-	return c->sr_buf >= 0;
+	return c->sr_buf >= 0 && c->sr_used;
 }
