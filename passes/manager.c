@@ -76,7 +76,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
+	{"tcp", "infer-shapes,canonicalize,lower-topk,"
+		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
