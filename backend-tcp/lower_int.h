@@ -351,6 +351,7 @@ void tcpl_spec_rows_plan(lw *c);
 void tcpl_spec_rows_emit(lw *c, moe_id i);
 int32_t tcpl_spec_rows_buffer(lw *c, moe_id s);
 bool tcpl_spec_rows_take(lw *c);
+int64_t tcpl_dm_live_top(const lw *c, int64_t *cap); /* the highest live DM end but that buffer; *cap: DM below it */
 /* router_rows.c: an einsum before the loop in row chunks behind its operand's copy (docs/tcp-isa.md 7.2) */
 void tcpl_router_rows(lw *c, moe_id i, uint32_t at);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);

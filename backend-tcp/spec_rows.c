@@ -46,19 +46,27 @@ void tcpl_spec_rows_plan(lw *c)
 		return;
 	moe_id sc = MOE_NONE, grid = MOE_NONE, idx = MOE_NONE;
 	int64_t E = 0;
+	int nidx = 0;
+	for (moe_id i = 0; i < g->nnodes && E == 0; i++) /* the experts: rows of a per-block weight gather */
+		if (N(g, i)->op == MOE_OP_GATHER && N(g, i)->valid == c->nblocks && c->nblocks != MOE_NONE)
+			E = N(g, N(g, i)->args[0])->shape[0];
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		if (c->ggrid[i] == i + 1 && n->op == MOE_OP_SCATTER && n->valid == MOE_NONE && sc == MOE_NONE)
 			sc = i;
 		else if (c->ggrid[i] && n->op == MOE_OP_RESHAPE && n->rank == 3 && !c->inreg[i] && grid == MOE_NONE)
 			grid = i;
-		if (n->op == MOE_OP_ONE_HOT && idx == MOE_NONE) {
+		/* the index generation's one-hot of the pairs' experts (not of
+		 * DeepSeek's groups: n = E, one such) */
+		if (n->op == MOE_OP_ONE_HOT && E > 0 && ir_attr_int(n, "n", 0) == E) {
 			idx = unreshape(g, n->args[0]);
-			E = ir_attr_int(n, "n", 0);
+			nidx++;
 		}
 	}
-	if (sc == MOE_NONE || grid == MOE_NONE || idx == MOE_NONE || c->ggrid[grid] != sc + 1)
-		return;
+	if (sc == MOE_NONE || grid == MOE_NONE || idx == MOE_NONE || nidx != 1 || c->ggrid[grid] != sc + 1 ||
+		N(g, idx)->rank != 2 || N(g, sc)->args[1] == MOE_NONE ||
+		ir_numel(N(g, N(g, sc)->args[1])) != ir_numel(N(g, idx)))
+		return; /* the scatter's positions: one per pair of the indices */
 	const ir_node *xp = N(g, N(g, sc)->args[2]), *gn = N(g, grid), *in = N(g, idx);
 	moe_id x = xp->args[0];
 	const ir_node *xn = N(g, x);
@@ -185,4 +193,22 @@ bool tcpl_spec_rows_take(lw *c)
 		tcpl_dm_free(c, c->sr_list);
 	c->sr_m = c->sr_list = -1;
 	return c->sr_buf >= 0 && c->sr_used;
+}
+
+/* The end of the highest live DM block but the early row buffer, which sits
+ * at the top (the estimates of what still fits beside the live blocks,
+ * lower_preexp.c and lower_shared.c); *cap: the DM below that buffer. */
+int64_t tcpl_dm_live_top(const lw *c, int64_t *cap)
+{
+	int64_t top = 0;
+	*cap = c->m->dm_bytes_per_slice;
+	for (uint32_t k = 0; k < c->nlive; k++) {
+		if (c->live[k].t == c->sr_buf && c->sr_buf >= 0) {
+			*cap = c->live[k].off;
+			continue;
+		}
+		if (c->live[k].off + c->live[k].size > top)
+			top = c->live[k].off + c->live[k].size;
+	}
+	return top;
 }
