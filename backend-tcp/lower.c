@@ -300,6 +300,8 @@ void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 	c->pr_t = c->pr_rl = -1;
 	c->pr_reg = c->pr_preg = -1;
 	c->lr_reg = -1; /* list_rows.c */
+	c->sr_idx = c->sr_grid = MOE_NONE; /* spec_rows.c */
+	c->sr_buf = c->sr_m = c->sr_list = -1;
 	c->v = ctx_alloc(ctx, sizeof *c->v * (nn + 1));
 	c->inreg = ctx_alloc(ctx, nn + 1);
 	c->dep = ctx_alloc(ctx, nn + 1);
@@ -600,12 +602,15 @@ static void inputs_to_hbm(lw *c)
 static void lower_all(lw *c, int64_t loop_pos)
 {
 	uint32_t nn = c->g->nnodes;
+	tcpl_spec_rows_plan(c);
 	for (int h = 0; h < 3; h++)
 		for (moe_id i = 0; i < nn && !c->failed; i++) {
 			if (c->inreg[i] || c->after[i] || c->tier[i] != h)
 				continue;
 			uint32_t at = c->p->ncode;
 			lower_one(c, i);
+			tcpl_router_rows(c, i, at); /* the router behind x's copy, chunk by chunk (router_rows.c) */
+			tcpl_spec_rows_emit(c, i);  /* block 0's rows, after top-k (spec_rows.c) */
 			tcpl_quant_stage_after(c, at); /* block scales: DMA idles while routing computes */
 			release(c, c->pos[i]);
 		}

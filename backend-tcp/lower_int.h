@@ -85,6 +85,10 @@ typedef struct lw {
 	moe_id pr_node, pr_pos; /* lower_pairs.c: the block result kept in pair order in DM (pr_t), and pos */
 	int32_t pr_t, pr_rl;    /* ... its DM tensor, and the dispatch's row list of 8-byte rows */
 	int64_t pr_n;           /* ... its rows (T K) */
+	/* spec_rows.c: block 0's rows gathered before the dispatch scatter */
+	moe_id sr_idx, sr_grid;        /* the top-k indices [T, K] and the grid scatter, or MOE_NONE */
+	int32_t sr_buf, sr_m, sr_list; /* the loop's row buffer (allocated early), the two index lists, or -1 */
+	bool sr_used;                  /* ... the loop reads its rows from sr_buf */
 	int pr_reg, pr_preg;    /* ... the slot (block & 1) of the block's result buffer, and of the pending block's */
 	int lr_reg;             /* list_rows.c: the class guard's register of a block's row gather (-1: none yet) */
 	bool quiet;             /* errors set failed without a diagnostic (a lowering tried again without pairs) */
@@ -347,7 +351,15 @@ bool tcpl_upper_rows(const lw *c); /* no weight of the block loop streamed: uppe
 /* list_rows.c: a block's gather or scatter [1, B, row] with the index list of its count's row class */
 void tcpl_emit_list_rows(lw *c, const tcp_insn *in, int kreg);
 /* spec_fetch.c: a static weight copy inserted after the DMAs routing reads first (true: inserted) */
-bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t n, int32_t st, int64_t sbase);
+bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t dbase, int64_t n, int32_t st, int64_t sbase);
+/* spec_rows.c: block 0's rows listed and gathered right after top-k (docs/tcp-isa.md 7.4) */
+void tcpl_spec_rows_plan(lw *c);
+void tcpl_spec_rows_emit(lw *c, moe_id i);
+int32_t tcpl_spec_rows_buffer(lw *c, moe_id s);
+bool tcpl_spec_rows_take(lw *c);
+int64_t tcpl_dm_live_top(const lw *c, int64_t *cap); /* the highest live DM end but that buffer; *cap: DM below it */
+/* router_rows.c: an einsum before the loop in row chunks behind its operand's copy (docs/tcp-isa.md 7.2) */
+void tcpl_router_rows(lw *c, moe_id i, uint32_t at);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
 moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in row tiles: by this count */
 bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */

@@ -86,10 +86,8 @@ static int64_t per_slice(const lw *c, int64_t b)
 bool tcpl_pre_experts_fit(const lw *c)
 {
 	const moe_graph *g = c->g;
-	int64_t dm = c->m->dm_bytes_per_slice, top = 0, need = 0, wmax = 0;
-	for (uint32_t k = 0; k < c->nlive; k++)
-		if (c->live[k].off + c->live[k].size > top)
-			top = c->live[k].off + c->live[k].size;
+	int64_t dm = c->m->dm_bytes_per_slice, cap, need = 0, wmax = 0;
+	int64_t top = tcpl_dm_live_top(c, &cap); /* (below the early row buffer, spec_rows.c) */
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		if (c->inreg[i] || c->after[i] || c->tier[i] != 3)
@@ -101,5 +99,5 @@ bool tcpl_pre_experts_fit(const lw *c)
 		int64_t w = wb * 8 >= dm * c->S ? c->m->trf_bytes_per_lane * c->m->lanes_per_slice : per_slice(c, wb);
 		wmax = w > wmax ? w : wmax;
 	}
-	return top + need + wmax <= dm;
+	return top + need + wmax <= cap;
 }

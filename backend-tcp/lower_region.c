@@ -332,8 +332,10 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 		memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 		moe_id gs = c->ggrid[a] ? c->ggrid[a] - 1 : MOE_NONE;
 		bool st = gs != MOE_NONE && r->st_reg < 0 && tcpl_stage_fits(c, gs, ir_numel(&b));
+		int32_t pre = st || gs == MOE_NONE ? -1 : tcpl_spec_rows_buffer(c, gs); /* spec_rows.c */
 		int32_t t = st ? tcpl_stage_buffer(c, gs, ir_numel(&b), r->st_tmp)
-			       : tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+			     : pre >= 0 ? pre
+					: tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
 		if (st)
 			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)
@@ -496,20 +498,27 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 }
 
 /* A prefill (at least 8 rows per expert on average) whose one weight input
- * is held whole in DM: expert 0's weights into slot 0 ahead of routing. */
-static bool spec_first(lw *c, const rgn *r)
+ * is held whole in DM: expert 0's weights into slot 0 ahead of routing, and
+ * expert 1's into slot 1 (block 1's expert, or block 2's after a second block
+ * of expert 0, for nearly every prefill: the in-order DMA context would
+ * otherwise fetch it only behind the dispatch scatter). Returns how many
+ * experts were fetched (0, 1 or 2). */
+static int spec_first(lw *c, const rgn *r)
 {
 	int w = -1;
 	for (int j = 0; j < r->nin; j++) {
 		if (r->ins[j].staged || r->ins[j].inplace || (r->ins[j].weight && w >= 0))
-			return false;
+			return 0;
 		w = r->ins[j].weight ? j : w;
 	}
 	const tcp_program *p = c->p;
 	if (w < 0 || r->single || r->tnb < 0 || !tcpl_upper_rows(c) || p->moe_T * p->moe_K < 8 * p->moe_E)
-		return false;
+		return 0;
 	const val *sv = &c->v[r->ins[w].src];
-	return tcpl_spec_fetch(c, r->ins[w].buf, r->ins[w].n, sv->t, sv->base);
+	int64_t n = r->ins[w].n;
+	if (!tcpl_spec_fetch(c, r->ins[w].buf, 0, n, sv->t, sv->base))
+		return 0;
+	return p->moe_E >= 2 && tcpl_spec_fetch(c, r->ins[w].buf, n, n, sv->t, sv->base + n) ? 2 : 1;
 }
 
 /* The run-time scalars reach the control path through SPM (one DMA of
@@ -570,7 +579,10 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 		li(c, R_PG, -1); /* no block result pending */
 	if (r->st_reg >= 0)
 		li(c, r->st_reg, 0);
-	bool spec = spec_first(c, r); /* expert 0's weights fetched while routing runs (spec_fetch.c) */
+	int nspec = spec_first(c, r); /* experts 0 and 1 fetched while routing runs (spec_fetch.c) */
+	bool spec = nspec > 0;
+	if (nspec == 2)
+		li(c, R_PF, 1); /* the other slot holds expert 1 */
 	tcpl_shared_regs(c);
 	uint32_t skip_all = br(c, TCP_C_GE, R_G, R_NB);
 	/* a decode's first weights are gathered by the DM expert list: the
@@ -578,11 +590,18 @@ static uint32_t region_prologue(lw *c, const rgn *r)
 	bool gathered = r->tnb < 0 && r->nbbase > 1;
 	if (!gathered)
 		ld(c, R_E, r->tbe, R_G, r->bebase, r->bes);
-	if (spec) { /* block 0's rows, then its weights unless its expert is 0 */
-		load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
+	bool rows0 = tcpl_spec_rows_take(c); /* block 0's rows gathered after top-k (spec_rows.c) */
+	if (spec || rows0) { /* block 0's rows and weights, each unless its expert is 0 and they are there */
+		if (!rows0)
+			load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
+		if (!spec)
+			load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
 		li(c, R_ROWT, 0);
 		uint32_t have = br(c, TCP_C_EQ, R_E, R_ROWT);
-		load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
+		if (rows0)
+			load_inputs(c, r, R_G, R_SLOT, R_E, false, true, true);
+		if (spec)
+			load_inputs(c, r, R_G, R_SLOT, R_E, true, false, true);
 		patch(c, have);
 	} else {
 		load_inputs(c, r, R_G, R_SLOT, R_E, false, false, true); /* joins the staging list */

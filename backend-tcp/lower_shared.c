@@ -330,10 +330,8 @@ static int64_t per_slice(const lw *c, int64_t b)
 static bool piece_fits(const lw *c, int64_t extra)
 {
 	const struct tcpl_shared *s = c->sh;
-	int64_t top = 0, need = 0;
-	for (uint32_t k = 0; k < c->nlive; k++)
-		if (c->live[k].off + c->live[k].size > top)
-			top = c->live[k].off + c->live[k].size;
+	int64_t cap, need = 0;
+	int64_t top = tcpl_dm_live_top(c, &cap); /* (below the early row buffer, spec_rows.c) */
 	for (uint32_t j = 0; j < s->n0; j++) {
 		const ir_node *n = N(c->g, s->node0[j]);
 		need += per_slice(c, ir_bytes(n) * (n->dtype == MOE_F32 || n->op == MOE_OP_EINSUM ? 3 : 1));
@@ -341,7 +339,7 @@ static bool piece_fits(const lw *c, int64_t extra)
 			need += per_slice(c, ir_bytes(N(c->g, n->args[1])));
 	}
 	need += per_slice(c, s->R * s->xrow * esz(N(c->g, s->x)->dtype));
-	return top + need + extra <= c->m->dm_bytes_per_slice;
+	return top + need + extra <= cap;
 }
 
 /* The dtype the roots are stored in. */

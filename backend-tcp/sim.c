@@ -286,23 +286,30 @@ static void expert_region(const tcp_program *p, int32_t loop_pc, int64_t *lo, in
 		*hi = -1;
 }
 
-/* The first expert's weights fetched before the loop (spec_fetch.c): a copy
- * from an expert weight into a DM tensor that the loop's weight fetches
- * write too; expert work like the fetch it stands for. -1: none. */
-static int64_t expert_prefetch(const tcp_program *p, int64_t lo, int64_t hi)
+/* Block loop work issued before the loop: a copy from an expert weight
+ * (spec_fetch.c) or a gather of an input's rows (spec_rows.c) into a DM
+ * tensor that a copy or gather of the loop from the same source writes too;
+ * expert work like the fetch it stands for. Up to four, the rest -1. */
+static void expert_prefetch(const tcp_program *p, int64_t lo, int64_t hi, int64_t *pre)
 {
-	for (int64_t i = 0; lo >= 0 && i < lo; i++) {
+	int np = 0;
+	for (int k = 0; k < 4; k++)
+		pre[k] = -1;
+	for (int64_t i = 0; lo >= 0 && i < lo && np < 4; i++) {
 		const tcp_insn *in = &p->code[i];
 		int32_t d = in->v[TCP_V_DST].t, src = in->v[TCP_V_S0].t;
-		if (in->op != TCP_OP_DMA_COPY || d < 0 || src < 0 ||
-			(p->t[src].kind != TCP_T_WEIGHT && p->t[src].kind != TCP_T_PACKED) || p->t[d].space != TCP_DM)
+		if ((in->op != TCP_OP_DMA_COPY && in->op != TCP_OP_DMA_GATHER) || d < 0 || src < 0 ||
+			p->t[d].space != TCP_DM)
+			continue;
+		int kind = p->t[src].kind;
+		if (in->op == TCP_OP_DMA_COPY ? kind != TCP_T_WEIGHT && kind != TCP_T_PACKED : kind != TCP_T_INPUT)
 			continue;
 		for (int64_t k = lo; k <= hi; k++)
-			if (p->code[k].op == TCP_OP_DMA_COPY && p->code[k].v[TCP_V_DST].t == d &&
-				p->code[k].v[TCP_V_S0].t == src)
-				return i;
+			if (p->code[k].op == in->op && p->code[k].v[TCP_V_DST].t == d && p->code[k].v[TCP_V_S0].t == src) {
+				pre[np++] = i;
+				break;
+			}
 	}
-	return -1;
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
@@ -360,7 +367,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
 	expert_region(p, p->block_loop_pc, &s.xlo, &s.xhi);
 	expert_region(p, p->tier_loop_pc, &s.tlo, &s.thi);
-	s.xpre = expert_prefetch(p, s.xlo, s.xhi);
+	expert_prefetch(p, s.xlo, s.xhi, s.xpre);
 	/* a full run refuses weights without values before anything is packed */
 	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];

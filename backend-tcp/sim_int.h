@@ -81,7 +81,10 @@ typedef struct sim {
 	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
 	 * the wall-clock intervals of its commands */
 	int64_t xlo, xhi;
-	int64_t xpre; /* a copy of expert weights into the loop's weight buffer before it (spec_fetch.c), -1 */
+	/* block loop commands issued before it (spec_fetch.c, spec_rows.c): copies of
+	 * expert weights, gathers of x's rows, into DM tensors that the loop's own
+	 * copies or gathers from the same source write; -1 past the last */
+	int64_t xpre[4];
 	int64_t tlo, thi; /* the decode tier's block loop likewise (tier.c), -1 */
 	int64_t nblocks; /* the run-time block count, once loaded */
 	int64_t (*xiv)[2];
@@ -97,7 +100,8 @@ moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 static inline bool in_experts(const sim *s, uint32_t pc)
 {
 	return ((int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi) || ((int64_t)pc >= s->tlo && (int64_t)pc <= s->thi) ||
-	       (int64_t)pc == s->xpre;
+	       (int64_t)pc == s->xpre[0] || (int64_t)pc == s->xpre[1] || (int64_t)pc == s->xpre[2] ||
+	       (int64_t)pc == s->xpre[3];
 }
 
 /* Counters saturate at TCP_MAX_CYCLES; reaching it stops the run with a fault. */

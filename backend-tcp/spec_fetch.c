@@ -28,9 +28,9 @@ static bool overlaps(const tcp_tensor *a, const tcp_tensor *b)
 }
 
 /* Inserts a copy of n elements of weight tensor st at sbase into DM buffer
- * buf at 0 after the last DMA before the first contraction (the router's), when
- * that is safe; true when inserted. */
-bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t n, int32_t st, int64_t sbase)
+ * buf at dbase after the last DMA before the first contraction (the router's),
+ * when that is safe; true when inserted. */
+bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t dbase, int64_t n, int32_t st, int64_t sbase)
 {
 	tcp_program *p = c->p;
 	uint32_t at = p->ncode, q = 0;
@@ -50,7 +50,7 @@ bool tcpl_spec_fetch(lw *c, int32_t buf, int64_t n, int32_t st, int64_t sbase)
 			if (t >= 0 && t != buf && overlaps(&p->t[t], &p->t[buf]))
 				return false;
 		}
-	dma_copy(c, buf, 0, -1, 0, st, sbase, -1, 0, n);
+	dma_copy(c, buf, dbase, -1, 0, st, sbase, -1, 0, n);
 	tcp_insn cp = p->code[at];
 	cp.flags |= TCP_F_JOIN; /* sets up beside the copy before it */
 	memmove(&p->code[q + 1], &p->code[q], (at - q) * sizeof *p->code);

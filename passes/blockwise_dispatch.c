@@ -38,6 +38,7 @@ typedef struct dp {
 	moe_dtype t;
 	int64_t T, K, E, F, D, B, G, n;
 	int64_t chunk; /* combine: most gathered elements per token chunk */
+	int64_t tail;  /* option tail: the last chunk's last 1/tail tokens a chunk of their own (0: off) */
 	moe_id rows, nblocks, bexp;
 	moe_id ntok; /* serving: the n_tokens input (rebuilt graph), else MOE_NONE */
 	bool decode; /* option decode=1: a T = 1 layer takes the decode grid (decode_grid) */
@@ -444,11 +445,18 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	if (nch > 64)
 		nch = 64; /* a node has at most 64 operands; the chunks then exceed the limit */
 	int64_t step = c->T > 0 ? (c->T + nch - 1) / nch : 1;
+	/* option tail=N: the last of two or more chunks leaves its last 1/N
+	 * (whole tokens) to a chunk of its own, so that the output part copied
+	 * after the last chunk's sums is small (docs/tcp-isa.md 7.3) */
+	int64_t tail = nch >= 2 && nch < 64 && c->tail > 1 && step / c->tail >= 1 ? step / c->tail : 0;
 	moe_id parts[64];
 	uint32_t np = 0;
 	int64_t t0 = 0;
 	do { /* once at least: T = 0 is one empty chunk */
-		int64_t t1 = t0 + step < c->T ? t0 + step : c->T, tc = t1 - t0;
+		int64_t t1 = t0 + step < c->T ? t0 + step : c->T;
+		if (tail > 0 && t1 == c->T && t1 - t0 > tail)
+			t1 = c->T - tail;
+		int64_t tc = t1 - t0;
 		bool all = tc == c->T;
 		moe_id cpos = all ? pos : ir_b_slice(d, pos, 0, t0 * c->K, t1 * c->K, c->loc);
 		moe_id cx[2] = {flat, cpos};
@@ -476,7 +484,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 			IR_ASSERT(ir_infer(d->ctx, d, y) == MOE_OK);
 			parts[np++] = masked(c, y, rows);
 		}
-		t0 += step;
+		t0 = t1;
 	} while (t0 < c->T);
 	return np == 1 ? parts[0] : ir_b_concat(d, parts, np, 0, c->loc);
 }
@@ -555,6 +563,9 @@ PASS(pass_blockwise_dispatch)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: rank must be pairs or tokens, got '%s'", rk);
 		return MOE_ERR_INVALID;
 	}
+	int64_t tail;
+	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "tail", 0, &tail))
+		return MOE_ERR_INVALID;
 	const char *dec = moe_pass_opt(opts, "decode");
 	if (dec && strcmp(dec, "0") && strcmp(dec, "1")) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: decode must be 0 or 1, got '%s'", dec);
@@ -585,7 +596,7 @@ PASS(pass_blockwise_dispatch)
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
 		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit, .decode = dec && *dec == '1',
 			.chain = comb && !strcmp(comb, "chain"), .scan_counts = cnts && !strcmp(cnts, "scan"),
-			.tok_rank = rk && !strcmp(rk, "tokens"),
+			.tok_rank = rk && !strcmp(rk, "tokens"), .tail = tail,
 			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];

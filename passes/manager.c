@@ -27,6 +27,8 @@ static const moe_pass_option dispatch_opts[] = {
 		"generation)"},
 	{"rank", MOE_PASS_OPT_ENUM, "pairs|tokens", "pairs", "tokens: each pair's row within its expert from a scan over "
 		"the T tokens' expert counts [T, E] instead of the T K pairs' one-hot [T K, E] (the same rows)"},
+	{"tail", MOE_PASS_OPT_COUNT, NULL, NULL, "N: of two or more combine chunks, the last one's last 1/N tokens are a "
+		"chunk of their own (a small output part after the last sums)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -74,7 +76,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens},lower-exchange,"
+	{"tcp", "infer-shapes,canonicalize,lower-topk,"
+		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
 };
