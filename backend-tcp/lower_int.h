@@ -293,6 +293,7 @@ static inline void dma_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t 
 /* lower_mem.c: placement */
 int32_t tcpl_hbm_tensor(lw *c, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
 int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
+void tcpl_dm_place(lw *c, int32_t t, uint32_t i, int64_t off, int64_t need); /* live block i at off */
 int32_t tcpl_dm_tensor_top(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
 void tcpl_dm_free(lw *c, int32_t t);
 /* lower_check.c: DM tensors that share bytes while both are live (errors, count) */

@@ -26,6 +26,20 @@ int32_t tcpl_hbm_tensor(lw *c, const char *name, int kind, moe_dtype dt, int ran
 	return t;
 }
 
+/* Tensor t placed at offset off (need bytes per slice) as live block i of
+ * the offset-sorted list. */
+void tcpl_dm_place(lw *c, int32_t t, uint32_t i, int64_t off, int64_t need)
+{
+	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
+	memmove(&c->live[i + 1], &c->live[i], (c->nlive - i) * sizeof *c->live);
+	c->live[i] = (dmblk){off, need, t};
+	c->nlive++;
+	c->p->t[t].addr = off;
+	c->p->t[t].slice_bytes = need;
+	if (off + need > c->dm_peak)
+		c->dm_peak = off + need;
+}
+
 int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape)
 {
 	int32_t t = tcp_add_tensor(c->p, name, TCP_DM, TCP_T_SCRATCH, dt, rank, shape);
@@ -44,14 +58,7 @@ int32_t tcpl_dm_tensor(lw *c, moe_id at, const char *name, moe_dtype dt, int ran
 			name, (long long)need, (long long)off, (long long)c->m->dm_bytes_per_slice);
 		off = 0;
 	}
-	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
-	memmove(&c->live[i + 1], &c->live[i], (c->nlive - i) * sizeof *c->live);
-	c->live[i] = (dmblk){off, need, t};
-	c->nlive++;
-	tt->addr = off;
-	tt->slice_bytes = need;
-	if (off + need > c->dm_peak)
-		c->dm_peak = off + need;
+	tcpl_dm_place(c, t, i, off, need);
 	return t;
 }
 
@@ -76,14 +83,7 @@ int32_t tcpl_dm_tensor_top(lw *c, moe_id at, const char *name, moe_dtype dt, int
 			(long long)need);
 		off = 0;
 	}
-	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
-	memmove(&c->live[at_i + 1], &c->live[at_i], (c->nlive - at_i) * sizeof *c->live);
-	c->live[at_i] = (dmblk){off, need, t};
-	c->nlive++;
-	tt->addr = off;
-	tt->slice_bytes = need;
-	if (off + need > c->dm_peak)
-		c->dm_peak = off + need;
+	tcpl_dm_place(c, t, at_i, off, need);
 	return t;
 }
 

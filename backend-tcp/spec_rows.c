@@ -93,12 +93,7 @@ static int32_t dm_top(lw *c, const char *name, moe_dtype dt, int rank, const int
 	if (off < 0 || (c->nlive > 0 && c->live[c->nlive - 1].off + c->live[c->nlive - 1].size > off))
 		return -1;
 	int32_t t = tcp_add_tensor(c->p, name, TCP_DM, TCP_T_SCRATCH, dt, rank, shape);
-	ctx_grow(c->ctx, (void **)&c->live, &c->lcap, c->nlive + 1, sizeof *c->live);
-	c->live[c->nlive++] = (dmblk){off, need, t};
-	c->p->t[t].addr = off;
-	c->p->t[t].slice_bytes = need;
-	if (off + need > c->dm_peak)
-		c->dm_peak = off + need;
+	tcpl_dm_place(c, t, c->nlive, off, need);
 	return t;
 }
 
