@@ -605,13 +605,26 @@ static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
 }
 
 /* index of the accumulator of row r, column j of a tile of NT columns: an
- * [M, NT] panel, per tile for dot tiles (groups of DOT_GROUP tiles of
- * DOT_LANES columns, CS_DOT), else shared */
-static cg_expr *accidx(lw *L, bool dot, int tile, int64_t M, int64_t NT, int r, int j)
+ * [M, NT] panel, per batch element when the batch loop is the parallel one
+ * (bat >= 0, its variable), else per tile for dot tiles (groups of DOT_GROUP
+ * tiles of DOT_LANES columns, CS_DOT), else shared */
+static cg_expr *accidx(lw *L, int bat, bool dot, int tile, int64_t M, int64_t NT, int r, int j)
 {
 	cg_expr *in = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
+	if (bat >= 0)
+		return add64(L, mul64(L, vr(L, bat), M * NT), in);
 	return dot ? add64(L, mul64(L, vr(L, tile), M * NT), in) : in;
 }
+
+/* A block einsum (one batch letter: the expert blocks of a dispatch) with at
+ * least this many batch elements runs its batch loop in parallel, each block
+ * on one thread with its own A panel and accumulators, instead of the tiles of
+ * one block after another: at T = 512 the Qwen3 layer's 190 blocks each hold
+ * about 32 rows, and splitting every block's 12 groups of tiles over the
+ * threads cost a barrier per block and per projection (bench/NOTES.md 1).
+ * Smaller grids (decode: one block per routed expert) keep the tiles as the
+ * parallel unit, so that a few blocks still use every thread. */
+enum { BLOCK_PAR_MIN = 32 };
 
 /* Fast path for float two-operand contractions: per batch element the valid
  * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
@@ -652,9 +665,11 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	 * multiple of 4 KB, the rows a tile reads at one k would all fall in one
 	 * set of the L1 cache and evict each other */
 	int64_t AS = abf ? K + 32 : K;
-	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, M * AS), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
-	/* dot tiles are independent (a parallel loop): each has its own accumulators */
-	int64_t accsz = M * NT * (dot ? ntiles : 1);
+	bool bpar = dot && gb.n == 1 && !mask_batch && E.size[gb.l[0]] >= BLOCK_PAR_MIN;
+	int64_t nbat = bpar ? E.size[gb.l[0]] : 1;
+	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, nbat * M * AS), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
+	/* parallel blocks or dot tiles are independent: each has its own accumulators */
+	int64_t accsz = bpar ? nbat * M * NT : M * NT * (dot ? ntiles : 1);
 	int acc = cgen_scratch(L, MOE_F32, accsz);
 	int64_t os[MOE_MAX_RANK];
 	strides_of(n, os);
@@ -690,8 +705,14 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			in = body;
 			continue;
 		}
+		cg_block *outer = in;
 		in = loopv(L, in, &lv[l], ic(L, 0), hi);
+		if (bpar) /* blocks write disjoint panels, accumulators and outputs */
+			outer->last->par = true;
 	}
+	int bat = bpar ? lv[gb.l[0]] : -1;
+	/* the block's slice of the A panel when blocks run in parallel */
+	cg_expr *aoff = bpar ? mul64(L, vr(L, bat), M * AS) : NULL;
 	/* m0 row count for this batch element */
 	int m0 = gm.l[0];
 	int mcnt = newvar(L, CT_I64);
@@ -727,7 +748,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		}
 		for (int i = 0; i < gm.n; i++)
 			pb = loopv(L, pb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
-		if (direct)
+		if (direct && !bpar)
 			par_if_big(bb, M * K);
 		else {
 			kk = newvar(L, CT_I64);
@@ -742,7 +763,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
 		}
 		cg_expr *pr = vr(L, direct ? lv[gm.l[0]] : r), *pk = vr(L, direct ? lv[gk.l[0]] : kk);
-		store(L, kb, apan, add64(L, mul64(L, pr, AS), pk), ld(L, A, ai));
+		store(L, kb, apan, add64(L, aoff, add64(L, mul64(L, pr, AS), pk)), ld(L, A, ai));
 		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
 		if (!direct) {
 			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
@@ -773,7 +794,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 	int tile;
 	cg_block *tb = nb;
 	nb = loopv(L, nb, &tile, ic(L, 0), ic(L, ntiles));
-	if (dot) /* tiles write disjoint accumulators and output columns; no faults */
+	if (dot && !bpar) /* tiles write disjoint accumulators and output columns; no faults */
 		tb->last->par = true;
 	n0 = newvar(L, CT_I64);
 	set(L, nb, n0, mul64(L, vr(L, tile), NT));
@@ -791,8 +812,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 		}
 		cg_stmt *s = st(L, nb, CS_DOT);
 		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
-		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), ic(L, 0), wi ? wi : ic(L, 0),
-			mul64(L, vr(L, tile), M * NT), K, AS, E.st[ib][lastn], DOT_GROUP, DOT_LANES, NT};
+		cg_expr *di = mul64(L, vr(L, bpar ? bat : tile), M * NT);
+		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), aoff ? aoff : ic(L, 0), wi ? wi : ic(L, 0), di, K, AS,
+			E.st[ib][lastn], DOT_GROUP, DOT_LANES, NT};
 		s->dot = d;
 		comment(L, nb, "a group of tiles of dot products, k ascending per element");
 	} else {
@@ -850,8 +872,9 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			cg_block *kb = loopv(L, jb, &k, ic(L, 0), ic(L, K));
 			set(L, kb, sv,
 				bin(L, CE_ADD, vr(L, sv),
-					bin(L, CE_MUL, ld(L, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, k))), fc(L, 0.0f))));
-			store(L, jb, acc, accidx(L, dot, tile, M, NT, r, j), vr(L, sv));
+					bin(L, CE_MUL, ld(L, apan, add64(L, aoff, add64(L, mul64(L, vr(L, r), AS), vr(L, k)))),
+						fc(L, 0.0f))));
+			store(L, jb, acc, accidx(L, bat, dot, tile, M, NT, r, j), vr(L, sv));
 		}
 		/* store rows of the panel */
 		int r = newvar(L, CT_I64), j;
@@ -867,7 +890,7 @@ static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, con
 			oi = add64(L, oi, mul64(L, pos, E.ost[l]));
 		}
 		store(L, jb, out, oi,
-			ld(L, acc, accidx(L, dot, tile, M, NT, r, j)));
+			ld(L, acc, accidx(L, bat, dot, tile, M, NT, r, j)));
 		set(L, sb, r, add64(L, vr(L, r), ic(L, 1)));
 	}
 	return true;

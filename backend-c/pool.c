@@ -1,7 +1,10 @@
 /* backend-c/pool.c: the host thread pool behind parallel loops (cgen_par).
  *
  * nthreads - 1 workers plus the calling thread take chunks of a loop's
- * iterations (about 8 chunks per thread) until none is left; which thread runs
+ * iterations until none is left, each chunk a share (1 / (4 nthreads)) of the
+ * iterations not yet taken (guided scheduling: big chunks first, single
+ * iterations at the end, so uneven iterations such as expert blocks of
+ * different sizes still end together); which thread runs
  * an iteration never changes what it computes (cg_stmt.par), so results are
  * the same for every thread count.
  *
@@ -51,13 +54,14 @@ struct cgen_pool {
 	/* the current loop's parameters, written while the word is closed */
 	_Atomic(cgen_par_body) body;
 	_Atomic(void *) env;
-	atomic_int_fast64_t hi, grain;
+	atomic_int_fast64_t hi, share;
 	atomic_int_fast64_t done; /* iterations of the current loop finished */
 };
 
 /* Claims and runs chunks of the loop of generation gen until none is left or
- * the generation changes; returns the iterations it ran. */
-static int64_t take(cgen_pool *P, uint64_t gen, cgen_par_body body, void *env, int64_t hi, int64_t grain)
+ * the generation changes; returns the iterations it ran. A chunk is 1 / share
+ * of the iterations left, at least one. */
+static int64_t take(cgen_pool *P, uint64_t gen, cgen_par_body body, void *env, int64_t hi, int64_t share)
 {
 	int64_t ran = 0;
 	uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
@@ -67,7 +71,8 @@ static int64_t take(cgen_pool *P, uint64_t gen, cgen_par_body body, void *env, i
 		int64_t i = (int64_t)(w & IX_MASK);
 		if (i >= hi)
 			return ran;
-		int64_t e = i + grain < hi ? i + grain : hi;
+		int64_t n = (hi - i) / share;
+		int64_t e = i + (n < 1 ? 1 : n);
 		if (atomic_compare_exchange_weak_explicit(&P->word, &w, (gen << IX_BITS) | (uint64_t)e,
 			    memory_order_acq_rel, memory_order_acquire)) {
 			body(env, i, e);
@@ -88,12 +93,12 @@ static uint64_t join(cgen_pool *P, uint64_t seen)
 	cgen_par_body body = atomic_load_explicit(&P->body, memory_order_relaxed);
 	void *env = atomic_load_explicit(&P->env, memory_order_relaxed);
 	int64_t hi = atomic_load_explicit(&P->hi, memory_order_relaxed);
-	int64_t grain = atomic_load_explicit(&P->grain, memory_order_relaxed);
+	int64_t share = atomic_load_explicit(&P->share, memory_order_relaxed);
 	atomic_thread_fence(memory_order_acquire);
 	uint64_t w2 = atomic_load_explicit(&P->word, memory_order_relaxed);
 	if (w2 >> IX_BITS != w1 >> IX_BITS)
 		return seen;
-	int64_t ran = take(P, w1 >> IX_BITS, body, env, hi, grain);
+	int64_t ran = take(P, w1 >> IX_BITS, body, env, hi, share);
 	if (ran)
 		atomic_fetch_add_explicit(&P->done, ran, memory_order_release);
 	return w1 >> IX_BITS;
@@ -145,19 +150,19 @@ void cgen_pool_run(void *pool, cgen_par_body body, void *env, int64_t lo, int64_
 		gen = 1; /* workers start having seen generation 0 */
 	atomic_store_explicit(&P->word, (gen << IX_BITS) | IX_CLOSED, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
-	/* about 8 chunks per thread: few hand-outs, and still balanced */
-	int64_t grain = (hi - lo) / (8 * (int64_t)P->nthreads);
+	/* guided chunks: about 4 nthreads ln(iterations) hand-outs */
+	int64_t share = 4 * (int64_t)P->nthreads;
 	atomic_store_explicit(&P->body, body, memory_order_relaxed);
 	atomic_store_explicit(&P->env, env, memory_order_relaxed);
 	atomic_store_explicit(&P->hi, hi, memory_order_relaxed);
-	atomic_store_explicit(&P->grain, grain < 1 ? 1 : grain, memory_order_relaxed);
+	atomic_store_explicit(&P->share, share, memory_order_relaxed);
 	atomic_store_explicit(&P->done, 0, memory_order_relaxed);
 	atomic_store_explicit(&P->word, (gen << IX_BITS) | (uint64_t)lo, memory_order_release);
 	pthread_mutex_lock(&P->mu);
 	if (P->sleepers)
 		pthread_cond_broadcast(&P->go);
 	pthread_mutex_unlock(&P->mu);
-	int64_t ran = take(P, gen, body, env, hi, grain < 1 ? 1 : grain);
+	int64_t ran = take(P, gen, body, env, hi, share);
 	/* every iteration is claimed now; wait for the ones other threads run */
 	int64_t want = hi - lo - ran;
 	for (int k = 0; atomic_load_explicit(&P->done, memory_order_acquire) < want; k++) {
@@ -181,7 +186,7 @@ cgen_pool *cgen_pool_create(moe_ctx *ctx, int nthreads)
 	atomic_init(&P->body, NULL);
 	atomic_init(&P->env, NULL);
 	atomic_init(&P->hi, 0);
-	atomic_init(&P->grain, 1);
+	atomic_init(&P->share, 1);
 	atomic_init(&P->done, 0);
 	int nw = P->nthreads - 1;
 	P->th = ctx_alloc(ctx, (size_t)(nw + 1) * sizeof *P->th);
