@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -429,6 +430,32 @@ static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, 
 	return s;
 }
 
+/* moe_host_opts.cold: the eviction buffer read in 1 MiB pieces over the
+ * thread pool, one load per 64-byte line. Read, not written: the caches are
+ * left holding clean lines, so the call that follows pays no write-backs
+ * (bench/stream.c's read probe pays none either). Every core's caches are
+ * swept, and the workers are awake when the call starts, as they are
+ * between back-to-back calls. */
+typedef struct cold_env {
+	const unsigned char *buf;
+	_Atomic unsigned sink; /* keeps the loads */
+} cold_env;
+
+static void cold_body(void *env, int64_t lo, int64_t hi)
+{
+	cold_env *e = env;
+	unsigned acc = 0;
+	for (size_t i = (size_t)lo << 20; i < (size_t)hi << 20; i += 64)
+		acc += ((const volatile unsigned char *)e->buf)[i];
+	atomic_fetch_add_explicit(&e->sink, acc, memory_order_relaxed);
+}
+
+static void cold_evict(cgen_pool *pool, const unsigned char *buf)
+{
+	cold_env e = {buf, 0};
+	cgen_pool_run(pool, cold_body, &e, 0, (int64_t)(MOE_HOST_COLD_BYTES >> 20));
+}
+
 /* Which bf16 weights the vdpbf16ps tiles read packed (pack.c). */
 static void pack_plan(moe_ctx *ctx, const cg_prog *p, host_run *R)
 {
@@ -577,7 +604,19 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 		s = pack_weights(ctx, p, &R);
 	double t3 = now();
 	cgen_par par = {cgen_pool_run, R.pool};
+	unsigned char *evict = NULL;
+	if (!s && o.cold) {
+		if (!(evict = ctx_try_alloc(ctx, MOE_HOST_COLD_BYTES))) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory allocating the %zu bytes of cold runs",
+				MOE_HOST_COLD_BYTES);
+			s = MOE_ERR_NOMEM;
+		} else {
+			memset(evict, 1, MOE_HOST_COLD_BYTES); /* real pages, not the shared zero page */
+		}
+	}
 	for (int r = 0; !s && r < o.repeat; r++) {
+		if (evict)
+			cold_evict(R.pool, evict);
 		double a = now();
 		int rc = R.pfn ? R.pfn(R.ins, R.ws, R.outs, R.work, R.pool ? &par : NULL) : R.fn(R.ins, R.ws, R.outs, R.work);
 		R.times[r] = now() - a;
@@ -594,6 +633,8 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 		stats->pack_seconds = R.npack && R.packed[0] ? t3 - t2 : 0;
 		fill_stats(p, g, &R, &o, threads, out, stats);
 	}
+	if (evict)
+		ctx_free(ctx, evict, MOE_HOST_COLD_BYTES);
 	ctx_undefer(ctx, unwind);
 	run_teardown(ctx, p, &R, o.repeat);
 	cgen_free(p);

@@ -139,6 +139,14 @@ bw = st["read_best_gbs"] * 1e9 if st else float("nan")
 st1 = load(os.path.join(RES, "stream_t1.json")) if os.path.exists(os.path.join(RES, "stream_t1.json")) else None
 bw1 = st1["read_best_gbs"] * 1e9 if st1 else bw
 
+# cold decode rounds (bench/run: moec --cold next to the 256 MiB read probe, per round)
+cold_rounds = []
+for p in sorted(glob.glob(os.path.join(RES, "cold", "moec.r*.json"))):
+    r = os.path.basename(p)[len("moec.r"):-len(".json")]
+    sp = os.path.join(RES, "cold", f"stream.r{r}.json")
+    if os.path.exists(sp):
+        cold_rounds.append((load(p)["compute_seconds"], load(sp)["read_best_gbs"] * 1e9))
+
 # ----------------------------------------------------------------------------------- host
 host = {}
 for p in glob.glob(os.path.join(RES, "host", "*.r*.json")):
@@ -288,6 +296,19 @@ if st:
           f"{fmt_s(r['torch'])} | {100 * rt / r['torch']:.0f}% |")
     w("")
     w(cmd_block(["stream", "stream_t1"], "bandwidth probe commands"))
+    if cold_rounds:
+        fr = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
+        w(f"**Cold calls** (the figure issue 17's must-show 2 is judged by): `moec run --cold` reads 256 MiB "
+          "between calls (not timed), so every call reads its experts from memory, not from the L3; each round "
+          "puts it next to the 256 MiB read probe (no reuse on either side), the order flipped per round. "
+          "Fraction = bytes / that round's best probe read / moec's median call.\n")
+        w("| round | moec bf16 T=1, cold | probe read (best) | roofline | fraction |")
+        w("|---|---|---|---|---|")
+        for i, (t, b) in enumerate(cold_rounds):
+            w(f"| {i + 1} | {fmt_s(t)} | {b / 1e9:.2f} GB/s | {fmt_s(decode_bytes('bf16') / b)} | "
+              f"{100 * decode_bytes('bf16') / b / t:.0f}% |")
+        w(f"\nMedian fraction **{100 * med(fr):.0f}%** (range {100 * fr[0]:.0f}-{100 * fr[-1]:.0f}%).\n")
+        w(cmd_block(["cold.bf16.T1"], "cold decode commands"))
 
 # -------------------------------------------------------------------------------- compile
 w("## 2. Compile time\n")
@@ -690,7 +711,13 @@ if ep_rounds:
         "met" if not over else "**missed** (" + "; ".join(f"T={T} {n} chips round {k}: {v:.4f}x"
                                                           for T, n, k, v in over) + ")")
 b1 = next((r for r in host_rows if r["dt"] == "bf16" and r["T"] == 1), None)
-if b1 and st:
+if cold_rounds:
+    fr = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
+    row("host >= 90% of the bandwidth roofline at T=1 (same threads as the probe; cold calls)",
+        f"bf16: median {100 * med(fr):.0f}% over {len(fr)} rounds ({100 * fr[0]:.0f}-{100 * fr[-1]:.0f}%), "
+        "every call reading its experts from memory (section 1, cold calls)",
+        "met" if med(fr) >= 0.90 else f"**missed** (x{0.90 / med(fr):.2f} short)")
+elif b1 and st:
     frac = decode_bytes("bf16") / bw1 / b1["moec"]
     row("host >= 90% of the bandwidth roofline at T=1 (same threads as the probe)",
         f"bf16: {100 * frac:.0f}% ({fmt_s(b1['moec'])} vs roofline {fmt_s(decode_bytes('bf16') / bw1)}; "

@@ -59,7 +59,7 @@ typedef struct opts {
 	const char *quant_act;   /* --quant-act=bf16|fp8 (tcp) */
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
-	const char *threads, *kernels, *no_cache; /* run --threads N, --kernels=auto|portable, --no-cache (host) */
+	const char *threads, *kernels, *no_cache, *cold; /* run --threads N, --kernels=auto|portable, --no-cache, --cold (host) */
 	const char *ep, *placement; /* run --ep N [--placement D0,D1,...] (expert parallelism) */
 	const char *serve_tokens; /* run --tokens N */
 	const char *buckets;      /* compile --buckets T1,T2,... */

@@ -33,7 +33,7 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 	bool tcp = o->target && !strcmp(o->target, "tcp");
 	bool jit_engine = !tcp && o->engine && strcmp(o->engine, "interp");
 	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
-			: o->no_cache ? "--no-cache" : NULL;
+			: o->no_cache ? "--no-cache" : o->cold ? "--cold" : NULL;
 	if (o->repeat || (o->stats && !tcp))
 		return fail(ctx, "%s does not apply to --ep on the host", o->repeat ? "--repeat" : "--stats"), 0;
 	if (jit && !tcp && !jit_engine)

@@ -375,7 +375,7 @@ static const char *run_target(moe_ctx *ctx, const opts *o)
 		return NULL;
 	const char *engine = o->engine ? o->engine : "llvm";
 	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
-			: o->no_cache ? "--no-cache" : NULL;
+			: o->no_cache ? "--no-cache" : o->cold ? "--cold" : NULL;
 	if (!strcmp(target, "host") && !strcmp(engine, "interp") && jit) {
 		err(ctx, NULL, "%s applies to --engine=llvm or c, not the interpreter", jit);
 		return NULL;
@@ -455,6 +455,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 			ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
 			ho.repeat = (int)repeat;
 			ho.no_cache = o->no_cache != NULL;
+			ho.cold = o->cold != NULL;
 			int64_t th = int_opt(ctx, "--threads", o->threads);
 			if (th == 0) {
 				err(ctx, NULL, "--threads must be at least 1 (leave it out for every core)%s", "");
