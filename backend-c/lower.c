@@ -621,10 +621,13 @@ static cg_expr *accidx(lw *L, int bat, bool dot, int tile, int64_t M, int64_t NT
  * on one thread with its own A panel and accumulators, instead of the tiles of
  * one block after another: at T = 512 the Qwen3 layer's 190 blocks each hold
  * about 32 rows, and splitting every block's 12 groups of tiles over the
- * threads cost a barrier per block and per projection (bench/NOTES.md 1).
- * Smaller grids (decode: one block per routed expert) keep the tiles as the
- * parallel unit, so that a few blocks still use every thread. */
-enum { BLOCK_PAR_MIN = 32 };
+ * threads cost a barrier per block and per projection (bench/NOTES.md 1); at
+ * T = 1 its 8 blocks (one per routed expert) are streamed whole by the
+ * threads, 3 barriers instead of 24. A decode step is bound by memory, which
+ * a few cores' streams saturate on common hosts, so 8 blocks keep up to 8
+ * threads busy enough. Smaller grids (top-1 or top-2 routing at T = 1) keep
+ * the tiles as the parallel unit, so that every thread still streams. */
+enum { BLOCK_PAR_MIN = 8 };
 
 /* Fast path for float two-operand contractions: per batch element the valid
  * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
