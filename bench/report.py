@@ -197,6 +197,10 @@ def decode_bytes(dt):
     return experts + router + act
 
 
+# the cold rounds' fractions of the roofline (bytes / probe bandwidth / moec's call), sorted
+cold_frac = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
+
+
 w(f"## 1. Host: `moec run --target=host` vs PyTorch (Qwen3-30B-A3B layer, {NTS})\n")
 w("The layer is `examples/qwen3_30b_a3b.moe` (D=2048, F=768, E=128, K=8, SwiGLU experts, softmax routing with "
   "renormalised top-8) on a synthetic checkpoint of the real size with HuggingFace tensor names "
@@ -297,7 +301,6 @@ if st:
     w("")
     w(cmd_block(["stream", "stream_t1"], "bandwidth probe commands"))
     if cold_rounds:
-        fr = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
         w(f"**Cold calls** (the figure issue 17's must-show 2 is judged by): `moec run --cold` reads 256 MiB "
           "between calls (not timed), so every call reads its experts from memory, not from the L3; each round "
           "runs the 256 MiB read probe (no reuse either) right before and right after it. "
@@ -307,7 +310,8 @@ if st:
         for i, (t, b) in enumerate(cold_rounds):
             w(f"| {i + 1} | {fmt_s(t)} | {b / 1e9:.2f} GB/s | {fmt_s(decode_bytes('bf16') / b)} | "
               f"{100 * decode_bytes('bf16') / b / t:.0f}% |")
-        w(f"\nMedian fraction **{100 * med(fr):.0f}%** (range {100 * fr[0]:.0f}-{100 * fr[-1]:.0f}%).\n")
+        w(f"\nMedian fraction **{100 * med(cold_frac):.0f}%** "
+          f"(range {100 * cold_frac[0]:.0f}-{100 * cold_frac[-1]:.0f}%).\n")
         w(cmd_block(["cold.bf16.T1"], "cold decode commands"))
 
 # -------------------------------------------------------------------------------- compile
@@ -712,11 +716,11 @@ if ep_rounds:
                                                           for T, n, k, v in over) + ")")
 b1 = next((r for r in host_rows if r["dt"] == "bf16" and r["T"] == 1), None)
 if cold_rounds:
-    fr = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
     row("host >= 90% of the bandwidth roofline at T=1 (same threads as the probe; cold calls)",
-        f"bf16: median {100 * med(fr):.0f}% over {len(fr)} rounds ({100 * fr[0]:.0f}-{100 * fr[-1]:.0f}%), "
+        f"bf16: median {100 * med(cold_frac):.0f}% over {len(cold_frac)} rounds "
+        f"({100 * cold_frac[0]:.0f}-{100 * cold_frac[-1]:.0f}%), "
         "every call reading its experts from memory (section 1, cold calls)",
-        "met" if med(fr) >= 0.90 else f"**missed** (x{0.90 / med(fr):.2f} short)")
+        "met" if med(cold_frac) >= 0.90 else f"**missed** (x{0.90 / med(cold_frac):.2f} short)")
 elif b1 and st:
     frac = decode_bytes("bf16") / bw1 / b1["moec"]
     row("host >= 90% of the bandwidth roofline at T=1 (same threads as the probe)",

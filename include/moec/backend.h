@@ -51,7 +51,7 @@ typedef struct moe_host_opts {
 	                         * the difference). */
 	int no_cache;           /* 1: neither read nor write the JIT cache */
 	const char *cache_dir;  /* NULL (default): $XDG_CACHE_HOME/moec, else $HOME/.cache/moec */
-	int cold;               /* 1: before every call, write MOE_HOST_COLD_BYTES of memory of
+	int cold;               /* 1: before every call, read MOE_HOST_COLD_BYTES of memory of
 	                         * its own (not timed), evicting the layer's weights from the CPU's
 	                         * caches: each call then reads them from memory, as a decode step
 	                         * of a model whose other layers ran in between does */
