@@ -670,6 +670,66 @@ moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size
 	CTX_GUARDED(ctx, moe_checkpoint *, NULL, checkpoint_open(ctx, paths, npaths));
 }
 
+/* One in-memory source: a moe_safetensors without a mapping whose entries
+ * point at the caller's bytes. Each entry is checked as a file's header
+ * entry is (dtype, rank, shape, byte size); names are copied. */
+static moe_safetensors *st_from_entries(moe_ctx *ctx, const char *name, const moe_st_tensor *e, size_t n)
+{
+	moe_safetensors *st = st_new(ctx, name);
+	st->tcap = n ? n : 1;
+	st->t = ctx_alloc(ctx, st->tcap * sizeof *st->t);
+	rt_strtab_init(&st->names, ctx, n);
+	bool ok = true;
+	for (size_t i = 0; i < n && ok; i++) {
+		const char *nm = e[i].name ? e[i].name : "";
+		int64_t numel = 1, bits = 0;
+		ok = e[i].name && *e[i].name && (unsigned)e[i].dtype < MOE_ST_DTYPE_COUNT && e[i].rank >= 0 &&
+		     e[i].rank <= MOE_MAX_RANK && (e[i].data || !e[i].nbytes);
+		for (int d = 0; ok && d < e[i].rank; d++)
+			ok = e[i].shape[d] >= 0 && ir_mul_ov(numel, e[i].shape[d], &numel);
+		ok = ok && ir_mul_ov(numel, (int64_t)st_types[e[i].dtype].bits, &bits) && bits % 8 == 0 &&
+		     (uint64_t)(bits / 8) == (uint64_t)e[i].nbytes;
+		if (!ok) {
+			rt_err_at(ctx, name, -1, "tensor %zu ('%s'): the name, dtype, shape or byte size is not valid", i, nm);
+			break;
+		}
+		moe_st_tensor *t = &st->t[st->n];
+		*t = e[i];
+		t->numel = numel;
+		t->offset = -1;
+		t->name = rt_strdup(ctx, nm);
+		st->n++;
+		if (!rt_strtab_put(&st->names, t->name, st->n - 1)) {
+			rt_err_at(ctx, name, -1, "tensor '%s' is given twice", t->name);
+			ok = false;
+		}
+	}
+	if (!ok) {
+		moe_safetensors_close(st);
+		return NULL;
+	}
+	return st;
+}
+
+static moe_checkpoint *checkpoint_open_tensors(moe_ctx *ctx, const char *name, const moe_st_tensor *e, size_t n)
+{
+	moe_safetensors *st = st_from_entries(ctx, name ? name : "<memory>", e, n);
+	if (!st)
+		return NULL;
+	moe_checkpoint *ck = ctx_alloc(ctx, sizeof *ck);
+	ck->ctx = ctx;
+	ck->src = ctx_alloc(ctx, sizeof *ck->src);
+	ck->n = 1;
+	ck->src[0].path = rt_strdup(ctx, st->path);
+	ck->src[0].st = st;
+	return ck;
+}
+
+moe_checkpoint *moe_checkpoint_open_tensors(moe_ctx *ctx, const char *name, const moe_st_tensor *entries, size_t n)
+{
+	CTX_GUARDED(ctx, moe_checkpoint *, NULL, checkpoint_open_tensors(ctx, name, entries, n));
+}
+
 static const moe_st_tensor *checkpoint_find(moe_checkpoint *ck, const char *name, const char **file);
 
 /* Opening a shard the first time allocates: a refusal leaves ck as it was. */

@@ -371,6 +371,22 @@ void moe_free(moe_ctx *c, void *p)
 	free(p); /* strings returned by cJSON-based printers use malloc */
 }
 
+char *moe_diag_string(const moe_ctx *c)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	moe_diag_print(c, f);
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 /* A block of the context's own refused (a diagnostic, a source, a file
  * name of a location): the caller drops what it was keeping; inside a guard
  * the call still fails, when it leaves the guard (ctx_guard_end throws),

@@ -83,6 +83,10 @@ MOE_API void moe_diag_clear(moe_ctx *ctx);
 /* Print all diagnostics as `file:line:col: error: message`, then the source
  * line and a caret when the source text was registered. */
 MOE_API void moe_diag_print(const moe_ctx *ctx, FILE *out);
+/* The same text as moe_diag_print, as a NUL-terminated string the caller
+ * frees with moe_free ("" when there is no diagnostic); NULL when memory for
+ * the text cannot be had. For embedders without a FILE (language bindings). */
+MOE_API char *moe_diag_string(const moe_ctx *ctx);
 
 /* Free a string the library returned (JSON, printed pipelines, stats). */
 MOE_API void moe_free(moe_ctx *ctx, void *p);

@@ -123,6 +123,15 @@ MOE_API const char *moe_safetensors_metadata(const moe_safetensors *st, const ch
  * model.safetensors. */
 typedef struct moe_checkpoint moe_checkpoint;
 MOE_API moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths);
+/* A checkpoint over n tensors in memory (a language binding's arrays, a
+ * state dict): each entry gives name, dtype, rank, shape, data and nbytes
+ * (numel and offset are filled in; offset is -1). Names are copied, data is
+ * not: it must stay valid and unchanged until moe_checkpoint_close. name (may
+ * be NULL: "<memory>") names the source in diagnostics. An entry whose byte
+ * size is not its dtype's size times its element count, a bad dtype, rank or
+ * dim, and a name given twice are errors (NULL). */
+MOE_API moe_checkpoint *moe_checkpoint_open_tensors(moe_ctx *ctx, const char *name, const moe_st_tensor *entries,
+	size_t n);
 MOE_API void moe_checkpoint_close(moe_checkpoint *ck);
 /* The first source's tensor of that name. NULL without a diagnostic when no
  * source has it; NULL with diagnostics when the shard holding it is bad. With
