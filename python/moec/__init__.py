@@ -554,8 +554,8 @@ class Layer:
         without a copy when the dtype matches). Default: the checkpoint of from_hf's model
         directory.
         target: "host" (engine "llvm", "c" or "interp"; threads, kernels, repeat, no_cache,
-        cold as moec run) or "tcp" (the simulator; machine, trace, no_skip, quant_act,
-        decode_tier). tokens=N serves N real tokens of the layer compiled for T (x may have
+        cold as moec run) or "tcp" (the simulator; machine, trace (a path for the Chrome
+        trace, or True: its events in stats["trace"]), no_skip, quant_act, decode_tier). tokens=N serves N real tokens of the layer compiled for T (x may have
         N rows). y is float32 for a bf16 layer (widened exactly) unless raw=True (the uint16
         bit patterns). stats is the dict `moec run --stats` writes."""
         if target not in ("host", "tcp"):
@@ -712,12 +712,24 @@ class Layer:
                 "cache": ("off", "miss", "hit", "bad")[hs.cache], "kernels": (hs.kernels or b"").decode()}
 
     def _run_tcp(self, c, prog, mach, bind, outs, trace, no_skip):
-        ro = _lib.TcpRunOpts(machine=mach, no_skip=int(bool(no_skip)),
-                             trace_path=_b(os.fspath(trace)) if trace else None)
-        st = _lib.TcpStats()
-        c.check(lib.moe_tcp_run(c.p, prog, bind, ctypes.byref(ro), outs, ctypes.byref(st)))
-        d = json.loads(_lib.take_string(c.p, c.need(lib.moe_tcp_stats_json(c.p, ctypes.byref(st)))))
-        return d
+        tmp = None
+        if trace is True:  # the events come back in stats["trace"]
+            import tempfile
+            tmp = tempfile.TemporaryDirectory(prefix="moec-trace.")
+            trace = os.path.join(tmp.name, "trace.json")
+        try:
+            ro = _lib.TcpRunOpts(machine=mach, no_skip=int(bool(no_skip)),
+                                 trace_path=_b(os.fspath(trace)) if trace else None)
+            st = _lib.TcpStats()
+            c.check(lib.moe_tcp_run(c.p, prog, bind, ctypes.byref(ro), outs, ctypes.byref(st)))
+            d = json.loads(_lib.take_string(c.p, c.need(lib.moe_tcp_stats_json(c.p, ctypes.byref(st)))))
+            if tmp:
+                with open(trace) as f:
+                    d["trace"] = json.load(f)
+            return d
+        finally:
+            if tmp:
+                tmp.cleanup()
 
     def _repr_html_(self):
         from . import notebook
