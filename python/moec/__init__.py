@@ -48,8 +48,10 @@ class Allocator:
     """Counts (and with `limit`, bounds) the bytes the library takes through the context
     allocator hook of every context made while it is active (moec.allocator())."""
 
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, fail_at=None):
         self.limit = limit
+        self.fail_at = fail_at  # refuse request number fail_at (1-based), once
+        self.requests = 0
         self.live = 0        # bytes handed out and not yet returned
         self.peak = 0
         self.calls = 0
@@ -66,6 +68,10 @@ class Allocator:
                     _lib.libc.free(ptr)
                 return None
             old = osize if ptr else 0
+            self.requests += 1
+            if self.requests == self.fail_at:
+                self.refused += 1
+                return None
             if self.limit is not None and self.live - old + nsize > self.limit:
                 self.refused += 1
                 return None
@@ -81,12 +87,14 @@ _active = []
 
 
 @contextlib.contextmanager
-def allocator(limit=None):
+def allocator(limit=None, fail_at=None):
     """Contexts made inside the block take their memory through a counting hook; with
-    `limit`, a request that would put more than `limit` bytes live is refused, which moec
-    reports as out of memory (MemoryError here). Yields the Allocator (live, peak, calls,
-    refused, contexts): after the block, live and contexts are 0 unless something leaked."""
-    a = Allocator(limit)
+    `limit`, a request that would put more than `limit` bytes live is refused, and with
+    `fail_at`=k the k-th request is refused (as unit.test_oom's hook does), which moec
+    reports as out of memory (MemoryError here). Yields the Allocator (live, peak,
+    requests, refused, contexts): after the block, live and contexts are 0 unless
+    something leaked."""
+    a = Allocator(limit, fail_at)
     _active.append(a)
     try:
         yield a
@@ -105,7 +113,7 @@ class _Ctx:
         fn = self.alloc.fn if self.alloc else _lib.ALLOC_FN()
         self.p = lib.moe_ctx_new(fn, None)
         if not self.p:
-            raise MemoryError("moec: the allocator refused the context")
+            raise MemoryError("moec: error: out of memory (the allocator refused the context)")
         if self.alloc:
             self.alloc.contexts += 1
         lib.moe_tcp_register_passes(self.p)

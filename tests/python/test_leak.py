@@ -1,0 +1,64 @@
+"""Must-show 4 (leaks): every operation of the package, on success and on error, returns
+every block it took from the library's allocator (the counting hook sees live bytes and
+contexts back at 0), and strings the library returns are freed (run this file under the
+ASan build's library for the rest: tests/python/asan.sh, docs/python.md)."""
+import os
+
+import numpy as np
+import pytest
+
+import moec
+from conftest import FIXTURES
+from moe_ref import read_safetensors
+
+MIX = os.path.join(FIXTURES, "mixtral")
+
+
+def _everything(tmp_path):
+    layer = moec.Layer.from_hf(MIX, tokens=5)
+    x = np.load(os.path.join(MIX, "x_float32_T5.npy"))
+    sd = read_safetensors(os.path.join(MIX, "model.safetensors"))
+    layer.stats()
+    layer.stats(target="tcp")
+    layer.ir(pipeline="host")
+    layer.ir(format="json")
+    layer.compile(path=str(tmp_path / "l.c"))
+    layer.compile(path=str(tmp_path / "l.tcpb"))
+    y1, _ = layer.run(x)
+    y2, _ = layer.run(x, sd)
+    y3, _ = layer.run(x, sd, target="tcp", trace=True)
+    y4, _ = layer.run(x[:3], tokens=3)
+    y5, _ = layer.with_set(dtype="bf16").run(x, target="tcp", tokens=5)
+    assert y1.tobytes() == y2.tobytes()
+    layer._repr_html_()
+    for bad in (lambda: moec.Layer("layer q {\n  input x : [T]\n}\n"),
+                lambda: layer.run(x[:2], sd),
+                lambda: layer.run(x, "/nonexistent"),
+                lambda: layer.ir(pipeline="nope")):
+        with pytest.raises(moec.Error):
+            bad()
+
+
+def test_no_block_left(tmp_path):
+    with moec.allocator() as a:
+        _everything(tmp_path)
+    assert a.requests > 1000
+    assert a.contexts == 0
+    assert a.live == 0, "%d bytes still live" % a.live
+
+
+def test_repeated_runs_do_not_grow(tmp_path):
+    """RSS after many runs stays where it was after a few (nothing accumulates per call)."""
+    def rss_kib():
+        with open("/proc/self/status") as f:
+            return int(next(ln for ln in f if ln.startswith("VmRSS:")).split()[1])
+    layer = moec.Layer.from_hf(MIX, tokens=5)
+    x = np.load(os.path.join(MIX, "x_float32_T5.npy"))
+    sd = read_safetensors(os.path.join(MIX, "model.safetensors"))
+    for _ in range(20):
+        layer.run(x, sd)
+    before = rss_kib()
+    for _ in range(200):
+        layer.run(x, sd)
+    grew = rss_kib() - before
+    assert grew < 8 * 1024, "RSS grew by %d KiB over 200 runs" % grew
