@@ -25,3 +25,25 @@ def cli():
     if not os.access(path, os.X_OK):
         pytest.skip("no moec command at %s (set MOEC_CLI)" % path)
     return path
+
+
+_NP = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I32": "<i4", "I64": "<i8", "U8": "u1", "BOOL": "?"}
+
+
+def read_safetensors_np(path):
+    """{name: ndarray} of a safetensors file (BF16 as uint16 bit patterns), without torch."""
+    import json
+    import struct
+
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in hdr.items():
+        if name == "__metadata__":
+            continue
+        b, en = e["data_offsets"]
+        out[name] = np.frombuffer(data[b:en], dtype=_NP[e["dtype"]]).reshape(e["shape"])
+    return out
