@@ -22,7 +22,7 @@ import numpy as np
 from . import _lib
 from ._lib import lib
 
-__all__ = ["Layer", "Error", "version", "allocator", "library_path"]
+__all__ = ["Layer", "Error", "version", "allocator", "library_path", "f32_to_bf16", "bf16_to_f32"]
 
 library_path = _lib.path
 

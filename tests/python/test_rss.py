@@ -9,6 +9,7 @@ wait4's ru_maxrss."""
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -35,18 +36,20 @@ def peak_rss_kib(cmd):
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def checkpoint():
     ck = os.environ.get("MOEC_RSS_CHECKPOINT") or os.path.join(ROOT, "bench", ".cache",
                                                                  "qwen3_30b_a3b.bf16.safetensors")
     if os.path.isfile(ck):
-        return ck
+        yield ck
+        return
     mk = os.path.join(ROOT, "bench", "make_checkpoint.py")
     if not os.path.isfile(mk):
         pytest.skip("no checkpoint and no bench/make_checkpoint.py")
-    ck = str(tmp_path_factory.mktemp("rss") / "qwen3_30b_a3b.bf16.safetensors")
-    subprocess.run([sys.executable, mk, "qwen3_30b_a3b", ck, "--dtype", "bf16"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return ck
+    with tempfile.TemporaryDirectory(prefix="moec-rss.") as d:  # 1.2 GB, removed after the test
+        ck = os.path.join(d, "qwen3_30b_a3b.bf16.safetensors")
+        subprocess.run([sys.executable, mk, "qwen3_30b_a3b", ck, "--dtype", "bf16"], check=True,
+                       stdout=subprocess.DEVNULL)
+        yield ck
 
 
 def test_peak_rss_within_10_percent(checkpoint, cli, tmp_path):

@@ -21,7 +21,7 @@ elseif(MOEC_SANITIZE)
 else()
   add_test(NAME python.api
     COMMAND ${_moec_pytest} ${_moec_py_dir}/test_errors.py ${_moec_py_dir}/test_leak.py
-            ${_moec_py_dir}/test_notebook.py ${_moec_py_dir}/test_torch.py)
+            ${_moec_py_dir}/test_notebook.py ${_moec_py_dir}/test_torch.py ${_moec_py_dir}/test_zero_copy.py)
   add_test(NAME python.hf_fixtures COMMAND ${_moec_pytest} ${_moec_py_dir}/test_hf_fixtures.py)
   add_test(NAME python.rss COMMAND ${_moec_pytest} -s ${_moec_py_dir}/test_rss.py)
   add_test(NAME python.install
