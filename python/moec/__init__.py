@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import threading
+import warnings
 
 import numpy as np
 
@@ -116,12 +117,19 @@ class _Ctx:
             raise MemoryError("moec: error: out of memory (the allocator refused the context)")
         if self.alloc:
             self.alloc.contexts += 1
-        lib.moe_tcp_register_passes(self.p)
+        if lib.moe_tcp_register_passes(self.p) != _lib.OK:
+            try:
+                self.fail(_lib.ERR_NOMEM, "moec: error: cannot register the TCP passes")
+            finally:
+                self.__exit__(None, None, None)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, etype, *exc):
+        if etype is None and lib.moe_diag_count(self.p):
+            # warnings and notes of a call that succeeded, as moec prints them
+            warnings.warn(self.diagnostics().rstrip("\n"), Warning, stacklevel=3)
         lib.moe_ctx_free(self.p)
         if self.alloc:
             self.alloc.contexts -= 1
