@@ -1,4 +1,4 @@
-"""Must-show 4 (errors): a bad .moe raises moec.Error whose message is moec's located
+"""A bad .moe raises moec.Error whose message is moec's located
 diagnostic with the source line and caret; a refused allocation raises MemoryError, with
 every block returned to the allocator; bad arrays are errors, never crashes."""
 import os

@@ -1,4 +1,4 @@
-"""Must-show 1: every HF fixture family through the Python API, from arrays in memory (the
+"""Every HF fixture family through the Python API, from arrays in memory (the
 checkpoint read into a dict of tensors, x an ndarray: the API is given no file), on the
 host and on the TCP simulator, matching HuggingFace's saved outputs at the tolerances of
 tests/e2e/hf_fixtures.py, and giving the same bytes as `moec run` on the same case.

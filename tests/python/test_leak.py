@@ -1,4 +1,4 @@
-"""Must-show 4 (leaks): every operation of the package, on success and on error, returns
+"""Every operation of the package, on success and on error, returns
 every block it took from the library's allocator (the counting hook sees live bytes and
 contexts back at 0), and strings the library returns are freed (run this file under the
 ASan build's library for the rest: tests/python/asan.sh, docs/python.md)."""

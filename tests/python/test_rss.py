@@ -1,4 +1,4 @@
-"""Must-show 2 (zero copy): running the real-size Qwen3-30B-A3B layer (examples/, bf16,
+"""Running the real-size Qwen3-30B-A3B layer (examples/, bf16,
 1.2 GB of weights) at T=1 from a memory-mapped checkpoint through the package adds no
 more than 10% to the peak RSS of `moec run` on the same case, and gives its bytes.
 

@@ -1,4 +1,4 @@
-"""Must-show 3: moec.torch.MoE inside a small PyTorch model (Linear -> MoE -> Linear)
+"""moec.torch.MoE inside a small PyTorch model (Linear -> MoE -> Linear)
 gives the output of the same model built with the project's PyTorch reference block
 (tests/ref/moe_ref.py, written from the formulas, not from moec), for every family the
 reference implements, at the host float32 tolerance of the e2e suite (1e-4 x max|y|)."""
