@@ -64,3 +64,17 @@ def test_repeated_runs_do_not_grow(tmp_path):
         layer.run(x, sd)
     grew = rss_kib() - before
     assert grew < 8 * 1024, "RSS grew by %d KiB over 200 runs" % grew
+
+
+@pytest.mark.skipif("asan" not in os.environ.get("LD_PRELOAD", ""),
+                    reason="LeakSanitizer runs only under tests/python/asan.sh")
+def test_leak_check_is_live():
+    """Under asan.sh a context the caller never frees is reported (with the suppressions
+    of the interpreter's own blocks in force), so a clean run above means something."""
+    import subprocess
+    import sys
+    code = ("import moec\nfrom moec._lib import lib, ALLOC_FN\n"
+            "lib.moe_ctx_new(ALLOC_FN(), None)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(moec.__file__))))
+    assert p.returncode != 0 and "moe_ctx_new" in p.stderr and "LeakSanitizer" in p.stderr, p.stderr[-2000:]
