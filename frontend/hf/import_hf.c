@@ -711,7 +711,7 @@ static moe_status import_file(moe_ctx *ctx, const char *config_path, const moe_i
 {
 	char *text;
 	size_t len;
-	moe_status s = moe_read_file(ctx, config_path, &text, &len);
+	moe_status s = moe_read_file_max(ctx, config_path, RT_JSON_CONFIG_MAX_BYTES, &text, &len);
 	if (s)
 		return s;
 	uint32_t d = ctx_defer(ctx, free, text);
