@@ -120,6 +120,16 @@ static const cJSON *member(const cJSON *o, const char *k)
 	return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* Every quant_method read_cfg accepts. */
+#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4"
+
+/* A block or group size: a JSON integer in 1..2^20 (128.9 is not one). */
+static bool size_ok(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1 << 20 &&
+	       v->valuedouble == (double)(int64_t)v->valuedouble;
+}
+
 static moe_status bad(moe_ctx *ctx, const char *file, const char *msg)
 {
 	rt_err_at(ctx, file, -1, "quantization_config: %s", msg);
@@ -146,8 +156,10 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 			return bad(ctx, file, "pack-quantized is read for 4-bit int weights only");
 		if (!cJSON_IsTrue(sym))
 			return bad(ctx, file, "asymmetric int4 (weight_zero_point) is not supported");
-		if (strcmp(st, "group") || !cJSON_IsNumber(gs) || gs->valuedouble < 1 || gs->valuedouble > 1 << 20)
+		if (strcmp(st, "group") || !cJSON_IsNumber(gs))
 			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
+		if (!size_ok(gs))
+			return bad(ctx, file, "group_size must be an integer in 1..1048576");
 		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, ""};
 		return MOE_OK;
 	}
@@ -163,13 +175,16 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
 {
 	const cJSON *m = member(qc, "quant_method");
-	const char *meth = cJSON_IsString(m) ? m->valuestring : "";
+	if (!cJSON_IsString(m)) {
+		rt_err_at(ctx, file, -1, "quantization_config: quant_method %s; it names the format, one of: " SUPPORTED_METHODS,
+			m ? "must be a string" : "is missing");
+		return MOE_ERR_INVALID;
+	}
+	const char *meth = m->valuestring;
 	if (!strcmp(meth, "fp8")) {
 		const cJSON *bs = member(qc, "weight_block_size");
-		if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !cJSON_IsNumber(bs->child) ||
-			!cJSON_IsNumber(bs->child->next) || bs->child->valuedouble < 1 || bs->child->next->valuedouble < 1 ||
-			bs->child->valuedouble > 1 << 20 || bs->child->next->valuedouble > 1 << 20)
-			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of positive sizes");
+		if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !size_ok(bs->child) || !size_ok(bs->child->next))
+			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of integers in 1..1048576");
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
 			(int64_t)bs->child->next->valuedouble, NULL, 0,
 			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, ""};
@@ -185,8 +200,8 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, ""};
 		return MOE_OK;
 	}
-	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (fp8, fbgemm_fp8, "
-		"compressed-tensors)", meth);
+	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (" SUPPORTED_METHODS ")",
+		meth);
 	return MOE_ERR_INVALID;
 }
 

@@ -273,6 +273,21 @@ static void test_rewrite(void **st)
 		{"{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\",\"ignore\":[\"re:*gate\"],"
 		 "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"}}}}",
 			"quantization_config.ignore[0]: pattern 're:*gate': nothing to repeat at position 0"},
+		/* a non-string method names the key and every method moec reads */
+		{"{\"quant_method\":3}", "quantization_config: quant_method must be a string; it names the format, one "
+					"of: fp8, fbgemm_fp8, compressed-tensors, mxfp4"},
+		{"{\"bits\":4}", "quantization_config: quant_method is missing; it names the format, one of: fp8, "
+				"fbgemm_fp8, compressed-tensors, mxfp4"},
+		{"{\"quant_method\":\"awq\"}", "quant_method 'awq' is not supported (fp8, fbgemm_fp8, compressed-tensors, "
+					      "mxfp4)"},
+		/* sizes are integers: 128.9 was truncated to 128 */
+		{"{\"quant_method\":\"fp8\",\"weight_block_size\":[128.9,128]}",
+			"fp8 needs weight_block_size [rows, cols] of integers in 1..1048576"},
+		{"{\"quant_method\":\"fp8\",\"weight_block_size\":[128,0]}",
+			"fp8 needs weight_block_size [rows, cols] of integers in 1..1048576"},
+		{"{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{\"g\":{"
+		 "\"weights\":{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"group\",\"group_size\":32.5}}}}",
+			"group_size must be an integer in 1..1048576"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		text = strdup(layer_text);
