@@ -3,6 +3,7 @@
  * meaningful line for text. A file of a kind the command does not take gets
  * one error naming what it looks like and the command that takes it. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,9 @@
 #include "frontend/cli/cli.h"
 
 #define SNIFF_BYTES 4096
+/* The largest JSON IR file the layer commands read (the largest committed
+ * one, tests/fuzz/corpus/irjson/gpt_oss_20b.host.json, is 36 KB). */
+#define SNIFF_MAX_IR_JSON ((uint64_t)8 << 20)
 
 static int starts(const char *p, const char *end, const char *lit)
 {
@@ -160,8 +164,9 @@ int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind)
 	size_t n = fread(head, 1, sizeof head, f);
 	fclose(f);
 	cli_kind k = cli_sniff(head, n);
-	if (n == sizeof head && (k == K_JSON || k == K_IR_JSON)) {
-		/* JSON is told by its keys: read it whole */
+	if (n == sizeof head && k == K_JSON) {
+		/* JSON is told by its keys: read it whole ("format": "moeir" in the
+		 * head decides at once) */
 		char *text = NULL;
 		size_t len = 0;
 		if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
@@ -224,6 +229,14 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
 		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
+	struct stat st;
+	if (ok && o->cmdbit != C_IMPORT && (k == K_IR_JSON || k == K_JSON) && strcmp(o->file, "-") &&
+		!stat(o->file, &st) && (uint64_t)st.st_size > SNIFF_MAX_IR_JSON) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
+			"JSON IR of %lld bytes exceeds the limit of %llu bytes (parsing JSON costs about 40 bytes of "
+			"memory per byte)", (long long)st.st_size, (unsigned long long)SNIFF_MAX_IR_JSON);
+		return 1;
+	}
 	if (ok)
 		return 0;
 	const char *why = o->cmdbit == C_IMPORT ? not_json(o->file) : NULL;
