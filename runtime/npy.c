@@ -11,6 +11,11 @@
 #error "moec's .npy code assumes a little-endian host"
 #endif
 
+/* The longest header read (numpy writes a few hundred bytes, and by default
+ * reads at most 10,000): the header is scanned, never copied, but a 4 GiB
+ * one would still be walked byte by byte. */
+#define NPY_MAX_HEADER (1 << 20)
+
 typedef enum npy_kind { NPY_F4, NPY_F2, NPY_BF16, NPY_I4, NPY_B1 } npy_kind;
 static const struct {
 	const char *descr;
@@ -150,6 +155,10 @@ static bool parse_header(moe_ctx *ctx, const char *file, const unsigned char *d,
 		return false;
 	}
 	uint64_t hlen = major == 1 ? rt_ld16(d + 8) : rt_ld32(d + 8);
+	if (hlen > NPY_MAX_HEADER) {
+		rt_err_at(ctx, file, 8, "header length %llu exceeds the %d-byte limit", (unsigned long long)hlen, NPY_MAX_HEADER);
+		return false;
+	}
 	if (hlen > len - hstart) {
 		rt_err_at(ctx, file, 8, "header length %llu runs past the end of the file (%zu bytes)",
 			(unsigned long long)hlen, len);

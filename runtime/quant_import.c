@@ -18,6 +18,7 @@
 
 #include "runtime/rt_io.h"
 #include "runtime/rt_quant.h"
+#include "runtime/rt_re.h"
 
 typedef struct qcfg {
 	const char *fmt;       /* dequant format */
@@ -25,51 +26,108 @@ typedef struct qcfg {
 	const char *qsuffix;   /* tensor name suffixes replacing ".weight" */
 	const char *ssuffix;
 	int64_t bn, bk;        /* block; bk 0 = the whole row (per channel) */
-	const cJSON *ignore;   /* array of module names (or "re:" patterns) */
+	const cJSON *ignore;   /* array of module names / patterns, or NULL */
 	int fused;             /* fused [E, K, N] experts tensors: 1 fbgemm_fp8, 2 mxfp4 */
+	const char *ignore_key; /* its key in quantization_config */
+	bool ct;               /* compressed-tensors' matching rule, else transformers' */
+	long budget;           /* matching steps left (rt_re.h) */
+	char layer[24];        /* the text's `param layer`, "" when it has none */
 } qcfg;
 
-/* Python-style re.match for the patterns seen in ignore lists: literal text,
- * "\\." for a dot, ".*" for anything; others are taken literally. */
-static bool re_match(const char *p, const char *s)
+/* Sanitised head of a pattern for a message: printable ASCII, at most 60 bytes. */
+static void shown(const char *p, char *out, size_t n)
 {
-	if (!*p)
-		return true; /* re.match: a prefix match */
-	if (p[0] == '.' && p[1] == '*') {
-		for (const char *t = s;; t++) {
-			if (re_match(p + 2, t))
-				return true;
-			if (!*t)
-				return false;
-		}
-	}
-	if (p[0] == '\\' && p[1]) {
-		return *s == p[1] && re_match(p + 2, s + 1);
-	}
-	if (p[0] == '$' && !p[1])
-		return !*s;
-	return *s && (p[0] == '.' || *s == p[0]) && re_match(p + 1, s + 1);
+	size_t k = 0, len = strlen(p);
+	for (; k + 4 < n && k < 60 && p[k]; k++)
+		out[k] = p[k] >= 32 && p[k] < 127 ? p[k] : '?';
+	snprintf(out + k, n - k, "%s", len > k ? "..." : "");
 }
 
-/* Is module (a tensor name without ".weight", {e} as 0) left unquantized? */
-static bool ignored(const qcfg *q, const char *module)
+/* The module a tensor name's first len bytes name: {layer} as the imported
+ * layer, {e} as expert 0 (one decision covers every expert). */
+static void module_of(const qcfg *q, const char *src, size_t len, char *out, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < len && k + 1 < n;) {
+		if (!strncmp(src + i, "{layer}", 7) && q->layer[0]) {
+			k += (size_t)snprintf(out + k, n - k, "%s", q->layer);
+			i += 7;
+		} else if (!strncmp(src + i, "{e}", 3)) {
+			out[k++] = '0';
+			i += 3;
+		} else {
+			out[k++] = src[i++];
+		}
+	}
+	out[k < n ? k : n - 1] = 0;
+}
+
+/* Is module left unquantized?
+ * 1 yes, 0 no, -1 an error (reported). The configuration's rule: transformers'
+ * for modules_to_not_convert / ignored_layers, compressed-tensors' for ignore. */
+static int ignored(moe_ctx *ctx, const char *file, qcfg *q, const char *module)
 {
 	const cJSON *it;
+	int i = 0;
 	cJSON_ArrayForEach(it, q->ignore)
 	{
-		if (!cJSON_IsString(it))
-			continue;
+		char err[200], pat[80];
 		const char *p = it->valuestring;
-		if (!strncmp(p, "re:", 3) ? re_match(p + 3, module) : strstr(module, p) != NULL)
-			return true;
+		int m = q->ct ? rt_sel_ct(p, module, &q->budget, err, sizeof err)
+			      : rt_sel_hf(p, module, &q->budget, err, sizeof err);
+		if (m < 0) {
+			shown(p, pat, sizeof pat);
+			rt_err_at(ctx, file, -1, "quantization_config.%s[%d]: pattern '%s': %s", q->ignore_key, i, pat, err);
+			return -1;
+		}
+		if (m)
+			return 1;
+		i++;
 	}
-	return false;
+	return 0;
+}
+
+/* The module list under key: absent, or an array of strings; every entry is
+ * compiled against the root module "" (as the frameworks do for a model's
+ * first module), so a bad pattern is an error whatever the layer. */
+static moe_status read_ignore(moe_ctx *ctx, const char *file, const cJSON *qc, const char *key, qcfg *q)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(qc, key), *it;
+	q->ignore = NULL;
+	q->ignore_key = key;
+	if (!v || cJSON_IsNull(v))
+		return MOE_OK;
+	int i = 0;
+	if (!cJSON_IsArray(v)) {
+		rt_err_at(ctx, file, -1, "quantization_config.%s: not a list of module names", key);
+		return MOE_ERR_INVALID;
+	}
+	cJSON_ArrayForEach(it, v)
+	{
+		if (!cJSON_IsString(it)) {
+			rt_err_at(ctx, file, -1, "quantization_config.%s[%d]: not a string", key, i);
+			return MOE_ERR_INVALID;
+		}
+		i++;
+	}
+	q->ignore = v;
+	return ignored(ctx, file, q, "") < 0 ? MOE_ERR_INVALID : MOE_OK;
 }
 
 static const cJSON *member(const cJSON *o, const char *k)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
 	return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Every quant_method read_cfg accepts. */
+#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4"
+
+/* A block or group size: a JSON integer in 1..2^20 (128.9 is not one). */
+static bool size_ok(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1 << 20 &&
+	       v->valuedouble == (double)(int64_t)v->valuedouble;
 }
 
 static moe_status bad(moe_ctx *ctx, const char *file, const char *msg)
@@ -93,21 +151,22 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 	const cJSON *bits = member(w, "num_bits"), *type = member(w, "type"), *sym = member(w, "symmetric");
 	const cJSON *strat = member(w, "strategy"), *gs = member(w, "group_size");
 	const char *ty = cJSON_IsString(type) ? type->valuestring : "", *st = cJSON_IsString(strat) ? strat->valuestring : "";
-	q->ignore = member(qc, "ignore");
 	if (!strcmp(fmt->valuestring, "pack-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 4 || strcmp(ty, "int"))
 			return bad(ctx, file, "pack-quantized is read for 4-bit int weights only");
 		if (!cJSON_IsTrue(sym))
 			return bad(ctx, file, "asymmetric int4 (weight_zero_point) is not supported");
-		if (strcmp(st, "group") || !cJSON_IsNumber(gs) || gs->valuedouble < 1 || gs->valuedouble > 1 << 20)
+		if (strcmp(st, "group") || !cJSON_IsNumber(gs))
 			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
-		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, q->ignore, 0};
+		if (!size_ok(gs))
+			return bad(ctx, file, "group_size must be an integer in 1..1048576");
+		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, ""};
 		return MOE_OK;
 	}
 	if (!strcmp(fmt->valuestring, "float-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "float") || strcmp(st, "channel"))
 			return bad(ctx, file, "float-quantized is read for 8-bit float weights with one scale per channel only");
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, q->ignore, 0};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, ""};
 		return MOE_OK;
 	}
 	return bad(ctx, file, "compressed-tensors format is not pack-quantized or float-quantized");
@@ -116,30 +175,33 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
 {
 	const cJSON *m = member(qc, "quant_method");
-	const char *meth = cJSON_IsString(m) ? m->valuestring : "";
+	if (!cJSON_IsString(m)) {
+		rt_err_at(ctx, file, -1, "quantization_config: quant_method %s; it names the format, one of: " SUPPORTED_METHODS,
+			m ? "must be a string" : "is missing");
+		return MOE_ERR_INVALID;
+	}
+	const char *meth = m->valuestring;
 	if (!strcmp(meth, "fp8")) {
 		const cJSON *bs = member(qc, "weight_block_size");
-		if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !cJSON_IsNumber(bs->child) ||
-			!cJSON_IsNumber(bs->child->next) || bs->child->valuedouble < 1 || bs->child->next->valuedouble < 1 ||
-			bs->child->valuedouble > 1 << 20 || bs->child->next->valuedouble > 1 << 20)
-			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of positive sizes");
-		const cJSON *ig = member(qc, "modules_to_not_convert");
+		if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !size_ok(bs->child) || !size_ok(bs->child->next))
+			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of integers in 1..1048576");
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
-			(int64_t)bs->child->next->valuedouble, ig ? ig : member(qc, "ignored_layers"), 0};
+			(int64_t)bs->child->next->valuedouble, NULL, 0,
+			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, ""};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "fbgemm_fp8")) {
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, member(qc, "modules_to_not_convert"), 1};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 1, "modules_to_not_convert", false, 0, ""};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "compressed-tensors"))
 		return read_ct(ctx, file, qc, q);
 	if (!strcmp(meth, "mxfp4")) {
-		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2};
+		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, ""};
 		return MOE_OK;
 	}
-	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (fp8, fbgemm_fp8, "
-		"compressed-tensors)", meth);
+	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (" SUPPORTED_METHODS ")",
+		meth);
 	return MOE_ERR_INVALID;
 }
 
@@ -190,27 +252,34 @@ static bool quantize_fused(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *
 	return true;
 }
 
-/* Emits the quantized form of w when it is quantized; false otherwise. */
-static bool quantize(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
+/* Emits the quantized form of w when it is quantized: 1, else 0; -1 on an
+ * error (reported). */
+static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
 {
-	if (q->fused && quantize_fused(q, w, decl, bind))
-		return true;
-	if (q->fused == 2)
-		return false;
+	if (q->fused) { /* the fused experts module is the tensor's parent */
+		char module[400];
+		const char *dot = strrchr(w->src, '.');
+		module_of(q, w->src, dot ? (size_t)(dot - w->src) : 0, module, sizeof module);
+		int ig = ignored(ctx, file, q, module);
+		if (ig)
+			return ig < 0 ? -1 : 0;
+		if (quantize_fused(q, w, decl, bind))
+			return 1;
+		if (q->fused == 2)
+			return 0;
+	}
 	size_t sl = strlen(w->src);
 	if (sl < 7 || strcmp(w->src + sl - 7, ".weight") || strstr(w->name, "router"))
-		return false;
+		return 0;
 	char module[400];
-	snprintf(module, sizeof module, "%.*s", (int)(sl - 7), w->src);
-	char *e = strstr(module, "{e}");
-	if (e) /* the first expert's module name */
-		memmove(e + 1, e + 3, strlen(e + 3) + 1), e[0] = '0';
-	if (ignored(q, module))
-		return false;
+	module_of(q, w->src, sl - 7, module, sizeof module);
+	int ig = ignored(ctx, file, q, module);
+	if (ig)
+		return ig < 0 ? -1 : 0;
 	/* the last two dims are N (out) and K (in) */
 	const char *c2 = strrchr(w->dims, ',');
 	if (!c2)
-		return false;
+		return 0;
 	const char *c1 = c2;
 	while (c1 > w->dims && c1[-1] != ',')
 		c1--;
@@ -252,7 +321,7 @@ static bool quantize(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
 	rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"%s\", block=[%lld, %s]%s%s, to=%s)\n", w->name,
 		w->name, w->name, q->fmt, (long long)q->bn, bk, !strcmp(q->fmt, "int4") ? ", k=" : "",
 		!strcmp(q->fmt, "int4") ? kk : "", w->type[0] ? w->type : "dtype");
-	return true;
+	return 1;
 }
 
 moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, char **text)
@@ -261,6 +330,12 @@ moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, cha
 		return bad(ctx, file, "not an object");
 	qcfg q;
 	moe_status st = read_cfg(ctx, file, qc, &q);
+	q.budget = RT_RE_STEPS;
+	const char *pl = strstr(*text, "\n  param layer = ");
+	if (!pl || sscanf(pl, "\n  param layer = %20[0-9]", q.layer) != 1)
+		q.layer[0] = 0;
+	if (!st && q.ignore_key)
+		st = read_ignore(ctx, file, qc, q.ignore_key, &q);
 	if (st)
 		return st;
 	rt_buf out = {0}, bind = {0};
@@ -271,7 +346,13 @@ moe_status rt_quant_rewrite(moe_ctx *ctx, const char *file, const cJSON *qc, cha
 		size_t len = nl ? (size_t)(nl - l) : strlen(l);
 		wline w;
 		if (parse_weight(l, len, &w)) {
-			if (quantize(&q, &w, &out, &bind))
+			int r = quantize(ctx, file, &q, &w, &out, &bind);
+			if (r < 0) {
+				rt_buf_free(&out);
+				rt_buf_free(&bind);
+				return MOE_ERR_INVALID;
+			}
+			if (r)
 				nq++;
 			else
 				rt_buf_printf(&out, "%.*s\n", (int)len, l);

@@ -108,6 +108,41 @@ void rt_temp_forget(int slot);
  * Free with cJSON_Delete. */
 struct cJSON;
 struct cJSON *rt_json_doc(moe_ctx *ctx, const char *file, const char *text, size_t len);
+
+/* What parsing a JSON text would build, counted in one pass without
+ * allocating: cJSON makes a node per value and a copy of every string (keys
+ * included), so cost estimates its allocation as RT_JSON_NODE_BYTES per value
+ * plus RT_JSON_STRING_BYTES per string plus the text's length. */
+#define RT_JSON_NODE_BYTES 96  /* a cJSON node, the allocator's header, keep_last's record */
+#define RT_JSON_STRING_BYTES 32
+typedef struct rt_json_shape {
+	size_t values, strings;
+	size_t max_array; /* the most elements of one array */
+	int depth;        /* the deepest nesting of arrays and objects */
+	uint64_t cost;
+} rt_json_shape;
+void rt_json_measure(const char *text, size_t len, rt_json_shape *sh);
+
+/* Caps of a kind of JSON document: its size, and the estimated cost of
+ * parsing it (rt_json_shape.cost). Both are checked before cJSON runs. */
+typedef struct rt_json_caps {
+	size_t max_bytes;
+	uint64_t max_cost;
+	const char *kind; /* for messages: "config.json" */
+} rt_json_caps;
+/* config.json (and the quantization_config inside it) */
+#define RT_JSON_CONFIG_MAX_BYTES ((size_t)8 << 20)
+#define RT_JSON_CONFIG_MAX_COST ((uint64_t)256 << 20)
+/* model.safetensors.index.json (a weight_map entry per tensor) */
+#define RT_JSON_INDEX_MAX_BYTES ((size_t)64 << 20)
+#define RT_JSON_INDEX_MAX_COST ((uint64_t)512 << 20)
+extern const rt_json_caps rt_json_config_caps, rt_json_index_caps;
+/* rt_json_doc under caps (rt_json_doc itself uses rt_json_config_caps). */
+struct cJSON *rt_json_doc_capped(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const rt_json_caps *caps);
+/* false with a located diagnostic when text exceeds caps. */
+bool rt_json_check_caps(moe_ctx *ctx, const char *file, const char *text, size_t len, const rt_json_caps *caps,
+	int64_t at, rt_json_shape *sh);
 /* One pass over JSON text: returns the offset of the first \u0000 escape
  * inside a string (-1: none); fills keys[0..nkeys) with the offsets of the
  * top-level object's keys in order and *nfound with their count. */

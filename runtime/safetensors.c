@@ -12,6 +12,14 @@
 #include "runtime/rt_io.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+/* Parsing a header may allocate ST_COST_PER_BYTE x its length (+1 MiB) and at
+ * most ST_MAX_HEADER_COST (rt_json_shape.cost): a tensor entry with a name of
+ * 40 bytes or more costs under 12 x its text. An array of more than
+ * ST_MAX_ARRAY elements is refused before parsing (a longer shape is refused
+ * after it, naming the tensor). */
+#define ST_COST_PER_BYTE 24
+#define ST_MAX_HEADER_COST ((uint64_t)512 << 20)
+#define ST_MAX_ARRAY 64
 #define ST_MAX_EXACT 9007199254740992.0 /* 2^53: JSON numbers above are inexact */
 
 static const struct {
@@ -254,6 +262,18 @@ static bool parse_file(moe_safetensors *st)
 		return false;
 	}
 	const char *hdr = (const char *)p + 8, *end = NULL;
+	/* what cJSON would allocate, bounded before it runs: the header's own
+	 * size x ST_COST_PER_BYTE (+1 MiB), at most ST_MAX_HEADER_COST */
+	rt_json_shape sh;
+	uint64_t cap = (uint64_t)hl * ST_COST_PER_BYTE + ((uint64_t)1 << 20);
+	rt_json_caps caps = {ST_MAX_HEADER, cap < ST_MAX_HEADER_COST ? cap : ST_MAX_HEADER_COST, "safetensors header"};
+	if (!rt_json_check_caps(ctx, file, hdr, (size_t)hl, &caps, 8, &sh))
+		return false;
+	if (sh.max_array > ST_MAX_ARRAY) {
+		rt_err_at(ctx, file, 8, "header holds an array of %zu elements; shapes have at most %d dims", sh.max_array,
+			MOE_MAX_RANK);
+		return false;
+	}
 	/* \u0000 in a key would make it compare as its prefix; keys' offsets for messages */
 	size_t nkeys = 0;
 	int64_t nul = rt_json_scan(hdr, (size_t)hl, NULL, 0, &nkeys);
@@ -509,8 +529,13 @@ static bool load_index(moe_ctx *ctx, const char *path, ck_source *s)
 {
 	char *text;
 	size_t len;
-	if (moe_read_file(ctx, path, &text, &len) != MOE_OK)
+	rt_json_shape sh;
+	if (moe_read_file_max(ctx, path, RT_JSON_INDEX_MAX_BYTES, &text, &len) != MOE_OK)
 		return false;
+	if (!rt_json_check_caps(ctx, path, text, len, &rt_json_index_caps, -1, &sh)) {
+		free(text);
+		return false;
+	}
 	cJSON *root = cJSON_ParseWithLength(text, len);
 	free(text); /* malloc'd: released before the next context allocation */
 	const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;

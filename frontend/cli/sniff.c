@@ -3,16 +3,18 @@
  * meaningful line for text. A file of a kind the command does not take gets
  * one error naming what it looks like and the command that takes it. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cjson/cJSON.h>
-
 #include "frontend/cli/cli.h"
 
 #define SNIFF_BYTES 4096
+/* The largest JSON IR file the layer commands read (the largest committed
+ * one, tests/fuzz/corpus/irjson/gpt_oss_20b.host.json, is 36 KB). */
+#define SNIFF_MAX_IR_JSON ((uint64_t)8 << 20)
 
 static int starts(const char *p, const char *end, const char *lit)
 {
@@ -47,27 +49,59 @@ static int has_line_starting(const char *p, const char *end, const char *lit)
 	return 0;
 }
 
+/* The value after a top-level key's closing quote at q: true when it is the
+ * string lit. */
+static int value_is(const char *q, const char *end, const char *lit)
+{
+	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n' || *q == ':'))
+		q++;
+	size_t n = strlen(lit);
+	return q < end && *q == '"' && (size_t)(end - q) > n + 1 && !memcmp(q + 1, lit, n) && q[n + 1] == '"';
+}
+
+/* The kind of a JSON object, told by its top-level keys. One pass over the
+ * text that allocates nothing (whatever its size; the command's reader
+ * parses it under that reader's caps); broken JSON is told by the keys seen. */
 static cli_kind json_kind(const char *data, size_t len)
 {
-	cJSON *j = cJSON_ParseWithLength(data, len);
-	if (!cJSON_IsObject(j)) {
-		cJSON_Delete(j);
-		return K_JSON; /* the reader of the command names the error */
+	static const struct {
+		const char *key;
+		cli_kind kind;
+	} keys[] = {
+		{"weight_map", K_CK_INDEX}, {"model_type", K_HF_CONFIG}, {"architectures", K_HF_CONFIG},
+		{"slices_per_cluster", K_MACHINE}, {"clock_hz", K_MACHINE}, {"traceEvents", K_TRACE},
+	};
+	int depth = 0, rank = (int)(sizeof keys / sizeof *keys); /* the best key seen: its index */
+	char prev = 0;
+	int moeir = 0;
+	const char *end = data + len;
+	for (const char *p = data; p < end; p++) {
+		char c = *p;
+		if (c != '"') {
+			depth += (c == '{' || c == '[') - (c == '}' || c == ']');
+			if (c != ' ' && c != '\t' && c != '\r' && c != '\n')
+				prev = c;
+			continue;
+		}
+		const char *q = p + 1;
+		while (q < end && *q != '"')
+			q += *q == '\\' ? 2 : 1;
+		if (q >= end)
+			break;
+		if (depth == 1 && (prev == '{' || prev == ',')) {
+			size_t n = (size_t)(q - p - 1);
+			if (n == 6 && !memcmp(p + 1, "format", 6) && value_is(q + 1, end, "moeir"))
+				moeir = 1;
+			for (int i = 0; i < rank; i++)
+				if (strlen(keys[i].key) == n && !memcmp(p + 1, keys[i].key, n))
+					rank = i;
+		}
+		p = q;
+		prev = '"';
 	}
-	cli_kind k = K_JSON;
-	const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-	if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "moeir"))
-		k = K_IR_JSON;
-	else if (cJSON_GetObjectItemCaseSensitive(j, "weight_map"))
-		k = K_CK_INDEX;
-	else if (cJSON_GetObjectItemCaseSensitive(j, "model_type") || cJSON_GetObjectItemCaseSensitive(j, "architectures"))
-		k = K_HF_CONFIG;
-	else if (cJSON_GetObjectItemCaseSensitive(j, "slices_per_cluster") || cJSON_GetObjectItemCaseSensitive(j, "clock_hz"))
-		k = K_MACHINE;
-	else if (cJSON_GetObjectItemCaseSensitive(j, "traceEvents"))
-		k = K_TRACE;
-	cJSON_Delete(j);
-	return k;
+	if (moeir)
+		return K_IR_JSON;
+	return rank < (int)(sizeof keys / sizeof *keys) ? keys[rank].kind : K_JSON;
 }
 
 static int is_safetensors(const unsigned char *u, size_t len)
@@ -130,8 +164,9 @@ int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind)
 	size_t n = fread(head, 1, sizeof head, f);
 	fclose(f);
 	cli_kind k = cli_sniff(head, n);
-	if (n == sizeof head && (k == K_JSON || k == K_IR_JSON)) {
-		/* JSON is told by its keys: read it whole */
+	if (n == sizeof head && k == K_JSON) {
+		/* JSON is told by its keys: read it whole ("format": "moeir" in the
+		 * head decides at once) */
 		char *text = NULL;
 		size_t len = 0;
 		if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
@@ -166,6 +201,26 @@ static const struct {
 	[K_BINARY] = {"a binary file, not a layer (.moe, .moeir or JSON IR)", "`moec --help`"},
 };
 
+/* Why a file import-hf was given holds no JSON at all, or NULL: empty, blank,
+ * or opened by a UTF-8 byte-order mark (which Python's json refuses too). */
+static const char *not_json(const char *path)
+{
+	char head[SNIFF_BYTES];
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t n = fread(head, 1, sizeof head, f);
+	fclose(f);
+	if (!n)
+		return "the file is empty";
+	if (n >= 3 && !memcmp(head, "\xef\xbb\xbf", 3))
+		return n == 3 ? "the file holds only a UTF-8 byte-order mark"
+			      : "the file starts with a UTF-8 byte-order mark, which JSON does not allow";
+	if (n < sizeof head && skip_comments(head, head + n) == head + n && !memchr(head, '#', n))
+		return "the file holds only whitespace";
+	return NULL;
+}
+
 int cli_check_kind(moe_ctx *ctx, const opts *o)
 {
 	cli_kind k = o->kind;
@@ -174,8 +229,22 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
 		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
+	struct stat st;
+	if (ok && o->cmdbit != C_IMPORT && (k == K_IR_JSON || k == K_JSON) && strcmp(o->file, "-") &&
+		!stat(o->file, &st) && (uint64_t)st.st_size > SNIFF_MAX_IR_JSON) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file),
+			"JSON IR of %lld bytes exceeds the limit of %llu bytes (parsing JSON costs about 40 bytes of "
+			"memory per byte)", (long long)st.st_size, (unsigned long long)SNIFF_MAX_IR_JSON);
+		return 1;
+	}
 	if (ok)
 		return 0;
+	const char *why = o->cmdbit == C_IMPORT ? not_json(o->file) : NULL;
+	if (why) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "%s; a HuggingFace config.json is a JSON object",
+			why);
+		return 1;
+	}
 	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "this looks like %s%s; use %s", kinds[k].desc,
 		o->cmdbit == C_IMPORT ? ", not a HuggingFace config.json" : "", kinds[k].use);
 	return 1;
