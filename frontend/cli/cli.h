@@ -105,6 +105,28 @@ int cli_fail(const char *fmt, const char *arg);
 /* Before any input is read: outputs that are inputs or each other, and path
  * lists longer than CLI_MAX_PATHS, are errors (1). */
 int cli_guard_paths(moe_ctx *ctx, const opts *o);
+/* The same for outputs a command derives from -o (compile --ep's OUT.chip<d>...):
+ * an error naming both when one is an input. */
+int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n);
+/* Signal handlers removing the output sets' temporaries, then the library's
+ * (moe_remove_temporaries), then _exit(128 + signal); a temporary made by
+ * mkstemp(tmpl) listed in them (the descriptor, -1 on failure), and taken
+ * off the list (removing the file when remove_it). */
+void cli_signals_install(void);
+int cli_temp_create(char *tmpl, int *slot);
+void cli_temp_release(int slot, int remove_it);
+
+/* ---- the outputs of one command, committed all or none (frontend/cli/outset.c) ----
+ * add: a temporary beside path, made now, whose name is returned for the
+ * writer (path itself for a FIFO or character device); NULL with an error.
+ * commit: renames every temporary onto its target in the order added, once
+ * all exist; 1 after an error (the remaining temporaries removed). abort:
+ * removes them all. Both free the set. */
+typedef struct cli_outset cli_outset;
+cli_outset *cli_outset_new(moe_ctx *ctx);
+const char *cli_outset_add(cli_outset *s, const char *path);
+int cli_outset_commit(cli_outset *s);
+void cli_outset_abort(cli_outset *s);
 int cli_ends_with(const char *s, const char *suf);
 /* True for "-o -": the output goes to standard output. */
 int cli_is_stdout(const char *out);

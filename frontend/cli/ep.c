@@ -8,9 +8,13 @@
  * all_to_all nodes going through MPI (ep_mpi.c). Rank 0 gathers the rows of
  * the output in rank order and writes -o. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "frontend/cli/cli.h"
 #include "moec/tcp.h"
@@ -310,35 +314,22 @@ done:
 }
 
 /* moec compile --ep N: every chip's phase programs (moe_tcp_ep_compile) and
- * OUT.ep.json, written last, naming them (docs/expert-parallel.md section 6). */
+ * OUT.ep.json naming them (docs/expert-parallel.md section 6), one output
+ * set: each file goes to a temporary as it is compiled, and only when every
+ * one was written are they renamed into place, the manifest last. An old
+ * manifest at OUT.ep.json is removed before the renames (a crash in between
+ * leaves no manifest, never one naming a mix), and the files it named that
+ * the new set does not have are removed before the new manifest goes in. */
+#define EP_PHASES (MOE_TCP_EP_MAX_ROUNDS + 1)
 typedef struct ep_out {
 	moe_ctx *ctx;
 	const char *ext;
 	char stem[4096];
-	char *json;
-	size_t len, cap;
-	bool nomem;
+	const char *base; /* the stem's base name, in stem */
+	cli_outset *set;
+	cJSON *programs;
+	bool written[MOE_TCP_EP_MAX][EP_PHASES];
 } ep_out;
-
-static void jadd(ep_out *w, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0 || w->len + (size_t)n + 1 > w->cap) {
-		size_t cap = (w->cap + (size_t)(n > 0 ? n : 0) + 1) * 2;
-		char *j = realloc(w->json, cap);
-		if (!j) {
-			w->nomem = true;
-			return;
-		}
-		w->json = j, w->cap = cap;
-	}
-	va_start(ap, fmt);
-	w->len += (size_t)vsnprintf(w->json + w->len, w->cap - w->len, fmt, ap);
-	va_end(ap);
-}
 
 static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
 	uint32_t n)
@@ -346,30 +337,147 @@ static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_progr
 	ep_out *w = ud;
 	if (!p)
 		return MOE_OK;
+	if (chip >= MOE_TCP_EP_MAX || phase >= EP_PHASES)
+		return MOE_ERR_INVALID;
 	char path[4200];
 	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
-	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, path) : moe_tcp_write_binary(w->ctx, p, path);
+	const char *tmp = cli_outset_add(w->set, path);
+	if (!tmp)
+		return MOE_ERR_IO;
+	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, tmp) : moe_tcp_write_binary(w->ctx, p, tmp);
+	w->written[chip][phase] = st == MOE_OK;
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-	jadd(w, "%s\n    {\"chip\": %d, \"phase\": %d, \"file\": \"%s\", \"outputs\": [",
-		w->json[w->len - 1] == '[' ? "" : ",", chip, phase, base);
+	cJSON *e = cJSON_CreateObject(), *outs = cJSON_CreateArray();
+	cJSON_AddItemToArray(w->programs, e);
+	cJSON_AddNumberToObject(e, "chip", chip);
+	cJSON_AddNumberToObject(e, "phase", phase);
+	cJSON_AddStringToObject(e, "file", base);
+	cJSON_AddItemToObject(e, "outputs", outs);
 	for (uint32_t j = 0; j < n; j++)
-		jadd(w, "%s%u", j ? ", " : "", (unsigned)outputs[j]);
-	jadd(w, "]}");
+		cJSON_AddItemToArray(outs, cJSON_CreateNumber((double)outputs[j]));
 	return st;
 }
 
 /* The exchanges of chip d's program g, for the manifest. */
-static void list_exchanges(ep_out *w, const moe_graph *g, int d)
+static void list_exchanges(cJSON *arr, const moe_graph *g, int d)
 {
-	jadd(w, "%s\n    {\"chip\": %d, \"all_to_all\": [", d ? "," : "", d);
-	for (moe_id i = 0, k = 0; i < moe_graph_num_nodes(g); i++) {
+	cJSON *e = cJSON_CreateObject(), *x = cJSON_CreateArray();
+	cJSON_AddItemToArray(arr, e);
+	cJSON_AddNumberToObject(e, "chip", d);
+	cJSON_AddItemToObject(e, "all_to_all", x);
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_ALL_TO_ALL)
 			continue;
 		const char *nm = moe_node_name(g, i);
-		jadd(w, "%s{\"node\": %u, \"rows\": %u, \"counts\": %u, \"name\": \"%s\"}", k++ ? ", " : "", (unsigned)i,
-			(unsigned)moe_node_arg(g, i, 0), (unsigned)moe_node_arg(g, i, 1), nm ? nm : "");
+		cJSON *a = cJSON_CreateObject();
+		cJSON_AddItemToArray(x, a);
+		cJSON_AddNumberToObject(a, "node", i);
+		cJSON_AddNumberToObject(a, "rows", moe_node_arg(g, i, 0));
+		cJSON_AddNumberToObject(a, "counts", moe_node_arg(g, i, 1));
+		cJSON_AddStringToObject(a, "name", nm ? nm : "");
 	}
-	jadd(w, "]}");
+}
+
+/* Every name compile --ep may write or remove (each chip and phase, both
+ * extensions, the manifest) is checked against the inputs before anything
+ * is read. */
+static int guard_set(moe_ctx *ctx, const opts *o, const ep_out *w)
+{
+	enum { MAXN = MOE_TCP_EP_MAX * EP_PHASES * 2 + 1 };
+	char(*names)[4200] = malloc(sizeof(*names) * MAXN);
+	const char **v = malloc(sizeof *v * MAXN);
+	int st = !names || !v;
+	size_t n = 0;
+	for (int d = 0; !st && d < MOE_TCP_EP_MAX; d++)
+		for (int k = 0; k < EP_PHASES; k++)
+			for (int e = 0; e < 2; e++) {
+				snprintf(names[n], sizeof names[n], "%s.chip%d.phase%d%s", w->stem, d, k, e ? ".tcps" : ".tcpb");
+				v[n] = names[n], n++;
+			}
+	if (!st) {
+		snprintf(names[n], sizeof names[n], "%s.ep.json", w->stem);
+		v[n] = names[n], n++;
+		st = cli_guard_derived(ctx, o, v, n);
+	} else {
+		fail(ctx, "out of memory%s", "");
+	}
+	free(names);
+	free(v);
+	return st;
+}
+
+/* The files an old manifest at path names that are this stem's programs
+ * (STEM.chip<d>.phase<k>.tcpb|.tcps, nothing else): stale[d][k] bit 1 for
+ * .tcpb, 2 for .tcps. An unreadable or foreign manifest names none. */
+static void old_programs(const ep_out *w, const char *path, unsigned char stale[][EP_PHASES])
+{
+	moe_ctx *quiet = moe_ctx_new(NULL, NULL); /* its errors are not this command's */
+	char *text = NULL;
+	size_t len = 0;
+	if (!quiet || moe_read_file_max(quiet, path, (size_t)16 << 20, &text, &len) != MOE_OK) {
+		moe_ctx_free(quiet);
+		return;
+	}
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	const cJSON *progs = cJSON_GetObjectItemCaseSensitive(j, "programs"), *e;
+	size_t bl = strlen(w->base);
+	cJSON_ArrayForEach(e, progs) {
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
+		const char *s = cJSON_IsString(f) ? f->valuestring : NULL;
+		int d, k, end = 0;
+		char ext[6] = "";
+		if (!s || strncmp(s, w->base, bl) || sscanf(s + bl, ".chip%3d.phase%1d.%4[a-z]%n", &d, &k, ext, &end) != 3 ||
+			s[bl + (size_t)end] || d < 0 || d >= MOE_TCP_EP_MAX || k < 0 || k >= EP_PHASES)
+			continue;
+		char canon[64];
+		snprintf(canon, sizeof canon, ".chip%d.phase%d.%s", d, k, ext);
+		if (strcmp(canon, s + bl)) /* no leading zeros or signs: the name moec writes */
+			continue;
+		if (!strcmp(ext, "tcpb"))
+			stale[d][k] |= 1;
+		else if (!strcmp(ext, "tcps"))
+			stale[d][k] |= 2;
+	}
+	cJSON_Delete(j);
+	moe_free(quiet, text);
+	moe_ctx_free(quiet);
+}
+
+/* Commits the set: the old manifest goes first, then the programs are
+ * renamed into place, the old manifest's programs that the new set lacks
+ * removed, and the new manifest renamed in last (mset). */
+static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, cli_outset *mset)
+{
+	static unsigned char stale[MOE_TCP_EP_MAX][EP_PHASES];
+	memset(stale, 0, sizeof stale);
+	struct stat st;
+	bool old = lstat(manifest, &st) == 0 && S_ISREG(st.st_mode);
+	if (old)
+		old_programs(w, manifest, stale);
+	if (old && unlink(manifest) != 0) {
+		cli_outset_abort(w->set);
+		cli_outset_abort(mset);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, manifest), "cannot remove the old manifest: %s", strerror(errno));
+		return 1;
+	}
+	if (cli_outset_commit(w->set)) {
+		cli_outset_abort(mset);
+		return 1;
+	}
+	bool tcps = !strcmp(w->ext, ".tcps");
+	for (int d = 0; d < MOE_TCP_EP_MAX; d++)
+		for (int k = 0; k < EP_PHASES; k++)
+			for (int e = 0; e < 2; e++) {
+				if (!(stale[d][k] & (1u << e)) || (w->written[d][k] && e == tcps))
+					continue;
+				char path[4200];
+				snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, d, k, e ? ".tcps" : ".tcpb");
+				if (unlink(path) != 0 && errno != ENOENT)
+					moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, path),
+						"the old manifest named this file, which the new set does not have; cannot remove it: %s",
+						strerror(errno));
+			}
+	return cli_outset_commit(mset);
 }
 
 int cli_compile_ep(moe_ctx *ctx, const opts *o)
@@ -382,8 +490,16 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	bool asm_ = cli_ends_with(o->out, ".tcps");
 	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
 		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
-	ep_out w = {.ctx = ctx, .ext = asm_ ? ".tcps" : ".tcpb"};
+	static ep_out w; /* large; one compile at a time */
+	memset(&w, 0, sizeof w);
+	w.ctx = ctx;
+	w.ext = asm_ ? ".tcps" : ".tcpb";
 	snprintf(w.stem, sizeof w.stem, "%.*s", (int)(strlen(o->out) - 5), o->out);
+	w.base = strrchr(w.stem, '/') ? strrchr(w.stem, '/') + 1 : w.stem;
+	char manifest[4200];
+	snprintf(manifest, sizeof manifest, "%s.ep.json", w.stem);
+	if (guard_set(ctx, o, &w))
+		return 1;
 	int64_t T = global_tokens(ctx, o);
 	moe_module *m[MOE_TCP_EP_MAX] = {0};
 	const moe_graph *g[MOE_TCP_EP_MAX];
@@ -394,21 +510,32 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
-	jadd(&w, "{\n  \"ep\": %lld,\n  \"tokens\": %lld,\n  \"programs\": [", (long long)N, (long long)T);
+	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
+	w.programs = cJSON_CreateArray();
+	cJSON_AddNumberToObject(man, "ep", (double)N);
+	cJSON_AddNumberToObject(man, "tokens", (double)T);
+	cJSON_AddItemToObject(man, "programs", w.programs);
+	cJSON_AddItemToObject(man, "exchanges", ex);
+	w.set = st ? NULL : cli_outset_new(ctx);
 	if (!st)
-		st = moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
-	jadd(&w, "\n  ],\n  \"exchanges\": [");
+		st = !w.set || moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
 	for (int d = 0; d < N && !st; d++)
-		list_exchanges(&w, g[d], d);
-	jadd(&w, "\n  ]\n}\n");
-	if (!st && w.nomem)
+		list_exchanges(ex, g[d], d);
+	char *text = st ? NULL : cJSON_Print(man);
+	if (!st && !text)
 		st = fail(ctx, "out of memory for the manifest%s", "");
+	cli_outset *mset = st ? NULL : cli_outset_new(ctx);
+	const char *tmp = mset ? cli_outset_add(mset, manifest) : NULL;
+	if (!st && (!tmp || moe_write_file_atomic(ctx, tmp, text, strlen(text)) != MOE_OK))
+		st = 1;
 	if (!st) {
-		char path[4200];
-		snprintf(path, sizeof path, "%s.ep.json", w.stem);
-		st = moe_write_file_atomic(ctx, path, w.json, w.len) != MOE_OK;
+		st = commit_set(ctx, &w, manifest, mset);
+	} else {
+		cli_outset_abort(w.set);
+		cli_outset_abort(mset);
 	}
-	free(w.json);
+	cJSON_free(text);
+	cJSON_Delete(man);
 	for (int d = 0; d < N; d++)
 		moe_module_free(m[d]);
 	if (mach)

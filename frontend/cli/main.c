@@ -256,7 +256,7 @@ int main(int argc, char **argv)
 	int r = cli_parse(argc, argv, &o, c);
 	if (r)
 		return r < 0 ? 0 : 1;
-	moe_cleanup_on_signals(); /* temporaries are removed on SIGINT/SIGTERM */
+	cli_signals_install(); /* temporaries are removed on SIGINT/SIGTERM/SIGHUP */
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");

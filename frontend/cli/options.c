@@ -288,7 +288,10 @@ static const char *const md_intro =
 	"\n"
 	"`-o -` writes text outputs (IR, C, LLVM IR, TCP assembly, `.moe`) to standard output.\n"
 	"Every file moec writes goes to a temporary name and is renamed into place, with mode\n"
-	"0644 less the umask.\n";
+	"0644 less the umask. A command that writes several files (`run`'s `-o`, `--stats` and\n"
+	"`--trace`; `compile --ep`'s programs and manifest) writes them all to temporaries and\n"
+	"renames them only when every one was written, a manifest last; an error or a signal\n"
+	"removes them. No output, nor a name derived from `-o`, may be an input.\n";
 
 void cli_markdown(FILE *f)
 {
