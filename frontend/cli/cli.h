@@ -178,6 +178,20 @@ moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int
 	void *recv, int64_t cap, int64_t *got);
 int cli_ep_net_gather(moe_ctx *ctx, const void *mine, size_t bytes, void *all, size_t all_bytes);
 void cli_ep_net_finish(void);
+/* The ranks' agreement before computing (frontend/cli/ep_digest.c): a hash
+ * per field of what every rank must share; the first collective gathers
+ * every rank's vector and failure flag. compare: -1 when a rank failed (as
+ * agree), 0 when every rank's vector equals rank 0's, 1 when one does not
+ * (*rank: the first such rank, *mask: the fields that differ), after which
+ * no collective follows but stop (prints this rank's diagnostics whole and
+ * waits for every rank). */
+enum { CLI_EP_DIMS, CLI_EP_DTYPE, CLI_EP_LAYER, CLI_EP_PIPELINE, CLI_EP_PLACEMENT, CLI_EP_ENGINE, CLI_EP_TOKENS,
+	CLI_EP_WEIGHTS, CLI_EP_INPUT, CLI_EP_DIGESTS };
+extern const char *const cli_ep_digest_names[CLI_EP_DIGESTS];
+int cli_ep_digest(moe_ctx *ctx, const opts *o, const moe_module *m, int64_t N, const char *pipeline, int64_t tokens,
+	uint64_t d[CLI_EP_DIGESTS]);
+int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask);
+void cli_ep_net_stop(moe_ctx *ctx);
 int cli_compile(moe_ctx *ctx, const opts *o);
 /* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);

@@ -72,19 +72,66 @@ static moe_module *load_rows(moe_ctx *ctx, const opts *o, int64_t rows)
 	return m;
 }
 
-/* The global token count: the layer's T after the user's --set. */
-static int64_t global_tokens(moe_ctx *ctx, const opts *o)
+/* The layer after the user's --set (NULL after an error) and its T. */
+static moe_module *load_global(moe_ctx *ctx, const opts *o, int64_t *T)
 {
 	moe_module *m = cli_load(ctx, o);
-	int64_t T = -1;
-	if (m && moe_module_num_graphs(m) == 1 && !moe_graph_get_dim(moe_module_graph(m, 0), "T", &T))
+	*T = -1;
+	if (m && moe_module_num_graphs(m) != 1)
+		fail(ctx, "--ep runs a file with one layer%s", "");
+	else if (m && !moe_graph_get_dim(moe_module_graph(m, 0), "T", T))
 		fail(ctx, "--ep shards the tokens of dim T, which %s does not declare", o->file);
-	moe_module_free(m);
+	if (*T < 1) {
+		moe_module_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static int64_t global_tokens(moe_ctx *ctx, const opts *o)
+{
+	int64_t T;
+	moe_module_free(load_global(ctx, o, &T));
 	return T;
 }
 
-/* Rows [first, first + n) of the input x (or one zero row when n = 0). */
-static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T, int64_t first, int64_t n,
+/* The rows the devices share: --tokens N (0..T), else the layer's T; -1
+ * after an error. One process with --tokens N computes its first N rows as
+ * if the others were absent, so the devices shard those N rows. */
+static int64_t shared_rows(moe_ctx *ctx, const opts *o, int64_t T)
+{
+	int64_t n = cli_tokens(ctx, o);
+	if (n == -2 || T < 1)
+		return -1;
+	if (n > T) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "--tokens %lld exceeds the layer's T = %lld",
+			(long long)n, (long long)T);
+		return -1;
+	}
+	return n < 0 ? T : n;
+}
+
+/* The pipeline of rank `rank` (-1: the text every rank shares, for the
+ * ranks' check) over G rows. */
+static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, char *pipe, size_t cap)
+{
+	char pl[512] = "", rk[16] = "*";
+	if (o->placement && rank >= 0) { /* the ranks compare placements as a field of their own */
+		snprintf(pl, sizeof pl, ",placement=%s", o->placement);
+		for (char *p = pl; *p; p++)
+			if (*p == ',' && p != pl)
+				*p = '.';
+	}
+	if (rank >= 0)
+		snprintf(rk, sizeof rk, "%d", rank);
+	snprintf(pipe, cap,
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s},blockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl);
+}
+
+/* Rows [first, first + n) of the input x (or one zero row when n = 0); x
+ * has the layer's T rows or the G rows shared (--tokens). */
+static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T, int64_t G, int64_t first, int64_t n,
 	moe_tensor_map *bind)
 {
 	moe_id in = MOE_NONE;
@@ -98,15 +145,19 @@ static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T,
 	if (!x)
 		return 1;
 	const int64_t *s = moe_node_shape(g, in);
-	if (x->rank != 2 || moe_node_rank(g, in) != 2 || x->shape[0] != T || x->shape[1] != s[1]) {
+	if (x->rank != 2 || moe_node_rank(g, in) != 2 || (x->shape[0] != T && x->shape[0] != G) || x->shape[0] < 1 ||
+		x->shape[1] != s[1]) {
 		moe_tensor_free(ctx, x);
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->input), "--ep: the input must be [T, D] = [%lld, %lld]",
-			(long long)T, (long long)s[1]);
+		char alt[64] = "";
+		if (G != T)
+			snprintf(alt, sizeof alt, " or [--tokens, D] = [%lld, %lld]", (long long)G, (long long)s[1]);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->input), "--ep: the input must be [T, D] = [%lld, %lld]%s",
+			(long long)T, (long long)s[1], alt);
 		return 1;
 	}
 	moe_tensor *mine = moe_tensor_new(ctx, x->dtype, 2, s);
 	if (mine && n)
-		memcpy(mine->data, (char *)x->data + (size_t)first * (x->nbytes / (size_t)T), mine->nbytes);
+		memcpy(mine->data, (char *)x->data + (size_t)first * (x->nbytes / (size_t)x->shape[0]), mine->nbytes);
 	moe_tensor_free(ctx, x);
 	if (!mine)
 		return 1;
@@ -123,22 +174,15 @@ static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, mo
 		return 1;
 	if (moe_module_num_graphs(m) != 1)
 		return fail(ctx, "--ep runs a file with one layer%s", "");
-	char pipe[1024], pl[512] = "";
-	if (o->placement) {
-		snprintf(pl, sizeof pl, ",placement=%s", o->placement);
-		for (char *p = pl; *p; p++)
-			if (*p == ',' && p != pl)
-				*p = '.';
-	}
-	snprintf(pipe, sizeof pipe,
-		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%d,tokens=%lld%s},blockwise-dispatch,"
-		"grid-bound,canonicalize,cse,dce", (long long)N, rank, (long long)T, pl);
+	char pipe[1024];
+	ep_pipeline(o, N, rank, T, pipe, sizeof pipe);
 	moe_run_opts ro = {.verify = 1};
 	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
 }
 
-/* This rank's program, weights and input; 0 when ready. */
-static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+/* This rank's program, weights and input over the T rows shared (Tl: the layer's); 0 when ready. */
+static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, int64_t Tl, moe_module **mp,
+	moe_tensor_map *bind)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	if (build(ctx, o, N, rank, T, mp))
@@ -149,7 +193,7 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 	size_t np = 0;
 	for (char *p = strtok(wcopy, ","); p && np < 64; p = strtok(NULL, ","))
 		paths[np++] = p;
-	int st = cli_load_weights(ctx, g, paths, np, o, bind) || bind_rows(ctx, g, o, T, q * rank, Td, bind);
+	int st = cli_load_weights(ctx, g, paths, np, o, bind) || bind_rows(ctx, g, o, Tl, T, q * rank, Td, bind);
 	free(wcopy);
 	return st;
 }
@@ -205,12 +249,35 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 	return j;
 }
 
+/* --tokens 0: the output of no rows, nothing computed. */
+static int write_empty(moe_ctx *ctx, const opts *o, const moe_module *gm)
+{
+	const moe_graph *g = moe_module_graph(gm, 0);
+	if (moe_graph_num_outputs(g) != 1)
+		return fail(ctx, "--ep runs layers with one output%s", "");
+	moe_id y = moe_graph_output(g, 0);
+	int64_t s[2] = {0, moe_node_rank(g, y) == 2 ? moe_node_shape(g, y)[1] : 0};
+	moe_tensor *t = moe_tensor_new(ctx, moe_node_dtype(g, y), 2, s);
+	int st = !t || (o->out && moe_npy_write(ctx, o->out, t) != MOE_OK);
+	moe_tensor_free(ctx, t);
+	return st;
+}
+
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
-	int64_t T = global_tokens(ctx, o);
+	int64_t Tl;
+	moe_module *gm = load_global(ctx, o, &Tl);
+	int64_t T = gm ? shared_rows(ctx, o, Tl) : -1;
+	if (T == 0) {
+		int e = o->stats || o->trace ? fail(ctx, "--tokens 0 computes nothing: drop --stats and --trace%s", "") :
+					      write_empty(ctx, o, gm);
+		moe_module_free(gm);
+		return e;
+	}
+	moe_module_free(gm);
 	moe_module *m[MOE_TCP_EP_MAX] = {0};
 	moe_tensor_map *bind[MOE_TCP_EP_MAX] = {0};
 	const moe_graph *g[MOE_TCP_EP_MAX];
@@ -219,7 +286,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
 		bind[d] = moe_tensor_map_new(ctx);
-		st = prepare(ctx, o, N, d, T, &m[d], bind[d]);
+		st = prepare(ctx, o, N, d, T, Tl, &m[d], bind[d]);
 		if (!st) {
 			g[d] = moe_module_graph(m[d], 0);
 			out[d] = &outv[d];
@@ -259,6 +326,46 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	return st;
 }
 
+/* The first collective: every rank's digest of what it runs (ep_digest.c)
+ * against rank 0's. A rank that differs stops every rank with one message,
+ * printed by rank 0, naming that rank and the fields; nonzero then (*quiet:
+ * nothing more to print). *T: the rows shared, *Tl: the layer's T. */
+static int agree_first(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t *T, int64_t *Tl, int *quiet)
+{
+	moe_module *gm = load_global(ctx, o, Tl);
+	*T = gm ? shared_rows(ctx, o, *Tl) : -1;
+	uint64_t dg[CLI_EP_DIGESTS] = {0};
+	char pipe[1024];
+	int bad = *T < 0;
+	if (!bad) {
+		ep_pipeline(o, N, -1, *T, pipe, sizeof pipe);
+		bad = cli_ep_digest(ctx, o, gm, N, pipe, *T, dg);
+	}
+	moe_module_free(gm);
+	int who = -1;
+	unsigned mask = 0;
+	int c = cli_ep_net_compare(ctx, bad, dg, CLI_EP_DIGESTS, &who, &mask);
+	if (c <= 0)
+		return c < 0;
+	/* the fields a more specific one explains are left out */
+	if (mask & (1u << CLI_EP_DIMS | 1u << CLI_EP_DTYPE))
+		mask &= ~(1u << CLI_EP_LAYER);
+	if (mask & (1u << CLI_EP_PLACEMENT | 1u << CLI_EP_TOKENS))
+		mask &= ~(1u << CLI_EP_PIPELINE);
+	if (rank == 0) {
+		char fields[256] = "";
+		for (int f = 0; f < CLI_EP_DIGESTS; f++)
+			if (mask & (1u << f))
+				snprintf(fields + strlen(fields), sizeof fields - strlen(fields), "%s%s", *fields ? ", " : "",
+					cli_ep_digest_names[f]);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "--ep: rank %d differs from rank 0 in: %s (every rank "
+			"must run the same layer, --set, options, checkpoint and input; nothing was computed)", who, fields);
+	}
+	cli_ep_net_stop(ctx);
+	*quiet = 1;
+	return 1;
+}
+
 int cli_run_ep(moe_ctx *ctx, const opts *o)
 {
 	int64_t N = ep_count(ctx, o);
@@ -269,7 +376,8 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	int rank = 0, size = 1;
 	if (cli_ep_net_init(ctx, &rank, &size))
 		return 1;
-	int status = 1;
+	int status = 1, quiet = 0;
+	int64_t T = -1, Tl = -1;
 	moe_module *m = NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
 	moe_tensor *out[16] = {0};
@@ -281,8 +389,15 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		cli_ep_net_agree(ctx, 1); /* prints it before every rank stops */
 		goto done;
 	}
-	int64_t T = global_tokens(ctx, o);
-	int bad = T < 1 || prepare(ctx, o, N, rank, T, &m, bind);
+	if (agree_first(ctx, o, N, rank, &T, &Tl, &quiet))
+		goto done;
+	if (T == 0) { /* --tokens 0 */
+		moe_module *gm = rank == 0 ? load_global(ctx, o, &Tl) : NULL;
+		status = rank == 0 && (!gm || write_empty(ctx, o, gm));
+		moe_module_free(gm);
+		goto done;
+	}
+	int bad = prepare(ctx, o, N, rank, T, Tl, &m, bind);
 	if (!bad && moe_graph_num_outputs(moe_module_graph(m, 0)) != 1)
 		bad = fail(ctx, "--ep runs layers with one output%s", "");
 	if (cli_ep_net_agree(ctx, bad))
@@ -303,7 +418,7 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		goto done;
 	status = gather_write(ctx, o, rank, N, T, out[0]);
 done:
-	if (status && moe_error_count(ctx))
+	if (status && !quiet && moe_error_count(ctx))
 		fprintf(stderr, "moec: rank %d of %d failed\n", rank, size);
 	for (int i = 0; i < 16; i++)
 		moe_tensor_free(ctx, out[i]);
