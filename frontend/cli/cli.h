@@ -19,6 +19,15 @@ enum {
 	C_PASSES = 1u << 6,
 };
 
+/* The kinds of input an option applies to (the table's `inputs` column). */
+enum {
+	I_MOE = 1u << 0,  /* .moe text (also standard input or a FIFO, whose kind is not known before it is read) */
+	I_IR = 1u << 1,   /* textual or JSON IR */
+	I_TCPB = 1u << 2, /* a compiled .tcpb */
+	I_LAYER = I_MOE | I_IR,
+	I_ALL = I_MOE | I_IR | I_TCPB,
+};
+
 /* What a file holds, by its content (frontend/cli/sniff.c). */
 typedef enum cli_kind {
 	K_UNREAD,       /* not a regular file (stdin, FIFO, device): its reader decides */
@@ -88,6 +97,12 @@ void cli_markdown(FILE *f);
 int cli_parse(int argc, char **argv, opts *o, const cli_command *c);
 /* Options given that apply only to another target than `target`: an error. */
 int cli_check_target(moe_ctx *ctx, const opts *o, const char *target);
+/* Options given that do not apply to the kind of FILE, that lack the option
+ * they need, or that are given with one they exclude: an error each (1). */
+int cli_check_applies(moe_ctx *ctx, const opts *o);
+/* The option table as text, one row a line (moec help --option-table):
+ * spelling, metavar, commands, target, inputs, needs, excludes, tab-separated. */
+void cli_option_table(FILE *f);
 
 /* ---- input recognition (frontend/cli/sniff.c) ---- */
 cli_kind cli_sniff(const char *data, size_t len);
