@@ -386,7 +386,12 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "rank %d: --ep %lld but %d MPI rank%s running (start "
 			"it as mpirun -n %lld moec run --ep %lld ...)", rank, (long long)N, size, size == 1 ? " is" : "s are",
 			(long long)N, (long long)N);
-		cli_ep_net_agree(ctx, 1); /* prints it before every rank stops */
+		/* the first collective of every path, so that a rank given another
+		 * --ep meets the others' check; prints it before every rank stops */
+		uint64_t none[CLI_EP_DIGESTS] = {0};
+		int who;
+		unsigned mask;
+		cli_ep_net_compare(ctx, 1, none, CLI_EP_DIGESTS, &who, &mask);
 		goto done;
 	}
 	if (agree_first(ctx, o, N, rank, &T, &Tl, &quiet))

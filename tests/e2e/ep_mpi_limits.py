@@ -20,8 +20,9 @@
    K or E (--set), another checkpoint (the same header, other values), another
    --set dtype, another --placement, or (3 ranks) the last rank another K: every rank
    exits non-zero (each rank's status recorded by a wrapper), exactly one line of moec's
-   output, naming the rank and the field, and no output file. The same placement spelled
-   out and left to its default agrees.
+   output, naming the rank and the field, and no output file. A rank given another --ep
+   reports it and the other stops (no rank waits). The same placement spelled out and
+   left to its default agrees.
 4. --tokens N under --ep: N rows, bitwise equal to one process with --tokens N (the
    interpreter), for N in 0, 1, 3 on 2 and 3 ranks, with x of T rows and of N rows.
 
@@ -231,6 +232,17 @@ def main():
                   lines[0].startswith(want) and not os.path.exists(yd))
             check("ranks disagree: " + name, ok, "after %.1f s, ranks exit %s, moec says %s"
                   % (t, ",".join(codes), lines))
+        # another --ep on one rank: that rank's own error, the other stops, no rank waits
+        for r in range(3):
+            if os.path.exists(status + str(r)):
+                os.remove(status + str(r))
+        cmd = mpmd([{}, {}])
+        cmd[len(cmd) - 1 - cmd[::-1].index("--ep") + 1] = "3"
+        p, t = run(cmd, to, expect_ok=False, env=dict(mpi_env(), OMPI_MCA_orte_abort_on_non_zero_status="0"))
+        codes = [open(status + str(r)).read().strip() if os.path.exists(status + str(r)) else "none" for r in range(2)]
+        check("ranks disagree: another --ep", codes == ["1", "1"] and "rank 1: --ep 3 but 2 MPI ranks" in p.stderr and
+              "rank 0 of 2: stopping: another rank failed" in p.stderr,
+              "after %.1f s, ranks exit %s" % (t, ",".join(codes)))
         p, t = run(mpmd([{}, {"args": ["--placement", "0,0,0,0,1,1,1,1"]}]), to, expect_ok=False)
         check("the default placement spelled out agrees", p.returncode == 0 and os.path.exists(yd),
               "status %d after %.1f s" % (p.returncode, t))
