@@ -457,8 +457,11 @@ static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_progr
 	ep_out *w = ud;
 	if (!p)
 		return MOE_OK;
-	if (chip >= MOE_TCP_EP_MAX || phase >= EP_PHASES)
+	if (chip >= MOE_TCP_EP_MAX || phase >= EP_PHASES) {
+		moe_diag(w->ctx, MOE_DIAG_ERROR, moe_loc_file(w->ctx, "moec"), "compile --ep: chip %d phase %d is past the "
+			"names the inputs were checked against", chip, phase);
 		return MOE_ERR_INVALID;
+	}
 	char path[4200];
 	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
 	const char *tmp = cli_outset_add(w->set, path);
