@@ -214,6 +214,18 @@ moe_tcp_bundle *moe_tcp_bundle_from_binary(moe_ctx *ctx, const char *file, const
 		free(pb);
 		if (!p)
 			return bad(ctx, file, (int64_t)(e - buf), b, "a bucket is corrupt (above)");
+		/* the label is the program's T: the rows of each of its inputs and outputs */
+		for (uint32_t k = 0; k < p->nt; k++) {
+			const tcp_tensor *t = &p->t[k];
+			if ((t->kind == TCP_T_INPUT || t->kind == TCP_T_OUTPUT) && t->rank >= 1 && t->shape[0] != T) {
+				char why[160];
+				snprintf(why, sizeof why, "bucket %u is labelled T=%lld but its program's %s '%s' has %lld rows",
+					(unsigned)i, (long long)T, t->kind == TCP_T_INPUT ? "input" : "output", t->name,
+					(long long)t->shape[0]);
+				moe_tcp_program_free(p);
+				return bad(ctx, file, (int64_t)(e - buf), b, why);
+			}
+		}
 		b->T[b->n] = T;
 		b->p[b->n++] = p;
 	}

@@ -19,6 +19,15 @@ enum {
 	C_PASSES = 1u << 6,
 };
 
+/* The kinds of input an option applies to (the table's `inputs` column). */
+enum {
+	I_MOE = 1u << 0,  /* .moe text (also standard input or a FIFO, whose kind is not known before it is read) */
+	I_IR = 1u << 1,   /* textual or JSON IR */
+	I_TCPB = 1u << 2, /* a compiled .tcpb */
+	I_LAYER = I_MOE | I_IR,
+	I_ALL = I_MOE | I_IR | I_TCPB,
+};
+
 /* What a file holds, by its content (frontend/cli/sniff.c). */
 typedef enum cli_kind {
 	K_UNREAD,       /* not a regular file (stdin, FIFO, device): its reader decides */
@@ -88,6 +97,12 @@ void cli_markdown(FILE *f);
 int cli_parse(int argc, char **argv, opts *o, const cli_command *c);
 /* Options given that apply only to another target than `target`: an error. */
 int cli_check_target(moe_ctx *ctx, const opts *o, const char *target);
+/* Options given that do not apply to the kind of FILE, that lack the option
+ * they need, or that are given with one they exclude: an error each (1). */
+int cli_check_applies(moe_ctx *ctx, const opts *o);
+/* The option table as text, one row a line (moec help --option-table):
+ * spelling, metavar, commands, target, inputs, needs, excludes, tab-separated. */
+void cli_option_table(FILE *f);
 
 /* ---- input recognition (frontend/cli/sniff.c) ---- */
 cli_kind cli_sniff(const char *data, size_t len);
@@ -105,6 +120,28 @@ int cli_fail(const char *fmt, const char *arg);
 /* Before any input is read: outputs that are inputs or each other, and path
  * lists longer than CLI_MAX_PATHS, are errors (1). */
 int cli_guard_paths(moe_ctx *ctx, const opts *o);
+/* The same for outputs a command derives from -o (compile --ep's OUT.chip<d>...):
+ * an error naming both when one is an input. */
+int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n);
+/* Signal handlers removing the output sets' temporaries, then the library's
+ * (moe_remove_temporaries), then _exit(128 + signal); a temporary made by
+ * mkstemp(tmpl) listed in them (the descriptor, -1 on failure), and taken
+ * off the list (removing the file when remove_it). */
+void cli_signals_install(void);
+int cli_temp_create(char *tmpl, int *slot);
+void cli_temp_release(int slot, int remove_it);
+
+/* ---- the outputs of one command, committed all or none (frontend/cli/outset.c) ----
+ * add: a temporary beside path, made now, whose name is returned for the
+ * writer (path itself for a FIFO or character device); NULL with an error.
+ * commit: renames every temporary onto its target in the order added, once
+ * all exist; 1 after an error (the remaining temporaries removed). abort:
+ * removes them all. Both free the set. */
+typedef struct cli_outset cli_outset;
+cli_outset *cli_outset_new(moe_ctx *ctx);
+const char *cli_outset_add(cli_outset *s, const char *path);
+int cli_outset_commit(cli_outset *s);
+void cli_outset_abort(cli_outset *s);
 int cli_ends_with(const char *s, const char *suf);
 /* True for "-o -": the output goes to standard output. */
 int cli_is_stdout(const char *out);
@@ -156,6 +193,20 @@ moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int
 	void *recv, int64_t cap, int64_t *got);
 int cli_ep_net_gather(moe_ctx *ctx, const void *mine, size_t bytes, void *all, size_t all_bytes);
 void cli_ep_net_finish(void);
+/* The ranks' agreement before computing (frontend/cli/ep_digest.c): a hash
+ * per field of what every rank must share; the first collective gathers
+ * every rank's vector and failure flag. compare: -1 when a rank failed (as
+ * agree), 0 when every rank's vector equals rank 0's, 1 when one does not
+ * (*rank: the first such rank, *mask: the fields that differ), after which
+ * no collective follows but stop (prints this rank's diagnostics whole and
+ * waits for every rank). */
+enum { CLI_EP_DIMS, CLI_EP_DTYPE, CLI_EP_LAYER, CLI_EP_PIPELINE, CLI_EP_PLACEMENT, CLI_EP_ENGINE, CLI_EP_TOKENS,
+	CLI_EP_WEIGHTS, CLI_EP_INPUT, CLI_EP_DIGESTS };
+extern const char *const cli_ep_digest_names[CLI_EP_DIGESTS];
+int cli_ep_digest(moe_ctx *ctx, const opts *o, const moe_module *m, int64_t N, const char *pipeline, int64_t tokens,
+	uint64_t d[CLI_EP_DIGESTS]);
+int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask);
+void cli_ep_net_stop(moe_ctx *ctx);
 int cli_compile(moe_ctx *ctx, const opts *o);
 /* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);

@@ -8,9 +8,13 @@
  * all_to_all nodes going through MPI (ep_mpi.c). Rank 0 gathers the rows of
  * the output in rank order and writes -o. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "frontend/cli/cli.h"
 #include "moec/tcp.h"
@@ -68,19 +72,66 @@ static moe_module *load_rows(moe_ctx *ctx, const opts *o, int64_t rows)
 	return m;
 }
 
-/* The global token count: the layer's T after the user's --set. */
-static int64_t global_tokens(moe_ctx *ctx, const opts *o)
+/* The layer after the user's --set (NULL after an error) and its T. */
+static moe_module *load_global(moe_ctx *ctx, const opts *o, int64_t *T)
 {
 	moe_module *m = cli_load(ctx, o);
-	int64_t T = -1;
-	if (m && moe_module_num_graphs(m) == 1 && !moe_graph_get_dim(moe_module_graph(m, 0), "T", &T))
+	*T = -1;
+	if (m && moe_module_num_graphs(m) != 1)
+		fail(ctx, "--ep runs a file with one layer%s", "");
+	else if (m && !moe_graph_get_dim(moe_module_graph(m, 0), "T", T))
 		fail(ctx, "--ep shards the tokens of dim T, which %s does not declare", o->file);
-	moe_module_free(m);
+	if (*T < 1) {
+		moe_module_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static int64_t global_tokens(moe_ctx *ctx, const opts *o)
+{
+	int64_t T;
+	moe_module_free(load_global(ctx, o, &T));
 	return T;
 }
 
-/* Rows [first, first + n) of the input x (or one zero row when n = 0). */
-static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T, int64_t first, int64_t n,
+/* The rows the devices share: --tokens N (0..T), else the layer's T; -1
+ * after an error. One process with --tokens N computes its first N rows as
+ * if the others were absent, so the devices shard those N rows. */
+static int64_t shared_rows(moe_ctx *ctx, const opts *o, int64_t T)
+{
+	int64_t n = cli_tokens(ctx, o);
+	if (n == -2 || T < 1)
+		return -1;
+	if (n > T) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "--tokens %lld exceeds the layer's T = %lld",
+			(long long)n, (long long)T);
+		return -1;
+	}
+	return n < 0 ? T : n;
+}
+
+/* The pipeline of rank `rank` (-1: the text every rank shares, for the
+ * ranks' check) over G rows. */
+static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, char *pipe, size_t cap)
+{
+	char pl[512] = "", rk[16] = "*";
+	if (o->placement && rank >= 0) { /* the ranks compare placements as a field of their own */
+		snprintf(pl, sizeof pl, ",placement=%s", o->placement);
+		for (char *p = pl; *p; p++)
+			if (*p == ',' && p != pl)
+				*p = '.';
+	}
+	if (rank >= 0)
+		snprintf(rk, sizeof rk, "%d", rank);
+	snprintf(pipe, cap,
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s},blockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl);
+}
+
+/* Rows [first, first + n) of the input x (or one zero row when n = 0); x
+ * has the layer's T rows or the G rows shared (--tokens). */
+static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T, int64_t G, int64_t first, int64_t n,
 	moe_tensor_map *bind)
 {
 	moe_id in = MOE_NONE;
@@ -94,15 +145,19 @@ static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T,
 	if (!x)
 		return 1;
 	const int64_t *s = moe_node_shape(g, in);
-	if (x->rank != 2 || moe_node_rank(g, in) != 2 || x->shape[0] != T || x->shape[1] != s[1]) {
+	if (x->rank != 2 || moe_node_rank(g, in) != 2 || (x->shape[0] != T && x->shape[0] != G) || x->shape[0] < 1 ||
+		x->shape[1] != s[1]) {
 		moe_tensor_free(ctx, x);
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->input), "--ep: the input must be [T, D] = [%lld, %lld]",
-			(long long)T, (long long)s[1]);
+		char alt[64] = "";
+		if (G != T)
+			snprintf(alt, sizeof alt, " or [--tokens, D] = [%lld, %lld]", (long long)G, (long long)s[1]);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->input), "--ep: the input must be [T, D] = [%lld, %lld]%s",
+			(long long)T, (long long)s[1], alt);
 		return 1;
 	}
 	moe_tensor *mine = moe_tensor_new(ctx, x->dtype, 2, s);
 	if (mine && n)
-		memcpy(mine->data, (char *)x->data + (size_t)first * (x->nbytes / (size_t)T), mine->nbytes);
+		memcpy(mine->data, (char *)x->data + (size_t)first * (x->nbytes / (size_t)x->shape[0]), mine->nbytes);
 	moe_tensor_free(ctx, x);
 	if (!mine)
 		return 1;
@@ -119,22 +174,15 @@ static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, mo
 		return 1;
 	if (moe_module_num_graphs(m) != 1)
 		return fail(ctx, "--ep runs a file with one layer%s", "");
-	char pipe[1024], pl[512] = "";
-	if (o->placement) {
-		snprintf(pl, sizeof pl, ",placement=%s", o->placement);
-		for (char *p = pl; *p; p++)
-			if (*p == ',' && p != pl)
-				*p = '.';
-	}
-	snprintf(pipe, sizeof pipe,
-		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%d,tokens=%lld%s},blockwise-dispatch,"
-		"grid-bound,canonicalize,cse,dce", (long long)N, rank, (long long)T, pl);
+	char pipe[1024];
+	ep_pipeline(o, N, rank, T, pipe, sizeof pipe);
 	moe_run_opts ro = {.verify = 1};
 	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
 }
 
-/* This rank's program, weights and input; 0 when ready. */
-static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp, moe_tensor_map *bind)
+/* This rank's program, weights and input over the T rows shared (Tl: the layer's); 0 when ready. */
+static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, int64_t Tl, moe_module **mp,
+	moe_tensor_map *bind)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	if (build(ctx, o, N, rank, T, mp))
@@ -145,7 +193,7 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 	size_t np = 0;
 	for (char *p = strtok(wcopy, ","); p && np < 64; p = strtok(NULL, ","))
 		paths[np++] = p;
-	int st = cli_load_weights(ctx, g, paths, np, o, bind) || bind_rows(ctx, g, o, T, q * rank, Td, bind);
+	int st = cli_load_weights(ctx, g, paths, np, o, bind) || bind_rows(ctx, g, o, Tl, T, q * rank, Td, bind);
 	free(wcopy);
 	return st;
 }
@@ -201,12 +249,35 @@ static char *tcp_stats_json(const moe_tcp_ep_stats *s, int64_t T)
 	return j;
 }
 
+/* --tokens 0: the output of no rows, nothing computed. */
+static int write_empty(moe_ctx *ctx, const opts *o, const moe_module *gm)
+{
+	const moe_graph *g = moe_module_graph(gm, 0);
+	if (moe_graph_num_outputs(g) != 1)
+		return fail(ctx, "--ep runs layers with one output%s", "");
+	moe_id y = moe_graph_output(g, 0);
+	int64_t s[2] = {0, moe_node_rank(g, y) == 2 ? moe_node_shape(g, y)[1] : 0};
+	moe_tensor *t = moe_tensor_new(ctx, moe_node_dtype(g, y), 2, s);
+	int st = !t || (o->out && moe_npy_write(ctx, o->out, t) != MOE_OK);
+	moe_tensor_free(ctx, t);
+	return st;
+}
+
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
-	int64_t T = global_tokens(ctx, o);
+	int64_t Tl;
+	moe_module *gm = load_global(ctx, o, &Tl);
+	int64_t T = gm ? shared_rows(ctx, o, Tl) : -1;
+	if (T == 0) {
+		int e = o->stats || o->trace ? fail(ctx, "--tokens 0 computes nothing: drop --stats and --trace%s", "") :
+					      write_empty(ctx, o, gm);
+		moe_module_free(gm);
+		return e;
+	}
+	moe_module_free(gm);
 	moe_module *m[MOE_TCP_EP_MAX] = {0};
 	moe_tensor_map *bind[MOE_TCP_EP_MAX] = {0};
 	const moe_graph *g[MOE_TCP_EP_MAX];
@@ -215,7 +286,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
 		bind[d] = moe_tensor_map_new(ctx);
-		st = prepare(ctx, o, N, d, T, &m[d], bind[d]);
+		st = prepare(ctx, o, N, d, T, Tl, &m[d], bind[d]);
 		if (!st) {
 			g[d] = moe_module_graph(m[d], 0);
 			out[d] = &outv[d];
@@ -255,6 +326,46 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	return st;
 }
 
+/* The first collective: every rank's digest of what it runs (ep_digest.c)
+ * against rank 0's. A rank that differs stops every rank with one message,
+ * printed by rank 0, naming that rank and the fields; nonzero then (*quiet:
+ * nothing more to print). *T: the rows shared, *Tl: the layer's T. */
+static int agree_first(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t *T, int64_t *Tl, int *quiet)
+{
+	moe_module *gm = load_global(ctx, o, Tl);
+	*T = gm ? shared_rows(ctx, o, *Tl) : -1;
+	uint64_t dg[CLI_EP_DIGESTS] = {0};
+	char pipe[1024];
+	int bad = *T < 0;
+	if (!bad) {
+		ep_pipeline(o, N, -1, *T, pipe, sizeof pipe);
+		bad = cli_ep_digest(ctx, o, gm, N, pipe, *T, dg);
+	}
+	moe_module_free(gm);
+	int who = -1;
+	unsigned mask = 0;
+	int c = cli_ep_net_compare(ctx, bad, dg, CLI_EP_DIGESTS, &who, &mask);
+	if (c <= 0)
+		return c < 0;
+	/* the fields a more specific one explains are left out */
+	if (mask & (1u << CLI_EP_DIMS | 1u << CLI_EP_DTYPE))
+		mask &= ~(1u << CLI_EP_LAYER);
+	if (mask & (1u << CLI_EP_PLACEMENT | 1u << CLI_EP_TOKENS))
+		mask &= ~(1u << CLI_EP_PIPELINE);
+	if (rank == 0) {
+		char fields[256] = "";
+		for (int f = 0; f < CLI_EP_DIGESTS; f++)
+			if (mask & (1u << f))
+				snprintf(fields + strlen(fields), sizeof fields - strlen(fields), "%s%s", *fields ? ", " : "",
+					cli_ep_digest_names[f]);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "--ep: rank %d differs from rank 0 in: %s (every rank "
+			"must run the same layer, --set, options, checkpoint and input; nothing was computed)", who, fields);
+	}
+	cli_ep_net_stop(ctx);
+	*quiet = 1;
+	return 1;
+}
+
 int cli_run_ep(moe_ctx *ctx, const opts *o)
 {
 	int64_t N = ep_count(ctx, o);
@@ -265,7 +376,8 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	int rank = 0, size = 1;
 	if (cli_ep_net_init(ctx, &rank, &size))
 		return 1;
-	int status = 1;
+	int status = 1, quiet = 0;
+	int64_t T = -1, Tl = -1;
 	moe_module *m = NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
 	moe_tensor *out[16] = {0};
@@ -274,11 +386,23 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "rank %d: --ep %lld but %d MPI rank%s running (start "
 			"it as mpirun -n %lld moec run --ep %lld ...)", rank, (long long)N, size, size == 1 ? " is" : "s are",
 			(long long)N, (long long)N);
-		cli_ep_net_agree(ctx, 1); /* prints it before every rank stops */
+		/* the first collective of every path, so that a rank given another
+		 * --ep meets the others' check; prints it before every rank stops */
+		uint64_t none[CLI_EP_DIGESTS] = {0};
+		int who;
+		unsigned mask;
+		cli_ep_net_compare(ctx, 1, none, CLI_EP_DIGESTS, &who, &mask);
 		goto done;
 	}
-	int64_t T = global_tokens(ctx, o);
-	int bad = T < 1 || prepare(ctx, o, N, rank, T, &m, bind);
+	if (agree_first(ctx, o, N, rank, &T, &Tl, &quiet))
+		goto done;
+	if (T == 0) { /* --tokens 0 */
+		moe_module *gm = rank == 0 ? load_global(ctx, o, &Tl) : NULL;
+		status = rank == 0 && (!gm || write_empty(ctx, o, gm));
+		moe_module_free(gm);
+		goto done;
+	}
+	int bad = prepare(ctx, o, N, rank, T, Tl, &m, bind);
 	if (!bad && moe_graph_num_outputs(moe_module_graph(m, 0)) != 1)
 		bad = fail(ctx, "--ep runs layers with one output%s", "");
 	if (cli_ep_net_agree(ctx, bad))
@@ -299,7 +423,7 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		goto done;
 	status = gather_write(ctx, o, rank, N, T, out[0]);
 done:
-	if (status && moe_error_count(ctx))
+	if (status && !quiet && moe_error_count(ctx))
 		fprintf(stderr, "moec: rank %d of %d failed\n", rank, size);
 	for (int i = 0; i < 16; i++)
 		moe_tensor_free(ctx, out[i]);
@@ -310,35 +434,22 @@ done:
 }
 
 /* moec compile --ep N: every chip's phase programs (moe_tcp_ep_compile) and
- * OUT.ep.json, written last, naming them (docs/expert-parallel.md section 6). */
+ * OUT.ep.json naming them (docs/expert-parallel.md section 6), one output
+ * set: each file goes to a temporary as it is compiled, and only when every
+ * one was written are they renamed into place, the manifest last. An old
+ * manifest at OUT.ep.json is removed before the renames (a crash in between
+ * leaves no manifest, never one naming a mix), and the files it named that
+ * the new set does not have are removed before the new manifest goes in. */
+#define EP_PHASES (MOE_TCP_EP_MAX_ROUNDS + 1)
 typedef struct ep_out {
 	moe_ctx *ctx;
 	const char *ext;
 	char stem[4096];
-	char *json;
-	size_t len, cap;
-	bool nomem;
+	const char *base; /* the stem's base name, in stem */
+	cli_outset *set;
+	cJSON *programs;
+	bool written[MOE_TCP_EP_MAX][EP_PHASES];
 } ep_out;
-
-static void jadd(ep_out *w, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0 || w->len + (size_t)n + 1 > w->cap) {
-		size_t cap = (w->cap + (size_t)(n > 0 ? n : 0) + 1) * 2;
-		char *j = realloc(w->json, cap);
-		if (!j) {
-			w->nomem = true;
-			return;
-		}
-		w->json = j, w->cap = cap;
-	}
-	va_start(ap, fmt);
-	w->len += (size_t)vsnprintf(w->json + w->len, w->cap - w->len, fmt, ap);
-	va_end(ap);
-}
 
 static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
 	uint32_t n)
@@ -346,30 +457,150 @@ static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_progr
 	ep_out *w = ud;
 	if (!p)
 		return MOE_OK;
+	if (chip >= MOE_TCP_EP_MAX || phase >= EP_PHASES) {
+		moe_diag(w->ctx, MOE_DIAG_ERROR, moe_loc_file(w->ctx, "moec"), "compile --ep: chip %d phase %d is past the "
+			"names the inputs were checked against", chip, phase);
+		return MOE_ERR_INVALID;
+	}
 	char path[4200];
 	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
-	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, path) : moe_tcp_write_binary(w->ctx, p, path);
+	const char *tmp = cli_outset_add(w->set, path);
+	if (!tmp)
+		return MOE_ERR_IO;
+	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, tmp) : moe_tcp_write_binary(w->ctx, p, tmp);
+	w->written[chip][phase] = st == MOE_OK;
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-	jadd(w, "%s\n    {\"chip\": %d, \"phase\": %d, \"file\": \"%s\", \"outputs\": [",
-		w->json[w->len - 1] == '[' ? "" : ",", chip, phase, base);
+	cJSON *e = cJSON_CreateObject(), *outs = cJSON_CreateArray();
+	cJSON_AddItemToArray(w->programs, e);
+	cJSON_AddNumberToObject(e, "chip", chip);
+	cJSON_AddNumberToObject(e, "phase", phase);
+	cJSON_AddStringToObject(e, "file", base);
+	cJSON_AddItemToObject(e, "outputs", outs);
 	for (uint32_t j = 0; j < n; j++)
-		jadd(w, "%s%u", j ? ", " : "", (unsigned)outputs[j]);
-	jadd(w, "]}");
+		cJSON_AddItemToArray(outs, cJSON_CreateNumber((double)outputs[j]));
 	return st;
 }
 
 /* The exchanges of chip d's program g, for the manifest. */
-static void list_exchanges(ep_out *w, const moe_graph *g, int d)
+static void list_exchanges(cJSON *arr, const moe_graph *g, int d)
 {
-	jadd(w, "%s\n    {\"chip\": %d, \"all_to_all\": [", d ? "," : "", d);
-	for (moe_id i = 0, k = 0; i < moe_graph_num_nodes(g); i++) {
+	cJSON *e = cJSON_CreateObject(), *x = cJSON_CreateArray();
+	cJSON_AddItemToArray(arr, e);
+	cJSON_AddNumberToObject(e, "chip", d);
+	cJSON_AddItemToObject(e, "all_to_all", x);
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_ALL_TO_ALL)
 			continue;
 		const char *nm = moe_node_name(g, i);
-		jadd(w, "%s{\"node\": %u, \"rows\": %u, \"counts\": %u, \"name\": \"%s\"}", k++ ? ", " : "", (unsigned)i,
-			(unsigned)moe_node_arg(g, i, 0), (unsigned)moe_node_arg(g, i, 1), nm ? nm : "");
+		cJSON *a = cJSON_CreateObject();
+		cJSON_AddItemToArray(x, a);
+		cJSON_AddNumberToObject(a, "node", i);
+		cJSON_AddNumberToObject(a, "rows", moe_node_arg(g, i, 0));
+		cJSON_AddNumberToObject(a, "counts", moe_node_arg(g, i, 1));
+		cJSON_AddStringToObject(a, "name", nm ? nm : "");
 	}
-	jadd(w, "]}");
+}
+
+/* Every name compile --ep may write or remove (each chip and phase, both
+ * extensions, the manifest) is checked against the inputs before anything
+ * is read. */
+static int guard_set(moe_ctx *ctx, const opts *o, const ep_out *w)
+{
+	enum { MAXN = MOE_TCP_EP_MAX * EP_PHASES * 2 + 1 };
+	char(*names)[4200] = malloc(sizeof(*names) * MAXN);
+	const char **v = malloc(sizeof *v * MAXN);
+	int st = !names || !v;
+	size_t n = 0;
+	for (int d = 0; !st && d < MOE_TCP_EP_MAX; d++)
+		for (int k = 0; k < EP_PHASES; k++)
+			for (int e = 0; e < 2; e++) {
+				snprintf(names[n], sizeof names[n], "%s.chip%d.phase%d%s", w->stem, d, k, e ? ".tcps" : ".tcpb");
+				v[n] = names[n], n++;
+			}
+	if (!st) {
+		snprintf(names[n], sizeof names[n], "%s.ep.json", w->stem);
+		v[n] = names[n], n++;
+		st = cli_guard_derived(ctx, o, v, n);
+	} else {
+		fail(ctx, "out of memory%s", "");
+	}
+	free(names);
+	free(v);
+	return st;
+}
+
+/* The files an old manifest at path names that are this stem's programs
+ * (STEM.chip<d>.phase<k>.tcpb|.tcps, nothing else): stale[d][k] bit 1 for
+ * .tcpb, 2 for .tcps. An unreadable or foreign manifest names none. */
+static void old_programs(const ep_out *w, const char *path, unsigned char stale[][EP_PHASES])
+{
+	moe_ctx *quiet = moe_ctx_new(NULL, NULL); /* its errors are not this command's */
+	char *text = NULL;
+	size_t len = 0;
+	if (!quiet || moe_read_file_max(quiet, path, (size_t)16 << 20, &text, &len) != MOE_OK) {
+		moe_ctx_free(quiet);
+		return;
+	}
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	const cJSON *progs = cJSON_GetObjectItemCaseSensitive(j, "programs"), *e;
+	size_t bl = strlen(w->base);
+	cJSON_ArrayForEach(e, progs) {
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
+		const char *s = cJSON_IsString(f) ? f->valuestring : NULL;
+		int d, k, end = 0;
+		char ext[6] = "";
+		if (!s || strncmp(s, w->base, bl) || sscanf(s + bl, ".chip%3d.phase%1d.%4[a-z]%n", &d, &k, ext, &end) != 3 ||
+			s[bl + (size_t)end] || d < 0 || d >= MOE_TCP_EP_MAX || k < 0 || k >= EP_PHASES)
+			continue;
+		char canon[64];
+		snprintf(canon, sizeof canon, ".chip%d.phase%d.%s", d, k, ext);
+		if (strcmp(canon, s + bl)) /* no leading zeros or signs: the name moec writes */
+			continue;
+		if (!strcmp(ext, "tcpb"))
+			stale[d][k] |= 1;
+		else if (!strcmp(ext, "tcps"))
+			stale[d][k] |= 2;
+	}
+	cJSON_Delete(j);
+	moe_free(quiet, text);
+	moe_ctx_free(quiet);
+}
+
+/* Commits the set: the old manifest goes first, then the programs are
+ * renamed into place, the old manifest's programs that the new set lacks
+ * removed, and the new manifest renamed in last (mset). */
+static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, cli_outset *mset)
+{
+	static unsigned char stale[MOE_TCP_EP_MAX][EP_PHASES];
+	memset(stale, 0, sizeof stale);
+	struct stat st;
+	bool old = lstat(manifest, &st) == 0 && S_ISREG(st.st_mode);
+	if (old)
+		old_programs(w, manifest, stale);
+	if (old && unlink(manifest) != 0) {
+		cli_outset_abort(w->set);
+		cli_outset_abort(mset);
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, manifest), "cannot remove the old manifest: %s", strerror(errno));
+		return 1;
+	}
+	if (cli_outset_commit(w->set)) {
+		cli_outset_abort(mset);
+		return 1;
+	}
+	bool tcps = !strcmp(w->ext, ".tcps");
+	for (int d = 0; d < MOE_TCP_EP_MAX; d++)
+		for (int k = 0; k < EP_PHASES; k++)
+			for (int e = 0; e < 2; e++) {
+				if (!(stale[d][k] & (1u << e)) || (w->written[d][k] && e == tcps))
+					continue;
+				char path[4200];
+				snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, d, k, e ? ".tcps" : ".tcpb");
+				if (unlink(path) != 0 && errno != ENOENT)
+					moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, path),
+						"the old manifest named this file, which the new set does not have; cannot remove it: %s",
+						strerror(errno));
+			}
+	return cli_outset_commit(mset);
 }
 
 int cli_compile_ep(moe_ctx *ctx, const opts *o)
@@ -382,8 +613,16 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	bool asm_ = cli_ends_with(o->out, ".tcps");
 	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
 		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
-	ep_out w = {.ctx = ctx, .ext = asm_ ? ".tcps" : ".tcpb"};
+	static ep_out w; /* large; one compile at a time */
+	memset(&w, 0, sizeof w);
+	w.ctx = ctx;
+	w.ext = asm_ ? ".tcps" : ".tcpb";
 	snprintf(w.stem, sizeof w.stem, "%.*s", (int)(strlen(o->out) - 5), o->out);
+	w.base = strrchr(w.stem, '/') ? strrchr(w.stem, '/') + 1 : w.stem;
+	char manifest[4200];
+	snprintf(manifest, sizeof manifest, "%s.ep.json", w.stem);
+	if (guard_set(ctx, o, &w))
+		return 1;
 	int64_t T = global_tokens(ctx, o);
 	moe_module *m[MOE_TCP_EP_MAX] = {0};
 	const moe_graph *g[MOE_TCP_EP_MAX];
@@ -394,21 +633,32 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
-	jadd(&w, "{\n  \"ep\": %lld,\n  \"tokens\": %lld,\n  \"programs\": [", (long long)N, (long long)T);
+	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
+	w.programs = cJSON_CreateArray();
+	cJSON_AddNumberToObject(man, "ep", (double)N);
+	cJSON_AddNumberToObject(man, "tokens", (double)T);
+	cJSON_AddItemToObject(man, "programs", w.programs);
+	cJSON_AddItemToObject(man, "exchanges", ex);
+	w.set = st ? NULL : cli_outset_new(ctx);
 	if (!st)
-		st = moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
-	jadd(&w, "\n  ],\n  \"exchanges\": [");
+		st = !w.set || moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
 	for (int d = 0; d < N && !st; d++)
-		list_exchanges(&w, g[d], d);
-	jadd(&w, "\n  ]\n}\n");
-	if (!st && w.nomem)
+		list_exchanges(ex, g[d], d);
+	char *text = st ? NULL : cJSON_Print(man);
+	if (!st && !text)
 		st = fail(ctx, "out of memory for the manifest%s", "");
+	cli_outset *mset = st ? NULL : cli_outset_new(ctx);
+	const char *tmp = mset ? cli_outset_add(mset, manifest) : NULL;
+	if (!st && (!tmp || moe_write_file_atomic(ctx, tmp, text, strlen(text)) != MOE_OK))
+		st = 1;
 	if (!st) {
-		char path[4200];
-		snprintf(path, sizeof path, "%s.ep.json", w.stem);
-		st = moe_write_file_atomic(ctx, path, w.json, w.len) != MOE_OK;
+		st = commit_set(ctx, &w, manifest, mset);
+	} else {
+		cli_outset_abort(w.set);
+		cli_outset_abort(mset);
 	}
-	free(w.json);
+	cJSON_free(text);
+	cJSON_Delete(man);
 	for (int d = 0; d < N; d++)
 		moe_module_free(m[d]);
 	if (mach)

@@ -74,6 +74,53 @@ int cli_ep_net_agree(moe_ctx *ctx, int failed)
 	return any;
 }
 
+int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask)
+{
+	*rank = -1;
+	*mask = 0;
+	if (ep_failed_seen)
+		return -1;
+	int w = nd + 1;
+	uint64_t *all = calloc((size_t)ep_size * (size_t)w + (size_t)w, sizeof *all), *mine = all + (size_t)ep_size * w;
+	if (!all) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of memory");
+		print_whole(ctx);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	mine[0] = (uint64_t)(failed != 0);
+	memcpy(mine + 1, d, (size_t)nd * sizeof *d);
+	MPI_Allgather(mine, w, MPI_UINT64_T, all, w, MPI_UINT64_T, MPI_COMM_WORLD);
+	int any = 0;
+	for (int r = 0; r < ep_size; r++)
+		any |= all[(size_t)r * w] != 0;
+	if (any) {
+		free(all);
+		ep_failed_seen = 1;
+		if (!failed)
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "rank %d of %d: stopping: another rank failed (its error "
+				"is printed by that rank)", ep_rank, ep_size);
+		print_whole(ctx);
+		MPI_Barrier(MPI_COMM_WORLD);
+		return -1;
+	}
+	for (int r = 1; r < ep_size && *rank < 0; r++)
+		for (int f = 0; f < nd; f++)
+			if (all[(size_t)r * w + 1 + f] != all[1 + f]) {
+				*rank = r;
+				*mask |= 1u << f;
+			}
+	free(all);
+	if (*rank >= 0)
+		ep_failed_seen = 1; /* every rank saw the same vectors: all stop here */
+	return *rank >= 0;
+}
+
+void cli_ep_net_stop(moe_ctx *ctx)
+{
+	print_whole(ctx);
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,
 	void *recv, int64_t cap, int64_t *got)
 {
@@ -162,6 +209,19 @@ int cli_ep_net_agree(moe_ctx *ctx, int failed)
 {
 	(void)ctx;
 	return failed;
+}
+
+int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask)
+{
+	(void)ctx, (void)d, (void)nd;
+	*rank = -1;
+	*mask = 0;
+	return failed ? -1 : 0;
+}
+
+void cli_ep_net_stop(moe_ctx *ctx)
+{
+	(void)ctx;
 }
 
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,

@@ -1,8 +1,12 @@
 /* frontend/cli/guard.c: checks on the paths of a moec command made before
  * anything is read or written: no output is the same file as an input or as
- * another output, and path lists fit their fixed tables. */
+ * another output, and path lists fit their fixed tables; and the signal
+ * handlers that remove the temporaries of an interrupted command. */
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend/cli/cli.h"
 
@@ -29,18 +33,27 @@ static int add_list(moe_ctx *ctx, const char *opt, const char *list, int named, 
 	return 1;
 }
 
+/* The paths the command reads (file, --machine, --weights, --input), in
+ * in[ROOM]; the copies hold the split lists. False after an error. */
+enum { ROOM = 2 * CLI_MAX_PATHS + 4 };
+static int inputs(moe_ctx *ctx, const opts *o, const char **in, size_t *nin, char **wcopy, char **icopy)
+{
+	*nin = 0;
+	int ok = add_list(ctx, "--weights", o->weights, 0, in, nin, ROOM, wcopy) &&
+		 add_list(ctx, "--input", o->input, 1, in, nin, ROOM, icopy);
+	if (o->file && strcmp(o->file, "-"))
+		in[(*nin)++] = o->file;
+	if (o->machine)
+		in[(*nin)++] = o->machine;
+	return ok;
+}
+
 int cli_guard_paths(moe_ctx *ctx, const opts *o)
 {
-	enum { ROOM = 2 * CLI_MAX_PATHS + 4 };
 	const char *in[ROOM], *out[4];
 	size_t nin = 0, nout = 0;
 	char *wcopy = NULL, *icopy = NULL;
-	int ok = add_list(ctx, "--weights", o->weights, 0, in, &nin, ROOM, &wcopy) &&
-		 add_list(ctx, "--input", o->input, 1, in, &nin, ROOM, &icopy);
-	if (o->file && strcmp(o->file, "-"))
-		in[nin++] = o->file;
-	if (o->machine)
-		in[nin++] = o->machine;
+	int ok = inputs(ctx, o, in, &nin, &wcopy, &icopy);
 	if (o->out && strcmp(o->out, "-"))
 		out[nout++] = o->out;
 	out[nout++] = o->stats;
@@ -51,4 +64,112 @@ int cli_guard_paths(moe_ctx *ctx, const opts *o)
 	free(wcopy);
 	free(icopy);
 	return !ok;
+}
+
+int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n)
+{
+	const char *in[ROOM];
+	size_t nin = 0;
+	char *wcopy = NULL, *icopy = NULL;
+	int ok = inputs(ctx, o, in, &nin, &wcopy, &icopy);
+	/* one output at a time: only output-against-input matters here (the
+	 * derived names are distinct by construction) */
+	for (size_t j = 0; ok && j < n; j++)
+		ok = moe_check_outputs(ctx, in, nin, &outs[j], 1) == MOE_OK;
+	free(wcopy);
+	free(icopy);
+	return !ok;
+}
+
+/* ---- temporaries of output sets, removed on a signal ----
+ * The CLI's handlers for SIGINT, SIGTERM and SIGHUP remove the temporaries
+ * of output sets (this table), then the library's (moe_remove_temporaries),
+ * then _exit(128 + signal). A slot's path is complete before its flag is
+ * set, and slots are taken and given back with the signals blocked, so the
+ * handler never reads a half-written entry. */
+#define CLI_NTEMPS 1280
+static char *temp_path[CLI_NTEMPS];
+static volatile sig_atomic_t temp_live[CLI_NTEMPS];
+
+static void block_signals(int on, sigset_t *old)
+{
+	if (on) {
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGHUP);
+		sigprocmask(SIG_BLOCK, &set, old);
+	} else {
+		sigprocmask(SIG_SETMASK, old, NULL);
+	}
+}
+
+int cli_temp_create(char *tmpl, int *slot)
+{
+	sigset_t old;
+	*slot = -1;
+	block_signals(1, &old);
+	int at = -1;
+	for (int i = 0; i < CLI_NTEMPS && at < 0; i++)
+		if (!temp_live[i] && !temp_path[i])
+			at = i;
+	char *copy = at >= 0 ? strdup(tmpl) : NULL;
+	int fd = -1;
+	if (copy) {
+		fd = mkstemp(tmpl);
+		if (fd >= 0) {
+			memcpy(copy, tmpl, strlen(tmpl) + 1);
+			temp_path[at] = copy;
+			temp_live[at] = 1;
+			*slot = at;
+		} else {
+			free(copy);
+		}
+	} else {
+		errno = at < 0 ? EMFILE : ENOMEM;
+	}
+	block_signals(0, &old);
+	return fd;
+}
+
+void cli_temp_release(int slot, int remove_it)
+{
+	if (slot < 0 || slot >= CLI_NTEMPS)
+		return;
+	sigset_t old;
+	block_signals(1, &old);
+	if (temp_live[slot] && remove_it)
+		unlink(temp_path[slot]);
+	temp_live[slot] = 0;
+	free(temp_path[slot]);
+	temp_path[slot] = NULL;
+	block_signals(0, &old);
+}
+
+static void on_signal(int sig)
+{
+	for (int i = 0; i < CLI_NTEMPS; i++)
+		if (temp_live[i])
+			unlink(temp_path[i]);
+	moe_remove_temporaries();
+	_exit(128 + sig);
+}
+
+void cli_signals_install(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+		sigaddset(&sa.sa_mask, sigs[i]);
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		struct sigaction old;
+		/* a signal ignored by the parent (nohup) stays ignored */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		sigaction(sigs[i], &sa, NULL);
+	}
 }

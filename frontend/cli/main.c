@@ -228,6 +228,10 @@ static int help(int argc, char **argv)
 		cli_markdown(stdout);
 		return 0;
 	}
+	if (!strcmp(argv[2], "--option-table")) {
+		cli_option_table(stdout);
+		return 0;
+	}
 	const cli_command *c = cli_command_find(argv[2]);
 	if (!c)
 		return cli_fail("no command named '%s' (see moec --help)", argv[2]);
@@ -256,12 +260,12 @@ int main(int argc, char **argv)
 	int r = cli_parse(argc, argv, &o, c);
 	if (r)
 		return r < 0 ? 0 : 1;
-	moe_cleanup_on_signals(); /* temporaries are removed on SIGINT/SIGTERM */
+	cli_signals_install(); /* temporaries are removed on SIGINT/SIGTERM/SIGHUP */
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
 	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || classify(ctx, &o) ||
-		     dispatch(ctx, &o);
+		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
 	moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;

@@ -53,11 +53,14 @@ typedef struct cli_option {
 	const char *name, *meta;
 	size_t field;
 	unsigned cmds;
-	const char *only, *help;
+	const char *only;
+	unsigned inputs;
+	const char *needs, *excludes, *help;
 } cli_option;
 
 static const cli_option options[] = {
-#define OPT(name, meta, field, cmds, only, help) {name, meta, offsetof(opts, field), cmds, only, help},
+#define OPT(name, meta, field, cmds, only, inputs, needs, excludes, help)                                            \
+	{name, meta, offsetof(opts, field), cmds, only, inputs, needs, excludes, help},
 #include "frontend/cli/options.def"
 #undef OPT
 };
@@ -87,13 +90,25 @@ void cli_usage(FILE *f)
 	fprintf(f, "\n`moec COMMAND --help` lists the options of a command; `moec --version` prints the version.\n");
 }
 
+static const char *inputs_text(unsigned inputs)
+{
+	return inputs == I_MOE ? "a .moe layer" : inputs == I_LAYER ? "a layer (.moe or IR)" :
+	       inputs == I_TCPB ? "a compiled .tcpb" : "any input";
+}
+
 static void option_line(FILE *f, const cli_option *p)
 {
-	char head[80];
+	char head[80], rules[256] = "";
 	snprintf(head, sizeof head, "%s%s%s", p->name, p->meta ? " " : "",
 		p->meta ? p->meta : "");
-	fprintf(f, "  %-30s %s%s%s%s\n", head, p->only ? "(" : "", p->only ? p->only : "", p->only ? ") " : "",
-		p->help);
+	if (p->inputs != I_ALL && (p->cmds & (C_CHECK | C_RUN)))
+		snprintf(rules + strlen(rules), sizeof rules - strlen(rules), "; FILE: %s", inputs_text(p->inputs));
+	if (p->needs)
+		snprintf(rules + strlen(rules), sizeof rules - strlen(rules), "; needs %s", p->needs);
+	if (p->excludes)
+		snprintf(rules + strlen(rules), sizeof rules - strlen(rules), "; not with %s", p->excludes);
+	fprintf(f, "  %-30s %s%s%s%s%s%s%s\n", head, p->only ? "(" : "", p->only ? p->only : "", p->only ? ") " : "",
+		p->help, *rules ? " [" : "", *rules ? rules + 2 : "", *rules ? "]" : "");
 }
 
 /* The model_types import-hf takes, from the importer's family table. */
@@ -266,6 +281,92 @@ int cli_check_target(moe_ctx *ctx, const opts *o, const char *target)
 	return bad;
 }
 
+/* Whether the option of row p (a command of o's) was given. */
+static int given(const opts *o, const cli_option *p)
+{
+	if (!strcmp(p->name, "--set"))
+		return o->nsets > 0;
+	return *(const char *const *)((const char *)o + p->field) != NULL;
+}
+
+/* The row of option `name` for command bit `cmd`, or NULL. */
+static const cli_option *row_of(const char *name, size_t n, unsigned cmd)
+{
+	for (size_t i = 0; i < NOPTIONS; i++)
+		if ((options[i].cmds & cmd) && strlen(options[i].name) == n && !strncmp(options[i].name, name, n))
+			return &options[i];
+	return NULL;
+}
+
+static unsigned input_of(cli_kind k)
+{
+	switch (k) {
+	case K_UNREAD:
+	case K_MOE: return I_MOE;
+	case K_MOEIR:
+	case K_IR_JSON: return I_IR;
+	case K_TCPB: return I_TCPB;
+	default: return 0; /* not a layer: the command's own input (import-hf's config) */
+	}
+}
+
+int cli_check_applies(moe_ctx *ctx, const opts *o)
+{
+	static const char *const kind_names[] = {[K_MOE] = "a .moe layer", [K_MOEIR] = "textual IR",
+		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb"};
+	unsigned in = o->file ? input_of(o->kind) : 0;
+	int bad = 0;
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const cli_option *p = &options[i];
+		if (!(p->cmds & o->cmdbit) || !given(o, p))
+			continue;
+		if (in && !(p->inputs & in) && o->kind != K_UNREAD) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "%s does not apply to %s; it applies to %s only",
+				p->name, kind_names[o->kind], inputs_text(p->inputs));
+			bad = 1;
+		}
+		const cli_option *need = p->needs ? row_of(p->needs, strlen(p->needs), o->cmdbit) : NULL;
+		if (need && !given(o, need)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "%s needs %s%s%s (without it, it does nothing)",
+				p->name, need->name, need->meta ? " " : "", need->meta ? need->meta : "");
+			bad = 1;
+		}
+		for (const char *x = p->excludes; x && *x;) {
+			size_t n = strcspn(x, ",");
+			const cli_option *q = row_of(x, n, o->cmdbit);
+			if (q && given(o, q)) {
+				moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "%s does not go with %s (with %s, %s is not used)",
+					p->name, q->name, p->name, q->name);
+				bad = 1;
+			}
+			x += n + (x[n] == ',');
+		}
+	}
+	return bad;
+}
+
+static void names_of(FILE *f, unsigned cmds)
+{
+	int any = 0;
+	for (size_t k = 0; k < NCOMMANDS; k++)
+		if (cmds & commands[k].bit)
+			fprintf(f, "%s%s", any++ ? "," : "", commands[k].name);
+}
+
+void cli_option_table(FILE *f)
+{
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const cli_option *p = &options[i];
+		fprintf(f, "%s\t%s\t", p->name, p->meta ? p->meta : "-");
+		names_of(f, p->cmds);
+		char in[16] = "";
+		snprintf(in, sizeof in, "%s%s%s", p->inputs & I_MOE ? ",moe" : "", p->inputs & I_IR ? ",ir" : "",
+			p->inputs & I_TCPB ? ",tcpb" : "");
+		fprintf(f, "\t%s\t%s\t%s\t%s\n", p->only ? p->only : "-", in + 1, p->needs ? p->needs : "-",
+			p->excludes ? p->excludes : "-");
+	}
+}
+
 /* ---- docs/cli.md ---- */
 static const char *const md_intro =
 	"# The moec command line\n"
@@ -276,6 +377,10 @@ static const char *const md_intro =
 	"`moec COMMAND [options] FILE`. Every option belongs to the commands listed under it;\n"
 	"an option given to another command, an option for another target (`--trace` on the\n"
 	"host, `--engine` on TCP), an option given twice, or a value outside its list is an error.\n"
+	"So is an option given for a kind of FILE it does not apply to (`[FILE: a .moe layer]`:\n"
+	"not a compiled `.tcpb`), without the option it needs (`[needs --ep]`) or with one it\n"
+	"excludes (`[not with ...]`): no option is accepted and ignored. The rules are one table\n"
+	"(frontend/cli/options.def; `moec help --option-table` prints it).\n"
 	"Errors are printed as `file:line:col: error: message` (with the source line when there\n"
 	"is one); moec stops after 20 errors and exits with status 1.\n"
 	"\n"
@@ -288,7 +393,10 @@ static const char *const md_intro =
 	"\n"
 	"`-o -` writes text outputs (IR, C, LLVM IR, TCP assembly, `.moe`) to standard output.\n"
 	"Every file moec writes goes to a temporary name and is renamed into place, with mode\n"
-	"0644 less the umask.\n";
+	"0644 less the umask. A command that writes several files (`run`'s `-o`, `--stats` and\n"
+	"`--trace`; `compile --ep`'s programs and manifest) writes them all to temporaries and\n"
+	"renames them only when every one was written, a manifest last; an error or a signal\n"
+	"removes them. No output, nor a name derived from `-o`, may be an input.\n";
 
 void cli_markdown(FILE *f)
 {

@@ -404,6 +404,11 @@ static const char *run_target(moe_ctx *ctx, const opts *o)
 	return target;
 }
 
+static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t repeat);
+
+/* run's outputs (-o, --stats, --trace) are one output set: the command
+ * writes them to temporaries and they are renamed into place together, only
+ * when the run succeeded. Under --ep on the host only rank 0 writes, -o. */
 int cli_run(moe_ctx *ctx, const opts *o)
 {
 	const char *target = run_target(ctx, o);
@@ -414,12 +419,33 @@ int cli_run(moe_ctx *ctx, const opts *o)
 		return repeat == 0 ? err(ctx, NULL, "--repeat must be at least 1%s", "") : 1;
 	if (repeat < 0)
 		repeat = 1;
-	if (o->kind == K_TCPB)
-		return cli_run_tcpb(ctx, o);
 	if (o->placement && !o->ep)
 		return err(ctx, NULL, "--placement needs --ep N%s", "");
-	if (o->ep)
+	if (o->ep && strcmp(target, "tcp"))
 		return cli_run_ep(ctx, o);
+	static opts t; /* large; the options with the outputs' temporaries */
+	t = *o;
+	for (size_t i = 0; i < t.nsets; i++)
+		t.sets[i].name = t.setnames[i];
+	cli_outset *set = cli_outset_new(ctx);
+	int bad = !set;
+	if (!bad && o->out && !o->timing_only)
+		bad = !(t.out = cli_outset_add(set, o->out));
+	if (!bad && o->stats)
+		bad = !(t.stats = cli_outset_add(set, o->stats));
+	if (!bad && o->trace)
+		bad = !(t.trace = cli_outset_add(set, o->trace));
+	if (!bad)
+		bad = o->kind == K_TCPB ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
+	if (bad) {
+		cli_outset_abort(set);
+		return 1;
+	}
+	return cli_outset_commit(set);
+}
+
+static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t repeat)
+{
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(target, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);

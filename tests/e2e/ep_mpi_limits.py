@@ -16,6 +16,15 @@
      other rank reports that another rank failed (no rank waits in an exchange);
    - a rank killed (SIGKILL) before it starts, and one killed while the layer runs:
      mpirun ends the job with a non-zero status.
+3. Ranks that disagree (MPMD: mpirun -n 1 A : -n 1 B [: -n 1 C]): one rank given another
+   K or E (--set), another checkpoint (the same header, other values), another
+   --set dtype, another --placement, or (3 ranks) the last rank another K: every rank
+   exits non-zero (each rank's status recorded by a wrapper), exactly one line of moec's
+   output, naming the rank and the field, and no output file. A rank given another --ep
+   reports it and the other stops (no rank waits). The same placement spelled out and
+   left to its default agrees.
+4. --tokens N under --ep: N rows, bitwise equal to one process with --tokens N (the
+   interpreter), for N in 0, 1, 3 on 2 and 3 ranks, with x of T rows and of N rows.
 
 usage: ep_mpi_limits.py MOEC [--timeout S]
 """
@@ -89,9 +98,9 @@ def peaks(stderr):
     return [int(v) * 1024 for v in re.findall(r"^peak_rss_kb (\d+)$", stderr, re.M)]
 
 
-def run(cmd, timeout, expect_ok=True):
+def run(cmd, timeout, expect_ok=True, env=None):
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or mpi_env())
     if expect_ok and p.returncode != 0:
         raise RuntimeError("command failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr))
     return p, time.time() - t0
@@ -171,6 +180,92 @@ def main():
                                             os.path.join(tmp, "yk.npy")], to, expect_ok=False)
         check("a rank killed while running", p.returncode != 0 and not os.path.exists(os.path.join(tmp, "yk.npy")),
               "status %d after %.1f s, no output written" % (p.returncode, t))
+
+        # 3. ranks that disagree
+        fw = os.path.join(f, "model.safetensors")
+        other = os.path.join(tmp, "other.safetensors")
+        raw = open(fw, "rb").read()
+        hl = int.from_bytes(raw[:8], "little")
+        hdr = json.loads(raw[8:8 + hl])
+        data = bytearray(raw[8 + hl:])
+        for k, e in hdr.items():
+            if k != "__metadata__" and e["dtype"] == "F32":
+                a, b = e["data_offsets"]
+                v = np.frombuffer(bytes(data[a:b]), dtype="<f4") * np.float32(0.5)
+                data[a:b] = v.astype("<f4").tobytes()
+        open(other, "wb").write(raw[:8 + hl] + bytes(data))
+        status = os.path.join(tmp, "status.")
+        rec = ['sh', '-c', '"$0" "$@"; s=$?; echo $s > "%s${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"; exit $s' % status]
+        yd = os.path.join(tmp, "yd.npy")
+        base = [moec, "run", os.path.join(tmp, "m.moe"), "--input", os.path.join(f, "x_float32_T5.npy"), "-o", yd]
+
+        def mpmd(per_rank):
+            cmd = mpirun_cmd(1)
+            for i, extra in enumerate(per_rank):
+                if i:
+                    cmd += [":", "-n", "1"]  # MPMD: the next rank's own command line
+                w = extra.pop("weights", fw)
+                cmd += rec + base + ["--weights", w, "--ep", str(len(per_rank))] + extra.get("args", [])
+            return cmd
+
+        # another E also changes the default placement and the tensors bound: listed after dims
+        cases = [("another K", [{}, {"args": ["--set", "K=3"]}], 1, "dims ("),
+                 ("another E", [{}, {"args": ["--set", "E=4"]}], 1, "dims, placement, weights ("),
+                 ("other weights", [{}, {"weights": other}], 1, "weights ("),
+                 ("another dtype", [{"args": ["--set", "dtype=bf16"]}, {}], 1, "dtype ("),
+                 ("another placement", [{}, {"args": ["--placement", "0,0,0,1,1,1,1,1"]}], 1, "placement ("),
+                 ("3 ranks, the last another K", [{}, {}, {"args": ["--set", "K=1"]}], 2, "dims (")]
+        for name, per_rank, who, field in cases:
+            for r in range(3):
+                if os.path.exists(status + str(r)):
+                    os.remove(status + str(r))
+            # Open MPI 4 would end the other ranks as soon as one exits non-zero; here every
+            # rank must get to record its own status
+            p, t = run(mpmd(per_rank), to, expect_ok=False,
+                       env=dict(mpi_env(), OMPI_MCA_orte_abort_on_non_zero_status="0"))
+            lines = [ln for ln in p.stderr.splitlines() + p.stdout.splitlines() if ln.startswith("moec")]
+            codes = [open(status + str(r)).read().strip() if os.path.exists(status + str(r)) else "none"
+                     for r in range(len(per_rank))]
+            want = "moec: error: --ep: rank %d differs from rank 0 in: %s" % (who, field)
+            # (mpirun's own status is 0 in this mode: the ranks' statuses are the measure)
+            ok = (all(c == "1" for c in codes) and len(lines) == 1 and
+                  lines[0].startswith(want) and not os.path.exists(yd))
+            check("ranks disagree: " + name, ok, "after %.1f s, ranks exit %s, moec says %s"
+                  % (t, ",".join(codes), lines))
+        # another --ep on one rank: that rank's own error, the other stops, no rank waits
+        for r in range(3):
+            if os.path.exists(status + str(r)):
+                os.remove(status + str(r))
+        cmd = mpmd([{}, {}])
+        cmd[len(cmd) - 1 - cmd[::-1].index("--ep") + 1] = "3"
+        p, t = run(cmd, to, expect_ok=False, env=dict(mpi_env(), OMPI_MCA_orte_abort_on_non_zero_status="0"))
+        codes = [open(status + str(r)).read().strip() if os.path.exists(status + str(r)) else "none" for r in range(2)]
+        check("ranks disagree: another --ep", codes == ["1", "1"] and "rank 1: --ep 3 but 2 MPI ranks" in p.stderr and
+              "rank 0 of 2: stopping: another rank failed" in p.stderr,
+              "after %.1f s, ranks exit %s" % (t, ",".join(codes)))
+        p, t = run(mpmd([{}, {"args": ["--placement", "0,0,0,0,1,1,1,1"]}]), to, expect_ok=False)
+        check("the default placement spelled out agrees", p.returncode == 0 and os.path.exists(yd),
+              "status %d after %.1f s" % (p.returncode, t))
+
+        # 4. --tokens under --ep
+        x5 = os.path.join(f, "x_float32_T5.npy")
+        for n in (0, 1, 3):
+            one = os.path.join(tmp, "one%d.npy" % n)
+            run([moec, "run", os.path.join(tmp, "m.moe"), "--weights", fw, "--input", x5, "--engine", "interp",
+                 "--tokens", str(n), "-o", one], to)
+            xn = os.path.join(tmp, "x%d.npy" % n)
+            np.save(xn, np.load(x5)[:n])
+            for ranks in (2, 3):
+                for xin in (x5, xn):
+                    yt = os.path.join(tmp, "yt.npy")
+                    if os.path.exists(yt):
+                        os.remove(yt)
+                    p, t = run(mpirun_cmd(ranks) + [moec, "run", os.path.join(tmp, "m.moe"), "--weights", fw,
+                                                    "--input", xin, "--ep", str(ranks), "--tokens", str(n), "-o", yt],
+                               to, expect_ok=False)
+                    ok = p.returncode == 0 and open(yt, "rb").read() == open(one, "rb").read()
+                    check("--tokens %d on %d ranks, x of %d rows" % (n, ranks, np.load(xin).shape[0]), ok,
+                          "status %d, %s one process bitwise" % (p.returncode, "equal to" if ok else "NOT equal to"))
     print("%d failed" % len(failed))
     return 1 if failed else 0
 
