@@ -224,22 +224,58 @@ void cgen_jit_free(cgen_jit *jit);
 int cgen_pack_plan(const cg_prog *p, int *slot, int64_t *rowlen);
 void cgen_pack_tiles(const uint16_t *src, uint16_t *dst, int64_t K, int64_t t0, int64_t t1);
 
-/* The JIT cache (jit_cache.c). */
+/* SHA-256 and HMAC-SHA256 (sha256.c). */
+#define CGEN_SHA256_LEN 32
+typedef struct cgen_sha256 {
+	uint32_t h[8];
+	uint64_t bytes;
+	unsigned char buf[64];
+	size_t nbuf;
+} cgen_sha256;
+void cgen_sha256_init(cgen_sha256 *s);
+void cgen_sha256_update(cgen_sha256 *s, const void *data, size_t n);
+void cgen_sha256_final(cgen_sha256 *s, unsigned char out[CGEN_SHA256_LEN]);
+typedef struct cgen_hmac {
+	cgen_sha256 inner;
+	unsigned char opad[64];
+} cgen_hmac;
+void cgen_hmac_init(cgen_hmac *h, const void *key, size_t klen);
+void cgen_hmac_update(cgen_hmac *h, const void *data, size_t n);
+void cgen_hmac_final(cgen_hmac *h, unsigned char out[CGEN_SHA256_LEN]);
+
+/* The JIT cache (jit_cache.c; the rules are in docs/abi.md, "The JIT cache"). */
+#define CGEN_CACHE_SECRET 32                       /* bytes of the per-user key */
+#define CGEN_CACHE_MAX_OBJECT ((uint64_t)256 << 20) /* the largest object an entry holds */
 typedef struct cgen_cache {
-	char path[4096];  /* the entry's file */
-	const char *key;  /* the key text (not owned) */
+	int dir;                                    /* the cache root, open (O_DIRECTORY) */
+	char root[4096];                            /* its path */
+	char name[48];                              /* the entry's file name in the root */
+	unsigned char secret[CGEN_CACHE_SECRET];    /* the HMAC key (the root's "key" file) */
+	const char *key;                            /* the key text (not owned) */
 	size_t keylen;
 } cgen_cache;
-uint64_t cgen_fnv1a(const void *data, size_t n, uint64_t h);
-/* Picks the entry for key in dir (NULL: $XDG_CACHE_HOME/moec, else
- * $HOME/.cache/moec), creating the directory; false when none is usable. */
-bool cgen_cache_open(cgen_cache *c, const char *dir, const char *key, size_t keylen);
+/* Opens the cache root dir (NULL: $XDG_CACHE_HOME/moec, else
+ * $HOME/.cache/moec), creating it (and for the default the XDG directory
+ * above it) with mode 0700 when missing but nothing above that; checks that
+ * the root is a directory owned by the effective user and not writable by
+ * group or others, and reads (or creates) its key. false when there is no
+ * usable cache: a root or key that fails a check is a one-line warning on
+ * ctx; a missing parent is silent. Close with cgen_cache_close. */
+bool cgen_cache_open(moe_ctx *ctx, cgen_cache *c, const char *dir, const char *key, size_t keylen);
+void cgen_cache_close(cgen_cache *c);
 /* 1: *obj (malloc'd) and *len hold the verified object; 0: no entry; -1: an
- * entry that failed verification (wrong key, length or checksum). */
+ * entry that failed a check (not a regular file of the user, too long, wrong
+ * key text or length, HMAC mismatch): never loaded, to be rewritten. */
 int cgen_cache_load(const cgen_cache *c, void **obj, size_t *len);
-/* Writes the entry through a temporary file and a rename; false on failure
- * (the cache is an optimisation: callers go on without it). */
+/* Writes the entry through a temporary file (O_EXCL, mode 0600) and a rename;
+ * false on failure (the cache is an optimisation: callers go on without it). */
 bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len);
+/* The entry's header and MAC, for tests that forge entries: HMAC-SHA256 under
+ * secret over magic, key length, object length (u64 little-endian), key text
+ * and object. */
+#define CGEN_CACHE_HDR (8 + 8 + 8 + CGEN_SHA256_LEN)
+void cgen_cache_mac(const unsigned char *secret, const char *key, size_t keylen, const void *obj, size_t len,
+	unsigned char hdr[CGEN_CACHE_HDR]);
 
 /* Write to path through a temporary file and a rename. write() fills f. */
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);

@@ -7,6 +7,7 @@
  * host CPU with LLVM's loop unroller off, then written (textual IR, object
  * file) or JIT-compiled with ORC LLJIT. Every LLVM error or message becomes a
  * diagnostic and is disposed. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -888,7 +889,7 @@ static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **o
 	size_t keylen = 0;
 	char *key = o->no_cache ? NULL : cache_key(p, fast, o->wpack, &keylen);
 	cgen_cache cc;
-	bool usable = key && cgen_cache_open(&cc, o->cache_dir, key, keylen);
+	bool usable = key && cgen_cache_open(p->ctx, &cc, o->cache_dir, key, keylen);
 	int got = usable ? cgen_cache_load(&cc, obj, len) : 0;
 	o->cache = !usable ? MOE_CACHE_OFF : got == 1 ? MOE_CACHE_HIT : got < 0 ? MOE_CACHE_BAD : MOE_CACHE_MISS;
 	moe_status s = MOE_OK;
@@ -897,6 +898,8 @@ static moe_status layer_object(cg_prog *p, cgen_jit_opts *o, bool fast, void **o
 		if (!s && usable)
 			cgen_cache_store(&cc, *obj, *len);
 	}
+	if (usable)
+		cgen_cache_close(&cc);
 	free(key);
 	return s;
 }
@@ -926,7 +929,11 @@ static void perf_map(const void *obj, size_t len, const char *sym, uint64_t addr
 	LLVMDisposeSymbolIterator(it);
 	char path[64];
 	snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
-	FILE *f = fopen(path, "a");
+	/* not through a link another user may have planted in /tmp */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+	if (fd >= 0 && !f)
+		close(fd);
 	it = LLVMObjectFileCopySymbolIterator(bin);
 	for (; f && !LLVMObjectFileIsSymbolIteratorAtEnd(bin, it); LLVMMoveToNextSymbol(it))
 		if (LLVMGetSymbolSize(it) > 0)

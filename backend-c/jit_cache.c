@@ -1,156 +1,353 @@
 /* backend-c/jit_cache.c: the on-disk cache of JIT-compiled layers.
  *
- * An entry is the object file LLVM made for a layer, stored under a name
- * hashed from its key. The key is the text that determines the object: moec's
- * version and build, the target triple, CPU and feature list, the kernel
- * choice, and the layer's kernel form printed as C (cgen_emit_c, which marks
- * parallel loops: everything the LLVM emitter reads is in that text). The entry
- * holds the whole key, so a load compares it byte for byte (a hash collision
- * is a miss, never a wrong layer), and a checksum and length of the object,
- * so a truncated or corrupted entry is detected, ignored and rewritten.
- * Entries are written to a temporary name in the directory and renamed.
+ * An entry is the object file LLVM made for a layer. Loading one means
+ * executing it, so the cache is a security boundary:
+ * - the root is a directory owned by the effective user and writable by
+ *   nobody else (else a warning and no cache); moec creates it, and for the
+ *   default location the XDG directory above it, with mode 0700, and nothing
+ *   further up; every later access is relative to the root's descriptor;
+ * - an entry is opened without following a link and without blocking, and
+ *   used only if it is a regular file of the user whose length (checked
+ *   before anything is read or allocated) is the header, the key and at most
+ *   CGEN_CACHE_MAX_OBJECT bytes of object;
+ * - an entry's integrity is bound to what produced it by an HMAC-SHA256 under
+ *   a per-user secret (the root's "key": 32 random bytes, mode 0600, owned by
+ *   the user) over the key text and the object. Without the secret nobody can
+ *   make an entry that verifies; a valid entry of another layer fails the key
+ *   text comparison. A failed check is a miss, and the entry is rewritten.
  *
- * Layout: "MOECJIT1", u64 key length, u64 object length, u64 FNV-1a of the
- * object, the key, the object (integers little-endian as on the host). */
+ * The key is the text that determines the object: moec's version and build,
+ * the target triple, CPU and feature list, the kernel choice, and the layer's
+ * kernel form printed as C (cgen_emit_c). An entry's name is the hex of the
+ * first 16 bytes of the key's SHA-256. Entries are written to a temporary
+ * name (O_EXCL) in the root and renamed.
+ *
+ * Layout: "MOECJIT2", u64 key length, u64 object length (little-endian), the
+ * HMAC (32 bytes), the key, the object. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend-c/cgen.h"
 #include "runtime/rt_io.h"
 
-static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'J', 'I', 'T', '1'};
-enum { HDR = 32 };
+static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'J', 'I', 'T', '2'};
+static const char KEYFILE[] = "key";
 
-uint64_t cgen_fnv1a(const void *data, size_t n, uint64_t h)
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+void cgen_cache_mac(const unsigned char *secret, const char *key, size_t keylen, const void *obj, size_t len,
+	unsigned char hdr[CGEN_CACHE_HDR])
+{
+	memcpy(hdr, MAGIC, 8);
+	put64(hdr + 8, keylen);
+	put64(hdr + 16, len);
+	cgen_hmac h;
+	cgen_hmac_init(&h, secret, CGEN_CACHE_SECRET);
+	cgen_hmac_update(&h, hdr, 24);
+	cgen_hmac_update(&h, key, keylen);
+	cgen_hmac_update(&h, obj, len);
+	cgen_hmac_final(&h, hdr + 24);
+}
+
+static bool random_bytes(unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t r = getrandom(p, n, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		p += r;
+		n -= (size_t)r;
+	}
+	if (!n)
+		return true;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		p += r;
+		n -= (size_t)r;
+	}
+	close(fd);
+	return n == 0;
+}
+
+static bool write_all(int fd, const void *data, size_t n)
 {
 	const unsigned char *p = data;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return h;
-}
-
-/* mkdir -p with mode 0700; false when dir is not a usable directory */
-static bool make_dirs(const char *dir)
-{
-	char buf[PATH_MAX];
-	size_t n = strlen(dir);
-	if (n == 0 || n >= sizeof buf)
-		return false;
-	memcpy(buf, dir, n + 1);
-	for (char *s = buf + 1; *s; s++) {
-		if (*s != '/')
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
 			continue;
-		*s = 0;
-		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+		if (w <= 0)
 			return false;
-		*s = '/';
+		p += w;
+		n -= (size_t)w;
 	}
-	if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-		return false;
-	struct stat st;
-	return stat(buf, &st) == 0 && S_ISDIR(st.st_mode);
+	return true;
 }
 
-bool cgen_cache_open(cgen_cache *c, const char *dir, const char *key, size_t keylen)
+static bool read_all(int fd, void *data, size_t n)
 {
-	memset(c, 0, sizeof *c);
-	char def[PATH_MAX];
-	if (!dir || !*dir) {
+	unsigned char *p = data;
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+/* Opens name in the root for reading: no link followed, no wait on a FIFO
+ * (O_NONBLOCK, cleared once open), fstat'ed into st. -1 with errno. */
+static int open_entry(int dir, const char *name, struct stat *st)
+{
+	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || fstat(fd, st) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* A new file in the root under a fresh temporary name (O_EXCL, mode 0600),
+ * registered for removal on SIGINT/SIGTERM (*slot). -1 on failure. */
+static int make_temp(const cgen_cache *c, const char *base, char *tmp, size_t tlen, int *slot)
+{
+	unsigned char r[6];
+	if (!random_bytes(r, sizeof r))
+		return -1;
+	snprintf(tmp, tlen, "%s.tmp%02x%02x%02x%02x%02x%02x", base, r[0], r[1], r[2], r[3], r[4], r[5]);
+	int fd = openat(c->dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	char full[PATH_MAX + 64];
+	snprintf(full, sizeof full, "%s/%s", c->root, tmp);
+	*slot = rt_temp_register(full);
+	return fd;
+}
+
+static void drop_temp(const cgen_cache *c, const char *tmp, int slot)
+{
+	unlinkat(c->dir, tmp, 0);
+	rt_temp_forget(slot);
+}
+
+/* The root's secret: read from its key file, or made (random bytes written to
+ * a temporary and linked to the name, so that a reader never sees a partial
+ * key and two racing processes agree). */
+static bool secret(moe_ctx *ctx, cgen_cache *c)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		struct stat st;
+		int fd = open_entry(c->dir, KEYFILE, &st);
+		if (fd >= 0) {
+			bool ok = S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077) &&
+				  st.st_size == CGEN_CACHE_SECRET && read_all(fd, c->secret, CGEN_CACHE_SECRET);
+			close(fd);
+			if (!ok)
+				moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, c->root),
+					"the JIT cache key file '%s' is not a %d-byte regular file of mode 0600 owned by uid %u: "
+					"the cache is off",
+					KEYFILE, CGEN_CACHE_SECRET, (unsigned)geteuid());
+			return ok;
+		}
+		if (errno != ENOENT) {
+			moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, c->root),
+				"cannot open the JIT cache key file '%s': %s: the cache is off", KEYFILE, strerror(errno));
+			return false;
+		}
+		char tmp[64];
+		int slot;
+		unsigned char k[CGEN_CACHE_SECRET];
+		fd = make_temp(c, KEYFILE, tmp, sizeof tmp, &slot);
+		if (fd < 0)
+			return false;
+		bool ok = random_bytes(k, sizeof k) && write_all(fd, k, sizeof k);
+		ok = close(fd) == 0 && ok;
+		/* linkat fails with EEXIST when another process made the key first: read theirs */
+		ok = ok && linkat(c->dir, tmp, c->dir, KEYFILE, 0) == 0;
+		int e = errno;
+		drop_temp(c, tmp, slot);
+		if (ok) {
+			memcpy(c->secret, k, sizeof k);
+			return true;
+		}
+		if (e != EEXIST)
+			return false;
+	}
+	return false;
+}
+
+/* The root's path and, for the default location, the XDG directory above it
+ * (base, "" for an explicit dir). false when there is no default. */
+static bool root_path(const char *dir, char *root, size_t rlen, char *base, size_t blen)
+{
+	int w;
+	base[0] = 0;
+	if (dir && *dir) {
+		w = snprintf(root, rlen, "%s", dir);
+	} else {
 		const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
 		if (x && x[0] == '/')
-			snprintf(def, sizeof def, "%s/moec", x);
+			w = snprintf(base, blen, "%s", x);
 		else if (home && home[0] == '/')
-			snprintf(def, sizeof def, "%s/.cache/moec", home);
+			w = snprintf(base, blen, "%s/.cache", home);
 		else
 			return false;
-		dir = def;
+		if (w < 0 || (size_t)w >= blen)
+			return false;
+		w = snprintf(root, rlen, "%s/moec", base);
 	}
-	if (!make_dirs(dir))
+	return w > 0 && (size_t)w < rlen;
+}
+
+bool cgen_cache_open(moe_ctx *ctx, cgen_cache *c, const char *dir, const char *key, size_t keylen)
+{
+	memset(c, 0, sizeof *c);
+	c->dir = -1;
+	char base[PATH_MAX];
+	if (!root_path(dir, c->root, sizeof c->root, base, sizeof base))
 		return false;
-	uint64_t h = cgen_fnv1a(key, keylen, 0xcbf29ce484222325ull);
-	int w = snprintf(c->path, sizeof c->path, "%s/%016llx.jit", dir, (unsigned long long)h);
-	if (w < 0 || (size_t)w >= sizeof c->path)
+	/* only the root and the XDG directory are made, and only below an existing directory */
+	if (base[0] && mkdir(base, 0700) != 0 && errno != EEXIST)
 		return false;
+	if (mkdir(c->root, 0700) != 0 && errno != EEXIST)
+		return false;
+	c->dir = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct stat st;
+	if (c->dir < 0 || fstat(c->dir, &st) != 0) {
+		cgen_cache_close(c);
+		return false;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, c->root),
+			"the JIT cache directory is %s: the cache is off (it must be owned by uid %u and writable by "
+			"nobody else)",
+			st.st_uid != geteuid() ? "owned by another user" : "writable by group or others", (unsigned)geteuid());
+		cgen_cache_close(c);
+		return false;
+	}
+	if (!secret(ctx, c)) {
+		cgen_cache_close(c);
+		return false;
+	}
+	unsigned char h[CGEN_SHA256_LEN];
+	cgen_sha256 s;
+	cgen_sha256_init(&s);
+	cgen_sha256_update(&s, key, keylen);
+	cgen_sha256_final(&s, h);
+	for (int i = 0; i < 16; i++)
+		snprintf(c->name + 2 * i, 3, "%02x", h[i]);
+	strcat(c->name, ".jit");
 	c->key = key;
 	c->keylen = keylen;
 	return true;
 }
 
-static uint64_t rd64(const unsigned char *p)
+void cgen_cache_close(cgen_cache *c)
 {
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
+	if (c->dir >= 0)
+		close(c->dir);
+	c->dir = -1;
+	memset(c->secret, 0, sizeof c->secret);
 }
 
 int cgen_cache_load(const cgen_cache *c, void **obj, size_t *len)
 {
 	*obj = NULL;
 	*len = 0;
-	FILE *f = fopen(c->path, "rb");
-	if (!f)
-		return 0;
-	int rc = -1;
-	unsigned char hdr[HDR];
-	char *key = NULL;
-	void *data = NULL;
-	if (fread(hdr, 1, HDR, f) != HDR || memcmp(hdr, MAGIC, 8))
-		goto out;
-	uint64_t kl = rd64(hdr + 8), ol = rd64(hdr + 16), sum = rd64(hdr + 24);
 	struct stat st;
-	if (fstat(fileno(f), &st) != 0 || kl != c->keylen || ol == 0 || ol > (uint64_t)st.st_size ||
-		(uint64_t)st.st_size != HDR + kl + ol)
+	int fd = open_entry(c->dir, c->name, &st);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1; /* a symbolic link (ELOOP) is a failed check */
+	int rc = -1;
+	char *key = NULL;
+	unsigned char *data = NULL;
+	unsigned char hdr[CGEN_CACHE_HDR], want[CGEN_CACHE_HDR];
+	/* what it is and how long, before a byte is read or allocated */
+	uint64_t fixed = CGEN_CACHE_HDR + (uint64_t)c->keylen;
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (uint64_t)st.st_size <= fixed ||
+		(uint64_t)st.st_size - fixed > CGEN_CACHE_MAX_OBJECT)
 		goto out;
-	key = malloc(kl ? kl : 1);
-	data = malloc(ol);
-	if (!key || !data || fread(key, 1, kl, f) != kl || memcmp(key, c->key, kl) ||
-		fread(data, 1, ol, f) != ol || cgen_fnv1a(data, ol, 0xcbf29ce484222325ull) != sum)
+	uint64_t ol = (uint64_t)st.st_size - fixed;
+	if (!read_all(fd, hdr, sizeof hdr) || memcmp(hdr, MAGIC, 8) || get64(hdr + 8) != c->keylen ||
+		get64(hdr + 16) != ol)
+		goto out;
+	key = malloc(c->keylen ? c->keylen : 1);
+	data = malloc((size_t)ol);
+	if (!key || !data || !read_all(fd, key, c->keylen) || memcmp(key, c->key, c->keylen) ||
+		!read_all(fd, data, (size_t)ol))
+		goto out;
+	cgen_cache_mac(c->secret, c->key, c->keylen, data, (size_t)ol, want);
+	unsigned diff = 0; /* the whole MAC is compared, whatever differs first */
+	for (size_t i = 0; i < sizeof hdr; i++)
+		diff |= hdr[i] ^ want[i];
+	if (diff)
 		goto out;
 	*obj = data;
-	*len = ol;
+	*len = (size_t)ol;
 	data = NULL;
 	rc = 1;
 out:
 	free(key);
 	free(data);
-	fclose(f);
+	close(fd);
 	return rc;
 }
 
 bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
 {
-	char tmp[PATH_MAX + 16];
-	snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", c->path);
-	int slot; /* in the table of temporaries removed on SIGINT/SIGTERM (runtime/file.c) */
-	int fd = rt_mkstemp(tmp, &slot);
+	if (c->dir < 0 || len == 0 || (uint64_t)len > CGEN_CACHE_MAX_OBJECT)
+		return false;
+	unsigned char hdr[CGEN_CACHE_HDR];
+	cgen_cache_mac(c->secret, c->key, c->keylen, obj, len, hdr);
+	char tmp[96];
+	int slot;
+	int fd = make_temp(c, c->name, tmp, sizeof tmp, &slot);
 	if (fd < 0)
 		return false;
-	FILE *f = fdopen(fd, "wb");
-	if (!f) {
-		close(fd);
-		unlink(tmp);
-		rt_temp_forget(slot);
-		return false;
-	}
-	unsigned char hdr[HDR];
-	uint64_t kl = c->keylen, ol = len, sum = cgen_fnv1a(obj, len, 0xcbf29ce484222325ull);
-	memcpy(hdr, MAGIC, 8);
-	memcpy(hdr + 8, &kl, 8);
-	memcpy(hdr + 16, &ol, 8);
-	memcpy(hdr + 24, &sum, 8);
-	bool ok = fwrite(hdr, 1, HDR, f) == HDR && fwrite(c->key, 1, kl, f) == kl && fwrite(obj, 1, len, f) == len;
-	ok = fflush(f) == 0 && ok;
-	ok = fclose(f) == 0 && ok;
+	bool ok = write_all(fd, hdr, sizeof hdr) && write_all(fd, c->key, c->keylen) && write_all(fd, obj, len);
+	ok = close(fd) == 0 && ok;
+	/* replaces whatever is under the name (a failed entry, another user's file, a FIFO) */
+	ok = ok && renameat(c->dir, tmp, c->dir, c->name) == 0;
 	if (ok)
-		ok = rename(tmp, c->path) == 0;
-	if (!ok)
-		unlink(tmp);
-	rt_temp_forget(slot);
+		rt_temp_forget(slot);
+	else
+		drop_temp(c, tmp, slot);
 	return ok;
 }

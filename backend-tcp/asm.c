@@ -131,8 +131,7 @@ static void put_quoted(sb *b, const char *s)
 {
 	sbf(b, "\"");
 	for (const char *c = s; *c; c++)
-		sbf(b, *c == '"' || *c == '\\' ? "\\%c" : isprint((unsigned char)*c) ? "%c" : "\\x%02x",
-			*c == '"' || *c == '\\' || isprint((unsigned char)*c) ? *c : (unsigned char)*c);
+		sbf(b, *c == '"' || *c == '\\' ? "\\%c" : *c >= 0x20 && *c < 0x7f ? "%c" : "\\x%02x", (unsigned char)*c);
 	sbf(b, "\"");
 }
 

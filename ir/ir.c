@@ -534,6 +534,7 @@ void moe_node_set_str(moe_graph *g, moe_id n, const char *key, const char *v)
 
 void moe_node_set_ints(moe_graph *g, moe_id n, const char *key, const int64_t *v, int count)
 {
+	IR_ASSERT(g && key && count >= 0 && (v || count == 0)); /* API misuse: docs/api.md */
 	ir_attr a = {.key = key, .kind = MOE_ATTR_INTS, .count = count, .v.ints = (int64_t *)v};
 	ir_attr_set(g, N(g, n), &a);
 }

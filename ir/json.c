@@ -425,6 +425,18 @@ static const char *field_str(jr *r, const cJSON *o, const char *key, bool null_o
 	return NULL;
 }
 
+/* A layer, dim or value name (ir_name_problem), reported at field `key` of the current path. */
+static bool check_name(jr *r, const char *key, ir_name_kind k, const char *what, const char *name)
+{
+	const char *why = ir_name_problem(k, name);
+	if (why) {
+		size_t old = push_key(r, key);
+		jerr(r, "%s \"%.40s%s\" %s", what, name, strlen(name) > 40 ? "..." : "", why);
+		pop(r, old);
+	}
+	return !why;
+}
+
 static bool field_dtype(jr *r, const cJSON *o, moe_dtype *t)
 {
 	const char *s = field_str(r, o, "dtype", false);
@@ -597,6 +609,8 @@ static bool read_node(jr *r, moe_graph *g, const cJSON *o)
 			return false;
 		if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "name")))
 			name = NULL;
+		else if (!check_name(r, "name", IR_NAME_VALUE, "value name", name))
+			return false;
 	}
 	const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "args");
 	size_t old = push_key(r, "args");
@@ -689,7 +703,7 @@ static bool read_layer(jr *r, moe_module *m, const cJSON *o)
 		return false;
 	const char *name = field_str(r, o, "name", false);
 	moe_dtype t;
-	if (!name || !field_dtype(r, o, &t))
+	if (!name || !check_name(r, "name", IR_NAME_LAYER, "layer name", name) || !field_dtype(r, o, &t))
 		return false;
 	moe_graph *g = moe_module_add_graph(m, name);
 	g->dtype = t;
@@ -709,7 +723,7 @@ static bool read_layer(jr *r, moe_module *m, const cJSON *o)
 				return false;
 			const char *dn = field_str(r, d, "name", false);
 			int64_t v;
-			if (!dn)
+			if (!dn || !check_name(r, "name", IR_NAME_DIM, "dimension name", dn))
 				return false;
 			size_t o3 = push_key(r, "value");
 			if (!read_int(r, cJSON_GetObjectItemCaseSensitive(d, "value"), INT64_MIN, INT64_MAX, true, &v))
@@ -808,6 +822,31 @@ static bool read_module(jr *r, moe_module *m, const cJSON *root)
 	return true;
 }
 
+/* The first NUL a string of the document would decode to (a raw NUL byte or
+ * the escape \u0000): cJSON would cut the string there, so that the value read
+ * is not the value written. NULL when there is none. */
+static const char *string_nul(const char *text, size_t len)
+{
+	const char *e = text + len;
+	bool in = false;
+	for (const char *p = text; p < e; p++) {
+		if (!in) {
+			in = *p == '"';
+			continue;
+		}
+		if (*p == '"')
+			in = false;
+		else if (*p == 0)
+			return p;
+		else if (*p == '\\' && p + 1 < e) {
+			if (p[1] == 'u' && e - p >= 6 && !memcmp(p + 2, "0000", 4))
+				return p;
+			p++;
+		}
+	}
+	return NULL;
+}
+
 static void delete_json(void *root)
 {
 	cJSON_Delete(root);
@@ -821,13 +860,14 @@ static moe_module *parse_json(moe_ctx *ctx, const char *file, const char *text, 
 		file = "<input>";
 	moe_ctx_add_source(ctx, file, text, len);
 	jr r = {.ctx = ctx, .file = ctx_intern(ctx, file), .text = text, .len = len};
+	const char *nul = string_nul(text, len);
 	const char *end = NULL;
-	cJSON *root = len ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
+	cJSON *root = len && !nul ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
 	const char *tail = root && end ? end : NULL;
 	while (tail && tail < text + len && (*tail == ' ' || *tail == '\t' || *tail == '\r' || *tail == '\n'))
 		tail++;
 	if (!root || (tail && tail < text + len)) {
-		const char *at = root ? tail : end;
+		const char *at = nul ? nul : root ? tail : end;
 		if (!at || at < text || at > text + len)
 			at = text + len;
 		int line = 1, col = 1;
@@ -840,6 +880,7 @@ static moe_module *parse_json(moe_ctx *ctx, const char *file, const char *text, 
 			}
 		}
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_at(ctx, file, line, col),
+			nul ? "a NUL byte in a JSON string (names and strings cannot hold one)" :
 			root ? "unexpected text after the JSON document" :
 			len ? "malformed JSON" : "empty input (expected a JSON document)");
 		cJSON_Delete(root);

@@ -88,6 +88,15 @@ static void err_at(rd *r, int line, int col, const char *fmt, ...)
 
 #define ERR_TOK(r, ...) err_at((r), (r)->t.line, (r)->t.col, __VA_ARGS__)
 
+/* A layer, dim or value name read at line:col must follow ir_name_problem's rules. */
+static bool check_name(rd *r, int line, int col, ir_name_kind k, const char *what, const char *name)
+{
+	const char *why = ir_name_problem(k, name);
+	if (why)
+		err_at(r, line, col, "%s \"%.40s%s\" %s", what, name, strlen(name) > 40 ? "..." : "", why);
+	return !why;
+}
+
 static void adv(rd *r)
 {
 	if (*r->p == '\n') {
@@ -673,6 +682,8 @@ static bool parse_node(rd *r, moe_graph *g)
 	if (r->t.kind == TK_STR) {
 		take_key(r);
 		named = true;
+		if (!check_name(r, r->t.line, r->t.col, IR_NAME_VALUE, "value name", r->kbuf))
+			return false;
 		lex(r);
 	}
 	uint32_t nargs = 0;
@@ -730,6 +741,8 @@ static bool parse_layer(rd *r)
 	lex(r);
 	if (r->t.kind != TK_AT)
 		return r->t.kind == TK_ERR ? false : fail_expected(r, "a layer name '@name'");
+	if (!check_name(r, r->t.line, r->t.col, IR_NAME_LAYER, "layer name", r->sbuf))
+		return false;
 	moe_graph *g = moe_module_add_graph(r->m, r->sbuf);
 	g->loc = loc;
 	lex(r);
@@ -743,7 +756,8 @@ static bool parse_layer(rd *r)
 		lex(r);
 		for (;;) {
 			int line = r->t.line, col = r->t.col;
-			if (!parse_key(r, "a dimension name") || !expect(r, '=', "'='"))
+			if (!parse_key(r, "a dimension name") ||
+				!check_name(r, line, col, IR_NAME_DIM, "dimension name", r->kbuf) || !expect(r, '=', "'='"))
 				return false;
 			if (r->t.kind != TK_INT)
 				return r->t.kind == TK_ERR ? false : fail_expected(r, "an integer");

@@ -2,9 +2,10 @@
  * type formatting shared with the JSON and dot writers.
  *
  * Names that are not plain identifiers (layer names, attribute keys, dim
- * names) print as quoted strings so that every module the API can build
- * reads back; ir/parse.c accepts both spellings. */
-#include <ctype.h>
+ * names) print as quoted strings, escaped like every string, so that no name
+ * changes the structure of the text; ir/parse.c accepts both spellings of an
+ * attribute key, and rejects layer, dim and value names that break the rules
+ * of ir_name_problem. Character classes are ASCII whatever the locale. */
 #include <math.h>
 #include <string.h>
 
@@ -63,14 +64,40 @@ static void put_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+static bool id_start(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool id_char(unsigned char c)
+{
+	return id_start(c) || (c >= '0' && c <= '9');
+}
+
 static bool is_ident(const char *s)
 {
-	if (!s || !(isalpha((unsigned char)*s) || *s == '_'))
+	if (!s || !id_start((unsigned char)*s))
 		return false;
 	for (s++; *s; s++)
-		if (!(isalnum((unsigned char)*s) || *s == '_'))
+		if (!id_char((unsigned char)*s))
 			return false;
 	return true;
+}
+
+const char *ir_name_problem(ir_name_kind k, const char *s)
+{
+	if (!s || !*s)
+		return "is empty";
+	if (strlen(s) > IR_NAME_MAX)
+		return "is longer than 256 bytes";
+	if (!id_start((unsigned char)*s))
+		return k == IR_NAME_VALUE ? "does not start with a letter or '_'"
+					  : "is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+	for (const unsigned char *p = (const unsigned char *)s + 1; *p; p++)
+		if (!id_char(*p) && !(k == IR_NAME_VALUE && (*p == '.' || *p == '+' || *p == '-')))
+			return k == IR_NAME_VALUE ? "holds a byte other than a letter, a digit, '_', '.', '+' or '-'"
+						  : "is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+	return NULL;
 }
 
 /* an identifier, or a quoted string when the name is not one */
@@ -147,7 +174,7 @@ static bool is_bare_layer_name(const char *s)
 	if (!s || !*s)
 		return false;
 	for (; *s; s++)
-		if (!(isalnum((unsigned char)*s) || *s == '_' || *s == '.' || *s == '-'))
+		if (!(id_char((unsigned char)*s) || *s == '.' || *s == '-'))
 			return false;
 	return true;
 }

@@ -12,6 +12,17 @@
 /* Longest output of ir_fmt_float, NUL included. */
 #define IR_FLOAT_BUF 32
 
+/* Names the readers accept (docs/ir.md, "Names"). A layer or dimension name
+ * is an identifier [A-Za-z_][A-Za-z0-9_]*, as in the .moe language; a value
+ * (node) name is an identifier that may also hold '.', '+' and '-' after its
+ * first byte (the names passes derive: "ep.3", "w1+w3", "n_tokens.tier").
+ * At most IR_NAME_MAX bytes. The API accepts any name; every writer quotes or
+ * escapes what it prints, so a name never changes the meaning of an output. */
+#define IR_NAME_MAX 256
+typedef enum ir_name_kind { IR_NAME_LAYER, IR_NAME_DIM, IR_NAME_VALUE } ir_name_kind;
+/* NULL when s is a name of kind k, else what is wrong ("is not an identifier ..."). */
+const char *ir_name_problem(ir_name_kind k, const char *s);
+
 /* Shortest text that strtod reads back as exactly v; always contains '.',
  * 'e', "inf" or "nan" so a reader sees a float. Returns buf. */
 const char *ir_fmt_float(double v, char buf[IR_FLOAT_BUF]);

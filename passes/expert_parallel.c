@@ -408,20 +408,26 @@ static bool setup(moe_ctx *ctx, moe_graph *g, const ir_node *n, const moe_pass_o
 	c->R = moe_ep_recv_rows_max(c->T, c->K, c->Ed);
 	c->G = moe_ep_grid_blocks_max(c->T, c->K, c->Ed, c->B);
 	int64_t cells;
-	if (c->R > MOE_MAX_DIM || !ir_mul_ov(c->G, c->B, &cells) || !ir_mul_ov(cells, c->D, &cells)) {
+	if (c->R < 0 || c->R > MOE_MAX_DIM || c->G < 0 || !ir_mul_ov(c->G, c->B, &cells) || !ir_mul_ov(cells, c->D, &cells)) {
 		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "expert-parallel: the receive buffers of this layer are too large");
 		return false;
 	}
 	return true;
 }
 
+/* As moe_grid_blocks_max: an argument <= 0 gives 0, a bound beyond INT64_MAX -1. */
 int64_t moe_ep_recv_rows_max(int64_t T, int64_t K, int64_t Ed)
 {
-	return T * (K < Ed ? K : Ed);
+	int64_t r;
+	if (T <= 0 || K <= 0 || Ed <= 0)
+		return 0;
+	return ir_mul_ov(T, K < Ed ? K : Ed, &r) ? r : -1;
 }
 
 int64_t moe_ep_grid_blocks_max(int64_t T, int64_t K, int64_t Ed, int64_t B)
 {
+	if (T <= 0 || K <= 0 || Ed <= 0 || B <= 0)
+		return 0;
 	return moe_grid_blocks_max(T, K < Ed ? K : Ed, Ed, B);
 }
 

@@ -9,32 +9,40 @@
  * vLLM's bounds and the block-buffer bytes each implies. */
 #include "passes/pass.h"
 
-static int64_t cdiv(int64_t a, int64_t b)
+/* The bounds are computed exactly in 128 bits (T*K alone may pass 2^63):
+ * an argument <= 0 gives 0, a bound beyond INT64_MAX gives -1. */
+__extension__ typedef unsigned __int128 u128;
+
+static int64_t fit(u128 v)
 {
-	return (a + b - 1) / b;
+	return v > (u128)INT64_MAX ? -1 : (int64_t)v;
 }
 
 int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B)
 {
 	if (T <= 0 || K <= 0 || E <= 0 || B <= 0)
 		return 0;
-	int64_t n = T * K, M = E < n ? E : n;
-	int64_t a = M + (n - M) / B, b = M * cdiv(T, B);
-	return a < b ? a : b;
+	u128 n = (u128)T * (u128)K, M = (u128)E < n ? (u128)E : n;
+	u128 a = M + (n - M) / (u128)B, b = M * (((u128)T + (u128)B - 1) / (u128)B);
+	return fit(a < b ? a : b);
 }
 
 int64_t moe_grid_blocks_seed(int64_t T, int64_t K, int64_t E, int64_t B)
 {
-	int64_t n = T * K;
-	return n >= E ? (n - E) / B + E : E;
+	if (T <= 0 || K <= 0 || E <= 0 || B <= 0)
+		return 0;
+	u128 n = (u128)T * (u128)K;
+	return fit(n >= (u128)E ? (n - (u128)E) / (u128)B + (u128)E : (u128)E);
 }
 
 int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B)
 {
-	int64_t n = T * K, P = n + E * (B - 1);
-	if (n < E && n * B < P)
-		P = n * B;
-	return cdiv(P, B);
+	if (T <= 0 || K <= 0 || E <= 0 || B <= 0)
+		return 0;
+	u128 n = (u128)T * (u128)K, P = n + (u128)E * (u128)(B - 1);
+	if (n < (u128)E && n * (u128)B < P) /* n < E < 2^63: n * B < 2^126 */
+		P = n * (u128)B;
+	return fit((P + (u128)B - 1) / (u128)B);
 }
 
 PASS(pass_grid_bound)

@@ -731,6 +731,7 @@ static bool same_file(const file_id *a, const file_id *b)
 moe_status moe_check_outputs(moe_ctx *ctx, const char *const *inputs, size_t nin, const char *const *outputs,
 	size_t nout)
 {
+	IR_ASSERT(ctx && (inputs || nin == 0) && (outputs || nout == 0)); /* API misuse: docs/api.md */
 	bool bad = false;
 	file_id *in = calloc(nin + 1, sizeof *in), *out = calloc(nout + 1, sizeof *out);
 	if (!in || !out) {

@@ -323,6 +323,7 @@ static moe_status npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t)
 
 moe_status moe_npy_write(moe_ctx *ctx, const char *path, const moe_tensor *t)
 {
+	IR_ASSERT(path && t); /* API misuse (docs/api.md); a NULL ctx aborts in CTX_GUARDED */
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, npy_write(ctx, path, t));
 }
 

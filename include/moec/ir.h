@@ -92,6 +92,7 @@ MOE_API void moe_node_set_valid(moe_graph *g, moe_id n, moe_id valid);
 MOE_API void moe_node_set_int(moe_graph *g, moe_id n, const char *key, int64_t v);
 MOE_API void moe_node_set_float(moe_graph *g, moe_id n, const char *key, double v);
 MOE_API void moe_node_set_str(moe_graph *g, moe_id n, const char *key, const char *v);
+/* count >= 0 (v may be NULL when it is 0); a negative count is API misuse (abort). */
 MOE_API void moe_node_set_ints(moe_graph *g, moe_id n, const char *key, const int64_t *v, int count);
 MOE_API moe_status moe_node_infer(moe_graph *g, moe_id n);
 

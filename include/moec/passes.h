@@ -86,6 +86,8 @@ MOE_API moe_status moe_pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_mod
 MOE_API moe_status moe_run_pipeline_text(moe_ctx *ctx, const char *text, moe_module *m, const moe_run_opts *opts);
 
 /* ---- analyses ---- */
+/* The grid and receive bounds below are exact for any int64_t arguments: 0
+ * when an argument is <= 0, -1 when the bound exceeds INT64_MAX. */
 /* The tight worst-case number of B-row blocks (docs/semantics.md section 5):
  * min(M + floor((n - M)/B), M*ceil(T/B)), n = T*K, M = min(E, n). */
 MOE_API int64_t moe_grid_blocks_max(int64_t T, int64_t K, int64_t E, int64_t B);

@@ -317,7 +317,7 @@ static void test_cache(void **state)
 	char dir[] = "/tmp/moec-cache-test-XXXXXX";
 	assert_non_null(mkdtemp(dir));
 	char sub[64];
-	snprintf(sub, sizeof sub, "%s/a/b", dir); /* created on first use */
+	snprintf(sub, sizeof sub, "%s/a", dir); /* created on first use */
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	moe_module *m;
 	moe_graph *g = qwen3_small(c, "bf16", "37", &m);
