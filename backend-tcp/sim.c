@@ -7,10 +7,13 @@
  * signed zero and return the canonical NaN 0x7fc00000; the contraction
  * multiplies bf16 operands (f32 operands as a bf16x3 split) and accumulates
  * in f32 in index order.
- * Timing (MODEL.md section 4): the control processor issues instructions in
- * order; each command starts when its context is free, the control processor
- * has issued it and every earlier command touching an overlapping region with
- * a read/write hazard has finished. Program time is the latest finish. */
+ * Timing (docs/tcp-model.md section 4): the kernel launches
+ * (assumed.kernel_launch_cycles) before the control processor issues its
+ * first instruction; it issues in order; each command starts when its
+ * context is free, the control processor has issued it and every earlier
+ * command touching an overlapping region with a read/write hazard has
+ * finished. Program time is the latest finish plus the kernel's end
+ * (assumed.kernel_end_cycles). */
 #include <math.h>
 #include <string.h>
 
@@ -92,6 +95,7 @@ static void finish_stats(sim *s)
 	int64_t end = s->tc;
 	for (int c = 0; c < TCP_NCTX; c++)
 		end = end > s->cfree[c] ? end : s->cfree[c];
+	end += s->m->end_cycles;
 	st->cycles = end;
 	st->busy_cycles[MOE_TCP_ENGINE_CONTROL] = s->tc;
 	st->timing_only = s->o->timing_only != 0;
@@ -355,7 +359,10 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.absent = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.absent);
 	s.hz = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.hz);
 	s.spm = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.spm);
-	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm) {
+	s.ndmn = m->clusters * tcp_dmns_per_cluster(m);
+	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)(2 * s.ndmn + 1) * sizeof *s.dmn_stamp);
+	s.tc = m->launch_cycles; /* the kernel launches before its first instruction */
+	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of memory for the simulator's tables");
 		rc = MOE_ERR_NOMEM;
 		goto out;
@@ -414,6 +421,7 @@ out:
 	ctx_free(ctx, s.absent, 0);
 	ctx_free(ctx, s.hz, 0);
 	ctx_free(ctx, s.spm, 0);
+	ctx_free(ctx, s.dmn_stamp, 0);
 	ctx_free(ctx, s.seen, 0);
 	if (ev && rc == MOE_OK) { /* handed to the caller */
 		*ev = s.ev, *nev = s.nev;
