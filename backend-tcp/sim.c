@@ -34,9 +34,11 @@ static moe_status write_trace(sim *s, const char *path)
 			tcp_ctx_names[c]);
 	for (size_t i = 0; i < s->nev; i++) {
 		const tev *e = &s->ev[i];
-		fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u}}%s\n",
+		fprintf(f,
+			"{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u,"
+			"\"start\":%lld,\"end\":%lld,\"pred\":%d}}%s\n",
 			tcp_op_names[e->op], e->ctx, (double)e->start * us, (double)(e->end - e->start) * us, e->pc,
-			i + 1 < s->nev ? "," : "");
+			(long long)e->start, (long long)e->end, (int)e->pred, i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
 	return moe_atomic_commit(af); /* reports its own error */
@@ -136,7 +138,7 @@ static moe_status simulate(sim *s)
 	const tcp_program *p = s->p;
 	const moe_tcp_machine *m = s->m;
 	uint32_t pc = 0;
-	uint64_t steps = 0, budget = tcp_step_budget(p);
+	uint64_t steps = 0, budget = tcp_step_budget(p), wbudget = tcp_work_budget(p);
 	while (!s->fault) {
 		if (++steps > budget) {
 			FAULT(s, pc,
@@ -152,6 +154,17 @@ static moe_status simulate(sim *s)
 		}
 		const tcp_insn *in = &p->code[pc];
 		s->st->instructions++;
+		if (tcp_op_ctx[in->op] != TCP_CTX_CTL) {
+			uint64_t w = tcp_command_work(in);
+			if (w > wbudget - s->work) {
+				FAULT(s, pc,
+					"work budget of %llu reached (%d x the program's static work, its block loop %lld times: "
+					"docs/tcp-isa.md section 9): the program does not terminate",
+					(unsigned long long)wbudget, TCP_WORK_FACTOR, (long long)p->moe_G);
+				break;
+			}
+			s->work += w;
+		}
 		if (((int32_t)pc == p->block_loop_pc + 1 && p->block_loop_pc >= 0) ||
 			((int32_t)pc == p->tier_loop_pc + 1 && p->tier_loop_pc >= 0)) {
 			s->st->blocks_executed++;

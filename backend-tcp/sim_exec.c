@@ -111,10 +111,17 @@ static uint32_t stream_word(const sim *s, const tcp_insn *in, int w, int64_t off
  * e2m1, i4); lo, hi in elements of the tensor, for the hazards. */
 static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
 {
-	int64_t per = 2 * esz_of(s, v->t), a = vbase(s, v), z = a;
+	int64_t per = 2 * esz_of(s, v->t), a, z;
+	if (!tcps_vbase_ok(s, pc, v, &a))
+		return false;
+	z = a;
 	for (int k = 0; k < nd; k++) {
-		int64_t x = v->stride[k] * (dim[k] - 1);
-		*(x < 0 ? &a : &z) += x;
+		int64_t x;
+		if (__builtin_mul_overflow(v->stride[k], dim[k] - 1, &x) || __builtin_add_overflow(x < 0 ? a : z, x, x < 0 ? &a : &z)) {
+			FAULT(s, pc, "address overflow: stride %lld x %lld past 64 bits", (long long)v->stride[k],
+				(long long)(dim[k] - 1));
+			return false;
+		}
 	}
 	if (a < 0 || z >= s->p->t[v->t].numel * per) {
 		tcp_view b = *v; /* reported as an overflow by tcps_vrange */

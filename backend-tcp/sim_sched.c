@@ -4,16 +4,35 @@
  * (docs/tcp-model.md, section 4). */
 #include "backend-tcp/sim_int.h"
 
-/* The element range a view touches, checked against its tensor. */
+bool tcps_vbase_ok(sim *s, uint32_t pc, const tcp_view *v, int64_t *b)
+{
+	int64_t off = 0;
+	if (v->reg >= 0 && (__builtin_mul_overflow(s->reg[v->reg], v->scale, &off) ||
+				   __builtin_add_overflow(v->base, off, b))) {
+		FAULT(s, pc, "address overflow: r%d (%lld) x %lld + %lld does not fit 64 bits", v->reg,
+			(long long)s->reg[v->reg], (long long)v->scale, (long long)v->base);
+		return false;
+	}
+	if (v->reg < 0)
+		*b = v->base;
+	return true;
+}
+
+/* The element range a view touches, checked against its tensor (every
+ * product and sum checked: a register may hold anything). */
 bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
 {
-	int64_t a = vbase(s, v), b = a;
+	int64_t a, b;
+	if (!tcps_vbase_ok(s, pc, v, &a))
+		return false;
+	b = a;
 	for (int k = 0; k < nd; k++) {
-		int64_t x = v->stride[k] * (dim[k] - 1);
-		if (x < 0)
-			a += x;
-		else
-			b += x;
+		int64_t x;
+		if (__builtin_mul_overflow(v->stride[k], dim[k] - 1, &x) || __builtin_add_overflow(x < 0 ? a : b, x, x < 0 ? &a : &b)) {
+			FAULT(s, pc, "address overflow: stride %lld x %lld past 64 bits", (long long)v->stride[k],
+				(long long)(dim[k] - 1));
+			return false;
+		}
 	}
 	*lo = a;
 	*hi = b;

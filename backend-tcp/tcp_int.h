@@ -316,6 +316,15 @@ char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 
 /* terminate.c (enforced by sim.c): the instruction budget of a run; a loop without exit is an error */
 uint64_t tcp_step_budget(const tcp_program *p);
+/* The work budget (docs/tcp-isa.md section 9): the program's static work
+ * (the block loop's commands G times, any other loop's TCP_WORK_LOOP times)
+ * x TCP_WORK_FACTOR, in [2^24, 2^42]; a run stops with a fault before the
+ * command that would pass it. */
+#define TCP_WORK_FACTOR 8
+#define TCP_WORK_LOOP 64
+#define TCP_WORK_PER_COMMAND 4096
+uint64_t tcp_command_work(const tcp_insn *in);
+uint64_t tcp_work_budget(const tcp_program *p);
 moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
 
 /* A serving program's n_tokens binding outside 0..T: a diagnostic and
