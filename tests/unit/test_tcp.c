@@ -957,13 +957,11 @@ static int64_t one_command_cycles(const char *body)
 }
 
 /* The cost rules of docs/tcp-model.md section 4 on machine.json's numbers,
- * worked by hand. The kernel launches in 2000 cycles
- * (kernel_launch_cycles) and ends in 600 (kernel_end_cycles); the command
- * is issued one scalar op later, at 2001; a DMA adds setup_cycles = 500
- * (its issue included), a Tensor Unit command command_issue_cycles = 240.
- * HBM is one pool of 1.5e12 B/s / 1e9 Hz = 1500 B per cycle for reads and
- * writes. d and d2 (2048 B per slice, 1 MiB) span all 512 slices, 16 DMNs,
- * 8 DMN pairs (engines). */
+ * worked by hand. The kernel launches in 2000 cycles and ends in 600; the
+ * command is issued one scalar op later, at 2001; a DMA adds setup_cycles =
+ * 500 (its issue included), a Tensor Unit command command_issue_cycles = 240.
+ * HBM is one pool of 1500 B per cycle for reads and writes. d and d2 (2048 B
+ * per slice, 1 MiB) span all 512 slices, 16 DMNs, 8 DMN pairs (engines). */
 static void test_cost_rules_by_hand(void **st)
 {
 	(void)st;
