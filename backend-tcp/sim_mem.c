@@ -363,7 +363,7 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 
 /* Stages up to three i32 views into SPM, one descriptor each on its own
  * engine (they run side by side): the run-time scalars the control path reads
- * with ld (MODEL.md section 3). */
+ * with ld (docs/tcp-model.md section 6). */
 void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW], n = 1, most = 0;

@@ -217,7 +217,7 @@ struct moe_tcp_program {
 	uint32_t ncode, ccap;
 	uint8_t *consts;
 	int64_t nconst, constcap;
-	/* roofline inputs recorded by the lowering (MODEL.md section 6) */
+	/* roofline inputs recorded by the lowering (docs/tcp-model.md section 7) */
 	int64_t moe_T, moe_K, moe_D, moe_F, moe_E, moe_B, moe_G, nproj, router_E;
 	uint8_t dtype;
 	int32_t nblocks_t;  /* tensor holding nblocks (stats), -1 */
