@@ -12,7 +12,7 @@
  * move rows between them in memory, costed by the link model:
  *     time of one all_to_all on chip d = latency + max(bytes out, bytes in) / bandwidth
  * (one full-duplex link per chip into a switch: the machine description's
- * interconnect section, MODEL.md section 9). The layer's time is the sum
+ * interconnect section, docs/tcp-model.md section 1). The layer's time is the sum
  * over phases of the slowest chip plus the sum over rounds of the slowest
  * link.
  *

@@ -41,10 +41,10 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
 			int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
 			main_ += t + m->tree_latency[mt] + over;
 		}
-		int64_t load = cdiv(rup(os * in * e, m->flit_bytes), m->trf_load_bytes) + over;
+		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_sub_load_cycles(m, fp, cdiv(fp, R)) + over;
 		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
 	}
-	int64_t load0 = cdiv(rup(os * it * e, m->flit_bytes), m->trf_load_bytes) + over;
+	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_sub_load_cycles(m, fp0, cdiv(fp0, R)) + over;
 	return npass * total + load0;
 }
 

@@ -2,7 +2,7 @@
  * weights (issue #14, act=fp8).
  *
  * The block loop fetches each expert weight with its own DMA descriptor, and
- * every descriptor costs a command issue on the DMA context (MODEL.md 4). The
+ * every descriptor costs a DMA command's setup (docs/tcp-model.md section 4). The
  * gate and up projections of an expert read the same activation and have the
  * same shape, so a deployment lays their fp8 bytes out side by side once, at
  * load time: concat(gate_q, up_q) along the output rows, [E, 2F, D]. This

@@ -7,10 +7,13 @@
  * signed zero and return the canonical NaN 0x7fc00000; the contraction
  * multiplies bf16 operands (f32 operands as a bf16x3 split) and accumulates
  * in f32 in index order.
- * Timing (MODEL.md section 4): the control processor issues instructions in
- * order; each command starts when its context is free, the control processor
- * has issued it and every earlier command touching an overlapping region with
- * a read/write hazard has finished. Program time is the latest finish. */
+ * Timing (docs/tcp-model.md section 4): the kernel launches
+ * (assumed.kernel_launch_cycles) before the control processor issues its
+ * first instruction; it issues in order; each command starts when its
+ * context is free, the control processor has issued it and every earlier
+ * command touching an overlapping region with a read/write hazard has
+ * finished. Program time is the latest finish plus the kernel's end
+ * (assumed.kernel_end_cycles). */
 #include <math.h>
 #include <string.h>
 
@@ -31,9 +34,11 @@ static moe_status write_trace(sim *s, const char *path)
 			tcp_ctx_names[c]);
 	for (size_t i = 0; i < s->nev; i++) {
 		const tev *e = &s->ev[i];
-		fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u}}%s\n",
+		fprintf(f,
+			"{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u,"
+			"\"start\":%lld,\"end\":%lld,\"pred\":%d}}%s\n",
 			tcp_op_names[e->op], e->ctx, (double)e->start * us, (double)(e->end - e->start) * us, e->pc,
-			i + 1 < s->nev ? "," : "");
+			(long long)e->start, (long long)e->end, (int)e->pred, i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
 	return moe_atomic_commit(af); /* reports its own error */
@@ -92,6 +97,7 @@ static void finish_stats(sim *s)
 	int64_t end = s->tc;
 	for (int c = 0; c < TCP_NCTX; c++)
 		end = end > s->cfree[c] ? end : s->cfree[c];
+	end += s->m->end_cycles;
 	st->cycles = end;
 	st->busy_cycles[MOE_TCP_ENGINE_CONTROL] = s->tc;
 	st->timing_only = s->o->timing_only != 0;
@@ -132,7 +138,7 @@ static moe_status simulate(sim *s)
 	const tcp_program *p = s->p;
 	const moe_tcp_machine *m = s->m;
 	uint32_t pc = 0;
-	uint64_t steps = 0, budget = tcp_step_budget(p);
+	uint64_t steps = 0, budget = tcp_step_budget(p), wbudget = tcp_work_budget(p);
 	while (!s->fault) {
 		if (++steps > budget) {
 			FAULT(s, pc,
@@ -148,6 +154,17 @@ static moe_status simulate(sim *s)
 		}
 		const tcp_insn *in = &p->code[pc];
 		s->st->instructions++;
+		if (tcp_op_ctx[in->op] != TCP_CTX_CTL) {
+			uint64_t w = tcp_command_work(in);
+			if (w > wbudget - s->work) {
+				FAULT(s, pc,
+					"work budget of %llu reached (%d x the program's static work, its block loop %lld times: "
+					"docs/tcp-isa.md section 9): the program does not terminate",
+					(unsigned long long)wbudget, TCP_WORK_FACTOR, (long long)p->moe_G);
+				break;
+			}
+			s->work += w;
+		}
 		if (((int32_t)pc == p->block_loop_pc + 1 && p->block_loop_pc >= 0) ||
 			((int32_t)pc == p->tier_loop_pc + 1 && p->tier_loop_pc >= 0)) {
 			s->st->blocks_executed++;
@@ -355,7 +372,10 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.absent = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.absent);
 	s.hz = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.hz);
 	s.spm = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.spm);
-	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm) {
+	s.ndmn = m->clusters * tcp_dmns_per_cluster(m);
+	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)(2 * s.ndmn + 1) * sizeof *s.dmn_stamp);
+	s.tc = m->launch_cycles; /* the kernel launches before its first instruction */
+	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of memory for the simulator's tables");
 		rc = MOE_ERR_NOMEM;
 		goto out;
@@ -414,6 +434,7 @@ out:
 	ctx_free(ctx, s.absent, 0);
 	ctx_free(ctx, s.hz, 0);
 	ctx_free(ctx, s.spm, 0);
+	ctx_free(ctx, s.dmn_stamp, 0);
 	ctx_free(ctx, s.seen, 0);
 	if (ev && rc == MOE_OK) { /* handed to the caller */
 		*ev = s.ev, *nev = s.nev;

@@ -111,10 +111,17 @@ static uint32_t stream_word(const sim *s, const tcp_insn *in, int w, int64_t off
  * e2m1, i4); lo, hi in elements of the tensor, for the hazards. */
 static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
 {
-	int64_t per = 2 * esz_of(s, v->t), a = vbase(s, v), z = a;
+	int64_t per = 2 * esz_of(s, v->t), a, z;
+	if (!tcps_vbase_ok(s, pc, v, &a))
+		return false;
+	z = a;
 	for (int k = 0; k < nd; k++) {
-		int64_t x = v->stride[k] * (dim[k] - 1);
-		*(x < 0 ? &a : &z) += x;
+		int64_t x;
+		if (__builtin_mul_overflow(v->stride[k], dim[k] - 1, &x) || __builtin_add_overflow(x < 0 ? a : z, x, x < 0 ? &a : &z)) {
+			FAULT(s, pc, "address overflow: stride %lld x %lld past 64 bits", (long long)v->stride[k],
+				(long long)(dim[k] - 1));
+			return false;
+		}
 	}
 	if (a < 0 || z >= s->p->t[v->t].numel * per) {
 		tcp_view b = *v; /* reported as an overflow by tcps_vrange */
@@ -140,27 +147,27 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 	int64_t pe = cdiv(units, used) * per;
 	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
 	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
-	/* fetch: each DM stream at its read size; two or more streams share one
-	 * channel, or use the dual channel when the sub context is idle */
-	int64_t fsum = 0, fmax = 0, ns = 0;
+	/* fetch: each DM stream at its read size, the streams interleaved on the
+	 * one fetch channel (their cycles add up); at most
+	 * fetch.max_interleaved_streams in one pass: each further group of streams
+	 * is one more pass through DM (its issue and fill/drain) */
+	int64_t fsum = 0, ns = 0;
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
 			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0; /* 4-bit: half a byte each */
 			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
-			int64_t cyc = n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
-			fsum += cyc;
-			fmax = cyc > fmax ? cyc : fmax;
+			fsum += n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
 			ns++;
 		}
-	int64_t fdual = ns > 1 ? cdiv(fsum * m->fetch_bytes, m->dual_fetch_bytes) : fsum;
-	fdual = fdual > fmax ? fdual : fmax;
+	int64_t extra = ns > m->max_streams ? cdiv(ns, m->max_streams) - 1 : 0;
 	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
 	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
 		in->dim, esz_of(s, dv->t), &ol);
 	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
 	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	tail += extra * (m->issue_cycles + m->fill_drain);
 	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
-	tcps_schedule_alt(s, pc, a, (t > fdual ? t : fdual) + tail, (t > fsum ? t : fsum) + tail);
+	tcps_schedule(s, pc, a, (t > fsum ? t : fsum) + tail);
 }
 
 void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)

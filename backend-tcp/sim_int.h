@@ -61,7 +61,12 @@ typedef struct sim {
 	haz *hz;
 	int64_t reg[TCP_NREG];
 	int64_t tc, cfree[TCP_NCTX], tok[TCP_NTOK];
-	int64_t dma_start; /* when the last DMA command started (a joined one sets up beside it) */
+	int64_t dma_start; /* when the last DMA command started (dma.setup_overlaps_previous) */
+	bool hold_main;    /* the command being scheduled also occupies the main context */
+	uint64_t work;     /* the commands' work so far (tcp_command_work) */
+	/* DMA placement scratch: a stamp per DMN (the command that last touched it) */
+	uint32_t *dmn_stamp, stamp;
+	int64_t ndmn;
 	/* the critical path's links (evref): the command whose end cfree[ctx] is,
 	 * that raised tc last (an ld waiting for SPM), that a token holds, that
 	 * released the last DMA command (a joined one starts beside it) */
@@ -215,6 +220,8 @@ static inline int64_t esz_of(const sim *s, int32_t t)
 }
 
 /* ---- views ---- */
+/* A view's base element: base + reg x scale. Only after tcps_vbase_ok (or
+ * tcps_vrange) accepted the view: a register may hold anything. */
 static inline int64_t vbase(const sim *s, const tcp_view *v)
 {
 	return v->base + (v->reg >= 0 ? s->reg[v->reg] * v->scale : 0);
@@ -256,11 +263,11 @@ static inline void acc_add(acc *a, int32_t t, int64_t lo, int64_t hi, bool w)
 }
 
 /* sim_sched.c */
+/* base + reg x scale without overflow (a fault naming the instruction). */
+bool tcps_vbase_ok(sim *s, uint32_t pc, const tcp_view *v, int64_t *b);
 /* The element range a view touches, checked against its tensor. */
 bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi);
-/* Schedule a command of `dur` cycles in its context after its hazards;
- * `dur_sub_busy` when the sub context is still busy at its start. */
-void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t dur_sub_busy);
+/* Schedule a command of `dur` cycles in its context after its hazards. */
 void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur);
 
 /* sim_mem.c */

@@ -14,18 +14,55 @@ bool tcps_writable(sim *s, uint32_t pc, int32_t t)
 	return true;
 }
 
-/* What one DMA command moves, for its cost (docs/tcp-isa.md section 10). */
+/* What one DMA command moves, for its cost (docs/tcp-model.md section 4). */
 typedef struct dmac {
-	int64_t bytes, runs, packets, dm_rmw;
-	double hbm; /* bytes charged to the one HBM pool, reads and writes together */
+	int64_t bytes;    /* DM-side bytes, every copy counted (HBM -> HBM: the bytes moved) */
+	int64_t requests; /* ceil(packet / dma.request_bytes) per packet */
+	int64_t rmw;      /* bytes of DM write runs that are not 8 B aligned */
+	int64_t eng;      /* engines the command runs on */
+	double hbm;       /* bytes charged to the one HBM pool, reads and writes together */
+	/* the HBM pattern: address bits 8..12 of every granule touched, the
+	 * requests and those that switch rows in their channel, each side's last
+	 * run start */
+	uint32_t chan;
+	int64_t hreq, conflicts, last[2];
+	/* the DM side: DMNs and DMN pairs touched, each side's clusters */
+	int64_t dmns, pairs, clo[2], chi[2];
 } dmac;
+
+static void dmac_init(dmac *c)
+{
+	memset(c, 0, sizeof *c);
+	c->last[0] = c->last[1] = -1;
+	c->clo[0] = c->clo[1] = INT64_MAX;
+	c->chi[0] = c->chi[1] = -1;
+}
+
+/* The HBM pattern rule (docs/tcp-model.md section 1): a request's channel
+ * is taken as its address bits 8..12 (bit 8 the stack); a run shorter than
+ * two granules that lands on the channel of the side's previous run but in
+ * another row (address bits 21 and up) switches rows in that bank. */
+static void hbm_pattern(dmac *c, int64_t a, int64_t len, int64_t g, bool write)
+{
+	int64_t g0 = a / g, g1 = (a + len - 1) / g;
+	if (g1 - g0 >= 31)
+		c->chan = 0xffffffffu;
+	else
+		for (int64_t k = g0; k <= g1; k++)
+			c->chan |= 1u << (k & 31);
+	c->hreq += g1 - g0 + 1;
+	int64_t pv = c->last[write];
+	if (g1 == g0 && pv >= 0 && (((a ^ pv) >> 8) & 31) == 0 && (a >> 21) != (pv >> 21))
+		c->conflicts++;
+	c->last[write] = a;
+}
 
 /* One contiguous run of len bytes at byte address a of tensor t, read or
  * written. HBM reads are charged whole requests of the access granule (a run
  * crossing a granule boundary costs one more request); HBM writes are charged
  * whole granules, a partial granule at the unaligned write factor (its
  * read-modify-write). A DM write whose address or size is not a multiple of
- * dm_alignment_bytes is one read-modify-write (A16). */
+ * dm_alignment_bytes is a read-modify-write (memory.dm_misaligned_write_factor). */
 static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool write)
 {
 	const moe_tcp_machine *m = s->m;
@@ -33,6 +70,7 @@ static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool wri
 		return;
 	if (s->p->t[t].space == TCP_HBM) {
 		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
+		hbm_pattern(c, a, len, g, write);
 		if (!write) {
 			c->hbm += (double)(blocks * g);
 			acc_sat(s, &s->st->hbm_read_bytes, len);
@@ -44,8 +82,16 @@ static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool wri
 			acc_sat(s, &s->st->hbm_write_bytes, len);
 		}
 	} else if (write && (a % m->dm_align != 0 || len % m->dm_align != 0)) {
-		c->dm_rmw++;
+		c->rmw += len;
 	}
+}
+
+/* Requests of a run of rb bytes split into packets of at most
+ * dma.max_packet_bytes. */
+static int64_t run_requests(const moe_tcp_machine *m, int64_t rb)
+{
+	int64_t full = rb / m->dma_max_packet, rem = rb % m->dma_max_packet;
+	return full * cdiv(m->dma_max_packet, m->dma_request) + cdiv(rem, m->dma_request);
 }
 
 /* The contiguous runs of a view over dims (elements of size e), each passed
@@ -70,27 +116,106 @@ static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_
 	return run;
 }
 
-/* setup + the longer of the engines' time and the HBM pool's time; DM -> DM
- * serializes its reads and writes; gather/scatter pay the row overhead per
- * engine for every row of the index list, the zero rows past a valid count
- * included (docs/tcp-isa.md A3). */
+/* ---- placement: which slices hold a DM tensor's bytes ---- */
+/* The copies of DM tensor t's bytes that a DMA writing it must write. */
+static int64_t dm_copies(const sim *s, int32_t t)
+{
+	(void)s, (void)t; /* every DM tensor holds one copy of its bytes */
+	return 1;
+}
+
+/* Slices holding bytes [lo, hi] of DM tensor t, as the first slice and a
+ * count (modulo the tensor's P slices): the tensor spans P = min(slices,
+ * ceil(bytes / footprint)) slices, its flit k in slice k mod P. */
+static void dm_slices(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
+{
+	const tcp_tensor *tt = &s->p->t[t];
+	int64_t bytes = tt->numel * esz_of(s, t), fp = tt->slice_bytes > 0 ? tt->slice_bytes : bytes;
+	int64_t fb = s->m->flit_bytes, f0 = lo / fb, f1 = hi / fb;
+	*P = cdiv(bytes, fp);
+	*P = *P < 1 ? 1 : *P > s->S ? s->S : *P;
+	*first = f0 % *P;
+	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
+}
+
+/* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t
+ * for side `w` of the command (stamp: this command). */
+static void dm_touch(sim *s, dmac *c, int32_t t, int64_t lo, int64_t hi, int w)
+{
+	const moe_tcp_machine *m = s->m;
+	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
+	dm_slices(s, t, lo, hi, &first, &n, &P);
+	int64_t ppc = (dpc + 1) / 2, npair0 = s->ndmn; /* pair stamps follow the DMN stamps */
+	for (int part = 0; part < 2; part++) {
+		int64_t a = part ? 0 : first, b = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
+		if (b < a)
+			continue;
+		int64_t d0 = a / spc * dpc + a % spc / spd, d1 = b / spc * dpc + b % spc / spd;
+		for (int64_t d = d0; d <= d1; d++) {
+			int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
+			c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
+			c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
+			if (s->dmn_stamp[d] != s->stamp)
+				s->dmn_stamp[d] = s->stamp, c->dmns++;
+			if (s->dmn_stamp[pr] != s->stamp)
+				s->dmn_stamp[pr] = s->stamp, c->pairs++;
+		}
+	}
+}
+
+/* A DMA command's DM sides: bytes (every copy), DMNs and engines. */
+static void dm_sides(sim *s, dmac *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
+	int64_t shi, int64_t moved)
+{
+	const tcp_tensor *td = &s->p->t[d->t], *ts = &s->p->t[sv->t];
+	s->stamp++;
+	if (s->stamp == 0) { /* wrapped: clear every stamp */
+		memset(s->dmn_stamp, 0, sizeof *s->dmn_stamp * (size_t)(2 * s->ndmn + 1));
+		s->stamp = 1;
+	}
+	int64_t copies = td->space == TCP_DM ? dm_copies(s, d->t) : 1;
+	if (td->space == TCP_DM)
+		dm_touch(s, c, d->t, dlo * esz_of(s, d->t), (dhi + 1) * esz_of(s, d->t) - 1, 0);
+	if (ts->space == TCP_DM)
+		dm_touch(s, c, sv->t, slo * esz_of(s, sv->t), (shi + 1) * esz_of(s, sv->t) - 1, 1);
+	c->bytes = moved * copies;
+	if (td->space == TCP_HBM && ts->space == TCP_HBM)
+		c->eng = s->m->hbm2hbm_engines;
+	else
+		c->eng = c->pairs;
+	c->eng = c->eng < 1 ? 1 : c->eng > s->m->dma_engines ? s->m->dma_engines : c->eng;
+}
+
+/* setup + the data time (the largest of the engines', the DMNs', the HBM
+ * pool's and the requests' time) + row overheads: gather/scatter pay the row
+ * overhead per engine for every row of the index list, the zero rows past a
+ * valid count included (docs/tcp-model.md, DMA). */
 static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
 {
 	const moe_tcp_machine *m = s->m;
-	int64_t eng = c->packets < m->dma_engines ? c->packets : m->dma_engines;
-	if (eng < 1)
-		eng = 1;
-	double t = (double)c->bytes / (double)(m->dma_bytes_per_cycle * eng);
-	if (dm2dm && m->dm_to_dm_serialized)
-		t *= 2;
-	double h = c->hbm / s->hbm_bpc;
+	double by = (double)c->bytes + (double)c->rmw * (m->dm_misaligned_write - 1), eng = (double)c->eng;
+	double t = by / (eng * (double)m->dma_bytes_per_cycle);
+	if (c->dmns > 0) {
+		/* DM -> DM within a cluster serializes its reads and writes */
+		bool within = dm2dm && c->clo[0] <= c->chi[1] && c->clo[1] <= c->chi[0];
+		double dn = by / ((double)c->dmns * (double)m->dmn_bytes_per_cycle) * (within && m->dm_to_dm_serialized ? 2 : 1);
+		t = t > dn ? t : dn;
+	}
+	bool stack = (c->chan & 0x55555555u) && (c->chan & 0xaaaaaaaau);
+	double h = c->hbm / s->hbm_bpc * (c->hreq > 1 && !stack ? m->hbm_no_stack_bit : 1);
+	if (c->conflicts > 0) {
+		int ch = __builtin_popcount(c->chan);
+		h = h * (1 - (double)c->conflicts / (double)c->hreq) +
+		    (double)c->conflicts * (double)m->hbm_row_conflict / (double)(ch ? ch : 1);
+	}
+	double rq = (double)c->requests / eng;
 	t = t > h ? t : h;
+	t = t > rq ? t : rq;
 	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
 		s->cycles_overflow = true;
 		t = 1e15;
 	}
-	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, eng) * m->row_overhead : 0) +
-	       cdiv(c->dm_rmw, eng) * m->row_overhead;
+	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, c->eng) * m->row_overhead : 0);
 }
 
 /* False (with a fault) when the values of tensor t are needed but derive
@@ -169,10 +294,12 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	copy_elems(s, in, d, sv, e, db, sb);
-	dmac dc = {n * e, 0, 0, 0, 0};
+	dmac dc;
+	dmac_init(&dc);
 	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
 	int64_t run = rs < rd ? rs : rd;
-	dc.packets = n / run * cdiv(run * e, s->m->dma_max_packet);
+	dc.requests = n / run * run_requests(s->m, run * e);
+	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, n * e);
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
@@ -197,7 +324,8 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	if (s->absent[sv->t])
 		s->absent[d->t] = s->absent[sv->t];
 	bool copy = s->data[sv->t] != NULL;
-	dmac dc = {0, 0, 0, 0, 0};
+	dmac dc;
+	dmac_init(&dc);
 	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
@@ -228,19 +356,20 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
 	acc_add(&a, iv->t, ilo, ihi, false);
-	dc.bytes = (moved ? moved : 1) * row * e;
-	dc.packets = G * n * cdiv(row * e, s->m->dma_max_packet);
+	dc.requests = (moved ? moved : 1) * (row * e / rb) * run_requests(s->m, rb);
+	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
 	tcps_schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, G * n));
 }
 
 /* Stages up to three i32 views into SPM, one descriptor each on its own
  * engine (they run side by side): the run-time scalars the control path reads
- * with ld (MODEL.md section 3). */
+ * with ld (docs/tcp-model.md section 6). */
 void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW], n = 1, most = 0;
 	acc a = {0};
-	dmac dc = {0, 0, 0, 0, 0};
+	dmac dc;
+	dmac_init(&dc);
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
 	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
@@ -252,10 +381,11 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 		acc_add(&a, v->t, lo[w], hi[w], false);
 		int64_t el = hi[w] - lo[w] + 1 < n ? hi[w] - lo[w] + 1 : n;
 		most = el * 4 > most ? el * 4 : most;
-		dc.packets++;
+		dc.eng++;
+		dc.requests += run_requests(s->m, el * 4);
 		dma_runs(s, &dc, v, in->ndim, in->dim, 4, false);
 	}
-	dc.bytes = most * dc.packets;
+	dc.bytes = most * dc.eng;
 	tcps_schedule(s, pc, &a, dma_time(s, &dc, false, 1));
 	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
 		int32_t t = in->v[w].t;
@@ -274,6 +404,18 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 	}
 }
 
+/* The bytes of a sub load's source view (elements [lo, hi] of a DM tensor,
+ * n elements read) that one slice holding them holds: the distinct bytes
+ * over the slices they lie in (dm_slices). */
+static int64_t sub_own_bytes(const sim *s, const tcp_view *v, int64_t lo, int64_t hi, int64_t n)
+{
+	int64_t first, ns, P, e = esz_of(s, v->t), bytes = (hi - lo + 1 < n ? hi - lo + 1 : n) * e;
+	if (s->p->t[v->t].space != TCP_DM)
+		return bytes;
+	dm_slices(s, v->t, lo * e, (hi + 1) * e - 1, &first, &ns, &P);
+	return cdiv(bytes, ns);
+}
+
 void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
@@ -284,16 +426,15 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
-	(void)n;
 	if (tcps_computes(s, pc))
 		copy_elems(s, in, d, sv, e, db, sb);
-	/* every slice reads its footprint of the tile from DM: TRF through
-	 * Collect at trf_load_bytes_per_cycle_per_slice (assumed), VRF at the
-	 * sub context's read width */
-	int64_t per = s->p->t[d->t].slice_bytes;
-	int64_t rate = in->op == TCP_OP_SUB_TRF ? s->m->trf_load_bytes : s->m->sub_read_bytes;
+	/* every slice loads its footprint of the tile: what its own DM holds at
+	 * the sub context's read width, the rest over the switch */
+	int64_t per = s->p->t[d->t].slice_bytes, own = sub_own_bytes(s, sv, slo, shi, n);
+	s->hold_main = own < per && !s->m->sub_switch_concurrent;
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
-	tcps_schedule(s, pc, &a, cdiv(per, rate) + s->m->fill_drain);
+	tcps_schedule(s, pc, &a, tcp_sub_load_cycles(s->m, per, own) + s->m->fill_drain);
+	s->hold_main = false;
 }

@@ -1,19 +1,38 @@
 /* backend-tcp/sim_sched.c: the TCP simulator's timing core: the element range of a
  * view, read/write hazard records per tensor, and the scheduler that starts
  * each command when its context is free and its hazards have finished
- * (MODEL.md section 4). */
+ * (docs/tcp-model.md, section 4). */
 #include "backend-tcp/sim_int.h"
 
-/* The element range a view touches, checked against its tensor. */
+bool tcps_vbase_ok(sim *s, uint32_t pc, const tcp_view *v, int64_t *b)
+{
+	int64_t off = 0;
+	if (v->reg >= 0 && (__builtin_mul_overflow(s->reg[v->reg], v->scale, &off) ||
+				   __builtin_add_overflow(v->base, off, b))) {
+		FAULT(s, pc, "address overflow: r%d (%lld) x %lld + %lld does not fit 64 bits", v->reg,
+			(long long)s->reg[v->reg], (long long)v->scale, (long long)v->base);
+		return false;
+	}
+	if (v->reg < 0)
+		*b = v->base;
+	return true;
+}
+
+/* The element range a view touches, checked against its tensor (every
+ * product and sum checked: a register may hold anything). */
 bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
 {
-	int64_t a = vbase(s, v), b = a;
+	int64_t a, b;
+	if (!tcps_vbase_ok(s, pc, v, &a))
+		return false;
+	b = a;
 	for (int k = 0; k < nd; k++) {
-		int64_t x = v->stride[k] * (dim[k] - 1);
-		if (x < 0)
-			a += x;
-		else
-			b += x;
+		int64_t x;
+		if (__builtin_mul_overflow(v->stride[k], dim[k] - 1, &x) || __builtin_add_overflow(x < 0 ? a : b, x, x < 0 ? &a : &b)) {
+			FAULT(s, pc, "address overflow: stride %lld x %lld past 64 bits", (long long)v->stride[k],
+				(long long)(dim[k] - 1));
+			return false;
+		}
 	}
 	*lo = a;
 	*hi = b;
@@ -80,29 +99,33 @@ static evref event(sim *s, uint32_t pc, int ctx, int64_t start, int64_t end, evr
 	return (evref)s->nev;
 }
 
-/* Schedule a command of `dur` cycles in its context after its hazards;
- * `dur_sub_busy` when the sub context is still busy at its start (a tensor
- * pass whose fetch then cannot use the dual channel). */
-void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t dur_sub_busy)
+/* Schedule a command of `dur` cycles in its context after its hazards. A
+ * Tensor Unit command (main, sub) adds assumed.command_issue_cycles; a DMA
+ * command's dma.setup_cycles, in `dur`, includes its issue. DMA commands run
+ * in one in-order queue: with dma.setup_overlaps_previous false (revision 3)
+ * a command flagged join is an ordinary next command, its setup after the
+ * previous transfer; only a machine that sets the field true lets it set up
+ * beside that transfer (its transfer still follows that command's). */
+void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 {
 	int ctx = tcp_op_ctx[s->p->code[pc].op];
-	/* a joined DMA sets up beside the command it joins: only its transfer
-	 * (and issue) follows that command's end */
-	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN);
+	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN) && s->m->setup_overlaps;
 	int64_t prev_end = s->cfree[ctx];
 	evref prev = s->cev[ctx];
 	s->tc += s->m->scalar_cycles;
-	int64_t start = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tc : (join ? s->dma_start : s->cfree[ctx]);
-	evref pred = s->tc > (join ? s->dma_start : s->cfree[ctx]) ? s->tcev : (join ? s->dma_pred : prev);
+	int64_t from = join ? s->dma_start : s->cfree[ctx];
+	int64_t start = s->tc > from ? s->tc : from;
+	evref pred = s->tc > from ? s->tcev : (join ? s->dma_pred : prev);
+	if (s->hold_main && s->cfree[TCP_CTX_MAIN] > start) /* a sub load on main's switch channel */
+		start = s->cfree[TCP_CTX_MAIN], pred = s->cev[TCP_CTX_MAIN];
 	for (int i = 0; i < a->n; i++) {
 		evref hv;
 		int64_t w = haz_wait(s, a->t[i], a->lo[i], a->hi[i], a->w[i], &hv);
 		if (w > start)
 			start = w, pred = hv;
 	}
-	if (s->cfree[TCP_CTX_SUB] > start)
-		dur = dur_sub_busy;
-	dur += s->m->issue_cycles;
+	if (ctx != TCP_CTX_DMA)
+		dur += s->m->issue_cycles;
 	if (dur > TCP_MAX_CYCLES - start) {
 		s->cycles_overflow = true;
 		dur = TCP_MAX_CYCLES - start;
@@ -116,6 +139,8 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 		s->dma_start = start, s->dma_pred = started_by;
 	s->cfree[ctx] = end;
 	s->cev[ctx] = me;
+	if (s->hold_main)
+		s->cfree[TCP_CTX_MAIN] = end, s->cev[TCP_CTX_MAIN] = me;
 	for (int i = 0; i < a->n; i++)
 		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end, me);
 	busy(s, pc, ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB : MOE_TCP_ENGINE_DMA,
@@ -135,9 +160,4 @@ void tcps_schedule_alt(sim *s, uint32_t pc, const acc *a, int64_t dur, int64_t d
 		s->xiv[s->nxiv++][1] = end;
 	}
 	s->st->commands++;
-}
-
-void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
-{
-	tcps_schedule_alt(s, pc, a, dur, dur);
 }

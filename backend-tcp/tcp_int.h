@@ -18,7 +18,11 @@ struct moe_tcp_machine {
 	double hbm_bytes, hbm_bytes_per_s; /* one pool shared by reads and writes */
 	int64_t hbm_granule;
 	double hbm_unaligned_read, hbm_unaligned_write;
+	double hbm_no_stack_bit;     /* a pattern that never toggles address bit 8 */
+	int64_t hbm_row_conflict;    /* cycles per request that switches rows in its bank */
 	int64_t dm_bytes_per_slice, dm_bytes_per_cycle, dm_banks, dm_align, trf_bytes_per_lane, vrf_bytes_per_slice;
+	int64_t dmns_per_cluster, dmn_bytes_per_cycle, dm_max_same_bank;
+	double dm_misaligned_write; /* a DM write run not 8 B aligned: its write time x this */
 	int64_t mac_bytes_per_lane;
 	int64_t macs_per_lane[4]; /* TCP_MT_* */
 	int64_t tree_latency[4];
@@ -26,19 +30,30 @@ struct moe_tcp_machine {
 	double peak_ops[4];
 	int64_t vec_int_rate, vec_float_rate, alu_latency, inter_slice_reduce;
 	int64_t float_alus; /* bit k: ALU k of TCP_FALU_* present */
-	int64_t fetch_bytes, dual_fetch_bytes, sub_read_bytes;
-	int64_t dma_engines, dma_bytes_per_cycle, dma_setup, dma_max_packet, dma_request;
-	bool dm_to_dm_serialized;
+	int64_t fetch_bytes, max_streams, sub_read_bytes, sub_write_bytes;
+	int64_t switch_bytes_per_cycle, max_ring;
+	int64_t dma_queues, dma_engines, dma_bytes_per_cycle, dma_setup, dma_max_packet, dma_request, hbm2hbm_engines;
+	int64_t index_bytes_per_pe;
+	bool dm_to_dm_serialized, setup_overlaps, unscaled_scatter;
 	int64_t pcie_bytes_per_cycle;
 	double link_bytes_per_s, link_latency_s; /* interconnect (assumed) */
 	/* assumed */
-	int64_t issue_cycles, scalar_cycles, branch_cycles, row_overhead, fill_drain, trf_load_bytes;
+	int64_t issue_cycles, scalar_cycles, branch_cycles, row_overhead, fill_drain, launch_cycles, end_cycles;
+	bool sub_switch_concurrent;
 };
 enum { TCP_MT_BF16, TCP_MT_F8, TCP_MT_I8, TCP_MT_I4 };
 /* the float cluster's ALUs (vector.float_alus), each usable once per pass */
 enum { TCP_FALU_FMA, TCP_FALU_FPU, TCP_FALU_EXP, TCP_FALU_MUL0, TCP_FALU_MUL1, TCP_NFALU };
 int64_t tcp_slices(const moe_tcp_machine *m);
 int64_t tcp_trf_bytes(const moe_tcp_machine *m); /* per slice */
+/* DMNs per cluster as the machine has them (at most one per slice) and
+ * slices per DMN */
+int64_t tcp_dmns_per_cluster(const moe_tcp_machine *m);
+int64_t tcp_slices_per_dmn(const moe_tcp_machine *m);
+/* Cycles of a sub-context load of `fp` bytes per slice of which the slice's
+ * own DM holds `own` (docs/tcp-model.md, sub-context loads), without issue
+ * and fill/drain. */
+int64_t tcp_sub_load_cycles(const moe_tcp_machine *m, int64_t fp, int64_t own);
 extern const char tcp_default_machine_json[];
 
 /* ---- memory spaces and tensors ---- */
@@ -202,7 +217,7 @@ struct moe_tcp_program {
 	uint32_t ncode, ccap;
 	uint8_t *consts;
 	int64_t nconst, constcap;
-	/* roofline inputs recorded by the lowering (MODEL.md section 6) */
+	/* roofline inputs recorded by the lowering (docs/tcp-model.md section 7) */
 	int64_t moe_T, moe_K, moe_D, moe_F, moe_E, moe_B, moe_G, nproj, router_E;
 	uint8_t dtype;
 	int32_t nblocks_t;  /* tensor holding nblocks (stats), -1 */
@@ -301,6 +316,15 @@ char *tcp_resolve_source(moe_ctx *ctx, const moe_graph *g, const char *src);
 
 /* terminate.c (enforced by sim.c): the instruction budget of a run; a loop without exit is an error */
 uint64_t tcp_step_budget(const tcp_program *p);
+/* The work budget (docs/tcp-isa.md section 9): the program's static work
+ * (the block loop's commands G times, any other loop's TCP_WORK_LOOP times)
+ * x TCP_WORK_FACTOR, in [2^24, 2^42]; a run stops with a fault before the
+ * command that would pass it. */
+#define TCP_WORK_FACTOR 8
+#define TCP_WORK_LOOP 64
+#define TCP_WORK_PER_COMMAND 4096
+uint64_t tcp_command_work(const tcp_insn *in);
+uint64_t tcp_work_budget(const tcp_program *p);
 moe_status tcp_check_termination(moe_ctx *ctx, const tcp_program *p, const char *file);
 
 /* A serving program's n_tokens binding outside 0..T: a diagnostic and

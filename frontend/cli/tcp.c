@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
+#include "moec/passes.h"
 
 static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
 {
@@ -33,10 +34,58 @@ void cli_quant_act(const opts *o, moe_module *m)
 	}
 }
 
+static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B);
+
+/* Whether the layer of o compiles for the TCP target with --set B=B (a copy
+ * loaded, lowered by the tcp pipeline and compiled, then freed). */
+static bool compiles_with_b(moe_ctx *ctx, const opts *o, const moe_tcp_machine *mach, int64_t B)
+{
+	moe_module *t = load_with_b(ctx, o, B);
+	moe_run_opts ro = {.verify = 1};
+	moe_tcp_program *p =
+		t && moe_run_pipeline_text(ctx, "tcp", t, &ro) == MOE_OK ? moe_tcp_compile(ctx, moe_module_graph(t, 0), mach) : NULL;
+	moe_tcp_program_free(p);
+	moe_module_free(t);
+	return p != NULL;
+}
+
+/* block=auto prices B's own buffers, not the DM the rest of the layer takes:
+ * a B the lowering cannot place is halved (multiples of 8, at least 8) until
+ * the layer compiles; when none does, the first B stands and its compile
+ * reports the error. Runs only while no diagnostic is pending, so clearing
+ * the trials' errors drops nothing else. */
+static moe_module *fit_block(moe_ctx *ctx, const opts *o, moe_module *m, int64_t *chosen)
+{
+	if (moe_diag_count(ctx) != 0)
+		return m;
+	moe_tcp_machine *mach = machine(ctx, o);
+	int64_t B = *chosen;
+	while (mach && !compiles_with_b(ctx, o, mach, B)) {
+		moe_diag_clear(ctx);
+		B = B / 2 / 8 * 8;
+		if (B < 8)
+			break;
+		if (compiles_with_b(ctx, o, mach, B)) {
+			moe_module *m2 = load_with_b(ctx, o, B);
+			if (m2) {
+				moe_module_free(m);
+				m = m2;
+				*chosen = B;
+			}
+			break;
+		}
+	}
+	moe_diag_clear(ctx);
+	moe_tcp_machine_free(ctx, mach);
+	return m;
+}
+
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	moe_module *m = load_tcp(ctx, o, chosen, pred);
 	cli_quant_act(o, m);
+	if (m && *chosen > 0)
+		m = fit_block(ctx, o, m, chosen);
 	return m;
 }
 
@@ -60,6 +109,15 @@ static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double
 		*chosen = B;
 		return m;
 	}
+	moe_module_free(m);
+	*chosen = B;
+	return load_with_b(ctx, o, B);
+}
+
+/* The layer of o loaded again with --set B=B added (o has room: load_tcp
+ * checked nsets), --quant-act applied. */
+static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
+{
 	static opts o2; /* large; one load at a time */
 	o2 = *o;
 	snprintf(o2.setnames[o2.nsets], sizeof o2.setnames[0], "B");
@@ -70,9 +128,9 @@ static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double
 	for (size_t i = 0; i < o2.nsets; i++)
 		o2.sets[i].name = o2.setnames[i];
 	o2.nsets++;
-	moe_module_free(m);
-	*chosen = B;
-	return cli_load(ctx, &o2);
+	moe_module *m = cli_load(ctx, &o2);
+	cli_quant_act(o, m);
+	return m;
 }
 
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)

@@ -110,7 +110,7 @@ MOE_API const char *moe_tcp_engine_name(int engine);
 
 typedef struct moe_tcp_stats {
 	double simulated_seconds;
-	double roofline_seconds; /* MODEL.md section 6 */
+	double roofline_seconds; /* docs/tcp-model.md section 7 */
 	double roofline_ratio;   /* simulated / roofline */
 	int64_t cycles;
 	int64_t busy_cycles[MOE_TCP_NENGINES];

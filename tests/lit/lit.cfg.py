@@ -9,6 +9,7 @@ config.excludes = ["Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moec_obj_root, "tests", "lit")
 config.substitutions.append(("%moec", os.path.join(config.moec_obj_root, "moec")))
+config.substitutions.append(("%tcp_book", os.path.join(config.moec_obj_root, "tests", "tcp_book")))
 config.substitutions.append(("%FileCheck", config.filecheck))
 config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
 config.substitutions.append(("%fixtures", os.path.join(config.moec_src_root, "tests", "fixtures")))

@@ -770,11 +770,13 @@ static void test_timing_only_same_cycles(void **st)
 
 /* Decode (T = 1) is bound by the weight stream: each expert's weights
  * (3 x D x F bf16) come from HBM in one DMA per projection, at the HBM pool's
- * 1500 B per cycle. With twice the HBM bandwidth the DMA engines become the
- * limit, 8 x 256 = 2048 B per cycle, so each weight byte gains 1/1500 - 1/2048
- * cycles (the stream 26.8% shorter, not 50%), and with every weight DMA on the
- * critical path the run is shorter by at least that gain over the bytes of
- * the experts hit (2 here). */
+ * 1500 B per cycle. With twice the HBM bandwidth the DMA engines (and the
+ * DMNs) become the limit, 8 x 256 = 16 x 128 = 2048 B per cycle, so each
+ * weight byte gains 1/1500 - 1/2048 cycles (the stream 26.8% shorter, not
+ * 50%). Under machine model revision 3 the sub context's TRF loads (8 B per
+ * cycle) and the serial DMA setups keep part of the stream off the critical
+ * path: the run is shorter by at least 90% of that gain over the bytes of the
+ * experts hit (2 here; measured 93.5%, it was 99% under revision 2). */
 static void test_decode_follows_hbm_bandwidth(void **st)
 {
 	(void)st;
@@ -788,7 +790,7 @@ static void test_decode_follows_hbm_bandwidth(void **st)
 	double bytes = 2.0 * 3 * L.D * L.F * 2, gain = bytes * (1 / 1500.0 - 1 / 2048.0) * 1e-9;
 	if (getenv("TCP_TEST_VERBOSE"))
 		printf("decode: %g s -> %g s (weight stream gain %g s)\n", t0, t1, gain);
-	assert_true(t0 - t1 >= 0.99 * gain);
+	assert_true(t0 - t1 >= 0.90 * gain);
 	assert_true(t1 < t0);
 	moe_tcp_machine_free(ctx, fast);
 	moe_tensor_map_free(b);
@@ -797,15 +799,13 @@ static void test_decode_follows_hbm_bandwidth(void **st)
 	moe_ctx_free(ctx);
 }
 
-/* A decode streams the experts' weights back to back: each block's DMA list
- * (its token rows and its expert's weights) joins the previous block's, so
- * its setup hides under that one's transfer. The expert part of the run
- * (stats: expert_seconds, 37.0 us) is the weight bytes at the HBM rate
- * (33.6 us) plus what no schedule hides: the first list's setup (0.6 us),
- * the issue cycles of the 12 weight copies (1.2 us) and the last block's
- * compute after its weights arrive (about 1.7 us); under 12% in all. A list
- * per block that sets up after the previous one ends pays 0.6 us more per
- * block, plus the token gather's own setup (40.0 us, 19%). */
+/* A decode streams the experts' weights back to back in the one in-order
+ * DMA queue. Under machine model revision 3 every DMA command's setup
+ * (dma.setup_cycles, 0.5 us, its issue included) follows the previous
+ * command's transfer (dma.setup_overlaps_previous false). The expert part of
+ * the run (stats: expert_seconds, 38.2 us) is the weight bytes at the HBM
+ * rate (33.6 us) plus at most the setups of the 3 K weight copies (6 us) and
+ * the last block's compute after its weights arrive (under 2 us). */
 static void test_decode_stream_back_to_back(void **st)
 {
 	(void)st;
@@ -824,7 +824,7 @@ static void test_decode_stream_back_to_back(void **st)
 			(long long)s.blocks_executed);
 	assert_int_equal(s.blocks_executed, L.K);
 	assert_true(s.expert_seconds >= stream);
-	assert_true(s.expert_seconds <= 1.12 * stream);
+	assert_true(s.expert_seconds <= stream + 3.0 * L.K * 500e-9 + 2e-6);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
 	moe_module_free(m);
@@ -956,34 +956,52 @@ static int64_t one_command_cycles(const char *body)
 	return s.cycles;
 }
 
-/* The cost rules of docs/tcp-isa.md section 10 on machine.json's numbers,
- * worked by hand. Every command starts at cycle 1 (its issue, one scalar op)
- * and adds command_issue_cycles = 100; a DMA adds setup_cycles = 500. HBM is
- * one pool of 1.5e12 B/s / 1e9 Hz = 1500 B per cycle for reads and writes. */
+/* The cost rules of docs/tcp-model.md section 4 on machine.json's numbers,
+ * worked by hand. The kernel launches in 2000 cycles and ends in 600; the
+ * command is issued one scalar op later, at 2001; a DMA adds setup_cycles =
+ * 500 (its issue included), a Tensor Unit command command_issue_cycles = 240.
+ * HBM is one pool of 1500 B per cycle for reads and writes. d and d2 (2048 B
+ * per slice, 1 MiB) span all 512 slices, 16 DMNs, 8 DMN pairs (engines). */
 static void test_cost_rules_by_hand(void **st)
 {
 	(void)st;
-	/* 1 MiB HBM -> DM, aligned: 256 packets of 4096 B keep 8 engines busy,
-	 * 1048576 / (8 x 256) = 512 cycles; the pool needs 1048576 / 1500 =
-	 * 699.05 -> 700: 1 + 500 + 700 + 100 */
-	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]"), 1301);
+	/* 1 MiB HBM -> DM, aligned: engines 1048576 / (8 x 256) = 512, DMNs
+	 * 1048576 / (16 x 128) = 512, requests 4096 / 8 = 512; the pool needs
+	 * 1048576 / 1500 = 699.05 -> 700: 2001 + 500 + 700 + 600 */
+	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]"), 3801);
 	/* a DM -> HBM write of the same size is charged to the same pool */
-	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%0+0:[1] s0=%1+0:[1]"), 1301);
-	/* 1024 rows of 256 B at a 512 B stride. Aligned: 262144 B / 1500 =
-	 * 174.76 -> 175 (the engines: 262144 / 2048 = 128): 1 + 500 + 175 + 100 */
-	assert_int_equal(one_command_cycles("dma.copy dims=[1024,128] dst=%1+0:[128,1] s0=%0+0:[256,1]"), 776);
-	/* the same rows from byte 128: each crosses a 256 B boundary, two
-	 * requests per row, 524288 B charged / 1500 = 349.53 -> 350 */
-	assert_int_equal(one_command_cycles("dma.copy dims=[1024,128] dst=%1+0:[128,1] s0=%0+64:[256,1]"), 951);
+	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%0+0:[1] s0=%1+0:[1]"), 3801);
+	/* 1024 rows of 256 B at a 512 B stride: every request has address bit 8
+	 * clear (the stack bit never toggles): 262144 / 1500 x
+	 * hbm_no_stack_bit_factor 2 = 349.5 -> 350 */
+	assert_int_equal(one_command_cycles("dma.copy dims=[1024,128] dst=%1+0:[128,1] s0=%0+0:[256,1]"), 3451);
+	/* the same rows at a 768 B stride toggle bit 8: 262144 / 1500 = 174.76 ->
+	 * 175 (the engines and requests: 128) */
+	assert_int_equal(one_command_cycles("dma.copy dims=[1024,128] dst=%1+0:[128,1] s0=%0+0:[384,1]"), 3276);
+	/* the 512 B-stride rows from byte 128: each crosses a 256 B boundary (two
+	 * requests, bit 8 toggles), 524288 B charged / 1500 = 349.53 -> 350 */
+	assert_int_equal(one_command_cycles("dma.copy dims=[1024,128] dst=%1+0:[128,1] s0=%0+64:[256,1]"), 3451);
 	/* 8 rows of 64 B written to HBM at a 512 B stride: each a partial 256 B
-	 * block, a read-modify-write at hbm_unaligned_write_factor = 50:
-	 * 8 x 256 x 50 / 1500 = 68.27 -> 69 */
-	assert_int_equal(one_command_cycles("dma.copy dims=[8,32] dst=%0+0:[256,1] s0=%1+0:[32,1]"), 670);
-	/* DM -> DM serializes its reads and writes: 2 x 512 */
-	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%2+0:[1] s0=%1+0:[1]"), 1625);
-	/* a TRF load: the 8192 B footprint per slice at 32 B per cycle = 256,
-	 * + tuexec_fill_drain_cycles 32 */
-	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 389);
+	 * block, a read-modify-write at hbm_unaligned_write_factor = 50, and bit
+	 * 8 never toggles: 8 x 256 x 50 / 1500 x 2 = 136.53 -> 137 (the DM side,
+	 * 512 B in 16 slices of one DMN: 4) */
+	assert_int_equal(one_command_cycles("dma.copy dims=[8,32] dst=%0+0:[256,1] s0=%1+0:[32,1]"), 3238);
+	/* DM -> DM within the clusters serializes its reads and writes: the DMNs'
+	 * 512 doubled */
+	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%2+0:[1] s0=%1+0:[1]"), 4125);
+	/* 1 KiB HBM -> DM: 32 flits in the first 32 slices of d (one DMN, one
+	 * engine): the DMN bound 1024 / 128 = 8 over the engine's 4 and the
+	 * pool's 0.7 */
+	assert_int_equal(one_command_cycles("dma.copy dims=[512] dst=%1+0:[1] s0=%0+0:[1]"), 3109);
+	/* a TRF load of 8192 B per slice from 4096 B of d (128 slices, 32 B
+	 * each): the switch brings 8192 / 32 = 256 cycles' flits, the ring of
+	 * ceil(8192 / 32) = 256 copies (switch.max_ring_size) adds 256; + fill/drain
+	 * 32 + issue 240 */
+	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 3385);
+	/* all of d (2048 B in each slice) into t's 8192 B per slice: a slice
+	 * reads its own 2048 B at sub_context_read_bytes 8 (256) while the switch
+	 * brings the other copies' 8192 / 32 (256), + a ring of 4, + 32 + 240 */
+	assert_int_equal(one_command_cycles("sub.ldtrf dims=[524288] dst=%3+0:[1] s0=%1+0:[1]"), 3133);
 }
 
 /* A gather index out of range and a DM overflow are run-time faults. */

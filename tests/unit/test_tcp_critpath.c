@@ -2,9 +2,8 @@
  * small hand-written programs, worked by hand on machine.json's numbers (the
  * expert-parallel runner measures each exchange round's packing and
  * unpacking along them: docs/expert-parallel.md section 6). A command's
- * predecessor is the recorded command whose end released it; a joined DMA
- * whose end follows the command it joins has that command as predecessor
- * and adds only end - that command's end to the path. */
+ * predecessor is the recorded command whose end released it (a DMA
+ * command, joined or not, the previous one in the one DMA queue). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,13 +43,16 @@ static int64_t own(const tev *ev, size_t i)
 	return ev[i].end - from;
 }
 
-/* 1 MiB HBM -> DM copies cost 1300 cycles each (test_tcp's cost rules: 500
- * setup + 700 for the HBM pool + 100 issue), issued at cycles 1, 2, 3 (one
- * scalar op each). The second joins the first: it starts beside it, at 2,
- * and its transfer follows the first's end (1301 + 1300 - 500 = 2101), so
- * it adds 800 to the path, linked to the first. The TRF load reads what the
- * second wrote: it waits for it (start 2101, 388 cycles) and links to it.
- * The third copy, not joined, queues behind the second on the DMA context. */
+/* 1 MiB HBM -> DM copies cost 1200 cycles each (test_tcp's cost rules: 500
+ * setup, its issue included, + 700 for the HBM pool), issued at cycles 2001,
+ * 2002, 2003 (kernel_launch_cycles 2000, then one scalar op each). DMA
+ * setups are serial (dma.setup_overlaps_previous false): the second copy,
+ * flagged join, queues behind the first (start 3201, end 4401) and links to
+ * it. The TRF load reads what the second wrote: it waits for it (start 4401,
+ * 784 cycles: 240 issue + 32 fill/drain + 512 for 8192 B per slice, of which
+ * each of the 128 slices holding the 4096 source bytes has 32: the switch at
+ * 32 B per cycle, 256, + a ring of 256) and links to it. The third copy
+ * queues behind the second on the DMA context. */
 static void test_joined_dma_and_hazard(void **st)
 {
 	(void)st;
@@ -63,24 +65,24 @@ static void test_joined_dma_and_hazard(void **st)
 		"@3: dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]\n"
 		"@4: halt\n", &ev);
 	assert_int_equal(n, 4);
-	assert_int_equal(ev[0].start, 1);
-	assert_int_equal(ev[0].end, 1301);
+	assert_int_equal(ev[0].start, 2001);
+	assert_int_equal(ev[0].end, 3201);
 	assert_int_equal(ev[0].pred, -1);
-	assert_int_equal(ev[1].start, 2);
-	assert_int_equal(ev[1].end, 2101);
+	assert_int_equal(ev[1].start, 3201);
+	assert_int_equal(ev[1].end, 4401);
 	assert_int_equal(ev[1].pred, 0);
-	assert_int_equal(own(ev, 1), 800);
-	assert_int_equal(ev[2].start, 2101);
-	assert_int_equal(ev[2].end, 2101 + 388);
+	assert_int_equal(own(ev, 1), 1200);
+	assert_int_equal(ev[2].start, 4401);
+	assert_int_equal(ev[2].end, 4401 + 784);
 	assert_int_equal(ev[2].pred, 1);
-	assert_int_equal(ev[3].start, 2101);
+	assert_int_equal(ev[3].start, 4401);
 	assert_int_equal(ev[3].pred, 1);
-	assert_int_equal(own(ev, 3), 1300);
-	/* the path back from the last command: 3 -> 1 -> 0, covering [1, end) */
+	assert_int_equal(own(ev, 3), 1200);
+	/* the path back from the last command: 3 -> 1 -> 0, covering [2001, end) */
 	int64_t sum = 0;
 	for (int32_t i = 3; i >= 0; i = ev[i].pred)
 		sum += own(ev, (size_t)i);
-	assert_int_equal(sum + 1, ev[3].end);
+	assert_int_equal(sum + 2001, ev[3].end);
 	ctx_free(ctx, ev, 0);
 	moe_ctx_free(ctx);
 }
@@ -100,9 +102,9 @@ static void test_independent_contexts(void **st)
 		"@3: halt\n", &ev);
 	assert_int_equal(n, 3);
 	assert_int_equal(ev[1].pred, -1); /* d2 was never written: it starts at its issue */
-	assert_int_equal(ev[1].start, 2);
+	assert_int_equal(ev[1].start, 2002);
 	assert_int_equal(ev[2].pred, 0); /* reads d after the copy */
-	assert_int_equal(ev[2].start, 1301);
+	assert_int_equal(ev[2].start, 3201);
 	ctx_free(ctx, ev, 0);
 	moe_ctx_free(ctx);
 }
