@@ -399,6 +399,21 @@ static void write_reproducer(moe_ctx *ctx, const moe_pipeline *p, const moe_modu
 	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
 }
 
+/* Passes that run on every block_loop body too (a body is a graph of its
+ * own ids); the bodies first, so the loop's type is inferred from them. */
+static bool recurses(const moe_pass_info *p)
+{
+	return p->run == pass_infer_shapes || p->run == pass_canonicalize || p->run == pass_cse || p->run == pass_dce;
+}
+
+static moe_status run_step(moe_ctx *ctx, const pstep *st, moe_graph *g)
+{
+	moe_status s = MOE_OK;
+	for (uint32_t b = 0; recurses(st->info) && b < g->nbodies && s == MOE_OK; b++)
+		s = st->info->run(ctx, g->bodies[b], &st->opts, st->info->ud);
+	return s == MOE_OK ? st->info->run(ctx, g, &st->opts, st->info->ud) : s;
+}
+
 static moe_status pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
 {
 	moe_run_opts none = {0};
@@ -420,7 +435,7 @@ static moe_status pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *
 		}
 		moe_status st_ = MOE_OK;
 		for (uint32_t k = 0; k < m->ngraphs && st_ == MOE_OK; k++) {
-			st_ = st->info->run(ctx, m->graphs[k], &st->opts, st->info->ud);
+			st_ = run_step(ctx, st, m->graphs[k]);
 			if (st_ == MOE_OK && ro->verify && moe_graph_verify(ctx, m->graphs[k]) != MOE_OK) {
 				moe_diag(ctx, MOE_DIAG_ERROR, m->graphs[k]->loc, "the IR does not verify after pass '%s'",
 					st->info->name);
