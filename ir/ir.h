@@ -246,5 +246,26 @@ typedef struct ir_einsum {
 /* Parses "ab,bc->ac". Returns false with msg set on a malformed equation. */
 bool ir_einsum_parse(const char *eq, ir_einsum *e, char *msg, size_t msglen);
 
+/* The form of a parsed equation (ir/einsum.c). `batch` leading letters are
+ * shared, in place, by the operands and the output; after them:
+ *   IDENTITY   one operand, written back unchanged ("ab->ab");
+ *   PERMUTE    one operand, its letters reordered ("edf->efd");
+ *   MATMUL_NT  [M, I] x [O, I] -> [M, O], the right operand transposed, as an
+ *              nn.Linear weight is stored ("bi,oi->bo", "gbi,goi->gbo": batch 1);
+ *   MATMUL_NN  [M, I] x [I, O] -> [M, O];
+ *   OTHER      anything else (several contracted letters, outer products,
+ *              reductions, broadcasts, a batch letter out of place).
+ * M, I and O are three distinct letters. Passes match these forms, never an
+ * equation's spelling. */
+typedef enum ir_ein_form {
+	IR_EIN_OTHER,
+	IR_EIN_IDENTITY,
+	IR_EIN_PERMUTE,
+	IR_EIN_MATMUL_NT,
+	IR_EIN_MATMUL_NN,
+} ir_ein_form;
+ir_ein_form ir_einsum_form(const ir_einsum *e, int *batch);
+/* The form of einsum node n (OTHER for another op or a malformed equation). */
+ir_ein_form ir_node_einsum_form(const ir_node *n, int *batch);
 
 #endif
