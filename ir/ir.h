@@ -86,6 +86,7 @@ enum { IR_BK_BLOCK = 'b', IR_BK_EXPERT = 'e', IR_BK_ROWS = 'r', IR_BK_INVARIANT 
 typedef enum ir_blockarg_role { IR_BA_ROWS, IR_BA_EXPERT, IR_BA_INDEX, IR_BA_IN, IR_BA_COUNT } ir_blockarg_role;
 extern const char *const ir_blockarg_roles[IR_BA_COUNT + 1]; /* NULL-terminated */
 #define IR_NO_BODY UINT32_MAX
+#define IR_BODY_MAX_INPUTS 32 /* data inputs a builder gives a loop (the readers take 64 operands) */
 
 /* Operand slots of `experts` (absent optional slots hold MOE_NONE). */
 enum { EXP_X, EXP_IDX, EXP_W, EXP_GATE, EXP_UP, EXP_DOWN, EXP_B_GATE, EXP_B_UP, EXP_B_DOWN, EXP_NSLOTS };

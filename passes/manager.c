@@ -50,6 +50,8 @@ static const moe_pass_info builtin[] = {
 	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form", NULL, pass_lower_topk, NULL},
 	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid", NULL,
 		pass_blockwise_dispatch, NULL},
+	{"flatten-blocks", "rewrite each block_loop into the equivalent nodes over all blocks ([G, ...], valid masks)",
+		NULL, pass_flatten_blocks, NULL},
 	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
 		NULL},
 	{"expert-parallel", "split experts() into one device's program of an expert-parallel layer (all_to_all)", NULL,
@@ -60,7 +62,7 @@ static const moe_pass_info builtin[] = {
 };
 /* The option rows of builtin[i] (NULL: none). */
 static const moe_pass_option *const builtin_rows[] = {
-	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL, NULL};
+	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, NULL, ep_opts, NULL, NULL};
 _Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
 	"one option-row entry per built-in pass");
 
@@ -77,9 +79,10 @@ static const struct {
 	const char *name, *text;
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,"
-		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
+		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
-	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
+		 "dce"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
