@@ -958,6 +958,10 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 				"lower-exchange)",
 				ir_ops[n->op].name);
 			bad = true;
+		} else if (n->op == MOE_OP_BLOCK_LOOP) {
+			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
+				"the host backend does not lower 'block_loop': run flatten-blocks first (the host pipeline does)");
+			bad = true;
 		} else if (sc_composite((moe_op)n->op)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, n->loc,
 				"the host backend does not lower the composite op '%s': run canonicalize first (ir/scalar.h)",

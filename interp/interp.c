@@ -18,15 +18,9 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "interp/interp.h"
+#include "interp/interp_int.h"
 #include "ir/quant.h"
 #include "ir/scalar.h"
-
-typedef struct val {
-	float *f;   /* float dtypes */
-	int32_t *i; /* i32 and bool */
-	int64_t n;  /* elements */
-} val;
 
 typedef struct interp {
 	moe_ctx *ctx;
@@ -932,31 +926,8 @@ static moe_status ev_all_to_all(interp *ip, val *out)
 	return st;
 }
 
-static size_t val_bytes(const val *v)
-{
-	return (size_t)(v->n ? v->n : 1) * 4;
-}
-
-static void val_free(moe_ctx *ctx, val *v)
-{
-	if (v->f)
-		ctx_free(ctx, v->f, val_bytes(v));
-	if (v->i)
-		ctx_free(ctx, v->i, val_bytes(v));
-	v->f = NULL;
-	v->i = NULL;
-}
-
-/* A value's storage; false (nothing allocated) when the allocator refuses it. */
-static bool val_alloc(moe_ctx *ctx, val *v, const ir_node *n)
-{
-	v->n = ir_numel(n);
-	if (is_f(n->dtype))
-		v->f = ctx_try_alloc(ctx, val_bytes(v));
-	else
-		v->i = ctx_try_alloc(ctx, val_bytes(v));
-	return v->f || v->i || !val_bytes(v);
-}
+#define val_free interp_val_free
+#define val_alloc interp_val_alloc
 
 /* Checks a binding against its leaf node; diagnostics at the node. */
 static bool check_binding(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_tensor *t)
@@ -986,48 +957,8 @@ static bool check_binding(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe
 	return true;
 }
 
-static void load_binding(val *v, const moe_tensor *t)
-{
-	for (int64_t o = 0; o < v->n; o++) {
-		switch (t->dtype) {
-		case MOE_F32: memcpy(&v->f[o], (const char *)t->data + o * 4, 4); break;
-		case MOE_BF16: {
-			uint16_t h;
-			memcpy(&h, (const char *)t->data + o * 2, 2);
-			v->f[o] = moe_bf16_to_f32(h);
-			break;
-		}
-		case MOE_I32: memcpy(&v->i[o], (const char *)t->data + o * 4, 4); break;
-		case MOE_BOOL: v->i[o] = ((const unsigned char *)t->data)[o] != 0; break;
-		case MOE_F8E4M3:
-		case MOE_U8: v->i[o] = ((const unsigned char *)t->data)[o]; break; /* raw bytes */
-		default: IR_ASSERT(!"reserved dtype in a verified graph");
-		}
-	}
-}
-
-static moe_tensor *store_output(moe_ctx *ctx, const ir_node *n, const val *v)
-{
-	moe_tensor *t = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
-	if (!t)
-		return NULL;
-	for (int64_t o = 0; o < v->n; o++) {
-		switch (n->dtype) {
-		case MOE_F32: memcpy((char *)t->data + o * 4, &v->f[o], 4); break;
-		case MOE_BF16: {
-			uint16_t h = moe_f32_to_bf16(v->f[o]);
-			memcpy((char *)t->data + o * 2, &h, 2);
-			break;
-		}
-		case MOE_I32: memcpy((char *)t->data + o * 4, &v->i[o], 4); break;
-		case MOE_BOOL: ((unsigned char *)t->data)[o] = (unsigned char)(v->i[o] != 0); break;
-		case MOE_F8E4M3:
-		case MOE_U8: ((unsigned char *)t->data)[o] = (unsigned char)v->i[o]; break;
-		default: IR_ASSERT(!"reserved dtype in a verified graph");
-		}
-	}
-	return t;
-}
+#define load_binding interp_load_binding
+#define store_output interp_store_output
 
 static moe_status eval_node(interp *ip, val *out)
 {
@@ -1055,6 +986,7 @@ static moe_status eval_node(interp *ip, val *out)
 	case MOE_OP_EXPERTS: return ev_experts(ip, out);
 	case MOE_OP_DEQUANT: return ev_dequant(ip, out);
 	case MOE_OP_ALL_TO_ALL: return ev_all_to_all(ip, out);
+	case MOE_OP_BLOCK_LOOP: return interp_block_loop(ip->ctx, ip->g, ip->id, ip->v, ip->x, out);
 	default:
 		IR_ASSERT(ir_ops[ip->n->op].flags & OPF_ELEM);
 		return ev_elem(ip, out);
@@ -1076,6 +1008,9 @@ moe_status moe_interp_run_ex(moe_ctx *ctx, const moe_graph *g, const moe_tensor_
 		out[i] = NULL;
 	return st ? st : ir_interp_run_verified(ctx, g, bind, x, out);
 }
+
+static moe_status run_nodes(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const val *args,
+	const moe_exchange *x, int64_t ntok, val *res);
 
 moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind,
 	const moe_exchange *x, moe_tensor **out)
@@ -1106,6 +1041,37 @@ moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_te
 	if ((st = moe_tokens_check(ctx, g, bind, &ntok)) != MOE_OK)
 		return st;
 
+	val *res = ctx_alloc(ctx, (size_t)(g->nout ? g->nout : 1) * sizeof *res);
+	st = run_nodes(ctx, g, bind, NULL, x, ntok, res);
+	for (uint32_t i = 0; i < g->nout && !st; i++) {
+		out[i] = store_output(ctx, N(g, g->outputs[i]), &res[i]);
+		if (!out[i])
+			st = MOE_ERR_NOMEM;
+	}
+	if (st)
+		for (uint32_t i = 0; i < g->nout; i++) {
+			moe_tensor_free(ctx, out[i]);
+			out[i] = NULL;
+		}
+	for (uint32_t i = 0; i < g->nout; i++)
+		val_free(ctx, &res[i]);
+	ctx_free(ctx, res, (size_t)(g->nout ? g->nout : 1) * sizeof *res);
+	return st;
+}
+
+moe_status interp_run_body(moe_ctx *ctx, const moe_graph *body, const val *args, const moe_exchange *x, val *res)
+{
+	return run_nodes(ctx, body, NULL, args, x, -1, res);
+}
+
+/* Evaluates what g's outputs need (inputs and weights from bind, blockargs
+ * from args) and copies each output's value into res[i]; every other value
+ * is freed after its last use. */
+static moe_status run_nodes(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const val *args,
+	const moe_exchange *x, int64_t ntok, val *res)
+{
+	moe_status st = MOE_OK;
+	uint32_t nn = g->nnodes;
 	/* liveness: evaluate what the outputs need, free values after their last use */
 	uint32_t *last = ctx_alloc(ctx, (size_t)nn * sizeof *last);
 	bool *live = ctx_alloc(ctx, (size_t)nn * sizeof *live);
@@ -1155,6 +1121,9 @@ moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_te
 		}
 		if (ip.n->op == MOE_OP_INPUT || ip.n->op == MOE_OP_WEIGHT)
 			load_binding(v, moe_tensor_map_get(bind, ip.n->name));
+		else if (ip.n->op == MOE_OP_BLOCKARG)
+			memcpy(v->f ? (void *)v->f : (void *)v->i, args[id].f ? (void *)args[id].f : (void *)args[id].i,
+				(size_t)v->n * 4);
 		else
 			st = eval_node(&ip, v);
 		for (uint32_t j = 0; j < ip.n->nargs; j++) {
@@ -1166,15 +1135,18 @@ moe_status ir_interp_run_verified(moe_ctx *ctx, const moe_graph *g, const moe_te
 			val_free(ctx, &ip.v[ip.n->valid]);
 	}
 	for (uint32_t i = 0; i < g->nout && !st; i++) {
-		out[i] = store_output(ctx, N(g, g->outputs[i]), &ip.v[g->outputs[i]]);
-		if (!out[i])
+		const val *o = &ip.v[g->outputs[i]];
+		if (!val_alloc(ctx, &res[i], N(g, g->outputs[i]))) {
+			moe_diag(ctx, MOE_DIAG_ERROR, N(g, g->outputs[i])->loc, "output %u: out of memory allocating %lld elements",
+				i, (long long)o->n);
 			st = MOE_ERR_NOMEM;
+		} else if (o->n)
+			memcpy(res[i].f ? (void *)res[i].f : (void *)res[i].i, o->f ? (void *)o->f : (void *)o->i,
+				(size_t)o->n * 4);
 	}
 	if (st)
-		for (uint32_t i = 0; i < g->nout; i++) {
-			moe_tensor_free(ctx, out[i]);
-			out[i] = NULL;
-		}
+		for (uint32_t i = 0; i < g->nout; i++)
+			val_free(ctx, &res[i]);
 	for (moe_id id = 0; id < nn; id++)
 		val_free(ctx, &ip.v[id]);
 	ctx_free(ctx, ip.v, (size_t)nn * sizeof(val));

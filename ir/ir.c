@@ -115,6 +115,7 @@ moe_graph *ir_graph_new(moe_ctx *ctx, const char *name)
 	g->dtype = MOE_F32;
 	g->loc = moe_loc_none();
 	g->meta.valid = MOE_NONE;
+	g->meta.body = IR_NO_BODY;
 	return g;
 }
 
@@ -123,6 +124,9 @@ void ir_graph_free(moe_graph *g)
 	if (!g)
 		return;
 	moe_ctx *c = g->ctx;
+	for (uint32_t i = 0; i < g->nbodies; i++)
+		ir_graph_free(g->bodies[i]);
+	ctx_free(c, g->bodies, g->bodycap * sizeof *g->bodies);
 	ctx_free(c, g->nodes, g->ncap * sizeof *g->nodes);
 	ctx_free(c, g->outputs, g->outcap * sizeof *g->outputs);
 	ctx_free(c, g->dims, g->dimcap * sizeof *g->dims);
@@ -135,6 +139,7 @@ moe_graph *ir_graph_clone_empty(const moe_graph *g)
 	moe_graph *n = ir_graph_new(g->ctx, g->name);
 	n->dtype = g->dtype;
 	n->loc = g->loc;
+	n->is_body = g->is_body;
 	for (uint32_t i = 0; i < g->ndims; i++)
 		moe_graph_set_dim(n, g->dims[i].name, g->dims[i].value);
 	for (uint32_t i = 0; i < g->meta.nattrs; i++)
@@ -252,6 +257,7 @@ moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *sh
 		}
 	}
 	n->valid = MOE_NONE;
+	n->body = IR_NO_BODY;
 	n->loc = loc;
 	return id;
 }
@@ -269,6 +275,12 @@ moe_id ir_copy_node(moe_graph *dst, const moe_graph *src, moe_id sn, const moe_i
 		ir_attr_set(dst, d, &s->attrs[i]);
 	d->name = ir_strdup(&dst->arena, s->name);
 	d->valid = s->valid == MOE_NONE ? MOE_NONE : map[s->valid];
+	if (s->body != IR_NO_BODY && s->body < src->nbodies) { /* the copy owns a copy of the body */
+		moe_graph *b = ir_graph_clone(src->bodies[s->body]);
+		ctx_grow(dst->ctx, (void **)&dst->bodies, &dst->bodycap, dst->nbodies + 1, sizeof *dst->bodies);
+		dst->bodies[dst->nbodies] = b;
+		N(dst, id)->body = dst->nbodies++;
+	}
 	return id;
 }
 

@@ -26,7 +26,8 @@ typedef enum ir_shape_rule {
 	SHAPE_LEAF, SHAPE_UNARY, SHAPE_BINARY, SHAPE_SELECT, SHAPE_CAST, SHAPE_BITCAST,
 	SHAPE_REDUCE, SHAPE_SOFTMAX, SHAPE_CUMSUM, SHAPE_EINSUM, SHAPE_TOPK, SHAPE_ONE_HOT,
 	SHAPE_FILTER, SHAPE_GATHER, SHAPE_TAKE_ALONG, SHAPE_SCATTER, SHAPE_RESHAPE,
-	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS, SHAPE_DEQUANT, SHAPE_ALL_TO_ALL
+	SHAPE_SLICE, SHAPE_CONCAT, SHAPE_BROADCAST, SHAPE_EXPERTS, SHAPE_DEQUANT, SHAPE_ALL_TO_ALL,
+	SHAPE_BLOCK_LOOP
 } ir_shape_rule;
 typedef struct ir_opinfo {
 	const char *name;
@@ -74,6 +75,19 @@ extern const char *const ir_scatter_modes[];             /* scatter mode: set, a
 extern const char *const ir_dequant_acts[];              /* dequant act (TCP): bf16, fp8 */
 extern const char *const ir_weight_on_names[];           /* experts weight_on: output, input */
 
+/* block_loop (docs/ir.md "Block loops"). Operands 0-2 are the control
+ * values: nblocks (i32 scalar), the block experts (i32 [G]) and the valid
+ * rows of each block (i32 [G]); then the data operands, one per letter of
+ * the `kinds` attribute (two for IR_BK_ROWS: source [N, D] and list [G, B]).
+ * A blockarg's `role` names what it reads of block g: its valid rows, its
+ * expert, g itself, or data input `index` (the k-th letter of kinds). */
+enum { IR_BL_NBLOCKS, IR_BL_EXPERTS, IR_BL_ROWS, IR_BL_NCTRL };
+enum { IR_BK_BLOCK = 'b', IR_BK_EXPERT = 'e', IR_BK_ROWS = 'r', IR_BK_INVARIANT = 'i' };
+typedef enum ir_blockarg_role { IR_BA_ROWS, IR_BA_EXPERT, IR_BA_INDEX, IR_BA_IN, IR_BA_COUNT } ir_blockarg_role;
+extern const char *const ir_blockarg_roles[IR_BA_COUNT + 1]; /* NULL-terminated */
+#define IR_NO_BODY UINT32_MAX
+#define IR_BODY_MAX_INPUTS 32 /* data inputs a builder gives a loop (the readers take 64 operands) */
+
 /* Operand slots of `experts` (absent optional slots hold MOE_NONE). */
 enum { EXP_X, EXP_IDX, EXP_W, EXP_GATE, EXP_UP, EXP_DOWN, EXP_B_GATE, EXP_B_UP, EXP_B_DOWN, EXP_NSLOTS };
 extern const char *const ir_experts_slot_names[EXP_NSLOTS];
@@ -101,6 +115,7 @@ typedef struct ir_node {
 	uint32_t nattrs, attrcap;
 	ir_attr *attrs;
 	moe_id valid; /* MOE_NONE, or a scalar / vector limiting computed rows */
+	uint32_t body; /* block_loop: index into the graph's bodies[]; IR_NO_BODY otherwise */
 	const char *name;
 	moe_loc loc;
 } ir_node;
@@ -123,6 +138,12 @@ struct moe_graph {
 	ir_dim *dims; /* dimensions and integer parameters, in declaration order */
 	uint32_t ndims, dimcap;
 	ir_node meta; /* graph-level attributes live in meta.attrs */
+	/* the bodies of this graph's block_loop nodes, owned (freed and cloned
+	 * with it); a body is a graph of its own ids whose one output is the
+	 * value it yields, and holds no body itself */
+	struct moe_graph **bodies;
+	uint32_t nbodies, bodycap;
+	bool is_body;
 };
 
 struct moe_module {
@@ -147,6 +168,26 @@ void ir_module_replace(moe_module *m, uint32_t i, moe_graph *g);
 moe_graph *ir_graph_clone(const moe_graph *g);
 /* Move ng's contents into g (pointers to g stay valid) and free the old contents. */
 void ir_graph_take(moe_graph *g, moe_graph *ng);
+
+/* ---- block loop bodies ---- */
+/* A new empty body of g (the graph's dtype), its index in *index; attach it
+ * to a block_loop with n->body = *index. */
+moe_graph *ir_body_new(moe_graph *g, uint32_t *index);
+/* The body of block_loop n of g, or NULL. */
+moe_graph *ir_node_body(const moe_graph *g, const ir_node *n);
+/* The value a body yields (its one output), MOE_NONE if it has none. */
+moe_id ir_body_yield(const moe_graph *body);
+/* Operand index of data input k of a loop with these kinds (-1 past the end),
+ * and the number of operands the kinds need. */
+int ir_block_loop_arg(const char *kinds, int k);
+int ir_block_loop_nargs(const char *kinds);
+ir_blockarg_role ir_blockarg_role_of(const ir_node *n); /* IR_BA_COUNT if unknown */
+bool ir_graph_has_block_loop(const moe_graph *g);
+/* The rule of block_loop (ir/block_loop.c), and the isolation rules every
+ * node obeys (a blockarg only in a body; no input, weight, impure op or
+ * block_loop in one); diagnostics at the node. */
+moe_status ir_infer_block_loop(moe_ctx *ctx, moe_graph *g, moe_id id);
+moe_status ir_body_node_check(moe_ctx *ctx, const moe_graph *g, const ir_node *n);
 
 /* Append a node with explicit type; no inference. */
 moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *shape,
@@ -205,5 +246,27 @@ typedef struct ir_einsum {
 } ir_einsum;
 /* Parses "ab,bc->ac". Returns false with msg set on a malformed equation. */
 bool ir_einsum_parse(const char *eq, ir_einsum *e, char *msg, size_t msglen);
+
+/* The form of a parsed equation (ir/einsum.c). `batch` leading letters are
+ * shared, in place, by the operands and the output; after them:
+ *   IDENTITY   one operand, written back unchanged ("ab->ab");
+ *   PERMUTE    one operand, its letters reordered ("edf->efd");
+ *   MATMUL_NT  [M, I] x [O, I] -> [M, O], the right operand transposed, as an
+ *              nn.Linear weight is stored ("bi,oi->bo", "gbi,goi->gbo": batch 1);
+ *   MATMUL_NN  [M, I] x [I, O] -> [M, O];
+ *   OTHER      anything else (several contracted letters, outer products,
+ *              reductions, broadcasts, a batch letter out of place).
+ * M, I and O are three distinct letters. Passes match these forms, never an
+ * equation's spelling. */
+typedef enum ir_ein_form {
+	IR_EIN_OTHER,
+	IR_EIN_IDENTITY,
+	IR_EIN_PERMUTE,
+	IR_EIN_MATMUL_NT,
+	IR_EIN_MATMUL_NN,
+} ir_ein_form;
+ir_ein_form ir_einsum_form(const ir_einsum *e, int *batch);
+/* The form of einsum node n (OTHER for another op or a malformed equation). */
+ir_ein_form ir_node_einsum_form(const ir_node *n, int *batch);
 
 #endif

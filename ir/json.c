@@ -74,6 +74,20 @@ static cJSON *j_attrs(jw *w, const ir_node *n)
 	return o;
 }
 
+static cJSON *j_node(jw *w, const moe_graph *g, moe_id id);
+
+/* A block_loop's body: {"nodes": [...], "yield": N} */
+static cJSON *j_body(jw *w, const moe_graph *b)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *nodes = put(w, o, "nodes", cJSON_CreateArray());
+	for (moe_id i = 0; nodes && i < b->nnodes; i++)
+		put(w, nodes, NULL, j_node(w, b, i));
+	if (b->nout == 1)
+		put(w, o, "yield", j_int(b->outputs[0]));
+	return o;
+}
+
 static cJSON *j_node(jw *w, const moe_graph *g, moe_id id)
 {
 	const ir_node *n = N(g, id);
@@ -92,6 +106,8 @@ static cJSON *j_node(jw *w, const moe_graph *g, moe_id id)
 	for (int i = 0; shape && i < n->rank; i++)
 		put(w, shape, NULL, j_int(n->shape[i]));
 	put(w, o, "attrs", j_attrs(w, n));
+	if (ir_node_body(g, n))
+		put(w, o, "body", j_body(w, ir_node_body(g, n)));
 	if (n->loc.file || n->loc.line > 0) {
 		cJSON *l = put(w, o, "loc", cJSON_CreateObject());
 		if (n->loc.file)
@@ -577,10 +593,62 @@ static bool read_loc(jr *r, const cJSON *o, moe_loc *loc)
 	return ok;
 }
 
+static bool read_node(jr *r, moe_graph *g, const cJSON *o);
+
+/* The "body" of block_loop id: {"nodes": [...], "yield": N}, ids of its own. */
+static bool read_body(jr *r, moe_graph *g, moe_id id, const cJSON *o)
+{
+	static const char *const fields[] = {"!nodes", "!yield", NULL};
+	size_t old = push_key(r, "body");
+	if (!o) {
+		jerr(r, "a block_loop needs its body");
+		return false;
+	}
+	if (g->is_body) {
+		jerr(r, "'block_loop' inside a block_loop body (bodies do not nest)");
+		return false;
+	}
+	if (!check_object(r, o, fields))
+		return false;
+	uint32_t bi;
+	moe_graph *b = ir_body_new(g, &bi);
+	N(g, id)->body = bi;
+	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(o, "nodes");
+	size_t o2 = push_key(r, "nodes");
+	if (!cJSON_IsArray(nodes)) {
+		jerr(r, "expected an array, got %s", jtype(nodes));
+		return false;
+	}
+	size_t i = 0;
+	for (const cJSON *n = nodes->child; n; n = n->next, i++) {
+		if (i >= (size_t)INT32_MAX) {
+			jerr(r, "too many nodes in one body");
+			return false;
+		}
+		size_t o3 = push_index(r, i);
+		if (!read_node(r, b, n))
+			return false;
+		pop(r, o3);
+	}
+	pop(r, o2);
+	o2 = push_key(r, "yield");
+	int64_t y;
+	if (!read_int(r, cJSON_GetObjectItemCaseSensitive(o, "yield"), 0, INT64_MAX, false, &y))
+		return false;
+	if (y >= (int64_t)b->nnodes) {
+		jerr(r, "%%%lld is not a node of this body", (long long)y);
+		return false;
+	}
+	moe_graph_add_output(b, (moe_id)y);
+	pop(r, o2);
+	pop(r, old);
+	return true;
+}
+
 static bool read_node(jr *r, moe_graph *g, const cJSON *o)
 {
 	static const char *const fields[] = {"!id", "!op", "name", "!args", "valid", "!dtype", "!shape", "attrs",
-		"loc", NULL};
+		"body", "loc", NULL};
 	moe_id id = g->nnodes;
 	if (!check_object(r, o, fields))
 		return false;
@@ -684,6 +752,15 @@ static bool read_node(jr *r, moe_graph *g, const cJSON *o)
 	N(g, id)->valid = valid;
 	if (!read_attrs(r, g, id, cJSON_GetObjectItemCaseSensitive(o, "attrs")))
 		return false;
+	const cJSON *body = cJSON_GetObjectItemCaseSensitive(o, "body");
+	if (op == MOE_OP_BLOCK_LOOP ? !read_body(r, g, id, body) : body != NULL) {
+		if (body && op != MOE_OP_BLOCK_LOOP) {
+			size_t o2 = push_key(r, "body");
+			jerr(r, "only a block_loop has a body");
+			pop(r, o2);
+		}
+		return false;
+	}
 	/* diagnostics of inference go to the node's source location, or to this
 	 * file when it has none; a note gives the JSON path */
 	if (!loc.file && loc.line <= 0)

@@ -4,7 +4,8 @@
  * The reader stops at the first error: it reports `file:line:col: error:`
  * through the context and returns NULL. Every node is built with ir_emit,
  * inferred with ir_infer and its inferred type compared with the written one.
- * The grammar has no recursion, so nesting cannot exhaust the stack; all
+ * The only recursion is a block_loop's body, one level deep (a block_loop
+ * inside a body is refused before its body is read); all
  * numbers are range-checked before they reach the IR. */
 #include <ctype.h>
 #include <errno.h>
@@ -649,6 +650,29 @@ static bool parse_shape(rd *r, int *rank, int64_t *shape)
 	return expect(r, ']', "',' or ']'");
 }
 
+static bool parse_node(rd *r, moe_graph *g);
+
+/* ` body { nodes yield %N }` of block_loop id: a graph of its own ids. */
+static bool parse_body(rd *r, moe_graph *g, moe_id id)
+{
+	if (!expect_kw(r, "body") || !expect(r, '{', "'{'"))
+		return false;
+	uint32_t bi;
+	moe_graph *b = ir_body_new(g, &bi);
+	N(g, id)->body = bi;
+	while (r->t.kind == TK_VAL)
+		if (!parse_node(r, b))
+			return false;
+	if (!is_kw(r, "yield"))
+		return r->t.kind == TK_ERR ? false : fail_expected(r, "a node or 'yield'");
+	lex(r);
+	moe_id v;
+	if (!parse_ref(r, b->nnodes, &v, false))
+		return false;
+	moe_graph_add_output(b, v);
+	return expect(r, '}', "'}'");
+}
+
 static bool parse_node(rd *r, moe_graph *g)
 {
 	moe_id id = g->nnodes;
@@ -675,6 +699,10 @@ static bool parse_node(rd *r, moe_graph *g)
 	}
 	if (op < 0) {
 		ERR_TOK(r, "unknown op '%.*s'", r->t.len > 40 ? 40 : (int)r->t.len, r->t.p);
+		return false;
+	}
+	if (op == MOE_OP_BLOCK_LOOP && g->is_body) {
+		ERR_TOK(r, "'block_loop' inside a block_loop body (bodies do not nest)");
 		return false;
 	}
 	lex(r);
@@ -726,6 +754,8 @@ static bool parse_node(rd *r, moe_graph *g)
 	int rank;
 	int64_t shape[MOE_MAX_RANK];
 	if (!parse_dtype(r, &t) || !parse_shape(r, &rank, shape))
+		return false;
+	if (op == MOE_OP_BLOCK_LOOP && !parse_body(r, g, id))
 		return false;
 	if (ir_read_finish_node(r->ctx, g, id, t, rank, shape) != MOE_OK) {
 		r->failed = true;

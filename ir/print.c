@@ -136,10 +136,12 @@ static void put_attrs(FILE *f, const ir_node *n)
 	}
 }
 
-static void put_node(FILE *f, const moe_graph *g, moe_id id)
+static void put_body(FILE *f, const moe_graph *g, const ir_node *n, int indent);
+
+static void put_node(FILE *f, const moe_graph *g, moe_id id, int indent)
 {
 	const ir_node *n = N(g, id);
-	fprintf(f, "  %%%u = %s", id, moe_op_name((moe_op)n->op));
+	fprintf(f, "%*s%%%u = %s", indent, "", id, moe_op_name((moe_op)n->op));
 	if (n->name) {
 		fputc(' ', f);
 		put_str(f, n->name);
@@ -166,7 +168,22 @@ static void put_node(FILE *f, const moe_graph *g, moe_id id)
 	fprintf(f, " : %s[", moe_dtype_name((moe_dtype)n->dtype));
 	for (int i = 0; i < n->rank; i++)
 		fprintf(f, "%s%lld", i ? ", " : "", (long long)n->shape[i]);
-	fputs("]\n", f);
+	fputc(']', f);
+	if (ir_node_body(g, n))
+		put_body(f, g, n, indent);
+	fputc('\n', f);
+}
+
+/* ` body { nodes  yield %N }`, the body's nodes two spaces deeper */
+static void put_body(FILE *f, const moe_graph *g, const ir_node *n, int indent)
+{
+	const moe_graph *b = ir_node_body(g, n);
+	fputs(" body {\n", f);
+	for (moe_id i = 0; i < b->nnodes; i++)
+		put_node(f, b, i, indent + 2);
+	for (uint32_t i = 0; i < b->nout; i++)
+		fprintf(f, "%*syield %%%u\n", indent + 2, "", b->outputs[i]);
+	fprintf(f, "%*s}", indent, "");
 }
 
 static bool is_bare_layer_name(const char *s)
@@ -203,7 +220,7 @@ static void put_graph(FILE *f, const moe_graph *g)
 		fputc('\n', f);
 	}
 	for (moe_id i = 0; i < g->nnodes; i++)
-		put_node(f, g, i);
+		put_node(f, g, i, 2);
 	if (g->nout) {
 		fputs("  output ", f);
 		for (uint32_t i = 0; i < g->nout; i++)

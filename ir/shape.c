@@ -689,8 +689,10 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 			return ERR(&c, "'%s': operand %%%u is not defined before its use", oi->name, n->args[i]);
 	}
 	/* the raw bytes of quantized weights are moved and dequantized, never computed on */
+	if ((g->is_body || n->op == MOE_OP_BLOCKARG) && ir_body_node_check(ctx, g, n) != MOE_OK)
+		return MOE_ERR_INVALID;
 	bool moves = n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE ||
-		n->op == MOE_OP_CONCAT || n->op == MOE_OP_DEQUANT;
+		n->op == MOE_OP_CONCAT || n->op == MOE_OP_DEQUANT || n->op == MOE_OP_BLOCK_LOOP;
 	for (uint32_t i = 0; i < n->nargs && !moves; i++)
 		if (n->args[i] != MOE_NONE && moe_dtype_is_storage((moe_dtype)N(g, n->args[i])->dtype))
 			return ERR(&c, "'%s': operand %u is %s, the raw bytes of a quantized weight; only dequant, gather, "
@@ -720,6 +722,7 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 	case SHAPE_EXPERTS: st = r_experts(&c); break;
 	case SHAPE_DEQUANT: st = ir_infer_dequant(ctx, g, id); break;
 	case SHAPE_ALL_TO_ALL: st = r_all_to_all(&c); break;
+	case SHAPE_BLOCK_LOOP: st = ir_infer_block_loop(ctx, g, id); break;
 	}
 	if (st)
 		return st;

@@ -46,6 +46,14 @@ typedef struct dp {
 	bool chain;  /* option combine=chain: combine_chain for large chunks */
 	bool scan_counts; /* option counts=scan: tokens per expert from the pairs' scan */
 	bool tok_rank;    /* option rank=tokens: each pair's row within its expert from a scan over tokens */
+	/* building a block_loop body: d is the body, rows its rows blockarg,
+	 * outer the graph holding the loop, whose data operands lop[] of kinds[]
+	 * each blockarg of role in reads */
+	bool body;
+	moe_graph *outer;
+	moe_id lop[IR_BODY_MAX_INPUTS];
+	char kinds[IR_BODY_MAX_INPUTS + 1];
+	int nl;
 } dp;
 
 static moe_id ci(dp *c, int64_t v)
@@ -98,9 +106,27 @@ static moe_id reshape(dp *c, moe_id x, int rank, int64_t a, int64_t b, int64_t d
 	return ir_b_reshape(c->d, x, rank, s, c->loc);
 }
 
-/* Per-block weight [G, ...] = w[bexp], only for blocks < nblocks. */
+/* In a body: the blockarg reading block g's row of outer value v (kind b)
+ * or its expert's (kind e), the loop's next data input. */
+static moe_id block_input(dp *c, moe_id v, char kind)
+{
+	const ir_node *x = N(c->outer, v);
+	IR_ASSERT(c->nl < IR_BODY_MAX_INPUTS && x->rank >= 1);
+	moe_id id = ir_emit(c->d, MOE_OP_BLOCKARG, (moe_dtype)x->dtype, x->rank - 1, x->shape + 1, NULL, 0, c->loc);
+	moe_node_set_str(c->d, id, "role", "in");
+	moe_node_set_int(c->d, id, "index", c->nl);
+	c->kinds[c->nl] = kind;
+	c->kinds[c->nl + 1] = 0;
+	c->lop[c->nl++] = v;
+	return id;
+}
+
+/* Per-block weight [G, ...] = w[bexp], only for blocks < nblocks (in a
+ * body: the block's expert's row of w). */
 static moe_id gather_blocks(dp *c, moe_id w)
 {
+	if (c->body)
+		return block_input(c, w, IR_BK_EXPERT);
 	moe_id x[2] = {w, c->bexp};
 	moe_id id = moe_node_new(c->d, MOE_OP_GATHER, x, 2, c->loc);
 	moe_node_set_int(c->d, id, "axis", 0);
@@ -121,13 +147,43 @@ static moe_id masked(dp *c, moe_id id, moe_id v)
 	return id;
 }
 
-/* A copy of node `from` of d (op and attributes) on operand a. */
-static moe_id redo(dp *c, moe_id from, moe_id a, moe_id b)
+/* eq of a one-operand einsum that keeps its first letter first, without
+ * that letter ("edf->efd" -> "df->fd"): the same map of one expert's rows */
+static void strip_lead(const char *eq, char *out, size_t len)
+{
+	size_t o = 0;
+	bool lead = true;
+	for (const char *p = eq; *p && o + 1 < len; p++) {
+		if (*p == ' ')
+			continue;
+		if (*p == ',' || *p == '-' || *p == '>') {
+			out[o++] = *p;
+			lead = *p != '-';
+			continue;
+		}
+		if (lead)
+			lead = false;
+		else
+			out[o++] = *p;
+	}
+	out[o] = 0;
+}
+
+/* A copy of node `from` of graph og (op and attributes) on operand a; in a
+ * body, a slice's axis and an einsum's letters lose the expert axis. */
+static moe_id redo(dp *c, const moe_graph *og, moe_id from, moe_id a, moe_id b)
 {
 	moe_id x[2] = {a, b};
-	moe_id id = moe_node_new(c->d, (moe_op)N(c->d, from)->op, x, b == MOE_NONE ? 1 : 2, c->loc);
-	for (uint32_t i = 0; i < N(c->d, from)->nattrs; i++) {
-		ir_attr at = N(c->d, from)->attrs[i]; /* copied: ir_attr_set may grow the node array */
+	moe_id id = moe_node_new(c->d, (moe_op)N(og, from)->op, x, b == MOE_NONE ? 1 : 2, c->loc);
+	char eq[64];
+	for (uint32_t i = 0; i < N(og, from)->nattrs; i++) {
+		ir_attr at = N(og, from)->attrs[i]; /* copied: ir_attr_set may grow the node array */
+		if (c->body && N(og, from)->op == MOE_OP_SLICE && !strcmp(at.key, "axis"))
+			at.v.i--;
+		if (c->body && N(og, from)->op == MOE_OP_EINSUM && !strcmp(at.key, "eq")) {
+			strip_lead(at.v.s, eq, sizeof eq);
+			at.v.s = eq;
+		}
 		ir_attr_set(c->d, N(c->d, id), &at);
 	}
 	return id;
@@ -157,16 +213,18 @@ static moe_id block_weight(dp *c, moe_id w)
 	moe_id chain[8];
 	int n = 0;
 	moe_id d = w;
-	while (n < 8 && pass_keeps_expert_axis(N(c->d, d)))
-		chain[n++] = d, d = N(c->d, d)->args[0];
-	if (N(c->d, d)->op != MOE_OP_DEQUANT)
+	const moe_graph *og = c->body ? c->outer : c->d; /* where w is */
+	while (n < 8 && pass_keeps_expert_axis(N(og, d)))
+		chain[n++] = d, d = N(og, d)->args[0];
+	if (N(og, d)->op != MOE_OP_DEQUANT)
 		return gather_blocks(c, w);
-	moe_id q = N(c->d, d)->args[0], s = N(c->d, d)->args[1];
-	moe_id id = redo(c, d, gather_blocks(c, q), gather_blocks(c, s));
-	moe_node_set_valid(c->d, id, c->nblocks);
+	moe_id q = N(og, d)->args[0], s = N(og, d)->args[1];
+	moe_id id = redo(c, og, d, gather_blocks(c, q), gather_blocks(c, s));
+	if (!c->body) /* a body runs for blocks < nblocks only */
+		moe_node_set_valid(c->d, id, c->nblocks);
 	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
 	while (n-- > 0) {
-		id = redo(c, chain[n], id, MOE_NONE);
+		id = redo(c, og, chain[n], id, MOE_NONE);
 		IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
 	}
 	return id;
@@ -178,13 +236,14 @@ static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 	moe_id wg = block_weight(c, w);
 	moe_id x[2] = {blocks, wg};
 	moe_id h = moe_node_new(c->d, MOE_OP_EINSUM, x, 2, c->loc);
-	moe_node_set_str(c->d, h, "eq", "gbi,goi->gbo");
+	moe_node_set_str(c->d, h, "eq", c->body ? "bi,oi->bo" : "gbi,goi->gbo");
 	moe_node_set_valid(c->d, h, c->rows);
 	IR_ASSERT(ir_infer(c->d->ctx, c->d, h) == MOE_OK);
 	if (bias != MOE_NONE) {
 		moe_id bg = gather_blocks(c, bias);
 		ir_node *bn = N(c->d, bg);
-		h = v2(c, MOE_OP_ADD, h, reshape(c, bg, 3, c->G, 1, bn->shape[1]));
+		h = v2(c, MOE_OP_ADD, h, c->body ? reshape(c, bg, 2, 1, bn->shape[0], 0)
+						 : reshape(c, bg, 3, c->G, 1, bn->shape[1]));
 	}
 	return h;
 }
@@ -225,6 +284,31 @@ static moe_id expert_ffn(dp *c, const ir_node *ex, const moe_id *s, moe_id block
 	moe_id up = project(c, blocks, s[EXP_UP], s[EXP_B_UP]);
 	moe_id gate = s[EXP_GATE] != MOE_NONE ? project(c, blocks, s[EXP_GATE], s[EXP_B_GATE]) : MOE_NONE;
 	return project(c, activation(c, ex, gate, up), s[EXP_DOWN], s[EXP_B_DOWN]);
+}
+
+/* The expert FFN as a block_loop over blocks [G, B, D]: its body computes
+ * one block, each weight an `e` input; the loop's result [G, B, D]. */
+static moe_id expert_loop(dp *c, const ir_node *ex, const moe_id *s, moe_id blocks)
+{
+	dp b = *c;
+	uint32_t bi;
+	b.body = true;
+	b.outer = c->d;
+	b.nl = 0;
+	b.kinds[0] = 0;
+	b.d = ir_body_new(c->d, &bi);
+	b.rows = ir_emit(b.d, MOE_OP_BLOCKARG, MOE_I32, 0, NULL, NULL, 0, c->loc);
+	moe_node_set_str(b.d, b.rows, "role", "rows");
+	moe_id y = expert_ffn(&b, ex, s, block_input(&b, blocks, IR_BK_BLOCK));
+	moe_graph_add_output(b.d, y);
+	moe_id args[IR_BL_NCTRL + IR_BODY_MAX_INPUTS] = {c->nblocks, c->bexp, c->rows};
+	for (int k = 0; k < b.nl; k++)
+		args[IR_BL_NCTRL + k] = b.lop[k];
+	moe_id id = moe_node_new(c->d, MOE_OP_BLOCK_LOOP, args, (uint32_t)(IR_BL_NCTRL + b.nl), c->loc);
+	moe_node_set_str(c->d, id, "kinds", b.kinds);
+	N(c->d, id)->body = bi;
+	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);
+	return id;
 }
 
 moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b)
@@ -435,7 +519,7 @@ static moe_id lower_experts(dp *c, const ir_node *ex, const moe_id *s)
 	}
 	moe_id blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, blocks, "blocks");
-	moe_id out = expert_ffn(c, ex, s, blocks); /* [G, B, D] */
+	moe_id out = expert_loop(c, ex, s, blocks); /* [G, B, D] */
 	/* combine: gather each pair's row back, weight, sum over K in f32; in
 	 * chunks of tokens when the gathered rows would exceed c->chunk elements */
 	moe_id flat = reshape(c, out, 2, G * B, c->D, 0);

@@ -66,7 +66,9 @@ PASS(pass_cse)
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		moe_id d = rebuild_copy(&r, i);
 		ir_node *n = N(r.dst, d);
-		if (n->op == MOE_OP_INPUT || n->op == MOE_OP_WEIGHT || (ir_ops[n->op].flags & OPF_IMPURE))
+		/* a block_loop is not merged: its body is not compared */
+		if (n->op == MOE_OP_INPUT || n->op == MOE_OP_WEIGHT || n->op == MOE_OP_BLOCK_LOOP ||
+			(ir_ops[n->op].flags & OPF_IMPURE))
 			continue;
 		if ((ir_ops[n->op].flags & OPF_COMM) && n->nargs == 2 && n->args[0] > n->args[1]) {
 			moe_id t = n->args[0];

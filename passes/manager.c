@@ -50,6 +50,8 @@ static const moe_pass_info builtin[] = {
 	{"lower-topk", "rewrite topk into the branchless pack/rank/filter form", NULL, pass_lower_topk, NULL},
 	{"blockwise-dispatch", "lower experts() to expert-centric blockwise dispatch over a G x B grid", NULL,
 		pass_blockwise_dispatch, NULL},
+	{"flatten-blocks", "rewrite each block_loop into the equivalent nodes over all blocks ([G, ...], valid masks)",
+		NULL, pass_flatten_blocks, NULL},
 	{"grid-bound", "record the tight worst-case block count and the seed/vLLM bounds", NULL, pass_grid_bound,
 		NULL},
 	{"expert-parallel", "split experts() into one device's program of an expert-parallel layer (all_to_all)", NULL,
@@ -60,7 +62,7 @@ static const moe_pass_info builtin[] = {
 };
 /* The option rows of builtin[i] (NULL: none). */
 static const moe_pass_option *const builtin_rows[] = {
-	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, ep_opts, NULL, NULL};
+	NULL, NULL, NULL, NULL, topk_opts, dispatch_opts, NULL, NULL, ep_opts, NULL, NULL};
 _Static_assert(sizeof builtin_rows / sizeof *builtin_rows == sizeof builtin / sizeof *builtin,
 	"one option-row entry per built-in pass");
 
@@ -77,9 +79,10 @@ static const struct {
 	const char *name, *text;
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,"
-		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
+		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
-	{"host", "infer-shapes,canonicalize,blockwise-dispatch,lower-exchange,grid-bound,canonicalize,cse,dce"},
+	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
+		 "dce"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
@@ -399,6 +402,21 @@ static void write_reproducer(moe_ctx *ctx, const moe_pipeline *p, const moe_modu
 	moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(), ok ? "reproducer written to '%s'" : "could not write '%s'", path);
 }
 
+/* Passes that run on every block_loop body too (a body is a graph of its
+ * own ids); the bodies first, so the loop's type is inferred from them. */
+static bool recurses(const moe_pass_info *p)
+{
+	return p->run == pass_infer_shapes || p->run == pass_canonicalize || p->run == pass_cse || p->run == pass_dce;
+}
+
+static moe_status run_step(moe_ctx *ctx, const pstep *st, moe_graph *g)
+{
+	moe_status s = MOE_OK;
+	for (uint32_t b = 0; recurses(st->info) && b < g->nbodies && s == MOE_OK; b++)
+		s = st->info->run(ctx, g->bodies[b], &st->opts, st->info->ud);
+	return s == MOE_OK ? st->info->run(ctx, g, &st->opts, st->info->ud) : s;
+}
+
 static moe_status pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *m, const moe_run_opts *ro)
 {
 	moe_run_opts none = {0};
@@ -420,7 +438,7 @@ static moe_status pipeline_run(moe_ctx *ctx, const moe_pipeline *p, moe_module *
 		}
 		moe_status st_ = MOE_OK;
 		for (uint32_t k = 0; k < m->ngraphs && st_ == MOE_OK; k++) {
-			st_ = st->info->run(ctx, m->graphs[k], &st->opts, st->info->ud);
+			st_ = run_step(ctx, st, m->graphs[k]);
 			if (st_ == MOE_OK && ro->verify && moe_graph_verify(ctx, m->graphs[k]) != MOE_OK) {
 				moe_diag(ctx, MOE_DIAG_ERROR, m->graphs[k]->loc, "the IR does not verify after pass '%s'",
 					st->info->name);

@@ -13,6 +13,7 @@ PASS(pass_cse);
 PASS(pass_dce);
 PASS(pass_lower_topk);
 PASS(pass_blockwise_dispatch);
+PASS(pass_flatten_blocks);
 PASS(pass_grid_bound);
 PASS(pass_expert_parallel);
 PASS(pass_lower_exchange);

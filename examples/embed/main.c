@@ -193,7 +193,7 @@ static moe_module *copy_module(moe_ctx *ctx, const moe_module *m)
 }
 
 static const char pipeline_text[] =
-	"op-census{tag=built},infer-shapes,lower-topk,blockwise-dispatch,grid-bound,canonicalize,cse,dce,"
+	"op-census{tag=built},infer-shapes,lower-topk,blockwise-dispatch,flatten-blocks,grid-bound,canonicalize,cse,dce,"
 	"op-census{tag=lowered}";
 
 int main(int argc, char **argv)

@@ -170,9 +170,31 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_graph_add_output(g, a2a);
 	moe_graph_add_output(g, ex);
 	moe_graph_add_output(g, sc);
+	/* a block loop of two blocks: up[expert] x x (invariant) */
+	int64_t two = 2;
+	moe_id bnb = leaf(g, MOE_OP_INPUT, MOE_I32, 0, NULL, "nblocks");
+	moe_id bex = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "bexp");
+	moe_id brows = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "brows");
+	moe_id bl = moe_node_new(g, MOE_OP_BLOCK_LOOP, (moe_id[]){bnb, bex, brows, uw, x}, 5, nl);
+	moe_node_set_str(g, bl, "kinds", "ei");
+	uint32_t bi;
+	moe_graph *body = ir_body_new(g, &bi);
+	N(g, bl)->body = bi;
+	int64_t fd[2] = {F, D};
+	moe_id bw = leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, fd, NULL);
+	moe_node_set_str(body, bw, "role", "in");
+	moe_node_set_int(body, bw, "index", 0);
+	moe_id bx = leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, td, NULL);
+	moe_node_set_str(body, bx, "role", "in");
+	moe_node_set_int(body, bx, "index", 1);
+	moe_graph_add_output(body, ir_b_einsum(body, "td,fd->tf", bx, bw, nl));
+	assert_int_equal(moe_node_infer(g, bl), MOE_OK);
+	moe_graph_add_output(g, bl);
 
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++)
 		used[moe_node_op(g, i)] = true;
+	for (moe_id i = 0; i < moe_graph_num_nodes(body); i++)
+		used[moe_node_op(body, i)] = true;
 
 	/* a second, small layer (names that are not identifiers: test_hostile_emit.c) */
 	moe_graph *h = moe_module_add_graph(m, "layer_2");

@@ -578,7 +578,7 @@ static double sim_time(moe_ctx *ctx, moe_tcp_program *p, moe_tensor_map *b, cons
 static void test_chunked_rows_match_interp(void **st)
 {
 	(void)st;
-	pipeline = "infer-shapes,canonicalize,lower-topk{chunk=300},blockwise-dispatch{chunk=200},grid-bound,"
+	pipeline = "infer-shapes,canonicalize,lower-topk{chunk=300},blockwise-dispatch{chunk=200},flatten-blocks,grid-bound,"
 		   "canonicalize,cse,dce";
 	layer L = {MOE_F32, 23, 16, 24, 6, 2, 4, 0, 0};
 	check_against_interp(&L, 1e-5);
