@@ -929,6 +929,11 @@ static void delete_json(void *root)
 	cJSON_Delete(root);
 }
 
+/* What parsing JSON IR may allocate (ctx_json_measure's estimate), checked
+ * before cJSON runs, whoever passes the text (a file, standard input, a
+ * library caller): the largest committed JSON IR costs a few MiB. */
+#define IR_JSON_MAX_COST ((uint64_t)256 << 20)
+
 static moe_module *parse_json(moe_ctx *ctx, const char *file, const char *text, size_t len)
 {
 	if (!text)
@@ -937,6 +942,15 @@ static moe_module *parse_json(moe_ctx *ctx, const char *file, const char *text, 
 		file = "<input>";
 	moe_ctx_add_source(ctx, file, text, len);
 	jr r = {.ctx = ctx, .file = ctx_intern(ctx, file), .text = text, .len = len};
+	ctx_json_shape sh;
+	ctx_json_measure(text, len, &sh);
+	if (sh.cost > IR_JSON_MAX_COST) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_at(ctx, file, 1, 1),
+			"JSON IR holds %zu values and %zu strings: parsing it would take about %llu MiB, more than the "
+			"%llu MiB moec allows JSON IR", sh.values, sh.strings, (unsigned long long)(sh.cost >> 20),
+			(unsigned long long)(IR_JSON_MAX_COST >> 20));
+		return NULL;
+	}
 	const char *nul = string_nul(text, len);
 	const char *end = NULL;
 	cJSON *root = len && !nul ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;

@@ -93,65 +93,6 @@ static bool keep_last(cJSON *o)
 const rt_json_caps rt_json_config_caps = {RT_JSON_CONFIG_MAX_BYTES, RT_JSON_CONFIG_MAX_COST, "config.json"};
 const rt_json_caps rt_json_index_caps = {RT_JSON_INDEX_MAX_BYTES, RT_JSON_INDEX_MAX_COST, "sharded index"};
 
-#define SHAPE_STACK 1024 /* deeper than cJSON's nesting limit: classification stops there */
-
-void rt_json_measure(const char *t, size_t len, rt_json_shape *sh)
-{
-	static const uint64_t one = 1;
-	unsigned char obj[SHAPE_STACK / 8] = {0}; /* per level: an object (1) or an array */
-	size_t items[SHAPE_STACK];                /* elements so far of the array at each level */
-	int depth = 0;
-	char prev = 0; /* the last structural character outside strings, 'v' after a scalar */
-	*sh = (rt_json_shape){0};
-	for (size_t i = 0; i < len; i++) {
-		char c = t[i];
-		bool in_obj = depth > 0 && depth <= SHAPE_STACK && (obj[(depth - 1) / 8] >> ((depth - 1) % 8) & 1);
-		if (is_space(c))
-			continue;
-		if (c == '"') {
-			bool key = in_obj && (prev == '{' || prev == ',');
-			sh->strings++;
-			if (!key)
-				sh->values++;
-			if (!key && depth > 0 && depth <= SHAPE_STACK && !in_obj)
-				items[depth - 1]++;
-			size_t j = i + 1;
-			for (; j < len && t[j] != '"'; j++)
-				j += t[j] == '\\';
-			i = j;
-			prev = key ? 'k' : 'v';
-			continue;
-		}
-		if (c == '{' || c == '[') {
-			sh->values++;
-			if (depth > 0 && depth <= SHAPE_STACK && !in_obj)
-				items[depth - 1]++;
-			depth++;
-			if (depth > sh->depth)
-				sh->depth = depth;
-			if (depth <= SHAPE_STACK) {
-				unsigned char bit = (unsigned char)(one << ((depth - 1) % 8));
-				obj[(depth - 1) / 8] = (unsigned char)(c == '{' ? obj[(depth - 1) / 8] | bit : obj[(depth - 1) / 8] & ~bit);
-				items[depth - 1] = 0;
-			}
-			prev = c;
-		} else if (c == '}' || c == ']') {
-			if (c == ']' && depth > 0 && depth <= SHAPE_STACK && items[depth - 1] > sh->max_array)
-				sh->max_array = items[depth - 1];
-			depth -= depth > 0;
-			prev = 'v';
-		} else if (c == ',' || c == ':') {
-			prev = c;
-		} else if (prev != 'v') { /* the first byte of a number, true, false or null */
-			sh->values++;
-			if (depth > 0 && depth <= SHAPE_STACK && !in_obj)
-				items[depth - 1]++;
-			prev = 'v';
-		}
-	}
-	sh->cost = (uint64_t)sh->values * RT_JSON_NODE_BYTES + (uint64_t)sh->strings * RT_JSON_STRING_BYTES + len;
-}
-
 bool rt_json_check_caps(moe_ctx *ctx, const char *file, const char *text, size_t len, const rt_json_caps *caps,
 	int64_t at, rt_json_shape *sh)
 {
@@ -160,7 +101,7 @@ bool rt_json_check_caps(moe_ctx *ctx, const char *file, const char *text, size_t
 			caps->max_bytes, caps->kind);
 		return false;
 	}
-	rt_json_measure(text, len, sh);
+	ctx_json_measure(text, len, sh);
 	if (sh->cost > caps->max_cost) {
 		rt_err_at(ctx, file, at, "JSON document holds %zu values and %zu strings: parsing it would take about %llu MiB, "
 			"more than the %llu MiB moec allows a %s", sh->values, sh->strings,

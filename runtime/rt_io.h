@@ -109,19 +109,8 @@ void rt_temp_forget(int slot);
 struct cJSON;
 struct cJSON *rt_json_doc(moe_ctx *ctx, const char *file, const char *text, size_t len);
 
-/* What parsing a JSON text would build, counted in one pass without
- * allocating: cJSON makes a node per value and a copy of every string (keys
- * included), so cost estimates its allocation as RT_JSON_NODE_BYTES per value
- * plus RT_JSON_STRING_BYTES per string plus the text's length. */
-#define RT_JSON_NODE_BYTES 96  /* a cJSON node, the allocator's header, keep_last's record */
-#define RT_JSON_STRING_BYTES 32
-typedef struct rt_json_shape {
-	size_t values, strings;
-	size_t max_array; /* the most elements of one array */
-	int depth;        /* the deepest nesting of arrays and objects */
-	uint64_t cost;
-} rt_json_shape;
-void rt_json_measure(const char *text, size_t len, rt_json_shape *sh);
+/* What parsing a JSON text would build: ctx_json_measure (support.h). */
+typedef ctx_json_shape rt_json_shape;
 
 /* Caps of a kind of JSON document: its size, and the estimated cost of
  * parsing it (rt_json_shape.cost). Both are checked before cJSON runs. */

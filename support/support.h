@@ -117,6 +117,21 @@ void ctx_vdiag(moe_ctx *ctx, moe_diag_kind kind, moe_loc loc, const char *fmt, v
 void ctx_err_at(moe_ctx *ctx, const char *file, int64_t offset, const char *fmt, ...) MOE_PRINTF(4, 5);
 
 /* ---- a string -> index hash table; keys are borrowed (must outlive it) ---- */
+/* What parsing a JSON text would build, counted in one pass without
+ * allocating (support/json_measure.c): cJSON makes a node per value and a copy
+ * of every string (keys included), so cost estimates its allocation as
+ * CTX_JSON_NODE_BYTES per value plus CTX_JSON_STRING_BYTES per string plus the
+ * text's length. */
+#define CTX_JSON_NODE_BYTES 96 /* a cJSON node, the allocator's header, keep_last's record */
+#define CTX_JSON_STRING_BYTES 32
+typedef struct ctx_json_shape {
+	size_t values, strings;
+	size_t max_array; /* the most elements of one array */
+	int depth;        /* the deepest nesting of arrays and objects */
+	uint64_t cost;
+} ctx_json_shape;
+void ctx_json_measure(const char *text, size_t len, ctx_json_shape *sh);
+
 typedef struct ctx_strtab {
 	moe_ctx *ctx;
 	const char **keys;

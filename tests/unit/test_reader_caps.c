@@ -135,6 +135,22 @@ static int open_npy(const char *path, char *msg, size_t n)
 	return t == NULL;
 }
 
+/* the JSON IR API: a library caller (or standard input) hands the text over */
+static int parse_ir_json(const char *path, char *msg, size_t n)
+{
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char *data = NULL;
+	size_t len;
+	moe_module *m = NULL;
+	if (!moe_read_file(c, path, &data, &len))
+		m = moe_module_parse_json(c, path, data, len);
+	first_diag(c, msg, n);
+	moe_module_free(m);
+	moe_free(c, data);
+	moe_ctx_free(c);
+	return m == NULL;
+}
+
 /* Writes a file of head, then reps copies of unit, then tail. */
 static void write_rep(const char *path, const char *head, const char *unit, size_t reps, const char *tail)
 {
@@ -252,6 +268,19 @@ static void test_safetensors_array(void **st)
 }
 
 /* An .npy whose 2.0 header claims 3 GB: refused by the header cap, not scanned. */
+/* JSON IR of 3.5 M tiny values in 7 MB through moe_module_parse_json (the
+ * CLI's 8 MiB file cap does not see text given by a caller or on standard
+ * input): refused by the estimate before cJSON builds a tree. */
+static void test_ir_json_values(void **st)
+{
+	(void)st;
+	char path[300];
+	snprintf(path, sizeof path, "%s/values.moeir.json", dir);
+	write_rep(path, "{\"format\": \"moec-ir\", \"pad\": [", "0,", 3500000, "0]}");
+	long rss = run_child(parse_ir_json, path, "more than the 256 MiB moec allows JSON IR");
+	assert_true(rss < 64);
+}
+
 static void test_npy_header(void **st)
 {
 	(void)st;
@@ -274,6 +303,7 @@ int main(void)
 		cmocka_unit_test(test_safetensors_header),
 		cmocka_unit_test(test_safetensors_array),
 		cmocka_unit_test(test_npy_header),
+		cmocka_unit_test(test_ir_json_values),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
