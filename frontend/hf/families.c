@@ -91,6 +91,7 @@ static const hf_shared S_UP_RELU2 = {HF_SH_UP, NULL, "shared_experts.up_proj.wei
 
 const hf_family hf_families[] = {
 	{.types = "mixtral", .block = "MixtralSparseMoeBlock", .blk = "block_sparse_moe.",
+		.defaults = "hidden_size=4096\0" "intermediate_size=14336\0" "num_hidden_layers=32\0" "hidden_act=silu\0" "num_experts_per_tok=2\0" "num_local_experts=8\0",
 		.k_width = "intermediate_size", .r = &R_SOFTMAX_F32W, .f = &F_W123, .s = &S_NONE},
 	{.types = "minimax", .block = "MiniMaxSparseMoeBlock", .blk = "block_sparse_moe.",
 		.k_width = "intermediate_size", .r = &R_SOFTMAX_F32W, .f = &F_W123, .s = &S_NONE},
@@ -105,7 +106,8 @@ const hf_family hf_families[] = {
 		.f = &F_PROJ, .s = &S_NONE},
 	{.types = "qwen2_moe", .block = "Qwen2MoeSparseMoeBlock", .k_shared_width = "shared_expert_intermediate_size",
 		.layers = QWEN_LAYERS, .r = &R_SOFTMAX, .f = &F_PROJ, .s = &S_QWEN},
-	{.types = "qwen3_moe", .block = "Qwen3MoeSparseMoeBlock", .layers = QWEN_LAYERS, .r = &R_SOFTMAX,
+	{.types = "qwen3_moe", .block = "Qwen3MoeSparseMoeBlock",
+		.defaults = "hidden_size=2048\0" "num_hidden_layers=24\0" "hidden_act=silu\0" "decoder_sparse_step=1\0" "moe_intermediate_size=768\0" "num_experts_per_tok=8\0" "num_experts=128\0" "norm_topk_prob=false\0", .layers = QWEN_LAYERS, .r = &R_SOFTMAX,
 		.f = &F_PROJ, .s = &S_NONE},
 	{.types = "qwen3_next", .block = "Qwen3NextSparseMoeBlock", .norm_default = true,
 		.k_shared_width = "shared_expert_intermediate_size", .layers = QWEN_LAYERS, .r = &R_SOFTMAX,
@@ -118,7 +120,8 @@ const hf_family hf_families[] = {
 	{.types = "deepseek_v2", .block = "DeepseekV2Moe", .k_shared_count = "n_shared_experts", .k_score = "scoring_func",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV2, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
-	{.types = "deepseek_v3", .block = "DeepseekV3MoE", .norm_default = true, .k_shared_count = "n_shared_experts",
+	{.types = "deepseek_v3", .block = "DeepseekV3MoE",
+		.defaults = "hidden_size=7168\0" "moe_intermediate_size=2048\0" "num_hidden_layers=61\0" "n_shared_experts=1\0" "n_routed_experts=256\0" "routed_scaling_factor=2.5\0" "n_group=8\0" "topk_group=4\0" "num_experts_per_tok=8\0" "first_k_dense_replace=3\0" "norm_topk_prob=true\0" "hidden_act=silu\0", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
 	{.types = "deepseek_v32", .block = "DeepseekV32MoE", .norm_default = true, .k_shared_count = "n_shared_experts",
@@ -167,7 +170,9 @@ const hf_family hf_families[] = {
 		.sel_bias_dims = "1, E", .k_experts = "moe_num_experts", .k_topk = "moe_k", .k_eps = "moe_norm_min",
 		.k_shared_count = "moe_num_shared_experts", .layers = HF_L_ERNIE, .r = &R_ERNIE, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
-	{.types = "hunyuan_v1_moe hunyuan", .block = "HunYuanMoEV1Moe", .router = "gate.wg.weight", .k_topk = "moe_topk",
+	{.types = "hunyuan_v1_moe hunyuan", .block = "HunYuanMoEV1Moe",
+		.defaults = "hidden_size=4096\0" "intermediate_size=11008\0" "moe_intermediate_size=@intermediate_size\0"
+			"num_hidden_layers=32\0" "hidden_act=silu\0" "num_experts=1\0" "moe_topk=1\0", .router = "gate.wg.weight", .k_topk = "moe_topk",
 		.k_shared_count = "num_shared_expert", .k_shared_base = "intermediate_size", .norm_default = true,
 		.r = &R_SOFTMAX_F32, .f = &F_PROJ, .s = &S_SHARED_MLP},
 	{.types = "granitemoe", .block = "GraniteMoeMoE", .blk = "block_sparse_moe.", .router = "router.layer.weight",

@@ -18,11 +18,15 @@ typedef struct hf_cfg {
 	const cJSON *root, *obj; /* obj: the text model's config (root, or its text_config / language_config) */
 	int64_t layer;           /* the element of per-layer lists */
 	bool bad;
+	const char *defaults;    /* the family's HF config class defaults (hf_family.defaults), or NULL */
 } hf_cfg;
 
 #define HF_MAX_DIM ((int64_t)INT32_MAX)
 
 void hf_err(hf_cfg *c, const char *fmt, ...) MOE_PRINTF(2, 3);
+/* The HF config class default of the first alternative of spec that has one (its text), or NULL;
+ * *which = its name. */
+const char *hf_default(const hf_cfg *c, const char *spec, char *which, size_t n);
 /* The value of the first present alternative of spec (non-null), or NULL; *which = its name. */
 const cJSON *hf_item(const hf_cfg *c, const char *spec, char *which, size_t n);
 int64_t hf_int(hf_cfg *c, const char *spec, bool required, int64_t def, int64_t lo, int64_t hi);

@@ -674,7 +674,7 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 	if (!opts)
 		opts = &def;
 	cJSON *root = rt_json_doc(ctx, name, json, len); /* read as Python's json reads it; reports its errors */
-	hf_cfg c = {ctx, name, root, root, 0, false};
+	hf_cfg c = {ctx, name, root, root, 0, false, NULL};
 	if (!root)
 		return MOE_ERR_FORMAT;
 	if (!cJSON_IsObject(root)) {
@@ -685,6 +685,7 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 	model m = {0};
 	c.obj = text_obj(root, &m.model_type, &m.nested);
 	m.f = m.model_type ? hf_family_find(m.model_type) : NULL;
+	c.defaults = m.f ? m.f->defaults : NULL;
 	if (!m.f) {
 		unsupported(&c, m.model_type);
 		cJSON_Delete(root);
