@@ -204,7 +204,28 @@ typedef struct lctx {
 	bool quiet;
 	char *why;
 	size_t n;
+	char *kind;
+	size_t kn;
 } lctx;
+
+/* What a layer named by a per-layer type list is (its value there). */
+static void kind_of(lctx *l, const char *type)
+{
+	static const struct {
+		const char *type, *kind;
+	} kinds[] = {
+		{"mamba", "a mamba layer"}, {"M", "a mamba layer"}, {"attention", "an attention layer"},
+		{"*", "an attention layer"}, {"full_attention", "an attention layer"},
+		{"linear_attention", "a linear attention layer"}, {"mlp", "a dense MLP layer"}, {"-", "a dense MLP layer"},
+		{"dense", "a dense MLP layer"},
+	};
+	for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+		if (!strcmp(type, kinds[i].type)) {
+			snprintf(l->kind, l->kn, "%s", kinds[i].kind);
+			return;
+		}
+	snprintf(l->kind, l->kn, "a '%.40s' layer", type);
+}
 
 static void bad(lctx *l, const char *key, const char *what)
 {
@@ -290,16 +311,21 @@ static int by_lists(lctx *l, unsigned rules, int64_t L)
 	if ((rules & HF_L_BLOCKS) && (k = elem(l, "layers_block_type", L, &e)) != 0) {
 		if (k < 0 || !cJSON_IsString(e))
 			return k < 0 ? -1 : (bad(l, "layers_block_type", "a list of block type names"), -1);
-		return !strcmp(e->valuestring, "moe") ? 1 : DENSE("layers_block_type[%lld] is '%s'", (long long)L,
-			e->valuestring);
+		if (!strcmp(e->valuestring, "moe"))
+			return 1;
+		kind_of(l, e->valuestring);
+		return DENSE("layers_block_type[%lld] is '%s'", (long long)L, e->valuestring);
 	}
 	if ((rules & HF_L_BLOCKS) && (k = elem(l, "hybrid_override_pattern", L, &e)) != 0) {
 		if (k < 0 || !cJSON_IsString(e))
 			return k < 0 ? -1 : (bad(l, "hybrid_override_pattern", "a string"), -1);
 		if ((int64_t)strlen(e->valuestring) <= L)
 			return DENSE("hybrid_override_pattern has no character for it");
-		char ch = e->valuestring[L];
-		return ch == 'E' ? 1 : DENSE("hybrid_override_pattern[%lld] is '%c', not 'E'", (long long)L, ch);
+		char ch = e->valuestring[L], t[2] = {ch, 0};
+		if (ch == 'E')
+			return 1;
+		kind_of(l, t);
+		return DENSE("hybrid_override_pattern[%lld] is '%c', not 'E'", (long long)L, ch);
 	}
 	return 2;
 }
@@ -362,9 +388,12 @@ static int by_keys(lctx *l, unsigned rules, int64_t L, int64_t nl)
 	return 1;
 }
 
-int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n)
+int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n,
+	char *kind, size_t kn)
 {
-	lctx l = {c, quiet, why, n};
+	char ignored[64];
+	lctx l = {c, quiet, why, n, kind ? kind : ignored, kind ? kn : sizeof ignored};
+	snprintf(l.kind, l.kn, "a dense MLP layer");
 	bool was_bad = c->bad;
 	int k = by_lists(&l, f->layers, L);
 	if (k == 2)

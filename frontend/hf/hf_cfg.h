@@ -34,8 +34,10 @@ double hf_num(hf_cfg *c, const char *spec, double def);
 bool hf_bool(hf_cfg *c, const char *spec, bool def);
 const char *hf_str(hf_cfg *c, const char *spec, const char *def);
 
-/* Whether layer L (of nl, -1 unknown) is an MoE layer of family f: 1 yes, 0 dense (why says by which
- * key), -1 config error. quiet: no diagnostics (used to look for the nearest MoE layer). */
-int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n);
+/* Whether layer L (of nl, -1 unknown) is an MoE layer of family f: 1 yes, 0 not (why says by which
+ * key, kind what the layer is instead, e.g. "a dense MLP layer", "a mamba layer"), -1 config error.
+ * quiet: no diagnostics (used to look for the nearest MoE layer). */
+int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n,
+	char *kind, size_t kn);
 
 #endif
