@@ -256,6 +256,19 @@ static bool is_scale(const moe_graph *g, moe_id id)
 	return false;
 }
 
+/* A dequant's scale declared bf16 says the products are rounded to bf16, the
+ * scale's dtype (compressed-tensors): stored in another float type, the
+ * reference would compute in that type, so it is refused rather than rounded. */
+static bool scale_dtype_ok(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file)
+{
+	if (moe_node_dtype(g, id) != MOE_BF16 || st->dtype == MOE_ST_BF16 || !is_scale(g, id))
+		return true;
+	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a bf16 scale: the layer dequantizes in "
+		"the scale's dtype as the format's reference does for bf16 scales (declare it f32 and dequantize "
+		"to=f32 for exact f32 products)", st->name, moe_st_dtype_name(st->dtype), moe_node_name(g, id));
+	return false;
+}
+
 static bool same_squeezed(int ra, const int64_t *a, int rb, const int64_t *b)
 {
 	int i = 0, j = 0;
@@ -334,6 +347,8 @@ static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_
 		dtype_error(ctx, st, file, n->name, (moe_dtype)n->dtype);
 		return false;
 	}
+	if (!scale_dtype_ok(ctx, g, id, st, file))
+		return false;
 	if (check)
 		return true;
 	int64_t experts = st->shape[0] / grp;
@@ -464,6 +479,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 				ok = false;
 			} else if (!dtype_converts(st->dtype, dt)) {
 				dtype_error(ctx, st, file, wname, dt);
+				ok = false;
+			} else if (!scale_dtype_ok(ctx, g, id, st, file)) {
 				ok = false;
 			} else if (!check) {
 				ok = convert(ctx, st, file, wname, dt, (char *)t->data + (size_t)e * pbytes);
