@@ -29,10 +29,18 @@ DEFAULTS = {
                         num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True, hidden_act="silu"),
     "hunyuan_v1_moe": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, hidden_act="silu",
                            num_experts=1, moe_topk=1),
+    "olmoe": dict(hidden_size=2048, intermediate_size=2048, num_hidden_layers=16, hidden_act="silu",
+                  num_experts_per_tok=8, num_experts=64, norm_topk_prob=False),
+    "qwen2_moe": dict(hidden_size=2048, num_hidden_layers=24, hidden_act="silu", decoder_sparse_step=1,
+                      moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts_per_tok=4,
+                      num_experts=60, norm_topk_prob=False),
+    "gpt_oss": dict(num_hidden_layers=36, num_local_experts=128, hidden_size=2880, intermediate_size=2880,
+                    num_experts_per_tok=4, swiglu_limit=7.0),
 }
 LAYER = {"deepseek_v3": 3}
 # aliases of those keys the fixtures also write (attribute_map), removed with them
 ALIASES = {"qwen3_moe": ["num_local_experts"], "mixtral": ["num_experts"], "deepseek_v3": ["num_local_experts"],
+           "olmoe": ["num_local_experts"], "qwen2_moe": ["num_local_experts"], "gpt_oss": ["num_experts"],
            "hunyuan_v1_moe": ["moe_intermediate_size"]}
 
 

@@ -215,7 +215,7 @@ static void test_errors(void **st)
 	expect_error("{\"model_type\":\"llama\"}", 0, MOE_ERR_UNSUPPORTED, "supported: mixtral");
 	expect_error("{\"hidden_size\":8}", 0, MOE_ERR_UNSUPPORTED, "no model_type");
 	expect_error("[1]", 0, MOE_ERR_FORMAT, "not a JSON object");
-	expect_error("{\"model_type\":\"olmoe\",\"num_experts\":4,\"num_experts_per_tok\":2,"
+	expect_error("{\"model_type\":\"granitemoe\",\"num_local_experts\":4,\"num_experts_per_tok\":2,"
 		     "\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "'hidden_size'");
 	expect_error("{\"model_type\":\"mixtral\",\"hidden_size\":8,\"num_local_experts\":4,\"num_experts\":5,"
 		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "disagree");
