@@ -258,10 +258,10 @@ static moe_id lower(ep *c, const ir_node *ex, const moe_id *s)
 	return combine(c, back, spos, on_input ? MOE_NONE : wp);
 }
 
-/* Does n keep the expert dimension first (blockwise-dispatch's rule, or a dequant)? */
+/* Does n keep the expert dimension first (blockwise-dispatch's rule, a dequant, or a cast)? */
 static bool keeps_expert_axis(const ir_node *n)
 {
-	return n->op == MOE_OP_DEQUANT || pass_keeps_expert_axis(n);
+	return n->op == MOE_OP_DEQUANT || (n->op == MOE_OP_CAST && n->nargs == 1) || pass_keeps_expert_axis(n);
 }
 
 /* Marks the expert weights under v (through ops that keep the expert axis)

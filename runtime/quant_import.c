@@ -312,15 +312,21 @@ static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_
 		snprintf(sk, sizeof sk, "%s / %lld", kk, (long long)q->bk);
 	else
 		snprintf(sk, sizeof sk, "(%s + %lld) / %lld", kk, (long long)q->bk - 1, (long long)q->bk);
-	rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s%s\"\n", w->name, pre, sn, sk, bl, base, q->ssuffix);
+	/* compressed-tensors int4 scales are bf16 as published; they are declared so, and the
+	 * loader refuses another stored type rather than follow a semantics the layer does not */
+	rt_buf_printf(decl, "  weight %s_s : %s[%s%s, %s] = \"%.*s%s\"\n", w->name, !strcmp(q->fmt, "int4") ? "bf16" : "f32",
+		pre, sn, sk, bl, base, q->ssuffix);
 	char bk[64];
 	if (q->bk == 0)
 		snprintf(bk, sizeof bk, "%s", kk);
 	else
 		snprintf(bk, sizeof bk, "%lld", (long long)q->bk);
-	rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"%s\", block=[%lld, %s]%s%s, to=%s)\n", w->name,
-		w->name, w->name, q->fmt, (long long)q->bn, bk, !strcmp(q->fmt, "int4") ? ", k=" : "",
-		!strcmp(q->fmt, "int4") ? kk : "", w->type[0] ? w->type : "dtype");
+	if (!strcmp(q->fmt, "int4")) /* compressed-tensors: each product rounded to the scale's dtype (bf16) */
+		rt_buf_printf(bind, "  %-6s = cast(dequant(%s_q, %s_s, format=\"int4\", block=[1, %s], k=%s, to=bf16), %s)\n",
+			w->name, w->name, w->name, bk, kk, w->type[0] ? w->type : "dtype");
+	else
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"%s\", block=[%lld, %s], to=%s)\n", w->name,
+			w->name, w->name, q->fmt, (long long)q->bn, bk, w->type[0] ? w->type : "dtype");
 	return 1;
 }
 

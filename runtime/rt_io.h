@@ -163,6 +163,9 @@ void rt_checkpoint_unwind(void *mark);
 /* The paths a checkpoint was opened from, for messages. */
 size_t rt_checkpoint_nsources(const moe_checkpoint *ck);
 const char *rt_checkpoint_source(const moe_checkpoint *ck, size_t i);
+/* Calls fn with every tensor name the checkpoint's headers and indexes list
+ * (no shard is opened). */
+void rt_checkpoint_names(const moe_checkpoint *ck, void (*fn)(void *arg, const char *name), void *arg);
 
 /* Convert n elements of a stored float format to f32 or bf16 (little-endian source). */
 typedef enum rt_src { RT_SRC_F32, RT_SRC_BF16, RT_SRC_F16 } rt_src;

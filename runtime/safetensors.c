@@ -812,3 +812,16 @@ const char *rt_checkpoint_source(const moe_checkpoint *ck, size_t i)
 {
 	return ck->src[i].path;
 }
+
+void rt_checkpoint_names(const moe_checkpoint *ck, void (*fn)(void *arg, const char *name), void *arg)
+{
+	for (size_t i = 0; i < ck->n; i++) {
+		const ck_source *s = &ck->src[i];
+		if (s->st)
+			for (size_t k = 0; k < s->st->n; k++)
+				fn(arg, s->st->t[k].name);
+		else
+			for (size_t k = 0; k < s->nnames; k++)
+				fn(arg, s->names[k]);
+	}
+}

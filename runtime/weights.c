@@ -57,6 +57,127 @@ static void list_sources(moe_checkpoint *ck, char *buf, size_t n)
 		at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "", rt_checkpoint_source(ck, i));
 }
 
+/* ---- tensor name prefixes ----
+ * A source names the tensor as the ForCausalLM class saves it; a checkpoint
+ * saved from the base (text) model class, or from a multimodal class, names
+ * the same tensor under another of these prefixes, as HF's loader accepts.
+ * The longest prefix a source starts with is its own; when the name itself is
+ * absent, the others are tried in this order. The first that the checkpoint's
+ * header holds is kept for every later source with the same own prefix. */
+static const char *const known_prefixes[] = {"model.language_model.", "language_model.model.", "model.",
+	"language_model.", "backbone.", "transformer.", ""};
+#define NPREFIX (sizeof known_prefixes / sizeof *known_prefixes)
+
+typedef struct rt_prefixes {
+	signed char to[NPREFIX]; /* by own prefix: the prefix found (-1: not yet) */
+} rt_prefixes;
+
+static size_t own_prefix(const char *name)
+{
+	for (size_t i = 0; i < NPREFIX; i++)
+		if (!strncmp(name, known_prefixes[i], strlen(known_prefixes[i])))
+			return i;
+	return NPREFIX - 1;
+}
+
+/* src (a template) with its own prefix replaced by prefix q, in context memory. */
+static char *with_prefix(moe_ctx *ctx, const char *src, size_t q)
+{
+	const char *rest = src + strlen(known_prefixes[own_prefix(src)]);
+	size_t a = strlen(known_prefixes[q]), b = strlen(rest);
+	char *r = ctx_alloc(ctx, a + b + 1);
+	memcpy(r, known_prefixes[q], a);
+	memcpy(r + a, rest, b + 1);
+	return r;
+}
+
+/* Whether the first tensor of template src is in ck. */
+static bool probe(moe_ctx *ctx, moe_checkpoint *ck, const char *src, bool stacked, const int64_t *map)
+{
+	char *name = stacked ? subst(ctx, src, "{e}", map ? map[0] : 0) : NULL;
+	bool found = moe_checkpoint_find(ck, stacked ? name : src, NULL) != NULL;
+	rt_strfree(ctx, name);
+	return found;
+}
+
+/* The template to read: src itself when its first tensor is present, else src
+ * under the first known prefix that holds it (src's own string is freed); src
+ * unchanged when none does (the caller reports it). */
+static char *resolve_prefix(moe_ctx *ctx, moe_checkpoint *ck, rt_prefixes *rp, char *src, bool stacked,
+	const int64_t *map)
+{
+	int errs = moe_error_count(ctx);
+	if (probe(ctx, ck, src, stacked, map) || moe_error_count(ctx) != errs)
+		return src;
+	size_t p = own_prefix(src);
+	for (size_t k = 0; k <= NPREFIX; k++) {
+		size_t q = k == 0 ? (size_t)(rp && rp->to[p] >= 0 ? rp->to[p] : (signed char)p) : k - 1;
+		if (q == p)
+			continue;
+		char *alt = with_prefix(ctx, src, q);
+		if (probe(ctx, ck, alt, stacked, map)) {
+			if (rp)
+				rp->to[p] = (signed char)q;
+			rt_strfree(ctx, src);
+			return alt;
+		}
+		rt_strfree(ctx, alt);
+		if (moe_error_count(ctx) != errs)
+			break;
+	}
+	return src;
+}
+
+/* The (up to) 3 names of the checkpoint sharing the longest tail with want. */
+typedef struct nearest {
+	const char *want;
+	size_t wlen;
+	const char *best[3];
+	size_t score[3];
+} nearest;
+
+static void near_one(void *arg, const char *name)
+{
+	nearest *n = arg;
+	size_t len = strlen(name), s = 0;
+	while (s < len && s < n->wlen && name[len - 1 - s] == n->want[n->wlen - 1 - s])
+		s++;
+	for (int i = 0; i < 3; i++) {
+		if (n->best[i] && s <= n->score[i])
+			continue;
+		for (int j = 2; j > i; j--) {
+			n->best[j] = n->best[j - 1];
+			n->score[j] = n->score[j - 1];
+		}
+		n->best[i] = name;
+		n->score[i] = s;
+		return;
+	}
+}
+
+static void not_found(moe_ctx *ctx, moe_checkpoint *ck, moe_loc loc, const char *wname, const char *tn)
+{
+	char srcs[512];
+	list_sources(ck, srcs, sizeof srcs);
+	rt_buf b = {0};
+	size_t p = own_prefix(tn);
+	const char *rest = tn + strlen(known_prefixes[p]);
+	rt_buf_printf(&b, "'%s'", tn);
+	for (size_t q = 0; q < NPREFIX; q++)
+		if (q != p)
+			rt_buf_printf(&b, ", '%s%s'", known_prefixes[q], rest);
+	nearest n = {.want = tn, .wlen = strlen(tn)};
+	rt_checkpoint_names(ck, near_one, &n);
+	rt_buf_printf(&b, "; nearest present: ");
+	for (int i = 0; i < 3 && n.best[i]; i++)
+		rt_buf_printf(&b, "%s'%.200s'", i ? ", " : "", n.best[i]);
+	if (!n.best[0])
+		rt_buf_printf(&b, "none (the checkpoint holds no tensor)");
+	moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': tensor '%s' not found in %s (tried %s)", wname, tn, srcs,
+		b.oom || !b.s ? "" : b.s);
+	rt_buf_free(&b);
+}
+
 /* The stored dtypes that convert to a node of dtype dt. */
 static bool dtype_converts(moe_st_dtype from, moe_dtype dt)
 {
@@ -132,6 +253,19 @@ static bool is_scale(const moe_graph *g, moe_id id)
 		if (s == id)
 			return true;
 	}
+	return false;
+}
+
+/* A dequant's scale declared bf16 says the products are rounded to bf16, the
+ * scale's dtype (compressed-tensors): stored in another float type, the
+ * reference would compute in that type, so it is refused rather than rounded. */
+static bool scale_dtype_ok(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file)
+{
+	if (moe_node_dtype(g, id) != MOE_BF16 || st->dtype == MOE_ST_BF16 || !is_scale(g, id))
+		return true;
+	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a bf16 scale: the layer dequantizes in "
+		"the scale's dtype as the format's reference does for bf16 scales (declare it f32 and dequantize "
+		"to=f32 for exact f32 products)", st->name, moe_st_dtype_name(st->dtype), moe_node_name(g, id));
 	return false;
 }
 
@@ -213,6 +347,8 @@ static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_
 		dtype_error(ctx, st, file, n->name, (moe_dtype)n->dtype);
 		return false;
 	}
+	if (!scale_dtype_ok(ctx, g, id, st, file))
+		return false;
 	if (check)
 		return true;
 	int64_t experts = st->shape[0] / grp;
@@ -231,8 +367,8 @@ static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_
 
 /* Check (check: headers only, nothing allocated or read) or load one weight
  * node; false after diagnostics. */
-static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, unsigned flags, bool check,
-	size_t *absent, moe_tensor_map *out)
+static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, rt_prefixes *rp,
+	unsigned flags, bool check, size_t *absent, moe_tensor_map *out)
 {
 	const char *wname = moe_node_name(g, id);
 	moe_loc loc = moe_node_loc(g, id);
@@ -281,6 +417,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		rt_strfree(ctx, src);
 		return false;
 	}
+	src = resolve_prefix(ctx, ck, rp, src, stacked, map);
 	bool absent_ok = (flags & MOE_WEIGHTS_ALLOW_ABSENT) && absent_all(ctx, ck, src, stacked ? shape[0] : 1, stacked, map);
 	/* a listed tensor whose shard cannot be read is an error, not an absence */
 	if (absent_ok && moe_error_count(ctx) == errs) {
@@ -316,11 +453,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 		const char *file = NULL;
 		const moe_st_tensor *st = moe_checkpoint_find(ck, tn, &file);
 		if (!st) {
-			if (moe_error_count(ctx) == before) {
-				char srcs[512];
-				list_sources(ck, srcs, sizeof srcs);
-				moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight '%s': tensor '%s' not found in %s", wname, tn, srcs);
-			}
+			if (moe_error_count(ctx) == before)
+				not_found(ctx, ck, loc, wname, tn);
 			ok = false;
 		} else if (map && !stacked) {
 			ok = load_rows(ctx, g, id, st, file, map, nmap, check, t);
@@ -346,6 +480,8 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 			} else if (!dtype_converts(st->dtype, dt)) {
 				dtype_error(ctx, st, file, wname, dt);
 				ok = false;
+			} else if (!scale_dtype_ok(ctx, g, id, st, file)) {
+				ok = false;
 			} else if (!check) {
 				ok = convert(ctx, st, file, wname, dt, (char *)t->data + (size_t)e * pbytes);
 			}
@@ -365,15 +501,17 @@ static moe_status load_all(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck,
 {
 	bool ok = true;
 	uint32_t n = moe_graph_num_nodes(g);
+	rt_prefixes rp;
+	memset(rp.to, -1, sizeof rp.to);
 	if (absent)
 		*absent = 0;
 	/* every header first: a mismatch costs no allocation and no read */
 	for (moe_id i = 0; i < n && !moe_diag_limit_reached(ctx); i++)
 		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
-			ok &= load_one(ctx, g, i, ck, flags, true, NULL, out);
+			ok &= load_one(ctx, g, i, ck, &rp, flags, true, NULL, out);
 	for (moe_id i = 0; i < n && ok; i++)
 		if (moe_node_op(g, i) == MOE_OP_WEIGHT)
-			ok &= load_one(ctx, g, i, ck, flags, false, absent, out);
+			ok &= load_one(ctx, g, i, ck, &rp, flags, false, absent, out);
 	return ok ? MOE_OK : MOE_ERR_INVALID;
 }
 

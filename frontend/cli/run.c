@@ -98,6 +98,7 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	if (T == 0 || B == 0)
 		return err(ctx, NULL, "the token count and the block size must be positive%s", "");
 	io.layer = layer < 0 ? 0 : (int)layer;
+	io.first_moe_layer = layer == -1; /* no --layer: the first MoE layer */
 	io.tokens = T < 0 ? 0 : T;
 	io.block = B < 0 ? 0 : B;
 	if (!o->out)

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/hf/hf_cfg.h"
@@ -54,6 +55,32 @@ const cJSON *hf_item(const hf_cfg *c, const char *spec, char *which, size_t n)
 	return NULL;
 }
 
+const char *hf_default(const hf_cfg *c, const char *spec, char *which, size_t n)
+{
+	if (!c->defaults)
+		return NULL;
+	for (const char *p = spec; *p;) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+		for (const char *d = c->defaults; *d; d += strlen(d) + 1)
+			if (strlen(d) > len && d[len] == '=' && !strncmp(d, p, len)) {
+				if (which)
+					snprintf(which, n, "%.*s", (int)len, p);
+				return d + len + 1;
+			}
+		p += len + (bar != NULL);
+	}
+	return NULL;
+}
+
+/* A default's text as a double; NAN if it is not a number. */
+static double default_num(const char *v)
+{
+	char *end;
+	double d = strtod(v, &end);
+	return *end || end == v ? NAN : d;
+}
+
 /* The integer value of v (an element [layer] if v is a list) in [lo, hi]. */
 static bool int_of(hf_cfg *c, const char *key, const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -99,6 +126,15 @@ int64_t hf_int(hf_cfg *c, const char *spec, bool required, int64_t def, int64_t 
 		snprintf(found, sizeof found, "%s", key);
 		val = x;
 	}
+	const char *dv = *found ? NULL : hf_default(c, spec, found, sizeof found);
+	if (dv && *dv == '@') /* the default is another key's value */
+		return hf_int(c, dv + 1, required, def, lo, hi);
+	if (dv) {
+		double d = default_num(dv);
+		if (d >= (double)lo && d <= (double)hi && d == floor(d))
+			return (int64_t)d;
+		*found = 0;
+	}
 	if (!*found && required) {
 		char list[256] = "";
 		size_t at = 0;
@@ -117,6 +153,9 @@ double hf_num(hf_cfg *c, const char *spec, double def)
 {
 	char key[128];
 	const cJSON *v = hf_item(c, spec, key, sizeof key);
+	const char *dv = v ? NULL : hf_default(c, spec, NULL, 0);
+	if (dv && isfinite(default_num(dv)))
+		return default_num(dv);
 	if (!v)
 		return def;
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
@@ -130,6 +169,9 @@ bool hf_bool(hf_cfg *c, const char *spec, bool def)
 {
 	char key[128];
 	const cJSON *v = hf_item(c, spec, key, sizeof key);
+	const char *dv = v ? NULL : hf_default(c, spec, NULL, 0);
+	if (dv)
+		return !strcmp(dv, "true");
 	if (!v)
 		return def;
 	if (!cJSON_IsBool(v)) {
@@ -143,6 +185,9 @@ const char *hf_str(hf_cfg *c, const char *spec, const char *def)
 {
 	char key[128];
 	const cJSON *v = hf_item(c, spec, key, sizeof key);
+	const char *dv = v ? NULL : hf_default(c, spec, NULL, 0);
+	if (dv)
+		return dv;
 	if (!v)
 		return def;
 	if (!cJSON_IsString(v)) {
@@ -159,7 +204,28 @@ typedef struct lctx {
 	bool quiet;
 	char *why;
 	size_t n;
+	char *kind;
+	size_t kn;
 } lctx;
+
+/* What a layer named by a per-layer type list is (its value there). */
+static void kind_of(lctx *l, const char *type)
+{
+	static const struct {
+		const char *type, *kind;
+	} kinds[] = {
+		{"mamba", "a mamba layer"}, {"M", "a mamba layer"}, {"attention", "an attention layer"},
+		{"*", "an attention layer"}, {"full_attention", "an attention layer"},
+		{"linear_attention", "a linear attention layer"}, {"mlp", "a dense MLP layer"}, {"-", "a dense MLP layer"},
+		{"dense", "a dense MLP layer"},
+	};
+	for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+		if (!strcmp(type, kinds[i].type)) {
+			snprintf(l->kind, l->kn, "%s", kinds[i].kind);
+			return;
+		}
+	snprintf(l->kind, l->kn, "a '%.40s' layer", type);
+}
 
 static void bad(lctx *l, const char *key, const char *what)
 {
@@ -214,6 +280,9 @@ static int list_has(lctx *l, const char *key, int64_t L)
 static int64_t opt_int(lctx *l, const char *key, int64_t def, int64_t lo)
 {
 	const cJSON *v = hf_item(l->c, key, NULL, 0);
+	const char *dv = v ? NULL : hf_default(l->c, key, NULL, 0);
+	if (dv && default_num(dv) >= (double)lo && default_num(dv) == floor(default_num(dv)))
+		return (int64_t)default_num(dv);
 	if (!v)
 		return def;
 	if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)HF_MAX_DIM) ||
@@ -242,16 +311,21 @@ static int by_lists(lctx *l, unsigned rules, int64_t L)
 	if ((rules & HF_L_BLOCKS) && (k = elem(l, "layers_block_type", L, &e)) != 0) {
 		if (k < 0 || !cJSON_IsString(e))
 			return k < 0 ? -1 : (bad(l, "layers_block_type", "a list of block type names"), -1);
-		return !strcmp(e->valuestring, "moe") ? 1 : DENSE("layers_block_type[%lld] is '%s'", (long long)L,
-			e->valuestring);
+		if (!strcmp(e->valuestring, "moe"))
+			return 1;
+		kind_of(l, e->valuestring);
+		return DENSE("layers_block_type[%lld] is '%s'", (long long)L, e->valuestring);
 	}
 	if ((rules & HF_L_BLOCKS) && (k = elem(l, "hybrid_override_pattern", L, &e)) != 0) {
 		if (k < 0 || !cJSON_IsString(e))
 			return k < 0 ? -1 : (bad(l, "hybrid_override_pattern", "a string"), -1);
 		if ((int64_t)strlen(e->valuestring) <= L)
 			return DENSE("hybrid_override_pattern has no character for it");
-		char ch = e->valuestring[L];
-		return ch == 'E' ? 1 : DENSE("hybrid_override_pattern[%lld] is '%c', not 'E'", (long long)L, ch);
+		char ch = e->valuestring[L], t[2] = {ch, 0};
+		if (ch == 'E')
+			return 1;
+		kind_of(l, t);
+		return DENSE("hybrid_override_pattern[%lld] is '%c', not 'E'", (long long)L, ch);
 	}
 	return 2;
 }
@@ -314,9 +388,12 @@ static int by_keys(lctx *l, unsigned rules, int64_t L, int64_t nl)
 	return 1;
 }
 
-int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n)
+int hf_layer_kind(hf_cfg *c, const hf_family *f, int64_t L, int64_t nl, bool quiet, char *why, size_t n,
+	char *kind, size_t kn)
 {
-	lctx l = {c, quiet, why, n};
+	char ignored[64];
+	lctx l = {c, quiet, why, n, kind ? kind : ignored, kind ? kn : sizeof ignored};
+	snprintf(l.kind, l.kn, "a dense MLP layer");
 	bool was_bad = c->bad;
 	int k = by_lists(&l, f->layers, L);
 	if (k == 2)

@@ -109,6 +109,9 @@ typedef struct hf_family {
 	const char *k_shared_width; /* the shared expert's width */
 	const char *k_shared_count; /* or a count of k_shared_base-width MLPs */
 	const char *k_shared_base;  /* NULL: the expert width */
+	const char *defaults;       /* the HF config class's defaults of the keys read, "key=value" strings each
+	                             * ended by a NUL, the list by an empty one: a key absent from the config
+	                             * takes its value here ("key=@other": other's value; NULL: none known) */
 	unsigned layers;            /* HF_L_* */
 	const hf_route *r;
 	const hf_ffn *f;

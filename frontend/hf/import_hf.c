@@ -36,34 +36,66 @@ typedef struct model {
 
 /* ---- reading ---- */
 
-static bool check_layer(hf_cfg *c, model *m)
+/* The first MoE layer (of nl, -1 unknown), said in a note; false after an error. */
+static bool first_moe(hf_cfg *c, model *m, int64_t nl)
+{
+	char why[256], kind[64], first_why[256] = "", first_kind[64] = "";
+	int64_t lim = nl >= 0 ? nl : 4096;
+	for (int64_t L = 0; L < lim; L++) {
+		int k = hf_layer_kind(c, m->f, L, nl, true, why, sizeof why, kind, sizeof kind);
+		if (k == 1) {
+			m->L = c->layer = L;
+			if (L == 0)
+				moe_diag(c->ctx, MOE_DIAG_NOTE, moe_loc_file(c->ctx, c->file),
+					"no layer asked for: importing layer 0, the config's first MoE layer");
+			else
+				moe_diag(c->ctx, MOE_DIAG_NOTE, moe_loc_file(c->ctx, c->file),
+					"no layer asked for: importing layer %lld, the config's first MoE layer (layer 0 is %s: %s)",
+					(long long)L, first_kind, first_why);
+			return true;
+		}
+		if (k < 0) /* the config error itself, said at layer L */
+			return hf_layer_kind(c, m->f, L, nl, false, why, sizeof why, kind, sizeof kind), false;
+		if (L == 0) {
+			snprintf(first_why, sizeof first_why, "%s", why);
+			snprintf(first_kind, sizeof first_kind, "%s", kind);
+		}
+	}
+	hf_err(c, "the config has no MoE layer in layers 0..%lld (layer 0 is %s: %s)", (long long)lim - 1, first_kind,
+		first_why);
+	return false;
+}
+
+static bool check_layer(hf_cfg *c, model *m, bool first)
 {
 	const hf_family *f = m->f;
 	int64_t nl = hf_int(c, DEF(f->k_layers, "num_hidden_layers"), false, -1, 1, HF_MAX_DIM);
 	if (c->bad)
 		return false;
+	if (first)
+		return first_moe(c, m, nl) && !c->bad;
 	if (nl >= 0 && m->L >= nl) {
 		hf_err(c, "layer %lld does not exist: the model has %lld layers", (long long)m->L, (long long)nl);
 		return false;
 	}
-	char why[256] = "", tmp[256];
-	int k = hf_layer_kind(c, f, m->L, nl, false, why, sizeof why);
+	char why[256] = "", tmp[256], kind[64];
+	int k = hf_layer_kind(c, f, m->L, nl, false, why, sizeof why, kind, sizeof kind);
 	if (k != 0)
 		return k == 1 && !c->bad;
 	/* the nearest MoE layer, searching both ways (the lower one first on a tie) */
 	int64_t lim = nl >= 0 ? nl : m->L + 4096, near = -1;
 	for (int64_t d = 1; near < 0 && (m->L - d >= 0 || m->L + d < lim); d++) {
-		if (m->L - d >= 0 && hf_layer_kind(c, f, m->L - d, nl, true, tmp, sizeof tmp) == 1)
+		if (m->L - d >= 0 && hf_layer_kind(c, f, m->L - d, nl, true, tmp, sizeof tmp, NULL, 0) == 1)
 			near = m->L - d;
-		else if (m->L + d < lim && hf_layer_kind(c, f, m->L + d, nl, true, tmp, sizeof tmp) == 1)
+		else if (m->L + d < lim && hf_layer_kind(c, f, m->L + d, nl, true, tmp, sizeof tmp, NULL, 0) == 1)
 			near = m->L + d;
 	}
 	if (near >= 0)
-		hf_err(c, "layer %lld is a dense MLP layer, not an MoE layer (%s); the nearest MoE layer is %lld "
-			"(--layer %lld)", (long long)m->L, why, (long long)near, (long long)near);
+		hf_err(c, "layer %lld is %s, not an MoE layer (%s); the nearest MoE layer is %lld "
+			"(--layer %lld)", (long long)m->L, kind, why, (long long)near, (long long)near);
 	else
-		hf_err(c, "layer %lld is a dense MLP layer, not an MoE layer (%s); the config has no MoE layer",
-			(long long)m->L, why);
+		hf_err(c, "layer %lld is %s, not an MoE layer (%s); the config has no MoE layer",
+			(long long)m->L, kind, why);
 	return false;
 }
 
@@ -224,7 +256,7 @@ static bool read_model(hf_cfg *c, const moe_import_opts *o, model *m)
 		hf_err(c, "import options: tokens and block must be 1..2^31-1 and layer >= 0");
 		return false;
 	}
-	if (!check_layer(c, m))
+	if (!check_layer(c, m, o->first_moe_layer))
 		return false;
 	m->D = hf_int(c, DEF(f->k_hidden, "hidden_size"), true, 0, 1, HF_MAX_DIM);
 	m->E = hf_int(c, DEF(f->k_experts, "num_experts|num_local_experts|n_routed_experts"), true, 0, 1, HF_MAX_DIM);
@@ -689,7 +721,7 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 	if (!opts)
 		opts = &def;
 	cJSON *root = rt_json_doc(ctx, name, json, len); /* read as Python's json reads it; reports its errors */
-	hf_cfg c = {ctx, name, root, root, 0, false};
+	hf_cfg c = {ctx, name, root, root, 0, false, NULL};
 	if (!root)
 		return MOE_ERR_FORMAT;
 	if (!cJSON_IsObject(root)) {
@@ -700,6 +732,7 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 	model m = {0};
 	c.obj = text_obj(root, &m.model_type, &m.nested);
 	m.f = m.model_type ? hf_family_find(m.model_type) : NULL;
+	c.defaults = m.f ? m.f->defaults : NULL;
 	if (!m.f) {
 		unsupported(&c, m.model_type);
 		cJSON_Delete(root);

@@ -191,6 +191,7 @@ typedef struct moe_import_opts {
 	                           * shapes) instead of reading its quantization_config: block
 	                           * fp8, fbgemm_fp8, compressed-tensors int4 / channel fp8 and
 	                           * mxfp4 experts become packed weights read by dequant */
+	int first_moe_layer; /* layer is ignored: import the config's first MoE layer, said in a note */
 } moe_import_opts;
 /* Read an HF config.json and write a .moe layer (docs/language.md) that
  * computes that family's MoE block exactly as HF does, with weights bound to

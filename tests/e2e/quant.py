@@ -175,6 +175,16 @@ def rejections(moec, fixtures, tmp):
     d = broken("qwen3_moe", fixtures, tmp, edit_st=lambda st: st.__setitem__("extra.f4", ("F4", [3], b"\0\0")))
     failed += expect_reject("F4 tensor of an odd element count", run_cmd(d), out,
                             ["tensor 'extra.f4': 3 F4 elements do not fill whole bytes"])
+    # 4b. int4 scales stored F32: the layer dequantizes in bf16, the scale's dtype, as
+    # compressed-tensors does for the published bf16 scales; F32 scales are refused, not rounded
+    sc = "model.layers.0.mlp.experts.2.up_proj.weight_scale"
+
+    def widen(st):
+        dt, shape, data = st[sc]
+        a = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
+        st[sc] = ("F32", shape, a.astype("<f4").tobytes())
+    d = broken("int4_deepseek_v3", fixtures, tmp, edit_st=widen)
+    failed += expect_reject("int4 scales of another dtype", run_cmd(d), out, [sc, "is F32", "bf16 scale"])
     # 5. a quant_method moec does not read: import-hf says so and writes nothing
     d = broken("qwen3_moe", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(
         "quant_method", "awq"))
@@ -265,9 +275,17 @@ def e4m3_np(c):
     return np.where(c & 0x80, -v, v).astype(np.float32)
 
 
+def bf16_round(a):
+    """float32 -> the nearest-even bfloat16 value, as float32."""
+    u = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
 def dequantized(st):
     """The float checkpoint of a block-FP8 or int4 pack-quantized one, dequantized in numpy
-    (f32 products), under the unquantized tensor names."""
+    under the unquantized tensor names, in each format's reference semantics: block FP8 in
+    f32 (HF's FP8 dequantize multiplies in f32), int4 pack-quantized in its scale's dtype
+    (compressed-tensors: q.to(bf16) * scale, each product rounded to bf16)."""
     out = {}
     for k, (dt, shape, data) in st.items():
         if k.endswith("_scale_inv") or k.endswith(".weight_scale") or k.endswith(".weight_shape"):
@@ -284,7 +302,7 @@ def dequantized(st):
             nib = np.stack([(words >> np.uint32(4 * i)) & 15 for i in range(8)], axis=2).reshape(n, -1)[:, :kk]
             sdt, sshape, sdata = st[base + "_scale"]
             sc = (np.frombuffer(sdata, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(sshape)
-            w, k = (nib.astype(np.float32) - 8) * np.repeat(sc, kk // sshape[1], axis=1), base
+            w, k = bf16_round((nib.astype(np.float32) - 8) * np.repeat(sc, kk // sshape[1], axis=1)), base
         elif dt in ("F32", "BF16"):
             out[k] = (dt, shape, data)
             continue

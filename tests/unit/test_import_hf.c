@@ -215,7 +215,7 @@ static void test_errors(void **st)
 	expect_error("{\"model_type\":\"llama\"}", 0, MOE_ERR_UNSUPPORTED, "supported: mixtral");
 	expect_error("{\"hidden_size\":8}", 0, MOE_ERR_UNSUPPORTED, "no model_type");
 	expect_error("[1]", 0, MOE_ERR_FORMAT, "not a JSON object");
-	expect_error("{\"model_type\":\"mixtral\",\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+	expect_error("{\"model_type\":\"granitemoe\",\"num_local_experts\":4,\"num_experts_per_tok\":2,"
 		     "\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "'hidden_size'");
 	expect_error("{\"model_type\":\"mixtral\",\"hidden_size\":8,\"num_local_experts\":4,\"num_experts\":5,"
 		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "disagree");
@@ -235,7 +235,7 @@ static void test_errors(void **st)
 		MOE_ERR_INVALID, "moe_layers");
 	expect_error("{\"model_type\":\"llama4_text\",\"hidden_size\":8,\"num_local_experts\":4,\"num_experts_per_tok\":1,"
 		     "\"intermediate_size\":8,\"interleave_moe_layer_step\":2}", 0, MOE_ERR_INVALID, "interleave_moe_layer_step");
-	expect_error("{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":3,"
+	expect_error("{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"first_k_dense_replace\":0,\"n_routed_experts\":8,\"n_group\":3,"
 		     "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_ERR_INVALID, "divisible");
 	expect_error("{\"model_type\":\"olmoe\",\"hidden_size\":8,\"num_experts\":8,\"hidden_act\":\"relu2\","
 		     "\"num_experts_per_tok\":2,\"intermediate_size\":8}", 0, MOE_ERR_INVALID, "hidden_act");
@@ -266,7 +266,7 @@ static void test_variants(void **st)
 	assert_non_null(strstr(t, "param layer = 3"));
 	moe_free(c, t);
 	/* DeepSeek without group limits, no renormalisation, router in f32 */
-	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":1,"
+	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"first_k_dense_replace\":0,\"n_routed_experts\":8,\"n_group\":1,"
 		   "\"topk_group\":1,\"norm_topk_prob\":false,\"routed_scaling_factor\":1,\"n_shared_experts\":2,"
 		   "\"num_experts_per_tok\":2,\"moe_intermediate_size\":8}", 0, MOE_BF16, MOE_OK);
 	assert_null(strstr(t, "reshape"));
@@ -369,7 +369,7 @@ static void test_deepseek_group_mask(void **st)
 {
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	char *t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":4,"
+	char *t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"first_k_dense_replace\":0,\"n_routed_experts\":8,\"n_group\":4,"
 			 "\"topk_group\":2,\"num_experts_per_tok\":3,\"moe_intermediate_size\":8}", 0, MOE_F32, MOE_OK);
 	assert_non_null(strstr(t, "masked = reshape(select(keep, c3, -inf), shape=[T, E])"));
 	assert_non_null(strstr(t, "idx    = topk(masked, k=K)"));
@@ -377,7 +377,7 @@ static void test_deepseek_group_mask(void **st)
 	assert_non_null(strstr(t, "+ 1e-20)"));
 	moe_free(c, t);
 	/* every group kept: no mask at all */
-	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"n_routed_experts\":8,\"n_group\":4,"
+	t = gen(c, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"first_k_dense_replace\":0,\"n_routed_experts\":8,\"n_group\":4,"
 		   "\"topk_group\":4,\"num_experts_per_tok\":3,\"moe_intermediate_size\":8}", 0, MOE_F32, MOE_OK);
 	assert_null(strstr(t, "masked"));
 	assert_non_null(strstr(t, "idx    = topk(c, k=K)"));

@@ -313,7 +313,7 @@ static const texp ds_ex[] = {
 static void test_deepseek_group_mask(void **st)
 {
 	(void)st;
-	tcase k = {"deepseek import-hf", imported("{\"model_type\":\"deepseek_v3\",\"hidden_size\":1,\"n_routed_experts\":12,"
+	tcase k = {"deepseek import-hf", imported("{\"model_type\":\"deepseek_v3\",\"first_k_dense_replace\":0,\"hidden_size\":1,\"n_routed_experts\":12,"
 						  "\"n_group\":4,\"topk_group\":2,\"num_experts_per_tok\":4,"
 						  "\"moe_intermediate_size\":1,\"n_shared_experts\":1,\"norm_topk_prob\":true,"
 						  "\"routed_scaling_factor\":2.5}", 1),
@@ -526,13 +526,13 @@ static const texp sc_ex[] = {
 static void test_epsilon_and_scale(void **st)
 {
 	(void)st;
-	tcase k = {"deepseek epsilon", imported("{\"model_type\":\"deepseek_v3\",\"hidden_size\":2,\"n_routed_experts\":3,"
+	tcase k = {"deepseek epsilon", imported("{\"model_type\":\"deepseek_v3\",\"first_k_dense_replace\":0,\"n_shared_experts\":0,\"hidden_size\":2,\"n_routed_experts\":3,"
 						"\"n_group\":1,\"topk_group\":1,\"num_experts_per_tok\":2,"
 						"\"moe_intermediate_size\":1,\"norm_topk_prob\":true,"
 						"\"routed_scaling_factor\":2.5}", 2),
 		{NULL}, eps_in, N(eps_in), eps_ex, N(eps_ex)};
 	run_both(&k, false);
-	tcase s = {"deepseek scale", imported("{\"model_type\":\"deepseek_v3\",\"hidden_size\":2,\"n_routed_experts\":3,"
+	tcase s = {"deepseek scale", imported("{\"model_type\":\"deepseek_v3\",\"first_k_dense_replace\":0,\"n_shared_experts\":0,\"hidden_size\":2,\"n_routed_experts\":3,"
 					      "\"n_group\":1,\"topk_group\":1,\"num_experts_per_tok\":2,"
 					      "\"moe_intermediate_size\":1,\"norm_topk_prob\":false,"
 					      "\"routed_scaling_factor\":2.5}", 2),
