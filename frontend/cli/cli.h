@@ -89,6 +89,8 @@ typedef struct cli_command {
 } cli_command;
 
 const cli_command *cli_command_find(const char *name);
+/* The command closest to a misspelt name (edit distance), or NULL. */
+const char *cli_suggest_command(const char *word);
 void cli_usage(FILE *f);
 void cli_command_help(FILE *f, const cli_command *c);
 /* docs/cli.md, generated from the tables. */
@@ -112,6 +114,10 @@ int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind);
 /* An error "this looks like ...; use `moec ...`" when `kind` is not what
  * the command takes; 0 when it is. */
 int cli_check_kind(moe_ctx *ctx, const opts *o);
+/* The same for the files of --weights and --input: one that is surely
+ * another option's (an .npy given to --weights, a checkpoint to --input) is
+ * an error naming what it looks like (1). */
+int cli_check_values(moe_ctx *ctx, const opts *o);
 
 #define CLI_MAX_PATHS 64               /* --weights and --input items */
 #define CLI_MAX_SOURCE ((size_t)256 << 20) /* a .moe, .moeir or IR .json */
@@ -120,6 +126,9 @@ int cli_fail(const char *fmt, const char *arg);
 /* Before any input is read: outputs that are inputs or each other, and path
  * lists longer than CLI_MAX_PATHS, are errors (1). */
 int cli_guard_paths(moe_ctx *ctx, const opts *o);
+/* Before any input is read: every output's directory exists and is
+ * writable, and no output names a directory (1 after an error each). */
+int cli_guard_writable(moe_ctx *ctx, const opts *o);
 /* The same for outputs a command derives from -o (compile --ep's OUT.chip<d>...):
  * an error naming both when one is an input. */
 int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n);
@@ -186,7 +195,7 @@ int cli_run_ep(moe_ctx *ctx, const opts *o);
 int cli_compile_ep(moe_ctx *ctx, const opts *o);
 struct moe_host_opts;
 int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const struct moe_host_opts *ho,
-	const moe_exchange *x, moe_tensor **out);
+	const moe_exchange *x, moe_tensor **out, struct moe_host_stats *sum);
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
 int cli_ep_net_agree(moe_ctx *ctx, int failed);
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,

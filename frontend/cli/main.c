@@ -166,18 +166,20 @@ static int classify(moe_ctx *ctx, opts *o)
 		return 0;
 	if (cli_sniff_file(ctx, o->file, &o->kind))
 		return 1;
-	return cli_check_kind(ctx, o);
+	return cli_check_kind(ctx, o) | cli_check_values(ctx, o);
 }
 
 static int cmd_ir(moe_ctx *ctx, const opts *o)
 {
 	if (o->reproducer && !o->pipeline)
 		return cli_fail("--reproducer needs --pipeline (no pass runs without one)%s", "");
-	if (check_print_pass(ctx, "--print-ir-after", o->after, o->pipeline) |
-		check_print_pass(ctx, "--print-ir-before", o->before, o->pipeline))
+	/* a dump asked for without a pipeline is of the default one, host */
+	const char *pipeline = o->pipeline ? o->pipeline : o->after || o->before ? "host" : NULL;
+	if (check_print_pass(ctx, "--print-ir-after", o->after, pipeline) |
+		check_print_pass(ctx, "--print-ir-before", o->before, pipeline))
 		return 1;
 	moe_module *m = cli_load(ctx, o);
-	int status = !m || run_pipeline(ctx, m, o->pipeline, o) || write_output(ctx, m, o);
+	int status = !m || run_pipeline(ctx, m, pipeline, o) || write_output(ctx, m, o);
 	moe_module_free(m);
 	return status;
 }
@@ -253,7 +255,11 @@ int main(int argc, char **argv)
 	}
 	const cli_command *c = cli_command_find(argv[1]);
 	if (!c) {
-		fprintf(stderr, "moec: error: unknown command '%s' (see moec --help)\n", argv[1]);
+		const char *near = cli_suggest_command(argv[1]);
+		if (near)
+			fprintf(stderr, "moec: error: unknown command '%s'; did you mean '%s'? (see moec --help)\n", argv[1], near);
+		else
+			fprintf(stderr, "moec: error: unknown command '%s' (see moec --help)\n", argv[1]);
 		return 1;
 	}
 	static opts o;
@@ -264,7 +270,7 @@ int main(int argc, char **argv)
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
-	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || classify(ctx, &o) ||
+	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
 		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
 	moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);

@@ -326,9 +326,15 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
 			for (int d = 0; d < t->rank; d++)
 				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+			int rows = rank == 2 && t->rank == 2 && t->shape[1] == shape[1];
+			char hint[160] = "";
+			if (rows && t->shape[0] < shape[0] && tokens < 0)
+				snprintf(hint, sizeof hint, " (give --tokens %lld to serve its %lld real rows with this layer of T = %lld, or "
+					"use --set T=... for a .moe)", (long long)t->shape[0], (long long)t->shape[0], (long long)shape[0]);
+			else if (rows)
+				snprintf(hint, sizeof hint, " (use --set T=... for a .moe, or recompile a .tcpb)");
 			moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, path), "shape [%s] does not match input '%s' [%s]%s", got,
-				moe_node_name(g, node), want,
-				rank == 2 && t->rank == 2 && t->shape[1] == shape[1] ? " (use --set T=... for a .moe, or recompile a .tcpb)" : "");
+				moe_node_name(g, node), want, hint);
 			moe_tensor_free(ctx, t);
 			status = 1;
 			break;
@@ -491,6 +497,10 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 				err(ctx, NULL, "--kernels must be auto or portable, got '%s'", o->kernels);
 				th = -2;
 			}
+			long cores = sysconf(_SC_NPROCESSORS_ONLN);
+			if (th > 0 && cores > 0 && th > cores)
+				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "--threads %lld is more than the %ld cores available; "
+					"the extra threads share them", (long long)th, cores);
 			ho.threads = th < 0 ? 0 : (int)th;
 			ho.portable = o->kernels && !strcmp(o->kernels, "portable");
 			static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
