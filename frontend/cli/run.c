@@ -498,7 +498,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 				th = -2;
 			}
 			long cores = sysconf(_SC_NPROCESSORS_ONLN);
-			if (th > 0 && cores > 0 && th > cores)
+			if (th > 0 && th <= 1024 && cores > 0 && th > cores)
 				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "--threads %lld is more than the %ld cores available; "
 					"the extra threads share them", (long long)th, cores);
 			ho.threads = th < 0 ? 0 : (int)th;
