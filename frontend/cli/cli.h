@@ -217,8 +217,18 @@ int cli_ep_digest(moe_ctx *ctx, const opts *o, const moe_module *m, int64_t N, c
 int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask);
 void cli_ep_net_stop(moe_ctx *ctx);
 int cli_compile(moe_ctx *ctx, const opts *o);
-/* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
-int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);
+/* The HBM a layer's TCP program places (total < 0: not compiled) against
+ * the machine's capacity, in bytes. */
+typedef struct cli_fit {
+	int64_t total, weights;
+	double capacity;
+} cli_fit;
+/* stats --target=tcp: the layer compiled as `compile` compiles it, so a
+ * layer compile refuses fails here with the same error (1). */
+int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit);
+/* autob > 0: the block size block=auto chose, pred its predicted block-loop
+ * seconds; fit: the TCP program's HBM, or NULL. */
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit);
 
 /* TCP target (frontend/cli/tcp.c). */
 /* block=auto for the TCP target; *chosen: the B picked (0: none). */

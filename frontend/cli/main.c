@@ -214,8 +214,11 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	int64_t autob = 0;
 	double pred = 0;
 	int tcp = o->target && !strcmp(o->target, "tcp");
+	cli_fit fit = {-1, 0, 0};
+	if (tcp && cli_tcp_fit(ctx, o, &fit))
+		return 1; /* the error compile gives */
 	moe_module *m = tcp ? cli_load_tcp(ctx, o, &autob, &pred) : cli_load(ctx, o);
-	int status = !m || cli_stats(ctx, m, o, autob, pred);
+	int status = !m || cli_stats(ctx, m, o, autob, pred, tcp && fit.total >= 0 ? &fit : NULL);
 	moe_module_free(m);
 	return status;
 }

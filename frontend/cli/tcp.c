@@ -75,6 +75,33 @@ static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double
 	return cli_load(ctx, &o2);
 }
 
+int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
+{
+	*fit = (cli_fit){-1, 0, 0};
+	int64_t b;
+	double pr;
+	moe_module *m = cli_load_tcp(ctx, o, &b, &pr);
+	if (!m)
+		return 1;
+	if (moe_module_num_graphs(m) != 1) { /* compile refuses these itself */
+		moe_module_free(m);
+		return 0;
+	}
+	int st = 1;
+	moe_run_opts ro = {.verify = 1};
+	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, "tcp", m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
+	moe_tcp_program *p = mach ? moe_tcp_compile(ctx, moe_module_graph(m, 0), mach) : NULL;
+	if (p) {
+		moe_tcp_program_hbm(p, &fit->total, &fit->weights);
+		fit->capacity = moe_tcp_machine_hbm_capacity(ctx, mach);
+		st = 0;
+	}
+	moe_tcp_program_free(p);
+	moe_tcp_machine_free(ctx, mach);
+	moe_module_free(m);
+	return st;
+}
+
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
 	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
