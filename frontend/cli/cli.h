@@ -181,6 +181,11 @@ const moe_tcp_program *cli_bundle_pick(moe_ctx *ctx, const moe_tcp_bundle *b, co
  * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
 	moe_tensor_map *bind);
+/* Monotonic seconds; a stats JSON object (malloc'ed, replaced) with
+ * load_seconds, peak_rss_bytes (this process's, so far) and, when
+ * bucket > 0, bucket_tokens added as its last members. */
+double cli_now(void);
+char *cli_stats_add(char *js, double load_seconds, int64_t bucket);
 /* Copies the file written at tmp to standard output and removes it. */
 int cli_cat_and_remove(moe_ctx *ctx, const char *tmp);
 

@@ -3,6 +3,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
@@ -363,6 +365,39 @@ int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths,
 	return 0;
 }
 
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *cli_stats_add(char *js, double load_seconds, int64_t bucket)
+{
+	char *end = js ? strrchr(js, '}') : NULL;
+	if (!end)
+		return js;
+	struct rusage ru;
+	long long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (long long)ru.ru_maxrss * 1024 : -1;
+	char add[256];
+	int n = snprintf(add, sizeof add, ",\n  \"load_seconds\": %.9g,\n  \"peak_rss_bytes\": %lld", load_seconds, rss);
+	if (bucket > 0)
+		n += snprintf(add + n, sizeof add - (size_t)n, ",\n  \"bucket_tokens\": %lld", (long long)bucket);
+	/* the fields go after the last member, before the closing brace */
+	char *last = end;
+	while (last > js && (last[-1] == '\n' || last[-1] == ' ' || last[-1] == '\t'))
+		last--;
+	size_t head = (size_t)(last - js), len = strlen(js);
+	char *r = malloc(len + (size_t)n + 4);
+	if (!r)
+		return js;
+	memcpy(r, js, head);
+	memcpy(r + head, add, (size_t)n);
+	snprintf(r + head + (size_t)n, len - head + 4, "\n}\n");
+	free(js);
+	return r;
+}
+
 static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 {
 	return moe_write_file_atomic(ctx, path, json, strlen(json)) != MOE_OK;
@@ -470,9 +505,11 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
 		goto done;
 	}
+	double t0 = cli_now();
 	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
+	double load_seconds = cli_now() - t0;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
 		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
@@ -525,7 +562,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 	if (!status && !o->timing_only)
 		status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
-		status = write_stats(ctx, o->stats, stats);
+		status = write_stats(ctx, o->stats, stats = cli_stats_add(stats, load_seconds, 0));
 	free(stats);
 done:
 	for (uint32_t i = 0; i < 16; i++)

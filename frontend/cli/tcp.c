@@ -215,11 +215,20 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
+	double t0 = cli_now();
 	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
+	double load_seconds = cli_now() - t0;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
+	if (stats) { /* a bundle's: the bucket run */
+		int64_t bucket = 0;
+		for (uint32_t i = 0; bun && i < moe_tcp_bundle_count(bun); i++)
+			if (moe_tcp_bundle_program(bun, i) == p)
+				bucket = moe_tcp_bundle_tokens(bun, i);
+		stats = cli_stats_add(stats, load_seconds, bucket);
+	}
 	if (!o->timing_only && !(out[0] = cli_serve_rows(ctx, out[0], cli_tokens(ctx, o))))
 		goto done;
 	status = !o->timing_only && moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
