@@ -47,6 +47,7 @@ typedef enum cli_kind {
 	K_LLVM_IR,      /* "; ModuleID" */
 	K_ELF,          /* \x7fELF: an object file */
 	K_BINARY,       /* other bytes that are not text */
+	K_EP_MANIFEST,  /* {"ep": ..., "programs": ..., "exchanges": ...}: compile --ep's OUT.ep.json */
 } cli_kind;
 
 /* Every value is a string; flags hold their own spelling when given. */
@@ -245,5 +246,8 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 	char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o);
 int cli_check_tcpb(moe_ctx *ctx, const opts *o);
+/* moec check OUT.ep.json: the manifest and every program it names, each
+ * validated as a .tcpb; a line per chip. */
+int cli_check_ep_manifest(moe_ctx *ctx, const opts *o);
 
 #endif

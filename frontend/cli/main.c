@@ -191,6 +191,9 @@ static int cmd_check(moe_ctx *ctx, const opts *o)
 			return cli_fail("--set does not apply to a compiled .tcpb (its sizes are fixed)%s", "");
 		return cli_check_tcpb(ctx, o);
 	}
+	if (o->kind == K_EP_MANIFEST)
+		return o->nsets ? cli_fail("--set does not apply to a manifest of compiled programs%s", "") :
+				  cli_check_ep_manifest(ctx, o);
 	if (o->machine)
 		return cli_fail("--machine applies to a .tcpb only; %s is a layer", o->file);
 	moe_module *m = cli_load(ctx, o);

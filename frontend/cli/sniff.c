@@ -70,6 +70,7 @@ static cli_kind json_kind(const char *data, size_t len)
 	} keys[] = {
 		{"weight_map", K_CK_INDEX}, {"model_type", K_HF_CONFIG}, {"architectures", K_HF_CONFIG},
 		{"slices_per_cluster", K_MACHINE}, {"clock_hz", K_MACHINE}, {"traceEvents", K_TRACE},
+		{"exchanges", K_EP_MANIFEST},
 	};
 	int depth = 0, rank = (int)(sizeof keys / sizeof *keys); /* the best key seen: its index */
 	char prev = 0;
@@ -199,6 +200,7 @@ static const struct {
 	[K_LLVM_IR] = {"LLVM IR", "`moec check` on the .moe it came from"},
 	[K_ELF] = {"an object file", "`moec check` on the .moe it came from"},
 	[K_BINARY] = {"a binary file, not a layer (.moe, .moeir or JSON IR)", "`moec --help`"},
+	[K_EP_MANIFEST] = {"the manifest of `moec compile --ep` (OUT.ep.json)", "`moec check FILE`"},
 };
 
 /* Why a file import-hf was given holds no JSON at all, or NULL: empty, blank,
@@ -228,7 +230,8 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 		return 0;
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
-		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
+		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB || (k == K_EP_MANIFEST && o->cmdbit == C_CHECK)
+		 : layer;
 	struct stat st;
 	if (ok && o->cmdbit != C_IMPORT && (k == K_IR_JSON || k == K_JSON) && strcmp(o->file, "-") &&
 		!stat(o->file, &st) && (uint64_t)st.st_size > SNIFF_MAX_IR_JSON) {
@@ -256,7 +259,7 @@ static int wrong_for(const char *opt, cli_kind k)
 {
 	switch (k) {
 	case K_TCPB: case K_TCPS: case K_HF_CONFIG: case K_MACHINE: case K_TRACE: case K_IR_JSON: case K_ELF:
-	case K_LLVM_IR: case K_C:
+	case K_LLVM_IR: case K_C: case K_EP_MANIFEST:
 		return 1;
 	case K_NPY: return !strcmp(opt, "--weights");
 	case K_SAFETENSORS: case K_CK_INDEX: return !strcmp(opt, "--input");

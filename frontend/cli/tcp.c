@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "frontend/cli/cli.h"
 
 static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
@@ -267,4 +269,67 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
+}
+
+/* A manifest's "file" must name a file beside it: no directory part. */
+static int plain_name(const char *s)
+{
+	return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+int cli_check_ep_manifest(moe_ctx *ctx, const opts *o)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
+		return 1;
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *ep = cJSON_GetObjectItemCaseSensitive(j, "ep"), *T = cJSON_GetObjectItemCaseSensitive(j, "tokens"),
+		    *progs = cJSON_GetObjectItemCaseSensitive(j, "programs");
+	moe_loc at = moe_loc_file(ctx, o->file);
+	if (!cJSON_IsNumber(ep) || !cJSON_IsArray(progs) || ep->valuedouble < 1 || ep->valuedouble > MOE_TCP_EP_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, at, "not a manifest of compile --ep: it needs \"ep\" (1..%d) and \"programs\"",
+			MOE_TCP_EP_MAX);
+		cJSON_Delete(j);
+		return 1;
+	}
+	int N = (int)ep->valuedouble, bad = 0, count[MOE_TCP_EP_MAX] = {0};
+	moe_tcp_machine *m = machine(ctx, o);
+	const char *slash = strrchr(o->file, '/');
+	int dir = slash ? (int)(slash - o->file) + 1 : 0;
+	const cJSON *e;
+	cJSON_ArrayForEach(e, progs)
+	{
+		const cJSON *chip = cJSON_GetObjectItemCaseSensitive(e, "chip"), *file = cJSON_GetObjectItemCaseSensitive(e, "file");
+		if (!cJSON_IsNumber(chip) || chip->valuedouble < 0 || chip->valuedouble >= N || !cJSON_IsString(file) ||
+			!plain_name(file->valuestring)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, at, "a program entry needs a chip in 0..%d and a file name beside the manifest",
+				N - 1);
+			bad = 1;
+			continue;
+		}
+		char path[4200];
+		snprintf(path, sizeof path, "%.*s%s", dir, o->file, file->valuestring);
+		moe_tcp_program *p = !m ? NULL :
+				     cli_ends_with(path, ".tcps") ? NULL : moe_tcp_load_binary(ctx, path, m);
+		if (m && cli_ends_with(path, ".tcps")) {
+			char *asmtext = NULL;
+			size_t alen = 0;
+			if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &asmtext, &alen) == MOE_OK)
+				p = moe_tcp_from_asm(ctx, path, asmtext, alen, m);
+			free(asmtext);
+		}
+		bad |= !p;
+		count[(int)chip->valuedouble] += p != NULL;
+		moe_tcp_program_free(p);
+	}
+	if (!bad) {
+		printf("expert-parallel manifest: %d chips, %lld tokens\n", N, cJSON_IsNumber(T) ? (long long)T->valuedouble : -1LL);
+		for (int d = 0; d < N; d++)
+			printf("  chip %d: %d program%s, each valid\n", d, count[d], count[d] == 1 ? "" : "s");
+	}
+	moe_tcp_machine_free(ctx, m);
+	cJSON_Delete(j);
+	return bad || !m;
 }
