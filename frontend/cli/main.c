@@ -276,6 +276,7 @@ int main(int argc, char **argv)
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
+	moe_ctx_set_diag_prefix(ctx, "moec");
 	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
 		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
 	moe_diag_print(ctx, stderr);
