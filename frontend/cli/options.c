@@ -37,12 +37,12 @@ static const cli_command commands[] = {
 		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
 		"headers before any tensor data is read.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
-	{"import-hf", C_IMPORT, "CONFIG.json -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
+	{"import-hf", C_IMPORT, "CONFIG.json|MODEL_DIR -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",
-		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json (the families are\n"
-		"listed below and by --list); its weights bind to the checkpoint's tensor names, so `moec run\n"
-		"--weights` takes the model's own safetensors (sharded ones through model.safetensors.index.json\n"
-		"or their directory).",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json, or the model\n"
+		"directory holding it (the families are listed below and by --list); its weights bind to the\n"
+		"checkpoint's tensor names, so `moec run --weights` takes the model's own safetensors (sharded\n"
+		"ones through model.safetensors.index.json or their directory).",
 		"moec import-hf config.json --layer 3 --tokens 32 -o layer3.moe"},
 	{"passes", C_PASSES, "", "list the registered passes and the named pipelines",
 		"List the registered passes, their options and the named pipelines.", "moec passes"},

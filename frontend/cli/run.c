@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,15 +105,23 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	io.block = B < 0 ? 0 : B;
 	if (!o->out)
 		return err(ctx, NULL, "import-hf needs -o FILE.moe%s", "");
+	/* a model directory stands for its config.json */
+	char cfg[4096];
+	const char *file = o->file;
+	struct stat st;
+	if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(cfg, sizeof cfg, "%s%sconfig.json", file, cli_ends_with(file, "/") ? "" : "/");
+		file = cfg;
+	}
 	char *text = NULL;
-	if (moe_import_hf(ctx, o->file, &io, &text) != MOE_OK)
+	if (moe_import_hf(ctx, file, &io, &text) != MOE_OK)
 		return 1;
 	/* never write a file moec itself would reject */
 	moe_module *m = moe_parse_moe(ctx, o->out, text, strlen(text), NULL);
 	int status = !m || moe_module_verify(ctx, m) != MOE_OK;
 	moe_module_free(m);
 	if (status)
-		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, o->file), "the generated layer did not compile; nothing was written");
+		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, file), "the generated layer did not compile; nothing was written");
 	else if (cli_is_stdout(o->out))
 		status = fputs(text, stdout) < 0 || fflush(stdout) != 0;
 	else
