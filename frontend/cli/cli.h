@@ -203,6 +203,8 @@ struct moe_host_opts;
 int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const struct moe_host_opts *ho,
 	const moe_exchange *x, moe_tensor **out, struct moe_host_stats *sum);
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
+/* Whether this process joined MPI (cli_ep_net_init succeeded). */
+int cli_ep_net_started(void);
 int cli_ep_net_agree(moe_ctx *ctx, int failed);
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,
 	void *recv, int64_t cap, int64_t *got);

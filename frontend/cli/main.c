@@ -226,6 +226,22 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	return status;
 }
 
+/* A rank other than 0 of `mpirun ... moec run --ep N` on the host that
+ * stopped before joining MPI: its errors come from the command line every
+ * rank shares (options, paths, FILE), which rank 0 reports too, so they are
+ * printed once, by rank 0. After MPI started each rank prints its own. */
+static int quiet_rank(const opts *o)
+{
+	if (o->cmdbit != C_RUN || !o->ep || (o->target && !strcmp(o->target, "tcp")) || cli_ep_net_started())
+		return 0;
+	const char *v = getenv("OMPI_COMM_WORLD_RANK");
+	if (!v)
+		v = getenv("PMI_RANK");
+	if (!v)
+		v = getenv("PMIX_RANK");
+	return v && atoi(v) > 0;
+}
+
 static int help(int argc, char **argv)
 {
 	if (argc == 2) {
@@ -279,7 +295,8 @@ int main(int argc, char **argv)
 	moe_ctx_set_diag_prefix(ctx, "moec");
 	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
 		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
-	moe_diag_print(ctx, stderr);
+	if (!quiet_rank(&o))
+		moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;
 }

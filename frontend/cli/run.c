@@ -551,6 +551,9 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 			ho.portable = o->kernels && !strcmp(o->kernels, "portable");
 			static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
 			status = th == -2 || moe_host_run_opts(ctx, g, bind, &ho, out, &hs) != MOE_OK;
+			if (!status && ho.engine == MOE_HOST_LLVM && !ho.no_cache && hs.cache == MOE_CACHE_OFF)
+				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "the JIT cache is off: no usable cache directory "
+					"($XDG_CACHE_HOME/moec or ~/.cache/moec cannot be made or written); every run compiles the layer again");
 			if (!status && o->stats) {
 				size_t cap = 1024;
 				stats = malloc(cap);

@@ -107,6 +107,12 @@ def main():
                         tally.check(case, ok, "%s the one-process LLVM output; stats: engine %s, ranks %s, files %s"
                                     % ("bitwise equal to" if same_bits(y, yd) else "DIFFERENT from",
                                        st.get("engine"), ranks_in, os.listdir(sdir)))
+                        # an error every rank meets before MPI starts is printed once (rank 0's)
+                        p = subprocess.run(mpirun_cmd(n) + base + ["--ep", str(n), "--repeat", "2", "-o", yp],
+                                           capture_output=True, text=True, timeout=a.timeout, env=mpi_env())
+                        said = (p.stdout + p.stderr).count("--repeat does not apply to --ep on the host")
+                        tally.check(case + " one message", p.returncode != 0 and said == 1,
+                                    "the option error printed %d time(s) by %d ranks" % (said, n))
                         continue
                     ex = {"interp": ["--engine", "interp"], "llvm": ["--engine", "llvm", "--kernels=portable"],
                           "c": ["--engine", "c"]}[eng]
