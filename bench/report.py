@@ -104,6 +104,48 @@ E_ = env()
 out = []
 w = out.append
 
+# The report this run replaces: a section whose results are not in RESULTS_DIR (a fresh cache
+# and `bench/run --only=...`) keeps its text from there instead of disappearing.
+KEPT_NOTE = ("_Kept from the previous bench/REPORT.md: this run's results (`bench/run --only=...` on a cache "
+             "without them) do not hold this section's measurements; the figures and command blocks below are "
+             "that earlier run's._")
+OLD = {}
+_old_path = os.path.join(OUT, "REPORT.md")
+if os.path.exists(_old_path):
+    _cur = None
+    for _line in open(_old_path).read().split("\n"):
+        if _line.startswith("## "):
+            _cur = _line[3:].split(" ", 1)[0]  # "1.", "2.", ..., "Reproducing"
+        if _cur is not None and _line != KEPT_NOTE:
+            OLD.setdefault(_cur, []).append(_line)
+KEPT = []
+
+
+def keep_old(key, since):
+    """Replaces what out holds from index since (a section generated without results) by the
+    previous report's section key, when there is one."""
+    if key not in OLD:
+        return
+    del out[since:]
+    lines = OLD[key]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    w(lines[0] + "\n")
+    w(KEPT_NOTE + "\n")
+    w("\n".join(lines[1:]).strip("\n") + "\n")
+    KEPT.append(key.rstrip("."))
+
+
+def old_subsection(key, title_prefix):
+    """The previous report's subsection of section key whose title starts with title_prefix."""
+    lines, on = [], False
+    for line in OLD.get(key, []):
+        if line.startswith("### "):
+            on = line[4:].startswith(title_prefix)
+        if on:
+            lines.append(line)
+    return "\n".join(lines).strip("\n")
+
 # ---------------------------------------------------------------------------------- header
 mem_gib = int(E_.get("mem_total_kib", "0")) / (1 << 20)
 w("# moec benchmarks\n")
@@ -121,6 +163,7 @@ w(f"| machine | {E_.get('cpu', '?')}, {E_.get('nproc')} CPUs (nproc), {mem_gib:.
 w(f"| tools | {E_.get('cc')}; PyTorch {E_.get('torch')} (/usr/bin/python3); moec built {E_.get('build_type') or 'RelWithDebInfo (CMakeLists default)'}; the layer code itself is JIT-compiled at O3 |")
 w(f"| PyTorch BLAS | BLAS_INFO={E_.get('torch_blas', '?')}; oneDNN (mkldnn) available: {E_.get('torch_mkldnn', '?')} |")
 w(f"| load average (1/5/15 min) | before {E_.get('load_before')}, after {E_.get('load_after', '?')} |")
+KEPT_ROW = len(out)
 w("")
 w("**Caveat: a shared, loaded machine.** This is a 2-CPU virtual machine on which other work (builds, test suites, "
   "other benchmarks) ran at the same time; the load averages above show how busy it was. Absolute times are "
@@ -201,6 +244,7 @@ def decode_bytes(dt):
 cold_frac = sorted(decode_bytes("bf16") / b / t for t, b in cold_rounds)
 
 
+SEC1 = len(out)
 w(f"## 1. Host: `moec run --target=host` vs PyTorch (Qwen3-30B-A3B layer, {NTS})\n")
 w("The layer is `examples/qwen3_30b_a3b.moe` (D=2048, F=768, E=128, K=8, SwiGLU experts, softmax routing with "
   "renormalised top-8) on a synthetic checkpoint of the real size with HuggingFace tensor names "
@@ -314,7 +358,10 @@ if st:
           f"(range {100 * cold_frac[0]:.0f}-{100 * cold_frac[-1]:.0f}%).\n")
         w(cmd_block(["cold.bf16.T1"], "cold decode commands"))
 
+if not host_rows and not st and not cold_rounds:
+    keep_old("1.", SEC1)
 # -------------------------------------------------------------------------------- compile
+SEC2 = len(out)
 w("## 2. Compile time\n")
 tcp_ok = open(os.path.join(RES, "tcp", "available")).read().strip() == "1" if os.path.exists(
     os.path.join(RES, "tcp", "available")) else False
@@ -398,7 +445,10 @@ unset multiplot
     w("![compile time vs E and T](compile.png)\n")
     w(cmd_block(["sweep"]))
 
+if not comp and not sweep["E"] and not sweep["T"]:
+    keep_old("2.", SEC2)
 # ------------------------------------------------------------------------- block buffers
+SEC3 = len(out)
 w("## 3. Worst-case grid and block-buffer bytes (`moec stats --json`, no run)\n")
 w("The dispatch buffer holds G_max blocks of B rows of D values. moec's tight bound, the seed design's formula "
   "and vLLM's bound on the number of blocks are reported by `moec stats` as `grid_blocks_max`, "
@@ -445,6 +495,8 @@ set key top left
 """ + "".join(plots) + "unset multiplot\n", "block_buffer")
     w("![block-buffer bytes](block_buffer.png)\n")
 w(cmd_block(["stats"]))
+if not stats:
+    keep_old("3.", SEC3)
 
 # ------------------------------------------------------------------------------------ TCP
 w("## 4. TCP (simulated)\n")
@@ -456,6 +508,15 @@ for p in ("backend-tcp/machine.json", "../shared/tcp/machine.json"):
         break
 peak = mj["peak_ops_per_s"]["bf16"] if mj else 256e12
 hbm = mj["memory"]["hbm_bytes_per_s"] if mj else 1.5e12
+model_rev = "?"
+if os.path.exists("docs/tcp-model.md"):
+    mm_ = re.search(r"\(revision (\d+)\)", open("docs/tcp-model.md").readline())
+    model_rev = mm_.group(1) if mm_ else "?"
+w(f"**Every figure in this section is simulated**, not measured on a device: moec's TCP simulator "
+  f"(backend-tcp/sim.c) runs the compiled program on **machine model revision {model_rev}** "
+  f"(docs/tcp-model.md; {mj_path if mj else 'machine.json'} `revision` \"{mj.get('revision', '?') if mj else '?'}\"). "
+  "The times are as true as that model: where it is only an assumption (its `assumed` fields) the figures are "
+  "too. The revision-2 columns quote the figures of this section committed before revision 3, as they were.\n")
 if tcp_ok:
     w("Every layer runs on moec's simulator with the shipped machine description, timing-only "
       "(`moec run --timing-only`: the cycle counts of the full simulation without the arithmetic of the expert "
@@ -473,14 +534,12 @@ w("The roofline bound itself needs no simulator. Following the project's TCP mod
   "E (1 - (1 - K/E)^T) (DeepSeek-V3's group limit is ignored). One expert's bytes = "
   "(weight_bytes at 2E - weight_bytes at E) / E from `moec stats`.\n")
 dma_bw = (mj["dma"]["engines"] * mj["dma"]["bytes_per_cycle_per_engine"] * mj["clock_hz"]) if mj else 2.048e12
-w("HBM is one pool of `hbm_bytes_per_s` that reads and writes share (machine.json revision 2026-11-23; the "
-  "earlier read/write split, which put a 2.0x floor under every memory-bound ratio, is gone), so the roofline's "
-  "bound is reachable in principle. The DMA engines move at most "
+w("HBM is one pool of `hbm_bytes_per_s` that reads and writes share, so the roofline's bound is reachable in "
+  "principle. The DMA engines move at most "
   f"{dma_bw / 1e12:.3f} TB/s, above the pool's {hbm / 1e12:.2f} TB/s. The block size is the compiler's own "
   "choice (block=auto, docs/tcp-isa.md 7.8); the *B* column gives it.\n")
-w("| layer | T | experts hit (exp.) | FLOPs | HBM bytes | compute bound | memory bound | **bound** | limited by | B | simulated | ratio |")
-w("|---|---|---|---|---|---|---|---|---|---|---|---|")
 roof, tcp_runs, tcp_faults, autos, auto_vs = [], [], [], {}, []
+rrows = []
 for m in MODELS:
     p2 = os.path.join(RES, "stats", f"{m}.2E.json")
     if not os.path.exists(p2):
@@ -497,21 +556,112 @@ for m in MODELS:
         by = hit * per + rest + 2 * T * Dm * 2
         tc, tm = s["flops"] / peak, by / hbm
         roof.append((m, T, max(tc, tm)))
-        sim, ratio = "pending", "pending"
+        j, path = None, None
         sp, ep = (os.path.join(RES, "tcp", f"{m}.T{T}.{x}") for x in ("json", "err"))
         if os.path.exists(sp) and os.path.getsize(sp) > 0:
             j = load(sp)
-            sim, ratio = fmt_s(j["simulated_seconds"]), f"**{j['roofline_ratio']:.2f}x** (of moec's {fmt_s(j['roofline_seconds'])})"
             tcp_runs.append((m, T, j))
+            pp = os.path.join(RES, "tcp", f"path.{m}.T{T}.json")
+            path = load(pp) if os.path.exists(pp) and os.path.getsize(pp) > 0 else None
         elif os.path.exists(ep) and open(ep).read().strip():
-            sim, ratio = "**fault**", "-"
             tcp_faults.append((m, T, open(ep).read().strip().splitlines()[0]))
         ap = os.path.join(RES, "tcp", f"auto.{m}.T{T}.json")
         ab = load(ap).get("B", "?") if os.path.exists(ap) and os.path.getsize(ap) > 2 else "?"
         autos[(m, T)] = ab
-        w(f"| {LABEL[m]} | {T} | {hit:.1f} / {Em} | {s['flops'] / 1e9:.2f} G | {by / 1e6:.1f} MB | {fmt_s(tc)} | "
-          f"{fmt_s(tm)} | **{fmt_s(max(tc, tm))}** | {'compute' if tc > tm else 'memory'} | {ab} | {sim} | {ratio} |")
+        rrows.append(dict(m=m, T=T, hit=hit, E=Em, s=s, by=by, tc=tc, tm=tm, j=j, path=path, B=ab,
+                          fault=any(f[0] == m and f[1] == T for f in tcp_faults)))
+
+# revision 2: the figures of this section as committed before revision 3 (bench/tcp_rev2.tsv)
+REV2 = {}
+rev2_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tcp_rev2.tsv")
+if os.path.exists(rev2_path):
+    for line in open(rev2_path):
+        if line.startswith("#") or not line.strip():
+            continue
+        c = line.rstrip("\n").split("\t")
+        REV2[(c[0], int(c[1]))] = dict(B=c[2], cycles=int(c[3]), roof=c[4], ratio=float(c[5]))
+clock = mj["clock_hz"] if mj else 1e9
+launch = mj["assumed"]["kernel_launch_cycles"] if mj and "kernel_launch_cycles" in mj.get("assumed", {}) else None
+kend = mj["assumed"]["kernel_end_cycles"] if mj and "kernel_end_cycles" in mj.get("assumed", {}) else None
+setup = mj["dma"]["setup_cycles"] if mj else 500
+cyc = lambda c: fmt_s(c / clock)
+
+w("### Roofline, simulated time and what separates them\n")
+w("Three groups of columns per layer and T. **Roofline**: moec's own bound for the run (`roofline_seconds` of the "
+  "stats JSON: the same formula as above over the experts the routing actually hit) and the bound under uniform "
+  "routing from the inputs table below. **Simulated**: the simulated time and its ratio to moec's bound; the "
+  "ratio on machine model revision 2 (bench/tcp_rev2.tsv: the figures of this table as committed in 452746a, a "
+  "full bench/run on 060c220) and the cycles of revision 3 over those of revision 2. **What separates them** "
+  "(each an exact sum from the run, never a fit; they overlap and do not add up to the gap):\n")
+w(f"- *launch + end*: `assumed.kernel_launch_cycles` + `assumed.kernel_end_cycles` of machine.json "
+  f"({launch if launch is not None else '?'} + {kend if kend is not None else '?'} cycles), which the simulator "
+  "adds to every run;")
+w(f"- *DMA setups on the critical path*: the DMA commands on the run's critical path (followed back from the "
+  "command that ends last through the simulator's `pred` links, `moec run --trace`; bench/critpath.py), and the "
+  f"setup cycles they pay (`dma.setup_cycles` = {setup}, less where a command adds less to the path);")
+w("- *routing before the first expert command*: `expert_start_seconds` of the stats JSON (when the first block's "
+  "weight fetch starts) less the launch: router, top-k, index generation and dispatch that nothing hides;")
+w("- *gathers/scatters on the critical path*: the cycles the `dma.gather` and `dma.scatter` commands on the "
+  "critical path add to it (exposed, not hidden under other work).\n")
+w("| layer | T | B | moec's bound | uniform-routing bound | simulated | **ratio** | rev-2 ratio | rev-3 / rev-2 cycles "
+  "| gap | launch + end | DMA setups on path (commands) | routing before 1st expert | gathers/scatters on path |")
+w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rrows:
+    j, path, r2 = r["j"], r["path"], REV2.get((LABEL[r["m"]], r["T"]))
+    bound = max(r["tc"], r["tm"])
+    r2r = f"{r2['ratio']:.2f}x" if r2 else "-"
+    if not j:
+        w(f"| {LABEL[r['m']]} | {r['T']} | {r['B']} | - | {fmt_s(bound)} | {'**fault**' if r['fault'] else 'pending'} "
+          f"| - | {r2r} | - | - | - | - | - | - |")
+        continue
+    gap = j["simulated_seconds"] - j["roofline_seconds"]
+    le = cyc(launch + kend) if launch is not None and kend is not None else "n/a"
+    if path and not path.get("truncated") and "dma_on_path" in path:
+        ds = f"{cyc(path['dma_setup_on_path'])} ({path['dma_on_path']})"
+        gs = cyc(path["added"].get("dma.gather", 0) + path["added"].get("dma.scatter", 0))
+    else:
+        ds = gs = "n/a (trace truncated)" if path else "n/a (no trace)"
+    if "expert_start_seconds" in j and j.get("blocks_executed", 0) > 0:
+        rb = fmt_s(max(j["expert_start_seconds"] - (launch or 0) / clock, 0))
+    else:
+        rb = "n/a"
+    slow = f"{j['cycles'] / r2['cycles']:.2f}x" if r2 else "-"
+    w(f"| {LABEL[r['m']]} | {r['T']} | {r['B']} | {fmt_s(j['roofline_seconds'])} | {fmt_s(bound)} | "
+      f"{fmt_s(j['simulated_seconds'])} | **{j['roofline_ratio']:.2f}x** | {r2r} | {slow} | "
+      f"{fmt_s(gap)} | {le} | {ds} | {rb} | {gs} |")
 w("")
+w("Critical-path composition (bench/critpath.py over `--trace`: the cycles each kind of command adds to the path, "
+  "and `issue`, the control processor's share: command issue, waits and the launch), as a share of the run:\n")
+kinds = ["dma.copy", "dma.gather", "dma.scatter", "dma.spm", "sub.ldtrf", "sub.ldvrf", "tu.contract", "tu.vec"]
+w("| layer | T | commands on path | " + " | ".join(kinds) + " | issue |")
+w("|---|---|---|" + "---|" * len(kinds) + "---|")
+for r in rrows:
+    j, path = r["j"], r["path"]
+    if not j or not path or path.get("truncated") or "added" not in path:
+        continue
+    tot = j["cycles"]
+    w(f"| {LABEL[r['m']]} | {r['T']} | {path['path_commands']} | " +
+      " | ".join(f"{100 * path['added'].get(k, 0) / tot:.1f}%" for k in kinds) +
+      f" | {100 * path['issue'] / tot:.1f}% |")
+w("")
+w("Roofline inputs (needs no simulator):\n")
+w("| layer | T | experts hit (exp.) | FLOPs | HBM bytes | compute bound | memory bound | **bound** | limited by |")
+w("|---|---|---|---|---|---|---|---|---|")
+for r in rrows:
+    w(f"| {LABEL[r['m']]} | {r['T']} | {r['hit']:.1f} / {r['E']} | {r['s']['flops'] / 1e9:.2f} G | {r['by'] / 1e6:.1f} MB | "
+      f"{fmt_s(r['tc'])} | {fmt_s(r['tm'])} | **{fmt_s(max(r['tc'], r['tm']))}** | "
+      f"{'compute' if r['tc'] > r['tm'] else 'memory'} |")
+w("")
+bt = os.path.join(RES, "tcp", "book_table.md")
+w("### The book's MNIST schedule beside the simulator (table B)\n")
+w("Table B of the machine model (../shared/tcp/MODEL.md section 9; docs/tcp-model.md section 5): each item of the "
+  "furiosa-opt book's MNIST schedule figure (the vendor compiler's static schedule, not a device measurement) "
+  "beside moec's simulated figure for the same transfer or pass, written as programs in tests/tcp/book/tableB "
+  "and printed by `bench/book_table.py`. Side by side, **not fitted**: nothing here changes machine.json.\n")
+if os.path.exists(bt) and os.path.getsize(bt) > 0:
+    w(open(bt).read().rstrip("\n") + "\n")
+else:
+    w("_(not produced by this run: `bench/book_table.py` needs build/tests/tcp_book)_\n")
 if tcp_faults:
     w("Simulator runs that failed (`moec run --target=tcp`):\n")
     for m, T, e in tcp_faults:
@@ -666,9 +816,17 @@ if ep_rounds:
                          capture_output=True, text=True)
     w(tab.stdout)
     w(cmd_block(["ep"], "expert-parallel commands"))
+elif old_subsection("4.", "Expert parallelism"):
+    _ep = old_subsection("4.", "Expert parallelism").split("\n")
+    w(_ep[0] + "\n")
+    w("_Kept from the previous bench/REPORT.md (`bench/run --only=ep` re-measures it): measured then, on the machine "
+      "model of that run, not on this section's revision; its command block below is that run's._\n")
+    w("\n".join(_ep[1:]).strip("\n") + "\n")
+    KEPT.append("4 (expert parallelism)")
 
 # -------------------------------------------------------------------------------- targets
 w("## 5. Where the targets stand (issue 7; TCP rows: issue 16)\n")
+SEC5 = len(out)
 
 
 def row(target, measured, status):
@@ -776,6 +934,17 @@ if comp:
          if max(t["median"] for t in tt) <= 0.1 else "**missed**") if tt else "**not measured**")
 w("")
 
+# rows of the previous report's table whose measurements this run does not hold
+_new_targets = {ln.split("|")[1].strip() for ln in out[SEC5:] if ln.startswith("| ")}
+_old_rows = [ln for ln in OLD.get("5.", []) if ln.startswith("| ") and not ln.startswith("| target |")]
+_kept_rows = [ln for ln in _old_rows if ln.split("|")[1].strip() not in _new_targets]
+if _kept_rows:
+    _blank = out.pop() if out and out[-1] == "" else None
+    for ln in _kept_rows:
+        w(ln.rstrip(" |") + " (kept from the previous REPORT.md: not measured in this run) |")
+    if _blank is not None:
+        w("")
+    KEPT.append("5 (%d rows)" % len(_kept_rows))
 # ---------------------------------------------------------------------------- reproducing
 w("## Reproducing\n")
 w("```sh\nbench/run            # everything above (builds moec if needed; checkpoints cached in bench/.cache)\n"
@@ -784,5 +953,9 @@ w("```sh\nbench/run            # everything above (builds moec if needed; checkp
 w("Raw results (JSON per run, the hyperfine exports, the outputs compared, `commands.tsv`) stay in "
   "`bench/.cache/results/`. The figures above are from one run; expect them to move with machine load.\n")
 
-with open(os.path.join(OUT, "REPORT.md"), "w") as f:
+if KEPT:
+    out.insert(KEPT_ROW, "| sections kept from the previous REPORT.md | " + ", ".join(KEPT) +
+               " (their results are not in this cache; each says so) |")
+with open(os.path.join(OUT, "REPORT.md") + ".tmp", "w") as f:
     f.write("\n".join(out) + "\n")
+os.replace(os.path.join(OUT, "REPORT.md") + ".tmp", os.path.join(OUT, "REPORT.md"))
