@@ -662,7 +662,7 @@ for r in rrows:
 w("")
 bt = os.path.join(RES, "tcp", "book_table.md")
 w("### The book's MNIST schedule beside the simulator (table B)\n")
-w("Table B of the machine model (../shared/tcp/MODEL.md section 9; docs/tcp-model.md section 5): each item of the "
+w("Table B of the machine model (docs/tcp-model.md section 5; section 9 of the reference MODEL.md): each item of the "
   "furiosa-opt book's MNIST schedule figure (the vendor compiler's static schedule, not a device measurement) "
   "beside moec's simulated figure for the same transfer or pass, written as programs in tests/tcp/book/tableB "
   "and printed by `bench/book_table.py`. Side by side, **not fitted**: nothing here changes machine.json.\n")
