@@ -194,6 +194,7 @@ char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s)
 	for (int e = MOE_TCP_ENGINE_MAIN; e < MOE_TCP_NENGINES; e++)
 		cJSON_AddNumberToObject(rb, moe_tcp_engine_name(e), (double)s->routing_busy_cycles[e]);
 	cJSON_AddBoolToObject(o, "timing_only", s->timing_only);
+	cJSON_AddNumberToObject(o, "expert_start_seconds", s->expert_start_seconds);
 	char *r = cJSON_Print(o);
 	cJSON_Delete(o);
 	return r;

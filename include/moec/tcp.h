@@ -133,6 +133,7 @@ typedef struct moe_tcp_stats {
 	double routing_seconds; /* simulated_seconds - expert_seconds: routing not hidden under expert work */
 	int64_t routing_busy_cycles[MOE_TCP_NENGINES]; /* the busy cycles of routing commands (control: 0) */
 	int timing_only;        /* the run was timing-only (its outputs were not computed) */
+	double expert_start_seconds; /* when the first expert command starts (0: none ran) */
 } moe_tcp_stats;
 
 typedef struct moe_tcp_run_opts {
