@@ -8,8 +8,8 @@
  * (files, threads, LLVM objects), frees every block born since the guard was
  * entered and longjmps back to the entry point, which returns
  * MOE_ERR_NOMEM. Blocks the context itself keeps (interned strings,
- * diagnostics, sources, registered passes and attributes) have sequence number 0 and
- * survive. Lua's luaD_throw does the same with its garbage collector. */
+ * diagnostics, sources, registered passes and target attributes) have
+ * sequence number 0 and survive. Lua's luaD_throw does the same with its garbage collector. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <string.h>

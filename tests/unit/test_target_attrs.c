@@ -191,6 +191,56 @@ static void test_registration_is_checked(void **st)
 	moe_ctx_free(c);
 }
 
+typedef struct budget {
+	long left; /* allocations still granted; < 0: no limit */
+} budget;
+
+static void *budget_alloc(void *ud, void *p, size_t o, size_t n)
+{
+	(void)o;
+	budget *b = ud;
+	if (n == 0) {
+		free(p);
+		return NULL;
+	}
+	if (b->left == 0)
+		return NULL;
+	if (b->left > 0)
+		b->left--;
+	return realloc(p, n);
+}
+
+/* Registration under an allocator that refuses its k-th block, for every k
+ * until it succeeds: MOE_ERR_NOMEM leaves nothing registered, and the same
+ * context registers the set once memory is granted again. */
+static void test_registration_out_of_memory(void **st)
+{
+	(void)st;
+	bool done = false;
+	int refused = 0;
+	for (long k = 0; !done && k < 64; k++) {
+		budget b = {-1};
+		moe_ctx *c = moe_ctx_new(budget_alloc, &b);
+		assert_non_null(c);
+		b.left = k;
+		moe_status r = ir_target_attrs_register(c, "toy", toy);
+		b.left = -1;
+		if (r == MOE_OK) {
+			done = true;
+		} else {
+			assert_int_equal(r, MOE_ERR_NOMEM);
+			refused++;
+			assert_false(ir_target_attrs_registered(c, "toy"));
+			assert_int_equal(ir_target_attrs_register(c, "toy", toy), MOE_OK);
+		}
+		assert_true(ir_target_attrs_registered(c, "toy"));
+		assert_non_null(ir_attr_spec(c, MOE_OP_EXP, "toy_mode"));
+		moe_ctx_free(c);
+	}
+	assert_true(done);
+	assert_true(refused > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -198,6 +248,7 @@ int main(void)
 		cmocka_unit_test(test_registered_keys_are_checked),
 		cmocka_unit_test(test_unregistered_context_refuses),
 		cmocka_unit_test(test_registration_is_checked),
+		cmocka_unit_test(test_registration_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
