@@ -64,7 +64,18 @@ struct moe_ctx {
 	strnode *strs;
 	ctx_vec passes; /* externally registered passes (moe_pass_info) */
 	ctx_vec tattrs; /* registered target attributes (ir/attrs.c rows) */
+	char prefix[64]; /* printed for a diagnostic without a file ("" : "libmoec") */
 };
+
+void moe_ctx_set_diag_prefix(moe_ctx *c, const char *name)
+{
+	IR_ASSERT(c != NULL);
+	size_t n = 0;
+	/* printable characters only: the prefix goes to a terminal */
+	for (; name && name[n] && n + 1 < sizeof c->prefix; n++)
+		c->prefix[n] = (unsigned char)name[n] < 0x20 || name[n] == 0x7f ? '?' : name[n];
+	c->prefix[n] = 0;
+}
 
 static void *default_alloc(void *ud, void *p, size_t o, size_t n)
 {
@@ -633,7 +644,7 @@ void moe_diag_print(const moe_ctx *c, FILE *out)
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++) {
 		const diag *d = &c->diags[i];
-		const char *file = d->loc.file ? d->loc.file : "moec";
+		const char *file = d->loc.file ? d->loc.file : c->prefix[0] ? c->prefix : "libmoec";
 		if (d->loc.line > 0)
 			fprintf(out, "%s:%d:%d: %s: ", file, d->loc.line, d->loc.col, kind_name(d->kind));
 		else

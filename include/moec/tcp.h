@@ -102,6 +102,13 @@ MOE_API int moe_tcp_is_bundle(const uint8_t *buf, size_t len);
  * diagnostic when a weight has no recorded source. */
 MOE_API moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p);
 
+/* The HBM a compiled program places: *total the bytes up to the end of its
+ * last HBM tensor (what the lowering checks against the machine's HBM),
+ * *weights those of its weights and packed weights; and the machine's HBM
+ * capacity in bytes (m NULL: the built-in RNGD's). */
+MOE_API void moe_tcp_program_hbm(const moe_tcp_program *p, int64_t *total, int64_t *weights);
+MOE_API double moe_tcp_machine_hbm_capacity(moe_ctx *ctx, const moe_tcp_machine *m);
+
 /* Summary for `moec check`: version, sections, tensors, instruction counts. */
 MOE_API moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out);
 
