@@ -72,7 +72,7 @@ typedef struct ir_target_attr {
 	ir_attr_type type;   /* IR_AT_INT, IR_AT_NUM, IR_AT_STR (any string), IR_AT_TYPE or IR_AT_INTS */
 	int64_t idef;        /* IR_AT_INT default */
 	unsigned ops;        /* OPF_* class of ops that may carry it; 0: any op */
-	const char *summary; /* one line for docs and errors */
+	const char *summary; /* what it means, one line (kept with the row) */
 } ir_target_attr;
 moe_status ir_target_attrs_register(moe_ctx *ctx, const char *prefix, const ir_target_attr *set);
 bool ir_target_attrs_registered(moe_ctx *ctx, const char *prefix);
