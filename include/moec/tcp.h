@@ -20,9 +20,11 @@ typedef struct moe_tcp_program moe_tcp_program;
 
 /* The built-in machine (the shipped machine.json). Free with moe_tcp_machine_free. */
 MOE_API moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx);
-/* Registers the TCP target's passes in ctx (tcp-plan-fusion, the last step
+/* Registers the TCP target in ctx: its passes (tcp-plan-fusion, the last step
  * of the `tcp` pipeline, which is skipped where it is not registered: the
- * lowering then applies its rule itself). Registering twice is harmless. */
+ * lowering then applies its rule itself) and its node attributes (tcp_pack,
+ * tcp_fuse, ...: IR carrying them reads and verifies only in a context where
+ * the target is registered). Registering twice is harmless. */
 MOE_API moe_status moe_tcp_register_passes(moe_ctx *ctx);
 /* Parse a machine JSON text / file; NULL with a diagnostic naming the bad field. */
 MOE_API moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len);
