@@ -208,6 +208,15 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 				continue;
 			}
 			int32_t ix = (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
+			if (in->flags & TCP_F_HBMIDX) { /* a byte offset of whole rows of the HBM side */
+				int64_t rb = (gather ? sv : d)->stride[1] * e;
+				if (rb < 1 || ix % rb) {
+					FAULT(s, pc, "%s byte offset %d at position %lld is not a multiple of the row stride (%lld bytes)",
+						gather ? "gather" : "scatter", ix, (long long)(g * n + j), (long long)rb);
+					return;
+				}
+				ix = (int32_t)(ix / rb);
+			}
 			if (ix < 0 || ix >= rows) {
 				FAULT(s, pc, "%s index %d at position %lld outside [0, %lld)", gather ? "gather" : "scatter", ix,
 					(long long)(g * n + j), (long long)rows);

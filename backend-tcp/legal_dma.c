@@ -1,0 +1,331 @@
+/* backend-tcp/legal_dma.c: the lowering's last step, which makes its indirect
+ * DMA and sub loads what the machine has (docs/tcp-isa.md sections 7 and 9).
+ *
+ * A gather moves HBM rows into DM, a scatter DM rows to HBM at the byte
+ * offsets of an HBM index list, and a sub load reads its own slice's DM
+ * unless it takes the switch. The lowering's passes build gathers and
+ * scatters between any two spaces; this pass rewrites each other form
+ * through HBM, moving the same bytes to the same places:
+ * - a gather from a DM tensor whose every writer is a whole copy of a
+ *   read-only HBM tensor (x's DM copy) reads that HBM tensor instead;
+ * - a gather from any other DM tensor reads an HBM shadow of it, copied
+ *   from it right before;
+ * - a gather into HBM gathers into a DM scratch and copies that to HBM;
+ * - a scatter into DM scatters into an HBM shadow of its destination, which
+ *   is copied from it before and back into it after (the rows it does not
+ *   write keep their bytes);
+ * - a scatter's DM list of row positions becomes an HBM list of byte
+ *   offsets: one vector pass multiplies it by the row stride in bytes into a
+ *   DM scratch, one copy moves that to HBM;
+ * - a sub load that a slice cannot serve from its own DM takes the switch.
+ * The scratch tensors are placed where no other tensor of their space ever
+ * is (above every HBM tensor; in DM, the lowest gap), so they share no byte
+ * with one. Branch targets and the program's instruction
+ * marks follow the inserted instructions (a jump to a rewritten instruction
+ * lands on the first instruction inserted before it). */
+#include <string.h>
+
+#include "backend-tcp/lower_int.h"
+
+typedef struct lg {
+	moe_ctx *ctx;
+	tcp_program *p;
+	const moe_tcp_machine *m;
+	int32_t *pure;       /* per tensor: the read-only HBM tensor it is a whole copy of, or -1 */
+	int32_t *shadow;     /* per DM tensor: its HBM shadow, or -1 */
+	int64_t hbm_top;
+	int32_t idx_dm, idx_hbm, out_dm; /* shared scratch: the scaled list in DM and HBM, a gather's rows */
+	int64_t idx_n, out_n;            /* their sizes (elements of the list; bytes of the rows) */
+	tcp_insn *code;
+	uint32_t n, cap;
+	bool failed;
+} lg;
+
+static void put(lg *L, const tcp_insn *in)
+{
+	ctx_grow(L->ctx, (void **)&L->code, &L->cap, L->n + 1, sizeof *L->code);
+	L->code[L->n++] = *in;
+}
+
+static bool read_only(const tcp_tensor *t)
+{
+	return t->space == TCP_HBM && (t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_CONST ||
+					      t->kind == TCP_T_PACKED);
+}
+
+static bool same_view(const tcp_view *a, const tcp_view *b, int nd)
+{
+	if (a->base != b->base || a->reg != b->reg || (a->reg >= 0 && a->scale != b->scale))
+		return false;
+	for (int k = 0; k < nd; k++)
+		if (a->stride[k] != b->stride[k])
+			return false;
+	return true;
+}
+
+/* pure[t]: every instruction writing DM tensor t copies the same elements of
+ * one read-only HBM tensor of t's size in bytes (element for element). */
+static void find_pure(lg *L)
+{
+	const tcp_program *p = L->p;
+	for (uint32_t t = 0; t < p->nt; t++)
+		L->pure[t] = -2; /* not written yet */
+	for (uint32_t k = 0; k < p->ncode; k++) {
+		const tcp_insn *in = &p->code[k];
+		int32_t d = in->v[TCP_V_DST].t;
+		if (d < 0 || tcp_op_ctx[in->op] == TCP_CTX_CTL || in->op == TCP_OP_SUB_TRF || in->op == TCP_OP_SUB_VRF)
+			continue;
+		int32_t s = in->v[TCP_V_S0].t;
+		bool ok = in->op == TCP_OP_DMA_COPY && s >= 0 && p->t[d].space == TCP_DM && read_only(&p->t[s]) &&
+			  p->t[s].numel == p->t[d].numel && esz(p->t[s].dtype) == esz(p->t[d].dtype) &&
+			  same_view(&in->v[TCP_V_DST], &in->v[TCP_V_S0], in->ndim) && (L->pure[d] == -2 || L->pure[d] == s);
+		L->pure[d] = ok ? s : -1;
+	}
+	for (uint32_t t = 0; t < p->nt; t++)
+		if (L->pure[t] == -2)
+			L->pure[t] = -1;
+}
+
+static int32_t hbm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
+{
+	int32_t t = tcp_add_tensor(L->p, name, TCP_HBM, TCP_T_SCRATCH, dt, 1, &n);
+	int64_t g = L->m->hbm_granule;
+	L->p->t[t].addr = L->hbm_top;
+	L->hbm_top = (L->hbm_top + n * esz(dt) + g - 1) / g * g;
+	return t;
+}
+
+/* The lowest offset of fp bytes per slice (aligned) that no DM tensor of
+ * the program occupies, or -1. */
+static int64_t dm_gap(const lg *L, int64_t fp, int64_t a)
+{
+	const tcp_program *p = L->p;
+	for (int64_t at = 0; at + fp <= L->m->dm_bytes_per_slice;) {
+		int64_t next = -1;
+		for (uint32_t t = 0; t < p->nt; t++) {
+			const tcp_tensor *x = &p->t[t];
+			if (x->space == TCP_DM && x->addr < at + fp && at < x->addr + x->slice_bytes &&
+				x->addr + x->slice_bytes > next)
+				next = x->addr + x->slice_bytes;
+		}
+		if (next < 0)
+			return at;
+		at = (next + a - 1) / a * a;
+	}
+	return -1;
+}
+
+static int32_t dm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
+{
+	int64_t S = tcp_slices(L->m), a = L->m->dm_align > 0 ? L->m->dm_align : 8;
+	int64_t fp = ((n * esz(dt) + S - 1) / S + a - 1) / a * a, at = dm_gap(L, fp, a);
+	if (at < 0) {
+		moe_diag(L->ctx, MOE_DIAG_ERROR, moe_loc_none(),
+			"tcp: no DM left for the %lld bytes per slice of '%s' (a gather or scatter rewritten through HBM)",
+			(long long)fp, name);
+		L->failed = true;
+		at = 0;
+	}
+	int32_t t = tcp_add_tensor(L->p, name, TCP_DM, TCP_T_SCRATCH, dt, 1, &n);
+	L->p->t[t].addr = at;
+	L->p->t[t].slice_bytes = fp;
+	return t;
+}
+
+/* dma.copy of all of tensor s into all of tensor d (the same bytes). */
+static void copy_whole(lg *L, int32_t d, int32_t s)
+{
+	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
+	c.ndim = 1;
+	c.dim[0] = L->p->t[s].numel;
+	c.v[TCP_V_DST].t = d;
+	c.v[TCP_V_DST].stride[0] = 1;
+	c.v[TCP_V_S0].t = s;
+	c.v[TCP_V_S0].stride[0] = 1;
+	put(L, &c);
+}
+
+static int32_t shadow_of(lg *L, int32_t t)
+{
+	if (L->shadow[t] < 0) {
+		char nm[160];
+		snprintf(nm, sizeof nm, "%.120s.hbm", L->p->t[t].name);
+		L->shadow[t] = hbm_tensor(L, nm, (moe_dtype)L->p->t[t].dtype, L->p->t[t].numel);
+	}
+	return L->shadow[t];
+}
+
+/* The scatter's DM list of row positions as an HBM list of byte offsets
+ * (the row stride of its HBM destination in bytes times each position). */
+static void scale_index(lg *L, tcp_insn *in)
+{
+	int64_t G = in->dim[0], n = in->dim[1], rb = in->v[TCP_V_DST].stride[1] * esz(L->p->t[in->v[TCP_V_DST].t].dtype);
+	if (L->idx_dm < 0 || L->idx_n < G * n) { /* larger lists declare larger ones */
+		L->idx_dm = dm_tensor(L, "index.bytes", MOE_I32, G * n);
+		L->idx_hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, G * n);
+		L->idx_n = G * n;
+	}
+	int32_t sd = L->idx_dm, sh = L->idx_hbm;
+	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
+	v.ndim = 2;
+	v.dim[0] = G;
+	v.dim[1] = n;
+	v.v[TCP_V_DST].t = sd;
+	v.v[TCP_V_DST].stride[0] = n;
+	v.v[TCP_V_DST].stride[1] = 1;
+	v.v[TCP_V_S0] = in->v[TCP_V_S1];
+	v.nstep = 1;
+	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)rb};
+	put(L, &v);
+	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
+	c.ndim = 1;
+	c.dim[0] = G * n;
+	c.v[TCP_V_DST].t = sh;
+	c.v[TCP_V_DST].stride[0] = 1;
+	c.v[TCP_V_S0].t = sd;
+	c.v[TCP_V_S0].stride[0] = 1;
+	put(L, &c);
+	in->v[TCP_V_S1] = tcp_view_none();
+	in->v[TCP_V_S1].t = sh;
+	in->v[TCP_V_S1].stride[0] = n;
+	in->v[TCP_V_S1].stride[1] = 1;
+	in->flags |= TCP_F_HBMIDX;
+}
+
+static void rewrite_scatter(lg *L, tcp_insn in)
+{
+	const tcp_program *p = L->p;
+	int32_t d = in.v[TCP_V_DST].t;
+	bool dm_dst = p->t[d].space == TCP_DM;
+	if (p->t[in.v[TCP_V_S0].t].space != TCP_DM) {
+		moe_diag(L->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: a scatter from HBM has no rewrite (a moec bug)");
+		L->failed = true;
+		return;
+	}
+	if (dm_dst) { /* into an HBM shadow of the destination, and back */
+		copy_whole(L, shadow_of(L, d), d);
+		in.v[TCP_V_DST].t = shadow_of(L, d);
+	}
+	if (!(in.flags & TCP_F_HBMIDX))
+		scale_index(L, &in);
+	put(L, &in);
+	if (dm_dst)
+		copy_whole(L, d, shadow_of(L, d));
+}
+
+static void rewrite_gather(lg *L, tcp_insn in)
+{
+	const tcp_program *p = L->p;
+	int32_t s = in.v[TCP_V_S0].t, d = in.v[TCP_V_DST].t;
+	if (p->t[in.v[TCP_V_S1].t].space != TCP_DM || (in.flags & TCP_F_HBMIDX)) {
+		moe_diag(L->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: a gather by an HBM list has no rewrite (a moec bug)");
+		L->failed = true;
+		return;
+	}
+	if (p->t[s].space == TCP_DM) {
+		if (L->pure[s] >= 0) {
+			in.v[TCP_V_S0].t = L->pure[s];
+		} else {
+			copy_whole(L, shadow_of(L, s), s);
+			in.v[TCP_V_S0].t = shadow_of(L, s);
+		}
+	}
+	if (p->t[d].space == TCP_DM) {
+		put(L, &in);
+		return;
+	}
+	/* into a DM scratch of the gathered rows [G, n, row], then to HBM */
+	int64_t G = in.dim[0], n = in.dim[1], row = in.dim[2], e = esz(p->t[d].dtype);
+	int64_t need = G * n * row * e;
+	if (L->out_dm < 0 || L->out_n < need || p->t[L->out_dm].dtype != p->t[d].dtype) {
+		L->out_dm = dm_tensor(L, "gather.rows", (moe_dtype)p->t[d].dtype, G * n * row);
+		L->out_n = need;
+	}
+	tcp_view dv = in.v[TCP_V_DST], sv = tcp_view_none();
+	sv.t = L->out_dm;
+	sv.stride[0] = n * row;
+	sv.stride[1] = row;
+	sv.stride[2] = 1;
+	in.v[TCP_V_DST] = sv;
+	put(L, &in);
+	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
+	c.ndim = 3;
+	c.dim[0] = G;
+	c.dim[1] = n;
+	c.dim[2] = row;
+	c.v[TCP_V_DST] = dv;
+	c.v[TCP_V_S0] = sv;
+	put(L, &c);
+}
+
+static bool gs_legal(const tcp_program *p, const tcp_insn *in)
+{
+	int s = p->t[in->v[TCP_V_S0].t].space, d = p->t[in->v[TCP_V_DST].t].space;
+	if (in->op == TCP_OP_DMA_GATHER)
+		return s == TCP_HBM && d == TCP_DM;
+	return s == TCP_DM && d == TCP_HBM && (in->flags & TCP_F_HBMIDX);
+}
+
+static void fix_marks(tcp_program *p, const uint32_t *at)
+{
+	for (uint32_t k = 0; k < p->ncode; k++)
+		if ((p->code[k].op == TCP_OP_BR || p->code[k].op == TCP_OP_JMP) && p->code[k].target >= 0)
+			p->code[k].target = (int32_t)at[p->code[k].target];
+	int32_t *pcs[] = {&p->block_loop_pc, &p->block_body_pc, &p->tier_loop_pc};
+	for (int k = 0; k < 3; k++)
+		if (*pcs[k] >= 0)
+			*pcs[k] = (int32_t)at[*pcs[k]];
+}
+
+bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64_t *hbm_top)
+{
+	lg L = {ctx, p, m, NULL, NULL, *hbm_top, -1, -1, -1, 0, 0, NULL, 0, 0, false};
+	uint32_t nt0 = p->nt, nc0 = p->ncode;
+	L.pure = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.pure);
+	L.shadow = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.shadow);
+	for (uint32_t t = 0; t < nt0; t++) {
+		const tcp_tensor *x = &p->t[t];
+		L.shadow[t] = -1;
+		int64_t end = x->space == TCP_HBM ? x->addr + x->numel * esz(x->dtype) : x->addr + x->slice_bytes;
+		int64_t g = m->hbm_granule;
+		if (x->space == TCP_HBM && (end + g - 1) / g * g > L.hbm_top)
+			L.hbm_top = (end + g - 1) / g * g;
+	}
+	find_pure(&L);
+	uint32_t *at = ctx_alloc(ctx, (nc0 + 1) * sizeof *at);
+	bool changed = false;
+	for (uint32_t k = 0; k < p->ncode && !L.failed; k++) {
+		tcp_insn in = p->code[k];
+		at[k] = L.n;
+		char why[256];
+		if ((in.op == TCP_OP_SUB_TRF || in.op == TCP_OP_SUB_VRF) && !(in.flags & TCP_F_SWITCH) &&
+			!tcp_load_local(p, m, &in, why, sizeof why))
+			in.flags |= TCP_F_SWITCH;
+		bool gs = in.op == TCP_OP_DMA_GATHER || in.op == TCP_OP_DMA_SCATTER;
+		if (gs && !gs_legal(p, &in)) {
+			changed = true;
+			if (in.op == TCP_OP_DMA_GATHER)
+				rewrite_gather(&L, in);
+			else
+				rewrite_scatter(&L, in);
+			continue;
+		}
+		put(&L, &in);
+	}
+	at[nc0] = L.n;
+	if (!L.failed) {
+		ctx_free(ctx, p->code, p->ccap * sizeof *p->code);
+		p->code = L.code;
+		p->ncode = L.n;
+		p->ccap = L.cap;
+		if (changed)
+			fix_marks(p, at);
+		*hbm_top = L.hbm_top;
+	} else {
+		ctx_free(ctx, L.code, L.cap * sizeof *L.code);
+	}
+	ctx_free(ctx, at, (nc0 + 1) * sizeof *at);
+	ctx_free(ctx, L.pure, (nt0 + 1) * sizeof *L.pure);
+	ctx_free(ctx, L.shadow, (nt0 + 1) * sizeof *L.shadow);
+	return !L.failed;
+}
