@@ -39,6 +39,11 @@ typedef struct lg {
 	tcp_insn *code;
 	uint32_t n, cap;
 	bool failed;
+	/* per DM tensor scattered into: the instructions [lo, hi] through which
+	 * its HBM shadow holds its bytes (copied in before lo, out before hi + 1),
+	 * lo = -1 when each scatter copies in and out itself */
+	int64_t *rlo, *rhi;
+	uint32_t nt0; /* the tensors before this pass (rlo, rhi, pure, shadow) */
 } lg;
 
 static void put(lg *L, const tcp_insn *in)
@@ -202,14 +207,15 @@ static void rewrite_scatter(lg *L, tcp_insn in)
 		L->failed = true;
 		return;
 	}
-	if (dm_dst) { /* into an HBM shadow of the destination, and back */
+	bool own = dm_dst && L->rlo[d] < 0; /* no region: this scatter copies in and out */
+	if (own)
 		copy_whole(L, shadow_of(L, d), d);
+	if (dm_dst)
 		in.v[TCP_V_DST].t = shadow_of(L, d);
-	}
 	if (!(in.flags & TCP_F_HBMIDX))
 		scale_index(L, &in);
 	put(L, &in);
-	if (dm_dst)
+	if (own)
 		copy_whole(L, d, shadow_of(L, d));
 }
 
@@ -258,6 +264,11 @@ static void rewrite_gather(lg *L, tcp_insn in)
 	put(L, &c);
 }
 
+static bool is_branch(const tcp_insn *in)
+{
+	return (in->op == TCP_OP_BR || in->op == TCP_OP_JMP) && in->target >= 0;
+}
+
 static bool gs_legal(const tcp_program *p, const tcp_insn *in)
 {
 	int s = p->t[in->v[TCP_V_S0].t].space, d = p->t[in->v[TCP_V_DST].t].space;
@@ -266,65 +277,168 @@ static bool gs_legal(const tcp_program *p, const tcp_insn *in)
 	return s == TCP_DM && d == TCP_HBM && (in->flags & TCP_F_HBMIDX);
 }
 
-static void fix_marks(tcp_program *p, const uint32_t *at)
+/* Branch targets and marks to the new positions: a jump to old instruction
+ * a lands on the first instruction inserted before it, except a jump from
+ * inside a region that starts at a, which lands past the region's copy in
+ * (old[k]: the old instruction of new instruction k). */
+static void fix_marks(const lg *L, tcp_program *p, const uint32_t *at, const uint32_t *after_in, const int64_t *old)
 {
-	for (uint32_t k = 0; k < p->ncode; k++)
-		if ((p->code[k].op == TCP_OP_BR || p->code[k].op == TCP_OP_JMP) && p->code[k].target >= 0)
-			p->code[k].target = (int32_t)at[p->code[k].target];
+	for (uint32_t k = 0; k < p->ncode; k++) {
+		if (!is_branch(&p->code[k]))
+			continue;
+		int64_t a = p->code[k].target, b = old[k];
+		bool inside = false;
+		for (uint32_t t = 0; t < L->nt0 && !inside; t++)
+			inside = L->rlo[t] == a && b >= L->rlo[t] && b <= L->rhi[t];
+		p->code[k].target = (int32_t)(inside ? after_in[a] : at[a]);
+	}
 	int32_t *pcs[] = {&p->block_loop_pc, &p->block_body_pc, &p->tier_loop_pc};
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 3; k++) /* a loop's first instruction: past a region's copy in */
 		if (*pcs[k] >= 0)
-			*pcs[k] = (int32_t)at[*pcs[k]];
+			*pcs[k] = (int32_t)after_in[*pcs[k]];
+}
+
+/* Widens [*lo, *hi] until control enters it only at lo and leaves it only
+ * to hi + 1, and every loop meeting it lies inside it. */
+static void close_region(const tcp_program *p, int64_t *lo, int64_t *hi)
+{
+	for (bool again = true; again;) {
+		again = false;
+		for (uint32_t b = 0; b < p->ncode; b++) {
+			if (!is_branch(&p->code[b]))
+				continue;
+			int64_t a = p->code[b].target, l = *lo, h = *hi;
+			bool in_b = b >= l && b <= h;
+			if (a <= b && a <= h && b >= l) { /* a loop meeting the region */
+				l = a < l ? a : l;
+				h = (int64_t)b > h ? b : h;
+			} else if (!in_b && a > l && a <= h + 1) { /* entered past lo, or at the exit from outside */
+				l = b < l ? b : l;
+				h = (int64_t)b > h ? b : h;
+			} else if (in_b && (a < l || a > h + 1)) { /* left other than to hi + 1 */
+				l = a < l ? a : l;
+				h = a > h + 1 ? a - 1 : h;
+			}
+			if (l != *lo || h != *hi) {
+				*lo = l;
+				*hi = h;
+				again = true;
+			}
+		}
+	}
+}
+
+/* For each DM tensor that scatters write: a region in which nothing else
+ * names it, so that its HBM shadow holds it there (one copy in, one out). */
+static void find_regions(lg *L)
+{
+	const tcp_program *p = L->p;
+	for (uint32_t t = 0; t < p->nt; t++)
+		L->rlo[t] = L->rhi[t] = -1;
+	for (uint32_t k = 0; k < p->ncode; k++) {
+		const tcp_insn *in = &p->code[k];
+		int32_t d = in->v[TCP_V_DST].t;
+		if (in->op != TCP_OP_DMA_SCATTER || p->t[d].space != TCP_DM)
+			continue;
+		if (L->rlo[d] < 0)
+			L->rlo[d] = k;
+		L->rhi[d] = k;
+	}
+	for (uint32_t t = 0; t < p->nt; t++) {
+		if (L->rlo[t] < 0)
+			continue;
+		close_region(p, &L->rlo[t], &L->rhi[t]);
+		bool alone = L->rhi[t] + 1 < (int64_t)p->ncode;
+		for (int64_t k = L->rlo[t]; k <= L->rhi[t] && alone; k++) {
+			const tcp_insn *in = &p->code[k];
+			bool mine = in->op == TCP_OP_DMA_SCATTER && in->v[TCP_V_DST].t == (int32_t)t;
+			for (int w = 0; w < TCP_NVIEW && !mine; w++)
+				alone = in->v[w].t != (int32_t)t;
+		}
+		if (!alone)
+			L->rlo[t] = L->rhi[t] = -1;
+	}
+}
+
+/* Before old instruction k: the regions' copies out (ending at k - 1), then
+ * in (starting at k); *after_in: where a jump from inside a region starting
+ * at k lands (past its copy in). */
+static void region_copies(lg *L, uint32_t k, uint32_t *after_in)
+{
+	for (uint32_t t = 0; t < L->nt0; t++)
+		if (L->rlo[t] >= 0 && L->rhi[t] + 1 == (int64_t)k)
+			copy_whole(L, (int32_t)t, shadow_of(L, (int32_t)t));
+	for (uint32_t t = 0; t < L->nt0; t++)
+		if (L->rlo[t] == (int64_t)k)
+			copy_whole(L, shadow_of(L, (int32_t)t), (int32_t)t);
+	*after_in = L->n;
+}
+
+/* The new code replaces p's (the branch targets and marks follow it). */
+static void install(lg *L, const uint32_t *at, const uint32_t *after_in)
+{
+	tcp_program *p = L->p;
+	int64_t *old = ctx_alloc(L->ctx, (L->n + 1) * sizeof *old);
+	for (uint32_t k = 0, j = 0; k < L->n; k++) {
+		while (j + 1 < p->ncode && at[j + 1] <= k)
+			j++;
+		old[k] = j;
+	}
+	ctx_free(L->ctx, p->code, p->ccap * sizeof *p->code);
+	p->code = L->code;
+	p->ncode = L->n;
+	p->ccap = L->cap;
+	fix_marks(L, p, at, after_in, old);
+	ctx_free(L->ctx, old, (L->n + 1) * sizeof *old);
 }
 
 bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64_t *hbm_top)
 {
-	lg L = {ctx, p, m, NULL, NULL, *hbm_top, -1, -1, -1, 0, 0, NULL, 0, 0, false};
+	lg L = {ctx, p, m, NULL, NULL, *hbm_top, -1, -1, -1, 0, 0, NULL, 0, 0, false, NULL, NULL, p->nt};
 	uint32_t nt0 = p->nt, nc0 = p->ncode;
+	size_t tsz = (nt0 + 1) * sizeof(int64_t), csz = (nc0 + 1) * sizeof(uint32_t);
 	L.pure = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.pure);
 	L.shadow = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.shadow);
+	L.rlo = ctx_alloc(ctx, tsz);
+	L.rhi = ctx_alloc(ctx, tsz);
 	for (uint32_t t = 0; t < nt0; t++) {
 		const tcp_tensor *x = &p->t[t];
+		int64_t g = m->hbm_granule, end = (x->addr + x->numel * esz(x->dtype) + g - 1) / g * g;
 		L.shadow[t] = -1;
-		int64_t end = x->space == TCP_HBM ? x->addr + x->numel * esz(x->dtype) : x->addr + x->slice_bytes;
-		int64_t g = m->hbm_granule;
-		if (x->space == TCP_HBM && (end + g - 1) / g * g > L.hbm_top)
-			L.hbm_top = (end + g - 1) / g * g;
+		if (x->space == TCP_HBM && end > L.hbm_top)
+			L.hbm_top = end;
 	}
 	find_pure(&L);
-	uint32_t *at = ctx_alloc(ctx, (nc0 + 1) * sizeof *at);
-	bool changed = false;
-	for (uint32_t k = 0; k < p->ncode && !L.failed; k++) {
-		tcp_insn in = p->code[k];
+	find_regions(&L);
+	uint32_t *at = ctx_alloc(ctx, csz), *after_in = ctx_alloc(ctx, csz);
+	for (uint32_t k = 0; k <= nc0 && !L.failed; k++) {
 		at[k] = L.n;
+		region_copies(&L, k, &after_in[k]);
+		if (k == nc0)
+			break;
+		tcp_insn in = p->code[k];
 		char why[256];
 		if ((in.op == TCP_OP_SUB_TRF || in.op == TCP_OP_SUB_VRF) && !(in.flags & TCP_F_SWITCH) &&
 			!tcp_load_local(p, m, &in, why, sizeof why))
 			in.flags |= TCP_F_SWITCH;
 		bool gs = in.op == TCP_OP_DMA_GATHER || in.op == TCP_OP_DMA_SCATTER;
-		if (gs && !gs_legal(p, &in)) {
-			changed = true;
-			if (in.op == TCP_OP_DMA_GATHER)
-				rewrite_gather(&L, in);
-			else
-				rewrite_scatter(&L, in);
-			continue;
-		}
-		put(&L, &in);
+		if (gs && !gs_legal(p, &in) && in.op == TCP_OP_DMA_GATHER)
+			rewrite_gather(&L, in);
+		else if (gs && !gs_legal(p, &in))
+			rewrite_scatter(&L, in);
+		else
+			put(&L, &in);
 	}
-	at[nc0] = L.n;
 	if (!L.failed) {
-		ctx_free(ctx, p->code, p->ccap * sizeof *p->code);
-		p->code = L.code;
-		p->ncode = L.n;
-		p->ccap = L.cap;
-		if (changed)
-			fix_marks(p, at);
+		install(&L, at, after_in);
 		*hbm_top = L.hbm_top;
 	} else {
 		ctx_free(ctx, L.code, L.cap * sizeof *L.code);
 	}
-	ctx_free(ctx, at, (nc0 + 1) * sizeof *at);
+	ctx_free(ctx, at, csz);
+	ctx_free(ctx, after_in, csz);
+	ctx_free(ctx, L.rlo, tsz);
+	ctx_free(ctx, L.rhi, tsz);
 	ctx_free(ctx, L.pure, (nt0 + 1) * sizeof *L.pure);
 	ctx_free(ctx, L.shadow, (nt0 + 1) * sizeof *L.shadow);
 	return !L.failed;
