@@ -27,6 +27,8 @@
 
 #include "backend-tcp/lower_int.h"
 
+enum { MAX_IKEYS = 32 };
+
 typedef struct lg {
 	moe_ctx *ctx;
 	tcp_program *p;
@@ -44,6 +46,14 @@ typedef struct lg {
 	 * lo = -1 when each scatter copies in and out itself */
 	int64_t *rlo, *rhi;
 	uint32_t nt0; /* the tensors before this pass (rlo, rhi, pure, shadow) */
+	/* an index list that scatters read with row stride rb, scaled once into
+	 * HBM before the region [lo, hi] of those scatters, which does not write
+	 * it (lo = -1: each scatter scales its own list) */
+	struct ikey {
+		int32_t idx, hbm;
+		int64_t rb, lo, hi;
+	} ik[MAX_IKEYS];
+	int nik;
 } lg;
 
 static void put(lg *L, const tcp_insn *in)
@@ -197,23 +207,79 @@ static void scale_index(lg *L, tcp_insn *in)
 	in->flags |= TCP_F_HBMIDX;
 }
 
+/* The row stride in bytes of a scatter's HBM side (its destination). */
+static int64_t scatter_rb(const tcp_program *p, const tcp_insn *in)
+{
+	return in->v[TCP_V_DST].stride[1] * esz(p->t[in->v[TCP_V_DST].t].dtype);
+}
+
+static struct ikey *ikey_of(lg *L, int32_t idx, int64_t rb)
+{
+	for (int k = 0; k < L->nik; k++)
+		if (L->ik[k].idx == idx && L->ik[k].rb == rb)
+			return &L->ik[k];
+	return NULL;
+}
+
+/* All of index tensor k.idx times k.rb into its HBM list (one vector pass
+ * into a DM scratch, one copy). */
+static void scale_whole(lg *L, struct ikey *k)
+{
+	int64_t n = L->p->t[k->idx].numel;
+	if (L->idx_dm < 0 || L->idx_n < n) {
+		L->idx_dm = dm_tensor(L, "index.bytes", MOE_I32, n);
+		L->idx_n = n;
+	}
+	if (k->hbm < 0)
+		k->hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, n);
+	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
+	v.ndim = 1;
+	v.dim[0] = n;
+	v.v[TCP_V_DST].t = L->idx_dm;
+	v.v[TCP_V_DST].stride[0] = 1;
+	v.v[TCP_V_S0].t = k->idx;
+	v.v[TCP_V_S0].stride[0] = 1;
+	v.nstep = 1;
+	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)k->rb};
+	put(L, &v);
+	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
+	c.ndim = 1;
+	c.dim[0] = n;
+	c.v[TCP_V_DST].t = k->hbm;
+	c.v[TCP_V_DST].stride[0] = 1;
+	c.v[TCP_V_S0].t = L->idx_dm;
+	c.v[TCP_V_S0].stride[0] = 1;
+	put(L, &c);
+}
+
+/* A scatter from HBM: its source copied whole into a DM scratch first. */
+static void source_to_dm(lg *L, tcp_insn *in)
+{
+	const tcp_tensor *t = &L->p->t[in->v[TCP_V_S0].t];
+	int32_t d = dm_tensor(L, "scatter.src", (moe_dtype)t->dtype, t->numel);
+	copy_whole(L, d, in->v[TCP_V_S0].t);
+	in->v[TCP_V_S0].t = d;
+}
+
 static void rewrite_scatter(lg *L, tcp_insn in)
 {
 	const tcp_program *p = L->p;
 	int32_t d = in.v[TCP_V_DST].t;
 	bool dm_dst = p->t[d].space == TCP_DM;
-	if (p->t[in.v[TCP_V_S0].t].space != TCP_DM) {
-		moe_diag(L->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: a scatter from HBM has no rewrite (a moec bug)");
-		L->failed = true;
-		return;
-	}
+	if (p->t[in.v[TCP_V_S0].t].space != TCP_DM)
+		source_to_dm(L, &in);
 	bool own = dm_dst && L->rlo[d] < 0; /* no region: this scatter copies in and out */
 	if (own)
 		copy_whole(L, shadow_of(L, d), d);
 	if (dm_dst)
 		in.v[TCP_V_DST].t = shadow_of(L, d);
-	if (!(in.flags & TCP_F_HBMIDX))
+	struct ikey *k = ikey_of(L, in.v[TCP_V_S1].t, scatter_rb(p, &in));
+	if (!(in.flags & TCP_F_HBMIDX) && k && k->lo >= 0) { /* the list scaled before the region */
+		in.v[TCP_V_S1].t = k->hbm;
+		in.flags |= TCP_F_HBMIDX;
+	} else if (!(in.flags & TCP_F_HBMIDX)) {
 		scale_index(L, &in);
+	}
 	put(L, &in);
 	if (own)
 		copy_whole(L, d, shadow_of(L, d));
@@ -290,6 +356,8 @@ static void fix_marks(const lg *L, tcp_program *p, const uint32_t *at, const uin
 		bool inside = false;
 		for (uint32_t t = 0; t < L->nt0 && !inside; t++)
 			inside = L->rlo[t] == a && b >= L->rlo[t] && b <= L->rhi[t];
+		for (int i = 0; i < L->nik && !inside; i++)
+			inside = L->ik[i].lo == a && b >= L->ik[i].lo && b <= L->ik[i].hi;
 		p->code[k].target = (int32_t)(inside ? after_in[a] : at[a]);
 	}
 	int32_t *pcs[] = {&p->block_loop_pc, &p->block_body_pc, &p->tier_loop_pc};
@@ -328,6 +396,42 @@ static void close_region(const tcp_program *p, int64_t *lo, int64_t *hi)
 	}
 }
 
+/* Whether an instruction in [lo, hi] writes tensor t. */
+static bool writes_in(const tcp_program *p, int32_t t, int64_t lo, int64_t hi)
+{
+	for (int64_t k = lo; k <= hi; k++) {
+		const tcp_insn *in = &p->code[k];
+		if (tcp_op_ctx[in->op] != TCP_CTX_CTL && in->v[TCP_V_DST].t == t)
+			return true;
+	}
+	return false;
+}
+
+/* The unscaled scatters' index lists by (list, row stride), each with the
+ * region of its scatters when the region does not write the list. */
+static void find_index_regions(lg *L)
+{
+	const tcp_program *p = L->p;
+	for (uint32_t k = 0; k < p->ncode; k++) {
+		const tcp_insn *in = &p->code[k];
+		if (in->op != TCP_OP_DMA_SCATTER || (in->flags & TCP_F_HBMIDX) || p->t[in->v[TCP_V_S1].t].space != TCP_DM)
+			continue;
+		struct ikey *e = ikey_of(L, in->v[TCP_V_S1].t, scatter_rb(p, in));
+		if (!e && L->nik < MAX_IKEYS) {
+			e = &L->ik[L->nik++];
+			*e = (struct ikey){in->v[TCP_V_S1].t, -1, scatter_rb(p, in), k, k};
+		}
+		if (e)
+			e->hi = k;
+	}
+	for (int i = 0; i < L->nik; i++) {
+		struct ikey *e = &L->ik[i];
+		close_region(p, &e->lo, &e->hi);
+		if (e->rb < 1 || writes_in(p, e->idx, e->lo, e->hi))
+			e->lo = e->hi = -1;
+	}
+}
+
 /* For each DM tensor that scatters write: a region in which nothing else
  * names it, so that its HBM shadow holds it there (one copy in, one out). */
 static void find_regions(lg *L)
@@ -358,6 +462,7 @@ static void find_regions(lg *L)
 		if (!alone)
 			L->rlo[t] = L->rhi[t] = -1;
 	}
+	find_index_regions(L);
 }
 
 /* Before old instruction k: the regions' copies out (ending at k - 1), then
@@ -371,6 +476,9 @@ static void region_copies(lg *L, uint32_t k, uint32_t *after_in)
 	for (uint32_t t = 0; t < L->nt0; t++)
 		if (L->rlo[t] == (int64_t)k)
 			copy_whole(L, shadow_of(L, (int32_t)t), (int32_t)t);
+	for (int i = 0; i < L->nik; i++)
+		if (L->ik[i].lo == (int64_t)k)
+			scale_whole(L, &L->ik[i]);
 	*after_in = L->n;
 }
 
@@ -394,7 +502,7 @@ static void install(lg *L, const uint32_t *at, const uint32_t *after_in)
 
 bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64_t *hbm_top)
 {
-	lg L = {ctx, p, m, NULL, NULL, *hbm_top, -1, -1, -1, 0, 0, NULL, 0, 0, false, NULL, NULL, p->nt};
+	lg L = {.ctx = ctx, .p = p, .m = m, .hbm_top = *hbm_top, .idx_dm = -1, .idx_hbm = -1, .out_dm = -1, .nt0 = p->nt};
 	uint32_t nt0 = p->nt, nc0 = p->ncode;
 	size_t tsz = (nt0 + 1) * sizeof(int64_t), csz = (nc0 + 1) * sizeof(uint32_t);
 	L.pure = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.pure);

@@ -983,7 +983,7 @@ static void test_cost_rules_by_hand(void **st)
 	assert_int_equal(one_command_cycles("dma.copy dims=[524288] dst=%2+0:[1] s0=%1+0:[1]"), 1625);
 	/* a TRF load: the 8192 B footprint per slice at 32 B per cycle = 256,
 	 * + tuexec_fill_drain_cycles 32 */
-	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 389);
+	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] flags=xslice, dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 389);
 }
 
 /* A gather index out of range and a DM overflow are run-time faults. */
@@ -995,7 +995,7 @@ static void test_runtime_faults(void **st)
 		"tcps 1\n"
 		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
 		"tensor %0 dm scratch i32 [4] addr=0 slice=32 const=0 \"idx\"\n"
-		"tensor %1 dm scratch f32 [4,8] addr=32 slice=32 const=0 \"src\"\n"
+		"tensor %1 hbm scratch f32 [4,8] addr=0 slice=0 const=0 \"src\"\n"
 		"tensor %2 dm scratch f32 [4,8] addr=64 slice=32 const=0 \"dst\"\n"
 		"@0: tu.vec dims=[4] dst=%0+0:[1] chain=[x.add(ctr,imm,#0x00000002,c0,0)]\n"
 		"@1: dma.gather dims=[1,4,8] rows=4 dst=%2+0:[32,8,1] s0=%1+0:[32,8,1] s1=%0+0:[0,1]\n"
