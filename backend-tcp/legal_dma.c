@@ -36,8 +36,8 @@ typedef struct lg {
 	int32_t *pure;       /* per tensor: the read-only HBM tensor it is a whole copy of, or -1 */
 	int32_t *shadow;     /* per DM tensor: its HBM shadow, or -1 */
 	int64_t hbm_top;
-	int32_t idx_dm, idx_hbm, out_dm; /* shared scratch: the scaled list in DM and HBM, a gather's rows */
-	int64_t idx_n, out_n;            /* their sizes (elements of the list; bytes of the rows) */
+	int32_t idx_hbm; /* shared HBM scratch of per-scatter scaled lists */
+	int64_t idx_n;   /* its elements */
 	tcp_insn *code;
 	uint32_t n, cap;
 	bool failed;
@@ -54,6 +54,11 @@ typedef struct lg {
 		int64_t rb, lo, hi;
 	} ik[MAX_IKEYS];
 	int nik;
+	/* DM placement of the scratch: the original tensors' live spans (old
+	 * instructions), the old instruction before which code is inserted now,
+	 * and each new tensor's (-1: not in DM) */
+	int64_t *slo, *shi, cur, *newq;
+	uint32_t nnewq;
 } lg;
 
 static void put(lg *L, const tcp_insn *in)
@@ -101,17 +106,33 @@ static void find_pure(lg *L)
 			L->pure[t] = -1;
 }
 
+static void note_new(lg *L, int32_t t, int64_t q);
+
 static int32_t hbm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
 {
 	int32_t t = tcp_add_tensor(L->p, name, TCP_HBM, TCP_T_SCRATCH, dt, 1, &n);
+	note_new(L, t, -1);
 	int64_t g = L->m->hbm_granule;
 	L->p->t[t].addr = L->hbm_top;
 	L->hbm_top = (L->hbm_top + n * esz(dt) + g - 1) / g * g;
 	return t;
 }
 
-/* The lowest offset of fp bytes per slice (aligned) that no DM tensor of
- * the program occupies, or -1. */
+/* Whether DM tensor t may hold bytes while code is inserted before old
+ * instruction L->cur: a tensor of the lowering live at it or at the one
+ * before, a constant, or a scratch of this pass inserted there too. */
+static bool busy_now(const lg *L, uint32_t t)
+{
+	const tcp_tensor *x = &L->p->t[t];
+	if (x->space != TCP_DM)
+		return false;
+	if (t >= L->nt0)
+		return L->newq[t - L->nt0] == L->cur;
+	return x->kind != TCP_T_SCRATCH || (L->slo[t] >= 0 && L->slo[t] <= L->cur && L->shi[t] >= L->cur - 1);
+}
+
+/* The lowest offset of fp bytes per slice (aligned) that no busy DM tensor
+ * occupies, or -1. */
 static int64_t dm_gap(const lg *L, int64_t fp, int64_t a)
 {
 	const tcp_program *p = L->p;
@@ -119,8 +140,7 @@ static int64_t dm_gap(const lg *L, int64_t fp, int64_t a)
 		int64_t next = -1;
 		for (uint32_t t = 0; t < p->nt; t++) {
 			const tcp_tensor *x = &p->t[t];
-			if (x->space == TCP_DM && x->addr < at + fp && at < x->addr + x->slice_bytes &&
-				x->addr + x->slice_bytes > next)
+			if (busy_now(L, t) && x->addr < at + fp && at < x->addr + x->slice_bytes && x->addr + x->slice_bytes > next)
 				next = x->addr + x->slice_bytes;
 		}
 		if (next < 0)
@@ -130,6 +150,15 @@ static int64_t dm_gap(const lg *L, int64_t fp, int64_t a)
 	return -1;
 }
 
+/* Records new tensor t's insertion point (-1: not in DM). */
+static void note_new(lg *L, int32_t t, int64_t q)
+{
+	uint32_t i = (uint32_t)t - L->nt0;
+	ctx_grow(L->ctx, (void **)&L->newq, &L->nnewq, i + 1, sizeof *L->newq);
+	L->newq[i] = q;
+}
+
+/* A DM scratch live only at the instructions inserted before L->cur. */
 static int32_t dm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
 {
 	int64_t S = tcp_slices(L->m), a = L->m->dm_align > 0 ? L->m->dm_align : 8;
@@ -144,6 +173,7 @@ static int32_t dm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
 	int32_t t = tcp_add_tensor(L->p, name, TCP_DM, TCP_T_SCRATCH, dt, 1, &n);
 	L->p->t[t].addr = at;
 	L->p->t[t].slice_bytes = fp;
+	note_new(L, t, L->cur);
 	return t;
 }
 
@@ -175,12 +205,11 @@ static int32_t shadow_of(lg *L, int32_t t)
 static void scale_index(lg *L, tcp_insn *in)
 {
 	int64_t G = in->dim[0], n = in->dim[1], rb = in->v[TCP_V_DST].stride[1] * esz(L->p->t[in->v[TCP_V_DST].t].dtype);
-	if (L->idx_dm < 0 || L->idx_n < G * n) { /* larger lists declare larger ones */
-		L->idx_dm = dm_tensor(L, "index.bytes", MOE_I32, G * n);
+	if (L->idx_hbm < 0 || L->idx_n < G * n) { /* larger lists declare larger ones */
 		L->idx_hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, G * n);
 		L->idx_n = G * n;
 	}
-	int32_t sd = L->idx_dm, sh = L->idx_hbm;
+	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, G * n), sh = L->idx_hbm;
 	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
 	v.ndim = 2;
 	v.dim[0] = G;
@@ -226,16 +255,13 @@ static struct ikey *ikey_of(lg *L, int32_t idx, int64_t rb)
 static void scale_whole(lg *L, struct ikey *k)
 {
 	int64_t n = L->p->t[k->idx].numel;
-	if (L->idx_dm < 0 || L->idx_n < n) {
-		L->idx_dm = dm_tensor(L, "index.bytes", MOE_I32, n);
-		L->idx_n = n;
-	}
+	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, n);
 	if (k->hbm < 0)
 		k->hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, n);
 	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
 	v.ndim = 1;
 	v.dim[0] = n;
-	v.v[TCP_V_DST].t = L->idx_dm;
+	v.v[TCP_V_DST].t = sd;
 	v.v[TCP_V_DST].stride[0] = 1;
 	v.v[TCP_V_S0].t = k->idx;
 	v.v[TCP_V_S0].stride[0] = 1;
@@ -247,7 +273,7 @@ static void scale_whole(lg *L, struct ikey *k)
 	c.dim[0] = n;
 	c.v[TCP_V_DST].t = k->hbm;
 	c.v[TCP_V_DST].stride[0] = 1;
-	c.v[TCP_V_S0].t = L->idx_dm;
+	c.v[TCP_V_S0].t = sd;
 	c.v[TCP_V_S0].stride[0] = 1;
 	put(L, &c);
 }
@@ -307,14 +333,9 @@ static void rewrite_gather(lg *L, tcp_insn in)
 		return;
 	}
 	/* into a DM scratch of the gathered rows [G, n, row], then to HBM */
-	int64_t G = in.dim[0], n = in.dim[1], row = in.dim[2], e = esz(p->t[d].dtype);
-	int64_t need = G * n * row * e;
-	if (L->out_dm < 0 || L->out_n < need || p->t[L->out_dm].dtype != p->t[d].dtype) {
-		L->out_dm = dm_tensor(L, "gather.rows", (moe_dtype)p->t[d].dtype, G * n * row);
-		L->out_n = need;
-	}
+	int64_t G = in.dim[0], n = in.dim[1], row = in.dim[2];
 	tcp_view dv = in.v[TCP_V_DST], sv = tcp_view_none();
-	sv.t = L->out_dm;
+	sv.t = dm_tensor(L, "gather.rows", (moe_dtype)p->t[d].dtype, G * n * row);
 	sv.stride[0] = n * row;
 	sv.stride[1] = row;
 	sv.stride[2] = 1;
@@ -502,13 +523,16 @@ static void install(lg *L, const uint32_t *at, const uint32_t *after_in)
 
 bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64_t *hbm_top)
 {
-	lg L = {.ctx = ctx, .p = p, .m = m, .hbm_top = *hbm_top, .idx_dm = -1, .idx_hbm = -1, .out_dm = -1, .nt0 = p->nt};
+	lg L = {.ctx = ctx, .p = p, .m = m, .hbm_top = *hbm_top, .idx_hbm = -1, .nt0 = p->nt};
 	uint32_t nt0 = p->nt, nc0 = p->ncode;
 	size_t tsz = (nt0 + 1) * sizeof(int64_t), csz = (nc0 + 1) * sizeof(uint32_t);
 	L.pure = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.pure);
 	L.shadow = ctx_alloc(ctx, (nt0 + 1) * sizeof *L.shadow);
 	L.rlo = ctx_alloc(ctx, tsz);
 	L.rhi = ctx_alloc(ctx, tsz);
+	L.slo = ctx_alloc(ctx, tsz);
+	L.shi = ctx_alloc(ctx, tsz);
+	tcpl_live_spans(ctx, p, L.slo, L.shi);
 	for (uint32_t t = 0; t < nt0; t++) {
 		const tcp_tensor *x = &p->t[t];
 		int64_t g = m->hbm_granule, end = (x->addr + x->numel * esz(x->dtype) + g - 1) / g * g;
@@ -521,6 +545,7 @@ bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64
 	uint32_t *at = ctx_alloc(ctx, csz), *after_in = ctx_alloc(ctx, csz);
 	for (uint32_t k = 0; k <= nc0 && !L.failed; k++) {
 		at[k] = L.n;
+		L.cur = k;
 		region_copies(&L, k, &after_in[k]);
 		if (k == nc0)
 			break;
@@ -547,6 +572,9 @@ bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64
 	ctx_free(ctx, after_in, csz);
 	ctx_free(ctx, L.rlo, tsz);
 	ctx_free(ctx, L.rhi, tsz);
+	ctx_free(ctx, L.slo, tsz);
+	ctx_free(ctx, L.shi, tsz);
+	ctx_free(ctx, L.newq, L.nnewq * sizeof *L.newq);
 	ctx_free(ctx, L.pure, (nt0 + 1) * sizeof *L.pure);
 	ctx_free(ctx, L.shadow, (nt0 + 1) * sizeof *L.shadow);
 	return !L.failed;
