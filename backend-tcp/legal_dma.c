@@ -484,6 +484,20 @@ static void find_regions(lg *L)
 			L->rlo[t] = L->rhi[t] = -1;
 	}
 	find_index_regions(L);
+	/* regions that start at one instruction must end at one too (a jump
+	 * from inside one to that start skips all their copies in) */
+	for (uint32_t t = 0; t < p->nt; t++)
+		for (int i = 0; i < L->nik; i++)
+			if (L->rlo[t] >= 0 && L->ik[i].lo == L->rlo[t] && L->ik[i].hi != L->rhi[t])
+				L->ik[i].lo = L->ik[i].hi = -1;
+	for (uint32_t a = 0; a < p->nt; a++)
+		for (uint32_t b = a + 1; b < p->nt && L->rlo[a] >= 0; b++)
+			if (L->rlo[b] == L->rlo[a] && L->rhi[b] != L->rhi[a])
+				L->rlo[b] = L->rhi[b] = -1;
+	for (int i = 0; i < L->nik; i++)
+		for (int j = i + 1; j < L->nik && L->ik[i].lo >= 0; j++)
+			if (L->ik[j].lo == L->ik[i].lo && L->ik[j].hi != L->ik[i].hi)
+				L->ik[j].lo = L->ik[j].hi = -1;
 }
 
 /* Before old instruction k: the regions' copies out (ending at k - 1), then
