@@ -453,6 +453,15 @@ static void find_index_regions(lg *L)
 	}
 }
 
+/* Widens tensor t's live span over old instructions [a, b]. */
+static void live_at(lg *L, uint32_t t, int64_t a, int64_t b)
+{
+	if (L->slo[t] < 0 || a < L->slo[t])
+		L->slo[t] = a;
+	if (b > L->shi[t])
+		L->shi[t] = b;
+}
+
 /* For each DM tensor that scatters write: a region in which nothing else
  * names it, so that its HBM shadow holds it there (one copy in, one out). */
 static void find_regions(lg *L)
@@ -498,6 +507,13 @@ static void find_regions(lg *L)
 		for (int j = i + 1; j < L->nik && L->ik[i].lo >= 0; j++)
 			if (L->ik[j].lo == L->ik[i].lo && L->ik[j].hi != L->ik[i].hi)
 				L->ik[j].lo = L->ik[j].hi = -1;
+	/* the copies in and out, and the scaling, name their tensors there */
+	for (uint32_t t = 0; t < p->nt; t++)
+		if (L->rlo[t] >= 0)
+			live_at(L, t, L->rlo[t], L->rhi[t] + 1);
+	for (int i = 0; i < L->nik; i++)
+		if (L->ik[i].lo >= 0)
+			live_at(L, (uint32_t)L->ik[i].idx, L->ik[i].lo, L->ik[i].lo);
 }
 
 /* Before old instruction k: the regions' copies out (ending at k - 1), then
@@ -546,7 +562,7 @@ bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64
 	L.rhi = ctx_alloc(ctx, tsz);
 	L.slo = ctx_alloc(ctx, tsz);
 	L.shi = ctx_alloc(ctx, tsz);
-	tcpl_live_spans(ctx, p, L.slo, L.shi);
+	tcpl_live_spans(ctx, p, L.slo, L.shi); /* before find_regions, which widens them */
 	for (uint32_t t = 0; t < nt0; t++) {
 		const tcp_tensor *x = &p->t[t];
 		int64_t g = m->hbm_granule, end = (x->addr + x->numel * esz(x->dtype) + g - 1) / g * g;
