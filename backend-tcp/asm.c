@@ -155,6 +155,8 @@ static void print_prog(sb *b, const tcp_program *p)
 		for (int k = 0; k < t->rank; k++)
 			sbf(b, "%s%" PRId64, k ? "," : "", t->shape[k]);
 		sbf(b, "] addr=%" PRId64 " slice=%" PRId64 " const=%" PRId64 " ", t->addr, t->slice_bytes, t->const_off);
+		if (t->part_bytes != 0 || t->copies != 1) /* the spread layout in one copy is the default */
+			sbf(b, "layout=%" PRId64 "x%d ", t->part_bytes, t->copies);
 		put_quoted(b, t->name);
 		if (t->source[0]) {
 			sbf(b, " src=");
@@ -494,6 +496,10 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 	if (!lit(&s, " addr=") || !pint(&s, &addr) || !lit(&s, " slice=") || !pint(&s, &sl) || !lit(&s, " const=") ||
 		!pint(&s, &co) || !lit(&s, " "))
 		return perr(a, "malformed tensor fields");
+	int64_t part = 0, copies = 1;
+	if (lit(&s, "layout=") && (!pint(&s, &part) || !lit(&s, "x") || !pint(&s, &copies) || !lit(&s, " ") || part < 0 ||
+					  copies < 1 || copies > 65536))
+		return perr(a, "malformed layout (layout=PARTxCOPIES: part bytes, 0 for spread, and 1..65536 copies)");
 	char name[4097], source[4097] = "";
 	if (!pquoted(&s, name))
 		return perr(a, "bad or unterminated tensor name");
@@ -506,6 +512,8 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 	p->t[t].addr = addr;
 	p->t[t].slice_bytes = sl;
 	p->t[t].const_off = co;
+	p->t[t].part_bytes = part;
+	p->t[t].copies = (int32_t)copies;
 }
 
 static void parse_meta(ap *a, tcp_program *p, const char *s)

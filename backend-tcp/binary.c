@@ -10,6 +10,9 @@
  *  ... section payloads: meta, tensors, constants, code, prep
  * Version 2 added each tensor's checkpoint source (after its name) and the
  * prep section (the weight-packing graph as IR JSON, possibly empty).
+ * Version 4 added each tensor's layout (i64 part bytes, i32 copies, after
+ * its constant offset); a version-3 file is read with every tensor spread
+ * over the slices in one copy (part 0, copies 1), what version 3 meant.
  * One serializer walks every field in both directions, so the reader can
  * never disagree with the writer; every read is bounds-checked. */
 #include <string.h>
@@ -27,6 +30,7 @@ typedef struct ser {
 	const uint8_t *in; /* reading */
 	size_t end;
 	bool bad;
+	uint32_t ver; /* reading: the file's version (3 or 4) */
 } ser;
 
 static void put(ser *s, const void *p, size_t n)
@@ -211,6 +215,15 @@ static void s_tensors(ser *s, tcp_program *p)
 		sx64(s, &t->addr);
 		sx64(s, &t->slice_bytes);
 		sx64(s, &t->const_off);
+		if (!s->rd || s->ver >= 4) {
+			uint32_t cp = (uint32_t)t->copies;
+			sx64(s, &t->part_bytes);
+			su32(s, &cp);
+			t->copies = (int32_t)(cp > (uint32_t)INT32_MAX ? 0 : cp);
+		} else {
+			t->part_bytes = 0;
+			t->copies = 1;
+		}
 		if (s->rd && !s->bad) {
 			if (t->rank > MOE_MAX_RANK) {
 				s->bad = true;
@@ -318,8 +331,11 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 	uint32_t ver = rd32(buf + 8), nsec = rd32(buf + 12);
 	if (ver == TCP_BUNDLE_VERSION)
 		return fail(ctx, file, 8, NULL, "a bucketed .tcpb (several programs): load it with moe_tcp_bundle_load");
-	if (ver != TCPB_VERSION) {
-		snprintf(msg, sizeof msg, "format version %u, this moec reads version %u", ver, TCPB_VERSION);
+	if (ver == 256)
+		return fail(ctx, file, 8, NULL, "a bucketed .tcpb of an earlier moec (bundle version 256, programs of version 3): "
+						"compile it again");
+	if (ver != TCPB_VERSION && ver != 3) {
+		snprintf(msg, sizeof msg, "format version %u, this moec reads versions 3 and %u", ver, TCPB_VERSION);
 		return fail(ctx, file, 8, NULL, msg);
 	}
 	if (nsec != SEC_COUNT || len < 24 + (size_t)nsec * 24)
@@ -347,7 +363,7 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 	tcp_program *p = tcp_prog_new(ctx);
 	static const char *const names[SEC_COUNT] = {"meta", "tensors", "constants", "code", "prep"};
 	for (int k = 0; k < SEC_COUNT; k++) {
-		ser s = {.rd = true, .in = buf, .pos = off[k], .end = off[k] + sz[k]};
+		ser s = {.rd = true, .in = buf, .pos = off[k], .end = off[k] + sz[k], .ver = ver};
 		switch (k + 1) {
 		case SEC_META: s_meta(&s, p); break;
 		case SEC_TENSORS: s_tensors(&s, p); break;

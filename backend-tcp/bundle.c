@@ -1,7 +1,7 @@
 /* backend-tcp/bundle.c: a bucketed .tcpb, one program per token bucket
  * (docs/tcp-isa.md section 8.1, issue 18).
  *
- * Each bucket's program is a version-3 .tcpb: a 144-byte header (magic,
+ * Each bucket's program is a version-4 .tcpb: a 144-byte header (magic,
  * version, section count, CRC, the section table) and five contiguous
  * sections. The bundle keeps of each program its bucket T, its CRC and the
  * pool ids of its five sections; the header is rebuilt on load. Equal

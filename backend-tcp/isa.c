@@ -74,6 +74,7 @@ int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, mo
 	t->dtype = (uint8_t)dt;
 	t->rank = (uint8_t)rank;
 	t->numel = 1;
+	t->copies = 1;
 	for (int i = 0; i < rank; i++) {
 		t->shape[i] = shape[i];
 		t->numel *= shape[i];
@@ -95,6 +96,56 @@ tcp_view tcp_view_none(void)
 	v.t = -1;
 	v.reg = -1;
 	return v;
+}
+
+/* ---- placement (tcp_int.h; docs/tcp-isa.md section 1) ---- */
+int64_t tcp_tensor_bytes(const tcp_tensor *t)
+{
+	return t->numel * (int64_t)moe_dtype_size((moe_dtype)t->dtype);
+}
+
+int64_t tcp_layout_unit(const moe_tcp_machine *m, const tcp_tensor *t)
+{
+	if (t->part_bytes > 0)
+		return t->part_bytes;
+	return m->flit_bytes > 0 ? m->flit_bytes : 1;
+}
+
+int64_t tcp_layout_group(const moe_tcp_machine *m, const tcp_tensor *t)
+{
+	int64_t b = tcp_tensor_bytes(t), r = t->copies > 0 ? t->copies : 1, g = tcp_slices(m) / r;
+	if (t->part_bytes > 0)
+		return b > 0 ? (b + t->part_bytes - 1) / t->part_bytes : 1;
+	return g > 0 ? g : 1;
+}
+
+int64_t tcp_slice_holds(const moe_tcp_machine *m, const tcp_tensor *t, int64_t s)
+{
+	int64_t u = tcp_layout_unit(m, t), G = tcp_layout_group(m, t), b = tcp_tensor_bytes(t);
+	int64_t r = t->copies > 0 ? t->copies : 1, nu = (b + u - 1) / u, j = s % G;
+	if (s < 0 || s >= G * r || s >= tcp_slices(m) || j >= nu)
+		return 0;
+	int64_t k = (nu - 1 - j) / G + 1; /* units j, j + G, ... below nu */
+	int64_t last = (nu - 1) % G == j ? nu * u - b : 0; /* the last unit's missing tail */
+	return k * u - last;
+}
+
+bool tcp_slice_has(const moe_tcp_machine *m, const tcp_tensor *t, int64_t s, int64_t b)
+{
+	int64_t G = tcp_layout_group(m, t), r = t->copies > 0 ? t->copies : 1;
+	if (b < 0 || b >= tcp_tensor_bytes(t) || s < 0 || s >= G * r || s >= tcp_slices(m))
+		return false;
+	return b / tcp_layout_unit(m, t) % G == s % G;
+}
+
+int64_t tcp_dm_side_bytes(const tcp_tensor *t, int64_t n)
+{
+	return t->space == TCP_HBM ? n : n * (t->copies > 0 ? t->copies : 1);
+}
+
+int64_t tcp_index_bytes_per_pe(const moe_tcp_machine *m)
+{
+	return m->index_bytes_per_pe; /* machine.json dma.index_bytes_per_pe */
 }
 
 tcp_insn tcp_insn_init(tcp_opcode op)
@@ -132,6 +183,7 @@ typedef struct vc {
 	const moe_tcp_machine *m;
 	const char *file;
 	int errors;
+	char why[256];
 } vc;
 
 static void verr(vc *c, int64_t pc, const char *fmt, ...) MOE_PRINTF(3, 4);
@@ -207,10 +259,19 @@ static void check_tensors(vc *c)
 			if (t->addr % c->m->hbm_granule || t->addr > cap || bytes > cap - t->addr)
 				verr(c, -1, "tensor %%%u '%s': HBM range [%lld, +%lld) is unaligned or beyond %.0f bytes", i, t->name,
 					(long long)t->addr, (long long)bytes, c->m->hbm_bytes);
+			if (t->part_bytes != 0 || t->copies != 1)
+				verr(c, -1, "tensor %%%u '%s': an HBM tensor has no slice layout (layout=0x1)", i, t->name);
+		} else if (t->part_bytes < 0 || t->copies < 1 || t->copies > S) {
+			verr(c, -1, "tensor %%%u '%s': bad layout (part of %lld bytes, %d copies on %lld slices)", i, t->name,
+				(long long)t->part_bytes, t->copies, (long long)S);
 		} else {
-			int64_t need = (bytes + S - 1) / S;
-			if (t->slice_bytes < need)
-				verr(c, -1, "tensor %%%u '%s': per-slice footprint %lld below its share %lld", i, t->name,
+			/* slice 0 holds the most: the first unit of every round */
+			int64_t need = tcp_slice_holds(c->m, t, 0), P = tcp_layout_group(c->m, t);
+			if (P > S / t->copies)
+				verr(c, -1, "tensor %%%u '%s': layout of %lld parts x %d copies needs more than the %lld slices", i,
+					t->name, (long long)P, t->copies, (long long)S);
+			else if (t->slice_bytes < need)
+				verr(c, -1, "tensor %%%u '%s': per-slice footprint %lld below the %lld bytes its layout puts on a slice", i, t->name,
 					(long long)t->slice_bytes, (long long)need);
 			else if (t->addr > cap || t->slice_bytes > cap - t->addr)
 				verr(c, -1, "tensor %%%u '%s': %s capacity exceeded (offset %lld + %lld > %lld bytes per slice)", i,
@@ -412,6 +473,78 @@ static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
 			(long long)in->dim[2], (long long)tcp_trf_bytes(m));
 }
 
+/* The largest number of bytes of an i32 index view [G, n] that one slice of
+ * its DM tensor holds (views with an offset register: bounded by what the
+ * layout puts on a slice). */
+static int64_t index_bytes_per_slice(vc *c, const tcp_insn *in)
+{
+	const tcp_view *v = &in->v[TCP_V_S1];
+	const tcp_tensor *t = &c->p->t[v->t];
+	int64_t u = tcp_layout_unit(c->m, t), P = tcp_layout_group(c->m, t), n = in->dim[0] * in->dim[1];
+	if (v->reg >= 0 || n > ((int64_t)1 << 22) || P > 65536) {
+		int64_t most = tcp_slice_holds(c->m, t, 0);
+		return 4 * n < most ? 4 * n : most;
+	}
+	int64_t *cnt = ctx_alloc(c->ctx, (size_t)P * sizeof *cnt), most = 0;
+	for (int64_t g = 0; g < in->dim[0]; g++)
+		for (int64_t j = 0; j < in->dim[1]; j++) {
+			int64_t b = (v->base + g * v->stride[0] + j * v->stride[1]) * 4, q = b / u % P;
+			if (b >= 0 && (cnt[q] += 4) > most)
+				most = cnt[q];
+		}
+	ctx_free(c->ctx, cnt, (size_t)P * sizeof *cnt);
+	return most;
+}
+
+/* dma.gather / dma.scatter: dims = [groups, n, row], the index list s1 is
+ * [groups, n]. Indirect DMA has HBM on one side (MODEL.md section 3): a
+ * gather moves HBM rows into DM by an HBM list of byte offsets (scaled) or a
+ * DM list of row positions (unscaled, at most dma.index_bytes_per_pe of it
+ * per slice); a scatter moves DM rows to HBM by an HBM list of byte offsets. */
+static void check_gs(vc *c, int64_t pc, const tcp_insn *in)
+{
+	bool gather = in->op == TCP_OP_DMA_GATHER, scaled = in->flags & TCP_F_HBMIDX;
+	unsigned dmh = SP(TCP_HBM) | SP(TCP_DM);
+	if (in->ndim != 3 || in->rows < 1 || in->rows > ((int64_t)1 << 31)) {
+		verr(c, pc, "gather/scatter need dims [groups, indices, row] and rows >= 1");
+		return;
+	}
+	int64_t d3[3] = {in->dim[0], gather ? in->dim[1] : in->rows, in->dim[2]};
+	int64_t s3[3] = {in->dim[0], gather ? in->rows : in->dim[1], in->dim[2]};
+	int e0 = c->errors;
+	check_view(c, pc, in, TCP_V_DST, dmh, true, 3, d3);
+	check_view(c, pc, in, TCP_V_S0, dmh, true, 3, s3);
+	check_view(c, pc, in, TCP_V_S1, dmh, true, 2, in->dim);
+	if (c->errors != e0)
+		return;
+	if (vdt(c, in, TCP_V_S1) != MOE_I32)
+		verr(c, pc, "index list must be i32");
+	if (moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_DST)) != moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_S0)))
+		verr(c, pc, "DMA moves bytes: element sizes differ");
+	int ds = c->p->t[in->v[TCP_V_DST].t].space, ss = c->p->t[in->v[TCP_V_S0].t].space,
+	    is = c->p->t[in->v[TCP_V_S1].t].space;
+	const char *dn = ds == TCP_HBM ? "HBM" : "DM", *sn = ss == TCP_HBM ? "HBM" : "DM";
+	if (gather && (ss != TCP_HBM || ds != TCP_DM))
+		verr(c, pc, "a gather moves HBM rows into DM (dma.indirect.gather = hbm_to_dm), not %s -> %s", sn, dn);
+	if (!gather && (ss != TCP_DM || ds != TCP_HBM))
+		verr(c, pc, "a scatter moves DM rows to HBM (dma.indirect.scatter = dm_to_hbm), not %s -> %s", sn, dn);
+	if (!gather && !scaled)
+		verr(c, pc, "the unscaled scatter (a DM list of row positions) does not exist "
+			    "(dma.indirect.unscaled_scatter = false): scatter by an HBM list of byte offsets (flags=scaled)");
+	if (scaled && is != TCP_HBM)
+		verr(c, pc, "a scaled %s reads its index list of byte offsets from HBM, not DM", gather ? "gather" : "scatter");
+	if (scaled && in->v[ds == TCP_HBM ? TCP_V_DST : TCP_V_S0].stride[1] < 1)
+		verr(c, pc, "a scaled %s needs a positive row stride on its HBM side", gather ? "gather" : "scatter");
+	if (gather && !scaled && is != TCP_DM)
+		verr(c, pc, "an unscaled gather reads its index list of row positions from DM, not HBM");
+	if (gather && !scaled && is == TCP_DM && c->errors == e0) {
+		int64_t most = index_bytes_per_slice(c, in), cap = tcp_index_bytes_per_pe(c->m);
+		if (most > cap)
+			verr(c, pc, "the index list puts %lld bytes on one slice, over dma.index_bytes_per_pe = %lld", (long long)most,
+				(long long)cap);
+	}
+}
+
 static void check_insn(vc *c, int64_t pc)
 {
 	const tcp_insn *in = &c->p->code[pc];
@@ -434,8 +567,11 @@ static void check_insn(vc *c, int64_t pc)
 	if (nib && (in->op != TCP_OP_TU_VEC || nib == (TCP_F_E2M1 | TCP_F_I4) || (unsigned)in->v[TCP_V_S0].t >= c->p->nt ||
 			   c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
 		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");
-	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT)
-		verr(c, pc, "only a contraction is scaled");
+	if ((in->flags & TCP_F_SCALED) && in->op != TCP_OP_TU_CONTRACT && in->op != TCP_OP_DMA_GATHER &&
+		in->op != TCP_OP_DMA_SCATTER)
+		verr(c, pc, "only a contraction, a gather or a scatter is scaled");
+	if ((in->flags & TCP_F_XSLICE) && in->op != TCP_OP_TU_VEC && in->op != TCP_OP_SUB_TRF && in->op != TCP_OP_SUB_VRF)
+		verr(c, pc, "only a vector pass or a sub load crosses slices (xslice)");
 	if ((in->flags & TCP_F_VROWS) && in->op != TCP_OP_DMA_GATHER && in->op != TCP_OP_DMA_SCATTER)
 		verr(c, pc, "only a gather or scatter counts valid groups (vrows)");
 	if (in->vreg != -1 && !reg_ok(in->vreg, false))
@@ -482,24 +618,7 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "DMA copies bytes: element sizes differ");
 		break;
 	case TCP_OP_DMA_GATHER:
-	case TCP_OP_DMA_SCATTER: {
-		/* dims = [groups, n, row]; the index list s1 is [groups, n] */
-		if (in->ndim != 3 || in->rows < 1 || in->rows > ((int64_t)1 << 31)) {
-			verr(c, pc, "gather/scatter need dims [groups, indices, row] and rows >= 1");
-			break;
-		}
-		int64_t d3[3] = {in->dim[0], in->op == TCP_OP_DMA_GATHER ? in->dim[1] : in->rows, in->dim[2]};
-		int64_t s3[3] = {in->dim[0], in->op == TCP_OP_DMA_GATHER ? in->rows : in->dim[1], in->dim[2]};
-		check_view(c, pc, in, TCP_V_DST, dmh, true, 3, d3);
-		check_view(c, pc, in, TCP_V_S0, dmh, true, 3, s3);
-		check_view(c, pc, in, TCP_V_S1, SP(TCP_DM), true, 2, in->dim);
-		if (vdt(c, in, TCP_V_S1) != MOE_I32)
-			verr(c, pc, "index list must be i32");
-		if (vdt(c, in, TCP_V_DST) >= 0 && vdt(c, in, TCP_V_S0) >= 0 &&
-			moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_DST)) != moe_dtype_size((moe_dtype)vdt(c, in, TCP_V_S0)))
-			verr(c, pc, "DMA moves bytes: element sizes differ");
-		break;
-	}
+	case TCP_OP_DMA_SCATTER: check_gs(c, pc, in); break;
 	case TCP_OP_DMA_SPM:
 		/* up to three i32 views staged into the control processor's SPM */
 		if (in->ndim < 1)
@@ -518,6 +637,8 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "needs at least one dimension");
 		check_view(c, pc, in, TCP_V_DST, SP(in->op == TCP_OP_SUB_TRF ? TCP_TRF : TCP_VRF), true, in->ndim, in->dim);
 		check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, in->ndim, in->dim);
+		if (c->errors == 0 && !(in->flags & TCP_F_SWITCH) && !tcp_load_local(c->p, c->m, in, c->why, sizeof c->why))
+			verr(c, pc, "%s: a slice's load reads only its own DM (without flags=xslice, the switch)", c->why);
 		break;
 	case TCP_OP_TU_VEC: check_vec(c, pc, in); break;
 	case TCP_OP_TU_CONTRACT: check_contract(c, pc, in); break;
@@ -528,7 +649,7 @@ static void check_insn(vc *c, int64_t pc)
 
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file)
 {
-	vc c = {ctx, p, m, file ? file : "<program>", 0};
+	vc c = {ctx, p, m, file ? file : "<program>", 0, ""};
 	check_tensors(&c);
 	if (p->ncode == 0)
 		verr(&c, -1, "program has no instructions");

@@ -767,6 +767,8 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 		tcp_prog_free(p);
 		return NULL;
 	}
+	if (!failed && !tcpl_legalize(ctx, p, m, &top))
+		failed = true;
 	if (!failed && tcpl_check_dm(ctx, p, g->loc))
 		failed = true;
 	if (failed || !hbm_fits(ctx, g, m, p, top)) {

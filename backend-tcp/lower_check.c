@@ -37,9 +37,8 @@ static void widen_to_loops(const tcp_program *p, span *s)
 	}
 }
 
-int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc)
+static void spans(const tcp_program *p, span *s)
 {
-	span *s = ctx_alloc(ctx, (p->nt + 1) * sizeof *s);
 	for (uint32_t t = 0; t < p->nt; t++)
 		s[t] = (span){-1, -1};
 	for (uint32_t k = 0; k < p->ncode; k++)
@@ -52,6 +51,23 @@ int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc)
 			s[t].hi = k;
 		}
 	widen_to_loops(p, s);
+}
+
+void tcpl_live_spans(moe_ctx *ctx, const tcp_program *p, int64_t *lo, int64_t *hi)
+{
+	span *s = ctx_alloc(ctx, (p->nt + 1) * sizeof *s);
+	spans(p, s);
+	for (uint32_t t = 0; t < p->nt; t++) {
+		lo[t] = s[t].lo;
+		hi[t] = s[t].hi;
+	}
+	ctx_free(ctx, s, (p->nt + 1) * sizeof *s);
+}
+
+int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc)
+{
+	span *s = ctx_alloc(ctx, (p->nt + 1) * sizeof *s);
+	spans(p, s);
 	int bad = 0;
 	for (uint32_t a = 0; a < p->nt && bad < 4; a++) {
 		const tcp_tensor *ta = &p->t[a];

@@ -298,6 +298,14 @@ int32_t tcpl_dm_tensor_top(lw *c, moe_id at, const char *name, moe_dtype dt, int
 void tcpl_dm_free(lw *c, int32_t t);
 /* lower_check.c: DM tensors that share bytes while both are live (errors, count) */
 int tcpl_check_dm(moe_ctx *ctx, const tcp_program *p, moe_loc loc);
+/* lower_check.c: each tensor's live instructions [lo[t], hi[t]] as the
+ * check counts them (-1: never named) */
+void tcpl_live_spans(moe_ctx *ctx, const tcp_program *p, int64_t *lo, int64_t *hi);
+/* legal_dma.c: the program's gathers and scatters rewritten through HBM into
+ * the forms the machine has, sub loads given the switch where a slice does
+ * not hold what it loads; *hbm_top grows by the HBM scratch. False (with a
+ * diagnostic) when its DM scratch does not fit. */
+bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64_t *hbm_top);
 /* The value of node id as a view (materialized if an immediate or iota);
  * tcpl_dm_view: in DM, copying from HBM if needed. */
 val *tcpl_need_view(lw *c, moe_id id);

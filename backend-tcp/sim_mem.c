@@ -117,50 +117,53 @@ static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_
 }
 
 /* ---- placement: which slices hold a DM tensor's bytes ---- */
-/* The copies of DM tensor t's bytes that a DMA writing it must write. */
+/* The copies of DM tensor t's bytes that a DMA writing it must write (its
+ * layout, docs/tcp-isa.md section 1). */
 static int64_t dm_copies(const sim *s, int32_t t)
 {
-	(void)s, (void)t; /* every DM tensor holds one copy of its bytes */
-	return 1;
+	return tcp_dm_side_bytes(&s->p->t[t], 1);
 }
 
-/* Slices holding bytes [lo, hi] of DM tensor t, as the first slice and a
- * count (modulo the tensor's P slices): the tensor spans P = min(slices,
- * ceil(bytes / footprint)) slices, its flit k in slice k mod P. */
+/* Slices holding bytes [lo, hi] of DM tensor t in its first copy, as the
+ * first slice and a count (modulo the P slices of one copy): the layout's
+ * unit i is held by slice i mod P (+ k P in copy k; tcp_slice_has). */
 static void dm_slices(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
 {
 	const tcp_tensor *tt = &s->p->t[t];
-	int64_t bytes = tt->numel * esz_of(s, t), fp = tt->slice_bytes > 0 ? tt->slice_bytes : bytes;
-	int64_t fb = s->m->flit_bytes, f0 = lo / fb, f1 = hi / fb;
-	*P = cdiv(bytes, fp);
+	int64_t u = tcp_layout_unit(s->m, tt), f0 = lo / u, f1 = hi / u;
+	*P = tcp_layout_group(s->m, tt);
 	*P = *P < 1 ? 1 : *P > s->S ? s->S : *P;
 	*first = f0 % *P;
 	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
 }
 
-/* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t
- * for side `w` of the command (stamp: this command). */
+/* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t,
+ * in every copy, for side `w` of the command (stamp: this command). */
 static void dm_touch(sim *s, dmac *c, int32_t t, int64_t lo, int64_t hi, int w)
 {
 	const moe_tcp_machine *m = s->m;
 	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
 	dm_slices(s, t, lo, hi, &first, &n, &P);
 	int64_t ppc = (dpc + 1) / 2, npair0 = s->ndmn; /* pair stamps follow the DMN stamps */
-	for (int part = 0; part < 2; part++) {
-		int64_t a = part ? 0 : first, b = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
-		if (b < a)
-			continue;
-		int64_t d0 = a / spc * dpc + a % spc / spd, d1 = b / spc * dpc + b % spc / spd;
-		for (int64_t d = d0; d <= d1; d++) {
-			int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
-			c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
-			c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
-			if (s->dmn_stamp[d] != s->stamp)
-				s->dmn_stamp[d] = s->stamp, c->dmns++;
-			if (s->dmn_stamp[pr] != s->stamp)
-				s->dmn_stamp[pr] = s->stamp, c->pairs++;
+	for (int64_t k = 0, copies = dm_copies(s, t); k < copies && k * P < s->S; k++)
+		for (int part = 0; part < 2; part++) {
+			int64_t a = part ? 0 : first, b = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
+			a += k * P;
+			b += k * P;
+			b = b < s->S - 1 ? b : s->S - 1;
+			if (b < a)
+				continue;
+			int64_t d0 = a / spc * dpc + a % spc / spd, d1 = b / spc * dpc + b % spc / spd;
+			for (int64_t d = d0; d <= d1; d++) {
+				int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
+				c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
+				c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
+				if (s->dmn_stamp[d] != s->stamp)
+					s->dmn_stamp[d] = s->stamp, c->dmns++;
+				if (s->dmn_stamp[pr] != s->stamp)
+					s->dmn_stamp[pr] = s->stamp, c->pairs++;
+			}
 		}
-	}
 }
 
 /* A DMA command's DM sides: bytes (every copy), DMNs and engines. */
@@ -336,6 +339,15 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 				continue;
 			}
 			int32_t ix = (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
+			if (in->flags & TCP_F_HBMIDX) { /* a byte offset of whole rows of the HBM side */
+				int64_t rb = (gather ? sv : d)->stride[1] * e;
+				if (rb < 1 || ix % rb) {
+					FAULT(s, pc, "%s byte offset %d at position %lld is not a multiple of the row stride (%lld bytes)",
+						gather ? "gather" : "scatter", ix, (long long)(g * n + j), (long long)rb);
+					return;
+				}
+				ix = (int32_t)(ix / rb);
+			}
 			if (ix < 0 || ix >= rows) {
 				FAULT(s, pc, "%s index %d at position %lld outside [0, %lld)", gather ? "gather" : "scatter", ix,
 					(long long)(g * n + j), (long long)rows);
@@ -413,7 +425,8 @@ static int64_t sub_own_bytes(const sim *s, const tcp_view *v, int64_t lo, int64_
 	if (s->p->t[v->t].space != TCP_DM)
 		return bytes;
 	dm_slices(s, v->t, lo * e, (hi + 1) * e - 1, &first, &ns, &P);
-	return cdiv(bytes, ns);
+	int64_t own = cdiv(bytes, ns), most = tcp_slice_holds(s->m, &s->p->t[v->t], 0);
+	return own < most ? own : most;
 }
 
 void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
@@ -429,8 +442,11 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 	if (tcps_computes(s, pc))
 		copy_elems(s, in, d, sv, e, db, sb);
 	/* every slice loads its footprint of the tile: what its own DM holds at
-	 * the sub context's read width, the rest over the switch */
-	int64_t per = s->p->t[d->t].slice_bytes, own = sub_own_bytes(s, sv, slo, shi, n);
+	 * the sub context's read width, the rest over the switch (flags=xslice);
+	 * a load without the switch reads only what its slice holds (the
+	 * validator checks it: docs/tcp-isa.md section 9) */
+	int64_t per = s->p->t[d->t].slice_bytes;
+	int64_t own = (in->flags & TCP_F_SWITCH) ? sub_own_bytes(s, sv, slo, shi, n) : per;
 	s->hold_main = own < per && !s->m->sub_switch_concurrent;
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);

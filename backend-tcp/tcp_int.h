@@ -76,7 +76,32 @@ typedef struct tcp_tensor {
 	int64_t addr;       /* HBM: byte address; DM/TRF/VRF: byte offset inside every slice */
 	int64_t slice_bytes;/* DM/TRF/VRF: footprint per slice; HBM: 0 */
 	int64_t const_off;  /* TCP_T_CONST: byte offset into the constants section */
+	/* Placement (DM/TRF/VRF; docs/tcp-isa.md section 1): the tensor's
+	 * bytes in flat order are cut into units of u bytes (the last may be
+	 * shorter); unit i is held by the slices i mod G + k G, k < copies.
+	 * part_bytes 0 (spread): u = flit_bytes and G = floor(S / copies), the
+	 * flits interleaved over every slice of a copy group; part_bytes > 0:
+	 * u = part_bytes and G = ceil(bytes / u), one consecutive part per
+	 * slice. HBM tensors: 0 and 1. */
+	int64_t part_bytes;
+	int32_t copies;
 } tcp_tensor;
+
+/* Placement queries (isa.c). Bytes are offsets into the tensor's flat
+ * bytes. tcp_layout_unit: u (>= 1); tcp_layout_group: G (>= 1), the slices
+ * of one copy; tcp_slice_holds: how many bytes slice s holds (0: none; slice
+ * 0 holds the most); tcp_slice_has: whether slice s holds byte b;
+ * tcp_dm_side_bytes: what a DMA writing n bytes of t moves on the DM side
+ * (every copy). */
+int64_t tcp_tensor_bytes(const tcp_tensor *t);
+int64_t tcp_layout_unit(const moe_tcp_machine *m, const tcp_tensor *t);
+int64_t tcp_layout_group(const moe_tcp_machine *m, const tcp_tensor *t);
+int64_t tcp_slice_holds(const moe_tcp_machine *m, const tcp_tensor *t, int64_t s);
+bool tcp_slice_has(const moe_tcp_machine *m, const tcp_tensor *t, int64_t s, int64_t b);
+int64_t tcp_dm_side_bytes(const tcp_tensor *t, int64_t n);
+/* dma.index_bytes_per_pe: the bytes of an unscaled gather's DM index list
+ * that one slice may hold */
+int64_t tcp_index_bytes_per_pe(const moe_tcp_machine *m);
 
 /* ---- instructions ---- */
 #define TCP_OPS(X) \
@@ -184,6 +209,15 @@ enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
 enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32,
 	TCP_F_SCALED = 64, TCP_F_VROWS = 128 };
 enum { TCP_SCALE_CHUNK = 128 };
+/* TCP_F_SWITCH (sub.ldtrf / sub.ldvrf; printed "xslice"): the slices receive
+ * the bytes they load from the slices that hold them, over the sub context's
+ * switch channel; without it a load reads only its own slice's DM. */
+enum { TCP_F_SWITCH = TCP_F_XSLICE };
+/* TCP_F_HBMIDX (dma.gather / dma.scatter; printed "scaled"): the scaled form,
+ * whose index list s1 is an i32 HBM tensor of byte offsets (row j at byte
+ * s1[g, j] from the HBM side's group base, a multiple of its row stride);
+ * without it the list is a DM tensor of row positions (gather only). */
+enum { TCP_F_HBMIDX = TCP_F_SCALED };
 
 typedef struct tcp_insn {
 	uint8_t op;
@@ -248,9 +282,12 @@ tcp_view tcp_view_none(void);
 moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
-#define TCP_TCPB_VERSION 3u
+#define TCP_TCPB_VERSION 4u
 moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
 tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
+/* layout.c: whether sub load `in` reads only bytes that every slice holding
+ * its destination's bytes holds (false: *why says which byte does not) */
+bool tcp_load_local(const tcp_program *p, const moe_tcp_machine *m, const tcp_insn *in, char *why, size_t nwhy);
 /* static validation against a machine; diagnostics name the instruction */
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
 uint32_t tcp_crc32(const uint8_t *p, size_t n);
@@ -333,7 +370,7 @@ moe_status tcp_tokens_check(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 
 /* Bucketed .tcpb (backend-tcp/bundle.c): the version word that marks one,
  * and the most buckets it holds. */
-#define TCP_BUNDLE_VERSION 256u
+#define TCP_BUNDLE_VERSION 257u
 #define TCP_MAX_BUCKETS 16
 bool tcp_is_bundle(const uint8_t *buf, size_t len);
 

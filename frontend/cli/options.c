@@ -8,11 +8,11 @@
 #include "frontend/cli/cli.h"
 
 static const cli_command commands[] = {
-	{"check", C_CHECK, "FILE [--set NAME=VALUE]...  |  moec check FILE.tcpb [--machine FILE.json]",
-		"parse and verify a layer, or validate a compiled .tcpb",
+	{"check", C_CHECK, "FILE [--set NAME=VALUE]...  |  moec check FILE.tcpb|FILE.tcps [--machine FILE.json]",
+		"parse and verify a layer, or validate a compiled .tcpb or TCP assembly",
 		"Parse FILE (.moe, .moeir or JSON IR) and check its names, shapes and types; or validate a compiled\n"
-		"TCP binary (.tcpb) completely and print its summary (version, sections, tensors). The kind of FILE\n"
-		"is recognised by its content, not its name.",
+		"TCP binary (.tcpb) or TCP assembly (.tcps) completely and print its summary (version, sections,\n"
+		"tensors). The kind of FILE is recognised by its content, not its name.",
 		"moec check examples/mixtral_8x7b.moe --set T=1"},
 	{"ir", C_IR, "FILE [--pipeline=P] [--print-ir-after=NAME|all] [--format=text|json|dot] [-o OUT]",
 		"print the IR, optionally after a pass pipeline",

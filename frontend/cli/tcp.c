@@ -322,7 +322,16 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 		moe_tcp_bundle_free(b);
 		return !b;
 	}
-	moe_tcp_program *p = moe_tcp_load_binary(ctx, o->file, m);
+	moe_tcp_program *p = NULL;
+	if (o->kind == K_TCPS) { /* assembly: parsed and validated like a .tcpb */
+		char *text = NULL;
+		size_t len = 0;
+		if (moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) == MOE_OK)
+			p = moe_tcp_from_asm(ctx, o->file, text, len, m);
+		free(text);
+	} else {
+		p = moe_tcp_load_binary(ctx, o->file, m);
+	}
 	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);

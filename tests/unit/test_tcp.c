@@ -997,11 +997,11 @@ static void test_cost_rules_by_hand(void **st)
 	 * each): the switch brings 8192 / 32 = 256 cycles' flits, the ring of
 	 * ceil(8192 / 32) = 256 copies (switch.max_ring_size) adds 256; + fill/drain
 	 * 32 + issue 240 */
-	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 3385);
+	assert_int_equal(one_command_cycles("sub.ldtrf dims=[512,2048] flags=xslice, dst=%3+0:[2048,1] s0=%1+0:[0,1]"), 3385);
 	/* all of d (2048 B in each slice) into t's 8192 B per slice: a slice
 	 * reads its own 2048 B at sub_context_read_bytes 8 (256) while the switch
 	 * brings the other copies' 8192 / 32 (256), + a ring of 4, + 32 + 240 */
-	assert_int_equal(one_command_cycles("sub.ldtrf dims=[524288] dst=%3+0:[1] s0=%1+0:[1]"), 3133);
+	assert_int_equal(one_command_cycles("sub.ldtrf dims=[524288] flags=xslice, dst=%3+0:[1] s0=%1+0:[1]"), 3133);
 }
 
 /* A gather index out of range and a DM overflow are run-time faults. */
@@ -1013,7 +1013,7 @@ static void test_runtime_faults(void **st)
 		"tcps 1\n"
 		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
 		"tensor %0 dm scratch i32 [4] addr=0 slice=32 const=0 \"idx\"\n"
-		"tensor %1 dm scratch f32 [4,8] addr=32 slice=32 const=0 \"src\"\n"
+		"tensor %1 hbm scratch f32 [4,8] addr=0 slice=0 const=0 \"src\"\n"
 		"tensor %2 dm scratch f32 [4,8] addr=64 slice=32 const=0 \"dst\"\n"
 		"@0: tu.vec dims=[4] dst=%0+0:[1] chain=[x.add(ctr,imm,#0x00000002,c0,0)]\n"
 		"@1: dma.gather dims=[1,4,8] rows=4 dst=%2+0:[32,8,1] s0=%1+0:[32,8,1] s1=%0+0:[0,1]\n"

@@ -61,7 +61,7 @@ static void test_joined_dma_and_hazard(void **st)
 	size_t n = run(ctx,
 		"@0: dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]\n"
 		"@1: dma.copy dims=[524288] flags=join, dst=%2+0:[1] s0=%0+524288:[1]\n"
-		"@2: sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%2+0:[0,1]\n"
+		"@2: sub.ldtrf dims=[512,2048] flags=xslice, dst=%3+0:[2048,1] s0=%2+0:[0,1]\n"
 		"@3: dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]\n"
 		"@4: halt\n", &ev);
 	assert_int_equal(n, 4);
@@ -97,8 +97,8 @@ static void test_independent_contexts(void **st)
 	tev *ev = NULL;
 	size_t n = run(ctx,
 		"@0: dma.copy dims=[524288] dst=%1+0:[1] s0=%0+0:[1]\n"
-		"@1: sub.ldtrf dims=[512,2048] dst=%3+0:[2048,1] s0=%2+0:[0,1]\n"
-		"@2: sub.ldtrf dims=[512,2048] dst=%3+4096:[2048,1] s0=%1+0:[0,1]\n"
+		"@1: sub.ldtrf dims=[512,2048] flags=xslice, dst=%3+0:[2048,1] s0=%2+0:[0,1]\n"
+		"@2: sub.ldtrf dims=[512,2048] flags=xslice, dst=%3+4096:[2048,1] s0=%1+0:[0,1]\n"
 		"@3: halt\n", &ev);
 	assert_int_equal(n, 3);
 	assert_int_equal(ev[1].pred, -1); /* d2 was never written: it starts at its issue */
