@@ -190,6 +190,45 @@ def rejections(moec, fixtures, tmp):
         "quant_method", "awq"))
     failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
                                                          "-o", moe], moe, ["quant_method 'awq'"])
+    return failed + gptq_rejections(moec, fixtures, tmp, run_cmd)
+
+
+def gptq_rejections(moec, fixtures, tmp, run_cmd):
+    """GPTQ checkpoints broken on purpose: the tensor is named, nothing is written."""
+    failed = 0
+    out = os.path.join(tmp, "never.npy")
+    pre = "model.layers.0.mlp.experts.2.up_proj."
+
+    def put(name, code, shape, data):
+        return lambda st: st.__setitem__(pre + name, (code, shape, data))
+    # g_idx with 40 entries for K = 48 input channels
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("g_idx", "I32", [40], np.zeros(40, "<i4").tobytes()))
+    failed += expect_reject("gptq g_idx of the wrong length", run_cmd(d), out, [pre + "g_idx", "[40]"])
+    # zero points [3, 5]: 48 output channels packed 8 per word need [3, 6]
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("qzeros", "I32", [3, 5], np.zeros(15, "<i4").tobytes()))
+    failed += expect_reject("gptq zero points of the wrong shape", run_cmd(d), out, [pre + "qzeros", "[3, 5]"])
+    # scales stored F32: the reference would dequantize in f32, not f16
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("scales", "F32", [3, 48], np.ones(144, "<f4").tobytes()))
+    failed += expect_reject("gptq scales of the wrong dtype", run_cmd(d), out, [pre + "scales", "F32", "f16"])
+    # a g_idx entry naming group 3 of 3: a fault at run time, no output
+    gi = np.arange(48, dtype="<i4") // 16
+    gi[7] = 3
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("g_idx", "I32", [48], gi.tobytes()))
+    for eng, words in (("interp", ["g_idx[7] = 3 is outside the 3 groups"]), ("llvm", ["g_idx of dequant"])):
+        failed += expect_reject("gptq g_idx out of range (%s)" % eng, run_cmd(d) + ["--engine", eng], out, words)
+    # 8-bit GPTQ and an unknown checkpoint_format are refused by import-hf
+    moe = os.path.join(tmp, "never.moe")
+    for key, val, words in (("bits", 8, ["bits 4 only"]), ("checkpoint_format", "gptq_v9", ["checkpoint_format"])):
+        d = broken("gptq_mixtral", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(key, val))
+        failed += expect_reject("gptq %s %s" % (key, val), [moec, "import-hf", os.path.join(d, "config.json"),
+                                                            "-o", moe], moe, words)
+    # the TCP target refuses GPTQ weights with a diagnostic, not a crash, and writes nothing
+    d = os.path.join(fixtures, "gptq_mixtral")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "g.moe")])
+    failed += expect_reject("gptq on the tcp target", [moec, "run", os.path.join(tmp, "g.moe"), "--target=tcp",
+                                                       "--weights", os.path.join(d, "model.safetensors"), "--input",
+                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["GPTQ weights are not supported on the tcp target yet"])
     return failed
 
 
