@@ -305,10 +305,44 @@ static void lower_gptq(lw *L, cg_block *b, const ir_node *n, int out)
 	store(L, in, out, lin(L, iv, os, r, NULL), f16_round(L, in, v));
 }
 
+/* awq (ir/quant.h): q [.., K, N/8], s [.., NG, N], z [.., NG, N/8]. */
+static void lower_awq(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]), *zn = nd(L, n->args[2]);
+	qt_info qi;
+	IR_ASSERT(ir_dequant_info(L->g, n, &qi));
+	int r = n->rank, iv[MOE_MAX_RANK];
+	int64_t os[MOE_MAX_RANK], qs[MOE_MAX_RANK], ss[MOE_MAX_RANK], zs[MOE_MAX_RANK];
+	strides_of(n, os);
+	strides_of(qn, qs);
+	strides_of(sn, ss);
+	strides_of(zn, zs);
+	cg_block *in = nest(L, b, n, out, r, iv);
+	cg_expr *grp = i32div(L, vr(L, iv[r - 1]), qi.bk);
+	cg_expr *qo = lin(L, iv, qs, r - 2, add64(L, mul64(L, vr(L, iv[r - 1]), qs[r - 2]), i32div(L, vr(L, iv[r - 2]), 8)));
+	cg_expr *so = lin(L, iv, ss, r - 2, add64(L, mul64(L, grp, ss[r - 2]), vr(L, iv[r - 2])));
+	cg_expr *zo = lin(L, iv, zs, r - 2, add64(L, mul64(L, i32div(L, vr(L, iv[r - 1]), qi.bk), zs[r - 2]),
+							 i32div(L, vr(L, iv[r - 2]), 8)));
+	/* nibble (j/2) + 4(j%2) of output channel 8c + j */
+	int sh = newvar(L, CT_I32);
+	cg_expr *j = bin(L, CE_AND, conv(L, vr(L, iv[r - 2]), CT_I32), ic32(L, 7));
+	cg_expr *j2 = bin(L, CE_AND, conv(L, vr(L, iv[r - 2]), CT_I32), ic32(L, 7));
+	set(L, in, sh, bin(L, CE_SHL, bin(L, CE_ADD, bin(L, CE_LSHR, j, ic32(L, 1)),
+					   bin(L, CE_SHL, bin(L, CE_AND, j2, ic32(L, 1)), ic32(L, 2))), ic32(L, 2)));
+	cg_expr *q = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[0]], qo), vr(L, sh)), ic32(L, 15));
+	cg_expr *z = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[2]], zo), vr(L, sh)), ic32(L, 15));
+	cg_expr *v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, q, z), CT_F32), ld(L, L->p->node_buf[n->args[1]], so));
+	store(L, in, out, lin(L, iv, os, r, NULL), f16_round(L, in, v));
+}
+
 /* dequant: one loop nest over the result (rows past a scalar mask zeroed),
  * each element decoded from its packed value and scale as qt_value does. */
 void cgen_lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
 {
+	if (n->nargs == 3) {
+		lower_awq(L, b, n, out);
+		return;
+	}
 	if (n->nargs == 4) {
 		lower_gptq(L, b, n, out);
 		return;

@@ -871,6 +871,20 @@ static moe_status ev_dequant(interp *ip, val *out)
 		memcpy(qi_, idx, sizeof qi_);
 		memcpy(si, idx, sizeof si);
 		int64_t row = idx[r - 2], k = idx[r - 1];
+		if (qi.fmt == QT_AWQ) {
+			const val *z = arg_val(ip, 2);
+			const ir_node *zn = arg_node(ip, 2);
+			int sh = 4 * qt_awq_nibble(row);
+			qi_[r - 2] = k;
+			qi_[r - 1] = row / 8;
+			int32_t qv = (int32_t)(((uint32_t)q->i[offset_of(qi_, qn->shape, r)] >> sh) & 15u);
+			si[r - 2] = k / qi.bk;
+			si[r - 1] = row / 8;
+			int32_t zv = (int32_t)(((uint32_t)z->i[offset_of(si, zn->shape, r)] >> sh) & 15u);
+			si[r - 1] = row;
+			out->f[o] = rnd(n->dtype, qt_f16((float)(qv - zv) * s->f[offset_of(si, sn->shape, r)]));
+			continue;
+		}
 		if (qi.fmt == QT_GPTQ) {
 			const val *z = arg_val(ip, 2), *gv = arg_val(ip, 3);
 			const ir_node *zn = arg_node(ip, 2), *gn = arg_node(ip, 3);

@@ -24,6 +24,11 @@
  *          added to each stored zero point (1 for GPTQ v1 checkpoints, 0 for
  *          gptq_v2). W[n, k] = f16((q - (z + zp)) * s[g[k], n]): each product
  *          is rounded to f16 (the checkpoint's scale type), then to `to`.
+ *   awq    three operands (q, s, z), AutoAWQ's GEMM layout: q i32 [.., K, N/8]
+ *          packed along N, z i32 [.., NG, N/8] likewise, s float [.., NG, N],
+ *          NG = ceil(K/G), block [1, G]; output channel 8c+j of a word is its
+ *          nibble (j/2) + 4(j%2) (packing order 0,2,4,6,1,3,5,7).
+ *          W[n, k] = f16((q - z) * s[k/G, n]), then rounded to `to`.
  * Scalars here are shared by every executor so they cannot drift apart. */
 #ifndef MOEC_IR_QUANT_H
 #define MOEC_IR_QUANT_H
@@ -32,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_NFORMATS } qt_format;
+typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NFORMATS } qt_format;
 
 /* x rounded to IEEE binary16 (nearest even, subnormals, overflow to
  * infinity) and widened back to f32. */
@@ -95,6 +100,12 @@ static inline int64_t qt_pack(qt_format f)
 	return f == QT_FP8 ? 1 : f == QT_MXFP4 ? 2 : 8;
 }
 
+/* The nibble of an awq word holding output channel 8c + j. */
+static inline int qt_awq_nibble(int64_t j)
+{
+	return (int)((j & 7) >> 1) + (int)((j & 1) << 2);
+}
+
 /* One gptq element: the word holding it, its zero-point word, the scale. */
 static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n, int64_t zp, float scale)
 {
@@ -106,7 +117,7 @@ static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n
 static inline int qt_format_from_name(const char *s)
 {
 	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4
-	       : !strcmp(s, "gptq") ? QT_GPTQ : -1;
+	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : -1;
 }
 
 /* A dequant node's geometry, filled by ir_dequant_info from a verified node. */

@@ -122,7 +122,7 @@ static const cJSON *member(const cJSON *o, const char *k)
 }
 
 /* Every quant_method read_cfg accepts. */
-#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq"
+#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"
 
 /* A block or group size: a JSON integer in 1..2^20 (128.9 is not one). */
 static bool size_ok(const cJSON *v)
@@ -193,6 +193,26 @@ static moe_status read_gptq(moe_ctx *ctx, const char *file, const cJSON *qc, qcf
 	return MOE_OK;
 }
 
+/* awq, version gemm (AutoAWQ): `W.qweight` I32 [K, N/8], `W.qzeros` I32
+ * [NG, N/8] (both packed along N in the order 0,2,4,6,1,3,5,7), `W.scales`
+ * F16 [NG, N]; 4-bit with zero points only. */
+static moe_status read_awq(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
+{
+	const cJSON *bits = member(qc, "bits"), *gs = member(qc, "group_size"), *ver = member(qc, "version");
+	const cJSON *zp = member(qc, "zero_point");
+	if (!cJSON_IsNumber(bits) || bits->valuedouble != 4)
+		return bad(ctx, file, "awq is read for bits 4 only");
+	if (!size_ok(gs))
+		return bad(ctx, file, "awq needs group_size, an integer in 1..1048576");
+	if (ver && (!cJSON_IsString(ver) || (strcmp(ver->valuestring, "gemm") && strcmp(ver->valuestring, "GEMM"))))
+		return bad(ctx, file, "awq is read for version gemm only (the GEMM packing order)");
+	if (zp && !cJSON_IsTrue(zp))
+		return bad(ctx, file, "awq without zero points (zero_point false) is not supported");
+	*q = (qcfg){"awq", "i32", ".qweight", ".scales", 1, (int64_t)gs->valuedouble, NULL, 0, "modules_to_not_convert",
+		false, 0, "", 0};
+	return MOE_OK;
+}
+
 static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
 {
 	const cJSON *m = member(qc, "quant_method");
@@ -219,6 +239,8 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 		return read_ct(ctx, file, qc, q);
 	if (!strcmp(meth, "gptq"))
 		return read_gptq(ctx, file, qc, q);
+	if (!strcmp(meth, "awq"))
+		return read_awq(ctx, file, qc, q);
 	if (!strcmp(meth, "mxfp4")) {
 		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, "", 0};
 		return MOE_OK;
@@ -275,7 +297,7 @@ static bool quantize_fused(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *
 	return true;
 }
 
-/* gptq: packed values, scales, zero points and g_idx of w, whose Linear weight
+/* gptq (awq): packed values, scales, zero points (and g_idx) of w, whose Linear weight
  * is [pre N, K]; the result dequantizes each product in f16 (ir/quant.h). */
 static int quantize_gptq(const qcfg *q, const wline *w, const char *pre, const char *nn, const char *kk, int bl,
 	rt_buf *decl, rt_buf *bind)
@@ -289,6 +311,15 @@ static int quantize_gptq(const qcfg *q, const wline *w, const char *pre, const c
 		snprintf(ng, sizeof ng, "(%s + %lld) / %lld", kk, (long long)q->bk - 1, (long long)q->bk);
 	else
 		snprintf(ng, sizeof ng, "1");
+	if (!strcmp(q->fmt, "awq")) {
+		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, %s / 8] = \"%.*s.qweight\"\n", w->name, pre, kk, nn, bl, w->src);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s.scales\"\n", w->name, pre, ng, nn, bl, w->src);
+		rt_buf_printf(decl, "  weight %s_z : i32[%s%s, %s / 8] = \"%.*s.qzeros\"\n", w->name, pre, ng, nn, bl,
+			w->src);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, %s_z, format=\"awq\", block=[1, %s], to=%s)\n", w->name,
+			w->name, w->name, w->name, g, w->type[0] ? w->type : "dtype");
+		return 1;
+	}
 	rt_buf_printf(decl, "  weight %s_q : i32[%s%s / 8, %s] = \"%.*s.qweight\"\n", w->name, pre, kk, nn, bl, w->src);
 	rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s.scales\"\n", w->name, pre, ng, nn, bl, w->src);
 	rt_buf_printf(decl, "  weight %s_z : i32[%s%s, (%s + 7) / 8] = \"%.*s.qzeros\"\n", w->name, pre, ng, nn, bl,
@@ -343,7 +374,7 @@ static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_
 	int bl = (int)(sl - 7);
 	char pre[160]; /* the leading dims, "E, " */
 	snprintf(pre, sizeof pre, "%.*s%s", lead, w->dims, lead ? " " : "");
-	if (!strcmp(q->fmt, "gptq"))
+	if (!strcmp(q->fmt, "gptq") || !strcmp(q->fmt, "awq"))
 		return quantize_gptq(q, w, pre, nn, kk, bl, decl, bind);
 	if (!strcmp(q->fmt, "int4"))
 		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, (%s + 7) / 8] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,

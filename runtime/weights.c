@@ -261,8 +261,8 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
  * reference would compute in that type, so it is refused rather than rounded. */
 static bool scale_dtype_ok(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file)
 {
-	if (moe_node_dtype(g, id) == MOE_F32 && st->dtype != MOE_ST_F16 && is_scale(g, id) == 4) {
-		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a GPTQ scale, stored F16: the layer "
+	if (moe_node_dtype(g, id) == MOE_F32 && st->dtype != MOE_ST_F16 && is_scale(g, id) >= 3) {
+		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a GPTQ or AWQ scale, stored F16: the layer "
 			"dequantizes in f16 as the format's reference does", st->name, moe_st_dtype_name(st->dtype),
 			moe_node_name(g, id));
 		return false;
