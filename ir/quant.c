@@ -132,7 +132,7 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	const char *f = ir_attr_str(n, "format", NULL);
 	int fmt = qt_format_from_name(f);
 	if (fmt < 0)
-		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq)", f ? f : "(none)");
+		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq, awq)", f ? f : "(none)");
 	uint32_t want = fmt == QT_GPTQ ? 4 : fmt == QT_AWQ ? 3 : 2;
 	if (n->nargs != want)
 		FAIL("'dequant': format %s takes %s operands, got %u", f,

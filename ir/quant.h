@@ -106,6 +106,13 @@ static inline int qt_awq_nibble(int64_t j)
 	return (int)((j & 7) >> 1) + (int)((j & 1) << 2);
 }
 
+/* One awq element of output channel n: its value word, its zero-point word, the scale. */
+static inline float qt_awq(uint32_t qword, uint32_t zword, int64_t n, float scale)
+{
+	int sh = 4 * qt_awq_nibble(n);
+	return qt_f16((float)((int32_t)((qword >> sh) & 15u) - (int32_t)((zword >> sh) & 15u)) * scale);
+}
+
 /* One gptq element: the word holding it, its zero-point word, the scale. */
 static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n, int64_t zp, float scale)
 {
