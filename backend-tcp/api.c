@@ -194,7 +194,37 @@ char *moe_tcp_stats_json(moe_ctx *ctx, const moe_tcp_stats *s)
 	for (int e = MOE_TCP_ENGINE_MAIN; e < MOE_TCP_NENGINES; e++)
 		cJSON_AddNumberToObject(rb, moe_tcp_engine_name(e), (double)s->routing_busy_cycles[e]);
 	cJSON_AddBoolToObject(o, "timing_only", s->timing_only);
+	cJSON_AddNumberToObject(o, "expert_start_seconds", s->expert_start_seconds);
 	char *r = cJSON_Print(o);
 	cJSON_Delete(o);
 	return r;
+}
+
+void moe_tcp_program_hbm(const moe_tcp_program *p, int64_t *total, int64_t *weights)
+{
+	int64_t top = 0, w = 0;
+	for (uint32_t i = 0; p && i < p->nt; i++) {
+		const tcp_tensor *t = &p->t[i];
+		if (t->space != TCP_HBM)
+			continue;
+		int64_t bytes = t->numel * (int64_t)moe_dtype_size((moe_dtype)t->dtype);
+		if (t->addr + bytes > top)
+			top = t->addr + bytes;
+		if (t->kind == TCP_T_WEIGHT || t->kind == TCP_T_PACKED)
+			w += bytes;
+	}
+	if (total)
+		*total = top;
+	if (weights)
+		*weights = w;
+}
+
+double moe_tcp_machine_hbm_capacity(moe_ctx *ctx, const moe_tcp_machine *m)
+{
+	if (m)
+		return m->hbm_bytes;
+	moe_tcp_machine *d = moe_tcp_machine_default(ctx);
+	double c = d ? d->hbm_bytes : 0;
+	moe_tcp_machine_free(ctx, d);
+	return c;
 }

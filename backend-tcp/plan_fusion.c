@@ -236,6 +236,19 @@ static const moe_pass_info plan_fusion_info = {"tcp-plan-fusion",
 
 moe_status moe_tcp_register_passes(moe_ctx *ctx)
 {
+	/* The TCP target's node attributes (docs/ir.md "Target attributes"). */
+	static const ir_target_attr attrs[] = {
+		{"tcp_pack", IR_AT_INT, -1, 0, "k >= 0: the k-th value bound as a packed weight (tcp-split-weights)"},
+		{"tcp_fuse", IR_AT_INT, -1, 0, "k >= 0: a node of fusion group k (tcp-plan-fusion)"},
+		{"tcp_view", IR_AT_INT, 0, 0, "1: a cast or bitcast lowered as a view of its operand (tcp-plan-fusion)"},
+		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (tcp-plan-fusion)"},
+		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (tcp-plan-fusion)"},
+		{"tcp_packed", IR_AT_INT, -1, OPF_LEAF, "k >= 0: a weight the program binds as packed weight k"},
+		{NULL, IR_AT_INT, 0, 0, NULL},
+	};
+	moe_status st = ir_target_attrs_registered(ctx, "tcp") ? MOE_OK : ir_target_attrs_register(ctx, "tcp", attrs);
+	if (st != MOE_OK)
+		return st;
 	if (moe_pass_find(ctx, plan_fusion_info.name))
 		return MOE_OK;
 	return moe_pass_register(ctx, &plan_fusion_info);

@@ -116,6 +116,7 @@ static void finish_stats(sim *s)
 	}
 	covered += hi > lo ? hi - lo : 0;
 	st->expert_seconds = (double)covered / s->m->clock_hz;
+	st->expert_start_seconds = s->nxiv ? (double)s->xiv[0][0] / s->m->clock_hz : 0;
 	st->routing_seconds = (double)(end - covered) / s->m->clock_hz;
 	st->simulated_seconds = (double)end / s->m->clock_hz;
 	st->blocks_max = p->moe_G;

@@ -527,7 +527,7 @@ static bool eval_ints(lower *L, const fe_expr *list, int64_t *v, int *n)
  * attribute set in moec/ops.def (ir_attr_check). */
 static bool set_attr(lower *L, moe_id id, moe_op op, const char *key, const fe_expr *v, fe_pos kpos)
 {
-	const ir_attrspec *s = ir_attr_spec(op, key);
+	const ir_attrspec *s = ir_attr_spec(L->ctx, op, key);
 	if (!s || !strcmp(key, "*")) {
 		if (ir_attr_check(L->ctx, op, &(ir_attr){.key = key}, at(L, kpos)))
 			ERR(L, kpos, "'%s' takes no attribute '%s' here", moe_op_name(op), key); /* an open leaf */

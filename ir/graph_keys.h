@@ -31,8 +31,8 @@
 #define IR_GK_BLOCK_BUFFER_BYTES_SEED "block_buffer_bytes_seed"
 #define IR_GK_BLOCK_BUFFER_BYTES_VLLM "block_buffer_bytes_vllm"
 
-/* Node attributes a pass leaves for a backend (the ANY row of moec/ops.def:
- * every op accepts them). tcp-split-weights: k >= 0 on the k-th value the
+/* Node attributes a pass leaves for a backend (the TCP target's registered
+ * attribute set, backend-tcp's moe_tcp_register_passes; ir/attrs.c). tcp-split-weights: k >= 0 on the k-th value the
  * TCP program binds as a packed weight (backend-tcp/prep.c splits there). */
 #define IR_NK_TCP_PACK "tcp_pack"
 /* tcp-plan-fusion (backend-tcp/plan_fusion.c, registered by the TCP target):

@@ -55,8 +55,27 @@ typedef struct ir_attrspec {
 	const char *sdef;          /* IR_AT_STR default (NULL: none) */
 	const char *const *names;  /* IR_AT_STR: the allowed values, NULL-terminated; NULL: any */
 } ir_attrspec;
-const ir_attrspec *ir_op_attrs(moe_op op);                    /* the op's set, NULL-key terminated */
-const ir_attrspec *ir_attr_spec(moe_op op, const char *key);  /* NULL if the op has no such key */
+const ir_attrspec *ir_op_attrs(moe_op op); /* the op's set, NULL-key terminated */
+/* The spec of key on op: the op's own row, then the set of the target its
+ * prefix names if registered on ctx and allowed on op; NULL otherwise. */
+const ir_attrspec *ir_attr_spec(moe_ctx *ctx, moe_op op, const char *key);
+
+/* Target attribute sets (docs/ir.md "Target attributes"). A target's keys
+ * are spelled <prefix>_<name> ("tcp_fuse": prefix "tcp"); a set is an array
+ * of rows ended by a NULL key. Readers and the verifier accept such a key only
+ * where the target is registered on the context: with a registered prefix an
+ * unknown name is an error, and a key under a prefix that names a target not
+ * registered is an error naming the target. Registering a prefix twice is an
+ * error (ir_target_attrs_registered tells first). */
+typedef struct ir_target_attr {
+	const char *key;     /* "<prefix>_<name>" */
+	ir_attr_type type;   /* IR_AT_INT, IR_AT_NUM, IR_AT_STR (any string), IR_AT_TYPE or IR_AT_INTS */
+	int64_t idef;        /* IR_AT_INT default */
+	unsigned ops;        /* OPF_* class of ops that may carry it; 0: any op */
+	const char *summary; /* what it means, one line (kept with the row) */
+} ir_target_attr;
+moe_status ir_target_attrs_register(moe_ctx *ctx, const char *prefix, const ir_target_attr *set);
+bool ir_target_attrs_registered(moe_ctx *ctx, const char *prefix);
 int ir_name_index(const char *const *names, const char *s);   /* -1 if absent */
 
 /* Activations of `experts` (attribute act): one enum, one name table. */

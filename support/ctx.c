@@ -8,8 +8,8 @@
  * (files, threads, LLVM objects), frees every block born since the guard was
  * entered and longjmps back to the entry point, which returns
  * MOE_ERR_NOMEM. Blocks the context itself keeps (interned strings,
- * diagnostics, sources, registered passes) have sequence number 0 and
- * survive. Lua's luaD_throw does the same with its garbage collector. */
+ * diagnostics, sources, registered passes and target attributes) have
+ * sequence number 0 and survive. Lua's luaD_throw does the same with its garbage collector. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <string.h>
@@ -63,7 +63,19 @@ struct moe_ctx {
 	uint32_t nsrcs, scap;
 	strnode *strs;
 	ctx_vec passes; /* externally registered passes (moe_pass_info) */
+	ctx_vec tattrs; /* registered target attributes (ir/attrs.c rows) */
+	char prefix[64]; /* printed for a diagnostic without a file ("" : "libmoec") */
 };
+
+void moe_ctx_set_diag_prefix(moe_ctx *c, const char *name)
+{
+	IR_ASSERT(c != NULL);
+	size_t n = 0;
+	/* printable characters only: the prefix goes to a terminal */
+	for (; name && name[n] && n + 1 < sizeof c->prefix; n++)
+		c->prefix[n] = (unsigned char)name[n] < 0x20 || name[n] == 0x7f ? '?' : name[n];
+	c->prefix[n] = 0;
+}
 
 static void *default_alloc(void *ud, void *p, size_t o, size_t n)
 {
@@ -108,6 +120,9 @@ void moe_ctx_free(moe_ctx *c)
 	for (uint32_t i = 0; c->passes.row && i < c->passes.n; i++)
 		ctx_free(c, ((void **)c->passes.data)[i], c->passes.row);
 	ctx_free(c, c->passes.data, (size_t)c->passes.cap * c->passes.esz);
+	for (uint32_t i = 0; c->tattrs.row && i < c->tattrs.n; i++)
+		ctx_free(c, ((void **)c->tattrs.data)[i], c->tattrs.row);
+	ctx_free(c, c->tattrs.data, (size_t)c->tattrs.cap * c->tattrs.esz);
 	for (strnode *s = c->strs, *n; s; s = n) {
 		n = s->next;
 		ctx_free(c, s, sizeof *s + strlen(s->s) + 1);
@@ -363,6 +378,12 @@ ctx_vec *ctx_passes(moe_ctx *c)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return &c->passes;
+}
+
+ctx_vec *ctx_target_attrs(moe_ctx *c)
+{
+	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
+	return &c->tattrs;
 }
 
 void moe_free(moe_ctx *c, void *p)
@@ -623,7 +644,7 @@ void moe_diag_print(const moe_ctx *c, FILE *out)
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	for (uint32_t i = 0; i < c->ndiags; i++) {
 		const diag *d = &c->diags[i];
-		const char *file = d->loc.file ? d->loc.file : "moec";
+		const char *file = d->loc.file ? d->loc.file : c->prefix[0] ? c->prefix : "libmoec";
 		if (d->loc.line > 0)
 			fprintf(out, "%s:%d:%d: %s: ", file, d->loc.line, d->loc.col, kind_name(d->kind));
 		else

@@ -93,6 +93,7 @@ typedef struct ctx_vec {
 	size_t row; /* > 0: data holds n pointers to rows of this size, freed with it */
 } ctx_vec;
 ctx_vec *ctx_passes(moe_ctx *ctx);
+ctx_vec *ctx_target_attrs(moe_ctx *ctx); /* rows of ir/attrs.c */
 /* Grow *arr (elements of size esz) to hold at least need elements. */
 void ctx_grow(moe_ctx *ctx, void **arr, uint32_t *cap, uint32_t need, size_t esz);
 

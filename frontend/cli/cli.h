@@ -47,6 +47,7 @@ typedef enum cli_kind {
 	K_LLVM_IR,      /* "; ModuleID" */
 	K_ELF,          /* \x7fELF: an object file */
 	K_BINARY,       /* other bytes that are not text */
+	K_EP_MANIFEST,  /* {"ep": ..., "programs": ..., "exchanges": ...}: compile --ep's OUT.ep.json */
 } cli_kind;
 
 /* Every value is a string; flags hold their own spelling when given. */
@@ -89,6 +90,8 @@ typedef struct cli_command {
 } cli_command;
 
 const cli_command *cli_command_find(const char *name);
+/* The command closest to a misspelt name (edit distance), or NULL. */
+const char *cli_suggest_command(const char *word);
 void cli_usage(FILE *f);
 void cli_command_help(FILE *f, const cli_command *c);
 /* docs/cli.md, generated from the tables. */
@@ -112,6 +115,10 @@ int cli_sniff_file(moe_ctx *ctx, const char *path, cli_kind *kind);
 /* An error "this looks like ...; use `moec ...`" when `kind` is not what
  * the command takes; 0 when it is. */
 int cli_check_kind(moe_ctx *ctx, const opts *o);
+/* The same for the files of --weights and --input: one that is surely
+ * another option's (an .npy given to --weights, a checkpoint to --input) is
+ * an error naming what it looks like (1). */
+int cli_check_values(moe_ctx *ctx, const opts *o);
 
 #define CLI_MAX_PATHS 64               /* --weights and --input items */
 #define CLI_MAX_SOURCE ((size_t)256 << 20) /* a .moe, .moeir or IR .json */
@@ -120,6 +127,9 @@ int cli_fail(const char *fmt, const char *arg);
 /* Before any input is read: outputs that are inputs or each other, and path
  * lists longer than CLI_MAX_PATHS, are errors (1). */
 int cli_guard_paths(moe_ctx *ctx, const opts *o);
+/* Before any input is read: every output's directory exists and is
+ * writable, and no output names a directory (1 after an error each). */
+int cli_guard_writable(moe_ctx *ctx, const opts *o);
 /* The same for outputs a command derives from -o (compile --ep's OUT.chip<d>...):
  * an error naming both when one is an input. */
 int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n);
@@ -172,6 +182,11 @@ const moe_tcp_program *cli_bundle_pick(moe_ctx *ctx, const moe_tcp_bundle *b, co
  * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
 	moe_tensor_map *bind);
+/* Monotonic seconds; a stats JSON object (malloc'ed, replaced) with
+ * load_seconds, peak_rss_bytes (this process's, so far) and, when
+ * bucket > 0, bucket_tokens added as its last members. */
+double cli_now(void);
+char *cli_stats_add(char *js, double load_seconds, int64_t bucket);
 /* Copies the file written at tmp to standard output and removes it. */
 int cli_cat_and_remove(moe_ctx *ctx, const char *tmp);
 
@@ -186,8 +201,10 @@ int cli_run_ep(moe_ctx *ctx, const opts *o);
 int cli_compile_ep(moe_ctx *ctx, const opts *o);
 struct moe_host_opts;
 int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const struct moe_host_opts *ho,
-	const moe_exchange *x, moe_tensor **out);
+	const moe_exchange *x, moe_tensor **out, struct moe_host_stats *sum);
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size);
+/* Whether this process joined MPI (cli_ep_net_init succeeded). */
+int cli_ep_net_started(void);
 int cli_ep_net_agree(moe_ctx *ctx, int failed);
 moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int64_t *counts, size_t row_bytes,
 	void *recv, int64_t cap, int64_t *got);
@@ -208,8 +225,18 @@ int cli_ep_digest(moe_ctx *ctx, const opts *o, const moe_module *m, int64_t N, c
 int cli_ep_net_compare(moe_ctx *ctx, int failed, const uint64_t *d, int nd, int *rank, unsigned *mask);
 void cli_ep_net_stop(moe_ctx *ctx);
 int cli_compile(moe_ctx *ctx, const opts *o);
-/* autob > 0: the block size block=auto chose, pred its predicted block-loop seconds. */
-int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred);
+/* The HBM a layer's TCP program places (total < 0: not compiled) against
+ * the machine's capacity, in bytes. */
+typedef struct cli_fit {
+	int64_t total, weights;
+	double capacity;
+} cli_fit;
+/* stats --target=tcp: the layer compiled as `compile` compiles it, so a
+ * layer compile refuses fails here with the same error (1). */
+int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit);
+/* autob > 0: the block size block=auto chose, pred its predicted block-loop
+ * seconds; fit: the TCP program's HBM, or NULL. */
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit);
 
 /* TCP target (frontend/cli/tcp.c). */
 /* block=auto for the TCP target; *chosen: the B picked (0: none). */
@@ -221,5 +248,8 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, co
 	char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o);
 int cli_check_tcpb(moe_ctx *ctx, const opts *o);
+/* moec check OUT.ep.json: the manifest and every program it names, each
+ * validated as a .tcpb; a line per chip. */
+int cli_check_ep_manifest(moe_ctx *ctx, const opts *o);
 
 #endif

@@ -4,11 +4,13 @@
  * Rank r builds the layer for its shard of the T tokens (--set T=T_r, one
  * dummy row when it has none), runs the pipeline with
  * expert-parallel{ep=N,rank=r,tokens=T}, loads only its experts' weights,
- * binds its rows of the input and runs its program on the interpreter, the
- * all_to_all nodes going through MPI (ep_mpi.c). Rank 0 gathers the rows of
- * the output in rank order and writes -o. */
+ * binds its rows of the input and runs its program on the engine of a plain
+ * run (LLVM unless --engine says otherwise), the all_to_all nodes going
+ * through MPI (ep_mpi.c). Rank 0 gathers the rows of the output in rank order
+ * and writes -o, and with --stats every rank's figures, as one output set. */
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include <sys/stat.h>
@@ -35,13 +37,13 @@ static int64_t ep_count(moe_ctx *ctx, const opts *o)
 	if (errno || end == o->ep || *end || n < 1 || n > 4096)
 		return fail(ctx, "--ep must be a device count in 1..4096, got '%s'", o->ep), 0;
 	bool tcp = o->target && !strcmp(o->target, "tcp");
-	bool jit_engine = !tcp && o->engine && strcmp(o->engine, "interp");
-	const char *jit = o->repeat ? "--repeat" : o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
+	bool jit_engine = !tcp && (!o->engine || strcmp(o->engine, "interp"));
+	const char *jit = o->stats ? "--stats" : o->threads ? "--threads" : o->kernels ? "--kernels"
 			: o->no_cache ? "--no-cache" : o->cold ? "--cold" : NULL;
-	if (o->repeat || (o->stats && !tcp))
-		return fail(ctx, "%s does not apply to --ep on the host", o->repeat ? "--repeat" : "--stats"), 0;
+	if (o->repeat && !tcp)
+		return fail(ctx, "%s does not apply to --ep on the host", "--repeat"), 0;
 	if (jit && !tcp && !jit_engine)
-		return fail(ctx, "%s applies to --ep with --engine=llvm or c (the default runs the interpreter)", jit), 0;
+		return fail(ctx, "%s applies to --ep with --engine=llvm or c, not the interpreter", jit), 0;
 	if (o->kind != K_MOE && o->kind != K_UNREAD)
 		return fail(ctx, "--ep needs a .moe layer (its token count T is set per device), not %s", o->file), 0;
 	return n;
@@ -199,7 +201,7 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 }
 
 /* Rank 0 writes the rows of every rank as one [T, D] output. */
-static int gather_write(moe_ctx *ctx, const opts *o, int rank, int64_t N, int64_t T, const moe_tensor *y)
+static int gather_write(moe_ctx *ctx, const char *out, int rank, int64_t N, int64_t T, const moe_tensor *y)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	size_t row = y->rank == 2 && y->shape[0] ? y->nbytes / (size_t)y->shape[0] : 0;
@@ -212,8 +214,65 @@ static int gather_write(moe_ctx *ctx, const opts *o, int rank, int64_t N, int64_
 	if (!st)
 		st = cli_ep_net_gather(ctx, y->data, (size_t)Td * row, all ? all->data : NULL, all ? all->nbytes : 0);
 	if (!st && rank == 0)
-		st = moe_npy_write(ctx, o->out, all) != MOE_OK;
+		st = moe_npy_write(ctx, out, all) != MOE_OK;
 	moe_tensor_free(ctx, all);
+	return st;
+}
+
+/* One rank's figures for run --ep --stats on the host. */
+typedef struct rank_stats {
+	double wall, compute, compile, setup, pack;
+	int64_t blocks_executed, blocks_skipped, rows_executed, workspace, threads, cache;
+} rank_stats;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every rank's figures gathered at rank 0, which writes them to path. */
+static int gather_stats(moe_ctx *ctx, const char *path, const char *engine, int rank, int64_t N, int64_t T,
+	const rank_stats *mine)
+{
+	rank_stats *all = rank == 0 ? calloc((size_t)N, sizeof *all) : NULL;
+	int st = cli_ep_net_agree(ctx, rank == 0 && !all);
+	if (!st)
+		st = cli_ep_net_gather(ctx, mine, sizeof *mine, all, all ? (size_t)N * sizeof *all : 0);
+	if (st || rank != 0) {
+		free(all);
+		return st;
+	}
+	static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
+	double wall = 0, compute = 0;
+	for (int64_t r = 0; r < N; r++) {
+		wall = all[r].wall > wall ? all[r].wall : wall;
+		compute = all[r].compute > compute ? all[r].compute : compute;
+	}
+	size_t cap = 1024 + (size_t)N * 512, at = 0;
+	char *j = malloc(cap);
+	if (!j) {
+		free(all);
+		return fail(ctx, "out of memory%s", "");
+	}
+	at += (size_t)snprintf(j + at, cap - at, "{\n  \"target\": \"host\",\n  \"engine\": \"%s\",\n  \"ep\": %lld,\n"
+		"  \"tokens\": %lld,\n  \"wall_seconds\": %.9g,\n  \"compute_seconds\": %.9g,\n  \"ranks\": [", engine,
+		(long long)N, (long long)T, wall, compute);
+	for (int64_t r = 0; r < N; r++) {
+		const rank_stats *s = &all[r];
+		at += (size_t)snprintf(j + at, cap - at, "%s\n    {\"rank\": %lld, \"wall_seconds\": %.9g, "
+			"\"compute_seconds\": %.9g, \"compile_seconds\": %.9g, \"setup_seconds\": %.9g, \"pack_seconds\": %.9g, "
+			"\"workspace_bytes\": %lld, \"blocks_executed\": %lld, \"blocks_skipped\": %lld, \"rows_executed\": %lld, "
+			"\"threads\": %lld, \"cache\": \"%s\"}", r ? "," : "", (long long)r, s->wall, s->compute, s->compile,
+			s->setup, s->pack, (long long)s->workspace, (long long)s->blocks_executed, (long long)s->blocks_skipped,
+			(long long)s->rows_executed, (long long)s->threads,
+			s->cache >= 0 && s->cache < 4 ? cache_names[s->cache] : "off");
+	}
+	snprintf(j + at, cap - at, "\n  ]\n}\n");
+	st = moe_write_file_atomic(ctx, path, j, strlen(j)) != MOE_OK;
+	free(j);
+	free(all);
 	return st;
 }
 
@@ -408,20 +467,40 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	moe_exchange x = {(int)N, rank, cli_ep_all_to_all, NULL};
-	if (o->engine && strcmp(o->engine, "interp")) { /* compiled, phase by phase */
+	const char *engine = o->engine ? o->engine : "llvm";
+	rank_stats rs = {0};
+	double t0 = now_s();
+	if (strcmp(engine, "interp")) { /* compiled, phase by phase */
 		moe_host_opts ho;
 		moe_host_opts_init(&ho);
-		ho.engine = !strcmp(o->engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
+		ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
 		ho.threads = o->threads ? atoi(o->threads) : 0;
 		ho.portable = o->kernels && !strcmp(o->kernels, "portable");
 		ho.no_cache = o->no_cache != NULL;
-		bad = ho.threads < 0 || cli_ep_host_run(ctx, moe_module_graph(m, 0), bind, &ho, &x, out);
+		moe_host_stats hs;
+		memset(&hs, 0, sizeof hs);
+		bad = ho.threads < 0 || cli_ep_host_run(ctx, moe_module_graph(m, 0), bind, &ho, &x, out, &hs);
+		rs = (rank_stats){0, hs.compute_seconds, hs.compile_seconds, hs.setup_seconds, hs.pack_seconds,
+			hs.blocks_executed, hs.blocks_skipped, hs.rows_executed, (int64_t)hs.workspace_bytes, hs.threads, hs.cache};
 	} else {
 		bad = moe_interp_run_ex(ctx, moe_module_graph(m, 0), bind, &x, out) != MOE_OK;
 	}
+	rs.wall = now_s() - t0;
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
-	status = gather_write(ctx, o, rank, N, T, out[0]);
+	/* rank 0's outputs are one set: -o and --stats renamed into place together */
+	cli_outset *set = rank == 0 ? cli_outset_new(ctx) : NULL;
+	const char *yo = set ? cli_outset_add(set, o->out) : NULL, *so = set && o->stats ? cli_outset_add(set, o->stats) : NULL;
+	bad = rank == 0 && (!yo || (o->stats && !so));
+	if (cli_ep_net_agree(ctx, bad)) {
+		cli_outset_abort(set);
+		goto done;
+	}
+	status = gather_write(ctx, yo, rank, N, T, out[0]);
+	if (!status && o->stats)
+		status = gather_stats(ctx, so, engine, rank, N, T, &rs);
+	if (set)
+		status = status ? (cli_outset_abort(set), 1) : cli_outset_commit(set);
 done:
 	if (status && !quiet && moe_error_count(ctx))
 		fprintf(stderr, "moec: rank %d of %d failed\n", rank, size);

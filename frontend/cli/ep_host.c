@@ -41,7 +41,7 @@ static moe_tensor *value(moe_ctx *ctx, const moe_graph *g, moe_tensor **val, moe
 
 /* Phase k compiled and run by the engine; its outputs become val[...]. */
 static int run_phase(moe_ctx *ctx, const moe_graph *g, const int *level, int k, const moe_tensor_map *bind,
-	const moe_host_opts *ho, moe_tensor **val)
+	const moe_host_opts *ho, moe_tensor **val, moe_host_stats *sum)
 {
 	moe_id ids[PHASE_MAX_OUT];
 	uint32_t nids = 0;
@@ -73,7 +73,22 @@ static int run_phase(moe_ctx *ctx, const moe_graph *g, const int *level, int k, 
 	}
 	moe_tensor *out[PHASE_MAX_OUT] = {0};
 	moe_host_stats hs;
+	memset(&hs, 0, sizeof hs);
 	st = st || moe_host_run_opts(ctx, pg, b, ho, out, &hs) != MOE_OK;
+	if (!st && sum) { /* the phases' times add up; the workspace is the largest */
+		sum->compute_seconds += hs.compute_seconds;
+		sum->compile_seconds += hs.compile_seconds;
+		sum->setup_seconds += hs.setup_seconds;
+		sum->pack_seconds += hs.pack_seconds;
+		sum->blocks_executed += hs.blocks_executed;
+		sum->blocks_skipped += hs.blocks_skipped;
+		sum->rows_executed += hs.rows_executed;
+		if (hs.workspace_bytes > sum->workspace_bytes)
+			sum->workspace_bytes = hs.workspace_bytes;
+		sum->threads = hs.threads;
+		if (hs.cache > sum->cache)
+			sum->cache = hs.cache;
+	}
 	for (uint32_t j = 0; j < nids && j < PHASE_MAX_OUT; j++) {
 		if (!st && !val[ids[j]])
 			val[ids[j]] = out[j], out[j] = NULL;
@@ -111,7 +126,7 @@ static int exchange(moe_ctx *ctx, const moe_graph *g, moe_id i, moe_tensor **val
 }
 
 int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const moe_host_opts *ho,
-	const moe_exchange *x, moe_tensor **out)
+	const moe_exchange *x, moe_tensor **out, moe_host_stats *sum)
 {
 	uint32_t nn = moe_graph_num_nodes(g);
 	int *level = calloc(nn + 1, sizeof *level);
@@ -119,7 +134,7 @@ int cli_ep_host_run(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind
 	int st = !level || !val;
 	int phases = st ? 0 : moe_ep_phases(g, level);
 	for (int k = 0; !st && k < phases; k++) {
-		st = run_phase(ctx, g, level, k, bind, ho, val);
+		st = run_phase(ctx, g, level, k, bind, ho, val, sum);
 		for (moe_id i = 0; !st && i < nn; i++)
 			if (moe_node_op(g, i) == MOE_OP_ALL_TO_ALL && level[i] == k)
 				st = exchange(ctx, g, i, val, x);

@@ -19,6 +19,11 @@
 
 static int ep_rank = -1, ep_size, ep_failed_seen;
 
+int cli_ep_net_started(void)
+{
+	return ep_rank >= 0;
+}
+
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size)
 {
 	int inited = 0;
@@ -195,6 +200,11 @@ void cli_ep_net_finish(void)
 }
 
 #else
+
+int cli_ep_net_started(void)
+{
+	return 0;
+}
 
 int cli_ep_net_init(moe_ctx *ctx, int *rank, int *size)
 {

@@ -2,10 +2,13 @@
  * anything is read or written: no output is the same file as an input or as
  * another output, and path lists fit their fixed tables; and the signal
  * handlers that remove the temporaries of an interrupted command. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
@@ -64,6 +67,63 @@ int cli_guard_paths(moe_ctx *ctx, const opts *o)
 	free(wcopy);
 	free(icopy);
 	return !ok;
+}
+
+/* One output: written straight through (FIFO, character device), or a
+ * regular file or a new name whose directory exists and can take the
+ * temporary renamed onto it. A symbolic link is judged by its target, as the
+ * output set writes beside the target. */
+static int writable(moe_ctx *ctx, const char *opt, const char *path)
+{
+	struct stat st;
+	char *real = NULL;
+	const char *p = path;
+	if (lstat(path, &st) == 0) {
+		if (S_ISLNK(st.st_mode) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && (real = realpath(path, NULL)))
+			p = real;
+		if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+			free(real);
+			return 0;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "%s names a directory, not a file; nothing was read "
+				"or written", opt);
+			free(real);
+			return 1;
+		}
+	}
+	char dir[PATH_MAX];
+	const char *slash = strrchr(p, '/');
+	if (!slash)
+		snprintf(dir, sizeof dir, ".");
+	else
+		snprintf(dir, sizeof dir, "%.*s", slash == p ? 1 : (int)(slash - p), p);
+	free(real);
+	const char *why = NULL;
+	int e = 0;
+	if (stat(dir, &st) != 0)
+		e = errno, why = e == ENOENT ? "does not exist" : e == ENOTDIR ? "is not a directory (a part of it is a file)" :
+								  "cannot be examined";
+	else if (!S_ISDIR(st.st_mode))
+		why = "is not a directory";
+	else if (access(dir, W_OK | X_OK) != 0)
+		e = errno, why = "is not writable";
+	if (!why)
+		return 0;
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "%s: the directory '%s' %s%s%s; nothing was read or written",
+		opt, dir, why, e && e != ENOENT && e != ENOTDIR ? ": " : "", e && e != ENOENT && e != ENOTDIR ? strerror(e) : "");
+	return 1;
+}
+
+int cli_guard_writable(moe_ctx *ctx, const opts *o)
+{
+	const char *opt[] = {"-o", "--stats", "--trace", "--reproducer"};
+	const char *path[] = {o->list ? NULL : o->out, o->stats, o->trace, o->reproducer};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof path / sizeof *path; i++)
+		if (path[i] && *path[i] && !cli_is_stdout(path[i]))
+			bad |= writable(ctx, opt[i], path[i]);
+	return bad;
 }
 
 int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n)

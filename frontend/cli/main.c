@@ -166,18 +166,20 @@ static int classify(moe_ctx *ctx, opts *o)
 		return 0;
 	if (cli_sniff_file(ctx, o->file, &o->kind))
 		return 1;
-	return cli_check_kind(ctx, o);
+	return cli_check_kind(ctx, o) | cli_check_values(ctx, o);
 }
 
 static int cmd_ir(moe_ctx *ctx, const opts *o)
 {
 	if (o->reproducer && !o->pipeline)
 		return cli_fail("--reproducer needs --pipeline (no pass runs without one)%s", "");
-	if (check_print_pass(ctx, "--print-ir-after", o->after, o->pipeline) |
-		check_print_pass(ctx, "--print-ir-before", o->before, o->pipeline))
+	/* a dump asked for without a pipeline is of the default one, host */
+	const char *pipeline = o->pipeline ? o->pipeline : o->after || o->before ? "host" : NULL;
+	if (check_print_pass(ctx, "--print-ir-after", o->after, pipeline) |
+		check_print_pass(ctx, "--print-ir-before", o->before, pipeline))
 		return 1;
 	moe_module *m = cli_load(ctx, o);
-	int status = !m || run_pipeline(ctx, m, o->pipeline, o) || write_output(ctx, m, o);
+	int status = !m || run_pipeline(ctx, m, pipeline, o) || write_output(ctx, m, o);
 	moe_module_free(m);
 	return status;
 }
@@ -189,6 +191,9 @@ static int cmd_check(moe_ctx *ctx, const opts *o)
 			return cli_fail("--set does not apply to a compiled .tcpb (its sizes are fixed)%s", "");
 		return cli_check_tcpb(ctx, o);
 	}
+	if (o->kind == K_EP_MANIFEST)
+		return o->nsets ? cli_fail("--set does not apply to a manifest of compiled programs%s", "") :
+				  cli_check_ep_manifest(ctx, o);
 	if (o->machine)
 		return cli_fail("--machine applies to a .tcpb only; %s is a layer", o->file);
 	moe_module *m = cli_load(ctx, o);
@@ -212,10 +217,29 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	int64_t autob = 0;
 	double pred = 0;
 	int tcp = o->target && !strcmp(o->target, "tcp");
+	cli_fit fit = {-1, 0, 0};
+	if (tcp && cli_tcp_fit(ctx, o, &fit))
+		return 1; /* the error compile gives */
 	moe_module *m = tcp ? cli_load_tcp(ctx, o, &autob, &pred) : cli_load(ctx, o);
-	int status = !m || cli_stats(ctx, m, o, autob, pred);
+	int status = !m || cli_stats(ctx, m, o, autob, pred, tcp && fit.total >= 0 ? &fit : NULL);
 	moe_module_free(m);
 	return status;
+}
+
+/* A rank other than 0 of `mpirun ... moec run --ep N` on the host that
+ * stopped before joining MPI: its errors come from the command line every
+ * rank shares (options, paths, FILE), which rank 0 reports too, so they are
+ * printed once, by rank 0. After MPI started each rank prints its own. */
+static int quiet_rank(const opts *o)
+{
+	if (o->cmdbit != C_RUN || !o->ep || (o->target && !strcmp(o->target, "tcp")) || cli_ep_net_started())
+		return 0;
+	const char *v = getenv("OMPI_COMM_WORLD_RANK");
+	if (!v)
+		v = getenv("PMI_RANK");
+	if (!v)
+		v = getenv("PMIX_RANK");
+	return v && atoi(v) > 0;
 }
 
 static int help(int argc, char **argv)
@@ -253,7 +277,11 @@ int main(int argc, char **argv)
 	}
 	const cli_command *c = cli_command_find(argv[1]);
 	if (!c) {
-		fprintf(stderr, "moec: error: unknown command '%s' (see moec --help)\n", argv[1]);
+		const char *near = cli_suggest_command(argv[1]);
+		if (near)
+			fprintf(stderr, "moec: error: unknown command '%s'; did you mean '%s'? (see moec --help)\n", argv[1], near);
+		else
+			fprintf(stderr, "moec: error: unknown command '%s' (see moec --help)\n", argv[1]);
 		return 1;
 	}
 	static opts o;
@@ -264,9 +292,11 @@ int main(int argc, char **argv)
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");
-	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || classify(ctx, &o) ||
+	moe_ctx_set_diag_prefix(ctx, "moec");
+	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
 		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
-	moe_diag_print(ctx, stderr);
+	if (!quiet_rank(&o))
+		moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;
 }

@@ -37,12 +37,12 @@ static const cli_command commands[] = {
 		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
 		"headers before any tensor data is read.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
-	{"import-hf", C_IMPORT, "CONFIG.json -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
+	{"import-hf", C_IMPORT, "CONFIG.json|MODEL_DIR -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",
-		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json (the families are\n"
-		"listed below and by --list); its weights bind to the checkpoint's tensor names, so `moec run\n"
-		"--weights` takes the model's own safetensors (sharded ones through model.safetensors.index.json\n"
-		"or their directory).",
+		"Write the .moe of one MoE layer of a HuggingFace checkpoint from its config.json, or the model\n"
+		"directory holding it (the families are listed below and by --list); its weights bind to the\n"
+		"checkpoint's tensor names, so `moec run --weights` takes the model's own safetensors (sharded\n"
+		"ones through model.safetensors.index.json or their directory).",
 		"moec import-hf config.json --layer 3 --tokens 32 -o layer3.moe"},
 	{"passes", C_PASSES, "", "list the registered passes and the named pipelines",
 		"List the registered passes, their options and the named pipelines.", "moec passes"},
@@ -145,6 +145,46 @@ static int enumerated(const char *meta)
 	return meta && strchr(meta, '|') && strspn(meta, "abcdefghijklmnopqrstuvwxyz0123456789-|") == strlen(meta);
 }
 
+/* The edit distance of a and b (insert, delete, substitute, transpose), at
+ * most 64 characters each compared; large when longer. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t n = strlen(a), m = strlen(b);
+	if (n > 64 || m > 64)
+		return 1000;
+	size_t d[65][65];
+	for (size_t i = 0; i <= n; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= m; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= n; i++)
+		for (size_t j = 1; j <= m; j++) {
+			size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[n][m];
+}
+
+/* The closest of names[0..n) to word within a third of its length (at least
+ * 1, at most 3 edits), or NULL. */
+static const char *closest(const char *word, const char *const *names, size_t n)
+{
+	size_t len = strlen(word), limit = len / 3 < 1 ? 1 : len / 3 > 3 ? 3 : len / 3, best = limit + 1;
+	const char *pick = NULL;
+	for (size_t i = 0; i < n; i++) {
+		size_t d = edit_distance(word, names[i]);
+		if (d < best)
+			best = d, pick = names[i];
+	}
+	return pick;
+}
+
 static int check_enum(const cli_option *p, const char *v)
 {
 	size_t n = strlen(v);
@@ -161,7 +201,20 @@ static int check_enum(const cli_option *p, const char *v)
 			(int)k, s);
 		s += k + (s[k] == '|');
 	}
-	fprintf(stderr, "moec: error: %s must be %s, got '%s'\n", p->name, list, v);
+	const char *names[16];
+	char words[16][32];
+	size_t nn = 0;
+	for (const char *s = p->meta; *s && nn < 16;) {
+		size_t k = strcspn(s, "|");
+		snprintf(words[nn], sizeof words[nn], "%.*s", (int)k, s);
+		names[nn] = words[nn], nn++;
+		s += k + (s[k] == '|');
+	}
+	const char *near = closest(v, names, nn);
+	if (near)
+		fprintf(stderr, "moec: error: %s must be %s, got '%s'; did you mean '%s'?\n", p->name, list, v, near);
+	else
+		fprintf(stderr, "moec: error: %s must be %s, got '%s'\n", p->name, list, v);
 	return 1;
 }
 
@@ -229,6 +282,27 @@ static int take(int argc, char **argv, int *i, opts *o, const cli_option *p)
 	return 0;
 }
 
+const char *cli_suggest_command(const char *word)
+{
+	const char *names[NCOMMANDS];
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		names[i] = commands[i].name;
+	return closest(word, names, NCOMMANDS);
+}
+
+/* The option of command c closest to a (its "=value" left out), or NULL. */
+static const char *suggest_option(const char *a, const cli_command *c)
+{
+	char word[72];
+	snprintf(word, sizeof word, "%.*s", (int)strcspn(a, "="), a);
+	const char *names[NOPTIONS];
+	size_t n = 0;
+	for (size_t i = 0; i < NOPTIONS; i++)
+		if (options[i].cmds & c->bit)
+			names[n++] = options[i].name;
+	return closest(word, names, n);
+}
+
 int cli_parse(int argc, char **argv, opts *o, const cli_command *c)
 {
 	o->cmd = c->name;
@@ -247,7 +321,12 @@ int cli_parse(int argc, char **argv, opts *o, const cli_command *c)
 			if (take(argc, argv, &i, o, p))
 				return 1;
 		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "moec: error: unknown option '%s' (see moec %s --help)\n", a, c->name);
+			const char *near = suggest_option(a, c);
+			if (near)
+				fprintf(stderr, "moec: error: unknown option '%s'; did you mean '%s'? (see moec %s --help)\n", a,
+					near, c->name);
+			else
+				fprintf(stderr, "moec: error: unknown option '%s' (see moec %s --help)\n", a, c->name);
 			return 1;
 		} else if (o->file) {
 			return cli_fail("more than one input file ('%s')", a);

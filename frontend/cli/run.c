@@ -3,6 +3,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
@@ -103,15 +106,23 @@ int cli_import_hf(moe_ctx *ctx, const opts *o)
 	io.block = B < 0 ? 0 : B;
 	if (!o->out)
 		return err(ctx, NULL, "import-hf needs -o FILE.moe%s", "");
+	/* a model directory stands for its config.json */
+	char cfg[4096];
+	const char *file = o->file;
+	struct stat st;
+	if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(cfg, sizeof cfg, "%s%sconfig.json", file, cli_ends_with(file, "/") ? "" : "/");
+		file = cfg;
+	}
 	char *text = NULL;
-	if (moe_import_hf(ctx, o->file, &io, &text) != MOE_OK)
+	if (moe_import_hf(ctx, file, &io, &text) != MOE_OK)
 		return 1;
 	/* never write a file moec itself would reject */
 	moe_module *m = moe_parse_moe(ctx, o->out, text, strlen(text), NULL);
 	int status = !m || moe_module_verify(ctx, m) != MOE_OK;
 	moe_module_free(m);
 	if (status)
-		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, o->file), "the generated layer did not compile; nothing was written");
+		moe_diag(ctx, MOE_DIAG_NOTE, floc(ctx, file), "the generated layer did not compile; nothing was written");
 	else if (cli_is_stdout(o->out))
 		status = fputs(text, stdout) < 0 || fflush(stdout) != 0;
 	else
@@ -327,9 +338,15 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
 			for (int d = 0; d < t->rank; d++)
 				snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+			int rows = rank == 2 && t->rank == 2 && t->shape[1] == shape[1];
+			char hint[160] = "";
+			if (rows && t->shape[0] < shape[0] && tokens < 0)
+				snprintf(hint, sizeof hint, " (give --tokens %lld to serve its %lld real rows with this layer of T = %lld, or "
+					"use --set T=... for a .moe)", (long long)t->shape[0], (long long)t->shape[0], (long long)shape[0]);
+			else if (rows)
+				snprintf(hint, sizeof hint, " (use --set T=... for a .moe, or recompile a .tcpb)");
 			moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, path), "shape [%s] does not match input '%s' [%s]%s", got,
-				moe_node_name(g, node), want,
-				rank == 2 && t->rank == 2 && t->shape[1] == shape[1] ? " (use --set T=... for a .moe, or recompile a .tcpb)" : "");
+				moe_node_name(g, node), want, hint);
 			moe_tensor_free(ctx, t);
 			status = 1;
 			break;
@@ -356,6 +373,39 @@ int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths,
 		fprintf(stderr, "moec: timing only: %zu weight%s absent from the checkpoint (bound without values)\n", absent,
 			absent == 1 ? " is" : "s are");
 	return 0;
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *cli_stats_add(char *js, double load_seconds, int64_t bucket)
+{
+	char *end = js ? strrchr(js, '}') : NULL;
+	if (!end)
+		return js;
+	struct rusage ru;
+	long long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (long long)ru.ru_maxrss * 1024 : -1;
+	char add[256];
+	int n = snprintf(add, sizeof add, ",\n  \"load_seconds\": %.9g,\n  \"peak_rss_bytes\": %lld", load_seconds, rss);
+	if (bucket > 0)
+		n += snprintf(add + n, sizeof add - (size_t)n, ",\n  \"bucket_tokens\": %lld", (long long)bucket);
+	/* the fields go after the last member, before the closing brace */
+	char *last = end;
+	while (last > js && (last[-1] == '\n' || last[-1] == ' ' || last[-1] == '\t'))
+		last--;
+	size_t head = (size_t)(last - js), len = strlen(js);
+	char *r = malloc(len + (size_t)n + 4);
+	if (!r)
+		return js;
+	memcpy(r, js, head);
+	memcpy(r + head, add, (size_t)n);
+	snprintf(r + head + (size_t)n, len - head + 4, "\n}\n");
+	free(js);
+	return r;
 }
 
 static int write_stats(moe_ctx *ctx, const char *path, const char *json)
@@ -465,9 +515,11 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
 		goto done;
 	}
+	double t0 = cli_now();
 	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
+	double load_seconds = cli_now() - t0;
 	char *stats = NULL;
 	if (!strcmp(target, "tcp")) {
 		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
@@ -492,10 +544,17 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 				err(ctx, NULL, "--kernels must be auto or portable, got '%s'", o->kernels);
 				th = -2;
 			}
+			long cores = sysconf(_SC_NPROCESSORS_ONLN);
+			if (th > 0 && th <= 1024 && cores > 0 && th > cores)
+				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "--threads %lld is more than the %ld cores available; "
+					"the extra threads share them", (long long)th, cores);
 			ho.threads = th < 0 ? 0 : (int)th;
 			ho.portable = o->kernels && !strcmp(o->kernels, "portable");
 			static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
 			status = th == -2 || moe_host_run_opts(ctx, g, bind, &ho, out, &hs) != MOE_OK;
+			if (!status && ho.engine == MOE_HOST_LLVM && !ho.no_cache && hs.cache == MOE_CACHE_OFF)
+				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "the JIT cache is off: no usable cache directory "
+					"($XDG_CACHE_HOME/moec or ~/.cache/moec cannot be made or written); every run compiles the layer again");
 			if (!status && o->stats) {
 				size_t cap = 1024;
 				stats = malloc(cap);
@@ -516,7 +575,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 	if (!status && !o->timing_only)
 		status = moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
 	if (!status && o->stats && stats)
-		status = write_stats(ctx, o->stats, stats);
+		status = write_stats(ctx, o->stats, stats = cli_stats_add(stats, load_seconds, 0));
 	free(stats);
 done:
 	for (uint32_t i = 0; i < 16; i++)

@@ -70,6 +70,7 @@ static cli_kind json_kind(const char *data, size_t len)
 	} keys[] = {
 		{"weight_map", K_CK_INDEX}, {"model_type", K_HF_CONFIG}, {"architectures", K_HF_CONFIG},
 		{"slices_per_cluster", K_MACHINE}, {"clock_hz", K_MACHINE}, {"traceEvents", K_TRACE},
+		{"exchanges", K_EP_MANIFEST},
 	};
 	int depth = 0, rank = (int)(sizeof keys / sizeof *keys); /* the best key seen: its index */
 	char prev = 0;
@@ -199,6 +200,7 @@ static const struct {
 	[K_LLVM_IR] = {"LLVM IR", "`moec check` on the .moe it came from"},
 	[K_ELF] = {"an object file", "`moec check` on the .moe it came from"},
 	[K_BINARY] = {"a binary file, not a layer (.moe, .moeir or JSON IR)", "`moec --help`"},
+	[K_EP_MANIFEST] = {"the manifest of `moec compile --ep` (OUT.ep.json)", "`moec check FILE`"},
 };
 
 /* Why a file import-hf was given holds no JSON at all, or NULL: empty, blank,
@@ -228,7 +230,8 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 		return 0;
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
-		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB : layer;
+		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB || (k == K_EP_MANIFEST && o->cmdbit == C_CHECK)
+		 : layer;
 	struct stat st;
 	if (ok && o->cmdbit != C_IMPORT && (k == K_IR_JSON || k == K_JSON) && strcmp(o->file, "-") &&
 		!stat(o->file, &st) && (uint64_t)st.st_size > SNIFF_MAX_IR_JSON) {
@@ -248,4 +251,54 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, o->file), "this looks like %s%s; use %s", kinds[k].desc,
 		o->cmdbit == C_IMPORT ? ", not a HuggingFace config.json" : "", kinds[k].use);
 	return 1;
+}
+
+/* The kinds an option value is refused as: those that are surely another
+ * option's (a file of no known kind is left to the reader's message). */
+static int wrong_for(const char *opt, cli_kind k)
+{
+	switch (k) {
+	case K_TCPB: case K_TCPS: case K_HF_CONFIG: case K_MACHINE: case K_TRACE: case K_IR_JSON: case K_ELF:
+	case K_LLVM_IR: case K_C: case K_EP_MANIFEST:
+		return 1;
+	case K_NPY: return !strcmp(opt, "--weights");
+	case K_SAFETENSORS: case K_CK_INDEX: return !strcmp(opt, "--input");
+	default: return 0;
+	}
+}
+
+/* Each item of a comma-separated path list (NAME=path items when named). */
+static int check_list(moe_ctx *ctx, const char *opt, const char *list, int named)
+{
+	if (!list)
+		return 0;
+	char *copy = strdup(list);
+	int bad = !copy;
+	for (char *save = NULL, *p = copy ? strtok_r(copy, ",", &save) : NULL; p; p = strtok_r(NULL, ",", &save)) {
+		const char *eq = named ? strchr(p, '=') : NULL, *path = eq ? eq + 1 : p;
+		struct stat st;
+		if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+			continue; /* a directory of shards, a missing file: the reader says */
+		FILE *f = fopen(path, "rb");
+		if (!f)
+			continue;
+		char head[SNIFF_BYTES];
+		size_t n = fread(head, 1, sizeof head, f);
+		fclose(f);
+		cli_kind k = cli_sniff(head, n);
+		if (!wrong_for(opt, k))
+			continue;
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, path), "%s takes %s; this looks like %s; use %s", opt,
+			!strcmp(opt, "--weights") ? "a checkpoint (.safetensors, *.index.json or their directory)" :
+						    "the layer's input as .npy",
+			kinds[k].desc, kinds[k].use);
+		bad = 1;
+	}
+	free(copy);
+	return bad;
+}
+
+int cli_check_values(moe_ctx *ctx, const opts *o)
+{
+	return check_list(ctx, "--weights", o->weights, 0) | check_list(ctx, "--input", o->input, 1);
 }

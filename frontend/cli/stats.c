@@ -102,7 +102,9 @@ static void print_layer(FILE *f, const cJSON *l)
 	print_buffers(f, cJSON_GetObjectItemCaseSensitive(l, "buffers"), num(l, "buffer_bytes_total"));
 }
 
-int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred)
+#define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+
+int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit)
 {
 	const char *named = o->pipeline ? moe_pipeline_named(o->pipeline) : NULL;
 	char *js = moe_module_stats_json(ctx, m, named ? named : o->pipeline);
@@ -114,11 +116,18 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 		if (autob > 0 && js[0] == '{')
 			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
 				(long long)autob, pred);
-		status = puts(js + (autob > 0 && js[0] == '{')) < 0;
+		if (fit && js[0] == '{')
+			printf("%s\t\"tcp_hbm\":\t{\"needed_bytes\": %lld, \"weight_bytes\": %lld, \"capacity_bytes\": %.0f, "
+				"\"fits\": true},", autob > 0 ? "\n" : "{\n", (long long)fit->total, (long long)fit->weights,
+				fit->capacity);
+		status = puts(js + ((autob > 0 || fit) && js[0] == '{')) < 0;
 	} else {
 		if (autob > 0)
-			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n\n",
-				(long long)autob, pred);
+			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n%s",
+				(long long)autob, pred, fit ? "" : "\n");
+		if (fit)
+			printf("TCP HBM %.2f GiB needed (weights %.2f GiB) of %.1f GiB: fits\n\n", GIB(fit->total),
+				GIB(fit->weights), GIB(fit->capacity));
 		cJSON *j = cJSON_Parse(js);
 		const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
 		if (!j) {

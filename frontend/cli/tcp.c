@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "frontend/cli/cli.h"
 #include "moec/passes.h"
 
@@ -133,6 +135,33 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 	return m;
 }
 
+int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
+{
+	*fit = (cli_fit){-1, 0, 0};
+	int64_t b;
+	double pr;
+	moe_module *m = cli_load_tcp(ctx, o, &b, &pr);
+	if (!m)
+		return 1;
+	if (moe_module_num_graphs(m) != 1) { /* compile refuses these itself */
+		moe_module_free(m);
+		return 0;
+	}
+	int st = 1;
+	moe_run_opts ro = {.verify = 1};
+	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, "tcp", m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
+	moe_tcp_program *p = mach ? moe_tcp_compile(ctx, moe_module_graph(m, 0), mach) : NULL;
+	if (p) {
+		moe_tcp_program_hbm(p, &fit->total, &fit->weights);
+		fit->capacity = moe_tcp_machine_hbm_capacity(ctx, mach);
+		st = 0;
+	}
+	moe_tcp_program_free(p);
+	moe_tcp_machine_free(ctx, mach);
+	moe_module_free(m);
+	return st;
+}
+
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
 	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
@@ -246,11 +275,20 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 		goto done;
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
+	double t0 = cli_now();
 	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
+	double load_seconds = cli_now() - t0;
 	if (run_program(ctx, p, m, bind, o, out, &stats))
 		goto done;
+	if (stats) { /* a bundle's: the bucket run */
+		int64_t bucket = 0;
+		for (uint32_t i = 0; bun && i < moe_tcp_bundle_count(bun); i++)
+			if (moe_tcp_bundle_program(bun, i) == p)
+				bucket = moe_tcp_bundle_tokens(bun, i);
+		stats = cli_stats_add(stats, load_seconds, bucket);
+	}
 	if (!o->timing_only && !(out[0] = cli_serve_rows(ctx, out[0], cli_tokens(ctx, o))))
 		goto done;
 	status = !o->timing_only && moe_npy_write(ctx, o->out, out[0]) != MOE_OK;
@@ -289,4 +327,67 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
+}
+
+/* A manifest's "file" must name a file beside it: no directory part. */
+static int plain_name(const char *s)
+{
+	return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+int cli_check_ep_manifest(moe_ctx *ctx, const opts *o)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
+		return 1;
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *ep = cJSON_GetObjectItemCaseSensitive(j, "ep"), *T = cJSON_GetObjectItemCaseSensitive(j, "tokens"),
+		    *progs = cJSON_GetObjectItemCaseSensitive(j, "programs");
+	moe_loc at = moe_loc_file(ctx, o->file);
+	if (!cJSON_IsNumber(ep) || !cJSON_IsArray(progs) || ep->valuedouble < 1 || ep->valuedouble > MOE_TCP_EP_MAX) {
+		moe_diag(ctx, MOE_DIAG_ERROR, at, "not a manifest of compile --ep: it needs \"ep\" (1..%d) and \"programs\"",
+			MOE_TCP_EP_MAX);
+		cJSON_Delete(j);
+		return 1;
+	}
+	int N = (int)ep->valuedouble, bad = 0, count[MOE_TCP_EP_MAX] = {0};
+	moe_tcp_machine *m = machine(ctx, o);
+	const char *slash = strrchr(o->file, '/');
+	int dir = slash ? (int)(slash - o->file) + 1 : 0;
+	const cJSON *e;
+	cJSON_ArrayForEach(e, progs)
+	{
+		const cJSON *chip = cJSON_GetObjectItemCaseSensitive(e, "chip"), *file = cJSON_GetObjectItemCaseSensitive(e, "file");
+		if (!cJSON_IsNumber(chip) || chip->valuedouble < 0 || chip->valuedouble >= N || !cJSON_IsString(file) ||
+			!plain_name(file->valuestring)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, at, "a program entry needs a chip in 0..%d and a file name beside the manifest",
+				N - 1);
+			bad = 1;
+			continue;
+		}
+		char path[4200];
+		snprintf(path, sizeof path, "%.*s%s", dir, o->file, file->valuestring);
+		moe_tcp_program *p = !m ? NULL :
+				     cli_ends_with(path, ".tcps") ? NULL : moe_tcp_load_binary(ctx, path, m);
+		if (m && cli_ends_with(path, ".tcps")) {
+			char *asmtext = NULL;
+			size_t alen = 0;
+			if (moe_read_file_max(ctx, path, CLI_MAX_SOURCE, &asmtext, &alen) == MOE_OK)
+				p = moe_tcp_from_asm(ctx, path, asmtext, alen, m);
+			free(asmtext);
+		}
+		bad |= !p;
+		count[(int)chip->valuedouble] += p != NULL;
+		moe_tcp_program_free(p);
+	}
+	if (!bad) {
+		printf("expert-parallel manifest: %d chips, %lld tokens\n", N, cJSON_IsNumber(T) ? (long long)T->valuedouble : -1LL);
+		for (int d = 0; d < N; d++)
+			printf("  chip %d: %d program%s, each valid\n", d, count[d], count[d] == 1 ? "" : "s");
+	}
+	moe_tcp_machine_free(ctx, m);
+	cJSON_Delete(j);
+	return bad || !m;
 }

@@ -645,8 +645,11 @@ static bool pick_dtype(hf_cfg *c, const moe_import_opts *o, model *m)
 		top.obj = c->root;
 		v = hf_item(&top, "torch_dtype|dtype", NULL, 0);
 	}
-	if (!v)
+	if (!v) {
+		moe_diag(c->ctx, MOE_DIAG_NOTE, moe_loc_file(c->ctx, c->file),
+			"the config has no torch_dtype: the layer computes in f32 (--set dtype=bf16 for bf16)");
 		return true;
+	}
 	if (!cJSON_IsString(v)) {
 		hf_err(c, "config key 'torch_dtype' must be a string");
 		return false;

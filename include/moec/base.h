@@ -80,6 +80,10 @@ MOE_API size_t moe_diag_count(const moe_ctx *ctx);
 MOE_API void moe_diag_get(const moe_ctx *ctx, size_t i, moe_diag_kind *kind, moe_loc *loc,
 	const char **message);
 MOE_API void moe_diag_clear(moe_ctx *ctx);
+/* The name a diagnostic without a file is printed under (`NAME: error:
+ * message`): the embedding program's own (the moec command sets "moec");
+ * "libmoec" until set. Copied; at most 63 bytes kept. */
+MOE_API void moe_ctx_set_diag_prefix(moe_ctx *ctx, const char *name);
 /* Print all diagnostics as `file:line:col: error: message`, then the source
  * line and a caret when the source text was registered. */
 MOE_API void moe_diag_print(const moe_ctx *ctx, FILE *out);

@@ -20,9 +20,11 @@ typedef struct moe_tcp_program moe_tcp_program;
 
 /* The built-in machine (the shipped machine.json). Free with moe_tcp_machine_free. */
 MOE_API moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx);
-/* Registers the TCP target's passes in ctx (tcp-plan-fusion, the last step
+/* Registers the TCP target in ctx: its passes (tcp-plan-fusion, the last step
  * of the `tcp` pipeline, which is skipped where it is not registered: the
- * lowering then applies its rule itself). Registering twice is harmless. */
+ * lowering then applies its rule itself) and its node attributes (tcp_pack,
+ * tcp_fuse, ...: IR carrying them reads and verifies only in a context where
+ * the target is registered). Registering twice is harmless. */
 MOE_API moe_status moe_tcp_register_passes(moe_ctx *ctx);
 /* Parse a machine JSON text / file; NULL with a diagnostic naming the bad field. */
 MOE_API moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len);
@@ -100,6 +102,13 @@ MOE_API int moe_tcp_is_bundle(const uint8_t *buf, size_t len);
  * diagnostic when a weight has no recorded source. */
 MOE_API moe_module *moe_tcp_interface(moe_ctx *ctx, const moe_tcp_program *p);
 
+/* The HBM a compiled program places: *total the bytes up to the end of its
+ * last HBM tensor (what the lowering checks against the machine's HBM),
+ * *weights those of its weights and packed weights; and the machine's HBM
+ * capacity in bytes (m NULL: the built-in RNGD's). */
+MOE_API void moe_tcp_program_hbm(const moe_tcp_program *p, int64_t *total, int64_t *weights);
+MOE_API double moe_tcp_machine_hbm_capacity(moe_ctx *ctx, const moe_tcp_machine *m);
+
 /* Summary for `moec check`: version, sections, tensors, instruction counts. */
 MOE_API moe_status moe_tcp_print_summary(const moe_tcp_program *p, FILE *out);
 
@@ -126,6 +135,7 @@ typedef struct moe_tcp_stats {
 	double routing_seconds; /* simulated_seconds - expert_seconds: routing not hidden under expert work */
 	int64_t routing_busy_cycles[MOE_TCP_NENGINES]; /* the busy cycles of routing commands (control: 0) */
 	int timing_only;        /* the run was timing-only (its outputs were not computed) */
+	double expert_start_seconds; /* when the first expert command starts (0: none ran) */
 } moe_tcp_stats;
 
 typedef struct moe_tcp_run_opts {

@@ -103,7 +103,9 @@ def allocator(limit=None, fail_at=None):
         _active.remove(a)
 
 
-_NOMEM_TEXT = "out of memory (the allocator refused"
+# Every refusal the library reports without MOE_ERR_NOMEM (a constructor that
+# returns NULL) says "error: out of memory" in its diagnostic.
+_NOMEM_TEXT = "error: out of memory"
 
 
 class _Ctx:

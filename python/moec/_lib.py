@@ -88,7 +88,8 @@ class TcpStats(ctypes.Structure):
                 ("blocks_skipped", ctypes.c_int64), ("blocks_max", ctypes.c_int64), ("commands", ctypes.c_int64),
                 ("instructions", ctypes.c_int64), ("experts_hit", ctypes.c_int64), ("flops", ctypes.c_double),
                 ("expert_seconds", ctypes.c_double), ("routing_seconds", ctypes.c_double),
-                ("routing_busy_cycles", ctypes.c_int64 * TCP_NENGINES), ("timing_only", ctypes.c_int)]
+                ("routing_busy_cycles", ctypes.c_int64 * TCP_NENGINES), ("timing_only", ctypes.c_int),
+                ("expert_start_seconds", ctypes.c_double)]
 
 
 class TcpRunOpts(ctypes.Structure):

@@ -178,9 +178,26 @@ static void memory_checkpoint_oom(void **state)
 	}
 }
 
+/* A diagnostic without a file is printed under the embedder's name, never
+ * the moec command's: "libmoec" until moe_ctx_set_diag_prefix names one. */
+static void diag_prefix_is_the_callers(void **state)
+{
+	(void)state;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_diag(c, MOE_DIAG_ERROR, moe_loc_none(), "no file here");
+	char *s = moe_diag_string(c);
+	assert_string_equal(s, "libmoec: error: no file here\n");
+	moe_free(c, s);
+	moe_ctx_set_diag_prefix(c, "myapp\x1b[31m");
+	s = moe_diag_string(c);
+	assert_string_equal(s, "myapp?[31m: error: no file here\n");
+	moe_free(c, s);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
-	const struct CMUnitTest tests[] = {cmocka_unit_test(diag_string_matches_print),
+	const struct CMUnitTest tests[] = {cmocka_unit_test(diag_string_matches_print), cmocka_unit_test(diag_prefix_is_the_callers),
 		cmocka_unit_test(memory_checkpoint_binds), cmocka_unit_test(memory_checkpoint_oom)};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -291,6 +291,9 @@ static void *run_job(void *arg)
 		.ud = &j->pr};
 	if (moe_pass_register(ctx, &info) != MOE_OK)
 		snprintf(j->err, sizeof j->err, "moe_pass_register failed");
+	/* the tcp pipeline marks nodes with the TCP target's attributes */
+	if (moe_tcp_register_passes(ctx) != MOE_OK)
+		snprintf(j->err, sizeof j->err, "moe_tcp_register_passes failed");
 	for (int r = 0; r < ROUNDS && !j->err[0]; r++)
 		for (int i = 0; i < j->nfiles && !j->err[0]; i++)
 			one_file(j, ctx, j->files[i], r == 0 && strstr(j->files[i], "/seed.moe"));
