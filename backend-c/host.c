@@ -357,7 +357,7 @@ static const void *buf_data(const cg_prog *p, int b, const void **ins, const voi
 static const char *fault_text(int code)
 {
 	switch (code) {
-	case CG_FAULT_INDEX: return "an index is out of range (gather, take_along or scatter)";
+	case CG_FAULT_INDEX: return "an index is out of range (gather, take_along, scatter or a g_idx of dequant)";
 	case CG_FAULT_DIV0: return "integer division by zero";
 	default: return "unknown fault";
 	}

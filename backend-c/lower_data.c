@@ -259,10 +259,94 @@ static cg_expr *e8m0_expr(lw *L, cg_expr *s)
 	return sel(L, bin(L, CE_EQ, s, ic32(L, 255)), fbits(L, 0x7fc00000u), v);
 }
 
+/* v rounded to binary16 and back as qt_f16 does: nearest even on the f32
+ * bits for normal magnitudes, multiples of 2^-24 below 2^-14. */
+static cg_expr *f16_round(lw *L, cg_block *in, cg_expr *v)
+{
+	int x = newvar(L, CT_F32), a = newvar(L, CT_F32), bb = newvar(L, CT_I32);
+	set(L, in, x, v);
+	set(L, in, a, un(L, CE_ABS, vr(L, x)));
+	set(L, in, bb, mk(L, CE_BITS, CT_I32, vr(L, a), NULL, NULL));
+	cg_expr *odd = bin(L, CE_AND, bin(L, CE_LSHR, vr(L, bb), ic32(L, 13)), ic32(L, 1));
+	cg_expr *rb = bin(L, CE_AND, bin(L, CE_ADD, bin(L, CE_ADD, vr(L, bb), ic32(L, 0xfff)), odd), ic32(L, ~0x1fff));
+	int rn = newvar(L, CT_F32);
+	set(L, in, rn, mk(L, CE_BITS, CT_F32, rb, NULL, NULL));
+	cg_expr *norm = sel(L, bin(L, CE_GT, vr(L, rn), fc(L, 65504.0f)), fbits(L, 0x7f800000u), vr(L, rn));
+	cg_expr *sub = bin(L, CE_SUB, bin(L, CE_ADD, vr(L, a), fc(L, 0.5f)), fc(L, 0.5f));
+	int r = newvar(L, CT_F32);
+	set(L, in, r, sel(L, bin(L, CE_LT, vr(L, a), fc(L, 0x1p-14f)), sub, norm));
+	cg_expr *sg = sel(L, bin(L, CE_LT, vr(L, x), fc(L, 0.0f)), un(L, CE_NEG, vr(L, r)), vr(L, r));
+	return sel(L, un(L, CE_ISNAN, vr(L, x)), vr(L, x), sg);
+}
+
+/* gptq (ir/quant.h): q [.., K/8, N], s [.., NG, N], z [.., NG, N/8], g [.., K]. */
+static void lower_gptq(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]), *zn = nd(L, n->args[2]), *gn = nd(L, n->args[3]);
+	int r = n->rank, iv[MOE_MAX_RANK];
+	int64_t os[MOE_MAX_RANK], qs[MOE_MAX_RANK], ss[MOE_MAX_RANK], zs[MOE_MAX_RANK], gs[MOE_MAX_RANK];
+	strides_of(n, os);
+	strides_of(qn, qs);
+	strides_of(sn, ss);
+	strides_of(zn, zs);
+	strides_of(gn, gs);
+	cg_block *in = nest(L, b, n, out, r, iv);
+	cg_expr *gi = lin(L, iv, gs, r - 2, vr(L, iv[r - 1]));
+	int grp = cgen_checked_index(L, in, ld(L, L->p->node_buf[n->args[3]], gi), sn->shape[r - 2]);
+	cg_expr *qo = lin(L, iv, qs, r - 2, add64(L, mul64(L, i32div(L, vr(L, iv[r - 1]), 8), qs[r - 2]), vr(L, iv[r - 2])));
+	cg_expr *so = lin(L, iv, ss, r - 2, add64(L, mul64(L, vr(L, grp), ss[r - 2]), vr(L, iv[r - 2])));
+	cg_expr *zo = lin(L, iv, zs, r - 2, add64(L, mul64(L, vr(L, grp), zs[r - 2]), i32div(L, vr(L, iv[r - 2]), 8)));
+	cg_expr *qsh = bin(L, CE_SHL, bin(L, CE_AND, conv(L, vr(L, iv[r - 1]), CT_I32), ic32(L, 7)), ic32(L, 2));
+	cg_expr *zsh = bin(L, CE_SHL, bin(L, CE_AND, conv(L, vr(L, iv[r - 2]), CT_I32), ic32(L, 7)), ic32(L, 2));
+	cg_expr *q = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[0]], qo), qsh), ic32(L, 15));
+	cg_expr *z = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[2]], zo), zsh), ic32(L, 15));
+	cg_expr *d = bin(L, CE_SUB, bin(L, CE_SUB, q, z), ic32(L, (int32_t)ir_attr_int(n, "zp", 1)));
+	cg_expr *v = bin(L, CE_MUL, conv(L, d, CT_F32), ld(L, L->p->node_buf[n->args[1]], so));
+	store(L, in, out, lin(L, iv, os, r, NULL), f16_round(L, in, v));
+}
+
+/* awq (ir/quant.h): q [.., K, N/8], s [.., NG, N], z [.., NG, N/8]. */
+static void lower_awq(lw *L, cg_block *b, const ir_node *n, int out)
+{
+	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]), *zn = nd(L, n->args[2]);
+	qt_info qi;
+	IR_ASSERT(ir_dequant_info(L->g, n, &qi));
+	int r = n->rank, iv[MOE_MAX_RANK];
+	int64_t os[MOE_MAX_RANK], qs[MOE_MAX_RANK], ss[MOE_MAX_RANK], zs[MOE_MAX_RANK];
+	strides_of(n, os);
+	strides_of(qn, qs);
+	strides_of(sn, ss);
+	strides_of(zn, zs);
+	cg_block *in = nest(L, b, n, out, r, iv);
+	cg_expr *grp = i32div(L, vr(L, iv[r - 1]), qi.bk);
+	cg_expr *qo = lin(L, iv, qs, r - 2, add64(L, mul64(L, vr(L, iv[r - 1]), qs[r - 2]), i32div(L, vr(L, iv[r - 2]), 8)));
+	cg_expr *so = lin(L, iv, ss, r - 2, add64(L, mul64(L, grp, ss[r - 2]), vr(L, iv[r - 2])));
+	cg_expr *zo = lin(L, iv, zs, r - 2, add64(L, mul64(L, i32div(L, vr(L, iv[r - 1]), qi.bk), zs[r - 2]),
+							 i32div(L, vr(L, iv[r - 2]), 8)));
+	/* nibble (j/2) + 4(j%2) of output channel 8c + j */
+	int sh = newvar(L, CT_I32);
+	cg_expr *j = bin(L, CE_AND, conv(L, vr(L, iv[r - 2]), CT_I32), ic32(L, 7));
+	cg_expr *j2 = bin(L, CE_AND, conv(L, vr(L, iv[r - 2]), CT_I32), ic32(L, 7));
+	set(L, in, sh, bin(L, CE_SHL, bin(L, CE_ADD, bin(L, CE_LSHR, j, ic32(L, 1)),
+					   bin(L, CE_SHL, bin(L, CE_AND, j2, ic32(L, 1)), ic32(L, 2))), ic32(L, 2)));
+	cg_expr *q = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[0]], qo), vr(L, sh)), ic32(L, 15));
+	cg_expr *z = bin(L, CE_AND, bin(L, CE_LSHR, ld(L, L->p->node_buf[n->args[2]], zo), vr(L, sh)), ic32(L, 15));
+	cg_expr *v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, q, z), CT_F32), ld(L, L->p->node_buf[n->args[1]], so));
+	store(L, in, out, lin(L, iv, os, r, NULL), f16_round(L, in, v));
+}
+
 /* dequant: one loop nest over the result (rows past a scalar mask zeroed),
  * each element decoded from its packed value and scale as qt_value does. */
 void cgen_lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
 {
+	if (n->nargs == 3) {
+		lower_awq(L, b, n, out);
+		return;
+	}
+	if (n->nargs == 4) {
+		lower_gptq(L, b, n, out);
+		return;
+	}
 	const ir_node *qn = nd(L, n->args[0]), *sn = nd(L, n->args[1]);
 	qt_info qi;
 	IR_ASSERT(ir_dequant_info(L->g, n, &qi));

@@ -871,6 +871,30 @@ static moe_status ev_dequant(interp *ip, val *out)
 		memcpy(qi_, idx, sizeof qi_);
 		memcpy(si, idx, sizeof si);
 		int64_t row = idx[r - 2], k = idx[r - 1];
+		if (qi.fmt == QT_AWQ || qi.fmt == QT_GPTQ) { /* q, s, z (and g) of ir/quant.h */
+			const val *z = arg_val(ip, 2);
+			const ir_node *zn = arg_node(ip, 2);
+			int64_t grp = k / qi.bk, gix[MOE_MAX_RANK];
+			if (qi.fmt == QT_GPTQ) {
+				memcpy(gix, idx, sizeof gix);
+				gix[r - 2] = k;
+				grp = arg_val(ip, 3)->i[offset_of(gix, arg_node(ip, 3)->shape, r - 1)];
+				if (grp < 0 || grp >= sn->shape[r - 2])
+					return fault(ip, "dequant: g_idx[%lld] = %lld is outside the %lld groups", (long long)k,
+						(long long)grp, (long long)sn->shape[r - 2]);
+			}
+			bool gq = qi.fmt == QT_GPTQ;
+			qi_[r - 2] = gq ? k / 8 : k;
+			qi_[r - 1] = gq ? row : row / 8;
+			uint32_t qw = (uint32_t)q->i[offset_of(qi_, qn->shape, r)];
+			si[r - 2] = grp;
+			si[r - 1] = row;
+			float sc = s->f[offset_of(si, sn->shape, r)];
+			si[r - 1] = row / 8;
+			uint32_t zw = (uint32_t)z->i[offset_of(si, zn->shape, r)];
+			out->f[o] = rnd(n->dtype, gq ? qt_gptq(qw, k, zw, row, ir_attr_int(n, "zp", 1), sc) : qt_awq(qw, zw, row, sc));
+			continue;
+		}
 		qi_[r - 1] = k / qt_pack(qi.fmt);
 		si[r - 2] = row / qi.bn;
 		si[r - 1] = k / qi.bk;

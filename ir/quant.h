@@ -15,6 +15,20 @@
  *          significant first, value nibble - 8); s float [.., N, K/BK]; block
  *          [1, BK] (compressed-tensors pack-quantized, symmetric); attribute
  *          `k` gives K when it is not 8 x the packed width.
+ *   gptq   four operands (q, s, z, g): q i32 [.., K/8, N] packed along K
+ *          (element k of column n is nibble k%8 of word q[k/8, n], least
+ *          significant first, unsigned 0..15); s float [.., NG, N] with
+ *          NG = ceil(K/G); z i32 [.., NG, ceil(N/8)] zero points packed along N
+ *          (nibble n%8 of z[grp, n/8]); g i32 [.., K] the group of each input
+ *          channel (act-order permutes it); block [1, G]; attribute `zp` is
+ *          added to each stored zero point (1 for GPTQ v1 checkpoints, 0 for
+ *          gptq_v2). W[n, k] = f16((q - (z + zp)) * s[g[k], n]): each product
+ *          is rounded to f16 (the checkpoint's scale type), then to `to`.
+ *   awq    three operands (q, s, z), AutoAWQ's GEMM layout: q i32 [.., K, N/8]
+ *          packed along N, z i32 [.., NG, N/8] likewise, s float [.., NG, N],
+ *          NG = ceil(K/G), block [1, G]; output channel 8c+j of a word is its
+ *          nibble (j/2) + 4(j%2) (packing order 0,2,4,6,1,3,5,7).
+ *          W[n, k] = f16((q - z) * s[k/G, n]), then rounded to `to`.
  * Scalars here are shared by every executor so they cannot drift apart. */
 #ifndef MOEC_IR_QUANT_H
 #define MOEC_IR_QUANT_H
@@ -23,7 +37,27 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_NFORMATS } qt_format;
+typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NFORMATS } qt_format;
+
+/* x rounded to IEEE binary16 (nearest even, subnormals, overflow to
+ * infinity) and widened back to f32. */
+static inline float qt_f16(float x)
+{
+	if (x != x)
+		return x;
+	float a = fabsf(x), r;
+	if (a < 0x1p-14f) { /* subnormal: multiples of 2^-24, the ulp of 0.5 in f32 */
+		r = (a + 0.5f) - 0.5f;
+	} else {
+		uint32_t b;
+		memcpy(&b, &a, 4);
+		b = (b + 0xfffu + ((b >> 13) & 1u)) & ~0x1fffu;
+		memcpy(&r, &b, 4);
+		if (r > 65504.0f)
+			r = INFINITY;
+	}
+	return x < 0 ? -r : r;
+}
 
 /* E4M3 "fn": bias 7, no infinities, S.1111.111 is NaN, largest 448. */
 static inline float qt_e4m3(uint32_t b)
@@ -66,10 +100,31 @@ static inline int64_t qt_pack(qt_format f)
 	return f == QT_FP8 ? 1 : f == QT_MXFP4 ? 2 : 8;
 }
 
+/* The nibble of an awq word holding output channel 8c + j. */
+static inline int qt_awq_nibble(int64_t j)
+{
+	return (int)((j & 7) >> 1) + (int)((j & 1) << 2);
+}
+
+/* One awq element of output channel n: its value word, its zero-point word, the scale. */
+static inline float qt_awq(uint32_t qword, uint32_t zword, int64_t n, float scale)
+{
+	int sh = 4 * qt_awq_nibble(n);
+	return qt_f16((float)((int32_t)((qword >> sh) & 15u) - (int32_t)((zword >> sh) & 15u)) * scale);
+}
+
+/* One gptq element: the word holding it, its zero-point word, the scale. */
+static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n, int64_t zp, float scale)
+{
+	int32_t q = (int32_t)((qword >> (4 * (k & 7))) & 15u), z = (int32_t)((zword >> (4 * (n & 7))) & 15u);
+	return qt_f16((float)(q - z - (int32_t)zp) * scale);
+}
+
 /* The format named by a dequant node's `format`, -1 if unknown. */
 static inline int qt_format_from_name(const char *s)
 {
-	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4 : -1;
+	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4
+	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : -1;
 }
 
 /* A dequant node's geometry, filled by ir_dequant_info from a verified node. */

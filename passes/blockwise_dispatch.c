@@ -171,10 +171,9 @@ static void strip_lead(const char *eq, char *out, size_t len)
 
 /* A copy of node `from` of graph og (op and attributes) on operand a; in a
  * body, a slice's axis and an einsum's letters lose the expert axis. */
-static moe_id redo(dp *c, const moe_graph *og, moe_id from, moe_id a, moe_id b)
+static moe_id redo_n(dp *c, const moe_graph *og, moe_id from, const moe_id *x, uint32_t nx)
 {
-	moe_id x[2] = {a, b};
-	moe_id id = moe_node_new(c->d, (moe_op)N(og, from)->op, x, b == MOE_NONE ? 1 : 2, c->loc);
+	moe_id id = moe_node_new(c->d, (moe_op)N(og, from)->op, x, nx, c->loc);
 	char eq[64];
 	for (uint32_t i = 0; i < N(og, from)->nattrs; i++) {
 		ir_attr at = N(og, from)->attrs[i]; /* copied: ir_attr_set may grow the node array */
@@ -187,6 +186,12 @@ static moe_id redo(dp *c, const moe_graph *og, moe_id from, moe_id a, moe_id b)
 		ir_attr_set(c->d, N(c->d, id), &at);
 	}
 	return id;
+}
+
+static moe_id redo(dp *c, const moe_graph *og, moe_id from, moe_id a, moe_id b)
+{
+	moe_id x[2] = {a, b};
+	return redo_n(c, og, from, x, b == MOE_NONE ? 1 : 2);
 }
 
 /* Does n keep the expert dimension first (a slice past axis 0, an einsum
@@ -218,8 +223,11 @@ static moe_id block_weight(dp *c, moe_id w)
 		chain[n++] = d, d = N(og, d)->args[0];
 	if (N(og, d)->op != MOE_OP_DEQUANT)
 		return gather_blocks(c, w);
-	moe_id q = N(og, d)->args[0], s = N(og, d)->args[1];
-	moe_id id = redo(c, og, d, gather_blocks(c, q), gather_blocks(c, s));
+	moe_id x[4]; /* values, scales (and gptq's zero points and g_idx) of the blocks' experts */
+	uint32_t nx = N(og, d)->nargs;
+	for (uint32_t k = 0; k < nx; k++)
+		x[k] = gather_blocks(c, N(og, d)->args[k]);
+	moe_id id = redo_n(c, og, d, x, nx);
 	if (!c->body) /* a body runs for blocks < nblocks only */
 		moe_node_set_valid(c->d, id, c->nblocks);
 	IR_ASSERT(ir_infer(c->d->ctx, c->d, id) == MOE_OK);

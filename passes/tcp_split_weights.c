@@ -119,6 +119,13 @@ PASS(pass_tcp_split_weights)
 	(void)opts;
 	(void)ud;
 	uint32_t nn = g->nnodes;
+	for (moe_id i = 0; i < nn; i++) /* the TCP lowering decodes fp8, mxfp4 and int4 only */
+		if (N(g, i)->op == MOE_OP_DEQUANT && N(g, i)->nargs >= 3) {
+			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
+				"'dequant': %s weights are not supported on the tcp target yet (compile for the host)",
+				N(g, i)->nargs == 4 ? "GPTQ" : "AWQ");
+			return MOE_ERR_UNSUPPORTED;
+		}
 	bool *pack = ctx_alloc(ctx, nn + 1);
 	pass_tcp_pack_plan(ctx, g, pack);
 	int64_t k = 0;

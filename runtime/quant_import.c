@@ -32,6 +32,7 @@ typedef struct qcfg {
 	bool ct;               /* compressed-tensors' matching rule, else transformers' */
 	long budget;           /* matching steps left (rt_re.h) */
 	char layer[24];        /* the text's `param layer`, "" when it has none */
+	int zp;                /* gptq: added to each stored zero point (1 for v1, 0 for gptq_v2) */
 } qcfg;
 
 /* Sanitised head of a pattern for a message: printable ASCII, at most 60 bytes. */
@@ -121,7 +122,7 @@ static const cJSON *member(const cJSON *o, const char *k)
 }
 
 /* Every quant_method read_cfg accepts. */
-#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4"
+#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"
 
 /* A block or group size: a JSON integer in 1..2^20 (128.9 is not one). */
 static bool size_ok(const cJSON *v)
@@ -160,16 +161,56 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
 		if (!size_ok(gs))
 			return bad(ctx, file, "group_size must be an integer in 1..1048576");
-		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, ""};
+		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, "", 0};
 		return MOE_OK;
 	}
 	if (!strcmp(fmt->valuestring, "float-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "float") || strcmp(st, "channel"))
 			return bad(ctx, file, "float-quantized is read for 8-bit float weights with one scale per channel only");
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, ""};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0};
 		return MOE_OK;
 	}
 	return bad(ctx, file, "compressed-tensors format is not pack-quantized or float-quantized");
+}
+
+/* gptq (GPTQ v1 as AutoGPTQ and transformers write it, or GPTQModel's gptq_v2):
+ * `W.qweight` I32 [K/8, N], `W.scales` F16 [NG, N], `W.qzeros` I32 [NG, N/8],
+ * `W.g_idx` I32 [K]; 4-bit only; group_size -1 is one group per row. */
+static moe_status read_gptq(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
+{
+	const cJSON *bits = member(qc, "bits"), *gs = member(qc, "group_size"), *cf = member(qc, "checkpoint_format");
+	if (!cJSON_IsNumber(bits) || bits->valuedouble != 4)
+		return bad(ctx, file, "gptq is read for bits 4 only");
+	if (!gs || !(size_ok(gs) || (cJSON_IsNumber(gs) && gs->valuedouble == -1)))
+		return bad(ctx, file, "gptq needs group_size, an integer in 1..1048576 or -1 (one group per row)");
+	int zp = 1;
+	if (cf && (!cJSON_IsString(cf) || (strcmp(cf->valuestring, "gptq") && strcmp(cf->valuestring, "gptq_v2"))))
+		return bad(ctx, file, "gptq checkpoint_format must be \"gptq\" or \"gptq_v2\"");
+	if (cf && !strcmp(cf->valuestring, "gptq_v2"))
+		zp = 0;
+	*q = (qcfg){"gptq", "i32", ".qweight", ".scales", 1, gs->valuedouble < 0 ? 0 : (int64_t)gs->valuedouble, NULL,
+		0, "modules_to_not_convert", false, 0, "", zp};
+	return MOE_OK;
+}
+
+/* awq, version gemm (AutoAWQ): `W.qweight` I32 [K, N/8], `W.qzeros` I32
+ * [NG, N/8] (both packed along N in the order 0,2,4,6,1,3,5,7), `W.scales`
+ * F16 [NG, N]; 4-bit with zero points only. */
+static moe_status read_awq(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
+{
+	const cJSON *bits = member(qc, "bits"), *gs = member(qc, "group_size"), *ver = member(qc, "version");
+	const cJSON *zp = member(qc, "zero_point");
+	if (!cJSON_IsNumber(bits) || bits->valuedouble != 4)
+		return bad(ctx, file, "awq is read for bits 4 only");
+	if (!size_ok(gs))
+		return bad(ctx, file, "awq needs group_size, an integer in 1..1048576");
+	if (ver && (!cJSON_IsString(ver) || (strcmp(ver->valuestring, "gemm") && strcmp(ver->valuestring, "GEMM"))))
+		return bad(ctx, file, "awq is read for version gemm only (the GEMM packing order)");
+	if (zp && !cJSON_IsTrue(zp))
+		return bad(ctx, file, "awq without zero points (zero_point false) is not supported");
+	*q = (qcfg){"awq", "i32", ".qweight", ".scales", 1, (int64_t)gs->valuedouble, NULL, 0, "modules_to_not_convert",
+		false, 0, "", 0};
+	return MOE_OK;
 }
 
 static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg *q)
@@ -187,17 +228,21 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of integers in 1..1048576");
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
 			(int64_t)bs->child->next->valuedouble, NULL, 0,
-			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, ""};
+			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, "", 0};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "fbgemm_fp8")) {
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 1, "modules_to_not_convert", false, 0, ""};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 1, "modules_to_not_convert", false, 0, "", 0};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "compressed-tensors"))
 		return read_ct(ctx, file, qc, q);
+	if (!strcmp(meth, "gptq"))
+		return read_gptq(ctx, file, qc, q);
+	if (!strcmp(meth, "awq"))
+		return read_awq(ctx, file, qc, q);
 	if (!strcmp(meth, "mxfp4")) {
-		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, ""};
+		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, "", 0};
 		return MOE_OK;
 	}
 	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (" SUPPORTED_METHODS ")",
@@ -252,6 +297,39 @@ static bool quantize_fused(const qcfg *q, const wline *w, rt_buf *decl, rt_buf *
 	return true;
 }
 
+/* gptq (awq): packed values, scales, zero points (and g_idx) of w, whose Linear weight
+ * is [pre N, K]; the result dequantizes each product in f16 (ir/quant.h). */
+static int quantize_gptq(const qcfg *q, const wline *w, const char *pre, const char *nn, const char *kk, int bl,
+	rt_buf *decl, rt_buf *bind)
+{
+	char g[96], ng[160];
+	if (q->bk)
+		snprintf(g, sizeof g, "%lld", (long long)q->bk);
+	else
+		snprintf(g, sizeof g, "%s", kk);
+	if (q->bk)
+		snprintf(ng, sizeof ng, "(%s + %lld) / %lld", kk, (long long)q->bk - 1, (long long)q->bk);
+	else
+		snprintf(ng, sizeof ng, "1");
+	if (!strcmp(q->fmt, "awq")) {
+		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, %s / 8] = \"%.*s.qweight\"\n", w->name, pre, kk, nn, bl, w->src);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s.scales\"\n", w->name, pre, ng, nn, bl, w->src);
+		rt_buf_printf(decl, "  weight %s_z : i32[%s%s, %s / 8] = \"%.*s.qzeros\"\n", w->name, pre, ng, nn, bl,
+			w->src);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, %s_z, format=\"awq\", block=[1, %s], to=%s)\n", w->name,
+			w->name, w->name, w->name, g, w->type[0] ? w->type : "dtype");
+		return 1;
+	}
+	rt_buf_printf(decl, "  weight %s_q : i32[%s%s / 8, %s] = \"%.*s.qweight\"\n", w->name, pre, kk, nn, bl, w->src);
+	rt_buf_printf(decl, "  weight %s_s : f32[%s%s, %s] = \"%.*s.scales\"\n", w->name, pre, ng, nn, bl, w->src);
+	rt_buf_printf(decl, "  weight %s_z : i32[%s%s, (%s + 7) / 8] = \"%.*s.qzeros\"\n", w->name, pre, ng, nn, bl,
+		w->src);
+	rt_buf_printf(decl, "  weight %s_g : i32[%s%s] = \"%.*s.g_idx\"\n", w->name, pre, kk, bl, w->src);
+	rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, %s_z, %s_g, format=\"gptq\", block=[1, %s], zp=%d, to=%s)\n",
+		w->name, w->name, w->name, w->name, w->name, g, q->zp, w->type[0] ? w->type : "dtype");
+	return 1;
+}
+
 /* Emits the quantized form of w when it is quantized: 1, else 0; -1 on an
  * error (reported). */
 static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_buf *decl, rt_buf *bind)
@@ -296,6 +374,8 @@ static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_
 	int bl = (int)(sl - 7);
 	char pre[160]; /* the leading dims, "E, " */
 	snprintf(pre, sizeof pre, "%.*s%s", lead, w->dims, lead ? " " : "");
+	if (!strcmp(q->fmt, "gptq") || !strcmp(q->fmt, "awq"))
+		return quantize_gptq(q, w, pre, nn, kk, bl, decl, bind);
 	if (!strcmp(q->fmt, "int4"))
 		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, (%s + 7) / 8] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,
 			q->qsuffix);

@@ -241,7 +241,7 @@ bad:
 /* Is weight id the scale operand of a dequant? Scales are stored with a
  * collapsed rank at times (a 0-d tensor for one 128x128 block): their grid is
  * rebuilt from the weight's shape, so only the non-1 dims must agree. */
-static bool is_scale(const moe_graph *g, moe_id id)
+static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand count, 0 when none reads it */
 {
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_DEQUANT)
@@ -251,9 +251,9 @@ static bool is_scale(const moe_graph *g, moe_id id)
 				   moe_node_op(g, s) == MOE_OP_SLICE))
 			s = moe_node_arg(g, s, 0);
 		if (s == id)
-			return true;
+			return moe_node_num_args(g, i);
 	}
-	return false;
+	return 0;
 }
 
 /* A dequant's scale declared bf16 says the products are rounded to bf16, the
@@ -261,6 +261,12 @@ static bool is_scale(const moe_graph *g, moe_id id)
  * reference would compute in that type, so it is refused rather than rounded. */
 static bool scale_dtype_ok(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file)
 {
+	if (moe_node_dtype(g, id) == MOE_F32 && st->dtype != MOE_ST_F16 && is_scale(g, id) >= 3) {
+		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a GPTQ or AWQ scale, stored F16: the layer "
+			"dequantizes in f16 as the format's reference does", st->name, moe_st_dtype_name(st->dtype),
+			moe_node_name(g, id));
+		return false;
+	}
 	if (moe_node_dtype(g, id) != MOE_BF16 || st->dtype == MOE_ST_BF16 || !is_scale(g, id))
 		return true;
 	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a bf16 scale: the layer dequantizes in "

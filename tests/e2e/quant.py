@@ -20,7 +20,9 @@ to the values of the format descriptions (computed here with numpy).
 Then checkpoints broken on purpose must be rejected with a message naming the tensor and
 without writing the output: a scale tensor with the wrong count, a group size that does not
 divide K, a U8 blocks tensor of the wrong length, an F4 tensor of an odd element count, an
-unsupported quant_method.
+unsupported quant_method; for GPTQ and AWQ a g_idx of the wrong length, zero points or
+values of the wrong shape, scales not stored F16, an out-of-range g_idx, unsupported bits /
+versions / checkpoint formats, and the TCP target (refused with a diagnostic).
 
 usage: quant.py MOEC FIXTURES_DIR
 """
@@ -187,9 +189,76 @@ def rejections(moec, fixtures, tmp):
     failed += expect_reject("int4 scales of another dtype", run_cmd(d), out, [sc, "is F32", "bf16 scale"])
     # 5. a quant_method moec does not read: import-hf says so and writes nothing
     d = broken("qwen3_moe", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(
-        "quant_method", "awq"))
+        "quant_method", "hqq"))
     failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
-                                                         "-o", moe], moe, ["quant_method 'awq'"])
+                                                         "-o", moe], moe, ["quant_method 'hqq'"])
+    return failed + gptq_rejections(moec, fixtures, tmp, run_cmd) + awq_rejections(moec, fixtures, tmp, run_cmd)
+
+
+def awq_rejections(moec, fixtures, tmp, run_cmd):
+    """AWQ checkpoints broken on purpose: the tensor is named, nothing is written."""
+    failed = 0
+    out, moe = os.path.join(tmp, "never.npy"), os.path.join(tmp, "never.moe")
+    pre = "model.layers.0.block_sparse_moe.experts.1.w2."  # down: K = 96, N = 48
+
+    def put(name, code, shape, data):
+        return lambda st: st.__setitem__(pre + name, (code, shape, data))
+    d = broken("awq_mixtral", fixtures, tmp, edit_st=put("qzeros", "I32", [6, 5], np.zeros(30, "<i4").tobytes()))
+    failed += expect_reject("awq zero points of the wrong shape", run_cmd(d), out, [pre + "qzeros", "[6, 5]"])
+    d = broken("awq_mixtral", fixtures, tmp, edit_st=put("scales", "BF16", [6, 48], np.zeros(288, "<u2").tobytes()))
+    failed += expect_reject("awq scales of the wrong dtype", run_cmd(d), out, [pre + "scales", "BF16", "f16"])
+    d = broken("awq_mixtral", fixtures, tmp, edit_st=put("qweight", "I32", [96, 8], np.zeros(768, "<i4").tobytes()))
+    failed += expect_reject("awq values of the wrong shape", run_cmd(d), out, [pre + "qweight", "[96, 8]"])
+    for key, val, words in (("version", "gemv", ["version gemm only"]), ("zero_point", False, ["zero_point false"]),
+                            ("bits", 8, ["bits 4 only"])):
+        d = broken("awq_mixtral", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(key, val))
+        failed += expect_reject("awq %s %s" % (key, val), [moec, "import-hf", os.path.join(d, "config.json"),
+                                                           "-o", moe], moe, words)
+    d = os.path.join(fixtures, "awq_qwen3_moe")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "a.moe")])
+    failed += expect_reject("awq on the tcp target", [moec, "run", os.path.join(tmp, "a.moe"), "--target=tcp",
+                                                      "--weights", os.path.join(d, "model.safetensors"), "--input",
+                                                      os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["AWQ weights are not supported on the tcp target yet"])
+    return failed
+
+
+def gptq_rejections(moec, fixtures, tmp, run_cmd):
+    """GPTQ checkpoints broken on purpose: the tensor is named, nothing is written."""
+    failed = 0
+    out = os.path.join(tmp, "never.npy")
+    pre = "model.layers.0.mlp.experts.2.up_proj."
+
+    def put(name, code, shape, data):
+        return lambda st: st.__setitem__(pre + name, (code, shape, data))
+    # g_idx with 40 entries for K = 48 input channels
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("g_idx", "I32", [40], np.zeros(40, "<i4").tobytes()))
+    failed += expect_reject("gptq g_idx of the wrong length", run_cmd(d), out, [pre + "g_idx", "[40]"])
+    # zero points [3, 5]: 48 output channels packed 8 per word need [3, 6]
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("qzeros", "I32", [3, 5], np.zeros(15, "<i4").tobytes()))
+    failed += expect_reject("gptq zero points of the wrong shape", run_cmd(d), out, [pre + "qzeros", "[3, 5]"])
+    # scales stored F32: the reference would dequantize in f32, not f16
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("scales", "F32", [3, 48], np.ones(144, "<f4").tobytes()))
+    failed += expect_reject("gptq scales of the wrong dtype", run_cmd(d), out, [pre + "scales", "F32", "f16"])
+    # a g_idx entry naming group 3 of 3: a fault at run time, no output
+    gi = np.arange(48, dtype="<i4") // 16
+    gi[7] = 3
+    d = broken("gptq_qwen3_moe", fixtures, tmp, edit_st=put("g_idx", "I32", [48], gi.tobytes()))
+    for eng, words in (("interp", ["g_idx[7] = 3 is outside the 3 groups"]), ("llvm", ["g_idx of dequant"])):
+        failed += expect_reject("gptq g_idx out of range (%s)" % eng, run_cmd(d) + ["--engine", eng], out, words)
+    # 8-bit GPTQ and an unknown checkpoint_format are refused by import-hf
+    moe = os.path.join(tmp, "never.moe")
+    for key, val, words in (("bits", 8, ["bits 4 only"]), ("checkpoint_format", "gptq_v9", ["checkpoint_format"])):
+        d = broken("gptq_mixtral", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(key, val))
+        failed += expect_reject("gptq %s %s" % (key, val), [moec, "import-hf", os.path.join(d, "config.json"),
+                                                            "-o", moe], moe, words)
+    # the TCP target refuses GPTQ weights with a diagnostic, not a crash, and writes nothing
+    d = os.path.join(fixtures, "gptq_mixtral")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "g.moe")])
+    failed += expect_reject("gptq on the tcp target", [moec, "run", os.path.join(tmp, "g.moe"), "--target=tcp",
+                                                       "--weights", os.path.join(d, "model.safetensors"), "--input",
+                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["GPTQ weights are not supported on the tcp target yet"])
     return failed
 
 

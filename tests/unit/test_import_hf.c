@@ -454,8 +454,8 @@ static void test_new_errors(void **st)
 		     "\"moe_intermediate_size\":8,\"quantization_config\":{\"quant_method\":\"fp8\"}}", 0, MOE_ERR_INVALID,
 		"fp8 needs weight_block_size");
 	expect_error("{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_experts\":8,\"num_experts_per_tok\":2,"
-		     "\"moe_intermediate_size\":8,\"quantization_config\":{\"quant_method\":\"awq\"}}", 0, MOE_ERR_INVALID,
-		"quant_method 'awq' is not supported");
+		     "\"moe_intermediate_size\":8,\"quantization_config\":{\"quant_method\":\"hqq\"}}", 0, MOE_ERR_INVALID,
+		"quant_method 'hqq' is not supported");
 	expect_error("{\"model_type\":\"hunyuan_v1_moe\",\"hidden_size\":8,\"num_experts\":8,\"moe_topk\":[2],"
 		     "\"num_hidden_layers\":2,\"moe_intermediate_size\":8}", 1, MOE_ERR_INVALID, "'moe_topk' lists 1");
 	expect_error("{\"model_type\":\"deepseek_v2\",\"hidden_size\":8,\"n_routed_experts\":8,\"topk_method\":\"x\","

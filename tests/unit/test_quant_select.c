@@ -275,11 +275,17 @@ static void test_rewrite(void **st)
 			"quantization_config.ignore[0]: pattern 're:*gate': nothing to repeat at position 0"},
 		/* a non-string method names the key and every method moec reads */
 		{"{\"quant_method\":3}", "quantization_config: quant_method must be a string; it names the format, one "
-					"of: fp8, fbgemm_fp8, compressed-tensors, mxfp4"},
+					"of: fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"},
 		{"{\"bits\":4}", "quantization_config: quant_method is missing; it names the format, one of: fp8, "
-				"fbgemm_fp8, compressed-tensors, mxfp4"},
-		{"{\"quant_method\":\"awq\"}", "quant_method 'awq' is not supported (fp8, fbgemm_fp8, compressed-tensors, "
-					      "mxfp4)"},
+				"fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"},
+		{"{\"quant_method\":\"hqq\"}", "quant_method 'hqq' is not supported (fp8, fbgemm_fp8, compressed-tensors, "
+					      "mxfp4, gptq, awq)"},
+		{"{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":128,\"version\":\"gemv\"}",
+			"awq is read for version gemm only"},
+		{"{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":128,\"checkpoint_format\":\"marlin\"}",
+			"gptq checkpoint_format must be"},
+		{"{\"quant_method\":\"gptq\",\"bits\":3,\"group_size\":128}", "gptq is read for bits 4 only"},
+		{"{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":0}", "gptq needs group_size"},
 		/* sizes are integers: 128.9 was truncated to 128 */
 		{"{\"quant_method\":\"fp8\",\"weight_block_size\":[128.9,128]}",
 			"fp8 needs weight_block_size [rows, cols] of integers in 1..1048576"},
