@@ -9,6 +9,15 @@ import os
 import sys
 
 moec, path = sys.argv[1], sys.argv[2]
+# A sanitizer build's library needs the ASan runtime loaded first in the
+# process: run again with it preloaded (Python's own allocations are not
+# moec's, so leak checking is off for this process).
+if os.environ.get("MOEC_TEST_SANITIZED") == "1" and "MOEC_BARE_PRELOADED" not in os.environ:
+    import subprocess
+    rt = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    env = dict(os.environ, MOEC_BARE_PRELOADED="1", LD_PRELOAD=rt,
+               ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0")
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
 lib = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(moec)), "libmoec.so"))
 lib.moe_ctx_new.restype = ctypes.c_void_p
 lib.moe_ctx_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
