@@ -595,6 +595,30 @@ static bool read_loc(jr *r, const cJSON *o, moe_loc *loc)
 
 static bool read_node(jr *r, moe_graph *g, const cJSON *o);
 
+/* o's "nodes" array into g, in order (what: "layer" or "body", for the message). */
+static bool read_nodes(jr *r, moe_graph *g, const cJSON *o, const char *what)
+{
+	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(o, "nodes");
+	size_t old = push_key(r, "nodes");
+	if (!cJSON_IsArray(nodes)) {
+		jerr(r, "expected an array, got %s", jtype(nodes));
+		return false;
+	}
+	size_t i = 0;
+	for (const cJSON *n = nodes->child; n; n = n->next, i++) {
+		if (i >= (size_t)INT32_MAX) {
+			jerr(r, "too many nodes in one %s", what);
+			return false;
+		}
+		size_t o2 = push_index(r, i);
+		if (!read_node(r, g, n))
+			return false;
+		pop(r, o2);
+	}
+	pop(r, old);
+	return true;
+}
+
 /* The "body" of block_loop id: {"nodes": [...], "yield": N}, ids of its own. */
 static bool read_body(jr *r, moe_graph *g, moe_id id, const cJSON *o)
 {
@@ -613,25 +637,9 @@ static bool read_body(jr *r, moe_graph *g, moe_id id, const cJSON *o)
 	uint32_t bi;
 	moe_graph *b = ir_body_new(g, &bi);
 	N(g, id)->body = bi;
-	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(o, "nodes");
-	size_t o2 = push_key(r, "nodes");
-	if (!cJSON_IsArray(nodes)) {
-		jerr(r, "expected an array, got %s", jtype(nodes));
+	if (!read_nodes(r, b, o, "body"))
 		return false;
-	}
-	size_t i = 0;
-	for (const cJSON *n = nodes->child; n; n = n->next, i++) {
-		if (i >= (size_t)INT32_MAX) {
-			jerr(r, "too many nodes in one body");
-			return false;
-		}
-		size_t o3 = push_index(r, i);
-		if (!read_node(r, b, n))
-			return false;
-		pop(r, o3);
-	}
-	pop(r, o2);
-	o2 = push_key(r, "yield");
+	size_t o2 = push_key(r, "yield");
 	int64_t y;
 	if (!read_int(r, cJSON_GetObjectItemCaseSensitive(o, "yield"), 0, INT64_MAX, false, &y))
 		return false;
@@ -817,31 +825,15 @@ static bool read_layer(jr *r, moe_module *m, const cJSON *o)
 	}
 	if (!read_attrs(r, g, MOE_NONE, cJSON_GetObjectItemCaseSensitive(o, "attrs")))
 		return false;
-	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(o, "nodes");
-	size_t old = push_key(r, "nodes");
-	if (!cJSON_IsArray(nodes)) {
-		jerr(r, "expected an array, got %s", jtype(nodes));
+	if (!read_nodes(r, g, o, "layer"))
 		return false;
-	}
-	size_t i = 0;
-	for (const cJSON *n = nodes->child; n; n = n->next, i++) {
-		if (i >= (size_t)INT32_MAX) {
-			jerr(r, "too many nodes in one layer");
-			return false;
-		}
-		size_t o2 = push_index(r, i);
-		if (!read_node(r, g, n))
-			return false;
-		pop(r, o2);
-	}
-	pop(r, old);
 	const cJSON *outs = cJSON_GetObjectItemCaseSensitive(o, "outputs");
-	old = push_key(r, "outputs");
+	size_t old = push_key(r, "outputs");
 	if (!cJSON_IsArray(outs)) {
 		jerr(r, "expected an array, got %s", jtype(outs));
 		return false;
 	}
-	i = 0;
+	size_t i = 0;
 	for (const cJSON *v = outs->child; v; v = v->next, i++) {
 		size_t o2 = push_index(r, i);
 		int64_t x;
