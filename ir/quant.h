@@ -29,6 +29,14 @@
  *          NG = ceil(K/G), block [1, G]; output channel 8c+j of a word is its
  *          nibble (j/2) + 4(j%2) (packing order 0,2,4,6,1,3,5,7).
  *          W[n, k] = f16((q - z) * s[k/G, n]), then rounded to `to`.
+ *   nvfp4  three operands (q, s, g): q u8 [.., N, K/2] (element 2j in the low
+ *          nibble of byte j, 2j+1 in the high), E2M1 values; s f8e4m3
+ *          [.., N, K/16] (E4M3 scale per 16 elements); g f32 [.., 1], the
+ *          global scale of each matrix; block [1, 16]. Attribute `gscale`
+ *          says how g combines with a block scale, in f32: "div" (compressed-
+ *          tensors' weight_global_scale) W = e2m1 * f32(e4m3(s) / g); "mul"
+ *          (ModelOpt's weight_scale_2) W = e2m1 * f32(e4m3(s) * g); the
+ *          product rounded once to f32, then to `to`.
  * Scalars here are shared by every executor so they cannot drift apart. */
 #ifndef MOEC_IR_QUANT_H
 #define MOEC_IR_QUANT_H
@@ -37,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NFORMATS } qt_format;
+typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NVFP4, QT_NFORMATS } qt_format;
 
 /* x rounded to IEEE binary16 (nearest even, subnormals, overflow to
  * infinity) and widened back to f32. */
@@ -97,7 +105,15 @@ static inline float qt_value(qt_format f, uint32_t raw, int64_t k, float scale_f
 /* Elements per packed q element: 1, 2, 8. */
 static inline int64_t qt_pack(qt_format f)
 {
-	return f == QT_FP8 ? 1 : f == QT_MXFP4 ? 2 : 8;
+	return f == QT_FP8 ? 1 : f == QT_MXFP4 || f == QT_NVFP4 ? 2 : 8;
+}
+
+/* One nvfp4 element k: the byte holding it, its E4M3 scale byte, the global
+ * scale g and whether g divides (gscale "div") or multiplies ("mul"). */
+static inline float qt_nvfp4(uint32_t raw, int64_t k, uint32_t sbyte, float g, int div)
+{
+	float s = div ? qt_e4m3(sbyte) / g : qt_e4m3(sbyte) * g;
+	return qt_e2m1(k & 1 ? raw >> 4 : raw & 15u) * s;
 }
 
 /* The nibble of an awq word holding output channel 8c + j. */
@@ -124,7 +140,7 @@ static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n
 static inline int qt_format_from_name(const char *s)
 {
 	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4
-	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : -1;
+	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : !strcmp(s, "nvfp4") ? QT_NVFP4 : -1;
 }
 
 /* A dequant node's geometry, filled by ir_dequant_info from a verified node. */
