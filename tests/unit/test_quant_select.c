@@ -279,7 +279,7 @@ static void test_rewrite(void **st)
 		{"{\"bits\":4}", "quantization_config: quant_method is missing; it names the format, one of: fp8, "
 				"fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"},
 		{"{\"quant_method\":\"hqq\"}", "quant_method 'hqq' is not supported (fp8, fbgemm_fp8, compressed-tensors, "
-					      "mxfp4, gptq, awq)"},
+					      "mxfp4, gptq, awq, modelopt)"},
 		{"{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":128,\"version\":\"gemv\"}",
 			"awq is read for version gemm only"},
 		{"{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":128,\"checkpoint_format\":\"marlin\"}",
