@@ -363,6 +363,10 @@ void cgen_lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *k32 = conv(L, k, CT_I32), *v;
 	if (qi.fmt == QT_FP8) {
 		v = bin(L, CE_MUL, e4m3_expr(L, raw), sc);
+	} else if (qi.fmt == QT_INT8) { /* the byte as two's complement */
+		cg_expr *b8 = bin(L, CE_AND, raw, ic32(L, 255));
+		cg_expr *neg = bin(L, CE_SHL, bin(L, CE_AND, raw, ic32(L, 128)), ic32(L, 1));
+		v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, b8, neg), CT_F32), sc);
 	} else if (qi.fmt == QT_MXFP4 || qi.fmt == QT_NVFP4) {
 		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 1)), ic32(L, 2));
 		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));

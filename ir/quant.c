@@ -176,19 +176,21 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	const char *f = ir_attr_str(n, "format", NULL);
 	int fmt = qt_format_from_name(f);
 	if (fmt < 0)
-		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq, awq, nvfp4)", f ? f : "(none)");
+		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq, awq, nvfp4, int8)", f ? f : "(none)");
 	uint32_t want = fmt == QT_GPTQ ? 4 : fmt == QT_AWQ || fmt == QT_NVFP4 ? 3 : 2;
 	if (n->nargs != want)
 		FAIL("'dequant': format %s takes %s operands, got %u", f,
 			want == 4 ? "four (q, s, z, g)" : fmt == QT_NVFP4 ? "three (q, s, g)" : want == 3 ? "three (q, s, z)"
 			: "two (q, s)", n->nargs);
+	if (fmt != QT_INT8 && !strcmp(ir_attr_str(n, "act", "bf16"), "int8"))
+		FAIL("'dequant': act=\"int8\" (W8A8: int8 activations) applies to int8 weights, not %s", f);
 	if (fmt == QT_GPTQ)
 		return gptq_info(ctx, g, n, qi);
 	if (fmt == QT_AWQ)
 		return awq_info(ctx, g, n, qi);
 	if (fmt == QT_NVFP4)
 		return nvfp4_info(ctx, g, n, qi);
-	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32, MOE_I32, MOE_I32, MOE_U8};
+	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32, MOE_I32, MOE_I32, MOE_U8, MOE_U8};
 	if (q->dtype != qdt[fmt])
 		FAIL("'dequant': %s values %s must be %s, got %s", f, nm(q),
 			moe_dtype_name(qdt[fmt]), moe_dtype_name((moe_dtype)q->dtype));

@@ -124,7 +124,7 @@ PASS(pass_tcp_split_weights)
 	for (moe_id i = 0; i < nn; i++) { /* the TCP lowering decodes fp8, mxfp4 and int4 only */
 		const char *f = N(g, i)->op == MOE_OP_DEQUANT ? ir_attr_str(N(g, i), "format", "") : "";
 		const char *host = !strcmp(f, "gptq") ? "GPTQ" : !strcmp(f, "awq") ? "AWQ" : !strcmp(f, "nvfp4") ? "NVFP4"
-				   : NULL;
+				   : !strcmp(f, "int8") ? "W8A8 int8" : NULL;
 		if (host) {
 			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
 				"'dequant': %s weights are not supported on the tcp target yet (compile for the host)", host);

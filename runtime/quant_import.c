@@ -172,6 +172,22 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
+	if (!strcmp(fmt->valuestring, "int-quantized")) { /* W8A8: int8 weights, dynamic per-token int8 activations */
+		const cJSON *a = NULL;
+		cJSON_ArrayForEach(g, groups)
+		a = member(g, "input_activations");
+		const cJSON *ab = member(a, "num_bits"), *at = member(a, "type"), *ad = member(a, "dynamic");
+		const cJSON *as = member(a, "strategy"), *asym = member(a, "symmetric");
+		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "int") || strcmp(st, "channel") ||
+			!cJSON_IsTrue(sym))
+			return bad(ctx, file, "int-quantized is read for 8-bit int weights, symmetric, strategy channel only");
+		if (!cJSON_IsNumber(ab) || ab->valuedouble != 8 || !cJSON_IsString(at) || strcmp(at->valuestring, "int") ||
+			!cJSON_IsTrue(ad) || !cJSON_IsString(as) || strcmp(as->valuestring, "token") || (asym && !cJSON_IsTrue(asym)))
+			return bad(ctx, file, "int-quantized is read with input_activations of 8-bit int, dynamic, symmetric, "
+					      "strategy token only (W8A8)");
+		*q = (qcfg){"int8", "u8", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0, NULL, NULL};
+		return MOE_OK;
+	}
 	if (!strcmp(fmt->valuestring, "nvfp4-pack-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 4 || strcmp(ty, "float") || strcmp(st, "tensor_group") ||
 			!cJSON_IsNumber(gs) || gs->valuedouble != 16)
@@ -181,7 +197,8 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 			".weight_global_scale", "div"};
 		return MOE_OK;
 	}
-	return bad(ctx, file, "compressed-tensors format is not pack-quantized, float-quantized or nvfp4-pack-quantized");
+	return bad(ctx, file, "compressed-tensors format is not pack-quantized, float-quantized, int-quantized or "
+			      "nvfp4-pack-quantized");
 }
 
 /* gptq (GPTQ v1 as AutoGPTQ and transformers write it, or GPTQModel's gptq_v2):
@@ -397,6 +414,19 @@ static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_
 	snprintf(pre, sizeof pre, "%.*s%s", lead, w->dims, lead ? " " : "");
 	if (!strcmp(q->fmt, "gptq") || !strcmp(q->fmt, "awq"))
 		return quantize_gptq(q, w, pre, nn, kk, bl, decl, bind);
+	if (!strcmp(q->fmt, "int8")) { /* W8A8: only the routed experts' contractions quantize their activations */
+		if (!strstr(w->src, "{e}")) {
+			rt_err_at(ctx, file, -1, "quantization_config: W8A8 int8 weight '%.*s' is not a routed expert's: moec "
+				"quantizes the activations of the experts' contractions only (list it in ignore to keep it float)",
+				bl, base);
+			return -1;
+		}
+		rt_buf_printf(decl, "  weight %s_q : u8[%s] = \"%.*s.weight\"\n", w->name, w->dims, bl, base);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s%s, 1] = \"%.*s.weight_scale\"\n", w->name, pre, nn, bl, base);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"int8\", block=[1, %s], act=\"int8\", to=%s)\n",
+			w->name, w->name, w->name, kk, w->type[0] ? w->type : "dtype");
+		return 1;
+	}
 	if (!strcmp(q->fmt, "nvfp4")) { /* the global scale: one f32 per matrix, [pre 1] */
 		rt_buf_printf(decl, "  weight %s_q : u8[%s%s, %s / 2] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base, q->qsuffix);
 		rt_buf_printf(decl, "  weight %s_s : f8e4m3[%s%s, %s / 16] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,
