@@ -193,7 +193,7 @@ def rejections(moec, fixtures, tmp):
     failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
                                                          "-o", moe], moe, ["quant_method 'hqq'"])
     return failed + gptq_rejections(moec, fixtures, tmp, run_cmd) + awq_rejections(moec, fixtures, tmp, run_cmd) + \
-        nvfp4_rejections(moec, fixtures, tmp, run_cmd)
+        nvfp4_rejections(moec, fixtures, tmp, run_cmd) + w8a8_rejections(moec, fixtures, tmp, run_cmd)
 
 
 def awq_rejections(moec, fixtures, tmp, run_cmd):
@@ -221,6 +221,46 @@ def awq_rejections(moec, fixtures, tmp, run_cmd):
                                                       "--weights", os.path.join(d, "model.safetensors"), "--input",
                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
                             out, ["AWQ weights are not supported on the tcp target yet"])
+    return failed
+
+
+def w8a8_rejections(moec, fixtures, tmp, run_cmd):
+    """W8A8 int8 checkpoints broken on purpose: the tensor is named, nothing is written; the
+    activation quantization is in the host IR; configs moec does not read are refused."""
+    failed = 0
+    out, moe = os.path.join(tmp, "never.npy"), os.path.join(tmp, "never.moe")
+    pre = "model.layers.0.block_sparse_moe.experts.1.w2."  # down: N = 48, K = 96
+
+    def put(name, code, shape, size):
+        return lambda st: st.__setitem__(pre + name, (code, shape, b"\x01" * size))
+    for case, name, code, shape, size, words in (
+            ("w8a8 scales of the wrong shape", "weight_scale", "F32", [48, 2], 384, ["[48, 2]"]),
+            ("w8a8 scales of the wrong dtype", "weight_scale", "I32", [48, 1], 192, ["is I32"]),
+            ("w8a8 values of the wrong shape", "weight", "I8", [48, 95], 48 * 95, ["[48, 95]"]),
+            ("w8a8 values of the wrong dtype", "weight", "U8", [48, 96], 48 * 96, ["is U8", "stored I8"])):
+        d = broken("w8a8_mixtral", fixtures, tmp, edit_st=put(name, code, shape, size))
+        failed += expect_reject(case, run_cmd(d), out, [pre + name] + words)
+    grp = lambda c: c["quantization_config"]["config_groups"]["group_0"]  # noqa: E731
+    for case, edit in (("no input_activations (weight-only)", lambda c: grp(c).__setitem__("input_activations", None)),
+                       ("static activation scales", lambda c: grp(c)["input_activations"].__setitem__("dynamic", False)),
+                       ("per-tensor activations", lambda c: grp(c)["input_activations"].__setitem__("strategy", "tensor")),
+                       ("asymmetric weights", lambda c: grp(c)["weights"].__setitem__("symmetric", False))):
+        d = broken("w8a8_qwen3_moe", fixtures, tmp, edit_cfg=edit)
+        failed += expect_reject("w8a8 config: " + case, [moec, "import-hf", os.path.join(d, "config.json"), "-o", moe],
+                                moe, ["int-quantized is read"])
+    d = os.path.join(fixtures, "w8a8_mixtral")
+    wm = os.path.join(tmp, "w.moe")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", wm])
+    ir = run([moec, "ir", wm, "--pipeline", "host"]).stdout
+    # one row maximum for x (gate and up share it) and one for the activation h before down
+    good = ir.count("reduce_max(") == 2 and ir.count('act="int8"') == 3
+    print("%-4s w8a8: the host IR quantizes the experts' input rows (reduce_max x %d)" % (
+        "ok" if good else "FAIL", ir.count("reduce_max(")))
+    failed += not good
+    failed += expect_reject("w8a8 on the tcp target", [moec, "run", wm, "--target=tcp", "--weights",
+                                                       os.path.join(d, "model.safetensors"), "--input",
+                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["W8A8 int8 weights are not supported on the tcp target yet"])
     return failed
 
 
