@@ -9,7 +9,14 @@
  *   quant_method "compressed-tensors", format "pack-quantized" (4-bit int, symmetric,
  *       group strategy): `W.weight_packed` I32 [N, ceil(K/8)], `W.weight_scale`
  *       [N, K/G]; format "float-quantized" (8-bit float, channel strategy):
- *       `W.weight`, `W.weight_scale` [N, 1]; `ignore` lists modules kept as they are.
+ *       `W.weight`, `W.weight_scale` [N, 1]; format "int-quantized" (W8A8: 8-bit int
+ *       channel weights, dynamic per-token int8 activations): `W.weight` I8 [N, K],
+ *       `W.weight_scale` [N, 1]; format "nvfp4-pack-quantized": `W.weight_packed` U8
+ *       [N, K/2], `W.weight_scale` F8_E4M3 [N, K/16], `W.weight_global_scale` F32 [1];
+ *       `ignore` lists modules kept as they are;
+ *   quant_method "modelopt", quant_algo "NVFP4": `W.weight` U8 [N, K/2],
+ *       `W.weight_scale` F8_E4M3 [N, K/16], `W.weight_scale_2` F32; exclude_modules;
+ *   quant_method "gptq", "awq": below.
  * Every `weight` line of the imported text whose tensor is a Linear `.weight`
  * (not the router's, not an ignored module) is replaced by NAME_q and NAME_s
  * declarations and `NAME = dequant(NAME_q, NAME_s, ...)` after the weights.
