@@ -292,6 +292,25 @@ def nvfp4_rejections(moec, fixtures, tmp, run_cmd):
         d = broken(fam, fixtures, tmp, edit_cfg=edit)
         failed += expect_reject("%s config" % fam, [moec, "import-hf", os.path.join(d, "config.json"), "-o", moe],
                                 moe, words)
+    # ModelOpt's own layout: the quantization config in hf_quant_config.json beside config.json
+    def split(c):
+        q = c.pop("quantization_config")
+        q.pop("quant_method")
+        with open(os.path.join(tmp, "broken_nvfp4mo_qwen3_moe", "hf_quant_config.json"), "w") as f:
+            json.dump({"producer": {"name": "modelopt"}, "quantization": q}, f)
+    d = broken("nvfp4mo_qwen3_moe", fixtures, tmp, edit_cfg=split)
+    y = os.path.join(tmp, "hq.npy")
+    run(run_cmd(d)[:-1] + [y])
+    ref = np.load(os.path.join(d, "y_float32_T5.npy"))
+    err = float(np.max(np.abs(np.load(y).astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
+    print("%-4s nvfp4mo_qwen3_moe from hf_quant_config.json: T=5 max|err| = %.2e x max|y|" % (
+        "ok" if err <= TOL else "FAIL", err))
+    failed += err > TOL
+    with open(os.path.join(d, "hf_quant_config.json"), "w") as f:
+        json.dump({"producer": {"name": "modelopt"}, "quant_algo": "NVFP4"}, f)
+    failed += expect_reject("hf_quant_config.json without a quantization object", [
+        moec, "import-hf", os.path.join(d, "config.json"), "-o", moe], moe,
+        ["hf_quant_config.json", "no \"quantization\" object"])
     d = os.path.join(fixtures, "nvfp4_qwen3_moe")
     run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "n.moe")])
     failed += expect_reject("nvfp4 on the tcp target", [moec, "run", os.path.join(tmp, "n.moe"), "--target=tcp",
