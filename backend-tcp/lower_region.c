@@ -66,9 +66,16 @@ void tcpl_find_region(lw *c)
 			if (N(g, i)->valid != MOE_NONE && N(g, N(g, i)->valid)->rank == 1)
 				tcpl_err(c, i, "this node is masked per block row, but the graph does not name its block grid "
 					"(graph attributes " IR_GK_BLOCK_ROWS ", " IR_GK_NBLOCKS " and " IR_GK_BLOCK_EXPERT
-					", node ids set by blockwise-dispatch)");
+					", node ids set by blockwise-dispatch): the TCP backend lowers only the block loop "
+					"blockwise-dispatch writes");
 		return;
 	}
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+		if (N(g, i)->valid != MOE_NONE && N(g, i)->valid != c->rows && N(g, N(g, i)->valid)->rank == 1)
+			tcpl_err(c, i, "this node is masked per block row by a block loop other than the one blockwise-dispatch "
+				"wrote: the TCP backend lowers only that loop");
+	if (c->failed)
+		return;
 	c->G = N(g, c->rows)->shape[0];
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);

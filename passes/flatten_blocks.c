@@ -253,15 +253,6 @@ PASS(pass_flatten_blocks)
 		if (N(g, i)->name)
 			moe_node_set_name(rb.dst, y, N(g, i)->name);
 		rb.map[i] = y;
-		/* the flat block region's control values, for a backend that reads
-		 * them (blockwise-dispatch names its own; a hand-written loop's are
-		 * named here, the first loop's) */
-		if (!ir_attr_find(&g->meta, IR_GK_BLOCK_ROWS) && !ir_attr_find(&rb.dst->meta, IR_GK_BLOCK_ROWS)) {
-			const ir_node *l = N(g, i);
-			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, rb.map[l->args[IR_BL_ROWS]]);
-			ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, rb.map[l->args[IR_BL_NBLOCKS]]);
-			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, rb.map[l->args[IR_BL_EXPERTS]]);
-		}
 	}
 	rebuild_end(&rb);
 	return MOE_OK;

@@ -229,7 +229,13 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 /* A rank other than 0 of `mpirun ... moec run --ep N` on the host that
  * stopped before joining MPI: its errors come from the command line every
  * rank shares (options, paths, FILE), which rank 0 reports too, so they are
- * printed once, by rank 0. After MPI started each rank prints its own. */
+ * printed once, by rank 0. Such a rank waits before it exits: mpirun ends
+ * the job when the first rank fails, and a rank 1 exiting first would take
+ * rank 0 down before its message is out. A rank still alive after the wait
+ * (rank 0 did not fail the same way) prints its own errors, so none is lost.
+ * After MPI started each rank prints its own. */
+enum { QUIET_RANK_WAIT_S = 20 };
+
 static int quiet_rank(const opts *o)
 {
 	if (o->cmdbit != C_RUN || !o->ep || (o->target && !strcmp(o->target, "tcp")) || cli_ep_net_started())
@@ -295,8 +301,9 @@ int main(int argc, char **argv)
 	moe_ctx_set_diag_prefix(ctx, "moec");
 	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
 		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
-	if (!quiet_rank(&o))
-		moe_diag_print(ctx, stderr);
+	if (status && quiet_rank(&o))
+		sleep(QUIET_RANK_WAIT_S);
+	moe_diag_print(ctx, stderr);
 	moe_ctx_free(ctx);
 	return status ? 1 : 0;
 }
