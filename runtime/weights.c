@@ -191,7 +191,7 @@ static bool dtype_converts(moe_st_dtype from, moe_dtype dt)
 static void dtype_error(moe_ctx *ctx, const moe_st_tensor *st, const char *file, const char *wname, moe_dtype dt)
 {
 	rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is %s and moec converts only F32, BF16 and F16 to "
-		"f32/bf16 (and I32 to i32, BOOL to bool, F8_E4M3 to f8e4m3, U8, F8_E8M0 and I8 to u8; quantized weights are "
+		"f32/bf16 (and I32 to i32, BOOL to bool, F8_E4M3 to f8e4m3, U8 and F8_E8M0 to u8; quantized weights are "
 		"declared with their stored type and read by dequant)", st->name, moe_st_dtype_name(st->dtype), wname,
 		moe_dtype_name(dt));
 }
