@@ -339,7 +339,7 @@ static void lower_awq(lw *L, cg_block *b, const ir_node *n, int out)
  * each element decoded from its packed value and scale as qt_value does. */
 void cgen_lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
 {
-	if (n->nargs == 3) {
+	if (n->nargs == 3 && strcmp(ir_attr_str(n, "format", ""), "nvfp4")) {
 		lower_awq(L, b, n, out);
 		return;
 	}
@@ -363,10 +363,24 @@ void cgen_lower_dequant(lw *L, cg_block *b, const ir_node *n, int out)
 	cg_expr *k32 = conv(L, k, CT_I32), *v;
 	if (qi.fmt == QT_FP8) {
 		v = bin(L, CE_MUL, e4m3_expr(L, raw), sc);
-	} else if (qi.fmt == QT_MXFP4) {
+	} else if (qi.fmt == QT_INT8) { /* the byte as two's complement */
+		cg_expr *b8 = bin(L, CE_AND, raw, ic32(L, 255));
+		cg_expr *neg = bin(L, CE_SHL, bin(L, CE_AND, raw, ic32(L, 128)), ic32(L, 1));
+		v = bin(L, CE_MUL, conv(L, bin(L, CE_SUB, b8, neg), CT_F32), sc);
+	} else if (qi.fmt == QT_MXFP4 || qi.fmt == QT_NVFP4) {
 		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 1)), ic32(L, 2));
 		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));
-		v = bin(L, CE_MUL, e2m1_expr(L, nib), e8m0_expr(L, sc));
+		if (qi.fmt == QT_NVFP4) { /* qt_nvfp4: the block scale and the global one combined in f32 first */
+			int64_t gs[MOE_MAX_RANK];
+			strides_of(nd(L, n->args[2]), gs);
+			cg_expr *g = ld(L, L->p->node_buf[n->args[2]], lin(L, iv, gs, r - 2, NULL));
+			bool div = !strcmp(ir_attr_str(n, "gscale", "div"), "div");
+			int bs = newvar(L, CT_F32);
+			set(L, in, bs, bin(L, div ? CE_FDIV : CE_MUL, e4m3_expr(L, sc), g));
+			v = bin(L, CE_MUL, e2m1_expr(L, nib), vr(L, bs));
+		} else {
+			v = bin(L, CE_MUL, e2m1_expr(L, nib), e8m0_expr(L, sc));
+		}
 	} else {
 		cg_expr *sh = bin(L, CE_SHL, bin(L, CE_AND, k32, ic32(L, 7)), ic32(L, 2));
 		cg_expr *nib = bin(L, CE_AND, bin(L, CE_LSHR, raw, sh), ic32(L, 15));

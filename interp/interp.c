@@ -900,7 +900,9 @@ static moe_status ev_dequant(interp *ip, val *out)
 		si[r - 1] = k / qi.bk;
 		uint32_t raw = (uint32_t)q->i[offset_of(qi_, qn->shape, r)];
 		int64_t so = offset_of(si, sn->shape, r);
-		float v = qt_value(qi.fmt, raw, k, s->f ? s->f[so] : 0.0f, s->i ? (uint32_t)s->i[so] : 0u);
+		float v = qi.fmt == QT_NVFP4 ? qt_nvfp4(raw, k, (uint32_t)s->i[so], arg_val(ip, 2)->f[o / (qi.N * qi.K)],
+							!strcmp(ir_attr_str(n, "gscale", "div"), "div"))
+					     : qt_value(qi.fmt, raw, k, s->f ? s->f[so] : 0.0f, s->i ? (uint32_t)s->i[so] : 0u);
 		out->f[o] = rnd(n->dtype, v);
 	}
 	return MOE_OK;

@@ -18,7 +18,8 @@ const char *const ir_act_names[IR_ACT_COUNT + 1] = {
 	[IR_ACT_COUNT] = NULL,
 };
 const char *const ir_scatter_modes[] = {"set", "add", NULL};
-const char *const ir_dequant_acts[] = {"bf16", "fp8", NULL};
+const char *const ir_dequant_acts[] = {"bf16", "fp8", "int8", NULL};
+const char *const ir_dequant_gscales[] = {"div", "mul", NULL};
 const char *const ir_weight_on_names[] = {"output", "input", NULL};
 
 #define A_INT(k, d) {#k, IR_AT_INT, false, (d), 0, NULL, NULL},

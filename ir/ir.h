@@ -91,7 +91,8 @@ typedef enum ir_act {
 } ir_act;
 extern const char *const ir_act_names[IR_ACT_COUNT + 1]; /* NULL-terminated */
 extern const char *const ir_scatter_modes[];             /* scatter mode: set, add */
-extern const char *const ir_dequant_acts[];              /* dequant act (TCP): bf16, fp8 */
+extern const char *const ir_dequant_acts[];              /* dequant act: bf16, fp8 (TCP), int8 (W8A8) */
+extern const char *const ir_dequant_gscales[];           /* dequant nvfp4 global scale: div, mul */
 extern const char *const ir_weight_on_names[];           /* experts weight_on: output, input */
 
 /* block_loop (docs/ir.md "Block loops"). Operands 0-2 are the control

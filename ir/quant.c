@@ -124,6 +124,50 @@ static bool awq_info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info
 	return true;
 }
 
+/* nvfp4: q u8 [.., N, K/2], s f8e4m3 [.., N, K/16], g f32 [.., 1], block
+ * [1, 16] (ir/quant.h). */
+static bool nvfp4_info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi)
+{
+	const ir_node *q = N(g, n->args[0]), *s = N(g, n->args[1]), *gs = N(g, n->args[2]);
+	if (q->dtype != MOE_U8 || s->dtype != MOE_F8E4M3 || gs->dtype != MOE_F32)
+		FAIL("'dequant': nvfp4 values %s, scales %s and global scale %s must be u8, f8e4m3 and f32, got %s, %s, %s",
+			nm(q), nm(s), nm(gs), moe_dtype_name((moe_dtype)q->dtype), moe_dtype_name((moe_dtype)s->dtype),
+			moe_dtype_name((moe_dtype)gs->dtype));
+	int r = q->rank;
+	if (r < 2 || s->rank != r || gs->rank != r - 1)
+		FAIL("'dequant': nvfp4 values %s (rank %d) need scales %s of the same rank and a global scale %s one lower "
+		     "(%d, %d)", nm(q), r, nm(s), nm(gs), s->rank, gs->rank);
+	for (int d = 0; d < r - 2; d++)
+		if (s->shape[d] != q->shape[d] || gs->shape[d] != q->shape[d])
+			FAIL("'dequant': nvfp4 operands %s, %s, %s differ in dim %d", nm(q), nm(s), nm(gs), d);
+	if (gs->shape[r - 2] != 1)
+		FAIL("'dequant': nvfp4 global scale %s must hold one value per matrix (last dim 1), got %lld", nm(gs),
+			(long long)gs->shape[r - 2]);
+	const int64_t *b;
+	int nb = ir_attr_ints(n, "block", &b);
+	if (nb >= 0 && (nb != 2 || b[0] != 1 || b[1] != 16))
+		FAIL("'dequant': nvfp4 blocks are [1, 16]");
+	qi->fmt = QT_NVFP4;
+	qi->bn = 1;
+	qi->bk = 16;
+	qi->N = q->shape[r - 2];
+	qi->K = q->shape[r - 1] * 2;
+	if (qi->K % 16)
+		FAIL("'dequant': nvfp4 values %s hold K = %lld per row, not a multiple of the 16-element block", nm(q),
+			(long long)qi->K);
+	if (s->shape[r - 2] != qi->N || s->shape[r - 1] != qi->K / 16) {
+		char have[128];
+		if (ctx)
+			shape_txt(s, have, sizeof have);
+		FAIL("'dequant': nvfp4 scales %s are %s; N = %lld rows of K = %lld in blocks of 16 need [%lld, %lld]", nm(s),
+			have, (long long)qi->N, (long long)qi->K, (long long)qi->N, (long long)qi->K / 16);
+	}
+	if (strcmp(ir_attr_str(n, "act", "bf16"), "bf16"))
+		FAIL("'dequant': act=\"%s\" does not apply to nvfp4 (its weights are dequantized, activations kept)",
+			ir_attr_str(n, "act", "bf16"));
+	return true;
+}
+
 /* Format, block and result dims of n from its attributes and operands;
  * false with a diagnostic (ctx non-NULL) when they do not fit together. */
 static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi)
@@ -132,16 +176,21 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 	const char *f = ir_attr_str(n, "format", NULL);
 	int fmt = qt_format_from_name(f);
 	if (fmt < 0)
-		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq, awq)", f ? f : "(none)");
-	uint32_t want = fmt == QT_GPTQ ? 4 : fmt == QT_AWQ ? 3 : 2;
+		FAIL("'dequant': unknown format '%s' (fp8, mxfp4, int4, gptq, awq, nvfp4, int8)", f ? f : "(none)");
+	uint32_t want = fmt == QT_GPTQ ? 4 : fmt == QT_AWQ || fmt == QT_NVFP4 ? 3 : 2;
 	if (n->nargs != want)
 		FAIL("'dequant': format %s takes %s operands, got %u", f,
-			want == 4 ? "four (q, s, z, g)" : want == 3 ? "three (q, s, z)" : "two (q, s)", n->nargs);
+			want == 4 ? "four (q, s, z, g)" : fmt == QT_NVFP4 ? "three (q, s, g)" : want == 3 ? "three (q, s, z)"
+			: "two (q, s)", n->nargs);
+	if (fmt != QT_INT8 && !strcmp(ir_attr_str(n, "act", "bf16"), "int8"))
+		FAIL("'dequant': act=\"int8\" (W8A8: int8 activations) applies to int8 weights, not %s", f);
 	if (fmt == QT_GPTQ)
 		return gptq_info(ctx, g, n, qi);
 	if (fmt == QT_AWQ)
 		return awq_info(ctx, g, n, qi);
-	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32, MOE_I32, MOE_I32};
+	if (fmt == QT_NVFP4)
+		return nvfp4_info(ctx, g, n, qi);
+	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32, MOE_I32, MOE_I32, MOE_U8, MOE_U8};
 	if (q->dtype != qdt[fmt])
 		FAIL("'dequant': %s values %s must be %s, got %s", f, nm(q),
 			moe_dtype_name(qdt[fmt]), moe_dtype_name((moe_dtype)q->dtype));

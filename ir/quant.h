@@ -29,6 +29,22 @@
  *          NG = ceil(K/G), block [1, G]; output channel 8c+j of a word is its
  *          nibble (j/2) + 4(j%2) (packing order 0,2,4,6,1,3,5,7).
  *          W[n, k] = f16((q - z) * s[k/G, n]), then rounded to `to`.
+ *   int8   q u8 [.., N, K], the bytes of two's-complement int8 values; s float
+ *          [.., N, K/BK]; block [1, BK] (compressed-tensors int-quantized,
+ *          symmetric, per channel: BK = K). W = f32(int8(q) * s), then `to`.
+ *          With act="int8" (W8A8) the activation each such weight is
+ *          contracted with is quantized per row first, as the reference does
+ *          dynamically per token: m = max(max|x|, 1e-10), v = x * f32(127 / m),
+ *          q = v rounded half away from zero (|q| <= 127), x' = q * f32(m / 127);
+ *          blockwise-dispatch writes that quantization into the graph.
+ *   nvfp4  three operands (q, s, g): q u8 [.., N, K/2] (element 2j in the low
+ *          nibble of byte j, 2j+1 in the high), E2M1 values; s f8e4m3
+ *          [.., N, K/16] (E4M3 scale per 16 elements); g f32 [.., 1], the
+ *          global scale of each matrix; block [1, 16]. Attribute `gscale`
+ *          says how g combines with a block scale, in f32: "div" (compressed-
+ *          tensors' weight_global_scale) W = e2m1 * f32(e4m3(s) / g); "mul"
+ *          (ModelOpt's weight_scale_2) W = e2m1 * f32(e4m3(s) * g); the
+ *          product rounded once to f32, then to `to`.
  * Scalars here are shared by every executor so they cannot drift apart. */
 #ifndef MOEC_IR_QUANT_H
 #define MOEC_IR_QUANT_H
@@ -37,7 +53,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NFORMATS } qt_format;
+typedef enum qt_format { QT_FP8, QT_MXFP4, QT_INT4, QT_GPTQ, QT_AWQ, QT_NVFP4, QT_INT8, QT_NFORMATS } qt_format;
 
 /* x rounded to IEEE binary16 (nearest even, subnormals, overflow to
  * infinity) and widened back to f32. */
@@ -90,6 +106,7 @@ static inline float qt_value(qt_format f, uint32_t raw, int64_t k, float scale_f
 	switch (f) {
 	case QT_FP8: return qt_e4m3(raw) * scale_f;
 	case QT_MXFP4: return qt_e2m1(k & 1 ? raw >> 4 : raw & 15u) * qt_e8m0(scale_u8);
+	case QT_INT8: return (float)((int32_t)(raw & 255u) - (int32_t)((raw & 128u) << 1)) * scale_f;
 	default: return (float)((int32_t)((raw >> (4 * (k & 7))) & 15u) - 8) * scale_f;
 	}
 }
@@ -97,7 +114,15 @@ static inline float qt_value(qt_format f, uint32_t raw, int64_t k, float scale_f
 /* Elements per packed q element: 1, 2, 8. */
 static inline int64_t qt_pack(qt_format f)
 {
-	return f == QT_FP8 ? 1 : f == QT_MXFP4 ? 2 : 8;
+	return f == QT_FP8 || f == QT_INT8 ? 1 : f == QT_MXFP4 || f == QT_NVFP4 ? 2 : 8;
+}
+
+/* One nvfp4 element k: the byte holding it, its E4M3 scale byte, the global
+ * scale g and whether g divides (gscale "div") or multiplies ("mul"). */
+static inline float qt_nvfp4(uint32_t raw, int64_t k, uint32_t sbyte, float g, int div)
+{
+	float s = div ? qt_e4m3(sbyte) / g : qt_e4m3(sbyte) * g;
+	return qt_e2m1(k & 1 ? raw >> 4 : raw & 15u) * s;
 }
 
 /* The nibble of an awq word holding output channel 8c + j. */
@@ -124,7 +149,8 @@ static inline float qt_gptq(uint32_t qword, int64_t k, uint32_t zword, int64_t n
 static inline int qt_format_from_name(const char *s)
 {
 	return !s ? -1 : !strcmp(s, "fp8") ? QT_FP8 : !strcmp(s, "mxfp4") ? QT_MXFP4 : !strcmp(s, "int4") ? QT_INT4
-	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : -1;
+	       : !strcmp(s, "gptq") ? QT_GPTQ : !strcmp(s, "awq") ? QT_AWQ : !strcmp(s, "nvfp4") ? QT_NVFP4
+	       : !strcmp(s, "int8") ? QT_INT8 : -1;
 }
 
 /* A dequant node's geometry, filled by ir_dequant_info from a verified node. */

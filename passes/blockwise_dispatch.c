@@ -238,9 +238,38 @@ static moe_id block_weight(dp *c, moe_id w)
 	return id;
 }
 
-/* [G, B, in] x W[G, out, in] (+ bias[G, out]) -> [G, B, out] over valid rows. */
+/* Is w an int8 weight with int8 activations (dequant act="int8", W8A8)? */
+static bool w8a8(const dp *c, moe_id w)
+{
+	const moe_graph *og = c->body ? c->outer : c->d;
+	for (int n = 0; n < 8 && pass_keeps_expert_axis(N(og, w)); n++)
+		w = N(og, w)->args[0];
+	return N(og, w)->op == MOE_OP_DEQUANT && !strcmp(ir_attr_str(N(og, w), "act", "bf16"), "int8");
+}
+
+/* x [.., in] quantized per row to int8 and back, as W8A8's reference quantizes
+ * a Linear's input per token (ir/quant.h): m = max(max|x|, 1e-10);
+ * v = x * (127 / m); q = v rounded half away from zero; q * (m / 127), in f32. */
+static moe_id act_int8(dp *c, moe_id x)
+{
+	moe_id xf = vcast(c, x, MOE_F32);
+	moe_id m = ir_b_reduce(c->d, MOE_OP_REDUCE_MAX, v1(c, MOE_OP_ABS, xf), N(c->d, xf)->rank - 1, true, c->loc);
+	m = v2(c, MOE_OP_MAX, m, cf(c, 1e-10));
+	moe_id v = v2(c, MOE_OP_MUL, xf, v2(c, MOE_OP_DIV, cf(c, 127.0), m));
+	moe_id t = vcast(c, vcast(c, v, MOE_I32), MOE_F32); /* toward zero, exact below 2^23 */
+	moe_id half = v2(c, MOE_OP_GE, v1(c, MOE_OP_ABS, v2(c, MOE_OP_SUB, v, t)), cf(c, 0.5));
+	moe_id away = v2(c, MOE_OP_SUB, v2(c, MOE_OP_MUL, vcast(c, v2(c, MOE_OP_GE, v, cf(c, 0.0)), MOE_F32), cf(c, 2.0)),
+		cf(c, 1.0)); /* +1 or -1, the side of v */
+	moe_id q = v2(c, MOE_OP_ADD, t, v2(c, MOE_OP_MUL, vcast(c, half, MOE_F32), away));
+	return vcast(c, v2(c, MOE_OP_MUL, q, v2(c, MOE_OP_DIV, m, cf(c, 127.0))), (moe_dtype)N(c->d, x)->dtype);
+}
+
+/* [G, B, in] x W[G, out, in] (+ bias[G, out]) -> [G, B, out] over valid rows;
+ * a W8A8 weight's input rows are quantized to int8 first. */
 static moe_id project(dp *c, moe_id blocks, moe_id w, moe_id bias)
 {
+	if (w8a8(c, w))
+		blocks = act_int8(c, blocks);
 	moe_id wg = block_weight(c, w);
 	moe_id x[2] = {blocks, wg};
 	moe_id h = moe_node_new(c->d, MOE_OP_EINSUM, x, 2, c->loc);

@@ -140,7 +140,8 @@ static moe_status copy_attrs(fl *f, const ir_node *n, moe_id id, bool weights)
 			memcpy(shape + 1, a.v.ints, (size_t)a.count * sizeof *shape);
 			a.v.ints = shape;
 			a.count++;
-		} else if (n->op == MOE_OP_SLICE && !strcmp(a.key, "axis") && a.kind == MOE_ATTR_INT && a.v.i >= 0) {
+		} else if ((n->op == MOE_OP_SLICE || n->op == MOE_OP_REDUCE_MAX) && !strcmp(a.key, "axis") &&
+			   a.kind == MOE_ATTR_INT && a.v.i >= 0) {
 			a.v.i++;
 		}
 		ir_attr_set(f->d, N(f->d, id), &a);
@@ -153,7 +154,7 @@ static moe_status copy_attrs(fl *f, const ir_node *n, moe_id id, bool weights)
 static bool flattened_op(const ir_node *n)
 {
 	return (ir_ops[n->op].flags & OPF_ELEM) || n->op == MOE_OP_EINSUM || n->op == MOE_OP_RESHAPE ||
-	       n->op == MOE_OP_SLICE || n->op == MOE_OP_DEQUANT;
+	       n->op == MOE_OP_SLICE || n->op == MOE_OP_DEQUANT || n->op == MOE_OP_REDUCE_MAX; /* W8A8's row maxima */
 }
 
 static moe_status node(fl *f, moe_id i)

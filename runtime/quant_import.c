@@ -9,7 +9,14 @@
  *   quant_method "compressed-tensors", format "pack-quantized" (4-bit int, symmetric,
  *       group strategy): `W.weight_packed` I32 [N, ceil(K/8)], `W.weight_scale`
  *       [N, K/G]; format "float-quantized" (8-bit float, channel strategy):
- *       `W.weight`, `W.weight_scale` [N, 1]; `ignore` lists modules kept as they are.
+ *       `W.weight`, `W.weight_scale` [N, 1]; format "int-quantized" (W8A8: 8-bit int
+ *       channel weights, dynamic per-token int8 activations): `W.weight` I8 [N, K],
+ *       `W.weight_scale` [N, 1]; format "nvfp4-pack-quantized": `W.weight_packed` U8
+ *       [N, K/2], `W.weight_scale` F8_E4M3 [N, K/16], `W.weight_global_scale` F32 [1];
+ *       `ignore` lists modules kept as they are;
+ *   quant_method "modelopt", quant_algo "NVFP4": `W.weight` U8 [N, K/2],
+ *       `W.weight_scale` F8_E4M3 [N, K/16], `W.weight_scale_2` F32; exclude_modules;
+ *   quant_method "gptq", "awq": below.
  * Every `weight` line of the imported text whose tensor is a Linear `.weight`
  * (not the router's, not an ignored module) is replaced by NAME_q and NAME_s
  * declarations and `NAME = dequant(NAME_q, NAME_s, ...)` after the weights.
@@ -33,6 +40,8 @@ typedef struct qcfg {
 	long budget;           /* matching steps left (rt_re.h) */
 	char layer[24];        /* the text's `param layer`, "" when it has none */
 	int zp;                /* gptq: added to each stored zero point (1 for v1, 0 for gptq_v2) */
+	const char *gsuffix;   /* nvfp4: the global scale's suffix */
+	const char *gscale;    /* nvfp4: "div" (compressed-tensors) or "mul" (ModelOpt) */
 } qcfg;
 
 /* Sanitised head of a pattern for a message: printable ASCII, at most 60 bytes. */
@@ -122,7 +131,7 @@ static const cJSON *member(const cJSON *o, const char *k)
 }
 
 /* Every quant_method read_cfg accepts. */
-#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"
+#define SUPPORTED_METHODS "fp8, fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq, modelopt"
 
 /* A block or group size: a JSON integer in 1..2^20 (128.9 is not one). */
 static bool size_ok(const cJSON *v)
@@ -161,16 +170,42 @@ static moe_status read_ct(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg 
 			return bad(ctx, file, "pack-quantized int4 needs the group strategy and a group_size");
 		if (!size_ok(gs))
 			return bad(ctx, file, "group_size must be an integer in 1..1048576");
-		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, "", 0};
+		*q = (qcfg){"int4", "i32", ".weight_packed", ".weight_scale", 1, (int64_t)gs->valuedouble, NULL, 0, "ignore", true, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
 	if (!strcmp(fmt->valuestring, "float-quantized")) {
 		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "float") || strcmp(st, "channel"))
 			return bad(ctx, file, "float-quantized is read for 8-bit float weights with one scale per channel only");
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
-	return bad(ctx, file, "compressed-tensors format is not pack-quantized or float-quantized");
+	if (!strcmp(fmt->valuestring, "int-quantized")) { /* W8A8: int8 weights, dynamic per-token int8 activations */
+		const cJSON *a = NULL;
+		cJSON_ArrayForEach(g, groups)
+		a = member(g, "input_activations");
+		const cJSON *ab = member(a, "num_bits"), *at = member(a, "type"), *ad = member(a, "dynamic");
+		const cJSON *as = member(a, "strategy"), *asym = member(a, "symmetric");
+		if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || strcmp(ty, "int") || strcmp(st, "channel") ||
+			!cJSON_IsTrue(sym))
+			return bad(ctx, file, "int-quantized is read for 8-bit int weights, symmetric, strategy channel only");
+		if (!cJSON_IsNumber(ab) || ab->valuedouble != 8 || !cJSON_IsString(at) || strcmp(at->valuestring, "int") ||
+			!cJSON_IsTrue(ad) || !cJSON_IsString(as) || strcmp(as->valuestring, "token") || (asym && !cJSON_IsTrue(asym)))
+			return bad(ctx, file, "int-quantized is read with input_activations of 8-bit int, dynamic, symmetric, "
+					      "strategy token only (W8A8)");
+		*q = (qcfg){"int8", "u8", ".weight", ".weight_scale", 1, 0, NULL, 0, "ignore", true, 0, "", 0, NULL, NULL};
+		return MOE_OK;
+	}
+	if (!strcmp(fmt->valuestring, "nvfp4-pack-quantized")) {
+		if (!cJSON_IsNumber(bits) || bits->valuedouble != 4 || strcmp(ty, "float") || strcmp(st, "tensor_group") ||
+			!cJSON_IsNumber(gs) || gs->valuedouble != 16)
+			return bad(ctx, file, "nvfp4-pack-quantized is read for 4-bit float weights, strategy tensor_group, "
+					      "group_size 16 only");
+		*q = (qcfg){"nvfp4", "u8", ".weight_packed", ".weight_scale", 1, 16, NULL, 0, "ignore", true, 0, "", 0,
+			".weight_global_scale", "div"};
+		return MOE_OK;
+	}
+	return bad(ctx, file, "compressed-tensors format is not pack-quantized, float-quantized, int-quantized or "
+			      "nvfp4-pack-quantized");
 }
 
 /* gptq (GPTQ v1 as AutoGPTQ and transformers write it, or GPTQModel's gptq_v2):
@@ -189,7 +224,7 @@ static moe_status read_gptq(moe_ctx *ctx, const char *file, const cJSON *qc, qcf
 	if (cf && !strcmp(cf->valuestring, "gptq_v2"))
 		zp = 0;
 	*q = (qcfg){"gptq", "i32", ".qweight", ".scales", 1, gs->valuedouble < 0 ? 0 : (int64_t)gs->valuedouble, NULL,
-		0, "modules_to_not_convert", false, 0, "", zp};
+		0, "modules_to_not_convert", false, 0, "", zp, NULL, NULL};
 	return MOE_OK;
 }
 
@@ -209,7 +244,7 @@ static moe_status read_awq(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 	if (zp && !cJSON_IsTrue(zp))
 		return bad(ctx, file, "awq without zero points (zero_point false) is not supported");
 	*q = (qcfg){"awq", "i32", ".qweight", ".scales", 1, (int64_t)gs->valuedouble, NULL, 0, "modules_to_not_convert",
-		false, 0, "", 0};
+		false, 0, "", 0, NULL, NULL};
 	return MOE_OK;
 }
 
@@ -228,11 +263,11 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 			return bad(ctx, file, "fp8 needs weight_block_size [rows, cols] of integers in 1..1048576");
 		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale_inv", (int64_t)bs->child->valuedouble,
 			(int64_t)bs->child->next->valuedouble, NULL, 0,
-			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, "", 0};
+			member(qc, "modules_to_not_convert") ? "modules_to_not_convert" : "ignored_layers", false, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "fbgemm_fp8")) {
-		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 1, "modules_to_not_convert", false, 0, "", 0};
+		*q = (qcfg){"fp8", "f8e4m3", ".weight", ".weight_scale", 1, 0, NULL, 1, "modules_to_not_convert", false, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
 	if (!strcmp(meth, "compressed-tensors"))
@@ -241,8 +276,18 @@ static moe_status read_cfg(moe_ctx *ctx, const char *file, const cJSON *qc, qcfg
 		return read_gptq(ctx, file, qc, q);
 	if (!strcmp(meth, "awq"))
 		return read_awq(ctx, file, qc, q);
+	if (!strcmp(meth, "modelopt")) { /* ModelOpt's quant_algo NVFP4: `W.weight` U8, `W.weight_scale`, `W.weight_scale_2` */
+		const cJSON *al = member(qc, "quant_algo"), *gs = member(qc, "group_size");
+		if (!cJSON_IsString(al) || strcmp(al->valuestring, "NVFP4"))
+			return bad(ctx, file, "modelopt is read for quant_algo \"NVFP4\" only");
+		if (gs && (!cJSON_IsNumber(gs) || gs->valuedouble != 16))
+			return bad(ctx, file, "modelopt NVFP4 is read for group_size 16 only");
+		*q = (qcfg){"nvfp4", "u8", ".weight", ".weight_scale", 1, 16, NULL, 0, "exclude_modules", false, 0, "", 0,
+			".weight_scale_2", "mul"};
+		return MOE_OK;
+	}
 	if (!strcmp(meth, "mxfp4")) {
-		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, "", 0};
+		*q = (qcfg){"mxfp4", "u8", "_blocks", "_scales", 1, 32, NULL, 2, NULL, false, 0, "", 0, NULL, NULL};
 		return MOE_OK;
 	}
 	rt_err_at(ctx, file, -1, "quantization_config: quant_method '%s' is not supported (" SUPPORTED_METHODS ")",
@@ -376,6 +421,28 @@ static int quantize(moe_ctx *ctx, const char *file, qcfg *q, const wline *w, rt_
 	snprintf(pre, sizeof pre, "%.*s%s", lead, w->dims, lead ? " " : "");
 	if (!strcmp(q->fmt, "gptq") || !strcmp(q->fmt, "awq"))
 		return quantize_gptq(q, w, pre, nn, kk, bl, decl, bind);
+	if (!strcmp(q->fmt, "int8")) { /* W8A8: only the routed experts' contractions quantize their activations */
+		if (!strstr(w->src, "{e}")) {
+			rt_err_at(ctx, file, -1, "quantization_config: W8A8 int8 weight '%.*s' is not a routed expert's: moec "
+				"quantizes the activations of the experts' contractions only (list it in ignore to keep it float)",
+				bl, base);
+			return -1;
+		}
+		rt_buf_printf(decl, "  weight %s_q : u8[%s] = \"%.*s.weight\"\n", w->name, w->dims, bl, base);
+		rt_buf_printf(decl, "  weight %s_s : f32[%s%s, 1] = \"%.*s.weight_scale\"\n", w->name, pre, nn, bl, base);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, format=\"int8\", block=[1, %s], act=\"int8\", to=%s)\n",
+			w->name, w->name, w->name, kk, w->type[0] ? w->type : "dtype");
+		return 1;
+	}
+	if (!strcmp(q->fmt, "nvfp4")) { /* the global scale: one f32 per matrix, [pre 1] */
+		rt_buf_printf(decl, "  weight %s_q : u8[%s%s, %s / 2] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base, q->qsuffix);
+		rt_buf_printf(decl, "  weight %s_s : f8e4m3[%s%s, %s / 16] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,
+			q->ssuffix);
+		rt_buf_printf(decl, "  weight %s_g : f32[%s1] = \"%.*s%s\"\n", w->name, pre, bl, base, q->gsuffix);
+		rt_buf_printf(bind, "  %-6s = dequant(%s_q, %s_s, %s_g, format=\"nvfp4\", block=[1, 16], gscale=\"%s\", to=%s)\n",
+			w->name, w->name, w->name, w->name, q->gscale, w->type[0] ? w->type : "dtype");
+		return 1;
+	}
 	if (!strcmp(q->fmt, "int4"))
 		rt_buf_printf(decl, "  weight %s_q : i32[%s%s, (%s + 7) / 8] = \"%.*s%s\"\n", w->name, pre, nn, kk, bl, base,
 			q->qsuffix);

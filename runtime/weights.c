@@ -185,7 +185,7 @@ static bool dtype_converts(moe_st_dtype from, moe_dtype dt)
 		return from == MOE_ST_F32 || from == MOE_ST_BF16 || from == MOE_ST_F16;
 	return (dt == MOE_I32 && from == MOE_ST_I32) || (dt == MOE_BOOL && from == MOE_ST_BOOL) ||
 	       (dt == MOE_F8E4M3 && from == MOE_ST_F8_E4M3) ||
-	       (dt == MOE_U8 && (from == MOE_ST_U8 || from == MOE_ST_F8_E8M0));
+	       (dt == MOE_U8 && (from == MOE_ST_U8 || from == MOE_ST_F8_E8M0 || from == MOE_ST_I8));
 }
 
 static void dtype_error(moe_ctx *ctx, const moe_st_tensor *st, const char *file, const char *wname, moe_dtype dt)
@@ -219,7 +219,7 @@ static bool convert(moe_ctx *ctx, const moe_st_tensor *st, const char *file, con
 	}
 	/* quantized weights: their bytes as stored (E8M0 scales may be U8 or F8_E8M0) */
 	if ((dt == MOE_F8E4M3 && st->dtype == MOE_ST_F8_E4M3) ||
-		(dt == MOE_U8 && (st->dtype == MOE_ST_U8 || st->dtype == MOE_ST_F8_E8M0))) {
+		(dt == MOE_U8 && (st->dtype == MOE_ST_U8 || st->dtype == MOE_ST_F8_E8M0 || st->dtype == MOE_ST_I8))) {
 		memcpy(dst, src, n);
 		return true;
 	}
@@ -256,11 +256,56 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
 	return 0;
 }
 
+/* Is weight id an nvfp4 dequant's global scale (one f32 per matrix, stored
+ * [1] by compressed-tensors and 0-d by ModelOpt)? */
+static bool is_global_scale(const moe_graph *g, moe_id id)
+{
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
+		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) != 3 ||
+			strcmp(ir_attr_str(N(g, i), "format", ""), "nvfp4"))
+			continue;
+		moe_id s = moe_node_arg(g, i, 2);
+		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
+				   moe_node_op(g, s) == MOE_OP_SLICE))
+			s = moe_node_arg(g, s, 0);
+		if (s == id)
+			return true;
+	}
+	return false;
+}
+
+/* Is weight id the values of an int8 dequant (bytes of int8, stored I8)? */
+static bool is_int8_values(const moe_graph *g, moe_id id)
+{
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
+		if (moe_node_op(g, i) != MOE_OP_DEQUANT || strcmp(ir_attr_str(N(g, i), "format", ""), "int8"))
+			continue;
+		moe_id s = moe_node_arg(g, i, 0);
+		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
+				   moe_node_op(g, s) == MOE_OP_SLICE))
+			s = moe_node_arg(g, s, 0);
+		if (s == id)
+			return true;
+	}
+	return false;
+}
+
 /* A dequant's scale declared bf16 says the products are rounded to bf16, the
  * scale's dtype (compressed-tensors): stored in another float type, the
  * reference would compute in that type, so it is refused rather than rounded. */
 static bool scale_dtype_ok(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_tensor *st, const char *file)
 {
+	if ((st->dtype == MOE_ST_I8) != is_int8_values(g, id) && moe_node_dtype(g, id) == MOE_U8) {
+		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' %s", st->name, moe_st_dtype_name(st->dtype),
+			moe_node_name(g, id), st->dtype == MOE_ST_I8 ? "is u8 bytes, not int8 values (dequant format int8)"
+								  : "holds W8A8 int8 values, stored I8");
+		return false;
+	}
+	if (st->dtype != MOE_ST_F32 && is_global_scale(g, id)) {
+		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is an NVFP4 global scale, stored F32",
+			st->name, moe_st_dtype_name(st->dtype), moe_node_name(g, id));
+		return false;
+	}
 	if (moe_node_dtype(g, id) == MOE_F32 && st->dtype != MOE_ST_F16 && is_scale(g, id) >= 3) {
 		rt_err_at(ctx, file, st->offset, "tensor '%s' is %s; weight '%s' is a GPTQ or AWQ scale, stored F16: the layer "
 			"dequantizes in f16 as the format's reference does", st->name, moe_st_dtype_name(st->dtype),
@@ -337,7 +382,7 @@ static bool load_rows(moe_ctx *ctx, const moe_graph *g, moe_id id, const moe_st_
 		same = st->shape[i] == n->shape[i];
 	/* a dequant's scale may be stored with its unit dims elsewhere (per-channel
 	 * FP8: [E, D, 1] for a [E, 1, D] grid), as load_one accepts on one device */
-	if (!same && lead && is_scale(g, id))
+	if (!same && lead && (is_scale(g, id) || is_global_scale(g, id)))
 		same = same_squeezed(st->rank - 1, st->shape + 1, n->rank - 1, n->shape + 1);
 	for (int e = 0; same && e < nmap; e++)
 		same = map[e] < st->shape[0] / grp;
@@ -468,7 +513,7 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 			bool same = st->rank == prank;
 			for (int i = 0; same && i < prank; i++)
 				same = st->shape[i] == pshape[i];
-			if (!same && is_scale(g, id))
+			if (!same && (is_scale(g, id) || is_global_scale(g, id)))
 				same = same_squeezed(st->rank, st->shape, prank, pshape);
 			if (!same) {
 				char have[160], want[160], full[160];

@@ -717,8 +717,32 @@ static void text_unwind(void *p)
 	*t = NULL;
 }
 
+/* ModelOpt's hf_quant_config.json beside config.json (text hq, NULL when
+ * absent): its "quantization" object read as quant_method "modelopt"; NULL
+ * (reported) when it is not an object, or absent. */
+static cJSON *modelopt_config(moe_ctx *ctx, const char *hq_name, const char *hq, size_t hq_len, bool *bad)
+{
+	*bad = false;
+	if (!hq)
+		return NULL;
+	cJSON *doc = rt_json_doc(ctx, hq_name, hq, hq_len);
+	const cJSON *qz = doc ? cJSON_GetObjectItemCaseSensitive(doc, "quantization") : NULL;
+	cJSON *q = cJSON_IsObject(qz) ? cJSON_Duplicate(qz, 1) : NULL;
+	cJSON_Delete(doc);
+	if (q && cJSON_GetObjectItemCaseSensitive(q, "quant_method"))
+		cJSON_DeleteItemFromObjectCaseSensitive(q, "quant_method");
+	if (!q || !cJSON_AddStringToObject(q, "quant_method", "modelopt")) {
+		if (doc && !q)
+			rt_err_at(ctx, hq_name, -1, "no \"quantization\" object (ModelOpt's hf_quant_config.json has one)");
+		cJSON_Delete(q);
+		*bad = true;
+		return NULL;
+	}
+	return q;
+}
+
 static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, size_t len,
-	const moe_import_opts *opts, char **moe_text)
+	const moe_import_opts *opts, char **moe_text, const char *hq_name, const char *hq, size_t hq_len)
 {
 	moe_import_opts def = {0};
 	if (!opts)
@@ -748,10 +772,23 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 	uint32_t dt = ctx_defer(ctx, text_unwind, moe_text);
 	/* quantized experts: packed values and scales read by dequant (runtime/quant_import.c) */
 	const cJSON *q = quant_config(&c);
+	cJSON *mo = NULL;
+	bool bad = false;
+	if (st == MOE_OK && !q && !opts->ignore_quantization && (mo = modelopt_config(ctx, hq_name, hq, hq_len, &bad)))
+		q = mo, name = hq_name;
+	uint32_t dm = ctx_defer(ctx, json_unwind, mo);
+	if (st == MOE_OK && bad)
+		st = MOE_ERR_INVALID;
 	if (st == MOE_OK && q && !opts->ignore_quantization && (st = rt_quant_rewrite(ctx, name, q, moe_text)) != MOE_OK) {
 		free(*moe_text);
 		*moe_text = NULL;
 	}
+	if (st != MOE_OK && *moe_text) {
+		free(*moe_text);
+		*moe_text = NULL;
+	}
+	ctx_undefer(ctx, dm);
+	cJSON_Delete(mo);
 	ctx_commit_point(ctx); /* a refused diagnostic fails the call here, the text still covered */
 	ctx_undefer(ctx, dt);
 	ctx_undefer(ctx, dj);
@@ -763,7 +800,7 @@ moe_status moe_import_hf_text(moe_ctx *ctx, const char *name, const char *json, 
 	const moe_import_opts *opts, char **moe_text)
 {
 	*moe_text = NULL;
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, import_text(ctx, name, json, len, opts, moe_text));
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, import_text(ctx, name, json, len, opts, moe_text, NULL, NULL, 0));
 }
 
 static moe_status import_file(moe_ctx *ctx, const char *config_path, const moe_import_opts *opts, char **moe_text)
@@ -774,7 +811,22 @@ static moe_status import_file(moe_ctx *ctx, const char *config_path, const moe_i
 	if (s)
 		return s;
 	uint32_t d = ctx_defer(ctx, free, text);
-	s = moe_import_hf_text(ctx, config_path, text, len, opts, moe_text);
+	/* ModelOpt writes its quantization config beside config.json */
+	const char *slash = strrchr(config_path, '/');
+	int dir = slash ? (int)(slash - config_path + 1) : 0;
+	char hq_name[4096], *hq = NULL;
+	size_t hq_len = 0;
+	int w = snprintf(hq_name, sizeof hq_name, "%.*shf_quant_config.json", dir, config_path);
+	FILE *f = w > 0 && (size_t)w < sizeof hq_name ? fopen(hq_name, "rb") : NULL;
+	if (f) {
+		fclose(f);
+		s = moe_read_file_max(ctx, hq_name, RT_JSON_CONFIG_MAX_BYTES, &hq, &hq_len);
+	}
+	uint32_t dq = ctx_defer(ctx, free, hq);
+	if (s == MOE_OK)
+		s = import_text(ctx, config_path, text, len, opts, moe_text, hq_name, hq, hq_len);
+	ctx_undefer(ctx, dq);
+	free(hq);
 	ctx_undefer(ctx, d);
 	free(text);
 	return s;

@@ -192,7 +192,8 @@ def rejections(moec, fixtures, tmp):
         "quant_method", "hqq"))
     failed += expect_reject("unsupported quant_method", [moec, "import-hf", os.path.join(d, "config.json"),
                                                          "-o", moe], moe, ["quant_method 'hqq'"])
-    return failed + gptq_rejections(moec, fixtures, tmp, run_cmd) + awq_rejections(moec, fixtures, tmp, run_cmd)
+    return failed + gptq_rejections(moec, fixtures, tmp, run_cmd) + awq_rejections(moec, fixtures, tmp, run_cmd) + \
+        nvfp4_rejections(moec, fixtures, tmp, run_cmd) + w8a8_rejections(moec, fixtures, tmp, run_cmd)
 
 
 def awq_rejections(moec, fixtures, tmp, run_cmd):
@@ -220,6 +221,102 @@ def awq_rejections(moec, fixtures, tmp, run_cmd):
                                                       "--weights", os.path.join(d, "model.safetensors"), "--input",
                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
                             out, ["AWQ weights are not supported on the tcp target yet"])
+    return failed
+
+
+def w8a8_rejections(moec, fixtures, tmp, run_cmd):
+    """W8A8 int8 checkpoints broken on purpose: the tensor is named, nothing is written; the
+    activation quantization is in the host IR; configs moec does not read are refused."""
+    failed = 0
+    out, moe = os.path.join(tmp, "never.npy"), os.path.join(tmp, "never.moe")
+    pre = "model.layers.0.block_sparse_moe.experts.1.w2."  # down: N = 48, K = 96
+
+    def put(name, code, shape, size):
+        return lambda st: st.__setitem__(pre + name, (code, shape, b"\x01" * size))
+    for case, name, code, shape, size, words in (
+            ("w8a8 scales of the wrong shape", "weight_scale", "F32", [48, 2], 384, ["[48, 2]"]),
+            ("w8a8 scales of the wrong dtype", "weight_scale", "I32", [48, 1], 192, ["is I32"]),
+            ("w8a8 values of the wrong shape", "weight", "I8", [48, 95], 48 * 95, ["[48, 95]"]),
+            ("w8a8 values of the wrong dtype", "weight", "U8", [48, 96], 48 * 96, ["is U8", "stored I8"])):
+        d = broken("w8a8_mixtral", fixtures, tmp, edit_st=put(name, code, shape, size))
+        failed += expect_reject(case, run_cmd(d), out, [pre + name] + words)
+    grp = lambda c: c["quantization_config"]["config_groups"]["group_0"]  # noqa: E731
+    for case, edit in (("no input_activations (weight-only)", lambda c: grp(c).__setitem__("input_activations", None)),
+                       ("static activation scales", lambda c: grp(c)["input_activations"].__setitem__("dynamic", False)),
+                       ("per-tensor activations", lambda c: grp(c)["input_activations"].__setitem__("strategy", "tensor")),
+                       ("asymmetric weights", lambda c: grp(c)["weights"].__setitem__("symmetric", False))):
+        d = broken("w8a8_qwen3_moe", fixtures, tmp, edit_cfg=edit)
+        failed += expect_reject("w8a8 config: " + case, [moec, "import-hf", os.path.join(d, "config.json"), "-o", moe],
+                                moe, ["int-quantized is read"])
+    d = os.path.join(fixtures, "w8a8_mixtral")
+    wm = os.path.join(tmp, "w.moe")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", wm])
+    ir = run([moec, "ir", wm, "--pipeline", "host"]).stdout
+    # one row maximum for x (gate and up share it) and one for the activation h before down
+    good = ir.count("reduce_max(") == 2 and ir.count('act="int8"') == 3
+    print("%-4s w8a8: the host IR quantizes the experts' input rows (reduce_max x %d)" % (
+        "ok" if good else "FAIL", ir.count("reduce_max(")))
+    failed += not good
+    failed += expect_reject("w8a8 on the tcp target", [moec, "run", wm, "--target=tcp", "--weights",
+                                                       os.path.join(d, "model.safetensors"), "--input",
+                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["W8A8 int8 weights are not supported on the tcp target yet"])
+    return failed
+
+
+def nvfp4_rejections(moec, fixtures, tmp, run_cmd):
+    """NVFP4 checkpoints broken on purpose: the tensor is named, nothing is written."""
+    failed = 0
+    out, moe = os.path.join(tmp, "never.npy"), os.path.join(tmp, "never.moe")
+    pre = "model.layers.0.block_sparse_moe.experts.1.w2."  # down: N = 48, K = 96
+
+    def put(name, code, shape, data, p=pre):
+        return lambda st: st.__setitem__(p + name, (code, shape, data))
+    for case, name, code, shape, words in (
+            ("nvfp4 scales of the wrong dtype", "weight_scale", "BF16", [48, 6], ["is BF16", "f8e4m3"]),
+            ("nvfp4 scales of the wrong shape", "weight_scale", "F8_E4M3", [48, 5], ["[48, 5]"]),
+            ("nvfp4 packed values of the wrong length", "weight_packed", "U8", [48, 47], ["[48, 47]"]),
+            ("nvfp4 global scale not a scalar", "weight_global_scale", "F32", [2], ["[2]"]),
+            ("nvfp4 global scale of the wrong dtype", "weight_global_scale", "F16", [1], ["is F16", "stored F32"])):
+        size = int(np.prod(shape)) * {"BF16": 2, "F16": 2, "F32": 4}.get(code, 1)
+        d = broken("nvfp4_mixtral", fixtures, tmp, edit_st=put(name, code, shape, b"\x01" * size))
+        failed += expect_reject(case, run_cmd(d), out, [pre + name] + words)
+    mo = "model.layers.0.mlp.experts.4.gate_proj."
+    d = broken("nvfp4mo_qwen3_moe", fixtures, tmp, edit_st=put("weight_scale_2", "F32", [1, 2], b"\0" * 8, mo))
+    failed += expect_reject("modelopt weight_scale_2 not a scalar", run_cmd(d), out, [mo + "weight_scale_2", "[1, 2]"])
+    for fam, edit, words in (
+            ("nvfp4mo_qwen3_moe", lambda c: c["quantization_config"].__setitem__("quant_algo", "W4A8_AWQ"),
+             ["quant_algo \"NVFP4\" only"]),
+            ("nvfp4_mixtral", lambda c: c["quantization_config"]["config_groups"]["group_0"]["weights"]
+             .__setitem__("group_size", 32), ["group_size 16 only"])):
+        d = broken(fam, fixtures, tmp, edit_cfg=edit)
+        failed += expect_reject("%s config" % fam, [moec, "import-hf", os.path.join(d, "config.json"), "-o", moe],
+                                moe, words)
+    # ModelOpt's own layout: the quantization config in hf_quant_config.json beside config.json
+    def split(c):
+        q = c.pop("quantization_config")
+        q.pop("quant_method")
+        with open(os.path.join(tmp, "broken_nvfp4mo_qwen3_moe", "hf_quant_config.json"), "w") as f:
+            json.dump({"producer": {"name": "modelopt"}, "quantization": q}, f)
+    d = broken("nvfp4mo_qwen3_moe", fixtures, tmp, edit_cfg=split)
+    y = os.path.join(tmp, "hq.npy")
+    run(run_cmd(d)[:-1] + [y])
+    ref = np.load(os.path.join(d, "y_float32_T5.npy"))
+    err = float(np.max(np.abs(np.load(y).astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
+    print("%-4s nvfp4mo_qwen3_moe from hf_quant_config.json: T=5 max|err| = %.2e x max|y|" % (
+        "ok" if err <= TOL else "FAIL", err))
+    failed += err > TOL
+    with open(os.path.join(d, "hf_quant_config.json"), "w") as f:
+        json.dump({"producer": {"name": "modelopt"}, "quant_algo": "NVFP4"}, f)
+    failed += expect_reject("hf_quant_config.json without a quantization object", [
+        moec, "import-hf", os.path.join(d, "config.json"), "-o", moe], moe,
+        ["hf_quant_config.json", "no \"quantization\" object"])
+    d = os.path.join(fixtures, "nvfp4_qwen3_moe")
+    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "n.moe")])
+    failed += expect_reject("nvfp4 on the tcp target", [moec, "run", os.path.join(tmp, "n.moe"), "--target=tcp",
+                                                        "--weights", os.path.join(d, "model.safetensors"), "--input",
+                                                        os.path.join(d, "x_float32_T5.npy"), "-o", out],
+                            out, ["NVFP4 weights are not supported on the tcp target yet"])
     return failed
 
 

@@ -254,6 +254,37 @@ static void test_rewrite(void **st)
 	assert_non_null(strstr(text, "weight gate_q"));
 	free(text);
 
+	/* NVFP4 (ModelOpt and compressed-tensors) and W8A8: the declarations and the dequant */
+	text = strdup(layer_text);
+	assert_int_equal(rewrite("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":16}", &text,
+				 msg, sizeof msg),
+		MOE_OK);
+	assert_non_null(strstr(text, "weight gate_q : u8[E, F, D / 2] = \"model.layers.{layer}.mlp.experts.{e}.gate_proj.weight\""));
+	assert_non_null(strstr(text, "weight gate_s : f8e4m3[E, F, D / 16] = \"model.layers.{layer}.mlp.experts.{e}.gate_proj.weight_scale\""));
+	assert_non_null(strstr(text, "weight gate_g : f32[E, 1] = \"model.layers.{layer}.mlp.experts.{e}.gate_proj.weight_scale_2\""));
+	assert_non_null(strstr(text, "dequant(gate_q, gate_s, gate_g, format=\"nvfp4\", block=[1, 16], gscale=\"mul\""));
+	free(text);
+	text = strdup(layer_text);
+	assert_int_equal(rewrite("{\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\","
+				 "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":4,\"type\":\"float\","
+				 "\"strategy\":\"tensor_group\",\"group_size\":16}}}}",
+				 &text, msg, sizeof msg),
+		MOE_OK);
+	assert_non_null(strstr(text, "weight down_g : f32[E, 1] = \"model.layers.{layer}.block_sparse_moe.experts.{e}.w2.weight_global_scale\""));
+	assert_non_null(strstr(text, "format=\"nvfp4\", block=[1, 16], gscale=\"div\""));
+	free(text);
+	text = strdup(layer_text);
+	assert_int_equal(rewrite("{\"quant_method\":\"compressed-tensors\",\"format\":\"int-quantized\","
+				 "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"int\",\"symmetric\":true,"
+				 "\"strategy\":\"channel\"},\"input_activations\":{\"num_bits\":8,\"type\":\"int\","
+				 "\"symmetric\":true,\"dynamic\":true,\"strategy\":\"token\"}}}}",
+				 &text, msg, sizeof msg),
+		MOE_OK);
+	assert_non_null(strstr(text, "weight down_q : u8[E, D, F] = \"model.layers.{layer}.block_sparse_moe.experts.{e}.w2.weight\""));
+	assert_non_null(strstr(text, "weight down_s : f32[E, D, 1]"));
+	assert_non_null(strstr(text, "dequant(down_q, down_s, format=\"int8\", block=[1, F], act=\"int8\""));
+	free(text);
+
 	static const struct {
 		const char *qc, *want;
 	} bad[] = {
@@ -275,12 +306,24 @@ static void test_rewrite(void **st)
 		{"{\"bits\":4}", "quantization_config: quant_method is missing; it names the format, one of: fp8, "
 				"fbgemm_fp8, compressed-tensors, mxfp4, gptq, awq"},
 		{"{\"quant_method\":\"hqq\"}", "quant_method 'hqq' is not supported (fp8, fbgemm_fp8, compressed-tensors, "
-					      "mxfp4, gptq, awq)"},
+					      "mxfp4, gptq, awq, modelopt)"},
 		{"{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":128,\"version\":\"gemv\"}",
 			"awq is read for version gemm only"},
 		{"{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":128,\"checkpoint_format\":\"marlin\"}",
 			"gptq checkpoint_format must be"},
 		{"{\"quant_method\":\"gptq\",\"bits\":3,\"group_size\":128}", "gptq is read for bits 4 only"},
+		{"{\"quant_method\":\"modelopt\",\"quant_algo\":\"FP8\"}", "modelopt is read for quant_algo \"NVFP4\" only"},
+		{"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
+			"modelopt NVFP4 is read for group_size 16 only"},
+		{"{\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\",\"config_groups\":{\"g\":{"
+		 "\"weights\":{\"num_bits\":4,\"type\":\"float\",\"strategy\":\"group\",\"group_size\":16}}}}",
+			"nvfp4-pack-quantized is read for 4-bit float weights, strategy tensor_group, group_size 16 only"},
+		{"{\"quant_method\":\"compressed-tensors\",\"format\":\"int-quantized\",\"config_groups\":{\"g\":{"
+		 "\"weights\":{\"num_bits\":8,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"channel\"}}}}",
+			"int-quantized is read with input_activations of 8-bit int, dynamic, symmetric, strategy token only"},
+		{"{\"quant_method\":\"compressed-tensors\",\"format\":\"int-quantized\",\"config_groups\":{\"g\":{"
+		 "\"weights\":{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"channel\"}}}}",
+			"int-quantized is read for 8-bit int weights, symmetric, strategy channel only"},
 		{"{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":0}", "gptq needs group_size"},
 		/* sizes are integers: 128.9 was truncated to 128 */
 		{"{\"quant_method\":\"fp8\",\"weight_block_size\":[128.9,128]}",
