@@ -826,6 +826,8 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 		default: return;
 		}
 	}
+	if (*stage == 6)
+		return parse_item(p, s);
 	if (lit(&s, "prep ")) {
 		if (*stage != 4 || p->s->nbuf)
 			return perr(p, s - 5, "one prep line, after features and before the buffers");

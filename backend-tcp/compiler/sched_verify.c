@@ -132,7 +132,7 @@ static void check_bufs(vs *v)
 		if (buf_bytes(b) < 0)
 			verr(v, V_BUF, i, "its size overflows");
 		if (b->kind != TCP_T_SCRATCH && b->space != TCP_HBM)
-			verr(v, V_BUF, i, "a %s buffer lives in HBM, not %s", tcp_kind_names[b->kind], ts_space_names[b->space]);
+			verr(v, V_BUF, i, "%s buffers live in HBM, not %s", tcp_kind_names[b->kind], ts_space_names[b->space]);
 		if (b->kind != TCP_T_WEIGHT && b->kind != TCP_T_PACKED && b->source[0])
 			verr(v, V_BUF, i, "only a weight has a checkpoint source");
 		if (b->slots != 1 && b->slots != 2 && b->slots != 4)
