@@ -103,7 +103,7 @@ void ts_add_dep(tcp_sched *s, ts_id op, ts_id on, int dist)
 	ts_op *o = &s->op[op];
 	IR_ASSERT(o->ndep < TS_MAX_DEPS);
 	/* dep and dist grow together: capacities are the next power of two */
-	if ((o->ndep & (o->ndep - 1)) == 0) {
+	if (o->ndep == 0 || (o->ndep >= 4 && (o->ndep & (o->ndep - 1)) == 0)) {
 		uint32_t nc = o->ndep ? o->ndep * 2 : 4;
 		ts_id *nd = ir_alloc(&s->arena, nc * sizeof *nd);
 		uint8_t *nt = ir_alloc(&s->arena, nc);
@@ -160,7 +160,7 @@ ts_id ts_add_scalar(tcp_sched *s, ts_id rg, const char *name, int kind, int op, 
 	char buf[IR_NAME_MAX + 16];
 	snprintf(buf, sizeof buf, "%s", name && *name ? name : "s");
 	for (int k = 1; ts_find_scalar(s, buf) != TS_NONE; k++)
-		snprintf(buf, sizeof buf, "%.*s.%d", IR_NAME_MAX, name && *name ? name : "s", k);
+		snprintf(buf, sizeof buf, "%.*s.%d", IR_NAME_MAX - 12, name && *name ? name : "s", k);
 	ts_scalar *c = &s->sc[s->nsc];
 	memset(c, 0, sizeof *c);
 	c->name = ir_strdup(&s->arena, buf);

@@ -700,7 +700,10 @@ static bool loop_field(ps *p, ts_loop *l, int li, const char **s)
 		l->weights = (uint8_t)k;
 		return true;
 	}
-	uint8_t *f = lit(s, "prefetch=") ? &l->prefetch : lit(s, "ring=") ? &l->ring : lit(s, "row_slots=") ? &l->row_slots : NULL;
+	uint8_t *f = lit(s, "prefetch=") ? &l->prefetch
+		     : lit(s, "ring=")   ? &l->ring
+		     : lit(s, "row_slots=") ? &l->row_slots
+					    : NULL;
 	if (!f)
 		return perr(p, at, "unknown loop field"), false;
 	if (!prange(s, &v, 0, 255))

@@ -12,7 +12,8 @@
 #include "backend-tcp/compiler/sched.h"
 
 enum { V_BUF, V_OP, V_SC, V_RG, V_NONE };
-enum { VMAX_ERRORS = 20, VMAX_DEPTH = 256, VMAX_HAZARD_OPS = 8192 };
+/* VMAX_DEPTH: the reader's nesting cap, so that a verified schedule prints and reads back */
+enum { VMAX_ERRORS = 20, VMAX_DEPTH = 64, VMAX_HAZARD_OPS = 8192 };
 
 typedef struct vs {
 	const tcp_sched *s;
@@ -109,7 +110,9 @@ static void check_layout(vs *v, ts_id i)
 	if (m->flit_bytes > 0 && l->slice_bytes % m->flit_bytes)
 		verr(v, V_BUF, i, "a slice's share of %" PRId64 " bytes is not whole %" PRId64 "-byte flits", l->slice_bytes,
 			m->flit_bytes);
-	int64_t cap = b->space == TCP_DM ? m->dm_bytes_per_slice : b->space == TCP_TRF ? tcp_trf_bytes(m) : m->vrf_bytes_per_slice;
+	int64_t cap = b->space == TCP_DM    ? m->dm_bytes_per_slice
+		      : b->space == TCP_TRF ? tcp_trf_bytes(m)
+					    : m->vrf_bytes_per_slice;
 	int64_t end;
 	if (b->offset >= 0 && (add_ovf(b->offset, l->slice_bytes, &end) || end > cap))
 		verr(v, V_BUF, i, "placed at %" PRId64 " with %" PRId64 " bytes per slice, past the %" PRId64 " bytes of %s",
@@ -437,9 +440,11 @@ static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 		return verr(v, V_OP, id, "view %s: elements [%" PRId64 ", %" PRId64 "] outside buffer %%%d '%s' of %" PRId64,
 			       vn[w], a, z, vw->t, b->name, units),
 		       false;
-	if (vw->reg >= 0 && (z - a >= units || a > units))
-		return verr(v, V_OP, id, "view %s: %" PRId64 " elements wide, buffer %%%d '%s' holds %" PRId64, vn[w],
-			       z - a + 1, vw->t, b->name, units),
+	int64_t wide;
+	if (vw->reg >= 0 && (__builtin_sub_overflow(z, a, &wide) || wide >= units || a > units))
+		return verr(v, V_OP, id,
+			       "view %s: elements [%" PRId64 ", %" PRId64 "] (plus its offset) do not fit buffer %%%d '%s' of %" PRId64,
+			       vn[w], a, z, vw->t, b->name, units),
 		       false;
 	if (vw->reg >= 0) {
 		*lo = 0;
@@ -639,7 +644,9 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 			bool ab = reach[(size_t)b->op * words + a->op / 64] >> (a->op % 64) & 1;
 			bool ba = reach[(size_t)a->op * words + b->op / 64] >> (b->op % 64) & 1;
 			if (!ab && !ba && !exclusive(s, a->op, b->op))
-				verr(v, V_OP, b->op, "%s buffer %%%u '%s' (bytes %" PRId64 "..%" PRId64 ") that op @%u %s, with no dependency path between them",
+				verr(v, V_OP, b->op,
+					"%s buffer %%%u '%s' (bytes %" PRId64 "..%" PRId64 ") that op @%u %s, with no "
+					"dependency path between them",
 					b->write ? "writes" : "reads", b->buf, s->buf[b->buf].name, b->lo, b->hi, a->op,
 					a->write ? "writes" : "reads");
 		}
