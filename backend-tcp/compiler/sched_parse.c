@@ -264,7 +264,7 @@ static void parse_meta(ps *p, const char *s)
 	for (int i = 0; i < 12; i++)
 		if (!lit(&s, k[i]) || !prange(&s, f[i], 0, INT64_MAX))
 			return perr(p, s, "malformed meta line at '%s' (a count >= 0)", k[i] + 1);
-	char w[16];
+	char w[16] = "";
 	const char *at = s;
 	int d;
 	if (!lit(&s, " dtype=") || !pword(&s, w, sizeof w) || (d = moe_dtype_from_name(w)) < 0)
@@ -301,7 +301,7 @@ static bool buf_field(ps *p, ts_buf *u, const char **sp)
 {
 	const char *s = *sp, *at = s;
 	int64_t v, w4[4];
-	char w[16];
+	char w[16] = "";
 	if (lit(&s, "src=")) {
 		char src[PS_MAX_QUOTED + 1];
 		if (!pquoted(p, &s, src, sizeof src, "buffer source"))
@@ -434,7 +434,7 @@ static void parse_scalar(ps *p, ts_id rg, const char *s)
 		return;
 	if (!lit(&s, " = "))
 		return perr(p, s, "expected ' = ' after the scalar's name");
-	char w[16];
+	char w[16] = "";
 	const char *op = s;
 	if (!pword(&s, w, sizeof w))
 		return perr(p, op, "expected const, ld, alu.OP, cmp.COND, loopvar or loopidx");
@@ -625,11 +625,12 @@ static void parse_op(ps *p, ts_id rg, const char *s)
 		return perr(p, at, "expected op @ID OPCODE");
 	if (!under_cap(p, p->s->nop, "ops"))
 		return;
-	char w[16];
+	char w[16] = "";
 	at = s;
 	int opc = pword(&s, w, sizeof w) ? lookup(tcp_op_names, TCP_OP_COUNT, w) : -1;
 	if (opc < 0 || tcp_op_ctx[opc] == TCP_CTX_CTL)
-		return perr(p, at, "'%.15s' is not a command (dma.*, sub.*, tu.*): control is scalars and regions", w);
+		return perr(p, at, "'%.*s' is not a command (dma.*, sub.*, tu.*): control is scalars and regions",
+			(int)strcspn(at, " "), at);
 	at = s;
 	int ph = lit(&s, " ph=") && pword(&s, w, sizeof w) ? lookup(ts_phase_names, TS_NPHASE, w) : -1;
 	if (ph < 0)
@@ -688,7 +689,7 @@ static bool loop_field(ps *p, ts_loop *l, int li, const char **s)
 {
 	const char *at = *s;
 	int64_t v;
-	char w[16];
+	char w[16] = "";
 	if (lit(s, "expert="))
 		return pscalar_ref(p, s, &l->expert, FIX_LOOP_EXPERT, (uint32_t)li);
 	if (lit(s, "rows="))
