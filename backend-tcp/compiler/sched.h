@@ -1,0 +1,159 @@
+/* backend-tcp/compiler/sched.h: the schedule IR (docs/tcp-compiler.md section 4):
+ * the level between the graph and tcp_insn. Buffers (the tensor table with
+ * layout and lifetime), ops (one finished command each, with explicit
+ * dependencies), scalars (control values) and structured regions (sequences,
+ * guards, row-class switches, the block loop). Every object lives in arrays
+ * of the schedule, referred to by dense 32-bit ids, allocated in the
+ * schedule's arena. */
+#ifndef MOEC_TCP_SCHED_H
+#define MOEC_TCP_SCHED_H
+
+#include <stdio.h>
+
+#include "backend-tcp/tcp_int.h"
+
+typedef uint32_t ts_id;
+#define TS_NONE UINT32_MAX
+
+enum ts_phase { TS_PH_ROUTING, TS_PH_EXPERT, TS_PH_PREFETCH, TS_PH_COMBINE, TS_NPHASE };
+enum ts_life { TS_LIFE_PROGRAM, TS_LIFE_SPAN, TS_LIFE_LOOP, TS_LIFE_BLOCK, TS_NLIFE };
+enum ts_split { TS_SPLIT_FLIT, TS_SPLIT_ROWS, TS_SPLIT_COLS, TS_NSPLIT };
+enum ts_weights { TS_W_DOUBLE, TS_W_SINGLE, TS_W_STREAM, TS_NWEIGHTS };
+enum ts_sc_kind { TS_SC_CONST, TS_SC_SPM_LD, TS_SC_ALU, TS_SC_CMP, TS_SC_LOOPVAR, TS_SC_LOOPIDX, TS_NSC };
+enum ts_rg_kind { TS_RG_SEQ, TS_RG_GUARD, TS_RG_CLASSES, TS_RG_TIER, TS_RG_LOOP, TS_NRG };
+
+/* A region's item: an op, a child region or a scalar definition, by id, its
+ * kind in the top two bits. */
+#define TS_ITEM_OP 0u
+#define TS_ITEM_RG 0x40000000u
+#define TS_ITEM_SC 0x80000000u
+#define TS_ITEM_KIND(x) ((x) & 0xc0000000u)
+#define TS_ITEM_ID(x) ((x) & 0x3fffffffu)
+
+/* Input caps (the reader's and the builders'): ids stay below TS_ITEM_RG. */
+#define TS_MAX_OBJECTS (1u << 18)  /* of each kind */
+#define TS_MAX_DEPS 4096
+#define TS_MAX_BOUNDS 1024
+#define TS_MAX_TEXT_BYTES ((size_t)1 << 28)
+
+extern const char *const ts_phase_names[TS_NPHASE];
+extern const char *const ts_life_names[TS_NLIFE];
+extern const char *const ts_split_names[TS_NSPLIT];
+extern const char *const ts_weights_names[TS_NWEIGHTS];
+extern const char *const ts_space_names[TCP_NSPACE];
+
+typedef struct ts_layout {             /* where a DM/TRF/VRF buffer's bytes are; HBM: all 0 */
+	uint16_t slice0, nslices, copies;  /* the slices holding one copy; replicas over row groups */
+	uint8_t split;                 /* ts_split */
+	int64_t slice_bytes;           /* one copy's share per slice, every slot, whole flits */
+} ts_layout;
+
+typedef struct ts_buf {
+	const char *name, *source;     /* source: a weight's checkpoint name, else "" */
+	uint8_t space, kind, dtype, rank;  /* TCP_HBM.., TCP_T_*, moe_dtype */
+	int64_t shape[MOE_MAX_RANK];   /* one slot's logical shape */
+	ts_layout layout;
+	uint8_t slots, life;           /* 1, 2 (double buffer), 4 (ring); ts_life */
+	ts_id first, last;             /* SPAN: first writer and last reader (op ids); else TS_NONE */
+	uint16_t feature;              /* the rewrite that owns it; 0: mandatory */
+	int64_t offset;                /* per-slice offset (HBM: address); -1 until placed */
+	moe_id node;                   /* the graph value it holds, for diagnostics; MOE_NONE */
+} ts_buf;
+
+typedef struct ts_op {
+	tcp_insn in;                   /* views name buffers (t = buffer id) and scalars
+	                                * (reg = scalar id; vreg likewise) */
+	uint8_t ctx, phase;            /* TCP_CTX_* (tcp_op_ctx of the opcode); ts_phase */
+	uint16_t feature;              /* the rewrite that made it; 0: the build */
+	ts_id region;                  /* the region holding it */
+	ts_id *dep; uint8_t *dist; uint32_t ndep; /* must finish first; dist 1: previous block's */
+	int64_t cost;                  /* tcp_cost_insn(in).total, cached; 0 until costed */
+	moe_id node;                   /* origin graph node; MOE_NONE */
+} ts_op;
+
+typedef struct ts_scalar {             /* control-path values; isel gives them registers */
+	const char *name;              /* unique, printed as $name */
+	uint8_t kind, op;              /* ts_sc_kind; ALU: tcp_sop, CMP: tcp_cond */
+	ts_id a, b, buf;               /* CONST: imm; SPM_LD: buf[a | imm]; ALU/CMP: a op (b | imm);
+	                                * LOOPVAR: init a, next b; LOOPIDX: loop imm */
+	int64_t imm;
+	ts_id region;                  /* the region holding its definition */
+} ts_scalar;
+
+typedef struct ts_region {
+	uint8_t kind;                  /* ts_rg_kind */
+	ts_id parent, pred;            /* GUARD: pred; CLASSES: the row-count scalar */
+	ts_id *item; uint32_t nitem, cap;  /* TS_ITEM_*; CLASSES: one SEQ per bound */
+	int64_t *bound; uint32_t nbound;   /* CLASSES: the row classes, increasing */
+	uint32_t loop;                 /* LOOP: index into tcp_sched.loop */
+} ts_region;
+
+typedef struct ts_loop {
+	int64_t G;                     /* static trip count: the worst-case grid */
+	ts_id nb, expert, rows, g;     /* scalars (expert, rows: TS_NONE when absent) */
+	ts_id region;                  /* the LOOP region standing in its parent */
+	ts_id prologue, body, epilogue;    /* SEQ regions; the body runs under g < nb */
+	uint8_t weights, prefetch;     /* ts_weights; weight look-ahead in blocks */
+	uint8_t ring, row_slots;       /* streamed tiles in flight; row buffer slots */
+} ts_loop;
+
+/* The roofline dims and the prep graph, as tcp_program records them. */
+typedef struct ts_meta {
+	int64_t T, K, D, F, E, B, G, nproj, router_E;
+	int64_t wexp, act, rmacs;      /* weight bytes per expert, activation bytes, router MACs */
+	uint8_t dtype;
+	const char *prep;              /* the weight-packing graph (IR JSON, one line) or NULL */
+} ts_meta;
+
+typedef struct tcp_sched {
+	moe_ctx *ctx; const moe_tcp_machine *m;   /* m may be NULL: no capacity checks */
+	ir_arena arena;
+	ts_buf *buf; ts_op *op; ts_scalar *sc; ts_region *rg;
+	uint32_t nbuf, nop, nsc, nrg;
+	uint32_t cbuf, cop, csc, crg;  /* capacities */
+	ts_loop loop[2]; int nloop;    /* the block loop (and a decode tier's) */
+	ts_id top;                     /* the root SEQ region */
+	uint64_t granted, refused;     /* features, one bit per rewrite row */
+	ts_meta meta;
+	const char *machine_name;      /* as printed; the machine's name when built */
+	uint32_t *hash, hcap;          /* scalar names (sched.c) */
+	/* Reader only: the line each object was read from (NULL when built in C),
+	 * for the verifier's file:line diagnostics. */
+	const char *file;
+	int *buf_line, *op_line, *sc_line, *rg_line;
+} tcp_sched;
+
+/* ---- construction (sched.c). Ids are dense and never reused; a region's
+ * items are appended in program order. Allocation failure throws (support.h). */
+tcp_sched *tcp_sched_new(moe_ctx *ctx, const moe_tcp_machine *m);
+void tcp_sched_free(tcp_sched *s);
+ts_id ts_add_buf(tcp_sched *s, const char *name, int space, int kind, moe_dtype dt, int rank, const int64_t *shape);
+void ts_set_source(tcp_sched *s, ts_id b, const char *source);
+/* An op from a finished instruction, appended to region rg (ctx from the opcode). */
+ts_id ts_add_op(tcp_sched *s, ts_id rg, const tcp_insn *in, int phase);
+void ts_add_dep(tcp_sched *s, ts_id op, ts_id on, int dist);
+/* A scalar appended to region rg; name is made unique by a suffix (.1, .2, ...). */
+ts_id ts_add_scalar(tcp_sched *s, ts_id rg, const char *name, int kind, int op, ts_id a, ts_id b, int64_t imm);
+ts_id ts_add_region(tcp_sched *s, ts_id parent, int kind, ts_id pred);
+void ts_region_bounds(tcp_sched *s, ts_id rg, const int64_t *bound, uint32_t n);
+/* A block loop appended to region parent: its LOOP region and three SEQ regions. */
+int ts_add_loop(tcp_sched *s, ts_id parent, int64_t G, ts_id nb, ts_id g);
+/* Internal: append an item to a region (the reader uses it). */
+void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item);
+ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
+
+/* ---- text form (sched_print.c, sched_parse.c; docs/tcp-compiler.md 4.2) ---- */
+/* The text, NUL-terminated, in *out (ctx_alloc'd; ctx_free it). */
+moe_status tcp_sched_print(const tcp_sched *s, char **out, size_t *len);
+moe_status tcp_sched_fprint(const tcp_sched *s, FILE *f);
+/* A schedule read back; NULL with `file:line:col: error:` diagnostics. The
+ * reader checks the syntax, the names and the caps, then runs the verifier. */
+tcp_sched *tcp_sched_parse(moe_ctx *ctx, const moe_tcp_machine *m, const char *file, const char *text, size_t len);
+
+/* ---- verifier (sched_verify.c; docs/tcp-compiler.md 5.6, the checks that need
+ * no cost model): MOE_OK, or MOE_ERR_INVALID with an error diagnostic per
+ * broken rule, each naming the object ("op @3: ...") and, for a schedule
+ * read from text, the line it was read from. */
+moe_status tcp_sched_verify(const tcp_sched *s);
+
+#endif

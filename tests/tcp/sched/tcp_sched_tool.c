@@ -1,0 +1,107 @@
+/* tests/tcp/sched/tcp_sched_tool.c: reads a schedule's text form (.tsched,
+ * docs/tcp-compiler.md 4.2), verifies it and prints it on stdout; the lit
+ * tests of tests/lit/tcp/sched drive it. A test tool, not installed.
+ *
+ *   tcp_sched_tool [--no-machine] [--roundtrip] FILE
+ *
+ * --no-machine reads without a machine (no capacity checks, any machine
+ * line); otherwise the built-in machine. --roundtrip also parses the printed
+ * text again and fails unless printing it gives the same bytes. Exit 0, or
+ * 1 with `file:line:col: error:` diagnostics on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend-tcp/compiler/sched.h"
+
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
+		len += r;
+		if (len == cap && cap < TS_MAX_TEXT_BYTES + 1) {
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		} else if (len == cap) {
+			break;
+		}
+	}
+	fclose(f);
+	*n = len;
+	return buf;
+}
+
+static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool roundtrip)
+{
+	size_t n;
+	char *text = slurp(path, &n);
+	if (!text) {
+		fprintf(stderr, "%s: error: cannot read the file\n", path);
+		return 1;
+	}
+	tcp_sched *s = tcp_sched_parse(ctx, m, path, text, n);
+	free(text);
+	if (!s)
+		return 1;
+	char *out = NULL, *again = NULL;
+	size_t len = 0, len2 = 0;
+	int rc = tcp_sched_print(s, &out, &len) == MOE_OK ? 0 : 1;
+	if (!rc && roundtrip) {
+		tcp_sched *t = tcp_sched_parse(ctx, m, "<printed>", out, len);
+		rc = !t || tcp_sched_print(t, &again, &len2) != MOE_OK;
+		if (!rc && (len != len2 || memcmp(out, again, len))) {
+			fprintf(stderr, "%s: error: print -> parse -> print differs\n", path);
+			rc = 1;
+		}
+		ctx_free(ctx, again, len2);
+		tcp_sched_free(t);
+	}
+	if (!rc && fwrite(out, 1, len, stdout) != len)
+		rc = 1;
+	ctx_free(ctx, out, len);
+	tcp_sched_free(s);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	bool machine = true, roundtrip = false;
+	const char *path = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--no-machine"))
+			machine = false;
+		else if (!strcmp(argv[i], "--roundtrip"))
+			roundtrip = true;
+		else if (!path && argv[i][0] != '-')
+			path = argv[i];
+		else {
+			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] FILE\n");
+			return 2;
+		}
+	}
+	if (!path) {
+		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] FILE\n");
+		return 2;
+	}
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	if (!ctx)
+		return 1;
+	moe_ctx_set_diag_prefix(ctx, "tcp_sched_tool");
+	moe_tcp_machine *m = machine ? moe_tcp_machine_default(ctx) : NULL;
+	int rc = machine && !m ? 1 : run(ctx, m, path, roundtrip);
+	moe_diag_print(ctx, stderr);
+	if (m)
+		moe_tcp_machine_free(ctx, m);
+	moe_ctx_free(ctx);
+	return rc;
+}
