@@ -44,6 +44,13 @@ static const hf_route R_ERNIE = {.score = HF_SOFTMAX, .f32 = true, .f32_weight =
 	.eps_clamp = true,
 	.summary = "f32 router (weight kept f32), softmax(E), +correction bias for selection, renormalise (sum "
 		   "clamped >= moe_norm_min)"};
+static const hf_mlp_router MLP_ZAYA = {"gate.down_proj.weight", "gate.down_proj.bias", "gate.router_states_scale",
+	"gate.router_mlp.norm.weight", "gate.router_mlp.fc1.weight", "gate.router_mlp.fc1.bias",
+	"gate.router_mlp.fc2.weight", "gate.router_mlp.fc2.bias", "gate.router_mlp.out_proj.weight",
+	"gate.balancing_biases", .k_width = "router_hidden_size", .k_eps = "rms_norm_eps"};
+static const hf_route R_ZAYA = {.score = HF_MLP, .mlp = &MLP_ZAYA,
+	.summary = "MLP router (down-projection + carried state, RMSNorm, two GELU layers) over E + 1 classes "
+		   "(the last a skip class), softmax, top-K with balancing biases, skip weight 0; weights in dtype"};
 static const hf_route R_SPARSEMIXER = {.score = HF_SPARSEMIXER,
 	.summary = "sparsemixer: two argmax rounds, each a softmax over the logits within a relative threshold"};
 
@@ -126,6 +133,13 @@ const hf_family hf_families[] = {
 		.defaults = "hidden_size=7168\0" "moe_intermediate_size=2048\0" "num_hidden_layers=61\0" "n_shared_experts=1\0" "n_routed_experts=256\0" "routed_scaling_factor=2.5\0" "n_group=8\0" "topk_group=4\0" "num_experts_per_tok=8\0" "first_k_dense_replace=3\0" "norm_topk_prob=true\0" "hidden_act=silu\0", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
+	{.types = "axk1", .block = "AXK1MoE", .post_norm = "~post_mlp_layernorm.weight",
+		.defaults = "hidden_size=7168\0" "moe_intermediate_size=2048\0" "num_hidden_layers=61\0" "n_shared_experts=1\0"
+			"n_routed_experts=192\0" "routed_scaling_factor=2.5\0" "n_group=8\0" "topk_group=4\0"
+			"num_experts_per_tok=8\0" "first_k_dense_replace=1\0" "norm_topk_prob=true\0" "hidden_act=silu\0"
+			"rms_norm_eps=1e-6\0", .norm_default = true, .k_shared_count = "n_shared_experts",
+		.k_scale = "routed_scaling_factor", .layers = HF_L_FIRST_K, .r = &R_DSV3, .f = &F_PROJ,
+		.s = &S_SHARED_EXPERTS},
 	{.types = "deepseek_v32", .block = "DeepseekV32MoE", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},
@@ -204,6 +218,10 @@ const hf_family hf_families[] = {
 	{.types = "aria aria_text", .block = "AriaTextMoELayer", .nested = "language_model.model.layers.{layer}.", .router = "router.weight",
 		.k_experts = "moe_num_experts", .k_topk = "moe_topk", .k_width = "intermediate_size",
 		.k_shared_count = "moe_num_shared_experts", .r = &R_SOFTMAX_AFTER, .f = &F_FC, .s = &S_SHARED_EXPERTS},
+	{.types = "zaya", .block = "ZayaSparseMoeBlock",
+		.defaults = "hidden_size=2048\0" "num_hidden_layers=40\0" "hidden_act=silu\0" "moe_intermediate_size=2048\0"
+			"num_experts_per_tok=1\0" "num_experts=16\0" "router_hidden_size=256\0" "rms_norm_eps=1e-5\0",
+		.r = &R_ZAYA, .f = &F_GU, .s = &S_NONE},
 	{.types = "cohere2_moe", .block = "Cohere2MoeSparseMoeBlock", .k_width = "moe_intermediate_size|intermediate_size",
 		.k_score = "expert_selection_fn", .k_shared_count = "num_shared_experts",
 		.k_shared_base = "intermediate_size", .layers = HF_L_TYPES, .r = &R_SELECTABLE_AFTER, .f = &F_PROJ,

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 
 /* routing score */
-enum { HF_SOFTMAX, HF_SIGMOID, HF_LOGITS, HF_SPARSEMIXER };
+enum { HF_SOFTMAX, HF_SIGMOID, HF_LOGITS, HF_SPARSEMIXER, HF_MLP };
 /* group-limited selection: none, a group's score = sum of its 2 best (DeepSeek-V3) or its best (DeepSeek-V2) */
 enum { HF_G_NONE, HF_G_TOP2SUM, HF_G_MAX };
 /* renormalisation of the K weights: never, always, as the norm key says */
@@ -45,6 +45,17 @@ enum {
 	HF_L_BLOCKS = 1 << 8,      /* layers_block_type list ("moe") or hybrid_override_pattern ('E') */
 };
 
+/* An MLP router (ZAYA1): a state h = down(x) + bias, plus (layers after the first) the state
+ * carried from the layer before x a learned scale; logits = out(gelu(fc2(gelu(fc1(rmsnorm(h))))))
+ * over E + 1 classes, the last a skip class that computes nothing; softmax, top-K on the
+ * probabilities plus balancing biases (selection only); a skip pick gets weight 0. h is the
+ * layer's second output, the next layer's carried state. Tensor names relative to blk. */
+typedef struct hf_mlp_router {
+	const char *down, *down_bias, *state_scale, *norm, *fc1, *fc1_bias, *fc2, *fc2_bias, *out, *balance;
+	const char *k_width; /* the router state's width */
+	const char *k_eps;   /* the RMSNorm's epsilon */
+} hf_mlp_router;
+
 typedef struct hf_route {
 	unsigned char score; /* HF_SOFTMAX ... */
 	bool after;          /* score the K selected logits (else select on the scores of all E) */
@@ -62,6 +73,7 @@ typedef struct hf_route {
 	bool scale;          /* multiplied by the scale key's value */
 	bool keep_f32;       /* the weights stay f32 (else cast to the compute type) */
 	bool on_input;       /* the weight multiplies the expert input (Llama 4) */
+	const hf_mlp_router *mlp; /* score HF_MLP: the router's parts */
 	const char *summary; /* for the table */
 } hf_route;
 
@@ -109,6 +121,8 @@ typedef struct hf_family {
 	const char *k_shared_width; /* the shared expert's width */
 	const char *k_shared_count; /* or a count of k_shared_base-width MLPs */
 	const char *k_shared_base;  /* NULL: the expert width */
+	const char *post_norm;      /* an RMSNorm weight [D] applied to the block's output (NULL: none) */
+	const char *k_post_eps;     /* its epsilon: rms_norm_eps */
 	const char *defaults;       /* the HF config class's defaults of the keys read, "key=value" strings each
 	                             * ended by a NUL, the list by an empty one: a key absent from the config
 	                             * takes its value here ("key=@other": other's value; NULL: none known) */

@@ -25,6 +25,8 @@ typedef struct model {
 	bool nested;
 	int64_t L, T, D, E, K, F, B, S; /* S: shared expert width, 0 = none */
 	int64_t n_group, topk_group;
+	int64_t R;                /* an MLP router's state width (HF_MLP) */
+	double router_eps, post_eps; /* the RMSNorm epsilons of an MLP router and of an output norm */
 	int score, group;
 	bool norm, average;
 	double eps, scale, limit, jitter;
@@ -275,6 +277,22 @@ static bool read_model(hf_cfg *c, const moe_import_opts *o, model *m)
 	}
 	if (!read_act(c, m) || !read_routing(c, m) || !read_shared(c, m))
 		return false;
+	if (f->post_norm)
+		m->post_eps = hf_num(c, DEF(f->k_post_eps, "rms_norm_eps"), 1e-6);
+	if (f->r->score == HF_MLP) {
+		m->R = hf_int(c, f->r->mlp->k_width, true, 0, 1, HF_MAX_DIM);
+		m->router_eps = hf_num(c, f->r->mlp->k_eps, 1e-5);
+		if (c->bad)
+			return false;
+		if (m->E + 1 > HF_MAX_DIM) {
+			hf_err(c, "the router's %lld experts + 1 skip class exceed 2^31-1", (long long)m->E);
+			return false;
+		}
+	}
+	if ((f->post_norm && !(m->post_eps >= 0)) || (f->r->score == HF_MLP && !(m->router_eps >= 0))) {
+		hf_err(c, "config key 'rms_norm_eps' must not be negative");
+		return false;
+	}
 	if (f->k_limit) {
 		m->limit = hf_num(c, f->k_limit, 7.0);
 		if (!(m->limit > 0)) {
@@ -355,7 +373,12 @@ static void emit_header(out *o, const char *name)
 	if (m->group)
 		P("  dim G = %lld, EG = E / G, TG = %lld  # groups, experts per group, groups kept\n", (long long)m->n_group,
 			(long long)m->topk_group);
+	if (f->r->score == HF_MLP)
+		P("  dim R = %lld, E1 = E + 1  # router state width; router classes, the last the skip class\n",
+			(long long)m->R);
 	P("  param layer = %lld\n  dtype %s\n\n  input x : [T, D]\n", (long long)m->L, moe_dtype_name(m->dt));
+	if (f->r->score == HF_MLP && m->L > 0)
+		P("  input router_state : [T, R]   # the router state layer %lld's block outputs\n", (long long)m->L - 1);
 }
 
 static void emit_weights(out *o)
@@ -363,7 +386,22 @@ static void emit_weights(out *o)
 	const model *m = o->m;
 	const hf_family *f = m->f;
 	const hf_ffn *fp = f->f;
-	weight(o, "router", f->r->f32_weight ? "f32" : NULL, "E, D", DEF(f->router, "gate.weight"));
+	const hf_mlp_router *mr = f->r->mlp;
+	if (f->r->score == HF_MLP) {
+		weight(o, "rdown", NULL, "R, D", mr->down);
+		weight(o, "rdown_b", NULL, "R", mr->down_bias);
+		if (m->L > 0) /* HF's first layer has no carried state */
+			weight(o, "rscale", NULL, "R", mr->state_scale);
+		weight(o, "rnorm", NULL, "R", mr->norm);
+		weight(o, "fc1", NULL, "R, R", mr->fc1);
+		weight(o, "fc1_b", NULL, "R", mr->fc1_bias);
+		weight(o, "fc2", NULL, "R, R", mr->fc2);
+		weight(o, "fc2_b", NULL, "R", mr->fc2_bias);
+		weight(o, "rout", NULL, "E1, R", mr->out);
+		weight(o, "balance", "f32", "E1", mr->balance); /* an f32 buffer in HF */
+	} else {
+		weight(o, "router", f->r->f32_weight ? "f32" : NULL, "E, D", DEF(f->router, "gate.weight"));
+	}
 	if (f->r->router_bias)
 		weight(o, "router_bias", NULL, "E", DEF(f->router_bias, "gate.bias"));
 	if (f->r->sel_bias) /* an f32 buffer in HF unless the family lets it follow the model dtype */
@@ -413,6 +451,12 @@ static void emit_weights(out *o)
 	weight(o, "shared_down", NULL, "D, S", s->down);
 	if (s->sgate)
 		weight(o, "shared_expert_gate", NULL, "1, D", s->sgate);
+}
+
+static void emit_post_norm_weight(out *o)
+{
+	if (o->m->f->post_norm)
+		weight(o, "post_norm", NULL, "D", o->m->f->post_norm);
 }
 
 static const char *score_fn(int score)
@@ -474,11 +518,53 @@ static void emit_sparsemixer(out *o)
 	  "  w      = concat(w1, w2, axis=1)\n", e2, e2);
 }
 
+/* RMSNorm of v [T, N] over its last axis as HF computes it: in f32, rounded back to the
+ * layer dtype, then times the weight. */
+static void emit_rmsnorm(out *o, const char *dst, const char *v, const char *n, double eps, const char *wt)
+{
+	char num[48];
+	P("  %s_f = cast(%s, f32)\n"
+	  "  %s_r = rsqrt(reduce_sum(%s_f * %s_f, axis=1, keepdims=1) / %s + %s)   # RMSNorm in f32, like HF\n"
+	  "  %s = cast(%s_f * %s_r, dtype) * %s\n",
+		v, v, v, v, v, n, flit(num, sizeof num, eps), dst, v, v, wt);
+}
+
+/* The MLP router (hf_mlp_router): defines rstate (the state passed on), idx (the top-K classes),
+ * eidx and w (the experts' indices and weights, a skip pick as expert 0 with weight 0). */
+static void emit_mlp_router(out *o)
+{
+	const model *m = o->m;
+	P("\n  # the router's Linears (with a bias) round once to the layer dtype, like HF's fused addmm\n"
+	  "  rh     = cast(einsum(\"td,rd->tr\", cast(x, f32), cast(rdown, f32)) + cast(rdown_b, f32), dtype)\n");
+	if (m->L > 0)
+		P("  rstate = rh + router_state * rscale   # plus the state carried from the layer before\n");
+	else
+		P("  rstate = rh   # the first layer has no carried state\n");
+	emit_rmsnorm(o, "rn", "rstate", "R", m->router_eps, "rnorm");
+	P("  # two GELU (erf) layers, each computed in f32 from the rounded Linear and rounded again, like HF\n"
+	  "  h1     = cast(einsum(\"tr,sr->ts\", cast(rn, f32), cast(fc1, f32)) + cast(fc1_b, f32), dtype)\n"
+	  "  a1     = cast(gelu(cast(h1, f32)), dtype)\n"
+	  "  h2     = cast(einsum(\"tr,sr->ts\", cast(a1, f32), cast(fc2, f32)) + cast(fc2_b, f32), dtype)\n"
+	  "  a2     = cast(gelu(cast(h2, f32)), dtype)\n"
+	  "  logits = einsum(\"tr,cr->tc\", a2, rout)   # [T, E1]\n"
+	  "  p      = cast(softmax(cast(logits, f32), axis=1), dtype)   # over E + 1 classes, in the layer dtype\n"
+	  "  c      = cast(p, f32) + balance   # the balancing biases steer selection only\n"
+	  "  idx    = topk(c, k=K)\n"
+	  "  sw     = take_along(p, idx, axis=1)\n"
+	  "  skip   = idx == E   # the skip class computes nothing: weight 0, expert 0 in its place\n"
+	  "  w      = select(skip, 0.0, sw)\n"
+	  "  eidx   = select(skip, 0, idx)\n");
+}
+
 static void emit_routing(out *o)
 {
 	const model *m = o->m;
 	const hf_route *r = m->f->r;
 	char num[48];
+	if (m->score == HF_MLP) {
+		emit_mlp_router(o);
+		return;
+	}
 	if (r->f32)
 		P("\n  logits = einsum(\"td,ed->te\", cast(x, f32), cast(router, f32))   # HF's router runs in f32\n");
 	else
@@ -562,16 +648,18 @@ static void emit_experts(out *o)
 		char lim[48];
 		snprintf(extra, sizeof extra, ", alpha=1.702, limit=%s", flit(lim, sizeof lim, m->limit));
 	}
-	P("  routed = experts(x, idx, w, %s, act=\"%s\"%s%s, block=B)%s\n", ops, m->act, extra,
+	P("  routed = experts(x, %s, w, %s, act=\"%s\"%s%s, block=B)%s\n", m->score == HF_MLP ? "eidx" : "idx", ops, m->act, extra,
 		m->f->r->on_input ? ", weight_on=\"input\"" : "", fp->out_bias ? " + out_bias" : "");
 }
 
+/* Defines the block's sum `y` (`yb` when an output norm follows). */
 static void emit_shared(out *o)
 {
 	const model *m = o->m;
 	const hf_shared *s = m->f->s;
+	const char *y = m->f->post_norm ? "yb" : "y ";
 	if (!m->S) {
-		P("  y      = routed\n");
+		P("  %s     = routed\n", y);
 		return;
 	}
 	if (s->kind == HF_SH_FUSED)
@@ -585,11 +673,20 @@ static void emit_shared(out *o)
 	P("  shared = einsum(\"ts,ds->td\", sh_h, shared_down)\n");
 	if (s->sgate)
 		P("  sg     = sigmoid(einsum(\"td,od->to\", x, shared_expert_gate))   # [T, 1]\n"
-		  "  y      = routed + sg * shared\n");
+		  "  %s     = routed + sg * shared\n", y);
 	else if (m->average)
-		P("  y      = (routed + shared) / 2.0   # shared_expert_combination_strategy = average\n");
+		P("  %s     = (routed + shared) / 2.0   # shared_expert_combination_strategy = average\n", y);
 	else
-		P("  y      = routed + shared\n");
+		P("  %s     = routed + shared\n", y);
+}
+
+/* The block's output: y, after the output RMSNorm where the family has one. */
+static void emit_output(out *o)
+{
+	const model *m = o->m;
+	if (m->f->post_norm)
+		emit_rmsnorm(o, "y", "yb", "D", m->post_eps, "post_norm");
+	P("  output y%s\n}\n", m->score == HF_MLP ? ", rstate   # rstate: the router state the next layer takes" : "");
 }
 
 /* ---- entry ---- */
@@ -677,10 +774,11 @@ static moe_status emit(moe_ctx *ctx, const char *name, const moe_import_opts *op
 	o.b.ctx = ctx; /* the text grows in context memory; the caller's copy is malloc'd (moe_free) */
 	emit_header(&o, name);
 	emit_weights(&o);
+	emit_post_norm_weight(&o);
 	emit_routing(&o);
 	emit_experts(&o);
 	emit_shared(&o);
-	rt_buf_printf(&o.b, "  output y\n}\n");
+	emit_output(&o);
 	ctx_commit_point(ctx); /* nothing of the context's is taken after the copy */
 	*moe_text = o.b.oom ? NULL : malloc(o.b.len + 1);
 	if (*moe_text)

@@ -53,7 +53,8 @@ static void markdown(rt_buf *b)
 		const hf_family *f = &hf_families[i];
 		rt_buf_printf(b, "| %s | %s | ", f->types, f->block);
 		layers_text(b, f->layers);
-		rt_buf_printf(b, " | %s | %s | %s |\n", f->r->summary, f->f->summary, f->s->summary);
+		rt_buf_printf(b, " | %s | %s | %s%s |\n", f->r->summary, f->f->summary, f->s->summary,
+			f->post_norm ? "; then an RMSNorm of the block's output" : "");
 	}
 }
 
@@ -65,6 +66,8 @@ static void plain(rt_buf *b)
 		layers_text(b, f->layers);
 		rt_buf_printf(b, "\n  routing: %s\n  experts: %s\n  shared:  %s\n", f->r->summary, f->f->summary,
 			f->s->summary);
+		if (f->post_norm)
+			rt_buf_printf(b, "  output:  an RMSNorm of the block's output\n");
 	}
 }
 

@@ -36,8 +36,13 @@ DEFAULTS = {
                       num_experts=60, norm_topk_prob=False),
     "gpt_oss": dict(num_hidden_layers=36, num_local_experts=128, hidden_size=2880, intermediate_size=2880,
                     num_experts_per_tok=4, swiglu_limit=7.0),
+    "axk1": dict(hidden_size=7168, moe_intermediate_size=2048, num_hidden_layers=61, n_shared_experts=1,
+                 n_routed_experts=192, routed_scaling_factor=2.5, n_group=8, topk_group=4, num_experts_per_tok=8,
+                 first_k_dense_replace=1, norm_topk_prob=True, hidden_act="silu", rms_norm_eps=1e-6),
+    "zaya": dict(hidden_size=2048, num_hidden_layers=40, hidden_act="silu", moe_intermediate_size=2048,
+                 num_experts_per_tok=1, num_experts=16, router_hidden_size=256, rms_norm_eps=1e-5),
 }
-LAYER = {"deepseek_v3": 3}
+LAYER = {"deepseek_v3": 3, "axk1": 1, "zaya": 1}
 # aliases of those keys the fixtures also write (attribute_map), removed with them
 ALIASES = {"qwen3_moe": ["num_local_experts"], "mixtral": ["num_experts"], "deepseek_v3": ["num_local_experts"],
            "olmoe": ["num_local_experts"], "qwen2_moe": ["num_local_experts"], "gpt_oss": ["num_experts"],

@@ -47,7 +47,7 @@ def tied_rows(a, moe, xpath, dtype, tmp):
         return None
     K = int(kd.group(1))
     smoe = os.path.join(tmp, "scores.moe")
-    open(smoe, "w").write(re.sub(r"^  output y$", "  output " + m.group(1), text, flags=re.M))
+    open(smoe, "w").write(re.sub(r"^  output y(,.*)?$", "  output " + m.group(1), text, flags=re.M))
     spath = os.path.join(tmp, "scores.npy")
     cmd = [a.moec, "run", smoe, "--weights", a.weights, "--input", xpath, "-o", spath]
     if dtype == "bfloat16":

@@ -25,7 +25,7 @@ import cases
 
 PREFIXES = ["", "model.", "model.language_model.", "language_model.model.", "language_model.",
             "backbone.", "transformer."]
-FAMILIES = ["qwen3_moe", "qwen3_vl_moe", "mistral4", "dbrx", "nemotron_h", "deepseek_v3"]
+FAMILIES = ["qwen3_moe", "qwen3_vl_moe", "mistral4", "dbrx", "nemotron_h", "deepseek_v3", "axk1", "zaya"]
 
 
 def own_prefix(name):

@@ -47,7 +47,7 @@ def tied_rows(layer, x, weights, target_dtype_sets):
     if not m or not kd:
         return None
     K = int(kd.group(1))
-    scores = moec.Layer(re.sub(r"^  output y$", "  output " + m.group(1), text, flags=re.M),
+    scores = moec.Layer(re.sub(r"^  output y(,.*)?$", "  output " + m.group(1), text, flags=re.M),
                         set=target_dtype_sets, name=layer.file)
     sc, _ = scores.run(x, weights)
     sc = sc.reshape(sc.shape[0], -1)

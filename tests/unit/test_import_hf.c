@@ -36,7 +36,7 @@ static int64_t dim_of(const dimtab *d, const char *s, size_t n)
 	return -1;
 }
 
-/* "A = 3, B = 2 * A, C = A / B" (one operator at most) */
+/* "A = 3, B = 2 * A, C = A / B, D = A + 1" (one operator at most) */
 static void read_dims(dimtab *d, const char *line)
 {
 	const char *p = line;
@@ -57,7 +57,7 @@ static void read_dims(dimtab *d, const char *line)
 		int64_t v = dim_of(d, a, (size_t)(p - a));
 		while (*p == ' ')
 			p++;
-		if (*p == '*' || *p == '/') {
+		if (*p == '*' || *p == '/' || *p == '+') {
 			char op = *p++;
 			while (*p == ' ')
 				p++;
@@ -65,7 +65,7 @@ static void read_dims(dimtab *d, const char *line)
 			while (isalnum((unsigned char)*p))
 				p++;
 			int64_t w = dim_of(d, b, (size_t)(p - b));
-			v = op == '*' ? v * w : v / w;
+			v = op == '*' ? v * w : op == '+' ? v + w : v / w;
 		}
 		memcpy(d->name[d->n], nm, nl);
 		d->name[d->n][nl] = 0;
