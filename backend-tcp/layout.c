@@ -140,7 +140,9 @@ bool tcp_load_local(const tcp_program *p, const moe_tcp_machine *m, const tcp_in
  * (docs/tcp-isa.md sections 5, 6 and 9) A tu.vec pass cuts its iteration
  * space, in row-major order, into work units of flit_bytes / 4 iterations
  * (one flit of lane words), or of one row (the innermost loop) when its
- * chain has a reduce, scan or compaction; unit i runs on slice i mod S. A
+ * chain has a reduce, scan or compaction; with q = ceil(units / S), slice s
+ * runs units [s q, (s + 1) q): consecutive blocks of q units (cu = q units
+ * of iterations below). A
  * tu.contract pass [M, O, I] splits O into Cg = ceil(O / tile) column groups
  * and M into row groups of Bs = ceil(M / (S / Cg)) rows: output (m, o) is
  * computed on slice ((m / Bs) Cg + o / tile) mod S, which streams all of row
@@ -282,7 +284,12 @@ unsigned tcp_pass_remote(const tcp_program *p, const moe_tcp_machine *m, const t
 		}
 		w.kind = PW_VEC;
 		w.L = nd ? in->dim[nd - 1] : 1;
-		w.cu = row ? w.L : (m->flit_bytes / 4 > 0 ? m->flit_bytes / 4 : 1);
+		int64_t per = row ? w.L : (m->flit_bytes / 4 > 0 ? m->flit_bytes / 4 : 1), n = 1;
+		for (int k = 0; k < nd; k++)
+			n = n > INT64_MAX / in->dim[k] ? INT64_MAX : n * in->dim[k];
+		/* units of per iterations; slice s runs units [s q, (s + 1) q) */
+		int64_t units = row ? n / w.L : n / per + (n % per != 0), q = (units + w.S - 1) / w.S;
+		w.cu = per * (q > 0 ? q : 1);
 		for (int v = 0; v < TCP_NVIEW && nd > 0; v++) {
 			const tcp_view *x = &in->v[v];
 			if (x->t >= 0 && p->t[x->t].space == TCP_DM)
