@@ -102,7 +102,7 @@ static void print_insn(sb *b, const tcp_insn *in)
 	}
 	if (in->flags)
 		sbf(b, " flags=%s%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
-			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? "join," : "",
+			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? (tcp_op_ctx[in->op] == TCP_CTX_MAIN ? "switch," : "join,") : "",
 			in->flags & TCP_F_E2M1 ? "e2m1," : "", in->flags & TCP_F_I4 ? "i4," : "",
 			in->flags & TCP_F_SCALED ? "scaled," : "", in->flags & TCP_F_VROWS ? "vrows," : "");
 	if (in->vreg >= 0)
@@ -406,6 +406,8 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_XSLICE;
 				else if (lit(&s, "join,"))
 					in.flags |= TCP_F_JOIN;
+				else if (lit(&s, "switch,"))
+					in.flags |= TCP_F_ROUTE;
 				else if (lit(&s, "e2m1,"))
 					in.flags |= TCP_F_E2M1;
 				else if (lit(&s, "i4,"))

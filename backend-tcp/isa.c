@@ -561,8 +561,9 @@ static void check_insn(vc *c, int64_t pc)
 			verr(c, pc, "dimension %d size %lld outside [1, 2^31]", k, (long long)in->dim[k]);
 			return;
 		}
-	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA)
-		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors");
+	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA && tcp_op_ctx[in->op] != TCP_CTX_MAIN)
+		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors (join), only a Tensor Unit pass "
+			    "routes through the switch (switch)");
 	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4);
 	if (nib && (in->op != TCP_OP_TU_VEC || nib == (TCP_F_E2M1 | TCP_F_I4) || (unsigned)in->v[TCP_V_S0].t >= c->p->nt ||
 			   c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
@@ -640,8 +641,12 @@ static void check_insn(vc *c, int64_t pc)
 		if (c->errors == 0 && !(in->flags & TCP_F_SWITCH) && !tcp_load_local(c->p, c->m, in, c->why, sizeof c->why))
 			verr(c, pc, "%s: a slice's load reads only its own DM (without flags=xslice, the switch)", c->why);
 		break;
-	case TCP_OP_TU_VEC: check_vec(c, pc, in); break;
-	case TCP_OP_TU_CONTRACT: check_contract(c, pc, in); break;
+	case TCP_OP_TU_VEC:
+	case TCP_OP_TU_CONTRACT:
+		(in->op == TCP_OP_TU_VEC ? check_vec : check_contract)(c, pc, in);
+		if (c->errors == 0 && !(in->flags & TCP_F_ROUTE) && tcp_pass_remote(c->p, c->m, in, c->why, sizeof c->why))
+			verr(c, pc, "%s: a slice fetches and commits only its own DM (without flags=switch)", c->why);
+		break;
 	case TCP_OP_COUNT:
 		break;
 	}

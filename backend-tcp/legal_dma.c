@@ -17,7 +17,9 @@
  * - a scatter's DM list of row positions becomes an HBM list of byte
  *   offsets: one vector pass multiplies it by the row stride in bytes into a
  *   DM scratch, one copy moves that to HBM;
- * - a sub load that a slice cannot serve from its own DM takes the switch.
+ * - a sub load that a slice cannot serve from its own DM takes the switch;
+ *   so does a Tensor Unit pass whose computing slices fetch or commit bytes
+ *   they do not hold (flags=switch).
  * The scratch tensors are placed where no other tensor of their space ever
  * is (above every HBM tensor; in DM, the lowest gap), so they share no byte
  * with one. Branch targets and the program's instruction
@@ -596,6 +598,15 @@ bool tcpl_legalize(moe_ctx *ctx, tcp_program *p, const moe_tcp_machine *m, int64
 	if (!L.failed) {
 		install(&L, at, after_in);
 		*hbm_top = L.hbm_top;
+		/* a pass whose slices fetch or commit bytes they do not hold routes them
+		 * through the switch (docs/tcp-isa.md section 9) */
+		for (uint32_t k = 0; k < p->ncode; k++) {
+			tcp_insn *in = &p->code[k];
+			char why[256];
+			if ((in->op == TCP_OP_TU_VEC || in->op == TCP_OP_TU_CONTRACT) && !(in->flags & TCP_F_ROUTE) &&
+				tcp_pass_remote(p, m, in, why, sizeof why))
+				in->flags |= TCP_F_ROUTE;
+		}
 	} else {
 		ctx_free(ctx, L.code, L.cap * sizeof *L.code);
 	}

@@ -375,8 +375,9 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.spm = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.spm);
 	s.ndmn = m->clusters * tcp_dmns_per_cluster(m);
 	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)(2 * s.ndmn + 1) * sizeof *s.dmn_stamp);
+	s.route = ctx_try_alloc(ctx, (size_t)p->ncode + 1);
 	s.tc = m->launch_cycles; /* the kernel launches before its first instruction */
-	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp) {
+	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp || !s.route) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of memory for the simulator's tables");
 		rc = MOE_ERR_NOMEM;
 		goto out;
@@ -436,6 +437,7 @@ out:
 	ctx_free(ctx, s.hz, 0);
 	ctx_free(ctx, s.spm, 0);
 	ctx_free(ctx, s.dmn_stamp, 0);
+	ctx_free(ctx, s.route, 0);
 	ctx_free(ctx, s.seen, 0);
 	if (ev && rc == MOE_OK) { /* handed to the caller */
 		*ev = s.ev, *nev = s.nev;

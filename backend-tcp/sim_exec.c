@@ -134,6 +134,32 @@ static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int6
 	return true;
 }
 
+/* The switch stage of a pass with flags=switch (docs/tcp-model.md): the
+ * operands some slice does not hold (bit w: view w; computed once per
+ * instruction), and the cycles to route `bytes` per slice of them over a
+ * ring of `used` slices: one flit per cycle into each slice plus the ring
+ * (at most switch.max_ring_size); *ring receives the latter. */
+static unsigned route_mask(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	if (!(in->flags & TCP_F_ROUTE))
+		return 0;
+	if (!s->route[pc]) {
+		char why[256];
+		s->route[pc] = (uint8_t)(0x80u | tcp_pass_remote(s->p, s->m, in, why, sizeof why));
+	}
+	return s->route[pc] & 0x7fu;
+}
+
+static int64_t route_cycles(const sim *s, int64_t bytes, int64_t used, int64_t *ring)
+{
+	if (bytes <= 0) {
+		*ring = 0;
+		return 0;
+	}
+	*ring = used < s->m->max_ring ? used : s->m->max_ring;
+	return cdiv(bytes, s->m->switch_bytes_per_cycle);
+}
+
 /* The time of a tu.vec pass of n elements (rows of L for a row op rop >= 0;
  * fl: float ALUs) and its scheduling. */
 static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int rop, bool fl, int64_t n, int64_t L)
@@ -151,20 +177,25 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 	 * one fetch channel (their cycles add up); at most
 	 * fetch.max_interleaved_streams in one pass: each further group of streams
 	 * is one more pass through DM (its issue and fill/drain) */
-	int64_t fsum = 0, ns = 0;
+	int64_t fsum = 0, ns = 0, rbytes = 0;
+	unsigned rm = route_mask(s, pc, in);
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
 			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0; /* 4-bit: half a byte each */
 			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
 			fsum += n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
+			rbytes += (rm >> w & 1u) ? (n4 ? cdiv(el, 2) : el * e) : 0;
 			ns++;
 		}
 	int64_t extra = ns > m->max_streams ? cdiv(ns, m->max_streams) - 1 : 0;
 	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
 	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
 		in->dim, esz_of(s, dv->t), &ol);
-	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs), ring;
+	rbytes += (rm & 1u) ? outs * esz_of(s, dv->t) : 0;
+	int64_t sw = route_cycles(s, rbytes, used, &ring);
 	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
+	t = (t > sw ? t : sw) + ring;
 	tail += extra * (m->issue_cycles + m->fill_drain);
 	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
 	tcps_schedule(s, pc, a, (t > fsum ? t : fsum) + tail);
@@ -441,9 +472,13 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (I / TCP_SCALE_CHUNK) : 0; /* the chunk scales read */
 	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes),
 		m->fetch_bytes);
+	unsigned rm = route_mask(s, pc, in);
+	int64_t rbytes = ((rm >> TCP_V_S0 & 1u) ? Bs * I * ae : 0) + ((rm & 1u) ? Bs * in->tile * esz_of(s, dv->t) : 0) +
+			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0), ring;
+	int64_t sw = tiles * route_cycles(s, rbytes, S < Cg * R ? S : Cg * R, &ring);
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;
-	t += m->tree_latency[mt] + m->fill_drain;
+	t = (t > sw ? t : sw) + ring + m->tree_latency[mt] + m->fill_drain;
 	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, mac);
 	tcps_schedule(s, pc, &a, t);
 }

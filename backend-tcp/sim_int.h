@@ -78,6 +78,7 @@ typedef struct sim {
 	bool fault;
 	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
+	uint8_t *route; /* per pc: a routed pass's remote operands (tcp_pass_remote) | 0x80, 0: not yet known */
 	double hbm_bpc; /* the one HBM pool, bytes per cycle */
 	uint8_t *seen; /* experts whose blocks ran */
 	/* SPM: per tensor, the element range staged by dma.spm and when it

@@ -218,6 +218,11 @@ enum { TCP_F_SWITCH = TCP_F_XSLICE };
  * s1[g, j] from the HBM side's group base, a multiple of its row stride);
  * without it the list is a DM tensor of row positions (gather only). */
 enum { TCP_F_HBMIDX = TCP_F_SCALED };
+/* TCP_F_ROUTE (tu.vec / tu.contract; printed "switch"): the pass's fetches
+ * and commits route bytes between the slice that holds them and the slice
+ * that computes with them through the switch stage (charged: docs/tcp-model.md);
+ * without it each slice fetches and commits only bytes its own DM holds. */
+enum { TCP_F_ROUTE = TCP_F_JOIN };
 
 typedef struct tcp_insn {
 	uint8_t op;
@@ -288,6 +293,10 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 /* layout.c: whether sub load `in` reads only bytes that every slice holding
  * its destination's bytes holds (false: *why says which byte does not) */
 bool tcp_load_local(const tcp_program *p, const moe_tcp_machine *m, const tcp_insn *in, char *why, size_t nwhy);
+/* layout.c: the DM operands of a tu.vec / tu.contract pass (bit w: view w)
+ * whose bytes some computing slice does not hold (docs/tcp-isa.md sections 5,
+ * 6 and 9); *why names the first such byte (empty when none) */
+unsigned tcp_pass_remote(const tcp_program *p, const moe_tcp_machine *m, const tcp_insn *in, char *why, size_t nwhy);
 /* static validation against a machine; diagnostics name the instruction */
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
 uint32_t tcp_crc32(const uint8_t *p, size_t n);

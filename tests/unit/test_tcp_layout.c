@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/tcp_int.h"
@@ -124,12 +125,55 @@ static void test_double_buffer_slots_on_every_slice(void **st)
 	assert_true(p1 > s1 + 500);
 }
 
+/* flags=switch on a Tensor Unit pass is bit 8 of the flag byte (a DMA
+ * command's join): it survives .tcps -> .tcpb -> .tcps unchanged, and the
+ * .tcpb stays version 4. */
+static void test_switch_flag_round_trips(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *m = moe_tcp_machine_default(ctx);
+	const char prog[] =
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
+		"tensor %0 dm scratch f32 [4104] addr=0 slice=64 const=0 \"src\"\n"
+		"tensor %1 dm scratch f32 [4104] addr=64 slice=64 const=0 \"dst\"\n"
+		"@0: tu.vec dims=[4096] flags=switch, dst=%1+0:[1] s0=%0+8:[1]\n@1: halt\n";
+	tcp_program *p = tcp_parse_asm(ctx, "sw.tcps", prog, strlen(prog));
+	assert_non_null(p);
+	assert_int_equal(p->code[0].flags, TCP_F_ROUTE);
+	assert_int_equal(tcp_validate(ctx, p, m, "sw.tcps"), MOE_OK);
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	assert_int_equal(tcp_encode(p, &buf, &n), MOE_OK);
+	assert_true(n > 8);
+	uint32_t ver = buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
+	assert_int_equal(ver, 4); /* the format version (binary.c) */
+	tcp_program *q = tcp_decode(ctx, "sw.tcpb", buf, n);
+	assert_non_null(q);
+	assert_int_equal(q->code[0].flags, TCP_F_ROUTE);
+	char text[4096] = {0};
+	FILE *f = fmemopen(text, sizeof text - 1, "w");
+	assert_non_null(f);
+	assert_int_equal(tcp_print_asm(q, f), MOE_OK);
+	fclose(f);
+	assert_non_null(strstr(text, "tu.vec dims=[4096] flags=switch, dst="));
+	/* without the flag the same pass is rejected */
+	p->code[0].flags = 0;
+	assert_int_equal(tcp_validate(ctx, p, m, "sw.tcps"), MOE_ERR_FORMAT);
+	free(buf);
+	tcp_prog_free(q);
+	tcp_prog_free(p);
+	moe_ctx_free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_spread_interleaves_flits),
 		cmocka_unit_test(test_parts_are_consecutive),
 		cmocka_unit_test(test_double_buffer_slots_on_every_slice),
+		cmocka_unit_test(test_switch_flag_round_trips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
