@@ -10,8 +10,9 @@ chip: link bytes out and in summing to the same total over the chips; each excha
 round measured end to end (stats "rounds") at least its bound and positive, its pack, link
 and unpack summing to it, pack within its span and unpack within its summed durations (the
 critical path's share of a command set is at most the set's whole time); the --trace to
-hold one process per chip, each with one all_to_all per round, and every command's
-critical-path link ("pred") to name an earlier command of its phase that ends no later.
+hold one process per chip, each with one all_to_all per round, every command's
+critical-path link ("pred") to name an earlier command of its phase that ends no later, and
+to pass trace_check.py (every track named and used, slices on a track nested or disjoint).
 
 With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run, one
 chip and N chips alike, is made once per --quant-act value: the chips must agree with one
@@ -33,6 +34,7 @@ import numpy as np
 
 import cases
 import quant  # read_st, write_st
+import trace_check
 
 
 def run(cmd):
@@ -155,15 +157,16 @@ def compare(a, tally, tmp, fam, dtype, T, x, moe, act):
                 0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
             ev = json.load(open(tp))["traceEvents"]
             rounds_ok = rounds_ok and preds_ok(ev)
+            drawn = trace_check.check(tp)[0]  # tracks named and used, slices on a track nested or disjoint
             trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
                         all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
-                            for d in range(n)))
+                            for d in range(n)) and not drawn)
             ok = y.shape == y1.shape and rel <= a.tol and bytes_ok and rounds_ok and trace_ok
             tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us, rounds %s x bound%s"
                         % (rel, "bitwise" if (y == y1).all() else "not bitwise",
                            sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
                            "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
-                           "" if trace_ok else ", trace WRONG"))
+                           "" if trace_ok else ", trace WRONG" + "".join("; " + m for m in drawn[:3])))
     return y1
 
 
