@@ -14,10 +14,12 @@ hold one process per chip, each with one all_to_all per round, every command's
 critical-path link ("pred") to name an earlier command of its phase that ends no later, and
 to pass trace_check.py (every track named and used, slices on a track nested or disjoint).
 
-With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run, one
-chip and N chips alike, is made once per --quant-act value: the chips must agree with one
-chip in both activation modes (act=fp8 quantizes each token's activations per 1x128 group,
-so a token's scales do not depend on which chip holds it, and the outputs are equal).
+With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run of a
+layer with block-FP8 experts, one chip and N chips alike, is made once per --quant-act
+value: the chips must agree with one chip in both activation modes (act=fp8 quantizes each
+token's activations per 1x128 group, so a token's scales do not depend on which chip holds
+it, and the outputs are equal). The other layers (per-channel FP8, int4, MXFP4) run without
+the option, which is refused on them (on one chip and on two, nothing written).
 
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
                  [--quant-acts bf16,fp8]
@@ -170,6 +172,27 @@ def compare(a, tally, tmp, fam, dtype, T, x, moe, act):
     return y1
 
 
+def block_fp8(moe):
+    """Whether the layer has block-FP8 experts (128 x 128 blocks), the weights --quant-act
+    chooses the contraction of."""
+    return "block=[128, 128]" in open(moe).read()
+
+
+def act_refused(a, tally, fam, dtype, T, x, moe, tmp):
+    """--quant-act on a layer without block-FP8 experts is an error naming the option
+    (on N chips as on one), and writes nothing."""
+    w = os.path.join(a.fixtures, fam, "model.safetensors")
+    yp = os.path.join(tmp, "refused.npy")
+    for chips in ([], ["--ep", "2"]):
+        case = "%s %s T=%d --quant-act=fp8 refused%s" % (fam, dtype, T, " chips=2" if chips else "")
+        with tally.case(case):
+            p = subprocess.run([a.moec, "run", moe, "--target=tcp", "--weights", w, "--input", x, "--quant-act=fp8",
+                                "-o", yp] + chips + cases.dtype_sets(dtype), capture_output=True, text=True)
+            ok = (p.returncode == 1 and "error: --quant-act=fp8 applies to block-FP8 experts" in p.stderr and
+                  not os.path.exists(yp))
+            tally.check(case, ok, p.stderr.strip().splitlines()[0] if p.stderr.strip() else "rc %d" % p.returncode)
+
+
 def act_took_effect(tally, moe, tag, ys):
     """A layer with 128 x 128 block-FP8 experts contracts them fp8 x fp8 under
     --quant-act=fp8: its one-chip output must differ from the bf16 one (else the
@@ -222,7 +245,11 @@ def main():
             with tally.case("%s %s T=%d (import)" % (fam, dtype, T)):
                 cases.import_layer(a.moec, os.path.join(a.fixtures, fam), T, moe, 600)
                 imported = True
-            ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (acts if imported else [])}
+            # --quant-act applies to block-FP8 experts only; on any other layer it is refused
+            fam_acts = acts if not imported or acts == [None] or block_fp8(moe) else [None]
+            if fam_acts != acts:
+                act_refused(a, tally, fam, dtype, T, x, moe, tmp)
+            ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (fam_acts if imported else [])}
             act_took_effect(tally, moe, "%s %s T=%d" % (fam, dtype, T), ys)
         granule_case(a.moec, tmp, tally, a.tol)
         if "fp8ch_llama4" in fams:
