@@ -150,28 +150,20 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 	int status = 0;
 	if (o->json) {
 		/* block=auto's choice and its predicted block-loop time, and the HBM fit, lead the object */
-		cJSON *out = cJSON_CreateObject();
-		if (autob > 0) {
-			cJSON *b = cJSON_AddObjectToObject(out, "tcp_block");
-			cJSON_AddNumberToObject(b, "B", (double)autob);
-			cJSON_AddTrueToObject(b, "auto");
-			cJSON_AddNumberToObject(b, "predicted_block_loop_seconds", pred);
+		char *js2 = cJSON_Print(j);
+		if (!js2) {
+			cJSON_Delete(j);
+			return cli_fail("out of memory%s", "");
 		}
-		if (fit) {
-			cJSON *h = cJSON_AddObjectToObject(out, "tcp_hbm");
-			cJSON_AddNumberToObject(h, "needed_bytes", (double)fit->total);
-			cJSON_AddNumberToObject(h, "weight_bytes", (double)fit->weights);
-			cJSON_AddNumberToObject(h, "capacity_bytes", fit->capacity);
-			cJSON_AddTrueToObject(h, "fits");
-		}
-		for (cJSON *it = j->child; it; it = j->child) {
-			cJSON_DetachItemViaPointer(j, it);
-			cJSON_AddItemToObject(out, it->string, it);
-		}
-		char *text = cJSON_Print(out);
-		status = !text || puts(text) < 0;
-		free(text);
-		cJSON_Delete(out);
+		if (autob > 0)
+			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
+				(long long)autob, pred);
+		if (fit)
+			printf("%s\t\"tcp_hbm\":\t{\"needed_bytes\": %lld, \"weight_bytes\": %lld, \"capacity_bytes\": %.0f, "
+				"\"fits\": true},", autob > 0 ? "\n" : "{\n", (long long)fit->total, (long long)fit->weights,
+				fit->capacity);
+		status = puts(js2 + (autob > 0 || fit)) < 0; /* js2 starts with its '{' */
+		free(js2);
 	} else {
 		if (autob > 0)
 			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n%s",
