@@ -277,8 +277,9 @@ static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m
 		}
 	if (wsum > m->hbm_bytes) {
 		moe_diag(ctx, MOE_DIAG_ERROR, big != MOE_NONE ? N(g, big)->loc : g->loc,
-			"tcp: the layer needs at least %.2f GB of HBM for its weights but the machine has %.2f GB; use bf16 "
-			"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1e9, m->hbm_bytes / 1e9);
+			"tcp: the layer needs at least %.2f GiB of HBM for its weights but the machine has %.2f GiB; use bf16 "
+			"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1073741824.0,
+			m->hbm_bytes / 1073741824.0);
 		return false;
 	}
 	return true;
@@ -718,9 +719,9 @@ static bool hbm_fits(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m,
 		if (p->t[i].space == TCP_HBM && (p->t[i].kind == TCP_T_WEIGHT || p->t[i].kind == TCP_T_PACKED))
 			w += (double)p->t[i].numel * (double)esz(p->t[i].dtype);
 	moe_diag(ctx, MOE_DIAG_ERROR, g->loc,
-		"tcp: the layer needs %.2f GB of HBM (weights %.2f GB, inputs, outputs and scratch %.2f GB) but the "
-		"machine has %.2f GB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
-		(double)top / 1e9, w / 1e9, ((double)top - w) / 1e9, m->hbm_bytes / 1e9);
+		"tcp: the layer needs %.2f GiB of HBM (weights %.2f GiB, inputs, outputs and scratch %.2f GiB) but the "
+		"machine has %.2f GiB; use bf16 (--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)",
+		(double)top / 1073741824.0, w / 1073741824.0, ((double)top - w) / 1073741824.0, m->hbm_bytes / 1073741824.0);
 	return false;
 }
 

@@ -318,45 +318,74 @@ static void rounds(moe_tcp_ep_stats *s, const chip *c, int ep, int phases, const
 	}
 }
 
-/* One Chrome trace of every chip: process d is chip d, a thread per command
- * context and one for its link; phase k starts on every chip when round
- * k - 1 ends. */
-static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int ep, int phases, const double *len,
+/* The slices of every chip, phase after phase: phase k starts on every chip
+ * when round k - 1 ends; a command context per track and a link track
+ * (TCP_NCTX) with the round's wait and all_to_all. Lanes are taken in l
+ * (one per chip); with f NULL nothing is written. */
+static void trace_slices(FILE *f, tcp_trace_lanes *l, const chip *c, int ep, int phases, const double *len,
 	const double *link, double hz)
 {
-	moe_atomic_file *af = moe_atomic_open(ctx, path);
-	if (!af)
-		return MOE_ERR_IO;
-	FILE *f = moe_atomic_stream(af);
-	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-	for (int d = 0; d < ep; d++) {
-		fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"chip %d\"}},\n", d, d);
-		for (int t = 0; t <= TCP_NCTX; t++)
-			fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
-				d, t, t < TCP_NCTX ? tcp_ctx_names[t] : "link");
-	}
-	double at = 0; /* seconds */
+	int64_t at = 0; /* ns */
 	for (int k = 0; k < phases; k++) {
 		for (int d = 0; d < ep; d++) {
 			for (size_t i = 0; i < c[d].nev[k]; i++) {
 				const tev *e = &c[d].ev[k][i];
-				fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
-					"\"args\":{\"phase\":%d,\"pc\":%u,\"event\":%zu,\"pred\":%d}},\n", tcp_op_names[e->op], d,
-					e->ctx, (at + (double)e->start / hz) * 1e6, (double)(e->end - e->start) / hz * 1e6, k, e->pc, i,
-					e->pred);
+				int64_t t0 = at + tcps_ns((double)e->start / hz), t1 = at + tcps_ns((double)e->end / hz);
+				int tid = tcps_lane_tid(e->ctx, tcps_lane(&l[d], e->ctx, t0, t1));
+				if (f) {
+					tcps_trace_slice(f, tcp_op_names[e->op], d, tid, t0, t1);
+					fprintf(f, ",\"args\":{\"phase\":%d,\"pc\":%u,\"event\":%zu,\"pred\":%d}},\n", k, e->pc, i,
+						e->pred);
+				}
 			}
 			if (k + 1 < phases && link[k] > 0) {
-				if (len[k] > c[d].len[k])
-					fprintf(f, "{\"name\":\"wait\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f},\n",
-						d, TCP_NCTX, (at + c[d].len[k]) * 1e6, (len[k] - c[d].len[k]) * 1e6);
-				fprintf(f, "{\"name\":\"all_to_all\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
-					"\"args\":{\"round\":%d,\"bytes_out\":%lld,\"bytes_in\":%lld}},\n", d, TCP_NCTX,
-					(at + len[k]) * 1e6, c[d].link[k] * 1e6, k, (long long)c[d].rbo[k], (long long)c[d].rbi[k]);
+				int64_t mine = at + tcps_ns(c[d].len[k]), all = at + tcps_ns(len[k]), lk = tcps_ns(c[d].link[k]);
+				if (all > mine) {
+					int tid = tcps_lane_tid(TCP_NCTX, tcps_lane(&l[d], TCP_NCTX, mine, all));
+					if (f)
+						tcps_trace_slice(f, "wait", d, tid, mine, all), fprintf(f, "},\n");
+				}
+				int tid = tcps_lane_tid(TCP_NCTX, tcps_lane(&l[d], TCP_NCTX, all, all + lk));
+				if (f) {
+					tcps_trace_slice(f, "all_to_all", d, tid, all, all + lk);
+					fprintf(f, ",\"args\":{\"round\":%d,\"bytes_out\":%lld,\"bytes_in\":%lld}},\n", k,
+						(long long)c[d].rbo[k], (long long)c[d].rbi[k]);
+				}
 			}
 		}
-		at += len[k] + link[k];
+		at += tcps_ns(len[k]) + tcps_ns(link[k]);
 	}
-	fprintf(f, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":%.4f,\"s\":\"g\"}\n]}\n", at * 1e6);
+	if (f)
+		fprintf(f, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"ts\":%lld.%03lld,\"s\":\"g\"}\n", (long long)(at / 1000),
+			(long long)(at % 1000));
+}
+
+/* One Chrome trace of every chip: process d is chip d, with a track per
+ * command context and one for its link that hold slices (sim.c's lanes). */
+static moe_status write_trace(moe_ctx *ctx, const char *path, const chip *c, int ep, int phases, const double *len,
+	const double *link, double hz)
+{
+	tcp_trace_lanes *l = ctx_soft_alloc(ctx, (size_t)ep * sizeof *l); /* guarded: NULL is MOE_ERR_NOMEM */
+	if (!l)
+		return MOE_ERR_NOMEM;
+	moe_atomic_file *af = moe_atomic_open(ctx, path);
+	if (!af) {
+		ctx_free(ctx, l, 0);
+		return MOE_ERR_IO;
+	}
+	FILE *f = moe_atomic_stream(af);
+	for (int d = 0; d < ep; d++)
+		tcps_lanes_init(&l[d]);
+	trace_slices(NULL, l, c, ep, phases, len, link, hz);
+	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+	for (int d = 0; d < ep; d++) {
+		fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"chip %d\"}},\n", d, d);
+		tcps_trace_tracks(f, d, &l[d]);
+		tcps_lanes_init(&l[d]);
+	}
+	trace_slices(f, l, c, ep, phases, len, link, hz);
+	fprintf(f, "]}\n");
+	ctx_free(ctx, l, 0);
 	return moe_atomic_commit(af);
 }
 

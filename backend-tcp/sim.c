@@ -20,30 +20,85 @@
 #include "backend-tcp/sim_int.h"
 #include "moec/io.h"
 
-/* ---- the run ---- */
+/* ---- the trace ---- */
+void tcps_lanes_init(tcp_trace_lanes *l)
+{
+	for (int t = 0; t < TCP_TRACE_TRACKS; t++)
+		for (int k = 0; k < TCP_TRACE_LANES; k++)
+			l->end[t][k] = -1;
+}
+
+int tcps_lane(tcp_trace_lanes *l, int track, int64_t start, int64_t end)
+{
+	int k = 0;
+	while (k < TCP_TRACE_LANES - 1 && l->end[track][k] > start)
+		k++;
+	if (l->end[track][k] < end)
+		l->end[track][k] = end;
+	return k;
+}
+
+int64_t tcps_ns(double seconds)
+{
+	return (int64_t)llround(seconds * 1e9);
+}
+
+int tcps_lane_tid(int track, int lane)
+{
+	return lane * TCP_TRACE_TRACKS + track;
+}
+
+void tcps_trace_slice(FILE *f, const char *name, int pid, int tid, int64_t t0, int64_t t1)
+{
+	int64_t d = t1 - t0;
+	fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%lld.%03lld,\"dur\":%lld.%03lld", name,
+		pid, tid, (long long)(t0 / 1000), (long long)(t0 % 1000), (long long)(d / 1000), (long long)(d % 1000));
+}
+
+void tcps_trace_tracks(FILE *f, int pid, const tcp_trace_lanes *l)
+{
+	for (int t = 0; t < TCP_TRACE_TRACKS; t++)
+		for (int k = 0; k < TCP_TRACE_LANES; k++) {
+			if (l->end[t][k] < 0)
+				continue;
+			char name[32];
+			snprintf(name, sizeof name, k ? "%s #%d" : "%s", t < TCP_NCTX ? tcp_ctx_names[t] : "link", k + 1);
+			fprintf(f,
+				"{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
+				"{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}},\n",
+				pid, tcps_lane_tid(t, k), name, pid, tcps_lane_tid(t, k), t * TCP_TRACE_LANES + k);
+		}
+}
+
+/* A Chrome trace: a track per command context that ran commands (a lane
+ * more where commands of one context overlap in time), times in whole
+ * nanoseconds. */
 static moe_status write_trace(sim *s, const char *path)
 {
 	moe_atomic_file *af = moe_atomic_open(s->ctx, path);
 	if (!af)
 		return MOE_ERR_IO;
 	FILE *f = moe_atomic_stream(af);
-	double us = 1e6 / s->m->clock_hz;
+	double hz = s->m->clock_hz;
+	tcp_trace_lanes l;
+	tcps_lanes_init(&l);
+	for (size_t i = 0; i < s->nev; i++)
+		tcps_lane(&l, s->ev[i].ctx, tcps_ns((double)s->ev[i].start / hz), tcps_ns((double)s->ev[i].end / hz));
 	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-	for (int c = 0; c < TCP_NCTX; c++)
-		fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", c,
-			tcp_ctx_names[c]);
+	tcps_trace_tracks(f, 0, &l);
+	tcps_lanes_init(&l);
 	for (size_t i = 0; i < s->nev; i++) {
 		const tev *e = &s->ev[i];
-		fprintf(f,
-			"{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{\"pc\":%u,"
-			"\"start\":%lld,\"end\":%lld,\"pred\":%d}}%s\n",
-			tcp_op_names[e->op], e->ctx, (double)e->start * us, (double)(e->end - e->start) * us, e->pc,
-			(long long)e->start, (long long)e->end, (int)e->pred, i + 1 < s->nev ? "," : "");
+		int64_t t0 = tcps_ns((double)e->start / hz), t1 = tcps_ns((double)e->end / hz);
+		tcps_trace_slice(f, tcp_op_names[e->op], 0, tcps_lane_tid(e->ctx, tcps_lane(&l, e->ctx, t0, t1)), t0, t1);
+		fprintf(f, ",\"args\":{\"pc\":%u,\"start\":%lld,\"end\":%lld,\"pred\":%d}}%s\n", e->pc, (long long)e->start,
+			(long long)e->end, (int)e->pred, i + 1 < s->nev ? "," : "");
 	}
 	fprintf(f, "]}\n");
 	return moe_atomic_commit(af); /* reports its own error */
 }
 
+/* ---- the run ---- */
 static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 {
 	const tcp_program *p = s->p;

@@ -103,6 +103,26 @@ typedef struct sim {
 moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
 	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
+/* The trace's tracks (sim.c): per command context (and, on several chips,
+ * the link: track TCP_NCTX), lanes such that the slices put on one lane
+ * never overlap (a DMA command set up beside the previous transfer takes a
+ * second lane). Times are whole nanoseconds. */
+#define TCP_TRACE_TRACKS (TCP_NCTX + 1)
+#define TCP_TRACE_LANES 64
+typedef struct tcp_trace_lanes {
+	int64_t end[TCP_TRACE_TRACKS][TCP_TRACE_LANES]; /* the latest end on each lane; -1: unused */
+} tcp_trace_lanes;
+void tcps_lanes_init(tcp_trace_lanes *l);
+/* The first lane of `track` free at `start` (the last one when none is),
+ * taken until `end`. */
+int tcps_lane(tcp_trace_lanes *l, int track, int64_t start, int64_t end);
+int64_t tcps_ns(double seconds);
+int tcps_lane_tid(int track, int lane);
+/* Writes a thread_name and a thread_sort_index for every lane taken. */
+void tcps_trace_tracks(FILE *f, int pid, const tcp_trace_lanes *l);
+/* Writes an "X" event [t0, t1] ns up to its "dur" (the caller closes it). */
+void tcps_trace_slice(FILE *f, const char *name, int pid, int tid, int64_t t0, int64_t t1);
+
 static inline bool in_experts(const sim *s, uint32_t pc)
 {
 	return ((int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi) || ((int64_t)pc >= s->tlo && (int64_t)pc <= s->thi) ||

@@ -241,8 +241,9 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 /* TCP target (frontend/cli/tcp.c). */
 /* block=auto for the TCP target; *chosen: the B picked (0: none). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
-/* --quant-act=fp8 on every block-FP8 dequant of m (also each chip's layer under --ep). */
-void cli_quant_act(const opts *o, moe_module *m);
+/* --quant-act: an error (1) unless m has a block-FP8 dequant; =fp8 sets act=fp8 on
+ * every one (also each chip's layer under --ep). */
+int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
 	char **stats_json);

@@ -69,8 +69,11 @@ static moe_module *load_rows(moe_ctx *ctx, const opts *o, int64_t rows)
 	if (at == c->nsets)
 		c->nsets++;
 	moe_module *m = cli_load(ctx, c);
-	cli_quant_act(o, m); /* --quant-act, as cli_load_tcp sets it on one chip */
 	free(c);
+	if (cli_quant_act(ctx, o, m)) { /* --quant-act, as cli_load_tcp sets it on one chip */
+		moe_module_free(m);
+		return NULL;
+	}
 	return m;
 }
 

@@ -6,11 +6,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "moec/backend.h"
 #include "moec/passes.h"
 
 #include "frontend/cli/cli.h"
-
-#define TOP_BUFFERS 5
 
 static double num(const cJSON *o, const char *key)
 {
@@ -49,35 +48,22 @@ static const char *human(char *buf, size_t n, double bytes)
 	return buf;
 }
 
-static int by_bytes(const void *a, const void *b)
+/* host_memory of a layer (moe_host_memory_plan): what a host run of it takes */
+static void print_host(FILE *f, const cJSON *l)
 {
-	double x = num(*(const cJSON *const *)a, "bytes"), y = num(*(const cJSON *const *)b, "bytes");
-	return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static void print_buffers(FILE *f, const cJSON *bufs, double total)
-{
-	int n = cJSON_GetArraySize(bufs);
-	char a[32], b[32];
-	fprintf(f, "  %-15s %s (%s) in %d values", "buffers", grouped(a, sizeof a, total), human(b, sizeof b, total), n);
-	if (n <= 0) {
-		fputc('\n', f);
-		return;
-	}
-	const cJSON **v = malloc((size_t)n * sizeof *v);
-	if (!v) {
-		fputc('\n', f);
-		return;
-	}
-	int k = 0;
-	for (const cJSON *it = bufs->child; it && k < n; it = it->next)
-		v[k++] = it;
-	qsort(v, (size_t)k, sizeof *v, by_bytes);
-	fprintf(f, "; the largest:\n");
-	for (int i = 0; i < k && i < TOP_BUFFERS; i++)
-		fprintf(f, "  %-15s %-6s %-12s %-10s %s\n", "", str(v[i], "value"), *str(v[i], "name") ? str(v[i], "name") : "-",
-			str(v[i], "op"), human(a, sizeof a, num(v[i], "bytes")));
-	free(v);
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(l, "host_memory");
+	char a[32], b[32], c[32], d[32];
+	if (cJSON_IsNull(h))
+		fprintf(f, "  %-15s not predicted (the host pipeline does not lower this layer)\n", "host memory");
+	if (!cJSON_IsObject(h))
+		return; /* --target=tcp: the TCP HBM line instead */
+	fprintf(f, "  %-15s %s predicted peak: weights %s + packed copy %s + workspace %s", "host memory",
+		human(a, sizeof a, num(h, "peak_bytes")), human(b, sizeof b, num(h, "weight_bytes")),
+		human(c, sizeof c, num(h, "packed_bytes")), human(d, sizeof d, num(h, "workspace_bytes")));
+	fprintf(f, " + inputs and outputs %s\n", human(a, sizeof a, num(h, "io_bytes")));
+	if (num(h, "packable_bytes") > num(h, "packed_bytes"))
+		fprintf(f, "  %-15s (a CPU with AVX512-BF16 adds a packed copy of %s)\n", "",
+			human(a, sizeof a, num(h, "packable_bytes")));
 }
 
 static void print_layer(FILE *f, const cJSON *l)
@@ -99,10 +85,54 @@ static void print_layer(FILE *f, const cJSON *l)
 	fprintf(f, "  %-15s %s tight, %s seed design, %s vLLM\n", "block buffers",
 		human(a, sizeof a, num(l, "block_buffer_bytes")), human(b, sizeof b, num(l, "block_buffer_bytes_seed")),
 		human(c, sizeof c, num(l, "block_buffer_bytes_vllm")));
-	print_buffers(f, cJSON_GetObjectItemCaseSensitive(l, "buffers"), num(l, "buffer_bytes_total"));
+	print_host(f, l);
 }
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+
+/* The host's predicted memory of each layer of o's file (lowered again by
+ * the host pipeline), added to its stats object as host_memory; the sum of
+ * every IR value ("buffers", "buffer_bytes_total") goes: no run holds them
+ * all at once. Without a lowering (a layer the host does not run) the layer
+ * has no host_memory. */
+static void host_memory(moe_ctx *ctx, const opts *o, cJSON *j)
+{
+	cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
+	for (cJSON *l = cJSON_IsArray(layers) ? layers->child : NULL; l; l = l->next) {
+		cJSON_DeleteItemFromObjectCaseSensitive(l, "buffers");
+		cJSON_DeleteItemFromObjectCaseSensitive(l, "buffer_bytes_total");
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(j, "buffers");
+	cJSON_DeleteItemFromObjectCaseSensitive(j, "buffer_bytes_total");
+	if ((o->target && !strcmp(o->target, "tcp")) || moe_diag_count(ctx) != 0)
+		return;
+	moe_module *m = cli_load(ctx, o);
+	moe_run_opts ro = {.verify = 1};
+	if (!m || moe_run_pipeline_text(ctx, "host", m, &ro) != MOE_OK) {
+		moe_module_free(m);
+		moe_diag_clear(ctx);
+		cJSON_AddNullToObject(j, "host_memory");
+		return;
+	}
+	for (size_t i = 0; i < moe_module_num_graphs(m); i++) {
+		moe_host_memory hm;
+		cJSON *l = cJSON_IsArray(layers) ? cJSON_GetArrayItem(layers, (int)i) : i ? NULL : j;
+		if (!l || moe_host_memory_plan(ctx, moe_module_graph(m, i), NULL, &hm) != MOE_OK)
+			continue;
+		cJSON *h = cJSON_CreateObject();
+		cJSON_AddNumberToObject(h, "peak_bytes", (double)hm.peak_bytes);
+		cJSON_AddNumberToObject(h, "weight_bytes", (double)hm.weight_bytes);
+		cJSON_AddNumberToObject(h, "packed_bytes", (double)hm.packed_bytes);
+		cJSON_AddNumberToObject(h, "packable_bytes", (double)hm.packable_bytes);
+		cJSON_AddNumberToObject(h, "workspace_bytes", (double)hm.workspace_bytes);
+		cJSON_AddNumberToObject(h, "io_bytes", (double)hm.io_bytes);
+		cJSON_AddItemToObject(l, "host_memory", h);
+		if (l != j && i == 0)
+			cJSON_AddItemToObject(j, "host_memory", cJSON_Duplicate(h, 1));
+	}
+	moe_diag_clear(ctx);
+	moe_module_free(m);
+}
 
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit)
 {
@@ -110,17 +140,30 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 	char *js = moe_module_stats_json(ctx, m, named ? named : o->pipeline);
 	if (!js)
 		return 1;
+	cJSON *j = cJSON_Parse(js);
+	free(js);
+	if (!cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		return cli_fail("internal error: the stats are not JSON%s", "");
+	}
+	host_memory(ctx, o, j);
 	int status = 0;
 	if (o->json) {
-		/* block=auto: the choice and its predicted block-loop time lead the object */
-		if (autob > 0 && js[0] == '{')
+		/* block=auto's choice and its predicted block-loop time, and the HBM fit, lead the object */
+		char *js2 = cJSON_Print(j);
+		if (!js2) {
+			cJSON_Delete(j);
+			return cli_fail("out of memory%s", "");
+		}
+		if (autob > 0)
 			printf("{\n\t\"tcp_block\":\t{\"B\": %lld, \"auto\": true, \"predicted_block_loop_seconds\": %.6g},",
 				(long long)autob, pred);
-		if (fit && js[0] == '{')
+		if (fit)
 			printf("%s\t\"tcp_hbm\":\t{\"needed_bytes\": %lld, \"weight_bytes\": %lld, \"capacity_bytes\": %.0f, "
 				"\"fits\": true},", autob > 0 ? "\n" : "{\n", (long long)fit->total, (long long)fit->weights,
 				fit->capacity);
-		status = puts(js + ((autob > 0 || fit) && js[0] == '{')) < 0;
+		status = puts(js2 + (autob > 0 || fit)) < 0; /* js2 starts with its '{' */
+		free(js2);
 	} else {
 		if (autob > 0)
 			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n%s",
@@ -128,18 +171,14 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 		if (fit)
 			printf("TCP HBM %.2f GiB needed (weights %.2f GiB) of %.1f GiB: fits\n\n", GIB(fit->total),
 				GIB(fit->weights), GIB(fit->capacity));
-		cJSON *j = cJSON_Parse(js);
 		const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
-		if (!j) {
-			status = cli_fail("internal error: the stats are not JSON%s", "");
-		} else if (cJSON_IsArray(layers)) {
+		if (cJSON_IsArray(layers)) {
 			for (const cJSON *l = layers->child; l; l = l->next)
 				print_layer(stdout, l), fputs(l->next ? "\n" : "", stdout);
 		} else {
 			print_layer(stdout, j);
 		}
-		cJSON_Delete(j);
 	}
-	free(js);
+	cJSON_Delete(j);
 	return status || fflush(stdout) != 0;
 }

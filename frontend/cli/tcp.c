@@ -9,6 +9,8 @@
 #include <cjson/cJSON.h>
 
 #include "frontend/cli/cli.h"
+#include "ir/ir.h"
+#include "ir/quant.h"
 #include "moec/passes.h"
 
 static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
@@ -22,18 +24,59 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
  * forced one stands); *pred: its predicted block-loop time. */
 static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 
-/* --quant-act=fp8: every block-FP8 dequant is contracted with fp8 activations
- * (the dequant attribute act, docs/tcp-isa.md 7.10). */
-void cli_quant_act(const opts *o, moe_module *m)
+/* A dequant that --quant-act chooses for: block FP8 in 128 x 128 blocks dividing
+ * its rows and columns, the weights the lowering can contract fp8 x fp8
+ * (docs/tcp-isa.md 7.10); every other format is dequantized in DM alike. */
+static bool block_fp8(const moe_graph *g, moe_id n, qt_info *qi)
 {
-	for (size_t i = 0; m && o->quant_act && !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
-		moe_graph *g = moe_module_graph(m, i);
+	return moe_node_op(g, n) == MOE_OP_DEQUANT && ir_dequant_info(g, N(g, n), qi) && qi->fmt == QT_FP8 &&
+	       qi->bn == 128 && qi->bk == 128 && qi->N % 128 == 0 && qi->K % 128 == 0;
+}
+
+/* --quant-act applies to a layer with a block-FP8 dequant; else an error
+ * naming the option and the formats of the layer's quantized weights (1). */
+static int quant_act_applies(moe_ctx *ctx, const opts *o, const moe_module *m)
+{
+	char fmts[160] = "";
+	moe_loc at = moe_loc_file(ctx, o->file);
+	for (size_t i = 0; i < moe_module_num_graphs(m); i++) {
+		const moe_graph *g = moe_module_graph((moe_module *)m, i);
 		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++) {
-			const char *f = moe_node_op(g, n) == MOE_OP_DEQUANT ? moe_node_get_str(g, n, "format") : NULL;
-			if (f && !strcmp(f, "fp8"))
-				moe_node_set_str(g, n, "act", "fp8");
+			qt_info qi;
+			if (block_fp8(g, n, &qi))
+				return 0;
+			if (moe_node_op(g, n) != MOE_OP_DEQUANT || !ir_dequant_info(g, N(g, n), &qi))
+				continue;
+			char one[64];
+			snprintf(one, sizeof one, "%s in [%lld, %lld] blocks", moe_node_get_str(g, n, "format"), (long long)qi.bn,
+				(long long)qi.bk);
+			if (!*fmts)
+				at = moe_node_loc(g, n); /* the first quantized weight's dequant */
+			if (!strstr(fmts, one) && strlen(fmts) + strlen(one) + 3 < sizeof fmts)
+				snprintf(fmts + strlen(fmts), sizeof fmts - strlen(fmts), "%s%s", *fmts ? ", " : "", one);
 		}
 	}
+	moe_diag(ctx, MOE_DIAG_ERROR, at,
+		"--quant-act=%s applies to block-FP8 experts (fp8 in 128 x 128 blocks dividing the weight); %s%s%s",
+		o->quant_act, *fmts ? "this layer's quantized weights are " : "this layer has no quantized weights", fmts,
+		*fmts ? ": they are dequantized in DM without the option" : "");
+	return 1;
+}
+
+int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m)
+{
+	if (!m || !o->quant_act)
+		return 0;
+	if (quant_act_applies(ctx, o, m))
+		return 1;
+	for (size_t i = 0; !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
+		moe_graph *g = moe_module_graph(m, i);
+		qt_info qi;
+		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++)
+			if (block_fp8(g, n, &qi))
+				moe_node_set_str(g, n, "act", "fp8");
+	}
+	return 0;
 }
 
 static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B);
@@ -85,7 +128,10 @@ static moe_module *fit_block(moe_ctx *ctx, const opts *o, moe_module *m, int64_t
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	moe_module *m = load_tcp(ctx, o, chosen, pred);
-	cli_quant_act(o, m);
+	if (cli_quant_act(ctx, o, m)) {
+		moe_module_free(m);
+		return NULL;
+	}
 	if (m && *chosen > 0)
 		m = fit_block(ctx, o, m, chosen);
 	return m;
@@ -131,7 +177,10 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 		o2.sets[i].name = o2.setnames[i];
 	o2.nsets++;
 	moe_module *m = cli_load(ctx, &o2);
-	cli_quant_act(o, m);
+	if (cli_quant_act(ctx, o, m)) {
+		moe_module_free(m);
+		return NULL;
+	}
 	return m;
 }
 

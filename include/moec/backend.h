@@ -31,6 +31,17 @@ MOE_API moe_status moe_emit_object(moe_ctx *ctx, const moe_graph *g, const char 
 /* Bytes of workspace the layer function needs (liveness-planned). */
 MOE_API moe_status moe_host_workspace_size(moe_ctx *ctx, const moe_graph *g, size_t *bytes);
 
+/* The host memory a run of g takes (g lowered by the host pipeline), predicted
+ * from its lowering: the weights as bound, the inputs and outputs, the
+ * workspace, and the packed copies of the bf16 weights the vdpbf16ps kernels
+ * read (packable_bytes: on a CPU with AVX512-BF16; packed_bytes: those this run
+ * makes, 0 with portable kernels, the C engine or another CPU). peak_bytes is
+ * their sum; the process adds its code, the loaded checkpoint's index and
+ * allocator slack. o may be NULL for the defaults. */
+typedef struct moe_host_memory {
+	size_t weight_bytes, io_bytes, workspace_bytes, packable_bytes, packed_bytes, peak_bytes;
+} moe_host_memory;
+
 typedef enum moe_host_engine {
 	MOE_HOST_LLVM, /* LLVM ORC LLJIT in process */
 	MOE_HOST_C     /* emit C, compile with $MOEC_CC (default cc) into a temp dir, dlopen */
@@ -60,6 +71,8 @@ typedef struct moe_host_opts {
 #define MOE_HOST_COLD_BYTES ((size_t)256 << 20)
 
 MOE_API void moe_host_opts_init(moe_host_opts *o);
+MOE_API moe_status moe_host_memory_plan(moe_ctx *ctx, const moe_graph *g, const moe_host_opts *o,
+	moe_host_memory *m);
 
 /* Where the compiled layer came from (moe_host_stats.cache). */
 typedef enum moe_host_cache {

@@ -10,13 +10,16 @@ chip: link bytes out and in summing to the same total over the chips; each excha
 round measured end to end (stats "rounds") at least its bound and positive, its pack, link
 and unpack summing to it, pack within its span and unpack within its summed durations (the
 critical path's share of a command set is at most the set's whole time); the --trace to
-hold one process per chip, each with one all_to_all per round, and every command's
-critical-path link ("pred") to name an earlier command of its phase that ends no later.
+hold one process per chip, each with one all_to_all per round, every command's
+critical-path link ("pred") to name an earlier command of its phase that ends no later, and
+to pass trace_check.py (every track named and used, slices on a track nested or disjoint).
 
-With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run, one
-chip and N chips alike, is made once per --quant-act value: the chips must agree with one
-chip in both activation modes (act=fp8 quantizes each token's activations per 1x128 group,
-so a token's scales do not depend on which chip holds it, and the outputs are equal).
+With --quant-acts bf16,fp8 (the quantized fixtures, tests/fixtures/quant) every run of a
+layer with block-FP8 experts, one chip and N chips alike, is made once per --quant-act
+value: the chips must agree with one chip in both activation modes (act=fp8 quantizes each
+token's activations per 1x128 group, so a token's scales do not depend on which chip holds
+it, and the outputs are equal). The other layers (per-channel FP8, int4, MXFP4) run without
+the option, which is refused on them (on one chip and on two, nothing written).
 
 usage: ep_tcp.py MOEC FIXTURES_DIR [--families a,b] [--tokens 5] [--chips 2,4,8] [--dtypes float32]
                  [--quant-acts bf16,fp8]
@@ -33,6 +36,7 @@ import numpy as np
 
 import cases
 import quant  # read_st, write_st
+import trace_check
 
 
 def run(cmd):
@@ -155,16 +159,38 @@ def compare(a, tally, tmp, fam, dtype, T, x, moe, act):
                 0 <= r["unpack_seconds"] <= r["unpack_sum_seconds"] + eps for r in rounds)
             ev = json.load(open(tp))["traceEvents"]
             rounds_ok = rounds_ok and preds_ok(ev)
+            drawn = trace_check.check(tp)[0]  # tracks named and used, slices on a track nested or disjoint
             trace_ok = (set(e["pid"] for e in ev if e["ph"] == "X") == set(range(n)) and
                         all(sum(1 for e in ev if e["name"] == "all_to_all" and e["pid"] == d) == len(rounds)
-                            for d in range(n)))
+                            for d in range(n)) and not drawn)
             ok = y.shape == y1.shape and rel <= a.tol and bytes_ok and rounds_ok and trace_ok
             tally.check(case, ok, "max|y - y1| = %.2e x max|y1|, %s, link %d bytes, %.2f us, rounds %s x bound%s"
                         % (rel, "bitwise" if (y == y1).all() else "not bitwise",
                            sum(c["link_bytes_out"] for c in chips), s["link_seconds"] * 1e6,
                            "/".join("%.2f" % (r["seconds"] / r["bound_seconds"]) for r in rounds),
-                           "" if trace_ok else ", trace WRONG"))
+                           "" if trace_ok else ", trace WRONG" + "".join("; " + m for m in drawn[:3])))
     return y1
+
+
+def block_fp8(moe):
+    """Whether the layer has block-FP8 experts (128 x 128 blocks), the weights --quant-act
+    chooses the contraction of."""
+    return "block=[128, 128]" in open(moe).read()
+
+
+def act_refused(a, tally, fam, dtype, T, x, moe, tmp):
+    """--quant-act on a layer without block-FP8 experts is an error naming the option
+    (on N chips as on one), and writes nothing."""
+    w = os.path.join(a.fixtures, fam, "model.safetensors")
+    yp = os.path.join(tmp, "refused.npy")
+    for chips in ([], ["--ep", "2"]):
+        case = "%s %s T=%d --quant-act=fp8 refused%s" % (fam, dtype, T, " chips=2" if chips else "")
+        with tally.case(case):
+            p = subprocess.run([a.moec, "run", moe, "--target=tcp", "--weights", w, "--input", x, "--quant-act=fp8",
+                                "-o", yp] + chips + cases.dtype_sets(dtype), capture_output=True, text=True)
+            ok = (p.returncode == 1 and "error: --quant-act=fp8 applies to block-FP8 experts" in p.stderr and
+                  not os.path.exists(yp))
+            tally.check(case, ok, p.stderr.strip().splitlines()[0] if p.stderr.strip() else "rc %d" % p.returncode)
 
 
 def act_took_effect(tally, moe, tag, ys):
@@ -219,7 +245,11 @@ def main():
             with tally.case("%s %s T=%d (import)" % (fam, dtype, T)):
                 cases.import_layer(a.moec, os.path.join(a.fixtures, fam), T, moe, 600)
                 imported = True
-            ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (acts if imported else [])}
+            # --quant-act applies to block-FP8 experts only; on any other layer it is refused
+            fam_acts = acts if not imported or acts == [None] or block_fp8(moe) else [None]
+            if fam_acts != acts:
+                act_refused(a, tally, fam, dtype, T, x, moe, tmp)
+            ys = {act: compare(a, tally, tmp, fam, dtype, T, x, moe, act) for act in (fam_acts if imported else [])}
             act_took_effect(tally, moe, "%s %s T=%d" % (fam, dtype, T), ys)
         granule_case(a.moec, tmp, tally, a.tol)
         if "fp8ch_llama4" in fams:

@@ -103,7 +103,7 @@ def compile_check(moec, moe_dir, name, cfg, layer, dims, hbm):
                 p = subprocess.run([moec, "compile", moe, "--target=tcp", "-o", out], capture_output=True, text=True)
             made = os.path.exists(out)
             if over:
-                ok = (p.returncode != 0 and not made and "GB of HBM" in p.stderr and "--ep" in p.stderr
+                ok = (p.returncode != 0 and not made and "GiB of HBM" in p.stderr and "--ep" in p.stderr
                       and "moec bug" not in p.stderr)
             else:
                 ok = p.returncode == 0 and made

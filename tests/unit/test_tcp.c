@@ -747,19 +747,19 @@ static void test_timing_only_same_cycles(void **st)
 	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &s), MOE_OK);
 	FILE *f = fopen(path, "rb");
 	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
+	long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
 	rewind(f);
 	char *txt = malloc((size_t)n + 1);
 	assert_int_equal(fread(txt, 1, (size_t)n, f), (size_t)n);
 	txt[n] = 0;
-	fclose(f);
-	remove(path);
+	fclose(f), remove(path);
 	cJSON *j = cJSON_Parse(txt);
 	assert_non_null(j);
 	cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
-	assert_true(cJSON_IsArray(ev));
-	assert_int_equal(cJSON_GetArraySize(ev), s.commands + 4); /* + one name per context */
+	int slices = 0; /* one "X" slice per command, besides the tracks' names */
+	for (const cJSON *e = cJSON_IsArray(ev) ? ev->child : NULL; e; e = e->next)
+		slices += !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph")), "X");
+	assert_true(slices > 0 && slices == s.commands);
 	cJSON_Delete(j);
 	free(txt);
 	moe_tensor_map_free(b);
