@@ -14,6 +14,7 @@
  * the same layer as importing with that dtype. */
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "frontend/hf/hf_cfg.h"
 #include "runtime/rt_io.h"
@@ -915,11 +916,10 @@ static moe_status import_file(moe_ctx *ctx, const char *config_path, const moe_i
 	char hq_name[4096], *hq = NULL;
 	size_t hq_len = 0;
 	int w = snprintf(hq_name, sizeof hq_name, "%.*shf_quant_config.json", dir, config_path);
-	FILE *f = w > 0 && (size_t)w < sizeof hq_name ? fopen(hq_name, "rb") : NULL;
-	if (f) {
-		fclose(f);
+	/* probed without opening it (a FIFO there would block an open); the
+	 * reader then refuses anything but a regular file of bounded size */
+	if (w > 0 && (size_t)w < sizeof hq_name && access(hq_name, F_OK) == 0)
 		s = moe_read_file_max(ctx, hq_name, RT_JSON_CONFIG_MAX_BYTES, &hq, &hq_len);
-	}
 	uint32_t dq = ctx_defer(ctx, free, hq);
 	if (s == MOE_OK)
 		s = import_text(ctx, config_path, text, len, opts, moe_text, hq_name, hq, hq_len);
