@@ -164,6 +164,7 @@ static void test_switch_flag_round_trips(void **st)
 	free(buf);
 	tcp_prog_free(q);
 	tcp_prog_free(p);
+	moe_tcp_machine_free(ctx, m);
 	moe_ctx_free(ctx);
 }
 
