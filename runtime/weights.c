@@ -256,15 +256,15 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
 	return 0;
 }
 
-/* Is weight id an nvfp4 dequant's global scale (one f32 per matrix, stored
- * [1] by compressed-tensors and 0-d by ModelOpt)? */
-static bool is_global_scale(const moe_graph *g, moe_id id)
+/* Is weight id operand `arg` of a dequant of `format`, directly or through
+ * the gathers, reshapes and slices between a weight and its dequant? */
+static bool dequant_operand(const moe_graph *g, moe_id id, const char *format, uint32_t arg)
 {
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
-		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) != 3 ||
-			strcmp(ir_attr_str(N(g, i), "format", ""), "nvfp4"))
+		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) <= arg ||
+			strcmp(ir_attr_str(N(g, i), "format", ""), format))
 			continue;
-		moe_id s = moe_node_arg(g, i, 2);
+		moe_id s = moe_node_arg(g, i, arg);
 		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
 				   moe_node_op(g, s) == MOE_OP_SLICE))
 			s = moe_node_arg(g, s, 0);
@@ -274,20 +274,17 @@ static bool is_global_scale(const moe_graph *g, moe_id id)
 	return false;
 }
 
+/* Is weight id an nvfp4 dequant's global scale (one f32 per matrix, stored
+ * [1] by compressed-tensors and 0-d by ModelOpt)? */
+static bool is_global_scale(const moe_graph *g, moe_id id)
+{
+	return dequant_operand(g, id, "nvfp4", 2);
+}
+
 /* Is weight id the values of an int8 dequant (bytes of int8, stored I8)? */
 static bool is_int8_values(const moe_graph *g, moe_id id)
 {
-	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
-		if (moe_node_op(g, i) != MOE_OP_DEQUANT || strcmp(ir_attr_str(N(g, i), "format", ""), "int8"))
-			continue;
-		moe_id s = moe_node_arg(g, i, 0);
-		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
-				   moe_node_op(g, s) == MOE_OP_SLICE))
-			s = moe_node_arg(g, s, 0);
-		if (s == id)
-			return true;
-	}
-	return false;
+	return dequant_operand(g, id, "int8", 0);
 }
 
 /* A dequant's scale declared bf16 says the products are rounded to bf16, the
