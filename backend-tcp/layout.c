@@ -45,6 +45,14 @@ static int64_t walk_period(int64_t R, int64_t st, int64_t e)
 	return b == 0 ? 1 : R / gcd64(R, b);
 }
 
+/* The elements of a row worth walking: past lcm(pi, qi) (the periods of its
+ * two sides, in elements) the row repeats the pairs of units it met. */
+static int64_t row_span(int64_t inner, int64_t pi, int64_t qi)
+{
+	int64_t g = gcd64(pi, qi);
+	return pi / g <= INT64_MAX / qi && pi / g * qi < inner ? pi / g * qi : inner;
+}
+
 /* Rows of a load differ only in their first bytes: where a row starts within
  * each side's layout period decides which slices every byte of it lands on
  * and comes from, so a row starting where an earlier one did is not walked
@@ -90,11 +98,7 @@ bool tcp_load_local(const tcp_program *p, const moe_tcp_machine *m, const tcp_in
 	for (int k = 0; k < nd - 1; k++)
 		outer *= in->dim[k];
 	bool unit = dv->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
-	/* Past this many elements a row repeats the pairs of units it met. */
-	int64_t pi = walk_period(Rd, dv->stride[nd - 1], ed), qi = walk_period(Rs, sv->stride[nd - 1], es);
-	int64_t g = gcd64(pi, qi), span = inner;
-	if (pi / g <= INT64_MAX / qi && pi / g * qi < span)
-		span = pi / g * qi;
+	int64_t span = row_span(inner, walk_period(Rd, dv->stride[nd - 1], ed), walk_period(Rs, sv->stride[nd - 1], es));
 	seen_rows *seen = outer > 1 ? calloc(1, sizeof *seen) : NULL;
 	bool ok = true;
 	for (int64_t o = 0; o < outer && ok; o++) {
@@ -208,9 +212,7 @@ static bool pw_view(const tcp_program *p, const moe_tcp_machine *m, const pwalk 
 	int64_t st = v->stride[nd - 1], outer = 1, idx[TCP_MAXD] = {0}, steps = 0;
 	for (int k = 0; k < nd - 1; k++)
 		outer *= dim[k];
-	int64_t pi = pw_period(w), qi = walk_period(Rs * den, st, num), g = gcd64(pi, qi), span = inner;
-	if (pi / g <= INT64_MAX / qi && pi / g * qi < span)
-		span = pi / g * qi;
+	int64_t span = row_span(inner, pw_period(w), walk_period(Rs * den, st, num));
 	int64_t fan = w->fan < w->S ? w->fan : w->S;
 	if (fan > T->copies) {
 		snprintf(why, nwhy, "'%s' byte %lld is fetched by %lld slices (one per column group) and held by %d", T->name,
