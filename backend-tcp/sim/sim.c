@@ -1,4 +1,4 @@
-/* backend-tcp/sim.c: the instruction-level simulator.
+/* backend-tcp/sim/sim.c: the instruction-level simulator.
  *
  * Functional: instructions run in program order on per-tensor storage; the
  * hazard scheduler below guarantees that the timed, concurrent execution

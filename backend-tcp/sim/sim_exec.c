@@ -1,4 +1,4 @@
-/* backend-tcp/sim_exec.c: the TCP simulator's tensor unit: vector-engine passes
+/* backend-tcp/sim/sim_exec.c: the TCP simulator's tensor unit: vector-engine passes
  * (the ALU chain on 32-bit lane words) and contractions (bf16 products,
  * bf16x3 for f32, f32 accumulation in index order), with their cost. */
 #include "backend-tcp/sim/sim_int.h"

@@ -1,4 +1,4 @@
-/* backend-tcp/sim_mem.c: the TCP simulator's data movement: DMA copies, gathers,
+/* backend-tcp/sim/sim_mem.c: the TCP simulator's data movement: DMA copies, gathers,
  * scatters and SPM staging with their cost (docs/tcp-isa.md section 10), sub
  * loads into TRF/VRF, and the checks on values of absent weights. */
 #include "backend-tcp/sim/sim_int.h"

@@ -1,4 +1,4 @@
-/* backend-tcp/sim_sched.c: the TCP simulator's timing core: the element range of a
+/* backend-tcp/sim/sim_sched.c: the TCP simulator's timing core: the element range of a
  * view, read/write hazard records per tensor, and the scheduler that starts
  * each command when its context is free and its hazards have finished
  * (docs/tcp-model.md, section 4). */
