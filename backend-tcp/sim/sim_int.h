@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend-tcp/sim/sim_quant.h"
+#include "backend-tcp/isa/cost.h"
 #include "backend-tcp/isa/tcp_int.h"
 #include "ir/scalar.h"
 
@@ -79,7 +80,7 @@ typedef struct sim {
 	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
 	uint8_t *route; /* per pc: a routed pass's remote operands (tcp_pass_remote) | 0x80, 0: not yet known */
-	double hbm_bpc; /* the one HBM pool, bytes per cycle */
+	tcp_cm cm; /* the machine's timing rules (isa/cost.h) */
 	uint8_t *seen; /* experts whose blocks ran */
 	/* SPM: per tensor, the element range staged by dma.spm and when it
 	 * arrived (-1: none); `ld` reads only staged elements */
