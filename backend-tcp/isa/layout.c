@@ -1,4 +1,4 @@
-/* backend-tcp/layout.c: whether a sub-context load reads only bytes that
+/* backend-tcp/isa/layout.c: whether a sub-context load reads only bytes that
  * each receiving slice holds (docs/tcp-isa.md sections 1 and 9): the
  * validator's rule for a load without the switch, and the lowering's test
  * for when a load needs it. */

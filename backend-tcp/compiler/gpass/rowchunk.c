@@ -19,7 +19,7 @@
  * (at least 4) at a time (lower_shared.c). */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
 enum { MAXCH = 64 }; /* a concat has at most 64 operands */
