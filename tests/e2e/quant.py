@@ -9,7 +9,8 @@ gpt_oss written by make_quant.py there), and the saved inputs of T = 1 and 64:
 and require max|y - y_ref| <= 1e-5 x max|y_ref| (y_ref: the float layer on the dequantized
 weights, computed without moec). At T=1 the C engine must give the same bytes as LLVM, and
 (qwen3_moe) a second LLVM run too. With the bf16 compute type (block FP8 and MXFP4) the
-result stays within 2e-2 x max|y|.
+result stays within 2e-2 x max|y|; so does W8A8 int8 with the bf16 compute type, against a
+W8A8 block computed here in numpy from the checkpoint's int8 values and scales.
 
 The quantized block-FP8 qwen3_moe and int4 deepseek_v3 layers give the same bits as the
 unquantized layer (import-hf --ignore-quantization) run on weights dequantized here in numpy.
@@ -22,7 +23,8 @@ without writing the output: a scale tensor with the wrong count, a group size th
 divide K, a U8 blocks tensor of the wrong length, an F4 tensor of an odd element count, an
 unsupported quant_method; for GPTQ and AWQ a g_idx of the wrong length, zero points or
 values of the wrong shape, scales not stored F16, an out-of-range g_idx, unsupported bits /
-versions / checkpoint formats, and the TCP target (refused with a diagnostic).
+versions / checkpoint formats, and the TCP target (refused with a diagnostic). A rejected
+`run` writes neither its -o nor its --stats file.
 
 usage: quant.py MOEC FIXTURES_DIR
 """
@@ -117,10 +119,88 @@ def bf16(moec, fixtures, tmp):
     return failed
 
 
+def w8a8_reference(st, cfg, x):
+    """The W8A8 block in numpy, from the checkpoint's int8 values and scales as
+    docs/semantics.md states the format (written here, independently of moec): per token
+    row m = max(max|x|, 1e-10), q = round-half-away(x * f32(127 / m)), the i8 x i8 products
+    summed exactly, times (m / 127) x weight_scale[n]; softmax top-K routing."""
+    mix = cfg["model_type"] == "mixtral"
+    pre = "model.layers.0.%s." % ("block_sparse_moe" if mix else "mlp")
+    proj = ("w1", "w3", "w2") if mix else ("gate_proj", "up_proj", "down_proj")
+    E = cfg.get("num_local_experts") or cfg["num_experts"]
+    K = cfg["num_experts_per_tok"]
+    norm = True if mix else bool(cfg.get("norm_topk_prob", False))
+
+    def f32(name):
+        dt, shape, data = st[name]
+        if dt == "BF16":
+            return (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        return np.frombuffer(data, {"F32": "<f4", "F16": "<f2"}[dt]).astype(np.float32).reshape(shape)
+
+    def linear(v, w):
+        m = np.maximum(np.abs(v).max(axis=1, keepdims=True), np.float32(1e-10)).astype(np.float32)
+        a = (v * (np.float32(127.0) / m)).astype(np.float32).astype(np.float64)
+        q = np.sign(a) * np.floor(np.abs(a) + 0.5)
+        dt, shape, data = st[w + ".weight"]
+        wq = np.frombuffer(data, np.int8).reshape(shape).astype(np.float64)
+        acc = q @ wq.T  # exact: |sum| < 2^53
+        return acc * (m.astype(np.float64) / 127.0) * f32(w + ".weight_scale").astype(np.float64).T
+    router = f32(pre + "gate.weight").astype(np.float64)
+    x = x.astype(np.float32)
+    logits = x.astype(np.float64) @ router.T
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    y = np.zeros(x.shape, np.float64)
+    for t in range(x.shape[0]):
+        ids = np.argsort(-p[t], kind="stable")[:K]
+        w = p[t, ids] / (p[t, ids].sum() if norm else 1.0)
+        for e, we in zip(ids, w):
+            ex = pre + "experts.%d." % e
+            g, u = linear(x[t:t + 1], ex + proj[0]), linear(x[t:t + 1], ex + proj[1])
+            h = (g / (1.0 + np.exp(-g)) * u).astype(np.float32)
+            y[t] += we * linear(h, ex + proj[2])[0]
+    return y
+
+
+def w8a8_bf16(moec, fixtures, tmp):
+    """W8A8 with the bf16 compute type (--set dtype=bf16) on the host, against the numpy
+    W8A8 block above: within 2e-2 x max|y| (the bf16 tolerance). The numpy block is first
+    checked against the fixture's f32 reference (make_quant.py's, 1e-5), and the bf16 run
+    must differ from the f32 run (the compute type is in effect)."""
+    failed = 0
+    for fam in ("w8a8_qwen3_moe", "w8a8_mixtral"):
+        d = os.path.join(fixtures, fam)
+        st = read_st(os.path.join(d, "model.safetensors"))
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        for T in (5, 64):
+            x = np.load(os.path.join(d, "x_float32_T%d.npy" % T))
+            ref = w8a8_reference(st, cfg, x)
+            scale = float(np.max(np.abs(ref)))
+            self_err = float(np.max(np.abs(ref - np.load(os.path.join(d, "y_float32_T%d.npy" % T))))) / scale
+            ys = {}
+            for dt in ("bf16", "f32"):
+                moe, y = os.path.join(tmp, "w%s.moe" % dt), os.path.join(tmp, "w%s.npy" % dt)
+                run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", str(T), "--set", "dtype=" + dt,
+                     "-o", moe])
+                run([moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"), "--input",
+                     os.path.join(d, "x_float32_T%d.npy" % T), "-o", y])
+                ys[dt] = np.load(y).astype(np.float64)
+            err = float(np.max(np.abs(ys["bf16"] - ref))) / scale
+            ferr = float(np.max(np.abs(ys["f32"] - ref))) / scale
+            good = self_err <= TOL and err <= 2e-2 and ferr <= TOL and not np.array_equal(ys["bf16"], ys["f32"])
+            print("%-4s %-18s T=%-3d W8A8 bf16 compute: max|err| = %.2e x max|y| (tolerance 2e-02; f32 compute "
+                  "%.2e, numpy reference vs fixture %.2e)" % ("ok" if good else "FAIL", fam, T, err, ferr, self_err))
+            failed += not good
+    return failed
+
+
 def expect_reject(case, cmd, out, words):
+    """cmd fails (not by a signal), its message holds every word, and neither `out` nor the
+    --stats file of cmd (where it has one) exists."""
     p = run(cmd, ok=False)
     msg = p.stdout + p.stderr
-    good = p.returncode != 0 and not os.path.exists(out) and all(w in msg for w in words) \
+    written = [f for f in [out] + [cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--stats"] if os.path.exists(f)]
+    good = p.returncode != 0 and not written and all(w in msg for w in words) \
         and "Sanitizer" not in msg and p.returncode < 128
     print("%-4s reject: %s%s" % ("ok" if good else "FAIL", case, "" if good else "\n" + msg))
     return not good
@@ -150,7 +230,7 @@ def rejections(moec, fixtures, tmp):
         moe = os.path.join(tmp, "b.moe")
         run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", moe])
         return [moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
-                "--input", os.path.join(d, "x_float32_T5.npy"), "-o", out]
+                "--input", os.path.join(d, "x_float32_T5.npy"), "--stats", os.path.join(tmp, "never.json"), "-o", out]
 
     # 1. a block-FP8 scale tensor with 4 scales where the 128x128 weight has one block
     bad = "model.layers.0.mlp.experts.3.gate_proj.weight_scale_inv"
@@ -300,7 +380,9 @@ def nvfp4_rejections(moec, fixtures, tmp, run_cmd):
             json.dump({"producer": {"name": "modelopt"}, "quantization": q}, f)
     d = broken("nvfp4mo_qwen3_moe", fixtures, tmp, edit_cfg=split)
     y = os.path.join(tmp, "hq.npy")
-    run(run_cmd(d)[:-1] + [y])
+    c = run_cmd(d)
+    i = c.index("--stats")
+    run(c[:i] + c[i + 2:-1] + [y])
     ref = np.load(os.path.join(d, "y_float32_T5.npy"))
     err = float(np.max(np.abs(np.load(y).astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
     print("%-4s nvfp4mo_qwen3_moe from hf_quant_config.json: T=5 max|err| = %.2e x max|y|" % (
@@ -504,7 +586,7 @@ def main():
     moec, fixtures = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         failed = codes(moec, tmp) + exact(moec, fixtures, tmp) + numeric(moec, fixtures, tmp) + \
-            bf16(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
+            bf16(moec, fixtures, tmp) + w8a8_bf16(moec, fixtures, tmp) + rejections(moec, fixtures, tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
 
