@@ -34,93 +34,67 @@ static void shape_txt(const ir_node *n, char *buf, size_t len)
 }
 
 /* gptq: q i32 [.., K/8, N], s float [.., NG, N], z i32 [.., NG, ceil(N/8)],
- * g i32 [.., K], block [1, G] with NG = ceil(K/G) (ir/quant.h). */
-static bool gptq_info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi)
+ * g i32 [.., K]; awq: q i32 [.., K, N/8], s and z as gptq's (N a multiple of 8),
+ * no g. Both: block [1, G] with NG = ceil(K/G) (ir/quant.h). */
+static bool zp4_info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi, int fmt)
 {
-	const ir_node *q = N(g, n->args[0]), *s = N(g, n->args[1]), *z = N(g, n->args[2]), *gi = N(g, n->args[3]);
-	if (q->dtype != MOE_I32 || z->dtype != MOE_I32 || gi->dtype != MOE_I32)
-		FAIL("'dequant': gptq values %s, zero points %s and g_idx %s must be i32, got %s, %s, %s", nm(q), nm(z),
-			nm(gi), moe_dtype_name((moe_dtype)q->dtype), moe_dtype_name((moe_dtype)z->dtype),
-			moe_dtype_name((moe_dtype)gi->dtype));
+	const bool gptq = fmt == QT_GPTQ;
+	const char *f = gptq ? "gptq" : "awq";
+	const ir_node *q = N(g, n->args[0]), *s = N(g, n->args[1]), *z = N(g, n->args[2]);
+	const ir_node *gi = gptq ? N(g, n->args[3]) : NULL;
+	if (q->dtype != MOE_I32 || z->dtype != MOE_I32 || (gi && gi->dtype != MOE_I32)) {
+		if (gi)
+			FAIL("'dequant': gptq values %s, zero points %s and g_idx %s must be i32, got %s, %s, %s", nm(q),
+				nm(z), nm(gi), moe_dtype_name((moe_dtype)q->dtype), moe_dtype_name((moe_dtype)z->dtype),
+				moe_dtype_name((moe_dtype)gi->dtype));
+		FAIL("'dequant': awq values %s and zero points %s must be i32, got %s, %s", nm(q), nm(z),
+			moe_dtype_name((moe_dtype)q->dtype), moe_dtype_name((moe_dtype)z->dtype));
+	}
 	if (!moe_dtype_is_float((moe_dtype)s->dtype))
-		FAIL("'dequant': gptq scales %s must be f32 or bf16, got %s", nm(s), moe_dtype_name((moe_dtype)s->dtype));
+		FAIL("'dequant': %s scales %s must be f32 or bf16, got %s", f, nm(s), moe_dtype_name((moe_dtype)s->dtype));
 	int r = q->rank;
-	if (r < 2 || s->rank != r || z->rank != r || gi->rank != r - 1)
-		FAIL("'dequant': gptq values %s (rank %d) need scales %s and zero points %s of the same rank and g_idx %s "
-		     "one lower (%d, %d, %d)", nm(q), r, nm(s), nm(z), nm(gi), s->rank, z->rank, gi->rank);
+	if (r < 2 || s->rank != r || z->rank != r || (gi && gi->rank != r - 1)) {
+		if (gi)
+			FAIL("'dequant': gptq values %s (rank %d) need scales %s and zero points %s of the same rank and "
+			     "g_idx %s one lower (%d, %d, %d)", nm(q), r, nm(s), nm(z), nm(gi), s->rank, z->rank, gi->rank);
+		FAIL("'dequant': awq values %s, scales %s and zero points %s must have one rank >= 2 (%d, %d, %d)", nm(q),
+			nm(s), nm(z), r, s->rank, z->rank);
+	}
 	for (int d = 0; d < r - 2; d++)
-		if (s->shape[d] != q->shape[d] || z->shape[d] != q->shape[d] || gi->shape[d] != q->shape[d])
-			FAIL("'dequant': gptq operands %s, %s, %s, %s differ in dim %d", nm(q), nm(s), nm(z), nm(gi), d);
+		if (s->shape[d] != q->shape[d] || z->shape[d] != q->shape[d] || (gi && gi->shape[d] != q->shape[d])) {
+			if (gi)
+				FAIL("'dequant': gptq operands %s, %s, %s, %s differ in dim %d", nm(q), nm(s), nm(z),
+					nm(gi), d);
+			FAIL("'dequant': awq operands %s, %s, %s differ in dim %d", nm(q), nm(s), nm(z), d);
+		}
 	const int64_t *b;
 	if (ir_attr_ints(n, "block", &b) != 2 || b[0] != 1 || b[1] <= 0)
-		FAIL("'dequant': gptq needs block [1, group_size]");
+		FAIL("'dequant': %s needs block [1, group_size]", f);
 	int64_t zp = ir_attr_int(n, "zp", 1);
-	if (zp != 0 && zp != 1)
+	if (gptq && zp != 0 && zp != 1)
 		FAIL("'dequant': gptq zp must be 0 (gptq_v2) or 1 (GPTQ v1), got %lld", (long long)zp);
-	qi->fmt = QT_GPTQ;
+	qi->fmt = (qt_format)fmt;
 	qi->bn = 1;
 	qi->bk = b[1];
-	qi->N = q->shape[r - 1];
-	qi->K = q->shape[r - 2] * 8;
+	qi->N = gptq ? q->shape[r - 1] : q->shape[r - 1] * 8;
+	qi->K = gptq ? q->shape[r - 2] * 8 : q->shape[r - 2];
 	int64_t ng = (qi->K + qi->bk - 1) / qi->bk;
 	char have[128];
 	if (ctx)
 		shape_txt(s, have, sizeof have);
 	if (s->shape[r - 2] != ng || s->shape[r - 1] != qi->N)
-		FAIL("'dequant': gptq scales %s are %s; K = %lld in groups of %lld and N = %lld need [%lld, %lld]", nm(s),
+		FAIL("'dequant': %s scales %s are %s; K = %lld in groups of %lld and N = %lld need [%lld, %lld]", f, nm(s),
 			have, (long long)qi->K, (long long)qi->bk, (long long)qi->N, (long long)ng, (long long)qi->N);
 	if (ctx)
 		shape_txt(z, have, sizeof have);
 	if (z->shape[r - 2] != ng || z->shape[r - 1] != (qi->N + 7) / 8)
-		FAIL("'dequant': gptq zero points %s are %s; %lld groups of N = %lld packed 8 per word need [%lld, %lld]",
-			nm(z), have, (long long)ng, (long long)qi->N, (long long)ng, (long long)(qi->N + 7) / 8);
-	if (gi->shape[r - 2] != qi->K)
+		FAIL("'dequant': %s zero points %s are %s; %lld groups of N = %lld packed 8 per word need [%lld, %lld]",
+			f, nm(z), have, (long long)ng, (long long)qi->N, (long long)ng, (long long)(qi->N + 7) / 8);
+	if (gi && gi->shape[r - 2] != qi->K)
 		FAIL("'dequant': gptq g_idx %s has %lld entries; the values %s hold K = %lld input channels", nm(gi),
 			(long long)gi->shape[r - 2], nm(q), (long long)qi->K);
 	if (!strcmp(ir_attr_str(n, "act", "bf16"), "fp8"))
-		FAIL("'dequant': act=\"fp8\" (fp8 activations on TCP) applies to fp8 weights, not gptq");
-	return true;
-}
-
-/* awq: q i32 [.., K, N/8], s float [.., NG, N], z i32 [.., NG, N/8], block
- * [1, G] with NG = ceil(K/G) (ir/quant.h). */
-static bool awq_info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi)
-{
-	const ir_node *q = N(g, n->args[0]), *s = N(g, n->args[1]), *z = N(g, n->args[2]);
-	if (q->dtype != MOE_I32 || z->dtype != MOE_I32)
-		FAIL("'dequant': awq values %s and zero points %s must be i32, got %s, %s", nm(q), nm(z),
-			moe_dtype_name((moe_dtype)q->dtype), moe_dtype_name((moe_dtype)z->dtype));
-	if (!moe_dtype_is_float((moe_dtype)s->dtype))
-		FAIL("'dequant': awq scales %s must be f32 or bf16, got %s", nm(s), moe_dtype_name((moe_dtype)s->dtype));
-	int r = q->rank;
-	if (r < 2 || s->rank != r || z->rank != r)
-		FAIL("'dequant': awq values %s, scales %s and zero points %s must have one rank >= 2 (%d, %d, %d)", nm(q),
-			nm(s), nm(z), r, s->rank, z->rank);
-	for (int d = 0; d < r - 2; d++)
-		if (s->shape[d] != q->shape[d] || z->shape[d] != q->shape[d])
-			FAIL("'dequant': awq operands %s, %s, %s differ in dim %d", nm(q), nm(s), nm(z), d);
-	const int64_t *b;
-	if (ir_attr_ints(n, "block", &b) != 2 || b[0] != 1 || b[1] <= 0)
-		FAIL("'dequant': awq needs block [1, group_size]");
-	qi->fmt = QT_AWQ;
-	qi->bn = 1;
-	qi->bk = b[1];
-	qi->K = q->shape[r - 2];
-	qi->N = q->shape[r - 1] * 8;
-	int64_t ng = (qi->K + qi->bk - 1) / qi->bk;
-	char have[128];
-	if (ctx)
-		shape_txt(s, have, sizeof have);
-	if (s->shape[r - 2] != ng || s->shape[r - 1] != qi->N)
-		FAIL("'dequant': awq scales %s are %s; K = %lld in groups of %lld and N = %lld need [%lld, %lld]", nm(s),
-			have, (long long)qi->K, (long long)qi->bk, (long long)qi->N, (long long)ng, (long long)qi->N);
-	if (ctx)
-		shape_txt(z, have, sizeof have);
-	if (z->shape[r - 2] != ng || z->shape[r - 1] != qi->N / 8)
-		FAIL("'dequant': awq zero points %s are %s; %lld groups of N = %lld packed 8 per word need [%lld, %lld]",
-			nm(z), have, (long long)ng, (long long)qi->N, (long long)ng, (long long)qi->N / 8);
-	if (!strcmp(ir_attr_str(n, "act", "bf16"), "fp8"))
-		FAIL("'dequant': act=\"fp8\" (fp8 activations on TCP) applies to fp8 weights, not awq");
+		FAIL("'dequant': act=\"fp8\" (fp8 activations on TCP) applies to fp8 weights, not %s", f);
 	return true;
 }
 
@@ -184,10 +158,8 @@ static bool info(moe_ctx *ctx, const moe_graph *g, const ir_node *n, qt_info *qi
 			: "two (q, s)", n->nargs);
 	if (fmt != QT_INT8 && !strcmp(ir_attr_str(n, "act", "bf16"), "int8"))
 		FAIL("'dequant': act=\"int8\" (W8A8: int8 activations) applies to int8 weights, not %s", f);
-	if (fmt == QT_GPTQ)
-		return gptq_info(ctx, g, n, qi);
-	if (fmt == QT_AWQ)
-		return awq_info(ctx, g, n, qi);
+	if (fmt == QT_GPTQ || fmt == QT_AWQ)
+		return zp4_info(ctx, g, n, qi, fmt);
 	if (fmt == QT_NVFP4)
 		return nvfp4_info(ctx, g, n, qi);
 	static const moe_dtype qdt[QT_NFORMATS] = {MOE_F8E4M3, MOE_U8, MOE_I32, MOE_I32, MOE_I32, MOE_U8, MOE_U8};

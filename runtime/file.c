@@ -338,27 +338,29 @@ static void on_signal(int sig)
 	_exit(128 + sig);
 }
 
-void moe_cleanup_on_signals(void)
+void rt_signals_install(void (*handler)(int))
 {
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
+	sa.sa_handler = handler;
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
 		sigaddset(&sa.sa_mask, sigs[i]);
 	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
 		struct sigaction old;
-		/* a signal ignored by the parent (nohup) stays ignored */
 		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
 			continue;
 		sigaction(sigs[i], &sa, NULL);
 	}
 }
 
-/* Blocks the cleanup signals around creating and registering a temporary,
- * so that no signal finds one created but not yet registered. */
-static void block_signals(bool on, sigset_t *old)
+void moe_cleanup_on_signals(void)
+{
+	rt_signals_install(on_signal);
+}
+
+void rt_block_signals(bool on, sigset_t *old)
 {
 	if (on) {
 		sigset_t set;
@@ -375,20 +377,20 @@ static void block_signals(bool on, sigset_t *old)
 int rt_mkstemp(char *tmpl, int *slot)
 {
 	sigset_t old;
-	block_signals(true, &old);
+	rt_block_signals(true, &old);
 	int fd = mkstemp(tmpl);
 	*slot = fd >= 0 ? rt_temp_register(tmpl) : -1;
-	block_signals(false, &old);
+	rt_block_signals(false, &old);
 	return fd;
 }
 
 char *rt_mkdtemp(char *tmpl, int *slot)
 {
 	sigset_t old;
-	block_signals(true, &old);
+	rt_block_signals(true, &old);
 	char *d = mkdtemp(tmpl);
 	*slot = d ? rt_temp_register(tmpl) : -1;
-	block_signals(false, &old);
+	rt_block_signals(false, &old);
 	return d;
 }
 
@@ -604,12 +606,10 @@ void moe_atomic_abort(moe_atomic_file *f)
 	atomic_free(f);
 }
 
-/* fsync the directory holding path so the rename is durable; best effort. */
-static void sync_dir(moe_ctx *ctx, const char *path)
+void rt_sync_dir(const char *path)
 {
-	(void)ctx;
 	const char *slash = strrchr(path, '/');
-	char dir[PATH_MAX] = "."; /* no allocation: a commit cannot fail after the rename */
+	char dir[PATH_MAX] = ".";
 	if (slash) {
 		size_t n = slash == path ? 1 : (size_t)(slash - path);
 		if (n >= sizeof dir)
@@ -659,7 +659,7 @@ moe_status moe_atomic_commit(moe_atomic_file *f)
 	}
 	if (f->tmp) {
 		rt_temp_forget(f->slot);
-		sync_dir(ctx, f->path);
+		rt_sync_dir(f->path);
 	}
 	atomic_free(f);
 	return MOE_OK;

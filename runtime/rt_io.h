@@ -3,6 +3,7 @@
 #ifndef MOEC_RT_IO_H
 #define MOEC_RT_IO_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
@@ -101,6 +102,16 @@ int rt_mkstemp(char *tmpl, int *slot);
 char *rt_mkdtemp(char *tmpl, int *slot);
 int rt_temp_register(const char *path);
 void rt_temp_forget(int slot);
+/* Installs handler for SIGINT, SIGTERM and SIGHUP, each blocked while it
+ * runs; a signal the parent left ignored (nohup) stays ignored. */
+void rt_signals_install(void (*handler)(int));
+/* on: blocks those three signals in the calling thread, the previous mask in
+ * *old; off: restores *old. Around creating and registering a temporary, so
+ * that no signal finds one created but not yet registered. */
+void rt_block_signals(bool on, sigset_t *old);
+/* fsync the directory holding path so that a rename into it is durable;
+ * best effort, allocates nothing (a commit cannot fail after its rename). */
+void rt_sync_dir(const char *path);
 
 /* JSON documents (runtime/jsondoc.c), read as Python's json reads them:
  * one value and nothing after it but whitespace, the last of duplicate keys

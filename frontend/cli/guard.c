@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "frontend/cli/cli.h"
+#include "runtime/rt_io.h"
 
 /* Appends the items of a comma-separated list (the path after '=' for
  * NAME=path items when named is set); false when there are more than room. */
@@ -151,25 +152,11 @@ int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size
 static char *temp_path[CLI_NTEMPS];
 static volatile sig_atomic_t temp_live[CLI_NTEMPS];
 
-static void block_signals(int on, sigset_t *old)
-{
-	if (on) {
-		sigset_t set;
-		sigemptyset(&set);
-		sigaddset(&set, SIGINT);
-		sigaddset(&set, SIGTERM);
-		sigaddset(&set, SIGHUP);
-		sigprocmask(SIG_BLOCK, &set, old);
-	} else {
-		sigprocmask(SIG_SETMASK, old, NULL);
-	}
-}
-
 int cli_temp_create(char *tmpl, int *slot)
 {
 	sigset_t old;
 	*slot = -1;
-	block_signals(1, &old);
+	rt_block_signals(true, &old);
 	int at = -1;
 	for (int i = 0; i < CLI_NTEMPS && at < 0; i++)
 		if (!temp_live[i] && !temp_path[i])
@@ -189,7 +176,7 @@ int cli_temp_create(char *tmpl, int *slot)
 	} else {
 		errno = at < 0 ? EMFILE : ENOMEM;
 	}
-	block_signals(0, &old);
+	rt_block_signals(false, &old);
 	return fd;
 }
 
@@ -198,13 +185,13 @@ void cli_temp_release(int slot, int remove_it)
 	if (slot < 0 || slot >= CLI_NTEMPS)
 		return;
 	sigset_t old;
-	block_signals(1, &old);
+	rt_block_signals(true, &old);
 	if (temp_live[slot] && remove_it)
 		unlink(temp_path[slot]);
 	temp_live[slot] = 0;
 	free(temp_path[slot]);
 	temp_path[slot] = NULL;
-	block_signals(0, &old);
+	rt_block_signals(false, &old);
 }
 
 static void on_signal(int sig)
@@ -218,18 +205,5 @@ static void on_signal(int sig)
 
 void cli_signals_install(void)
 {
-	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-		sigaddset(&sa.sa_mask, sigs[i]);
-	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-		struct sigaction old;
-		/* a signal ignored by the parent (nohup) stays ignored */
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-			continue;
-		sigaction(sigs[i], &sa, NULL);
-	}
+	rt_signals_install(on_signal);
 }

@@ -145,25 +145,6 @@ void cli_outset_abort(cli_outset *s)
 		release(s, 1);
 }
 
-/* fsync the directory holding path so the renames are durable; best effort. */
-static void sync_dir(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char dir[PATH_MAX] = ".";
-	if (slash) {
-		size_t n = slash == path ? 1 : (size_t)(slash - path);
-		if (n >= sizeof dir)
-			return;
-		memcpy(dir, path, n);
-		dir[n] = 0;
-	}
-	int fd = open(dir, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)fsync(fd);
-		close(fd);
-	}
-}
-
 int cli_outset_commit(cli_outset *s)
 {
 	int bad = 0;
@@ -188,7 +169,7 @@ int cli_outset_commit(cli_outset *s)
 		cli_temp_release(s->v[i].slot, 0);
 		free(s->v[i].tmp);
 		s->v[i].tmp = NULL;
-		sync_dir(s->v[i].target);
+		rt_sync_dir(s->v[i].target);
 	}
 	release(s, 1);
 	return bad;

@@ -151,9 +151,10 @@ const hf_family hf_families[] = {
 	{.types = "glm4_moe_lite", .block = "Glm4MoeLiteMoE", .norm_default = true,
 		.k_shared_count = "n_shared_experts", .k_scale = "routed_scaling_factor", .layers = DS_LAYERS,
 		.r = &R_DSV3, .f = &F_PROJ, .s = &S_SHARED_EXPERTS},
+	/* the image-text class writes the experts one by one, its text model class fused */
 	{.types = "glm4v_moe glm4v_moe_text", .block = "Glm4vMoeTextMoE", .norm_default = true,
 		.k_shared_count = "n_shared_experts", .k_scale = "routed_scaling_factor", .layers = DS_LAYERS,
-		.r = &R_DSV3, .f = &F_PROJ, .s = &S_SHARED_EXPERTS},
+		.r = &R_DSV3, .f = &F_PROJ, .f_own = &F_GU, .s = &S_SHARED_EXPERTS},
 	{.types = "glm_moe_dsa", .block = "GlmMoeDsaMoE", .norm_default = true, .k_shared_count = "n_shared_experts",
 		.k_scale = "routed_scaling_factor", .layers = DS_LAYERS, .r = &R_DSV3, .f = &F_PROJ,
 		.s = &S_SHARED_EXPERTS},

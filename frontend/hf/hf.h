@@ -129,6 +129,9 @@ typedef struct hf_family {
 	unsigned layers;            /* HF_L_* */
 	const hf_route *r;
 	const hf_ffn *f;
+	const hf_ffn *f_own; /* the experts' layout where the config is the text model's own (not
+	                      * nested: a checkpoint the text model class wrote) and differs from
+	                      * f's, which is then that of the image-text class's checkpoint; NULL: f */
 	const hf_shared *s;
 } hf_family;
 

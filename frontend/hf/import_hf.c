@@ -864,6 +864,12 @@ static moe_status import_text(moe_ctx *ctx, const char *name, const char *json, 
 		cJSON_Delete(root);
 		return MOE_ERR_UNSUPPORTED;
 	}
+	hf_family own;
+	if (!m.nested && m.f->f_own) {
+		own = *m.f;
+		own.f = m.f->f_own;
+		m.f = &own;
+	}
 	moe_status st = MOE_ERR_INVALID;
 	uint32_t dj = ctx_defer(ctx, json_unwind, root);
 	if (prefix_ok(&c, opts) && pick_dtype(&c, opts, &m) && read_model(&c, opts, &m))

@@ -35,6 +35,9 @@ static void layers_text(rt_buf *b, unsigned bits)
 		}
 }
 
+/* before the layout of a checkpoint the text model class wrote (hf_family.f_own) */
+#define OWN " (image-text checkpoint); where config.json is the text model's own: "
+
 void hf_names(rt_buf *b)
 {
 	for (unsigned i = 0; i < hf_nfamilies; i++)
@@ -53,7 +56,8 @@ static void markdown(rt_buf *b)
 		const hf_family *f = &hf_families[i];
 		rt_buf_printf(b, "| %s | %s | ", f->types, f->block);
 		layers_text(b, f->layers);
-		rt_buf_printf(b, " | %s | %s | %s%s |\n", f->r->summary, f->f->summary, f->s->summary,
+		rt_buf_printf(b, " | %s | %s%s%s | %s%s |\n", f->r->summary, f->f->summary, f->f_own ? OWN : "",
+			f->f_own ? f->f_own->summary : "", f->s->summary,
 			f->post_norm ? "; then an RMSNorm of the block's output" : "");
 	}
 }
@@ -64,8 +68,8 @@ static void plain(rt_buf *b)
 		const hf_family *f = &hf_families[i];
 		rt_buf_printf(b, "%s\n  block:   %s\n  layers:  ", f->types, f->block);
 		layers_text(b, f->layers);
-		rt_buf_printf(b, "\n  routing: %s\n  experts: %s\n  shared:  %s\n", f->r->summary, f->f->summary,
-			f->s->summary);
+		rt_buf_printf(b, "\n  routing: %s\n  experts: %s%s%s\n  shared:  %s\n", f->r->summary, f->f->summary,
+			f->f_own ? OWN : "", f->f_own ? f->f_own->summary : "", f->s->summary);
 		if (f->post_norm)
 			rt_buf_printf(b, "  output:  an RMSNorm of the block's output\n");
 	}

@@ -5,7 +5,7 @@ tensors, through libmoec (ctypes; no compiler needed).
     layer = moec.Layer.from_hf("tests/fixtures/hf/mixtral", tokens=5)
     y, stats = layer.run(x)                       # x: [5, D] ndarray or CPU tensor
     y, stats = layer.run(x, target="tcp")         # the TCP simulator
-    layer.stats()                                 # FLOPs, weight bytes, grid, buffers (dict)
+    layer.stats()                                 # FLOPs, weight bytes, grid, host memory (dict)
 
 Errors are moec.Error (or MemoryError when the library's allocator refuses memory) whose
 message is moec's diagnostics, `file:line:col: error: ...` with the source line and caret.
@@ -397,6 +397,23 @@ class Layer:
         return Layer(self.text, set=s, name=self.file, checkpoint=self.checkpoint)
 
     # -- internals --
+    def _host_memory(self, c):
+        """moe_host_memory_plan of the layer lowered by the host pipeline, as `moec stats`
+        reports it (a dict), or None where the host pipeline does not lower it."""
+        m = self._parse(c)
+        try:
+            ro = _lib.RunOpts(verify=1)
+            hm = _lib.HostMemory()
+            if (lib.moe_module_num_graphs(m) != 1 or
+                    lib.moe_run_pipeline_text(c.p, b"host", m, ctypes.byref(ro)) != 0 or
+                    lib.moe_host_memory_plan(c.p, lib.moe_module_graph(m, 0), None, ctypes.byref(hm)) != 0):
+                lib.moe_diag_clear(c.p)
+                return None
+            return {k: int(getattr(hm, k)) for k in ("peak_bytes", "weight_bytes", "packed_bytes",
+                                                      "packable_bytes", "workspace_bytes", "io_bytes")}
+        finally:
+            lib.moe_module_free(m)
+
     def _parse(self, c, extra=None):
         sets = dict(self.sets)
         sets.update(extra or {})
@@ -470,9 +487,11 @@ class Layer:
 
     # -- what the command line does --
     def stats(self, target=None, pipeline=None):
-        """`moec stats --json [--target=tcp]` as a dict: dims, flops, weight_bytes,
-        grid_blocks_max (tight, seed, vLLM), block buffers and the layer's `buffers` after
-        `pipeline` (default: tcp); with target="tcp", tcp_block: the B block=auto picks."""
+        """`moec stats --json [--target=tcp]` as a dict, the same keys: dims, flops,
+        weight_bytes, grid_blocks_max (tight, seed, vLLM), block buffers after `pipeline`
+        (default: tcp); on the host, host_memory: the predicted peak of a host run and its
+        parts (None where the host pipeline does not lower the layer); with target="tcp",
+        tcp_block: the B block=auto picks."""
         with _Ctx() as c:
             autob, pred, mach = 0, 0.0, None
             if target == "tcp":
@@ -490,6 +509,12 @@ class Layer:
                 if mach:
                     lib.moe_tcp_machine_free(c.p, mach)
             d = json.loads(js)
+            # as `moec stats`: the sum of every IR value is not shown (no run holds them
+            # all at once); the host's predicted memory is
+            d.pop("buffers", None)
+            d.pop("buffer_bytes_total", None)
+            if target in (None, "host"):
+                d["host_memory"] = self._host_memory(c)
             if autob > 0:
                 d = dict([("tcp_block", {"B": autob, "auto": True, "predicted_block_loop_seconds": pred})] +
                          list(d.items()))

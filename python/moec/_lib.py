@@ -69,6 +69,12 @@ class HostOpts(ctypes.Structure):
                 ("cold", ctypes.c_int)]
 
 
+class HostMemory(ctypes.Structure):
+    _fields_ = [("weight_bytes", ctypes.c_size_t), ("io_bytes", ctypes.c_size_t),
+                ("workspace_bytes", ctypes.c_size_t), ("packable_bytes", ctypes.c_size_t),
+                ("packed_bytes", ctypes.c_size_t), ("peak_bytes", ctypes.c_size_t)]
+
+
 class HostStats(ctypes.Structure):
     _fields_ = [("compute_seconds", ctypes.c_double), ("compile_seconds", ctypes.c_double),
                 ("pack_seconds", ctypes.c_double), ("repeat", ctypes.c_int), ("workspace_bytes", ctypes.c_size_t),
@@ -165,6 +171,7 @@ _PROTOS = {
     "moe_emit_object": (I, [P, P, S]),
     "moe_interp_run": (I, [P, P, P, ctypes.POINTER(TP)]),
     "moe_host_opts_init": (None, [ctypes.POINTER(HostOpts)]),
+    "moe_host_memory_plan": (I, [P, P, P, ctypes.POINTER(HostMemory)]),
     "moe_host_run_opts": (I, [P, P, P, ctypes.POINTER(HostOpts), ctypes.POINTER(TP), ctypes.POINTER(HostStats)]),
     "moe_tcp_register_passes": (I, [P]),
     "moe_tcp_machine_default": (P, [P]),

@@ -48,11 +48,17 @@ def stats_table_rows(st):
              ("block buffers", "%s tight, %s seed design, %s vLLM" % (
                  _human(st.get("block_buffer_bytes", 0)), _human(st.get("block_buffer_bytes_seed", 0)),
                  _human(st.get("block_buffer_bytes_vllm", 0))))]
-    bufs = sorted(st.get("buffers", []), key=lambda b: -b.get("bytes", 0))
-    rows.append(("buffers", "%s in %d values" % (_human(st.get("buffer_bytes_total", 0)), len(bufs))))
-    for b in bufs[:5]:
-        rows.append(("", "%s %s %s %s" % (b.get("value", ""), b.get("name") or "-", b.get("op", ""),
-                                          _human(b.get("bytes", 0)))))
+    if "host_memory" in st:  # the host target: moec stats' "host memory" line
+        h = st["host_memory"]
+        if h is None:
+            rows.append(("host memory", "not predicted (the host pipeline does not lower this layer)"))
+        else:
+            rows.append(("host memory", "%s predicted peak: weights %s + packed copy %s + workspace %s"
+                         " + inputs and outputs %s" % (_human(h["peak_bytes"]), _human(h["weight_bytes"]),
+                                                       _human(h["packed_bytes"]), _human(h["workspace_bytes"]),
+                                                       _human(h["io_bytes"]))))
+            if h["packable_bytes"] > h["packed_bytes"]:
+                rows.append(("", "(a CPU with AVX512-BF16 adds a packed copy of %s)" % _human(h["packable_bytes"])))
     return rows
 
 

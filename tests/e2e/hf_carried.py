@@ -11,6 +11,8 @@ router's down-projection. For each saved case this checks, through `import-hf` +
 Tolerances are hf_fixtures.py's (host f32 1e-4 x max|ref|, bf16 and TCP 2e-2). A reference
 that is all zero (a single token that picked the skip class) must be matched exactly.
 
+FIXTURES_DIR may also be classes/text (the checkpoint ZAYA's text model class wrote).
+
 usage: hf_carried.py MOEC FIXTURES_DIR [--target host|tcp] [--engine llvm|c|interp]
 """
 import argparse
@@ -22,6 +24,7 @@ import tempfile
 import numpy as np
 
 import cases
+import hf_rebuild
 from hf_fixtures import TOL
 
 FAMILY = "zaya"
@@ -39,7 +42,7 @@ def run_layer(a, d, layer, T, dtype, inputs, output, tmp):
     moe_o = os.path.join(tmp, "l%d_T%d_%s.moe" % (layer, T, output))
     open(moe_o, "w").write(text)
     ypath = os.path.join(tmp, "out.npy")
-    cmd = [a.moec, "run", moe_o, "--weights", os.path.join(d, "model.safetensors"), "--input",
+    cmd = [a.moec, "run", moe_o, "--weights", hf_rebuild.checkpoint(d, tmp), "--input",
            ",".join("%s=%s" % kv for kv in inputs), "-o", ypath, "--target=" + a.target]
     cmd += cases.dtype_sets(dtype)
     if a.engine:

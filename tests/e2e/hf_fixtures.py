@@ -10,6 +10,10 @@ and require max|y - y_hf| <= tol * max|y_hf|: 1e-4 for float32 on the host,
 its block (granitemoeshared), y_hf is the block's y plus that MLP's saved
 output (yshared_*.npy).
 
+FIXTURES_DIR is tests/fixtures/hf (the checkpoints of the families' ForCausalLM or
+image-text class) or one of its classes/<class> folders (the checkpoints other classes of
+the same models wrote, some kept as rebuild.json: tests/e2e/hf_rebuild.py).
+
 Ties: in bf16 two experts' selection scores can be exactly equal at the K-th
 place; moec takes the lower index, torch.topk promises none. Such rows are
 found by recomputing the layer's selection scores in its dtype (the same .moe
@@ -30,6 +34,7 @@ import tempfile
 import numpy as np
 
 import cases
+import hf_rebuild
 
 TOL = {("host", "float32"): 1e-4, ("host", "bfloat16"): 2e-2,
        ("tcp", "float32"): 2e-2, ("tcp", "bfloat16"): 2e-2}
@@ -86,9 +91,10 @@ def main():
             d = os.path.join(a.fixtures, fam)
             case = "%s %s T=%d %s" % (fam, dtype, T, a.target)
             with tally.case(case):
+                weights = hf_rebuild.checkpoint(d, tmp)
                 moe = cases.import_layer(a.moec, d, T, os.path.join(tmp, "%s.moe" % fam))
                 ypath = os.path.join(tmp, "y.npy")
-                cmd = [a.moec, "run", moe, "--weights", os.path.join(d, "model.safetensors"),
+                cmd = [a.moec, "run", moe, "--weights", weights,
                        "--input", xpath, "-o", ypath, "--target=" + a.target] + cases.dtype_sets(dtype)
                 if a.engine:
                     cmd += ["--engine=" + a.engine]
@@ -107,7 +113,7 @@ def main():
                 tol = TOL[(a.target, dtype)]
                 note = ""
                 if dtype == "bfloat16" and np.max(rowerr) > tol * scale:
-                    a.weights = os.path.join(d, "model.safetensors")
+                    a.weights = weights
                     ties = tied_rows(a, moe, xpath, dtype, tmp)
                     if ties is not None and ties.any():
                         rowerr = rowerr[~ties]

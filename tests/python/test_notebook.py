@@ -59,3 +59,26 @@ def test_plots(tcp_stats):
     assert len(ax.lines) == 3
     ai = tcp_stats["flops"] / (tcp_stats["hbm_read_bytes"] + tcp_stats["hbm_write_bytes"])
     assert ax.lines[1].get_xdata()[0] == pytest.approx(ai)
+
+
+def test_stats_as_the_cli_shows_them(cli, tmp_path):
+    """Layer.stats() has the keys `moec stats --json` has (no `buffers`, the CLI's
+    host_memory with the same numbers), and the notebook table shows the host memory line."""
+    import json
+    import subprocess
+    layer = moec.Layer.from_hf(MIX, tokens=5)
+    moe = tmp_path / "l.moe"
+    moe.write_bytes(layer.text)
+    p = subprocess.run([cli, "stats", str(moe), "--json"], capture_output=True, text=True, check=True)
+    want = json.loads(p.stdout)
+    want = want["layers"][0] if "layers" in want else want
+    st = layer.stats()
+    assert "buffers" not in st and "buffer_bytes_total" not in st
+    assert "buffers" not in want
+    assert st["host_memory"] == want["host_memory"] and st["host_memory"]["peak_bytes"] > 0
+    assert set(want) - {"tcp_block"} <= set(st)
+    h = layer._repr_html_()
+    assert ">buffers<" not in h and ">host memory<" in h
+    assert moec.notebook._human(want["host_memory"]["peak_bytes"]) + " predicted peak" in h
+    # the tcp target: no host memory, as `moec stats --target=tcp`
+    assert "host_memory" not in layer.stats(target="tcp")
