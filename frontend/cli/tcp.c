@@ -18,6 +18,17 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
 	return o->machine ? moe_tcp_machine_load(ctx, o->machine) : moe_tcp_machine_default(ctx);
 }
 
+int cli_tcp_pass_machine(moe_ctx *ctx, const opts *o)
+{
+	if (!o->machine || !(o->cmdbit & (C_COMPILE | C_RUN | C_STATS)) || o->kind == K_TCPB || o->kind == K_TCPS ||
+		o->kind == K_EP_MANIFEST)
+		return 0;
+	moe_tcp_machine *m = moe_tcp_machine_load(ctx, o->machine);
+	moe_status st = m ? moe_tcp_set_pass_machine(ctx, m) : MOE_ERR_INVALID;
+	moe_tcp_machine_free(ctx, m);
+	return st != MOE_OK;
+}
+
 /* block=auto (docs/tcp-isa.md 7.8): for the TCP target, a .moe layer with
  * a dim B is loaded again with the block size the cost model picks, unless
  * --set B= forces one. *chosen: the B picked (0: none, the file's or the
