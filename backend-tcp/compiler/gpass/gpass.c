@@ -151,6 +151,8 @@ static PASS(run_gpass)
 {
 	(void)opts;
 	const gpass_ud *u = ud;
+	if (u->p->key && has_key(g, u->p->key))
+		return MOE_OK; /* decided once: a graph read back keeps its rewrites */
 	if (u->t->set)
 		return u->p->fn(ctx, g, &u->t->m);
 	moe_tcp_machine *m = moe_tcp_machine_default(ctx);
