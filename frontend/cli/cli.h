@@ -245,10 +245,6 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
  * every one (also each chip's layer under --ep). */
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
-/* --machine with a layer (compile, run, stats): the machine the TCP graph
- * passes of the `tcp` pipeline plan for (moe_tcp_set_pass_machine); 1 after a
- * diagnostic when it cannot be loaded. */
-int cli_tcp_pass_machine(moe_ctx *ctx, const opts *o);
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
 	char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o);

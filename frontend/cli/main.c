@@ -300,7 +300,7 @@ int main(int argc, char **argv)
 		return cli_fail("out of memory%s", "");
 	moe_ctx_set_diag_prefix(ctx, "moec");
 	int status = moe_tcp_register_passes(ctx) != MOE_OK || cli_guard_paths(ctx, &o) || cli_guard_writable(ctx, &o) || classify(ctx, &o) ||
-		     cli_check_applies(ctx, &o) || cli_tcp_pass_machine(ctx, &o) || dispatch(ctx, &o);
+		     cli_check_applies(ctx, &o) || dispatch(ctx, &o);
 	if (status && quiet_rank(&o))
 		sleep(QUIET_RANK_WAIT_S);
 	moe_diag_print(ctx, stderr);

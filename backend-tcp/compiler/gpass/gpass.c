@@ -34,12 +34,7 @@
 #define GK_ROW_CHUNKS "tcp_row_chunks"
 #define GK_MACHINE "tcp_machine"
 
-/* The machine the passes of one context plan for (moe_tcp_set_pass_machine);
- * the registered passes' ud. */
-typedef struct tcp_target {
-	moe_tcp_machine m;
-	bool set;
-} tcp_target;
+typedef struct tcp_target tcp_target;
 
 /* The machine facts the graph passes read: DM per slice, the slices and the
  * float ALUs (a nonzero 53-bit value, printed and read back exactly). */
@@ -147,6 +142,15 @@ typedef struct gpass_ud {
 	tcp_target *t;
 } gpass_ud;
 
+/* The TCP target's state in one context (its ctx_target_state row, freed
+ * with the context): the machine its passes plan for
+ * (moe_tcp_set_pass_machine) and the registered passes' ud. */
+struct tcp_target {
+	moe_tcp_machine m;
+	bool set;
+	gpass_ud u[NGPASS];
+};
+
 static PASS(run_gpass)
 {
 	(void)opts;
@@ -198,15 +202,23 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	return w;
 }
 
+/* The record is believed where the graph bears it out: an output joined from
+ * that many row chunks (tcp_row_chunk joins every tail output so). */
 bool tcp_graph_row_chunked(const moe_graph *g)
 {
-	return ir_graph_attr_int(g, GK_ROW_CHUNKS, 0) > 1;
+	int64_t n = ir_graph_attr_int(g, GK_ROW_CHUNKS, 0);
+	for (uint32_t o = 0; n > 1 && o < g->nout; o++) {
+		const ir_node *c = N(g, g->outputs[o]);
+		if (c->op == MOE_OP_CONCAT && (int64_t)c->nargs == n && ir_attr_int(c, "axis", 0) == 0)
+			return true;
+	}
+	return false;
 }
 
 static tcp_target *target_of(moe_ctx *ctx)
 {
-	const moe_pass_info *pi = moe_pass_find(ctx, gpasses[0].name);
-	return pi && pi->run == run_gpass ? ((gpass_ud *)pi->ud)->t : NULL;
+	ctx_vec *v = ctx_target_state(ctx);
+	return v->n && v->row == sizeof(tcp_target) ? ((tcp_target **)v->data)[0] : NULL;
 }
 
 static moe_status register_passes(moe_ctx *ctx)
@@ -222,18 +234,22 @@ static moe_status register_passes(moe_ctx *ctx)
 		{NULL, IR_AT_INT, 0, 0, NULL},
 	};
 	moe_status st = ir_target_attrs_registered(ctx, "tcp") ? MOE_OK : ir_target_attrs_register(ctx, "tcp", attrs);
-	const moe_pass_info *first = moe_pass_find(ctx, gpasses[0].name);
-	gpass_ud *u = first && first->run == run_gpass ? (gpass_ud *)first->ud : NULL;
-	if (st == MOE_OK && !u) {
-		tcp_target *t = ctx_alloc(ctx, sizeof *t);
-		u = ctx_alloc(ctx, NGPASS * sizeof *u);
-		ctx_keep(ctx, t);
-		ctx_keep(ctx, u);
+	tcp_target *t = st == MOE_OK ? target_of(ctx) : NULL;
+	if (st == MOE_OK && !t) {
+		ctx_vec *v = ctx_target_state(ctx);
+		t = ctx_alloc(ctx, sizeof *t);
 		for (int i = 0; i < NGPASS; i++)
-			u[i] = (gpass_ud){&gpasses[i], t};
+			t->u[i] = (gpass_ud){&gpasses[i], t};
+		v->esz = sizeof(tcp_target *);
+		v->row = sizeof(tcp_target);
+		ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz); /* the last allocation: then the table changes */
+		ctx_commit_point(ctx);
+		ctx_keep(ctx, v->data);
+		ctx_keep(ctx, t);
+		((tcp_target **)v->data)[v->n++] = t;
 	}
 	for (int i = 0; i < NGPASS && st == MOE_OK; i++) {
-		moe_pass_info pi = {gpasses[i].name, gpasses[i].summary, NULL, run_gpass, &u[i]};
+		moe_pass_info pi = {gpasses[i].name, gpasses[i].summary, NULL, run_gpass, &t->u[i]};
 		st = moe_pass_find(ctx, pi.name) ? MOE_OK : moe_pass_register(ctx, &pi);
 	}
 	return st;
