@@ -10,11 +10,12 @@
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
  *   tcp-plan-fusion    the lowering's fusions as marks (plan_fusion.c), last
- * Each target pass records its decision as a graph attribute (the key the
- * table below names: 1 applied, 0 not; tcp_row_chunks: the chunk count)
- * and the fingerprint of the machine it decided for (tcp_machine). A key's
- * presence says the pass ran. The lowering reads the rewritten graph and
- * the attributes; it decides none of this again.
+ * Each structural pass records its decision as a graph attribute (the key
+ * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
+ * count) and the fingerprint of the machine it decided for (tcp_machine). A
+ * key's presence says the pass ran, and it does not run again. The lowering
+ * reads the rewritten graph and the attributes; it decides none of this
+ * again.
  *
  * The machine is the one moe_tcp_set_pass_machine gave this context (the
  * CLI: --machine), else the built-in one. moe_tcp_compile runs, on a clone,
