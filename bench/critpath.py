@@ -5,7 +5,7 @@ usage: bench/critpath.py TRACE.json MACHINE.json OUT.json
 
 TRACE.json is what `moec run --target=tcp --trace` writes: one command per line with its
 context, start and end cycles and `pred`, the recorded command whose end released it
-(backend-tcp/sim_int.h, struct tev). Following pred from the command that ends last gives
+(backend-tcp/sim/sim_int.h, struct tev). Following pred from the command that ends last gives
 the critical path; each command on it adds end - max(start, pred's end) cycles, the rest of
 the run up to the last end is command issue on the control processor (the kernel launch
 included). OUT.json gets, in cycles:
@@ -25,7 +25,7 @@ import json
 import re
 import sys
 
-MAX_EVENTS = 2000000  # backend-tcp/sim_int.h TCP_MAX_EVENTS
+MAX_EVENTS = 2000000  # backend-tcp/sim/sim_int.h TCP_MAX_EVENTS
 
 LINE = re.compile(r'^\{"name":"([a-z.]+)","ph":"X",.*"args":\{"pc":\d+,"start":(-?\d+),"end":(-?\d+),"pred":(-?\d+)\}\}')
 

@@ -519,7 +519,7 @@ if os.path.exists("docs/tcp-model.md"):
     mm_ = re.search(r"\(revision (\d+)\)", open("docs/tcp-model.md").readline())
     model_rev = mm_.group(1) if mm_ else "?"
 w(f"**Every figure in this section is simulated**, not measured on a device: moec's TCP simulator "
-  f"(backend-tcp/sim.c) runs the compiled program on **machine model revision {model_rev}** "
+  f"(backend-tcp/sim/sim.c) runs the compiled program on **machine model revision {model_rev}** "
   f"(docs/tcp-model.md; {mj_path if mj else 'machine.json'} `revision` \"{mj.get('revision', '?') if mj else '?'}\"). "
   "The times are as true as that model: where it is only an assumption (its `assumed` fields) the figures are "
   "too. The revision-2 columns quote the figures of this section committed before revision 3, as they were.\n")

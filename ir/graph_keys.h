@@ -33,9 +33,9 @@
 
 /* Node attributes a pass leaves for a backend (the TCP target's registered
  * attribute set, backend-tcp's moe_tcp_register_passes; ir/attrs.c). tcp-split-weights: k >= 0 on the k-th value the
- * TCP program binds as a packed weight (backend-tcp/prep.c splits there). */
+ * TCP program binds as a packed weight (backend-tcp/compiler/prep.c splits there). */
 #define IR_NK_TCP_PACK "tcp_pack"
-/* tcp-plan-fusion (backend-tcp/plan_fusion.c, registered by the TCP target):
+/* tcp-plan-fusion (backend-tcp/compiler/gpass/plan_fusion.c, registered by the TCP target):
  * the lowering's fusion choices. tcp_fuse = k (k >= 0) on every node of
  * fusion group k, computed by one vector pass, that of the group's last node
  * (its highest id); tcp_view = 1 on a cast or bitcast lowered as a view of its

@@ -1,7 +1,7 @@
 /* ir/scalar.h: the scalar semantics of the elementwise ops of moec/ops.def,
  * written once and shared by every executor: the reference interpreter
  * (interp/), the host backend's constant folding (backend-c/lower.c), the
- * TCP simulator's vector-engine primitives (backend-tcp/sim_exec.c) and the
+ * TCP simulator's vector-engine primitives (backend-tcp/sim/sim_exec.c) and the
  * canonicalize pass, which expands composite ops for the code generators.
  * docs/ir.md is the prose definition; docs/semantics.md the routing rules.
  *

@@ -1,7 +1,7 @@
 /* passes/ep_phases.c: an expert-parallel device program cut at its
  * all_to_all nodes into phases (docs/expert-parallel.md section 6), for the
  * runners that compile each phase on its own: the TCP chips
- * (backend-tcp/multichip.c) and the host engines under MPI (frontend/cli/ep.c).
+ * (backend-tcp/multichip/multichip.c) and the host engines under MPI (frontend/cli/ep.c).
  *
  * A node's phase is the largest over its operands of the operand's phase,
  * plus one for an operand that is an exchange (an exchange runs at the end
@@ -10,7 +10,7 @@
  * outputs what later phases, the exchanges and the program's outputs read;
  * its work that reads no exchange result comes first (the TCP chips defer
  * the shared expert's down projection to the combine, where it is issued
- * before the returned rows are gathered: backend-tcp/multichip.c). */
+ * before the returned rows are gathered: backend-tcp/multichip/multichip.c). */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -11,7 +11,7 @@
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
  * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
- * executor still runs the graph; the TCP backend (backend-tcp/prep.c) reads
+ * executor still runs the graph; the TCP backend (backend-tcp/compiler/prep.c) reads
  * the marks and splits the graph into the device program, where each packed
  * node is a weight leaf, and the prep graph that computes them. */
 #include <string.h>

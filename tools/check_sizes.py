@@ -3,7 +3,8 @@
 
 No C source or header of the repository (library, tools and tests; generated
 and third-party files excepted) is longer than MAX_FILE lines, and no function
-in backend-tcp/ is longer than MAX_FUNC lines (from the line of its name to
+in backend-tcp/ (any of its folders: isa/, sim/, compiler/ with gpass/ and
+legacy/, multichip/) is longer than MAX_FUNC lines (from the line of its name to
 its closing brace). Functions are found by the house layout: a definition's
 opening brace and closing brace stand alone in column 0. With --list, print
 the largest file and the longest functions of backend-tcp/ as well. With

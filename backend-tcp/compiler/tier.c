@@ -1,4 +1,4 @@
-/* backend-tcp/tier.c: a serving program with a decode tier (docs/tcp-isa.md
+/* backend-tcp/compiler/tier.c: a serving program with a decode tier (docs/tcp-isa.md
  * section 7.4, "Decode tier"; issue 18).
  *
  * A serving program compiled for T_max runs every n <= T_max through its

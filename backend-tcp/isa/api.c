@@ -1,4 +1,4 @@
-/* backend-tcp/api.c: public entry points that glue the pieces: atomic file
+/* backend-tcp/isa/api.c: public entry points that glue the pieces: atomic file
  * writers, loaders that validate, the summary, stats JSON. */
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* backend-tcp/asm.c: the .tcps text assembly (docs/tcp-isa.md section 9).
+/* backend-tcp/isa/asm.c: the .tcps text assembly (docs/tcp-isa.md section 9).
  * The printer writes every field that can differ from its default, so
  * parse(print(p)) prints identically and encodes to the same binary. */
 #include <ctype.h>

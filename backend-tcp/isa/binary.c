@@ -1,4 +1,4 @@
-/* backend-tcp/binary.c: the .tcpb container.
+/* backend-tcp/isa/binary.c: the .tcpb container.
  *
  * Layout (little endian):
  *   0  magic "MOECTCPB"          8 bytes

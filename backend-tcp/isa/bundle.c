@@ -1,4 +1,4 @@
-/* backend-tcp/bundle.c: a bucketed .tcpb, one program per token bucket
+/* backend-tcp/isa/bundle.c: a bucketed .tcpb, one program per token bucket
  * (docs/tcp-isa.md section 8.1, issue 18).
  *
  * Each bucket's program is a version-4 .tcpb: a 144-byte header (magic,

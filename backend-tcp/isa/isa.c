@@ -1,4 +1,4 @@
-/* backend-tcp/isa.c: the instruction set tables, program building, static
+/* backend-tcp/isa/isa.c: the instruction set tables, program building, static
  * validation of a program against a machine, and CRC-32. */
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* backend-tcp/layout.c: whether a sub-context load reads only bytes that
+/* backend-tcp/isa/layout.c: whether a sub-context load reads only bytes that
  * each receiving slice holds (docs/tcp-isa.md sections 1 and 9): the
  * validator's rule for a load without the switch, and the lowering's test
  * for when a load needs it. */
@@ -250,8 +250,10 @@ static bool pw_view(const tcp_program *p, const moe_tcp_machine *m, const pwalk 
 			if (st == 1) { /* to the next unit boundary or slice change */
 				int64_t nb = ((q + 1) * u * den + num - 1) / num - x, rn = pw_run(w, r, i);
 				adv = nb < rn ? nb : rn;
+			} else if (st == 0) { /* one byte for the whole row: to the next slice change */
+				adv = pw_run(w, r, i);
 			}
-			i += adv > 0 ? adv : 1;
+			i += adv > 0 && adv < span - i ? adv : adv > 0 ? span - i : 1;
 		}
 	}
 	free(seen);

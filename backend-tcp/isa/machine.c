@@ -1,4 +1,4 @@
-/* backend-tcp/machine.c: the machine description (the fields of
+/* backend-tcp/isa/machine.c: the machine description (the fields of
  * machine.json), parsed with cJSON; a copy of the shipped file is built in.
  * Every field is required, so a variant file cannot silently fall back. */
 #include <cjson/cJSON.h>

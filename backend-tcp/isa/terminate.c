@@ -1,4 +1,4 @@
-/* backend-tcp/terminate.c: why a TCP program ends. A loop without an exit is
+/* backend-tcp/isa/terminate.c: why a TCP program ends. A loop without an exit is
  * rejected when the program is loaded; every run has an instruction budget
  * derived from the program, which the simulator (sim.c) enforces. */
 #include "backend-tcp/isa/tcp_int.h"

@@ -1,4 +1,4 @@
-/* backend-tcp/multichip.c: N simulated TCP chips running the per-device
+/* backend-tcp/multichip/multichip.c: N simulated TCP chips running the per-device
  * programs of an expert-parallel layer (docs/expert-parallel.md section 6).
  *
  * Each device's program is cut at its all_to_all nodes into phases: a node's

@@ -1,4 +1,4 @@
-/* backend-tcp/serve.c: a serving program's token count (docs/semantics.md
+/* backend-tcp/sim/serve.c: a serving program's token count (docs/semantics.md
  * section 7) is checked before the simulator runs: the n_tokens input must
  * lie in 0..T, T the token rows of the program's other inputs. */
 #include <string.h>

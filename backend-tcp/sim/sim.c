@@ -1,4 +1,4 @@
-/* backend-tcp/sim.c: the instruction-level simulator.
+/* backend-tcp/sim/sim.c: the instruction-level simulator.
  *
  * Functional: instructions run in program order on per-tensor storage; the
  * hazard scheduler below guarantees that the timed, concurrent execution
@@ -192,7 +192,6 @@ static void finish_stats(sim *s)
 static moe_status simulate(sim *s)
 {
 	const tcp_program *p = s->p;
-	const moe_tcp_machine *m = s->m;
 	uint32_t pc = 0;
 	uint64_t steps = 0, budget = tcp_step_budget(p), wbudget = tcp_work_budget(p);
 	while (!s->fault) {
@@ -236,7 +235,7 @@ static moe_status simulate(sim *s)
 		case TCP_OP_HALT: goto done;
 		case TCP_OP_LI:
 			s->reg[in->rd] = in->imm;
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			break;
 		case TCP_OP_ALU: {
 			int64_t a = s->reg[in->ra], b = in->rb == TCP_NOREG ? in->imm : s->reg[in->rb], r = 0;
@@ -249,7 +248,7 @@ static moe_status simulate(sim *s)
 			default: r = a > b ? a : b; break;
 			}
 			s->reg[in->rd] = r;
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			break;
 		}
 		case TCP_OP_LD: {
@@ -265,7 +264,7 @@ static moe_status simulate(sim *s)
 			}
 			if (sp[2] > s->tc)
 				s->tc = sp[2], s->tcev = (evref)sp[3];
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			s->reg[in->rd] = iw(load_word(s, v->t, lo));
 			if ((v->t == p->bexp_t || v->t == p->tier_bexp_t) && v->t >= 0 && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
@@ -278,24 +277,24 @@ static moe_status simulate(sim *s)
 		case TCP_OP_BR: {
 			int64_t a = s->reg[in->ra], b = s->reg[in->rb];
 			bool t = in->sop == TCP_C_LT ? a < b : in->sop == TCP_C_GE ? a >= b : in->sop == TCP_C_EQ ? a == b : a != b;
-			s->tc += m->branch_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			if (t)
 				next = (uint32_t)in->target;
 			break;
 		}
 		case TCP_OP_JMP:
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			next = (uint32_t)in->target;
 			break;
 		case TCP_OP_SIG:
 			s->tok[in->target] = s->cfree[in->sop] > s->tc ? s->cfree[in->sop] : s->tc;
 			s->tokev[in->target] = s->cfree[in->sop] > s->tc ? s->cev[in->sop] : s->tcev;
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			break;
 		case TCP_OP_WAIT:
 			if (s->tok[in->target] > s->cfree[in->sop])
 				s->cfree[in->sop] = s->tok[in->target], s->cev[in->sop] = s->tokev[in->target];
-			s->tc += m->scalar_cycles;
+			s->tc += tcp_cost_scalar(&s->cm, in->op);
 			break;
 		case TCP_OP_DMA_COPY: tcps_run_dma_copy(s, pc, in); break;
 		case TCP_OP_DMA_GATHER:
@@ -421,7 +420,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.st = st;
 	s.keep_ev = ev != NULL;
 	s.S = tcp_slices(m);
-	s.hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
+	tcp_cm_init(&s.cm, m);
 	/* the simulator's memory is the context's (a throw frees it) */
 	s.data = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.data);
 	s.borrowed = ctx_try_alloc(ctx, p->nt + 1);

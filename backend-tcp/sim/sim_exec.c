@@ -1,4 +1,4 @@
-/* backend-tcp/sim_exec.c: the TCP simulator's tensor unit: vector-engine passes
+/* backend-tcp/sim/sim_exec.c: the TCP simulator's tensor unit: vector-engine passes
  * (the ALU chain on 32-bit lane words) and contractions (bf16 products,
  * bf16x3 for f32, f32 accumulation in index order), with their cost. */
 #include "backend-tcp/sim/sim_int.h"
@@ -136,9 +136,7 @@ static bool nib_range(sim *s, uint32_t pc, const tcp_view *v, int nd, const int6
 
 /* The switch stage of a pass with flags=switch (docs/tcp-model.md): the
  * operands some slice does not hold (bit w: view w; computed once per
- * instruction), and the cycles to route `bytes` per slice of them over a
- * ring of `used` slices: one flit per cycle into each slice plus the ring
- * (at most switch.max_ring_size); *ring receives the latter. */
+ * instruction); their cycles are tcp_cost_route's. */
 static unsigned route_mask(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	if (!(in->flags & TCP_F_ROUTE))
@@ -148,16 +146,6 @@ static unsigned route_mask(sim *s, uint32_t pc, const tcp_insn *in)
 		s->route[pc] = (uint8_t)(0x80u | tcp_pass_remote(s->p, s->m, in, why, sizeof why));
 	}
 	return s->route[pc] & 0x7fu;
-}
-
-static int64_t route_cycles(const sim *s, int64_t bytes, int64_t used, int64_t *ring)
-{
-	if (bytes <= 0) {
-		*ring = 0;
-		return 0;
-	}
-	*ring = used < s->m->max_ring ? used : s->m->max_ring;
-	return cdiv(bytes, s->m->switch_bytes_per_cycle);
 }
 
 /* The time of a tu.vec pass of n elements (rows of L for a row op rop >= 0;
@@ -171,12 +159,8 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 	int64_t S = s->S, units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
 	int64_t used = units < S ? units : S;
 	int64_t pe = cdiv(units, used) * per;
-	int64_t rate = fl ? m->vec_float_rate : m->vec_int_rate;
-	int64_t comp = cdiv(pe, rate) + in->nstep * m->alu_latency;
 	/* fetch: each DM stream at its read size, the streams interleaved on the
-	 * one fetch channel (their cycles add up); at most
-	 * fetch.max_interleaved_streams in one pass: each further group of streams
-	 * is one more pass through DM (its issue and fill/drain) */
+	 * one fetch channel (their cycles add up) */
 	int64_t fsum = 0, ns = 0, rbytes = 0;
 	unsigned rm = route_mask(s, pc, in);
 	for (int w = 1; w < TCP_NVIEW; w++)
@@ -187,18 +171,15 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 			rbytes += (rm >> w & 1u) ? (n4 ? cdiv(el, 2) : el * e) : 0;
 			ns++;
 		}
-	int64_t extra = ns > m->max_streams ? cdiv(ns, m->max_streams) - 1 : 0;
 	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
 	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
 		in->dim, esz_of(s, dv->t), &ol);
-	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs), ring;
+	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
 	rbytes += (rm & 1u) ? outs * esz_of(s, dv->t) : 0;
-	int64_t sw = route_cycles(s, rbytes, used, &ring);
-	int64_t t = comp > commit ? comp : commit, tail = m->fill_drain + ((in->flags & TCP_F_XSLICE) ? m->inter_slice_reduce : 0);
-	t = (t > sw ? t : sw) + ring;
-	tail += extra * (m->issue_cycles + m->fill_drain);
-	busy(s, pc, MOE_TCP_ENGINE_VECTOR, comp);
-	tcps_schedule(s, pc, a, (t > fsum ? t : fsum) + tail);
+	tcp_cost c = tcp_cost_vec(&s->cm, &(tcp_vec_load){pe, fl, in->nstep, fsum, ns, commit, rbytes, used,
+						      (in->flags & TCP_F_XSLICE) != 0});
+	busy(s, pc, MOE_TCP_ENGINE_VECTOR, c.engine);
+	tcps_schedule(s, pc, a, c.total);
 }
 
 void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in)
@@ -365,7 +346,6 @@ static void scaled_row(sim *s, const tcp_insn *in, int64_t r, const float *arow,
 
 void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 {
-	const moe_tcp_machine *m = s->m;
 	int64_t M = in->dim[0], O = in->dim[1], I = in->dim[2];
 	acc a = {0};
 	int64_t lo, hi;
@@ -465,20 +445,14 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
 	int mt = s->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate */
-	int64_t macs = Bs * in->tile * I * (x3 ? 3 : 1);
-	int64_t mac = tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[mt]);
 	int64_t ae = x3 ? 4 : mt == TCP_MT_F8 ? 1 : 2;
-	int64_t stream = tiles * cdiv(Bs * I * ae, m->stream_bytes_per_cycle);
 	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (I / TCP_SCALE_CHUNK) : 0; /* the chunk scales read */
-	int64_t commit = tiles * cdiv(Bs * in->tile * (esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes),
-		m->fetch_bytes);
 	unsigned rm = route_mask(s, pc, in);
 	int64_t rbytes = ((rm >> TCP_V_S0 & 1u) ? Bs * I * ae : 0) + ((rm & 1u) ? Bs * in->tile * esz_of(s, dv->t) : 0) +
-			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0), ring;
-	int64_t sw = tiles * route_cycles(s, rbytes, S < Cg * R ? S : Cg * R, &ring);
-	int64_t t = mac > stream ? mac : stream;
-	t = t > commit ? t : commit;
-	t = (t > sw ? t : sw) + ring + m->tree_latency[mt] + m->fill_drain;
-	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, mac);
-	tcps_schedule(s, pc, &a, t);
+			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0);
+	tcp_cost c = tcp_cost_contract(&s->cm, &(tcp_mm_load){Bs, in->tile, I, tiles, mt, x3, ae,
+							esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes, rbytes,
+							S < Cg * R ? S : Cg * R});
+	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, c.engine);
+	tcps_schedule(s, pc, &a, c.total);
 }

@@ -1,4 +1,4 @@
-/* backend-tcp/sim_int.h: state shared by the files of the TCP simulator
+/* backend-tcp/sim/sim_int.h: state shared by the files of the TCP simulator
  * (sim.c: binding, the instruction loop, statistics and trace; sim_sched.c:
  * view ranges, hazards and the command scheduler; sim_mem.c: DMA and sub
  * loads with their cost model; sim_exec.c: the vector engine and the
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend-tcp/sim/sim_quant.h"
+#include "backend-tcp/isa/cost.h"
 #include "backend-tcp/isa/tcp_int.h"
 #include "ir/scalar.h"
 
@@ -79,7 +80,7 @@ typedef struct sim {
 	bool cycles_overflow; /* a command's duration or end passed TCP_MAX_CYCLES */
 	int64_t S;
 	uint8_t *route; /* per pc: a routed pass's remote operands (tcp_pass_remote) | 0x80, 0: not yet known */
-	double hbm_bpc; /* the one HBM pool, bytes per cycle */
+	tcp_cm cm; /* the machine's timing rules (isa/cost.h) */
 	uint8_t *seen; /* experts whose blocks ran */
 	/* SPM: per tensor, the element range staged by dma.spm and when it
 	 * arrived (-1: none); `ld` reads only staged elements */
@@ -304,5 +305,10 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in);
 /* sim_exec.c */
 void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in);
 void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in);
+
+/* pack.c: evaluates the prep graph on the bound weights (A13). With timing_only and a
+ * weight bound without data, binds every packed tensor without data instead. */
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
+	moe_tensor_map *packed);
 
 #endif

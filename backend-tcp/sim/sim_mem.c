@@ -1,4 +1,4 @@
-/* backend-tcp/sim_mem.c: the TCP simulator's data movement: DMA copies, gathers,
+/* backend-tcp/sim/sim_mem.c: the TCP simulator's data movement: DMA copies, gathers,
  * scatters and SPM staging with their cost (docs/tcp-isa.md section 10), sub
  * loads into TRF/VRF, and the checks on values of absent weights. */
 #include "backend-tcp/sim/sim_int.h"
@@ -14,89 +14,22 @@ bool tcps_writable(sim *s, uint32_t pc, int32_t t)
 	return true;
 }
 
-/* What one DMA command moves, for its cost (docs/tcp-model.md section 4). */
-typedef struct dmac {
-	int64_t bytes;    /* DM-side bytes, every copy counted (HBM -> HBM: the bytes moved) */
-	int64_t requests; /* ceil(packet / dma.request_bytes) per packet */
-	int64_t rmw;      /* bytes of DM write runs that are not 8 B aligned */
-	int64_t eng;      /* engines the command runs on */
-	double hbm;       /* bytes charged to the one HBM pool, reads and writes together */
-	/* the HBM pattern: address bits 8..12 of every granule touched, the
-	 * requests and those that switch rows in their channel, each side's last
-	 * run start */
-	uint32_t chan;
-	int64_t hreq, conflicts, last[2];
-	/* the DM side: DMNs and DMN pairs touched, each side's clusters */
-	int64_t dmns, pairs, clo[2], chi[2];
-} dmac;
-
-static void dmac_init(dmac *c)
-{
-	memset(c, 0, sizeof *c);
-	c->last[0] = c->last[1] = -1;
-	c->clo[0] = c->clo[1] = INT64_MAX;
-	c->chi[0] = c->chi[1] = -1;
-}
-
-/* The HBM pattern rule (docs/tcp-model.md section 1): a request's channel
- * is taken as its address bits 8..12 (bit 8 the stack); a run shorter than
- * two granules that lands on the channel of the side's previous run but in
- * another row (address bits 21 and up) switches rows in that bank. */
-static void hbm_pattern(dmac *c, int64_t a, int64_t len, int64_t g, bool write)
-{
-	int64_t g0 = a / g, g1 = (a + len - 1) / g;
-	if (g1 - g0 >= 31)
-		c->chan = 0xffffffffu;
-	else
-		for (int64_t k = g0; k <= g1; k++)
-			c->chan |= 1u << (k & 31);
-	c->hreq += g1 - g0 + 1;
-	int64_t pv = c->last[write];
-	if (g1 == g0 && pv >= 0 && (((a ^ pv) >> 8) & 31) == 0 && (a >> 21) != (pv >> 21))
-		c->conflicts++;
-	c->last[write] = a;
-}
-
 /* One contiguous run of len bytes at byte address a of tensor t, read or
- * written. HBM reads are charged whole requests of the access granule (a run
- * crossing a granule boundary costs one more request); HBM writes are charged
- * whole granules, a partial granule at the unaligned write factor (its
- * read-modify-write). A DM write whose address or size is not a multiple of
- * dm_alignment_bytes is a read-modify-write (memory.dm_misaligned_write_factor). */
-static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool write)
+ * written: charged to the command (tcp_dma_run) and counted in the HBM
+ * statistics. */
+static void dma_run(sim *s, tcp_dma_load *c, int32_t t, int64_t a, int64_t len, bool write)
 {
-	const moe_tcp_machine *m = s->m;
 	if (len <= 0)
 		return;
-	if (s->p->t[t].space == TCP_HBM) {
-		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
-		hbm_pattern(c, a, len, g, write);
-		if (!write) {
-			c->hbm += (double)(blocks * g);
-			acc_sat(s, &s->st->hbm_read_bytes, len);
-		} else {
-			int64_t partial = (a % g != 0) + (end % g != 0);
-			if (partial > blocks)
-				partial = blocks;
-			c->hbm += (double)((blocks - partial) * g) + (double)(partial * g) * m->hbm_unaligned_write;
-			acc_sat(s, &s->st->hbm_write_bytes, len);
-		}
-	} else if (write && (a % m->dm_align != 0 || len % m->dm_align != 0)) {
-		c->rmw += len;
-	}
-}
-
-/* Requests of a run of rb bytes split into packets of at most
- * dma.max_packet_bytes. */
-static int64_t run_requests(const moe_tcp_machine *m, int64_t rb)
-{
-	int64_t full = rb / m->dma_max_packet, rem = rb % m->dma_max_packet;
-	return full * cdiv(m->dma_max_packet, m->dma_request) + cdiv(rem, m->dma_request);
+	bool hbm = s->p->t[t].space == TCP_HBM;
+	tcp_dma_run(&s->cm, c, hbm, a, len, write);
+	if (hbm)
+		acc_sat(s, write ? &s->st->hbm_write_bytes : &s->st->hbm_read_bytes, len);
 }
 
 /* The contiguous runs of a view over dims (elements of size e), each passed
  * to dma_run; returns the run length in elements. */
-static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
+static int64_t dma_runs(sim *s, tcp_dma_load *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
 {
 	int64_t run = 1;
 	int k = nd - 1;
@@ -139,7 +72,7 @@ static void dm_slices(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *
 
 /* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t,
  * in every copy, for side `w` of the command (stamp: this command). */
-static void dm_touch(sim *s, dmac *c, int32_t t, int64_t lo, int64_t hi, int w)
+static void dm_touch(sim *s, tcp_dma_load *c, int32_t t, int64_t lo, int64_t hi, int w)
 {
 	const moe_tcp_machine *m = s->m;
 	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
@@ -167,7 +100,7 @@ static void dm_touch(sim *s, dmac *c, int32_t t, int64_t lo, int64_t hi, int w)
 }
 
 /* A DMA command's DM sides: bytes (every copy), DMNs and engines. */
-static void dm_sides(sim *s, dmac *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
+static void dm_sides(sim *s, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
 	int64_t shi, int64_t moved)
 {
 	const tcp_tensor *td = &s->p->t[d->t], *ts = &s->p->t[sv->t];
@@ -182,43 +115,12 @@ static void dm_sides(sim *s, dmac *c, const tcp_view *d, int64_t dlo, int64_t dh
 	if (ts->space == TCP_DM)
 		dm_touch(s, c, sv->t, slo * esz_of(s, sv->t), (shi + 1) * esz_of(s, sv->t) - 1, 1);
 	c->bytes = moved * copies;
-	if (td->space == TCP_HBM && ts->space == TCP_HBM)
-		c->eng = s->m->hbm2hbm_engines;
-	else
-		c->eng = c->pairs;
-	c->eng = c->eng < 1 ? 1 : c->eng > s->m->dma_engines ? s->m->dma_engines : c->eng;
+	tcp_dma_engines(&s->cm, c, td->space == TCP_HBM && ts->space == TCP_HBM);
 }
 
-/* setup + the data time (the largest of the engines', the DMNs', the HBM
- * pool's and the requests' time) + row overheads: gather/scatter pay the row
- * overhead per engine for every row of the index list, the zero rows past a
- * valid count included (docs/tcp-model.md, DMA). */
-static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
+static int64_t dma_time(sim *s, const tcp_dma_load *c, bool dm2dm, int64_t rows)
 {
-	const moe_tcp_machine *m = s->m;
-	double by = (double)c->bytes + (double)c->rmw * (m->dm_misaligned_write - 1), eng = (double)c->eng;
-	double t = by / (eng * (double)m->dma_bytes_per_cycle);
-	if (c->dmns > 0) {
-		/* DM -> DM within a cluster serializes its reads and writes */
-		bool within = dm2dm && c->clo[0] <= c->chi[1] && c->clo[1] <= c->chi[0];
-		double dn = by / ((double)c->dmns * (double)m->dmn_bytes_per_cycle) * (within && m->dm_to_dm_serialized ? 2 : 1);
-		t = t > dn ? t : dn;
-	}
-	bool stack = (c->chan & 0x55555555u) && (c->chan & 0xaaaaaaaau);
-	double h = c->hbm / s->hbm_bpc * (c->hreq > 1 && !stack ? m->hbm_no_stack_bit : 1);
-	if (c->conflicts > 0) {
-		int ch = __builtin_popcount(c->chan);
-		h = h * (1 - (double)c->conflicts / (double)c->hreq) +
-		    (double)c->conflicts * (double)m->hbm_row_conflict / (double)(ch ? ch : 1);
-	}
-	double rq = (double)c->requests / eng;
-	t = t > h ? t : h;
-	t = t > rq ? t : rq;
-	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
-		s->cycles_overflow = true;
-		t = 1e15;
-	}
-	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, c->eng) * m->row_overhead : 0);
+	return tcp_cost_dma(&s->cm, c, dm2dm, rows, &s->cycles_overflow);
 }
 
 /* False (with a fault) when the values of tensor t are needed but derive
@@ -297,11 +199,11 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	copy_elems(s, in, d, sv, e, db, sb);
-	dmac dc;
-	dmac_init(&dc);
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
 	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
 	int64_t run = rs < rd ? rs : rd;
-	dc.requests = n / run * run_requests(s->m, run * e);
+	dc.requests = n / run * tcp_dma_requests(&s->cm, run * e);
 	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, n * e);
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
@@ -327,8 +229,8 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	if (s->absent[sv->t])
 		s->absent[d->t] = s->absent[sv->t];
 	bool copy = s->data[sv->t] != NULL;
-	dmac dc;
-	dmac_init(&dc);
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
 	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
@@ -368,7 +270,7 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
 	acc_add(&a, iv->t, ilo, ihi, false);
-	dc.requests = (moved ? moved : 1) * (row * e / rb) * run_requests(s->m, rb);
+	dc.requests = (moved ? moved : 1) * (row * e / rb) * tcp_dma_requests(&s->cm, rb);
 	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
 	tcps_schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, G * n));
 }
@@ -380,8 +282,8 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW], n = 1, most = 0;
 	acc a = {0};
-	dmac dc;
-	dmac_init(&dc);
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
 	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
@@ -394,7 +296,7 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 		int64_t el = hi[w] - lo[w] + 1 < n ? hi[w] - lo[w] + 1 : n;
 		most = el * 4 > most ? el * 4 : most;
 		dc.eng++;
-		dc.requests += run_requests(s->m, el * 4);
+		dc.requests += tcp_dma_requests(&s->cm, el * 4);
 		dma_runs(s, &dc, v, in->ndim, in->dim, 4, false);
 	}
 	dc.bytes = most * dc.eng;
@@ -451,6 +353,6 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
-	tcps_schedule(s, pc, &a, tcp_sub_load_cycles(s->m, per, own) + s->m->fill_drain);
+	tcps_schedule(s, pc, &a, tcp_cost_sub(&s->cm, per, own));
 	s->hold_main = false;
 }

@@ -1,4 +1,4 @@
-/* backend-tcp/sim_sched.c: the TCP simulator's timing core: the element range of a
+/* backend-tcp/sim/sim_sched.c: the TCP simulator's timing core: the element range of a
  * view, read/write hazard records per tensor, and the scheduler that starts
  * each command when its context is free and its hazards have finished
  * (docs/tcp-model.md, section 4). */
@@ -112,7 +112,7 @@ void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 	bool join = ctx == TCP_CTX_DMA && (s->p->code[pc].flags & TCP_F_JOIN) && s->m->setup_overlaps;
 	int64_t prev_end = s->cfree[ctx];
 	evref prev = s->cev[ctx];
-	s->tc += s->m->scalar_cycles;
+	s->tc += tcp_cost_scalar(&s->cm, s->p->code[pc].op);
 	int64_t from = join ? s->dma_start : s->cfree[ctx];
 	int64_t start = s->tc > from ? s->tc : from;
 	evref pred = s->tc > from ? s->tcev : (join ? s->dma_pred : prev);
@@ -124,8 +124,7 @@ void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 		if (w > start)
 			start = w, pred = hv;
 	}
-	if (ctx != TCP_CTX_DMA)
-		dur += s->m->issue_cycles;
+	dur += tcp_cost_issue(&s->cm, ctx);
 	if (dur > TCP_MAX_CYCLES - start) {
 		s->cycles_overflow = true;
 		dur = TCP_MAX_CYCLES - start;

@@ -558,7 +558,7 @@ static void check_case(moe_op op, uint64_t seed, int *failures, int *passed)
 		moe_tensor *got[1] = {NULL};
 		char why[160] = "";
 		moe_status st = run_on(ctx, (exec)ex, m, bind, got);
-		/* scatter adds in the reference's order on TCP too (backend-tcp/lower_scatter.c): bitwise */
+		/* scatter adds in the reference's order on TCP too (backend-tcp/compiler/legacy/lower_scatter.c): bitwise */
 		double tol = ex == EX_TCP && op != MOE_OP_SCATTER ? 2e-2 : -1;
 		bool ok = st == MOE_OK && same(want[0], got[0], tol, why, sizeof why);
 		const struct gap *gp = find_gap(op, (exec)ex, seed);

@@ -19,7 +19,7 @@
 #include "moec/runtime.h"
 #include "moec/tcp.h"
 
-extern const char tcp_default_machine_json[]; /* backend-tcp/machine.c */
+extern const char tcp_default_machine_json[]; /* backend-tcp/isa/machine.c */
 
 typedef struct layer {
 	moe_dtype t;

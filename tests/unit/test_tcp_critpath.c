@@ -1,4 +1,4 @@
-/* The simulator's critical-path links (tev.pred, backend-tcp/sim_sched.c) on
+/* The simulator's critical-path links (tev.pred, backend-tcp/sim/sim_sched.c) on
  * small hand-written programs, worked by hand on machine.json's numbers (the
  * expert-parallel runner measures each exchange round's packing and
  * unpacking along them: docs/expert-parallel.md section 6). A command's

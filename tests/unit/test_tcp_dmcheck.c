@@ -1,4 +1,4 @@
-/* The lowering's DM allocation check (backend-tcp/lower_check.c) on small
+/* The lowering's DM allocation check (backend-tcp/compiler/legacy/lower_check.c) on small
  * hand-built programs: two DM tensors on the same bytes are an error only
  * while both are live, and a tensor named inside and outside a loop is live
  * through the whole loop. */

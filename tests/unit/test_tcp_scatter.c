@@ -1,4 +1,4 @@
-/* scatter with mode=add on the TCP simulator (backend-tcp/lower_scatter.c)
+/* scatter with mode=add on the TCP simulator (backend-tcp/compiler/legacy/lower_scatter.c)
  * against hand-computed values, which the reference interpreter must give too
  * (docs/ir.md: base first, then the rows of src in index order, floats summed
  * in f32 and rounded to the node dtype once; i32 wraps). The values are chosen

@@ -26,7 +26,7 @@
  * functions as the passes. */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
 #define GK_PACK_GATE_UP "tcp_pack_gate_up"

@@ -19,7 +19,7 @@
  * contraction's weights by itself). */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "ir/graph_keys.h"
 
 /* The pieces: the pair's gather pq of concat(w1, w2), and down's

@@ -21,7 +21,7 @@
  * value is unchanged. Quantized experts are paired by quant_pack.c. */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "ir/graph_keys.h"
 
 /* q is the block loop's gather of one expert's rows of a weight (the block's

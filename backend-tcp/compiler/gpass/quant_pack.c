@@ -15,7 +15,7 @@
  * unchanged: each dequant reads the same bytes and scales as before. */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "ir/graph_keys.h"
 #include "ir/quant.h"
 

@@ -22,7 +22,7 @@
  * a value bound as a packed weight counts as the leaf it becomes. */
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
 enum { MAXCH = 64 }; /* a concat has at most 64 operands */

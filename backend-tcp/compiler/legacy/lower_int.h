@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 
 enum { VK_NONE, VK_IMM, VK_IOTA, VK_VIEW };
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "moec/passes.h"
 
 static int64_t cdiv(int64_t a, int64_t b)

@@ -14,7 +14,7 @@
  * path, which runs ahead of the contraction engine). The lowering
  * (lower_contract.c, lower_rows.c, block_store.c) and block=auto's cost
  * model (plan.c) take the classes from here. */
-#include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 
 /* The step between upper classes of a pass over B rows: 8 rows (a whole
  * row per slice group of the contraction plans), coarser for large B. */

@@ -1,7 +1,7 @@
 """Set the label (bucket T, u32) of bucket I of a bucketed .tcpb to VALUE and
 recompute the index checksum (bytes 16..19: the CRC-32 of the bucket index and
 section sizes), so that the forged label gets past the checksum to the check
-against the program's T. Layout: backend-tcp/bundle.c (header 24 bytes; n at
+against the program's T. Layout: backend-tcp/isa/bundle.c (header 24 bytes; n at
 12, m at 20; n entries of 28 bytes, the first u32 the label; m u64 sizes).
 
 usage: bundle_label.py IN OUT I VALUE"""

@@ -1,0 +1,74 @@
+/* backend-tcp/compiler/tcp_compile.h: what the compiler's files share beyond
+ * the instruction set (isa/tcp_int.h): the contraction tiling, the row
+ * classes, the lowering's entry, and the graph rewrites of gpass/ with their
+ * helpers. Only the compiler layer may include it. */
+#ifndef MOEC_TCP_COMPILE_H
+#define MOEC_TCP_COMPILE_H
+
+#include "backend-tcp/isa/tcp_int.h"
+
+/* planning (plan.c): the tiling of one contraction [M, O] x [O, I] with
+ * weights of dtype wdt, chosen with the cost rules (docs/tcp-isa.md sections 6
+ * and 10); *cycles, when given, the estimated cycles of all its passes */
+typedef struct cplan {
+	int64_t M, O, I, It, Os, Opass;
+} cplan;
+cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
+/* row_classes.c: a block pass's upper row classes between the largest
+ * f 4^k below B and B (weights held whole in DM; docs/tcp-isa.md 7.4) */
+enum { TCP_MAX_UPPER = 32 };
+int64_t tcp_upper_step(int64_t B);
+int tcp_upper_classes(int64_t B, int64_t f, int64_t *out, int max);
+
+/* lowering */
+/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too;
+ * sink: g's tail was split into row chunks (rowchunk.c), emitted after the block loop */
+tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
+	bool sink);
+/* rowchunk.c: g with its row-wise tail computed in *nchunks row chunks that
+ * fit DM, or NULL (*nchunks 0) when the tail fits (or there is none) */
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks);
+
+/* weight packing (prep.c): the device graph (NULL when nothing is packed or
+ * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);
+ * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
+ * when one is made (MOE_NONE: not in it) */
+moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
+/* prep.c: pack[i] (nnodes entries) for the values bound as packed weights: from
+ * the tcp_pack marks, or by tcp-split-weights' rule when g carries none */
+uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);
+/* gpass.c: g with every tcp-* graph pass run for m that g's records say has
+ * not run (a clone; NULL: none needed, g is ready for m, or an error) */
+moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
+/* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
+bool tcp_graph_row_chunked(const moe_graph *g);
+/* plan_fusion.c: the tcp-plan-fusion pass on g for machine m; whether g's
+ * marks were planned for m */
+moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
+bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m);
+/* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
+ * one packed pair (act=fp8), or NULL when the layer has no such pair */
+moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
+/* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
+ * contracted as one over their weights side by side (NULL: no such pair, or
+ * the pair's block buffers would take more than 1/8 of m's DM) */
+moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor) */
+moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
+bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
+/* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */
+uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
+/* pair_gate_up.c: a rewrite of g into a new graph: *dev an empty clone, the returned map
+ * (nnodes + 1 entries, all MOE_NONE) from g's ids to dev's; tcp_rewrite_end adds the
+ * outputs and node keys when ok and returns dev, else frees dev and returns NULL
+ * (it frees the map either way). */
+moe_id *tcp_rewrite_begin(moe_ctx *ctx, const moe_graph *g, moe_graph **dev);
+moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok);
+/* pair_gate_up.c: the tcp_pack mark of a new packed weight (-1: the graph is not marked). */
+int64_t tcp_next_pack_mark(const moe_graph *g);
+/* pair_gate_up.c: the concat of two block gathers' weights and its block gather, emitted in dev (MOE_NONE: it does not type). */
+moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id qa, moe_id qb, moe_id bexp,
+	moe_id nb, int64_t pack_mark, const moe_id *map);
+
+#endif
