@@ -80,15 +80,17 @@ static const struct {
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
+		"grid-bound,canonicalize,cse,dce,tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,"
+		"tcp-row-chunks,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
- * that is not registered skips it, as its target's backend applies the
- * pass's rule itself to a graph without its marks. */
-static const char *const target_passes[] = {"tcp-plan-fusion"};
+ * that is not registered skips it, as its target's backend runs the pass
+ * itself on a graph that has not been through it. */
+static const char *const target_passes[] = {
+	"tcp-pack-gate-up", "tcp-pair-gate-up", "tcp-pair-down", "tcp-row-chunks", "tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
 {

@@ -64,6 +64,7 @@ struct moe_ctx {
 	strnode *strs;
 	ctx_vec passes; /* externally registered passes (moe_pass_info) */
 	ctx_vec tattrs; /* registered target attributes (ir/attrs.c rows) */
+	ctx_vec tstate; /* registered targets' state blocks (backend-tcp's pass machine) */
 	char prefix[64]; /* printed for a diagnostic without a file ("" : "libmoec") */
 };
 
@@ -123,6 +124,9 @@ void moe_ctx_free(moe_ctx *c)
 	for (uint32_t i = 0; c->tattrs.row && i < c->tattrs.n; i++)
 		ctx_free(c, ((void **)c->tattrs.data)[i], c->tattrs.row);
 	ctx_free(c, c->tattrs.data, (size_t)c->tattrs.cap * c->tattrs.esz);
+	for (uint32_t i = 0; c->tstate.row && i < c->tstate.n; i++)
+		ctx_free(c, ((void **)c->tstate.data)[i], c->tstate.row);
+	ctx_free(c, c->tstate.data, (size_t)c->tstate.cap * c->tstate.esz);
 	for (strnode *s = c->strs, *n; s; s = n) {
 		n = s->next;
 		ctx_free(c, s, sizeof *s + strlen(s->s) + 1);
@@ -384,6 +388,12 @@ ctx_vec *ctx_target_attrs(moe_ctx *c)
 {
 	IR_ASSERT(c != NULL); /* API misuse: abort with a message, not a crash */
 	return &c->tattrs;
+}
+
+ctx_vec *ctx_target_state(moe_ctx *c)
+{
+	IR_ASSERT(c != NULL);
+	return &c->tstate;
 }
 
 void moe_free(moe_ctx *c, void *p)

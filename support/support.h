@@ -94,6 +94,7 @@ typedef struct ctx_vec {
 } ctx_vec;
 ctx_vec *ctx_passes(moe_ctx *ctx);
 ctx_vec *ctx_target_attrs(moe_ctx *ctx); /* rows of ir/attrs.c */
+ctx_vec *ctx_target_state(moe_ctx *ctx);  /* a registered target's state rows (backend-tcp/compiler/gpass/gpass.c) */
 /* Grow *arr (elements of size esz) to hold at least need elements. */
 void ctx_grow(moe_ctx *ctx, void **arr, uint32_t *cap, uint32_t need, size_t esz);
 

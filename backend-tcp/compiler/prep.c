@@ -33,8 +33,7 @@ static void mark(const moe_graph *g, moe_id id, bool *need, const bool *stop)
 		mark(g, n->valid, need, stop);
 }
 
-/* pack[i] from the tcp_pack marks; without any mark, the pass's rule. */
-static uint32_t packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack)
+uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack)
 {
 	uint32_t npack = 0;
 	bool marked = false;
@@ -71,7 +70,7 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 	*prep_len = 0;
 	uint32_t nn = g->nnodes;
 	bool *pack = ctx_alloc(ctx, nn + 1);
-	uint32_t npack = packed_nodes(ctx, g, pack);
+	uint32_t npack = tcp_packed_nodes(ctx, g, pack);
 	moe_graph *dev = NULL;
 	if (npack) {
 		/* the device graph: packed nodes become weight leaves */
@@ -111,7 +110,9 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module_add_graph(pm, g->name ? g->name : "prep");
 		moe_graph *pg = ir_graph_clone_empty(g);
 		ir_graph_drop_node_keys(pg); /* the block grid is the device graph's */
-		drop_key(&pg->meta, IR_GK_TCP_FUSION_PLAN);
+		for (uint32_t a = pg->meta.nattrs; a-- > 0;) /* the TCP passes' records (tcp_*) */
+			if (!strncmp(pg->meta.attrs[a].key, "tcp_", 4))
+				drop_key(&pg->meta, pg->meta.attrs[a].key);
 		for (moe_id i = 0; i < nn; i++) {
 			map[i] = need[i] ? ir_copy_node(pg, g, i, map) : MOE_NONE;
 			if (map[i] != MOE_NONE)

@@ -25,15 +25,27 @@ int tcp_upper_classes(int64_t B, int64_t f, int64_t *out, int max);
  * sink: g's tail was split into row chunks (rowchunk.c), emitted after the block loop */
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
 	bool sink);
-/* rowchunk.c: g with its row-wise tail computed in row chunks that fit DM, or
- * NULL when the tail fits (or there is none) */
-moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* rowchunk.c: g with its row-wise tail computed in *nchunks row chunks that
+ * fit DM, or NULL (*nchunks 0) when the tail fits (or there is none) */
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
  * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);
  * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
  * when one is made (MOE_NONE: not in it) */
 moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
+/* prep.c: pack[i] (nnodes entries) for the values bound as packed weights: from
+ * the tcp_pack marks, or by tcp-split-weights' rule when g carries none */
+uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);
+/* gpass.c: g with every tcp-* graph pass run for m that g's records say has
+ * not run (a clone; NULL: none needed, g is ready for m, or an error) */
+moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
+/* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
+bool tcp_graph_row_chunked(const moe_graph *g);
+/* plan_fusion.c: the tcp-plan-fusion pass on g for machine m; whether g's
+ * marks were planned for m */
+moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
+bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m);
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);

@@ -18,6 +18,18 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
 	return o->machine ? moe_tcp_machine_load(ctx, o->machine) : moe_tcp_machine_default(ctx);
 }
 
+/* --machine: the machine the TCP graph passes of the `tcp` pipeline plan for
+ * (moe_tcp_set_pass_machine); 1 after a diagnostic when it cannot be loaded. */
+static int pass_machine(moe_ctx *ctx, const opts *o)
+{
+	if (!o->machine)
+		return 0;
+	moe_tcp_machine *m = moe_tcp_machine_load(ctx, o->machine);
+	moe_status st = m ? moe_tcp_set_pass_machine(ctx, m) : MOE_ERR_INVALID;
+	moe_tcp_machine_free(ctx, m);
+	return st != MOE_OK;
+}
+
 /* block=auto (docs/tcp-isa.md 7.8): for the TCP target, a .moe layer with
  * a dim B is loaded again with the block size the cost model picks, unless
  * --set B= forces one. *chosen: the B picked (0: none, the file's or the
@@ -127,6 +139,10 @@ static moe_module *fit_block(moe_ctx *ctx, const opts *o, moe_module *m, int64_t
 
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
+	*chosen = 0;
+	*pred = 0;
+	if (pass_machine(ctx, o))
+		return NULL;
 	moe_module *m = load_tcp(ctx, o, chosen, pred);
 	if (cli_quant_act(ctx, o, m)) {
 		moe_module_free(m);

@@ -20,12 +20,18 @@ typedef struct moe_tcp_program moe_tcp_program;
 
 /* The built-in machine (the shipped machine.json). Free with moe_tcp_machine_free. */
 MOE_API moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx);
-/* Registers the TCP target in ctx: its passes (tcp-plan-fusion, the last step
- * of the `tcp` pipeline, which is skipped where it is not registered: the
- * lowering then applies its rule itself) and its node attributes (tcp_pack,
- * tcp_fuse, ...: IR carrying them reads and verifies only in a context where
- * the target is registered). Registering twice is harmless. */
+/* Registers the TCP target in ctx: its graph passes (tcp-pack-gate-up,
+ * tcp-pair-gate-up, tcp-pair-down, tcp-row-chunks, tcp-plan-fusion: steps of
+ * the `tcp` pipeline, skipped where they are not registered; moe_tcp_compile
+ * then runs them itself) and its node attributes (tcp_pack, tcp_fuse, ...: IR
+ * carrying them reads and verifies only in a context where the target is
+ * registered). Registering twice is harmless. */
 MOE_API moe_status moe_tcp_register_passes(moe_ctx *ctx);
+/* The machine the TCP graph passes of ctx plan for (copied; NULL: the
+ * built-in one, the default). Registers the passes if needed. A graph whose
+ * passes planned for another machine than moe_tcp_compile's keeps its
+ * rewrites (they preserve values) and has its fusion marks planned again. */
+MOE_API moe_status moe_tcp_set_pass_machine(moe_ctx *ctx, const moe_tcp_machine *m);
 /* Parse a machine JSON text / file; NULL with a diagnostic naming the bad field. */
 MOE_API moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, const char *text, size_t len);
 MOE_API moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path);

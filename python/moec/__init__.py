@@ -456,8 +456,10 @@ class Layer:
         return m, autob, pred
 
     def _machine(self, c, machine):
-        return c.need(lib.moe_tcp_machine_load(c.p, _b(os.fspath(machine))) if machine
-                      else lib.moe_tcp_machine_default(c.p))
+        m = c.need(lib.moe_tcp_machine_load(c.p, _b(os.fspath(machine))) if machine
+                   else lib.moe_tcp_machine_default(c.p))
+        c.check(lib.moe_tcp_set_pass_machine(c.p, m))  # the tcp pipeline's graph passes plan for it
+        return m
 
     def _tier(self, c, g, mach, prog, quant_act, decode_tier):
         """Link the decode tier (T = 1) behind a serving program (docs/tcp-isa.md 7.4)."""

@@ -174,6 +174,7 @@ _PROTOS = {
     "moe_host_memory_plan": (I, [P, P, P, ctypes.POINTER(HostMemory)]),
     "moe_host_run_opts": (I, [P, P, P, ctypes.POINTER(HostOpts), ctypes.POINTER(TP), ctypes.POINTER(HostStats)]),
     "moe_tcp_register_passes": (I, [P]),
+    "moe_tcp_set_pass_machine": (I, [P, P]),
     "moe_tcp_machine_default": (P, [P]),
     "moe_tcp_machine_load": (P, [P, S]),
     "moe_tcp_machine_free": (None, [P, P]),

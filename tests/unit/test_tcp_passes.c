@@ -1,12 +1,16 @@
 /* The TCP-specific passes of the `tcp` pipeline and the backend that reads
  * what they record. tcp-plan-fusion (registered by moe_tcp_register_passes)
  * marks the lowering's fusions: with it and without it (skipped when not
- * registered, the backend applying its rule) the program is the same, and
+ * registered, moe_tcp_compile running it) the program is the same, and
  * the backend follows the marks. tcp-split-weights marks packed weights (tcp_pack); the
  * backend splits the program at the marks and decides nothing itself: a mark
  * taken away keeps that value on the device, and a graph lowered without the
- * pass (the tcp pipeline less its last two passes) is planned by the pass's own
- * rule, so it compiles to the same program as the tcp pipeline's. */
+ * pass (the tcp pipeline less its last three passes) is planned by the pass's own
+ * rule, so it compiles to the same program as the tcp pipeline's. The
+ * structural passes (tcp-pair-gate-up, tcp-pair-down, ...) record their
+ * decisions on the graph; moe_tcp_compile runs the ones a graph lacks, for
+ * its machine, and never again the ones it has; the passes decide for the
+ * machine moe_tcp_set_pass_machine gave. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +25,8 @@
 #include "moec/ir.h"
 #include "moec/passes.h"
 #include "moec/tcp.h"
+
+extern const char tcp_default_machine_json[]; /* backend-tcp/isa/machine.c */
 
 /* gpt-oss's expert weights at toy size (tests/lit/passes/Inputs/packed.moe) */
 static const char packed_moe[] =
@@ -204,12 +210,130 @@ static void test_fusion_marks(void **st)
 	moe_ctx_free(rule);
 }
 
+/* bf16 experts whose gate and up pair (Qwen3-like, few and narrow) */
+static const char paired_moe[] =
+	"layer paired {\n"
+	"  dim T = 4, D = 2048, F = 64, E = 4, K = 2, B = 4\n"
+	"  dtype bf16\n"
+	"  input  x : [T, D]\n"
+	"  weight router : [E, D]   = \"router\"\n"
+	"  weight gate   : [E, F, D] = \"gate\"\n"
+	"  weight up     : [E, F, D] = \"up\"\n"
+	"  weight down   : [E, D, F] = \"down\"\n"
+	"  logits = einsum(\"td,ed->te\", x, router)\n"
+	"  idx    = topk(logits, K)\n"
+	"  w      = softmax(take_along(logits, idx, axis=1), axis=1)\n"
+	"  y = experts(x, idx, w, gate=gate, up=up, down=down, act=\"swiglu\", block=B)\n"
+	"  output y\n"
+	"}\n";
+
+static moe_module *paired(moe_ctx *ctx)
+{
+	moe_module *m = moe_parse_moe(ctx, "paired.moe", paired_moe, strlen(paired_moe), NULL);
+	assert_non_null(m);
+	assert_int_equal(moe_run_pipeline_text(ctx, "tcp", m, NULL), MOE_OK);
+	return m;
+}
+
+static int64_t graph_int(const moe_graph *g, const char *key)
+{
+	int64_t v = -99;
+	return moe_graph_get_attr_int(g, key, &v) ? v : -99;
+}
+
+/* The tcp pipeline's passes and moe_tcp_compile's own run of them give one
+ * program; the records of a graph that went through them are read, not
+ * decided again (a compile changes no record of the caller's graph). */
+static void test_structural_passes(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL), *bare = moe_ctx_new(NULL, NULL);
+	assert_int_equal(moe_tcp_register_passes(ctx), MOE_OK);
+	moe_module *t = paired(ctx), *h = paired(bare);
+	const moe_graph *g = moe_module_graph(t, 0), *hg = moe_module_graph(h, 0);
+	assert_int_equal(graph_int(g, "tcp_pack_gate_up"), 0);
+	assert_int_equal(graph_int(g, "tcp_pair_gate_up"), 1);
+	assert_int_equal(graph_int(g, "tcp_pair_down"), 1);
+	assert_int_equal(graph_int(g, "tcp_row_chunks"), 0);
+	assert_true(graph_int(g, "tcp_machine") > 0 && graph_int(g, "tcp_fusion_plan") > 0);
+	moe_id pair = node_named(g, "up+gate+down");
+	int64_t k = -1;
+	assert_true(moe_node_get_int(g, pair, "tcp_pack", &k) && k == 0);
+	/* without the registered target the pipeline skips them and the compile runs them */
+	assert_int_equal(graph_int(hg, "tcp_pair_gate_up"), -99);
+	assert_int_equal(graph_int(hg, "tcp_machine"), -99);
+	uint32_t nn = moe_graph_num_nodes(g);
+	char *a = assembly(ctx, t), *b = assembly(bare, h);
+	assert_non_null(strstr(a, "\"packed.0.up+gate+down\""));
+	assert_string_equal(a, b);
+	assert_int_equal(graph_int(hg, "tcp_pair_gate_up"), -99);
+	assert_int_equal(moe_graph_num_nodes(g), nn);
+	/* the pipeline run again decides nothing again */
+	assert_int_equal(moe_run_pipeline_text(ctx, "tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down", t, NULL), MOE_OK);
+	assert_int_equal(moe_graph_num_nodes(moe_module_graph(t, 0)), nn);
+	char *c = assembly(ctx, t);
+	assert_string_equal(a, c);
+	free(a);
+	free(b);
+	free(c);
+	moe_module_free(t);
+	moe_module_free(h);
+	moe_ctx_free(ctx);
+	moe_ctx_free(bare);
+}
+
+/* The passes decide for the machine moe_tcp_set_pass_machine gave: with
+ * 1/128 of the DM the pair's block buffers still fit 1/8 of it but two
+ * experts' three matrices no longer fit half of it, so down stays apart. A compile
+ * for another machine keeps the rewrites and plans the fusions again. */
+static void test_pass_machine(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *def = moe_tcp_machine_default(ctx);
+	const char *js = tcp_default_machine_json;
+	char *small = malloc(strlen(js) + 1);
+	strcpy(small, js);
+	char *at = strstr(small, "\"dm_bytes_per_slice\": 524288");
+	assert_non_null(at);
+	memcpy(at, "\"dm_bytes_per_slice\":   4096", strlen("\"dm_bytes_per_slice\":   4096"));
+	moe_tcp_machine *sm = moe_tcp_machine_parse(ctx, "small.json", small, strlen(small));
+	assert_non_null(sm);
+	free(small);
+	assert_int_equal(moe_tcp_set_pass_machine(ctx, sm), MOE_OK);
+	moe_module *t = paired(ctx);
+	const moe_graph *g = moe_module_graph(t, 0);
+	assert_int_equal(graph_int(g, "tcp_pair_gate_up"), 1);
+	assert_int_equal(graph_int(g, "tcp_pair_down"), 0);
+	int64_t fp = graph_int(g, "tcp_machine"), plan = graph_int(g, "tcp_fusion_plan");
+	moe_tcp_program *p = moe_tcp_compile(ctx, g, sm);
+	assert_non_null(p);
+	moe_tcp_program_free(p);
+	p = moe_tcp_compile(ctx, g, def);
+	assert_non_null(p);
+	moe_tcp_program_free(p);
+	assert_int_equal(graph_int(g, "tcp_machine"), fp);
+	assert_int_equal(graph_int(g, "tcp_fusion_plan"), plan);
+	/* back to the built-in machine: the pair and down in one weight */
+	assert_int_equal(moe_tcp_set_pass_machine(ctx, NULL), MOE_OK);
+	moe_module *d = paired(ctx);
+	assert_int_equal(graph_int(moe_module_graph(d, 0), "tcp_pair_down"), 1);
+	assert_true(graph_int(moe_module_graph(d, 0), "tcp_machine") != fp);
+	moe_module_free(d);
+	moe_module_free(t);
+	moe_tcp_machine_free(ctx, sm);
+	moe_tcp_machine_free(ctx, def);
+	moe_ctx_free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fusion_marks),
 		cmocka_unit_test(test_marks_and_plan_agree),
 		cmocka_unit_test(test_backend_reads_marks),
+		cmocka_unit_test(test_structural_passes),
+		cmocka_unit_test(test_pass_machine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

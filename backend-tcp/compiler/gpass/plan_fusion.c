@@ -1,18 +1,17 @@
-/* backend-tcp/plan_fusion.c: the `tcp-plan-fusion` pass, a pass of the TCP
- * target (registered by moe_tcp_register_passes, since passes/ sits below
- * backend-tcp and the rule needs the block region and the machine), and the
- * lowering's reader of its marks.
+/* backend-tcp/compiler/gpass/plan_fusion.c: the `tcp-plan-fusion` pass, the last pass of
+ * the TCP target's graph passes (registered with the others by
+ * moe_tcp_register_passes, gpass.c), and the lowering's reader of its marks.
  *
  * The pass computes the fusion plan exactly as the lowering would, on the
  * graph the lowering sees (the device graph of the weight-packing split, the
  * block region found), by the rule of lower_fuse.c, and records it on the
  * nodes (ir/graph_keys.h: tcp_fuse, tcp_view, tcp_hbm, tcp_ggrid) plus the
  * graph attribute tcp_fusion_plan, the fingerprint of the machine facts the
- * rule read. It changes no value. The lowering takes the plan from the marks
- * when the fingerprint is its machine's, and applies the rule itself
- * otherwise (a graph from a pipeline without the pass), so both give the same
- * program. Not planned (no marks): a block-FP8 layer whose gate and up are
- * fetched as one pair, which the lowering rewrites first (quant_pack.c). */
+ * rule read. It changes no value. It runs after every structural tcp-* pass,
+ * so no later rewrite renumbers the graph under its marks; a structural pass
+ * run after it sets tcp_fusion_plan back to 0, and moe_tcp_compile plans
+ * again (gpass.c). The lowering takes the plan from the marks when the
+ * fingerprint is its machine's, and applies the rule itself otherwise. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
 #include "moec/tcp.h"
 #include "passes/pass.h"
@@ -22,6 +21,11 @@
 static int64_t fingerprint(const moe_tcp_machine *m)
 {
 	return (m->dm_bytes_per_slice / 8 * tcp_slices(m)) * 32 + (m->float_alus & 31) + 1;
+}
+
+bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m)
+{
+	return ir_graph_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0) == fingerprint(m);
 }
 
 static bool is_reduce(const ir_node *n)
@@ -161,19 +165,6 @@ static void write_marks(moe_graph *g, const lw *c, const moe_id *dev_of, const b
 	ctx_free(c->ctx, gid, (nd + 1) * sizeof *gid);
 }
 
-/* No plan on g (marks of an earlier run set back to none): the lowering applies the rule. */
-static void clear_marks(moe_graph *g)
-{
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		set_mark(g, i, IR_NK_TCP_FUSE, -1, -1);
-		set_mark(g, i, IR_NK_TCP_VIEW, 0, 0);
-		set_mark(g, i, IR_NK_TCP_HBM, 0, 0);
-		set_mark(g, i, IR_NK_TCP_GGRID, 0, 0);
-	}
-	if (ir_graph_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0))
-		ir_graph_set_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0);
-}
-
 /* The rule on d (g itself, or its device graph), marks written on g. */
 static moe_status plan_on(moe_ctx *ctx, moe_graph *g, const moe_graph *d, const moe_id *dev_of,
 	const moe_tcp_machine *m)
@@ -196,21 +187,8 @@ static moe_status plan_on(moe_ctx *ctx, moe_graph *g, const moe_graph *d, const 
 	return failed ? MOE_ERR_INVALID : MOE_OK;
 }
 
-static PASS(pass_tcp_plan_fusion)
+moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	(void)opts;
-	(void)ud;
-	/* a block-FP8 layer whose gate and up the lowering fetches as one pair
-	 * (quant_pack.c) is lowered from a rewritten graph: not planned here */
-	moe_graph *gu = tcp_pack_gate_up(ctx, g);
-	if (gu) {
-		ir_graph_free(gu);
-		clear_marks(g);
-		return MOE_OK;
-	}
-	moe_tcp_machine *m = moe_tcp_machine_default(ctx);
-	if (!m)
-		return MOE_ERR_INTERNAL;
 	uint32_t nn = g->nnodes;
 	moe_id *dev_of = ctx_alloc(ctx, (nn + 1) * sizeof *dev_of);
 	for (moe_id i = 0; i < nn; i++)
@@ -225,31 +203,5 @@ static PASS(pass_tcp_plan_fusion)
 	if (dev)
 		ir_graph_free(dev);
 	ctx_free(ctx, dev_of, (nn + 1) * sizeof *dev_of);
-	moe_tcp_machine_free(ctx, m);
 	return s;
-}
-
-static const moe_pass_info plan_fusion_info = {"tcp-plan-fusion",
-	"record the TCP lowering's fusions (vector-pass chains, cast views, gathers kept in HBM, dispatch by gather) "
-	"as marks (tcp target)",
-	NULL, pass_tcp_plan_fusion, NULL};
-
-moe_status moe_tcp_register_passes(moe_ctx *ctx)
-{
-	/* The TCP target's node attributes (docs/ir.md "Target attributes"). */
-	static const ir_target_attr attrs[] = {
-		{"tcp_pack", IR_AT_INT, -1, 0, "k >= 0: the k-th value bound as a packed weight (tcp-split-weights)"},
-		{"tcp_fuse", IR_AT_INT, -1, 0, "k >= 0: a node of fusion group k (tcp-plan-fusion)"},
-		{"tcp_view", IR_AT_INT, 0, 0, "1: a cast or bitcast lowered as a view of its operand (tcp-plan-fusion)"},
-		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (tcp-plan-fusion)"},
-		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (tcp-plan-fusion)"},
-		{"tcp_packed", IR_AT_INT, -1, OPF_LEAF, "k >= 0: a weight the program binds as packed weight k"},
-		{NULL, IR_AT_INT, 0, 0, NULL},
-	};
-	moe_status st = ir_target_attrs_registered(ctx, "tcp") ? MOE_OK : ir_target_attrs_register(ctx, "tcp", attrs);
-	if (st != MOE_OK)
-		return st;
-	if (moe_pass_find(ctx, plan_fusion_info.name))
-		return MOE_OK;
-	return moe_pass_register(ctx, &plan_fusion_info);
 }

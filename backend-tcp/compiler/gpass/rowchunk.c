@@ -14,9 +14,12 @@
  * by the same operations in the same order. A chunk holds at most
  * 1/8 of DM per value (contractions counted with their f32 partial sums);
  * a tail that fits is left alone. The lowering emits the chunks after the
- * block loop, one after another (lower.c, `sink`); a shared expert's part of
- * them (routing-independent) runs inside the loop, one chunk of T / 64 rows
- * (at least 4) at a time (lower_shared.c). */
+ * block loop, one after another (lower.c, `sink`, read from the graph
+ * attribute tcp_row_chunks); a shared expert's part of them
+ * (routing-independent) runs inside the loop, one chunk of T / 64 rows
+ * (at least 4) at a time (lower_shared.c). The rewrite runs on the graph
+ * before the weights are split (tcp-row-chunks follows tcp-split-weights):
+ * a value bound as a packed weight counts as the leaf it becomes. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -28,7 +31,14 @@ typedef struct rc {
 	const moe_graph *g;
 	int64_t T;
 	bool *tail;
+	const bool *pack; /* bound as packed weights (tcp_pack): leaves of the device program */
 } rc;
+
+/* A leaf of the device program: a leaf, or a value packed at load time. */
+static bool dev_leaf(const rc *c, moe_id i)
+{
+	return (ir_ops[N(c->g, i)->op].flags & OPF_LEAF) || c->pack[i];
+}
 
 /* Is einsum n of the form r..,..->r.. with r only in its first operand? */
 static bool row_einsum(const ir_node *n)
@@ -59,7 +69,7 @@ static bool row_wise(const rc *c, moe_id i)
 	const ir_node *n = N(c->g, i);
 	if (n->rank < 1 || n->shape[0] != c->T || n->valid != MOE_NONE || (ir_ops[n->op].flags & OPF_IMPURE))
 		return false;
-	if (ir_ops[n->op].flags & OPF_LEAF)
+	if (dev_leaf(c, i))
 		return false;
 	switch ((moe_op)n->op) {
 	case MOE_OP_EINSUM: return row_einsum(n) && N(c->g, n->args[0])->shape[0] == c->T;
@@ -243,7 +253,7 @@ static bool shared_tail(const rc *c, const moe_tcp_machine *m)
 			const ir_node *a = N(g, n->args[k]);
 			ind[i] = c->tail[n->args[k]] ? ind[n->args[k]]
 				 : row_operand(c, n, k) ? a->op == MOE_OP_INPUT
-							 : (ir_ops[a->op].flags & OPF_LEAF) != 0;
+							 : dev_leaf(c, n->args[k]);
 		}
 		if (ind[i] && n->op == MOE_OP_EINSUM) {
 			any = true;
@@ -254,13 +264,16 @@ static bool shared_tail(const rc *c, const moe_tcp_machine *m)
 	return any && wb <= m->dm_bytes_per_slice * tcp_slices(m) / 2;
 }
 
-moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks)
 {
 	int64_t T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
 	uint32_t nn = g->nnodes;
+	*nchunks = 0;
 	if (T < 2 || nn == 0)
 		return NULL;
-	rc c = {g, T, ctx_alloc(ctx, nn + 1)};
+	bool *pack = ctx_alloc(ctx, nn + 1);
+	tcp_packed_nodes(ctx, g, pack);
+	rc c = {g, T, ctx_alloc(ctx, nn + 1), pack};
 	bool *is_out = ctx_alloc(ctx, nn + 1);
 	uint32_t *nuse = ctx_alloc(ctx, sizeof *nuse * (nn + 1));
 	for (uint32_t o = 0; o < g->nout; o++)
@@ -286,19 +299,19 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
 			rows = T / MAXCH; /* pieces of the shared expert in the loop (lower_shared.c) */
 		uint32_t nch = boundaries(&c, rows, at);
-		if (nch > 1)
+		if (nch > 1) {
 			d = rewrite(&c, is_out, at, nch);
+			*nchunks = nch;
+		}
 	}
+	ctx_free(ctx, pack, nn + 1);
 	ctx_free(ctx, c.tail, nn + 1);
 	ctx_free(ctx, is_out, nn + 1);
 	ctx_free(ctx, nuse, sizeof *nuse * (nn + 1));
 	if (d && pass_dce(ctx, d, NULL, NULL) != MOE_OK) {
 		ir_graph_free(d);
+		*nchunks = 0;
 		return NULL;
 	}
-	/* tcp-plan-fusion planned the graph before the chunks: its marks do not
-	 * describe this one, so the lowering applies the fusion rule itself */
-	if (d)
-		ir_graph_set_attr_int(d, IR_GK_TCP_FUSION_PLAN, 0);
 	return d;
 }

@@ -804,6 +804,9 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 	return p;
 }
 
+/* The graph passes (gpass.c) have made every rewrite and recorded every
+ * decision; here the weights are split at the tcp_pack marks (prep.c) and
+ * the device graph lowered. */
 static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
 {
 	moe_tcp_machine *def = NULL;
@@ -813,40 +816,24 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 			return NULL;
 		machine = def;
 	}
-	/* weights packed at load time (prep.c): the device program sees them as leaves */
+	moe_status st;
+	moe_graph *w = tcp_graph_passes(ctx, g, machine, &st);
+	if (w)
+		g = w;
 	char *prep = NULL;
 	size_t plen = 0;
 	int errs = moe_error_count(ctx);
-	moe_graph *gu = tcp_pack_gate_up(ctx, g);
-	if (!gu && (gu = tcp_pair_gate_up(ctx, g, machine)) != NULL && ir_graph_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0))
-		ir_graph_set_attr_int(gu, IR_GK_TCP_FUSION_PLAN, 0); /* new node ids: the lowering applies the rule */
-	if (gu) {
-		moe_graph *gd = tcp_pair_down(ctx, gu, machine); /* pair_down.c */
-		if (gd) {
-			ir_graph_free(gu);
-			gu = gd;
-		}
-		g = gu;
-	}
-	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
+	moe_graph *dev = st == MOE_OK ? tcp_split_weights(ctx, g, &prep, &plen, NULL) : NULL;
 	tcp_program *p = NULL;
-	moe_graph *rows = NULL;
-	if (moe_error_count(ctx) == errs) {
-		/* the tail in row chunks when it would not fit DM whole */
-		rows = tcp_row_chunk(ctx, dev ? dev : g, machine);
-		const moe_graph *lg = rows ? rows : dev ? dev : g;
-		p = tcp_lower(ctx, lg, machine, dev ? prep : NULL, dev ? plen : 0, rows != NULL);
-	}
-	if (rows)
-		ir_graph_free(rows);
+	if (st == MOE_OK && moe_error_count(ctx) == errs)
+		p = tcp_lower(ctx, dev ? dev : g, machine, dev ? prep : NULL, dev ? plen : 0, tcp_graph_row_chunked(g));
 	if (dev)
 		ir_graph_free(dev);
-	if (gu)
-		ir_graph_free(gu);
+	if (w)
+		ir_graph_free(w);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }
-
 
 moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
 {

@@ -1,0 +1,274 @@
+/* backend-tcp/compiler/gpass/gpass.c: the TCP target's graph passes (docs/tcp-compiler.md
+ * section 3), their registration, and the driver's check that a graph went
+ * through them for the machine it is compiled for.
+ *
+ * Every rewrite of the graph that the TCP program depends on is a pass of
+ * the `tcp` pipeline, shown by --print-ir-after, run in this order:
+ *   tcp-pack-gate-up   block-FP8 gate and up fetched as one packed pair (quant_pack.c)
+ *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
+ *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
+ *   tcp-split-weights  which weight-only values are packed at load time (passes/)
+ *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
+ *   tcp-plan-fusion    the lowering's fusions as marks (plan_fusion.c), last
+ * Each structural pass records its decision as a graph attribute (the key
+ * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
+ * count) and the fingerprint of the machine it decided for (tcp_machine). A
+ * key's presence says the pass ran, and it does not run again. The lowering
+ * reads the rewritten graph and the attributes; it decides none of this
+ * again.
+ *
+ * The machine is the one moe_tcp_set_pass_machine gave this context (the
+ * CLI: --machine), else the built-in one. moe_tcp_compile runs, on a clone,
+ * every pass whose record is missing (a graph from a pipeline that named
+ * them not, or ran before the target registered them), for its own machine;
+ * a structural rewrite made for another machine is kept (it preserves
+ * values), the fusion marks are planned again. One code path: the same
+ * functions as the passes. */
+#include <string.h>
+
+#include "backend-tcp/compiler/tcp_compile.h"
+#include "passes/pass.h"
+
+#define GK_PACK_GATE_UP "tcp_pack_gate_up"
+#define GK_PAIR_GATE_UP "tcp_pair_gate_up"
+#define GK_PAIR_DOWN "tcp_pair_down"
+#define GK_ROW_CHUNKS "tcp_row_chunks"
+#define GK_MACHINE "tcp_machine"
+
+typedef struct tcp_target tcp_target;
+
+/* The machine facts the graph passes read: DM per slice, the slices and the
+ * float ALUs (a nonzero 53-bit value, printed and read back exactly). */
+static int64_t machine_fp(const moe_tcp_machine *m)
+{
+	uint64_t h = 1469598103934665603ull;
+	const int64_t f[3] = {m->dm_bytes_per_slice, tcp_slices(m), m->float_alus};
+	for (int i = 0; i < 3; i++)
+		for (int b = 0; b < 8; b++) {
+			h ^= (uint64_t)f[i] >> (8 * b) & 0xff;
+			h *= 1099511628211ull;
+		}
+	return (int64_t)(h >> 11) | 1;
+}
+
+static bool has_key(const moe_graph *g, const char *key)
+{
+	return ir_attr_find(&g->meta, key) != NULL;
+}
+
+/* g's nodes were rewritten: fusion marks planned before no longer hold. */
+static void marks_stale(moe_graph *g)
+{
+	if (ir_graph_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0))
+		ir_graph_set_attr_int(g, IR_GK_TCP_FUSION_PLAN, 0);
+}
+
+static void record(moe_graph *g, const char *key, moe_graph *rewritten, int64_t v, const moe_tcp_machine *m)
+{
+	if (rewritten) {
+		ir_graph_take(g, rewritten);
+		marks_stale(g);
+	}
+	ir_graph_set_attr_int(g, key, v);
+	ir_graph_set_attr_int(g, GK_MACHINE, machine_fp(m));
+}
+
+static moe_status gate_up_packed(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_graph *r = tcp_pack_gate_up(ctx, g);
+	record(g, GK_PACK_GATE_UP, r, r != NULL, m);
+	return MOE_OK;
+}
+
+/* Not after tcp-pack-gate-up paired the layer's fp8 gate and up. */
+static moe_status gate_up_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_graph *r = ir_graph_attr_int(g, GK_PACK_GATE_UP, 0) > 0 ? NULL : tcp_pair_gate_up(ctx, g, m);
+	record(g, GK_PAIR_GATE_UP, r, r != NULL, m);
+	return MOE_OK;
+}
+
+/* Only after one of the two above paired gate and up. */
+static moe_status down_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	bool pair = ir_graph_attr_int(g, GK_PACK_GATE_UP, 0) > 0 || ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0;
+	moe_graph *r = pair ? tcp_pair_down(ctx, g, m) : NULL;
+	record(g, GK_PAIR_DOWN, r, r != NULL, m);
+	return MOE_OK;
+}
+
+static moe_status row_chunks(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	uint32_t n = 0;
+	moe_graph *r = tcp_row_chunk(ctx, g, m, &n);
+	record(g, GK_ROW_CHUNKS, r, n, m);
+	return MOE_OK;
+}
+
+static moe_status plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_status s = tcp_plan_fusion(ctx, g, m);
+	if (s == MOE_OK)
+		ir_graph_set_attr_int(g, GK_MACHINE, machine_fp(m));
+	return s;
+}
+
+typedef moe_status (*gpass_fn)(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
+
+/* The target passes in pipeline order; key: the record of a structural one. */
+static const struct gpass {
+	const char *name, *summary, *key;
+	gpass_fn fn;
+} gpasses[] = {
+	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
+		GK_PACK_GATE_UP, gate_up_packed},
+	{"tcp-pair-gate-up", "contract a bf16/f32 expert's gate and up as one einsum of 2F rows over their weights side "
+			     "by side, when the pair's block buffers fit 1/8 of DM (tcp target)",
+		GK_PAIR_GATE_UP, gate_up_paired},
+	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
+			  "experts' weights fit half of DM (tcp target)",
+		GK_PAIR_DOWN, down_paired},
+	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than 1/8 of "
+			   "DM (tcp target)",
+		GK_ROW_CHUNKS, row_chunks},
+	{"tcp-plan-fusion", "record the TCP lowering's fusions (vector-pass chains, cast views, gathers kept in HBM, "
+			    "dispatch by gather) as marks (tcp target)",
+		NULL, plan_fusion},
+};
+enum { NGPASS = sizeof gpasses / sizeof *gpasses };
+
+/* One registered pass: its row and its context's target (the pass's ud). */
+typedef struct gpass_ud {
+	const struct gpass *p;
+	tcp_target *t;
+} gpass_ud;
+
+/* The TCP target's state in one context (its ctx_target_state row, freed
+ * with the context): the machine its passes plan for
+ * (moe_tcp_set_pass_machine) and the registered passes' ud. */
+struct tcp_target {
+	moe_tcp_machine m;
+	bool set;
+	gpass_ud u[NGPASS];
+};
+
+static PASS(run_gpass)
+{
+	(void)opts;
+	const gpass_ud *u = ud;
+	if (u->p->key && has_key(g, u->p->key))
+		return MOE_OK; /* decided once: a graph read back keeps its rewrites */
+	if (u->t->set)
+		return u->p->fn(ctx, g, &u->t->m);
+	moe_tcp_machine *m = moe_tcp_machine_default(ctx);
+	if (!m)
+		return MOE_ERR_INTERNAL;
+	moe_status s = u->p->fn(ctx, g, m);
+	moe_tcp_machine_free(ctx, m);
+	return s;
+}
+
+static bool pack_marked(const moe_graph *g)
+{
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK))
+			return true;
+	return false;
+}
+
+moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
+{
+	moe_graph *w = NULL;
+	*st = MOE_OK;
+	for (int i = 0; i < NGPASS && gpasses[i].key && *st == MOE_OK; i++) {
+		if (has_key(w ? w : g, gpasses[i].key))
+			continue;
+		if (!w)
+			w = ir_graph_clone(g);
+		/* tcp-split-weights comes before tcp-row-chunks (a packed value is a leaf) */
+		if (gpasses[i].fn == row_chunks && !pack_marked(w))
+			*st = pass_tcp_split_weights(ctx, w, NULL, NULL);
+		if (*st == MOE_OK)
+			*st = gpasses[i].fn(ctx, w, m);
+	}
+	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = plan_fusion(ctx, w, m);
+	}
+	if (*st != MOE_OK && w) {
+		ir_graph_free(w);
+		w = NULL;
+	}
+	return w;
+}
+
+/* The record is believed where the graph bears it out: an output joined from
+ * that many row chunks (tcp_row_chunk joins every tail output so). */
+bool tcp_graph_row_chunked(const moe_graph *g)
+{
+	int64_t n = ir_graph_attr_int(g, GK_ROW_CHUNKS, 0);
+	for (uint32_t o = 0; n > 1 && o < g->nout; o++) {
+		const ir_node *c = N(g, g->outputs[o]);
+		if (c->op == MOE_OP_CONCAT && (int64_t)c->nargs == n && ir_attr_int(c, "axis", 0) == 0)
+			return true;
+	}
+	return false;
+}
+
+static tcp_target *target_of(moe_ctx *ctx)
+{
+	ctx_vec *v = ctx_target_state(ctx);
+	return v->n && v->row == sizeof(tcp_target) ? ((tcp_target **)v->data)[0] : NULL;
+}
+
+static moe_status register_passes(moe_ctx *ctx)
+{
+	/* The TCP target's node attributes (docs/ir.md "Target attributes"). */
+	static const ir_target_attr attrs[] = {
+		{"tcp_pack", IR_AT_INT, -1, 0, "k >= 0: the k-th value bound as a packed weight (tcp-split-weights)"},
+		{"tcp_fuse", IR_AT_INT, -1, 0, "k >= 0: a node of fusion group k (tcp-plan-fusion)"},
+		{"tcp_view", IR_AT_INT, 0, 0, "1: a cast or bitcast lowered as a view of its operand (tcp-plan-fusion)"},
+		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (tcp-plan-fusion)"},
+		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (tcp-plan-fusion)"},
+		{"tcp_packed", IR_AT_INT, -1, OPF_LEAF, "k >= 0: a weight the program binds as packed weight k"},
+		{NULL, IR_AT_INT, 0, 0, NULL},
+	};
+	moe_status st = ir_target_attrs_registered(ctx, "tcp") ? MOE_OK : ir_target_attrs_register(ctx, "tcp", attrs);
+	tcp_target *t = st == MOE_OK ? target_of(ctx) : NULL;
+	if (st == MOE_OK && !t) {
+		ctx_vec *v = ctx_target_state(ctx);
+		t = ctx_alloc(ctx, sizeof *t);
+		for (int i = 0; i < NGPASS; i++)
+			t->u[i] = (gpass_ud){&gpasses[i], t};
+		v->esz = sizeof(tcp_target *);
+		v->row = sizeof(tcp_target);
+		ctx_grow(ctx, &v->data, &v->cap, v->n + 1, v->esz); /* the last allocation: then the table changes */
+		ctx_commit_point(ctx);
+		ctx_keep(ctx, v->data);
+		ctx_keep(ctx, t);
+		((tcp_target **)v->data)[v->n++] = t;
+	}
+	for (int i = 0; i < NGPASS && st == MOE_OK; i++) {
+		moe_pass_info pi = {gpasses[i].name, gpasses[i].summary, NULL, run_gpass, &t->u[i]};
+		st = moe_pass_find(ctx, pi.name) ? MOE_OK : moe_pass_register(ctx, &pi);
+	}
+	return st;
+}
+
+moe_status moe_tcp_register_passes(moe_ctx *ctx)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, register_passes(ctx));
+}
+
+moe_status moe_tcp_set_pass_machine(moe_ctx *ctx, const moe_tcp_machine *m)
+{
+	moe_status st = moe_tcp_register_passes(ctx);
+	tcp_target *t = st == MOE_OK ? target_of(ctx) : NULL;
+	if (!t)
+		return st == MOE_OK ? MOE_ERR_INTERNAL : st;
+	t->set = m != NULL;
+	if (m)
+		t->m = *m;
+	return MOE_OK;
+}
