@@ -837,6 +837,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 		const moe_graph *lg = rows ? rows : dev ? dev : g;
 		p = tcp_lower(ctx, lg, machine, dev ? prep : NULL, dev ? plen : 0, rows != NULL);
 	}
+	if (p) /* the phases, from the loops the lowering emitted */
+		tcp_phase_infer(p);
 	if (rows)
 		ir_graph_free(rows);
 	if (dev)
