@@ -347,6 +347,7 @@ static tcp_program *link_tier(moe_ctx *ctx, const tcp_program *s, const tcp_prog
 	p->tier_n = 1;
 	p->tier_loop_pc = (int32_t)dpc(&c, d->block_loop_pc);
 	p->tier_bexp_t = tbexp;
+	tcp_phase_infer(p); /* the linked program's loops, both grids' expert work */
 	return p;
 }
 

@@ -61,6 +61,8 @@ static moe_tcp_program *checked(moe_ctx *ctx, const char *file, tcp_program *p, 
 		tcp_prog_free(p);
 		return NULL;
 	}
+	if (!tcp_phase_tagged(p)) /* stored without phases (.tcpb before version 5, text without ph=) */
+		tcp_phase_infer(p);
 	return p;
 }
 

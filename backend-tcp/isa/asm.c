@@ -124,6 +124,8 @@ static void print_insn(sb *b, const tcp_insn *in)
 		}
 		sbf(b, "]");
 	}
+	if (in->phase)
+		sbf(b, " ph=%s", in->phase < TCP_PH_COUNT ? tcp_phase_names[in->phase] : "?");
 	sbf(b, "\n");
 }
 
@@ -433,6 +435,14 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 			ok = pview_(&s, &in.v[w]);
 		} else if (KEY("chain")) {
 			ok = pchain(&s, &in);
+		} else if (KEY("ph")) {
+			const char *e = s;
+			while (*e && *e != ' ')
+				e++;
+			int k = lookup(tcp_phase_names, TCP_PH_COUNT, s, (size_t)(e - s));
+			ok = k >= 0;
+			in.phase = (uint8_t)(k > 0 ? k : 0);
+			s = e;
 		} else {
 			return perr(a, "unknown field '%.*s'", (int)kl, key);
 		}

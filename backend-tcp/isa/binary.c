@@ -13,6 +13,8 @@
  * Version 4 added each tensor's layout (i64 part bytes, i32 copies, after
  * its constant offset); a version-3 file is read with every tensor spread
  * over the slices in one copy (part 0, copies 1), what version 3 meant.
+ * Version 5 added each instruction's phase (u8, after its registers); the
+ * loader tags a version-3 or -4 program by its loops (tcp_phase_infer).
  * One serializer walks every field in both directions, so the reader can
  * never disagree with the writer; every read is bounds-checked. */
 #include <string.h>
@@ -30,7 +32,7 @@ typedef struct ser {
 	const uint8_t *in; /* reading */
 	size_t end;
 	bool bad;
-	uint32_t ver; /* reading: the file's version (3 or 4) */
+	uint32_t ver; /* reading: the file's version (3 to 5) */
 } ser;
 
 static void put(ser *s, const void *p, size_t n)
@@ -143,6 +145,10 @@ static void s_insn(ser *s, tcp_insn *in)
 	uint8_t *b[] = {&in->op, &in->sop, &in->ndim, &in->nstep, &in->flags, &in->rd, &in->ra, &in->rb};
 	for (size_t i = 0; i < sizeof b / sizeof *b; i++)
 		sx8(s, b[i]);
+	if (!s->rd || s->ver >= 5)
+		sx8(s, &in->phase);
+	else
+		in->phase = TCP_PH_ROUTING; /* tagged by the loader (tcp_phase_infer) */
 	sx32(s, &in->vreg);
 	sx32(s, &in->target);
 	sx64(s, &in->imm);
@@ -334,8 +340,8 @@ tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size
 	if (ver == 256)
 		return fail(ctx, file, 8, NULL, "a bucketed .tcpb of an earlier moec (bundle version 256, programs of version 3): "
 						"compile it again");
-	if (ver != TCPB_VERSION && ver != 3) {
-		snprintf(msg, sizeof msg, "format version %u, this moec reads versions 3 and %u", ver, TCPB_VERSION);
+	if (ver > TCPB_VERSION || ver < 3) {
+		snprintf(msg, sizeof msg, "format version %u, this moec reads versions 3 to %u", ver, TCPB_VERSION);
 		return fail(ctx, file, 8, NULL, msg);
 	}
 	if (nsec != SEC_COUNT || len < 24 + (size_t)nsec * 24)

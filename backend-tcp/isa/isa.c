@@ -556,6 +556,10 @@ static void check_insn(vc *c, int64_t pc)
 		verr(c, pc, "too many dimensions or steps");
 		return;
 	}
+	if (in->phase >= TCP_PH_COUNT) {
+		verr(c, pc, "unknown phase %u", in->phase);
+		return;
+	}
 	for (int k = 0; k < in->ndim; k++)
 		if (in->dim[k] < 1 || in->dim[k] > ((int64_t)1 << 31)) {
 			verr(c, pc, "dimension %d size %lld outside [1, 2^31]", k, (long long)in->dim[k]);

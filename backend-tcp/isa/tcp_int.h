@@ -224,6 +224,20 @@ enum { TCP_F_HBMIDX = TCP_F_SCALED };
  * without it each slice fetches and commits only bytes its own DM holds. */
 enum { TCP_F_ROUTE = TCP_F_JOIN };
 
+/* The part of the layer an instruction belongs to, for the statistics: the
+ * routing (and anything outside the others), the block loop's expert work,
+ * that work issued before the loop (a speculative weight fetch, a gather of
+ * the loop's rows), and the combine after the loop. Set by the compiler;
+ * printed as ph=NAME (none for routing). */
+typedef enum tcp_phase {
+	TCP_PH_ROUTING,
+	TCP_PH_EXPERT,
+	TCP_PH_PREFETCH,
+	TCP_PH_COMBINE,
+	TCP_PH_COUNT
+} tcp_phase;
+extern const char *const tcp_phase_names[TCP_PH_COUNT];
+
 typedef struct tcp_insn {
 	uint8_t op;
 	uint8_t sop;     /* ALU: tcp_sop; BR: tcp_cond */
@@ -231,6 +245,7 @@ typedef struct tcp_insn {
 	uint8_t nstep;
 	uint8_t flags;   /* TCP_F_* */
 	uint8_t rd, ra, rb;   /* scalar registers (0xff: none) */
+	uint8_t phase;   /* tcp_phase: the part of the layer the command does (statistics) */
 	int32_t vreg;    /* valid-count register, -1: none */
 	int32_t target;  /* BR/JMP: instruction index; SIG/WAIT: token; WAIT/SIG: ctx in sop */
 	int64_t imm;     /* LI value; ALU immediate when rb == 0xff; LD element offset */
@@ -287,7 +302,7 @@ tcp_view tcp_view_none(void);
 moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
-#define TCP_TCPB_VERSION 4u
+#define TCP_TCPB_VERSION 5u
 moe_status tcp_encode(const tcp_program *p, uint8_t **buf, size_t *len);
 tcp_program *tcp_decode(moe_ctx *ctx, const char *file, const uint8_t *buf, size_t len);
 /* layout.c: whether sub load `in` reads only bytes that every slice holding
@@ -300,6 +315,16 @@ unsigned tcp_pass_remote(const tcp_program *p, const moe_tcp_machine *m, const t
 /* static validation against a machine; diagnostics name the instruction */
 moe_status tcp_validate(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, const char *file);
 uint32_t tcp_crc32(const uint8_t *p, size_t n);
+/* phase.c: tags every instruction of p by its loops: the block loop's and
+ * the decode tier's expert regions (from the branch that skips a loop to its
+ * back branch) expert, the copies of an expert weight and the gathers of an
+ * input's rows before the block loop that a loop command repeats into the
+ * same DM tensor (at most four) prefetch, what follows the block loop
+ * combine, the rest routing. The rule of programs compiled before phases
+ * were stored (.tcpb before version 5, text without ph=). */
+void tcp_phase_infer(tcp_program *p);
+/* Whether any instruction of p carries a phase other than routing. */
+bool tcp_phase_tagged(const tcp_program *p);
 /* the checkpoint source of tensor t (isa.c) */
 void tcp_set_source(tcp_program *p, int32_t t, const char *source);
 /* prep_graph.c: the program's weight-packing graph, parsed and checked against

@@ -339,51 +339,6 @@ static uint32_t output_tensor(const moe_tcp_program *p, uint32_t k)
 	return at;
 }
 
-/* The expert region of the block loop at loop_pc: from the branch that
- * skips the whole loop to the loop's back branch ([-1, -1]: none). */
-static void expert_region(const tcp_program *p, int32_t loop_pc, int64_t *lo, int64_t *hi)
-{
-	*lo = *hi = -1;
-	if (loop_pc < 0)
-		return;
-	for (uint32_t i = (uint32_t)loop_pc; i < p->ncode; i++)
-		if (p->code[i].op == TCP_OP_BR && p->code[i].target == loop_pc)
-			*hi = i;
-	for (int32_t i = loop_pc; *hi >= 0 && i-- > 0;)
-		if (p->code[i].op == TCP_OP_BR && p->code[i].target == *hi + 1) {
-			*lo = i;
-			break;
-		}
-	if (*lo < 0)
-		*hi = -1;
-}
-
-/* Block loop work issued before the loop: a copy from an expert weight
- * (spec_fetch.c) or a gather of an input's rows (spec_rows.c) into a DM
- * tensor that a copy or gather of the loop from the same source writes too;
- * expert work like the fetch it stands for. Up to four, the rest -1. */
-static void expert_prefetch(const tcp_program *p, int64_t lo, int64_t hi, int64_t *pre)
-{
-	int np = 0;
-	for (int k = 0; k < 4; k++)
-		pre[k] = -1;
-	for (int64_t i = 0; lo >= 0 && i < lo && np < 4; i++) {
-		const tcp_insn *in = &p->code[i];
-		int32_t d = in->v[TCP_V_DST].t, src = in->v[TCP_V_S0].t;
-		if ((in->op != TCP_OP_DMA_COPY && in->op != TCP_OP_DMA_GATHER) || d < 0 || src < 0 ||
-			p->t[d].space != TCP_DM)
-			continue;
-		int kind = p->t[src].kind;
-		if (in->op == TCP_OP_DMA_COPY ? kind != TCP_T_WEIGHT && kind != TCP_T_PACKED : kind != TCP_T_INPUT)
-			continue;
-		for (int64_t k = lo; k <= hi; k++)
-			if (p->code[k].op == in->op && p->code[k].v[TCP_V_DST].t == d && p->code[k].v[TCP_V_S0].t == src) {
-				pre[np++] = i;
-				break;
-			}
-	}
-}
-
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
 	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
 
@@ -441,9 +396,13 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
 	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
-	expert_region(p, p->block_loop_pc, &s.xlo, &s.xhi);
-	expert_region(p, p->tier_loop_pc, &s.tlo, &s.thi);
-	expert_prefetch(p, s.xlo, s.xhi, s.xpre);
+	s.xlo = s.xhi = -1;
+	for (uint32_t i = 0; i < p->ncode; i++) {
+		if (p->code[i].phase == TCP_PH_EXPERT && s.xlo < 0)
+			s.xlo = i;
+		if (p->code[i].phase == TCP_PH_COMBINE && s.xhi < 0)
+			s.xhi = (int64_t)i - 1;
+	}
 	/* a full run refuses weights without values before anything is packed */
 	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];

@@ -85,14 +85,9 @@ typedef struct sim {
 	/* SPM: per tensor, the element range staged by dma.spm and when it
 	 * arrived (-1: none); `ld` reads only staged elements */
 	int64_t (*spm)[4]; /* [3]: the staging command (evref) */
-	/* expert work: the block loop and the fetch before it, pc in [xlo, xhi];
-	 * the wall-clock intervals of its commands */
+	/* for the progress report: the first expert instruction and the last
+	 * before the combine (-1: none) */
 	int64_t xlo, xhi;
-	/* block loop commands issued before it (spec_fetch.c, spec_rows.c): copies of
-	 * expert weights, gathers of x's rows, into DM tensors that the loop's own
-	 * copies or gathers from the same source write; -1 past the last */
-	int64_t xpre[4];
-	int64_t tlo, thi; /* the decode tier's block loop likewise (tier.c), -1 */
 	int64_t nblocks; /* the run-time block count, once loaded */
 	int64_t (*xiv)[2];
 	size_t nxiv, xivcap;
@@ -124,11 +119,12 @@ void tcps_trace_tracks(FILE *f, int pid, const tcp_trace_lanes *l);
 /* Writes an "X" event [t0, t1] ns up to its "dur" (the caller closes it). */
 void tcps_trace_slice(FILE *f, const char *name, int pid, int tid, int64_t t0, int64_t t1);
 
+/* expert work (the statistics' expert time): the instructions the compiler
+ * tagged expert or prefetch */
 static inline bool in_experts(const sim *s, uint32_t pc)
 {
-	return ((int64_t)pc >= s->xlo && (int64_t)pc <= s->xhi) || ((int64_t)pc >= s->tlo && (int64_t)pc <= s->thi) ||
-	       (int64_t)pc == s->xpre[0] || (int64_t)pc == s->xpre[1] || (int64_t)pc == s->xpre[2] ||
-	       (int64_t)pc == s->xpre[3];
+	uint8_t ph = s->p->code[pc].phase;
+	return ph == TCP_PH_EXPERT || ph == TCP_PH_PREFETCH;
 }
 
 /* Counters saturate at TCP_MAX_CYCLES; reaching it stops the run with a fault. */

@@ -126,8 +126,8 @@ static void test_double_buffer_slots_on_every_slice(void **st)
 }
 
 /* flags=switch on a Tensor Unit pass is bit 8 of the flag byte (a DMA
- * command's join): it survives .tcps -> .tcpb -> .tcps unchanged, and the
- * .tcpb stays version 4. */
+ * command's join): it survives .tcps -> .tcpb -> .tcps unchanged, and so
+ * does an instruction's phase (ph=, .tcpb version 5). */
 static void test_switch_flag_round_trips(void **st)
 {
 	(void)st;
@@ -138,26 +138,30 @@ static void test_switch_flag_round_trips(void **st)
 		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=-1 body=-1\n"
 		"tensor %0 dm scratch f32 [4104] addr=0 slice=64 const=0 \"src\"\n"
 		"tensor %1 dm scratch f32 [4104] addr=64 slice=64 const=0 \"dst\"\n"
-		"@0: tu.vec dims=[4096] flags=switch, dst=%1+0:[1] s0=%0+8:[1]\n@1: halt\n";
+		"@0: tu.vec dims=[4096] flags=switch, dst=%1+0:[1] s0=%0+8:[1] ph=combine\n@1: halt\n";
 	tcp_program *p = tcp_parse_asm(ctx, "sw.tcps", prog, strlen(prog));
 	assert_non_null(p);
 	assert_int_equal(p->code[0].flags, TCP_F_ROUTE);
+	assert_int_equal(p->code[0].phase, TCP_PH_COMBINE);
+	assert_int_equal(p->code[1].phase, TCP_PH_ROUTING);
 	assert_int_equal(tcp_validate(ctx, p, m, "sw.tcps"), MOE_OK);
 	uint8_t *buf = NULL;
 	size_t n = 0;
 	assert_int_equal(tcp_encode(p, &buf, &n), MOE_OK);
 	assert_true(n > 8);
 	uint32_t ver = buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
-	assert_int_equal(ver, 4); /* the format version (binary.c) */
+	assert_int_equal(ver, 5); /* the format version (binary.c) */
 	tcp_program *q = tcp_decode(ctx, "sw.tcpb", buf, n);
 	assert_non_null(q);
 	assert_int_equal(q->code[0].flags, TCP_F_ROUTE);
+	assert_int_equal(q->code[0].phase, TCP_PH_COMBINE);
 	char text[4096] = {0};
 	FILE *f = fmemopen(text, sizeof text - 1, "w");
 	assert_non_null(f);
 	assert_int_equal(tcp_print_asm(q, f), MOE_OK);
 	fclose(f);
 	assert_non_null(strstr(text, "tu.vec dims=[4096] flags=switch, dst="));
+	assert_non_null(strstr(text, " ph=combine\n"));
 	/* without the flag the same pass is rejected */
 	p->code[0].flags = 0;
 	assert_int_equal(tcp_validate(ctx, p, m, "sw.tcps"), MOE_ERR_FORMAT);
@@ -168,6 +172,29 @@ static void test_switch_flag_round_trips(void **st)
 	moe_ctx_free(ctx);
 }
 
+/* A program stored without phases (text without ph=) is tagged by its loops
+ * when it is loaded: the block loop's region, from the branch that skips it
+ * to its back branch, expert; what follows combine; the rest routing. */
+static void test_untagged_program_gets_phases(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	const char prog[] =
+		"tcps 1\n"
+		"meta T=0 K=0 D=0 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=0 rmacs=0 dtype=0 nblocks=-1 bexp=-1 loop=2 body=2\n"
+		"@0: li rd=r1 imm=3\n@1: br.ge ra=r0 rb=r1 target=@4\n@2: alu.add rd=r0 ra=r0 imm=1\n"
+		"@3: br.lt ra=r0 rb=r1 target=@2\n@4: li rd=r0 imm=0\n@5: halt\n";
+	moe_tcp_program *p = moe_tcp_from_asm(ctx, "loop.tcps", prog, strlen(prog), NULL);
+	assert_non_null(p);
+	static const uint8_t want[] = {TCP_PH_ROUTING, TCP_PH_EXPERT, TCP_PH_EXPERT, TCP_PH_EXPERT, TCP_PH_COMBINE,
+		TCP_PH_COMBINE};
+	assert_int_equal(p->ncode, 6);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_int_equal(p->code[i].phase, want[i]);
+	moe_tcp_program_free(p);
+	moe_ctx_free(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -175,6 +202,7 @@ int main(void)
 		cmocka_unit_test(test_parts_are_consecutive),
 		cmocka_unit_test(test_double_buffer_slots_on_every_slice),
 		cmocka_unit_test(test_switch_flag_round_trips),
+		cmocka_unit_test(test_untagged_program_gets_phases),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -827,6 +827,8 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	tcp_program *p = NULL;
 	if (st == MOE_OK && moe_error_count(ctx) == errs)
 		p = tcp_lower(ctx, dev ? dev : g, machine, dev ? prep : NULL, dev ? plen : 0, tcp_graph_row_chunked(g));
+	if (p) /* the phases, from the loops the lowering emitted */
+		tcp_phase_infer(p);
 	if (dev)
 		ir_graph_free(dev);
 	if (w)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
+#include "backend-tcp/isa/cost.h"
 #include "moec/passes.h"
 
 static int64_t cdiv(int64_t a, int64_t b)
@@ -28,23 +29,23 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
 	const int64_t *tiles, int ntiles)
 {
 	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
-	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2;
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	int64_t issue = tcp_cost_issue(&cm, TCP_CTX_MAIN);
 	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
 	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
 	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
 		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
 		for (int k = 0; k < ntiles; k++) {
-			int64_t bs = cdiv(tiles[k], R);
-			int64_t mac = cdiv(bs * os * in * x, macs), stream = cdiv(bs * in * e, m->stream_bytes_per_cycle);
-			int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
-			int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
-			main_ += t + m->tree_latency[mt] + over;
+			/* one pass over the tile, accumulating in f32 (8 bytes committed per output) */
+			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0};
+			main_ += tcp_cost_contract(&cm, &l).total + issue;
 		}
-		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_sub_load_cycles(m, fp, cdiv(fp, R)) + over;
+		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_cost_sub(&cm, fp, cdiv(fp, R)) + issue;
 		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
 	}
-	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_sub_load_cycles(m, fp0, cdiv(fp0, R)) + over;
+	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_cost_sub(&cm, fp0, cdiv(fp0, R)) + issue;
 	return npass * total + load0;
 }
 
@@ -407,7 +408,10 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	} else {
 		loop = s.cyc; /* each block already the longer of its main and DMA work */
 	}
-	return loop + (double)(gm > s.nb ? gm - (int64_t)s.nb : 0) * (double)(2 * m->branch_cycles + m->scalar_cycles);
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	double guard = (double)(2 * tcp_cost_scalar(&cm, TCP_OP_BR) + tcp_cost_scalar(&cm, TCP_OP_JMP)); /* a skipped block */
+	return loop + (double)(gm > s.nb ? gm - (int64_t)s.nb : 0) * guard;
 }
 
 /* Block sizes block=auto evaluates: the listed ones, and from 256 up to
