@@ -364,11 +364,22 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 }
 
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
-	moe_tensor_map *bind)
+	moe_tensor_map *bind, moe_checkpoint **keep)
 {
 	size_t absent = 0;
-	if (moe_weights_load_ex(ctx, g, paths, np, o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0, bind, &absent) != MOE_OK)
+	unsigned flags = o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0;
+	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, np);
+	/* kept open for a run that reads per-expert weights as it touches them */
+	if (keep && !o->timing_only)
+		flags |= MOE_WEIGHTS_DEFER;
+	if (!ck || moe_weights_load_from_ex(ctx, g, ck, flags, bind, &absent) != MOE_OK) {
+		moe_checkpoint_close(ck);
 		return 1;
+	}
+	if (keep && !o->timing_only)
+		*keep = ck;
+	else
+		moe_checkpoint_close(ck);
 	if (absent)
 		fprintf(stderr, "moec: timing only: %zu weight%s absent from the checkpoint (bound without values)\n", absent,
 			absent == 1 ? " is" : "s are");
@@ -504,6 +515,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		return 1;
 	int status = 1;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_checkpoint *ck = NULL;
 	moe_tensor *out[16] = {0};
 	char *wcopy = strdup(o->weights);
 	const char *paths[64];
@@ -516,13 +528,14 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		goto done;
 	}
 	double t0 = cli_now();
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+	bool tcp = !strcmp(target, "tcp");
+	if (cli_load_weights(ctx, g, paths, np, o, bind, tcp ? &ck : NULL) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	double load_seconds = cli_now() - t0;
 	char *stats = NULL;
-	if (!strcmp(target, "tcp")) {
-		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
+	if (tcp) {
+		status = cli_run_tcp(ctx, g, bind, ck, o, out, &stats);
 	} else {
 		const char *engine = o->engine ? o->engine : "llvm";
 		if (!strcmp(engine, "interp")) {
@@ -582,6 +595,7 @@ done:
 		moe_tensor_free(ctx, out[i]);
 	free(wcopy);
 	moe_tensor_map_free(bind);
+	moe_checkpoint_close(ck);
 	moe_module_free(m);
 	return status;
 }

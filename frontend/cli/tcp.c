@@ -259,9 +259,10 @@ static void show_progress(void *ud, const char *phase, int64_t done, int64_t tot
 }
 
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
-	const opts *o, moe_tensor **out, char **stats_json)
+	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
 {
-	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace, .timing_only = o->timing_only != NULL};
+	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace,
+		.timing_only = o->timing_only != NULL, .lazy_weights = ck};
 	progress pr = {now_s(), false};
 	if (isatty(STDERR_FILENO)) {
 		ro.progress = show_progress;
@@ -277,14 +278,14 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	return 0;
 }
 
-int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
-	char **stats_json)
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,
+	moe_tensor **out, char **stats_json)
 {
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
 	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, o, out, stats_json);
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -310,6 +311,7 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_checkpoint *ck = NULL;
 	moe_tensor *out[16] = {0};
 	char *stats = NULL;
 	char *wcopy = strdup(o->weights);
@@ -325,11 +327,11 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
 	double t0 = cli_now();
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+	if (cli_load_weights(ctx, g, paths, np, o, bind, &ck) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	double load_seconds = cli_now() - t0;
-	if (run_program(ctx, p, m, bind, o, out, &stats))
+	if (run_program(ctx, p, m, bind, ck, o, out, &stats))
 		goto done;
 	if (stats) { /* a bundle's: the bucket run */
 		int64_t bucket = 0;
@@ -349,6 +351,7 @@ done:
 	free(stats);
 	free(wcopy);
 	moe_tensor_map_free(bind);
+	moe_checkpoint_close(ck);
 	moe_module_free(iface);
 	moe_tcp_program_free(own);
 	moe_tcp_bundle_free(bun);
