@@ -507,7 +507,7 @@ if not stats:
 # ------------------------------------------------------------------------------------ TCP
 w("## 4. TCP (simulated)\n")
 mj = None
-for p in ("backend-tcp/machine.json", "../shared/tcp/machine.json"):
+for p in ("backend-tcp/isa/machine.json", "../shared/tcp/machine.json"):
     if os.path.exists(p):
         mj = load(p)
         mj_path = p

@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/isa/tcp_int.h"
 
 typedef uint32_t ts_id;
 #define TS_NONE UINT32_MAX

@@ -14,7 +14,7 @@ try:
 except ImportError:
     HAVE_MATPLOTLIB = False
 
-# The built-in machine's peaks (backend-tcp/machine.json: peak_ops_per_s.bf16 and
+# The built-in machine's peaks (backend-tcp/isa/machine.json: peak_ops_per_s.bf16 and
 # memory.hbm_bytes_per_s); pass others for another machine description.
 RNGD_PEAK_FLOPS = 262.144e12
 RNGD_HBM_BYTES_PER_S = 1.5e12

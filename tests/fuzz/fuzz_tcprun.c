@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/isa/tcp_int.h"
 #include "moec/runtime.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -20,7 +20,7 @@ header() {
 	frontend) echo frontend/ast.h ;;
 	passes) echo passes/pass.h ;;
 	backend-c) echo backend-c/cgen.h ;;
-	backend-tcp) echo backend-tcp/tcp_int.h ;;
+	backend-tcp) echo backend-tcp/isa/tcp_int.h ;;
 	esac
 }
 tmp=$(mktemp -d) || exit 1

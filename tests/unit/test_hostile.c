@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/isa/tcp_int.h"
 #include "moec/moec.h"
 #include "hostile_util.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/isa/tcp_int.h"
 #include "moec/moec.h"
 #include "hostile_util.h"
 

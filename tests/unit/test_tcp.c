@@ -883,7 +883,7 @@ static void test_machine_file_errors(void **st)
 	assert_null(neg);
 	free(buf);
 	/* the shipped copy equals the project's contract file */
-	FILE *f = fopen(MOEC_SOURCE_DIR "/backend-tcp/machine.json", "rb");
+	FILE *f = fopen(MOEC_SOURCE_DIR "/backend-tcp/isa/machine.json", "rb");
 	assert_non_null(f);
 	char txt[8192];
 	size_t n = fread(txt, 1, sizeof txt, f);

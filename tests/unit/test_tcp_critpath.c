@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "backend-tcp/sim_int.h"
+#include "backend-tcp/sim/sim_int.h"
 
 static const char *head =
 	"tcps 1\n"

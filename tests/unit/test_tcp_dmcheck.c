@@ -8,7 +8,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "backend-tcp/lower_int.h"
+#include "backend-tcp/compiler/legacy/lower_int.h"
 
 /* A DM scratch tensor of 64 bytes per slice at addr. */
 static int32_t dm(tcp_program *p, const char *name, int64_t addr)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend-tcp/tcp_int.h"
+#include "backend-tcp/isa/tcp_int.h"
 
 static tcp_tensor dm(moe_dtype dt, int64_t numel, int64_t part, int32_t copies)
 {

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend-tcp/sim_quant.h"
+#include "backend-tcp/sim/sim_quant.h"
 
 static float bits_f(uint32_t u)
 {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend-tcp/sim_int.h"
+#include "backend-tcp/sim/sim_int.h"
 
 static char *slurp(const char *path, size_t *n)
 {

@@ -1,0 +1,304 @@
+/* backend-tcp/rowchunk.c: the layer's tail in row chunks (docs/tcp-isa.md
+ * section 7, item 7).
+ *
+ * After routing, a layer computes values with one row per token that are
+ * row-wise: row t of each depends only on row t of its row-wise operands
+ * (a shared expert's einsums over x, its activation, the add of the routed
+ * and shared results). At T = 4096 those values, and the f32 partial sums
+ * of their contractions, exceed DM. This rewrite finds the *tail*: the
+ * row-wise nodes of leading dimension T that only the outputs (or other tail
+ * nodes) read, and computes it once per chunk of rows, reading each chunk's
+ * rows of its other operands (a slice; the matching part of a concat along
+ * the rows, such as blockwise-dispatch's chunked combine), the outputs
+ * joined by a concat. Nothing changes numerically: every row is computed
+ * by the same operations in the same order. A chunk holds at most
+ * 1/8 of DM per value (contractions counted with their f32 partial sums);
+ * a tail that fits is left alone. The lowering emits the chunks after the
+ * block loop, one after another (lower.c, `sink`); a shared expert's part of
+ * them (routing-independent) runs inside the loop, one chunk of T / 64 rows
+ * (at least 4) at a time (lower_shared.c). */
+#include <string.h>
+
+#include "backend-tcp/isa/tcp_int.h"
+#include "passes/pass.h"
+
+enum { MAXCH = 64 }; /* a concat has at most 64 operands */
+
+typedef struct rc {
+	const moe_graph *g;
+	int64_t T;
+	bool *tail;
+} rc;
+
+/* Is einsum n of the form r..,..->r.. with r only in its first operand? */
+static bool row_einsum(const ir_node *n)
+{
+	ir_einsum e;
+	char msg[96];
+	if (n->nargs != 2 || !ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg))
+		return false;
+	char r = e.out[0];
+	if (e.in[0][0] != r || memchr(e.in[1], r, (size_t)e.rank[1]))
+		return false;
+	return !memchr(e.in[0] + 1, r, (size_t)e.rank[0] - 1) && !memchr(e.out + 1, r, (size_t)e.out_rank - 1);
+}
+
+/* Operand k of node n is row-wise (its leading dimension is n's rows). */
+static bool row_operand(const rc *c, const ir_node *n, uint32_t k)
+{
+	const ir_node *a = N(c->g, n->args[k]);
+	if (n->op == MOE_OP_EINSUM || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_REDUCE_SUM ||
+		n->op == MOE_OP_REDUCE_MAX || n->op == MOE_OP_REDUCE_MIN)
+		return k == 0;
+	return a->rank == n->rank && a->shape[0] == c->T;
+}
+
+/* Can node i be computed one chunk of rows at a time? */
+static bool row_wise(const rc *c, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	if (n->rank < 1 || n->shape[0] != c->T || n->valid != MOE_NONE || (ir_ops[n->op].flags & OPF_IMPURE))
+		return false;
+	if (ir_ops[n->op].flags & OPF_LEAF)
+		return false;
+	switch ((moe_op)n->op) {
+	case MOE_OP_EINSUM: return row_einsum(n) && N(c->g, n->args[0])->shape[0] == c->T;
+	case MOE_OP_RESHAPE: return N(c->g, n->args[0])->shape[0] == c->T;
+	case MOE_OP_REDUCE_SUM:
+	case MOE_OP_REDUCE_MAX:
+	case MOE_OP_REDUCE_MIN: {
+		const ir_node *a = N(c->g, n->args[0]);
+		return ir_norm_axis((int)ir_attr_int(n, "axis", -1), a->rank) > 0 && a->shape[0] == c->T;
+	}
+	default: break;
+	}
+	if (!(ir_ops[n->op].flags & OPF_ELEM))
+		return false;
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		const ir_node *a = N(c->g, n->args[k]);
+		if (a->rank > n->rank || (a->rank == n->rank && a->shape[0] != c->T && a->shape[0] != 1))
+			return false;
+	}
+	return true;
+}
+
+/* The tail: row-wise nodes read only by outputs and other tail nodes. */
+static void find_tail(rc *c, const bool *is_out, const uint32_t *nuse)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	uint32_t *by_tail = ctx_alloc(g->ctx, sizeof *by_tail * (nn + 1));
+	for (moe_id i = nn; i-- > 0;) {
+		bool used = nuse[i] > 0 || is_out[i];
+		c->tail[i] = used && by_tail[i] == nuse[i] && row_wise(c, i);
+		if (!c->tail[i])
+			continue;
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (row_operand(c, n, k)) /* read as rows only: a tail node has no whole value */
+				by_tail[n->args[k]]++;
+	}
+	ctx_free(g->ctx, by_tail, sizeof *by_tail * (nn + 1));
+}
+
+/* Bytes per row of a tail node while its chunk runs (a contraction's f32 partial sums too). */
+static int64_t row_bytes(const rc *c, moe_id i)
+{
+	const ir_node *n = N(c->g, i);
+	int64_t b = ir_bytes(n) / c->T;
+	if (n->op == MOE_OP_EINSUM)
+		b += ir_numel(n) / c->T * 4;
+	return b;
+}
+
+/* Chunk boundaries: at most `rows` rows each, inside the parts of a concat
+ * along the rows that the tail reads (so each chunk reads one part). */
+static uint32_t boundaries(const rc *c, int64_t rows, int64_t *at)
+{
+	const moe_graph *g = c->g;
+	const ir_node *cat = NULL;
+	for (moe_id i = 0; i < g->nnodes && !cat; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; c->tail[i] && k < n->nargs; k++) {
+			const ir_node *a = N(g, n->args[k]);
+			if (!c->tail[n->args[k]] && a->op == MOE_OP_CONCAT && ir_attr_int(a, "axis", 0) == 0 &&
+				row_operand(c, n, k))
+				cat = a;
+		}
+	}
+	uint32_t nb = 0;
+	at[nb++] = 0;
+	int64_t p0 = 0;
+	for (uint32_t p = 0; p < (cat ? cat->nargs : 1); p++) {
+		int64_t p1 = cat ? p0 + N(g, cat->args[p])->shape[0] : c->T;
+		int64_t k = (p1 - p0 + rows - 1) / rows, step = k > 0 ? (p1 - p0 + k - 1) / k : 1;
+		for (int64_t r = p0 + step; r < p1 && nb <= MAXCH; r += step)
+			at[nb++] = r;
+		if (p1 > p0 && nb <= MAXCH)
+			at[nb++] = p1;
+		p0 = p1;
+	}
+	if (nb > MAXCH + 1 || nb < 2) { /* too many: equal chunks, read by slices */
+		int64_t step = (c->T + MAXCH - 1) / MAXCH;
+		nb = 0;
+		for (int64_t r = 0; r < c->T; r += step)
+			at[nb++] = r;
+		at[nb++] = c->T;
+	}
+	return nb - 1;
+}
+
+/* Rows [a, b) of source node s (of the source graph) in dst. */
+static moe_id rows_of(const rc *c, moe_graph *d, const moe_id *map, moe_id s, int64_t a, int64_t b)
+{
+	const ir_node *n = N(c->g, s);
+	if (a == 0 && b == c->T)
+		return map[s];
+	if (n->op == MOE_OP_CONCAT && ir_attr_int(n, "axis", 0) == 0) {
+		int64_t p0 = 0;
+		for (uint32_t p = 0; p < n->nargs; p++) {
+			int64_t p1 = p0 + N(c->g, n->args[p])->shape[0];
+			if (a >= p0 && b <= p1)
+				return a == p0 && b == p1 ? map[n->args[p]] : ir_b_slice(d, map[n->args[p]], 0, a - p0, b - p0, n->loc);
+			p0 = p1;
+		}
+	}
+	return ir_b_slice(d, map[s], 0, a, b, n->loc);
+}
+
+/* Tail node i over rows [a, b): operands mapped through cm (tail nodes of
+ * this chunk) or sliced; a reshape gets its leading dimension. */
+static moe_id chunk_node(const rc *c, moe_graph *d, const moe_id *map, moe_id *cm, moe_id i, int64_t a, int64_t b)
+{
+	const ir_node *n = N(c->g, i);
+	IR_ASSERT(n->nargs <= 4);
+	moe_id args[4];
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		moe_id s = n->args[k];
+		args[k] = c->tail[s] ? cm[s] : row_operand(c, n, k) ? rows_of(c, d, map, s, a, b) : map[s];
+	}
+	moe_id *tm = cm + c->g->nnodes; /* scratch map for ir_copy_node */
+	for (uint32_t k = 0; k < n->nargs; k++)
+		tm[n->args[k]] = args[k];
+	moe_id id = ir_copy_node(d, c->g, i, tm);
+	if (n->op == MOE_OP_RESHAPE) {
+		int64_t sh[MOE_MAX_RANK];
+		memcpy(sh, n->shape, sizeof sh);
+		sh[0] = b - a;
+		moe_node_set_ints(d, id, "shape", sh, n->rank);
+	}
+	IR_ASSERT(ir_infer(d->ctx, d, id) == MOE_OK);
+	return id;
+}
+
+static moe_graph *rewrite(rc *c, const bool *is_out, const int64_t *at, uint32_t nch)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	moe_graph *d = ir_graph_clone_empty(g);
+	ir_graph_drop_node_keys(d);
+	moe_id *map = ctx_alloc(g->ctx, sizeof *map * (nn + 1));
+	moe_id *cm = ctx_alloc(g->ctx, sizeof *cm * (2 * nn + 1));
+	moe_id(*parts)[MAXCH] = ctx_alloc(g->ctx, sizeof *parts * (g->nout + 1));
+	for (moe_id i = 0; i < nn; i++)
+		map[i] = c->tail[i] ? MOE_NONE : ir_copy_node(d, g, i, map);
+	for (uint32_t ch = 0; ch < nch; ch++) {
+		for (moe_id i = 0; i < nn; i++)
+			if (c->tail[i])
+				cm[i] = chunk_node(c, d, map, cm, i, at[ch], at[ch + 1]);
+		for (uint32_t o = 0; o < g->nout; o++)
+			if (c->tail[g->outputs[o]])
+				parts[o][ch] = cm[g->outputs[o]];
+	}
+	for (uint32_t o = 0; o < g->nout; o++) {
+		moe_id s = g->outputs[o];
+		if (c->tail[s] && map[s] == MOE_NONE) {
+			map[s] = ir_b_concat(d, parts[o], nch, 0, N(g, s)->loc);
+			if (N(g, s)->name)
+				moe_node_set_name(d, map[s], N(g, s)->name);
+		}
+		moe_graph_add_output(d, map[s]);
+	}
+	ir_graph_remap_node_keys(d, g, map);
+	ctx_free(g->ctx, map, sizeof *map * (nn + 1));
+	ctx_free(g->ctx, cm, sizeof *cm * (2 * nn + 1));
+	ctx_free(g->ctx, parts, sizeof *parts * (g->nout + 1));
+	return d;
+}
+
+/* Does the tail hold a routing-independent contraction (a shared expert: its
+ * rows reach only graph inputs through tail nodes, its other operands are
+ * leaves) whose weights take at most half of DM? The lowering then runs it
+ * one chunk at a time inside the block loop (lower_shared.c), and small
+ * chunks spread it over the loop's blocks. */
+static bool shared_tail(const rc *c, const moe_tcp_machine *m)
+{
+	const moe_graph *g = c->g;
+	bool *ind = ctx_alloc(g->ctx, g->nnodes + 1), any = false;
+	int64_t wb = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		ind[i] = c->tail[i];
+		for (uint32_t k = 0; k < n->nargs && ind[i]; k++) {
+			const ir_node *a = N(g, n->args[k]);
+			ind[i] = c->tail[n->args[k]] ? ind[n->args[k]]
+				 : row_operand(c, n, k) ? a->op == MOE_OP_INPUT
+							 : (ir_ops[a->op].flags & OPF_LEAF) != 0;
+		}
+		if (ind[i] && n->op == MOE_OP_EINSUM) {
+			any = true;
+			wb += ir_bytes(N(g, n->args[1]));
+		}
+	}
+	ctx_free(g->ctx, ind, g->nnodes + 1);
+	return any && wb <= m->dm_bytes_per_slice * tcp_slices(m) / 2;
+}
+
+moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	int64_t T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
+	uint32_t nn = g->nnodes;
+	if (T < 2 || nn == 0)
+		return NULL;
+	rc c = {g, T, ctx_alloc(ctx, nn + 1)};
+	bool *is_out = ctx_alloc(ctx, nn + 1);
+	uint32_t *nuse = ctx_alloc(ctx, sizeof *nuse * (nn + 1));
+	for (uint32_t o = 0; o < g->nout; o++)
+		is_out[g->outputs[o]] = true;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE)
+				nuse[n->args[k]]++;
+		if (n->valid != MOE_NONE)
+			nuse[n->valid] += 2; /* never a tail node's operand alone */
+	}
+	find_tail(&c, is_out, nuse);
+	int64_t widest = 0;
+	for (moe_id i = 0; i < nn; i++)
+		if (c.tail[i] && row_bytes(&c, i) > widest)
+			widest = row_bytes(&c, i);
+	int64_t budget = m->dm_bytes_per_slice * tcp_slices(m) / 8;
+	moe_graph *d = NULL;
+	if (widest > 0 && T * widest > budget) {
+		int64_t at[MAXCH + 2];
+		int64_t rows = budget / widest > 0 ? budget / widest : 1;
+		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
+			rows = T / MAXCH; /* pieces of the shared expert in the loop (lower_shared.c) */
+		uint32_t nch = boundaries(&c, rows, at);
+		if (nch > 1)
+			d = rewrite(&c, is_out, at, nch);
+	}
+	ctx_free(ctx, c.tail, nn + 1);
+	ctx_free(ctx, is_out, nn + 1);
+	ctx_free(ctx, nuse, sizeof *nuse * (nn + 1));
+	if (d && pass_dce(ctx, d, NULL, NULL) != MOE_OK) {
+		ir_graph_free(d);
+		return NULL;
+	}
+	/* tcp-plan-fusion planned the graph before the chunks: its marks do not
+	 * describe this one, so the lowering applies the fusion rule itself */
+	if (d)
+		ir_graph_set_attr_int(d, IR_GK_TCP_FUSION_PLAN, 0);
+	return d;
+}

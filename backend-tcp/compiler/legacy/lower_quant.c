@@ -1,0 +1,516 @@
+/* backend-tcp/lower_quant.c: quantized expert weights on TCP (issue #14),
+ * weight-only (act=bf16).
+ *
+ * After `blockwise-dispatch`, a quantized expert weight is
+ *   dequant(gather(q, bexp), gather(s, bexp)) valid(nblocks)
+ * possibly followed by one-operand permutation einsums and slices (fused
+ * checkpoint tensors such as gpt-oss's gate_up). On TCP the two gathers are
+ * per-block weight fetches like any other (the DMA moves the packed bytes and
+ * the scales: the cost model charges the quantized bytes), the dequant is one
+ * vector-engine pass per block that writes the expert's weight in the compute
+ * type into DM, and the permutations and slices after it are sequencer views
+ * of that buffer; the contractions then read it as they read a bf16 expert.
+ * The pass decodes in the fetch unit: f8e4m3 widens to f32, E2M1 nibbles go
+ * through the fetch table to f8e4m3 and then f32 (flag e2m1), int4 nibbles
+ * have the zero point 8 subtracted and widen to i32 (flag i4); the scales are
+ * a second stream broadcast over their block by stride-0 loops. docs/tcp-isa.md
+ * section 7.10. */
+#include "backend-tcp/compiler/legacy/lower_int.h"
+#include "ir/quant.h"
+
+static moe_id fp8_weight(const lw *c, moe_id d);
+
+/* A slice or one-operand einsum of a per-block dequantized weight: a view.
+ * (The region's nodes are lowered with their leading G dropped, so only
+ * membership, decided before, looks at the shapes.) */
+static bool qview_of(const lw *c, moe_id id, bool shapes)
+{
+	const ir_node *n = N(c->g, id);
+	if (!(n->op == MOE_OP_SLICE || (n->op == MOE_OP_EINSUM && n->nargs == 1)) || n->args[0] == MOE_NONE)
+		return false;
+	moe_id a = n->args[0];
+	const ir_node *an = N(c->g, a);
+	if (shapes && !(n->rank >= 1 && n->shape[0] == c->G && an->rank >= 1 && an->shape[0] == c->G))
+		return false;
+	return c->inreg[a] && (an->op == MOE_OP_DEQUANT || qview_of(c, a, shapes));
+}
+
+/* A row slice of a per-block gather of packed expert weights (gate and up
+ * side by side, quant_pack.c), read by dequants: a view of the gather's
+ * buffer. */
+static bool packed_slice(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_SLICE || n->args[0] == MOE_NONE || !c->inreg[n->args[0]])
+		return false;
+	const ir_node *an = N(c->g, n->args[0]);
+	return an->op == MOE_OP_GATHER && an->valid == c->nblocks && ir_attr_int(n, "axis", 0) != 0 &&
+	       ir_attr_int(n, "axis", 0) != -(int64_t)an->rank;
+}
+
+bool tcpl_quant_in_region(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op == MOE_OP_DEQUANT)
+		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
+	return qview_of(c, id, true) || (packed_slice(c, id) && n->rank >= 1 && n->shape[0] == c->G);
+}
+
+bool tcpl_quant_is_view(const lw *c, moe_id id)
+{
+	return c->inreg[id] && (qview_of(c, id, false) || packed_slice(c, id));
+}
+
+/* Per block (shapes without the leading G): the view that a slice or a
+ * permutation einsum makes of its source. */
+void tcpl_lower_qview(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id), *s = N(c->g, n->args[0]);
+	const val *sv = &c->v[n->args[0]];
+	if (sv->kind != VK_VIEW) {
+		tcpl_err(c, id, "a view of a dequantized weight before it exists");
+		return;
+	}
+	val v = *sv;
+	if (n->op == MOE_OP_SLICE) {
+		int axis = ir_norm_axis((int)ir_attr_int(n, "axis", 0), n->rank + 1) - 1; /* per block: G dropped */
+		if (axis < 0) {
+			tcpl_err(c, id, "a slice of the block axis of a dequantized weight");
+			return;
+		}
+		int64_t start = ir_attr_int(n, "start", 0), step = ir_attr_int(n, "step", 1);
+		if (start < 0)
+			start += s->shape[axis];
+		v.base += start * sv->stride[axis];
+		v.stride[axis] = sv->stride[axis] * step;
+	} else {
+		ir_einsum e;
+		char msg[128];
+		if (!ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg) || e.rank[0] != e.out_rank ||
+			e.out_rank != n->rank + 1 || e.in[0][0] != e.out[0]) {
+			tcpl_err(c, id, "einsum '%s' of a dequantized weight is not a permutation keeping the expert first",
+				ir_attr_str(n, "eq", ""));
+			return;
+		}
+		for (int j = 1; j < e.out_rank; j++) {
+			const char *p = memchr(e.in[0], e.out[j], (size_t)e.rank[0]);
+			if (!p || p == e.in[0]) {
+				tcpl_err(c, id, "einsum '%s' of a dequantized weight is not a permutation",
+					ir_attr_str(n, "eq", ""));
+				return;
+			}
+			v.stride[j - 1] = sv->stride[p - e.in[0] - 1];
+		}
+	}
+	v.owner = sv->owner;
+	c->v[id] = v;
+	if (packed_slice(c, id) && !c->p->moe_F && n->rank == 2)
+		c->p->moe_F = n->shape[0]; /* the roofline's F: one projection's rows, not the pair's */
+}
+
+/* A sequencer view of per-block value v, in units of u per element of its
+ * tensor (2 x bytes for 4-bit streams), over dims [nb, bn, kb, bk]. */
+static tcp_view qview(const val *v, int64_t u, int64_t base, int64_t rs, int64_t cs, int64_t bn, int64_t bk, bool bcast)
+{
+	tcp_view tv = tcp_view_none();
+	tv.t = v->t;
+	tv.base = v->base * u + base;
+	tv.reg = v->region ? v->reg : -1;
+	tv.scale = v->region ? v->scale * u : 0;
+	tv.stride[0] = bcast ? rs : bn * rs;
+	tv.stride[1] = bcast ? 0 : rs;
+	tv.stride[2] = bcast ? cs : bk * cs;
+	tv.stride[3] = bcast ? 0 : cs;
+	return tv;
+}
+
+static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm)
+{
+	tcp_step *s = &in->step[in->nstep++];
+	s->op = (uint8_t)op;
+	s->x = (uint8_t)x;
+	s->y = (uint8_t)y;
+	s->imm = imm;
+}
+
+/* One vector pass over the rows [r0, r0 + nb x bn) and columns [k0, k0 + kb x bk)
+ * of the block grid (full blocks, or the partial edge block). */
+static void dq_pass(lw *c, const qt_info *qi, const val *q, int64_t qu, const val *s, const val *d, int64_t r0,
+	int64_t nb, int64_t bn, int64_t k0, int64_t kb, int64_t bk)
+{
+	if (nb < 1 || bn < 1 || kb < 1 || bk < 1)
+		return;
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = 4;
+	in.dim[0] = nb;
+	in.dim[1] = bn;
+	in.dim[2] = kb;
+	in.dim[3] = bk;
+	in.vreg = -1;
+	int64_t qr = q->stride[0] * qu, qc = qi->fmt == QT_FP8 ? q->stride[1] : 1;
+	in.v[TCP_V_S0] = qview(q, qu, r0 * qr + k0 * qc, qr, qc, qi->bn, qi->bk, false);
+	in.v[TCP_V_S1] = qview(s, 1, r0 / qi->bn * s->stride[0] + k0 / qi->bk * s->stride[1], s->stride[0],
+		s->stride[1], 1, 1, true);
+	in.v[TCP_V_DST] = qview(d, 1, r0 * d->stride[0] + k0 * d->stride[1], d->stride[0], d->stride[1], qi->bn,
+		qi->bk, false);
+	switch (qi->fmt) {
+	case QT_FP8: /* w = f32(e4m3) x scale */
+		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+		break;
+	case QT_MXFP4: /* the E8M0 byte shifted into an f32 exponent: 2^(s - 127) */
+		in.flags |= TCP_F_E2M1;
+		step(&in, TCP_V_SHL, TCP_SRC_S1, TCP_SRC_IMM, 23);
+		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S0, 0);
+		break;
+	default: /* int4: (nibble - 8) as f32 x scale */
+		in.flags |= TCP_F_I4;
+		step(&in, TCP_V_ITOF, TCP_SRC_V, TCP_SRC_NONE, 0);
+		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+		break;
+	}
+	emit(c, &in);
+}
+
+/* Per block: q [N, Kp], s [Ns, Ks] -> the weight [N, K] in DM. */
+void tcpl_lower_dequant(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id), *qn = N(c->g, n->args[0]);
+	qt_info qi;
+	if (fp8_weight(c, id) != MOE_NONE)
+		return; /* act=fp8: the contractions read the packed weight */
+	if (!c->inreg[id] || n->rank != 2 || !ir_dequant_info(c->g, n, &qi)) {
+		tcpl_err(c, id, "dequant is lowered only for the experts' weights inside the block loop (a quantized "
+				"weight elsewhere is dequantized when the weights are bound)");
+		return;
+	}
+	const val *q = &c->v[n->args[0]], *s = &c->v[n->args[1]];
+	if (q->kind != VK_VIEW || s->kind != VK_VIEW || c->p->t[q->t].space != TCP_DM ||
+		c->p->t[s->t].space != TCP_DM) {
+		tcpl_err(c, id, "the packed values and scales of a block must be in DM");
+		return;
+	}
+	val *d = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	/* 4-bit formats: the q view counts nibbles of the tensor's bytes */
+	int64_t qu = qi.fmt == QT_FP8 ? 1 : 2 * esz(qn->dtype);
+	int64_t fn = qi.N / qi.bn, rn = qi.N % qi.bn, fk = qi.K / qi.bk, rk = qi.K % qi.bk;
+	dq_pass(c, &qi, q, qu, s, d, 0, fn, qi.bn, 0, fk, qi.bk);
+	dq_pass(c, &qi, q, qu, s, d, 0, fn, qi.bn, fk * qi.bk, 1, rk);
+	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, 0, fk, qi.bk);
+	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
+}
+
+/* ---- act=fp8: DeepSeek's fp8_gemm on the block loop (block FP8 only) ----
+ * Per block and projection y[M, O] = x[M, I] W^T with W = fp8 q [O, I] in
+ * 128 x 128 blocks of scales s [O/128, I/128], c = 0 .. I/128 - 1:
+ *   sa[m, c] = max_i |x[m, 128c + i]| / 448                     (one pass)
+ *   xq[m, i] = e4m3(x[m, i] / sa[m, i / 128])  (the cast rounds to nearest even; one pass)
+ *   C[m, o, c] = sa[m, c] x s[o / 128, c]                       (one pass)
+ *   y[m, o] = sum_c C[m, o, c] x (sum_{i in chunk c} xq[m, i] q[o, i])
+ * the last one contraction per TRF pass, f8 x f8 at the fp8 MAC rate, whose
+ * accumulator is scaled and added per 128-wide chunk in f32 (flags=scaled:
+ * the vector stage behind the contraction engine, docs/tcp-isa.md 6). The
+ * dequant itself emits nothing: the contraction reads the packed fp8 weight
+ * straight from its per-block buffer into TRF. */
+
+/* The dequant a block contraction reads as its weight, when it is contracted
+ * with fp8 activations (act=fp8, block FP8 128 x 128 dividing N and K, read
+ * only by block einsums "gbi,goi->gbo" as the weight); else MOE_NONE. */
+static moe_id fp8_weight(const lw *c, moe_id d)
+{
+	const ir_node *n = N(c->g, d);
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || !c->inreg[d] || strcmp(ir_attr_str(n, "act", "bf16"), "fp8") ||
+		!ir_dequant_info(c->g, n, &qi) || qi.fmt != QT_FP8 || qi.bn != 128 || qi.bk != 128 || qi.N % 128 ||
+		qi.K % 128)
+		return MOE_NONE;
+	for (moe_id u = d + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2 || !c->inreg[u] ||
+							strcmp(ir_attr_str(un, "eq", ""), "gbi,goi->gbo")))
+				return MOE_NONE;
+	}
+	return d;
+}
+
+bool tcpl_quant_no_buffer(const lw *c, moe_id id)
+{
+	return tcpl_quant_is_view(c, id) || fp8_weight(c, id) != MOE_NONE;
+}
+
+static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+	tcp_view v = tcp_view_none();
+	v.t = t;
+	v.base = base;
+	v.stride[0] = s0;
+	v.stride[1] = s1;
+	v.stride[2] = s2;
+	v.stride[3] = s3;
+	return v;
+}
+
+static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = d3 ? 4 : 3;
+	in.dim[0] = d0;
+	in.dim[1] = d1;
+	in.dim[2] = d2;
+	in.dim[3] = d3;
+	in.vreg = vreg;
+	return in;
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* The two TRF tiles, (re)declared for f8e4m3 [Opass, I] tiles. */
+static void fp8_trf(lw *c, const cplan *pl)
+{
+	int64_t need = pl->Opass * pl->It, fp = rup(pl->Os * pl->It, c->m->flit_bytes),
+		share = rup((need + c->S - 1) / c->S, c->m->flit_bytes);
+	fp = fp > share ? fp : share;
+	if (c->trf[0] >= 0 && need <= c->trf_rows_cap && c->p->t[c->trf[0]].dtype == MOE_F8E4M3 &&
+		c->p->t[c->trf[0]].slice_bytes == fp)
+		return;
+	int64_t sh[2] = {pl->Opass, pl->It};
+	for (int k = 0; k < 2; k++) {
+		c->trf[k] = tcp_add_tensor(c->p, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, MOE_F8E4M3, 2, sh);
+		c->p->t[c->trf[k]].addr = k * (tcp_trf_bytes(c->m) / 2);
+		c->p->t[c->trf[k]].slice_bytes = fp;
+	}
+	c->trf_rows_cap = need;
+}
+
+/* The tiling of a scaled contraction: the whole reduction in one TRF tile
+ * (the scale chunks must not straddle an accumulation), as many rows per
+ * slice as the planner would take within that. */
+static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I)
+{
+	cplan pl = tcp_plan_contract(c->m, M, O, I, MOE_F8E4M3, NULL);
+	if (pl.It < I) {
+		int64_t os = tcp_trf_bytes(c->m) / 2 / I;
+		pl.Os = os < 1 ? 1 : os < O ? os : O;
+		pl.It = I;
+		pl.Opass = O < c->S * pl.Os ? O : c->S * pl.Os;
+	}
+	return pl;
+}
+
+/* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions. */
+static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, const val *ov, int64_t M, int64_t O,
+	int64_t I, int vreg)
+{
+	cplan pl = fp8_plan(c, M, O, I);
+	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
+		tcpl_err(c, at, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	fp8_trf(c, &pl);
+	int64_t nk = I / 128;
+	for (int64_t o0 = 0; o0 < O; o0 += pl.Opass) {
+		int64_t on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
+		int32_t tt = c->trf[c->trf_k];
+		c->trf_k ^= 1;
+		tcp_insn ld_ = tcp_insn_init(TCP_OP_SUB_TRF);
+		ld_.ndim = 2;
+		ld_.dim[0] = on;
+		ld_.dim[1] = I;
+		ld_.v[TCP_V_DST] = v4(tt, 0, I, 1, 0, 0);
+		ld_.v[TCP_V_S0] = qview(q, 1, o0 * q->stride[0], q->stride[0], q->stride[1], 1, 1, true);
+		ld_.v[TCP_V_S0].stride[1] = q->stride[1];
+		emit(c, &ld_);
+		tcp_insn in = tcp_insn_init(TCP_OP_TU_CONTRACT);
+		in.ndim = 3;
+		in.dim[0] = M;
+		in.dim[1] = on;
+		in.dim[2] = I;
+		in.tile = pl.Os < on ? pl.Os : on;
+		in.vreg = vreg;
+		in.flags = TCP_F_SCALED;
+		in.v[TCP_V_S0] = v4(xq, 0, I, 0, 1, 0);
+		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
+		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
+		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
+		dv.stride[1] = ov->stride[1];
+		dv.stride[2] = 0;
+		in.v[TCP_V_DST] = dv;
+		emit(c, &in);
+	}
+}
+
+/* sa = max |a| / 448 per 1 x 128 group of the block's activation a [M, I],
+ * then xq = e4m3(a / sa): two passes (the division needs the finished max). */
+static void fp8_quantize_act(lw *c, moe_id id, const val *a, int64_t M, int64_t I, int vreg, int32_t *sa_,
+	int32_t *xq_)
+{
+	int64_t nk = I / 128, shs[2] = {M, nk}, shx[2] = {M, I};
+	int32_t sa = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 2, shs);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	tcp_view av3 = qview(a, 1, 0, a->stride[0], a->stride[1], 1, 128, false);
+	av3.stride[0] = a->stride[0];
+	av3.stride[1] = 128 * a->stride[1];
+	av3.stride[2] = a->stride[1];
+	av3.stride[3] = 0;
+	tcp_insn p1 = vec3(M, nk, 128, 0, vreg);
+	p1.v[TCP_V_S0] = av3;
+	p1.v[TCP_V_DST] = v4(sa, 0, nk, 1, 0, 0);
+	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
+	emit(c, &p1);
+	/* the commit's cast to e4m3 rounds to nearest even */
+	tcp_insn p2 = vec3(M, nk, 128, 0, vreg);
+	p2.v[TCP_V_S0] = av3;
+	p2.v[TCP_V_S1] = v4(sa, 0, nk, 1, 0, 0);
+	p2.v[TCP_V_DST] = v4(xq, 0, I, 128, 1, 0);
+	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p2);
+	*sa_ = sa;
+	*xq_ = xq;
+}
+
+/* The next act=fp8 block contraction that reads the activation of id, or MOE_NONE. */
+static moe_id fp8_act_next(const lw *c, moe_id id)
+{
+	moe_id a = N(c->g, id)->args[0];
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && un->args[0] == a &&
+			fp8_weight(c, un->args[1]) != MOE_NONE)
+			return u;
+	}
+	return MOE_NONE;
+}
+
+/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk] for block
+ * einsum id (one pass): the chunk scales of its contraction. */
+static int32_t fp8_chunk_scales(lw *c, moe_id id, int32_t sa, int64_t M, int vreg)
+{
+	const ir_node *n = N(c->g, id), *dn = N(c->g, n->args[1]);
+	const val *s = &c->v[dn->args[1]];
+	/* the dequant keeps its leading G here (it has no per-block view) */
+	int64_t I = dn->shape[dn->rank - 1], O = dn->shape[dn->rank - 2], nk = I / 128, shc[3] = {M, O, nk};
+	int32_t C = tcpl_dm_tensor(c, id, "fp8.scale", MOE_F32, 3, shc);
+	tcp_insn p3 = vec3(M, O / 128, 128, nk, vreg);
+	p3.v[TCP_V_S0] = v4(sa, 0, nk, 0, 0, 1);
+	p3.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
+	p3.v[TCP_V_S1].stride[0] = 0;
+	p3.v[TCP_V_S1].stride[1] = s->stride[0];
+	p3.v[TCP_V_S1].stride[2] = 0;
+	p3.v[TCP_V_S1].stride[3] = s->stride[1];
+	p3.v[TCP_V_DST] = v4(C, 0, O * nk, 128 * nk, nk, 1);
+	step(&p3, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p3);
+	return C;
+}
+
+/* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
+ * false when its weight is not contracted that way. When a later one reads
+ * the same activation (gate, then up), the activation is quantized once and
+ * the later one's chunk scales are made here too, before this contraction:
+ * they need no weight bytes, so they run while the pair's fetch is in
+ * flight. */
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
+		return false;
+	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
+	const val *q = &c->v[dn->args[0]];
+	val *av = tcpl_dm_view(c, n->args[0]);
+	if (c->failed)
+		return true;
+	val a = *av;
+	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[dn->rank - 2];
+	int vreg = tcpl_valid_reg(c, id);
+	int32_t sa, xq, C;
+	if (c->qx_act == n->args[0] + 1 && c->qx_cfor == id + 1) { /* made by the einsum before */
+		sa = c->qx_sa;
+		xq = c->qx_xq;
+		C = c->qx_c;
+	} else {
+		fp8_quantize_act(c, id, &a, M, I, vreg, &sa, &xq);
+		C = fp8_chunk_scales(c, id, sa, M, vreg);
+	}
+	moe_id next = fp8_act_next(c, id);
+	c->qx_act = c->qx_cfor = 0;
+	if (next != MOE_NONE) {
+		c->qx_act = n->args[0] + 1;
+		c->qx_sa = sa;
+		c->qx_xq = xq;
+		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
+		c->qx_cfor = next + 1;
+	}
+	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	tcpl_dm_free(c, C);
+	if (next == MOE_NONE) {
+		tcpl_dm_free(c, xq);
+		tcpl_dm_free(c, sa);
+	}
+	c->p->nproj++;
+	return true;
+}
+
+/* ---- block scales staged whole ----
+ * A block's fetch list pays one command issue per descriptor, and the three
+ * scale tensors of a block-FP8 expert are three descriptors of a few hundred
+ * bytes each. When all the experts' scales of the layer are small (at most
+ * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
+ * are copied whole into DM once, right after routing's first contraction
+ * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
+ * in place through the expert register, like a streamed weight
+ * (docs/tcp-isa.md 7.10). */
+enum { QSCALE_STAGE_BYTES = 1 << 20 };
+
+/* The weight leaf whose per-block gather id is the scales of an in-region
+ * dequant; else MOE_NONE. */
+static moe_id scale_leaf(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (!c->inreg[id] || n->op != MOE_OP_GATHER || n->valid != c->nblocks || N(c->g, n->args[0])->op != MOE_OP_WEIGHT)
+		return MOE_NONE;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_DEQUANT && un->args[1] == id)
+			return n->args[0];
+	}
+	return MOE_NONE;
+}
+
+void tcpl_quant_stage_after(lw *c, uint32_t from)
+{
+	bool now = from == UINT32_MAX;
+	for (uint32_t pc = from; pc < c->p->ncode && !now; pc++)
+		now = c->p->code[pc].op == TCP_OP_TU_CONTRACT;
+	if (c->qscales_staged || !now)
+		return;
+	c->qscales_staged = true;
+	if (c->rows == MOE_NONE)
+		return;
+	int64_t bytes = 0;
+	for (moe_id i = 0; i < c->g->nnodes; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE)
+			bytes += ir_bytes(N(c->g, w));
+	}
+	if (bytes == 0 || bytes > QSCALE_STAGE_BYTES)
+		return;
+	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
+		moe_id w = scale_leaf(c, i);
+		if (w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_HBM)
+			tcpl_dm_view(c, w);
+	}
+}
+
+bool tcpl_quant_resident(const lw *c, moe_id id)
+{
+	moe_id w = scale_leaf(c, id);
+	return w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_DM;
+}

@@ -1,0 +1,480 @@
+/* backend-tcp/plan.c: compile-time choices made with the machine's cost
+ * rules: the tiling of a contraction, and block=auto, the block size of the
+ * expert grid (docs/tcp-isa.md section 6 and 7.8). */
+#include <math.h>
+#include <string.h>
+
+#include "backend-tcp/isa/tcp_int.h"
+#include "moec/passes.h"
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+static int64_t rup(int64_t a, int64_t b)
+{
+	return cdiv(a, b) * b;
+}
+
+/* The cycles of a contraction of M rows with `os` TRF rows per slice and
+ * reduction chunks of `it`, O x I, in its passes and chunks: per chunk the
+ * main-context pass over each row tile of `tiles` (MACs, streamed packets,
+ * commit, its latency and issue) against the sub-context TRF load, which
+ * overlap, plus the first load (*load: one chunk's). `tiles` row counts
+ * (NULL: one tile of M rows) are the guarded row tiles of lower_rows.c, all
+ * on one TRF tile. */
+static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles)
+{
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, x = wdt == MOE_F32 ? 3 : 1;
+	int64_t macs = m->lanes_per_slice * m->macs_per_lane[mt], over = m->fill_drain + m->issue_cycles;
+	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
+	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
+	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
+		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
+		for (int k = 0; k < ntiles; k++) {
+			int64_t bs = cdiv(tiles[k], R);
+			int64_t mac = cdiv(bs * os * in * x, macs), stream = cdiv(bs * in * e, m->stream_bytes_per_cycle);
+			int64_t commit = cdiv(bs * os * 8, m->fetch_bytes);
+			int64_t t = (mac > stream ? mac : stream) > commit ? (mac > stream ? mac : stream) : commit;
+			main_ += t + m->tree_latency[mt] + over;
+		}
+		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_sub_load_cycles(m, fp, cdiv(fp, R)) + over;
+		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
+	}
+	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_sub_load_cycles(m, fp0, cdiv(fp0, R)) + over;
+	return npass * total + load0;
+}
+
+/* The reduction chunk for `os` TRF rows per slice: the most that fills half
+ * the TRF (the next tile loads while this one computes), when it splits I a
+ * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
+static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
+{
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2;
+	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
+	if (it < 1)
+		return 0;
+	int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
+	if (it < I)
+		it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
+	return it < I ? it : I;
+}
+
+/* For each number of TRF rows per slice (Os) and its reduction chunk (It),
+ * estimate the contraction (contract_cycles) and take the tiling with the
+ * smallest total. Few rows per slice reload TRF for little work; many starve
+ * the stream. */
+cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
+{
+	cplan best = {M, O, I, 0, 0, 0};
+	int64_t S = tcp_slices(m), best_t = -1;
+	for (int64_t os = 1; os <= O; os++) {
+		int64_t it = chunk_of(m, os, I, wdt);
+		if (it < 1)
+			break;
+		/* the largest chunk, or as many chunks of an even size (a multiple
+		 * of the same unit): the last chunk then does its share */
+		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, ge = m->hbm_granule / e;
+		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
+		for (int v = 0; v < 2; v++) {
+			int64_t iv = v ? even : it;
+			if (v && (even >= it || it >= I))
+				break;
+			int64_t t = contract_cycles(m, os, iv, O, I, wdt, &M, 1);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = iv;
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
+			}
+		}
+	}
+	if (cycles)
+		*cycles = best_t;
+	return best;
+}
+
+/* A block of `rows` rows (at most h) runs the contraction planned for h rows
+ * in the row tiles of lower_rows.c that start below `rows`: [0, first),
+ * [first, 2 first), ... or, with a step, [first, first + step), ... (first
+ * = 0: h whole). Its cycles. */
+static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, int64_t step, int64_t rows, int64_t O,
+	int64_t I, int wdt)
+{
+	cplan pl = tcp_plan_contract(m, h, O, I, wdt, NULL);
+	int64_t tiles[64];
+	int nt = 0;
+	if (first < 1 || h <= first)
+		tiles[nt++] = h;
+	else
+		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = step > 0 ? step : s)
+			tiles[nt++] = h - s < len ? h - s : len;
+	return contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
+}
+
+/* The sizes block=auto looks at: the experts op of a layer before the
+ * pipeline (x [T, D], idx [T, K], up [E, F, D]). */
+typedef struct layer_dims {
+	int64_t T, D, F, E, K, B, nproj;
+	int xdt, wdt;
+	int acts;  /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
+	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
+	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
+	double shared; /* main cycles of a shared expert run in pieces inside the loop (lower_shared.c), or 0 */
+} layer_dims;
+
+/* Stored bytes per element of a weight: a dequant's packed values and scales
+ * (under the slices and transposes import-hf puts after it), else its dtype. */
+static double weight_bytes(const moe_graph *g, moe_id w)
+{
+	moe_id d = w;
+	for (int k = 0; k < 8 && (N(g, d)->op == MOE_OP_SLICE || N(g, d)->op == MOE_OP_RESHAPE ||
+				       (N(g, d)->op == MOE_OP_EINSUM && N(g, d)->nargs == 1)); k++)
+		d = N(g, d)->args[0];
+	const ir_node *n = N(g, d);
+	if (n->op != MOE_OP_DEQUANT || ir_numel(n) <= 0)
+		return (double)moe_dtype_size((moe_dtype)N(g, w)->dtype);
+	return (double)(ir_bytes(N(g, n->args[0])) + ir_bytes(N(g, n->args[1]))) / (double)ir_numel(n);
+}
+
+static bool find_experts(const moe_graph *g, layer_dims *d)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_EXPERTS || n->args[EXP_UP] == MOE_NONE)
+			continue;
+		const ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]), *up = N(g, n->args[EXP_UP]);
+		if (x->rank != 2 || idx->rank != 2 || up->rank != 3)
+			return false;
+		*d = (layer_dims){.T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
+			.K = idx->shape[1], .B = ir_attr_int(n, "block", 1), .nproj = n->args[EXP_GATE] != MOE_NONE ? 3 : 2,
+			.xdt = x->dtype, .wdt = up->dtype, .wbytes = weight_bytes(g, n->args[EXP_UP])};
+		/* swiglu's silu(g) x u is one pass; gpt-oss's clamps, biases and scaled
+		 * sigmoid take eight (measured on gpt-oss-20b); the others about two */
+		const char *act = ir_attr_str(n, "act", "swiglu");
+		d->acts = !strcmp(act, "swiglu") || !strcmp(act, "none") ? 1 : !strcmp(act, "gpt_oss") ? 8 : 2;
+		const ir_node *gt = n->args[EXP_GATE] != MOE_NONE ? N(g, n->args[EXP_GATE]) : NULL;
+		d->pair = gt && gt->op == MOE_OP_WEIGHT && up->op == MOE_OP_WEIGHT && gt->dtype == up->dtype &&
+			  (up->dtype == MOE_BF16 || up->dtype == MOE_F32) && !memcmp(gt->shape, up->shape, sizeof up->shape);
+		return d->T > 0 && d->E > 0 && d->K > 0 && d->K <= d->E;
+	}
+	return false;
+}
+
+/* A shared expert: contractions of a weight that neither feed the experts
+ * op nor read its result. When the tail runs in row chunks (its widest
+ * contraction's f32 rows past 1/8 of DM) and 64 chunks hold at least 4 rows
+ * each (rowchunk.c), lower_shared.c runs it in 64 pieces of T / 64 rows
+ * inside the block loop: their contraction cycles, else 0. */
+static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const layer_dims *d)
+{
+	uint32_t nn = g->nnodes;
+	moe_id ex = MOE_NONE;
+	for (moe_id i = 0; i < nn && ex == MOE_NONE; i++)
+		ex = N(g, i)->op == MOE_OP_EXPERTS ? i : MOE_NONE;
+	if (ex == MOE_NONE || d->T % 64 || d->T / 64 < 4)
+		return 0;
+	bool *anc = ctx_alloc(g->ctx, nn + 1), *dep = ctx_alloc(g->ctx, nn + 1);
+	anc[ex] = true;
+	for (moe_id i = ex + 1; i-- > 0;)
+		for (uint32_t k = 0; anc[i] && k < N(g, i)->nargs; k++)
+			if (N(g, i)->args[k] != MOE_NONE)
+				anc[N(g, i)->args[k]] = true;
+	double cyc = 0, wb = 0, widest = 0, S = (double)tcp_slices(m);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		dep[i] = i == ex;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			dep[i] |= n->args[k] != MOE_NONE && dep[n->args[k]];
+		ir_einsum e;
+		char msg[96];
+		if (anc[i] || dep[i] || n->op != MOE_OP_EINSUM || n->nargs != 2 || N(g, n->args[1])->op != MOE_OP_WEIGHT ||
+			n->rank < 1 || n->shape[0] != d->T || !ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg))
+			continue;
+		const ir_node *a = N(g, n->args[0]), *w = N(g, n->args[1]);
+		int64_t O = ir_numel(n) / d->T, I = ir_numel(a) / d->T;
+		cyc += 64.0 * (double)tiled_cycles(m, d->T / 64, 0, 0, d->T / 64, O, I, w->dtype);
+		wb += (double)ir_bytes(w);
+		widest = fmax(widest, (double)O * (double)(moe_dtype_size((moe_dtype)n->dtype) + 4));
+	}
+	ctx_free(g->ctx, anc, nn + 1);
+	ctx_free(g->ctx, dep, nn + 1);
+	double dm = (double)m->dm_bytes_per_slice * S;
+	return wb <= dm / 2 && (double)d->T * widest > dm / 8 ? cyc : 0;
+}
+
+/* What one block costs on the main context, by its row count: a block of
+ * at most h rows (h = f, 4f, 16f, ... below B, the row classes of
+ * lower_rows.c) runs the contractions planned for h rows (above f in two
+ * row tiles, the second only for more than h / 2 rows), a fuller one those
+ * planned for B. Index k < ncls: class h[k]; the last entry is B. */
+enum { MAXCLS = 8 + TCP_MAX_UPPER, NSTEP = 5 };
+typedef struct block_costs {
+	int64_t B, h[MAXCLS];
+	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
+	int ncls;    /* entries, B's included */
+	bool stream; /* weights streamed per block: a block takes the longer of its main and DMA work */
+	/* streamed weights (fine row tiles, lower_contract.c): main cycles of
+	 * class k with j tiles of h / 8 past h / 2 (the last entry: a block
+	 * short of B), of a full block; DMA cycles fixed and per row moved */
+	double fine[MAXCLS][NSTEP], full, sdma, drow;
+	double share; /* a shared expert's pieces, spread over the blocks: main cycles per block */
+} block_costs;
+
+/* The main-context cycles of the block at the rows of its class; with
+ * streamed weights the longer of those and its DMA work (the expert's
+ * weights, its token rows, its result's rows: h of its class). */
+static double class_cost(const block_costs *bc, int64_t rows)
+{
+	int k = 0;
+	while (k < bc->ncls - 1 && rows > bc->h[k])
+		k++;
+	int64_t h = bc->h[k];
+	if (!bc->stream)
+		return (2 * rows > h ? bc->hi[k] : bc->lo[k]) + bc->share;
+	int64_t j = k == 0 || 2 * rows <= h ? 0 : (rows - h / 2 + h / 8 - 1) / (h / 8);
+	double mm = (rows >= bc->B ? bc->full : bc->fine[k][j < NSTEP ? j : NSTEP - 1]) + bc->share;
+	double dm = bc->sdma + (double)(rows + h) * bc->drow;
+	return dm > mm ? dm : mm;
+}
+
+/* Expert loads: an expert's token count n is Binomial(T, K/E x l), where
+ * l is the expert's load relative to uniform routing: l = 1 when the router
+ * is balanced (cv = 0), else lognormal with mean 1 and coefficient of
+ * variation cv, taken at its 8 equally likely octile midpoints (assumption
+ * A15). Accumulates the expected number of experts hit, E P(n > 0), of
+ * blocks, E E[ceil(n/B)], and of the blocks' main-context cycles, each full
+ * block at B's cost and the last at its row class's (each binomial over the
+ * mass within 10 standard deviations of its mean). */
+typedef struct loop_sums {
+	double hit, nb, cyc;
+} loop_sums;
+
+static void binom_blocks(double T, double p, const block_costs *bc, loop_sums *s)
+{
+	double mu = T * p, sd = sqrt(T * p * (1 - p));
+	int64_t lo = (int64_t)fmax(0, floor(mu - 10 * sd - 1)), hi = (int64_t)fmin(T, ceil(mu + 10 * sd + 1));
+	int64_t B = bc->B;
+	double full = class_cost(bc, B);
+	for (int64_t n = lo; n <= hi; n++) {
+		double lp = lgamma(T + 1) - lgamma((double)n + 1) - lgamma(T - (double)n + 1) + (double)n * log(p) +
+			    (T - (double)n) * log1p(-p);
+		double pr = p >= 1 ? (n == (int64_t)T) : exp(lp);
+		int64_t rem = n % B;
+		s->hit += n > 0 ? pr : 0;
+		s->nb += pr * (double)((n + B - 1) / B);
+		s->cyc += pr * ((double)(n / B) * full + (rem ? class_cost(bc, rem) : 0));
+	}
+}
+
+static void expected_blocks(const layer_dims *d, const block_costs *bc, double cv, loop_sums *out)
+{
+	/* standard normal quantiles at (2i + 1) / 16 */
+	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
+	double s2 = log1p(cv * cv), p0 = (double)d->K / (double)d->E;
+	int q = cv > 0 ? 8 : 1;
+	loop_sums acc = {0, 0, 0};
+	for (int i = 0; i < q; i++) {
+		double l = cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1, p = fmin(1, p0 * l);
+		binom_blocks((double)d->T, p, bc, &acc);
+	}
+	out->hit = (double)d->E * acc.hit / q;
+	out->nb = (double)d->E * acc.nb / q;
+	out->cyc = (double)d->E * acc.cyc / q;
+}
+
+/* Cycles of one DMA of `bytes` with one HBM side (docs/tcp-isa.md 10). */
+static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
+{
+	double hbm = m->hbm_bytes_per_s / m->clock_hz, eng = (double)(m->dma_engines * m->dma_bytes_per_cycle);
+	double t = bytes / (hbm < eng ? hbm : eng);
+	double er = rows < (double)m->dma_engines ? (rows < 1 ? 1 : rows) : (double)m->dma_engines;
+	return (double)(m->dma_setup + m->issue_cycles) + t + (rows > 1 ? ceil(rows / er) * (double)m->row_overhead : 0);
+}
+
+/* Main-context cycles of a block of `rows` rows run with the plans for h
+ * rows (in row tiles from `first`, lower_rows.c): its contractions and the
+ * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
+ * each). */
+static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
+	int64_t step, int64_t rows, double *tiles)
+{
+	double S = (double)tcp_slices(m);
+	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
+	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
+	int64_t c1 = tiled_cycles(m, h, first, step, rows, F1, d->D, d->wdt),
+		c2 = tiled_cycles(m, h, first, step, rows, d->D, d->F, d->wdt);
+	if (tiles) {
+		cplan p1 = tcp_plan_contract(m, h, F1, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
+		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
+			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
+	}
+	double vpass = ceil((double)h * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
+		       (double)(m->fill_drain + m->issue_cycles);
+	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
+}
+
+/* The upper row classes pay off through a larger B (one block per expert).
+ * A larger B's buffers can push the block results kept in pair order out of
+ * DM (lower_pairs.c: when the T K result rows take at most half of it), and
+ * the combine then gathers them after the loop, which this model does not
+ * price; so they are priced only while those rows, the double-buffered
+ * experts and B's buffers (the estimate of auto_candidates) take at most
+ * 3/4 of DM (Qwen3-30B-A3B at B = 304: 61%; gpt-oss-20b, whose pair rows
+ * fit only at its B = 496 of main: 80% at B = 256). */
+static bool pairs_roomy(const moe_tcp_machine *m, const layer_dims *d, int64_t B)
+{
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt), dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	double pairs = (double)d->T * (double)d->K * (double)d->D * xe;
+	if (2 * pairs > dm)
+		return true; /* no pair-order results: the combine gathers anyway */
+	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
+	double w = 2 * (double)d->nproj * (double)d->D * (double)d->F * d->wbytes;
+	return pairs + w + (double)B * row <= 0.75 * dm;
+}
+
+/* The per-block costs of block size B: main work by row class, and the DMA
+ * work (its token rows, its result and, for streamed weights, its expert's
+ * tiles at one setup each; whole experts' weights are fetched once per expert
+ * hit when two experts' weights fit half of DM). */
+static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_t B, block_costs *bc)
+{
+	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
+	double tiles = 0, W = (double)d->nproj * (double)d->D * (double)d->F * we;
+	memset(bc, 0, sizeof *bc);
+	bc->B = B;
+	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
+	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
+	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
+		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
+		bc->h[bc->ncls] = h;
+		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
+		bc->hi[bc->ncls] = block_main(m, d, B, h, first, 0, h, NULL);
+		for (int j = 0; bc->stream && j < NSTEP; j++)
+			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
+		bc->ncls++;
+	}
+	/* weights held in DM: the upper classes, each whole (row_classes.c); not
+	 * priced for packed low-precision experts, whose dequantized buffers this
+	 * model's DM bound does not see (a larger B would not fit) */
+	int64_t up[TCP_MAX_UPPER];
+	bool plain = (d->wdt == MOE_BF16 || d->wdt == MOE_F32) &&
+		     d->wbytes >= (double)moe_dtype_size((moe_dtype)d->wdt);
+	int nu = bc->stream || !plain || !pairs_roomy(m, d, B) ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
+	for (int k = 0; k < nu; k++, bc->ncls++) {
+		bc->h[bc->ncls] = up[k];
+		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
+	}
+	bc->h[bc->ncls] = B;
+	bc->lo[bc->ncls] = bc->hi[bc->ncls] = bc->full = block_main(m, d, B, B, 0, 0, B, &tiles);
+	for (int j = 0; bc->stream && j < NSTEP; j++) /* a block short of B (B >= 4f) */
+		bc->fine[bc->ncls][j] = B >= 4 * f ? block_main(m, d, B, B, B / 2, B / 8, B / 2 + j * (B / 8), NULL) : bc->full;
+	bc->ncls++;
+	bc->dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
+	for (int64_t p = 0; p < d->nproj; p++)
+		bc->wfetch += dma_cycles(m, W / (double)d->nproj, 1);
+	if (bc->stream) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
+		bc->dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
+	/* ... and in the loop every block's DMA list joins the one before it
+	 * (block_store.c): the setups hide; its token rows and its result's
+	 * rows by its count */
+	bc->sdma = dma_cycles(m, W, 1) + (tiles + 2) * (double)m->issue_cycles;
+	bc->drow = (double)d->D * xe / fmin(m->hbm_bytes_per_s / m->clock_hz, (double)(m->dma_engines * m->dma_bytes_per_cycle));
+}
+
+/* Predicted cycles of the block loop with block size B: the blocks each hit
+ * expert needs, each block's main-context work at its row class against
+ * the DMA work, whichever is longer, plus the guard of every skipped block
+ * of the worst-case grid. */
+static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_t B, double cv)
+{
+	block_costs bc;
+	block_costs_of(m, d, B, &bc);
+	loop_sums s;
+	expected_blocks(d, &bc, cv, &s);
+	if (d->shared > 0 && s.nb > 0) { /* the pieces ride on the blocks (lower_shared.c) */
+		bc.share = d->shared / s.nb;
+		expected_blocks(d, &bc, cv, &s);
+	}
+	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
+	double loop;
+	if (!bc.stream) {
+		double dtot = s.nb * bc.dma + s.hit * bc.wfetch;
+		loop = s.cyc > dtot ? s.cyc : dtot;
+	} else {
+		loop = s.cyc; /* each block already the longer of its main and DMA work */
+	}
+	return loop + (double)(gm > s.nb ? gm - (int64_t)s.nb : 0) * (double)(2 * m->branch_cycles + m->scalar_cycles);
+}
+
+/* Block sizes block=auto evaluates: the listed ones, and from 256 up to
+ * 1024 every multiple of 16 (an expert of a prefill takes one block of
+ * about its token count instead of a full block and a nearly empty one),
+ * while one block's buffers (token rows in and out, double-buffered, and
+ * the f32 values of its projections) take at most half of DM (a quarter
+ * above 256); the smallest is always a candidate. */
+static const int64_t auto_small[] = {8, 16, 32, 48, 64, 96, 128, 192};
+#define NSMALL (sizeof auto_small / sizeof *auto_small)
+enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 2 };
+
+static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_t *out)
+{
+	int n = 0;
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
+	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
+	double cap = (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 4;
+	if (d->T >= 1 && d->T < auto_small[0]) /* no expert gets more than T rows: a decode's B = 1 */
+		out[n++] = d->T;
+	for (size_t i = 0; i < NSMALL; i++)
+		if ((i == 0 && n == 0) || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
+			out[n++] = auto_small[i];
+	for (int64_t B = 256; B <= AUTO_MAX; B += AUTO_STEP)
+		if ((double)B * row <= (B == 256 ? 2 : 1) * cap && (B == 256 || B < d->T * d->K))
+			out[n++] = B;
+	return n;
+}
+
+/* The router's balance is not known when the layer compiles: block=auto
+ * predicts every candidate B under uniform expert loads and under loads of
+ * coefficient of variation 0.5 (assumption A15), and takes the B whose
+ * worse ratio to the best B of the same load is smallest (ties: the faster
+ * under uniform loads). */
+static const double load_cv[2] = {0, 0.5};
+
+int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, double *predicted_s)
+{
+	moe_tcp_machine *def = NULL;
+	const moe_tcp_machine *m = machine;
+	if (predicted_s)
+		*predicted_s = 0;
+	layer_dims d;
+	if (!g || !find_experts(g, &d))
+		return 0;
+	if (!m && !(m = def = moe_tcp_machine_default(ctx)))
+		return 0;
+	d.shared = shared_cycles(m, g, &d);
+	int64_t cand[NAUTO];
+	int nc = auto_candidates(m, &d, cand);
+	double t[2][NAUTO], best[2] = {0, 0};
+	for (int l = 0; l < 2; l++)
+		for (int i = 0; i < nc; i++) {
+			t[l][i] = predict_loop(m, &d, cand[i], load_cv[l]);
+			best[l] = i == 0 || t[l][i] < best[l] ? t[l][i] : best[l];
+		}
+	int pick = 0;
+	double pr = 0;
+	for (int i = 0; i < nc; i++) {
+		double r = fmax(t[0][i] / best[0], t[1][i] / best[1]);
+		if (i == 0 || r < pr || (r == pr && t[0][i] < t[0][pick])) {
+			pick = i;
+			pr = r;
+		}
+	}
+	if (predicted_s)
+		*predicted_s = t[0][pick] / m->clock_hz;
+	moe_tcp_machine_free(ctx, def);
+	return cand[pick];
+}

@@ -1,0 +1,460 @@
+/* backend-tcp/sim_mem.c: the TCP simulator's data movement: DMA copies, gathers,
+ * scatters and SPM staging with their cost (docs/tcp-isa.md section 10), sub
+ * loads into TRF/VRF, and the checks on values of absent weights. */
+#include "backend-tcp/sim/sim_int.h"
+
+/* ---- DMA ---- */
+bool tcps_writable(sim *s, uint32_t pc, int32_t t)
+{
+	if (s->p->t[t].kind == TCP_T_INPUT || s->p->t[t].kind == TCP_T_WEIGHT || s->p->t[t].kind == TCP_T_CONST ||
+		s->p->t[t].kind == TCP_T_PACKED) {
+		FAULT(s, pc, "write to read-only tensor '%s'", s->p->t[t].name);
+		return false;
+	}
+	return true;
+}
+
+/* What one DMA command moves, for its cost (docs/tcp-model.md section 4). */
+typedef struct dmac {
+	int64_t bytes;    /* DM-side bytes, every copy counted (HBM -> HBM: the bytes moved) */
+	int64_t requests; /* ceil(packet / dma.request_bytes) per packet */
+	int64_t rmw;      /* bytes of DM write runs that are not 8 B aligned */
+	int64_t eng;      /* engines the command runs on */
+	double hbm;       /* bytes charged to the one HBM pool, reads and writes together */
+	/* the HBM pattern: address bits 8..12 of every granule touched, the
+	 * requests and those that switch rows in their channel, each side's last
+	 * run start */
+	uint32_t chan;
+	int64_t hreq, conflicts, last[2];
+	/* the DM side: DMNs and DMN pairs touched, each side's clusters */
+	int64_t dmns, pairs, clo[2], chi[2];
+} dmac;
+
+static void dmac_init(dmac *c)
+{
+	memset(c, 0, sizeof *c);
+	c->last[0] = c->last[1] = -1;
+	c->clo[0] = c->clo[1] = INT64_MAX;
+	c->chi[0] = c->chi[1] = -1;
+}
+
+/* The HBM pattern rule (docs/tcp-model.md section 1): a request's channel
+ * is taken as its address bits 8..12 (bit 8 the stack); a run shorter than
+ * two granules that lands on the channel of the side's previous run but in
+ * another row (address bits 21 and up) switches rows in that bank. */
+static void hbm_pattern(dmac *c, int64_t a, int64_t len, int64_t g, bool write)
+{
+	int64_t g0 = a / g, g1 = (a + len - 1) / g;
+	if (g1 - g0 >= 31)
+		c->chan = 0xffffffffu;
+	else
+		for (int64_t k = g0; k <= g1; k++)
+			c->chan |= 1u << (k & 31);
+	c->hreq += g1 - g0 + 1;
+	int64_t pv = c->last[write];
+	if (g1 == g0 && pv >= 0 && (((a ^ pv) >> 8) & 31) == 0 && (a >> 21) != (pv >> 21))
+		c->conflicts++;
+	c->last[write] = a;
+}
+
+/* One contiguous run of len bytes at byte address a of tensor t, read or
+ * written. HBM reads are charged whole requests of the access granule (a run
+ * crossing a granule boundary costs one more request); HBM writes are charged
+ * whole granules, a partial granule at the unaligned write factor (its
+ * read-modify-write). A DM write whose address or size is not a multiple of
+ * dm_alignment_bytes is a read-modify-write (memory.dm_misaligned_write_factor). */
+static void dma_run(sim *s, dmac *c, int32_t t, int64_t a, int64_t len, bool write)
+{
+	const moe_tcp_machine *m = s->m;
+	if (len <= 0)
+		return;
+	if (s->p->t[t].space == TCP_HBM) {
+		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
+		hbm_pattern(c, a, len, g, write);
+		if (!write) {
+			c->hbm += (double)(blocks * g);
+			acc_sat(s, &s->st->hbm_read_bytes, len);
+		} else {
+			int64_t partial = (a % g != 0) + (end % g != 0);
+			if (partial > blocks)
+				partial = blocks;
+			c->hbm += (double)((blocks - partial) * g) + (double)(partial * g) * m->hbm_unaligned_write;
+			acc_sat(s, &s->st->hbm_write_bytes, len);
+		}
+	} else if (write && (a % m->dm_align != 0 || len % m->dm_align != 0)) {
+		c->rmw += len;
+	}
+}
+
+/* Requests of a run of rb bytes split into packets of at most
+ * dma.max_packet_bytes. */
+static int64_t run_requests(const moe_tcp_machine *m, int64_t rb)
+{
+	int64_t full = rb / m->dma_max_packet, rem = rb % m->dma_max_packet;
+	return full * cdiv(m->dma_max_packet, m->dma_request) + cdiv(rem, m->dma_request);
+}
+
+/* The contiguous runs of a view over dims (elements of size e), each passed
+ * to dma_run; returns the run length in elements. */
+static int64_t dma_runs(sim *s, dmac *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t base = s->p->t[v->t].addr + vbase(s, v) * e, idx[TCP_MAXD] = {0}, outer = 1;
+	for (int j = 0; j <= k; j++)
+		outer *= dim[j];
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t a = base;
+		for (int j = 0; j <= k; j++)
+			a += idx[j] * v->stride[j] * e;
+		dma_run(s, c, v->t, a, run * e, write);
+		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
+			idx[j] = 0;
+	}
+	return run;
+}
+
+/* ---- placement: which slices hold a DM tensor's bytes ---- */
+/* The copies of DM tensor t's bytes that a DMA writing it must write (its
+ * layout, docs/tcp-isa.md section 1). */
+static int64_t dm_copies(const sim *s, int32_t t)
+{
+	return tcp_dm_side_bytes(&s->p->t[t], 1);
+}
+
+/* Slices holding bytes [lo, hi] of DM tensor t in its first copy, as the
+ * first slice and a count (modulo the P slices of one copy): the layout's
+ * unit i is held by slice i mod P (+ k P in copy k; tcp_slice_has). */
+static void dm_slices(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
+{
+	const tcp_tensor *tt = &s->p->t[t];
+	int64_t u = tcp_layout_unit(s->m, tt), f0 = lo / u, f1 = hi / u;
+	*P = tcp_layout_group(s->m, tt);
+	*P = *P < 1 ? 1 : *P > s->S ? s->S : *P;
+	*first = f0 % *P;
+	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
+}
+
+/* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t,
+ * in every copy, for side `w` of the command (stamp: this command). */
+static void dm_touch(sim *s, dmac *c, int32_t t, int64_t lo, int64_t hi, int w)
+{
+	const moe_tcp_machine *m = s->m;
+	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
+	dm_slices(s, t, lo, hi, &first, &n, &P);
+	int64_t ppc = (dpc + 1) / 2, npair0 = s->ndmn; /* pair stamps follow the DMN stamps */
+	for (int64_t k = 0, copies = dm_copies(s, t); k < copies && k * P < s->S; k++)
+		for (int part = 0; part < 2; part++) {
+			int64_t a = part ? 0 : first, b = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
+			a += k * P;
+			b += k * P;
+			b = b < s->S - 1 ? b : s->S - 1;
+			if (b < a)
+				continue;
+			int64_t d0 = a / spc * dpc + a % spc / spd, d1 = b / spc * dpc + b % spc / spd;
+			for (int64_t d = d0; d <= d1; d++) {
+				int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
+				c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
+				c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
+				if (s->dmn_stamp[d] != s->stamp)
+					s->dmn_stamp[d] = s->stamp, c->dmns++;
+				if (s->dmn_stamp[pr] != s->stamp)
+					s->dmn_stamp[pr] = s->stamp, c->pairs++;
+			}
+		}
+}
+
+/* A DMA command's DM sides: bytes (every copy), DMNs and engines. */
+static void dm_sides(sim *s, dmac *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
+	int64_t shi, int64_t moved)
+{
+	const tcp_tensor *td = &s->p->t[d->t], *ts = &s->p->t[sv->t];
+	s->stamp++;
+	if (s->stamp == 0) { /* wrapped: clear every stamp */
+		memset(s->dmn_stamp, 0, sizeof *s->dmn_stamp * (size_t)(2 * s->ndmn + 1));
+		s->stamp = 1;
+	}
+	int64_t copies = td->space == TCP_DM ? dm_copies(s, d->t) : 1;
+	if (td->space == TCP_DM)
+		dm_touch(s, c, d->t, dlo * esz_of(s, d->t), (dhi + 1) * esz_of(s, d->t) - 1, 0);
+	if (ts->space == TCP_DM)
+		dm_touch(s, c, sv->t, slo * esz_of(s, sv->t), (shi + 1) * esz_of(s, sv->t) - 1, 1);
+	c->bytes = moved * copies;
+	if (td->space == TCP_HBM && ts->space == TCP_HBM)
+		c->eng = s->m->hbm2hbm_engines;
+	else
+		c->eng = c->pairs;
+	c->eng = c->eng < 1 ? 1 : c->eng > s->m->dma_engines ? s->m->dma_engines : c->eng;
+}
+
+/* setup + the data time (the largest of the engines', the DMNs', the HBM
+ * pool's and the requests' time) + row overheads: gather/scatter pay the row
+ * overhead per engine for every row of the index list, the zero rows past a
+ * valid count included (docs/tcp-model.md, DMA). */
+static int64_t dma_time(sim *s, const dmac *c, bool dm2dm, int64_t rows)
+{
+	const moe_tcp_machine *m = s->m;
+	double by = (double)c->bytes + (double)c->rmw * (m->dm_misaligned_write - 1), eng = (double)c->eng;
+	double t = by / (eng * (double)m->dma_bytes_per_cycle);
+	if (c->dmns > 0) {
+		/* DM -> DM within a cluster serializes its reads and writes */
+		bool within = dm2dm && c->clo[0] <= c->chi[1] && c->clo[1] <= c->chi[0];
+		double dn = by / ((double)c->dmns * (double)m->dmn_bytes_per_cycle) * (within && m->dm_to_dm_serialized ? 2 : 1);
+		t = t > dn ? t : dn;
+	}
+	bool stack = (c->chan & 0x55555555u) && (c->chan & 0xaaaaaaaau);
+	double h = c->hbm / s->hbm_bpc * (c->hreq > 1 && !stack ? m->hbm_no_stack_bit : 1);
+	if (c->conflicts > 0) {
+		int ch = __builtin_popcount(c->chan);
+		h = h * (1 - (double)c->conflicts / (double)c->hreq) +
+		    (double)c->conflicts * (double)m->hbm_row_conflict / (double)(ch ? ch : 1);
+	}
+	double rq = (double)c->requests / eng;
+	t = t > h ? t : h;
+	t = t > rq ? t : rq;
+	if (!(t < 1e15)) { /* also NaN: the float->int conversion below must be defined */
+		s->cycles_overflow = true;
+		t = 1e15;
+	}
+	return m->dma_setup + (int64_t)ceil(t) + (rows > 1 ? cdiv(rows, c->eng) * m->row_overhead : 0);
+}
+
+/* False (with a fault) when the values of tensor t are needed but derive
+ * from a weight absent from the checkpoint. */
+bool tcps_needs_values(sim *s, uint32_t pc, int32_t t)
+{
+	if (t < 0 || !s->absent[t])
+		return true;
+	const tcp_tensor *w = &s->p->t[s->absent[t] - 1];
+	FAULT(s, pc, "this timing-only run needs the values of '%s', which come from %s '%s', absent from the "
+		"checkpoint (only expert weights, whose arithmetic is skipped, may be left out)", s->p->t[t].name,
+		w->kind == TCP_T_PACKED ? "packed weight" : "weight", w->name);
+	return false;
+}
+
+/* Timing-only runs skip the arithmetic from the block body on (A12). */
+bool tcps_computes(const sim *s, uint32_t pc)
+{
+	return !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+}
+
+/* Before a pass computes: its sources must have values; its destination gets
+ * fresh ones. False after a fault. */
+bool tcps_take_values(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (w != TCP_V_DST && !tcps_needs_values(s, pc, in->v[w].t))
+			return false;
+	s->absent[in->v[TCP_V_DST].t] = 0;
+	return true;
+}
+
+/* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
+ * both sides along the innermost loop move with one memcpy. */
+static void copy_elems(sim *s, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e, int64_t db,
+	int64_t sb)
+{
+	int nd = in->ndim;
+	if (s->absent[sv->t])
+		s->absent[d->t] = s->absent[sv->t];
+	if (nd == 0 || !s->data[sv->t])
+		return;
+	int64_t inner = in->dim[nd - 1];
+	bool run = d->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
+	int64_t outer = 1;
+	for (int k = 0; k < nd - 1; k++)
+		outer *= in->dim[k];
+	int64_t idx[TCP_MAXD] = {0};
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t da = db, sa = sb;
+		for (int k = 0; k < nd - 1; k++) {
+			da += idx[k] * d->stride[k];
+			sa += idx[k] * sv->stride[k];
+		}
+		if (run) {
+			memmove(s->data[d->t] + da * e, s->data[sv->t] + sa * e, (size_t)(inner * e));
+		} else {
+			for (int64_t i = 0; i < inner; i++)
+				memcpy(s->data[d->t] + (da + i * d->stride[nd - 1]) * e, s->data[sv->t] + (sa + i * sv->stride[nd - 1]) * e,
+					(size_t)e);
+		}
+		for (int k = nd - 2; k >= 0 && ++idx[k] == in->dim[k]; k--)
+			idx[k] = 0;
+	}
+}
+
+void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t dlo, dhi, slo, shi;
+	if (!tcps_vrange(s, pc, d, in->ndim, in->dim, &dlo, &dhi) || !tcps_vrange(s, pc, sv, in->ndim, in->dim, &slo, &shi) ||
+		!tcps_writable(s, pc, d->t))
+		return;
+	int64_t e = esz_of(s, d->t), n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t db = vbase(s, d), sb = vbase(s, sv);
+	copy_elems(s, in, d, sv, e, db, sb);
+	dmac dc;
+	dmac_init(&dc);
+	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
+	int64_t run = rs < rd ? rs : rd;
+	dc.requests = n / run * run_requests(s->m, run * e);
+	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, n * e);
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	tcps_schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, 1));
+}
+
+void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	bool gather = in->op == TCP_OP_DMA_GATHER;
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0], *iv = &in->v[TCP_V_S1];
+	int64_t G = in->dim[0], n = in->dim[1], row = in->dim[2], rows = in->rows;
+	int64_t d3[3] = {G, gather ? n : rows, row}, s3[3] = {G, gather ? rows : n, row};
+	int64_t dlo, dhi, slo, shi, ilo, ihi;
+	s->no_fill = gather; /* the rows gathered are filled one by one below */
+	bool ok = tcps_vrange(s, pc, d, 3, d3, &dlo, &dhi) && tcps_vrange(s, pc, sv, 3, s3, &slo, &shi);
+	s->no_fill = false;
+	if (!ok || !tcps_vrange(s, pc, iv, 2, in->dim, &ilo, &ihi) || !tcps_writable(s, pc, d->t))
+		return;
+	bool vrows = in->flags & TCP_F_VROWS; /* the count limits the groups */
+	int64_t cnt = in->vreg >= 0 && !vrows ? s->reg[in->vreg] : n, gcnt = in->vreg >= 0 && vrows ? s->reg[in->vreg] : G;
+	int64_t e = esz_of(s, d->t), db = vbase(s, d), sb = vbase(s, sv), ib = vbase(s, iv), moved = 0;
+	if (!tcps_needs_values(s, pc, iv->t))
+		return;
+	if (s->absent[sv->t])
+		s->absent[d->t] = s->absent[sv->t];
+	bool copy = s->data[sv->t] != NULL;
+	dmac dc;
+	dmac_init(&dc);
+	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
+	for (int64_t g = 0; g < G && !s->fault; g++)
+		for (int64_t j = 0; j < n; j++) {
+			if (j >= cnt || g >= gcnt) {
+				if (gather)
+					for (int64_t x = 0; x < row; x++)
+						memset(s->data[d->t] + (db + g * d->stride[0] + j * d->stride[1] + x) * e, 0, (size_t)e);
+				continue;
+			}
+			int32_t ix = (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
+			if (in->flags & TCP_F_HBMIDX) { /* a byte offset of whole rows of the HBM side */
+				int64_t rb = (gather ? sv : d)->stride[1] * e;
+				if (rb < 1 || ix % rb) {
+					FAULT(s, pc, "%s byte offset %d at position %lld is not a multiple of the row stride (%lld bytes)",
+						gather ? "gather" : "scatter", ix, (long long)(g * n + j), (long long)rb);
+					return;
+				}
+				ix = (int32_t)(ix / rb);
+			}
+			if (ix < 0 || ix >= rows) {
+				FAULT(s, pc, "%s index %d at position %lld outside [0, %lld)", gather ? "gather" : "scatter", ix,
+					(long long)(g * n + j), (long long)rows);
+				return;
+			}
+			int64_t da = db + g * d->stride[0] + (gather ? j : ix) * d->stride[1];
+			int64_t sa = sb + g * sv->stride[0] + (gather ? ix : j) * sv->stride[1];
+			if (s->lz && gather && !tcps_fill(s, pc, sv->t, sa, sa + (row - 1) * sv->stride[2]))
+				return;
+			for (int64_t x = 0; copy && x < row; x++)
+				memcpy(s->data[d->t] + (da + x * d->stride[2]) * e, s->data[sv->t] + (sa + x * sv->stride[2]) * e,
+					(size_t)e);
+			for (int64_t x = 0; x < row; x += rb / e) {
+				dma_run(s, &dc, sv->t, sa0 + (sa + x * sv->stride[2]) * e, rb, false);
+				dma_run(s, &dc, d->t, da0 + (da + x * d->stride[2]) * e, rb, true);
+			}
+			moved++;
+		}
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	acc_add(&a, iv->t, ilo, ihi, false);
+	dc.requests = (moved ? moved : 1) * (row * e / rb) * run_requests(s->m, rb);
+	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
+	tcps_schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, G * n));
+}
+
+/* Stages up to three i32 views into SPM, one descriptor each on its own
+ * engine (they run side by side): the run-time scalars the control path reads
+ * with ld (docs/tcp-model.md section 6). */
+void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	int64_t lo[TCP_NVIEW], hi[TCP_NVIEW], n = 1, most = 0;
+	acc a = {0};
+	dmac dc;
+	dmac_init(&dc);
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+		const tcp_view *v = &in->v[w];
+		if (v->t < 0)
+			continue;
+		if (!tcps_vrange(s, pc, v, in->ndim, in->dim, &lo[w], &hi[w]) || !tcps_needs_values(s, pc, v->t))
+			return;
+		acc_add(&a, v->t, lo[w], hi[w], false);
+		int64_t el = hi[w] - lo[w] + 1 < n ? hi[w] - lo[w] + 1 : n;
+		most = el * 4 > most ? el * 4 : most;
+		dc.eng++;
+		dc.requests += run_requests(s->m, el * 4);
+		dma_runs(s, &dc, v, in->ndim, in->dim, 4, false);
+	}
+	dc.bytes = most * dc.eng;
+	tcps_schedule(s, pc, &a, dma_time(s, &dc, false, 1));
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+		int32_t t = in->v[w].t;
+		if (t < 0)
+			continue;
+		int64_t *sp = s->spm[t];
+		if (sp[2] >= 0) {
+			sp[0] = sp[0] < lo[w] ? sp[0] : lo[w];
+			sp[1] = sp[1] > hi[w] ? sp[1] : hi[w];
+		} else {
+			sp[0] = lo[w];
+			sp[1] = hi[w];
+		}
+		sp[2] = s->cfree[TCP_CTX_DMA];
+		sp[3] = s->cev[TCP_CTX_DMA];
+	}
+}
+
+/* The bytes of a sub load's source view (elements [lo, hi] of a DM tensor,
+ * n elements read) that one slice holding them holds: the distinct bytes
+ * over the slices they lie in (dm_slices). */
+static int64_t sub_own_bytes(const sim *s, const tcp_view *v, int64_t lo, int64_t hi, int64_t n)
+{
+	int64_t first, ns, P, e = esz_of(s, v->t), bytes = (hi - lo + 1 < n ? hi - lo + 1 : n) * e;
+	if (s->p->t[v->t].space != TCP_DM)
+		return bytes;
+	dm_slices(s, v->t, lo * e, (hi + 1) * e - 1, &first, &ns, &P);
+	int64_t own = cdiv(bytes, ns), most = tcp_slice_holds(s->m, &s->p->t[v->t], 0);
+	return own < most ? own : most;
+}
+
+void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t dlo, dhi, slo, shi;
+	if (!tcps_vrange(s, pc, d, in->ndim, in->dim, &dlo, &dhi) || !tcps_vrange(s, pc, sv, in->ndim, in->dim, &slo, &shi))
+		return;
+	int64_t e = esz_of(s, d->t), n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t db = vbase(s, d), sb = vbase(s, sv);
+	if (tcps_computes(s, pc))
+		copy_elems(s, in, d, sv, e, db, sb);
+	/* every slice loads its footprint of the tile: what its own DM holds at
+	 * the sub context's read width, the rest over the switch (flags=xslice);
+	 * a load without the switch reads only what its slice holds (the
+	 * validator checks it: docs/tcp-isa.md section 9) */
+	int64_t per = s->p->t[d->t].slice_bytes;
+	int64_t own = (in->flags & TCP_F_SWITCH) ? sub_own_bytes(s, sv, slo, shi, n) : per;
+	s->hold_main = own < per && !s->m->sub_switch_concurrent;
+	acc a = {0};
+	acc_add(&a, d->t, dlo, dhi, true);
+	acc_add(&a, sv->t, slo, shi, false);
+	tcps_schedule(s, pc, &a, tcp_sub_load_cycles(s->m, per, own) + s->m->fill_drain);
+	s->hold_main = false;
+}
