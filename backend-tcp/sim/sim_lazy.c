@@ -1,4 +1,4 @@
-/* backend-tcp/sim_lazy.c: weights read on first use. A run given the
+/* backend-tcp/sim/sim_lazy.c: weights read on first use. A run given the
  * checkpoint (moe_tcp_run_opts.lazy_weights) binds the per-expert weights
  * the loader deferred (MOE_WEIGHTS_DEFER) and the packed weights computed
  * from them to anonymous mappings, whose pages take no memory until written;
@@ -8,7 +8,7 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <sys/mman.h>
 
-#include "backend-tcp/sim_int.h"
+#include "backend-tcp/sim/sim_int.h"
 #include "moec/io.h"
 
 typedef struct lazy_t {
