@@ -124,6 +124,57 @@ static bool map_rows(moe_ctx *ctx, lazy_t *l, const tcp_tensor *t, moe_id wid)
 /* Rows of per-expert weights the prep graph reads: deferred (no data) ones
  * from the checkpoint, bound ones copied. out[k]: row `row` of each packed
  * weight. */
+/* A row graph of weights, reshapes and concats only moves bytes: evaluated
+ * here with copies (what the interpreter computes, without its per-element
+ * walk); false when g holds another op (nothing done). */
+static bool moves_bytes(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *rb, moe_tensor **out)
+{
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op != MOE_OP_WEIGHT && N(g, i)->op != MOE_OP_RESHAPE && N(g, i)->op != MOE_OP_CONCAT)
+			return false;
+	uint8_t **buf = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *buf);
+	bool *own = ctx_alloc(ctx, g->nnodes + 1);
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_WEIGHT) {
+			buf[i] = moe_tensor_map_get(rb, n->name)->data;
+		} else if (n->op == MOE_OP_RESHAPE) {
+			buf[i] = buf[n->args[0]];
+		} else { /* concat on axis a >= 1 of a [1, ...] row: each operand's trailing block in turn */
+			int64_t a = ir_attr_int(n, "axis", 0), outer = 1, es = (int64_t)moe_dtype_size((moe_dtype)n->dtype), at = 0;
+			a = a < 0 ? a + n->rank : a;
+			for (int64_t k = 0; k < a; k++)
+				outer *= n->shape[k];
+			int64_t total = es;
+			for (int k = 0; k < n->rank; k++)
+				total *= n->shape[k];
+			buf[i] = ctx_alloc(ctx, (size_t)total);
+			own[i] = true;
+			for (int64_t o = 0; o < outer; o++)
+				for (uint32_t k = 0; k < n->nargs; k++) {
+					const ir_node *x = N(g, n->args[k]);
+					int64_t blk = es;
+					for (int d = (int)a; d < x->rank; d++)
+						blk *= x->shape[d];
+					memcpy(buf[i] + at, buf[n->args[k]] + o * blk, (size_t)blk);
+					at += blk;
+				}
+		}
+	}
+	for (uint32_t k = 0; k < g->nout; k++) {
+		const ir_node *n = N(g, g->outputs[k]);
+		out[k] = moe_tensor_new(ctx, (moe_dtype)n->dtype, n->rank, n->shape);
+		if (out[k])
+			memcpy(out[k]->data, buf[g->outputs[k]], out[k]->nbytes);
+	}
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (own[i])
+			ctx_free(ctx, buf[i], 0);
+	ctx_free(ctx, buf, 0);
+	ctx_free(ctx, own, 0);
+	return true;
+}
+
 static moe_status pack_row(sim *s, int64_t row, moe_tensor **out)
 {
 	tcps_lazy *z = s->lz;
@@ -154,7 +205,7 @@ static moe_status pack_row(sim *s, int64_t row, moe_tensor **out)
 		if (moe_tensor_map_set(rb, n->name, t) != MOE_OK && rc == MOE_OK)
 			rc = MOE_ERR_NOMEM;
 	}
-	if (rc == MOE_OK)
+	if (rc == MOE_OK && !moves_bytes(ctx, g, rb, out))
 		rc = moe_interp_run(ctx, g, rb, out);
 	moe_tensor_map_free(rb);
 	return rc;
