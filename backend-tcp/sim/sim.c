@@ -227,7 +227,7 @@ static moe_status simulate(sim *s)
 			((int32_t)pc == p->tier_loop_pc + 1 && p->tier_loop_pc >= 0)) {
 			s->st->blocks_executed++;
 			if (s->o->progress)
-				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks);
+				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks > 0 ? s->nblocks : p->moe_G);
 		} else if (s->o->progress && !in_experts(s, pc) && tcp_op_ctx[in->op] != TCP_CTX_CTL) {
 			bool before = s->xlo < 0 || (int64_t)pc < s->xlo;
 			int64_t lo = before ? 0 : s->xhi + 1, hi = before ? (s->xlo < 0 ? (int64_t)p->ncode : s->xlo) : p->ncode;

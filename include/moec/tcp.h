@@ -147,7 +147,8 @@ typedef struct moe_tcp_run_opts {
 	 * outside the block loop with phase "routing" (before the loop) or
 	 * "combine" (after it) and done/total counting those commands' positions
 	 * in the program, and at each block with phase "blocks" and the blocks
-	 * run / the run-time block count. Cheap calls; the caller throttles. */
+	 * run / the run-time block count (the worst-case grid until the program
+	 * loads it). Cheap calls; the caller throttles. */
 	void (*progress)(void *ud, const char *phase, int64_t done, int64_t total);
 	void *progress_ud;
 	/* The checkpoint the weights were loaded from, or NULL. Given, weights
