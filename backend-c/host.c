@@ -510,7 +510,9 @@ static bool pack_cache_open(moe_ctx *ctx, const moe_host_opts *o, cgen_cache *c)
 {
 	if (!o->weights_id || o->no_cache || !cgen_cache_open(ctx, c, o->cache_dir, "pack", 4))
 		return false;
-	if (faccessat(c->dir, ".", W_OK, AT_EACCESS) != 0) {
+	struct stat st;
+	/* read-only: not writable by us, or its owner's write bit cleared (which root would pass) */
+	if (faccessat(c->dir, ".", W_OK, AT_EACCESS) != 0 || fstat(c->dir, &st) != 0 || !(st.st_mode & S_IWUSR)) {
 		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, c->root),
 			"the cache directory is not writable: the packed-weight cache is off (every run packs the weights)");
 		cgen_cache_close(c);
