@@ -277,6 +277,21 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len);
 void cgen_cache_mac(const unsigned char *secret, const char *key, size_t keylen, const void *obj, size_t len,
 	unsigned char hdr[CGEN_CACHE_HDR]);
 
+/* The packed-weight cache (jit_cache.c, "packed weights"), in a root opened
+ * with cgen_cache_open. cgen_pack_map: 1 when *e maps the verified entry of
+ * key holding len bytes (cgen_pack_unmap), 0 without an entry, -1 for an
+ * entry that failed a check (*why says which; nothing mapped). cgen_pack_store
+ * writes an entry through a temporary and a rename; false on failure. */
+typedef struct cgen_pack_entry {
+	void *map;         /* the entry's mapping (NULL: none) */
+	size_t maplen;
+	const void *data;  /* the packed weight in it, 64-byte aligned */
+} cgen_pack_entry;
+int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t len, cgen_pack_entry *e, const char **why);
+void cgen_pack_unmap(cgen_pack_entry *e);
+bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const void *data, size_t len);
+uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed);
+
 /* Write to path through a temporary file and a rename. write() fills f. */
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);
 

@@ -399,6 +399,7 @@ typedef struct host_run {
 	int64_t *rowlen;    /* per buffer: the K it is packed with */
 	int npack;
 	void **packed;      /* the packed copies, weights[nweights + slot] */
+	cgen_pack_entry *cached; /* per slot: the cache entry read in place of a copy */
 } host_run;
 
 static moe_status run_setup(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_tensor_map *bind,
@@ -463,6 +464,7 @@ static void pack_plan(moe_ctx *ctx, const cg_prog *p, host_run *R)
 	R->rowlen = ctx_alloc(ctx, (p->nbufs + 1) * sizeof *R->rowlen);
 	R->npack = cgen_pack_plan(p, R->wpack, R->rowlen);
 	R->packed = ctx_alloc(ctx, (size_t)R->npack * sizeof *R->packed + 1);
+	R->cached = ctx_alloc(ctx, (size_t)R->npack * sizeof *R->cached + 1);
 	for (int i = 0; i < R->npack; i++)
 		R->packed[i] = NULL;
 	R->jo.wpack = R->npack ? R->wpack : NULL;
@@ -480,32 +482,99 @@ static void pack_body(void *env, int64_t lo, int64_t hi)
 	cgen_pack_tiles(e->src, e->dst, e->K, lo, hi);
 }
 
-/* The packed copies, made over the thread pool: weights[nweights + slot]. */
-static moe_status pack_weights(moe_ctx *ctx, const cg_prog *p, host_run *R)
+/* The key text of buffer b's packed copy (cgen_pack_load), in ctx memory. */
+static char *pack_key(moe_ctx *ctx, const moe_graph *g, const cg_buf *b, int64_t K, const char *id)
 {
-	for (uint32_t i = 0; i < p->nbufs; i++) {
+	const ir_node *n = b->node != MOE_NONE && b->node < g->nnodes ? N(g, b->node) : NULL;
+	int64_t layer = -1;
+	moe_graph_get_dim(g, "layer", &layer);
+	const char *name = n && n->name ? n->name : "", *src = n ? ir_attr_str(n, "source", "") : "";
+	size_t len = strlen(name) + strlen(src) + strlen(id) + 256;
+	char *k = ctx_alloc(ctx, len);
+	snprintf(k, len, "moec packed weight 1\nversion %s\nlanes %d\nK %lld\nnumel %lld\nweight %u %s\nsource %s\n"
+		"layer %lld\n%s", moe_version_string(), DOT_LANES, (long long)K, (long long)b->numel, b->index, name, src,
+		(long long)layer, id);
+	return k;
+}
+
+/* The cache's outcome over the packed weights: OFF, then the worst seen. */
+static void pack_outcome(moe_host_cache *c, moe_host_cache one)
+{
+	if (*c == MOE_CACHE_OFF || one == MOE_CACHE_BAD || (one == MOE_CACHE_MISS && *c == MOE_CACHE_HIT))
+		*c = one;
+}
+
+/* The packed-weight cache's root, or false (with one warning when a root
+ * exists but cannot be written: the cache is then off). */
+static bool pack_cache_open(moe_ctx *ctx, const moe_host_opts *o, cgen_cache *c)
+{
+	if (!o->weights_id || o->no_cache || !cgen_cache_open(ctx, c, o->cache_dir, "pack", 4))
+		return false;
+	struct stat st;
+	/* read-only: not writable by us, or its owner's write bit cleared (which root would pass) */
+	if (faccessat(c->dir, ".", W_OK, AT_EACCESS) != 0 || fstat(c->dir, &st) != 0 || !(st.st_mode & S_IWUSR)) {
+		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, c->root),
+			"the cache directory is not writable: the packed-weight cache is off (every run packs the weights)");
+		cgen_cache_close(c);
+		return false;
+	}
+	return true;
+}
+
+/* The packed copies, made over the thread pool: weights[nweights + slot]. */
+static moe_status pack_weights(moe_ctx *ctx, const moe_graph *g, const cg_prog *p, const moe_host_opts *o, host_run *R,
+	moe_host_cache *outcome)
+{
+	cgen_cache cc;
+	bool cached = pack_cache_open(ctx, o, &cc);
+	moe_status s = MOE_OK;
+	for (uint32_t i = 0; i < p->nbufs && s == MOE_OK; i++) {
 		int slot = R->wpack[i];
 		if (slot < 0)
 			continue;
 		const cg_buf *b = &p->bufs[i];
 		size_t bytes = (size_t)b->numel * 2;
+		char *key = cached ? pack_key(ctx, g, b, R->rowlen[i], o->weights_id) : NULL;
+		const char *why = NULL;
+		int got = key ? cgen_pack_map(&cc, key, strlen(key), bytes, &R->cached[slot], &why) : 0;
+		if (got == 1) {
+			R->ws[p->nweights + (uint32_t)slot] = R->cached[slot].data;
+			pack_outcome(outcome, MOE_CACHE_HIT);
+			ctx_free(ctx, key, 0);
+			continue;
+		}
 		if (posix_memalign(&R->packed[slot], 64, bytes ? bytes : 64) != 0) {
 			R->packed[slot] = NULL;
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot allocate %zu bytes for a packed weight", bytes);
-			return MOE_ERR_NOMEM;
+			s = MOE_ERR_NOMEM;
+			break;
 		}
+		R->ws[p->nweights + (uint32_t)slot] = R->packed[slot];
+		if (got < 0)
+			moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_file(ctx, cc.root),
+				"packed-weight cache entry for weight '%s' is bad (%s): packed again and rewritten",
+				b->node != MOE_NONE ? moe_node_name(g, b->node) : "?", why);
 		pack_env e = {R->ws[b->index], R->packed[slot], R->rowlen[i]};
 		cgen_pool_run(R->pool, pack_body, &e, 0, b->numel / (DOT_LANES * R->rowlen[i]));
-		R->ws[p->nweights + (uint32_t)slot] = R->packed[slot];
+		if (key) {
+			cgen_pack_store(&cc, key, strlen(key), R->packed[slot], bytes);
+			pack_outcome(outcome, got < 0 ? MOE_CACHE_BAD : MOE_CACHE_MISS);
+		}
+		ctx_free(ctx, key, 0);
 	}
-	return MOE_OK;
+	if (cached)
+		cgen_cache_close(&cc);
+	return s;
 }
 
 static void run_teardown(moe_ctx *ctx, const cg_prog *p, host_run *R, int repeat)
 {
-	for (int i = 0; i < R->npack; i++)
+	for (int i = 0; i < R->npack; i++) {
 		free(R->packed[i]);
+		cgen_pack_unmap(&R->cached[i]);
+	}
 	if (R->wpack) {
+		ctx_free(ctx, R->cached, 0);
 		ctx_free(ctx, R->packed, (size_t)R->npack * sizeof *R->packed + 1);
 		ctx_free(ctx, R->wpack, (p->nbufs + 1) * sizeof *R->wpack);
 		ctx_free(ctx, R->rowlen, (p->nbufs + 1) * sizeof *R->rowlen);
@@ -550,8 +619,12 @@ static void fill_stats(const cg_prog *p, const moe_graph *g, host_run *R, const 
 static void run_unwind(void *arg)
 {
 	host_run *R = arg;
-	for (int i = 0; R->packed && i < R->npack; i++)
-		free(R->packed[i]); /* posix_memalign'd: the unwinding does not know them */
+	for (int i = 0; R->packed && i < R->npack; i++) {
+		free(R->packed[i]); /* posix_memalign'd or mapped: the unwinding does not know them */
+		R->packed[i] = NULL;
+		if (R->cached)
+			cgen_pack_unmap(&R->cached[i]);
+	}
 	cgen_pool_free(R->pool);
 	cgen_jit_free(R->jit);
 	cc_cleanup(&R->ccm);
@@ -600,8 +673,9 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 	if (!s && threads > 1 && !(R.pool = cgen_pool_create(ctx, threads)))
 		s = MOE_ERR_INTERNAL;
 	double t2 = now();
+	moe_host_cache pack_cache = MOE_CACHE_OFF;
 	if (!s && R.npack && R.jo.kernels && strcmp(R.jo.kernels, "portable"))
-		s = pack_weights(ctx, p, &R);
+		s = pack_weights(ctx, g, p, &o, &R, &pack_cache);
 	double t3 = now();
 	cgen_par par = {cgen_pool_run, R.pool};
 	unsigned char *evict = NULL;
@@ -630,8 +704,9 @@ static moe_status host_run_opts(moe_ctx *ctx, const moe_graph *g, const moe_tens
 		memset(stats, 0, sizeof *stats);
 		stats->compile_seconds = (tl - t0) + (t1 - ts); /* the binding and workspace are not compilation */
 		stats->setup_seconds = ts - tl;
-		stats->pack_seconds = R.npack && R.packed[0] ? t3 - t2 : 0;
+		stats->pack_seconds = R.npack && (R.packed[0] || R.cached[0].map) ? t3 - t2 : 0;
 		fill_stats(p, g, &R, &o, threads, out, stats);
+		stats->pack_cache = pack_cache;
 	}
 	if (evict)
 		ctx_free(ctx, evict, MOE_HOST_COLD_BYTES);

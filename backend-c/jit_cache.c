@@ -24,12 +24,14 @@
  *
  * Layout: "MOECJIT2", u64 key length, u64 object length (little-endian), the
  * HMAC (32 bytes), the key, the object. */
+#define _DEFAULT_SOURCE /* MAP_POPULATE */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -345,6 +347,168 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
 	ok = close(fd) == 0 && ok;
 	/* replaces whatever is under the name (a failed entry, another user's file, a FIFO) */
 	ok = ok && renameat(c->dir, tmp, c->dir, c->name) == 0;
+	if (ok)
+		rt_temp_forget(slot);
+	else
+		drop_temp(c, tmp, slot);
+	return ok;
+}
+
+/* ---- packed weights ----
+ * An entry holds one packed bf16 weight (pack.c), named by the hex of the
+ * first 16 bytes of its key's SHA-256 with ".pack". The key text names what
+ * the bytes are computed from: the packing (its version, DOT_LANES, K, the
+ * element count), the weight (name, source, layer) and the checkpoint's
+ * identity as the caller gives it (moe_host_opts.weights_id). The root and
+ * its rules are the JIT cache's. An entry is checked before use: a regular
+ * file of the user, of exactly the header, key and data lengths expected
+ * (checked before anything is read), the key text equal, an HMAC under the
+ * root's secret over the header and key (bytes nobody without the secret
+ * can forge), and a 64-bit checksum of the data, computed while it is read
+ * into place, equal to the header's. A failed check is a miss: the weight
+ * is packed and the entry rewritten.
+ *
+ * A verified entry is mapped (read-only) and read in place.
+ *
+ * Layout: "MOECPAK1", u64 key length, u64 data length, u64 checksum, the
+ * HMAC (32 bytes) over those 32 bytes and the key, the key, zeros to a
+ * multiple of 64 bytes, the data. */
+static const char PMAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'A', 'K', '1'};
+#define PHDR (32 + CGEN_SHA256_LEN)
+
+/* Eight lanes of xor-multiply over 8-byte words, mixed at the end with
+ * the tail bytes and the length: catches truncation, garbling and moved
+ * blocks (it is no defence against a forger: the HMAC'd header is). Cheap
+ * enough to run over every byte of an entry at memory speed. */
+uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed)
+{
+	const unsigned char *p = data;
+	uint64_t a[8];
+	for (int k = 0; k < 8; k++)
+		a[k] = seed * 0x9e3779b97f4a7c15ull + (uint64_t)k;
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64)
+		for (int k = 0; k < 8; k++) {
+			uint64_t w;
+			memcpy(&w, p + i + 8 * k, 8);
+			a[k] = (a[k] ^ w) * 0x100000001b3ull;
+		}
+	uint64_t h = n;
+	for (int k = 0; k < 8; k++)
+		h = (h ^ a[k]) * 0x100000001b3ull;
+	for (; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void pack_name(const char *key, size_t keylen, char name[48])
+{
+	unsigned char h[CGEN_SHA256_LEN];
+	cgen_sha256 s;
+	cgen_sha256_init(&s);
+	cgen_sha256_update(&s, key, keylen);
+	cgen_sha256_final(&s, h);
+	for (int i = 0; i < 16; i++)
+		snprintf(name + 2 * i, 3, "%02x", h[i]);
+	strcat(name, ".pack");
+}
+
+static void pack_hdr(const unsigned char *secret, const char *key, size_t keylen, size_t len, uint64_t sum,
+	unsigned char hdr[PHDR])
+{
+	memcpy(hdr, PMAGIC, 8);
+	put64(hdr + 8, keylen);
+	put64(hdr + 16, len);
+	put64(hdr + 24, sum);
+	cgen_hmac h;
+	cgen_hmac_init(&h, secret, CGEN_CACHE_SECRET);
+	cgen_hmac_update(&h, hdr, 32);
+	cgen_hmac_update(&h, key, keylen);
+	cgen_hmac_final(&h, hdr + 32);
+}
+
+/* The data's offset: the header and key, padded to 64 bytes (the kernels'
+ * aligned loads read the data in place). */
+static uint64_t pack_data_at(size_t keylen)
+{
+	return (PHDR + (uint64_t)keylen + 63) / 64 * 64;
+}
+
+int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t len, cgen_pack_entry *e, const char **why)
+{
+	memset(e, 0, sizeof *e);
+	char name[48];
+	pack_name(key, keylen, name);
+	struct stat st;
+	int fd = open_entry(c->dir, name, &st);
+	*why = "not a regular file of the user";
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	int rc = -1;
+	char *k = NULL;
+	unsigned char hdr[PHDR], want[PHDR];
+	uint64_t at = pack_data_at(keylen), total = at + (uint64_t)len;
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+		goto out;
+	*why = "its length is not the header, key and packed weight's";
+	if ((uint64_t)st.st_size != total || len == 0)
+		goto out;
+	*why = "its header or key does not verify";
+	if (!read_all(fd, hdr, sizeof hdr) || memcmp(hdr, PMAGIC, 8) || get64(hdr + 8) != keylen || get64(hdr + 16) != len)
+		goto out;
+	k = malloc(keylen ? keylen : 1);
+	if (!k || !read_all(fd, k, keylen) || memcmp(k, key, keylen))
+		goto out;
+	pack_hdr(c->secret, key, keylen, len, get64(hdr + 24), want);
+	unsigned diff = 0; /* the whole MAC is compared, whatever differs first */
+	for (size_t i = 0; i < sizeof hdr; i++)
+		diff |= hdr[i] ^ want[i];
+	if (diff)
+		goto out;
+	*why = "it cannot be mapped";
+	void *m = mmap(NULL, (size_t)total, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED)
+		goto out;
+	*why = "its data does not match its checksum";
+	if (cgen_pack_checksum((const unsigned char *)m + at, len, keylen) != get64(hdr + 24)) {
+		munmap(m, (size_t)total);
+		goto out;
+	}
+	e->map = m;
+	e->maplen = (size_t)total;
+	e->data = (const unsigned char *)m + at;
+	rc = 1;
+out:
+	free(k);
+	close(fd);
+	return rc;
+}
+
+void cgen_pack_unmap(cgen_pack_entry *e)
+{
+	if (e->map)
+		munmap(e->map, e->maplen);
+	memset(e, 0, sizeof *e);
+}
+
+bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const void *data, size_t len)
+{
+	if (c->dir < 0)
+		return false;
+	char name[48];
+	pack_name(key, keylen, name);
+	unsigned char hdr[PHDR];
+	pack_hdr(c->secret, key, keylen, len, cgen_pack_checksum(data, len, keylen), hdr);
+	char tmp[96];
+	int slot;
+	int fd = make_temp(c, name, tmp, sizeof tmp, &slot);
+	if (fd < 0)
+		return false;
+	static const unsigned char zero[64];
+	bool ok = write_all(fd, hdr, sizeof hdr) && write_all(fd, key, keylen) &&
+		  write_all(fd, zero, (size_t)(pack_data_at(keylen) - PHDR - keylen)) && write_all(fd, data, len);
+	ok = close(fd) == 0 && ok;
+	ok = ok && renameat(c->dir, tmp, c->dir, name) == 0;
 	if (ok)
 		rt_temp_forget(slot);
 	else

@@ -263,6 +263,13 @@ void rt_convert_float(void *dst, moe_dtype to, const unsigned char *src, rt_src 
 {
 	float *df = dst;
 	uint16_t *dh = dst;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* the same type: the bytes as stored, NaN payloads included */
+	if ((from == RT_SRC_BF16 && to == MOE_BF16) || (from == RT_SRC_F32 && to == MOE_F32)) {
+		memcpy(dst, src, n * (to == MOE_BF16 ? 2 : 4));
+		return;
+	}
+#endif
 	for (size_t i = 0; i < n; i++) {
 		float f;
 		if (from == RT_SRC_F32) {

@@ -481,6 +481,14 @@ static bool load_one(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint
 			(*absent)++;
 		return true;
 	}
+	if (!check && stacked && !map && (flags & MOE_WEIGHTS_DEFER)) {
+		/* checked above (every expert's header); read later, a row at a time */
+		rt_strfree(ctx, src);
+		moe_tensor *t = moe_tensor_new_shape(ctx, dt, rank, shape);
+		if (!t)
+			ctx_throw(ctx, sizeof *t);
+		return moe_tensor_map_set(out, wname, t) == MOE_OK;
+	}
 	moe_tensor *t = check ? NULL : moe_tensor_new(ctx, dt, rank, shape);
 	if (!check && !t)
 		ctx_throw(ctx, sizeof *t); /* the shape was checked: a NULL tensor is a refused allocation */
@@ -586,6 +594,12 @@ moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoin
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_into(ctx, g, ck, false, 0, NULL, out));
 }
 
+moe_status moe_weights_load_from_ex(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, unsigned flags,
+	moe_tensor_map *out, size_t *absent)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_into(ctx, g, ck, false, flags, absent, out));
+}
+
 static moe_status weights_load(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
 	unsigned flags, moe_tensor_map *out, size_t *absent)
 {
@@ -607,4 +621,62 @@ moe_status moe_weights_load(moe_ctx *ctx, const moe_graph *g, const char *const 
 	moe_tensor_map *out)
 {
 	return moe_weights_load_ex(ctx, g, paths, npaths, 0, out, NULL);
+}
+
+/* One expert's row of a per-expert ({e}) weight: the same checks as
+ * load_one (shape, dtype) against that one tensor, then its bytes
+ * converted into dst. */
+static moe_status load_row(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, int64_t row, void *dst,
+	size_t nbytes)
+{
+	const char *wname = moe_node_name(g, id), *source = moe_node_get_str(g, id, "source");
+	moe_loc loc = moe_node_loc(g, id);
+	int rank = moe_node_rank(g, id);
+	const int64_t *shape = moe_node_shape(g, id);
+	moe_dtype dt = moe_node_dtype(g, id);
+	if (moe_node_op(g, id) != MOE_OP_WEIGHT || !wname || !source || !strstr(source, "{e}") || rank < 1 || row < 0 ||
+		row >= shape[0] || ir_attr_find(N(g, id), "ep_experts")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, loc, "weight %%%u is not a per-expert ({e}) weight with a row %lld", id,
+			(long long)row);
+		return MOE_ERR_INVALID;
+	}
+	int64_t layer = 0;
+	moe_graph_get_dim(g, "layer", &layer);
+	char *src = resolve_prefix(ctx, ck, NULL, subst(ctx, source, "{layer}", layer), true, NULL);
+	char *name = subst(ctx, src, "{e}", row);
+	rt_strfree(ctx, src);
+	const char *file = NULL;
+	int errs = moe_error_count(ctx);
+	const moe_st_tensor *st = moe_checkpoint_find(ck, name, &file);
+	bool ok = st != NULL;
+	if (!st && moe_error_count(ctx) == errs)
+		not_found(ctx, ck, loc, wname, name);
+	if (ok) {
+		bool same = st->rank == rank - 1;
+		for (int i = 0; same && i < rank - 1; i++)
+			same = st->shape[i] == shape[i + 1];
+		/* scales may be stored with their unit dims elsewhere (load_one checked
+		 * that against the dequant; g may be an interface without it) */
+		if (!same)
+			same = same_squeezed(st->rank, st->shape, rank - 1, shape + 1);
+		size_t want = (size_t)st->numel * moe_dtype_size(dt);
+		if (!same || want != nbytes) {
+			rt_err_at(ctx, file, st->offset, "tensor '%s' no longer has the shape of one row of weight '%s'", name,
+				wname);
+			ok = false;
+		} else if (!dtype_converts(st->dtype, dt)) {
+			dtype_error(ctx, st, file, wname, dt);
+			ok = false;
+		} else {
+			ok = convert(ctx, st, file, wname, dt, dst);
+		}
+	}
+	rt_strfree(ctx, name);
+	return ok ? MOE_OK : MOE_ERR_INVALID;
+}
+
+moe_status moe_weights_load_row(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, int64_t row,
+	void *dst, size_t nbytes)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_row(ctx, g, id, ck, row, dst, nbytes));
 }

@@ -105,6 +105,8 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		size_t bytes = (size_t)t->numel * moe_dtype_size((moe_dtype)t->dtype);
+		if (tcps_lazy_bind(s, i))
+			continue;
 		if (t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT || t->kind == TCP_T_PACKED) {
 			const moe_tensor_map *from = t->kind == TCP_T_PACKED ? packed : b;
 			moe_tensor *h = from ? moe_tensor_map_get(from, t->name) : NULL;
@@ -224,7 +226,7 @@ static moe_status simulate(sim *s)
 			((int32_t)pc == p->tier_loop_pc + 1 && p->tier_loop_pc >= 0)) {
 			s->st->blocks_executed++;
 			if (s->o->progress)
-				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks);
+				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks > 0 ? s->nblocks : p->moe_G);
 		} else if (s->o->progress && !in_experts(s, pc) && tcp_op_ctx[in->op] != TCP_CTX_CTL) {
 			bool before = s->xlo < 0 || (int64_t)pc < s->xlo;
 			int64_t lo = before ? 0 : s->xhi + 1, hi = before ? (s->xlo < 0 ? (int64_t)p->ncode : s->xlo) : p->ncode;
@@ -404,7 +406,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 			s.xhi = (int64_t)i - 1;
 	}
 	/* a full run refuses weights without values before anything is packed */
-	for (uint32_t i = 0; !o->timing_only && b && i < p->nt; i++) {
+	for (uint32_t i = 0; !o->timing_only && !o->lazy_weights && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		const moe_tensor *h = t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT ? moe_tensor_map_get(b, t->name) : NULL;
 		if (h && !h->data) {
@@ -416,7 +418,9 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		}
 	}
 	packed = moe_tensor_map_new(ctx); /* guarded: never NULL */
-	rc = tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed); /* at load time: off the simulated clock */
+	/* at load time: off the simulated clock */
+	rc = o->lazy_weights && !o->timing_only ? tcps_lazy_setup(&s, b, packed)
+						: tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed);
 	if (rc != MOE_OK)
 		goto out;
 	if (!bind(&s, b, packed)) {
@@ -441,6 +445,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		}
 	}
 out:
+	tcps_lazy_free(&s);
 	for (uint32_t i = 0; s.data && s.borrowed && i < p->nt; i++)
 		if (!s.borrowed[i])
 			ctx_free(ctx, s.data[i], 0);

@@ -91,6 +91,10 @@ typedef struct sim {
 	int64_t nblocks; /* the run-time block count, once loaded */
 	int64_t (*xiv)[2];
 	size_t nxiv, xivcap;
+	/* weights read on first use (sim_lazy.c), NULL: none; no_fill: the view
+	 * checked reads rows the command fills itself (a gather's source) */
+	struct tcps_lazy *lz;
+	bool no_fill;
 } sim;
 
 /* moe_tcp_run that also hands back every command's run (cycles; at most
@@ -287,6 +291,18 @@ bool tcps_vbase_ok(sim *s, uint32_t pc, const tcp_view *v, int64_t *b);
 bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi);
 /* Schedule a command of `dur` cycles in its context after its hazards. */
 void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur);
+
+/* sim_lazy.c */
+typedef struct tcps_lazy tcps_lazy;
+/* With moe_tcp_run_opts.lazy_weights: maps the deferred weights and the
+ * packed weights computed from them (rows filled on first read), or packs
+ * into `packed` eagerly where the packing does not run row by row. */
+moe_status tcps_lazy_setup(sim *s, const moe_tensor_map *b, moe_tensor_map *packed);
+/* Binds tensor i to its mapping when it is lazy (true). */
+bool tcps_lazy_bind(sim *s, uint32_t i);
+/* Fills the rows holding elements [lo, hi] of lazy tensor t; false after a fault. */
+bool tcps_fill(sim *s, uint32_t pc, int32_t t, int64_t lo, int64_t hi);
+void tcps_lazy_free(sim *s);
 
 /* sim_mem.c */
 bool tcps_writable(sim *s, uint32_t pc, int32_t t);

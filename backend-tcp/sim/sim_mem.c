@@ -218,8 +218,10 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t G = in->dim[0], n = in->dim[1], row = in->dim[2], rows = in->rows;
 	int64_t d3[3] = {G, gather ? n : rows, row}, s3[3] = {G, gather ? rows : n, row};
 	int64_t dlo, dhi, slo, shi, ilo, ihi;
-	if (!tcps_vrange(s, pc, d, 3, d3, &dlo, &dhi) || !tcps_vrange(s, pc, sv, 3, s3, &slo, &shi) ||
-		!tcps_vrange(s, pc, iv, 2, in->dim, &ilo, &ihi) || !tcps_writable(s, pc, d->t))
+	s->no_fill = gather; /* the rows gathered are filled one by one below */
+	bool ok = tcps_vrange(s, pc, d, 3, d3, &dlo, &dhi) && tcps_vrange(s, pc, sv, 3, s3, &slo, &shi);
+	s->no_fill = false;
+	if (!ok || !tcps_vrange(s, pc, iv, 2, in->dim, &ilo, &ihi) || !tcps_writable(s, pc, d->t))
 		return;
 	bool vrows = in->flags & TCP_F_VROWS; /* the count limits the groups */
 	int64_t cnt = in->vreg >= 0 && !vrows ? s->reg[in->vreg] : n, gcnt = in->vreg >= 0 && vrows ? s->reg[in->vreg] : G;
@@ -257,6 +259,8 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 			}
 			int64_t da = db + g * d->stride[0] + (gather ? j : ix) * d->stride[1];
 			int64_t sa = sb + g * sv->stride[0] + (gather ? ix : j) * sv->stride[1];
+			if (s->lz && gather && !tcps_fill(s, pc, sv->t, sa, sa + (row - 1) * sv->stride[2]))
+				return;
 			for (int64_t x = 0; copy && x < row; x++)
 				memcpy(s->data[d->t] + (da + x * d->stride[2]) * e, s->data[sv->t] + (sa + x * sv->stride[2]) * e,
 					(size_t)e);

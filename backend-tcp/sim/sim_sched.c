@@ -43,7 +43,7 @@ bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *
 			(long long)a, (long long)b, t->name, (long long)t->numel);
 		return false;
 	}
-	return true;
+	return !s->lz || s->no_fill || tcps_fill(s, pc, v->t, a, b);
 }
 
 /* ---- hazards ---- */

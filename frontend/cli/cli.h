@@ -66,6 +66,7 @@ typedef struct opts {
 	const char *layer, *tokens, *block; /* import-hf */
 	const char *no_skip;
 	const char *timing_only; /* run --timing-only */
+	const char *progress;    /* run --progress=auto|on|off (tcp) */
 	const char *quant_act;   /* --quant-act=bf16|fp8 (tcp) */
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */
@@ -179,9 +180,12 @@ int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out);
 int cli_is_bundle_file(const char *path);
 const moe_tcp_program *cli_bundle_pick(moe_ctx *ctx, const moe_tcp_bundle *b, const opts *o);
 /* Binds the weights from the checkpoint files; with --timing-only, absent ones
- * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr. */
+ * are bound without values (MOE_WEIGHTS_ALLOW_ABSENT) and counted on stderr.
+ * With keep (a TCP run computing outputs): per-expert weights are checked but
+ * deferred (MOE_WEIGHTS_DEFER) and *keep is the open checkpoint the run reads
+ * them from (the caller closes it). */
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
-	moe_tensor_map *bind);
+	moe_tensor_map *bind, moe_checkpoint **keep);
 /* Monotonic seconds; a stats JSON object (malloc'ed, replaced) with
  * load_seconds, peak_rss_bytes (this process's, so far) and, when
  * bucket > 0, bucket_tokens added as its last members. */
@@ -245,8 +249,9 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
  * every one (also each chip's layer under --ep). */
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
-int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
-	char **stats_json);
+/* ck: the checkpoint deferred weights are read from (cli_load_weights), or NULL. */
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,
+	moe_tensor **out, char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o);
 int cli_check_tcpb(moe_ctx *ctx, const opts *o);
 /* moec check OUT.ep.json: the manifest and every program it names, each

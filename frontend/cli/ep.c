@@ -198,7 +198,7 @@ static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, 
 	size_t np = 0;
 	for (char *p = strtok(wcopy, ","); p && np < 64; p = strtok(NULL, ","))
 		paths[np++] = p;
-	int st = cli_load_weights(ctx, g, paths, np, o, bind) || bind_rows(ctx, g, o, Tl, T, q * rank, Td, bind);
+	int st = cli_load_weights(ctx, g, paths, np, o, bind, NULL) || bind_rows(ctx, g, o, Tl, T, q * rank, Td, bind);
 	free(wcopy);
 	return st;
 }

@@ -42,7 +42,8 @@ static const cli_command commands[] = {
 		"run a layer on the host or on the TCP simulator",
 		"Run the layer of FILE (.moe, .moeir, JSON IR, or a compiled .tcpb) on the input and write its\n"
 		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
-		"headers before any tensor data is read.",
+		"headers before any tensor data is read. With --target=tcp the per-expert weights are read, and\n"
+		"packed, an expert at a time when the simulation first touches that expert.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
 	{"import-hf", C_IMPORT, "CONFIG.json|MODEL_DIR -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",

@@ -1,5 +1,7 @@
 /* frontend/cli/run.c: moec passes, import-hf, compile and run. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +279,52 @@ int cli_cat_and_remove(moe_ctx *ctx, const char *tmp)
 }
 
 /* Splits "a,b,c" into at most 64 paths (pointers into a copy). */
+/* What identifies the checkpoint's bytes for the packed-weight cache
+ * (moe_host_opts.weights_id): per file its real path, device, inode, size,
+ * modification time (ns) and an FNV-1a-64 digest of its safetensors header;
+ * malloc'd, or NULL (no cache) when a source is not a regular .safetensors
+ * file (a directory or sharded index: its shards are not all named here). */
+static char *weights_id(const char *const *paths, size_t np)
+{
+	rt_buf b = {0};
+	for (size_t i = 0; i < np; i++) {
+		char real[PATH_MAX];
+		struct stat st;
+		size_t n = strlen(paths[i]);
+		if (n < 12 || strcmp(paths[i] + n - 12, ".safetensors") || !realpath(paths[i], real) || stat(real, &st) != 0 ||
+			!S_ISREG(st.st_mode) || st.st_size < 8) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		uint64_t h = 0xcbf29ce484222325ull, len = 0;
+		unsigned char buf[65536];
+		FILE *f = fopen(real, "rb");
+		bool ok = f && fread(buf, 1, 8, f) == 8;
+		for (int k = 0; ok && k < 8; k++)
+			len |= (uint64_t)buf[k] << (8 * k);
+		ok = ok && len <= (uint64_t)100 << 20 && len <= (uint64_t)st.st_size - 8;
+		for (uint64_t done = 0; ok && done < len;) {
+			size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
+			ok = fread(buf, 1, want, f) == want;
+			for (size_t k = 0; ok && k < want; k++)
+				h = (h ^ buf[k]) * 0x100000001b3ull;
+			done += want;
+		}
+		if (f)
+			fclose(f);
+		if (!ok) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		rt_buf_printf(&b, "file %s dev %llu ino %llu size %lld mtime %lld.%09ld header %016llx\n", real,
+			(unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size,
+			(long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (unsigned long long)h);
+	}
+	char *r = b.oom || !b.s ? NULL : strdup(b.s);
+	rt_buf_free(&b);
+	return r;
+}
+
 static size_t split_paths(char *s, const char **out, size_t max)
 {
 	size_t n = 0;
@@ -364,11 +412,22 @@ int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tens
 }
 
 int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t np, const opts *o,
-	moe_tensor_map *bind)
+	moe_tensor_map *bind, moe_checkpoint **keep)
 {
 	size_t absent = 0;
-	if (moe_weights_load_ex(ctx, g, paths, np, o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0, bind, &absent) != MOE_OK)
+	unsigned flags = o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0;
+	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, np);
+	/* kept open for a run that reads per-expert weights as it touches them */
+	if (keep && !o->timing_only)
+		flags |= MOE_WEIGHTS_DEFER;
+	if (!ck || moe_weights_load_from_ex(ctx, g, ck, flags, bind, &absent) != MOE_OK) {
+		moe_checkpoint_close(ck);
 		return 1;
+	}
+	if (keep && !o->timing_only)
+		*keep = ck;
+	else
+		moe_checkpoint_close(ck);
 	if (absent)
 		fprintf(stderr, "moec: timing only: %zu weight%s absent from the checkpoint (bound without values)\n", absent,
 			absent == 1 ? " is" : "s are");
@@ -504,6 +563,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		return 1;
 	int status = 1;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_checkpoint *ck = NULL;
 	moe_tensor *out[16] = {0};
 	char *wcopy = strdup(o->weights);
 	const char *paths[64];
@@ -516,13 +576,14 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 		goto done;
 	}
 	double t0 = cli_now();
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+	bool tcp = !strcmp(target, "tcp");
+	if (cli_load_weights(ctx, g, paths, np, o, bind, tcp ? &ck : NULL) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	double load_seconds = cli_now() - t0;
 	char *stats = NULL;
-	if (!strcmp(target, "tcp")) {
-		status = cli_run_tcp(ctx, g, bind, o, out, &stats);
+	if (tcp) {
+		status = cli_run_tcp(ctx, g, bind, ck, o, out, &stats);
 	} else {
 		const char *engine = o->engine ? o->engine : "llvm";
 		if (!strcmp(engine, "interp")) {
@@ -534,6 +595,8 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 			ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
 			ho.repeat = (int)repeat;
 			ho.no_cache = o->no_cache != NULL;
+			char *wid = ho.no_cache ? NULL : weights_id(paths, np);
+			ho.weights_id = wid;
 			ho.cold = o->cold != NULL;
 			int64_t th = int_opt(ctx, "--threads", o->threads);
 			if (th == 0) {
@@ -552,6 +615,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 			ho.portable = o->kernels && !strcmp(o->kernels, "portable");
 			static const char *const cache_names[] = {"off", "miss", "hit", "bad"};
 			status = th == -2 || moe_host_run_opts(ctx, g, bind, &ho, out, &hs) != MOE_OK;
+			free(wid);
 			if (!status && ho.engine == MOE_HOST_LLVM && !ho.no_cache && hs.cache == MOE_CACHE_OFF)
 				moe_diag(ctx, MOE_DIAG_WARNING, floc(ctx, "moec"), "the JIT cache is off: no usable cache directory "
 					"($XDG_CACHE_HOME/moec or ~/.cache/moec cannot be made or written); every run compiles the layer again");
@@ -563,10 +627,10 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 					"  \"compile_seconds\": %.9g,\n  \"setup_seconds\": %.9g,\n  \"pack_seconds\": %.9g,\n  \"repeat\": %d,\n  \"workspace_bytes\": %zu,\n"
 					"  \"blocks_executed\": %lld,\n  \"blocks_skipped\": %lld,\n  \"rows_executed\": %lld,\n"
 					"  \"grid_blocks_max\": %lld,\n  \"threads\": %d,\n  \"cache\": \"%s\",\n"
-					"  \"kernels\": \"%s\"\n}\n",
+					"  \"kernels\": \"%s\",\n  \"pack_cache\": \"%s\"\n}\n",
 					engine, hs.compute_seconds, hs.compile_seconds, hs.setup_seconds, hs.pack_seconds, hs.repeat, hs.workspace_bytes,
 					(long long)hs.blocks_executed, (long long)hs.blocks_skipped, (long long)hs.rows_executed,
-					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels);
+					(long long)hs.grid_blocks_max, hs.threads, cache_names[hs.cache], hs.kernels, cache_names[hs.pack_cache]);
 			}
 		}
 	}
@@ -582,6 +646,7 @@ done:
 		moe_tensor_free(ctx, out[i]);
 	free(wcopy);
 	moe_tensor_map_free(bind);
+	moe_checkpoint_close(ck);
 	moe_module_free(m);
 	return status;
 }

@@ -245,9 +245,12 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	return status;
 }
 
-/* Progress on a terminal: one line, redrawn at most every 0.2 s. */
+/* Progress of a simulation: one line on stderr, redrawn at most every
+ * 0.2 s and erased at the end: a bar over the whole run (routing before the block loop, the
+ * blocks, the combine after it) and the time left, extrapolated from the
+ * time so far. */
 typedef struct progress {
-	double last;
+	double start, last;
 	bool shown;
 } progress;
 
@@ -262,45 +265,76 @@ static void show_progress(void *ud, const char *phase, int64_t done, int64_t tot
 {
 	progress *pr = ud;
 	double t = now_s();
-	if (t - pr->last < 0.2)
+	if (pr->shown && t - pr->last < 0.2)
 		return;
 	pr->last = t;
 	pr->shown = true;
+	/* the share of the run: routing 5%, blocks 90%, combine 5% */
+	double part = total > 0 ? (double)(done < total ? done : total) / (double)total : 0;
+	double f = !strcmp(phase, "blocks") ? 0.05 + 0.9 * part : !strcmp(phase, "combine") ? 0.95 + 0.05 * part : 0.05 * part;
+	char bar[21];
+	int filled = (int)(f * 20);
+	for (int k = 0; k < 20; k++)
+		bar[k] = k < filled ? '#' : '.';
+	bar[20] = 0;
+	char left[32] = "";
+	double el = t - pr->start;
+	if (f > 0.02 && el > 0.5)
+		snprintf(left, sizeof left, ", %.0f s left", el * (1 - f) / f + 0.5);
 	if (!strcmp(phase, "blocks"))
-		fprintf(stderr, "\rmoec: simulating: block %lld of %lld    ", (long long)done, (long long)total);
+		fprintf(stderr, "\rmoec: simulating [%s] %3d%% block %lld of %lld%s    ", bar, (int)(f * 100), (long long)done,
+			(long long)total, left);
 	else
-		fprintf(stderr, "\rmoec: simulating: %s, %lld%%          ", phase,
-			(long long)(total > 0 ? 100 * done / total : 0));
+		fprintf(stderr, "\rmoec: simulating [%s] %3d%% %s%s    ", bar, (int)(f * 100), phase, left);
 	fflush(stderr);
 }
 
-static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
-	const opts *o, moe_tensor **out, char **stats_json)
+/* Whether to show progress: --progress, else $MOEC_PROGRESS, else auto (a
+ * terminal on stderr). A bad $MOEC_PROGRESS is a warning (the option's
+ * values are checked by the table). */
+static bool want_progress(moe_ctx *ctx, const opts *o)
 {
-	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace, .timing_only = o->timing_only != NULL};
-	progress pr = {now_s(), false};
-	if (isatty(STDERR_FILENO)) {
+	const char *v = o->progress, *env = getenv("MOEC_PROGRESS");
+	if (!v && env && *env) {
+		if (strcmp(env, "auto") && strcmp(env, "on") && strcmp(env, "off"))
+			moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_none(), "MOEC_PROGRESS='%.40s' is not auto, on or off; using auto",
+				env);
+		else
+			v = env;
+	}
+	if (v && !strcmp(v, "off"))
+		return false;
+	return (v && !strcmp(v, "on")) || isatty(STDERR_FILENO);
+}
+
+static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
+	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
+{
+	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace,
+		.timing_only = o->timing_only != NULL, .lazy_weights = ck};
+	progress pr = {now_s(), 0, false};
+	if (want_progress(ctx, o)) {
 		ro.progress = show_progress;
 		ro.progress_ud = &pr;
 	}
 	moe_tcp_stats st;
 	moe_status rc = moe_tcp_run(ctx, p, bind, &ro, o->timing_only ? NULL : out, &st);
 	if (pr.shown)
-		fprintf(stderr, "\r%60s\r", "");
+		fprintf(stderr, "\r%90s\r", "");
 	if (rc != MOE_OK)
 		return 1;
 	*stats_json = moe_tcp_stats_json(ctx, &st);
 	return 0;
 }
 
-int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, const opts *o, moe_tensor **out,
-	char **stats_json)
+int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,
+	moe_tensor **out, char **stats_json)
 {
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
 	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, o, out, stats_json);
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -326,6 +360,7 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
+	moe_checkpoint *ck = NULL;
 	moe_tensor *out[16] = {0};
 	char *stats = NULL;
 	char *wcopy = strdup(o->weights);
@@ -341,11 +376,11 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	}
 	const moe_graph *g = moe_module_graph(iface, 0);
 	double t0 = cli_now();
-	if (cli_load_weights(ctx, g, paths, np, o, bind) || cli_serve_bind(ctx, g, o, bind) ||
+	if (cli_load_weights(ctx, g, paths, np, o, bind, &ck) || cli_serve_bind(ctx, g, o, bind) ||
 		cli_bind_inputs(ctx, g, o->input, bind, cli_tokens(ctx, o)))
 		goto done;
 	double load_seconds = cli_now() - t0;
-	if (run_program(ctx, p, m, bind, o, out, &stats))
+	if (run_program(ctx, p, m, bind, ck, o, out, &stats))
 		goto done;
 	if (stats) { /* a bundle's: the bucket run */
 		int64_t bucket = 0;
@@ -365,6 +400,7 @@ done:
 	free(stats);
 	free(wcopy);
 	moe_tensor_map_free(bind);
+	moe_checkpoint_close(ck);
 	moe_module_free(iface);
 	moe_tcp_program_free(own);
 	moe_tcp_bundle_free(bun);

@@ -66,6 +66,13 @@ typedef struct moe_host_opts {
 	                         * its own (not timed), evicting the layer's weights from the CPU's
 	                         * caches: each call then reads them from memory, as a decode step
 	                         * of a model whose other layers ran in between does */
+	const char *weights_id; /* what identifies the bytes of the bound weights (moec run: each
+	                         * checkpoint file's path, device, inode, size, modification time
+	                         * and header digest), or NULL (default). Given, and with the cache
+	                         * on (no_cache 0), the bf16 weights packed for the vdpbf16ps
+	                         * kernels are kept in the cache (under cache_dir) and a later run
+	                         * with the same id reads them instead of packing again
+	                         * (docs/robustness.md, "The packed-weight cache") */
 } moe_host_opts;
 
 #define MOE_HOST_COLD_BYTES ((size_t)256 << 20)
@@ -104,6 +111,10 @@ typedef struct moe_host_stats {
 	                          * without any (f32) runs the portable kernels all the same */
 	double setup_seconds;    /* binding the tensors and allocating the zeroed workspace, once per run
 	                          * (not part of compile_seconds) */
+	moe_host_cache pack_cache; /* where the packed weights came from: OFF (no weights_id, no usable
+	                            * cache, or nothing packed), MISS (packed, then stored), HIT (every
+	                            * one read from the cache), BAD (an entry failed verification:
+	                            * packed and rewritten) */
 } moe_host_stats;
 
 /* Runs layer g on the host. Inputs and weights are bound by node name from

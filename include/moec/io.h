@@ -157,12 +157,27 @@ enum {
 	 * run-time fault if it needs their values (routing does; the expert FFNs,
 	 * whose arithmetic a timing-only run skips, do not). */
 	MOE_WEIGHTS_ALLOW_ABSENT = 1u << 0,
+	/* A per-expert ({e}) weight is checked (every expert's header) but bound
+	 * without data (data == NULL), to be read a row at a time with
+	 * moe_weights_load_row from the same checkpoint: a TCP run given that
+	 * checkpoint (moe_tcp_run_opts.lazy_weights) reads only the experts it
+	 * touches. */
+	MOE_WEIGHTS_DEFER = 1u << 1,
 };
 /* moe_weights_load with flags; *absent (may be NULL) counts absent weights. */
 MOE_API moe_status moe_weights_load_ex(moe_ctx *ctx, const moe_graph *g, const char *const *paths, size_t npaths,
 	unsigned flags, moe_tensor_map *out, size_t *absent);
 /* The same against an open checkpoint. */
 MOE_API moe_status moe_weights_load_from(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, moe_tensor_map *out);
+/* moe_weights_load_ex against an open checkpoint. */
+MOE_API moe_status moe_weights_load_from_ex(moe_ctx *ctx, const moe_graph *g, moe_checkpoint *ck, unsigned flags,
+	moe_tensor_map *out, size_t *absent);
+/* Row `row` (expert `row`) of the per-expert ({e}) weight node id of g, read
+ * from ck and converted to the node's dtype into dst (nbytes: one row's
+ * bytes, checked). The tensor's shape and dtype are checked again: a
+ * mismatch is a diagnostic and MOE_ERR_INVALID, nothing is trusted. */
+MOE_API moe_status moe_weights_load_row(moe_ctx *ctx, const moe_graph *g, moe_id id, moe_checkpoint *ck, int64_t row,
+	void *dst, size_t nbytes);
 
 /* ---- NumPy .npy ----
  * Accepted: magic \x93NUMPY, version 1.0, 2.0 or 3.0, a header dict with exactly

@@ -153,9 +153,17 @@ typedef struct moe_tcp_run_opts {
 	 * outside the block loop with phase "routing" (before the loop) or
 	 * "combine" (after it) and done/total counting those commands' positions
 	 * in the program, and at each block with phase "blocks" and the blocks
-	 * run / the run-time block count. Cheap calls; the caller throttles. */
+	 * run / the run-time block count (the worst-case grid until the program
+	 * loads it). Cheap calls; the caller throttles. */
 	void (*progress)(void *ud, const char *phase, int64_t done, int64_t total);
 	void *progress_ud;
+	/* The checkpoint the weights were loaded from, or NULL. Given, weights
+	 * bound without data that moe_weights_load_ex deferred
+	 * (MOE_WEIGHTS_DEFER: per-expert weights) are read from it an expert at
+	 * a time when the run first reads that expert, and the packed weights
+	 * computed from them are packed an expert at a time likewise: a run
+	 * holds only the experts it touches. It must stay open for the run. */
+	struct moe_checkpoint *lazy_weights;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and

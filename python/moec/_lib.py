@@ -66,7 +66,7 @@ class RunOpts(ctypes.Structure):
 class HostOpts(ctypes.Structure):
     _fields_ = [("engine", ctypes.c_int), ("repeat", ctypes.c_int), ("threads", ctypes.c_int),
                 ("portable", ctypes.c_int), ("no_cache", ctypes.c_int), ("cache_dir", ctypes.c_char_p),
-                ("cold", ctypes.c_int)]
+                ("cold", ctypes.c_int), ("weights_id", ctypes.c_char_p)]
 
 
 class HostMemory(ctypes.Structure):
@@ -80,7 +80,8 @@ class HostStats(ctypes.Structure):
                 ("pack_seconds", ctypes.c_double), ("repeat", ctypes.c_int), ("workspace_bytes", ctypes.c_size_t),
                 ("blocks_executed", ctypes.c_int64), ("blocks_skipped", ctypes.c_int64),
                 ("rows_executed", ctypes.c_int64), ("grid_blocks_max", ctypes.c_int64), ("threads", ctypes.c_int),
-                ("cache", ctypes.c_int), ("kernels", ctypes.c_char_p), ("setup_seconds", ctypes.c_double)]
+                ("cache", ctypes.c_int), ("kernels", ctypes.c_char_p), ("setup_seconds", ctypes.c_double),
+                ("pack_cache", ctypes.c_int)]
 
 
 TCP_NENGINES = 6
@@ -100,7 +101,8 @@ class TcpStats(ctypes.Structure):
 
 class TcpRunOpts(ctypes.Structure):
     _fields_ = [("machine", ctypes.c_void_p), ("no_skip", ctypes.c_int), ("trace_path", ctypes.c_char_p),
-                ("timing_only", ctypes.c_int), ("progress", ctypes.c_void_p), ("progress_ud", ctypes.c_void_p)]
+                ("timing_only", ctypes.c_int), ("progress", ctypes.c_void_p), ("progress_ud", ctypes.c_void_p),
+                ("lazy_weights", ctypes.c_void_p)]
 
 
 P = ctypes.c_void_p

@@ -24,3 +24,10 @@ config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
 # `not` and `count` live beside FileCheck (Debian llvm-19-tools).
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(config.filecheck), os.environ.get("PATH", "")])
+# The host's bf16 dot-product kernels (and so its packed weights) need AVX512-BF16.
+try:
+    with open("/proc/cpuinfo") as f:
+        if "avx512_bf16" in f.read():
+            config.available_features.add("avx512bf16")
+except OSError:
+    pass
