@@ -172,6 +172,20 @@ static void drop_temp(const cgen_cache *c, const char *tmp, int slot)
 /* The root's secret: read from its key file, or made (random bytes written to
  * a temporary and linked to the name, so that a reader never sees a partial
  * key and two racing processes agree). */
+/* An entry's file name: the first 16 bytes of the key's SHA-256 in hex, then ext
+ * (".jit" or ".pack"); name holds 48 bytes. */
+static void entry_name(const char *key, size_t keylen, const char *ext, char name[48])
+{
+	unsigned char h[CGEN_SHA256_LEN];
+	cgen_sha256 s;
+	cgen_sha256_init(&s);
+	cgen_sha256_update(&s, key, keylen);
+	cgen_sha256_final(&s, h);
+	for (int i = 0; i < 16; i++)
+		snprintf(name + 2 * i, 3, "%02x", h[i]);
+	strcpy(name + 32, ext);
+}
+
 static bool secret(moe_ctx *ctx, cgen_cache *c)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
@@ -268,14 +282,7 @@ bool cgen_cache_open(moe_ctx *ctx, cgen_cache *c, const char *dir, const char *k
 		cgen_cache_close(c);
 		return false;
 	}
-	unsigned char h[CGEN_SHA256_LEN];
-	cgen_sha256 s;
-	cgen_sha256_init(&s);
-	cgen_sha256_update(&s, key, keylen);
-	cgen_sha256_final(&s, h);
-	for (int i = 0; i < 16; i++)
-		snprintf(c->name + 2 * i, 3, "%02x", h[i]);
-	strcat(c->name, ".jit");
+	entry_name(key, keylen, ".jit", c->name);
 	c->key = key;
 	c->keylen = keylen;
 	return true;
@@ -401,17 +408,6 @@ uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed)
 	return h;
 }
 
-static void pack_name(const char *key, size_t keylen, char name[48])
-{
-	unsigned char h[CGEN_SHA256_LEN];
-	cgen_sha256 s;
-	cgen_sha256_init(&s);
-	cgen_sha256_update(&s, key, keylen);
-	cgen_sha256_final(&s, h);
-	for (int i = 0; i < 16; i++)
-		snprintf(name + 2 * i, 3, "%02x", h[i]);
-	strcat(name, ".pack");
-}
 
 static void pack_hdr(const unsigned char *secret, const char *key, size_t keylen, size_t len, uint64_t sum,
 	unsigned char hdr[PHDR])
@@ -438,7 +434,7 @@ int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t le
 {
 	memset(e, 0, sizeof *e);
 	char name[48];
-	pack_name(key, keylen, name);
+	entry_name(key, keylen, ".pack", name);
 	struct stat st;
 	int fd = open_entry(c->dir, name, &st);
 	*why = "not a regular file of the user";
@@ -496,7 +492,7 @@ bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const 
 	if (c->dir < 0)
 		return false;
 	char name[48];
-	pack_name(key, keylen, name);
+	entry_name(key, keylen, ".pack", name);
 	unsigned char hdr[PHDR];
 	pack_hdr(c->secret, key, keylen, len, cgen_pack_checksum(data, len, keylen), hdr);
 	char tmp[96];
