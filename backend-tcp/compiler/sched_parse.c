@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/sched.h"
+#include "backend-tcp/isa/text.h"
 #include "ir/serial.h"
 
 enum { PS_MAX_DEPTH = 64, PS_MAX_QUOTED = 4096 };
@@ -65,15 +66,6 @@ static void ws(const char **s)
 {
 	while (**s == ' ' || **s == '\t')
 		(*s)++;
-}
-
-static bool lit(const char **s, const char *l)
-{
-	size_t n = strlen(l);
-	if (strncmp(*s, l, n))
-		return false;
-	*s += n;
-	return true;
 }
 
 static bool pint(const char **s, int64_t *v)
@@ -188,7 +180,7 @@ static bool pquoted(ps *p, const char **sp, char *buf, size_t cap, const char *w
 static bool pscalar_ref(ps *p, const char **s, ts_id *out, int fix, uint32_t idx)
 {
 	const char *at = *s;
-	if (!lit(s, "$")) {
+	if (!tcp_lit(s, "$")) {
 		perr(p, at, "expected a scalar ($name)");
 		return false;
 	}
@@ -221,12 +213,12 @@ static bool pscalar_ref(ps *p, const char **s, ts_id *out, int fix, uint32_t idx
 
 static int plist(const char **s, int64_t *out, int max)
 {
-	if (!lit(s, "["))
+	if (!tcp_lit(s, "["))
 		return -1;
 	int n = 0;
 	ws(s);
 	while (**s != ']') {
-		if (n && !lit(s, ","))
+		if (n && !tcp_lit(s, ","))
 			return -1;
 		ws(s);
 		if (n >= max || !pint(s, &out[n]))
@@ -262,12 +254,12 @@ static void parse_meta(ps *p, const char *s)
 	int64_t *f[12] = {&m->T, &m->K, &m->D, &m->F, &m->E, &m->B, &m->G, &m->nproj, &m->router_E, &m->wexp, &m->act,
 		&m->rmacs};
 	for (int i = 0; i < 12; i++)
-		if (!lit(&s, k[i]) || !prange(&s, f[i], 0, INT64_MAX))
+		if (!tcp_lit(&s, k[i]) || !prange(&s, f[i], 0, INT64_MAX))
 			return perr(p, s, "malformed meta line at '%s' (a count >= 0)", k[i] + 1);
 	char w[16] = "";
 	const char *at = s;
 	int d;
-	if (!lit(&s, " dtype=") || !pword(&s, w, sizeof w) || (d = moe_dtype_from_name(w)) < 0)
+	if (!tcp_lit(&s, " dtype=") || !pword(&s, w, sizeof w) || (d = moe_dtype_from_name(w)) < 0)
 		return perr(p, at, "malformed meta line at 'dtype' (a dtype name)");
 	m->dtype = (uint8_t)d;
 	if (*s)
@@ -276,14 +268,15 @@ static void parse_meta(ps *p, const char *s)
 
 static void parse_features(ps *p, const char *s)
 {
-	if (!lit(&s, " granted=") || !pu64(&s, &p->s->granted) || !lit(&s, " refused=") || !pu64(&s, &p->s->refused) || *s)
+	if (!tcp_lit(&s, " granted=") || !pu64(&s, &p->s->granted) || !tcp_lit(&s, " refused=") || !pu64(&s, &p->s->refused) ||
+		*s)
 		perr(p, s, "malformed features line (features granted=BITS refused=BITS)");
 }
 
 static void parse_machine(ps *p, const char *s)
 {
 	char name[96];
-	if (!lit(&s, " ")) {
+	if (!tcp_lit(&s, " ")) {
 		perr(p, s, "expected the machine's quoted name");
 		return;
 	}
@@ -302,43 +295,43 @@ static bool buf_field(ps *p, ts_buf *u, const char **sp)
 	const char *s = *sp, *at = s;
 	int64_t v, w4[4];
 	char w[16] = "";
-	if (lit(&s, "src=")) {
+	if (tcp_lit(&s, "src=")) {
 		char src[PS_MAX_QUOTED + 1];
 		if (!pquoted(p, &s, src, sizeof src, "buffer source"))
 			return false;
 		u->source = ir_strdup(&p->s->arena, src);
-	} else if (lit(&s, "slots=")) {
+	} else if (tcp_lit(&s, "slots=")) {
 		if (!prange(&s, &v, 1, 4) || v == 3)
 			return perr(p, at, "slots must be 1, 2 or 4"), false;
 		u->slots = (uint8_t)v;
-	} else if (lit(&s, "life=@")) {
+	} else if (tcp_lit(&s, "life=@")) {
 		int64_t a, b;
-		if (!prange(&s, &a, 0, TS_MAX_OBJECTS) || !lit(&s, "..@") || !prange(&s, &b, 0, TS_MAX_OBJECTS))
+		if (!prange(&s, &a, 0, TS_MAX_OBJECTS) || !tcp_lit(&s, "..@") || !prange(&s, &b, 0, TS_MAX_OBJECTS))
 			return perr(p, at, "malformed span lifetime (life=@FIRST..@LAST)"), false;
 		u->life = TS_LIFE_SPAN;
 		u->first = (ts_id)a;
 		u->last = (ts_id)b;
-	} else if (lit(&s, "life=")) {
+	} else if (tcp_lit(&s, "life=")) {
 		int k = pword(&s, w, sizeof w) ? lookup(ts_life_names, TS_NLIFE, w) : -1;
 		if (k < 0 || k == TS_LIFE_SPAN)
 			return perr(p, at, "unknown lifetime (program, loop, block or @FIRST..@LAST)"), false;
 		u->life = (uint8_t)k;
-	} else if (lit(&s, "layout=")) {
+	} else if (tcp_lit(&s, "layout=")) {
 		int k = pword(&s, w, sizeof w) ? lookup(ts_split_names, TS_NSPLIT, w) : -1;
-		if (k < 0 || !lit(&s, "(") || !prange(&s, &w4[0], 0, UINT16_MAX) || !lit(&s, ",") ||
-			!prange(&s, &w4[1], 0, UINT16_MAX) || !lit(&s, ",") || !prange(&s, &w4[2], 0, UINT16_MAX) ||
-			!lit(&s, ",") || !prange(&s, &w4[3], 0, INT64_MAX) || !lit(&s, ")"))
+		if (k < 0 || !tcp_lit(&s, "(") || !prange(&s, &w4[0], 0, UINT16_MAX) || !tcp_lit(&s, ",") ||
+			!prange(&s, &w4[1], 0, UINT16_MAX) || !tcp_lit(&s, ",") || !prange(&s, &w4[2], 0, UINT16_MAX) ||
+			!tcp_lit(&s, ",") || !prange(&s, &w4[3], 0, INT64_MAX) || !tcp_lit(&s, ")"))
 			return perr(p, at, "malformed layout (layout=flit|rows|cols(SLICE0,NSLICES,COPIES,SLICE_BYTES))"), false;
 		u->layout = (ts_layout){(uint16_t)w4[0], (uint16_t)w4[1], (uint16_t)w4[2], (uint8_t)k, w4[3]};
-	} else if (lit(&s, "feature=")) {
+	} else if (tcp_lit(&s, "feature=")) {
 		if (!prange(&s, &v, 1, UINT16_MAX))
 			return perr(p, at, "feature must be 1..65535"), false;
 		u->feature = (uint16_t)v;
-	} else if (lit(&s, "node=")) {
+	} else if (tcp_lit(&s, "node=")) {
 		if (!prange(&s, &v, 0, (int64_t)MOE_NONE - 1))
 			return perr(p, at, "bad node id"), false;
 		u->node = (moe_id)v;
-	} else if (lit(&s, "at=")) {
+	} else if (tcp_lit(&s, "at=")) {
 		if (!prange(&s, &v, 0, INT64_MAX))
 			return perr(p, at, "a placed offset is >= 0"), false;
 		u->offset = v;
@@ -353,19 +346,19 @@ static void parse_buf(ps *p, const char *s)
 {
 	int64_t id, shape[MOE_MAX_RANK];
 	const char *at = s;
-	if (!lit(&s, "%") || !pint(&s, &id) || id != p->s->nbuf)
+	if (!tcp_lit(&s, "%") || !pint(&s, &id) || id != p->s->nbuf)
 		return perr(p, at, "buffers are numbered in order: expected %%%u", p->s->nbuf);
 	if (!under_cap(p, p->s->nbuf, "buffers"))
 		return;
 	char name[IR_NAME_MAX + 2], sp[16], kd[16], dt[16];
-	if (!lit(&s, " ") || !pquoted(p, &s, name, sizeof name, "buffer name"))
+	if (!tcp_lit(&s, " ") || !pquoted(p, &s, name, sizeof name, "buffer name"))
 		return;
 	const char *why = ir_name_problem(IR_NAME_VALUE, name);
 	if (why)
 		return perr(p, at, "buffer name '%s' %s", name, why);
 	at = s + 1;
-	if (!lit(&s, " ") || !pword(&s, sp, sizeof sp) || !lit(&s, " ") || !pword(&s, kd, sizeof kd) || !lit(&s, " ") ||
-		!pword(&s, dt, sizeof dt))
+	if (!tcp_lit(&s, " ") || !pword(&s, sp, sizeof sp) || !tcp_lit(&s, " ") || !pword(&s, kd, sizeof kd) ||
+		!tcp_lit(&s, " ") || !pword(&s, dt, sizeof dt))
 		return perr(p, at, "expected SPACE KIND DTYPE[SHAPE]");
 	int space = lookup(ts_space_names, TCP_NSPACE, sp), kind = lookup(tcp_kind_names, TCP_NKIND, kd),
 	    d = moe_dtype_from_name(dt);
@@ -382,7 +375,7 @@ static void parse_buf(ps *p, const char *s)
 	ts_id b = ts_add_buf(p->s, name, space, kind, (moe_dtype)d, rank, shape);
 	note_line(p, 0, b);
 	while (*s && !p->bad) {
-		if (!lit(&s, " "))
+		if (!tcp_lit(&s, " "))
 			return perr(p, s, "expected a space before the next field");
 		if (!buf_field(p, &p->s->buf[b], &s))
 			return;
@@ -432,7 +425,7 @@ static void parse_scalar(ps *p, ts_id rg, const char *s)
 		return perr(p, at, "scalar '$%s' defined twice", name);
 	if (!under_cap(p, p->s->nsc, "scalars"))
 		return;
-	if (!lit(&s, " = "))
+	if (!tcp_lit(&s, " = "))
 		return perr(p, s, "expected ' = ' after the scalar's name");
 	char w[16] = "";
 	const char *op = s;
@@ -443,33 +436,33 @@ static void parse_scalar(ps *p, ts_id rg, const char *s)
 	int kind, sop = 0;
 	if (!strcmp(w, "const") || !strcmp(w, "loopidx")) {
 		kind = w[0] == 'c' ? TS_SC_CONST : TS_SC_LOOPIDX;
-		if (!lit(&s, " ") || !pint(&s, &imm) || (kind == TS_SC_LOOPIDX && (imm < 0 || imm > 1)))
+		if (!tcp_lit(&s, " ") || !pint(&s, &imm) || (kind == TS_SC_LOOPIDX && (imm < 0 || imm > 1)))
 			return perr(p, s, kind == TS_SC_CONST ? "expected an integer" : "expected the loop's index (0 or 1)");
 	} else if (!strcmp(w, "ld")) {
 		kind = TS_SC_SPM_LD;
-		if (!lit(&s, " %") || !prange(&s, &v, 0, TS_MAX_OBJECTS) || !lit(&s, "["))
+		if (!tcp_lit(&s, " %") || !prange(&s, &v, 0, TS_MAX_OBJECTS) || !tcp_lit(&s, "["))
 			return perr(p, s, "expected ld %%BUF[INDEX]");
 		buf = (ts_id)v;
 		if (!pscalar_or_imm(p, &s, &a, &imm))
 			return;
-		if (!lit(&s, "]"))
+		if (!tcp_lit(&s, "]"))
 			return perr(p, s, "expected ']'");
 	} else if (!strncmp(w, "alu.", 4) || !strncmp(w, "cmp.", 4)) {
 		kind = w[0] == 'a' ? TS_SC_ALU : TS_SC_CMP;
 		sop = kind == TS_SC_ALU ? lookup(sop_names, TCP_S_COUNT, w + 4) : lookup(cond_names, TCP_C_COUNT, w + 4);
 		if (sop < 0)
 			return perr(p, op, "unknown %s '%s'", kind == TS_SC_ALU ? "ALU operation" : "condition", w);
-		if (!lit(&s, " ") || !pscalar_ref(p, &s, &a, -1, 0))
+		if (!tcp_lit(&s, " ") || !pscalar_ref(p, &s, &a, -1, 0))
 			return;
-		if (!lit(&s, ", "))
+		if (!tcp_lit(&s, ", "))
 			return perr(p, s, "expected ', '");
 		if (!pscalar_or_imm(p, &s, &b, &imm))
 			return;
 	} else if (!strcmp(w, "loopvar")) {
 		kind = TS_SC_LOOPVAR;
-		if (!lit(&s, " ") || !pscalar_ref(p, &s, &a, -1, 0))
+		if (!tcp_lit(&s, " ") || !pscalar_ref(p, &s, &a, -1, 0))
 			return;
-		if (!lit(&s, ", "))
+		if (!tcp_lit(&s, ", "))
 			return perr(p, s, "expected ', '");
 		if (!pscalar_ref(p, &s, &b, FIX_SC_B, p->s->nsc))
 			return;
@@ -493,19 +486,19 @@ static bool pview(ps *p, const char **s, tcp_view *v)
 	int64_t t;
 	*v = tcp_view_none();
 	const char *at = *s;
-	if (!lit(s, "%") || !prange(s, &t, 0, TS_MAX_OBJECTS) || !pint(s, &v->base))
+	if (!tcp_lit(s, "%") || !prange(s, &t, 0, TS_MAX_OBJECTS) || !pint(s, &v->base))
 		return perr(p, at, "malformed view (%%BUF+BASE[+$SCALAR*SCALE]:[STRIDES])"), false;
 	v->t = (int32_t)t;
-	if (lit(s, "+$")) {
+	if (tcp_lit(s, "+$")) {
 		ts_id r;
 		(*s)--;
 		if (!pscalar_ref(p, s, &r, -1, 0))
 			return false;
-		if (!lit(s, "*") || !pint(s, &v->scale))
+		if (!tcp_lit(s, "*") || !pint(s, &v->scale))
 			return perr(p, *s, "expected *SCALE after the view's scalar"), false;
 		v->reg = (int32_t)r;
 	}
-	if (!lit(s, ":") || plist(s, v->stride, TCP_MAXD) < 0)
+	if (!tcp_lit(s, ":") || plist(s, v->stride, TCP_MAXD) < 0)
 		return perr(p, at, "malformed view strides (at most %d)", TCP_MAXD), false;
 	return true;
 }
@@ -513,22 +506,22 @@ static bool pview(ps *p, const char **s, tcp_view *v)
 static bool pchain(ps *p, const char **s, tcp_insn *in)
 {
 	const char *at = *s;
-	if (!lit(s, "["))
+	if (!tcp_lit(s, "["))
 		return perr(p, at, "expected chain=[...]"), false;
 	while (**s != ']') {
 		at = *s;
-		if ((in->nstep && !lit(s, ",")) || in->nstep >= TCP_MAXSTEP)
+		if ((in->nstep && !tcp_lit(s, ",")) || in->nstep >= TCP_MAXSTEP)
 			return perr(p, at, "malformed chain (at most %d steps)", TCP_MAXSTEP), false;
 		tcp_step *st = &in->step[in->nstep++];
 		char w[16], x[8], y[8];
 		int64_t imm, ctr, fl;
 		int op = pword(s, w, sizeof w) ? lookup(tcp_vop_names, TCP_V_COUNT, w) : -1, xs = -1, ys = -1;
-		if (op >= 0 && lit(s, "(") && pword(s, x, sizeof x) && lit(s, ","))
+		if (op >= 0 && tcp_lit(s, "(") && pword(s, x, sizeof x) && tcp_lit(s, ","))
 			xs = lookup(src_names, TCP_SRC_NONE + 1, x);
-		if (xs >= 0 && pword(s, y, sizeof y) && lit(s, ","))
+		if (xs >= 0 && pword(s, y, sizeof y) && tcp_lit(s, ","))
 			ys = lookup(src_names, TCP_SRC_NONE + 1, y);
-		if (ys < 0 || !lit(s, "#") || !prange(s, &imm, 0, 0xffffffffLL) || !lit(s, ",c") || !prange(s, &ctr, 0, 255) ||
-			!lit(s, ",") || !prange(s, &fl, 0, 255) || !lit(s, ")"))
+		if (ys < 0 || !tcp_lit(s, "#") || !prange(s, &imm, 0, 0xffffffffLL) || !tcp_lit(s, ",c") ||
+			!prange(s, &ctr, 0, 255) || !tcp_lit(s, ",") || !prange(s, &fl, 0, 255) || !tcp_lit(s, ")"))
 			return perr(p, at, "malformed chain step (OP(X,Y,#IMM,cCTR,FLAGS))"), false;
 		*st = (tcp_step){(uint8_t)op, (uint8_t)xs, (uint8_t)ys, (uint8_t)ctr, (uint8_t)fl, (uint32_t)imm};
 	}
@@ -545,23 +538,23 @@ static bool pflags(ps *p, const char **s, uint8_t *flags)
 		if (k < 0)
 			return perr(p, at, "unknown flag"), false;
 		*flags |= (uint8_t)(1u << k);
-	} while (lit(s, ","));
+	} while (tcp_lit(s, ","));
 	return true;
 }
 
 static bool pdeps(ps *p, const char **s, ts_id op)
 {
 	const char *at = *s;
-	if (!lit(s, "["))
+	if (!tcp_lit(s, "["))
 		return perr(p, at, "expected deps=[@OP,...]"), false;
 	while (**s != ']') {
 		int64_t v;
 		at = *s;
-		if ((p->s->op[op].ndep && !lit(s, ",")) || !lit(s, "@") || !prange(s, &v, 0, TS_MAX_OBJECTS - 1))
+		if ((p->s->op[op].ndep && !tcp_lit(s, ",")) || !tcp_lit(s, "@") || !prange(s, &v, 0, TS_MAX_OBJECTS - 1))
 			return perr(p, at, "malformed dependency (@OP or @OP^1)"), false;
 		if (p->s->op[op].ndep >= TS_MAX_DEPS)
 			return perr(p, at, "more than %d dependencies", TS_MAX_DEPS), false;
-		ts_add_dep(p->s, op, (ts_id)v, lit(s, "^1") ? 1 : 0);
+		ts_add_dep(p->s, op, (ts_id)v, tcp_lit(s, "^1") ? 1 : 0);
 	}
 	(*s)++;
 	return true;
@@ -573,43 +566,43 @@ static bool op_field(ps *p, ts_op *o, ts_id oid, const char **s)
 	const char *at = *s;
 	int64_t v;
 	tcp_insn *in = &o->in;
-	if (lit(s, "feature=")) {
+	if (tcp_lit(s, "feature=")) {
 		if (!prange(s, &v, 1, UINT16_MAX))
 			return perr(p, at, "feature must be 1..65535"), false;
 		o->feature = (uint16_t)v;
-	} else if (lit(s, "node=")) {
+	} else if (tcp_lit(s, "node=")) {
 		if (!prange(s, &v, 0, (int64_t)MOE_NONE - 1))
 			return perr(p, at, "bad node id"), false;
 		o->node = (moe_id)v;
-	} else if (lit(s, "cost=")) {
+	} else if (tcp_lit(s, "cost=")) {
 		if (!prange(s, &o->cost, 0, INT64_MAX))
 			return perr(p, at, "a cost is >= 0"), false;
-	} else if (lit(s, "dims=")) {
+	} else if (tcp_lit(s, "dims=")) {
 		int n = plist(s, in->dim, TCP_MAXD);
 		if (n < 1)
 			return perr(p, at, "malformed dims (1 to %d sizes)", TCP_MAXD), false;
 		in->ndim = (uint8_t)n;
-	} else if (lit(s, "flags=")) {
+	} else if (tcp_lit(s, "flags=")) {
 		return pflags(p, s, &in->flags);
-	} else if (lit(s, "valid=")) {
+	} else if (tcp_lit(s, "valid=")) {
 		ts_id r;
 		if (!pscalar_ref(p, s, &r, -1, 0))
 			return false;
 		in->vreg = (int32_t)r;
-	} else if (lit(s, "imm=")) {
+	} else if (tcp_lit(s, "imm=")) {
 		if (!pint(s, &in->imm))
 			return perr(p, at, "malformed imm"), false;
-	} else if (lit(s, "tile=") || lit(s, "rows=")) {
+	} else if (tcp_lit(s, "tile=") || tcp_lit(s, "rows=")) {
 		if (!prange(s, at[0] == 't' ? &in->tile : &in->rows, 1, INT64_MAX))
 			return perr(p, at, "%s must be >= 1", at[0] == 't' ? "tile" : "rows"), false;
-	} else if (lit(s, "dst=") || lit(s, "s0=") || lit(s, "s1=") || lit(s, "s2=")) {
+	} else if (tcp_lit(s, "dst=") || tcp_lit(s, "s0=") || tcp_lit(s, "s1=") || tcp_lit(s, "s2=")) {
 		int w = at[0] == 'd' ? TCP_V_DST : at[1] - '0' + 1;
 		if (in->v[w].t >= 0)
 			return perr(p, at, "view given twice"), false;
 		return pview(p, s, &in->v[w]);
-	} else if (lit(s, "chain=")) {
+	} else if (tcp_lit(s, "chain=")) {
 		return pchain(p, s, in);
-	} else if (lit(s, "deps=")) {
+	} else if (tcp_lit(s, "deps=")) {
 		return pdeps(p, s, oid);
 	} else {
 		return perr(p, at, "unknown op field"), false;
@@ -621,7 +614,7 @@ static void parse_op(ps *p, ts_id rg, const char *s)
 {
 	int64_t id;
 	const char *at = s;
-	if (!lit(&s, "@") || !prange(&s, &id, 0, TS_MAX_OBJECTS - 1) || !lit(&s, " "))
+	if (!tcp_lit(&s, "@") || !prange(&s, &id, 0, TS_MAX_OBJECTS - 1) || !tcp_lit(&s, " "))
 		return perr(p, at, "expected op @ID OPCODE");
 	if (!under_cap(p, p->s->nop, "ops"))
 		return;
@@ -632,7 +625,7 @@ static void parse_op(ps *p, ts_id rg, const char *s)
 		return perr(p, at, "'%.*s' is not a command (dma.*, sub.*, tu.*): control is scalars and regions",
 			(int)strcspn(at, " "), at);
 	at = s;
-	int ph = lit(&s, " ph=") && pword(&s, w, sizeof w) ? lookup(ts_phase_names, TS_NPHASE, w) : -1;
+	int ph = tcp_lit(&s, " ph=") && pword(&s, w, sizeof w) ? lookup(ts_phase_names, TS_NPHASE, w) : -1;
 	if (ph < 0)
 		return perr(p, at, "expected ph=routing|expert|prefetch|combine");
 	tcp_insn in = tcp_insn_init((tcp_opcode)opc);
@@ -641,7 +634,7 @@ static void parse_op(ps *p, ts_id rg, const char *s)
 	ctx_grow(p->ctx, (void **)&p->given, &p->cgiven, p->ngiven + 1, sizeof *p->given);
 	p->given[p->ngiven++] = (uint32_t)id;
 	while (*s && !p->bad) {
-		if (!lit(&s, " "))
+		if (!tcp_lit(&s, " "))
 			return perr(p, s, "expected a space before the next field");
 		if (!op_field(p, &p->s->op[o], o, &s))
 			return;
@@ -674,8 +667,8 @@ static void parse_classes(ps *p, ts_id parent, const char *s)
 		return;
 	int64_t *b = ctx_alloc(p->ctx, TS_MAX_BOUNDS * sizeof *b);
 	const char *at = s + 1;
-	int n = lit(&s, " ") ? plist(&s, b, TS_MAX_BOUNDS) : -1;
-	if (n < 1 || !lit(&s, " {") || *s) {
+	int n = tcp_lit(&s, " ") ? plist(&s, b, TS_MAX_BOUNDS) : -1;
+	if (n < 1 || !tcp_lit(&s, " {") || *s) {
 		ctx_free(p->ctx, b, 0);
 		return perr(p, at, "expected classes $SCALAR [BOUND, ...] { (1 to %d bounds)", TS_MAX_BOUNDS);
 	}
@@ -690,20 +683,20 @@ static bool loop_field(ps *p, ts_loop *l, int li, const char **s)
 	const char *at = *s;
 	int64_t v;
 	char w[16] = "";
-	if (lit(s, "expert="))
+	if (tcp_lit(s, "expert="))
 		return pscalar_ref(p, s, &l->expert, FIX_LOOP_EXPERT, (uint32_t)li);
-	if (lit(s, "rows="))
+	if (tcp_lit(s, "rows="))
 		return pscalar_ref(p, s, &l->rows, FIX_LOOP_ROWS, (uint32_t)li);
-	if (lit(s, "weights=")) {
+	if (tcp_lit(s, "weights=")) {
 		int k = pword(s, w, sizeof w) ? lookup(ts_weights_names, TS_NWEIGHTS, w) : -1;
 		if (k < 0)
 			return perr(p, at, "weights must be double, single or stream"), false;
 		l->weights = (uint8_t)k;
 		return true;
 	}
-	uint8_t *f = lit(s, "prefetch=") ? &l->prefetch
-		     : lit(s, "ring=")   ? &l->ring
-		     : lit(s, "row_slots=") ? &l->row_slots
+	uint8_t *f = tcp_lit(s, "prefetch=") ? &l->prefetch
+		     : tcp_lit(s, "ring=")   ? &l->ring
+		     : tcp_lit(s, "row_slots=") ? &l->row_slots
 					    : NULL;
 	if (!f)
 		return perr(p, at, "unknown loop field"), false;
@@ -720,7 +713,7 @@ static void parse_loop(ps *p, ts_id parent, const char *s)
 	if (!prange(&s, &li, 0, 1) || li != p->s->nloop)
 		return perr(p, at, "loops are numbered in order from 0 (at most 2): expected loop %d", p->s->nloop);
 	at = s;
-	if (!lit(&s, " grid=") || !prange(&s, &G, 1, (int64_t)1 << 40) || !lit(&s, " nb="))
+	if (!tcp_lit(&s, " grid=") || !prange(&s, &G, 1, (int64_t)1 << 40) || !tcp_lit(&s, " nb="))
 		return perr(p, at, "expected grid=G (>= 1) nb=$SCALAR g=$SCALAR");
 	if (p->s->nrg + 4 >= TS_MAX_OBJECTS)
 		return perr(p, at, "more than %u regions", TS_MAX_OBJECTS);
@@ -732,12 +725,12 @@ static void parse_loop(ps *p, ts_id parent, const char *s)
 	note_line(p, 3, lp->epilogue);
 	if (!pscalar_ref(p, &s, &lp->nb, FIX_LOOP_NB, (uint32_t)l))
 		return;
-	if (!lit(&s, " g="))
+	if (!tcp_lit(&s, " g="))
 		return perr(p, s, "expected g=$SCALAR");
 	if (!pscalar_ref(p, &s, &lp->g, FIX_LOOP_G, (uint32_t)l))
 		return;
-	while (!p->bad && !lit(&s, " {")) {
-		if (!lit(&s, " "))
+	while (!p->bad && !tcp_lit(&s, " {")) {
+		if (!tcp_lit(&s, " "))
 			return perr(p, s, "expected a loop field or ' {'");
 		if (!loop_field(p, lp, l, &s))
 			return;
@@ -755,7 +748,7 @@ static void parse_part(ps *p, const char *s)
 		const ts_region *r = &p->s->rg[f->rg];
 		int64_t b;
 		const char *at = s;
-		if (!lit(&s, "case ") || !pint(&s, &b) || !lit(&s, " {") || *s)
+		if (!tcp_lit(&s, "case ") || !pint(&s, &b) || !tcp_lit(&s, " {") || *s)
 			return perr(p, at, "expected 'case BOUND {' inside classes");
 		if (f->parts >= r->nbound || r->bound[f->parts] != b)
 			return perr(p, at, "case %lld: the cases follow the classes' bounds in order", (long long)b);
@@ -793,23 +786,23 @@ static void parse_item(ps *p, const char *s)
 		return parse_part(p, s);
 	if (*s == '$')
 		return parse_scalar(p, f->rg, s);
-	if (lit(&s, "op "))
+	if (tcp_lit(&s, "op "))
 		return parse_op(p, f->rg, s);
-	if (lit(&s, "buf "))
+	if (tcp_lit(&s, "buf "))
 		return perr(p, s - 4, "buffers come before the first op, scalar or region");
 	if (!strcmp(s, "seq {") || !strcmp(s, "tier {"))
 		return new_region(p, f->rg, s[0] == 's' ? TS_RG_SEQ : TS_RG_TIER, TS_NONE, 0);
-	if (lit(&s, "guard ")) {
+	if (tcp_lit(&s, "guard ")) {
 		ts_id pred;
 		if (!pscalar_ref(p, &s, &pred, -1, 0))
 			return;
-		if (!lit(&s, " {") || *s)
+		if (!tcp_lit(&s, " {") || *s)
 			return perr(p, s, "expected 'guard $SCALAR {'");
 		return new_region(p, f->rg, TS_RG_GUARD, pred, 0);
 	}
-	if (lit(&s, "classes "))
+	if (tcp_lit(&s, "classes "))
 		return parse_classes(p, f->rg, s);
-	if (lit(&s, "loop "))
+	if (tcp_lit(&s, "loop "))
 		return parse_loop(p, f->rg, s);
 	perr(p, s, "unexpected line (op, $scalar, seq, guard, classes, tier, loop or '}')");
 }
@@ -821,7 +814,7 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 	static const char *const want[4] = {"tcpsched 1", "machine", "meta", "features"};
 	if (*stage < 4) {
 		const char *t = s;
-		if (!lit(&t, want[*stage]) || (*stage == 0 && *t))
+		if (!tcp_lit(&t, want[*stage]) || (*stage == 0 && *t))
 			return perr(p, s, "expected the '%s' line", want[*stage]);
 		switch ((*stage)++) {
 		case 1: return parse_machine(p, t);
@@ -832,7 +825,7 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 	}
 	if (*stage == 6)
 		return parse_item(p, s);
-	if (lit(&s, "prep ")) {
+	if (tcp_lit(&s, "prep ")) {
 		if (*stage != 4 || p->s->nbuf)
 			return perr(p, s - 5, "one prep line, after features and before the buffers");
 		for (const char *c = s; *c; c++)
@@ -842,7 +835,7 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 		*stage = 5;
 		return;
 	}
-	if (lit(&s, "buf "))
+	if (tcp_lit(&s, "buf "))
 		return parse_buf(p, s);
 	*stage = 6;
 	parse_item(p, s);

@@ -7,57 +7,12 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/sched.h"
+#include "backend-tcp/isa/text.h"
 
-typedef struct sb {
-	moe_ctx *ctx;
-	char *s;
-	size_t n, cap;
-	bool bad;
-} sb;
-
-static void sbf(sb *b, const char *fmt, ...) MOE_PRINTF(2, 3);
-static void sbf(sb *b, const char *fmt, ...)
-{
-	if (b->bad)
-		return;
-	va_list ap;
-	for (;;) {
-		va_start(ap, fmt);
-		int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-		va_end(ap);
-		if (k < 0) {
-			b->bad = true;
-			return;
-		}
-		if (b->s && b->n + (size_t)k < b->cap) {
-			b->n += (size_t)k;
-			return;
-		}
-		size_t nc = b->cap ? b->cap * 2 : 4096;
-		while (nc < b->n + (size_t)k + 1)
-			nc *= 2;
-		char *ns = ctx_try_realloc(b->ctx, b->s, nc);
-		if (!ns) {
-			b->bad = true;
-			return;
-		}
-		b->s = ns;
-		b->cap = nc;
-	}
-}
-
-static void put_quoted(sb *b, const char *s)
-{
-	sbf(b, "\"");
-	for (const char *c = s; *c; c++)
-		sbf(b, *c == '"' || *c == '\\' ? "\\%c" : *c >= 0x20 && *c < 0x7f ? "%c" : "\\x%02x", (unsigned char)*c);
-	sbf(b, "\"");
-}
-
-static void indent(sb *b, int d)
+static void indent(tcp_sb *b, int d)
 {
 	for (int i = 0; i < d; i++)
-		sbf(b, "  ");
+		tcp_sbf(b, "  ");
 }
 
 static const char *scname(const tcp_sched *s, ts_id id)
@@ -65,55 +20,55 @@ static const char *scname(const tcp_sched *s, ts_id id)
 	return id < s->nsc ? s->sc[id].name : "?";
 }
 
-static void print_header(sb *b, const tcp_sched *s)
+static void print_header(tcp_sb *b, const tcp_sched *s)
 {
 	const ts_meta *m = &s->meta;
-	sbf(b, "tcpsched 1\nmachine ");
-	put_quoted(b, s->machine_name ? s->machine_name : "");
-	sbf(b,
+	tcp_sbf(b, "tcpsched 1\nmachine ");
+	tcp_sb_quoted(b, s->machine_name ? s->machine_name : "");
+	tcp_sbf(b,
 		"\nmeta T=%" PRId64 " K=%" PRId64 " D=%" PRId64 " F=%" PRId64 " E=%" PRId64 " B=%" PRId64 " G=%" PRId64
 		" nproj=%" PRId64 " router_e=%" PRId64 " wexp=%" PRId64 " act=%" PRId64 " rmacs=%" PRId64 " dtype=%s\n",
 		m->T, m->K, m->D, m->F, m->E, m->B, m->G, m->nproj, m->router_E, m->wexp, m->act, m->rmacs,
 		moe_dtype_name((moe_dtype)m->dtype));
-	sbf(b, "features granted=0x%" PRIx64 " refused=0x%" PRIx64 "\n", s->granted, s->refused);
+	tcp_sbf(b, "features granted=0x%" PRIx64 " refused=0x%" PRIx64 "\n", s->granted, s->refused);
 	if (m->prep)
-		sbf(b, "prep %s\n", m->prep);
+		tcp_sbf(b, "prep %s\n", m->prep);
 }
 
-static void print_buf(sb *b, const tcp_sched *s, ts_id i)
+static void print_buf(tcp_sb *b, const tcp_sched *s, ts_id i)
 {
 	const ts_buf *u = &s->buf[i];
-	sbf(b, "buf %%%u ", i);
-	put_quoted(b, u->name);
-	sbf(b, " %s %s %s[", u->space < TCP_NSPACE ? ts_space_names[u->space] : "?",
+	tcp_sbf(b, "buf %%%u ", i);
+	tcp_sb_quoted(b, u->name);
+	tcp_sbf(b, " %s %s %s[", u->space < TCP_NSPACE ? ts_space_names[u->space] : "?",
 		u->kind < TCP_NKIND ? tcp_kind_names[u->kind] : "?", moe_dtype_name((moe_dtype)u->dtype));
 	for (int k = 0; k < u->rank; k++)
-		sbf(b, "%s%" PRId64, k ? "," : "", u->shape[k]);
-	sbf(b, "]");
+		tcp_sbf(b, "%s%" PRId64, k ? "," : "", u->shape[k]);
+	tcp_sbf(b, "]");
 	if (u->source[0]) {
-		sbf(b, " src=");
-		put_quoted(b, u->source);
+		tcp_sbf(b, " src=");
+		tcp_sb_quoted(b, u->source);
 	}
 	if (u->slots != 1)
-		sbf(b, " slots=%u", u->slots);
+		tcp_sbf(b, " slots=%u", u->slots);
 	if (u->life == TS_LIFE_SPAN)
-		sbf(b, " life=@%u..@%u", u->first, u->last);
+		tcp_sbf(b, " life=@%u..@%u", u->first, u->last);
 	else if (u->life != TS_LIFE_PROGRAM)
-		sbf(b, " life=%s", u->life < TS_NLIFE ? ts_life_names[u->life] : "?");
+		tcp_sbf(b, " life=%s", u->life < TS_NLIFE ? ts_life_names[u->life] : "?");
 	const ts_layout *l = &u->layout;
 	if (l->nslices || l->copies || l->slice_bytes || l->slice0 || l->split)
-		sbf(b, " layout=%s(%u,%u,%u,%" PRId64 ")", l->split < TS_NSPLIT ? ts_split_names[l->split] : "?", l->slice0,
+		tcp_sbf(b, " layout=%s(%u,%u,%u,%" PRId64 ")", l->split < TS_NSPLIT ? ts_split_names[l->split] : "?", l->slice0,
 			l->nslices, l->copies, l->slice_bytes);
 	if (u->feature)
-		sbf(b, " feature=%u", u->feature);
+		tcp_sbf(b, " feature=%u", u->feature);
 	if (u->node != MOE_NONE)
-		sbf(b, " node=%u", u->node);
+		tcp_sbf(b, " node=%u", u->node);
 	if (u->offset >= 0)
-		sbf(b, " at=%" PRId64, u->offset);
-	sbf(b, "\n");
+		tcp_sbf(b, " at=%" PRId64, u->offset);
+	tcp_sbf(b, "\n");
 }
 
-static void print_view(sb *b, const tcp_sched *s, const char *key, const tcp_view *v, int nd)
+static void print_view(tcp_sb *b, const tcp_sched *s, const char *key, const tcp_view *v, int nd)
 {
 	if (v->t < 0)
 		return;
@@ -121,75 +76,75 @@ static void print_view(sb *b, const tcp_sched *s, const char *key, const tcp_vie
 	for (int k = nd; k < TCP_MAXD; k++)
 		if (v->stride[k])
 			n = k + 1;
-	sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
+	tcp_sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
 	if (v->reg >= 0)
-		sbf(b, "+$%s*%" PRId64, scname(s, (ts_id)v->reg), v->scale);
-	sbf(b, ":[");
+		tcp_sbf(b, "+$%s*%" PRId64, scname(s, (ts_id)v->reg), v->scale);
+	tcp_sbf(b, ":[");
 	for (int k = 0; k < n; k++)
-		sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
-	sbf(b, "]");
+		tcp_sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
+	tcp_sbf(b, "]");
 }
 
 static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 static const char *const flag_names[8] = {"bf16x3", "acc", "xslice", "join", "e2m1", "i4", "scaled", "vrows"};
 
-static void print_insn(sb *b, const tcp_sched *s, const tcp_insn *in)
+static void print_insn(tcp_sb *b, const tcp_sched *s, const tcp_insn *in)
 {
 	if (in->ndim) {
-		sbf(b, " dims=[");
+		tcp_sbf(b, " dims=[");
 		for (int k = 0; k < in->ndim && k < TCP_MAXD; k++)
-			sbf(b, "%s%" PRId64, k ? "," : "", in->dim[k]);
-		sbf(b, "]");
+			tcp_sbf(b, "%s%" PRId64, k ? "," : "", in->dim[k]);
+		tcp_sbf(b, "]");
 	}
 	if (in->flags) {
-		sbf(b, " flags=");
+		tcp_sbf(b, " flags=");
 		for (int k = 0, n = 0; k < 8; k++)
 			if (in->flags & (1u << k))
-				sbf(b, "%s%s", n++ ? "," : "", flag_names[k]);
+				tcp_sbf(b, "%s%s", n++ ? "," : "", flag_names[k]);
 	}
 	if (in->vreg >= 0)
-		sbf(b, " valid=$%s", scname(s, (ts_id)in->vreg));
+		tcp_sbf(b, " valid=$%s", scname(s, (ts_id)in->vreg));
 	if (in->imm)
-		sbf(b, " imm=%" PRId64, in->imm);
+		tcp_sbf(b, " imm=%" PRId64, in->imm);
 	if (in->tile)
-		sbf(b, " tile=%" PRId64, in->tile);
+		tcp_sbf(b, " tile=%" PRId64, in->tile);
 	if (in->rows)
-		sbf(b, " rows=%" PRId64, in->rows);
+		tcp_sbf(b, " rows=%" PRId64, in->rows);
 	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
 	for (int w = 0; w < TCP_NVIEW; w++)
 		print_view(b, s, vk[w], &in->v[w], in->ndim);
 	if (in->nstep) {
-		sbf(b, " chain=[");
+		tcp_sbf(b, " chain=[");
 		for (int k = 0; k < in->nstep && k < TCP_MAXSTEP; k++) {
 			const tcp_step *st = &in->step[k];
-			sbf(b, "%s%s(%s,%s,#0x%08x,c%u,%u)", k ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
+			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%u,%u)", k ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
 				st->x <= TCP_SRC_NONE ? src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? src_names[st->y] : "?",
 				st->imm, st->ctr, st->flags);
 		}
-		sbf(b, "]");
+		tcp_sbf(b, "]");
 	}
 }
 
-static void print_op(sb *b, const tcp_sched *s, ts_id i, int d)
+static void print_op(tcp_sb *b, const tcp_sched *s, ts_id i, int d)
 {
 	const ts_op *o = &s->op[i];
 	indent(b, d);
-	sbf(b, "op @%u %s ph=%s", i, o->in.op < TCP_OP_COUNT ? tcp_op_names[o->in.op] : "?",
+	tcp_sbf(b, "op @%u %s ph=%s", i, o->in.op < TCP_OP_COUNT ? tcp_op_names[o->in.op] : "?",
 		o->phase < TS_NPHASE ? ts_phase_names[o->phase] : "?");
 	if (o->feature)
-		sbf(b, " feature=%u", o->feature);
+		tcp_sbf(b, " feature=%u", o->feature);
 	if (o->node != MOE_NONE)
-		sbf(b, " node=%u", o->node);
+		tcp_sbf(b, " node=%u", o->node);
 	if (o->cost)
-		sbf(b, " cost=%" PRId64, o->cost);
+		tcp_sbf(b, " cost=%" PRId64, o->cost);
 	print_insn(b, s, &o->in);
 	if (o->ndep) {
-		sbf(b, " deps=[");
+		tcp_sbf(b, " deps=[");
 		for (uint32_t k = 0; k < o->ndep; k++)
-			sbf(b, "%s@%u%s", k ? "," : "", o->dep[k], o->dist[k] ? "^1" : "");
-		sbf(b, "]");
+			tcp_sbf(b, "%s@%u%s", k ? "," : "", o->dep[k], o->dist[k] ? "^1" : "");
+		tcp_sbf(b, "]");
 	}
-	sbf(b, "\n");
+	tcp_sbf(b, "\n");
 }
 
 static const char *const sop_names[TCP_S_COUNT] = {
@@ -203,41 +158,41 @@ static const char *const cond_names[TCP_C_COUNT] = {
 #undef X
 };
 
-static void print_scalar(sb *b, const tcp_sched *s, ts_id i, int d)
+static void print_scalar(tcp_sb *b, const tcp_sched *s, ts_id i, int d)
 {
 	const ts_scalar *c = &s->sc[i];
 	indent(b, d);
-	sbf(b, "$%s = ", c->name);
+	tcp_sbf(b, "$%s = ", c->name);
 	switch (c->kind) {
-	case TS_SC_CONST: sbf(b, "const %" PRId64, c->imm); break;
+	case TS_SC_CONST: tcp_sbf(b, "const %" PRId64, c->imm); break;
 	case TS_SC_SPM_LD:
-		sbf(b, "ld %%%u[", c->buf);
+		tcp_sbf(b, "ld %%%u[", c->buf);
 		if (c->a != TS_NONE)
-			sbf(b, "$%s]", scname(s, c->a));
+			tcp_sbf(b, "$%s]", scname(s, c->a));
 		else
-			sbf(b, "%" PRId64 "]", c->imm);
+			tcp_sbf(b, "%" PRId64 "]", c->imm);
 		break;
 	case TS_SC_ALU:
 	case TS_SC_CMP:
 		if (c->kind == TS_SC_ALU)
-			sbf(b, "alu.%s $%s, ", c->op < TCP_S_COUNT ? sop_names[c->op] : "?", scname(s, c->a));
+			tcp_sbf(b, "alu.%s $%s, ", c->op < TCP_S_COUNT ? sop_names[c->op] : "?", scname(s, c->a));
 		else
-			sbf(b, "cmp.%s $%s, ", c->op < TCP_C_COUNT ? cond_names[c->op] : "?", scname(s, c->a));
+			tcp_sbf(b, "cmp.%s $%s, ", c->op < TCP_C_COUNT ? cond_names[c->op] : "?", scname(s, c->a));
 		if (c->b != TS_NONE)
-			sbf(b, "$%s", scname(s, c->b));
+			tcp_sbf(b, "$%s", scname(s, c->b));
 		else
-			sbf(b, "%" PRId64, c->imm);
+			tcp_sbf(b, "%" PRId64, c->imm);
 		break;
-	case TS_SC_LOOPVAR: sbf(b, "loopvar $%s, $%s", scname(s, c->a), scname(s, c->b)); break;
-	case TS_SC_LOOPIDX: sbf(b, "loopidx %" PRId64, c->imm); break;
-	default: sbf(b, "?"); break;
+	case TS_SC_LOOPVAR: tcp_sbf(b, "loopvar $%s, $%s", scname(s, c->a), scname(s, c->b)); break;
+	case TS_SC_LOOPIDX: tcp_sbf(b, "loopidx %" PRId64, c->imm); break;
+	default: tcp_sbf(b, "?"); break;
 	}
-	sbf(b, "\n");
+	tcp_sbf(b, "\n");
 }
 
-static void print_region(sb *b, const tcp_sched *s, ts_id r, int d, int depth);
+static void print_region(tcp_sb *b, const tcp_sched *s, ts_id r, int d, int depth);
 
-static void print_items(sb *b, const tcp_sched *s, ts_id r, int d, int depth)
+static void print_items(tcp_sb *b, const tcp_sched *s, ts_id r, int d, int depth)
 {
 	const ts_region *g = &s->rg[r];
 	for (uint32_t k = 0; k < g->nitem && !b->bad; k++) {
@@ -250,39 +205,39 @@ static void print_items(sb *b, const tcp_sched *s, ts_id r, int d, int depth)
 			print_region(b, s, id, d, depth + 1);
 		else {
 			indent(b, d);
-			sbf(b, "?\n");
+			tcp_sbf(b, "?\n");
 		}
 	}
 }
 
-static void print_part(sb *b, const tcp_sched *s, const char *name, ts_id r, int d, int depth)
+static void print_part(tcp_sb *b, const tcp_sched *s, const char *name, ts_id r, int d, int depth)
 {
 	indent(b, d);
-	sbf(b, "%s {\n", name);
+	tcp_sbf(b, "%s {\n", name);
 	if (r < s->nrg)
 		print_items(b, s, r, d + 1, depth + 1);
 	indent(b, d);
-	sbf(b, "}\n");
+	tcp_sbf(b, "}\n");
 }
 
 /* depth bounds the recursion: a schedule the verifier has not accepted may
  * hold a cycle of regions (a verified one nests at most 64 deep) */
-static void print_region(sb *b, const tcp_sched *s, ts_id r, int d, int depth)
+static void print_region(tcp_sb *b, const tcp_sched *s, ts_id r, int d, int depth)
 {
 	const ts_region *g = &s->rg[r];
 	indent(b, d);
 	if (depth > 256) {
-		sbf(b, "...\n");
+		tcp_sbf(b, "...\n");
 		return;
 	}
 	switch (g->kind) {
-	case TS_RG_GUARD: sbf(b, "guard $%s {\n", scname(s, g->pred)); break;
-	case TS_RG_TIER: sbf(b, "tier {\n"); break;
+	case TS_RG_GUARD: tcp_sbf(b, "guard $%s {\n", scname(s, g->pred)); break;
+	case TS_RG_TIER: tcp_sbf(b, "tier {\n"); break;
 	case TS_RG_CLASSES:
-		sbf(b, "classes $%s [", scname(s, g->pred));
+		tcp_sbf(b, "classes $%s [", scname(s, g->pred));
 		for (uint32_t k = 0; k < g->nbound; k++)
-			sbf(b, "%s%" PRId64, k ? ", " : "", g->bound[k]);
-		sbf(b, "] {\n");
+			tcp_sbf(b, "%s%" PRId64, k ? ", " : "", g->bound[k]);
+		tcp_sbf(b, "] {\n");
 		for (uint32_t k = 0; k < g->nitem; k++) {
 			uint32_t it = g->item[k];
 			char nm[32];
@@ -290,36 +245,36 @@ static void print_region(sb *b, const tcp_sched *s, ts_id r, int d, int depth)
 			print_part(b, s, nm, TS_ITEM_KIND(it) == TS_ITEM_RG ? TS_ITEM_ID(it) : TS_NONE, d + 1, depth);
 		}
 		indent(b, d);
-		sbf(b, "}\n");
+		tcp_sbf(b, "}\n");
 		return;
 	case TS_RG_LOOP: {
 		const ts_loop *l = g->loop < (uint32_t)s->nloop ? &s->loop[g->loop] : NULL;
 		if (!l) {
-			sbf(b, "loop ?\n");
+			tcp_sbf(b, "loop ?\n");
 			return;
 		}
-		sbf(b, "loop %u grid=%" PRId64 " nb=$%s g=$%s", g->loop, l->G, scname(s, l->nb), scname(s, l->g));
+		tcp_sbf(b, "loop %u grid=%" PRId64 " nb=$%s g=$%s", g->loop, l->G, scname(s, l->nb), scname(s, l->g));
 		if (l->expert != TS_NONE)
-			sbf(b, " expert=$%s", scname(s, l->expert));
+			tcp_sbf(b, " expert=$%s", scname(s, l->expert));
 		if (l->rows != TS_NONE)
-			sbf(b, " rows=$%s", scname(s, l->rows));
-		sbf(b, " weights=%s prefetch=%u ring=%u row_slots=%u {\n",
+			tcp_sbf(b, " rows=$%s", scname(s, l->rows));
+		tcp_sbf(b, " weights=%s prefetch=%u ring=%u row_slots=%u {\n",
 			l->weights < TS_NWEIGHTS ? ts_weights_names[l->weights] : "?", l->prefetch, l->ring, l->row_slots);
 		print_part(b, s, "prologue", l->prologue, d + 1, depth);
 		print_part(b, s, "body", l->body, d + 1, depth);
 		print_part(b, s, "epilogue", l->epilogue, d + 1, depth);
 		indent(b, d);
-		sbf(b, "}\n");
+		tcp_sbf(b, "}\n");
 		return;
 	}
-	default: sbf(b, "seq {\n"); break;
+	default: tcp_sbf(b, "seq {\n"); break;
 	}
 	print_items(b, s, r, d + 1, depth);
 	indent(b, d);
-	sbf(b, "}\n");
+	tcp_sbf(b, "}\n");
 }
 
-static void print_sched(sb *b, const tcp_sched *s)
+static void print_sched(tcp_sb *b, const tcp_sched *s)
 {
 	print_header(b, s);
 	for (ts_id i = 0; i < s->nbuf; i++)
@@ -330,7 +285,7 @@ static void print_sched(sb *b, const tcp_sched *s)
 
 moe_status tcp_sched_print(const tcp_sched *s, char **out, size_t *len)
 {
-	sb b = {s->ctx, NULL, 0, 0, false};
+	tcp_sb b = {.ctx = s->ctx};
 	print_sched(&b, s);
 	if (b.bad || !b.s) {
 		ctx_free(s->ctx, b.s, b.cap);

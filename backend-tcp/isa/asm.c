@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend-tcp/isa/tcp_int.h"
+#include "backend-tcp/isa/text.h"
 
 static const char *const space_names[TCP_NSPACE] = {"hbm", "dm", "trf", "vrf"};
 static const char *const sop_names[TCP_S_COUNT] = {
@@ -21,42 +22,7 @@ static const char *const cond_names[TCP_C_COUNT] = {
 };
 static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 
-typedef struct sb {
-	char *s;
-	size_t n, cap;
-	bool bad;
-} sb;
-
-static void sbf(sb *b, const char *fmt, ...) MOE_PRINTF(2, 3);
-static void sbf(sb *b, const char *fmt, ...)
-{
-	va_list ap;
-	for (;;) {
-		va_start(ap, fmt);
-		int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-		va_end(ap);
-		if (k < 0) {
-			b->bad = true;
-			return;
-		}
-		if (b->s && b->n + (size_t)k < b->cap) {
-			b->n += (size_t)k;
-			return;
-		}
-		size_t nc = b->cap ? b->cap * 2 : 65536;
-		while (nc < b->n + (size_t)k + 1)
-			nc *= 2;
-		char *ns = realloc(b->s, nc);
-		if (!ns) {
-			b->bad = true;
-			return;
-		}
-		b->s = ns;
-		b->cap = nc;
-	}
-}
-
-static void pview(sb *b, const char *key, const tcp_view *v, int nd)
+static void pview(tcp_sb *b, const char *key, const tcp_view *v, int nd)
 {
 	if (v->t < 0)
 		return;
@@ -64,83 +30,75 @@ static void pview(sb *b, const char *key, const tcp_view *v, int nd)
 	for (int k = nd; k < TCP_MAXD; k++)
 		if (v->stride[k])
 			n = k + 1;
-	sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
+	tcp_sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
 	if (v->reg >= 0)
-		sbf(b, "+r%d*%" PRId64, v->reg, v->scale);
-	sbf(b, ":[");
+		tcp_sbf(b, "+r%d*%" PRId64, v->reg, v->scale);
+	tcp_sbf(b, ":[");
 	for (int k = 0; k < n; k++)
-		sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
-	sbf(b, "]");
+		tcp_sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
+	tcp_sbf(b, "]");
 }
 
-static void print_insn(sb *b, const tcp_insn *in)
+static void print_insn(tcp_sb *b, const tcp_insn *in)
 {
 	const char *nm = tcp_op_names[in->op];
 	if (in->op == TCP_OP_ALU)
-		sbf(b, "alu.%s", in->sop < TCP_S_COUNT ? sop_names[in->sop] : "?");
+		tcp_sbf(b, "alu.%s", in->sop < TCP_S_COUNT ? sop_names[in->sop] : "?");
 	else if (in->op == TCP_OP_BR)
-		sbf(b, "br.%s", in->sop < TCP_C_COUNT ? cond_names[in->sop] : "?");
+		tcp_sbf(b, "br.%s", in->sop < TCP_C_COUNT ? cond_names[in->sop] : "?");
 	else
-		sbf(b, "%s", nm);
+		tcp_sbf(b, "%s", nm);
 	if (in->op == TCP_OP_SIG || in->op == TCP_OP_WAIT)
-		sbf(b, " ctx=%s tok=%d", in->sop < TCP_NCTX ? tcp_ctx_names[in->sop] : "?", in->target);
+		tcp_sbf(b, " ctx=%s tok=%d", in->sop < TCP_NCTX ? tcp_ctx_names[in->sop] : "?", in->target);
 	if (in->rd != TCP_NOREG)
-		sbf(b, " rd=r%d", in->rd);
+		tcp_sbf(b, " rd=r%d", in->rd);
 	if (in->ra != TCP_NOREG)
-		sbf(b, " ra=r%d", in->ra);
+		tcp_sbf(b, " ra=r%d", in->ra);
 	if (in->rb != TCP_NOREG)
-		sbf(b, " rb=r%d", in->rb);
+		tcp_sbf(b, " rb=r%d", in->rb);
 	if (in->imm)
-		sbf(b, " imm=%" PRId64, in->imm);
+		tcp_sbf(b, " imm=%" PRId64, in->imm);
 	if (in->op == TCP_OP_BR || in->op == TCP_OP_JMP)
-		sbf(b, " target=@%d", in->target);
+		tcp_sbf(b, " target=@%d", in->target);
 	if (in->ndim) {
-		sbf(b, " dims=[");
+		tcp_sbf(b, " dims=[");
 		for (int k = 0; k < in->ndim; k++)
-			sbf(b, "%s%" PRId64, k ? "," : "", in->dim[k]);
-		sbf(b, "]");
+			tcp_sbf(b, "%s%" PRId64, k ? "," : "", in->dim[k]);
+		tcp_sbf(b, "]");
 	}
 	if (in->flags)
-		sbf(b, " flags=%s%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
+		tcp_sbf(b, " flags=%s%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
 			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? (tcp_op_ctx[in->op] == TCP_CTX_MAIN ? "switch," : "join,") : "",
 			in->flags & TCP_F_E2M1 ? "e2m1," : "", in->flags & TCP_F_I4 ? "i4," : "",
 			in->flags & TCP_F_SCALED ? "scaled," : "", in->flags & TCP_F_VROWS ? "vrows," : "");
 	if (in->vreg >= 0)
-		sbf(b, " valid=r%d", in->vreg);
+		tcp_sbf(b, " valid=r%d", in->vreg);
 	if (in->tile)
-		sbf(b, " tile=%" PRId64, in->tile);
+		tcp_sbf(b, " tile=%" PRId64, in->tile);
 	if (in->rows)
-		sbf(b, " rows=%" PRId64, in->rows);
+		tcp_sbf(b, " rows=%" PRId64, in->rows);
 	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
 	for (int w = 0; w < TCP_NVIEW; w++)
 		pview(b, vk[w], &in->v[w], in->ndim);
 	if (in->nstep) {
-		sbf(b, " chain=[");
+		tcp_sbf(b, " chain=[");
 		for (int s = 0; s < in->nstep; s++) {
 			const tcp_step *st = &in->step[s];
-			sbf(b, "%s%s(%s,%s,#0x%08x,c%d,%d)", s ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
+			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%d,%d)", s ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
 				st->x <= TCP_SRC_NONE ? src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? src_names[st->y] : "?",
 				st->imm, st->ctr, st->flags);
 		}
-		sbf(b, "]");
+		tcp_sbf(b, "]");
 	}
 	if (in->phase)
-		sbf(b, " ph=%s", in->phase < TCP_PH_COUNT ? tcp_phase_names[in->phase] : "?");
-	sbf(b, "\n");
+		tcp_sbf(b, " ph=%s", in->phase < TCP_PH_COUNT ? tcp_phase_names[in->phase] : "?");
+	tcp_sbf(b, "\n");
 }
 
-static void put_quoted(sb *b, const char *s)
+static void print_prog(tcp_sb *b, const tcp_program *p)
 {
-	sbf(b, "\"");
-	for (const char *c = s; *c; c++)
-		sbf(b, *c == '"' || *c == '\\' ? "\\%c" : *c >= 0x20 && *c < 0x7f ? "%c" : "\\x%02x", (unsigned char)*c);
-	sbf(b, "\"");
-}
-
-static void print_prog(sb *b, const tcp_program *p)
-{
-	sbf(b, "tcps 1\n");
-	sbf(b,
+	tcp_sbf(b, "tcps 1\n");
+	tcp_sbf(b,
 		"meta T=%" PRId64 " K=%" PRId64 " D=%" PRId64 " F=%" PRId64 " E=%" PRId64 " B=%" PRId64 " G=%" PRId64
 		" nproj=%" PRId64 " router_e=%" PRId64 " wexp=%" PRId64 " act=%" PRId64 " rmacs=%" PRId64
 		" dtype=%u nblocks=%d bexp=%d loop=%d body=%d",
@@ -148,41 +106,41 @@ static void print_prog(sb *b, const tcp_program *p)
 		p->weight_bytes_per_expert, p->act_bytes, p->router_macs, p->dtype, p->nblocks_t, p->bexp_t,
 		p->block_loop_pc, p->block_body_pc);
 	if (p->tier_n > 0) /* a decode tier (tier.c) */
-		sbf(b, " tier=%" PRId64 " tier_loop=%d tier_bexp=%d", p->tier_n, p->tier_loop_pc, p->tier_bexp_t);
-	sbf(b, "\n");
+		tcp_sbf(b, " tier=%" PRId64 " tier_loop=%d tier_bexp=%d", p->tier_n, p->tier_loop_pc, p->tier_bexp_t);
+	tcp_sbf(b, "\n");
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
-		sbf(b, "tensor %%%u %s %s %s [", i, t->space < TCP_NSPACE ? space_names[t->space] : "?",
+		tcp_sbf(b, "tensor %%%u %s %s %s [", i, t->space < TCP_NSPACE ? space_names[t->space] : "?",
 			t->kind < TCP_NKIND ? tcp_kind_names[t->kind] : "?", moe_dtype_name((moe_dtype)t->dtype));
 		for (int k = 0; k < t->rank; k++)
-			sbf(b, "%s%" PRId64, k ? "," : "", t->shape[k]);
-		sbf(b, "] addr=%" PRId64 " slice=%" PRId64 " const=%" PRId64 " ", t->addr, t->slice_bytes, t->const_off);
+			tcp_sbf(b, "%s%" PRId64, k ? "," : "", t->shape[k]);
+		tcp_sbf(b, "] addr=%" PRId64 " slice=%" PRId64 " const=%" PRId64 " ", t->addr, t->slice_bytes, t->const_off);
 		if (t->part_bytes != 0 || t->copies != 1) /* the spread layout in one copy is the default */
-			sbf(b, "layout=%" PRId64 "x%d ", t->part_bytes, t->copies);
-		put_quoted(b, t->name);
+			tcp_sbf(b, "layout=%" PRId64 "x%d ", t->part_bytes, t->copies);
+		tcp_sb_quoted(b, t->name);
 		if (t->source[0]) {
-			sbf(b, " src=");
-			put_quoted(b, t->source);
+			tcp_sbf(b, " src=");
+			tcp_sb_quoted(b, t->source);
 		}
-		sbf(b, "\n");
+		tcp_sbf(b, "\n");
 	}
 	if (p->prep_len) /* compact IR JSON: one line */
-		sbf(b, "prep %.*s\n", (int)p->prep_len, p->prep);
+		tcp_sbf(b, "prep %.*s\n", (int)p->prep_len, p->prep);
 	for (int64_t i = 0; i < p->nconst; i += 32) {
-		sbf(b, "const ");
+		tcp_sbf(b, "const ");
 		for (int64_t k = i; k < p->nconst && k < i + 32; k++)
-			sbf(b, "%02x", p->consts[k]);
-		sbf(b, "\n");
+			tcp_sbf(b, "%02x", p->consts[k]);
+		tcp_sbf(b, "\n");
 	}
 	for (uint32_t i = 0; i < p->ncode; i++) {
-		sbf(b, "@%u: ", i);
+		tcp_sbf(b, "@%u: ", i);
 		print_insn(b, &p->code[i]);
 	}
 }
 
 moe_status tcp_print_asm(const tcp_program *p, FILE *out)
 {
-	sb b = {0};
+	tcp_sb b = {.first = 65536};
 	print_prog(&b, p);
 	if (b.bad) {
 		free(b.s);
@@ -196,7 +154,7 @@ moe_status tcp_print_asm(const tcp_program *p, FILE *out)
 moe_status moe_tcp_to_asm(moe_ctx *ctx, const moe_tcp_program *p, char **out, size_t *len)
 {
 	(void)ctx;
-	sb b = {0};
+	tcp_sb b = {.first = 65536};
 	print_prog(&b, p);
 	if (b.bad || !b.s) {
 		free(b.s);
@@ -241,19 +199,10 @@ static bool pint(const char **s, int64_t *v)
 	return true;
 }
 
-static bool lit(const char **s, const char *l)
-{
-	size_t n = strlen(l);
-	if (strncmp(*s, l, n))
-		return false;
-	*s += n;
-	return true;
-}
-
 static bool preg(const char **s, int *r)
 {
 	int64_t v;
-	if (!lit(s, "r") || !pint(s, &v) || v < 0 || v >= 255)
+	if (!tcp_lit(s, "r") || !pint(s, &v) || v < 0 || v >= 255)
 		return false;
 	*r = (int)v;
 	return true;
@@ -261,11 +210,11 @@ static bool preg(const char **s, int *r)
 
 static int plist(const char **s, int64_t *out, int max)
 {
-	if (!lit(s, "["))
+	if (!tcp_lit(s, "["))
 		return -1;
 	int n = 0;
 	while (**s != ']') {
-		if (n && !lit(s, ","))
+		if (n && !tcp_lit(s, ","))
 			return -1;
 		if (n >= max || !pint(s, &out[n]))
 			return -1;
@@ -279,16 +228,16 @@ static bool pview_(const char **s, tcp_view *v)
 {
 	int64_t t;
 	*v = tcp_view_none();
-	if (!lit(s, "%") || !pint(s, &t) || t < 0 || t > INT32_MAX || !pint(s, &v->base))
+	if (!tcp_lit(s, "%") || !pint(s, &t) || t < 0 || t > INT32_MAX || !pint(s, &v->base))
 		return false;
 	v->t = (int32_t)t;
-	if (lit(s, "+")) {
+	if (tcp_lit(s, "+")) {
 		int r;
-		if (!preg(s, &r) || !lit(s, "*") || !pint(s, &v->scale))
+		if (!preg(s, &r) || !tcp_lit(s, "*") || !pint(s, &v->scale))
 			return false;
 		v->reg = r;
 	}
-	return lit(s, ":") && plist(s, v->stride, TCP_MAXD) >= 0;
+	return tcp_lit(s, ":") && plist(s, v->stride, TCP_MAXD) >= 0;
 }
 
 static int lookup(const char *const *names, int n, const char *s, size_t len)
@@ -301,10 +250,10 @@ static int lookup(const char *const *names, int n, const char *s, size_t len)
 
 static bool pchain(const char **s, tcp_insn *in)
 {
-	if (!lit(s, "["))
+	if (!tcp_lit(s, "["))
 		return false;
 	while (**s != ']') {
-		if (in->nstep && !lit(s, ","))
+		if (in->nstep && !tcp_lit(s, ","))
 			return false;
 		if (in->nstep >= TCP_MAXSTEP)
 			return false;
@@ -321,9 +270,9 @@ static bool pchain(const char **s, tcp_insn *in)
 		int y = q ? lookup(src_names, TCP_SRC_NONE + 1, *s, (size_t)(q - *s)) : -1;
 		*s = q ? q + 1 : *s;
 		int64_t imm, ctr, fl;
-		if (op < 0 || x < 0 || y < 0 || !lit(s, "#") || !pint(s, &imm) || imm < 0 || imm > 0xffffffffLL ||
-			!lit(s, ",c") || !pint(s, &ctr) || ctr < 0 || ctr > 255 || !lit(s, ",") || !pint(s, &fl) || fl < 0 ||
-			fl > 255 || !lit(s, ")"))
+		if (op < 0 || x < 0 || y < 0 || !tcp_lit(s, "#") || !pint(s, &imm) || imm < 0 || imm > 0xffffffffLL ||
+			!tcp_lit(s, ",c") || !pint(s, &ctr) || ctr < 0 || ctr > 255 || !tcp_lit(s, ",") || !pint(s, &fl) || fl < 0 ||
+			fl > 255 || !tcp_lit(s, ")"))
 			return false;
 		st->op = (uint8_t)op;
 		st->x = (uint8_t)x;
@@ -381,7 +330,7 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 		} else if (KEY("imm")) {
 			ok = pint(&s, &in.imm);
 		} else if (KEY("target")) {
-			ok = lit(&s, "@") && pint(&s, &v) && v >= INT32_MIN && v <= INT32_MAX;
+			ok = tcp_lit(&s, "@") && pint(&s, &v) && v >= INT32_MIN && v <= INT32_MAX;
 			in.target = (int32_t)v;
 		} else if (KEY("tok")) {
 			ok = pint(&s, &v) && v >= INT32_MIN && v <= INT32_MAX;
@@ -400,23 +349,23 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 			in.ndim = (uint8_t)(n > 0 ? n : 0);
 		} else if (KEY("flags")) {
 			while (*s && *s != ' ') {
-				if (lit(&s, "bf16x3,"))
+				if (tcp_lit(&s, "bf16x3,"))
 					in.flags |= TCP_F_BF16X3;
-				else if (lit(&s, "acc,"))
+				else if (tcp_lit(&s, "acc,"))
 					in.flags |= TCP_F_ACC;
-				else if (lit(&s, "xslice,"))
+				else if (tcp_lit(&s, "xslice,"))
 					in.flags |= TCP_F_XSLICE;
-				else if (lit(&s, "join,"))
+				else if (tcp_lit(&s, "join,"))
 					in.flags |= TCP_F_JOIN;
-				else if (lit(&s, "switch,"))
+				else if (tcp_lit(&s, "switch,"))
 					in.flags |= TCP_F_ROUTE;
-				else if (lit(&s, "e2m1,"))
+				else if (tcp_lit(&s, "e2m1,"))
 					in.flags |= TCP_F_E2M1;
-				else if (lit(&s, "i4,"))
+				else if (tcp_lit(&s, "i4,"))
 					in.flags |= TCP_F_I4;
-				else if (lit(&s, "scaled,"))
+				else if (tcp_lit(&s, "scaled,"))
 					in.flags |= TCP_F_SCALED;
-				else if (lit(&s, "vrows,"))
+				else if (tcp_lit(&s, "vrows,"))
 					in.flags |= TCP_F_VROWS;
 				else {
 					ok = false;
@@ -493,7 +442,7 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 	int64_t id, shape[MOE_MAX_RANK];
 	char sp[16], kd[16], dt[16];
 	int n = 0;
-	if (!lit(&s, "%") || !pint(&s, &id) || id != p->nt || sscanf(s, " %15s %15s %15s %n", sp, kd, dt, &n) != 3)
+	if (!tcp_lit(&s, "%") || !pint(&s, &id) || id != p->nt || sscanf(s, " %15s %15s %15s %n", sp, kd, dt, &n) != 3)
 		return perr(a, "malformed tensor line (tensors are numbered in order)");
 	s += n;
 	int space = lookup(space_names, TCP_NSPACE, sp, strlen(sp)), kind = lookup(tcp_kind_names, TCP_NKIND, kd, strlen(kd)),
@@ -505,17 +454,17 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 		if (shape[k] < 1 || shape[k] > ((int64_t)1 << 40))
 			return perr(a, "bad tensor shape");
 	int64_t addr, sl, co;
-	if (!lit(&s, " addr=") || !pint(&s, &addr) || !lit(&s, " slice=") || !pint(&s, &sl) || !lit(&s, " const=") ||
-		!pint(&s, &co) || !lit(&s, " "))
+	if (!tcp_lit(&s, " addr=") || !pint(&s, &addr) || !tcp_lit(&s, " slice=") || !pint(&s, &sl) ||
+		!tcp_lit(&s, " const=") || !pint(&s, &co) || !tcp_lit(&s, " "))
 		return perr(a, "malformed tensor fields");
 	int64_t part = 0, copies = 1;
-	if (lit(&s, "layout=") && (!pint(&s, &part) || !lit(&s, "x") || !pint(&s, &copies) || !lit(&s, " ") || part < 0 ||
-					  copies < 1 || copies > 65536))
+	if (tcp_lit(&s, "layout=") && (!pint(&s, &part) || !tcp_lit(&s, "x") || !pint(&s, &copies) || !tcp_lit(&s, " ") ||
+					  part < 0 || copies < 1 || copies > 65536))
 		return perr(a, "malformed layout (layout=PARTxCOPIES: part bytes, 0 for spread, and 1..65536 copies)");
 	char name[4097], source[4097] = "";
 	if (!pquoted(&s, name))
 		return perr(a, "bad or unterminated tensor name");
-	if (lit(&s, " src=") && !pquoted(&s, source))
+	if (tcp_lit(&s, " src=") && !pquoted(&s, source))
 		return perr(a, "bad or unterminated tensor source");
 	if (*s)
 		return perr(a, "unexpected text after the tensor name");
@@ -534,7 +483,7 @@ static void parse_meta(ap *a, tcp_program *p, const char *s)
 	static const char *const k[17] = {" T=", " K=", " D=", " F=", " E=", " B=", " G=", " nproj=", " router_e=", " wexp=",
 		" act=", " rmacs=", " dtype=", " nblocks=", " bexp=", " loop=", " body="};
 	for (int i = 0; i < 17; i++)
-		if (!lit(&s, k[i]) || !pint(&s, &v[i]))
+		if (!tcp_lit(&s, k[i]) || !pint(&s, &v[i]))
 			return perr(a, "malformed meta line at '%s'", k[i] + 1);
 	int64_t *f[12] = {&p->moe_T, &p->moe_K, &p->moe_D, &p->moe_F, &p->moe_E, &p->moe_B, &p->moe_G, &p->nproj,
 		&p->router_E, &p->weight_bytes_per_expert, &p->act_bytes, &p->router_macs};
@@ -551,9 +500,9 @@ static void parse_meta(ap *a, tcp_program *p, const char *s)
 	p->block_loop_pc = (int32_t)v[15];
 	p->block_body_pc = (int32_t)v[16];
 	int64_t t[3];
-	if (!lit(&s, " tier="))
+	if (!tcp_lit(&s, " tier="))
 		return;
-	if (!pint(&s, &t[0]) || !lit(&s, " tier_loop=") || !pint(&s, &t[1]) || !lit(&s, " tier_bexp=") ||
+	if (!pint(&s, &t[0]) || !tcp_lit(&s, " tier_loop=") || !pint(&s, &t[1]) || !tcp_lit(&s, " tier_bexp=") ||
 		!pint(&s, &t[2]) || t[0] < 1 || t[1] < -1 || t[1] > INT32_MAX || t[2] < -1 || t[2] > INT32_MAX)
 		return perr(a, "malformed meta line at '%s'", "tier");
 	p->tier_n = t[0];
@@ -595,11 +544,11 @@ tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, siz
 			if (strcmp(s, "tcps 1"))
 				perr(&a, "expected the header 'tcps 1'");
 			header = true;
-		} else if (lit(&s, "meta")) {
+		} else if (tcp_lit(&s, "meta")) {
 			parse_meta(&a, p, s);
-		} else if (lit(&s, "tensor ")) {
+		} else if (tcp_lit(&s, "tensor ")) {
 			parse_tensor(&a, p, s);
-		} else if (lit(&s, "prep ")) {
+		} else if (tcp_lit(&s, "prep ")) {
 			if (p->prep_len) {
 				perr(&a, "a second prep line");
 				break;
@@ -607,7 +556,7 @@ tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, siz
 			p->prep_len = strlen(s);
 			p->prep = ctx_alloc(ctx, p->prep_len + 1);
 			memcpy(p->prep, s, p->prep_len);
-		} else if (lit(&s, "const ")) {
+		} else if (tcp_lit(&s, "const ")) {
 			size_t h = strlen(s);
 			if (h % 2) {
 				perr(&a, "odd number of hex digits");
@@ -629,7 +578,7 @@ tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, siz
 		} else if (*s == '@') {
 			int64_t at;
 			s++;
-			if (!pint(&s, &at) || at != p->ncode || !lit(&s, ": "))
+			if (!pint(&s, &at) || at != p->ncode || !tcp_lit(&s, ": "))
 				perr(&a, "instruction labels must count up from @0");
 			else
 				parse_insn(&a, p, s);

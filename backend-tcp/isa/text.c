@@ -1,0 +1,55 @@
+/* backend-tcp/isa/text.c: the string builder and lexing helpers shared by the
+ * TCP text forms (text.h). */
+#include "backend-tcp/isa/text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tcp_sbf(tcp_sb *b, const char *fmt, ...)
+{
+	if (b->bad)
+		return;
+	va_list ap;
+	for (;;) {
+		va_start(ap, fmt);
+		int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+		va_end(ap);
+		if (k < 0) {
+			b->bad = true;
+			return;
+		}
+		if (b->s && b->n + (size_t)k < b->cap) {
+			b->n += (size_t)k;
+			return;
+		}
+		size_t nc = b->cap ? b->cap * 2 : b->first ? b->first : 4096;
+		while (nc < b->n + (size_t)k + 1)
+			nc *= 2;
+		char *ns = b->ctx ? ctx_try_realloc(b->ctx, b->s, nc) : realloc(b->s, nc);
+		if (!ns) {
+			b->bad = true;
+			return;
+		}
+		b->s = ns;
+		b->cap = nc;
+	}
+}
+
+void tcp_sb_quoted(tcp_sb *b, const char *s)
+{
+	tcp_sbf(b, "\"");
+	for (const char *c = s; *c; c++)
+		tcp_sbf(b, *c == '"' || *c == '\\' ? "\\%c" : *c >= 0x20 && *c < 0x7f ? "%c" : "\\x%02x", (unsigned char)*c);
+	tcp_sbf(b, "\"");
+}
+
+bool tcp_lit(const char **s, const char *l)
+{
+	size_t n = strlen(l);
+	if (strncmp(*s, l, n))
+		return false;
+	*s += n;
+	return true;
+}

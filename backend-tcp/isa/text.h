@@ -1,0 +1,31 @@
+/* backend-tcp/isa/text.h: the string builder and lexing helpers shared by the
+ * TCP text forms: the .tcps assembly (asm.c) and the schedule's text form
+ * (compiler/sched_print.c, sched_parse.c). */
+#ifndef MOEC_TCP_TEXT_H
+#define MOEC_TCP_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "support/support.h"
+
+/* A growing NUL-terminated string. With ctx, the block is the context's
+ * (ctx_try_realloc; free with ctx_free); without, it is malloc's (free).
+ * first: the first capacity (0: 4096). Once bad (a format or allocation
+ * failure) every later append is dropped; s is then to be freed, never used. */
+typedef struct tcp_sb {
+	moe_ctx *ctx;
+	char *s;
+	size_t n, cap, first;
+	bool bad;
+} tcp_sb;
+
+void tcp_sbf(tcp_sb *b, const char *fmt, ...) MOE_PRINTF(2, 3);
+/* s in double quotes: '"' and '\\' escaped with '\\', bytes outside
+ * 0x20..0x7e as \xHH; the text never ends the quotes early. */
+void tcp_sb_quoted(tcp_sb *b, const char *s);
+
+/* The literal l at *s: advances *s past it when present, else leaves it. */
+bool tcp_lit(const char **s, const char *l);
+
+#endif
