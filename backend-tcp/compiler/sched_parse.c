@@ -70,16 +70,10 @@ static void ws(const char **s)
 
 static bool pint(const char **s, int64_t *v)
 {
+	/* a digit or a signed digit first: no leading blanks, unlike strtoll */
 	if (!isdigit((unsigned char)**s) && !((**s == '-' || **s == '+') && isdigit((unsigned char)(*s)[1])))
 		return false;
-	char *e;
-	errno = 0;
-	long long x = strtoll(*s, &e, 0);
-	if (e == *s || errno)
-		return false;
-	*v = x;
-	*s = e;
-	return true;
+	return tcp_pint(s, v);
 }
 
 static bool prange(const char **s, int64_t *v, int64_t lo, int64_t hi)

@@ -68,23 +68,6 @@ static void print_buf(tcp_sb *b, const tcp_sched *s, ts_id i)
 	tcp_sbf(b, "\n");
 }
 
-static void print_view(tcp_sb *b, const tcp_sched *s, const char *key, const tcp_view *v, int nd)
-{
-	if (v->t < 0)
-		return;
-	int n = nd;
-	for (int k = nd; k < TCP_MAXD; k++)
-		if (v->stride[k])
-			n = k + 1;
-	tcp_sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
-	if (v->reg >= 0)
-		tcp_sbf(b, "+$%s*%" PRId64, scname(s, (ts_id)v->reg), v->scale);
-	tcp_sbf(b, ":[");
-	for (int k = 0; k < n; k++)
-		tcp_sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
-	tcp_sbf(b, "]");
-}
-
 static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 static const char *const flag_names[8] = {"bf16x3", "acc", "xslice", "join", "e2m1", "i4", "scaled", "vrows"};
 
@@ -112,7 +95,7 @@ static void print_insn(tcp_sb *b, const tcp_sched *s, const tcp_insn *in)
 		tcp_sbf(b, " rows=%" PRId64, in->rows);
 	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
 	for (int w = 0; w < TCP_NVIEW; w++)
-		print_view(b, s, vk[w], &in->v[w], in->ndim);
+		tcp_sb_view(b, vk[w], &in->v[w], in->ndim, in->v[w].reg >= 0 ? scname(s, (ts_id)in->v[w].reg) : NULL);
 	if (in->nstep) {
 		tcp_sbf(b, " chain=[");
 		for (int k = 0; k < in->nstep && k < TCP_MAXSTEP; k++) {

@@ -22,23 +22,6 @@ static const char *const cond_names[TCP_C_COUNT] = {
 };
 static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 
-static void pview(tcp_sb *b, const char *key, const tcp_view *v, int nd)
-{
-	if (v->t < 0)
-		return;
-	int n = nd;
-	for (int k = nd; k < TCP_MAXD; k++)
-		if (v->stride[k])
-			n = k + 1;
-	tcp_sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
-	if (v->reg >= 0)
-		tcp_sbf(b, "+r%d*%" PRId64, v->reg, v->scale);
-	tcp_sbf(b, ":[");
-	for (int k = 0; k < n; k++)
-		tcp_sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
-	tcp_sbf(b, "]");
-}
-
 static void print_insn(tcp_sb *b, const tcp_insn *in)
 {
 	const char *nm = tcp_op_names[in->op];
@@ -79,7 +62,7 @@ static void print_insn(tcp_sb *b, const tcp_insn *in)
 		tcp_sbf(b, " rows=%" PRId64, in->rows);
 	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
 	for (int w = 0; w < TCP_NVIEW; w++)
-		pview(b, vk[w], &in->v[w], in->ndim);
+		tcp_sb_view(b, vk[w], &in->v[w], in->ndim, NULL);
 	if (in->nstep) {
 		tcp_sbf(b, " chain=[");
 		for (int s = 0; s < in->nstep; s++) {
@@ -189,14 +172,7 @@ static void perr(ap *a, const char *fmt, ...)
 
 static bool pint(const char **s, int64_t *v)
 {
-	char *e;
-	errno = 0;
-	long long x = strtoll(*s, &e, 0);
-	if (e == *s || errno)
-		return false;
-	*v = x;
-	*s = e;
-	return true;
+	return tcp_pint(s, v);
 }
 
 static bool preg(const char **s, int *r)

@@ -2,6 +2,8 @@
  * TCP text forms (text.h). */
 #include "backend-tcp/isa/text.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,37 @@ void tcp_sb_quoted(tcp_sb *b, const char *s)
 	for (const char *c = s; *c; c++)
 		tcp_sbf(b, *c == '"' || *c == '\\' ? "\\%c" : *c >= 0x20 && *c < 0x7f ? "%c" : "\\x%02x", (unsigned char)*c);
 	tcp_sbf(b, "\"");
+}
+
+void tcp_sb_view(tcp_sb *b, const char *key, const tcp_view *v, int nd, const char *reg_name)
+{
+	if (v->t < 0)
+		return;
+	int n = nd;
+	for (int k = nd; k < TCP_MAXD; k++)
+		if (v->stride[k])
+			n = k + 1;
+	tcp_sbf(b, " %s=%%%d%+" PRId64, key, v->t, v->base);
+	if (v->reg >= 0 && reg_name)
+		tcp_sbf(b, "+$%s*%" PRId64, reg_name, v->scale);
+	else if (v->reg >= 0)
+		tcp_sbf(b, "+r%d*%" PRId64, v->reg, v->scale);
+	tcp_sbf(b, ":[");
+	for (int k = 0; k < n; k++)
+		tcp_sbf(b, "%s%" PRId64, k ? "," : "", v->stride[k]);
+	tcp_sbf(b, "]");
+}
+
+bool tcp_pint(const char **s, int64_t *v)
+{
+	char *e;
+	errno = 0;
+	long long x = strtoll(*s, &e, 0);
+	if (e == *s || errno)
+		return false;
+	*v = x;
+	*s = e;
+	return true;
 }
 
 bool tcp_lit(const char **s, const char *l)

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend-tcp/isa/tcp_int.h"
 #include "support/support.h"
 
 /* A growing NUL-terminated string. With ctx, the block is the context's
@@ -25,6 +26,13 @@ void tcp_sbf(tcp_sb *b, const char *fmt, ...) MOE_PRINTF(2, 3);
  * 0x20..0x7e as \xHH; the text never ends the quotes early. */
 void tcp_sb_quoted(tcp_sb *b, const char *s);
 
+/* " KEY=%T+BASE[+REG*SCALE]:[STRIDES]": the view v (nothing when v->t < 0),
+ * its strides past nd up to the last nonzero one. REG is "r<v->reg>" when
+ * reg_name is NULL, else "$<reg_name>". */
+void tcp_sb_view(tcp_sb *b, const char *key, const tcp_view *v, int nd, const char *reg_name);
+
+/* A strtoll number (base 0) at *s: false, *s unchanged, when none or out of range. */
+bool tcp_pint(const char **s, int64_t *v);
 /* The literal l at *s: advances *s past it when present, else leaves it. */
 bool tcp_lit(const char **s, const char *l);
 
