@@ -377,17 +377,6 @@ static void parse_buf(ps *p, const char *s)
 }
 
 /* ---- scalars ---- */
-static const char *const sop_names[TCP_S_COUNT + 1] = {
-#define X(id, n) n,
-	TCP_SOPS(X)
-#undef X
-	NULL};
-static const char *const cond_names[TCP_C_COUNT + 1] = {
-#define X(id, n) n,
-	TCP_CONDS(X)
-#undef X
-	NULL};
-
 /* The operand after "a, ": a scalar or an integer immediate. */
 static bool pscalar_or_imm(ps *p, const char **s, ts_id *b, int64_t *imm)
 {
@@ -443,7 +432,8 @@ static void parse_scalar(ps *p, ts_id rg, const char *s)
 			return perr(p, s, "expected ']'");
 	} else if (!strncmp(w, "alu.", 4) || !strncmp(w, "cmp.", 4)) {
 		kind = w[0] == 'a' ? TS_SC_ALU : TS_SC_CMP;
-		sop = kind == TS_SC_ALU ? lookup(sop_names, TCP_S_COUNT, w + 4) : lookup(cond_names, TCP_C_COUNT, w + 4);
+		sop = kind == TS_SC_ALU ? lookup(tcp_sop_names, TCP_S_COUNT, w + 4)
+					: lookup(tcp_cond_names, TCP_C_COUNT, w + 4);
 		if (sop < 0)
 			return perr(p, op, "unknown %s '%s'", kind == TS_SC_ALU ? "ALU operation" : "condition", w);
 		if (!tcp_lit(&s, " ") || !pscalar_ref(p, &s, &a, -1, 0))
@@ -471,7 +461,6 @@ static void parse_scalar(ps *p, ts_id rg, const char *s)
 }
 
 /* ---- ops ---- */
-static const char *const src_names[TCP_SRC_NONE + 2] = {"v", "s0", "s1", "s2", "imm", "ctr", "_", NULL};
 static const char *const flag_names[9] = {"bf16x3", "acc", "xslice", "join", "e2m1", "i4", "scaled", "vrows", NULL};
 
 /* %BUF+BASE[+$s*SCALE]:[STRIDES] */
@@ -511,9 +500,9 @@ static bool pchain(ps *p, const char **s, tcp_insn *in)
 		int64_t imm, ctr, fl;
 		int op = pword(s, w, sizeof w) ? lookup(tcp_vop_names, TCP_V_COUNT, w) : -1, xs = -1, ys = -1;
 		if (op >= 0 && tcp_lit(s, "(") && pword(s, x, sizeof x) && tcp_lit(s, ","))
-			xs = lookup(src_names, TCP_SRC_NONE + 1, x);
+			xs = lookup(tcp_src_names, TCP_SRC_NONE + 1, x);
 		if (xs >= 0 && pword(s, y, sizeof y) && tcp_lit(s, ","))
-			ys = lookup(src_names, TCP_SRC_NONE + 1, y);
+			ys = lookup(tcp_src_names, TCP_SRC_NONE + 1, y);
 		if (ys < 0 || !tcp_lit(s, "#") || !prange(s, &imm, 0, 0xffffffffLL) || !tcp_lit(s, ",c") ||
 			!prange(s, &ctr, 0, 255) || !tcp_lit(s, ",") || !prange(s, &fl, 0, 255) || !tcp_lit(s, ")"))
 			return perr(p, at, "malformed chain step (OP(X,Y,#IMM,cCTR,FLAGS))"), false;

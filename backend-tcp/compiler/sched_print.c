@@ -68,7 +68,6 @@ static void print_buf(tcp_sb *b, const tcp_sched *s, ts_id i)
 	tcp_sbf(b, "\n");
 }
 
-static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 static const char *const flag_names[8] = {"bf16x3", "acc", "xslice", "join", "e2m1", "i4", "scaled", "vrows"};
 
 static void print_insn(tcp_sb *b, const tcp_sched *s, const tcp_insn *in)
@@ -101,7 +100,7 @@ static void print_insn(tcp_sb *b, const tcp_sched *s, const tcp_insn *in)
 		for (int k = 0; k < in->nstep && k < TCP_MAXSTEP; k++) {
 			const tcp_step *st = &in->step[k];
 			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%u,%u)", k ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
-				st->x <= TCP_SRC_NONE ? src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? src_names[st->y] : "?",
+				st->x <= TCP_SRC_NONE ? tcp_src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? tcp_src_names[st->y] : "?",
 				st->imm, st->ctr, st->flags);
 		}
 		tcp_sbf(b, "]");
@@ -130,16 +129,6 @@ static void print_op(tcp_sb *b, const tcp_sched *s, ts_id i, int d)
 	tcp_sbf(b, "\n");
 }
 
-static const char *const sop_names[TCP_S_COUNT] = {
-#define X(id, n) n,
-	TCP_SOPS(X)
-#undef X
-};
-static const char *const cond_names[TCP_C_COUNT] = {
-#define X(id, n) n,
-	TCP_CONDS(X)
-#undef X
-};
 
 static void print_scalar(tcp_sb *b, const tcp_sched *s, ts_id i, int d)
 {
@@ -158,9 +147,9 @@ static void print_scalar(tcp_sb *b, const tcp_sched *s, ts_id i, int d)
 	case TS_SC_ALU:
 	case TS_SC_CMP:
 		if (c->kind == TS_SC_ALU)
-			tcp_sbf(b, "alu.%s $%s, ", c->op < TCP_S_COUNT ? sop_names[c->op] : "?", scname(s, c->a));
+			tcp_sbf(b, "alu.%s $%s, ", c->op < TCP_S_COUNT ? tcp_sop_names[c->op] : "?", scname(s, c->a));
 		else
-			tcp_sbf(b, "cmp.%s $%s, ", c->op < TCP_C_COUNT ? cond_names[c->op] : "?", scname(s, c->a));
+			tcp_sbf(b, "cmp.%s $%s, ", c->op < TCP_C_COUNT ? tcp_cond_names[c->op] : "?", scname(s, c->a));
 		if (c->b != TS_NONE)
 			tcp_sbf(b, "$%s", scname(s, c->b));
 		else

@@ -10,25 +10,14 @@
 #include "backend-tcp/isa/text.h"
 
 static const char *const space_names[TCP_NSPACE] = {"hbm", "dm", "trf", "vrf"};
-static const char *const sop_names[TCP_S_COUNT] = {
-#define X(id, s) s,
-	TCP_SOPS(X)
-#undef X
-};
-static const char *const cond_names[TCP_C_COUNT] = {
-#define X(id, s) s,
-	TCP_CONDS(X)
-#undef X
-};
-static const char *const src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
 
 static void print_insn(tcp_sb *b, const tcp_insn *in)
 {
 	const char *nm = tcp_op_names[in->op];
 	if (in->op == TCP_OP_ALU)
-		tcp_sbf(b, "alu.%s", in->sop < TCP_S_COUNT ? sop_names[in->sop] : "?");
+		tcp_sbf(b, "alu.%s", in->sop < TCP_S_COUNT ? tcp_sop_names[in->sop] : "?");
 	else if (in->op == TCP_OP_BR)
-		tcp_sbf(b, "br.%s", in->sop < TCP_C_COUNT ? cond_names[in->sop] : "?");
+		tcp_sbf(b, "br.%s", in->sop < TCP_C_COUNT ? tcp_cond_names[in->sop] : "?");
 	else
 		tcp_sbf(b, "%s", nm);
 	if (in->op == TCP_OP_SIG || in->op == TCP_OP_WAIT)
@@ -68,7 +57,7 @@ static void print_insn(tcp_sb *b, const tcp_insn *in)
 		for (int s = 0; s < in->nstep; s++) {
 			const tcp_step *st = &in->step[s];
 			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%d,%d)", s ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
-				st->x <= TCP_SRC_NONE ? src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? src_names[st->y] : "?",
+				st->x <= TCP_SRC_NONE ? tcp_src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? tcp_src_names[st->y] : "?",
 				st->imm, st->ctr, st->flags);
 		}
 		tcp_sbf(b, "]");
@@ -240,10 +229,10 @@ static bool pchain(const char **s, tcp_insn *in)
 		int op = lookup(tcp_vop_names, TCP_V_COUNT, *s, (size_t)(p - *s));
 		*s = p + 1;
 		const char *q = strchr(*s, ',');
-		int x = q ? lookup(src_names, TCP_SRC_NONE + 1, *s, (size_t)(q - *s)) : -1;
+		int x = q ? lookup(tcp_src_names, TCP_SRC_NONE + 1, *s, (size_t)(q - *s)) : -1;
 		*s = q ? q + 1 : *s;
 		q = strchr(*s, ',');
-		int y = q ? lookup(src_names, TCP_SRC_NONE + 1, *s, (size_t)(q - *s)) : -1;
+		int y = q ? lookup(tcp_src_names, TCP_SRC_NONE + 1, *s, (size_t)(q - *s)) : -1;
 		*s = q ? q + 1 : *s;
 		int64_t imm, ctr, fl;
 		if (op < 0 || x < 0 || y < 0 || !tcp_lit(s, "#") || !pint(s, &imm) || imm < 0 || imm > 0xffffffffLL ||
@@ -271,13 +260,13 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 	int op = lookup(tcp_op_names, TCP_OP_COUNT, s, ml);
 	if (op < 0 && ml > 4 && !strncmp(s, "alu.", 4)) {
 		op = TCP_OP_ALU;
-		int k = lookup(sop_names, TCP_S_COUNT, s + 4, ml - 4);
+		int k = lookup(tcp_sop_names, TCP_S_COUNT, s + 4, ml - 4);
 		if (k < 0)
 			return perr(a, "unknown ALU operation '%.*s'", (int)ml, s);
 		in.sop = (uint8_t)k;
 	} else if (op < 0 && ml > 3 && !strncmp(s, "br.", 3)) {
 		op = TCP_OP_BR;
-		int k = lookup(cond_names, TCP_C_COUNT, s + 3, ml - 3);
+		int k = lookup(tcp_cond_names, TCP_C_COUNT, s + 3, ml - 3);
 		if (k < 0)
 			return perr(a, "unknown condition '%.*s'", (int)ml, s);
 		in.sop = (uint8_t)k;

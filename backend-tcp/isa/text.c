@@ -9,6 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const tcp_sop_names[TCP_S_COUNT] = {
+#define X(id, s) s,
+	TCP_SOPS(X)
+#undef X
+};
+const char *const tcp_cond_names[TCP_C_COUNT] = {
+#define X(id, s) s,
+	TCP_CONDS(X)
+#undef X
+};
+const char *const tcp_src_names[TCP_SRC_NONE + 1] = {"v", "s0", "s1", "s2", "imm", "ctr", "_"};
+
 void tcp_sbf(tcp_sb *b, const char *fmt, ...)
 {
 	if (b->bad)

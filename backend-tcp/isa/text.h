@@ -10,6 +10,12 @@
 #include "backend-tcp/isa/tcp_int.h"
 #include "support/support.h"
 
+/* The spellings of tcp_sop (alu.OP), tcp_cond (br.COND / cmp.COND) and a
+ * chain step's sources (TCP_SRC_*, "_" for none), by value. */
+extern const char *const tcp_sop_names[TCP_S_COUNT];
+extern const char *const tcp_cond_names[TCP_C_COUNT];
+extern const char *const tcp_src_names[TCP_SRC_NONE + 1];
+
 /* A growing NUL-terminated string. With ctx, the block is the context's
  * (ctx_try_realloc; free with ctx_free); without, it is malloc's (free).
  * first: the first capacity (0: 4096). Once bad (a format or allocation
