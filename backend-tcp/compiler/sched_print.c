@@ -88,23 +88,10 @@ static void print_insn(tcp_sb *b, const tcp_sched *s, const tcp_insn *in)
 		tcp_sbf(b, " valid=$%s", scname(s, (ts_id)in->vreg));
 	if (in->imm)
 		tcp_sbf(b, " imm=%" PRId64, in->imm);
-	if (in->tile)
-		tcp_sbf(b, " tile=%" PRId64, in->tile);
-	if (in->rows)
-		tcp_sbf(b, " rows=%" PRId64, in->rows);
-	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
+	const char *reg[TCP_NVIEW];
 	for (int w = 0; w < TCP_NVIEW; w++)
-		tcp_sb_view(b, vk[w], &in->v[w], in->ndim, in->v[w].reg >= 0 ? scname(s, (ts_id)in->v[w].reg) : NULL);
-	if (in->nstep) {
-		tcp_sbf(b, " chain=[");
-		for (int k = 0; k < in->nstep && k < TCP_MAXSTEP; k++) {
-			const tcp_step *st = &in->step[k];
-			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%u,%u)", k ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
-				st->x <= TCP_SRC_NONE ? tcp_src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? tcp_src_names[st->y] : "?",
-				st->imm, st->ctr, st->flags);
-		}
-		tcp_sbf(b, "]");
-	}
+		reg[w] = in->v[w].reg >= 0 ? scname(s, (ts_id)in->v[w].reg) : NULL;
+	tcp_sb_insn_tail(b, in, reg);
 }
 
 static void print_op(tcp_sb *b, const tcp_sched *s, ts_id i, int d)

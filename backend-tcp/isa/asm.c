@@ -45,23 +45,7 @@ static void print_insn(tcp_sb *b, const tcp_insn *in)
 			in->flags & TCP_F_SCALED ? "scaled," : "", in->flags & TCP_F_VROWS ? "vrows," : "");
 	if (in->vreg >= 0)
 		tcp_sbf(b, " valid=r%d", in->vreg);
-	if (in->tile)
-		tcp_sbf(b, " tile=%" PRId64, in->tile);
-	if (in->rows)
-		tcp_sbf(b, " rows=%" PRId64, in->rows);
-	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
-	for (int w = 0; w < TCP_NVIEW; w++)
-		tcp_sb_view(b, vk[w], &in->v[w], in->ndim, NULL);
-	if (in->nstep) {
-		tcp_sbf(b, " chain=[");
-		for (int s = 0; s < in->nstep; s++) {
-			const tcp_step *st = &in->step[s];
-			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%d,%d)", s ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
-				st->x <= TCP_SRC_NONE ? tcp_src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? tcp_src_names[st->y] : "?",
-				st->imm, st->ctr, st->flags);
-		}
-		tcp_sbf(b, "]");
-	}
+	tcp_sb_insn_tail(b, in, NULL);
 	if (in->phase)
 		tcp_sbf(b, " ph=%s", in->phase < TCP_PH_COUNT ? tcp_phase_names[in->phase] : "?");
 	tcp_sbf(b, "\n");

@@ -78,6 +78,27 @@ void tcp_sb_view(tcp_sb *b, const char *key, const tcp_view *v, int nd, const ch
 	tcp_sbf(b, "]");
 }
 
+void tcp_sb_insn_tail(tcp_sb *b, const tcp_insn *in, const char *const *reg_names)
+{
+	if (in->tile)
+		tcp_sbf(b, " tile=%" PRId64, in->tile);
+	if (in->rows)
+		tcp_sbf(b, " rows=%" PRId64, in->rows);
+	static const char *const vk[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
+	for (int w = 0; w < TCP_NVIEW; w++)
+		tcp_sb_view(b, vk[w], &in->v[w], in->ndim, reg_names ? reg_names[w] : NULL);
+	if (in->nstep) {
+		tcp_sbf(b, " chain=[");
+		for (int k = 0; k < in->nstep && k < TCP_MAXSTEP; k++) {
+			const tcp_step *st = &in->step[k];
+			tcp_sbf(b, "%s%s(%s,%s,#0x%08x,c%u,%u)", k ? "," : "", st->op < TCP_V_COUNT ? tcp_vop_names[st->op] : "?",
+				st->x <= TCP_SRC_NONE ? tcp_src_names[st->x] : "?", st->y <= TCP_SRC_NONE ? tcp_src_names[st->y] : "?",
+				st->imm, st->ctr, st->flags);
+		}
+		tcp_sbf(b, "]");
+	}
+}
+
 bool tcp_pint(const char **s, int64_t *v)
 {
 	char *e;

@@ -37,6 +37,11 @@ void tcp_sb_quoted(tcp_sb *b, const char *s);
  * reg_name is NULL, else "$<reg_name>". */
 void tcp_sb_view(tcp_sb *b, const char *key, const tcp_view *v, int nd, const char *reg_name);
 
+/* " tile=N rows=N" (each when nonzero), the views dst, s0, s1, s2 as
+ * tcp_sb_view (reg_names NULL: every register as rN; else the name of view
+ * w's register in reg_names[w]) and " chain=[OP(X,Y,#0xIMM,cCTR,FLAGS),...]". */
+void tcp_sb_insn_tail(tcp_sb *b, const tcp_insn *in, const char *const *reg_names);
+
 /* A strtoll number (base 0) at *s: false, *s unchanged, when none or out of range. */
 bool tcp_pint(const char **s, int64_t *v);
 /* The literal l at *s: advances *s past it when present, else leaves it. */
