@@ -208,16 +208,10 @@ static void scale_index(lg *L, tcp_insn *in)
 		L->idx_n = G * n;
 	}
 	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, G * n), sh = L->idx_hbm;
-	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
-	v.ndim = 2;
-	v.dim[0] = G;
-	v.dim[1] = n;
-	v.v[TCP_V_DST].t = sd;
-	v.v[TCP_V_DST].stride[0] = n;
-	v.v[TCP_V_DST].stride[1] = 1;
+	const int64_t vdim[2] = {G, n}, vst[2] = {n, 1};
+	tcp_insn v = tcp_b_vec(2, vdim, tcp_b_view(sd, 0, 2, vst));
 	v.v[TCP_V_S0] = in->v[TCP_V_S1];
-	v.nstep = 1;
-	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)rb};
+	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)rb);
 	put(L, &v);
 	tcp_insn c = tcp_b_dma_copy_flat(sh, sd, G * n);
 	put(L, &c);
@@ -250,15 +244,9 @@ static void scale_whole(lg *L, struct ikey *k)
 	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, n);
 	if (k->hbm < 0)
 		k->hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, n);
-	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
-	v.ndim = 1;
-	v.dim[0] = n;
-	v.v[TCP_V_DST].t = sd;
-	v.v[TCP_V_DST].stride[0] = 1;
-	v.v[TCP_V_S0].t = k->idx;
-	v.v[TCP_V_S0].stride[0] = 1;
-	v.nstep = 1;
-	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)k->rb};
+	tcp_insn v = tcp_b_vec(1, &n, tcp_b_flat(sd));
+	v.v[TCP_V_S0] = tcp_b_flat(k->idx);
+	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)k->rb);
 	put(L, &v);
 	tcp_insn c = tcp_b_dma_copy_flat(k->hbm, sd, n);
 	put(L, &c);

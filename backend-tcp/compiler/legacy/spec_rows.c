@@ -24,6 +24,7 @@
  * block math masks them (valid rows), so the results are the same. */
 #include <string.h>
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* Source node through reshapes. */
 static moe_id unreshape(const moe_graph *g, moe_id i)
@@ -120,31 +121,17 @@ void tcpl_spec_rows_emit(lw *c, moe_id i)
 	c->sr_list = tcpl_dm_tensor(c, i, "spec_rows", MOE_I32, 1, &T);
 	const val *iv = &c->v[i];
 	/* m[t] = sum_k (idx[t, k] == 0) */
-	tcp_insn m = tcp_insn_init(TCP_OP_TU_VEC);
-	m.ndim = 2;
-	m.dim[0] = T;
-	m.dim[1] = K;
-	m.v[TCP_V_DST].t = c->sr_m;
-	m.v[TCP_V_DST].stride[0] = 1;
-	m.v[TCP_V_S0].t = iv->t;
-	m.v[TCP_V_S0].base = iv->base;
-	m.v[TCP_V_S0].stride[0] = iv->stride[0];
-	m.v[TCP_V_S0].stride[1] = iv->stride[1];
-	m.nstep = 2;
-	m.step[0] = (tcp_step){TCP_V_TEQ, TCP_SRC_S0, TCP_SRC_IMM, 0, 0, 0};
-	m.step[1] = (tcp_step){TCP_V_RSUM, TCP_SRC_V, TCP_SRC_NONE, 0, 0, 0};
+	const int64_t mdim[2] = {T, K};
+	tcp_insn m = tcp_b_vec(2, mdim, tcp_b_flat(c->sr_m));
+	m.v[TCP_V_S0] = tcp_b_view(iv->t, iv->base, 2, iv->stride);
+	tcp_b_step(&m, TCP_V_TEQ, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&m, TCP_V_RSUM, TCP_SRC_V, TCP_SRC_NONE, 0);
 	emit(c, &m);
 	/* list = the tokens t with m[t] != 0, in order, then 0 */
-	tcp_insn k = tcp_insn_init(TCP_OP_TU_VEC);
-	k.ndim = 1;
-	k.dim[0] = T;
-	k.v[TCP_V_DST].t = c->sr_list;
-	k.v[TCP_V_DST].stride[0] = 1;
-	k.v[TCP_V_S0].t = c->sr_m;
-	k.v[TCP_V_S0].stride[0] = 1;
-	k.nstep = 2;
-	k.step[0] = (tcp_step){TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0, 0, 0};
-	k.step[1] = (tcp_step){TCP_V_COMPACT, TCP_SRC_CTR, TCP_SRC_IMM, 0, 0, 0};
+	tcp_insn k = tcp_b_vec(1, &T, tcp_b_flat(c->sr_list));
+	k.v[TCP_V_S0] = tcp_b_flat(c->sr_m);
+	tcp_b_step(&k, TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&k, TCP_V_COMPACT, TCP_SRC_CTR, TCP_SRC_IMM, 0);
 	emit(c, &k);
 	/* slot 0 of the row buffer = x's rows of the first B listed tokens */
 	tcp_insn ga = tcp_insn_init(TCP_OP_DMA_GATHER);
