@@ -136,25 +136,9 @@ void tcpl_stage_emit(lw *c, moe_id s, int32_t buf, int64_t n, int32_t trw, int64
 	tcp_b_step(&k, TCP_V_COMPACT, TCP_SRC_S1, TCP_SRC_IMM, 0);
 	emit(c, &k);
 	/* buf[i] = x[order[i]], i < R (R <= G B: the used slots are the R received rows at most) */
-	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
-	in.ndim = 3;
-	in.dim[0] = 1;
-	in.dim[1] = R;
-	in.dim[2] = D;
-	in.rows = R;
+	const int64_t gdim[3] = {1, R, D}, rows[3] = {R * D, D, 1}, ist[2] = {R, 1};
+	tcp_insn in = tcp_b_dma_gather(3, gdim, tcp_b_view(buf, 0, 3, rows), tcp_b_view(xv->t, xv->base, 3, rows),
+		tcp_b_view(order, 0, 2, ist), R);
 	in.vreg = tcpl_stage_count(c, s);
-	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
-	d->t = buf;
-	d->stride[0] = R * D;
-	d->stride[1] = D;
-	d->stride[2] = 1;
-	sv->t = xv->t;
-	sv->base = xv->base;
-	sv->stride[0] = R * D;
-	sv->stride[1] = D;
-	sv->stride[2] = 1;
-	ix->t = order;
-	ix->stride[0] = R;
-	ix->stride[1] = 1;
 	emit(c, &in);
 }

@@ -134,25 +134,9 @@ void tcpl_spec_rows_emit(lw *c, moe_id i)
 	tcp_b_step(&k, TCP_V_COMPACT, TCP_SRC_CTR, TCP_SRC_IMM, 0);
 	emit(c, &k);
 	/* slot 0 of the row buffer = x's rows of the first B listed tokens */
-	tcp_insn ga = tcp_insn_init(TCP_OP_DMA_GATHER);
-	ga.ndim = 3;
-	ga.dim[0] = 1;
-	ga.dim[1] = B;
-	ga.dim[2] = D;
-	ga.rows = T;
-	ga.vreg = -1;
-	tcp_view *d = &ga.v[TCP_V_DST], *sv = &ga.v[TCP_V_S0], *ix = &ga.v[TCP_V_S1];
-	d->t = c->sr_buf;
-	d->stride[0] = B * D;
-	d->stride[1] = D;
-	d->stride[2] = 1;
-	sv->t = c->leaf_t[x];
-	sv->stride[0] = T * D;
-	sv->stride[1] = D;
-	sv->stride[2] = 1;
-	ix->t = c->sr_list;
-	ix->stride[0] = B;
-	ix->stride[1] = 1;
+	const int64_t gdim[3] = {1, B, D}, dst[3] = {B * D, D, 1}, src[3] = {T * D, D, 1}, ist[2] = {B, 1};
+	tcp_insn ga = tcp_b_dma_gather(3, gdim, tcp_b_view(c->sr_buf, 0, 3, dst), tcp_b_view(c->leaf_t[x], 0, 3, src),
+		tcp_b_view(c->sr_list, 0, 2, ist), T);
 	emit(c, &ga);
 }
 
