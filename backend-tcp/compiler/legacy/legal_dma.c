@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 enum { MAX_IKEYS = 32 };
 
@@ -183,13 +184,7 @@ static int32_t dm_tensor(lg *L, const char *name, moe_dtype dt, int64_t n)
 /* dma.copy of all of tensor s into all of tensor d (the same bytes). */
 static void copy_whole(lg *L, int32_t d, int32_t s)
 {
-	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
-	c.ndim = 1;
-	c.dim[0] = L->p->t[s].numel;
-	c.v[TCP_V_DST].t = d;
-	c.v[TCP_V_DST].stride[0] = 1;
-	c.v[TCP_V_S0].t = s;
-	c.v[TCP_V_S0].stride[0] = 1;
+	tcp_insn c = tcp_b_dma_copy_flat(d, s, L->p->t[s].numel);
 	put(L, &c);
 }
 
@@ -213,24 +208,12 @@ static void scale_index(lg *L, tcp_insn *in)
 		L->idx_n = G * n;
 	}
 	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, G * n), sh = L->idx_hbm;
-	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
-	v.ndim = 2;
-	v.dim[0] = G;
-	v.dim[1] = n;
-	v.v[TCP_V_DST].t = sd;
-	v.v[TCP_V_DST].stride[0] = n;
-	v.v[TCP_V_DST].stride[1] = 1;
+	const int64_t vdim[2] = {G, n}, vst[2] = {n, 1};
+	tcp_insn v = tcp_b_vec(2, vdim, tcp_b_view(sd, 0, 2, vst));
 	v.v[TCP_V_S0] = in->v[TCP_V_S1];
-	v.nstep = 1;
-	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)rb};
+	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)rb);
 	put(L, &v);
-	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
-	c.ndim = 1;
-	c.dim[0] = G * n;
-	c.v[TCP_V_DST].t = sh;
-	c.v[TCP_V_DST].stride[0] = 1;
-	c.v[TCP_V_S0].t = sd;
-	c.v[TCP_V_S0].stride[0] = 1;
+	tcp_insn c = tcp_b_dma_copy_flat(sh, sd, G * n);
 	put(L, &c);
 	in->v[TCP_V_S1] = tcp_view_none();
 	in->v[TCP_V_S1].t = sh;
@@ -261,23 +244,11 @@ static void scale_whole(lg *L, struct ikey *k)
 	int32_t sd = dm_tensor(L, "index.bytes", MOE_I32, n);
 	if (k->hbm < 0)
 		k->hbm = hbm_tensor(L, "index.bytes.hbm", MOE_I32, n);
-	tcp_insn v = tcp_insn_init(TCP_OP_TU_VEC);
-	v.ndim = 1;
-	v.dim[0] = n;
-	v.v[TCP_V_DST].t = sd;
-	v.v[TCP_V_DST].stride[0] = 1;
-	v.v[TCP_V_S0].t = k->idx;
-	v.v[TCP_V_S0].stride[0] = 1;
-	v.nstep = 1;
-	v.step[0] = (tcp_step){TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, 0, 0, (uint32_t)k->rb};
+	tcp_insn v = tcp_b_vec(1, &n, tcp_b_flat(sd));
+	v.v[TCP_V_S0] = tcp_b_flat(k->idx);
+	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)k->rb);
 	put(L, &v);
-	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
-	c.ndim = 1;
-	c.dim[0] = n;
-	c.v[TCP_V_DST].t = k->hbm;
-	c.v[TCP_V_DST].stride[0] = 1;
-	c.v[TCP_V_S0].t = sd;
-	c.v[TCP_V_S0].stride[0] = 1;
+	tcp_insn c = tcp_b_dma_copy_flat(k->hbm, sd, n);
 	put(L, &c);
 }
 
@@ -344,13 +315,8 @@ static void rewrite_gather(lg *L, tcp_insn in)
 	sv.stride[2] = 1;
 	in.v[TCP_V_DST] = sv;
 	put(L, &in);
-	tcp_insn c = tcp_insn_init(TCP_OP_DMA_COPY);
-	c.ndim = 3;
-	c.dim[0] = G;
-	c.dim[1] = n;
-	c.dim[2] = row;
-	c.v[TCP_V_DST] = dv;
-	c.v[TCP_V_S0] = sv;
+	const int64_t cdim[3] = {G, n, row};
+	tcp_insn c = tcp_b_dma_copy(3, cdim, dv, sv);
 	put(L, &c);
 }
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 static void lower_leaf(lw *c, moe_id id)
 {
@@ -754,7 +755,7 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 	c.quiet = c.pr_node != MOE_NONE || shdm;
 	lower_all(&c, plan_order(&c));
 	emit_outputs(&c);
-	tcp_insn h = tcp_insn_init(TCP_OP_HALT);
+	tcp_insn h = tcp_b_halt();
 	tcp_emit(p, &h);
 	if (c.rows != MOE_NONE)
 		roofline_dims(&c);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 #include "passes/pass.h"
 
 /* ---- contraction ---- */
@@ -74,16 +75,8 @@ static void emit_contract(lw *c, moe_id at, const cplan *pl, const tcp_view *a, 
 			ld_.v[TCP_V_S0].stride[0] = wo;
 			ld_.v[TCP_V_S0].stride[1] = wi;
 			if (stream) {
-				tcp_insn dm = tcp_insn_init(TCP_OP_DMA_COPY);
-				dm.ndim = 2;
-				dm.dim[0] = on;
-				dm.dim[1] = inn;
-				dm.v[TCP_V_DST] = tcp_view_none();
-				dm.v[TCP_V_DST].t = wb;
-				dm.v[TCP_V_DST].base = wk * wtile;
-				dm.v[TCP_V_DST].stride[0] = inn;
-				dm.v[TCP_V_DST].stride[1] = 1;
-				dm.v[TCP_V_S0] = ld_.v[TCP_V_S0];
+				const int64_t ddim[2] = {on, inn}, dst[2] = {inn, 1};
+				tcp_insn dm = tcp_b_dma_copy(2, ddim, tcp_b_view(wb, wk * wtile, 2, dst), ld_.v[TCP_V_S0]);
 				/* the contraction's tiles form one descriptor list; in the
 				 * block loop it joins the DMA command before it, so its setup
 				 * overlaps that one's transfer (the hazards still order it) */
@@ -220,19 +213,8 @@ static int32_t *chunked_rows(lw *c, moe_id id, const cplan *pl, int64_t nch)
 	for (int64_t ch = 0; ch < nch; ch++) {
 		int64_t i0 = ch * pl->It, inn = pl->I - i0 < pl->It ? pl->I - i0 : pl->It, sh[2] = {pl->M, inn};
 		t[ch] = tcpl_dm_tensor(c, id, "rows-chunk", (moe_dtype)c->p->t[v->t].dtype, 2, sh);
-		tcp_insn dm = tcp_insn_init(TCP_OP_DMA_COPY);
-		dm.ndim = 2;
-		dm.dim[0] = pl->M;
-		dm.dim[1] = inn;
-		dm.v[TCP_V_DST] = tcp_view_none();
-		dm.v[TCP_V_DST].t = t[ch];
-		dm.v[TCP_V_DST].stride[0] = inn;
-		dm.v[TCP_V_DST].stride[1] = 1;
-		dm.v[TCP_V_S0] = tcp_view_none();
-		dm.v[TCP_V_S0].t = v->t;
-		dm.v[TCP_V_S0].base = v->base + i0;
-		dm.v[TCP_V_S0].stride[0] = pl->I;
-		dm.v[TCP_V_S0].stride[1] = 1;
+		const int64_t dst[2] = {inn, 1}, src[2] = {pl->I, 1};
+		tcp_insn dm = tcp_b_dma_copy(2, sh, tcp_b_view(t[ch], 0, 2, dst), tcp_b_view(v->t, v->base + i0, 2, src));
 		uint32_t at = c->p->ncode;
 		emit(c, &dm);
 		if (ch > 0)

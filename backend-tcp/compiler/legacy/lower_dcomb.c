@@ -18,6 +18,7 @@
  * follows down's last contraction in place of the combine pass (a pass of D
  * elements rather than of K x D), and y's copy out follows it. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* Through views: casts the fetch performs (bf16 -> f32, or planned as
  * aliases), reshapes, and slices that keep every element. */
@@ -102,16 +103,8 @@ static bool is_combine(lw *c, moe_id r, const int32_t *dmhome, int ndh)
 /* acc = -0.0 */
 static void init_acc(lw *c)
 {
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = 1;
-	in.dim[0] = c->dc.n;
-	in.v[TCP_V_DST].t = c->dc.acc;
-	in.v[TCP_V_DST].stride[0] = 1;
-	in.nstep = 1;
-	in.step[0].op = TCP_V_OR;
-	in.step[0].x = TCP_SRC_IMM;
-	in.step[0].y = TCP_SRC_IMM;
-	in.step[0].imm = 0x80000000u;
+	tcp_insn in = tcp_b_vec(1, &c->dc.n, tcp_b_flat(c->dc.acc));
+	tcp_b_step(&in, TCP_V_OR, TCP_SRC_IMM, TCP_SRC_IMM, 0x80000000u);
 	emit(c, &in);
 }
 

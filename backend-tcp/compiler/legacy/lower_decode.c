@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* The grid scatter `id` (dispatch by gather) of a layer whose x has one row,
  * no serving count, and x's value kept in DM through the loop (not the tail
@@ -146,26 +147,10 @@ moe_id tcpl_nan_key_src(const lw *c, moe_id id)
 void tcpl_decode_first_fetch(lw *c, int32_t buf, int64_t n, moe_id w, int32_t tbe, int64_t bebase, int64_t bes)
 {
 	const val *sv = &c->v[w];
-	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
-	in.ndim = 3;
-	in.dim[0] = 1;
-	in.dim[1] = 1;
-	in.dim[2] = n;
-	in.rows = ir_numel(N(c->g, w)) / n; /* the experts: the weight is [E, n] as the copy read it */
-	in.vreg = -1;
-	tcp_view *d = &in.v[TCP_V_DST], *s = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
-	d->t = buf; /* slot 0: the prologue's R_SLOT */
-	d->stride[0] = n;
-	d->stride[1] = n;
-	d->stride[2] = 1;
-	s->t = sv->t;
-	s->base = sv->base;
-	s->stride[0] = in.rows * n;
-	s->stride[1] = n;
-	s->stride[2] = 1;
-	ix->t = tbe;
-	ix->base = bebase; /* block 0's expert */
-	ix->stride[0] = bes;
-	ix->stride[1] = bes;
+	int64_t ne = ir_numel(N(c->g, w)) / n; /* the experts: the weight is [E, n] as the copy read it */
+	const int64_t gdim[3] = {1, 1, n}, dst[3] = {n, n, 1}, src[3] = {ne * n, n, 1}, ist[2] = {bes, bes};
+	/* dst: slot 0 (the prologue's R_SLOT); index: block 0's expert */
+	tcp_insn in = tcp_b_dma_gather(3, gdim, tcp_b_view(buf, 0, 3, dst), tcp_b_view(sv->t, sv->base, 3, src),
+		tcp_b_view(tbe, bebase, 2, ist), ne);
 	emit(c, &in);
 }

@@ -13,6 +13,7 @@
  * real rows (its valid count), inside the loop, where it overlaps the next
  * block's contractions. The rows are the same bytes, so y is unchanged. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* Is id the slice [a, b) (step 1, axis 0) of pos, or pos itself? */
 static bool pos_range(const lw *c, moe_id id, moe_id pos, int64_t *a, int64_t *b)
@@ -108,14 +109,9 @@ void tcpl_pairs_alloc(lw *c, moe_id at, int32_t src, int64_t n, int32_t rowlist)
 	(void)at;
 	c->pr_rl = rowlist;
 	c->pr_n = n;
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = 1;
-	in.dim[0] = n;
-	in.v[TCP_V_DST].t = src;
-	in.v[TCP_V_DST].base = 1;
-	in.v[TCP_V_DST].stride[0] = 2;
-	in.nstep = 1;
-	in.step[0] = (tcp_step){TCP_V_IADD, TCP_SRC_CTR, TCP_SRC_IMM, 0, 0, 0};
+	const int64_t two = 2;
+	tcp_insn in = tcp_b_vec(1, &n, tcp_b_view(src, 1, 1, &two));
+	tcp_b_step(&in, TCP_V_IADD, TCP_SRC_CTR, TCP_SRC_IMM, 0);
 	emit(c, &in);
 }
 

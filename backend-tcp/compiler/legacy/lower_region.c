@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* ---- block region ---- */
 /* A weight, or a reshape of one (DBRX's [E*F, D] tensors viewed as [E, F, D]): a contiguous
@@ -126,36 +127,18 @@ static void block_gather(lw *c, int32_t buf, int slot, int64_t n, moe_id s, int 
 	const ir_node *sn = N(c->g, s), *xp = N(c->g, sn->args[2]), *x = N(c->g, xp->args[0]);
 	val *xv = tcpl_need_view(c, xp->args[0]);
 	int64_t D = sn->shape[1], rows = n / D, T = x->shape[0];
-	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
-	in.ndim = 3;
-	in.dim[0] = 1;
-	in.dim[1] = rows;
-	in.dim[2] = D;
-	in.rows = T;
-	in.vreg = -1;
+	int64_t is = c->v[s].stride[0] > 1 ? c->v[s].stride[0] : 1; /* 8-byte index rows (lower_route.c) */
+	const int64_t gdim[3] = {1, rows, D}, dst[3] = {n, D, 1}, src[3] = {T * D, D, 1}, ist[2] = {rows * is, is};
+	tcp_view d = tcp_b_view(buf, 0, 3, dst), ix = tcp_b_view(c->v[s].t, c->v[s].base, 2, ist);
+	d.reg = slot;
+	d.scale = n;
+	ix.reg = blk;
+	ix.scale = rows * is;
+	tcp_insn in = tcp_b_dma_gather(3, gdim, d, tcp_b_view(xv->t, xv->base, 3, src), ix, T);
 	if (trw >= 0) { /* the block's real rows: the others are not moved (written as zero) */
 		ld(c, R_ROWT, trw, blk, rwbase, rws);
 		in.vreg = R_ROWT;
 	}
-	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
-	d->t = buf;
-	d->reg = slot;
-	d->scale = n;
-	d->stride[0] = n;
-	d->stride[1] = D;
-	d->stride[2] = 1;
-	sv->t = xv->t;
-	sv->base = xv->base;
-	sv->stride[0] = T * D;
-	sv->stride[1] = D;
-	sv->stride[2] = 1;
-	int64_t is = c->v[s].stride[0] > 1 ? c->v[s].stride[0] : 1; /* 8-byte index rows (lower_route.c) */
-	ix->t = c->v[s].t;
-	ix->base = c->v[s].base;
-	ix->reg = blk;
-	ix->scale = rows * is;
-	ix->stride[0] = rows * is;
-	ix->stride[1] = is;
 	if (in.vreg >= 0 && c->lr_reg < 0 && c->next_reg < TCP_NREG)
 		c->lr_reg = tcpl_new_reg(c, s); /* none left: the list of B rows */
 	tcpl_emit_list_rows(c, &in, c->lr_reg); /* the list of the count's row class (list_rows.c) */

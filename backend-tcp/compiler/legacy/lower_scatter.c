@@ -20,6 +20,7 @@
  * float additions are the vector engine's (assumption A9: subnormals flush to
  * zero), otherwise IEEE f32 like the reference. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 static int64_t row_elems(const ir_node *n)
 {
@@ -33,14 +34,9 @@ static int64_t row_elems(const ir_node *n)
  * (bf16 rounds to nearest even). Both tensors contiguous, n elements. */
 static void vcopy(lw *c, int32_t dt, int32_t st, int64_t sbase, int64_t n)
 {
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = 1;
-	in.dim[0] = n;
-	in.v[TCP_V_DST].t = dt;
-	in.v[TCP_V_DST].stride[0] = 1;
-	in.v[TCP_V_S0].t = st;
-	in.v[TCP_V_S0].base = sbase;
-	in.v[TCP_V_S0].stride[0] = 1;
+	const int64_t one = 1;
+	tcp_insn in = tcp_b_vec(1, &n, tcp_b_flat(dt));
+	in.v[TCP_V_S0] = tcp_b_view(st, sbase, 1, &one);
 	emit(c, &in);
 }
 
@@ -85,24 +81,17 @@ static void add_loop(lw *c, moe_id id, int32_t acc, const val *iv, const val *sv
 	li(c, rn, P);
 	uint32_t top = c->p->ncode;
 	ld(c, ri, iv->t, rp, iv->base, 1);
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = 1;
-	in.dim[0] = row;
-	tcp_view *d = &in.v[TCP_V_DST], *a = &in.v[TCP_V_S0], *s = &in.v[TCP_V_S1];
-	d->t = acc;
-	d->reg = ri;
-	d->scale = row;
-	d->stride[0] = 1;
-	*a = *d;
-	s->t = sv->t;
-	s->base = sv->base;
-	s->reg = rp;
-	s->scale = row;
-	s->stride[0] = 1;
-	in.nstep = 1;
-	in.step[0].op = (uint8_t)(moe_dtype_is_float((moe_dtype)n->dtype) ? TCP_V_FADD : TCP_V_IADD);
-	in.step[0].x = TCP_SRC_V;
-	in.step[0].y = TCP_SRC_S1;
+	const int64_t one = 1;
+	tcp_view d = tcp_b_flat(acc), s = tcp_b_view(sv->t, sv->base, 1, &one);
+	d.reg = ri;
+	d.scale = row;
+	s.reg = rp;
+	s.scale = row;
+	tcp_insn in = tcp_b_vec(1, &row, d);
+	in.v[TCP_V_S0] = d;
+	in.v[TCP_V_S1] = s;
+	tcp_b_step(&in, (uint8_t)(moe_dtype_is_float((moe_dtype)n->dtype) ? TCP_V_FADD : TCP_V_IADD), TCP_SRC_V,
+		TCP_SRC_S1, 0);
 	emit(c, &in);
 	alui(c, TCP_S_ADD, rp, rp, TCP_NOREG, 1);
 	uint32_t back = br(c, TCP_C_LT, rp, rn);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* The source node of the grid scatter s's rows (a graph input). */
 static const ir_node *stage_source(const lw *c, moe_id s)
@@ -128,40 +129,16 @@ void tcpl_stage_emit(lw *c, moe_id s, int32_t buf, int64_t n, int32_t trw, int64
 	u.step[0] = (tcp_step){TCP_V_TLT, TCP_SRC_CTR, TCP_SRC_S0, 1, 0, 0};
 	emit(c, &u);
 	/* order = the row list's used slots, in block order, then 0 */
-	tcp_insn k = tcp_insn_init(TCP_OP_TU_VEC);
-	k.ndim = 1;
-	k.dim[0] = GB;
-	k.v[TCP_V_DST].t = order;
-	k.v[TCP_V_DST].stride[0] = 1;
-	k.v[TCP_V_S0].t = used;
-	k.v[TCP_V_S0].stride[0] = 1;
-	k.v[TCP_V_S1].t = list->t;
-	k.v[TCP_V_S1].base = list->base;
-	k.v[TCP_V_S1].stride[0] = list->stride[0];
-	k.nstep = 2;
-	k.step[0] = (tcp_step){TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0, 0, 0};
-	k.step[1] = (tcp_step){TCP_V_COMPACT, TCP_SRC_S1, TCP_SRC_IMM, 0, 0, 0};
+	tcp_insn k = tcp_b_vec(1, &GB, tcp_b_flat(order));
+	k.v[TCP_V_S0] = tcp_b_flat(used);
+	k.v[TCP_V_S1] = tcp_b_view(list->t, list->base, 1, list->stride);
+	tcp_b_step(&k, TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&k, TCP_V_COMPACT, TCP_SRC_S1, TCP_SRC_IMM, 0);
 	emit(c, &k);
 	/* buf[i] = x[order[i]], i < R (R <= G B: the used slots are the R received rows at most) */
-	tcp_insn in = tcp_insn_init(TCP_OP_DMA_GATHER);
-	in.ndim = 3;
-	in.dim[0] = 1;
-	in.dim[1] = R;
-	in.dim[2] = D;
-	in.rows = R;
+	const int64_t gdim[3] = {1, R, D}, rows[3] = {R * D, D, 1}, ist[2] = {R, 1};
+	tcp_insn in = tcp_b_dma_gather(3, gdim, tcp_b_view(buf, 0, 3, rows), tcp_b_view(xv->t, xv->base, 3, rows),
+		tcp_b_view(order, 0, 2, ist), R);
 	in.vreg = tcpl_stage_count(c, s);
-	tcp_view *d = &in.v[TCP_V_DST], *sv = &in.v[TCP_V_S0], *ix = &in.v[TCP_V_S1];
-	d->t = buf;
-	d->stride[0] = R * D;
-	d->stride[1] = D;
-	d->stride[2] = 1;
-	sv->t = xv->t;
-	sv->base = xv->base;
-	sv->stride[0] = R * D;
-	sv->stride[1] = D;
-	sv->stride[2] = 1;
-	ix->t = order;
-	ix->stride[0] = R;
-	ix->stride[1] = 1;
 	emit(c, &in);
 }

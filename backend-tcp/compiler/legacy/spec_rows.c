@@ -24,6 +24,7 @@
  * block math masks them (valid rows), so the results are the same. */
 #include <string.h>
 #include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
 
 /* Source node through reshapes. */
 static moe_id unreshape(const moe_graph *g, moe_id i)
@@ -120,52 +121,22 @@ void tcpl_spec_rows_emit(lw *c, moe_id i)
 	c->sr_list = tcpl_dm_tensor(c, i, "spec_rows", MOE_I32, 1, &T);
 	const val *iv = &c->v[i];
 	/* m[t] = sum_k (idx[t, k] == 0) */
-	tcp_insn m = tcp_insn_init(TCP_OP_TU_VEC);
-	m.ndim = 2;
-	m.dim[0] = T;
-	m.dim[1] = K;
-	m.v[TCP_V_DST].t = c->sr_m;
-	m.v[TCP_V_DST].stride[0] = 1;
-	m.v[TCP_V_S0].t = iv->t;
-	m.v[TCP_V_S0].base = iv->base;
-	m.v[TCP_V_S0].stride[0] = iv->stride[0];
-	m.v[TCP_V_S0].stride[1] = iv->stride[1];
-	m.nstep = 2;
-	m.step[0] = (tcp_step){TCP_V_TEQ, TCP_SRC_S0, TCP_SRC_IMM, 0, 0, 0};
-	m.step[1] = (tcp_step){TCP_V_RSUM, TCP_SRC_V, TCP_SRC_NONE, 0, 0, 0};
+	const int64_t mdim[2] = {T, K};
+	tcp_insn m = tcp_b_vec(2, mdim, tcp_b_flat(c->sr_m));
+	m.v[TCP_V_S0] = tcp_b_view(iv->t, iv->base, 2, iv->stride);
+	tcp_b_step(&m, TCP_V_TEQ, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&m, TCP_V_RSUM, TCP_SRC_V, TCP_SRC_NONE, 0);
 	emit(c, &m);
 	/* list = the tokens t with m[t] != 0, in order, then 0 */
-	tcp_insn k = tcp_insn_init(TCP_OP_TU_VEC);
-	k.ndim = 1;
-	k.dim[0] = T;
-	k.v[TCP_V_DST].t = c->sr_list;
-	k.v[TCP_V_DST].stride[0] = 1;
-	k.v[TCP_V_S0].t = c->sr_m;
-	k.v[TCP_V_S0].stride[0] = 1;
-	k.nstep = 2;
-	k.step[0] = (tcp_step){TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0, 0, 0};
-	k.step[1] = (tcp_step){TCP_V_COMPACT, TCP_SRC_CTR, TCP_SRC_IMM, 0, 0, 0};
+	tcp_insn k = tcp_b_vec(1, &T, tcp_b_flat(c->sr_list));
+	k.v[TCP_V_S0] = tcp_b_flat(c->sr_m);
+	tcp_b_step(&k, TCP_V_TNE, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&k, TCP_V_COMPACT, TCP_SRC_CTR, TCP_SRC_IMM, 0);
 	emit(c, &k);
 	/* slot 0 of the row buffer = x's rows of the first B listed tokens */
-	tcp_insn ga = tcp_insn_init(TCP_OP_DMA_GATHER);
-	ga.ndim = 3;
-	ga.dim[0] = 1;
-	ga.dim[1] = B;
-	ga.dim[2] = D;
-	ga.rows = T;
-	ga.vreg = -1;
-	tcp_view *d = &ga.v[TCP_V_DST], *sv = &ga.v[TCP_V_S0], *ix = &ga.v[TCP_V_S1];
-	d->t = c->sr_buf;
-	d->stride[0] = B * D;
-	d->stride[1] = D;
-	d->stride[2] = 1;
-	sv->t = c->leaf_t[x];
-	sv->stride[0] = T * D;
-	sv->stride[1] = D;
-	sv->stride[2] = 1;
-	ix->t = c->sr_list;
-	ix->stride[0] = B;
-	ix->stride[1] = 1;
+	const int64_t gdim[3] = {1, B, D}, dst[3] = {B * D, D, 1}, src[3] = {T * D, D, 1}, ist[2] = {B, 1};
+	tcp_insn ga = tcp_b_dma_gather(3, gdim, tcp_b_view(c->sr_buf, 0, 3, dst), tcp_b_view(c->leaf_t[x], 0, 3, src),
+		tcp_b_view(c->sr_list, 0, 2, ist), T);
 	emit(c, &ga);
 }
 

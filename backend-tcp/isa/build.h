@@ -1,0 +1,39 @@
+/* Instruction builders: each returns a fully initialised tcp_insn of one
+ * command family (every field the encoder reads is set: views not given are
+ * unused (t = -1), registers none, no steps, no flags). They carry no
+ * compiler policy: the caller decides shapes, tensors and phases; a builder
+ * only fills the struct. Views are built with tcp_b_view / tcp_b_flat. */
+#ifndef MOEC_TCP_BUILD_H
+#define MOEC_TCP_BUILD_H
+
+#include "backend-tcp/isa/tcp_int.h"
+
+/* View of tensor t at element offset base with the given strides (ndim of
+ * them; the rest zero), no offset register. */
+tcp_view tcp_b_view(int32_t t, int64_t base, int ndim, const int64_t *stride);
+/* View of tensor t from element 0 with stride 1 along dimension 0. */
+tcp_view tcp_b_flat(int32_t t);
+
+/* dma.copy over dims[0..ndim) from src into dst. */
+tcp_insn tcp_b_dma_copy(int ndim, const int64_t *dim, tcp_view dst, tcp_view src);
+/* dma.copy of n elements, both sides flat (tcp_b_flat). */
+tcp_insn tcp_b_dma_copy_flat(int32_t dst, int32_t src, int64_t n);
+/* dma.gather / dma.scatter: idx (i32) is the index list view in s1, rows
+ * the rows per group. */
+tcp_insn tcp_b_dma_gather(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, tcp_view idx,
+	int64_t rows);
+tcp_insn tcp_b_dma_scatter(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, tcp_view idx,
+	int64_t rows);
+/* tu.vec over dims[0..ndim) writing dst, no streams and no steps yet: add
+ * them with the v[] fields and tcp_b_step. */
+tcp_insn tcp_b_vec(int ndim, const int64_t *dim, tcp_view dst);
+/* Appends one chain step (op, left x, right y, immediate) to a tu.vec; false
+ * when the chain is full (TCP_MAXSTEP), leaving the instruction unchanged. */
+bool tcp_b_step(tcp_insn *in, uint8_t op, uint8_t x, uint8_t y, uint32_t imm);
+
+/* Scalar and control commands. */
+tcp_insn tcp_b_li(uint8_t rd, int64_t imm);
+tcp_insn tcp_b_alu(uint8_t sop, uint8_t rd, uint8_t ra, uint8_t rb, int64_t imm);
+tcp_insn tcp_b_halt(void);
+
+#endif
