@@ -290,7 +290,6 @@ typedef struct cgen_pack_entry {
 int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t len, cgen_pack_entry *e, const char **why);
 void cgen_pack_unmap(cgen_pack_entry *e);
 bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const void *data, size_t len);
-uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed);
 
 /* Write to path through a temporary file and a rename. write() fills f. */
 moe_status cgen_write_atomic(moe_ctx *ctx, const char *path, moe_status (*write)(void *ud, FILE *f), void *ud);

@@ -371,8 +371,8 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
  * file of the user, of exactly the header, key and data lengths expected
  * (checked before anything is read), the key text equal, an HMAC under the
  * root's secret over the header and key (bytes nobody without the secret
- * can forge), and a 64-bit checksum of the data, computed while it is read
- * into place, equal to the header's. A failed check is a miss: the weight
+ * can forge), and a 64-bit checksum of the mapped data equal to the
+ * header's. A failed check is a miss: the weight
  * is packed and the entry rewritten.
  *
  * A verified entry is mapped (read-only) and read in place.
@@ -387,7 +387,7 @@ static const char PMAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'A', 'K', '1'};
  * the tail bytes and the length: catches truncation, garbling and moved
  * blocks (it is no defence against a forger: the HMAC'd header is). Cheap
  * enough to run over every byte of an entry at memory speed. */
-uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed)
+static uint64_t pack_checksum(const void *data, size_t n, uint64_t seed)
 {
 	const unsigned char *p = data;
 	uint64_t a[8];
@@ -407,7 +407,6 @@ uint64_t cgen_pack_checksum(const void *data, size_t n, uint64_t seed)
 		h = (h ^ p[i]) * 0x100000001b3ull;
 	return h;
 }
-
 
 static void pack_hdr(const unsigned char *secret, const char *key, size_t keylen, size_t len, uint64_t sum,
 	unsigned char hdr[PHDR])
@@ -466,7 +465,7 @@ int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t le
 	if (m == MAP_FAILED)
 		goto out;
 	*why = "its data does not match its checksum";
-	if (cgen_pack_checksum((const unsigned char *)m + at, len, keylen) != get64(hdr + 24)) {
+	if (pack_checksum((const unsigned char *)m + at, len, keylen) != get64(hdr + 24)) {
 		munmap(m, (size_t)total);
 		goto out;
 	}
@@ -494,7 +493,7 @@ bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const 
 	char name[48];
 	entry_name(key, keylen, ".pack", name);
 	unsigned char hdr[PHDR];
-	pack_hdr(c->secret, key, keylen, len, cgen_pack_checksum(data, len, keylen), hdr);
+	pack_hdr(c->secret, key, keylen, len, pack_checksum(data, len, keylen), hdr);
 	char tmp[96];
 	int slot;
 	int fd = make_temp(c, name, tmp, sizeof tmp, &slot);

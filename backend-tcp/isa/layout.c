@@ -253,7 +253,9 @@ static bool pw_view(const tcp_program *p, const moe_tcp_machine *m, const pwalk 
 			} else if (st == 0) { /* one byte for the whole row: to the next slice change */
 				adv = pw_run(w, r, i);
 			}
-			i += adv > 0 && adv < span - i ? adv : adv > 0 ? span - i : 1;
+			if (adv < 1)
+				adv = 1;
+			i += adv < span - i ? adv : span - i;
 		}
 	}
 	free(seen);
