@@ -417,8 +417,10 @@ int cli_load_weights(moe_ctx *ctx, const moe_graph *g, const char *const *paths,
 	size_t absent = 0;
 	unsigned flags = o->timing_only ? MOE_WEIGHTS_ALLOW_ABSENT : 0;
 	moe_checkpoint *ck = moe_checkpoint_open(ctx, paths, np);
-	/* kept open for a run that reads per-expert weights as it touches them */
-	if (keep && !o->timing_only)
+	/* kept open for a run that reads per-expert weights as it touches them; a
+	 * timing-only run never reads their values, so they stay on disk (checked,
+	 * bound without data like absent ones) */
+	if (keep)
 		flags |= MOE_WEIGHTS_DEFER;
 	if (!ck || moe_weights_load_from_ex(ctx, g, ck, flags, bind, &absent) != MOE_OK) {
 		moe_checkpoint_close(ck);
