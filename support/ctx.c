@@ -336,14 +336,6 @@ void ctx_free(moe_ctx *c, void *p, size_t n)
 		free_blk(c, hdr(p));
 }
 
-char *ctx_strdup(moe_ctx *c, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = ctx_alloc(c, n);
-	memcpy(p, s, n);
-	return p;
-}
-
 static uint32_t grow_cap(uint32_t cap, uint32_t need)
 {
 	uint64_t nc = cap ? cap : 8;

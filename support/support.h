@@ -21,7 +21,7 @@ void ir_assert_fail(const char *file, int line, const char *expr);
 
 /* ---- context memory ----
  * Every block comes from the context's allocator hook. When the hook
- * refuses, ctx_alloc, ctx_realloc, ctx_grow, ctx_strdup and ctx_intern do
+ * refuses, ctx_alloc, ctx_realloc, ctx_grow and ctx_intern do
  * not return: ctx_throw unwinds to the guarded public entry point
  * (CTX_GUARDED), freeing every block born inside it, running the clean-ups
  * registered with ctx_defer, and the entry point returns MOE_ERR_NOMEM (or
@@ -45,7 +45,6 @@ void *ctx_soft_alloc(moe_ctx *ctx, size_t n);
 void *ctx_realloc(moe_ctx *ctx, void *p, size_t o, size_t n); /* o is ignored: blocks know their size */
 void *ctx_try_realloc(moe_ctx *ctx, void *p, size_t n); /* NULL when refused (p unchanged) */
 void ctx_free(moe_ctx *ctx, void *p, size_t n);      /* n is ignored */
-char *ctx_strdup(moe_ctx *ctx, const char *s);
 /* The block p (from ctx_alloc) is the context's: a throw does not free it. */
 void ctx_keep(moe_ctx *ctx, void *p);
 

@@ -372,8 +372,6 @@ void tcpl_router_rows(lw *c, moe_id i, uint32_t at);
 void tcpl_copy_rows(lw *c, int32_t dt, int64_t dbase, int32_t st, int64_t sbase, int64_t rows, int64_t rowlen, int creg);
 moe_id tcpl_input_rows_count(const lw *c, moe_id id); /* a token input copied in row tiles: by this count */
 bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v); /* a serving output's real rows only */
-void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase, int64_t rows,
-	int64_t rowlen); /* a block's rows by its run-time count */
 
 /* block_store.c: block results copied to their HBM grid, deferred by one block */
 typedef struct tcpl_bstore {

@@ -280,26 +280,6 @@ bool tcpl_copy_out_rows(lw *c, moe_id o, int32_t t, const val *v)
 	return true;
 }
 
-/* A block's value of `rows` rows of `rowlen` elements copied to dst (slot
- * register dreg, scale dscale): at most h rows (h = f, 4f, ... below rows)
- * copy h rows, a fuller block all of them; the rows past the block's count
- * are never read back (the combine gathers real pairs only). */
-void tcpl_block_copy(lw *c, int32_t dt, int64_t dbase, int dreg, int64_t dscale, int32_t st, int64_t sbase,
-	int64_t rows, int64_t rowlen)
-{
-	uint32_t end[8];
-	int ne = 0;
-	for (int64_t h = tcpl_row_tile(rows); h < rows && ne < 8; h *= 4) {
-		uint32_t more = tcpl_block_rows_guard(c, h);
-		dma_copy(c, dt, dbase, dreg, dscale, st, sbase, -1, 0, h * rowlen);
-		end[ne++] = jmp(c);
-		patch(c, more);
-	}
-	dma_copy(c, dt, dbase, dreg, dscale, st, sbase, -1, 0, rows * rowlen);
-	for (int k = 0; k < ne; k++)
-		patch(c, end[k]);
-}
-
 /* A count derived from another by a constant (n_tokens - t0, n_tokens x K,
  * n_tokens x K - p0: a serving layer's chunks and pairs) is computed from
  * that count's register by the control processor's ALU, instead of staging
