@@ -108,9 +108,13 @@ moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *leve
 		bool out = false;
 		for (uint32_t o = 0; o < g->nout; o++)
 			out |= g->outputs[o] == i;
-		for (moe_id j = i + 1; j < g->nnodes && !out; j++) /* an exchange's operand, or used later */
-			for (uint32_t a = 0; a < N(g, j)->nargs; a++)
-				out |= N(g, j)->args[a] == i && (N(g, j)->op == MOE_OP_ALL_TO_ALL || level[j] > k);
+		for (moe_id j = i + 1; j < g->nnodes && !out; j++) { /* an exchange's operand, or used later */
+			const ir_node *u = N(g, j);
+			bool reads = u->valid == i; /* a valid mask is read like an operand */
+			for (uint32_t a = 0; a < u->nargs; a++)
+				reads |= u->args[a] == i;
+			out |= reads && (u->op == MOE_OP_ALL_TO_ALL || level[j] > k);
+		}
 		if (out && *nids < cap) {
 			moe_graph_add_output(d, map[i]);
 			ids[*nids] = i;
