@@ -126,6 +126,7 @@ moe_status moe_tcp_bundle_write(moe_ctx *ctx, const moe_tcp_program *const *prog
 	return st;
 }
 
+_Static_assert(TCP_BUNDLE_VERSION == 257u, "the version the header diagnostic names");
 bool tcp_is_bundle(const uint8_t *buf, size_t len)
 {
 	return len >= HDR && !memcmp(buf, "MOECTCPB", 8) && r32(buf + 8) == TCP_BUNDLE_VERSION;
@@ -174,7 +175,7 @@ moe_tcp_bundle *moe_tcp_bundle_from_binary(moe_ctx *ctx, const char *file, const
 	const moe_tcp_machine *machine)
 {
 	if (!tcp_is_bundle(buf, len))
-		return bad(ctx, file, 0, NULL, "no bundle header (magic MOECTCPB, version 256)");
+		return bad(ctx, file, 0, NULL, "no bundle header (magic MOECTCPB, version 257)");
 	uint32_t n = r32(buf + 12), m = r32(buf + 20);
 	if (n < 1 || n > TCP_MAX_BUCKETS || m < 1 || m > 5 * n)
 		return bad(ctx, file, 12, NULL, "bad bucket or section count");

@@ -424,6 +424,13 @@ static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 		c[d].fake = calloc(g[d]->nnodes, 1);
 		if (!c[d].level || !c[d].val || !c[d].fake)
 			return MOE_ERR_NOMEM;
+		for (moe_id i = 0; i < g[d]->nnodes; i++) /* an exchange meant for other chips would lose rows */
+			if (N(g[d], i)->op == MOE_OP_ALL_TO_ALL && ir_attr_int(N(g[d], i), "ep", 1) != ep) {
+				moe_diag(ctx, MOE_DIAG_ERROR, N(g[d], i)->loc,
+					"chip %d: all_to_all %%%u exchanges over %lld chips, the run has %d", d, i,
+					(long long)ir_attr_int(N(g[d], i), "ep", 1), ep);
+				return MOE_ERR_INVALID;
+			}
 		int p = moe_ep_phases(g[d], c[d].level);
 		defer_tail(g[d], c[d].level);
 		if (p > PH_MAX) {

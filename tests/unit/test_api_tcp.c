@@ -1,0 +1,670 @@
+/* Direct tests of public functions of moec/tcp.h against their documented
+ * contracts (tcp.h, docs/api.md, docs/tcp-isa.md section 8.1,
+ * docs/expert-parallel.md section 6), through the public API only: writing
+ * assembly, bucketed .tcpb files, HBM figures, engine names, output counts,
+ * and expert parallelism on simulated chips. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moec/frontend.h"
+#include "moec/io.h"
+#include "moec/passes.h"
+#include "moec/tcp.h"
+
+static char tmpdir[] = "/tmp/moec-api-tcp-XXXXXX";
+
+static char *tpath(char *buf, size_t n, const char *name)
+{
+	snprintf(buf, n, "%s/%s", tmpdir, name);
+	return buf;
+}
+
+static void assert_diag(moe_ctx *c, const char *want)
+{
+	assert_true(moe_error_count(c) > 0);
+	char *s = moe_diag_string(c);
+	if (!strstr(s, want))
+		fail_msg("wanted '%s' in:\n%s", want, s);
+	moe_free(c, s);
+	moe_diag_clear(c);
+}
+
+/* A layer of E = 4 SwiGLU experts, D = F = 32, K = 2, B = 4, f32; serving
+ * adds n_tokens; `extra` adds a second output (the routing probabilities). */
+static const char *layer_fmt = "layer lay {\n"
+			       "  dim T = %lld, D = 32, F = 32, E = 4, K = 2, B = 4\n"
+			       "  dtype f32\n"
+			       "  input  x : [T, D]\n"
+			       "%s"
+			       "  weight router : [E, D]    = \"r\"\n"
+			       "  weight w1     : [E, F, D] = \"e.{e}.w1\"\n"
+			       "  weight w3     : [E, F, D] = \"e.{e}.w3\"\n"
+			       "  weight w2     : [E, D, F] = \"e.{e}.w2\"\n"
+			       "  p      = softmax(einsum(\"td,ed->te\", x, router), axis=1)\n"
+			       "  idx    = topk(p, k=K)\n"
+			       "  w      = take_along(p, idx, axis=1)\n"
+			       "  y      = experts(x, idx, w, gate=w1, up=w3, down=w2, act=\"swiglu\", block=B)\n"
+			       "  output y%s\n"
+			       "}\n";
+
+static moe_module *layer(moe_ctx *c, int64_t T, int serving, int extra, const char *pipeline)
+{
+	char text[2048];
+	snprintf(text, sizeof text, layer_fmt, (long long)T, serving ? "  input  n_tokens : i32[]\n" : "",
+		extra ? ", p" : "");
+	moe_module *m = moe_parse_moe(c, "lay.moe", text, strlen(text), NULL);
+	if (!m)
+		moe_diag_print(c, stderr);
+	assert_non_null(m);
+	moe_run_opts ro = {.verify = 1};
+	moe_status s = moe_run_pipeline_text(c, pipeline, m, &ro);
+	if (s)
+		moe_diag_print(c, stderr);
+	assert_int_equal(s, MOE_OK);
+	return m;
+}
+
+static moe_tcp_program *compile(moe_ctx *c, int64_t T, int serving, int extra)
+{
+	moe_module *m = layer(c, T, serving, extra, "tcp");
+	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
+	if (!p)
+		moe_diag_print(c, stderr);
+	assert_non_null(p);
+	moe_module_free(m);
+	return p;
+}
+
+static char *asm_of(moe_ctx *c, const moe_tcp_program *p, size_t *len)
+{
+	char *s;
+	assert_int_equal(moe_tcp_to_asm(c, p, &s, len), MOE_OK);
+	return s;
+}
+
+static uint8_t *file_bytes(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	rewind(f);
+	uint8_t *b = malloc((size_t)n + 1);
+	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return b;
+}
+
+/* ---- moe_tcp_write_asm ---- */
+
+static void test_write_asm(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_tcp_program *p = compile(c, 8, 0, 0);
+	char path[256];
+	tpath(path, sizeof path, "p.tcps");
+	assert_int_equal(moe_tcp_write_asm(c, p, path), MOE_OK);
+	size_t flen, alen;
+	uint8_t *text = file_bytes(path, &flen);
+	char *want = asm_of(c, p, &alen);
+	assert_int_equal(flen, alen);
+	assert_memory_equal(text, want, alen);
+	/* the file reads back as a program printing the same */
+	moe_tcp_program *back = moe_tcp_from_asm(c, path, (const char *)text, flen, NULL);
+	if (!back)
+		moe_diag_print(c, stderr);
+	assert_non_null(back);
+	size_t blen;
+	char *again = asm_of(c, back, &blen);
+	assert_int_equal(blen, alen);
+	assert_memory_equal(again, want, alen);
+	free(again);
+	moe_tcp_program_free(back);
+	free(text);
+	/* written over an existing file, through a temporary */
+	FILE *f = fopen(path, "w");
+	fputs("old", f);
+	fclose(f);
+	assert_int_equal(moe_tcp_write_asm(c, p, path), MOE_OK);
+	text = file_bytes(path, &flen);
+	assert_int_equal(flen, alen);
+	free(text);
+	free(want);
+	unlink(path);
+	/* a directory that does not exist: MOE_ERR_IO, nothing written */
+	tpath(path, sizeof path, "missing/p.tcps");
+	assert_int_equal(moe_tcp_write_asm(c, p, path), MOE_ERR_IO);
+	assert_diag(c, "missing/p.tcps");
+	assert_int_equal(access(path, F_OK), -1);
+	moe_tcp_program_free(p);
+	moe_ctx_free(c);
+}
+
+/* ---- bucketed .tcpb ---- */
+
+static void test_bundle(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	const int64_t T[3] = {1, 4, 8};
+	moe_tcp_program *p[3];
+	for (int i = 0; i < 3; i++)
+		p[i] = compile(c, T[i], 1, 0);
+	char path[256];
+	tpath(path, sizeof path, "b.tcpb");
+	assert_int_equal(moe_tcp_bundle_write(c, (const moe_tcp_program *const *)p, T, 3, path), MOE_OK);
+
+	/* is_bundle: by the header */
+	size_t len;
+	uint8_t *buf = file_bytes(path, &len);
+	assert_true(moe_tcp_is_bundle(buf, len));
+	assert_false(moe_tcp_is_bundle(buf, 8));     /* magic alone */
+	assert_false(moe_tcp_is_bundle(buf, 0));
+	assert_false(moe_tcp_is_bundle(NULL, len));
+	uint8_t hdr[24];
+	memcpy(hdr, buf, sizeof hdr);
+	hdr[0] ^= 1; /* another magic */
+	assert_false(moe_tcp_is_bundle(hdr, sizeof hdr));
+	memcpy(hdr, buf, sizeof hdr);
+	hdr[8] = 0; /* bundle version 256 (an earlier moec's) */
+	hdr[9] = 1;
+	assert_false(moe_tcp_is_bundle(hdr, sizeof hdr));
+	uint8_t *single;
+	size_t slen;
+	assert_int_equal(moe_tcp_to_binary(c, p[1], &single, &slen), MOE_OK);
+	assert_false(moe_tcp_is_bundle(single, slen)); /* a plain .tcpb */
+
+	/* load: every bucket, its T and a program equal to the one written */
+	moe_tcp_bundle *b = moe_tcp_bundle_load(c, path, NULL);
+	if (!b)
+		moe_diag_print(c, stderr);
+	assert_non_null(b);
+	assert_int_equal(moe_tcp_bundle_count(b), 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(moe_tcp_bundle_tokens(b, i), T[i]);
+		const moe_tcp_program *q = moe_tcp_bundle_program(b, i);
+		assert_non_null(q);
+		size_t l1, l2;
+		char *a1 = asm_of(c, p[i], &l1), *a2 = asm_of(c, q, &l2);
+		assert_int_equal(l1, l2);
+		assert_memory_equal(a1, a2, l1);
+		free(a1);
+		free(a2);
+		assert_int_equal(moe_tcp_num_outputs(q), 1);
+	}
+	/* out of range and NULL */
+	assert_int_equal(moe_tcp_bundle_tokens(b, 3), -1);
+	assert_int_equal(moe_tcp_bundle_tokens(b, UINT32_MAX), -1);
+	assert_int_equal(moe_tcp_bundle_tokens(NULL, 0), -1);
+	assert_null(moe_tcp_bundle_program(b, 3));
+	assert_null(moe_tcp_bundle_program(NULL, 0));
+	moe_tcp_bundle_free(b);
+	/* with a machine given */
+	moe_tcp_machine *mach = moe_tcp_machine_default(c);
+	b = moe_tcp_bundle_load(c, path, mach);
+	assert_non_null(b);
+	assert_int_equal(moe_tcp_bundle_tokens(b, 2), 8);
+	moe_tcp_bundle_free(b);
+
+	/* a plain .tcpb, a corrupt bundle, a missing file: NULL with a diagnostic */
+	char other[256];
+	tpath(other, sizeof other, "single.tcpb");
+	assert_int_equal(moe_write_file_atomic(c, other, single, slen), MOE_OK);
+	assert_null(moe_tcp_bundle_load(c, other, NULL));
+	assert_diag(c, "not a valid bucketed .tcpb: no bundle header (magic MOECTCPB, version 257)");
+	buf[len - 9] ^= 0x40;
+	assert_int_equal(moe_write_file_atomic(c, other, buf, len), MOE_OK);
+	assert_null(moe_tcp_bundle_load(c, other, NULL));
+	assert_diag(c, "single.tcpb");
+	tpath(other, sizeof other, "none.tcpb");
+	assert_null(moe_tcp_bundle_load(c, other, NULL));
+	assert_diag(c, "none.tcpb");
+	free(single);
+	free(buf);
+	moe_tcp_machine_free(c, mach);
+	for (int i = 0; i < 3; i++)
+		moe_tcp_program_free(p[i]);
+	moe_ctx_free(c);
+}
+
+/* ---- HBM figures ---- */
+
+static void test_hbm(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	/* the built-in RNGD: 48 GiB of HBM (docs/tcp-model.md, memory.hbm_bytes) */
+	assert_true(moe_tcp_machine_hbm_capacity(c, NULL) == 51539607552.0);
+	moe_tcp_machine *d = moe_tcp_machine_default(c);
+	assert_true(moe_tcp_machine_hbm_capacity(c, d) == 51539607552.0);
+	moe_tcp_machine_free(c, d);
+	/* a machine description read from JSON: its own figure */
+	size_t len;
+	uint8_t *json = file_bytes(MOEC_SOURCE_DIR "/backend-tcp/isa/machine.json", &len);
+	char *at = strstr((char *)json, "\"hbm_bytes\": 51539607552,");
+	assert_non_null(at);
+	memcpy(at, "\"hbm_bytes\": 1073741824, ", strlen("\"hbm_bytes\": 1073741824, "));
+	moe_tcp_machine *m = moe_tcp_machine_parse(c, "small.json", (const char *)json, len);
+	free(json);
+	if (!m)
+		moe_diag_print(c, stderr);
+	assert_non_null(m);
+	assert_true(moe_tcp_machine_hbm_capacity(c, m) == 1073741824.0);
+	moe_tcp_machine_free(c, m);
+
+	/* a program's HBM: its weights at least the layer's f32 weights
+	 * (router E D, three [E, F, D]: 4 (4 32 + 3 4 32 32) bytes) and its end
+	 * past its weights, inputs and outputs (x and y [8, 32] f32) */
+	moe_tcp_program *p = compile(c, 8, 0, 0);
+	int64_t total = -1, weights = -1;
+	moe_tcp_program_hbm(p, &total, &weights);
+	int64_t wbytes = 4 * (4 * 32 + 3 * 4 * 32 * 32);
+	assert_true(weights >= wbytes);
+	assert_true(total >= weights + 2 * 8 * 32 * 4);
+	assert_true((double)total <= moe_tcp_machine_hbm_capacity(c, NULL));
+	/* either output may be NULL */
+	int64_t t2 = -1, w2 = -1;
+	moe_tcp_program_hbm(p, &t2, NULL);
+	moe_tcp_program_hbm(p, NULL, &w2);
+	moe_tcp_program_hbm(p, NULL, NULL);
+	assert_int_equal(t2, total);
+	assert_int_equal(w2, weights);
+	/* twice the tokens: the same weights, no less HBM in all */
+	moe_tcp_program *p16 = compile(c, 16, 0, 0);
+	int64_t t16, w16;
+	moe_tcp_program_hbm(p16, &t16, &w16);
+	assert_int_equal(w16, weights);
+	assert_true(t16 >= total);
+	moe_tcp_program_free(p16);
+	/* NULL program: nothing placed */
+	moe_tcp_program_hbm(NULL, &t2, &w2);
+	assert_int_equal(t2, 0);
+	assert_int_equal(w2, 0);
+	moe_tcp_program_free(p);
+	moe_ctx_free(c);
+}
+
+/* ---- engines and outputs ---- */
+
+static void test_engine_name(void **st)
+{
+	(void)st;
+	/* the engines of docs/tcp-isa.md, in the enum's order */
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_CONTROL), "control");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_MAIN), "main");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_SUB), "sub");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_DMA), "dma");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_CONTRACTION), "contraction");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_ENGINE_VECTOR), "vector");
+	assert_string_equal(moe_tcp_engine_name(MOE_TCP_NENGINES), "?");
+	assert_string_equal(moe_tcp_engine_name(-1), "?");
+	assert_string_equal(moe_tcp_engine_name(1000), "?");
+}
+
+static moe_tensor_map *bind_for(moe_ctx *c, const moe_tcp_program *p, moe_checkpoint *ck, const moe_tensor *x)
+{
+	moe_module *iface = moe_tcp_interface(c, p);
+	assert_non_null(iface);
+	moe_tensor_map *b = moe_tensor_map_new(c);
+	if (moe_weights_load_from(c, moe_module_graph(iface, 0), ck, b) != MOE_OK)
+		moe_diag_print(c, stderr);
+	moe_tensor *xc = moe_tensor_new(c, x->dtype, x->rank, x->shape);
+	memcpy(xc->data, x->data, x->nbytes);
+	moe_tensor_map_set(b, "x", xc);
+	moe_module_free(iface);
+	return b;
+}
+
+/* Random weights of the layer, as an in-memory checkpoint (arrays in *keep). */
+static moe_checkpoint *random_ck(moe_ctx *c, float **keep)
+{
+	moe_st_tensor t[13];
+	size_t n = 0, at = 0;
+	float *all = *keep = malloc(sizeof(float) * (4 * 32 + 3 * 4 * 32 * 32));
+	uint64_t s = 12345;
+	for (size_t i = 0; i < 4 * 32 + 3 * 4 * 32 * 32; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		all[i] = ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 0.5f;
+	}
+	t[n++] = (moe_st_tensor){.name = "r", .dtype = MOE_ST_F32, .rank = 2, .shape = {4, 32}, .data = all,
+		.nbytes = 4 * 32 * 4};
+	at = 4 * 32;
+	static char names[12][16];
+	for (int e = 0; e < 4; e++)
+		for (int k = 0; k < 3; k++) {
+			char *nm = names[e * 3 + k];
+			snprintf(nm, 16, "e.%d.w%d", e, k == 0 ? 1 : k == 1 ? 3 : 2);
+			t[n++] = (moe_st_tensor){.name = nm, .dtype = MOE_ST_F32, .rank = 2, .shape = {32, 32},
+				.data = all + at, .nbytes = 32 * 32 * 4};
+			at += 32 * 32;
+		}
+	moe_checkpoint *ck = moe_checkpoint_open_tensors(c, "random", t, n);
+	assert_non_null(ck);
+	return ck;
+}
+
+static moe_tensor *random_x(moe_ctx *c, int64_t T)
+{
+	moe_tensor *x = moe_tensor_new(c, MOE_F32, 2, (int64_t[]){T, 32});
+	uint64_t s = 777;
+	for (int64_t i = 0; i < T * 32; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		((float *)x->data)[i] = (float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+	}
+	return x;
+}
+
+static void test_num_outputs(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	float *keep;
+	moe_checkpoint *ck = random_ck(c, &keep);
+	moe_tensor *x = random_x(c, 8);
+	for (int extra = 0; extra < 2; extra++) {
+		moe_module *m = layer(c, 8, 0, extra, "tcp");
+		assert_int_equal(moe_graph_num_outputs(moe_module_graph(m, 0)), 1 + extra);
+		moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
+		assert_non_null(p);
+		assert_int_equal(moe_tcp_num_outputs(p), 1 + extra);
+		/* a run returns that many outputs, of the graph's outputs' shapes */
+		moe_tensor_map *b = bind_for(c, p, ck, x);
+		moe_tensor *out[3] = {NULL, NULL, NULL};
+		moe_status s = moe_tcp_run(c, p, b, NULL, out, NULL);
+		if (s)
+			moe_diag_print(c, stderr);
+		assert_int_equal(s, MOE_OK);
+		for (int k = 0; k <= extra; k++) {
+			moe_id o = moe_graph_output(moe_module_graph(m, 0), (uint32_t)k);
+			assert_non_null(out[k]);
+			assert_int_equal(out[k]->shape[1], moe_node_shape(moe_module_graph(m, 0), o)[1]);
+			moe_tensor_free(c, out[k]);
+		}
+		assert_null(out[1 + extra]);
+		/* the same count after a binary round trip */
+		uint8_t *bin;
+		size_t len;
+		assert_int_equal(moe_tcp_to_binary(c, p, &bin, &len), MOE_OK);
+		moe_tcp_program *q = moe_tcp_from_binary(c, "q.tcpb", bin, len, NULL);
+		assert_int_equal(moe_tcp_num_outputs(q), 1 + extra);
+		moe_tcp_program_free(q);
+		free(bin);
+		moe_tensor_map_free(b);
+		moe_tcp_program_free(p);
+		moe_module_free(m);
+	}
+	moe_tensor_free(c, x);
+	moe_checkpoint_close(ck);
+	free(keep);
+	moe_ctx_free(c);
+}
+
+/* ---- expert parallelism on simulated chips ---- */
+
+#define NCHIP 2
+#define TALL 8
+
+static moe_module *chip_program(moe_ctx *c, int rank)
+{
+	char pipe[512];
+	snprintf(pipe, sizeof pipe,
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%d,rank=%d,tokens=%d},blockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", NCHIP, rank, TALL);
+	return layer(c, TALL / NCHIP, 0, 0, pipe);
+}
+
+static moe_tensor *rows(moe_ctx *c, const moe_tensor *x, int64_t first, int64_t n)
+{
+	moe_tensor *r = moe_tensor_new(c, x->dtype, 2, (int64_t[]){n, x->shape[1]});
+	size_t row = x->nbytes / (size_t)x->shape[0];
+	memcpy(r->data, (const char *)x->data + (size_t)first * row, (size_t)n * row);
+	return r;
+}
+
+static void test_ep_run(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	float *keep;
+	moe_checkpoint *ck = random_ck(c, &keep);
+	moe_tensor *x = random_x(c, TALL);
+
+	/* one chip, the whole layer */
+	moe_tcp_program *one = compile(c, TALL, 0, 0);
+	moe_tensor_map *b1 = bind_for(c, one, ck, x);
+	moe_tensor *y1 = NULL;
+	assert_int_equal(moe_tcp_run(c, one, b1, NULL, &y1, NULL), MOE_OK);
+	float ymax = 0;
+	for (int64_t i = 0; i < TALL * 32; i++)
+		ymax = fmaxf(ymax, fabsf(((float *)y1->data)[i]));
+	assert_true(ymax > 0);
+
+	/* two chips, four tokens each, two experts each */
+	moe_module *m[NCHIP];
+	const moe_graph *g[NCHIP];
+	moe_tensor_map *bind[NCHIP];
+	moe_tensor *outv[NCHIP] = {0}, **out[NCHIP];
+	for (int d = 0; d < NCHIP; d++) {
+		m[d] = chip_program(c, d);
+		g[d] = moe_module_graph(m[d], 0);
+		bind[d] = moe_tensor_map_new(c);
+		assert_int_equal(moe_weights_load_from(c, g[d], ck, bind[d]), MOE_OK);
+		moe_tensor_map_set(bind[d], "x", rows(c, x, d * (TALL / NCHIP), TALL / NCHIP));
+		out[d] = &outv[d];
+	}
+	moe_tcp_ep_stats s;
+	memset(&s, 0xff, sizeof s);
+	moe_tcp_run_opts ro = {0};
+	moe_status rc = moe_tcp_ep_run(c, NCHIP, g, (const moe_tensor_map *const *)bind, &ro, out, &s);
+	if (rc)
+		moe_diag_print(c, stderr);
+	assert_int_equal(rc, MOE_OK);
+	/* chip d's rows are the one chip's rows of its tokens */
+	for (int d = 0; d < NCHIP; d++) {
+		assert_non_null(outv[d]);
+		assert_int_equal(outv[d]->shape[0], TALL / NCHIP);
+		const float *a = outv[d]->data, *b = (const float *)y1->data + d * (TALL / NCHIP) * 32;
+		for (int64_t i = 0; i < (TALL / NCHIP) * 32; i++)
+			if (fabsf(a[i] - b[i]) > 1e-6f * ymax)
+				fail_msg("chip %d element %lld: %g, one chip %g", d, (long long)i, a[i], b[i]);
+		moe_tensor_free(c, outv[d]);
+		outv[d] = NULL;
+	}
+	/* the stats account for every chip and exchange */
+	assert_int_equal(s.ep, NCHIP);
+	assert_true(s.exchanges >= 2); /* dispatch and combine */
+	assert_true(s.compute_seconds > 0 && s.link_seconds > 0);
+	assert_true(fabs(s.simulated_seconds - (s.compute_seconds + s.link_seconds)) <= 1e-9 * s.simulated_seconds);
+	int64_t sent = 0, got = 0;
+	for (int d = 0; d < NCHIP; d++) {
+		sent += s.chip_link_bytes_out[d];
+		got += s.chip_link_bytes_in[d];
+		assert_true(s.chip_seconds[d] > 0);
+	}
+	assert_int_equal(sent, got);
+	assert_true(sent > 0);
+	assert_true(s.rounds >= 1 && s.rounds <= MOE_TCP_EP_MAX_ROUNDS);
+	for (int r = 0; r < s.rounds; r++)
+		assert_true(s.round[r].seconds >= s.round[r].bound_seconds * (1 - 1e-9));
+
+	/* timing only: outputs not meaningful, the time still counted */
+	ro.timing_only = 1;
+	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g, (const moe_tensor_map *const *)bind, &ro, out, &s), MOE_OK);
+	assert_true(s.simulated_seconds > 0);
+	for (int d = 0; d < NCHIP; d++) {
+		moe_tensor_free(c, outv[d]);
+		outv[d] = NULL;
+	}
+
+	/* a chip without its bindings: an error, no outputs, no hang */
+	moe_tensor_map *empty = moe_tensor_map_new(c);
+	moe_tensor_map *bad[NCHIP] = {bind[0], empty};
+	ro.timing_only = 0;
+	assert_int_not_equal(moe_tcp_ep_run(c, NCHIP, g, (const moe_tensor_map *const *)bad, &ro, out, &s), MOE_OK);
+	assert_true(moe_error_count(c) > 0);
+	for (int d = 0; d < NCHIP; d++)
+		assert_null(outv[d]);
+	moe_diag_clear(c);
+	/* a chip count the programs were not made for, or past MOE_TCP_EP_MAX */
+	assert_int_equal(moe_tcp_ep_run(c, 1, g, (const moe_tensor_map *const *)bind, &ro, out, &s), MOE_ERR_INVALID);
+	assert_diag(c, "lay.moe:12:12: error: chip 0: all_to_all %");
+	moe_tcp_ep_run(c, 1, g, (const moe_tensor_map *const *)bind, &ro, out, &s);
+	assert_diag(c, " exchanges over 2 chips, the run has 1");
+	/* API misuse: a chip count outside 1..MOE_TCP_EP_MAX, NULL options or stats */
+	const moe_tensor_map *const *cb = (const moe_tensor_map *const *)bind;
+	assert_int_equal(moe_tcp_ep_run(c, MOE_TCP_EP_MAX + 1, g, cb, &ro, out, &s), MOE_ERR_INVALID);
+	assert_int_equal(moe_tcp_ep_run(c, 0, g, cb, &ro, out, &s), MOE_ERR_INVALID);
+	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g, cb, NULL, out, &s), MOE_ERR_INVALID);
+	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g, cb, &ro, out, NULL), MOE_ERR_INVALID);
+	for (int d = 0; d < NCHIP; d++)
+		assert_null(outv[d]);
+	moe_tensor_map_free(empty);
+	for (int d = 0; d < NCHIP; d++) {
+		moe_tensor_map_free(bind[d]);
+		moe_module_free(m[d]);
+	}
+	moe_tensor_map_free(b1);
+	moe_tensor_free(c, y1);
+	moe_tcp_program_free(one);
+	moe_tensor_free(c, x);
+	moe_checkpoint_close(ck);
+	free(keep);
+	moe_ctx_free(c);
+}
+
+typedef struct sunk {
+	moe_ctx *ctx;
+	const moe_graph *const *g;
+	int calls, stop_at;
+	int chip[32], phase[32], has_program[32];
+	uint32_t nout[32];
+	moe_id out[32][16];
+	int bad_input; /* an input named neither x nor ep.<id of g[chip]> */
+} sunk;
+
+static moe_status sink(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs, uint32_t n)
+{
+	sunk *s = ud;
+	int k = s->calls++;
+	if (k < 32) {
+		s->chip[k] = chip, s->phase[k] = phase, s->has_program[k] = p != NULL, s->nout[k] = n;
+		for (uint32_t j = 0; j < n && j < 16; j++)
+			s->out[k][j] = outputs[j];
+	}
+	if (p) {
+		moe_module *iface = moe_tcp_interface(s->ctx, p);
+		const moe_graph *ig = moe_module_graph(iface, 0);
+		for (moe_id i = 0; i < moe_graph_num_nodes(ig); i++) {
+			if (moe_node_op(ig, i) != MOE_OP_INPUT)
+				continue;
+			const char *nm = moe_node_name(ig, i);
+			unsigned id;
+			if (!strcmp(nm, "x"))
+				continue;
+			if (sscanf(nm, "ep.%u", &id) != 1 || id >= moe_graph_num_nodes(s->g[chip]))
+				s->bad_input++;
+		}
+		moe_module_free(iface);
+	}
+	return s->calls == s->stop_at ? MOE_ERR_IO : MOE_OK;
+}
+
+static void test_ep_compile(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_module *m[NCHIP];
+	const moe_graph *g[NCHIP];
+	for (int d = 0; d < NCHIP; d++) {
+		m[d] = chip_program(c, d);
+		g[d] = moe_module_graph(m[d], 0);
+	}
+	sunk s = {.ctx = c, .g = g, .stop_at = -1};
+	moe_status rc = moe_tcp_ep_compile(c, NCHIP, g, NULL, sink, &s);
+	if (rc)
+		moe_diag_print(c, stderr);
+	assert_int_equal(rc, MOE_OK);
+	/* chip by chip, phase by phase: the phases of moe_ep_phases, the outputs
+	 * of moe_ep_phase_graph */
+	int k = 0, progs = 0;
+	for (int d = 0; d < NCHIP; d++) {
+		int level[512];
+		assert_true(moe_graph_num_nodes(g[d]) <= 512);
+		int nph = moe_ep_phases(g[d], level);
+		assert_true(nph >= 3); /* routing, experts, combine */
+		for (int ph = 0; ph < nph; ph++, k++) {
+			assert_true(k < s.calls);
+			assert_int_equal(s.chip[k], d);
+			assert_int_equal(s.phase[k], ph);
+			moe_id ids[64];
+			uint32_t n;
+			moe_module *pm = moe_ep_phase_graph(c, g[d], level, ph, ids, 64, &n);
+			if (s.has_program[k]) {
+				assert_int_equal(s.nout[k], n);
+				for (uint32_t j = 0; j < n && j < 16; j++)
+					assert_int_equal(s.out[k][j], ids[j]);
+				progs++;
+			} else {
+				assert_int_equal(s.nout[k], 0);
+			}
+			moe_module_free(pm);
+		}
+	}
+	assert_int_equal(s.calls, k);
+	assert_true(progs >= 2 * NCHIP);
+	assert_int_equal(s.bad_input, 0);
+	/* programs made for another chip count: refused before any sink call */
+	sunk s1 = {.ctx = c, .g = g, .stop_at = -1};
+	assert_int_equal(moe_tcp_ep_compile(c, 1, g, NULL, sink, &s1), MOE_ERR_INVALID);
+	assert_int_equal(s1.calls, 0);
+	assert_diag(c, "exchanges over 2 chips, the run has 1");
+	/* API misuse */
+	assert_int_equal(moe_tcp_ep_compile(c, 0, g, NULL, sink, &s), MOE_ERR_INVALID);
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g, NULL, NULL, &s), MOE_ERR_INVALID);
+
+	/* a sink's error stops the compile and is returned */
+	sunk s2 = {.ctx = c, .g = g, .stop_at = 2};
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g, NULL, sink, &s2), MOE_ERR_IO);
+	assert_int_equal(s2.calls, 2);
+	/* with a machine given: the same calls */
+	moe_tcp_machine *mach = moe_tcp_machine_default(c);
+	sunk s3 = {.ctx = c, .g = g, .stop_at = -1};
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g, mach, sink, &s3), MOE_OK);
+	assert_int_equal(s3.calls, s.calls);
+	moe_tcp_machine_free(c, mach);
+	for (int d = 0; d < NCHIP; d++)
+		moe_module_free(m[d]);
+	moe_ctx_free(c);
+}
+
+int main(void)
+{
+	if (!mkdtemp(tmpdir))
+		return 1;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_write_asm),
+		cmocka_unit_test(test_bundle),
+		cmocka_unit_test(test_hbm),
+		cmocka_unit_test(test_engine_name),
+		cmocka_unit_test(test_num_outputs),
+		cmocka_unit_test(test_ep_run),
+		cmocka_unit_test(test_ep_compile),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+	if (system(cmd) != 0)
+		rc = 1;
+	return rc;
+}
