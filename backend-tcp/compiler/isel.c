@@ -474,3 +474,14 @@ tcp_program *tcp_sched_isel(moe_ctx *ctx, tcp_sched *s)
 {
 	CTX_GUARDED(ctx, tcp_program *, NULL, isel(ctx, s));
 }
+
+moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *m)
+{
+	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
+	tcp_sched *s = m || def ? tcp_sched_parse(ctx, m ? m : def, file, text, len) : NULL;
+	tcp_program *p = s ? tcp_sched_isel(ctx, s) : NULL;
+	tcp_sched_free(s);
+	moe_tcp_machine_free(ctx, def);
+	return p;
+}

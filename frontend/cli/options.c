@@ -392,7 +392,8 @@ static unsigned input_of(cli_kind k)
 	case K_MOE: return I_MOE;
 	case K_MOEIR:
 	case K_IR_JSON: return I_IR;
-	case K_TCPB: return I_TCPB;
+	case K_TCPB:
+	case K_TSCHED: return I_TCPB; /* a program's input: its sizes are fixed */
 	default: return 0; /* not a layer: the command's own input (import-hf's config) */
 	}
 }
@@ -400,7 +401,7 @@ static unsigned input_of(cli_kind k)
 int cli_check_applies(moe_ctx *ctx, const opts *o)
 {
 	static const char *const kind_names[] = {[K_MOE] = "a .moe layer", [K_MOEIR] = "textual IR",
-		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb"};
+		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb", [K_TSCHED] = "a TCP schedule (.tsched)"};
 	unsigned in = o->file ? input_of(o->kind) : 0;
 	int bad = 0;
 	for (size_t i = 0; i < NOPTIONS; i++) {
