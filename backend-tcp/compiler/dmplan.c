@@ -147,6 +147,7 @@ static int cmp_size_desc(const void *a, const void *b)
 /* The DM overflow diagnostic: what b needs and the largest buffers live with it. */
 static void overflow(const plan *P, ts_id b, int64_t cap)
 {
+	static const char *const space[TCP_NSPACE] = {"HBM", "DM", "TRF", "VRF"};
 	tcp_sched *s = P->s;
 	const ts_buf *u = &s->buf[b];
 	int64_t (*live)[2] = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *live), sum = 0;
@@ -167,7 +168,7 @@ static void overflow(const plan *P, ts_id b, int64_t cap)
 	moe_diag(s->ctx, MOE_DIAG_ERROR, loc,
 		"%s overflow: buffer %%%u '%s' needs %" PRId64 " bytes per slice beside %" PRId64 " bytes of %u live buffer(s) "
 		"(largest: %s), %" PRId64 " bytes per slice in all",
-		ts_space_names[u->space], b, u->name, u->layout.slice_bytes, sum, n, n ? list : "none", cap);
+		space[u->space], b, u->name, u->layout.slice_bytes, sum, n, n ? list : "none", cap);
 	ctx_free(s->ctx, live, (s->nbuf + 1) * sizeof *live);
 }
 

@@ -182,11 +182,12 @@ static bool allocate(is *c)
 			live += holder[r] != TS_NONE;
 		}
 		if (free_r < 0) {
+			static const char *const kinds[TS_NRG] = {"sequence", "guard", "classes", "tier", "loop"};
 			ts_id r = s->sc[i].region;
-			moe_diag(c->ctx, MOE_DIAG_ERROR, rg_loc(c, r),
-				"isel: registers exhausted in region #%u: $%s is defined while %d scalars are live (the ISA has %d "
-				"registers, one kept for isel's immediates)",
-				r, s->sc[i].name, live, TCP_NREG);
+			moe_diag(c->ctx, MOE_DIAG_ERROR, sc_loc(c, i),
+				"isel: registers exhausted in region #%u (%s): $%s is defined while %d scalars are live (the ISA "
+				"has %d registers, one kept for isel's immediates)",
+				r, r < s->nrg && s->rg[r].kind < TS_NRG ? kinds[s->rg[r].kind] : "?", s->sc[i].name, live, TCP_NREG);
 			ok = false;
 			break;
 		}
