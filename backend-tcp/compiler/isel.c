@@ -115,8 +115,9 @@ static void pos_region(is *c, ts_id r, int depth)
 }
 
 /* Live ranges across loops: a loop's g and nb for all of it, a loopvar and
- * its next value to the end of the body, anything defined before a loop and
- * used in it to the loop's end. */
+ * its next value to the end of the body, anything defined before a loop's
+ * body (before the loop or in its prologue) and used in the body to the
+ * body's end, since the next block reads it again. */
 static bool extend(is *c)
 {
 	tcp_sched *s = c->s;
@@ -147,8 +148,8 @@ static bool extend(is *c)
 	}
 	for (int k = 0; k < s->nloop; k++)
 		for (ts_id i = 0; i < s->nsc; i++)
-			if (c->start[i] < c->loop[k].lo && c->end[i] >= c->loop[k].lo && c->end[i] < c->loop[k].hi)
-				c->end[i] = c->loop[k].hi;
+			if (c->start[i] < c->body[k].lo && c->end[i] >= c->body[k].lo && c->end[i] < c->body[k].hi)
+				c->end[i] = c->body[k].hi;
 	return true;
 }
 
