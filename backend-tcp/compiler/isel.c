@@ -491,7 +491,7 @@ tcp_program *tcp_sched_isel(moe_ctx *ctx, tcp_sched *s)
 	CTX_GUARDED(ctx, tcp_program *, NULL, isel(ctx, s));
 }
 
-moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+static moe_tcp_program *from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *m)
 {
 	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
@@ -500,4 +500,10 @@ moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *
 	tcp_sched_free(s);
 	moe_tcp_machine_free(ctx, def);
 	return p;
+}
+
+moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *m)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, from_sched(ctx, file, text, len, m));
 }
