@@ -124,6 +124,37 @@ static tcp_view qview(const val *v, int64_t u, int64_t base, int64_t rs, int64_t
 	return tv;
 }
 
+static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+	tcp_view v = tcp_view_none();
+	v.t = t;
+	v.base = base;
+	v.stride[0] = s0;
+	v.stride[1] = s1;
+	v.stride[2] = s2;
+	v.stride[3] = s3;
+	return v;
+}
+
+static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = d3 ? 4 : 3;
+	in.dim[0] = d0;
+	in.dim[1] = d1;
+	in.dim[2] = d2;
+	in.dim[3] = d3;
+	in.vreg = vreg;
+	return in;
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm)
 {
 	tcp_step *s = &in->step[in->nstep++];
@@ -157,6 +188,10 @@ static void dq_pass(lw *c, const qt_info *qi, const val *q, int64_t qu, const va
 	case QT_FP8: /* w = f32(e4m3) x scale */
 		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 		break;
+	case QT_NVFP4: /* E2M1 x the combined f32 scale */
+		in.flags |= TCP_F_E2M1;
+		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+		break;
 	case QT_MXFP4: /* the E8M0 byte shifted into an f32 exponent: 2^(s - 127) */
 		in.flags |= TCP_F_E2M1;
 		step(&in, TCP_V_SHL, TCP_SRC_S1, TCP_SRC_IMM, 23);
@@ -169,6 +204,83 @@ static void dq_pass(lw *c, const qt_info *qi, const val *q, int64_t qu, const va
 		break;
 	}
 	emit(c, &in);
+}
+
+/* A view of per-block value v over nd dims with the given strides, in units
+ * of u per element of its tensor, from element `base` (in those units). */
+static tcp_view nview(const val *v, int64_t u, int64_t base, int nd, const int64_t *st)
+{
+	tcp_view tv = qview(v, u, base, 0, 0, 1, 1, true);
+	for (int k = 0; k < TCP_MAXD; k++)
+		tv.stride[k] = k < nd ? st[k] : 0;
+	return tv;
+}
+
+/* AWQ, per block: q i32 [K, N/8] and z i32 [NG, N/8] packed along N
+ * (channel 8c + 2a + b in nibble a + 4b), s [NG, N] -> W [N, K] with
+ * W = (q - z) s. The output channel is iterated as (c, a, b), so both nibble
+ * streams are affine. One pass unpacks z to i32 (z - 8: the i4 decode), one
+ * decodes q (q - 8), subtracts, converts and scales:
+ * dims [N/8, 4, 2, NG, G]. */
+static void awq_passes(lw *c, moe_id id, const qt_info *qi, const val *q, const val *s, const val *z, const val *d)
+{
+	int64_t N = qi->N, K = qi->K, G = qi->bk, NG = K / G, N8 = N / 8;
+	int64_t shz[2] = {NG, N};
+	int32_t zd = tcpl_dm_tensor(c, id, "awq.zero", MOE_I32, 2, shz);
+	tcp_insn in = vec3(NG, N8, 4, 2, -1);
+	in.flags = TCP_F_I4;
+	int64_t zs[4] = {z->stride[0] * 8, z->stride[1] * 8, 1, 4}, zds[4] = {N, 8, 2, 1};
+	in.v[TCP_V_S0] = nview(z, 8, 0, 4, zs);
+	in.v[TCP_V_DST] = v4(zd, 0, zds[0], zds[1], zds[2], zds[3]);
+	emit(c, &in);
+	in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = 5;
+	int64_t dims[5] = {N8, 4, 2, NG, G};
+	memcpy(in.dim, dims, sizeof dims);
+	in.vreg = -1;
+	in.flags = TCP_F_I4;
+	int64_t qs[5] = {q->stride[1] * 8, 1, 4, G * q->stride[0] * 8, q->stride[0] * 8};
+	int64_t z1[5] = {8, 2, 1, N, 0};
+	int64_t ss[5] = {8 * s->stride[1], 2 * s->stride[1], s->stride[1], s->stride[0], 0};
+	int64_t ds[5] = {8 * d->stride[0], 2 * d->stride[0], d->stride[0], G * d->stride[1], d->stride[1]};
+	in.v[TCP_V_S0] = nview(q, 8, 0, 5, qs);
+	in.v[TCP_V_S1] = v4(zd, 0, 0, 0, 0, 0);
+	for (int k = 0; k < 5; k++)
+		in.v[TCP_V_S1].stride[k] = z1[k];
+	in.v[TCP_V_S2] = nview(s, 1, 0, 5, ss);
+	in.v[TCP_V_DST] = nview(d, 1, 0, 5, ds);
+	step(&in, TCP_V_ISUB, TCP_SRC_V, TCP_SRC_S1, 0); /* (q - 8) - (z - 8) */
+	step(&in, TCP_V_ITOF, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S2, 0);
+	emit(c, &in);
+	tcpl_dm_free(c, zd);
+}
+
+/* NVFP4, per block: the combined scales cs = f32(e4m3(s) / g) ("div") or
+ * f32(e4m3(s) x g) ("mul") [N, K/16] in one pass, as the producers combine
+ * them; then W = e2m1(q) x cs, the block pass of dq_pass. */
+static int32_t nvfp4_scales(lw *c, moe_id id, const qt_info *qi, const val *s, const val *g, val *cv)
+{
+	const ir_node *n = N(c->g, id);
+	int64_t nk = qi->K / 16, sh[2] = {qi->N, nk};
+	int32_t cs = tcpl_dm_tensor(c, id, "nvfp4.scale", MOE_F32, 2, sh);
+	tcp_insn in = vec3(qi->N, nk, 1, 0, -1);
+	in.ndim = 2;
+	int64_t ss[2] = {s->stride[0], s->stride[1]}, gs[2] = {0, 0};
+	in.v[TCP_V_S0] = nview(s, 1, 0, 2, ss);
+	in.v[TCP_V_S1] = nview(g, 1, 0, 2, gs);
+	in.v[TCP_V_DST] = v4(cs, 0, nk, 1, 0, 0);
+	step(&in, strcmp(ir_attr_str(n, "gscale", "div"), "mul") ? TCP_V_FDIV : TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &in);
+	*cv = *s;
+	cv->t = cs;
+	cv->base = 0;
+	cv->stride[0] = nk;
+	cv->stride[1] = 1;
+	cv->region = false;
+	cv->reg = -1;
+	cv->scale = 0;
+	return cs;
 }
 
 /* Per block: q [N, Kp], s [Ns, Ks] -> the weight [N, K] in DM. */
@@ -189,7 +301,29 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 		tcpl_err(c, id, "the packed values and scales of a block must be in DM");
 		return;
 	}
+	if (qi.fmt == QT_GPTQ || qi.fmt == QT_INT8 || ((qi.fmt == QT_AWQ) && (qi.K % qi.bk || qi.N % 8))) {
+		tcpl_err(c, id, "%s weights are lowered %s", qi.fmt == QT_GPTQ ? "GPTQ" : qi.fmt == QT_INT8 ? "int8" : "AWQ",
+			qi.fmt == QT_GPTQ ? "when the weights are bound (tcp-split-weights)"
+			: qi.fmt == QT_INT8 ? "with int8 activations only (act=\"int8\")"
+					    : "in whole groups of input channels only");
+		return;
+	}
+	const val *third = n->nargs > 2 ? &c->v[n->args[2]] : NULL;
+	if (third && (third->kind != VK_VIEW || c->p->t[third->t].space != TCP_DM)) {
+		tcpl_err(c, id, "the zero points or global scale of a block must be in DM");
+		return;
+	}
 	val *d = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	if (qi.fmt == QT_AWQ) {
+		awq_passes(c, id, &qi, q, s, third, d);
+		return;
+	}
+	val cv;
+	int32_t cs = -1;
+	if (qi.fmt == QT_NVFP4) {
+		cs = nvfp4_scales(c, id, &qi, s, third, &cv);
+		s = &cv;
+	}
 	/* 4-bit formats: the q view counts nibbles of the tensor's bytes */
 	int64_t qu = qi.fmt == QT_FP8 ? 1 : 2 * esz(qn->dtype);
 	int64_t fn = qi.N / qi.bn, rn = qi.N % qi.bn, fk = qi.K / qi.bk, rk = qi.K % qi.bk;
@@ -197,6 +331,8 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 	dq_pass(c, &qi, q, qu, s, d, 0, fn, qi.bn, fk * qi.bk, 1, rk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, 0, fk, qi.bk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
+	if (cs >= 0)
+		tcpl_dm_free(c, cs);
 }
 
 /* ---- act=fp8: DeepSeek's fp8_gemm on the block loop (block FP8 only) ----
@@ -243,36 +379,8 @@ bool tcpl_quant_no_buffer(const lw *c, moe_id id)
 	return tcpl_quant_is_view(c, id) || fp8_weight(c, id) != MOE_NONE;
 }
 
-static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
-{
-	tcp_view v = tcp_view_none();
-	v.t = t;
-	v.base = base;
-	v.stride[0] = s0;
-	v.stride[1] = s1;
-	v.stride[2] = s2;
-	v.stride[3] = s3;
-	return v;
-}
 
-static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
-{
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = d3 ? 4 : 3;
-	in.dim[0] = d0;
-	in.dim[1] = d1;
-	in.dim[2] = d2;
-	in.dim[3] = d3;
-	in.vreg = vreg;
-	return in;
-}
 
-static uint32_t fbits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
 
 /* The two TRF tiles, (re)declared for 1-byte (f8e4m3 or i8) [Opass, I] tiles. */
 static void fp8_trf(lw *c, const cplan *pl, moe_dtype dt)
