@@ -48,9 +48,26 @@ static bool packed_slice(const lw *c, moe_id id)
 	       ir_attr_int(n, "axis", 0) != -(int64_t)an->rank;
 }
 
+/* A per-block row maximum of |a| for a block value a in a layer with W8A8
+ * weights: the per-token activation quantization's (its valid rows are
+ * those of a; blockwise-dispatch leaves it unmasked). */
+static bool w8a8_rowmax(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_REDUCE_MAX || n->rank < 2 || n->shape[0] != c->G || N(c->g, n->args[0])->op != MOE_OP_ABS ||
+		!c->inreg[n->args[0]])
+		return false;
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (N(c->g, i)->op == MOE_OP_DEQUANT && !strcmp(ir_attr_str(N(c->g, i), "act", "bf16"), "int8"))
+			return true;
+	return false;
+}
+
 bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
+	if (w8a8_rowmax(c, id))
+		return true;
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
 	return qview_of(c, id, true) || (packed_slice(c, id) && n->rank >= 1 && n->shape[0] == c->G);
@@ -603,7 +620,6 @@ void tcpl_w8a8_plan(lw *c)
 			if (i != a && c->fused_into[i] != u)
 				continue;
 			c->fused_into[i] = u;
-			c->inreg[i] = true; /* the row max too: per block, not a loop input */
 			for (uint32_t k = 0; k < n->nargs; k++)
 				if (n->args[k] > xf && !(ir_ops[N(g, n->args[k])->op].flags & OPF_LEAF))
 					c->fused_into[n->args[k]] = u;
@@ -787,7 +803,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
  * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
  * in place through the expert register, like a streamed weight
  * (docs/tcp-isa.md 7.10). */
-enum { QSCALE_STAGE_BYTES = 1 << 20 };
+enum { QSCALE_STAGE_BYTES = 4 << 20 };
 
 /* The weight leaf whose per-block gather id is the scales of an in-region
  * dequant; else MOE_NONE. */
