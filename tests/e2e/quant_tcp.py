@@ -21,8 +21,8 @@
    describes it: gate and up values packed in one [E, 2F, D] tensor, the three scale
    tensors copied before the loop (none inside it), two activation quantizations (the
    block input once for gate and up, the SwiGLU output once).
-4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
-   and gives the same bytes as the .moe run.
+4. A compiled .tcpb of a quantized layer (MXFP4, INT4, GPTQ, AWQ, compressed-tensors NVFP4)
+   binds the checkpoint by its sources and gives the same bytes as the .moe run.
 5. act="fp8" on MXFP4 weights, and --quant-act=int8, are errors that write nothing.
 6. GPTQ (v1 act-order qwen3_moe, gptq_v2 mixtral), AWQ, NVFP4 (compressed-tensors on both
    families, ModelOpt on qwen3_moe) and W8A8 int8 (both families) on TCP at T = 1 and 64:
@@ -269,7 +269,7 @@ def main():
               "activation quantizations %s" % ("ok" if good else "FAIL", len(packed), scale_dma, loop, quants))
         failed += not good
         # 4. a compiled .tcpb binds the packed checkpoint by its sources and gives the same bytes
-        for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3"):
+        for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3", "gptq_qwen3_moe", "awq_mixtral", "nvfp4_qwen3_moe"):
             d = os.path.join(FIXTURES, fam)
             moe, tcpb, yb = os.path.join(tmp, "b.moe"), os.path.join(tmp, "b.tcpb"), os.path.join(tmp, "yb.npy")
             run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=bf16", "-o", moe])
