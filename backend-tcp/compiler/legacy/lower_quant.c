@@ -1,5 +1,7 @@
-/* backend-tcp/lower_quant.c: quantized expert weights on TCP (issue #14),
- * weight-only (act=bf16).
+/* backend-tcp/lower_quant.c: quantized expert weights on TCP (issue #14):
+ * weight-only (act=bf16: fp8, mxfp4, int4, nvfp4, awq), fp8 activations
+ * (act=fp8) and W8A8 int8 (act=int8). GPTQ reaches the lowering already
+ * dequantized (tcp-split-weights binds it dequantized).
  *
  * After `blockwise-dispatch`, a quantized expert weight is
  *   dequant(gather(q, bexp), gather(s, bexp)) valid(nblocks)
@@ -13,8 +15,9 @@
  * The pass decodes in the fetch unit: f8e4m3 widens to f32, E2M1 nibbles go
  * through the fetch table to f8e4m3 and then f32 (flag e2m1), int4 nibbles
  * have the zero point 8 subtracted and widen to i32 (flag i4); the scales are
- * a second stream broadcast over their block by stride-0 loops. docs/tcp-isa.md
- * section 7.10. */
+ * a second stream broadcast over their block by stride-0 loops (AWQ's zero
+ * points a third, NVFP4's scales combined with the global scale first).
+ * docs/tcp-isa.md section 7.10. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
 #include "ir/quant.h"
 
