@@ -801,12 +801,16 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
  * A block's fetch list pays one command issue per descriptor, and the three
  * scale tensors of a block-FP8 expert are three descriptors of a few hundred
  * bytes each. When all the experts' scales of the layer are small (at most
- * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
+ * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB; W8A8's
+ * QSCALE_STAGE_W8A8_BYTES), they
  * are copied whole into DM once, right after routing's first contraction
  * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
  * in place through the expert register, like a streamed weight
  * (docs/tcp-isa.md 7.10). */
-enum { QSCALE_STAGE_BYTES = 4 << 20 };
+enum { QSCALE_STAGE_BYTES = 1 << 20 };
+/* W8A8's per-channel scales (Qwen3-30B-A3B: 1.8 MB), which no dequantized
+ * weight copy shares DM with */
+enum { QSCALE_STAGE_W8A8_BYTES = 2 << 20 };
 
 /* The weight leaf whose per-block gather id is the scales of an in-region
  * dequant; else MOE_NONE. */
@@ -839,7 +843,11 @@ void tcpl_quant_stage_after(lw *c, uint32_t from)
 		if (w != MOE_NONE)
 			bytes += ir_bytes(N(c->g, w));
 	}
-	if (bytes == 0 || bytes > QSCALE_STAGE_BYTES)
+	bool w8a8 = true; /* every staged scale an int8 dequant's (act="int8") */
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (c->inreg[i] && N(c->g, i)->op == MOE_OP_DEQUANT)
+			w8a8 &= !strcmp(ir_attr_str(N(c->g, i), "act", "bf16"), "int8");
+	if (bytes == 0 || bytes > (w8a8 ? QSCALE_STAGE_W8A8_BYTES : QSCALE_STAGE_BYTES))
 		return;
 	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
 		moe_id w = scale_leaf(c, i);
