@@ -116,21 +116,96 @@ uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
 	return npack;
 }
 
+/* A GPTQ dequant of per-block gathers (blockwise-dispatch's
+ * dequant(gather(q, e), gather(s, e), gather(z, e), gather(g, e))) of weights. */
+static bool gptq_of_gathers(const moe_graph *g, moe_id d)
+{
+	const ir_node *n = N(g, d);
+	if (n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "gptq") || n->nargs != 4)
+		return false;
+	const ir_node *g0 = N(g, n->args[0]);
+	for (uint32_t k = 0; k < 4; k++) {
+		const ir_node *a = N(g, n->args[k]);
+		if (a->op != MOE_OP_GATHER || a->nargs != 2 || ir_attr_int(a, "axis", 0) != 0 || a->args[1] != g0->args[1] ||
+			a->valid != g0->valid || !free_view(g, a->args[0]))
+			return false;
+	}
+	return true;
+}
+
+/* GPTQ on TCP is dequantized when the weights are bound: g_idx maps every
+ * input channel to its group, so a per-block decode would need each column's
+ * scale and zero point (the expanded scales alone, f32 per weight, outweigh
+ * the dequantized weight's 2 bytes in bf16) or a per-expert permutation of
+ * the activation's columns, which the DMA and vector engines cannot do.
+ * dequant(gather(q, e), ...) becomes gather(dequant(q, s, z, g), e): the
+ * dequant is then computed from weights only and packed below. */
+static moe_status gptq_at_bind(moe_ctx *ctx, moe_graph *g)
+{
+	uint32_t nn = g->nnodes;
+	bool any = false;
+	for (moe_id i = 0; i < nn && !any; i++)
+		any = gptq_of_gathers(g, i);
+	if (!any)
+		return MOE_OK;
+	bool *only = ctx_alloc(ctx, nn + 1); /* a gather read by such dequants only */
+	for (moe_id i = 0; i < nn; i++)
+		only[i] = N(g, i)->op == MOE_OP_GATHER;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && !gptq_of_gathers(g, i))
+				only[a] = false;
+		}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		only[g->outputs[o]] = false;
+	rebuild r;
+	rebuild_begin(&r, g);
+	moe_status st = MOE_OK;
+	for (moe_id i = 0; i < nn && st == MOE_OK; i++) {
+		const ir_node *n = N(g, i);
+		if (only[i])
+			continue;
+		if (!gptq_of_gathers(g, i)) {
+			rebuild_copy(&r, i);
+			continue;
+		}
+		const ir_node *g0 = N(g, n->args[0]);
+		moe_id w[4]; /* the weights themselves */
+		for (uint32_t k = 0; k < 4; k++)
+			w[k] = r.map[N(g, n->args[k])->args[0]];
+		moe_id d = moe_node_new(r.dst, MOE_OP_DEQUANT, w, 4, n->loc);
+		for (uint32_t a = 0; a < n->nattrs; a++)
+			ir_attr_set(r.dst, N(r.dst, d), &n->attrs[a]);
+		st = ir_infer(ctx, r.dst, d);
+		moe_id x[2] = {d, r.map[g0->args[1]]};
+		moe_id ga = st == MOE_OK ? moe_node_new(r.dst, MOE_OP_GATHER, x, 2, n->loc) : MOE_NONE;
+		if (st == MOE_OK) {
+			moe_node_set_int(r.dst, ga, "axis", 0);
+			moe_node_set_valid(r.dst, ga, n->valid == MOE_NONE ? MOE_NONE : r.map[n->valid]);
+			st = ir_infer(ctx, r.dst, ga);
+		}
+		r.map[i] = ga;
+	}
+	ctx_free(ctx, only, nn + 1);
+	if (st != MOE_OK) {
+		rebuild_abort(&r);
+		return st;
+	}
+	rebuild_end(&r);
+	return MOE_OK;
+}
+
 PASS(pass_tcp_split_weights)
 {
 	(void)opts;
 	(void)ud;
+	moe_status st = gptq_at_bind(ctx, g);
+	if (st != MOE_OK)
+		return st;
 	uint32_t nn = g->nnodes;
-	for (moe_id i = 0; i < nn; i++) { /* the TCP lowering decodes fp8, mxfp4 and int4 only */
-		const char *f = N(g, i)->op == MOE_OP_DEQUANT ? ir_attr_str(N(g, i), "format", "") : "";
-		const char *host = !strcmp(f, "gptq") ? "GPTQ" : !strcmp(f, "awq") ? "AWQ" : !strcmp(f, "nvfp4") ? "NVFP4"
-				   : !strcmp(f, "int8") ? "W8A8 int8" : NULL;
-		if (host) {
-			moe_diag(ctx, MOE_DIAG_ERROR, N(g, i)->loc,
-				"'dequant': %s weights are not supported on the tcp target yet (compile for the host)", host);
-			return MOE_ERR_UNSUPPORTED;
-		}
-	}
 	bool *pack = ctx_alloc(ctx, nn + 1);
 	pass_tcp_pack_plan(ctx, g, pack);
 	int64_t k = 0;

@@ -205,7 +205,8 @@ static void verr(vc *c, int64_t pc, const char *fmt, ...)
 
 static bool dtype_ok(int d)
 {
-	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL || d == MOE_F8E4M3 || d == MOE_U8;
+	return d == MOE_F32 || d == MOE_BF16 || d == MOE_I32 || d == MOE_BOOL || d == MOE_F8E4M3 || d == MOE_U8 ||
+	       d == MOE_I8;
 }
 
 /* A view's unit: elements of its tensor, or 4-bit elements of the tensor's
@@ -440,6 +441,27 @@ static void check_vec(vc *c, int64_t pc, const tcp_insn *in)
 		}
 }
 
+/* i8 x i8: exact i32 sums (|product| <= 2^14, so at most 2^17 - 1 of them),
+ * an i32 result (and i32 partial with acc), or with scaled f32 scales per
+ * output and a float result. */
+static void check_contract_i8(vc *c, int64_t pc, const tcp_insn *in, int w)
+{
+	int d = vdt(c, in, TCP_V_DST), p = vdt(c, in, TCP_V_S2);
+	bool sc = in->flags & TCP_F_SCALED;
+	if (w >= 0 && w != MOE_I8)
+		return; /* the operand rule below names it */
+	if (in->dim[2] > TCP_I8_MAX_REDUCTION)
+		verr(c, pc, "an i8 contraction reduces at most %d elements (its i32 sum is exact), got %lld",
+			TCP_I8_MAX_REDUCTION, (long long)in->dim[2]);
+	if (in->flags & TCP_F_BF16X3)
+		verr(c, pc, "i8 operands take no bf16x3 split");
+	if (sc && ((in->flags & TCP_F_ACC) || p != MOE_F32 || (d != MOE_F32 && d != MOE_BF16)))
+		verr(c, pc, "a scaled i8 contraction takes f32 scales per output in s2, no acc, and an f32 or bf16 "
+			    "result");
+	if (!sc && (d != MOE_I32 || ((in->flags & TCP_F_ACC) && p != MOE_I32)))
+		verr(c, pc, "an i8 contraction without scales writes its i32 sums (and adds an i32 partial with acc)");
+}
+
 static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
 {
 	const moe_tcp_machine *m = c->m;
@@ -453,22 +475,26 @@ static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
 	check_view(c, pc, in, TCP_V_DST, SP(TCP_DM), true, 3, dmo);
 	check_view(c, pc, in, TCP_V_S0, SP(TCP_DM), true, 3, dmi);
 	check_view(c, pc, in, TCP_V_S1, SP(TCP_TRF), true, 3, doi);
-	bool sc = in->flags & TCP_F_SCALED; /* s2: the f32 scales of (m, o, 128-wide chunk) */
-	int64_t dch[3] = {in->dim[0], in->dim[1], in->dim[2] / TCP_SCALE_CHUNK};
-	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
 	int a = vdt(c, in, TCP_V_S0), w = vdt(c, in, TCP_V_S1);
-	if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
+	/* s2 with scaled: the f32 scales of (m, o, 128-wide chunk) for f8, of (m, o) for i8 */
+	bool sc = in->flags & TCP_F_SCALED, i8 = a == MOE_I8;
+	int64_t dch[3] = {in->dim[0], in->dim[1], i8 ? 1 : in->dim[2] / TCP_SCALE_CHUNK};
+	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
+	if (i8)
+		check_contract_i8(c, pc, in, w);
+	else if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
 			  vdt(c, in, TCP_V_S2) != MOE_F32))
 		verr(c, pc, "a scaled contraction takes f8e4m3 operands, f32 scales in s2 and a reduction of whole "
 			    "%d-element chunks, without acc", TCP_SCALE_CHUNK);
-	if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3)))
-		verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts) or both f8e4m3");
+	if (a >= 0 && w >= 0 && (a != w || (a != MOE_BF16 && a != MOE_F32 && a != MOE_F8E4M3 && a != MOE_I8)))
+		verr(c, pc, "contraction operands must both be bf16 (or f32 split into bf16 parts), both f8e4m3 or "
+			    "both i8");
 	if (a == MOE_F32 && !(in->flags & TCP_F_BF16X3))
 		verr(c, pc, "f32 operands need the bf16x3 split");
 	if (in->tile < 1 || in->tile > in->dim[1])
 		verr(c, pc, "tile of %lld TRF rows per slice outside [1, %lld]", (long long)in->tile,
 			(long long)in->dim[1]);
-	else if (in->tile * in->dim[2] * (a == MOE_F32 ? 4 : a == MOE_F8E4M3 ? 1 : 2) > tcp_trf_bytes(m))
+	else if (in->tile * in->dim[2] * (a == MOE_F32 ? 4 : a == MOE_F8E4M3 || a == MOE_I8 ? 1 : 2) > tcp_trf_bytes(m))
 		verr(c, pc, "TRF tile of %lld rows x %lld does not fit %lld TRF bytes per slice", (long long)in->tile,
 			(long long)in->dim[2], (long long)tcp_trf_bytes(m));
 }

@@ -202,13 +202,17 @@ enum { TCP_V_DST, TCP_V_S0, TCP_V_S1, TCP_V_S2, TCP_NVIEW };
  * i4 with the zero point 8 subtracted, widened to i32 (docs/tcp-isa.md 5). */
 /* TCP_F_SCALED (tu.contract, f8e4m3 operands, act=fp8): the reduction runs in
  * chunks of 128 along I; each chunk's f32 sum is multiplied by the f32 scale
- * s2[m, o, chunk] and added to the row's f32 sum (DeepSeek's fp8_gemm). */
+ * s2[m, o, chunk] and added to the row's f32 sum (DeepSeek's fp8_gemm). On i8
+ * operands (W8A8): the exact i32 sum times the f32 scale s2[m, o]. */
 /* TCP_F_VROWS (dma.gather / dma.scatter): the valid count limits the groups
  * (dim 0), not the indices of each group: groups at and past it are not
  * moved (a gather writes them as zero) */
 enum { TCP_F_BF16X3 = 1, TCP_F_ACC = 2, TCP_F_XSLICE = 4, TCP_F_JOIN = 8, TCP_F_E2M1 = 16, TCP_F_I4 = 32,
 	TCP_F_SCALED = 64, TCP_F_VROWS = 128 };
 enum { TCP_SCALE_CHUNK = 128 };
+/* An i8 reduction is at most TCP_I8_MAX_REDUCTION long so no i32 sum of
+ * products (each at most 2^14 in magnitude) overflows. */
+enum { TCP_I8_MAX_REDUCTION = 131071 };
 /* TCP_F_SWITCH (sub.ldtrf / sub.ldvrf; printed "xslice"): the slices receive
  * the bytes they load from the slices that hold them, over the sub context's
  * switch channel; without it a load reads only its own slice's DM. */

@@ -344,16 +344,43 @@ static void scaled_row(sim *s, const tcp_insn *in, int64_t r, const float *arow,
 	}
 }
 
+/* i8 x i8 (W8A8): products exact, summed exactly in i32 (the validator bounds
+ * I so that no sum can overflow); dst = the i32 sum (+ the i32 partial s2
+ * with acc), or with `scaled` f32(sum) x s2[m, o] rounded to dst's type. */
+static void contract_i8(sim *s, const tcp_insn *in, int64_t cnt, int64_t db, int64_t ab, int64_t wb, int64_t pb)
+{
+	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0], *wv = &in->v[TCP_V_S1], *pv = &in->v[TCP_V_S2];
+	int64_t M = in->dim[0], O = in->dim[1], I = in->dim[2];
+	for (int64_t r = 0; r < M; r++)
+		for (int64_t o = 0; o < O; o++) {
+			uint32_t out = 0;
+			if (r < cnt) {
+				int64_t sum = (in->flags & TCP_F_ACC) ? iw(load_word(s, pv->t, pb + r * pv->stride[0] +
+										       o * pv->stride[1]))
+								      : 0;
+				for (int64_t i = 0; i < I; i++)
+					sum += (int64_t)iw(load_word(s, av->t, ab + r * av->stride[0] + i * av->stride[2])) *
+					       iw(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
+				out = (uint32_t)sum; /* i32 wrap-around (the validator bounds I so it cannot) */
+				if (in->flags & TCP_F_SCALED)
+					out = fres((float)iw(out) * fin(load_word(s, pv->t, pb + r * pv->stride[0] +
+											o * pv->stride[1])));
+			}
+			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], out);
+		}
+}
+
 void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 {
 	int64_t M = in->dim[0], O = in->dim[1], I = in->dim[2];
 	acc a = {0};
 	int64_t lo, hi;
+	bool i8 = in->v[TCP_V_S0].t >= 0 && s->p->t[in->v[TCP_V_S0].t].dtype == MOE_I8;
 	for (int w = 0; w < TCP_NVIEW; w++) {
 		if (in->v[w].t < 0)
 			continue;
 		int64_t d[3] = {w == TCP_V_S1 ? 1 : M, w == TCP_V_S0 ? 1 : O, (w == TCP_V_S0 || w == TCP_V_S1) ? I : 1};
-		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED))
+		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED) && !i8)
 			d[2] = I / TCP_SCALE_CHUNK; /* one scale per (row, output, chunk) */
 		if (!tcps_vrange(s, pc, &in->v[w], 3, d, &lo, &hi))
 			return;
@@ -372,6 +399,9 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	 * parts for bf16x3), so each row's O running sums advance together; every
 	 * sum still adds its products in index order, as the hardware's
 	 * accumulator does. */
+	if (i8 && compute)
+		contract_i8(s, in, cnt, db, ab, wb, pb);
+	compute &= !i8;
 	size_t wn = (size_t)(compute ? O * I : 0);
 	float *wt = compute ? ctx_alloc(s->ctx, sizeof(float) * (x3 ? 2 : 1) * (wn ? wn : 1)) : NULL;
 	float *arow = compute ? ctx_alloc(s->ctx, sizeof(float) * 2 * (size_t)(I ? I : 1)) : NULL;
@@ -444,9 +474,11 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 	/* cost: O split over column groups of `tile` rows each, rows over the remaining slices */
 	int64_t S = s->S, Cg = cdiv(O, in->tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv(M, R);
 	int64_t tiles = cdiv(Cg, S);
-	int mt = s->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate */
-	int64_t ae = x3 ? 4 : mt == TCP_MT_F8 ? 1 : 2;
-	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (I / TCP_SCALE_CHUNK) : 0; /* the chunk scales read */
+	/* f8 x f8 at the fp8 rate, i8 x i8 at the i8 rate */
+	int mt = s->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : i8 ? TCP_MT_I8 : TCP_MT_BF16;
+	int64_t ae = x3 ? 4 : mt != TCP_MT_BF16 ? 1 : 2;
+	/* the scales read: one per chunk (f8), one per output (i8) */
+	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (i8 ? 1 : I / TCP_SCALE_CHUNK) : 0;
 	unsigned rm = route_mask(s, pc, in);
 	int64_t rbytes = ((rm >> TCP_V_S0 & 1u) ? Bs * I * ae : 0) + ((rm & 1u) ? Bs * in->tile * esz_of(s, dv->t) : 0) +
 			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0);

@@ -212,6 +212,7 @@ static inline uint32_t load_word(const sim *s, int32_t t, int64_t i)
 	case MOE_BOOL: return d[i] ? 1u : 0u;
 	case MOE_F8E4M3: return tcpq_bits(qt_e4m3(d[i])); /* the fetch widens f8 to f32 */
 	case MOE_U8: return d[i];
+	case MOE_I8: return (uint32_t)(int32_t)(int8_t)d[i]; /* sign-extended */
 	default: {
 		uint32_t u;
 		memcpy(&u, d + 4 * i, 4);
@@ -231,7 +232,8 @@ static inline void store_word(sim *s, int32_t t, int64_t i, uint32_t w)
 	}
 	case MOE_BOOL: d[i] = w != 0; break;
 	case MOE_F8E4M3: d[i] = tcpq_to_e4m3(w2f(w)); break; /* the cast stage narrows f32 to f8 */
-	case MOE_U8: d[i] = (uint8_t)w; break;
+	case MOE_U8:
+	case MOE_I8: d[i] = (uint8_t)w; break; /* the low byte */
 	default: memcpy(d + 4 * i, &w, 4); break;
 	}
 }

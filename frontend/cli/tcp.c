@@ -50,6 +50,7 @@ static bool block_fp8(const moe_graph *g, moe_id n, qt_info *qi)
 static int quant_act_applies(moe_ctx *ctx, const opts *o, const moe_module *m)
 {
 	char fmts[160] = "";
+	bool w8a8 = false; /* int8 weights contracted with int8 activations (act="int8") */
 	moe_loc at = moe_loc_file(ctx, o->file);
 	for (size_t i = 0; i < moe_module_num_graphs(m); i++) {
 		const moe_graph *g = moe_module_graph((moe_module *)m, i);
@@ -59,6 +60,8 @@ static int quant_act_applies(moe_ctx *ctx, const opts *o, const moe_module *m)
 				return 0;
 			if (moe_node_op(g, n) != MOE_OP_DEQUANT || !ir_dequant_info(g, N(g, n), &qi))
 				continue;
+			w8a8 |= qi.fmt == QT_INT8 && !strcmp(moe_node_get_str(g, n, "act") ? moe_node_get_str(g, n, "act") : "",
+							  "int8");
 			char one[64];
 			snprintf(one, sizeof one, "%s in [%lld, %lld] blocks", moe_node_get_str(g, n, "format"), (long long)qi.bn,
 				(long long)qi.bk);
@@ -71,7 +74,8 @@ static int quant_act_applies(moe_ctx *ctx, const opts *o, const moe_module *m)
 	moe_diag(ctx, MOE_DIAG_ERROR, at,
 		"--quant-act=%s applies to block-FP8 experts (fp8 in 128 x 128 blocks dividing the weight); %s%s%s",
 		o->quant_act, *fmts ? "this layer's quantized weights are " : "this layer has no quantized weights", fmts,
-		*fmts ? ": they are dequantized in DM without the option" : "");
+		!*fmts ? "" : w8a8 ? ": W8A8, whose int8 activations the layer declares (act=\"int8\"), runs without the option"
+				   : ": they are dequantized in DM without the option");
 	return 1;
 }
 

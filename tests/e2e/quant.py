@@ -23,8 +23,8 @@ without writing the output: a scale tensor with the wrong count, a group size th
 divide K, a U8 blocks tensor of the wrong length, an F4 tensor of an odd element count, an
 unsupported quant_method; for GPTQ and AWQ a g_idx of the wrong length, zero points or
 values of the wrong shape, scales not stored F16, an out-of-range g_idx, unsupported bits /
-versions / checkpoint formats, and the TCP target (refused with a diagnostic). A rejected
-`run` writes neither its -o nor its --stats file.
+versions / checkpoint formats (AWQ's also on the TCP target, which runs all these formats:
+tests/e2e/quant_tcp.py). A rejected `run` writes neither its -o nor its --stats file.
 
 usage: quant.py MOEC FIXTURES_DIR
 """
@@ -303,12 +303,10 @@ def awq_rejections(moec, fixtures, tmp, run_cmd):
         d = broken("awq_mixtral", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(key, val))
         failed += expect_reject("awq %s %s" % (key, val), [moec, "import-hf", os.path.join(d, "config.json"),
                                                            "-o", moe], moe, words)
-    d = os.path.join(fixtures, "awq_qwen3_moe")
-    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "a.moe")])
-    failed += expect_reject("awq on the tcp target", [moec, "run", os.path.join(tmp, "a.moe"), "--target=tcp",
-                                                      "--weights", os.path.join(d, "model.safetensors"), "--input",
-                                                      os.path.join(d, "x_float32_T5.npy"), "-o", out],
-                            out, ["AWQ weights are not supported on the tcp target yet"])
+    # the TCP target reads the same checkpoint: a broken one is refused there too, naming the tensor
+    d = broken("awq_mixtral", fixtures, tmp, edit_st=put("qzeros", "I32", [6, 5], np.zeros(30, "<i4").tobytes()))
+    failed += expect_reject("awq zero points of the wrong shape on the tcp target", run_cmd(d) + ["--target=tcp"],
+                            out, [pre + "qzeros", "[6, 5]"])
     return failed
 
 
@@ -345,10 +343,6 @@ def w8a8_rejections(moec, fixtures, tmp, run_cmd):
     print("%-4s w8a8: the host IR quantizes the experts' input rows (reduce_max x %d)" % (
         "ok" if good else "FAIL", ir.count("reduce_max(")))
     failed += not good
-    failed += expect_reject("w8a8 on the tcp target", [moec, "run", wm, "--target=tcp", "--weights",
-                                                       os.path.join(d, "model.safetensors"), "--input",
-                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
-                            out, ["W8A8 int8 weights are not supported on the tcp target yet"])
     return failed
 
 
@@ -401,12 +395,6 @@ def nvfp4_rejections(moec, fixtures, tmp, run_cmd):
     failed += expect_reject("hf_quant_config.json without a quantization object", [
         moec, "import-hf", os.path.join(d, "config.json"), "-o", moe], moe,
         ["hf_quant_config.json", "no \"quantization\" object"])
-    d = os.path.join(fixtures, "nvfp4_qwen3_moe")
-    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "n.moe")])
-    failed += expect_reject("nvfp4 on the tcp target", [moec, "run", os.path.join(tmp, "n.moe"), "--target=tcp",
-                                                        "--weights", os.path.join(d, "model.safetensors"), "--input",
-                                                        os.path.join(d, "x_float32_T5.npy"), "-o", out],
-                            out, ["NVFP4 weights are not supported on the tcp target yet"])
     return failed
 
 
@@ -443,13 +431,6 @@ def gptq_rejections(moec, fixtures, tmp, run_cmd):
         d = broken("gptq_mixtral", fixtures, tmp, edit_cfg=lambda c: c["quantization_config"].__setitem__(key, val))
         failed += expect_reject("gptq %s %s" % (key, val), [moec, "import-hf", os.path.join(d, "config.json"),
                                                             "-o", moe], moe, words)
-    # the TCP target refuses GPTQ weights with a diagnostic, not a crash, and writes nothing
-    d = os.path.join(fixtures, "gptq_mixtral")
-    run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "-o", os.path.join(tmp, "g.moe")])
-    failed += expect_reject("gptq on the tcp target", [moec, "run", os.path.join(tmp, "g.moe"), "--target=tcp",
-                                                       "--weights", os.path.join(d, "model.safetensors"), "--input",
-                                                       os.path.join(d, "x_float32_T5.npy"), "-o", out],
-                            out, ["GPTQ weights are not supported on the tcp target yet"])
     return failed
 
 

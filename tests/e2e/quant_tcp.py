@@ -21,9 +21,21 @@
    describes it: gate and up values packed in one [E, 2F, D] tensor, the three scale
    tensors copied before the loop (none inside it), two activation quantizations (the
    block input once for gate and up, the SwiGLU output once).
-4. A compiled .tcpb of a quantized layer (MXFP4, INT4) binds the checkpoint by its sources
-   and gives the same bytes as the .moe run.
+4. A compiled .tcpb of a quantized layer (MXFP4, INT4, GPTQ, AWQ, compressed-tensors NVFP4)
+   binds the checkpoint by its sources and gives the same bytes as the .moe run.
 5. act="fp8" on MXFP4 weights, and --quant-act=int8, are errors that write nothing.
+6. GPTQ (v1 act-order qwen3_moe, gptq_v2 mixtral), AWQ, NVFP4 (compressed-tensors on both
+   families, ModelOpt on qwen3_moe) and W8A8 int8 (both families) on TCP at T = 1 and 64:
+   with the f32 compute type against the fixtures' y_float32 (the formats' reference
+   semantics, written without moec) within 1e-4 x max|y| (AWQ 2e-3: TCP rounds (q - z) x s
+   once, to the compute type, where the reference rounds it to f16 first, about 2^-12
+   relative per weight); with bf16 within 2e-2 at T = 1 and 5 (and 64 on qwen3_moe: on the
+   mixtral T = 64 input one token's router scores nearly tie, and the bf16 logits pick
+   another expert, on the host as on TCP). W8A8 with bf16 is checked at T = 5 and 64 against
+   the numpy W8A8 block of tests/e2e/quant.py with its bf16 rounding steps. The W8A8
+   program contracts i8 x i8 (scaled) only in its block loop; the GPTQ program binds each
+   projection's dequantized weight as one packed bf16 tensor [E, N, K] (dequantized when
+   the weights are bound) and reads no g_idx on the device.
 
 usage: quant_tcp.py MOEC FIXTURES_DIR REF_DIR
 """
@@ -257,7 +269,7 @@ def main():
               "activation quantizations %s" % ("ok" if good else "FAIL", len(packed), scale_dma, loop, quants))
         failed += not good
         # 4. a compiled .tcpb binds the packed checkpoint by its sources and gives the same bytes
-        for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3"):
+        for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3", "gptq_qwen3_moe", "awq_mixtral", "nvfp4_qwen3_moe"):
             d = os.path.join(FIXTURES, fam)
             moe, tcpb, yb = os.path.join(tmp, "b.moe"), os.path.join(tmp, "b.tcpb"), os.path.join(tmp, "yb.npy")
             run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=bf16", "-o", moe])
@@ -291,8 +303,64 @@ def main():
         good = any("trf" in line and "f8e4m3" in line for line in asm.splitlines())
         print("%-4s tcp act=fp8 contracts f8e4m3 operands (an f8e4m3 TRF tile)" % ("ok" if good else "FAIL"))
         failed += not good
+        failed += new_formats(moec, tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
+
+
+NEW_FORMATS = (("gptq_qwen3_moe", 1e-4), ("gptq_mixtral", 1e-4), ("awq_qwen3_moe", 2e-3), ("awq_mixtral", 2e-3),
+               ("nvfp4_qwen3_moe", 1e-4), ("nvfp4_mixtral", 1e-4), ("nvfp4mo_qwen3_moe", 1e-4),
+               ("w8a8_qwen3_moe", 1e-4), ("w8a8_mixtral", 1e-4))
+
+
+def new_formats(moec, tmp):
+    """Section 6: GPTQ, AWQ, NVFP4 and W8A8 on TCP."""
+    failed = 0
+    for fam, tol32 in NEW_FORMATS:
+        d = os.path.join(FIXTURES, fam)
+        cfg, ck = os.path.join(d, "config.json"), os.path.join(d, "model.safetensors")
+        w8a8 = fam.startswith("w8a8")
+        cases = [(1, "f32"), (64, "f32")]
+        cases += [(5, "bf16"), (64, "bf16")] if w8a8 else [(1, "bf16"), (5, "bf16")]
+        if not w8a8 and "mixtral" not in fam:
+            cases.append((64, "bf16"))
+        for T, dt in cases:
+            xf = os.path.join(d, "x_float32_T%d.npy" % T)
+            y, _ = tcp_run(moec, tmp, cfg, ck, xf, T, dtype=dt)
+            if dt == "bf16" and w8a8:
+                st = quant.read_st(ck)
+                ref = quant.w8a8_reference(st, json.load(open(cfg)), np.load(xf), bf16=True).astype(np.float64)
+                what = "the numpy W8A8 block in bf16"
+            else:
+                ref = np.load(os.path.join(d, "y_float32_T%d.npy" % T))
+                what = "the fixture's reference"
+            tol = tol32 if dt == "f32" else TOL
+            err = rel_err(y, ref)
+            print("%-4s tcp %-18s T=%-2d %-4s max|err| = %.2e x max|y| against %s (tolerance %.0e)"
+                  % ("ok" if err <= tol else "FAIL", fam, T, dt, err, what, tol))
+            failed += err > tol
+    # the programs: W8A8 contracts i8 x i8 in its block loop; GPTQ binds dequantized weights
+    for fam, want in (("w8a8_mixtral", "i8"), ("gptq_qwen3_moe", "gptq")):
+        d = os.path.join(FIXTURES, fam)
+        moe, tcps = os.path.join(tmp, "n.moe"), os.path.join(tmp, "n.tcps")
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "64", "--set", "dtype=bf16", "-o", moe])
+        run([moec, "compile", moe, "-o", tcps])
+        asm = open(tcps).read().splitlines()
+        dt = {m.group(1): m.group(2) for m in (re.match(r"tensor %(\d+) \S+ \S+ (\S+)", l) for l in asm) if m}
+        con = [(dt.get(m.group(1)), "scaled" in l) for l in asm if "tu.contract" in l and "ph=expert" in l
+               for m in [re.search(r" s0=%(\d+)", l)] if m]
+        if want == "i8":
+            good = len(con) >= 3 and all(c == ("i8", True) for c in con)
+            print("%-4s tcp %s: the block loop's %d contractions are all scaled i8 x i8"
+                  % ("ok" if good else "FAIL", fam, len(con)))
+        else:
+            packed = [l for l in asm if " hbm packed bf16 [16," in l]
+            gidx = [l for l in asm if l.startswith("tensor") and "g_idx" in l]
+            good = len(packed) == 3 and not gidx and len(con) >= 3 and all(c[0] == "bf16" for c in con)
+            print("%-4s tcp %s: %d packed bf16 weights (dequantized when bound), g_idx read on the device: %s"
+                  % ("ok" if good else "FAIL", fam, len(packed), bool(gidx)))
+        failed += not good
+    return failed
 
 
 if __name__ == "__main__":

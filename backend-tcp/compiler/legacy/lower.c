@@ -750,6 +750,7 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
 	tcpl_plan_fusions(&c);
+	tcpl_w8a8_plan(&c);
 	if (pairs)
 		tcpl_pairs_plan(&c);
 	c.quiet = c.pr_node != MOE_NONE || shdm;

@@ -423,7 +423,8 @@ bool tcpl_quant_is_view(const lw *c, moe_id id);   /* a region slice / permutati
 bool tcpl_quant_no_buffer(const lw *c, moe_id id); /* ... or a dequant read as fp8 (act=fp8) */
 void tcpl_lower_qview(lw *c, moe_id id);
 void tcpl_lower_dequant(lw *c, moe_id id);
-bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 contraction */
+bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W8A8 contraction */
+void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
 /* small block-scale tensors copied whole into DM, once: after the first contraction emitted
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);

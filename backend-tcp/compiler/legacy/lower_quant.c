@@ -1,5 +1,7 @@
-/* backend-tcp/lower_quant.c: quantized expert weights on TCP (issue #14),
- * weight-only (act=bf16).
+/* backend-tcp/lower_quant.c: quantized expert weights on TCP (issue #14):
+ * weight-only (act=bf16: fp8, mxfp4, int4, nvfp4, awq), fp8 activations
+ * (act=fp8) and W8A8 int8 (act=int8). GPTQ reaches the lowering already
+ * dequantized (tcp-split-weights binds it dequantized).
  *
  * After `blockwise-dispatch`, a quantized expert weight is
  *   dequant(gather(q, bexp), gather(s, bexp)) valid(nblocks)
@@ -13,8 +15,9 @@
  * The pass decodes in the fetch unit: f8e4m3 widens to f32, E2M1 nibbles go
  * through the fetch table to f8e4m3 and then f32 (flag e2m1), int4 nibbles
  * have the zero point 8 subtracted and widen to i32 (flag i4); the scales are
- * a second stream broadcast over their block by stride-0 loops. docs/tcp-isa.md
- * section 7.10. */
+ * a second stream broadcast over their block by stride-0 loops (AWQ's zero
+ * points a third, NVFP4's scales combined with the global scale first).
+ * docs/tcp-isa.md section 7.10. */
 #include "backend-tcp/compiler/legacy/lower_int.h"
 #include "ir/quant.h"
 
@@ -48,9 +51,26 @@ static bool packed_slice(const lw *c, moe_id id)
 	       ir_attr_int(n, "axis", 0) != -(int64_t)an->rank;
 }
 
+/* A per-block row maximum of |a| for a block value a in a layer with W8A8
+ * weights: the per-token activation quantization's (its valid rows are
+ * those of a; blockwise-dispatch leaves it unmasked). */
+static bool w8a8_rowmax(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	if (n->op != MOE_OP_REDUCE_MAX || n->rank < 2 || n->shape[0] != c->G || N(c->g, n->args[0])->op != MOE_OP_ABS ||
+		!c->inreg[n->args[0]])
+		return false;
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (N(c->g, i)->op == MOE_OP_DEQUANT && !strcmp(ir_attr_str(N(c->g, i), "act", "bf16"), "int8"))
+			return true;
+	return false;
+}
+
 bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
+	if (w8a8_rowmax(c, id))
+		return true;
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
 	return qview_of(c, id, true) || (packed_slice(c, id) && n->rank >= 1 && n->shape[0] == c->G);
@@ -124,6 +144,37 @@ static tcp_view qview(const val *v, int64_t u, int64_t base, int64_t rs, int64_t
 	return tv;
 }
 
+static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+	tcp_view v = tcp_view_none();
+	v.t = t;
+	v.base = base;
+	v.stride[0] = s0;
+	v.stride[1] = s1;
+	v.stride[2] = s2;
+	v.stride[3] = s3;
+	return v;
+}
+
+static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = d3 ? 4 : 3;
+	in.dim[0] = d0;
+	in.dim[1] = d1;
+	in.dim[2] = d2;
+	in.dim[3] = d3;
+	in.vreg = vreg;
+	return in;
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm)
 {
 	tcp_step *s = &in->step[in->nstep++];
@@ -157,6 +208,10 @@ static void dq_pass(lw *c, const qt_info *qi, const val *q, int64_t qu, const va
 	case QT_FP8: /* w = f32(e4m3) x scale */
 		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 		break;
+	case QT_NVFP4: /* E2M1 x the combined f32 scale */
+		in.flags |= TCP_F_E2M1;
+		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+		break;
 	case QT_MXFP4: /* the E8M0 byte shifted into an f32 exponent: 2^(s - 127) */
 		in.flags |= TCP_F_E2M1;
 		step(&in, TCP_V_SHL, TCP_SRC_S1, TCP_SRC_IMM, 23);
@@ -171,13 +226,90 @@ static void dq_pass(lw *c, const qt_info *qi, const val *q, int64_t qu, const va
 	emit(c, &in);
 }
 
+/* A view of per-block value v over nd dims with the given strides, in units
+ * of u per element of its tensor, from element `base` (in those units). */
+static tcp_view nview(const val *v, int64_t u, int64_t base, int nd, const int64_t *st)
+{
+	tcp_view tv = qview(v, u, base, 0, 0, 1, 1, true);
+	for (int k = 0; k < TCP_MAXD; k++)
+		tv.stride[k] = k < nd ? st[k] : 0;
+	return tv;
+}
+
+/* AWQ, per block: q i32 [K, N/8] and z i32 [NG, N/8] packed along N
+ * (channel 8c + 2a + b in nibble a + 4b), s [NG, N] -> W [N, K] with
+ * W = (q - z) s. The output channel is iterated as (c, a, b), so both nibble
+ * streams are affine. One pass unpacks z to i32 (z - 8: the i4 decode), one
+ * decodes q (q - 8), subtracts, converts and scales:
+ * dims [N/8, 4, 2, NG, G]. */
+static void awq_passes(lw *c, moe_id id, const qt_info *qi, const val *q, const val *s, const val *z, const val *d)
+{
+	int64_t N = qi->N, K = qi->K, G = qi->bk, NG = K / G, N8 = N / 8;
+	int64_t shz[2] = {NG, N};
+	int32_t zd = tcpl_dm_tensor(c, id, "awq.zero", MOE_I32, 2, shz);
+	tcp_insn in = vec3(NG, N8, 4, 2, -1);
+	in.flags = TCP_F_I4;
+	int64_t zs[4] = {z->stride[0] * 8, z->stride[1] * 8, 1, 4}, zds[4] = {N, 8, 2, 1};
+	in.v[TCP_V_S0] = nview(z, 8, 0, 4, zs);
+	in.v[TCP_V_DST] = v4(zd, 0, zds[0], zds[1], zds[2], zds[3]);
+	emit(c, &in);
+	in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = 5;
+	int64_t dims[5] = {N8, 4, 2, NG, G};
+	memcpy(in.dim, dims, sizeof dims);
+	in.vreg = -1;
+	in.flags = TCP_F_I4;
+	int64_t qs[5] = {q->stride[1] * 8, 1, 4, G * q->stride[0] * 8, q->stride[0] * 8};
+	int64_t z1[5] = {8, 2, 1, N, 0};
+	int64_t ss[5] = {8 * s->stride[1], 2 * s->stride[1], s->stride[1], s->stride[0], 0};
+	int64_t ds[5] = {8 * d->stride[0], 2 * d->stride[0], d->stride[0], G * d->stride[1], d->stride[1]};
+	in.v[TCP_V_S0] = nview(q, 8, 0, 5, qs);
+	in.v[TCP_V_S1] = v4(zd, 0, 0, 0, 0, 0);
+	for (int k = 0; k < 5; k++)
+		in.v[TCP_V_S1].stride[k] = z1[k];
+	in.v[TCP_V_S2] = nview(s, 1, 0, 5, ss);
+	in.v[TCP_V_DST] = nview(d, 1, 0, 5, ds);
+	step(&in, TCP_V_ISUB, TCP_SRC_V, TCP_SRC_S1, 0); /* (q - 8) - (z - 8) */
+	step(&in, TCP_V_ITOF, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S2, 0);
+	emit(c, &in);
+	tcpl_dm_free(c, zd);
+}
+
+/* NVFP4, per block: the combined scales cs = f32(e4m3(s) / g) ("div") or
+ * f32(e4m3(s) x g) ("mul") [N, K/16] in one pass, as the producers combine
+ * them; then W = e2m1(q) x cs, the block pass of dq_pass. */
+static int32_t nvfp4_scales(lw *c, moe_id id, const qt_info *qi, const val *s, const val *g, val *cv)
+{
+	const ir_node *n = N(c->g, id);
+	int64_t nk = qi->K / 16, sh[2] = {qi->N, nk};
+	int32_t cs = tcpl_dm_tensor(c, id, "nvfp4.scale", MOE_F32, 2, sh);
+	tcp_insn in = vec3(qi->N, nk, 1, 0, -1);
+	in.ndim = 2;
+	int64_t ss[2] = {s->stride[0], s->stride[1]}, gs[2] = {0, 0};
+	in.v[TCP_V_S0] = nview(s, 1, 0, 2, ss);
+	in.v[TCP_V_S1] = nview(g, 1, 0, 2, gs);
+	in.v[TCP_V_DST] = v4(cs, 0, nk, 1, 0, 0);
+	step(&in, strcmp(ir_attr_str(n, "gscale", "div"), "mul") ? TCP_V_FDIV : TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &in);
+	*cv = *s;
+	cv->t = cs;
+	cv->base = 0;
+	cv->stride[0] = nk;
+	cv->stride[1] = 1;
+	cv->region = false;
+	cv->reg = -1;
+	cv->scale = 0;
+	return cs;
+}
+
 /* Per block: q [N, Kp], s [Ns, Ks] -> the weight [N, K] in DM. */
 void tcpl_lower_dequant(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *qn = N(c->g, n->args[0]);
 	qt_info qi;
 	if (fp8_weight(c, id) != MOE_NONE)
-		return; /* act=fp8: the contractions read the packed weight */
+		return; /* act=fp8 or int8: the contractions read the packed weight */
 	if (!c->inreg[id] || n->rank != 2 || !ir_dequant_info(c->g, n, &qi)) {
 		tcpl_err(c, id, "dequant is lowered only for the experts' weights inside the block loop (a quantized "
 				"weight elsewhere is dequantized when the weights are bound)");
@@ -189,7 +321,29 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 		tcpl_err(c, id, "the packed values and scales of a block must be in DM");
 		return;
 	}
+	if (qi.fmt == QT_GPTQ || qi.fmt == QT_INT8 || ((qi.fmt == QT_AWQ) && (qi.K % qi.bk || qi.N % 8))) {
+		tcpl_err(c, id, "%s weights are lowered %s", qi.fmt == QT_GPTQ ? "GPTQ" : qi.fmt == QT_INT8 ? "int8" : "AWQ",
+			qi.fmt == QT_GPTQ ? "when the weights are bound (tcp-split-weights)"
+			: qi.fmt == QT_INT8 ? "with int8 activations only (act=\"int8\")"
+					    : "in whole groups of input channels only");
+		return;
+	}
+	const val *third = n->nargs > 2 ? &c->v[n->args[2]] : NULL;
+	if (third && (third->kind != VK_VIEW || c->p->t[third->t].space != TCP_DM)) {
+		tcpl_err(c, id, "the zero points or global scale of a block must be in DM");
+		return;
+	}
 	val *d = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	if (qi.fmt == QT_AWQ) {
+		awq_passes(c, id, &qi, q, s, third, d);
+		return;
+	}
+	val cv;
+	int32_t cs = -1;
+	if (qi.fmt == QT_NVFP4) {
+		cs = nvfp4_scales(c, id, &qi, s, third, &cv);
+		s = &cv;
+	}
 	/* 4-bit formats: the q view counts nibbles of the tensor's bytes */
 	int64_t qu = qi.fmt == QT_FP8 ? 1 : 2 * esz(qn->dtype);
 	int64_t fn = qi.N / qi.bn, rn = qi.N % qi.bn, fk = qi.K / qi.bk, rk = qi.K % qi.bk;
@@ -197,6 +351,8 @@ void tcpl_lower_dequant(lw *c, moe_id id)
 	dq_pass(c, &qi, q, qu, s, d, 0, fn, qi.bn, fk * qi.bk, 1, rk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, 0, fk, qi.bk);
 	dq_pass(c, &qi, q, qu, s, d, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
+	if (cs >= 0)
+		tcpl_dm_free(c, cs);
 }
 
 /* ---- act=fp8: DeepSeek's fp8_gemm on the block loop (block FP8 only) ----
@@ -213,15 +369,20 @@ void tcpl_lower_dequant(lw *c, moe_id id)
  * straight from its per-block buffer into TRF. */
 
 /* The dequant a block contraction reads as its weight, when it is contracted
- * with fp8 activations (act=fp8, block FP8 128 x 128 dividing N and K, read
- * only by block einsums "gbi,goi->gbo" as the weight); else MOE_NONE. */
+ * with fp8 activations (act=fp8, block FP8 128 x 128 dividing N and K) or
+ * int8 ones (W8A8: per-channel int8, act="int8"), read only by block einsums
+ * "gbi,goi->gbo" as the weight; else MOE_NONE. */
 static moe_id fp8_weight(const lw *c, moe_id d)
 {
 	const ir_node *n = N(c->g, d);
 	qt_info qi;
-	if (n->op != MOE_OP_DEQUANT || !c->inreg[d] || strcmp(ir_attr_str(n, "act", "bf16"), "fp8") ||
-		!ir_dequant_info(c->g, n, &qi) || qi.fmt != QT_FP8 || qi.bn != 128 || qi.bk != 128 || qi.N % 128 ||
-		qi.K % 128)
+	if (n->op != MOE_OP_DEQUANT || !c->inreg[d] || !ir_dequant_info(c->g, n, &qi))
+		return MOE_NONE;
+	const char *act = ir_attr_str(n, "act", "bf16");
+	bool fp8 = !strcmp(act, "fp8") && qi.fmt == QT_FP8 && qi.bn == 128 && qi.bk == 128 && qi.N % 128 == 0 &&
+		   qi.K % 128 == 0;
+	bool i8 = !strcmp(act, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	if (!fp8 && !i8)
 		return MOE_NONE;
 	for (moe_id u = d + 1; u < c->g->nnodes; u++) {
 		const ir_node *un = N(c->g, u);
@@ -238,49 +399,21 @@ bool tcpl_quant_no_buffer(const lw *c, moe_id id)
 	return tcpl_quant_is_view(c, id) || fp8_weight(c, id) != MOE_NONE;
 }
 
-static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
-{
-	tcp_view v = tcp_view_none();
-	v.t = t;
-	v.base = base;
-	v.stride[0] = s0;
-	v.stride[1] = s1;
-	v.stride[2] = s2;
-	v.stride[3] = s3;
-	return v;
-}
 
-static tcp_insn vec3(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int vreg)
-{
-	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
-	in.ndim = d3 ? 4 : 3;
-	in.dim[0] = d0;
-	in.dim[1] = d1;
-	in.dim[2] = d2;
-	in.dim[3] = d3;
-	in.vreg = vreg;
-	return in;
-}
 
-static uint32_t fbits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
 
-/* The two TRF tiles, (re)declared for f8e4m3 [Opass, I] tiles. */
-static void fp8_trf(lw *c, const cplan *pl)
+/* The two TRF tiles, (re)declared for 1-byte (f8e4m3 or i8) [Opass, I] tiles. */
+static void fp8_trf(lw *c, const cplan *pl, moe_dtype dt)
 {
 	int64_t need = pl->Opass * pl->It, fp = rup(pl->Os * pl->It, c->m->flit_bytes),
 		share = rup((need + c->S - 1) / c->S, c->m->flit_bytes);
 	fp = fp > share ? fp : share;
-	if (c->trf[0] >= 0 && need <= c->trf_rows_cap && c->p->t[c->trf[0]].dtype == MOE_F8E4M3 &&
+	if (c->trf[0] >= 0 && need <= c->trf_rows_cap && c->p->t[c->trf[0]].dtype == dt &&
 		c->p->t[c->trf[0]].slice_bytes == fp)
 		return;
 	int64_t sh[2] = {pl->Opass, pl->It};
 	for (int k = 0; k < 2; k++) {
-		c->trf[k] = tcp_add_tensor(c->p, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, MOE_F8E4M3, 2, sh);
+		c->trf[k] = tcp_add_tensor(c->p, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, dt, 2, sh);
 		c->p->t[c->trf[k]].addr = k * (tcp_trf_bytes(c->m) / 2);
 		c->p->t[c->trf[k]].slice_bytes = fp;
 	}
@@ -290,9 +423,9 @@ static void fp8_trf(lw *c, const cplan *pl)
 /* The tiling of a scaled contraction: the whole reduction in one TRF tile
  * (the scale chunks must not straddle an accumulation), as many rows per
  * slice as the planner would take within that. */
-static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I)
+static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 {
-	cplan pl = tcp_plan_contract(c->m, M, O, I, MOE_F8E4M3, NULL);
+	cplan pl = tcp_plan_contract(c->m, M, O, I, dt, NULL);
 	if (pl.It < I) {
 		int64_t os = tcp_trf_bytes(c->m) / 2 / I;
 		pl.Os = os < 1 ? 1 : os < O ? os : O;
@@ -302,17 +435,20 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I)
 	return pl;
 }
 
-/* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions. */
+/* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions
+ * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]). */
 static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, const val *ov, int64_t M, int64_t O,
 	int64_t I, int vreg)
 {
-	cplan pl = fp8_plan(c, M, O, I);
+	moe_dtype dt = (moe_dtype)c->p->t[xq].dtype;
+	cplan pl = fp8_plan(c, M, O, I, dt);
 	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
-		tcpl_err(c, at, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
+		tcpl_err(c, at, "act=%s: a reduction of %lld does not fit half of TRF", dt == MOE_I8 ? "int8" : "fp8",
+			(long long)I);
 		return;
 	}
-	fp8_trf(c, &pl);
-	int64_t nk = I / 128;
+	fp8_trf(c, &pl, dt);
+	int64_t nk = dt == MOE_I8 ? 1 : I / 128;
 	for (int64_t o0 = 0; o0 < O; o0 += pl.Opass) {
 		int64_t on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
 		int32_t tt = c->trf[c->trf_k];
@@ -410,6 +546,205 @@ static int32_t fp8_chunk_scales(lw *c, moe_id id, int32_t sa, int64_t M, int vre
 	return C;
 }
 
+/* ---- W8A8 int8: per-token int8 activations, i8 x i8 contractions ----
+ * blockwise-dispatch writes the reference's activation quantization into the
+ * graph (passes/blockwise_dispatch.c act_int8): from the block rows xf,
+ *   m = max(max_i |xf[r, i]|, 1e-10), R = f32(127 / m), v = xf R,
+ *   q = v rounded half away from zero, x' = q x f32(m / 127)
+ * and contracts x' with the dequantized weight. On TCP that chain is not
+ * computed node by node: the contraction that reads x' (and its int8 weight)
+ * runs, per block,
+ *   m[r]    = c.fmax(r.fmax(f.abs(xf)), 1e-10)            (one pass)
+ *   R[r]    = 127 / m,  as[r] = m / 127                     (two passes of M)
+ *   v[r, i] = xf R                                          (one pass, f32)
+ *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))        (one pass)
+ *   C[r, o] = as[r] x ws[o]                                 (one pass per weight)
+ *   y[r, o] = f32(sum_i xq[r, i] q[o, i]) x C[r, o]         (scaled i8 contraction)
+ * The i8 x i8 contraction sums exactly in i32 at the i8 MAC rate; the weight's
+ * int8 bytes go to TRF as they were fetched. ftoi truncates, so adding
+ * 0.5 - 2^-25 with v's sign before it rounds half away from zero exactly for
+ * |v| <= 127 (0.5 itself would carry v = 0.5 - 2^-25 up to 1). The rows and
+ * scales are shared by the contractions that read the same x' (gate and up). */
+
+/* The nodes of x' = act_int8(xf): *xf from the chain ending at a (the
+ * einsum's activation); false when a is not that chain. */
+static bool w8a8_chain(const lw *c, moe_id a, moe_id *xf)
+{
+	const ir_node *n = N(c->g, a);
+	if (n->op == MOE_OP_CAST)
+		n = N(c->g, n->args[0]);
+	if (n->op != MOE_OP_MUL || n->nargs != 2)
+		return false;
+	const ir_node *s = N(c->g, n->args[N(c->g, n->args[1])->op != MOE_OP_DIV ? 0 : 1]);
+	if (s->op != MOE_OP_DIV || s->nargs != 2)
+		return false;
+	const ir_node *m = N(c->g, s->args[0]);
+	if (m->op != MOE_OP_MAX || m->nargs != 2)
+		return false;
+	const ir_node *r = N(c->g, m->args[N(c->g, m->args[0])->op != MOE_OP_REDUCE_MAX ? 1 : 0]);
+	if (r->op != MOE_OP_REDUCE_MAX || N(c->g, r->args[0])->op != MOE_OP_ABS)
+		return false;
+	*xf = N(c->g, r->args[0])->args[0];
+	return N(c->g, *xf)->dtype == MOE_F32;
+}
+
+/* The first einsum that reads a as a W8A8 contraction's activation, after id. */
+static moe_id w8a8_next(const lw *c, moe_id a, moe_id id)
+{
+	for (moe_id u = id + 1; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		if (c->inreg[u] && un->op == MOE_OP_EINSUM && un->nargs == 2 && un->args[0] == a &&
+			fp8_weight(c, un->args[1]) != MOE_NONE &&
+			!strcmp(ir_attr_str(N(c->g, un->args[1]), "act", "bf16"), "int8"))
+			return u;
+	}
+	return MOE_NONE;
+}
+
+/* The activation quantization chains of W8A8 contractions are computed by
+ * the first contraction that reads them (marked fused into it: no buffer,
+ * not lowered, its operands kept alive until then). */
+void tcpl_w8a8_plan(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id u = 0; u < g->nnodes && !c->failed; u++) {
+		const ir_node *un = N(g, u);
+		moe_id xf, a = un->nargs == 2 ? un->args[0] : MOE_NONE;
+		if (un->op != MOE_OP_EINSUM || a == MOE_NONE || w8a8_next(c, a, u - 1) != u || c->fused_into[a] != MOE_NONE)
+			continue;
+		if (!w8a8_chain(c, a, &xf)) {
+			tcpl_err(c, u, "W8A8: the contraction's activation is not the per-token int8 quantization "
+				       "blockwise-dispatch writes");
+			return;
+		}
+		/* every node from xf (exclusive) to a that a depends on */
+		for (moe_id i = a + 1; i-- > xf + 1;) {
+			const ir_node *n = N(g, i);
+			if (i != a && c->fused_into[i] != u)
+				continue;
+			c->fused_into[i] = u;
+			for (uint32_t k = 0; k < n->nargs; k++)
+				if (n->args[k] > xf && !(ir_ops[N(g, n->args[k])->op].flags & OPF_LEAF))
+					c->fused_into[n->args[k]] = u;
+		}
+		for (moe_id i = xf + 1; i < g->nnodes; i++) /* none of it read elsewhere */
+			for (uint32_t k = 0; k < N(g, i)->nargs && c->fused_into[i] != u; k++) {
+				moe_id v = N(g, i)->args[k];
+				if (v != MOE_NONE && v != a && c->fused_into[v] == u && !c->failed)
+					tcpl_err(c, i, "W8A8: a value of the activation quantization is read outside it");
+				else if (v == a && (N(g, i)->op != MOE_OP_EINSUM || w8a8_next(c, a, i - 1) != i) && !c->failed)
+					tcpl_err(c, i, "W8A8: the quantized activation is read by something other than an "
+						       "int8 contraction");
+			}
+	}
+}
+
+static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
+{
+	tcp_insn in = vec3(d0, d1, 1, 0, vreg);
+	in.ndim = 2;
+	return in;
+}
+
+/* The per-token int8 rows xq [M, I] of xf [M, I] and their scales as [M]. */
+static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *as_, int32_t *xq_)
+{
+	int64_t sh1[1] = {M}, shx[2] = {M, I};
+	int32_t m = tcpl_dm_tensor(c, id, "act.max", MOE_F32, 1, sh1);
+	int32_t R = tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	int32_t as = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 1, sh1);
+	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
+	tcp_view xv = qview(x, 1, 0, x->stride[0], x->stride[1], 1, 1, true);
+	xv.stride[1] = x->stride[1];
+	tcp_insn p = vec2(M, I, vreg);
+	p.v[TCP_V_S0] = xv;
+	p.v[TCP_V_DST] = v4(m, 0, 1, 0, 0, 0);
+	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FMAX, TCP_SRC_V, TCP_SRC_IMM, fbits(1e-10f));
+	emit(c, &p);
+	for (int k = 0; k < 2; k++) { /* R = 127 / m, as = m / 127 */
+		p = vec2(M, 1, vreg);
+		p.v[TCP_V_S0] = v4(m, 0, 1, 0, 0, 0);
+		p.v[TCP_V_DST] = v4(k ? as : R, 0, 1, 0, 0, 0);
+		step(&p, TCP_V_FDIV, k ? TCP_SRC_V : TCP_SRC_IMM, k ? TCP_SRC_IMM : TCP_SRC_V, fbits(127.0f));
+		emit(c, &p);
+	}
+	p = vec2(M, I, vreg);
+	p.v[TCP_V_S0] = xv;
+	p.v[TCP_V_S1] = v4(R, 0, 1, 0, 0, 0);
+	p.v[TCP_V_DST] = v4(v, 0, I, 1, 0, 0);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
+	p = vec2(M, I, vreg);
+	p.v[TCP_V_S0] = v4(v, 0, I, 1, 0, 0);
+	p.v[TCP_V_DST] = v4(xq, 0, I, 1, 0, 0);
+	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	tcpl_dm_free(c, v);
+	tcpl_dm_free(c, R);
+	tcpl_dm_free(c, m);
+	*as_ = as;
+	*xq_ = xq;
+}
+
+/* The block einsum id: y = x' W^T with W8A8's int8 activations and weight. */
+static void w8a8_einsum(lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id), *dn = N(c->g, n->args[1]);
+	moe_id a = n->args[0], xf;
+	if (!w8a8_chain(c, a, &xf)) {
+		tcpl_err(c, id, "W8A8: the contraction's activation is not the per-token int8 quantization");
+		return;
+	}
+	const val *q = &c->v[dn->args[0]], *s = &c->v[dn->args[1]];
+	int64_t M = n->shape[n->rank - 2], O = n->shape[n->rank - 1], I = N(c->g, xf)->shape[N(c->g, xf)->rank - 1];
+	int vreg = tcpl_valid_reg(c, id);
+	int32_t as, xq;
+	if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
+		as = c->qx_sa;
+		xq = c->qx_xq;
+	} else {
+		val *xv = tcpl_dm_view(c, xf);
+		if (c->failed)
+			return;
+		val x = *xv;
+		w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq);
+	}
+	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	int64_t shc[2] = {M, O};
+	int32_t C = tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
+	tcp_insn p = vec2(M, O, vreg);
+	p.v[TCP_V_S0] = v4(as, 0, 1, 0, 0, 0);
+	p.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
+	p.v[TCP_V_S1].stride[0] = 0;
+	p.v[TCP_V_S1].stride[1] = s->stride[0];
+	p.v[TCP_V_DST] = v4(C, 0, O, 1, 0, 0);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	moe_id next = w8a8_next(c, a, id);
+	c->qx_act = c->qx_cfor = 0;
+	if (next != MOE_NONE) {
+		c->qx_act = a + 1;
+		c->qx_sa = as;
+		c->qx_xq = xq;
+		c->qx_cfor = next + 1;
+	}
+	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	tcpl_dm_free(c, C);
+	if (next == MOE_NONE) {
+		tcpl_dm_free(c, xq);
+		tcpl_dm_free(c, as);
+	}
+	c->p->nproj++;
+}
+
 /* The block einsum id (a [M, I] x dequant [O, I]) with fp8 activations;
  * false when its weight is not contracted that way. When a later one reads
  * the same activation (gate, then up), the activation is quantized once and
@@ -421,6 +756,10 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 	const ir_node *n = N(c->g, id);
 	if (!c->inreg[id] || n->nargs != 2 || fp8_weight(c, n->args[1]) == MOE_NONE)
 		return false;
+	if (!strcmp(ir_attr_str(N(c->g, n->args[1]), "act", "bf16"), "int8")) {
+		w8a8_einsum(c, id);
+		return true;
+	}
 	const ir_node *an = N(c->g, n->args[0]), *dn = N(c->g, n->args[1]);
 	const val *q = &c->v[dn->args[0]];
 	val *av = tcpl_dm_view(c, n->args[0]);
@@ -462,12 +801,16 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
  * A block's fetch list pays one command issue per descriptor, and the three
  * scale tensors of a block-FP8 expert are three descriptors of a few hundred
  * bytes each. When all the experts' scales of the layer are small (at most
- * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB), they
+ * QSCALE_STAGE_BYTES together: Qwen3-30B-A3B's 128 experts take 147 KB; W8A8's
+ * QSCALE_STAGE_W8A8_BYTES), they
  * are copied whole into DM once, right after routing's first contraction
  * (its inputs are fetched by then), while the DMA engines would otherwise idle; the block loop then reads them
  * in place through the expert register, like a streamed weight
  * (docs/tcp-isa.md 7.10). */
 enum { QSCALE_STAGE_BYTES = 1 << 20 };
+/* W8A8's per-channel scales (Qwen3-30B-A3B: 1.8 MB), which no dequantized
+ * weight copy shares DM with */
+enum { QSCALE_STAGE_W8A8_BYTES = 2 << 20 };
 
 /* The weight leaf whose per-block gather id is the scales of an in-region
  * dequant; else MOE_NONE. */
@@ -500,7 +843,11 @@ void tcpl_quant_stage_after(lw *c, uint32_t from)
 		if (w != MOE_NONE)
 			bytes += ir_bytes(N(c->g, w));
 	}
-	if (bytes == 0 || bytes > QSCALE_STAGE_BYTES)
+	bool w8a8 = true; /* every staged scale an int8 dequant's (act="int8") */
+	for (moe_id i = 0; i < c->g->nnodes; i++)
+		if (c->inreg[i] && N(c->g, i)->op == MOE_OP_DEQUANT)
+			w8a8 &= !strcmp(ir_attr_str(N(c->g, i), "act", "bf16"), "int8");
+	if (bytes == 0 || bytes > (w8a8 ? QSCALE_STAGE_W8A8_BYTES : QSCALE_STAGE_BYTES))
 		return;
 	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
 		moe_id w = scale_leaf(c, i);

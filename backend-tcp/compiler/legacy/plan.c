@@ -28,8 +28,9 @@ static int64_t rup(int64_t a, int64_t b)
 static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
 	const int64_t *tiles, int ntiles)
 {
-	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : TCP_MT_BF16; /* f8 x f8 at the fp8 rate (act=fp8) */
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2;
+	/* f8 x f8 at the fp8 rate (act=fp8), i8 x i8 at the i8 rate (W8A8) */
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : wdt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
 	tcp_cm cm;
 	tcp_cm_init(&cm, m);
 	int64_t issue = tcp_cost_issue(&cm, TCP_CTX_MAIN);
@@ -54,7 +55,7 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
  * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
 static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
 {
-	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2;
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
 	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
 	if (it < 1)
 		return 0;
@@ -78,7 +79,7 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 			break;
 		/* the largest chunk, or as many chunks of an even size (a multiple
 		 * of the same unit): the last chunk then does its share */
-		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 ? 1 : 2, ge = m->hbm_granule / e;
+		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
 		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
 		for (int v = 0; v < 2; v++) {
 			int64_t iv = v ? even : it;
