@@ -10,7 +10,8 @@
  * loads: the caller's, or the expected loads generated here. Every other
  * value a command would read is approximated, and counted:
  *   - an ld of another tensor reads 0, except a serving program's n_tokens
- *     input, which reads the loads' n_tokens (T when none is given);
+ *     input and its one-element copies (dma.copy), which read the loads'
+ *     n_tokens (T when none is given);
  *   - a gather's or scatter's index list reads the staged loads where it is
  *     one of them (a decode's expert list), else n valid positions of a
  *     group name n distinct rows spread evenly over the group's rows
@@ -41,6 +42,13 @@ struct tcps_pred {
 	int32_t *gen_e, *gen_r; /* the expected loads' arrays (malloc'd) */
 	int64_t gen_nblocks;
 	int64_t approx_ld, approx_idx;
+	/* the DM copies of the n_tokens input (a dma.copy of it before its
+	 * staging): element el of tensor t holds it */
+	struct {
+		int32_t t;
+		int64_t el;
+	} tok[8];
+	int ntok;
 };
 
 /* ---- the staging command ---- */
@@ -217,12 +225,39 @@ void tcps_staged(sim *s, uint32_t pc, const tcp_insn *in)
 		capture(s, pc, in, be);
 }
 
+/* Whether element el of tensor t holds the n_tokens input (or a copy). */
+static bool holds_tokens(const sim *s, int32_t t, int64_t el)
+{
+	if (is_tokens_input(s, t))
+		return el == 0;
+	for (int i = 0; i < s->pr->ntok; i++)
+		if (s->pr->tok[i].t == t && s->pr->tok[i].el == el)
+			return true;
+	return false;
+}
+
+void tcps_pred_copy(sim *s, const tcp_insn *in, int64_t db, int64_t sb)
+{
+	tcps_pred *pr = s->pr;
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	if (n != 1 || !holds_tokens(s, sv->t, sb))
+		return;
+	for (int i = 0; i < pr->ntok; i++)
+		if (pr->tok[i].t == d->t && pr->tok[i].el == db)
+			return;
+	if (pr->ntok < (int)(sizeof pr->tok / sizeof *pr->tok))
+		pr->tok[pr->ntok].t = d->t, pr->tok[pr->ntok++].el = db;
+}
+
 uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el)
 {
 	int32_t w;
 	if (overlay(s->pr, t, el, &w))
 		return wi(w);
-	if (is_tokens_input(s, t))
+	if (holds_tokens(s, t, el))
 		return wi((int32_t)s->pr->n_tokens);
 	s->pr->approx_ld++;
 	return 0;

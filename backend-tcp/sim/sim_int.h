@@ -327,6 +327,9 @@ typedef struct tcps_pred tcps_pred;
  * writes the loads (a fault when they do not fit the staged grid); in a run
  * with opts.observed it records what the staging wrote. */
 void tcps_staged(sim *s, uint32_t pc, const tcp_insn *in);
+/* Predict mode: a dma.copy from view base sb to db (no data moves; a copy of
+ * n_tokens is followed). */
+void tcps_pred_copy(sim *s, const tcp_insn *in, int64_t db, int64_t sb);
 /* Predict mode: the word an ld reads at element el of tensor t. */
 uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el);
 /* Predict mode: the row index at position (g, j) of gather/scatter in's

@@ -199,6 +199,8 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	copy_elems(s, in, d, sv, e, db, sb);
+	if (s->pr)
+		tcps_pred_copy(s, in, db, sb);
 	tcp_dma_load dc;
 	tcp_dma_load_init(&dc);
 	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
