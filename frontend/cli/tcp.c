@@ -225,10 +225,14 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 		moe_tcp_program_hbm(p, &fit->total, &fit->weights);
 		fit->capacity = moe_tcp_machine_hbm_capacity(ctx, mach);
 		st = 0;
-		/* the prediction's own errors (none expected: a compiled program
-		 * stages its loop once on expected loads) are the command's */
+		/* a fault on expected loads is a fault any run with such loads
+		 * meets: the command fails with it */
 		st = moe_tcp_predict(ctx, p, mach, NULL, &fit->pred) != MOE_OK;
 		fit->predicted = !st;
+		if (st)
+			moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, o->file),
+				"the TCP program compile writes for this layer faults on expected loads (uniform routing: "
+				"moe_tcp_predict); a run with such loads faults alike");
 	}
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, mach);
