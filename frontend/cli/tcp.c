@@ -326,13 +326,16 @@ static bool want_progress(moe_ctx *ctx, const opts *o)
  * predicted_approximated_reads; without the field when the run staged no
  * loads or more than one loop's, or the prediction failed (a warning). */
 static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *seen,
-	char *js)
+	bool no_skip, char *js)
 {
 	if (seen->stagings > 1 || (seen->stagings == 1 && !seen->block_expert))
 		return js;
 	moe_tcp_prediction pd;
+	moe_tcp_loads l = *seen;
+	if (no_skip) /* the run's loop ran the whole grid: so does the prediction */
+		l.nblocks = l.grid;
 	int errs = moe_error_count(ctx);
-	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings ? seen : NULL, &pd);
+	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings ? &l : NULL, &pd);
 	cJSON *j = rc == MOE_OK ? cJSON_Parse(js) : NULL;
 	if (rc != MOE_OK) {
 		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_none(), "no predicted_seconds in the stats: the prediction failed%s",
@@ -372,7 +375,7 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	if (rc == MOE_OK)
 		*stats_json = moe_tcp_stats_json(ctx, &st);
 	if (rc == MOE_OK && o->stats && *stats_json)
-		*stats_json = add_prediction(ctx, p, m, &seen, *stats_json);
+		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, *stats_json);
 	moe_tcp_loads_free(ctx, &seen);
 	return rc != MOE_OK;
 }
