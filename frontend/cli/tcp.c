@@ -335,7 +335,9 @@ static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tc
 	if (no_skip) /* the run's loop ran the whole grid: so does the prediction */
 		l.nblocks = l.grid;
 	int errs = moe_error_count(ctx);
-	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings ? &l : NULL, &pd);
+	/* no staging: a run without a block loop, or a serving run stopped by
+	 * its guards before one (n_tokens 0), which the prediction repeats */
+	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings || seen->n_tokens >= 0 ? &l : NULL, &pd);
 	cJSON *j = rc == MOE_OK ? cJSON_Parse(js) : NULL;
 	if (rc != MOE_OK) {
 		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_none(), "no predicted_seconds in the stats: the prediction failed%s",
