@@ -267,7 +267,7 @@ static moe_status simulate(sim *s)
 			if (sp[2] > s->tc)
 				s->tc = sp[2], s->tcev = (evref)sp[3];
 			s->tc += tcp_cost_scalar(&s->cm, in->op);
-			s->reg[in->rd] = iw(load_word(s, v->t, lo));
+			s->reg[in->rd] = iw(s->pr ? tcps_pred_word(s, v->t, lo) : load_word(s, v->t, lo));
 			if ((v->t == p->bexp_t || v->t == p->tier_bexp_t) && v->t >= 0 && s->seen && s->reg[in->rd] >= 0 && s->reg[in->rd] < p->moe_E)
 				s->seen[s->reg[in->rd]] = 1;
 			if (s->o->no_skip && v->t == p->nblocks_t && p->moe_G > 0)
@@ -342,10 +342,12 @@ static uint32_t output_tensor(const moe_tcp_program *p, uint32_t k)
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
-	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev);
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev, tcps_pred *pr);
 
+/* A run, or with pr a prediction: nothing bound or packed, every tensor
+ * without storage (predict.c). */
 static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
-	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
+	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev, tcps_pred *pr)
 {
 	moe_tcp_run_opts defo = {0};
 	const moe_tcp_run_opts *o = opts ? opts : &defo;
@@ -362,7 +364,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	memset(st, 0, sizeof *st);
 	/* a program may have been built for another machine: check its capacities again */
 	moe_status rc = tcp_validate(ctx, p, m, "<program>");
-	if (rc == MOE_OK)
+	if (rc == MOE_OK && !pr)
 		rc = tcp_tokens_check(ctx, p, b);
 	if (rc != MOE_OK) {
 		moe_tcp_machine_free(ctx, def);
@@ -376,6 +378,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.o = o;
 	s.st = st;
 	s.keep_ev = ev != NULL;
+	s.pr = pr;
 	s.S = tcp_slices(m);
 	tcp_cm_init(&s.cm, m);
 	/* the simulator's memory is the context's (a throw frees it) */
@@ -406,7 +409,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 			s.xhi = (int64_t)i - 1;
 	}
 	/* a full run refuses weights without values before anything is packed */
-	for (uint32_t i = 0; !o->timing_only && !o->lazy_weights && b && i < p->nt; i++) {
+	for (uint32_t i = 0; !pr && !o->timing_only && !o->lazy_weights && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		const moe_tensor *h = t->kind == TCP_T_INPUT || t->kind == TCP_T_WEIGHT ? moe_tensor_map_get(b, t->name) : NULL;
 		if (h && !h->data) {
@@ -419,11 +422,15 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	}
 	packed = moe_tensor_map_new(ctx); /* guarded: never NULL */
 	/* at load time: off the simulated clock */
-	rc = o->lazy_weights && !o->timing_only ? tcps_lazy_setup(&s, b, packed)
-						: tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed);
+	rc = pr ? MOE_OK
+		: o->lazy_weights && !o->timing_only ? tcps_lazy_setup(&s, b, packed)
+						     : tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed);
 	if (rc != MOE_OK)
 		goto out;
-	if (!bind(&s, b, packed)) {
+	if (pr) {
+		for (uint32_t i = 0; i < p->nt; i++) /* no storage: data[i] stays NULL */
+			s.borrowed[i] = true, s.absent[i] = 0;
+	} else if (!bind(&s, b, packed)) {
 		rc = MOE_ERR_INVALID;
 		goto out;
 	}
@@ -431,7 +438,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	finish_stats(&s);
 	if (rc == MOE_OK && o->trace_path)
 		rc = write_trace(&s, o->trace_path);
-	if (rc == MOE_OK && out) {
+	if (rc == MOE_OK && out && !pr) {
 		for (uint32_t k = 0, n = moe_tcp_num_outputs(p); k < n; k++) {
 			uint32_t i = output_tensor(p, k);
 			const tcp_tensor *t = &p->t[i];
@@ -479,7 +486,7 @@ moe_status moe_tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_
 moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b, const moe_tcp_run_opts *opts,
 	moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
 {
-	moe_status s = tcp_run_guarded(ctx, p, b, opts, out, stats, ev, nev);
+	moe_status s = tcp_run_guarded(ctx, p, b, opts, out, stats, ev, nev, NULL);
 	if (s == MOE_ERR_NOMEM && out) /* the outputs were freed with the rest */
 		for (uint32_t i = 0; i < moe_tcp_num_outputs(p); i++)
 			out[i] = NULL;
@@ -487,7 +494,14 @@ moe_status tcp_run_events(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 }
 
 static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const moe_tensor_map *b,
-	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev)
+	const moe_tcp_run_opts *opts, moe_tensor **out, moe_tcp_stats *stats, tev **ev, size_t *nev, tcps_pred *pr)
 {
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, tcp_run(ctx, p, b, opts, out, stats, ev, nev));
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, tcp_run(ctx, p, b, opts, out, stats, ev, nev, pr));
+}
+
+moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, tcps_pred *pr,
+	moe_tcp_stats *stats)
+{
+	moe_tcp_run_opts o = {.machine = m, .timing_only = 1};
+	return tcp_run_guarded(ctx, p, NULL, &o, NULL, stats, NULL, NULL, pr);
 }

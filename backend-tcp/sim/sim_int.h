@@ -95,6 +95,9 @@ typedef struct sim {
 	 * checked reads rows the command fills itself (a gather's source) */
 	struct tcps_lazy *lz;
 	bool no_fill;
+	/* predict mode (predict.c): no tensor storage (data[] all NULL), no
+	 * arithmetic; ld and index lists read the loads the staging wrote */
+	struct tcps_pred *pr;
 } sim;
 
 /* moe_tcp_run that also hands back every command's run (cycles; at most
@@ -319,6 +322,24 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in);
 /* sim_exec.c */
 void tcps_run_vec(sim *s, uint32_t pc, const tcp_insn *in);
 void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in);
+
+/* predict.c */
+typedef struct tcps_pred tcps_pred;
+/* After a dma.spm was scheduled: in predict mode the block loop's staging
+ * writes the loads (a fault when they do not fit the staged grid); in a run
+ * with opts.observed it records what the staging wrote. */
+void tcps_staged(sim *s, uint32_t pc, const tcp_insn *in);
+/* Predict mode: a dma.copy from view base sb to db (no data moves; a copy of
+ * n_tokens is followed). */
+void tcps_pred_copy(sim *s, const tcp_insn *in, int64_t db, int64_t sb);
+/* Predict mode: the word an ld reads at element el of tensor t. */
+uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el);
+/* Predict mode: the row index at position (g, j) of gather/scatter in's
+ * list, cnt of the group's n positions valid; in [0, in->rows). */
+int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt);
+/* sim.c: runs p in predict mode (no binding, no packing) with pr. */
+moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, tcps_pred *pr,
+	moe_tcp_stats *stats);
 
 /* pack.c: evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */

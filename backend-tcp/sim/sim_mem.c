@@ -139,7 +139,7 @@ bool tcps_needs_values(sim *s, uint32_t pc, int32_t t)
 /* Timing-only runs skip the arithmetic from the block body on (A12). */
 bool tcps_computes(const sim *s, uint32_t pc)
 {
-	return !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
+	return !s->pr && !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
 }
 
 /* Before a pass computes: its sources must have values; its destination gets
@@ -199,6 +199,8 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	copy_elems(s, in, d, sv, e, db, sb);
+	if (s->pr)
+		tcps_pred_copy(s, in, db, sb);
 	tcp_dma_load dc;
 	tcp_dma_load_init(&dc);
 	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
@@ -237,13 +239,14 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
 			if (j >= cnt || g >= gcnt) {
-				if (gather)
+				if (gather && s->data[d->t])
 					for (int64_t x = 0; x < row; x++)
 						memset(s->data[d->t] + (db + g * d->stride[0] + j * d->stride[1] + x) * e, 0, (size_t)e);
 				continue;
 			}
-			int32_t ix = (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
-			if (in->flags & TCP_F_HBMIDX) { /* a byte offset of whole rows of the HBM side */
+			int32_t ix = s->pr ? (int32_t)tcps_pred_index(s, in, g, j, vrows ? n : cnt)
+					   : (int32_t)load_word(s, iv->t, ib + g * iv->stride[0] + j * iv->stride[1]);
+			if ((in->flags & TCP_F_HBMIDX) && !s->pr) { /* a byte offset of whole rows of the HBM side */
 				int64_t rb = (gather ? sv : d)->stride[1] * e;
 				if (rb < 1 || ix % rb) {
 					FAULT(s, pc, "%s byte offset %d at position %lld is not a multiple of the row stride (%lld bytes)",
@@ -320,6 +323,7 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 		sp[2] = s->cfree[TCP_CTX_DMA];
 		sp[3] = s->cev[TCP_CTX_DMA];
 	}
+	tcps_staged(s, pc, in);
 }
 
 /* The bytes of a sub load's source view (elements [lo, hi] of a DM tensor,

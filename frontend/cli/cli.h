@@ -235,9 +235,14 @@ int cli_compile(moe_ctx *ctx, const opts *o);
 typedef struct cli_fit {
 	int64_t total, weights;
 	double capacity;
+	/* the whole program's time predicted on expected loads (moe_tcp_predict;
+	 * predicted 0: not predicted) */
+	int predicted;
+	moe_tcp_prediction pred;
 } cli_fit;
-/* stats --target=tcp: the layer compiled as `compile` compiles it, so a
- * layer compile refuses fails here with the same error (1). */
+/* stats --target=tcp: the layer compiled as `compile` compiles it (its
+ * decode tier linked), so a layer compile refuses fails here with the same
+ * error (1); then its time predicted. */
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit);
 /* autob > 0: the block size block=auto chose, pred its predicted block-loop
  * seconds; fit: the TCP program's HBM, or NULL. */

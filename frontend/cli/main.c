@@ -217,7 +217,7 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	int64_t autob = 0;
 	double pred = 0;
 	int tcp = o->target && !strcmp(o->target, "tcp");
-	cli_fit fit = {-1, 0, 0};
+	cli_fit fit = {.total = -1};
 	if (tcp && cli_tcp_fit(ctx, o, &fit))
 		return 1; /* the error compile gives */
 	moe_module *m = tcp ? cli_load_tcp(ctx, o, &autob, &pred) : cli_load(ctx, o);

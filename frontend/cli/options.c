@@ -20,17 +20,27 @@ static const cli_command commands[] = {
 		"--print-ir-after/--print-ir-before must be one of the pipeline's (`moec passes` lists them).",
 		"moec ir examples/mixtral_8x7b.moe --pipeline=host --print-ir-after=blockwise-dispatch"},
 	{"stats", C_STATS, "FILE [--json] [--pipeline=P]",
-		"dims, FLOPs, weight bytes, worst-case grid, host memory or TCP HBM fit",
+		"dims, FLOPs, weight bytes, worst-case grid, host memory or TCP HBM fit and predicted time",
 		"Print the layer's dims, FLOPs, weight bytes, the worst-case block grid (tight, seed and vLLM\n"
 		"bounds with their block-buffer bytes) and the host's predicted peak memory: weights + packed\n"
 		"copy (bf16 weights the AVX512-BF16 kernels read, on such a CPU) + workspace (the liveness plan\n"
 		"of the layer function) + inputs and outputs; `moec run --stats` measures `peak_rss_bytes`.\n"
-		"With --target=tcp: the block size block=auto picks, HBM needed against capacity (GiB), or\n"
-		"compile's error when the layer does not fit. With --json, one JSON object: `host_memory`\n"
-		"{`peak_bytes`, `weight_bytes`, `packed_bytes`, `packable_bytes`, `workspace_bytes`,\n"
-		"`io_bytes`} (null when the host pipeline does not lower the layer; absent with --target=tcp),\n"
-		"`tcp_block` and `tcp_hbm` with --target=tcp. The sum of every IR value that the keys `buffers`\n"
-		"and `buffer_bytes_total` gave is gone (no run holds them all at once).",
+		"With --target=tcp the layer is compiled as `moec compile --target=tcp` compiles it (--set,\n"
+		"--quant-act, --machine, block=auto, a serving layer's decode tier); where compile refuses,\n"
+		"stats fails with compile's error. Then: the block size block=auto picks (its block-loop\n"
+		"estimate), HBM needed against capacity (GiB), and the whole program's time predicted on\n"
+		"expected loads (moe_tcp_predict, docs/api.md: the simulator's timeline and cost rules\n"
+		"without data; each token routed to K distinct experts by a fixed seeded generator) with the\n"
+		"roofline and their ratio. With --json, one JSON object: `host_memory` {`peak_bytes`,\n"
+		"`weight_bytes`, `packed_bytes`, `packable_bytes`, `workspace_bytes`, `io_bytes`} (null when\n"
+		"the host pipeline does not lower the layer; absent with --target=tcp), and with --target=tcp\n"
+		"`tcp_block` {`B`, `auto`, `predicted_block_loop_seconds`}, `tcp_hbm` {`needed_bytes`,\n"
+		"`weight_bytes`, `capacity_bytes`, `fits`} and `tcp_predict` {`loads` (\"expected\"),\n"
+		"`seconds`, `roofline_seconds`, `roofline_ratio` (seconds / roofline), `nblocks`,\n"
+		"`experts_hit`, `cycles`, `approximated_lds`, `approximated_index_lists`: reads the\n"
+		"prediction approximated}. A run's own prediction is `moec run --target=tcp --stats`'s\n"
+		"`predicted_seconds`. The sum of every IR value that the keys `buffers` and\n"
+		"`buffer_bytes_total` gave is gone (no run holds them all at once).",
 		"moec stats examples/mixtral_8x7b.moe --set T=512"},
 	{"compile", C_COMPILE, "FILE -o OUT [--target=tcp|c|obj|llvm-ir]",
 		"emit TCP code, C, a native object or LLVM IR",

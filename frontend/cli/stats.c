@@ -134,6 +134,42 @@ static void host_memory(moe_ctx *ctx, const opts *o, cJSON *j)
 	moe_module_free(m);
 }
 
+/* "1.23 ms" */
+static const char *secs(char *buf, size_t n, double s)
+{
+	if (s >= 1)
+		snprintf(buf, n, "%.3g s", s);
+	else if (s >= 1e-3)
+		snprintf(buf, n, "%.3g ms", s * 1e3);
+	else
+		snprintf(buf, n, "%.3g us", s * 1e6);
+	return buf;
+}
+
+/* The whole program's predicted time on expected loads (moe_tcp_predict). */
+static void print_predict(const moe_tcp_prediction *p)
+{
+	char a[32], b[32];
+	printf("TCP layer predicted %s on expected loads (uniform routing: %lld blocks, %lld experts hit), roofline %s, "
+	       "%.2fx\n",
+		secs(a, sizeof a, p->seconds), (long long)p->nblocks, (long long)p->stats.experts_hit,
+		secs(b, sizeof b, p->stats.roofline_seconds), p->stats.roofline_ratio);
+	if (p->approximated_lds + p->approximated_index_lists)
+		printf("  (%lld scalar reads and %lld index lists approximated: docs/api.md, moe_tcp_predict)\n",
+			(long long)p->approximated_lds, (long long)p->approximated_index_lists);
+	printf("\n");
+}
+
+static void print_predict_json(const moe_tcp_prediction *p)
+{
+	printf("\n\t\"tcp_predict\":\t{\"loads\": \"expected\", \"seconds\": %.9g, \"roofline_seconds\": %.9g, "
+	       "\"roofline_ratio\": %.6g, \"nblocks\": %lld, \"experts_hit\": %lld, \"cycles\": %lld, "
+	       "\"approximated_lds\": %lld, \"approximated_index_lists\": %lld},",
+		p->seconds, p->stats.roofline_seconds, p->stats.roofline_ratio, (long long)p->nblocks,
+		(long long)p->stats.experts_hit, (long long)p->stats.cycles, (long long)p->approximated_lds,
+		(long long)p->approximated_index_lists);
+}
+
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit)
 {
 	const char *named = o->pipeline ? moe_pipeline_named(o->pipeline) : NULL;
@@ -162,6 +198,8 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 			printf("%s\t\"tcp_hbm\":\t{\"needed_bytes\": %lld, \"weight_bytes\": %lld, \"capacity_bytes\": %.0f, "
 				"\"fits\": true},", autob > 0 ? "\n" : "{\n", (long long)fit->total, (long long)fit->weights,
 				fit->capacity);
+		if (fit && fit->predicted)
+			print_predict_json(&fit->pred);
 		status = puts(js2 + (autob > 0 || fit)) < 0; /* js2 starts with its '{' */
 		free(js2);
 	} else {
@@ -169,8 +207,10 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 			printf("TCP block size B = %lld, chosen by the cost model (block loop predicted %.3g s)\n%s",
 				(long long)autob, pred, fit ? "" : "\n");
 		if (fit)
-			printf("TCP HBM %.2f GiB needed (weights %.2f GiB) of %.1f GiB: fits\n\n", GIB(fit->total),
-				GIB(fit->weights), GIB(fit->capacity));
+			printf("TCP HBM %.2f GiB needed (weights %.2f GiB) of %.1f GiB: fits\n%s", GIB(fit->total),
+				GIB(fit->weights), GIB(fit->capacity), fit->predicted ? "" : "\n");
+		if (fit && fit->predicted)
+			print_predict(&fit->pred);
 		const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
 		if (cJSON_IsArray(layers)) {
 			for (const cJSON *l = layers->child; l; l = l->next)

@@ -206,7 +206,8 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 {
-	*fit = (cli_fit){-1, 0, 0};
+	memset(fit, 0, sizeof *fit);
+	fit->total = -1;
 	int64_t b;
 	double pr;
 	moe_module *m = cli_load_tcp(ctx, o, &b, &pr);
@@ -220,10 +221,22 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 	moe_run_opts ro = {.verify = 1};
 	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, "tcp", m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
 	moe_tcp_program *p = mach ? moe_tcp_compile(ctx, moe_module_graph(m, 0), mach) : NULL;
+	if (p && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
+		moe_tcp_program_free(p);
+		p = NULL;
+	}
 	if (p) {
 		moe_tcp_program_hbm(p, &fit->total, &fit->weights);
 		fit->capacity = moe_tcp_machine_hbm_capacity(ctx, mach);
 		st = 0;
+		/* a fault on expected loads is a fault any run with such loads
+		 * meets: the command fails with it */
+		st = moe_tcp_predict(ctx, p, mach, NULL, &fit->pred) != MOE_OK;
+		fit->predicted = !st;
+		if (st)
+			moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, o->file),
+				"the TCP program compile writes for this layer faults on expected loads (uniform routing: "
+				"moe_tcp_predict); a run with such loads faults alike");
 	}
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, mach);
@@ -311,6 +324,43 @@ static bool want_progress(moe_ctx *ctx, const opts *o)
 	return (v && !strcmp(v, "on")) || isatty(STDERR_FILENO);
 }
 
+/* The run's stats JSON with predicted_seconds added: the prediction of the
+ * program on the loads the run staged (moe_tcp_predict; design 6.3: its
+ * difference from simulated_seconds is the predictor's residue), and
+ * predicted_approximated_reads; without the field when the run staged no
+ * loads or more than one loop's, or the prediction failed (a warning). */
+static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *seen,
+	bool no_skip, char *js)
+{
+	if (seen->stagings > 1 || (seen->stagings == 1 && !seen->block_expert))
+		return js;
+	moe_tcp_prediction pd;
+	moe_tcp_loads l = *seen;
+	if (no_skip) /* the run's loop ran the whole grid: so does the prediction */
+		l.nblocks = l.grid;
+	int errs = moe_error_count(ctx);
+	/* no staging: a run without a block loop, or a serving run stopped by
+	 * its guards before one (n_tokens 0), which the prediction repeats */
+	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings || seen->n_tokens >= 0 ? &l : NULL, &pd);
+	cJSON *j = rc == MOE_OK ? cJSON_Parse(js) : NULL;
+	if (rc != MOE_OK) {
+		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_none(), "no predicted_seconds in the stats: the prediction failed%s",
+			moe_error_count(ctx) > errs ? " (above)" : "");
+		return js;
+	}
+	if (!j)
+		return js;
+	cJSON_AddNumberToObject(j, "predicted_seconds", pd.seconds);
+	cJSON_AddNumberToObject(j, "predicted_approximated_reads",
+		(double)(pd.approximated_lds + pd.approximated_index_lists));
+	char *out = cJSON_Print(j);
+	cJSON_Delete(j);
+	if (!out)
+		return js;
+	free(js); /* cJSON_Print's, as moe_tcp_stats_json's */
+	return out;
+}
+
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
 {
@@ -322,13 +372,18 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 		ro.progress_ud = &pr;
 	}
 	moe_tcp_stats st;
+	moe_tcp_loads seen = {.n_tokens = -1};
+	if (o->stats)
+		ro.observed = &seen;
 	moe_status rc = moe_tcp_run(ctx, p, bind, &ro, o->timing_only ? NULL : out, &st);
 	if (pr.shown)
 		fprintf(stderr, "\r%90s\r", "");
-	if (rc != MOE_OK)
-		return 1;
-	*stats_json = moe_tcp_stats_json(ctx, &st);
-	return 0;
+	if (rc == MOE_OK)
+		*stats_json = moe_tcp_stats_json(ctx, &st);
+	if (rc == MOE_OK && o->stats && *stats_json)
+		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, *stats_json);
+	moe_tcp_loads_free(ctx, &seen);
+	return rc != MOE_OK;
 }
 
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,

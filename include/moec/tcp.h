@@ -170,6 +170,10 @@ typedef struct moe_tcp_run_opts {
 	 * computed from them are packed an expert at a time likewise: a run
 	 * holds only the experts it touches. It must stay open for the run. */
 	struct moe_checkpoint *lazy_weights;
+	/* NULL, or loads to fill with what the run's block-loop staging wrote
+	 * (moe_tcp_loads below): the observed loads to predict the run with
+	 * (moe_tcp_predict). The caller releases them with moe_tcp_loads_free. */
+	struct moe_tcp_loads *observed;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and
@@ -242,6 +246,42 @@ typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_t
 	uint32_t noutputs);
 MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
 	moe_tcp_ep_sink sink, void *ud);
+
+/* ---- prediction: the simulator's timeline without data (docs/api.md) ----
+ * The loads of a program's block loop: what its staging command (the dma.spm
+ * before the loop, docs/tcp-isa.md section 7) writes for the control path to
+ * read: the run-time block count and, per block of the grid (G entries, the
+ * staged command's length), its expert and its valid rows. */
+typedef struct moe_tcp_loads {
+	int64_t grid;          /* entries of the arrays: the staged grid G */
+	int64_t nblocks;       /* the run-time block count (the compile-time one of a decode grid) */
+	int32_t *block_expert; /* [grid] the expert of block g (entries past nblocks as staged) */
+	int32_t *block_rows;   /* [grid] block g's valid rows, or NULL (a decode grid: one row each) */
+	int64_t n_tokens;      /* a serving program's n_tokens input; -1: none (T) */
+	int stagings;          /* observed: how many staging commands the run executed */
+} moe_tcp_loads;
+/* Releases the arrays of loads filled by a run (moe_tcp_run_opts.observed);
+ * the struct itself is the caller's. */
+MOE_API void moe_tcp_loads_free(moe_ctx *ctx, moe_tcp_loads *loads);
+
+typedef struct moe_tcp_prediction {
+	moe_tcp_stats stats;     /* as a run's: simulated_seconds is the predicted time */
+	double seconds;          /* = stats.simulated_seconds */
+	int64_t nblocks;         /* the block count predicted with */
+	/* reads whose values no load gives (an ld of another tensor, an index
+	 * list of a gather or scatter): approximated by the rules of docs/api.md */
+	int64_t approximated_lds, approximated_index_lists;
+} moe_tcp_prediction;
+/* Predicts program p's time on machine m (NULL: the default) by running
+ * its commands on the simulator's own timeline and cost rules without data:
+ * no tensor storage, no arithmetic. The block loop's staging writes `loads`
+ * (checked against the staged grid), or with loads NULL the expected loads:
+ * each of the program's T tokens (n_tokens for a serving program) picks K
+ * distinct experts by a fixed seeded generator, blocks in expert order.
+ * A program that stages a block loop twice in one run with caller loads is
+ * refused (MOE_ERR_UNSUPPORTED with a diagnostic). */
+MOE_API moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
+	const moe_tcp_loads *loads, moe_tcp_prediction *out);
 
 #ifdef __cplusplus
 }
