@@ -245,7 +245,7 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return 1;
 	int status = 1;
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp"))
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : cli_tcp_pipeline(o)))
 		status = emit_target(ctx, g, t, o);
 	moe_module_free(m);
 	return status;
@@ -569,7 +569,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 	const char *paths[64];
 	size_t np = split_paths(wcopy, paths, 64);
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
+	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : cli_tcp_pipeline(o)))
 		goto done;
 	if (moe_graph_num_outputs(g) > 16) {
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");
