@@ -99,6 +99,31 @@ tcp_insn tcp_b_alu(uint8_t sop, uint8_t rd, uint8_t ra, uint8_t rb, int64_t imm)
 	return in;
 }
 
+tcp_insn tcp_b_ld(uint8_t rd, tcp_view src)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_LD);
+	in.rd = rd;
+	in.v[TCP_V_S0] = src;
+	return in;
+}
+
+tcp_insn tcp_b_br(uint8_t cond, uint8_t ra, uint8_t rb, int32_t target)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_BR);
+	in.sop = cond;
+	in.ra = ra;
+	in.rb = rb;
+	in.target = target;
+	return in;
+}
+
+tcp_insn tcp_b_jmp(int32_t target)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_JMP);
+	in.target = target;
+	return in;
+}
+
 tcp_insn tcp_b_halt(void)
 {
 	return tcp_insn_init(TCP_OP_HALT);

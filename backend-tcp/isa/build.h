@@ -34,6 +34,11 @@ bool tcp_b_step(tcp_insn *in, uint8_t op, uint8_t x, uint8_t y, uint32_t imm);
 /* Scalar and control commands. */
 tcp_insn tcp_b_li(uint8_t rd, int64_t imm);
 tcp_insn tcp_b_alu(uint8_t sop, uint8_t rd, uint8_t ra, uint8_t rb, int64_t imm);
+/* ld rd = one staged i32 element of view src (its t, base, reg and scale). */
+tcp_insn tcp_b_ld(uint8_t rd, tcp_view src);
+/* br.COND ra, rb to instruction target (-1: patched later); jmp likewise. */
+tcp_insn tcp_b_br(uint8_t cond, uint8_t ra, uint8_t rb, int32_t target);
+tcp_insn tcp_b_jmp(int32_t target);
 tcp_insn tcp_b_halt(void);
 
 /* dma.spm over dims[0..ndim): stages the i32 views s0 and, when their t >= 0,

@@ -2,17 +2,19 @@
  * docs/tcp-compiler.md 4.2), verifies it and prints it on stdout; the lit
  * tests of tests/lit/tcp/sched drive it. A test tool, not installed.
  *
- *   tcp_sched_tool [--no-machine] [--roundtrip] FILE
+ *   tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE
  *
  * --no-machine reads without a machine (no capacity checks, any machine
  * line); otherwise the built-in machine. --roundtrip also parses the printed
- * text again and fails unless printing it gives the same bytes. Exit 0, or
- * 1 with `file:line:col: error:` diagnostics on stderr. */
+ * text again and fails unless printing it gives the same bytes. --tcpb and
+ * --asm select the program (tcp_sched_isel, which places what is not placed)
+ * and write it as a .tcpb / print its assembly instead of the schedule.
+ * Exit 0, or 1 with `file:line:col: error:` diagnostics on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend-tcp/compiler/sched.h"
+#include "backend-tcp/compiler/isel.h"
 
 static char *slurp(const char *path, size_t *n)
 {
@@ -41,7 +43,20 @@ static char *slurp(const char *path, size_t *n)
 	return buf;
 }
 
-static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool roundtrip)
+/* The program of schedule s: written to tcpb, its assembly printed. */
+static int select_program(moe_ctx *ctx, tcp_sched *s, const char *tcpb, bool asm_)
+{
+	tcp_program *p = tcp_sched_isel(ctx, s);
+	int rc = !p;
+	if (!rc && tcpb)
+		rc = moe_tcp_write_binary(ctx, p, tcpb) != MOE_OK;
+	if (!rc && asm_)
+		rc = tcp_print_asm(p, stdout) != MOE_OK;
+	tcp_prog_free(p);
+	return rc;
+}
+
+static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool roundtrip, const char *tcpb, bool asm_)
 {
 	size_t n;
 	char *text = slurp(path, &n);
@@ -53,6 +68,11 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 	free(text);
 	if (!s)
 		return 1;
+	if (tcpb || asm_) {
+		int rc = select_program(ctx, s, tcpb, asm_);
+		tcp_sched_free(s);
+		return rc;
+	}
 	char *out = NULL, *again = NULL;
 	size_t len = 0, len2 = 0;
 	int rc = tcp_sched_print(s, &out, &len) == MOE_OK ? 0 : 1;
@@ -75,22 +95,26 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 
 int main(int argc, char **argv)
 {
-	bool machine = true, roundtrip = false;
-	const char *path = NULL;
+	bool machine = true, roundtrip = false, asm_ = false;
+	const char *path = NULL, *tcpb = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--no-machine"))
 			machine = false;
 		else if (!strcmp(argv[i], "--roundtrip"))
 			roundtrip = true;
+		else if (!strcmp(argv[i], "--asm"))
+			asm_ = true;
+		else if (!strcmp(argv[i], "--tcpb") && i + 1 < argc)
+			tcpb = argv[++i];
 		else if (!path && argv[i][0] != '-')
 			path = argv[i];
 		else {
-			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] FILE\n");
+			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE\n");
 			return 2;
 		}
 	}
 	if (!path) {
-		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] FILE\n");
+		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE\n");
 		return 2;
 	}
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
@@ -98,7 +122,11 @@ int main(int argc, char **argv)
 		return 1;
 	moe_ctx_set_diag_prefix(ctx, "tcp_sched_tool");
 	moe_tcp_machine *m = machine ? moe_tcp_machine_default(ctx) : NULL;
-	int rc = machine && !m ? 1 : run(ctx, m, path, roundtrip);
+	if ((tcpb || asm_) && !machine) {
+		fprintf(stderr, "tcp_sched_tool: --tcpb and --asm need the machine (not --no-machine)\n");
+		return 2;
+	}
+	int rc = machine && !m ? 1 : run(ctx, m, path, roundtrip, tcpb, asm_);
 	moe_diag_print(ctx, stderr);
 	if (m)
 		moe_tcp_machine_free(ctx, m);
