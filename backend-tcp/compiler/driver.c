@@ -2,6 +2,7 @@
  * the verifier, then instruction selection. */
 #include <string.h>
 
+#include "backend-tcp/compiler/isel.h"
 #include "backend-tcp/compiler/sched_build.h"
 #include "moec/io.h"
 
@@ -22,9 +23,9 @@ tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_m
 	tcp_sched *s = built(ctx, g, m);
 	if (!s)
 		return NULL;
-	moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the schedule compiler has no instruction selection yet (isel)");
+	tcp_program *p = tcp_sched_isel(ctx, s);
 	tcp_sched_free(s);
-	return NULL;
+	return p;
 }
 
 static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)

@@ -27,13 +27,6 @@ static int64_t row_numel(const ir_node *n)
 	return r;
 }
 
-/* One control value: a const scalar, or an SPM-staged i32 view read at
- * index (a scalar, or TS_NONE: the view's base). */
-typedef struct ctl {
-	bool imm;
-	uint32_t k;
-	sb_val v;
-} ctl;
 
 static bool control(sb *b, moe_id id, moe_id arg, bool vec, ctl *c)
 {
@@ -88,8 +81,9 @@ static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g, ts_id *e, ts_
 	*nb = ctl_scalar(b, "nb", &c[0], TS_NONE);
 	int li = b->s->nloop;
 	*g = ts_add_scalar(b->s, b->rg, "g", TS_SC_LOOPIDX, 0, TS_NONE, TS_NONE, li);
-	*e = ctl_scalar(b, "e", &c[1], *g);
-	*rows = ctl_scalar(b, "rows", &c[2], *g);
+	b->ctl[0] = c[1];
+	b->ctl[1] = c[2];
+	*e = *rows = TS_NONE;
 	return li;
 }
 
@@ -254,11 +248,12 @@ void sb_block_loop(sb *b, moe_id id)
 		return;
 	ts_add_loop(b->s, b->rg, G, nb, g);
 	ts_loop *l = &b->s->loop[li];
-	l->expert = e;
-	l->rows = rows;
 	ts_id outer = b->rg, first = b->s->nop, buf0 = b->s->nbuf;
 	b->rg = l->body;
 	b->phase = TS_PH_EXPERT;
+	/* the block's expert and rows, read at the top of the body */
+	l->expert = e = ctl_scalar(b, "e", &b->ctl[0], g);
+	l->rows = rows = ctl_scalar(b, "rows", &b->ctl[1], g);
 	ts_id slot = ts_add_scalar(b->s, b->rg, "slot", TS_SC_ALU, TCP_S_AND, g, TS_NONE, 1);
 	sb_val *in_v = ctx_alloc(b->ctx, (nin ? nin : 1) * sizeof *in_v);
 	bool ok = true;

@@ -24,6 +24,14 @@ typedef struct sb_val {
 	int64_t stride[MOE_MAX_RANK];
 } sb_val;
 
+/* One control value of a block loop: a const scalar, or an SPM-staged i32
+ * view read at an index. */
+typedef struct ctl {
+	bool imm;
+	uint32_t k;
+	sb_val v;
+} ctl;
+
 /* Per buffer: the last op that wrote it and the ops that read it since. */
 typedef struct sb_track {
 	ts_id w;
@@ -44,6 +52,7 @@ typedef struct sb {
 	sb_track *tr;
 	uint32_t ntr;
 	ts_id rows;          /* in a loop body: the block's valid rows scalar; else TS_NONE */
+	ctl ctl[2];          /* the block loop being built: its experts and rows */
 	bool failed;
 } sb;
 
