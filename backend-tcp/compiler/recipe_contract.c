@@ -100,10 +100,38 @@ static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id sp
 	}
 }
 
+/* A one-operand einsum that reorders letters: a view with the strides permuted. */
+static void permute(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	ir_einsum e;
+	char msg[128];
+	const sb_val *v = &b->v[n->args[0]];
+	if (v->kind != SV_VIEW)
+		v = sb_dm_val(b, n->args[0]);
+	if (!v)
+		return;
+	if (!ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg)) {
+		sb_err(b, id, "einsum: %s", msg);
+		return;
+	}
+	sb_val r = *v;
+	for (int k = 0; k < e.out_rank; k++) {
+		const char *p = memchr(e.in[0], e.out[k], (size_t)e.rank[0]);
+		r.stride[k] = p ? v->stride[p - e.in[0]] : 0;
+	}
+	b->v[id] = r;
+}
+
 void sb_einsum(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
 	int batch = 0;
+	ir_ein_form form = ir_node_einsum_form(n, &batch);
+	if (n->nargs == 1 && (form == IR_EIN_PERMUTE || form == IR_EIN_IDENTITY)) {
+		permute(b, id);
+		return;
+	}
 	if (n->nargs != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
 		sb_refuse(b, id, "an einsum other than [M, I] x [O, I] -> [M, O]");
 		return;

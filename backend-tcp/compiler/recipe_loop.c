@@ -95,8 +95,8 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 	ir_node rn = *on;
 	rn.rank = (uint8_t)(on->rank - 1);
 	memmove(rn.shape, on->shape + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
-	if (ov->kind != SV_VIEW || ov->reg != TS_NONE || !sb_contig(ov, on)) {
-		sb_refuse(b, at, "a block loop operand that is not a contiguous tensor");
+	if (ov->kind != SV_VIEW || ov->reg != TS_NONE || rn.rank > TCP_MAXD) {
+		sb_refuse(b, at, "a block loop operand that is not a view of a tensor of at most 9 dimensions");
 		return false;
 	}
 	bool dm = b->s->buf[ov->buf].space == TCP_DM;
@@ -115,11 +115,16 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 		tb->slots = 2;
 		b->s->buf[t].layout.slice_bytes = 0;
 	}
-	tcp_view src = tcp_b_view((int32_t)ov->buf, ov->base, 1, &(const int64_t){1});
+	/* the row as a strided copy over its dimensions into the contiguous buffer */
+	*out = sb_view_of(t, &rn);
+	int nd = rn.rank ? rn.rank : 1;
+	int64_t dim[TCP_MAXD];
+	for (int k = 0; k < nd; k++)
+		dim[k] = rn.rank ? rn.shape[k] : 1;
+	tcp_view src = tcp_b_view((int32_t)ov->buf, ov->base, nd, rn.rank ? ov->stride + 1 : &(const int64_t){1});
 	src.reg = (int32_t)(kd == 'e' ? e : g);
 	src.scale = ov->stride[0];
-	tcp_view dst = tcp_b_flat((int32_t)t);
-	*out = sb_view_of(t, &rn);
+	tcp_view dst = tcp_b_view((int32_t)t, 0, nd, rn.rank ? out->stride : &(const int64_t){1});
 	if (kd == 'e') {
 		dst.reg = (int32_t)slot;
 		dst.scale = n;
@@ -127,7 +132,7 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 		out->scale = n;
 	}
 	(void)ph;
-	tcp_insn in = tcp_b_dma_copy(1, &n, dst, src);
+	tcp_insn in = tcp_b_dma_copy(nd, dim, dst, src);
 	sb_emit(b, &in, at);
 	return true;
 }
