@@ -59,7 +59,7 @@ int cli_passes(moe_ctx *ctx)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
 	printf("\nnamed pipelines:\n");
-	static const char *const names[] = {"tcp", "host"};
+	static const char *const names[] = {"tcp", "tcp-sched", "host"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		printf("  %-20s %s\n", names[i], moe_pipeline_named(names[i]));
 	return 0;

@@ -5,14 +5,16 @@ weights and x are run on the TCP simulator compiled by `--tcp-emitter=legacy` an
 y .npy files must be byte-identical. No stored output: neither side is an expected
 value made by the code under test.
 
-Cases: the HF fixtures of families with plain routed experts (FAMILIES) for every saved
+Cases: every HF fixture family (or --families) for every saved
 input (bf16 and f32, T in {1, 5, 64}); the examples EXAMPLES at T in {1, 5, 64} with
 their dims and random weights (E and K made small so the checkpoint stays small).
-Round trip: each case's schedule printed by `moec compile --emit=tcp-sched` and
-compiled again from the .tsched gives the same .tcpb bytes as the direct compile
-(only when this moec reads .tsched inputs).
+Round trip: each case's schedule printed by `moec compile --emit=tcp-sched`, read
+back and compiled (by `moec compile S.tsched` where this moec reads .tsched inputs,
+else by the test tool tcp_sched_tool --tcpb given as --sched-tool) gives the same .tcpb
+bytes as the direct `moec compile --tcp-emitter=sched`.
 
-usage: tcp_emitters.py MOEC FIXTURES_DIR EXAMPLES_DIR [--families a,b] [--examples a,b]
+usage: tcp_emitters.py MOEC FIXTURES_DIR EXAMPLES_DIR [--families a,b] [--examples-only a,b]
+                       [--sched-tool TCP_SCHED_TOOL]
 """
 import argparse
 import filecmp
@@ -28,7 +30,7 @@ import numpy as np
 import cases
 import hf_rebuild
 
-FAMILIES = "mixtral,qwen3_moe,olmoe,qwen2_moe"
+FAMILIES = None  # every family of the fixtures
 EXAMPLES = {"seed": ["--set", "E=8", "--set", "K=2"], "qwen3_30b_a3b": ["--set", "E=8", "--set", "K=2"]}
 TOKENS = (1, 5, 64)
 
@@ -71,9 +73,15 @@ def random_checkpoint(moec, moe, sets, tmp, rng):
     return w, x
 
 
-def reads_tsched(moec):
-    p = subprocess.run([moec, "compile", "--help"], capture_output=True, text=True)
-    return ".tsched" in p.stdout
+def reader(a):
+    """The command that compiles a .tsched into a .tcpb (a list to which IN and OUT are
+    appended as the function gives them), or None."""
+    p = subprocess.run([a.moec, "compile", "--help"], capture_output=True, text=True)
+    if ".tsched" in p.stdout:
+        return lambda src, out: [a.moec, "compile", src, "-o", out]
+    if a.sched_tool:
+        return lambda src, out: [a.sched_tool, "--tcpb", out, src]
+    return None
 
 
 def compare(a, tally, case, moe, weights, x, sets, tmp):
@@ -86,12 +94,12 @@ def compare(a, tally, case, moe, weights, x, sets, tmp):
     detail = "y bitwise equal" if same else "y differs: max|diff| = %.3e" % float(
         np.max(np.abs(np.load(ys["legacy"]).astype(np.float64) - np.load(ys["sched"]).astype(np.float64))))
     tally.check(case, same, detail)
-    if not a.roundtrip:
+    if not a.reader:
         return
     ts, direct, back = (os.path.join(tmp, n) for n in ("s.tsched", "direct.tcpb", "back.tcpb"))
     run([a.moec, "compile", moe, "--target=tcp", "--emit=tcp-sched", "-o", ts] + sets)
     run([a.moec, "compile", moe, "--tcp-emitter=sched", "-o", direct] + sets)
-    run([a.moec, "compile", ts, "-o", back])
+    run(a.reader(ts, back))
     tally.check(case + " round trip", filecmp.cmp(direct, back, shallow=False), ".tcpb from the .tsched")
 
 
@@ -102,8 +110,9 @@ def main():
     ap.add_argument("examples")
     ap.add_argument("--families", default=FAMILIES)
     ap.add_argument("--examples-only", dest="only", default=",".join(EXAMPLES))
+    ap.add_argument("--sched-tool", default=None)
     a = ap.parse_args()
-    a.roundtrip = reads_tsched(a.moec)
+    a.reader = reader(a)
     tally = cases.Tally(32)
     rng = np.random.default_rng(5)
     with tempfile.TemporaryDirectory() as tmp:
