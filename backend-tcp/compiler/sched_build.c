@@ -344,7 +344,7 @@ static void outputs(sb *b)
 	for (uint32_t k = 0; k < g->nout && !b->failed; k++) {
 		moe_id id = g->outputs[k];
 		const ir_node *n = SBN(b, id);
-		sb_val *v = sb_dm_val(b, id);
+		sb_val *v = b->v[id].kind == SV_VIEW ? &b->v[id] : sb_dm_val(b, id); /* a copy from either space */
 		if (!v)
 			return;
 		ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "y", TCP_T_OUTPUT, (moe_dtype)n->dtype, n->rank, n->shape);
