@@ -154,7 +154,8 @@ static const char *target_of(const char *out, const char **what)
 {
 	static const struct {
 		const char *ext, *target, *what;
-	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".c", "c", "C source"},
+	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".tsched", "tcp", "a TCP schedule"},
+		{".c", "c", "C source"},
 		{".o", "obj", "an object file"}, {".ll", "llvm-ir", "LLVM IR"}};
 	for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
 		if (cli_ends_with(out, exts[i].ext)) {

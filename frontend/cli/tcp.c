@@ -247,6 +247,15 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
 	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
+	if (o->emit && o->tcp_emitter && strcmp(o->tcp_emitter, "sched")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--emit=tcp-sched prints the schedule compiler's schedule: "
+			"it takes no --tcp-emitter=%s", o->tcp_emitter);
+		return 1;
+	}
+	if (!o->emit && cli_ends_with(out, ".tsched")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, out), "a .tsched output is a schedule: give --emit=tcp-sched");
+		return 1;
+	}
 	if (o->emit) {
 		moe_tcp_machine *m = machine(ctx, o);
 		int st = !m || moe_tcp_emit_sched(ctx, g, m, out) != MOE_OK;
