@@ -7,7 +7,9 @@ value made by the code under test.
 
 Cases: every HF fixture family (or --families) for every saved
 input (bf16 and f32, T in {1, 5, 64}); the examples EXAMPLES at T in {1, 5, 64} with
-their dims and random weights (E and K made small so the checkpoint stays small).
+random weights (E and K made small so the checkpoint stays small; seed and
+qwen3_30b_a3b at their own D and F, whose expert weights fit DM double-buffered, the
+other examples at D = 64, F = 32).
 Round trip: each case's schedule printed by `moec compile --emit=tcp-sched`, read
 back and compiled (by `moec compile S.tsched` where this moec reads .tsched inputs,
 else by the test tool tcp_sched_tool --tcpb given as --sched-tool) gives the same .tcpb
@@ -31,7 +33,16 @@ import cases
 import hf_rebuild
 
 FAMILIES = None  # every family of the fixtures
-EXAMPLES = {"seed": ["--set", "E=8", "--set", "K=2"], "qwen3_30b_a3b": ["--set", "E=8", "--set", "K=2"]}
+SMALL = ["--set", "D=64", "--set", "F=32"]
+EXAMPLES = {  # seed and qwen3_30b_a3b at their own D and F; the others at SMALL dims
+    "seed": ["--set", "E=8", "--set", "K=2"],
+    "qwen3_30b_a3b": ["--set", "E=8", "--set", "K=2"],
+    "deepseek_v3": SMALL + ["--set", "E=16", "--set", "K=4", "--set", "n_group=4", "--set", "topk_group=2"],
+    "gpt_oss_20b": SMALL + ["--set", "E=8", "--set", "K=2"],
+    "llama4_scout": SMALL + ["--set", "E=8", "--set", "K=1"],
+    "mixtral_8x7b": SMALL + ["--set", "E=8", "--set", "K=2"],
+    "olmoe_1b_7b": SMALL + ["--set", "E=8", "--set", "K=2"],
+}
 TOKENS = (1, 5, 64)
 
 run = cases.run
