@@ -58,8 +58,9 @@ static ts_id ctl_scalar(sb *b, const char *name, const ctl *c, ts_id at)
 	return s;
 }
 
-/* the staging of the values that are not constants, and the loop's scalars */
-static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g, ts_id *e, ts_id *rows)
+/* the staging of the values that are not constants, $nb and $g (the block's
+ * expert and rows are read in the body: b->ctl); the loop's index */
+static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g)
 {
 	const ir_node *n = SBN(b, id);
 	ctl c[3];
@@ -83,13 +84,12 @@ static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g, ts_id *e, ts_
 	*g = ts_add_scalar(b->s, b->rg, "g", TS_SC_LOOPIDX, 0, TS_NONE, TS_NONE, li);
 	b->ctl[0] = c[1];
 	b->ctl[1] = c[2];
-	*e = *rows = TS_NONE;
 	return li;
 }
 
 /* the body's view of data operand k (kind kd) of loop id, its fetch ops appended */
-static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g, ts_id e, ts_id slot, ts_id ph,
-	sb_val *out, moe_id at)
+static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g, ts_id e, ts_id slot, sb_val *out,
+	moe_id at)
 {
 	int64_t n = row_numel(on);
 	ir_node rn = *on;
@@ -113,7 +113,7 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 	tb->life = TS_LIFE_LOOP;
 	if (kd == 'e') {
 		tb->slots = 2;
-		b->s->buf[t].layout.slice_bytes = 0;
+		sb_spread(b, t);
 	}
 	/* the row as a strided copy over its dimensions into the contiguous buffer */
 	*out = sb_view_of(t, &rn);
@@ -131,26 +131,9 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 		out->reg = slot;
 		out->scale = n;
 	}
-	(void)ph;
 	tcp_insn in = tcp_b_dma_copy(nd, dim, dst, src);
 	sb_emit(b, &in, at);
 	return true;
-}
-
-/* the layout of the two-slot buffers, once their slots are set */
-static void relayout(sb *b, ts_id from)
-{
-	for (ts_id t = from; t < b->s->nbuf; t++) {
-		ts_buf *tb = &b->s->buf[t];
-		if (tb->space != TCP_DM || tb->layout.slice_bytes)
-			continue;
-		int64_t n = 1;
-		for (int k = 0; k < tb->rank; k++)
-			n *= tb->shape[k];
-		int64_t bytes = n * (int64_t)moe_dtype_size((moe_dtype)tb->dtype) * tb->slots;
-		int64_t f = b->m->flit_bytes;
-		tb->layout.slice_bytes = ((bytes + b->S - 1) / b->S + f - 1) / f * f;
-	}
 }
 
 /* distance-1 dependencies: each write in the body on the previous block's
@@ -182,7 +165,7 @@ typedef struct saved {
 	int phase;
 } saved;
 
-static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, ts_id slot, const sb_val *in_v)
+static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const sb_val *in_v)
 {
 	size_t vn = (size_t)(bg->nnodes ? bg->nnodes : 1) * sizeof(sb_val);
 	saved sv = {b->g, b->v, b->dmv, b->rg, b->rows, b->phase};
@@ -202,7 +185,6 @@ static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, ts_id 
 		else if (r != IR_BA_ROWS)
 			sb_refuse(b, i, "a blockarg of role expert or index");
 	}
-	(void)slot;
 	if (!b->failed)
 		sb_build_nodes(b);
 	moe_id y = ir_body_yield(bg);
@@ -248,12 +230,12 @@ void sb_block_loop(sb *b, moe_id id)
 	}
 	ts_id nb, g, e, rows;
 	int64_t G = n->shape[0];
-	int li = stage(b, id, G, &nb, &g, &e, &rows);
+	int li = stage(b, id, G, &nb, &g);
 	if (li < 0)
 		return;
 	ts_add_loop(b->s, b->rg, G, nb, g);
 	ts_loop *l = &b->s->loop[li];
-	ts_id outer = b->rg, first = b->s->nop, buf0 = b->s->nbuf;
+	ts_id outer = b->rg, first = b->s->nop;
 	b->rg = l->body;
 	b->phase = TS_PH_EXPERT;
 	/* the block's expert and rows, read at the top of the body */
@@ -263,15 +245,13 @@ void sb_block_loop(sb *b, moe_id id)
 	sb_val *in_v = ctx_alloc(b->ctx, (nin ? nin : 1) * sizeof *in_v);
 	bool ok = true;
 	for (uint32_t k = 0; k < nin && ok; k++)
-		ok = operand(b, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k], g, e, slot, 0, &in_v[k], id);
-	relayout(b, buf0);
+		ok = operand(b, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k], g, e, slot, &in_v[k], id);
 	b->rg = outer;
 	if (ok)
-		ok = body(b, id, bg, l, slot, in_v);
+		ok = body(b, id, bg, l, in_v);
 	ctx_free(b->ctx, in_v, (nin ? nin : 1) * sizeof *in_v);
 	b->rg = outer;
 	if (!ok)
 		return;
-	relayout(b, buf0);
 	carried(b, first, b->s->nop);
 }

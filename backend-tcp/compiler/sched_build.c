@@ -34,8 +34,8 @@ static int64_t rup(int64_t x, int64_t a)
 }
 
 /* A DM buffer spread in one copy over every slice, flit by flit (the
- * layout of every tensor the legacy lowering declares). */
-static void spread(sb *b, ts_id id)
+ * layout of every tensor the legacy lowering declares), every slot. */
+void sb_spread(sb *b, ts_id id)
 {
 	ts_buf *t = &b->s->buf[id];
 	int64_t n = 1;
@@ -56,7 +56,7 @@ ts_id sb_dm_buf(sb *b, moe_id at, const char *name, moe_dtype dt, int rank, cons
 	const int64_t one = 1;
 	ts_id id = ts_add_buf(b->s, name, TCP_DM, TCP_T_SCRATCH, dt, rank ? rank : 1, rank ? shape : &one);
 	b->s->buf[id].node = at;
-	spread(b, id);
+	sb_spread(b, id);
 	return id;
 }
 

@@ -62,6 +62,7 @@ typedef struct sb {
 void sb_err(sb *b, moe_id at, const char *fmt, ...) MOE_PRINTF(3, 4);
 /* "the schedule compiler does not lower WHAT yet" at node at */
 void sb_refuse(sb *b, moe_id at, const char *what);
+void sb_spread(sb *b, ts_id buf);  /* its layout, from its shape and slots */
 ts_id sb_dm_buf(sb *b, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
 ts_id sb_hbm_buf(sb *b, moe_id at, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
 /* Appends in (views naming buffers and scalars) to the current region, with a

@@ -5,8 +5,8 @@ weights and x are run on the TCP simulator compiled by `--tcp-emitter=legacy` an
 y .npy files must be byte-identical. No stored output: neither side is an expected
 value made by the code under test.
 
-Cases: every HF fixture family (or --families) for every saved
-input (bf16 and f32, T in {1, 5, 64}); the examples EXAMPLES at T in {1, 5, 64} with
+Cases: every HF fixture family (or --families) of FIXTURES_DIR and each --more-fixtures
+folder, for every saved input (bf16 and f32, T in {1, 5, 64}); the examples EXAMPLES at T in {1, 5, 64} with
 random weights (E and K made small so the checkpoint stays small; seed and
 qwen3_30b_a3b at their own D and F, whose expert weights fit DM double-buffered, the
 other examples at D = 64, F = 32).
@@ -16,7 +16,7 @@ else by the test tool tcp_sched_tool --tcpb given as --sched-tool) gives the sam
 bytes as the direct `moec compile --tcp-emitter=sched`.
 
 usage: tcp_emitters.py MOEC FIXTURES_DIR EXAMPLES_DIR [--families a,b] [--examples-only a,b]
-                       [--sched-tool TCP_SCHED_TOOL]
+                       [--sched-tool TCP_SCHED_TOOL] [--more-fixtures DIR ...]
 """
 import argparse
 import filecmp
@@ -114,6 +114,17 @@ def compare(a, tally, case, moe, weights, x, sets, tmp):
     tally.check(case + " round trip", filecmp.cmp(direct, back, shallow=False), ".tcpb from the .tsched")
 
 
+def hf_cases(a, tally, fixtures, tmp):
+    for fam, dtype, T, xpath in cases.inputs(fixtures, cases.families(fixtures, a.families), tokens=TOKENS):
+        label = "" if fixtures == a.fixtures else os.path.basename(os.path.normpath(fixtures)) + "/"
+        case = "%s%s %s T=%d" % (label, fam, dtype, T)
+        with tally.case(case):
+            d = os.path.join(fixtures, fam)
+            weights = hf_rebuild.checkpoint(d, tmp)
+            moe = cases.import_layer(a.moec, d, T, os.path.join(tmp, "%s.moe" % fam))
+            compare(a, tally, case, moe, weights, xpath, cases.dtype_sets(dtype), tmp)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("moec")
@@ -122,18 +133,14 @@ def main():
     ap.add_argument("--families", default=FAMILIES)
     ap.add_argument("--examples-only", dest="only", default=",".join(EXAMPLES))
     ap.add_argument("--sched-tool", default=None)
+    ap.add_argument("--more-fixtures", action="append", default=[], help="another fixtures folder (repeatable)")
     a = ap.parse_args()
     a.reader = reader(a)
     tally = cases.Tally(32)
     rng = np.random.default_rng(5)
     with tempfile.TemporaryDirectory() as tmp:
-        for fam, dtype, T, xpath in cases.inputs(a.fixtures, cases.families(a.fixtures, a.families), tokens=TOKENS):
-            case = "%s %s T=%d" % (fam, dtype, T)
-            with tally.case(case):
-                d = os.path.join(a.fixtures, fam)
-                weights = hf_rebuild.checkpoint(d, tmp)
-                moe = cases.import_layer(a.moec, d, T, os.path.join(tmp, "%s.moe" % fam))
-                compare(a, tally, case, moe, weights, xpath, cases.dtype_sets(dtype), tmp)
+        for fdir in [a.fixtures] + a.more_fixtures:
+            hf_cases(a, tally, fdir, tmp)
         for name in [n for n in a.only.split(",") if n]:
             for dt in ("bf16", "f32"):
                 for T in TOKENS:
