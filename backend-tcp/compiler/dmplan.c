@@ -147,6 +147,7 @@ static int cmp_size_desc(const void *a, const void *b)
 /* The DM overflow diagnostic: what b needs and the largest buffers live with it. */
 static void overflow(const plan *P, ts_id b, int64_t cap)
 {
+	static const char *const space[TCP_NSPACE] = {"HBM", "DM", "TRF", "VRF"};
 	tcp_sched *s = P->s;
 	const ts_buf *u = &s->buf[b];
 	int64_t (*live)[2] = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *live), sum = 0;
@@ -167,7 +168,7 @@ static void overflow(const plan *P, ts_id b, int64_t cap)
 	moe_diag(s->ctx, MOE_DIAG_ERROR, loc,
 		"%s overflow: buffer %%%u '%s' needs %" PRId64 " bytes per slice beside %" PRId64 " bytes of %u live buffer(s) "
 		"(largest: %s), %" PRId64 " bytes per slice in all",
-		ts_space_names[u->space], b, u->name, u->layout.slice_bytes, sum, n, n ? list : "none", cap);
+		space[u->space], b, u->name, u->layout.slice_bytes, sum, n, n ? list : "none", cap);
 	ctx_free(s->ctx, live, (s->nbuf + 1) * sizeof *live);
 }
 
@@ -177,6 +178,10 @@ static bool place_one(plan *P, ts_id b, bool top)
 	tcp_sched *s = P->s;
 	ts_buf *u = &s->buf[b];
 	int64_t cap = cap_of(s->m, u->space), al = align_of(s->m, u->space), n = u->layout.slice_bytes;
+	if (n < 0 || n > cap) {
+		overflow(P, b, cap);
+		return false;
+	}
 	int64_t off = top ? (cap - n) / al * al : 0;
 	for (bool moved = true; moved && off >= 0 && off + n <= cap;) {
 		moved = false;
@@ -198,13 +203,24 @@ static bool place_one(plan *P, ts_id b, bool top)
 	return true;
 }
 
-static int64_t hbm_bytes(const tcp_sched *s, const ts_buf *u)
+/* A verified buffer's bytes (every slot) fit int64; sums saturate. */
+static int64_t hbm_bytes(const ts_buf *u)
 {
 	int64_t n = (int64_t)moe_dtype_size((moe_dtype)u->dtype) * (u->slots ? u->slots : 1);
 	for (int k = 0; k < u->rank; k++)
 		n *= u->shape[k];
-	(void)s;
 	return n;
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t r;
+	return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int64_t round_up(int64_t a, int64_t g)
+{
+	return a > INT64_MAX - g ? INT64_MAX : (a + g - 1) / g * g;
 }
 
 /* HBM: the bound tensors, then scratch, each after the highest placed byte. */
@@ -213,18 +229,19 @@ static bool place_hbm(tcp_sched *s)
 	int64_t g = s->m->hbm_granule > 0 ? s->m->hbm_granule : 256, top = 0;
 	for (ts_id i = 0; i < s->nbuf; i++)
 		if (s->buf[i].space == TCP_HBM && s->buf[i].offset >= 0) {
-			int64_t e = s->buf[i].offset + hbm_bytes(s, &s->buf[i]);
+			int64_t e = sat_add(s->buf[i].offset, hbm_bytes(&s->buf[i]));
 			top = e > top ? e : top;
 		}
-	top = (top + g - 1) / g * g;
+	top = round_up(top, g);
 	for (int pass = 0; pass < 2; pass++)
 		for (ts_id i = 0; i < s->nbuf; i++) {
 			ts_buf *u = &s->buf[i];
 			if (u->space != TCP_HBM || u->offset >= 0 || (u->kind == TCP_T_SCRATCH) != (pass == 1))
 				continue;
 			u->offset = top;
-			top = (top + hbm_bytes(s, u) + g - 1) / g * g;
+			top = round_up(sat_add(top, hbm_bytes(u)), g);
 			if ((double)top > s->m->hbm_bytes) {
+				u->offset = -1;
 				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
 					"HBM overflow: buffer %%%u '%s' ends at byte %" PRId64 ", past the %.0f bytes of HBM", i, u->name,
 					top, s->m->hbm_bytes);

@@ -115,8 +115,9 @@ static void pos_region(is *c, ts_id r, int depth)
 }
 
 /* Live ranges across loops: a loop's g and nb for all of it, a loopvar and
- * its next value to the end of the body, anything defined before a loop and
- * used in it to the loop's end. */
+ * its next value to the end of the body, anything defined before a loop's
+ * body (before the loop or in its prologue) and used in the body to the
+ * body's end, since the next block reads it again. */
 static bool extend(is *c)
 {
 	tcp_sched *s = c->s;
@@ -147,8 +148,8 @@ static bool extend(is *c)
 	}
 	for (int k = 0; k < s->nloop; k++)
 		for (ts_id i = 0; i < s->nsc; i++)
-			if (c->start[i] < c->loop[k].lo && c->end[i] >= c->loop[k].lo && c->end[i] < c->loop[k].hi)
-				c->end[i] = c->loop[k].hi;
+			if (c->start[i] < c->body[k].lo && c->end[i] >= c->body[k].lo && c->end[i] < c->body[k].hi)
+				c->end[i] = c->body[k].hi;
 	return true;
 }
 
@@ -182,11 +183,12 @@ static bool allocate(is *c)
 			live += holder[r] != TS_NONE;
 		}
 		if (free_r < 0) {
+			static const char *const kinds[TS_NRG] = {"sequence", "guard", "classes", "tier", "loop"};
 			ts_id r = s->sc[i].region;
-			moe_diag(c->ctx, MOE_DIAG_ERROR, rg_loc(c, r),
-				"isel: registers exhausted in region #%u: $%s is defined while %d scalars are live (the ISA has %d "
-				"registers, one kept for isel's immediates)",
-				r, s->sc[i].name, live, TCP_NREG);
+			moe_diag(c->ctx, MOE_DIAG_ERROR, sc_loc(c, i),
+				"isel: registers exhausted in region #%u (%s): $%s is defined while %d scalars are live (the ISA "
+				"has %d registers, one kept for isel's immediates)",
+				r, r < s->nrg && s->rg[r].kind < TS_NRG ? kinds[s->rg[r].kind] : "?", s->sc[i].name, live, TCP_NREG);
 			ok = false;
 			break;
 		}
@@ -473,4 +475,15 @@ static tcp_program *isel(moe_ctx *ctx, tcp_sched *s)
 tcp_program *tcp_sched_isel(moe_ctx *ctx, tcp_sched *s)
 {
 	CTX_GUARDED(ctx, tcp_program *, NULL, isel(ctx, s));
+}
+
+moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *m)
+{
+	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
+	tcp_sched *s = m || def ? tcp_sched_parse(ctx, m ? m : def, file, text, len) : NULL;
+	tcp_program *p = s ? tcp_sched_isel(ctx, s) : NULL;
+	tcp_sched_free(s);
+	moe_tcp_machine_free(ctx, def);
+	return p;
 }

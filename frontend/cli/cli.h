@@ -48,6 +48,7 @@ typedef enum cli_kind {
 	K_ELF,          /* \x7fELF: an object file */
 	K_BINARY,       /* other bytes that are not text */
 	K_EP_MANIFEST,  /* {"ep": ..., "programs": ..., "exchanges": ...}: compile --ep's OUT.ep.json */
+	K_TSCHED,       /* "tcpsched 1" after '#' comments: a TCP schedule (.tsched) */
 } cli_kind;
 
 /* Every value is a string; flags hold their own spelling when given. */
@@ -259,6 +260,10 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, mo
 	moe_tensor **out, char **stats_json);
 int cli_run_tcpb(moe_ctx *ctx, const opts *o);
 int cli_check_tcpb(moe_ctx *ctx, const opts *o);
+/* compile FILE.tsched: the schedule read, verified and selected into a
+ * program (moe_tcp_from_sched), written to -o (.tcpb, .tcps or - for its
+ * assembly). */
+int cli_compile_tsched(moe_ctx *ctx, const opts *o);
 /* moec check OUT.ep.json: the manifest and every program it names, each
  * validated as a .tcpb; a line per chip. */
 int cli_check_ep_manifest(moe_ctx *ctx, const opts *o);

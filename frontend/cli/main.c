@@ -186,7 +186,7 @@ static int cmd_ir(moe_ctx *ctx, const opts *o)
 
 static int cmd_check(moe_ctx *ctx, const opts *o)
 {
-	if (o->kind == K_TCPB || o->kind == K_TCPS) {
+	if (o->kind == K_TCPB || o->kind == K_TCPS || o->kind == K_TSCHED) {
 		if (o->nsets)
 			return cli_fail("--set does not apply to a compiled .tcpb or .tcps (its sizes are fixed)%s", "");
 		return cli_check_tcpb(ctx, o);

@@ -36,14 +36,15 @@ static const cli_command commands[] = {
 		"emit TCP code, C, a native object or LLVM IR",
 		"Lower FILE with the target's pipeline and emit TCP assembly (.tcps) or a TCP binary (.tcpb),\n"
 		"portable C (.c), a native object file (.o) or textual LLVM IR (.ll). Without --target the\n"
-		"target follows the name of OUT; a --target that contradicts that name is an error.",
+		"target follows the name of OUT; a --target that contradicts that name is an error. A TCP\n"
+		"schedule (.tsched) compiles to TCP only: it is verified, placed and selected into a program.",
 		"moec compile examples/mixtral_8x7b.moe --set T=64 -o mixtral.tcpb"},
 	{"run", C_RUN, "FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]",
 		"run a layer on the host or on the TCP simulator",
-		"Run the layer of FILE (.moe, .moeir, JSON IR, or a compiled .tcpb) on the input and write its\n"
-		"first output as f32 .npy. Every weight's shape and dtype is checked against the checkpoint's\n"
-		"headers before any tensor data is read. With --target=tcp the per-expert weights are read, and\n"
-		"packed, an expert at a time when the simulation first touches that expert.",
+		"Run the layer of FILE (.moe, .moeir, JSON IR, a compiled .tcpb or a TCP schedule .tsched) on the\n"
+		"input and write its first output as f32 .npy. Every weight's shape and dtype is checked against\n"
+		"the checkpoint's headers before any tensor data is read. With --target=tcp the per-expert\n"
+		"weights are read, and packed, an expert at a time when the simulation first touches that expert.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
 	{"import-hf", C_IMPORT, "CONFIG.json|MODEL_DIR -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",
@@ -392,7 +393,8 @@ static unsigned input_of(cli_kind k)
 	case K_MOE: return I_MOE;
 	case K_MOEIR:
 	case K_IR_JSON: return I_IR;
-	case K_TCPB: return I_TCPB;
+	case K_TCPB:
+	case K_TSCHED: return I_TCPB; /* a program's input: its sizes are fixed */
 	default: return 0; /* not a layer: the command's own input (import-hf's config) */
 	}
 }
@@ -400,7 +402,7 @@ static unsigned input_of(cli_kind k)
 int cli_check_applies(moe_ctx *ctx, const opts *o)
 {
 	static const char *const kind_names[] = {[K_MOE] = "a .moe layer", [K_MOEIR] = "textual IR",
-		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb"};
+		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb", [K_TSCHED] = "a TCP schedule (.tsched)"};
 	unsigned in = o->file ? input_of(o->kind) : 0;
 	int bad = 0;
 	for (size_t i = 0; i < NOPTIONS; i++) {
@@ -473,7 +475,10 @@ static const char *const md_intro =
 	"\n"
 	"Input files are recognised by their content before their name: `.moe` text, textual IR\n"
 	"(`moeir 1`, also a `--reproducer` file), JSON IR (`\"format\": \"moeir\"`), a compiled\n"
-	"`.tcpb` (magic `MOECTCPB`). A file of another kind (a NumPy array, a safetensors\n"
+	"`.tcpb` (magic `MOECTCPB`), a TCP schedule (`tcpsched 1` after any `#` comment lines,\n"
+	"`.tsched`, docs/tcp-compiler.md 4.2: `check`, `compile` and `run` read it on the TCP target,\n"
+	"verify it, place its buffers and select it into a program, then treat that program as a\n"
+	"`.tcpb`; the options of a `.tcpb` apply to it). A file of another kind (a NumPy array, a safetensors\n"
 	"checkpoint or its index, a HuggingFace `config.json`, a machine description, a trace,\n"
 	"TCP assembly, C, LLVM IR, an object file) gets one line naming what it looks like and\n"
 	"which command takes it.\n"

@@ -173,6 +173,8 @@ static const char *compile_target(moe_ctx *ctx, const opts *o)
 		return NULL;
 	}
 	const char *what = NULL, *named = cli_is_stdout(o->out) ? NULL : target_of(o->out, &what);
+	if (!o->target && !named && o->kind == K_TSCHED && cli_is_stdout(o->out))
+		return "tcp"; /* a schedule's assembly */
 	if (!o->target && !named) {
 		if (cli_is_stdout(o->out))
 			err(ctx, NULL, "-o - needs --target=c, llvm-ir or tcp (TCP assembly)%s", "");
@@ -239,6 +241,11 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return cli_compile_buckets(ctx, o, o->out);
 	if (o->ep)
 		return cli_compile_ep(ctx, o);
+	if (o->kind == K_TSCHED) {
+		if (strcmp(t, "tcp"))
+			return err(ctx, NULL, "a schedule (.tsched) compiles to --target=tcp only, not '%s'", t);
+		return cli_compile_tsched(ctx, o);
+	}
 	int64_t autob = 0;
 	double pred = 0;
 	moe_module *m = strcmp(t, "tcp") ? cli_load(ctx, o) : cli_load_tcp(ctx, o, &autob, &pred);
@@ -476,10 +483,11 @@ static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 /* The options of run that hold together, and the target; NULL after an error. */
 static const char *run_target(moe_ctx *ctx, const opts *o)
 {
-	int tcpb = o->kind == K_TCPB;
+	int tcpb = o->kind == K_TCPB || o->kind == K_TSCHED;
 	const char *target = o->target ? o->target : tcpb ? "tcp" : "host";
 	if (tcpb && strcmp(target, "tcp")) {
-		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, o->file), "a .tcpb runs on --target=tcp only, not '%s'", target);
+		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, o->file), "a %s runs on --target=tcp only, not '%s'",
+			o->kind == K_TSCHED ? "schedule (.tsched)" : ".tcpb", target);
 		return NULL;
 	}
 	if (cli_check_target(ctx, o, target))
@@ -547,7 +555,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 	if (!bad && o->trace)
 		bad = !(t.trace = cli_outset_add(set, o->trace));
 	if (!bad)
-		bad = o->kind == K_TCPB ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
+		bad = o->kind == K_TCPB || o->kind == K_TSCHED ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
 	if (bad) {
 		cli_outset_abort(set);
 		return 1;

@@ -143,6 +143,8 @@ cli_kind cli_sniff(const char *data, size_t len)
 	const char *q = skip_comments(p, end);
 	if (starts(q, end, "moeir"))
 		return K_MOEIR;
+	if (starts(q, end, "tcpsched "))
+		return K_TSCHED;
 	if (!starts(q, end, "layer") && (has_line_starting(p, end, "#include") || has_line_starting(p, end, "#define")))
 		return K_C;
 	return K_MOE;
@@ -201,6 +203,7 @@ static const struct {
 	[K_ELF] = {"an object file", "`moec check` on the .moe it came from"},
 	[K_BINARY] = {"a binary file, not a layer (.moe, .moeir or JSON IR)", "`moec --help`"},
 	[K_EP_MANIFEST] = {"the manifest of `moec compile --ep` (OUT.ep.json)", "`moec check FILE`"},
+	[K_TSCHED] = {"a TCP schedule (.tsched)", "`moec check|compile|run` with --target=tcp"},
 };
 
 /* Why a file import-hf was given holds no JSON at all, or NULL: empty, blank,
@@ -231,7 +234,8 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
 		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB || (k == K_EP_MANIFEST && o->cmdbit == C_CHECK) ||
-			(k == K_TCPS && o->cmdbit == C_CHECK)
+			(k == K_TCPS && o->cmdbit == C_CHECK) || k == K_TSCHED
+		 : o->cmdbit == C_COMPILE ? layer || k == K_TSCHED
 		 : layer;
 	struct stat st;
 	if (ok && o->cmdbit != C_IMPORT && (k == K_IR_JSON || k == K_JSON) && strcmp(o->file, "-") &&

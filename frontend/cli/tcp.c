@@ -372,6 +372,38 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, mo
 	return status;
 }
 
+/* A schedule (.tsched): read, verified and selected into a program. */
+static moe_tcp_program *load_tsched(moe_ctx *ctx, const char *file, const moe_tcp_machine *m)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (moe_read_file_max(ctx, file, CLI_MAX_SOURCE, &text, &len) != MOE_OK)
+		return NULL;
+	moe_ctx_add_source(ctx, file, text, len);
+	moe_tcp_program *p = moe_tcp_from_sched(ctx, file, text, len, m);
+	free(text);
+	return p;
+}
+
+int cli_compile_tsched(moe_ctx *ctx, const opts *o)
+{
+	moe_tcp_machine *m = machine(ctx, o);
+	moe_tcp_program *p = m ? load_tsched(ctx, o->file, m) : NULL;
+	int status = !p;
+	if (p && cli_is_stdout(o->out)) {
+		char *s = NULL;
+		size_t n = 0;
+		status = moe_tcp_to_asm(ctx, p, &s, &n) != MOE_OK || fwrite(s, 1, n, stdout) != n || fflush(stdout) != 0;
+		moe_free(ctx, s);
+	} else if (p) {
+		status = (cli_ends_with(o->out, ".tcps") ? moe_tcp_write_asm(ctx, p, o->out) : moe_tcp_write_binary(ctx, p, o->out)) !=
+			 MOE_OK;
+	}
+	moe_tcp_program_free(p);
+	moe_tcp_machine_free(ctx, m);
+	return status;
+}
+
 /* A .tcpb in place of the .moe: the binary is loaded and validated against the
  * machine completely before any weight is read; its tensor table names the
  * inputs and the weights' checkpoint sources. */
@@ -388,7 +420,7 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	int status = 1;
 	bool bundle = cli_is_bundle_file(o->file);
 	moe_tcp_bundle *bun = bundle ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
-	moe_tcp_program *own = bundle ? NULL : moe_tcp_load_binary(ctx, o->file, m);
+	moe_tcp_program *own = bundle ? NULL : o->kind == K_TSCHED ? load_tsched(ctx, o->file, m) : moe_tcp_load_binary(ctx, o->file, m);
 	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
@@ -463,7 +495,7 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 			p = moe_tcp_from_asm(ctx, o->file, text, len, m);
 		free(text);
 	} else {
-		p = moe_tcp_load_binary(ctx, o->file, m);
+		p = o->kind == K_TSCHED ? load_tsched(ctx, o->file, m) : moe_tcp_load_binary(ctx, o->file, m);
 	}
 	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
 	moe_tcp_program_free(p);

@@ -67,6 +67,12 @@ MOE_API moe_tcp_program *moe_tcp_from_binary(moe_ctx *ctx, const char *file, con
 MOE_API moe_tcp_program *moe_tcp_load_binary(moe_ctx *ctx, const char *path, const moe_tcp_machine *machine);
 MOE_API moe_tcp_program *moe_tcp_from_asm(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *machine);
+/* A schedule's text form (.tsched, docs/tcp-compiler.md 4.2) read, verified,
+ * placed and selected into a program (docs/tcp-compiler.md 5.5), validated
+ * against machine (NULL: the default); NULL plus `file:line:col` diagnostics
+ * otherwise. */
+MOE_API moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *machine);
 
 /* A serving program with a decode tier (docs/tcp-isa.md section 7.4, "Decode tier"): the
  * serving program (an n_tokens input, T > 1) and the same layer compiled for

@@ -1,0 +1,119 @@
+"""sched_data.py: inputs and expected outputs of the hand-written schedules
+run by the lit tests of tests/lit/tcp/sched, computed here in Python from the
+schedules' meaning (docs/tcp-compiler.md 4 and 5.5), independently of moec.
+
+  sched_data.py straight DIR            x.npy f32[16,64], w.safetensors (model.w f32[16,64])
+  sched_data.py check-straight DIR Y    Y == f32(f32(x * w) + 1.5)
+  sched_data.py loop DIR                x.npy f32[32,64], counts.npy i32[5], w.safetensors (model.s f32[8,64])
+  sched_data.py check-loop DIR Y        the block loop of loop.tsched (see there)
+
+Values are exact in f32 (the products and sums below are computed in double
+and rounded once to f32, as one f32 operation rounds), so the checks compare
+bit for bit."""
+import json
+import struct
+import sys
+
+
+def lcg(seed):
+    """values k / 16 in [-4, 4) from a 64-bit LCG: exact in f32, and so are their products"""
+    state = seed
+    while True:
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        yield ((state >> 40) % 128 - 64) / 16.0
+
+
+def f32(v):
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def write_npy(path, descr, shape, fmt, values):
+    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d, " % s for s in shape))
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+
+
+def read_npy_f32(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<H", b[8:10])[0]
+    hdr = b[10:10 + n].decode()
+    assert "'<f4'" in hdr, hdr
+    shape = tuple(int(s) for s in hdr.split("'shape': (")[1].split(")")[0].split(",") if s.strip())
+    data = b[10 + n:]
+    return shape, struct.unpack("<%df" % (len(data) // 4), data)
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, shape, f32 values)]"""
+    header, blobs, off = {}, b"", 0
+    for name, shape, vals in tensors:
+        blob = struct.pack("<%df" % len(vals), *vals)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(blob)]}
+        blobs += blob
+        off += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + blobs)
+
+
+def values(seed, n):
+    g = lcg(seed)
+    return [next(g) for _ in range(n)]
+
+
+def compare(got_path, shape, want):
+    shape_got, got = read_npy_f32(got_path)
+    if shape_got != shape:
+        sys.exit("shape %s, expected %s" % (shape_got, shape))
+    bad = [i for i in range(len(want)) if got[i] != want[i]]
+    if bad:
+        i = bad[0]
+        sys.exit("%d of %d values differ; first at %d: %r, expected %r" % (len(bad), len(want), i, got[i], want[i]))
+    print("ok: %d values equal" % len(want))
+
+
+# -- straight.tsched: y = x * w + 1.5 over [16, 64]
+def straight(d):
+    write_npy(d + "/x.npy", "<f4", (16, 64), "f", values(1, 1024))
+    write_safetensors(d + "/w.safetensors", [("model.w", (16, 64), values(2, 1024))])
+
+
+def check_straight(d, y):
+    x, w = values(1, 1024), values(2, 1024)
+    compare(y, (16, 64), [f32(f32(x[i] * w[i]) + 1.5) for i in range(1024)])
+
+
+# -- loop.tsched: a grid of G = 4 blocks of 8 rows of x [32, 64]; counts =
+# [nb, rows_0 .. rows_3]. Block g < nb: its rows i < rows_g are x * s * c
+# (c = 2 in row class 4, rows_g <= 4; c = 3 in class 8), its other rows 0;
+# blocks of even g then get + 100 (a guard). Blocks g >= nb are not run: y
+# stays 0 there (an output starts as zeros, docs/tcp-isa.md 7).
+COUNTS = [3, 3, 8, 0, 6]
+
+
+def loop(d):
+    write_npy(d + "/x.npy", "<f4", (32, 64), "f", values(3, 2048))
+    write_npy(d + "/counts.npy", "<i4", (5,), "i", COUNTS)
+    write_safetensors(d + "/w.safetensors", [("model.s", (8, 64), values(4, 512))])
+
+
+def check_loop(d, y):
+    x, s = values(3, 2048), values(4, 512)
+    nb, want = COUNTS[0], [0.0] * 2048
+    for g in range(nb):
+        rows = COUNTS[1 + g]
+        c = 2.0 if rows <= 4 else 3.0
+        for i in range(8):
+            for j in range(64):
+                k = (g * 8 + i) * 64 + j
+                v = f32(f32(x[k] * s[i * 64 + j]) * c) if i < rows else 0.0
+                want[k] = f32(v + 100.0) if g % 2 == 0 else v
+    compare(y, (32, 64), want)
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"straight": straight, "check-straight": check_straight, "loop": loop, "check-loop": check_loop}[cmd](*args)
