@@ -165,7 +165,7 @@ typedef struct saved {
 	int phase;
 } saved;
 
-static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const sb_val *in_v)
+static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const sb_val *in_v, uint32_t nin)
 {
 	size_t vn = (size_t)(bg->nnodes ? bg->nnodes : 1) * sizeof(sb_val);
 	saved sv = {b->g, b->v, b->dmv, b->rg, b->rows, b->phase};
@@ -180,16 +180,20 @@ static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const 
 		if (n->op != MOE_OP_BLOCKARG)
 			continue;
 		ir_blockarg_role r = ir_blockarg_role_of(n);
-		if (r == IR_BA_IN)
-			b->v[i] = in_v[ir_attr_int(n, "index", 0)];
+		int64_t k = ir_attr_int(n, "index", -1);
+		if (r == IR_BA_IN && k >= 0 && k < (int64_t)nin)
+			b->v[i] = in_v[k];
+		else if (r == IR_BA_IN)
+			sb_err(b, i, "blockarg index %lld is not an operand of the loop", (long long)k);
 		else if (r != IR_BA_ROWS)
 			sb_refuse(b, i, "a blockarg of role expert or index");
 	}
 	if (!b->failed)
 		sb_build_nodes(b);
 	moe_id y = ir_body_yield(bg);
-	sb_val yv = y != MOE_NONE && !b->failed ? *sb_dm_val(b, y) : (sb_val){0};
-	bool ok = !b->failed && sb_contig(&yv, &bg->nodes[y]);
+	const sb_val *yp = y != MOE_NONE && !b->failed ? sb_dm_val(b, y) : NULL;
+	sb_val yv = yp ? *yp : (sb_val){0};
+	bool ok = yp && sb_contig(&yv, &bg->nodes[y]);
 	if (!b->failed && !ok)
 		sb_refuse(b, y, "a loop body whose value is not a contiguous tensor");
 	ctx_free(b->ctx, b->v, vn);
@@ -248,7 +252,7 @@ void sb_block_loop(sb *b, moe_id id)
 		ok = operand(b, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k], g, e, slot, &in_v[k], id);
 	b->rg = outer;
 	if (ok)
-		ok = body(b, id, bg, l, in_v);
+		ok = body(b, id, bg, l, in_v, nin);
 	ctx_free(b->ctx, in_v, (nin ? nin : 1) * sizeof *in_v);
 	b->rg = outer;
 	if (!ok)

@@ -217,8 +217,8 @@ sb_val *sb_dm_val(sb *b, moe_id id)
 		sb_materialize(b, id);
 		return b->failed ? NULL : v;
 	}
-	if (v->kind != SV_VIEW) {
-		sb_err(b, id, "value has no buffer (a moec bug)");
+	if (v->kind != SV_VIEW) { /* a block's row count (a scalar register) */
+		sb_refuse(b, id, "the block's row count read as a tensor");
 		return NULL;
 	}
 	if (b->s->buf[v->buf].space == TCP_DM)
@@ -293,8 +293,9 @@ static void node(sb *b, moe_id id)
 		leaf(b, id);
 		return;
 	}
-	if (n->valid != MOE_NONE && !(b->g->is_body && SBN(b, n->valid)->op == MOE_OP_BLOCKARG)) {
-		sb_refuse(b, id, "a node masked by valid() outside the block loop");
+	if (n->valid != MOE_NONE && !(b->g->is_body && SBN(b, n->valid)->op == MOE_OP_BLOCKARG &&
+					     ir_blockarg_role_of(SBN(b, n->valid)) == IR_BA_ROWS)) {
+		sb_refuse(b, id, "a node masked by valid() other than the block's rows");
 		return;
 	}
 	switch ((moe_op)n->op) {
