@@ -238,6 +238,20 @@ static bool tensor_of(is *c, ts_id i)
 	return ok;
 }
 
+/* Whether every ld of nb's buffer reads nb's element: the simulator treats
+ * each ld of the program's block-count tensor as the count (--no-skip
+ * replaces it by G), so only such a buffer is named as that tensor. */
+static bool count_only(const tcp_sched *s, ts_id nb)
+{
+	const ts_scalar *n = &s->sc[nb];
+	for (ts_id i = 0; i < s->nsc; i++) {
+		const ts_scalar *x = &s->sc[i];
+		if (x->kind == TS_SC_SPM_LD && x->buf == n->buf && (x->a != TS_NONE || x->imm != n->imm))
+			return false;
+	}
+	return n->a == TS_NONE;
+}
+
 static void meta(is *c)
 {
 	const ts_meta *x = &c->s->meta;
@@ -256,7 +270,7 @@ static void meta(is *c)
 	}
 	if (c->s->nloop > 0) { /* the block loop's staged count and experts, for the statistics */
 		const ts_loop *l = &c->s->loop[0];
-		if (c->s->sc[l->nb].kind == TS_SC_SPM_LD)
+		if (c->s->sc[l->nb].kind == TS_SC_SPM_LD && count_only(c->s, l->nb))
 			p->nblocks_t = (int32_t)c->s->sc[l->nb].buf;
 		if (l->expert != TS_NONE && c->s->sc[l->expert].kind == TS_SC_SPM_LD)
 			p->bexp_t = (int32_t)c->s->sc[l->expert].buf;
@@ -477,7 +491,7 @@ tcp_program *tcp_sched_isel(moe_ctx *ctx, tcp_sched *s)
 	CTX_GUARDED(ctx, tcp_program *, NULL, isel(ctx, s));
 }
 
-moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+static moe_tcp_program *from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
 	const moe_tcp_machine *m)
 {
 	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
@@ -486,4 +500,10 @@ moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *
 	tcp_sched_free(s);
 	moe_tcp_machine_free(ctx, def);
 	return p;
+}
+
+moe_tcp_program *moe_tcp_from_sched(moe_ctx *ctx, const char *file, const char *text, size_t len,
+	const moe_tcp_machine *m)
+{
+	CTX_GUARDED(ctx, moe_tcp_program *, NULL, from_sched(ctx, file, text, len, m));
 }
