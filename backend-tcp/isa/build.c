@@ -128,3 +128,35 @@ tcp_insn tcp_b_halt(void)
 {
 	return tcp_insn_init(TCP_OP_HALT);
 }
+
+tcp_insn tcp_b_dma_spm(int ndim, const int64_t *dim, tcp_view s0, tcp_view s1, tcp_view s2)
+{
+	tcp_insn in = shaped(TCP_OP_DMA_SPM, ndim, dim);
+	in.v[TCP_V_S0] = s0;
+	in.v[TCP_V_S1] = s1;
+	in.v[TCP_V_S2] = s2;
+	return in;
+}
+
+tcp_insn tcp_b_ldtrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice)
+{
+	tcp_insn in = shaped(TCP_OP_SUB_TRF, ndim, dim);
+	in.v[TCP_V_DST] = dst;
+	in.v[TCP_V_S0] = src;
+	if (xslice)
+		in.flags |= TCP_F_XSLICE;
+	return in;
+}
+
+tcp_insn tcp_b_contract(const int64_t dim[3], tcp_view dst, tcp_view s0, tcp_view s1, tcp_view s2, int64_t tile)
+{
+	tcp_insn in = shaped(TCP_OP_TU_CONTRACT, 3, dim);
+	in.v[TCP_V_DST] = dst;
+	in.v[TCP_V_S0] = s0;
+	in.v[TCP_V_S1] = s1;
+	in.v[TCP_V_S2] = s2;
+	in.tile = tile;
+	if (s2.t >= 0)
+		in.flags |= TCP_F_ACC;
+	return in;
+}

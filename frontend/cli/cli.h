@@ -76,6 +76,8 @@ typedef struct opts {
 	const char *serve_tokens; /* run --tokens N */
 	const char *buckets;      /* compile --buckets T1,T2,... */
 	const char *decode_tier;  /* --decode-tier=on|off (tcp serving) */
+	const char *tcp_emitter;  /* --tcp-emitter=legacy|sched (tcp) */
+	const char *emit;         /* compile --emit=tcp-sched (tcp) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;
@@ -254,6 +256,9 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 /* --quant-act: an error (1) unless m has a block-FP8 dequant; =fp8 sets act=fp8 on
  * every one (also each chip's layer under --ep). */
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
+/* --tcp-emitter=sched or --emit=tcp-sched: the schedule compiler, on the tcp-sched pipeline */
+int cli_tcp_sched(const opts *o);
+const char *cli_tcp_pipeline(const opts *o);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
 /* ck: the checkpoint deferred weights are read from (cli_load_weights), or NULL. */
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,

@@ -59,7 +59,7 @@ int cli_passes(moe_ctx *ctx)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
 	printf("\nnamed pipelines:\n");
-	static const char *const names[] = {"tcp", "host"};
+	static const char *const names[] = {"tcp", "tcp-sched", "host"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		printf("  %-20s %s\n", names[i], moe_pipeline_named(names[i]));
 	return 0;
@@ -154,7 +154,8 @@ static const char *target_of(const char *out, const char **what)
 {
 	static const struct {
 		const char *ext, *target, *what;
-	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".c", "c", "C source"},
+	} exts[] = {{".tcpb", "tcp", "a TCP binary"}, {".tcps", "tcp", "TCP assembly"}, {".tsched", "tcp", "a TCP schedule"},
+		{".c", "c", "C source"},
 		{".o", "obj", "an object file"}, {".ll", "llvm-ir", "LLVM IR"}};
 	for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
 		if (cli_ends_with(out, exts[i].ext)) {
@@ -252,7 +253,7 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return 1;
 	int status = 1;
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp"))
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : cli_tcp_pipeline(o)))
 		status = emit_target(ctx, g, t, o);
 	moe_module_free(m);
 	return status;
@@ -579,7 +580,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 	const char *paths[64];
 	size_t np = split_paths(wcopy, paths, 64);
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
+	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : cli_tcp_pipeline(o)))
 		goto done;
 	if (moe_graph_num_outputs(g) > 16) {
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "backend-tcp/compiler/sched_build.h"
 #include "frontend/cli/cli.h"
 #include "ir/ir.h"
 #include "ir/quant.h"
@@ -204,6 +205,22 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 	return m;
 }
 
+int cli_tcp_sched(const opts *o)
+{
+	return o->emit || (o->tcp_emitter && !strcmp(o->tcp_emitter, "sched"));
+}
+
+const char *cli_tcp_pipeline(const opts *o)
+{
+	return cli_tcp_sched(o) ? "tcp-sched" : "tcp";
+}
+
+/* The program of g for m by the emitter o names. */
+static moe_tcp_program *compile_for(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m)
+{
+	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m) : moe_tcp_compile(ctx, g, m);
+}
+
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 {
 	memset(fit, 0, sizeof *fit);
@@ -219,9 +236,10 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 	}
 	int st = 1;
 	moe_run_opts ro = {.verify = 1};
-	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, "tcp", m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
-	moe_tcp_program *p = mach ? moe_tcp_compile(ctx, moe_module_graph(m, 0), mach) : NULL;
-	if (p && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
+	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, cli_tcp_pipeline(o), m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
+	moe_tcp_program *p = mach ? compile_for(ctx, o, moe_module_graph(m, 0), mach) : NULL;
+	/* the decode tier is the legacy emitter's (the schedule compiler links none yet) */
+	if (p && !cli_tcp_sched(o) && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
 		moe_tcp_program_free(p);
 		p = NULL;
 	}
@@ -247,6 +265,21 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
 	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
+	if (o->emit && o->tcp_emitter && strcmp(o->tcp_emitter, "sched")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--emit=tcp-sched prints the schedule compiler's schedule: "
+			"it takes no --tcp-emitter=%s", o->tcp_emitter);
+		return 1;
+	}
+	if (!o->emit && cli_ends_with(out, ".tsched")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, out), "a .tsched output is a schedule: give --emit=tcp-sched");
+		return 1;
+	}
+	if (o->emit) {
+		moe_tcp_machine *m = machine(ctx, o);
+		int st = !m || moe_tcp_emit_sched(ctx, g, m, out) != MOE_OK;
+		moe_tcp_machine_free(ctx, m);
+		return st;
+	}
 	if (!text && !bin) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, out),
 			"--target=tcp writes assembly (.tcps) or a binary (.tcpb); name the output so");
@@ -255,8 +288,8 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
-	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
+	moe_tcp_program *p = compile_for(ctx, o, g, m);
+	int status = !p || (!cli_tcp_sched(o) && cli_serve_tier(ctx, o, g, m, &p)) || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -392,8 +425,8 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, mo
 	moe_tcp_machine *m = machine(ctx, o);
 	if (!m)
 		return 1;
-	moe_tcp_program *p = moe_tcp_compile(ctx, g, m);
-	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
+	moe_tcp_program *p = compile_for(ctx, o, g, m);
+	int status = !p || (!cli_tcp_sched(o) && cli_serve_tier(ctx, o, g, m, &p)) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;

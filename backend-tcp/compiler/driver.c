@@ -1,0 +1,55 @@
+/* backend-tcp/compiler/driver.c: the schedule compiler's driver: sched-build,
+ * the verifier, then instruction selection. */
+#include <string.h>
+
+#include "backend-tcp/compiler/isel.h"
+#include "backend-tcp/compiler/sched_build.h"
+#include "moec/io.h"
+
+/* the verified schedule of g, or NULL with a diagnostic */
+static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	tcp_sched *s = tcp_sched_build(ctx, g, m);
+	if (s && tcp_sched_verify(s) != MOE_OK) {
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the schedule built for this layer does not verify (a moec bug)");
+		tcp_sched_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	tcp_sched *s = built(ctx, g, m);
+	if (!s)
+		return NULL;
+	tcp_program *p = tcp_sched_isel(ctx, s);
+	tcp_sched_free(s);
+	return p;
+}
+
+static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
+{
+	tcp_sched *s = built(ctx, g, m);
+	if (!s)
+		return MOE_ERR_INVALID;
+	char *text = NULL;
+	size_t len = 0;
+	moe_status st = tcp_sched_print(s, &text, &len);
+	tcp_sched_free(s);
+	if (st == MOE_OK)
+		st = moe_write_output(ctx, path, 0, text, len);
+	if (text)
+		ctx_free(ctx, text, len + 1);
+	return st;
+}
+
+tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	CTX_GUARDED(ctx, tcp_program *, NULL, tcp_compile_sched(ctx, g, m));
+}
+
+moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_sched(ctx, g, m, path));
+}

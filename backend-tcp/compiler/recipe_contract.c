@@ -1,0 +1,169 @@
+/* backend-tcp/compiler/recipe_contract.c: sched-build's recipe for einsum
+ * `[M, I] x [O, I] -> [M, O]` (ir_einsum_form's MATMUL_NT without batch
+ * letters): the second operand stationary in two TRF tiles that alternate,
+ * tiled by tcp_plan_contract; each tile loaded by sub.ldtrf, then one
+ * tu.contract per reduction chunk, the chunks after the first continuing the
+ * f32 partial sums of an f32 DM buffer (flags=acc), the last committing the
+ * node's dtype. Every output element is the sum of its products in index
+ * order in f32, as in the legacy lowering, whatever the tiling. f32 operands
+ * contract as bf16x3. In a loop body a node masked by the block's rows
+ * computes them under valid=$rows. */
+#include <string.h>
+
+#include "backend-tcp/compiler/sched_build_int.h"
+
+static int64_t rup(int64_t x, int64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+static tcp_view vview(const sb_val *v, int64_t base, int64_t s0, int64_t s1, int64_t s2)
+{
+	tcp_view t = tcp_view_none();
+	t.t = (int32_t)v->buf;
+	t.base = v->base + base;
+	if (v->reg != TS_NONE) {
+		t.reg = (int32_t)v->reg;
+		t.scale = v->scale;
+	}
+	t.stride[0] = s0;
+	t.stride[1] = s1;
+	t.stride[2] = s2;
+	return t;
+}
+
+typedef struct cargs {
+	const sb_val *a, *w, *d;
+	int64_t am, ai, wo, wi, dm, dn;
+	int wdt;
+	ts_id acc, trf[2];
+} cargs;
+
+/* the TRF tiles of plan pl (two when it loads more than one), placed at the two halves of TRF */
+static void trf_tiles(sb *b, moe_id id, const cplan *pl, int wdt, ts_id *trf)
+{
+	int ntile = (pl->I + pl->It - 1) / pl->It * ((pl->O + pl->Opass - 1) / pl->Opass) > 1 ? 2 : 1;
+	trf[1] = TS_NONE;
+	int64_t e = moe_dtype_size((moe_dtype)wdt), half = tcp_trf_bytes(b->m) / 2;
+	int64_t sh[2] = {pl->Opass, pl->It};
+	int64_t fp = rup(pl->Os * pl->It * e, b->m->flit_bytes), share = rup((pl->Opass * pl->It * e + b->S - 1) / b->S,
+		b->m->flit_bytes);
+	for (int k = 0; k < ntile; k++) {
+		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, (moe_dtype)wdt, 2, sh);
+		ts_buf *t = &b->s->buf[trf[k]];
+		t->node = id;
+		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, fp > share ? fp : share};
+		t->offset = k * half;
+	}
+}
+
+/* the lifetime of buffer t: the ops [first, last] of this contraction */
+static void span(sb *b, ts_id t, ts_id first, ts_id last)
+{
+	b->s->buf[t].life = TS_LIFE_SPAN;
+	b->s->buf[t].first = first;
+	b->s->buf[t].last = last;
+}
+
+/* the passes; span[k] receives tile k's first writer and last reader */
+static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id span[2][2])
+{
+	int64_t nch = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
+	int k = 0;
+	for (int64_t ps = 0; ps < npass && !b->failed; ps++) {
+		int64_t o0 = ps * pl->Opass, on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass;
+		for (int64_t ch = 0; ch < nch; ch++) {
+			int64_t i0 = ch * pl->It, inn = pl->I - i0 < pl->It ? pl->I - i0 : pl->It;
+			int cur = k;
+			ts_id tt = c->trf[cur];
+			k = c->trf[1] != TS_NONE ? k ^ 1 : 0;
+			const int64_t ld_dim[2] = {on, inn}, ld_st[2] = {inn, 1};
+			tcp_insn ld = tcp_b_ldtrf(2, ld_dim, tcp_b_view((int32_t)tt, 0, 2, ld_st),
+				vview(c->w, o0 * c->wo + i0 * c->wi, c->wo, c->wi, 0), true);
+			ts_id lo = sb_emit(b, &ld, id);
+			if (span[cur][0] == TS_NONE)
+				span[cur][0] = lo;
+			bool last = ch == nch - 1;
+			tcp_view dst = last ? vview(c->d, o0 * c->dn, c->dm, c->dn, 0) : tcp_b_view((int32_t)c->acc, o0, 2,
+				(const int64_t[2]){pl->O, 1});
+			tcp_view s2 = tcp_view_none();
+			if (ch > 0)
+				s2 = tcp_b_view((int32_t)c->acc, o0, 2, (const int64_t[2]){pl->O, 1});
+			const int64_t cdim[3] = {pl->M, on, inn};
+			tcp_insn in = tcp_b_contract(cdim, dst, vview(c->a, i0 * c->ai, c->am, 0, c->ai),
+				tcp_b_view((int32_t)tt, 0, 3, (const int64_t[3]){0, inn, 1}), s2, pl->Os < on ? pl->Os : on);
+			in.flags |= TCP_F_ROUTE | (c->wdt == MOE_F32 ? TCP_F_BF16X3 : 0);
+			if (SBN(b, id)->valid != MOE_NONE)
+				in.vreg = (int32_t)b->rows;
+			span[cur][1] = sb_emit(b, &in, id);
+		}
+	}
+}
+
+/* A one-operand einsum that reorders letters: a view with the strides permuted. */
+static void permute(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	ir_einsum e;
+	char msg[128];
+	const sb_val *v = &b->v[n->args[0]];
+	if (v->kind != SV_VIEW)
+		v = sb_dm_val(b, n->args[0]);
+	if (!v)
+		return;
+	if (!ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg)) {
+		sb_err(b, id, "einsum: %s", msg);
+		return;
+	}
+	sb_val r = *v;
+	for (int k = 0; k < e.out_rank; k++) {
+		const char *p = memchr(e.in[0], e.out[k], (size_t)e.rank[0]);
+		r.stride[k] = p ? v->stride[p - e.in[0]] : 0;
+	}
+	b->v[id] = r;
+}
+
+void sb_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	int batch = 0;
+	ir_ein_form form = ir_node_einsum_form(n, &batch);
+	if (n->nargs == 1 && (form == IR_EIN_PERMUTE || form == IR_EIN_IDENTITY)) {
+		permute(b, id);
+		return;
+	}
+	if (n->nargs != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
+		sb_refuse(b, id, "an einsum other than [M, I] x [O, I] -> [M, O]");
+		return;
+	}
+	const ir_node *an = SBN(b, n->args[0]), *wn = SBN(b, n->args[1]);
+	if (an->dtype != wn->dtype || (an->dtype != MOE_BF16 && an->dtype != MOE_F32)) {
+		sb_refuse(b, id, "a contraction whose operands are not both bf16 or both f32");
+		return;
+	}
+	cargs c;
+	memset(&c, 0, sizeof c);
+	c.w = sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
+	c.a = c.w ? sb_dm_val(b, n->args[0]) : NULL;
+	if (!c.a)
+		return;
+	c.d = sb_out_val(b, id);
+	c.wdt = an->dtype;
+	int64_t M = an->shape[0], I = an->shape[1], O = wn->shape[0];
+	c.am = c.a->stride[0], c.ai = c.a->stride[1], c.wo = c.w->stride[0], c.wi = c.w->stride[1];
+	c.dm = c.d->stride[0], c.dn = c.d->stride[1];
+	cplan pl = tcp_plan_contract(b->m, M, O, I, c.wdt, NULL);
+	c.acc = TS_NONE;
+	if ((pl.I + pl.It - 1) / pl.It > 1) {
+		int64_t sh[2] = {M, O};
+		c.acc = sb_dm_buf(b, id, "contract.acc", MOE_F32, 2, sh);
+	}
+	trf_tiles(b, id, &pl, c.wdt, c.trf);
+	ts_id sp[2][2] = {{TS_NONE, TS_NONE}, {TS_NONE, TS_NONE}};
+	contract(b, id, &pl, &c, sp);
+	if (b->failed)
+		return;
+	for (int k = 0; k < 2; k++)
+		if (c.trf[k] != TS_NONE)
+			span(b, c.trf[k], sp[k][0], sp[k][1]);
+}

@@ -1,0 +1,261 @@
+/* backend-tcp/compiler/recipe_loop.c: sched-build's recipe for the
+ * block_loop (docs/tcp-compiler.md 2.1 and 5.1): one ts_loop of G blocks
+ * whose body runs for g < nblocks.
+ * - The control values: those that are not constants are staged by one
+ *   dma.spm (nblocks, the block experts, the valid rows: one descriptor
+ *   each), then read by `ld` into the loop's scalars $nb, $e, $rows;
+ *   constants are `const` scalars.
+ * - An `e` operand (per expert) is a DM buffer of one expert's row with two
+ *   slots; the body's first op copies expert $e's row from HBM into slot
+ *   ($g & 1).
+ * - A `b` operand (per block) read from HBM is copied into a DM buffer of one
+ *   row in the body; one in DM is a view of block $g's row in place.
+ * - The body's nodes are built into the body region (phase expert); the value
+ *   it yields is copied into row $g of the loop's result, an HBM buffer
+ *   [G, ...] that starts zeroed (the rows of blocks past nblocks stay zero).
+ * A write in the body depends on the previous block's accesses of the same
+ * buffer (distance 1). */
+#include <string.h>
+
+#include "backend-tcp/compiler/sched_build_int.h"
+
+static int64_t row_numel(const ir_node *n)
+{
+	int64_t r = 1;
+	for (int k = 1; k < n->rank; k++)
+		r *= n->shape[k];
+	return r;
+}
+
+
+static bool control(sb *b, moe_id id, moe_id arg, bool vec, ctl *c)
+{
+	const ir_node *n = SBN(b, arg);
+	sb_val *v = &b->v[arg];
+	memset(c, 0, sizeof *c);
+	if (v->kind == SV_IMM) {
+		c->imm = true;
+		c->k = v->imm;
+		return true;
+	}
+	if (v->kind == SV_IOTA || (v->kind == SV_VIEW && vec && (v->stride[0] != 1 || v->base != 0 || v->reg != TS_NONE)))
+		v = sb_copy_contig(b, arg);
+	if (!v || v->kind != SV_VIEW || n->dtype != MOE_I32) {
+		if (!b->failed)
+			sb_refuse(b, id, "a block loop control value that is not an i32 tensor");
+		return false;
+	}
+	c->v = *v;
+	return true;
+}
+
+static ts_id ctl_scalar(sb *b, const char *name, const ctl *c, ts_id at)
+{
+	if (c->imm)
+		return ts_add_scalar(b->s, b->rg, name, TS_SC_CONST, 0, TS_NONE, TS_NONE, (int32_t)c->k);
+	ts_id s = ts_add_scalar(b->s, b->rg, name, TS_SC_SPM_LD, 0, at, TS_NONE, at == TS_NONE ? c->v.base : 0);
+	b->s->sc[s].buf = c->v.buf;
+	return s;
+}
+
+/* the staging of the values that are not constants, $nb and $g (the block's
+ * expert and rows are read in the body: b->ctl); the loop's index */
+static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g)
+{
+	const ir_node *n = SBN(b, id);
+	ctl c[3];
+	for (int k = 0; k < 3; k++)
+		if (!control(b, id, n->args[k], k > 0, &c[k]))
+			return -1;
+	tcp_view sv[3] = {tcp_view_none(), tcp_view_none(), tcp_view_none()};
+	int ns = 0;
+	for (int k = 0; k < 3; k++) {
+		if (c[k].imm)
+			continue;
+		const int64_t st = k ? 1 : 0;
+		sv[ns++] = tcp_b_view((int32_t)c[k].v.buf, c[k].v.base, 1, &st);
+	}
+	if (ns) {
+		tcp_insn in = tcp_b_dma_spm(1, &G, sv[0], sv[1], sv[2]);
+		sb_emit(b, &in, id);
+	}
+	*nb = ctl_scalar(b, "nb", &c[0], TS_NONE);
+	int li = b->s->nloop;
+	*g = ts_add_scalar(b->s, b->rg, "g", TS_SC_LOOPIDX, 0, TS_NONE, TS_NONE, li);
+	b->ctl[0] = c[1];
+	b->ctl[1] = c[2];
+	return li;
+}
+
+/* the body's view of data operand k (kind kd) of loop id, its fetch ops appended */
+static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g, ts_id e, ts_id slot, sb_val *out,
+	moe_id at)
+{
+	int64_t n = row_numel(on);
+	ir_node rn = *on;
+	rn.rank = (uint8_t)(on->rank - 1);
+	memmove(rn.shape, on->shape + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+	if (ov->kind != SV_VIEW || ov->reg != TS_NONE || rn.rank > TCP_MAXD) {
+		sb_refuse(b, at, "a block loop operand that is not a view of a tensor of at most 9 dimensions");
+		return false;
+	}
+	bool dm = b->s->buf[ov->buf].space == TCP_DM;
+	if (kd == 'b' && dm) { /* block g's row in place */
+		*out = *ov;
+		out->reg = g;
+		out->scale = ov->stride[0];
+		memmove(out->stride, ov->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+		return true;
+	}
+	ts_id t = sb_dm_buf(b, at, on->name ? on->name : kd == 'e' ? "expert" : "block", (moe_dtype)on->dtype, rn.rank,
+		rn.shape);
+	ts_buf *tb = &b->s->buf[t];
+	tb->life = TS_LIFE_LOOP;
+	if (kd == 'e') {
+		tb->slots = 2;
+		sb_spread(b, t);
+	}
+	/* the row as a strided copy over its dimensions into the contiguous buffer */
+	*out = sb_view_of(t, &rn);
+	int nd = rn.rank ? rn.rank : 1;
+	int64_t dim[TCP_MAXD];
+	for (int k = 0; k < nd; k++)
+		dim[k] = rn.rank ? rn.shape[k] : 1;
+	tcp_view src = tcp_b_view((int32_t)ov->buf, ov->base, nd, rn.rank ? ov->stride + 1 : &(const int64_t){1});
+	src.reg = (int32_t)(kd == 'e' ? e : g);
+	src.scale = ov->stride[0];
+	tcp_view dst = tcp_b_view((int32_t)t, 0, nd, rn.rank ? out->stride : &(const int64_t){1});
+	if (kd == 'e') {
+		dst.reg = (int32_t)slot;
+		dst.scale = n;
+		out->reg = slot;
+		out->scale = n;
+	}
+	tcp_insn in = tcp_b_dma_copy(nd, dim, dst, src);
+	sb_emit(b, &in, at);
+	return true;
+}
+
+/* distance-1 dependencies: each write in the body on the previous block's
+ * accesses of its buffer (ops [first, last) are the body's) */
+static void carried(sb *b, ts_id first, ts_id last)
+{
+	for (ts_id op = first; op < last; op++) {
+		int32_t t = b->s->op[op].in.v[TCP_V_DST].t;
+		if (t < 0)
+			continue;
+		for (ts_id q = op; q < last; q++) {
+			const tcp_insn *in = &b->s->op[q].in;
+			bool hit = false;
+			for (int w = 0; w < TCP_NVIEW; w++)
+				hit |= in->v[w].t == t;
+			const ts_op *o = &b->s->op[op];
+			for (uint32_t d = 0; d < o->ndep && hit; d++)
+				hit = !(o->dep[d] == q && o->dist[d] == 1);
+			if (hit && q != op)
+				ts_add_dep(b->s, op, q, 1);
+		}
+	}
+}
+
+typedef struct saved {
+	const moe_graph *g;
+	sb_val *v, *dmv;
+	ts_id rg, rows;
+	int phase;
+} saved;
+
+static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const sb_val *in_v, uint32_t nin)
+{
+	size_t vn = (size_t)(bg->nnodes ? bg->nnodes : 1) * sizeof(sb_val);
+	saved sv = {b->g, b->v, b->dmv, b->rg, b->rows, b->phase};
+	b->g = bg;
+	b->v = ctx_alloc(b->ctx, vn);
+	b->dmv = ctx_alloc(b->ctx, vn);
+	b->rg = l->body;
+	b->rows = l->rows;
+	b->phase = TS_PH_EXPERT;
+	for (moe_id i = 0; i < bg->nnodes && !b->failed; i++) {
+		const ir_node *n = &bg->nodes[i];
+		if (n->op != MOE_OP_BLOCKARG)
+			continue;
+		ir_blockarg_role r = ir_blockarg_role_of(n);
+		int64_t k = ir_attr_int(n, "index", -1);
+		if (r == IR_BA_IN && k >= 0 && k < (int64_t)nin)
+			b->v[i] = in_v[k];
+		else if (r == IR_BA_IN)
+			sb_err(b, i, "blockarg index %lld is not an operand of the loop", (long long)k);
+		else if (r != IR_BA_ROWS)
+			sb_refuse(b, i, "a blockarg of role expert or index");
+	}
+	if (!b->failed)
+		sb_build_nodes(b);
+	moe_id y = ir_body_yield(bg);
+	const sb_val *yp = y != MOE_NONE && !b->failed ? sb_dm_val(b, y) : NULL;
+	sb_val yv = yp ? *yp : (sb_val){0};
+	bool ok = yp && sb_contig(&yv, &bg->nodes[y]);
+	if (!b->failed && !ok)
+		sb_refuse(b, y, "a loop body whose value is not a contiguous tensor");
+	ctx_free(b->ctx, b->v, vn);
+	ctx_free(b->ctx, b->dmv, vn);
+	b->g = sv.g, b->v = sv.v, b->dmv = sv.dmv, b->rows = sv.rows, b->phase = sv.phase;
+	if (!ok) {
+		b->rg = sv.rg;
+		return false;
+	}
+	/* the block's value into row g of the result */
+	const ir_node *n = SBN(b, id);
+	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "block_results", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank,
+		n->shape);
+	int64_t rn = row_numel(n);
+	tcp_view dst = tcp_b_flat((int32_t)t);
+	dst.reg = (int32_t)l->g;
+	dst.scale = rn;
+	tcp_view src = tcp_b_view((int32_t)yv.buf, yv.base, 1, &(const int64_t){1});
+	if (yv.reg != TS_NONE)
+		src.reg = (int32_t)yv.reg, src.scale = yv.scale;
+	tcp_insn c = tcp_b_dma_copy(1, &rn, dst, src);
+	b->phase = TS_PH_EXPERT;
+	sb_emit(b, &c, id);
+	b->rg = sv.rg;
+	b->v[id] = sb_view_of(t, n);
+	return true;
+}
+
+void sb_block_loop(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	const moe_graph *bg = ir_node_body(b->g, n);
+	const char *kinds = ir_attr_str(n, "kinds", "");
+	uint32_t nin = n->nargs - 3;
+	if (!bg || strlen(kinds) != nin || strspn(kinds, "be") != nin || n->rank < 1) {
+		sb_refuse(b, id, "a block loop with operands of kind r or i");
+		return;
+	}
+	ts_id nb, g, e, rows;
+	int64_t G = n->shape[0];
+	int li = stage(b, id, G, &nb, &g);
+	if (li < 0)
+		return;
+	ts_add_loop(b->s, b->rg, G, nb, g);
+	ts_loop *l = &b->s->loop[li];
+	ts_id outer = b->rg, first = b->s->nop;
+	b->rg = l->body;
+	b->phase = TS_PH_EXPERT;
+	/* the block's expert and rows, read at the top of the body */
+	l->expert = e = ctl_scalar(b, "e", &b->ctl[0], g);
+	l->rows = rows = ctl_scalar(b, "rows", &b->ctl[1], g);
+	ts_id slot = ts_add_scalar(b->s, b->rg, "slot", TS_SC_ALU, TCP_S_AND, g, TS_NONE, 1);
+	sb_val *in_v = ctx_alloc(b->ctx, (nin ? nin : 1) * sizeof *in_v);
+	bool ok = true;
+	for (uint32_t k = 0; k < nin && ok; k++)
+		ok = operand(b, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k], g, e, slot, &in_v[k], id);
+	b->rg = outer;
+	if (ok)
+		ok = body(b, id, bg, l, in_v, nin);
+	ctx_free(b->ctx, in_v, (nin ? nin : 1) * sizeof *in_v);
+	b->rg = outer;
+	if (!ok)
+		return;
+	carried(b, first, b->s->nop);
+}

@@ -1,0 +1,105 @@
+/* backend-tcp/compiler/sched_build_int.h: what sched_build.c and its recipes
+ * (recipe_*.c) share: the build context, the value of each graph node, and the
+ * helpers that add buffers and ops with their dependencies. Only sched-build's
+ * files include it. */
+#ifndef MOEC_TCP_SCHED_BUILD_INT_H
+#define MOEC_TCP_SCHED_BUILD_INT_H
+
+#include "backend-tcp/compiler/sched.h"
+#include "backend-tcp/compiler/sched_build.h"
+#include "backend-tcp/compiler/tcp_compile.h"
+#include "backend-tcp/isa/build.h"
+#include "ir/ir.h"
+
+/* Where a node's value is: a splat immediate (a lane word), an iota along
+ * one axis (the pass's loop counter), or a view of a buffer (node dim k
+ * steps stride[k] elements; reg: a scalar offset times scale, TS_NONE). */
+enum { SV_NONE, SV_IMM, SV_IOTA, SV_VIEW };
+typedef struct sb_val {
+	uint8_t kind;
+	int axis;
+	uint32_t imm;
+	ts_id buf, reg;
+	int64_t base, scale;
+	int64_t stride[MOE_MAX_RANK];
+} sb_val;
+
+/* One control value of a block loop: a const scalar, or an SPM-staged i32
+ * view read at an index. */
+typedef struct ctl {
+	bool imm;
+	uint32_t k;
+	sb_val v;
+} ctl;
+
+/* Per buffer: the last op that wrote it and the ops that read it since. */
+typedef struct sb_track {
+	ts_id w;
+	ts_id *rd;
+	uint32_t nrd, crd;
+} sb_track;
+
+typedef struct sb {
+	moe_ctx *ctx;
+	tcp_sched *s;
+	const moe_tcp_machine *m;
+	const moe_graph *g;  /* the graph being built: the layer, or a loop's body */
+	sb_val *v;           /* g's values, one per node */
+	sb_val *dmv;         /* per node: its DM copy once made (kind SV_NONE: none) */
+	ts_id rg;            /* the region ops are appended to */
+	int phase;
+	int64_t S;           /* slices */
+	sb_track *tr;
+	uint32_t ntr;
+	ts_id rows;          /* in a loop body: the block's valid rows scalar; else TS_NONE */
+	ctl ctl[2];          /* the block loop being built: its experts and rows */
+	bool failed;
+} sb;
+
+#define SBN(b, id) (&(b)->g->nodes[id])
+
+/* sched_build.c */
+void sb_err(sb *b, moe_id at, const char *fmt, ...) MOE_PRINTF(3, 4);
+/* "the schedule compiler does not lower WHAT yet" at node at */
+void sb_refuse(sb *b, moe_id at, const char *what);
+void sb_spread(sb *b, ts_id buf);  /* its layout, from its shape and slots */
+ts_id sb_dm_buf(sb *b, moe_id at, const char *name, moe_dtype dt, int rank, const int64_t *shape);
+ts_id sb_hbm_buf(sb *b, moe_id at, const char *name, int kind, moe_dtype dt, int rank, const int64_t *shape);
+/* Appends in (views naming buffers and scalars) to the current region, with a
+ * dependency on every earlier op whose access of the same buffers conflicts. */
+ts_id sb_emit(sb *b, const tcp_insn *in, moe_id at);
+sb_val sb_view_of(ts_id buf, const ir_node *n);     /* contiguous, base 0 */
+bool sb_contig(const sb_val *v, const ir_node *n);
+tcp_view sb_mkview(const sb_val *v, const ir_node *n, int ndim, const int *map);
+int sb_axis(const ir_node *n, const ir_node *src, int64_t def);
+uint32_t sb_imm_of(moe_dtype dt, double v);
+/* node id's value in DM (an immediate or iota materialized, an HBM value
+ * copied), or NULL after an error */
+sb_val *sb_dm_val(sb *b, moe_id id);
+/* node id's output: a fresh contiguous DM buffer */
+sb_val *sb_out_val(sb *b, moe_id id);
+
+/* recipe_vec.c */
+void sb_elem(sb *b, moe_id id);
+void sb_materialize(sb *b, moe_id id);
+sb_val *sb_copy_contig(sb *b, moe_id id);
+void sb_concat(sb *b, moe_id id);
+/* recipe_reduce.c */
+void sb_reduce(sb *b, moe_id id);
+void sb_cumsum(sb *b, moe_id id);
+void sb_filter(sb *b, moe_id id);
+void sb_one_hot(sb *b, moe_id id);
+void sb_softmax(sb *b, moe_id id);
+/* recipe_contract.c */
+void sb_einsum(sb *b, moe_id id);
+/* recipe_route.c */
+void sb_gather(sb *b, moe_id id);
+void sb_scatter(sb *b, moe_id id);
+/* recipe_view.c */
+void sb_view_op(sb *b, moe_id id);
+/* recipe_loop.c */
+void sb_block_loop(sb *b, moe_id id);
+/* sched_build.c: build every node of b->g in node order */
+void sb_build_nodes(sb *b);
+
+#endif
