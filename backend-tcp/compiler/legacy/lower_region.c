@@ -155,6 +155,8 @@ typedef struct rinp {
 	moe_id gather; /* dispatch by gather: the grid scatter, else MOE_NONE */
 	bool staged;   /* ... its rows staged into buf once, in block order (lower_stage.c) */
 	bool inplace;  /* a decode's x row, read in place (lower_decode.c): no buffer, no DMA */
+	bool homed;    /* a grid's value outside the loop, kept in home while the body reads src as its block */
+	val home;
 } rinp;
 
 enum { RGN_MAXIN = 32, RGN_MAXDM = 64 };
@@ -284,7 +286,7 @@ static void region_weight_buffer(lw *c, rgn *r, moe_id i)
 	memcpy(sh + 1, b.shape, sizeof(int64_t) * b.rank);
 	int32_t t = tcpl_dm_tensor(c, i, "wbuf", (moe_dtype)n->dtype, b.rank + 1, sh);
 	if (r->nin < RGN_MAXIN)
-		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false, false};
+		r->ins[r->nin++] = (rinp){n->args[0], i, t, ir_numel(&b), true, MOE_NONE, false, false, false, {0}};
 	val v = tview(t, i, &b);
 	v.region = true;
 	v.reg = R_SLOT;
@@ -313,7 +315,7 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 			continue;
 		if (tcpl_decode_view(c, a)) {
 			if (r->nin < RGN_MAXIN)
-				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, false, true};
+				r->ins[r->nin++] = (rinp){a, MOE_NONE, -1, 0, false, MOE_NONE, false, true, false, {0}};
 			continue;
 		}
 		ir_node b = block_node(an);
@@ -329,7 +331,7 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 		if (st)
 			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)
-			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st, false};
+			r->ins[r->nin++] = (rinp){a, MOE_NONE, t, ir_numel(&b), false, gs, st, false, false, {0}};
 	}
 	return true;
 }
@@ -457,7 +459,8 @@ static void load_inputs(lw *c, const rgn *r, int blk, int slot, int ex, bool wei
 		const rinp *in = &r->ins[j];
 		if ((in->weight && grids_only) || (!in->weight && weights_only) || in->inplace)
 			continue;
-		val *sv = &c->v[in->src];
+		/* a grid's copy reads the grid, not the block view the body reads it through */
+		const val *sv = in->homed ? &in->home : &c->v[in->src];
 		int64_t na = in->weight ? merged_split(c, in->user) : 0;
 		/* the prologue's block 0 of a decode (count a constant above 1) is not the last */
 		if (na > 0 && blk == R_G && r->tnb < 0 && r->nbbase > 1)
@@ -719,13 +722,15 @@ static void region_mid(lw *c, const rgn *r)
 }
 
 /* The block body: the grid inputs read through the input slot register, then every region node. */
-static void region_body(lw *c, const rgn *r)
+static void region_body(lw *c, rgn *r)
 {
 	const moe_graph *g = c->g;
 	tcpl_pairs_slot(c); /* the slot of block g's pair-order result (lower_pairs.c) */
 	for (int j = 0; j < r->nin; j++) {
 		if (r->ins[j].weight)
 			continue;
+		r->ins[j].home = c->v[r->ins[j].src];
+		r->ins[j].homed = true;
 		ir_node b = block_node(N(g, r->ins[j].src));
 		val v = tview(r->ins[j].buf, r->ins[j].src, &b);
 		v.region = true;
