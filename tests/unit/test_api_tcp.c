@@ -2,7 +2,8 @@
  * contracts (tcp.h, docs/api.md, docs/tcp-isa.md section 8.1,
  * docs/expert-parallel.md section 6), through the public API only: writing
  * assembly, bucketed .tcpb files, HBM figures, engine names, output counts,
- * and expert parallelism on simulated chips. */
+ * a schedule's text compiled and run, and expert parallelism on simulated
+ * chips. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -410,6 +411,75 @@ static void test_num_outputs(void **st)
 	moe_ctx_free(c);
 }
 
+/* ---- a schedule's text form ---- */
+
+/* x and w copied HBM -> DM, one vector pass y = x * w + 1.5, y copied out
+ * (tests/lit/tcp/sched/straight.tsched without its comments). */
+static const char sched_text[] =
+	"tcpsched 1\n"
+	"machine \"RNGD (TCP), one chip\"\n"
+	"meta T=16 K=0 D=64 F=0 E=0 B=0 G=0 nproj=0 router_e=0 wexp=0 act=8192 rmacs=0 dtype=f32\n"
+	"features granted=0x0 refused=0x0\n"
+	"buf %0 \"x\" hbm input f32[16,64]\n"
+	"buf %1 \"w\" hbm weight f32[16,64] src=\"model.w\"\n"
+	"buf %2 \"y\" hbm output f32[16,64]\n"
+	"buf %3 \"xd\" dm scratch f32[16,64] life=@0..@2 layout=flit(0,512,1,32)\n"
+	"buf %4 \"wd\" dm scratch f32[16,64] life=@1..@2 layout=flit(0,512,1,32)\n"
+	"buf %5 \"yd\" dm scratch f32[16,64] life=@2..@3 layout=flit(0,512,1,32)\n"
+	"op @0 dma.copy ph=routing dims=[1024] dst=%3+0:[1] s0=%0+0:[1]\n"
+	"op @1 dma.copy ph=routing dims=[1024] dst=%4+0:[1] s0=%1+0:[1]\n"
+	"op @2 tu.vec ph=routing dims=[16,64] dst=%5+0:[64,1] s0=%3+0:[64,1] s1=%4+0:[64,1] "
+	"chain=[f.mul(s0,s1,#0x0,c0,0),f.add(v,imm,#0x3fc00000,c0,0)] deps=[@0,@1]\n"
+	"op @3 dma.copy ph=combine dims=[1024] dst=%2+0:[1] s0=%5+0:[1] deps=[@2]\n";
+
+static void test_from_sched(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_tcp_program *p = moe_tcp_from_sched(c, "s.tsched", sched_text, sizeof sched_text - 1, NULL);
+	if (!p)
+		moe_diag_print(c, stderr);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_num_outputs(p), 1);
+	/* run it: y = x * w + 1.5, every element computed here in f32 */
+	int64_t shape[2] = {16, 64};
+	moe_tensor *x = moe_tensor_new(c, MOE_F32, 2, shape), *w = moe_tensor_new(c, MOE_F32, 2, shape);
+	float *xf = x->data, *wf = w->data;
+	for (int i = 0; i < 16 * 64; i++) {
+		xf[i] = (float)(i % 37) * 0.25f - 3.0f;
+		wf[i] = (float)(i % 11) * 0.5f - 2.0f;
+	}
+	moe_tensor_map *b = moe_tensor_map_new(c);
+	assert_int_equal(moe_tensor_map_set(b, "x", x), MOE_OK);
+	assert_int_equal(moe_tensor_map_set(b, "w", w), MOE_OK);
+	moe_tensor *out[2] = {NULL, NULL};
+	moe_status s = moe_tcp_run(c, p, b, NULL, out, NULL);
+	if (s)
+		moe_diag_print(c, stderr);
+	assert_int_equal(s, MOE_OK);
+	assert_non_null(out[0]);
+	const float *y = out[0]->data;
+	for (int i = 0; i < 16 * 64; i++)
+		assert_true(y[i] == xf[i] * wf[i] + 1.5f);
+	moe_tensor_free(c, out[0]);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	/* a bad line: NULL with the file, line and column of the problem */
+	char bad[sizeof sched_text];
+	memcpy(bad, sched_text, sizeof sched_text);
+	char *at = strstr(bad, "tu.vec");
+	memcpy(at, "tu.vex", 6);
+	assert_null(moe_tcp_from_sched(c, "bad.tsched", bad, sizeof bad - 1, NULL));
+	assert_diag(c, "bad.tsched:13:");
+	/* a schedule whose op reads past its buffer fails verification, named by its line */
+	memcpy(bad, sched_text, sizeof sched_text);
+	at = strstr(bad, "dims=[1024] dst=%2");
+	memcpy(at, "dims=[2048]", 11);
+	assert_null(moe_tcp_from_sched(c, "big.tsched", bad, sizeof bad - 1, NULL));
+	assert_diag(c, "big.tsched:14");
+	moe_ctx_free(c);
+}
+
 /* ---- expert parallelism on simulated chips ---- */
 
 #define NCHIP 2
@@ -658,6 +728,7 @@ int main(void)
 		cmocka_unit_test(test_hbm),
 		cmocka_unit_test(test_engine_name),
 		cmocka_unit_test(test_num_outputs),
+		cmocka_unit_test(test_from_sched),
 		cmocka_unit_test(test_ep_run),
 		cmocka_unit_test(test_ep_compile),
 	};
