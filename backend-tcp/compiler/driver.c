@@ -44,12 +44,33 @@ static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 	return st;
 }
 
-tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* machine NULL: the built-in one, as moe_tcp_compile takes it */
+static tcp_program *compile_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	CTX_GUARDED(ctx, tcp_program *, NULL, tcp_compile_sched(ctx, g, m));
+	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
+	if (!m && !def)
+		return NULL;
+	tcp_program *p = tcp_compile_sched(ctx, g, m ? m : def);
+	moe_tcp_machine_free(ctx, def);
+	return p;
 }
 
-moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
+static moe_status emit_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
 {
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_sched(ctx, g, m, path));
+	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
+	if (!m && !def)
+		return MOE_ERR_INVALID;
+	moe_status st = emit_sched(ctx, g, m ? m : def, path);
+	moe_tcp_machine_free(ctx, def);
+	return st;
+}
+
+moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+{
+	CTX_GUARDED(ctx, tcp_program *, NULL, compile_default(ctx, g, machine));
+}
+
+moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, const char *path)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_default(ctx, g, machine, path));
 }

@@ -15,10 +15,7 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 /* The driver (driver.c): build, verify, and select instructions. NULL with a
  * diagnostic. */
 tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-/* The moec tool's entries (guarded: an allocation failure is a diagnostic):
- * tcp_compile_sched, and the verified schedule of g printed to path (a
- * temporary renamed into place). */
-tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path);
+/* The public entries moe_tcp_compile_sched and moe_tcp_emit_sched are in
+ * moec/tcp.h. */
 
 #endif

@@ -8,7 +8,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "backend-tcp/compiler/sched_build.h"
 #include "frontend/cli/cli.h"
 #include "ir/ir.h"
 #include "ir/quant.h"

@@ -41,6 +41,16 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
  * NULL (the default); the tiling is chosen for it and recorded in the
  * program, which stays runnable on any machine whose capacities it fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+/* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
+ * g, after the `tcp-sched` pipeline (its block_loop kept), built into a schedule,
+ * verified and selected into a program for machine (NULL: the default). NULL with a
+ * diagnostic at the node it does not lower yet (docs/tcp-compiler.md 5.1 lists them). */
+MOE_API moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+/* The same schedule, verified, printed as text (.tsched, docs/tcp-compiler.md 4.2) to
+ * path ("-": stdout; a file is written to a temporary renamed into place), which
+ * moe_tcp_from_sched reads back into the same program. */
+MOE_API moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
+	const char *path);
 MOE_API void moe_tcp_program_free(moe_tcp_program *p);
 
 /* block=auto: the block size B of the expert grid that the cost model
