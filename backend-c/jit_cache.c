@@ -159,14 +159,14 @@ static int make_temp(const cgen_cache *c, const char *base, char *tmp, size_t tl
 		return -1;
 	char full[PATH_MAX + 64];
 	snprintf(full, sizeof full, "%s/%s", c->root, tmp);
-	*slot = rt_temp_register(full);
+	*slot = moe_temp_track(full);
 	return fd;
 }
 
 static void drop_temp(const cgen_cache *c, const char *tmp, int slot)
 {
 	unlinkat(c->dir, tmp, 0);
-	rt_temp_forget(slot);
+	moe_temp_forget(slot);
 }
 
 typedef struct part {
@@ -193,7 +193,7 @@ static bool write_entry(const cgen_cache *c, const char *name, const part *parts
 	ok = ok && (!st || fstat(fd, st) == 0);
 	ok = close(fd) == 0 && ok;
 	if (ok)
-		rt_temp_forget(slot);
+		moe_temp_forget(slot);
 	else
 		drop_temp(c, tmp, slot);
 	return ok;

@@ -5,7 +5,12 @@
  * convert to the node's dtype; shapes must match exactly. Every weight's
  * tensors are checked from the checkpoint headers (names, shapes, dtypes)
  * before any weight is allocated or any tensor data is read. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/rt_io.h"
 
@@ -679,4 +684,46 @@ moe_status moe_weights_load_row(moe_ctx *ctx, const moe_graph *g, moe_id id, moe
 	void *dst, size_t nbytes)
 {
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_row(ctx, g, id, ck, row, dst, nbytes));
+}
+
+/* ---- the checkpoint's identity (moe_checkpoint_id, moec/io.h) ---- */
+char *moe_checkpoint_id(const char *const *paths, size_t np)
+{
+	rt_buf b = {0};
+	for (size_t i = 0; i < np; i++) {
+		char real[PATH_MAX];
+		struct stat st;
+		size_t n = strlen(paths[i]);
+		if (n < 12 || strcmp(paths[i] + n - 12, ".safetensors") || !realpath(paths[i], real) || stat(real, &st) != 0 ||
+			!S_ISREG(st.st_mode) || st.st_size < 8) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		uint64_t h = 0xcbf29ce484222325ull, len = 0;
+		unsigned char buf[65536];
+		FILE *f = fopen(real, "rb");
+		bool ok = f && fread(buf, 1, 8, f) == 8;
+		for (int k = 0; ok && k < 8; k++)
+			len |= (uint64_t)buf[k] << (8 * k);
+		ok = ok && len <= (uint64_t)100 << 20 && len <= (uint64_t)st.st_size - 8;
+		for (uint64_t done = 0; ok && done < len;) {
+			size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
+			ok = fread(buf, 1, want, f) == want;
+			for (size_t k = 0; ok && k < want; k++)
+				h = (h ^ buf[k]) * 0x100000001b3ull;
+			done += want;
+		}
+		if (f)
+			fclose(f);
+		if (!ok) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		rt_buf_printf(&b, "file %s dev %llu ino %llu size %lld mtime %lld.%09ld header %016llx\n", real,
+			(unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size,
+			(long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (unsigned long long)h);
+	}
+	char *r = b.oom || !b.s ? NULL : strdup(b.s);
+	rt_buf_free(&b);
+	return r;
 }

@@ -41,6 +41,14 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
  * NULL (the default); the tiling is chosen for it and recorded in the
  * program, which stays runnable on any machine whose capacities it fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+/* `--quant-act`: the activations' type of block-FP8 experts' contractions
+ * (docs/tcp-isa.md 7.10). act "fp8" sets act="fp8" on every dequant of m
+ * that holds fp8 in 128 x 128 blocks dividing its rows and columns (the
+ * weights TCP contracts fp8 x fp8); "bf16" changes nothing. Either way m
+ * must have such a dequant: else MOE_ERR_INVALID with a diagnostic naming
+ * its quantized formats (at the first one's dequant, else at file). Call it
+ * on the parsed module, before the `tcp` pipeline. */
+MOE_API moe_status moe_tcp_quant_act(moe_ctx *ctx, moe_module *m, const char *act, const char *file);
 /* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
  * g, after the `tcp-sched` pipeline (its block_loop kept), built into a schedule,
  * verified and selected into a program for machine (NULL: the default). NULL with a

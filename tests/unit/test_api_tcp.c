@@ -782,6 +782,86 @@ static void test_ep_compile(void **st)
 	moe_ctx_free(c);
 }
 
+/* moe_tcp_quant_act: "fp8" marks exactly the block-FP8 dequants whose
+ * 128 x 128 blocks divide the weight (act="fp8"), "bf16" marks none; a
+ * layer without one, or another act, is refused with a diagnostic. */
+static const char qa_fmt[] = "layer l {\n"
+			     "  dim T = 4, D = 256, F = %d, E = 2, K = 1, B = 4\n"
+			     "  input x : [T, D]\n"
+			     "  weight r : [E, D] = \"router.weight\"\n"
+			     "  weight gq : f8e4m3[E, F, D] = \"e.{e}.gate.weight\"\n"
+			     "  weight gs : f32[E, (F + 127) / 128, D / 128] = \"e.{e}.gate.scale\"\n"
+			     "  weight uq : f8e4m3[E, F, D] = \"e.{e}.up.weight\"\n"
+			     "  weight us : f32[E, (F + 127) / 128, D / 128] = \"e.{e}.up.scale\"\n"
+			     "  weight dq : i32[E, D, F / 8] = \"e.{e}.down.weight_packed\"\n"
+			     "  weight ds : bf16[E, D, F / 32] = \"e.{e}.down.weight_scale\"\n"
+			     "  gate = dequant(gq, gs, format=\"fp8\", block=[128, 128])\n"
+			     "  up   = dequant(uq, us, format=\"fp8\", block=[128, 128])\n"
+			     "  down = dequant(dq, ds, format=\"int4\", block=[1, 32], k=F)\n"
+			     "  idx = topk(einsum(\"td,ed->te\", x, r), k=K)\n"
+			     "  y = experts(x, idx, take_along(einsum(\"td,ed->te\", x, r), idx, axis=1), gate=gate, up=up, "
+			     "down=down, block=B)\n"
+			     "  output y\n"
+			     "}\n";
+
+static moe_module *qa_layer(moe_ctx *c, int F)
+{
+	char text[2048];
+	snprintf(text, sizeof text, qa_fmt, F);
+	moe_module *m = moe_parse_moe(c, "qa.moe", text, strlen(text), NULL);
+	if (!m)
+		moe_diag_print(c, stderr);
+	assert_non_null(m);
+	return m;
+}
+
+/* The act attribute of each dequant of m, in node order, joined by ','. */
+static void qa_acts(const moe_module *m, char *out, size_t n)
+{
+	const moe_graph *g = moe_module_graph(m, 0);
+	*out = 0;
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_DEQUANT) {
+			const char *a = moe_node_get_str(g, i, "act");
+			snprintf(out + strlen(out), n - strlen(out), "%s%s", *out ? "," : "", a ? a : "-");
+		}
+}
+
+static const char *last_diag(const moe_ctx *c)
+{
+	const char *msg = NULL;
+	moe_diag_get(c, moe_diag_count(c) - 1, NULL, NULL, &msg);
+	return msg;
+}
+
+static void test_quant_act(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char acts[128];
+	moe_module *m = qa_layer(c, 128);
+	assert_int_equal(moe_tcp_quant_act(c, m, "bf16", "qa.moe"), MOE_OK);
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "-,-,-");
+	assert_int_equal(moe_tcp_quant_act(c, m, "fp8", "qa.moe"), MOE_OK);
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "fp8,fp8,-"); /* gate and up; the int4 down stays */
+	assert_int_equal(moe_error_count(c), 0);
+	assert_int_equal(moe_tcp_quant_act(c, m, "int4", "qa.moe"), MOE_ERR_INVALID);
+	assert_non_null(strstr(last_diag(c), "takes bf16 or fp8, not 'int4'"));
+	moe_module_free(m);
+	/* F = 64: the 128 x 128 blocks do not divide the weights */
+	m = qa_layer(c, 64);
+	assert_int_equal(moe_tcp_quant_act(c, m, "fp8", "qa.moe"), MOE_ERR_INVALID);
+	const char *msg = last_diag(c);
+	assert_non_null(strstr(msg, "--quant-act=fp8 applies to block-FP8 experts"));
+	assert_non_null(strstr(msg, "fp8 in [128, 128] blocks, int4 in [1, 32] blocks"));
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "-,-,-");
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -796,6 +876,7 @@ int main(void)
 		cmocka_unit_test(test_compile_sched),
 		cmocka_unit_test(test_ep_run),
 		cmocka_unit_test(test_ep_compile),
+		cmocka_unit_test(test_quant_act),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[96];

@@ -1,4 +1,4 @@
-/* frontend/cli/stats.c: moec stats, a readable table of the library's stats
+/* cli/stats.c: moec stats, a readable table of the library's stats
  * JSON (moe_module_stats_json) by default, the JSON itself with --json. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "moec/backend.h"
 #include "moec/passes.h"
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 static double num(const cJSON *o, const char *key)
 {
