@@ -403,6 +403,18 @@ if not tcp_ok:
         os.path.join(RES, "tcp", "probe.err")) else ""
     w(f"`--target=tcp`: the probe `moec compile examples/seed.moe --target=tcp` failed on this commit "
       f"(`{err.splitlines()[0] if err else '?'}`); bench/run times the TCP column automatically once it works.\n")
+t4096 = [(n, hf(os.path.join(RES, "compile", f"tcp4096.{n}.json")))
+         for n in ("mixtral_8x7b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b")]
+if any(h for _, h in t4096):
+    w("### TCP at T = 4096\n")
+    w("The bench layers compiled for TCP at T = 4096 (`--set T=4096`: block=auto's search over B, the "
+      "`tcp` pipeline and the lowering; docs/tcp-compiler.md 9 asks under 1 s for DeepSeek-V3).\n")
+    w("| layer | median (min-max) |")
+    w("|---|---|")
+    for n, h in t4096:
+        w(f"| {n} | " + (f"{fmt_s(h['median'])} ({fmt_s(h['min'])}-{fmt_s(h['max'])}), n={h['n']}" if h else "n/a") +
+          " |")
+    w("")
 w(cmd_block(["compile"]))
 sweep = {}
 for axis in ("E", "T"):
