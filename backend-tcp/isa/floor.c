@@ -50,8 +50,12 @@ static void floor_terms(const tcp_program *p, const moe_tcp_machine *m, int64_t 
 	double xb = (double)n * row, yb = (double)n * row;
 	/* the DMA context's best rate: the HBM pool, every engine, every DMN */
 	double dmns = (double)m->clusters * (double)tcp_dmns_per_cluster(m);
-	double rho = m->hbm_bytes_per_s / clk;
-	rho = rho < (double)(m->dma_engines * m->dma_bytes_per_cycle) ? rho : (double)(m->dma_engines * m->dma_bytes_per_cycle);
+	double rho = (double)(m->dma_engines * m->dma_bytes_per_cycle), pool = m->hbm_bytes_per_s / clk;
+	/* the pool bounds a command's time when no request is charged below its
+	 * granule's time: a row conflict replaces it by hbm_row_conflict_cycles
+	 * over at most 32 channels */
+	if ((double)m->hbm_row_conflict / 32.0 >= (double)m->hbm_granule / pool)
+		rho = pool < rho ? pool : rho;
 	rho = rho < dmns * (double)m->dmn_bytes_per_cycle ? rho : dmns * (double)m->dmn_bytes_per_cycle;
 	/* a command's fixed cost on the main context; a DMA's setup (one per
 	 * command; a machine whose setups overlap the previous transfer hides all
@@ -74,12 +78,12 @@ static void floor_terms(const tcp_program *p, const moe_tcp_machine *m, int64_t 
 	double mac_t = f->macs / f->mac_rate, vec_t = f->vector_elements / (S * (double)m->vec_int_rate);
 	/* R1: the roofline at the contract's own rates */
 	double r1 = dmax(mac_t, (W + X) / rho);
-	/* R2: the chain. The last token's routing (x in DM, the router
-	 * contraction, the selection pass) or the last input byte in DM, then one
-	 * main command consuming it and the DMA writing y */
+	/* R2: the chain. The last token's routing (x in DM, then two commands:
+	 * the logits, the selection that compares them) or the last input byte in
+	 * DM and one command consuming it; then the DMA writing y */
 	double route = setup + xb / rho + 2 * cmd;
 	double in = s_in + (W + X - yb > 0 ? W + X - yb : 0) / rho;
-	double r2 = dmax(route, in) + cmd + setup;
+	double r2 = dmax(route, in + cmd) + setup;
 	/* R3: the DMA context moves every byte, one command at a time */
 	double r3 = s_all + (W + X) / rho;
 	/* R4: the main context, after the first DMA and before the last: the

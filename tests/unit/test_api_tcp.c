@@ -514,11 +514,11 @@ static void test_floor(void **st)
 	assert_true(f.mac_rate == 131072 && f.vector_elements == vec);
 	assert_int_equal(f.dma_commands, 3);
 	assert_int_equal(f.main_commands, 3);
-	/* R1, R3, R4 and R2 (x in DM + router contraction + selection, or every
-	 * read byte in DM after two setups; then one command and y's setup) */
+	/* R1, R3, R4 and R2 (x in DM + logits + selection, or every read byte in
+	 * DM after two setups and one command; then y's setup) */
 	double r1 = (W + X) / rho, r3 = 3 * setup + (W + X) / rho, r4 = 2 * setup + 3 * cmd + macs / 131072 + vec / 4096;
 	double route = setup + 4096 / rho + 2 * cmd, in = 2 * setup + (W + X - 4096) / rho;
-	double r2 = (route > in ? route : in) + cmd + setup;
+	double r2 = (route > in + cmd ? route : in + cmd) + setup;
 	assert_true(fabs(f.roofline_seconds - r1 * 1e-9) < 1e-15);
 	assert_true(fabs(f.dma_seconds - r3 * 1e-9) < 1e-15);
 	assert_true(fabs(f.main_seconds - r4 * 1e-9) < 1e-15);
