@@ -13,7 +13,9 @@ Cases:
   checkpoints that bench/make_checkpoint.py --no-experts writes into WORK_DIR (kept there for
   the next run), x ~ N(0, 1) seeded;
 - every HF fixture family's small layer (FIXTURES_DIR), each saved input (bf16 and f32,
-  T in {1, 5, 64}), run with its weights and data.
+  T in {1, 5, 64}), run with its weights and data;
+- a serving program (qwen3_moe's layer for T = 64 with an n_tokens input, its decode tier
+  linked) run for n = 1, 5, 63 and 64 tokens: the floor for the n tokens routed.
 The table of simulated/floor ratios is printed.
 
 usage: floor_holds.py MOEC SRC_DIR FIXTURES_DIR WORK_DIR [--bench-only | --hf-only]"""
@@ -80,6 +82,28 @@ def hf(moec, fixtures, work, tally, rows):
             verdict(tally, case, stats(moec, moe, weights, x, cases.dtype_sets(dtype) + ["-o", y], work), rows)
 
 
+def serving(moec, fixtures, work, tally, rows):
+    """A serving program (n_tokens input, T = 64, its decode tier linked) run for n tokens: the
+    floor for the n tokens routed."""
+    d = os.path.join(fixtures, "qwen3_moe")
+    q = cases.import_layer(moec, d, 64, os.path.join(work, "q64.moe"))
+    src = open(q).read()
+    decl = "  input x : [T, D]\n"
+    if decl not in src:
+        raise RuntimeError("%s: no '%s' line to add n_tokens after" % (q, decl.strip()))
+    sv = os.path.join(work, "s64.moe")
+    with open(sv, "w") as f:
+        f.write(src.replace(decl, decl + "  input n_tokens : i32[]\n", 1))
+    tcpb = os.path.join(work, "s64.tcpb")
+    cases.run([moec, "compile", sv, "-o", tcpb])
+    for n in (1, 5, 63, 64):
+        case = "serving qwen3_moe T=64 n=%d" % n
+        with tally.case(case):
+            r = stats(moec, tcpb, hf_rebuild.checkpoint(d, work), os.path.join(d, "x_float32_T64.npy"),
+                      ["--tokens", str(n), "-o", os.path.join(work, "y.npy")], work)
+            verdict(tally, case, r, rows)
+
+
 def main():
     if len(sys.argv) < 5:
         print(__doc__)
@@ -91,6 +115,8 @@ def main():
         bench(moec, src, work, tally, rows)
     if "--bench-only" not in sys.argv:
         hf(moec, fixtures, work, tally, rows)
+        with tally.case("serving"):
+            serving(moec, fixtures, work, tally, rows)
     if rows:
         r = [s / f for _, s, f, _ in rows if f > 0]
         print("simulated/floor over %d cases: min %.3fx, max %.3fx" % (len(rows), min(r), max(r)))
