@@ -70,7 +70,15 @@ static void floor_terms(const tcp_program *p, const moe_tcp_machine *m, int64_t 
 	f->macs = (double)n * (double)p->moe_K * (double)p->moe_D * (double)p->moe_F * (double)p->nproj +
 		  (double)p->router_macs * (double)n / (double)(p->moe_T > 0 ? p->moe_T : 1);
 	f->vector_elements = (double)n * (double)p->moe_K * (double)p->moe_F + (double)n * (double)p->moe_E;
-	f->mac_rate = S * (double)m->lanes_per_slice * mac_rate_per_lane(p, m);
+	double lane_rate = mac_rate_per_lane(p, m);
+	f->mac_rate = S * (double)m->lanes_per_slice * lane_rate;
+	/* weight-only quantized experts (stored in fewer bytes per element than
+	 * the layer's dtype) under a contraction of the layer's dtype: only a
+	 * vector pass turns a stored element into a contraction operand */
+	double el = (double)p->nproj * (double)p->moe_D * (double)p->moe_F;
+	if (lane_rate <= (double)m->macs_per_lane[TCP_MT_BF16] &&
+	    (double)p->weight_bytes_per_expert < el * (double)moe_dtype_size((moe_dtype)p->dtype))
+		f->vector_elements += h * el;
 	f->weight_bytes = W;
 	f->other_bytes = X;
 	f->dma_commands = (int64_t)(n_in + 1);

@@ -11,7 +11,8 @@ Cases:
   T = 1, 64 and 512, and Mixtral-8x7B, Qwen3-30B-A3B and gpt-oss-20b at T = 4096 (DeepSeek-V3's
   T = 4096 run holds 4.5 GB and takes minutes: left out), timing-only on router-only
   checkpoints that bench/make_checkpoint.py --no-experts writes into WORK_DIR (kept there for
-  the next run), x ~ N(0, 1) seeded;
+  the next run), x ~ N(0, 1) seeded; and bench/qwen3_30b_a3b_fp8.moe (block-FP8 experts) at
+  T = 512 and 4096, dequantized in DM and with --quant-act=fp8;
 - every HF fixture family's small layer (FIXTURES_DIR), each saved input (bf16 and f32,
   T in {1, 5, 64}), run with its weights and data;
 - a serving program (qwen3_moe's layer for T = 64 with an n_tokens input, its decode tier
@@ -68,6 +69,15 @@ def bench(moec, src, work, tally, rows):
                     os.replace(x + ".tmp.npy", x)
                 r = stats(moec, os.path.join(src, "examples", model + ".moe"), ck, x,
                           ["--set", "T=%d" % T, "--timing-only"], work)
+                verdict(tally, case, r, rows)
+    # block-FP8 experts (bench/qwen3_30b_a3b_fp8.moe): dequantized in DM, and fp8 x fp8
+    ck = os.path.join(work, "qwen3_30b_a3b.routing.safetensors")
+    for T in (512, 4096):
+        for act in ([], ["--quant-act=fp8"]):
+            case = "qwen3_30b_a3b_fp8 T=%d %s" % (T, " ".join(act))
+            with tally.case(case):
+                r = stats(moec, os.path.join(src, "bench", "qwen3_30b_a3b_fp8.moe"), ck,
+                          os.path.join(work, "x_2048_%d.npy" % T), ["--set", "T=%d" % T, "--timing-only"] + act, work)
                 verdict(tally, case, r, rows)
 
 

@@ -548,6 +548,17 @@ static void test_floor(void **st)
 	assert_int_equal(moe_tcp_floor(c, NULL, NULL, 0, 1, &f), MOE_ERR_INVALID);
 	assert_diag(c, "the program is NULL");
 	moe_tcp_program_free(p);
+	/* experts stored in one byte per element (weight-only quantized) under
+	 * the layer's own contraction: each element of the 3 experts hit passes
+	 * through the vector engine too */
+	const char *qmeta = "meta T=16 K=2 D=64 F=32 E=4 B=0 G=0 nproj=3 router_e=4 wexp=6144 act=9216 rmacs=4096 "
+			    "dtype=f32\n";
+	snprintf(text, sizeof text, "%.*s%s%s", (int)(from - sched_text), sched_text, qmeta, to);
+	p = moe_tcp_from_sched(c, "q.tsched", text, strlen(text), NULL);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 3, &f), MOE_OK);
+	assert_true(f.weight_bytes == 3 * 6144.0 && f.vector_elements == vec + 3 * 3 * 64 * 32);
+	moe_tcp_program_free(p);
 	/* a program without an experts op has no floor, and that is no error */
 	p = moe_tcp_from_sched(c, "s.tsched", sched_text, sizeof sched_text - 1, NULL);
 	assert_non_null(p);
