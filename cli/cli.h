@@ -222,6 +222,9 @@ typedef struct cli_fit {
 	 * predicted 0: not predicted) */
 	int predicted;
 	moe_tcp_prediction pred;
+	/* the contract's floor on expected loads (moe_tcp_floor; floored 0: none) */
+	int floored;
+	moe_tcp_floor_terms floor;
 } cli_fit;
 /* stats --target=tcp: the layer compiled as `compile` compiles it (its
  * decode tier linked), so a layer compile refuses fails here with the same

@@ -31,16 +31,25 @@ static const cli_command commands[] = {
 		"estimate), HBM needed against capacity (GiB), and the whole program's time predicted on\n"
 		"expected loads (moe_tcp_predict, docs/api.md: the simulator's timeline and cost rules\n"
 		"without data; each token routed to K distinct experts by a fixed seeded generator) with the\n"
-		"roofline and their ratio. With --json, one JSON object: `host_memory` {`peak_bytes`,\n"
+		"roofline and their ratio; then the contract's floor (moe_tcp_floor, docs/tcp-isa.md section\n"
+		"12: a lower bound on any program of the layer, for uniform routing's expected experts hit),\n"
+		"its terms (roofline, chain, DMA context, main context) and the ratios predicted/floor and\n"
+		"predicted/roofline. With --json, one JSON object: `host_memory` {`peak_bytes`,\n"
 		"`weight_bytes`, `packed_bytes`, `packable_bytes`, `workspace_bytes`, `io_bytes`} (null when\n"
 		"the host pipeline does not lower the layer; absent with --target=tcp), and with --target=tcp\n"
 		"`tcp_block` {`B`, `auto`, `predicted_block_loop_seconds`}, `tcp_hbm` {`needed_bytes`,\n"
 		"`weight_bytes`, `capacity_bytes`, `fits`} and `tcp_predict` {`loads` (\"expected\"),\n"
 		"`seconds`, `roofline_seconds`, `roofline_ratio` (seconds / roofline), `nblocks`,\n"
 		"`experts_hit`, `cycles`, `approximated_lds`, `approximated_index_lists`: reads the\n"
-		"prediction approximated}. A run's own prediction is `moec run --target=tcp --stats`'s\n"
-		"`predicted_seconds`. The sum of every IR value that the keys `buffers` and\n"
-		"`buffer_bytes_total` gave is gone (no run holds them all at once).",
+		"prediction approximated}, `tcp_floor` {`seconds`, `launch_end_seconds`, `roofline_seconds`,\n"
+		"`chain_seconds`, `route_seconds`, `dma_seconds`, `main_seconds`, `binding` (the largest\n"
+		"term: roofline, chain, dma or main), `loads` (\"expected\"), `tokens`, `experts_hit`,\n"
+		"`weight_bytes`, `other_bytes`, `macs`, `mac_rate`, `vector_elements`, `dma_commands`,\n"
+		"`main_commands`, `predicted_seconds`, `predicted_ratio` (predicted / floor),\n"
+		"`roofline_ratio` (predicted / roofline)}. A run's own prediction and floor are `moec run\n"
+		"--target=tcp --stats`'s `predicted_seconds` and `floor_seconds`. The sum of every IR value\n"
+		"that the keys `buffers` and `buffer_bytes_total` gave is gone (no run holds them all at\n"
+		"once).",
 		"moec stats examples/mixtral_8x7b.moe --set T=512"},
 	{"compile", C_COMPILE, "FILE -o OUT [--target=tcp|c|obj|llvm-ir]",
 		"emit TCP code, C, a native object or LLVM IR",

@@ -194,6 +194,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 		 * meets: the command fails with it */
 		st = moe_tcp_predict(ctx, p, mach, NULL, &fit->pred) != MOE_OK;
 		fit->predicted = !st;
+		fit->floored = !st && moe_tcp_floor(ctx, p, mach, 0, -1, &fit->floor) == MOE_OK;
 		if (st)
 			moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, o->file),
 				"the TCP program compile writes for this layer faults on expected loads (uniform routing: "
@@ -337,6 +338,28 @@ static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tc
 	return out;
 }
 
+/* The run's stats JSON with floor_seconds added: the contract's floor
+ * (moe_tcp_floor, docs/tcp-isa.md section 12) for the tokens the run routed
+ * and the experts it hit; unchanged for a program without an experts op. */
+static char *add_floor(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *seen,
+	const moe_tcp_stats *st, char *js)
+{
+	moe_tcp_floor_terms fl;
+	int64_t n = seen->n_tokens > 0 ? seen->n_tokens : 0;
+	if (seen->n_tokens == 0 || moe_tcp_floor(ctx, p, m, n, (double)st->experts_hit, &fl) != MOE_OK)
+		return js;
+	cJSON *j = cJSON_Parse(js);
+	if (!j)
+		return js;
+	cJSON_AddNumberToObject(j, "floor_seconds", fl.seconds);
+	char *out = cJSON_Print(j);
+	cJSON_Delete(j);
+	if (!out)
+		return js;
+	free(js);
+	return out;
+}
+
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
 {
@@ -358,6 +381,8 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 		*stats_json = moe_tcp_stats_json(ctx, &st);
 	if (rc == MOE_OK && o->stats && *stats_json)
 		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, *stats_json);
+	if (rc == MOE_OK && o->stats && *stats_json)
+		*stats_json = add_floor(ctx, p, m, &seen, &st, *stats_json);
 	moe_tcp_loads_free(ctx, &seen);
 	return rc != MOE_OK;
 }

@@ -301,6 +301,40 @@ typedef struct moe_tcp_prediction {
 MOE_API moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
 	const moe_tcp_loads *loads, moe_tcp_prediction *out);
 
+/* ---- the contract's floor (docs/tcp-isa.md section 12) ----
+ * A lower bound on the time of every correct program of p's layer under the
+ * machine contract, for one routing outcome: launch and end plus the largest
+ * of four terms, each counting only work the contract forces, at the most
+ * favourable rate it allows. Not a property of p's schedule: p gives only the
+ * layer's dimensions, its dtype, the bytes of an expert's weights as stored in
+ * HBM, the bytes outside the block loop, and the fastest contraction it uses. */
+typedef struct moe_tcp_floor_terms {
+	double seconds;            /* launch_end_seconds + the largest term */
+	double launch_end_seconds; /* assumed.kernel_launch_cycles + kernel_end_cycles */
+	double roofline_seconds;   /* R1: max(MACs / MAC rate, bytes / DMA rate) */
+	double chain_seconds;      /* R2: max(routing chain, every input byte in DM) + one command + y's setup */
+	double route_seconds;      /* R2's routing chain: x in DM, router contraction, selection pass */
+	double dma_seconds;        /* R3: the DMA context's setups and every HBM byte */
+	double main_seconds;       /* R4: the main context's MACs, vector elements and commands */
+	int binding;               /* the largest term: 0 R1, 1 R2, 2 R3, 3 R4 */
+	int expected;              /* 1: experts_hit is uniform routing's expectation */
+	int64_t tokens;            /* the tokens routed */
+	double experts_hit;        /* as given, or E (1 - (1 - K/E)^tokens) */
+	double weight_bytes;       /* W: experts_hit x an expert's stored weight bytes */
+	double other_bytes;        /* X: x, y and the weights outside the block loop */
+	double macs, mac_rate;     /* multiply-adds and the chip's MACs per cycle */
+	double vector_elements;    /* activations and routing scores the vector engine must produce */
+	int64_t dma_commands, main_commands; /* the fewest each context can run */
+} moe_tcp_floor_terms;
+/* The floor of program p on machine (NULL: the built-in one) for `tokens`
+ * tokens (<= 0: the program's T; a serving program's n_tokens otherwise) and
+ * experts_hit distinct experts hit (< 0: the expectation under uniform
+ * routing). MOE_ERR_UNSUPPORTED, without a diagnostic, for a program
+ * without an experts op (it has no floor); MOE_ERR_INVALID with a diagnostic
+ * for more tokens than p holds or more experts hit than the tokens reach. */
+MOE_API moe_status moe_tcp_floor(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *machine, int64_t tokens,
+	double experts_hit, moe_tcp_floor_terms *out);
+
 #ifdef __cplusplus
 }
 #endif
