@@ -122,7 +122,7 @@ static const struct gpass {
 } gpasses[] = {
 	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
 		GK_PACK_GATE_UP, gate_up_packed},
-	{"tcp-pair-gate-up", "contract a bf16/f32 expert's gate and up as one einsum of 2F rows over their weights side "
+	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
 			     "by side, when the pair's block buffers fit 1/8 of DM (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
 	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
