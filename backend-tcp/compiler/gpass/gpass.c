@@ -77,7 +77,7 @@ static void record(moe_graph *g, const char *key, moe_graph *rewritten, int64_t 
 
 static moe_status w8a8_act_once(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	moe_graph *r = tcp_w8a8_act_once(ctx, g);
+	moe_graph *r = tcp_w8a8_act_once(ctx, g, m);
 	record(g, GK_W8A8_ACT, r, r != NULL, m);
 	return MOE_OK;
 }

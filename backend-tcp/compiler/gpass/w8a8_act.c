@@ -15,7 +15,10 @@
  * the grid is zero in both (x' = 0, as the quantized zero row was). Every
  * element of x' is the same f32 product of the same two values, so the
  * layer's value is unchanged; the TCP lowering then contracts the gathered
- * q rows (as i8) directly and scales by the gathered as (lower_quant.c). */
+ * q rows (as i8) directly and scales by the gathered as (lower_quant.c).
+ * The dispatch of q is a gather of the K T rows into DM and a scatter into
+ * the HBM grid (x's dispatch by gather reads x in place, an input): only when
+ * those rows take at most 1/8 of DM (Qwen3-30B-A3B: T <= 1024). */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -153,7 +156,7 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 	return ok;
 }
 
-moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g)
+moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
 	actq r = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
@@ -164,7 +167,8 @@ moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g)
 			!strcmp(ir_attr_str(N(g, en->args[1]), "act", "bf16"), "int8") && match(g, nuse, en->args[0], &r);
 	}
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
-	if (!found)
+	/* the dispatched rows (K T of them) pass through DM once: at most 1/8 of it */
+	if (!found || 8.0 * (double)ir_bytes(N(g, r.gath)) > (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
 		return NULL;
 	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
 	memset(inq, 0, (nn + 1) * sizeof *inq);
