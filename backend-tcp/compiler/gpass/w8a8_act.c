@@ -98,8 +98,12 @@ static moe_id node(moe_ctx *ctx, moe_graph *d, moe_op op, moe_id a0, moe_id a1, 
 	return id;
 }
 
-/* The rewrite at a's place: the quantization on x, its dispatch, x' per block. */
-static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map)
+/* The rewrite at a's place: the quantization on x, its dispatch, x' per
+ * block. The scales travel as rows of w equal copies (w x 4 bytes: one HBM
+ * access granule), so the grid's scatter writes whole granules where a
+ * 4-byte row is a partial granule's read-modify-write; each block takes
+ * their maximum (the value itself). */
+static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map, int64_t w)
 {
 	const ir_node *an = N(g, r->a), *sc = N(g, r->scat), *ga = N(g, r->gath), *bl = N(g, r->blocks);
 	moe_loc loc = an->loc;
@@ -127,10 +131,16 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 	moe_node_set_name(d, q, "x.q");
 	moe_node_set_name(d, s, "x.scale");
 	moe_id tok = map[ga->args[1]], pos = map[sc->args[1]], z = map[sc->args[0]];
-	int64_t zs[2] = {sc->shape[0], 1};
+	int64_t zs[2] = {sc->shape[0], w}, os[2] = {1, w};
+	if (w > 1) { /* as x ones [1, w]: exact */
+		moe_id ones = ir_copy_node(d, g, sc->args[0], map);
+		moe_node_set_type(d, ones, MOE_F32, os, 2);
+		moe_node_set_float(d, ones, "value", 1.0);
+		s = node(ctx, d, MOE_OP_MUL, s, ones, MOE_NONE, loc, &ok);
+	}
 	moe_id z1 = ir_copy_node(d, g, sc->args[0], map);
 	moe_node_set_type(d, z1, MOE_F32, zs, 2);
-	int64_t bs[3] = {bl->shape[0], bl->shape[1], 1};
+	int64_t bs[3] = {bl->shape[0], bl->shape[1], w};
 	moe_id gq = node(ctx, d, MOE_OP_GATHER, q, tok, MOE_NONE, loc, &ok);
 	moe_id gs = node(ctx, d, MOE_OP_GATHER, s, tok, MOE_NONE, loc, &ok);
 	if (!ok)
@@ -145,6 +155,8 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 	moe_id bsc = ir_b_reshape(d, ss, 3, bs, loc);
 	moe_node_set_name(d, bq, "blocks.q");
 	moe_node_set_name(d, bsc, "blocks.scale");
+	if (w > 1)
+		bsc = ir_b_reduce(d, MOE_OP_REDUCE_MAX, bsc, 2, true, loc);
 	moe_id rows = an->valid == MOE_NONE ? MOE_NONE : map[an->valid];
 	moe_id qf = an->dtype == MOE_F32 ? bq : ir_b_cast(d, bq, MOE_F32, loc);
 	moe_node_set_valid(d, qf, rows);
@@ -175,9 +187,10 @@ moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 	bool ok = chain(g, &r, inq);
 	moe_graph *dev;
 	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
+	int64_t w = m->hbm_granule >= 8 && m->hbm_granule <= 4096 ? m->hbm_granule / 4 : 1;
 	for (moe_id i = 0; i < nn && ok; i++) {
 		if (i == r.a)
-			ok = emit(ctx, dev, g, &r, inq, map);
+			ok = emit(ctx, dev, g, &r, inq, map, w);
 		else if (!inq[i] && i != r.gath && i != r.scat && i != r.blocks)
 			map[i] = ir_copy_node(dev, g, i, map);
 	}

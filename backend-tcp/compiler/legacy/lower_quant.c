@@ -22,6 +22,7 @@
 #include "ir/quant.h"
 
 static moe_id fp8_weight(const lw *c, moe_id d);
+static bool scale_copies(const lw *c, moe_id id);
 
 /* A slice or one-operand einsum of a per-block dequantized weight: a view.
  * (The region's nodes are lowered with their leading G dropped, so only
@@ -70,6 +71,8 @@ bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	if (w8a8_rowmax(c, id))
+		return true;
+	if (n->op == MOE_OP_REDUCE_MAX && scale_copies(c, n->args[0])) /* fused into its contraction */
 		return true;
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
@@ -588,6 +591,15 @@ static bool w8a8_chain(const lw *c, moe_id a, moe_id *xf)
 	return N(c->g, *xf)->dtype == MOE_F32;
 }
 
+/* The block's rows' scales as dispatched (tcp-w8a8-act-once): [.., M, w],
+ * w equal copies per row. */
+static bool scale_copies(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	return n->op == MOE_OP_RESHAPE && n->dtype == MOE_F32 && n->rank >= 2 && n->name &&
+	       !strcmp(n->name, "blocks.scale"); /* (the region's nodes lose their leading G when lowered) */
+}
+
 /* x' = q x as with q and as quantized before the dispatch (tcp-w8a8-act-once,
  * gpass/w8a8_act.c): a = cast(mul(cast(bq, f32), bs)), bq the block's rows of
  * q (integers of at most 127 in magnitude, in the compute type) and bs its
@@ -605,10 +617,13 @@ static bool w8a8_pre(const lw *c, moe_id a, moe_id *bq, moe_id *bs, moe_id *mul,
 	const ir_node *q = N(c->g, *qf), *s = N(c->g, *bs);
 	*bq = q->op == MOE_OP_CAST ? q->args[0] : *qf;
 	const ir_node *b = N(c->g, *bq);
-	return q->dtype == MOE_F32 && s->dtype == MOE_F32 && s->rank == q->rank && s->shape[s->rank - 1] == 1 &&
-	       b->op == MOE_OP_RESHAPE && s->op == MOE_OP_RESHAPE && b->name && !strcmp(b->name, "blocks.q") &&
-	       N(c->g, *bs)->name && !strcmp(N(c->g, *bs)->name, "blocks.scale") &&
-	       (b->dtype == MOE_F32 || b->dtype == MOE_BF16);
+	if (!(q->dtype == MOE_F32 && s->dtype == MOE_F32 && s->rank == q->rank && s->shape[s->rank - 1] == 1 &&
+		    b->op == MOE_OP_RESHAPE && b->name && !strcmp(b->name, "blocks.q") &&
+		    (b->dtype == MOE_F32 || b->dtype == MOE_BF16)))
+		return false;
+	if (s->op == MOE_OP_REDUCE_MAX) /* of equal copies: the first */
+		*bs = s->args[0];
+	return scale_copies(c, *bs);
 }
 
 /* The first einsum that reads a as a W8A8 contraction's activation, after id. */
@@ -638,6 +653,8 @@ void tcpl_w8a8_plan(lw *c)
 		moe_id bq, bs, mul, qf;
 		if (w8a8_pre(c, a, &bq, &bs, &mul, &qf)) { /* quantized before the dispatch */
 			c->fused_into[a] = c->fused_into[mul] = c->fused_into[qf] = u;
+			if (N(c->g, mul)->args[1] != bs)
+				c->fused_into[N(c->g, mul)->args[1]] = u; /* the max of the scale copies */
 			c->fused_into[bq] = c->fused_into[bs] = MOE_NONE;
 			continue;
 		}
