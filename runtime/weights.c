@@ -243,6 +243,24 @@ bad:
 	return false;
 }
 
+/* Is id s, or reached from s through gathers, reshapes, slices and (up to
+ * `depth` of them) the parts of concats: a weight laid out with others (the
+ * TCP target's packed gate/up and down, one per-block fetch)? */
+static bool reaches(const moe_graph *g, moe_id s, moe_id id, int depth)
+{
+	while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
+			   moe_node_op(g, s) == MOE_OP_SLICE))
+		s = moe_node_arg(g, s, 0);
+	if (s == id)
+		return true;
+	if (moe_node_op(g, s) != MOE_OP_CONCAT || depth <= 0)
+		return false;
+	for (uint32_t k = 0; k < moe_node_num_args(g, s); k++)
+		if (reaches(g, moe_node_arg(g, s, k), id, depth - 1))
+			return true;
+	return false;
+}
+
 /* Is weight id the scale operand of a dequant? Scales are stored with a
  * collapsed rank at times (a 0-d tensor for one 128x128 block): their grid is
  * rebuilt from the weight's shape, so only the non-1 dims must agree. */
@@ -251,29 +269,23 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_DEQUANT)
 			continue;
-		moe_id s = moe_node_arg(g, i, 1); /* through the per-block gathers of blockwise-dispatch */
-		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
-				   moe_node_op(g, s) == MOE_OP_SLICE))
-			s = moe_node_arg(g, s, 0);
-		if (s == id)
+		/* through the per-block gathers of blockwise-dispatch */
+		if (moe_node_num_args(g, i) > 1 && reaches(g, moe_node_arg(g, i, 1), id, 2))
 			return moe_node_num_args(g, i);
 	}
 	return 0;
 }
 
 /* Is weight id operand `arg` of a dequant of `format`, directly or through
- * the gathers, reshapes and slices between a weight and its dequant? */
+ * the gathers, reshapes, slices and concats between a weight and its
+ * dequant? */
 static bool dequant_operand(const moe_graph *g, moe_id id, const char *format, uint32_t arg)
 {
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) <= arg ||
 			strcmp(ir_attr_str(N(g, i), "format", ""), format))
 			continue;
-		moe_id s = moe_node_arg(g, i, arg);
-		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
-				   moe_node_op(g, s) == MOE_OP_SLICE))
-			s = moe_node_arg(g, s, 0);
-		if (s == id)
+		if (reaches(g, moe_node_arg(g, i, arg), id, 2))
 			return true;
 	}
 	return false;
