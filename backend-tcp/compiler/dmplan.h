@@ -18,4 +18,23 @@
  * the peak); needs s->m. */
 moe_status tcp_dm_place(tcp_sched *s);
 
+/* What a block loop's expert weights need (sched-build fills it while it
+ * builds the loop with double-buffered weights). */
+#define TS_MAX_WEIGHTS 16
+typedef struct ts_wdemand {
+	ts_id buf[TS_MAX_WEIGHTS];   /* the expert weight buffers as built: two slots each */
+	bool stream[TS_MAX_WEIGHTS]; /* read only as a contraction's stationary operand */
+	uint32_t n;
+	int64_t tile_bytes;          /* the largest weight tile a streamed contraction loads */
+} ts_wdemand;
+
+/* The weights mode of the schedule's block loop (docs/tcp-compiler.md 5.3
+ * step 1), in a fixed order of preference: double-buffered whole experts
+ * (as built), else single-buffered, else streamed through a ring of four
+ * tiles, else of two; the first whose buffers all fit beside every other
+ * buffer of s (placed as tcp_dm_place would, without diagnostics) wins;
+ * when none fits, streaming with a ring of two (the placement then reports
+ * the overflow). s is left as it was. *ring: 4 or 2 when streamed, else 0. */
+int tcp_dm_weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring);
+
 #endif

@@ -5,6 +5,7 @@
 #ifndef MOEC_TCP_SCHED_BUILD_INT_H
 #define MOEC_TCP_SCHED_BUILD_INT_H
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/sched.h"
 #include "backend-tcp/compiler/sched_build.h"
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -53,6 +54,8 @@ typedef struct sb {
 	uint32_t ntr;
 	ts_id rows;          /* in a loop body: the block's valid rows scalar; else TS_NONE */
 	ctl ctl[2];          /* the block loop being built: its experts and rows */
+	uint8_t weights, ring; /* the loop's weights mode (ts_weights) and ring, as planned */
+	ts_wdemand wd;       /* what the loop's weights need, for the planner */
 	bool failed;
 } sb;
 
