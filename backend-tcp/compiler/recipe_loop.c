@@ -160,6 +160,13 @@ static bool operand(sb *b, lctx *L, const sb_val *ov, const ir_node *on, char kd
 		return false;
 	}
 	bool dm = b->s->buf[ov->buf].space == TCP_DM;
+	if (kd == 'e' && st && !dm && b->wring == TS_NONE) { /* the loop's ring, where the first streamed expert was */
+		int64_t es = (int64_t)moe_dtype_size((moe_dtype)on->dtype), tn = b->tile_bytes / es;
+		b->wring = sb_dm_buf(b, at, "wring", (moe_dtype)on->dtype, 1, &tn);
+		b->s->buf[b->wring].life = TS_LIFE_LOOP;
+		b->s->buf[b->wring].slots = b->ring;
+		sb_spread(b, b->wring);
+	}
 	if ((kd == 'b' && dm) || (kd == 'e' && st && !dm)) { /* a row in place: block g's, or expert e's in HBM */
 		*out = *ov;
 		out->reg = kd == 'b' ? L->g : L->e;

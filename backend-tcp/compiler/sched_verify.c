@@ -284,7 +284,8 @@ static void walk_loop(vs *v, ts_id r, int depth)
 		}
 		walk_region(v, part[k], r, depth + 1, (int)li);
 	}
-	v->loop_hi[li] = v->pos;
+	/* the loop's last op, inclusive (the next op's position is not the loop's) */
+	v->loop_hi[li] = v->pos > v->loop_lo[li] ? v->pos - 1 : v->loop_lo[li];
 }
 
 static void walk_classes(vs *v, ts_id r, int depth, int loop)
