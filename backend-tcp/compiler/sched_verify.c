@@ -275,6 +275,12 @@ static void walk_loop(vs *v, ts_id r, int depth)
 		verr(v, V_RG, r, "loop %u: expert or rows names no scalar", li);
 	if (l->weights >= TS_NWEIGHTS)
 		verr(v, V_RG, r, "loop %u: bad weights mode %u", li, l->weights);
+	else if ((l->weights == TS_W_STREAM) != (l->ring == 2 || l->ring == 4) || (l->weights != TS_W_STREAM && l->ring))
+		verr(v, V_RG, r, "loop %u: ring=%u with weights=%s (streamed weights have a ring of 2 or 4 tiles, others none)",
+			li, l->ring, ts_weights_names[l->weights]);
+	else if (l->prefetch > 1 || (l->prefetch && l->weights != TS_W_DOUBLE))
+		verr(v, V_RG, r, "loop %u: prefetch=%u with weights=%s (only double-buffered weights are prefetched, one block ahead)",
+			li, l->prefetch, ts_weights_names[l->weights]);
 	v->loop_lo[li] = v->pos;
 	ts_id part[3] = {l->prologue, l->body, l->epilogue};
 	for (int k = 0; k < 3; k++) {
