@@ -1,6 +1,7 @@
 /* backend-tcp/compiler/dmplan.h: the DM planner (docs/tcp-compiler.md 5.3),
- * the only code that knows the on-chip spaces' sizes. First version: a
- * placement of what is not placed, without features and without retry. */
+ * the only code that knows the on-chip spaces' sizes: the placement of what
+ * is not placed, and the block loop's weights mode; no features, no reuse
+ * edges. */
 #ifndef MOEC_TCP_DMPLAN_H
 #define MOEC_TCP_DMPLAN_H
 
@@ -9,7 +10,8 @@
 /* Gives every unplaced buffer (offset -1) an offset. DM/TRF/VRF: first fit
  * over lifetimes measured in program order (PROGRAM: the whole program; SPAN:
  * its first..last op; LOOP/BLOCK: the loop's extent): loop and block buffers
- * from the top of the space down, the others from offset 0 up, every offset
+ * from the top of the space down, then PROGRAM ones, then the others, from
+ * offset 0 up (each pass in buffer order), every offset
  * a multiple of dm_align (DM) or 64 bytes. A buffer's footprint is its
  * layout's slice_bytes (every slot). HBM scratch: bump-allocated after the
  * highest placed HBM byte, 256-byte aligned. Buffers already placed keep

@@ -5,16 +5,20 @@
  *   dma.spm (nblocks, the block experts, the valid rows: one descriptor
  *   each), then read by `ld` into the loop's scalars $nb, $e, $rows;
  *   constants are `const` scalars.
- * - An `e` operand (per expert) is a DM buffer of one expert's row with two
- *   slots; the body's first op copies expert $e's row from HBM into slot
- *   ($g & 1).
  * - A `b` operand (per block) read from HBM is copied into a DM buffer of one
- *   row in the body; one in DM is a view of block $g's row in place.
+ *   row at the top of the body; one in DM is a view of block $g's row in place.
+ * - An `e` operand (per expert) by the loop's weights mode (b->weights, the
+ *   DM planner's): double, a DM buffer of two slots, block 0's expert copied
+ *   into slot 0 in the prologue and block g + 1's into slot (g + 1) & 1 in
+ *   block g's body (under g + 1 < nb), the body reading slot g & 1; single,
+ *   one slot filled at the top of the body; stream, a view of row $e in HBM
+ *   when only contractions read it (recipe_contract.c copies its tiles into
+ *   the loop's ring), else single.
  * - The body's nodes are built into the body region (phase expert); the value
  *   it yields is copied into row $g of the loop's result, an HBM buffer
  *   [G, ...] that starts zeroed (the rows of blocks past nblocks stay zero).
  * A write in the body depends on the previous block's accesses of the same
- * buffer (distance 1). */
+ * buffer (distance 1); a prefetch depends on nothing in its block. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
