@@ -1,10 +1,23 @@
 /* backend-tcp/compiler/driver.c: the schedule compiler's driver: sched-build,
- * the verifier, then instruction selection. */
+ * the verifier, placement (dmplan.c) on the build order, the op costs
+ * (sched_time.c), the list scheduler (schedule.c) unless the environment sets
+ * MOEC_TCP_SCHEDULE=0, the verifier again, then instruction selection. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/isel.h"
 #include "backend-tcp/compiler/sched_build.h"
+#include "backend-tcp/compiler/sched_time.h"
+#include "backend-tcp/compiler/schedule.h"
 #include "moec/io.h"
+
+/* MOEC_TCP_SCHEDULE=0 (or "off") keeps the build order, for comparison */
+static bool scheduling(void)
+{
+	const char *v = getenv("MOEC_TCP_SCHEDULE");
+	return !v || (strcmp(v, "0") && strcmp(v, "off"));
+}
 
 /* the verified schedule of g, or NULL with a diagnostic */
 static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
@@ -12,6 +25,15 @@ static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && tcp_sched_verify(s) != MOE_OK) {
 		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the schedule built for this layer does not verify (a moec bug)");
+		tcp_sched_free(s);
+		return NULL;
+	}
+	if (s && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK)) {
+		tcp_sched_free(s);
+		return NULL;
+	}
+	if (s && scheduling() && (tcp_sched_schedule(ctx, s) != MOE_OK || tcp_sched_verify(s) != MOE_OK)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the scheduled schedule does not verify (a moec bug)");
 		tcp_sched_free(s);
 		return NULL;
 	}

@@ -1,0 +1,21 @@
+/* backend-tcp/compiler/schedule.h: the list scheduler (docs/tcp-compiler.md
+ * 5.4): it chooses the program order of each region's items. */
+#ifndef MOEC_TCP_SCHEDULE_H
+#define MOEC_TCP_SCHEDULE_H
+
+#include "backend-tcp/compiler/sched.h"
+
+/* Reorders every region's items, innermost regions first: a ready list over
+ * the region's items (ops, scalar definitions, child regions as one macro
+ * item each), picking the ready item whose predicted start on the region's
+ * timeline is earliest, ties by the bottom level (the cost-weighted longest
+ * path to the region's end), then by the original position. An item is ready
+ * once every item it must follow is placed: its distance-0 dependencies, the
+ * definitions of the scalars it reads, the staging of a buffer an `ld` reads,
+ * and, for two buffers placed on shared bytes, every earlier access of the
+ * other one (the planner's reuse order). Needs placed buffers (tcp_dm_place)
+ * and op costs (tcp_sched_cost); a span buffer's first and last op are
+ * renewed for the new order. Values are unchanged: no dependency is broken. */
+moe_status tcp_sched_schedule(moe_ctx *ctx, tcp_sched *s);
+
+#endif
