@@ -19,6 +19,76 @@ static bool scheduling(void)
 	return !v || (strcmp(v, "0") && strcmp(v, "off"));
 }
 
+/* MACs of einsum n: the product of its distinct index letters' sizes */
+static int64_t einsum_macs(const moe_graph *g, const ir_node *n)
+{
+	const char *eq = ir_attr_str(n, "eq", "");
+	int64_t size[128] = {0}, macs = 1;
+	uint32_t a = 0;
+	int k = 0;
+	for (const char *c = eq; *c && *c != '-'; c++) {
+		if (*c == ',') {
+			a++, k = 0;
+			continue;
+		}
+		const ir_node *x = a < n->nargs ? N(g, n->args[a]) : NULL;
+		if ((unsigned char)*c < 128 && x && k < x->rank)
+			size[(unsigned char)*c] = x->shape[k];
+		k++;
+	}
+	for (int c = 0; c < 128; c++)
+		macs *= size[c] > 0 ? size[c] : 1;
+	return macs;
+}
+
+/* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
+ * graph: F and the projections from the block loop's per-expert weights
+ * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two), the
+ * bytes of one expert's weights, the bytes every run reads whatever the
+ * routing (inputs, outputs, the weights outside the loop) and the MACs of
+ * the contractions outside the loop. */
+static void roofline(tcp_sched *s, const moe_graph *g)
+{
+	ts_meta *x = &s->meta;
+	uint8_t *expert = ctx_alloc(s->ctx, g->nnodes + 1);
+	memset(expert, 0, g->nnodes + 1);
+	int64_t up = 0, down = 0, E = x->E > 0 ? x->E : 1;
+	const ir_node *loop = NULL;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP && !loop)
+			loop = N(g, i);
+	const char *kinds = loop ? ir_attr_str(loop, "kinds", "") : "";
+	for (int k = 0; kinds[k]; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		if (kinds[k] != IR_BK_EXPERT || a < 0 || (uint32_t)a >= loop->nargs)
+			continue;
+		const ir_node *w = N(g, loop->args[a]);
+		expert[loop->args[a]] = 1;
+		x->wexp += ir_bytes(w) / E;
+		if (w->rank == 3 && w->shape[2] == x->D && !up)
+			up = w->shape[1];
+		if (w->rank == 3 && w->shape[1] == x->D && !down)
+			down = w->shape[2];
+	}
+	x->F = down ? down : up;
+	for (int k = 0; kinds[k] && x->F > 0; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		const ir_node *w = kinds[k] == IR_BK_EXPERT && a >= 0 ? N(g, loop->args[a]) : NULL;
+		if (w && w->rank == 3 && (w->shape[1] == x->D || w->shape[2] == x->D))
+			x->nproj += (w->shape[1] == x->D ? w->shape[2] : w->shape[1]) / x->F;
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_INPUT || (n->op == MOE_OP_WEIGHT && !expert[i]))
+			x->act += ir_bytes(n);
+		else if (n->op == MOE_OP_EINSUM)
+			x->rmacs += einsum_macs(g, n);
+	}
+	for (uint32_t i = 0; i < g->nout; i++)
+		x->act += ir_bytes(N(g, g->outputs[i]));
+	ctx_free(s->ctx, expert, 0);
+}
+
 /* the verified schedule of g, or NULL with a diagnostic */
 static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
@@ -28,6 +98,8 @@ static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 		tcp_sched_free(s);
 		return NULL;
 	}
+	if (s && !s->meta.wexp && !s->meta.act)
+		roofline(s, g);
 	if (s && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK)) {
 		tcp_sched_free(s);
 		return NULL;
