@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/sched_time.h"
 #include "backend-tcp/compiler/schedule.h"
 #include "backend-tcp/isa/cost.h"
 
@@ -51,7 +52,12 @@ typedef struct sch {
 	/* per item of the current region */
 	int64_t (*csum)[TCP_NCTX];
 	int64_t *nscal;
+	int64_t cycles; /* the whole schedule's prediction with the orders kept so far */
+	int evals;      /* predictions made (at most SCHED_EVALS) */
 } sch;
+
+/* The whole-schedule predictions one compile may make to choose orders. */
+#define SCHED_EVALS 400
 
 static void *push(sch *c, vec *v)
 {
@@ -306,6 +312,91 @@ static int64_t item_commit(const sch *c, const tcp_sched *s, uint32_t k, uint32_
 	return end > st->tc ? end : st->tc;
 }
 
+/* The list order of variant v (0: ties by bottom level; 1: ties by the
+ * earliest predicted end, then bottom level) as original item indices. */
+static void list_order(sch *c, const uint32_t *items, uint32_t n, const edge *e, const uint32_t *first, const uint32_t *npred0,
+	const int64_t *bl, int v, uint32_t *out)
+{
+	uint32_t *npred = ctx_alloc(c->ctx, n * sizeof *npred);
+	int64_t *ready = ctx_alloc(c->ctx, n * sizeof *ready);
+	bool *done = ctx_alloc(c->ctx, n);
+	memcpy(npred, npred0, n * sizeof *npred);
+	memset(ready, 0, n * sizeof *ready);
+	memset(done, 0, n);
+	rstate st = {0, {0}};
+	for (uint32_t step = 0; step < n; step++) {
+		uint32_t best = UINT32_MAX;
+		int64_t bs = 0, be = 0;
+		for (uint32_t k = 0; k < n; k++) {
+			if (done[k] || npred[k])
+				continue;
+			int64_t t = item_start(c, c->s, items[k], &st, ready[k]);
+			int64_t end = t + (TS_ITEM_KIND(items[k]) == TS_ITEM_OP ? c->s->op[TS_ITEM_ID(items[k])].cost : 0);
+			bool better = best == UINT32_MAX || t < bs;
+			if (!better && t == bs)
+				better = v == 1 ? end < be || (end == be && bl[k] > bl[best]) : bl[k] > bl[best];
+			if (better)
+				best = k, bs = t, be = end;
+		}
+		int64_t end = item_commit(c, c->s, best, items[best], &st, ready[best]);
+		done[best] = true;
+		out[step] = best;
+		for (uint32_t j = first[best]; j < first[best + 1]; j++) {
+			npred[e[j].to]--;
+			ready[e[j].to] = ready[e[j].to] > end ? ready[e[j].to] : end;
+		}
+	}
+	ctx_free(c->ctx, npred, 0);
+	ctx_free(c->ctx, ready, 0);
+	ctx_free(c->ctx, done, 0);
+}
+
+/* the whole schedule's predicted cycles on the expected loads (the timeline
+ * of sched_time.c); INT64_MAX when it cannot be predicted */
+static int64_t whole(sch *c)
+{
+	c->evals++;
+	int64_t t = tcp_sched_predict(c->ctx, c->s, NULL, NULL);
+	return t < 0 ? INT64_MAX : t;
+}
+
+/* Moves each op before the previous op of its context in the region when no
+ * edge forbids it and the whole schedule's prediction drops; one pass, within
+ * the evaluation budget. orig[k]: the item's original index. */
+static void improve(sch *c, ts_region *g, uint32_t *orig, const uint8_t *adj)
+{
+	uint32_t n = g->nitem;
+	for (uint32_t p = 1; p < n && c->evals < SCHED_EVALS; p++) {
+		uint32_t it = g->item[p];
+		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
+			continue;
+		int ctx = c->s->op[TS_ITEM_ID(it)].ctx;
+		uint32_t q = p;
+		while (q-- > 0)
+			if (TS_ITEM_KIND(g->item[q]) == TS_ITEM_OP && c->s->op[TS_ITEM_ID(g->item[q])].ctx == ctx)
+				break;
+		if (q == UINT32_MAX)
+			continue;
+		bool legal = true;
+		for (uint32_t r = q; r < p && legal; r++)
+			legal = !adj[(size_t)orig[r] * n + orig[p]];
+		if (!legal)
+			continue;
+		uint32_t k = orig[p];
+		memmove(&g->item[q + 1], &g->item[q], (p - q) * sizeof *g->item);
+		memmove(&orig[q + 1], &orig[q], (p - q) * sizeof *orig);
+		g->item[q] = it, orig[q] = k;
+		int64_t t = whole(c);
+		if (t < c->cycles) {
+			c->cycles = t;
+			continue;
+		}
+		memmove(&g->item[q], &g->item[q + 1], (p - q) * sizeof *g->item);
+		memmove(&orig[q], &orig[q + 1], (p - q) * sizeof *orig);
+		g->item[p] = it, orig[p] = k;
+	}
+}
+
 static void schedule_region(sch *c, ts_id r)
 {
 	tcp_sched *s = c->s;
@@ -345,12 +436,11 @@ static void schedule_region(sch *c, ts_id r)
 			e[m++] = e[i];
 	/* successors (CSR over `from`), predecessor counts, bottom levels */
 	uint32_t *first = ctx_alloc(c->ctx, (n + 1) * sizeof *first), *npred = ctx_alloc(c->ctx, n * sizeof *npred);
-	int64_t *bl = ctx_alloc(c->ctx, n * sizeof *bl), *ready = ctx_alloc(c->ctx, n * sizeof *ready);
-	uint32_t *order = ctx_alloc(c->ctx, n * sizeof *order);
-	bool *done = ctx_alloc(c->ctx, n);
+	int64_t *bl = ctx_alloc(c->ctx, n * sizeof *bl);
+	uint32_t *items = ctx_alloc(c->ctx, n * sizeof *items), *cand = ctx_alloc(c->ctx, n * sizeof *cand);
+	uint32_t *orig = ctx_alloc(c->ctx, n * sizeof *orig), *best = ctx_alloc(c->ctx, n * sizeof *best);
 	memset(npred, 0, n * sizeof *npred);
-	memset(ready, 0, n * sizeof *ready);
-	memset(done, 0, n);
+	memcpy(items, g->item, n * sizeof *items);
 	for (uint32_t k = 0, j = 0; k <= n; k++) {
 		while (j < m && e[j].from < k)
 			j++;
@@ -366,27 +456,30 @@ static void schedule_region(sch *c, ts_id r)
 			down = bl[e[j].to] > down ? bl[e[j].to] : down;
 		bl[k] = own + down;
 	}
-	rstate st = {0, {0}};
-	for (uint32_t step = 0; step < n; step++) {
-		uint32_t best = UINT32_MAX;
-		int64_t bs = 0;
-		for (uint32_t k = 0; k < n; k++) {
-			if (done[k] || npred[k])
-				continue;
-			int64_t t = item_start(c, s, g->item[k], &st, ready[k]);
-			if (best == UINT32_MAX || t < bs || (t == bs && bl[k] > bl[best]))
-				best = k, bs = t;
-		}
-		int64_t end = item_commit(c, s, best, g->item[best], &st, ready[best]);
-		done[best] = true;
-		order[step] = g->item[best];
-		for (uint32_t j = first[best]; j < first[best + 1]; j++) {
-			npred[e[j].to]--;
-			ready[e[j].to] = ready[e[j].to] > end ? ready[e[j].to] : end;
+	/* the list orders, each kept only if the whole schedule's prediction drops */
+	for (uint32_t k = 0; k < n; k++)
+		best[k] = k;
+	for (int v = 0; v < 2; v++) {
+		list_order(c, items, n, e, first, npred, bl, v, cand);
+		for (uint32_t k = 0; k < n; k++)
+			g->item[k] = items[cand[k]];
+		int64_t t = c->evals < SCHED_EVALS ? whole(c) : INT64_MAX;
+		if (t < c->cycles) {
+			c->cycles = t;
+			memcpy(best, cand, n * sizeof *best);
 		}
 	}
-	memcpy(g->item, order, n * sizeof *order);
-	void *blocks[] = {first, npred, bl, ready, order, done, c->csum, c->nscal};
+	for (uint32_t k = 0; k < n; k++)
+		g->item[k] = items[best[k]], orig[k] = best[k];
+	if (c->evals < SCHED_EVALS && (size_t)n * n <= ((size_t)1 << 24)) {
+		uint8_t *adj = ctx_alloc(c->ctx, (size_t)n * n);
+		memset(adj, 0, (size_t)n * n);
+		for (size_t i = 0; i < m; i++)
+			adj[(size_t)e[i].from * n + e[i].to] = 1;
+		improve(c, g, orig, adj);
+		ctx_free(c->ctx, adj, 0);
+	}
+	void *blocks[] = {first, npred, bl, items, cand, orig, best, c->csum, c->nscal};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(c->ctx, blocks[k], 0);
 	c->csum = NULL;
@@ -487,6 +580,7 @@ static moe_status run(moe_ctx *ctx, tcp_sched *s)
 	uint32_t *old = ctx_alloc(ctx, no * sizeof *old), n = 0;
 	positions(s, s->top, old, &n, 0);
 	find_aliases(&c);
+	c.cycles = whole(&c);
 	schedule_tree(&c, s->top, 0);
 	renew_spans(&c, old);
 	for (ts_id b = 0; b < s->nbuf; b++)
