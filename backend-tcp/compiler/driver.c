@@ -89,8 +89,7 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 	ctx_free(s->ctx, expert, 0);
 }
 
-/* the verified schedule of g, or NULL with a diagnostic */
-static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && tcp_sched_verify(s) != MOE_OK) {
@@ -104,12 +103,23 @@ static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 		tcp_sched_free(s);
 		return NULL;
 	}
-	if (s && scheduling() && (tcp_sched_schedule(ctx, s) != MOE_OK || tcp_sched_verify(s) != MOE_OK)) {
+	if (s && schedule && (tcp_sched_schedule(ctx, s) != MOE_OK || tcp_sched_verify(s) != MOE_OK)) {
 		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the scheduled schedule does not verify (a moec bug)");
 		tcp_sched_free(s);
 		return NULL;
 	}
 	return s;
+}
+
+tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
+{
+	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, schedule));
+}
+
+/* the verified schedule of g, or NULL with a diagnostic */
+static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	return compiled(ctx, g, m, scheduling());
 }
 
 tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
