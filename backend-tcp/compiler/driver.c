@@ -1,7 +1,8 @@
 /* backend-tcp/compiler/driver.c: the schedule compiler's driver: sched-build,
  * the verifier, placement (dmplan.c) on the build order, the op costs
- * (sched_time.c), the list scheduler (schedule.c) unless the environment sets
- * MOEC_TCP_SCHEDULE=0, the verifier again, then instruction selection. */
+ * (sched_time.c), the list scheduler (schedule.c) and the verifier again
+ * unless the environment sets MOEC_TCP_SCHEDULE=0, then instruction
+ * selection. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,8 @@
 #include "backend-tcp/compiler/schedule.h"
 #include "moec/io.h"
 
-/* MOEC_TCP_SCHEDULE=0 (or "off") keeps the build order, for comparison */
+/* MOEC_TCP_SCHEDULE=0 (or "off") keeps the schedule as sched-build made it
+ * (build order, placed by isel), for comparison */
 static bool scheduling(void)
 {
 	const char *v = getenv("MOEC_TCP_SCHEDULE");
@@ -99,7 +101,7 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	}
 	if (s && !s->meta.wexp && !s->meta.act)
 		roofline(s, g);
-	if (s && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK)) {
+	if (s && schedule && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK)) {
 		tcp_sched_free(s);
 		return NULL;
 	}

@@ -19,7 +19,7 @@
 moe_status tcp_sched_schedule(moe_ctx *ctx, tcp_sched *s);
 
 /* The schedule compiler's schedule of g (driver.c) before isel: built,
- * verified, its roofline dims set, placed, costed and, with `schedule`,
+ * verified, its roofline dims set and, with `schedule`, placed, costed,
  * list-scheduled and verified again. NULL with a diagnostic. */
 tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule);
 
