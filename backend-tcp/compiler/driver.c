@@ -101,7 +101,7 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	}
 	if (s && !s->meta.wexp && !s->meta.act)
 		roofline(s, g);
-	if (s && schedule && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK)) {
+	if (s && schedule && tcp_dm_place(s) != MOE_OK) {
 		tcp_sched_free(s);
 		return NULL;
 	}

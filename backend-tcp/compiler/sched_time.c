@@ -28,8 +28,22 @@ typedef struct tdesc {
 	int32_t scalar;
 } tdesc;
 
+/* Measured costs kept across predictions on the same loads: a hash table of
+ * (op, the scalar values its views and count read) -> cost, grown by
+ * doubling. */
+typedef struct memo_entry {
+	int64_t key[TCP_NVIEW + 1], total;
+	uint32_t op; /* UINT32_MAX: empty */
+	bool holds;
+} memo_entry;
+struct ts_cost_cache {
+	memo_entry *e;
+	size_t cap, n;
+};
+
 typedef struct tl {
 	moe_ctx *ctx;
+	ts_cost_cache *memo;
 	const tcp_sched *s;
 	const moe_tcp_machine *m;
 	tcp_cm cm;
@@ -530,12 +544,68 @@ static void scalar_insn(tl *t, int op)
 	t->tc += tcp_cost_scalar(&t->cm, op);
 }
 
+static uint64_t memo_hash(uint32_t op, const int64_t *key)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ op;
+	for (int k = 0; k <= TCP_NVIEW; k++)
+		h = (h ^ (uint64_t)key[k]) * 0x100000001b3ull;
+	return h ^ (h >> 29);
+}
+
+static memo_entry *memo_slot(ts_cost_cache *c, uint32_t op, const int64_t *key)
+{
+	size_t i = memo_hash(op, key) & (c->cap - 1);
+	while (c->e[i].op != UINT32_MAX && (c->e[i].op != op || memcmp(c->e[i].key, key, sizeof c->e[i].key)))
+		i = (i + 1) & (c->cap - 1);
+	return &c->e[i];
+}
+
+static void memo_grow(moe_ctx *ctx, ts_cost_cache *c)
+{
+	memo_entry *old = c->e;
+	size_t oc = c->cap;
+	c->cap = oc * 2;
+	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
+	for (size_t i = 0; i < c->cap; i++)
+		c->e[i].op = UINT32_MAX;
+	for (size_t i = 0; i < oc; i++)
+		if (old[i].op != UINT32_MAX)
+			*memo_slot(c, old[i].op, old[i].key) = old[i];
+	ctx_free(ctx, old, oc * sizeof *old);
+}
+
+/* op_cycles through the cache when there is one */
+static int64_t op_cost(tl *t, ts_id id, bool *holds)
+{
+	if (!t->memo)
+		return op_cycles(t, id, holds);
+	const tcp_insn *in = &t->s->op[id].in;
+	int64_t key[TCP_NVIEW + 1] = {0};
+	for (int w = 0; w < TCP_NVIEW; w++)
+		key[w] = in->v[w].t >= 0 && in->v[w].reg >= 0 ? t->val[in->v[w].reg] : 0;
+	key[TCP_NVIEW] = in->vreg >= 0 ? t->val[in->vreg] : 0;
+	memo_entry *e = memo_slot(t->memo, id, key);
+	if (e->op == id) {
+		*holds = e->holds;
+		return e->total;
+	}
+	int64_t total = op_cycles(t, id, holds);
+	if (2 * (t->memo->n + 1) > t->memo->cap) {
+		memo_grow(t->ctx, t->memo);
+		e = memo_slot(t->memo, id, key);
+	}
+	*e = (memo_entry){.total = total, .op = id, .holds = *holds};
+	memcpy(e->key, key, sizeof key);
+	t->memo->n++;
+	return total;
+}
+
 static void run_op(tl *t, ts_id id)
 {
 	const ts_op *o = &t->s->op[id];
 	int ctx = tcp_op_ctx[o->in.op];
 	bool holds;
-	int64_t dur = op_cycles(t, id, &holds) + tcp_cost_issue(&t->cm, ctx);
+	int64_t dur = op_cost(t, id, &holds) + tcp_cost_issue(&t->cm, ctx);
 	scalar_insn(t, o->in.op);
 	int64_t start = t->tc > t->cfree[ctx] ? t->tc : t->cfree[ctx];
 	if (holds && t->cfree[TCP_CTX_MAIN] > start)
@@ -708,10 +778,11 @@ static void release(tl *t)
 }
 
 /* Runs the timeline; t's arrays stay allocated (release). */
-static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, tl *t)
+static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, tl *t, ts_cost_cache *memo)
 {
 	memset(t, 0, sizeof *t);
 	t->ctx = ctx;
+	t->memo = memo;
 	t->s = s;
 	t->m = s->m;
 	t->given = loads;
@@ -759,7 +830,7 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 static int64_t predict(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, ts_timeline *out)
 {
 	tl t;
-	int64_t cycles = run(ctx, s, loads, &t);
+	int64_t cycles = run(ctx, s, loads, &t, NULL);
 	if (out) {
 		memset(out, 0, sizeof *out);
 		out->cycles = cycles;
@@ -792,12 +863,14 @@ void ts_timeline_free(moe_ctx *ctx, const tcp_sched *s, ts_timeline *t)
 	t->start = t->end = t->cost = NULL;
 }
 
-static moe_status cost(moe_ctx *ctx, tcp_sched *s)
+/* the op costs on the expected loads; the run's cycles, -1 on failure */
+static int64_t cost(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *memo)
 {
 	tl t;
-	if (run(ctx, s, NULL, &t) < 0) {
+	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	if (cycles < 0) {
 		release(&t);
-		return MOE_ERR_INVALID;
+		return -1;
 	}
 	t.zero = true;
 	for (ts_id i = 0; i < s->nop; i++) {
@@ -805,10 +878,53 @@ static moe_status cost(moe_ctx *ctx, tcp_sched *s)
 		s->op[i].cost = t.start[i] >= 0 ? t.cost[i] : op_cycles(&t, i, &holds) + tcp_cost_issue(&t.cm, s->op[i].ctx);
 	}
 	release(&t);
-	return MOE_OK;
+	return cycles;
+}
+
+static moe_status cost_status(moe_ctx *ctx, tcp_sched *s)
+{
+	return cost(ctx, s, NULL) < 0 ? MOE_ERR_INVALID : MOE_OK;
 }
 
 moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s)
 {
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, cost(ctx, s));
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, cost_status(ctx, s));
+}
+
+int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c)
+{
+	CTX_GUARDED(ctx, int64_t, -1, cost(ctx, s, c));
+}
+
+/* ---- predictions on the expected loads with a cost cache ---- */
+ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx)
+{
+	ts_cost_cache *c = ctx_alloc(ctx, sizeof *c);
+	c->cap = 1024;
+	c->n = 0;
+	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
+	for (size_t i = 0; i < c->cap; i++)
+		c->e[i].op = UINT32_MAX;
+	return c;
+}
+
+void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c)
+{
+	if (!c)
+		return;
+	ctx_free(ctx, c->e, c->cap * sizeof *c->e);
+	ctx_free(ctx, c, sizeof *c);
+}
+
+static int64_t predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+{
+	tl t;
+	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	release(&t);
+	return cycles;
+}
+
+int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+{
+	CTX_GUARDED(ctx, int64_t, -1, predict_cached(ctx, s, memo));
 }

@@ -34,4 +34,15 @@ void ts_timeline_free(moe_ctx *ctx, const tcp_sched *s, ts_timeline *t);
  * loads (an op never issued there: measured with every scalar 0). */
 moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s);
 
+/* Predictions of one schedule on its expected loads, many times over (the
+ * scheduler's): a command's measured cost is kept per op and per value of
+ * the scalars it reads, which the order of the items does not change (the
+ * placement stays). The cache belongs to schedule s as it is placed. */
+typedef struct ts_cost_cache ts_cost_cache;
+ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx);
+void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c);
+int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *c);
+/* tcp_sched_cost through the cache; the prediction's cycles, -1 on failure. */
+int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c);
+
 #endif

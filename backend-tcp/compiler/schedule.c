@@ -54,6 +54,7 @@ typedef struct sch {
 	int64_t *nscal;
 	int64_t cycles; /* the whole schedule's prediction with the orders kept so far */
 	int evals;      /* predictions made (at most SCHED_EVALS) */
+	ts_cost_cache *memo;
 } sch;
 
 /* The whole-schedule predictions one compile may make to choose orders. */
@@ -356,7 +357,7 @@ static void list_order(sch *c, const uint32_t *items, uint32_t n, const edge *e,
 static int64_t whole(sch *c)
 {
 	c->evals++;
-	int64_t t = tcp_sched_predict(c->ctx, c->s, NULL, NULL);
+	int64_t t = tcp_sched_predict_cached(c->ctx, c->s, c->memo);
 	return t < 0 ? INT64_MAX : t;
 }
 
@@ -580,9 +581,12 @@ static moe_status run(moe_ctx *ctx, tcp_sched *s)
 	uint32_t *old = ctx_alloc(ctx, no * sizeof *old), n = 0;
 	positions(s, s->top, old, &n, 0);
 	find_aliases(&c);
-	c.cycles = whole(&c);
+	c.memo = ts_cost_cache_new(ctx);
+	c.cycles = tcp_sched_cost_cached(ctx, s, c.memo); /* the ops' costs, and the build order's prediction */
+	c.cycles = c.cycles < 0 ? INT64_MAX : c.cycles;
 	schedule_tree(&c, s->top, 0);
 	renew_spans(&c, old);
+	ts_cost_cache_free(ctx, c.memo);
 	for (ts_id b = 0; b < s->nbuf; b++)
 		ctx_free(ctx, c.alias[b], 0);
 	void *blocks[] = {c.op_rg, c.sc_rg, c.op_it, c.sc_it, old, c.alias, c.nalias, c.edges.a, c.touches.a};
