@@ -43,12 +43,29 @@ static int64_t einsum_macs(const moe_graph *g, const ir_node *n)
 	return macs;
 }
 
+/* Marks v and every value it is computed from (an expert operand of the
+ * block loop is a view of the expert weights: a slice, a transpose). */
+static void mark_expert(const moe_graph *g, moe_id v, uint8_t *expert)
+{
+	moe_id *stack = ctx_alloc(g->ctx, (g->nnodes + 1) * sizeof *stack);
+	uint32_t n = 0;
+	if (!expert[v])
+		expert[v] = 1, stack[n++] = v;
+	while (n > 0) {
+		const ir_node *x = N(g, stack[--n]);
+		for (uint32_t k = 0; k < x->nargs; k++)
+			if (x->args[k] < g->nnodes && !expert[x->args[k]])
+				expert[x->args[k]] = 1, stack[n++] = x->args[k];
+	}
+	ctx_free(g->ctx, stack, 0);
+}
+
 /* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
- * graph: F and the projections from the block loop's per-expert weights
+ * graph: F and the projections from the block loop's per-expert operands
  * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two), the
- * bytes of one expert's weights, the bytes every run reads whatever the
- * routing (inputs, outputs, the weights outside the loop) and the MACs of
- * the contractions outside the loop. */
+ * bytes of one expert's operands, the bytes every run reads whatever the
+ * routing (inputs, outputs, the weights no expert operand is made from) and
+ * the MACs of the contractions outside those operands and the loop. */
 static void roofline(tcp_sched *s, const moe_graph *g)
 {
 	ts_meta *x = &s->meta;
@@ -65,7 +82,7 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 		if (kinds[k] != IR_BK_EXPERT || a < 0 || (uint32_t)a >= loop->nargs)
 			continue;
 		const ir_node *w = N(g, loop->args[a]);
-		expert[loop->args[a]] = 1;
+		mark_expert(g, loop->args[a], expert);
 		x->wexp += ir_bytes(w) / E;
 		if (w->rank == 3 && w->shape[2] == x->D && !up)
 			up = w->shape[1];
@@ -83,7 +100,7 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 		const ir_node *n = N(g, i);
 		if (n->op == MOE_OP_INPUT || (n->op == MOE_OP_WEIGHT && !expert[i]))
 			x->act += ir_bytes(n);
-		else if (n->op == MOE_OP_EINSUM)
+		else if (n->op == MOE_OP_EINSUM && !expert[i])
 			x->rmacs += einsum_macs(g, n);
 	}
 	for (uint32_t i = 0; i < g->nout; i++)
