@@ -199,7 +199,7 @@ static void cc_cleanup(cc_mod *m)
 	if (m->dir[0])
 		rmdir(m->dir);
 	for (int i = 0; i < 4; i++)
-		rt_temp_forget(m->slot[i]);
+		moe_temp_forget(m->slot[i]);
 }
 
 static double now(void)
@@ -215,7 +215,7 @@ static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
 	moe_ctx *ctx = p->ctx;
 	const char *tmpdir = getenv("TMPDIR");
 	snprintf(m->dir, sizeof m->dir, "%s/moec-cc-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-	if (!rt_mkdtemp(m->dir, &m->slot[0])) {
+	if (!moe_temp_dir(m->dir, &m->slot[0])) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "cannot create a temporary directory: %s", strerror(errno));
 		m->dir[0] = 0;
 		return MOE_ERR_IO;
@@ -223,9 +223,9 @@ static moe_status cc_load(cg_prog *p, cc_mod *m, cgen_layer_fn *fn)
 	snprintf(m->src, sizeof m->src, "%s/layer.c", m->dir);
 	snprintf(m->lib, sizeof m->lib, "%s/layer.so", m->dir);
 	snprintf(m->log, sizeof m->log, "%s/cc.log", m->dir);
-	m->slot[1] = rt_temp_register(m->src);
-	m->slot[2] = rt_temp_register(m->lib);
-	m->slot[3] = rt_temp_register(m->log);
+	m->slot[1] = moe_temp_track(m->src);
+	m->slot[2] = moe_temp_track(m->lib);
+	m->slot[3] = moe_temp_track(m->log);
 	moe_status s = cgen_write_atomic(ctx, m->src, write_c, p);
 	if (s)
 		return s;

@@ -159,14 +159,44 @@ static int make_temp(const cgen_cache *c, const char *base, char *tmp, size_t tl
 		return -1;
 	char full[PATH_MAX + 64];
 	snprintf(full, sizeof full, "%s/%s", c->root, tmp);
-	*slot = rt_temp_register(full);
+	*slot = moe_temp_track(full);
 	return fd;
 }
 
 static void drop_temp(const cgen_cache *c, const char *tmp, int slot)
 {
 	unlinkat(c->dir, tmp, 0);
-	rt_temp_forget(slot);
+	moe_temp_forget(slot);
+}
+
+typedef struct part {
+	const void *p;
+	size_t n;
+} part;
+
+/* Writes parts in order to a fresh temporary in the root and renames it to
+ * name, replacing whatever is there (a failed entry, another user's file, a
+ * FIFO): a reader sees the old entry or the whole new one. st, when not
+ * NULL, receives the written file's identity as renamed (a rename may set
+ * the status-change time). false on any failure, the temporary removed. */
+static bool write_entry(const cgen_cache *c, const char *name, const part *parts, int nparts, struct stat *st)
+{
+	char tmp[96];
+	int slot;
+	int fd = make_temp(c, name, tmp, sizeof tmp, &slot);
+	if (fd < 0)
+		return false;
+	bool ok = true;
+	for (int i = 0; ok && i < nparts; i++)
+		ok = write_all(fd, parts[i].p, parts[i].n);
+	ok = ok && renameat(c->dir, tmp, c->dir, name) == 0;
+	ok = ok && (!st || fstat(fd, st) == 0);
+	ok = close(fd) == 0 && ok;
+	if (ok)
+		moe_temp_forget(slot);
+	else
+		drop_temp(c, tmp, slot);
+	return ok;
 }
 
 /* The root's secret: read from its key file, or made (random bytes written to
@@ -345,20 +375,8 @@ bool cgen_cache_store(const cgen_cache *c, const void *obj, size_t len)
 		return false;
 	unsigned char hdr[CGEN_CACHE_HDR];
 	cgen_cache_mac(c->secret, c->key, c->keylen, obj, len, hdr);
-	char tmp[96];
-	int slot;
-	int fd = make_temp(c, c->name, tmp, sizeof tmp, &slot);
-	if (fd < 0)
-		return false;
-	bool ok = write_all(fd, hdr, sizeof hdr) && write_all(fd, c->key, c->keylen) && write_all(fd, obj, len);
-	ok = close(fd) == 0 && ok;
-	/* replaces whatever is under the name (a failed entry, another user's file, a FIFO) */
-	ok = ok && renameat(c->dir, tmp, c->dir, c->name) == 0;
-	if (ok)
-		rt_temp_forget(slot);
-	else
-		drop_temp(c, tmp, slot);
-	return ok;
+	part parts[] = {{hdr, sizeof hdr}, {c->key, c->keylen}, {obj, len}};
+	return write_entry(c, c->name, parts, 3, NULL);
 }
 
 /* ---- packed weights ----
@@ -495,22 +513,13 @@ static bool stamp_ok(const cgen_cache *c, const char *entry, const struct stat *
  * costs a later run its checksum. */
 static void stamp_write(const cgen_cache *c, const char *entry, const struct stat *st, uint64_t sum)
 {
-	char name[48], tmp[96];
+	char name[48];
 	stamp_name(entry, name);
 	unsigned char b[SLEN];
 	stamp_body(st, sum, b);
 	stamp_mac(c, entry, b, b + SBODY);
-	int slot;
-	int fd = make_temp(c, name, tmp, sizeof tmp, &slot);
-	if (fd < 0)
-		return;
-	bool ok = write_all(fd, b, SLEN);
-	ok = close(fd) == 0 && ok;
-	ok = ok && renameat(c->dir, tmp, c->dir, name) == 0;
-	if (ok)
-		rt_temp_forget(slot);
-	else
-		drop_temp(c, tmp, slot);
+	part parts[] = {{b, SLEN}};
+	write_entry(c, name, parts, 1, NULL);
 }
 
 int cgen_pack_map(const cgen_cache *c, const char *key, size_t keylen, size_t len, cgen_pack_entry *e, const char **why)
@@ -584,25 +593,12 @@ bool cgen_pack_store(const cgen_cache *c, const char *key, size_t keylen, const 
 	unsigned char hdr[PHDR];
 	uint64_t sum = pack_checksum(data, len, keylen);
 	pack_hdr(c->secret, key, keylen, len, sum, hdr);
-	char tmp[96];
-	int slot;
-	int fd = make_temp(c, name, tmp, sizeof tmp, &slot);
-	if (fd < 0)
-		return false;
 	static const unsigned char zero[64];
-	bool ok = write_all(fd, hdr, sizeof hdr) && write_all(fd, key, keylen) &&
-		  write_all(fd, zero, (size_t)(pack_data_at(keylen) - PHDR - keylen)) && write_all(fd, data, len);
-	ok = ok && renameat(c->dir, tmp, c->dir, name) == 0;
-	/* the bytes just written are the data summed: their inode is stamped as
-	 * renamed (a rename may set the status-change time the stamp records) */
+	part parts[] = {{hdr, sizeof hdr}, {key, keylen}, {zero, (size_t)(pack_data_at(keylen) - PHDR - keylen)}, {data, len}};
+	/* the bytes just written are the data summed: their inode is stamped */
 	struct stat st;
-	bool stamp = ok && fstat(fd, &st) == 0;
-	ok = close(fd) == 0 && ok;
-	if (ok)
-		rt_temp_forget(slot);
-	else
-		drop_temp(c, tmp, slot);
-	if (ok && stamp)
-		stamp_write(c, name, &st, sum);
-	return ok;
+	if (!write_entry(c, name, parts, 4, &st))
+		return false;
+	stamp_write(c, name, &st, sum);
+	return true;
 }

@@ -414,499 +414,6 @@ static void use_operand(lw *L, moe_id x, int64_t at)
 		use(L, n->valid, at);
 }
 
-/* ---------------- einsum ---------------- */
-
-typedef struct ein {
-	ir_einsum e;
-	int64_t size[26];
-	int64_t st[2][26]; /* per operand: stride of each letter (0 if absent) */
-	int64_t ost[26];   /* output stride per letter */
-} ein;
-
-static void ein_setup(lw *L, const ir_node *n, ein *E)
-{
-	char msg[160];
-	memset(E, 0, sizeof *E);
-	bool ok = ir_einsum_parse(ir_attr_str(n, "eq", ""), &E->e, msg, sizeof msg);
-	IR_ASSERT(ok);
-	for (int i = 0; i < E->e.nin; i++) {
-		const ir_node *a = nd(L, n->args[i]);
-		int64_t s[MOE_MAX_RANK];
-		strides_of(a, s);
-		for (int d = 0; d < a->rank; d++) {
-			E->size[E->e.in[i][d] - 'a'] = a->shape[d];
-			E->st[i][E->e.in[i][d] - 'a'] = s[d];
-		}
-	}
-	int64_t s[MOE_MAX_RANK];
-	strides_of(n, s);
-	for (int d = 0; d < E->e.out_rank; d++)
-		E->ost[E->e.out[d] - 'a'] = s[d];
-}
-
-/* Generic contraction: output nest (with mask), then the summed letters in
- * first-seen order; acc starts at 0 and adds each product in turn. */
-static void lower_einsum_generic(lw *L, cg_block *b, const ir_node *n, int out, const ein *E)
-{
-	int iv[MOE_MAX_RANK], lv[26];
-	for (int i = 0; i < 26; i++)
-		lv[i] = -1;
-	cg_block *in = nest(L, b, n, out, n->rank, iv);
-	for (int d = 0; d < n->rank; d++)
-		lv[E->e.out[d] - 'a'] = iv[d];
-	cg_ty t = val_ty((moe_dtype)n->dtype);
-	int acc = newvar(L, t);
-	/* -0 + p == p for every p: the same as starting from the first product */
-	set(L, in, acc, t == CT_F32 ? fc(L, -0.0f) : ic32(L, 0));
-	cg_block *body = in;
-	for (int i = 0; i < E->e.nletters; i++) {
-		int l = E->e.letters[i] - 'a';
-		if (lv[l] >= 0)
-			continue;
-		body = loopv(L, body, &lv[l], ic(L, 0), ic(L, E->size[l]));
-	}
-	cg_expr *prod = NULL;
-	for (int k = 0; k < E->e.nin; k++) {
-		cg_expr *idx = NULL;
-		for (int d = 0; d < E->e.rank[k]; d++) {
-			int l = E->e.in[k][d] - 'a';
-			idx = add64(L, idx, mul64(L, vr(L, lv[l]), E->st[k][l]));
-		}
-		cg_expr *v = ld(L, L->p->node_buf[n->args[k]], idx ? idx : ic(L, 0));
-		prod = prod ? bin(L, CE_MUL, prod, v) : v;
-	}
-	set(L, body, acc, bin(L, CE_ADD, vr(L, acc), prod));
-	int64_t os[MOE_MAX_RANK];
-	strides_of(n, os);
-	store(L, in, out, lin(L, iv, os, n->rank, NULL), vr(L, acc));
-}
-
-/* Letters of one role, in output order (or operand order for k). */
-typedef struct group {
-	int n;
-	int l[MOE_MAX_RANK];
-	int64_t size; /* product */
-} group;
-
-static void group_add(group *g, int l, int64_t size)
-{
-	g->l[g->n++] = l;
-	g->size *= size;
-}
-
-/* Role analysis of a float two-operand contraction of the form
- * out[batch.., m.., n..] = sum_k A[..] B[..] (any operand layouts). */
-typedef struct ein_plan {
-	int ia, ib;
-	char role[26];
-	group gb, gm, gn, gk;
-	bool mask_batch, mask_m;
-} ein_plan;
-
-static bool ein_analyze(lw *L, const ir_node *n, const ein *E0, ein_plan *P)
-{
-	if (E0->e.nin != 2 || !moe_dtype_is_float((moe_dtype)n->dtype))
-		return false;
-	const ein *E = E0;
-	memset(P, 0, sizeof *P);
-	P->ia = 0;
-	P->ib = 1;
-	char *role = P->role;
-	for (int i = 0; i < E->e.nletters; i++) {
-		int l = E->e.letters[i] - 'a';
-		bool a = memchr(E->e.in[0], 'a' + l, (size_t)E->e.rank[0]) != NULL;
-		bool bb = memchr(E->e.in[1], 'a' + l, (size_t)E->e.rank[1]) != NULL;
-		bool o = memchr(E->e.out, 'a' + l, (size_t)E->e.out_rank) != NULL;
-		if (a && bb && o)
-			role[l] = 'g';
-		else if (a && o)
-			role[l] = 'm';
-		else if (bb && o)
-			role[l] = 'n';
-		else if (a && bb)
-			role[l] = 'k';
-		else
-			return false; /* summed over one operand only */
-	}
-	group gb = {0, {0}, 1}, gm = {0, {0}, 1}, gn = {0, {0}, 1}, gk = {0, {0}, 1};
-	int d = 0;
-	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'g')
-		group_add(&gb, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
-	if (d == E->e.out_rank)
-		return false;
-	char first = role[E->e.out[d] - 'a'];
-	if (first == 'n') { /* B's free letters come first: swap roles (a*b == b*a exactly) */
-		P->ia = 1;
-		P->ib = 0;
-		for (int l = 0; l < 26; l++)
-			role[l] = role[l] == 'm' ? 'n' : role[l] == 'n' ? 'm' : role[l];
-	}
-	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'm')
-		group_add(&gm, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
-	while (d < E->e.out_rank && role[E->e.out[d] - 'a'] == 'n')
-		group_add(&gn, E->e.out[d] - 'a', E->size[E->e.out[d] - 'a']), d++;
-	if (d != E->e.out_rank || gm.n == 0 || gn.n == 0)
-		return false;
-	/* k letters in first-seen order: the generic loop's summation order */
-	for (int i = 0; i < E->e.nletters; i++)
-		if (role[E->e.letters[i] - 'a'] == 'k')
-			group_add(&gk, E->e.letters[i] - 'a', E->size[E->e.letters[i] - 'a']);
-	if (gk.n == 0 || gn.size < 4)
-		return false;
-	/* masks: scalar on the first batch letter (or on m0 without batch);
-	 * vector over the single batch letter, counting m0 rows */
-	int md = mask_depth(L, n);
-	if (md == 1) {
-		if (gb.n >= 1)
-			P->mask_batch = true;
-		else
-			P->mask_m = true;
-	} else if (md == 2) {
-		if (gb.n != 1)
-			return false;
-		P->mask_m = true;
-	}
-	P->gb = gb;
-	P->gm = gm;
-	P->gn = gn;
-	P->gk = gk;
-	return true;
-}
-
-/* The dot-tile path: one summed letter, contiguous in B. */
-static bool ein_dot_ok(const ein *E, const ein_plan *P)
-{
-	return P->gk.n == 1 && E->st[P->ib][P->gk.l[0]] == 1;
-}
-
-/* Is node g (a gather) read by einsum n as its B operand through a dot tile,
- * indexing the gathered tensor's first dimension by a batch letter? Then the
- * einsum reads x[i[g]] directly and the gather is not materialised. */
-static bool gather_fusable_into(lw *L, moe_id gid, const ir_node *n)
-{
-	const ir_node *g = nd(L, gid);
-	if (n->op != MOE_OP_EINSUM || g->op != MOE_OP_GATHER)
-		return false;
-	const ir_node *x = nd(L, g->args[0]), *ix = nd(L, g->args[1]);
-	if (ir_norm_axis((int)ir_attr_int(g, "axis", 0), x->rank) != 0 || ix->rank != 1)
-		return false;
-	if (g->valid != MOE_NONE && nd(L, g->valid)->rank != 0)
-		return false;
-	if (!moe_dtype_is_float((moe_dtype)g->dtype))
-		return false;
-	ein E;
-	ein_plan P;
-	ein_setup(L, n, &E);
-	if (!ein_analyze(L, n, &E, &P) || !ein_dot_ok(&E, &P))
-		return false;
-	if (n->args[P.ib] != gid || n->args[P.ia] == gid)
-		return false;
-	return P.role[E.e.in[P.ib][0] - 'a'] == 'g';
-}
-
-/* index of the accumulator of row r, column j of a tile of NT columns: an
- * [M, NT] panel, per batch element when the batch loop is the parallel one
- * (bat >= 0, its variable), else per tile for dot tiles (groups of DOT_GROUP
- * tiles of DOT_LANES columns, CS_DOT), else shared */
-static cg_expr *accidx(lw *L, int bat, bool dot, int tile, int64_t M, int64_t NT, int r, int j)
-{
-	cg_expr *in = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
-	if (bat >= 0)
-		return add64(L, mul64(L, vr(L, bat), M * NT), in);
-	return dot ? add64(L, mul64(L, vr(L, tile), M * NT), in) : in;
-}
-
-/* A block einsum (one batch letter: the expert blocks of a dispatch) with at
- * least this many batch elements runs its batch loop in parallel, each block
- * on one thread with its own A panel and accumulators, instead of the tiles of
- * one block after another: at T = 512 the Qwen3 layer's 190 blocks each hold
- * about 32 rows, and splitting every block's 12 groups of tiles over the
- * threads cost a barrier per block and per projection (bench/NOTES.md 1); at
- * T = 1 its 8 blocks (one per routed expert) are streamed whole by the
- * threads, 3 barriers instead of 24. A decode step is bound by memory, which
- * a few cores' streams saturate on common hosts, so 8 blocks keep up to 8
- * threads busy enough. Smaller grids (top-1 or top-2 routing at T = 1) keep
- * the tiles as the parallel unit, so that every thread still streams. */
-enum { BLOCK_PAR_MIN = 8 };
-
-/* Fast path for float two-operand contractions: per batch element the valid
- * A rows are widened to f32 into a packed [M, K] panel. With one summed letter
- * contiguous in B, tiles of DOT_LANES output columns are computed by CS_DOT
- * straight from B (a gathered B operand is read through its index). Otherwise
- * B is widened into [K, NT] column panels and the inner loop runs along a
- * contiguous panel row. Either way every output element accumulates its
- * products in increasing k order, exactly as the generic loop. Returns false
- * when the equation does not fit. */
-static bool lower_einsum_fast(lw *L, cg_block *b, const ir_node *n, int out, const ein *E0)
-{
-	ein_plan P;
-	if (!ein_analyze(L, n, E0, &P))
-		return false;
-	const ein E = *E0;
-	int ia = P.ia, ib = P.ib;
-	group gb = P.gb, gm = P.gm, gn = P.gn, gk = P.gk;
-	bool mask_batch = P.mask_batch, mask_m = P.mask_m;
-	bool dot = ein_dot_ok(&E, &P);
-
-	cg_prog *p = L->p;
-	moe_id bnode = n->args[ib];
-	bool fused = L->fused[bnode];
-	IR_ASSERT(!fused || dot);
-	const ir_node *gnode = fused ? nd(L, bnode) : NULL;
-	int A = p->node_buf[n->args[ia]], B = fused ? p->node_buf[gnode->args[0]] : p->node_buf[bnode];
-	int lv[26];
-	for (int i = 0; i < 26; i++)
-		lv[i] = -1;
-	int64_t M = gm.size, K = gk.size;
-	int lastn = gn.l[gn.n - 1];
-	int64_t NL = E.size[lastn], NT = dot ? DOT_GROUP * DOT_LANES : NL < EIN_NT ? NL : EIN_NT, KT = EIN_KT;
-	int64_t ntiles = (NL + NT - 1) / NT;
-	/* bf16 times bf16 dot tiles keep A in bf16 (exact): the LLVM emitter may
-	 * then use the CPU's bf16 dot-product instructions (cgen.h, CS_DOT) */
-	bool abf = dot && p->bufs[A].dtype == MOE_BF16 && p->bufs[B].dtype == MOE_BF16;
-	/* a bf16 panel's rows are K + 32 elements apart: with K * 2 bytes a
-	 * multiple of 4 KB, the rows a tile reads at one k would all fall in one
-	 * set of the L1 cache and evict each other */
-	int64_t AS = abf ? K + 32 : K;
-	bool bpar = dot && gb.n == 1 && !mask_batch && E.size[gb.l[0]] >= BLOCK_PAR_MIN;
-	int64_t nbat = bpar ? E.size[gb.l[0]] : 1;
-	int apan = cgen_scratch(L, abf ? MOE_BF16 : MOE_F32, nbat * M * AS), bpan = dot ? -1 : cgen_scratch(L, MOE_F32, K * NT);
-	/* parallel blocks or dot tiles are independent: each has its own accumulators */
-	int64_t accsz = bpar ? nbat * M * NT : M * NT * (dot ? ntiles : 1);
-	int acc = cgen_scratch(L, MOE_F32, accsz);
-	int64_t os[MOE_MAX_RANK];
-	strides_of(n, os);
-	int64_t m0rest = M / E.size[gm.l[0]]; /* rows per m0 index */
-
-	/* the rows past each batch element's count are zeros: with one batch letter
-	 * they are written by a parallel loop of their own before the blocks,
-	 * instead of by the serial block loop (the down projection of a block
-	 * dispatch: 8064 of 12160 rows, 33 MB, for the Qwen3 layer at T = 512) */
-	bool zero_ahead = mask_m && gb.n == 1 && !L->nozero[L->cur];
-	if (zero_ahead) {
-		int g, c = newvar(L, CT_I64);
-		int64_t rowst = E.ost[gm.l[0]];
-		cg_block *zb = loopv(L, b, &g, ic(L, 0), ic(L, E.size[gb.l[0]]));
-		par_if_big(b, ir_numel(n));
-		set(L, zb, c, clamp_count(L, ld(L, p->node_buf[n->valid], vr(L, g)), E.size[gm.l[0]]));
-		cg_expr *slab = mul64(L, vr(L, g), os[0]);
-		zero_range(L, zb, out, add64(L, slab, mul64(L, vr(L, c), rowst)),
-			add64(L, mul64(L, vr(L, g), os[0]), ic(L, E.size[gm.l[0]] * rowst)));
-	}
-	/* batch loops */
-	cg_block *in = b;
-	for (int i = 0; i < gb.n; i++) {
-		int l = gb.l[i];
-		cg_expr *hi = ic(L, E.size[l]);
-		if (i == 0 && mask_batch) {
-			int cnt = newvar(L, CT_I64);
-			set(L, in, cnt, clamp_count(L, ld(L, p->node_buf[n->valid], ic(L, 0)), E.size[l]));
-			hi = vr(L, cnt);
-			cg_block *body = loopv(L, in, &lv[l], ic(L, 0), hi);
-			if (!L->nozero[L->cur])
-				zero_range(L, in, out, mul64(L, vr(L, cnt), os[0]), ic(L, ir_numel(n)));
-			in = body;
-			continue;
-		}
-		cg_block *outer = in;
-		in = loopv(L, in, &lv[l], ic(L, 0), hi);
-		if (bpar) /* blocks write disjoint panels, accumulators and outputs */
-			outer->last->par = true;
-	}
-	int bat = bpar ? lv[gb.l[0]] : -1;
-	/* the block's slice of the A panel when blocks run in parallel */
-	cg_expr *aoff = bpar ? mul64(L, vr(L, bat), M * AS) : NULL;
-	/* m0 row count for this batch element */
-	int m0 = gm.l[0];
-	int mcnt = newvar(L, CT_I64);
-	if (mask_m) {
-		cg_expr *v = ld(L, p->node_buf[n->valid], gb.n ? vr(L, lv[gb.l[0]]) : ic(L, 0));
-		set(L, in, mcnt, clamp_count(L, v, E.size[m0]));
-		/* zero rows m0 >= mcnt of this batch element's output slab */
-		cg_expr *slab = gb.n ? mul64(L, vr(L, lv[gb.l[0]]), os[0]) : NULL;
-		int64_t rowst = E.ost[m0];
-		if (!L->nozero[L->cur] && !zero_ahead)
-			zero_range(L, in, out, add64(L, slab, mul64(L, vr(L, mcnt), rowst)),
-				add64(L, slab, ic(L, E.size[m0] * rowst)));
-	} else {
-		set(L, in, mcnt, ic(L, E.size[m0]));
-	}
-	cg_stmt *blk = iff(L, in, bin(L, CE_GT, vr(L, mcnt), ic(L, 0)));
-	cg_block *bb = &blk->body;
-	comment(L, in, "block with rows: pack, multiply, store");
-	int rows = newvar(L, CT_I64);
-	set(L, bb, rows, mul64(L, vr(L, mcnt), m0rest));
-
-	/* operand index of A for (batch, m, k) letters; B for (batch, k, n) */
-	/* pack A: rows in m-group order, k in k-group order */
-	{
-		/* one m and one k letter: row and column are the loop variables, and
-		 * the rows a parallel loop when the panel is big */
-		bool direct = gm.n == 1 && gk.n == 1;
-		cg_block *pb = bb;
-		int r = -1, kk = -1;
-		if (!direct) {
-			r = newvar(L, CT_I64);
-			set(L, pb, r, ic(L, 0));
-		}
-		for (int i = 0; i < gm.n; i++)
-			pb = loopv(L, pb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
-		if (direct && !bpar)
-			par_if_big(bb, M * K);
-		else {
-			kk = newvar(L, CT_I64);
-			set(L, pb, kk, ic(L, 0));
-		}
-		cg_block *kb = pb;
-		for (int i = 0; i < gk.n; i++)
-			kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
-		cg_expr *ai = NULL;
-		for (int dd = 0; dd < E.e.rank[ia]; dd++) {
-			int l = E.e.in[ia][dd] - 'a';
-			ai = add64(L, ai, mul64(L, vr(L, lv[l]), E.st[ia][l]));
-		}
-		cg_expr *pr = vr(L, direct ? lv[gm.l[0]] : r), *pk = vr(L, direct ? lv[gk.l[0]] : kk);
-		store(L, kb, apan, add64(L, aoff, add64(L, mul64(L, pr, AS), pk)), ld(L, A, ai));
-		comment(L, bb, abf ? "pack A rows (bf16 stays bf16)" : "pack A rows to f32");
-		if (!direct) {
-			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
-			set(L, pb, r, add64(L, vr(L, r), ic(L, 1)));
-		}
-	}
-	/* a fused gather: slab bexp[g] of its source, for g below its count */
-	int widx = -1;
-	cg_block *nb = bb;
-	cg_block *zb = NULL; /* blocks past the gather's count: B is all +0 */
-	if (fused) {
-		int l0 = E.e.in[ib][0] - 'a';
-		cg_expr *okc = NULL;
-		if (gnode->valid != MOE_NONE)
-			okc = bin(L, CE_LT, vr(L, lv[l0]), conv(L, ld(L, p->node_buf[gnode->valid], ic(L, 0)), CT_I64));
-		widx = newvar(L, CT_I64);
-		if (okc) {
-			cg_stmt *s = iff(L, nb, okc);
-			nb = &s->body;
-			zb = &s->els;
-		}
-		set(L, nb, widx, conv(L, ld(L, p->node_buf[gnode->args[1]], vr(L, lv[l0])), CT_I64));
-	}
-	/* column panels: outer n letters, then tiles of the last n letter */
-	for (int i = 0; i < gn.n - 1; i++)
-		nb = loopv(L, nb, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
-	int n0, nt = newvar(L, CT_I64);
-	int tile;
-	cg_block *tb = nb;
-	nb = loopv(L, nb, &tile, ic(L, 0), ic(L, ntiles));
-	if (dot && !bpar) /* tiles write disjoint accumulators and output columns; no faults */
-		tb->last->par = true;
-	n0 = newvar(L, CT_I64);
-	set(L, nb, n0, mul64(L, vr(L, tile), NT));
-	set(L, nb, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
-	if (dot) {
-		cg_expr *wi = NULL;
-		for (int dd = 0; dd < E.e.rank[ib]; dd++) {
-			int l = E.e.in[ib][dd] - 'a';
-			cg_expr *pos = fused && dd == 0 ? vr(L, widx) :
-				       l == lastn	       ? vr(L, n0) :
-				       P.role[l] == 'k'	       ? NULL :
-							 vr(L, lv[l]);
-			if (pos)
-				wi = add64(L, wi, mul64(L, pos, E.st[ib][l]));
-		}
-		cg_stmt *s = st(L, nb, CS_DOT);
-		cg_dot *d = ir_alloc(&p->arena, sizeof *d);
-		cg_expr *di = mul64(L, vr(L, bpar ? bat : tile), M * NT);
-		*d = (cg_dot){apan, B, acc, vr(L, rows), vr(L, nt), aoff ? aoff : ic(L, 0), wi ? wi : ic(L, 0), di, K, AS,
-			E.st[ib][lastn], DOT_GROUP, DOT_LANES, NT};
-		s->dot = d;
-		comment(L, nb, "a group of tiles of dot products, k ascending per element");
-	} else {
-		{ /* pack B panel: [K, NT] */
-			int kk = newvar(L, CT_I64), j;
-			set(L, nb, kk, ic(L, 0));
-			cg_block *kb = nb;
-			for (int i = 0; i < gk.n; i++)
-				kb = loopv(L, kb, &lv[gk.l[i]], ic(L, 0), ic(L, E.size[gk.l[i]]));
-			cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
-			cg_expr *bi = NULL;
-			for (int dd = 0; dd < E.e.rank[ib]; dd++) {
-				int l = E.e.in[ib][dd] - 'a';
-				cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
-				bi = add64(L, bi, mul64(L, pos, E.st[ib][l]));
-			}
-			store(L, jb, bpan, add64(L, mul64(L, vr(L, kk), NT), vr(L, j)), ld(L, B, bi));
-			set(L, kb, kk, add64(L, vr(L, kk), ic(L, 1)));
-			comment(L, nb, "pack a B column panel to f32");
-		}
-		{ /* zero accumulators */
-			int r, j;
-			cg_block *rb = loopv(L, nb, &r, ic(L, 0), vr(L, rows));
-			cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
-			store(L, jb, acc, add64(L, mul64(L, vr(L, r), NT), vr(L, j)), fc(L, -0.0f));
-		}
-		{ /* acc[r, j] += A[r, k] * B[k, j], k ascending */
-			int kt, r, k, j, kend = newvar(L, CT_I64), av = newvar(L, CT_F32);
-			int64_t nkt = (K + KT - 1) / KT;
-			cg_block *tb = loopv(L, nb, &kt, ic(L, 0), ic(L, nkt));
-			set(L, tb, kend, bin(L, CE_MIN, add64(L, mul64(L, vr(L, kt), KT), ic(L, KT)), ic(L, K)));
-			cg_block *rb = loopv(L, tb, &r, ic(L, 0), vr(L, rows));
-			cg_block *kb = loopv(L, rb, &k, mul64(L, vr(L, kt), KT), vr(L, kend));
-			set(L, kb, av, ld(L, apan, add64(L, mul64(L, vr(L, r), AS), vr(L, k))));
-			cg_block *jb = loopv(L, kb, &j, ic(L, 0), vr(L, nt));
-			cg_expr *ai = add64(L, mul64(L, vr(L, r), NT), vr(L, j));
-			cg_expr *prod = bin(L, CE_MUL, vr(L, av), ld(L, bpan, add64(L, mul64(L, vr(L, k), NT), vr(L, j))));
-			store(L, jb, acc, ai, bin(L, CE_ADD, ld(L, acc, ai), prod));
-			comment(L, nb, "multiply the panel, k ascending per element");
-		}
-	}
-	for (int pass = 0; pass < (zb ? 2 : 1); pass++) {
-		cg_block *sbase = nb;
-		if (pass == 1) { /* the gathered B is +0 here: the same sums with zero products */
-			sbase = zb;
-			for (int i = 0; i < gn.n - 1; i++)
-				sbase = loopv(L, sbase, &lv[gn.l[i]], ic(L, 0), ic(L, E.size[gn.l[i]]));
-			sbase = loopv(L, sbase, &tile, ic(L, 0), ic(L, ntiles));
-			set(L, sbase, n0, mul64(L, vr(L, tile), NT));
-			set(L, sbase, nt, bin(L, CE_MIN, bin(L, CE_SUB, ic(L, NL), vr(L, n0)), ic(L, NT)));
-			int r, j, k, sv = newvar(L, CT_F32);
-			cg_block *rb = loopv(L, sbase, &r, ic(L, 0), vr(L, rows));
-			cg_block *jb = loopv(L, rb, &j, ic(L, 0), vr(L, nt));
-			set(L, jb, sv, fc(L, -0.0f));
-			cg_block *kb = loopv(L, jb, &k, ic(L, 0), ic(L, K));
-			set(L, kb, sv,
-				bin(L, CE_ADD, vr(L, sv),
-					bin(L, CE_MUL, ld(L, apan, add64(L, aoff, add64(L, mul64(L, vr(L, r), AS), vr(L, k)))),
-						fc(L, 0.0f))));
-			store(L, jb, acc, accidx(L, bat, dot, tile, M, NT, r, j), vr(L, sv));
-		}
-		/* store rows of the panel */
-		int r = newvar(L, CT_I64), j;
-		set(L, sbase, r, ic(L, 0));
-		cg_block *sb = sbase;
-		for (int i = 0; i < gm.n; i++)
-			sb = loopv(L, sb, &lv[gm.l[i]], ic(L, 0), i == 0 ? vr(L, mcnt) : ic(L, E.size[gm.l[i]]));
-		cg_block *jb = loopv(L, sb, &j, ic(L, 0), vr(L, nt));
-		cg_expr *oi = NULL;
-		for (int dd = 0; dd < E.e.out_rank; dd++) {
-			int l = E.e.out[dd] - 'a';
-			cg_expr *pos = l == lastn ? add64(L, vr(L, n0), vr(L, j)) : vr(L, lv[l]);
-			oi = add64(L, oi, mul64(L, pos, E.ost[l]));
-		}
-		store(L, jb, out, oi,
-			ld(L, acc, accidx(L, bat, dot, tile, M, NT, r, j)));
-		set(L, sb, r, add64(L, vr(L, r), ic(L, 1)));
-	}
-	return true;
-}
-
-static void lower_einsum(lw *L, cg_block *b, const ir_node *n, int out)
-{
-	ein E;
-	ein_setup(L, n, &E);
-	if (!lower_einsum_fast(L, b, n, out, &E))
-		lower_einsum_generic(L, b, n, out, &E);
-}
-
 /* ---------------- driver ---------------- */
 
 void cgen_symbol(const cg_prog *p, const char *suffix, char *buf, size_t len)
@@ -945,10 +452,11 @@ static bool supported_dtype(moe_dtype t)
 	return t == MOE_F32 || t == MOE_BF16 || t == MOE_I32 || t == MOE_BOOL || moe_dtype_is_storage(t);
 }
 
-cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
+/* Errors for what the host backend does not lower (the ops the host
+ * pipeline removes, composite ops, unsupported types) and a layer without
+ * outputs; false after one. */
+static bool lowerable(moe_ctx *ctx, const moe_graph *g)
 {
-	if (moe_graph_verify(ctx, g) != MOE_OK)
-		return NULL;
 	bool bad = false;
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
@@ -977,9 +485,217 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "layer '%s' has no outputs", g->name ? g->name : "");
 		bad = true;
 	}
-	if (bad)
-		return NULL;
+	return !bad;
+}
 
+/* L->nozero: masked nodes whose users read only their valid elements:
+ * elementwise users of the same shape and mask, and einsums with the same
+ * row mask reading them once with the output's two leading letters. */
+static void mark_nozero(lw *L, const int64_t *outpos)
+{
+	const moe_graph *g = L->g;
+	/* masked nodes whose users read only their valid elements: elementwise
+	 * users of the same shape and mask, and einsums with the same row mask
+	 * reading them once with the output's two leading letters */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		L->nozero[i] = n->valid != MOE_NONE && outpos[i] < 0 && (ir_ops[n->op].flags & OPF_ELEM || n->op == MOE_OP_EINSUM);
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *u = N(g, i);
+		for (uint32_t a = 0; a < u->nargs; a++) {
+			moe_id x = u->args[a];
+			if (x == MOE_NONE || !L->nozero[x])
+				continue;
+			const ir_node *n = N(g, x);
+			bool ok = false;
+			if (u->valid == n->valid && ir_ops[u->op].flags & OPF_ELEM)
+				ok = ir_same_shape(u, n);
+			else if (u->valid == n->valid && u->op == MOE_OP_EINSUM && N(g, u->valid)->rank == 1 && n->rank >= 2) {
+				ir_einsum e;
+				char msg[160];
+				ok = ir_einsum_parse(ir_attr_str(u, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 2 &&
+				     e.in[a][0] == e.out[0] && e.in[a][1] == e.out[1];
+				for (uint32_t b2 = 0; b2 < u->nargs; b2++)
+					ok &= b2 == a || u->args[b2] != x;
+			}
+			if (!ok)
+				L->nozero[x] = false;
+		}
+		if (u->valid != MOE_NONE && L->nozero[u->valid])
+			L->nozero[u->valid] = false;
+	}
+}
+
+/* L->fused: gathers whose every user is an einsum reading them in place. */
+static void mark_fused(lw *L, const int64_t *outpos)
+{
+	const moe_graph *g = L->g;
+	size_t nn = g->nnodes + 1;
+	uint32_t *users = ctx_alloc(L->ctx, nn * sizeof *users), *fusers = ctx_alloc(L->ctx, nn * sizeof *fusers);
+	memset(users, 0, nn * sizeof *users);
+	memset(fusers, 0, nn * sizeof *fusers);
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t a = 0; a < n->nargs; a++) {
+			moe_id x = n->args[a];
+			if (x == MOE_NONE)
+				continue;
+			users[x]++;
+			if (N(g, x)->op == MOE_OP_GATHER && cgen_gather_fusable_into(L, x, n))
+				fusers[x]++;
+		}
+		if (n->valid != MOE_NONE)
+			users[n->valid]++;
+	}
+	for (moe_id i = 0; i < g->nnodes; i++)
+		L->fused[i] = N(g, i)->op == MOE_OP_GATHER && outpos[i] < 0 && users[i] > 0 && users[i] == fusers[i];
+	ctx_free(L->ctx, users, nn * sizeof *users);
+	ctx_free(L->ctx, fusers, nn * sizeof *fusers);
+}
+
+/* Every node's buffer (inputs, weights, outputs, views, work buffers; none
+ * for what its users read in place or compute), each buffer's lifetime, and
+ * the vector masks of einsums, kept to the end for block statistics. */
+static void assign_storage(lw *L, const int64_t *outpos, int64_t end)
+{
+	const moe_graph *g = L->g;
+	cg_prog *p = L->p;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		L->cur = i;
+		moe_op op = (moe_op)n->op;
+		if (op == MOE_OP_INPUT)
+			p->node_buf[i] = newbuf(L, CB_INPUT, (moe_dtype)n->dtype, ir_numel(n), p->ninputs, i),
+			p->inputs[p->ninputs++] = i;
+		else if (op == MOE_OP_WEIGHT)
+			p->node_buf[i] = newbuf(L, CB_WEIGHT, (moe_dtype)n->dtype, ir_numel(n), p->nweights, i),
+			p->weights[p->nweights++] = i;
+		else if (outpos[i] >= 0)
+			p->node_buf[i] = newbuf(L, CB_OUTPUT, (moe_dtype)n->dtype, ir_numel(n), (uint32_t)outpos[i], i);
+		else if (op == MOE_OP_RESHAPE)
+			p->node_buf[i] = p->node_buf[n->args[0]]; /* a view */
+		else if (L->fused[i] || L->inl[i])
+			p->node_buf[i] = -1; /* read in place, or computed, by its users */
+		else
+			p->node_buf[i] = newbuf(L, CB_WORK, (moe_dtype)n->dtype, ir_numel(n), 0, i);
+		for (uint32_t a = 0; a < n->nargs; a++) {
+			moe_id x = n->args[a];
+			if (x == MOE_NONE)
+				continue;
+			use_operand(L, x, i);
+			if (L->fused[x]) { /* the einsum reads the gather's operands and mask */
+				use(L, N(g, x)->args[0], i);
+				use(L, N(g, x)->args[1], i);
+				if (N(g, x)->valid != MOE_NONE)
+					use(L, N(g, x)->valid, i);
+			}
+		}
+		if (n->valid != MOE_NONE)
+			use(L, n->valid, i);
+	}
+	for (uint32_t j = 0; j < g->nout; j++)
+		use(L, g->outputs[j], end);
+	/* vector masks of einsums are kept to the end for block statistics */
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_EINSUM || n->valid == MOE_NONE || N(g, n->valid)->rank != 1)
+			continue;
+		int mb = p->node_buf[n->valid];
+		bool seen = false;
+		for (uint32_t k = 0; k < p->nmasks; k++)
+			seen |= p->masks[k].buf == mb;
+		if (!seen)
+			p->masks[p->nmasks++] = (cg_mask){mb, N(g, n->valid)->shape[0], n->shape[1]};
+		use(L, n->valid, end);
+	}
+}
+
+/* The code, node by node in order; false when a node cannot be lowered
+ * (after its diagnostic). */
+static bool lower_nodes(lw *L)
+{
+	const moe_graph *g = L->g;
+	cg_prog *p = L->p;
+	bool bad = false;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		L->cur = i;
+		int out = p->node_buf[i];
+		cg_block *b = &p->body;
+		cg_stmt *mark = b->last;
+		switch ((moe_op)n->op) {
+		case MOE_OP_INPUT:
+		case MOE_OP_WEIGHT: break;
+		case MOE_OP_CONST: bad |= !cgen_lower_const(L, b, n, out); break;
+		case MOE_OP_IOTA: cgen_lower_iota(L, b, n, out); break;
+		case MOE_OP_REDUCE_SUM:
+		case MOE_OP_REDUCE_MAX:
+		case MOE_OP_REDUCE_MIN: cgen_lower_reduce(L, b, n, out); break;
+		case MOE_OP_SOFTMAX: cgen_lower_softmax(L, b, n, out); break;
+		case MOE_OP_CUMSUM: cgen_lower_cumsum(L, b, n, out); break;
+		case MOE_OP_EINSUM: cgen_lower_einsum(L, b, n, out); break;
+		case MOE_OP_ONE_HOT: cgen_lower_one_hot(L, b, n, out); break;
+		case MOE_OP_FILTER: bad |= !cgen_lower_filter(L, b, n, out); break;
+		case MOE_OP_GATHER:
+			if (L->fused[i])
+				cgen_lower_gather_checks(L, b, n);
+			else
+				cgen_lower_gather(L, b, n, out);
+			break;
+		case MOE_OP_TAKE_ALONG: cgen_lower_take_along(L, b, n, out); break;
+		case MOE_OP_DEQUANT: cgen_lower_dequant(L, b, n, out); break;
+		case MOE_OP_SCATTER: cgen_lower_scatter(L, b, n, out); break;
+		case MOE_OP_RESHAPE:
+			if (out != p->node_buf[n->args[0]])
+				cgen_copy_flat(L, b, out, p->node_buf[n->args[0]], ir_numel(n));
+			break;
+		case MOE_OP_SLICE: cgen_lower_slice(L, b, n, out); break;
+		case MOE_OP_CONCAT: cgen_lower_concat(L, b, n, out); break;
+		case MOE_OP_BROADCAST: cgen_lower_broadcast(L, b, n, out); break;
+		case MOE_OP_TOPK: cgen_lower_topk(L, b, n, out); break;
+		case MOE_OP_EXPERTS:
+		case MOE_OP_ALL_TO_ALL:
+		case MOE_OP_COUNT: IR_ASSERT(!"rejected above"); break;
+		default:
+			if (!L->inl[i])
+				lower_elem(L, b, n, out);
+			break;
+		}
+		cg_stmt *first = mark ? mark->next : b->first;
+		if (first) {
+			char *c = ir_alloc(&p->arena, 96);
+			snprintf(c, 96, "%%%u = %s", (unsigned)i, ir_ops[n->op].name);
+			first->comment = c;
+		}
+	}
+	return !bad;
+}
+
+/* Outputs that are leaves, repeated, or views: copied into their own
+ * output buffers at the end. */
+static void copy_outputs(lw *L, int64_t end)
+{
+	const moe_graph *g = L->g;
+	cg_prog *p = L->p;
+	for (uint32_t j = 0; j < g->nout; j++) {
+		moe_id v = g->outputs[j];
+		const cg_buf *src = &p->bufs[p->node_buf[v]];
+		if (src->kind == CB_OUTPUT && src->index == j)
+			continue;
+		L->cur = (moe_id)end;
+		int dst = newbuf(L, CB_OUTPUT, (moe_dtype)N(g, v)->dtype, ir_numel(N(g, v)), j, v);
+		L->life0[dst] = L->life1[dst] = end;
+		cgen_copy_flat(L, &p->body, dst, p->node_buf[v], ir_numel(N(g, v)));
+	}
+}
+
+cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
+{
+	if (moe_graph_verify(ctx, g) != MOE_OK)
+		return NULL;
+	if (!lowerable(ctx, g))
+		return NULL;
 	cg_prog *p = ctx_alloc(ctx, sizeof *p);
 	p->ctx = ctx;
 	p->g = g;
@@ -1012,175 +728,11 @@ cg_prog *cgen_lower(moe_ctx *ctx, const moe_graph *g)
 
 	mark_inline(&L, outpos);
 
-	/* masked nodes whose users read only their valid elements: elementwise
-	 * users of the same shape and mask, and einsums with the same row mask
-	 * reading them once with the output's two leading letters */
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		L.nozero[i] = n->valid != MOE_NONE && outpos[i] < 0 && (ir_ops[n->op].flags & OPF_ELEM || n->op == MOE_OP_EINSUM);
-	}
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *u = N(g, i);
-		for (uint32_t a = 0; a < u->nargs; a++) {
-			moe_id x = u->args[a];
-			if (x == MOE_NONE || !L.nozero[x])
-				continue;
-			const ir_node *n = N(g, x);
-			bool ok = false;
-			if (u->valid == n->valid && ir_ops[u->op].flags & OPF_ELEM)
-				ok = ir_same_shape(u, n);
-			else if (u->valid == n->valid && u->op == MOE_OP_EINSUM && N(g, u->valid)->rank == 1 && n->rank >= 2) {
-				ir_einsum e;
-				char msg[160];
-				ok = ir_einsum_parse(ir_attr_str(u, "eq", ""), &e, msg, sizeof msg) && e.out_rank >= 2 &&
-				     e.in[a][0] == e.out[0] && e.in[a][1] == e.out[1];
-				for (uint32_t b2 = 0; b2 < u->nargs; b2++)
-					ok &= b2 == a || u->args[b2] != x;
-			}
-			if (!ok)
-				L.nozero[x] = false;
-		}
-		if (u->valid != MOE_NONE && L.nozero[u->valid])
-			L.nozero[u->valid] = false;
-	}
-
-	/* gathers whose every user is an einsum reading them in place */
-	{
-		uint32_t *users = ctx_alloc(ctx, nn * sizeof *users), *fusers = ctx_alloc(ctx, nn * sizeof *fusers);
-		memset(users, 0, nn * sizeof *users);
-		memset(fusers, 0, nn * sizeof *fusers);
-		for (moe_id i = 0; i < g->nnodes; i++) {
-			const ir_node *n = N(g, i);
-			for (uint32_t a = 0; a < n->nargs; a++) {
-				moe_id x = n->args[a];
-				if (x == MOE_NONE)
-					continue;
-				users[x]++;
-				if (N(g, x)->op == MOE_OP_GATHER && gather_fusable_into(&L, x, n))
-					fusers[x]++;
-			}
-			if (n->valid != MOE_NONE)
-				users[n->valid]++;
-		}
-		for (moe_id i = 0; i < g->nnodes; i++)
-			L.fused[i] = N(g, i)->op == MOE_OP_GATHER && outpos[i] < 0 && users[i] > 0 && users[i] == fusers[i];
-		ctx_free(ctx, users, nn * sizeof *users);
-		ctx_free(ctx, fusers, nn * sizeof *fusers);
-	}
-
-	/* storage of every node */
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		L.cur = i;
-		moe_op op = (moe_op)n->op;
-		if (op == MOE_OP_INPUT)
-			p->node_buf[i] = newbuf(&L, CB_INPUT, (moe_dtype)n->dtype, ir_numel(n), p->ninputs, i),
-			p->inputs[p->ninputs++] = i;
-		else if (op == MOE_OP_WEIGHT)
-			p->node_buf[i] = newbuf(&L, CB_WEIGHT, (moe_dtype)n->dtype, ir_numel(n), p->nweights, i),
-			p->weights[p->nweights++] = i;
-		else if (outpos[i] >= 0)
-			p->node_buf[i] = newbuf(&L, CB_OUTPUT, (moe_dtype)n->dtype, ir_numel(n), (uint32_t)outpos[i], i);
-		else if (op == MOE_OP_RESHAPE)
-			p->node_buf[i] = p->node_buf[n->args[0]]; /* a view */
-		else if (L.fused[i] || L.inl[i])
-			p->node_buf[i] = -1; /* read in place, or computed, by its users */
-		else
-			p->node_buf[i] = newbuf(&L, CB_WORK, (moe_dtype)n->dtype, ir_numel(n), 0, i);
-		for (uint32_t a = 0; a < n->nargs; a++) {
-			moe_id x = n->args[a];
-			if (x == MOE_NONE)
-				continue;
-			use_operand(&L, x, i);
-			if (L.fused[x]) { /* the einsum reads the gather's operands and mask */
-				use(&L, N(g, x)->args[0], i);
-				use(&L, N(g, x)->args[1], i);
-				if (N(g, x)->valid != MOE_NONE)
-					use(&L, N(g, x)->valid, i);
-			}
-		}
-		if (n->valid != MOE_NONE)
-			use(&L, n->valid, i);
-	}
-	for (uint32_t j = 0; j < g->nout; j++)
-		use(&L, g->outputs[j], end);
-	/* vector masks of einsums are kept to the end for block statistics */
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		if (n->op != MOE_OP_EINSUM || n->valid == MOE_NONE || N(g, n->valid)->rank != 1)
-			continue;
-		int mb = p->node_buf[n->valid];
-		bool seen = false;
-		for (uint32_t k = 0; k < p->nmasks; k++)
-			seen |= p->masks[k].buf == mb;
-		if (!seen)
-			p->masks[p->nmasks++] = (cg_mask){mb, N(g, n->valid)->shape[0], n->shape[1]};
-		use(&L, n->valid, end);
-	}
-
-	/* code, node by node */
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		L.cur = i;
-		int out = p->node_buf[i];
-		cg_block *b = &p->body;
-		cg_stmt *mark = b->last;
-		switch ((moe_op)n->op) {
-		case MOE_OP_INPUT:
-		case MOE_OP_WEIGHT: break;
-		case MOE_OP_CONST: bad |= !cgen_lower_const(&L, b, n, out); break;
-		case MOE_OP_IOTA: cgen_lower_iota(&L, b, n, out); break;
-		case MOE_OP_REDUCE_SUM:
-		case MOE_OP_REDUCE_MAX:
-		case MOE_OP_REDUCE_MIN: cgen_lower_reduce(&L, b, n, out); break;
-		case MOE_OP_SOFTMAX: cgen_lower_softmax(&L, b, n, out); break;
-		case MOE_OP_CUMSUM: cgen_lower_cumsum(&L, b, n, out); break;
-		case MOE_OP_EINSUM: lower_einsum(&L, b, n, out); break;
-		case MOE_OP_ONE_HOT: cgen_lower_one_hot(&L, b, n, out); break;
-		case MOE_OP_FILTER: bad |= !cgen_lower_filter(&L, b, n, out); break;
-		case MOE_OP_GATHER:
-			if (L.fused[i])
-				cgen_lower_gather_checks(&L, b, n);
-			else
-				cgen_lower_gather(&L, b, n, out);
-			break;
-		case MOE_OP_TAKE_ALONG: cgen_lower_take_along(&L, b, n, out); break;
-		case MOE_OP_DEQUANT: cgen_lower_dequant(&L, b, n, out); break;
-		case MOE_OP_SCATTER: cgen_lower_scatter(&L, b, n, out); break;
-		case MOE_OP_RESHAPE:
-			if (out != p->node_buf[n->args[0]])
-				cgen_copy_flat(&L, b, out, p->node_buf[n->args[0]], ir_numel(n));
-			break;
-		case MOE_OP_SLICE: cgen_lower_slice(&L, b, n, out); break;
-		case MOE_OP_CONCAT: cgen_lower_concat(&L, b, n, out); break;
-		case MOE_OP_BROADCAST: cgen_lower_broadcast(&L, b, n, out); break;
-		case MOE_OP_TOPK: cgen_lower_topk(&L, b, n, out); break;
-		case MOE_OP_EXPERTS:
-		case MOE_OP_ALL_TO_ALL:
-		case MOE_OP_COUNT: IR_ASSERT(!"rejected above"); break;
-		default:
-			if (!L.inl[i])
-				lower_elem(&L, b, n, out);
-			break;
-		}
-		cg_stmt *first = mark ? mark->next : b->first;
-		if (first) {
-			char *c = ir_alloc(&p->arena, 96);
-			snprintf(c, 96, "%%%u = %s", (unsigned)i, ir_ops[n->op].name);
-			first->comment = c;
-		}
-	}
-	/* outputs that are leaves, repeated, or views */
-	for (uint32_t j = 0; j < g->nout; j++) {
-		moe_id v = g->outputs[j];
-		const cg_buf *src = &p->bufs[p->node_buf[v]];
-		if (src->kind == CB_OUTPUT && src->index == j)
-			continue;
-		L.cur = (moe_id)end;
-		int dst = newbuf(&L, CB_OUTPUT, (moe_dtype)N(g, v)->dtype, ir_numel(N(g, v)), j, v);
-		L.life0[dst] = L.life1[dst] = end;
-		cgen_copy_flat(&L, &p->body, dst, p->node_buf[v], ir_numel(N(g, v)));
-	}
+	mark_nozero(&L, outpos);
+	mark_fused(&L, outpos);
+	assign_storage(&L, outpos, end);
+	bool bad = !lower_nodes(&L);
+	copy_outputs(&L, end);
 	ctx_free(ctx, outpos, nn * sizeof *outpos);
 	ctx_free(ctx, L.fused, nn * sizeof *L.fused);
 	ctx_free(ctx, L.nozero, nn * sizeof *L.nozero);

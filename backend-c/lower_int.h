@@ -445,6 +445,13 @@ cg_expr *cgen_elem_operand(lw *L, cg_block *in, moe_id a, int r, const int *iv);
 void cgen_lower_softmax(lw *L, cg_block *b, const ir_node *n, int out);
 void cgen_lower_cumsum(lw *L, cg_block *b, const ir_node *n, int out);
 
+/* ---------------- lower_einsum.c ---------------- */
+void cgen_lower_einsum(lw *L, cg_block *b, const ir_node *n, int out);
+/* whether gather gid is read by einsum n as its B operand through dot tiles,
+ * its first dimension indexed by a batch letter (then n reads the gather's
+ * source in place and the gather is not materialised) */
+bool cgen_gather_fusable_into(lw *L, moe_id gid, const ir_node *n);
+
 /* ---------------- lower_topk.c ---------------- */
 void cgen_lower_topk(lw *L, cg_block *b, const ir_node *n, int out);
 

@@ -403,6 +403,18 @@ if not tcp_ok:
         os.path.join(RES, "tcp", "probe.err")) else ""
     w(f"`--target=tcp`: the probe `moec compile examples/seed.moe --target=tcp` failed on this commit "
       f"(`{err.splitlines()[0] if err else '?'}`); bench/run times the TCP column automatically once it works.\n")
+t4096 = [(n, hf(os.path.join(RES, "compile", f"tcp4096.{n}.json")))
+         for n in ("mixtral_8x7b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b")]
+if any(h for _, h in t4096):
+    w("### TCP at T = 4096\n")
+    w("The bench layers compiled for TCP at T = 4096 (`--set T=4096`: block=auto's search over B, the "
+      "`tcp` pipeline and the lowering; docs/tcp-compiler.md 9 asks under 1 s for DeepSeek-V3).\n")
+    w("| layer | median (min-max) |")
+    w("|---|---|")
+    for n, h in t4096:
+        w(f"| {n} | " + (f"{fmt_s(h['median'])} ({fmt_s(h['min'])}-{fmt_s(h['max'])}), n={h['n']}" if h else "n/a") +
+          " |")
+    w("")
 w(cmd_block(["compile"]))
 sweep = {}
 for axis in ("E", "T"):
@@ -609,16 +621,21 @@ w("- *routing before the first expert command*: `expert_start_seconds` of the st
   "weight fetch starts) less the launch: router, top-k, index generation and dispatch that nothing hides;")
 w("- *gathers/scatters on the critical path*: the cycles the `dma.gather` and `dma.scatter` commands on the "
   "critical path add to it (exposed, not hidden under other work).\n")
-w("| layer | T | B | moec's bound | uniform-routing bound | simulated | **ratio** | rev-2 ratio | rev-3 / rev-2 cycles "
+w("**Floor**: the contract's floor for the run (`floor_seconds` of the stats JSON, `moe_tcp_floor`: a lower bound "
+  "on every correct program of the layer for the tokens and experts the run hit, derived in docs/tcp-isa.md "
+  "section 12) and the simulated time's ratio to it (issue 31: each row within 1.05x; `-` where the run's stats "
+  "predate the floor).\n")
+w("| layer | T | B | moec's bound | uniform-routing bound | simulated | **ratio** | floor | **sim / floor** "
+  "| rev-2 ratio | rev-3 / rev-2 cycles "
   "| gap | launch + end | DMA setups on path (commands) | routing before 1st expert | gathers/scatters on path |")
-w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rrows:
     j, path, r2 = r["j"], r["path"], REV2.get((LABEL[r["m"]], r["T"]))
     bound = max(r["tc"], r["tm"])
     r2r = f"{r2['ratio']:.2f}x" if r2 else "-"
     if not j:
         w(f"| {LABEL[r['m']]} | {r['T']} | {r['B']} | - | {fmt_s(bound)} | {'**fault**' if r['fault'] else 'pending'} "
-          f"| - | {r2r} | - | - | - | - | - | - |")
+          f"| - | - | - | {r2r} | - | - | - | - | - | - |")
         continue
     gap = j["simulated_seconds"] - j["roofline_seconds"]
     le = cyc(launch + kend) if launch is not None and kend is not None else "n/a"
@@ -632,8 +649,10 @@ for r in rrows:
     else:
         rb = "n/a"
     slow = f"{j['cycles'] / r2['cycles']:.2f}x" if r2 else "-"
+    fl = j.get("floor_seconds", 0)
+    fcol = f"{fmt_s(fl)} | **{j['simulated_seconds'] / fl:.3f}x**" if fl > 0 else "- | -"
     w(f"| {LABEL[r['m']]} | {r['T']} | {r['B']} | {fmt_s(j['roofline_seconds'])} | {fmt_s(bound)} | "
-      f"{fmt_s(j['simulated_seconds'])} | **{j['roofline_ratio']:.2f}x** | {r2r} | {slow} | "
+      f"{fmt_s(j['simulated_seconds'])} | **{j['roofline_ratio']:.2f}x** | {fcol} | {r2r} | {slow} | "
       f"{fmt_s(gap)} | {le} | {ds} | {rb} | {gs} |")
 w("")
 w("The last four columns are the costs named by issue 30; whatever else makes up a gap (a compute-bound run's own "

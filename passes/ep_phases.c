@@ -1,7 +1,7 @@
 /* passes/ep_phases.c: an expert-parallel device program cut at its
  * all_to_all nodes into phases (docs/expert-parallel.md section 6), for the
  * runners that compile each phase on its own: the TCP chips
- * (backend-tcp/multichip/multichip.c) and the host engines under MPI (frontend/cli/ep.c).
+ * (backend-tcp/multichip/multichip.c) and the host engines under MPI (cli/ep.c).
  *
  * A node's phase is the largest over its operands of the operand's phase,
  * plus one for an operand that is an exchange (an exchange runs at the end

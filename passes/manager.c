@@ -80,7 +80,7 @@ static const struct {
 } named[] = {
 	{"tcp", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,"
+		"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,"
 		"tcp-row-chunks,tcp-plan-fusion"},
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
@@ -95,7 +95,8 @@ static const struct {
  * that is not registered skips it, as its target's backend runs the pass
  * itself on a graph that has not been through it. */
 static const char *const target_passes[] = {
-	"tcp-pack-gate-up", "tcp-pair-gate-up", "tcp-pair-down", "tcp-row-chunks", "tcp-plan-fusion"};
+	"tcp-w8a8-act-once", "tcp-pack-gate-up", "tcp-pair-gate-up", "tcp-pair-down", "tcp-row-chunks",
+	"tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
 {

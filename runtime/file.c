@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -297,29 +298,33 @@ void rt_convert_float(void *dst, moe_dtype to, const unsigned char *src, rt_src 
  * library: a fixed table of the paths of live temporaries (files and
  * directories), written under a lock and read by the signal handler without
  * one (a slot's path is complete before its flag is set). */
-#define RT_NTEMPS 64
-static char temp_path[RT_NTEMPS][PATH_MAX];
+#define RT_NTEMPS 1280
+static char *temp_path[RT_NTEMPS]; /* PATH_MAX bytes each, made on first use, never freed */
 static volatile sig_atomic_t temp_used[RT_NTEMPS];
 static pthread_mutex_t temp_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int rt_temp_register(const char *path)
+int moe_temp_track(const char *path)
 {
 	size_t n = strlen(path);
 	if (n >= PATH_MAX)
 		return -1;
 	int slot = -1;
+	sigset_t old;
+	rt_block_signals(true, &old);
 	pthread_mutex_lock(&temp_lock);
 	for (int i = 0; i < RT_NTEMPS && slot < 0; i++)
-		if (!temp_used[i]) {
+		if (!temp_used[i] && (temp_path[i] || (temp_path[i] = malloc(PATH_MAX)))) {
 			memcpy(temp_path[i], path, n + 1);
+			atomic_signal_fence(memory_order_seq_cst); /* the path is whole before it is listed */
 			temp_used[i] = 1;
 			slot = i;
 		}
 	pthread_mutex_unlock(&temp_lock);
+	rt_block_signals(false, &old);
 	return slot;
 }
 
-void rt_temp_forget(int slot)
+void moe_temp_forget(int slot)
 {
 	if (slot < 0 || slot >= RT_NTEMPS)
 		return;
@@ -381,22 +386,22 @@ void rt_block_signals(bool on, sigset_t *old)
 	}
 }
 
-int rt_mkstemp(char *tmpl, int *slot)
+int moe_temp_file(char *tmpl, int *slot)
 {
 	sigset_t old;
 	rt_block_signals(true, &old);
 	int fd = mkstemp(tmpl);
-	*slot = fd >= 0 ? rt_temp_register(tmpl) : -1;
+	*slot = fd >= 0 ? moe_temp_track(tmpl) : -1;
 	rt_block_signals(false, &old);
 	return fd;
 }
 
-char *rt_mkdtemp(char *tmpl, int *slot)
+char *moe_temp_dir(char *tmpl, int *slot)
 {
 	sigset_t old;
 	rt_block_signals(true, &old);
 	char *d = mkdtemp(tmpl);
-	*slot = d ? rt_temp_register(tmpl) : -1;
+	*slot = d ? moe_temp_track(tmpl) : -1;
 	rt_block_signals(false, &old);
 	return d;
 }
@@ -522,7 +527,7 @@ static bool open_temp(moe_atomic_file *f, const char *path)
 		rt_err_at(f->ctx, path, -1, "out of memory");
 		return false;
 	}
-	int fd = rt_mkstemp(f->tmp, &f->slot);
+	int fd = moe_temp_file(f->tmp, &f->slot);
 	if (fd < 0) {
 		rt_err_at(f->ctx, path, -1, "cannot create a temporary file beside it: %s", strerror(errno));
 		return false;
@@ -534,7 +539,7 @@ static bool open_temp(moe_atomic_file *f, const char *path)
 		rt_err_at(f->ctx, path, -1, "cannot open a stream: %s", strerror(errno));
 		close(fd);
 		unlink(f->tmp);
-		rt_temp_forget(f->slot);
+		moe_temp_forget(f->slot);
 		return false;
 	}
 	return true;
@@ -599,7 +604,7 @@ static void drop_temp(moe_atomic_file *f)
 {
 	if (f->tmp) {
 		unlink(f->tmp);
-		rt_temp_forget(f->slot);
+		moe_temp_forget(f->slot);
 	}
 }
 
@@ -665,7 +670,7 @@ moe_status moe_atomic_commit(moe_atomic_file *f)
 		return MOE_ERR_IO;
 	}
 	if (f->tmp) {
-		rt_temp_forget(f->slot);
+		moe_temp_forget(f->slot);
 		rt_sync_dir(f->path);
 	}
 	atomic_free(f);

@@ -95,13 +95,6 @@ typedef struct rt_map {
 moe_status rt_map_file(moe_ctx *ctx, const char *path, rt_map *m);
 void rt_unmap(rt_map *m);
 
-/* Temporaries removed on SIGINT/SIGTERM (runtime/file.c): mkstemp/mkdtemp
- * that register the name (*slot, -1 when the table is full); rt_temp_forget
- * after the file is renamed or removed. */
-int rt_mkstemp(char *tmpl, int *slot);
-char *rt_mkdtemp(char *tmpl, int *slot);
-int rt_temp_register(const char *path);
-void rt_temp_forget(int slot);
 /* Installs handler for SIGINT, SIGTERM and SIGHUP, each blocked while it
  * runs; a signal the parent left ignored (nohup) stays ignored. */
 void rt_signals_install(void (*handler)(int));

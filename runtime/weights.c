@@ -5,7 +5,12 @@
  * convert to the node's dtype; shapes must match exactly. Every weight's
  * tensors are checked from the checkpoint headers (names, shapes, dtypes)
  * before any weight is allocated or any tensor data is read. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/rt_io.h"
 
@@ -238,6 +243,24 @@ bad:
 	return false;
 }
 
+/* Is id s, or reached from s through gathers, reshapes, slices and (up to
+ * `depth` of them) the parts of concats: a weight laid out with others (the
+ * TCP target's packed gate/up and down, one per-block fetch)? */
+static bool reaches(const moe_graph *g, moe_id s, moe_id id, int depth)
+{
+	while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
+			   moe_node_op(g, s) == MOE_OP_SLICE))
+		s = moe_node_arg(g, s, 0);
+	if (s == id)
+		return true;
+	if (moe_node_op(g, s) != MOE_OP_CONCAT || depth <= 0)
+		return false;
+	for (uint32_t k = 0; k < moe_node_num_args(g, s); k++)
+		if (reaches(g, moe_node_arg(g, s, k), id, depth - 1))
+			return true;
+	return false;
+}
+
 /* Is weight id the scale operand of a dequant? Scales are stored with a
  * collapsed rank at times (a 0-d tensor for one 128x128 block): their grid is
  * rebuilt from the weight's shape, so only the non-1 dims must agree. */
@@ -246,29 +269,23 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_DEQUANT)
 			continue;
-		moe_id s = moe_node_arg(g, i, 1); /* through the per-block gathers of blockwise-dispatch */
-		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
-				   moe_node_op(g, s) == MOE_OP_SLICE))
-			s = moe_node_arg(g, s, 0);
-		if (s == id)
+		/* through the per-block gathers of blockwise-dispatch */
+		if (moe_node_num_args(g, i) > 1 && reaches(g, moe_node_arg(g, i, 1), id, 2))
 			return moe_node_num_args(g, i);
 	}
 	return 0;
 }
 
 /* Is weight id operand `arg` of a dequant of `format`, directly or through
- * the gathers, reshapes and slices between a weight and its dequant? */
+ * the gathers, reshapes, slices and concats between a weight and its
+ * dequant? */
 static bool dequant_operand(const moe_graph *g, moe_id id, const char *format, uint32_t arg)
 {
 	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
 		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) <= arg ||
 			strcmp(ir_attr_str(N(g, i), "format", ""), format))
 			continue;
-		moe_id s = moe_node_arg(g, i, arg);
-		while (s != id && (moe_node_op(g, s) == MOE_OP_GATHER || moe_node_op(g, s) == MOE_OP_RESHAPE ||
-				   moe_node_op(g, s) == MOE_OP_SLICE))
-			s = moe_node_arg(g, s, 0);
-		if (s == id)
+		if (reaches(g, moe_node_arg(g, i, arg), id, 2))
 			return true;
 	}
 	return false;
@@ -679,4 +696,46 @@ moe_status moe_weights_load_row(moe_ctx *ctx, const moe_graph *g, moe_id id, moe
 	void *dst, size_t nbytes)
 {
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, load_row(ctx, g, id, ck, row, dst, nbytes));
+}
+
+/* ---- the checkpoint's identity (moe_checkpoint_id, moec/io.h) ---- */
+char *moe_checkpoint_id(const char *const *paths, size_t np)
+{
+	rt_buf b = {0};
+	for (size_t i = 0; i < np; i++) {
+		char real[PATH_MAX];
+		struct stat st;
+		size_t n = strlen(paths[i]);
+		if (n < 12 || strcmp(paths[i] + n - 12, ".safetensors") || !realpath(paths[i], real) || stat(real, &st) != 0 ||
+			!S_ISREG(st.st_mode) || st.st_size < 8) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		uint64_t h = 0xcbf29ce484222325ull, len = 0;
+		unsigned char buf[65536];
+		FILE *f = fopen(real, "rb");
+		bool ok = f && fread(buf, 1, 8, f) == 8;
+		for (int k = 0; ok && k < 8; k++)
+			len |= (uint64_t)buf[k] << (8 * k);
+		ok = ok && len <= (uint64_t)100 << 20 && len <= (uint64_t)st.st_size - 8;
+		for (uint64_t done = 0; ok && done < len;) {
+			size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
+			ok = fread(buf, 1, want, f) == want;
+			for (size_t k = 0; ok && k < want; k++)
+				h = (h ^ buf[k]) * 0x100000001b3ull;
+			done += want;
+		}
+		if (f)
+			fclose(f);
+		if (!ok) {
+			rt_buf_free(&b);
+			return NULL;
+		}
+		rt_buf_printf(&b, "file %s dev %llu ino %llu size %lld mtime %lld.%09ld header %016llx\n", real,
+			(unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size,
+			(long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (unsigned long long)h);
+	}
+	char *r = b.oom || !b.s ? NULL : strdup(b.s);
+	rt_buf_free(&b);
+	return r;
 }

@@ -123,7 +123,14 @@ typedef struct plan {
 	tcp_sched *s;
 	life *L;
 	bool *placed;
+	const int64_t *foot; /* per buffer: its footprint when trying a weights mode (-1: absent); NULL: its layout's */
+	bool quiet;          /* no diagnostic on overflow */
 } plan;
+
+static int64_t foot_of(const plan *P, ts_id b)
+{
+	return P->foot ? P->foot[b] : P->s->buf[b].layout.slice_bytes;
+}
 
 /* Whether placed buffer j conflicts with buffer b at [off, off + n). */
 static bool clash(const plan *P, ts_id b, ts_id j, int64_t off, int64_t n)
@@ -135,7 +142,7 @@ static bool clash(const plan *P, ts_id b, ts_id j, int64_t off, int64_t n)
 	int64_t va = v->layout.slice0, vb = va + (int64_t)v->layout.nslices * v->layout.copies;
 	if (ub <= va || vb <= ua)
 		return false;
-	return off < v->offset + v->layout.slice_bytes && v->offset < off + n;
+	return off < v->offset + foot_of(P, j) && v->offset < off + n;
 }
 
 static int cmp_size_desc(const void *a, const void *b)
@@ -177,9 +184,10 @@ static bool place_one(plan *P, ts_id b, bool top)
 {
 	tcp_sched *s = P->s;
 	ts_buf *u = &s->buf[b];
-	int64_t cap = cap_of(s->m, u->space), al = align_of(s->m, u->space), n = u->layout.slice_bytes;
+	int64_t cap = cap_of(s->m, u->space), al = align_of(s->m, u->space), n = foot_of(P, b);
 	if (n < 0 || n > cap) {
-		overflow(P, b, cap);
+		if (!P->quiet)
+			overflow(P, b, cap);
 		return false;
 	}
 	int64_t off = top ? (cap - n) / al * al : 0;
@@ -189,13 +197,14 @@ static bool place_one(plan *P, ts_id b, bool top)
 			if (!clash(P, b, j, off, n))
 				continue;
 			const ts_buf *v = &s->buf[j];
-			off = top ? v->offset - n : v->offset + v->layout.slice_bytes;
+			off = top ? v->offset - n : v->offset + foot_of(P, j);
 			off = top ? (off < 0 ? -1 : off / al * al) : (off + al - 1) / al * al;
 			moved = true;
 		}
 	}
 	if (off < 0 || n > cap || off + n > cap) {
-		overflow(P, b, cap);
+		if (!P->quiet)
+			overflow(P, b, cap);
 		return false;
 	}
 	u->offset = off;
@@ -251,38 +260,144 @@ static bool place_hbm(tcp_sched *s)
 	return true;
 }
 
-static moe_status place(tcp_sched *s)
+/* The on-chip buffers not yet placed, in buffer order within each pass:
+ * loop and block buffers from the top, then those of the whole program
+ * from 0, then the others (spans) from 0; a buffer whose footprint is -1
+ * is skipped. */
+static bool place_chip(plan *P)
 {
-	if (!s->m) {
-		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "placement needs a machine");
-		return MOE_ERR_INVALID;
-	}
-	walk w = {s, 0, ctx_alloc(s->ctx, (s->nop + 1) * sizeof(int64_t)), ctx_alloc(s->ctx, (s->nsc + 1) * sizeof(int64_t)),
-		{{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
-	if (s->top < s->nrg)
-		walk_region(&w, s->top, 0);
-	plan P = {s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1)};
-	for (ts_id i = 0; i < s->nbuf; i++) {
-		P.L[i] = lifetime(&w, i);
-		P.placed[i] = s->buf[i].space != TCP_HBM && s->buf[i].offset >= 0;
-	}
-	bool ok = place_hbm(s);
-	/* the loop's buffers first, from the top; then the rest from 0 */
-	for (int pass = 0; pass < 2 && ok; pass++)
+	tcp_sched *s = P->s;
+	bool ok = true;
+	for (int pass = 0; pass < 3 && ok; pass++)
 		for (ts_id i = 0; i < s->nbuf && ok; i++) {
 			const ts_buf *u = &s->buf[i];
 			bool looped = u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK;
-			if (u->space != TCP_HBM && u->offset < 0 && looped == (pass == 0))
-				ok = place_one(&P, i, looped);
+			int want = looped ? 0 : u->life == TS_LIFE_PROGRAM ? 1 : 2;
+			if (u->space != TCP_HBM && u->offset < 0 && want == pass && foot_of(P, i) >= 0)
+				ok = place_one(P, i, looped);
 		}
-	ctx_free(s->ctx, w.op_pos, (s->nop + 1) * sizeof(int64_t));
-	ctx_free(s->ctx, w.sc_pos, (s->nsc + 1) * sizeof(int64_t));
-	ctx_free(s->ctx, P.L, (s->nbuf + 1) * sizeof(life));
-	ctx_free(s->ctx, P.placed, s->nbuf + 1);
+	return ok;
+}
+
+typedef struct planner {
+	walk w;
+	plan P;
+} planner;
+
+static bool planner_new(tcp_sched *s, planner *q)
+{
+	if (!s->m) {
+		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "placement needs a machine");
+		return false;
+	}
+	q->w = (walk){s, 0, ctx_alloc(s->ctx, (s->nop + 1) * sizeof(int64_t)),
+		ctx_alloc(s->ctx, (s->nsc + 1) * sizeof(int64_t)), {{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
+	if (s->top < s->nrg)
+		walk_region(&q->w, s->top, 0);
+	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, false};
+	for (ts_id i = 0; i < s->nbuf; i++) {
+		q->P.L[i] = lifetime(&q->w, i);
+		q->P.placed[i] = s->buf[i].space != TCP_HBM && s->buf[i].offset >= 0;
+	}
+	return true;
+}
+
+static void planner_free(planner *q)
+{
+	tcp_sched *s = q->P.s;
+	ctx_free(s->ctx, q->w.op_pos, (s->nop + 1) * sizeof(int64_t));
+	ctx_free(s->ctx, q->w.sc_pos, (s->nsc + 1) * sizeof(int64_t));
+	ctx_free(s->ctx, q->P.L, (s->nbuf + 1) * sizeof(life));
+	ctx_free(s->ctx, q->P.placed, s->nbuf + 1);
+}
+
+static moe_status place(tcp_sched *s)
+{
+	planner q;
+	if (!planner_new(s, &q))
+		return MOE_ERR_INVALID;
+	bool ok = place_hbm(s) && place_chip(&q.P);
+	planner_free(&q);
 	return ok ? MOE_OK : MOE_ERR_INVALID;
 }
 
 moe_status tcp_dm_place(tcp_sched *s)
 {
 	CTX_GUARDED(s->ctx, moe_status, MOE_ERR_NOMEM, place(s));
+}
+
+/* bytes spread flit by flit over n slices */
+static int64_t spread(const moe_tcp_machine *m, int64_t bytes, int64_t n)
+{
+	int64_t f = m->flit_bytes > 0 ? m->flit_bytes : 32;
+	n = n > 0 ? n : 1;
+	return bytes <= 0 ? f : ((bytes + n - 1) / n + f - 1) / f * f;
+}
+
+/* Whether every on-chip buffer fits with the weights' footprints of mode
+ * (ring tiles when streamed); the schedule's offsets are restored. */
+static bool fits(planner *q, const ts_wdemand *d, int mode, int ring, int64_t *foot)
+{
+	tcp_sched *s = q->P.s;
+	for (ts_id i = 0; i < s->nbuf; i++)
+		foot[i] = s->buf[i].layout.slice_bytes;
+	bool ringed = false;
+	for (uint32_t k = 0; k < d->n; k++) {
+		const ts_buf *u = &s->buf[d->buf[k]];
+		int64_t one = spread(s->m, hbm_bytes(u) / (u->slots ? u->slots : 1), u->layout.nslices);
+		if (mode == TS_W_SINGLE || (mode == TS_W_STREAM && !d->stream[k]))
+			foot[d->buf[k]] = one;
+		else if (mode == TS_W_STREAM) { /* the ring in the first streamed buffer's place */
+			foot[d->buf[k]] = ringed ? -1 : spread(s->m, ring * d->tile_bytes, u->layout.nslices);
+			ringed = true;
+		}
+	}
+	int64_t *off = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off);
+	bool *was = ctx_alloc(s->ctx, s->nbuf + 1);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		off[i] = s->buf[i].offset, was[i] = q->P.placed[i];
+	q->P.foot = foot;
+	q->P.quiet = true;
+	bool ok = place_chip(&q->P);
+	q->P.foot = NULL;
+	q->P.quiet = false;
+	for (ts_id i = 0; i < s->nbuf; i++)
+		s->buf[i].offset = off[i], q->P.placed[i] = was[i];
+	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
+	ctx_free(s->ctx, was, s->nbuf + 1);
+	return ok;
+}
+
+static int weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring)
+{
+	*ring = 0;
+	planner q;
+	if (!d->n || !planner_new(s, &q))
+		return TS_W_DOUBLE;
+	bool any = false;
+	for (uint32_t k = 0; k < d->n; k++)
+		any |= d->stream[k];
+	int64_t *foot = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *foot);
+	static const int order[4][2] = {{TS_W_DOUBLE, 0}, {TS_W_SINGLE, 0}, {TS_W_STREAM, 4}, {TS_W_STREAM, 2}};
+	int mode = TS_W_STREAM, r = 2;
+	for (int k = 0; k < 4; k++) {
+		if (order[k][0] == TS_W_STREAM && !(any && d->tile_bytes > 0))
+			continue;
+		if (fits(&q, d, order[k][0], order[k][1], foot)) {
+			mode = order[k][0];
+			r = order[k][1];
+			break;
+		}
+	}
+	if (mode == TS_W_STREAM && !(any && d->tile_bytes > 0))
+		mode = TS_W_SINGLE, r = 0; /* nothing to stream: the placement reports the overflow */
+	ctx_free(s->ctx, foot, (s->nbuf + 1) * sizeof *foot);
+	planner_free(&q);
+	*ring = (uint8_t)r;
+	return mode;
+}
+
+int tcp_dm_weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring)
+{
+	CTX_GUARDED(s->ctx, int, TS_W_DOUBLE, weights(s, d, ring));
 }

@@ -37,6 +37,8 @@ typedef struct cargs {
 	int64_t am, ai, wo, wi, dm, dn;
 	int wdt;
 	ts_id acc, trf[2];
+	ts_id ring;           /* streamed weights: the loop's ring of weight tiles in DM, else TS_NONE */
+	int64_t nring, wtile; /* its slots and elements per slot */
 } cargs;
 
 /* the TRF tiles of plan pl (two when it loads more than one), placed at the two halves of TRF */
@@ -65,7 +67,10 @@ static void span(sb *b, ts_id t, ts_id first, ts_id last)
 	b->s->buf[t].last = last;
 }
 
-/* the passes; span[k] receives tile k's first writer and last reader */
+/* the passes; span[k] receives TRF tile k's first writer and last reader.
+ * Streamed weights: each TRF tile's part of the weights is copied from HBM
+ * into the loop ring's next slot (counted over the block's tiles) just
+ * before its sub load, after the load that read that slot before. */
 static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id span[2][2])
 {
 	int64_t nch = (pl->I + pl->It - 1) / pl->It, npass = (pl->O + pl->Opass - 1) / pl->Opass;
@@ -78,9 +83,25 @@ static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id sp
 			ts_id tt = c->trf[cur];
 			k = c->trf[1] != TS_NONE ? k ^ 1 : 0;
 			const int64_t ld_dim[2] = {on, inn}, ld_st[2] = {inn, 1};
-			tcp_insn ld = tcp_b_ldtrf(2, ld_dim, tcp_b_view((int32_t)tt, 0, 2, ld_st),
-				vview(c->w, o0 * c->wo + i0 * c->wi, c->wo, c->wi, 0), true);
+			tcp_view wsrc = vview(c->w, o0 * c->wo + i0 * c->wi, c->wo, c->wi, 0);
+			ts_id fetch = TS_NONE;
+			int64_t rs = b->wnext % (c->nring ? c->nring : 1);
+			if (c->ring != TS_NONE) { /* the tile into the ring's next slot, after that slot's last reader */
+				tcp_view rv = tcp_b_view((int32_t)c->ring, rs * c->wtile, 2, ld_st);
+				tcp_insn dm = tcp_b_dma_copy(2, ld_dim, rv, wsrc);
+				fetch = ts_add_op(b->s, b->rg, &dm, b->phase);
+				b->s->op[fetch].node = id;
+				if (b->wrd[rs] != TS_NONE)
+					ts_add_dep(b->s, fetch, b->wrd[rs], 0);
+				b->wnext++;
+				wsrc = rv;
+			}
+			tcp_insn ld = tcp_b_ldtrf(2, ld_dim, tcp_b_view((int32_t)tt, 0, 2, ld_st), wsrc, true);
 			ts_id lo = sb_emit(b, &ld, id);
+			if (fetch != TS_NONE) {
+				ts_add_dep(b->s, lo, fetch, 0);
+				b->wrd[rs] = lo;
+			}
 			if (span[cur][0] == TS_NONE)
 				span[cur][0] = lo;
 			bool last = ch == nch - 1;
@@ -143,7 +164,11 @@ void sb_einsum(sb *b, moe_id id)
 	}
 	cargs c;
 	memset(&c, 0, sizeof c);
-	c.w = sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
+	const sb_val *wv = &b->v[n->args[1]];
+	/* a streamed expert: a view of its row in HBM, moved by the block's expert */
+	bool stream = b->weights == TS_W_STREAM && b->rows != TS_NONE && wv->kind == SV_VIEW && wv->reg != TS_NONE &&
+		      b->s->buf[wv->buf].space == TCP_HBM;
+	c.w = stream ? wv : sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
 	c.a = c.w ? sb_dm_val(b, n->args[0]) : NULL;
 	if (!c.a)
 		return;
@@ -159,6 +184,23 @@ void sb_einsum(sb *b, moe_id id)
 		c.acc = sb_dm_buf(b, id, "contract.acc", MOE_F32, 2, sh);
 	}
 	trf_tiles(b, id, &pl, c.wdt, c.trf);
+	c.ring = TS_NONE;
+	c.wtile = pl.Opass * pl.It;
+	for (uint32_t k = 0; k < b->wd.n && !stream; k++) /* a double-buffered expert: what streaming it would need */
+		if (b->wd.buf[k] == c.w->buf && b->wd.stream[k]) {
+			int64_t tb = c.wtile * (int64_t)moe_dtype_size((moe_dtype)c.wdt);
+			b->wd.tile_bytes = tb > b->wd.tile_bytes ? tb : b->wd.tile_bytes;
+		}
+	if (stream) {
+		const ts_buf *r = b->wring != TS_NONE ? &b->s->buf[b->wring] : NULL;
+		if (!r || r->dtype != c.wdt || r->shape[0] < c.wtile) {
+			sb_refuse(b, id, "streamed weights whose tiles do not fit the loop's ring");
+			return;
+		}
+		c.ring = b->wring;
+		c.nring = r->slots;
+		c.wtile = r->shape[0];
+	}
 	ts_id sp[2][2] = {{TS_NONE, TS_NONE}, {TS_NONE, TS_NONE}};
 	contract(b, id, &pl, &c, sp);
 	if (b->failed)

@@ -5,16 +5,20 @@
  *   dma.spm (nblocks, the block experts, the valid rows: one descriptor
  *   each), then read by `ld` into the loop's scalars $nb, $e, $rows;
  *   constants are `const` scalars.
- * - An `e` operand (per expert) is a DM buffer of one expert's row with two
- *   slots; the body's first op copies expert $e's row from HBM into slot
- *   ($g & 1).
  * - A `b` operand (per block) read from HBM is copied into a DM buffer of one
- *   row in the body; one in DM is a view of block $g's row in place.
+ *   row at the top of the body; one in DM is a view of block $g's row in place.
+ * - An `e` operand (per expert) by the loop's weights mode (b->weights, the
+ *   DM planner's): double, a DM buffer of two slots, block 0's expert copied
+ *   into slot 0 in the prologue and block g + 1's into slot (g + 1) & 1 in
+ *   block g's body (under g + 1 < nb), the body reading slot g & 1; single,
+ *   one slot filled at the top of the body; stream, a view of row $e in HBM
+ *   when only contractions read it (recipe_contract.c copies its tiles into
+ *   the loop's ring), else single.
  * - The body's nodes are built into the body region (phase expert); the value
  *   it yields is copied into row $g of the loop's result, an HBM buffer
  *   [G, ...] that starts zeroed (the rows of blocks past nblocks stay zero).
  * A write in the body depends on the previous block's accesses of the same
- * buffer (distance 1). */
+ * buffer (distance 1); a prefetch depends on nothing in its block. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -27,6 +31,13 @@ static int64_t row_numel(const ir_node *n)
 	return r;
 }
 
+static int64_t numel(const ir_node *n)
+{
+	int64_t r = 1;
+	for (int k = 0; k < n->rank; k++)
+		r *= n->shape[k];
+	return r;
+}
 
 static bool control(sb *b, moe_id id, moe_id arg, bool vec, ctl *c)
 {
@@ -87,9 +98,62 @@ static int stage(sb *b, moe_id id, int64_t G, ts_id *nb, ts_id *g)
 	return li;
 }
 
-/* the body's view of data operand k (kind kd) of loop id, its fetch ops appended */
-static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g, ts_id e, ts_id slot, sb_val *out,
-	moe_id at)
+/* Whether operand k of the loop is read in body bg only as the stationary
+ * (second) operand of two-operand einsums: its tiles can be streamed. */
+static bool streamable(const moe_graph *bg, int64_t k)
+{
+	bool used = false;
+	for (moe_id i = 0; i < bg->nnodes; i++) {
+		const ir_node *a = &bg->nodes[i];
+		if (a->op != MOE_OP_BLOCKARG || ir_blockarg_role_of(a) != IR_BA_IN || ir_attr_int(a, "index", -1) != k)
+			continue;
+		for (moe_id u = i + 1; u < bg->nnodes; u++) {
+			const ir_node *n = &bg->nodes[u];
+			for (uint32_t j = 0; j < n->nargs; j++)
+				if (n->args[j] == i) {
+					used = true;
+					if (n->op != MOE_OP_EINSUM || n->nargs != 2 || j != 1 || n->args[0] == i)
+						return false;
+				}
+		}
+	}
+	return used;
+}
+
+/* The copy of one expert's (or block's) row from HBM view ov (row scalar
+ * row) into DM buffer t at slot view dst (its reg and scale set by the caller). */
+static tcp_insn row_copy(const sb_val *ov, const ir_node *rn, ts_id t, const sb_val *out, ts_id row)
+{
+	int nd = rn->rank ? rn->rank : 1;
+	int64_t dim[TCP_MAXD];
+	for (int k = 0; k < nd; k++)
+		dim[k] = rn->rank ? rn->shape[k] : 1;
+	tcp_view src = tcp_b_view((int32_t)ov->buf, ov->base, nd, rn->rank ? ov->stride + 1 : &(const int64_t){1});
+	src.reg = (int32_t)row;
+	src.scale = ov->stride[0];
+	tcp_view dst = tcp_b_view((int32_t)t, 0, nd, rn->rank ? out->stride : &(const int64_t){1});
+	return tcp_b_dma_copy(nd, dim, dst, src);
+}
+
+/* The loop being built: its expert weights' prefetches (double mode). */
+typedef struct lctx {
+	ts_loop *l;
+	ts_id g, e, slot, e0;
+	moe_id at;
+	ts_id pf_buf[TS_MAX_WEIGHTS];
+	const sb_val *pf_src[TS_MAX_WEIGHTS];
+	ir_node pf_row[TS_MAX_WEIGHTS];
+	uint32_t npf;
+	ts_id pf_op[TS_MAX_WEIGHTS];
+} lctx;
+
+/* The body's view of data operand k (kind kd) of loop id, its fetch ops
+ * appended: a `b` row copied in the body (or viewed in place in DM); an `e`
+ * row by the weights mode: double, two slots, block 0's fetched in the
+ * prologue and block g + 1's by the prefetch (prefetch()); single, one slot
+ * fetched at the top of the body; streamed (`st`), a view of row $e in HBM
+ * whose tiles the contraction recipe copies. */
+static bool operand(sb *b, lctx *L, const sb_val *ov, const ir_node *on, char kd, bool st, sb_val *out, moe_id at)
 {
 	int64_t n = row_numel(on);
 	ir_node rn = *on;
@@ -100,9 +164,16 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 		return false;
 	}
 	bool dm = b->s->buf[ov->buf].space == TCP_DM;
-	if (kd == 'b' && dm) { /* block g's row in place */
+	if (kd == 'e' && st && !dm && b->wring == TS_NONE) { /* the loop's ring, where the first streamed expert was */
+		int64_t es = (int64_t)moe_dtype_size((moe_dtype)on->dtype), tn = b->tile_bytes / es;
+		b->wring = sb_dm_buf(b, at, "wring", (moe_dtype)on->dtype, 1, &tn);
+		b->s->buf[b->wring].life = TS_LIFE_LOOP;
+		b->s->buf[b->wring].slots = b->ring;
+		sb_spread(b, b->wring);
+	}
+	if ((kd == 'b' && dm) || (kd == 'e' && st && !dm)) { /* a row in place: block g's, or expert e's in HBM */
 		*out = *ov;
-		out->reg = g;
+		out->reg = kd == 'b' ? L->g : L->e;
 		out->scale = ov->stride[0];
 		memmove(out->stride, ov->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
 		return true;
@@ -111,38 +182,80 @@ static bool operand(sb *b, const sb_val *ov, const ir_node *on, char kd, ts_id g
 		rn.shape);
 	ts_buf *tb = &b->s->buf[t];
 	tb->life = TS_LIFE_LOOP;
-	if (kd == 'e') {
+	bool dbl = kd == 'e' && b->weights == TS_W_DOUBLE;
+	if (dbl) {
+		if (b->wd.n >= TS_MAX_WEIGHTS || L->npf >= TS_MAX_WEIGHTS) {
+			sb_refuse(b, at, "a block loop with more than 16 expert operands");
+			return false;
+		}
+		b->wd.stream[b->wd.n] = st;
+		b->wd.buf[b->wd.n++] = t;
 		tb->slots = 2;
 		sb_spread(b, t);
 	}
-	/* the row as a strided copy over its dimensions into the contiguous buffer */
 	*out = sb_view_of(t, &rn);
-	int nd = rn.rank ? rn.rank : 1;
-	int64_t dim[TCP_MAXD];
-	for (int k = 0; k < nd; k++)
-		dim[k] = rn.rank ? rn.shape[k] : 1;
-	tcp_view src = tcp_b_view((int32_t)ov->buf, ov->base, nd, rn.rank ? ov->stride + 1 : &(const int64_t){1});
-	src.reg = (int32_t)(kd == 'e' ? e : g);
-	src.scale = ov->stride[0];
-	tcp_view dst = tcp_b_view((int32_t)t, 0, nd, rn.rank ? out->stride : &(const int64_t){1});
-	if (kd == 'e') {
-		dst.reg = (int32_t)slot;
-		dst.scale = n;
-		out->reg = slot;
+	ts_id row = kd == 'e' ? L->e : L->g;
+	if (dbl) { /* block 0's expert in the prologue into slot 0 */
+		ts_id body = b->rg;
+		b->rg = L->l->prologue;
+		if (L->e0 == TS_NONE)
+			L->e0 = ctl_scalar(b, "e0", &b->ctl[0], TS_NONE);
+		ts_id e0 = L->e0;
+		tcp_insn in = row_copy(ov, &rn, t, out, e0);
+		sb_emit(b, &in, at);
+		b->rg = body;
+		L->pf_buf[L->npf] = t;
+		L->pf_src[L->npf] = ov;
+		L->pf_row[L->npf++] = rn;
+		out->reg = L->slot;
 		out->scale = n;
+		return true;
 	}
-	tcp_insn in = tcp_b_dma_copy(nd, dim, dst, src);
+	tcp_insn in = row_copy(ov, &rn, t, out, row);
 	sb_emit(b, &in, at);
 	return true;
 }
 
+/* Double mode: block g + 1's experts fetched in block g's body into slot
+ * (g + 1) & 1, under g + 1 < nb, the expert read from the staged list. The
+ * ops' dependencies are set by hand (carried()): none within the block, the
+ * previous block's reads of that slot before them (distance 1). */
+static void prefetch(sb *b, lctx *L)
+{
+	if (!L->npf)
+		return;
+	tcp_sched *s = b->s;
+	ts_id body = b->rg;
+	ts_id g1 = ts_add_scalar(s, body, "gnext", TS_SC_ALU, TCP_S_ADD, L->g, TS_NONE, 1);
+	ts_id more = ts_add_scalar(s, body, "more", TS_SC_CMP, TCP_C_LT, g1, L->l->nb, 0);
+	ts_id gd = ts_add_region(s, body, TS_RG_GUARD, more);
+	ts_id en = L->e;
+	if (!b->ctl[0].imm) {
+		en = ts_add_scalar(s, gd, "enext", TS_SC_SPM_LD, 0, g1, TS_NONE, 0);
+		s->sc[en].buf = b->ctl[0].v.buf;
+	}
+	ts_id ns = ts_add_scalar(s, gd, "nslot", TS_SC_ALU, TCP_S_AND, g1, TS_NONE, 1);
+	for (uint32_t k = 0; k < L->npf; k++) {
+		sb_val out = sb_view_of(L->pf_buf[k], &L->pf_row[k]);
+		tcp_insn in = row_copy(L->pf_src[k], &L->pf_row[k], L->pf_buf[k], &out, en);
+		in.v[TCP_V_DST].reg = (int32_t)ns;
+		in.v[TCP_V_DST].scale = numel(&L->pf_row[k]);
+		L->pf_op[k] = ts_add_op(s, gd, &in, TS_PH_EXPERT);
+		s->op[L->pf_op[k]].node = L->at;
+	}
+	L->l->prefetch = 1;
+}
+
 /* distance-1 dependencies: each write in the body on the previous block's
  * accesses of its buffer (ops [first, last) are the body's) */
-static void carried(sb *b, ts_id first, ts_id last)
+static void carried(sb *b, ts_id first, ts_id last, const lctx *L)
 {
 	for (ts_id op = first; op < last; op++) {
 		int32_t t = b->s->op[op].in.v[TCP_V_DST].t;
-		if (t < 0)
+		bool pf = b->s->op[op].region == L->l->prologue;
+		for (uint32_t k = 0; k < L->npf; k++)
+			pf |= L->pf_op[k] == op;
+		if (t < 0 || pf)
 			continue;
 		for (ts_id q = op; q < last; q++) {
 			const tcp_insn *in = &b->s->op[q].in;
@@ -222,6 +335,24 @@ static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const 
 	return true;
 }
 
+/* The prefetches' distance-1 edges: each on the previous block's reads of
+ * its buffer, and each read of the buffer in the body on the previous
+ * block's prefetch (the slot it reads). */
+static void prefetch_deps(sb *b, const lctx *L, ts_id first, ts_id last)
+{
+	for (uint32_t k = 0; k < L->npf; k++)
+		for (ts_id q = first; q < last; q++) {
+			const tcp_insn *in = &b->s->op[q].in;
+			bool rd = false;
+			for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+				rd |= in->v[w].t >= 0 && (ts_id)in->v[w].t == L->pf_buf[k];
+			if (!rd || q == L->pf_op[k])
+				continue;
+			ts_add_dep(b->s, L->pf_op[k], q, 1);
+			ts_add_dep(b->s, q, L->pf_op[k], 1);
+		}
+}
+
 void sb_block_loop(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -232,30 +363,49 @@ void sb_block_loop(sb *b, moe_id id)
 		sb_refuse(b, id, "a block loop with operands of kind r or i");
 		return;
 	}
-	ts_id nb, g, e, rows;
+	ts_id nb, g;
 	int64_t G = n->shape[0];
 	int li = stage(b, id, G, &nb, &g);
 	if (li < 0)
 		return;
 	ts_add_loop(b->s, b->rg, G, nb, g);
-	ts_loop *l = &b->s->loop[li];
+	lctx L;
+	memset(&L, 0, sizeof L);
+	L.l = &b->s->loop[li];
+	L.g = g;
+	L.e0 = TS_NONE;
+	L.at = id;
+	L.l->weights = b->weights;
+	L.l->ring = b->weights == TS_W_STREAM ? b->ring : 0;
 	ts_id outer = b->rg, first = b->s->nop;
-	b->rg = l->body;
+	b->rg = L.l->body;
 	b->phase = TS_PH_EXPERT;
 	/* the block's expert and rows, read at the top of the body */
-	l->expert = e = ctl_scalar(b, "e", &b->ctl[0], g);
-	l->rows = rows = ctl_scalar(b, "rows", &b->ctl[1], g);
-	ts_id slot = ts_add_scalar(b->s, b->rg, "slot", TS_SC_ALU, TCP_S_AND, g, TS_NONE, 1);
+	L.l->expert = L.e = ctl_scalar(b, "e", &b->ctl[0], g);
+	L.l->rows = ctl_scalar(b, "rows", &b->ctl[1], g);
+	if (b->weights == TS_W_DOUBLE)
+		L.slot = ts_add_scalar(b->s, b->rg, "slot", TS_SC_ALU, TCP_S_AND, g, TS_NONE, 1);
 	sb_val *in_v = ctx_alloc(b->ctx, (nin ? nin : 1) * sizeof *in_v);
 	bool ok = true;
-	for (uint32_t k = 0; k < nin && ok; k++)
-		ok = operand(b, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k], g, e, slot, &in_v[k], id);
+	/* the block's rows first, then the experts, then block g + 1's prefetch */
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t k = 0; k < nin && ok; k++)
+			if ((kinds[k] == 'e') == (pass == 1)) {
+				bool st = kinds[k] == 'e' && streamable(bg, (int64_t)k);
+				ok = operand(b, &L, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k],
+					st && b->weights == TS_W_STREAM, &in_v[k], id);
+				if (ok && b->weights == TS_W_DOUBLE && b->wd.n && kinds[k] == 'e')
+					b->wd.stream[b->wd.n - 1] = st;
+			}
+	if (ok)
+		prefetch(b, &L);
 	b->rg = outer;
 	if (ok)
-		ok = body(b, id, bg, l, in_v, nin);
+		ok = body(b, id, bg, L.l, in_v, nin);
 	ctx_free(b->ctx, in_v, (nin ? nin : 1) * sizeof *in_v);
 	b->rg = outer;
 	if (!ok)
 		return;
-	carried(b, first, b->s->nop);
+	carried(b, first, b->s->nop, &L);
+	prefetch_deps(b, &L, first, b->s->nop);
 }

@@ -373,7 +373,72 @@ static void meta(tcp_sched *s, const moe_graph *g)
 	m->dtype = (uint8_t)g->dtype;
 }
 
-tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* Program positions of ops, in region order (a loop: prologue, body, epilogue). */
+static void positions(const tcp_sched *s, ts_id r, int64_t *pos, int64_t *at, int depth)
+{
+	if (r >= s->nrg || depth > 64)
+		return;
+	const ts_region *g = &s->rg[r];
+	if (g->kind == TS_RG_LOOP && g->loop < (uint32_t)s->nloop) {
+		const ts_loop *l = &s->loop[g->loop];
+		positions(s, l->prologue, pos, at, depth + 1);
+		positions(s, l->body, pos, at, depth + 1);
+		positions(s, l->epilogue, pos, at, depth + 1);
+	}
+	for (uint32_t k = 0; k < g->nitem; k++) {
+		uint32_t it = g->item[k];
+		if (TS_ITEM_KIND(it) == TS_ITEM_RG)
+			positions(s, TS_ITEM_ID(it), pos, at, depth + 1);
+		else if (TS_ITEM_KIND(it) == TS_ITEM_OP)
+			pos[TS_ITEM_ID(it)] = (*at)++;
+	}
+}
+
+/* Each on-chip scratch buffer that lives the whole program (the default)
+ * and that no `ld` reads lives from the first op touching it to the last
+ * (a span), so the DM planner may give its bytes to another buffer outside
+ * that span. */
+static void spans(sb *b)
+{
+	tcp_sched *s = b->s;
+	int64_t *pos = ctx_alloc(b->ctx, (s->nop + 1) * sizeof *pos), at = 0;
+	ts_id *lo = ctx_alloc(b->ctx, (s->nbuf + 1) * sizeof *lo), *hi = ctx_alloc(b->ctx, (s->nbuf + 1) * sizeof *hi);
+	bool *ld = ctx_alloc(b->ctx, s->nbuf + 1);
+	positions(s, s->top, pos, &at, 0);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		lo[i] = hi[i] = TS_NONE, ld[i] = false;
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf < s->nbuf)
+			ld[s->sc[c].buf] = true;
+	for (ts_id o = 0; o < s->nop; o++)
+		for (int w = 0; w < TCP_NVIEW; w++) {
+			int32_t t = s->op[o].in.v[w].t;
+			if (t < 0 || (uint32_t)t >= s->nbuf)
+				continue;
+			if (lo[t] == TS_NONE || pos[o] < pos[lo[t]])
+				lo[t] = o;
+			if (hi[t] == TS_NONE || pos[o] > pos[hi[t]])
+				hi[t] = o;
+		}
+	for (ts_id i = 0; i < s->nbuf; i++) {
+		ts_buf *u = &s->buf[i];
+		if (u->space != TCP_HBM && u->kind == TCP_T_SCRATCH && u->life == TS_LIFE_PROGRAM && !ld[i] &&
+			lo[i] != TS_NONE) {
+			u->life = TS_LIFE_SPAN;
+			u->first = lo[i];
+			u->last = hi[i];
+		}
+	}
+	ctx_free(b->ctx, pos, (s->nop + 1) * sizeof *pos);
+	ctx_free(b->ctx, lo, (s->nbuf + 1) * sizeof *lo);
+	ctx_free(b->ctx, hi, (s->nbuf + 1) * sizeof *hi);
+	ctx_free(b->ctx, ld, s->nbuf + 1);
+}
+
+/* The schedule of g with the block loop's weights in mode weights (ring
+ * tiles when streamed); *wd: what the double mode's weights need. */
+static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, int weights, int ring,
+	int64_t tile_bytes, ts_wdemand *wd)
 {
 	tcp_sched *s = tcp_sched_new(ctx, m);
 	if (!s)
@@ -389,6 +454,12 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	b.rg = s->top;
 	b.phase = TS_PH_ROUTING;
 	b.rows = TS_NONE;
+	b.weights = (uint8_t)weights;
+	b.ring = (uint8_t)ring;
+	b.tile_bytes = tile_bytes;
+	b.wring = TS_NONE;
+	for (int k = 0; k < 4; k++)
+		b.wrd[k] = TS_NONE;
 	size_t vn = (size_t)(g->nnodes ? g->nnodes : 1) * sizeof(sb_val);
 	b.v = ctx_alloc(ctx, vn);
 	b.dmv = ctx_alloc(ctx, vn);
@@ -397,6 +468,8 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	sb_build_nodes(&b);
 	if (!b.failed)
 		outputs(&b);
+	if (!b.failed)
+		spans(&b);
 	for (uint32_t k = 0; k < b.ntr; k++)
 		ctx_free(ctx, b.tr[k].rd, b.tr[k].crd * sizeof *b.tr[k].rd);
 	ctx_free(ctx, b.tr, b.ntr * sizeof *b.tr);
@@ -406,5 +479,23 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		tcp_sched_free(s);
 		return NULL;
 	}
+	*wd = b.wd;
 	return s;
+}
+
+/* Built with double-buffered weights; when the DM planner picks another
+ * mode for them (tcp_dm_weights: the first that fits), built once more in
+ * that mode. */
+tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	ts_wdemand wd;
+	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, &wd);
+	if (!s || !s->nloop || !wd.n)
+		return s;
+	uint8_t ring = 0;
+	int mode = tcp_dm_weights(s, &wd, &ring);
+	if (mode == TS_W_DOUBLE)
+		return s;
+	tcp_sched_free(s);
+	return build(ctx, g, m, mode, ring, wd.tile_bytes, &wd);
 }

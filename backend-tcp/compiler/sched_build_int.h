@@ -5,6 +5,7 @@
 #ifndef MOEC_TCP_SCHED_BUILD_INT_H
 #define MOEC_TCP_SCHED_BUILD_INT_H
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/sched.h"
 #include "backend-tcp/compiler/sched_build.h"
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -53,6 +54,12 @@ typedef struct sb {
 	uint32_t ntr;
 	ts_id rows;          /* in a loop body: the block's valid rows scalar; else TS_NONE */
 	ctl ctl[2];          /* the block loop being built: its experts and rows */
+	uint8_t weights, ring; /* the loop's weights mode (ts_weights) and ring, as planned */
+	ts_wdemand wd;       /* what the loop's weights need, for the planner */
+	int64_t tile_bytes;  /* streamed: the ring slot's bytes (the planner's demand) */
+	ts_id wring;         /* streamed: the loop's ring of weight tiles, TS_NONE until made */
+	uint32_t wnext;      /* its next slot, counted over the body's tiles */
+	ts_id wrd[4];        /* per ring slot: the sub load that last read it */
 	bool failed;
 } sb;
 

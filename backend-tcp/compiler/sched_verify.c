@@ -275,6 +275,12 @@ static void walk_loop(vs *v, ts_id r, int depth)
 		verr(v, V_RG, r, "loop %u: expert or rows names no scalar", li);
 	if (l->weights >= TS_NWEIGHTS)
 		verr(v, V_RG, r, "loop %u: bad weights mode %u", li, l->weights);
+	else if ((l->weights == TS_W_STREAM) != (l->ring == 2 || l->ring == 4) || (l->weights != TS_W_STREAM && l->ring))
+		verr(v, V_RG, r, "loop %u: ring=%u with weights=%s (streamed weights have a ring of 2 or 4 tiles, others none)",
+			li, l->ring, ts_weights_names[l->weights]);
+	else if (l->prefetch > 1 || (l->prefetch && l->weights != TS_W_DOUBLE))
+		verr(v, V_RG, r, "loop %u: prefetch=%u with weights=%s (only double-buffered weights are prefetched, one block ahead)",
+			li, l->prefetch, ts_weights_names[l->weights]);
 	v->loop_lo[li] = v->pos;
 	ts_id part[3] = {l->prologue, l->body, l->epilogue};
 	for (int k = 0; k < 3; k++) {
@@ -284,7 +290,8 @@ static void walk_loop(vs *v, ts_id r, int depth)
 		}
 		walk_region(v, part[k], r, depth + 1, (int)li);
 	}
-	v->loop_hi[li] = v->pos;
+	/* the loop's last op, inclusive (the next op's position is not the loop's) */
+	v->loop_hi[li] = v->pos > v->loop_lo[li] ? v->pos - 1 : v->loop_lo[li];
 }
 
 static void walk_classes(vs *v, ts_id r, int depth, int loop)
@@ -420,8 +427,28 @@ static unsigned view_spaces(const tcp_insn *in, int w, bool *need)
 	}
 }
 
+/* The slot a scalar selects in a block: 0 for `alu.and $g, 1` (the block's
+ * own slot of a two-slot buffer), 1 for `alu.and $n, 1` where $n is
+ * `alu.add $g, 1` (the next block's), -1 for any other scalar. */
+static int slot_of(const tcp_sched *s, int32_t reg)
+{
+	const ts_scalar *c = reg >= 0 && (uint32_t)reg < s->nsc ? &s->sc[reg] : NULL;
+	if (!c || c->kind != TS_SC_ALU || c->op != TCP_S_AND || c->b != TS_NONE || c->imm != 1 || c->a >= s->nsc)
+		return -1;
+	const ts_scalar *x = &s->sc[c->a];
+	if (x->kind == TS_SC_LOOPIDX)
+		return 0;
+	bool next = x->kind == TS_SC_ALU && x->op == TCP_S_ADD && x->b == TS_NONE && x->imm == 1 && x->a < s->nsc &&
+		    s->sc[x->a].kind == TS_SC_LOOPIDX;
+	return next ? 1 : -1;
+}
+
 /* The bytes a view may touch: its static extent, or the whole buffer when
- * an offset scalar moves it. False (with a diagnostic) when out of bounds. */
+ * an offset scalar moves it, except a view inside one slot of a two-slot
+ * buffer moved by a slot scalar (slot_of): that slot, numbered as one block
+ * sees it (the block's own slot 0, the next block's 1; a static view of
+ * slot 0 is block 0's, which the prologue fills). False (with a diagnostic)
+ * when out of bounds. */
 static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 {
 	static const char *const vn[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
@@ -446,7 +473,11 @@ static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 			       "view %s: elements [%" PRId64 ", %" PRId64 "] (plus its offset) do not fit buffer %%%d '%s' of %" PRId64,
 			       vn[w], a, z, vw->t, b->name, units),
 		       false;
-	if (vw->reg >= 0) {
+	int slot = b->slots == 2 && vw->reg >= 0 && !nib ? slot_of(v->s, vw->reg) : -1;
+	if (slot >= 0 && vw->scale * 2 == units && a >= 0 && z < vw->scale) {
+		*lo = (slot * vw->scale + a) * es;
+		*hi = (slot * vw->scale + z) * es + es - 1;
+	} else if (vw->reg >= 0) {
 		*lo = 0;
 		*hi = bytes - 1;
 	} else {

@@ -46,6 +46,10 @@ bool tcp_graph_row_chunked(const moe_graph *g);
  * marks were planned for m */
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
 bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m);
+/* w8a8_act.c: the graph with a W8A8 layer's per-token activation quantization
+ * computed once on x before the dispatch (NULL: no such layer, or its
+ * dispatched rows would take more than 1/8 of m's DM) */
+moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);

@@ -1,5 +1,5 @@
 /* backend-tcp/compiler/tier.c: a serving program with a decode tier (docs/tcp-isa.md
- * section 7.4, "Decode tier"; issue 18).
+ * section 7.4, "Decode tier").
  *
  * A serving program compiled for T_max runs every n <= T_max through its
  * guarded grid; at n = 1 its routing still pays a tile of every row-wise

@@ -94,19 +94,6 @@ static void print_prog(tcp_sb *b, const tcp_program *p)
 	}
 }
 
-moe_status tcp_print_asm(const tcp_program *p, FILE *out)
-{
-	tcp_sb b = {.first = 65536};
-	print_prog(&b, p);
-	if (b.bad) {
-		free(b.s);
-		return MOE_ERR_NOMEM;
-	}
-	size_t w = fwrite(b.s, 1, b.n, out);
-	free(b.s);
-	return w == b.n ? MOE_OK : MOE_ERR_IO;
-}
-
 moe_status moe_tcp_to_asm(moe_ctx *ctx, const moe_tcp_program *p, char **out, size_t *len)
 {
 	(void)ctx;

@@ -1,5 +1,5 @@
 /* backend-tcp/isa/bundle.c: a bucketed .tcpb, one program per token bucket
- * (docs/tcp-isa.md section 8.1, issue 18).
+ * (docs/tcp-isa.md section 8.1).
  *
  * Each bucket's program is a version-4 .tcpb: a 144-byte header (magic,
  * version, section count, CRC, the section table) and five contiguous

@@ -303,7 +303,6 @@ tcp_insn tcp_insn_init(tcp_opcode op);
 tcp_view tcp_view_none(void);
 
 /* text assembly */
-moe_status tcp_print_asm(const tcp_program *p, FILE *out);
 tcp_program *tcp_parse_asm(moe_ctx *ctx, const char *file, const char *text, size_t len);
 /* binary container */
 #define TCP_TCPB_VERSION 5u

@@ -1,5 +1,5 @@
 /* backend-tcp/sim/sim_quant.h: the simulator's quantized element conversions
- * (issue #14; docs/tcp-isa.md sections 5 and 6): the fetch unit widens
+ * (docs/tcp-isa.md sections 5 and 6): the fetch unit widens
  * f8e4m3 to the f32 lane word and decodes 4-bit streams (E2M1 through its
  * table to f8e4m3, then f32; i4 less the zero point 8, to i32), and the cast
  * stage narrows f32 to f8e4m3, rounding to nearest even. */

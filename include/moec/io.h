@@ -65,6 +65,22 @@ MOE_API moe_status moe_write_output(moe_ctx *ctx, const char *path, unsigned fla
  * same not-yet-existing name); NULL entries are skipped. MOE_ERR_INVALID then. */
 MOE_API moe_status moe_check_outputs(moe_ctx *ctx, const char *const *inputs, size_t nin, const char *const *outputs,
 	size_t nout);
+/* Outputs as a set, committed all or none (a command's several files).
+ * add: a temporary beside path (symbolic links resolved; TARGET.set.XXXXXX,
+ * the base name shortened to fit NAME_MAX), made now with the output mode,
+ * whose name is returned for the writer to replace (path itself for an
+ * existing FIFO or character device, written straight through); NULL with a
+ * diagnostic (a directory or other non-regular file is refused). commit:
+ * once every temporary has been replaced by a written regular file, renames
+ * each onto its target in the order added (fsync'ing its directory);
+ * MOE_ERR_IO with a diagnostic otherwise, the remaining temporaries removed.
+ * abort: removes them all. Both free the set; abort(NULL) is a no-op. The
+ * temporaries are listed for moe_cleanup_on_signals. */
+typedef struct moe_output_set moe_output_set;
+MOE_API moe_output_set *moe_output_set_new(moe_ctx *ctx);
+MOE_API const char *moe_output_set_add(moe_output_set *s, const char *path);
+MOE_API moe_status moe_output_set_commit(moe_output_set *s);
+MOE_API void moe_output_set_abort(moe_output_set *s);
 /* Temporaries (atomic outputs, the C engine's build directory) are listed in
  * a process-wide table while they exist. moe_cleanup_on_signals installs
  * handlers for SIGINT, SIGTERM and SIGHUP (not those ignored at the time)
@@ -73,6 +89,17 @@ MOE_API moe_status moe_check_outputs(moe_ctx *ctx, const char *const *inputs, si
  * from them. */
 MOE_API void moe_cleanup_on_signals(void);
 MOE_API void moe_remove_temporaries(void);
+/* Temporaries of the caller's in that table (up to 1280 at once): mkstemp
+ * (mode 0600) and mkdtemp on tmpl (ending in XXXXXX, completed in place),
+ * the name listed in *slot (-1 when the table is full: the file exists but
+ * is not removed on a signal); moe_temp_track lists an existing path (a
+ * slot or -1). moe_temp_forget(slot) unlists it once it is renamed or
+ * removed (-1 is a no-op). The signals are blocked while a temporary is
+ * made and listed, so no handler finds one made but not yet listed. */
+MOE_API int moe_temp_file(char *tmpl, int *slot);
+MOE_API char *moe_temp_dir(char *tmpl, int *slot);
+MOE_API int moe_temp_track(const char *path);
+MOE_API void moe_temp_forget(int slot);
 
 /* ---- safetensors ---- */
 typedef enum moe_st_dtype {
@@ -123,6 +150,12 @@ MOE_API const char *moe_safetensors_metadata(const moe_safetensors *st, const ch
  * model.safetensors. */
 typedef struct moe_checkpoint moe_checkpoint;
 MOE_API moe_checkpoint *moe_checkpoint_open(moe_ctx *ctx, const char *const *paths, size_t npaths);
+/* What identifies the bytes of checkpoint files, for moe_host_opts.weights_id:
+ * per file, a line of its real path, device, inode, size, modification time
+ * (ns) and an FNV-1a-64 digest of its safetensors header. malloc'd (free
+ * it), or NULL when a path is not a regular .safetensors file (a directory
+ * or a sharded index, whose shards are not all named) or cannot be read. */
+MOE_API char *moe_checkpoint_id(const char *const *paths, size_t npaths);
 /* A checkpoint over n tensors in memory (a language binding's arrays, a
  * state dict): each entry gives name, dtype, rank, shape, data and nbytes
  * (numel and offset are filled in; offset is -1). Names are copied, data is

@@ -41,6 +41,14 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
  * NULL (the default); the tiling is chosen for it and recorded in the
  * program, which stays runnable on any machine whose capacities it fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+/* `--quant-act`: the activations' type of block-FP8 experts' contractions
+ * (docs/tcp-isa.md 7.10). act "fp8" sets act="fp8" on every dequant of m
+ * that holds fp8 in 128 x 128 blocks dividing its rows and columns (the
+ * weights TCP contracts fp8 x fp8); "bf16" changes nothing. Either way m
+ * must have such a dequant: else MOE_ERR_INVALID with a diagnostic naming
+ * its quantized formats (at the first one's dequant, else at file). Call it
+ * on the parsed module, before the `tcp` pipeline. */
+MOE_API moe_status moe_tcp_quant_act(moe_ctx *ctx, moe_module *m, const char *act, const char *file);
 /* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
  * g, after the `tcp-sched` pipeline (its block_loop kept), built into a schedule,
  * verified and selected into a program for machine (NULL: the default). NULL with a
@@ -292,6 +300,40 @@ typedef struct moe_tcp_prediction {
  * refused (MOE_ERR_UNSUPPORTED with a diagnostic). */
 MOE_API moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
 	const moe_tcp_loads *loads, moe_tcp_prediction *out);
+
+/* ---- the contract's floor (docs/tcp-isa.md section 12) ----
+ * A lower bound on the time of every correct program of p's layer under the
+ * machine contract, for one routing outcome: launch and end plus the largest
+ * of four terms, each counting only work the contract forces, at the most
+ * favourable rate it allows. Not a property of p's schedule: p gives only the
+ * layer's dimensions, its dtype, the bytes of an expert's weights as stored in
+ * HBM, the bytes outside the block loop, and the fastest contraction it uses. */
+typedef struct moe_tcp_floor_terms {
+	double seconds;            /* launch_end_seconds + the largest term */
+	double launch_end_seconds; /* assumed.kernel_launch_cycles + kernel_end_cycles */
+	double roofline_seconds;   /* R1: max(MACs / MAC rate, bytes / DMA rate) */
+	double chain_seconds;      /* R2: max(routing chain, every input byte in DM) + one command + y's setup */
+	double route_seconds;      /* R2's routing chain: x in DM, router contraction, selection pass */
+	double dma_seconds;        /* R3: the DMA context's setups and every HBM byte */
+	double main_seconds;       /* R4: the main context's MACs, vector elements and commands */
+	int binding;               /* the largest term: 0 R1, 1 R2, 2 R3, 3 R4 */
+	int expected;              /* 1: experts_hit is uniform routing's expectation */
+	int64_t tokens;            /* the tokens routed */
+	double experts_hit;        /* as given, or E (1 - (1 - K/E)^tokens) */
+	double weight_bytes;       /* W: experts_hit x an expert's stored weight bytes */
+	double other_bytes;        /* X: x, y and the weights outside the block loop */
+	double macs, mac_rate;     /* multiply-adds and the chip's MACs per cycle */
+	double vector_elements;    /* activations and routing scores the vector engine must produce */
+	int64_t dma_commands, main_commands; /* the fewest each context can run */
+} moe_tcp_floor_terms;
+/* The floor of program p on machine (NULL: the built-in one) for `tokens`
+ * tokens (<= 0: the program's T; a serving program's n_tokens otherwise) and
+ * experts_hit distinct experts hit (< 0: the expectation under uniform
+ * routing). MOE_ERR_UNSUPPORTED, without a diagnostic, for a program
+ * without an experts op (it has no floor); MOE_ERR_INVALID with a diagnostic
+ * for more tokens than p holds or more experts hit than the tokens reach. */
+MOE_API moe_status moe_tcp_floor(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *machine, int64_t tokens,
+	double experts_hit, moe_tcp_floor_terms *out);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,9 @@ within 10% of the simulated time of the same program, and a run's own prediction
 run staged) within 1% of its `simulated_seconds` (docs/tcp-compiler.md 6.3: the residue).
 
 Cases: the four bench layers (examples/mixtral_8x7b, qwen3_30b_a3b, deepseek_v3, gpt_oss_20b) at
-T = 1 and T = 4096, and bench/qwen3_30b_a3b_fp8.moe at T = 512 with and without
---quant-act=fp8 (about 1.5 minutes on two cores, most of it DeepSeek-V3's T = 4096 run, which
-holds 4.5 GB while it computes the routing).
+T = 1, 64, 512 and 4096, and bench/qwen3_30b_a3b_fp8.moe at T = 512 with and without
+--quant-act=fp8 (about 3 minutes on two cores, most of it DeepSeek-V3's T = 512 and 4096 runs;
+the latter holds 4.5 GB while it computes the routing).
 The simulated run is `moec run --timing-only` on a router-only checkpoint written here (the
 tensor names and shapes of bench/make_checkpoint.py's table, routed experts left out; values
 N(0, 0.02) from a seeded generator) and x ~ N(0, 1). DeepSeek-V3's e_score_correction_bias is
@@ -76,7 +76,7 @@ def main():
     dims = {"mixtral_8x7b": 4096, "qwen3_30b_a3b": 2048, "deepseek_v3": 7168, "gpt_oss_20b": 2880}
     cases = []
     for m in ("mixtral_8x7b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b"):
-        for T in (1, 4096):
+        for T in (1, 64, 512, 4096):
             cases.append((m, ex(m), m, T, []))
     fp8 = os.path.join(src, "bench", "qwen3_30b_a3b_fp8.moe")
     cases += [("qwen3_30b_a3b_fp8", fp8, "qwen3_30b_a3b", 512, []),

@@ -11,6 +11,9 @@
 #   undefined and another layer's library defines is defined by a layer lo
 #   may use (the link order catches an upward call, this a sideways one:
 #   the simulator calling the compiler or the reverse). NM names nm.
+# And the moec command (cli/) is a client of the library: with its include
+# path (cli/ and include/) no layer's internal header is found, and every
+# library function its objects call is one libmoec.so exports (MOE_API).
 set -u
 export LC_ALL=C
 CC=$1 BUILD=$2
@@ -89,5 +92,30 @@ for lo in $LAYERS; do
 	done <"$tmp/calls"
 done
 [ "$nsym" -gt 0 ] || { echo "FAIL: the call probe found no symbol between layers"; fail=1; }
-[ "$fail" = 0 ] && echo "layers: $n include probes and $nsym calls between layers as expected"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+for hi in $LAYERS; do
+	h=$(header "$hi")
+	printf '#include "%s"\nint cli_probe;\n' "$h" >"$tmp/probe.c"
+	n=$((n + 1))
+	if "$CC" -std=c11 -fsyntax-only -D_POSIX_C_SOURCE=200809L -I"$SRC/cli" -I"$SRC/include" "$@" \
+		"$tmp/probe.c" 2>"$tmp/err"; then
+		echo "FAIL: the moec command can include $h, a layer's internal header"; fail=1
+	elif ! grep -q "$h" "$tmp/err"; then
+		echo "FAIL: the moec command including $h failed for another reason:"; cat "$tmp/err"; fail=1
+	fi
+done
+ncli=0
+"$NM" -D --defined-only "$BUILD/libmoec.so" 2>/dev/null | awk 'NF == 3 && $2 == "T" { print $3 }' | sort -u >"$tmp/api"
+[ -s "$tmp/api" ] || { echo "FAIL: $BUILD/libmoec.so exports nothing (build first)"; fail=1; }
+for o in "$BUILD"/CMakeFiles/moec.dir/cli/*.o; do
+	[ -r "$o" ] || { echo "FAIL: no object of the moec command under $BUILD/CMakeFiles/moec.dir/cli"; fail=1; break; }
+	"$NM" -u "$o" 2>/dev/null | awk 'NF == 2 { print $2 }' | sort -u >"$tmp/undef"
+	join "$tmp/undef" "$tmp/defs.s" >"$tmp/calls"
+	while read -r sym hi; do
+		ncli=$((ncli + 1))
+		grep -qx "$sym" "$tmp/api" || { echo "FAIL: the moec command ($(basename "$o" .o)) calls $sym of $hi, which is not public API"; fail=1; }
+	done <"$tmp/calls"
+done
+[ "$ncli" -gt 0 ] || { echo "FAIL: the command probe found no call into the library"; fail=1; }
+[ "$fail" = 0 ] && echo "layers: $n include probes, $nsym calls between layers and $ncli calls of the command into the library as expected"
 exit $fail

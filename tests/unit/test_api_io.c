@@ -395,6 +395,128 @@ static void test_remove_temporaries(void **st)
 	moe_ctx_free(c);
 }
 
+/* moe_temp_file / moe_temp_dir make listed temporaries (a file of mode
+ * 0600, a directory), moe_temp_track lists an existing path, and
+ * moe_remove_temporaries removes what is listed and not forgotten; the
+ * table holds 1280 at once. */
+static void test_temp_table(void **st)
+{
+	(void)st;
+	char f[PATH_MAX], d[PATH_MAX], t[PATH_MAX + 16], kept[PATH_MAX];
+	int sf, sd, sk;
+	snprintf(f, sizeof f, "%s/file.XXXXXX", tmpdir);
+	int fd = moe_temp_file(f, &sf);
+	assert_true(fd >= 0);
+	assert_true(sf >= 0);
+	assert_null(strstr(f, "XXXXXX")); /* completed in place */
+	struct stat sb;
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0600);
+	close(fd);
+	snprintf(d, sizeof d, "%s/dir.XXXXXX", tmpdir);
+	assert_ptr_equal(moe_temp_dir(d, &sd), d);
+	assert_true(sd >= 0);
+	assert_int_equal(stat(d, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode));
+	snprintf(t, sizeof t, "%s/out.ll", d); /* a file in the directory, listed by name */
+	put_file(t, "x");
+	assert_true(moe_temp_track(t) >= 0);
+	snprintf(kept, sizeof kept, "%s/kept.XXXXXX", tmpdir);
+	fd = moe_temp_file(kept, &sk);
+	assert_true(fd >= 0);
+	close(fd);
+	moe_temp_forget(sk); /* renamed or kept by its owner: not removed */
+	moe_temp_forget(-1); /* a no-op */
+	moe_remove_temporaries();
+	assert_int_equal(access(f, F_OK), -1);
+	assert_int_equal(access(t, F_OK), -1);
+	assert_int_equal(access(d, F_OK), -1); /* emptied first, then removed */
+	assert_int_equal(access(kept, F_OK), 0);
+	unlink(kept);
+	/* 1280 listed at once, then -1 */
+	static int slots[1281];
+	for (int i = 0; i < 1280; i++) {
+		slots[i] = moe_temp_track("/nonexistent/moec-api-io-temp");
+		assert_true(slots[i] >= 0);
+	}
+	assert_int_equal(moe_temp_track("/nonexistent/moec-api-io-temp"), -1);
+	for (int i = 0; i < 1280; i++)
+		moe_temp_forget(slots[i]);
+	int again = moe_temp_track("/nonexistent/moec-api-io-temp");
+	assert_true(again >= 0);
+	moe_temp_forget(again);
+}
+
+/* Writes text over the temporary an output set gave (as the library's
+ * writers do: a new file renamed over it). */
+static void replace_temp(const char *tmp, const char *text)
+{
+	char w[PATH_MAX];
+	snprintf(w, sizeof w, "%s.w", tmp);
+	put_file(w, text);
+	assert_int_equal(rename(w, tmp), 0);
+}
+
+/* moe_output_set: every output is renamed into place only when all were
+ * written; one unwritten fails the commit and leaves every target as it
+ * was; abort removes the temporaries; a directory is refused. */
+static void test_output_set(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char a[PATH_MAX], b[PATH_MAX];
+	tpath(a, sizeof a, "a.out");
+	tpath(b, sizeof b, "b.out");
+	put_file(a, "old a");
+	moe_output_set *s = moe_output_set_new(c);
+	assert_non_null(s);
+	const char *ta = moe_output_set_add(s, a), *tb = moe_output_set_add(s, b);
+	assert_non_null(ta);
+	assert_non_null(tb);
+	assert_non_null(strstr(ta, "a.out.set."));
+	assert_int_equal(count_entries(".set."), 2);
+	replace_temp(ta, "new a");
+	replace_temp(tb, "new b");
+	assert_int_equal(moe_output_set_commit(s), MOE_OK);
+	assert_int_equal(count_entries(".set."), 0);
+	size_t len;
+	char *got = slurp(a, &len);
+	assert_int_equal(len, 5);
+	assert_memory_equal(got, "new a", 5);
+	free(got);
+	got = slurp(b, &len);
+	assert_int_equal(len, 5);
+	assert_memory_equal(got, "new b", 5);
+	free(got);
+	/* b left unwritten: nothing is renamed */
+	s = moe_output_set_new(c);
+	ta = moe_output_set_add(s, a);
+	assert_non_null(moe_output_set_add(s, b));
+	replace_temp(ta, "third a");
+	assert_int_equal(moe_output_set_commit(s), MOE_ERR_IO);
+	assert_diag(c, "this output was not written; nothing was written");
+	assert_int_equal(count_entries(".set."), 0);
+	got = slurp(a, &len);
+	assert_int_equal(len, 5);
+	assert_memory_equal(got, "new a", 5);
+	free(got);
+	/* abort */
+	s = moe_output_set_new(c);
+	assert_non_null(moe_output_set_add(s, a));
+	assert_int_equal(count_entries(".set."), 1);
+	moe_output_set_abort(s);
+	assert_int_equal(count_entries(".set."), 0);
+	moe_output_set_abort(NULL);
+	/* a directory */
+	s = moe_output_set_new(c);
+	assert_null(moe_output_set_add(s, tmpdir));
+	assert_diag(c, "the output is a directory");
+	moe_output_set_abort(s);
+	unlink(a);
+	unlink(b);
+	moe_ctx_free(c);
+}
+
 /* ---- safetensors ---- */
 
 /* A safetensors image of one tensor "t" of dtype `dt`, shape [n], nbytes of data. */
@@ -409,6 +531,68 @@ static unsigned char *mk_st(const char *dt, int n, size_t nbytes, size_t *len)
 		b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
 	memcpy(b + 8, hdr, (size_t)hl);
 	return b;
+}
+
+/* moe_checkpoint_id: one line per file of its real path, device, inode,
+ * size, modification time and the FNV-1a-64 of its header (computed here
+ * byte by byte); NULL for what is not a regular .safetensors file. */
+static void test_checkpoint_id(void **st)
+{
+	(void)st;
+	char p1[PATH_MAX], p2[PATH_MAX], other[PATH_MAX];
+	tpath(p1, sizeof p1, "one.safetensors");
+	tpath(p2, sizeof p2, "two.safetensors");
+	tpath(other, sizeof other, "one.bin");
+	size_t len;
+	unsigned char *img = mk_st("F32", 2, 8, &len);
+	FILE *f = fopen(p1, "wb");
+	assert_int_equal(fwrite(img, 1, len, f), len);
+	fclose(f);
+	f = fopen(p2, "wb");
+	assert_int_equal(fwrite(img, 1, len, f), len);
+	fclose(f);
+	uint64_t hl = 0;
+	for (int i = 0; i < 8; i++)
+		hl |= (uint64_t)img[i] << (8 * i);
+	uint64_t h = 14695981039346656037ull;
+	for (uint64_t i = 0; i < hl; i++) {
+		h ^= img[8 + i];
+		h *= 1099511628211ull;
+	}
+	char want[2 * PATH_MAX + 256] = "";
+	const char *paths[] = {p1, p2};
+	for (int k = 0; k < 2; k++) {
+		char real[PATH_MAX];
+		struct stat sb;
+		assert_non_null(realpath(paths[k], real));
+		assert_int_equal(stat(real, &sb), 0);
+		snprintf(want + strlen(want), sizeof want - strlen(want),
+			"file %s dev %llu ino %llu size %lld mtime %lld.%09ld header %016llx\n", real,
+			(unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino, (long long)sb.st_size,
+			(long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec, (unsigned long long)h);
+	}
+	char *id = moe_checkpoint_id(paths, 2);
+	assert_non_null(id);
+	assert_string_equal(id, want);
+	free(id);
+	/* another header: another digest */
+	free(img);
+	img = mk_st("BF16", 4, 8, &len);
+	f = fopen(p2, "wb");
+	assert_int_equal(fwrite(img, 1, len, f), len);
+	fclose(f);
+	id = moe_checkpoint_id(paths, 2);
+	assert_non_null(id);
+	assert_string_not_equal(id, want);
+	free(id);
+	/* not a .safetensors name, a directory, a missing file */
+	rename(p1, other);
+	const char *bad[] = {other, tmpdir, p1};
+	for (int k = 0; k < 3; k++)
+		assert_null(moe_checkpoint_id(&bad[k], 1));
+	free(img);
+	unlink(other);
+	unlink(p2);
 }
 
 static void test_st_dtype_name(void **st)
@@ -696,7 +880,10 @@ int main(void)
 		cmocka_unit_test(test_output_open_through),
 		cmocka_unit_test(test_write_output),
 		cmocka_unit_test(test_remove_temporaries),
+		cmocka_unit_test(test_temp_table),
+		cmocka_unit_test(test_output_set),
 		cmocka_unit_test(test_st_dtype_name),
+		cmocka_unit_test(test_checkpoint_id),
 		cmocka_unit_test(test_safetensors_path),
 		cmocka_unit_test(test_weights_load_from_ex),
 		cmocka_unit_test(test_weights_load_row),

@@ -3,7 +3,8 @@
  * docs/expert-parallel.md section 6), through the public API only: writing
  * assembly, bucketed .tcpb files, HBM figures, engine names, output counts,
  * a schedule's text compiled and run, the schedule compiler against the
- * legacy emitter, and expert parallelism on simulated chips. */
+ * legacy emitter, the contract's floor, and expert parallelism on simulated
+ * chips. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -480,6 +481,116 @@ static void test_from_sched(void **st)
 	moe_ctx_free(c);
 }
 
+/* ---- moe_tcp_floor (docs/tcp-isa.md section 12) ---- */
+
+/* The floor of sched_text's program with a layer's meta line, worked by hand
+ * from the built-in machine's fields: 1 GHz; DMA rate min(HBM 1.5e12 B/s,
+ * 8 engines x 256 B, 16 DMNs x 128 B) = 1500 B/cycle; setup 500; a command's
+ * issue and fill/drain 240 + 32; launch 2000 + end 600; 512 slices x 8 lanes
+ * x 32 bf16 MACs (no contraction in the program: bf16's rate); vector 8
+ * elements per cycle per slice. Layer: T 16, K 2, D 64, F 32, E 4, three
+ * projections, f32 rows of 256 B; an expert 24576 B, 9216 B outside the
+ * loop, 4096 router MACs. */
+static void test_floor(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char text[sizeof sched_text + 64];
+	const char *meta = "meta T=16 K=2 D=64 F=32 E=4 B=0 G=0 nproj=3 router_e=4 wexp=24576 act=9216 rmacs=4096 "
+			   "dtype=f32\n";
+	const char *from = strstr(sched_text, "meta "), *to = strchr(from, '\n') + 1;
+	snprintf(text, sizeof text, "%.*s%s%s", (int)(from - sched_text), sched_text, meta, to);
+	moe_tcp_program *p = moe_tcp_from_sched(c, "f.tsched", text, strlen(text), NULL);
+	if (!p)
+		moe_diag_print(c, stderr);
+	assert_non_null(p);
+	moe_tcp_floor_terms f;
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 3, &f), MOE_OK);
+	double W = 3 * 24576.0, X = 9216, rho = 1500, cmd = 272, setup = 500;
+	double macs = 16 * 2 * 64 * 32 * 3 + 4096, vec = 16 * 2 * 32 + 16 * 4;
+	assert_int_equal(f.tokens, 16);
+	assert_false(f.expected);
+	assert_true(f.experts_hit == 3 && f.weight_bytes == W && f.other_bytes == X && f.macs == macs);
+	assert_true(f.mac_rate == 131072 && f.vector_elements == vec);
+	assert_int_equal(f.dma_commands, 3);
+	assert_int_equal(f.main_commands, 3);
+	/* R1, R3, R4 and R2 (x in DM + logits + selection, or every read byte in
+	 * DM after two setups and one command; then y's setup) */
+	double r1 = (W + X) / rho, r3 = 3 * setup + (W + X) / rho, r4 = 2 * setup + 3 * cmd + macs / 131072 + vec / 4096;
+	double route = setup + 4096 / rho + 2 * cmd, in = 2 * setup + (W + X - 4096) / rho;
+	double r2 = (route > in + cmd ? route : in + cmd) + setup;
+	assert_true(fabs(f.roofline_seconds - r1 * 1e-9) < 1e-15);
+	assert_true(fabs(f.dma_seconds - r3 * 1e-9) < 1e-15);
+	assert_true(fabs(f.main_seconds - r4 * 1e-9) < 1e-15);
+	assert_true(fabs(f.route_seconds - route * 1e-9) < 1e-15);
+	assert_true(fabs(f.chain_seconds - r2 * 1e-9) < 1e-15);
+	/* here the chain binds: 1824.6 cycles against R4's 1817.8 */
+	assert_int_equal(f.binding, 1);
+	assert_true(fabs(f.launch_end_seconds - 2600e-9) < 1e-15);
+	assert_true(fabs(f.seconds - (2600 + r2) * 1e-9) < 1e-15);
+	/* expected experts under uniform routing: E (1 - (1 - K/E)^T) */
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, -1, &f), MOE_OK);
+	assert_true(f.expected);
+	assert_true(fabs(f.experts_hit - 4 * (1 - pow(0.5, 16))) < 1e-12);
+	/* fewer tokens: x and y rows and the MACs for those only */
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 1, 2, &f), MOE_OK);
+	assert_int_equal(f.tokens, 1);
+	assert_true(f.other_bytes == 9216 - 2 * 15 * 256 && f.macs == 2 * 64 * 32 * 3 + 256);
+	/* bad requests: a clear error each */
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 17, -1, &f), MOE_ERR_INVALID);
+	assert_diag(c, "17 tokens, but the program holds at most 16");
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 1, 3, &f), MOE_ERR_INVALID);
+	assert_diag(c, "3 experts hit, but 1 tokens choosing 2 of 4 experts hit at most 2");
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, NAN, &f), MOE_ERR_INVALID);
+	assert_diag(c, "experts hit");
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 1, NULL), MOE_ERR_INVALID);
+	assert_diag(c, "out is NULL");
+	assert_int_equal(moe_tcp_floor(c, NULL, NULL, 0, 1, &f), MOE_ERR_INVALID);
+	assert_diag(c, "the program is NULL");
+	moe_tcp_program_free(p);
+	/* experts stored in one byte per element (weight-only quantized) under
+	 * the layer's own contraction: each element of the 3 experts hit passes
+	 * through the vector engine too */
+	const char *qmeta = "meta T=16 K=2 D=64 F=32 E=4 B=0 G=0 nproj=3 router_e=4 wexp=6144 act=9216 rmacs=4096 "
+			    "dtype=f32\n";
+	snprintf(text, sizeof text, "%.*s%s%s", (int)(from - sched_text), sched_text, qmeta, to);
+	p = moe_tcp_from_sched(c, "q.tsched", text, strlen(text), NULL);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 3, &f), MOE_OK);
+	assert_true(f.weight_bytes == 3 * 6144.0 && f.vector_elements == vec + 3 * 3 * 64 * 32);
+	moe_tcp_program_free(p);
+	/* a program without an experts op has no floor, and that is no error */
+	p = moe_tcp_from_sched(c, "s.tsched", sched_text, sizeof sched_text - 1, NULL);
+	assert_non_null(p);
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, -1, &f), MOE_ERR_UNSUPPORTED);
+	assert_int_equal(moe_error_count(c), 0);
+	moe_tcp_program_free(p);
+
+	/* a compiled layer run on the simulator takes no less than its floor,
+	 * for the experts it hit; more experts never lower the floor */
+	float *keep;
+	moe_checkpoint *ck = random_ck(c, &keep);
+	moe_tensor *x = random_x(c, 8);
+	p = compile(c, 8, 0, 0);
+	moe_tensor_map *b = bind_for(c, p, ck, x);
+	moe_tensor *out[2] = {NULL, NULL};
+	moe_tcp_stats s;
+	assert_int_equal(moe_tcp_run(c, p, b, NULL, out, &s), MOE_OK);
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, (double)s.experts_hit, &f), MOE_OK);
+	assert_true(f.seconds > f.launch_end_seconds && f.seconds <= s.simulated_seconds);
+	moe_tcp_floor_terms g, h;
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 2, &g), MOE_OK);
+	assert_int_equal(moe_tcp_floor(c, p, NULL, 0, 4, &h), MOE_OK);
+	assert_true(g.seconds <= f.seconds && f.seconds <= h.seconds && g.weight_bytes < h.weight_bytes);
+	moe_tensor_free(c, out[0]);
+	moe_tensor_map_free(b);
+	moe_tcp_program_free(p);
+	moe_tensor_free(c, x);
+	moe_checkpoint_close(ck);
+	free(keep);
+	moe_ctx_free(c);
+}
+
 /* The schedule compiler gives the legacy emitter's y byte for byte (the
  * tcp.emitters.bitwise contract), and its printed schedule reads back into
  * the same program. */
@@ -782,6 +893,86 @@ static void test_ep_compile(void **st)
 	moe_ctx_free(c);
 }
 
+/* moe_tcp_quant_act: "fp8" marks exactly the block-FP8 dequants whose
+ * 128 x 128 blocks divide the weight (act="fp8"), "bf16" marks none; a
+ * layer without one, or another act, is refused with a diagnostic. */
+static const char qa_fmt[] = "layer l {\n"
+			     "  dim T = 4, D = 256, F = %d, E = 2, K = 1, B = 4\n"
+			     "  input x : [T, D]\n"
+			     "  weight r : [E, D] = \"router.weight\"\n"
+			     "  weight gq : f8e4m3[E, F, D] = \"e.{e}.gate.weight\"\n"
+			     "  weight gs : f32[E, (F + 127) / 128, D / 128] = \"e.{e}.gate.scale\"\n"
+			     "  weight uq : f8e4m3[E, F, D] = \"e.{e}.up.weight\"\n"
+			     "  weight us : f32[E, (F + 127) / 128, D / 128] = \"e.{e}.up.scale\"\n"
+			     "  weight dq : i32[E, D, F / 8] = \"e.{e}.down.weight_packed\"\n"
+			     "  weight ds : bf16[E, D, F / 32] = \"e.{e}.down.weight_scale\"\n"
+			     "  gate = dequant(gq, gs, format=\"fp8\", block=[128, 128])\n"
+			     "  up   = dequant(uq, us, format=\"fp8\", block=[128, 128])\n"
+			     "  down = dequant(dq, ds, format=\"int4\", block=[1, 32], k=F)\n"
+			     "  idx = topk(einsum(\"td,ed->te\", x, r), k=K)\n"
+			     "  y = experts(x, idx, take_along(einsum(\"td,ed->te\", x, r), idx, axis=1), gate=gate, up=up, "
+			     "down=down, block=B)\n"
+			     "  output y\n"
+			     "}\n";
+
+static moe_module *qa_layer(moe_ctx *c, int F)
+{
+	char text[2048];
+	snprintf(text, sizeof text, qa_fmt, F);
+	moe_module *m = moe_parse_moe(c, "qa.moe", text, strlen(text), NULL);
+	if (!m)
+		moe_diag_print(c, stderr);
+	assert_non_null(m);
+	return m;
+}
+
+/* The act attribute of each dequant of m, in node order, joined by ','. */
+static void qa_acts(const moe_module *m, char *out, size_t n)
+{
+	const moe_graph *g = moe_module_graph(m, 0);
+	*out = 0;
+	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++)
+		if (moe_node_op(g, i) == MOE_OP_DEQUANT) {
+			const char *a = moe_node_get_str(g, i, "act");
+			snprintf(out + strlen(out), n - strlen(out), "%s%s", *out ? "," : "", a ? a : "-");
+		}
+}
+
+static const char *last_diag(const moe_ctx *c)
+{
+	const char *msg = NULL;
+	moe_diag_get(c, moe_diag_count(c) - 1, NULL, NULL, &msg);
+	return msg;
+}
+
+static void test_quant_act(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	char acts[128];
+	moe_module *m = qa_layer(c, 128);
+	assert_int_equal(moe_tcp_quant_act(c, m, "bf16", "qa.moe"), MOE_OK);
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "-,-,-");
+	assert_int_equal(moe_tcp_quant_act(c, m, "fp8", "qa.moe"), MOE_OK);
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "fp8,fp8,-"); /* gate and up; the int4 down stays */
+	assert_int_equal(moe_error_count(c), 0);
+	assert_int_equal(moe_tcp_quant_act(c, m, "int4", "qa.moe"), MOE_ERR_INVALID);
+	assert_non_null(strstr(last_diag(c), "takes bf16 or fp8, not 'int4'"));
+	moe_module_free(m);
+	/* F = 64: the 128 x 128 blocks do not divide the weights */
+	m = qa_layer(c, 64);
+	assert_int_equal(moe_tcp_quant_act(c, m, "fp8", "qa.moe"), MOE_ERR_INVALID);
+	const char *msg = last_diag(c);
+	assert_non_null(strstr(msg, "--quant-act=fp8 applies to block-FP8 experts"));
+	assert_non_null(strstr(msg, "fp8 in [128, 128] blocks, int4 in [1, 32] blocks"));
+	qa_acts(m, acts, sizeof acts);
+	assert_string_equal(acts, "-,-,-");
+	moe_module_free(m);
+	moe_ctx_free(c);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -794,8 +985,10 @@ int main(void)
 		cmocka_unit_test(test_num_outputs),
 		cmocka_unit_test(test_from_sched),
 		cmocka_unit_test(test_compile_sched),
+		cmocka_unit_test(test_floor),
 		cmocka_unit_test(test_ep_run),
 		cmocka_unit_test(test_ep_compile),
+		cmocka_unit_test(test_quant_act),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[96];

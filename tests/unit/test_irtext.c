@@ -42,6 +42,36 @@ static moe_id op2(moe_graph *g, moe_op op, moe_id a, moe_id b)
 }
 
 /* A layer that uses every op of ops.def legally. */
+/* The input x [T, D], the router weight [E, D] and a constant, with
+ * attributes of every kind whose spelling must survive both round trips
+ * (escapes, empty and extreme integer lists, float spellings). */
+static void leaves_and_attrs(moe_graph *g, const int64_t *td, const int64_t *ed, moe_id *xo, moe_id *rwo, moe_id *co)
+{
+	moe_loc nl = moe_loc_none();
+	*xo = leaf(g, MOE_OP_INPUT, MOE_F32, 2, td, "x");
+	moe_id rw = *rwo = leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ed, "router");
+	moe_node_set_str(g, rw, "source", "model.layers.0.block_sparse_moe.gate.weight");
+	moe_node_set_str(g, rw, "layout", "row\"major\\ \n\t\x01\x7f caf\xc3\xa9");
+	int64_t tr[2] = {1, 0};
+	moe_node_set_ints(g, rw, "transpose", tr, 2);
+	moe_node_set_ints(g, rw, "empty_list", NULL, 0);
+	int64_t big[3] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1};
+	moe_node_set_ints(g, rw, "big", big, 3);
+	moe_node_set_int(g, rw, "bigint", INT64_MIN);
+	moe_id c = *co = ir_b_const(g, MOE_F32, 0.1, nl);
+	/* float spellings that must survive both round trips */
+	moe_node_set_float(g, c, "negzero", -0.0);
+	moe_node_set_float(g, c, "pinf", INFINITY);
+	moe_node_set_float(g, c, "ninf", -INFINITY);
+	moe_node_set_float(g, c, "qnan", NAN);
+	moe_node_set_float(g, c, "denorm", 5e-324);
+	moe_node_set_float(g, c, "huge", 1.7976931348623157e308);
+	moe_node_set_float(g, c, "third", 1.0 / 3.0);
+	moe_node_set_float(g, c, "integral", 3.0);
+	moe_node_set_float(g, c, "e20", 1e20);
+	moe_node_set_str(g, c, "odd key!", "");
+}
+
 static void build_all_ops(moe_module *m, bool *used)
 {
 	moe_graph *g = moe_module_add_graph(m, "all_ops");
@@ -55,28 +85,8 @@ static void build_all_ops(moe_module *m, bool *used)
 	ir_graph_set_attr_int(g, "grid_blocks_max", 4);
 	int64_t td[2] = {T, D}, ed[2] = {E, D}, te[2] = {T, E}, efd[3] = {E, F, D}, edf[3] = {E, D, F}, ef[2] = {E, F};
 
-	moe_id x = leaf(g, MOE_OP_INPUT, MOE_F32, 2, td, "x");
-	moe_id rw = leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ed, "router");
-	moe_node_set_str(g, rw, "source", "model.layers.0.block_sparse_moe.gate.weight");
-	moe_node_set_str(g, rw, "layout", "row\"major\\ \n\t\x01\x7f caf\xc3\xa9");
-	int64_t tr[2] = {1, 0};
-	moe_node_set_ints(g, rw, "transpose", tr, 2);
-	moe_node_set_ints(g, rw, "empty_list", NULL, 0);
-	int64_t big[3] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1};
-	moe_node_set_ints(g, rw, "big", big, 3);
-	moe_node_set_int(g, rw, "bigint", INT64_MIN);
-	moe_id c = ir_b_const(g, MOE_F32, 0.1, nl);
-	/* float spellings that must survive both round trips */
-	moe_node_set_float(g, c, "negzero", -0.0);
-	moe_node_set_float(g, c, "pinf", INFINITY);
-	moe_node_set_float(g, c, "ninf", -INFINITY);
-	moe_node_set_float(g, c, "qnan", NAN);
-	moe_node_set_float(g, c, "denorm", 5e-324);
-	moe_node_set_float(g, c, "huge", 1.7976931348623157e308);
-	moe_node_set_float(g, c, "third", 1.0 / 3.0);
-	moe_node_set_float(g, c, "integral", 3.0);
-	moe_node_set_float(g, c, "e20", 1e20);
-	moe_node_set_str(g, c, "odd key!", "");
+	moe_id x, rw, c;
+	leaves_and_attrs(g, td, ed, &x, &rw, &c);
 	moe_id io = ir_b_iota(g, 2, te, 1, nl);
 
 	moe_id u[] = {op1(g, MOE_OP_NEG, x), op1(g, MOE_OP_ABS, x), op1(g, MOE_OP_EXP, x), op1(g, MOE_OP_LOG, x),

@@ -22,51 +22,7 @@
 #include "moec/frontend.h"
 #include "moec/passes.h"
 #include "moec/tcp.h"
-
-static moe_tcp_program *program(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
-{
-	FILE *f = fopen(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", "rb");
-	assert_non_null(f);
-	char *buf = calloc(1, 1 << 16);
-	assert_non_null(buf);
-	size_t n = fread(buf, 1, (1 << 16) - 64, f);
-	fclose(f);
-	assert_true(n > 0);
-	if (serving) { /* declare the token count after x */
-		char *at = strstr(buf, "input  x : [T, D]\n");
-		assert_non_null(at);
-		at += strlen("input  x : [T, D]\n");
-		const char *decl = "  input  n_tokens : i32[]\n";
-		memmove(at + strlen(decl), at, strlen(at) + 1);
-		memcpy(at, decl, strlen(decl));
-	}
-	char tv[16];
-	snprintf(tv, sizeof tv, "%lld", (long long)T);
-	moe_setting sets[] = {{"T", tv}, {"D", "40"}, {"F", "24"}, {"E", "16"}, {"K", "4"}, {"B", "8"}};
-	moe_settings ss = {sets, sizeof sets / sizeof *sets};
-	moe_module *m = moe_parse_moe(c, "qwen3.moe", buf, strlen(buf), &ss);
-	free(buf);
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	assert_int_equal(moe_run_pipeline_text(c, "tcp", m, &ro), MOE_OK);
-	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
-	if (!p)
-		moe_diag_print(c, stderr);
-	assert_non_null(p);
-	if (mod)
-		*mod = m;
-	else
-		moe_module_free(m);
-	return p;
-}
-
-static void set_tokens(moe_ctx *c, moe_tensor_map *b, int32_t n)
-{
-	moe_tensor *t = moe_tensor_new(c, MOE_I32, 0, NULL);
-	assert_non_null(t);
-	memcpy(t->data, &n, sizeof n);
-	moe_tensor_map_set(b, "n_tokens", t);
-}
+#include "tcp_qwen3_fx.h"
 
 /* A full run of p with its staged loads observed, then p predicted on them:
  * the cycles agree exactly, or with `lists` (the program's index lists
@@ -109,7 +65,7 @@ static void test_run_loads_reproduce_cycles(void **st)
 	const int64_t Ts[] = {16, 1};
 	for (size_t k = 0; k < 2; k++) {
 		moe_module *m;
-		moe_tcp_program *p = program(c, Ts[k], false, &m);
+		moe_tcp_program *p = tcp_fx_qwen3(c, Ts[k], false, &m);
 		moe_tensor_map *bind = NULL;
 		assert_int_equal(ir_interp_random_bindings(c, moe_module_graph(m, 0), 31, &bind), MOE_OK);
 		int64_t nb = run_and_predict(c, p, bind, false);
@@ -126,14 +82,14 @@ static void test_tier_loops(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	moe_module *sm;
-	moe_tcp_program *sp = program(c, 16, true, &sm), *dp = program(c, 1, false, NULL);
+	moe_tcp_program *sp = tcp_fx_qwen3(c, 16, true, &sm), *dp = tcp_fx_qwen3(c, 1, false, NULL);
 	moe_tcp_program *lp = moe_tcp_link_tier(c, sp, dp);
 	assert_non_null(lp);
 	moe_tensor_map *bind = NULL;
 	assert_int_equal(ir_interp_random_bindings(c, moe_module_graph(sm, 0), 37, &bind), MOE_OK);
 	const int32_t ns[] = {1, 2, 16};
 	for (size_t k = 0; k < 3; k++) {
-		set_tokens(c, bind, ns[k]);
+		tcp_fx_set_tokens(c, bind, ns[k]);
 		/* at n = 16 the dispatch scatters' row lists set HBM costs (the
 		 * predictor spreads their rows evenly: 0.85% more cycles here) */
 		run_and_predict(c, lp, bind, ns[k] == 16);
@@ -158,7 +114,7 @@ static void test_expected_loads(void **st)
 {
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_tcp_program *p = program(c, 16, false, NULL);
+	moe_tcp_program *p = tcp_fx_qwen3(c, 16, false, NULL);
 	moe_tcp_prediction a, b;
 	assert_int_equal(moe_tcp_predict(c, p, NULL, NULL, &a), MOE_OK);
 	assert_int_equal(moe_tcp_predict(c, p, NULL, NULL, &b), MOE_OK);
@@ -174,7 +130,7 @@ static void test_bad_loads(void **st)
 {
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_tcp_program *p = program(c, 16, false, NULL);
+	moe_tcp_program *p = tcp_fx_qwen3(c, 16, false, NULL);
 	int32_t e[3] = {0, 1, 2}, r[3] = {8, 8, 8};
 	moe_tcp_loads l = {.grid = 3, .nblocks = 3, .block_expert = e, .block_rows = r, .n_tokens = -1};
 	moe_tcp_prediction pd;

@@ -22,52 +22,9 @@
 #include "moec/frontend.h"
 #include "moec/passes.h"
 #include "moec/tcp.h"
+#include "tcp_qwen3_fx.h"
 
 #define TMAX 16
-
-static moe_tcp_program *program(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
-{
-	FILE *f = fopen(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", "rb");
-	assert_non_null(f);
-	char *buf = calloc(1, 1 << 16);
-	size_t n = fread(buf, 1, (1 << 16) - 64, f);
-	fclose(f);
-	if (serving) { /* declare the token count after x */
-		char *at = strstr(buf, "input  x : [T, D]\n");
-		assert_non_null(at);
-		at += strlen("input  x : [T, D]\n");
-		const char *decl = "  input  n_tokens : i32[]\n";
-		memmove(at + strlen(decl), at, strlen(at) + 1);
-		memcpy(at, decl, strlen(decl));
-	}
-	char tv[16];
-	snprintf(tv, sizeof tv, "%lld", (long long)T);
-	moe_setting sets[] = {{"T", tv}, {"D", "40"}, {"F", "24"}, {"E", "16"}, {"K", "4"}, {"B", "8"}};
-	moe_settings ss = {sets, sizeof sets / sizeof *sets};
-	moe_module *m = moe_parse_moe(c, "qwen3.moe", buf, strlen(buf), &ss);
-	free(buf);
-	(void)n;
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	assert_int_equal(moe_run_pipeline_text(c, "tcp", m, &ro), MOE_OK);
-	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
-	if (!p)
-		moe_diag_print(c, stderr);
-	assert_non_null(p);
-	if (mod)
-		*mod = m;
-	else
-		moe_module_free(m);
-	return p;
-}
-
-static void set_tokens(moe_ctx *c, moe_tensor_map *b, int32_t n)
-{
-	moe_tensor *t = moe_tensor_new(c, MOE_I32, 0, NULL);
-	assert_non_null(t);
-	memcpy(t->data, &n, sizeof n);
-	moe_tensor_map_set(b, "n_tokens", t);
-}
 
 /* bind with x cut to n rows (the other tensors shared by copy) */
 static moe_tensor_map *rows_of(moe_ctx *c, const moe_tensor_map *bind, int64_t n)
@@ -103,7 +60,7 @@ static void test_tier_matches_layer_of_n(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	moe_module *sm;
-	moe_tcp_program *sp = program(c, TMAX, true, &sm), *dp = program(c, 1, false, NULL);
+	moe_tcp_program *sp = tcp_fx_qwen3(c, TMAX, true, &sm), *dp = tcp_fx_qwen3(c, 1, false, NULL);
 	moe_tcp_program *lp = moe_tcp_link_tier(c, sp, dp);
 	if (!lp)
 		moe_diag_print(c, stderr);
@@ -113,12 +70,12 @@ static void test_tier_matches_layer_of_n(void **st)
 	const int64_t ns[] = {0, 1, 2, TMAX - 1, TMAX};
 	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
 		int64_t n = ns[k];
-		set_tokens(c, bind, (int32_t)n);
+		tcp_fx_set_tokens(c, bind, (int32_t)n);
 		moe_tcp_stats ls, us, rs;
 		moe_tensor *yl = run(c, lp, bind, &ls), *yu = run(c, sp, bind, &us);
 		size_t row = yl->nbytes / TMAX;
 		if (n) {
-			moe_tcp_program *rp = n == 1 ? NULL : program(c, n, false, NULL);
+			moe_tcp_program *rp = n == 1 ? NULL : tcp_fx_qwen3(c, n, false, NULL);
 			moe_tensor_map *rb = rows_of(c, bind, n);
 			moe_tensor *yr = run(c, rp ? rp : dp, rb, &rs);
 			assert_int_equal(yr->nbytes, (size_t)n * row);
@@ -159,7 +116,7 @@ static void test_tier_round_trips(void **st)
 {
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	moe_tcp_program *sp = program(c, TMAX, true, NULL), *dp = program(c, 1, false, NULL);
+	moe_tcp_program *sp = tcp_fx_qwen3(c, TMAX, true, NULL), *dp = tcp_fx_qwen3(c, 1, false, NULL);
 	moe_tcp_program *lp = moe_tcp_link_tier(c, sp, dp);
 	assert_non_null(lp);
 	uint8_t *b0, *b1, *b2;

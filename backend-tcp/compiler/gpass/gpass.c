@@ -4,6 +4,7 @@
  *
  * Every rewrite of the graph that the TCP program depends on is a pass of
  * the `tcp` pipeline, shown by --print-ir-after, run in this order:
+ *   tcp-w8a8-act-once  W8A8's per-token activation quantization before the dispatch (w8a8_act.c)
  *   tcp-pack-gate-up   block-FP8 gate and up fetched as one packed pair (quant_pack.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
@@ -29,6 +30,7 @@
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
+#define GK_W8A8_ACT "tcp_w8a8_act_once"
 #define GK_PACK_GATE_UP "tcp_pack_gate_up"
 #define GK_PAIR_GATE_UP "tcp_pair_gate_up"
 #define GK_PAIR_DOWN "tcp_pair_down"
@@ -71,6 +73,13 @@ static void record(moe_graph *g, const char *key, moe_graph *rewritten, int64_t 
 	}
 	ir_graph_set_attr_int(g, key, v);
 	ir_graph_set_attr_int(g, GK_MACHINE, machine_fp(m));
+}
+
+static moe_status w8a8_act_once(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_graph *r = tcp_w8a8_act_once(ctx, g, m);
+	record(g, GK_W8A8_ACT, r, r != NULL, m);
+	return MOE_OK;
 }
 
 static moe_status gate_up_packed(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
@@ -120,9 +129,12 @@ static const struct gpass {
 	const char *name, *summary, *key;
 	gpass_fn fn;
 } gpasses[] = {
+	{"tcp-w8a8-act-once", "quantize a W8A8 layer's input per token once, before the dispatch, and dispatch the "
+			      "int8 values and scales (tcp target)",
+		GK_W8A8_ACT, w8a8_act_once},
 	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
 		GK_PACK_GATE_UP, gate_up_packed},
-	{"tcp-pair-gate-up", "contract a bf16/f32 expert's gate and up as one einsum of 2F rows over their weights side "
+	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
 			     "by side, when the pair's block buffers fit 1/8 of DM (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
 	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "

@@ -29,6 +29,17 @@ typedef struct pdown {
 	moe_id pq, cat, dq, w1, w2, wd;
 } pdown;
 
+/* down is [E, D, F] for the pair's [E, 2F, D], of the pair's type */
+static bool down_fits(const moe_graph *g, const pdown *p)
+{
+	const ir_node *a = N(g, p->pq), *d = N(g, p->dq);
+	return a->dtype == d->dtype && N(g, p->wd)->dtype == N(g, p->w1)->dtype && a->shape[0] == d->shape[0] &&
+	       d->shape[1] == a->shape[2] && 2 * d->shape[2] == a->shape[1];
+}
+
+/* The first pair gather and, after it, the first plain gather that fits it
+ * as down (a W8A8 layer's scale gathers, [E, F, 1] and [E, D, 1], fit no
+ * pair of values). */
 static bool find_pieces(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_id bexp, pdown *p)
 {
 	p->pq = p->dq = p->cat = p->w1 = p->w2 = p->wd = MOE_NONE;
@@ -44,15 +55,11 @@ static bool find_pieces(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe
 			p->pq = i, p->cat = n->args[0], p->w1 = s->args[0], p->w2 = s->args[1];
 		} else if (tcp_block_weight_gather(g, nuse, i, nb, bexp) && p->dq == MOE_NONE && p->pq != MOE_NONE) {
 			p->dq = i, p->wd = n->args[0];
+			if (!down_fits(g, p))
+				p->dq = p->wd = MOE_NONE;
 		}
 	}
-	if (p->pq == MOE_NONE || p->dq == MOE_NONE)
-		return false;
-	const ir_node *a = N(g, p->pq), *d = N(g, p->dq);
-	/* down is [E, D, F] for the pair's [E, 2F, D], of the pair's type, and
-	 * read by a block einsum as its weights */
-	return a->dtype == d->dtype && N(g, p->wd)->dtype == N(g, p->w1)->dtype && a->shape[0] == d->shape[0] &&
-	       d->shape[1] == a->shape[2] && 2 * d->shape[2] == a->shape[1];
+	return p->pq != MOE_NONE && p->dq != MOE_NONE;
 }
 
 /* The merged weight, its gather and the two views, at the pair gather's place. */

@@ -18,11 +18,17 @@
  * each former einsum a slice of its output along the last axis, which the
  * block loop reads as a view (lower_region.c). Every output element is the
  * same dot product over the same inputs in the same order, so the layer's
- * value is unchanged. Quantized experts are paired by quant_pack.c. */
+ * value is unchanged. W8A8 int8 experts (per-channel int8, act="int8") pair
+ * the same way: their values and their per-channel scales are each laid out
+ * side by side and one dequant of the pair feeds the einsum (its i8 x i8
+ * contraction and its output-scale pass then run once for both); each output
+ * row keeps its own values and scale, so the value is unchanged. Block-FP8
+ * experts are packed by quant_pack.c. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "ir/graph_keys.h"
+#include "ir/quant.h"
 
 /* q is the block loop's gather of one expert's rows of a weight (the block's
  * expert ids bexp, its valid count nb), read only by one user. Shared with
@@ -49,26 +55,90 @@ static moe_id weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id e, 
 	return q;
 }
 
+/* The W8A8 weight of block einsum e: dequant(gather(q), gather(s)) of
+ * per-channel int8 (block [1, K]) contracted with int8 activations
+ * (act="int8"), the dequant read only there; else MOE_NONE. *s: the scales'
+ * gather. */
+static moe_id w8a8_gathers(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp, moe_id *s)
+{
+	const ir_node *en = N(g, e);
+	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || strcmp(ir_attr_str(en, "eq", ""), "gbi,goi->gbo") ||
+		en->valid == MOE_NONE || en->rank != 3)
+		return MOE_NONE;
+	moe_id d = en->args[1];
+	const ir_node *dn = N(g, d);
+	qt_info qi;
+	if (dn->op != MOE_OP_DEQUANT || dn->nargs != 2 || nuse[d] != 1 || dn->valid != nb ||
+		strcmp(ir_attr_str(dn, "act", "bf16"), "int8") || !ir_dequant_info(g, dn, &qi) || qi.fmt != QT_INT8 ||
+		qi.bn != 1 || qi.bk != qi.K || !tcp_block_weight_gather(g, nuse, dn->args[0], nb, bexp) ||
+		!tcp_block_weight_gather(g, nuse, dn->args[1], nb, bexp))
+		return MOE_NONE;
+	*s = dn->args[1];
+	return dn->args[0];
+}
+
+/* The per-block gather of e's weight values (*s: its scales' gather for a
+ * W8A8 weight, else MOE_NONE). */
+static moe_id pair_weight(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp, moe_id *s)
+{
+	*s = MOE_NONE;
+	moe_id q = weight_gather(g, nuse, e, nb, bexp);
+	return q != MOE_NONE ? q : w8a8_gathers(g, nuse, e, nb, bexp, s);
+}
+
+static bool same_type(const ir_node *wa, const ir_node *wb)
+{
+	return wa != wb && wa->dtype == wb->dtype && wa->rank == wb->rank &&
+	       !memcmp(wa->shape, wb->shape, sizeof(int64_t) * wa->rank);
+}
+
+static bool attr_equal(const ir_attr *a, const ir_attr *b)
+{
+	if (strcmp(a->key, b->key) || a->kind != b->kind)
+		return false;
+	switch (a->kind) {
+	case MOE_ATTR_INT: return a->v.i == b->v.i;
+	case MOE_ATTR_STR: return !strcmp(a->v.s, b->v.s);
+	case MOE_ATTR_INTS:
+		return a->count == b->count && !memcmp(a->v.ints, b->v.ints, sizeof(int64_t) * (size_t)a->count);
+	default: return !memcmp(&a->v.f, &b->v.f, sizeof a->v.f); /* the same bits */
+	}
+}
+
+/* Two W8A8 dequants of one kind: the same attributes in the same order. */
+static bool same_dequant(const ir_node *a, const ir_node *b)
+{
+	if (a->nattrs != b->nattrs || a->dtype != b->dtype)
+		return false;
+	for (uint32_t k = 0; k < a->nattrs; k++)
+		if (!attr_equal(&a->attrs[k], &b->attrs[k]))
+			return false;
+	return true;
+}
+
 /* The gate/up pair: two such einsums on one activation, under one mask,
- * over weights of one type and shape. */
+ * over weights of one type and shape (W8A8: values and scales both, by
+ * dequants of one kind). */
 static bool find_pair(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_id bexp, moe_id *e1, moe_id *e2)
 {
 	for (moe_id a = 0; a < g->nnodes; a++) {
-		moe_id qa = weight_gather(g, nuse, a, nb, bexp);
+		moe_id sa, sb, qa = pair_weight(g, nuse, a, nb, bexp, &sa);
 		if (qa == MOE_NONE)
 			continue;
 		for (moe_id b = a + 1; b < g->nnodes; b++) {
-			moe_id qb = weight_gather(g, nuse, b, nb, bexp);
+			moe_id qb = pair_weight(g, nuse, b, nb, bexp, &sb);
 			if (qb == MOE_NONE || N(g, b)->args[0] != N(g, a)->args[0] || N(g, b)->valid != N(g, a)->valid ||
-				N(g, b)->dtype != N(g, a)->dtype)
+				N(g, b)->dtype != N(g, a)->dtype || (sa == MOE_NONE) != (sb == MOE_NONE))
 				continue;
 			moe_id ia = N(g, qa)->args[0], ib = N(g, qb)->args[0];
-			const ir_node *wa = N(g, ia), *wb = N(g, ib);
 			/* the pair is emitted at a: all it reads must come before */
 			if (ia >= a || ib >= a || N(g, a)->args[0] >= a || N(g, a)->valid >= a || nb >= a || bexp >= a)
 				continue;
-			if (wa == wb || wa->dtype != wb->dtype || wa->rank != wb->rank ||
-				memcmp(wa->shape, wb->shape, sizeof(int64_t) * wa->rank))
+			if (!same_type(N(g, ia), N(g, ib)))
+				continue;
+			if (sa != MOE_NONE && (N(g, sa)->args[0] >= a || N(g, sb)->args[0] >= a ||
+						      !same_type(N(g, N(g, sa)->args[0]), N(g, N(g, sb)->args[0])) ||
+						      !same_dequant(N(g, N(g, a)->args[1]), N(g, N(g, b)->args[1]))))
 				continue;
 			*e1 = a;
 			*e2 = b;
@@ -165,10 +235,27 @@ moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, mo
 static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e1, moe_id e2, moe_id bexp,
 	moe_id nb, int64_t pack_mark, moe_id *map)
 {
-	const ir_node *n1 = N(g, e1), *w1 = N(g, N(g, n1->args[1])->args[0]);
-	moe_id gq = tcp_emit_pair_gather(ctx, dev, g, n1->args[1], N(g, e2)->args[1], bexp, nb, pack_mark, map);
+	const ir_node *n1 = N(g, e1), *d1 = N(g, n1->args[1]), *d2 = N(g, N(g, e2)->args[1]);
+	bool w8a8 = d1->op == MOE_OP_DEQUANT;
+	const ir_node *w1 = N(g, w8a8 ? N(g, d1->args[0])->args[0] : d1->args[0]);
+	moe_id gq = tcp_emit_pair_gather(ctx, dev, g, w8a8 ? d1->args[0] : n1->args[1], w8a8 ? d2->args[0] : N(g, e2)->args[1],
+		bexp, nb, pack_mark, map);
 	if (gq == MOE_NONE)
 		return false;
+	if (w8a8) { /* values and per-channel scales side by side, one dequant of the pair */
+		moe_id gs = tcp_emit_pair_gather(ctx, dev, g, d1->args[1], d2->args[1], bexp, nb,
+			pack_mark >= 0 ? pack_mark + 1 : -1, map);
+		if (gs == MOE_NONE)
+			return false;
+		moe_id da[2] = {gq, gs};
+		moe_id d = moe_node_new(dev, MOE_OP_DEQUANT, da, 2, d1->loc);
+		for (uint32_t k = 0; k < d1->nattrs; k++)
+			ir_attr_set(dev, N(dev, d), &d1->attrs[k]);
+		if (ir_infer(ctx, dev, d) != MOE_OK)
+			return false;
+		moe_node_set_valid(dev, d, map[nb]);
+		gq = d;
+	}
 	moe_id ea[2] = {map[n1->args[0]], gq};
 	moe_id e = moe_node_new(dev, MOE_OP_EINSUM, ea, 2, n1->loc);
 	moe_node_set_str(dev, e, "eq", "gbi,goi->gbo");
@@ -202,10 +289,13 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	int64_t pack_mark = tcp_next_pack_mark(g);
 	moe_graph *dev;
 	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
-	moe_id q1 = N(g, e1)->args[1], q2 = N(g, e2)->args[1];
+	moe_id q1 = N(g, e1)->args[1], q2 = N(g, e2)->args[1], x[4] = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
+	if (N(g, q1)->op == MOE_OP_DEQUANT) /* W8A8: the dequants' gathers */
+		for (int k = 0; k < 4; k++)
+			x[k] = N(g, k < 2 ? q1 : q2)->args[k % 2];
 	bool ok = true;
 	for (moe_id i = 0; i < nn && ok; i++) {
-		if (i == q1 || i == q2 || i == e2)
+		if (i == q1 || i == q2 || i == e2 || i == x[0] || i == x[1] || i == x[2] || i == x[3])
 			continue; /* read only by the pair (e2 mapped with e1) */
 		if (i == e1)
 			ok = emit_pair(ctx, dev, g, e1, e2, bexp, nb, pack_mark, map);

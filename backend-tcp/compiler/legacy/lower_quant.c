@@ -22,6 +22,7 @@
 #include "ir/quant.h"
 
 static moe_id fp8_weight(const lw *c, moe_id d);
+static bool scale_copies(const lw *c, moe_id id);
 
 /* A slice or one-operand einsum of a per-block dequantized weight: a view.
  * (The region's nodes are lowered with their leading G dropped, so only
@@ -70,6 +71,8 @@ bool tcpl_quant_in_region(const lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id);
 	if (w8a8_rowmax(c, id))
+		return true;
+	if (n->op == MOE_OP_REDUCE_MAX && scale_copies(c, n->args[0])) /* fused into its contraction */
 		return true;
 	if (n->op == MOE_OP_DEQUANT)
 		return n->valid == c->nblocks && c->inreg[n->args[0]] && c->inreg[n->args[1]];
@@ -588,6 +591,41 @@ static bool w8a8_chain(const lw *c, moe_id a, moe_id *xf)
 	return N(c->g, *xf)->dtype == MOE_F32;
 }
 
+/* The block's rows' scales as dispatched (tcp-w8a8-act-once): [.., M, w],
+ * w equal copies per row. */
+static bool scale_copies(const lw *c, moe_id id)
+{
+	const ir_node *n = N(c->g, id);
+	return n->op == MOE_OP_RESHAPE && n->dtype == MOE_F32 && n->rank >= 2 && n->name &&
+	       !strcmp(n->name, "blocks.scale"); /* (the region's nodes lose their leading G when lowered) */
+}
+
+/* x' = q x as with q and as quantized before the dispatch (tcp-w8a8-act-once,
+ * gpass/w8a8_act.c): a = cast(mul(cast(bq, f32), bs)), bq the block's rows of
+ * q (integers of at most 127 in magnitude, in the compute type) and bs its
+ * rows' scales [.., M, 1] f32. *bq, *bs: those per-block values; *mul the mul
+ * and *qf the widening cast of bq (bq itself for f32). */
+static bool w8a8_pre(const lw *c, moe_id a, moe_id *bq, moe_id *bs, moe_id *mul, moe_id *qf)
+{
+	const ir_node *n = N(c->g, a);
+	*mul = n->op == MOE_OP_CAST ? n->args[0] : a;
+	const ir_node *m = N(c->g, *mul);
+	if (m->op != MOE_OP_MUL || m->nargs != 2 || m->dtype != MOE_F32)
+		return false;
+	*qf = m->args[0];
+	*bs = m->args[1];
+	const ir_node *q = N(c->g, *qf), *s = N(c->g, *bs);
+	*bq = q->op == MOE_OP_CAST ? q->args[0] : *qf;
+	const ir_node *b = N(c->g, *bq);
+	if (!(q->dtype == MOE_F32 && s->dtype == MOE_F32 && s->rank == q->rank && s->shape[s->rank - 1] == 1 &&
+		    b->op == MOE_OP_RESHAPE && b->name && !strcmp(b->name, "blocks.q") &&
+		    (b->dtype == MOE_F32 || b->dtype == MOE_BF16)))
+		return false;
+	if (s->op == MOE_OP_REDUCE_MAX) /* of equal copies: the first */
+		*bs = s->args[0];
+	return scale_copies(c, *bs);
+}
+
 /* The first einsum that reads a as a W8A8 contraction's activation, after id. */
 static moe_id w8a8_next(const lw *c, moe_id a, moe_id id)
 {
@@ -612,6 +650,14 @@ void tcpl_w8a8_plan(lw *c)
 		moe_id xf, a = un->nargs == 2 ? un->args[0] : MOE_NONE;
 		if (un->op != MOE_OP_EINSUM || a == MOE_NONE || w8a8_next(c, a, u - 1) != u || c->fused_into[a] != MOE_NONE)
 			continue;
+		moe_id bq, bs, mul, qf;
+		if (w8a8_pre(c, a, &bq, &bs, &mul, &qf)) { /* quantized before the dispatch */
+			c->fused_into[a] = c->fused_into[mul] = c->fused_into[qf] = u;
+			if (N(c->g, mul)->args[1] != bs)
+				c->fused_into[N(c->g, mul)->args[1]] = u; /* the max of the scale copies */
+			c->fused_into[bq] = c->fused_into[bs] = MOE_NONE;
+			continue;
+		}
 		if (!w8a8_chain(c, a, &xf)) {
 			tcpl_err(c, u, "W8A8: the contraction's activation is not the per-token int8 quantization "
 				       "blockwise-dispatch writes");
@@ -694,22 +740,46 @@ static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, 
 	*xq_ = xq;
 }
 
+/* The block's quantized rows bq [M, I] (integers of at most 127 in
+ * magnitude, bf16 or f32) as i8: one pass, cvt.ftoi exact on them. */
+static int32_t w8a8_rows_i8(lw *c, moe_id id, moe_id bq, int64_t M, int64_t I, int vreg)
+{
+	int64_t shx[2] = {M, I};
+	val *bv = tcpl_dm_view(c, bq);
+	if (c->failed)
+		return -1;
+	val b = *bv;
+	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
+	tcp_insn p = vec2(M, I, vreg);
+	p.v[TCP_V_S0] = qview(&b, 1, 0, b.stride[0], b.stride[1], 1, 1, true);
+	p.v[TCP_V_S0].stride[1] = b.stride[1];
+	p.v[TCP_V_DST] = v4(xq, 0, I, 1, 0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	return xq;
+}
+
 /* The block einsum id: y = x' W^T with W8A8's int8 activations and weight. */
 static void w8a8_einsum(lw *c, moe_id id)
 {
 	const ir_node *n = N(c->g, id), *dn = N(c->g, n->args[1]);
-	moe_id a = n->args[0], xf;
-	if (!w8a8_chain(c, a, &xf)) {
+	moe_id a = n->args[0], xf, bq, bs, mul, qf;
+	bool pre = w8a8_pre(c, a, &bq, &bs, &mul, &qf);
+	if (!pre && !w8a8_chain(c, a, &xf)) {
 		tcpl_err(c, id, "W8A8: the contraction's activation is not the per-token int8 quantization");
 		return;
 	}
 	const val *q = &c->v[dn->args[0]], *s = &c->v[dn->args[1]];
-	int64_t M = n->shape[n->rank - 2], O = n->shape[n->rank - 1], I = N(c->g, xf)->shape[N(c->g, xf)->rank - 1];
+	int64_t M = n->shape[n->rank - 2], O = n->shape[n->rank - 1];
+	int64_t I = N(c->g, pre ? bq : xf)->shape[N(c->g, pre ? bq : xf)->rank - 1];
 	int vreg = tcpl_valid_reg(c, id);
-	int32_t as, xq;
+	int32_t as = -1, xq;
+	tcp_view asv;
 	if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
 		as = c->qx_sa;
 		xq = c->qx_xq;
+	} else if (pre) {
+		xq = w8a8_rows_i8(c, id, bq, M, I, vreg);
 	} else {
 		val *xv = tcpl_dm_view(c, xf);
 		if (c->failed)
@@ -717,11 +787,23 @@ static void w8a8_einsum(lw *c, moe_id id)
 		val x = *xv;
 		w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq);
 	}
+	if (c->failed)
+		return;
+	if (pre) { /* the rows' scales as gathered: [M, 1] */
+		const val *sv = tcpl_dm_view(c, bs);
+		if (c->failed)
+			return;
+		asv = qview(sv, 1, 0, sv->stride[0], 0, 1, 1, true);
+		asv.stride[0] = sv->stride[0];
+		asv.stride[1] = 0;
+	} else {
+		asv = v4(as, 0, 1, 0, 0, 0);
+	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
 	int32_t C = tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
 	tcp_insn p = vec2(M, O, vreg);
-	p.v[TCP_V_S0] = v4(as, 0, 1, 0, 0, 0);
+	p.v[TCP_V_S0] = asv;
 	p.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
 	p.v[TCP_V_S1].stride[0] = 0;
 	p.v[TCP_V_S1].stride[1] = s->stride[0];
@@ -740,7 +822,8 @@ static void w8a8_einsum(lw *c, moe_id id)
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);
-		tcpl_dm_free(c, as);
+		if (as >= 0)
+			tcpl_dm_free(c, as);
 	}
 	c->p->nproj++;
 }

@@ -99,14 +99,48 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 	return best;
 }
 
+/* The plans of one block=auto call: every candidate B prices its row
+ * classes with the same (rows, O, I) several times over (tcp_plan_contract
+ * tries every TRF row count, so its result is worth keeping). An open
+ * addressing table; a full one plans afresh. */
+enum { MEMO_SLOTS = 4096 };
+typedef struct plan_memo {
+	struct {
+		int64_t M, O, I;
+		int wdt;
+		bool used;
+		cplan pl;
+	} e[MEMO_SLOTS];
+} plan_memo;
+
+/* tcp_plan_contract(m, M, O, I, wdt), kept in pm (NULL: none). */
+static cplan plan_of(const moe_tcp_machine *m, plan_memo *pm, int64_t M, int64_t O, int64_t I, int wdt)
+{
+	if (!pm)
+		return tcp_plan_contract(m, M, O, I, wdt, NULL);
+	uint64_t h = (uint64_t)M * 0x9e3779b97f4a7c15ull ^ (uint64_t)O * 0xc2b2ae3d27d4eb4full ^
+		     (uint64_t)I * 0x165667b19e3779f9ull ^ (uint64_t)wdt;
+	for (uint64_t k = 0; k < MEMO_SLOTS; k++) {
+		size_t i = (size_t)((h + k) % MEMO_SLOTS);
+		if (!pm->e[i].used) {
+			pm->e[i].M = M, pm->e[i].O = O, pm->e[i].I = I, pm->e[i].wdt = wdt, pm->e[i].used = true;
+			pm->e[i].pl = tcp_plan_contract(m, M, O, I, wdt, NULL);
+			return pm->e[i].pl;
+		}
+		if (pm->e[i].M == M && pm->e[i].O == O && pm->e[i].I == I && pm->e[i].wdt == wdt)
+			return pm->e[i].pl;
+	}
+	return tcp_plan_contract(m, M, O, I, wdt, NULL);
+}
+
 /* A block of `rows` rows (at most h) runs the contraction planned for h rows
  * in the row tiles of lower_rows.c that start below `rows`: [0, first),
  * [first, 2 first), ... or, with a step, [first, first + step), ... (first
  * = 0: h whole). Its cycles. */
-static int64_t tiled_cycles(const moe_tcp_machine *m, int64_t h, int64_t first, int64_t step, int64_t rows, int64_t O,
-	int64_t I, int wdt)
+static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, int64_t first, int64_t step,
+	int64_t rows, int64_t O, int64_t I, int wdt)
 {
-	cplan pl = tcp_plan_contract(m, h, O, I, wdt, NULL);
+	cplan pl = plan_of(m, pm, h, O, I, wdt);
 	int64_t tiles[64];
 	int nt = 0;
 	if (first < 1 || h <= first)
@@ -126,6 +160,7 @@ typedef struct layer_dims {
 	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
 	double shared; /* main cycles of a shared expert run in pieces inside the loop (lower_shared.c), or 0 */
+	plan_memo *memo; /* the call's plans, or NULL */
 } layer_dims;
 
 /* Stored bytes per element of a weight: a dequant's packed values and scales
@@ -198,7 +233,7 @@ static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const 
 			continue;
 		const ir_node *a = N(g, n->args[0]), *w = N(g, n->args[1]);
 		int64_t O = ir_numel(n) / d->T, I = ir_numel(a) / d->T;
-		cyc += 64.0 * (double)tiled_cycles(m, d->T / 64, 0, 0, d->T / 64, O, I, w->dtype);
+		cyc += 64.0 * (double)tiled_cycles(m, d->memo, d->T / 64, 0, 0, d->T / 64, O, I, w->dtype);
 		wb += (double)ir_bytes(w);
 		widest = fmax(widest, (double)O * (double)(moe_dtype_size((moe_dtype)n->dtype) + 4));
 	}
@@ -307,10 +342,10 @@ static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t 
 	double S = (double)tcp_slices(m);
 	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
 	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
-	int64_t c1 = tiled_cycles(m, h, first, step, rows, F1, d->D, d->wdt),
-		c2 = tiled_cycles(m, h, first, step, rows, d->D, d->F, d->wdt);
+	int64_t c1 = tiled_cycles(m, d->memo, h, first, step, rows, F1, d->D, d->wdt),
+		c2 = tiled_cycles(m, d->memo, h, first, step, rows, d->D, d->F, d->wdt);
 	if (tiles) {
-		cplan p1 = tcp_plan_contract(m, h, F1, d->D, d->wdt, NULL), p2 = tcp_plan_contract(m, h, d->D, d->F, d->wdt, NULL);
+		cplan p1 = plan_of(m, d->memo, h, F1, d->D, d->wdt), p2 = plan_of(m, d->memo, h, d->D, d->F, d->wdt);
 		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
 			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
 	}
@@ -460,6 +495,8 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		return 0;
 	if (!m && !(m = def = moe_tcp_machine_default(ctx)))
 		return 0;
+	d.memo = ctx_alloc(ctx, sizeof *d.memo);
+	memset(d.memo, 0, sizeof *d.memo);
 	d.shared = shared_cycles(m, g, &d);
 	int64_t cand[NAUTO];
 	int nc = auto_candidates(m, &d, cand);
@@ -480,6 +517,7 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	}
 	if (predicted_s)
 		*predicted_s = t[0][pick] / m->clock_hz;
+	ctx_free(ctx, d.memo, sizeof *d.memo);
 	moe_tcp_machine_free(ctx, def);
 	return cand[pick];
 }

@@ -59,8 +59,11 @@ static int select_program(moe_ctx *ctx, tcp_sched *s, const char *tcpb, bool asm
 	int rc = !p;
 	if (!rc && tcpb)
 		rc = moe_tcp_write_binary(ctx, p, tcpb) != MOE_OK;
+	char *text = NULL;
+	size_t len = 0;
 	if (!rc && asm_)
-		rc = tcp_print_asm(p, stdout) != MOE_OK;
+		rc = moe_tcp_to_asm(ctx, p, &text, &len) != MOE_OK || fwrite(text, 1, len, stdout) != len;
+	moe_free(ctx, text);
 	tcp_prog_free(p);
 	return rc;
 }

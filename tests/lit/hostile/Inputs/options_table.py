@@ -1,5 +1,5 @@
 """Every option/command/target/input combination that the option table
-(`moec help --option-table`, frontend/cli/options.def) says does not apply is
+(`moec help --option-table`, cli/options.def) says does not apply is
 an error naming the option, before anything is written:
   - an option of another command (`does not apply to moec CMD`);
   - for each command, target (host, tcp) and kind of FILE (.moe, textual IR,

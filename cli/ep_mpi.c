@@ -1,4 +1,4 @@
-/* frontend/cli/ep_mpi.c: the MPI transport of `moec run --ep N`
+/* cli/ep_mpi.c: the MPI transport of `moec run --ep N`
  * (docs/expert-parallel.md). One device per rank of MPI_COMM_WORLD.
  *
  * Every collective step first agrees on the ranks' state (MPI_Allreduce of
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 #ifdef MOEC_HAVE_MPI
 #include <mpi.h>

@@ -1,4 +1,4 @@
-/* frontend/cli/stats.c: moec stats, a readable table of the library's stats
+/* cli/stats.c: moec stats, a readable table of the library's stats
  * JSON (moe_module_stats_json) by default, the JSON itself with --json. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "moec/backend.h"
 #include "moec/passes.h"
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 static double num(const cJSON *o, const char *key)
 {
@@ -170,6 +170,41 @@ static void print_predict_json(const moe_tcp_prediction *p)
 		(long long)p->approximated_index_lists);
 }
 
+static const char *const floor_term[] = {"roofline", "chain", "DMA context", "main context"};
+static const char *const floor_key[] = {"roofline", "chain", "dma", "main"};
+
+/* The contract's floor (moe_tcp_floor on expected loads) against the prediction. */
+static void print_floor(const moe_tcp_floor_terms *f, const moe_tcp_prediction *p)
+{
+	char a[32], b[32], c[32], d[32], e[32];
+	double t[4] = {f->roofline_seconds, f->chain_seconds, f->dma_seconds, f->main_seconds};
+	printf("TCP floor %s: launch and end %s + %s %s (%s %.1f experts hit); predicted %s, roofline %s\n",
+		secs(a, sizeof a, f->seconds), secs(b, sizeof b, f->launch_end_seconds), floor_term[f->binding],
+		secs(c, sizeof c, t[f->binding]), f->expected ? "expected" : "given", f->experts_hit,
+		secs(d, sizeof d, p->seconds), secs(e, sizeof e, p->stats.roofline_seconds));
+	printf("  %-15s roofline %s, chain %s (routing %s), DMA context %s, main context %s\n", "floor terms",
+		secs(a, sizeof a, f->roofline_seconds), secs(b, sizeof b, f->chain_seconds),
+		secs(c, sizeof c, f->route_seconds), secs(d, sizeof d, f->dma_seconds), secs(e, sizeof e, f->main_seconds));
+	printf("  %-15s predicted/floor %.3fx, predicted/roofline %.3fx (%s above the floor)\n\n", "ratios",
+		f->seconds > 0 ? p->seconds / f->seconds : 0, p->stats.roofline_ratio,
+		secs(a, sizeof a, p->seconds - f->seconds));
+}
+
+static void print_floor_json(const moe_tcp_floor_terms *f, const moe_tcp_prediction *p)
+{
+	printf("\n\t\"tcp_floor\":\t{\"seconds\": %.9g, \"launch_end_seconds\": %.9g, \"roofline_seconds\": %.9g, "
+	       "\"chain_seconds\": %.9g, \"route_seconds\": %.9g, \"dma_seconds\": %.9g, \"main_seconds\": %.9g, "
+	       "\"binding\": \"%s\", \"loads\": \"%s\", \"tokens\": %lld, \"experts_hit\": %.6g, "
+	       "\"weight_bytes\": %.17g, \"other_bytes\": %.17g, \"macs\": %.17g, \"mac_rate\": %.9g, "
+	       "\"vector_elements\": %.17g, \"dma_commands\": %lld, \"main_commands\": %lld, "
+	       "\"predicted_seconds\": %.9g, \"predicted_ratio\": %.6g, \"roofline_ratio\": %.6g},",
+		f->seconds, f->launch_end_seconds, f->roofline_seconds, f->chain_seconds, f->route_seconds, f->dma_seconds,
+		f->main_seconds, floor_key[f->binding], f->expected ? "expected" : "given", (long long)f->tokens,
+		f->experts_hit, f->weight_bytes, f->other_bytes, f->macs, f->mac_rate, f->vector_elements,
+		(long long)f->dma_commands, (long long)f->main_commands, p->seconds,
+		f->seconds > 0 ? p->seconds / f->seconds : 0, p->stats.roofline_ratio);
+}
+
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit)
 {
 	const char *named = o->pipeline ? moe_pipeline_named(o->pipeline) : NULL;
@@ -200,6 +235,8 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 				fit->capacity);
 		if (fit && fit->predicted)
 			print_predict_json(&fit->pred);
+		if (fit && fit->predicted && fit->floored)
+			print_floor_json(&fit->floor, &fit->pred);
 		status = puts(js2 + (autob > 0 || fit)) < 0; /* js2 starts with its '{' */
 		free(js2);
 	} else {
@@ -211,6 +248,8 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 				GIB(fit->weights), GIB(fit->capacity), fit->predicted ? "" : "\n");
 		if (fit && fit->predicted)
 			print_predict(&fit->pred);
+		if (fit && fit->predicted && fit->floored)
+			print_floor(&fit->floor, &fit->pred);
 		const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
 		if (cJSON_IsArray(layers)) {
 			for (const cJSON *l = layers->child; l; l = l->next)

@@ -1,4 +1,4 @@
-/* frontend/cli/ep_digest.c: what every rank of `moec run --ep N` must agree
+/* cli/ep_digest.c: what every rank of `moec run --ep N` must agree
  * on before it computes (docs/expert-parallel.md, "Ranks agree"). Each field
  * is an FNV-1a-64 hash of a canonical serialisation; the ranks exchange the
  * vectors in their first collective, so a mismatch names the field. It is a
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 const char *const cli_ep_digest_names[CLI_EP_DIGESTS] = {"dims", "dtype", "layer", "pipeline", "placement", "engine",
 	"tokens", "weights", "input"};

@@ -1,4 +1,4 @@
-/* frontend/cli/ep_host.c: `moec run --ep N --engine=llvm|c`, one rank's
+/* cli/ep_host.c: `moec run --ep N --engine=llvm|c`, one rank's
  * expert-parallel program on a host JIT engine (docs/expert-parallel.md
  * section 5). The engines compile whole graphs and have no call-out for an
  * exchange, so the program is cut at its all_to_all nodes into phases
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 #include "moec/backend.h"
 #include "moec/passes.h"
 

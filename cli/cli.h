@@ -1,4 +1,4 @@
-/* frontend/cli/cli.h: shared state of the moec command's subcommands. */
+/* cli/cli.h: shared state of the moec command's subcommands. */
 #ifndef MOEC_CLI_H
 #define MOEC_CLI_H
 
@@ -28,7 +28,7 @@ enum {
 	I_ALL = I_MOE | I_IR | I_TCPB,
 };
 
-/* What a file holds, by its content (frontend/cli/sniff.c). */
+/* What a file holds, by its content (cli/sniff.c). */
 typedef enum cli_kind {
 	K_UNREAD,       /* not a regular file (stdin, FIFO, device): its reader decides */
 	K_MOE,          /* .moe text (anything not recognised as another kind) */
@@ -83,7 +83,7 @@ typedef struct opts {
 	size_t nsets;
 } opts;
 
-/* ---- the option table and help (frontend/cli/options.c) ---- */
+/* ---- the option table and help (cli/options.c) ---- */
 typedef struct cli_command {
 	const char *name;
 	unsigned bit;
@@ -111,7 +111,7 @@ int cli_check_applies(moe_ctx *ctx, const opts *o);
  * spelling, metavar, commands, target, inputs, needs, excludes, tab-separated. */
 void cli_option_table(FILE *f);
 
-/* ---- input recognition (frontend/cli/sniff.c) ---- */
+/* ---- input recognition (cli/sniff.c) ---- */
 cli_kind cli_sniff(const char *data, size_t len);
 /* Reads the start of a regular file and classifies it (other files are left
  * to the reader: K_UNREAD); 1 after a diagnostic if it cannot be read. */
@@ -137,25 +137,6 @@ int cli_guard_writable(moe_ctx *ctx, const opts *o);
 /* The same for outputs a command derives from -o (compile --ep's OUT.chip<d>...):
  * an error naming both when one is an input. */
 int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size_t n);
-/* Signal handlers removing the output sets' temporaries, then the library's
- * (moe_remove_temporaries), then _exit(128 + signal); a temporary made by
- * mkstemp(tmpl) listed in them (the descriptor, -1 on failure), and taken
- * off the list (removing the file when remove_it). */
-void cli_signals_install(void);
-int cli_temp_create(char *tmpl, int *slot);
-void cli_temp_release(int slot, int remove_it);
-
-/* ---- the outputs of one command, committed all or none (frontend/cli/outset.c) ----
- * add: a temporary beside path, made now, whose name is returned for the
- * writer (path itself for a FIFO or character device); NULL with an error.
- * commit: renames every temporary onto its target in the order added, once
- * all exist; 1 after an error (the remaining temporaries removed). abort:
- * removes them all. Both free the set. */
-typedef struct cli_outset cli_outset;
-cli_outset *cli_outset_new(moe_ctx *ctx);
-const char *cli_outset_add(cli_outset *s, const char *path);
-int cli_outset_commit(cli_outset *s);
-void cli_outset_abort(cli_outset *s);
 int cli_ends_with(const char *s, const char *suf);
 /* True for "-o -": the output goes to standard output. */
 int cli_is_stdout(const char *out);
@@ -163,7 +144,7 @@ moe_module *cli_load(moe_ctx *ctx, const opts *o);
 /* Binds the graph's inputs from --input (x.npy, or NAME=x.npy,...); checks shapes. */
 int cli_bind_inputs(moe_ctx *ctx, const moe_graph *g, const char *spec, moe_tensor_map *bind, int64_t tokens);
 
-/* Serving, `run --tokens N` (frontend/cli/serve.c): N (-1 when absent, -2
+/* Serving, `run --tokens N` (cli/serve.c): N (-1 when absent, -2
  * after an error); the n_tokens input added to a layer without one (before
  * lowering); N bound to it; an input of N rows padded to the node's shape;
  * the first N rows of an output (the tensors given are freed). */
@@ -200,7 +181,7 @@ int cli_cat_and_remove(moe_ctx *ctx, const char *tmp);
 int cli_passes(moe_ctx *ctx);
 int cli_import_hf(moe_ctx *ctx, const opts *o);
 int cli_run(moe_ctx *ctx, const opts *o);
-/* run --ep N (frontend/cli/ep.c) and its MPI transport (ep_mpi.c): init
+/* run --ep N (cli/ep.c) and its MPI transport (ep_mpi.c): init
  * reports this process's rank and the ranks running; agree returns nonzero
  * when any rank failed (failed: this one did), after which no collective
  * follows; gather collects each rank's bytes at rank 0, in rank order. */
@@ -217,7 +198,7 @@ moe_status cli_ep_all_to_all(void *ud, moe_ctx *ctx, const void *send, const int
 	void *recv, int64_t cap, int64_t *got);
 int cli_ep_net_gather(moe_ctx *ctx, const void *mine, size_t bytes, void *all, size_t all_bytes);
 void cli_ep_net_finish(void);
-/* The ranks' agreement before computing (frontend/cli/ep_digest.c): a hash
+/* The ranks' agreement before computing (cli/ep_digest.c): a hash
  * per field of what every rank must share; the first collective gathers
  * every rank's vector and failure flag. compare: -1 when a rank failed (as
  * agree), 0 when every rank's vector equals rank 0's, 1 when one does not
@@ -241,6 +222,9 @@ typedef struct cli_fit {
 	 * predicted 0: not predicted) */
 	int predicted;
 	moe_tcp_prediction pred;
+	/* the contract's floor on expected loads (moe_tcp_floor; floored 0: none) */
+	int floored;
+	moe_tcp_floor_terms floor;
 } cli_fit;
 /* stats --target=tcp: the layer compiled as `compile` compiles it (its
  * decode tier linked), so a layer compile refuses fails here with the same
@@ -250,7 +234,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit);
  * seconds; fit: the TCP program's HBM, or NULL. */
 int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, double pred, const cli_fit *fit);
 
-/* TCP target (frontend/cli/tcp.c). */
+/* TCP target (cli/tcp.c). */
 /* block=auto for the TCP target; *chosen: the B picked (0: none). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 /* --quant-act: an error (1) unless m has a block-FP8 dequant; =fp8 sets act=fp8 on

@@ -1,4 +1,4 @@
-/* frontend/cli/run.c: moec passes, import-hf, compile and run. */
+/* cli/run.c: moec passes, import-hf, compile and run. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <limits.h>
@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frontend/cli/cli.h"
-#include "runtime/rt_io.h"
+#include "cli.h"
 
 static moe_loc floc(moe_ctx *ctx, const char *f)
 {
@@ -217,17 +216,17 @@ static int emit_target(moe_ctx *ctx, const moe_graph *g, const char *t, const op
 		const char *td = getenv("TMPDIR");
 		char dir[40];
 		snprintf(dir, sizeof dir, "%s/moec.XXXXXX", td && *td && strlen(td) < 24 ? td : "/tmp");
-		if (!rt_mkdtemp(dir, &slot[0]))
+		if (!moe_temp_dir(dir, &slot[0]))
 			return err(ctx, NULL, "cannot make a temporary directory: %s", strerror(errno));
 		snprintf(tmp, sizeof tmp, "%s/out.%s", dir, strcmp(t, "tcp") ? "ll" : "tcps");
-		slot[1] = rt_temp_register(tmp);
+		slot[1] = moe_temp_track(tmp);
 		path = tmp;
 	}
 	int status = strcmp(t, "tcp") ? emit_host(ctx, g, t, path) : cli_compile_tcp(ctx, g, o, path);
 	if (*tmp) {
 		status |= cli_cat_and_remove(ctx, tmp);
-		rt_temp_forget(slot[1]);
-		rt_temp_forget(slot[0]);
+		moe_temp_forget(slot[1]);
+		moe_temp_forget(slot[0]);
 	}
 	return status;
 }
@@ -287,52 +286,6 @@ int cli_cat_and_remove(moe_ctx *ctx, const char *tmp)
 }
 
 /* Splits "a,b,c" into at most 64 paths (pointers into a copy). */
-/* What identifies the checkpoint's bytes for the packed-weight cache
- * (moe_host_opts.weights_id): per file its real path, device, inode, size,
- * modification time (ns) and an FNV-1a-64 digest of its safetensors header;
- * malloc'd, or NULL (no cache) when a source is not a regular .safetensors
- * file (a directory or sharded index: its shards are not all named here). */
-static char *weights_id(const char *const *paths, size_t np)
-{
-	rt_buf b = {0};
-	for (size_t i = 0; i < np; i++) {
-		char real[PATH_MAX];
-		struct stat st;
-		size_t n = strlen(paths[i]);
-		if (n < 12 || strcmp(paths[i] + n - 12, ".safetensors") || !realpath(paths[i], real) || stat(real, &st) != 0 ||
-			!S_ISREG(st.st_mode) || st.st_size < 8) {
-			rt_buf_free(&b);
-			return NULL;
-		}
-		uint64_t h = 0xcbf29ce484222325ull, len = 0;
-		unsigned char buf[65536];
-		FILE *f = fopen(real, "rb");
-		bool ok = f && fread(buf, 1, 8, f) == 8;
-		for (int k = 0; ok && k < 8; k++)
-			len |= (uint64_t)buf[k] << (8 * k);
-		ok = ok && len <= (uint64_t)100 << 20 && len <= (uint64_t)st.st_size - 8;
-		for (uint64_t done = 0; ok && done < len;) {
-			size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
-			ok = fread(buf, 1, want, f) == want;
-			for (size_t k = 0; ok && k < want; k++)
-				h = (h ^ buf[k]) * 0x100000001b3ull;
-			done += want;
-		}
-		if (f)
-			fclose(f);
-		if (!ok) {
-			rt_buf_free(&b);
-			return NULL;
-		}
-		rt_buf_printf(&b, "file %s dev %llu ino %llu size %lld mtime %lld.%09ld header %016llx\n", real,
-			(unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size,
-			(long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (unsigned long long)h);
-	}
-	char *r = b.oom || !b.s ? NULL : strdup(b.s);
-	rt_buf_free(&b);
-	return r;
-}
-
 static size_t split_paths(char *s, const char **out, size_t max)
 {
 	size_t n = 0;
@@ -548,21 +501,21 @@ int cli_run(moe_ctx *ctx, const opts *o)
 	t = *o;
 	for (size_t i = 0; i < t.nsets; i++)
 		t.sets[i].name = t.setnames[i];
-	cli_outset *set = cli_outset_new(ctx);
+	moe_output_set *set = moe_output_set_new(ctx);
 	int bad = !set;
 	if (!bad && o->out && !o->timing_only)
-		bad = !(t.out = cli_outset_add(set, o->out));
+		bad = !(t.out = moe_output_set_add(set, o->out));
 	if (!bad && o->stats)
-		bad = !(t.stats = cli_outset_add(set, o->stats));
+		bad = !(t.stats = moe_output_set_add(set, o->stats));
 	if (!bad && o->trace)
-		bad = !(t.trace = cli_outset_add(set, o->trace));
+		bad = !(t.trace = moe_output_set_add(set, o->trace));
 	if (!bad)
 		bad = o->kind == K_TCPB || o->kind == K_TSCHED ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
 	if (bad) {
-		cli_outset_abort(set);
+		moe_output_set_abort(set);
 		return 1;
 	}
-	return cli_outset_commit(set);
+	return moe_output_set_commit(set) != MOE_OK;
 }
 
 static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t repeat)
@@ -606,7 +559,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 			ho.engine = !strcmp(engine, "c") ? MOE_HOST_C : MOE_HOST_LLVM;
 			ho.repeat = (int)repeat;
 			ho.no_cache = o->no_cache != NULL;
-			char *wid = ho.no_cache ? NULL : weights_id(paths, np);
+			char *wid = ho.no_cache ? NULL : moe_checkpoint_id(paths, np);
 			ho.weights_id = wid;
 			ho.cold = o->cold != NULL;
 			int64_t th = int_opt(ctx, "--threads", o->threads);

@@ -1,4 +1,4 @@
-/* frontend/cli/tcp.c: the TCP target of moec compile and moec run. */
+/* cli/tcp.c: the TCP target of moec compile and moec run. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,9 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "frontend/cli/cli.h"
-#include "ir/ir.h"
-#include "ir/quant.h"
+#include "cli.h"
 #include "moec/passes.h"
 
 static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
@@ -36,63 +34,9 @@ static int pass_machine(moe_ctx *ctx, const opts *o)
  * forced one stands); *pred: its predicted block-loop time. */
 static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 
-/* A dequant that --quant-act chooses for: block FP8 in 128 x 128 blocks dividing
- * its rows and columns, the weights the lowering can contract fp8 x fp8
- * (docs/tcp-isa.md 7.10); every other format is dequantized in DM alike. */
-static bool block_fp8(const moe_graph *g, moe_id n, qt_info *qi)
-{
-	return moe_node_op(g, n) == MOE_OP_DEQUANT && ir_dequant_info(g, N(g, n), qi) && qi->fmt == QT_FP8 &&
-	       qi->bn == 128 && qi->bk == 128 && qi->N % 128 == 0 && qi->K % 128 == 0;
-}
-
-/* --quant-act applies to a layer with a block-FP8 dequant; else an error
- * naming the option and the formats of the layer's quantized weights (1). */
-static int quant_act_applies(moe_ctx *ctx, const opts *o, const moe_module *m)
-{
-	char fmts[160] = "";
-	bool w8a8 = false; /* int8 weights contracted with int8 activations (act="int8") */
-	moe_loc at = moe_loc_file(ctx, o->file);
-	for (size_t i = 0; i < moe_module_num_graphs(m); i++) {
-		const moe_graph *g = moe_module_graph((moe_module *)m, i);
-		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++) {
-			qt_info qi;
-			if (block_fp8(g, n, &qi))
-				return 0;
-			if (moe_node_op(g, n) != MOE_OP_DEQUANT || !ir_dequant_info(g, N(g, n), &qi))
-				continue;
-			w8a8 |= qi.fmt == QT_INT8 && !strcmp(moe_node_get_str(g, n, "act") ? moe_node_get_str(g, n, "act") : "",
-							  "int8");
-			char one[64];
-			snprintf(one, sizeof one, "%s in [%lld, %lld] blocks", moe_node_get_str(g, n, "format"), (long long)qi.bn,
-				(long long)qi.bk);
-			if (!*fmts)
-				at = moe_node_loc(g, n); /* the first quantized weight's dequant */
-			if (!strstr(fmts, one) && strlen(fmts) + strlen(one) + 3 < sizeof fmts)
-				snprintf(fmts + strlen(fmts), sizeof fmts - strlen(fmts), "%s%s", *fmts ? ", " : "", one);
-		}
-	}
-	moe_diag(ctx, MOE_DIAG_ERROR, at,
-		"--quant-act=%s applies to block-FP8 experts (fp8 in 128 x 128 blocks dividing the weight); %s%s%s",
-		o->quant_act, *fmts ? "this layer's quantized weights are " : "this layer has no quantized weights", fmts,
-		!*fmts ? "" : w8a8 ? ": W8A8, whose int8 activations the layer declares (act=\"int8\"), runs without the option"
-				   : ": they are dequantized in DM without the option");
-	return 1;
-}
-
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m)
 {
-	if (!m || !o->quant_act)
-		return 0;
-	if (quant_act_applies(ctx, o, m))
-		return 1;
-	for (size_t i = 0; !strcmp(o->quant_act, "fp8") && i < moe_module_num_graphs(m); i++) {
-		moe_graph *g = moe_module_graph(m, i);
-		qt_info qi;
-		for (moe_id n = 0; n < moe_graph_num_nodes(g); n++)
-			if (block_fp8(g, n, &qi))
-				moe_node_set_str(g, n, "act", "fp8");
-	}
-	return 0;
+	return m && o->quant_act && moe_tcp_quant_act(ctx, m, o->quant_act, o->file) != MOE_OK;
 }
 
 static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B);
@@ -250,6 +194,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 		 * meets: the command fails with it */
 		st = moe_tcp_predict(ctx, p, mach, NULL, &fit->pred) != MOE_OK;
 		fit->predicted = !st;
+		fit->floored = !st && moe_tcp_floor(ctx, p, mach, 0, -1, &fit->floor) == MOE_OK;
 		if (st)
 			moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_file(ctx, o->file),
 				"the TCP program compile writes for this layer faults on expected loads (uniform routing: "
@@ -393,6 +338,28 @@ static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tc
 	return out;
 }
 
+/* The run's stats JSON with floor_seconds added: the contract's floor
+ * (moe_tcp_floor, docs/tcp-isa.md section 12) for the tokens the run routed
+ * and the experts it hit; unchanged for a program without an experts op. */
+static char *add_floor(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *seen,
+	const moe_tcp_stats *st, char *js)
+{
+	moe_tcp_floor_terms fl;
+	int64_t n = seen->n_tokens > 0 ? seen->n_tokens : 0;
+	if (seen->n_tokens == 0 || moe_tcp_floor(ctx, p, m, n, (double)st->experts_hit, &fl) != MOE_OK)
+		return js;
+	cJSON *j = cJSON_Parse(js);
+	if (!j)
+		return js;
+	cJSON_AddNumberToObject(j, "floor_seconds", fl.seconds);
+	char *out = cJSON_Print(j);
+	cJSON_Delete(j);
+	if (!out)
+		return js;
+	free(js);
+	return out;
+}
+
 static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tensor_map *bind,
 	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
 {
@@ -414,6 +381,8 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 		*stats_json = moe_tcp_stats_json(ctx, &st);
 	if (rc == MOE_OK && o->stats && *stats_json)
 		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, *stats_json);
+	if (rc == MOE_OK && o->stats && *stats_json)
+		*stats_json = add_floor(ctx, p, m, &seen, &st, *stats_json);
 	moe_tcp_loads_free(ctx, &seen);
 	return rc != MOE_OK;
 }

@@ -1,4 +1,4 @@
-/* frontend/cli/ep.c: `moec run --ep N`, one device of an expert-parallel
+/* cli/ep.c: `moec run --ep N`, one device of an expert-parallel
  * layer per MPI rank (docs/expert-parallel.md).
  *
  * Rank r builds the layer for its shard of the T tokens (--set T=T_r, one
@@ -9,6 +9,8 @@
  * through MPI (ep_mpi.c). Rank 0 gathers the rows of the output in rank order
  * and writes -o, and with --stats every rank's figures, as one output set. */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -18,9 +20,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 #include "moec/tcp.h"
-#include "runtime/rt_io.h"
 
 static int fail(moe_ctx *ctx, const char *fmt, const char *arg)
 {
@@ -492,18 +493,18 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 	if (cli_ep_net_agree(ctx, bad))
 		goto done;
 	/* rank 0's outputs are one set: -o and --stats renamed into place together */
-	cli_outset *set = rank == 0 ? cli_outset_new(ctx) : NULL;
-	const char *yo = set ? cli_outset_add(set, o->out) : NULL, *so = set && o->stats ? cli_outset_add(set, o->stats) : NULL;
+	moe_output_set *set = rank == 0 ? moe_output_set_new(ctx) : NULL;
+	const char *yo = set ? moe_output_set_add(set, o->out) : NULL, *so = set && o->stats ? moe_output_set_add(set, o->stats) : NULL;
 	bad = rank == 0 && (!yo || (o->stats && !so));
 	if (cli_ep_net_agree(ctx, bad)) {
-		cli_outset_abort(set);
+		moe_output_set_abort(set);
 		goto done;
 	}
 	status = gather_write(ctx, yo, rank, N, T, out[0]);
 	if (!status && o->stats)
 		status = gather_stats(ctx, so, engine, rank, N, T, &rs);
 	if (set)
-		status = status ? (cli_outset_abort(set), 1) : cli_outset_commit(set);
+		status = status ? (moe_output_set_abort(set), 1) : (moe_output_set_commit(set) != MOE_OK);
 done:
 	if (status && !quiet && moe_error_count(ctx))
 		fprintf(stderr, "moec: rank %d of %d failed\n", rank, size);
@@ -528,7 +529,7 @@ typedef struct ep_out {
 	const char *ext;
 	char stem[4096];
 	const char *base; /* the stem's base name, in stem */
-	cli_outset *set;
+	moe_output_set *set;
 	cJSON *programs;
 	bool written[MOE_TCP_EP_MAX][EP_PHASES];
 } ep_out;
@@ -546,7 +547,7 @@ static moe_status write_phase(void *ud, int chip, int phase, const moe_tcp_progr
 	}
 	char path[4200];
 	snprintf(path, sizeof path, "%s.chip%d.phase%d%s", w->stem, chip, phase, w->ext);
-	const char *tmp = cli_outset_add(w->set, path);
+	const char *tmp = moe_output_set_add(w->set, path);
 	if (!tmp)
 		return MOE_ERR_IO;
 	moe_status st = !strcmp(w->ext, ".tcps") ? moe_tcp_write_asm(w->ctx, p, tmp) : moe_tcp_write_binary(w->ctx, p, tmp);
@@ -651,7 +652,7 @@ static void old_programs(const ep_out *w, const char *path, unsigned char stale[
 /* Commits the set: the old manifest goes first, then the programs are
  * renamed into place, the old manifest's programs that the new set lacks
  * removed, and the new manifest renamed in last (mset). */
-static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, cli_outset *mset)
+static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, moe_output_set *mset)
 {
 	static unsigned char stale[MOE_TCP_EP_MAX][EP_PHASES];
 	memset(stale, 0, sizeof stale);
@@ -660,13 +661,13 @@ static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, cli_outset 
 	if (old)
 		old_programs(w, manifest, stale);
 	if (old && unlink(manifest) != 0) {
-		cli_outset_abort(w->set);
-		cli_outset_abort(mset);
+		moe_output_set_abort(w->set);
+		moe_output_set_abort(mset);
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, manifest), "cannot remove the old manifest: %s", strerror(errno));
 		return 1;
 	}
-	if (cli_outset_commit(w->set)) {
-		cli_outset_abort(mset);
+	if (moe_output_set_commit(w->set) != MOE_OK) {
+		moe_output_set_abort(mset);
 		return 1;
 	}
 	bool tcps = !strcmp(w->ext, ".tcps");
@@ -682,7 +683,7 @@ static int commit_set(moe_ctx *ctx, ep_out *w, const char *manifest, cli_outset 
 						"the old manifest named this file, which the new set does not have; cannot remove it: %s",
 						strerror(errno));
 			}
-	return cli_outset_commit(mset);
+	return moe_output_set_commit(mset) != MOE_OK;
 }
 
 int cli_compile_ep(moe_ctx *ctx, const opts *o)
@@ -721,7 +722,7 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	cJSON_AddNumberToObject(man, "tokens", (double)T);
 	cJSON_AddItemToObject(man, "programs", w.programs);
 	cJSON_AddItemToObject(man, "exchanges", ex);
-	w.set = st ? NULL : cli_outset_new(ctx);
+	w.set = st ? NULL : moe_output_set_new(ctx);
 	if (!st)
 		st = !w.set || moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
 	for (int d = 0; d < N && !st; d++)
@@ -729,15 +730,15 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	char *text = st ? NULL : cJSON_Print(man);
 	if (!st && !text)
 		st = fail(ctx, "out of memory for the manifest%s", "");
-	cli_outset *mset = st ? NULL : cli_outset_new(ctx);
-	const char *tmp = mset ? cli_outset_add(mset, manifest) : NULL;
+	moe_output_set *mset = st ? NULL : moe_output_set_new(ctx);
+	const char *tmp = mset ? moe_output_set_add(mset, manifest) : NULL;
 	if (!st && (!tmp || moe_write_file_atomic(ctx, tmp, text, strlen(text)) != MOE_OK))
 		st = 1;
 	if (!st) {
 		st = commit_set(ctx, &w, manifest, mset);
 	} else {
-		cli_outset_abort(w.set);
-		cli_outset_abort(mset);
+		moe_output_set_abort(w.set);
+		moe_output_set_abort(mset);
 	}
 	cJSON_free(text);
 	cJSON_Delete(man);

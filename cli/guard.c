@@ -1,18 +1,15 @@
-/* frontend/cli/guard.c: checks on the paths of a moec command made before
+/* cli/guard.c: checks on the paths of a moec command made before
  * anything is read or written: no output is the same file as an input or as
- * another output, and path lists fit their fixed tables; and the signal
- * handlers that remove the temporaries of an interrupted command. */
+ * another output, and path lists fit their fixed tables. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "frontend/cli/cli.h"
-#include "runtime/rt_io.h"
+#include "cli.h"
 
 /* Appends the items of a comma-separated list (the path after '=' for
  * NAME=path items when named is set); false when there are more than room. */
@@ -140,70 +137,4 @@ int cli_guard_derived(moe_ctx *ctx, const opts *o, const char *const *outs, size
 	free(wcopy);
 	free(icopy);
 	return !ok;
-}
-
-/* ---- temporaries of output sets, removed on a signal ----
- * The CLI's handlers for SIGINT, SIGTERM and SIGHUP remove the temporaries
- * of output sets (this table), then the library's (moe_remove_temporaries),
- * then _exit(128 + signal). A slot's path is complete before its flag is
- * set, and slots are taken and given back with the signals blocked, so the
- * handler never reads a half-written entry. */
-#define CLI_NTEMPS 1280
-static char *temp_path[CLI_NTEMPS];
-static volatile sig_atomic_t temp_live[CLI_NTEMPS];
-
-int cli_temp_create(char *tmpl, int *slot)
-{
-	sigset_t old;
-	*slot = -1;
-	rt_block_signals(true, &old);
-	int at = -1;
-	for (int i = 0; i < CLI_NTEMPS && at < 0; i++)
-		if (!temp_live[i] && !temp_path[i])
-			at = i;
-	char *copy = at >= 0 ? strdup(tmpl) : NULL;
-	int fd = -1;
-	if (copy) {
-		fd = mkstemp(tmpl);
-		if (fd >= 0) {
-			memcpy(copy, tmpl, strlen(tmpl) + 1);
-			temp_path[at] = copy;
-			temp_live[at] = 1;
-			*slot = at;
-		} else {
-			free(copy);
-		}
-	} else {
-		errno = at < 0 ? EMFILE : ENOMEM;
-	}
-	rt_block_signals(false, &old);
-	return fd;
-}
-
-void cli_temp_release(int slot, int remove_it)
-{
-	if (slot < 0 || slot >= CLI_NTEMPS)
-		return;
-	sigset_t old;
-	rt_block_signals(true, &old);
-	if (temp_live[slot] && remove_it)
-		unlink(temp_path[slot]);
-	temp_live[slot] = 0;
-	free(temp_path[slot]);
-	temp_path[slot] = NULL;
-	rt_block_signals(false, &old);
-}
-
-static void on_signal(int sig)
-{
-	for (int i = 0; i < CLI_NTEMPS; i++)
-		if (temp_live[i])
-			unlink(temp_path[i]);
-	moe_remove_temporaries();
-	_exit(128 + sig);
-}
-
-void cli_signals_install(void)
-{
-	rt_signals_install(on_signal);
 }

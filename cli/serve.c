@@ -1,11 +1,11 @@
-/* frontend/cli/serve.c: `moec run --tokens N`, a serving layer run on its
+/* cli/serve.c: `moec run --tokens N`, a serving layer run on its
  * first N token rows (docs/semantics.md section 7). The layer gets the
  * n_tokens input when it does not declare one; N is bound to it; an x of N
  * rows is padded with zero rows to T; the output keeps the first N rows. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 static moe_id tokens_node(const moe_graph *g)
 {

@@ -1,4 +1,4 @@
-/* frontend/cli/main.c: the moec command line, a thin client of the library.
+/* cli/main.c: the moec command line, a thin client of the library.
  * moec COMMAND [options] FILE; every error is a diagnostic on stderr and
  * exit status 1. The options and every help come from one table
  * (options.def); the input's kind is recognised by its content (sniff.c).
@@ -14,7 +14,7 @@
 #include "moec/passes.h"
 #include "moec/tcp.h"
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 int cli_ends_with(const char *s, const char *suf)
 {
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
 	int r = cli_parse(argc, argv, &o, c);
 	if (r)
 		return r < 0 ? 0 : 1;
-	cli_signals_install(); /* temporaries are removed on SIGINT/SIGTERM/SIGHUP */
+	moe_cleanup_on_signals(); /* temporaries are removed on SIGINT/SIGTERM/SIGHUP */
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return cli_fail("out of memory%s", "");

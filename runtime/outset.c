@@ -1,10 +1,10 @@
-/* frontend/cli/outset.c: the outputs of one command as a set, committed all
- * or none. Every target gets a temporary beside it (TARGET.set.XXXXXX, its
+/* runtime/outset.c: outputs as a set, committed all or none
+ * (moe_output_set in moec/io.h). Every target gets a temporary beside it (TARGET.set.XXXXXX, its
  * symbolic links resolved first) before anything is computed; the writers
  * write to the temporaries (the library's writers replace them atomically);
- * cli_outset_commit renames them onto their targets in the order they were
- * added, only when every one was written, and cli_outset_abort (or a signal,
- * frontend/cli/guard.c) removes them. An existing FIFO or character device
+ * moe_output_set_commit renames them onto their targets in the order they
+ * were added, only when every one was written, and moe_output_set_abort (or
+ * a signal: they are listed as temporaries, file.c) removes them. An existing FIFO or character device
  * (/dev/null) is written straight through and takes no part in the commit. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "frontend/cli/cli.h"
 #include "runtime/rt_io.h"
 
 typedef struct item {
@@ -26,15 +25,15 @@ typedef struct item {
 	ino_t ino;
 } item;
 
-struct cli_outset {
+struct moe_output_set {
 	moe_ctx *ctx;
 	item *v;
 	size_t n, cap;
 };
 
-cli_outset *cli_outset_new(moe_ctx *ctx)
+moe_output_set *moe_output_set_new(moe_ctx *ctx)
 {
-	cli_outset *s = calloc(1, sizeof *s);
+	moe_output_set *s = calloc(1, sizeof *s);
 	if (!s)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, "moec"), "out of memory");
 	else
@@ -42,7 +41,7 @@ cli_outset *cli_outset_new(moe_ctx *ctx)
 	return s;
 }
 
-static int oops(cli_outset *s, const char *path, const char *what, int e)
+static int oops(moe_output_set *s, const char *path, const char *what, int e)
 {
 	moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_file(s->ctx, path), "%s%s%s", what, e ? ": " : "", e ? strerror(e) : "");
 	return 1;
@@ -50,7 +49,7 @@ static int oops(cli_outset *s, const char *path, const char *what, int e)
 
 /* The target of path (symbolic links resolved) and whether it is written
  * straight through; 1 after an error. */
-static int resolve(cli_outset *s, const char *path, char **target, int *through)
+static int resolve(moe_output_set *s, const char *path, char **target, int *through)
 {
 	struct stat st;
 	*through = 0;
@@ -78,7 +77,7 @@ static int resolve(cli_outset *s, const char *path, char **target, int *through)
 	return 0;
 }
 
-const char *cli_outset_add(cli_outset *s, const char *path)
+const char *moe_output_set_add(moe_output_set *s, const char *path)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 8;
@@ -110,7 +109,7 @@ const char *cli_outset_add(cli_outset *s, const char *path)
 	if (it->tmp) {
 		memcpy(it->tmp, it->target, dir + base);
 		memcpy(it->tmp + dir + base, suffix, sizeof suffix);
-		fd = cli_temp_create(it->tmp, &it->slot);
+		fd = moe_temp_file(it->tmp, &it->slot);
 	}
 	if (fd < 0) {
 		oops(s, path, "cannot create a temporary file beside it", it->tmp ? errno : ENOMEM);
@@ -127,11 +126,12 @@ const char *cli_outset_add(cli_outset *s, const char *path)
 	return it->tmp;
 }
 
-static void release(cli_outset *s, int remove_them)
+static void release(moe_output_set *s, bool remove_them)
 {
 	for (size_t i = 0; i < s->n; i++) {
-		if (s->v[i].tmp)
-			cli_temp_release(s->v[i].slot, remove_them);
+		if (s->v[i].tmp && remove_them)
+			unlink(s->v[i].tmp);
+		moe_temp_forget(s->v[i].slot);
 		free(s->v[i].tmp);
 		free(s->v[i].target);
 	}
@@ -139,13 +139,13 @@ static void release(cli_outset *s, int remove_them)
 	free(s);
 }
 
-void cli_outset_abort(cli_outset *s)
+void moe_output_set_abort(moe_output_set *s)
 {
 	if (s)
-		release(s, 1);
+		release(s, true);
 }
 
-int cli_outset_commit(cli_outset *s)
+moe_status moe_output_set_commit(moe_output_set *s)
 {
 	int bad = 0;
 	/* every temporary must have been replaced by a written regular file
@@ -166,11 +166,12 @@ int cli_outset_commit(cli_outset *s)
 			bad = oops(s, s->v[i].target, "cannot rename the temporary into place", errno);
 			break;
 		}
-		cli_temp_release(s->v[i].slot, 0);
+		moe_temp_forget(s->v[i].slot);
+		s->v[i].slot = -1;
 		free(s->v[i].tmp);
 		s->v[i].tmp = NULL;
 		rt_sync_dir(s->v[i].target);
 	}
-	release(s, 1);
-	return bad;
+	release(s, true);
+	return bad ? MOE_ERR_IO : MOE_OK;
 }

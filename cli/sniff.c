@@ -1,4 +1,4 @@
-/* frontend/cli/sniff.c: what a file holds, by its content before its name:
+/* cli/sniff.c: what a file holds, by its content before its name:
  * magic bytes for binaries, top-level keys for JSON documents, the first
  * meaningful line for text. A file of a kind the command does not take gets
  * one error naming what it looks like and the command that takes it. */
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frontend/cli/cli.h"
+#include "cli.h"
 
 #define SNIFF_BYTES 4096
 /* The largest JSON IR file the layer commands read (the largest committed

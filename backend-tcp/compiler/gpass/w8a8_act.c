@@ -1,0 +1,204 @@
+/* backend-tcp/w8a8_act.c: W8A8's per-token activation quantization moved
+ * before the dispatch (tcp-w8a8-act-once).
+ *
+ * blockwise-dispatch writes the reference's per-token int8 quantization of
+ * a W8A8 projection's input on the block rows (passes/blockwise_dispatch.c
+ * act_int8): each token's row is quantized once per block it lands in, that
+ * is once per expert it visits (K times). The quantization is row-wise, so
+ * it commutes with the dispatch's row gather and scatter: this rewrite
+ * computes it once on the layer's input x [T, D],
+ *   m = max(max_i |x[t, i]|, 1e-10), q = x * f32(127 / m) rounded half away
+ *   from zero, as = f32(m / 127)
+ * (the same nodes, on x instead of the block rows), dispatches q (integers
+ * of at most 127 in magnitude, exact in x's type) and as [T, 1] to the block
+ * grid the way x was, and leaves per block only x' = q * as. A padding row of
+ * the grid is zero in both (x' = 0, as the quantized zero row was). Every
+ * element of x' is the same f32 product of the same two values, so the
+ * layer's value is unchanged; the TCP lowering then contracts the gathered
+ * q rows (as i8) directly and scales by the gathered as (lower_quant.c).
+ * The dispatch of q is a gather of the K T rows into DM and a scatter into
+ * the HBM grid (x's dispatch by gather reads x in place, an input): only when
+ * those rows take at most 1/8 of DM (Qwen3-30B-A3B: T <= 1024). */
+#include <string.h>
+
+#include "backend-tcp/compiler/tcp_compile.h"
+#include "passes/pass.h"
+
+/* The dispatch of W8A8 activation a = cast(mul(q, div(m, c))): xf the rows
+ * it quantizes, blocks = reshape(scatter(zero, pos, gather(x, tok))) their
+ * grid, x the layer input [T, D]. */
+typedef struct actq {
+	moe_id a, mul, q, s, xf, blocks, scat, gath, x;
+} actq;
+
+static const ir_node *arg(const moe_graph *g, const ir_node *n, uint32_t k)
+{
+	return k < n->nargs && n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
+}
+
+static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
+{
+	const ir_node *n = N(g, a);
+	r->a = a;
+	if (n->op != MOE_OP_CAST || !arg(g, n, 0) || arg(g, n, 0)->op != MOE_OP_MUL || arg(g, n, 0)->nargs != 2)
+		return false;
+	r->mul = n->args[0];
+	const ir_node *mn = N(g, r->mul);
+	int si = arg(g, mn, 1)->op == MOE_OP_DIV ? 1 : 0;
+	r->s = mn->args[si];
+	r->q = mn->args[1 - si];
+	const ir_node *s = N(g, r->s), *m = arg(g, s, 0);
+	if (s->op != MOE_OP_DIV || !m || m->op != MOE_OP_MAX || m->nargs != 2)
+		return false;
+	const ir_node *rm = arg(g, m, arg(g, m, 0)->op == MOE_OP_REDUCE_MAX ? 0 : 1);
+	if (!rm || rm->op != MOE_OP_REDUCE_MAX || !arg(g, rm, 0) || arg(g, rm, 0)->op != MOE_OP_ABS)
+		return false;
+	r->xf = arg(g, rm, 0)->args[0];
+	const ir_node *xf = N(g, r->xf);
+	r->blocks = xf->op == MOE_OP_CAST ? xf->args[0] : r->xf;
+	const ir_node *b = N(g, r->blocks);
+	if (xf->dtype != MOE_F32 || b->op != MOE_OP_RESHAPE || b->rank != 3 || !arg(g, b, 0) ||
+		arg(g, b, 0)->op != MOE_OP_SCATTER)
+		return false;
+	r->scat = b->args[0];
+	const ir_node *sc = N(g, r->scat), *ga = arg(g, sc, 2);
+	if (sc->nargs != 3 || !ga || ga->op != MOE_OP_GATHER || ga->valid != MOE_NONE || sc->valid != MOE_NONE ||
+		strcmp(ir_attr_str(sc, "mode", "set"), "set") || ir_attr_int(ga, "axis", 0) != 0 ||
+		arg(g, sc, 0)->op != MOE_OP_CONST || sc->rank != 2)
+		return false;
+	r->gath = sc->args[2];
+	r->x = ga->args[0];
+	const ir_node *x = N(g, r->x);
+	return x->op == MOE_OP_INPUT && x->rank == 2 && nuse[r->gath] == 1 && nuse[r->scat] == 1 && nuse[r->blocks] == 1 &&
+	       (r->xf == r->blocks || nuse[r->xf] >= 1) && N(g, a)->dtype == x->dtype;
+}
+
+/* inq[i]: node i is part of the quantization (depends on xf, up to a). Every
+ * reader of such a node but a must be one too. */
+static bool chain(const moe_graph *g, const actq *r, bool *inq)
+{
+	inq[r->xf] = true;
+	for (moe_id i = r->xf + 1; i <= r->a; i++)
+		for (uint32_t k = 0; k < N(g, i)->nargs && !inq[i]; k++)
+			inq[i] = N(g, i)->args[k] != MOE_NONE && inq[N(g, i)->args[k]];
+	for (moe_id i = r->xf + 1; i < g->nnodes; i++)
+		for (uint32_t k = 0; k < N(g, i)->nargs; k++) {
+			moe_id v = N(g, i)->args[k];
+			if (v != MOE_NONE && v != r->a && inq[v] && (!inq[i] || i > r->a))
+				return false;
+		}
+	return inq[r->q] && inq[r->s] && inq[r->mul];
+}
+
+static moe_id node(moe_ctx *ctx, moe_graph *d, moe_op op, moe_id a0, moe_id a1, moe_id a2, moe_loc loc, bool *ok)
+{
+	moe_id x[3] = {a0, a1, a2};
+	moe_id id = moe_node_new(d, op, x, a2 != MOE_NONE ? 3 : a1 != MOE_NONE ? 2 : 1, loc);
+	*ok &= ir_infer(ctx, d, id) == MOE_OK;
+	return id;
+}
+
+/* The rewrite at a's place: the quantization on x, its dispatch, x' per
+ * block. The scales travel as rows of w equal copies (w x 4 bytes: one HBM
+ * access granule), so the grid's scatter writes whole granules where a
+ * 4-byte row is a partial granule's read-modify-write; each block takes
+ * their maximum (the value itself). */
+static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map, int64_t w)
+{
+	const ir_node *an = N(g, r->a), *sc = N(g, r->scat), *ga = N(g, r->gath), *bl = N(g, r->blocks);
+	moe_loc loc = an->loc;
+	bool ok = true;
+	moe_id x = map[r->x];
+	moe_id *m2 = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *m2);
+	memcpy(m2, map, (g->nnodes + 1) * sizeof *m2);
+	m2[r->xf] = N(g, r->x)->dtype == MOE_F32 ? x : ir_b_cast(d, x, MOE_F32, loc);
+	for (moe_id i = r->xf + 1; i < r->a && ok; i++) {
+		if (!inq[i] || i == r->mul)
+			continue;
+		m2[i] = ir_copy_node(d, g, i, m2);
+		N(d, m2[i])->valid = MOE_NONE;
+		int64_t ax = ir_attr_int(N(g, i), "axis", -1);
+		if (ir_attr_find(N(g, i), "axis") && ax >= 0) /* [G, B, ..] rows become [T, ..] */
+			moe_node_set_int(d, m2[i], "axis", ax - 1);
+		ok &= ir_infer(ctx, d, m2[i]) == MOE_OK;
+	}
+	moe_id q = m2[r->q], s = m2[r->s];
+	ctx_free(ctx, m2, (g->nnodes + 1) * sizeof *m2);
+	if (!ok)
+		return false;
+	if (N(d, q)->dtype != an->dtype)
+		q = ir_b_cast(d, q, (moe_dtype)an->dtype, loc); /* |q| <= 127: exact */
+	moe_node_set_name(d, q, "x.q");
+	moe_node_set_name(d, s, "x.scale");
+	moe_id tok = map[ga->args[1]], pos = map[sc->args[1]], z = map[sc->args[0]];
+	int64_t zs[2] = {sc->shape[0], w}, os[2] = {1, w};
+	if (w > 1) { /* as x ones [1, w]: exact */
+		moe_id ones = ir_copy_node(d, g, sc->args[0], map);
+		moe_node_set_type(d, ones, MOE_F32, os, 2);
+		moe_node_set_float(d, ones, "value", 1.0);
+		s = node(ctx, d, MOE_OP_MUL, s, ones, MOE_NONE, loc, &ok);
+	}
+	moe_id z1 = ir_copy_node(d, g, sc->args[0], map);
+	moe_node_set_type(d, z1, MOE_F32, zs, 2);
+	int64_t bs[3] = {bl->shape[0], bl->shape[1], w};
+	moe_id gq = node(ctx, d, MOE_OP_GATHER, q, tok, MOE_NONE, loc, &ok);
+	moe_id gs = node(ctx, d, MOE_OP_GATHER, s, tok, MOE_NONE, loc, &ok);
+	if (!ok)
+		return false;
+	moe_node_set_int(d, gq, "axis", 0);
+	moe_node_set_int(d, gs, "axis", 0);
+	moe_id sq = node(ctx, d, MOE_OP_SCATTER, z, pos, gq, loc, &ok);
+	moe_id ss = node(ctx, d, MOE_OP_SCATTER, z1, pos, gs, loc, &ok);
+	if (!ok)
+		return false;
+	moe_id bq = ir_b_reshape(d, sq, 3, bl->shape, loc);
+	moe_id bsc = ir_b_reshape(d, ss, 3, bs, loc);
+	moe_node_set_name(d, bq, "blocks.q");
+	moe_node_set_name(d, bsc, "blocks.scale");
+	if (w > 1)
+		bsc = ir_b_reduce(d, MOE_OP_REDUCE_MAX, bsc, 2, true, loc);
+	moe_id rows = an->valid == MOE_NONE ? MOE_NONE : map[an->valid];
+	moe_id qf = an->dtype == MOE_F32 ? bq : ir_b_cast(d, bq, MOE_F32, loc);
+	moe_node_set_valid(d, qf, rows);
+	moe_id v = node(ctx, d, MOE_OP_MUL, qf, bsc, MOE_NONE, loc, &ok);
+	moe_node_set_valid(d, v, rows);
+	moe_id out = an->dtype == MOE_F32 ? v : ir_b_cast(d, v, (moe_dtype)an->dtype, loc);
+	moe_node_set_valid(d, out, rows);
+	map[r->a] = out;
+	return ok;
+}
+
+moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
+	actq r = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
+	bool found = false;
+	for (moe_id e = 0; e < nn && !found; e++) {
+		const ir_node *en = N(g, e);
+		found = en->op == MOE_OP_EINSUM && en->nargs == 2 && N(g, en->args[1])->op == MOE_OP_DEQUANT &&
+			!strcmp(ir_attr_str(N(g, en->args[1]), "act", "bf16"), "int8") && match(g, nuse, en->args[0], &r);
+	}
+	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
+	/* the dispatched rows (K T of them) pass through DM once: at most 1/8 of it */
+	if (!found || 8.0 * (double)ir_bytes(N(g, r.gath)) > (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
+		return NULL;
+	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
+	memset(inq, 0, (nn + 1) * sizeof *inq);
+	bool ok = chain(g, &r, inq);
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
+	int64_t w = m->hbm_granule >= 8 && m->hbm_granule <= 4096 ? m->hbm_granule / 4 : 1;
+	for (moe_id i = 0; i < nn && ok; i++) {
+		if (i == r.a)
+			ok = emit(ctx, dev, g, &r, inq, map, w);
+		else if (!inq[i] && i != r.gath && i != r.scat && i != r.blocks)
+			map[i] = ir_copy_node(dev, g, i, map);
+	}
+	ctx_free(ctx, inq, (nn + 1) * sizeof *inq);
+	moe_graph *out = tcp_rewrite_end(ctx, dev, g, map, ok);
+	if (out && pass_dce(ctx, out, NULL, NULL) != MOE_OK) {
+		ir_graph_free(out);
+		return NULL;
+	}
+	return out;
+}
