@@ -108,7 +108,43 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 	ctx_free(s->ctx, expert, 0);
 }
 
-static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
+/* Places s for the scheduler. When it does not fit and `keep` is set (the
+ * schedule is printed, not selected), s is left unplaced and the overflow's
+ * diagnostics are dropped: the program's compile reports them. */
+static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
+{
+	size_t n0 = moe_diag_count(ctx);
+	int64_t *off = ctx_alloc(ctx, (s->nbuf + 1) * sizeof *off);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		off[i] = s->buf[i].offset;
+	bool ok = tcp_dm_place(s) == MOE_OK;
+	if (!ok && keep) {
+		for (ts_id i = 0; i < s->nbuf; i++)
+			s->buf[i].offset = off[i];
+		size_t n = moe_diag_count(ctx);
+		moe_diag_kind *kind = ctx_alloc(ctx, (n0 + 1) * sizeof *kind);
+		moe_loc *loc = ctx_alloc(ctx, (n0 + 1) * sizeof *loc);
+		char **msg = ctx_alloc(ctx, (n0 + 1) * sizeof *msg);
+		for (size_t i = 0; i < n0 && i < n; i++) {
+			const char *m;
+			moe_diag_get(ctx, i, &kind[i], &loc[i], &m);
+			msg[i] = ctx_alloc(ctx, strlen(m) + 1);
+			memcpy(msg[i], m, strlen(m) + 1);
+		}
+		moe_diag_clear(ctx);
+		for (size_t i = 0; i < n0 && i < n; i++) {
+			moe_diag(ctx, kind[i], loc[i], "%s", msg[i]);
+			ctx_free(ctx, msg[i], strlen(msg[i]) + 1);
+		}
+		ctx_free(ctx, kind, 0);
+		ctx_free(ctx, loc, 0);
+		ctx_free(ctx, msg, 0);
+	}
+	ctx_free(ctx, off, 0);
+	return ok;
+}
+
+static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule, bool print)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && tcp_sched_verify(s) != MOE_OK) {
@@ -118,7 +154,9 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	}
 	if (s && !s->meta.wexp && !s->meta.act)
 		roofline(s, g);
-	if (s && schedule && tcp_dm_place(s) != MOE_OK) {
+	if (s && schedule && !place(ctx, s, print)) {
+		if (print)
+			return s; /* printed as built: its compile reports the overflow */
 		tcp_sched_free(s);
 		return NULL;
 	}
@@ -132,18 +170,18 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 
 tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
 {
-	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, schedule));
+	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, schedule, false));
 }
 
 /* the verified schedule of g, or NULL with a diagnostic */
-static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool print)
 {
-	return compiled(ctx, g, m, scheduling());
+	return compiled(ctx, g, m, scheduling(), print);
 }
 
 tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	tcp_sched *s = built(ctx, g, m);
+	tcp_sched *s = built(ctx, g, m, false);
 	if (!s)
 		return NULL;
 	tcp_program *p = tcp_sched_isel(ctx, s);
@@ -153,7 +191,7 @@ tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_m
 
 static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
 {
-	tcp_sched *s = built(ctx, g, m);
+	tcp_sched *s = built(ctx, g, m, true);
 	if (!s)
 		return MOE_ERR_INVALID;
 	char *text = NULL;

@@ -51,6 +51,9 @@ typedef struct tl {
 	int64_t S, ndmn;
 	int64_t tc, cfree[TCP_NCTX];
 	int64_t *val, *staged, *start, *end, *cost;
+	int64_t *prev;     /* per op: its end in the block before its last one */
+	int64_t *blk;      /* per op: the block of its last execution */
+	int64_t block;     /* blocks begun so far (every loop) */
 	uint8_t *route;
 	uint32_t *dmn, stamp;
 	const moe_tcp_loads *given;
@@ -610,15 +613,20 @@ static void run_op(tl *t, ts_id id)
 	int64_t start = t->tc > t->cfree[ctx] ? t->tc : t->cfree[ctx];
 	if (holds && t->cfree[TCP_CTX_MAIN] > start)
 		start = t->cfree[TCP_CTX_MAIN];
-	for (uint32_t k = 0; k < o->ndep; k++)
-		if (o->dep[k] < t->s->nop && t->end[o->dep[k]] > start)
-			start = t->end[o->dep[k]];
+	for (uint32_t k = 0; k < o->ndep; k++) {
+		ts_id d = o->dep[k];
+		/* distance 1: the previous block's run, even where d already ran in this one */
+		int64_t e = d >= t->s->nop ? -1 : o->dist[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
+		start = e > start ? e : start;
+	}
 	int64_t end = start + dur;
 	t->cfree[ctx] = end;
 	if (holds)
 		t->cfree[TCP_CTX_MAIN] = end;
 	if (t->start[id] < 0)
 		t->cost[id] = dur;
+	if (t->blk[id] != t->block)
+		t->prev[id] = t->end[id], t->blk[id] = t->block;
 	t->start[id] = start;
 	t->end[id] = end;
 	if (o->in.op == TCP_OP_DMA_SPM) {
@@ -712,6 +720,7 @@ static void run_loop(tl *t, ts_id r, int depth)
 			t->val[l->g] = g;
 			scalar_insn(t, TCP_OP_BR);
 			if (g < t->val[l->nb]) {
+				t->block++;
 				run_region(t, l->body, depth + 1);
 				for (ts_id i = 0; i < s->nsc; i++)
 					if (s->sc[i].kind == TS_SC_LOOPVAR && s->sc[s->sc[i].b].region == l->body)
@@ -765,6 +774,8 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->staged, 0);
 	ctx_free(t->ctx, t->route, 0);
 	ctx_free(t->ctx, t->dmn, 0);
+	ctx_free(t->ctx, t->prev, 0);
+	ctx_free(t->ctx, t->blk, 0);
 	if (t->start)
 		ctx_free(t->ctx, t->start, n * sizeof *t->start);
 	if (t->end)
@@ -802,11 +813,13 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->start = ctx_alloc(ctx, n * sizeof *t->start);
 	t->end = ctx_alloc(ctx, n * sizeof *t->end);
 	t->cost = ctx_alloc(ctx, n * sizeof *t->cost);
+	t->prev = ctx_alloc(ctx, n * sizeof *t->prev);
+	t->blk = ctx_alloc(ctx, n * sizeof *t->blk);
 	memset(t->val, 0, (s->nsc + 1) * sizeof *t->val);
 	memset(t->route, 0, n);
 	memset(t->dmn, 0, (size_t)(2 * t->ndmn + 1) * sizeof *t->dmn);
 	for (size_t i = 0; i < n; i++)
-		t->start[i] = t->end[i] = -1, t->cost[i] = 0;
+		t->start[i] = t->end[i] = t->prev[i] = -1, t->cost[i] = 0, t->blk[i] = -1;
 	for (ts_id i = 0; i <= s->nbuf; i++)
 		t->staged[i] = -1;
 	t->bexp = s->nloop > 0 && s->loop[0].expert != TS_NONE && s->sc[s->loop[0].expert].kind == TS_SC_SPM_LD
