@@ -1,13 +1,150 @@
 /* backend-tcp/compiler/driver.c: the schedule compiler's driver: sched-build,
- * the verifier, then instruction selection. */
+ * the verifier, placement (dmplan.c) on the build order, the op costs
+ * (sched_time.c), the list scheduler (schedule.c) and the verifier again
+ * unless the environment sets MOEC_TCP_SCHEDULE=0, then instruction
+ * selection. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/isel.h"
 #include "backend-tcp/compiler/sched_build.h"
+#include "backend-tcp/compiler/sched_time.h"
+#include "backend-tcp/compiler/schedule.h"
 #include "moec/io.h"
 
-/* the verified schedule of g, or NULL with a diagnostic */
-static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* MOEC_TCP_SCHEDULE=0 (or "off") keeps the schedule as sched-build made it
+ * (build order, placed by isel), for comparison */
+static bool scheduling(void)
+{
+	const char *v = getenv("MOEC_TCP_SCHEDULE");
+	return !v || (strcmp(v, "0") && strcmp(v, "off"));
+}
+
+/* MACs of einsum n: the product of its distinct index letters' sizes */
+static int64_t einsum_macs(const moe_graph *g, const ir_node *n)
+{
+	const char *eq = ir_attr_str(n, "eq", "");
+	int64_t size[128] = {0}, macs = 1;
+	uint32_t a = 0;
+	int k = 0;
+	for (const char *c = eq; *c && *c != '-'; c++) {
+		if (*c == ',') {
+			a++, k = 0;
+			continue;
+		}
+		const ir_node *x = a < n->nargs ? N(g, n->args[a]) : NULL;
+		if ((unsigned char)*c < 128 && x && k < x->rank)
+			size[(unsigned char)*c] = x->shape[k];
+		k++;
+	}
+	for (int c = 0; c < 128; c++)
+		macs *= size[c] > 0 ? size[c] : 1;
+	return macs;
+}
+
+/* Marks v and every value it is computed from (an expert operand of the
+ * block loop is a view of the expert weights: a slice, a transpose). */
+static void mark_expert(const moe_graph *g, moe_id v, uint8_t *expert)
+{
+	moe_id *stack = ctx_alloc(g->ctx, (g->nnodes + 1) * sizeof *stack);
+	uint32_t n = 0;
+	if (!expert[v])
+		expert[v] = 1, stack[n++] = v;
+	while (n > 0) {
+		const ir_node *x = N(g, stack[--n]);
+		for (uint32_t k = 0; k < x->nargs; k++)
+			if (x->args[k] < g->nnodes && !expert[x->args[k]])
+				expert[x->args[k]] = 1, stack[n++] = x->args[k];
+	}
+	ctx_free(g->ctx, stack, 0);
+}
+
+/* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
+ * graph: F and the projections from the block loop's per-expert operands
+ * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two), the
+ * bytes of one expert's operands, the bytes every run reads whatever the
+ * routing (inputs, outputs, the weights no expert operand is made from) and
+ * the MACs of the contractions outside those operands and the loop. */
+static void roofline(tcp_sched *s, const moe_graph *g)
+{
+	ts_meta *x = &s->meta;
+	uint8_t *expert = ctx_alloc(s->ctx, g->nnodes + 1);
+	memset(expert, 0, g->nnodes + 1);
+	int64_t up = 0, down = 0, E = x->E > 0 ? x->E : 1;
+	const ir_node *loop = NULL;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP && !loop)
+			loop = N(g, i);
+	const char *kinds = loop ? ir_attr_str(loop, "kinds", "") : "";
+	for (int k = 0; kinds[k]; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		if (kinds[k] != IR_BK_EXPERT || a < 0 || (uint32_t)a >= loop->nargs)
+			continue;
+		const ir_node *w = N(g, loop->args[a]);
+		mark_expert(g, loop->args[a], expert);
+		x->wexp += ir_bytes(w) / E;
+		if (w->rank == 3 && w->shape[2] == x->D && !up)
+			up = w->shape[1];
+		if (w->rank == 3 && w->shape[1] == x->D && !down)
+			down = w->shape[2];
+	}
+	x->F = down ? down : up;
+	for (int k = 0; kinds[k] && x->F > 0; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		const ir_node *w = kinds[k] == IR_BK_EXPERT && a >= 0 ? N(g, loop->args[a]) : NULL;
+		if (w && w->rank == 3 && (w->shape[1] == x->D || w->shape[2] == x->D))
+			x->nproj += (w->shape[1] == x->D ? w->shape[2] : w->shape[1]) / x->F;
+	}
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_INPUT || (n->op == MOE_OP_WEIGHT && !expert[i]))
+			x->act += ir_bytes(n);
+		else if (n->op == MOE_OP_EINSUM && !expert[i])
+			x->rmacs += einsum_macs(g, n);
+	}
+	for (uint32_t i = 0; i < g->nout; i++)
+		x->act += ir_bytes(N(g, g->outputs[i]));
+	ctx_free(s->ctx, expert, 0);
+}
+
+/* Places s for the scheduler. When it does not fit and `keep` is set (the
+ * schedule is printed, not selected), s is left unplaced and the overflow's
+ * diagnostics are dropped: the program's compile reports them. */
+static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
+{
+	size_t n0 = moe_diag_count(ctx);
+	int64_t *off = ctx_alloc(ctx, (s->nbuf + 1) * sizeof *off);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		off[i] = s->buf[i].offset;
+	bool ok = tcp_dm_place(s) == MOE_OK;
+	if (!ok && keep) {
+		for (ts_id i = 0; i < s->nbuf; i++)
+			s->buf[i].offset = off[i];
+		size_t n = moe_diag_count(ctx);
+		moe_diag_kind *kind = ctx_alloc(ctx, (n0 + 1) * sizeof *kind);
+		moe_loc *loc = ctx_alloc(ctx, (n0 + 1) * sizeof *loc);
+		char **msg = ctx_alloc(ctx, (n0 + 1) * sizeof *msg);
+		for (size_t i = 0; i < n0 && i < n; i++) {
+			const char *m;
+			moe_diag_get(ctx, i, &kind[i], &loc[i], &m);
+			msg[i] = ctx_alloc(ctx, strlen(m) + 1);
+			memcpy(msg[i], m, strlen(m) + 1);
+		}
+		moe_diag_clear(ctx);
+		for (size_t i = 0; i < n0 && i < n; i++) {
+			moe_diag(ctx, kind[i], loc[i], "%s", msg[i]);
+			ctx_free(ctx, msg[i], strlen(msg[i]) + 1);
+		}
+		ctx_free(ctx, kind, 0);
+		ctx_free(ctx, loc, 0);
+		ctx_free(ctx, msg, 0);
+	}
+	ctx_free(ctx, off, 0);
+	return ok;
+}
+
+static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule, bool print)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && tcp_sched_verify(s) != MOE_OK) {
@@ -15,12 +152,36 @@ static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 		tcp_sched_free(s);
 		return NULL;
 	}
+	if (s && !s->meta.wexp && !s->meta.act)
+		roofline(s, g);
+	if (s && schedule && !place(ctx, s, print)) {
+		if (print)
+			return s; /* printed as built: its compile reports the overflow */
+		tcp_sched_free(s);
+		return NULL;
+	}
+	if (s && schedule && (tcp_sched_schedule(ctx, s) != MOE_OK || tcp_sched_verify(s) != MOE_OK)) {
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the scheduled schedule does not verify (a moec bug)");
+		tcp_sched_free(s);
+		return NULL;
+	}
 	return s;
+}
+
+tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
+{
+	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, schedule, false));
+}
+
+/* the verified schedule of g, or NULL with a diagnostic */
+static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool print)
+{
+	return compiled(ctx, g, m, scheduling(), print);
 }
 
 tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	tcp_sched *s = built(ctx, g, m);
+	tcp_sched *s = built(ctx, g, m, false);
 	if (!s)
 		return NULL;
 	tcp_program *p = tcp_sched_isel(ctx, s);
@@ -30,7 +191,7 @@ tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_m
 
 static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
 {
-	tcp_sched *s = built(ctx, g, m);
+	tcp_sched *s = built(ctx, g, m, true);
 	if (!s)
 		return MOE_ERR_INVALID;
 	char *text = NULL;

@@ -2,19 +2,28 @@
  * docs/tcp-compiler.md 4.2), verifies it and prints it on stdout; the lit
  * tests of tests/lit/tcp/sched drive it. A test tool, not installed.
  *
- *   tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE
+ *   tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE
  *
  * --no-machine reads without a machine (no capacity checks, any machine
  * line); otherwise the built-in machine. --roundtrip also parses the printed
  * text again and fails unless printing it gives the same bytes. --tcpb and
  * --asm select the program (tcp_sched_isel, which places what is not placed)
  * and write it as a .tcpb / print its assembly instead of the schedule.
+ * --schedule places the buffers, costs the ops and runs the list scheduler
+ * (schedule.h) first. --predict prints, instead of the schedule, the
+ * schedule's timeline (sched_time.h) and the simulator's prediction of the
+ * program selected from it (moe_tcp_predict), both on the expected loads:
+ * `timeline C cycles, N blocks` and `simulator C cycles, N blocks`, then one
+ * line per op `@ID ctx start end` of the timeline.
  * Exit 0, or 1 with `file:line:col: error:` diagnostics on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/isel.h"
+#include "backend-tcp/compiler/sched_time.h"
+#include "backend-tcp/compiler/schedule.h"
 
 static char *slurp(const char *path, size_t *n)
 {
@@ -59,7 +68,28 @@ static int select_program(moe_ctx *ctx, tcp_sched *s, const char *tcpb, bool asm
 	return rc;
 }
 
-static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool roundtrip, const char *tcpb, bool asm_)
+/* --predict: the timeline against the simulator's prediction, expected loads */
+static int predict(moe_ctx *ctx, tcp_sched *s)
+{
+	ts_timeline tl;
+	if (tcp_dm_place(s) != MOE_OK || tcp_sched_predict(ctx, s, NULL, &tl) < 0)
+		return 1;
+	tcp_program *p = tcp_sched_isel(ctx, s);
+	moe_tcp_prediction pr;
+	int rc = !p || moe_tcp_predict(ctx, p, s->m, NULL, &pr) != MOE_OK;
+	if (!rc) {
+		printf("timeline %lld cycles, %lld blocks\n", (long long)tl.cycles, (long long)tl.nblocks);
+		printf("simulator %lld cycles, %lld blocks\n", (long long)pr.stats.cycles, (long long)pr.nblocks);
+		for (ts_id i = 0; i < s->nop; i++)
+			printf("@%u %s %lld %lld\n", i, tcp_ctx_names[s->op[i].ctx], (long long)tl.start[i], (long long)tl.end[i]);
+	}
+	tcp_prog_free(p);
+	ts_timeline_free(ctx, s, &tl);
+	return rc;
+}
+
+static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool roundtrip, const char *tcpb, bool asm_,
+	bool sched, bool pred)
 {
 	size_t n;
 	char *text = slurp(path, &n);
@@ -71,6 +101,16 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 	free(text);
 	if (!s)
 		return 1;
+	if (sched && (tcp_dm_place(s) != MOE_OK || tcp_sched_cost(ctx, s) != MOE_OK || tcp_sched_schedule(ctx, s) != MOE_OK ||
+			     tcp_sched_verify(s) != MOE_OK)) {
+		tcp_sched_free(s);
+		return 1;
+	}
+	if (pred) {
+		int rc = predict(ctx, s);
+		tcp_sched_free(s);
+		return rc;
+	}
 	if (tcpb || asm_) {
 		int rc = select_program(ctx, s, tcpb, asm_);
 		tcp_sched_free(s);
@@ -98,7 +138,7 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 
 int main(int argc, char **argv)
 {
-	bool machine = true, roundtrip = false, asm_ = false;
+	bool machine = true, roundtrip = false, asm_ = false, sched = false, pred = false;
 	const char *path = NULL, *tcpb = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--no-machine"))
@@ -107,17 +147,21 @@ int main(int argc, char **argv)
 			roundtrip = true;
 		else if (!strcmp(argv[i], "--asm"))
 			asm_ = true;
+		else if (!strcmp(argv[i], "--schedule"))
+			sched = true;
+		else if (!strcmp(argv[i], "--predict"))
+			pred = true;
 		else if (!strcmp(argv[i], "--tcpb") && i + 1 < argc)
 			tcpb = argv[++i];
 		else if (!path && argv[i][0] != '-')
 			path = argv[i];
 		else {
-			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE\n");
+			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
 			return 2;
 		}
 	}
 	if (!path) {
-		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--tcpb OUT.tcpb] [--asm] FILE\n");
+		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
 		return 2;
 	}
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
@@ -125,11 +169,11 @@ int main(int argc, char **argv)
 		return 1;
 	moe_ctx_set_diag_prefix(ctx, "tcp_sched_tool");
 	moe_tcp_machine *m = machine ? moe_tcp_machine_default(ctx) : NULL;
-	if ((tcpb || asm_) && !machine) {
-		fprintf(stderr, "tcp_sched_tool: --tcpb and --asm need the machine (not --no-machine)\n");
+	if ((tcpb || asm_ || sched || pred) && !machine) {
+		fprintf(stderr, "tcp_sched_tool: --tcpb, --asm, --schedule and --predict need the machine (not --no-machine)\n");
 		return 2;
 	}
-	int rc = machine && !m ? 1 : run(ctx, m, path, roundtrip, tcpb, asm_);
+	int rc = machine && !m ? 1 : run(ctx, m, path, roundtrip, tcpb, asm_, sched, pred);
 	moe_diag_print(ctx, stderr);
 	if (m)
 		moe_tcp_machine_free(ctx, m);

@@ -1,0 +1,943 @@
+/* backend-tcp/compiler/sched_time.c: the schedule's timeline (sched_time.h).
+ *
+ * Each command is priced by isa/cost.h from a load measured here from the
+ * schedule's buffers (their placement and layout) and the current values of
+ * its scalars, the way the simulator measures it from a run: DMA runs and
+ * the DMNs they touch, fetch and commit read sizes, the switch's routed
+ * operands, a contraction's tiling. The start rule is the simulator's: the
+ * control processor's clock advances by each instruction's scalar cost (the
+ * control code isel emits for scalars, guards, row-class switches and the
+ * loop is counted instruction for instruction), an `ld` of a staged buffer
+ * waits for its staging, a command starts at the latest of its issue, its
+ * context's end and its dependencies' ends, and a sub load routed over the
+ * switch holds the main context when the machine does not run both at once.
+ * Dependencies stand for the simulator's hazard records (the verifier makes
+ * them cover every conflict); DMA setups never overlap (revision 3). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend-tcp/compiler/sched_time.h"
+#include "backend-tcp/isa/cost.h"
+
+/* One staged descriptor the loads stand for: element base + k x stride of
+ * buffer t is v[k] (k < n); v NULL: one scalar at base. */
+typedef struct tdesc {
+	int32_t t;
+	int64_t base, stride, n;
+	const int32_t *v;
+	int32_t scalar;
+} tdesc;
+
+/* Measured costs kept across predictions on the same loads: a hash table of
+ * (op, the scalar values its views and count read) -> cost, grown by
+ * doubling. */
+typedef struct memo_entry {
+	int64_t key[TCP_NVIEW + 1], total;
+	uint32_t op; /* UINT32_MAX: empty */
+	bool holds;
+} memo_entry;
+struct ts_cost_cache {
+	memo_entry *e;
+	size_t cap, n;
+};
+
+typedef struct tl {
+	moe_ctx *ctx;
+	ts_cost_cache *memo;
+	const tcp_sched *s;
+	const moe_tcp_machine *m;
+	tcp_cm cm;
+	tcp_program *p; /* the buffers as a tensor table (tensor i is buffer i) */
+	int64_t S, ndmn;
+	int64_t tc, cfree[TCP_NCTX];
+	int64_t *val, *staged, *start, *end, *cost;
+	int64_t *prev;     /* per op: its end in the block before its last one */
+	int64_t *blk;      /* per op: the block of its last execution */
+	int64_t block;     /* blocks begun so far (every loop) */
+	uint8_t *route;
+	uint32_t *dmn, stamp;
+	const moe_tcp_loads *given;
+	int32_t *gen_e, *gen_r;
+	int64_t gen_nb, nblocks;
+	tdesc d[3];
+	int nd;
+	int32_t bexp;
+	int64_t approx_ld, approx_idx;
+	bool zero; /* measuring with every scalar 0 */
+	bool fail;
+} tl;
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return b > 0 ? (a + b - 1) / b : a;
+}
+
+static int64_t esz(const tl *t, int32_t b)
+{
+	return (int64_t)moe_dtype_size((moe_dtype)t->p->t[b].dtype);
+}
+
+static int64_t vbase(const tl *t, const tcp_view *v)
+{
+	return v->base + (v->reg >= 0 && !t->zero ? t->val[v->reg] * v->scale : 0);
+}
+
+/* the element range [lo, hi] a view touches over dims */
+static void vrange(const tl *t, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi)
+{
+	int64_t a = vbase(t, v), b = a;
+	for (int k = 0; k < nd; k++) {
+		int64_t x = v->stride[k] * (dim[k] - 1);
+		if (x < 0)
+			a += x;
+		else
+			b += x;
+	}
+	*lo = a;
+	*hi = b;
+}
+
+/* ---- the tensor table ---- */
+static tcp_program *tensors(moe_ctx *ctx, const tcp_sched *s)
+{
+	tcp_program *p = tcp_prog_new(ctx);
+	for (ts_id i = 0; i < s->nbuf; i++) {
+		const ts_buf *b = &s->buf[i];
+		int64_t shape[MOE_MAX_RANK];
+		memcpy(shape, b->shape, sizeof shape);
+		shape[0] *= b->slots ? b->slots : 1;
+		int32_t t = tcp_add_tensor(p, b->name, b->space, b->kind, (moe_dtype)b->dtype, b->rank, shape);
+		tcp_tensor *tt = &p->t[t];
+		tt->addr = b->offset > 0 ? b->offset : 0;
+		if (b->space == TCP_HBM)
+			continue;
+		tt->slice_bytes = b->layout.slice_bytes;
+		tt->copies = b->layout.copies ? b->layout.copies : 1;
+		if (b->layout.split == TS_SPLIT_ROWS && b->layout.nslices)
+			tt->part_bytes = cdiv(tcp_tensor_bytes(tt), b->layout.nslices);
+	}
+	return p;
+}
+
+/* ---- DMA loads (as the simulator's sim_mem.c measures them) ---- */
+static void dma_run(const tl *t, tcp_dma_load *c, int32_t b, int64_t a, int64_t len, bool write)
+{
+	if (len > 0)
+		tcp_dma_run(&t->cm, c, t->p->t[b].space == TCP_HBM, a, len, write);
+}
+
+static int64_t dma_runs(const tl *t, tcp_dma_load *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t base = t->p->t[v->t].addr + vbase(t, v) * e, idx[TCP_MAXD] = {0}, outer = 1;
+	for (int j = 0; j <= k; j++)
+		outer *= dim[j];
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t a = base;
+		for (int j = 0; j <= k; j++)
+			a += idx[j] * v->stride[j] * e;
+		dma_run(t, c, v->t, a, run * e, write);
+		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
+			idx[j] = 0;
+	}
+	return run;
+}
+
+static void dm_slices(const tl *t, int32_t b, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
+{
+	const tcp_tensor *tt = &t->p->t[b];
+	int64_t u = tcp_layout_unit(t->m, tt), f0 = lo / u, f1 = hi / u;
+	*P = tcp_layout_group(t->m, tt);
+	*P = *P < 1 ? 1 : *P > t->S ? t->S : *P;
+	*first = f0 % *P;
+	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
+}
+
+static void dm_touch(tl *t, tcp_dma_load *c, int32_t b, int64_t lo, int64_t hi, int w)
+{
+	const moe_tcp_machine *m = t->m;
+	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
+	dm_slices(t, b, lo, hi, &first, &n, &P);
+	int64_t ppc = (dpc + 1) / 2, npair0 = t->ndmn;
+	for (int64_t k = 0, copies = tcp_dm_side_bytes(&t->p->t[b], 1); k < copies && k * P < t->S; k++)
+		for (int part = 0; part < 2; part++) {
+			int64_t a = part ? 0 : first, z = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
+			a += k * P;
+			z += k * P;
+			z = z < t->S - 1 ? z : t->S - 1;
+			if (z < a)
+				continue;
+			int64_t d0 = a / spc * dpc + a % spc / spd, d1 = z / spc * dpc + z % spc / spd;
+			for (int64_t d = d0; d <= d1; d++) {
+				int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
+				c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
+				c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
+				if (t->dmn[d] != t->stamp)
+					t->dmn[d] = t->stamp, c->dmns++;
+				if (t->dmn[pr] != t->stamp)
+					t->dmn[pr] = t->stamp, c->pairs++;
+			}
+		}
+}
+
+static void dm_sides(tl *t, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
+	int64_t shi, int64_t moved)
+{
+	const tcp_tensor *td = &t->p->t[d->t], *ts = &t->p->t[sv->t];
+	if (++t->stamp == 0) {
+		memset(t->dmn, 0, sizeof *t->dmn * (size_t)(2 * t->ndmn + 1));
+		t->stamp = 1;
+	}
+	int64_t copies = td->space == TCP_DM ? tcp_dm_side_bytes(td, 1) : 1;
+	if (td->space == TCP_DM)
+		dm_touch(t, c, d->t, dlo * esz(t, d->t), (dhi + 1) * esz(t, d->t) - 1, 0);
+	if (ts->space == TCP_DM)
+		dm_touch(t, c, sv->t, slo * esz(t, sv->t), (shi + 1) * esz(t, sv->t) - 1, 1);
+	c->bytes = moved * copies;
+	tcp_dma_engines(&t->cm, c, td->space == TCP_HBM && ts->space == TCP_HBM);
+}
+
+static int64_t dma_time(tl *t, const tcp_dma_load *c, bool dm2dm, int64_t rows)
+{
+	bool ovf = false;
+	return tcp_cost_dma(&t->cm, c, dm2dm, rows, &ovf);
+}
+
+static bool dm2dm(const tl *t, const tcp_insn *in)
+{
+	return t->p->t[in->v[TCP_V_DST].t].space == TCP_DM && t->p->t[in->v[TCP_V_S0].t].space == TCP_DM;
+}
+
+static int64_t cost_copy(tl *t, const tcp_insn *in)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t dlo, dhi, slo, shi, e = esz(t, d->t), n = 1;
+	vrange(t, d, in->ndim, in->dim, &dlo, &dhi);
+	vrange(t, sv, in->ndim, in->dim, &slo, &shi);
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
+	int64_t rs = dma_runs(t, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(t, &dc, d, in->ndim, in->dim, e, true);
+	int64_t run = rs < rd ? rs : rd;
+	dc.requests = n / run * tcp_dma_requests(&t->cm, run * e);
+	dm_sides(t, &dc, d, dlo, dhi, sv, slo, shi, n * e);
+	return dma_time(t, &dc, dm2dm(t, in), 1);
+}
+
+static bool overlay(const tl *t, int32_t b, int64_t el, int32_t *w)
+{
+	for (int i = 0; i < t->nd; i++) {
+		const tdesc *d = &t->d[i];
+		if (d->t != b)
+			continue;
+		if (d->stride == 0 || !d->v) {
+			if (el == d->base) {
+				*w = d->v ? d->v[0] : d->scalar;
+				return true;
+			}
+			continue;
+		}
+		int64_t off = el - d->base;
+		if (off % d->stride == 0 && off / d->stride >= 0 && off / d->stride < d->n) {
+			*w = d->v[off / d->stride];
+			return true;
+		}
+	}
+	return false;
+}
+
+/* the row a gather's or scatter's position (g, j) names: the staged loads
+ * where the list is one, else n valid positions spread evenly over the rows */
+static int64_t index_row(tl *t, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt)
+{
+	const tcp_view *iv = &in->v[TCP_V_S1];
+	int64_t rows = in->rows > 0 ? in->rows : 1;
+	int32_t w;
+	if (!(in->flags & TCP_F_HBMIDX) && overlay(t, iv->t, vbase(t, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
+		return w < 0 ? 0 : w >= rows ? rows - 1 : w;
+	if (g == 0 && j == 0)
+		t->approx_idx++;
+	int64_t n = cnt > 0 ? cnt : 1;
+	return n >= rows ? j % rows : j * rows / n;
+}
+
+static int64_t cost_gs(tl *t, const tcp_insn *in)
+{
+	bool gather = in->op == TCP_OP_DMA_GATHER;
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t G = in->dim[0], n = in->dim[1], row = in->dim[2], rows = in->rows;
+	int64_t d3[3] = {G, gather ? n : rows, row}, s3[3] = {G, gather ? rows : n, row};
+	int64_t dlo, dhi, slo, shi;
+	vrange(t, d, 3, d3, &dlo, &dhi);
+	vrange(t, sv, 3, s3, &slo, &shi);
+	bool vrows = in->flags & TCP_F_VROWS;
+	int64_t v = in->vreg >= 0 && !t->zero ? t->val[in->vreg] : -1;
+	int64_t cnt = in->vreg >= 0 && !vrows ? (v < 0 ? n : v) : n, gcnt = in->vreg >= 0 && vrows ? (v < 0 ? G : v) : G;
+	int64_t e = esz(t, d->t), db = vbase(t, d), sb = vbase(t, sv), moved = 0;
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
+	int64_t sa0 = t->p->t[sv->t].addr, da0 = t->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
+	for (int64_t g = 0; g < G; g++)
+		for (int64_t j = 0; j < n; j++) {
+			if (j >= cnt || g >= gcnt)
+				continue;
+			int64_t ix = index_row(t, in, g, j, vrows ? n : cnt);
+			int64_t da = db + g * d->stride[0] + (gather ? j : ix) * d->stride[1];
+			int64_t sa = sb + g * sv->stride[0] + (gather ? ix : j) * sv->stride[1];
+			for (int64_t x = 0; x < row; x += rb / e) {
+				dma_run(t, &dc, sv->t, sa0 + (sa + x * sv->stride[2]) * e, rb, false);
+				dma_run(t, &dc, d->t, da0 + (da + x * d->stride[2]) * e, rb, true);
+			}
+			moved++;
+		}
+	dc.requests = (moved ? moved : 1) * (row * e / rb) * tcp_dma_requests(&t->cm, rb);
+	dm_sides(t, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
+	return dma_time(t, &dc, dm2dm(t, in), G * n);
+}
+
+static int64_t cost_spm(tl *t, const tcp_insn *in)
+{
+	int64_t n = 1, most = 0;
+	tcp_dma_load dc;
+	tcp_dma_load_init(&dc);
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
+		const tcp_view *v = &in->v[w];
+		if (v->t < 0)
+			continue;
+		int64_t lo, hi;
+		vrange(t, v, in->ndim, in->dim, &lo, &hi);
+		int64_t el = hi - lo + 1 < n ? hi - lo + 1 : n;
+		most = el * 4 > most ? el * 4 : most;
+		dc.eng++;
+		dc.requests += tcp_dma_requests(&t->cm, el * 4);
+		dma_runs(t, &dc, v, in->ndim, in->dim, 4, false);
+	}
+	dc.bytes = most * dc.eng;
+	return dma_time(t, &dc, false, 1);
+}
+
+/* a sub load: its cycles; *holds: it holds the main context (routed over the
+ * switch on a machine whose sub loads and switch do not run at once) */
+static int64_t cost_sub(tl *t, const tcp_insn *in, bool *holds)
+{
+	const tcp_view *d = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	int64_t slo, shi, n = 1;
+	vrange(t, sv, in->ndim, in->dim, &slo, &shi);
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t per = t->p->t[d->t].slice_bytes, own = per;
+	if (in->flags & TCP_F_SWITCH) {
+		int64_t e = esz(t, sv->t), bytes = (shi - slo + 1 < n ? shi - slo + 1 : n) * e;
+		own = bytes;
+		if (t->p->t[sv->t].space == TCP_DM) {
+			int64_t first, ns, P;
+			dm_slices(t, sv->t, slo * e, (shi + 1) * e - 1, &first, &ns, &P);
+			int64_t most = tcp_slice_holds(t->m, &t->p->t[sv->t], 0);
+			own = cdiv(bytes, ns);
+			own = own < most ? own : most;
+		}
+	}
+	*holds = own < per && !t->m->sub_switch_concurrent;
+	return tcp_cost_sub(&t->cm, per, own);
+}
+
+/* ---- Tensor Unit loads (as sim_exec.c measures them) ---- */
+static int64_t read_size(const tl *t, const tcp_view *v, int nd, const int64_t *dim, int64_t e, int64_t *elems)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	if (nd > 0 && v->stride[nd - 1] == 0 && dim[nd - 1] > 1) {
+		*elems /= dim[nd - 1];
+		return e;
+	}
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t b = run * e, rs = 1;
+	while (rs < t->m->fetch_bytes && b % (rs * 2) == 0)
+		rs *= 2;
+	return rs;
+}
+
+/* the operands some slice does not hold (bit w: view w), once per op */
+static unsigned route_mask(tl *t, ts_id id, const tcp_insn *in)
+{
+	if (!(in->flags & TCP_F_ROUTE))
+		return 0;
+	if (!t->route[id]) {
+		char why[8];
+		t->route[id] = (uint8_t)(0x80u | tcp_pass_remote(t->p, t->m, in, why, sizeof why));
+	}
+	return t->route[id] & 0x7fu;
+}
+
+static bool is_rowop(int op)
+{
+	return tcp_vop_stage[op] == TCP_ST_REDUCE || op == TCP_V_ISCAN || op == TCP_V_FSCAN || op == TCP_V_COMPACT;
+}
+
+static int64_t cost_vec(tl *t, ts_id id, const tcp_insn *in)
+{
+	const moe_tcp_machine *m = t->m;
+	int nd = in->ndim, rop = -1;
+	bool fl = false;
+	for (int i = 0; i < in->nstep; i++) {
+		int op = in->step[i].op, stg = tcp_vop_stage[op];
+		rop = is_rowop(op) ? i : rop;
+		fl |= (stg >= TCP_ST_FXP2FP && stg <= TCP_ST_FP2FXP) || (op >= TCP_V_FTEQ && op <= TCP_V_FTGE) ||
+		      op == TCP_V_FMIN || op == TCP_V_FMAX;
+	}
+	int64_t n = 1;
+	for (int k = 0; k < nd; k++)
+		n *= in->dim[k];
+	int64_t L = nd ? in->dim[nd - 1] : 1;
+	const tcp_view *dv = &in->v[TCP_V_DST];
+	int64_t units = rop >= 0 ? n / L : cdiv(n, m->flit_bytes / 4), per = rop >= 0 ? L : m->flit_bytes / 4;
+	int64_t used = units < t->S ? units : t->S;
+	int64_t pe = cdiv(units, used) * per;
+	int64_t fsum = 0, ns = 0, rbytes = 0;
+	unsigned rm = route_mask(t, id, in);
+	for (int w = 1; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0 && t->p->t[in->v[w].t].space == TCP_DM) {
+			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0;
+			int64_t el = pe, e = n4 ? 1 : esz(t, in->v[w].t), rs = read_size(t, &in->v[w], nd, in->dim, e, &el);
+			fsum += n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
+			rbytes += (rm >> w & 1u) ? (n4 ? cdiv(el, 2) : el * e) : 0;
+			ns++;
+		}
+	bool red = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE;
+	int64_t outs = red ? pe / L : pe, ol = outs;
+	int64_t crs = read_size(t, dv, red ? nd - 1 : nd, in->dim, esz(t, dv->t), &ol);
+	int64_t commit = cdiv(outs * esz(t, dv->t), crs);
+	rbytes += (rm & 1u) ? outs * esz(t, dv->t) : 0;
+	return tcp_cost_vec(&t->cm, &(tcp_vec_load){pe, fl, in->nstep, fsum, ns, commit, rbytes, used,
+					    (in->flags & TCP_F_XSLICE) != 0})
+		.total;
+}
+
+static int64_t cost_contract(tl *t, ts_id id, const tcp_insn *in)
+{
+	int64_t M = in->dim[0], O = in->dim[1], I = in->dim[2];
+	const tcp_view *dv = &in->v[TCP_V_DST], *av = &in->v[TCP_V_S0];
+	bool x3 = in->flags & TCP_F_BF16X3, i8 = t->p->t[av->t].dtype == MOE_I8;
+	int64_t Cg = cdiv(O, in->tile), R = t->S / Cg > 0 ? t->S / Cg : 1, Bs = cdiv(M, R), tiles = cdiv(Cg, t->S);
+	int mt = t->p->t[av->t].dtype == MOE_F8E4M3 ? TCP_MT_F8 : i8 ? TCP_MT_I8 : TCP_MT_BF16;
+	int64_t ae = x3 ? 4 : mt != TCP_MT_BF16 ? 1 : 2;
+	int64_t sc_bytes = (in->flags & TCP_F_SCALED) ? 4 * (i8 ? 1 : I / TCP_SCALE_CHUNK) : 0;
+	unsigned rm = route_mask(t, id, in);
+	int64_t ob = esz(t, dv->t);
+	int64_t rbytes = ((rm >> TCP_V_S0 & 1u) ? Bs * I * ae : 0) + ((rm & 1u) ? Bs * in->tile * ob : 0) +
+			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0);
+	return tcp_cost_contract(&t->cm, &(tcp_mm_load){Bs, in->tile, I, tiles, mt, x3, ae,
+						ob + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes, rbytes,
+						t->S < Cg * R ? t->S : Cg * R})
+		.total;
+}
+
+/* op id's busy time on its context, issue excluded */
+static int64_t op_cycles(tl *t, ts_id id, bool *holds)
+{
+	const tcp_insn *in = &t->s->op[id].in;
+	*holds = false;
+	switch (in->op) {
+	case TCP_OP_DMA_COPY: return cost_copy(t, in);
+	case TCP_OP_DMA_GATHER:
+	case TCP_OP_DMA_SCATTER: return cost_gs(t, in);
+	case TCP_OP_DMA_SPM: return cost_spm(t, in);
+	case TCP_OP_SUB_TRF:
+	case TCP_OP_SUB_VRF: return cost_sub(t, in, holds);
+	case TCP_OP_TU_VEC: return cost_vec(t, id, in);
+	case TCP_OP_TU_CONTRACT: return cost_contract(t, id, in);
+	default: return 0;
+	}
+}
+
+/* ---- the loads ---- */
+static uint64_t next_u64(uint64_t *st)
+{
+	uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* moe_tcp_predict's expected loads of a grid of G blocks (the same fixed
+ * generator and order, so both predict the same routing) */
+static bool expected(tl *t, int64_t G, bool decode)
+{
+	const ts_meta *x = &t->s->meta;
+	int64_t E = x->E > 0 ? x->E : 1, K = x->K < E ? x->K : E, B = x->B > 0 ? x->B : 1;
+	int64_t ntok = decode ? 1 : x->T;
+	free(t->gen_e);
+	free(t->gen_r);
+	t->gen_e = calloc((size_t)(G > 0 ? G : 1), sizeof *t->gen_e);
+	t->gen_r = calloc((size_t)(G > 0 ? G : 1), sizeof *t->gen_r);
+	int64_t *cnt = calloc((size_t)E, sizeof *cnt);
+	int32_t *perm = malloc((size_t)E * sizeof *perm);
+	bool ok = t->gen_e && t->gen_r && cnt && perm;
+	for (int64_t e = 0; e < E && ok; e++)
+		perm[e] = (int32_t)e;
+	uint64_t st = 0x6d6f65632d707265ull;
+	int64_t nb = 0;
+	for (int64_t i = 0; i < ntok && ok; i++)
+		for (int64_t k = 0; k < K; k++) {
+			int64_t j = k + (int64_t)(next_u64(&st) % (uint64_t)(E - k));
+			int32_t y = perm[k];
+			perm[k] = perm[j];
+			perm[j] = y;
+			cnt[perm[k]]++;
+			if (decode && nb < G)
+				t->gen_e[nb] = perm[k], t->gen_r[nb++] = 1;
+		}
+	for (int64_t e = 0; e < E && !decode && ok; e++)
+		for (int64_t left = cnt[e]; left > 0 && nb < G; left -= B)
+			t->gen_e[nb] = (int32_t)e, t->gen_r[nb++] = (int32_t)(left < B ? left : B);
+	t->gen_nb = nb;
+	free(cnt);
+	free(perm);
+	return ok;
+}
+
+/* A dma.spm staging the block loop's experts writes the loads (as the
+ * simulator's predict mode: descriptors nb, experts, rows). */
+static void stage(tl *t, const tcp_insn *in)
+{
+	int be = -1;
+	for (int w = TCP_V_S0; w <= TCP_V_S2 && be < 0; w++)
+		if (in->v[w].t >= 0 && in->v[w].t == t->bexp)
+			be = w;
+	if (be < 0 || (be > TCP_V_S0 && in->v[be - 1].t < 0))
+		return;
+	int64_t G = in->dim[0];
+	bool decode = be == TCP_V_S0;
+	int rw = be < TCP_V_S2 && in->v[be + 1].t >= 0 ? be + 1 : -1;
+	const moe_tcp_loads *l = t->given;
+	if (l && (l->grid != G || (rw >= 0 && !l->block_rows))) {
+		moe_diag(t->ctx, MOE_DIAG_ERROR, moe_loc_none(), "the loads give %lld grid entries; this schedule stages %lld",
+			(long long)l->grid, (long long)G);
+		t->fail = true;
+		return;
+	}
+	if (!l && !expected(t, G, decode)) {
+		moe_diag(t->ctx, MOE_DIAG_ERROR, moe_loc_none(), "out of host memory for the expected loads");
+		t->fail = true;
+		return;
+	}
+	const int32_t *ve = l ? l->block_expert : t->gen_e, *vr = l ? l->block_rows : t->gen_r;
+	int64_t nb = l ? l->nblocks : t->gen_nb;
+	t->nblocks = decode ? G : nb;
+	t->nd = 0;
+	if (!decode) {
+		const tcp_view *v = &in->v[be - 1];
+		t->d[t->nd++] = (tdesc){v->t, vbase(t, v), 0, 1, NULL, (int32_t)nb};
+	}
+	t->d[t->nd++] = (tdesc){in->v[be].t, vbase(t, &in->v[be]), in->v[be].stride[0], G, ve, 0};
+	if (rw >= 0)
+		t->d[t->nd++] = (tdesc){in->v[rw].t, vbase(t, &in->v[rw]), in->v[rw].stride[0], G, vr, 0};
+}
+
+/* ---- the walk ---- */
+static void scalar_insn(tl *t, int op)
+{
+	t->tc += tcp_cost_scalar(&t->cm, op);
+}
+
+static uint64_t memo_hash(uint32_t op, const int64_t *key)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ op;
+	for (int k = 0; k <= TCP_NVIEW; k++)
+		h = (h ^ (uint64_t)key[k]) * 0x100000001b3ull;
+	return h ^ (h >> 29);
+}
+
+static memo_entry *memo_slot(ts_cost_cache *c, uint32_t op, const int64_t *key)
+{
+	size_t i = memo_hash(op, key) & (c->cap - 1);
+	while (c->e[i].op != UINT32_MAX && (c->e[i].op != op || memcmp(c->e[i].key, key, sizeof c->e[i].key)))
+		i = (i + 1) & (c->cap - 1);
+	return &c->e[i];
+}
+
+static void memo_grow(moe_ctx *ctx, ts_cost_cache *c)
+{
+	memo_entry *old = c->e;
+	size_t oc = c->cap;
+	c->cap = oc * 2;
+	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
+	for (size_t i = 0; i < c->cap; i++)
+		c->e[i].op = UINT32_MAX;
+	for (size_t i = 0; i < oc; i++)
+		if (old[i].op != UINT32_MAX)
+			*memo_slot(c, old[i].op, old[i].key) = old[i];
+	ctx_free(ctx, old, oc * sizeof *old);
+}
+
+/* op_cycles through the cache when there is one */
+static int64_t op_cost(tl *t, ts_id id, bool *holds)
+{
+	if (!t->memo)
+		return op_cycles(t, id, holds);
+	const tcp_insn *in = &t->s->op[id].in;
+	int64_t key[TCP_NVIEW + 1] = {0};
+	for (int w = 0; w < TCP_NVIEW; w++)
+		key[w] = in->v[w].t >= 0 && in->v[w].reg >= 0 ? t->val[in->v[w].reg] : 0;
+	key[TCP_NVIEW] = in->vreg >= 0 ? t->val[in->vreg] : 0;
+	memo_entry *e = memo_slot(t->memo, id, key);
+	if (e->op == id) {
+		*holds = e->holds;
+		return e->total;
+	}
+	int64_t total = op_cycles(t, id, holds);
+	if (2 * (t->memo->n + 1) > t->memo->cap) {
+		memo_grow(t->ctx, t->memo);
+		e = memo_slot(t->memo, id, key);
+	}
+	*e = (memo_entry){.total = total, .op = id, .holds = *holds};
+	memcpy(e->key, key, sizeof key);
+	t->memo->n++;
+	return total;
+}
+
+static void run_op(tl *t, ts_id id)
+{
+	const ts_op *o = &t->s->op[id];
+	int ctx = tcp_op_ctx[o->in.op];
+	bool holds;
+	int64_t dur = op_cost(t, id, &holds) + tcp_cost_issue(&t->cm, ctx);
+	scalar_insn(t, o->in.op);
+	int64_t start = t->tc > t->cfree[ctx] ? t->tc : t->cfree[ctx];
+	if (holds && t->cfree[TCP_CTX_MAIN] > start)
+		start = t->cfree[TCP_CTX_MAIN];
+	for (uint32_t k = 0; k < o->ndep; k++) {
+		ts_id d = o->dep[k];
+		/* distance 1: the previous block's run, even where d already ran in this one */
+		int64_t e = d >= t->s->nop ? -1 : o->dist[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
+		start = e > start ? e : start;
+	}
+	int64_t end = start + dur;
+	t->cfree[ctx] = end;
+	if (holds)
+		t->cfree[TCP_CTX_MAIN] = end;
+	if (t->start[id] < 0)
+		t->cost[id] = dur;
+	if (t->blk[id] != t->block)
+		t->prev[id] = t->end[id], t->blk[id] = t->block;
+	t->start[id] = start;
+	t->end[id] = end;
+	if (o->in.op == TCP_OP_DMA_SPM) {
+		stage(t, &o->in);
+		for (int w = TCP_V_S0; w <= TCP_V_S2; w++)
+			if (o->in.v[w].t >= 0)
+				t->staged[o->in.v[w].t] = end;
+	}
+}
+
+static bool inside_loop(const tcp_sched *s, ts_id r, uint32_t loop)
+{
+	for (int depth = 0; r != TS_NONE && r < s->nrg && depth < 70; depth++, r = s->rg[r].parent)
+		if (s->rg[r].kind == TS_RG_LOOP && s->rg[r].loop == loop)
+			return true;
+	return false;
+}
+
+static void run_scalar(tl *t, ts_id id)
+{
+	const ts_scalar *x = &t->s->sc[id];
+	int64_t *v = t->val, a = x->a != TS_NONE ? v[x->a] : 0, b = x->b != TS_NONE ? v[x->b] : x->imm;
+	switch (x->kind) {
+	case TS_SC_CONST: scalar_insn(t, TCP_OP_LI), v[id] = x->imm; break;
+	case TS_SC_SPM_LD: {
+		int64_t el = x->a != TS_NONE ? a : x->imm;
+		int32_t w = 0;
+		if (x->buf < t->s->nbuf && t->staged[x->buf] > t->tc)
+			t->tc = t->staged[x->buf];
+		scalar_insn(t, TCP_OP_LD);
+		if (!overlay(t, (int32_t)x->buf, el, &w))
+			t->approx_ld++;
+		v[id] = w;
+		break;
+	}
+	case TS_SC_ALU:
+		scalar_insn(t, TCP_OP_ALU);
+		v[id] = x->op == TCP_S_ADD ? (int64_t)((uint64_t)a + (uint64_t)b)
+			: x->op == TCP_S_SUB ? (int64_t)((uint64_t)a - (uint64_t)b)
+			: x->op == TCP_S_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+			: x->op == TCP_S_AND ? (a & b)
+			: x->op == TCP_S_MIN ? (a < b ? a : b)
+					     : (a > b ? a : b);
+		break;
+	case TS_SC_CMP: {
+		bool c = x->op == TCP_C_LT ? a < b : x->op == TCP_C_GE ? a >= b : x->op == TCP_C_EQ ? a == b : a != b;
+		if (x->b == TS_NONE)
+			scalar_insn(t, TCP_OP_LI);
+		scalar_insn(t, TCP_OP_LI);
+		scalar_insn(t, TCP_OP_BR);
+		if (!c)
+			scalar_insn(t, TCP_OP_LI);
+		v[id] = c;
+		break;
+	}
+	case TS_SC_LOOPVAR: scalar_insn(t, TCP_OP_ALU), v[id] = a; break;
+	case TS_SC_LOOPIDX:
+		if (!inside_loop(t->s, x->region, (uint32_t)x->imm))
+			scalar_insn(t, TCP_OP_LI), v[id] = 0;
+		break;
+	default: break;
+	}
+}
+
+static void run_region(tl *t, ts_id r, int depth);
+
+static void run_items(tl *t, ts_id r, int depth)
+{
+	const ts_region *g = &t->s->rg[r];
+	for (uint32_t k = 0; k < g->nitem && !t->fail; k++) {
+		uint32_t it = g->item[k], id = TS_ITEM_ID(it);
+		if (TS_ITEM_KIND(it) == TS_ITEM_OP)
+			run_op(t, id);
+		else if (TS_ITEM_KIND(it) == TS_ITEM_SC)
+			run_scalar(t, id);
+		else
+			run_region(t, id, depth + 1);
+	}
+}
+
+static void run_loop(tl *t, ts_id r, int depth)
+{
+	const tcp_sched *s = t->s;
+	const ts_loop *l = &s->loop[s->rg[r].loop];
+	scalar_insn(t, TCP_OP_LI);
+	t->val[l->g] = 0;
+	run_region(t, l->prologue, depth + 1);
+	scalar_insn(t, TCP_OP_BR);
+	if (t->val[l->nb] > 0)
+		for (int64_t g = 0; g < l->G && !t->fail; g++) {
+			t->val[l->g] = g;
+			scalar_insn(t, TCP_OP_BR);
+			if (g < t->val[l->nb]) {
+				t->block++;
+				run_region(t, l->body, depth + 1);
+				for (ts_id i = 0; i < s->nsc; i++)
+					if (s->sc[i].kind == TS_SC_LOOPVAR && s->sc[s->sc[i].b].region == l->body)
+						scalar_insn(t, TCP_OP_ALU), t->val[i] = t->val[s->sc[i].b];
+			}
+			scalar_insn(t, TCP_OP_ALU);
+			scalar_insn(t, TCP_OP_LI);
+			scalar_insn(t, TCP_OP_BR);
+		}
+	run_region(t, l->epilogue, depth + 1);
+}
+
+static void run_region(tl *t, ts_id r, int depth)
+{
+	const ts_region *g = &t->s->rg[r];
+	if (depth > 70 || t->fail)
+		return;
+	switch (g->kind) {
+	case TS_RG_SEQ: run_items(t, r, depth); break;
+	case TS_RG_GUARD:
+		scalar_insn(t, TCP_OP_LI);
+		scalar_insn(t, TCP_OP_BR);
+		if (t->val[g->pred])
+			run_items(t, r, depth);
+		break;
+	case TS_RG_CLASSES:
+		for (uint32_t k = 0; k < g->nitem; k++) {
+			bool last = k + 1 == g->nitem;
+			if (!last) {
+				scalar_insn(t, TCP_OP_LI);
+				scalar_insn(t, TCP_OP_BR);
+				if (g->bound[k] < t->val[g->pred])
+					continue;
+			}
+			run_region(t, TS_ITEM_ID(g->item[k]), depth + 1);
+			if (!last)
+				scalar_insn(t, TCP_OP_JMP);
+			break;
+		}
+		break;
+	case TS_RG_LOOP: run_loop(t, r, depth); break;
+	default: run_items(t, r, depth); break;
+	}
+}
+
+/* ---- the entries ---- */
+static void release(tl *t)
+{
+	size_t n = t->s->nop + 1;
+	ctx_free(t->ctx, t->val, 0);
+	ctx_free(t->ctx, t->staged, 0);
+	ctx_free(t->ctx, t->route, 0);
+	ctx_free(t->ctx, t->dmn, 0);
+	ctx_free(t->ctx, t->prev, 0);
+	ctx_free(t->ctx, t->blk, 0);
+	if (t->start)
+		ctx_free(t->ctx, t->start, n * sizeof *t->start);
+	if (t->end)
+		ctx_free(t->ctx, t->end, n * sizeof *t->end);
+	if (t->cost)
+		ctx_free(t->ctx, t->cost, n * sizeof *t->cost);
+	free(t->gen_e);
+	free(t->gen_r);
+	if (t->p)
+		tcp_prog_free(t->p);
+}
+
+/* Runs the timeline; t's arrays stay allocated (release). */
+static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, tl *t, ts_cost_cache *memo)
+{
+	memset(t, 0, sizeof *t);
+	t->ctx = ctx;
+	t->memo = memo;
+	t->s = s;
+	t->m = s->m;
+	t->given = loads;
+	if (!s->m) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the schedule's timeline needs a machine");
+		return -1;
+	}
+	tcp_cm_init(&t->cm, s->m);
+	t->S = tcp_slices(s->m);
+	t->ndmn = s->m->clusters * tcp_dmns_per_cluster(s->m);
+	t->p = tensors(ctx, s);
+	size_t n = s->nop + 1;
+	t->val = ctx_alloc(ctx, (s->nsc + 1) * sizeof *t->val);
+	t->staged = ctx_alloc(ctx, (s->nbuf + 1) * sizeof *t->staged);
+	t->route = ctx_alloc(ctx, n);
+	t->dmn = ctx_alloc(ctx, (size_t)(2 * t->ndmn + 1) * sizeof *t->dmn);
+	t->start = ctx_alloc(ctx, n * sizeof *t->start);
+	t->end = ctx_alloc(ctx, n * sizeof *t->end);
+	t->cost = ctx_alloc(ctx, n * sizeof *t->cost);
+	t->prev = ctx_alloc(ctx, n * sizeof *t->prev);
+	t->blk = ctx_alloc(ctx, n * sizeof *t->blk);
+	memset(t->val, 0, (s->nsc + 1) * sizeof *t->val);
+	memset(t->route, 0, n);
+	memset(t->dmn, 0, (size_t)(2 * t->ndmn + 1) * sizeof *t->dmn);
+	for (size_t i = 0; i < n; i++)
+		t->start[i] = t->end[i] = t->prev[i] = -1, t->cost[i] = 0, t->blk[i] = -1;
+	for (ts_id i = 0; i <= s->nbuf; i++)
+		t->staged[i] = -1;
+	t->bexp = s->nloop > 0 && s->loop[0].expert != TS_NONE && s->sc[s->loop[0].expert].kind == TS_SC_SPM_LD
+			  ? (int32_t)s->sc[s->loop[0].expert].buf
+			  : -1;
+	if (loads && (loads->grid < 0 || loads->nblocks < 0 || loads->nblocks > loads->grid ||
+			     (loads->grid > 0 && !loads->block_expert))) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "the loads need 0 <= nblocks <= grid and a block_expert array");
+		return -1;
+	}
+	t->tc = s->m->launch_cycles;
+	run_region(t, s->top, 0);
+	if (t->fail)
+		return -1;
+	int64_t end = t->tc;
+	for (int c = 0; c < TCP_NCTX; c++)
+		end = end > t->cfree[c] ? end : t->cfree[c];
+	return end + s->m->end_cycles;
+}
+
+static int64_t predict(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, ts_timeline *out)
+{
+	tl t;
+	int64_t cycles = run(ctx, s, loads, &t, NULL);
+	if (out) {
+		memset(out, 0, sizeof *out);
+		out->cycles = cycles;
+		out->nblocks = t.nblocks;
+		out->approx_ld = t.approx_ld;
+		out->approx_idx = t.approx_idx;
+		if (cycles >= 0) {
+			out->start = t.start, out->end = t.end, out->cost = t.cost;
+			t.start = t.end = t.cost = NULL;
+		}
+	}
+	release(&t);
+	return cycles;
+}
+
+int64_t tcp_sched_predict(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, ts_timeline *out)
+{
+	CTX_GUARDED(ctx, int64_t, -1, predict(ctx, s, loads, out));
+}
+
+void ts_timeline_free(moe_ctx *ctx, const tcp_sched *s, ts_timeline *t)
+{
+	size_t n = s->nop + 1;
+	if (t->start)
+		ctx_free(ctx, t->start, n * sizeof *t->start);
+	if (t->end)
+		ctx_free(ctx, t->end, n * sizeof *t->end);
+	if (t->cost)
+		ctx_free(ctx, t->cost, n * sizeof *t->cost);
+	t->start = t->end = t->cost = NULL;
+}
+
+/* the op costs on the expected loads; the run's cycles, -1 on failure */
+static int64_t cost(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *memo)
+{
+	tl t;
+	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	if (cycles < 0) {
+		release(&t);
+		return -1;
+	}
+	t.zero = true;
+	for (ts_id i = 0; i < s->nop; i++) {
+		bool holds;
+		s->op[i].cost = t.start[i] >= 0 ? t.cost[i] : op_cycles(&t, i, &holds) + tcp_cost_issue(&t.cm, s->op[i].ctx);
+	}
+	release(&t);
+	return cycles;
+}
+
+static moe_status cost_status(moe_ctx *ctx, tcp_sched *s)
+{
+	return cost(ctx, s, NULL) < 0 ? MOE_ERR_INVALID : MOE_OK;
+}
+
+moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, cost_status(ctx, s));
+}
+
+int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c)
+{
+	CTX_GUARDED(ctx, int64_t, -1, cost(ctx, s, c));
+}
+
+/* ---- predictions on the expected loads with a cost cache ---- */
+ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx)
+{
+	ts_cost_cache *c = ctx_alloc(ctx, sizeof *c);
+	c->cap = 1024;
+	c->n = 0;
+	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
+	for (size_t i = 0; i < c->cap; i++)
+		c->e[i].op = UINT32_MAX;
+	return c;
+}
+
+void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c)
+{
+	if (!c)
+		return;
+	ctx_free(ctx, c->e, c->cap * sizeof *c->e);
+	ctx_free(ctx, c, sizeof *c);
+}
+
+static int64_t predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+{
+	tl t;
+	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	release(&t);
+	return cycles;
+}
+
+int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+{
+	CTX_GUARDED(ctx, int64_t, -1, predict_cached(ctx, s, memo));
+}
