@@ -1,10 +1,10 @@
 /* backend-tcp/compiler/sched_time.c: the schedule's timeline (sched_time.h).
  *
- * Each command is priced by isa/cost.h from a load measured here from the
+ * Each command is priced by isa/cost.h from a load measured from the
  * schedule's buffers (their placement and layout) and the current values of
- * its scalars, the way the simulator measures it from a run: DMA runs and
- * the DMNs they touch, fetch and commit read sizes, the switch's routed
- * operands, a contraction's tiling. The start rule is the simulator's: the
+ * its scalars: DMA runs and the DMNs they touch by isa/cost.h's tcp_meter,
+ * the simulator's own measure; fetch and commit read sizes, the switch's
+ * routed operands, a contraction's tiling here. The start rule is the simulator's: the
  * control processor's clock advances by each instruction's scalar cost (the
  * control code isel emits for scalars, guards, row-class switches and the
  * loop is counted instruction for instruction), an `ld` of a staged buffer
@@ -48,14 +48,15 @@ typedef struct tl {
 	const moe_tcp_machine *m;
 	tcp_cm cm;
 	tcp_program *p; /* the buffers as a tensor table (tensor i is buffer i) */
-	int64_t S, ndmn;
+	int64_t S;
 	int64_t tc, cfree[TCP_NCTX];
 	int64_t *val, *staged, *start, *end, *cost;
 	int64_t *prev;     /* per op: its end in the block before its last one */
 	int64_t *blk;      /* per op: the block of its last execution */
 	int64_t block;     /* blocks begun so far (every loop) */
 	uint8_t *route;
-	uint32_t *dmn, stamp;
+	uint32_t *dmn;
+	tcp_meter mt;
 	const moe_tcp_loads *given;
 	int32_t *gen_e, *gen_r;
 	int64_t gen_nb, nblocks;
@@ -119,85 +120,15 @@ static tcp_program *tensors(moe_ctx *ctx, const tcp_sched *s)
 	return p;
 }
 
-/* ---- DMA loads (as the simulator's sim_mem.c measures them) ---- */
-static void dma_run(const tl *t, tcp_dma_load *c, int32_t b, int64_t a, int64_t len, bool write)
+/* ---- DMA loads, measured as the simulator measures them (tcp_meter) ---- */
+static void dma_run(tl *t, tcp_dma_load *c, int32_t b, int64_t a, int64_t len, bool write)
 {
-	if (len > 0)
-		tcp_dma_run(&t->cm, c, t->p->t[b].space == TCP_HBM, a, len, write);
+	tcp_meter_run(&t->mt, c, b, a, len, write);
 }
 
-static int64_t dma_runs(const tl *t, tcp_dma_load *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
+static int64_t dma_runs(tl *t, tcp_dma_load *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
 {
-	int64_t run = 1;
-	int k = nd - 1;
-	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
-		run *= dim[k--];
-	int64_t base = t->p->t[v->t].addr + vbase(t, v) * e, idx[TCP_MAXD] = {0}, outer = 1;
-	for (int j = 0; j <= k; j++)
-		outer *= dim[j];
-	for (int64_t o = 0; o < outer; o++) {
-		int64_t a = base;
-		for (int j = 0; j <= k; j++)
-			a += idx[j] * v->stride[j] * e;
-		dma_run(t, c, v->t, a, run * e, write);
-		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
-			idx[j] = 0;
-	}
-	return run;
-}
-
-static void dm_slices(const tl *t, int32_t b, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
-{
-	const tcp_tensor *tt = &t->p->t[b];
-	int64_t u = tcp_layout_unit(t->m, tt), f0 = lo / u, f1 = hi / u;
-	*P = tcp_layout_group(t->m, tt);
-	*P = *P < 1 ? 1 : *P > t->S ? t->S : *P;
-	*first = f0 % *P;
-	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
-}
-
-static void dm_touch(tl *t, tcp_dma_load *c, int32_t b, int64_t lo, int64_t hi, int w)
-{
-	const moe_tcp_machine *m = t->m;
-	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
-	dm_slices(t, b, lo, hi, &first, &n, &P);
-	int64_t ppc = (dpc + 1) / 2, npair0 = t->ndmn;
-	for (int64_t k = 0, copies = tcp_dm_side_bytes(&t->p->t[b], 1); k < copies && k * P < t->S; k++)
-		for (int part = 0; part < 2; part++) {
-			int64_t a = part ? 0 : first, z = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
-			a += k * P;
-			z += k * P;
-			z = z < t->S - 1 ? z : t->S - 1;
-			if (z < a)
-				continue;
-			int64_t d0 = a / spc * dpc + a % spc / spd, d1 = z / spc * dpc + z % spc / spd;
-			for (int64_t d = d0; d <= d1; d++) {
-				int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
-				c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
-				c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
-				if (t->dmn[d] != t->stamp)
-					t->dmn[d] = t->stamp, c->dmns++;
-				if (t->dmn[pr] != t->stamp)
-					t->dmn[pr] = t->stamp, c->pairs++;
-			}
-		}
-}
-
-static void dm_sides(tl *t, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
-	int64_t shi, int64_t moved)
-{
-	const tcp_tensor *td = &t->p->t[d->t], *ts = &t->p->t[sv->t];
-	if (++t->stamp == 0) {
-		memset(t->dmn, 0, sizeof *t->dmn * (size_t)(2 * t->ndmn + 1));
-		t->stamp = 1;
-	}
-	int64_t copies = td->space == TCP_DM ? tcp_dm_side_bytes(td, 1) : 1;
-	if (td->space == TCP_DM)
-		dm_touch(t, c, d->t, dlo * esz(t, d->t), (dhi + 1) * esz(t, d->t) - 1, 0);
-	if (ts->space == TCP_DM)
-		dm_touch(t, c, sv->t, slo * esz(t, sv->t), (shi + 1) * esz(t, sv->t) - 1, 1);
-	c->bytes = moved * copies;
-	tcp_dma_engines(&t->cm, c, td->space == TCP_HBM && ts->space == TCP_HBM);
+	return tcp_meter_runs(&t->mt, c, v, vbase(t, v), nd, dim, e, write);
 }
 
 static int64_t dma_time(tl *t, const tcp_dma_load *c, bool dm2dm, int64_t rows)
@@ -224,7 +155,7 @@ static int64_t cost_copy(tl *t, const tcp_insn *in)
 	int64_t rs = dma_runs(t, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(t, &dc, d, in->ndim, in->dim, e, true);
 	int64_t run = rs < rd ? rs : rd;
 	dc.requests = n / run * tcp_dma_requests(&t->cm, run * e);
-	dm_sides(t, &dc, d, dlo, dhi, sv, slo, shi, n * e);
+	tcp_meter_dm_sides(&t->mt, &dc, d, dlo, dhi, sv, slo, shi, n * e);
 	return dma_time(t, &dc, dm2dm(t, in), 1);
 }
 
@@ -295,7 +226,7 @@ static int64_t cost_gs(tl *t, const tcp_insn *in)
 			moved++;
 		}
 	dc.requests = (moved ? moved : 1) * (row * e / rb) * tcp_dma_requests(&t->cm, rb);
-	dm_sides(t, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
+	tcp_meter_dm_sides(&t->mt, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
 	return dma_time(t, &dc, dm2dm(t, in), G * n);
 }
 
@@ -337,7 +268,7 @@ static int64_t cost_sub(tl *t, const tcp_insn *in, bool *holds)
 		own = bytes;
 		if (t->p->t[sv->t].space == TCP_DM) {
 			int64_t first, ns, P;
-			dm_slices(t, sv->t, slo * e, (shi + 1) * e - 1, &first, &ns, &P);
+			tcp_meter_slices(&t->mt, sv->t, slo * e, (shi + 1) * e - 1, &first, &ns, &P);
 			int64_t most = tcp_slice_holds(t->m, &t->p->t[sv->t], 0);
 			own = cdiv(bytes, ns);
 			own = own < most ? own : most;
@@ -803,13 +734,12 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	}
 	tcp_cm_init(&t->cm, s->m);
 	t->S = tcp_slices(s->m);
-	t->ndmn = s->m->clusters * tcp_dmns_per_cluster(s->m);
 	t->p = tensors(ctx, s);
 	size_t n = s->nop + 1;
 	t->val = ctx_alloc(ctx, (s->nsc + 1) * sizeof *t->val);
 	t->staged = ctx_alloc(ctx, (s->nbuf + 1) * sizeof *t->staged);
 	t->route = ctx_alloc(ctx, n);
-	t->dmn = ctx_alloc(ctx, (size_t)(2 * t->ndmn + 1) * sizeof *t->dmn);
+	t->dmn = ctx_alloc(ctx, (size_t)tcp_meter_stamps(s->m) * sizeof *t->dmn);
 	t->start = ctx_alloc(ctx, n * sizeof *t->start);
 	t->end = ctx_alloc(ctx, n * sizeof *t->end);
 	t->cost = ctx_alloc(ctx, n * sizeof *t->cost);
@@ -817,7 +747,8 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->blk = ctx_alloc(ctx, n * sizeof *t->blk);
 	memset(t->val, 0, (s->nsc + 1) * sizeof *t->val);
 	memset(t->route, 0, n);
-	memset(t->dmn, 0, (size_t)(2 * t->ndmn + 1) * sizeof *t->dmn);
+	memset(t->dmn, 0, (size_t)tcp_meter_stamps(s->m) * sizeof *t->dmn);
+	tcp_meter_init(&t->mt, &t->cm, t->p, t->dmn);
 	for (size_t i = 0; i < n; i++)
 		t->start[i] = t->end[i] = t->prev[i] = -1, t->cost[i] = 0, t->blk[i] = -1;
 	for (ts_id i = 0; i <= s->nbuf; i++)

@@ -72,6 +72,38 @@ void tcp_dma_engines(const tcp_cm *cm, tcp_dma_load *c, bool hbm2hbm);
  * passes 1e15 cycles (the time is then capped there). */
 int64_t tcp_cost_dma(const tcp_cm *cm, const tcp_dma_load *c, bool dm2dm, int64_t rows, bool *overflow);
 
+/* ---- measuring a DMA command on a tensor table ----
+ * The load of a DMA command as the simulator and the schedule's timeline
+ * both measure it (isa/meter.c): the contiguous runs of its views, charged
+ * with tcp_dma_run, and its DM sides (the DMNs and DMN pairs its bytes lie
+ * on, every copy of the tensor's layout). The caller owns the stamps (one
+ * per DMN and DMN pair, tcp_meter_stamps of them, zeroed) and reads the HBM
+ * bytes charged from hbm_read / hbm_write, which only grow. */
+typedef struct tcp_meter {
+	const tcp_cm *cm;
+	const tcp_program *p;
+	uint32_t *dmn, stamp;
+	int64_t ndmn;
+	int64_t hbm_read, hbm_write;
+} tcp_meter;
+int64_t tcp_meter_stamps(const moe_tcp_machine *m);
+void tcp_meter_init(tcp_meter *mt, const tcp_cm *cm, const tcp_program *p, uint32_t *stamps);
+/* One contiguous run of len bytes at byte address a of tensor t (none when len <= 0). */
+void tcp_meter_run(tcp_meter *mt, tcp_dma_load *c, int32_t t, int64_t a, int64_t len, bool write);
+/* The contiguous runs of view v, whose first element is element `base` of
+ * its tensor, over dims (elements of e bytes), each charged; returns the
+ * run length in elements. */
+int64_t tcp_meter_runs(tcp_meter *mt, tcp_dma_load *c, const tcp_view *v, int64_t base, int nd, const int64_t *dim,
+	int64_t e, bool write);
+/* The slices holding bytes [lo, hi] of DM tensor t in its first copy: the
+ * first and a count, modulo the P slices of one copy (tcp_slice_has). */
+void tcp_meter_slices(const tcp_meter *mt, int32_t t, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P);
+/* A command's DM sides: destination elements [dlo, dhi] of d, source
+ * elements [slo, shi] of sv, `moved` bytes (times the destination's copies
+ * when it is in DM), then its engines (tcp_dma_engines). */
+void tcp_meter_dm_sides(tcp_meter *mt, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv,
+	int64_t slo, int64_t shi, int64_t moved);
+
 /* ---- the switch ---- */
 /* Cycles to route `bytes` per slice over a ring of `used` slices: one flit
  * per cycle into each slice; *ring the ring's latency (at most

@@ -387,8 +387,8 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.absent = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.absent);
 	s.hz = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.hz);
 	s.spm = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.spm);
-	s.ndmn = m->clusters * tcp_dmns_per_cluster(m);
-	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)(2 * s.ndmn + 1) * sizeof *s.dmn_stamp);
+	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)tcp_meter_stamps(m) * sizeof *s.dmn_stamp);
+	tcp_meter_init(&s.mt, &s.cm, p, s.dmn_stamp);
 	s.route = ctx_try_alloc(ctx, (size_t)p->ncode + 1);
 	s.tc = m->launch_cycles; /* the kernel launches before its first instruction */
 	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp || !s.route) {

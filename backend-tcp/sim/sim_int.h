@@ -66,8 +66,8 @@ typedef struct sim {
 	bool hold_main;    /* the command being scheduled also occupies the main context */
 	uint64_t work;     /* the commands' work so far (tcp_command_work) */
 	/* DMA placement scratch: a stamp per DMN (the command that last touched it) */
-	uint32_t *dmn_stamp, stamp;
-	int64_t ndmn;
+	uint32_t *dmn_stamp;
+	tcp_meter mt; /* DMA loads measured on the program's tensors (isa/cost.h) */
 	/* the critical path's links (evref): the command whose end cfree[ctx] is,
 	 * that raised tc last (an ld waiting for SPM), that a token holds, that
 	 * released the last DMA command (a joined one starts beside it) */

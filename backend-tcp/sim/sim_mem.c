@@ -14,108 +14,29 @@ bool tcps_writable(sim *s, uint32_t pc, int32_t t)
 	return true;
 }
 
+/* The HBM bytes the meter charged, counted in the statistics. */
+static void hbm_stats(sim *s)
+{
+	acc_sat(s, &s->st->hbm_read_bytes, s->mt.hbm_read);
+	acc_sat(s, &s->st->hbm_write_bytes, s->mt.hbm_write);
+	s->mt.hbm_read = s->mt.hbm_write = 0;
+}
+
 /* One contiguous run of len bytes at byte address a of tensor t, read or
- * written: charged to the command (tcp_dma_run) and counted in the HBM
- * statistics. */
+ * written: charged to the command and counted in the HBM statistics. */
 static void dma_run(sim *s, tcp_dma_load *c, int32_t t, int64_t a, int64_t len, bool write)
 {
-	if (len <= 0)
-		return;
-	bool hbm = s->p->t[t].space == TCP_HBM;
-	tcp_dma_run(&s->cm, c, hbm, a, len, write);
-	if (hbm)
-		acc_sat(s, write ? &s->st->hbm_write_bytes : &s->st->hbm_read_bytes, len);
+	tcp_meter_run(&s->mt, c, t, a, len, write);
+	hbm_stats(s);
 }
 
-/* The contiguous runs of a view over dims (elements of size e), each passed
- * to dma_run; returns the run length in elements. */
+/* The contiguous runs of a view over dims (elements of size e); returns the
+ * run length in elements. */
 static int64_t dma_runs(sim *s, tcp_dma_load *c, const tcp_view *v, int nd, const int64_t *dim, int64_t e, bool write)
 {
-	int64_t run = 1;
-	int k = nd - 1;
-	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
-		run *= dim[k--];
-	int64_t base = s->p->t[v->t].addr + vbase(s, v) * e, idx[TCP_MAXD] = {0}, outer = 1;
-	for (int j = 0; j <= k; j++)
-		outer *= dim[j];
-	for (int64_t o = 0; o < outer; o++) {
-		int64_t a = base;
-		for (int j = 0; j <= k; j++)
-			a += idx[j] * v->stride[j] * e;
-		dma_run(s, c, v->t, a, run * e, write);
-		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
-			idx[j] = 0;
-	}
+	int64_t run = tcp_meter_runs(&s->mt, c, v, vbase(s, v), nd, dim, e, write);
+	hbm_stats(s);
 	return run;
-}
-
-/* ---- placement: which slices hold a DM tensor's bytes ---- */
-/* The copies of DM tensor t's bytes that a DMA writing it must write (its
- * layout, docs/tcp-isa.md section 1). */
-static int64_t dm_copies(const sim *s, int32_t t)
-{
-	return tcp_dm_side_bytes(&s->p->t[t], 1);
-}
-
-/* Slices holding bytes [lo, hi] of DM tensor t in its first copy, as the
- * first slice and a count (modulo the P slices of one copy): the layout's
- * unit i is held by slice i mod P (+ k P in copy k; tcp_slice_has). */
-static void dm_slices(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *first, int64_t *n, int64_t *P)
-{
-	const tcp_tensor *tt = &s->p->t[t];
-	int64_t u = tcp_layout_unit(s->m, tt), f0 = lo / u, f1 = hi / u;
-	*P = tcp_layout_group(s->m, tt);
-	*P = *P < 1 ? 1 : *P > s->S ? s->S : *P;
-	*first = f0 % *P;
-	*n = f1 - f0 + 1 < *P ? f1 - f0 + 1 : *P;
-}
-
-/* Marks the DMNs (and DMN pairs) that hold bytes [lo, hi] of DM tensor t,
- * in every copy, for side `w` of the command (stamp: this command). */
-static void dm_touch(sim *s, tcp_dma_load *c, int32_t t, int64_t lo, int64_t hi, int w)
-{
-	const moe_tcp_machine *m = s->m;
-	int64_t first, n, P, spc = m->slices_per_cluster, dpc = tcp_dmns_per_cluster(m), spd = tcp_slices_per_dmn(m);
-	dm_slices(s, t, lo, hi, &first, &n, &P);
-	int64_t ppc = (dpc + 1) / 2, npair0 = s->ndmn; /* pair stamps follow the DMN stamps */
-	for (int64_t k = 0, copies = dm_copies(s, t); k < copies && k * P < s->S; k++)
-		for (int part = 0; part < 2; part++) {
-			int64_t a = part ? 0 : first, b = part ? first + n - P - 1 : (first + n - 1 < P ? first + n - 1 : P - 1);
-			a += k * P;
-			b += k * P;
-			b = b < s->S - 1 ? b : s->S - 1;
-			if (b < a)
-				continue;
-			int64_t d0 = a / spc * dpc + a % spc / spd, d1 = b / spc * dpc + b % spc / spd;
-			for (int64_t d = d0; d <= d1; d++) {
-				int64_t cl = d / dpc, pr = npair0 + cl * ppc + d % dpc / 2;
-				c->clo[w] = cl < c->clo[w] ? cl : c->clo[w];
-				c->chi[w] = cl > c->chi[w] ? cl : c->chi[w];
-				if (s->dmn_stamp[d] != s->stamp)
-					s->dmn_stamp[d] = s->stamp, c->dmns++;
-				if (s->dmn_stamp[pr] != s->stamp)
-					s->dmn_stamp[pr] = s->stamp, c->pairs++;
-			}
-		}
-}
-
-/* A DMA command's DM sides: bytes (every copy), DMNs and engines. */
-static void dm_sides(sim *s, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv, int64_t slo,
-	int64_t shi, int64_t moved)
-{
-	const tcp_tensor *td = &s->p->t[d->t], *ts = &s->p->t[sv->t];
-	s->stamp++;
-	if (s->stamp == 0) { /* wrapped: clear every stamp */
-		memset(s->dmn_stamp, 0, sizeof *s->dmn_stamp * (size_t)(2 * s->ndmn + 1));
-		s->stamp = 1;
-	}
-	int64_t copies = td->space == TCP_DM ? dm_copies(s, d->t) : 1;
-	if (td->space == TCP_DM)
-		dm_touch(s, c, d->t, dlo * esz_of(s, d->t), (dhi + 1) * esz_of(s, d->t) - 1, 0);
-	if (ts->space == TCP_DM)
-		dm_touch(s, c, sv->t, slo * esz_of(s, sv->t), (shi + 1) * esz_of(s, sv->t) - 1, 1);
-	c->bytes = moved * copies;
-	tcp_dma_engines(&s->cm, c, td->space == TCP_HBM && ts->space == TCP_HBM);
 }
 
 static int64_t dma_time(sim *s, const tcp_dma_load *c, bool dm2dm, int64_t rows)
@@ -206,7 +127,7 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 	int64_t rs = dma_runs(s, &dc, sv, in->ndim, in->dim, e, false), rd = dma_runs(s, &dc, d, in->ndim, in->dim, e, true);
 	int64_t run = rs < rd ? rs : rd;
 	dc.requests = n / run * tcp_dma_requests(&s->cm, run * e);
-	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, n * e);
+	tcp_meter_dm_sides(&s->mt, &dc, d, dlo, dhi, sv, slo, shi, n * e);
 	acc a = {0};
 	acc_add(&a, d->t, dlo, dhi, true);
 	acc_add(&a, sv->t, slo, shi, false);
@@ -278,7 +199,7 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 	acc_add(&a, sv->t, slo, shi, false);
 	acc_add(&a, iv->t, ilo, ihi, false);
 	dc.requests = (moved ? moved : 1) * (row * e / rb) * tcp_dma_requests(&s->cm, rb);
-	dm_sides(s, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
+	tcp_meter_dm_sides(&s->mt, &dc, d, dlo, dhi, sv, slo, shi, (moved ? moved : 1) * row * e);
 	tcps_schedule(s, pc, &a, dma_time(s, &dc, s->p->t[d->t].space == TCP_DM && s->p->t[sv->t].space == TCP_DM, G * n));
 }
 
@@ -328,13 +249,13 @@ void tcps_run_dma_spm(sim *s, uint32_t pc, const tcp_insn *in)
 
 /* The bytes of a sub load's source view (elements [lo, hi] of a DM tensor,
  * n elements read) that one slice holding them holds: the distinct bytes
- * over the slices they lie in (dm_slices). */
+ * over the slices they lie in (tcp_meter_slices). */
 static int64_t sub_own_bytes(const sim *s, const tcp_view *v, int64_t lo, int64_t hi, int64_t n)
 {
 	int64_t first, ns, P, e = esz_of(s, v->t), bytes = (hi - lo + 1 < n ? hi - lo + 1 : n) * e;
 	if (s->p->t[v->t].space != TCP_DM)
 		return bytes;
-	dm_slices(s, v->t, lo * e, (hi + 1) * e - 1, &first, &ns, &P);
+	tcp_meter_slices(&s->mt, v->t, lo * e, (hi + 1) * e - 1, &first, &ns, &P);
 	int64_t own = cdiv(bytes, ns), most = tcp_slice_holds(s->m, &s->p->t[v->t], 0);
 	return own < most ? own : most;
 }

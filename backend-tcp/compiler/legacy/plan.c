@@ -141,7 +141,7 @@ static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, 
 	int64_t rows, int64_t O, int64_t I, int wdt)
 {
 	cplan pl = plan_of(m, pm, h, O, I, wdt);
-	int64_t tiles[64];
+	int64_t tiles[64] = {0};
 	int nt = 0;
 	if (first < 1 || h <= first)
 		tiles[nt++] = h;
