@@ -19,15 +19,6 @@
 #include "backend-tcp/compiler/sched_time.h"
 #include "backend-tcp/isa/cost.h"
 
-/* One staged descriptor the loads stand for: element base + k x stride of
- * buffer t is v[k] (k < n); v NULL: one scalar at base. */
-typedef struct tdesc {
-	int32_t t;
-	int64_t base, stride, n;
-	const int32_t *v;
-	int32_t scalar;
-} tdesc;
-
 /* Measured costs kept across predictions on the same loads: a hash table of
  * (op, the scalar values its views and count read) -> cost, grown by
  * doubling. */
@@ -60,7 +51,7 @@ typedef struct tl {
 	const moe_tcp_loads *given;
 	int32_t *gen_e, *gen_r;
 	int64_t gen_nb, nblocks;
-	tdesc d[3];
+	tcp_staged d[3];
 	int nd;
 	int32_t bexp;
 	int64_t approx_ld, approx_idx;
@@ -159,28 +150,6 @@ static int64_t cost_copy(tl *t, const tcp_insn *in)
 	return dma_time(t, &dc, dm2dm(t, in), 1);
 }
 
-static bool overlay(const tl *t, int32_t b, int64_t el, int32_t *w)
-{
-	for (int i = 0; i < t->nd; i++) {
-		const tdesc *d = &t->d[i];
-		if (d->t != b)
-			continue;
-		if (d->stride == 0 || !d->v) {
-			if (el == d->base) {
-				*w = d->v ? d->v[0] : d->scalar;
-				return true;
-			}
-			continue;
-		}
-		int64_t off = el - d->base;
-		if (off % d->stride == 0 && off / d->stride >= 0 && off / d->stride < d->n) {
-			*w = d->v[off / d->stride];
-			return true;
-		}
-	}
-	return false;
-}
-
 /* the row a gather's or scatter's position (g, j) names: the staged loads
  * where the list is one, else n valid positions spread evenly over the rows */
 static int64_t index_row(tl *t, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt)
@@ -188,7 +157,7 @@ static int64_t index_row(tl *t, const tcp_insn *in, int64_t g, int64_t j, int64_
 	const tcp_view *iv = &in->v[TCP_V_S1];
 	int64_t rows = in->rows > 0 ? in->rows : 1;
 	int32_t w;
-	if (!(in->flags & TCP_F_HBMIDX) && overlay(t, iv->t, vbase(t, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
+	if (!(in->flags & TCP_F_HBMIDX) && tcp_staged_find(t->d, t->nd, iv->t, vbase(t, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
 		return w < 0 ? 0 : w >= rows ? rows - 1 : w;
 	if (g == 0 && j == 0)
 		t->approx_idx++;
@@ -278,23 +247,6 @@ static int64_t cost_sub(tl *t, const tcp_insn *in, bool *holds)
 	return tcp_cost_sub(&t->cm, per, own);
 }
 
-/* ---- Tensor Unit loads (as sim_exec.c measures them) ---- */
-static int64_t read_size(const tl *t, const tcp_view *v, int nd, const int64_t *dim, int64_t e, int64_t *elems)
-{
-	int64_t run = 1;
-	int k = nd - 1;
-	if (nd > 0 && v->stride[nd - 1] == 0 && dim[nd - 1] > 1) {
-		*elems /= dim[nd - 1];
-		return e;
-	}
-	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
-		run *= dim[k--];
-	int64_t b = run * e, rs = 1;
-	while (rs < t->m->fetch_bytes && b % (rs * 2) == 0)
-		rs *= 2;
-	return rs;
-}
-
 /* the operands some slice does not hold (bit w: view w), once per op */
 static unsigned route_mask(tl *t, ts_id id, const tcp_insn *in)
 {
@@ -336,14 +288,14 @@ static int64_t cost_vec(tl *t, ts_id id, const tcp_insn *in)
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && t->p->t[in->v[w].t].space == TCP_DM) {
 			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0;
-			int64_t el = pe, e = n4 ? 1 : esz(t, in->v[w].t), rs = read_size(t, &in->v[w], nd, in->dim, e, &el);
+			int64_t el = pe, e = n4 ? 1 : esz(t, in->v[w].t), rs = tcp_meter_read_size(t->m, &in->v[w], nd, in->dim, e, &el);
 			fsum += n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
 			rbytes += (rm >> w & 1u) ? (n4 ? cdiv(el, 2) : el * e) : 0;
 			ns++;
 		}
 	bool red = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE;
 	int64_t outs = red ? pe / L : pe, ol = outs;
-	int64_t crs = read_size(t, dv, red ? nd - 1 : nd, in->dim, esz(t, dv->t), &ol);
+	int64_t crs = tcp_meter_read_size(t->m, dv, red ? nd - 1 : nd, in->dim, esz(t, dv->t), &ol);
 	int64_t commit = cdiv(outs * esz(t, dv->t), crs);
 	rbytes += (rm & 1u) ? outs * esz(t, dv->t) : 0;
 	return tcp_cost_vec(&t->cm, &(tcp_vec_load){pe, fl, in->nstep, fsum, ns, commit, rbytes, used,
@@ -465,11 +417,11 @@ static void stage(tl *t, const tcp_insn *in)
 	t->nd = 0;
 	if (!decode) {
 		const tcp_view *v = &in->v[be - 1];
-		t->d[t->nd++] = (tdesc){v->t, vbase(t, v), 0, 1, NULL, (int32_t)nb};
+		t->d[t->nd++] = (tcp_staged){v->t, vbase(t, v), 0, 1, NULL, (int32_t)nb};
 	}
-	t->d[t->nd++] = (tdesc){in->v[be].t, vbase(t, &in->v[be]), in->v[be].stride[0], G, ve, 0};
+	t->d[t->nd++] = (tcp_staged){in->v[be].t, vbase(t, &in->v[be]), in->v[be].stride[0], G, ve, 0};
 	if (rw >= 0)
-		t->d[t->nd++] = (tdesc){in->v[rw].t, vbase(t, &in->v[rw]), in->v[rw].stride[0], G, vr, 0};
+		t->d[t->nd++] = (tcp_staged){in->v[rw].t, vbase(t, &in->v[rw]), in->v[rw].stride[0], G, vr, 0};
 }
 
 /* ---- the walk ---- */
@@ -588,7 +540,7 @@ static void run_scalar(tl *t, ts_id id)
 		if (x->buf < t->s->nbuf && t->staged[x->buf] > t->tc)
 			t->tc = t->staged[x->buf];
 		scalar_insn(t, TCP_OP_LD);
-		if (!overlay(t, (int32_t)x->buf, el, &w))
+		if (!tcp_staged_find(t->d, t->nd, (int32_t)x->buf, el, &w))
 			t->approx_ld++;
 		v[id] = w;
 		break;

@@ -104,6 +104,26 @@ void tcp_meter_slices(const tcp_meter *mt, int32_t t, int64_t lo, int64_t hi, in
 void tcp_meter_dm_sides(tcp_meter *mt, tcp_dma_load *c, const tcp_view *d, int64_t dlo, int64_t dhi, const tcp_view *sv,
 	int64_t slo, int64_t shi, int64_t moved);
 
+/* A fetch or commit sequencer's bytes per cycle for view v over dims
+ * (elements of e bytes): min(max_fetch_bytes, the largest power of two
+ * dividing the contiguous run in bytes); *elems is how many elements it
+ * reads (a stride-0 innermost loop re-reads one element per row, fetched
+ * once). */
+int64_t tcp_meter_read_size(const moe_tcp_machine *m, const tcp_view *v, int nd, const int64_t *dim, int64_t e,
+	int64_t *elems);
+
+/* The values a block loop's staging writes, as a predictor stands them in
+ * for a run's: element base + k x stride of tensor t is v[k] (k < n); v
+ * NULL: the one value `scalar` at base. */
+typedef struct tcp_staged {
+	int32_t t;
+	int64_t base, stride, n;
+	const int32_t *v;
+	int32_t scalar;
+} tcp_staged;
+/* Whether element el of tensor t is one of the nd descriptors' values (*w). */
+bool tcp_staged_find(const tcp_staged *d, int nd, int32_t t, int64_t el, int32_t *w);
+
 /* ---- the switch ---- */
 /* Cycles to route `bytes` per slice over a ring of `used` slices: one flit
  * per cycle into each slice; *ring the ring's latency (at most

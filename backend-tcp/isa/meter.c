@@ -1,6 +1,7 @@
-/* backend-tcp/isa/meter.c: a DMA command's load measured on a tensor table
- * (isa/cost.h, "measuring a DMA command"), shared by the simulator and the
- * schedule's timeline so that both charge the same runs and DM sides. */
+/* backend-tcp/isa/meter.c: what the simulator and the schedule's timeline
+ * both measure of a command before isa/cost.c prices it (isa/cost.h): a DMA
+ * command's runs and DM sides, a sequencer's read size, and the staged
+ * values a predictor stands in for a run's. */
 #include <string.h>
 
 #include "backend-tcp/isa/cost.h"
@@ -102,4 +103,42 @@ void tcp_meter_dm_sides(tcp_meter *mt, tcp_dma_load *c, const tcp_view *d, int64
 		touch(mt, c, sv->t, slo * se, (shi + 1) * se - 1, 1);
 	c->bytes = moved * copies;
 	tcp_dma_engines(mt->cm, c, td->space == TCP_HBM && ts->space == TCP_HBM);
+}
+
+int64_t tcp_meter_read_size(const moe_tcp_machine *m, const tcp_view *v, int nd, const int64_t *dim, int64_t e,
+	int64_t *elems)
+{
+	int64_t run = 1;
+	int k = nd - 1;
+	if (nd > 0 && v->stride[nd - 1] == 0 && dim[nd - 1] > 1) {
+		*elems /= dim[nd - 1];
+		return e;
+	}
+	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
+		run *= dim[k--];
+	int64_t b = run * e, rs = 1;
+	while (rs < m->fetch_bytes && b % (rs * 2) == 0)
+		rs *= 2;
+	return rs;
+}
+
+bool tcp_staged_find(const tcp_staged *d, int nd, int32_t t, int64_t el, int32_t *w)
+{
+	for (int i = 0; i < nd; i++, d++) {
+		if (d->t != t)
+			continue;
+		if (d->stride == 0 || !d->v) {
+			if (el == d->base) {
+				*w = d->v ? d->v[0] : d->scalar;
+				return true;
+			}
+			continue;
+		}
+		int64_t off = el - d->base;
+		if (off % d->stride == 0 && off / d->stride >= 0 && off / d->stride < d->n) {
+			*w = d->v[off / d->stride];
+			return true;
+		}
+	}
+	return false;
 }

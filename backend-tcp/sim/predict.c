@@ -23,21 +23,12 @@
 
 #include "backend-tcp/sim/sim_int.h"
 
-/* One staged descriptor the loads stand for: element base + k x stride of
- * tensor t is v[k] (k < n); stride 0: one scalar at base. */
-typedef struct pdesc {
-	int32_t t;
-	int64_t base, stride, n;
-	const int32_t *v;
-	int32_t scalar;
-} pdesc;
-
 struct tcps_pred {
 	const moe_tcp_loads *given; /* NULL: expected loads */
 	int64_t n_tokens;           /* what an ld of the n_tokens input reads */
 	int stagings;
 	bool refused; /* caller loads staged a second time */
-	pdesc d[3];
+	tcp_staged d[3];
 	int nd;
 	int32_t *gen_e, *gen_r; /* the expected loads' arrays (malloc'd) */
 	int64_t gen_nblocks;
@@ -152,33 +143,11 @@ static void stage_loads(sim *s, uint32_t pc, const tcp_insn *in, int be)
 	pr->nd = 0;
 	if (!decode) {
 		const tcp_view *v = &in->v[be - 1];
-		pr->d[pr->nd++] = (pdesc){v->t, vbase(s, v), 0, 1, NULL, (int32_t)nb};
+		pr->d[pr->nd++] = (tcp_staged){v->t, vbase(s, v), 0, 1, NULL, (int32_t)nb};
 	}
-	pr->d[pr->nd++] = (pdesc){in->v[be].t, vbase(s, &in->v[be]), in->v[be].stride[0], G, ve, 0};
+	pr->d[pr->nd++] = (tcp_staged){in->v[be].t, vbase(s, &in->v[be]), in->v[be].stride[0], G, ve, 0};
 	if (rw >= 0)
-		pr->d[pr->nd++] = (pdesc){in->v[rw].t, vbase(s, &in->v[rw]), in->v[rw].stride[0], G, vr, 0};
-}
-
-static bool overlay(const tcps_pred *pr, int32_t t, int64_t el, int32_t *w)
-{
-	for (int i = 0; i < pr->nd; i++) {
-		const pdesc *d = &pr->d[i];
-		if (d->t != t)
-			continue;
-		if (d->stride == 0 || !d->v) {
-			if (el == d->base) {
-				*w = d->v ? d->v[0] : d->scalar;
-				return true;
-			}
-			continue;
-		}
-		int64_t off = el - d->base;
-		if (off % d->stride == 0 && off / d->stride >= 0 && off / d->stride < d->n) {
-			*w = d->v[off / d->stride];
-			return true;
-		}
-	}
-	return false;
+		pr->d[pr->nd++] = (tcp_staged){in->v[rw].t, vbase(s, &in->v[rw]), in->v[rw].stride[0], G, vr, 0};
 }
 
 /* A run with opts.observed: the staging's values, read back. */
@@ -255,7 +224,7 @@ void tcps_pred_copy(sim *s, const tcp_insn *in, int64_t db, int64_t sb)
 uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el)
 {
 	int32_t w;
-	if (overlay(s->pr, t, el, &w))
+	if (tcp_staged_find(s->pr->d, s->pr->nd, t, el, &w))
 		return wi(w);
 	if (holds_tokens(s, t, el))
 		return wi((int32_t)s->pr->n_tokens);
@@ -269,7 +238,7 @@ int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_
 	int64_t rows = in->rows > 0 ? in->rows : 1;
 	int32_t w;
 	if (!(in->flags & TCP_F_HBMIDX) &&
-		overlay(s->pr, iv->t, vbase(s, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
+		tcp_staged_find(s->pr->d, s->pr->nd, iv->t, vbase(s, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
 		return w < 0 ? 0 : w >= rows ? rows - 1 : w;
 	if (g == 0 && j == 0)
 		s->pr->approx_idx++;

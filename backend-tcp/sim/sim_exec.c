@@ -3,26 +3,6 @@
  * bf16x3 for f32, f32 accumulation in index order), with their cost. */
 #include "backend-tcp/sim/sim_int.h"
 
-/* Bytes per cycle a fetch or commit sequencer moves for a view over dims:
- * min(max_fetch_bytes, the largest power of two dividing the contiguous run
- * in bytes); *elems is how many elements it reads (a stride-0 innermost loop
- * re-reads one element per row, fetched once). */
-static int64_t read_size(const sim *s, const tcp_view *v, int nd, const int64_t *dim, int64_t e, int64_t *elems)
-{
-	int64_t run = 1;
-	int k = nd - 1;
-	if (nd > 0 && v->stride[nd - 1] == 0 && dim[nd - 1] > 1) {
-		*elems /= dim[nd - 1];
-		return e;
-	}
-	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
-		run *= dim[k--];
-	int64_t b = run * e, rs = 1;
-	while (rs < s->m->fetch_bytes && b % (rs * 2) == 0)
-		rs *= 2;
-	return rs;
-}
-
 /* One element-wise ALU op (not reduce/scan/compact/merge). */
 static bool alu(sim *s, uint32_t pc, int op, uint32_t x, uint32_t y, uint32_t *v, bool *tag)
 {
@@ -166,13 +146,13 @@ static void vec_cost(sim *s, uint32_t pc, const tcp_insn *in, const acc *a, int 
 	for (int w = 1; w < TCP_NVIEW; w++)
 		if (in->v[w].t >= 0 && s->p->t[in->v[w].t].space == TCP_DM) {
 			bool n4 = (in->flags & (TCP_F_E2M1 | TCP_F_I4)) && w == TCP_V_S0; /* 4-bit: half a byte each */
-			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = read_size(s, &in->v[w], nd, in->dim, e, &el);
+			int64_t el = pe, e = n4 ? 1 : esz_of(s, in->v[w].t), rs = tcp_meter_read_size(s->m, &in->v[w], nd, in->dim, e, &el);
 			fsum += n4 ? cdiv(cdiv(el, 2), rs) : cdiv(el * e, rs);
 			rbytes += (rm >> w & 1u) ? (n4 ? cdiv(el, 2) : el * e) : 0;
 			ns++;
 		}
 	int64_t outs = rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? pe / L : pe, ol = outs;
-	int64_t crs = read_size(s, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
+	int64_t crs = tcp_meter_read_size(s->m, dv, rop >= 0 && tcp_vop_stage[in->step[rop].op] == TCP_ST_REDUCE ? nd - 1 : nd,
 		in->dim, esz_of(s, dv->t), &ol);
 	int64_t commit = cdiv(outs * esz_of(s, dv->t), crs);
 	rbytes += (rm & 1u) ? outs * esz_of(s, dv->t) : 0;
