@@ -17,9 +17,9 @@
 #include "moec/passes.h"
 #include "moec/tcp.h"
 
-/* The layer for T tokens run through the tcp pipeline and compiled; its
- * module returned in *mod when mod is not NULL (else freed). */
-static inline moe_tcp_program *tcp_fx_qwen3(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
+/* The layer for T tokens (a serving layer: n_tokens declared after x) run
+ * through the named pipeline. */
+static inline moe_module *tcp_fx_qwen3_module(moe_ctx *c, int64_t T, bool serving, const char *pipeline)
 {
 	FILE *f = fopen(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", "rb");
 	assert_non_null(f);
@@ -44,7 +44,15 @@ static inline moe_tcp_program *tcp_fx_qwen3(moe_ctx *c, int64_t T, bool serving,
 	free(buf);
 	assert_non_null(m);
 	moe_run_opts ro = {.verify = 1};
-	assert_int_equal(moe_run_pipeline_text(c, "tcp", m, &ro), MOE_OK);
+	assert_int_equal(moe_run_pipeline_text(c, pipeline, m, &ro), MOE_OK);
+	return m;
+}
+
+/* The layer for T tokens run through the tcp pipeline and compiled; its
+ * module returned in *mod when mod is not NULL (else freed). */
+static inline moe_tcp_program *tcp_fx_qwen3(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
+{
+	moe_module *m = tcp_fx_qwen3_module(c, T, serving, "tcp");
 	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
 	if (!p)
 		moe_diag_print(c, stderr);

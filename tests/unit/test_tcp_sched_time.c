@@ -31,6 +31,7 @@
 #include "moec/frontend.h"
 #include "moec/passes.h"
 #include "moec/runtime.h"
+#include "tcp_qwen3_fx.h"
 
 static const char HALVES[] =
 	"tcpsched 1\n"
@@ -159,29 +160,6 @@ static void test_halves(void **st)
 	moe_ctx_free(c);
 }
 
-/* The Qwen3 example at D = 40, F = 24, E = 16, K = 4, B = 8 through the
- * tcp-sched pipeline. */
-static moe_module *layer(moe_ctx *c, int64_t T)
-{
-	FILE *f = fopen(MOEC_SOURCE_DIR "/examples/qwen3_30b_a3b.moe", "rb");
-	assert_non_null(f);
-	char *buf = calloc(1, 1 << 16);
-	assert_non_null(buf);
-	size_t n = fread(buf, 1, (1 << 16) - 64, f);
-	fclose(f);
-	assert_true(n > 0);
-	char tv[16];
-	snprintf(tv, sizeof tv, "%lld", (long long)T);
-	moe_setting sets[] = {{"T", tv}, {"D", "40"}, {"F", "24"}, {"E", "16"}, {"K", "4"}, {"B", "8"}};
-	moe_settings ss = {sets, sizeof sets / sizeof *sets};
-	moe_module *m = moe_parse_moe(c, "qwen3.moe", buf, strlen(buf), &ss);
-	free(buf);
-	assert_non_null(m);
-	moe_run_opts ro = {.verify = 1};
-	assert_int_equal(moe_run_pipeline_text(c, "tcp-sched", m, &ro), MOE_OK);
-	return m;
-}
-
 static void test_layer(void **st)
 {
 	(void)st;
@@ -189,7 +167,7 @@ static void test_layer(void **st)
 	moe_tcp_machine *mach = moe_tcp_machine_default(c);
 	const int64_t Ts[] = {16, 1};
 	for (size_t k = 0; k < 2; k++) {
-		moe_module *m = layer(c, Ts[k]);
+		moe_module *m = tcp_fx_qwen3_module(c, Ts[k], false, "tcp-sched");
 		tcp_sched *s = tcp_sched_compiled(c, moe_module_graph(m, 0), mach, true);
 		if (!s)
 			moe_diag_print(c, stderr);
