@@ -495,7 +495,7 @@ static void test_floor(void **st)
 {
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
-	char text[sizeof sched_text + 64];
+	char text[sizeof sched_text + 256];
 	const char *meta = "meta T=16 K=2 D=64 F=32 E=4 B=0 G=0 nproj=3 router_e=4 wexp=24576 act=9216 rmacs=4096 "
 			   "dtype=f32\n";
 	const char *from = strstr(sched_text, "meta "), *to = strchr(from, '\n') + 1;
