@@ -22,7 +22,6 @@ import argparse
 import filecmp
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import tempfile
 import numpy as np
 
 import cases
+from examples_targets import write_safetensors
 import hf_rebuild
 
 FAMILIES = None  # every family of the fixtures
@@ -46,19 +46,6 @@ EXAMPLES = {  # seed and qwen3_30b_a3b at their own D and F; the others at SMALL
 TOKENS = (1, 5, 64)
 
 run = cases.run
-
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name, a in tensors.items():
-        b = a.astype(np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def random_checkpoint(moec, moe, sets, tmp, rng):
