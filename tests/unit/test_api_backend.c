@@ -18,16 +18,7 @@
 #include "moec/backend.h"
 #include "moec/frontend.h"
 #include "moec/passes.h"
-
-static moe_id leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
-{
-	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
-	moe_node_set_type(g, id, t, s, rank);
-	moe_node_set_name(g, id, name);
-	if (op == MOE_OP_WEIGHT)
-		moe_node_set_str(g, id, "source", name);
-	return id;
-}
+#include "graph_fx.h"
 
 /* y = x * w + x over f32[3, 4], x an input, w a weight; layer "my-layer.v2". */
 static moe_module *small_layer(moe_ctx *c)

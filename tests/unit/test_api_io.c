@@ -23,51 +23,8 @@
 
 #include "moec/io.h"
 
-static char tmpdir[128];
-
-static int setup_dir(void **st)
-{
-	(void)st;
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/moec_api_io_XXXXXX");
-	return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_dir(void **st)
-{
-	(void)st;
-	DIR *d = opendir(tmpdir);
-	if (d) {
-		struct dirent *e;
-		char p[PATH_MAX];
-		while ((e = readdir(d)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-				snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-				if (unlink(p) != 0)
-					rmdir(p);
-			}
-		closedir(d);
-	}
-	rmdir(tmpdir);
-	return 0;
-}
-
-static char *tpath(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "%s/%s", tmpdir, name);
-	return buf;
-}
-
-/* Entries of tmpdir whose name contains `part`. */
-static int count_entries(const char *part)
-{
-	DIR *d = opendir(tmpdir);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strstr(e->d_name, part) != NULL;
-	closedir(d);
-	return n;
-}
+#define SCRATCH_NAME "moec_api_io"
+#include "scratch_dir.h"
 
 static char *slurp(const char *path, size_t *len)
 {

@@ -13,27 +13,7 @@
 
 #include "moec/ir.h"
 #include "moec/runtime.h"
-
-static moe_id leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
-{
-	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
-	moe_node_set_type(g, id, t, s, rank);
-	moe_node_set_name(g, id, name);
-	if (op == MOE_OP_WEIGHT)
-		moe_node_set_str(g, id, "source", name);
-	return id;
-}
-
-static char *print_module(const moe_module *m)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	assert_non_null(f);
-	assert_int_equal(moe_module_print(m, f), MOE_OK);
-	fclose(f);
-	return buf;
-}
+#include "graph_fx.h"
 
 /* ---- base.h ---- */
 

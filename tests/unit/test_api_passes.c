@@ -14,6 +14,7 @@
 
 #include "moec/frontend.h"
 #include "moec/passes.h"
+#include "graph_fx.h"
 
 /* ---- the registry ---- */
 
@@ -209,16 +210,6 @@ static void test_pass_opt(void **st)
 }
 
 /* ---- the expert-parallel phase cut ---- */
-
-static moe_id leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
-{
-	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
-	moe_node_set_type(g, id, t, s, rank);
-	moe_node_set_name(g, id, name);
-	if (op == MOE_OP_WEIGHT)
-		moe_node_set_str(g, id, "source", name);
-	return id;
-}
 
 static moe_id node(moe_graph *g, moe_op op, const moe_id *args, uint32_t n)
 {

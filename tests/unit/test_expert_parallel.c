@@ -15,6 +15,7 @@
 #include "ir/ir.h"
 #include "moec/passes.h"
 #include "grid_brute.h"
+#include "graph_fx.h"
 
 /* ---- bounds ---- */
 
@@ -89,16 +90,6 @@ typedef struct cfg {
 	int bias, on_input;
 	char placement[64];
 } cfg;
-
-static moe_id leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
-{
-	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
-	moe_node_set_type(g, id, t, s, rank);
-	moe_node_set_name(g, id, name);
-	if (op == MOE_OP_WEIGHT)
-		moe_node_set_str(g, id, "source", name);
-	return id;
-}
 
 /* The layer experts(x, idx, w, ...) with `rows` tokens. */
 static moe_module *build(moe_ctx *ctx, const cfg *c, int64_t rows)

@@ -1,4 +1,4 @@
-/* tests/unit/test_hostile.c: hostile inputs and faults (issue 21), files:
+/* tests/unit/test_hostile.c: hostile inputs and faults in files:
  * outputs over FIFOs, devices, symlinks and inputs; inputs that would block
  * or never end; temporaries on SIGTERM; JSON read as Python reads it;
  * safetensors offsets; a NULL context. The compiler and simulator side is in

@@ -1,4 +1,4 @@
-/* tests/unit/test_hostile_run.c: hostile inputs and faults (issue 21), the
+/* tests/unit/test_hostile_run.c: hostile inputs and faults in the
  * compiler and the simulator: deep and long .moe sources; machine fields out
  * of range; TCP programs that never terminate and counters that would wrap;
  * inf in TCP f32 contractions; allocations the allocator refuses. */

@@ -414,7 +414,7 @@ static void test_families_doc(void **st)
 	b = strchr(b, '\n') + 1;
 	if ((size_t)(e - b) != strlen(table) || strncmp(b, table, strlen(table)))
 		fail_msg("docs/families.md differs from `moec import-hf --list --markdown`; regenerate it");
-	/* the 38 families of issue 13, each answered by a row */
+	/* the 38 families docs/families.md lists, each answered by a row */
 	static const char *const want[] = {"mixtral", "phimoe", "jamba", "olmoe", "flex_olmo", "qwen2_moe", "qwen3_moe",
 		"qwen3_next", "qwen3_vl_moe", "qwen3_5_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
 		"kimi_linear", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "mistral4", "dots1",

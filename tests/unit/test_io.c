@@ -19,49 +19,8 @@ static const char *const fams[] = {"mixtral", "qwen3_moe", "qwen2_moe", "olmoe",
 
 /* ---- helpers ---- */
 
-static char tmpdir[256];
-
-static int setup_dir(void **st)
-{
-	(void)st;
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/moec_io_XXXXXX");
-	return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_dir(void **st)
-{
-	(void)st;
-	DIR *d = opendir(tmpdir);
-	if (d) {
-		struct dirent *e;
-		char p[512];
-		while ((e = readdir(d)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-				snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-				unlink(p);
-			}
-		closedir(d);
-	}
-	rmdir(tmpdir);
-	return 0;
-}
-
-static char *tpath(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "%s/%s", tmpdir, name);
-	return buf;
-}
-
-static int count_dir_entries(void)
-{
-	DIR *d = opendir(tmpdir);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	return n;
-}
+#define SCRATCH_NAME "moec_io"
+#include "scratch_dir.h"
 
 /* The first error message, asserting there is one. */
 static const char *first_error(moe_ctx *c)
@@ -506,7 +465,7 @@ static void test_npy_roundtrip(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	char p[512];
-	int before = count_dir_entries();
+	int before = count_entries(NULL);
 	int64_t s[3] = {2, 3, 5};
 	moe_tensor *t = moe_tensor_new(c, MOE_F32, 3, s);
 	for (int i = 0; i < 30; i++)
@@ -532,7 +491,7 @@ static void test_npy_roundtrip(void **st)
 	assert_int_equal(moe_npy_write(c, tpath(p, sizeof p, "i.npy"), iv), MOE_OK);
 	moe_tensor *ir = moe_npy_read(c, p, MOE_I32);
 	assert_int_equal(((int32_t *)ir->data)[3], -7);
-	assert_int_equal(count_dir_entries(), before + 3);
+	assert_int_equal(count_entries(NULL), before + 3);
 	unlink(tpath(p, sizeof p, "a.npy"));
 	unlink(tpath(p, sizeof p, "b.npy"));
 	unlink(tpath(p, sizeof p, "i.npy"));
@@ -553,10 +512,10 @@ static void test_atomic(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	char p[512], buf[64];
-	int before = count_dir_entries();
+	int before = count_entries(NULL);
 	/* success: exactly the file, no temporary left */
 	assert_int_equal(moe_write_file_atomic(c, tpath(p, sizeof p, "out.txt"), "hello", 5), MOE_OK);
-	assert_int_equal(count_dir_entries(), before + 1);
+	assert_int_equal(count_entries(NULL), before + 1);
 	FILE *f = fopen(p, "rb");
 	assert_int_equal(fread(buf, 1, sizeof buf, f), 5);
 	fclose(f);
@@ -566,17 +525,17 @@ static void test_atomic(void **st)
 	assert_non_null(a);
 	fputs("new content", moe_atomic_stream(a));
 	fflush(moe_atomic_stream(a));
-	assert_int_equal(count_dir_entries(), before + 2); /* the temporary exists meanwhile */
+	assert_int_equal(count_entries(NULL), before + 2); /* the temporary exists meanwhile */
 	f = fopen(p, "rb");
 	assert_int_equal(fread(buf, 1, sizeof buf, f), 5);
 	fclose(f);
 	assert_int_equal(moe_atomic_commit(a), MOE_OK);
-	assert_int_equal(count_dir_entries(), before + 1);
+	assert_int_equal(count_entries(NULL), before + 1);
 	/* abort: the temporary disappears, the old file stays */
 	a = moe_atomic_open(c, p);
 	fputs("discarded", moe_atomic_stream(a));
 	moe_atomic_abort(a);
-	assert_int_equal(count_dir_entries(), before + 1);
+	assert_int_equal(count_entries(NULL), before + 1);
 	f = fopen(p, "rb");
 	assert_int_equal(fread(buf, 1, sizeof buf, f), 11);
 	fclose(f);
@@ -588,7 +547,7 @@ static void test_atomic(void **st)
 	assert_int_equal(moe_error_count(c), 0);
 	assert_int_equal(moe_write_file_atomic(c, d, "data", 4), MOE_ERR_IO);
 	assert_non_null(strstr(first_error(c), "directory"));
-	assert_int_equal(count_dir_entries(), before + 2); /* out.txt and sub only */
+	assert_int_equal(count_entries(NULL), before + 2); /* out.txt and sub only */
 	unlink(inner);
 	rmdir(d);
 	/* a directory that does not exist: an error, no file */
@@ -600,7 +559,7 @@ static void test_atomic(void **st)
 	assert_int_not_equal(moe_npy_write(c, "/nonexistent-moec-dir/y.npy", t), MOE_OK);
 	moe_tensor_free(c, t);
 	unlink(p);
-	assert_int_equal(count_dir_entries(), before);
+	assert_int_equal(count_entries(NULL), before);
 	moe_ctx_free(c);
 }
 

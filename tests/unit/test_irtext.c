@@ -10,19 +10,10 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "graph_fx.h"
 
-static char *print_text(const moe_module *m)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	assert_non_null(f);
-	assert_int_equal(moe_module_print(m, f), MOE_OK);
-	fclose(f);
-	return buf;
-}
-
-static moe_id leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
+/* A leaf with no source attribute, its name optional (block arguments have none). */
+static moe_id bare_leaf(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *s, const char *name)
 {
 	moe_id id = moe_node_new(g, op, NULL, 0, moe_loc_none());
 	moe_node_set_type(g, id, t, s, rank);
@@ -48,8 +39,8 @@ static moe_id op2(moe_graph *g, moe_op op, moe_id a, moe_id b)
 static void leaves_and_attrs(moe_graph *g, const int64_t *td, const int64_t *ed, moe_id *xo, moe_id *rwo, moe_id *co)
 {
 	moe_loc nl = moe_loc_none();
-	*xo = leaf(g, MOE_OP_INPUT, MOE_F32, 2, td, "x");
-	moe_id rw = *rwo = leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ed, "router");
+	*xo = bare_leaf(g, MOE_OP_INPUT, MOE_F32, 2, td, "x");
+	moe_id rw = *rwo = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ed, "router");
 	moe_node_set_str(g, rw, "source", "model.layers.0.block_sparse_moe.gate.weight");
 	moe_node_set_str(g, rw, "layout", "row\"major\\ \n\t\x01\x7f caf\xc3\xa9");
 	int64_t tr[2] = {1, 0};
@@ -146,13 +137,13 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_id masked = moe_node_new(g, MOE_OP_ADD, (moe_id[]){x, bc}, 2, nl);
 	moe_node_set_valid(g, masked, vlen);
 	assert_int_equal(moe_node_infer(g, masked), MOE_OK);
-	moe_id gw = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, efd, "gate");
+	moe_id gw = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, efd, "gate");
 	moe_node_set_str(g, gw, "source", "experts.{e}.w1.weight");
-	moe_id uw = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, efd, "up");
+	moe_id uw = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, efd, "up");
 	moe_node_set_str(g, uw, "source", "experts.{e}.w3.weight");
-	moe_id dw = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, edf, "down");
+	moe_id dw = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, edf, "down");
 	moe_node_set_str(g, dw, "source", "experts.{e}.w2.weight");
-	moe_id ub = leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ef, "up_bias");
+	moe_id ub = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 2, ef, "up_bias");
 	moe_node_set_str(g, ub, "source", "experts.{e}.b3");
 	moe_id ex_args[9] = {masked, tk, tw, gw, uw, dw, MOE_NONE, ub, MOE_NONE};
 	moe_id ex = moe_node_new(g, MOE_OP_EXPERTS, ex_args, 9, nl);
@@ -162,9 +153,9 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_node_set_float(g, ex, "limit", 7.0);
 	assert_int_equal(moe_node_infer(g, ex), MOE_OK);
 	int64_t qd[3] = {E, 4, 4}, sd[3] = {E, 1, 1}, qb[2] = {4, 4};
-	moe_id qw = leaf(g, MOE_OP_WEIGHT, MOE_F8E4M3, 3, qd, "q");
+	moe_id qw = bare_leaf(g, MOE_OP_WEIGHT, MOE_F8E4M3, 3, qd, "q");
 	moe_node_set_str(g, qw, "source", "experts.{e}.q");
-	moe_id qs = leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, sd, "qs");
+	moe_id qs = bare_leaf(g, MOE_OP_WEIGHT, MOE_F32, 3, sd, "qs");
 	moe_node_set_str(g, qs, "source", "experts.{e}.qs");
 	moe_id dq = moe_node_new(g, MOE_OP_DEQUANT, (moe_id[]){qw, qs}, 2, nl);
 	moe_node_set_str(g, dq, "format", "fp8");
@@ -172,7 +163,7 @@ static void build_all_ops(moe_module *m, bool *used)
 	assert_int_equal(moe_node_infer(g, dq), MOE_OK);
 	moe_graph_add_output(g, dq);
 	int64_t one = 1;
-	moe_id cnt = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &one, "a2a_counts");
+	moe_id cnt = bare_leaf(g, MOE_OP_INPUT, MOE_I32, 1, &one, "a2a_counts");
 	moe_id a2a = moe_node_new(g, MOE_OP_ALL_TO_ALL, (moe_id[]){x, cnt}, 2, nl);
 	moe_node_set_int(g, a2a, "ep", 1);
 	moe_node_set_int(g, a2a, "rows", 2 * T);
@@ -182,19 +173,19 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_graph_add_output(g, sc);
 	/* a block loop of two blocks: up[expert] x x (invariant) */
 	int64_t two = 2;
-	moe_id bnb = leaf(g, MOE_OP_INPUT, MOE_I32, 0, NULL, "nblocks");
-	moe_id bex = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "bexp");
-	moe_id brows = leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "brows");
+	moe_id bnb = bare_leaf(g, MOE_OP_INPUT, MOE_I32, 0, NULL, "nblocks");
+	moe_id bex = bare_leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "bexp");
+	moe_id brows = bare_leaf(g, MOE_OP_INPUT, MOE_I32, 1, &two, "brows");
 	moe_id bl = moe_node_new(g, MOE_OP_BLOCK_LOOP, (moe_id[]){bnb, bex, brows, uw, x}, 5, nl);
 	moe_node_set_str(g, bl, "kinds", "ei");
 	uint32_t bi;
 	moe_graph *body = ir_body_new(g, &bi);
 	N(g, bl)->body = bi;
 	int64_t fd[2] = {F, D};
-	moe_id bw = leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, fd, NULL);
+	moe_id bw = bare_leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, fd, NULL);
 	moe_node_set_str(body, bw, "role", "in");
 	moe_node_set_int(body, bw, "index", 0);
-	moe_id bx = leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, td, NULL);
+	moe_id bx = bare_leaf(body, MOE_OP_BLOCKARG, MOE_F32, 2, td, NULL);
 	moe_node_set_str(body, bx, "role", "in");
 	moe_node_set_int(body, bx, "index", 1);
 	moe_graph_add_output(body, ir_b_einsum(body, "td,fd->tf", bx, bw, nl));
@@ -210,7 +201,7 @@ static void build_all_ops(moe_module *m, bool *used)
 	moe_graph *h = moe_module_add_graph(m, "layer_2");
 	moe_graph_set_dtype(h, MOE_BF16);
 	moe_graph_set_dim(h, "neg_dim", -7);
-	moe_id s = leaf(h, MOE_OP_INPUT, MOE_BF16, 0, NULL, "s");
+	moe_id s = bare_leaf(h, MOE_OP_INPUT, MOE_BF16, 0, NULL, "s");
 	moe_graph_add_output(h, op1(h, MOE_OP_TANH, s));
 }
 
@@ -231,14 +222,14 @@ static void test_text_round_trip(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	moe_module *m = all_ops_module(c);
-	char *t1 = print_text(m);
+	char *t1 = print_module(m);
 	moe_module *m2 = moe_module_parse_text(c, "a.moeir", t1, strlen(t1));
 	if (!m2) {
 		moe_diag_print(c, stderr);
 		fail_msg("printed module does not parse:\n%s", t1);
 	}
 	assert_int_equal(moe_module_verify(c, m2), MOE_OK);
-	char *t2 = print_text(m2);
+	char *t2 = print_module(m2);
 	assert_string_equal(t1, t2);
 	/* spot checks of the format */
 	assert_non_null(strstr(t1, "moeir 1\nlayer @all_ops dtype=f32 {\n  dims T=4, D=8, E=3, K=2, F=16\n"));
@@ -281,7 +272,7 @@ static void test_json_round_trip(void **st)
 		moe_diag_print(c, stderr);
 		fail_msg("JSON does not parse:\n%s", j);
 	}
-	char *t1 = print_text(m), *t2 = print_text(m2);
+	char *t1 = print_module(m), *t2 = print_module(m2);
 	assert_string_equal(t1, t2);
 	moe_loc l = moe_node_loc(moe_module_graph(m2, 0), 0);
 	assert_string_equal(l.file, "a.moe");
@@ -410,7 +401,7 @@ static void test_truncations_and_mutations(void **st)
 	(void)st;
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	moe_module *m = all_ops_module(c);
-	char *t = print_text(m);
+	char *t = print_module(m);
 	size_t n = strlen(t);
 	char *j = moe_module_to_json(m);
 	size_t jn = strlen(j);
@@ -433,10 +424,10 @@ static void test_truncations_and_mutations(void **st)
 			mut[i] = repl[r];
 			moe_module *p = moe_module_parse_text(c, "t.moeir", mut, n);
 			if (p) { /* what parses must print back to something that parses identically */
-				char *a = print_text(p);
+				char *a = print_module(p);
 				moe_module *q = moe_module_parse_text(c, "u.moeir", a, strlen(a));
 				assert_non_null(q);
-				char *b = print_text(q);
+				char *b = print_module(q);
 				assert_string_equal(a, b);
 				free(a);
 				free(b);

@@ -1,4 +1,4 @@
-/* tests/unit/test_oom.c: the allocation-failure sweep (issue 15, in the
+/* tests/unit/test_oom.c: the allocation-failure sweep (in the
  * manner of SQLite's malloc tests). An allocator hook refuses the k-th
  * request; for a compile of a tiny layer (C, LLVM object, TCP with its .tcpb)
  * and for a run (interpreter, host LLVM JIT, TCP simulator), k goes 1, 2, ...

@@ -20,23 +20,8 @@
 
 #include "moec/moec.h"
 
-static char dir[256];
-
-static int setup(void **st)
-{
-	(void)st;
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/moec-caps-XXXXXX", t && *t ? t : "/tmp");
-	return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **st)
-{
-	(void)st;
-	char cmd[300];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd);
-}
+#define SCRATCH_NAME "moec-caps"
+#include "scratch_dir.h"
 
 /* The first diagnostic of a failed call, into msg. */
 static void first_diag(moe_ctx *c, char *msg, size_t n)
@@ -178,7 +163,7 @@ static void test_config_250mib(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/big_config.json", dir);
+	snprintf(path, sizeof path, "%s/big_config.json", tmpdir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	assert_true(fd >= 0);
 	const char head[] = CFG_HEAD;
@@ -199,7 +184,7 @@ static void test_config_values(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/values.json", dir);
+	snprintf(path, sizeof path, "%s/values.json", tmpdir);
 	write_rep(path, CFG_HEAD, "0,", 3500000, "0]}");
 	long rss = run_child(import_file, path, "parsing it would take about");
 	assert_true(rss < 64);
@@ -211,7 +196,7 @@ static void test_safetensors_header(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/rank.safetensors", dir);
+	snprintf(path, sizeof path, "%s/rank.safetensors", tmpdir);
 	const char head[] = "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[";
 	size_t reps = (95000000 - sizeof head) / 2;
 	uint64_t hl = sizeof head - 1 + reps * 2 + 3;
@@ -224,7 +209,7 @@ static void test_safetensors_header(void **st)
 	fclose(f);
 	/* append the header */
 	char tmp[300];
-	snprintf(tmp, sizeof tmp, "%s/hdr", dir);
+	snprintf(tmp, sizeof tmp, "%s/hdr", tmpdir);
 	write_rep(tmp, head, "1,", reps, "1]}");
 	char cmd[1400];
 	snprintf(cmd, sizeof cmd, "cat '%s' >> '%s' && printf 'abcd' >> '%s' && rm '%s'", tmp, path, path, tmp);
@@ -233,7 +218,7 @@ static void test_safetensors_header(void **st)
 	assert_true(rss < 300);
 
 	/* 10 M entries "a":{}: within the 100 MB limit, and 24 x its size of nodes */
-	snprintf(path, sizeof path, "%s/many.safetensors", dir);
+	snprintf(path, sizeof path, "%s/many.safetensors", tmpdir);
 	reps = 9000000;
 	hl = 1 + reps * 9 + 8;
 	for (int i = 0; i < 8; i++)
@@ -253,7 +238,7 @@ static void test_safetensors_array(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/arr.safetensors", dir);
+	snprintf(path, sizeof path, "%s/arr.safetensors", tmpdir);
 	const char hdr[] = "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
 			   "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}}";
 	FILE *f = fopen(path, "wb");
@@ -275,7 +260,7 @@ static void test_ir_json_values(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/values.moeir.json", dir);
+	snprintf(path, sizeof path, "%s/values.moeir.json", tmpdir);
 	write_rep(path, "{\"format\": \"moec-ir\", \"pad\": [", "0,", 3500000, "0]}");
 	long rss = run_child(parse_ir_json, path, "more than the 256 MiB moec allows JSON IR");
 	assert_true(rss < 64);
@@ -285,7 +270,7 @@ static void test_npy_header(void **st)
 {
 	(void)st;
 	char path[300];
-	snprintf(path, sizeof path, "%s/big.npy", dir);
+	snprintf(path, sizeof path, "%s/big.npy", tmpdir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	assert_true(fd >= 0);
 	unsigned char h[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0, 0, 0, 0xb0};
@@ -305,5 +290,5 @@ int main(void)
 		cmocka_unit_test(test_npy_header),
 		cmocka_unit_test(test_ir_json_values),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -13,6 +13,7 @@
 
 #include "ir/ir.h"
 #include "moec/moec.h"
+#include "graph_fx.h"
 
 static const ir_target_attr toy[] = {
 	{"toy_lanes", IR_AT_INT, 8, 0, "lanes of the toy vector unit"},
@@ -28,17 +29,6 @@ static const char marked[] = "moeir 1\n"
 			     "  %2 = softmax(%1) {axis=-1, toy_tiles=[2, 8]} : f32[4, 8]\n"
 			     "  output %2\n"
 			     "}\n";
-
-static char *print_text(const moe_module *m)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	assert_non_null(f);
-	assert_int_equal(moe_module_print(m, f), MOE_OK);
-	fclose(f);
-	return buf;
-}
 
 static const char *error_at(moe_ctx *c, int *line, int *col)
 {
@@ -81,13 +71,13 @@ static void test_registered_keys_read_verify_and_print_back(void **st)
 		moe_diag_print(c, stderr);
 	assert_non_null(m);
 	assert_int_equal(moe_module_verify(c, m), MOE_OK);
-	char *text = print_text(m);
+	char *text = print_module(m);
 	assert_string_equal(text, marked);
 	char *json = moe_module_to_json(m);
 	assert_non_null(json);
 	moe_module *j = moe_module_parse_json(c, "t.json", json, strlen(json));
 	assert_non_null(j);
-	char *text2 = print_text(j);
+	char *text2 = print_module(j);
 	assert_string_equal(text2, marked);
 	assert_int_equal(moe_diag_count(c), 0);
 	free(text);

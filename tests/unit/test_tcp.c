@@ -895,7 +895,7 @@ static void test_machine_file_errors(void **st)
 
 /* block=auto against the simulator: the B the cost model picks for a
  * decode and a prefill layer runs within 3% of the fastest of B in
- * {32, 64, 128, 256} (issue 16, must-show 4, at unit scale). */
+ * {32, 64, 128, 256}, at unit scale. */
 static void test_block_auto_near_best(void **st)
 {
 	(void)st;

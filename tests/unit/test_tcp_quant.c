@@ -1,5 +1,5 @@
 /* tests/unit/test_tcp_quant.c: the TCP simulator's quantized element
- * conversions (backend-tcp/sim/sim_quant.h, issue #14) against the format
+ * conversions (backend-tcp/sim/sim_quant.h) against the format
  * definitions: the cast stage's f32 -> E4M3fn rounding (every code, the
  * midpoints between neighbours, the saturation edge) and the fetch unit's
  * 4-bit decodings (E2M1 through the table, i4 less the zero point). */

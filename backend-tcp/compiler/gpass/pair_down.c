@@ -1,5 +1,5 @@
-/* backend-tcp/pair_down.c: an expert's three weight matrices fetched by one
- * DMA descriptor (issue 16, must-show 1 at T = 1).
+/* backend-tcp/compiler/gpass/pair_down.c: an expert's three weight matrices
+ * fetched by one DMA descriptor.
  *
  * After pair_gate_up.c a block reads two weight gathers per expert, the
  * packed gate/up pair and down: two DMA descriptors per expert fetch, each

@@ -1,5 +1,5 @@
-/* backend-tcp/pair_gate_up.c: one contraction for an expert's gate and up
- * projections (bf16 and f32 experts; issue 16, must-show 1).
+/* backend-tcp/compiler/gpass/pair_gate_up.c: one contraction for an expert's
+ * gate and up projections (bf16 and f32 experts).
  *
  * A block's gate and up einsums read the same activation rows and weights
  * of one shape. Each contraction pays, per TRF chunk, a command issue, the

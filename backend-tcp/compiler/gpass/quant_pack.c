@@ -1,5 +1,5 @@
-/* backend-tcp/quant_pack.c: one fetch for a block-FP8 expert's gate and up
- * weights (issue #14, act=fp8).
+/* backend-tcp/compiler/gpass/quant_pack.c: one fetch for a block-FP8
+ * expert's gate and up weights (act=fp8).
  *
  * The block loop fetches each expert weight with its own DMA descriptor, and
  * every descriptor costs a DMA command's setup (docs/tcp-model.md section 4). The
