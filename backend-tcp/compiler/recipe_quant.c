@@ -168,6 +168,50 @@ static void nvfp4_scales(sb *b, moe_id id, const qt_info *qi, const sb_val *s, c
 	cv->stride[1] = 1;
 }
 
+static bool same_attr(const ir_attr *x, const ir_attr *y)
+{
+	if (!y || x->kind != y->kind)
+		return false;
+	switch (x->kind) {
+	case MOE_ATTR_INT: return x->v.i == y->v.i;
+	case MOE_ATTR_FLOAT: return !memcmp(&x->v.f, &y->v.f, sizeof(double));
+	case MOE_ATTR_STR: return !strcmp(x->v.s, y->v.s);
+	case MOE_ATTR_INTS:
+		return x->count == y->count && !memcmp(x->v.ints, y->v.ints, (size_t)x->count * sizeof(int64_t));
+	}
+	return false;
+}
+
+static bool same_val(const sb_val *a, const sb_val *b, int rank)
+{
+	bool same = a->kind == SV_VIEW && b->kind == SV_VIEW && a->buf == b->buf && a->reg == b->reg &&
+		    a->base == b->base && a->scale == b->scale;
+	for (int k = 0; same && k < rank; k++)
+		same = a->stride[k] == b->stride[k];
+	return same;
+}
+
+/* An earlier dequant of the body with the same operands' values (one
+ * expert operand given to the loop twice: gpt-oss's gate and up each read
+ * the fused gate_up) and the same attributes; MOE_NONE when none. */
+static moe_id same_dequant(const sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	for (moe_id p = 0; p < id; p++) {
+		const ir_node *x = SBN(b, p);
+		bool same = x->op == MOE_OP_DEQUANT && x->nargs == n->nargs && x->dtype == n->dtype && x->rank == n->rank &&
+			    !memcmp(x->shape, n->shape, sizeof(int64_t) * n->rank) && x->nattrs == n->nattrs &&
+			    b->v[p].kind == SV_VIEW;
+		for (uint32_t a = 0; same && a < x->nattrs; a++)
+			same = same_attr(&x->attrs[a], ir_attr_find(n, x->attrs[a].key));
+		for (uint32_t k = 0; same && k < n->nargs; k++)
+			same = same_val(&b->v[x->args[k]], &b->v[n->args[k]], SBN(b, n->args[k])->rank);
+		if (same)
+			return p;
+	}
+	return MOE_NONE;
+}
+
 void sb_dequant(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *qn = SBN(b, n->args[0]);
@@ -191,6 +235,11 @@ void sb_dequant(sb *b, moe_id id)
 	}
 	if (n->nargs > 3 || ((qi.fmt == QT_AWQ || qi.fmt == QT_NVFP4) && n->nargs != 3)) {
 		sb_refuse(b, id, "a dequant with these operands");
+		return;
+	}
+	moe_id p = same_dequant(b, id);
+	if (p != MOE_NONE) {
+		b->v[id] = b->v[p];
 		return;
 	}
 	const sb_val *q = sb_dm_val(b, n->args[0]);
