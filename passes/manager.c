@@ -85,10 +85,11 @@ static const struct {
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
 	/* The graph the schedule compiler reads: the tcp pipeline with the block
-	 * loop kept (no flatten-blocks) and no structural tcp-* rewrite. */
+	 * loop kept (no flatten-blocks), no structural tcp-* rewrite, and the
+	 * packed weights marked (tcp-split-weights). */
 	{"tcp-sched", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce"},
+		"grid-bound,canonicalize,cse,dce,tcp-split-weights"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

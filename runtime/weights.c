@@ -261,19 +261,57 @@ static bool reaches(const moe_graph *g, moe_id s, moe_id id, int depth)
 	return false;
 }
 
+/* Does operand arg of dequant i of graph dg come from weight id of g? dg is
+ * g, or the body of g's block_loop node L, whose `in` blockargs are the
+ * loop's operands (a dequant of the experts' weights in the loop a graph
+ * that kept its block loop holds). */
+static bool arg_reaches(const moe_graph *g, const moe_graph *dg, moe_id L, moe_id i, uint32_t arg, moe_id id)
+{
+	moe_id s = moe_node_arg(dg, i, arg);
+	if (dg == g)
+		return reaches(g, s, id, 2);
+	while (moe_node_op(dg, s) == MOE_OP_RESHAPE || moe_node_op(dg, s) == MOE_OP_SLICE)
+		s = moe_node_arg(dg, s, 0);
+	if (moe_node_op(dg, s) != MOE_OP_BLOCKARG || ir_blockarg_role_of(N(dg, s)) != IR_BA_IN)
+		return false;
+	const ir_node *ln = N(g, L);
+	int a = ir_block_loop_arg(ir_attr_str(ln, "kinds", ""), (int)ir_attr_int(N(dg, s), "index", -1));
+	return a >= 0 && (uint32_t)a < ln->nargs && reaches(g, ln->args[a], id, 2);
+}
+
+static uint32_t reach_in(const moe_graph *g, const moe_graph *dg, moe_id L, moe_id id, const char *format,
+	uint32_t arg)
+{
+	for (moe_id i = 0; i < moe_graph_num_nodes(dg); i++) {
+		if (moe_node_op(dg, i) != MOE_OP_DEQUANT || moe_node_num_args(dg, i) <= arg ||
+			(format && strcmp(ir_attr_str(N(dg, i), "format", ""), format)))
+			continue;
+		/* through the per-block gathers of blockwise-dispatch */
+		if (arg_reaches(g, dg, L, i, arg, id))
+			return moe_node_num_args(dg, i);
+	}
+	return 0;
+}
+
+/* The operand count of a dequant (of format, any when NULL) of g or of a
+ * block loop's body whose operand arg comes from weight id; 0 when none. */
+static uint32_t dequant_reach(const moe_graph *g, moe_id id, const char *format, uint32_t arg)
+{
+	uint32_t n = reach_in(g, g, MOE_NONE, id, format, arg);
+	for (moe_id L = 0; L < moe_graph_num_nodes(g) && !n; L++) {
+		const moe_graph *body = moe_node_op(g, L) == MOE_OP_BLOCK_LOOP ? ir_node_body(g, N(g, L)) : NULL;
+		if (body)
+			n = reach_in(g, body, L, id, format, arg);
+	}
+	return n;
+}
+
 /* Is weight id the scale operand of a dequant? Scales are stored with a
  * collapsed rank at times (a 0-d tensor for one 128x128 block): their grid is
  * rebuilt from the weight's shape, so only the non-1 dims must agree. */
 static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand count, 0 when none reads it */
 {
-	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
-		if (moe_node_op(g, i) != MOE_OP_DEQUANT)
-			continue;
-		/* through the per-block gathers of blockwise-dispatch */
-		if (moe_node_num_args(g, i) > 1 && reaches(g, moe_node_arg(g, i, 1), id, 2))
-			return moe_node_num_args(g, i);
-	}
-	return 0;
+	return dequant_reach(g, id, NULL, 1);
 }
 
 /* Is weight id operand `arg` of a dequant of `format`, directly or through
@@ -281,14 +319,7 @@ static uint32_t is_scale(const moe_graph *g, moe_id id) /* the dequant's operand
  * dequant? */
 static bool dequant_operand(const moe_graph *g, moe_id id, const char *format, uint32_t arg)
 {
-	for (moe_id i = 0; i < moe_graph_num_nodes(g); i++) {
-		if (moe_node_op(g, i) != MOE_OP_DEQUANT || moe_node_num_args(g, i) <= arg ||
-			strcmp(ir_attr_str(N(g, i), "format", ""), format))
-			continue;
-		if (reaches(g, moe_node_arg(g, i, arg), id, 2))
-			return true;
-	}
-	return false;
+	return dequant_reach(g, id, format, arg) != 0;
 }
 
 /* Is weight id an nvfp4 dequant's global scale (one f32 per matrix, stored

@@ -1,5 +1,6 @@
-/* backend-tcp/compiler/driver.c: the schedule compiler's driver: sched-build,
- * the verifier, placement (dmplan.c) on the build order, the op costs
+/* backend-tcp/compiler/driver.c: the schedule compiler's driver: the graph
+ * split at its packed weights (prep.c), sched-build of the device graph, the
+ * verifier, placement (dmplan.c) on the build order, the op costs
  * (sched_time.c), the list scheduler (schedule.c) and the verifier again
  * unless the environment sets MOEC_TCP_SCHEDULE=0, then instruction
  * selection. */
@@ -11,6 +12,7 @@
 #include "backend-tcp/compiler/sched_build.h"
 #include "backend-tcp/compiler/sched_time.h"
 #include "backend-tcp/compiler/schedule.h"
+#include "backend-tcp/compiler/tcp_compile.h"
 #include "moec/io.h"
 
 /* MOEC_TCP_SCHEDULE=0 (or "off") keeps the schedule as sched-build made it
@@ -144,9 +146,12 @@ static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
 	return ok;
 }
 
-static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule, bool print)
+static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *prep, const moe_tcp_machine *m,
+	bool schedule, bool print)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
+	if (s && prep)
+		s->meta.prep = ir_strdup(&s->arena, prep);
 	if (s && tcp_sched_verify(s) != MOE_OK) {
 		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the schedule built for this layer does not verify (a moec bug)");
 		tcp_sched_free(s);
@@ -165,6 +170,26 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		tcp_sched_free(s);
 		return NULL;
 	}
+	return s;
+}
+
+/* g split at its tcp_pack marks (prep.c; planned by the tcp-split-weights
+ * rule when g carries none): the device graph, whose packed values are
+ * weight leaves, is built, and the schedule carries the prep graph that
+ * computes them when the weights are bound. */
+static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule, bool print)
+{
+	char *prep = NULL;
+	size_t plen = 0;
+	int errs = moe_error_count(ctx);
+	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
+	tcp_sched *s = NULL;
+	if (moe_error_count(ctx) == errs)
+		s = compiled_graph(ctx, dev ? dev : g, prep, m, schedule, print);
+	if (prep)
+		ctx_free(ctx, prep, plen + 1);
+	if (dev)
+		ir_graph_free(dev);
 	return s;
 }
 

@@ -391,6 +391,13 @@ void sb_block_loop(sb *b, moe_id id)
 	for (int pass = 0; pass < 2; pass++)
 		for (uint32_t k = 0; k < nin && ok; k++)
 			if ((kinds[k] == 'e') == (pass == 1)) {
+				uint32_t j = 0; /* an expert operand given twice is fetched once */
+				while (kinds[k] == 'e' && j < k && !(kinds[j] == 'e' && n->args[3 + j] == n->args[3 + k]))
+					j++;
+				if (kinds[k] == 'e' && j < k) {
+					in_v[k] = in_v[j];
+					continue;
+				}
 				bool st = kinds[k] == 'e' && streamable(bg, (int64_t)k);
 				ok = operand(b, &L, &b->v[n->args[3 + k]], SBN(b, n->args[3 + k]), kinds[k],
 					st && b->weights == TS_W_STREAM, &in_v[k], id);

@@ -265,14 +265,14 @@ static void leaf(sb *b, moe_id id)
 		return;
 	case MOE_OP_INPUT:
 	case MOE_OP_WEIGHT: {
-		bool w = n->op == MOE_OP_WEIGHT;
-		if (w && ir_attr_int(n, "tcp_packed", -1) >= 0) {
-			sb_refuse(b, id, "a packed weight (tcp_pack)");
-			return;
-		}
-		ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "", w ? TCP_T_WEIGHT : TCP_T_INPUT, (moe_dtype)n->dtype,
-			n->rank, n->shape);
-		if (w) {
+		/* a packed weight (the device graph's leaf k of a tcp_pack mark,
+		 * prep.c) is bound by the program's prep graph, not by a source;
+		 * leaves are built in node order, so the packed buffers are in
+		 * the order of k, the order the prep graph's outputs bind them */
+		bool w = n->op == MOE_OP_WEIGHT, packed = w && ir_attr_int(n, "tcp_packed", -1) >= 0;
+		ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "", packed ? TCP_T_PACKED : w ? TCP_T_WEIGHT : TCP_T_INPUT,
+			(moe_dtype)n->dtype, n->rank, n->shape);
+		if (w && !packed) {
 			char *src = tcp_resolve_source(b->ctx, b->g, ir_attr_str(n, "source", ""));
 			ts_set_source(b->s, t, src);
 			ctx_free(b->ctx, src, strlen(src) + 1);
@@ -318,6 +318,7 @@ static void node(sb *b, moe_id id)
 	case MOE_OP_ONE_HOT: sb_one_hot(b, id); return;
 	case MOE_OP_FILTER: sb_filter(b, id); return;
 	case MOE_OP_EINSUM: sb_einsum(b, id); return;
+	case MOE_OP_DEQUANT: sb_dequant(b, id); return;
 	case MOE_OP_GATHER: sb_gather(b, id); return;
 	case MOE_OP_SCATTER: sb_scatter(b, id); return;
 	case MOE_OP_BLOCK_LOOP:

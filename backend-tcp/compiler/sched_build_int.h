@@ -99,6 +99,8 @@ void sb_one_hot(sb *b, moe_id id);
 void sb_softmax(sb *b, moe_id id);
 /* recipe_contract.c */
 void sb_einsum(sb *b, moe_id id);
+/* recipe_quant.c */
+void sb_dequant(sb *b, moe_id id);
 /* recipe_route.c */
 void sb_gather(sb *b, moe_id id);
 void sb_scatter(sb *b, moe_id id);

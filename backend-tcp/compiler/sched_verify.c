@@ -473,10 +473,10 @@ static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 			       "view %s: elements [%" PRId64 ", %" PRId64 "] (plus its offset) do not fit buffer %%%d '%s' of %" PRId64,
 			       vn[w], a, z, vw->t, b->name, units),
 		       false;
-	int slot = b->slots == 2 && vw->reg >= 0 && !nib ? slot_of(v->s, vw->reg) : -1;
+	int slot = b->slots == 2 && vw->reg >= 0 ? slot_of(v->s, vw->reg) : -1;
 	if (slot >= 0 && vw->scale * 2 == units && a >= 0 && z < vw->scale) {
-		*lo = (slot * vw->scale + a) * es;
-		*hi = (slot * vw->scale + z) * es + es - 1;
+		*lo = nib ? (slot * vw->scale + a) / 2 : (slot * vw->scale + a) * es;
+		*hi = nib ? (slot * vw->scale + z) / 2 : (slot * vw->scale + z) * es + es - 1;
 	} else if (vw->reg >= 0) {
 		*lo = 0;
 		*hi = bytes - 1;

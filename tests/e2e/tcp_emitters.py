@@ -10,13 +10,17 @@ folder, for every saved input (bf16 and f32, T in {1, 5, 64}); the examples EXAM
 random weights (E and K made small so the checkpoint stays small; seed and
 qwen3_30b_a3b at their own D and F, whose expert weights fit DM double-buffered, the
 other examples at D = 64, F = 32).
+Quantized layers: the fixtures of --quant-fixtures (tests/fixtures/quant) whose experts the
+schedule compiler dequantizes in its block loop (QUANT_FAMILIES: block and per-channel FP8,
+MXFP4, int4, NVFP4, AWQ), every saved input (float32, T in {1, 5, 64}) run with the f32 and
+the bf16 compute type.
 Round trip: each case's schedule printed by `moec compile --emit=tcp-sched`, read
 back and compiled (by `moec compile S.tsched` where this moec reads .tsched inputs,
 else by the test tool tcp_sched_tool --tcpb given as --sched-tool) gives the same .tcpb
 bytes as the direct `moec compile --tcp-emitter=sched`.
 
 usage: tcp_emitters.py MOEC FIXTURES_DIR EXAMPLES_DIR [--families a,b] [--examples-only a,b]
-                       [--sched-tool TCP_SCHED_TOOL] [--more-fixtures DIR ...]
+                       [--sched-tool TCP_SCHED_TOOL] [--more-fixtures DIR ...] [--quant-fixtures DIR]
 """
 import argparse
 import filecmp
@@ -44,6 +48,10 @@ EXAMPLES = {  # seed and qwen3_30b_a3b at their own D and F; the others at SMALL
     "olmoe_1b_7b": SMALL + ["--set", "E=8", "--set", "K=2"],
 }
 TOKENS = (1, 5, 64)
+# GPTQ (its dequant inside the loop) and W8A8 (int8 activations) are refused by the schedule
+# compiler (docs/tcp-compiler.md 5.1 "Built")
+QUANT_FAMILIES = ["deepseek_v3", "qwen3_moe", "fp8ch_llama4", "mxfp4_gpt_oss", "int4_deepseek_v3",
+                  "nvfp4_mixtral", "nvfp4_qwen3_moe", "nvfp4mo_qwen3_moe", "awq_mixtral", "awq_qwen3_moe"]
 
 run = cases.run
 
@@ -112,6 +120,17 @@ def hf_cases(a, tally, fixtures, tmp):
             compare(a, tally, case, moe, weights, xpath, cases.dtype_sets(dtype), tmp)
 
 
+def quant_cases(a, tally, qdir, tmp):
+    for fam, dtype, T, xpath in cases.inputs(qdir, cases.families(qdir, ",".join(QUANT_FAMILIES)), tokens=TOKENS):
+        for dt in ("f32", "bf16"):
+            case = "quant/%s %s T=%d" % (fam, dt, T)
+            with tally.case(case):
+                d = os.path.join(qdir, fam)
+                moe = cases.import_layer(a.moec, d, T, os.path.join(tmp, "%s.moe" % fam))
+                compare(a, tally, case, moe, os.path.join(d, "model.safetensors"), xpath,
+                        ["--set", "dtype=" + dt], tmp)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("moec")
@@ -121,6 +140,7 @@ def main():
     ap.add_argument("--examples-only", dest="only", default=",".join(EXAMPLES))
     ap.add_argument("--sched-tool", default=None)
     ap.add_argument("--more-fixtures", action="append", default=[], help="another fixtures folder (repeatable)")
+    ap.add_argument("--quant-fixtures", default=None, help="the quantized fixtures folder")
     a = ap.parse_args()
     a.reader = reader(a)
     tally = cases.Tally(32)
@@ -128,6 +148,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for fdir in [a.fixtures] + a.more_fixtures:
             hf_cases(a, tally, fdir, tmp)
+        if a.quant_fixtures:
+            quant_cases(a, tally, a.quant_fixtures, tmp)
         for name in [n for n in a.only.split(",") if n]:
             for dt in ("bf16", "f32"):
                 for T in TOKENS:
