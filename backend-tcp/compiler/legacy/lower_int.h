@@ -73,7 +73,8 @@ typedef struct lw {
 	bool *gdefer;
 	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first; 3: in the loop's
 	                    * prologue (lower_preexp.c) */
-	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
+	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast;
+			    * W8A8's quantized rows and their dispatch, i8: lower_quant.c) */
 	/* the tail in row chunks (rowchunk.c): nodes read only after the block
 	 * loop are emitted after it, depth first from the outputs */
 	bool sink;

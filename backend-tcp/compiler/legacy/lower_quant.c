@@ -23,6 +23,7 @@
 
 static moe_id fp8_weight(const lw *c, moe_id d);
 static bool scale_copies(const lw *c, moe_id id);
+static void w8a8_i8_rows(lw *c);
 
 /* A slice or one-operand einsum of a per-block dequantized weight: a view.
  * (The region's nodes are lowered with their leading G dropped, so only
@@ -439,11 +440,12 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 }
 
 /* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions
- * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]). */
-static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, const val *ov, int64_t M, int64_t O,
+ * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]); xq the view
+ * of the activation over (m, o, i). */
+static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C, const val *ov, int64_t M, int64_t O,
 	int64_t I, int vreg)
 {
-	moe_dtype dt = (moe_dtype)c->p->t[xq].dtype;
+	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
 	cplan pl = fp8_plan(c, M, O, I, dt);
 	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
 		tcpl_err(c, at, "act=%s: a reduction of %lld does not fit half of TRF", dt == MOE_I8 ? "int8" : "fp8",
@@ -472,7 +474,7 @@ static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, 
 		in.tile = pl.Os < on ? pl.Os : on;
 		in.vreg = vreg;
 		in.flags = TCP_F_SCALED;
-		in.v[TCP_V_S0] = v4(xq, 0, I, 0, 1, 0);
+		in.v[TCP_V_S0] = xq;
 		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
 		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
 		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
@@ -683,6 +685,82 @@ void tcpl_w8a8_plan(lw *c)
 						       "int8 contraction");
 			}
 	}
+	if (!c->failed)
+		w8a8_i8_rows(c);
+}
+
+/* The readers of node id: how many, and whether each satisfies ok(c, reader, id). */
+static bool readers_all(const lw *c, moe_id id, bool (*ok)(const lw *, moe_id, moe_id), int *count)
+{
+	*count = 0;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++)
+		for (uint32_t k = 0; k < N(c->g, u)->nargs; k++)
+			if (N(c->g, u)->args[k] == id) {
+				++*count;
+				if (!ok(c, u, id))
+					return false;
+			}
+	return !c->is_out[id];
+}
+
+static bool fused_reader(const lw *c, moe_id u, moe_id id)
+{
+	(void)id;
+	return c->fused_into[u] != MOE_NONE;
+}
+
+static bool grid_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_RESHAPE && n->name && !strcmp(n->name, "blocks.q") && !c->inreg[u] &&
+	       readers_all(c, u, fused_reader, &k) && k >= 1 && id == n->args[0];
+}
+
+static bool scatter_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_SCATTER && n->nargs == 3 && n->args[2] == id && n->args[0] != id && n->args[1] != id &&
+	       !strcmp(ir_attr_str(n, "mode", "set"), "set") && !c->ggrid[u] && !c->inreg[u] && n->valid == MOE_NONE &&
+	       readers_all(c, u, grid_reader, &k) && k >= 1;
+}
+
+static bool gather_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_GATHER && n->args[0] == id && !c->inreg[u] && n->valid == MOE_NONE &&
+	       readers_all(c, u, scatter_reader, &k) && k == 1;
+}
+
+/* W8A8's activation quantized before the dispatch (tcp-w8a8-act-once): its
+ * values x.q are integers of at most 127 in magnitude (in the compute type,
+ * or f32), read only through their dispatch (gather, scatter into the block
+ * grid, the grid's reshape blocks.q) by the int8 contractions, which take
+ * them as i8. So x.q's pass converts them (exactly) and commits i8, and the
+ * dispatch and the blocks' row fetches move those bytes: a quarter (f32) or
+ * half (bf16) of the compute type's, and no per-block conversion pass. */
+static void w8a8_i8_rows(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		int k = 0;
+		if (!n->name || strcmp(n->name, "x.q") || c->inreg[i] || c->fused_into[i] != MOE_NONE ||
+			(ir_ops[n->op].flags & OPF_LEAF) || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_GATHER ||
+			!moe_dtype_is_float((moe_dtype)n->dtype) || c->store_dt[i] || !readers_all(c, i, gather_reader, &k) ||
+			k < 1)
+			continue;
+		c->store_dt[i] = MOE_I8;
+		for (moe_id u = i + 1; u < g->nnodes; u++) {
+			moe_id a0 = N(g, u)->nargs ? N(g, u)->args[0] : MOE_NONE, a2 = N(g, u)->nargs > 2 ? N(g, u)->args[2] : MOE_NONE;
+			if ((N(g, u)->op == MOE_OP_GATHER && a0 != MOE_NONE && c->store_dt[a0] == MOE_I8) ||
+				(N(g, u)->op == MOE_OP_SCATTER && a2 != MOE_NONE && c->store_dt[a2] == MOE_I8) ||
+				(N(g, u)->op == MOE_OP_RESHAPE && a0 != MOE_NONE && c->store_dt[a0] == MOE_I8))
+				c->store_dt[u] = MOE_I8;
+		}
+	}
 }
 
 static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
@@ -773,9 +851,18 @@ static void w8a8_einsum(lw *c, moe_id id)
 	int64_t M = n->shape[n->rank - 2], O = n->shape[n->rank - 1];
 	int64_t I = N(c->g, pre ? bq : xf)->shape[N(c->g, pre ? bq : xf)->rank - 1];
 	int vreg = tcpl_valid_reg(c, id);
-	int32_t as = -1, xq;
-	tcp_view asv;
-	if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
+	int32_t as = -1, xq = -1;
+	tcp_view asv, xv = tcp_view_none();
+	if (pre && c->store_dt[bq] == MOE_I8) { /* the rows as dispatched, i8 (w8a8_i8_rows) */
+		const val *bv = tcpl_dm_view(c, bq);
+		if (c->failed)
+			return;
+		xv = qview(bv, 1, 0, 0, 0, 1, 1, true);
+		xv.stride[0] = bv->stride[0];
+		xv.stride[1] = 0;
+		xv.stride[2] = bv->stride[1];
+		xv.stride[3] = 0;
+	} else if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
 		as = c->qx_sa;
 		xq = c->qx_xq;
 	} else if (pre) {
@@ -810,7 +897,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 	p.v[TCP_V_DST] = v4(C, 0, O, 1, 0, 0);
 	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
-	moe_id next = w8a8_next(c, a, id);
+	moe_id next = xq >= 0 ? w8a8_next(c, a, id) : MOE_NONE;
 	c->qx_act = c->qx_cfor = 0;
 	if (next != MOE_NONE) {
 		c->qx_act = a + 1;
@@ -818,9 +905,9 @@ static void w8a8_einsum(lw *c, moe_id id)
 		c->qx_xq = xq;
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
-	if (next == MOE_NONE) {
+	if (next == MOE_NONE && xq >= 0) {
 		tcpl_dm_free(c, xq);
 		if (as >= 0)
 			tcpl_dm_free(c, as);
@@ -870,7 +957,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);
