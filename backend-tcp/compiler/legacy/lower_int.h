@@ -101,6 +101,8 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
+	int32_t w8_z1; /* W8A8: tensor + 1 of the row maxima's table [127, m_0, 127, .., m_(M-1), 127] (0: none) */
+	int64_t w8_zm; /* ... its M */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
