@@ -36,6 +36,22 @@ static const ir_node *arg(const moe_graph *g, const ir_node *n, uint32_t k)
 	return k < n->nargs && n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
 }
 
+bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K)
+{
+	const ir_node *d = N(g, tok);
+	if (d->op != MOE_OP_DIV || d->nargs != 2 || d->dtype != MOE_I32 || d->rank != 1 || d->valid != MOE_NONE)
+		return false;
+	const ir_node *io = N(g, d->args[0]), *k = N(g, d->args[1]);
+	if (io->op != MOE_OP_IOTA || io->rank != 1 || ir_attr_int(io, "axis", -1) != 0 || k->op != MOE_OP_CONST ||
+		k->rank != 0 || k->dtype != MOE_I32)
+		return false;
+	int64_t kv = ir_attr_int(k, "value", 0);
+	if (kv < 1 || T < 1 || d->shape[0] != T * kv)
+		return false;
+	*K = kv;
+	return true;
+}
+
 static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
 {
 	const ir_node *n = N(g, a);

@@ -25,6 +25,7 @@ static moe_id fp8_weight(const lw *c, moe_id d);
 static bool scale_copies(const lw *c, moe_id id);
 static void w8a8_i8_rows(lw *c);
 static void w8a8_table(lw *c, moe_id at, int64_t M);
+static void w8a8_direct(lw *c, moe_id sc);
 static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm);
 static uint32_t fbits(float f);
@@ -691,6 +692,8 @@ void tcpl_w8a8_plan(lw *c)
 	}
 	if (!c->failed)
 		w8a8_i8_rows(c);
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+		w8a8_direct(c, i);
 	for (moe_id u = 0; u < g->nnodes && !c->failed && !c->w8_z1; u++) {
 		const ir_node *un = N(g, u);
 		if (un->op == MOE_OP_EINSUM && un->nargs == 2 && c->inreg[u] && un->rank >= 2 &&
@@ -720,6 +723,44 @@ static void w8a8_table(lw *c, moe_id at, int64_t M)
 	emit(c, &p);
 	c->w8_z1 = z + 1;
 	c->w8_zm = M;
+}
+
+/* The dispatch of W8A8's quantized rows or their scales (tcp-w8a8-act-once):
+ * scatter(0, pos, gather(src, tok)) into the block grid, read as blocks.q or
+ * blocks.scale, with tok = iota(T K) / K. Pair j's row is src's row j / K,
+ * so the scatter reads src (in DM) in place, each row K times (its gather
+ * fused into it: no [T K, row] copy through DM; tcpl_lower_scatter). */
+static void w8a8_direct(lw *c, moe_id sc)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, sc);
+	if (n->op != MOE_OP_SCATTER || n->nargs != 3 || c->inreg[sc] || c->ggrid[sc] || n->valid != MOE_NONE ||
+		n->rank != 2 || strcmp(ir_attr_str(n, "mode", "set"), "set") || N(g, n->args[0])->op != MOE_OP_CONST ||
+		ir_attr_float(N(g, n->args[0]), "value", (double)ir_attr_int(N(g, n->args[0]), "value", 1)) != 0.0)
+		return;
+	moe_id ga = n->args[2];
+	const ir_node *gn = N(g, ga);
+	int64_t K;
+	if (gn->op != MOE_OP_GATHER || gn->valid != MOE_NONE || c->inreg[ga] || c->is_out[ga] ||
+		c->fused_into[ga] != MOE_NONE || ir_attr_int(gn, "axis", 0) != 0 || N(g, gn->args[0])->rank != 2 ||
+		!tcp_w8a8_tok_major(g, gn->args[1], N(g, gn->args[0])->shape[0], &K))
+		return;
+	bool named = false;
+	int users = 0;
+	for (moe_id u = sc + 1; u < g->nnodes; u++)
+		for (uint32_t k = 0; k < N(g, u)->nargs; k++)
+			if (N(g, u)->args[k] == sc) {
+				const ir_node *un = N(g, u);
+				named = un->op == MOE_OP_RESHAPE && un->name &&
+					(!strcmp(un->name, "blocks.q") || !strcmp(un->name, "blocks.scale"));
+				if (!named)
+					return;
+			}
+	for (moe_id u = ga + 1; u < g->nnodes; u++)
+		for (uint32_t k = 0; k < N(g, u)->nargs; k++)
+			users += N(g, u)->args[k] == ga;
+	if (named && users == 1)
+		c->fused_into[ga] = sc;
 }
 
 /* The readers of node id: how many, and whether each satisfies ok(c, reader, id). */
