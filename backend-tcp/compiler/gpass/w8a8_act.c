@@ -16,9 +16,14 @@
  * element of x' is the same f32 product of the same two values, so the
  * layer's value is unchanged; the TCP lowering then contracts the gathered
  * q rows (as i8) directly and scales by the gathered as (lower_quant.c).
- * The dispatch of q is a gather of the K T rows into DM and a scatter into
- * the HBM grid (x's dispatch by gather reads x in place, an input): only when
- * those rows take at most 1/8 of DM (Qwen3-30B-A3B: T <= 1024). */
+ * With token-major pairs (tok = iota(T K) / K: a layer without n_tokens)
+ * the TCP lowering scatters q's rows into the HBM grid straight from q in DM
+ * (each row K times) and rounds x in two passes with one f32 [T, D]
+ * temporary, so the rewrite applies when T D x 16 bytes fit DM (x's copy,
+ * that temporary and q with room to spare; Qwen3-30B-A3B, D = 2048:
+ * T <= 8192); otherwise (a serving layer) the dispatch gathers the K T rows
+ * into DM first and the rewrite applies only when those take at most 1/8 of
+ * DM. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -196,7 +201,10 @@ moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 	}
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	/* the dispatched rows (K T of them) pass through DM once: at most 1/8 of it */
-	if (!found || 8.0 * (double)ir_bytes(N(g, r.gath)) > (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
+	int64_t K = 0; /* the bounds: see the file's comment */
+	double dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	bool tm = found && tcp_w8a8_tok_major(g, N(g, r.gath)->args[1], N(g, r.x)->shape[0], &K);
+	if (!found || (tm ? 16.0 * (double)ir_numel(N(g, r.x)) > dm : 8.0 * (double)ir_bytes(N(g, r.gath)) > dm))
 		return NULL;
 	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
 	memset(inq, 0, (nn + 1) * sizeof *inq);

@@ -103,6 +103,7 @@ typedef struct lw {
 	bool qscales_staged;
 	int32_t w8_z1; /* W8A8: tensor + 1 of the row maxima's table [127, m_0, 127, .., m_(M-1), 127] (0: none) */
 	int64_t w8_zm; /* ... its M */
+	moe_id w8_v1;  /* W8A8: x.q's v = xf R + 1, rounded in two passes (0: none) */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
@@ -428,6 +429,7 @@ void tcpl_lower_qview(lw *c, moe_id id);
 void tcpl_lower_dequant(lw *c, moe_id id);
 bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W8A8 contraction */
 void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
+bool tcpl_w8a8_lower_q(lw *c, moe_id id);          /* false: id is not W8A8's x.q rounded in two passes */
 /* small block-scale tensors copied whole into DM, once: after the first contraction emitted
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);

@@ -26,6 +26,8 @@ static bool scale_copies(const lw *c, moe_id id);
 static void w8a8_i8_rows(lw *c);
 static void w8a8_table(lw *c, moe_id at, int64_t M);
 static void w8a8_direct(lw *c, moe_id sc);
+static void w8a8_q_plan(lw *c, moe_id xq);
+static tcp_insn vec2(int64_t d0, int64_t d1, int vreg);
 static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm);
 static uint32_t fbits(float f);
@@ -693,6 +695,9 @@ void tcpl_w8a8_plan(lw *c)
 	if (!c->failed)
 		w8a8_i8_rows(c);
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+		if (c->store_dt[i] == MOE_I8 && N(g, i)->name && !strcmp(N(g, i)->name, "x.q"))
+			w8a8_q_plan(c, i);
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
 		w8a8_direct(c, i);
 	for (moe_id u = 0; u < g->nnodes && !c->failed && !c->w8_z1; u++) {
 		const ir_node *un = N(g, u);
@@ -723,6 +728,107 @@ static void w8a8_table(lw *c, moe_id at, int64_t M)
 	emit(c, &p);
 	c->w8_z1 = z + 1;
 	c->w8_zm = M;
+}
+
+/* x.q (its value q = v rounded half away from zero, as blockwise-dispatch
+ * writes it from v = xf R, R = 127 / m; tcp-w8a8-act-once) is lowered in two
+ * passes, v = xf R (f32) and q = i8(cvt.ftoi(v + copysign(0.5 - 2^-25, v))),
+ * as the block loop's quantization does (exact for |v| <= 127), where the
+ * graph's rounding (trunc, |v - t| >= 0.5, the side of v) takes six. The
+ * rounding's nodes, v among them, are fused into x.q: no [T, D] buffer of
+ * theirs but v's. c->w8_v1, c->w8_r1: v and R + 1. */
+static bool q_closure(const lw *c, moe_id id, moe_id v, bool *in)
+{
+	const ir_node *n = N(c->g, id);
+	if (id == v || in[id])
+		return true;
+	if (!(ir_ops[n->op].flags & OPF_ELEM) && n->op != MOE_OP_CAST)
+		return n->op == MOE_OP_CONST && n->rank == 0;
+	in[id] = true;
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (n->args[k] == MOE_NONE || !q_closure(c, n->args[k], v, in))
+			return false;
+	return true;
+}
+
+static void w8a8_q_plan(lw *c, moe_id xq)
+{
+	const moe_graph *g = c->g;
+	moe_id v = MOE_NONE;
+	for (moe_id i = 0; i < xq && v == MOE_NONE; i++) { /* v = mul(xf, div(127, m)) f32 [T, D] */
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_MUL || n->nargs != 2 || n->dtype != MOE_F32 || n->rank != 2 ||
+			N(g, xq)->rank != 2 || n->shape[0] != N(g, xq)->shape[0] || n->shape[1] != N(g, xq)->shape[1])
+			continue;
+		const ir_node *r = N(g, n->args[1]), *k = r->op == MOE_OP_DIV ? N(g, r->args[0]) : NULL;
+		if (k && k->op == MOE_OP_CONST && k->rank == 0 && ir_attr_float(k, "value", 0) == 127.0 &&
+			N(g, n->args[0])->dtype == MOE_F32 && N(g, n->args[0])->rank == 2 && r->rank == 2 && r->shape[1] == 1 &&
+			r->dtype == MOE_F32)
+			v = i;
+	}
+	if (v == MOE_NONE || c->fused_into[xq] != MOE_NONE)
+		return;
+	bool *in = ctx_alloc(c->ctx, (g->nnodes + 1) * sizeof *in);
+	memset(in, 0, (g->nnodes + 1) * sizeof *in);
+	bool ok = q_closure(c, xq, v, in);
+	in[v] = true;
+	in[xq] = false;
+	for (moe_id u = 0; u < g->nnodes && ok; u++) { /* nothing of it read elsewhere */
+		moe_id f = c->fused_into[u]; /* the fusion plan may have joined nodes of it */
+		if (in[u])
+			ok = !c->is_out[u] && !c->inreg[u] && N(g, u)->valid == MOE_NONE &&
+			     (f == MOE_NONE || f == xq || in[f]);
+		for (uint32_t k = 0; k < N(g, u)->nargs && ok; k++) {
+			moe_id a = N(g, u)->args[k];
+			ok = a == MOE_NONE || !in[a] || in[u] || u == xq;
+		}
+	}
+	if (ok) {
+		for (moe_id u = 0; u < g->nnodes; u++)
+			if (in[u])
+				c->fused_into[u] = xq;
+		c->w8_v1 = v + 1;
+	}
+	ctx_free(c->ctx, in, (g->nnodes + 1) * sizeof *in);
+}
+
+bool tcpl_w8a8_lower_q(lw *c, moe_id id)
+{
+	if (!c->w8_v1 || c->store_dt[id] != MOE_I8 || c->fused_into[c->w8_v1 - 1] != id)
+		return false;
+	const ir_node *vn = N(c->g, c->w8_v1 - 1);
+	int64_t T = vn->shape[0], D = vn->shape[1], shx[2] = {T, D};
+	val *xv = tcpl_dm_view(c, vn->args[0]);
+	if (c->failed)
+		return true;
+	val x = *xv;
+	val *rv = tcpl_dm_view(c, vn->args[1]);
+	if (c->failed)
+		return true;
+	val r = *rv;
+	val *o = tcpl_out_val(c, id, (moe_dtype)N(c->g, id)->dtype);
+	if (c->p->t[o->t].dtype != MOE_I8) {
+		tcpl_err(c, id, "W8A8: the quantized rows' buffer is not an i8 tensor");
+		return true;
+	}
+	int32_t vt = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
+	tcp_insn p = vec2(T, D, -1);
+	p.v[TCP_V_S0] = v4(x.t, x.base, x.stride[0], x.stride[1], 0, 0);
+	p.v[TCP_V_S1] = v4(r.t, r.base, r.stride[0], 0, 0, 0);
+	p.v[TCP_V_DST] = v4(vt, 0, D, 1, 0, 0);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	p = vec2(T, D, -1); /* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
+	p.v[TCP_V_S0] = v4(vt, 0, D, 1, 0, 0);
+	p.v[TCP_V_DST] = v4(o->t, o->base, o->stride[0], o->stride[1], 0, 0);
+	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	tcpl_dm_free(c, vt);
+	return true;
 }
 
 /* The dispatch of W8A8's quantized rows or their scales (tcp-w8a8-act-once):

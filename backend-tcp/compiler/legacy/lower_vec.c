@@ -256,6 +256,8 @@ static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root, const int *perm)
 /* Elementwise node -> one pass (with the elementwise operands fused into it). */
 void tcpl_lower_elem(lw *c, moe_id id)
 {
+	if (tcpl_w8a8_lower_q(c, id))
+		return;
 	const ir_node *n = N(c->g, id);
 	vpass vp;
 	vp_init(&vp, n->rank, n->shape);
