@@ -50,6 +50,8 @@ bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m);
  * computed once on x before the dispatch (NULL: no such layer, or its
  * dispatched rows would take more than 1/8 of m's DM) */
 moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* ... whether tok is iota(T K) / K (pair j's token j / K, token-major pairs); *K its K */
+bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
 /* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
  * one packed pair (act=fp8), or NULL when the layer has no such pair */
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);

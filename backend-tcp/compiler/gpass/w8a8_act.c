@@ -16,9 +16,14 @@
  * element of x' is the same f32 product of the same two values, so the
  * layer's value is unchanged; the TCP lowering then contracts the gathered
  * q rows (as i8) directly and scales by the gathered as (lower_quant.c).
- * The dispatch of q is a gather of the K T rows into DM and a scatter into
- * the HBM grid (x's dispatch by gather reads x in place, an input): only when
- * those rows take at most 1/8 of DM (Qwen3-30B-A3B: T <= 1024). */
+ * With token-major pairs (tok = iota(T K) / K: a layer without n_tokens)
+ * the TCP lowering scatters q's rows into the HBM grid straight from q in DM
+ * (each row K times) and rounds x in two passes with one f32 [T, D]
+ * temporary, so the rewrite applies when T D x 16 bytes fit DM (x's copy,
+ * that temporary and q with room to spare; Qwen3-30B-A3B, D = 2048:
+ * T <= 8192); otherwise (a serving layer) the dispatch gathers the K T rows
+ * into DM first and the rewrite applies only when those take at most 1/8 of
+ * DM. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -34,6 +39,22 @@ typedef struct actq {
 static const ir_node *arg(const moe_graph *g, const ir_node *n, uint32_t k)
 {
 	return k < n->nargs && n->args[k] != MOE_NONE ? N(g, n->args[k]) : NULL;
+}
+
+bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K)
+{
+	const ir_node *d = N(g, tok);
+	if (d->op != MOE_OP_DIV || d->nargs != 2 || d->dtype != MOE_I32 || d->rank != 1 || d->valid != MOE_NONE)
+		return false;
+	const ir_node *io = N(g, d->args[0]), *k = N(g, d->args[1]);
+	if (io->op != MOE_OP_IOTA || io->rank != 1 || ir_attr_int(io, "axis", -1) != 0 || k->op != MOE_OP_CONST ||
+		k->rank != 0 || k->dtype != MOE_I32)
+		return false;
+	int64_t kv = ir_attr_int(k, "value", 0);
+	if (kv < 1 || T < 1 || d->shape[0] != T * kv)
+		return false;
+	*K = kv;
+	return true;
 }
 
 static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
@@ -180,7 +201,10 @@ moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 	}
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	/* the dispatched rows (K T of them) pass through DM once: at most 1/8 of it */
-	if (!found || 8.0 * (double)ir_bytes(N(g, r.gath)) > (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
+	int64_t K = 0; /* the bounds: see the file's comment */
+	double dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	bool tm = found && tcp_w8a8_tok_major(g, N(g, r.gath)->args[1], N(g, r.x)->shape[0], &K);
+	if (!found || (tm ? 16.0 * (double)ir_numel(N(g, r.x)) > dm : 8.0 * (double)ir_bytes(N(g, r.gath)) > dm))
 		return NULL;
 	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
 	memset(inq, 0, (nn + 1) * sizeof *inq);

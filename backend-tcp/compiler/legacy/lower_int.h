@@ -73,7 +73,8 @@ typedef struct lw {
 	bool *gdefer;
 	uint8_t *tier;     /* emission tier of a node before the loop (plan_order): 0 first; 3: in the loop's
 	                    * prologue (lower_preexp.c) */
-	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast) */
+	uint8_t *store_dt; /* nonzero: the node's tensor holds this dtype (a reduce read only by its narrowing cast;
+			    * W8A8's quantized rows and their dispatch, i8: lower_quant.c) */
 	/* the tail in row chunks (rowchunk.c): nodes read only after the block
 	 * loop are emitted after it, depth first from the outputs */
 	bool sink;
@@ -100,6 +101,9 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
+	int32_t w8_z1; /* W8A8: tensor + 1 of the row maxima's table [127, m_0, 127, .., m_(M-1), 127] (0: none) */
+	int64_t w8_zm; /* ... its M */
+	moe_id w8_v1;  /* W8A8: x.q's v = xf R + 1, rounded in two passes (0: none) */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
@@ -425,6 +429,8 @@ void tcpl_lower_qview(lw *c, moe_id id);
 void tcpl_lower_dequant(lw *c, moe_id id);
 bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W8A8 contraction */
 void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
+bool tcpl_w8a8_lower_q(lw *c, moe_id id);          /* false: id is not W8A8's x.q rounded in two passes */
+void tcpl_w8a8_act_plan(lw *c);                    /* lower_w8a8.c: x.q as i8 rows, its rounding, its dispatch */
 /* small block-scale tensors copied whole into DM, once: after the first contraction emitted
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);

@@ -23,6 +23,10 @@
 
 static moe_id fp8_weight(const lw *c, moe_id d);
 static bool scale_copies(const lw *c, moe_id id);
+static void w8a8_table(lw *c, moe_id at, int64_t M);
+static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
+static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm);
+static uint32_t fbits(float f);
 
 /* A slice or one-operand einsum of a per-block dequantized weight: a view.
  * (The region's nodes are lowered with their leading G dropped, so only
@@ -439,11 +443,12 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 }
 
 /* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions
- * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]). */
-static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, const val *ov, int64_t M, int64_t O,
+ * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]); xq the view
+ * of the activation over (m, o, i). */
+static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C, const val *ov, int64_t M, int64_t O,
 	int64_t I, int vreg)
 {
-	moe_dtype dt = (moe_dtype)c->p->t[xq].dtype;
+	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
 	cplan pl = fp8_plan(c, M, O, I, dt);
 	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
 		tcpl_err(c, at, "act=%s: a reduction of %lld does not fit half of TRF", dt == MOE_I8 ? "int8" : "fp8",
@@ -472,7 +477,7 @@ static void fp8_contract(lw *c, moe_id at, const val *q, int32_t xq, int32_t C, 
 		in.tile = pl.Os < on ? pl.Os : on;
 		in.vreg = vreg;
 		in.flags = TCP_F_SCALED;
-		in.v[TCP_V_S0] = v4(xq, 0, I, 0, 1, 0);
+		in.v[TCP_V_S0] = xq;
 		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
 		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
 		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
@@ -683,6 +688,37 @@ void tcpl_w8a8_plan(lw *c)
 						       "int8 contraction");
 			}
 	}
+	if (!c->failed)
+		tcpl_w8a8_act_plan(c); /* lower_w8a8.c */
+	for (moe_id u = 0; u < g->nnodes && !c->failed && !c->w8_z1; u++) {
+		const ir_node *un = N(g, u);
+		if (un->op == MOE_OP_EINSUM && un->nargs == 2 && c->inreg[u] && un->rank >= 2 &&
+			w8a8_next(c, un->args[0], u - 1) == u)
+			w8a8_table(c, u, un->shape[un->rank - 2]);
+	}
+}
+
+/* The table Z = [m_0, 127, m_1, 127, .., m_(M-1), 127] (2 M f32) of the
+ * per-block activation quantization of M rows (w8a8_quantize): its 127s are
+ * written once, by the program's first instruction, and each block's row
+ * maxima go to its even elements, so that one pass of [M, 2] divides
+ * Z[2r + 1 - k] by Z[2r + k] into [127 / m_r, m_r / 127] (the two quotients
+ * the reference computes, each rounded once, as before in two passes); both
+ * operands and the result of iteration (r, k) are element 2r + k or its
+ * pair's other half, in the same flit, so the pass needs no switch. */
+static void w8a8_table(lw *c, moe_id at, int64_t M)
+{
+	int64_t n = 2 * M;
+	int32_t z = tcpl_dm_tensor(c, at, "act.max", MOE_F32, 1, &n);
+	tcp_insn p = tcp_insn_init(TCP_OP_TU_VEC);
+	p.ndim = 1;
+	p.dim[0] = M;
+	p.vreg = -1;
+	p.v[TCP_V_DST] = v4(z, 1, 2, 0, 0, 0);
+	step(&p, TCP_V_OR, TCP_SRC_IMM, TCP_SRC_IMM, fbits(127.0f));
+	emit(c, &p);
+	c->w8_z1 = z + 1;
+	c->w8_zm = M;
 }
 
 static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
@@ -696,21 +732,32 @@ static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
 static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *as_, int32_t *xq_)
 {
 	int64_t sh1[1] = {M}, shx[2] = {M, I};
-	int32_t m = tcpl_dm_tensor(c, id, "act.max", MOE_F32, 1, sh1);
-	int32_t R = tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
-	int32_t as = tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 1, sh1);
+	int64_t sh2[2] = {M, 2};
+	bool z = c->w8_z1 > 0 && c->w8_zm == M; /* the table of 127s (w8a8_table) */
+	int32_t m = z ? c->w8_z1 - 1 : tcpl_dm_tensor(c, id, "act.max", MOE_F32, 1, sh1);
+	int32_t R = z ? tcpl_dm_tensor(c, id, "act.inv+scale", MOE_F32, 2, sh2)
+		      : tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	int32_t as = z ? -1 : tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 1, sh1);
 	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
 	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
 	tcp_view xv = qview(x, 1, 0, x->stride[0], x->stride[1], 1, 1, true);
 	xv.stride[1] = x->stride[1];
 	tcp_insn p = vec2(M, I, vreg);
 	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_DST] = v4(m, 0, 1, 0, 0, 0);
+	p.v[TCP_V_DST] = z ? v4(m, 0, 2, 0, 0, 0) : v4(m, 0, 1, 0, 0, 0);
 	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p, TCP_V_FMAX, TCP_SRC_V, TCP_SRC_IMM, fbits(1e-10f));
 	emit(c, &p);
-	for (int k = 0; k < 2; k++) { /* R = 127 / m, as = m / 127 */
+	if (z) { /* [R, as] per row: Z[2r + 1 - k] / Z[2r + k], k = 0, 1 (one pass) */
+		p = vec2(M, 2, vreg);
+		p.v[TCP_V_S0] = v4(m, 1, 2, -1, 0, 0);
+		p.v[TCP_V_S1] = v4(m, 0, 2, 1, 0, 0);
+		p.v[TCP_V_DST] = v4(R, 0, 2, 1, 0, 0);
+		step(&p, TCP_V_FDIV, TCP_SRC_S0, TCP_SRC_S1, 0);
+		emit(c, &p);
+	}
+	for (int k = 0; k < 2 && !z; k++) { /* R = 127 / m, as = m / 127 */
 		p = vec2(M, 1, vreg);
 		p.v[TCP_V_S0] = v4(m, 0, 1, 0, 0, 0);
 		p.v[TCP_V_DST] = v4(k ? as : R, 0, 1, 0, 0, 0);
@@ -719,7 +766,7 @@ static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, 
 	}
 	p = vec2(M, I, vreg);
 	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_S1] = v4(R, 0, 1, 0, 0, 0);
+	p.v[TCP_V_S1] = v4(R, 0, z ? 2 : 1, 0, 0, 0);
 	p.v[TCP_V_DST] = v4(v, 0, I, 1, 0, 0);
 	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
@@ -734,9 +781,11 @@ static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, 
 	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
 	emit(c, &p);
 	tcpl_dm_free(c, v);
-	tcpl_dm_free(c, R);
-	tcpl_dm_free(c, m);
-	*as_ = as;
+	if (!z) {
+		tcpl_dm_free(c, R);
+		tcpl_dm_free(c, m);
+	}
+	*as_ = z ? R : as;
 	*xq_ = xq;
 }
 
@@ -773,9 +822,18 @@ static void w8a8_einsum(lw *c, moe_id id)
 	int64_t M = n->shape[n->rank - 2], O = n->shape[n->rank - 1];
 	int64_t I = N(c->g, pre ? bq : xf)->shape[N(c->g, pre ? bq : xf)->rank - 1];
 	int vreg = tcpl_valid_reg(c, id);
-	int32_t as = -1, xq;
-	tcp_view asv;
-	if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
+	int32_t as = -1, xq = -1;
+	tcp_view asv, xv = tcp_view_none();
+	if (pre && c->store_dt[bq] == MOE_I8) { /* the rows as dispatched, i8 (w8a8_i8_rows) */
+		const val *bv = tcpl_dm_view(c, bq);
+		if (c->failed)
+			return;
+		xv = qview(bv, 1, 0, 0, 0, 1, 1, true);
+		xv.stride[0] = bv->stride[0];
+		xv.stride[1] = 0;
+		xv.stride[2] = bv->stride[1];
+		xv.stride[3] = 0;
+	} else if (c->qx_act == a + 1 && c->qx_cfor == id + 1) { /* made by the contraction before */
 		as = c->qx_sa;
 		xq = c->qx_xq;
 	} else if (pre) {
@@ -797,7 +855,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 		asv.stride[0] = sv->stride[0];
 		asv.stride[1] = 0;
 	} else {
-		asv = v4(as, 0, 1, 0, 0, 0);
+		asv = c->p->t[as].rank == 2 ? v4(as, 1, 2, 0, 0, 0) : v4(as, 0, 1, 0, 0, 0); /* [R, as] rows */
 	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
@@ -810,7 +868,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 	p.v[TCP_V_DST] = v4(C, 0, O, 1, 0, 0);
 	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
-	moe_id next = w8a8_next(c, a, id);
+	moe_id next = xq >= 0 ? w8a8_next(c, a, id) : MOE_NONE;
 	c->qx_act = c->qx_cfor = 0;
 	if (next != MOE_NONE) {
 		c->qx_act = a + 1;
@@ -818,9 +876,9 @@ static void w8a8_einsum(lw *c, moe_id id)
 		c->qx_xq = xq;
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
-	if (next == MOE_NONE) {
+	if (next == MOE_NONE && xq >= 0) {
 		tcpl_dm_free(c, xq);
 		if (as >= 0)
 			tcpl_dm_free(c, as);
@@ -870,7 +928,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq, C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), C, ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);

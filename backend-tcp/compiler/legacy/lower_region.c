@@ -327,7 +327,8 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 		int32_t pre = st || gs == MOE_NONE ? -1 : tcpl_spec_rows_buffer(c, gs); /* spec_rows.c */
 		int32_t t = st ? tcpl_stage_buffer(c, gs, ir_numel(&b), r->st_tmp)
 			     : pre >= 0 ? pre
-					: tcpl_dm_tensor(c, i, "blkin", (moe_dtype)an->dtype, b.rank + 1, sh);
+					: tcpl_dm_tensor(c, i, "blkin", (moe_dtype)(c->store_dt[a] ? c->store_dt[a] : an->dtype),
+						b.rank + 1, sh);
 		if (st)
 			r->st_reg = tcpl_new_reg(c, i);
 		if (r->nin < RGN_MAXIN)

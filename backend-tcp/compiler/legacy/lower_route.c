@@ -159,6 +159,23 @@ void tcpl_lower_scatter(lw *c, moe_id id)
 	val *bv = &c->v[n->args[0]];
 	bool zero_base = bv->kind == VK_IMM && bv->imm == 0;
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
+	const ir_node *gn = N(c->g, n->args[2]);
+	if (gn->op == MOE_OP_GATHER && c->fused_into[n->args[2]] == id && zero_base) {
+		/* token-major pairs (lower_quant.c w8a8_direct): pair t K + k is
+		 * src's row t, read in place K times */
+		const ir_node *src = N(c->g, gn->args[0]);
+		val *iv = tcpl_dm_view(c, n->args[1]);
+		val *xv = tcpl_dm_view(c, gn->args[0]);
+		int64_t T = src->shape[0], row = src->shape[1], ni = ir_numel(ix), K = T > 0 ? ni / T : 0;
+		if (c->failed)
+			return;
+		if (!is_contig(iv, ix) || !is_contig(xv, src) || K * T != ni || row != prod(n->shape, 1, n->rank)) {
+			tcpl_err(c, id, "the dispatch of token-major rows reads a strided view");
+			return;
+		}
+		dma_gs(c, TCP_OP_DMA_SCATTER, id, o, xv, iv, T, K, n->shape[0], row, row, 0, 0, row, K, 1, -1, 0);
+		return;
+	}
 	if (!zero_base) {
 		bv = tcpl_need_view(c, n->args[0]);
 		if (!is_contig(bv, N(c->g, n->args[0]))) {

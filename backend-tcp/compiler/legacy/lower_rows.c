@@ -77,10 +77,42 @@ void tcpl_emit_row_steps(lw *c, const tcp_insn *in, int64_t first, int64_t step)
 		patch(c, skip[k]);
 }
 
+/* Does a tile of `rows` rows of vector pass `in` take longer than a pass's
+ * fixed part (its issue, fill/drain and the switch's ring)? A class's second,
+ * guarded tile saves at most the first's time on the blocks that skip it
+ * and costs that fixed part on those that run it, so only then does the
+ * split pay. The work is estimated as section 10 charges it: the busiest
+ * slice's elements at the float rate, each DM stream and the commit at the
+ * fetch width, the slowest of the three. */
+static bool tile_pays(const lw *c, const tcp_insn *in, int64_t rows)
+{
+	const moe_tcp_machine *m = c->m;
+	int64_t S = tcp_slices(m), n = rows;
+	for (int k = 1; k < in->ndim; k++)
+		n *= in->dim[k];
+	int64_t pe = (n + S - 1) / S, fetch = 0, commit = 0, fw = m->fetch_bytes > 0 ? m->fetch_bytes : 1;
+	int64_t work = pe / (m->vec_float_rate > 0 ? m->vec_float_rate : 1) + in->nstep * m->alu_latency;
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		const tcp_view *v = &in->v[w];
+		if (v->t < 0 || c->p->t[v->t].space != TCP_DM)
+			continue;
+		int64_t cyc = (pe * esz((moe_dtype)c->p->t[v->t].dtype) + fw - 1) / fw;
+		if (w == TCP_V_DST)
+			commit = cyc;
+		else
+			fetch += cyc;
+	}
+	work = work > fetch ? work : fetch;
+	work = work > commit ? work : commit;
+	int64_t ring = S < m->max_ring ? S : m->max_ring;
+	return work > m->issue_cycles + m->fill_drain + ring;
+}
+
 /* A pass over a block's rows (count R_ROWS) by the row classes of the
  * block's contractions (tcpl_lower_einsum): a block of at most h rows, h =
  * f, 4f, 16f, ... below the block's rows, runs it over h rows, above f in
- * two row tiles [0, h / 2) and [h / 2, h), the second guarded; a fuller
+ * two row tiles [0, h / 2) and [h / 2, h), the second guarded, when a tile's
+ * work exceeds a pass's fixed part (tile_pays); a fuller
  * block over all of them (a prefill's full blocks pay the class guards
  * only). */
 void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
@@ -97,7 +129,7 @@ void tcpl_emit_block_pass(lw *c, const tcp_insn *in)
 		uint32_t more = tcpl_block_rows_guard(c, h);
 		tcp_insn t = *in;
 		t.dim[0] = h;
-		tcpl_emit_row_tiles(c, &t, h > f ? h / 2 : 0);
+		tcpl_emit_row_tiles(c, &t, h > f && tile_pays(c, &t, h / 2) ? h / 2 : 0);
 		end[ne++] = jmp(c);
 		patch(c, more);
 	}

@@ -256,6 +256,8 @@ static src elem_steps(lw *c, vpass *vp, moe_id id, moe_id root, const int *perm)
 /* Elementwise node -> one pass (with the elementwise operands fused into it). */
 void tcpl_lower_elem(lw *c, moe_id id)
 {
+	if (tcpl_w8a8_lower_q(c, id))
+		return;
 	const ir_node *n = N(c->g, id);
 	vpass vp;
 	vp_init(&vp, n->rank, n->shape);
@@ -267,12 +269,17 @@ void tcpl_lower_elem(lw *c, moe_id id)
 	int perm[TCP_MAXD];
 	for (int k = 0; k < TCP_MAXD; k++)
 		perm[k] = k;
-	elem_steps(c, &vp, id, id, perm);
+	src r = elem_steps(c, &vp, id, id, perm);
 	if (c->failed)
 		return;
 	/* a chain must start from a fetched stream or compute v */
 	if (vp.in.nstep == 0 && vp.nstream == 0)
 		vp_step(c, &vp, TCP_V_OR, SI(0), SI(0), id);
+	/* a float value held as i8 (W8A8's quantized rows, integers of at most
+	 * 127 in magnitude: lower_quant.c): converted exactly, the commit keeps
+	 * the low byte */
+	if (c->store_dt[id] == MOE_I8 && moe_dtype_is_float((moe_dtype)n->dtype))
+		vp_step(c, &vp, TCP_V_FTOI, vp.in.nstep ? SV() : r, SN(), id);
 	val *o = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int idm[TCP_MAXD];
 	for (int k = 0; k < vp.ndim; k++)

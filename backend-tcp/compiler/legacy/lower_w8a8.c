@@ -1,0 +1,247 @@
+/* backend-tcp/lower_w8a8.c: W8A8's activation quantized before the dispatch
+ * (tcp-w8a8-act-once, gpass/w8a8_act.c) on TCP (docs/tcp-isa.md 7.10): its
+ * integers x.q held as i8 from their pass to the block loop's contraction,
+ * their rounding in two passes, and their dispatch scattered from DM. The
+ * block loop's contractions and the per-block quantization are
+ * lower_quant.c's. */
+#include "backend-tcp/compiler/legacy/lower_int.h"
+#include "backend-tcp/isa/build.h"
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static tcp_view v2(int32_t t, int64_t base, int64_t s0, int64_t s1)
+{
+	const int64_t st[2] = {s0, s1};
+	return tcp_b_view(t, base, 2, st);
+}
+
+/* x.q (its value q = v rounded half away from zero, as blockwise-dispatch
+ * writes it from v = xf R, R = 127 / m; tcp-w8a8-act-once) is lowered in two
+ * passes, v = xf R (f32) and q = i8(cvt.ftoi(v + copysign(0.5 - 2^-25, v))),
+ * as the block loop's quantization does (exact for |v| <= 127), where the
+ * graph's rounding (trunc, |v - t| >= 0.5, the side of v) takes six. The
+ * rounding's nodes, v among them, are fused into x.q: no [T, D] buffer of
+ * theirs but v's. c->w8_v1, c->w8_r1: v and R + 1. */
+static bool q_closure(const lw *c, moe_id id, moe_id v, bool *in)
+{
+	const ir_node *n = N(c->g, id);
+	if (id == v || in[id])
+		return true;
+	if (!(ir_ops[n->op].flags & OPF_ELEM) && n->op != MOE_OP_CAST)
+		return n->op == MOE_OP_CONST && n->rank == 0;
+	in[id] = true;
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (n->args[k] == MOE_NONE || !q_closure(c, n->args[k], v, in))
+			return false;
+	return true;
+}
+
+static void w8a8_q_plan(lw *c, moe_id xq)
+{
+	const moe_graph *g = c->g;
+	moe_id v = MOE_NONE;
+	for (moe_id i = 0; i < xq && v == MOE_NONE; i++) { /* v = mul(xf, div(127, m)) f32 [T, D] */
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_MUL || n->nargs != 2 || n->dtype != MOE_F32 || n->rank != 2 ||
+			N(g, xq)->rank != 2 || n->shape[0] != N(g, xq)->shape[0] || n->shape[1] != N(g, xq)->shape[1])
+			continue;
+		const ir_node *r = N(g, n->args[1]), *k = r->op == MOE_OP_DIV ? N(g, r->args[0]) : NULL;
+		if (k && k->op == MOE_OP_CONST && k->rank == 0 && ir_attr_float(k, "value", 0) == 127.0 &&
+			N(g, n->args[0])->dtype == MOE_F32 && N(g, n->args[0])->rank == 2 && r->rank == 2 && r->shape[1] == 1 &&
+			r->dtype == MOE_F32)
+			v = i;
+	}
+	if (v == MOE_NONE || c->fused_into[xq] != MOE_NONE)
+		return;
+	bool *in = ctx_alloc(c->ctx, (g->nnodes + 1) * sizeof *in);
+	memset(in, 0, (g->nnodes + 1) * sizeof *in);
+	bool ok = q_closure(c, xq, v, in);
+	in[v] = true;
+	in[xq] = false;
+	for (moe_id u = 0; u < g->nnodes && ok; u++) { /* nothing of it read elsewhere */
+		moe_id f = c->fused_into[u]; /* the fusion plan may have joined nodes of it */
+		if (in[u])
+			ok = !c->is_out[u] && !c->inreg[u] && N(g, u)->valid == MOE_NONE &&
+			     (f == MOE_NONE || f == xq || in[f]);
+		for (uint32_t k = 0; k < N(g, u)->nargs && ok; k++) {
+			moe_id a = N(g, u)->args[k];
+			ok = a == MOE_NONE || !in[a] || in[u] || u == xq;
+		}
+	}
+	if (ok) {
+		for (moe_id u = 0; u < g->nnodes; u++)
+			if (in[u])
+				c->fused_into[u] = xq;
+		c->w8_v1 = v + 1;
+	}
+	ctx_free(c->ctx, in, (g->nnodes + 1) * sizeof *in);
+}
+
+bool tcpl_w8a8_lower_q(lw *c, moe_id id)
+{
+	if (!c->w8_v1 || c->store_dt[id] != MOE_I8 || c->fused_into[c->w8_v1 - 1] != id)
+		return false;
+	const ir_node *vn = N(c->g, c->w8_v1 - 1);
+	int64_t T = vn->shape[0], D = vn->shape[1], shx[2] = {T, D};
+	val *xv = tcpl_dm_view(c, vn->args[0]);
+	if (c->failed)
+		return true;
+	val x = *xv;
+	val *rv = tcpl_dm_view(c, vn->args[1]);
+	if (c->failed)
+		return true;
+	val r = *rv;
+	val *o = tcpl_out_val(c, id, (moe_dtype)N(c->g, id)->dtype);
+	if (c->p->t[o->t].dtype != MOE_I8) {
+		tcpl_err(c, id, "W8A8: the quantized rows' buffer is not an i8 tensor");
+		return true;
+	}
+	int32_t vt = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
+	tcp_insn p = tcp_b_vec(2, shx, v2(vt, 0, D, 1));
+	p.vreg = -1;
+	p.v[TCP_V_S0] = v2(x.t, x.base, x.stride[0], x.stride[1]);
+	p.v[TCP_V_S1] = v2(r.t, r.base, r.stride[0], 0);
+	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
+	p = tcp_b_vec(2, shx, v2(o->t, o->base, o->stride[0], o->stride[1]));
+	p.vreg = -1;
+	p.v[TCP_V_S0] = v2(vt, 0, D, 1);
+	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	tcpl_dm_free(c, vt);
+	return true;
+}
+
+/* The dispatch of W8A8's quantized rows or their scales (tcp-w8a8-act-once):
+ * scatter(0, pos, gather(src, tok)) into the block grid, read as blocks.q or
+ * blocks.scale, with tok = iota(T K) / K. Pair j's row is src's row j / K,
+ * so the scatter reads src (in DM) in place, each row K times (its gather
+ * fused into it: no [T K, row] copy through DM; tcpl_lower_scatter). */
+static void w8a8_direct(lw *c, moe_id sc)
+{
+	const moe_graph *g = c->g;
+	const ir_node *n = N(g, sc);
+	if (n->op != MOE_OP_SCATTER || n->nargs != 3 || c->inreg[sc] || c->ggrid[sc] || n->valid != MOE_NONE ||
+		n->rank != 2 || strcmp(ir_attr_str(n, "mode", "set"), "set") || N(g, n->args[0])->op != MOE_OP_CONST ||
+		ir_attr_float(N(g, n->args[0]), "value", (double)ir_attr_int(N(g, n->args[0]), "value", 1)) != 0.0)
+		return;
+	moe_id ga = n->args[2];
+	const ir_node *gn = N(g, ga);
+	int64_t K;
+	if (gn->op != MOE_OP_GATHER || gn->valid != MOE_NONE || c->inreg[ga] || c->is_out[ga] ||
+		c->fused_into[ga] != MOE_NONE || ir_attr_int(gn, "axis", 0) != 0 || N(g, gn->args[0])->rank != 2 ||
+		!tcp_w8a8_tok_major(g, gn->args[1], N(g, gn->args[0])->shape[0], &K))
+		return;
+	bool named = false;
+	int users = 0;
+	for (moe_id u = sc + 1; u < g->nnodes; u++)
+		for (uint32_t k = 0; k < N(g, u)->nargs; k++)
+			if (N(g, u)->args[k] == sc) {
+				const ir_node *un = N(g, u);
+				named = un->op == MOE_OP_RESHAPE && un->name &&
+					(!strcmp(un->name, "blocks.q") || !strcmp(un->name, "blocks.scale"));
+				if (!named)
+					return;
+			}
+	for (moe_id u = ga + 1; u < g->nnodes; u++)
+		for (uint32_t k = 0; k < N(g, u)->nargs; k++)
+			users += N(g, u)->args[k] == ga;
+	if (named && users == 1)
+		c->fused_into[ga] = sc;
+}
+
+/* The readers of node id: how many, and whether each satisfies ok(c, reader, id). */
+static bool readers_all(const lw *c, moe_id id, bool (*ok)(const lw *, moe_id, moe_id), int *count)
+{
+	*count = 0;
+	for (moe_id u = id + 1; u < c->g->nnodes; u++)
+		for (uint32_t k = 0; k < N(c->g, u)->nargs; k++)
+			if (N(c->g, u)->args[k] == id) {
+				++*count;
+				if (!ok(c, u, id))
+					return false;
+			}
+	return !c->is_out[id];
+}
+
+static bool fused_reader(const lw *c, moe_id u, moe_id id)
+{
+	(void)id;
+	return c->fused_into[u] != MOE_NONE;
+}
+
+static bool grid_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_RESHAPE && n->name && !strcmp(n->name, "blocks.q") && !c->inreg[u] &&
+	       readers_all(c, u, fused_reader, &k) && k >= 1 && id == n->args[0];
+}
+
+static bool scatter_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_SCATTER && n->nargs == 3 && n->args[2] == id && n->args[0] != id && n->args[1] != id &&
+	       !strcmp(ir_attr_str(n, "mode", "set"), "set") && !c->ggrid[u] && !c->inreg[u] && n->valid == MOE_NONE &&
+	       readers_all(c, u, grid_reader, &k) && k >= 1;
+}
+
+static bool gather_reader(const lw *c, moe_id u, moe_id id)
+{
+	const ir_node *n = N(c->g, u);
+	int k = 0;
+	return n->op == MOE_OP_GATHER && n->args[0] == id && !c->inreg[u] && n->valid == MOE_NONE &&
+	       readers_all(c, u, scatter_reader, &k) && k == 1;
+}
+
+/* W8A8's activation quantized before the dispatch (tcp-w8a8-act-once): its
+ * values x.q are integers of at most 127 in magnitude (in the compute type,
+ * or f32), read only through their dispatch (gather, scatter into the block
+ * grid, the grid's reshape blocks.q) by the int8 contractions, which take
+ * them as i8. So x.q's pass converts them (exactly) and commits i8, and the
+ * dispatch and the blocks' row fetches move those bytes: a quarter (f32) or
+ * half (bf16) of the compute type's, and no per-block conversion pass. */
+static void w8a8_i8_rows(lw *c)
+{
+	const moe_graph *g = c->g;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		int k = 0;
+		if (!n->name || strcmp(n->name, "x.q") || c->inreg[i] || c->fused_into[i] != MOE_NONE ||
+			(ir_ops[n->op].flags & OPF_LEAF) || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_GATHER ||
+			!moe_dtype_is_float((moe_dtype)n->dtype) || c->store_dt[i] || !readers_all(c, i, gather_reader, &k) ||
+			k < 1)
+			continue;
+		c->store_dt[i] = MOE_I8;
+		for (moe_id u = i + 1; u < g->nnodes; u++) {
+			moe_id a0 = N(g, u)->nargs ? N(g, u)->args[0] : MOE_NONE, a2 = N(g, u)->nargs > 2 ? N(g, u)->args[2] : MOE_NONE;
+			if ((N(g, u)->op == MOE_OP_GATHER && a0 != MOE_NONE && c->store_dt[a0] == MOE_I8) ||
+				(N(g, u)->op == MOE_OP_SCATTER && a2 != MOE_NONE && c->store_dt[a2] == MOE_I8) ||
+				(N(g, u)->op == MOE_OP_RESHAPE && a0 != MOE_NONE && c->store_dt[a0] == MOE_I8))
+				c->store_dt[u] = MOE_I8;
+		}
+	}
+}
+
+
+void tcpl_w8a8_act_plan(lw *c)
+{
+	const moe_graph *g = c->g;
+	w8a8_i8_rows(c);
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+		if (c->store_dt[i] == MOE_I8 && N(g, i)->name && !strcmp(N(g, i)->name, "x.q"))
+			w8a8_q_plan(c, i);
+	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
+		w8a8_direct(c, i);
+}
