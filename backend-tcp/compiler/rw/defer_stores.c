@@ -116,8 +116,12 @@ moe_status ts_rw_defer_stores_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 		return MOE_ERR_INVALID;
 	ts_loop *l = &s->loop[0];
 	ts_id body = l->body, ybuf = (ts_id)s->op[st].in.v[TCP_V_S0].t;
-	/* the store leaves the body's end */
+	/* the store leaves the body's end (only scalar definitions may follow it) */
 	ts_region *b = &s->rg[body];
+	uint32_t k = b->nitem;
+	while (k-- > 0 && b->item[k] != (TS_ITEM_OP | st))
+		;
+	memmove(b->item + k, b->item + k + 1, (b->nitem - k - 1) * sizeof *b->item);
 	b->nitem--;
 	/* block g + 1 stores row g after its DMA-only prefix */
 	uint32_t at = 0;
