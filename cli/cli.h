@@ -78,6 +78,7 @@ typedef struct opts {
 	const char *decode_tier;  /* --decode-tier=on|off (tcp serving) */
 	const char *tcp_emitter;  /* --tcp-emitter=legacy|sched (tcp) */
 	const char *emit;         /* compile --emit=tcp-sched (tcp) */
+	const char *tcp_opt;      /* --tcp-opt=-NAME,+NAME (the schedule compiler's rewrites) */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;

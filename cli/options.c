@@ -57,9 +57,12 @@ static const cli_command commands[] = {
 		"portable C (.c), a native object file (.o) or textual LLVM IR (.ll). Without --target the\n"
 		"target follows the name of OUT; a --target that contradicts that name is an error. A TCP\n"
 		"schedule (.tsched) compiles to TCP only: it is verified, placed and selected into a program.\n"
-		"With --tcp-emitter=sched (and --emit=tcp-sched) the schedule is placed, its ops priced and\n"
-		"reordered by the list scheduler (docs/tcp-compiler.md 5.4); MOEC_TCP_SCHEDULE=0 (or off) in\n"
-		"the environment keeps sched-build's order, for comparison (compile, run and stats alike).",
+		"With --tcp-emitter=sched (and --emit=tcp-sched) the schedule is rewritten by the rows of its\n"
+		"rewrite table that predict a gain (`moec passes` lists them; docs/tcp-compiler.md 5.2), placed,\n"
+		"and reordered by the list scheduler (the rewrite list-schedule, 5.4). --tcp-opt=-NAME switches\n"
+		"a rewrite off, +NAME runs it wherever it applies; --tcp-opt=-list-schedule keeps sched-build's\n"
+		"order, and MOEC_TCP_SCHEDULE=0 in the environment switches every rewrite off (compile, run and\n"
+		"stats alike).",
 		"moec compile examples/mixtral_8x7b.moe --set T=64 -o mixtral.tcpb"},
 	{"run", C_RUN, "FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]",
 		"run a layer on the host or on the TCP simulator",

@@ -158,10 +158,22 @@ const char *cli_tcp_pipeline(const opts *o)
 	return cli_tcp_sched(o) ? "tcp-sched" : "tcp";
 }
 
+/* --tcp-opt switches the schedule compiler's rewrites: an error for the legacy emitter */
+static int opt_unused(moe_ctx *ctx, const opts *o)
+{
+	if (!o->tcp_opt || cli_tcp_sched(o))
+		return 0;
+	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+		"--tcp-opt switches the schedule compiler's rewrites: give --tcp-emitter=sched (or --emit=tcp-sched)");
+	return 1;
+}
+
 /* The program of g for m by the emitter o names. */
 static moe_tcp_program *compile_for(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m)
 {
-	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m) : moe_tcp_compile(ctx, g, m);
+	if (opt_unused(ctx, o))
+		return NULL;
+	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m, o->tcp_opt) : moe_tcp_compile(ctx, g, m);
 }
 
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
@@ -220,7 +232,7 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	}
 	if (o->emit) {
 		moe_tcp_machine *m = machine(ctx, o);
-		int st = !m || moe_tcp_emit_sched(ctx, g, m, out) != MOE_OK;
+		int st = !m || moe_tcp_emit_sched(ctx, g, m, o->tcp_opt, out) != MOE_OK;
 		moe_tcp_machine_free(ctx, m);
 		return st;
 	}

@@ -1,26 +1,32 @@
 /* backend-tcp/compiler/driver.c: the schedule compiler's driver: the graph
  * split at its packed weights (prep.c), sched-build of the device graph, the
- * verifier, placement (dmplan.c) on the build order, the op costs
- * (sched_time.c), the list scheduler (schedule.c) and the verifier again
- * unless the environment sets MOEC_TCP_SCHEDULE=0, then instruction
- * selection. */
+ * verifier, the structural rewrites (rewrites.def), placement (dmplan.c), the
+ * peephole rewrites (the list scheduler among them), the verifier again, then
+ * instruction selection. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/isel.h"
+#include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched_build.h"
 #include "backend-tcp/compiler/sched_time.h"
 #include "backend-tcp/compiler/schedule.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "moec/io.h"
 
-/* MOEC_TCP_SCHEDULE=0 (or "off") keeps the schedule as sched-build made it
- * (build order, placed by isel), for comparison */
-static bool scheduling(void)
+/* The switches: --tcp-opt's, after MOEC_TCP_SCHEDULE=0 (or "off") in the
+ * environment, which switches every rewrite off (sched-build's schedule, for
+ * comparison). */
+static moe_status switches(moe_ctx *ctx, const moe_tcp_machine *m, const char *opts, ts_env *e)
 {
+	memset(e, 0, sizeof *e);
+	e->ctx = ctx;
+	e->m = m;
 	const char *v = getenv("MOEC_TCP_SCHEDULE");
-	return !v || (strcmp(v, "0") && strcmp(v, "off"));
+	if (v && (!strcmp(v, "0") || !strcmp(v, "off")))
+		e->off = ts_nrewrites < 64 ? (1ull << ts_nrewrites) - 1 : ~0ull;
+	return ts_rewrite_opts(ctx, opts, e);
 }
 
 /* MACs of einsum n: the product of its distinct index letters' sizes */
@@ -110,9 +116,9 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 	ctx_free(s->ctx, expert, 0);
 }
 
-/* Places s for the scheduler. When it does not fit and `keep` is set (the
- * schedule is printed, not selected), s is left unplaced and the overflow's
- * diagnostics are dropped: the program's compile reports them. */
+/* Places s for the peephole rewrites. When it does not fit and `keep` is set
+ * (the schedule is printed, not selected), s is left unplaced and the
+ * overflow's diagnostics are dropped: the program's compile reports them. */
 static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
 {
 	size_t n0 = moe_diag_count(ctx);
@@ -123,31 +129,17 @@ static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
 	if (!ok && keep) {
 		for (ts_id i = 0; i < s->nbuf; i++)
 			s->buf[i].offset = off[i];
-		size_t n = moe_diag_count(ctx);
-		moe_diag_kind *kind = ctx_alloc(ctx, (n0 + 1) * sizeof *kind);
-		moe_loc *loc = ctx_alloc(ctx, (n0 + 1) * sizeof *loc);
-		char **msg = ctx_alloc(ctx, (n0 + 1) * sizeof *msg);
-		for (size_t i = 0; i < n0 && i < n; i++) {
-			const char *m;
-			moe_diag_get(ctx, i, &kind[i], &loc[i], &m);
-			msg[i] = ctx_alloc(ctx, strlen(m) + 1);
-			memcpy(msg[i], m, strlen(m) + 1);
-		}
-		moe_diag_clear(ctx);
-		for (size_t i = 0; i < n0 && i < n; i++) {
-			moe_diag(ctx, kind[i], loc[i], "%s", msg[i]);
-			ctx_free(ctx, msg[i], strlen(msg[i]) + 1);
-		}
-		ctx_free(ctx, kind, 0);
-		ctx_free(ctx, loc, 0);
-		ctx_free(ctx, msg, 0);
+		ts_diag_truncate(ctx, n0);
 	}
 	ctx_free(ctx, off, 0);
 	return ok;
 }
 
+/* The schedule of g, carrying the prep graph `prep`: built, verified, then
+ * (with e) the structural rewrites, placement when a peephole rewrite may
+ * run, the peephole rewrites and the verifier. */
 static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *prep, const moe_tcp_machine *m,
-	bool schedule, bool print)
+	const ts_env *e, bool print)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && prep)
@@ -159,14 +151,22 @@ static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *p
 	}
 	if (s && !s->meta.wexp && !s->meta.act)
 		roofline(s, g);
-	if (s && schedule && !place(ctx, s, print)) {
-		if (print)
-			return s; /* printed as built: its compile reports the overflow */
+	if (!s || !e)
+		return s;
+	if (ts_rewrites_run(s, e, TS_RW_STRUCT) != MOE_OK) {
 		tcp_sched_free(s);
 		return NULL;
 	}
-	if (s && schedule && (tcp_sched_schedule(ctx, s) != MOE_OK || tcp_sched_verify(s) != MOE_OK)) {
-		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the scheduled schedule does not verify (a moec bug)");
+	if (!ts_rewrites_enabled(e, TS_RW_PEEP))
+		return s;
+	if (!place(ctx, s, print)) {
+		if (print)
+			return s; /* printed unplaced: its compile reports the overflow */
+		tcp_sched_free(s);
+		return NULL;
+	}
+	if (ts_rewrites_run(s, e, TS_RW_PEEP) != MOE_OK || tcp_sched_verify(s) != MOE_OK) {
+		moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: the rewritten schedule does not verify (a moec bug)");
 		tcp_sched_free(s);
 		return NULL;
 	}
@@ -177,7 +177,7 @@ static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *p
  * rule when g carries none): the device graph, whose packed values are
  * weight leaves, is built, and the schedule carries the prep graph that
  * computes them when the weights are bound. */
-static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule, bool print)
+static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const ts_env *e, bool print)
 {
 	char *prep = NULL;
 	size_t plen = 0;
@@ -185,7 +185,7 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_sched *s = NULL;
 	if (moe_error_count(ctx) == errs)
-		s = compiled_graph(ctx, dev ? dev : g, prep, m, schedule, print);
+		s = compiled_graph(ctx, dev ? dev : g, prep, m, e, print);
 	if (prep)
 		ctx_free(ctx, prep, plen + 1);
 	if (dev)
@@ -193,20 +193,22 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	return s;
 }
 
+static tcp_sched *compiled_opts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts, bool print)
+{
+	ts_env e;
+	if (switches(ctx, m, opts, &e) != MOE_OK)
+		return NULL;
+	return compiled(ctx, g, m, &e, print);
+}
+
 tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule)
 {
-	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, schedule, false));
+	CTX_GUARDED(ctx, tcp_sched *, NULL, schedule ? compiled_opts(ctx, g, m, NULL, false) : compiled(ctx, g, m, NULL, false));
 }
 
-/* the verified schedule of g, or NULL with a diagnostic */
-static tcp_sched *built(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool print)
+static tcp_program *compile_opts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts)
 {
-	return compiled(ctx, g, m, scheduling(), print);
-}
-
-tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
-{
-	tcp_sched *s = built(ctx, g, m, false);
+	tcp_sched *s = compiled_opts(ctx, g, m, opts, false);
 	if (!s)
 		return NULL;
 	tcp_program *p = tcp_sched_isel(ctx, s);
@@ -214,9 +216,14 @@ tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_m
 	return p;
 }
 
-static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
+tcp_program *tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	tcp_sched *s = built(ctx, g, m, true);
+	return compile_opts(ctx, g, m, NULL);
+}
+
+static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts, const char *path)
+{
+	tcp_sched *s = compiled_opts(ctx, g, m, opts, true);
 	if (!s)
 		return MOE_ERR_INVALID;
 	char *text = NULL;
@@ -231,32 +238,35 @@ static moe_status emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 }
 
 /* machine NULL: the built-in one, as moe_tcp_compile takes it */
-static tcp_program *compile_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+static tcp_program *compile_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts)
 {
 	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
 	if (!m && !def)
 		return NULL;
-	tcp_program *p = tcp_compile_sched(ctx, g, m ? m : def);
+	tcp_program *p = compile_opts(ctx, g, m ? m : def, opts);
 	moe_tcp_machine_free(ctx, def);
 	return p;
 }
 
-static moe_status emit_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *path)
+static moe_status emit_default(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts,
+	const char *path)
 {
 	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
 	if (!m && !def)
 		return MOE_ERR_INVALID;
-	moe_status st = emit_sched(ctx, g, m ? m : def, path);
+	moe_status st = emit_sched(ctx, g, m ? m : def, opts, path);
 	moe_tcp_machine_free(ctx, def);
 	return st;
 }
 
-moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
+	const char *opts)
 {
-	CTX_GUARDED(ctx, tcp_program *, NULL, compile_default(ctx, g, machine));
+	CTX_GUARDED(ctx, tcp_program *, NULL, compile_default(ctx, g, machine, opts));
 }
 
-moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, const char *path)
+moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, const char *opts,
+	const char *path)
 {
-	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_default(ctx, g, machine, path));
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_default(ctx, g, machine, opts, path));
 }

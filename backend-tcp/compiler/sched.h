@@ -114,6 +114,7 @@ typedef struct tcp_sched {
 	ts_loop loop[2]; int nloop;    /* the block loop (and a decode tier's) */
 	ts_id top;                     /* the root SEQ region */
 	uint64_t granted, refused;     /* features, one bit per rewrite row */
+	uint64_t ran;                  /* the rewrites that ran, bit k: row k of rewrites.def */
 	ts_meta meta;
 	const char *machine_name;      /* as printed; the machine's name when built */
 	uint32_t *hash, hcap;          /* scalar names (sched.c) */

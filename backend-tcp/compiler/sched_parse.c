@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched.h"
 #include "backend-tcp/isa/text.h"
 #include "ir/serial.h"
@@ -265,6 +266,21 @@ static void parse_features(ps *p, const char *s)
 	if (!tcp_lit(&s, " granted=") || !pu64(&s, &p->s->granted) || !tcp_lit(&s, " refused=") || !pu64(&s, &p->s->refused) ||
 		*s)
 		perr(p, s, "malformed features line (features granted=BITS refused=BITS)");
+}
+
+/* rewrites NAME,NAME,...: the rows of rewrites.def that ran */
+static void parse_rewrites(ps *p, const char *s)
+{
+	do {
+		size_t n = strcspn(s, ",");
+		int k = ts_rewrite_find(s, n);
+		if (k < 0)
+			return perr(p, s, "unknown rewrite '%.*s' in the rewrites line", (int)(n < 64 ? n : 64), s);
+		if (p->s->ran >> k & 1)
+			return perr(p, s, "rewrite '%s' named twice in the rewrites line", ts_rewrites[k].name);
+		p->s->ran |= 1ull << k;
+		s += n;
+	} while (*s++ == ',');
 }
 
 static void parse_machine(ps *p, const char *s)
@@ -808,6 +824,11 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 	}
 	if (*stage == 6)
 		return parse_item(p, s);
+	if (tcp_lit(&s, "rewrites ")) {
+		if (*stage != 4 || p->s->nbuf || p->s->ran)
+			return perr(p, s - 9, "one rewrites line, after features and before prep and the buffers");
+		return parse_rewrites(p, s);
+	}
 	if (tcp_lit(&s, "prep ")) {
 		if (*stage != 4 || p->s->nbuf)
 			return perr(p, s - 5, "one prep line, after features and before the buffers");

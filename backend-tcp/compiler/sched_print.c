@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched.h"
 #include "backend-tcp/isa/text.h"
 
@@ -31,6 +32,11 @@ static void print_header(tcp_sb *b, const tcp_sched *s)
 		m->T, m->K, m->D, m->F, m->E, m->B, m->G, m->nproj, m->router_E, m->wexp, m->act, m->rmacs,
 		moe_dtype_name((moe_dtype)m->dtype));
 	tcp_sbf(b, "features granted=0x%" PRIx64 " refused=0x%" PRIx64 "\n", s->granted, s->refused);
+	for (int k = 0, n = 0; k < ts_nrewrites; k++)
+		if (s->ran >> k & 1)
+			tcp_sbf(b, "%s%s", n++ ? "," : "rewrites ", ts_rewrites[k].name);
+	if (s->ran)
+		tcp_sbf(b, "\n");
 	if (m->prep)
 		tcp_sbf(b, "prep %s\n", m->prep);
 }

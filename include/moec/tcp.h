@@ -51,14 +51,24 @@ MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const
 MOE_API moe_status moe_tcp_quant_act(moe_ctx *ctx, moe_module *m, const char *act, const char *file);
 /* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
  * g, after the `tcp-sched` pipeline (its block_loop kept), built into a schedule,
- * verified and selected into a program for machine (NULL: the default). NULL with a
- * diagnostic at the node it does not lower yet (docs/tcp-compiler.md 5.1 lists them). */
-MOE_API moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+ * rewritten (the rewrite table, 5.2), verified and selected into a program for
+ * machine (NULL: the default). opts switches rewrites as `--tcp-opt` does:
+ * "-NAME,+NAME,..." (-: off; +: on whatever its predicted benefit, where it
+ * applies), NULL or "": every rewrite by its benefit; an unknown name is an
+ * error naming it and the known ones. NULL with a diagnostic, also at the node
+ * it does not lower yet (docs/tcp-compiler.md 5.1 lists them). */
+MOE_API moe_tcp_program *moe_tcp_compile_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
+	const char *opts);
 /* The same schedule, verified, printed as text (.tsched, docs/tcp-compiler.md 4.2) to
  * path ("-": stdout; a file is written to a temporary renamed into place), which
- * moe_tcp_from_sched reads back into the same program. */
+ * moe_tcp_from_sched reads back into the same program. Its `rewrites` line names
+ * the rewrites that ran. */
 MOE_API moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
-	const char *path);
+	const char *opts, const char *path);
+/* Row i of the schedule compiler's rewrite table (`moec passes` lists them): 1
+ * and its name and one-line summary (either pointer may be NULL), or 0 past the
+ * last row. */
+MOE_API int moe_tcp_rewrite_info(uint32_t i, const char **name, const char **summary);
 MOE_API void moe_tcp_program_free(moe_tcp_program *p);
 
 /* block=auto: the block size B of the expert grid that the cost model

@@ -591,6 +591,70 @@ static void test_floor(void **st)
 	moe_ctx_free(c);
 }
 
+/* The rewrite table's rows by index, and the switches of
+ * moe_tcp_compile_sched / moe_tcp_emit_sched: a rewrite switched off is
+ * absent from the printed `rewrites` line and y does not change; an unknown
+ * name is refused, naming it and the known rows. */
+static void test_sched_rewrites(void **st)
+{
+	(void)st;
+	const char *name = NULL, *summary = NULL;
+	assert_int_equal(moe_tcp_rewrite_info(0, &name, &summary), 1);
+	assert_string_equal(name, "list-schedule");
+	assert_true(summary && strlen(summary) > 10);
+	uint32_t n = 0;
+	while (moe_tcp_rewrite_info(n, NULL, NULL))
+		n++;
+	assert_true(n >= 1 && n < 64);
+	assert_int_equal(moe_tcp_rewrite_info(n, &name, NULL), 0);
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	float *keep;
+	moe_checkpoint *ck = random_ck(c, &keep);
+	moe_tensor *x = random_x(c, 8);
+	moe_module *ms = layer(c, 8, 0, 0, "tcp-sched");
+	const moe_graph *g = moe_module_graph(ms, 0);
+	moe_tcp_program *pa = moe_tcp_compile_sched(c, g, NULL, ""), *pb = moe_tcp_compile_sched(c, g, NULL, "-list-schedule");
+	assert_non_null(pa);
+	assert_non_null(pb);
+	moe_tensor *ya[2] = {NULL, NULL}, *yb[2] = {NULL, NULL};
+	moe_tensor_map *ba = bind_for(c, pa, ck, x), *bb = bind_for(c, pb, ck, x);
+	assert_int_equal(moe_tcp_run(c, pa, ba, NULL, ya, NULL), MOE_OK);
+	assert_int_equal(moe_tcp_run(c, pb, bb, NULL, yb, NULL), MOE_OK);
+	assert_int_equal(ya[0]->nbytes, yb[0]->nbytes);
+	assert_memory_equal(ya[0]->data, yb[0]->data, ya[0]->nbytes);
+	char path[256];
+	size_t len;
+	tpath(path, sizeof path, "on.tsched");
+	assert_int_equal(moe_tcp_emit_sched(c, g, NULL, "+list-schedule", path), MOE_OK);
+	char *text = (char *)file_bytes(path, &len);
+	assert_non_null(strstr(text, "\nrewrites list-schedule"));
+	free(text);
+	tpath(path, sizeof path, "off.tsched");
+	assert_int_equal(moe_tcp_emit_sched(c, g, NULL, "+list-schedule,-list-schedule", path), MOE_OK);
+	text = (char *)file_bytes(path, &len);
+	assert_null(strstr(text, "list-schedule"));
+	free(text);
+	assert_null(moe_tcp_compile_sched(c, g, NULL, "-no-such-rewrite"));
+	assert_diag(c, "unknown rewrite 'no-such-rewrite'");
+	assert_null(moe_tcp_compile_sched(c, g, NULL, "list-schedule"));
+	assert_diag(c, "malformed item 'list-schedule'");
+	tpath(path, sizeof path, "bad.tsched");
+	assert_int_not_equal(moe_tcp_emit_sched(c, g, NULL, "-x", path), MOE_OK);
+	assert_diag(c, "list-schedule");
+	assert_int_equal(access(path, F_OK), -1);
+	moe_tensor_free(c, ya[0]);
+	moe_tensor_free(c, yb[0]);
+	moe_tensor_map_free(ba);
+	moe_tensor_map_free(bb);
+	moe_tcp_program_free(pa);
+	moe_tcp_program_free(pb);
+	moe_module_free(ms);
+	moe_tensor_free(c, x);
+	moe_checkpoint_close(ck);
+	free(keep);
+	moe_ctx_free(c);
+}
+
 /* The schedule compiler gives the legacy emitter's y byte for byte (the
  * tcp.emitters.bitwise contract), and its printed schedule reads back into
  * the same program. */
@@ -603,7 +667,7 @@ static void test_compile_sched(void **st)
 	moe_tensor *x = random_x(c, 8);
 	moe_module *ml = layer(c, 8, 0, 0, "tcp"), *ms = layer(c, 8, 0, 0, "tcp-sched");
 	moe_tcp_program *pl = moe_tcp_compile(c, moe_module_graph(ml, 0), NULL);
-	moe_tcp_program *ps = moe_tcp_compile_sched(c, moe_module_graph(ms, 0), NULL);
+	moe_tcp_program *ps = moe_tcp_compile_sched(c, moe_module_graph(ms, 0), NULL, NULL);
 	if (!ps)
 		moe_diag_print(c, stderr);
 	assert_non_null(pl);
@@ -617,7 +681,7 @@ static void test_compile_sched(void **st)
 	/* the schedule printed, read back: the same program bytes */
 	char path[256];
 	tpath(path, sizeof path, "l.tsched");
-	assert_int_equal(moe_tcp_emit_sched(c, moe_module_graph(ms, 0), NULL, path), MOE_OK);
+	assert_int_equal(moe_tcp_emit_sched(c, moe_module_graph(ms, 0), NULL, NULL, path), MOE_OK);
 	size_t tlen;
 	uint8_t *text = file_bytes(path, &tlen);
 	assert_true(tlen > 9 && !memcmp(text, "tcpsched 1", 10));
@@ -631,10 +695,10 @@ static void test_compile_sched(void **st)
 	assert_memory_equal(b1, b2, n1);
 	/* a graph that went through the flattening `tcp` pipeline has no block loop to build:
 	 * refused with a diagnostic, and emit writes nothing */
-	assert_null(moe_tcp_compile_sched(c, moe_module_graph(ml, 0), NULL));
+	assert_null(moe_tcp_compile_sched(c, moe_module_graph(ml, 0), NULL, NULL));
 	assert_diag(c, "the schedule compiler does not lower");
 	tpath(path, sizeof path, "bad.tsched");
-	assert_int_not_equal(moe_tcp_emit_sched(c, moe_module_graph(ml, 0), NULL, path), MOE_OK);
+	assert_int_not_equal(moe_tcp_emit_sched(c, moe_module_graph(ml, 0), NULL, NULL, path), MOE_OK);
 	assert_diag(c, "the schedule compiler does not lower");
 	assert_int_equal(access(path, F_OK), -1);
 	free(b1);
@@ -985,6 +1049,7 @@ int main(void)
 		cmocka_unit_test(test_num_outputs),
 		cmocka_unit_test(test_from_sched),
 		cmocka_unit_test(test_compile_sched),
+		cmocka_unit_test(test_sched_rewrites),
 		cmocka_unit_test(test_floor),
 		cmocka_unit_test(test_ep_run),
 		cmocka_unit_test(test_ep_compile),

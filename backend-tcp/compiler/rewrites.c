@@ -1,0 +1,167 @@
+/* backend-tcp/compiler/rewrites.c: the schedule rewrite table (rewrites.def)
+ * and the driver step that runs it (rewrites.h). */
+#include <string.h>
+
+#include "backend-tcp/compiler/dmplan.h"
+#include "backend-tcp/compiler/rewrites.h"
+#include "backend-tcp/compiler/sched_time.h"
+#include "moec/tcp.h"
+
+const ts_rewrite ts_rewrites[] = {
+#define REWRITE(id, name, stage, needs, benefit, summary)                                   \
+	{name, summary, stage, needs, ts_rw_##id##_applies, benefit, ts_rw_##id##_apply},
+#include "backend-tcp/compiler/rewrites.def"
+#undef REWRITE
+};
+const int ts_nrewrites = (int)(sizeof ts_rewrites / sizeof *ts_rewrites);
+
+/* one bit per row in tcp_sched.ran and the switches */
+_Static_assert(sizeof ts_rewrites / sizeof *ts_rewrites <= 64, "at most 64 rewrite rows");
+
+int ts_rewrite_find(const char *name, size_t len)
+{
+	for (int k = 0; k < ts_nrewrites; k++)
+		if (strlen(ts_rewrites[k].name) == len && !memcmp(ts_rewrites[k].name, name, len))
+			return k;
+	return -1;
+}
+
+void ts_diag_truncate(moe_ctx *ctx, size_t n0)
+{
+	size_t n = moe_diag_count(ctx);
+	if (n <= n0)
+		return;
+	moe_diag_kind *kind = ctx_alloc(ctx, (n0 + 1) * sizeof *kind);
+	moe_loc *loc = ctx_alloc(ctx, (n0 + 1) * sizeof *loc);
+	char **msg = ctx_alloc(ctx, (n0 + 1) * sizeof *msg);
+	for (size_t i = 0; i < n0; i++) {
+		const char *m;
+		moe_diag_get(ctx, i, &kind[i], &loc[i], &m);
+		msg[i] = ctx_alloc(ctx, strlen(m) + 1);
+		memcpy(msg[i], m, strlen(m) + 1);
+	}
+	moe_diag_clear(ctx);
+	for (size_t i = 0; i < n0; i++) {
+		moe_diag(ctx, kind[i], loc[i], "%s", msg[i]);
+		ctx_free(ctx, msg[i], strlen(msg[i]) + 1);
+	}
+	ctx_free(ctx, kind, 0);
+	ctx_free(ctx, loc, 0);
+	ctx_free(ctx, msg, 0);
+}
+
+/* A copy of s through its text (the round trip is exact), or NULL. */
+static tcp_sched *copy_of(const tcp_sched *s)
+{
+	char *text = NULL;
+	size_t len = 0;
+	tcp_sched *c = NULL;
+	if (tcp_sched_print(s, &text, &len) == MOE_OK)
+		c = tcp_sched_parse(s->ctx, s->m, "<rewrite trial>", text, len);
+	if (text)
+		ctx_free(s->ctx, text, len + 1);
+	return c;
+}
+
+/* The predicted cycles of a copy of s, row applied first when row >= 0;
+ * -1 when it fails. Diagnostics are dropped. */
+static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
+{
+	size_t n0 = moe_diag_count(s->ctx);
+	tcp_sched *c = copy_of(s);
+	int64_t cy = -1;
+	if (c && (row < 0 || (ts_rewrites[row].apply(c, e, (uint16_t)(row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK)) &&
+		tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
+		cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
+	tcp_sched_free(c);
+	ts_diag_truncate(s->ctx, n0);
+	return cy;
+}
+
+double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row)
+{
+	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);
+	return base < 0 || with < 0 ? 0.0 : (double)(base - with);
+}
+
+double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row)
+{
+	(void)s, (void)e, (void)row;
+	return 1.0;
+}
+
+static moe_status opts(moe_ctx *ctx, const char *text, ts_env *e)
+{
+	for (const char *p = text ? text : ""; *p;) {
+		size_t n = strcspn(p, ",");
+		char sign = *p;
+		int k = n > 1 && (sign == '-' || sign == '+') ? ts_rewrite_find(p + 1, n - 1) : -1;
+		if (k < 0) {
+			size_t cap = 1;
+			for (int i = 0; i < ts_nrewrites; i++)
+				cap += strlen(ts_rewrites[i].name) + 2;
+			char *known = ctx_alloc(ctx, cap);
+			for (int i = 0; i < ts_nrewrites; i++) {
+				if (i)
+					strcat(known, ", ");
+				strcat(known, ts_rewrites[i].name);
+			}
+			bool signed_ = n > 1 && (sign == '-' || sign == '+');
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"--tcp-opt: %s '%.*s' (each item is -NAME or +NAME, comma-separated; the rewrites: %s)",
+				signed_ ? "unknown rewrite" : "malformed item", (int)(signed_ ? n - 1 : n), signed_ ? p + 1 : p,
+				known);
+			ctx_free(ctx, known, cap);
+			return MOE_ERR_INVALID;
+		}
+		uint64_t bit = 1ull << k;
+		e->on = sign == '+' ? e->on | bit : e->on & ~bit;
+		e->off = sign == '-' ? e->off | bit : e->off & ~bit;
+		p += n;
+		p += *p == ',';
+	}
+	return MOE_OK;
+}
+
+moe_status ts_rewrite_opts(moe_ctx *ctx, const char *text, ts_env *e)
+{
+	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, opts(ctx, text, e));
+}
+
+bool ts_rewrites_enabled(const ts_env *e, int stage)
+{
+	for (int k = 0; k < ts_nrewrites; k++)
+		if (ts_rewrites[k].stage == stage && !(e->off >> k & 1))
+			return true;
+	return false;
+}
+
+moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
+{
+	for (int k = 0; k < ts_nrewrites; k++) {
+		const ts_rewrite *r = &ts_rewrites[k];
+		int need = r->needs ? ts_rewrite_find(r->needs, strlen(r->needs)) : -1;
+		if (r->stage != stage || e->off >> k & 1 || (r->needs && (need < 0 || !(s->ran >> need & 1))))
+			continue;
+		if (!r->applies(s, e) || (!(e->on >> k & 1) && !(r->benefit(s, e, k) > 0)))
+			continue;
+		if (r->apply(s, e, (uint16_t)(k + 1)) != MOE_OK || tcp_sched_verify(s) != MOE_OK) {
+			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
+				"tcp: the schedule after rewrite '%s' does not verify (a moec bug)", r->name);
+			return MOE_ERR_INVALID;
+		}
+		s->ran |= 1ull << k;
+	}
+	return MOE_OK;
+}
+
+int moe_tcp_rewrite_info(uint32_t i, const char **name, const char **summary)
+{
+	if (i >= (uint32_t)ts_nrewrites)
+		return 0;
+	if (name)
+		*name = ts_rewrites[i].name;
+	if (summary)
+		*summary = ts_rewrites[i].summary;
+	return 1;
+}

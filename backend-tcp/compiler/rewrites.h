@@ -1,0 +1,65 @@
+/* backend-tcp/compiler/rewrites.h: the schedule rewrite table
+ * (docs/tcp-compiler.md 5.2; the rows are rewrites.def, the code of each
+ * compiler/rw/<id>.c) and the driver step that runs it. */
+#ifndef MOEC_TCP_REWRITES_H
+#define MOEC_TCP_REWRITES_H
+
+#include "backend-tcp/compiler/sched.h"
+
+enum { TS_RW_STRUCT, TS_RW_PEEP };
+
+/* What a rewrite sees besides the schedule: the machine and the switches
+ * (bit k: row k). */
+typedef struct ts_env {
+	moe_ctx *ctx;
+	const moe_tcp_machine *m;
+	uint64_t on, off; /* --tcp-opt: +name forces row k on (no benefit asked), -name off */
+} ts_env;
+
+typedef struct ts_rewrite {
+	const char *name, *summary;
+	uint8_t stage;          /* TS_RW_STRUCT (before placement) or TS_RW_PEEP (placed) */
+	const char *needs;      /* a row that must have run first, or NULL */
+	bool (*applies)(const tcp_sched *s, const ts_env *e);
+	double (*benefit)(const tcp_sched *s, const ts_env *e, int row); /* predicted cycles saved */
+	moe_status (*apply)(tcp_sched *s, const ts_env *e, uint16_t feature);
+} ts_rewrite;
+
+#define REWRITE(id, name, stage, needs, benefit, summary)                                   \
+	bool ts_rw_##id##_applies(const tcp_sched *s, const ts_env *e);                     \
+	moe_status ts_rw_##id##_apply(tcp_sched *s, const ts_env *e, uint16_t feature);
+#include "backend-tcp/compiler/rewrites.def"
+#undef REWRITE
+
+extern const ts_rewrite ts_rewrites[];
+extern const int ts_nrewrites;
+
+/* the row named name[0..len), or -1 */
+int ts_rewrite_find(const char *name, size_t len);
+
+/* The default benefit: row applied to a copy of s (read back from its text),
+ * the copy and the unchanged one placed (tcp_dm_place) and predicted on
+ * expected loads (tcp_sched_predict); the cycles saved, <= 0 when the copy
+ * does not apply, verify or place. */
+double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row);
+/* For a rewrite that keeps only what the prediction gains itself: 1. */
+double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
+
+/* Reads a --tcp-opt list ("-name,+name", NULL or "": none) into e->on/off;
+ * MOE_ERR_INVALID with a diagnostic naming an unknown name and the known
+ * ones. */
+moe_status ts_rewrite_opts(moe_ctx *ctx, const char *opts, ts_env *e);
+
+/* Runs the rows of `stage` in table order: a row runs when it is not
+ * switched off, what it needs has run, it applies and (unless forced on) its
+ * benefit is > 0; each that runs sets its bit in s->ran and the schedule is
+ * verified after it. MOE_ERR_INVALID with a diagnostic when a rewrite or the
+ * verifier after it fails (a moec bug). */
+moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage);
+/* Whether some row of `stage` may run under e's switches. */
+bool ts_rewrites_enabled(const ts_env *e, int stage);
+
+/* Drops the diagnostics reported since the first n (keeps those). */
+void ts_diag_truncate(moe_ctx *ctx, size_t n);
+
+#endif
