@@ -470,9 +470,12 @@ static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 	int64_t *foot = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *foot);
 	static const int order[4][2] = {{TS_W_DOUBLE, 0}, {TS_W_SINGLE, 0}, {TS_W_STREAM, 4}, {TS_W_STREAM, 2}};
 	uint32_t n = 0;
+	bool whole = false, ringed = false; /* a plan with whole experts, with a ring */
 	for (int k = 0; k < 4; k++) {
 		if (order[k][0] == TS_W_STREAM && !(any && d->tile_bytes > 0))
 			continue;
+		if (order[k][0] == TS_W_STREAM ? ringed : whole)
+			continue; /* single only when double does not fit, ring 2 only when ring 4 does not */
 		if (!d->n && k > 0)
 			break; /* no loop weights: one plan */
 		ts_wplan w;
@@ -485,6 +488,8 @@ static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 			continue;
 		residences(&q, d, &w, foot);
 		out[n++] = w;
+		whole |= w.mode != TS_W_STREAM;
+		ringed |= w.mode == TS_W_STREAM;
 	}
 	if (!n) {
 		for (uint32_t j = 0; j < d->nspill && j < TS_MAX_SPILLS; j++)

@@ -55,12 +55,13 @@ typedef struct ts_wplan {
 } ts_wplan;
 
 /* The plans whose buffers all fit beside every other buffer of s (placed as
- * tcp_dm_place would, without diagnostics), in the order double, single,
- * stream with a ring of four, of two (docs/tcp-compiler.md 5.3 step 1); in
+ * tcp_dm_place would, without diagnostics), at most two: the first of
+ * double, single and the first of stream with a ring of four, of two
+ * (docs/tcp-compiler.md 5.3 step 1), to be priced against each other; in
  * each, the spills are placed in DM in order of predicted benefit (the
  * cycles their HBM round trip would cost at the machine's HBM rate; ties
  * by build order) while they fit, the rest kept in HBM. Returns how many
- * (at most 4) are in out; 0 when none fits: out[0] is then the last resort
+ * (at most 2) are in out; 0 when none fits: out[0] is then the last resort
  * (every spill in HBM, streamed with a ring of two when anything streams,
  * else single), whose placement reports the overflow. s is left as it was. */
 uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4]);
