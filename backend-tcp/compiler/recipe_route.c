@@ -92,7 +92,8 @@ static void gather_spilled(sb *b, moe_id id, const sb_val *xv, const sb_val *iv,
 		const int64_t ds[2] = {c * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
 		tcp_insn in = dma_gs(true, &sv, xv, &ic, dim, rows, ds, ss, is);
 		sb_emit(b, &in, id);
-		tcp_insn cp = tcp_b_dma_copy(1, &total, tcp_b_view((int32_t)t, r0 * row, 1, &one), tcp_b_view((int32_t)st, 0, 1, &one));
+		tcp_insn cp =
+			tcp_b_dma_copy(1, &total, tcp_b_view((int32_t)t, r0 * row, 1, &one), tcp_b_view((int32_t)st, 0, 1, &one));
 		sb_emit(b, &cp, id);
 	}
 	b->v[id] = sb_view_of(t, n);
@@ -243,7 +244,8 @@ void sb_scatter(sb *b, moe_id id)
 
 /* Whether value id (built: a DM buffer of its own, contiguous, outside any
  * loop, not an output) has a gap before its first reader and is read by
- * no block loop; the spill's cost is its round trip. */
+ * no block loop, no view and no valid mask; the spill's cost is its round
+ * trip. */
 static bool value_spillable(const sb *b, moe_id id, int64_t *bytes)
 {
 	const moe_graph *g = b->g;
@@ -253,7 +255,8 @@ static bool value_spillable(const sb *b, moe_id id, int64_t *bytes)
 		n->op == MOE_OP_INPUT || n->op == MOE_OP_WEIGHT || n->valid != MOE_NONE)
 		return false;
 	const ts_buf *u = &b->s->buf[v->buf];
-	if (u->space != TCP_DM || u->node != id || u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK || u->slots > 1 || !sb_contig(v, n))
+	if (u->space != TCP_DM || u->node != id || u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK || u->slots > 1 ||
+		!sb_contig(v, n))
 		return false;
 	for (uint32_t k = 0; k < g->nout; k++)
 		if (g->outputs[k] == id)
@@ -264,9 +267,11 @@ static bool value_spillable(const sb *b, moe_id id, int64_t *bytes)
 	moe_id first = MOE_NONE;
 	for (moe_id r = id + 1; r < g->nnodes; r++) {
 		const ir_node *rn = &g->nodes[r];
-		bool reads = rn->valid == id;
+		bool reads = false;
 		for (uint32_t k = 0; k < rn->nargs; k++)
 			reads |= rn->args[k] == id;
+		if (rn->valid == id)
+			return false; /* a count a scalar reads from DM */
 		if (!reads)
 			continue;
 		if (rn->op == MOE_OP_BLOCK_LOOP || rn->op == MOE_OP_RESHAPE || rn->op == MOE_OP_SLICE ||
