@@ -1,11 +1,13 @@
-/* The DM planner's first placement (dmplan.h): lifetimes by program
- * position, loop buffers from the top of their space down, the others first
- * fit from offset 0 up, HBM scratch bumped after the bound tensors. */
+/* The DM planner (dmplan.h): lifetimes by program position, loop buffers
+ * from the top of their space down, the others first fit from offset 0 up,
+ * HBM scratch bumped after the bound tensors; the plans of the loop's
+ * weights and of the spills' residence, and their price. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
+#include "backend-tcp/compiler/sched_time.h"
 
 /* A buffer's lifetime [lo, hi] in program positions and its bytes. */
 typedef struct life {
@@ -124,8 +126,24 @@ typedef struct plan {
 	life *L;
 	bool *placed;
 	const int64_t *foot; /* per buffer: its footprint when trying a weights mode (-1: absent); NULL: its layout's */
+	life *hole;          /* per buffer: positions strictly inside are free (a spilled value); lo >= hi: none */
 	bool quiet;          /* no diagnostic on overflow */
 } plan;
+
+static bool in_hole(const plan *P, ts_id b, life x)
+{
+	return P->hole && P->hole[b].lo < P->hole[b].hi && P->hole[b].lo < x.lo && x.hi < P->hole[b].hi;
+}
+
+/* Whether buffers b and j are live at one position. */
+static bool live_together(const plan *P, ts_id b, ts_id j)
+{
+	life a = P->L[b], c = P->L[j];
+	if (!overlaps(a, c))
+		return false;
+	life x = {a.lo > c.lo ? a.lo : c.lo, a.hi < c.hi ? a.hi : c.hi};
+	return !in_hole(P, b, x) && !in_hole(P, j, x);
+}
 
 static int64_t foot_of(const plan *P, ts_id b)
 {
@@ -136,7 +154,7 @@ static int64_t foot_of(const plan *P, ts_id b)
 static bool clash(const plan *P, ts_id b, ts_id j, int64_t off, int64_t n)
 {
 	const ts_buf *u = &P->s->buf[b], *v = &P->s->buf[j];
-	if (!P->placed[j] || j == b || v->space != u->space || !overlaps(P->L[b], P->L[j]))
+	if (!P->placed[j] || j == b || v->space != u->space || !live_together(P, b, j))
 		return false;
 	int64_t ua = u->layout.slice0, ub = ua + (int64_t)u->layout.nslices * u->layout.copies;
 	int64_t va = v->layout.slice0, vb = va + (int64_t)v->layout.nslices * v->layout.copies;
@@ -294,7 +312,7 @@ static bool planner_new(tcp_sched *s, planner *q)
 		ctx_alloc(s->ctx, (s->nsc + 1) * sizeof(int64_t)), {{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
 	if (s->top < s->nrg)
 		walk_region(&q->w, s->top, 0);
-	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, false};
+	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false};
 	for (ts_id i = 0; i < s->nbuf; i++) {
 		q->P.L[i] = lifetime(&q->w, i);
 		q->P.placed[i] = s->buf[i].space != TCP_HBM && s->buf[i].offset >= 0;
@@ -334,24 +352,59 @@ static int64_t spread(const moe_tcp_machine *m, int64_t bytes, int64_t n)
 	return bytes <= 0 ? f : ((bytes + n - 1) / n + f - 1) / f * f;
 }
 
-/* Whether every on-chip buffer fits with the weights' footprints of mode
- * (ring tiles when streamed); the schedule's offsets are restored. */
-static bool fits(planner *q, const ts_wdemand *d, int mode, int ring, int64_t *foot)
+/* The position of the first op after position a that touches buffer b
+ * (its next reader once spilled), or a when none. */
+static int64_t next_touch(const walk *w, ts_id b, int64_t a)
 {
-	tcp_sched *s = q->P.s;
+	const tcp_sched *s = w->s;
+	int64_t r = INT64_MAX;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (w->op_pos[o] > a && w->op_pos[o] < r && touches(&s->op[o].in, b))
+			r = w->op_pos[o];
+	return r == INT64_MAX ? a : r;
+}
+
+/* The footprints of plan w: the weights' (ring tiles when streamed), each
+ * staged gather's staging where it is kept in HBM, and each spilled
+ * value's hole (its bytes free between its producer and its next reader). */
+static void footprints(const planner *q, const ts_wdemand *d, const ts_wplan *w, int64_t *foot, life *hole)
+{
+	const tcp_sched *s = q->P.s;
+	for (ts_id i = 0; i < s->nbuf; i++)
+		hole[i] = (life){0, 0};
+	for (uint32_t k = 0; k < d->nspill && k < TS_MAX_SPILLS; k++) {
+		const ts_spill *sp = &d->spill[k];
+		if (w->hbm[k] && sp->buf < s->nbuf && sp->prod != TS_NONE && sp->prod < s->nop) {
+			int64_t a = q->w.op_pos[sp->prod];
+			hole[sp->buf] = (life){a + 1, next_touch(&q->w, sp->buf, a)};
+		}
+	}
 	for (ts_id i = 0; i < s->nbuf; i++)
 		foot[i] = s->buf[i].layout.slice_bytes;
 	bool ringed = false;
 	for (uint32_t k = 0; k < d->n; k++) {
 		const ts_buf *u = &s->buf[d->buf[k]];
 		int64_t one = spread(s->m, hbm_bytes(u) / (u->slots ? u->slots : 1), u->layout.nslices);
-		if (mode == TS_W_SINGLE || (mode == TS_W_STREAM && !d->stream[k]))
+		if (w->mode == TS_W_SINGLE || (w->mode == TS_W_STREAM && !d->stream[k]))
 			foot[d->buf[k]] = one;
-		else if (mode == TS_W_STREAM) { /* the ring in the first streamed buffer's place */
-			foot[d->buf[k]] = ringed ? -1 : spread(s->m, ring * d->tile_bytes, u->layout.nslices);
+		else if (w->mode == TS_W_STREAM) { /* the ring in the first streamed buffer's place */
+			foot[d->buf[k]] = ringed ? -1 : spread(s->m, w->ring * d->tile_bytes, u->layout.nslices);
 			ringed = true;
 		}
 	}
+	for (uint32_t k = 0; k < d->nspill && k < TS_MAX_SPILLS; k++)
+		if (w->hbm[k] && d->spill[k].buf < s->nbuf && d->spill[k].prod == TS_NONE)
+			foot[d->spill[k].buf] = d->spill[k].stage;
+}
+
+/* Whether every on-chip buffer fits with plan w's footprints; the
+ * schedule's offsets are restored. */
+static bool fits(planner *q, const ts_wdemand *d, const ts_wplan *w, int64_t *foot)
+{
+	tcp_sched *s = q->P.s;
+	life *hole = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *hole);
+	footprints(q, d, w, foot, hole);
+	q->P.hole = hole;
 	int64_t *off = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off);
 	bool *was = ctx_alloc(s->ctx, s->nbuf + 1);
 	for (ts_id i = 0; i < s->nbuf; i++)
@@ -360,7 +413,9 @@ static bool fits(planner *q, const ts_wdemand *d, int mode, int ring, int64_t *f
 	q->P.quiet = true;
 	bool ok = place_chip(&q->P);
 	q->P.foot = NULL;
+	q->P.hole = NULL;
 	q->P.quiet = false;
+	ctx_free(s->ctx, hole, (s->nbuf + 1) * sizeof *hole);
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i], q->P.placed[i] = was[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
@@ -368,36 +423,109 @@ static bool fits(planner *q, const ts_wdemand *d, int mode, int ring, int64_t *f
 	return ok;
 }
 
-static int weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring)
+/* The cycles a spill's HBM residence adds: its round trip's bytes at the
+ * machine's HBM rate. */
+static int64_t benefit(const moe_tcp_machine *m, const ts_spill *sp)
 {
-	*ring = 0;
+	double bpc = m->hbm_bytes_per_s > 0 && m->clock_hz > 0 ? m->hbm_bytes_per_s / m->clock_hz : 1.0;
+	double c = (double)sp->extra / bpc;
+	return c > 9e18 ? INT64_MAX : (int64_t)c;
+}
+
+/* Plan w's residences, its mandatory set (every spill in HBM) fitting:
+ * the spills by benefit, largest first, each moved into DM if it fits. */
+static void residences(planner *q, const ts_wdemand *d, ts_wplan *w, int64_t *foot)
+{
+	const tcp_sched *s = q->P.s;
+	uint32_t order[TS_MAX_SPILLS], n = d->nspill < TS_MAX_SPILLS ? d->nspill : TS_MAX_SPILLS;
+	int64_t ben[TS_MAX_SPILLS];
+	for (uint32_t k = 0; k < n; k++) {
+		order[k] = k;
+		ben[k] = benefit(s->m, &d->spill[k]);
+	}
+	for (uint32_t a = 1; a < n; a++) /* insertion sort: benefit down, build order on ties */
+		for (uint32_t b = a; b > 0 && ben[order[b]] > ben[order[b - 1]]; b--) {
+			uint32_t t = order[b];
+			order[b] = order[b - 1];
+			order[b - 1] = t;
+		}
+	for (uint32_t k = 0; k < n; k++) {
+		w->hbm[order[k]] = false;
+		if (!fits(q, d, w, foot))
+			w->hbm[order[k]] = true;
+	}
+}
+
+static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
+{
+	memset(out, 0, 4 * sizeof *out);
 	planner q;
-	if (!d->n || !planner_new(s, &q))
-		return TS_W_DOUBLE;
+	if (!planner_new(s, &q)) {
+		out[0].mode = TS_W_DOUBLE;
+		return 0;
+	}
 	bool any = false;
 	for (uint32_t k = 0; k < d->n; k++)
 		any |= d->stream[k];
 	int64_t *foot = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *foot);
 	static const int order[4][2] = {{TS_W_DOUBLE, 0}, {TS_W_SINGLE, 0}, {TS_W_STREAM, 4}, {TS_W_STREAM, 2}};
-	int mode = TS_W_STREAM, r = 2;
+	uint32_t n = 0;
+	bool whole = false, ringed = false; /* a plan with whole experts, with a ring */
 	for (int k = 0; k < 4; k++) {
 		if (order[k][0] == TS_W_STREAM && !(any && d->tile_bytes > 0))
 			continue;
-		if (fits(&q, d, order[k][0], order[k][1], foot)) {
-			mode = order[k][0];
-			r = order[k][1];
-			break;
-		}
+		if (order[k][0] == TS_W_STREAM ? ringed : whole)
+			continue; /* single only when double does not fit, ring 2 only when ring 4 does not */
+		if (!d->n && k > 0)
+			break; /* no loop weights: one plan */
+		ts_wplan w;
+		memset(&w, 0, sizeof w);
+		w.mode = (uint8_t)order[k][0];
+		w.ring = (uint8_t)order[k][1];
+		for (uint32_t j = 0; j < d->nspill && j < TS_MAX_SPILLS; j++)
+			w.hbm[j] = true;
+		if (!fits(&q, d, &w, foot))
+			continue;
+		residences(&q, d, &w, foot);
+		out[n++] = w;
+		whole |= w.mode != TS_W_STREAM;
+		ringed |= w.mode == TS_W_STREAM;
 	}
-	if (mode == TS_W_STREAM && !(any && d->tile_bytes > 0))
-		mode = TS_W_SINGLE, r = 0; /* nothing to stream: the placement reports the overflow */
+	if (!n) {
+		for (uint32_t j = 0; j < d->nspill && j < TS_MAX_SPILLS; j++)
+			out[0].hbm[j] = true;
+		out[0].mode = any && d->tile_bytes > 0 ? TS_W_STREAM : d->n ? TS_W_SINGLE : TS_W_DOUBLE;
+		out[0].ring = out[0].mode == TS_W_STREAM ? 2 : 0;
+	}
 	ctx_free(s->ctx, foot, (s->nbuf + 1) * sizeof *foot);
 	planner_free(&q);
-	*ring = (uint8_t)r;
-	return mode;
+	return n;
 }
 
-int tcp_dm_weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring)
+uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 {
-	CTX_GUARDED(s->ctx, int, TS_W_DOUBLE, weights(s, d, ring));
+	CTX_GUARDED(s->ctx, uint32_t, 0, plans(s, d, out));
+}
+
+static int64_t price(tcp_sched *s)
+{
+	planner q;
+	if (!planner_new(s, &q))
+		return -1;
+	int64_t *off = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		off[i] = s->buf[i].offset;
+	q.P.quiet = true;
+	bool ok = place_hbm(s) && place_chip(&q.P);
+	planner_free(&q);
+	int64_t t = ok ? tcp_sched_predict(s->ctx, s, NULL, NULL) : -1;
+	for (ts_id i = 0; i < s->nbuf; i++)
+		s->buf[i].offset = off[i];
+	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
+	return t;
+}
+
+int64_t tcp_dm_price(tcp_sched *s)
+{
+	CTX_GUARDED(s->ctx, int64_t, -1, price(s));
 }

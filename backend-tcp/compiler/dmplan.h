@@ -1,7 +1,7 @@
 /* backend-tcp/compiler/dmplan.h: the DM planner (docs/tcp-compiler.md 5.3),
  * the only code that knows the on-chip spaces' sizes: the placement of what
- * is not placed, and the block loop's weights mode; no features, no reuse
- * edges. */
+ * is not placed, the block loop's weights mode and the residence (DM or HBM)
+ * of spillable buffers; no features, no reuse edges. */
 #ifndef MOEC_TCP_DMPLAN_H
 #define MOEC_TCP_DMPLAN_H
 
@@ -20,23 +20,55 @@
  * the peak); needs s->m. */
 moe_status tcp_dm_place(tcp_sched *s);
 
-/* What a block loop's expert weights need (sched-build fills it while it
- * builds the loop with double-buffered weights). */
+/* A spillable buffer: one that sched-build can keep in HBM instead of DM.
+ * Two kinds: a gather read only by scatters (prod TS_NONE), which then
+ * moves chunk by chunk through DM staging buffers (footprint `stage`); and
+ * a value with a gap between its producer and its next reader (prod: the
+ * producer's last op), which is then copied to HBM after prod and back into
+ * DM before its next reader (its DM bytes free in between). */
+#define TS_MAX_SPILLS 32
+typedef struct ts_spill {
+	ts_id buf;        /* the buffer as built (in DM) */
+	moe_id node;      /* the graph node whose value it holds (the top graph's) */
+	ts_id prod;       /* a value spill: its producer's last op; TS_NONE: a staged gather */
+	int64_t stage;    /* a staged gather: its DM footprint per slice when in HBM */
+	int64_t extra;    /* the HBM bytes its HBM residence adds (the round trip) */
+} ts_spill;
+
+/* What a block loop's expert weights and the spillable buffers need
+ * (sched-build fills it while it builds the layer with double-buffered
+ * weights and every spillable buffer in DM). */
 #define TS_MAX_WEIGHTS 16
 typedef struct ts_wdemand {
 	ts_id buf[TS_MAX_WEIGHTS];   /* the expert weight buffers as built: two slots each */
 	bool stream[TS_MAX_WEIGHTS]; /* read only as a contraction's stationary operand */
 	uint32_t n;
 	int64_t tile_bytes;          /* the largest weight tile a streamed contraction loads */
+	ts_spill spill[TS_MAX_SPILLS];
+	uint32_t nspill;
 } ts_wdemand;
 
-/* The weights mode of the schedule's block loop (docs/tcp-compiler.md 5.3
- * step 1), in a fixed order of preference: double-buffered whole experts
- * (as built), else single-buffered, else streamed through a ring of four
- * tiles, else of two; the first whose buffers all fit beside every other
- * buffer of s (placed as tcp_dm_place would, without diagnostics) wins;
- * when none fits, streaming with a ring of two (the placement then reports
- * the overflow). s is left as it was. *ring: 4 or 2 when streamed, else 0. */
-int tcp_dm_weights(tcp_sched *s, const ts_wdemand *d, uint8_t *ring);
+/* One plan of the loop's weights and the spills' residence. */
+typedef struct ts_wplan {
+	uint8_t mode, ring;          /* TS_W_*; 4 or 2 when streamed, else 0 */
+	bool hbm[TS_MAX_SPILLS];     /* per d->spill: kept in HBM */
+} ts_wplan;
+
+/* The plans whose buffers all fit beside every other buffer of s (placed as
+ * tcp_dm_place would, without diagnostics), at most two: the first of
+ * double, single and the first of stream with a ring of four, of two
+ * (docs/tcp-compiler.md 5.3 step 1), to be priced against each other; in
+ * each, the spills are placed in DM in order of predicted benefit (the
+ * cycles their HBM round trip would cost at the machine's HBM rate; ties
+ * by build order) while they fit, the rest kept in HBM. Returns how many
+ * (at most 2) are in out; 0 when none fits: out[0] is then the last resort
+ * (every spill in HBM, streamed with a ring of two when anything streams,
+ * else single), whose placement reports the overflow. s is left as it was. */
+uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4]);
+
+/* The predicted cycles (tcp_sched_predict on the expected loads) of s placed
+ * by tcp_dm_place, quietly; s's offsets are left as they were. -1 when it
+ * does not fit or cannot be predicted. */
+int64_t tcp_dm_price(tcp_sched *s);
 
 #endif

@@ -4,7 +4,12 @@
  * the byte offsets of an HBM list (one vector pass scales the positions by
  * the row's bytes into DM, one copy moves them to HBM). A scatter's result is
  * an HBM buffer, which starts zeroed (docs/tcp-isa.md, assumption A7): a zero
- * base needs no copy. */
+ * base needs no copy. A gather read only as scatters' sources is spillable
+ * (dmplan.h): kept in HBM when the planner says so, it is gathered chunk by
+ * chunk into a DM staging buffer and copied to HBM, and each scatter copies
+ * it back chunk by chunk into a staging buffer it scatters from. A value
+ * of the top graph with a gap before its next reader is spillable too
+ * (sb_spill_value). */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -27,6 +32,92 @@ static tcp_insn dma_gs(bool gather, const sb_val *dst, const sb_val *src, const 
 	return gather ? tcp_b_dma_gather(3, dim, d, s, x, rows) : tcp_b_dma_scatter(3, dim, d, s, x, rows);
 }
 
+/* The staging of a spilled [n, row] buffer: the rows of one chunk, at most
+ * TS_STAGE_SLICE bytes per slice (at least one row). */
+#define TS_STAGE_SLICE 32768
+static int64_t stage_rows(const sb *b, int64_t n, int64_t row_bytes)
+{
+	int64_t c = TS_STAGE_SLICE * b->S / (row_bytes > 0 ? row_bytes : 1);
+	return c < 1 ? 1 : c > n ? n : c;
+}
+
+bool sb_in_hbm(const sb *b, moe_id id)
+{
+	if (b->g != b->top)
+		return false;
+	for (uint32_t k = 0; k < b->nhbm; k++)
+		if (b->hbm[k] == id)
+			return true;
+	return false;
+}
+
+/* A gather of the top graph outside the loop, one group, not an output,
+ * read only as the source of scatters. */
+static bool spillable(const sb *b, moe_id id, int64_t groups)
+{
+	const moe_graph *g = b->g;
+	if (g != b->top || b->rows != TS_NONE || groups != 1 || SBN(b, id)->rank != 2)
+		return false;
+	for (uint32_t k = 0; k < g->nout; k++)
+		if (g->outputs[k] == id)
+			return false;
+	bool used = false;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *un = &g->nodes[u];
+		if (un->valid == id)
+			return false;
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == id) {
+				if (un->op != MOE_OP_SCATTER || k != 2)
+					return false;
+				used = true;
+			}
+	}
+	return used;
+}
+
+/* The spilled gather: chunk by chunk into a DM staging, then to HBM. */
+static void gather_spilled(sb *b, moe_id id, const sb_val *xv, const sb_val *iv, int64_t rows, int64_t ni, int64_t row)
+{
+	const ir_node *n = SBN(b, id);
+	int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype), ch = stage_rows(b, ni, row * eb);
+	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "gather", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank, n->shape);
+	const int64_t sh[2] = {ch, row}, one = 1;
+	ts_id st = sb_dm_buf(b, id, "gather.stage", (moe_dtype)n->dtype, 2, sh);
+	sb_val sv = sb_view_of(st, n);
+	for (int64_t r0 = 0; r0 < ni; r0 += ch) {
+		int64_t c = ni - r0 < ch ? ni - r0 : ch, dim[3] = {1, c, row}, total = c * row;
+		sb_val ic = *iv;
+		ic.base += r0;
+		const int64_t ds[2] = {c * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
+		tcp_insn in = dma_gs(true, &sv, xv, &ic, dim, rows, ds, ss, is);
+		sb_emit(b, &in, id);
+		tcp_insn cp =
+			tcp_b_dma_copy(1, &total, tcp_b_view((int32_t)t, r0 * row, 1, &one), tcp_b_view((int32_t)st, 0, 1, &one));
+		sb_emit(b, &cp, id);
+	}
+	b->v[id] = sb_view_of(t, n);
+}
+
+/* Records a spill for the planner; when the list is full, the largest
+ * (by the HBM bytes of its round trip) are kept, the earlier on ties. */
+static void add_spill(sb *b, ts_spill sp)
+{
+	ts_wdemand *d = &b->wd;
+	if (d->nspill < TS_MAX_SPILLS) {
+		d->spill[d->nspill++] = sp;
+		return;
+	}
+	uint32_t lo = 0;
+	for (uint32_t k = 1; k < d->nspill; k++)
+		if (d->spill[k].extra <= d->spill[lo].extra)
+			lo = k;
+	if (sp.extra <= d->spill[lo].extra)
+		return;
+	memmove(&d->spill[lo], &d->spill[lo + 1], (d->nspill - lo - 1) * sizeof *d->spill);
+	d->spill[d->nspill - 1] = sp;
+}
+
 void sb_gather(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *x = SBN(b, n->args[0]), *ix = SBN(b, n->args[1]);
@@ -47,12 +138,23 @@ void sb_gather(sb *b, moe_id id)
 		sb_refuse(b, id, "a gather under a valid mask");
 		return;
 	}
-	const sb_val *o = sb_out_val(b, id);
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], row = prod(x->shape, axis + 1, x->rank);
 	int64_t ni = ir_numel(ix), dim[3] = {groups, ni, row};
+	bool spill = spillable(b, id, groups);
+	if (spill && sb_in_hbm(b, id)) {
+		gather_spilled(b, id, xv, iv, rows, ni, row);
+		return;
+	}
+	const sb_val *o = sb_out_val(b, id);
 	const int64_t ds[2] = {ni * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
 	tcp_insn in = dma_gs(true, o, xv, iv, dim, rows, ds, ss, is);
 	sb_emit(b, &in, id);
+	if (spill) {
+		int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype), ch = stage_rows(b, ni, row * eb);
+		const ts_layout *L = &b->s->buf[o->buf].layout;
+		int64_t stage = ((ch * row * eb + b->S - 1) / b->S + b->m->flit_bytes - 1) / b->m->flit_bytes * b->m->flit_bytes;
+		add_spill(b, (ts_spill){o->buf, id, TS_NONE, stage < L->slice_bytes ? stage : L->slice_bytes, 2 * ni * row * eb});
+	}
 }
 
 /* idx (DM, ni positions) times rb bytes, as an HBM list */
@@ -105,18 +207,98 @@ void sb_scatter(sb *b, moe_id id)
 		sb_emit(b, &c, id);
 	}
 	const sb_val *iv = sb_dm_val(b, n->args[1]);
-	const sb_val *sv = iv ? sb_dm_val(b, n->args[2]) : NULL;
+	bool spilled = sb_in_hbm(b, n->args[2]);
+	const sb_val *sv = !iv ? NULL : spilled ? &b->v[n->args[2]] : sb_dm_val(b, n->args[2]);
 	if (!sv)
 		return;
 	if (!sb_contig(iv, ix) || !sb_contig(sv, sn)) {
 		sb_refuse(b, id, "a scatter of strided views");
 		return;
 	}
-	sb_val hl = scaled_list(b, id, iv, ni, row * (int64_t)moe_dtype_size((moe_dtype)n->dtype));
-	int64_t dim[3] = {1, ni, row};
-	const int64_t ds[2] = {rows * row, row}, ss[2] = {ni * row, row}, is[2] = {ni, 1};
-	tcp_insn in = dma_gs(false, &o, sv, &hl, dim, rows, ds, ss, is);
-	in.flags |= TCP_F_HBMIDX;
-	sb_emit(b, &in, id);
+	int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype);
+	sb_val hl = scaled_list(b, id, iv, ni, row * eb);
+	int64_t ch = spilled ? stage_rows(b, ni, row * eb) : ni;
+	ts_id st = TS_NONE;
+	if (spilled) {
+		const int64_t sh[2] = {ch, row};
+		st = sb_dm_buf(b, id, "scatter.stage", (moe_dtype)n->dtype, 2, sh);
+	}
+	for (int64_t r0 = 0; r0 < ni; r0 += ch) {
+		int64_t c = ni - r0 < ch ? ni - r0 : ch, dim[3] = {1, c, row}, total = c * row;
+		sb_val src = *sv, il = hl;
+		il.base += r0;
+		if (spilled) { /* this chunk of the HBM source into the staging */
+			const int64_t one = 1;
+			tcp_insn cp = tcp_b_dma_copy(1, &total, tcp_b_view((int32_t)st, 0, 1, &one),
+				tcp_b_view((int32_t)sv->buf, sv->base + r0 * row, 1, &one));
+			sb_emit(b, &cp, id);
+			src = sb_view_of(st, sn);
+		}
+		const int64_t ds[2] = {rows * row, row}, ss[2] = {c * row, row}, is[2] = {ni, 1};
+		tcp_insn in = dma_gs(false, &o, &src, &il, dim, rows, ds, ss, is);
+		in.flags |= TCP_F_HBMIDX;
+		sb_emit(b, &in, id);
+	}
 	b->v[id] = o;
+}
+
+/* Whether value id (built: a DM buffer of its own, contiguous, outside any
+ * loop, not an output) has a gap before its first reader and is read by
+ * no block loop, no view and no valid mask; the spill's cost is its round
+ * trip. */
+static bool value_spillable(const sb *b, moe_id id, int64_t *bytes)
+{
+	const moe_graph *g = b->g;
+	const sb_val *v = &b->v[id];
+	const ir_node *n = SBN(b, id);
+	if (g != b->top || b->rows != TS_NONE || v->kind != SV_VIEW || v->reg != TS_NONE || v->base != 0 ||
+		n->op == MOE_OP_INPUT || n->op == MOE_OP_WEIGHT || n->valid != MOE_NONE)
+		return false;
+	const ts_buf *u = &b->s->buf[v->buf];
+	if (u->space != TCP_DM || u->node != id || u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK || u->slots > 1 ||
+		!sb_contig(v, n))
+		return false;
+	for (uint32_t k = 0; k < g->nout; k++)
+		if (g->outputs[k] == id)
+			return false;
+	for (uint32_t k = 0; k < b->wd.nspill; k++)
+		if (b->wd.spill[k].node == id)
+			return false; /* a staged gather already */
+	moe_id first = MOE_NONE;
+	for (moe_id r = id + 1; r < g->nnodes; r++) {
+		const ir_node *rn = &g->nodes[r];
+		bool reads = false;
+		for (uint32_t k = 0; k < rn->nargs; k++)
+			reads |= rn->args[k] == id;
+		if (rn->valid == id)
+			return false; /* a count a scalar reads from DM */
+		if (!reads)
+			continue;
+		if (rn->op == MOE_OP_BLOCK_LOOP || rn->op == MOE_OP_RESHAPE || rn->op == MOE_OP_SLICE ||
+			rn->op == MOE_OP_BROADCAST || (rn->op == MOE_OP_EINSUM && rn->nargs == 1))
+			return false; /* a view of it would name the DM buffer past the spill */
+		first = first == MOE_NONE ? r : first;
+	}
+	*bytes = ir_bytes(n);
+	return first != MOE_NONE && first > id + 1;
+}
+
+void sb_spill_value(sb *b, moe_id id)
+{
+	int64_t bytes = 0;
+	if (b->failed || b->s->nop == 0 || !value_spillable(b, id, &bytes))
+		return;
+	const ir_node *n = SBN(b, id);
+	ts_id d = b->v[id].buf, prod = b->s->nop - 1;
+	if (b->s->op[prod].node != id)
+		return; /* no op of its own: nothing to spill after */
+	if (!sb_in_hbm(b, id)) {
+		add_spill(b, (ts_spill){d, id, prod, 0, 2 * bytes});
+		return;
+	}
+	ts_id h = sb_hbm_buf(b, id, n->name ? n->name : "spill", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank, n->shape);
+	int64_t total = ir_numel(n);
+	tcp_insn c = tcp_b_dma_copy_flat((int32_t)h, (int32_t)d, total);
+	sb_emit(b, &c, id);
+	b->v[id] = sb_view_of(h, n); /* its readers copy it back (sb_dm_val) */
 }

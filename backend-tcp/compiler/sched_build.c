@@ -335,8 +335,10 @@ static void node(sb *b, moe_id id)
 
 void sb_build_nodes(sb *b)
 {
-	for (moe_id id = 0; id < b->g->nnodes && !b->failed; id++)
+	for (moe_id id = 0; id < b->g->nnodes && !b->failed; id++) {
 		node(b, id);
+		sb_spill_value(b, id);
+	}
 }
 
 /* Each output copied from its value into an HBM output buffer. */
@@ -439,7 +441,7 @@ static void spans(sb *b)
 /* The schedule of g with the block loop's weights in mode weights (ring
  * tiles when streamed); *wd: what the double mode's weights need. */
 static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, int weights, int ring,
-	int64_t tile_bytes, ts_wdemand *wd)
+	int64_t tile_bytes, const moe_id *hbm, uint32_t nhbm, ts_wdemand *wd)
 {
 	tcp_sched *s = tcp_sched_new(ctx, m);
 	if (!s)
@@ -459,6 +461,9 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	b.ring = (uint8_t)ring;
 	b.tile_bytes = tile_bytes;
 	b.wring = TS_NONE;
+	b.top = g;
+	b.hbm = hbm;
+	b.nhbm = nhbm;
 	for (int k = 0; k < 4; k++)
 		b.wrd[k] = TS_NONE;
 	size_t vn = (size_t)(g->nnodes ? g->nnodes : 1) * sizeof(sb_val);
@@ -484,19 +489,62 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	return s;
 }
 
-/* Built with double-buffered weights; when the DM planner picks another
- * mode for them (tcp_dm_weights: the first that fits), built once more in
- * that mode. */
+/* The plan's build: the spills it keeps in HBM, by node. */
+static tcp_sched *planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const ts_wdemand *d,
+	const ts_wplan *w)
+{
+	moe_id hbm[TS_MAX_SPILLS];
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < d->nspill && k < TS_MAX_SPILLS; k++)
+		if (w->hbm[k])
+			hbm[n++] = d->spill[k].node;
+	ts_wdemand wd;
+	return build(ctx, g, m, w->mode, w->ring, d->tile_bytes, hbm, n, &wd);
+}
+
+/* Built with double-buffered weights and every spillable buffer in DM; the
+ * DM planner lists the plans (weights mode, spills' residence) that fit
+ * (tcp_dm_plans); when that build is not the only one, each plan is built
+ * and priced on the timeline (tcp_dm_price) and the fastest kept (ties: the
+ * planner's order). When none fits, the last resort is built and its
+ * placement reports the overflow. */
 tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	ts_wdemand wd;
-	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, &wd);
-	if (!s || !s->nloop || !wd.n)
+	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, NULL, 0, &wd);
+	if (!s || !m || (!(s->nloop && wd.n) && !wd.nspill))
 		return s;
-	uint8_t ring = 0;
-	int mode = tcp_dm_weights(s, &wd, &ring);
-	if (mode == TS_W_DOUBLE)
+	ts_wplan w[4];
+	uint32_t n = tcp_dm_plans(s, &wd, w);
+	bool asbuilt = n == 1 && w[0].mode == TS_W_DOUBLE;
+	for (uint32_t k = 0; asbuilt && k < wd.nspill && k < TS_MAX_SPILLS; k++)
+		asbuilt = !w[0].hbm[k];
+	if (asbuilt)
 		return s;
+	if (n <= 1) {
+		tcp_sched_free(s);
+		return planned(ctx, g, m, &wd, &w[0]);
+	}
+	tcp_sched *best = NULL;
+	int64_t bt = -1;
+	for (uint32_t k = 0; k < n; k++) {
+		bool same = w[k].mode == TS_W_DOUBLE;
+		for (uint32_t j = 0; same && j < wd.nspill && j < TS_MAX_SPILLS; j++)
+			same = !w[k].hbm[j];
+		tcp_sched *c = same ? s : planned(ctx, g, m, &wd, &w[k]);
+		if (same)
+			s = NULL;
+		if (!c)
+			continue;
+		int64_t t = tcp_dm_price(c);
+		if (t >= 0 && (!best || t < bt)) {
+			tcp_sched_free(best);
+			best = c;
+			bt = t;
+		} else {
+			tcp_sched_free(c);
+		}
+	}
 	tcp_sched_free(s);
-	return build(ctx, g, m, mode, ring, wd.tile_bytes, &wd);
+	return best ? best : planned(ctx, g, m, &wd, &w[0]);
 }

@@ -9,9 +9,10 @@
 
 /* The schedule of g for machine m (not NULL), unverified; NULL with an error
  * at the node that has no recipe ("the schedule compiler does not lower ...
- * yet"). The block loop's weights are built double-buffered; when the DM
- * planner picks another mode (tcp_dm_weights), g is built once more in that
- * mode. Free it with tcp_sched_free. */
+ * yet"). Built with double-buffered loop weights and every spillable buffer
+ * in DM; the DM planner's plans (tcp_dm_plans: weights mode, residences)
+ * other than that are built too, and of two the faster on the timeline
+ * (tcp_dm_price) is kept. Free it with tcp_sched_free. */
 tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 
 /* The driver (driver.c): build, verify, and select instructions. NULL with a

@@ -60,6 +60,9 @@ typedef struct sb {
 	ts_id wring;         /* streamed: the loop's ring of weight tiles, TS_NONE until made */
 	uint32_t wnext;      /* its next slot, counted over the body's tiles */
 	ts_id wrd[4];        /* per ring slot: the sub load that last read it */
+	const moe_graph *top; /* the layer's graph (g is a loop's body while it is built) */
+	const moe_id *hbm;   /* the top graph's spillable nodes kept in HBM (the planner's) */
+	uint32_t nhbm;
 	bool failed;
 } sb;
 
@@ -102,7 +105,12 @@ void sb_einsum(sb *b, moe_id id);
 /* recipe_quant.c */
 void sb_dequant(sb *b, moe_id id);
 /* recipe_route.c */
+/* Whether node id of the top graph is a spill the planner keeps in HBM. */
+bool sb_in_hbm(const sb *b, moe_id id);
 void sb_gather(sb *b, moe_id id);
+/* After node id is built: a spillable value recorded for the planner, or
+ * copied to HBM when the planner keeps it there. */
+void sb_spill_value(sb *b, moe_id id);
 void sb_scatter(sb *b, moe_id id);
 /* recipe_view.c */
 void sb_view_op(sb *b, moe_id id);
