@@ -10,6 +10,9 @@ import random
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from litio import read_npy, write_npy  # noqa: E402
+
 
 def bf16(v):
     """the bf16 bits of v (round to nearest even)"""
@@ -21,21 +24,12 @@ def as_f32(h):
     return struct.unpack("<f", struct.pack("<I", h << 16))[0]
 
 
-def npy(path, descr, shape, payload):
-    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, "".join("%d, " % s for s in shape))
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + payload)
-
-
-def read_npy(path):
-    b = open(path, "rb").read()
-    return array.array("f", b[10 + struct.unpack("<H", b[8:10])[0]:])
+def read_f32(path):
+    return array.array("f", read_npy(path)[2])
 
 
 if sys.argv[1] == "cmp":
-    a, b, tol = read_npy(sys.argv[2]), read_npy(sys.argv[3]), float(sys.argv[4])
+    a, b, tol = read_f32(sys.argv[2]), read_f32(sys.argv[3]), float(sys.argv[4])
     s = max(map(abs, b))
     e = max(abs(x - y) for x, y in zip(a, b))
     assert len(a) == len(b) == 40 and s > 0 and e <= tol * s, (len(a), len(b), e, s)
@@ -56,8 +50,8 @@ h = json.dumps(tensors).encode()
 with open(os.path.join(out, "w.safetensors"), "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 x = [as_f32(bf16(rng.uniform(-2, 2))) for _ in range(T * D)]
-npy(os.path.join(out, "x.npy"), "<f4", [T, D], struct.pack("<%df" % len(x), *x))
+write_npy(os.path.join(out, "x.npy"), "<f4", [T, D], struct.pack("<%df" % len(x), *x))
 idx = [3, 0, 2, 3, 1]  # every expert used, one twice (two rows in a block of B=4)
-npy(os.path.join(out, "idx.npy"), "<i4", [T, K], struct.pack("<%di" % len(idx), *idx))
+write_npy(os.path.join(out, "idx.npy"), "<i4", [T, K], struct.pack("<%di" % len(idx), *idx))
 w = [as_f32(bf16(rng.uniform(0.25, 1))) for _ in range(T * K)]
-npy(os.path.join(out, "w.npy"), "<f4", [T, K], struct.pack("<%df" % len(w), *w))
+write_npy(os.path.join(out, "w.npy"), "<f4", [T, K], struct.pack("<%df" % len(w), *w))

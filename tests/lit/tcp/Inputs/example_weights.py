@@ -9,6 +9,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from litio import write_npy, write_safetensors  # noqa: E402
+
 
 def lcg(state):
     while True:
@@ -45,19 +48,8 @@ def main():
                 tensors.append((src.replace("{e}", str(e)), shape[1:], f32s(g, numel(shape[1:]), scale)))
         else:
             tensors.append((src, shape, f32s(g, numel(shape), scale)))
-    header, off = {}, 0
-    for name, shape, b in tensors:
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(os.path.join(d, "w.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(t[2] for t in tensors))
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % s for s in x_shape)
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(os.path.join(d, "x.npy"), "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + f32s(g, numel(x_shape), 1.0))
-
+    write_safetensors(os.path.join(d, "w.safetensors"), [(n, "F32", shape, b) for n, shape, b in tensors])
+    write_npy(os.path.join(d, "x.npy"), "<f4", x_shape, f32s(g, numel(x_shape), 1.0))
 
 if __name__ == "__main__":
     main()

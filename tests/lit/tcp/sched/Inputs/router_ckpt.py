@@ -3,11 +3,14 @@ write the weights a printed schedule binds that are not per expert (their
 checkpoint name has no {e}: the router, its biases, shared experts) and the
 input x (f32 [T, D] from the schedule's meta line), with deterministic
 pseudo-random values of scale 0.02 (one 4096-value block repeated)."""
-import json
+import os
 import random
 import re
 import struct
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+from litio import write_npy, write_safetensors  # noqa: E402
 
 rng = random.Random(1)
 vals = [rng.gauss(0.0, 0.02) for _ in range(4096)]
@@ -28,23 +31,13 @@ for line in open(sys.argv[1]):
     if m and "{e}" not in m.group(3):
         shape = [int(d) for d in m.group(2).split(",")]
         tensors.append((m.group(3), m.group(1), shape))
-hdr, blobs, off = {}, [], 0
+out = []
 for name, dt, shape in tensors:
     n = 1
     for d in shape:
         n *= d
     st, block, size = ("BF16", bf16, 2) if dt == "bf16" else ("F32", f32, 4)
-    hdr[name] = {"dtype": st, "shape": shape, "data_offsets": [off, off + n * size]}
-    blobs.append(fill(block, n * size))
-    off += n * size
-h = json.dumps(hdr).encode()
-h += b" " * (-len(h) % 8)
-with open(sys.argv[2], "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for b in blobs:
-        f.write(b)
+    out.append((name, st, shape, fill(block, n * size)))
+write_safetensors(sys.argv[2], out)
 T, D = int(meta["T"]), int(meta["D"])
-npy = ("{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (T, D)).encode()
-npy += b" " * (-(len(npy) + 11) % 64) + b"\n"
-with open(sys.argv[3], "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(npy)) + npy + fill(f32, T * D * 4))
+write_npy(sys.argv[3], "<f4", (T, D), fill(f32, T * D * 4))

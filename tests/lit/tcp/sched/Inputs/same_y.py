@@ -12,22 +12,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+from litio import read_npy_f32, write_npy, write_safetensors  # noqa: E402
+
 
 def values(rng, shape, scale):
     n = math.prod(shape)
     return shape, struct.pack("<%df" % n, *(rng.gauss(0.0, 1.0) * scale for _ in range(n)))
-
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name, (shape, b) in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def main():
@@ -50,19 +41,16 @@ def main():
             tensors[src] = values(rng, shape, scale)
     with tempfile.TemporaryDirectory() as tmp:
         w, x = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "x.npy")
-        write_safetensors(w, tensors)
+        write_safetensors(w, [(k, "F32", shape, b) for k, (shape, b) in tensors.items()])
         _, xb = values(rng, x_shape, 1.0)
-        hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % s for s in x_shape)
-        hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-        with open(x, "wb") as f:
-            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + xb)
+        write_npy(x, "<f4", x_shape, xb)
         ys = []
         for k, p in enumerate(progs):
             y = os.path.join(tmp, "y%d.npy" % k)
             subprocess.run([moec, "run", p, "--weights", w, "--input", x, "-o", y, "--target=tcp"], check=True)
             ys.append(open(y, "rb").read())
-    n = struct.unpack("<H", ys[0][8:10])[0]
-    y0 = struct.unpack("<%df" % ((len(ys[0]) - 10 - n) // 4), ys[0][10 + n:])
+            if k == 0:
+                y0 = read_npy_f32(y)[1]
     if not all(math.isfinite(v) for v in y0) or not any(y0):
         print("y is not finite or is all zero")
         return 1

@@ -10,9 +10,12 @@ schedules' meaning (docs/tcp-compiler.md 4 and 5.5), independently of moec.
 Values are exact in f32 (the products and sums below are computed in double
 and rounded once to f32, as one f32 operation rounds), so the checks compare
 bit for bit."""
-import json
 import struct
 import sys
+import os
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+from litio import f32_bytes, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
 
 def lcg(seed):
@@ -25,38 +28,6 @@ def lcg(seed):
 
 def f32(v):
     return struct.unpack("<f", struct.pack("<f", v))[0]
-
-
-def write_npy(path, descr, shape, fmt, values):
-    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d, " % s for s in shape))
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
-
-
-def read_npy_f32(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<H", b[8:10])[0]
-    hdr = b[10:10 + n].decode()
-    assert "'<f4'" in hdr, hdr
-    shape = tuple(int(s) for s in hdr.split("'shape': (")[1].split(")")[0].split(",") if s.strip())
-    data = b[10 + n:]
-    return shape, struct.unpack("<%df" % (len(data) // 4), data)
-
-
-def write_safetensors(path, tensors):
-    """tensors: [(name, shape, f32 values)]"""
-    header, blobs, off = {}, b"", 0
-    for name, shape, vals in tensors:
-        blob = struct.pack("<%df" % len(vals), *vals)
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(blob)]}
-        blobs += blob
-        off += len(blob)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + blobs)
 
 
 def values(seed, n):
@@ -77,8 +48,8 @@ def compare(got_path, shape, want):
 
 # -- straight.tsched: y = x * w + 1.5 over [16, 64]
 def straight(d):
-    write_npy(d + "/x.npy", "<f4", (16, 64), "f", values(1, 1024))
-    write_safetensors(d + "/w.safetensors", [("model.w", (16, 64), values(2, 1024))])
+    write_npy(d + "/x.npy", "<f4", (16, 64), f32_bytes(values(1, 1024)))
+    write_safetensors(d + "/w.safetensors", [("model.w", "F32", (16, 64), f32_bytes(values(2, 1024)))])
 
 
 def check_straight(d, y):
@@ -95,9 +66,9 @@ COUNTS = [3, 3, 8, 0, 6]
 
 
 def loop(d):
-    write_npy(d + "/x.npy", "<f4", (32, 64), "f", values(3, 2048))
-    write_npy(d + "/counts.npy", "<i4", (5,), "i", COUNTS)
-    write_safetensors(d + "/w.safetensors", [("model.s", (8, 64), values(4, 512))])
+    write_npy(d + "/x.npy", "<f4", (32, 64), f32_bytes(values(3, 2048)))
+    write_npy(d + "/counts.npy", "<i4", (5,), struct.pack("<%di" % len(COUNTS), *COUNTS))
+    write_safetensors(d + "/w.safetensors", [("model.s", "F32", (8, 64), f32_bytes(values(4, 512)))])
 
 
 def check_loop(d, y):

@@ -4,23 +4,11 @@ computed here in Python from the schedule's meaning, independently of moec.
   sched_reorder.py x DIR        DIR/x.npy: f32[32,64], values k / 16 in [-4, 4), and
                                 DIR/w.safetensors holding no tensor (the program has no weight)
   sched_reorder.py check DIR Y  Y == f32(x + 1.5) element by element (exact in f32)"""
-import struct
+import os
 import sys
 
-
-def write(path, values):
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (32, 64), }"
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        f.write(struct.pack("<%df" % len(values), *values))
-
-
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<H", b[8:10])[0]
-    body = b[10 + n:]
-    return list(struct.unpack("<%df" % (len(body) // 4), body))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+from litio import f32_bytes, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
 
 def x_values():
@@ -28,11 +16,10 @@ def x_values():
 
 
 if sys.argv[1] == "x":
-    write(sys.argv[2] + "/x.npy", x_values())
-    with open(sys.argv[2] + "/w.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", 8) + b"{}      ")
+    write_npy(sys.argv[2] + "/x.npy", "<f4", (32, 64), f32_bytes(x_values()))
+    write_safetensors(sys.argv[2] + "/w.safetensors", [])
 elif sys.argv[1] == "check":
-    y = read(sys.argv[3])
+    y = read_npy_f32(sys.argv[3])[1]
     want = [v + 1.5 for v in x_values()]
     bad = [i for i in range(len(want)) if y[i] != want[i]]
     if len(y) != len(want) or bad:

@@ -1,0 +1,48 @@
+"""litio.py: .npy and .safetensors reading and writing in plain Python (lit's
+Python has no numpy), shared by the lit tests' input writers and checkers.
+Payloads are bytes, little-endian, as the files store them."""
+import json
+import struct
+
+
+def write_npy(path, descr, shape, payload):
+    """an .npy (version 1.0) of dtype descr (e.g. '<f4') and shape holding payload"""
+    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d, " % s for s in shape))
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + payload)
+
+
+def read_npy(path):
+    """(descr, shape, payload) of an .npy written by moec or write_npy"""
+    b = open(path, "rb").read()
+    n = struct.unpack("<H", b[8:10])[0]
+    hdr = b[10:10 + n].decode()
+    descr = hdr.split("'descr': '")[1].split("'")[0]
+    shape = tuple(int(s) for s in hdr.split("'shape': (")[1].split(")")[0].split(",") if s.strip())
+    return descr, shape, b[10 + n:]
+
+
+def read_npy_f32(path):
+    """(shape, values) of an f32 .npy"""
+    descr, shape, data = read_npy(path)
+    assert descr == "<f4", descr
+    return shape, struct.unpack("<%df" % (len(data) // 4), data)
+
+
+def f32_bytes(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, dtype, shape, payload)], dtype a safetensors name (F32, BF16, ...)"""
+    header, off = {}, 0
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(payload)]}
+        off += len(payload)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for t in tensors:
+            f.write(t[3])
