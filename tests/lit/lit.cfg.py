@@ -18,6 +18,9 @@ config.substitutions.append(("%srcroot", config.moec_src_root))
 # Time and memory limits hold for the plain build; sanitizer builds check the rest.
 sanitized = getattr(config, "moec_sanitized", "OFFOFF") not in ("OFFOFF", "")
 config.environment["MOEC_TEST_SANITIZED"] = "1" if sanitized else "0"
+# `UNSUPPORTED: sanitized` marks a real-size test whose paths a smaller test covers.
+if sanitized:
+    config.available_features.add("sanitized")
 config.environment["MOEC_LLVM_STATIC_CLI"] = "1" if getattr(config, "moec_llvm_static_cli", "ON") in ("ON", "1", "TRUE") else "0"
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
