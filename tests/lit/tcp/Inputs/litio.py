@@ -46,3 +46,34 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h)
         for t in tensors:
             f.write(t[3])
+
+
+def random_layer(moec, moe, sets, rng):
+    """Seeded random f32 weights under a layer's checkpoint names (read from
+    `moec ir --format=json` with the --set arguments sets), of scale
+    0.3 / sqrt(last dim) (0.1 for vectors), then its input x of scale 1, all
+    drawn from rng in that order: ([(name, "F32", shape, payload)], x_shape,
+    x_payload)."""
+    import math
+    import subprocess
+
+    def gauss(shape, scale):
+        n = math.prod(shape)
+        return struct.pack("<%df" % n, *(rng.gauss(0.0, 1.0) * scale for _ in range(n)))
+
+    ir = json.loads(subprocess.run([moec, "ir", moe, "--format=json"] + sets, check=True, capture_output=True,
+                                   text=True).stdout)
+    tensors, x_shape = [], None
+    for n in ir["layers"][0]["nodes"]:
+        if n["op"] == "input":
+            x_shape = n["shape"]
+        if n["op"] != "weight":
+            continue
+        src, shape = n["attrs"]["source"]["str"], n["shape"]
+        scale = 0.3 / max(1.0, float(shape[-1]) ** 0.5) if len(shape) > 1 else 0.1
+        if "{e}" in src:
+            for e in range(shape[0]):
+                tensors.append((src.replace("{e}", str(e)), "F32", shape[1:], gauss(shape[1:], scale)))
+        else:
+            tensors.append((src, "F32", shape, gauss(shape, scale)))
+    return tensors, x_shape, gauss(x_shape, 1.0)

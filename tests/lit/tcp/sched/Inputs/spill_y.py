@@ -13,7 +13,6 @@ unless:
     residence of a buffer changes where bytes live, never an operation), else
     its max |y - y_ref| and the number of differing values are printed."""
 import array
-import json
 import math
 import os
 import random
@@ -22,31 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-
-def gauss(rng, n, scale):
-    return array.array("f", (rng.gauss(0.0, 1.0) * scale for _ in range(n)))
-
-
-def write_safetensors(path, tensors):
-    header, off = {}, 0
-    for name, (shape, a) in tensors.items():
-        n = len(a) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for _, a in tensors.values():
-            f.write(a.tobytes())
-
-
-def write_npy(path, shape, a):
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % s for s in shape)
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        f.write(a.tobytes())
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+from litio import random_layer, write_npy, write_safetensors  # noqa: E402
 
 
 def read_npy(path):
@@ -62,26 +38,12 @@ def read_npy(path):
 def main():
     moec, moe, sets, ref, progs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4], sys.argv[5:]
     rng = random.Random(11)
-    ir = json.loads(subprocess.run([moec, "ir", moe, "--format=json"] + sets, check=True, capture_output=True,
-                                   text=True).stdout)
-    tensors, x_shape = {}, None
-    for n in ir["layers"][0]["nodes"]:
-        if n["op"] == "input":
-            x_shape = n["shape"]
-        if n["op"] != "weight":
-            continue
-        src, shape = n["attrs"]["source"]["str"], n["shape"]
-        scale = 0.3 / max(1.0, float(shape[-1]) ** 0.5) if len(shape) > 1 else 0.1
-        if "{e}" in src:
-            for e in range(shape[0]):
-                tensors[src.replace("{e}", str(e))] = (shape[1:], gauss(rng, math.prod(shape[1:]), scale))
-        else:
-            tensors[src] = (shape, gauss(rng, math.prod(shape), scale))
+    tensors, x_shape, xb = random_layer(moec, moe, sets, rng)
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         w, x = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "x.npy")
         write_safetensors(w, tensors)
-        write_npy(x, x_shape, gauss(rng, math.prod(x_shape), 1.0))
+        write_npy(x, "<f4", x_shape, xb)
         yh = os.path.join(tmp, "host.npy")
         subprocess.run([moec, "run", moe, "--weights", w, "--input", x, "-o", yh] + sets, check=True)
         _, host = read_npy(yh)
