@@ -328,6 +328,22 @@ static moe_tensor_map *bind_for(moe_ctx *c, const moe_tcp_program *p, moe_checkp
 	return b;
 }
 
+/* pa and pb run on the same checkpoint and x: their y byte for byte equal. */
+static void assert_same_y(moe_ctx *c, const moe_tcp_program *pa, const moe_tcp_program *pb, moe_checkpoint *ck,
+	const moe_tensor *x)
+{
+	moe_tensor *ya[2] = {NULL, NULL}, *yb[2] = {NULL, NULL};
+	moe_tensor_map *ba = bind_for(c, pa, ck, x), *bb = bind_for(c, pb, ck, x);
+	assert_int_equal(moe_tcp_run(c, pa, ba, NULL, ya, NULL), MOE_OK);
+	assert_int_equal(moe_tcp_run(c, pb, bb, NULL, yb, NULL), MOE_OK);
+	assert_int_equal(ya[0]->nbytes, yb[0]->nbytes);
+	assert_memory_equal(ya[0]->data, yb[0]->data, ya[0]->nbytes);
+	moe_tensor_free(c, ya[0]);
+	moe_tensor_free(c, yb[0]);
+	moe_tensor_map_free(ba);
+	moe_tensor_map_free(bb);
+}
+
 /* Random weights of the layer, as an in-memory checkpoint (arrays in *keep). */
 static moe_checkpoint *random_ck(moe_ctx *c, float **keep)
 {
@@ -616,12 +632,7 @@ static void test_sched_rewrites(void **st)
 	moe_tcp_program *pa = moe_tcp_compile_sched(c, g, NULL, ""), *pb = moe_tcp_compile_sched(c, g, NULL, "-list-schedule");
 	assert_non_null(pa);
 	assert_non_null(pb);
-	moe_tensor *ya[2] = {NULL, NULL}, *yb[2] = {NULL, NULL};
-	moe_tensor_map *ba = bind_for(c, pa, ck, x), *bb = bind_for(c, pb, ck, x);
-	assert_int_equal(moe_tcp_run(c, pa, ba, NULL, ya, NULL), MOE_OK);
-	assert_int_equal(moe_tcp_run(c, pb, bb, NULL, yb, NULL), MOE_OK);
-	assert_int_equal(ya[0]->nbytes, yb[0]->nbytes);
-	assert_memory_equal(ya[0]->data, yb[0]->data, ya[0]->nbytes);
+	assert_same_y(c, pa, pb, ck, x);
 	char path[256];
 	size_t len;
 	tpath(path, sizeof path, "on.tsched");
@@ -642,10 +653,6 @@ static void test_sched_rewrites(void **st)
 	assert_int_not_equal(moe_tcp_emit_sched(c, g, NULL, "-x", path), MOE_OK);
 	assert_diag(c, "list-schedule");
 	assert_int_equal(access(path, F_OK), -1);
-	moe_tensor_free(c, ya[0]);
-	moe_tensor_free(c, yb[0]);
-	moe_tensor_map_free(ba);
-	moe_tensor_map_free(bb);
 	moe_tcp_program_free(pa);
 	moe_tcp_program_free(pb);
 	moe_module_free(ms);
@@ -672,12 +679,7 @@ static void test_compile_sched(void **st)
 		moe_diag_print(c, stderr);
 	assert_non_null(pl);
 	assert_non_null(ps);
-	moe_tensor *yl[2] = {NULL, NULL}, *ys[2] = {NULL, NULL};
-	moe_tensor_map *bl = bind_for(c, pl, ck, x), *bs = bind_for(c, ps, ck, x);
-	assert_int_equal(moe_tcp_run(c, pl, bl, NULL, yl, NULL), MOE_OK);
-	assert_int_equal(moe_tcp_run(c, ps, bs, NULL, ys, NULL), MOE_OK);
-	assert_int_equal(yl[0]->nbytes, ys[0]->nbytes);
-	assert_memory_equal(yl[0]->data, ys[0]->data, yl[0]->nbytes);
+	assert_same_y(c, pl, ps, ck, x);
 	/* the schedule printed, read back: the same program bytes */
 	char path[256];
 	tpath(path, sizeof path, "l.tsched");
@@ -705,10 +707,6 @@ static void test_compile_sched(void **st)
 	free(b2);
 	free(text);
 	moe_tcp_program_free(pr);
-	moe_tensor_free(c, yl[0]);
-	moe_tensor_free(c, ys[0]);
-	moe_tensor_map_free(bl);
-	moe_tensor_map_free(bs);
 	moe_tcp_program_free(pl);
 	moe_tcp_program_free(ps);
 	moe_module_free(ml);
