@@ -1,5 +1,6 @@
-/* backend-tcp/rowchunk.c: the layer's tail in row chunks (docs/tcp-isa.md
- * section 7, item 7).
+/* backend-tcp/compiler/gpass/rowchunk.c: the layer's tail in row chunks
+ * (docs/tcp-isa.md section 7, item 7), and the schedule compiler's row
+ * chunks (tcp_row_chunk_wide, below; docs/tcp-compiler.md 5.3).
  *
  * After routing, a layer computes values with one row per token that are
  * row-wise: row t of each depends only on row t of its row-wise operands
@@ -321,14 +322,16 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
  * The schedule compiler keeps the block loop and fuses nothing, so a wide
  * row-wise value (a [T, D] f32 cast beside its operand) is a DM buffer of its
  * own wherever it stands: before the loop (the router's cast of x) as well as
- * after it. A *region* here is the set of row-wise nodes of leading
- * dimension T that are wide (a row at least as wide as x's) and read only as
- * rows by row-wise nodes (or by the outputs), together with those readers.
- * Each connected region is computed once per chunk of rows where its last
+ * after it. The *seeds* are the row-wise nodes of leading dimension T (c->T)
+ * that are wide (a row at least as wide as x's) or read the rows of an input
+ * that wide, and that are read only as rows by row-wise nodes (or by the
+ * outputs); a *region* is a set of seeds and their readers joined by the
+ * seeds' edges. Each region is computed once per chunk of rows where its last
  * node stands; a value of it read outside it (an *exit*: an output, the
- * router's logits) is the concat of its chunks. The region's wide values
- * then exist one chunk at a time. A region whose exit is read before its last
- * node is left whole (its chunks could not stand in one place). */
+ * router's logits) is the concat of its chunks. A seed's value then exists
+ * one chunk at a time. A region whose exit is read before its last node, or
+ * that reads one of its own values whole, is left whole (its chunks could not
+ * stand in one place). */
 
 static bool wide(const rc *c, moe_id i, int64_t row)
 {
@@ -370,7 +373,7 @@ static uint32_t find_root(uint32_t *up, uint32_t i)
 /* in[i]: node i is in a region; reg[i]: its region's root; last[root]: the
  * region's last node. Regions whose exits are read before their last node,
  * or that read one of their own values whole, are dropped. */
-static void regions(rc *c, const bool *is_out, bool *in, uint32_t *reg, moe_id *last)
+static void regions(rc *c, bool *in, uint32_t *reg, moe_id *last)
 {
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
@@ -410,7 +413,6 @@ static void regions(rc *c, const bool *is_out, bool *in, uint32_t *reg, moe_id *
 	}
 	for (moe_id i = 0; i < nn; i++)
 		in[i] = in[i] && !bad[reg[i]];
-	(void)is_out;
 	ctx_free(g->ctx, rw, nn + 1);
 	ctx_free(g->ctx, seed, nn + 1);
 	ctx_free(g->ctx, bad, nn + 1);
@@ -468,7 +470,7 @@ static moe_graph *chunk_rows(moe_ctx *ctx, const moe_graph *g, int64_t T, uint32
 	rc c = {g, T, in, pack};
 	for (uint32_t o = 0; o < g->nout; o++)
 		is_out[g->outputs[o]] = true;
-	regions(&c, is_out, in, reg, last);
+	regions(&c, in, reg, last);
 	bool any = false;
 	for (moe_id i = 0; i < nn && !any; i++)
 		any = in[i];
