@@ -431,6 +431,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W
 void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
 bool tcpl_w8a8_lower_q(lw *c, moe_id id);          /* false: id is not W8A8's x.q rounded in two passes */
 void tcpl_w8a8_act_plan(lw *c);                    /* lower_w8a8.c: x.q as i8 rows, its rounding, its dispatch */
+int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out_bytes); /* lower_w8a8.c: TRF rows per slice of an i8 contraction */
 /* small block-scale tensors copied whole into DM, once: after the first contraction emitted
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);

@@ -450,6 +450,12 @@ static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C,
 {
 	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
 	cplan pl = fp8_plan(c, M, O, I, dt);
+	int64_t w8t = dt == MOE_I8 ? tcpl_w8a8_tile(c, M, O, I, esz(c->p->t[ov->t].dtype)) : 0;
+	if (w8t > 0) { /* lower_w8a8.c */
+		pl.It = I;
+		pl.Os = w8t;
+		pl.Opass = O < c->S * w8t ? O : c->S * w8t;
+	}
 	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
 		tcpl_err(c, at, "act=%s: a reduction of %lld does not fit half of TRF", dt == MOE_I8 ? "int8" : "fp8",
 			(long long)I);

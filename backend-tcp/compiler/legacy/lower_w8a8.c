@@ -245,3 +245,37 @@ void tcpl_w8a8_act_plan(lw *c)
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
 		w8a8_direct(c, i);
 }
+
+static int64_t cdiv64(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* The TRF rows per slice of a scaled i8 x i8 block contraction y [M, O] =
+ * xq [M, I] w^T (the whole reduction in one tile: the scale is per output):
+ * the count whose main-context pass is the shortest by the cost rules of
+ * docs/tcp-isa.md section 10 (MACs, the streamed rows, the commit with its
+ * scales, and the switch's bytes: every slice of a row group streams the
+ * group's rows), at most half the TRF. The sub context's loads of the next
+ * tile overlap the pass, so unlike the bf16 planner this one does not weigh
+ * them. 0: none fits. */
+int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out_bytes)
+{
+	const moe_tcp_machine *m = c->m;
+	int64_t S = tcp_slices(m), best = 0, best_t = -1;
+	for (int64_t tile = 1; tile <= O && tile * I <= tcp_trf_bytes(m) / 2; tile++) {
+		int64_t Cg = cdiv64(O, tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv64(M, R), tiles = cdiv64(Cg, S);
+		int64_t mac = tiles * cdiv64(Bs * tile * I, m->lanes_per_slice * m->macs_per_lane[TCP_MT_I8]);
+		int64_t stream = tiles * cdiv64(Bs * I, m->stream_bytes_per_cycle);
+		int64_t commit = tiles * cdiv64(Bs * tile * (out_bytes + 4), m->fetch_bytes);
+		int64_t route = tiles * cdiv64(Bs * I + Bs * tile * (out_bytes + 4), m->switch_bytes_per_cycle);
+		int64_t t = mac > stream ? mac : stream;
+		t = t > commit ? t : commit;
+		t = t > route ? t : route;
+		if (best_t < 0 || t < best_t) {
+			best_t = t;
+			best = tile;
+		}
+	}
+	return best;
+}
