@@ -23,7 +23,6 @@
 
 static moe_id fp8_weight(const lw *c, moe_id d);
 static bool scale_copies(const lw *c, moe_id id);
-static void w8a8_table(lw *c, moe_id at, int64_t M);
 static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm);
 static uint32_t fbits(float f);
@@ -696,35 +695,6 @@ void tcpl_w8a8_plan(lw *c)
 	}
 	if (!c->failed)
 		tcpl_w8a8_act_plan(c); /* lower_w8a8.c */
-	for (moe_id u = 0; u < g->nnodes && !c->failed && !c->w8_z1; u++) {
-		const ir_node *un = N(g, u);
-		if (un->op == MOE_OP_EINSUM && un->nargs == 2 && c->inreg[u] && un->rank >= 2 &&
-			w8a8_next(c, un->args[0], u - 1) == u)
-			w8a8_table(c, u, un->shape[un->rank - 2]);
-	}
-}
-
-/* The table Z = [m_0, 127, m_1, 127, .., m_(M-1), 127] (2 M f32) of the
- * per-block activation quantization of M rows (w8a8_quantize): its 127s are
- * written once, by the program's first instruction, and each block's row
- * maxima go to its even elements, so that one pass of [M, 2] divides
- * Z[2r + 1 - k] by Z[2r + k] into [127 / m_r, m_r / 127] (the two quotients
- * the reference computes, each rounded once, as before in two passes); both
- * operands and the result of iteration (r, k) are element 2r + k or its
- * pair's other half, in the same flit, so the pass needs no switch. */
-static void w8a8_table(lw *c, moe_id at, int64_t M)
-{
-	int64_t n = 2 * M;
-	int32_t z = tcpl_dm_tensor(c, at, "act.max", MOE_F32, 1, &n);
-	tcp_insn p = tcp_insn_init(TCP_OP_TU_VEC);
-	p.ndim = 1;
-	p.dim[0] = M;
-	p.vreg = -1;
-	p.v[TCP_V_DST] = v4(z, 1, 2, 0, 0, 0);
-	step(&p, TCP_V_OR, TCP_SRC_IMM, TCP_SRC_IMM, fbits(127.0f));
-	emit(c, &p);
-	c->w8_z1 = z + 1;
-	c->w8_zm = M;
 }
 
 static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
@@ -732,67 +702,6 @@ static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
 	tcp_insn in = vec3(d0, d1, 1, 0, vreg);
 	in.ndim = 2;
 	return in;
-}
-
-/* The per-token int8 rows xq [M, I] of xf [M, I] and their scales as [M]. */
-static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *as_, int32_t *xq_)
-{
-	int64_t sh1[1] = {M}, shx[2] = {M, I};
-	int64_t sh2[2] = {M, 2};
-	bool z = c->w8_z1 > 0 && c->w8_zm == M; /* the table of 127s (w8a8_table) */
-	int32_t m = z ? c->w8_z1 - 1 : tcpl_dm_tensor(c, id, "act.max", MOE_F32, 1, sh1);
-	int32_t R = z ? tcpl_dm_tensor(c, id, "act.inv+scale", MOE_F32, 2, sh2)
-		      : tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
-	int32_t as = z ? -1 : tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 1, sh1);
-	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
-	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
-	tcp_view xv = qview(x, 1, 0, x->stride[0], x->stride[1], 1, 1, true);
-	xv.stride[1] = x->stride[1];
-	tcp_insn p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_DST] = z ? v4(m, 0, 2, 0, 0, 0) : v4(m, 0, 1, 0, 0, 0);
-	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p, TCP_V_FMAX, TCP_SRC_V, TCP_SRC_IMM, fbits(1e-10f));
-	emit(c, &p);
-	if (z) { /* [R, as] per row: Z[2r + 1 - k] / Z[2r + k], k = 0, 1 (one pass) */
-		p = vec2(M, 2, vreg);
-		p.v[TCP_V_S0] = v4(m, 1, 2, -1, 0, 0);
-		p.v[TCP_V_S1] = v4(m, 0, 2, 1, 0, 0);
-		p.v[TCP_V_DST] = v4(R, 0, 2, 1, 0, 0);
-		step(&p, TCP_V_FDIV, TCP_SRC_S0, TCP_SRC_S1, 0);
-		emit(c, &p);
-	}
-	for (int k = 0; k < 2 && !z; k++) { /* R = 127 / m, as = m / 127 */
-		p = vec2(M, 1, vreg);
-		p.v[TCP_V_S0] = v4(m, 0, 1, 0, 0, 0);
-		p.v[TCP_V_DST] = v4(k ? as : R, 0, 1, 0, 0, 0);
-		step(&p, TCP_V_FDIV, k ? TCP_SRC_V : TCP_SRC_IMM, k ? TCP_SRC_IMM : TCP_SRC_V, fbits(127.0f));
-		emit(c, &p);
-	}
-	p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_S1] = v4(R, 0, z ? 2 : 1, 0, 0, 0);
-	p.v[TCP_V_DST] = v4(v, 0, I, 1, 0, 0);
-	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
-	emit(c, &p);
-	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
-	p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = v4(v, 0, I, 1, 0, 0);
-	p.v[TCP_V_DST] = v4(xq, 0, I, 1, 0, 0);
-	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
-	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
-	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
-	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
-	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
-	emit(c, &p);
-	tcpl_dm_free(c, v);
-	if (!z) {
-		tcpl_dm_free(c, R);
-		tcpl_dm_free(c, m);
-	}
-	*as_ = z ? R : as;
-	*xq_ = xq;
 }
 
 /* The block's quantized rows bq [M, I] (integers of at most 127 in
@@ -849,7 +758,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 		if (c->failed)
 			return;
 		val x = *xv;
-		w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq);
+		tcpl_w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq); /* lower_w8a8.c: as is 127 / m */
 	}
 	if (c->failed)
 		return;
@@ -861,7 +770,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 		asv.stride[0] = sv->stride[0];
 		asv.stride[1] = 0;
 	} else {
-		asv = c->p->t[as].rank == 2 ? v4(as, 1, 2, 0, 0, 0) : v4(as, 0, 1, 0, 0, 0); /* [R, as] rows */
+		asv = v4(as, 0, 1, 0, 0, 0); /* R = 127 / m per row */
 	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
@@ -872,7 +781,10 @@ static void w8a8_einsum(lw *c, moe_id id)
 	p.v[TCP_V_S1].stride[0] = 0;
 	p.v[TCP_V_S1].stride[1] = s->stride[0];
 	p.v[TCP_V_DST] = v4(C, 0, O, 1, 0, 0);
-	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	if (pre) /* C = as x ws */
+		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	else /* C = ws / R (docs/semantics.md: W8A8 on TCP) */
+		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0);
 	emit(c, &p);
 	moe_id next = xq >= 0 ? w8a8_next(c, a, id) : MOE_NONE;
 	c->qx_act = c->qx_cfor = 0;

@@ -279,3 +279,57 @@ int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out
 	}
 	return best;
 }
+
+/* A block's per-token int8 rows xq [M, I] of xf [M, I] (x, a DM view) and
+ * R = 127 / max(max_i |xf|, 1e-10) per row [M], in three passes:
+ *   R[r]    = c.fmin(d.div(127, r.fmax(f.abs(xf))), f32(127 / 1e-10))
+ *   v[r, i] = xf R                                          (f32)
+ *   xq      = i8(cvt.ftoi(v + copysign(0.5 - 2^-25, v)))
+ * The first is the reference's R exactly: f32 division is monotone, so
+ * 127 / m is at most f32(127 / 1e-10) exactly when m >= 1e-10 (and m = 0, a
+ * zero or padding row, gives inf, clipped to it); NaN propagates through
+ * both. The contraction's scale is then C = ws / R (lower_quant.c): the
+ * row's scale m / 127 is never formed. */
+void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *R_, int32_t *xq_)
+{
+	int64_t sh1[1] = {M}, shx[2] = {M, I};
+	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
+	rmax = rmax / 1e-10f;
+	int32_t R = tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
+	tcp_view xv = tcp_view_none();
+	xv.t = x->t;
+	xv.base = x->base;
+	xv.reg = x->region ? x->reg : -1;
+	xv.scale = x->region ? x->scale : 0;
+	xv.stride[0] = x->stride[0];
+	xv.stride[1] = x->stride[1];
+	tcp_insn p = tcp_b_vec(2, shx, v2(R, 0, 1, 0));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = xv;
+	tcp_b_step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	tcp_b_step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	tcp_b_step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_V, fbits(127.0f));
+	tcp_b_step(&p, TCP_V_FMIN, TCP_SRC_V, TCP_SRC_IMM, fbits(rmax));
+	emit(c, &p);
+	p = tcp_b_vec(2, shx, v2(v, 0, I, 1));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = xv;
+	p.v[TCP_V_S1] = v2(R, 0, 1, 0);
+	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
+	p = tcp_b_vec(2, shx, v2(xq, 0, I, 1));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = v2(v, 0, I, 1);
+	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	tcpl_dm_free(c, v);
+	*R_ = R;
+	*xq_ = xq;
+}
