@@ -444,7 +444,7 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 /* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions
  * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]); xq the view
  * of the activation over (m, o, i). */
-static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C, const val *ov, int64_t M, int64_t O,
+static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, tcp_view cs, const val *ov, int64_t M, int64_t O,
 	int64_t I, int vreg)
 {
 	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
@@ -461,7 +461,6 @@ static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C,
 		return;
 	}
 	fp8_trf(c, &pl, dt);
-	int64_t nk = dt == MOE_I8 ? 1 : I / 128;
 	for (int64_t o0 = 0; o0 < O; o0 += pl.Opass) {
 		int64_t on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
 		int32_t tt = c->trf[c->trf_k];
@@ -484,7 +483,8 @@ static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C,
 		in.flags = TCP_F_SCALED;
 		in.v[TCP_V_S0] = xq;
 		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
-		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
+		in.v[TCP_V_S2] = cs; /* (m, o, chunk) */
+		in.v[TCP_V_S2].base += o0 * cs.stride[1];
 		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
 		dv.stride[1] = ov->stride[1];
 		dv.stride[2] = 0;
@@ -636,6 +636,33 @@ static bool w8a8_pre(const lw *c, moe_id a, moe_id *bq, moe_id *bs, moe_id *mul,
 	return scale_copies(c, *bs);
 }
 
+/* The one block einsum whose W8A8 activation was quantized before the
+ * dispatch and is read as i8 rows (w8a8_i8_rows): its grid of the rows'
+ * scales (blocks.scale) in *bs, its output shape in *M and *O and its
+ * weight's scales (the per-block gather) in *ws; MOE_NONE when there is
+ * none or more than one. */
+moe_id tcpl_w8a8_pre_einsum(const lw *c, moe_id *bs, int64_t *M, int64_t *O, moe_id *ws)
+{
+	moe_id found = MOE_NONE;
+	for (moe_id u = 0; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		moe_id bq, b, mul, qf;
+		if (!c->inreg[u] || un->op != MOE_OP_EINSUM || un->nargs != 2 || un->rank < 2 ||
+			fp8_weight(c, un->args[1]) == MOE_NONE || strcmp(ir_attr_str(N(c->g, un->args[1]), "act", "bf16"), "int8"))
+			continue;
+		if (!w8a8_pre(c, un->args[0], &bq, &b, &mul, &qf) || c->store_dt[bq] != MOE_I8)
+			continue;
+		if (found != MOE_NONE)
+			return MOE_NONE;
+		found = u;
+		*bs = b;
+		*M = un->shape[un->rank - 2];
+		*O = un->shape[un->rank - 1];
+		*ws = N(c->g, un->args[1])->args[1];
+	}
+	return found;
+}
+
 /* The first einsum that reads a as a W8A8 contraction's activation, after id. */
 static moe_id w8a8_next(const lw *c, moe_id a, moe_id id)
 {
@@ -762,7 +789,10 @@ static void w8a8_einsum(lw *c, moe_id id)
 	}
 	if (c->failed)
 		return;
-	if (pre) { /* the rows' scales as gathered: [M, 1] */
+	bool bulk = pre && c->w8_c1 && c->w8_bsc == bs; /* C made for every block before the loop (lower_w8a8.c) */
+	if (bulk) {
+		asv = tcp_view_none();
+	} else if (pre) { /* the rows' scales as gathered: [M, 1] */
 		const val *sv = tcpl_dm_view(c, bs);
 		if (c->failed)
 			return;
@@ -774,7 +804,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
-	int32_t C = tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
+	int32_t C = bulk ? -1 : tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
 	tcp_insn p = vec2(M, O, vreg);
 	p.v[TCP_V_S0] = asv;
 	p.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
@@ -785,7 +815,14 @@ static void w8a8_einsum(lw *c, moe_id id)
 		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	else /* C = ws / R (docs/semantics.md: W8A8 on TCP) */
 		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0);
-	emit(c, &p);
+	if (!bulk)
+		emit(c, &p);
+	tcp_view cs = v4(C, 0, O, 1, 0, 0);
+	if (bulk) { /* block g's C: rows [g M, (g + 1) M) of the loop's table */
+		cs = v4(c->w8_c1 - 1, 0, O, 1, 0, 0);
+		cs.reg = R_G;
+		cs.scale = c->w8_cstride;
+	}
 	moe_id next = xq >= 0 ? w8a8_next(c, a, id) : MOE_NONE;
 	c->qx_act = c->qx_cfor = 0;
 	if (next != MOE_NONE) {
@@ -794,8 +831,9 @@ static void w8a8_einsum(lw *c, moe_id id)
 		c->qx_xq = xq;
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, C, ov, M, O, I, vreg);
-	tcpl_dm_free(c, C);
+	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, cs, ov, M, O, I, vreg);
+	if (C >= 0)
+		tcpl_dm_free(c, C);
 	if (next == MOE_NONE && xq >= 0) {
 		tcpl_dm_free(c, xq);
 		if (as >= 0)
@@ -846,7 +884,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), v4(C, 0, O * (I / 128), I / 128, 1, 0), ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);
