@@ -101,9 +101,13 @@ typedef struct lw {
 	moe_id qx_act, qx_cfor;      /* ... and the chunk scales made ahead for einsum qx_cfor - 1 */
 	int32_t qx_sa, qx_xq, qx_c;
 	bool qscales_staged;
-	int32_t w8_z1; /* W8A8: tensor + 1 of the row maxima's table [127, m_0, 127, .., m_(M-1), 127] (0: none) */
-	int64_t w8_zm; /* ... its M */
 	moe_id w8_v1;  /* W8A8: x.q's v = xf R + 1, rounded in two passes (0: none) */
+	int32_t w8_c1;      /* W8A8: tensor + 1 of the scales C of every block's gate/up contraction (0: none; lower_w8a8.c) */
+	int64_t w8_cstride; /* ... one block's elements */
+	int64_t w8_m, w8_w;  /* ... a block's rows, and the copies of each row's scale */
+	int32_t w8_sg, w8_wb; /* ... its operands in DM: the grid's rows' scales, the blocks' channel scales */
+	int w8_zreg;        /* ... a register holding 0 */
+	moe_id w8_bsc;      /* ... the grid of the rows' scales it replaces (not fetched per block) */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
@@ -431,6 +435,12 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W
 void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
 bool tcpl_w8a8_lower_q(lw *c, moe_id id);          /* false: id is not W8A8's x.q rounded in two passes */
 void tcpl_w8a8_act_plan(lw *c);                    /* lower_w8a8.c: x.q as i8 rows, its rounding, its dispatch */
+void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *R, int32_t *xq); /* lower_w8a8.c: a block's rows as i8 and their 127 / m */
+moe_id tcpl_w8a8_pre_einsum(const lw *c, moe_id *bs, int64_t *M, int64_t *O, moe_id *ws); /* lower_quant.c */
+void tcpl_w8a8_bulk(lw *c, int32_t tbe, int64_t bebase, int64_t bes); /* lower_w8a8.c: C of every block, before the loop */
+void tcpl_w8a8_bulk_body(lw *c);
+void tcpl_w8a8_bulk_end(lw *c);
+int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out_bytes); /* lower_w8a8.c: TRF rows per slice of an i8 contraction */
 /* small block-scale tensors copied whole into DM, once: after the first contraction emitted
  * from code position `from` on (routing's inputs are fetched by then); UINT32_MAX: now */
 void tcpl_quant_stage_after(lw *c, uint32_t from);

@@ -23,7 +23,6 @@
 
 static moe_id fp8_weight(const lw *c, moe_id d);
 static bool scale_copies(const lw *c, moe_id id);
-static void w8a8_table(lw *c, moe_id at, int64_t M);
 static tcp_view v4(int32_t t, int64_t base, int64_t s0, int64_t s1, int64_t s2, int64_t s3);
 static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm);
 static uint32_t fbits(float f);
@@ -445,18 +444,23 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 /* y = xq q^T with the chunk scales C: sub loads and scaled f8 contractions
  * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]); xq the view
  * of the activation over (m, o, i). */
-static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C, const val *ov, int64_t M, int64_t O,
+static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, tcp_view cs, const val *ov, int64_t M, int64_t O,
 	int64_t I, int vreg)
 {
 	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
 	cplan pl = fp8_plan(c, M, O, I, dt);
+	int64_t w8t = dt == MOE_I8 ? tcpl_w8a8_tile(c, M, O, I, esz(c->p->t[ov->t].dtype)) : 0;
+	if (w8t > 0) { /* lower_w8a8.c */
+		pl.It = I;
+		pl.Os = w8t;
+		pl.Opass = O < c->S * w8t ? O : c->S * w8t;
+	}
 	if (pl.Os * I > tcp_trf_bytes(c->m) / 2) {
 		tcpl_err(c, at, "act=%s: a reduction of %lld does not fit half of TRF", dt == MOE_I8 ? "int8" : "fp8",
 			(long long)I);
 		return;
 	}
 	fp8_trf(c, &pl, dt);
-	int64_t nk = dt == MOE_I8 ? 1 : I / 128;
 	for (int64_t o0 = 0; o0 < O; o0 += pl.Opass) {
 		int64_t on = O - o0 < pl.Opass ? O - o0 : pl.Opass;
 		int32_t tt = c->trf[c->trf_k];
@@ -479,7 +483,8 @@ static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, int32_t C,
 		in.flags = TCP_F_SCALED;
 		in.v[TCP_V_S0] = xq;
 		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
-		in.v[TCP_V_S2] = v4(C, o0 * nk, O * nk, nk, 1, 0); /* (m, o, chunk) */
+		in.v[TCP_V_S2] = cs; /* (m, o, chunk) */
+		in.v[TCP_V_S2].base += o0 * cs.stride[1];
 		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
 		dv.stride[1] = ov->stride[1];
 		dv.stride[2] = 0;
@@ -631,6 +636,33 @@ static bool w8a8_pre(const lw *c, moe_id a, moe_id *bq, moe_id *bs, moe_id *mul,
 	return scale_copies(c, *bs);
 }
 
+/* The one block einsum whose W8A8 activation was quantized before the
+ * dispatch and is read as i8 rows (w8a8_i8_rows): its grid of the rows'
+ * scales (blocks.scale) in *bs, its output shape in *M and *O and its
+ * weight's scales (the per-block gather) in *ws; MOE_NONE when there is
+ * none or more than one. */
+moe_id tcpl_w8a8_pre_einsum(const lw *c, moe_id *bs, int64_t *M, int64_t *O, moe_id *ws)
+{
+	moe_id found = MOE_NONE;
+	for (moe_id u = 0; u < c->g->nnodes; u++) {
+		const ir_node *un = N(c->g, u);
+		moe_id bq, b, mul, qf;
+		if (!c->inreg[u] || un->op != MOE_OP_EINSUM || un->nargs != 2 || un->rank < 2 ||
+			fp8_weight(c, un->args[1]) == MOE_NONE || strcmp(ir_attr_str(N(c->g, un->args[1]), "act", "bf16"), "int8"))
+			continue;
+		if (!w8a8_pre(c, un->args[0], &bq, &b, &mul, &qf) || c->store_dt[bq] != MOE_I8)
+			continue;
+		if (found != MOE_NONE)
+			return MOE_NONE;
+		found = u;
+		*bs = b;
+		*M = un->shape[un->rank - 2];
+		*O = un->shape[un->rank - 1];
+		*ws = N(c->g, un->args[1])->args[1];
+	}
+	return found;
+}
+
 /* The first einsum that reads a as a W8A8 contraction's activation, after id. */
 static moe_id w8a8_next(const lw *c, moe_id a, moe_id id)
 {
@@ -690,35 +722,6 @@ void tcpl_w8a8_plan(lw *c)
 	}
 	if (!c->failed)
 		tcpl_w8a8_act_plan(c); /* lower_w8a8.c */
-	for (moe_id u = 0; u < g->nnodes && !c->failed && !c->w8_z1; u++) {
-		const ir_node *un = N(g, u);
-		if (un->op == MOE_OP_EINSUM && un->nargs == 2 && c->inreg[u] && un->rank >= 2 &&
-			w8a8_next(c, un->args[0], u - 1) == u)
-			w8a8_table(c, u, un->shape[un->rank - 2]);
-	}
-}
-
-/* The table Z = [m_0, 127, m_1, 127, .., m_(M-1), 127] (2 M f32) of the
- * per-block activation quantization of M rows (w8a8_quantize): its 127s are
- * written once, by the program's first instruction, and each block's row
- * maxima go to its even elements, so that one pass of [M, 2] divides
- * Z[2r + 1 - k] by Z[2r + k] into [127 / m_r, m_r / 127] (the two quotients
- * the reference computes, each rounded once, as before in two passes); both
- * operands and the result of iteration (r, k) are element 2r + k or its
- * pair's other half, in the same flit, so the pass needs no switch. */
-static void w8a8_table(lw *c, moe_id at, int64_t M)
-{
-	int64_t n = 2 * M;
-	int32_t z = tcpl_dm_tensor(c, at, "act.max", MOE_F32, 1, &n);
-	tcp_insn p = tcp_insn_init(TCP_OP_TU_VEC);
-	p.ndim = 1;
-	p.dim[0] = M;
-	p.vreg = -1;
-	p.v[TCP_V_DST] = v4(z, 1, 2, 0, 0, 0);
-	step(&p, TCP_V_OR, TCP_SRC_IMM, TCP_SRC_IMM, fbits(127.0f));
-	emit(c, &p);
-	c->w8_z1 = z + 1;
-	c->w8_zm = M;
 }
 
 static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
@@ -726,67 +729,6 @@ static tcp_insn vec2(int64_t d0, int64_t d1, int vreg)
 	tcp_insn in = vec3(d0, d1, 1, 0, vreg);
 	in.ndim = 2;
 	return in;
-}
-
-/* The per-token int8 rows xq [M, I] of xf [M, I] and their scales as [M]. */
-static void w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *as_, int32_t *xq_)
-{
-	int64_t sh1[1] = {M}, shx[2] = {M, I};
-	int64_t sh2[2] = {M, 2};
-	bool z = c->w8_z1 > 0 && c->w8_zm == M; /* the table of 127s (w8a8_table) */
-	int32_t m = z ? c->w8_z1 - 1 : tcpl_dm_tensor(c, id, "act.max", MOE_F32, 1, sh1);
-	int32_t R = z ? tcpl_dm_tensor(c, id, "act.inv+scale", MOE_F32, 2, sh2)
-		      : tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
-	int32_t as = z ? -1 : tcpl_dm_tensor(c, id, "act.scale", MOE_F32, 1, sh1);
-	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
-	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
-	tcp_view xv = qview(x, 1, 0, x->stride[0], x->stride[1], 1, 1, true);
-	xv.stride[1] = x->stride[1];
-	tcp_insn p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_DST] = z ? v4(m, 0, 2, 0, 0, 0) : v4(m, 0, 1, 0, 0, 0);
-	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
-	step(&p, TCP_V_FMAX, TCP_SRC_V, TCP_SRC_IMM, fbits(1e-10f));
-	emit(c, &p);
-	if (z) { /* [R, as] per row: Z[2r + 1 - k] / Z[2r + k], k = 0, 1 (one pass) */
-		p = vec2(M, 2, vreg);
-		p.v[TCP_V_S0] = v4(m, 1, 2, -1, 0, 0);
-		p.v[TCP_V_S1] = v4(m, 0, 2, 1, 0, 0);
-		p.v[TCP_V_DST] = v4(R, 0, 2, 1, 0, 0);
-		step(&p, TCP_V_FDIV, TCP_SRC_S0, TCP_SRC_S1, 0);
-		emit(c, &p);
-	}
-	for (int k = 0; k < 2 && !z; k++) { /* R = 127 / m, as = m / 127 */
-		p = vec2(M, 1, vreg);
-		p.v[TCP_V_S0] = v4(m, 0, 1, 0, 0, 0);
-		p.v[TCP_V_DST] = v4(k ? as : R, 0, 1, 0, 0, 0);
-		step(&p, TCP_V_FDIV, k ? TCP_SRC_V : TCP_SRC_IMM, k ? TCP_SRC_IMM : TCP_SRC_V, fbits(127.0f));
-		emit(c, &p);
-	}
-	p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_S1] = v4(R, 0, z ? 2 : 1, 0, 0, 0);
-	p.v[TCP_V_DST] = v4(v, 0, I, 1, 0, 0);
-	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
-	emit(c, &p);
-	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
-	p = vec2(M, I, vreg);
-	p.v[TCP_V_S0] = v4(v, 0, I, 1, 0, 0);
-	p.v[TCP_V_DST] = v4(xq, 0, I, 1, 0, 0);
-	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
-	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
-	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
-	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
-	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
-	emit(c, &p);
-	tcpl_dm_free(c, v);
-	if (!z) {
-		tcpl_dm_free(c, R);
-		tcpl_dm_free(c, m);
-	}
-	*as_ = z ? R : as;
-	*xq_ = xq;
 }
 
 /* The block's quantized rows bq [M, I] (integers of at most 127 in
@@ -843,11 +785,14 @@ static void w8a8_einsum(lw *c, moe_id id)
 		if (c->failed)
 			return;
 		val x = *xv;
-		w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq);
+		tcpl_w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq); /* lower_w8a8.c: as is 127 / m */
 	}
 	if (c->failed)
 		return;
-	if (pre) { /* the rows' scales as gathered: [M, 1] */
+	bool bulk = pre && c->w8_c1 && c->w8_bsc == bs; /* C made for every block before the loop (lower_w8a8.c) */
+	if (bulk) {
+		asv = tcp_view_none();
+	} else if (pre) { /* the rows' scales as gathered: [M, 1] */
 		const val *sv = tcpl_dm_view(c, bs);
 		if (c->failed)
 			return;
@@ -855,19 +800,29 @@ static void w8a8_einsum(lw *c, moe_id id)
 		asv.stride[0] = sv->stride[0];
 		asv.stride[1] = 0;
 	} else {
-		asv = c->p->t[as].rank == 2 ? v4(as, 1, 2, 0, 0, 0) : v4(as, 0, 1, 0, 0, 0); /* [R, as] rows */
+		asv = v4(as, 0, 1, 0, 0, 0); /* R = 127 / m per row */
 	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
-	int32_t C = tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
+	int32_t C = bulk ? -1 : tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
 	tcp_insn p = vec2(M, O, vreg);
 	p.v[TCP_V_S0] = asv;
 	p.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
 	p.v[TCP_V_S1].stride[0] = 0;
 	p.v[TCP_V_S1].stride[1] = s->stride[0];
 	p.v[TCP_V_DST] = v4(C, 0, O, 1, 0, 0);
-	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
-	emit(c, &p);
+	if (pre) /* C = as x ws */
+		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	else /* C = ws / R (docs/semantics.md: W8A8 on TCP) */
+		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0);
+	if (!bulk)
+		emit(c, &p);
+	tcp_view cs = v4(C, 0, O, 1, 0, 0);
+	if (bulk) { /* block g's C: rows [g M, (g + 1) M) of the loop's table */
+		cs = v4(c->w8_c1 - 1, 0, O, 1, 0, 0);
+		cs.reg = R_G;
+		cs.scale = c->w8_cstride;
+	}
 	moe_id next = xq >= 0 ? w8a8_next(c, a, id) : MOE_NONE;
 	c->qx_act = c->qx_cfor = 0;
 	if (next != MOE_NONE) {
@@ -876,8 +831,9 @@ static void w8a8_einsum(lw *c, moe_id id)
 		c->qx_xq = xq;
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, C, ov, M, O, I, vreg);
-	tcpl_dm_free(c, C);
+	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, cs, ov, M, O, I, vreg);
+	if (C >= 0)
+		tcpl_dm_free(c, C);
 	if (next == MOE_NONE && xq >= 0) {
 		tcpl_dm_free(c, xq);
 		if (as >= 0)
@@ -928,7 +884,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), C, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), v4(C, 0, O * (I / 128), I / 128, 1, 0), ov, M, O, I, vreg);
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);

@@ -301,8 +301,8 @@ static bool region_grid_inputs(lw *c, rgn *r, moe_id i)
 	const ir_node *n = N(g, i);
 	for (uint32_t k = 0; k < n->nargs; k++) {
 		moe_id a = n->args[k];
-		if (a == MOE_NONE || c->inreg[a] || c->v[a].kind == VK_IMM)
-			continue;
+		if (a == MOE_NONE || c->inreg[a] || c->v[a].kind == VK_IMM || (c->w8_c1 && a == c->w8_bsc))
+			continue; /* (W8A8's rows' scales: read before the loop, lower_w8a8.c) */
 		const ir_node *an = N(g, a);
 		if (an->rank < 1 || an->shape[0] != c->G) {
 			tcpl_err(c, i, "a block op reads a value that is not per block");
@@ -884,6 +884,7 @@ void tcpl_lower_region(lw *c)
 	p->nblocks_t = r.tnb;
 	p->bexp_t = r.tbe;
 	region_dm_grids(c, &r);
+	tcpl_w8a8_bulk(c, r.tbe, r.bebase, r.bes); /* lower_w8a8.c */
 	r.t_first = (int32_t)p->nt;
 	r.single = region_plan_weights(c);
 	tcpl_pairs_rows(c); /* block results in pair order (lower_pairs.c) */
@@ -897,6 +898,7 @@ void tcpl_lower_region(lw *c)
 	uint32_t guard = br(c, TCP_C_GE, R_G, R_NB);
 	region_prefetch(c, &r);
 	p->block_body_pc = (int32_t)p->ncode;
+	tcpl_w8a8_bulk_body(c); /* lower_w8a8.c */
 	region_body(c, &r);
 	tcpl_dcomb_step(c);
 	if (r.pair != MOE_NONE) { /* the last block scatters its own results in pair order (lower_pairs.c) */
@@ -917,4 +919,5 @@ void tcpl_lower_region(lw *c)
 	patch(c, skip_all);
 	region_finish(c, &r);
 	tcpl_dcomb_finish(c);
+	tcpl_w8a8_bulk_end(c);
 }

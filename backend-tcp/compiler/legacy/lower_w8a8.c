@@ -245,3 +245,195 @@ void tcpl_w8a8_act_plan(lw *c)
 	for (moe_id i = 0; i < g->nnodes && !c->failed; i++)
 		w8a8_direct(c, i);
 }
+
+static int64_t cdiv64(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* The TRF rows per slice of a scaled i8 x i8 block contraction y [M, O] =
+ * xq [M, I] w^T (the whole reduction in one tile: the scale is per output):
+ * the count whose main-context pass is the shortest by the cost rules of
+ * docs/tcp-isa.md section 10 (MACs, the streamed rows, the commit with its
+ * scales, and the switch's bytes: every slice of a row group streams the
+ * group's rows), at most half the TRF. The sub context's loads of the next
+ * tile overlap the pass, so unlike the bf16 planner this one does not weigh
+ * them. 0: none fits. */
+int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out_bytes)
+{
+	const moe_tcp_machine *m = c->m;
+	int64_t S = tcp_slices(m), best = 0, best_t = -1;
+	for (int64_t tile = 1; tile <= O && tile * I <= tcp_trf_bytes(m) / 2; tile++) {
+		int64_t Cg = cdiv64(O, tile), R = S / Cg > 0 ? S / Cg : 1, Bs = cdiv64(M, R), tiles = cdiv64(Cg, S);
+		int64_t mac = tiles * cdiv64(Bs * tile * I, m->lanes_per_slice * m->macs_per_lane[TCP_MT_I8]);
+		int64_t stream = tiles * cdiv64(Bs * I, m->stream_bytes_per_cycle);
+		int64_t commit = tiles * cdiv64(Bs * tile * (out_bytes + 4), m->fetch_bytes);
+		int64_t route = tiles * cdiv64(Bs * I + Bs * tile * (out_bytes + 4), m->switch_bytes_per_cycle);
+		int64_t t = mac > stream ? mac : stream;
+		t = t > commit ? t : commit;
+		t = t > route ? t : route;
+		if (best_t < 0 || t < best_t) {
+			best_t = t;
+			best = tile;
+		}
+	}
+	return best;
+}
+
+/* A block's per-token int8 rows xq [M, I] of xf [M, I] (x, a DM view) and
+ * R = 127 / max(max_i |xf|, 1e-10) per row [M], in three passes:
+ *   R[r]    = c.fmin(d.div(127, r.fmax(f.abs(xf))), f32(127 / 1e-10))
+ *   v[r, i] = xf R                                          (f32)
+ *   xq      = i8(cvt.ftoi(v + copysign(0.5 - 2^-25, v)))
+ * The first is the reference's R exactly: f32 division is monotone, so
+ * 127 / m is at most f32(127 / 1e-10) exactly when m >= 1e-10 (and m = 0, a
+ * zero or padding row, gives inf, clipped to it); NaN propagates through
+ * both. The contraction's scale is then C = ws / R (lower_quant.c): the
+ * row's scale m / 127 is never formed. */
+void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *R_, int32_t *xq_)
+{
+	int64_t sh1[1] = {M}, shx[2] = {M, I};
+	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
+	rmax = rmax / 1e-10f;
+	int32_t R = tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
+	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
+	tcp_view xv = tcp_view_none();
+	xv.t = x->t;
+	xv.base = x->base;
+	xv.reg = x->region ? x->reg : -1;
+	xv.scale = x->region ? x->scale : 0;
+	xv.stride[0] = x->stride[0];
+	xv.stride[1] = x->stride[1];
+	tcp_insn p = tcp_b_vec(2, shx, v2(R, 0, 1, 0));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = xv;
+	tcp_b_step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	tcp_b_step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	tcp_b_step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_V, fbits(127.0f));
+	tcp_b_step(&p, TCP_V_FMIN, TCP_SRC_V, TCP_SRC_IMM, fbits(rmax));
+	emit(c, &p);
+	p = tcp_b_vec(2, shx, v2(v, 0, I, 1));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = xv;
+	p.v[TCP_V_S1] = v2(R, 0, 1, 0);
+	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &p);
+	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
+	p = tcp_b_vec(2, shx, v2(xq, 0, I, 1));
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = v2(v, 0, I, 1);
+	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+	tcpl_dm_free(c, v);
+	*R_ = R;
+	*xq_ = xq;
+}
+
+/* The HBM tensor and base of weight leaf w (staged into DM by a copy from
+ * it, or still in HBM); false when neither. */
+static bool hbm_source(const lw *c, moe_id w, int32_t *t, int64_t *base)
+{
+	const val *v = &c->v[w];
+	if (v->kind != VK_VIEW)
+		return false;
+	if (c->p->t[v->t].space == TCP_HBM) {
+		*t = v->t;
+		*base = v->base;
+		return true;
+	}
+	for (uint32_t k = 0; k < c->p->ncode; k++) {
+		const tcp_insn *in = &c->p->code[k];
+		if (in->op == TCP_OP_DMA_COPY && in->v[TCP_V_DST].t == v->t && in->v[TCP_V_DST].base == 0 &&
+			in->v[TCP_V_S0].reg < 0 && c->p->t[in->v[TCP_V_S0].t].space == TCP_HBM) {
+			*t = in->v[TCP_V_S0].t;
+			*base = in->v[TCP_V_S0].base;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* W8A8's gate/up scales C[g, r, o] = as[g M + r] x ws[bexp[g], o] for every
+ * block g of the grid, made once, where each block made its own in one
+ * vector pass (each pass's cost is mostly its fixed part: issue, fill/drain
+ * and the switch's ring): before the loop, the grid of the rows' scales (64
+ * equal copies per row, as dispatched) is copied into DM and the blocks'
+ * channel scales are gathered by the block experts; the first block then
+ * makes C in one pass of [G, M, 2F] (inside the loop's body, so that a
+ * timing-only run skips its arithmetic as it skips every block's). The same
+ * products as the per-block pass: no value changes. Each block's contraction
+ * reads its rows of C through the block register, and the rows' scales are
+ * not fetched per block. Only when C and its operands take at most 3/8 of DM
+ * (Qwen3-30B-A3B: T <= 512). */
+void tcpl_w8a8_bulk(lw *c, int32_t tbe, int64_t bebase, int64_t bes)
+{
+	moe_id bs, wsg, u;
+	int64_t M = 0, O = 0;
+	c->w8_c1 = 0;
+	if (tbe < 0 || (u = tcpl_w8a8_pre_einsum(c, &bs, &M, &O, &wsg)) == MOE_NONE || c->next_reg >= TCP_NREG)
+		return;
+	const ir_node *bn = N(c->g, bs), *wn = N(c->g, N(c->g, wsg)->args[0]);
+	const val *gv = &c->v[bs];
+	int64_t G = c->G, w = bn->rank == 3 ? bn->shape[2] : 0, E = wn->rank >= 2 ? wn->shape[0] : 0;
+	if (gv->kind != VK_VIEW || c->p->t[gv->t].space != TCP_HBM || gv->region || bn->rank != 3 || bn->shape[0] != G ||
+		bn->shape[1] != M || gv->stride[0] != M * w || gv->stride[1] != w || gv->stride[2] != 1 ||
+		ir_numel(wn) != E * O || E < 1)
+		return;
+	int32_t wh;
+	int64_t wbase;
+	double dm = (double)c->m->dm_bytes_per_slice * (double)c->S;
+	if (!hbm_source(c, N(c->g, wsg)->args[0], &wh, &wbase) || 4.0 * (double)G * (double)(M * (O + w) + O) > dm * 3 / 8)
+		return;
+	int64_t sh_g[1] = {G * M * w}, sh_w[2] = {G, O}, sh_c[2] = {G * M, O}, one[1] = {1};
+	int32_t C = tcpl_dm_tensor_top(c, u, "w8a8.scale", MOE_F32, 2, sh_c);
+	int32_t sg = tcpl_dm_tensor(c, u, "w8a8.rowscale", MOE_F32, 1, sh_g);
+	int32_t wb = tcpl_dm_tensor(c, u, "w8a8.wscale", MOE_F32, 2, sh_w);
+	if (c->failed)
+		return;
+	tcp_insn in = tcp_b_dma_copy(1, sh_g, tcp_b_view(sg, 0, 1, one), tcp_b_view(gv->t, gv->base, 1, one));
+	emit(c, &in);
+	const int64_t gd[3] = {1, G, O}, ds[3] = {G * O, O, 1}, ss[3] = {E * O, O, 1}, is[2] = {G * bes, bes};
+	in = tcp_b_dma_gather(3, gd, tcp_b_view(wb, 0, 3, ds), tcp_b_view(wh, wbase, 3, ss), tcp_b_view(tbe, bebase, 2, is),
+		E);
+	emit(c, &in);
+	c->w8_zreg = tcpl_new_reg(c, u);
+	li(c, c->w8_zreg, 0);
+	c->w8_c1 = C + 1;
+	c->w8_sg = sg;
+	c->w8_wb = wb;
+	c->w8_m = M;
+	c->w8_w = w;
+	c->w8_cstride = M * O;
+	c->w8_bsc = bs;
+}
+
+/* In the loop's body, first: block 0 makes every block's C (tcpl_w8a8_bulk). */
+void tcpl_w8a8_bulk_body(lw *c)
+{
+	if (!c->w8_c1)
+		return;
+	int64_t G = c->G, M = c->w8_m, w = c->w8_w, O = c->w8_cstride / M;
+	uint32_t skip = br(c, TCP_C_NE, R_G, c->w8_zreg);
+	const int64_t pd[3] = {G, M, O}, cs[3] = {M * O, O, 1}, s0[3] = {M * w, w, 0}, s1[3] = {O, 0, 1};
+	tcp_insn in = tcp_b_vec(3, pd, tcp_b_view(c->w8_c1 - 1, 0, 3, cs));
+	in.vreg = -1;
+	in.v[TCP_V_S0] = tcp_b_view(c->w8_sg, 0, 3, s0);
+	in.v[TCP_V_S1] = tcp_b_view(c->w8_wb, 0, 3, s1);
+	tcp_b_step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	emit(c, &in);
+	patch(c, skip);
+}
+
+void tcpl_w8a8_bulk_end(lw *c)
+{
+	if (!c->w8_c1)
+		return;
+	tcpl_dm_free(c, c->w8_sg);
+	tcpl_dm_free(c, c->w8_wb);
+	tcpl_dm_free(c, c->w8_c1 - 1);
+}
