@@ -61,11 +61,17 @@ static src vp_operand_f(lw *c, vpass *vp, moe_id id, const int *map, bool force)
 		 * dimension (iota(i) < iota(j)) is fetched as a tensor */
 	}
 	v = tcpl_dm_view(c, id); /* tensor-unit passes fetch from DM */
+	tcp_view w = mkview(v, n, vp->ndim, map);
+	for (int k = 0; k < vp->nstream; k++) /* a view already fetched is one stream */
+		if (!memcmp(&vp->in.v[TCP_V_S0 + k], &w, sizeof w)) {
+			r.s = (uint8_t)(TCP_SRC_S0 + k);
+			return r;
+		}
 	if (vp->nstream >= 3) {
 		tcpl_err(c, id, "a vector pass fetches at most three streams");
 		return r;
 	}
-	vp->in.v[TCP_V_S0 + vp->nstream] = mkview(v, n, vp->ndim, map);
+	vp->in.v[TCP_V_S0 + vp->nstream] = w;
 	r.s = (uint8_t)(TCP_SRC_S0 + vp->nstream++);
 	return r;
 }
