@@ -8,8 +8,7 @@
  * classes region keyed on $rows: the case of bound h (taken when the
  * previous bound < $rows <= h) holds a copy of every op of the run, the
  * passes over the rows cut to h rows; the last case, bound B, holds the
- * original ops. The bounds are f, 4f, 16f, ... below B and B, f = B / 32 and
- * at least 8 (row_bounds).
+ * original ops; row_bounds chooses the bounds.
  *
  * Cut are:
  *  - row passes: a tu.vec or tu.contract (not scaled) under valid=$rows of
@@ -34,15 +33,24 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 
-#define RC_MAX_BOUNDS 16
+#define RC_MAX_BOUNDS 20
 
-/* The row classes of a pass over B rows: f, 4f, 16f, ... below B, then B;
- * f is B / 32, at least 8 rows. Returns their count (1: no class to add). */
+/* The row classes of a pass over B rows. A case costs a block only the
+ * control path's test (an li and a branch, and a jump out of the case
+ * taken), which runs ahead of the engines, while a pass's time past its
+ * fixed part grows with its rows; so the classes are as fine as the code
+ * they copy allows: f = B / 32, at least 8 rows (the first row tile of the
+ * legacy emitter), doubling while below the step max(f, B / 16), then every
+ * step, then B; a bound less than f below B is left out (at most
+ * RC_MAX_BOUNDS). Returns their count (1: no class to add). */
 static uint32_t row_bounds(int64_t B, int64_t *b)
 {
 	int64_t f = B / 32 < 8 ? 8 : B / 32;
 	uint32_t n = 0;
-	for (int64_t h = f; h < B && n + 1 < RC_MAX_BOUNDS; h *= 4)
+	int64_t st = B / 16 > f ? B / 16 : f, h = f;
+	for (; h < st && h + f <= B; h *= 2)
+		b[n++] = h;
+	for (h = (h + st - 1) / st * st; h + f <= B && n + 1 < RC_MAX_BOUNDS; h += st)
 		b[n++] = h;
 	b[n++] = B;
 	return n;
