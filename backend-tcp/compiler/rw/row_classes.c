@@ -19,9 +19,10 @@
  *    read (the block's rows copied in).
  * Rows [h, B) of what they write are left as an earlier block wrote them, so
  * a pass is cut only when every other op that reads its destination buffer
- * is a cut pass (reading rows below h, the same class being taken in every
- * run) or a dma.copy into HBM (the store of the block's rows, whose rows past
- * $rows the combine never reads). Values are unchanged.
+ * is a cut pass reading, at its row i, row i of what the pass wrote (so rows
+ * below h, the same class being taken in every run) or a dma.copy into HBM
+ * (the store of the block's rows, whose rows past $rows the combine never
+ * reads). Values are unchanged.
  *
  * Dependencies: a copy in case k depends on the copies in case k of the run's
  * ops its original waits for in its block, on every case's copy of those it
@@ -64,12 +65,41 @@ typedef struct rc {
 	ts_id nop;     /* the ops cut covers */
 } rc;
 
+/* The row a view of instruction in starts at, in rows of `row` elements
+ * from its base, when its dim-0 index i touches only that row + i (dim-0
+ * stride row, the other dims within one row); else -1. */
+static int64_t view_row(const tcp_insn *in, const tcp_view *v, int64_t row)
+{
+	if (row < 1 || v->stride[0] != row || v->base < 0)
+		return -1;
+	int64_t ext = v->base % row;
+	for (int k = 1; k < in->ndim; k++)
+		ext += (in->dim[k] - 1) * (v->stride[k] < 0 ? -v->stride[k] : v->stride[k]);
+	return ext < row ? v->base / row : -1;
+}
+
+/* whether every view of q that reads buffer t reads, at dim-0 index i, row
+ * i of what op o writes there (o's destination view d) */
+static bool same_rows(const ts_op *q, const ts_op *o)
+{
+	const tcp_view *d = &o->in.v[TCP_V_DST];
+	int64_t r0 = view_row(&o->in, d, d->stride[0]);
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
+		const tcp_view *v = &q->in.v[w];
+		if (v->t != d->t)
+			continue;
+		if (r0 < 0 || view_row(&q->in, v, d->stride[0]) != r0 || v->reg != d->reg || (v->reg >= 0 && v->scale != d->scale))
+			return false;
+	}
+	return true;
+}
+
 static bool row_pass(const tcp_sched *s, const ts_loop *l, const ts_op *o)
 {
 	const tcp_insn *in = &o->in;
 	const tcp_view *d = &in->v[TCP_V_DST];
 	if (in->vreg < 0 || (ts_id)in->vreg != l->rows || in->ndim < 2 || d->t < 0 || d->stride[0] == 0 ||
-		s->buf[d->t].space != TCP_DM)
+		s->buf[d->t].space != TCP_DM || view_row(in, d, d->stride[0]) < 0)
 		return false;
 	if (in->op == TCP_OP_TU_CONTRACT)
 		return !(in->flags & TCP_F_SCALED);
@@ -89,7 +119,8 @@ static bool feeder(const tcp_sched *s, const ts_op *o, int64_t B)
 	const tcp_insn *in = &o->in;
 	const tcp_view *d = &in->v[TCP_V_DST];
 	return in->op == TCP_OP_DMA_COPY && in->vreg < 0 && in->ndim >= 2 && in->dim[0] == B && d->t >= 0 &&
-	       d->stride[0] != 0 && s->buf[d->t].space == TCP_DM && !(in->flags & TCP_F_JOIN);
+	       d->stride[0] != 0 && s->buf[d->t].space == TCP_DM && !(in->flags & TCP_F_JOIN) &&
+	       view_row(in, d, d->stride[0]) >= 0;
 }
 
 /* whether op q reads buffer t */
@@ -108,8 +139,13 @@ static bool readers_ok(const rc *c, ts_id o, bool only_passes)
 	const tcp_sched *s = c->s;
 	int32_t t = s->op[o].in.v[TCP_V_DST].t;
 	for (ts_id q = 0; q < s->nop; q++) {
-		if (q == o || !reads(&s->op[q], t) || c->cut[q] == 1)
+		if (q == o || !reads(&s->op[q], t))
 			continue;
+		if (c->cut[q] == 1) {
+			if (!same_rows(&s->op[q], &s->op[o]))
+				return false;
+			continue;
+		}
 		const tcp_insn *in = &s->op[q].in;
 		if (only_passes || in->op != TCP_OP_DMA_COPY || in->v[TCP_V_DST].t < 0 ||
 			s->buf[in->v[TCP_V_DST].t].space != TCP_HBM)
