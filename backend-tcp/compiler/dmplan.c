@@ -128,6 +128,7 @@ typedef struct plan {
 	const int64_t *foot; /* per buffer: its footprint when trying a weights mode (-1: absent); NULL: its layout's */
 	life *hole;          /* per buffer: positions strictly inside are free (a spilled value); lo >= hi: none */
 	bool quiet;          /* no diagnostic on overflow */
+	bool trial;          /* a plan's trial: buffer order only (place_chip) */
 } plan;
 
 static bool in_hole(const plan *P, ts_id b, life x)
@@ -280,20 +281,58 @@ static bool place_hbm(tcp_sched *s)
 
 /* The on-chip buffers not yet placed, in buffer order within each pass:
  * loop and block buffers from the top, then those of the whole program
- * from 0, then the others (spans) from 0; a buffer whose footprint is -1
- * is skipped. */
-static bool place_chip(plan *P)
+ * from 0, then the others (spans) from 0, each pass in the order given
+ * (`order[k][1]`: buffer ids); a buffer whose footprint is -1 is skipped. */
+static bool place_order(plan *P, const int64_t (*order)[2], uint32_t n)
 {
 	tcp_sched *s = P->s;
 	bool ok = true;
 	for (int pass = 0; pass < 3 && ok; pass++)
-		for (ts_id i = 0; i < s->nbuf && ok; i++) {
+		for (uint32_t k = 0; k < n && ok; k++) {
+			ts_id i = (ts_id)order[k][1];
 			const ts_buf *u = &s->buf[i];
 			bool looped = u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK;
 			int want = looped ? 0 : u->life == TS_LIFE_PROGRAM ? 1 : 2;
 			if (u->space != TCP_HBM && u->offset < 0 && want == pass && foot_of(P, i) >= 0)
 				ok = place_one(P, i, looped);
 		}
+	return ok;
+}
+
+/* Buffer order first. When that overflows (outside a plan's trial, whose
+ * verdicts stay those of buffer order), the spans largest first (a long
+ * value that row chunks write part by part, made after the chunks' first
+ * buffers, then finds its bytes in one piece), and when that too overflows,
+ * buffer order again for the diagnostic. */
+static bool place_chip(plan *P)
+{
+	tcp_sched *s = P->s;
+	int64_t (*order)[2] = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *order), *off0 = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off0);
+	bool *placed0 = ctx_alloc(s->ctx, s->nbuf + 1), quiet = P->quiet;
+	for (ts_id i = 0; i < s->nbuf; i++) {
+		order[i][0] = 0;
+		order[i][1] = i;
+		off0[i] = s->buf[i].offset;
+		placed0[i] = P->placed[i];
+	}
+	P->quiet = quiet || !P->trial;
+	bool ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
+	for (int t = 0; t < 2 && !ok && !P->trial; t++) {
+		for (ts_id i = 0; i < s->nbuf; i++) {
+			s->buf[i].offset = off0[i];
+			P->placed[i] = placed0[i];
+			order[i][0] = t == 0 ? foot_of(P, i) : 0;
+			order[i][1] = i;
+		}
+		if (t == 0)
+			qsort(order, s->nbuf, sizeof *order, cmp_size_desc);
+		P->quiet = t == 0 || quiet;
+		ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
+	}
+	P->quiet = quiet;
+	ctx_free(s->ctx, order, (s->nbuf + 1) * sizeof *order);
+	ctx_free(s->ctx, off0, (s->nbuf + 1) * sizeof *off0);
+	ctx_free(s->ctx, placed0, s->nbuf + 1);
 	return ok;
 }
 
@@ -312,7 +351,7 @@ static bool planner_new(tcp_sched *s, planner *q)
 		ctx_alloc(s->ctx, (s->nsc + 1) * sizeof(int64_t)), {{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
 	if (s->top < s->nrg)
 		walk_region(&q->w, s->top, 0);
-	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false};
+	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false, false};
 	for (ts_id i = 0; i < s->nbuf; i++) {
 		q->P.L[i] = lifetime(&q->w, i);
 		q->P.placed[i] = s->buf[i].space != TCP_HBM && s->buf[i].offset >= 0;
@@ -411,10 +450,12 @@ static bool fits(planner *q, const ts_wdemand *d, const ts_wplan *w, int64_t *fo
 		off[i] = s->buf[i].offset, was[i] = q->P.placed[i];
 	q->P.foot = foot;
 	q->P.quiet = true;
+	q->P.trial = true;
 	bool ok = place_chip(&q->P);
 	q->P.foot = NULL;
 	q->P.hole = NULL;
 	q->P.quiet = false;
+	q->P.trial = false;
 	ctx_free(s->ctx, hole, (s->nbuf + 1) * sizeof *hole);
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i], q->P.placed[i] = was[i];
@@ -523,6 +564,28 @@ static int64_t price(tcp_sched *s)
 		s->buf[i].offset = off[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
 	return t;
+}
+
+static bool placeable(tcp_sched *s)
+{
+	planner q;
+	if (!planner_new(s, &q))
+		return false;
+	int64_t *off = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		off[i] = s->buf[i].offset;
+	q.P.quiet = true;
+	bool ok = place_hbm(s) && place_chip(&q.P);
+	planner_free(&q);
+	for (ts_id i = 0; i < s->nbuf; i++)
+		s->buf[i].offset = off[i];
+	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
+	return ok;
+}
+
+bool tcp_dm_placeable(tcp_sched *s)
+{
+	CTX_GUARDED(s->ctx, bool, false, placeable(s));
 }
 
 int64_t tcp_dm_price(tcp_sched *s)

@@ -66,6 +66,10 @@ typedef struct ts_wplan {
  * else single), whose placement reports the overflow. s is left as it was. */
 uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4]);
 
+/* Whether tcp_dm_place would place s (quietly; s's offsets are left as
+ * they were). */
+bool tcp_dm_placeable(tcp_sched *s);
+
 /* The predicted cycles (tcp_sched_predict on the expected loads) of s placed
  * by tcp_dm_place, quietly; s's offsets are left as they were. -1 when it
  * does not fit or cannot be predicted. */

@@ -290,8 +290,8 @@ void sb_spill_value(sb *b, moe_id id)
 		return;
 	const ir_node *n = SBN(b, id);
 	ts_id d = b->v[id].buf, prod = b->s->nop - 1;
-	if (b->s->op[prod].node != id)
-		return; /* no op of its own: nothing to spill after */
+	if (b->s->op[prod].node != id && n->op != MOE_OP_CONCAT)
+		return; /* no op of its own: nothing to spill after (a concat's parts may have written its buffer) */
 	if (!sb_in_hbm(b, id)) {
 		add_spill(b, (ts_spill){d, id, prod, 0, 2 * bytes});
 		return;

@@ -172,6 +172,51 @@ static void unary_steps(sb *b, vpass *vp, moe_id id, const vsrc *a, moe_dtype at
 	}
 }
 
+/* The concat along the rows of the top graph that is node id's only reader
+ * (id not an output), or MOE_NONE; *off: id's first row in it. Such a part
+ * is computed into its rows of the concat's buffer, so a value made in row
+ * chunks (rowchunk.c) never exists twice. */
+static moe_id row_concat_of(const sb *b, moe_id id, int64_t *off)
+{
+	const moe_graph *g = b->g;
+	if (g != b->top || b->rows != TS_NONE || SBN(b, id)->rank < 1)
+		return MOE_NONE;
+	for (uint32_t k = 0; k < g->nout; k++)
+		if (g->outputs[k] == id)
+			return MOE_NONE;
+	moe_id cat = MOE_NONE;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *n = SBN(b, u);
+		if (n->valid == id)
+			return MOE_NONE;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			if (n->args[k] != id)
+				continue;
+			if (cat != MOE_NONE || n->op != MOE_OP_CONCAT || sb_axis(n, n, 0) != 0 || n->dtype != SBN(b, id)->dtype)
+				return MOE_NONE;
+			cat = u;
+			*off = 0;
+			for (uint32_t j = 0; j < k; j++)
+				*off += SBN(b, n->args[j])->shape[0];
+		}
+	}
+	return cat;
+}
+
+/* Node id's output: its rows of the concat that alone reads it, else a fresh buffer. */
+static sb_val *elem_out(sb *b, moe_id id)
+{
+	int64_t off = 0;
+	moe_id cat = row_concat_of(b, id, &off);
+	if (cat == MOE_NONE)
+		return sb_out_val(b, id);
+	if (b->v[cat].kind != SV_VIEW)
+		sb_out_val(b, cat);
+	b->v[id] = b->v[cat];
+	b->v[id].base += off * b->v[cat].stride[0];
+	return &b->v[id];
+}
+
 void sb_elem(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -209,7 +254,7 @@ void sb_elem(sb *b, moe_id id)
 		return;
 	if (vp.in.nstep == 0 && vp.nstream == 0)
 		step(b, &vp, TCP_V_OR, SI(0), SI(0), id);
-	sb_val *o = sb_out_val(b, id);
+	sb_val *o = elem_out(b, id);
 	for (int k = 0; k < nd; k++)
 		map[k] = n->rank ? k : -1;
 	vp.in.v[TCP_V_DST] = sb_mkview(o, n, nd, map);
@@ -261,7 +306,8 @@ sb_val *sb_copy_contig(sb *b, moe_id id)
 	return o;
 }
 
-/* concat: one copy pass per part into its slice of the output. */
+/* concat: one copy pass per part into its slice of the output, but for the
+ * parts computed there (elem_out). */
 void sb_concat(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -270,11 +316,16 @@ void sb_concat(sb *b, moe_id id)
 		sb_refuse(b, id, "a concat of more than 8 dimensions");
 		return;
 	}
-	sb_val *o = sb_out_val(b, id);
+	sb_val *o = b->v[id].kind == SV_VIEW ? &b->v[id] : sb_out_val(b, id); /* a part made it (elem_out) */
 	sb_val ov = *o;
 	int64_t off = 0;
 	for (uint32_t i = 0; i < n->nargs && !b->failed; i++) {
 		const ir_node *a = SBN(b, n->args[i]);
+		const sb_val *pv = &b->v[n->args[i]];
+		if (pv->kind == SV_VIEW && pv->buf == ov.buf) { /* computed in place */
+			off += a->shape[axis];
+			continue;
+		}
 		vpass vp;
 		int map[TCP_MAXD];
 		vp_init(&vp, a->rank, a->shape);

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched_build_int.h"
 
 void sb_err(sb *b, moe_id at, const char *fmt, ...)
@@ -506,16 +507,18 @@ static tcp_sched *planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machin
  * DM planner lists the plans (weights mode, spills' residence) that fit
  * (tcp_dm_plans); when that build is not the only one, each plan is built
  * and priced on the timeline (tcp_dm_price) and the fastest kept (ties: the
- * planner's order). When none fits, the last resort is built and its
- * placement reports the overflow. */
-tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+ * planner's order). When none fits (*fits false), the last resort is built
+ * and its placement reports the overflow. */
+static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool *fits)
 {
 	ts_wdemand wd;
 	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, NULL, 0, &wd);
+	*fits = true;
 	if (!s || !m || (!(s->nloop && wd.n) && !wd.nspill))
 		return s;
 	ts_wplan w[4];
 	uint32_t n = tcp_dm_plans(s, &wd, w);
+	*fits = n > 0;
 	bool asbuilt = n == 1 && w[0].mode == TS_W_DOUBLE;
 	for (uint32_t k = 0; asbuilt && k < wd.nspill && k < TS_MAX_SPILLS; k++)
 		asbuilt = !w[0].hbm[k];
@@ -523,7 +526,9 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		return s;
 	if (n <= 1) {
 		tcp_sched_free(s);
-		return planned(ctx, g, m, &wd, &w[0]);
+		s = planned(ctx, g, m, &wd, &w[0]);
+		*fits = n == 1 || (s && tcp_dm_placeable(s)); /* the last resort may place: the trials are conservative */
+		return s;
 	}
 	tcp_sched *best = NULL;
 	int64_t bt = -1;
@@ -547,4 +552,34 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	}
 	tcp_sched_free(s);
 	return best ? best : planned(ctx, g, m, &wd, &w[0]);
+}
+
+/* When no plan fits, the layer's wide row-wise values in row chunks
+ * (tcp_row_chunk_wide): the fewest of 2, 4, ... 64 chunks with which a plan
+ * fits; none: the unchunked build, whose placement reports the overflow. */
+tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	bool fits = true;
+	tcp_sched *s = build_planned(ctx, g, m, &fits);
+	for (uint32_t nch = 2; s && !fits && nch <= 64; nch *= 2) {
+		uint32_t got = 0;
+		size_t n0 = moe_diag_count(ctx);
+		moe_graph *c = tcp_row_chunk_wide(ctx, g, nch, &got);
+		if (!c)
+			break;
+		tcp_sched *t = build_planned(ctx, c, m, &fits);
+		ir_graph_free(c);
+		if (!t) {
+			ts_diag_truncate(ctx, n0); /* the chunked graph is not built: the layer's error stands */
+			fits = false;
+			break;
+		}
+		if (fits) {
+			tcp_sched_free(s);
+			s = t;
+		} else {
+			tcp_sched_free(t);
+		}
+	}
+	return s;
 }

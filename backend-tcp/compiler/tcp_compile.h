@@ -28,6 +28,10 @@ tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *
 /* rowchunk.c: g with its row-wise tail computed in *nchunks row chunks that
  * fit DM, or NULL (*nchunks 0) when the tail fits (or there is none) */
 moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks);
+/* rowchunk.c: g with its wide row-wise values (the schedule compiler's
+ * regions, rowchunk.c) computed in nch row chunks, or NULL (*nchunks 0) when
+ * it has none */
+moe_graph *tcp_row_chunk_wide(moe_ctx *ctx, const moe_graph *g, uint32_t nch, uint32_t *nchunks);
 
 /* weight packing (prep.c): the device graph (NULL when nothing is packed or
  * on error, see moe_error_count) and the prep graph as IR JSON (ctx_alloc'd);

@@ -409,6 +409,28 @@ static moe_tcp_program *compile_layer(moe_ctx *ctx, const layer *L, moe_module *
 	return p;
 }
 
+/* One test's compiled layer and its seeded bindings; tcase_close frees them. */
+typedef struct tcase {
+	moe_module *m;
+	moe_tcp_program *p;
+	moe_tensor_map *b;
+} tcase;
+
+static tcase tcase_open(moe_ctx *ctx, const layer *L, uint64_t seed)
+{
+	tcase c;
+	c.p = compile_layer(ctx, L, &c.m);
+	c.b = bindings(ctx, L, seed);
+	return c;
+}
+
+static void tcase_close(tcase *c)
+{
+	moe_tensor_map_free(c->b);
+	moe_tcp_program_free(c->p);
+	moe_module_free(c->m);
+}
+
 static void free_outs(moe_ctx *ctx, moe_tensor **o, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -421,15 +443,13 @@ static void test_one_expert_skips_blocks(void **st)
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 40, 48, 96, 8, 1, 16, 1, 0};
-	moe_module *m;
-	moe_tcp_program *p = compile_layer(ctx, &L, &m);
-	moe_tensor_map *b = bindings(ctx, &L, 7);
+	tcase c = tcase_open(ctx, &L, 7);
 	moe_tensor *o1[2] = {0}, *o2[2] = {0};
 	moe_tcp_stats s1, s2;
 	moe_tcp_run_opts skip = {0}, noskip = {0};
 	noskip.no_skip = 1;
-	assert_int_equal(moe_tcp_run(ctx, p, b, &skip, o1, &s1), MOE_OK);
-	assert_int_equal(moe_tcp_run(ctx, p, b, &noskip, o2, &s2), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &skip, o1, &s1), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &noskip, o2, &s2), MOE_OK);
 	for (int64_t t = 0; t < L.T; t++)
 		assert_int_equal(((int32_t *)o1[1]->data)[t], 0);
 	int64_t real = (L.T + L.B - 1) / L.B, gmax = moe_grid_blocks_max(L.T, L.K, L.E, L.B);
@@ -443,9 +463,7 @@ static void test_one_expert_skips_blocks(void **st)
 	assert_memory_equal(o1[0]->data, o2[0]->data, o1[0]->nbytes);
 	free_outs(ctx, o1, 2);
 	free_outs(ctx, o2, 2);
-	moe_tensor_map_free(b);
-	moe_tcp_program_free(p);
-	moe_module_free(m);
+	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
 
@@ -623,9 +641,9 @@ static void test_timing_only_absent_expert_weights(void **st)
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0, 0};
-	moe_module *m;
-	moe_tcp_program *p = compile_layer(ctx, &L, &m);
-	moe_tensor_map *full = bindings(ctx, &L, 11);
+	tcase c = tcase_open(ctx, &L, 11);
+	moe_tcp_program *p = c.p;
+	moe_tensor_map *full = c.b;
 	char path[] = "/tmp/moec_absentXXXXXX";
 	int fd = mkstemp(path);
 	assert_true(fd >= 0);
@@ -633,7 +651,7 @@ static void test_timing_only_absent_expert_weights(void **st)
 	const char *router_only[] = {"router", NULL};
 	write_checkpoint(path, full, router_only);
 	const char *paths[] = {path};
-	const moe_graph *g = moe_module_graph(m, 0);
+	const moe_graph *g = moe_module_graph(c.m, 0);
 
 	moe_tensor_map *b = moe_tensor_map_new(ctx);
 	size_t absent = 0;
@@ -689,9 +707,7 @@ static void test_timing_only_absent_expert_weights(void **st)
 	remove(path);
 	moe_tensor_map_free(nb);
 	moe_tensor_map_free(b);
-	moe_tensor_map_free(full);
-	moe_tcp_program_free(p);
-	moe_module_free(m);
+	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
 
@@ -721,10 +737,8 @@ static void test_timing_only_same_cycles(void **st)
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 37, 64, 80, 6, 3, 8, 0, 0};
-	moe_module *m;
-	moe_tcp_program *p = compile_layer(ctx, &L, &m);
-	moe_tensor_map *b = bindings(ctx, &L, 11);
-	assert_true(sim_time(ctx, p, b, NULL, 0) == sim_time(ctx, p, b, NULL, 1));
+	tcase c = tcase_open(ctx, &L, 11);
+	assert_true(sim_time(ctx, c.p, c.b, NULL, 0) == sim_time(ctx, c.p, c.b, NULL, 1));
 	/* progress: routing commands, then every block, then the combine */
 	prog_seen ps = {0};
 	moe_tcp_run_opts po = {0};
@@ -732,7 +746,7 @@ static void test_timing_only_same_cycles(void **st)
 	po.progress = count_progress;
 	po.progress_ud = &ps;
 	moe_tcp_stats pst;
-	assert_int_equal(moe_tcp_run(ctx, p, b, &po, NULL, &pst), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &po, NULL, &pst), MOE_OK);
 	assert_true(ps.routing > 0 && ps.combine > 0);
 	assert_int_equal(ps.blocks, pst.blocks_executed);
 	assert_int_equal(ps.block_total, pst.blocks_executed);
@@ -744,7 +758,7 @@ static void test_timing_only_same_cycles(void **st)
 	moe_tcp_run_opts o = {0};
 	o.trace_path = path;
 	moe_tcp_stats s;
-	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &s), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &o, NULL, &s), MOE_OK);
 	FILE *f = fopen(path, "rb");
 	assert_non_null(f);
 	long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
@@ -762,9 +776,7 @@ static void test_timing_only_same_cycles(void **st)
 	assert_true(slices > 0 && slices == s.commands);
 	cJSON_Delete(j);
 	free(txt);
-	moe_tensor_map_free(b);
-	moe_tcp_program_free(p);
-	moe_module_free(m);
+	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
 
@@ -782,20 +794,16 @@ static void test_decode_follows_hbm_bandwidth(void **st)
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 1, 1024, 4096, 4, 2, 4, 0, 0};
-	moe_module *m;
-	moe_tcp_program *p = compile_layer(ctx, &L, &m);
-	moe_tensor_map *b = bindings(ctx, &L, 5);
+	tcase c = tcase_open(ctx, &L, 5);
 	moe_tcp_machine *fast = variant(ctx, "hbm_bytes_per_s", "1.5e12", "3.0e12");
-	double t0 = sim_time(ctx, p, b, NULL, 1), t1 = sim_time(ctx, p, b, fast, 1);
+	double t0 = sim_time(ctx, c.p, c.b, NULL, 1), t1 = sim_time(ctx, c.p, c.b, fast, 1);
 	double bytes = 2.0 * 3 * L.D * L.F * 2, gain = bytes * (1 / 1500.0 - 1 / 2048.0) * 1e-9;
 	if (getenv("TCP_TEST_VERBOSE"))
 		printf("decode: %g s -> %g s (weight stream gain %g s)\n", t0, t1, gain);
 	assert_true(t0 - t1 >= 0.90 * gain);
 	assert_true(t1 < t0);
 	moe_tcp_machine_free(ctx, fast);
-	moe_tensor_map_free(b);
-	moe_tcp_program_free(p);
-	moe_module_free(m);
+	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
 
@@ -811,13 +819,11 @@ static void test_decode_stream_back_to_back(void **st)
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 1, 1024, 2048, 8, 4, 8, 0, 0};
-	moe_module *m;
-	moe_tcp_program *p = compile_layer(ctx, &L, &m);
-	moe_tensor_map *b = bindings(ctx, &L, 13);
+	tcase c = tcase_open(ctx, &L, 13);
 	moe_tcp_run_opts o = {0};
 	o.timing_only = 1;
 	moe_tcp_stats s;
-	assert_int_equal(moe_tcp_run(ctx, p, b, &o, NULL, &s), MOE_OK);
+	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &o, NULL, &s), MOE_OK);
 	double stream = (double)L.K * 3 * (double)L.D * (double)L.F * 2 / 1.5e12;
 	if (getenv("TCP_TEST_VERBOSE"))
 		printf("decode stream: experts %g s, weights at the HBM rate %g s, %lld blocks\n", s.expert_seconds, stream,
@@ -825,9 +831,7 @@ static void test_decode_stream_back_to_back(void **st)
 	assert_int_equal(s.blocks_executed, L.K);
 	assert_true(s.expert_seconds >= stream);
 	assert_true(s.expert_seconds <= stream + 3.0 * L.K * 500e-9 + 2e-6);
-	moe_tensor_map_free(b);
-	moe_tcp_program_free(p);
-	moe_module_free(m);
+	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
 
@@ -912,17 +916,13 @@ static void test_block_auto_near_best(void **st)
 		for (int i = 0; i < 5; i++) {
 			layer L = Ls[k];
 			L.B = cand[i];
-			moe_module *m;
-			moe_tcp_program *p = compile_layer(ctx, &L, &m);
-			moe_tensor_map *b = bindings(ctx, &L, 11);
-			double t = sim_time(ctx, p, b, NULL, 1);
+			tcase c = tcase_open(ctx, &L, 11);
+			double t = sim_time(ctx, c.p, c.b, NULL, 1);
 			if (i < 4)
 				best = i == 0 || t < best ? t : best;
 			else
 				tauto = t;
-			moe_tensor_map_free(b);
-			moe_tcp_program_free(p);
-			moe_module_free(m);
+			tcase_close(&c);
 		}
 		if (getenv("TCP_TEST_VERBOSE"))
 			printf("block=auto: T=%lld B=%lld %g s, best of 32..256 %g s\n", (long long)Ls[k].T, (long long)ab, tauto,

@@ -1,5 +1,6 @@
-/* backend-tcp/rowchunk.c: the layer's tail in row chunks (docs/tcp-isa.md
- * section 7, item 7).
+/* backend-tcp/compiler/gpass/rowchunk.c: the layer's tail in row chunks
+ * (docs/tcp-isa.md section 7, item 7), and the schedule compiler's row
+ * chunks (tcp_row_chunk_wide, below; docs/tcp-compiler.md 5.3).
  *
  * After routing, a layer computes values with one row per token that are
  * row-wise: row t of each depends only on row t of its row-wise operands
@@ -314,4 +315,235 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		return NULL;
 	}
 	return d;
+}
+
+/* ---- the schedule compiler's row chunks (sched_build.c asks for them) ----
+ *
+ * The schedule compiler keeps the block loop and fuses nothing, so a wide
+ * row-wise value (a [T, D] f32 cast beside its operand) is a DM buffer of its
+ * own wherever it stands: before the loop (the router's cast of x) as well as
+ * after it. The *seeds* are the row-wise nodes of leading dimension T (c->T)
+ * that are wide (a row at least as wide as x's) or read the rows of an input
+ * that wide, and that are read only as rows by row-wise nodes (or by the
+ * outputs); a *region* is a set of seeds and their readers joined by the
+ * seeds' edges. Each region is computed once per chunk of rows where its last
+ * node stands; a value of it read outside it (an *exit*: an output, the
+ * router's logits) is the concat of its chunks. A seed's value then exists
+ * one chunk at a time. A region whose exit is read before its last node, or
+ * that reads one of its own values whole, is left whole (its chunks could not
+ * stand in one place). */
+
+static bool wide(const rc *c, moe_id i, int64_t row)
+{
+	return ir_bytes(N(c->g, i)) / c->T >= row;
+}
+
+/* Node i reads the rows of a wide input (whose DM copy would be whole). */
+static bool reads_wide_input(const rc *c, moe_id i, int64_t row)
+{
+	const ir_node *n = N(c->g, i);
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (N(c->g, n->args[k])->op == MOE_OP_INPUT && row_operand(c, n, k) && wide(c, n->args[k], row))
+			return true;
+	return false;
+}
+
+/* Every reader of i is row-wise and reads it as rows only (an output may read it). */
+static bool read_as_rows(const rc *c, moe_id i, const bool *rw)
+{
+	const moe_graph *g = c->g;
+	for (moe_id u = i + 1; u < g->nnodes; u++) {
+		const ir_node *n = N(g, u);
+		if (n->valid == i)
+			return false;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] == i && (!rw[u] || !row_operand(c, n, k)))
+				return false;
+	}
+	return true;
+}
+
+static uint32_t find_root(uint32_t *up, uint32_t i)
+{
+	while (up[i] != i)
+		i = up[i] = up[up[i]];
+	return i;
+}
+
+/* in[i]: node i is in a region; reg[i]: its region's root; last[root]: the
+ * region's last node. Regions whose exits are read before their last node,
+ * or that read one of their own values whole, are dropped. */
+static void regions(rc *c, bool *in, uint32_t *reg, moe_id *last)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	int64_t row = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0);
+	bool *rw = ctx_alloc(g->ctx, nn + 1), *seed = ctx_alloc(g->ctx, nn + 1), *bad = ctx_alloc(g->ctx, nn + 1);
+	for (moe_id i = 0; i < nn; i++)
+		rw[i] = row_wise(c, i);
+	for (moe_id i = 0; i < nn; i++) {
+		seed[i] = row > 0 && rw[i] && (wide(c, i, row) || reads_wide_input(c, i, row)) && read_as_rows(c, i, rw);
+		in[i] = seed[i];
+		reg[i] = i;
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k < n->nargs && rw[i] && !in[i]; k++)
+			in[i] = seed[n->args[k]] && row_operand(c, n, k);
+		for (uint32_t k = 0; k < n->nargs && in[i]; k++)
+			if (seed[n->args[k]] && row_operand(c, n, k))
+				reg[find_root(reg, n->args[k])] = find_root(reg, i);
+	}
+	for (moe_id i = 0; i < nn; i++) {
+		reg[i] = find_root(reg, i);
+		last[i] = MOE_NONE;
+	}
+	for (moe_id i = 0; i < nn; i++)
+		if (in[i])
+			last[reg[i]] = i; /* ascending: the last one stays */
+	for (moe_id u = 0; u < nn; u++) {
+		const ir_node *n = N(g, u);
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			moe_id a = n->args[k];
+			if (a >= nn || !in[a])
+				continue;
+			if (in[u] && reg[u] == reg[a] ? !row_operand(c, n, k) : u <= last[reg[a]])
+				bad[reg[a]] = true;
+		}
+		if (n->valid != MOE_NONE && n->valid < nn && in[n->valid])
+			bad[reg[n->valid]] = true;
+	}
+	for (moe_id i = 0; i < nn; i++)
+		in[i] = in[i] && !bad[reg[i]];
+	ctx_free(g->ctx, rw, nn + 1);
+	ctx_free(g->ctx, seed, nn + 1);
+	ctx_free(g->ctx, bad, nn + 1);
+}
+
+/* Region r (root) in row chunks of at most `rows` rows, its exits joined. */
+static void emit_region(rc *c, moe_graph *d, moe_id *map, moe_id *cm, const bool *is_out, const bool *in,
+	const uint32_t *reg, uint32_t r, int64_t rows)
+{
+	const moe_graph *g = c->g;
+	uint32_t nn = g->nnodes;
+	bool *all = c->tail, *mask = ctx_alloc(g->ctx, nn + 1);
+	for (moe_id i = 0; i < nn; i++)
+		mask[i] = in[i] && reg[i] == r;
+	int64_t at[MAXCH + 2];
+	c->tail = mask; /* this region's nodes; boundaries inside the parts of a concat it reads */
+	uint32_t nch = boundaries(c, rows, at);
+	moe_id(*parts)[MAXCH] = ctx_alloc(g->ctx, sizeof *parts * (nn + 1));
+	bool *exit = ctx_alloc(g->ctx, nn + 1);
+	for (moe_id u = 0; u < nn; u++) {
+		const ir_node *n = N(g, u);
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] < nn && mask[n->args[k]] && !mask[u])
+				exit[n->args[k]] = true;
+	}
+	for (moe_id i = 0; i < nn; i++)
+		exit[i] = mask[i] && (exit[i] || is_out[i]);
+	for (uint32_t ch = 0; ch < nch; ch++)
+		for (moe_id i = 0; i < nn; i++)
+			if (mask[i]) {
+				cm[i] = chunk_node(c, d, map, cm, i, at[ch], at[ch + 1]);
+				if (exit[i])
+					parts[i][ch] = cm[i];
+			}
+	for (moe_id i = 0; i < nn; i++)
+		if (exit[i]) {
+			map[i] = ir_b_concat(d, parts[i], nch, 0, N(g, i)->loc);
+			if (N(g, i)->name)
+				moe_node_set_name(d, map[i], N(g, i)->name);
+		}
+	c->tail = all;
+	ctx_free(g->ctx, parts, sizeof *parts * (nn + 1));
+	ctx_free(g->ctx, exit, nn + 1);
+	ctx_free(g->ctx, mask, nn + 1);
+}
+
+/* g's regions of leading dimension T in nch chunks, or NULL when it has none. */
+static moe_graph *chunk_rows(moe_ctx *ctx, const moe_graph *g, int64_t T, uint32_t nch)
+{
+	uint32_t nn = g->nnodes;
+	bool *pack = ctx_alloc(ctx, nn + 1), *in = ctx_alloc(ctx, nn + 1), *is_out = ctx_alloc(ctx, nn + 1);
+	uint32_t *reg = ctx_alloc(ctx, sizeof *reg * (nn + 1));
+	moe_id *last = ctx_alloc(ctx, sizeof *last * (nn + 1));
+	tcp_packed_nodes(ctx, g, pack);
+	rc c = {g, T, in, pack};
+	for (uint32_t o = 0; o < g->nout; o++)
+		is_out[g->outputs[o]] = true;
+	regions(&c, in, reg, last);
+	bool any = false;
+	for (moe_id i = 0; i < nn && !any; i++)
+		any = in[i];
+	moe_graph *d = NULL;
+	if (any) {
+		d = ir_graph_clone_empty(g);
+		ir_graph_drop_node_keys(d);
+		moe_id *map = ctx_alloc(ctx, sizeof *map * (nn + 1)), *cm = ctx_alloc(ctx, sizeof *cm * (2 * nn + 1));
+		int64_t rows = (T + nch - 1) / nch;
+		for (moe_id i = 0; i < nn; i++) {
+			map[i] = in[i] ? MOE_NONE : ir_copy_node(d, g, i, map);
+			if (in[i] && last[reg[i]] == i)
+				emit_region(&c, d, map, cm, is_out, in, reg, reg[i], rows);
+		}
+		for (uint32_t o = 0; o < g->nout; o++)
+			moe_graph_add_output(d, map[g->outputs[o]]);
+		ir_graph_remap_node_keys(d, g, map);
+		ctx_free(ctx, map, sizeof *map * (nn + 1));
+		ctx_free(ctx, cm, sizeof *cm * (2 * nn + 1));
+	}
+	ctx_free(ctx, pack, nn + 1);
+	ctx_free(ctx, in, nn + 1);
+	ctx_free(ctx, is_out, nn + 1);
+	ctx_free(ctx, reg, sizeof *reg * (nn + 1));
+	ctx_free(ctx, last, sizeof *last * (nn + 1));
+	if (d && pass_dce(ctx, d, NULL, NULL) != MOE_OK) {
+		ir_graph_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* The row counts of g's wide values (a leading dimension of at least 2), ascending. */
+static uint32_t row_counts(const moe_graph *g, int64_t *out, uint32_t max)
+{
+	int64_t row = ir_graph_attr_int(g, IR_GK_MOE_ROW_BYTES, 0);
+	uint32_t n = 0;
+	for (moe_id i = 0; i < g->nnodes && row > 0; i++) {
+		const ir_node *x = N(g, i);
+		int64_t R = x->rank >= 1 ? x->shape[0] : 0;
+		if (R < 2 || (ir_ops[x->op].flags & OPF_LEAF) || ir_bytes(x) / R < row)
+			continue;
+		uint32_t k = 0;
+		while (k < n && out[k] < R)
+			k++;
+		if ((k < n && out[k] == R) || n == max)
+			continue;
+		memmove(out + k + 1, out + k, (n - k) * sizeof *out);
+		out[k] = R;
+		n++;
+	}
+	return n;
+}
+
+/* Each row count in turn, the smallest first (so a larger count's chunks,
+ * made later, are not chunked again): a region's rows are its leading
+ * dimension, T or a part of blockwise-dispatch's chunked combine. */
+moe_graph *tcp_row_chunk_wide(moe_ctx *ctx, const moe_graph *g, uint32_t nch, uint32_t *nchunks)
+{
+	int64_t R[16];
+	*nchunks = 0;
+	if (g->nnodes == 0 || nch < 2 || nch > MAXCH || g->is_body)
+		return NULL;
+	uint32_t nr = row_counts(g, R, 16);
+	moe_graph *cur = NULL;
+	for (uint32_t k = 0; k < nr; k++) {
+		moe_graph *d = chunk_rows(ctx, cur ? cur : g, R[k], nch);
+		if (d) {
+			if (cur)
+				ir_graph_free(cur);
+			cur = d;
+		}
+	}
+	*nchunks = cur ? nch : 0;
+	return cur;
 }
