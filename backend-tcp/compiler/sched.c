@@ -82,6 +82,15 @@ void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item)
 	r->item[r->nitem++] = item;
 }
 
+void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item)
+{
+	IR_ASSERT(rg < s->nrg && at <= s->rg[rg].nitem);
+	ts_region_push(s, rg, item);
+	ts_region *r = &s->rg[rg];
+	memmove(r->item + at + 1, r->item + at, (r->nitem - 1 - at) * sizeof *r->item);
+	r->item[at] = item;
+}
+
 ts_id ts_add_op(tcp_sched *s, ts_id rg, const tcp_insn *in, int phase)
 {
 	grow(s, (void **)&s->op, s->nop, &s->cop, sizeof *s->op);
@@ -199,6 +208,17 @@ void ts_region_bounds(tcp_sched *s, ts_id rg, const int64_t *bound, uint32_t n)
 	r->bound = ir_alloc(&s->arena, (n ? n : 1) * sizeof *r->bound);
 	memcpy(r->bound, bound, n * sizeof *r->bound);
 	r->nbound = n;
+}
+
+ts_id ts_add_classes(tcp_sched *s, ts_id parent, uint32_t at, ts_id rows, const int64_t *bound, uint32_t n)
+{
+	ts_id c = ts_add_region(s, TS_NONE, TS_RG_CLASSES, rows);
+	s->rg[c].parent = parent;
+	ts_region_insert(s, parent, at, TS_ITEM_RG | c);
+	ts_region_bounds(s, c, bound, n);
+	for (uint32_t k = 0; k < n; k++)
+		ts_add_region(s, c, TS_RG_SEQ, TS_NONE);
+	return c;
 }
 
 int ts_add_loop(tcp_sched *s, ts_id parent, int64_t G, ts_id nb, ts_id g)

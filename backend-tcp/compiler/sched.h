@@ -137,10 +137,16 @@ void ts_add_dep(tcp_sched *s, ts_id op, ts_id on, int dist);
 ts_id ts_add_scalar(tcp_sched *s, ts_id rg, const char *name, int kind, int op, ts_id a, ts_id b, int64_t imm);
 ts_id ts_add_region(tcp_sched *s, ts_id parent, int kind, ts_id pred);
 void ts_region_bounds(tcp_sched *s, ts_id rg, const int64_t *bound, uint32_t n);
+/* A classes region keyed on scalar rows, with n bounds (increasing) and one
+ * empty SEQ case per bound (its items in bound order), standing at position
+ * at of parent's items (at == its item count: appended). */
+ts_id ts_add_classes(tcp_sched *s, ts_id parent, uint32_t at, ts_id rows, const int64_t *bound, uint32_t n);
 /* A block loop appended to region parent: its LOOP region and three SEQ regions. */
 int ts_add_loop(tcp_sched *s, ts_id parent, int64_t G, ts_id nb, ts_id g);
 /* Internal: append an item to a region (the reader uses it). */
 void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item);
+/* Inserts an item at position at (<= the item count) of a region's items. */
+void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
 
 /* ---- text form (sched_print.c, sched_parse.c; docs/tcp-compiler.md 4.2) ---- */

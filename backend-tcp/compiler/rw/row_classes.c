@@ -1,0 +1,347 @@
+/* backend-tcp/compiler/rw/row_classes.c: rewrite `row-classes`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * sched-build runs a block's passes over the block's whole row extent B,
+ * the rows past its valid count ($rows) included, and the machine charges a
+ * pass for every row of its static extent. The rewrite puts each run of the
+ * body's consecutive ops that holds a pass over the block's rows into a
+ * classes region keyed on $rows: the case of bound h (taken when the
+ * previous bound < $rows <= h) holds a copy of every op of the run, the
+ * passes over the rows cut to h rows; the last case, bound B, holds the
+ * original ops; row_bounds chooses the bounds.
+ *
+ * Cut are:
+ *  - row passes: a tu.vec or tu.contract (not scaled) under valid=$rows of
+ *    two or more dimensions whose destination steps along dim 0, no vector
+ *    step that filters or reads the dim-0 counter: its rows are independent
+ *    of one another, and those past $rows it writes as zero;
+ *  - feeders: a dma.copy of B rows into a DM buffer that only row passes
+ *    read (the block's rows copied in).
+ * Rows [h, B) of what they write are left as an earlier block wrote them, so
+ * a pass is cut only when every other op that reads its destination buffer
+ * is a cut pass reading, at its row i, row i of what the pass wrote (so rows
+ * below h, the same class being taken in every run) or a dma.copy into HBM
+ * (the store of the block's rows, whose rows past $rows the combine never
+ * reads). Values are unchanged.
+ *
+ * Dependencies: a copy in case k depends on the copies in case k of the run's
+ * ops its original waits for in its block, on every case's copy of those it
+ * waits for in the previous block, and on the ops outside the run as the
+ * original; every op that waits for an op of the run also waits, at the
+ * same distance, for each of its copies (only one case runs in a block). A
+ * span buffer whose first op is in the run starts at its first case's copy. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+
+#define RC_MAX_BOUNDS 20
+
+/* The row classes of a pass over B rows. A case costs a block only the
+ * control path's test (an li and a branch, and a jump out of the case
+ * taken), which runs ahead of the engines, while a pass's time past its
+ * fixed part grows with its rows; so the classes are as fine as the code
+ * they copy allows: f = B / 32, at least 8 rows (the first row tile of the
+ * legacy emitter), doubling while below the step max(f, B / 16), then every
+ * step, then B; a bound less than f below B is left out (at most
+ * RC_MAX_BOUNDS). Returns their count (1: no class to add). */
+static uint32_t row_bounds(int64_t B, int64_t *b)
+{
+	int64_t f = B / 32 < 8 ? 8 : B / 32;
+	uint32_t n = 0;
+	int64_t st = B / 16 > f ? B / 16 : f, h = f;
+	for (; h < st && h + f <= B; h *= 2)
+		b[n++] = h;
+	for (h = (h + st - 1) / st * st; h + f <= B && n + 1 < RC_MAX_BOUNDS; h += st)
+		b[n++] = h;
+	b[n++] = B;
+	return n;
+}
+
+typedef struct rc {
+	const tcp_sched *s;
+	const ts_loop *l;
+	uint8_t *cut;  /* per op: 1 row pass, 2 feeder, 0 neither */
+	int64_t B;     /* the largest row pass's rows */
+	ts_id nop;     /* the ops cut covers */
+} rc;
+
+/* The row a view of instruction in starts at, in rows of `row` elements
+ * from its base, when its dim-0 index i touches only that row + i (dim-0
+ * stride row, the other dims within one row); else -1. */
+static int64_t view_row(const tcp_insn *in, const tcp_view *v, int64_t row)
+{
+	if (row < 1 || v->stride[0] != row || v->base < 0)
+		return -1;
+	int64_t ext = v->base % row;
+	for (int k = 1; k < in->ndim; k++)
+		ext += (in->dim[k] - 1) * (v->stride[k] < 0 ? -v->stride[k] : v->stride[k]);
+	return ext < row ? v->base / row : -1;
+}
+
+/* whether every view of q that reads buffer t reads, at dim-0 index i, row
+ * i of what op o writes there (o's destination view d) */
+static bool same_rows(const ts_op *q, const ts_op *o)
+{
+	const tcp_view *d = &o->in.v[TCP_V_DST];
+	int64_t r0 = view_row(&o->in, d, d->stride[0]);
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
+		const tcp_view *v = &q->in.v[w];
+		if (v->t != d->t)
+			continue;
+		if (r0 < 0 || view_row(&q->in, v, d->stride[0]) != r0 || v->reg != d->reg || (v->reg >= 0 && v->scale != d->scale))
+			return false;
+	}
+	return true;
+}
+
+static bool row_pass(const tcp_sched *s, const ts_loop *l, const ts_op *o)
+{
+	const tcp_insn *in = &o->in;
+	const tcp_view *d = &in->v[TCP_V_DST];
+	if (in->vreg < 0 || (ts_id)in->vreg != l->rows || in->ndim < 2 || d->t < 0 || d->stride[0] == 0 ||
+		s->buf[d->t].space != TCP_DM || view_row(in, d, d->stride[0]) < 0)
+		return false;
+	if (in->op == TCP_OP_TU_CONTRACT)
+		return !(in->flags & TCP_F_SCALED);
+	if (in->op != TCP_OP_TU_VEC)
+		return false;
+	for (int i = 0; i < in->nstep; i++) {
+		const tcp_step *st = &in->step[i];
+		if (st->op >= TCP_V_COUNT || tcp_vop_stage[st->op] == TCP_ST_FILTER ||
+			((st->x == TCP_SRC_CTR || st->y == TCP_SRC_CTR) && st->ctr == 0))
+			return false;
+	}
+	return true;
+}
+
+static bool feeder(const tcp_sched *s, const ts_op *o, int64_t B)
+{
+	const tcp_insn *in = &o->in;
+	const tcp_view *d = &in->v[TCP_V_DST];
+	return in->op == TCP_OP_DMA_COPY && in->vreg < 0 && in->ndim >= 2 && in->dim[0] == B && d->t >= 0 &&
+	       d->stride[0] != 0 && s->buf[d->t].space == TCP_DM && !(in->flags & TCP_F_JOIN) &&
+	       view_row(in, d, d->stride[0]) >= 0;
+}
+
+/* whether op q reads buffer t */
+static bool reads(const ts_op *q, int32_t t)
+{
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+		if (q->in.v[w].t == t)
+			return true;
+	return false;
+}
+
+/* whether every op but o that reads o's destination is a cut row pass or
+ * (for a row pass) a dma.copy into HBM */
+static bool readers_ok(const rc *c, ts_id o, bool only_passes)
+{
+	const tcp_sched *s = c->s;
+	int32_t t = s->op[o].in.v[TCP_V_DST].t;
+	for (ts_id q = 0; q < s->nop; q++) {
+		if (q == o || !reads(&s->op[q], t))
+			continue;
+		if (c->cut[q] == 1) {
+			if (!same_rows(&s->op[q], &s->op[o]))
+				return false;
+			continue;
+		}
+		const tcp_insn *in = &s->op[q].in;
+		if (only_passes || in->op != TCP_OP_DMA_COPY || in->v[TCP_V_DST].t < 0 ||
+			s->buf[in->v[TCP_V_DST].t].space != TCP_HBM)
+			return false;
+	}
+	return true;
+}
+
+/* Marks the body's top-level ops to cut; returns how many row passes. */
+static uint32_t mark(rc *c)
+{
+	const tcp_sched *s = c->s;
+	const ts_region *b = &s->rg[c->l->body];
+	c->B = 0;
+	for (uint32_t k = 0; k < b->nitem; k++) {
+		ts_id o = TS_ITEM_ID(b->item[k]);
+		if (TS_ITEM_KIND(b->item[k]) == TS_ITEM_OP && row_pass(s, c->l, &s->op[o])) {
+			c->cut[o] = 1;
+			c->B = s->op[o].in.dim[0] > c->B ? s->op[o].in.dim[0] : c->B;
+		}
+	}
+	for (bool changed = true; changed;) { /* a pass whose readers are not all safe stays whole */
+		changed = false;
+		for (ts_id o = 0; o < s->nop; o++)
+			if (c->cut[o] == 1 && !readers_ok(c, o, false))
+				c->cut[o] = 0, changed = true;
+	}
+	uint32_t n = 0;
+	for (ts_id o = 0; o < s->nop; o++)
+		n += c->cut[o] == 1;
+	for (uint32_t k = 0; k < b->nitem && n; k++) {
+		ts_id o = TS_ITEM_ID(b->item[k]);
+		if (TS_ITEM_KIND(b->item[k]) == TS_ITEM_OP && feeder(s, &s->op[o], c->B) && readers_ok(c, o, true))
+			c->cut[o] = 2;
+	}
+	return n;
+}
+
+static bool prepare(rc *c, const tcp_sched *s)
+{
+	memset(c, 0, sizeof *c);
+	if (s->nloop < 1 || s->loop[0].rows == TS_NONE)
+		return false;
+	c->s = s;
+	c->l = &s->loop[0];
+	c->nop = s->nop;
+	c->cut = ctx_alloc(s->ctx, s->nop + 1);
+	int64_t b[RC_MAX_BOUNDS];
+	return mark(c) > 0 && row_bounds(c->B, b) > 1;
+}
+
+bool ts_rw_row_classes_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	rc c;
+	bool ok = prepare(&c, s);
+	if (c.cut)
+		ctx_free(s->ctx, c.cut, 0);
+	return ok;
+}
+
+/* The run of ops at body items [i0, i0 + m) into a classes region of n
+ * bounds. run[j]: the ops; at[o]: j + 1 for op o of the run. */
+static void split_run(tcp_sched *s, const rc *c, uint32_t i0, uint32_t m, const int64_t *bound, uint32_t n,
+	uint16_t feature)
+{
+	ts_id body = c->l->body, nop0 = s->nop;
+	ts_id *run = ctx_alloc(s->ctx, m * sizeof *run), *cp = ctx_alloc(s->ctx, (size_t)m * n * sizeof *cp);
+	uint32_t *at = ctx_alloc(s->ctx, (nop0 + 1) * sizeof *at);
+	for (uint32_t j = 0; j < m; j++) {
+		run[j] = TS_ITEM_ID(s->rg[body].item[i0 + j]);
+		at[run[j]] = j + 1;
+	}
+	ts_region *b = &s->rg[body];
+	memmove(b->item + i0, b->item + i0 + m, (b->nitem - i0 - m) * sizeof *b->item);
+	b->nitem -= m;
+	/* a span buffer living within the run: one per case, so cases do not
+	 * overlap their spans (the last case keeps the original) */
+	ts_id nbuf0 = s->nbuf, *bmap = ctx_alloc(s->ctx, (size_t)nbuf0 * n * sizeof *bmap);
+	for (ts_id t = 0; t < nbuf0; t++) {
+		const ts_buf *bf = &s->buf[t];
+		bool own = bf->life == TS_LIFE_SPAN && bf->first < nop0 && bf->last < nop0 && at[bf->first] && at[bf->last];
+		for (uint32_t k = 0; k < n; k++) {
+			bmap[(size_t)k * nbuf0 + t] = t;
+			if (own && k + 1 < n) {
+				ts_buf keep = s->buf[t];
+				ts_id nt = ts_add_buf(s, keep.name, keep.space, keep.kind, (moe_dtype)keep.dtype, keep.rank, keep.shape);
+				s->buf[nt] = keep;
+				bmap[(size_t)k * nbuf0 + t] = nt;
+			}
+		}
+	}
+	ts_id cls = ts_add_classes(s, body, i0, c->l->rows, bound, n);
+	for (uint32_t k = 0; k < n; k++) {
+		ts_id cs = TS_ITEM_ID(s->rg[cls].item[k]);
+		for (uint32_t j = 0; j < m; j++) {
+			if (k + 1 == n) { /* the last case: the originals */
+				cp[k * m + j] = run[j];
+				s->op[run[j]].region = cs;
+				ts_region_push(s, cs, TS_ITEM_OP | run[j]);
+				continue;
+			}
+			tcp_insn in = s->op[run[j]].in;
+			if (c->cut[run[j]] && in.dim[0] > bound[k])
+				in.dim[0] = bound[k];
+			for (int w = 0; w < TCP_NVIEW; w++)
+				if (in.v[w].t >= 0 && (ts_id)in.v[w].t < nbuf0)
+					in.v[w].t = (int32_t)bmap[(size_t)k * nbuf0 + (ts_id)in.v[w].t];
+			ts_id o = ts_add_op(s, cs, &in, s->op[run[j]].phase);
+			s->op[o].node = s->op[run[j]].node;
+			s->op[o].feature = feature;
+			cp[k * m + j] = o;
+		}
+	}
+	/* the copies' dependencies, then the originals' on the other cases */
+	for (uint32_t j = 0; j < m; j++) {
+		uint32_t nd = s->op[run[j]].ndep;
+		for (uint32_t d = 0; d < nd; d++) {
+			ts_id y = s->op[run[j]].dep[d];
+			int dist = s->op[run[j]].dist[d];
+			uint32_t jy = y < nop0 ? at[y] : 0;
+			for (uint32_t k = 0; k + 1 < n; k++) {
+				if (!jy)
+					ts_add_dep(s, cp[k * m + j], y, dist);
+				else if (!dist)
+					ts_add_dep(s, cp[k * m + j], cp[k * m + jy - 1], 0);
+				else
+					for (uint32_t kk = 0; kk < n; kk++)
+						ts_add_dep(s, cp[k * m + j], cp[kk * m + jy - 1], 1);
+			}
+			if (jy && dist)
+				for (uint32_t kk = 0; kk + 1 < n; kk++)
+					ts_add_dep(s, run[j], cp[kk * m + jy - 1], 1);
+		}
+	}
+	/* every other op that waits for an op of the run waits for its copies */
+	for (ts_id q = 0; q < nop0; q++) {
+		if (at[q])
+			continue;
+		uint32_t nd = s->op[q].ndep;
+		for (uint32_t d = 0; d < nd; d++) {
+			ts_id x = s->op[q].dep[d];
+			int dist = s->op[q].dist[d];
+			if (x < nop0 && at[x])
+				for (uint32_t k = 0; k + 1 < n; k++)
+					ts_add_dep(s, q, cp[k * m + at[x] - 1], dist);
+		}
+	}
+	for (ts_id t = 0; t < nbuf0; t++) {
+		ts_buf *bf = &s->buf[t];
+		if (bf->life != TS_LIFE_SPAN || bf->first >= nop0 || !at[bf->first])
+			continue;
+		if (bmap[t] == t) { /* live past the run: from its first case's copy */
+			bf->first = cp[at[bf->first] - 1];
+			continue;
+		}
+		for (uint32_t k = 0; k + 1 < n; k++) {
+			ts_buf *nb = &s->buf[bmap[(size_t)k * nbuf0 + t]];
+			nb->first = cp[k * m + at[bf->first] - 1];
+			nb->last = cp[k * m + at[bf->last] - 1];
+		}
+	}
+	ctx_free(s->ctx, bmap, 0);
+	ctx_free(s->ctx, run, 0);
+	ctx_free(s->ctx, cp, 0);
+	ctx_free(s->ctx, at, 0);
+}
+
+moe_status ts_rw_row_classes_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)e;
+	rc c;
+	if (!prepare(&c, s)) {
+		if (c.cut)
+			ctx_free(s->ctx, c.cut, 0);
+		return MOE_ERR_INVALID;
+	}
+	int64_t bound[RC_MAX_BOUNDS];
+	uint32_t n = row_bounds(c.B, bound);
+	ts_id body = c.l->body;
+	/* runs of consecutive op items holding a cut op, first to last */
+	for (uint32_t i = 0; i < s->rg[body].nitem;) {
+		uint32_t m = 0;
+		bool any = false;
+		while (i + m < s->rg[body].nitem && TS_ITEM_KIND(s->rg[body].item[i + m]) == TS_ITEM_OP) {
+			ts_id o = TS_ITEM_ID(s->rg[body].item[i + m]);
+			any |= o < c.nop && c.cut[o];
+			m++;
+		}
+		if (!any) {
+			i += m ? m : 1;
+			continue;
+		}
+		split_run(s, &c, i, m, bound, n, feature);
+		i++;
+	}
+	ctx_free(s->ctx, c.cut, 0);
+	return MOE_OK;
+}
