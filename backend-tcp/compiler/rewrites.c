@@ -84,6 +84,14 @@ double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row)
 	return base < 0 || with < 0 ? 0.0 : (double)(base - with);
 }
 
+double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row)
+{
+	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);
+	if (base < 0 || with < 0)
+		return 0.0;
+	return base == with ? 0.5 : (double)(base - with);
+}
+
 double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row)
 {
 	(void)s, (void)e, (void)row;

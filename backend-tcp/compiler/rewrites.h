@@ -42,6 +42,10 @@ int ts_rewrite_find(const char *name, size_t len);
  * expected loads (tcp_sched_predict); the cycles saved, <= 0 when the copy
  * does not apply, verify or place. */
 double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row);
+/* As ts_benefit_by_prediction, but 0.5 where the two predictions are equal
+ * (and both trials succeed): for a rewrite that saves HBM bytes or commands
+ * beside the cycles, applied unless the prediction says it is slower. */
+double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row);
 /* For a rewrite that keeps only what the prediction gains itself: 1. */
 double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
 

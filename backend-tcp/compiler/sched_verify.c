@@ -428,8 +428,11 @@ static unsigned view_spaces(const tcp_insn *in, int w, bool *need)
 }
 
 /* The slot a scalar selects in a block: 0 for `alu.and $g, 1` (the block's
- * own slot of a two-slot buffer), 1 for `alu.and $n, 1` where $n is
- * `alu.add $g, 1` (the next block's), -1 for any other scalar. */
+ * own slot of a two-slot buffer) or `alu.and $x, 1` where $x is `alu.add
+ * $p, $c` of a loopvar $p and a scalar $c (the own slot carried from the
+ * previous block, rewrite same-expert), 1 for `alu.and $n, 1` where $n is
+ * `alu.add $o, 1` of $g or of an own-slot scalar $o (the other slot), -1 for
+ * any other scalar. */
 static int slot_of(const tcp_sched *s, int32_t reg)
 {
 	const ts_scalar *c = reg >= 0 && (uint32_t)reg < s->nsc ? &s->sc[reg] : NULL;
@@ -438,8 +441,11 @@ static int slot_of(const tcp_sched *s, int32_t reg)
 	const ts_scalar *x = &s->sc[c->a];
 	if (x->kind == TS_SC_LOOPIDX)
 		return 0;
-	bool next = x->kind == TS_SC_ALU && x->op == TCP_S_ADD && x->b == TS_NONE && x->imm == 1 && x->a < s->nsc &&
-		    s->sc[x->a].kind == TS_SC_LOOPIDX;
+	if (x->kind != TS_SC_ALU || x->op != TCP_S_ADD || x->a >= s->nsc)
+		return -1;
+	if (x->b != TS_NONE)
+		return s->sc[x->a].kind == TS_SC_LOOPVAR && x->b < s->nsc ? 0 : -1;
+	bool next = x->imm == 1 && (s->sc[x->a].kind == TS_SC_LOOPIDX || slot_of(s, (int32_t)x->a) == 0);
 	return next ? 1 : -1;
 }
 
