@@ -61,10 +61,33 @@ bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
 /* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
  * contracted as one over their weights side by side (NULL: no such pair, or
- * the pair's block buffers would take more than 1/8 of m's DM) */
+ * the pair's block buffers would take more than 1/8 of m's DM; on a graph
+ * holding a block_loop: or the paired layer's expert weights would not stay
+ * double-buffered, tcp_sched_weights_double) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor) */
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`)
+ * into one operand at ka: `outer` emits the merged value in dev (before the
+ * loop; MOE_NONE: failed), `views` runs in the new body nb when its blockarg q
+ * is emitted (where the first of the two old blockargs was) and maps them in
+ * bm, `body` (may be NULL) is offered every other body node j of ob first
+ * (1: it emitted j, 0: copy j, -1: failed); skip_outer: a node of g read only
+ * by the loop's old operands, dropped. NULL when it does not type. */
+typedef struct tcp_loop_hooks {
+	moe_id (*outer)(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map);
+	bool (*views)(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud);
+	int (*body)(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j, moe_id q, moe_id *bm, void *ud);
+	void *ud;
+	moe_id skip_outer;
+} tcp_loop_hooks;
+moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h);
+/* pair_gate_up.c: the outer operand of `loop` that body blockarg v of body bg reads when v
+ * reads an `e` operand given to the loop once (*k: its data operand index), else MOE_NONE */
+moe_id tcp_loop_e_arg(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id v, int *k);
+/* sched_build.c: whether the layer g (split at its packed weights) keeps its block loop's
+ * expert weights double-buffered: the DM planner lists a plan with mode double; quiet */
+bool tcp_sched_weights_double(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
 bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 /* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */

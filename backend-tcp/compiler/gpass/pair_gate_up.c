@@ -272,8 +272,12 @@ static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e
 	return true;
 }
 
+static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
+	if (ir_graph_has_block_loop(g))
+		return pair_loop(ctx, g, m);
 	moe_id nb = ir_graph_node_attr(g, IR_GK_NBLOCKS), bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
 	if (nb == MOE_NONE || bexp == MOE_NONE)
 		return NULL;
@@ -303,4 +307,242 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 			map[i] = ir_copy_node(dev, g, i, map);
 	}
 	return tcp_rewrite_end(ctx, dev, g, map, ok);
+}
+
+/* ---- the same pairings on a block_loop (the tcp-sched pipeline) ----
+ * In a loop body an expert projection is an einsum [M, I] x [O, I] -> [M, O]
+ * (ir_einsum_form's MATMUL_NT, no batch letter) whose second operand is a
+ * blockarg of an `e` operand. A merge replaces two `e` operands of the loop
+ * by one value computed from them (the pair laid out side by side, packed at
+ * load time by tcp-split-weights' rule), and the body reads the two former
+ * blockargs' values as views of the new one. */
+
+/* How many times each node of a body is read (its yield counted twice). */
+static uint32_t use_of(const moe_graph *bg, moe_id v)
+{
+	uint32_t n = 0;
+	for (moe_id i = 0; i < bg->nnodes; i++) {
+		const ir_node *a = N(bg, i);
+		for (uint32_t k = 0; k < a->nargs; k++)
+			n += a->args[k] == v;
+		n += a->valid == v;
+	}
+	return n + (ir_body_yield(bg) == v ? 2 : 0);
+}
+
+moe_id tcp_loop_e_arg(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id v, int *k)
+{
+	const char *kinds = ir_attr_str(loop, "kinds", "");
+	const ir_node *a = N(bg, v);
+	if (a->op != MOE_OP_BLOCKARG || ir_blockarg_role_of(a) != IR_BA_IN)
+		return MOE_NONE;
+	int64_t i = ir_attr_int(a, "index", -1);
+	if (i < 0 || i >= (int64_t)strlen(kinds) || kinds[i] != IR_BK_EXPERT || IR_BL_NCTRL + i >= loop->nargs)
+		return MOE_NONE;
+	for (int j = 0; j < (int)strlen(kinds); j++) /* an operand given to the loop once */
+		if (j != i && loop->args[IR_BL_NCTRL + j] == loop->args[IR_BL_NCTRL + i])
+			return MOE_NONE;
+	(void)g;
+	*k = (int)i;
+	return loop->args[IR_BL_NCTRL + i];
+}
+
+/* A projection of the body: a two-operand MATMUL_NT einsum whose weight is
+ * a blockarg of an `e` operand read only there; its outer operand (*k: its
+ * operand index). */
+static moe_id loop_projection(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id e, int *k)
+{
+	const ir_node *en = N(bg, e);
+	int batch = 0;
+	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
+		batch != 0 || en->args[0] == en->args[1] || use_of(bg, en->args[1]) != 1)
+		return MOE_NONE;
+	return tcp_loop_e_arg(g, loop, bg, en->args[1], k);
+}
+
+moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h)
+{
+	const ir_node *ln = N(g, loop);
+	const moe_graph *ob = ir_node_body(g, ln);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	int nin = (int)strlen(kinds);
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
+	bool ok = true;
+	for (moe_id i = 0; i < g->nnodes && ok; i++) {
+		if (h->skip_outer != MOE_NONE && i == h->skip_outer)
+			continue;
+		if (i != loop) {
+			map[i] = ir_copy_node(dev, g, i, map);
+			continue;
+		}
+		moe_id merged = h->outer(ctx, dev, g, h->ud, map);
+		ok = merged != MOE_NONE;
+		if (!ok)
+			break;
+		uint32_t bi;
+		moe_graph *nb = ir_body_new(dev, &bi);
+		moe_id *bm = ctx_alloc(ctx, (ob->nnodes + 1) * sizeof *bm);
+		for (moe_id j = 0; j <= ob->nnodes; j++)
+			bm[j] = MOE_NONE;
+		moe_id q = MOE_NONE;
+		for (moe_id j = 0; j < ob->nnodes && ok; j++) {
+			const ir_node *a = N(ob, j);
+			int64_t idx = a->op == MOE_OP_BLOCKARG && ir_blockarg_role_of(a) == IR_BA_IN ? ir_attr_int(a, "index", -1)
+												    : -1;
+			if (idx == ka || idx == kb) {
+				if (q == MOE_NONE) { /* the merged operand's blockarg where the first of the two was */
+					const ir_node *mn = N(dev, merged);
+					q = ir_emit(nb, MOE_OP_BLOCKARG, (moe_dtype)mn->dtype, mn->rank - 1, mn->shape + 1, NULL, 0,
+						a->loc);
+					moe_node_set_str(nb, q, "role", "in");
+					moe_node_set_int(nb, q, "index", ka);
+					ok = h->views(ctx, nb, q, ob, bm, h->ud);
+				}
+				continue;
+			}
+			int r = h->body ? h->body(ctx, nb, ob, j, q, bm, h->ud) : 0;
+			if (r < 0)
+				ok = false;
+			else if (r == 0) {
+				bm[j] = ir_copy_node(nb, ob, j, bm);
+				if (idx > kb)
+					moe_node_set_int(nb, bm[j], "index", idx - 1);
+			}
+		}
+		moe_id y = ir_body_yield(ob);
+		ok = ok && y != MOE_NONE && bm[y] != MOE_NONE;
+		if (ok)
+			moe_graph_add_output(nb, bm[y]);
+		ctx_free(ctx, bm, (ob->nnodes + 1) * sizeof *bm);
+		moe_id args[IR_BL_NCTRL + IR_BODY_MAX_INPUTS + 1];
+		char nk[IR_BODY_MAX_INPUTS + 2];
+		uint32_t na = 0;
+		int nkk = 0;
+		for (uint32_t k = 0; k < IR_BL_NCTRL; k++)
+			args[na++] = map[ln->args[k]];
+		for (int k = 0; k < nin && ok && nin <= IR_BODY_MAX_INPUTS; k++) {
+			if (k == kb)
+				continue;
+			args[na++] = k == ka ? merged : map[ln->args[IR_BL_NCTRL + k]];
+			nk[nkk++] = kinds[k];
+		}
+		nk[nkk] = 0;
+		ok = ok && nin <= IR_BODY_MAX_INPUTS && na == ln->nargs - 1;
+		if (!ok)
+			break;
+		moe_id nl = moe_node_new(dev, MOE_OP_BLOCK_LOOP, args, na, ln->loc);
+		for (uint32_t k = 0; k < ln->nattrs; k++)
+			if (strcmp(ln->attrs[k].key, "kinds"))
+				ir_attr_set(dev, N(dev, nl), &ln->attrs[k]);
+		moe_node_set_str(dev, nl, "kinds", nk);
+		if (ln->name)
+			moe_node_set_name(dev, nl, ln->name);
+		N(dev, nl)->body = bi;
+		ok = ir_infer(ctx, dev, nl) == MOE_OK;
+		map[i] = nl;
+	}
+	return tcp_rewrite_end(ctx, dev, g, map, ok);
+}
+
+/* gate/up on a loop: the two projections e1 < e2 of one activation under
+ * one mask, their weights plain bf16 or f32 weights of one type */
+typedef struct lpair {
+	moe_id e1, e2, w1, w2, loop;
+	int k1, k2;
+	int64_t F;
+	moe_id pe, s1, s2; /* in the new body */
+} lpair;
+
+static bool loop_pair_find(const moe_graph *g, moe_id loop, lpair *p)
+{
+	const ir_node *ln = N(g, loop);
+	const moe_graph *bg = ir_node_body(g, ln);
+	if (!bg)
+		return false;
+	for (moe_id a = 0; a < bg->nnodes; a++) {
+		int ka, kb;
+		moe_id wa = loop_projection(g, ln, bg, a, &ka);
+		if (wa == MOE_NONE)
+			continue;
+		for (moe_id b = a + 1; b < bg->nnodes; b++) {
+			moe_id wb = loop_projection(g, ln, bg, b, &kb);
+			const ir_node *na = N(bg, a), *nbn = N(bg, b);
+			if (wb == MOE_NONE || wb == wa || nbn->args[0] != na->args[0] || nbn->valid != na->valid ||
+				nbn->dtype != na->dtype || N(g, wa)->op != MOE_OP_WEIGHT || N(g, wb)->op != MOE_OP_WEIGHT ||
+				(N(g, wa)->dtype != MOE_BF16 && N(g, wa)->dtype != MOE_F32) || !same_type(N(g, wa), N(g, wb)) ||
+				N(g, wa)->rank != 3)
+				continue;
+			*p = (lpair){a, b, wa, wb, loop, ka < kb ? ka : kb, ka < kb ? kb : ka, N(g, wa)->shape[1],
+				MOE_NONE, MOE_NONE, MOE_NONE};
+			return true;
+		}
+	}
+	return false;
+}
+
+static moe_id pair_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
+{
+	(void)ctx;
+	const lpair *p = ud;
+	const ir_node *w1 = N(g, p->w1), *w2 = N(g, p->w2);
+	moe_id parts[2] = {map[p->w1], map[p->w2]};
+	moe_id cat = ir_b_concat(dev, parts, 2, 1, w1->loc);
+	char name[200];
+	snprintf(name, sizeof name, "%.90s+%.90s", w1->name ? w1->name : "w", w2->name ? w2->name : "w");
+	moe_node_set_name(dev, cat, name);
+	return cat;
+}
+
+static bool pair_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
+{
+	(void)ctx, (void)nb, (void)ob, (void)bm;
+	((lpair *)ud)->pe = q;
+	return true;
+}
+
+/* the paired einsum at e1, e1 and e2 its halves */
+static int pair_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j, moe_id q, moe_id *bm, void *ud)
+{
+	lpair *p = ud;
+	if (j == p->e2)
+		return 1;
+	if (j != p->e1)
+		return 0;
+	const ir_node *n1 = N(ob, j);
+	moe_id ea[2] = {bm[n1->args[0]], q};
+	moe_id e = moe_node_new(nb, MOE_OP_EINSUM, ea, 2, n1->loc);
+	moe_node_set_str(nb, e, "eq", ir_attr_str(n1, "eq", ""));
+	if (ir_infer(ctx, nb, e) != MOE_OK)
+		return -1;
+	if (n1->valid != MOE_NONE)
+		moe_node_set_valid(nb, e, bm[n1->valid]);
+	int ax = n1->rank - 1;
+	bm[p->e1] = ir_b_slice(nb, e, ax, 0, p->F, n1->loc);
+	bm[p->e2] = ir_b_slice(nb, e, ax, p->F, 2 * p->F, n1->loc);
+	const ir_node *n2 = N(ob, p->e2);
+	if (n1->name)
+		moe_node_set_name(nb, bm[p->e1], n1->name);
+	if (n2->name)
+		moe_node_set_name(nb, bm[p->e2], n2->name);
+	return 1;
+}
+
+/* gate/up on the first block_loop that has such a pair, when the paired
+ * layer keeps its experts double-buffered (the DM planner's answer) */
+static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		lpair p;
+		if (N(g, i)->op != MOE_OP_BLOCK_LOOP || !loop_pair_find(g, i, &p))
+			continue;
+		tcp_loop_hooks h = {pair_outer, pair_views, pair_body, &p, MOE_NONE};
+		moe_graph *r = tcp_loop_merge(ctx, g, i, p.k1, p.k2, &h);
+		if (r && !tcp_sched_weights_double(ctx, r, m)) {
+			ir_graph_free(r);
+			r = NULL;
+		}
+		return r;
+	}
+	return NULL;
 }
