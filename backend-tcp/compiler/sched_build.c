@@ -11,6 +11,8 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched_build_int.h"
+#include "backend-tcp/compiler/sched_time.h"
+#include "backend-tcp/compiler/schedule.h"
 
 void sb_err(sb *b, moe_id at, const char *fmt, ...)
 {
@@ -584,28 +586,12 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	return s;
 }
 
-bool tcp_sched_weights_double(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+int64_t tcp_sched_price(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	size_t n0 = moe_diag_count(ctx);
-	char *prep = NULL;
-	size_t plen = 0;
-	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
-	bool ok = false;
-	if (moe_diag_count(ctx) == n0) {
-		ts_wdemand wd;
-		tcp_sched *s = build(ctx, dev ? dev : g, m, TS_W_DOUBLE, 0, 0, NULL, 0, &wd);
-		if (s) {
-			ts_wplan w[4];
-			uint32_t n = tcp_dm_plans(s, &wd, w);
-			for (uint32_t k = 0; k < n; k++)
-				ok |= w[k].mode == TS_W_DOUBLE;
-			tcp_sched_free(s);
-		}
-	}
-	if (prep)
-		ctx_free(ctx, prep, plen + 1);
-	if (dev)
-		ir_graph_free(dev);
+	tcp_sched *s = tcp_sched_compiled(ctx, g, m, true);
+	int64_t t = s ? tcp_sched_predict(ctx, s, NULL, NULL) : -1;
+	tcp_sched_free(s);
 	ts_diag_truncate(ctx, n0);
-	return ok;
+	return t;
 }

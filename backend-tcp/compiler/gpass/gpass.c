@@ -8,6 +8,7 @@
  *   tcp-pack-gate-up   block-FP8 gate and up fetched as one packed pair (quant_pack.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
+ * (the pairings match a block_loop's body too: the tcp-sched pipeline runs them)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
  *   tcp-plan-fusion    the lowering's fusions as marks (plan_fusion.c), last
@@ -135,10 +136,12 @@ static const struct gpass {
 	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
 		GK_PACK_GATE_UP, gate_up_packed},
 	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
-			     "by side, when the pair's block buffers fit 1/8 of DM (tcp target)",
+			     "by side, when the pair's block buffers fit 1/8 of DM (on a block_loop: when the schedule compiler "
+			     "predicts it fits and pays) (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
 	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
-			  "experts' weights fit half of DM (tcp target)",
+			  "experts' weights fit half of DM (on a block_loop: when the schedule compiler predicts it fits and "
+			  "pays) (tcp target)",
 		GK_PAIR_DOWN, down_paired},
 	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than 1/8 of "
 			   "DM (tcp target)",

@@ -96,8 +96,12 @@ static bool emit_merged(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, const 
 	return true;
 }
 
+static moe_graph *pair_down_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
+	if (ir_graph_has_block_loop(g))
+		return pair_down_loop(ctx, g, m);
 	moe_id nb = ir_graph_node_attr(g, IR_GK_NBLOCKS), bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
 	if (nb == MOE_NONE || bexp == MOE_NONE)
 		return NULL;
@@ -125,4 +129,110 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 			map[i] = ir_copy_node(dev, g, i, map);
 	}
 	return tcp_rewrite_end(ctx, dev, g, map, ok);
+}
+
+/* ---- on a block_loop (the tcp-sched pipeline) ----
+ * The loop's `e` operand concat(w1, w2) along the output rows (the pair
+ * tcp-pair-gate-up made, read only by the loop) and its `e` operand wd, a
+ * plain weight [E, D, F] of the pair's type read in the body only as the
+ * stationary operand of one contraction, become one operand [E, 2FD + DF]:
+ * each expert's pair then down, side by side; the body reads the two as
+ * reshaped slices of its row. */
+typedef struct ldown {
+	moe_id cat, w1, w2, wd, bp, bd; /* bp, bd: the two blockargs in the old body */
+	int kp, kd;
+	int64_t np, nd;
+	const moe_graph *g;
+} ldown;
+
+static bool down_loop_find(const moe_graph *g, moe_id loop, ldown *p)
+{
+	const ir_node *ln = N(g, loop);
+	const moe_graph *bg = ir_node_body(g, ln);
+	uint32_t *nuse = NULL;
+	p->bp = p->bd = MOE_NONE;
+	for (moe_id j = 0; bg && j < bg->nnodes; j++) {
+		const ir_node *en = N(bg, j);
+		int batch = 0, k;
+		if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
+			batch != 0)
+			continue;
+		moe_id w = tcp_loop_e_arg(g, ln, bg, en->args[1], &k);
+		if (w == MOE_NONE)
+			continue;
+		const ir_node *wn = N(g, w);
+		if (wn->op == MOE_OP_CONCAT && wn->nargs == 2 && ir_attr_int(wn, "axis", 0) == 1 && wn->rank == 3 &&
+			N(g, wn->args[0])->op == MOE_OP_WEIGHT && N(g, wn->args[1])->op == MOE_OP_WEIGHT &&
+			p->bp == MOE_NONE)
+			p->bp = en->args[1], p->kp = k, p->cat = w, p->w1 = wn->args[0], p->w2 = wn->args[1];
+		else if (wn->op == MOE_OP_WEIGHT && wn->rank == 3 && p->bd == MOE_NONE)
+			p->bd = en->args[1], p->kd = k, p->wd = w;
+	}
+	if (p->bp == MOE_NONE || p->bd == MOE_NONE)
+		return false;
+	const ir_node *a = N(g, p->cat), *d = N(g, p->wd);
+	if (a->dtype != d->dtype || a->shape[0] != d->shape[0] || d->shape[1] != a->shape[2] ||
+		2 * d->shape[2] != a->shape[1])
+		return false;
+	/* the pair is read by the loop alone, each blockarg by one node */
+	nuse = tcp_use_counts(g->ctx, g);
+	bool once = nuse[p->cat] == 1;
+	ctx_free(g->ctx, nuse, (g->nnodes + 1) * sizeof *nuse);
+	uint32_t up = 0, ud = 0;
+	for (moe_id j = 0; j < bg->nnodes; j++)
+		for (uint32_t k = 0; k < N(bg, j)->nargs; k++)
+			up += N(bg, j)->args[k] == p->bp, ud += N(bg, j)->args[k] == p->bd;
+	p->np = a->shape[1] * a->shape[2];
+	p->nd = d->shape[1] * d->shape[2];
+	p->g = g;
+	return once && up == 1 && ud == 1;
+}
+
+static moe_id down_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
+{
+	(void)ctx;
+	const ldown *p = ud;
+	const ir_node *cat = N(g, p->cat);
+	int64_t sh[2] = {cat->shape[0], p->np / 2};
+	moe_id parts[3];
+	parts[0] = ir_b_reshape(dev, map[p->w1], 2, sh, cat->loc);
+	parts[1] = ir_b_reshape(dev, map[p->w2], 2, sh, cat->loc);
+	sh[1] = p->nd;
+	parts[2] = ir_b_reshape(dev, map[p->wd], 2, sh, cat->loc);
+	moe_id all = ir_b_concat(dev, parts, 3, 1, cat->loc);
+	char name[240];
+	snprintf(name, sizeof name, "%.150s+%.80s", cat->name ? cat->name : "pair",
+		N(g, p->wd)->name ? N(g, p->wd)->name : "down");
+	moe_node_set_name(dev, all, name);
+	return all;
+}
+
+static bool down_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
+{
+	(void)ctx;
+	const ldown *p = ud;
+	const ir_node *a = N(ob, p->bp), *d = N(ob, p->bd);
+	bm[p->bp] = ir_b_reshape(nb, ir_b_slice(nb, q, 0, 0, p->np, a->loc), 2, a->shape, a->loc);
+	bm[p->bd] = ir_b_reshape(nb, ir_b_slice(nb, q, 0, p->np, p->np + p->nd, d->loc), 2, d->shape, d->loc);
+	return true;
+}
+
+/* only when it pays (tcp_loop_merge_pays): a packed operand is never
+ * streamed tile by tile, and one fetch of the three matrices is not always
+ * faster than three (the prefetch overlaps them with the block's compute) */
+static moe_graph *pair_down_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		ldown p;
+		if (N(g, i)->op != MOE_OP_BLOCK_LOOP || !down_loop_find(g, i, &p))
+			continue;
+		tcp_loop_hooks h = {down_outer, down_views, NULL, &p, p.cat};
+		moe_graph *r = tcp_loop_merge(ctx, g, i, p.kp < p.kd ? p.kp : p.kd, p.kp < p.kd ? p.kd : p.kp, &h);
+		if (r && !tcp_loop_merge_pays(ctx, g, r, m)) {
+			ir_graph_free(r);
+			r = NULL;
+		}
+		return r;
+	}
+	return NULL;
 }

@@ -445,6 +445,15 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 	return tcp_rewrite_end(ctx, dev, g, map, ok);
 }
 
+bool tcp_loop_merge_pays(moe_ctx *ctx, const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
+{
+	int64_t after = tcp_sched_price(ctx, r, m);
+	if (after < 0)
+		return false;
+	int64_t before = tcp_sched_price(ctx, g, m);
+	return before < 0 || after <= before;
+}
+
 /* gate/up on a loop: the two projections e1 < e2 of one activation under
  * one mask, their weights plain bf16 or f32 weights of one type */
 typedef struct lpair {
@@ -528,8 +537,8 @@ static int pair_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j,
 	return 1;
 }
 
-/* gate/up on the first block_loop that has such a pair, when the paired
- * layer keeps its experts double-buffered (the DM planner's answer) */
+/* gate/up on the first block_loop that has such a pair, when it pays
+ * (tcp_loop_merge_pays) */
 static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -538,7 +547,7 @@ static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 			continue;
 		tcp_loop_hooks h = {pair_outer, pair_views, pair_body, &p, MOE_NONE};
 		moe_graph *r = tcp_loop_merge(ctx, g, i, p.k1, p.k2, &h);
-		if (r && !tcp_sched_weights_double(ctx, r, m)) {
+		if (r && !tcp_loop_merge_pays(ctx, g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
 		}
