@@ -548,7 +548,9 @@ uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 	CTX_GUARDED(s->ctx, uint32_t, 0, plans(s, d, out));
 }
 
-static int64_t price(tcp_sched *s)
+/* A quiet placement trial that leaves every offset as it was: -1 when the
+ * buffers do not fit, else the predicted cycles (predict) or 0. */
+static int64_t trial(tcp_sched *s, bool predict)
 {
 	planner q;
 	if (!planner_new(s, &q))
@@ -559,28 +561,21 @@ static int64_t price(tcp_sched *s)
 	q.P.quiet = true;
 	bool ok = place_hbm(s) && place_chip(&q.P);
 	planner_free(&q);
-	int64_t t = ok ? tcp_sched_predict(s->ctx, s, NULL, NULL) : -1;
+	int64_t t = !ok ? -1 : predict ? tcp_sched_predict(s->ctx, s, NULL, NULL) : 0;
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
 	return t;
 }
 
+static int64_t price(tcp_sched *s)
+{
+	return trial(s, true);
+}
+
 static bool placeable(tcp_sched *s)
 {
-	planner q;
-	if (!planner_new(s, &q))
-		return false;
-	int64_t *off = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *off);
-	for (ts_id i = 0; i < s->nbuf; i++)
-		off[i] = s->buf[i].offset;
-	q.P.quiet = true;
-	bool ok = place_hbm(s) && place_chip(&q.P);
-	planner_free(&q);
-	for (ts_id i = 0; i < s->nbuf; i++)
-		s->buf[i].offset = off[i];
-	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
-	return ok;
+	return trial(s, false) >= 0;
 }
 
 bool tcp_dm_placeable(tcp_sched *s)

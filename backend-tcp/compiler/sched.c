@@ -163,6 +163,22 @@ ts_id ts_find_scalar(const tcp_sched *s, const char *name)
 	return TS_NONE;
 }
 
+bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in)
+{
+	for (int d = 0; rg < s->nrg && d < 256; d++, rg = s->rg[rg].parent)
+		if (rg == in)
+			return true;
+	return false;
+}
+
+int64_t ts_buf_numel(const ts_buf *b)
+{
+	int64_t n = 1;
+	for (int k = 0; k < b->rank; k++)
+		n *= b->shape[k];
+	return n;
+}
+
 ts_id ts_add_scalar(tcp_sched *s, ts_id rg, const char *name, int kind, int op, ts_id a, ts_id b, int64_t imm)
 {
 	grow(s, (void **)&s->sc, s->nsc, &s->csc, sizeof *s->sc);

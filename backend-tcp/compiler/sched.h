@@ -148,6 +148,10 @@ void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item);
 /* Inserts an item at position at (<= the item count) of a region's items. */
 void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
+/* Whether region rg is region in or stands below it. */
+bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
+/* Elements of one slot of a buffer. */
+int64_t ts_buf_numel(const ts_buf *b);
 
 /* ---- text form (sched_print.c, sched_parse.c; docs/tcp-compiler.md 4.2) ---- */
 /* The text, NUL-terminated, in *out (ctx_alloc'd; ctx_free it). */

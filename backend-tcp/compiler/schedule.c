@@ -436,7 +436,8 @@ static void schedule_region(sch *c, ts_id r)
 	touch_edges(c);
 	edge *e = c->edges.a;
 	size_t ne = c->edges.n, m = 0;
-	qsort(e, ne, sizeof *e, cmp_edge);
+	if (ne)
+		qsort(e, ne, sizeof *e, cmp_edge);
 	for (size_t i = 0; i < ne; i++)
 		if (!m || e[i].from != e[m - 1].from || e[i].to != e[m - 1].to)
 			e[m++] = e[i];

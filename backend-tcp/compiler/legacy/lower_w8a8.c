@@ -41,6 +41,22 @@ static bool q_closure(const lw *c, moe_id id, moe_id v, bool *in)
 	return true;
 }
 
+/* The pass rounding f32 v half away from zero into i8 dst (rows of shape
+ * sh): tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low
+ * byte. */
+static void round_pass(lw *c, const int64_t *sh, tcp_view dst, tcp_view v, int32_t vreg)
+{
+	tcp_insn p = tcp_b_vec(2, sh, dst);
+	p.vreg = vreg;
+	p.v[TCP_V_S0] = v;
+	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	emit(c, &p);
+}
+
 static void w8a8_q_plan(lw *c, moe_id xq)
 {
 	const moe_graph *g = c->g;
@@ -108,16 +124,7 @@ bool tcpl_w8a8_lower_q(lw *c, moe_id id)
 	p.v[TCP_V_S1] = v2(r.t, r.base, r.stride[0], 0);
 	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
-	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
-	p = tcp_b_vec(2, shx, v2(o->t, o->base, o->stride[0], o->stride[1]));
-	p.vreg = -1;
-	p.v[TCP_V_S0] = v2(vt, 0, D, 1);
-	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
-	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
-	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
-	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
-	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
-	emit(c, &p);
+	round_pass(c, shx, v2(o->t, o->base, o->stride[0], o->stride[1]), v2(vt, 0, D, 1), -1);
 	tcpl_dm_free(c, vt);
 	return true;
 }
@@ -319,16 +326,7 @@ void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, in
 	p.v[TCP_V_S1] = v2(R, 0, 1, 0);
 	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
-	/* tag = v < 0; its sign bit on 0.5 - 2^-25; + v; truncated; the low byte */
-	p = tcp_b_vec(2, shx, v2(xq, 0, I, 1));
-	p.vreg = vreg;
-	p.v[TCP_V_S0] = v2(v, 0, I, 1);
-	tcp_b_step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
-	tcp_b_step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
-	tcp_b_step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
-	tcp_b_step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
-	tcp_b_step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
-	emit(c, &p);
+	round_pass(c, shx, v2(xq, 0, I, 1), v2(v, 0, I, 1), vreg);
 	tcpl_dm_free(c, v);
 	*R_ = R;
 	*xq_ = xq;

@@ -20,14 +20,6 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 
-static bool in_region(const tcp_sched *s, ts_id rg, ts_id in)
-{
-	for (int d = 0; rg < s->nrg && d < 256; d++, rg = s->rg[rg].parent)
-		if (rg == in)
-			return true;
-	return false;
-}
-
 /* The body's store of loop 0's value, or TS_NONE: the last op item of the
  * body, a dma.copy of a whole DM buffer read nowhere outside the body into
  * row $g of an HBM buffer that no other op writes and no op in the body
@@ -54,7 +46,7 @@ static ts_id store_of(const tcp_sched *s)
 	for (ts_id o = 0; o < s->nop; o++) {
 		if (o == st)
 			continue;
-		bool body = in_region(s, s->op[o].region, l->body);
+		bool body = ts_region_within(s, s->op[o].region, l->body);
 		for (int w = 0; w < TCP_NVIEW; w++) {
 			int32_t t = s->op[o].in.v[w].t;
 			if ((t == d->t && (w == TCP_V_DST || body)) || (t == y->t && !body))
@@ -81,7 +73,7 @@ static bool computes(const tcp_sched *s, uint32_t it)
 	if (TS_ITEM_KIND(it) != TS_ITEM_RG)
 		return false;
 	for (ts_id o = 0; o < s->nop; o++)
-		if (s->op[o].ctx != TCP_CTX_DMA && in_region(s, s->op[o].region, TS_ITEM_ID(it)))
+		if (s->op[o].ctx != TCP_CTX_DMA && ts_region_within(s, s->op[o].region, TS_ITEM_ID(it)))
 			return true;
 	return false;
 }
@@ -91,7 +83,7 @@ static bool waits(const tcp_sched *s, uint32_t it, ts_id st)
 {
 	for (ts_id o = 0; o < s->nop; o++) {
 		bool in = TS_ITEM_KIND(it) == TS_ITEM_OP ? o == TS_ITEM_ID(it)
-			: TS_ITEM_KIND(it) == TS_ITEM_RG && in_region(s, s->op[o].region, TS_ITEM_ID(it));
+			: TS_ITEM_KIND(it) == TS_ITEM_RG && ts_region_within(s, s->op[o].region, TS_ITEM_ID(it));
 		for (uint32_t k = 0; in && k < s->op[o].ndep; k++)
 			if (s->op[o].dep[k] == st)
 				return true;
@@ -150,19 +142,19 @@ moe_status ts_rw_defer_stores_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	for (uint32_t k = 0; k < o->ndep; k++) {
 		ts_add_dep(s, fin, o->dep[k], 0);
 		o = &s->op[st];
-		if (in_region(s, s->op[o->dep[k]].region, body))
+		if (ts_region_within(s, s->op[o->dep[k]].region, body))
 			o->dist[k] = 1;
 	}
 	ts_add_dep(s, fin, st, 0);
 	for (ts_id q = 0; q < s->nop; q++) {
 		if (q == st || q == fin)
 			continue;
-		bool inb = in_region(s, s->op[q].region, body);
+		bool inb = ts_region_within(s, s->op[q].region, body);
 		uint32_t nd = s->op[q].ndep;
 		for (uint32_t k = 0; k < nd; k++)
 			if (s->op[q].dep[k] == st && inb)
 				s->op[q].dist[k] = 0;
-			else if (s->op[q].dep[k] == st && !in_region(s, s->op[q].region, l->region))
+			else if (s->op[q].dep[k] == st && !ts_region_within(s, s->op[q].region, l->region))
 				ts_add_dep(s, q, fin, 0);
 	}
 	ts_buf *y = &s->buf[ybuf];

@@ -28,22 +28,6 @@
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/isa/build.h"
 
-static bool in_region(const tcp_sched *s, ts_id rg, ts_id in)
-{
-	for (int d = 0; rg < s->nrg && d < 256; d++, rg = s->rg[rg].parent)
-		if (rg == in)
-			return true;
-	return false;
-}
-
-static int64_t buf_numel(const ts_buf *b)
-{
-	int64_t n = 1;
-	for (int k = 0; k < b->rank; k++)
-		n *= b->shape[k];
-	return n;
-}
-
 /* The store of loop 0's value: the body's last item (fin TS_NONE), or, as
  * defer-stores leaves it, the only op of a guard in the body and the only
  * op of a guard in the epilogue (fin). */
@@ -75,8 +59,8 @@ static bool store_form(const tcp_sched *s, ts_id st, bool g)
 	const ts_buf *r = &s->buf[d->t], *yb = &s->buf[y->t];
 	int64_t n = in->dim[0];
 	return r->space == TCP_HBM && r->kind == TCP_T_SCRATCH && yb->space == TCP_DM && yb->slots == 1 &&
-	       yb->kind == TCP_T_SCRATCH && yb->dtype == r->dtype && buf_numel(yb) == n && d->scale == n && d->base == 0 &&
-	       buf_numel(r) == l->G * n && yb->layout.split == TS_SPLIT_FLIT && yb->layout.copies == 1 &&
+	       yb->kind == TCP_T_SCRATCH && yb->dtype == r->dtype && ts_buf_numel(yb) == n && d->scale == n && d->base == 0 &&
+	       ts_buf_numel(r) == l->G * n && yb->layout.split == TS_SPLIT_FLIT && yb->layout.copies == 1 &&
 	       yb->layout.slice0 == 0 && yb->layout.nslices >= 1;
 }
 
@@ -114,7 +98,7 @@ static bool store_of(const tcp_sched *s, store *x)
 		if (o == x->st || o == x->fin)
 			continue;
 		const tcp_insn *oi = &s->op[o].in;
-		bool body = in_region(s, s->op[o].region, l->body);
+		bool body = ts_region_within(s, s->op[o].region, l->body);
 		for (int w = 0; w < TCP_NVIEW; w++) {
 			if (oi->v[w].t == rt && (w == TCP_V_DST || body))
 				return false;
@@ -220,7 +204,7 @@ moe_status ts_rw_dm_results_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 				o->in.v[w].reg = (int32_t)g;
 				o->in.v[w].scale = np;
 			}
-		if (!in_region(s, o->region, body))
+		if (!ts_region_within(s, o->region, body))
 			continue;
 		uint32_t keep = 0;
 		for (uint32_t j = 0; j < o->ndep; j++)

@@ -23,14 +23,6 @@
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/isa/build.h"
 
-static bool in_region(const tcp_sched *s, ts_id rg, ts_id in)
-{
-	for (int d = 0; rg < s->nrg && d < 256; d++, rg = s->rg[rg].parent)
-		if (rg == in)
-			return true;
-	return false;
-}
-
 static int64_t view_numel(const tcp_insn *in)
 {
 	int64_t n = 1;
@@ -49,14 +41,6 @@ static bool contiguous(const tcp_view *v, int nd, const int64_t *dim)
 		st *= dim[k];
 	}
 	return true;
-}
-
-static int64_t buf_numel(const ts_buf *b)
-{
-	int64_t n = 1;
-	for (int k = 0; k < b->rank; k++)
-		n *= b->shape[k];
-	return n;
 }
 
 /* The body's copy of block g's rows, or TS_NONE: a top-level dma.copy of
@@ -84,18 +68,18 @@ static ts_id copy_of(const tcp_sched *s)
 		if (h->space != TCP_HBM || h->kind != TCP_T_SCRATCH || r->space != TCP_DM || r->slots != 1 ||
 			r->layout.split != TS_SPLIT_FLIT || r->layout.copies != 1 || r->layout.slice0 != 0 ||
 			r->layout.nslices < 1 ||
-			r->kind != TCP_T_SCRATCH || r->dtype != h->dtype || buf_numel(r) != n || v->scale != n ||
-			buf_numel(h) % n || !contiguous(v, in->ndim, in->dim) || !contiguous(d, in->ndim, in->dim) ||
-			buf_numel(h) / n < l->G)
+			r->kind != TCP_T_SCRATCH || r->dtype != h->dtype || ts_buf_numel(r) != n || v->scale != n ||
+			ts_buf_numel(h) % n || !contiguous(v, in->ndim, in->dim) || !contiguous(d, in->ndim, in->dim) ||
+			ts_buf_numel(h) / n < l->G)
 			continue;
 		bool ok = true;
 		for (ts_id o = 0; o < s->nop && ok; o++) {
 			if (o == c)
 				continue;
 			const tcp_insn *oi = &s->op[o].in;
-			bool body = in_region(s, s->op[o].region, l->body);
+			bool body = ts_region_within(s, s->op[o].region, l->body);
 			for (int w = 0; w < TCP_NVIEW && ok; w++) {
-				if (oi->v[w].t == v->t && w == TCP_V_DST && in_region(s, s->op[o].region, l->region))
+				if (oi->v[w].t == v->t && w == TCP_V_DST && ts_region_within(s, s->op[o].region, l->region))
 					ok = false;
 				if (oi->v[w].t == d->t && (w == TCP_V_DST || !body || oi->v[w].reg >= 0))
 					ok = false;
@@ -168,7 +152,7 @@ moe_status ts_rw_stage_rows_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	o->in.v[TCP_V_DST] = tcp_b_view((int32_t)st, 0, 2, (const int64_t[]){np, 1});
 	uint32_t keep = 0; /* its dependencies inside the loop (distance 1) go */
 	for (uint32_t j = 0; j < o->ndep; j++)
-		if (!in_region(s, s->op[o->dep[j]].region, lrg)) {
+		if (!ts_region_within(s, s->op[o->dep[j]].region, lrg)) {
 			o->dep[keep] = o->dep[j];
 			o->dist[keep++] = o->dist[j];
 		}
