@@ -587,3 +587,17 @@ int64_t tcp_dm_price(tcp_sched *s)
 {
 	CTX_GUARDED(s->ctx, int64_t, -1, price(s));
 }
+
+bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)
+{
+	if (!m || !d || d->n > TS_MAX_DEMAND)
+		return false;
+	int64_t S = tcp_slices(m), a = align_of(m, TCP_DM), top = cap_of(m, TCP_DM);
+	for (uint32_t k = 0; k < d->n && top >= 0; k++) {
+		int64_t b;
+		if (d->bytes[k] < 0 || __builtin_mul_overflow(d->bytes[k], (int64_t)(d->slots[k] ? d->slots[k] : 1), &b))
+			return false;
+		top -= round_up(spread(m, b, S), a);
+	}
+	return top >= 0 && (d->span <= 0 || round_up(d->span, a) <= top);
+}

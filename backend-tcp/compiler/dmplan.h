@@ -75,4 +75,23 @@ bool tcp_dm_placeable(tcp_sched *s);
  * does not fit or cannot be predicted. */
 int64_t tcp_dm_price(tcp_sched *s);
 
+/* A summary of a block loop's DM demand, for a graph pass that asks whether
+ * a rewrite still fits (docs/tcp-compiler.md section 3, rule 3) without
+ * building the layer: the loop's buffers (bytes of one slot, slots), each
+ * spread over every slice as sched-build spreads a DM buffer, and the bytes
+ * per slice of the widest span buffer live beside them (0: none). */
+#define TS_MAX_DEMAND 64
+typedef struct ts_demand {
+	int64_t bytes[TS_MAX_DEMAND];
+	uint8_t slots[TS_MAX_DEMAND];
+	uint32_t n;
+	int64_t span;
+} ts_demand;
+
+/* Whether d's loop buffers, placed together from the top of DM down (they
+ * are all live across the loop), and then its span from offset 0 up, fit
+ * m's DM: the placement's rule (every footprint whole flits and dm_align)
+ * on the summary. A summary of more than TS_MAX_DEMAND buffers fits not. */
+bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d);
+
 #endif

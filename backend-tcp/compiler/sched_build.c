@@ -11,8 +11,6 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched_build_int.h"
-#include "backend-tcp/compiler/sched_time.h"
-#include "backend-tcp/compiler/schedule.h"
 
 void sb_err(sb *b, moe_id at, const char *fmt, ...)
 {
@@ -584,14 +582,4 @@ tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		}
 	}
 	return s;
-}
-
-int64_t tcp_sched_price(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
-{
-	size_t n0 = moe_diag_count(ctx);
-	tcp_sched *s = tcp_sched_compiled(ctx, g, m, true);
-	int64_t t = s ? tcp_sched_predict(ctx, s, NULL, NULL) : -1;
-	tcp_sched_free(s);
-	ts_diag_truncate(ctx, n0);
-	return t;
 }

@@ -62,9 +62,11 @@ moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
 /* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
  * contracted as one over their weights side by side (NULL: no such pair, or
  * the pair's block buffers would take more than 1/8 of m's DM; on a graph
- * holding a block_loop: unless tcp_loop_merge_pays) */
+ * holding a block_loop: unless its loop fits DM and a block is no slower,
+ * tcp_loop_fits and tcp_loop_block_cycles) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-/* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor) */
+/* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor);
+ * on a block_loop only when it fits DM and a full block is bound by its fetch */
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`)
  * into one operand at ka: `outer` emits the merged value in dev (before the
@@ -81,17 +83,19 @@ typedef struct tcp_loop_hooks {
 	moe_id skip_outer;
 } tcp_loop_hooks;
 moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h);
-/* pair_gate_up.c: whether the merged layer r of g is worth it on m: it compiles (its
- * buffers fit DM: the planner's answer) and its predicted time is at most g's
- * (tcp_sched_price), or g does not compile */
-bool tcp_loop_merge_pays(moe_ctx *ctx, const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m);
+/* pair_gate_up.c: the pairings' decision on the graph's first block_loop (docs/tcp-compiler.md
+ * 3, rule 3), without compiling the layer. tcp_loop_fits: its buffers, the expert operands
+ * double-buffered whole and a block's values, fit m's DM (tcp_dm_fits on their summary).
+ * tcp_loop_rows: its block rows B, or (expected) the rows a block holds on uniform
+ * routing, ceil(T K / E) within [1, B]. tcp_loop_block_cycles: one block of `rows` rows on
+ * the cost module: its contractions' cycles (tcp_plan_contract; -1: no loop) and *fetch,
+ * its expert operands' fetches (one dma.copy each). */
+bool tcp_loop_fits(const moe_graph *g, const moe_tcp_machine *m);
+int64_t tcp_loop_rows(const moe_graph *g, bool expected);
+int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch);
 /* pair_gate_up.c: the outer operand of `loop` that body blockarg v of body bg reads when v
  * reads an `e` operand given to the loop once (*k: its data operand index), else MOE_NONE */
 moe_id tcp_loop_e_arg(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id v, int *k);
-/* sched_build.c: the predicted cycles (tcp_sched_predict) of the layer g compiled by
- * the schedule compiler for m (split at its packed weights, built, placed by the DM
- * planner, rewritten); -1 when it does not compile (a DM overflow among others); quiet */
-int64_t tcp_sched_price(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
 bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 /* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */

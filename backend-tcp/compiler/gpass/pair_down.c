@@ -217,18 +217,29 @@ static bool down_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *o
 	return true;
 }
 
-/* only when it pays (tcp_loop_merge_pays): a packed operand is never
- * streamed tile by tile, and one fetch of the three matrices is not always
- * faster than three (the prefetch overlaps them with the block's compute) */
+/* Only when the merged loop fits DM with its experts double-buffered whole
+ * (the merged operand is read through views, so it is never streamed tile
+ * by tile) and a block is bound by its fetch even at its full B rows: then
+ * one fetch instead of three saves two DMA setups per block. When a full
+ * block's contractions outlast the fetch, the loop is compute-bound on such
+ * blocks, the setups are hidden, and the separate operands let a block's
+ * first contraction start once its own weights have arrived instead of the
+ * whole expert (DeepSeek-V3 at T = 4096, B = 464: one fetch of 88 MB is
+ * about 59 us, a full block's contractions more than twice that; merged,
+ * the routed run is slower, though on the expected loads, one block of 128
+ * rows per expert, it is not). */
 static moe_graph *pair_down_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		ldown p;
-		if (N(g, i)->op != MOE_OP_BLOCK_LOOP || !down_loop_find(g, i, &p))
+		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
 			continue;
+		if (!down_loop_find(g, i, &p))
+			return NULL;
 		tcp_loop_hooks h = {down_outer, down_views, NULL, &p, p.cat};
 		moe_graph *r = tcp_loop_merge(ctx, g, i, p.kp < p.kd ? p.kp : p.kd, p.kp < p.kd ? p.kd : p.kp, &h);
-		if (r && !tcp_loop_merge_pays(ctx, g, r, m)) {
+		int64_t fetch = 0, compute = r ? tcp_loop_block_cycles(r, m, tcp_loop_rows(r, false), &fetch) : -1;
+		if (r && (compute < 0 || compute > fetch || !tcp_loop_fits(r, m))) {
 			ir_graph_free(r);
 			r = NULL;
 		}

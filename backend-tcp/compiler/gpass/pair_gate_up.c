@@ -26,7 +26,9 @@
  * experts are packed by quant_pack.c. */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
+#include "backend-tcp/isa/cost.h"
 #include "ir/graph_keys.h"
 #include "ir/quant.h"
 
@@ -445,13 +447,160 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 	return tcp_rewrite_end(ctx, dev, g, map, ok);
 }
 
-bool tcp_loop_merge_pays(moe_ctx *ctx, const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
+/* ---- the decision on a loop (docs/tcp-compiler.md 3, rule 3) ----
+ * Made on the loop alone, for the pass's machine: its buffers as a summary
+ * asked of the DM planner (tcp_dm_fits), and one block priced on the cost
+ * module (its expert operands' fetches, its contractions' tilings), never
+ * by compiling the layer. */
+
+/* the loop the pairings rewrite and price: the graph's first */
+static const ir_node *first_loop(const moe_graph *g)
 {
-	int64_t after = tcp_sched_price(ctx, r, m);
-	if (after < 0)
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP && ir_node_body(g, N(g, i)))
+			return N(g, i);
+	return NULL;
+}
+
+/* the bytes of one row of v ([E, ...]: one expert's) */
+static int64_t row_bytes(const ir_node *v)
+{
+	return v->rank > 0 && v->shape[0] > 0 ? ir_bytes(v) / v->shape[0] : ir_bytes(v);
+}
+
+/* whether data operand k of loop ln is an `e` operand given to it before k */
+static bool e_repeat(const ir_node *ln, const char *kinds, int k)
+{
+	for (int j = 0; j < k; j++)
+		if (kinds[j] == IR_BK_EXPERT && ln->args[IR_BL_NCTRL + j] == ln->args[IR_BL_NCTRL + k])
+			return true;
+	return false;
+}
+
+/* a body node sched-build makes no DM buffer for: a leaf, or a view */
+static bool body_view(const ir_node *n)
+{
+	int batch = 0;
+	return (ir_ops[n->op].flags & OPF_LEAF) || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE ||
+	       n->op == MOE_OP_BROADCAST || (n->op == MOE_OP_EINSUM && n->nargs == 1 &&
+						ir_node_einsum_form(n, &batch) == IR_EIN_PERMUTE);
+}
+
+bool tcp_loop_fits(const moe_graph *g, const moe_tcp_machine *m)
+{
+	const ir_node *ln = first_loop(g);
+	if (!ln)
 		return false;
-	int64_t before = tcp_sched_price(ctx, g, m);
-	return before < 0 || after <= before;
+	const moe_graph *bg = ir_node_body(g, ln);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	ts_demand d;
+	memset(&d, 0, sizeof d);
+	/* the expert weights double-buffered whole: a merged operand is read
+	 * through views, so it is never streamed tile by tile */
+	for (int k = 0; kinds[k] && IR_BL_NCTRL + (uint32_t)k < ln->nargs && d.n < TS_MAX_DEMAND; k++)
+		if (kinds[k] == IR_BK_EXPERT && !e_repeat(ln, kinds, k)) {
+			d.bytes[d.n] = row_bytes(N(g, ln->args[IR_BL_NCTRL + k]));
+			d.slots[d.n++] = 2;
+		}
+	/* a block's values: a `b` row copied in, every computed value, and each
+	 * contraction's f32 partial */
+	for (moe_id j = 0; j < bg->nnodes && d.n + 2 <= TS_MAX_DEMAND; j++) {
+		const ir_node *n = N(bg, j);
+		if (n->op == MOE_OP_BLOCKARG && ir_blockarg_role_of(n) == IR_BA_IN) {
+			int64_t i = ir_attr_int(n, "index", -1);
+			if (i >= 0 && i < (int64_t)strlen(kinds) && kinds[i] == IR_BK_BLOCK)
+				d.bytes[d.n] = ir_bytes(n), d.slots[d.n++] = 1;
+			continue;
+		}
+		if (body_view(n))
+			continue;
+		d.bytes[d.n] = ir_bytes(n), d.slots[d.n++] = 1;
+		if (n->op == MOE_OP_EINSUM && n->rank > 0)
+			d.bytes[d.n] = ir_bytes(n) / (int64_t)moe_dtype_size((moe_dtype)n->dtype) * 4, d.slots[d.n++] = 1;
+	}
+	return d.n < TS_MAX_DEMAND && tcp_dm_fits(m, &d);
+}
+
+int64_t tcp_loop_rows(const moe_graph *g, bool expected)
+{
+	const ir_node *ln = first_loop(g);
+	if (!ln || ln->rank < 2)
+		return 0;
+	int64_t B = ln->shape[1], T = ir_graph_attr_int(g, "moe_tokens", 0), K = ir_graph_attr_int(g, "moe_k", 0),
+		E = ir_graph_attr_int(g, "moe_experts", 0);
+	if (!expected || T <= 0 || K <= 0 || E <= 0)
+		return B;
+	int64_t r = (T * K + E - 1) / E;
+	return r < 1 ? 1 : r < B ? r : B;
+}
+
+/* one dma.copy of `bytes` contiguous HBM bytes into a buffer spread over
+ * every slice */
+static int64_t fetch_cycles(const tcp_cm *cm, int64_t bytes)
+{
+	tcp_dma_load c;
+	tcp_dma_load_init(&c);
+	c.bytes = bytes;
+	c.requests = tcp_dma_requests(cm, bytes);
+	tcp_dma_run(cm, &c, true, 0, bytes, false);
+	tcp_dma_run(cm, &c, false, 0, bytes, true);
+	c.dmns = cm->m->clusters * tcp_dmns_per_cluster(cm->m);
+	c.pairs = c.dmns / 2;
+	for (int s = 0; s < 2; s++)
+		c.clo[s] = 0, c.chi[s] = cm->m->clusters - 1;
+	tcp_dma_engines(cm, &c, false);
+	bool over = false;
+	return tcp_cost_dma(cm, &c, false, 0, &over);
+}
+
+int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch)
+{
+	const ir_node *ln = first_loop(g);
+	*fetch = 0;
+	if (!ln || rows <= 0)
+		return -1;
+	const moe_graph *bg = ir_node_body(g, ln);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	for (int k = 0; kinds[k] && IR_BL_NCTRL + (uint32_t)k < ln->nargs; k++)
+		if (kinds[k] == IR_BK_EXPERT && !e_repeat(ln, kinds, k))
+			*fetch += fetch_cycles(&cm, row_bytes(N(g, ln->args[IR_BL_NCTRL + k])));
+	int64_t compute = 0;
+	for (moe_id j = 0; j < bg->nnodes; j++) {
+		const ir_node *n = N(bg, j);
+		int batch = 0;
+		if (n->op != MOE_OP_EINSUM || n->nargs != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT ||
+			batch != 0 || n->rank != 2)
+			continue;
+		const ir_node *a = N(bg, n->args[0]), *w = N(bg, n->args[1]);
+		int64_t c = 0;
+		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], w->dtype, &c);
+		compute += c;
+	}
+	return compute;
+}
+
+/* one block's time with its next expert prefetched: its fetch or its
+ * contractions, whichever is longer */
+static int64_t block_time(const moe_graph *g, const moe_tcp_machine *m, int64_t rows)
+{
+	int64_t fetch, compute = tcp_loop_block_cycles(g, m, rows, &fetch);
+	return compute < 0 ? -1 : compute > fetch ? compute : fetch;
+}
+
+/* the gate/up pairing r of g pays: its loop fits DM and a block of it is no
+ * slower than g's, full (B rows) or at the expected rows */
+static bool pair_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
+{
+	if (!tcp_loop_fits(r, m))
+		return false;
+	for (int x = 0; x < 2; x++) {
+		int64_t rows = tcp_loop_rows(g, x == 1), a = block_time(r, m, rows), b = block_time(g, m, rows);
+		if (a < 0 || b < 0 || a > b)
+			return false;
+	}
+	return true;
 }
 
 /* gate/up on a loop: the two projections e1 < e2 of one activation under
@@ -537,17 +686,19 @@ static int pair_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j,
 	return 1;
 }
 
-/* gate/up on the first block_loop that has such a pair, when it pays
- * (tcp_loop_merge_pays) */
+/* gate/up on the first block_loop (the one the decision prices) when it has
+ * such a pair and the pairing pays (pair_pays) */
 static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		lpair p;
-		if (N(g, i)->op != MOE_OP_BLOCK_LOOP || !loop_pair_find(g, i, &p))
+		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
 			continue;
+		if (!loop_pair_find(g, i, &p))
+			return NULL;
 		tcp_loop_hooks h = {pair_outer, pair_views, pair_body, &p, MOE_NONE};
 		moe_graph *r = tcp_loop_merge(ctx, g, i, p.k1, p.k2, &h);
-		if (r && !tcp_loop_merge_pays(ctx, g, r, m)) {
+		if (r && !pair_pays(g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
 		}
