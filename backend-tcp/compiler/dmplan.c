@@ -595,7 +595,8 @@ bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)
 	int64_t S = tcp_slices(m), a = align_of(m, TCP_DM), top = cap_of(m, TCP_DM);
 	for (uint32_t k = 0; k < d->n && top >= 0; k++) {
 		int64_t b;
-		if (d->bytes[k] < 0 || __builtin_mul_overflow(d->bytes[k], (int64_t)(d->slots[k] ? d->slots[k] : 1), &b))
+		if (d->bytes[k] < 0 || __builtin_mul_overflow(d->bytes[k], (int64_t)(d->slots[k] ? d->slots[k] : 1), &b) ||
+			b / S > top)
 			return false;
 		top -= round_up(spread(m, b, S), a);
 	}

@@ -175,6 +175,38 @@ static void test_overflow(void **state)
 	close_fx(&f);
 }
 
+/* The fit query on a loop's summary (tcp_dm_fits): the buffers' slots
+ * spread over every slice in whole flits, then the span beside them; one
+ * flit more than DM holds does not fit, nor a negative size. */
+static void test_fits_summary(void **state)
+{
+	(void)state;
+	fx f;
+	open_fx(&f);
+	int64_t S = tcp_slices(f.m), cap = f.m->dm_bytes_per_slice, fl = f.m->flit_bytes;
+	ts_demand d;
+	memset(&d, 0, sizeof d);
+	d.bytes[0] = cap / 4 * S; /* two slots: half of DM */
+	d.slots[0] = 2;
+	d.bytes[1] = 1; /* one flit per slice */
+	d.slots[1] = 1;
+	d.n = 2;
+	d.span = cap / 2 - fl;
+	d.span = cap / 2 - fl;
+	assert_true(tcp_dm_fits(f.m, &d));
+	d.span += 1; /* rounded up to a flit: one flit over */
+	assert_false(tcp_dm_fits(f.m, &d));
+	d.span = 0;
+	d.slots[0] = 4; /* the whole of DM, and the flit of buffer 1 over */
+	assert_false(tcp_dm_fits(f.m, &d));
+	d.slots[0] = 2;
+	d.bytes[1] = -1;
+	assert_false(tcp_dm_fits(f.m, &d));
+	d.bytes[1] = INT64_MAX;
+	assert_false(tcp_dm_fits(f.m, &d));
+	close_fx(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +214,7 @@ int main(void)
 		cmocka_unit_test(test_loop_at_top),
 		cmocka_unit_test(test_hbm_bump),
 		cmocka_unit_test(test_overflow),
+		cmocka_unit_test(test_fits_summary),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
