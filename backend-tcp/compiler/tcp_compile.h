@@ -88,11 +88,16 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
  * double-buffered whole and a block's values, fit m's DM (tcp_dm_fits on their summary).
  * tcp_loop_rows: its block rows B, or (expected) the rows a block holds on uniform
  * routing, ceil(T K / E) within [1, B]. tcp_loop_block_cycles: one block of `rows` rows on
- * the cost module: its contractions' cycles (tcp_plan_contract; -1: no loop) and *fetch,
- * its expert operands' fetches (one dma.copy each). */
+ * the cost module: its contractions' cycles (tcp_plan_contract; -1: no loop), *fetch its
+ * expert operands' fetches (one dma.copy each), *last the cycles of the contractions that
+ * read the last operand fetched (the loop's drain after its last fetch). tcp_loop_blocks:
+ * the blocks in use on uniform routing, min(T K, E) experts of ceil(rows / B) blocks,
+ * at most G. */
 bool tcp_loop_fits(const moe_graph *g, const moe_tcp_machine *m);
 int64_t tcp_loop_rows(const moe_graph *g, bool expected);
-int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch);
+int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch,
+	int64_t *last);
+int64_t tcp_loop_blocks(const moe_graph *g);
 /* pair_gate_up.c: the outer operand of `loop` that body blockarg v of body bg reads when v
  * reads an `e` operand given to the loop once (*k: its data operand index), else MOE_NONE */
 moe_id tcp_loop_e_arg(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id v, int *k);

@@ -136,12 +136,12 @@ static const struct gpass {
 	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
 		GK_PACK_GATE_UP, gate_up_packed},
 	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
-			     "by side, when the pair's block buffers fit 1/8 of DM (on a block_loop: when the schedule compiler "
-			     "predicts it fits and pays) (tcp target)",
+			     "by side, when the pair's block buffers fit 1/8 of DM (on a block_loop: when the loop's buffers fit DM "
+			     "and a block, priced on the cost model, is no slower) (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
 	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
-			  "experts' weights fit half of DM (on a block_loop: when the schedule compiler predicts it fits and "
-			  "pays) (tcp target)",
+			  "experts' weights fit half of DM (on a block_loop: when the loop's buffers fit DM and a full block "
+			  "is bound by its fetch) (tcp target)",
 		GK_PAIR_DOWN, down_paired},
 	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than 1/8 of "
 			   "DM (tcp target)",

@@ -219,15 +219,30 @@ static bool down_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *o
 
 /* Only when the merged loop fits DM with its experts double-buffered whole
  * (the merged operand is read through views, so it is never streamed tile
- * by tile) and a block is bound by its fetch even at its full B rows: then
- * one fetch instead of three saves two DMA setups per block. When a full
- * block's contractions outlast the fetch, the loop is compute-bound on such
- * blocks, the setups are hidden, and the separate operands let a block's
- * first contraction start once its own weights have arrived instead of the
- * whole expert (DeepSeek-V3 at T = 4096, B = 464: one fetch of 88 MB is
- * about 59 us, a full block's contractions more than twice that; merged,
- * the routed run is slower, though on the expected loads, one block of 128
- * rows per expert, it is not). */
+ * by tile), a full block (B rows) is bound by its fetch, and the DMA setups
+ * it saves over the expected blocks outweigh what it adds to the loop's
+ * drain. With the next expert prefetched a block ahead, a fetch-bound loop
+ * takes a fetch per block: one fetch instead of three saves two setups per
+ * block. But after the last fetch the last block computes: merged, every
+ * contraction waits for the whole expert; separate, only those reading the
+ * operand fetched last (down) do (DeepSeek-V3 at T = 1: 8 blocks save 8 us
+ * of setups, the drain grows by the pair's contraction at about 14 us, TRF
+ * loads of 58 MB). Where a full block's contractions outlast its fetch, the
+ * setups are hidden under them and the separate operands let each block's
+ * first contraction start once its own weights are in (DeepSeek-V3 at
+ * T = 4096, B = 464: predicted faster on the expected loads, one block of
+ * 128 rows per expert, slower on routing with full blocks). */
+static bool down_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
+{
+	int64_t fr, lr, fg, lg, B = tcp_loop_rows(r, false), re = tcp_loop_rows(r, true);
+	int64_t full = tcp_loop_block_cycles(r, m, B, &fr, &lr);
+	if (full < 0 || full > fr || !tcp_loop_fits(r, m))
+		return false;
+	if (tcp_loop_block_cycles(r, m, re, &fr, &lr) < 0 || tcp_loop_block_cycles(g, m, re, &fg, &lg) < 0)
+		return false;
+	return (fg - fr) * tcp_loop_blocks(r) > lr - lg;
+}
+
 static moe_graph *pair_down_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -238,8 +253,7 @@ static moe_graph *pair_down_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 			return NULL;
 		tcp_loop_hooks h = {down_outer, down_views, NULL, &p, p.cat};
 		moe_graph *r = tcp_loop_merge(ctx, g, i, p.kp < p.kd ? p.kp : p.kd, p.kp < p.kd ? p.kd : p.kp, &h);
-		int64_t fetch = 0, compute = r ? tcp_loop_block_cycles(r, m, tcp_loop_rows(r, false), &fetch) : -1;
-		if (r && (compute < 0 || compute > fetch || !tcp_loop_fits(r, m))) {
+		if (r && !down_pays(g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
 		}

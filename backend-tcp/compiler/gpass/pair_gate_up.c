@@ -534,6 +534,19 @@ int64_t tcp_loop_rows(const moe_graph *g, bool expected)
 	return r < 1 ? 1 : r < B ? r : B;
 }
 
+int64_t tcp_loop_blocks(const moe_graph *g)
+{
+	const ir_node *ln = first_loop(g);
+	if (!ln || ln->rank < 2)
+		return 0;
+	int64_t G = ln->shape[0], B = ln->shape[1], T = ir_graph_attr_int(g, "moe_tokens", 0),
+		K = ir_graph_attr_int(g, "moe_k", 0), E = ir_graph_attr_int(g, "moe_experts", 0);
+	if (T <= 0 || K <= 0 || E <= 0 || B <= 0)
+		return G;
+	int64_t used = T * K < E ? T * K : E, r = tcp_loop_rows(g, true), n = used * ((r + B - 1) / B);
+	return n < G ? n : G;
+}
+
 /* one dma.copy of `bytes` contiguous HBM bytes into a buffer spread over
  * every slice */
 static int64_t fetch_cycles(const tcp_cm *cm, int64_t bytes)
@@ -553,19 +566,37 @@ static int64_t fetch_cycles(const tcp_cm *cm, int64_t bytes)
 	return tcp_cost_dma(cm, &c, false, 0, &over);
 }
 
-int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch)
+/* the data operand index a body value reads, through views of a blockarg; -1: none */
+static int64_t operand_of(const moe_graph *bg, moe_id v)
+{
+	for (int d = 0; d < 8 && v < bg->nnodes; d++) {
+		const ir_node *n = N(bg, v);
+		if (n->op == MOE_OP_BLOCKARG)
+			return ir_blockarg_role_of(n) == IR_BA_IN ? ir_attr_int(n, "index", -1) : -1;
+		if ((n->op != MOE_OP_SLICE && n->op != MOE_OP_RESHAPE) || n->nargs < 1)
+			return -1;
+		v = n->args[0];
+	}
+	return -1;
+}
+
+int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int64_t rows, int64_t *fetch,
+	int64_t *last)
 {
 	const ir_node *ln = first_loop(g);
-	*fetch = 0;
+	*fetch = *last = 0;
 	if (!ln || rows <= 0)
 		return -1;
 	const moe_graph *bg = ir_node_body(g, ln);
 	const char *kinds = ir_attr_str(ln, "kinds", "");
 	tcp_cm cm;
 	tcp_cm_init(&cm, m);
+	int64_t lastk = -1;
 	for (int k = 0; kinds[k] && IR_BL_NCTRL + (uint32_t)k < ln->nargs; k++)
-		if (kinds[k] == IR_BK_EXPERT && !e_repeat(ln, kinds, k))
+		if (kinds[k] == IR_BK_EXPERT && !e_repeat(ln, kinds, k)) {
 			*fetch += fetch_cycles(&cm, row_bytes(N(g, ln->args[IR_BL_NCTRL + k])));
+			lastk = k;
+		}
 	int64_t compute = 0;
 	for (moe_id j = 0; j < bg->nnodes; j++) {
 		const ir_node *n = N(bg, j);
@@ -577,6 +608,8 @@ int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int6
 		int64_t c = 0;
 		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], w->dtype, &c);
 		compute += c;
+		if (lastk >= 0 && operand_of(bg, n->args[1]) == lastk)
+			*last += c;
 	}
 	return compute;
 }
@@ -585,7 +618,7 @@ int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int6
  * contractions, whichever is longer */
 static int64_t block_time(const moe_graph *g, const moe_tcp_machine *m, int64_t rows)
 {
-	int64_t fetch, compute = tcp_loop_block_cycles(g, m, rows, &fetch);
+	int64_t fetch, last, compute = tcp_loop_block_cycles(g, m, rows, &fetch, &last);
 	return compute < 0 ? -1 : compute > fetch ? compute : fetch;
 }
 
