@@ -6,18 +6,19 @@
  * those rows into the HBM grid of G B rows (byte offsets pos x row bytes),
  * and in the loop's body one dma.copy of block g's rows of the grid (cut to
  * its class's bound by row-classes) into the block's DM row buffer. The
- * rewrite scatters each pair's token index instead of its row: the token
- * list copied into the first words of 8-byte rows (one tu.vec, the build's
- * gather op), scattered at pos x 8 (the byte-offset pass's immediate) into
- * the grid, now an i32 list of G B such rows (HBM scratch starts zeroed:
- * padding rows name token 0), copied into DM once after the scatter; each
- * body copy becomes a dma.gather of x's rows by block g's rows of that list
- * (every other word) straight into the same DM rows, under valid=$rows.
+ * rewrite scatters each pair's token instead of its row: the build's gather
+ * op becomes a tu.vec writing each pair's token times x's row bytes (its
+ * byte offset in x) into the first word of a row of one HBM granule (a
+ * scattered row of part of a granule is a read-modify-write of it), the
+ * scatter moves those rows to pos x granule bytes (the byte-offset pass's
+ * immediate) into the grid, now an i32 list of G B such rows (HBM scratch
+ * starts zeroed: padding rows name token 0), and each body copy becomes a
+ * dma.gather flags=scaled of x's rows by block g's rows of that list (byte
+ * offsets read in HBM) straight into the same DM rows, under valid=$rows.
  * Values are unchanged: row j < $rows of block g is x's row of the pair at
  * grid row g B + j, as the grid held; rows at and past $rows are written
  * zero, as the grid's padding rows were zero. The T K rows' round trip
- * through DM and HBM is gone (x's rows are read once, by the blocks); the
- * grid's HBM bytes become 8 per row.
+ * through DM and HBM is gone (x's rows are read once, by the blocks).
  *
  * Applies when the grid is written only by that scatter (zero base, no
  * valid count) and read only by such body copies, the gathered rows are
