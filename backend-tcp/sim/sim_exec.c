@@ -342,12 +342,13 @@ static void contract_i8(sim *s, const tcp_insn *in, int64_t cnt, int64_t db, int
 					sum += (int64_t)iw(load_word(s, av->t, ab + r * av->stride[0] + i * av->stride[2])) *
 					       iw(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
 				out = (uint32_t)sum; /* i32 wrap-around (the validator bounds I so it cannot) */
-				float sc = (in->flags & TCP_F_ROWDIV)
-						   ? fres(fin(load_word(s, pv->t, pb + o * pv->stride[1])) /
-							  fin(load_word(s, pv->t, pb + pv->stride[2] + r * pv->stride[0])))
-						   : fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1]));
-				if (in->flags & TCP_F_SCALED)
+				if (in->flags & TCP_F_SCALED) { /* rowdiv: the quotient rounded (and flushed) as d.div's */
+					float sc = (in->flags & TCP_F_ROWDIV)
+							   ? fin(fres(fin(load_word(s, pv->t, pb + o * pv->stride[1])) /
+								      fin(load_word(s, pv->t, pb + pv->stride[2] + r * pv->stride[0]))))
+							   : fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1]));
 					out = fres((float)iw(out) * sc);
+				}
 			}
 			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], out);
 		}
