@@ -108,8 +108,8 @@ typedef struct lw {
 	int32_t w8_sg, w8_wb; /* ... its operands in DM: the grid's rows' scales, the blocks' channel scales */
 	int w8_zreg;        /* ... a register holding 0 */
 	moe_id w8_bsc;      /* ... the grid of the rows' scales it replaces (not fetched per block) */
-	int32_t w8_rd1;     /* W8A8: tensor + 1 of down's channel scales staged with a row-factor slot per expert (0: none) */
-	int64_t w8_rdoff;   /* ... the slot's offset from its expert's scales (flags=rowdiv) */
+	int32_t w8_rd1[2];   /* W8A8: tensors + 1 of channel scales staged with a row-factor slot per expert (0: none) */
+	int64_t w8_rdoff[2]; /* ... the slot's offset from its expert's scales (flags=rowdiv) */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */

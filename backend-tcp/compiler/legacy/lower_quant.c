@@ -769,7 +769,8 @@ static void w8a8_einsum(lw *c, moe_id id)
 	int32_t as = -1, xq = -1;
 	tcp_view asv, xv = tcp_view_none(), rslot = tcp_view_none();
 	/* down's C = ws / R made by the contraction (flags=rowdiv): its activation quantized here for it alone */
-	bool rowdiv = !pre && c->w8_rd1 && s->kind == VK_VIEW && s->region && s->t == c->w8_rd1 - 1 &&
+	int rk = s->kind == VK_VIEW && s->region && c->w8_rd1[0] == s->t + 1 ? 0 : 1;
+	bool rowdiv = !pre && s->kind == VK_VIEW && s->region && c->w8_rd1[rk] == s->t + 1 &&
 		      !(c->qx_act == a + 1 && c->qx_cfor == id + 1) && w8a8_next(c, a, id) == MOE_NONE;
 	if (pre && c->store_dt[bq] == MOE_I8) { /* the rows as dispatched, i8 (w8a8_i8_rows) */
 		const val *bv = tcpl_dm_view(c, bq);
@@ -791,7 +792,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 			return;
 		val x = *xv;
 		if (rowdiv) { /* R into the slot of the block expert's staged scales (tcpl_w8a8_stage_rowdiv) */
-			rslot = qview(s, 1, c->w8_rdoff, 1, 0, 1, 1, true);
+			rslot = qview(s, 1, c->w8_rdoff[rk], 1, 0, 1, 1, true);
 			rslot.stride[1] = 0;
 		}
 		tcpl_w8a8_quantize(c, id, &x, M, I, vreg, rowdiv ? &rslot : NULL, &as, &xq); /* lower_w8a8.c: as is 127 / m */
@@ -830,7 +831,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 	if (rowdiv) { /* col[o] = ws[o], row[m] = R[m] at the slot */
 		cs = qview(s, 1, 0, 1, s->stride[0], 1, 1, true);
 		cs.stride[1] = s->stride[0];
-		cs.stride[2] = c->w8_rdoff;
+		cs.stride[2] = c->w8_rdoff[rk];
 	}
 	if (bulk) { /* block g's C: rows [g M, (g + 1) M) of the loop's table */
 		cs = v4(c->w8_c1 - 1, 0, O, 1, 0, 0);

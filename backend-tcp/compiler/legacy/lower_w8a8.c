@@ -442,7 +442,8 @@ void tcpl_w8a8_bulk_end(lw *c)
 	tcpl_dm_free(c, c->w8_c1 - 1);
 }
 
-/* Down's per-channel scales ws [E, D, 1] (f32, in HBM), staged whole into DM
+/* A W8A8 weight's per-channel scales ws [E, D, 1] (f32, in HBM; down's, and
+ * gate and up's where their input is quantized per block), staged whole into DM
  * as [2 E, D]: expert e's scales at e D and its row-factor slot at E D + e D
  * (at least M elements). Each block's quantization writes its R there and
  * the contraction divides, output by output, ws[o] / R[m] (flags=rowdiv, one
@@ -455,7 +456,7 @@ bool tcpl_w8a8_stage_rowdiv(lw *c, moe_id w, int64_t M)
 	const ir_node *n = N(c->g, w);
 	val *v = &c->v[w];
 	if (v->kind != VK_VIEW || v->region || c->p->t[v->t].space != TCP_HBM || c->p->t[v->t].dtype != MOE_F32 ||
-		!is_contig(v, n) || n->rank < 2 || n->shape[0] < 1 || M < 1 || c->w8_rd1)
+		!is_contig(v, n) || n->rank < 2 || n->shape[0] < 1 || M < 1 || c->w8_rd1[1])
 		return false;
 	int64_t E = n->shape[0], D = ir_numel(n) / E, sh[2] = {2 * E, D}, ne[1] = {E * D}, one[1] = {1};
 	if (D < M)
@@ -470,7 +471,8 @@ bool tcpl_w8a8_stage_rowdiv(lw *c, moe_id w, int64_t M)
 	val nv = tview(t, v->owner, n);
 	nv.owner = w;
 	*v = nv;
-	c->w8_rd1 = t + 1;
-	c->w8_rdoff = E * D;
+	int k = c->w8_rd1[0] ? 1 : 0;
+	c->w8_rd1[k] = t + 1;
+	c->w8_rdoff[k] = E * D;
 	return true;
 }
