@@ -295,9 +295,9 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_JOIN;
 				else if (tcp_lit(&s, "switch,"))
 					in.flags |= TCP_F_ROUTE;
-				else if (tcp_lit(&s, "e2m1,"))
+				else if (in.op != TCP_OP_TU_CONTRACT && tcp_lit(&s, "e2m1,"))
 					in.flags |= TCP_F_E2M1;
-				else if (tcp_lit(&s, "rowdiv,"))
+				else if (in.op == TCP_OP_TU_CONTRACT && tcp_lit(&s, "rowdiv,")) /* the same bit */
 					in.flags |= TCP_F_ROWDIV;
 				else if (tcp_lit(&s, "i4,"))
 					in.flags |= TCP_F_I4;
