@@ -318,7 +318,7 @@ static int64_t cost_contract(tl *t, ts_id id, const tcp_insn *in)
 			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0);
 	return tcp_cost_contract(&t->cm, &(tcp_mm_load){Bs, in->tile, I, tiles, mt, x3, ae,
 						ob + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes, rbytes,
-						t->S < Cg * R ? t->S : Cg * R})
+						t->S < Cg * R ? t->S : Cg * R, (in->flags & TCP_F_ROWDIV) != 0})
 		.total;
 }
 

@@ -41,7 +41,7 @@ static void print_insn(tcp_sb *b, const tcp_insn *in)
 	if (in->flags)
 		tcp_sbf(b, " flags=%s%s%s%s%s%s%s%s", in->flags & TCP_F_BF16X3 ? "bf16x3," : "", in->flags & TCP_F_ACC ? "acc," : "",
 			in->flags & TCP_F_XSLICE ? "xslice," : "", in->flags & TCP_F_JOIN ? (tcp_op_ctx[in->op] == TCP_CTX_MAIN ? "switch," : "join,") : "",
-			in->flags & TCP_F_E2M1 ? "e2m1," : "", in->flags & TCP_F_I4 ? "i4," : "",
+			in->flags & TCP_F_E2M1 ? (in->op == TCP_OP_TU_CONTRACT ? "rowdiv," : "e2m1,") : "", in->flags & TCP_F_I4 ? "i4," : "",
 			in->flags & TCP_F_SCALED ? "scaled," : "", in->flags & TCP_F_VROWS ? "vrows," : "");
 	if (in->vreg >= 0)
 		tcp_sbf(b, " valid=r%d", in->vreg);
@@ -295,8 +295,10 @@ static void parse_insn(ap *a, tcp_program *p, const char *s)
 					in.flags |= TCP_F_JOIN;
 				else if (tcp_lit(&s, "switch,"))
 					in.flags |= TCP_F_ROUTE;
-				else if (tcp_lit(&s, "e2m1,"))
+				else if (in.op != TCP_OP_TU_CONTRACT && tcp_lit(&s, "e2m1,"))
 					in.flags |= TCP_F_E2M1;
+				else if (in.op == TCP_OP_TU_CONTRACT && tcp_lit(&s, "rowdiv,")) /* the same bit */
+					in.flags |= TCP_F_ROWDIV;
 				else if (tcp_lit(&s, "i4,"))
 					in.flags |= TCP_F_I4;
 				else if (tcp_lit(&s, "scaled,"))

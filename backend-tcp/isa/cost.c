@@ -161,6 +161,10 @@ tcp_cost tcp_cost_contract(const tcp_cm *cm, const tcp_mm_load *l)
 	int64_t mac = l->tiles * cdiv(macs, m->lanes_per_slice * m->macs_per_lane[l->mt]);
 	int64_t stream = l->tiles * cdiv(l->rows * l->I * l->a_bytes, m->stream_bytes_per_cycle);
 	int64_t commit = l->tiles * cdiv(l->rows * l->tile * l->out_bytes, m->fetch_bytes), ring;
+	if (l->rowdiv) { /* the scale's division, output by output, at the vector engine's float rate */
+		int64_t div = l->tiles * cdiv(l->rows * l->tile, m->vec_float_rate);
+		commit = commit > div ? commit : div;
+	}
 	int64_t sw = l->tiles * tcp_cost_route(cm, l->route_bytes, l->route_used, &ring);
 	int64_t t = mac > stream ? mac : stream;
 	t = t > commit ? t : commit;

@@ -156,6 +156,7 @@ typedef struct tcp_mm_load {
 	int64_t out_bytes;   /* bytes committed per output element (accumulator and scales included) */
 	int64_t route_bytes; /* bytes per slice over the switch per round, and the */
 	int64_t route_used;  /* slices of the ring */
+	bool rowdiv;         /* flags=rowdiv: one f32 division per output on the vector stage behind the engine */
 } tcp_mm_load;
 tcp_cost tcp_cost_contract(const tcp_cm *cm, const tcp_mm_load *l);
 

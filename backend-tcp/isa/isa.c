@@ -479,7 +479,16 @@ static void check_contract(vc *c, int64_t pc, const tcp_insn *in)
 	/* s2 with scaled: the f32 scales of (m, o, 128-wide chunk) for f8, of (m, o) for i8 */
 	bool sc = in->flags & TCP_F_SCALED, i8 = a == MOE_I8;
 	int64_t dch[3] = {in->dim[0], in->dim[1], i8 ? 1 : in->dim[2] / TCP_SCALE_CHUNK};
-	check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
+	if (in->flags & TCP_F_ROWDIV) { /* col[o] = s2[0, o, 0], row[m] = s2[m, 0, 1] */
+		int64_t dcol[3] = {1, in->dim[1], 1}, drow[3] = {in->dim[0], 1, 1};
+		tcp_insn r = *in;
+		r.v[TCP_V_S2].base += in->v[TCP_V_S2].stride[2];
+		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), true, 3, dcol);
+		check_view(c, pc, &r, TCP_V_S2, SP(TCP_DM), true, 3, drow);
+		if (!sc || !i8)
+			verr(c, pc, "rowdiv divides the scale of a scaled i8 contraction");
+	} else
+		check_view(c, pc, in, TCP_V_S2, SP(TCP_DM), (in->flags & TCP_F_ACC) != 0 || sc, 3, sc ? dch : dmo);
 	if (i8)
 		check_contract_i8(c, pc, in, w);
 	else if (sc && (a != MOE_F8E4M3 || (in->flags & (TCP_F_ACC | TCP_F_BF16X3)) || in->dim[2] % TCP_SCALE_CHUNK ||
@@ -594,7 +603,7 @@ static void check_insn(vc *c, int64_t pc)
 	if ((in->flags & TCP_F_JOIN) && tcp_op_ctx[in->op] != TCP_CTX_DMA && tcp_op_ctx[in->op] != TCP_CTX_MAIN)
 		verr(c, pc, "only a DMA command joins the preceding DMA command's descriptors (join), only a Tensor Unit pass "
 			    "routes through the switch (switch)");
-	unsigned nib = in->flags & (TCP_F_E2M1 | TCP_F_I4);
+	unsigned nib = in->op == TCP_OP_TU_CONTRACT && (in->flags & TCP_F_I4) == 0 ? 0 : in->flags & (TCP_F_E2M1 | TCP_F_I4);
 	if (nib && (in->op != TCP_OP_TU_VEC || nib == (TCP_F_E2M1 | TCP_F_I4) || (unsigned)in->v[TCP_V_S0].t >= c->p->nt ||
 			   c->p->t[in->v[TCP_V_S0].t].space != TCP_DM))
 		verr(c, pc, "4-bit decoding (e2m1 or i4, not both) applies to a vector pass's s0 in DM");

@@ -317,6 +317,18 @@ unsigned tcp_pass_remote(const tcp_program *p, const moe_tcp_machine *m, const t
 		if (x->t < 0 || p->t[x->t].space != TCP_DM)
 			continue;
 		tcp_view y = *x;
+		if (v == TCP_V_S2 && (in->flags & TCP_F_ROWDIV)) { /* output (m, o) reads col[o] and row[m] */
+			int64_t d3[3] = {M, O, 1};
+			tcp_view col = *x, row = *x;
+			col.stride[0] = col.stride[2] = 0;
+			row.base += row.stride[2];
+			row.stride[1] = row.stride[2] = 0;
+			w.kind = PW_OUT3;
+			w.fan = 1;
+			pw_check(p, m, &w, v, &col, 3, d3, false, &mask, why, nwhy);
+			pw_check(p, m, &w, v, &row, 3, d3, false, &mask, why, nwhy);
+			continue;
+		}
 		if (v == TCP_V_S2 && (in->flags & TCP_F_SCALED)) { /* [m, o, chunk]: rows (m, o) */
 			int64_t d3[3] = {M, O, I / TCP_SCALE_CHUNK};
 			w.kind = PW_OUT3;

@@ -227,6 +227,13 @@ enum { TCP_F_HBMIDX = TCP_F_SCALED };
  * that computes with them through the switch stage (charged: docs/tcp-model.md);
  * without it each slice fetches and commits only bytes its own DM holds. */
 enum { TCP_F_ROUTE = TCP_F_JOIN };
+/* TCP_F_ROWDIV (tu.contract, scaled i8 x i8; printed "rowdiv"; the bit e2m1
+ * takes on a tu.vec): output (m, o)'s scale is a column factor divided by a
+ * row factor, both read through s2: col[o] = s2[0, o, 0] (the view's base,
+ * its second stride) and row[m] = s2[m, 0, 1] (base + its third stride, its
+ * first stride); dst[m, o] = f32(sum) x f32(col[o] / row[m]), each product
+ * and the quotient rounded once in f32 (W8A8's down: w_scale / R). */
+enum { TCP_F_ROWDIV = TCP_F_E2M1 };
 
 /* The part of the layer an instruction belongs to, for the statistics: the
  * routing (and anything outside the others), the block loop's expert work,

@@ -342,9 +342,13 @@ static void contract_i8(sim *s, const tcp_insn *in, int64_t cnt, int64_t db, int
 					sum += (int64_t)iw(load_word(s, av->t, ab + r * av->stride[0] + i * av->stride[2])) *
 					       iw(load_word(s, wv->t, wb + o * wv->stride[1] + i * wv->stride[2]));
 				out = (uint32_t)sum; /* i32 wrap-around (the validator bounds I so it cannot) */
-				if (in->flags & TCP_F_SCALED)
-					out = fres((float)iw(out) * fin(load_word(s, pv->t, pb + r * pv->stride[0] +
-											o * pv->stride[1])));
+				if (in->flags & TCP_F_SCALED) { /* rowdiv: the quotient rounded (and flushed) as d.div's */
+					float sc = (in->flags & TCP_F_ROWDIV)
+							   ? fin(fres(fin(load_word(s, pv->t, pb + o * pv->stride[1])) /
+								      fin(load_word(s, pv->t, pb + pv->stride[2] + r * pv->stride[0]))))
+							   : fin(load_word(s, pv->t, pb + r * pv->stride[0] + o * pv->stride[1]));
+					out = fres((float)iw(out) * sc);
+				}
 			}
 			store_word(s, dv->t, db + r * dv->stride[0] + o * dv->stride[1], out);
 		}
@@ -362,6 +366,15 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 		int64_t d[3] = {w == TCP_V_S1 ? 1 : M, w == TCP_V_S0 ? 1 : O, (w == TCP_V_S0 || w == TCP_V_S1) ? I : 1};
 		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED) && !i8)
 			d[2] = I / TCP_SCALE_CHUNK; /* one scale per (row, output, chunk) */
+		if (w == TCP_V_S2 && (in->flags & TCP_F_ROWDIV)) { /* the row factors s2[m, 0, 1]; below the columns' */
+			tcp_view rv = in->v[w];
+			int64_t dr[3] = {M, 1, 1};
+			rv.base += rv.stride[2];
+			if (!tcps_vrange(s, pc, &rv, 3, dr, &lo, &hi))
+				return;
+			acc_add(&a, rv.t, lo, hi, false);
+			d[0] = 1;
+		}
 		if (!tcps_vrange(s, pc, &in->v[w], 3, d, &lo, &hi))
 			return;
 		acc_add(&a, in->v[w].t, lo, hi, w == TCP_V_DST);
@@ -464,7 +477,7 @@ void tcps_run_contract(sim *s, uint32_t pc, const tcp_insn *in)
 			 ((rm >> TCP_V_S2 & 1u) ? Bs * in->tile * ((in->flags & TCP_F_ACC) ? 4 : sc_bytes) : 0);
 	tcp_cost c = tcp_cost_contract(&s->cm, &(tcp_mm_load){Bs, in->tile, I, tiles, mt, x3, ae,
 							esz_of(s, dv->t) + ((in->flags & TCP_F_ACC) ? 4 : 0) + sc_bytes, rbytes,
-							S < Cg * R ? S : Cg * R});
+							S < Cg * R ? S : Cg * R, (in->flags & TCP_F_ROWDIV) != 0});
 	busy(s, pc, MOE_TCP_ENGINE_CONTRACTION, c.engine);
 	tcps_schedule(s, pc, &a, c.total);
 }

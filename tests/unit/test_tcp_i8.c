@@ -4,9 +4,11 @@
  * and columns all -128 or all 127) over a reduction of 4095, whose sums
  * (16129 x 4095 = 66,048,255, odd, past 2^24) an f32 accumulator could not
  * hold exactly, and pseudo-random bytes elsewhere. Unscaled, the contraction
- * writes the i32 sums; with flags=scaled, f32(sum) x s2[m, o]. The validator
- * refuses mixed i8 / bf16 operands, an unscaled i8 contraction into f32 and
- * a scaled one with acc. */
+ * writes the i32 sums; with flags=scaled, f32(sum) x s2[m, o]; with
+ * flags=scaled,rowdiv, f32(sum) x f32(col[o] / row[m]), both factors read
+ * through s2 (col at its base, row its third stride further). The validator
+ * refuses mixed i8 / bf16 operands, an unscaled i8 contraction into f32, a
+ * scaled one with acc and rowdiv without scaled. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -34,7 +36,11 @@ static const char *head =
 	"tensor %7 dm scratch f32 [4,4] addr=64 slice=32 const=0 \"s.dm\"\n"
 	"tensor %8 dm scratch i32 [4,4] addr=96 slice=32 const=0 \"y.dm\"\n"
 	"tensor %9 dm scratch f32 [4,4] addr=128 slice=32 const=0 \"ys.dm\"\n"
-	"tensor %10 trf scratch i8 [4,4095] addr=0 slice=4096 const=0 \"t\"\n";
+	"tensor %10 trf scratch i8 [4,4095] addr=0 slice=4096 const=0 \"t\"\n"
+	"tensor %11 hbm input f32 [8] addr=33536 slice=0 const=0 \"sr\"\n"
+	"tensor %12 hbm output f32 [4,4] addr=33792 slice=0 const=0 \"yr\"\n"
+	"tensor %13 dm scratch f32 [8] addr=160 slice=32 const=0 \"sr.dm\"\n"
+	"tensor %14 dm scratch f32 [4,4] addr=192 slice=32 const=0 \"yr.dm\"\n";
 
 static const char *body =
 	"@0: dma.copy dims=[16380] dst=%5+0:[1] s0=%0+0:[1]\n"
@@ -47,7 +53,11 @@ static const char *body =
 	"s1=%10+0:[0,4095,1] s2=%7+0:[4,1,0]\n"
 	"@6: dma.copy dims=[16] dst=%3+0:[1] s0=%8+0:[1]\n"
 	"@7: dma.copy dims=[16] dst=%4+0:[1] s0=%9+0:[1]\n"
-	"@8: halt\n";
+	"@8: dma.copy dims=[8] dst=%13+0:[1] s0=%11+0:[1]\n"
+	"@9: tu.contract dims=[4,4,4095] flags=switch,rowdiv,scaled, tile=1 dst=%14+0:[4,1,0] s0=%5+0:[4095,0,1] "
+	"s1=%10+0:[0,4095,1] s2=%13+0:[1,1,4]\n"
+	"@10: dma.copy dims=[16] dst=%12+0:[1] s0=%14+0:[1]\n"
+	"@11: halt\n";
 
 static moe_tcp_program *parse(moe_ctx *ctx, const char *tensors, const char *code)
 {
@@ -75,10 +85,15 @@ static void test_i8_contraction_exact(void **st)
 	if (!p)
 		moe_diag_print(ctx, stderr);
 	assert_non_null(p);
-	int64_t sh[2] = {M, I}, ss[2] = {M, O};
+	int64_t sh[2] = {M, I}, ss[2] = {M, O}, s8[1] = {O + M};
 	moe_tensor *a = moe_tensor_new(ctx, MOE_U8, 2, sh), *w = moe_tensor_new(ctx, MOE_U8, 2, sh),
-		   *s = moe_tensor_new(ctx, MOE_F32, 2, ss);
-	assert_true(a && w && s);
+		   *s = moe_tensor_new(ctx, MOE_F32, 2, ss), *sr = moe_tensor_new(ctx, MOE_F32, 1, s8);
+	assert_true(a && w && s && sr);
+	float *col = sr->data, *row = col + O; /* channel scales, then the rows' 127 / m */
+	for (int64_t k = 0; k < O; k++)
+		col[k] = 0.0037f * (float)(k + 3);
+	for (int64_t k = 0; k < M; k++)
+		row[k] = 127.0f / (0.3f + 1.7f * (float)k);
 	for (int64_t r = 0; r < M; r++)
 		for (int64_t i = 0; i < I; i++) {
 			((int8_t *)a->data)[r * I + i] = operand(0, r, i);
@@ -90,14 +105,15 @@ static void test_i8_contraction_exact(void **st)
 	assert_int_equal(moe_tensor_map_set(b, "a", a), MOE_OK);
 	assert_int_equal(moe_tensor_map_set(b, "w", w), MOE_OK);
 	assert_int_equal(moe_tensor_map_set(b, "s", s), MOE_OK);
-	moe_tensor *out[2] = {NULL, NULL};
+	assert_int_equal(moe_tensor_map_set(b, "sr", sr), MOE_OK);
+	moe_tensor *out[3] = {NULL, NULL, NULL};
 	moe_tcp_stats stats;
 	moe_status rc = moe_tcp_run(ctx, p, b, NULL, out, &stats);
 	if (rc != MOE_OK)
 		moe_diag_print(ctx, stderr);
 	assert_int_equal(rc, MOE_OK);
 	const int32_t *y = out[0]->data;
-	const float *ys = out[1]->data;
+	const float *ys = out[1]->data, *yr = out[2]->data;
 	for (int64_t m = 0; m < M; m++)
 		for (int64_t o = 0; o < O; o++) {
 			int64_t ref = 0;
@@ -106,6 +122,9 @@ static void test_i8_contraction_exact(void **st)
 			assert_int_equal(y[m * O + o], ref);
 			float sref = (float)ref * ((const float *)s->data)[m * O + o];
 			assert_true(ys[m * O + o] == sref);
+			volatile float q = col[o] / row[m]; /* rounded to f32 before the product */
+			float rref = (float)ref * q;
+			assert_true(yr[m * O + o] == rref);
 		}
 	/* the extremes: 127 x 127, 127 x -128, -128 x -128 summed 4095 times */
 	assert_int_equal(y[0], 16129 * 4095);
@@ -114,6 +133,7 @@ static void test_i8_contraction_exact(void **st)
 	assert_true(stats.cycles > 0);
 	moe_tensor_free(ctx, out[0]);
 	moe_tensor_free(ctx, out[1]);
+	moe_tensor_free(ctx, out[2]);
 	moe_tensor_map_free(b);
 	moe_tcp_program_free(p);
 	moe_ctx_free(ctx);
@@ -126,8 +146,8 @@ static void test_i8_contraction_rules(void **st)
 	static const struct {
 		const char *tensors, *code, *msg;
 	} bad[] = {
-		{"tensor %11 dm scratch bf16 [4,4095] addr=160 slice=64 const=0 \"bf\"\n",
-			"@0: tu.contract dims=[4,4,4095] flags=switch, tile=1 dst=%8+0:[4,1,0] s0=%11+0:[4095,0,1] "
+		{"tensor %15 dm scratch bf16 [4,4095] addr=224 slice=64 const=0 \"bf\"\n",
+			"@0: tu.contract dims=[4,4,4095] flags=switch, tile=1 dst=%8+0:[4,1,0] s0=%15+0:[4095,0,1] "
 			"s1=%10+0:[0,4095,1]\n@1: halt\n",
 			"both i8"},
 		{"", "@0: tu.contract dims=[4,4,4095] flags=switch, tile=1 dst=%9+0:[4,1,0] s0=%5+0:[4095,0,1] "
@@ -136,6 +156,9 @@ static void test_i8_contraction_rules(void **st)
 		{"", "@0: tu.contract dims=[4,4,4095] flags=switch,acc,scaled, tile=1 dst=%9+0:[4,1,0] s0=%5+0:[4095,0,1] "
 		     "s1=%10+0:[0,4095,1] s2=%7+0:[4,1,0]\n@1: halt\n",
 			"no acc"},
+		{"", "@0: tu.contract dims=[4,4,4095] flags=switch,rowdiv, tile=1 dst=%8+0:[4,1,0] s0=%5+0:[4095,0,1] "
+		     "s1=%10+0:[0,4095,1] s2=%13+0:[1,1,4]\n@1: halt\n",
+			"rowdiv divides the scale"},
 	};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		moe_ctx *ctx = moe_ctx_new(NULL, NULL);

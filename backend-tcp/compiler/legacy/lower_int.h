@@ -108,6 +108,8 @@ typedef struct lw {
 	int32_t w8_sg, w8_wb; /* ... its operands in DM: the grid's rows' scales, the blocks' channel scales */
 	int w8_zreg;        /* ... a register holding 0 */
 	moe_id w8_bsc;      /* ... the grid of the rows' scales it replaces (not fetched per block) */
+	int32_t w8_rd1[2];   /* W8A8: tensors + 1 of channel scales staged with a row-factor slot per expert (0: none) */
+	int64_t w8_rdoff[2]; /* ... the slot's offset from its expert's scales (flags=rowdiv) */
 	struct tcpl_shared *sh; /* lower_shared.c: a shared expert's pieces inside the block loop, or NULL */
 	bool sh_dm;             /* ... their results kept in DM through the loop where they fit (tried quietly first) */
 	const int32_t *achunk;  /* lower_contract.c: a contraction's rows operand, one DM tensor per reduction chunk, or NULL */
@@ -435,7 +437,9 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id);      /* false: not an act=fp8 or W
 void tcpl_w8a8_plan(lw *c);                        /* W8A8 activation chains: fused into their contraction */
 bool tcpl_w8a8_lower_q(lw *c, moe_id id);          /* false: id is not W8A8's x.q rounded in two passes */
 void tcpl_w8a8_act_plan(lw *c);                    /* lower_w8a8.c: x.q as i8 rows, its rounding, its dispatch */
-void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *R, int32_t *xq); /* lower_w8a8.c: a block's rows as i8 and their 127 / m */
+void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, const tcp_view *rdst, int32_t *R,
+	int32_t *xq); /* lower_w8a8.c: a block's rows as i8 and their 127 / m (into rdst when given) */
+bool tcpl_w8a8_stage_rowdiv(lw *c, moe_id w, int64_t M); /* lower_w8a8.c: down's scales staged with the row-factor slots */
 moe_id tcpl_w8a8_pre_einsum(const lw *c, moe_id *bs, int64_t *M, int64_t *O, moe_id *ws); /* lower_quant.c */
 void tcpl_w8a8_bulk(lw *c, int32_t tbe, int64_t bebase, int64_t bes); /* lower_w8a8.c: C of every block, before the loop */
 void tcpl_w8a8_bulk_body(lw *c);

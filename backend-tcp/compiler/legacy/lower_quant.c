@@ -445,7 +445,7 @@ static cplan fp8_plan(lw *c, int64_t M, int64_t O, int64_t I, moe_dtype dt)
  * (f8e4m3 xq, C [M, O, I/128]), or i8 ones (i8 xq, C [M, O]); xq the view
  * of the activation over (m, o, i). */
 static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, tcp_view cs, const val *ov, int64_t M, int64_t O,
-	int64_t I, int vreg)
+	int64_t I, int vreg, bool rowdiv)
 {
 	moe_dtype dt = (moe_dtype)c->p->t[xq.t].dtype;
 	cplan pl = fp8_plan(c, M, O, I, dt);
@@ -480,11 +480,13 @@ static void fp8_contract(lw *c, moe_id at, const val *q, tcp_view xq, tcp_view c
 		in.dim[2] = I;
 		in.tile = pl.Os < on ? pl.Os : on;
 		in.vreg = vreg;
-		in.flags = TCP_F_SCALED;
+		in.flags = TCP_F_SCALED | (rowdiv ? TCP_F_ROWDIV : 0);
 		in.v[TCP_V_S0] = xq;
 		in.v[TCP_V_S1] = v4(tt, 0, 0, I, 1, 0);
-		in.v[TCP_V_S2] = cs; /* (m, o, chunk) */
+		in.v[TCP_V_S2] = cs; /* (m, o, chunk); rowdiv: (row factor, column factor, the row factors' offset) */
 		in.v[TCP_V_S2].base += o0 * cs.stride[1];
+		if (rowdiv) /* the row factors stay where they are */
+			in.v[TCP_V_S2].stride[2] -= o0 * cs.stride[1];
 		tcp_view dv = qview(ov, 1, o0 * ov->stride[1], ov->stride[0], ov->stride[1], 1, 1, true);
 		dv.stride[1] = ov->stride[1];
 		dv.stride[2] = 0;
@@ -765,7 +767,11 @@ static void w8a8_einsum(lw *c, moe_id id)
 	int64_t I = N(c->g, pre ? bq : xf)->shape[N(c->g, pre ? bq : xf)->rank - 1];
 	int vreg = tcpl_valid_reg(c, id);
 	int32_t as = -1, xq = -1;
-	tcp_view asv, xv = tcp_view_none();
+	tcp_view asv, xv = tcp_view_none(), rslot = tcp_view_none();
+	/* down's C = ws / R made by the contraction (flags=rowdiv): its activation quantized here for it alone */
+	int rk = s->kind == VK_VIEW && s->region && c->w8_rd1[0] == s->t + 1 ? 0 : 1;
+	bool rowdiv = !pre && s->kind == VK_VIEW && s->region && c->w8_rd1[rk] == s->t + 1 &&
+		      !(c->qx_act == a + 1 && c->qx_cfor == id + 1) && w8a8_next(c, a, id) == MOE_NONE;
 	if (pre && c->store_dt[bq] == MOE_I8) { /* the rows as dispatched, i8 (w8a8_i8_rows) */
 		const val *bv = tcpl_dm_view(c, bq);
 		if (c->failed)
@@ -785,7 +791,11 @@ static void w8a8_einsum(lw *c, moe_id id)
 		if (c->failed)
 			return;
 		val x = *xv;
-		tcpl_w8a8_quantize(c, id, &x, M, I, vreg, &as, &xq); /* lower_w8a8.c: as is 127 / m */
+		if (rowdiv) { /* R into the slot of the block expert's staged scales (tcpl_w8a8_stage_rowdiv) */
+			rslot = qview(s, 1, c->w8_rdoff[rk], 1, 0, 1, 1, true);
+			rslot.stride[1] = 0;
+		}
+		tcpl_w8a8_quantize(c, id, &x, M, I, vreg, rowdiv ? &rslot : NULL, &as, &xq); /* lower_w8a8.c: as is 127 / m */
 	}
 	if (c->failed)
 		return;
@@ -804,7 +814,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 	}
 	val *ov = tcpl_out_val(c, id, (moe_dtype)n->dtype);
 	int64_t shc[2] = {M, O};
-	int32_t C = bulk ? -1 : tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
+	int32_t C = bulk || rowdiv ? -1 : tcpl_dm_tensor(c, id, "w8a8.scale", MOE_F32, 2, shc);
 	tcp_insn p = vec2(M, O, vreg);
 	p.v[TCP_V_S0] = asv;
 	p.v[TCP_V_S1] = qview(s, 1, 0, s->stride[0], s->stride[1], 1, 1, true);
@@ -815,9 +825,14 @@ static void w8a8_einsum(lw *c, moe_id id)
 		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	else /* C = ws / R (docs/semantics.md: W8A8 on TCP) */
 		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0);
-	if (!bulk)
+	if (!bulk && !rowdiv)
 		emit(c, &p);
 	tcp_view cs = v4(C, 0, O, 1, 0, 0);
+	if (rowdiv) { /* col[o] = ws[o], row[m] = R[m] at the slot */
+		cs = qview(s, 1, 0, 1, s->stride[0], 1, 1, true);
+		cs.stride[1] = s->stride[0];
+		cs.stride[2] = c->w8_rdoff[rk];
+	}
 	if (bulk) { /* block g's C: rows [g M, (g + 1) M) of the loop's table */
 		cs = v4(c->w8_c1 - 1, 0, O, 1, 0, 0);
 		cs.reg = R_G;
@@ -831,7 +846,7 @@ static void w8a8_einsum(lw *c, moe_id id)
 		c->qx_xq = xq;
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, cs, ov, M, O, I, vreg);
+	fp8_contract(c, id, q, xq >= 0 ? v4(xq, 0, I, 0, 1, 0) : xv, cs, ov, M, O, I, vreg, rowdiv);
 	if (C >= 0)
 		tcpl_dm_free(c, C);
 	if (next == MOE_NONE && xq >= 0) {
@@ -884,7 +899,7 @@ bool tcpl_lower_fp8_einsum(lw *c, moe_id id)
 		c->qx_c = fp8_chunk_scales(c, next, sa, M, vreg);
 		c->qx_cfor = next + 1;
 	}
-	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), v4(C, 0, O * (I / 128), I / 128, 1, 0), ov, M, O, I, vreg);
+	fp8_contract(c, id, q, v4(xq, 0, I, 0, 1, 0), v4(C, 0, O * (I / 128), I / 128, 1, 0), ov, M, O, I, vreg, false);
 	tcpl_dm_free(c, C);
 	if (next == MOE_NONE) {
 		tcpl_dm_free(c, xq);
@@ -924,6 +939,37 @@ static moe_id scale_leaf(const lw *c, moe_id id)
 	return MOE_NONE;
 }
 
+/* The rows of the one W8A8 block contraction whose weight's scales are the
+ * per-block gather gi and whose activation is quantized per block for it
+ * alone (down's: the row factor R can go to a slot of the staged scales,
+ * tcpl_w8a8_stage_rowdiv); else 0. */
+static int64_t rowdiv_rows(const lw *c, moe_id gi)
+{
+	moe_id u = MOE_NONE, xf, bq, bs, mul, qf;
+	for (moe_id d = gi + 1; d < c->g->nnodes; d++) {
+		const ir_node *dn = N(c->g, d);
+		if (dn->op != MOE_OP_DEQUANT || !c->inreg[d] || dn->nargs < 2 || dn->args[1] != gi)
+			continue;
+		if (u != MOE_NONE || fp8_weight(c, d) == MOE_NONE || strcmp(ir_attr_str(dn, "act", "bf16"), "int8"))
+			return 0;
+		for (moe_id e = d + 1; e < c->g->nnodes; e++)
+			if (N(c->g, e)->op == MOE_OP_EINSUM && N(c->g, e)->args[1] == d) {
+				if (u != MOE_NONE)
+					return 0;
+				u = e;
+			}
+		if (u == MOE_NONE)
+			return 0;
+	}
+	if (u == MOE_NONE)
+		return 0;
+	moe_id a = N(c->g, u)->args[0];
+	if (w8a8_pre(c, a, &bq, &bs, &mul, &qf) || !w8a8_chain(c, a, &xf) || w8a8_next(c, a, a) != u ||
+		w8a8_next(c, a, u) != MOE_NONE)
+		return 0;
+	return N(c->g, u)->shape[N(c->g, u)->rank - 2];
+}
+
 void tcpl_quant_stage_after(lw *c, uint32_t from)
 {
 	bool now = from == UINT32_MAX;
@@ -948,7 +994,8 @@ void tcpl_quant_stage_after(lw *c, uint32_t from)
 		return;
 	for (moe_id i = 0; i < c->g->nnodes && !c->failed; i++) {
 		moe_id w = scale_leaf(c, i);
-		if (w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_HBM)
+		if (w != MOE_NONE && c->v[w].kind == VK_VIEW && c->p->t[c->v[w].t].space == TCP_HBM &&
+			!tcpl_w8a8_stage_rowdiv(c, w, rowdiv_rows(c, i))) /* lower_w8a8.c */
 			tcpl_dm_view(c, w);
 	}
 }

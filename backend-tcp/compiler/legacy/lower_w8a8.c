@@ -296,13 +296,19 @@ int64_t tcpl_w8a8_tile(const lw *c, int64_t M, int64_t O, int64_t I, int64_t out
  * 127 / m is at most f32(127 / 1e-10) exactly when m >= 1e-10 (and m = 0, a
  * zero or padding row, gives inf, clipped to it); NaN propagates through
  * both. The contraction's scale is then C = ws / R (lower_quant.c): the
- * row's scale m / 127 is never formed. */
-void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, int32_t *R_, int32_t *xq_)
+ * row's scale m / 127 is never formed. With rdst, R is written there (the
+ * row-factor slot of down's staged scales, read by the contraction's
+ * flags=rowdiv) and *R_ is -1. */
+void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, int vreg, const tcp_view *rdst, int32_t *R_,
+	int32_t *xq_)
 {
 	int64_t sh1[1] = {M}, shx[2] = {M, I};
 	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
 	rmax = rmax / 1e-10f;
-	int32_t R = tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	int32_t R = rdst ? -1 : tcpl_dm_tensor(c, id, "act.inv", MOE_F32, 1, sh1);
+	tcp_view rv = rdst ? *rdst : v2(R, 0, 1, 0);
+	rv.stride[0] = 1;
+	rv.stride[1] = 0;
 	int32_t v = tcpl_dm_tensor(c, id, "act.v", MOE_F32, 2, shx);
 	int32_t xq = tcpl_dm_tensor(c, id, "act.i8", MOE_I8, 2, shx);
 	tcp_view xv = tcp_view_none();
@@ -312,7 +318,7 @@ void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, in
 	xv.scale = x->region ? x->scale : 0;
 	xv.stride[0] = x->stride[0];
 	xv.stride[1] = x->stride[1];
-	tcp_insn p = tcp_b_vec(2, shx, v2(R, 0, 1, 0));
+	tcp_insn p = tcp_b_vec(2, shx, rv);
 	p.vreg = vreg;
 	p.v[TCP_V_S0] = xv;
 	tcp_b_step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
@@ -323,7 +329,7 @@ void tcpl_w8a8_quantize(lw *c, moe_id id, const val *x, int64_t M, int64_t I, in
 	p = tcp_b_vec(2, shx, v2(v, 0, I, 1));
 	p.vreg = vreg;
 	p.v[TCP_V_S0] = xv;
-	p.v[TCP_V_S1] = v2(R, 0, 1, 0);
+	p.v[TCP_V_S1] = rv;
 	tcp_b_step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	emit(c, &p);
 	round_pass(c, shx, v2(xq, 0, I, 1), v2(v, 0, I, 1), vreg);
@@ -434,4 +440,39 @@ void tcpl_w8a8_bulk_end(lw *c)
 	tcpl_dm_free(c, c->w8_sg);
 	tcpl_dm_free(c, c->w8_wb);
 	tcpl_dm_free(c, c->w8_c1 - 1);
+}
+
+/* A W8A8 weight's per-channel scales ws [E, D, 1] (f32, in HBM; down's, and
+ * gate and up's where their input is quantized per block), staged whole into DM
+ * as [2 E, D]: expert e's scales at e D and its row-factor slot at E D + e D
+ * (at least M elements). Each block's quantization writes its R there and
+ * the contraction divides, output by output, ws[o] / R[m] (flags=rowdiv, one
+ * view: the slot is a constant E D past the scales through the expert
+ * register), where a pass made C = ws / R per block. The same quotient and
+ * product: y does not change. False (nothing emitted) when the scales are
+ * not f32 or contiguous, or D < M. */
+bool tcpl_w8a8_stage_rowdiv(lw *c, moe_id w, int64_t M)
+{
+	const ir_node *n = N(c->g, w);
+	val *v = &c->v[w];
+	if (v->kind != VK_VIEW || v->region || c->p->t[v->t].space != TCP_HBM || c->p->t[v->t].dtype != MOE_F32 ||
+		!is_contig(v, n) || n->rank < 2 || n->shape[0] < 1 || M < 1 || c->w8_rd1[1])
+		return false;
+	int64_t E = n->shape[0], D = ir_numel(n) / E, sh[2] = {2 * E, D}, ne[1] = {E * D}, one[1] = {1};
+	if (D < M)
+		return false;
+	int32_t t = tcpl_dm_tensor(c, w, "w8a8.dscale", MOE_F32, 2, sh);
+	if (c->failed)
+		return true;
+	uint32_t at = c->p->ncode;
+	tcp_insn in = tcp_b_dma_copy(1, ne, tcp_b_view(t, 0, 1, one), tcp_b_view(v->t, v->base, 1, one));
+	emit(c, &in);
+	tcpl_join_adjacent(c, at);
+	val nv = tview(t, v->owner, n);
+	nv.owner = w;
+	*v = nv;
+	int k = c->w8_rd1[0] ? 1 : 0;
+	c->w8_rd1[k] = t + 1;
+	c->w8_rdoff[k] = E * D;
+	return true;
 }

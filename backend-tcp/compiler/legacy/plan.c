@@ -40,7 +40,7 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
 		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
 		for (int k = 0; k < ntiles; k++) {
 			/* one pass over the tile, accumulating in f32 (8 bytes committed per output) */
-			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0};
+			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0, false};
 			main_ += tcp_cost_contract(&cm, &l).total + issue;
 		}
 		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_cost_sub(&cm, fp, cdiv(fp, R)) + issue;
