@@ -158,6 +158,9 @@ moe_tensor *cli_serve_rows(moe_ctx *ctx, moe_tensor *y, int64_t tokens);
  * 7.4, "Decode tier"): *p is replaced by p with the layer compiled for T = 1 linked in, or
  * kept when the tier does not apply; 1 after an error. */
 int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m, moe_tcp_program **p);
+/* --machine: the machine the TCP graph passes decide for (moe_tcp_set_pass_machine);
+ * 1 after a diagnostic when it cannot be loaded, 0 without the option */
+int cli_pass_machine(moe_ctx *ctx, const opts *o);
 /* compile --buckets: one program per bucket into one .tcpb; is FILE a
  * bucketed .tcpb; the program of the smallest bucket >= --tokens (NULL with
  * an error when there is none). */

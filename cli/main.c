@@ -178,6 +178,8 @@ static int cmd_ir(moe_ctx *ctx, const opts *o)
 	if (check_print_pass(ctx, "--print-ir-after", o->after, pipeline) |
 		check_print_pass(ctx, "--print-ir-before", o->before, pipeline))
 		return 1;
+	if (cli_pass_machine(ctx, o))
+		return 1;
 	moe_module *m = cli_load(ctx, o);
 	int status = !m || run_pipeline(ctx, m, pipeline, o) || write_output(ctx, m, o);
 	moe_module_free(m);

@@ -18,7 +18,7 @@ static moe_tcp_machine *machine(moe_ctx *ctx, const opts *o)
 
 /* --machine: the machine the TCP graph passes of the `tcp` pipeline plan for
  * (moe_tcp_set_pass_machine); 1 after a diagnostic when it cannot be loaded. */
-static int pass_machine(moe_ctx *ctx, const opts *o)
+int cli_pass_machine(moe_ctx *ctx, const opts *o)
 {
 	if (!o->machine)
 		return 0;
@@ -89,7 +89,7 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 {
 	*chosen = 0;
 	*pred = 0;
-	if (pass_machine(ctx, o))
+	if (cli_pass_machine(ctx, o))
 		return NULL;
 	moe_module *m = load_tcp(ctx, o, chosen, pred);
 	if (cli_quant_act(ctx, o, m)) {
