@@ -89,7 +89,7 @@ static const struct {
 	 * packed weights marked (tcp-split-weights). */
 	{"tcp-sched", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-split-weights"},
+		"grid-bound,canonicalize,cse,dce,tcp-split-weights,tcp-plan-fusion"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
