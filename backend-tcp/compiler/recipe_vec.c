@@ -249,7 +249,9 @@ bool sb_fused_member(const sb *b, moe_id id)
 {
 	int64_t k = group_of(b, id);
 	moe_id u;
-	if (k < 0 || readers(b, id, &u) != 1 || u == MOE_NONE || group_of(b, u) != k)
+	const ir_node *n = SBN(b, id);
+	if (k < 0 || !(ir_ops[n->op].flags & OPF_ELEM) || (ir_ops[n->op].flags & OPF_LEAF) || readers(b, id, &u) != 1 ||
+		u == MOE_NONE || group_of(b, u) != k)
 		return false;
 	const ir_node *un = SBN(b, u);
 	return ((ir_ops[un->op].flags & OPF_ELEM) && !(ir_ops[un->op].flags & OPF_LEAF)) || un->op == MOE_OP_REDUCE_SUM ||
@@ -267,6 +269,8 @@ static unsigned v_operands(const ir_node *u)
 	if (u->op == MOE_OP_REDUCE_SUM || u->op == MOE_OP_REDUCE_MAX || u->op == MOE_OP_REDUCE_MIN || u->op == MOE_OP_SELECT ||
 		u->op == MOE_OP_CAST || u->op == MOE_OP_BITCAST)
 		return 1;
+	if (u->op == MOE_OP_ABS) /* an integer abs reads its operand twice */
+		return moe_dtype_is_float((moe_dtype)u->dtype) ? 1 : 0;
 	return u->nargs == 2 ? 3 : 1;
 }
 

@@ -208,9 +208,10 @@ static unsigned sched_chain_operands(const ir_node *u)
 	case MOE_OP_ADD: case MOE_OP_SUB: case MOE_OP_MUL: case MOE_OP_DIV: case MOE_OP_MIN: case MOE_OP_MAX:
 	case MOE_OP_AND: case MOE_OP_OR: case MOE_OP_XOR: case MOE_OP_SHL: case MOE_OP_SHR: case MOE_OP_SAR:
 	case MOE_OP_EQ: case MOE_OP_NE: case MOE_OP_LT: case MOE_OP_LE: case MOE_OP_GT: case MOE_OP_GE: return 3;
-	case MOE_OP_NEG: case MOE_OP_ABS: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT: case MOE_OP_TANH:
+	case MOE_OP_NEG: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT: case MOE_OP_TANH:
 	case MOE_OP_ERF: case MOE_OP_SIGMOID: case MOE_OP_RSQRT: case MOE_OP_NOT: case MOE_OP_CAST: case MOE_OP_BITCAST:
 	case MOE_OP_SELECT: case MOE_OP_REDUCE_SUM: case MOE_OP_REDUCE_MAX: case MOE_OP_REDUCE_MIN: return 1;
+	case MOE_OP_ABS: return moe_dtype_is_float((moe_dtype)u->dtype) ? 1 : 0; /* an integer abs reads its operand twice */
 	default: return 0;
 	}
 }
