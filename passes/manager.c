@@ -85,11 +85,11 @@ static const struct {
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
 	/* The graph the schedule compiler reads: the tcp pipeline with the block
-	 * loop kept (no flatten-blocks), no structural tcp-* rewrite, and the
-	 * packed weights marked (tcp-split-weights). */
+	 * loop kept (no flatten-blocks), the loop's pairings, the packed weights
+	 * marked (tcp-split-weights) and fusion's marks outside the loop. */
 	{"tcp-sched", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights"},
+		"grid-bound,canonicalize,cse,dce,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
+#include "ir/graph_keys.h"
 
 static void axis_order(const ir_node *n, int axis, int *order)
 {
@@ -73,6 +74,53 @@ static void row_pass(sb *b, moe_id id, const ir_node *n, int axis, const sb_val 
 	sb_emit(b, &in, id);
 }
 
+/* A reduce that ends a fusion group (tcp_fuse): the group's chain and the
+ * reduce's step, one pass over the shape of its operand with the axis
+ * innermost (as row_pass), the chain's streams read in that order. */
+static void reduce_chain(sb *b, moe_id id, int axis, uint8_t op)
+{
+	const ir_node *n = SBN(b, id), *s = SBN(b, n->args[0]);
+	if (s->rank < 1 || s->rank > TCP_MAXD || n->valid != MOE_NONE) {
+		sb_err(b, id, "%s: a fusion group ends in a reduce of 1 to 8 dimensions, not masked", IR_NK_TCP_FUSE);
+		return;
+	}
+	int order[MOE_MAX_RANK];
+	axis_order(s, axis, order);
+	int64_t dim[TCP_MAXD];
+	for (int k = 0; k < s->rank; k++)
+		dim[k] = s->shape[order[k]];
+	tcp_insn in = tcp_b_vec(s->rank, dim, tcp_view_none());
+	if (!sb_chain_into(b, id, s, order, &in))
+		return;
+	if (!tcp_b_step(&in, op, TCP_SRC_V, TCP_SRC_NONE, 0)) {
+		sb_err(b, id, "%s: the group's chain is too long for one pass", IR_NK_TCP_FUSE);
+		return;
+	}
+	uint8_t ops[TCP_MAXSTEP];
+	for (int k = 0; k < in.nstep; k++)
+		ops[k] = in.step[k].op;
+	if (!tcp_vec_chain_ok(b->m, ops, in.nstep)) {
+		sb_err(b, id, "%s: the group's steps break the vector engine's stage order on this machine", IR_NK_TCP_FUSE);
+		return;
+	}
+	const sb_val *o = sb_out_val(b, id);
+	bool keep = n->rank == s->rank;
+	int dmap[TCP_MAXD];
+	for (int k = 0; k < s->rank; k++) {
+		int d = order[k];
+		if (!keep)
+			d = d == axis ? -1 : n->rank < s->rank && d > axis ? d - 1 : d;
+		dmap[k] = d;
+	}
+	in.v[TCP_V_DST] = sb_mkview(o, n, s->rank, dmap);
+	if (!keep)
+		in.v[TCP_V_DST].stride[s->rank - 1] = 0;
+	if (axis == 0 && s->rank >= 2)
+		in.flags |= TCP_F_XSLICE;
+	in.flags |= TCP_F_ROUTE;
+	sb_emit(b, &in, id);
+}
+
 void sb_reduce(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *s = SBN(b, n->args[0]);
@@ -81,6 +129,10 @@ void sb_reduce(sb *b, moe_id id)
 	uint8_t op = n->op == MOE_OP_REDUCE_SUM ? (fl ? TCP_V_FRSUM : TCP_V_RSUM)
 		: n->op == MOE_OP_REDUCE_MAX   ? (fl ? TCP_V_FRMAX : TCP_V_RMAX)
 					       : (fl ? TCP_V_FRMIN : TCP_V_RMIN);
+	if (sb_fused_member(b, n->args[0])) {
+		reduce_chain(b, id, axis, op);
+		return;
+	}
 	const sb_val *sv = sb_dm_val(b, n->args[0]);
 	if (!sv)
 		return;

@@ -1,14 +1,18 @@
 /* backend-tcp/compiler/recipe_vec.c: sched-build's recipe for elementwise
  * nodes (arithmetic, compares, select, casts, bitcast) and for immediates and
  * iotas that must exist in memory: one vector pass (tu.vec) per node, its
- * operands fetched as streams, immediates or the loop counter. No chain
- * crosses a node: each node's result is committed in its own dtype, which for
- * f32, i32 and bool is the lane word a fused chain would carry, so the values
- * are those of the legacy lowering's chains. In a loop body a node masked by
- * the block's rows commits them under valid=$rows. */
+ * operands fetched as streams, immediates or the loop counter. Nodes of one
+ * fusion group (tcp_fuse = k, marked by tcp-plan-fusion: a linear chain of
+ * f32, i32 or bool elementwise nodes, each read once, by the next) are one
+ * pass at the group's last node: each node's steps in turn, the previous
+ * node's value the running value v (the lane word its own commit would have
+ * stored), so the values are those of one pass per node. A group's last node
+ * may be a reduce (recipe_reduce.c). In a loop body a node masked by the
+ * block's rows commits them under valid=$rows. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
+#include "ir/graph_keys.h"
 
 typedef struct vsrc {
 	uint8_t s, ctr;
@@ -217,6 +221,169 @@ static sb_val *elem_out(sb *b, moe_id id)
 	return &b->v[id];
 }
 
+/* ---- fusion groups (tcp_fuse marks) ---- */
+
+static int64_t group_of(const sb *b, moe_id id)
+{
+	return ir_attr_int(SBN(b, id), IR_NK_TCP_FUSE, -1);
+}
+
+/* readers of id in b's graph (arguments, valid counts and outputs); *last: the last reader */
+static uint32_t readers(const sb *b, moe_id id, moe_id *last)
+{
+	const moe_graph *g = b->g;
+	uint32_t n = 0;
+	*last = MOE_NONE;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *un = SBN(b, u);
+		for (uint32_t k = 0; k <= un->nargs; k++)
+			if ((k < un->nargs ? un->args[k] : un->valid) == id)
+				n++, *last = u;
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		n += 2 * (g->outputs[o] == id);
+	return n;
+}
+
+bool sb_fused_member(const sb *b, moe_id id)
+{
+	int64_t k = group_of(b, id);
+	moe_id u;
+	const ir_node *n = SBN(b, id);
+	if (k < 0 || !(ir_ops[n->op].flags & OPF_ELEM) || (ir_ops[n->op].flags & OPF_LEAF) || readers(b, id, &u) != 1 ||
+		u == MOE_NONE || group_of(b, u) != k)
+		return false;
+	const ir_node *un = SBN(b, u);
+	return ((ir_ops[un->op].flags & OPF_ELEM) && !(ir_ops[un->op].flags & OPF_LEAF)) || un->op == MOE_OP_REDUCE_SUM ||
+	       un->op == MOE_OP_REDUCE_MAX || un->op == MOE_OP_REDUCE_MIN;
+}
+
+static bool chain_dtype(moe_dtype d)
+{
+	return d == MOE_F32 || d == MOE_I32 || d == MOE_BOOL;
+}
+
+/* which operand of u may be the running value (bit k: operand k) */
+static unsigned v_operands(const ir_node *u)
+{
+	if (u->op == MOE_OP_REDUCE_SUM || u->op == MOE_OP_REDUCE_MAX || u->op == MOE_OP_REDUCE_MIN || u->op == MOE_OP_SELECT ||
+		u->op == MOE_OP_CAST || u->op == MOE_OP_BITCAST)
+		return 1;
+	if (u->op == MOE_OP_ABS) /* an integer abs reads its operand twice */
+		return moe_dtype_is_float((moe_dtype)u->dtype) ? 1 : 0;
+	return u->nargs == 2 ? 3 : 1;
+}
+
+/* Group r's nodes from its first to r (ch[n - 1] = r), each link the one
+ * operand of the next marked with r's group, checked: elementwise, f32, i32 or
+ * bool, of the pass's shape `shape`, read once, unmasked; 0 with a diagnostic
+ * when the marks are not such a chain. */
+static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
+{
+	int64_t k = group_of(b, r);
+	int n = 0;
+	ch[n++] = r;
+	for (moe_id x = r; k >= 0;) {
+		const ir_node *xn = SBN(b, x);
+		moe_id p = MOE_NONE;
+		int at = -1;
+		for (uint32_t a = 0; a < xn->nargs; a++)
+			if (group_of(b, xn->args[a]) == k) {
+				if (p != MOE_NONE) {
+					sb_err(b, x, "%s=%lld: two operands of one node in the group (a group is a chain)",
+						IR_NK_TCP_FUSE, (long long)k);
+					return 0;
+				}
+				p = xn->args[a], at = (int)a;
+			}
+		if (p == MOE_NONE)
+			break;
+		const ir_node *pn = SBN(b, p);
+		moe_id u;
+		if (n == cap || !(ir_ops[pn->op].flags & OPF_ELEM) || (ir_ops[pn->op].flags & OPF_LEAF) ||
+			pn->op == MOE_OP_CONST || pn->op == MOE_OP_IOTA || !chain_dtype((moe_dtype)pn->dtype) ||
+			pn->valid != MOE_NONE || pn->rank != shape->rank ||
+			memcmp(pn->shape, shape->shape, sizeof(int64_t) * (size_t)pn->rank) || readers(b, p, &u) != 1 ||
+			!(v_operands(xn) >> at & 1)) {
+			sb_err(b, p, "%s=%lld: not a fusion group of this graph (one vector pass: f32, i32 or bool "
+				"elementwise nodes of one shape, each read once, by the next)", IR_NK_TCP_FUSE, (long long)k);
+			return 0;
+		}
+		ch[n++] = p;
+		x = p;
+	}
+	for (int i = 0; i < n / 2; i++) {
+		moe_id t = ch[i];
+		ch[i] = ch[n - 1 - i], ch[n - 1 - i] = t;
+	}
+	return n;
+}
+
+/* The steps of chain ch[0..n) into vp, whose iteration dimension k is dimension
+ * pmap[k] of the chain's shape; v holds ch[n - 1]'s value after. */
+static void chain_steps(sb *b, vpass *vp, const moe_id *ch, int n, const int *pmap)
+{
+	for (int j = 0; j < n && !b->failed; j++) {
+		const ir_node *c = SBN(b, ch[j]);
+		vsrc a[3] = {SN, SN, SN};
+		int map[TCP_MAXD];
+		for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
+			if (j > 0 && c->args[i] == ch[j - 1]) {
+				a[i] = SV;
+				continue;
+			}
+			const ir_node *o = SBN(b, c->args[i]);
+			for (int k = 0; k < vp->in.ndim; k++) {
+				int d = pmap[k] < 0 ? -1 : pmap[k] - (c->rank - o->rank);
+				map[k] = d >= 0 ? d : -1;
+			}
+			a[i] = operand(b, vp, c->args[i], map, false);
+			for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
+				if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)
+					a[i] = operand(b, vp, c->args[i], map, true);
+		}
+		if (b->failed)
+			return;
+		moe_dtype at = (moe_dtype)SBN(b, c->args[0])->dtype;
+		int op = binop((moe_op)c->op, moe_dtype_is_float(at));
+		bool tag = vp->in.nstep > 0 && tcp_vop_stage[vp->in.step[vp->in.nstep - 1].op] == TCP_ST_TAG;
+		if (op >= 0)
+			step(b, vp, op, a[0], a[1], ch[j]);
+		else if (c->op == MOE_OP_SELECT && a[0].s == TCP_SRC_V && tag)
+			step(b, vp, TCP_V_MERGE, a[1], a[2], ch[j]); /* the compare that made v set the tag */
+		else
+			unary_steps(b, vp, ch[j], a, at);
+	}
+}
+
+/* whether vp's steps keep the vector engine's stage order (a group's pass) */
+static bool chain_legal(sb *b, const tcp_insn *in, moe_id at)
+{
+	uint8_t ops[TCP_MAXSTEP];
+	for (int k = 0; k < in->nstep; k++)
+		ops[k] = in->step[k].op;
+	if (tcp_vec_chain_ok(b->m, ops, in->nstep))
+		return true;
+	sb_err(b, at, "%s=%lld: the group's steps break the vector engine's stage order on this machine",
+		IR_NK_TCP_FUSE, (long long)group_of(b, at));
+	return false;
+}
+
+bool sb_chain_into(sb *b, moe_id r, const ir_node *shape, const int *pmap, tcp_insn *in)
+{
+	moe_id ch[TCP_MAXSTEP + 1];
+	int n = chain_of(b, r, shape, ch, TCP_MAXSTEP + 1);
+	if (n < 2)
+		return false;
+	vpass vp;
+	memset(&vp, 0, sizeof vp);
+	vp.in = *in;
+	vp.ctr = -1;
+	chain_steps(b, &vp, ch, n - 1, pmap); /* r, a reduce, adds its own step */
+	*in = vp.in;
+	return !b->failed;
+}
+
 void sb_elem(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -226,37 +393,24 @@ void sb_elem(sb *b, moe_id id)
 		sb_refuse(b, id, "an elementwise node of more than 8 dimensions");
 		return;
 	}
+	if (sb_fused_member(b, id))
+		return; /* computed in its group's pass, at the group's last node */
+	moe_id ch[TCP_MAXSTEP + 1];
+	int nch = 1;
+	ch[0] = id;
+	if (group_of(b, id) >= 0 && (nch = chain_of(b, id, n, ch, TCP_MAXSTEP + 1)) == 0)
+		return;
 	vpass vp;
 	vp_init(&vp, nd, n->rank ? n->shape : &one);
-	vsrc a[3];
 	int map[TCP_MAXD];
-	for (uint32_t i = 0; i < n->nargs && !b->failed; i++) {
-		const ir_node *o = SBN(b, n->args[i]);
-		map[0] = -1;
-		for (int k = 0; k < n->rank; k++) {
-			int d = k - (n->rank - o->rank);
-			map[k] = d >= 0 ? d : -1;
-		}
-		a[i] = operand(b, &vp, n->args[i], map, false);
-		for (uint32_t j = 0; j < i && a[i].s == TCP_SRC_IMM; j++)
-			if (a[j].s == TCP_SRC_IMM && a[j].imm != a[i].imm)
-				a[i] = operand(b, &vp, n->args[i], map, true);
-	}
-	if (b->failed)
-		return;
-	moe_dtype at = (moe_dtype)SBN(b, n->args[0])->dtype;
-	int op = binop((moe_op)n->op, moe_dtype_is_float(at));
-	if (op >= 0)
-		step(b, &vp, op, a[0], a[1], id);
-	else
-		unary_steps(b, &vp, id, a, at);
-	if (b->failed)
+	for (int k = 0; k < nd; k++)
+		map[k] = n->rank ? k : -1;
+	chain_steps(b, &vp, ch, nch, map);
+	if (b->failed || (nch > 1 && !chain_legal(b, &vp.in, id)))
 		return;
 	if (vp.in.nstep == 0 && vp.nstream == 0)
 		step(b, &vp, TCP_V_OR, SI(0), SI(0), id);
 	sb_val *o = elem_out(b, id);
-	for (int k = 0; k < nd; k++)
-		map[k] = n->rank ? k : -1;
 	vp.in.v[TCP_V_DST] = sb_mkview(o, n, nd, map);
 	if (n->valid != MOE_NONE)
 		vp.in.vreg = (int32_t)b->rows;

@@ -91,6 +91,13 @@ sb_val *sb_out_val(sb *b, moe_id id);
 
 /* recipe_vec.c */
 void sb_elem(sb *b, moe_id id);
+/* Fusion groups (tcp_fuse, recipe_vec.c): whether node id is computed in its
+ * group's pass (not its last node); the chain of group r's nodes before r
+ * (r a reduce) as streams and steps of `in`, whose iteration dimension k is
+ * dimension pmap[k] of `shape`, false with a diagnostic when the marks are
+ * not such a chain. */
+bool sb_fused_member(const sb *b, moe_id id);
+bool sb_chain_into(sb *b, moe_id r, const ir_node *shape, const int *pmap, tcp_insn *in);
 void sb_materialize(sb *b, moe_id id);
 sb_val *sb_copy_contig(sb *b, moe_id id);
 void sb_concat(sb *b, moe_id id);

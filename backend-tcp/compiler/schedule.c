@@ -175,6 +175,9 @@ static void item_op(sch *c, ts_id r, uint32_t k, ts_id id)
 		}
 	if (o->in.vreg >= 0)
 		uses(c, r, k, (ts_id)o->in.vreg);
+	for (ts_id b = 0; b < c->s->nbuf; b++) /* a span held at an op that does not touch it */
+		if (c->s->buf[b].life == TS_LIFE_SPAN && (c->s->buf[b].first == id || c->s->buf[b].last == id))
+			touches(c, k, b, false);
 	c->csum[k][o->ctx] += o->cost;
 	c->nscal[k]++;
 }

@@ -187,8 +187,228 @@ static moe_status plan_on(moe_ctx *ctx, moe_graph *g, const moe_graph *d, const 
 	return failed ? MOE_ERR_INVALID : MOE_OK;
 }
 
+/* ---- the graph of the tcp-sched pipeline (a block_loop kept) ----
+ *
+ * Outside the block loop, an elementwise node of dtype f32, i32 or bool,
+ * read once, by an elementwise node of its shape or by a reduce of it, and
+ * not an output, is computed inside its reader's vector pass (sched-build's
+ * recipe_vec.c and recipe_reduce.c read the marks): its steps first, its
+ * result the chain's running value v, the lane word its own commit would
+ * have stored. A reader takes one such operand (either operand of a binary
+ * op, the first of a unary op, a cast, a select or a reduce), so a group is
+ * a linear chain; it is formed only where its steps keep the vector
+ * engine's stage order (tcp_vec_chain_ok) and the pass fetches at most
+ * three streams. The groups are numbered from 0 in the order of their last
+ * node and recorded as tcp_fuse = k on each of their nodes. */
+
+/* which operands of u can be the running value v (bit k: operand k) */
+static unsigned sched_chain_operands(const ir_node *u)
+{
+	switch ((moe_op)u->op) {
+	case MOE_OP_ADD: case MOE_OP_SUB: case MOE_OP_MUL: case MOE_OP_DIV: case MOE_OP_MIN: case MOE_OP_MAX:
+	case MOE_OP_AND: case MOE_OP_OR: case MOE_OP_XOR: case MOE_OP_SHL: case MOE_OP_SHR: case MOE_OP_SAR:
+	case MOE_OP_EQ: case MOE_OP_NE: case MOE_OP_LT: case MOE_OP_LE: case MOE_OP_GT: case MOE_OP_GE: return 3;
+	case MOE_OP_NEG: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT: case MOE_OP_TANH:
+	case MOE_OP_ERF: case MOE_OP_SIGMOID: case MOE_OP_RSQRT: case MOE_OP_NOT: case MOE_OP_CAST: case MOE_OP_BITCAST:
+	case MOE_OP_SELECT: case MOE_OP_REDUCE_SUM: case MOE_OP_REDUCE_MAX: case MOE_OP_REDUCE_MIN: return 1;
+	case MOE_OP_ABS: return moe_dtype_is_float((moe_dtype)u->dtype) ? 1 : 0; /* an integer abs reads its operand twice */
+	default: return 0;
+	}
+}
+
+static bool sched_elem(const moe_graph *g, moe_id i)
+{
+	const ir_node *n = N(g, i);
+	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_CONST &&
+	       n->op != MOE_OP_IOTA && n->rank >= 1 && n->valid == MOE_NONE && sched_chain_operands(n);
+}
+
+static bool sched_is_reduce(const moe_graph *g, moe_id i)
+{
+	const ir_node *n = N(g, i);
+	return is_reduce(n) && n->valid == MOE_NONE && N(g, n->args[0])->rank >= 1;
+}
+
+/* The steps recipe_vec.c gives u (fused: operand 0 is the running value v; tag:
+ * v ends in a compare, whose tag a select reads), as vector ops; -1: none. */
+static int sched_vops(const moe_graph *g, const ir_node *u, bool fused, bool tag, uint8_t *ops)
+{
+	moe_dtype at = (moe_dtype)N(g, u->args[0])->dtype, to = (moe_dtype)u->dtype;
+	bool fl = moe_dtype_is_float(at), tf = moe_dtype_is_float(to);
+	const ir_node *a0 = N(g, u->args[0]);
+	bool lit = !fused && (a0->op == MOE_OP_CONST || a0->op == MOE_OP_IOTA); /* an immediate or the counter */
+	switch ((moe_op)u->op) {
+	case MOE_OP_ADD: ops[0] = fl ? TCP_V_FADD : TCP_V_IADD; return 1;
+	case MOE_OP_SUB: ops[0] = fl ? TCP_V_FSUB : TCP_V_ISUB; return 1;
+	case MOE_OP_MUL: ops[0] = fl ? TCP_V_FMUL : TCP_V_IMUL; return 1;
+	case MOE_OP_DIV: ops[0] = fl ? TCP_V_FDIV : TCP_V_IDIV; return 1;
+	case MOE_OP_MIN: ops[0] = fl ? TCP_V_FMIN : TCP_V_IMIN; return 1;
+	case MOE_OP_MAX: ops[0] = fl ? TCP_V_FMAX : TCP_V_IMAX; return 1;
+	case MOE_OP_AND: ops[0] = TCP_V_AND; return 1;
+	case MOE_OP_OR: ops[0] = TCP_V_OR; return 1;
+	case MOE_OP_XOR: case MOE_OP_NOT: ops[0] = TCP_V_XOR; return 1;
+	case MOE_OP_SHL: ops[0] = TCP_V_SHL; return 1;
+	case MOE_OP_SHR: ops[0] = TCP_V_SHR; return 1;
+	case MOE_OP_SAR: ops[0] = TCP_V_SAR; return 1;
+	case MOE_OP_EQ: ops[0] = fl ? TCP_V_FTEQ : TCP_V_TEQ; return 1;
+	case MOE_OP_NE: ops[0] = fl ? TCP_V_FTNE : TCP_V_TNE; return 1;
+	case MOE_OP_LT: ops[0] = fl ? TCP_V_FTLT : TCP_V_TLT; return 1;
+	case MOE_OP_LE: ops[0] = fl ? TCP_V_FTLE : TCP_V_TLE; return 1;
+	case MOE_OP_GT: ops[0] = fl ? TCP_V_FTGT : TCP_V_TGT; return 1;
+	case MOE_OP_GE: ops[0] = fl ? TCP_V_FTGE : TCP_V_TGE; return 1;
+	case MOE_OP_NEG: ops[0] = fl ? TCP_V_FNEG : TCP_V_ISUB; return 1;
+	case MOE_OP_ABS: ops[0] = fl ? TCP_V_FABS : TCP_V_ISUB, ops[1] = TCP_V_IMAX; return fl ? 1 : 2;
+	case MOE_OP_EXP: ops[0] = TCP_V_FEXP; return 1;
+	case MOE_OP_LOG: ops[0] = TCP_V_FLOG; return 1;
+	case MOE_OP_SQRT: ops[0] = TCP_V_FSQRT; return 1;
+	case MOE_OP_TANH: ops[0] = TCP_V_FTANH; return 1;
+	case MOE_OP_ERF: ops[0] = TCP_V_FERF; return 1;
+	case MOE_OP_SIGMOID: ops[0] = TCP_V_FSIGM; return 1;
+	case MOE_OP_RSQRT: ops[0] = TCP_V_FSQRT, ops[1] = TCP_V_FDIV; return 2;
+	case MOE_OP_SELECT:
+		if (fused && tag)
+			return ops[0] = TCP_V_MERGE, 1;
+		ops[0] = at == MOE_BOOL || !fl ? TCP_V_TNE : TCP_V_FTNE, ops[1] = TCP_V_MERGE;
+		return 2;
+	case MOE_OP_CAST:
+		if (to == MOE_BOOL && at != MOE_BOOL)
+			return ops[0] = fl ? TCP_V_FTNE : TCP_V_TNE, 1;
+		if (fl != tf)
+			return ops[0] = fl ? TCP_V_FTOI : TCP_V_ITOF, 1;
+		return lit ? (ops[0] = TCP_V_OR, 1) : 0;
+	case MOE_OP_BITCAST: return lit ? (ops[0] = TCP_V_OR, 1) : 0;
+	case MOE_OP_REDUCE_SUM: ops[0] = fl ? TCP_V_FRSUM : TCP_V_RSUM; return 1;
+	case MOE_OP_REDUCE_MAX: ops[0] = fl ? TCP_V_FRMAX : TCP_V_RMAX; return 1;
+	case MOE_OP_REDUCE_MIN: ops[0] = fl ? TCP_V_FRMIN : TCP_V_RMIN; return 1;
+	default: return -1;
+	}
+}
+
+/* streams u's own pass may fetch besides the running value (skip: the operand
+ * that is v, or -1): every operand but a constant, a second constant too */
+static int sched_streams(const moe_graph *g, const ir_node *u, int skip)
+{
+	int ns = 0, nc = 0;
+	for (uint32_t k = 0; k < u->nargs; k++) {
+		if ((int)k == skip)
+			continue;
+		if (N(g, u->args[k])->op == MOE_OP_CONST)
+			nc++;
+		else
+			ns++;
+	}
+	return ns + (nc > 1 ? nc - 1 : 0);
+}
+
+/* the ops of the chain ch[0..n) (ch[0] unfused, each later one reading the
+ * previous as v) into ops; -1 when a node has none or they exceed the pass */
+static int sched_chain_ops(const moe_graph *g, const moe_id *ch, int n, uint8_t *ops)
+{
+	int len = 0;
+	for (int j = 0; j < n; j++) {
+		uint8_t o[4];
+		bool tag = len > 0 && tcp_vop_stage[ops[len - 1]] == TCP_ST_TAG;
+		int c = sched_vops(g, N(g, ch[j]), j > 0, tag, o);
+		if (c < 0 || len + c > TCP_MAXSTEP)
+			return -1;
+		memcpy(ops + len, o, (size_t)c);
+		len += c;
+	}
+	return len;
+}
+
+static moe_status plan_sched(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	uint32_t nn = g->nnodes;
+	size_t sz = (nn + 1) * (2 * sizeof(uint32_t) + 2 * sizeof(moe_id));
+	char *mem = ctx_alloc(ctx, sz);
+	uint32_t *nuse = (uint32_t *)(void *)mem, *len = nuse + nn + 1;
+	moe_id *user = (moe_id *)(void *)(len + nn + 1), *prev = user + nn + 1; /* prev[u]: u's chained operand */
+	for (moe_id i = 0; i < nn; i++)
+		nuse[i] = 0, user[i] = prev[i] = MOE_NONE, len[i] = 1;
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		for (uint32_t k = 0; k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && a < nn)
+				nuse[a]++, user[a] = i;
+		}
+	}
+	for (uint32_t o = 0; o < g->nout; o++)
+		if (g->outputs[o] < nn)
+			nuse[g->outputs[o]] += 2;
+	/* from the last node back: p joins its reader's chain at its front */
+	for (moe_id p = nn; p-- > 0;) {
+		const ir_node *pn = N(g, p);
+		if (!sched_elem(g, p) || nuse[p] != 1 || user[p] == MOE_NONE ||
+			(pn->dtype != MOE_F32 && pn->dtype != MOE_I32 && pn->dtype != MOE_BOOL))
+			continue;
+		moe_id u = user[p];
+		const ir_node *un = N(g, u);
+		bool red = sched_is_reduce(g, u);
+		if ((!sched_elem(g, u) && !red) || prev[u] != MOE_NONE)
+			continue;
+		const ir_node *shp = red ? N(g, un->args[0]) : un;
+		if (shp->rank != pn->rank || memcmp(shp->shape, pn->shape, sizeof(int64_t) * (size_t)pn->rank))
+			continue;
+		int k = 0;
+		while (k < (int)un->nargs && un->args[k] != p)
+			k++;
+		if (k == (int)un->nargs || !(sched_chain_operands(un) >> k & 1))
+			continue;
+		/* the chain p, u, ... to its last node r */
+		moe_id ch[TCP_MAXSTEP + 2];
+		int n = 0;
+		ch[n++] = p;
+		for (moe_id x = u; n < TCP_MAXSTEP + 2; x = user[x]) {
+			ch[n++] = x;
+			if (user[x] == MOE_NONE || prev[user[x]] != x)
+				break;
+		}
+		if (n > TCP_MAXSTEP + 1)
+			continue;
+		int ns = sched_streams(g, pn, -1);
+		for (int j = 1; j < n; j++) {
+			const ir_node *c = N(g, ch[j]);
+			int kk = 0;
+			while (kk < (int)c->nargs && c->args[kk] != ch[j - 1])
+				kk++;
+			ns += sched_streams(g, c, kk);
+		}
+		uint8_t ops[2 * TCP_MAXSTEP + 8];
+		int nops = sched_chain_ops(g, ch, n, ops);
+		if (ns > 3 || nops < 0 || !tcp_vec_chain_ok(m, ops, nops))
+			continue;
+		prev[u] = p;
+	}
+	/* groups: each chain's last node r (one with a chained operand, not chained itself) */
+	int64_t k = 0;
+	for (moe_id r = 0; r < nn; r++) {
+		bool last = prev[r] != MOE_NONE && !(user[r] != MOE_NONE && prev[user[r]] == r);
+		for (moe_id x = r; last && x != MOE_NONE; x = prev[x])
+			moe_node_set_int(g, x, IR_NK_TCP_FUSE, k);
+		k += last;
+	}
+	for (moe_id i = 0; i < nn; i++) /* marks left by an earlier run on nodes no group holds now */
+		if (ir_attr_find(N(g, i), IR_NK_TCP_FUSE) && prev[i] == MOE_NONE &&
+			!(user[i] != MOE_NONE && prev[user[i]] == i))
+			moe_node_set_int(g, i, IR_NK_TCP_FUSE, -1);
+	ctx_free(ctx, mem, sz);
+	return MOE_OK;
+}
+
+static bool has_block_loop(const moe_graph *g)
+{
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
+			return true;
+	return false;
+}
+
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
+	if (has_block_loop(g))
+		return plan_sched(ctx, g, m);
 	uint32_t nn = g->nnodes;
 	moe_id *dev_of = ctx_alloc(ctx, (nn + 1) * sizeof *dev_of);
 	for (moe_id i = 0; i < nn; i++)
