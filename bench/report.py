@@ -377,7 +377,8 @@ def hf(path):
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return None
     r = load(path)["results"][0]
-    return dict(median=r["median"], mean=r["mean"], min=r["min"], max=r["max"], n=len(r["times"]))
+    return dict(median=r["median"], mean=r["mean"], min=r["min"], max=r["max"], n=len(r["times"]),
+                user=r.get("user", 0.0), system=r.get("system", 0.0))
 
 
 comp = []
@@ -409,11 +410,20 @@ if any(h for _, h in t4096):
     w("### TCP at T = 4096\n")
     w("The bench layers compiled for TCP at T = 4096 (`--set T=4096`: block=auto's search over B, the "
       "`tcp` pipeline and the lowering; docs/tcp-compiler.md 9 asks under 1 s for DeepSeek-V3).\n")
-    w("| layer | median (min-max) |")
-    w("|---|---|")
+    w("Wall time per compile (median, min-max) and its CPU time (user + system, hyperfine's means "
+      "over the runs), for the legacy emitter (the default) and the schedule "
+      "compiler (`--tcp-emitter=sched`).\n")
+    w("| layer | legacy, wall | legacy, CPU | schedule compiler, wall | schedule compiler, CPU |")
+    w("|---|---|---|---|---|")
+
+    def cell(h):
+        if not h:
+            return "n/a | n/a"
+        cpu = h.get("user", 0) + h.get("system", 0)
+        return f"{fmt_s(h['median'])} ({fmt_s(h['min'])}-{fmt_s(h['max'])}), n={h['n']} | {fmt_s(cpu)}"
     for n, h in t4096:
-        w(f"| {n} | " + (f"{fmt_s(h['median'])} ({fmt_s(h['min'])}-{fmt_s(h['max'])}), n={h['n']}" if h else "n/a") +
-          " |")
+        hs = hf(os.path.join(RES, "compile", f"tcp4096s.{n}.json"))
+        w(f"| {n} | {cell(h)} | {cell(hs)} |")
     w("")
 w(cmd_block(["compile"]))
 sweep = {}

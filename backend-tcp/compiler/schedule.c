@@ -55,6 +55,8 @@ typedef struct sch {
 	uint32_t *nalias;
 	vec edges, touches;
 	/* per item of the current region */
+	uint8_t *adj; /* adj[from * nadj + to]: the edge is in `edges` (NULL: duplicates kept, removed after the sort) */
+	uint32_t nadj;
 	int64_t (*csum)[TCP_NCTX];
 	int64_t *nscal;
 	int64_t cycles; /* the whole schedule's prediction with the orders kept so far */
@@ -143,9 +145,16 @@ static void add_edge(sch *c, uint32_t a, uint32_t b)
 {
 	if (a == b)
 		return;
+	uint32_t from = a < b ? a : b, to = a < b ? b : a;
+	if (c->adj) {
+		uint8_t *bit = &c->adj[(size_t)from * c->nadj + to];
+		if (*bit)
+			return;
+		*bit = 1;
+	}
 	edge *e = push(c, &c->edges);
-	e->from = a < b ? a : b;
-	e->to = a < b ? b : a;
+	e->from = from;
+	e->to = to;
 }
 
 /* item k reads scalar x */
@@ -423,6 +432,10 @@ static void schedule_region(sch *c, ts_id r)
 			mark_region(c, id, r, k, 0);
 	}
 	c->edges.n = c->touches.n = 0;
+	uint8_t *adj = (size_t)n * n <= ((size_t)1 << 24) ? ctx_alloc(c->ctx, (size_t)n * n) : NULL;
+	if (adj)
+		memset(adj, 0, (size_t)n * n);
+	c->adj = adj, c->nadj = n;
 	c->csum = ctx_alloc(c->ctx, n * sizeof *c->csum);
 	c->nscal = ctx_alloc(c->ctx, n * sizeof *c->nscal);
 	memset(c->csum, 0, n * sizeof *c->csum);
@@ -481,14 +494,11 @@ static void schedule_region(sch *c, ts_id r)
 	}
 	for (uint32_t k = 0; k < n; k++)
 		g->item[k] = items[best[k]], orig[k] = best[k];
-	if (c->evals < SCHED_EVALS && (size_t)n * n <= ((size_t)1 << 24)) {
-		uint8_t *adj = ctx_alloc(c->ctx, (size_t)n * n);
-		memset(adj, 0, (size_t)n * n);
-		for (size_t i = 0; i < m; i++)
-			adj[(size_t)e[i].from * n + e[i].to] = 1;
-		improve(c, g, orig, adj);
+	if (c->evals < SCHED_EVALS && adj)
+		improve(c, g, orig, adj); /* adj holds exactly the edges of e */
+	if (adj)
 		ctx_free(c->ctx, adj, 0);
-	}
+	c->adj = NULL;
 	void *blocks[] = {first, npred, bl, items, cand, orig, best, c->csum, c->nscal};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(c->ctx, blocks[k], 0);
