@@ -179,6 +179,63 @@ int64_t ts_buf_numel(const ts_buf *b)
 	return n;
 }
 
+static void positions(const tcp_sched *s, ts_id r, uint32_t *pos, uint32_t *n, int depth)
+{
+	if (depth > 70)
+		return;
+	const ts_region *g = &s->rg[r];
+	if (g->kind == TS_RG_LOOP) {
+		const ts_loop *l = &s->loop[g->loop];
+		positions(s, l->prologue, pos, n, depth + 1);
+		positions(s, l->body, pos, n, depth + 1);
+		positions(s, l->epilogue, pos, n, depth + 1);
+	}
+	for (uint32_t i = 0; i < g->nitem; i++) {
+		uint32_t it = g->item[i], id = TS_ITEM_ID(it);
+		if (TS_ITEM_KIND(it) == TS_ITEM_OP)
+			pos[id] = (*n)++;
+		else if (TS_ITEM_KIND(it) == TS_ITEM_RG)
+			positions(s, id, pos, n, depth + 1);
+	}
+}
+
+void ts_op_positions(const tcp_sched *s, uint32_t *pos)
+{
+	uint32_t n = 0;
+	positions(s, s->top, pos, &n, 0);
+}
+
+static bool op_touches(const ts_op *o, ts_id b)
+{
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (o->in.v[w].t >= 0 && (ts_id)o->in.v[w].t == b)
+			return true;
+	return false;
+}
+
+void ts_renew_spans(tcp_sched *s, moe_ctx *ctx, const uint32_t *old)
+{
+	uint32_t *now = ctx_alloc(ctx, (s->nop + 1) * sizeof *now);
+	ts_op_positions(s, now);
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *x = &s->buf[b];
+		if (x->life != TS_LIFE_SPAN || x->first >= s->nop || x->last >= s->nop)
+			continue;
+		uint32_t lo = old[x->first], hi = old[x->last];
+		ts_id f = x->first, l = x->last;
+		if (now[l] < now[f])
+			f = x->last, l = x->first;
+		for (ts_id i = 0; i < s->nop; i++)
+			if (old[i] >= lo && old[i] <= hi && op_touches(&s->op[i], b)) {
+				f = now[i] < now[f] ? i : f;
+				l = now[i] > now[l] ? i : l;
+			}
+		x->first = f;
+		x->last = l;
+	}
+	ctx_free(ctx, now, 0);
+}
+
 ts_id ts_add_scalar(tcp_sched *s, ts_id rg, const char *name, int kind, int op, ts_id a, ts_id b, int64_t imm)
 {
 	grow(s, (void **)&s->sc, s->nsc, &s->csc, sizeof *s->sc);

@@ -152,6 +152,14 @@ ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
 /* Elements of one slot of a buffer. */
 int64_t ts_buf_numel(const ts_buf *b);
+/* pos[op] = the op's position in program order (loops: prologue, body,
+ * epilogue); pos holds nop entries. */
+void ts_op_positions(const tcp_sched *s, uint32_t *pos);
+/* After ops moved: each span's first and last op become the earliest and
+ * latest, in the new order, of its old first and last and of every op touching
+ * the buffer between them in the old order (old: ts_op_positions before the
+ * move). */
+void ts_renew_spans(tcp_sched *s, moe_ctx *ctx, const uint32_t *old);
 
 /* ---- text form (sched_print.c, sched_parse.c; docs/tcp-compiler.md 4.2) ---- */
 /* The text, NUL-terminated, in *out (ctx_alloc'd; ctx_free it). */

@@ -525,61 +525,6 @@ static void schedule_tree(sch *c, ts_id r, int depth)
 	schedule_region(c, r);
 }
 
-/* ---- program positions, for the spans ---- */
-static void positions(const tcp_sched *s, ts_id r, uint32_t *pos, uint32_t *n, int depth)
-{
-	if (depth > 70)
-		return;
-	const ts_region *g = &s->rg[r];
-	if (g->kind == TS_RG_LOOP) {
-		const ts_loop *l = &s->loop[g->loop];
-		positions(s, l->prologue, pos, n, depth + 1);
-		positions(s, l->body, pos, n, depth + 1);
-		positions(s, l->epilogue, pos, n, depth + 1);
-	}
-	for (uint32_t i = 0; i < g->nitem; i++) {
-		uint32_t it = g->item[i], id = TS_ITEM_ID(it);
-		if (TS_ITEM_KIND(it) == TS_ITEM_OP)
-			pos[id] = (*n)++;
-		else if (TS_ITEM_KIND(it) == TS_ITEM_RG)
-			positions(s, id, pos, n, depth + 1);
-	}
-}
-
-static bool op_touches(const ts_op *o, ts_id b)
-{
-	for (int w = 0; w < TCP_NVIEW; w++)
-		if (o->in.v[w].t >= 0 && (ts_id)o->in.v[w].t == b)
-			return true;
-	return false;
-}
-
-/* A span's first and last op: the earliest and latest, in the new order, of
- * its old first and last and every op touching it between them. */
-static void renew_spans(sch *c, const uint32_t *old)
-{
-	tcp_sched *s = c->s;
-	uint32_t *now = ctx_alloc(c->ctx, (s->nop + 1) * sizeof *now), n = 0;
-	positions(s, s->top, now, &n, 0);
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *x = &s->buf[b];
-		if (x->life != TS_LIFE_SPAN || x->first >= s->nop || x->last >= s->nop)
-			continue;
-		uint32_t lo = old[x->first], hi = old[x->last];
-		ts_id f = x->first, l = x->last;
-		if (now[l] < now[f])
-			f = x->last, l = x->first;
-		for (ts_id i = 0; i < s->nop; i++)
-			if (old[i] >= lo && old[i] <= hi && op_touches(&s->op[i], b)) {
-				f = now[i] < now[f] ? i : f;
-				l = now[i] > now[l] ? i : l;
-			}
-		x->first = f;
-		x->last = l;
-	}
-	ctx_free(c->ctx, now, 0);
-}
-
 static moe_status run(moe_ctx *ctx, tcp_sched *s)
 {
 	if (!s->m) {
@@ -597,14 +542,14 @@ static moe_status run(moe_ctx *ctx, tcp_sched *s)
 		c.op_rg[i] = TS_NONE;
 	for (size_t i = 0; i < ns; i++)
 		c.sc_rg[i] = TS_NONE;
-	uint32_t *old = ctx_alloc(ctx, no * sizeof *old), n = 0;
-	positions(s, s->top, old, &n, 0);
+	uint32_t *old = ctx_alloc(ctx, no * sizeof *old);
+	ts_op_positions(s, old);
 	find_aliases(&c);
 	c.memo = ts_cost_cache_new(ctx);
 	c.cycles = tcp_sched_cost_cached(ctx, s, c.memo); /* the ops' costs, and the build order's prediction */
 	c.cycles = c.cycles < 0 ? INT64_MAX : c.cycles;
 	schedule_tree(&c, s->top, 0);
-	renew_spans(&c, old);
+	ts_renew_spans(s, ctx, old);
 	ts_cost_cache_free(ctx, c.memo);
 	for (ts_id b = 0; b < s->nbuf; b++)
 		ctx_free(ctx, c.alias[b], 0);

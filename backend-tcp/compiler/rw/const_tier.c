@@ -185,50 +185,6 @@ bool ts_rw_const_tier_applies(const tcp_sched *s, const ts_env *e)
 	return n > 0;
 }
 
-static void positions(const tcp_sched *s, ts_id r, uint32_t *pos, uint32_t *n, int depth)
-{
-	if (depth > 70)
-		return;
-	const ts_region *g = &s->rg[r];
-	if (g->kind == TS_RG_LOOP) {
-		const ts_loop *l = &s->loop[g->loop];
-		positions(s, l->prologue, pos, n, depth + 1);
-		positions(s, l->body, pos, n, depth + 1);
-		positions(s, l->epilogue, pos, n, depth + 1);
-	}
-	for (uint32_t i = 0; i < g->nitem; i++) {
-		uint32_t it = g->item[i], id = TS_ITEM_ID(it);
-		if (TS_ITEM_KIND(it) == TS_ITEM_OP)
-			pos[id] = (*n)++;
-		else if (TS_ITEM_KIND(it) == TS_ITEM_RG)
-			positions(s, id, pos, n, depth + 1);
-	}
-}
-
-/* A span's first and last op: the earliest and the latest op touching it. */
-static void renew_spans(tcp_sched *s, moe_ctx *ctx)
-{
-	uint32_t *pos = ctx_alloc(ctx, (s->nop + 1) * sizeof *pos), n = 0;
-	positions(s, s->top, pos, &n, 0);
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *x = &s->buf[b];
-		if (x->life != TS_LIFE_SPAN || x->first >= s->nop || x->last >= s->nop)
-			continue;
-		ts_id f = x->first, l = x->last;
-		if (pos[l] < pos[f])
-			f = x->last, l = x->first;
-		for (ts_id o = 0; o < s->nop; o++)
-			for (int w = 0; w < TCP_NVIEW; w++)
-				if (s->op[o].in.v[w].t >= 0 && (ts_id)s->op[o].in.v[w].t == b) {
-					f = pos[o] < pos[f] ? o : f;
-					l = pos[o] > pos[l] ? o : l;
-				}
-		x->first = f;
-		x->last = l;
-	}
-	ctx_free(ctx, pos, 0);
-}
-
 moe_status ts_rw_const_tier_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)feature; /* the rewrite adds nothing: it moves build ops */
@@ -238,6 +194,8 @@ moe_status ts_rw_const_tier_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		ts_region *top = &s->rg[s->top];
 		uint32_t len = c.end - c.lead, a = 0, b = n;
 		uint32_t *moved = ctx_alloc(e->ctx, (len + 1) * sizeof *moved);
+		uint32_t *old = ctx_alloc(e->ctx, (s->nop + 1) * sizeof *old);
+		ts_op_positions(s, old);
 		for (uint32_t k = c.lead; k < c.end; k++) {
 			uint32_t it = top->item[k];
 			bool t = TS_ITEM_KIND(it) == TS_ITEM_OP && c.in[TS_ITEM_ID(it)];
@@ -245,7 +203,8 @@ moe_status ts_rw_const_tier_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		}
 		memcpy(&top->item[c.lead], moved, len * sizeof *moved);
 		ctx_free(e->ctx, moved, 0);
-		renew_spans(s, e->ctx);
+		ts_renew_spans(s, e->ctx, old);
+		ctx_free(e->ctx, old, 0);
 	}
 	tier_free(e->ctx, &c);
 	return MOE_OK;
