@@ -30,6 +30,27 @@ static tcp_view row_stream(const ir_node *n, const int *order, const sb_val *v, 
 	return sb_mkview(v, sn, n->rank, map);
 }
 
+/* The commit of a pass over src node n in the loop order `order` (axis
+ * innermost) to dst, node dn's value: keep, dn keeps the axis; else the axis
+ * is reduced away (stride 0). */
+static void row_commit(tcp_insn *in, const ir_node *n, const int *order, int axis, const sb_val *dst,
+	const ir_node *dn, bool keep)
+{
+	int dmap[TCP_MAXD];
+	for (int k = 0; k < n->rank; k++) {
+		int d = order[k];
+		if (!keep)
+			d = d == axis ? -1 : dn->rank < n->rank && d > axis ? d - 1 : d;
+		dmap[k] = d;
+	}
+	in->v[TCP_V_DST] = sb_mkview(dst, dn, n->rank, dmap);
+	if (!keep)
+		in->v[TCP_V_DST].stride[n->rank - 1] = 0;
+	if (axis == 0 && n->rank >= 2)
+		in->flags |= TCP_F_XSLICE; /* the axis is the one spread over slices */
+	in->flags |= TCP_F_ROUTE;
+}
+
 typedef struct rstep {
 	uint8_t op, x, y;
 	uint32_t imm;
@@ -56,19 +77,7 @@ static void row_pass(sb *b, moe_id id, const ir_node *n, int axis, const sb_val 
 	for (int k = 0; k < nst; k++)
 		tcp_b_step(&in, st[k].op, st[k].x, st[k].y, st[k].imm);
 	in.step[0].flags = flags0;
-	int dmap[TCP_MAXD];
-	for (int k = 0; k < n->rank; k++) {
-		int d = order[k];
-		if (!keep)
-			d = d == axis ? -1 : dn->rank < n->rank && d > axis ? d - 1 : d;
-		dmap[k] = d;
-	}
-	in.v[TCP_V_DST] = sb_mkview(dst, dn, n->rank, dmap);
-	if (!keep)
-		in.v[TCP_V_DST].stride[n->rank - 1] = 0;
-	if (axis == 0 && n->rank >= 2)
-		in.flags |= TCP_F_XSLICE; /* the axis is the one spread over slices */
-	in.flags |= TCP_F_ROUTE;
+	row_commit(&in, n, order, axis, dst, dn, keep);
 	if (SBN(b, id)->valid != MOE_NONE && axis > 0 && order[0] == 0)
 		in.vreg = (int32_t)b->rows;
 	sb_emit(b, &in, id);
@@ -105,19 +114,7 @@ static void reduce_chain(sb *b, moe_id id, int axis, uint8_t op)
 	}
 	const sb_val *o = sb_out_val(b, id);
 	bool keep = n->rank == s->rank;
-	int dmap[TCP_MAXD];
-	for (int k = 0; k < s->rank; k++) {
-		int d = order[k];
-		if (!keep)
-			d = d == axis ? -1 : n->rank < s->rank && d > axis ? d - 1 : d;
-		dmap[k] = d;
-	}
-	in.v[TCP_V_DST] = sb_mkview(o, n, s->rank, dmap);
-	if (!keep)
-		in.v[TCP_V_DST].stride[s->rank - 1] = 0;
-	if (axis == 0 && s->rank >= 2)
-		in.flags |= TCP_F_XSLICE;
-	in.flags |= TCP_F_ROUTE;
+	row_commit(&in, s, order, axis, o, n, keep);
 	sb_emit(b, &in, id);
 }
 
