@@ -148,9 +148,13 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 	return m;
 }
 
+/* The emitter: --tcp-emitter, else $MOEC_TCP_EMITTER (sched or legacy; any
+ * other value is legacy), else legacy. --emit=tcp-sched is the schedule
+ * compiler's whatever they say. */
 int cli_tcp_sched(const opts *o)
 {
-	return o->emit || (o->tcp_emitter && !strcmp(o->tcp_emitter, "sched"));
+	const char *v = o->tcp_emitter ? o->tcp_emitter : getenv("MOEC_TCP_EMITTER");
+	return o->emit || (v && !strcmp(v, "sched"));
 }
 
 const char *cli_tcp_pipeline(const opts *o)
