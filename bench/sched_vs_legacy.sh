@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 MOEC=${MOEC:-build/moec}
 PY=${PY:-/usr/bin/python3}
 CACHE=bench/.cache
+mkdir -p "$CACHE"
 TS=${*:-1 64 512 4096}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
