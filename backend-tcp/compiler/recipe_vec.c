@@ -276,7 +276,8 @@ static unsigned v_operands(const ir_node *u)
 
 /* Group r's nodes from its first to r (ch[n - 1] = r), each link the one
  * operand of the next marked with r's group, checked: elementwise, f32, i32 or
- * bool, of the pass's shape `shape`, read once, unmasked; 0 with a diagnostic
+ * bool, of the pass's shape `shape`, read once, masked as r is (unmasked, or
+ * in a body by the block's rows, which r's pass commits under); 0 with a diagnostic
  * when the marks are not such a chain. */
 static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
 {
@@ -302,7 +303,7 @@ static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
 		moe_id u;
 		if (n == cap || !(ir_ops[pn->op].flags & OPF_ELEM) || (ir_ops[pn->op].flags & OPF_LEAF) ||
 			pn->op == MOE_OP_CONST || pn->op == MOE_OP_IOTA || !chain_dtype((moe_dtype)pn->dtype) ||
-			pn->valid != MOE_NONE || pn->rank != shape->rank ||
+			pn->valid != SBN(b, r)->valid || pn->rank != shape->rank ||
 			memcmp(pn->shape, shape->shape, sizeof(int64_t) * (size_t)pn->rank) || readers(b, p, &u) != 1 ||
 			!(v_operands(xn) >> at & 1)) {
 			sb_err(b, p, "%s=%lld: not a fusion group of this graph (one vector pass: f32, i32 or bool "

@@ -216,11 +216,22 @@ static unsigned sched_chain_operands(const ir_node *u)
 	}
 }
 
+/* A mask a group may carry: none, or in a loop body the block's rows (the
+ * group's pass commits under them; its members' values are read by the chain
+ * alone, so their rows past the count are never seen). */
+static bool sched_mask_ok(const moe_graph *g, const ir_node *n)
+{
+	if (n->valid == MOE_NONE)
+		return true;
+	const ir_node *v = N(g, n->valid);
+	return g->is_body && v->op == MOE_OP_BLOCKARG && ir_blockarg_role_of(v) == IR_BA_ROWS;
+}
+
 static bool sched_elem(const moe_graph *g, moe_id i)
 {
 	const ir_node *n = N(g, i);
 	return (ir_ops[n->op].flags & OPF_ELEM) && !(ir_ops[n->op].flags & OPF_LEAF) && n->op != MOE_OP_CONST &&
-	       n->op != MOE_OP_IOTA && n->rank >= 1 && n->valid == MOE_NONE && sched_chain_operands(n);
+	       n->op != MOE_OP_IOTA && n->rank >= 1 && sched_mask_ok(g, n) && sched_chain_operands(n);
 }
 
 static bool sched_is_reduce(const moe_graph *g, moe_id i)
@@ -346,7 +357,7 @@ static moe_status plan_sched(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *
 		moe_id u = user[p];
 		const ir_node *un = N(g, u);
 		bool red = sched_is_reduce(g, u);
-		if ((!sched_elem(g, u) && !red) || prev[u] != MOE_NONE)
+		if ((!sched_elem(g, u) && !red) || prev[u] != MOE_NONE || un->valid != pn->valid)
 			continue;
 		const ir_node *shp = red ? N(g, un->args[0]) : un;
 		if (shp->rank != pn->rank || memcmp(shp->shape, pn->shape, sizeof(int64_t) * (size_t)pn->rank))
@@ -405,10 +416,23 @@ static bool has_block_loop(const moe_graph *g)
 	return false;
 }
 
+/* The groups of g and of each block loop's body (a body's groups are its
+ * own: its nodes are numbered apart). */
+static moe_status plan_sched_all(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_status st = plan_sched(ctx, g, m);
+	for (moe_id i = 0; i < g->nnodes && st == MOE_OK; i++) {
+		moe_graph *body = N(g, i)->op == MOE_OP_BLOCK_LOOP ? ir_node_body(g, N(g, i)) : NULL;
+		if (body)
+			st = plan_sched(ctx, body, m);
+	}
+	return st;
+}
+
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
 	if (has_block_loop(g))
-		return plan_sched(ctx, g, m);
+		return plan_sched_all(ctx, g, m);
 	uint32_t nn = g->nnodes;
 	moe_id *dev_of = ctx_alloc(ctx, (nn + 1) * sizeof *dev_of);
 	for (moe_id i = 0; i < nn; i++)
