@@ -68,13 +68,51 @@ static void mark_expert(const moe_graph *g, moe_id v, uint8_t *expert)
 	ctx_free(g->ctx, stack, 0);
 }
 
+/* F and the projections from the [E, F, D] and [E, D, F] expert weights of
+ * g's block loop (the graph before the packed weights were split off, so a
+ * packed operand, a paired [E, n] concat, still shows what it is made of). */
+static void leaf_dims(const moe_graph *g, ts_meta *x)
+{
+	const ir_node *loop = NULL;
+	for (moe_id i = 0; i < g->nnodes && !loop; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
+			loop = N(g, i);
+	if (!loop)
+		return;
+	uint8_t *expert = ctx_alloc(g->ctx, g->nnodes + 1);
+	memset(expert, 0, g->nnodes + 1);
+	const char *kinds = ir_attr_str(loop, "kinds", "");
+	for (int k = 0; kinds[k]; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		if (kinds[k] == IR_BK_EXPERT && a >= 0 && (uint32_t)a < loop->nargs)
+			mark_expert(g, loop->args[a], expert);
+	}
+	int64_t up = 0, down = 0;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *w = N(g, i);
+		if (!expert[i] || w->op != MOE_OP_WEIGHT || w->rank != 3)
+			continue;
+		if (w->shape[2] == x->D && !up)
+			up = w->shape[1];
+		if (w->shape[1] == x->D && !down)
+			down = w->shape[2];
+	}
+	x->F = down ? down : up;
+	for (moe_id i = 0; i < g->nnodes && x->F > 0; i++) {
+		const ir_node *w = N(g, i);
+		if (expert[i] && w->op == MOE_OP_WEIGHT && w->rank == 3 && (w->shape[1] == x->D || w->shape[2] == x->D))
+			x->nproj += (w->shape[1] == x->D ? w->shape[2] : w->shape[1]) / x->F;
+	}
+	ctx_free(g->ctx, expert, 0);
+}
+
 /* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
  * graph: F and the projections from the block loop's per-expert operands
  * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two), the
  * bytes of one expert's operands, the bytes every run reads whatever the
  * routing (inputs, outputs, the weights no expert operand is made from) and
  * the MACs of the contractions outside those operands and the loop. */
-static void roofline(tcp_sched *s, const moe_graph *g)
+static void roofline(tcp_sched *s, const moe_graph *g, const moe_graph *orig)
 {
 	ts_meta *x = &s->meta;
 	uint8_t *expert = ctx_alloc(s->ctx, g->nnodes + 1);
@@ -104,6 +142,8 @@ static void roofline(tcp_sched *s, const moe_graph *g)
 		if (w && w->rank == 3 && (w->shape[1] == x->D || w->shape[2] == x->D))
 			x->nproj += (w->shape[1] == x->D ? w->shape[2] : w->shape[1]) / x->F;
 	}
+	if (!x->F && orig) /* packed operands: the expert weights they are made from */
+		leaf_dims(orig, x);
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		const ir_node *n = N(g, i);
 		if (n->op == MOE_OP_INPUT || (n->op == MOE_OP_WEIGHT && !expert[i]))
@@ -138,8 +178,8 @@ static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
 /* The schedule of g, carrying the prep graph `prep`: built, verified, then
  * (with e) the structural rewrites, placement when a peephole rewrite may
  * run, the peephole rewrites and the verifier. */
-static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *prep, const moe_tcp_machine *m,
-	const ts_env *e, bool print)
+static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const moe_graph *orig, const char *prep,
+	const moe_tcp_machine *m, const ts_env *e, bool print)
 {
 	tcp_sched *s = tcp_sched_build(ctx, g, m);
 	if (s && prep)
@@ -150,7 +190,7 @@ static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const char *p
 		return NULL;
 	}
 	if (s && !s->meta.wexp && !s->meta.act)
-		roofline(s, g);
+		roofline(s, g, orig);
 	if (!s || !e)
 		return s;
 	if (ts_rewrites_run(s, e, TS_RW_STRUCT) != MOE_OK) {
@@ -185,7 +225,7 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_sched *s = NULL;
 	if (moe_error_count(ctx) == errs)
-		s = compiled_graph(ctx, dev ? dev : g, prep, m, e, print);
+		s = compiled_graph(ctx, dev ? dev : g, g, prep, m, e, print);
 	if (prep)
 		ctx_free(ctx, prep, plen + 1);
 	if (dev)
