@@ -36,7 +36,7 @@ static tcp_view row_stream(const ir_node *n, const int *order, const sb_val *v, 
 static void row_commit(tcp_insn *in, const ir_node *n, const int *order, int axis, const sb_val *dst,
 	const ir_node *dn, bool keep)
 {
-	int dmap[TCP_MAXD];
+	int dmap[TCP_MAXD] = {0};
 	for (int k = 0; k < n->rank; k++) {
 		int d = order[k];
 		if (!keep)
