@@ -247,6 +247,9 @@ int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
 /* --tcp-emitter=sched or --emit=tcp-sched: the schedule compiler, on the tcp-sched pipeline */
 int cli_tcp_sched(const opts *o);
 const char *cli_tcp_pipeline(const opts *o);
+/* The program of g (after cli_tcp_pipeline) for m by the emitter o names
+ * (NULL after an error; --tcp-opt without the schedule compiler is one). */
+moe_tcp_program *cli_tcp_program(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
 /* ck: the checkpoint deferred weights are read from (cli_load_weights), or NULL. */
 int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, moe_checkpoint *ck, const opts *o,

@@ -355,6 +355,13 @@ moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const p
 	return expert_ffn(&c, ex, s, b->blocks);
 }
 
+moe_id pass_expert_loop(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b)
+{
+	dp c = {.d = d, .loc = ex->loc, .t = (moe_dtype)N(d, b->blocks)->dtype, .G = b->G, .B = b->B,
+		.rows = b->rows, .nblocks = b->nblocks, .bexp = b->bexp};
+	return expert_loop(&c, ex, s, b->blocks);
+}
+
 /* rank=pairs: the exclusive cumsum of the pairs' one-hot [n, E], from which
  * each pair's row within its expert is read. Sets *cnt. */
 static moe_id pair_scan(dp *c, moe_id oh, moe_id *cnt)

@@ -38,6 +38,7 @@ typedef struct ep {
 	moe_dtype t;
 	int64_t ep, rank, T, Tl, Td, K, E, D, B, Ed, Kd, R, G;
 	moe_id rows, nblocks, bexp; /* the local block grid's control values */
+	bool loop;                  /* loop=1: the expert FFN as a block_loop (pass_expert_loop) */
 	int32_t *owner; /* [E] device of expert e */
 	int64_t *mine;  /* [Ed] this device's experts, ascending */
 } ep;
@@ -171,7 +172,7 @@ static moe_id local_experts(ep *c, const ir_node *ex, const moe_id *s, moe_id xr
 	b.blocks = reshape(c, grid, 3, G, B, c->D);
 	moe_node_set_name(d, b.blocks, "blocks");
 	c->rows = b.rows, c->nblocks = b.nblocks, c->bexp = b.bexp;
-	*out = reshape(c, pass_expert_ffn(d, ex, s, &b), 2, G * B, c->D, 0);
+	*out = reshape(c, c->loop ? pass_expert_loop(d, ex, s, &b) : pass_expert_ffn(d, ex, s, &b), 2, G * B, c->D, 0);
 	return ir_b3(d, MOE_OP_SELECT, valid, pos, ci(c, 0), c->loc);
 }
 
@@ -368,16 +369,18 @@ static bool placement(moe_ctx *ctx, const char *pl, ep *c)
 /* Reads the options and the experts node's sizes; false after a diagnostic. */
 static bool setup(moe_ctx *ctx, moe_graph *g, const ir_node *n, const moe_pass_opts *opts, ep *c)
 {
-	int64_t tokens = -1;
+	int64_t tokens = -1, loop = 0;
 	const char *v;
 	c->ep = 1;
 	if (((v = moe_pass_opt(opts, "ep")) && !parse_int(v, 1, EP_MAX, &c->ep)) ||
 		((v = moe_pass_opt(opts, "rank")) && !parse_int(v, 0, c->ep - 1, &c->rank)) ||
-		((v = moe_pass_opt(opts, "tokens")) && !parse_int(v, 1, MOE_MAX_DIM, &tokens))) {
-		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "expert-parallel: ep must be 1..%d, rank 0..ep-1 and tokens a positive "
-			"count", EP_MAX);
+		((v = moe_pass_opt(opts, "tokens")) && !parse_int(v, 1, MOE_MAX_DIM, &tokens)) ||
+		((v = moe_pass_opt(opts, "loop")) && !parse_int(v, 0, 1, &loop))) {
+		moe_diag(ctx, MOE_DIAG_ERROR, n->loc, "expert-parallel: ep must be 1..%d, rank 0..ep-1, tokens a positive "
+			"count and loop 0 or 1", EP_MAX);
 		return false;
 	}
+	c->loop = loop == 1;
 	const ir_node *x = N(g, n->args[EXP_X]);
 	c->loc = n->loc;
 	c->t = (moe_dtype)x->dtype;

@@ -38,6 +38,8 @@ static const moe_pass_option ep_opts[] = {
 	{"tokens", MOE_PASS_OPT_COUNT, NULL, "ep x the layer's T", "the tokens of the whole batch (the layer holds this "
 		"device's floor(T/ep), the last device the remainder)"},
 	{"placement", MOE_PASS_OPT_TEXT, NULL, "contiguous ranges", "the device of each expert, '.'-separated (0.0.1.1)"},
+	{"loop", MOE_PASS_OPT_ENUM, "0|1", "0", "1: the local experts' FFN as a block_loop (the schedule compiler's form), "
+		"0: flattened under the blocks' valid rows"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 

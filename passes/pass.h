@@ -46,6 +46,9 @@ typedef struct pass_blocks {
  * permutation that leaves its first letter first)? (blockwise_dispatch.c) */
 bool pass_keeps_expert_axis(const ir_node *n);
 moe_id pass_expert_ffn(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b);
+/* The same as one block_loop whose body computes one block (the schedule
+ * compiler's form, docs/tcp-compiler.md 2.1): [G, B, D]. */
+moe_id pass_expert_loop(moe_graph *d, const ir_node *ex, const moe_id *s, const pass_blocks *b);
 
 /* Serving layers (passes/token_rows.c): the n_tokens input of g or
  * MOE_NONE; the token-row kind of every node (false with an error when the

@@ -224,7 +224,7 @@ static tcp_sched *compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	int errs = moe_error_count(ctx);
 	moe_graph *dev = tcp_split_weights(ctx, g, &prep, &plen, NULL);
 	tcp_sched *s = NULL;
-	if (moe_error_count(ctx) == errs)
+	if (moe_error_count(ctx) == errs && tcp_weights_fit_hbm(ctx, dev ? dev : g, m))
 		s = compiled_graph(ctx, dev ? dev : g, g, prep, m, e, print);
 	if (prep)
 		ctx_free(ctx, prep, plen + 1);

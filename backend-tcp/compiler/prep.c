@@ -147,3 +147,27 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 	ctx_free(ctx, pack, nn + 1);
 	return dev;
 }
+
+/* Refused before any work, by both emitters: weights beyond HBM. The sum of
+ * g's weight leaves (packed weights at their packed size when g is the device
+ * graph) is a lower bound on what the program binds in HBM, so the layer is
+ * refused with the sizes and a hint before any DM or HBM placement is tried;
+ * the largest weight names the place. */
+bool tcp_weights_fit_hbm(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	double wsum = 0;
+	moe_id big = MOE_NONE;
+	for (moe_id i = 0; i < g->nnodes; i++)
+		if (N(g, i)->op == MOE_OP_WEIGHT) {
+			wsum += (double)ir_bytes(N(g, i));
+			if (big == MOE_NONE || ir_bytes(N(g, i)) > ir_bytes(N(g, big)))
+				big = i;
+		}
+	if (wsum <= m->hbm_bytes)
+		return true;
+	moe_diag(ctx, MOE_DIAG_ERROR, big != MOE_NONE ? N(g, big)->loc : g->loc,
+		"tcp: the layer needs at least %.2f GiB of HBM for its weights but the machine has %.2f GiB; use bf16 "
+		"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1073741824.0,
+		m->hbm_bytes / 1073741824.0);
+	return false;
+}

@@ -121,6 +121,36 @@ static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id sp
 	}
 }
 
+/* A contraction outside the loop whose weights stay in HBM (the top graph's
+ * weights streamed, b->top_stream): each TRF tile's part of them is copied
+ * into a ring of two tiles of its own, live over this contraction only, as
+ * the loop's ring is filled (contract()); the loop's ring state is kept
+ * aside meanwhile. The tiles, their loads and the contractions are those of
+ * the weights held whole in DM, so the values are the same. */
+static void top_streamed(sb *b, moe_id id, const cplan *pl, cargs *c, ts_id sp[2][2])
+{
+	uint32_t wnext = b->wnext;
+	ts_id wrd[4];
+	memcpy(wrd, b->wrd, sizeof wrd);
+	for (int k = 0; k < 4; k++)
+		b->wrd[k] = TS_NONE;
+	b->wnext = 0;
+	c->ring = sb_dm_buf(b, id, "wbuf", (moe_dtype)c->wdt, 1, &c->wtile);
+	b->s->buf[c->ring].slots = 2;
+	sb_spread(b, c->ring);
+	c->nring = 2;
+	ts_id op0 = b->s->nop;
+	contract(b, id, pl, c, sp);
+	b->wnext = wnext;
+	memcpy(b->wrd, wrd, sizeof wrd);
+	if (b->failed)
+		return;
+	span(b, c->ring, op0, b->s->nop - 1);
+	for (int k = 0; k < 2; k++)
+		if (c->trf[k] != TS_NONE)
+			span(b, c->trf[k], sp[k][0], sp[k][1]);
+}
+
 /* A one-operand einsum that reorders letters: a view with the strides permuted. */
 static void permute(sb *b, moe_id id)
 {
@@ -168,7 +198,10 @@ void sb_einsum(sb *b, moe_id id)
 	/* a streamed expert: a view of its row in HBM, moved by the block's expert */
 	bool stream = b->weights == TS_W_STREAM && b->rows != TS_NONE && wv->kind == SV_VIEW && wv->reg != TS_NONE &&
 		      b->s->buf[wv->buf].space == TCP_HBM;
-	c.w = stream ? wv : sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
+	/* outside the loop, with the top graph's weights streamed: a weight in HBM read in place */
+	bool tstream = b->top_stream && b->rows == TS_NONE && wv->kind == SV_VIEW && wv->reg == TS_NONE &&
+		       b->s->buf[wv->buf].space == TCP_HBM && b->s->buf[wv->buf].kind != TCP_T_SCRATCH;
+	c.w = stream || tstream ? wv : sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
 	c.a = c.w ? sb_dm_val(b, n->args[0]) : NULL;
 	if (!c.a)
 		return;
@@ -202,6 +235,10 @@ void sb_einsum(sb *b, moe_id id)
 		c.wtile = r->shape[0];
 	}
 	ts_id sp[2][2] = {{TS_NONE, TS_NONE}, {TS_NONE, TS_NONE}};
+	if (tstream) {
+		top_streamed(b, id, &pl, &c, sp);
+		return;
+	}
 	contract(b, id, &pl, &c, sp);
 	if (b->failed)
 		return;

@@ -440,9 +440,10 @@ static void spans(sb *b)
 }
 
 /* The schedule of g with the block loop's weights in mode weights (ring
- * tiles when streamed); *wd: what the double mode's weights need. */
+ * tiles when streamed), the top graph's weights streamed when top_stream;
+ * *wd: what the double mode's weights need. */
 static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, int weights, int ring,
-	int64_t tile_bytes, const moe_id *hbm, uint32_t nhbm, ts_wdemand *wd)
+	int64_t tile_bytes, const moe_id *hbm, uint32_t nhbm, bool top_stream, ts_wdemand *wd)
 {
 	tcp_sched *s = tcp_sched_new(ctx, m);
 	if (!s)
@@ -465,6 +466,7 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	b.top = g;
 	b.hbm = hbm;
 	b.nhbm = nhbm;
+	b.top_stream = top_stream;
 	for (int k = 0; k < 4; k++)
 		b.wrd[k] = TS_NONE;
 	size_t vn = (size_t)(g->nnodes ? g->nnodes : 1) * sizeof(sb_val);
@@ -492,7 +494,7 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 
 /* The plan's build: the spills it keeps in HBM, by node. */
 static tcp_sched *planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const ts_wdemand *d,
-	const ts_wplan *w)
+	const ts_wplan *w, bool top_stream)
 {
 	moe_id hbm[TS_MAX_SPILLS];
 	uint32_t n = 0;
@@ -500,7 +502,7 @@ static tcp_sched *planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machin
 		if (w->hbm[k])
 			hbm[n++] = d->spill[k].node;
 	ts_wdemand wd;
-	return build(ctx, g, m, w->mode, w->ring, d->tile_bytes, hbm, n, &wd);
+	return build(ctx, g, m, w->mode, w->ring, d->tile_bytes, hbm, n, top_stream, &wd);
 }
 
 /* Built with double-buffered weights and every spillable buffer in DM; the
@@ -509,11 +511,13 @@ static tcp_sched *planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machin
  * and priced on the timeline (tcp_dm_price) and the fastest kept (ties: the
  * planner's order). When none fits (*fits false), the last resort is built
  * and its placement reports the overflow. */
-static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool *fits)
+static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool ts, bool *fits)
 {
 	ts_wdemand wd;
-	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, NULL, 0, &wd);
+	tcp_sched *s = build(ctx, g, m, TS_W_DOUBLE, 0, 0, NULL, 0, ts, &wd);
 	*fits = true;
+	if (s && m && ts && !(s->nloop && wd.n) && !wd.nspill)
+		*fits = tcp_dm_placeable(s);
 	if (!s || !m || (!(s->nloop && wd.n) && !wd.nspill))
 		return s;
 	ts_wplan w[4];
@@ -526,7 +530,7 @@ static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_
 		return s;
 	if (n <= 1) {
 		tcp_sched_free(s);
-		s = planned(ctx, g, m, &wd, &w[0]);
+		s = planned(ctx, g, m, &wd, &w[0], ts);
 		*fits = n == 1 || (s && tcp_dm_placeable(s)); /* the last resort may place: the trials are conservative */
 		return s;
 	}
@@ -536,7 +540,7 @@ static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_
 		bool same = w[k].mode == TS_W_DOUBLE;
 		for (uint32_t j = 0; same && j < wd.nspill && j < TS_MAX_SPILLS; j++)
 			same = !w[k].hbm[j];
-		tcp_sched *c = same ? s : planned(ctx, g, m, &wd, &w[k]);
+		tcp_sched *c = same ? s : planned(ctx, g, m, &wd, &w[k], ts);
 		if (same)
 			s = NULL;
 		if (!c)
@@ -551,35 +555,58 @@ static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_
 		}
 	}
 	tcp_sched_free(s);
-	return best ? best : planned(ctx, g, m, &wd, &w[0]);
+	return best ? best : planned(ctx, g, m, &wd, &w[0], ts);
 }
 
-/* When no plan fits, the layer's wide row-wise values in row chunks
- * (tcp_row_chunk_wide): the fewest of 2, 4, ... 64 chunks with which a plan
- * fits; none: the unchunked build, whose placement reports the overflow. */
-tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* The first build that fits of: g, then g with its wide row-wise values
+ * in row chunks (tcp_row_chunk_wide), the fewest of 2, 4, ... 64 chunks;
+ * top_stream: the top graph's weights streamed through rings (*fits false:
+ * none fits, the unchunked build is returned). */
+static tcp_sched *build_chunked(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool top_stream,
+	bool *fits)
 {
-	bool fits = true;
-	tcp_sched *s = build_planned(ctx, g, m, &fits);
-	for (uint32_t nch = 2; s && !fits && nch <= 64; nch *= 2) {
+	tcp_sched *s = build_planned(ctx, g, m, top_stream, fits);
+	for (uint32_t nch = 2; s && !*fits && nch <= 64; nch *= 2) {
 		uint32_t got = 0;
 		size_t n0 = moe_diag_count(ctx);
 		moe_graph *c = tcp_row_chunk_wide(ctx, g, nch, &got);
 		if (!c)
 			break;
-		tcp_sched *t = build_planned(ctx, c, m, &fits);
+		tcp_sched *t = build_planned(ctx, c, m, top_stream, fits);
 		ir_graph_free(c);
 		if (!t) {
 			ts_diag_truncate(ctx, n0); /* the chunked graph is not built: the layer's error stands */
-			fits = false;
+			*fits = false;
 			break;
 		}
-		if (fits) {
+		if (*fits) {
 			tcp_sched_free(s);
 			s = t;
 		} else {
 			tcp_sched_free(t);
 		}
 	}
+	return s;
+}
+
+/* The layer as built with the top graph's weights in DM, in row chunks when
+ * it does not fit whole; when no chunking fits either (a shared expert whose
+ * weights take most of DM), the same with the top graph's weights streamed
+ * from HBM; none fitting, the first unchunked build, whose placement reports
+ * the overflow. */
+tcp_sched *tcp_sched_build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	bool fits = true;
+	tcp_sched *s = build_chunked(ctx, g, m, false, &fits);
+	if (!s || fits || !m)
+		return s;
+	size_t n0 = moe_diag_count(ctx);
+	tcp_sched *t = build_chunked(ctx, g, m, true, &fits);
+	if (t && fits) {
+		tcp_sched_free(s);
+		return t;
+	}
+	tcp_sched_free(t);
+	ts_diag_truncate(ctx, n0);
 	return s;
 }

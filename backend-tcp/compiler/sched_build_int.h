@@ -60,6 +60,7 @@ typedef struct sb {
 	ts_id wring;         /* streamed: the loop's ring of weight tiles, TS_NONE until made */
 	uint32_t wnext;      /* its next slot, counted over the body's tiles */
 	ts_id wrd[4];        /* per ring slot: the sub load that last read it */
+	bool top_stream;     /* the top graph's contractions read their weights from HBM through rings */
 	const moe_graph *top; /* the layer's graph (g is a loop's body while it is built) */
 	const moe_id *hbm;   /* the top graph's spillable nodes kept in HBM (the planner's) */
 	uint32_t nhbm;

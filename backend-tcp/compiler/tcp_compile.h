@@ -38,6 +38,9 @@ moe_graph *tcp_row_chunk_wide(moe_ctx *ctx, const moe_graph *g, uint32_t nch, ui
  * dev_of (nnodes entries, or NULL) receives each node's id in the device graph
  * when one is made (MOE_NONE: not in it) */
 moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json, size_t *prep_len, moe_id *dev_of);
+/* prep.c: whether g's weights fit m's HBM; if not, the error (sizes and a
+ * hint, at the largest weight) both emitters give before any placement */
+bool tcp_weights_fit_hbm(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* prep.c: pack[i] (nnodes entries) for the values bound as packed weights: from
  * the tcp_pack marks, or by tcp-split-weights' rule when g carries none */
 uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);

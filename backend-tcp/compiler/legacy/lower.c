@@ -263,29 +263,6 @@ static void release(lw *c, int64_t q)
 			tcpl_dm_free(c, c->v[i].t);
 }
 
-/* Layers refused before any work: weights beyond HBM (the same clear error
- * as after lowering, before any DM limit is met). */
-static bool lowerable(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
-{
-	uint32_t nn = g->nnodes;
-	double wsum = 0;
-	moe_id big = MOE_NONE; /* the largest weight names the place */
-	for (moe_id i = 0; i < nn; i++)
-		if (N(g, i)->op == MOE_OP_WEIGHT) {
-			wsum += (double)ir_bytes(N(g, i));
-			if (big == MOE_NONE || ir_bytes(N(g, i)) > ir_bytes(N(g, big)))
-				big = i;
-		}
-	if (wsum > m->hbm_bytes) {
-		moe_diag(ctx, MOE_DIAG_ERROR, big != MOE_NONE ? N(g, big)->loc : g->loc,
-			"tcp: the layer needs at least %.2f GiB of HBM for its weights but the machine has %.2f GiB; use bf16 "
-			"(--set dtype=bf16) or fp8 weights, or split the experts over chips (--ep)", wsum / 1073741824.0,
-			m->hbm_bytes / 1073741824.0);
-		return false;
-	}
-	return true;
-}
-
 void tcpl_init(lw *c, moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
@@ -789,7 +766,7 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
 	bool sink)
 {
-	if (!lowerable(ctx, g, m)) {
+	if (!tcp_weights_fit_hbm(ctx, g, m)) {
 		if (prep)
 			ctx_free(ctx, prep, prep_len + 1);
 		return NULL;
