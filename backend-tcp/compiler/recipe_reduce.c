@@ -36,7 +36,7 @@ static tcp_view row_stream(const ir_node *n, const int *order, const sb_val *v, 
 static void row_commit(tcp_insn *in, const ir_node *n, const int *order, int axis, const sb_val *dst,
 	const ir_node *dn, bool keep)
 {
-	int dmap[TCP_MAXD];
+	int dmap[TCP_MAXD] = {0};
 	for (int k = 0; k < n->rank; k++) {
 		int d = order[k];
 		if (!keep)
@@ -79,7 +79,7 @@ static void row_pass(sb *b, moe_id id, const ir_node *n, int axis, const sb_val 
 	in.step[0].flags = flags0;
 	row_commit(&in, n, order, axis, dst, dn, keep);
 	if (SBN(b, id)->valid != MOE_NONE && axis > 0 && order[0] == 0)
-		in.vreg = (int32_t)b->rows;
+		in.vreg = (int32_t)sb_valid(b, id);
 	sb_emit(b, &in, id);
 }
 
