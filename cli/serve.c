@@ -129,7 +129,11 @@ int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tc
 	if (nt != MOE_NONE) /* declared by the .moe: the tier is the layer without it (its input is left unused) */
 		moe_node_set_name(g1, nt, MOE_TOKENS_INPUT ".tier");
 	moe_run_opts ro = {.verify = 1};
-	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK ? moe_tcp_compile(ctx, g1, m) : NULL;
+	/* the tier by the serving program's emitter, on its pipeline */
+	int sched = cli_tcp_sched(&o1);
+	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, cli_tcp_pipeline(&o1), mod, &ro) == MOE_OK
+				     ? (sched ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt) : moe_tcp_compile(ctx, g1, m))
+				     : NULL;
 	int errors = moe_error_count(ctx);
 	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;
 	int alone = d && !linked && moe_error_count(ctx) == errors; /* a note: no tier for this layer */
@@ -204,7 +208,7 @@ int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out)
 		/* the emitter o names; the decode tier is the legacy emitter's (the schedule compiler links none yet) */
 		status = !g || cli_serve_prepare(ctx, g, &ob) ||
 			 moe_run_pipeline_text(ctx, cli_tcp_pipeline(&ob), mod, &ro) != MOE_OK ||
-			 !(p[b] = cli_tcp_program(ctx, &ob, g, m)) || (!cli_tcp_sched(&ob) && cli_serve_tier(ctx, &ob, g, m, &p[b]));
+			 !(p[b] = cli_tcp_program(ctx, &ob, g, m)) || cli_serve_tier(ctx, &ob, g, m, &p[b]);
 		moe_module_free(mod);
 	}
 	if (!status)

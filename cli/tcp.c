@@ -196,8 +196,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 	moe_run_opts ro = {.verify = 1};
 	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, cli_tcp_pipeline(o), m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
 	moe_tcp_program *p = mach ? cli_tcp_program(ctx, o, moe_module_graph(m, 0), mach) : NULL;
-	/* the decode tier is the legacy emitter's (the schedule compiler links none yet) */
-	if (p && !cli_tcp_sched(o) && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
+	if (p && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
 		moe_tcp_program_free(p);
 		p = NULL;
 	}
@@ -248,7 +247,7 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	if (!m)
 		return 1;
 	moe_tcp_program *p = cli_tcp_program(ctx, o, g, m);
-	int status = !p || (!cli_tcp_sched(o) && cli_serve_tier(ctx, o, g, m, &p)) || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || (text ? moe_tcp_write_asm(ctx, p, out) : moe_tcp_write_binary(ctx, p, out)) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;
@@ -409,7 +408,7 @@ int cli_run_tcp(moe_ctx *ctx, const moe_graph *g, const moe_tensor_map *bind, mo
 	if (!m)
 		return 1;
 	moe_tcp_program *p = cli_tcp_program(ctx, o, g, m);
-	int status = !p || (!cli_tcp_sched(o) && cli_serve_tier(ctx, o, g, m, &p)) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
+	int status = !p || cli_serve_tier(ctx, o, g, m, &p) || run_program(ctx, p, m, bind, ck, o, out, stats_json);
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);
 	return status;

@@ -115,7 +115,7 @@ static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id sp
 				tcp_b_view((int32_t)tt, 0, 3, (const int64_t[3]){0, inn, 1}), s2, pl->Os < on ? pl->Os : on);
 			in.flags |= TCP_F_ROUTE | (c->wdt == MOE_F32 ? TCP_F_BF16X3 : 0);
 			if (SBN(b, id)->valid != MOE_NONE)
-				in.vreg = (int32_t)b->rows;
+				in.vreg = (int32_t)sb_valid(b, id);
 			span[cur][1] = sb_emit(b, &in, id);
 		}
 	}

@@ -79,7 +79,7 @@ static void row_pass(sb *b, moe_id id, const ir_node *n, int axis, const sb_val 
 	in.step[0].flags = flags0;
 	row_commit(&in, n, order, axis, dst, dn, keep);
 	if (SBN(b, id)->valid != MOE_NONE && axis > 0 && order[0] == 0)
-		in.vreg = (int32_t)b->rows;
+		in.vreg = (int32_t)sb_valid(b, id);
 	sb_emit(b, &in, id);
 }
 

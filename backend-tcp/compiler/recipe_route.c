@@ -91,6 +91,7 @@ static void gather_spilled(sb *b, moe_id id, const sb_val *xv, const sb_val *iv,
 		ic.base += r0;
 		const int64_t ds[2] = {c * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
 		tcp_insn in = dma_gs(true, &sv, xv, &ic, dim, rows, ds, ss, is);
+		in.vreg = (int32_t)sb_valid_less(b, id, sb_valid(b, id), r0);
 		sb_emit(b, &in, id);
 		tcp_insn cp =
 			tcp_b_dma_copy(1, &total, tcp_b_view((int32_t)t, r0 * row, 1, &one), tcp_b_view((int32_t)st, 0, 1, &one));
@@ -134,12 +135,12 @@ void sb_gather(sb *b, moe_id id)
 		sb_refuse(b, id, "a gather by a strided index list");
 		return;
 	}
-	if (n->valid != MOE_NONE) {
-		sb_refuse(b, id, "a gather under a valid mask");
-		return;
-	}
 	int64_t groups = prod(x->shape, 0, axis), rows = x->shape[axis], row = prod(x->shape, axis + 1, x->rank);
 	int64_t ni = ir_numel(ix), dim[3] = {groups, ni, row};
+	if (n->valid != MOE_NONE && (groups != 1 || ix->rank != 1)) {
+		sb_refuse(b, id, "a gather under a valid mask other than along one index list");
+		return;
+	}
 	bool spill = spillable(b, id, groups);
 	if (spill && sb_in_hbm(b, id)) {
 		gather_spilled(b, id, xv, iv, rows, ni, row);
@@ -148,6 +149,7 @@ void sb_gather(sb *b, moe_id id)
 	const sb_val *o = sb_out_val(b, id);
 	const int64_t ds[2] = {ni * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
 	tcp_insn in = dma_gs(true, o, xv, iv, dim, rows, ds, ss, is);
+	in.vreg = (int32_t)sb_valid(b, id); /* indices at and past the count not used, their rows zero */
 	sb_emit(b, &in, id);
 	if (spill) {
 		int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype), ch = stage_rows(b, ni, row * eb);
@@ -186,8 +188,8 @@ void sb_scatter(sb *b, moe_id id)
 		sb_refuse(b, id, "a scatter with mode=add");
 		return;
 	}
-	if (n->valid != MOE_NONE || n->rank < 1) {
-		sb_refuse(b, id, "a scatter under a valid mask or of a scalar");
+	if (n->rank < 1 || (n->valid != MOE_NONE && ix->rank != 1)) {
+		sb_refuse(b, id, "a scatter of a scalar, or under a valid mask by more than one index list");
 		return;
 	}
 	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "scatter", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank, n->shape);
@@ -237,6 +239,7 @@ void sb_scatter(sb *b, moe_id id)
 		const int64_t ds[2] = {rows * row, row}, ss[2] = {c * row, row}, is[2] = {ni, 1};
 		tcp_insn in = dma_gs(false, &o, &src, &il, dim, rows, ds, ss, is);
 		in.flags |= TCP_F_HBMIDX;
+		in.vreg = (int32_t)sb_valid_less(b, id, sb_valid(b, id), r0); /* index rows at and past the count not applied */
 		sb_emit(b, &in, id);
 	}
 	b->v[id] = o;

@@ -414,7 +414,7 @@ void sb_elem(sb *b, moe_id id)
 	sb_val *o = elem_out(b, id);
 	vp.in.v[TCP_V_DST] = sb_mkview(o, n, nd, map);
 	if (n->valid != MOE_NONE)
-		vp.in.vreg = (int32_t)b->rows;
+		vp.in.vreg = (int32_t)sb_valid(b, id);
 	vp.in.flags |= TCP_F_ROUTE;
 	sb_emit(b, &vp.in, id);
 }

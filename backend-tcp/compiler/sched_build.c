@@ -278,6 +278,8 @@ static void leaf(sb *b, moe_id id)
 			ts_set_source(b->s, t, src);
 			ctx_free(b->ctx, src, strlen(src) + 1);
 		}
+		if (!w && n->rank == 0)
+			b->s->buf[t].rank = 0; /* a scalar input (n_tokens) binds as the host's rank-0 tensor */
 		*v = sb_view_of(t, n);
 		return;
 	}
@@ -292,11 +294,6 @@ static void node(sb *b, moe_id id)
 	const ir_node *n = SBN(b, id);
 	if (ir_ops[n->op].flags & OPF_LEAF) {
 		leaf(b, id);
-		return;
-	}
-	if (n->valid != MOE_NONE && !(b->g->is_body && SBN(b, n->valid)->op == MOE_OP_BLOCKARG &&
-					     ir_blockarg_role_of(SBN(b, n->valid)) == IR_BA_ROWS)) {
-		sb_refuse(b, id, "a node masked by valid() other than the block's rows");
 		return;
 	}
 	switch ((moe_op)n->op) {
@@ -474,6 +471,10 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	b.dmv = ctx_alloc(ctx, vn);
 	memset(b.v, 0, vn);
 	memset(b.dmv, 0, vn);
+	size_t cn = (size_t)(g->nnodes ? g->nnodes : 1) * sizeof(ts_id);
+	b.vcount = ctx_alloc(ctx, cn);
+	for (moe_id k = 0; k < g->nnodes; k++)
+		b.vcount[k] = TS_NONE;
 	sb_build_nodes(&b);
 	if (!b.failed)
 		outputs(&b);
@@ -484,6 +485,7 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	ctx_free(ctx, b.tr, b.ntr * sizeof *b.tr);
 	ctx_free(ctx, b.v, vn);
 	ctx_free(ctx, b.dmv, vn);
+	ctx_free(ctx, b.vcount, cn);
 	if (b.failed) {
 		tcp_sched_free(s);
 		return NULL;

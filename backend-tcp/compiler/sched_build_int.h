@@ -64,6 +64,7 @@ typedef struct sb {
 	const moe_graph *top; /* the layer's graph (g is a loop's body while it is built) */
 	const moe_id *hbm;   /* the top graph's spillable nodes kept in HBM (the planner's) */
 	uint32_t nhbm;
+	ts_id *vcount;       /* per top graph node: the scalar of it as a valid count, TS_NONE */
 	bool failed;
 } sb;
 
@@ -122,6 +123,13 @@ void sb_spill_value(sb *b, moe_id id);
 void sb_scatter(sb *b, moe_id id);
 /* recipe_view.c */
 void sb_view_op(sb *b, moe_id id);
+/* recipe_serving.c */
+/* The scalar counting the rows node id computes (its valid mask), TS_NONE
+ * when it has none (or after a diagnostic): the block's rows in a loop body,
+ * a scalar count of the layer's graph outside it (made once per count). */
+ts_id sb_valid(sb *b, moe_id id);
+/* count less off (a part of the rows starting at row off), an alu scalar */
+ts_id sb_valid_less(sb *b, moe_id id, ts_id count, int64_t off);
 /* recipe_loop.c */
 void sb_block_loop(sb *b, moe_id id);
 /* sched_build.c: build every node of b->g in node order */

@@ -377,8 +377,8 @@ static void parse_buf(ps *p, const char *s)
 			space < 0 ? sp : kind < 0 ? kd : dt);
 	const char *sh = s;
 	int rank = plist(&s, shape, MOE_MAX_RANK);
-	if (rank < 1)
-		return perr(p, sh, "bad shape (1 to %d sizes in [])", MOE_MAX_RANK);
+	if (rank < 0 || (rank == 0 && (space != TCP_HBM || kind != TCP_T_INPUT)))
+		return perr(p, sh, "bad shape (1 to %d sizes in [], none for a scalar HBM input)", MOE_MAX_RANK);
 	for (int k = 0; k < rank; k++)
 		if (shape[k] < 1 || shape[k] > ((int64_t)1 << 40))
 			return perr(p, sh, "shape size %d outside [1, 2^40]", k);

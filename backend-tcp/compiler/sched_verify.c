@@ -124,8 +124,8 @@ static void check_bufs(vs *v)
 	const tcp_sched *s = v->s;
 	for (ts_id i = 0; i < s->nbuf; i++) {
 		const ts_buf *b = &s->buf[i];
-		if (b->space >= TCP_NSPACE || b->kind >= TCP_NKIND || b->dtype >= MOE_DTYPE_COUNT || b->rank < 1 ||
-			b->rank > MOE_MAX_RANK) {
+		if (b->space >= TCP_NSPACE || b->kind >= TCP_NKIND || b->dtype >= MOE_DTYPE_COUNT ||
+			(b->rank < 1 && (b->space != TCP_HBM || b->kind != TCP_T_INPUT)) || b->rank > MOE_MAX_RANK) {
 			verr(v, V_BUF, i, "bad space, kind, dtype or rank");
 			continue;
 		}
