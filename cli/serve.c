@@ -205,7 +205,7 @@ int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out)
 		moe_module *mod = cli_load_tcp(ctx, &ob, &autob, &pred);
 		moe_graph *g = mod && moe_module_num_graphs(mod) == 1 ? moe_module_graph(mod, 0) : NULL;
 		moe_run_opts ro = {.verify = 1};
-		/* the emitter o names; the decode tier is the legacy emitter's (the schedule compiler links none yet) */
+		/* the emitter o names, and the decode tier on it */
 		status = !g || cli_serve_prepare(ctx, g, &ob) ||
 			 moe_run_pipeline_text(ctx, cli_tcp_pipeline(&ob), mod, &ro) != MOE_OK ||
 			 !(p[b] = cli_tcp_program(ctx, &ob, g, m)) || cli_serve_tier(ctx, &ob, g, m, &p[b]);
