@@ -111,6 +111,11 @@ void sb_softmax(sb *b, moe_id id);
 void sb_einsum(sb *b, moe_id id);
 /* recipe_quant.c */
 void sb_dequant(sb *b, moe_id id);
+/* recipe_qact.c: whether dequant d's activations are quantized (act other
+ * than bf16; *act: its act); the block einsum id over such a dequant, true
+ * when it is one (built, or refused with a diagnostic) */
+bool sb_qact_dequant(const sb *b, moe_id d, const char **act);
+bool sb_qact_einsum(sb *b, moe_id id);
 /* recipe_route.c */
 /* Whether node id of the top graph is a spill the planner keeps in HBM. */
 bool sb_in_hbm(const sb *b, moe_id id);

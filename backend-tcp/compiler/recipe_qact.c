@@ -1,0 +1,277 @@
+/* backend-tcp/compiler/recipe_qact.c: sched-build's recipe for a block
+ * einsum `[M, I] x dequant [O, I] -> [M, O]` whose activations are quantized
+ * (docs/tcp-isa.md 7.10, act=fp8): DeepSeek-V3's fp8_gemm. The dequant
+ * emits nothing (sb_dequant leaves its value unset); the contraction reads
+ * the expert's fp8 bytes q [O, I] from their per-block buffer straight into
+ * TRF and its block scales s [O/128, I/128] in place:
+ *   sa[m, c]   = max_i |x[m, 128c + i]| / 448            tu.vec: f.abs, r.fmax, d.div
+ *   xq[m, i]   = e4m3(x[m, i] / sa[m, i / 128])          tu.vec: d.div; the commit rounds to e4m3
+ *   C[m, o, c] = sa[m, c] x s[o / 128, c]                 tu.vec: f.mul
+ *   y[m, o]    = sum_c C[m, o, c] x sum_{i in c} xq[m, i] q[o, i]   tu.contract flags=scaled
+ * The passes and their steps are the legacy lowering's, so y's bits are its
+ * bits: each output is one scaled f8 x f8 contraction over the whole
+ * reduction (one TRF tile holds it: the 128-wide chunks must not straddle
+ * an accumulation), whatever the tiling over O. Two einsums that read the
+ * same activation (gate and up) share its sa and xq (the first one makes
+ * them); each makes its own C. In a loop body a node masked by the block's
+ * rows computes them under valid=$rows. */
+#include <string.h>
+
+#include "backend-tcp/compiler/sched_build_int.h"
+#include "ir/quant.h"
+
+enum { QA_CHUNK = 128 };
+
+static int64_t rup(int64_t x, int64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* a view of v from element base with strides st (nd of them, the rest 0) */
+static tcp_view qa_view(const sb_val *v, int64_t base, int nd, const int64_t *st)
+{
+	tcp_view t = tcp_view_none();
+	t.t = (int32_t)v->buf;
+	t.base = v->base + base;
+	if (v->reg != TS_NONE) {
+		t.reg = (int32_t)v->reg;
+		t.scale = v->scale;
+	}
+	for (int k = 0; k < TCP_MAXD; k++)
+		t.stride[k] = k < nd ? st[k] : 0;
+	return t;
+}
+
+static tcp_view buf_view(ts_id t, int nd, const int64_t *st)
+{
+	return tcp_b_view((int32_t)t, 0, nd, st);
+}
+
+static tcp_insn pass(sb *b, moe_id id, int nd, const int64_t *dim)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = (uint8_t)nd;
+	for (int k = 0; k < nd; k++)
+		in.dim[k] = dim[k];
+	in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
+	in.flags = TCP_F_ROUTE; /* the slices' bytes by the switch stage, as every recipe's passes */
+	return in;
+}
+
+static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm)
+{
+	tcp_b_step(in, (uint8_t)op, (uint8_t)x, (uint8_t)y, imm);
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
+{
+	const ir_node *n = SBN(b, d);
+	return ir_dequant_info(b->g, n, qi) && !strcmp(ir_attr_str(n, "act", "bf16"), "fp8") && qi->fmt == QT_FP8 &&
+	       qi->bn == QA_CHUNK && qi->bk == QA_CHUNK && qi->N % QA_CHUNK == 0 && qi->K % QA_CHUNK == 0 &&
+	       n->nargs == 2;
+}
+
+/* Whether dequant d of a loop body is contracted with quantized activations:
+ * act="fp8" on block FP8 in 128 x 128 blocks dividing N and K, or act="int8"
+ * on per-channel int8, read only as the weight of two-operand einsums (as
+ * the legacy lowering decides: an act=fp8 dequant read otherwise is
+ * dequantized in DM). */
+bool sb_qact_dequant(const sb *b, moe_id d, const char **act)
+{
+	const ir_node *n = SBN(b, d);
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || !b->g->is_body || !ir_dequant_info(b->g, n, &qi))
+		return false;
+	const char *a = ir_attr_str(n, "act", "bf16");
+	if (act)
+		*act = a;
+	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	if (!i8 && !fp8_weight(b, d, &qi))
+		return false;
+	for (moe_id u = d + 1; u < b->g->nnodes; u++) {
+		const ir_node *un = SBN(b, u);
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2))
+				return false;
+	}
+	return true;
+}
+
+/* The scratch buffer named name that an earlier act=fp8 einsum of the body
+ * made for activation a (the first einsum that reads it), else TS_NONE. */
+static ts_id shared_buf(const sb *b, moe_id id, const char *name)
+{
+	moe_id a = SBN(b, id)->args[0];
+	for (moe_id p = 0; p < id; p++) {
+		const ir_node *pn = SBN(b, p);
+		qt_info qi;
+		if (pn->op != MOE_OP_EINSUM || pn->nargs != 2 || pn->args[0] != a || !fp8_weight(b, pn->args[1], &qi))
+			continue;
+		for (ts_id t = b->s->nbuf; t-- > 0;)
+			if (b->s->buf[t].node == p && b->s->buf[t].name && !strcmp(b->s->buf[t].name, name))
+				return t;
+		return TS_NONE;
+	}
+	return TS_NONE;
+}
+
+/* sa and xq of activation x [M, I]: two passes (the division needs the
+ * finished maximum); the commit's cast to e4m3 rounds to nearest even. */
+static void quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts_id *sa, ts_id *xq)
+{
+	int64_t nk = I / QA_CHUNK;
+	const int64_t shs[2] = {M, nk}, shx[2] = {M, I}, dim[3] = {M, nk, QA_CHUNK};
+	const int64_t xs[3] = {x->stride[0], QA_CHUNK * x->stride[1], x->stride[1]};
+	const int64_t sas[3] = {nk, 1, 0}, xqs[3] = {I, QA_CHUNK, 1};
+	*sa = sb_dm_buf(b, id, "act.scale", MOE_F32, 2, shs);
+	*xq = sb_dm_buf(b, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	tcp_insn p1 = pass(b, id, 3, dim);
+	p1.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p1.v[TCP_V_DST] = buf_view(*sa, 3, sas);
+	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
+	sb_emit(b, &p1, id);
+	tcp_insn p2 = pass(b, id, 3, dim);
+	p2.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p2.v[TCP_V_S1] = buf_view(*sa, 3, sas);
+	p2.v[TCP_V_DST] = buf_view(*xq, 3, xqs);
+	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &p2, id);
+}
+
+/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk]: one pass. */
+static ts_id chunk_scales(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M, int64_t O, int64_t nk)
+{
+	const int64_t shc[3] = {M, O, nk}, dim[4] = {M, O / QA_CHUNK, QA_CHUNK, nk};
+	const int64_t sas[4] = {nk, 0, 0, 1}, ss[4] = {0, s->stride[0], 0, s->stride[1]};
+	const int64_t cs[4] = {O * nk, QA_CHUNK * nk, nk, 1};
+	ts_id C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
+	tcp_insn in = pass(b, id, 4, dim);
+	in.v[TCP_V_S0] = buf_view(sa, 4, sas);
+	in.v[TCP_V_S1] = qa_view(s, 0, 4, ss);
+	in.v[TCP_V_DST] = buf_view(C, 4, cs);
+	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &in, id);
+	return C;
+}
+
+/* The tiling of a scaled contraction: the whole reduction in one TRF tile,
+ * as many rows per slice as the planner would take within that. */
+static cplan qa_plan(const sb *b, int64_t M, int64_t O, int64_t I, moe_dtype dt)
+{
+	cplan pl = tcp_plan_contract(b->m, M, O, I, dt, NULL);
+	if (pl.It < I) {
+		int64_t os = tcp_trf_bytes(b->m) / 2 / I;
+		pl.Os = os < 1 ? 1 : os < O ? os : O;
+		pl.It = I;
+		pl.Opass = O < b->S * pl.Os ? O : b->S * pl.Os;
+	}
+	return pl;
+}
+
+/* The TRF tiles of 1-byte [Opass, I] tiles (two when there is more than one
+ * pass), at the two halves of TRF. */
+static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
+{
+	int ntile = (pl->O + pl->Opass - 1) / pl->Opass > 1 ? 2 : 1;
+	int64_t half = tcp_trf_bytes(b->m) / 2, sh[2] = {pl->Opass, pl->It};
+	int64_t fp = rup(pl->Os * pl->It, b->m->flit_bytes), share = rup((pl->Opass * pl->It + b->S - 1) / b->S,
+		b->m->flit_bytes);
+	trf[1] = TS_NONE;
+	for (int k = 0; k < ntile; k++) {
+		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, dt, 2, sh);
+		ts_buf *t = &b->s->buf[trf[k]];
+		t->node = id;
+		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, fp > share ? fp : share};
+		t->offset = k * half;
+	}
+}
+
+/* y = xq q^T scaled by C (views over (m, o, chunk)): per pass of O a sub
+ * load of q's rows and one scaled contraction. */
+static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, tcp_view cs,
+	const sb_val *d)
+{
+	ts_id first[2] = {TS_NONE, TS_NONE}, last[2] = {TS_NONE, TS_NONE};
+	int64_t I = pl->I;
+	int k = 0;
+	for (int64_t o0 = 0; o0 < pl->O && !b->failed; o0 += pl->Opass) {
+		int64_t on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass;
+		int cur = k;
+		k = trf[1] != TS_NONE ? k ^ 1 : 0;
+		const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
+		tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st), qa_view(q, o0 * q->stride[0], 2, qs),
+			true);
+		ts_id lo = sb_emit(b, &ld, id);
+		if (first[cur] == TS_NONE)
+			first[cur] = lo;
+		const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d->stride[0], d->stride[1]};
+		tcp_view s2 = cs;
+		s2.base += o0 * cs.stride[1];
+		tcp_insn in = tcp_b_contract(cdim, qa_view(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
+			tcp_view_none(), pl->Os < on ? pl->Os : on);
+		in.v[TCP_V_S2] = s2;
+		in.flags = TCP_F_SCALED | TCP_F_ROUTE;
+		in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
+		last[cur] = sb_emit(b, &in, id);
+	}
+	for (int t = 0; t < 2; t++)
+		if (trf[t] != TS_NONE && first[t] != TS_NONE) {
+			b->s->buf[trf[t]].life = TS_LIFE_SPAN;
+			b->s->buf[trf[t]].first = first[t];
+			b->s->buf[trf[t]].last = last[t];
+		}
+}
+
+static void fp8_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *an = SBN(b, n->args[0]), *dn = SBN(b, n->args[1]);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[0], nk = I / QA_CHUNK;
+	const sb_val *q = sb_dm_val(b, dn->args[0]);
+	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
+	const sb_val *x = s ? sb_dm_val(b, n->args[0]) : NULL;
+	if (!x)
+		return;
+	cplan pl = qa_plan(b, M, O, I, MOE_F8E4M3);
+	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+		sb_err(b, id, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	ts_id sa = shared_buf(b, id, "act.scale"), xq = shared_buf(b, id, "act.fp8");
+	if (sa == TS_NONE || xq == TS_NONE)
+		quantize(b, id, x, M, I, &sa, &xq);
+	ts_id C = chunk_scales(b, id, sa, s, M, O, nk);
+	const sb_val *d = sb_out_val(b, id);
+	ts_id trf[2];
+	qa_trf(b, id, &pl, MOE_F8E4M3, trf);
+	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, nk, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
+}
+
+bool sb_qact_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	const char *act = "bf16";
+	if (n->nargs != 2 || !sb_qact_dequant(b, n->args[1], &act))
+		return false;
+	qt_info qi;
+	const ir_node *an = SBN(b, n->args[0]);
+	int batch = 0;
+	if (!b->g->is_body || !fp8_weight(b, n->args[1], &qi) || an->rank != 2 || n->rank != 2 ||
+		SBN(b, n->args[1])->rank != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
+		char what[96];
+		snprintf(what, sizeof what, "quantized activations (dequant act=\"%s\") here", act);
+		sb_refuse(b, id, what);
+		return true;
+	}
+	fp8_einsum(b, id);
+	return true;
+}
