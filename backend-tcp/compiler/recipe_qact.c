@@ -70,12 +70,38 @@ static uint32_t fbits(float f)
 	return u;
 }
 
-static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
+static bool fp8_dequant(const moe_graph *g, const ir_node *n, qt_info *qi)
 {
-	const ir_node *n = SBN(b, d);
-	return ir_dequant_info(b->g, n, qi) && !strcmp(ir_attr_str(n, "act", "bf16"), "fp8") && qi->fmt == QT_FP8 &&
+	return ir_dequant_info(g, n, qi) && !strcmp(ir_attr_str(n, "act", "bf16"), "fp8") && qi->fmt == QT_FP8 &&
 	       qi->bn == QA_CHUNK && qi->bk == QA_CHUNK && qi->N % QA_CHUNK == 0 && qi->K % QA_CHUNK == 0 &&
 	       n->nargs == 2;
+}
+
+static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
+{
+	return fp8_dequant(b->g, SBN(b, d), qi);
+}
+
+/* sb_qact_dequant on loop body g */
+static bool qact_dequant(const moe_graph *g, moe_id d, const char **act)
+{
+	const ir_node *n = &g->nodes[d];
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || !g->is_body || !ir_dequant_info(g, n, &qi))
+		return false;
+	const char *a = ir_attr_str(n, "act", "bf16");
+	if (act)
+		*act = a;
+	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	if (!i8 && !fp8_dequant(g, n, &qi))
+		return false;
+	for (moe_id u = d + 1; u < g->nnodes; u++) {
+		const ir_node *un = &g->nodes[u];
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2))
+				return false;
+	}
+	return true;
 }
 
 /* Whether dequant d of a loop body is contracted with quantized activations:
@@ -85,22 +111,50 @@ static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
  * dequantized in DM). */
 bool sb_qact_dequant(const sb *b, moe_id d, const char **act)
 {
-	const ir_node *n = SBN(b, d);
-	qt_info qi;
-	if (n->op != MOE_OP_DEQUANT || !b->g->is_body || !ir_dequant_info(b->g, n, &qi))
-		return false;
-	const char *a = ir_attr_str(n, "act", "bf16");
-	if (act)
-		*act = a;
-	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
-	if (!i8 && !fp8_weight(b, d, &qi))
-		return false;
-	for (moe_id u = d + 1; u < b->g->nnodes; u++) {
-		const ir_node *un = SBN(b, u);
-		for (uint32_t k = 0; k < un->nargs; k++)
-			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2))
-				return false;
+	return qact_dequant(b->g, d, act);
+}
+
+/* The loop operand index of the scales that body dequant d reads (a
+ * blockarg), else -1. */
+static int64_t scale_operand(const moe_graph *bg, moe_id d)
+{
+	const ir_node *n = &bg->nodes[d];
+	const ir_node *s = n->nargs > 1 && n->args[1] != MOE_NONE ? &bg->nodes[n->args[1]] : NULL;
+	if (!s || s->op != MOE_OP_BLOCKARG || ir_blockarg_role_of(s) != IR_BA_IN)
+		return -1;
+	return ir_attr_int(s, "index", -1);
+}
+
+/* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8
+ * dequants' scale operands of the loop take at most 1 MiB together, each is
+ * copied into DM once before the loop and the body reads expert $e's row in
+ * place, so no block fetches a scale (a descriptor of a few hundred bytes,
+ * each paying a DMA command's setup). */
+enum { QA_STAGE_BYTES = 1 << 20 };
+
+bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out)
+{
+	const ir_node *ln = SBN(b, loop);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	int64_t bytes = 0;
+	bool mine = false;
+	for (moe_id d = 0; d < bg->nnodes; d++) {
+		const char *act = "bf16";
+		int64_t j = qact_dequant(bg, d, &act) && !strcmp(act, "fp8") ? scale_operand(bg, d) : -1;
+		if (j < 0 || j >= (int64_t)strlen(kinds) || kinds[j] != 'e')
+			continue;
+		bytes += ir_bytes(SBN(b, ln->args[3 + j]));
+		mine |= j == (int64_t)k;
 	}
+	if (!mine || bytes > QA_STAGE_BYTES)
+		return false;
+	const sb_val *v = sb_dm_val(b, ln->args[3 + k]); /* the copy, once: later calls find it */
+	if (!v || !out)
+		return true;
+	*out = *v;
+	out->reg = e;
+	out->scale = v->stride[0];
+	memmove(out->stride, v->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
 	return true;
 }
 

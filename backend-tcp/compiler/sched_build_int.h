@@ -116,6 +116,11 @@ void sb_dequant(sb *b, moe_id id);
  * when it is one (built, or refused with a diagnostic) */
 bool sb_qact_dequant(const sb *b, moe_id d, const char **act);
 bool sb_qact_einsum(sb *b, moe_id id);
+/* Whether loop operand k (an expert operand) of block loop `loop` with body
+ * bg is an act=fp8 dequant's scales staged whole: copied into DM once, in
+ * the current region, by the first call (out NULL, before the loop); *out
+ * its row $e in place. True also after an error (b->failed). */
+bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out);
 /* recipe_route.c */
 /* Whether node id of the top graph is a spill the planner keeps in HBM. */
 bool sb_in_hbm(const sb *b, moe_id id);
