@@ -158,15 +158,15 @@ bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e,
 	return true;
 }
 
-/* The scratch buffer named name that an earlier act=fp8 einsum of the body
- * made for activation a (the first einsum that reads it), else TS_NONE. */
+/* The scratch buffer named name that an earlier einsum of the body with
+ * quantized activations made for activation a (the first einsum that reads
+ * it), else TS_NONE. */
 static ts_id shared_buf(const sb *b, moe_id id, const char *name)
 {
 	moe_id a = SBN(b, id)->args[0];
 	for (moe_id p = 0; p < id; p++) {
 		const ir_node *pn = SBN(b, p);
-		qt_info qi;
-		if (pn->op != MOE_OP_EINSUM || pn->nargs != 2 || pn->args[0] != a || !fp8_weight(b, pn->args[1], &qi))
+		if (pn->op != MOE_OP_EINSUM || pn->nargs != 2 || pn->args[0] != a || !sb_qact_dequant(b, pn->args[1], NULL))
 			continue;
 		for (ts_id t = b->s->nbuf; t-- > 0;)
 			if (b->s->buf[t].node == p && b->s->buf[t].name && !strcmp(b->s->buf[t].name, name))
@@ -310,6 +310,115 @@ static void fp8_einsum(sb *b, moe_id id)
 	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
 }
 
+/* ---- W8A8 (act="int8"): int8 activations per token, i8 x i8 contractions ----
+ * blockwise-dispatch writes the reference's activation quantization on the
+ * block rows xf: m = max(max_i |xf[r, i]|, 1e-10), x' = round(xf 127 / m) x
+ * m / 127, and the einsum contracts x' with the dequantized int8 weight. The
+ * chain is not read node by node: as the legacy lowering does, per block
+ *   R[r]    = c.fmin(d.div(127, r.fmax(f.abs(xf))), f32(127 / 1e-10))  (m < 1e-10 exactly when R exceeds it)
+ *   v[r, i] = xf R
+ *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))   (half away from zero, exact for |v| <= 127)
+ *   C[r, o] = ws[o] / R[r]                              (docs/semantics.md: W8A8 on TCP)
+ *   y[r, o] = f32(sum_i xq[r, i] q[o, i]) x C[r, o]     (tu.contract flags=scaled, i8 x i8)
+ * R and xq are shared by the einsums that read the same x' (gate and up). */
+
+/* *xf: the block rows the W8A8 chain ending at a quantizes (f32); false when
+ * a is not that chain. */
+static bool w8a8_chain(const sb *b, moe_id a, moe_id *xf)
+{
+	const ir_node *n = SBN(b, a);
+	if (n->op == MOE_OP_CAST)
+		n = SBN(b, n->args[0]);
+	if (n->op != MOE_OP_MUL || n->nargs != 2)
+		return false;
+	const ir_node *s = SBN(b, n->args[SBN(b, n->args[1])->op != MOE_OP_DIV ? 0 : 1]);
+	if (s->op != MOE_OP_DIV || s->nargs != 2)
+		return false;
+	const ir_node *m = SBN(b, s->args[0]);
+	if (m->op != MOE_OP_MAX || m->nargs != 2)
+		return false;
+	const ir_node *r = SBN(b, m->args[SBN(b, m->args[0])->op != MOE_OP_REDUCE_MAX ? 1 : 0]);
+	if (r->op != MOE_OP_REDUCE_MAX || SBN(b, r->args[0])->op != MOE_OP_ABS)
+		return false;
+	*xf = SBN(b, r->args[0])->args[0];
+	return SBN(b, *xf)->dtype == MOE_F32 && SBN(b, *xf)->rank == 2;
+}
+
+/* R [M] and xq [M, I] i8 of the block rows x [M, I]: three passes. */
+static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts_id *R, ts_id *xq)
+{
+	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
+	rmax = rmax / 1e-10f;
+	const int64_t sh1[1] = {M}, shx[2] = {M, I}, xs[2] = {x->stride[0], x->stride[1]}, rs[2] = {1, 0},
+		      vs[2] = {I, 1};
+	*R = sb_dm_buf(b, id, "act.inv", MOE_F32, 1, sh1);
+	ts_id v = sb_dm_buf(b, id, "act.v", MOE_F32, 2, shx);
+	*xq = sb_dm_buf(b, id, "act.i8", MOE_I8, 2, shx);
+	tcp_insn p = pass(b, id, 2, shx);
+	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_DST] = buf_view(*R, 2, rs);
+	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_V, fbits(127.0f));
+	step(&p, TCP_V_FMIN, TCP_SRC_V, TCP_SRC_IMM, fbits(rmax));
+	sb_emit(b, &p, id);
+	p = pass(b, id, 2, shx);
+	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_S1] = buf_view(*R, 2, rs);
+	p.v[TCP_V_DST] = buf_view(v, 2, vs);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &p, id);
+	p = pass(b, id, 2, shx); /* v + copysign(0.5 - 2^-25, v), truncated */
+	p.v[TCP_V_S0] = buf_view(v, 2, vs);
+	p.v[TCP_V_DST] = buf_view(*xq, 2, vs);
+	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	sb_emit(b, &p, id);
+}
+
+static void w8a8_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
+	moe_id xf;
+	if (!w8a8_chain(b, n->args[0], &xf)) {
+		sb_refuse(b, id, "a W8A8 contraction whose activation is not the per-token int8 quantization");
+		return;
+	}
+	int64_t M = n->shape[0], O = n->shape[1], I = SBN(b, xf)->shape[1];
+	const sb_val *q = sb_dm_val(b, dn->args[0]);
+	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
+	if (!s)
+		return;
+	ts_id R = shared_buf(b, id, "act.inv"), xq = shared_buf(b, id, "act.i8");
+	if (R == TS_NONE || xq == TS_NONE) {
+		const sb_val *x = sb_dm_val(b, xf);
+		if (!x)
+			return;
+		w8a8_quantize(b, id, x, M, I, &R, &xq);
+	}
+	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	const int64_t shc[2] = {M, O}, rs[2] = {1, 0}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1};
+	ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
+	tcp_insn p = pass(b, id, 2, shc);
+	p.v[TCP_V_S0] = buf_view(R, 2, rs);
+	p.v[TCP_V_S1] = qa_view(s, 0, 2, ss);
+	p.v[TCP_V_DST] = buf_view(C, 2, cs2);
+	step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0); /* C = ws / R */
+	sb_emit(b, &p, id);
+	const sb_val *d = sb_out_val(b, id);
+	ts_id trf[2];
+	qa_trf(b, id, &pl, MOE_I8, trf);
+	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O, 1, 0};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
+}
+
 bool sb_qact_einsum(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -319,13 +428,17 @@ bool sb_qact_einsum(sb *b, moe_id id)
 	qt_info qi;
 	const ir_node *an = SBN(b, n->args[0]);
 	int batch = 0;
-	if (!b->g->is_body || !fp8_weight(b, n->args[1], &qi) || an->rank != 2 || n->rank != 2 ||
+	bool i8 = !strcmp(act, "int8");
+	if (!b->g->is_body || (!i8 && !fp8_weight(b, n->args[1], &qi)) || an->rank != 2 || n->rank != 2 ||
 		SBN(b, n->args[1])->rank != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
 		char what[96];
 		snprintf(what, sizeof what, "quantized activations (dequant act=\"%s\") here", act);
 		sb_refuse(b, id, what);
 		return true;
 	}
-	fp8_einsum(b, id);
+	if (i8)
+		w8a8_einsum(b, id);
+	else
+		fp8_einsum(b, id);
 	return true;
 }
