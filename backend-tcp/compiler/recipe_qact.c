@@ -419,6 +419,54 @@ static void w8a8_einsum(sb *b, moe_id id)
 	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
 }
 
+/* The chain of einsum u's W8A8 activation: in[i] for every node of (xf, a]
+ * that a depends on; false when a is not such a chain or when a node of it
+ * is read outside it (but a by einsums with quantized activations). */
+static bool chain_nodes(const sb *b, moe_id u, bool *in)
+{
+	moe_id a = SBN(b, u)->args[0], xf;
+	if (!w8a8_chain(b, a, &xf))
+		return false;
+	in[a] = true;
+	for (moe_id i = a + 1; i-- > xf + 1;) {
+		const ir_node *n = SBN(b, i);
+		if (!in[i])
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE && n->args[k] > xf && !(ir_ops[SBN(b, n->args[k])->op].flags & OPF_LEAF))
+				in[n->args[k]] = true;
+	}
+	for (moe_id i = xf + 1; i < b->g->nnodes; i++) {
+		const ir_node *n = SBN(b, i);
+		bool qe = n->op == MOE_OP_EINSUM && n->nargs == 2 && n->args[0] == a && sb_qact_dequant(b, n->args[1], NULL);
+		for (uint32_t k = 0; k < n->nargs && !in[i] && !qe; k++)
+			if (n->args[k] != MOE_NONE && in[n->args[k]])
+				return false;
+		if (n->valid != MOE_NONE && in[n->valid] && !in[i])
+			return false;
+	}
+	return true;
+}
+
+bool sb_qact_skip(const sb *b, moe_id id)
+{
+	if (!b->g->is_body || (ir_ops[SBN(b, id)->op].flags & OPF_LEAF))
+		return false;
+	bool skip = false;
+	size_t bytes = (size_t)b->g->nnodes * sizeof(bool);
+	bool *in = ctx_alloc(b->ctx, bytes);
+	for (moe_id u = id + 1; u < b->g->nnodes && !skip; u++) {
+		const ir_node *un = SBN(b, u);
+		const char *act = "bf16";
+		if (un->op != MOE_OP_EINSUM || un->nargs != 2 || !sb_qact_dequant(b, un->args[1], &act) || strcmp(act, "int8"))
+			continue;
+		memset(in, 0, bytes);
+		skip = chain_nodes(b, u, in) && in[id];
+	}
+	ctx_free(b->ctx, in, bytes);
+	return skip;
+}
+
 bool sb_qact_einsum(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);

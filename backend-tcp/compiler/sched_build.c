@@ -294,6 +294,8 @@ static void node(sb *b, moe_id id)
 		leaf(b, id);
 		return;
 	}
+	if (sb_qact_skip(b, id)) /* recipe_qact.c */
+		return;
 	if (n->valid != MOE_NONE && !(b->g->is_body && SBN(b, n->valid)->op == MOE_OP_BLOCKARG &&
 					     ir_blockarg_role_of(SBN(b, n->valid)) == IR_BA_ROWS)) {
 		sb_refuse(b, id, "a node masked by valid() other than the block's rows");
