@@ -344,6 +344,15 @@ static bool w8a8_chain(const sb *b, moe_id a, moe_id *xf)
 	return SBN(b, *xf)->dtype == MOE_F32 && SBN(b, *xf)->rank == 2;
 }
 
+/* The rows the passes read for block rows xf: x0 when xf = cast(x0) widens
+ * bf16 to f32 (exact: the fetch widens it the same way), else xf. */
+static moe_id rows_src(const sb *b, moe_id xf)
+{
+	const ir_node *n = SBN(b, xf);
+	return n->op == MOE_OP_CAST && n->nargs == 1 && SBN(b, n->args[0])->dtype == MOE_BF16 &&
+			       SBN(b, n->args[0])->rank == 2 ? n->args[0] : xf;
+}
+
 /* R [M] and xq [M, I] i8 of the block rows x [M, I]: three passes. */
 static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts_id *R, ts_id *xq)
 {
@@ -394,7 +403,7 @@ static void w8a8_einsum(sb *b, moe_id id)
 		return;
 	ts_id R = shared_buf(b, id, "act.inv"), xq = shared_buf(b, id, "act.i8");
 	if (R == TS_NONE || xq == TS_NONE) {
-		const sb_val *x = sb_dm_val(b, xf);
+		const sb_val *x = sb_dm_val(b, rows_src(b, xf));
 		if (!x)
 			return;
 		w8a8_quantize(b, id, x, M, I, &R, &xq);
@@ -445,6 +454,12 @@ static bool chain_nodes(const sb *b, moe_id u, bool *in)
 		if (n->valid != MOE_NONE && in[n->valid] && !in[i])
 			return false;
 	}
+	/* a widening cast that only the chain reads is not built either */
+	bool only = rows_src(b, xf) != xf;
+	for (moe_id i = xf + 1; i < b->g->nnodes && only; i++)
+		for (uint32_t k = 0; k < SBN(b, i)->nargs; k++)
+			only &= SBN(b, i)->args[k] != xf || in[i];
+	in[xf] = only;
 	return true;
 }
 
