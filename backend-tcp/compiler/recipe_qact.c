@@ -1,6 +1,7 @@
 /* backend-tcp/compiler/recipe_qact.c: sched-build's recipe for a block
  * einsum `[M, I] x dequant [O, I] -> [M, O]` whose activations are quantized
- * (docs/tcp-isa.md 7.10, act=fp8): DeepSeek-V3's fp8_gemm. The dequant
+ * (docs/tcp-isa.md 7.10): act=fp8 here, W8A8 (act="int8") below. act=fp8 is
+ * DeepSeek-V3's fp8_gemm. The dequant
  * emits nothing (sb_dequant leaves its value unset); the contraction reads
  * the expert's fp8 bytes q [O, I] from their per-block buffer straight into
  * TRF and its block scales s [O/128, I/128] in place:
