@@ -133,8 +133,65 @@ static int64_t scale_operand(const moe_graph *bg, moe_id d)
  * each paying a DMA command's setup). */
 enum { QA_STAGE_BYTES = 1 << 20 };
 
+/* W8A8's per-channel scales ws [E, O, 1] staged whole as a table [2 E O]:
+ * expert e's scales at e O and a slot for the block's row factors R at E O +
+ * e O, so a scaled i8 contraction divides ws by R itself (flags=rowdiv:
+ * both factors read through one view, docs/tcp-isa.md 6), no C pass; when
+ * the loop's int8 scale operands take at most 2 MiB together (the tables
+ * twice that) and every weight has at least as many rows as a block (the
+ * slot holds the block's M rows). */
+enum { QA_STAGE_W8A8_BYTES = 2 << 20 };
+
+static const char QA_TABLE[] = "w8a8.dscale";
+
+static bool stage_w8a8(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out)
+{
+	const ir_node *ln = SBN(b, loop);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	int64_t bytes = 0;
+	bool mine = false, fit = true;
+	for (moe_id d = 0; d < bg->nnodes; d++) {
+		const char *act = "bf16";
+		int64_t j = qact_dequant(bg, d, &act) && !strcmp(act, "int8") ? scale_operand(bg, d) : -1;
+		if (j < 0 || j >= (int64_t)strlen(kinds) || kinds[j] != 'e')
+			continue;
+		const ir_node *sn = SBN(b, ln->args[3 + j]);
+		bytes += ir_bytes(sn);
+		mine |= j == (int64_t)k;
+		for (moe_id u = d + 1; u < bg->nnodes; u++) /* the einsums' rows against the weight's */
+			if (bg->nodes[u].op == MOE_OP_EINSUM && bg->nodes[u].nargs == 2 && bg->nodes[u].args[1] == d)
+				fit &= bg->nodes[u].rank == 2 && bg->nodes[u].shape[0] <= bg->nodes[d].shape[0];
+		fit &= sn->rank == 3 && sn->shape[2] == 1 && sn->dtype == MOE_F32;
+	}
+	moe_id w = ln->args[3 + k];
+	const sb_val *v = &b->v[w];
+	if (!mine || !fit || bytes > QA_STAGE_W8A8_BYTES || v->kind != SV_VIEW || v->reg != TS_NONE ||
+		v->stride[0] != SBN(b, w)->shape[1] || v->stride[1] != 1)
+		return false;
+	const ir_node *wn = SBN(b, w);
+	int64_t EO = wn->shape[0] * wn->shape[1];
+	if (b->dmv[w].kind != SV_VIEW) { /* the table and the copy, once */
+		const int64_t n2 = 2 * EO, one[1] = {1};
+		ts_id t = sb_dm_buf(b, w, QA_TABLE, MOE_F32, 1, &n2);
+		tcp_insn in = tcp_b_dma_copy(1, &EO, buf_view(t, 1, one), qa_view(v, 0, 1, one));
+		sb_emit(b, &in, w);
+		b->dmv[w] = *v;
+		b->dmv[w].buf = t;
+		b->dmv[w].base = 0;
+	}
+	if (out) {
+		*out = b->dmv[w];
+		out->reg = e;
+		out->scale = wn->shape[1];
+		memmove(out->stride, out->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+	}
+	return true;
+}
+
 bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out)
 {
+	if (stage_w8a8(b, bg, loop, k, e, out))
+		return true;
 	const ir_node *ln = SBN(b, loop);
 	const char *kinds = ir_attr_str(ln, "kinds", "");
 	int64_t bytes = 0;
@@ -253,7 +310,7 @@ static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 /* y = xq q^T scaled by C (views over (m, o, chunk)): per pass of O a sub
  * load of q's rows and one scaled contraction. */
 static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, tcp_view cs,
-	const sb_val *d)
+	const sb_val *d, bool rowdiv)
 {
 	ts_id first[2] = {TS_NONE, TS_NONE}, last[2] = {TS_NONE, TS_NONE};
 	int64_t I = pl->I;
@@ -271,10 +328,12 @@ static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const 
 		const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d->stride[0], d->stride[1]};
 		tcp_view s2 = cs;
 		s2.base += o0 * cs.stride[1];
+		if (rowdiv) /* the row factors stay where they are */
+			s2.stride[2] -= o0 * cs.stride[1];
 		tcp_insn in = tcp_b_contract(cdim, qa_view(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
 			tcp_view_none(), pl->Os < on ? pl->Os : on);
 		in.v[TCP_V_S2] = s2;
-		in.flags = TCP_F_SCALED | TCP_F_ROUTE;
+		in.flags = TCP_F_SCALED | TCP_F_ROUTE | (rowdiv ? TCP_F_ROWDIV : 0);
 		in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
 		last[cur] = sb_emit(b, &in, id);
 	}
@@ -308,7 +367,7 @@ static void fp8_einsum(sb *b, moe_id id)
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_F8E4M3, trf);
 	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, nk, 1};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d, false);
 }
 
 /* ---- W8A8 (act="int8"): int8 activations per token, i8 x i8 contractions ----
@@ -354,19 +413,18 @@ static moe_id rows_src(const sb *b, moe_id xf)
 			       SBN(b, n->args[0])->rank == 2 ? n->args[0] : xf;
 }
 
-/* R [M] and xq [M, I] i8 of the block rows x [M, I]: three passes. */
-static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts_id *R, ts_id *xq)
+/* R [M] (into the view rv, strides [1, 0]) and xq [M, I] i8 of the block
+ * rows x [M, I]: three passes. */
+static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, tcp_view rv, ts_id *xq)
 {
 	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
 	rmax = rmax / 1e-10f;
-	const int64_t sh1[1] = {M}, shx[2] = {M, I}, xs[2] = {x->stride[0], x->stride[1]}, rs[2] = {1, 0},
-		      vs[2] = {I, 1};
-	*R = sb_dm_buf(b, id, "act.inv", MOE_F32, 1, sh1);
+	const int64_t shx[2] = {M, I}, xs[2] = {x->stride[0], x->stride[1]}, vs[2] = {I, 1};
 	ts_id v = sb_dm_buf(b, id, "act.v", MOE_F32, 2, shx);
 	*xq = sb_dm_buf(b, id, "act.i8", MOE_I8, 2, shx);
 	tcp_insn p = pass(b, id, 2, shx);
 	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
-	p.v[TCP_V_DST] = buf_view(*R, 2, rs);
+	p.v[TCP_V_DST] = rv;
 	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_V, fbits(127.0f));
@@ -374,7 +432,7 @@ static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t 
 	sb_emit(b, &p, id);
 	p = pass(b, id, 2, shx);
 	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
-	p.v[TCP_V_S1] = buf_view(*R, 2, rs);
+	p.v[TCP_V_S1] = rv;
 	p.v[TCP_V_DST] = buf_view(v, 2, vs);
 	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	sb_emit(b, &p, id);
@@ -389,6 +447,34 @@ static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t 
 	sb_emit(b, &p, id);
 }
 
+/* The slot of einsum u's row factors in its weight's staged scale table
+ * (stage_w8a8), as a view over [M] with strides [1, 0]; false when its
+ * scales are not staged so. */
+static bool rslot(sb *b, moe_id u, tcp_view *rv, int64_t *EO)
+{
+	const sb_val *s = &b->v[SBN(b, SBN(b, u)->args[1])->args[1]];
+	if (s->kind != SV_VIEW || s->reg == TS_NONE || !b->s->buf[s->buf].name ||
+		strcmp(b->s->buf[s->buf].name, QA_TABLE))
+		return false;
+	*EO = b->s->buf[s->buf].shape[0] / 2;
+	const int64_t rs[2] = {1, 0};
+	*rv = qa_view(s, *EO, 2, rs);
+	return true;
+}
+
+/* The first einsum of the body that reads id's W8A8 activation (id itself
+ * when none before it does). */
+static moe_id first_reader(const sb *b, moe_id id)
+{
+	moe_id a = SBN(b, id)->args[0];
+	for (moe_id p = 0; p < id; p++) {
+		const ir_node *pn = SBN(b, p);
+		if (pn->op == MOE_OP_EINSUM && pn->nargs == 2 && pn->args[0] == a && sb_qact_dequant(b, pn->args[1], NULL))
+			return p;
+	}
+	return id;
+}
+
 static void w8a8_einsum(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
@@ -397,36 +483,57 @@ static void w8a8_einsum(sb *b, moe_id id)
 		sb_refuse(b, id, "a W8A8 contraction whose activation is not the per-token int8 quantization");
 		return;
 	}
-	int64_t M = n->shape[0], O = n->shape[1], I = SBN(b, xf)->shape[1];
+	int64_t M = n->shape[0], O = n->shape[1], I = SBN(b, xf)->shape[1], EO = 0;
 	const sb_val *q = sb_dm_val(b, dn->args[0]);
 	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
 	if (!s)
 		return;
-	ts_id R = shared_buf(b, id, "act.inv"), xq = shared_buf(b, id, "act.i8");
-	if (R == TS_NONE || xq == TS_NONE) {
+	/* R: in the first reader's table slot (staged scales), else a buffer */
+	moe_id f = first_reader(b, id);
+	tcp_view rv;
+	bool slot = rslot(b, f, &rv, &EO), rowdiv = slot && f == id;
+	ts_id xq = shared_buf(b, id, "act.i8");
+	if (!slot) {
+		ts_id R = shared_buf(b, id, "act.inv");
+		const int64_t sh1[1] = {M}, rs[2] = {1, 0};
+		if (R == TS_NONE)
+			R = sb_dm_buf(b, id, "act.inv", MOE_F32, 1, sh1);
+		rv = buf_view(R, 2, rs);
+	}
+	if (f == id) {
 		const sb_val *x = sb_dm_val(b, rows_src(b, xf));
 		if (!x)
 			return;
-		w8a8_quantize(b, id, x, M, I, &R, &xq);
+		w8a8_quantize(b, id, x, M, I, rv, &xq);
+	} else if (xq == TS_NONE) {
+		sb_err(b, id, "W8A8: the quantized rows of the einsum before are missing");
+		return;
 	}
 	cplan pl = qa_plan(b, M, O, I, MOE_I8);
 	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
 		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
 		return;
 	}
-	const int64_t shc[2] = {M, O}, rs[2] = {1, 0}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1};
-	ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
-	tcp_insn p = pass(b, id, 2, shc);
-	p.v[TCP_V_S0] = buf_view(R, 2, rs);
-	p.v[TCP_V_S1] = qa_view(s, 0, 2, ss);
-	p.v[TCP_V_DST] = buf_view(C, 2, cs2);
-	step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0); /* C = ws / R */
-	sb_emit(b, &p, id);
+	tcp_view cv;
+	if (rowdiv) { /* col[o] = ws[o], row[m] = R[m] in the slot, E O further */
+		const int64_t cst[3] = {1, s->stride[0], EO};
+		cv = qa_view(s, 0, 3, cst);
+	} else {
+		const int64_t shc[2] = {M, O}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1}, cs[3] = {O, 1, 0};
+		ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
+		tcp_insn p = pass(b, id, 2, shc);
+		p.v[TCP_V_S0] = rv;
+		p.v[TCP_V_S1] = qa_view(s, 0, 2, ss);
+		p.v[TCP_V_DST] = buf_view(C, 2, cs2);
+		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0); /* C = ws / R */
+		sb_emit(b, &p, id);
+		cv = buf_view(C, 3, cs);
+	}
 	const sb_val *d = sb_out_val(b, id);
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
-	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O, 1, 0};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d);
+	const int64_t xs[3] = {I, 0, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), cv, d, rowdiv);
 }
 
 /* The chain of einsum u's W8A8 activation: in[i] for every node of (xf, a]
