@@ -10,6 +10,8 @@
 # usage: bench/w8a8_tcp.sh [T] [OUT.json]   MOEC=path/to/moec (default build/moec)
 # MOEC_BEFORE=path/to/another/moec adds that build's rows (bf16 and W8A8, "before"), each
 # ratio taken to the bf16 layer of its own build, so one run shows a change's effect.
+# EMITTERS="legacy sched" runs both layers with each TCP emitter (--tcp-emitter=E) in this one
+# run instead, each ratio taken to the bf16 layer of the same emitter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOEC=${MOEC:-build/moec}
@@ -47,20 +49,29 @@ layer qwen3_30b_a3b_w8a8 {
   output y
 }
 EOF2
-run() { # run NAME MOE [MOEC]
+run() { # run NAME MOE [MOEC] [OPTION]
 	"${3:-$MOEC}" run "$2" --target=tcp --set T="$T" --weights "$ck" --input "$x" --timing-only \
-		--stats "$Q/$1.json" 2>"$Q/$1.err" || { echo "bench/w8a8_tcp.sh: $1 failed:" >&2; cat "$Q/$1.err" >&2; exit 1; }
+		--stats "$Q/$1.json" ${4:+"$4"} 2>"$Q/$1.err" || { echo "bench/w8a8_tcp.sh: $1 failed:" >&2; cat "$Q/$1.err" >&2; exit 1; }
 }
 if [ -n "${MOEC_BEFORE:-}" ]; then
 	run bf16.before examples/qwen3_30b_a3b.moe "$MOEC_BEFORE"
 	run w8a8.before "$Q/w8a8.moe" "$MOEC_BEFORE"
 fi
-run bf16 examples/qwen3_30b_a3b.moe
-run w8a8 "$Q/w8a8.moe"
-"$PY" - "$Q" "$T" "${2:-}" "${MOEC_BEFORE:+1}" <<'EOF2'
+if [ -n "${EMITTERS:-}" ]; then
+	for e in $EMITTERS; do
+		run "bf16.$e" examples/qwen3_30b_a3b.moe "$MOEC" --tcp-emitter="$e"
+		run "w8a8.$e" "$Q/w8a8.moe" "$MOEC" --tcp-emitter="$e"
+	done
+else
+	run bf16 examples/qwen3_30b_a3b.moe
+	run w8a8 "$Q/w8a8.moe"
+fi
+"$PY" - "$Q" "$T" "${2:-}" "${MOEC_BEFORE:+1}" "${EMITTERS:-}" <<'EOF2'
 import json, sys
-q, T, out, before = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+q, T, out, before, emitters = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split()
 rows = [("bf16", "bf16 (bf16 x bf16)"), ("w8a8", "W8A8 int8 (i8 x i8, per-token activations)")]
+if emitters:
+    rows = [(k + "." + e, "%s, %s" % (n, e)) for e in emitters for k, n in rows]
 if before:
     rows = [("bf16.before", "bf16, before"), ("w8a8.before", "W8A8 int8, before")] + rows
 st = {k: json.load(open("%s/%s.json" % (q, k))) for k, _ in rows}
@@ -69,7 +80,7 @@ print("| experts | HBM bytes read | simulated time (us) | vs bf16 |")
 print("|---|---|---|---|")
 for k, name in rows:
     s = st[k]
-    base = st["bf16.before" if k.endswith(".before") else "bf16"]["simulated_seconds"]
+    base = st["bf16." + k.split(".", 1)[1] if "." in k else "bf16"]["simulated_seconds"]
     print("| %s | %.1f MB | %.1f | %.3fx |" % (name, s["hbm_read_bytes"] / 1e6, s["simulated_seconds"] * 1e6,
                                            s["simulated_seconds"] / base))
 if out:

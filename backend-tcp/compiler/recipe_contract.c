@@ -183,6 +183,8 @@ void sb_einsum(sb *b, moe_id id)
 		permute(b, id);
 		return;
 	}
+	if (sb_qact_einsum(b, id)) /* recipe_qact.c */
+		return;
 	if (n->nargs != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
 		sb_refuse(b, id, "an einsum other than [M, I] x [O, I] -> [M, O]");
 		return;

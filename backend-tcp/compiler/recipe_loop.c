@@ -363,6 +363,11 @@ void sb_block_loop(sb *b, moe_id id)
 		sb_refuse(b, id, "a block loop with operands of kind r or i");
 		return;
 	}
+	for (uint32_t k = 0; k < nin && !b->failed; k++) /* expert scales staged whole, before the loop */
+		if (kinds[k] == 'e')
+			sb_qact_stage(b, bg, id, k, TS_NONE, NULL);
+	if (b->failed)
+		return;
 	ts_id nb, g;
 	int64_t G = n->shape[0];
 	int li = stage(b, id, G, &nb, &g);
@@ -396,6 +401,10 @@ void sb_block_loop(sb *b, moe_id id)
 					j++;
 				if (kinds[k] == 'e' && j < k) {
 					in_v[k] = in_v[j];
+					continue;
+				}
+				if (kinds[k] == 'e' && sb_qact_stage(b, bg, id, k, L.e, &in_v[k])) {
+					ok = !b->failed; /* staged whole (recipe_qact.c) */
 					continue;
 				}
 				bool st = kinds[k] == 'e' && streamable(bg, (int64_t)k);

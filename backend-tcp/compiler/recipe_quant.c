@@ -10,9 +10,10 @@
  * its bits; a permutation or slice after the dequant is a view of the
  * buffer. A dequant outside the loop does not reach sched-build: it is
  * computed from weights only, packed (tcp-split-weights) and bound by the
- * prep graph. Refused: GPTQ (its dequant inside the loop would need each
- * column's group), int8 and any dequant whose activations are quantized
- * (act="fp8" or "int8": the contraction would read the packed weight). */
+ * prep graph. A dequant whose activations are quantized (act="fp8" on
+ * block FP8, act="int8", read only by einsums) emits nothing: its einsums
+ * read q and s themselves (recipe_qact.c). Refused: GPTQ (its dequant inside
+ * the loop would need each column's group) and int8 read otherwise. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -220,13 +221,8 @@ void sb_dequant(sb *b, moe_id id)
 		sb_refuse(b, id, "a dequant outside the block loop's experts (one computed from weights only is packed)");
 		return;
 	}
-	const char *act = ir_attr_str(n, "act", "bf16");
-	if (strcmp(act, "bf16")) {
-		char what[96];
-		snprintf(what, sizeof what, "quantized activations (dequant act=\"%s\")", act);
-		sb_refuse(b, id, what);
-		return;
-	}
+	if (sb_qact_dequant(b, id, NULL))
+		return; /* its einsums read q and s themselves (recipe_qact.c) */
 	if (qi.fmt == QT_GPTQ || qi.fmt == QT_INT8 || (qi.fmt == QT_AWQ && (qi.K % qi.bk || qi.N % 8))) {
 		sb_refuse(b, id, qi.fmt == QT_GPTQ ? "a GPTQ dequant inside the block loop"
 				 : qi.fmt == QT_INT8 ? "an int8 (W8A8) dequant"

@@ -99,14 +99,14 @@ static void dep(sb *b, ts_id op, ts_id on)
 }
 
 /* the buffers an instruction reads (views other than dst; a contraction's s2
- * only when it accumulates) */
+ * only when it accumulates or reads its scales) */
 static int reads_of(const tcp_insn *in, ts_id *out)
 {
 	int n = 0;
 	for (int w = TCP_V_S0; w <= TCP_V_S2; w++) {
 		if (in->v[w].t < 0)
 			continue;
-		if (in->op == TCP_OP_TU_CONTRACT && w == TCP_V_S2 && !(in->flags & TCP_F_ACC))
+		if (in->op == TCP_OP_TU_CONTRACT && w == TCP_V_S2 && !(in->flags & (TCP_F_ACC | TCP_F_SCALED)))
 			continue;
 		out[n++] = (ts_id)in->v[w].t;
 	}
@@ -296,6 +296,8 @@ static void node(sb *b, moe_id id)
 		leaf(b, id);
 		return;
 	}
+	if (sb_qact_skip(b, id)) /* recipe_qact.c */
+		return;
 	switch ((moe_op)n->op) {
 	case MOE_OP_NEG: case MOE_OP_ABS: case MOE_OP_EXP: case MOE_OP_LOG: case MOE_OP_SQRT:
 	case MOE_OP_RSQRT: case MOE_OP_TANH: case MOE_OP_ERF: case MOE_OP_SIGMOID: case MOE_OP_NOT:

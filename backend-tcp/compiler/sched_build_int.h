@@ -113,6 +113,19 @@ void sb_softmax(sb *b, moe_id id);
 void sb_einsum(sb *b, moe_id id);
 /* recipe_quant.c */
 void sb_dequant(sb *b, moe_id id);
+/* recipe_qact.c: whether dequant d's activations are quantized (act other
+ * than bf16; *act: its act); the block einsum id over such a dequant, true
+ * when it is one (built, or refused with a diagnostic) */
+bool sb_qact_dequant(const sb *b, moe_id d, const char **act);
+bool sb_qact_einsum(sb *b, moe_id id);
+/* Whether body node id belongs to a W8A8 activation's quantization chain,
+ * which the einsums reading it compute from its rows themselves: not built. */
+bool sb_qact_skip(const sb *b, moe_id id);
+/* Whether loop operand k (an expert operand) of block loop `loop` with body
+ * bg is an act=fp8 dequant's scales staged whole: copied into DM once, in
+ * the current region, by the first call (out NULL, before the loop); *out
+ * its row $e in place. True also after an error (b->failed). */
+bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out);
 /* recipe_route.c */
 /* Whether node id of the top graph is a spill the planner keeps in HBM. */
 bool sb_in_hbm(const sb *b, moe_id id);

@@ -391,8 +391,11 @@ static int view_space(const tcp_insn *in, int w, int64_t d[TCP_MAXD])
 	}
 	if (in->op == TCP_OP_TU_CONTRACT) {
 		int zero = w == TCP_V_DST || (w == TCP_V_S2 && !(in->flags & TCP_F_SCALED)) ? 2 : w == TCP_V_S0 ? 1 : 0;
+		/* scaled: f8 chunks of 128 along I; an i8 pair's one scale per
+		 * output has its third stride 0 (rowdiv: the row factors' offset) */
 		if (w == TCP_V_S2 && (in->flags & TCP_F_SCALED))
-			d[2] = in->dim[2] / TCP_SCALE_CHUNK;
+			d[2] = (in->flags & TCP_F_ROWDIV) ? 2
+			       : in->dim[2] >= TCP_SCALE_CHUNK ? in->dim[2] / TCP_SCALE_CHUNK : 1;
 		else
 			d[zero] = 1;
 		return 3;

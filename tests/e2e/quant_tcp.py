@@ -248,7 +248,8 @@ def main():
         args = ["--weights", os.path.join(d, "model.safetensors"), "--input", os.path.join(d, "x.npy")]
         run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "5", "--set", "dtype=bf16", "-o", moe])
         run([moec, "compile", moe, "-o", tcpb, "--quant-act=fp8"])
-        run([moec, "compile", moe, "-o", tcps, "--quant-act=fp8"])
+        # the structure checks below read the legacy emitter's assembly
+        run([moec, "compile", moe, "-o", tcps, "--quant-act=fp8", "--tcp-emitter=legacy"])
         run([moec, "run", tcpb, "-o", yb] + args)
         y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
                        os.path.join(d, "x.npy"), 5, extra=["--quant-act=fp8"])
@@ -267,6 +268,22 @@ def main():
         good = len(packed) == 1 and len(scale_dma) == 3 and max(scale_dma) < loop and len(quants) == 2
         print("%-4s tcp act=fp8 block loop: gate+up packed %s, scale copies at %s (loop at @%d), "
               "activation quantizations %s" % ("ok" if good else "FAIL", len(packed), scale_dma, loop, quants))
+        failed += not good
+        # the same on the schedule compiler's printed schedule: the three scale tensors copied
+        # into DM before the loop (read in place at row $e), the activation of gate and up
+        # quantized once in the body (two f.abs/r.fmax passes: gate+up's input, down's input)
+        sch = os.path.join(tmp, "f.tsched")
+        run([moec, "compile", moe, "-o", sch, "--quant-act=fp8", "--emit=tcp-sched", "--tcp-emitter=sched"])
+        lines = open(sch).read().splitlines()
+        bid = {m.group(2): m.group(1) for m in (re.match(r'buf %(\d+) "([^"]+)" hbm weight ', l) for l in lines) if m}
+        at = next(i for i, l in enumerate(lines) if l.lstrip().startswith("loop "))
+        staged = [i for i, l in enumerate(lines) if "dma.copy" in l
+                  for n in ("gate_s", "up_s", "down_s") if " s0=%%%s+0:" % bid.get(n, "?") in l]
+        quants = [i for i, l in enumerate(lines) if "f.abs" in l and "r.fmax" in l and i > at]
+        scaled = [l for l in lines if "tu.contract" in l and "scaled" in l]
+        good = len(staged) == 3 and max(staged) < at and len(quants) == 2 and len(scaled) == 3
+        print("%-4s tcp act=fp8 schedule: scales staged at lines %s (loop at %d), activation quantizations %s, "
+              "%d scaled contractions" % ("ok" if good else "FAIL", staged, at, quants, len(scaled)))
         failed += not good
         # 4. a compiled .tcpb binds the packed checkpoint by its sources and gives the same bytes
         for fam in ("mxfp4_gpt_oss", "int4_deepseek_v3", "gptq_qwen3_moe", "awq_mixtral", "nvfp4_qwen3_moe"):
@@ -344,7 +361,7 @@ def new_formats(moec, tmp):
         d = os.path.join(FIXTURES, fam)
         moe, tcps = os.path.join(tmp, "n.moe"), os.path.join(tmp, "n.tcps")
         run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "64", "--set", "dtype=bf16", "-o", moe])
-        run([moec, "compile", moe, "-o", tcps])
+        run([moec, "compile", moe, "-o", tcps, "--tcp-emitter=legacy"])  # the legacy emitter's assembly
         asm = open(tcps).read().splitlines()
         dt = {m.group(1): m.group(2) for m in (re.match(r"tensor %(\d+) \S+ \S+ (\S+)", l) for l in asm) if m}
         con = [(dt.get(m.group(1)), "scaled" in l) for l in asm if "tu.contract" in l and "ph=expert" in l

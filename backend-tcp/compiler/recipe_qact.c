@@ -1,0 +1,615 @@
+/* backend-tcp/compiler/recipe_qact.c: sched-build's recipe for a block
+ * einsum `[M, I] x dequant [O, I] -> [M, O]` whose activations are quantized
+ * (docs/tcp-isa.md 7.10): act=fp8 here, W8A8 (act="int8") below. act=fp8 is
+ * DeepSeek-V3's fp8_gemm. The dequant
+ * emits nothing (sb_dequant leaves its value unset); the contraction reads
+ * the expert's fp8 bytes q [O, I] from their per-block buffer straight into
+ * TRF and its block scales s [O/128, I/128] in place:
+ *   sa[m, c]   = max_i |x[m, 128c + i]| / 448            tu.vec: f.abs, r.fmax, d.div
+ *   xq[m, i]   = e4m3(x[m, i] / sa[m, i / 128])          tu.vec: d.div; the commit rounds to e4m3
+ *   C[m, o, c] = sa[m, c] x s[o / 128, c]                 tu.vec: f.mul
+ *   y[m, o]    = sum_c C[m, o, c] x sum_{i in c} xq[m, i] q[o, i]   tu.contract flags=scaled
+ * The passes and their steps are the legacy lowering's, so y's bits are its
+ * bits: each output is one scaled f8 x f8 contraction over the whole
+ * reduction (one TRF tile holds it: the 128-wide chunks must not straddle
+ * an accumulation), whatever the tiling over O. Two einsums that read the
+ * same activation (gate and up) share its sa and xq (the first one makes
+ * them); each makes its own C. In a loop body a node masked by the block's
+ * rows computes them under valid=$rows. */
+#include <string.h>
+
+#include "backend-tcp/compiler/sched_build_int.h"
+#include "ir/quant.h"
+
+enum { QA_CHUNK = 128 };
+
+static int64_t rup(int64_t x, int64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* a view of v from element base with strides st (nd of them, the rest 0) */
+static tcp_view qa_view(const sb_val *v, int64_t base, int nd, const int64_t *st)
+{
+	tcp_view t = tcp_view_none();
+	t.t = (int32_t)v->buf;
+	t.base = v->base + base;
+	if (v->reg != TS_NONE) {
+		t.reg = (int32_t)v->reg;
+		t.scale = v->scale;
+	}
+	for (int k = 0; k < TCP_MAXD; k++)
+		t.stride[k] = k < nd ? st[k] : 0;
+	return t;
+}
+
+static tcp_view buf_view(ts_id t, int nd, const int64_t *st)
+{
+	return tcp_b_view((int32_t)t, 0, nd, st);
+}
+
+static tcp_insn pass(sb *b, moe_id id, int nd, const int64_t *dim)
+{
+	tcp_insn in = tcp_insn_init(TCP_OP_TU_VEC);
+	in.ndim = (uint8_t)nd;
+	for (int k = 0; k < nd; k++)
+		in.dim[k] = dim[k];
+	in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
+	in.flags = TCP_F_ROUTE; /* the slices' bytes by the switch stage, as every recipe's passes */
+	return in;
+}
+
+static void step(tcp_insn *in, tcp_vop op, int x, int y, uint32_t imm)
+{
+	tcp_b_step(in, (uint8_t)op, (uint8_t)x, (uint8_t)y, imm);
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static bool fp8_dequant(const moe_graph *g, const ir_node *n, qt_info *qi)
+{
+	return ir_dequant_info(g, n, qi) && !strcmp(ir_attr_str(n, "act", "bf16"), "fp8") && qi->fmt == QT_FP8 &&
+	       qi->bn == QA_CHUNK && qi->bk == QA_CHUNK && qi->N % QA_CHUNK == 0 && qi->K % QA_CHUNK == 0 &&
+	       n->nargs == 2;
+}
+
+static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
+{
+	return fp8_dequant(b->g, SBN(b, d), qi);
+}
+
+/* sb_qact_dequant on loop body g */
+static bool qact_dequant(const moe_graph *g, moe_id d, const char **act)
+{
+	const ir_node *n = &g->nodes[d];
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || !g->is_body || !ir_dequant_info(g, n, &qi))
+		return false;
+	const char *a = ir_attr_str(n, "act", "bf16");
+	if (act)
+		*act = a;
+	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	if (!i8 && !fp8_dequant(g, n, &qi))
+		return false;
+	for (moe_id u = d + 1; u < g->nnodes; u++) {
+		const ir_node *un = &g->nodes[u];
+		for (uint32_t k = 0; k < un->nargs; k++)
+			if (un->args[k] == d && (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2))
+				return false;
+	}
+	return true;
+}
+
+/* Whether dequant d of a loop body is contracted with quantized activations:
+ * act="fp8" on block FP8 in 128 x 128 blocks dividing N and K, or act="int8"
+ * on per-channel int8, read only as the weight of two-operand einsums (as
+ * the legacy lowering decides: an act=fp8 dequant read otherwise is
+ * dequantized in DM). */
+bool sb_qact_dequant(const sb *b, moe_id d, const char **act)
+{
+	return qact_dequant(b->g, d, act);
+}
+
+/* The loop operand index of the scales that body dequant d reads (a
+ * blockarg), else -1. */
+static int64_t scale_operand(const moe_graph *bg, moe_id d)
+{
+	const ir_node *n = &bg->nodes[d];
+	const ir_node *s = n->nargs > 1 && n->args[1] != MOE_NONE ? &bg->nodes[n->args[1]] : NULL;
+	if (!s || s->op != MOE_OP_BLOCKARG || ir_blockarg_role_of(s) != IR_BA_IN)
+		return -1;
+	return ir_attr_int(s, "index", -1);
+}
+
+/* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8
+ * dequants' scale operands of the loop take at most 1 MiB together, each is
+ * copied into DM once before the loop and the body reads expert $e's row in
+ * place, so no block fetches a scale (a descriptor of a few hundred bytes,
+ * each paying a DMA command's setup). */
+enum { QA_STAGE_BYTES = 1 << 20 };
+
+/* W8A8's per-channel scales ws [E, O, 1] staged whole as a table [2 E O]:
+ * expert e's scales at e O and a slot for the block's row factors R at E O +
+ * e O, so a scaled i8 contraction divides ws by R itself (flags=rowdiv:
+ * both factors read through one view, docs/tcp-isa.md 6), no C pass; when
+ * the loop's int8 scale operands take at most 2 MiB together (the tables
+ * twice that) and every weight has at least as many rows as a block (the
+ * slot holds the block's M rows). */
+enum { QA_STAGE_W8A8_BYTES = 2 << 20 };
+
+static const char QA_TABLE[] = "w8a8.dscale";
+
+static bool stage_w8a8(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out)
+{
+	const ir_node *ln = SBN(b, loop);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	int64_t bytes = 0;
+	bool mine = false, fit = true;
+	for (moe_id d = 0; d < bg->nnodes; d++) {
+		const char *act = "bf16";
+		int64_t j = qact_dequant(bg, d, &act) && !strcmp(act, "int8") ? scale_operand(bg, d) : -1;
+		if (j < 0 || j >= (int64_t)strlen(kinds) || kinds[j] != 'e')
+			continue;
+		const ir_node *sn = SBN(b, ln->args[3 + j]);
+		bytes += ir_bytes(sn);
+		mine |= j == (int64_t)k;
+		for (moe_id u = d + 1; u < bg->nnodes; u++) /* the einsums' rows against the weight's */
+			if (bg->nodes[u].op == MOE_OP_EINSUM && bg->nodes[u].nargs == 2 && bg->nodes[u].args[1] == d)
+				fit &= bg->nodes[u].rank == 2 && bg->nodes[u].shape[0] <= bg->nodes[d].shape[0];
+		fit &= sn->rank == 3 && sn->shape[2] == 1 && sn->dtype == MOE_F32;
+	}
+	moe_id w = ln->args[3 + k];
+	const sb_val *v = &b->v[w];
+	if (!mine || !fit || bytes > QA_STAGE_W8A8_BYTES || v->kind != SV_VIEW || v->reg != TS_NONE ||
+		v->stride[0] != SBN(b, w)->shape[1] || v->stride[1] != 1)
+		return false;
+	const ir_node *wn = SBN(b, w);
+	int64_t EO = wn->shape[0] * wn->shape[1];
+	if (b->dmv[w].kind != SV_VIEW) { /* the table and the copy, once */
+		const int64_t n2 = 2 * EO, one[1] = {1};
+		ts_id t = sb_dm_buf(b, w, QA_TABLE, MOE_F32, 1, &n2);
+		tcp_insn in = tcp_b_dma_copy(1, &EO, buf_view(t, 1, one), qa_view(v, 0, 1, one));
+		sb_emit(b, &in, w);
+		b->dmv[w] = *v;
+		b->dmv[w].buf = t;
+		b->dmv[w].base = 0;
+	}
+	if (out) {
+		*out = b->dmv[w];
+		out->reg = e;
+		out->scale = wn->shape[1];
+		memmove(out->stride, out->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+	}
+	return true;
+}
+
+bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out)
+{
+	if (stage_w8a8(b, bg, loop, k, e, out))
+		return true;
+	const ir_node *ln = SBN(b, loop);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	int64_t bytes = 0;
+	bool mine = false;
+	for (moe_id d = 0; d < bg->nnodes; d++) {
+		const char *act = "bf16";
+		int64_t j = qact_dequant(bg, d, &act) && !strcmp(act, "fp8") ? scale_operand(bg, d) : -1;
+		if (j < 0 || j >= (int64_t)strlen(kinds) || kinds[j] != 'e')
+			continue;
+		bytes += ir_bytes(SBN(b, ln->args[3 + j]));
+		mine |= j == (int64_t)k;
+	}
+	if (!mine || bytes > QA_STAGE_BYTES)
+		return false;
+	const sb_val *v = sb_dm_val(b, ln->args[3 + k]); /* the copy, once: later calls find it */
+	if (!v || !out)
+		return true;
+	*out = *v;
+	out->reg = e;
+	out->scale = v->stride[0];
+	memmove(out->stride, v->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
+	return true;
+}
+
+/* The scratch buffer named name that an earlier einsum of the body with
+ * quantized activations made for activation a (the first einsum that reads
+ * it), else TS_NONE. */
+static ts_id shared_buf(const sb *b, moe_id id, const char *name)
+{
+	moe_id a = SBN(b, id)->args[0];
+	for (moe_id p = 0; p < id; p++) {
+		const ir_node *pn = SBN(b, p);
+		if (pn->op != MOE_OP_EINSUM || pn->nargs != 2 || pn->args[0] != a || !sb_qact_dequant(b, pn->args[1], NULL))
+			continue;
+		for (ts_id t = b->s->nbuf; t-- > 0;)
+			if (b->s->buf[t].node == p && b->s->buf[t].name && !strcmp(b->s->buf[t].name, name))
+				return t;
+		return TS_NONE;
+	}
+	return TS_NONE;
+}
+
+/* sa and xq of activation x [M, I]: two passes (the division needs the
+ * finished maximum); the commit's cast to e4m3 rounds to nearest even. */
+static void quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts_id *sa, ts_id *xq)
+{
+	int64_t nk = I / QA_CHUNK;
+	const int64_t shs[2] = {M, nk}, shx[2] = {M, I}, dim[3] = {M, nk, QA_CHUNK};
+	const int64_t xs[3] = {x->stride[0], QA_CHUNK * x->stride[1], x->stride[1]};
+	const int64_t sas[3] = {nk, 1, 0}, xqs[3] = {I, QA_CHUNK, 1};
+	*sa = sb_dm_buf(b, id, "act.scale", MOE_F32, 2, shs);
+	*xq = sb_dm_buf(b, id, "act.fp8", MOE_F8E4M3, 2, shx);
+	tcp_insn p1 = pass(b, id, 3, dim);
+	p1.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p1.v[TCP_V_DST] = buf_view(*sa, 3, sas);
+	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
+	sb_emit(b, &p1, id);
+	tcp_insn p2 = pass(b, id, 3, dim);
+	p2.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p2.v[TCP_V_S1] = buf_view(*sa, 3, sas);
+	p2.v[TCP_V_DST] = buf_view(*xq, 3, xqs);
+	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &p2, id);
+}
+
+/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk]: one pass. */
+static ts_id chunk_scales(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M, int64_t O, int64_t nk)
+{
+	const int64_t shc[3] = {M, O, nk}, dim[4] = {M, O / QA_CHUNK, QA_CHUNK, nk};
+	const int64_t sas[4] = {nk, 0, 0, 1}, ss[4] = {0, s->stride[0], 0, s->stride[1]};
+	const int64_t cs[4] = {O * nk, QA_CHUNK * nk, nk, 1};
+	ts_id C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
+	tcp_insn in = pass(b, id, 4, dim);
+	in.v[TCP_V_S0] = buf_view(sa, 4, sas);
+	in.v[TCP_V_S1] = qa_view(s, 0, 4, ss);
+	in.v[TCP_V_DST] = buf_view(C, 4, cs);
+	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &in, id);
+	return C;
+}
+
+/* The tiling of a scaled contraction: the whole reduction in one TRF tile,
+ * as many rows per slice as the planner would take within that. */
+static cplan qa_plan(const sb *b, int64_t M, int64_t O, int64_t I, moe_dtype dt)
+{
+	cplan pl = tcp_plan_contract(b->m, M, O, I, dt, NULL);
+	if (pl.It < I) {
+		int64_t os = tcp_trf_bytes(b->m) / 2 / I;
+		pl.Os = os < 1 ? 1 : os < O ? os : O;
+		pl.It = I;
+		pl.Opass = O < b->S * pl.Os ? O : b->S * pl.Os;
+	}
+	return pl;
+}
+
+/* The TRF tiles of 1-byte [Opass, I] tiles (two when there is more than one
+ * pass), at the two halves of TRF. */
+static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
+{
+	int ntile = (pl->O + pl->Opass - 1) / pl->Opass > 1 ? 2 : 1;
+	int64_t half = tcp_trf_bytes(b->m) / 2, sh[2] = {pl->Opass, pl->It};
+	int64_t fp = rup(pl->Os * pl->It, b->m->flit_bytes), share = rup((pl->Opass * pl->It + b->S - 1) / b->S,
+		b->m->flit_bytes);
+	trf[1] = TS_NONE;
+	for (int k = 0; k < ntile; k++) {
+		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, dt, 2, sh);
+		ts_buf *t = &b->s->buf[trf[k]];
+		t->node = id;
+		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, fp > share ? fp : share};
+		t->offset = k * half;
+	}
+}
+
+/* y = xq q^T scaled by C (views over (m, o, chunk)): per pass of O a sub
+ * load of q's rows and one scaled contraction. */
+static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, tcp_view cs,
+	const sb_val *d, bool rowdiv)
+{
+	ts_id first[2] = {TS_NONE, TS_NONE}, last[2] = {TS_NONE, TS_NONE};
+	int64_t I = pl->I;
+	int k = 0;
+	for (int64_t o0 = 0; o0 < pl->O && !b->failed; o0 += pl->Opass) {
+		int64_t on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass;
+		int cur = k;
+		k = trf[1] != TS_NONE ? k ^ 1 : 0;
+		const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
+		tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st), qa_view(q, o0 * q->stride[0], 2, qs),
+			true);
+		ts_id lo = sb_emit(b, &ld, id);
+		if (first[cur] == TS_NONE)
+			first[cur] = lo;
+		const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d->stride[0], d->stride[1]};
+		tcp_view s2 = cs;
+		s2.base += o0 * cs.stride[1];
+		if (rowdiv) /* the row factors stay where they are */
+			s2.stride[2] -= o0 * cs.stride[1];
+		tcp_insn in = tcp_b_contract(cdim, qa_view(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
+			tcp_view_none(), pl->Os < on ? pl->Os : on);
+		in.v[TCP_V_S2] = s2;
+		in.flags = TCP_F_SCALED | TCP_F_ROUTE | (rowdiv ? TCP_F_ROWDIV : 0);
+		in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
+		last[cur] = sb_emit(b, &in, id);
+	}
+	for (int t = 0; t < 2; t++)
+		if (trf[t] != TS_NONE && first[t] != TS_NONE) {
+			b->s->buf[trf[t]].life = TS_LIFE_SPAN;
+			b->s->buf[trf[t]].first = first[t];
+			b->s->buf[trf[t]].last = last[t];
+		}
+}
+
+static void fp8_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *an = SBN(b, n->args[0]), *dn = SBN(b, n->args[1]);
+	int64_t M = an->shape[0], I = an->shape[1], O = dn->shape[0], nk = I / QA_CHUNK;
+	const sb_val *q = sb_dm_val(b, dn->args[0]);
+	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
+	const sb_val *x = s ? sb_dm_val(b, n->args[0]) : NULL;
+	if (!x)
+		return;
+	cplan pl = qa_plan(b, M, O, I, MOE_F8E4M3);
+	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+		sb_err(b, id, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	ts_id sa = shared_buf(b, id, "act.scale"), xq = shared_buf(b, id, "act.fp8");
+	if (sa == TS_NONE || xq == TS_NONE)
+		quantize(b, id, x, M, I, &sa, &xq);
+	ts_id C = chunk_scales(b, id, sa, s, M, O, nk);
+	const sb_val *d = sb_out_val(b, id);
+	ts_id trf[2];
+	qa_trf(b, id, &pl, MOE_F8E4M3, trf);
+	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, nk, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d, false);
+}
+
+/* ---- W8A8 (act="int8"): int8 activations per token, i8 x i8 contractions ----
+ * blockwise-dispatch writes the reference's activation quantization on the
+ * block rows xf: m = max(max_i |xf[r, i]|, 1e-10), x' = round(xf 127 / m) x
+ * m / 127, and the einsum contracts x' with the dequantized int8 weight. The
+ * chain is not read node by node: as the legacy lowering does, per block
+ *   R[r]    = c.fmin(d.div(127, r.fmax(f.abs(xf))), f32(127 / 1e-10))  (m < 1e-10 exactly when R exceeds it)
+ *   v[r, i] = xf R
+ *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))   (half away from zero, exact for |v| <= 127)
+ *   C[r, o] = ws[o] / R[r]                              (docs/semantics.md: W8A8 on TCP)
+ *   y[r, o] = f32(sum_i xq[r, i] q[o, i]) x C[r, o]     (tu.contract flags=scaled, i8 x i8)
+ * R and xq are shared by the einsums that read the same x' (gate and up). */
+
+/* *xf: the block rows the W8A8 chain ending at a quantizes (f32); false when
+ * a is not that chain. */
+static bool w8a8_chain(const sb *b, moe_id a, moe_id *xf)
+{
+	const ir_node *n = SBN(b, a);
+	if (n->op == MOE_OP_CAST)
+		n = SBN(b, n->args[0]);
+	if (n->op != MOE_OP_MUL || n->nargs != 2)
+		return false;
+	const ir_node *s = SBN(b, n->args[SBN(b, n->args[1])->op != MOE_OP_DIV ? 0 : 1]);
+	if (s->op != MOE_OP_DIV || s->nargs != 2)
+		return false;
+	const ir_node *m = SBN(b, s->args[0]);
+	if (m->op != MOE_OP_MAX || m->nargs != 2)
+		return false;
+	const ir_node *r = SBN(b, m->args[SBN(b, m->args[0])->op != MOE_OP_REDUCE_MAX ? 1 : 0]);
+	if (r->op != MOE_OP_REDUCE_MAX || SBN(b, r->args[0])->op != MOE_OP_ABS)
+		return false;
+	*xf = SBN(b, r->args[0])->args[0];
+	return SBN(b, *xf)->dtype == MOE_F32 && SBN(b, *xf)->rank == 2;
+}
+
+/* The rows the passes read for block rows xf: x0 when xf = cast(x0) widens
+ * bf16 to f32 (exact: the fetch widens it the same way), else xf. */
+static moe_id rows_src(const sb *b, moe_id xf)
+{
+	const ir_node *n = SBN(b, xf);
+	return n->op == MOE_OP_CAST && n->nargs == 1 && SBN(b, n->args[0])->dtype == MOE_BF16 &&
+			       SBN(b, n->args[0])->rank == 2 ? n->args[0] : xf;
+}
+
+/* R [M] (into the view rv, strides [1, 0]) and xq [M, I] i8 of the block
+ * rows x [M, I]: three passes. */
+static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, tcp_view rv, ts_id *xq)
+{
+	volatile float rmax = 127.0f; /* f32(127 / f32(1e-10)), rounded once as d.div rounds */
+	rmax = rmax / 1e-10f;
+	const int64_t shx[2] = {M, I}, xs[2] = {x->stride[0], x->stride[1]}, vs[2] = {I, 1};
+	ts_id v = sb_dm_buf(b, id, "act.v", MOE_F32, 2, shx);
+	*xq = sb_dm_buf(b, id, "act.i8", MOE_I8, 2, shx);
+	tcp_insn p = pass(b, id, 2, shx);
+	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_DST] = rv;
+	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_V, fbits(127.0f));
+	step(&p, TCP_V_FMIN, TCP_SRC_V, TCP_SRC_IMM, fbits(rmax));
+	sb_emit(b, &p, id);
+	p = pass(b, id, 2, shx);
+	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_S1] = rv;
+	p.v[TCP_V_DST] = buf_view(v, 2, vs);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &p, id);
+	p = pass(b, id, 2, shx); /* v + copysign(0.5 - 2^-25, v), truncated */
+	p.v[TCP_V_S0] = buf_view(v, 2, vs);
+	p.v[TCP_V_DST] = buf_view(*xq, 2, vs);
+	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	sb_emit(b, &p, id);
+}
+
+/* The slot of einsum u's row factors in its weight's staged scale table
+ * (stage_w8a8), as a view over [M] with strides [1, 0]; false when its
+ * scales are not staged so. */
+static bool rslot(sb *b, moe_id u, tcp_view *rv, int64_t *EO)
+{
+	const sb_val *s = &b->v[SBN(b, SBN(b, u)->args[1])->args[1]];
+	if (s->kind != SV_VIEW || s->reg == TS_NONE || !b->s->buf[s->buf].name ||
+		strcmp(b->s->buf[s->buf].name, QA_TABLE))
+		return false;
+	*EO = b->s->buf[s->buf].shape[0] / 2;
+	const int64_t rs[2] = {1, 0};
+	*rv = qa_view(s, *EO, 2, rs);
+	return true;
+}
+
+/* The first einsum of the body that reads id's W8A8 activation (id itself
+ * when none before it does). */
+static moe_id first_reader(const sb *b, moe_id id)
+{
+	moe_id a = SBN(b, id)->args[0];
+	for (moe_id p = 0; p < id; p++) {
+		const ir_node *pn = SBN(b, p);
+		if (pn->op == MOE_OP_EINSUM && pn->nargs == 2 && pn->args[0] == a && sb_qact_dequant(b, pn->args[1], NULL))
+			return p;
+	}
+	return id;
+}
+
+static void w8a8_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
+	moe_id xf;
+	if (!w8a8_chain(b, n->args[0], &xf)) {
+		sb_refuse(b, id, "a W8A8 contraction whose activation is not the per-token int8 quantization");
+		return;
+	}
+	int64_t M = n->shape[0], O = n->shape[1], I = SBN(b, xf)->shape[1], EO = 0;
+	const sb_val *q = sb_dm_val(b, dn->args[0]);
+	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
+	if (!s)
+		return;
+	/* R: in the first reader's table slot (staged scales), else a buffer */
+	moe_id f = first_reader(b, id);
+	tcp_view rv;
+	bool slot = rslot(b, f, &rv, &EO), rowdiv = slot && f == id;
+	ts_id xq = shared_buf(b, id, "act.i8");
+	if (!slot) {
+		ts_id R = shared_buf(b, id, "act.inv");
+		const int64_t sh1[1] = {M}, rs[2] = {1, 0};
+		if (R == TS_NONE)
+			R = sb_dm_buf(b, id, "act.inv", MOE_F32, 1, sh1);
+		rv = buf_view(R, 2, rs);
+	}
+	if (f == id) {
+		const sb_val *x = sb_dm_val(b, rows_src(b, xf));
+		if (!x)
+			return;
+		w8a8_quantize(b, id, x, M, I, rv, &xq);
+	} else if (xq == TS_NONE) {
+		sb_err(b, id, "W8A8: the quantized rows of the einsum before are missing");
+		return;
+	}
+	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	tcp_view cv;
+	if (rowdiv) { /* col[o] = ws[o], row[m] = R[m] in the slot, E O further */
+		const int64_t cst[3] = {1, s->stride[0], EO};
+		cv = qa_view(s, 0, 3, cst);
+	} else {
+		const int64_t shc[2] = {M, O}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1}, cs[3] = {O, 1, 0};
+		ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
+		tcp_insn p = pass(b, id, 2, shc);
+		p.v[TCP_V_S0] = rv;
+		p.v[TCP_V_S1] = qa_view(s, 0, 2, ss);
+		p.v[TCP_V_DST] = buf_view(C, 2, cs2);
+		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0); /* C = ws / R */
+		sb_emit(b, &p, id);
+		cv = buf_view(C, 3, cs);
+	}
+	const sb_val *d = sb_out_val(b, id);
+	ts_id trf[2];
+	qa_trf(b, id, &pl, MOE_I8, trf);
+	const int64_t xs[3] = {I, 0, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), cv, d, rowdiv);
+}
+
+/* The chain of einsum u's W8A8 activation: in[i] for every node of (xf, a]
+ * that a depends on; false when a is not such a chain or when a node of it
+ * is read outside it (but a by einsums with quantized activations). */
+static bool chain_nodes(const sb *b, moe_id u, bool *in)
+{
+	moe_id a = SBN(b, u)->args[0], xf;
+	if (!w8a8_chain(b, a, &xf))
+		return false;
+	in[a] = true;
+	for (moe_id i = a + 1; i-- > xf + 1;) {
+		const ir_node *n = SBN(b, i);
+		if (!in[i])
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k] != MOE_NONE && n->args[k] > xf && !(ir_ops[SBN(b, n->args[k])->op].flags & OPF_LEAF))
+				in[n->args[k]] = true;
+	}
+	for (moe_id i = xf + 1; i < b->g->nnodes; i++) {
+		const ir_node *n = SBN(b, i);
+		bool qe = n->op == MOE_OP_EINSUM && n->nargs == 2 && n->args[0] == a && sb_qact_dequant(b, n->args[1], NULL);
+		for (uint32_t k = 0; k < n->nargs && !in[i] && !qe; k++)
+			if (n->args[k] != MOE_NONE && in[n->args[k]])
+				return false;
+		if (n->valid != MOE_NONE && in[n->valid] && !in[i])
+			return false;
+	}
+	/* a widening cast that only the chain reads is not built either */
+	bool only = rows_src(b, xf) != xf;
+	for (moe_id i = xf + 1; i < b->g->nnodes && only; i++)
+		for (uint32_t k = 0; k < SBN(b, i)->nargs; k++)
+			only &= SBN(b, i)->args[k] != xf || in[i];
+	in[xf] = only;
+	return true;
+}
+
+bool sb_qact_skip(const sb *b, moe_id id)
+{
+	if (!b->g->is_body || (ir_ops[SBN(b, id)->op].flags & OPF_LEAF))
+		return false;
+	bool skip = false;
+	size_t bytes = (size_t)b->g->nnodes * sizeof(bool);
+	bool *in = ctx_alloc(b->ctx, bytes);
+	for (moe_id u = id + 1; u < b->g->nnodes && !skip; u++) {
+		const ir_node *un = SBN(b, u);
+		const char *act = "bf16";
+		if (un->op != MOE_OP_EINSUM || un->nargs != 2 || !sb_qact_dequant(b, un->args[1], &act) || strcmp(act, "int8"))
+			continue;
+		memset(in, 0, bytes);
+		skip = chain_nodes(b, u, in) && in[id];
+	}
+	ctx_free(b->ctx, in, bytes);
+	return skip;
+}
+
+bool sb_qact_einsum(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	const char *act = "bf16";
+	if (n->nargs != 2 || !sb_qact_dequant(b, n->args[1], &act))
+		return false;
+	qt_info qi;
+	const ir_node *an = SBN(b, n->args[0]);
+	int batch = 0;
+	bool i8 = !strcmp(act, "int8");
+	if (!b->g->is_body || (!i8 && !fp8_weight(b, n->args[1], &qi)) || an->rank != 2 || n->rank != 2 ||
+		SBN(b, n->args[1])->rank != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
+		char what[96];
+		snprintf(what, sizeof what, "quantized activations (dequant act=\"%s\") here", act);
+		sb_refuse(b, id, what);
+		return true;
+	}
+	if (i8)
+		w8a8_einsum(b, id);
+	else
+		fp8_einsum(b, id);
+	return true;
+}
