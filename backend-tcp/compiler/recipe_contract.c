@@ -6,7 +6,9 @@
  * f32 partial sums of an f32 DM buffer (flags=acc), the last committing the
  * node's dtype. Every output element is the sum of its products in index
  * order in f32, as in the legacy lowering, whatever the tiling. f32 operands
- * contract as bf16x3. In a loop body a node masked by the block's rows
+ * contract as bf16x3; a widened einsum (f32 of two bf16 values cast to f32,
+ * the casts marked tcp_view by tcp-plan-fusion) contracts the bf16 values.
+ * In a loop body a node masked by the block's rows
  * computes them under valid=$rows. */
 #include <string.h>
 
@@ -189,22 +191,30 @@ void sb_einsum(sb *b, moe_id id)
 		sb_refuse(b, id, "an einsum other than [M, I] x [O, I] -> [M, O]");
 		return;
 	}
-	const ir_node *an = SBN(b, n->args[0]), *wn = SBN(b, n->args[1]);
+	moe_id aid = n->args[0], wid = n->args[1];
+	bool wa = sb_widened_operand(b, aid), ww = sb_widened_operand(b, wid);
+	if (wa != ww || (wa && n->dtype != MOE_F32)) {
+		sb_err(b, id, "%s: a widened einsum is f32 of two casts of bf16 values, both marked", IR_NK_TCP_VIEW);
+		return;
+	}
+	if (wa) /* the bf16 values into the f32 accumulator (the casts are views) */
+		aid = SBN(b, aid)->args[0], wid = SBN(b, wid)->args[0];
+	const ir_node *an = SBN(b, aid), *wn = SBN(b, wid);
 	if (an->dtype != wn->dtype || (an->dtype != MOE_BF16 && an->dtype != MOE_F32)) {
 		sb_refuse(b, id, "a contraction whose operands are not both bf16 or both f32");
 		return;
 	}
 	cargs c;
 	memset(&c, 0, sizeof c);
-	const sb_val *wv = &b->v[n->args[1]];
+	const sb_val *wv = &b->v[wid];
 	/* a streamed expert: a view of its row in HBM, moved by the block's expert */
 	bool stream = b->weights == TS_W_STREAM && b->rows != TS_NONE && wv->kind == SV_VIEW && wv->reg != TS_NONE &&
 		      b->s->buf[wv->buf].space == TCP_HBM;
 	/* outside the loop, with the top graph's weights streamed: a weight in HBM read in place */
 	bool tstream = b->top_stream && b->rows == TS_NONE && wv->kind == SV_VIEW && wv->reg == TS_NONE &&
 		       b->s->buf[wv->buf].space == TCP_HBM && b->s->buf[wv->buf].kind != TCP_T_SCRATCH;
-	c.w = stream || tstream ? wv : sb_dm_val(b, n->args[1]); /* the stationary operand's copy first */
-	c.a = c.w ? sb_dm_val(b, n->args[0]) : NULL;
+	c.w = stream || tstream ? wv : sb_dm_val(b, wid); /* the stationary operand's copy first */
+	c.a = c.w ? sb_dm_val(b, aid) : NULL;
 	if (!c.a)
 		return;
 	c.d = sb_out_val(b, id);

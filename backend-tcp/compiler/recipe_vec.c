@@ -245,6 +245,29 @@ static uint32_t readers(const sb *b, moe_id id, moe_id *last)
 	return n;
 }
 
+bool sb_widened_operand(const sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id);
+	return n->op == MOE_OP_CAST && ir_attr_int(n, IR_NK_TCP_VIEW, 0) > 0 && n->dtype == MOE_F32 &&
+	       n->valid == MOE_NONE && SBN(b, n->args[0])->dtype == MOE_BF16;
+}
+
+/* A widened operand (never built) is read by einsums alone, not by an output. */
+static void widened_readers(sb *b, moe_id id)
+{
+	const moe_graph *g = b->g;
+	bool ok = true;
+	for (moe_id u = id + 1; u < g->nnodes && ok; u++) {
+		const ir_node *un = SBN(b, u);
+		for (uint32_t k = 0; k <= un->nargs && ok; k++)
+			ok = (k < un->nargs ? un->args[k] : un->valid) != id || (k < un->nargs && un->op == MOE_OP_EINSUM);
+	}
+	for (uint32_t o = 0; o < g->nout && ok; o++)
+		ok = g->outputs[o] != id;
+	if (!ok)
+		sb_err(b, id, "%s=1: a cast of bf16 to f32 read other than by f32 einsums of two such casts", IR_NK_TCP_VIEW);
+}
+
 bool sb_fused_member(const sb *b, moe_id id)
 {
 	int64_t k = group_of(b, id);
@@ -396,6 +419,10 @@ void sb_elem(sb *b, moe_id id)
 	}
 	if (sb_fused_member(b, id))
 		return; /* computed in its group's pass, at the group's last node */
+	if (sb_widened_operand(b, id)) {
+		widened_readers(b, id);
+		return; /* the contractions read its source (recipe_contract.c) */
+	}
 	moe_id ch[TCP_MAXSTEP + 1];
 	int nch = 1;
 	ch[0] = id;

@@ -99,6 +99,8 @@ void sb_elem(sb *b, moe_id id);
  * dimension pmap[k] of `shape`, false with a diagnostic when the marks are
  * not such a chain. */
 bool sb_fused_member(const sb *b, moe_id id);
+/* a cast of bf16 to f32 marked tcp_view: a widened einsum's operand, not built */
+bool sb_widened_operand(const sb *b, moe_id id);
 bool sb_chain_into(sb *b, moe_id r, const ir_node *shape, const int *pmap, tcp_insn *in);
 void sb_materialize(sb *b, moe_id id);
 sb_val *sb_copy_contig(sb *b, moe_id id);

@@ -328,6 +328,44 @@ static int sched_chain_ops(const moe_graph *g, const moe_id *ch, int n, uint8_t 
 	return len;
 }
 
+/* A cast of a bf16 value to f32, unmasked, not an output, read only by f32
+ * contractions both of whose operands are such casts (widened einsums: each
+ * product of two bf16 values is exact in f32, so contracting the bf16 values
+ * into the f32 accumulator gives the f32 contraction's sums; docs/tcp-isa.md
+ * 7.2): a view, its source the contractions' operand (tcp_view = 1, read by
+ * recipe_contract.c). */
+static bool widened_operand(const moe_graph *g, moe_id i)
+{
+	const ir_node *n = N(g, i);
+	return n->op == MOE_OP_CAST && n->dtype == MOE_F32 && n->valid == MOE_NONE && N(g, n->args[0])->dtype == MOE_BF16;
+}
+
+static bool widened_einsum(const moe_graph *g, const ir_node *u)
+{
+	return u->op == MOE_OP_EINSUM && u->dtype == MOE_F32 && u->nargs == 2 && u->args[0] != u->args[1] &&
+	       widened_operand(g, u->args[0]) && widened_operand(g, u->args[1]);
+}
+
+static bool widening_cast(const moe_graph *g, moe_id i)
+{
+	if (!widened_operand(g, i))
+		return false;
+	for (uint32_t o = 0; o < g->nout; o++)
+		if (g->outputs[o] == i)
+			return false;
+	uint32_t readers = 0;
+	for (moe_id u = i + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		bool reads = un->valid == i;
+		for (uint32_t k = 0; k < un->nargs; k++)
+			reads |= un->args[k] == i;
+		if (reads && !widened_einsum(g, un))
+			return false;
+		readers += reads;
+	}
+	return readers > 0;
+}
+
 static moe_status plan_sched(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes;
@@ -400,6 +438,8 @@ static moe_status plan_sched(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *
 			moe_node_set_int(g, x, IR_NK_TCP_FUSE, k);
 		k += last;
 	}
+	for (moe_id i = 0; i < nn; i++)
+		set_mark(g, i, IR_NK_TCP_VIEW, widening_cast(g, i), 0);
 	for (moe_id i = 0; i < nn; i++) /* marks left by an earlier run on nodes no group holds now */
 		if (ir_attr_find(N(g, i), IR_NK_TCP_FUSE) && prev[i] == MOE_NONE &&
 			!(user[i] != MOE_NONE && prev[user[i]] == i))
