@@ -30,11 +30,18 @@ typedef struct memo_entry {
 	int64_t key[MEMO_KEY], total;
 	int64_t approx; /* the index lists the measure approximated (approx_idx) */
 	uint32_t op;    /* UINT32_MAX: empty */
+	uint32_t next;  /* a hint: the slot + 1 the op's next run found last time (0: none) */
 	bool holds;
 } memo_entry;
+/* A prediction's ops see the values the one before saw, in the same order:
+ * each op's first slot and each entry's next are tried before hashing (a
+ * hint is only taken when its op and key match, so a stale one costs a
+ * lookup, never a wrong cost). */
 struct ts_cost_cache {
 	memo_entry *e;
 	size_t cap, n;
+	uint32_t *first; /* per op: the slot + 1 its first run found (0: none) */
+	size_t nfirst;
 };
 
 typedef struct tl {
@@ -58,6 +65,7 @@ typedef struct tl {
 	int64_t gen_nb, nblocks;
 	int64_t sgen; /* stagings seen, in a run's own cost table's keys */
 	bool own_memo;
+	uint32_t *mlast; /* per op: the slot + 1 its last run in this prediction found */
 	/* per op: the region whose items hold it and its index there (oreg
 	 * TS_NONE: not known), its dependencies as the walk reads them
 	 * (dfirst UINT32_MAX: not listed yet; dep_list) */
@@ -517,21 +525,37 @@ static int64_t op_cost(tl *t, ts_id id, bool *holds)
 		key[w] = in->v[w].t >= 0 && in->v[w].reg >= 0 ? t->val[in->v[w].reg] : 0;
 	key[TCP_NVIEW] = in->vreg >= 0 ? t->val[in->vreg] : 0;
 	key[TCP_NVIEW + 1] = t->sgen;
-	memo_entry *e = memo_slot(t->memo, id, key);
-	if (e->op == id) {
-		*holds = e->holds;
-		t->approx_idx += e->approx;
-		return e->total;
+	ts_cost_cache *c = t->memo;
+	uint32_t last = t->mlast[id], hint = last ? c->e[last - 1].next : id < c->nfirst ? c->first[id] : 0;
+	memo_entry *e = hint && hint <= c->cap ? &c->e[hint - 1] : NULL;
+	if (!e || e->op != id || memcmp(e->key, key, sizeof key))
+		e = memo_slot(c, id, key);
+	if (e->op != id) {
+		int64_t approx = t->approx_idx, total = op_cycles(t, id, holds);
+		if (2 * (c->n + 1) > c->cap) {
+			memo_grow(t->ctx, c);
+			e = memo_slot(c, id, key);
+		}
+		*e = (memo_entry){.total = total, .approx = t->approx_idx - approx, .op = id, .holds = *holds};
+		memcpy(e->key, key, sizeof key);
+		c->n++;
 	}
-	int64_t approx = t->approx_idx, total = op_cycles(t, id, holds);
-	if (2 * (t->memo->n + 1) > t->memo->cap) {
-		memo_grow(t->ctx, t->memo);
-		e = memo_slot(t->memo, id, key);
+	uint32_t at = (uint32_t)(e - c->e) + 1;
+	if (last && last <= c->cap)
+		c->e[last - 1].next = at;
+	else if (!last) {
+		if (id >= c->nfirst) {
+			size_t nf = (size_t)id * 2 + 16;
+			c->first = ctx_realloc(t->ctx, c->first, c->nfirst * sizeof *c->first, nf * sizeof *c->first);
+			memset(c->first + c->nfirst, 0, (nf - c->nfirst) * sizeof *c->first);
+			c->nfirst = nf;
+		}
+		c->first[id] = at;
 	}
-	*e = (memo_entry){.total = total, .approx = t->approx_idx - approx, .op = id, .holds = *holds};
-	memcpy(e->key, key, sizeof key);
-	t->memo->n++;
-	return total;
+	t->mlast[id] = at;
+	*holds = e->holds;
+	t->approx_idx += e->approx;
+	return e->total;
 }
 
 #define DEPS_NONE UINT32_MAX      /* dfirst: the op has not run */
@@ -830,7 +854,7 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->dmn, 0);
 	ctx_free(t->ctx, t->prev, 0);
 	ctx_free(t->ctx, t->blk, 0);
-	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx};
+	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast};
 	for (size_t k = 0; k < sizeof deps / sizeof *deps; k++)
 		if (deps[k])
 			ctx_free(t->ctx, deps[k], 0);
@@ -881,6 +905,8 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->dn = ctx_alloc(ctx, n * sizeof *t->dn);
 	t->rloop = ctx_alloc(ctx, s->nrg + 1);
 	t->octx = ctx_alloc(ctx, n);
+	t->mlast = ctx_alloc(ctx, n * sizeof *t->mlast);
+	memset(t->mlast, 0, n * sizeof *t->mlast);
 	positions(t);
 	memset(t->val, 0, (s->nsc + 1) * sizeof *t->val);
 	memset(t->route, 0, n);
@@ -986,6 +1012,8 @@ ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx)
 	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
 	for (size_t i = 0; i < c->cap; i++)
 		c->e[i].op = UINT32_MAX;
+	c->first = NULL;
+	c->nfirst = 0;
 	return c;
 }
 
@@ -994,6 +1022,7 @@ void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c)
 	if (!c)
 		return;
 	ctx_free(ctx, c->e, c->cap * sizeof *c->e);
+	ctx_free(ctx, c->first, c->nfirst * sizeof *c->first);
 	ctx_free(ctx, c, sizeof *c);
 }
 
