@@ -514,6 +514,83 @@ static void memo_grow(moe_ctx *ctx, ts_cost_cache *c)
 	ctx_free(ctx, old, oc * sizeof *old);
 }
 
+/* Costs kept across predictions on a thread, for the predictions without the
+ * scheduler's cache (the planner's and the rewrite driver's, each on its own
+ * copy or placement): the key is everything op_cycles reads of a command
+ * other than a gather's or scatter's (those read the staged loads), the
+ * command with each view's buffer replaced by its tensor record (names
+ * left out), the scalar values its views and count read; the machine's
+ * record is the table's. */
+typedef struct xkey {
+	int64_t val[TCP_NVIEW + 1];
+	tcp_insn in;
+	tcp_tensor t[TCP_NVIEW];
+} xkey;
+typedef struct xentry {
+	xkey k;
+	int64_t total;
+	bool holds, used;
+} xentry;
+typedef struct xcache {
+	moe_tcp_machine m;
+	xentry *e;
+	size_t cap, n;
+} xcache;
+static _Thread_local xcache xc;
+#define XCACHE_CAP 8192 /* slots; the table is emptied when half full */
+
+static uint64_t xhash(const xkey *k)
+{
+	uint64_t h = 0xcbf29ce484222325ull, w;
+	const unsigned char *b = (const unsigned char *)k;
+	for (size_t i = 0; i + 8 <= sizeof *k; i += 8) {
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h ^ (h >> 31);
+}
+
+/* op_cycles through the thread's table; false where the command is not kept there */
+static int64_t op_cycles_kept(tl *t, ts_id id, const int64_t *val, bool *holds)
+{
+	const tcp_insn *in = &t->s->op[id].in;
+	if (in->op == TCP_OP_DMA_GATHER || in->op == TCP_OP_DMA_SCATTER)
+		return op_cycles(t, id, holds);
+	xkey k;
+	memset(&k, 0, sizeof k);
+	memcpy(k.val, val, sizeof k.val);
+	memcpy(&k.in, in, sizeof *in);
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0) {
+			memcpy(&k.t[w], &t->p->t[in->v[w].t], sizeof k.t[w]);
+			k.t[w].name = k.t[w].source = NULL;
+			k.in.v[w].t = 0;
+		}
+	xcache *c = &xc;
+	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
+		if (!c->e)
+			c->e = malloc(XCACHE_CAP * sizeof *c->e);
+		if (!c->e)
+			return op_cycles(t, id, holds);
+		c->cap = XCACHE_CAP;
+		c->n = 0;
+		memcpy(&c->m, t->m, sizeof c->m);
+		for (size_t i = 0; i < c->cap; i++)
+			c->e[i].used = false;
+	}
+	size_t i = xhash(&k) & (c->cap - 1);
+	while (c->e[i].used && memcmp(&c->e[i].k, &k, sizeof k))
+		i = (i + 1) & (c->cap - 1);
+	if (!c->e[i].used) {
+		c->e[i].total = op_cycles(t, id, &c->e[i].holds);
+		c->e[i].k = k;
+		c->e[i].used = true;
+		c->n++;
+	}
+	*holds = c->e[i].holds;
+	return c->e[i].total;
+}
+
 /* op_cycles through the cache when there is one */
 static int64_t op_cost(tl *t, ts_id id, bool *holds)
 {
@@ -531,7 +608,7 @@ static int64_t op_cost(tl *t, ts_id id, bool *holds)
 	if (!e || e->op != id || memcmp(e->key, key, sizeof key))
 		e = memo_slot(c, id, key);
 	if (e->op != id) {
-		int64_t approx = t->approx_idx, total = op_cycles(t, id, holds);
+		int64_t approx = t->approx_idx, total = t->own_memo ? op_cycles_kept(t, id, key, holds) : op_cycles(t, id, holds);
 		if (2 * (c->n + 1) > c->cap) {
 			memo_grow(t->ctx, c);
 			e = memo_slot(c, id, key);
