@@ -15,10 +15,8 @@ void tcp_cm_init(tcp_cm *cm, const moe_tcp_machine *m)
 	cm->m = m;
 	cm->S = tcp_slices(m);
 	cm->hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
-	cm->gshift = 0;
-	for (int k = 0; k < 62 && m->hbm_granule > 0; k++)
-		if (m->hbm_granule == (int64_t)1 << k)
-			cm->gshift = k + 1;
+	int64_t g = m->hbm_granule;
+	cm->gshift = g > 0 && (g & (g - 1)) == 0 ? __builtin_ctzll((unsigned long long)g) + 1 : 0;
 }
 
 int64_t tcp_cost_issue(const tcp_cm *cm, int ctx)
