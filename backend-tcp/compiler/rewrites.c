@@ -50,31 +50,59 @@ void ts_diag_truncate(moe_ctx *ctx, size_t n0)
 	ctx_free(ctx, msg, 0);
 }
 
-/* A copy of s through its text (the round trip is exact), or NULL. */
-static tcp_sched *copy_of(const tcp_sched *s)
+/* The unchanged schedule's trial, kept while the driver runs one stage: a
+ * trial is a function of the schedule's text and its machine, and the rows
+ * that do not apply leave the schedule as it was, so the next row's base
+ * trial is this one. */
+typedef struct base_trial {
+	const moe_tcp_machine *m;
+	moe_ctx *ctx;
+	char *text;
+	size_t len;
+	int64_t cycles;
+	struct base_trial *outer; /* the enclosing stage's, restored after this one */
+} base_trial;
+static _Thread_local base_trial *kept;
+
+/* a throw out of the stage: its blocks are freed by the throw */
+static void unkeep(void *arg)
 {
-	char *text = NULL;
-	size_t len = 0;
-	tcp_sched *c = NULL;
-	if (tcp_sched_print(s, &text, &len) == MOE_OK)
-		c = tcp_sched_parse(s->ctx, s->m, "<rewrite trial>", text, len);
-	if (text)
-		ctx_free(s->ctx, text, len + 1);
-	return c;
+	kept = ((base_trial *)arg)->outer;
 }
 
-/* The predicted cycles of a copy of s, row applied first when row >= 0;
- * -1 when it fails. Diagnostics are dropped. */
+/* The predicted cycles of a copy of s (read back from its text, the round
+ * trip being exact), row applied first when row >= 0; -1 when it fails.
+ * Diagnostics are dropped. */
 static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 {
-	size_t n0 = moe_diag_count(s->ctx);
-	tcp_sched *c = copy_of(s);
+	size_t n0 = moe_diag_count(s->ctx), len = 0;
+	char *text = NULL;
+	tcp_sched *c = NULL;
 	int64_t cy = -1;
+	if (tcp_sched_print(s, &text, &len) != MOE_OK) {
+		if (text)
+			ctx_free(s->ctx, text, len + 1);
+		ts_diag_truncate(s->ctx, n0);
+		return -1;
+	}
+	base_trial *b = row < 0 ? kept : NULL;
+	if (b && b->m == s->m && b->ctx == s->ctx && b->text && b->len == len && !memcmp(b->text, text, len)) {
+		ctx_free(s->ctx, text, len + 1);
+		return b->cycles;
+	}
+	c = tcp_sched_parse(s->ctx, s->m, "<rewrite trial>", text, len);
 	if (c && (row < 0 || (ts_rewrites[row].apply(c, e, (uint16_t)(row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK)) &&
 		tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
 		cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
 	tcp_sched_free(c);
 	ts_diag_truncate(s->ctx, n0);
+	if (b && b->ctx == s->ctx) {
+		if (b->text)
+			ctx_free(b->ctx, b->text, b->len + 1);
+		b->m = s->m, b->text = text, b->len = len, b->cycles = cy;
+	} else {
+		ctx_free(s->ctx, text, len + 1);
+	}
 	return cy;
 }
 
@@ -144,7 +172,7 @@ bool ts_rewrites_enabled(const ts_env *e, int stage)
 	return false;
 }
 
-moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
+static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 {
 	for (int k = 0; k < ts_nrewrites; k++) {
 		const ts_rewrite *r = &ts_rewrites[k];
@@ -161,6 +189,19 @@ moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 		s->ran |= 1ull << k;
 	}
 	return MOE_OK;
+}
+
+moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
+{
+	base_trial b = {.ctx = s->ctx, .outer = kept};
+	uint32_t h = ctx_defer(s->ctx, unkeep, &b);
+	kept = &b;
+	moe_status st = rewrites_run(s, e, stage);
+	ctx_undefer(s->ctx, h);
+	kept = b.outer;
+	if (b.text)
+		ctx_free(s->ctx, b.text, b.len + 1);
+	return st;
 }
 
 int moe_tcp_rewrite_info(uint32_t i, const char **name, const char **summary)

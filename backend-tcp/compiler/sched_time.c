@@ -19,17 +19,29 @@
 #include "backend-tcp/compiler/sched_time.h"
 #include "backend-tcp/isa/cost.h"
 
-/* Measured costs kept across predictions on the same loads: a hash table of
- * (op, the scalar values its views and count read) -> cost, grown by
- * doubling. */
+/* Measured costs: a hash table of (op, the scalar values its views and count
+ * read, the staging generation) -> cost, grown by doubling. A command's cost
+ * is a function of those and of the placement and the staged loads, so a
+ * prediction keeps one table for its own run (the staging generation counts
+ * the stagings it has seen), and the scheduler one across its predictions
+ * on the same placement and expected loads (generation 0 throughout). */
+#define MEMO_KEY (TCP_NVIEW + 2)
 typedef struct memo_entry {
-	int64_t key[TCP_NVIEW + 1], total;
-	uint32_t op; /* UINT32_MAX: empty */
+	int64_t key[MEMO_KEY], total;
+	int64_t approx; /* the index lists the measure approximated (approx_idx) */
+	uint32_t op;    /* UINT32_MAX: empty */
+	uint32_t next;  /* a hint: the slot + 1 the op's next run found last time (0: none) */
 	bool holds;
 } memo_entry;
+/* A prediction's ops see the values the one before saw, in the same order:
+ * each op's first slot and each entry's next are tried before hashing (a
+ * hint is only taken when its op and key match, so a stale one costs a
+ * lookup, never a wrong cost). */
 struct ts_cost_cache {
 	memo_entry *e;
 	size_t cap, n;
+	uint32_t *first; /* per op: the slot + 1 its first run found (0: none) */
+	size_t nfirst;
 };
 
 typedef struct tl {
@@ -49,8 +61,21 @@ typedef struct tl {
 	uint32_t *dmn;
 	tcp_meter mt;
 	const moe_tcp_loads *given;
-	int32_t *gen_e, *gen_r;
+	const int32_t *gen_e, *gen_r;
 	int64_t gen_nb, nblocks;
+	int64_t sgen; /* stagings seen, in a run's own cost table's keys */
+	bool own_memo;
+	uint32_t *mlast; /* per op: the slot + 1 its last run in this prediction found */
+	/* per op: the region whose items hold it and its index there (oreg
+	 * TS_NONE: not known), its dependencies as the walk reads them
+	 * (dfirst UINT32_MAX: not listed yet; dep_list) */
+	ts_id *oreg;
+	uint32_t *oidx, *dfirst, *dn;
+	uint8_t *rloop; /* per region: a loop lies in it (its passes may span blocks) */
+	uint8_t *octx;  /* per op: its context */
+	ts_id *dl;
+	uint8_t *dd;
+	size_t dlen, dcap;
 	tcp_staged d[3];
 	int nd;
 	int32_t bexp;
@@ -349,20 +374,14 @@ static uint64_t next_u64(uint64_t *st)
 	return z ^ (z >> 31);
 }
 
-/* moe_tcp_predict's expected loads of a grid of G blocks (the same fixed
- * generator and order, so both predict the same routing) */
-static bool expected(tl *t, int64_t G, bool decode)
+/* moe_tcp_predict's expected loads of a grid of G blocks into ge, gr (the
+ * same fixed generator and order, so both predict the same routing): the
+ * blocks written, -1 when out of host memory */
+static int64_t generate(int64_t E, int64_t K, int64_t B, int64_t ntok, int64_t G, bool decode, int32_t *ge, int32_t *gr)
 {
-	const ts_meta *x = &t->s->meta;
-	int64_t E = x->E > 0 ? x->E : 1, K = x->K < E ? x->K : E, B = x->B > 0 ? x->B : 1;
-	int64_t ntok = decode ? 1 : x->T;
-	free(t->gen_e);
-	free(t->gen_r);
-	t->gen_e = calloc((size_t)(G > 0 ? G : 1), sizeof *t->gen_e);
-	t->gen_r = calloc((size_t)(G > 0 ? G : 1), sizeof *t->gen_r);
 	int64_t *cnt = calloc((size_t)E, sizeof *cnt);
 	int32_t *perm = malloc((size_t)E * sizeof *perm);
-	bool ok = t->gen_e && t->gen_r && cnt && perm;
+	bool ok = cnt && perm;
 	for (int64_t e = 0; e < E && ok; e++)
 		perm[e] = (int32_t)e;
 	uint64_t st = 0x6d6f65632d707265ull;
@@ -375,15 +394,49 @@ static bool expected(tl *t, int64_t G, bool decode)
 			perm[j] = y;
 			cnt[perm[k]]++;
 			if (decode && nb < G)
-				t->gen_e[nb] = perm[k], t->gen_r[nb++] = 1;
+				ge[nb] = perm[k], gr[nb++] = 1;
 		}
 	for (int64_t e = 0; e < E && !decode && ok; e++)
 		for (int64_t left = cnt[e]; left > 0 && nb < G; left -= B)
-			t->gen_e[nb] = (int32_t)e, t->gen_r[nb++] = (int32_t)(left < B ? left : B);
-	t->gen_nb = nb;
+			ge[nb] = (int32_t)e, gr[nb++] = (int32_t)(left < B ? left : B);
 	free(cnt);
 	free(perm);
-	return ok;
+	return ok ? nb : -1;
+}
+
+/* The expected loads last generated on this thread: a function of (E, K, B,
+ * T, G, decode) only, asked for by every prediction of a compile. */
+typedef struct gen_loads {
+	int64_t E, K, B, ntok, G, nb;
+	bool decode, valid;
+	int32_t *e, *r;
+} gen_loads;
+static _Thread_local gen_loads last_loads;
+
+/* the expected loads of a grid of G blocks (generate), t's to read */
+static bool expected(tl *t, int64_t G, bool decode)
+{
+	const ts_meta *x = &t->s->meta;
+	int64_t E = x->E > 0 ? x->E : 1, K = x->K < E ? x->K : E, B = x->B > 0 ? x->B : 1;
+	int64_t ntok = decode ? 1 : x->T;
+	gen_loads *q = &last_loads;
+	if (!(q->valid && q->E == E && q->K == K && q->B == B && q->ntok == ntok && q->G == G && q->decode == decode)) {
+		free(q->e);
+		free(q->r);
+		*q = (gen_loads){E, K, B, ntok, G, 0, decode, false, NULL, NULL};
+		q->e = calloc((size_t)(G > 0 ? G : 1), sizeof *q->e);
+		q->r = calloc((size_t)(G > 0 ? G : 1), sizeof *q->r);
+		if (!q->e || !q->r)
+			return false;
+		q->nb = generate(E, K, B, ntok, G, decode, q->e, q->r);
+		if (q->nb < 0)
+			return false;
+		q->valid = true;
+	}
+	t->gen_e = q->e;
+	t->gen_r = q->r;
+	t->gen_nb = q->nb;
+	return true;
 }
 
 /* A dma.spm staging the block loop's experts writes the loads (as the
@@ -411,6 +464,7 @@ static void stage(tl *t, const tcp_insn *in)
 		t->fail = true;
 		return;
 	}
+	t->sgen += t->own_memo;
 	const int32_t *ve = l ? l->block_expert : t->gen_e, *vr = l ? l->block_rows : t->gen_r;
 	int64_t nb = l ? l->nblocks : t->gen_nb;
 	t->nblocks = decode ? G : nb;
@@ -433,7 +487,7 @@ static void scalar_insn(tl *t, int op)
 static uint64_t memo_hash(uint32_t op, const int64_t *key)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ op;
-	for (int k = 0; k <= TCP_NVIEW; k++)
+	for (int k = 0; k < MEMO_KEY; k++)
 		h = (h ^ (uint64_t)key[k]) * 0x100000001b3ull;
 	return h ^ (h >> 29);
 }
@@ -460,30 +514,231 @@ static void memo_grow(moe_ctx *ctx, ts_cost_cache *c)
 	ctx_free(ctx, old, oc * sizeof *old);
 }
 
+/* Costs kept across predictions on a thread, for the predictions without the
+ * scheduler's cache (the planner's and the rewrite driver's, each on its own
+ * copy or placement): the key is everything op_cycles reads of a command
+ * other than a gather's or scatter's (those read the staged loads), the
+ * command with each view's buffer replaced by its tensor record (names
+ * left out), the scalar values its views and count read; the machine's
+ * record is the table's. */
+typedef struct xkey {
+	int64_t val[TCP_NVIEW + 1];
+	tcp_insn in;
+	tcp_tensor t[TCP_NVIEW];
+} xkey;
+typedef struct xentry {
+	xkey k;
+	int64_t total;
+	bool holds, used;
+} xentry;
+typedef struct xcache {
+	moe_tcp_machine m;
+	xentry *e;
+	size_t cap, n;
+} xcache;
+static _Thread_local xcache xc;
+#define XCACHE_CAP 8192 /* slots; the table is emptied when half full */
+
+static uint64_t xhash(const xkey *k)
+{
+	uint64_t h = 0xcbf29ce484222325ull, w;
+	const unsigned char *b = (const unsigned char *)k;
+	for (size_t i = 0; i + 8 <= sizeof *k; i += 8) {
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h ^ (h >> 31);
+}
+
+/* op_cycles through the thread's table; false where the command is not kept there */
+static int64_t op_cycles_kept(tl *t, ts_id id, const int64_t *val, bool *holds)
+{
+	const tcp_insn *in = &t->s->op[id].in;
+	if (in->op == TCP_OP_DMA_GATHER || in->op == TCP_OP_DMA_SCATTER)
+		return op_cycles(t, id, holds);
+	xkey k;
+	memset(&k, 0, sizeof k);
+	memcpy(k.val, val, sizeof k.val);
+	memcpy(&k.in, in, sizeof *in);
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0) {
+			memcpy(&k.t[w], &t->p->t[in->v[w].t], sizeof k.t[w]);
+			k.t[w].name = k.t[w].source = NULL;
+			k.in.v[w].t = 0;
+		}
+	xcache *c = &xc;
+	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
+		if (!c->e)
+			c->e = malloc(XCACHE_CAP * sizeof *c->e);
+		if (!c->e)
+			return op_cycles(t, id, holds);
+		c->cap = XCACHE_CAP;
+		c->n = 0;
+		memcpy(&c->m, t->m, sizeof c->m);
+		for (size_t i = 0; i < c->cap; i++)
+			c->e[i].used = false;
+	}
+	size_t i = xhash(&k) & (c->cap - 1);
+	while (c->e[i].used && memcmp(&c->e[i].k, &k, sizeof k))
+		i = (i + 1) & (c->cap - 1);
+	if (!c->e[i].used) {
+		c->e[i].total = op_cycles(t, id, &c->e[i].holds);
+		c->e[i].k = k;
+		c->e[i].used = true;
+		c->n++;
+	}
+	*holds = c->e[i].holds;
+	return c->e[i].total;
+}
+
 /* op_cycles through the cache when there is one */
 static int64_t op_cost(tl *t, ts_id id, bool *holds)
 {
 	if (!t->memo)
 		return op_cycles(t, id, holds);
 	const tcp_insn *in = &t->s->op[id].in;
-	int64_t key[TCP_NVIEW + 1] = {0};
+	int64_t key[MEMO_KEY] = {0};
 	for (int w = 0; w < TCP_NVIEW; w++)
 		key[w] = in->v[w].t >= 0 && in->v[w].reg >= 0 ? t->val[in->v[w].reg] : 0;
 	key[TCP_NVIEW] = in->vreg >= 0 ? t->val[in->vreg] : 0;
-	memo_entry *e = memo_slot(t->memo, id, key);
-	if (e->op == id) {
-		*holds = e->holds;
-		return e->total;
+	key[TCP_NVIEW + 1] = t->sgen;
+	ts_cost_cache *c = t->memo;
+	uint32_t last = t->mlast[id], hint = last ? c->e[last - 1].next : id < c->nfirst ? c->first[id] : 0;
+	memo_entry *e = hint && hint <= c->cap ? &c->e[hint - 1] : NULL;
+	if (!e || e->op != id || memcmp(e->key, key, sizeof key))
+		e = memo_slot(c, id, key);
+	if (e->op != id) {
+		int64_t approx = t->approx_idx, total = t->own_memo ? op_cycles_kept(t, id, key, holds) : op_cycles(t, id, holds);
+		if (2 * (c->n + 1) > c->cap) {
+			memo_grow(t->ctx, c);
+			e = memo_slot(c, id, key);
+		}
+		*e = (memo_entry){.total = total, .approx = t->approx_idx - approx, .op = id, .holds = *holds};
+		memcpy(e->key, key, sizeof key);
+		c->n++;
 	}
-	int64_t total = op_cycles(t, id, holds);
-	if (2 * (t->memo->n + 1) > t->memo->cap) {
-		memo_grow(t->ctx, t->memo);
-		e = memo_slot(t->memo, id, key);
+	uint32_t at = (uint32_t)(e - c->e) + 1;
+	if (last && last <= c->cap)
+		c->e[last - 1].next = at;
+	else if (!last) {
+		if (id >= c->nfirst) {
+			size_t nf = (size_t)id * 2 + 16;
+			c->first = ctx_realloc(t->ctx, c->first, c->nfirst * sizeof *c->first, nf * sizeof *c->first);
+			memset(c->first + c->nfirst, 0, (nf - c->nfirst) * sizeof *c->first);
+			c->nfirst = nf;
+		}
+		c->first[id] = at;
 	}
-	*e = (memo_entry){.total = total, .op = id, .holds = *holds};
-	memcpy(e->key, key, sizeof key);
-	t->memo->n++;
-	return total;
+	t->mlast[id] = at;
+	*holds = e->holds;
+	t->approx_idx += e->approx;
+	return e->total;
+}
+
+#define DEPS_NONE UINT32_MAX      /* dfirst: the op has not run */
+#define DEPS_ONCE (UINT32_MAX - 1) /* it has run once, its dependencies read as they are */
+
+/* Where each op stands in the regions' current orders. */
+static void positions(tl *t)
+{
+	const tcp_sched *s = t->s;
+	for (ts_id i = 0; i <= s->nop; i++)
+		t->oreg[i] = TS_NONE, t->oidx[i] = 0, t->dfirst[i] = DEPS_NONE;
+	for (ts_id i = 0; i < s->nop; i++)
+		t->octx[i] = (uint8_t)tcp_op_ctx[s->op[i].in.op];
+	uint8_t *seen = ctx_alloc(t->ctx, s->nop + 1);
+	memset(seen, 0, s->nop + 1);
+	for (ts_id r = 0; r < s->nrg; r++)
+		for (uint32_t k = 0; k < s->rg[r].nitem; k++) {
+			uint32_t it = s->rg[r].item[k], id = TS_ITEM_ID(it);
+			if (TS_ITEM_KIND(it) != TS_ITEM_OP || id >= s->nop)
+				continue;
+			t->oreg[id] = seen[id]++ ? TS_NONE : r; /* held twice: not known */
+			t->oidx[id] = k;
+		}
+	ctx_free(t->ctx, seen, s->nop + 1);
+	ts_id *par = ctx_alloc(t->ctx, (s->nrg + 1) * sizeof *par);
+	for (ts_id r = 0; r <= s->nrg; r++)
+		par[r] = TS_NONE, t->rloop[r] = 0;
+	for (ts_id r = 0; r < s->nrg; r++) {
+		const ts_region *g = &s->rg[r];
+		for (uint32_t k = 0; k < g->nitem; k++)
+			if (TS_ITEM_KIND(g->item[k]) == TS_ITEM_RG && TS_ITEM_ID(g->item[k]) < s->nrg)
+				par[TS_ITEM_ID(g->item[k])] = r;
+		if (g->kind == TS_RG_LOOP && s->nloop > 0 && g->loop < (uint32_t)s->nloop) {
+			const ts_loop *l = &s->loop[g->loop];
+			ts_id in[3] = {l->prologue, l->body, l->epilogue};
+			for (int k = 0; k < 3; k++)
+				if (in[k] < s->nrg)
+					par[in[k]] = r;
+		}
+	}
+	for (ts_id r = 0; r < s->nrg; r++)
+		if (s->rg[r].kind == TS_RG_LOOP)
+			for (ts_id x = r, depth = 0; x != TS_NONE && depth <= s->nrg; x = par[x], depth++)
+				t->rloop[x] = 1;
+	ctx_free(t->ctx, par, (s->nrg + 1) * sizeof *par);
+}
+
+/* Op a's dependencies as its start reads them, the latest of their ends,
+ * with those that cannot be the latest left out. A context's end never
+ * decreases (each command starts after it) and a dependency's end read is
+ * of a run already issued, so one on a's own context is covered by a's
+ * start waiting for that context. Two on one other context that are items
+ * of one region, run in the same passes of it in item order, keep their
+ * order: of distance-0 ones that are earlier items of a's region (run in
+ * its current pass) only the last counts, and likewise of distance-1 ones
+ * in a region holding no loop (each of its passes lies in one block, so
+ * the last run before this block is of one pass for both). */
+#define DEP_GROUPS 32
+static void dep_list(tl *t, ts_id a)
+{
+	const tcp_sched *s = t->s;
+	const ts_op *o = &s->op[a];
+	int ca = tcp_op_ctx[o->in.op];
+	struct {
+		ts_id r, d;
+		uint8_t ctx, dist;
+	} grp[DEP_GROUPS];
+	int ng = 0, first[2][TCP_NCTX]; /* the first group of each distance and context */
+	for (int c = 0; c < TCP_NCTX; c++)
+		first[0][c] = first[1][c] = -1;
+	if (t->dlen + o->ndep > t->dcap) {
+		size_t nc = (t->dlen + o->ndep) * 2;
+		t->dl = ctx_realloc(t->ctx, t->dl, t->dcap * sizeof *t->dl, nc * sizeof *t->dl);
+		t->dd = ctx_realloc(t->ctx, t->dd, t->dcap, nc);
+		t->dcap = nc;
+	}
+	t->dfirst[a] = (uint32_t)t->dlen;
+	for (uint32_t k = 0; k < o->ndep; k++) {
+		ts_id d = o->dep[k], r = d < s->nop ? t->oreg[d] : TS_NONE;
+		uint8_t dist = o->dist[k] != 0;
+		int cd = d < s->nop ? t->octx[d] : -1;
+		if (cd == ca)
+			continue;
+		bool ordered = r != TS_NONE &&
+			       (dist ? !t->rloop[r] : r == t->oreg[a] && t->oidx[d] < t->oidx[a]);
+		int j = ordered ? first[dist][cd] : -1;
+		if (j >= 0 && grp[j].r != r)
+			for (j = 0; j < ng && !(grp[j].r == r && grp[j].ctx == cd && grp[j].dist == dist); j++)
+				;
+		j = j < 0 ? ng : j;
+		if (ordered && j < ng) {
+			if (t->oidx[d] > t->oidx[grp[j].d])
+				grp[j].d = d;
+			continue;
+		}
+		if (ordered && ng < DEP_GROUPS) {
+			first[dist][cd] = first[dist][cd] < 0 ? ng : first[dist][cd];
+			grp[ng].r = r, grp[ng].d = d, grp[ng].ctx = (uint8_t)cd, grp[ng++].dist = dist;
+			continue;
+		}
+		t->dl[t->dlen] = d;
+		t->dd[t->dlen++] = dist;
+	}
+	for (int j = 0; j < ng; j++)
+		t->dl[t->dlen] = grp[j].d, t->dd[t->dlen++] = grp[j].dist;
+	t->dn[a] = (uint32_t)(t->dlen - t->dfirst[a]);
 }
 
 static void run_op(tl *t, ts_id id)
@@ -496,10 +751,18 @@ static void run_op(tl *t, ts_id id)
 	int64_t start = t->tc > t->cfree[ctx] ? t->tc : t->cfree[ctx];
 	if (holds && t->cfree[TCP_CTX_MAIN] > start)
 		start = t->cfree[TCP_CTX_MAIN];
-	for (uint32_t k = 0; k < o->ndep; k++) {
-		ts_id d = o->dep[k];
+	/* an op run once reads its dependencies as they are (listing them costs
+	 * as much); from its second run, its list */
+	if (t->dfirst[id] == DEPS_ONCE)
+		dep_list(t, id);
+	bool once = t->dfirst[id] == DEPS_NONE;
+	const ts_id *dl = once ? o->dep : t->dl + t->dfirst[id];
+	const uint8_t *dd = once ? o->dist : t->dd + t->dfirst[id];
+	t->dfirst[id] = once ? DEPS_ONCE : t->dfirst[id];
+	for (uint32_t k = 0, n = once ? o->ndep : t->dn[id]; k < n; k++) {
+		ts_id d = dl[k];
 		/* distance 1: the previous block's run, even where d already ran in this one */
-		int64_t e = d >= t->s->nop ? -1 : o->dist[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
+		int64_t e = d >= t->s->nop ? -1 : dd[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
 		start = e > start ? e : start;
 	}
 	int64_t end = start + dur;
@@ -594,6 +857,15 @@ static void run_loop(tl *t, ts_id r, int depth)
 {
 	const tcp_sched *s = t->s;
 	const ts_loop *l = &s->loop[s->rg[r].loop];
+	/* the body's loop-carried values, in scalar order */
+	uint32_t nv = 0;
+	for (ts_id i = 0; i < s->nsc; i++)
+		nv += s->sc[i].kind == TS_SC_LOOPVAR && s->sc[s->sc[i].b].region == l->body;
+	ts_id *lv = ctx_alloc(t->ctx, (nv + 1) * sizeof *lv);
+	nv = 0;
+	for (ts_id i = 0; i < s->nsc; i++)
+		if (s->sc[i].kind == TS_SC_LOOPVAR && s->sc[s->sc[i].b].region == l->body)
+			lv[nv++] = i;
 	scalar_insn(t, TCP_OP_LI);
 	t->val[l->g] = 0;
 	run_region(t, l->prologue, depth + 1);
@@ -605,14 +877,14 @@ static void run_loop(tl *t, ts_id r, int depth)
 			if (g < t->val[l->nb]) {
 				t->block++;
 				run_region(t, l->body, depth + 1);
-				for (ts_id i = 0; i < s->nsc; i++)
-					if (s->sc[i].kind == TS_SC_LOOPVAR && s->sc[s->sc[i].b].region == l->body)
-						scalar_insn(t, TCP_OP_ALU), t->val[i] = t->val[s->sc[i].b];
+				for (uint32_t k = 0; k < nv; k++)
+					scalar_insn(t, TCP_OP_ALU), t->val[lv[k]] = t->val[s->sc[lv[k]].b];
 			}
 			scalar_insn(t, TCP_OP_ALU);
 			scalar_insn(t, TCP_OP_LI);
 			scalar_insn(t, TCP_OP_BR);
 		}
+	ctx_free(t->ctx, lv, (nv + 1) * sizeof *lv);
 	run_region(t, l->epilogue, depth + 1);
 }
 
@@ -659,14 +931,18 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->dmn, 0);
 	ctx_free(t->ctx, t->prev, 0);
 	ctx_free(t->ctx, t->blk, 0);
+	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast};
+	for (size_t k = 0; k < sizeof deps / sizeof *deps; k++)
+		if (deps[k])
+			ctx_free(t->ctx, deps[k], 0);
 	if (t->start)
 		ctx_free(t->ctx, t->start, n * sizeof *t->start);
 	if (t->end)
 		ctx_free(t->ctx, t->end, n * sizeof *t->end);
 	if (t->cost)
 		ctx_free(t->ctx, t->cost, n * sizeof *t->cost);
-	free(t->gen_e);
-	free(t->gen_r);
+	if (t->own_memo)
+		ts_cost_cache_free(t->ctx, t->memo);
 	if (t->p)
 		tcp_prog_free(t->p);
 }
@@ -677,6 +953,7 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	memset(t, 0, sizeof *t);
 	t->ctx = ctx;
 	t->memo = memo;
+	t->own_memo = !memo;
 	t->s = s;
 	t->m = s->m;
 	t->given = loads;
@@ -685,6 +962,8 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 		return -1;
 	}
 	tcp_cm_init(&t->cm, s->m);
+	if (t->own_memo)
+		t->memo = ts_cost_cache_new(ctx);
 	t->S = tcp_slices(s->m);
 	t->p = tensors(ctx, s);
 	size_t n = s->nop + 1;
@@ -697,6 +976,15 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->cost = ctx_alloc(ctx, n * sizeof *t->cost);
 	t->prev = ctx_alloc(ctx, n * sizeof *t->prev);
 	t->blk = ctx_alloc(ctx, n * sizeof *t->blk);
+	t->oreg = ctx_alloc(ctx, n * sizeof *t->oreg);
+	t->oidx = ctx_alloc(ctx, n * sizeof *t->oidx);
+	t->dfirst = ctx_alloc(ctx, n * sizeof *t->dfirst);
+	t->dn = ctx_alloc(ctx, n * sizeof *t->dn);
+	t->rloop = ctx_alloc(ctx, s->nrg + 1);
+	t->octx = ctx_alloc(ctx, n);
+	t->mlast = ctx_alloc(ctx, n * sizeof *t->mlast);
+	memset(t->mlast, 0, n * sizeof *t->mlast);
+	positions(t);
 	memset(t->val, 0, (s->nsc + 1) * sizeof *t->val);
 	memset(t->route, 0, n);
 	memset(t->dmn, 0, (size_t)tcp_meter_stamps(s->m) * sizeof *t->dmn);
@@ -801,6 +1089,8 @@ ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx)
 	c->e = ctx_alloc(ctx, c->cap * sizeof *c->e);
 	for (size_t i = 0; i < c->cap; i++)
 		c->e[i].op = UINT32_MAX;
+	c->first = NULL;
+	c->nfirst = 0;
 	return c;
 }
 
@@ -809,6 +1099,7 @@ void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c)
 	if (!c)
 		return;
 	ctx_free(ctx, c->e, c->cap * sizeof *c->e);
+	ctx_free(ctx, c->first, c->nfirst * sizeof *c->first);
 	ctx_free(ctx, c, sizeof *c);
 }
 

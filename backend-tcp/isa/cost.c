@@ -15,6 +15,8 @@ void tcp_cm_init(tcp_cm *cm, const moe_tcp_machine *m)
 	cm->m = m;
 	cm->S = tcp_slices(m);
 	cm->hbm_bpc = m->hbm_bytes_per_s / m->clock_hz;
+	int64_t g = m->hbm_granule;
+	cm->gshift = g > 0 && (g & (g - 1)) == 0 ? __builtin_ctzll((unsigned long long)g) + 1 : 0;
 }
 
 int64_t tcp_cost_issue(const tcp_cm *cm, int ctx)
@@ -40,9 +42,15 @@ void tcp_dma_load_init(tcp_dma_load *c)
  * is taken as its address bits 8..12 (bit 8 the stack); a run shorter than
  * two granules that lands on the channel of the side's previous run but in
  * another row (address bits 21 and up) switches rows in that bank. */
-static void hbm_pattern(tcp_dma_load *c, int64_t a, int64_t len, int64_t g, bool write)
+/* x / g for x >= 0, a shift where g is a power of two (cm->gshift) */
+static inline int64_t gdiv(const tcp_cm *cm, int64_t x, int64_t g)
 {
-	int64_t g0 = a / g, g1 = (a + len - 1) / g;
+	return cm->gshift && x >= 0 ? x >> (cm->gshift - 1) : x / g;
+}
+
+static void hbm_pattern(const tcp_cm *cm, tcp_dma_load *c, int64_t a, int64_t len, int64_t g, bool write)
+{
+	int64_t g0 = gdiv(cm, a, g), g1 = gdiv(cm, a + len - 1, g);
 	if (g1 - g0 >= 31)
 		c->chan = 0xffffffffu;
 	else
@@ -65,12 +73,12 @@ void tcp_dma_run(const tcp_cm *cm, tcp_dma_load *c, bool hbm, int64_t a, int64_t
 {
 	const moe_tcp_machine *m = cm->m;
 	if (hbm) {
-		int64_t g = m->hbm_granule, end = a + len, blocks = (end + g - 1) / g - a / g;
-		hbm_pattern(c, a, len, g, write);
+		int64_t g = m->hbm_granule, end = a + len, blocks = gdiv(cm, end + g - 1, g) - gdiv(cm, a, g);
+		hbm_pattern(cm, c, a, len, g, write);
 		if (!write) {
 			c->hbm += (double)(blocks * g);
 		} else {
-			int64_t partial = (a % g != 0) + (end % g != 0);
+			int64_t partial = (a - gdiv(cm, a, g) * g != 0) + (end - gdiv(cm, end, g) * g != 0);
 			if (partial > blocks)
 				partial = blocks;
 			c->hbm += (double)((blocks - partial) * g) + (double)(partial * g) * m->hbm_unaligned_write;

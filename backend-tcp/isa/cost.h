@@ -20,6 +20,7 @@ typedef struct tcp_cm {
 	const moe_tcp_machine *m;
 	int64_t S;      /* slices */
 	double hbm_bpc; /* the one HBM pool, bytes per cycle */
+	int gshift;     /* log2 of hbm.granule + 1 when it is a power of two; 0: not */
 } tcp_cm;
 void tcp_cm_init(tcp_cm *cm, const moe_tcp_machine *m);
 
