@@ -118,8 +118,9 @@ static int64_t shared_rows(moe_ctx *ctx, const opts *o, int64_t T)
 }
 
 /* The pipeline of rank `rank` (-1: the text every rank shares, for the
- * ranks' check) over G rows. */
-static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, char *pipe, size_t cap)
+ * ranks' check) over G rows; sched: for TCP chips compiled by the schedule
+ * compiler, which reads the local experts as a block_loop (loop=1). */
+static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, bool sched, char *pipe, size_t cap)
 {
 	char pl[512] = "", rk[16] = "*";
 	if (o->placement && rank >= 0) { /* the ranks compare placements as a field of their own */
@@ -131,8 +132,8 @@ static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, char *pip
 	if (rank >= 0)
 		snprintf(rk, sizeof rk, "%d", rank);
 	snprintf(pipe, cap,
-		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s},blockwise-dispatch,"
-		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl);
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s%s},blockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl, sched ? ",loop=1" : "");
 }
 
 /* Rows [first, first + n) of the input x (or one zero row when n = 0); x
@@ -171,8 +172,8 @@ static int bind_rows(moe_ctx *ctx, const moe_graph *g, const opts *o, int64_t T,
 	return 0;
 }
 
-/* This rank's program; 0 when ready. */
-static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, moe_module **mp)
+/* This rank's program (sched: ep_pipeline's); 0 when ready. */
+static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, bool sched, moe_module **mp)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
 	moe_module *m = *mp = load_rows(ctx, o, Td ? Td : 1);
@@ -181,17 +182,17 @@ static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, mo
 	if (moe_module_num_graphs(m) != 1)
 		return fail(ctx, "--ep runs a file with one layer%s", "");
 	char pipe[1024];
-	ep_pipeline(o, N, rank, T, pipe, sizeof pipe);
+	ep_pipeline(o, N, rank, T, sched, pipe, sizeof pipe);
 	moe_run_opts ro = {.verify = 1};
 	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
 }
 
 /* This rank's program, weights and input over the T rows shared (Tl: the layer's); 0 when ready. */
-static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, int64_t Tl, moe_module **mp,
-	moe_tensor_map *bind)
+static int prepare(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, int64_t Tl, bool sched,
+	moe_module **mp, moe_tensor_map *bind)
 {
 	int64_t q = T / N, Td = rank < N - 1 ? q : T - q * (N - 1);
-	if (build(ctx, o, N, rank, T, mp))
+	if (build(ctx, o, N, rank, T, sched, mp))
 		return 1;
 	moe_graph *g = moe_module_graph(*mp, 0);
 	char *wcopy = strdup(o->weights);
@@ -326,11 +327,20 @@ static int write_empty(moe_ctx *ctx, const opts *o, const moe_module *gm)
 	return st;
 }
 
+/* --tcp-opt switches the schedule compiler's rewrites: an error for the legacy emitter */
+static int opt_unused(moe_ctx *ctx, const opts *o)
+{
+	return o->tcp_opt && !cli_tcp_sched(o) &&
+		fail(ctx, "--tcp-opt switches the schedule compiler's rewrites: give --tcp-emitter=sched%s", "");
+}
+
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
+	if (opt_unused(ctx, o))
+		return 1;
 	int64_t Tl;
 	moe_module *gm = load_global(ctx, o, &Tl);
 	int64_t T = gm ? shared_rows(ctx, o, Tl) : -1;
@@ -349,7 +359,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
 		bind[d] = moe_tensor_map_new(ctx);
-		st = prepare(ctx, o, N, d, T, Tl, &m[d], bind[d]);
+		st = prepare(ctx, o, N, d, T, Tl, cli_tcp_sched(o), &m[d], bind[d]);
 		if (!st) {
 			g[d] = moe_module_graph(m[d], 0);
 			out[d] = &outv[d];
@@ -358,7 +368,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	}
 	moe_tcp_ep_stats s;
 	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
-		.trace_path = o->trace};
+		.trace_path = o->trace, .sched = cli_tcp_sched(o), .sched_opts = o->tcp_opt};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;
@@ -401,7 +411,7 @@ static int agree_first(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t
 	char pipe[1024];
 	int bad = *T < 0;
 	if (!bad) {
-		ep_pipeline(o, N, -1, *T, pipe, sizeof pipe);
+		ep_pipeline(o, N, -1, *T, false, pipe, sizeof pipe);
 		bad = cli_ep_digest(ctx, o, gm, N, pipe, *T, dg);
 	}
 	moe_module_free(gm);
@@ -465,7 +475,7 @@ int cli_run_ep(moe_ctx *ctx, const opts *o)
 		moe_module_free(gm);
 		goto done;
 	}
-	int bad = prepare(ctx, o, N, rank, T, Tl, &m, bind);
+	int bad = prepare(ctx, o, N, rank, T, Tl, false, &m, bind);
 	if (!bad && moe_graph_num_outputs(moe_module_graph(m, 0)) != 1)
 		bad = fail(ctx, "--ep runs layers with one output%s", "");
 	if (cli_ep_net_agree(ctx, bad))
@@ -693,6 +703,8 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		return 1;
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP compiles at most 64 chips%s", "");
+	if (opt_unused(ctx, o))
+		return 1;
 	bool asm_ = cli_ends_with(o->out, ".tcps");
 	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
 		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
@@ -712,10 +724,11 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	moe_tcp_machine *mach = o->machine ? moe_tcp_machine_load(ctx, o->machine) : NULL;
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
-		st = build(ctx, o, N, d, T, &m[d]);
+		st = build(ctx, o, N, d, T, cli_tcp_sched(o), &m[d]);
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
+	moe_tcp_run_opts ro = {.machine = mach, .sched = cli_tcp_sched(o), .sched_opts = o->tcp_opt};
 	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
 	w.programs = cJSON_CreateArray();
 	cJSON_AddNumberToObject(man, "ep", (double)N);
@@ -724,7 +737,7 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	cJSON_AddItemToObject(man, "exchanges", ex);
 	w.set = st ? NULL : moe_output_set_new(ctx);
 	if (!st)
-		st = !w.set || moe_tcp_ep_compile(ctx, (int)N, g, mach, write_phase, &w) != MOE_OK;
+		st = !w.set || moe_tcp_ep_compile_ex(ctx, (int)N, g, &ro, write_phase, &w) != MOE_OK;
 	for (int d = 0; d < N && !st; d++)
 		list_exchanges(ex, g[d], d);
 	char *text = st ? NULL : cJSON_Print(man);

@@ -74,11 +74,18 @@ static bool tensor_ok(const tcp_program *p, int32_t t)
 static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const moe_id *ids, uint32_t nids, double hz)
 {
 	uint8_t *in = ctx_alloc(ctx, p->nt + 1), *rv = ctx_alloc(ctx, p->nt + 1), *pk = ctx_alloc(ctx, p->ncode + 1);
+	/* legacy names output j "output<j>"; the schedule compiler names it after
+	 * its node and makes the output tensors in output order */
+	unsigned nth = 0;
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
 		unsigned j;
-		if (t->kind == TCP_T_OUTPUT && sscanf(t->name, "output%u", &j) == 1 && j < nids && sent(c, ids[j]))
-			in[i] = 1;
+		if (t->kind == TCP_T_OUTPUT) {
+			if (sscanf(t->name, "output%u", &j) != 1)
+				j = nth;
+			nth++;
+			in[i] = j < nids && sent(c, ids[j]);
+		}
 		if (t->kind == TCP_T_INPUT && sscanf(t->name, "ep.%u", &j) == 1 && j < c->g->nnodes &&
 			N(c->g, j)->op == MOE_OP_ALL_TO_ALL)
 			rv[i] = 1;
@@ -124,11 +131,13 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
 	ctx_free(ctx, pk, p->ncode + 1);
 }
 
-/* Runs phase k on chip d. */
-/* Phase k of chip c compiled: *mp its graph, *pp its program (both NULL
- * when the phase computes nothing), ids[0..*nids-1] the source node of
- * each output. */
-static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_machine *mach, moe_module **mp,
+/* Phase k of chip c compiled on ro's machine by ro's emitter: *mp its
+ * graph, *pp its program (both NULL when the phase computes nothing),
+ * ids[0..*nids-1] the source node of each output. The schedule compiler
+ * reads the phase as the tcp-sched pipeline leaves a layer (its block_loop
+ * kept, the loop's pairings, the packed weights marked); legacy lowers the
+ * flattened phase and plans those itself. */
+static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_run_opts *ro, moe_module **mp,
 	moe_tcp_program **pp, moe_id *ids, uint32_t *nids)
 {
 	*nids = 0;
@@ -145,9 +154,17 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 		*mp = NULL;
 		return MOE_OK;
 	}
+	/* the chip's block grid: the run's instruction and work budgets
+	 * (docs/tcp-isa.md section 9) count the phase's block loop that many
+	 * times; the legacy phases keep their grid 0 (their output unchanged) */
+	if (ro->sched)
+		ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
 	moe_run_opts po = {.verify = 1};
-	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce", m, &po);
-	*pp = st == MOE_OK ? moe_tcp_compile(ctx, g, mach) : NULL;
+	moe_status st = moe_run_pipeline_text(ctx, ro->sched ? "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
+		"tcp-pair-down,tcp-split-weights,tcp-plan-fusion" : "infer-shapes,canonicalize,cse,dce", m, &po);
+	if (st == MOE_OK)
+		*pp = ro->sched ? moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts) :
+			moe_tcp_compile(ctx, g, ro->machine);
 	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
 }
 
@@ -157,7 +174,7 @@ static moe_status run_phase(moe_ctx *ctx, chip *c, int k, const moe_tensor_map *
 	uint32_t nids = 0;
 	moe_module *m;
 	moe_tcp_program *p;
-	moe_status st = compile_phase(ctx, c, k, ro->machine, &m, &p, ids, &nids);
+	moe_status st = compile_phase(ctx, c, k, ro, &m, &p, ids, &nids);
 	if (st == MOE_OK && !m)
 		return MOE_OK;
 	moe_graph *g = m ? moe_module_graph(m, 0) : NULL;
@@ -450,11 +467,19 @@ static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
 	moe_tcp_ep_sink sink, void *ud)
 {
-	if (!ctx || ep < 1 || ep > MOE_TCP_EP_MAX || !g || !sink)
+	moe_tcp_run_opts o = {.machine = machine};
+	return moe_tcp_ep_compile_ex(ctx, ep, g, &o, sink, ud);
+}
+
+moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_run_opts *opts,
+	moe_tcp_ep_sink sink, void *ud)
+{
+	if (!ctx || ep < 1 || ep > MOE_TCP_EP_MAX || !g || !sink || !opts)
 		return MOE_ERR_INVALID;
-	moe_tcp_machine *def = machine ? NULL : moe_tcp_machine_default(ctx);
-	const moe_tcp_machine *mach = machine ? machine : def;
-	if (!mach)
+	moe_tcp_machine *def = opts->machine ? NULL : moe_tcp_machine_default(ctx);
+	moe_tcp_run_opts o = *opts; /* the phases compile for the resolved machine */
+	o.machine = opts->machine ? opts->machine : def;
+	if (!o.machine)
 		return MOE_ERR_INVALID;
 	chip c[MOE_TCP_EP_MAX];
 	memset(c, 0, sizeof c);
@@ -466,7 +491,7 @@ moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, c
 			uint32_t nids;
 			moe_module *m;
 			moe_tcp_program *p;
-			st = compile_phase(ctx, &c[d], k, mach, &m, &p, ids, &nids);
+			st = compile_phase(ctx, &c[d], k, &o, &m, &p, ids, &nids);
 			if (st == MOE_OK)
 				st = sink(ud, d, k, p, p ? ids : NULL, p ? nids : 0);
 			moe_tcp_program_free(p);

@@ -202,6 +202,13 @@ typedef struct moe_tcp_run_opts {
 	 * (moe_tcp_loads below): the observed loads to predict the run with
 	 * (moe_tcp_predict). The caller releases them with moe_tcp_loads_free. */
 	struct moe_tcp_loads *observed;
+	/* The emitter moe_tcp_ep_run and moe_tcp_ep_compile_ex compile each
+	 * phase with: 0 the legacy lowering (moe_tcp_compile, of a flattened
+	 * graph), 1 the schedule compiler (moe_tcp_compile_sched with sched_opts,
+	 * of chip programs whose local experts are a block_loop:
+	 * expert-parallel{loop=1}). moe_tcp_run ignores both. */
+	int sched;
+	const char *sched_opts;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and
@@ -273,6 +280,10 @@ MOE_API moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *
 typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_tcp_program *p, const moe_id *outputs,
 	uint32_t noutputs);
 MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
+	moe_tcp_ep_sink sink, void *ud);
+/* The same with the machine and the emitter of opts (opts->machine,
+ * opts->sched, opts->sched_opts; the rest is unused). */
+MOE_API moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_run_opts *opts,
 	moe_tcp_ep_sink sink, void *ud);
 
 /* ---- prediction: the simulator's timeline without data (docs/api.md) ----

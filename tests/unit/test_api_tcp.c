@@ -722,13 +722,20 @@ static void test_compile_sched(void **st)
 #define NCHIP 2
 #define TALL 8
 
-static moe_module *chip_program(moe_ctx *c, int rank)
+/* loop: its local experts a block_loop (expert-parallel{loop=1}), the form
+ * the schedule compiler reads */
+static moe_module *chip_program_loop(moe_ctx *c, int rank, int loop)
 {
 	char pipe[512];
 	snprintf(pipe, sizeof pipe,
-		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%d,rank=%d,tokens=%d},blockwise-dispatch,"
-		"grid-bound,canonicalize,cse,dce", NCHIP, rank, TALL);
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%d,rank=%d,tokens=%d,loop=%d},blockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", NCHIP, rank, TALL, loop);
 	return layer(c, TALL / NCHIP, 0, 0, pipe);
+}
+
+static moe_module *chip_program(moe_ctx *c, int rank)
+{
+	return chip_program_loop(c, rank, 0);
 }
 
 static moe_tensor *rows(moe_ctx *c, const moe_tensor *x, int64_t first, int64_t n)
@@ -955,6 +962,67 @@ static void test_ep_compile(void **st)
 	moe_ctx_free(c);
 }
 
+/* The schedule compiler's phases (moe_tcp_run_opts.sched) on programs
+ * with their experts a block_loop: y equals the legacy phases' y on the
+ * flattened programs bit for bit; moe_tcp_ep_compile_ex hands the sink as
+ * many phases, and reports a bad sched_opts with a diagnostic. */
+static void test_ep_sched(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	float *keep;
+	moe_checkpoint *ck = random_ck(c, &keep);
+	moe_tensor *x = random_x(c, TALL);
+	moe_module *m[2][NCHIP];
+	const moe_graph *g[2][NCHIP];
+	moe_tensor_map *bind[2][NCHIP];
+	moe_tensor *outv[2][NCHIP] = {{0}}, **out[2][NCHIP];
+	moe_tcp_ep_stats s;
+	for (int e = 0; e < 2; e++) {
+		for (int d = 0; d < NCHIP; d++) {
+			m[e][d] = chip_program_loop(c, d, e);
+			g[e][d] = moe_module_graph(m[e][d], 0);
+			bind[e][d] = moe_tensor_map_new(c);
+			assert_int_equal(moe_weights_load_from(c, g[e][d], ck, bind[e][d]), MOE_OK);
+			moe_tensor_map_set(bind[e][d], "x", rows(c, x, d * (TALL / NCHIP), TALL / NCHIP));
+			out[e][d] = &outv[e][d];
+		}
+		moe_tcp_run_opts ro = {.sched = e};
+		moe_status rc = moe_tcp_ep_run(c, NCHIP, g[e], (const moe_tensor_map *const *)bind[e], &ro, out[e], &s);
+		if (rc)
+			moe_diag_print(c, stderr);
+		assert_int_equal(rc, MOE_OK);
+	}
+	for (int d = 0; d < NCHIP; d++) {
+		assert_non_null(outv[0][d]);
+		assert_non_null(outv[1][d]);
+		assert_int_equal(outv[0][d]->nbytes, outv[1][d]->nbytes);
+		assert_memory_equal(outv[0][d]->data, outv[1][d]->data, outv[0][d]->nbytes);
+	}
+	sunk s0 = {.ctx = c, .g = g[0], .stop_at = -1}, s1 = {.ctx = c, .g = g[1], .stop_at = -1};
+	moe_tcp_run_opts ro = {.sched = 1};
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[0], NULL, sink, &s0), MOE_OK);
+	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], &ro, sink, &s1), MOE_OK);
+	assert_int_equal(s1.calls, s0.calls);
+	assert_int_equal(s1.bad_input, 0);
+	sunk s2 = {.ctx = c, .g = g[1], .stop_at = -1};
+	ro.sched_opts = "-nosuch";
+	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], &ro, sink, &s2), MOE_ERR_INVALID);
+	assert_int_equal(s2.calls, 0);
+	assert_diag(c, "unknown rewrite 'nosuch'");
+	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], NULL, sink, &s2), MOE_ERR_INVALID);
+	for (int e = 0; e < 2; e++)
+		for (int d = 0; d < NCHIP; d++) {
+			moe_tensor_free(c, outv[e][d]);
+			moe_tensor_map_free(bind[e][d]);
+			moe_module_free(m[e][d]);
+		}
+	moe_tensor_free(c, x);
+	moe_checkpoint_close(ck);
+	free(keep);
+	moe_ctx_free(c);
+}
+
 /* moe_tcp_quant_act: "fp8" marks exactly the block-FP8 dequants whose
  * 128 x 128 blocks divide the weight (act="fp8"), "bf16" marks none; a
  * layer without one, or another act, is refused with a diagnostic. */
@@ -1051,6 +1119,7 @@ int main(void)
 		cmocka_unit_test(test_floor),
 		cmocka_unit_test(test_ep_run),
 		cmocka_unit_test(test_ep_compile),
+		cmocka_unit_test(test_ep_sched),
 		cmocka_unit_test(test_quant_act),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
