@@ -252,8 +252,10 @@ bool sb_widened_operand(const sb *b, moe_id id)
 	       n->valid == MOE_NONE && SBN(b, n->args[0])->dtype == MOE_BF16;
 }
 
-/* A widened operand (never built) is read by einsums alone, not by an output. */
-static void widened_readers(sb *b, moe_id id)
+/* Whether a widened operand is read by einsums alone, not by an output (it is
+ * not built then; otherwise it is, for its other readers, and the einsums
+ * still read its source). */
+static bool widened_readers(const sb *b, moe_id id)
 {
 	const moe_graph *g = b->g;
 	bool ok = true;
@@ -264,8 +266,7 @@ static void widened_readers(sb *b, moe_id id)
 	}
 	for (uint32_t o = 0; o < g->nout && ok; o++)
 		ok = g->outputs[o] != id;
-	if (!ok)
-		sb_err(b, id, "%s=1: a cast of bf16 to f32 read other than by f32 einsums of two such casts", IR_NK_TCP_VIEW);
+	return ok;
 }
 
 bool sb_fused_member(const sb *b, moe_id id)
@@ -419,10 +420,8 @@ void sb_elem(sb *b, moe_id id)
 	}
 	if (sb_fused_member(b, id))
 		return; /* computed in its group's pass, at the group's last node */
-	if (sb_widened_operand(b, id)) {
-		widened_readers(b, id);
+	if (sb_widened_operand(b, id) && widened_readers(b, id))
 		return; /* the contractions read its source (recipe_contract.c) */
-	}
 	moe_id ch[TCP_MAXSTEP + 1];
 	int nch = 1;
 	ch[0] = id;
