@@ -1,0 +1,205 @@
+/* backend-tcp/compiler/rw/split_last_fetch.c: rewrite `split-last-fetch`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * With double weights, block g fetches block g + 1's expert into the other
+ * slot in one dma.copy, and block g + 1's first weight load waits for all
+ * of it. Every other block's fetch overlaps a block's compute; the last
+ * block's does not: the body's compute waits for the whole fetch, then runs
+ * alone. The rewrite splits the fetch for the last block (g + 1 = nb - 1)
+ * in two at a point P of the expert's packed weights where the body's loads
+ * of the slot divide into those reading below P (the first projections')
+ * and those reading from P on; each load waits for its part, so the first
+ * projections' loads and contractions run while the rest arrives. Every
+ * other block keeps the one fetch (one more DMA command each would delay
+ * the in-order DMA context's weight stream). Values are unchanged: the two
+ * parts copy the same bytes to the same places, and every reader of the
+ * slot waits for the part holding what it reads. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+
+/* The fetch and the split. */
+typedef struct sf {
+	ts_id f, gnext;        /* the body's fetch; the scalar g + 1 */
+	int64_t p;             /* elements before the split */
+} sf;
+
+/* [lo, hi) of the elements of one slot that view v of in reads */
+static void span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
+{
+	int64_t a = v->base, b = v->base;
+	for (int k = 0; k < in->ndim; k++) {
+		int64_t d = (in->dim[k] - 1) * v->stride[k];
+		if (d < 0)
+			a += d;
+		else
+			b += d;
+	}
+	*lo = a;
+	*hi = b + 1;
+}
+
+/* whether op o depends on op f */
+static bool waits(const tcp_sched *s, ts_id o, ts_id f)
+{
+	for (uint32_t j = 0; j < s->op[o].ndep; j++)
+		if (s->op[o].dep[j] == f)
+			return true;
+	return false;
+}
+
+/* The split point: the readers of the slot that wait for the fetch, in
+ * program order, divide at the first reader of another graph node whose
+ * predecessors all read below where it and its successors start. */
+static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
+{
+	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
+	ts_op_positions(s, pos);
+	ts_id rd[64];
+	int nr = 0;
+	for (ts_id o = 0; o < s->nop && nr < 64; o++)
+		if (o != f && waits(s, o, f) && s->op[o].in.v[TCP_V_S0].t == w)
+			rd[nr++] = o;
+	for (int i = 1; i < nr; i++) /* by program position */
+		for (int j = i; j > 0 && pos[rd[j]] < pos[rd[j - 1]]; j--) {
+			ts_id t = rd[j];
+			rd[j] = rd[j - 1];
+			rd[j - 1] = t;
+		}
+	ctx_free(s->ctx, pos, 0);
+	if (nr == 64 || nr < 2)
+		return 0;
+	int64_t lo[64], hi[64];
+	for (int i = 0; i < nr; i++)
+		span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[i], &hi[i]);
+	int64_t below = hi[0];
+	for (int k = 1; k < nr; k++) {
+		int64_t above = lo[k];
+		for (int i = k; i < nr; i++)
+			above = lo[i] < above ? lo[i] : above;
+		if (below <= above && s->op[rd[k]].node != s->op[rd[k - 1]].node && above > 0 && above < n)
+			return above;
+		below = hi[k] > below ? hi[k] : below;
+	}
+	return 0;
+}
+
+static bool find(const tcp_sched *s, sf *x)
+{
+	if (s->nloop != 1 || s->loop[0].G < 2 || s->loop[0].weights != TS_W_DOUBLE || s->loop[0].prefetch != 1)
+		return false;
+	const ts_loop *l = &s->loop[0];
+	x->f = TS_NONE;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		const tcp_view *d = &in->v[TCP_V_DST], *a = &in->v[TCP_V_S0];
+		if (in->op != TCP_OP_DMA_COPY || in->ndim != 1 || in->vreg >= 0 || d->t < 0 || a->t < 0 ||
+			d->reg < 0 || a->reg < 0 || d->stride[0] != 1 || a->stride[0] != 1 ||
+			!ts_region_within(s, s->op[o].region, l->body) || s->op[o].region == l->body)
+			continue;
+		const ts_buf *wb = &s->buf[d->t];
+		if (wb->space != TCP_DM || wb->slots != 2 || d->base != 0 || ts_buf_numel(wb) != in->dim[0])
+			continue;
+		/* the source row is the expert of block g + 1 */
+		const ts_scalar *e = &s->sc[a->reg];
+		if (e->kind != TS_SC_SPM_LD || e->a == TS_NONE)
+			continue;
+		const ts_scalar *gn = &s->sc[e->a];
+		if (gn->kind != TS_SC_ALU || gn->op != TCP_S_ADD || gn->a != l->g || gn->b != TS_NONE || gn->imm != 1)
+			continue;
+		if (x->f != TS_NONE)
+			return false; /* one fetch only */
+		x->f = o;
+		x->gnext = e->a;
+	}
+	if (x->f == TS_NONE)
+		return false;
+	x->p = split_at(s, x->f, s->op[x->f].in.v[TCP_V_DST].t, s->op[x->f].in.dim[0]);
+	return x->p > 0;
+}
+
+bool ts_rw_split_last_fetch_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	sf x;
+	return find(s, &x);
+}
+
+/* moves the last n items of region rg to position at */
+static void move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
+{
+	ts_region *r = &s->rg[rg];
+	uint32_t tmp[8];
+	memcpy(tmp, r->item + r->nitem - n, n * sizeof *tmp);
+	memmove(r->item + at + n, r->item + at, (r->nitem - n - at) * sizeof *r->item);
+	memcpy(r->item + at, tmp, n * sizeof *tmp);
+}
+
+moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)e;
+	sf x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	const ts_loop *l = &s->loop[0];
+	ts_id f = x.f, rg = s->op[f].region;
+	ts_region *r = &s->rg[rg];
+	uint32_t at = 0;
+	while (at < r->nitem && r->item[at] != (TS_ITEM_OP | f))
+		at++;
+	if (at == r->nitem)
+		return MOE_ERR_INVALID;
+	memmove(r->item + at, r->item + at + 1, (r->nitem - at - 1) * sizeof *r->item);
+	r->nitem--;
+	/* g + 2 == nb: this block fetches the last block's expert */
+	ts_id g2 = ts_add_scalar(s, rg, "sfnext2", TS_SC_ALU, TCP_S_ADD, x.gnext, TS_NONE, 1);
+	ts_id last = ts_add_scalar(s, rg, "sflast", TS_SC_CMP, TCP_C_EQ, g2, l->nb, 0);
+	ts_id other = ts_add_scalar(s, rg, "sfother", TS_SC_CMP, TCP_C_NE, g2, l->nb, 0);
+	ts_id ro = ts_add_region(s, rg, TS_RG_GUARD, other);
+	ts_id rl = ts_add_region(s, rg, TS_RG_GUARD, last);
+	move_tail(s, rg, at, 5);
+	ts_region_push(s, ro, TS_ITEM_OP | f);
+	s->op[f].region = ro;
+	/* the two parts: [0, p) and [p, n) of the slot */
+	tcp_insn in = s->op[f].in;
+	int64_t n = in.dim[0];
+	in.dim[0] = x.p;
+	ts_id fa = ts_add_op(s, rl, &in, s->op[f].phase);
+	in.dim[0] = n - x.p;
+	in.v[TCP_V_DST].base += x.p;
+	in.v[TCP_V_S0].base += x.p;
+	ts_id fb = ts_add_op(s, rl, &in, s->op[f].phase);
+	ts_id part[2] = {fa, fb};
+	for (int k = 0; k < 2; k++) {
+		s->op[part[k]].feature = feature;
+		s->op[part[k]].node = s->op[f].node;
+		for (uint32_t j = 0; j < s->op[f].ndep; j++)
+			ts_add_dep(s, part[k], s->op[f].dep[j], s->op[f].dist[j]);
+	}
+	/* the parts after the other guard's fetch (it never runs in the same
+	 * block: the order only tells the verifier the writes do not overlap),
+	 * the second part after the first */
+	ts_add_dep(s, fa, f, 0);
+	ts_add_dep(s, fb, fa, 0);
+	/* each waiter of the fetch waits for the part it reads (both where it
+	 * does not read the slot or reads across the split) */
+	int32_t w = s->op[f].in.v[TCP_V_DST].t;
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (o == f || o == fa || o == fb)
+			continue;
+		int dist = -1;
+		for (uint32_t j = 0; j < s->op[o].ndep; j++)
+			if (s->op[o].dep[j] == f)
+				dist = s->op[o].dist[j];
+		if (dist < 0)
+			continue;
+		int64_t lo = 0, hi = n;
+		if (s->op[o].in.v[TCP_V_S0].t == w && s->op[o].in.v[TCP_V_DST].t != w)
+			span(&s->op[o].in, &s->op[o].in.v[TCP_V_S0], &lo, &hi);
+		if (lo < x.p)
+			ts_add_dep(s, o, fa, dist);
+		if (hi > x.p)
+			ts_add_dep(s, o, fb, dist);
+	}
+	return MOE_OK;
+}
