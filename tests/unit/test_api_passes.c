@@ -87,7 +87,7 @@ static void test_pass_options(void **st)
 	} want[] = {
 		{"lower-topk", {"mode", "chunk", "select"}},
 		{"blockwise-dispatch", {"grid", "chunk", "combine", "counts", "decode", "rank", "tail"}},
-		{"expert-parallel", {"ep", "rank", "tokens", "placement"}},
+		{"expert-parallel", {"ep", "rank", "tokens", "placement", "loop"}},
 	};
 	for (size_t w = 0; w < sizeof want / sizeof *want; w++) {
 		const moe_pass_option *o = moe_pass_options(moe_pass_find(c, want[w].pass));
