@@ -214,3 +214,110 @@ int moe_tcp_rewrite_info(uint32_t i, const char **name, const char **summary)
 		*summary = ts_rewrites[i].summary;
 	return 1;
 }
+
+/* run[j]: the ops; at[o]: j + 1 for op o of the run. */
+void ts_split_classes(tcp_sched *s, ts_id body, uint32_t i0, uint32_t m, ts_id count, const int64_t *bound, uint32_t n,
+	const uint8_t *cut, bool case_bufs, uint16_t feature)
+{
+	ts_id nop0 = s->nop;
+	ts_id *run = ctx_alloc(s->ctx, m * sizeof *run), *cp = ctx_alloc(s->ctx, (size_t)m * n * sizeof *cp);
+	uint32_t *at = ctx_alloc(s->ctx, (nop0 + 1) * sizeof *at);
+	memset(at, 0, (nop0 + 1) * sizeof *at);
+	for (uint32_t j = 0; j < m; j++) {
+		run[j] = TS_ITEM_ID(s->rg[body].item[i0 + j]);
+		at[run[j]] = j + 1;
+	}
+	ts_region *b = &s->rg[body];
+	memmove(b->item + i0, b->item + i0 + m, (b->nitem - i0 - m) * sizeof *b->item);
+	b->nitem -= m;
+	/* a span buffer living within the run: one per case, so cases do not
+	 * overlap their spans (the last case keeps the original) */
+	ts_id nbuf0 = s->nbuf, *bmap = ctx_alloc(s->ctx, (size_t)nbuf0 * n * sizeof *bmap);
+	for (ts_id t = 0; t < nbuf0; t++) {
+		const ts_buf *bf = &s->buf[t];
+		bool own = case_bufs && bf->life == TS_LIFE_SPAN && bf->first < nop0 && bf->last < nop0 && at[bf->first] && at[bf->last];
+		for (uint32_t k = 0; k < n; k++) {
+			bmap[(size_t)k * nbuf0 + t] = t;
+			if (own && k + 1 < n) {
+				ts_buf keep = s->buf[t];
+				ts_id nt = ts_add_buf(s, keep.name, keep.space, keep.kind, (moe_dtype)keep.dtype, keep.rank, keep.shape);
+				s->buf[nt] = keep;
+				bmap[(size_t)k * nbuf0 + t] = nt;
+			}
+		}
+	}
+	ts_id cls = ts_add_classes(s, body, i0, count, bound, n);
+	for (uint32_t k = 0; k < n; k++) {
+		ts_id cs = TS_ITEM_ID(s->rg[cls].item[k]);
+		for (uint32_t j = 0; j < m; j++) {
+			if (k + 1 == n) { /* the last case: the originals */
+				cp[k * m + j] = run[j];
+				s->op[run[j]].region = cs;
+				ts_region_push(s, cs, TS_ITEM_OP | run[j]);
+				continue;
+			}
+			tcp_insn in = s->op[run[j]].in;
+			if (cut[run[j]] && in.dim[0] > bound[k])
+				in.dim[0] = bound[k];
+			for (int w = 0; w < TCP_NVIEW; w++)
+				if (in.v[w].t >= 0 && (ts_id)in.v[w].t < nbuf0)
+					in.v[w].t = (int32_t)bmap[(size_t)k * nbuf0 + (ts_id)in.v[w].t];
+			ts_id o = ts_add_op(s, cs, &in, s->op[run[j]].phase);
+			s->op[o].node = s->op[run[j]].node;
+			s->op[o].feature = feature;
+			cp[k * m + j] = o;
+		}
+	}
+	/* the copies' dependencies, then the originals' on the other cases */
+	for (uint32_t j = 0; j < m; j++) {
+		uint32_t nd = s->op[run[j]].ndep;
+		for (uint32_t d = 0; d < nd; d++) {
+			ts_id y = s->op[run[j]].dep[d];
+			int dist = s->op[run[j]].dist[d];
+			uint32_t jy = y < nop0 ? at[y] : 0;
+			for (uint32_t k = 0; k + 1 < n; k++) {
+				if (!jy)
+					ts_add_dep(s, cp[k * m + j], y, dist);
+				else if (!dist)
+					ts_add_dep(s, cp[k * m + j], cp[k * m + jy - 1], 0);
+				else
+					for (uint32_t kk = 0; kk < n; kk++)
+						ts_add_dep(s, cp[k * m + j], cp[kk * m + jy - 1], 1);
+			}
+			if (jy && dist)
+				for (uint32_t kk = 0; kk + 1 < n; kk++)
+					ts_add_dep(s, run[j], cp[kk * m + jy - 1], 1);
+		}
+	}
+	/* every other op that waits for an op of the run waits for its copies */
+	for (ts_id q = 0; q < nop0; q++) {
+		if (at[q])
+			continue;
+		uint32_t nd = s->op[q].ndep;
+		for (uint32_t d = 0; d < nd; d++) {
+			ts_id x = s->op[q].dep[d];
+			int dist = s->op[q].dist[d];
+			if (x < nop0 && at[x])
+				for (uint32_t k = 0; k + 1 < n; k++)
+					ts_add_dep(s, q, cp[k * m + at[x] - 1], dist);
+		}
+	}
+	for (ts_id t = 0; t < nbuf0; t++) {
+		ts_buf *bf = &s->buf[t];
+		if (bf->life != TS_LIFE_SPAN || bf->first >= nop0 || !at[bf->first])
+			continue;
+		if (bmap[t] == t) { /* live past the run: from its first case's copy */
+			bf->first = cp[at[bf->first] - 1];
+			continue;
+		}
+		for (uint32_t k = 0; k + 1 < n; k++) {
+			ts_buf *nb = &s->buf[bmap[(size_t)k * nbuf0 + t]];
+			nb->first = cp[k * m + at[bf->first] - 1];
+			nb->last = cp[k * m + at[bf->last] - 1];
+		}
+	}
+	ctx_free(s->ctx, bmap, 0);
+	ctx_free(s->ctx, run, 0);
+	ctx_free(s->ctx, cp, 0);
+	ctx_free(s->ctx, at, 0);
+}

@@ -63,6 +63,19 @@ moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage);
 /* Whether some row of `stage` may run under e's switches. */
 bool ts_rewrites_enabled(const ts_env *e, int stage);
 
+/* The run of ops at items [i0, i0 + m) of region `region` into a classes
+ * region keyed on scalar `count` with n bounds (ts_add_classes), standing
+ * where the run stood: case k holds a copy of every op of the run whose
+ * dimension 0 is cut to bound[k] where cut[op] (the last case holds the
+ * originals, uncut). The copies depend as their originals do (within the
+ * run, on the same case's copies; a loop-carried dependency on every case),
+ * every other op waiting for an op of the run waits for its copies too, and
+ * a span starting in the run starts at its first case's copy. With
+ * case_bufs, a span buffer living within the run is one per case (the
+ * cases' spans do not overlap). The copies carry feature. */
+void ts_split_classes(tcp_sched *s, ts_id region, uint32_t i0, uint32_t m, ts_id count, const int64_t *bound,
+	uint32_t n, const uint8_t *cut, bool case_bufs, uint16_t feature);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

@@ -194,83 +194,6 @@ bool ts_rw_serving_rows_applies(const tcp_sched *s, const ts_env *e)
 	return ok;
 }
 
-/* The copies' dependencies (the originals' within the run map to the same
- * case's copies), and every other op waiting for an op of the run waits for
- * its copies too. */
-static void copy_deps(tcp_sched *s, const ts_id *run, const ts_id *cp, const uint32_t *at, uint32_t m, uint32_t n,
-	ts_id nop0)
-{
-	for (uint32_t j = 0; j < m; j++) {
-		uint32_t nd = s->op[run[j]].ndep;
-		for (uint32_t d = 0; d < nd; d++) {
-			ts_id y = s->op[run[j]].dep[d];
-			uint32_t jy = y < nop0 ? at[y] : 0;
-			for (uint32_t k = 0; k + 1 < n; k++)
-				ts_add_dep(s, cp[k * m + j], jy ? cp[k * m + jy - 1] : y, s->op[run[j]].dist[d]);
-		}
-	}
-	for (ts_id q = 0; q < nop0; q++) {
-		if (at[q])
-			continue;
-		uint32_t nd = s->op[q].ndep;
-		for (uint32_t d = 0; d < nd; d++) {
-			ts_id x = s->op[q].dep[d];
-			if (x < nop0 && at[x])
-				for (uint32_t k = 0; k + 1 < n; k++)
-					ts_add_dep(s, q, cp[k * m + at[x] - 1], s->op[q].dist[d]);
-		}
-	}
-}
-
-/* The run of ops at top items [i0, i0 + m) into a classes region of n bounds
- * (the apply makes runs of one op; the copies' bookkeeping is general). */
-static void split_run(tcp_sched *s, const sr *c, uint32_t i0, uint32_t m, const int64_t *bound, uint32_t n,
-	uint16_t feature)
-{
-	ts_id top = s->top, nop0 = s->nop;
-	ts_id *run = ctx_alloc(s->ctx, m * sizeof *run), *cp = ctx_alloc(s->ctx, (size_t)m * n * sizeof *cp);
-	uint32_t *at = ctx_alloc(s->ctx, (nop0 + 1) * sizeof *at);
-	memset(at, 0, (nop0 + 1) * sizeof *at);
-	for (uint32_t j = 0; j < m; j++) {
-		run[j] = TS_ITEM_ID(s->rg[top].item[i0 + j]);
-		at[run[j]] = j + 1;
-	}
-	ts_region *b = &s->rg[top];
-	memmove(b->item + i0, b->item + i0 + m, (b->nitem - i0 - m) * sizeof *b->item);
-	b->nitem -= m;
-	ts_id cls = ts_add_classes(s, top, i0, c->count, bound, n);
-	for (uint32_t k = 0; k < n; k++) {
-		ts_id cs = TS_ITEM_ID(s->rg[cls].item[k]);
-		for (uint32_t j = 0; j < m; j++) {
-			if (k + 1 == n) { /* the last case: the originals */
-				cp[k * m + j] = run[j];
-				s->op[run[j]].region = cs;
-				ts_region_push(s, cs, TS_ITEM_OP | run[j]);
-				continue;
-			}
-			tcp_insn in = s->op[run[j]].in;
-			if (c->cut[run[j]] && in.dim[0] > bound[k])
-				in.dim[0] = bound[k];
-			ts_id o = ts_add_op(s, cs, &in, s->op[run[j]].phase);
-			s->op[o].node = s->op[run[j]].node;
-			s->op[o].feature = feature;
-			cp[k * m + j] = o;
-		}
-	}
-	copy_deps(s, run, cp, at, m, n, nop0);
-	/* a span whose first op is in the run starts at its first case's copy
-	 * (its last op, when in the run, is the original in the last case: the
-	 * span holds every case, of which one runs) */
-	for (ts_id t = 0; t < s->nbuf; t++) {
-		ts_buf *bf = &s->buf[t];
-		if (bf->life == TS_LIFE_SPAN && bf->first < nop0 && at[bf->first])
-			bf->first = cp[at[bf->first] - 1];
-	}
-	ctx_free(s->ctx, run, 0);
-	ctx_free(s->ctx, cp, 0);
-	ctx_free(s->ctx, at, 0);
-}
-
 moe_status ts_rw_serving_rows_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)e;
@@ -287,7 +210,7 @@ moe_status ts_rw_serving_rows_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	for (uint32_t i = 0; i < s->rg[s->top].nitem; i++) {
 		uint32_t it = s->rg[s->top].item[i];
 		if (TS_ITEM_KIND(it) == TS_ITEM_OP && TS_ITEM_ID(it) < c.nop && c.cut[TS_ITEM_ID(it)])
-			split_run(s, &c, i, 1, bound, n, feature);
+			ts_split_classes(s, s->top, i, 1, c.count, bound, n, c.cut, false, feature);
 	}
 	ctx_free(s->ctx, c.cut, 0);
 	return MOE_OK;
