@@ -21,17 +21,7 @@ static int64_t rup(int64_t x, int64_t a)
 
 static tcp_view vview(const sb_val *v, int64_t base, int64_t s0, int64_t s1, int64_t s2)
 {
-	tcp_view t = tcp_view_none();
-	t.t = (int32_t)v->buf;
-	t.base = v->base + base;
-	if (v->reg != TS_NONE) {
-		t.reg = (int32_t)v->reg;
-		t.scale = v->scale;
-	}
-	t.stride[0] = s0;
-	t.stride[1] = s1;
-	t.stride[2] = s2;
-	return t;
+	return sb_view_at(v, base, 3, (const int64_t[3]){s0, s1, s2});
 }
 
 typedef struct cargs {

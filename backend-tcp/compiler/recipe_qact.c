@@ -28,21 +28,6 @@ static int64_t rup(int64_t x, int64_t a)
 	return (x + a - 1) / a * a;
 }
 
-/* a view of v from element base with strides st (nd of them, the rest 0) */
-static tcp_view qa_view(const sb_val *v, int64_t base, int nd, const int64_t *st)
-{
-	tcp_view t = tcp_view_none();
-	t.t = (int32_t)v->buf;
-	t.base = v->base + base;
-	if (v->reg != TS_NONE) {
-		t.reg = (int32_t)v->reg;
-		t.scale = v->scale;
-	}
-	for (int k = 0; k < TCP_MAXD; k++)
-		t.stride[k] = k < nd ? st[k] : 0;
-	return t;
-}
-
 static tcp_view buf_view(ts_id t, int nd, const int64_t *st)
 {
 	return tcp_b_view((int32_t)t, 0, nd, st);
@@ -173,7 +158,7 @@ static bool stage_w8a8(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_i
 	if (b->dmv[w].kind != SV_VIEW) { /* the table and the copy, once */
 		const int64_t n2 = 2 * EO, one[1] = {1};
 		ts_id t = sb_dm_buf(b, w, QA_TABLE, MOE_F32, 1, &n2);
-		tcp_insn in = tcp_b_dma_copy(1, &EO, buf_view(t, 1, one), qa_view(v, 0, 1, one));
+		tcp_insn in = tcp_b_dma_copy(1, &EO, buf_view(t, 1, one), sb_view_at(v, 0, 1, one));
 		sb_emit(b, &in, w);
 		b->dmv[w] = *v;
 		b->dmv[w].buf = t;
@@ -245,14 +230,14 @@ static void quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts
 	*sa = sb_dm_buf(b, id, "act.scale", MOE_F32, 2, shs);
 	*xq = sb_dm_buf(b, id, "act.fp8", MOE_F8E4M3, 2, shx);
 	tcp_insn p1 = pass(b, id, 3, dim);
-	p1.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p1.v[TCP_V_S0] = sb_view_at(x, 0, 3, xs);
 	p1.v[TCP_V_DST] = buf_view(*sa, 3, sas);
 	step(&p1, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p1, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p1, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_IMM, fbits(448.0f));
 	sb_emit(b, &p1, id);
 	tcp_insn p2 = pass(b, id, 3, dim);
-	p2.v[TCP_V_S0] = qa_view(x, 0, 3, xs);
+	p2.v[TCP_V_S0] = sb_view_at(x, 0, 3, xs);
 	p2.v[TCP_V_S1] = buf_view(*sa, 3, sas);
 	p2.v[TCP_V_DST] = buf_view(*xq, 3, xqs);
 	step(&p2, TCP_V_FDIV, TCP_SRC_V, TCP_SRC_S1, 0);
@@ -268,7 +253,7 @@ static ts_id chunk_scales(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M
 	ts_id C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
 	tcp_insn in = pass(b, id, 4, dim);
 	in.v[TCP_V_S0] = buf_view(sa, 4, sas);
-	in.v[TCP_V_S1] = qa_view(s, 0, 4, ss);
+	in.v[TCP_V_S1] = sb_view_at(s, 0, 4, ss);
 	in.v[TCP_V_DST] = buf_view(C, 4, cs);
 	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	sb_emit(b, &in, id);
@@ -320,7 +305,7 @@ static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const 
 		int cur = k;
 		k = trf[1] != TS_NONE ? k ^ 1 : 0;
 		const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
-		tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st), qa_view(q, o0 * q->stride[0], 2, qs),
+		tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st), sb_view_at(q, o0 * q->stride[0], 2, qs),
 			true);
 		ts_id lo = sb_emit(b, &ld, id);
 		if (first[cur] == TS_NONE)
@@ -330,7 +315,7 @@ static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const 
 		s2.base += o0 * cs.stride[1];
 		if (rowdiv) /* the row factors stay where they are */
 			s2.stride[2] -= o0 * cs.stride[1];
-		tcp_insn in = tcp_b_contract(cdim, qa_view(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
+		tcp_insn in = tcp_b_contract(cdim, sb_view_at(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
 			tcp_view_none(), pl->Os < on ? pl->Os : on);
 		in.v[TCP_V_S2] = s2;
 		in.flags = TCP_F_SCALED | TCP_F_ROUTE | (rowdiv ? TCP_F_ROWDIV : 0);
@@ -423,7 +408,7 @@ static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t 
 	ts_id v = sb_dm_buf(b, id, "act.v", MOE_F32, 2, shx);
 	*xq = sb_dm_buf(b, id, "act.i8", MOE_I8, 2, shx);
 	tcp_insn p = pass(b, id, 2, shx);
-	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_S0] = sb_view_at(x, 0, 2, xs);
 	p.v[TCP_V_DST] = rv;
 	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
 	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
@@ -431,7 +416,7 @@ static void w8a8_quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t 
 	step(&p, TCP_V_FMIN, TCP_SRC_V, TCP_SRC_IMM, fbits(rmax));
 	sb_emit(b, &p, id);
 	p = pass(b, id, 2, shx);
-	p.v[TCP_V_S0] = qa_view(x, 0, 2, xs);
+	p.v[TCP_V_S0] = sb_view_at(x, 0, 2, xs);
 	p.v[TCP_V_S1] = rv;
 	p.v[TCP_V_DST] = buf_view(v, 2, vs);
 	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
@@ -458,7 +443,7 @@ static bool rslot(sb *b, moe_id u, tcp_view *rv, int64_t *EO)
 		return false;
 	*EO = b->s->buf[s->buf].shape[0] / 2;
 	const int64_t rs[2] = {1, 0};
-	*rv = qa_view(s, *EO, 2, rs);
+	*rv = sb_view_at(s, *EO, 2, rs);
 	return true;
 }
 
@@ -517,13 +502,13 @@ static void w8a8_einsum(sb *b, moe_id id)
 	tcp_view cv;
 	if (rowdiv) { /* col[o] = ws[o], row[m] = R[m] in the slot, E O further */
 		const int64_t cst[3] = {1, s->stride[0], EO};
-		cv = qa_view(s, 0, 3, cst);
+		cv = sb_view_at(s, 0, 3, cst);
 	} else {
 		const int64_t shc[2] = {M, O}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1}, cs[3] = {O, 1, 0};
 		ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
 		tcp_insn p = pass(b, id, 2, shc);
 		p.v[TCP_V_S0] = rv;
-		p.v[TCP_V_S1] = qa_view(s, 0, 2, ss);
+		p.v[TCP_V_S1] = sb_view_at(s, 0, 2, ss);
 		p.v[TCP_V_DST] = buf_view(C, 2, cs2);
 		step(&p, TCP_V_FDIV, TCP_SRC_S1, TCP_SRC_V, 0); /* C = ws / R */
 		sb_emit(b, &p, id);

@@ -169,15 +169,23 @@ bool sb_contig(const sb_val *v, const ir_node *n)
 	return v->kind == SV_VIEW;
 }
 
-tcp_view sb_mkview(const sb_val *v, const ir_node *n, int ndim, const int *map)
+tcp_view sb_view_at(const sb_val *v, int64_t base, int nd, const int64_t *st)
 {
 	tcp_view tv = tcp_view_none();
 	tv.t = (int32_t)v->buf;
-	tv.base = v->base;
+	tv.base = v->base + base;
 	if (v->reg != TS_NONE) {
 		tv.reg = (int32_t)v->reg;
 		tv.scale = v->scale;
 	}
+	for (int k = 0; k < nd; k++)
+		tv.stride[k] = st[k];
+	return tv;
+}
+
+tcp_view sb_mkview(const sb_val *v, const ir_node *n, int ndim, const int *map)
+{
+	tcp_view tv = sb_view_at(v, 0, 0, NULL);
 	for (int k = 0; k < ndim; k++)
 		tv.stride[k] = map[k] >= 0 && n->shape[map[k]] > 1 ? v->stride[map[k]] : 0;
 	return tv;

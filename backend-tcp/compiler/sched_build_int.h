@@ -83,6 +83,8 @@ ts_id sb_emit(sb *b, const tcp_insn *in, moe_id at);
 sb_val sb_view_of(ts_id buf, const ir_node *n);     /* contiguous, base 0 */
 bool sb_contig(const sb_val *v, const ir_node *n);
 tcp_view sb_mkview(const sb_val *v, const ir_node *n, int ndim, const int *map);
+/* a view of v from element base (past v's own) with strides st[0..nd), the rest 0 */
+tcp_view sb_view_at(const sb_val *v, int64_t base, int nd, const int64_t *st);
 int sb_axis(const ir_node *n, const ir_node *src, int64_t def);
 uint32_t sb_imm_of(moe_dtype dt, double v);
 /* node id's value in DM (an immediate or iota materialized, an HBM value
