@@ -222,7 +222,6 @@ void ts_split_classes(tcp_sched *s, ts_id body, uint32_t i0, uint32_t m, ts_id c
 	ts_id nop0 = s->nop;
 	ts_id *run = ctx_alloc(s->ctx, m * sizeof *run), *cp = ctx_alloc(s->ctx, (size_t)m * n * sizeof *cp);
 	uint32_t *at = ctx_alloc(s->ctx, (nop0 + 1) * sizeof *at);
-	memset(at, 0, (nop0 + 1) * sizeof *at);
 	for (uint32_t j = 0; j < m; j++) {
 		run[j] = TS_ITEM_ID(s->rg[body].item[i0 + j]);
 		at[run[j]] = j + 1;

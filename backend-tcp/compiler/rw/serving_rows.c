@@ -179,7 +179,6 @@ static bool prepare(sr *c, const tcp_sched *s)
 		return false;
 	c->nop = s->nop;
 	c->cut = ctx_alloc(s->ctx, s->nop + 1);
-	memset(c->cut, 0, s->nop + 1);
 	int64_t b[SR_MAX_BOUNDS];
 	return mark(c) > 0 && serving_bounds(c->T, b) > 1;
 }
