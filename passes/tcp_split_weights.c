@@ -13,7 +13,10 @@
  * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
  * executor still runs the graph; the TCP backend (backend-tcp/compiler/prep.c) reads
  * the marks and splits the graph into the device program, where each packed
- * node is a weight leaf, and the prep graph that computes them. */
+ * node is a weight leaf, and the prep graph that computes them. GPTQ
+ * dequants of expert weights are first rewritten to be computed from the
+ * weights alone (gptq_at_bind on a flattened graph, gptq_loops_at_bind on
+ * one that keeps its block loops), so they are packed too. */
 #include <string.h>
 
 #include "passes/pass.h"
@@ -198,11 +201,210 @@ static moe_status gptq_at_bind(moe_ctx *ctx, moe_graph *g)
 	return MOE_OK;
 }
 
+/* The data input a body node reads when it is a blockarg of one, else -1. */
+static int in_index(const ir_node *n)
+{
+	return n->op == MOE_OP_BLOCKARG && ir_blockarg_role_of(n) == IR_BA_IN ? (int)ir_attr_int(n, "index", -1) : -1;
+}
+
+/* The `e` input a body node reads when it is a blockarg of one, else -1. */
+static int e_input(const char *kinds, const moe_graph *body, moe_id a)
+{
+	int k = in_index(N(body, a));
+	return k >= 0 && k < (int)strlen(kinds) && kinds[k] == IR_BK_EXPERT ? k : -1;
+}
+
+/* A GPTQ dequant of body node d whose four operands are `e` inputs of loop l
+ * that are weights: the loop form of gptq_of_gathers. */
+static bool gptq_of_inputs(const moe_graph *g, const ir_node *l, const moe_graph *body, moe_id d)
+{
+	const ir_node *n = N(body, d);
+	const char *kinds = ir_attr_str(l, "kinds", "");
+	if (n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "gptq") || n->nargs != 4)
+		return false;
+	for (uint32_t k = 0; k < 4; k++) {
+		int e = e_input(kinds, body, n->args[k]);
+		if (e < 0 || !free_view(g, l->args[ir_block_loop_arg(kinds, e)]))
+			return false;
+	}
+	return true;
+}
+
+typedef struct gloop {
+	const ir_node *l;
+	const moe_graph *body;
+	const char *kinds;
+	bool *hoist;  /* body node: a GPTQ dequant read from a new `e` input */
+	bool *keep;   /* data input: read by a node that stays in the body */
+	int *newk;    /* data input k, hoisted body node i at nk + i: its index in the new loop */
+	int nk;       /* data inputs of the loop */
+} gloop;
+
+/* The new loop's operands and kinds: at each data input's place, first the
+ * dequantized weights of the hoisted dequants whose values it is, then the
+ * input itself when it is kept. deq[i]: the outer dequant of hoisted body
+ * node i. */
+static uint32_t gloop_operands(const rebuild *r, gloop *c, const moe_id *deq, moe_id *args, char *kinds)
+{
+	uint32_t na = IR_BL_NCTRL;
+	int at = 0; /* the new loop's data inputs so far */
+	for (uint32_t k = 0; k < IR_BL_NCTRL; k++)
+		args[k] = r->map[c->l->args[k]];
+	for (int k = 0; c->kinds[k]; k++) {
+		for (moe_id i = 0; i < c->body->nnodes; i++)
+			if (c->hoist[i] && e_input(c->kinds, c->body, N(c->body, i)->args[0]) == k) {
+				c->newk[c->nk + i] = at;
+				kinds[at++] = IR_BK_EXPERT;
+				args[na++] = deq[i];
+			}
+		if (!c->keep[k])
+			continue;
+		c->newk[k] = at;
+		kinds[at++] = c->kinds[k];
+		int a = ir_block_loop_arg(c->kinds, k), w = c->kinds[k] == IR_BK_ROWS ? 2 : 1;
+		for (int j = 0; j < w; j++)
+			args[na++] = r->map[c->l->args[a + j]];
+	}
+	kinds[at] = 0;
+	return na;
+}
+
+/* The new body: each hoisted dequant a blockarg of its new input, the
+ * dropped inputs' blockargs gone, the kept ones renumbered. */
+static void gloop_body(const gloop *c, moe_graph *nb, moe_id *bmap)
+{
+	const moe_graph *body = c->body;
+	for (moe_id i = 0; i < body->nnodes; i++) {
+		const ir_node *n = N(body, i);
+		bmap[i] = MOE_NONE;
+		if (c->hoist[i]) {
+			bmap[i] = ir_emit(nb, MOE_OP_BLOCKARG, (moe_dtype)n->dtype, n->rank, n->shape, NULL, 0, n->loc);
+			moe_node_set_str(nb, bmap[i], "role", "in");
+			moe_node_set_int(nb, bmap[i], "index", c->newk[c->nk + i]);
+			continue;
+		}
+		int k = in_index(n);
+		if (k >= 0 && !c->keep[k])
+			continue;
+		bmap[i] = ir_copy_node(nb, body, i, bmap);
+		if (k >= 0)
+			moe_node_set_int(nb, bmap[i], "index", c->newk[k]);
+	}
+	moe_graph_add_output(nb, bmap[ir_body_yield(body)]);
+}
+
+/* Loop l of r->src, copied with each GPTQ dequant of weights' `e` inputs in
+ * its body computed outside, from the weights themselves, and read by the
+ * body as an `e` input (blockwise-dispatch's loop form of what gptq_at_bind
+ * does to the flat graph); inputs read by such dequants only are dropped. */
+static moe_status gptq_loop(moe_ctx *ctx, rebuild *r, moe_id l)
+{
+	const moe_graph *g = r->src;
+	gloop c = {.l = N(g, l), .kinds = ir_attr_str(N(g, l), "kinds", "")};
+	c.body = ir_node_body(g, c.l);
+	uint32_t bn = c.body->nnodes, nk = (uint32_t)strlen(c.kinds);
+	c.nk = (int)nk;
+	c.hoist = ctx_alloc(ctx, bn + 1);
+	c.keep = ctx_alloc(ctx, nk + 1);
+	c.newk = ctx_alloc(ctx, ((size_t)nk + bn + 1) * sizeof *c.newk);
+	moe_id *deq = ctx_alloc(ctx, ((size_t)bn + 1) * sizeof *deq);
+	moe_id *bmap = ctx_alloc(ctx, ((size_t)bn + 1) * sizeof *bmap);
+	moe_status st = MOE_OK;
+	for (moe_id i = 0; i < bn; i++)
+		c.hoist[i] = gptq_of_inputs(g, c.l, c.body, i);
+	for (uint32_t k = 0; k < nk; k++)
+		c.keep[k] = true;
+	for (moe_id i = 0; i < bn; i++)
+		for (uint32_t k = 0; c.hoist[i] && k < 4; k++)
+			c.keep[e_input(c.kinds, c.body, N(c.body, i)->args[k])] = false;
+	for (moe_id i = 0; i < bn; i++) {
+		const ir_node *n = N(c.body, i);
+		for (uint32_t k = 0; !c.hoist[i] && k <= n->nargs; k++) {
+			moe_id a = k < n->nargs ? n->args[k] : n->valid;
+			if (a != MOE_NONE && in_index(N(c.body, a)) >= 0)
+				c.keep[in_index(N(c.body, a))] = true;
+		}
+	}
+	for (moe_id i = 0; i < bn && st == MOE_OK; i++) {
+		if (!c.hoist[i])
+			continue;
+		const ir_node *n = N(c.body, i);
+		moe_id w[4];
+		for (uint32_t k = 0; k < 4; k++)
+			w[k] = r->map[c.l->args[ir_block_loop_arg(c.kinds, e_input(c.kinds, c.body, n->args[k]))]];
+		deq[i] = moe_node_new(r->dst, MOE_OP_DEQUANT, w, 4, n->loc);
+		for (uint32_t a = 0; a < n->nattrs; a++)
+			ir_attr_set(r->dst, N(r->dst, deq[i]), &n->attrs[a]);
+		st = ir_infer(ctx, r->dst, deq[i]);
+	}
+	if (st == MOE_OK) {
+		moe_id args[IR_BL_NCTRL + 2 * IR_BODY_MAX_INPUTS];
+		char kinds[2 * IR_BODY_MAX_INPUTS + 1];
+		uint32_t na = gloop_operands(r, &c, deq, args, kinds), bi;
+		gloop_body(&c, ir_body_new(r->dst, &bi), bmap);
+		moe_id id = moe_node_new(r->dst, MOE_OP_BLOCK_LOOP, args, na, c.l->loc);
+		for (uint32_t a = 0; a < c.l->nattrs; a++)
+			ir_attr_set(r->dst, N(r->dst, id), &c.l->attrs[a]);
+		moe_node_set_str(r->dst, id, "kinds", kinds);
+		if (c.l->valid != MOE_NONE)
+			moe_node_set_valid(r->dst, id, r->map[c.l->valid]);
+		N(r->dst, id)->body = bi;
+		st = ir_infer(ctx, r->dst, id);
+		r->map[l] = id;
+	}
+	ctx_free(ctx, c.hoist, bn + 1);
+	ctx_free(ctx, c.keep, nk + 1);
+	ctx_free(ctx, c.newk, ((size_t)nk + bn + 1) * sizeof *c.newk);
+	ctx_free(ctx, deq, ((size_t)bn + 1) * sizeof *deq);
+	ctx_free(ctx, bmap, ((size_t)bn + 1) * sizeof *bmap);
+	return st;
+}
+
+/* A block_loop whose body holds a GPTQ dequant of weights' `e` inputs. */
+static bool gptq_in_loop(const moe_graph *g, moe_id l)
+{
+	const ir_node *n = N(g, l);
+	const moe_graph *body = n->op == MOE_OP_BLOCK_LOOP ? ir_node_body(g, n) : NULL;
+	for (moe_id i = 0; body && i < body->nnodes; i++)
+		if (gptq_of_inputs(g, n, body, i))
+			return true;
+	return false;
+}
+
+/* GPTQ in a graph that keeps its block loops (the tcp-sched pipeline): as
+ * gptq_at_bind, each such dequant of a loop body becomes an `e` input that
+ * is the dequant of the weights, computed from weights only and packed. */
+static moe_status gptq_loops_at_bind(moe_ctx *ctx, moe_graph *g)
+{
+	uint32_t nn = g->nnodes;
+	bool any = false;
+	for (moe_id i = 0; i < nn && !any; i++)
+		any = gptq_in_loop(g, i);
+	if (!any)
+		return MOE_OK;
+	rebuild r;
+	rebuild_begin(&r, g);
+	moe_status st = MOE_OK;
+	for (moe_id i = 0; i < nn && st == MOE_OK; i++)
+		if (gptq_in_loop(g, i))
+			st = gptq_loop(ctx, &r, i);
+		else
+			rebuild_copy(&r, i);
+	if (st != MOE_OK) {
+		rebuild_abort(&r);
+		return st;
+	}
+	rebuild_end(&r);
+	return MOE_OK;
+}
+
 PASS(pass_tcp_split_weights)
 {
 	(void)opts;
 	(void)ud;
 	moe_status st = gptq_at_bind(ctx, g);
+	if (st == MOE_OK)
+		st = gptq_loops_at_bind(ctx, g);
 	if (st != MOE_OK)
 		return st;
 	uint32_t nn = g->nnodes;

@@ -12,8 +12,12 @@
  * computed from weights only, packed (tcp-split-weights) and bound by the
  * prep graph. A dequant whose activations are quantized (act="fp8" on
  * block FP8, act="int8", read only by einsums) emits nothing: its einsums
- * read q and s themselves (recipe_qact.c). Refused: GPTQ (its dequant inside
- * the loop would need each column's group) and int8 read otherwise. */
+ * read q and s themselves (recipe_qact.c). GPTQ does not reach it either:
+ * tcp-split-weights computes a GPTQ dequant of weights' `e` inputs outside
+ * the loop, from the weights themselves, and binds it packed (its g_idx
+ * gives each input channel its group, so a decode in the loop would need
+ * each column's scale and zero point). Refused: a GPTQ dequant of anything
+ * else inside the loop, and int8 read otherwise. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -224,7 +228,7 @@ void sb_dequant(sb *b, moe_id id)
 	if (sb_qact_dequant(b, id, NULL))
 		return; /* its einsums read q and s themselves (recipe_qact.c) */
 	if (qi.fmt == QT_GPTQ || qi.fmt == QT_INT8 || (qi.fmt == QT_AWQ && (qi.K % qi.bk || qi.N % 8))) {
-		sb_refuse(b, id, qi.fmt == QT_GPTQ ? "a GPTQ dequant inside the block loop"
+		sb_refuse(b, id, qi.fmt == QT_GPTQ ? "a GPTQ dequant inside the block loop of values other than weights"
 				 : qi.fmt == QT_INT8 ? "an int8 (W8A8) dequant"
 						     : "an AWQ dequant over partial groups of input channels");
 		return;

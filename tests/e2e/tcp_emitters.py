@@ -11,9 +11,9 @@ random weights (E and K made small so the checkpoint stays small; seed and
 qwen3_30b_a3b at their own D and F, whose expert weights fit DM double-buffered, the
 other examples at D = 64, F = 32).
 Quantized layers: the fixtures of --quant-fixtures (tests/fixtures/quant) whose experts the
-schedule compiler dequantizes in its block loop (QUANT_FAMILIES: block and per-channel FP8,
-MXFP4, int4, NVFP4, AWQ, W8A8), every saved input (float32, T in {1, 5, 64}) run with the f32 and
-the bf16 compute type; the block-FP8 families of QACT_FAMILIES once more with fp8
+schedule compiler compiles (QUANT_FAMILIES: block and per-channel FP8, MXFP4, int4, NVFP4,
+AWQ, W8A8 dequantized in its block loop; GPTQ dequantized when the weights are bound), every
+saved input (float32, T in {1, 5, 64}) run with the f32 and the bf16 compute type; the block-FP8 families of QACT_FAMILIES once more with fp8
 activations (`--quant-act=fp8`: act=fp8 contractions, docs/tcp-isa.md 7.10).
 Round trip: each case's schedule printed by `moec compile --emit=tcp-sched`, read
 back and compiled (by `moec compile S.tsched` where this moec reads .tsched inputs,
@@ -49,11 +49,9 @@ EXAMPLES = {  # seed and qwen3_30b_a3b at their own D and F; the others at SMALL
     "olmoe_1b_7b": SMALL + ["--set", "E=8", "--set", "K=2"],
 }
 TOKENS = (1, 5, 64)
-# GPTQ (its dequant inside the loop) is refused by the schedule compiler (docs/tcp-compiler.md
-# 5.1 "Built")
 QUANT_FAMILIES = ["deepseek_v3", "qwen3_moe", "fp8ch_llama4", "mxfp4_gpt_oss", "int4_deepseek_v3",
                   "nvfp4_mixtral", "nvfp4_qwen3_moe", "nvfp4mo_qwen3_moe", "awq_mixtral", "awq_qwen3_moe",
-                  "w8a8_mixtral", "w8a8_qwen3_moe"]
+                  "w8a8_mixtral", "w8a8_qwen3_moe", "gptq_mixtral", "gptq_qwen3_moe"]
 # block FP8 in 128 x 128 blocks: run a second time with --quant-act=fp8
 QACT_FAMILIES = ["deepseek_v3", "qwen3_moe"]
 
