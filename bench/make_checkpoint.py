@@ -13,7 +13,9 @@ and DeepSeek's shared experts stay): enough for `moec run --target=tcp --timing-
 whose cycle counts do not depend on expert weight values. The DeepSeek-V3 layer's experts
 alone are 22.5 GB in bf16. --fp8-block stores the per-expert projections as block FP8
 (F8_E4M3 `weight` with a float32 `weight_scale_inv` per 128x128 block, as DeepSeek-V3 and
-Qwen3-FP8 publish them; random valid codes, scale 2^-14), for bench/qwen3_30b_a3b_fp8.moe.
+Qwen3-FP8 publish them; random valid codes, scale 2^-14), for bench/qwen3_30b_a3b_fp8.moe; for
+deepseek_v3 the shared experts too (with --no-experts they stay, in FP8), for the layer
+`moec import-hf tests/fixtures/configs/DeepSeek-V3.json` writes.
 """
 import json
 import struct
@@ -64,6 +66,12 @@ def tensors(model):
     sys.exit(f"make_checkpoint.py: unknown model '{model}'")
 
 
+def fp8_proj(t):
+    """An expert projection that --fp8-block stores as block FP8: every routed one, and the shared
+    experts' (DeepSeek-V3 publishes those in FP8 too; its router stays bf16)."""
+    return t[0].endswith(".weight") and (t[3] or ".shared_experts." in t[0])
+
+
 def bf16_bits(a):
     u = a.astype(np.float32).view(np.uint32)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -76,9 +84,9 @@ def main():
     dtype = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "bf16"
     ts = [t for t in tensors(model) if not ("--no-experts" in sys.argv and t[3])]
     fp8 = "--fp8-block" in sys.argv
-    if fp8:  # a scale grid after every per-expert projection
-        ts = [u for t in ts for u in ([(t[0], t[1], "f8", True), (t[0] + "_scale_inv", (
-            -(-t[1][0] // 128), -(-t[1][1] // 128)), "f32", True)] if t[3] and t[0].endswith(".weight") else [t])]
+    if fp8:  # a scale grid after every expert projection, routed or shared (DeepSeek-V3 stores both so)
+        ts = [u for t in ts for u in ([(t[0], t[1], "f8", t[3]), (t[0] + "_scale_inv", (
+            -(-t[1][0] // 128), -(-t[1][1] // 128)), "f32", t[3])] if fp8_proj(t) else [t])]
     rng = np.random.default_rng(0)
     header, off = {}, 0
     for name, shape, forced, _ in ts:

@@ -689,6 +689,66 @@ for r in rrows:
       f"{fmt_s(r['tc'])} | {fmt_s(r['tm'])} | **{fmt_s(max(r['tc'], r['tm']))}** | "
       f"{'compute' if r['tc'] > r['tm'] else 'memory'} |")
 w("")
+# quantized layers as published (bench/run's tcpq part): both emitters, each run against the layer's bounds
+QLAYERS = [("deepseek_v3_fp8", "DeepSeek-V3, block FP8, act=fp8"), ("gpt_oss_20b_mxfp4", "gpt-oss-20b, MXFP4")]
+QTITLE = "Quantized layers as published"
+qrows = []
+for qm, qlabel in QLAYERS:
+    for p in sorted(glob.glob(os.path.join(RES, "tcpq", f"{qm}.sched.T*.json")), key=lambda p: int(p.split(".T")[-1][:-5])):
+        T = int(p.split(".T")[-1][:-5])
+        side = {}
+        for em in ("sched", "legacy"):
+            sp = os.path.join(RES, "tcpq", f"{qm}.{em}.T{T}.json")
+            side[em] = load(sp) if os.path.exists(sp) and os.path.getsize(sp) > 0 else None
+            ap = os.path.join(RES, "tcpq", f"auto.{qm}.{em}.T{T}.json")
+            if side[em] is not None:
+                side[em]["B"] = load(ap).get("B", "?") if os.path.exists(ap) and os.path.getsize(ap) > 2 else "?"
+        qrows.append((qlabel, T, side))
+w(f"### {QTITLE}\n")
+if qrows:
+    w("DeepSeek-V3 with its routed and shared experts in block FP8 (F8_E4M3 values, one f32 scale per 128 x 128 "
+      "block) and fp8 activations (`--quant-act=fp8`: f8 x f8 contractions, as its fp8_gemm runs them), and "
+      "gpt-oss-20b with its MXFP4 experts (E2M1 pairs in bytes, one E8M0 scale per 32; bf16 activations, dequantized "
+      "in DM): each the .moe `moec import-hf` writes from the published config.json (tests/fixtures/configs), run "
+      "timing-only on a routing-only checkpoint (the router; DeepSeek-V3's shared expert in block FP8 too) by the "
+      "schedule compiler (`--tcp-emitter=sched`) and the legacy emitter, block=auto. The **roofline** "
+      "(`roofline_seconds` of the sched run's stats JSON) counts the weights as stored - the hit experts' and the other "
+      "weights' quantized values and scales, x and y - over `hbm_bytes_per_s`, and the FLOPs at the peak of the "
+      "contraction the layer uses (f8 with act=fp8, bf16 otherwise); the **floor** is the sched run's `floor_seconds` "
+      "(the same stored bytes; docs/tcp-isa.md section 12). Both are the layer's for the routing the run took, which "
+      "both emitters take alike (same experts hit), so the legacy columns are measured against the same bounds: the "
+      "legacy emitter's own recorded dimensions for these layers are wrong (for the MXFP4 layer F = 0 and every "
+      "expert's bytes counted as read by every run; DeepSeek-V3's shared expert counted as the bf16 copy it lays out "
+      "at load time), so its own `roofline_seconds` and `floor_seconds` are not used.\n")
+    w("| layer | T | B sched / legacy | roofline | floor | sched | **sched / roofline** | **sched / floor** "
+      "| legacy | legacy / roofline | legacy / floor | sched / legacy |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for qlabel, T, side in qrows:
+        sj, lj = side["sched"], side["legacy"]
+        if not sj:
+            w(f"| {qlabel} | {T} | - | - | - | **fault** | - | - | - | - | - | - |")
+            continue
+        rf, fl, ss = sj["roofline_seconds"], sj.get("floor_seconds", 0), sj["simulated_seconds"]
+        fcol = f"{fmt_s(fl)}" if fl > 0 else "-"
+        sf = f"**{ss / fl:.3f}x**" if fl > 0 else "-"
+        if lj and lj.get("experts_hit") == sj.get("experts_hit"):
+            ls = lj["simulated_seconds"]
+            lcols = (f"{fmt_s(ls)} | {ls / rf:.2f}x | {f'{ls / fl:.3f}x' if fl > 0 else '-'} | {ss / ls:.3f}x")
+        elif lj:
+            lcols = f"{fmt_s(lj['simulated_seconds'])} | (other routing) | - | -"
+        else:
+            lcols = "**fault** | - | - | -"
+        w(f"| {qlabel} | {T} | {sj['B']} / {lj['B'] if lj else '-'} | {fmt_s(rf)} | {fcol} | {fmt_s(ss)} "
+          f"| **{ss / rf:.2f}x** | {sf} | {lcols} |")
+    w("")
+    w(cmd_block(["tcpq"], "commands (quantized layers)"))
+else:
+    old = old_subsection("4.", QTITLE)
+    if old:
+        w("\n".join(old.split("\n")[1:]).strip("\n") + "\n")
+        w(KEPT_NOTE + "\n")
+    else:
+        w("_(not measured: `bench/run --only=tcpq`)_\n")
 bt = os.path.join(RES, "tcp", "book_table.md")
 w("### The book's MNIST schedule beside the simulator (table B)\n")
 w("Table B of the machine model (docs/tcp-model.md section 5; section 9 of the reference MODEL.md): each item of the "
@@ -993,7 +1053,8 @@ w("```sh\nbench/run            # everything above (builds moec if needed; checkp
   "bench/run --quick    # reduced set: bf16, T in {1, 32}, 2 rounds, short sweeps\n"
   "bench/run --report-only   # rebuild this file and the PNGs from bench/.cache/results\n"
   "bench/run --only=tcp      # section 4 alone (and the stats it needs); sections without results in the\n"
-  "                          # cache keep the previous REPORT.md's text, marked as kept\n```\n")
+  "                          # cache keep the previous REPORT.md's text, marked as kept\n"
+  "bench/run --only=tcpq     # section 4's quantized layers alone (DeepSeek-V3 block FP8, gpt-oss-20b MXFP4)\n```\n")
 w("Raw results (JSON per run, the hyperfine exports, the outputs compared, `commands.tsv`) stay in "
   "`bench/.cache/results/`. The figures above are from one run; expect them to move with machine load.\n")
 

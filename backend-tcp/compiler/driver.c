@@ -106,12 +106,106 @@ static void leaf_dims(const moe_graph *g, ts_meta *x)
 	ctx_free(g->ctx, expert, 0);
 }
 
+/* Whether body node v is computed from data operands of the loop whose kind
+ * is an expert's alone (a blockarg of role "in" and index k, kinds[k] 'e';
+ * then views and dequantizations of them): a node that also reads the
+ * block's rows (a contraction, a bias added) yields activations. */
+static bool body_expert(const moe_graph *b, moe_id v, const char *kinds, const uint8_t *from)
+{
+	const ir_node *n = &b->nodes[v];
+	if (n->op == MOE_OP_BLOCKARG) {
+		int64_t k = ir_attr_int(n, "index", -1);
+		return ir_blockarg_role_of(n) == IR_BA_IN && k >= 0 && k < (int64_t)strlen(kinds) &&
+		       kinds[k] == IR_BK_EXPERT;
+	}
+	for (uint32_t a = 0; a < n->nargs; a++)
+		if (n->args[a] >= b->nnodes || !from[n->args[a]])
+			return false;
+	return n->nargs > 0;
+}
+
+/* F and the projections from the contractions of the loop body that read
+ * an expert weight [a, b] (a view or dequantization of the loop's expert
+ * operands: a quantized expert's stored leaves, [E, F, D / 2] MXFP4 bytes or
+ * [E, N, K / 32] scales, and a packed pair's rows do not show the logical
+ * shapes) against the block's rows. Each does a x b MACs per row; F is the
+ * smallest non-D side among them (a paired gate and up weight has 2F rows;
+ * with F = D every side is D), so the projections are the sum of a x b over
+ * D x F. True when the body has such a contraction. */
+static bool body_dims(const moe_graph *g, const ir_node *loop, const char *kinds, ts_meta *x)
+{
+	const moe_graph *b = ir_node_body(g, loop);
+	if (!b || x->D <= 0)
+		return false;
+	uint8_t *from = ctx_alloc(g->ctx, b->nnodes + 1);
+	int64_t f = 0, ab = 0;
+	for (moe_id i = 0; i < b->nnodes; i++) {
+		const ir_node *n = &b->nodes[i];
+		from[i] = body_expert(b, i, kinds, from);
+		if (n->op != MOE_OP_EINSUM || n->nargs != 2 || n->args[0] >= b->nnodes || n->args[1] >= b->nnodes ||
+		    from[n->args[0]] || !from[n->args[1]] || b->nodes[n->args[1]].rank < 2)
+			continue;
+		const ir_node *w = &b->nodes[n->args[1]];
+		int64_t r = w->shape[w->rank - 2], c = w->shape[w->rank - 1];
+		if (r != x->D && c != x->D)
+			continue;
+		int64_t side = r != x->D ? r : c;
+		f = f == 0 || side < f ? side : f;
+		ab += r * c;
+	}
+	ctx_free(g->ctx, from, 0);
+	if (f <= 0)
+		return false;
+	x->F = f;
+	x->nproj = ab / (x->D * f);
+	return true;
+}
+
+/* The bytes a run must read from the layer's weights as stored (the
+ * checkpoint's leaves: a quantized weight's values and scales, not the
+ * dequantized or packed copy a program may lay out at load time, A13 in
+ * docs/tcp-isa.md), split into the experts' (per expert) and the rest, with
+ * x and y: the roofline's and the floor's byte counts. g is the graph before
+ * its packed weights were split off. False when g has no block loop. */
+static bool stored_bytes(const moe_graph *g, ts_meta *x)
+{
+	const ir_node *loop = NULL;
+	for (moe_id i = 0; i < g->nnodes && !loop; i++)
+		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
+			loop = N(g, i);
+	if (!loop)
+		return false;
+	uint8_t *expert = ctx_alloc(g->ctx, g->nnodes + 1);
+	memset(expert, 0, g->nnodes + 1);
+	const char *kinds = ir_attr_str(loop, "kinds", "");
+	for (int k = 0; kinds[k]; k++) {
+		int a = ir_block_loop_arg(kinds, k);
+		if (kinds[k] == IR_BK_EXPERT && a >= 0 && (uint32_t)a < loop->nargs)
+			mark_expert(g, loop->args[a], expert);
+	}
+	int64_t wall = 0, act = 0, E = x->E > 0 ? x->E : 1;
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op == MOE_OP_WEIGHT && expert[i])
+			wall += ir_bytes(n);
+		else if (n->op == MOE_OP_WEIGHT || n->op == MOE_OP_INPUT)
+			act += ir_bytes(n);
+	}
+	for (uint32_t i = 0; i < g->nout; i++)
+		act += ir_bytes(N(g, g->outputs[i]));
+	x->wexp = wall / E;
+	x->act = act;
+	ctx_free(g->ctx, expert, 0);
+	return true;
+}
+
 /* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
  * graph: F and the projections from the block loop's per-expert operands
- * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two), the
- * bytes of one expert's operands, the bytes every run reads whatever the
- * routing (inputs, outputs, the weights no expert operand is made from) and
- * the MACs of the contractions outside those operands and the loop. */
+ * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two; dequantized
+ * ones from the body's contractions), the stored bytes of one expert's
+ * operands, the bytes every run reads whatever the routing (inputs, outputs,
+ * the weights no expert operand is made from) and the MACs of the
+ * contractions outside those operands and the loop. */
 static void roofline(tcp_sched *s, const moe_graph *g, const moe_graph *orig)
 {
 	ts_meta *x = &s->meta;
@@ -142,6 +236,8 @@ static void roofline(tcp_sched *s, const moe_graph *g, const moe_graph *orig)
 		if (w && w->rank == 3 && (w->shape[1] == x->D || w->shape[2] == x->D))
 			x->nproj += (w->shape[1] == x->D ? w->shape[2] : w->shape[1]) / x->F;
 	}
+	if (loop)
+		body_dims(g, loop, kinds, x);
 	if (!x->F && orig) /* packed operands: the expert weights they are made from */
 		leaf_dims(orig, x);
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -153,6 +249,7 @@ static void roofline(tcp_sched *s, const moe_graph *g, const moe_graph *orig)
 	}
 	for (uint32_t i = 0; i < g->nout; i++)
 		x->act += ir_bytes(N(g, g->outputs[i]));
+	stored_bytes(orig ? orig : g, x); /* the weights as stored, not as packed */
 	ctx_free(s->ctx, expert, 0);
 }
 

@@ -12,6 +12,31 @@
 
 #include "backend-tcp/isa/tcp_int.h"
 
+/* The MAC type of contraction `in`, and whether its f32 operands run as
+ * bf16x3 (three bf16 products per MAC). */
+static int contract_type(const tcp_program *p, const tcp_insn *in, bool *x3)
+{
+	int dt = p->t[in->v[TCP_V_S0].t].dtype;
+	*x3 = (in->flags & TCP_F_BF16X3) != 0;
+	return dt == MOE_F8E4M3 ? TCP_MT_F8 : dt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
+}
+
+static bool is_contract(const tcp_program *p, const tcp_insn *in)
+{
+	return in->op == TCP_OP_TU_CONTRACT && in->v[TCP_V_S0].t >= 0 && (uint32_t)in->v[TCP_V_S0].t < p->nt;
+}
+
+int tcp_prog_mac_type(const tcp_program *p, const moe_tcp_machine *m)
+{
+	int best = TCP_MT_BF16;
+	for (uint32_t pc = 0; pc < p->ncode; pc++) {
+		bool x3;
+		int mt = is_contract(p, &p->code[pc]) ? contract_type(p, &p->code[pc], &x3) : TCP_MT_BF16;
+		best = m->macs_per_lane[mt] > m->macs_per_lane[best] ? mt : best;
+	}
+	return best;
+}
+
 /* The fastest MAC rate (MACs per cycle per lane) among the program's
  * contractions: f8 x f8 and i8 x i8 at their rates, f32 operands (bf16x3) at a
  * third of bf16's. A program without a contraction: bf16's. */
@@ -19,12 +44,11 @@ static double mac_rate_per_lane(const tcp_program *p, const moe_tcp_machine *m)
 {
 	double best = 0;
 	for (uint32_t pc = 0; pc < p->ncode; pc++) {
-		const tcp_insn *in = &p->code[pc];
-		if (in->op != TCP_OP_TU_CONTRACT || in->v[TCP_V_S0].t < 0 || (uint32_t)in->v[TCP_V_S0].t >= p->nt)
+		bool x3;
+		if (!is_contract(p, &p->code[pc]))
 			continue;
-		int dt = p->t[in->v[TCP_V_S0].t].dtype;
-		int mt = dt == MOE_F8E4M3 ? TCP_MT_F8 : dt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
-		double r = (double)m->macs_per_lane[mt] / ((in->flags & TCP_F_BF16X3) ? 3.0 : 1.0);
+		int mt = contract_type(p, &p->code[pc], &x3);
+		double r = (double)m->macs_per_lane[mt] / (x3 ? 3.0 : 1.0);
 		best = r > best ? r : best;
 	}
 	return best > 0 ? best : (double)m->macs_per_lane[TCP_MT_BF16];

@@ -302,6 +302,11 @@ struct moe_tcp_program {
 };
 
 tcp_program *tcp_prog_new(moe_ctx *ctx);
+/* The MAC type (TCP_MT_*) of the program's fastest contraction on m: f8 x f8
+ * (act=fp8) or i8 x i8 (W8A8) where it has one, else bf16 (isa/floor.c).
+ * The roofline's compute bound and the floor take the layer's MACs at its
+ * rate: the rate of the contraction the layer uses. */
+int tcp_prog_mac_type(const tcp_program *p, const moe_tcp_machine *m);
 void tcp_prog_free(tcp_program *p);
 int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, moe_dtype dt, int rank,
 	const int64_t *shape);

@@ -186,7 +186,7 @@ static void finish_stats(sim *s)
 	st->flops = 2.0 * (double)p->moe_T * (double)p->moe_K * (double)p->moe_D * (double)p->moe_F * (double)p->nproj +
 		2.0 * (double)p->router_macs;
 	double bytes = (double)hit * (double)p->weight_bytes_per_expert + (double)p->act_bytes;
-	double tf = st->flops / s->m->peak_ops[TCP_MT_BF16], tb = bytes / s->m->hbm_bytes_per_s;
+	double tf = st->flops / s->m->peak_ops[tcp_prog_mac_type(p, s->m)], tb = bytes / s->m->hbm_bytes_per_s;
 	st->roofline_seconds = tf > tb ? tf : tb;
 	st->roofline_ratio = st->roofline_seconds > 0 ? st->simulated_seconds / st->roofline_seconds : 0;
 }
