@@ -488,6 +488,80 @@ static bool once_chain(const sb *b, moe_id a, moe_id *q, moe_id *as, moe_id *qf,
 	return v->kind == SV_VIEW && b->s->buf[v->buf].dtype == MOE_I8;
 }
 
+/* The HBM tensor a staged scale table was copied from (stage_w8a8's copy),
+ * as a view of [E, O]; false when there is none. */
+static bool table_source(const sb *b, ts_id t, tcp_view *src)
+{
+	for (ts_id op = 0; op < b->s->nop; op++) {
+		const tcp_insn *in = &b->s->op[op].in;
+		if (in->op == TCP_OP_DMA_COPY && in->v[TCP_V_DST].t == (int32_t)t && in->v[TCP_V_S0].reg < 0 &&
+			b->s->buf[in->v[TCP_V_S0].t].space == TCP_HBM) {
+			*src = in->v[TCP_V_S0];
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Every block's C = as x ws at once (the legacy lowering's tcpl_w8a8_bulk):
+ * in the loop's prologue the block experts' channel scales are gathered
+ * [G, O] (by the staged expert list, under nb), and block 0 makes C [G, M,
+ * O] in one pass from the grid of the rows' scales, which the loop reads in
+ * place; each
+ * block's contraction reads its rows of C at $g. The same products as a
+ * pass per block. Where the rows' scales are a DM grid, the weight's scales
+ * a staged table and C with the gathered scales, counted twice (gate's and
+ * up's) and at 8/3 of their bytes (the rest of the loop beside them: the
+ * legacy lowering's 3/8 of DM), fit DM. *cv: C's view for the block. */
+static bool once_bulk(sb *b, moe_id id, const sb_val *as, const sb_val *s, int64_t M, int64_t O, tcp_view *cv)
+{
+	if (!b->s->nloop || b->ctl[0].imm)
+		return false;
+	ts_loop *L = &b->s->loop[b->s->nloop - 1];
+	int64_t G = L->G;
+	tcp_view src;
+	if (as->kind != SV_VIEW || as->reg != L->g || b->s->buf[as->buf].space != TCP_DM || as->scale != M * as->stride[0] ||
+		s->kind != SV_VIEW || !b->s->buf[s->buf].name || strcmp(b->s->buf[s->buf].name, QA_TABLE) ||
+		!table_source(b, s->buf, &src))
+		return false;
+	ts_demand d;
+	memset(&d, 0, sizeof d);
+	d.n = 1;
+	d.bytes[0] = 2 * 4 * G * O * (M + 1) * 8 / 3;
+	if (!tcp_dm_fits(b->m, &d))
+		return false;
+	ts_id body = b->rg;
+	b->rg = L->prologue;
+	const int64_t shw[2] = {G, O}, shc[3] = {G, M, O};
+	ts_id wg = sb_dm_buf(b, id, "w8a8.wscale", MOE_F32, 2, shw), C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 3, shc);
+	b->s->buf[wg].life = b->s->buf[C].life = TS_LIFE_LOOP;
+	int64_t E = ts_buf_numel(&b->s->buf[src.t]) / O;
+	const int64_t gd[3] = {1, G, O}, ds[3] = {G * O, O, 1}, ss[3] = {E * O, O, 1}, is[2] = {G, 1};
+	tcp_insn in = tcp_b_dma_gather(3, gd, buf_view(wg, 3, ds), tcp_b_view(src.t, src.base, 3, ss),
+		tcp_b_view((int32_t)b->ctl[0].v.buf, b->ctl[0].v.base, 2, is), E);
+	in.vreg = (int32_t)L->nb; /* blocks past nb: their experts unread, their rows zero */
+	sb_emit(b, &in, id);
+	/* the pass in block 0's body, so that a timing-only run skips its
+	 * arithmetic (the scales' values) as it skips every block's */
+	ts_id zero = ts_add_scalar(b->s, body, "zero", TS_SC_CONST, 0, TS_NONE, TS_NONE, 0);
+	ts_id first = ts_add_scalar(b->s, body, "first", TS_SC_CMP, TCP_C_EQ, L->g, zero, 0);
+	b->rg = ts_add_region(b->s, body, TS_RG_GUARD, first);
+	const int64_t sa[3] = {as->scale, as->stride[0], 0}, sw[3] = {O, 0, 1}, cs[3] = {M * O, O, 1};
+	tcp_insn p = pass(b, id, 3, shc);
+	p.vreg = -1;
+	p.v[TCP_V_S0] = tcp_b_view((int32_t)as->buf, as->base, 3, sa);
+	p.v[TCP_V_S1] = buf_view(wg, 3, sw);
+	p.v[TCP_V_DST] = buf_view(C, 3, cs);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0); /* C = as x ws */
+	sb_emit(b, &p, id);
+	b->rg = body;
+	const int64_t cb[3] = {O, 1, 0};
+	*cv = buf_view(C, 3, cb);
+	cv->reg = (int32_t)L->g;
+	cv->scale = M * O;
+	return true;
+}
+
 static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
 {
 	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
@@ -503,19 +577,24 @@ static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
 		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
 		return;
 	}
-	const int64_t shc[2] = {M, O}, sa[2] = {as->stride[0], 0}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1};
-	ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
-	tcp_insn p = pass(b, id, 2, shc);
-	p.v[TCP_V_S0] = sb_view_at(as, 0, 2, sa);
-	p.v[TCP_V_S1] = sb_view_at(s, 0, 2, ss);
-	p.v[TCP_V_DST] = buf_view(C, 2, cs2);
-	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0); /* C = as x ws */
-	sb_emit(b, &p, id);
+	tcp_view cv;
+	if (!once_bulk(b, id, as, s, M, O, &cv)) {
+		const int64_t shc[2] = {M, O}, sa[2] = {as->stride[0], 0}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1};
+		const int64_t cs[3] = {O, 1, 0};
+		ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
+		tcp_insn p = pass(b, id, 2, shc);
+		p.v[TCP_V_S0] = sb_view_at(as, 0, 2, sa);
+		p.v[TCP_V_S1] = sb_view_at(s, 0, 2, ss);
+		p.v[TCP_V_DST] = buf_view(C, 2, cs2);
+		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0); /* C = as x ws */
+		sb_emit(b, &p, id);
+		cv = buf_view(C, 3, cs);
+	}
 	const sb_val *d = sb_out_val(b, id);
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
-	const int64_t xs[3] = {x->stride[0], 0, x->stride[1]}, cs[3] = {O, 1, 0};
-	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), buf_view(C, 3, cs), d, false);
+	const int64_t xs[3] = {x->stride[0], 0, x->stride[1]};
+	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), cv, d, false);
 }
 
 static void w8a8_einsum(sb *b, moe_id id)
