@@ -91,7 +91,7 @@ static const struct {
 	 * marked (tcp-split-weights) and fusion's marks outside the loop. */
 	{"tcp-sched", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"},
+		"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

@@ -178,8 +178,8 @@ static bool operand(sb *b, lctx *L, const sb_val *ov, const ir_node *on, char kd
 		memmove(out->stride, ov->stride + 1, sizeof(int64_t) * (MOE_MAX_RANK - 1));
 		return true;
 	}
-	ts_id t = sb_dm_buf(b, at, on->name ? on->name : kd == 'e' ? "expert" : "block", (moe_dtype)on->dtype, rn.rank,
-		rn.shape);
+	moe_dtype dt = b->s->buf[ov->buf].dtype == MOE_I8 ? MOE_I8 : (moe_dtype)on->dtype; /* W8A8's x.q (recipe_qact.c) */
+	ts_id t = sb_dm_buf(b, at, on->name ? on->name : kd == 'e' ? "expert" : "block", dt, rn.rank, rn.shape);
 	ts_buf *tb = &b->s->buf[t];
 	tb->life = TS_LIFE_LOOP;
 	bool dbl = kd == 'e' && b->weights == TS_W_DOUBLE;

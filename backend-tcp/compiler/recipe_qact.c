@@ -460,10 +460,151 @@ static moe_id first_reader(const sb *b, moe_id id)
 	return id;
 }
 
+/* ---- W8A8 quantized once per token (tcp-w8a8-act-once, loop form) ----
+ * The body's activation is a = cast(mul(cast(q), as)): q the block's rows of
+ * x.q, whose buffers hold i8 (the quantization below stores them so), as
+ * their scales [M, 1]. The contraction reads q as fetched and scales by
+ *   C[r, o] = as[r] x ws[o]                              (one pass per einsum)
+ * as the legacy lowering does for the layer's input (docs/semantics.md:
+ * W8A8 on TCP). *q, *as: the nodes; *qf, *mul: the chain's others. */
+static bool once_chain(const sb *b, moe_id a, moe_id *q, moe_id *as, moe_id *qf, moe_id *mul)
+{
+	const ir_node *n = SBN(b, a);
+	if (n->op != MOE_OP_CAST || n->nargs != 1 || SBN(b, n->args[0])->op != MOE_OP_MUL)
+		return false;
+	*mul = n->args[0];
+	const ir_node *m = SBN(b, *mul);
+	if (m->nargs != 2)
+		return false;
+	int k = SBN(b, m->args[0])->op == MOE_OP_CAST ? 0 : 1;
+	*qf = m->args[k];
+	*as = m->args[1 - k];
+	const ir_node *c = SBN(b, *qf), *sn = SBN(b, *as);
+	if (c->op != MOE_OP_CAST || c->nargs != 1 || c->dtype != MOE_F32 || sn->dtype != MOE_F32 || sn->rank != 2 ||
+		sn->shape[1] != 1)
+		return false;
+	*q = c->args[0];
+	const sb_val *v = &b->v[*q];
+	return v->kind == SV_VIEW && b->s->buf[v->buf].dtype == MOE_I8;
+}
+
+/* The HBM tensor a staged scale table was copied from (stage_w8a8's copy),
+ * as a view of [E, O]; false when there is none. */
+static bool table_source(const sb *b, ts_id t, tcp_view *src)
+{
+	for (ts_id op = 0; op < b->s->nop; op++) {
+		const tcp_insn *in = &b->s->op[op].in;
+		if (in->op == TCP_OP_DMA_COPY && in->v[TCP_V_DST].t == (int32_t)t && in->v[TCP_V_S0].reg < 0 &&
+			b->s->buf[in->v[TCP_V_S0].t].space == TCP_HBM) {
+			*src = in->v[TCP_V_S0];
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Every block's C = as x ws at once (the legacy lowering's tcpl_w8a8_bulk):
+ * in the loop's prologue the block experts' channel scales are gathered
+ * [G, O] (by the staged expert list, under nb), and block 0 makes C [G, M,
+ * O] in one pass from the grid of the rows' scales, which the loop reads in
+ * place; each
+ * block's contraction reads its rows of C at $g. The same products as a
+ * pass per block. Where the rows' scales are a DM grid, the weight's scales
+ * a staged table and C with the gathered scales, counted twice (gate's and
+ * up's) and at 8/3 of their bytes (the rest of the loop beside them: the
+ * legacy lowering's 3/8 of DM), fit DM. *cv: C's view for the block. */
+static bool once_bulk(sb *b, moe_id id, const sb_val *as, const sb_val *s, int64_t M, int64_t O, tcp_view *cv)
+{
+	if (!b->s->nloop || b->ctl[0].imm)
+		return false;
+	ts_loop *L = &b->s->loop[b->s->nloop - 1];
+	int64_t G = L->G;
+	tcp_view src;
+	if (as->kind != SV_VIEW || as->reg != L->g || b->s->buf[as->buf].space != TCP_DM || as->scale != M * as->stride[0] ||
+		s->kind != SV_VIEW || !b->s->buf[s->buf].name || strcmp(b->s->buf[s->buf].name, QA_TABLE) ||
+		!table_source(b, s->buf, &src))
+		return false;
+	ts_demand d;
+	memset(&d, 0, sizeof d);
+	d.n = 1;
+	d.bytes[0] = 2 * 4 * G * O * (M + 1) * 8 / 3;
+	if (!tcp_dm_fits(b->m, &d))
+		return false;
+	ts_id body = b->rg;
+	b->rg = L->prologue;
+	const int64_t shw[2] = {G, O}, shc[3] = {G, M, O};
+	ts_id wg = sb_dm_buf(b, id, "w8a8.wscale", MOE_F32, 2, shw), C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 3, shc);
+	b->s->buf[wg].life = b->s->buf[C].life = TS_LIFE_LOOP;
+	int64_t E = ts_buf_numel(&b->s->buf[src.t]) / O;
+	const int64_t gd[3] = {1, G, O}, ds[3] = {G * O, O, 1}, ss[3] = {E * O, O, 1}, is[2] = {G, 1};
+	tcp_insn in = tcp_b_dma_gather(3, gd, buf_view(wg, 3, ds), tcp_b_view(src.t, src.base, 3, ss),
+		tcp_b_view((int32_t)b->ctl[0].v.buf, b->ctl[0].v.base, 2, is), E);
+	in.vreg = (int32_t)L->nb; /* blocks past nb: their experts unread, their rows zero */
+	sb_emit(b, &in, id);
+	/* the pass in block 0's body, so that a timing-only run skips its
+	 * arithmetic (the scales' values) as it skips every block's */
+	ts_id zero = ts_add_scalar(b->s, body, "zero", TS_SC_CONST, 0, TS_NONE, TS_NONE, 0);
+	ts_id first = ts_add_scalar(b->s, body, "first", TS_SC_CMP, TCP_C_EQ, L->g, zero, 0);
+	b->rg = ts_add_region(b->s, body, TS_RG_GUARD, first);
+	const int64_t sa[3] = {as->scale, as->stride[0], 0}, sw[3] = {O, 0, 1}, cs[3] = {M * O, O, 1};
+	tcp_insn p = pass(b, id, 3, shc);
+	p.vreg = -1;
+	p.v[TCP_V_S0] = tcp_b_view((int32_t)as->buf, as->base, 3, sa);
+	p.v[TCP_V_S1] = buf_view(wg, 3, sw);
+	p.v[TCP_V_DST] = buf_view(C, 3, cs);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0); /* C = as x ws */
+	sb_emit(b, &p, id);
+	b->rg = body;
+	const int64_t cb[3] = {O, 1, 0};
+	*cv = buf_view(C, 3, cb);
+	cv->reg = (int32_t)L->g;
+	cv->scale = M * O;
+	return true;
+}
+
+static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
+{
+	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
+	int64_t M = n->shape[0], O = n->shape[1], I = SBN(b, qn)->shape[1];
+	const sb_val *q = sb_dm_val(b, dn->args[0]);
+	const sb_val *s = q ? sb_dm_val(b, dn->args[1]) : NULL;
+	const sb_val *x = s ? sb_dm_val(b, qn) : NULL;
+	const sb_val *as = x ? sb_dm_val(b, asn) : NULL;
+	if (!as)
+		return;
+	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
+		return;
+	}
+	tcp_view cv;
+	if (!once_bulk(b, id, as, s, M, O, &cv)) {
+		const int64_t shc[2] = {M, O}, sa[2] = {as->stride[0], 0}, ss[2] = {0, s->stride[0]}, cs2[2] = {O, 1};
+		const int64_t cs[3] = {O, 1, 0};
+		ts_id C = sb_dm_buf(b, id, "w8a8.scale", MOE_F32, 2, shc);
+		tcp_insn p = pass(b, id, 2, shc);
+		p.v[TCP_V_S0] = sb_view_at(as, 0, 2, sa);
+		p.v[TCP_V_S1] = sb_view_at(s, 0, 2, ss);
+		p.v[TCP_V_DST] = buf_view(C, 2, cs2);
+		step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0); /* C = as x ws */
+		sb_emit(b, &p, id);
+		cv = buf_view(C, 3, cs);
+	}
+	const sb_val *d = sb_out_val(b, id);
+	ts_id trf[2];
+	qa_trf(b, id, &pl, MOE_I8, trf);
+	const int64_t xs[3] = {x->stride[0], 0, x->stride[1]};
+	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), cv, d, false);
+}
+
 static void w8a8_einsum(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *dn = SBN(b, n->args[1]);
-	moe_id xf;
+	moe_id xf, qn, asn, qf, mul;
+	if (once_chain(b, n->args[0], &qn, &asn, &qf, &mul)) {
+		once_einsum(b, id, qn, asn);
+		return;
+	}
 	if (!w8a8_chain(b, n->args[0], &xf)) {
 		sb_refuse(b, id, "a W8A8 contraction whose activation is not the per-token int8 quantization");
 		return;
@@ -556,10 +697,246 @@ static bool chain_nodes(const sb *b, moe_id u, bool *in)
 	return true;
 }
 
-bool sb_qact_skip(const sb *b, moe_id id)
+/* ---- the layer's input quantized once (tcp-w8a8-act-once, outside the loop) ----
+ * x.q = cast(q) with q the per-token rounding of v = xf (127 / m), m =
+ * max(max_i |xf|, 1e-10), read only by gathers (its dispatch), and x.scale
+ * = m / 127. The chain is not built node by node: at x.q, five passes
+ *   m[t]    = c.fmax(r.fmax(f.abs(xf)), 1e-10)     [T, D] -> [T]
+ *   R[t]    = d.div(127, m)                         [T]
+ *   as[t]   = d.div(m, 127)                         [T]: x.scale
+ *   v[t, i] = xf R                                  [T, D] f32
+ *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))  (half away from zero)
+ * each the graph's node's operation, so the values are the graph's (the
+ * legacy lowering's passes, lower_w8a8.c). x.q's buffers hold the integers
+ * as i8 (exact: |q| <= 127), a quarter of the f32 bytes; its dispatch
+ * (recipe_route.c) and the loop's rows keep that type, and the body's
+ * contraction reads them as fetched (once_einsum). The rows go to HBM once,
+ * since revision 3 gathers only from HBM (docs/tcp-isa.md 7). */
+typedef struct topq {
+	moe_id x, xf, m, r, v, s, c1, c127;
+} topq;
+
+static bool is_const(const sb *b, moe_id c)
 {
-	if (!b->g->is_body || (ir_ops[SBN(b, id)->op].flags & OPF_LEAF))
+	return SBN(b, c)->op == MOE_OP_CONST && b->v[c].kind == SV_IMM;
+}
+
+/* v = mul(xf, div(127, max(reduce_max(abs(xf)), c))) (either order) */
+static bool top_v(const sb *b, moe_id v, topq *t)
+{
+	const ir_node *n = SBN(b, v);
+	if (n->op != MOE_OP_MUL || n->nargs != 2 || n->dtype != MOE_F32 || n->rank != 2)
 		return false;
+	for (int k = 0; k < 2; k++) {
+		const ir_node *r = SBN(b, n->args[1 - k]);
+		if (r->op != MOE_OP_DIV || r->nargs != 2 || !is_const(b, r->args[0]))
+			continue;
+		const ir_node *m = SBN(b, r->args[1]);
+		if (m->op != MOE_OP_MAX || m->nargs != 2)
+			continue;
+		int j = SBN(b, m->args[0])->op == MOE_OP_REDUCE_MAX ? 0 : 1;
+		const ir_node *rm = SBN(b, m->args[j]);
+		if (rm->op != MOE_OP_REDUCE_MAX || !is_const(b, m->args[1 - j]) ||
+			SBN(b, rm->args[0])->op != MOE_OP_ABS || SBN(b, rm->args[0])->args[0] != n->args[k])
+			continue;
+		t->v = v;
+		t->xf = n->args[k];
+		t->r = n->args[1 - k];
+		t->m = r->args[1];
+		t->c127 = r->args[0];
+		t->c1 = m->args[1 - j];
+		return true;
+	}
+	return false;
+}
+
+/* in[]: the nodes of x.q's chain (x.q excluded); false when xq is not one. */
+static bool top_chain(const sb *b, moe_id xq, topq *t, bool *in)
+{
+	const moe_graph *g = b->g;
+	const ir_node *n = SBN(b, xq);
+	if (n->op != MOE_OP_CAST || n->nargs != 1 || n->rank != 2 || SBN(b, n->args[0])->dtype != MOE_F32)
+		return false;
+	bool used = false;
+	for (moe_id u = xq + 1; u < g->nnodes; u++)
+		for (uint32_t k = 0; k < SBN(b, u)->nargs; k++)
+			if (SBN(b, u)->args[k] == xq) {
+				used = true;
+				if (SBN(b, u)->op != MOE_OP_GATHER || k != 0)
+					return false;
+			}
+	for (uint32_t k = 0; k < g->nout; k++)
+		used &= g->outputs[k] != xq;
+	t->v = MOE_NONE;
+	in[n->args[0]] = true; /* the rounding: elementwise nodes back to v */
+	for (moe_id i = n->args[0] + 1; i-- > 0 && used;) {
+		if (!in[i])
+			continue;
+		const ir_node *c = SBN(b, i);
+		if (t->v == MOE_NONE && top_v(b, i, t)) {
+			in[t->r] = in[t->m] = true;
+			in[SBN(b, t->m)->args[0]] = in[SBN(b, t->m)->args[1]] = true;
+			in[t->c1] = in[t->c127] = false;
+			moe_id rm = SBN(b, t->m)->args[SBN(b, SBN(b, t->m)->args[0])->op == MOE_OP_REDUCE_MAX ? 0 : 1];
+			in[SBN(b, rm)->args[0]] = true;
+			continue;
+		}
+		if (i == t->r || i == t->m || (t->v != MOE_NONE && i < t->v))
+			continue;
+		if (!(ir_ops[c->op].flags & OPF_ELEM) && c->op != MOE_OP_CAST)
+			return false;
+		for (uint32_t k = 0; k < c->nargs; k++)
+			if (!(ir_ops[SBN(b, c->args[k])->op].flags & OPF_LEAF))
+				in[c->args[k]] = true;
+			else if (!is_const(b, c->args[k]))
+				return false;
+	}
+	if (!used || t->v == MOE_NONE)
+		return false;
+	t->s = MOE_NONE; /* x.scale = div(m, 127) */
+	for (moe_id u = t->m + 1; u < g->nnodes; u++) {
+		const ir_node *un = SBN(b, u);
+		if (!in[u] && un->op == MOE_OP_DIV && un->nargs == 2 && un->args[0] == t->m && is_const(b, un->args[1]))
+			t->s = u;
+	}
+	if (t->s == MOE_NONE)
+		return false;
+	in[t->s] = true;
+	for (moe_id u = 0; u < g->nnodes; u++) /* read only inside, x.q and x.scale's readers aside */
+		for (uint32_t k = 0; k < SBN(b, u)->nargs; k++) {
+			moe_id a = SBN(b, u)->args[k];
+			if (a != MOE_NONE && a != t->s && in[a] && !in[u] && u != xq)
+				return false;
+		}
+	for (uint32_t k = 0; k < g->nout; k++)
+		if (in[g->outputs[k]])
+			return false;
+	/* xf, a widening of x read only by the chain, is not built either */
+	t->x = rows_src(b, t->xf);
+	bool only = t->x != t->xf;
+	for (moe_id u = t->xf + 1; u < g->nnodes && only; u++)
+		for (uint32_t k = 0; k < SBN(b, u)->nargs; k++)
+			only &= SBN(b, u)->args[k] != t->xf || in[u];
+	in[t->xf] = only;
+	if (!only)
+		t->x = t->xf;
+	return true;
+}
+
+/* The five passes and x.q's copy to HBM (the gather's source). */
+static void top_build(sb *b, moe_id xq, const topq *t)
+{
+	const ir_node *xn = SBN(b, t->x);
+	int64_t T = xn->shape[0], D = xn->shape[1];
+	const sb_val *x = sb_dm_val(b, t->x);
+	if (!x)
+		return;
+	const int64_t sh1[1] = {T}, shs[2] = {T, 1}, shx[2] = {T, D}, xs[2] = {x->stride[0], x->stride[1]};
+	const int64_t r2[2] = {1, 0}, vs[2] = {D, 1};
+	ts_id m = sb_dm_buf(b, xq, "act.max", MOE_F32, 1, sh1), r = sb_dm_buf(b, xq, "act.inv", MOE_F32, 1, sh1);
+	ts_id s = sb_dm_buf(b, t->s, "x.scale", MOE_F32, 2, shs);
+	tcp_insn p = pass(b, xq, 2, shx);
+	p.v[TCP_V_S0] = sb_view_at(x, 0, 2, xs);
+	p.v[TCP_V_DST] = buf_view(m, 2, r2);
+	step(&p, TCP_V_FABS, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FRMAX, TCP_SRC_V, TCP_SRC_NONE, 0);
+	step(&p, TCP_V_FMAX, TCP_SRC_V, TCP_SRC_IMM, b->v[t->c1].imm);
+	sb_emit(b, &p, xq);
+	const int64_t one[1] = {1};
+	p = pass(b, xq, 1, sh1);
+	p.v[TCP_V_S0] = buf_view(m, 1, one);
+	p.v[TCP_V_DST] = buf_view(r, 1, one);
+	step(&p, TCP_V_FDIV, TCP_SRC_IMM, TCP_SRC_S0, b->v[t->c127].imm);
+	sb_emit(b, &p, xq);
+	p = pass(b, t->s, 1, sh1);
+	p.v[TCP_V_S0] = buf_view(m, 1, one);
+	p.v[TCP_V_DST] = buf_view(s, 1, one);
+	step(&p, TCP_V_FDIV, TCP_SRC_S0, TCP_SRC_IMM, b->v[SBN(b, t->s)->args[1]].imm);
+	sb_emit(b, &p, t->s);
+	b->v[t->s] = sb_view_of(s, SBN(b, t->s));
+	ts_id v = sb_dm_buf(b, xq, "act.v", MOE_F32, 2, shx), q = sb_dm_buf(b, xq, "x.q", MOE_I8, 2, shx);
+	p = pass(b, xq, 2, shx);
+	p.v[TCP_V_S0] = sb_view_at(x, 0, 2, xs);
+	p.v[TCP_V_S1] = buf_view(r, 2, r2);
+	p.v[TCP_V_DST] = buf_view(v, 2, vs);
+	step(&p, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
+	sb_emit(b, &p, xq);
+	p = pass(b, xq, 2, shx); /* v + copysign(0.5 - 2^-25, v), truncated */
+	p.v[TCP_V_S0] = buf_view(v, 2, vs);
+	p.v[TCP_V_DST] = buf_view(q, 2, vs);
+	step(&p, TCP_V_FTLT, TCP_SRC_S0, TCP_SRC_IMM, 0);
+	step(&p, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 31);
+	step(&p, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, fbits(0.5f - 0x1p-25f));
+	step(&p, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S0, 0);
+	step(&p, TCP_V_FTOI, TCP_SRC_V, TCP_SRC_NONE, 0);
+	sb_emit(b, &p, xq);
+	ts_id h = sb_hbm_buf(b, xq, "x.q", TCP_T_SCRATCH, MOE_I8, 2, shx);
+	tcp_insn c = tcp_b_dma_copy_flat((int32_t)h, (int32_t)q, T * D);
+	sb_emit(b, &c, xq);
+	b->dmv[xq] = sb_view_of(q, SBN(b, xq));
+	b->v[xq] = sb_view_of(h, SBN(b, xq));
+}
+
+/* A node of the top graph in x.q's chain: not built; x.q itself: built
+ * with the chain (top_build). */
+static bool top_skip(sb *b, moe_id id)
+{
+	const moe_graph *g = b->g;
+	const ir_node *n = SBN(b, id);
+	if (ir_graph_attr_int(g, "tcp_w8a8_act_once", 0) <= 0 ||
+		(n->dtype != MOE_F32 && n->op != MOE_OP_CAST && n->dtype != MOE_BOOL && n->dtype != MOE_I32))
+		return false; /* only where the pass moved the quantization here */
+	size_t bytes = (size_t)g->nnodes * sizeof(bool);
+	bool *in = ctx_alloc(b->ctx, bytes), hit = false;
+	for (moe_id u = id; u < g->nnodes && !hit; u++) {
+		const ir_node *un = SBN(b, u);
+		if (un->op != MOE_OP_CAST || un->dtype == MOE_F32 || un->rank != 2)
+			continue;
+		topq t;
+		memset(in, 0, bytes);
+		if (!top_chain(b, u, &t, in) || (u != id && !in[id]))
+			continue;
+		hit = true;
+		if (u == id)
+			top_build(b, id, &t);
+	}
+	ctx_free(b->ctx, in, bytes);
+	return hit;
+}
+
+/* Whether body node id is qf, mul or a of an act-once chain read only by
+ * W8A8 einsums (each of its nodes read only by the next). */
+static bool once_skip(const sb *b, moe_id id)
+{
+	const moe_graph *g = b->g;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *un = SBN(b, u);
+		const char *act = "bf16";
+		moe_id q, as, qf, mul, a = un->nargs == 2 ? un->args[0] : MOE_NONE;
+		if (un->op != MOE_OP_EINSUM || a == MOE_NONE || !sb_qact_dequant(b, un->args[1], &act) ||
+			strcmp(act, "int8") || !once_chain(b, a, &q, &as, &qf, &mul) || (id != a && id != qf && id != mul))
+			continue;
+		for (moe_id r = qf + 1; r < g->nnodes; r++) { /* no other reader */
+			const ir_node *rn = SBN(b, r);
+			bool qe = rn->op == MOE_OP_EINSUM && rn->nargs == 2 && rn->args[0] == a &&
+				  sb_qact_dequant(b, rn->args[1], NULL);
+			for (uint32_t k = 0; k < rn->nargs; k++)
+				if ((rn->args[k] == qf && r != mul) || (rn->args[k] == mul && r != a) || (rn->args[k] == a && !qe))
+					return false;
+		}
+		return true;
+	}
+	return false;
+}
+
+bool sb_qact_skip(sb *b, moe_id id)
+{
+	if (ir_ops[SBN(b, id)->op].flags & OPF_LEAF)
+		return false;
+	if (!b->g->is_body)
+		return top_skip(b, id);
+	if (once_skip(b, id))
+		return true;
 	bool skip = false;
 	size_t bytes = (size_t)b->g->nnodes * sizeof(bool);
 	bool *in = ctx_alloc(b->ctx, bytes);

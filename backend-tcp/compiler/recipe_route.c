@@ -77,13 +77,22 @@ static bool spillable(const sb *b, moe_id id, int64_t groups)
 }
 
 /* The spilled gather: chunk by chunk into a DM staging, then to HBM. */
+/* The type a gather or scatter of node id stores, reading view src: the
+ * node's, or i8 where src holds W8A8's integers as i8 (recipe_qact.c: x.q
+ * and its dispatch keep that type). */
+static moe_dtype moved_type(const sb *b, moe_id id, const sb_val *src)
+{
+	return b->s->buf[src->buf].dtype == MOE_I8 ? MOE_I8 : (moe_dtype)SBN(b, id)->dtype;
+}
+
 static void gather_spilled(sb *b, moe_id id, const sb_val *xv, const sb_val *iv, int64_t rows, int64_t ni, int64_t row)
 {
 	const ir_node *n = SBN(b, id);
-	int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype), ch = stage_rows(b, ni, row * eb);
-	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "gather", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank, n->shape);
+	moe_dtype dt = moved_type(b, id, xv);
+	int64_t eb = (int64_t)moe_dtype_size(dt), ch = stage_rows(b, ni, row * eb);
+	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "gather", TCP_T_SCRATCH, dt, n->rank, n->shape);
 	const int64_t sh[2] = {ch, row}, one = 1;
-	ts_id st = sb_dm_buf(b, id, "gather.stage", (moe_dtype)n->dtype, 2, sh);
+	ts_id st = sb_dm_buf(b, id, "gather.stage", dt, 2, sh);
 	sb_val sv = sb_view_of(st, n);
 	for (int64_t r0 = 0; r0 < ni; r0 += ch) {
 		int64_t c = ni - r0 < ch ? ni - r0 : ch, dim[3] = {1, c, row}, total = c * row;
@@ -124,6 +133,17 @@ void sb_gather(sb *b, moe_id id)
 	const ir_node *n = SBN(b, id), *x = SBN(b, n->args[0]), *ix = SBN(b, n->args[1]);
 	int axis = sb_axis(n, x, 0);
 	const sb_val *xv = &b->v[n->args[0]];
+	sb_val hv;
+	if (xv->kind == SV_VIEW && b->s->buf[xv->buf].space == TCP_DM && sb_contig(xv, x) && xv->reg == TS_NONE &&
+		b->g == b->top) { /* revision 3 gathers from HBM only: the value copied there once */
+		ts_id h = sb_hbm_buf(b, id, x->name ? x->name : "gather.src", TCP_T_SCRATCH,
+			(moe_dtype)b->s->buf[xv->buf].dtype, x->rank, x->shape);
+		tcp_insn c = tcp_b_dma_copy_flat((int32_t)h, (int32_t)xv->buf, ir_numel(x));
+		c.v[TCP_V_S0].base = xv->base;
+		sb_emit(b, &c, id);
+		hv = sb_view_of(h, x);
+		xv = &hv;
+	}
 	if (xv->kind != SV_VIEW || b->s->buf[xv->buf].space != TCP_HBM || !sb_contig(xv, x) || xv->reg != TS_NONE) {
 		sb_refuse(b, id, "a gather from a value that is not a contiguous HBM tensor");
 		return;
@@ -146,13 +166,16 @@ void sb_gather(sb *b, moe_id id)
 		gather_spilled(b, id, xv, iv, rows, ni, row);
 		return;
 	}
-	const sb_val *o = sb_out_val(b, id);
+	moe_dtype dt = moved_type(b, id, xv);
+	if (dt != n->dtype)
+		b->v[id] = sb_view_of(sb_dm_buf(b, id, n->name ? n->name : "gather", dt, n->rank, n->shape), n);
+	const sb_val *o = dt != n->dtype ? &b->v[id] : sb_out_val(b, id);
 	const int64_t ds[2] = {ni * row, row}, ss[2] = {rows * row, row}, is[2] = {0, 1};
 	tcp_insn in = dma_gs(true, o, xv, iv, dim, rows, ds, ss, is);
 	in.vreg = (int32_t)sb_valid(b, id); /* indices at and past the count not used, their rows zero */
 	sb_emit(b, &in, id);
 	if (spill) {
-		int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype), ch = stage_rows(b, ni, row * eb);
+		int64_t eb = (int64_t)moe_dtype_size(dt), ch = stage_rows(b, ni, row * eb);
 		const ts_layout *L = &b->s->buf[o->buf].layout;
 		int64_t stage = ((ch * row * eb + b->S - 1) / b->S + b->m->flit_bytes - 1) / b->m->flit_bytes * b->m->flit_bytes;
 		add_spill(b, (ts_spill){o->buf, id, TS_NONE, stage < L->slice_bytes ? stage : L->slice_bytes, 2 * ni * row * eb});
@@ -192,7 +215,9 @@ void sb_scatter(sb *b, moe_id id)
 		sb_refuse(b, id, "a scatter of a scalar, or under a valid mask by more than one index list");
 		return;
 	}
-	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "scatter", TCP_T_SCRATCH, (moe_dtype)n->dtype, n->rank, n->shape);
+	const sb_val *src0 = &b->v[n->args[2]];
+	moe_dtype dt = src0->kind == SV_VIEW ? moved_type(b, id, src0) : (moe_dtype)n->dtype;
+	ts_id t = sb_hbm_buf(b, id, n->name ? n->name : "scatter", TCP_T_SCRATCH, dt, n->rank, n->shape);
 	sb_val o = sb_view_of(t, n);
 	int64_t rows = n->shape[0], row = prod(n->shape, 1, n->rank), ni = ir_numel(ix);
 	const sb_val *bv = &b->v[n->args[0]];
@@ -217,13 +242,13 @@ void sb_scatter(sb *b, moe_id id)
 		sb_refuse(b, id, "a scatter of strided views");
 		return;
 	}
-	int64_t eb = (int64_t)moe_dtype_size((moe_dtype)n->dtype);
+	int64_t eb = (int64_t)moe_dtype_size(dt);
 	sb_val hl = scaled_list(b, id, iv, ni, row * eb);
 	int64_t ch = spilled ? stage_rows(b, ni, row * eb) : ni;
 	ts_id st = TS_NONE;
 	if (spilled) {
 		const int64_t sh[2] = {ch, row};
-		st = sb_dm_buf(b, id, "scatter.stage", (moe_dtype)n->dtype, 2, sh);
+		st = sb_dm_buf(b, id, "scatter.stage", dt, 2, sh);
 	}
 	for (int64_t r0 = 0; r0 < ni; r0 += ch) {
 		int64_t c = ni - r0 < ch ? ni - r0 : ch, dim[3] = {1, c, row}, total = c * row;

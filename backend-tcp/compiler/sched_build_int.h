@@ -122,9 +122,10 @@ void sb_dequant(sb *b, moe_id id);
  * when it is one (built, or refused with a diagnostic) */
 bool sb_qact_dequant(const sb *b, moe_id d, const char **act);
 bool sb_qact_einsum(sb *b, moe_id id);
-/* Whether body node id belongs to a W8A8 activation's quantization chain,
- * which the einsums reading it compute from its rows themselves: not built. */
-bool sb_qact_skip(const sb *b, moe_id id);
+/* Whether node id belongs to a W8A8 activation's quantization chain, which
+ * the einsums reading it compute from its rows themselves, or (outside the
+ * loop) to the layer input's quantization, built at its last node: not built. */
+bool sb_qact_skip(sb *b, moe_id id);
 /* Whether loop operand k (an expert operand) of block loop `loop` with body
  * bg is an act=fp8 dequant's scales staged whole: copied into DM once, in
  * the current region, by the first call (out NULL, before the loop); *out

@@ -23,7 +23,10 @@
  * that temporary and q with room to spare; Qwen3-30B-A3B, D = 2048:
  * T <= 8192); otherwise (a serving layer) the dispatch gathers the K T rows
  * into DM first and the rewrite applies only when those take at most 1/8 of
- * DM. */
+ * DM.
+ * On the tcp-sched pipeline's graph the same rewrite keeps the block_loop
+ * (the loop form below): the chain moves out of the body onto x, and the
+ * body reads the dispatched integers and scales as two `b` operands. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -57,7 +60,9 @@ bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K)
 	return true;
 }
 
-static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
+/* The quantization chain ending at activation a = cast(mul(q, div(m, c))):
+ * its nodes mul, s, q and the rows xf [.., D] (f32) it quantizes. */
+static bool match_chain(const moe_graph *g, moe_id a, actq *r)
 {
 	const ir_node *n = N(g, a);
 	r->a = a;
@@ -75,11 +80,16 @@ static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
 	if (!rm || rm->op != MOE_OP_REDUCE_MAX || !arg(g, rm, 0) || arg(g, rm, 0)->op != MOE_OP_ABS)
 		return false;
 	r->xf = arg(g, rm, 0)->args[0];
-	const ir_node *xf = N(g, r->xf);
-	r->blocks = xf->op == MOE_OP_CAST ? xf->args[0] : r->xf;
-	const ir_node *b = N(g, r->blocks);
-	if (xf->dtype != MOE_F32 || b->op != MOE_OP_RESHAPE || b->rank != 3 || !arg(g, b, 0) ||
-		arg(g, b, 0)->op != MOE_OP_SCATTER)
+	return N(g, r->xf)->dtype == MOE_F32;
+}
+
+/* The dispatch of x into the block grid blocks = reshape(scatter(0, pos,
+ * gather(x, tok))), each read once. */
+static bool match_dispatch(const moe_graph *g, const uint32_t *nuse, moe_id blocks, actq *r)
+{
+	r->blocks = blocks;
+	const ir_node *b = N(g, blocks);
+	if (b->op != MOE_OP_RESHAPE || b->rank != 3 || !arg(g, b, 0) || arg(g, b, 0)->op != MOE_OP_SCATTER)
 		return false;
 	r->scat = b->args[0];
 	const ir_node *sc = N(g, r->scat), *ga = arg(g, sc, 2);
@@ -90,8 +100,17 @@ static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
 	r->gath = sc->args[2];
 	r->x = ga->args[0];
 	const ir_node *x = N(g, r->x);
-	return x->op == MOE_OP_INPUT && x->rank == 2 && nuse[r->gath] == 1 && nuse[r->scat] == 1 && nuse[r->blocks] == 1 &&
-	       (r->xf == r->blocks || nuse[r->xf] >= 1) && N(g, a)->dtype == x->dtype;
+	return x->op == MOE_OP_INPUT && x->rank == 2 && nuse[r->gath] == 1 && nuse[r->scat] == 1 && nuse[r->blocks] == 1;
+}
+
+static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
+{
+	if (!match_chain(g, a, r))
+		return false;
+	const ir_node *xf = N(g, r->xf);
+	if (!match_dispatch(g, nuse, xf->op == MOE_OP_CAST ? xf->args[0] : r->xf, r))
+		return false;
+	return (r->xf == r->blocks || nuse[r->xf] >= 1) && N(g, a)->dtype == N(g, r->x)->dtype;
 }
 
 /* inq[i]: node i is part of the quantization (depends on xf, up to a). Every
@@ -124,33 +143,45 @@ static moe_id node(moe_ctx *ctx, moe_graph *d, moe_op op, moe_id a0, moe_id a1, 
  * access granule), so the grid's scatter writes whole granules where a
  * 4-byte row is a partial granule's read-modify-write; each block takes
  * their maximum (the value itself). */
-static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map, int64_t w)
+/* The quantization of chain r of graph src (its nodes inq) copied into d on
+ * x's rows xf (d's node), unmasked; m2 maps src's other operands into d, an
+ * axis of src's rows shifts by -shift ([G, B, ..] rows become [T, ..]).
+ * *q: the integers in the activation's type (x.q), *s: the rows' scales
+ * (x.scale). */
+static bool quant_x(moe_ctx *ctx, moe_graph *d, const moe_graph *src, const actq *r, const bool *inq, moe_id *m2,
+	moe_id xf, int64_t shift, moe_id *q, moe_id *s)
 {
-	const ir_node *an = N(g, r->a), *sc = N(g, r->scat), *ga = N(g, r->gath), *bl = N(g, r->blocks);
-	moe_loc loc = an->loc;
+	const ir_node *an = N(src, r->a);
 	bool ok = true;
-	moe_id x = map[r->x];
-	moe_id *m2 = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *m2);
-	memcpy(m2, map, (g->nnodes + 1) * sizeof *m2);
-	m2[r->xf] = N(g, r->x)->dtype == MOE_F32 ? x : ir_b_cast(d, x, MOE_F32, loc);
+	m2[r->xf] = xf;
 	for (moe_id i = r->xf + 1; i < r->a && ok; i++) {
 		if (!inq[i] || i == r->mul)
 			continue;
-		m2[i] = ir_copy_node(d, g, i, m2);
+		m2[i] = ir_copy_node(d, src, i, m2);
 		N(d, m2[i])->valid = MOE_NONE;
-		int64_t ax = ir_attr_int(N(g, i), "axis", -1);
-		if (ir_attr_find(N(g, i), "axis") && ax >= 0) /* [G, B, ..] rows become [T, ..] */
-			moe_node_set_int(d, m2[i], "axis", ax - 1);
+		int64_t ax = ir_attr_int(N(src, i), "axis", -1);
+		if (shift && ir_attr_find(N(src, i), "axis") && ax >= 0)
+			moe_node_set_int(d, m2[i], "axis", ax - shift);
 		ok &= ir_infer(ctx, d, m2[i]) == MOE_OK;
 	}
-	moe_id q = m2[r->q], s = m2[r->s];
-	ctx_free(ctx, m2, (g->nnodes + 1) * sizeof *m2);
 	if (!ok)
 		return false;
-	if (N(d, q)->dtype != an->dtype)
-		q = ir_b_cast(d, q, (moe_dtype)an->dtype, loc); /* |q| <= 127: exact */
-	moe_node_set_name(d, q, "x.q");
-	moe_node_set_name(d, s, "x.scale");
+	*q = m2[r->q];
+	*s = m2[r->s];
+	if (N(d, *q)->dtype != an->dtype)
+		*q = ir_b_cast(d, *q, (moe_dtype)an->dtype, an->loc); /* |q| <= 127: exact */
+	moe_node_set_name(d, *q, "x.q");
+	moe_node_set_name(d, *s, "x.scale");
+	return true;
+}
+
+/* q and s dispatched to the block grid as x was (o: the dispatch's nodes in
+ * g): *bq [G, B, D] "blocks.q", *bs [G, B, 1] the rows' scales. */
+static bool dispatch(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *o, const moe_id *map, moe_id q,
+	moe_id s, int64_t w, moe_loc loc, moe_id *bq, moe_id *bs)
+{
+	const ir_node *sc = N(g, o->scat), *ga = N(g, o->gath), *bl = N(g, o->blocks);
+	bool ok = true;
 	moe_id tok = map[ga->args[1]], pos = map[sc->args[1]], z = map[sc->args[0]];
 	int64_t zs[2] = {sc->shape[0], w}, os[2] = {1, w};
 	if (w > 1) { /* as x ones [1, w]: exact */
@@ -161,7 +192,7 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 	}
 	moe_id z1 = ir_copy_node(d, g, sc->args[0], map);
 	moe_node_set_type(d, z1, MOE_F32, zs, 2);
-	int64_t bs[3] = {bl->shape[0], bl->shape[1], w};
+	int64_t bsh[3] = {bl->shape[0], bl->shape[1], w};
 	moe_id gq = node(ctx, d, MOE_OP_GATHER, q, tok, MOE_NONE, loc, &ok);
 	moe_id gs = node(ctx, d, MOE_OP_GATHER, s, tok, MOE_NONE, loc, &ok);
 	if (!ok)
@@ -172,46 +203,234 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 	moe_id ss = node(ctx, d, MOE_OP_SCATTER, z1, pos, gs, loc, &ok);
 	if (!ok)
 		return false;
-	moe_id bq = ir_b_reshape(d, sq, 3, bl->shape, loc);
-	moe_id bsc = ir_b_reshape(d, ss, 3, bs, loc);
-	moe_node_set_name(d, bq, "blocks.q");
-	moe_node_set_name(d, bsc, "blocks.scale");
+	*bq = ir_b_reshape(d, sq, 3, bl->shape, loc);
+	*bs = ir_b_reshape(d, ss, 3, bsh, loc);
+	moe_node_set_name(d, *bq, "blocks.q");
+	moe_node_set_name(d, *bs, "blocks.scale");
 	if (w > 1)
-		bsc = ir_b_reduce(d, MOE_OP_REDUCE_MAX, bsc, 2, true, loc);
-	moe_id rows = an->valid == MOE_NONE ? MOE_NONE : map[an->valid];
-	moe_id qf = an->dtype == MOE_F32 ? bq : ir_b_cast(d, bq, MOE_F32, loc);
+		*bs = ir_b_reduce(d, MOE_OP_REDUCE_MAX, *bs, 2, true, loc);
+	return true;
+}
+
+/* x' = q x as on the block rows, under their mask rows: its value in d. */
+static moe_id dequant_rows(moe_ctx *ctx, moe_graph *d, moe_id bq, moe_id bs, moe_id rows, moe_dtype t, moe_loc loc)
+{
+	bool ok = true;
+	moe_id qf = t == MOE_F32 ? bq : ir_b_cast(d, bq, MOE_F32, loc);
 	moe_node_set_valid(d, qf, rows);
-	moe_id v = node(ctx, d, MOE_OP_MUL, qf, bsc, MOE_NONE, loc, &ok);
+	moe_id v = node(ctx, d, MOE_OP_MUL, qf, bs, MOE_NONE, loc, &ok);
 	moe_node_set_valid(d, v, rows);
-	moe_id out = an->dtype == MOE_F32 ? v : ir_b_cast(d, v, (moe_dtype)an->dtype, loc);
+	moe_id out = t == MOE_F32 ? v : ir_b_cast(d, v, t, loc);
 	moe_node_set_valid(d, out, rows);
-	map[r->a] = out;
+	return ok ? out : MOE_NONE;
+}
+
+static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map, int64_t w)
+{
+	const ir_node *an = N(g, r->a);
+	moe_id x = map[r->x], q, s, bq, bs;
+	moe_id *m2 = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *m2);
+	memcpy(m2, map, (g->nnodes + 1) * sizeof *m2);
+	moe_id xf = N(g, r->x)->dtype == MOE_F32 ? x : ir_b_cast(d, x, MOE_F32, an->loc);
+	bool ok = quant_x(ctx, d, g, r, inq, m2, xf, 1, &q, &s);
+	ctx_free(ctx, m2, (g->nnodes + 1) * sizeof *m2);
+	if (!ok || !dispatch(ctx, d, g, r, map, q, s, w, an->loc, &bq, &bs))
+		return false;
+	moe_id rows = an->valid == MOE_NONE ? MOE_NONE : map[an->valid];
+	map[r->a] = dequant_rows(ctx, d, bq, bs, rows, (moe_dtype)an->dtype, an->loc);
+	return map[r->a] != MOE_NONE;
+}
+
+/* The dispatched rows (K T of them) pass through DM once: see the file's
+ * comment for the bounds. */
+static bool fits(const moe_graph *g, const actq *r, const moe_tcp_machine *m)
+{
+	int64_t K = 0;
+	double dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	bool tm = tcp_w8a8_tok_major(g, N(g, r->gath)->args[1], N(g, r->x)->shape[0], &K);
+	return tm ? 16.0 * (double)ir_numel(N(g, r->x)) <= dm : 8.0 * (double)ir_bytes(N(g, r->gath)) <= dm;
+}
+
+static moe_graph *finish(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok)
+{
+	moe_graph *out = tcp_rewrite_end(ctx, dev, g, map, ok);
+	if (out && pass_dce(ctx, out, NULL, NULL) != MOE_OK) {
+		ir_graph_free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* ---- the loop form (the tcp-sched pipeline keeps the block_loop) ----
+ * The body quantizes its `b` operand's rows xf = cast(rows) itself; the
+ * rewrite moves that chain before the dispatch, onto x, as above, and the
+ * loop takes two `b` operands in place of the rows: blocks.q (operand k, the
+ * integers) and, appended, the rows' scales [G, B, 1]; the body's chain
+ * becomes x' = q x as. */
+typedef struct lform {
+	moe_id loop, ba, rows;
+	int k, nin;
+	actq body, outer; /* the chain (body ids), the dispatch (outer ids) */
+} lform;
+
+static bool match_loop(const moe_graph *g, const uint32_t *nuse, moe_id l, lform *f)
+{
+	const ir_node *ln = N(g, l);
+	const moe_graph *bg = ir_node_body(g, ln);
+	const char *kinds = ir_attr_str(ln, "kinds", "");
+	f->loop = l;
+	f->nin = (int)strlen(kinds);
+	if (!bg || f->nin >= IR_BODY_MAX_INPUTS)
+		return false;
+	uint32_t *bu = tcp_use_counts(g->ctx, bg);
+	bool found = false;
+	for (moe_id e = 0; e < bg->nnodes && !found; e++) {
+		const ir_node *en = N(bg, e);
+		if (en->op != MOE_OP_EINSUM || en->nargs != 2 || N(bg, en->args[1])->op != MOE_OP_DEQUANT ||
+			strcmp(ir_attr_str(N(bg, en->args[1]), "act", "bf16"), "int8") || !match_chain(bg, en->args[0], &f->body))
+			continue;
+		const ir_node *xf = N(bg, f->body.xf), *an = N(bg, f->body.a);
+		const ir_node *ba = xf->op == MOE_OP_CAST ? N(bg, xf->args[0]) : NULL;
+		if (!ba || ba->op != MOE_OP_BLOCKARG || ir_blockarg_role_of(ba) != IR_BA_IN || bu[xf->args[0]] != 1 ||
+			ba->dtype != an->dtype || an->dtype == MOE_F32 || an->valid == MOE_NONE)
+			continue;
+		f->ba = xf->args[0];
+		f->rows = an->valid;
+		f->k = (int)ir_attr_int(ba, "index", -1);
+		if (f->k < 0 || f->k >= f->nin || kinds[f->k] != 'b')
+			continue;
+		moe_id blocks = ln->args[IR_BL_NCTRL + f->k];
+		found = match_dispatch(g, nuse, blocks, &f->outer) && N(g, f->outer.x)->dtype == an->dtype;
+	}
+	ctx_free(g->ctx, bu, (bg->nnodes + 1) * sizeof *bu);
+	return found;
+}
+
+/* The loop's body with the chain (inq) replaced: operand k's rows are the
+ * integers, operand nin the scales. */
+static bool loop_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *bg, const lform *f, const bool *inq)
+{
+	moe_id *bm = ctx_alloc(ctx, (bg->nnodes + 1) * sizeof *bm);
+	for (moe_id j = 0; j <= bg->nnodes; j++)
+		bm[j] = MOE_NONE;
+	bool ok = true;
+	for (moe_id j = 0; j < bg->nnodes && ok; j++) {
+		if (j == f->body.a) {
+			const ir_node *an = N(bg, j);
+			const int64_t sh[2] = {an->shape[0], 1};
+			moe_id sa = ir_emit(nb, MOE_OP_BLOCKARG, MOE_F32, 2, sh, NULL, 0, an->loc);
+			moe_node_set_str(nb, sa, "role", "in");
+			moe_node_set_int(nb, sa, "index", f->nin);
+			bm[j] = dequant_rows(ctx, nb, bm[f->ba], sa, bm[f->rows], (moe_dtype)an->dtype, an->loc);
+			ok = bm[j] != MOE_NONE;
+		} else if (!inq[j])
+			bm[j] = ir_copy_node(nb, bg, j, bm);
+	}
+	moe_id y = ir_body_yield(bg);
+	ok = ok && y != MOE_NONE && bm[y] != MOE_NONE;
+	if (ok)
+		moe_graph_add_output(nb, bm[y]);
+	ctx_free(ctx, bm, (bg->nnodes + 1) * sizeof *bm);
 	return ok;
+}
+
+/* The quantization before the dispatch, where x's scatter was: the body's
+ * chain on x (its constants copied), then the dispatch of both. */
+static bool loop_quant(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const moe_graph *bg, const lform *f,
+	const bool *inq, moe_id *map, int64_t w, moe_id *bq, moe_id *bs)
+{
+	moe_id *m2 = ctx_alloc(ctx, (bg->nnodes + 1) * sizeof *m2);
+	for (moe_id j = 0; j <= bg->nnodes; j++)
+		m2[j] = MOE_NONE;
+	bool ok = true;
+	for (moe_id j = f->body.xf + 1; j < f->body.a && ok; j++)
+		for (uint32_t k = 0; k < N(bg, j)->nargs && inq[j]; k++) {
+			moe_id a = N(bg, j)->args[k];
+			if (a == MOE_NONE || inq[a] || m2[a] != MOE_NONE)
+				continue;
+			ok = N(bg, a)->op == MOE_OP_CONST;
+			if (ok)
+				m2[a] = ir_copy_node(d, bg, a, m2);
+		}
+	const ir_node *an = N(bg, f->body.a);
+	moe_id q, s, x = map[f->outer.x];
+	ok = ok && quant_x(ctx, d, bg, &f->body, inq, m2, ir_b_cast(d, x, MOE_F32, an->loc), 0, &q, &s);
+	ctx_free(ctx, m2, (bg->nnodes + 1) * sizeof *m2);
+	return ok && dispatch(ctx, d, g, &f->outer, map, q, s, w, an->loc, bq, bs);
+}
+
+static moe_graph *act_once_loop(moe_ctx *ctx, const moe_graph *g, const lform *f, int64_t w)
+{
+	const ir_node *ln = N(g, f->loop);
+	const moe_graph *bg = ir_node_body(g, ln);
+	bool *inq = ctx_alloc(ctx, (bg->nnodes + 1) * sizeof *inq);
+	memset(inq, 0, (bg->nnodes + 1) * sizeof *inq);
+	bool ok = chain(bg, &f->body, inq);
+	moe_graph *dev;
+	moe_id *map = tcp_rewrite_begin(ctx, g, &dev), bq = MOE_NONE, bs = MOE_NONE;
+	for (moe_id i = 0; i < g->nnodes && ok; i++) {
+		if (i == f->outer.scat) { /* its operands are mapped here */
+			ok = loop_quant(ctx, dev, g, bg, f, inq, map, w, &bq, &bs);
+			continue;
+		}
+		if (i == f->outer.gath || i == f->outer.blocks)
+			continue;
+		if (i != f->loop) {
+			map[i] = ir_copy_node(dev, g, i, map);
+			continue;
+		}
+		uint32_t bi;
+		moe_graph *nb = ir_body_new(dev, &bi);
+		ok = loop_body(ctx, nb, bg, f, inq);
+		moe_id args[IR_BL_NCTRL + IR_BODY_MAX_INPUTS + 1];
+		uint32_t na = 0;
+		for (uint32_t k = 0; k < ln->nargs; k++)
+			args[na++] = k == IR_BL_NCTRL + (uint32_t)f->k ? bq : map[ln->args[k]];
+		args[na++] = bs;
+		moe_id nl = moe_node_new(dev, MOE_OP_BLOCK_LOOP, args, na, ln->loc);
+		char kinds[IR_BODY_MAX_INPUTS + 2];
+		snprintf(kinds, sizeof kinds, "%sb", ir_attr_str(ln, "kinds", ""));
+		for (uint32_t k = 0; k < ln->nattrs; k++)
+			if (strcmp(ln->attrs[k].key, "kinds"))
+				ir_attr_set(dev, N(dev, nl), &ln->attrs[k]);
+		moe_node_set_str(dev, nl, "kinds", kinds);
+		if (ln->name)
+			moe_node_set_name(dev, nl, ln->name);
+		N(dev, nl)->body = bi;
+		ok = ok && ir_infer(ctx, dev, nl) == MOE_OK;
+		map[i] = nl;
+	}
+	ctx_free(ctx, inq, (bg->nnodes + 1) * sizeof *inq);
+	return finish(ctx, dev, g, map, ok);
 }
 
 moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
 	actq r = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
-	bool found = false;
+	lform f;
+	memset(&f, 0, sizeof f);
+	bool found = false, loop = false;
 	for (moe_id e = 0; e < nn && !found; e++) {
 		const ir_node *en = N(g, e);
+		if (en->op == MOE_OP_BLOCK_LOOP) {
+			found = loop = match_loop(g, nuse, e, &f);
+			continue;
+		}
 		found = en->op == MOE_OP_EINSUM && en->nargs == 2 && N(g, en->args[1])->op == MOE_OP_DEQUANT &&
 			!strcmp(ir_attr_str(N(g, en->args[1]), "act", "bf16"), "int8") && match(g, nuse, en->args[0], &r);
 	}
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
-	/* the dispatched rows (K T of them) pass through DM once: at most 1/8 of it */
-	int64_t K = 0; /* the bounds: see the file's comment */
-	double dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
-	bool tm = found && tcp_w8a8_tok_major(g, N(g, r.gath)->args[1], N(g, r.x)->shape[0], &K);
-	if (!found || (tm ? 16.0 * (double)ir_numel(N(g, r.x)) > dm : 8.0 * (double)ir_bytes(N(g, r.gath)) > dm))
+	int64_t w = m->hbm_granule >= 8 && m->hbm_granule <= 4096 ? m->hbm_granule / 4 : 1;
+	if (!found || !fits(g, loop ? &f.outer : &r, m))
 		return NULL;
+	if (loop)
+		return act_once_loop(ctx, g, &f, w);
 	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
 	memset(inq, 0, (nn + 1) * sizeof *inq);
 	bool ok = chain(g, &r, inq);
 	moe_graph *dev;
 	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
-	int64_t w = m->hbm_granule >= 8 && m->hbm_granule <= 4096 ? m->hbm_granule / 4 : 1;
 	for (moe_id i = 0; i < nn && ok; i++) {
 		if (i == r.a)
 			ok = emit(ctx, dev, g, &r, inq, map, w);
@@ -219,10 +438,5 @@ moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mac
 			map[i] = ir_copy_node(dev, g, i, map);
 	}
 	ctx_free(ctx, inq, (nn + 1) * sizeof *inq);
-	moe_graph *out = tcp_rewrite_end(ctx, dev, g, map, ok);
-	if (out && pass_dce(ctx, out, NULL, NULL) != MOE_OK) {
-		ir_graph_free(out);
-		return NULL;
-	}
-	return out;
+	return finish(ctx, dev, g, map, ok);
 }
