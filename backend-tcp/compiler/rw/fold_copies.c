@@ -280,7 +280,6 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 {
 	const ts_op *c = &s->op[x->c];
 	tcp_view sv = c->in.v[TCP_V_S0];
-	bool route = (c->in.flags & TCP_F_ROUTE) != 0;
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
 	ts_id first = x->rd[0], last = x->rd[0];
@@ -290,7 +289,10 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 		for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
 			if (p->in.v[w].t == (int32_t)x->d)
 				p->in.v[w] = sv;
-		p->in.flags |= route ? TCP_F_ROUTE : 0;
+		/* S's bytes may lie on other slices than the reader's D did (a row
+		 * pass spreads its rows, not the copy's flits): the switch stage
+		 * routes them, and charges nothing where every slice holds its own */
+		p->in.flags |= TCP_F_ROUTE;
 		p->feature = feature;
 		for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
 			if (s->op[x->c].dep[k] != r)
