@@ -1,0 +1,353 @@
+/* backend-tcp/compiler/rw/fold_copies.c: rewrite `fold-copies`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * A graph's slices and widening casts (the halves of the paired gate/up
+ * contraction's bf16 result cast to f32 for SwiGLU) become `tu.vec` passes
+ * with no chain: each is a command (its issue, fill/drain and switch ring)
+ * that moves words from one DM buffer into another only for the next pass
+ * to fetch them. The rewrite drops such a copy C where its every reader is
+ * a `tu.vec` pass over C's iteration space reading C's destination D
+ * through C's own destination view: the reader reads C's source S through
+ * C's source view instead. Then a reader that fetches one view through two
+ * streams fetches it once (its steps read the first stream), so a third
+ * stream no longer costs a second pass through DM.
+ *
+ * Values are unchanged. A pass fetches each element as its 32-bit lane word
+ * (docs/tcp-isa.md 5), and C's commit stores that word back: as is into an
+ * f32 or i32 D, and into D of S's own type as the element it was read from,
+ * so the reader fetching D gets the word it now fetches from S. D's view is
+ * injective, so each element the reader fetches is the one C wrote from the
+ * same iteration. Where C has a valid count, the reader has the same one
+ * over at least two dimensions: the rows C wrote as zero are rows the
+ * reader writes as zero too, whatever it fetches there, and it has no
+ * integer division (the only step that faults on a value). S is not written
+ * between C and its readers: every writer of S is one C waits for, and one
+ * in C's loop waits for C of the previous block, a wait that moves to the
+ * readers. The readers wait for what C waited for, and every op that
+ * waited for C waits for its readers. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+
+typedef struct fc {
+	ts_id c, d, src;        /* the copy, its destination and source buffers */
+	ts_id rd[16];           /* its readers */
+	uint32_t nrd;
+} fc;
+
+static bool writes(const ts_op *p, ts_id b)
+{
+	return p->in.v[TCP_V_DST].t == (int32_t)b;
+}
+
+static bool reads(const ts_op *p, ts_id b)
+{
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+		if (p->in.v[w].t == (int32_t)b)
+			return true;
+	return false;
+}
+
+static int dep_dist(const ts_op *p, ts_id on)
+{
+	int d = -1;
+	for (uint32_t k = 0; k < p->ndep; k++)
+		if (p->dep[k] == on && (d < 0 || p->dist[k] < d))
+			d = p->dist[k];
+	return d;
+}
+
+static bool has_dep(const ts_op *p, ts_id on, int dist)
+{
+	for (uint32_t k = 0; k < p->ndep; k++)
+		if (p->dep[k] == on && p->dist[k] == dist)
+			return true;
+	return false;
+}
+
+/* whether a and b name the same elements over in's dimensions */
+static bool same_view(const tcp_insn *in, const tcp_view *a, const tcp_view *b)
+{
+	if (a->t != b->t || a->reg != b->reg || a->base != b->base || (a->reg >= 0 && a->scale != b->scale))
+		return false;
+	for (int k = 0; k < in->ndim; k++)
+		if (in->dim[k] > 1 && a->stride[k] != b->stride[k])
+			return false;
+	return true;
+}
+
+/* whether view v names a different element at every iteration of in */
+static bool injective(const tcp_insn *in, const tcp_view *v)
+{
+	int64_t st[TCP_MAXD], ext[TCP_MAXD];
+	int n = 0;
+	for (int k = 0; k < in->ndim; k++) {
+		if (in->dim[k] <= 1)
+			continue;
+		if (v->stride[k] <= 0)
+			return false;
+		int j = n++;
+		for (; j > 0 && st[j - 1] > v->stride[k]; j--) {
+			st[j] = st[j - 1];
+			ext[j] = ext[j - 1];
+		}
+		st[j] = v->stride[k];
+		ext[j] = in->dim[k];
+	}
+	int64_t reach = 0; /* the largest offset the smaller strides reach */
+	for (int j = 0; j < n; j++) {
+		if (st[j] <= reach)
+			return false;
+		reach += st[j] * (ext[j] - 1);
+	}
+	return true;
+}
+
+/* whether reader r of the copy in c's D may read S instead */
+static bool reader_ok(const tcp_sched *s, const fc *x, ts_id r)
+{
+	const ts_op *c = &s->op[x->c], *p = &s->op[r];
+	const tcp_insn *ci = &c->in, *in = &p->in;
+	if (in->op != TCP_OP_TU_VEC || p->region != c->region || r <= x->c || dep_dist(p, x->c) != 0 ||
+		in->ndim != ci->ndim || writes(p, x->src))
+		return false;
+	for (int k = 0; k < in->ndim; k++)
+		if (in->dim[k] != ci->dim[k])
+			return false;
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+		if (in->v[w].t == (int32_t)x->d &&
+			(!same_view(in, &in->v[w], &ci->v[TCP_V_DST]) ||
+			 (w == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4)))))
+			return false;
+	if (ci->vreg >= 0) {
+		if (in->vreg != ci->vreg || in->ndim < 2)
+			return false;
+		for (int i = 0; i < in->nstep; i++)
+			if (in->step[i].op == TCP_V_IDIV)
+				return false;
+	}
+	return true;
+}
+
+/* whether op o (a writer of S) is ordered before the copy in every block */
+static bool writer_ok(const tcp_sched *s, const fc *x, ts_id o)
+{
+	if (dep_dist(&s->op[o], x->c) == 0 || !has_dep(&s->op[x->c], o, 0))
+		return false;
+	for (int l = 0; l < s->nloop; l++)
+		if (ts_region_within(s, s->op[o].region, s->loop[l].body) &&
+			!has_dep(&s->op[o], x->c, 1))
+			return false;
+	return true;
+}
+
+/* whether op c is a copy the rewrite drops; fills x */
+static bool copy_ok(const tcp_sched *s, ts_id c, fc *x)
+{
+	const tcp_insn *in = &s->op[c].in;
+	const tcp_view *dv = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
+	if (in->op != TCP_OP_TU_VEC || in->nstep || (in->flags & ~TCP_F_ROUTE) || dv->t < 0 || sv->t < 0 ||
+		in->v[TCP_V_S1].t >= 0 || in->v[TCP_V_S2].t >= 0 || dv->t == sv->t || dv->reg >= 0 || !injective(in, dv))
+		return false;
+	const ts_buf *d = &s->buf[dv->t], *b = &s->buf[sv->t];
+	if (d->space != TCP_DM || b->space != TCP_DM ||
+		!(d->dtype == b->dtype || d->dtype == MOE_F32 || d->dtype == MOE_I32))
+		return false;
+	x->c = c;
+	x->d = (ts_id)dv->t;
+	x->src = (ts_id)sv->t;
+	x->nrd = 0;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const ts_op *p = &s->op[o];
+		if (o == c)
+			continue;
+		if (writes(p, x->d))
+			return false;
+		if (writes(p, x->src) && !writer_ok(s, x, o))
+			return false;
+		if (!reads(p, x->d))
+			continue;
+		if (x->nrd == sizeof x->rd / sizeof *x->rd || !reader_ok(s, x, o))
+			return false;
+		x->rd[x->nrd++] = o;
+	}
+	for (ts_id k = 0; k < s->nsc; k++)
+		if (s->sc[k].kind == TS_SC_SPM_LD && (s->sc[k].buf == x->d || s->sc[k].buf == x->src))
+			return false;
+	return x->nrd > 0;
+}
+
+static bool find(const tcp_sched *s, fc *x)
+{
+	for (ts_id c = 0; c < s->nop; c++)
+		if (copy_ok(s, c, x))
+			return true;
+	return false;
+}
+
+/* the first pair of streams (u < w) of a pass that fetch one view, or false */
+static bool twice(const tcp_insn *in, int *u, int *w)
+{
+	if (in->op != TCP_OP_TU_VEC)
+		return false;
+	for (*w = TCP_V_S1; *w < TCP_NVIEW; (*w)++)
+		for (*u = TCP_V_S0; *u < *w; (*u)++)
+			if (in->v[*w].t >= 0 && same_view(in, &in->v[*w], &in->v[*u]) &&
+				!(*u == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4))))
+				return true;
+	return false;
+}
+
+bool ts_rw_fold_copies_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	fc x;
+	int u, w;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (twice(&s->op[o].in, &u, &w))
+			return true;
+	return find(s, &x);
+}
+
+static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
+{
+	if ((dist == 0 && on == o) || has_dep(&s->op[o], on, dist))
+		return;
+	ts_add_dep(s, o, on, dist);
+}
+
+/* removes op c: ids stay dense, every reference past c renumbered */
+static void drop_op(tcp_sched *s, ts_id c)
+{
+	for (ts_id o = 0; o < s->nop; o++) {
+		ts_op *p = &s->op[o];
+		uint32_t keep = 0;
+		for (uint32_t j = 0; j < p->ndep; j++)
+			if (p->dep[j] != c) {
+				p->dep[keep] = p->dep[j] - (p->dep[j] > c);
+				p->dist[keep++] = p->dist[j];
+			}
+		p->ndep = keep;
+	}
+	for (ts_id o = c; o + 1 < s->nop; o++) {
+		s->op[o] = s->op[o + 1];
+		if (s->op_line)
+			s->op_line[o] = s->op_line[o + 1];
+	}
+	s->nop--;
+	for (ts_id r = 0; r < s->nrg; r++) {
+		ts_region *g = &s->rg[r];
+		uint32_t keep = 0;
+		for (uint32_t k = 0; k < g->nitem; k++) {
+			uint32_t it = g->item[k];
+			if (TS_ITEM_KIND(it) == TS_ITEM_OP) {
+				if (TS_ITEM_ID(it) == c)
+					continue;
+				it = TS_ITEM_OP | (TS_ITEM_ID(it) - (TS_ITEM_ID(it) > c));
+			}
+			g->item[keep++] = it;
+		}
+		g->nitem = keep;
+	}
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *f = &s->buf[b];
+		if (f->life != TS_LIFE_SPAN)
+			continue;
+		f->first = f->first == TS_NONE ? TS_NONE : f->first - (f->first > c);
+		f->last = f->last == TS_NONE ? TS_NONE : f->last - (f->last > c);
+	}
+}
+
+/* a pass fetching one view through two streams fetches it once: the
+ * steps read the first of them; whether it changed */
+static bool one_stream(tcp_insn *in)
+{
+	int u, w;
+	bool any = false;
+	while (twice(in, &u, &w)) {
+		for (int i = 0; i < in->nstep; i++) {
+			tcp_step *st = &in->step[i];
+			st->x = st->x == TCP_SRC_V + w ? (uint8_t)(TCP_SRC_V + u) : st->x;
+			st->y = st->y == TCP_SRC_V + w ? (uint8_t)(TCP_SRC_V + u) : st->y;
+		}
+		in->v[w] = tcp_view_none();
+		any = true;
+	}
+	return any;
+}
+
+static void fold(tcp_sched *s, const fc *x, uint16_t feature)
+{
+	const ts_op *c = &s->op[x->c];
+	tcp_view sv = c->in.v[TCP_V_S0];
+	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
+	ts_op_positions(s, pos);
+	ts_id first = x->rd[0], last = x->rd[0];
+	for (uint32_t i = 0; i < x->nrd; i++) {
+		ts_id r = x->rd[i];
+		ts_op *p = &s->op[r];
+		for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+			if (p->in.v[w].t == (int32_t)x->d)
+				p->in.v[w] = sv;
+		/* S's bytes may lie on other slices than the reader's D did (a row
+		 * pass spreads its rows, not the copy's flits): the switch stage
+		 * routes them, and charges nothing where every slice holds its own */
+		p->in.flags |= TCP_F_ROUTE;
+		p->feature = feature;
+		for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
+			if (s->op[x->c].dep[k] != r)
+				add_dep_once(s, r, s->op[x->c].dep[k], s->op[x->c].dist[k]);
+		first = pos[r] < pos[first] ? r : first;
+		last = pos[r] > pos[last] ? r : last;
+	}
+	/* an op of the same block that waited for the copy (no hazard: D has no
+	 * other reader, S no writer after it) waits for what the copy waited
+	 * for; one of the next block (S's writers among them) for its readers */
+	ts_id body = TS_NONE;
+	for (int l = 0; l < s->nloop; l++)
+		body = ts_region_within(s, c->region, s->loop[l].body) ? s->loop[l].body : body;
+	for (ts_id o = 0; o < s->nop; o++) {
+		bool reader = false;
+		for (uint32_t i = 0; i < x->nrd; i++)
+			reader |= o == x->rd[i];
+		if (!reader && has_dep(&s->op[o], x->c, 0)) {
+			bool same = body != TS_NONE && ts_region_within(s, s->op[o].region, body);
+			for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
+				if (!s->op[x->c].dist[k] || same)
+					add_dep_once(s, o, s->op[x->c].dep[k], s->op[x->c].dist[k]);
+		}
+		if (has_dep(&s->op[o], x->c, 1))
+			for (uint32_t i = 0; i < x->nrd; i++)
+				if (o != x->rd[i])
+					add_dep_once(s, o, x->rd[i], 1);
+	}
+	/* S lives up to its last reader; D, read by nothing now, only at the
+	 * first reader; a span bounded by the copy moves to its readers */
+	ts_buf *sb = &s->buf[x->src], *db = &s->buf[x->d];
+	if (sb->life == TS_LIFE_SPAN && sb->last != TS_NONE && pos[sb->last] < pos[last])
+		sb->last = last;
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *f = &s->buf[b];
+		if (f->life != TS_LIFE_SPAN)
+			continue;
+		f->first = f->first == x->c ? first : f->first;
+		f->last = f->last == x->c ? last : f->last;
+	}
+	db->life = TS_LIFE_SPAN;
+	db->first = db->last = first;
+	ctx_free(s->ctx, pos, 0);
+	drop_op(s, x->c);
+}
+
+moe_status ts_rw_fold_copies_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	if (!ts_rw_fold_copies_applies(s, e))
+		return MOE_ERR_INVALID;
+	fc x;
+	while (find(s, &x))
+		fold(s, &x, feature);
+	for (ts_id o = 0; o < s->nop; o++)
+		if (one_stream(&s->op[o].in))
+			s->op[o].feature = feature;
+	return MOE_OK;
+}
