@@ -14,8 +14,10 @@
  * command touching an overlapping region with a read/write hazard has
  * finished. Program time is the latest finish plus the kernel's end
  * (assumed.kernel_end_cycles). */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend-tcp/sim/sim_int.h"
 #include "moec/io.h"
@@ -99,7 +101,45 @@ static moe_status write_trace(sim *s, const char *path)
 }
 
 /* ---- the run ---- */
-static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
+/* Scratch and output tensors of at least this many bytes live in anonymous
+ * mappings: zero, like the context's blocks, but a page takes memory only
+ * once written (reading an untouched page maps the shared zero page), so a
+ * run's memory follows the elements it writes rather than the worst-case
+ * grids the program declares. Smaller ones stay with the context's
+ * allocator. */
+#define TCPS_MAP_MIN ((size_t)1 << 20)
+
+/* The mappings undone (also when an allocation throws: the context's defer). */
+static void tcps_unmap(void *arg)
+{
+	sim *s = arg;
+	for (uint32_t i = 0; s->mapped && i < s->p->nt; i++)
+		if (s->mapped[i]) {
+			munmap(s->data[i], s->mapped[i]);
+			s->data[i] = NULL;
+			s->mapped[i] = 0;
+		}
+}
+
+/* Storage for a tensor the run writes: zeroed; NULL (with a diagnostic) when
+ * refused. */
+static uint8_t *scratch(sim *s, uint32_t i, size_t bytes)
+{
+	uint8_t *d = NULL;
+	if (bytes >= TCPS_MAP_MIN) {
+		void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m != MAP_FAILED)
+			d = m, s->mapped[i] = bytes;
+	} else {
+		d = ctx_soft_alloc(s->ctx, bytes ? bytes : 1); /* guarded: a refusal throws (MOE_ERR_NOMEM) */
+	}
+	if (!d)
+		moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of host memory for '%s' (%zu bytes)",
+			s->p->t[i].name, bytes);
+	return d;
+}
+
+static moe_status bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 {
 	const tcp_program *p = s->p;
 	for (uint32_t i = 0; i < p->nt; i++) {
@@ -113,7 +153,7 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 			if (!h) {
 				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: no tensor bound for %s '%s'",
 					tcp_kind_names[t->kind], t->name);
-				return false;
+				return MOE_ERR_INVALID;
 			}
 			bool same = h->dtype == (moe_dtype)t->dtype && h->rank == t->rank && h->nbytes == bytes;
 			for (int k = 0; same && k < t->rank; k++)
@@ -122,23 +162,19 @@ static bool bind(sim *s, const moe_tensor_map *b, const moe_tensor_map *packed)
 				moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
 					"tcp: tensor bound for '%s' has the wrong dtype or shape (want %s, %lld elements)", t->name,
 					moe_dtype_name((moe_dtype)t->dtype), (long long)t->numel);
-				return false;
+				return MOE_ERR_INVALID;
 			}
 			s->data[i] = h->data; /* NULL only in a timing-only run (checked in moe_tcp_run) */
 			s->absent[i] = h->data ? 0 : (int32_t)i + 1;
 			s->borrowed[i] = true;
 			continue;
 		}
-		s->data[i] = ctx_soft_alloc(s->ctx, bytes ? bytes : 1); /* guarded: a refusal is MOE_ERR_NOMEM */
-		if (!s->data[i]) {
-			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of host memory for '%s' (%zu bytes)", t->name,
-				bytes);
-			return false;
-		}
+		if (!(s->data[i] = scratch(s, i, bytes)))
+			return MOE_ERR_NOMEM;
 		if (t->kind == TCP_T_CONST)
 			memcpy(s->data[i], p->consts + t->const_off, bytes);
 	}
-	return true;
+	return MOE_OK;
 }
 
 static int cmp_iv(const void *a, const void *b)
@@ -390,12 +426,20 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	s.dmn_stamp = ctx_try_alloc(ctx, (size_t)tcp_meter_stamps(m) * sizeof *s.dmn_stamp);
 	tcp_meter_init(&s.mt, &s.cm, p, s.dmn_stamp);
 	s.route = ctx_try_alloc(ctx, (size_t)p->ncode + 1);
+	s.mapped = ctx_try_alloc(ctx, (p->nt + 1) * sizeof *s.mapped);
+	if (o->timing_only && p->block_body_pc >= 0 && !pr)
+		s.ctl = ctx_try_alloc(ctx, (size_t)p->nt + 1);
 	s.tc = m->launch_cycles; /* the kernel launches before its first instruction */
-	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp || !s.route) {
+	if (!s.data || !s.borrowed || !s.absent || !s.hz || !s.spm || !s.dmn_stamp || !s.route || !s.mapped ||
+		(o->timing_only && p->block_body_pc >= 0 && !pr && !s.ctl)) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: out of memory for the simulator's tables");
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
+	s.unmap_defer = ctx_defer(ctx, tcps_unmap, &s);
+	s.unmap_deferred = true;
+	if (s.ctl)
+		tcps_control_tensors(&s);
 	for (uint32_t i = 0; i <= p->nt; i++)
 		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1, s.spm[i][3] = 0;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
@@ -430,8 +474,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	if (pr) {
 		for (uint32_t i = 0; i < p->nt; i++) /* no storage: data[i] stays NULL */
 			s.borrowed[i] = true, s.absent[i] = 0;
-	} else if (!bind(&s, b, packed)) {
-		rc = MOE_ERR_INVALID;
+	} else if ((rc = bind(&s, b, packed)) != MOE_OK) {
 		goto out;
 	}
 	rc = simulate(&s);
@@ -453,6 +496,10 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	}
 out:
 	tcps_lazy_free(&s);
+	if (s.unmap_deferred) {
+		tcps_unmap(&s);
+		ctx_undefer(ctx, s.unmap_defer);
+	}
 	for (uint32_t i = 0; s.data && s.borrowed && i < p->nt; i++)
 		if (!s.borrowed[i])
 			ctx_free(ctx, s.data[i], 0);
@@ -463,6 +510,8 @@ out:
 	ctx_free(ctx, s.spm, 0);
 	ctx_free(ctx, s.dmn_stamp, 0);
 	ctx_free(ctx, s.route, 0);
+	ctx_free(ctx, s.mapped, 0);
+	ctx_free(ctx, s.ctl, 0);
 	ctx_free(ctx, s.seen, 0);
 	if (ev && rc == MOE_OK) { /* handed to the caller */
 		*ev = s.ev, *nev = s.nev;

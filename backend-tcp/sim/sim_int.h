@@ -54,6 +54,15 @@ typedef struct sim {
 	const moe_tcp_run_opts *o;
 	uint8_t **data;  /* per tensor */
 	bool *borrowed;  /* bound inputs/weights are read in place */
+	/* per tensor: the length of the anonymous mapping holding it, 0: none
+	 * (sim.c, bind: large scratch and outputs, whose untouched pages cost no
+	 * memory); unmapped by tcps_unmap, also when an allocation throws */
+	size_t *mapped;
+	uint32_t unmap_defer;
+	bool unmap_deferred;
+	/* timing-only runs: per tensor, whether the control path reads its values
+	 * (tcps_moves); NULL in other runs */
+	uint8_t *ctl;
 	/* Timing-only runs may bind weights without data (absent from the
 	 * checkpoint): absent[t] marks tensors whose values derive from one.
 	 * Copies carry the mark (the index of that weight + 1); a computation that
@@ -311,6 +320,12 @@ void tcps_lazy_free(sim *s);
 
 /* sim_mem.c */
 bool tcps_writable(sim *s, uint32_t pc, int32_t t);
+/* Marks s->ctl: the sources of ld and dma.spm, the index lists of gathers
+ * and scatters, and every operand of a command writing one of those. */
+void tcps_control_tensors(sim *s);
+/* Whether a command at pc moves data into tensor t (values it writes that
+ * something may read). */
+bool tcps_moves(const sim *s, uint32_t pc, int32_t t);
 bool tcps_needs_values(sim *s, uint32_t pc, int32_t t);
 bool tcps_computes(const sim *s, uint32_t pc);
 bool tcps_take_values(sim *s, uint32_t pc, const tcp_insn *in);

@@ -63,6 +63,50 @@ bool tcps_computes(const sim *s, uint32_t pc)
 	return !s->pr && !(s->o->timing_only && s->p->block_body_pc >= 0 && (int32_t)pc >= s->p->block_body_pc);
 }
 
+void tcps_control_tensors(sim *s)
+{
+	const tcp_program *p = s->p;
+	for (uint32_t pc = 0; pc < p->ncode; pc++) {
+		const tcp_insn *in = &p->code[pc];
+		int32_t t[3] = {-1, -1, -1};
+		switch ((tcp_opcode)in->op) {
+		case TCP_OP_LD: t[0] = in->v[TCP_V_S0].t; break;
+		case TCP_OP_DMA_SPM: t[0] = in->v[TCP_V_S0].t, t[1] = in->v[TCP_V_S1].t, t[2] = in->v[TCP_V_S2].t; break;
+		case TCP_OP_DMA_GATHER:
+		case TCP_OP_DMA_SCATTER: t[0] = in->v[TCP_V_S1].t; break;
+		default: break;
+		}
+		for (int k = 0; k < 3; k++)
+			if (t[k] >= 0)
+				s->ctl[t[k]] = 1;
+	}
+	/* the operands of any command writing a control tensor are read too
+	 * (wherever it lies: one before the block body computes) */
+	for (bool more = true; more;) {
+		more = false;
+		for (uint32_t pc = 0; pc < p->ncode; pc++) {
+			const tcp_insn *in = &p->code[pc];
+			int32_t d = in->v[TCP_V_DST].t;
+			if (tcp_op_ctx[in->op] == TCP_CTX_CTL || d < 0 || !s->ctl[d])
+				continue;
+			for (int w = 0; w < TCP_NVIEW; w++) {
+				int32_t src = in->v[w].t;
+				if (w != TCP_V_DST && src >= 0 && !s->ctl[src])
+					s->ctl[src] = 1, more = true;
+			}
+		}
+	}
+}
+
+/* A timing-only run skips the arithmetic from the block body on (A12), and
+ * with it the data movement there into tensors the control path never reads:
+ * their values would never be used, and writing them would commit memory for
+ * buffers as large as the worst-case grid (docs/tcp-isa.md section 10, A12). */
+bool tcps_moves(const sim *s, uint32_t pc, int32_t t)
+{
+	return !s->ctl || s->ctl[t] || tcps_computes(s, pc);
+}
+
 /* Before a pass computes: its sources must have values; its destination gets
  * fresh ones. False after a fault. */
 bool tcps_take_values(sim *s, uint32_t pc, const tcp_insn *in)
@@ -76,13 +120,13 @@ bool tcps_take_values(sim *s, uint32_t pc, const tcp_insn *in)
 
 /* dst[idx] = src[idx] over dims, element size e; runs that are contiguous on
  * both sides along the innermost loop move with one memcpy. */
-static void copy_elems(sim *s, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e, int64_t db,
-	int64_t sb)
+static void copy_elems(sim *s, uint32_t pc, const tcp_insn *in, const tcp_view *d, const tcp_view *sv, int64_t e,
+	int64_t db, int64_t sb)
 {
 	int nd = in->ndim;
 	if (s->absent[sv->t])
 		s->absent[d->t] = s->absent[sv->t];
-	if (nd == 0 || !s->data[sv->t])
+	if (nd == 0 || !s->data[sv->t] || !tcps_moves(s, pc, d->t))
 		return;
 	int64_t inner = in->dim[nd - 1];
 	bool run = d->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
@@ -119,7 +163,7 @@ void tcps_run_dma_copy(sim *s, uint32_t pc, const tcp_insn *in)
 	for (int k = 0; k < in->ndim; k++)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
-	copy_elems(s, in, d, sv, e, db, sb);
+	copy_elems(s, pc, in, d, sv, e, db, sb);
 	if (s->pr)
 		tcps_pred_copy(s, in, db, sb);
 	tcp_dma_load dc;
@@ -153,14 +197,14 @@ void tcps_run_dma_gs(sim *s, uint32_t pc, const tcp_insn *in)
 		return;
 	if (s->absent[sv->t])
 		s->absent[d->t] = s->absent[sv->t];
-	bool copy = s->data[sv->t] != NULL;
+	bool move = tcps_moves(s, pc, d->t), copy = move && s->data[sv->t] != NULL;
 	tcp_dma_load dc;
 	tcp_dma_load_init(&dc);
 	int64_t sa0 = s->p->t[sv->t].addr, da0 = s->p->t[d->t].addr, rb = d->stride[2] == 1 && sv->stride[2] == 1 ? row * e : e;
 	for (int64_t g = 0; g < G && !s->fault; g++)
 		for (int64_t j = 0; j < n; j++) {
 			if (j >= cnt || g >= gcnt) {
-				if (gather && s->data[d->t])
+				if (gather && move && s->data[d->t])
 					for (int64_t x = 0; x < row; x++)
 						memset(s->data[d->t] + (db + g * d->stride[0] + j * d->stride[1] + x) * e, 0, (size_t)e);
 				continue;
@@ -271,7 +315,7 @@ void tcps_run_sub(sim *s, uint32_t pc, const tcp_insn *in)
 		n *= in->dim[k];
 	int64_t db = vbase(s, d), sb = vbase(s, sv);
 	if (tcps_computes(s, pc))
-		copy_elems(s, in, d, sv, e, db, sb);
+		copy_elems(s, pc, in, d, sv, e, db, sb);
 	/* every slice loads its footprint of the tile: what its own DM holds at
 	 * the sub context's read width, the rest over the switch (flags=xslice);
 	 * a load without the switch reads only what its slice holds (the
