@@ -17,7 +17,9 @@
  * next writer) waits for each reader as well. A copy under a row count
  * (valid=$rows) writes only the count's rows, so its readers must run under
  * the same count, over the same dimensions, through the copy's own view.
- */
+ * The NaN fix of a float result (x != x ? the canonical NaN : x) is such a
+ * copy where every writer of its source is a float ALU's commit, whose NaNs
+ * are the canonical word already (the routers' softmax before top-k). */
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
@@ -39,14 +41,50 @@ static bool same_view(const tcp_view *x, const tcp_view *y, int nd)
 	return true;
 }
 
-/* whether op o is a stepless copy of whole one-slot DM buffer dst from a
+/* whether every op writing buffer t is a vector pass whose value is its
+ * last step's, a float ALU's result (rounded, flushed, every NaN the
+ * canonical 0x7fc00000), committed to f32 as it is */
+static bool canonical(const tcp_sched *s, int32_t t)
+{
+	if (s->buf[t].dtype != MOE_F32)
+		return false;
+	for (ts_id q = 0; q < s->nop; q++) {
+		const tcp_insn *in = &s->op[q].in;
+		if (in->v[TCP_V_DST].t != t)
+			continue;
+		if (in->op != TCP_OP_TU_VEC || !in->nstep)
+			return false;
+		int op = in->step[in->nstep - 1].op, st = tcp_vop_stage[op];
+		if (!(st == TCP_ST_FLOAT || op == TCP_V_FDIV || op == TCP_V_ITOF || op == TCP_V_FRSUM ||
+			    op == TCP_V_FRMAX || op == TCP_V_FRMIN || op == TCP_V_FMIN || op == TCP_V_FMAX))
+			return false;
+	}
+	return true;
+}
+
+/* whether the steps of in copy s0's words: none, or the NaN fix (x != x ?
+ * NaN : x, all three streams the same view) of a source whose NaNs are
+ * canonical already */
+static bool copies_words(const tcp_sched *s, const tcp_insn *in)
+{
+	const tcp_view *a = &in->v[TCP_V_S0];
+	if (!in->nstep)
+		return in->v[TCP_V_S1].t < 0 && in->v[TCP_V_S2].t < 0;
+	const tcp_step *t = in->step, *m = in->step + 1;
+	return in->nstep == 2 && t->op == TCP_V_FTNE && t->x == TCP_SRC_S0 && t->y == TCP_SRC_S1 && m->op == TCP_V_MERGE &&
+	       m->x == TCP_SRC_IMM && m->imm == 0x7fc00000u && m->y == TCP_SRC_S2 &&
+	       same_view(a, &in->v[TCP_V_S1], in->ndim) && same_view(a, &in->v[TCP_V_S2], in->ndim) &&
+	       canonical(s, a->t);
+}
+
+/* whether op o copies words into the whole of one-slot DM buffer dst from a
  * DM source stepping as dst does */
 static bool word_copy(const tcp_sched *s, ts_id o)
 {
 	const tcp_insn *in = &s->op[o].in;
 	const tcp_view *d = &in->v[TCP_V_DST], *a = &in->v[TCP_V_S0];
-	if (in->op != TCP_OP_TU_VEC || in->nstep || (in->flags & ~TCP_F_ROUTE) || d->t < 0 || a->t < 0 ||
-		d->t == a->t || d->reg >= 0 || d->base || in->v[TCP_V_S1].t >= 0 || in->v[TCP_V_S2].t >= 0)
+	if (in->op != TCP_OP_TU_VEC || (in->flags & ~TCP_F_ROUTE) || d->t < 0 || a->t < 0 || d->t == a->t ||
+		d->reg >= 0 || d->base || !copies_words(s, in))
 		return false;
 	const ts_buf *db = &s->buf[d->t], *ab = &s->buf[a->t];
 	if (db->space != TCP_DM || ab->space != TCP_DM || db->slots != 1 || !word_exact(ab->dtype, db->dtype))
