@@ -331,7 +331,7 @@ static int write_empty(moe_ctx *ctx, const opts *o, const moe_module *gm)
 static int opt_unused(moe_ctx *ctx, const opts *o)
 {
 	return o->tcp_opt && !cli_tcp_sched(o) &&
-		fail(ctx, "--tcp-opt switches the schedule compiler's rewrites: give --tcp-emitter=sched%s", "");
+		fail(ctx, "--tcp-opt switches the schedule compiler's rewrites: it takes no --tcp-emitter=legacy%s", "");
 }
 
 /* --target=tcp --ep N: N simulated chips in this process. */
@@ -368,7 +368,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	}
 	moe_tcp_ep_stats s;
 	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
-		.trace_path = o->trace, .sched = cli_tcp_sched(o), .sched_opts = o->tcp_opt};
+		.trace_path = o->trace, .legacy = !cli_tcp_sched(o), .sched_opts = o->tcp_opt};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;
@@ -728,7 +728,7 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
-	moe_tcp_run_opts ro = {.machine = mach, .sched = cli_tcp_sched(o), .sched_opts = o->tcp_opt};
+	moe_tcp_run_opts ro = {.machine = mach, .legacy = !cli_tcp_sched(o), .sched_opts = o->tcp_opt};
 	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
 	w.programs = cJSON_CreateArray();
 	cJSON_AddNumberToObject(man, "ep", (double)N);

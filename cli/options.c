@@ -57,7 +57,7 @@ static const cli_command commands[] = {
 		"portable C (.c), a native object file (.o) or textual LLVM IR (.ll). Without --target the\n"
 		"target follows the name of OUT; a --target that contradicts that name is an error. A TCP\n"
 		"schedule (.tsched) compiles to TCP only: it is verified, placed and selected into a program.\n"
-		"With --tcp-emitter=sched (and --emit=tcp-sched) the schedule is rewritten by the rows of its\n"
+		"With the schedule compiler (the default emitter) the schedule is rewritten by the rows of its\n"
 		"rewrite table that predict a gain (`moec passes` lists them; docs/tcp-compiler.md 5.2), placed,\n"
 		"and reordered by the list scheduler (the rewrite list-schedule, 5.4). --tcp-opt=-NAME switches\n"
 		"a rewrite off, +NAME runs it wherever it applies; --tcp-opt=-list-schedule keeps sched-build's\n"

@@ -57,12 +57,12 @@ int cli_passes(moe_ctx *ctx)
 		if (p->options && !rows)
 			printf("  %-20s   options: %s\n", "", p->options);
 	}
-	printf("\nTCP schedule rewrites (--tcp-emitter=sched; --tcp-opt=-NAME,+NAME):\n");
+	printf("\nTCP schedule rewrites (--tcp-opt=-NAME,+NAME):\n");
 	const char *name, *summary;
 	for (uint32_t i = 0; moe_tcp_rewrite_info(i, &name, &summary); i++)
 		printf("  %-20s %s\n", name, summary);
 	printf("\nnamed pipelines:\n");
-	static const char *const names[] = {"tcp", "tcp-sched", "host"};
+	static const char *const names[] = {"tcp", "tcp-sched", "tcp-legacy", "host"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		printf("  %-20s %s\n", names[i], moe_pipeline_named(names[i]));
 	return 0;

@@ -132,7 +132,7 @@ int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tc
 	/* the tier by the serving program's emitter, on its pipeline */
 	int sched = cli_tcp_sched(&o1);
 	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, cli_tcp_pipeline(&o1), mod, &ro) == MOE_OK
-				     ? (sched ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt) : moe_tcp_compile(ctx, g1, m))
+				     ? (sched ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt) : moe_tcp_compile_legacy(ctx, g1, m))
 				     : NULL;
 	int errors = moe_error_count(ctx);
 	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;

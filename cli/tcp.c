@@ -47,8 +47,8 @@ static bool compiles_with_b(moe_ctx *ctx, const opts *o, const moe_tcp_machine *
 {
 	moe_module *t = load_with_b(ctx, o, B);
 	moe_run_opts ro = {.verify = 1};
-	moe_tcp_program *p =
-		t && moe_run_pipeline_text(ctx, "tcp", t, &ro) == MOE_OK ? moe_tcp_compile(ctx, moe_module_graph(t, 0), mach) : NULL;
+	moe_tcp_program *p = t && moe_run_pipeline_text(ctx, cli_tcp_pipeline(o), t, &ro) == MOE_OK
+		? cli_tcp_program(ctx, o, moe_module_graph(t, 0), mach) : NULL;
 	moe_tcp_program_free(p);
 	moe_module_free(t);
 	return p != NULL;
@@ -149,17 +149,17 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 }
 
 /* The emitter: --tcp-emitter, else $MOEC_TCP_EMITTER (sched or legacy; any
- * other value is legacy), else legacy. --emit=tcp-sched is the schedule
+ * other value is sched), else sched. --emit=tcp-sched is the schedule
  * compiler's whatever they say. */
 int cli_tcp_sched(const opts *o)
 {
 	const char *v = o->tcp_emitter ? o->tcp_emitter : getenv("MOEC_TCP_EMITTER");
-	return o->emit || (v && !strcmp(v, "sched"));
+	return o->emit || !v || strcmp(v, "legacy");
 }
 
 const char *cli_tcp_pipeline(const opts *o)
 {
-	return cli_tcp_sched(o) ? "tcp-sched" : "tcp";
+	return cli_tcp_sched(o) ? "tcp" : "tcp-legacy";
 }
 
 /* --tcp-opt switches the schedule compiler's rewrites: an error for the legacy emitter */
@@ -168,7 +168,7 @@ static int opt_unused(moe_ctx *ctx, const opts *o)
 	if (!o->tcp_opt || cli_tcp_sched(o))
 		return 0;
 	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
-		"--tcp-opt switches the schedule compiler's rewrites: give --tcp-emitter=sched (or --emit=tcp-sched)");
+		"--tcp-opt switches the schedule compiler's rewrites: it takes no --tcp-emitter=legacy");
 	return 1;
 }
 
@@ -176,7 +176,7 @@ moe_tcp_program *cli_tcp_program(moe_ctx *ctx, const opts *o, const moe_graph *g
 {
 	if (opt_unused(ctx, o))
 		return NULL;
-	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m, o->tcp_opt) : moe_tcp_compile(ctx, g, m);
+	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m, o->tcp_opt) : moe_tcp_compile_legacy(ctx, g, m);
 }
 
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)

@@ -77,21 +77,27 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 }
 #define NBUILTIN (sizeof builtin / sizeof *builtin)
 
+#define TCP_PIPELINE \
+	"infer-shapes,canonicalize,lower-topk," \
+	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
+	"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"
+
 static const struct {
 	const char *name, *text;
 } named[] = {
-	{"tcp", "infer-shapes,canonicalize,lower-topk,"
+	/* The graph the schedule compiler reads (moe_tcp_compile): the block loop
+	 * kept, the loop's pairings, the packed weights marked
+	 * (tcp-split-weights) and the fusion marks. tcp-sched names it too. */
+	{"tcp", TCP_PIPELINE},
+	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
+		 "dce"},
+	{"tcp-sched", TCP_PIPELINE},
+	/* The legacy lowering's graph (moe_tcp_compile_legacy): the block loop
+	 * flattened, the flattened graph's own passes. */
+	{"tcp-legacy", "infer-shapes,canonicalize,lower-topk,"
 		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
 		"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,"
 		"tcp-row-chunks,tcp-plan-fusion"},
-	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
-		 "dce"},
-	/* The graph the schedule compiler reads: the tcp pipeline with the block
-	 * loop kept (no flatten-blocks), the loop's pairings, the packed weights
-	 * marked (tcp-split-weights) and fusion's marks outside the loop. */
-	{"tcp-sched", "infer-shapes,canonicalize,lower-topk,"
-		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

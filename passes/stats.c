@@ -71,7 +71,7 @@ static cJSON *layer_stats(moe_ctx *ctx, const moe_graph *g, const char *pipeline
 	moe_module *tmp = moe_module_new(ctx);
 	ctx_grow(ctx, (void **)&tmp->graphs, &tmp->gcap, 1, sizeof *tmp->graphs);
 	tmp->graphs[tmp->ngraphs++] = ir_graph_clone(g);
-	*st = moe_run_pipeline_text(ctx, pipeline ? pipeline : "tcp", tmp, NULL);
+	*st = moe_run_pipeline_text(ctx, pipeline ? pipeline : "tcp,flatten-blocks", tmp, NULL);
 	if (*st == MOE_OK) {
 		const moe_graph *l = tmp->graphs[0];
 		static const char *const keys[] = {IR_GK_GRID_BLOCKS_MAX, IR_GK_GRID_BLOCKS_SEED, IR_GK_GRID_BLOCKS_VLLM,

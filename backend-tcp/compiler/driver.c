@@ -407,3 +407,23 @@ moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 {
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, emit_default(ctx, g, machine, opts, path));
 }
+
+/* machine NULL: the built-in one; the graph passes g lacks run on a clone */
+static tcp_program *compile_graph(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_tcp_machine *def = m ? NULL : moe_tcp_machine_default(ctx);
+	if (!m && !def)
+		return NULL;
+	moe_status st;
+	moe_graph *w = tcp_loop_graph_passes(ctx, g, m ? m : def, &st);
+	tcp_program *p = st == MOE_OK ? compile_opts(ctx, w ? w : g, m ? m : def, NULL) : NULL;
+	if (w)
+		ir_graph_free(w);
+	moe_tcp_machine_free(ctx, def);
+	return p;
+}
+
+moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+{
+	CTX_GUARDED(ctx, tcp_program *, NULL, compile_graph(ctx, g, machine));
+}

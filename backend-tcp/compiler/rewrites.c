@@ -72,17 +72,22 @@ static void unkeep(void *arg)
 
 /* The predicted cycles of a copy of s (read back from its text, the round
  * trip being exact), row applied first when row >= 0; -1 when it fails.
- * Diagnostics are dropped. */
+ * Diagnostics are dropped. A text the allocator refused is the compile's
+ * failure, not the trial's: it throws (out of memory), so that a refusal
+ * never yields a program without the rewrite. */
 static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 {
 	size_t n0 = moe_diag_count(s->ctx), len = 0;
 	char *text = NULL;
 	tcp_sched *c = NULL;
 	int64_t cy = -1;
-	if (tcp_sched_print(s, &text, &len) != MOE_OK) {
+	moe_status ps = tcp_sched_print(s, &text, &len);
+	if (ps != MOE_OK) {
 		if (text)
 			ctx_free(s->ctx, text, len + 1);
 		ts_diag_truncate(s->ctx, n0);
+		if (ps == MOE_ERR_NOMEM)
+			ctx_throw(s->ctx, len + 1);
 		return -1;
 	}
 	base_trial *b = row < 0 ? kept : NULL;

@@ -47,6 +47,9 @@ uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);
 /* gpass.c: g with every tcp-* graph pass run for m that g's records say has
  * not run (a clone; NULL: none needed, g is ready for m, or an error) */
 moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
+/* gpass.c: the same for the schedule compiler's graph (a block_loop kept):
+ * the pairings and the fusion marks */
+moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
 /* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
 bool tcp_graph_row_chunked(const moe_graph *g);
 /* plan_fusion.c: the tcp-plan-fusion pass on g for machine m; whether g's

@@ -157,14 +157,14 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 	/* the chip's block grid: the run's instruction and work budgets
 	 * (docs/tcp-isa.md section 9) count the phase's block loop that many
 	 * times; the legacy phases keep their grid 0 (their output unchanged) */
-	if (ro->sched)
+	if (!ro->legacy)
 		ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
 	moe_run_opts po = {.verify = 1};
-	moe_status st = moe_run_pipeline_text(ctx, ro->sched ? "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
+	moe_status st = moe_run_pipeline_text(ctx, !ro->legacy ? "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
 		"tcp-pair-down,tcp-split-weights,tcp-plan-fusion" : "infer-shapes,canonicalize,cse,dce", m, &po);
 	if (st == MOE_OK)
-		*pp = ro->sched ? moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts) :
-			moe_tcp_compile(ctx, g, ro->machine);
+		*pp = !ro->legacy ? moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts) :
+			moe_tcp_compile_legacy(ctx, g, ro->machine);
 	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
 }
 

@@ -121,7 +121,8 @@ MOE_API int64_t moe_grid_blocks_vllm(int64_t T, int64_t K, int64_t E, int64_t B)
  * each token), flops_grid_max (what the lowered program computes with every
  * block of the worst-case grid full), weight_bytes, grid_blocks_max with the
  * seed and vLLM bounds and their block-buffer bytes, and `buffers`: the bytes
- * of every intermediate value of the layer lowered by `pipeline` (NULL: tcp).
+ * of every intermediate value of the layer lowered by `pipeline` (NULL: tcp
+ * with its block loop flattened, tcp,flatten-blocks).
  * Several layers: the first layer's keys plus "layers": [...]. */
 MOE_API char *moe_module_stats_json(moe_ctx *ctx, const moe_module *m, const char *pipeline);
 

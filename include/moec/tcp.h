@@ -37,10 +37,19 @@ MOE_API moe_tcp_machine *moe_tcp_machine_parse(moe_ctx *ctx, const char *file, c
 MOE_API moe_tcp_machine *moe_tcp_machine_load(moe_ctx *ctx, const char *path);
 MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
 
-/* Compile one graph that went through the `tcp` pipeline. machine may be
- * NULL (the default); the tiling is chosen for it and recorded in the
- * program, which stays runnable on any machine whose capacities it fits. */
+/* Compile one graph that went through the `tcp` pipeline with the schedule
+ * compiler (moe_tcp_compile_sched with every rewrite by its benefit), after
+ * running on a clone the TCP graph passes the graph lacks for machine (the
+ * pairings when their records are missing, the fusion marks when they were
+ * not planned for machine: a graph lowered in a context without the target
+ * registered compiles to the same program). machine may be NULL (the
+ * default); the program stays runnable on any machine whose capacities it
+ * fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
+/* The legacy lowering (`moec --tcp-emitter=legacy`) of one graph that went
+ * through the `tcp-legacy` pipeline (its block loop flattened); it runs the
+ * flattened graph's passes the graph lacks itself. */
+MOE_API moe_tcp_program *moe_tcp_compile_legacy(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
 /* `--quant-act`: the activations' type of block-FP8 experts' contractions
  * (docs/tcp-isa.md 7.10). act "fp8" sets act="fp8" on every dequant of m
  * that holds fp8 in 128 x 128 blocks dividing its rows and columns (the
@@ -50,7 +59,7 @@ MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const
  * on the parsed module, before the `tcp` pipeline. */
 MOE_API moe_status moe_tcp_quant_act(moe_ctx *ctx, moe_module *m, const char *act, const char *file);
 /* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
- * g, after the `tcp-sched` pipeline (its block_loop kept), built into a schedule,
+ * g, after the `tcp` pipeline (its block_loop kept), built into a schedule,
  * rewritten (the rewrite table, 5.2), verified and selected into a program for
  * machine (NULL: the default). opts switches rewrites as `--tcp-opt` does:
  * "-NAME,+NAME,..." (-: off; +: on whatever its predicted benefit, where it
@@ -203,11 +212,12 @@ typedef struct moe_tcp_run_opts {
 	 * (moe_tcp_predict). The caller releases them with moe_tcp_loads_free. */
 	struct moe_tcp_loads *observed;
 	/* The emitter moe_tcp_ep_run and moe_tcp_ep_compile_ex compile each
-	 * phase with: 0 the legacy lowering (moe_tcp_compile, of a flattened
-	 * graph), 1 the schedule compiler (moe_tcp_compile_sched with sched_opts,
-	 * of chip programs whose local experts are a block_loop:
-	 * expert-parallel{loop=1}). moe_tcp_run ignores both. */
-	int sched;
+	 * phase with: 0 the schedule compiler (moe_tcp_compile_sched with
+	 * sched_opts, of chip programs whose local experts are a block_loop:
+	 * expert-parallel{loop=1}), 1 the legacy lowering
+	 * (moe_tcp_compile_legacy, of a flattened graph; sched_opts unused).
+	 * moe_tcp_run ignores both. */
+	int legacy;
 	const char *sched_opts;
 } moe_tcp_run_opts;
 
@@ -282,7 +292,7 @@ typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_t
 MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
 	moe_tcp_ep_sink sink, void *ud);
 /* The same with the machine and the emitter of opts (opts->machine,
- * opts->sched, opts->sched_opts; the rest is unused). */
+ * opts->legacy, opts->sched_opts; the rest is unused). */
 MOE_API moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_run_opts *opts,
 	moe_tcp_ep_sink sink, void *ud);
 

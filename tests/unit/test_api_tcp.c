@@ -672,8 +672,8 @@ static void test_compile_sched(void **st)
 	float *keep;
 	moe_checkpoint *ck = random_ck(c, &keep);
 	moe_tensor *x = random_x(c, 8);
-	moe_module *ml = layer(c, 8, 0, 0, "tcp"), *ms = layer(c, 8, 0, 0, "tcp-sched");
-	moe_tcp_program *pl = moe_tcp_compile(c, moe_module_graph(ml, 0), NULL);
+	moe_module *ml = layer(c, 8, 0, 0, "tcp-legacy"), *ms = layer(c, 8, 0, 0, "tcp");
+	moe_tcp_program *pl = moe_tcp_compile_legacy(c, moe_module_graph(ml, 0), NULL);
 	moe_tcp_program *ps = moe_tcp_compile_sched(c, moe_module_graph(ms, 0), NULL, NULL);
 	if (!ps)
 		moe_diag_print(c, stderr);
@@ -695,7 +695,13 @@ static void test_compile_sched(void **st)
 	assert_int_equal(moe_tcp_to_binary(c, pr, &b2, &n2), MOE_OK);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(b1, b2, n1);
-	/* a graph that went through the flattening `tcp` pipeline has no block loop to build:
+	/* moe_tcp_compile is the schedule compiler, after the graph passes this
+	 * context did not register (the pairings, the fusion marks): the same y */
+	moe_tcp_program *pd = moe_tcp_compile(c, moe_module_graph(ms, 0), NULL);
+	assert_non_null(pd);
+	assert_same_y(c, pl, pd, ck, x);
+	moe_tcp_program_free(pd);
+	/* a graph that went through the flattening `tcp-legacy` pipeline has no block loop to build:
 	 * refused with a diagnostic, and emit writes nothing */
 	assert_null(moe_tcp_compile_sched(c, moe_module_graph(ml, 0), NULL, NULL));
 	assert_diag(c, "the schedule compiler does not lower");
@@ -733,9 +739,10 @@ static moe_module *chip_program_loop(moe_ctx *c, int rank, int loop)
 	return layer(c, TALL / NCHIP, 0, 0, pipe);
 }
 
+/* chip rank's program for the default emitter (its experts a block_loop) */
 static moe_module *chip_program(moe_ctx *c, int rank)
 {
-	return chip_program_loop(c, rank, 0);
+	return chip_program_loop(c, rank, 1);
 }
 
 static moe_tensor *rows(moe_ctx *c, const moe_tensor *x, int64_t first, int64_t n)
@@ -962,10 +969,11 @@ static void test_ep_compile(void **st)
 	moe_ctx_free(c);
 }
 
-/* The schedule compiler's phases (moe_tcp_run_opts.sched) on programs
- * with their experts a block_loop: y equals the legacy phases' y on the
- * flattened programs bit for bit; moe_tcp_ep_compile_ex hands the sink as
- * many phases, and reports a bad sched_opts with a diagnostic. */
+/* The schedule compiler's phases (the default; moe_tcp_run_opts.legacy 0)
+ * on programs with their experts a block_loop: y equals the legacy phases'
+ * y on the flattened programs bit for bit; moe_tcp_ep_compile hands the sink
+ * as many phases, and moe_tcp_ep_compile_ex reports a bad sched_opts with a
+ * diagnostic. */
 static void test_ep_sched(void **st)
 {
 	(void)st;
@@ -987,7 +995,7 @@ static void test_ep_sched(void **st)
 			moe_tensor_map_set(bind[e][d], "x", rows(c, x, d * (TALL / NCHIP), TALL / NCHIP));
 			out[e][d] = &outv[e][d];
 		}
-		moe_tcp_run_opts ro = {.sched = e};
+		moe_tcp_run_opts ro = {.legacy = !e};
 		moe_status rc = moe_tcp_ep_run(c, NCHIP, g[e], (const moe_tensor_map *const *)bind[e], &ro, out[e], &s);
 		if (rc)
 			moe_diag_print(c, stderr);
@@ -1000,9 +1008,10 @@ static void test_ep_sched(void **st)
 		assert_memory_equal(outv[0][d]->data, outv[1][d]->data, outv[0][d]->nbytes);
 	}
 	sunk s0 = {.ctx = c, .g = g[0], .stop_at = -1}, s1 = {.ctx = c, .g = g[1], .stop_at = -1};
-	moe_tcp_run_opts ro = {.sched = 1};
-	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[0], NULL, sink, &s0), MOE_OK);
-	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], &ro, sink, &s1), MOE_OK);
+	moe_tcp_run_opts ro = {.legacy = 1};
+	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[0], &ro, sink, &s0), MOE_OK);
+	ro.legacy = 0;
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[1], NULL, sink, &s1), MOE_OK);
 	assert_int_equal(s1.calls, s0.calls);
 	assert_int_equal(s1.bad_input, 0);
 	sunk s2 = {.ctx = c, .g = g[1], .stop_at = -1};

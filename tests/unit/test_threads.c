@@ -174,7 +174,7 @@ static void one_file(job *j, moe_ctx *ctx, const char *path, int llvm)
 	if (!(m = moe_parse_moe(ctx, path, text, len, &sets)))
 		FAIL("%s: does not parse", path);
 	moe_run_opts ro = {.verify = 1};
-	if (moe_run_pipeline_text(ctx, "tcp,thread-probe", m, &ro) != MOE_OK)
+	if (moe_run_pipeline_text(ctx, "tcp,flatten-blocks,thread-probe", m, &ro) != MOE_OK)
 		FAIL("%s: the tcp pipeline failed", path);
 
 	FILE *f = open_memstream(&ir, &irlen);

@@ -218,6 +218,36 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	return w;
 }
 
+/* The schedule compiler's graph passes (the `tcp` pipeline's on a
+ * block_loop): the pairings whose records g lacks, then the fusion marks
+ * where g's were not planned for m. */
+moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
+{
+	static const gpass_fn loop_passes[] = {gate_up_paired, down_paired};
+	moe_graph *w = NULL;
+	*st = MOE_OK;
+	for (int i = 0; i < NGPASS && *st == MOE_OK; i++) {
+		bool on = false;
+		for (size_t k = 0; k < sizeof loop_passes / sizeof *loop_passes; k++)
+			on |= gpasses[i].fn == loop_passes[k];
+		if (!on || has_key(w ? w : g, gpasses[i].key))
+			continue;
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = gpasses[i].fn(ctx, w, m);
+	}
+	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = plan_fusion(ctx, w, m);
+	}
+	if (*st != MOE_OK && w) {
+		ir_graph_free(w);
+		w = NULL;
+	}
+	return w;
+}
+
 /* The record is believed where the graph bears it out: an output joined from
  * that many row chunks (tcp_row_chunk joins every tail output so). */
 bool tcp_graph_row_chunked(const moe_graph *g)

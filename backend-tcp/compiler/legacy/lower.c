@@ -816,7 +816,7 @@ static moe_tcp_program *tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_
 	return p;
 }
 
-moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
+moe_tcp_program *moe_tcp_compile_legacy(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine)
 {
 	CTX_GUARDED(ctx, moe_tcp_program *, NULL, tcp_compile(ctx, g, machine));
 }

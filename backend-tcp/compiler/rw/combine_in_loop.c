@@ -274,7 +274,8 @@ bool ts_rw_combine_in_loop_applies(const tcp_sched *s, const ts_env *e)
 	size_t n0 = moe_diag_count(s->ctx), len = 0;
 	char *text = NULL;
 	bool ok = false;
-	if (tcp_sched_print(s, &text, &len) == MOE_OK) {
+	moe_status ps = tcp_sched_print(s, &text, &len);
+	if (ps == MOE_OK) {
 		tcp_sched *c = tcp_sched_parse(s->ctx, s->m, "<combine-in-loop trial>", text, len);
 		ok = c && run_prereqs(c, e) && find(c, &x);
 		tcp_sched_free(c);
@@ -282,6 +283,9 @@ bool ts_rw_combine_in_loop_applies(const tcp_sched *s, const ts_env *e)
 	if (text)
 		ctx_free(s->ctx, text, len + 1);
 	ts_diag_truncate(s->ctx, n0);
+	/* a text the allocator refused fails the compile (as rewrites.c's trial) */
+	if (ps == MOE_ERR_NOMEM)
+		ctx_throw(s->ctx, len + 1);
 	return ok;
 }
 
