@@ -605,10 +605,12 @@ int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int6
 			batch != 0 || n->rank != 2)
 			continue;
 		const ir_node *a = N(bg, n->args[0]), *w = N(bg, n->args[1]);
+		/* a W8A8 weight contracts i8 x i8 (recipe_qact.c) over its values */
+		bool i8 = w->op == MOE_OP_DEQUANT && w->nargs == 2 && !strcmp(ir_attr_str(w, "act", "bf16"), "int8");
 		int64_t c = 0;
-		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], w->dtype, &c);
+		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], i8 ? MOE_I8 : w->dtype, &c);
 		compute += c;
-		if (lastk >= 0 && operand_of(bg, n->args[1]) == lastk)
+		if (lastk >= 0 && operand_of(bg, i8 ? w->args[0] : n->args[1]) == lastk)
 			*last += c;
 	}
 	return compute;
