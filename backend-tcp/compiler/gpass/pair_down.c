@@ -157,16 +157,22 @@ static bool down_loop_find(const moe_graph *g, moe_id loop, ldown *p)
 		if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
 			batch != 0)
 			continue;
-		moe_id w = tcp_loop_e_arg(g, ln, bg, en->args[1], &k);
+		/* a W8A8 weight's int8 values: the dequant reads them as it would the
+		 * operand's own blockarg (its scales stay an operand of their own) */
+		moe_id v = en->args[1];
+		const ir_node *dn = N(bg, v);
+		if (dn->op == MOE_OP_DEQUANT && dn->nargs == 2 && !strcmp(ir_attr_str(dn, "act", "bf16"), "int8"))
+			v = dn->args[0];
+		moe_id w = tcp_loop_e_arg(g, ln, bg, v, &k);
 		if (w == MOE_NONE)
 			continue;
 		const ir_node *wn = N(g, w);
 		if (wn->op == MOE_OP_CONCAT && wn->nargs == 2 && ir_attr_int(wn, "axis", 0) == 1 && wn->rank == 3 &&
 			N(g, wn->args[0])->op == MOE_OP_WEIGHT && N(g, wn->args[1])->op == MOE_OP_WEIGHT &&
 			p->bp == MOE_NONE)
-			p->bp = en->args[1], p->kp = k, p->cat = w, p->w1 = wn->args[0], p->w2 = wn->args[1];
+			p->bp = v, p->kp = k, p->cat = w, p->w1 = wn->args[0], p->w2 = wn->args[1];
 		else if (wn->op == MOE_OP_WEIGHT && wn->rank == 3 && p->bd == MOE_NONE)
-			p->bd = en->args[1], p->kd = k, p->wd = w;
+			p->bd = v, p->kd = k, p->wd = w;
 	}
 	if (p->bp == MOE_NONE || p->bd == MOE_NONE)
 		return false;

@@ -605,10 +605,12 @@ int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int6
 			batch != 0 || n->rank != 2)
 			continue;
 		const ir_node *a = N(bg, n->args[0]), *w = N(bg, n->args[1]);
+		/* a W8A8 weight contracts i8 x i8 (recipe_qact.c) over its values */
+		bool i8 = w->op == MOE_OP_DEQUANT && w->nargs == 2 && !strcmp(ir_attr_str(w, "act", "bf16"), "int8");
 		int64_t c = 0;
-		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], w->dtype, &c);
+		tcp_plan_contract(m, rows, n->shape[1], a->shape[a->rank - 1], i8 ? MOE_I8 : w->dtype, &c);
 		compute += c;
-		if (lastk >= 0 && operand_of(bg, n->args[1]) == lastk)
+		if (lastk >= 0 && operand_of(bg, i8 ? w->args[0] : n->args[1]) == lastk)
 			*last += c;
 	}
 	return compute;
@@ -719,6 +721,184 @@ static int pair_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j,
 	return 1;
 }
 
+/* ---- W8A8 gate/up on a loop ----
+ * The projections read dequant(qa, sa) and dequant(qb, sb) of per-channel
+ * int8 weights with int8 activations (act="int8"), each dequant and each
+ * blockarg read once. Two merges, as the flattened form pairs its gathers:
+ * first the scales, concat(sa, sb) [E, 2F, 1], each dequant reading its half
+ * as a view; then the values, concat(qa, qb) [E, 2F, D], and one dequant of
+ * the pair with the paired scales feeds one einsum whose halves gate and up
+ * read. Each output row keeps its own int8 values, scale and dot product
+ * order, so the value is unchanged. */
+
+/* the W8A8 dequant body einsum e reads (*kq, *ks: its values' and scales'
+ * operand indices, *wq, *ws: the outer weights); MOE_NONE when not one */
+static moe_id loop_w8a8(const moe_graph *g, const ir_node *ln, const moe_graph *bg, moe_id e, int *kq, int *ks,
+	moe_id *wq, moe_id *ws)
+{
+	const ir_node *en = N(bg, e);
+	int batch = 0;
+	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
+		batch != 0 || en->args[0] == en->args[1] || use_of(bg, en->args[1]) != 1)
+		return MOE_NONE;
+	moe_id d = en->args[1];
+	const ir_node *dn = N(bg, d);
+	qt_info qi;
+	if (dn->op != MOE_OP_DEQUANT || dn->nargs != 2 || strcmp(ir_attr_str(dn, "act", "bf16"), "int8") ||
+		!ir_dequant_info(bg, dn, &qi) || qi.fmt != QT_INT8 || qi.bn != 1 || qi.bk != qi.K ||
+		use_of(bg, dn->args[0]) != 1 || use_of(bg, dn->args[1]) != 1)
+		return MOE_NONE;
+	*wq = tcp_loop_e_arg(g, ln, bg, dn->args[0], kq);
+	*ws = tcp_loop_e_arg(g, ln, bg, dn->args[1], ks);
+	if (*wq == MOE_NONE || *ws == MOE_NONE || N(g, *wq)->op != MOE_OP_WEIGHT || N(g, *ws)->op != MOE_OP_WEIGHT ||
+		N(g, *wq)->rank != 3 || N(g, *ws)->rank != 3)
+		return MOE_NONE;
+	return d;
+}
+
+typedef struct lw8a8 {
+	moe_id e1, e2, d1, d2, sb1, sb2; /* body nodes of the graph being merged */
+	moe_id wq1, wq2, ws1, ws2;
+	int kq1, kq2, ks1, ks2;
+	int64_t F;
+	moe_id qs; /* the paired scales' blockarg (values merge: in the old body) */
+	lpair lp;  /* the merge in progress: its outer weights and new blockarg */
+} lw8a8;
+
+/* the W8A8 gate/up pair of loop's body: as loop_pair_find, for dequants of
+ * one kind over values of one type and scales of one type */
+static bool loop_w8a8_find(const moe_graph *g, moe_id loop, lw8a8 *p)
+{
+	const ir_node *ln = N(g, loop);
+	const moe_graph *bg = ir_node_body(g, ln);
+	for (moe_id a = 0; bg && a < bg->nnodes; a++) {
+		int qa = 0, sa = 0, qb = 0, sb = 0;
+		moe_id wqa = MOE_NONE, wsa = MOE_NONE, wqb = MOE_NONE, wsb = MOE_NONE, da = loop_w8a8(g, ln, bg, a, &qa, &sa, &wqa, &wsa);
+		if (da == MOE_NONE)
+			continue;
+		for (moe_id b = a + 1; b < bg->nnodes; b++) {
+			moe_id db = loop_w8a8(g, ln, bg, b, &qb, &sb, &wqb, &wsb);
+			const ir_node *na = N(bg, a), *nbn = N(bg, b);
+			if (db == MOE_NONE || nbn->args[0] != na->args[0] || nbn->valid != na->valid ||
+				nbn->dtype != na->dtype || !same_type(N(g, wqa), N(g, wqb)) || !same_type(N(g, wsa), N(g, wsb)) ||
+				!same_dequant(N(bg, da), N(bg, db)) || qa > qb)
+				continue;
+			*p = (lw8a8){a, b, da, db, N(bg, da)->args[1], N(bg, db)->args[1], wqa, wqb, wsa, wsb, qa, qb, sa, sb,
+				N(g, wqa)->shape[1], MOE_NONE, {0}};
+			return true;
+		}
+	}
+	return false;
+}
+
+static moe_id w8a8_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
+{
+	return pair_outer(ctx, dev, g, &((lw8a8 *)ud)->lp, map);
+}
+
+/* scales merge: each dequant reads its half of the paired scales */
+static bool w8a8_scale_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
+{
+	(void)ctx;
+	lw8a8 *p = ud;
+	bm[p->sb1] = ir_b_slice(nb, q, 0, 0, p->F, N(ob, p->sb1)->loc);
+	bm[p->sb2] = ir_b_slice(nb, q, 0, p->F, 2 * p->F, N(ob, p->sb2)->loc);
+	return true;
+}
+
+/* values merge: w8a8_body reads the pair's blockarg as it is given */
+static bool w8a8_value_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
+{
+	(void)ctx, (void)nb, (void)q, (void)ob, (void)bm, (void)ud;
+	return true;
+}
+
+/* values merge: one dequant of the pair with the paired scales (the blockarg
+ * both former halves view) at e1, one einsum, gate and up its halves */
+static int w8a8_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j, moe_id q, moe_id *bm, void *ud)
+{
+	lw8a8 *p = ud;
+	if (j == p->e2 || j == p->d1 || j == p->d2 || j == p->sb1 || j == p->sb2)
+		return 1;
+	if (j != p->e1)
+		return 0;
+	const ir_node *d1 = N(ob, p->d1);
+	moe_id da[2] = {q, bm[p->qs]};
+	if (da[1] == MOE_NONE)
+		return -1;
+	moe_id d = moe_node_new(nb, MOE_OP_DEQUANT, da, 2, d1->loc);
+	for (uint32_t k = 0; k < d1->nattrs; k++)
+		ir_attr_set(nb, N(nb, d), &d1->attrs[k]);
+	if (ir_infer(ctx, nb, d) != MOE_OK)
+		return -1;
+	if (d1->valid != MOE_NONE)
+		moe_node_set_valid(nb, d, bm[d1->valid]);
+	p->lp.e1 = p->e1, p->lp.e2 = p->e2, p->lp.F = p->F;
+	return pair_body(ctx, nb, ob, j, d, bm, &p->lp);
+}
+
+/* the values merge on r, the graph after the scales merge: its body's
+ * dequants read the two halves of one scales blockarg */
+static bool loop_w8a8_refind(const moe_graph *r, lw8a8 *p)
+{
+	for (moe_id i = 0; i < r->nnodes; i++) {
+		if (N(r, i)->op != MOE_OP_BLOCK_LOOP)
+			continue;
+		const ir_node *ln = N(r, i);
+		const moe_graph *bg = ir_node_body(r, ln);
+		int n = 0;
+		for (moe_id j = 0; bg && j < bg->nnodes; j++) {
+			const ir_node *en = N(bg, j);
+			int batch = 0, k;
+			if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
+				N(bg, en->args[1])->op != MOE_OP_DEQUANT)
+				continue;
+			const ir_node *dn = N(bg, en->args[1]);
+			const ir_node *sl = N(bg, dn->args[1]);
+			if (sl->op != MOE_OP_SLICE || N(bg, sl->args[0])->op != MOE_OP_BLOCKARG)
+				continue; /* down */
+			if (tcp_loop_e_arg(r, ln, bg, dn->args[0], &k) == MOE_NONE || n >= 2)
+				return false;
+			if (n == 0)
+				p->e1 = j, p->d1 = en->args[1], p->sb1 = dn->args[1], p->qs = sl->args[0], p->kq1 = k;
+			else if (sl->args[0] != p->qs || en->args[0] != N(bg, p->e1)->args[0])
+				return false;
+			else
+				p->e2 = j, p->d2 = en->args[1], p->sb2 = dn->args[1], p->kq2 = k;
+			n++;
+		}
+		return n == 2 && p->kq1 < p->kq2;
+	}
+	return false;
+}
+
+/* W8A8 gate/up on loop i of g: the scales merge, then the values merge */
+static moe_graph *pair_loop_w8a8(moe_ctx *ctx, const moe_graph *g, moe_id i)
+{
+	lw8a8 p;
+	if (!loop_w8a8_find(g, i, &p))
+		return NULL;
+	p.lp.w1 = p.ws1, p.lp.w2 = p.ws2;
+	tcp_loop_hooks hs = {w8a8_outer, w8a8_scale_views, NULL, &p, MOE_NONE};
+	moe_graph *r1 = tcp_loop_merge(ctx, g, i, p.ks1 < p.ks2 ? p.ks1 : p.ks2, p.ks1 < p.ks2 ? p.ks2 : p.ks1, &hs);
+	if (!r1)
+		return NULL;
+	moe_graph *r = NULL;
+	moe_id l1 = MOE_NONE;
+	for (moe_id k = 0; k < r1->nnodes && l1 == MOE_NONE; k++)
+		if (N(r1, k)->op == MOE_OP_BLOCK_LOOP)
+			l1 = k;
+	if (loop_w8a8_refind(r1, &p)) {
+		/* the values' outer weights, as r1 maps them */
+		const ir_node *ln = N(r1, l1);
+		p.lp.w1 = ln->args[IR_BL_NCTRL + p.kq1], p.lp.w2 = ln->args[IR_BL_NCTRL + p.kq2];
+		tcp_loop_hooks hq = {w8a8_outer, w8a8_value_views, w8a8_body, &p, MOE_NONE};
+		r = tcp_loop_merge(ctx, r1, l1, p.kq1, p.kq2, &hq);
+	}
+	ir_graph_free(r1);
+	return r;
+}
+
 /* gate/up on the first block_loop (the one the decision prices) when it has
  * such a pair and the pairing pays (pair_pays) */
 static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
@@ -727,10 +907,12 @@ static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 		lpair p;
 		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
 			continue;
-		if (!loop_pair_find(g, i, &p))
-			return NULL;
-		tcp_loop_hooks h = {pair_outer, pair_views, pair_body, &p, MOE_NONE};
-		moe_graph *r = tcp_loop_merge(ctx, g, i, p.k1, p.k2, &h);
+		moe_graph *r = NULL;
+		if (loop_pair_find(g, i, &p)) {
+			tcp_loop_hooks h = {pair_outer, pair_views, pair_body, &p, MOE_NONE};
+			r = tcp_loop_merge(ctx, g, i, p.k1, p.k2, &h);
+		} else
+			r = pair_loop_w8a8(ctx, g, i);
 		if (r && !pair_pays(g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
