@@ -325,3 +325,49 @@ void ts_split_classes(tcp_sched *s, ts_id body, uint32_t i0, uint32_t m, ts_id c
 	ctx_free(s->ctx, cp, 0);
 	ctx_free(s->ctx, at, 0);
 }
+
+void ts_drop_ops(tcp_sched *s, const uint8_t *drop)
+{
+	ts_id *map = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *map);
+	ts_id n = 0;
+	for (ts_id o = 0; o < s->nop; o++)
+		map[o] = drop[o] ? TS_NONE : n++;
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (map[o] == TS_NONE)
+			continue;
+		ts_op *p = &s->op[o];
+		uint32_t keep = 0;
+		for (uint32_t j = 0; j < p->ndep; j++)
+			if (map[p->dep[j]] != TS_NONE) {
+				p->dep[keep] = map[p->dep[j]];
+				p->dist[keep++] = p->dist[j];
+			}
+		p->ndep = keep;
+		if (s->op_line)
+			s->op_line[map[o]] = s->op_line[o];
+		s->op[map[o]] = *p;
+	}
+	for (ts_id r = 0; r < s->nrg; r++) {
+		ts_region *g = &s->rg[r];
+		uint32_t keep = 0;
+		for (uint32_t k = 0; k < g->nitem; k++) {
+			uint32_t it = g->item[k];
+			if (TS_ITEM_KIND(it) == TS_ITEM_OP) {
+				if (map[TS_ITEM_ID(it)] == TS_NONE)
+					continue;
+				it = TS_ITEM_OP | map[TS_ITEM_ID(it)];
+			}
+			g->item[keep++] = it;
+		}
+		g->nitem = keep;
+	}
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *f = &s->buf[b];
+		if (f->life != TS_LIFE_SPAN)
+			continue;
+		f->first = f->first == TS_NONE ? TS_NONE : map[f->first];
+		f->last = f->last == TS_NONE ? TS_NONE : map[f->last];
+	}
+	s->nop = n;
+	ctx_free(s->ctx, map, 0);
+}

@@ -76,7 +76,7 @@ bool ts_rewrites_enabled(const ts_env *e, int stage);
 void ts_split_classes(tcp_sched *s, ts_id region, uint32_t i0, uint32_t m, ts_id count, const int64_t *bound,
 	uint32_t n, const uint8_t *cut, bool case_bufs, uint16_t feature);
 
-/* Removes the ops with drop[op] set (compiler/rw/copy_views.c): the others
+/* Removes the ops with drop[op] set: the others
  * renumbered in order, dependencies on removed ops dropped, region items and
  * span ends renumbered. A span must not start or end at a removed op. */
 void ts_drop_ops(tcp_sched *s, const uint8_t *drop);

@@ -216,46 +216,13 @@ static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
 	ts_add_dep(s, o, on, dist);
 }
 
-/* removes op c: ids stay dense, every reference past c renumbered */
+/* removes op c (ts_drop_ops) */
 static void drop_op(tcp_sched *s, ts_id c)
 {
-	for (ts_id o = 0; o < s->nop; o++) {
-		ts_op *p = &s->op[o];
-		uint32_t keep = 0;
-		for (uint32_t j = 0; j < p->ndep; j++)
-			if (p->dep[j] != c) {
-				p->dep[keep] = p->dep[j] - (p->dep[j] > c);
-				p->dist[keep++] = p->dist[j];
-			}
-		p->ndep = keep;
-	}
-	for (ts_id o = c; o + 1 < s->nop; o++) {
-		s->op[o] = s->op[o + 1];
-		if (s->op_line)
-			s->op_line[o] = s->op_line[o + 1];
-	}
-	s->nop--;
-	for (ts_id r = 0; r < s->nrg; r++) {
-		ts_region *g = &s->rg[r];
-		uint32_t keep = 0;
-		for (uint32_t k = 0; k < g->nitem; k++) {
-			uint32_t it = g->item[k];
-			if (TS_ITEM_KIND(it) == TS_ITEM_OP) {
-				if (TS_ITEM_ID(it) == c)
-					continue;
-				it = TS_ITEM_OP | (TS_ITEM_ID(it) - (TS_ITEM_ID(it) > c));
-			}
-			g->item[keep++] = it;
-		}
-		g->nitem = keep;
-	}
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *f = &s->buf[b];
-		if (f->life != TS_LIFE_SPAN)
-			continue;
-		f->first = f->first == TS_NONE ? TS_NONE : f->first - (f->first > c);
-		f->last = f->last == TS_NONE ? TS_NONE : f->last - (f->last > c);
-	}
+	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
+	drop[c] = 1;
+	ts_drop_ops(s, drop);
+	ctx_free(s->ctx, drop, 0);
 }
 
 /* a pass fetching one view through two streams fetches it once: the
