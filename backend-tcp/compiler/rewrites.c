@@ -371,3 +371,13 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop)
 	s->nop = n;
 	ctx_free(s->ctx, map, 0);
 }
+
+bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd)
+{
+	if (x->t != y->t || x->reg != y->reg || x->base != y->base || (x->reg >= 0 && x->scale != y->scale))
+		return false;
+	for (int k = 0; k < nd; k++)
+		if (x->stride[k] != y->stride[k])
+			return false;
+	return true;
+}

@@ -81,6 +81,10 @@ void ts_split_classes(tcp_sched *s, ts_id region, uint32_t i0, uint32_t m, ts_id
  * span ends renumbered. A span must not start or end at a removed op. */
 void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
 
+/* Whether views x and y name the same buffer, base, register (and its scale)
+ * and strides over nd dimensions. */
+bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

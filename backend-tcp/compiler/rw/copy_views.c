@@ -31,16 +31,6 @@ static bool word_exact(int dt, int into)
 	return (into == MOE_F32 || into == MOE_I32) && (dt == MOE_F32 || dt == MOE_I32 || dt == MOE_BF16);
 }
 
-static bool same_view(const tcp_view *x, const tcp_view *y, int nd)
-{
-	if (x->t != y->t || x->reg != y->reg || x->base != y->base || (x->reg >= 0 && x->scale != y->scale))
-		return false;
-	for (int k = 0; k < nd; k++)
-		if (x->stride[k] != y->stride[k])
-			return false;
-	return true;
-}
-
 /* whether every op writing buffer t is a vector pass whose value is its
  * last step's, a float ALU's result (rounded, flushed, every NaN the
  * canonical 0x7fc00000), committed to f32 as it is */
@@ -73,7 +63,7 @@ static bool copies_words(const tcp_sched *s, const tcp_insn *in)
 	const tcp_step *t = in->step, *m = in->step + 1;
 	return in->nstep == 2 && t->op == TCP_V_FTNE && t->x == TCP_SRC_S0 && t->y == TCP_SRC_S1 && m->op == TCP_V_MERGE &&
 	       m->x == TCP_SRC_IMM && m->imm == 0x7fc00000u && m->y == TCP_SRC_S2 &&
-	       same_view(a, &in->v[TCP_V_S1], in->ndim) && same_view(a, &in->v[TCP_V_S2], in->ndim) &&
+	       ts_same_view(a, &in->v[TCP_V_S1], in->ndim) && ts_same_view(a, &in->v[TCP_V_S2], in->ndim) &&
 	       canonical(s, a->t);
 }
 
@@ -117,7 +107,7 @@ static bool reader_ok(const tcp_sched *s, ts_id o, ts_id r, const uint32_t *pos)
 		const tcp_view *v = &in->v[w];
 		if (v->t != d->t)
 			continue;
-		if ((v->reg >= 0 && a->reg >= 0) || (ci->vreg >= 0 && !same_view(v, d, ci->ndim)))
+		if ((v->reg >= 0 && a->reg >= 0) || (ci->vreg >= 0 && !ts_same_view(v, d, ci->ndim)))
 			return false;
 	}
 	for (ts_id q = 0; q < s->nop; q++)

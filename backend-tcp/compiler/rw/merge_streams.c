@@ -13,16 +13,6 @@
  * decoded, not read as a word, and is no stream's match. */
 #include "backend-tcp/compiler/rewrites.h"
 
-static bool same_view(const tcp_view *x, const tcp_view *y, int nd)
-{
-	if (x->t < 0 || x->t != y->t || x->reg != y->reg || x->base != y->base || (x->reg >= 0 && x->scale != y->scale))
-		return false;
-	for (int k = 0; k < nd; k++)
-		if (x->stride[k] != y->stride[k])
-			return false;
-	return true;
-}
-
 /* the earlier stream that stream w of op o repeats, or -1 */
 static int repeats(const tcp_insn *in, int w)
 {
@@ -31,7 +21,7 @@ static int repeats(const tcp_insn *in, int w)
 	for (int u = TCP_V_S0; u < w; u++) {
 		if (u == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4)))
 			continue;
-		if (same_view(&in->v[u], &in->v[w], in->ndim))
+		if (in->v[u].t >= 0 && ts_same_view(&in->v[u], &in->v[w], in->ndim))
 			return u;
 	}
 	return -1;
