@@ -65,12 +65,17 @@ ir_blockarg_role ir_blockarg_role_of(const ir_node *n)
 	return r < 0 ? IR_BA_COUNT : (ir_blockarg_role)r;
 }
 
-bool ir_graph_has_block_loop(const moe_graph *g)
+const ir_node *ir_graph_block_loop(const moe_graph *g)
 {
 	for (moe_id i = 0; i < g->nnodes; i++)
 		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
-			return true;
-	return false;
+			return N(g, i);
+	return NULL;
+}
+
+bool ir_graph_has_block_loop(const moe_graph *g)
+{
+	return ir_graph_block_loop(g) != NULL;
 }
 
 #define ERR_AT(ctx, loc, ...) (moe_diag((ctx), MOE_DIAG_ERROR, (loc), __VA_ARGS__), MOE_ERR_INVALID)

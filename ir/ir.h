@@ -203,6 +203,8 @@ int ir_block_loop_arg(const char *kinds, int k);
 int ir_block_loop_nargs(const char *kinds);
 ir_blockarg_role ir_blockarg_role_of(const ir_node *n); /* IR_BA_COUNT if unknown */
 bool ir_graph_has_block_loop(const moe_graph *g);
+/* g's first block_loop node, or NULL. */
+const ir_node *ir_graph_block_loop(const moe_graph *g);
 /* The rule of block_loop (ir/block_loop.c), and the isolation rules every
  * node obeys (a blockarg only in a body; no input, weight, impure op or
  * block_loop in one); diagnostics at the node. */

@@ -73,10 +73,7 @@ static void mark_expert(const moe_graph *g, moe_id v, uint8_t *expert)
  * packed operand, a paired [E, n] concat, still shows what it is made of). */
 static void leaf_dims(const moe_graph *g, ts_meta *x)
 {
-	const ir_node *loop = NULL;
-	for (moe_id i = 0; i < g->nnodes && !loop; i++)
-		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
-			loop = N(g, i);
+	const ir_node *loop = ir_graph_block_loop(g);
 	if (!loop)
 		return;
 	uint8_t *expert = ctx_alloc(g->ctx, g->nnodes + 1);
@@ -169,10 +166,7 @@ static bool body_dims(const moe_graph *g, const ir_node *loop, const char *kinds
  * its packed weights were split off. False when g has no block loop. */
 static bool stored_bytes(const moe_graph *g, ts_meta *x)
 {
-	const ir_node *loop = NULL;
-	for (moe_id i = 0; i < g->nnodes && !loop; i++)
-		if (N(g, i)->op == MOE_OP_BLOCK_LOOP)
-			loop = N(g, i);
+	const ir_node *loop = ir_graph_block_loop(g);
 	if (!loop)
 		return false;
 	uint8_t *expert = ctx_alloc(g->ctx, g->nnodes + 1);

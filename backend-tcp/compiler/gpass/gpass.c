@@ -191,6 +191,24 @@ static bool pack_marked(const moe_graph *g)
 	return false;
 }
 
+/* The end of both drivers below: w (g's working clone, NULL while no pass
+ * rewrote g) with fusion's marks planned for m where g's were not; NULL with
+ * *st set when a pass failed (w freed). */
+static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, const moe_tcp_machine *m,
+	moe_status *st)
+{
+	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = plan_fusion(ctx, w, m);
+	}
+	if (*st != MOE_OK && w) {
+		ir_graph_free(w);
+		w = NULL;
+	}
+	return w;
+}
+
 moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
 {
 	moe_graph *w = NULL;
@@ -206,16 +224,7 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 		if (*st == MOE_OK)
 			*st = gpasses[i].fn(ctx, w, m);
 	}
-	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
-		if (!w)
-			w = ir_graph_clone(g);
-		*st = plan_fusion(ctx, w, m);
-	}
-	if (*st != MOE_OK && w) {
-		ir_graph_free(w);
-		w = NULL;
-	}
-	return w;
+	return with_fusion(ctx, g, w, m, st);
 }
 
 /* The schedule compiler's graph passes (the `tcp` pipeline's on a
@@ -236,16 +245,7 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 			w = ir_graph_clone(g);
 		*st = gpasses[i].fn(ctx, w, m);
 	}
-	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
-		if (!w)
-			w = ir_graph_clone(g);
-		*st = plan_fusion(ctx, w, m);
-	}
-	if (*st != MOE_OK && w) {
-		ir_graph_free(w);
-		w = NULL;
-	}
-	return w;
+	return with_fusion(ctx, g, w, m, st);
 }
 
 /* The record is believed where the graph bears it out: an output joined from
