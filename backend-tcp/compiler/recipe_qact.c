@@ -274,6 +274,46 @@ static cplan qa_plan(const sb *b, int64_t M, int64_t O, int64_t I, moe_dtype dt)
 	return pl;
 }
 
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* The tiling of a scaled i8 x i8 contraction y [M, O] = xq [M, I] w^T
+ * (W8A8; the whole reduction in one TRF tile, the scale being per output):
+ * the TRF rows per slice whose main-context pass is the shortest by the cost
+ * rules of docs/tcp-isa.md section 10 (the MACs, the streamed rows, the
+ * commit with its scales, and the switch's bytes: every slice of a row group
+ * streams the group's rows), at most half the TRF; the legacy lowering's
+ * choice for the same contraction. The sub context's loads of the next tile
+ * overlap the pass, so they are not weighed. ob: bytes per output. */
+static cplan w8a8_plan(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
+{
+	const moe_tcp_machine *m = b->m;
+	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	int64_t S = tcp_slices(m), best = 0, best_t = -1;
+	for (int64_t os = 1; os <= O && os * I <= tcp_trf_bytes(m) / 2; os++) {
+		int64_t cg = cdiv(O, os), R = S / cg > 0 ? S / cg : 1, bs = cdiv(M, R), tiles = cdiv(cg, S);
+		int64_t mac = tiles * cdiv(bs * os * I, m->lanes_per_slice * m->macs_per_lane[TCP_MT_I8]);
+		int64_t stream = tiles * cdiv(bs * I, m->stream_bytes_per_cycle);
+		int64_t commit = tiles * cdiv(bs * os * (ob + 4), m->fetch_bytes);
+		int64_t route = tiles * cdiv(bs * I + bs * os * (ob + 4), m->switch_bytes_per_cycle);
+		int64_t t = mac > stream ? mac : stream;
+		t = t > commit ? t : commit;
+		t = t > route ? t : route;
+		if (best_t < 0 || t < best_t) {
+			best_t = t;
+			best = os;
+		}
+	}
+	if (best > 0) {
+		pl.It = I;
+		pl.Os = best;
+		pl.Opass = O < S * best ? O : S * best;
+	}
+	return pl;
+}
+
 /* The TRF tiles of 1-byte [Opass, I] tiles (two when there is more than one
  * pass), at the two halves of TRF. */
 static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
@@ -503,6 +543,23 @@ static bool table_source(const sb *b, ts_id t, tcp_view *src)
 	return false;
 }
 
+/* The columns of every C that the body's einsums make from the rows'
+ * scales einsum id reads (gate's and up's O, or the pair's 2F). */
+static int64_t once_cols(const sb *b, moe_id id)
+{
+	moe_id q, as, qf, mul, q2, as2;
+	int64_t cols = 0;
+	if (!once_chain(b, SBN(b, id)->args[0], &q, &as, &qf, &mul))
+		return 0;
+	for (moe_id p = 0; p < b->g->nnodes; p++) {
+		const ir_node *pn = SBN(b, p);
+		if (pn->op == MOE_OP_EINSUM && pn->nargs == 2 && pn->rank == 2 && sb_qact_dequant(b, pn->args[1], NULL) &&
+			once_chain(b, pn->args[0], &q2, &as2, &qf, &mul) && as2 == as)
+			cols += pn->shape[1];
+	}
+	return cols;
+}
+
 /* Every block's C = as x ws at once (the legacy lowering's tcpl_w8a8_bulk):
  * in the loop's prologue the block experts' channel scales are gathered
  * [G, O] (by the staged expert list, under nb), and block 0 makes C [G, M,
@@ -510,9 +567,10 @@ static bool table_source(const sb *b, ts_id t, tcp_view *src)
  * place; each
  * block's contraction reads its rows of C at $g. The same products as a
  * pass per block. Where the rows' scales are a DM grid, the weight's scales
- * a staged table and C with the gathered scales, counted twice (gate's and
- * up's) and at 8/3 of their bytes (the rest of the loop beside them: the
- * legacy lowering's 3/8 of DM), fit DM. *cv: C's view for the block. */
+ * a staged table and every C made from those rows' scales with its
+ * gathered scales (once_cols), at 8/3 of their bytes (the rest of the loop
+ * beside them: the legacy lowering's 3/8 of DM), fit DM. *cv: C's view for
+ * the block. */
 static bool once_bulk(sb *b, moe_id id, const sb_val *as, const sb_val *s, int64_t M, int64_t O, tcp_view *cv)
 {
 	if (!b->s->nloop || b->ctl[0].imm)
@@ -527,7 +585,7 @@ static bool once_bulk(sb *b, moe_id id, const sb_val *as, const sb_val *s, int64
 	ts_demand d;
 	memset(&d, 0, sizeof d);
 	d.n = 1;
-	d.bytes[0] = 2 * 4 * G * O * (M + 1) * 8 / 3;
+	d.bytes[0] = 4 * G * once_cols(b, id) * (M + 1) * 8 / 3;
 	if (!tcp_dm_fits(b->m, &d))
 		return false;
 	ts_id body = b->rg;
@@ -572,7 +630,7 @@ static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
 	const sb_val *as = x ? sb_dm_val(b, asn) : NULL;
 	if (!as)
 		return;
-	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	cplan pl = w8a8_plan(b, M, O, I, (int64_t)moe_dtype_size((moe_dtype)n->dtype));
 	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
 		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
 		return;
@@ -635,7 +693,7 @@ static void w8a8_einsum(sb *b, moe_id id)
 		sb_err(b, id, "W8A8: the quantized rows of the einsum before are missing");
 		return;
 	}
-	cplan pl = qa_plan(b, M, O, I, MOE_I8);
+	cplan pl = w8a8_plan(b, M, O, I, (int64_t)moe_dtype_size((moe_dtype)n->dtype));
 	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
 		sb_err(b, id, "act=int8: a reduction of %lld does not fit half of TRF", (long long)I);
 		return;
