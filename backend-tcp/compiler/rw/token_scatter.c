@@ -1,0 +1,266 @@
+/* backend-tcp/compiler/rw/token_scatter.c: rewrite `token-scatter`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * A dispatch with token-major pairs (pair p is token p / K: a layer without
+ * n_tokens) scatters gather(src, tok) into the block grid, tok = iota(T K) /
+ * K. Where src is a DM value (W8A8's quantized rows x.q and their scales,
+ * gpass/w8a8_act.c), sched-build copies it into HBM (a gather reads HBM
+ * only), gathers its T K rows into DM and scatters those: three DMA
+ * commands, two of them over T K rows. The scatter alone can read src in
+ * place, each row K times: dims [T, K, row], src's view [row, 0, 1] (token
+ * t's row for each of its K pairs), the index list's [K, 1] (pair t K + j's
+ * position) and the grid's [0, row, 1], as the legacy lowering's
+ * W8A8 dispatch does. The rewrite makes that scatter; the gather goes, and
+ * so does the copy into HBM when the gather was its only reader, and the
+ * pass making tok when nothing else reads it.
+ *
+ * Values are unchanged: the gather's row p is src's row tok[p] = p / K, so
+ * the scatter writes grid position pos[p] from src's row p / K either way.
+ * tok is recognised by its writer, the only op writing it: one tu.vec step
+ * x.div(ctr, K) over [T K] with no valid count. src is the DM buffer the
+ * HBM copy read, the copy's only source, and every op writing src is one
+ * the copy waits for and comes before it, so the copy's bytes are src's
+ * when the scatter runs; src then lives up to the scatter. The scatter
+ * waits for what the gather and the copy waited for (the writers of src and
+ * of the index list), and every op that waited for either waits for it. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+#include "backend-tcp/isa/build.h"
+
+typedef struct tsc {
+	ts_id sc, ga, cp, tok; /* the scatter, the gather, the HBM copy, tok's pass */
+	ts_id d, h, x, i;      /* the gathered rows (DM), src in HBM, src in DM, tok */
+	int64_t T, K, row, xbase;
+} tsc;
+
+static bool writes(const ts_op *p, ts_id b)
+{
+	return p->in.v[TCP_V_DST].t == (int32_t)b;
+}
+
+static bool reads(const ts_op *p, ts_id b)
+{
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+		if (p->in.v[w].t == (int32_t)b)
+			return true;
+	return false;
+}
+
+static bool has_dep(const ts_op *p, ts_id on, int dist)
+{
+	for (uint32_t k = 0; k < p->ndep; k++)
+		if (p->dep[k] == on && p->dist[k] == dist)
+			return true;
+	return false;
+}
+
+static bool in_loop(const tcp_sched *s, ts_id o)
+{
+	for (int l = 0; l < s->nloop; l++)
+		if (ts_region_within(s, s->op[o].region, s->loop[l].region))
+			return true;
+	return false;
+}
+
+static bool spm_read(const tcp_sched *s, ts_id b)
+{
+	for (ts_id k = 0; k < s->nsc; k++)
+		if (s->sc[k].kind == TS_SC_SPM_LD && s->sc[k].buf == b)
+			return true;
+	return false;
+}
+
+static bool strides(const tcp_view *v, int64_t s0, int64_t s1, int64_t s2)
+{
+	return v->reg < 0 && v->stride[0] == s0 && v->stride[1] == s1 && v->stride[2] == s2;
+}
+
+/* the only op writing buffer b, or TS_NONE */
+static ts_id writer(const tcp_sched *s, ts_id b)
+{
+	ts_id w = TS_NONE;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (writes(&s->op[o], b)) {
+			if (w != TS_NONE)
+				return TS_NONE;
+			w = o;
+		}
+	return w;
+}
+
+/* whether op w makes tok[p] = p / K over [n] at the index view iv; *K */
+static bool tok_pass(const tcp_sched *s, ts_id w, const tcp_view *iv, int64_t n, int64_t *K)
+{
+	const tcp_insn *in = &s->op[w].in;
+	const tcp_view *d = &in->v[TCP_V_DST];
+	if (in->op != TCP_OP_TU_VEC || in->ndim != 1 || in->dim[0] != n || in->nstep != 1 || in->vreg >= 0 ||
+		d->reg >= 0 || d->base != iv->base || d->stride[0] != 1 || in->v[TCP_V_S0].t >= 0 ||
+		in->v[TCP_V_S1].t >= 0 || in->v[TCP_V_S2].t >= 0)
+		return false;
+	const tcp_step *st = &in->step[0];
+	*K = (int32_t)st->imm;
+	return st->op == TCP_V_IDIV && st->x == TCP_SRC_CTR && st->ctr == 0 && st->y == TCP_SRC_IMM && *K >= 1 &&
+	       n % *K == 0;
+}
+
+/* the gather feeding scatter sc, its source's copy and tok's pass */
+static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
+{
+	const tcp_insn *in = &s->op[sc].in;
+	const tcp_view *sv = &in->v[TCP_V_S0];
+	int64_t n = in->dim[1], row = in->dim[2];
+	if (in->op != TCP_OP_DMA_SCATTER || in->ndim != 3 || in->dim[0] != 1 || in->vreg >= 0 || sv->t < 0 ||
+		sv->base != 0 || !strides(sv, n * row, row, 1) || in->v[TCP_V_S1].reg >= 0 ||
+		in->v[TCP_V_S1].stride[1] != 1 || in->v[TCP_V_DST].reg >= 0 || in->v[TCP_V_DST].stride[2] != 1 ||
+		in_loop(s, sc))
+		return false;
+	x->sc = sc;
+	x->d = (ts_id)sv->t;
+	x->ga = writer(s, x->d);
+	if (x->ga == TS_NONE || s->buf[x->d].space != TCP_DM || ts_buf_numel(&s->buf[x->d]) != n * row)
+		return false;
+	const tcp_insn *g = &s->op[x->ga].in;
+	const tcp_view *gs = &g->v[TCP_V_S0], *gi = &g->v[TCP_V_S1], *gd = &g->v[TCP_V_DST];
+	if (g->op != TCP_OP_DMA_GATHER || g->ndim != 3 || g->dim[0] != 1 || g->dim[1] != n || g->dim[2] != row ||
+		g->vreg >= 0 || (g->flags & TCP_F_HBMIDX) || gd->base != 0 || !strides(gd, n * row, row, 1) || gs->t < 0 ||
+		!strides(gs, g->rows * row, row, 1) || gi->t < 0 || gi->reg >= 0 || gi->stride[1] != 1 ||
+		s->op[x->ga].region != s->op[sc].region || !has_dep(&s->op[sc], x->ga, 0))
+		return false;
+	x->h = (ts_id)gs->t;
+	x->i = (ts_id)gi->t;
+	x->tok = writer(s, x->i);
+	x->cp = writer(s, x->h);
+	x->row = row;
+	if (x->tok == TS_NONE || !tok_pass(s, x->tok, gi, n, &x->K) || g->rows != n / x->K || x->cp == TS_NONE ||
+		!has_dep(&s->op[x->ga], x->tok, 0) || !has_dep(&s->op[x->ga], x->cp, 0) || in_loop(s, x->tok))
+		return false;
+	x->T = n / x->K;
+	const tcp_insn *c = &s->op[x->cp].in;
+	const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
+	if (c->op != TCP_OP_DMA_COPY || c->ndim != 1 || c->vreg >= 0 || cd->base != 0 || cd->reg >= 0 ||
+		cd->stride[0] != 1 || cs->t < 0 || cs->reg >= 0 || cs->stride[0] != 1 || s->buf[x->h].space != TCP_HBM ||
+		s->buf[x->h].kind != TCP_T_SCRATCH || gs->base + x->T * row > c->dim[0] || in_loop(s, x->cp))
+		return false;
+	x->x = (ts_id)cs->t;
+	x->xbase = cs->base + gs->base;
+	return s->buf[x->x].space == TCP_DM && s->buf[x->x].dtype == s->buf[x->d].dtype &&
+	       s->buf[x->x].dtype == s->buf[x->h].dtype;
+}
+
+/* whether the rewrite may fuse x: what reads and writes the buffers */
+static bool legal(const tcp_sched *s, tsc *x)
+{
+	uint32_t *pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *pos);
+	ts_op_positions(s, pos);
+	bool ok = pos[x->cp] < pos[x->ga] && pos[x->ga] < pos[x->sc] && !spm_read(s, x->d) && !spm_read(s, x->h) &&
+		  !spm_read(s, x->x) && x->x != x->d;
+	for (ts_id o = 0; o < s->nop && ok; o++) {
+		const ts_op *p = &s->op[o];
+		if ((o != x->sc && reads(p, x->d)) || (o != x->ga && (reads(p, x->h) || writes(p, x->d))))
+			ok = false;
+		if (writes(p, x->x))
+			ok &= o != x->cp && pos[o] < pos[x->cp] && has_dep(&s->op[x->cp], o, 0) && !in_loop(s, o);
+	}
+	ctx_free(s->ctx, pos, 0);
+	return ok;
+}
+
+static bool find(const tcp_sched *s, tsc *x)
+{
+	for (ts_id o = 0; o < s->nop; o++)
+		if (gather_of(s, o, x) && legal(s, x))
+			return true;
+	return false;
+}
+
+bool ts_rw_token_scatter_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	tsc x;
+	return find(s, &x);
+}
+
+static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
+{
+	if ((dist == 0 && on == o) || has_dep(&s->op[o], on, dist))
+		return;
+	ts_add_dep(s, o, on, dist);
+}
+
+/* op o's dependencies, but on `skip`, added to op to */
+static void deps_to(tcp_sched *s, ts_id to, ts_id o, ts_id skip)
+{
+	for (uint32_t k = 0; k < s->op[o].ndep; k++)
+		if (s->op[o].dep[k] != skip)
+			add_dep_once(s, to, s->op[o].dep[k], s->op[o].dist[k]);
+}
+
+static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
+{
+	tcp_insn *in = &s->op[x->sc].in;
+	tcp_view *sv = &in->v[TCP_V_S0], *iv = &in->v[TCP_V_S1], *dv = &in->v[TCP_V_DST];
+	in->dim[0] = x->T;
+	in->dim[1] = x->K;
+	*sv = tcp_b_view((int32_t)x->x, x->xbase, 3, (const int64_t[]){x->row, 0, 1});
+	iv->stride[0] = x->K;
+	dv->stride[0] = 0;
+	s->op[x->sc].feature = feature;
+	bool tok_read = false;
+	for (ts_id o = 0; o < s->nop; o++)
+		tok_read |= o != x->ga && reads(&s->op[o], x->i);
+	uint32_t *pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *pos);
+	ts_op_positions(s, pos);
+	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
+	drop[x->ga] = drop[x->cp] = 1; /* the copy's only reader was the gather */
+	drop[x->tok] = !tok_read && !spm_read(s, x->i);
+	/* the scatter waits for what the dropped ops waited for; another op
+	 * that waited for one of them waits for what it waited for, and for
+	 * the scatter when it comes after it */
+	for (ts_id q = 0; q < s->nop; q++)
+		if (drop[q])
+			deps_to(s, x->sc, q, TS_NONE);
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (o == x->sc || drop[o])
+			continue;
+		bool waits = false;
+		for (ts_id q = 0; q < s->nop; q++)
+			if (drop[q] && (has_dep(&s->op[o], q, 0) || has_dep(&s->op[o], q, 1))) {
+				deps_to(s, o, q, TS_NONE);
+				waits = true;
+			}
+		if (waits && pos[o] > pos[x->sc])
+			add_dep_once(s, o, x->sc, 0);
+	}
+	/* src lives up to the scatter; the gathered rows, read by nothing now,
+	 * only at it; a span bounded by a dropped op moves to the scatter */
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *f = &s->buf[b];
+		if (f->life != TS_LIFE_SPAN)
+			continue;
+		if (f->first != TS_NONE && drop[f->first])
+			f->first = x->sc;
+		if (f->last != TS_NONE && drop[f->last])
+			f->last = x->sc;
+		if (b == x->x && f->last != TS_NONE && pos[f->last] < pos[x->sc])
+			f->last = x->sc;
+	}
+	ts_buf *d = &s->buf[x->d];
+	d->life = TS_LIFE_SPAN;
+	d->first = d->last = x->sc;
+	ctx_free(s->ctx, pos, 0);
+	ts_drop_ops(s, drop);
+	ctx_free(s->ctx, drop, 0);
+}
+
+moe_status ts_rw_token_scatter_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)e;
+	tsc x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	do
+		fuse(s, &x, feature);
+	while (find(s, &x));
+	return MOE_OK;
+}
