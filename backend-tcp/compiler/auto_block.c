@@ -404,15 +404,17 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
  * timeline (tcp_dm_price: placed as the compile places it, then
  * tcp_sched_predict on the expected loads, the cost rules the simulator
  * runs by); for packed weights smaller Bs are priced the same way. The
- * schedule is priced before the rewrites and the list scheduler, which
- * cost more than the build itself and would not change the ranking of Bs
- * by more than they change every B's time. */
+ * schedules are priced before the rewrites and the list scheduler, which
+ * cost several times the build; only a B that would replace the model's
+ * pick is priced after them, against that pick. */
 
 /* The predicted seconds of layer g (before the pipeline; its experts op ex)
  * with block size B: a clone through the `tcp` pipeline, built by the
- * schedule compiler, placed and predicted; -1 when it does not build or
- * place (its diagnostics dropped). */
-static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B)
+ * schedule compiler (with `schedule`, rewritten and list-scheduled as the
+ * compile does), placed and predicted; -1 when it does not build or place
+ * (its diagnostics dropped). */
+static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B,
+	bool schedule)
 {
 	size_t n0 = moe_diag_count(ctx);
 	int errs = moe_error_count(ctx);
@@ -425,7 +427,7 @@ static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, cons
 		moe_graph_set_dim(w, "B", B);
 		moe_run_opts ro = {.verify = 1};
 		tcp_sched *ts = moe_tcp_register_passes(ctx) == MOE_OK && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
-			? tcp_sched_compiled(ctx, moe_module_graph(mod, 0), m, false) : NULL;
+			? tcp_sched_compiled(ctx, moe_module_graph(mod, 0), m, schedule) : NULL;
 		int64_t cy = ts && moe_error_count(ctx) == errs ? tcp_dm_price(ts) : -1;
 		s = cy > 0 ? (double)cy / m->clock_hz : -1;
 		tcp_sched_free(ts);
@@ -439,28 +441,28 @@ static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, cons
  * compiling one of b0 halved (multiples of 8, at least 8), else b0 (whose
  * compile reports the error). With packed weights (`refine`), b0 / 2,
  * b0 / 4, ... are priced while each is within REFINE_SLACK of the best so
- * far, the fastest taken: the time is not monotone in B, since an expert's
- * rows take one more block whenever B drops below their count
- * (docs/tcp-compiler.md 6.1). *secs: the predicted seconds of the B
- * returned, 0 when none compiled. */
+ * far: the time is not monotone in B, since an expert's rows take one more
+ * block whenever B drops below their count (docs/tcp-compiler.md 6.1). The
+ * fastest replaces the first B only when it is faster compiled in full too.
+ * *secs: the predicted seconds of the B returned, 0 when none compiled. */
 #define REFINE_SLACK 1.10
 static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t b0,
 	bool refine, double *secs)
 {
 	int64_t best = b0, B = b0;
-	double t = compiled_seconds(ctx, g, ex, m, B);
+	double t = compiled_seconds(ctx, g, ex, m, B, false);
 	while (t < 0 && B > 8) {
 		B = B / 2 / 8 * 8;
 		if (B < 8)
 			break;
-		t = compiled_seconds(ctx, g, ex, m, B);
+		t = compiled_seconds(ctx, g, ex, m, B, false);
 	}
 	*secs = t > 0 ? t : 0;
 	if (t < 0)
 		return b0;
 	best = B;
 	for (int64_t b = B / 2 / 8 * 8; refine && b >= 8; b = b / 2 / 8 * 8) {
-		double tb = compiled_seconds(ctx, g, ex, m, b);
+		double tb = compiled_seconds(ctx, g, ex, m, b, false);
 		if (tb < 0 || tb > REFINE_SLACK * *secs)
 			break;
 		if (tb < *secs) {
@@ -468,6 +470,16 @@ static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const m
 			*secs = tb;
 		}
 	}
+	if (best == B)
+		return B;
+	/* the rewrites and the list scheduler can reverse a ranking: the two
+	 * are priced again as compiled in full, the faster kept */
+	double tB = compiled_seconds(ctx, g, ex, m, B, true), tbest = compiled_seconds(ctx, g, ex, m, best, true);
+	if (tbest < 0 || (tB > 0 && tB <= tbest)) {
+		*secs = tB > 0 ? tB : *secs;
+		return B;
+	}
+	*secs = tbest;
 	return best;
 }
 
