@@ -29,9 +29,10 @@ int cli_pass_machine(moe_ctx *ctx, const opts *o)
 }
 
 /* block=auto (docs/tcp-isa.md 7.8): for the TCP target, a .moe layer with
- * a dim B is loaded again with the block size the cost model picks, unless
- * --set B= forces one. *chosen: the B picked (0: none, the file's or the
- * forced one stands); *pred: its predicted block-loop time. */
+ * a dim B is loaded again with the block size moe_tcp_auto_block picks,
+ * unless --set B= forces one; --quant-act applies first. *chosen: the B
+ * picked (0: none, the file's or the forced one stands); *pred: its
+ * predicted time (moe_tcp_auto_block's). */
 static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
 
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m)
@@ -54,11 +55,12 @@ static bool compiles_with_b(moe_ctx *ctx, const opts *o, const moe_tcp_machine *
 	return p != NULL;
 }
 
-/* block=auto prices B's own buffers, not the DM the rest of the layer takes:
- * a B the lowering cannot place is halved (multiples of 8, at least 8) until
- * the layer compiles; when none does, the first B stands and its compile
- * reports the error. Runs only while no diagnostic is pending, so clearing
- * the trials' errors drops nothing else. */
+/* The legacy emitter's fit: block=auto compiles its B with the schedule
+ * compiler, and the legacy lowering may not place it; B is halved
+ * (multiples of 8, at least 8) until the legacy compile succeeds; when none
+ * does, the first B stands and its compile reports the error. Runs only
+ * while no diagnostic is pending, so clearing the trials' errors drops
+ * nothing else. */
 static moe_module *fit_block(moe_ctx *ctx, const opts *o, moe_module *m, int64_t *chosen)
 {
 	if (moe_diag_count(ctx) != 0)
@@ -92,11 +94,7 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 	if (cli_pass_machine(ctx, o))
 		return NULL;
 	moe_module *m = load_tcp(ctx, o, chosen, pred);
-	if (cli_quant_act(ctx, o, m)) {
-		moe_module_free(m);
-		return NULL;
-	}
-	if (m && *chosen > 0)
+	if (m && *chosen > 0 && !cli_tcp_sched(o))
 		m = fit_block(ctx, o, m, chosen);
 	return m;
 }
@@ -106,6 +104,10 @@ static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double
 	*chosen = 0;
 	*pred = 0;
 	moe_module *m = cli_load(ctx, o);
+	if (cli_quant_act(ctx, o, m)) { /* before block=auto, which prices the layer as it runs */
+		moe_module_free(m);
+		return NULL;
+	}
 	if (!m || o->kind != K_MOE || moe_module_num_graphs(m) != 1 || o->nsets >= MAX_SETS)
 		return m;
 	for (size_t i = 0; i < o->nsets; i++)

@@ -14,6 +14,11 @@ typedef struct cplan {
 	int64_t M, O, I, It, Os, Opass;
 } cplan;
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
+/* plan.c: the estimated cycles of that contraction with `os` TRF rows per
+ * slice and reduction chunks of `it`, run in the row tiles `tiles` (ntiles
+ * row counts) on one TRF tile */
+int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles);
 /* row_classes.c: a block pass's upper row classes between the largest
  * f 4^k below B and B (weights held whole in DM; docs/tcp-isa.md 7.4) */
 enum { TCP_MAX_UPPER = 32 };

@@ -80,11 +80,18 @@ MOE_API moe_status moe_tcp_emit_sched(moe_ctx *ctx, const moe_graph *g, const mo
 MOE_API int moe_tcp_rewrite_info(uint32_t i, const char **name, const char **summary);
 MOE_API void moe_tcp_program_free(moe_tcp_program *p);
 
-/* block=auto: the block size B of the expert grid that the cost model
- * predicts fastest for layer g (before the pipeline; its experts op) on
- * machine (NULL: the default), among 8, 16, 32, 48, 64, 96, 128, 192 and 256; 0 when g has
- * no experts op. *predicted_s (may be NULL): the predicted time of the block
- * loop at that B, under uniform routing. */
+/* block=auto: the block size B of the expert grid for layer g (before the
+ * pipeline; its experts op, with --quant-act's marks when it runs with them)
+ * on machine (NULL: the default); 0 when g has no experts op. A model of the
+ * block loop ranks the candidates (T below 8, then 8, 16, 32, 48, 64, 96,
+ * 128, 192 and multiples of 16 from 256 to 1024 whose buffers fit); its pick
+ * is built by the schedule compiler (the `tcp` pipeline on a clone, with the
+ * pass machine of ctx) and priced on the schedule's timeline, halved until
+ * it builds and places, and for packed weights halved while the predicted
+ * time stays near the best (docs/tcp-compiler.md 6.1). *predicted_s (may be
+ * NULL): the predicted time of the layer's schedule at that B before the
+ * rewrites, on expected loads, or the model's block-loop time when no
+ * candidate builds. The trials' diagnostics are dropped. */
 MOE_API int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine,
 	double *predicted_s);
 

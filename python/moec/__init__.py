@@ -432,6 +432,8 @@ class Layer:
     def _tcp_module(self, c, mach, extra=None, quant_act=None):
         """The module for the TCP target: block=auto unless B is set (docs/tcp-isa.md 7.8)."""
         m = self._parse(c, extra)
+        # --quant-act first: block=auto prices the layer as it runs
+        self._quant_act(m, quant_act)
         autob, pred = 0, 0.0
         sets = dict(self.sets)
         sets.update(extra or {})
@@ -447,13 +449,17 @@ class Layer:
                     e = dict(extra or {})
                     e["B"] = str(B)
                     m = self._parse(c, e)
+                    self._quant_act(m, quant_act)
+        return m, autob, pred
+
+    @staticmethod
+    def _quant_act(m, quant_act):
         if quant_act == "fp8":
             for k in range(lib.moe_module_num_graphs(m)):
                 g = lib.moe_module_graph(m, k)
                 for i in _nodes(g, _OP_DEQUANT):
                     if lib.moe_node_get_str(g, i, b"format") == b"fp8":
                         lib.moe_node_set_str(g, i, b"act", b"fp8")
-        return m, autob, pred
 
     def _machine(self, c, machine):
         m = c.need(lib.moe_tcp_machine_load(c.p, _b(os.fspath(machine))) if machine

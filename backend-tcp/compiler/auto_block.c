@@ -1,9 +1,13 @@
-/* backend-tcp/plan.c: compile-time choices made with the machine's cost
- * rules: the tiling of a contraction, and block=auto, the block size of the
- * expert grid (docs/tcp-isa.md section 6 and 7.8). */
+/* backend-tcp/compiler/auto_block.c: block=auto, the block size B of the
+ * expert grid (docs/tcp-isa.md 7.8, docs/tcp-compiler.md 6.1): a model of
+ * the block loop ranks the candidate Bs, and the schedule compiler compiles
+ * and prices its pick on the schedule's timeline. */
 #include <math.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
+#include "backend-tcp/compiler/rewrites.h"
+#include "backend-tcp/compiler/schedule.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "backend-tcp/isa/cost.h"
 #include "moec/passes.h"
@@ -11,92 +15,6 @@
 static int64_t cdiv(int64_t a, int64_t b)
 {
 	return (a + b - 1) / b;
-}
-
-static int64_t rup(int64_t a, int64_t b)
-{
-	return cdiv(a, b) * b;
-}
-
-/* The cycles of a contraction of M rows with `os` TRF rows per slice and
- * reduction chunks of `it`, O x I, in its passes and chunks: per chunk the
- * main-context pass over each row tile of `tiles` (MACs, streamed packets,
- * commit, its latency and issue) against the sub-context TRF load, which
- * overlap, plus the first load (*load: one chunk's). `tiles` row counts
- * (NULL: one tile of M rows) are the guarded row tiles of lower_rows.c, all
- * on one TRF tile. */
-static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
-	const int64_t *tiles, int ntiles)
-{
-	/* f8 x f8 at the fp8 rate (act=fp8), i8 x i8 at the i8 rate (W8A8) */
-	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : wdt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
-	tcp_cm cm;
-	tcp_cm_init(&cm, m);
-	int64_t issue = tcp_cost_issue(&cm, TCP_CTX_MAIN);
-	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
-	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
-	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
-		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
-		for (int k = 0; k < ntiles; k++) {
-			/* one pass over the tile, accumulating in f32 (8 bytes committed per output) */
-			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0, false};
-			main_ += tcp_cost_contract(&cm, &l).total + issue;
-		}
-		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_cost_sub(&cm, fp, cdiv(fp, R)) + issue;
-		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
-	}
-	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_cost_sub(&cm, fp0, cdiv(fp0, R)) + issue;
-	return npass * total + load0;
-}
-
-/* The reduction chunk for `os` TRF rows per slice: the most that fills half
- * the TRF (the next tile loads while this one computes), when it splits I a
- * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
-static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
-{
-	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
-	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
-	if (it < 1)
-		return 0;
-	int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
-	if (it < I)
-		it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
-	return it < I ? it : I;
-}
-
-/* For each number of TRF rows per slice (Os) and its reduction chunk (It),
- * estimate the contraction (contract_cycles) and take the tiling with the
- * smallest total. Few rows per slice reload TRF for little work; many starve
- * the stream. */
-cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
-{
-	cplan best = {M, O, I, 0, 0, 0};
-	int64_t S = tcp_slices(m), best_t = -1;
-	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = chunk_of(m, os, I, wdt);
-		if (it < 1)
-			break;
-		/* the largest chunk, or as many chunks of an even size (a multiple
-		 * of the same unit): the last chunk then does its share */
-		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
-		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
-		for (int v = 0; v < 2; v++) {
-			int64_t iv = v ? even : it;
-			if (v && (even >= it || it >= I))
-				break;
-			int64_t t = contract_cycles(m, os, iv, O, I, wdt, &M, 1);
-			if (best_t < 0 || t < best_t) {
-				best_t = t;
-				best.It = iv;
-				best.Os = os;
-				best.Opass = O < S * os ? O : S * os;
-			}
-		}
-	}
-	if (cycles)
-		*cycles = best_t;
-	return best;
 }
 
 /* The plans of one block=auto call: every candidate B prices its row
@@ -148,7 +66,7 @@ static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, 
 	else
 		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = step > 0 ? step : s)
 			tiles[nt++] = h - s < len ? h - s : len;
-	return contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
+	return tcp_contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
 }
 
 /* The sizes block=auto looks at: the experts op of a layer before the
@@ -161,6 +79,7 @@ typedef struct layer_dims {
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
 	double shared; /* main cycles of a shared expert run in pieces inside the loop (lower_shared.c), or 0 */
 	plan_memo *memo; /* the call's plans, or NULL */
+	moe_id ex;       /* the experts op */
 } layer_dims;
 
 /* Stored bytes per element of a weight: a dequant's packed values and scales
@@ -186,7 +105,7 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 		const ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]), *up = N(g, n->args[EXP_UP]);
 		if (x->rank != 2 || idx->rank != 2 || up->rank != 3)
 			return false;
-		*d = (layer_dims){.T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
+		*d = (layer_dims){.ex = i, .T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
 			.K = idx->shape[1], .B = ir_attr_int(n, "block", 1), .nproj = n->args[EXP_GATE] != MOE_NONE ? 3 : 2,
 			.xdt = x->dtype, .wdt = up->dtype, .wbytes = weight_bytes(g, n->args[EXP_UP])};
 		/* swiglu's silu(g) x u is one pass; gpt-oss's clamps, biases and scaled
@@ -477,6 +396,93 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
 	return n;
 }
 
+/* ---- pricing on the schedule compiler ----
+ * The model above is a sketch: it prices bf16 and f32 contractions, not
+ * packed weights' dequantization, their scales or fp8 x fp8 contractions,
+ * nor the DM the rest of the layer takes. The B it picks is therefore built
+ * by the schedule compiler's recipes and priced on that schedule's own
+ * timeline (tcp_dm_price: placed as the compile places it, then
+ * tcp_sched_predict on the expected loads, the cost rules the simulator
+ * runs by); for packed weights smaller Bs are priced the same way. The
+ * schedules are priced before the rewrites and the list scheduler, which
+ * cost several times the build; only a B that would replace the model's
+ * pick is priced after them, against that pick. */
+
+/* The predicted seconds of layer g (before the pipeline; its experts op ex)
+ * with block size B: a clone through the `tcp` pipeline, built by the
+ * schedule compiler (with `schedule`, rewritten and list-scheduled as the
+ * compile does), placed and predicted; -1 when it does not build or place
+ * (its diagnostics dropped). */
+static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B,
+	bool schedule)
+{
+	size_t n0 = moe_diag_count(ctx);
+	int errs = moe_error_count(ctx);
+	moe_module *mod = moe_module_new(ctx);
+	moe_graph *w = mod && moe_module_add_graph(mod, moe_graph_name(g)) ? ir_graph_clone(g) : NULL;
+	double s = -1;
+	if (w) {
+		ir_module_replace(mod, 0, w);
+		moe_node_set_int(w, ex, "block", B);
+		moe_graph_set_dim(w, "B", B);
+		moe_run_opts ro = {.verify = 1};
+		tcp_sched *ts = moe_tcp_register_passes(ctx) == MOE_OK && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
+			? tcp_sched_compiled(ctx, moe_module_graph(mod, 0), m, schedule) : NULL;
+		int64_t cy = ts && moe_error_count(ctx) == errs ? tcp_dm_price(ts) : -1;
+		s = cy > 0 ? (double)cy / m->clock_hz : -1;
+		tcp_sched_free(ts);
+	}
+	moe_module_free(mod);
+	ts_diag_truncate(ctx, n0);
+	return s;
+}
+
+/* The B to compile: the model's pick b0 when it compiles, else the first
+ * compiling one of b0 halved (multiples of 8, at least 8), else b0 (whose
+ * compile reports the error). With packed weights (`refine`), b0 / 2,
+ * b0 / 4, ... are priced while each is within REFINE_SLACK of the best so
+ * far: the time is not monotone in B, since an expert's rows take one more
+ * block whenever B drops below their count (docs/tcp-compiler.md 6.1). The
+ * fastest replaces the first B only when it is faster compiled in full too.
+ * *secs: the predicted seconds of the B returned, 0 when none compiled. */
+#define REFINE_SLACK 1.10
+static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t b0,
+	bool refine, double *secs)
+{
+	int64_t best = b0, B = b0;
+	double t = compiled_seconds(ctx, g, ex, m, B, false);
+	while (t < 0 && B > 8) {
+		B = B / 2 / 8 * 8;
+		if (B < 8)
+			break;
+		t = compiled_seconds(ctx, g, ex, m, B, false);
+	}
+	*secs = t > 0 ? t : 0;
+	if (t < 0)
+		return b0;
+	best = B;
+	for (int64_t b = B / 2 / 8 * 8; refine && b >= 8; b = b / 2 / 8 * 8) {
+		double tb = compiled_seconds(ctx, g, ex, m, b, false);
+		if (tb < 0 || tb > REFINE_SLACK * *secs)
+			break;
+		if (tb < *secs) {
+			best = b;
+			*secs = tb;
+		}
+	}
+	if (best == B)
+		return B;
+	/* the rewrites and the list scheduler can reverse a ranking: the two
+	 * are priced again as compiled in full, the faster kept */
+	double tB = compiled_seconds(ctx, g, ex, m, B, true), tbest = compiled_seconds(ctx, g, ex, m, best, true);
+	if (tbest < 0 || (tB > 0 && tB <= tbest)) {
+		*secs = tB > 0 ? tB : *secs;
+		return B;
+	}
+	*secs = tbest;
+	return best;
+}
+
 /* The router's balance is not known when the layer compiles: block=auto
  * predicts every candidate B under uniform expert loads and under loads of
  * coefficient of variation 0.5 (assumption A15), and takes the B whose
@@ -515,9 +521,13 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 			pr = r;
 		}
 	}
-	if (predicted_s)
-		*predicted_s = t[0][pick] / m->clock_hz;
 	ctx_free(ctx, d.memo, sizeof *d.memo);
+	/* packed weights: the model does not price their dequantization */
+	bool plain = (d.wdt == MOE_BF16 || d.wdt == MOE_F32) && d.wbytes >= (double)moe_dtype_size((moe_dtype)d.wdt);
+	double secs = 0;
+	int64_t B = priced_block(ctx, g, d.ex, m, cand[pick], !plain, &secs);
+	if (predicted_s)
+		*predicted_s = secs > 0 ? secs : t[0][pick] / m->clock_hz;
 	moe_tcp_machine_free(ctx, def);
-	return cand[pick];
+	return B;
 }

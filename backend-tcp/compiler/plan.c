@@ -1,0 +1,99 @@
+/* backend-tcp/compiler/plan.c: the tiling of a contraction chosen with the
+ * machine's cost rules (docs/tcp-isa.md section 6), as the recipes, the
+ * pairing passes, the legacy lowering and block=auto's model use it. */
+#include <math.h>
+#include <string.h>
+
+#include "backend-tcp/compiler/tcp_compile.h"
+#include "backend-tcp/isa/cost.h"
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+static int64_t rup(int64_t a, int64_t b)
+{
+	return cdiv(a, b) * b;
+}
+
+/* The cycles of a contraction of M rows with `os` TRF rows per slice and
+ * reduction chunks of `it`, O x I, in its passes and chunks: per chunk the
+ * main-context pass over each row tile of `tiles` (MACs, streamed packets,
+ * commit, its latency and issue) against the sub-context TRF load, which
+ * overlap, plus the first load (*load: one chunk's). `tiles` row counts
+ * (NULL: one tile of M rows) are the guarded row tiles of lower_rows.c, all
+ * on one TRF tile. */
+int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles)
+{
+	/* f8 x f8 at the fp8 rate (act=fp8), i8 x i8 at the i8 rate (W8A8) */
+	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : wdt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	int64_t issue = tcp_cost_issue(&cm, TCP_CTX_MAIN);
+	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
+	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
+	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
+		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
+		for (int k = 0; k < ntiles; k++) {
+			/* one pass over the tile, accumulating in f32 (8 bytes committed per output) */
+			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0, false};
+			main_ += tcp_cost_contract(&cm, &l).total + issue;
+		}
+		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_cost_sub(&cm, fp, cdiv(fp, R)) + issue;
+		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
+	}
+	int64_t fp0 = rup(os * it * e, m->flit_bytes), load0 = tcp_cost_sub(&cm, fp0, cdiv(fp0, R)) + issue;
+	return npass * total + load0;
+}
+
+/* The reduction chunk for `os` TRF rows per slice: the most that fills half
+ * the TRF (the next tile loads while this one computes), when it splits I a
+ * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
+static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
+{
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
+	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
+	if (it < 1)
+		return 0;
+	int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
+	if (it < I)
+		it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
+	return it < I ? it : I;
+}
+
+/* For each number of TRF rows per slice (Os) and its reduction chunk (It),
+ * estimate the contraction (tcp_contract_cycles) and take the tiling with the
+ * smallest total. Few rows per slice reload TRF for little work; many starve
+ * the stream. */
+cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
+{
+	cplan best = {M, O, I, 0, 0, 0};
+	int64_t S = tcp_slices(m), best_t = -1;
+	for (int64_t os = 1; os <= O; os++) {
+		int64_t it = chunk_of(m, os, I, wdt);
+		if (it < 1)
+			break;
+		/* the largest chunk, or as many chunks of an even size (a multiple
+		 * of the same unit): the last chunk then does its share */
+		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
+		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
+		for (int v = 0; v < 2; v++) {
+			int64_t iv = v ? even : it;
+			if (v && (even >= it || it >= I))
+				break;
+			int64_t t = tcp_contract_cycles(m, os, iv, O, I, wdt, &M, 1);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = iv;
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
+			}
+		}
+	}
+	if (cycles)
+		*cycles = best_t;
+	return best;
+}
