@@ -602,3 +602,30 @@ bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)
 	}
 	return top >= 0 && (d->span <= 0 || round_up(d->span, a) <= top);
 }
+
+/* The reservation graph passes decide by (dmplan.h): the loop's experts
+ * take one share of DM in LOOP_SHARES, double-buffered whole (two experts
+ * where legacy's region held them whole, lower_region.c); the rest is split
+ * among SPAN_VALUES values live beside the loop (routing's, the tail's, a
+ * block's paired value). Every decision the graph passes made by their own
+ * fractions before is kept: the experts' half, each value's eighth. */
+enum { LOOP_SHARES = 2, SPAN_VALUES = 4 };
+
+int64_t tcp_dm_grant(const moe_tcp_machine *m, tcp_dm_ask ask)
+{
+	int64_t dm = cap_of(m, TCP_DM) * tcp_slices(m), share = dm / LOOP_SHARES;
+	switch (ask) {
+	case TCP_DM_EXPERTS: return share;
+	case TCP_DM_VALUE: return share * (LOOP_SHARES - 1) / SPAN_VALUES;
+	default: return dm;
+	}
+}
+
+void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c)
+{
+	int64_t dpc = tcp_dmns_per_cluster(m);
+	c->dmns = m->clusters * dpc;
+	c->pairs = m->clusters * ((dpc + 1) / 2); /* a cluster's DMNs pair up, an odd last one alone */
+	for (int s = 0; s < 2; s++)
+		c->clo[s] = 0, c->chi[s] = m->clusters - 1;
+}

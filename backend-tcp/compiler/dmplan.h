@@ -6,6 +6,7 @@
 #define MOEC_TCP_DMPLAN_H
 
 #include "backend-tcp/compiler/sched.h"
+#include "backend-tcp/isa/cost.h"
 
 /* Gives every unplaced buffer (offset -1) an offset. DM/TRF/VRF: first fit
  * over lifetimes measured in program order (PROGRAM: the whole program; SPAN:
@@ -93,5 +94,28 @@ typedef struct ts_demand {
  * m's DM: the placement's rule (every footprint whole flits and dm_align)
  * on the summary. A summary of more than TS_MAX_DEMAND buffers fits not. */
 bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d);
+
+/* Grants to graph passes (docs/tcp-compiler.md 5.3, "Grants to graph
+ * passes"). A graph pass that decides before any layer is built, where it
+ * cannot summarise the loop as a ts_demand (the legacy emitter's flattened
+ * graph, or a value beside the loop such as a W8A8 layer's dispatched rows),
+ * asks how many bytes of DM (every slice together) one decision may take.
+ * The planner's reservation: the loop's mandatory buffers first, its
+ * experts double-buffered whole in a share of DM (TCP_DM_EXPERTS); what
+ * remains is shared by the values live beside the loop, each granted an
+ * equal part (TCP_DM_VALUE); TCP_DM_LAYER: the whole of DM (values that must
+ * fit with nothing of the loop live). Derived from machine.json's
+ * dm_bytes_per_slice, clusters and slices_per_cluster alone. */
+typedef enum tcp_dm_ask {
+	TCP_DM_LAYER,
+	TCP_DM_EXPERTS,
+	TCP_DM_VALUE,
+} tcp_dm_ask;
+int64_t tcp_dm_grant(const moe_tcp_machine *m, tcp_dm_ask ask);
+
+/* The DM side of a DMA command whose DM buffer is spread over every slice
+ * (as sched-build spreads a DM buffer): every DMN, each DMN pair and both
+ * ends' clusters, as isa/meter.c counts them, set in c. */
+void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c);
 
 #endif

@@ -49,21 +49,20 @@ bool tcp_weights_fit_hbm(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 /* prep.c: pack[i] (nnodes entries) for the values bound as packed weights: from
  * the tcp_pack marks, or by tcp-split-weights' rule when g carries none */
 uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);
-/* gpass.c: g with every tcp-* graph pass run for m that g's records say has
- * not run (a clone; NULL: none needed, g is ready for m, or an error) */
+/* gpass.c: g with every structural tcp-* graph pass run for m that g's
+ * records say has not run (a clone; NULL: none needed, or an error); the
+ * legacy emitter's, which plans its fusions itself */
 moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
 /* gpass.c: the same for the schedule compiler's graph (a block_loop kept):
  * the pairings and the fusion marks */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
 /* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
 bool tcp_graph_row_chunked(const moe_graph *g);
-/* plan_fusion.c: the tcp-plan-fusion pass on g for machine m; whether g's
- * marks were planned for m */
+/* plan_fusion.c: the tcp-plan-fusion pass on g for machine m */
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
-bool tcp_fusion_planned(const moe_graph *g, const moe_tcp_machine *m);
 /* w8a8_act.c: the graph with a W8A8 layer's per-token activation quantization
  * computed once on x before the dispatch (NULL: no such layer, or its
- * dispatched rows would take more than 1/8 of m's DM) */
+ * dispatched rows would take more than m's DM grant for one value, dmplan.h) */
 moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* ... whether tok is iota(T K) / K (pair j's token j / K, token-major pairs); *K its K */
 bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
@@ -72,7 +71,8 @@ bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
 moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
 /* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
  * contracted as one over their weights side by side (NULL: no such pair, or
- * the pair's block buffers would take more than 1/8 of m's DM; on a graph
+ * the pair's block buffers would take more than m's DM grant for one value,
+ * dmplan.h; on a graph
  * holding a block_loop: unless its loop fits DM and a block is no slower,
  * tcp_loop_fits and tcp_loop_block_cycles) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);

@@ -11,7 +11,7 @@
  * (the pairings match a block_loop's body too: the tcp-sched pipeline runs them)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
- *   tcp-plan-fusion    the lowering's fusions as marks (plan_fusion.c), last
+ *   tcp-plan-fusion    the schedule compiler's fusion groups as marks (plan_fusion.c), last
  * Each structural pass records its decision as a graph attribute (the key
  * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
  * count) and the fingerprint of the machine it decided for (tcp_machine). A
@@ -25,7 +25,8 @@
  * them not, or ran before the target registered them), for its own machine;
  * a structural rewrite made for another machine is kept (it preserves
  * values), the fusion marks are planned again. One code path: the same
- * functions as the passes. */
+ * functions as the passes. The legacy emitter (tcp_graph_passes) reads no
+ * fusion mark: it plans its fusions inside its lowering (legacy/lower_fuse.c). */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -136,18 +137,19 @@ static const struct gpass {
 	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
 		GK_PACK_GATE_UP, gate_up_packed},
 	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
-			     "by side, when the pair's block buffers fit 1/8 of DM (on a block_loop: when the loop's buffers fit DM "
+			     "by side, when the pair's block buffers fit the DM planner's grant for one value (on a block_loop: when "
+			     "the loop's buffers fit DM "
 			     "and a block, priced on the cost model, is no slower) (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
 	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
-			  "experts' weights fit half of DM (on a block_loop: when the loop's buffers fit DM and a full block "
+			  "experts' weights fit the DM planner's grant for the loop's experts (on a block_loop: when the loop's buffers fit DM and a full block "
 			  "is bound by its fetch) (tcp target)",
 		GK_PAIR_DOWN, down_paired},
-	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than 1/8 of "
-			   "DM (tcp target)",
+	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than the DM "
+			   "planner's grant for one value (tcp target)",
 		GK_ROW_CHUNKS, row_chunks},
-	{"tcp-plan-fusion", "record the TCP lowering's fusions (vector-pass chains, cast views, gathers kept in HBM, "
-			    "dispatch by gather) as marks (tcp target)",
+	{"tcp-plan-fusion", "record the schedule compiler's fusions (vector-pass chains, the casts a widened einsum "
+			    "reads as views) as marks (tcp target)",
 		NULL, plan_fusion},
 };
 enum { NGPASS = sizeof gpasses / sizeof *gpasses };
@@ -191,13 +193,14 @@ static bool pack_marked(const moe_graph *g)
 	return false;
 }
 
-/* The end of both drivers below: w (g's working clone, NULL while no pass
- * rewrote g) with fusion's marks planned for m where g's were not; NULL with
- * *st set when a pass failed (w freed). */
+/* w (g's working clone, NULL while no pass rewrote g) with fusion's marks
+ * planned again for m (marks edited after the pass are not trusted; the
+ * rule is cheap and gives the pass's marks); NULL with *st set when a pass
+ * failed (w freed). */
 static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, const moe_tcp_machine *m,
 	moe_status *st)
 {
-	if (*st == MOE_OK && (w || !tcp_fusion_planned(g, m))) {
+	if (*st == MOE_OK) {
 		if (!w)
 			w = ir_graph_clone(g);
 		*st = plan_fusion(ctx, w, m);
@@ -209,6 +212,10 @@ static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, co
 	return w;
 }
 
+/* The legacy emitter's graph passes (the flattened graph): the structural
+ * ones whose records g lacks; no fusion marks (the legacy lowering plans its
+ * own fusions). Deleted with the legacy emitter (docs/tcp-compiler.md 8.1
+ * step 10). */
 moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
 {
 	moe_graph *w = NULL;
@@ -224,7 +231,11 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 		if (*st == MOE_OK)
 			*st = gpasses[i].fn(ctx, w, m);
 	}
-	return with_fusion(ctx, g, w, m, st);
+	if (*st != MOE_OK && w) {
+		ir_graph_free(w);
+		w = NULL;
+	}
+	return w;
 }
 
 /* The schedule compiler's graph passes (the `tcp` pipeline's on a
@@ -273,9 +284,9 @@ static moe_status register_passes(moe_ctx *ctx)
 	static const ir_target_attr attrs[] = {
 		{"tcp_pack", IR_AT_INT, -1, 0, "k >= 0: the k-th value bound as a packed weight (tcp-split-weights)"},
 		{"tcp_fuse", IR_AT_INT, -1, 0, "k >= 0: a node of fusion group k (tcp-plan-fusion)"},
-		{"tcp_view", IR_AT_INT, 0, 0, "1: a cast or bitcast lowered as a view of its operand (tcp-plan-fusion)"},
-		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (tcp-plan-fusion)"},
-		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (tcp-plan-fusion)"},
+		{"tcp_view", IR_AT_INT, 0, 0, "1: a bf16 -> f32 cast a widened einsum reads as a view of its operand (tcp-plan-fusion)"},
+		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (no pass writes it; read by none)"},
+		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (no pass writes it; read by none)"},
 		{"tcp_packed", IR_AT_INT, -1, OPF_LEAF, "k >= 0: a weight the program binds as packed weight k"},
 		{NULL, IR_AT_INT, 0, 0, NULL},
 	};

@@ -14,11 +14,13 @@
  * down's weights slices of it reshaped to their shapes, which the block
  * loop reads as views of the one per-expert buffer (lower_region.c). The
  * contractions read the same weights in the same order: the value is
- * unchanged. Only when the double-buffered experts take at most half of DM
- * (so the weights are never streamed tile by tile, which reads each
- * contraction's weights by itself). */
+ * unchanged. Only when the double-buffered experts fit the DM planner's
+ * grant for the loop's experts (tcp_dm_grant, dmplan.h), so the weights are
+ * never streamed tile by tile, which reads each contraction's weights by
+ * itself; on a block_loop, when the merged loop fits (pair_down_loop). */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "ir/graph_keys.h"
 
@@ -111,11 +113,13 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	if (!found || p.dq < p.pq || p.wd > p.cat || p.cat > p.pq)
 		return NULL;
-	/* never streamed: two experts' weights within half of DM (lower_region.c) */
+	/* never streamed: two experts' weights within the planner's grant for the
+	 * loop's experts (lower_region.c's half of DM); this flat-graph path goes
+	 * with the legacy emitter (docs/tcp-compiler.md 8.1 step 10) */
 	const ir_node *a = N(g, p.pq), *d = N(g, p.dq);
 	double per = (double)(a->shape[1] * a->shape[2] + d->shape[1] * d->shape[2]) *
 		     (double)moe_dtype_size((moe_dtype)a->dtype);
-	if (2 * per > (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 2)
+	if (2 * per > (double)tcp_dm_grant(m, TCP_DM_EXPERTS))
 		return NULL;
 	moe_graph *dev;
 	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);

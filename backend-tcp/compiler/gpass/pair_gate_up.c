@@ -288,9 +288,11 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	bool found = find_pair(g, nuse, nb, bexp, &e1, &e2);
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	/* a block's paired value and its f32 partial sums, [B, 2F] each, take at
-	 * most 1/8 of DM (Mixtral-8x7B's F = 14336 stays unpaired) */
-	if (!found || 16.0 * (double)N(g, e1)->shape[1] * (double)N(g, e1)->shape[2] * 8 >
-			      (double)m->dm_bytes_per_slice * (double)tcp_slices(m))
+	 * most the planner's grant for one value (Mixtral-8x7B's F = 14336 stays
+	 * unpaired); this flat-graph path goes with the legacy emitter
+	 * (docs/tcp-compiler.md 8.1 step 10) */
+	if (!found || 16.0 * (double)N(g, e1)->shape[1] * (double)N(g, e1)->shape[2] >
+			      (double)tcp_dm_grant(m, TCP_DM_VALUE))
 		return NULL;
 	int64_t pack_mark = tcp_next_pack_mark(g);
 	moe_graph *dev;
@@ -557,10 +559,7 @@ static int64_t fetch_cycles(const tcp_cm *cm, int64_t bytes)
 	c.requests = tcp_dma_requests(cm, bytes);
 	tcp_dma_run(cm, &c, true, 0, bytes, false);
 	tcp_dma_run(cm, &c, false, 0, bytes, true);
-	c.dmns = cm->m->clusters * tcp_dmns_per_cluster(cm->m);
-	c.pairs = c.dmns / 2;
-	for (int s = 0; s < 2; s++)
-		c.clo[s] = 0, c.chi[s] = cm->m->clusters - 1;
+	tcp_dm_spread_side(cm->m, &c);
 	tcp_dma_engines(cm, &c, false);
 	bool over = false;
 	return tcp_cost_dma(cm, &c, false, 0, &over);

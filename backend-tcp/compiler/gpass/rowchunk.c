@@ -12,9 +12,11 @@
  * rows of its other operands (a slice; the matching part of a concat along
  * the rows, such as blockwise-dispatch's chunked combine), the outputs
  * joined by a concat. Nothing changes numerically: every row is computed
- * by the same operations in the same order. A chunk holds at most
- * 1/8 of DM per value (contractions counted with their f32 partial sums);
- * a tail that fits is left alone. The lowering emits the chunks after the
+ * by the same operations in the same order. A chunk holds at most the DM
+ * planner's grant for one value per value (tcp_dm_grant, dmplan.h;
+ * contractions counted with their f32 partial sums); a tail that fits is
+ * left alone. This pass (tcp-row-chunks, the tcp-legacy pipeline's) goes
+ * with the legacy emitter (docs/tcp-compiler.md 8.1 step 10). The lowering emits the chunks after the
  * block loop, one after another (lower.c, `sink`, read from the graph
  * attribute tcp_row_chunks); a shared expert's part of them
  * (routing-independent) runs inside the loop, one chunk of T / 64 rows
@@ -23,6 +25,7 @@
  * a value bound as a packed weight counts as the leaf it becomes. */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
@@ -239,7 +242,8 @@ static moe_graph *rewrite(rc *c, const bool *is_out, const int64_t *at, uint32_t
 
 /* Does the tail hold a routing-independent contraction (a shared expert: its
  * rows reach only graph inputs through tail nodes, its other operands are
- * leaves) whose weights take at most half of DM? The lowering then runs it
+ * leaves) whose weights fit the DM planner's grant for held weights
+ * (tcp_dm_grant: TCP_DM_EXPERTS)? The lowering then runs it
  * one chunk at a time inside the block loop (lower_shared.c), and small
  * chunks spread it over the loop's blocks. */
 static bool shared_tail(const rc *c, const moe_tcp_machine *m)
@@ -262,7 +266,7 @@ static bool shared_tail(const rc *c, const moe_tcp_machine *m)
 		}
 	}
 	ctx_free(g->ctx, ind, g->nnodes + 1);
-	return any && wb <= m->dm_bytes_per_slice * tcp_slices(m) / 2;
+	return any && wb <= tcp_dm_grant(m, TCP_DM_EXPERTS);
 }
 
 moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks)
@@ -292,7 +296,7 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	for (moe_id i = 0; i < nn; i++)
 		if (c.tail[i] && row_bytes(&c, i) > widest)
 			widest = row_bytes(&c, i);
-	int64_t budget = m->dm_bytes_per_slice * tcp_slices(m) / 8;
+	int64_t budget = tcp_dm_grant(m, TCP_DM_VALUE);
 	moe_graph *d = NULL;
 	if (widest > 0 && T * widest > budget) {
 		int64_t at[MAXCH + 2];

@@ -29,6 +29,7 @@
  * body reads the dispatched integers and scales as two `b` operands. */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
@@ -246,9 +247,9 @@ static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, 
 static bool fits(const moe_graph *g, const actq *r, const moe_tcp_machine *m)
 {
 	int64_t K = 0;
-	double dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	double dm = (double)tcp_dm_grant(m, TCP_DM_LAYER), val = (double)tcp_dm_grant(m, TCP_DM_VALUE);
 	bool tm = tcp_w8a8_tok_major(g, N(g, r->gath)->args[1], N(g, r->x)->shape[0], &K);
-	return tm ? 16.0 * (double)ir_numel(N(g, r->x)) <= dm : 8.0 * (double)ir_bytes(N(g, r->gath)) <= dm;
+	return tm ? 16.0 * (double)ir_numel(N(g, r->x)) <= dm : (double)ir_bytes(N(g, r->gath)) <= val;
 }
 
 static moe_graph *finish(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok)

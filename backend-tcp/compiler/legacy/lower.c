@@ -726,7 +726,7 @@ static tcp_program *lower_try(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 	for (uint32_t i = 0; i < g->nout; i++)
 		c.is_out[g->outputs[i]] = true;
 	tcpl_find_region(&c);
-	tcpl_plan_fusions(&c);
+	tcpl_fusion_rule(&c);
 	tcpl_w8a8_plan(&c);
 	if (pairs)
 		tcpl_pairs_plan(&c);

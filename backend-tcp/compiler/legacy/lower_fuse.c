@@ -1,7 +1,8 @@
 /* backend-tcp/lower_fuse.c: TCP lowering: fusion choices made before emission
  * (aliased casts, fused multiply-reduce, HBM-homed gathers, dispatch by gather).
- * This is the rule of the tcp-plan-fusion pass (plan_fusion.c), which records
- * its choices on the graph; the lowering applies it to a graph without them. */
+ * The legacy emitter applies this rule itself, on the graph it lowers, after
+ * finding its block region (lower.c); it reads no tcp_* fusion mark: those of
+ * the tcp-plan-fusion pass (gpass/plan_fusion.c) are the schedule compiler's. */
 #include <string.h>
 
 #include "backend-tcp/compiler/legacy/lower_int.h"

@@ -58,13 +58,13 @@ typedef struct lw {
 	int32_t trf[2];
 	int64_t trf_rows_cap, trf_cols;
 	bool failed;
-	/* fusions chosen before emission (tcpl_plan_fusions) */
+	/* fusions chosen before emission (tcpl_fusion_rule) */
 	bool *alias_cast;  /* a bf16 -> f32 cast read only by vector passes: a view of its source */
 	moe_id *fused_into; /* mul (and the reshape after it) folded into this reduce_sum, or MOE_NONE */
 	/* block region */
 	moe_id rows, nblocks, bexp;
 	bool *wstream;     /* per-block weight gather streamed in TRF-tile chunks (not held per expert) */
-	/* dispatch by gather (tcpl_plan_fusions): the grid scatter(0, pos, gather(x, tok))
+	/* dispatch by gather (tcpl_fusion_rule): the grid scatter(0, pos, gather(x, tok))
 	 * and the reshapes of it the block loop reads become an i32 list of each
 	 * grid row's token, and every block gathers its rows of x directly.
 	 * ggrid[i] = the scatter + 1 for those nodes, 0 otherwise; gdefer marks
@@ -403,14 +403,11 @@ void tcpl_stage_emit(lw *c, moe_id s, int32_t buf, int64_t n, int32_t trw, int64
 void tcpl_lower_region(lw *c);
 int tcpl_region_projections(const lw *c, moe_id e);
 
-/* lower_fuse.c: the rule of tcp-plan-fusion (fused_into, alias_cast,
+/* lower_fuse.c: the legacy emitter's fusion plan (fused_into, alias_cast,
  * hbm_home of large gathers, ggrid/gdefer), after tcpl_find_region */
 void tcpl_fusion_rule(lw *c);
 /* dispatch by gather for the grid scatter i: its token list, the gather deferred */
 void tcpl_mark_ggrid(lw *c, moe_id i);
-/* plan_fusion.c: the fusion plan from the graph's tcp-plan-fusion marks when
- * they were made for c's machine, by tcpl_fusion_rule otherwise */
-void tcpl_plan_fusions(lw *c);
 
 /* lower.c */
 void tcpl_lower_node(lw *c, moe_id id);
