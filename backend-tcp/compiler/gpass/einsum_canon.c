@@ -20,8 +20,8 @@
  * (docs/tcp-isa.md), f32 contracts as bf16x3; integers cannot enter the
  * matrix engine, so an integer einsum (the [M, I] x [O, I] form too) becomes
  * the product a[nB, nM, 1, nI] x w[nB, 1, nO, nI] summed over nI: exact, as
- * the interpreter's sum is. An equation that needs none of this is left as it is:
- * the graph of a layer whose einsums the recipes read already is unchanged. */
+ * the interpreter's sum is. An einsum masked by valid rows is left as it is,
+ * and so is an equation that needs none of this: the graph of a layer whose einsums the recipes read already is unchanged. */
 #include <stdio.h>
 #include <string.h>
 
@@ -39,10 +39,14 @@ static bool has(const char *s, int n, char ch)
 	return n > 0 && memchr(s, ch, (size_t)n) != NULL;
 }
 
-/* Whether sched-build lowers einsum n of g as it stands: a permutation, or
- * the contraction of floats or of a dequantized weight (recipe_qact.c). */
+/* Whether einsum n of g is left as it stands: sched-build lowers it (a
+ * permutation, the contraction of floats or of a dequantized weight:
+ * recipe_qact.c), or it is masked by valid rows, which the rewrite would not
+ * carry (the recipes judge it). */
 static bool lowered_as_is(const moe_graph *g, const ir_node *n)
 {
+	if (n->valid != MOE_NONE)
+		return true;
 	int batch = 0;
 	ir_ein_form f = ir_node_einsum_form(n, &batch);
 	if (n->nargs == 1)
