@@ -21,7 +21,9 @@
  * matrix engine, so an integer einsum (the [M, I] x [O, I] form too) becomes
  * the product a[nB, nM, 1, nI] x w[nB, 1, nO, nI] summed over nI: exact, as
  * the interpreter's sum is. An einsum masked by valid rows is left as it is,
- * and so is an equation that needs none of this: the graph of a layer whose einsums the recipes read already is unchanged. */
+ * and so is an equation that needs none of this: the graph of a layer whose
+ * einsums the recipes read already is unchanged. Loop bodies are not read
+ * (their einsums are blockwise-dispatch's contractions). */
 #include <stdio.h>
 #include <string.h>
 
