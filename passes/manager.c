@@ -80,7 +80,8 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 #define TCP_PIPELINE \
 	"infer-shapes,canonicalize,lower-topk," \
 	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
-	"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,tcp-plan-fusion"
+	"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-einsum-canon," \
+	"tcp-split-weights,tcp-plan-fusion"
 
 static const struct {
 	const char *name, *text;
@@ -105,7 +106,7 @@ static const struct {
  * itself on a graph that has not been through it. */
 static const char *const target_passes[] = {
 	"tcp-w8a8-act-once", "tcp-pack-gate-up", "tcp-pair-gate-up", "tcp-pair-down", "tcp-row-chunks",
-	"tcp-plan-fusion"};
+	"tcp-einsum-canon", "tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
 {

@@ -178,7 +178,9 @@ void sb_einsum(sb *b, moe_id id)
 	if (sb_qact_einsum(b, id)) /* recipe_qact.c */
 		return;
 	if (n->nargs != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
-		sb_refuse(b, id, "an einsum other than [M, I] x [O, I] -> [M, O]");
+		/* outside a loop body tcp-einsum-canon (gpass/einsum_canon.c) rewrote every other form */
+		sb_refuse(b, id, b->rows != TS_NONE ? "an einsum other than [M, I] x [O, I] -> [M, O] in a loop body"
+						    : "an einsum other than [M, I] x [O, I] -> [M, O] (run tcp-einsum-canon)");
 		return;
 	}
 	moe_id aid = n->args[0], wid = n->args[1];

@@ -56,6 +56,10 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 /* gpass.c: the same for the schedule compiler's graph (a block_loop kept):
  * the pairings and the fusion marks */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
+/* einsum_canon.c: the tcp-einsum-canon pass on g (*changed: it rewrote g),
+ * and whether g has an einsum it would rewrite */
+moe_status tcp_einsum_canon(moe_ctx *ctx, moe_graph *g, bool *changed);
+bool tcp_einsum_canon_needed(const moe_graph *g);
 /* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
 bool tcp_graph_row_chunked(const moe_graph *g);
 /* plan_fusion.c: the tcp-plan-fusion pass on g for machine m */

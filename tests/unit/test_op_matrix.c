@@ -502,7 +502,6 @@ static const struct gap {
 	{MOE_OP_BLOCK_LOOP, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
 	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 1, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
 	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
-	{MOE_OP_EINSUM, EX_TCP, 1, "the schedule compiler does not lower an einsum other than"},
 	{MOE_OP_TAKE_ALONG, EX_TCP, 1, "the schedule compiler does not lower take_along"},
 	{MOE_OP_TAKE_ALONG, EX_TCP, 2, "the schedule compiler does not lower take_along"},
 	{MOE_OP_SCATTER, EX_TCP, 2, "the schedule compiler does not lower a scatter with mode=add"},

@@ -11,11 +11,16 @@
  * (the pairings match a block_loop's body too: the tcp-sched pipeline runs them)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
+ *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c;
+ *                      in the tcp pipeline before tcp-split-weights)
  *   tcp-plan-fusion    the schedule compiler's fusion groups as marks (plan_fusion.c), last
  * Each structural pass records its decision as a graph attribute (the key
  * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
  * count) and the fingerprint of the machine it decided for (tcp_machine). A
- * key's presence says the pass ran, and it does not run again. The lowering
+ * key's presence says the pass ran, and it does not run again; a pass
+ * without a key (tcp-einsum-canon) is idempotent and runs where its rewrite
+ * is needed (the schedule compiler's graph only: legacy lowers einsums itself,
+ * and its tcp-legacy pipeline does not name it). The lowering
  * reads the rewritten graph and the attributes; it decides none of this
  * again.
  *
@@ -116,6 +121,16 @@ static moe_status row_chunks(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *
 	return MOE_OK;
 }
 
+static moe_status einsum_canon(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	(void)m;
+	bool changed = false;
+	moe_status s = tcp_einsum_canon(ctx, g, &changed);
+	if (changed)
+		marks_stale(g);
+	return s;
+}
+
 static moe_status plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
 	moe_status s = tcp_plan_fusion(ctx, g, m);
@@ -148,6 +163,9 @@ static const struct gpass {
 	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than the DM "
 			   "planner's grant for one value (tcp target)",
 		GK_ROW_CHUNKS, row_chunks},
+	{"tcp-einsum-canon", "rewrite every einsum other than a permutation and the contraction [M, I] x [O, I] -> "
+			     "[M, O] into those, reshape, slice, concat and reduce_sum (tcp target)",
+		NULL, einsum_canon},
 	{"tcp-plan-fusion", "record the schedule compiler's fusions (vector-pass chains, the casts a widened einsum "
 			    "reads as views) as marks (tcp target)",
 		NULL, plan_fusion},
@@ -239,8 +257,9 @@ moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 }
 
 /* The schedule compiler's graph passes (the `tcp` pipeline's on a
- * block_loop): the pairings whose records g lacks, then the fusion marks
- * where g's were not planned for m. */
+ * block_loop): the pairings whose records g lacks, the einsums' canonical
+ * form where g needs it, then the fusion marks where g's were not planned
+ * for m. */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
 {
 	static const gpass_fn loop_passes[] = {gate_up_paired, down_paired};
@@ -255,6 +274,11 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 		if (!w)
 			w = ir_graph_clone(g);
 		*st = gpasses[i].fn(ctx, w, m);
+	}
+	if (*st == MOE_OK && tcp_einsum_canon_needed(w ? w : g)) {
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = einsum_canon(ctx, w, m);
 	}
 	return with_fusion(ctx, g, w, m, st);
 }
