@@ -1,4 +1,4 @@
-/* scatter with mode=add on the TCP simulator (backend-tcp/compiler/legacy/lower_scatter.c)
+/* scatter with mode=add on the TCP simulator (backend-tcp/compiler/recipe_route.c)
  * against hand-computed values, which the reference interpreter must give too
  * (docs/ir.md: base first, then the rows of src in index order, floats summed
  * in f32 and rounded to the node dtype once; i32 wraps). The values are chosen
@@ -35,10 +35,9 @@ static moe_status run(moe_ctx *ctx, const char *text, const moe_tensor_map *b, b
 	if (!use_tcp) {
 		st = moe_interp_run(ctx, moe_module_graph(m, 0), b, out);
 	} else {
-		/* the legacy lowering: the schedule compiler refuses a scatter with
-		 * mode=add (test_op_matrix lists it among its gaps) */
-		assert_int_equal(moe_run_pipeline_text(ctx, "tcp-legacy", m, NULL), MOE_OK);
-		moe_tcp_program *p = moe_tcp_compile_legacy(ctx, moe_module_graph(m, 0), NULL);
+		/* the default compiler (the schedule compiler, recipe_route.c) */
+		assert_int_equal(moe_run_pipeline_text(ctx, "tcp", m, NULL), MOE_OK);
+		moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
 		if (!p)
 			moe_diag_print(ctx, stderr);
 		assert_non_null(p);
