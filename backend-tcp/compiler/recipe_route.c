@@ -334,7 +334,12 @@ static void scatter_add(sb *b, moe_id id)
 			tcp_view_none());
 		sb_emit(b, &spm, id);
 	}
+	ts_id rg = b->rg;
 	for (int64_t p = 0; p < P && row > 0; p++) {
+		/* each ld with its pass in a region of their own: the list
+		 * scheduler moves a region as one item, so no ld is hoisted
+		 * above earlier passes and one register holds $row at a time */
+		b->rg = ts_add_region(b->s, rg, TS_RG_SEQ, TS_NONE);
 		ts_id r = ts_add_scalar(b->s, b->rg, "row", TS_SC_SPM_LD, 0, TS_NONE, TS_NONE, iv->base + p);
 		b->s->sc[r].buf = iv->buf;
 		tcp_view d = tcp_b_view((int32_t)acc, 0, 1, &one);
@@ -346,6 +351,7 @@ static void scatter_add(sb *b, moe_id id)
 		tcp_b_step(&in, adt == MOE_I32 ? TCP_V_IADD : TCP_V_FADD, TCP_SRC_V, TCP_SRC_S1, 0);
 		in.flags |= TCP_F_ROUTE;
 		sb_emit(b, &in, id);
+		b->rg = rg;
 	}
 	if (adt != n->dtype && total > 0) { /* bf16: one pass whose commit rounds once */
 		sb_val a = sb_view_of(acc, n);
