@@ -1,5 +1,6 @@
-/* backend-tcp/compiler/recipe_route.c: sched-build's recipes for gather and
- * scatter, in the forms machine revision 3 has: a gather moves HBM rows into
+/* backend-tcp/compiler/recipe_route.c: sched-build's recipes for gather,
+ * take_along and scatter (mode=add: vector passes, at scatter_add), in the
+ * forms machine revision 3 has: a gather moves HBM rows into
  * DM by an i32 list of row positions in DM; a scatter moves DM rows to HBM at
  * the byte offsets of an HBM list (one vector pass scales the positions by
  * the row's bytes into DM, one copy moves them to HBM). A scatter's result is
