@@ -1,5 +1,6 @@
-/* backend-tcp/compiler/recipe_route.c: sched-build's recipes for gather and
- * scatter, in the forms machine revision 3 has: a gather moves HBM rows into
+/* backend-tcp/compiler/recipe_route.c: sched-build's recipes for gather,
+ * take_along and scatter (mode=add: vector passes, at scatter_add), in the
+ * forms machine revision 3 has: a gather moves HBM rows into
  * DM by an i32 list of row positions in DM; a scatter moves DM rows to HBM at
  * the byte offsets of an HBM list (one vector pass scales the positions by
  * the row's bytes into DM, one copy moves them to HBM). A scatter's result is
@@ -10,6 +11,7 @@
  * it back chunk by chunk into a staging buffer it scatters from. A value
  * of the top graph with a gap before its next reader is spillable too
  * (sb_spill_value). */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -128,26 +130,41 @@ static void add_spill(sb *b, ts_spill sp)
 	d->spill[d->nspill - 1] = sp;
 }
 
-void sb_gather(sb *b, moe_id id)
+/* The source of gather or take_along id (its operand 0) as a contiguous HBM
+ * view: the value itself, or (a contiguous DM value of the top graph) copied
+ * to HBM once, since revision 3 gathers from HBM only; NULL with a refusal
+ * naming what (`a gather`) otherwise. */
+static const sb_val *hbm_source(sb *b, moe_id id, sb_val *hv, const char *what)
 {
-	const ir_node *n = SBN(b, id), *x = SBN(b, n->args[0]), *ix = SBN(b, n->args[1]);
-	int axis = sb_axis(n, x, 0);
-	const sb_val *xv = &b->v[n->args[0]];
-	sb_val hv;
+	const ir_node *x = SBN(b, SBN(b, id)->args[0]);
+	const sb_val *xv = &b->v[SBN(b, id)->args[0]];
 	if (xv->kind == SV_VIEW && b->s->buf[xv->buf].space == TCP_DM && sb_contig(xv, x) && xv->reg == TS_NONE &&
-		b->g == b->top) { /* revision 3 gathers from HBM only: the value copied there once */
+		b->g == b->top) {
 		ts_id h = sb_hbm_buf(b, id, x->name ? x->name : "gather.src", TCP_T_SCRATCH,
 			(moe_dtype)b->s->buf[xv->buf].dtype, x->rank, x->shape);
 		tcp_insn c = tcp_b_dma_copy_flat((int32_t)h, (int32_t)xv->buf, ir_numel(x));
 		c.v[TCP_V_S0].base = xv->base;
 		sb_emit(b, &c, id);
-		hv = sb_view_of(h, x);
-		xv = &hv;
+		*hv = sb_view_of(h, x);
+		xv = hv;
 	}
 	if (xv->kind != SV_VIEW || b->s->buf[xv->buf].space != TCP_HBM || !sb_contig(xv, x) || xv->reg != TS_NONE) {
-		sb_refuse(b, id, "a gather from a value that is not a contiguous HBM tensor");
-		return;
+		char m[96];
+		snprintf(m, sizeof m, "%s from a value that is not a contiguous HBM tensor", what);
+		sb_refuse(b, id, m);
+		return NULL;
 	}
+	return xv;
+}
+
+void sb_gather(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *x = SBN(b, n->args[0]), *ix = SBN(b, n->args[1]);
+	int axis = sb_axis(n, x, 0);
+	sb_val hv;
+	const sb_val *xv = hbm_source(b, id, &hv, "a gather");
+	if (!xv)
+		return;
 	const sb_val *iv = sb_dm_val(b, n->args[1]);
 	if (!iv)
 		return;
@@ -204,11 +221,150 @@ static sb_val scaled_list(sb *b, moe_id id, const sb_val *iv, int64_t ni, int64_
 	return r;
 }
 
+/* take_along along the last axis: x as [groups, rows], the index list as
+ * [groups, k]; one gather of one-element rows, dst[g, j] = x[g, i[g, j]].
+ * Under a valid count of leading rows, the count times the groups per
+ * leading row limits the groups (flags=vrows); the rows past it are zero,
+ * as the reference leaves them. */
+void sb_take_along(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *x = SBN(b, n->args[0]), *ix = SBN(b, n->args[1]);
+	if (x->rank < 1 || ix->rank != x->rank || sb_axis(n, x, -1) != x->rank - 1) {
+		sb_refuse(b, id, "a take_along along an axis other than the last");
+		return;
+	}
+	sb_val hv;
+	const sb_val *xv = hbm_source(b, id, &hv, "a take_along");
+	if (!xv)
+		return;
+	if (b->s->buf[xv->buf].dtype != n->dtype) {
+		sb_refuse(b, id, "a take_along from a value held in another type");
+		return;
+	}
+	const sb_val *iv = sb_dm_val(b, n->args[1]);
+	if (!iv)
+		return;
+	if (!sb_contig(iv, ix)) {
+		sb_refuse(b, id, "a take_along by a strided index list");
+		return;
+	}
+	int64_t groups = prod(x->shape, 0, x->rank - 1), rows = x->shape[x->rank - 1], k = ix->shape[ix->rank - 1];
+	ts_id cnt = sb_valid(b, id);
+	if (b->failed)
+		return;
+	bool vrows = cnt != TS_NONE && x->rank > 1; /* rank 1: the count limits the k indices */
+	int64_t per = x->rank > 1 && x->shape[0] > 0 ? groups / x->shape[0] : 1;
+	if (vrows && per > 1) /* [T, G, E]: n leading rows are n x G groups */
+		cnt = ts_add_scalar(b->s, b->rg, "groups", TS_SC_ALU, TCP_S_MUL, cnt, TS_NONE, per);
+	const sb_val *o = sb_out_val(b, id);
+	const int64_t dim[3] = {groups, k, 1}, ds[2] = {k, 1}, ss[2] = {rows, 1}, is[2] = {k, 1};
+	tcp_insn in = dma_gs(true, o, xv, iv, dim, rows, ds, ss, is);
+	in.vreg = (int32_t)cnt;
+	if (vrows)
+		in.flags |= TCP_F_VROWS;
+	sb_emit(b, &in, id);
+}
+
+/* The most index rows a scatter with mode=add takes: one pass per row. */
+#define TS_SCATTER_ADD_MAX 4096
+
+/* A vector pass over n elements of buffer d from s (flat, both contiguous):
+ * the fetch widens to the lane word, the commit narrows (bf16 rounds to
+ * nearest even once); with imm, no source: every element the lane word w. */
+static void vec_copy(sb *b, moe_id id, ts_id d, const sb_val *s, bool imm, uint32_t w, int64_t n)
+{
+	const int64_t one = 1;
+	tcp_insn in = tcp_b_vec(1, &n, tcp_b_flat((int32_t)d));
+	if (imm)
+		tcp_b_step(&in, TCP_V_OR, TCP_SRC_IMM, TCP_SRC_IMM, w);
+	else
+		in.v[TCP_V_S0] = tcp_b_view((int32_t)s->buf, s->base, 1, &one);
+	in.flags |= TCP_F_ROUTE;
+	sb_emit(b, &in, id);
+}
+
+/* scatter with mode=add (docs/ir.md): base copied, then for p = 0, 1, ...
+ * in row-major order of the index list row p of src added to row i[p],
+ * floats in f32 and rounded to the node type once at the end, i32 wrapping.
+ * DMA only sets bytes, so the additions are vector passes on a DM
+ * accumulator (f32 or i32; the result itself unless it is bf16): the list
+ * staged into SPM by one dma.spm, then per index p an `ld` of i[p] and one
+ * pass acc + $i*row <- acc + $i*row + src + p*row. Each pass reads and
+ * writes acc, so they run in index order and duplicates add in the
+ * reference's order. An index outside [0, rows) puts the pass's view
+ * outside acc: a run-time fault, never a write elsewhere. The adds are the
+ * vector engine's (docs/tcp-isa.md, assumption A9). */
+static void scatter_add(sb *b, moe_id id)
+{
+	const ir_node *n = SBN(b, id), *ix = SBN(b, n->args[1]), *sn = SBN(b, n->args[2]);
+	if (b->g != b->top || n->valid != MOE_NONE || n->rank < 1) {
+		sb_refuse(b, id, "a scatter with mode=add inside a block loop, under a valid mask or of a scalar");
+		return;
+	}
+	if (n->dtype != MOE_F32 && n->dtype != MOE_BF16 && n->dtype != MOE_I32) {
+		sb_refuse(b, id, "a scatter with mode=add of a type other than f32, bf16 or i32");
+		return;
+	}
+	int64_t rows = n->shape[0], row = prod(n->shape, 1, n->rank), P = ir_numel(ix), total = rows * row;
+	if (P > TS_SCATTER_ADD_MAX) {
+		sb_refuse(b, id, "a scatter with mode=add of more than 4096 index rows");
+		return;
+	}
+	moe_dtype adt = n->dtype == MOE_I32 ? MOE_I32 : MOE_F32;
+	const int64_t ash[2] = {rows, row}, one = 1;
+	ts_id acc = adt == n->dtype ? sb_out_val(b, id)->buf : sb_dm_buf(b, id, "scatter.acc", adt, 2, ash);
+	const sb_val *bv = &b->v[n->args[0]];
+	bool imm = bv->kind == SV_IMM;
+	if (!imm && !(bv = sb_dm_val(b, n->args[0])))
+		return;
+	if (!imm && !sb_contig(bv, SBN(b, n->args[0]))) {
+		sb_refuse(b, id, "a scatter into a strided base");
+		return;
+	}
+	if (total > 0)
+		vec_copy(b, id, acc, bv, imm, imm ? bv->imm : 0, total);
+	const sb_val *iv = sb_dm_val(b, n->args[1]), *sv = iv ? sb_dm_val(b, n->args[2]) : NULL;
+	if (!sv)
+		return;
+	if (!sb_contig(iv, ix) || !sb_contig(sv, sn)) {
+		sb_refuse(b, id, "a scatter of strided views");
+		return;
+	}
+	if (P > 0 && row > 0) {
+		tcp_insn spm = tcp_b_dma_spm(1, &P, tcp_b_view((int32_t)iv->buf, iv->base, 1, &one), tcp_view_none(),
+			tcp_view_none());
+		sb_emit(b, &spm, id);
+	}
+	ts_id rg = b->rg;
+	for (int64_t p = 0; p < P && row > 0; p++) {
+		/* each ld with its pass in a region of their own: the list
+		 * scheduler moves a region as one item, so no ld is hoisted
+		 * above earlier passes and one register holds $row at a time */
+		b->rg = ts_add_region(b->s, rg, TS_RG_SEQ, TS_NONE);
+		ts_id r = ts_add_scalar(b->s, b->rg, "row", TS_SC_SPM_LD, 0, TS_NONE, TS_NONE, iv->base + p);
+		b->s->sc[r].buf = iv->buf;
+		tcp_view d = tcp_b_view((int32_t)acc, 0, 1, &one);
+		d.reg = (int32_t)r;
+		d.scale = row;
+		tcp_insn in = tcp_b_vec(1, &row, d);
+		in.v[TCP_V_S0] = d;
+		in.v[TCP_V_S1] = tcp_b_view((int32_t)sv->buf, sv->base + p * row, 1, &one);
+		tcp_b_step(&in, adt == MOE_I32 ? TCP_V_IADD : TCP_V_FADD, TCP_SRC_V, TCP_SRC_S1, 0);
+		in.flags |= TCP_F_ROUTE;
+		sb_emit(b, &in, id);
+		b->rg = rg;
+	}
+	if (adt != n->dtype && total > 0) { /* bf16: one pass whose commit rounds once */
+		sb_val a = sb_view_of(acc, n);
+		vec_copy(b, id, sb_out_val(b, id)->buf, &a, false, 0, total);
+	}
+}
+
 void sb_scatter(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *ix = SBN(b, n->args[1]), *sn = SBN(b, n->args[2]);
 	if (strcmp(ir_attr_str(n, "mode", "set"), "set")) {
-		sb_refuse(b, id, "a scatter with mode=add");
+		scatter_add(b, id);
 		return;
 	}
 	if (n->rank < 1 || (n->valid != MOE_NONE && ix->rank != 1)) {

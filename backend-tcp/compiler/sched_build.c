@@ -328,6 +328,7 @@ static void node(sb *b, moe_id id)
 	case MOE_OP_EINSUM: sb_einsum(b, id); return;
 	case MOE_OP_DEQUANT: sb_dequant(b, id); return;
 	case MOE_OP_GATHER: sb_gather(b, id); return;
+	case MOE_OP_TAKE_ALONG: sb_take_along(b, id); return;
 	case MOE_OP_SCATTER: sb_scatter(b, id); return;
 	case MOE_OP_BLOCK_LOOP:
 		if (b->g->is_body) {

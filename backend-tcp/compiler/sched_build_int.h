@@ -135,6 +135,7 @@ bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e,
 /* Whether node id of the top graph is a spill the planner keeps in HBM. */
 bool sb_in_hbm(const sb *b, moe_id id);
 void sb_gather(sb *b, moe_id id);
+void sb_take_along(sb *b, moe_id id);
 /* After node id is built: a spillable value recorded for the planner, or
  * copied to HBM when the planner keeps it there. */
 void sb_spill_value(sb *b, moe_id id);

@@ -488,10 +488,8 @@ static const char *const exec_names[EX_COUNT] = {"host-llvm", "host-c", "tcp", "
  * (the last row is a terminator that matches nothing). The legacy TCP emitter
  * lowers only the block loop blockwise-dispatch writes (blocks gathered or
  * scattered from the tokens); a hand-made loop is refused, not miscomputed.
- * The schedule compiler (docs/tcp-compiler.md, step 6) reads the loop itself;
- * it refuses, with a diagnostic, the einsum forms other than a contraction
- * [M, I] x [O, I], take_along and a scatter with mode=add (5.1 lists what it
- * lowers). */
+ * The schedule compiler (docs/tcp-compiler.md, step 6) reads the loop itself
+ * and lowers every op here (5.1 lists what it lowers). */
 static const struct gap {
 	moe_op op;
 	exec ex;
@@ -502,9 +500,6 @@ static const struct gap {
 	{MOE_OP_BLOCK_LOOP, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
 	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 1, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
 	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
-	{MOE_OP_TAKE_ALONG, EX_TCP, 1, "the schedule compiler does not lower take_along"},
-	{MOE_OP_TAKE_ALONG, EX_TCP, 2, "the schedule compiler does not lower take_along"},
-	{MOE_OP_SCATTER, EX_TCP, 2, "the schedule compiler does not lower a scatter with mode=add"},
 	{MOE_OP_COUNT, EX_COUNT, 0, NULL},
 };
 
@@ -567,7 +562,7 @@ static void check_case(moe_op op, uint64_t seed, int *failures, int *passed)
 		moe_tensor *got[1] = {NULL};
 		char why[160] = "";
 		moe_status st = run_on(ctx, (exec)ex, m, bind, got);
-		/* scatter adds in the reference's order on TCP too (backend-tcp/compiler/legacy/lower_scatter.c): bitwise */
+		/* scatter adds in the reference's order on TCP too (backend-tcp/compiler/recipe_route.c): bitwise */
 		double tol = (ex == EX_TCP || ex == EX_TCP_LEGACY) && op != MOE_OP_SCATTER ? 2e-2 : -1;
 		bool ok = st == MOE_OK && same(want[0], got[0], tol, why, sizeof why);
 		const struct gap *gp = find_gap(op, (exec)ex, seed);

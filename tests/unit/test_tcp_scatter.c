@@ -1,4 +1,4 @@
-/* scatter with mode=add on the TCP simulator (backend-tcp/compiler/legacy/lower_scatter.c)
+/* scatter with mode=add on the TCP simulator (backend-tcp/compiler/recipe_route.c)
  * against hand-computed values, which the reference interpreter must give too
  * (docs/ir.md: base first, then the rows of src in index order, floats summed
  * in f32 and rounded to the node dtype once; i32 wraps). The values are chosen
@@ -35,10 +35,9 @@ static moe_status run(moe_ctx *ctx, const char *text, const moe_tensor_map *b, b
 	if (!use_tcp) {
 		st = moe_interp_run(ctx, moe_module_graph(m, 0), b, out);
 	} else {
-		/* the legacy lowering: the schedule compiler refuses a scatter with
-		 * mode=add (test_op_matrix lists it among its gaps) */
-		assert_int_equal(moe_run_pipeline_text(ctx, "tcp-legacy", m, NULL), MOE_OK);
-		moe_tcp_program *p = moe_tcp_compile_legacy(ctx, moe_module_graph(m, 0), NULL);
+		/* the default compiler (the schedule compiler, recipe_route.c) */
+		assert_int_equal(moe_run_pipeline_text(ctx, "tcp", m, NULL), MOE_OK);
+		moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
 		if (!p)
 			moe_diag_print(ctx, stderr);
 		assert_non_null(p);
@@ -144,6 +143,54 @@ static void test_i32_wraps(void **st)
 	moe_ctx_free(ctx);
 }
 
+/* NaN: a NaN base, a NaN source and inf + -inf give NaN where the reference
+ * does; TCP's float ALU returns only the canonical NaN 0x7fc00000
+ * (docs/tcp-isa.md, assumption A9), the reference keeps the host's NaN
+ * (docs/abi.md, "NaN results": sums agree in NaN-ness). The other elements
+ * are bit for bit: 3 + 1 + 2 = 6, -0 + -0 stays -0, -0 + 5 = 5. */
+static void test_nan_as_reference(void **st)
+{
+	(void)st;
+	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
+	moe_tensor_map *b = moe_tensor_map_new(ctx);
+	const float inf = __builtin_inff(), nan = __builtin_nanf("");
+	float base[6] = {nan, 1, 2, 3, -0.0f, -0.0f}, src[8] = {1, nan, inf, 1, -inf, 2, -0.0f, 5};
+	int32_t idx[4] = {0, 1, 1, 2};
+	moe_tensor_map_set(b, "x", tensor(ctx, MOE_F32, 2, (int64_t[]){3, 2}, base));
+	moe_tensor_map_set(b, "i", tensor(ctx, MOE_I32, 1, (int64_t[]){4}, idx));
+	moe_tensor_map_set(b, "s", tensor(ctx, MOE_F32, 2, (int64_t[]){4, 2}, src));
+	const char *text = "moeir 1\nlayer @s dtype=f32 {\n  %0 = input \"x\" : f32[3, 2]\n  %1 = input \"i\" : i32[4]\n"
+			   "  %2 = input \"s\" : f32[4, 2]\n  %3 = scatter(%0, %1, %2) {mode=\"add\"} : f32[3, 2]\n"
+			   "  output %3\n}\n";
+	/* row 0: nan + 1, 1 + nan; row 1: 2 + inf - inf, 3 + 1 + 2; row 2: -0 + -0, -0 + 5 */
+	const bool want_nan[6] = {true, true, true, false, false, false};
+	const float want[6] = {0, 0, 0, 6, -0.0f, 5};
+	moe_tensor *out[2] = {NULL, NULL};
+	for (int e = 0; e < 2; e++) {
+		moe_status s = run(ctx, text, b, e == 1, &out[e]);
+		if (s != MOE_OK)
+			moe_diag_print(ctx, stderr);
+		assert_int_equal(s, MOE_OK);
+	}
+	const float *ref = out[0]->data, *tcp = out[1]->data;
+	for (int k = 0; k < 6; k++) {
+		uint32_t bits;
+		memcpy(&bits, &tcp[k], 4);
+		assert_int_equal(ref[k] != ref[k], want_nan[k]);
+		assert_int_equal(tcp[k] != tcp[k], want_nan[k]);
+		if (want_nan[k]) {
+			assert_int_equal(bits, 0x7fc00000u);
+			continue;
+		}
+		assert_memory_equal(&ref[k], &want[k], 4);
+		assert_memory_equal(&tcp[k], &want[k], 4);
+	}
+	moe_tensor_free(ctx, out[0]);
+	moe_tensor_free(ctx, out[1]);
+	moe_tensor_map_free(b);
+	moe_ctx_free(ctx);
+}
+
 /* An index outside [0, rows) is a run-time fault naming the instruction,
  * never a write outside the result. */
 static void test_index_out_of_range_faults(void **st)
@@ -177,6 +224,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_rounds_once),
 		cmocka_unit_test(test_f32_index_order),
 		cmocka_unit_test(test_i32_wraps),
+		cmocka_unit_test(test_nan_as_reference),
 		cmocka_unit_test(test_index_out_of_range_faults),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
