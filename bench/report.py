@@ -411,10 +411,9 @@ if any(h for _, h in t4096):
     w("The bench layers compiled for TCP at T = 4096 (`--set T=4096`: block=auto's search over B, the "
       "`tcp` pipeline and the lowering; docs/tcp-compiler.md 9 asks under 1 s for DeepSeek-V3).\n")
     w("Wall time per compile (median, min-max) and its CPU time (user + system, hyperfine's means "
-      "over the runs), for the legacy emitter (the default) and the schedule "
-      "compiler (`--tcp-emitter=sched`).\n")
-    w("| layer | legacy, wall | legacy, CPU | schedule compiler, wall | schedule compiler, CPU |")
-    w("|---|---|---|---|---|")
+      "over the runs).\n")
+    w("| layer | wall | CPU |")
+    w("|---|---|---|")
 
     def cell(h):
         if not h:
@@ -422,8 +421,7 @@ if any(h for _, h in t4096):
         cpu = h.get("user", 0) + h.get("system", 0)
         return f"{fmt_s(h['median'])} ({fmt_s(h['min'])}-{fmt_s(h['max'])}), n={h['n']} | {fmt_s(cpu)}"
     for n, h in t4096:
-        hs = hf(os.path.join(RES, "compile", f"tcp4096s.{n}.json"))
-        w(f"| {n} | {cell(h)} | {cell(hs)} |")
+        w(f"| {n} | {cell(h)} |")
     w("")
 w(cmd_block(["compile"]))
 sweep = {}
@@ -689,57 +687,39 @@ for r in rrows:
       f"{fmt_s(r['tc'])} | {fmt_s(r['tm'])} | **{fmt_s(max(r['tc'], r['tm']))}** | "
       f"{'compute' if r['tc'] > r['tm'] else 'memory'} |")
 w("")
-# quantized layers as published (bench/run's tcpq part): both emitters, each run against the layer's bounds
+# quantized layers as published (bench/run's tcpq part), each run against the layer's bounds
 QLAYERS = [("deepseek_v3_fp8", "DeepSeek-V3, block FP8, act=fp8"), ("gpt_oss_20b_mxfp4", "gpt-oss-20b, MXFP4")]
 QTITLE = "Quantized layers as published"
 qrows = []
 for qm, qlabel in QLAYERS:
-    for p in sorted(glob.glob(os.path.join(RES, "tcpq", f"{qm}.sched.T*.json")), key=lambda p: int(p.split(".T")[-1][:-5])):
+    for p in sorted(glob.glob(os.path.join(RES, "tcpq", f"{qm}.T*.json")), key=lambda p: int(p.split(".T")[-1][:-5])):
         T = int(p.split(".T")[-1][:-5])
-        side = {}
-        for em in ("sched", "legacy"):
-            sp = os.path.join(RES, "tcpq", f"{qm}.{em}.T{T}.json")
-            side[em] = load(sp) if os.path.exists(sp) and os.path.getsize(sp) > 0 else None
-            ap = os.path.join(RES, "tcpq", f"auto.{qm}.{em}.T{T}.json")
-            if side[em] is not None:
-                side[em]["B"] = load(ap).get("B", "?") if os.path.exists(ap) and os.path.getsize(ap) > 2 else "?"
-        qrows.append((qlabel, T, side))
+        sj = load(p) if os.path.getsize(p) > 0 else None
+        ap = os.path.join(RES, "tcpq", f"auto.{qm}.T{T}.json")
+        if sj is not None:
+            sj["B"] = load(ap).get("B", "?") if os.path.exists(ap) and os.path.getsize(ap) > 2 else "?"
+        qrows.append((qlabel, T, sj))
 w(f"### {QTITLE}\n")
 if qrows:
     w("DeepSeek-V3 with its routed and shared experts in block FP8 (F8_E4M3 values, one f32 scale per 128 x 128 "
       "block) and fp8 activations (`--quant-act=fp8`: f8 x f8 contractions, as its fp8_gemm runs them), and "
       "gpt-oss-20b with its MXFP4 experts (E2M1 pairs in bytes, one E8M0 scale per 32; bf16 activations, dequantized "
       "in DM): each the .moe `moec import-hf` writes from the published config.json (tests/fixtures/configs), run "
-      "timing-only on a routing-only checkpoint (the router; DeepSeek-V3's shared expert in block FP8 too) by the "
-      "schedule compiler (`--tcp-emitter=sched`) and the legacy emitter, block=auto. The **roofline** "
-      "(`roofline_seconds` of the sched run's stats JSON) counts the weights as stored - the hit experts' and the other "
-      "weights' quantized values and scales, x and y - over `hbm_bytes_per_s`, and the FLOPs at the peak of the "
-      "contraction the layer uses (f8 with act=fp8, bf16 otherwise); the **floor** is the sched run's `floor_seconds` "
-      "(the same stored bytes; docs/tcp-isa.md section 12). Both are the layer's for the routing the run took, which "
-      "both emitters take alike (same experts hit), so the legacy columns are measured against the same bounds: the "
-      "legacy emitter's own recorded dimensions for these layers are wrong (for the MXFP4 layer F = 0 and every "
-      "expert's bytes counted as read by every run; DeepSeek-V3's shared expert counted as the bf16 copy it lays out "
-      "at load time), so its own `roofline_seconds` and `floor_seconds` are not used.\n")
-    w("| layer | T | B sched / legacy | roofline | floor | sched | **sched / roofline** | **sched / floor** "
-      "| legacy | legacy / roofline | legacy / floor | sched / legacy |")
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for qlabel, T, side in qrows:
-        sj, lj = side["sched"], side["legacy"]
+      "timing-only on a routing-only checkpoint (the router; DeepSeek-V3's shared expert in block FP8 too), "
+      "block=auto. The **roofline** (`roofline_seconds` of the run's stats JSON) counts the weights as stored - the "
+      "hit experts' and the other weights' quantized values and scales, x and y - over `hbm_bytes_per_s`, and the "
+      "FLOPs at the peak of the contraction the layer uses (f8 with act=fp8, bf16 otherwise); the **floor** is the "
+      "run's `floor_seconds` (the same stored bytes; docs/tcp-isa.md section 12).\n")
+    w("| layer | T | B | roofline | floor | simulated | **sim / roofline** | **sim / floor** |")
+    w("|---|---|---|---|---|---|---|---|")
+    for qlabel, T, sj in qrows:
         if not sj:
-            w(f"| {qlabel} | {T} | - | - | - | **fault** | - | - | - | - | - | - |")
+            w(f"| {qlabel} | {T} | - | - | - | **fault** | - | - |")
             continue
         rf, fl, ss = sj["roofline_seconds"], sj.get("floor_seconds", 0), sj["simulated_seconds"]
         fcol = f"{fmt_s(fl)}" if fl > 0 else "-"
         sf = f"**{ss / fl:.3f}x**" if fl > 0 else "-"
-        if lj and lj.get("experts_hit") == sj.get("experts_hit"):
-            ls = lj["simulated_seconds"]
-            lcols = (f"{fmt_s(ls)} | {ls / rf:.2f}x | {f'{ls / fl:.3f}x' if fl > 0 else '-'} | {ss / ls:.3f}x")
-        elif lj:
-            lcols = f"{fmt_s(lj['simulated_seconds'])} | (other routing) | - | -"
-        else:
-            lcols = "**fault** | - | - | -"
-        w(f"| {qlabel} | {T} | {sj['B']} / {lj['B'] if lj else '-'} | {fmt_s(rf)} | {fcol} | {fmt_s(ss)} "
-          f"| **{ss / rf:.2f}x** | {sf} | {lcols} |")
+        w(f"| {qlabel} | {T} | {sj['B']} | {fmt_s(rf)} | {fcol} | {fmt_s(ss)} | **{ss / rf:.2f}x** | {sf} |")
     w("")
     w(cmd_block(["tcpq"], "commands (quantized layers)"))
 else:

@@ -76,7 +76,6 @@ typedef struct opts {
 	const char *serve_tokens; /* run --tokens N */
 	const char *buckets;      /* compile --buckets T1,T2,... */
 	const char *decode_tier;  /* --decode-tier=on|off (tcp serving) */
-	const char *tcp_emitter;  /* --tcp-emitter=legacy|sched (tcp) */
 	const char *emit;         /* compile --emit=tcp-sched (tcp) */
 	const char *tcp_opt;      /* --tcp-opt=-NAME,+NAME (the schedule compiler's rewrites) */
 	moe_setting sets[MAX_SETS];
@@ -244,11 +243,8 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 /* --quant-act: an error (1) unless m has a block-FP8 dequant; =fp8 sets act=fp8 on
  * every one (also each chip's layer under --ep). */
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);
-/* --tcp-emitter=sched or --emit=tcp-sched: the schedule compiler, on the tcp-sched pipeline */
-int cli_tcp_sched(const opts *o);
-const char *cli_tcp_pipeline(const opts *o);
-/* The program of g (after cli_tcp_pipeline) for m by the emitter o names
- * (NULL after an error; --tcp-opt without the schedule compiler is one). */
+/* The program of g (after the tcp pipeline) for m by the schedule compiler,
+ * its rewrites switched by --tcp-opt (NULL after an error). */
 moe_tcp_program *cli_tcp_program(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m);
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out);
 /* ck: the checkpoint deferred weights are read from (cli_load_weights), or NULL. */

@@ -327,20 +327,11 @@ static int write_empty(moe_ctx *ctx, const opts *o, const moe_module *gm)
 	return st;
 }
 
-/* --tcp-opt switches the schedule compiler's rewrites: an error for the legacy emitter */
-static int opt_unused(moe_ctx *ctx, const opts *o)
-{
-	return o->tcp_opt && !cli_tcp_sched(o) &&
-		fail(ctx, "--tcp-opt switches the schedule compiler's rewrites: it takes no --tcp-emitter=legacy%s", "");
-}
-
 /* --target=tcp --ep N: N simulated chips in this process. */
 static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 {
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP simulates at most 64 chips%s", "");
-	if (opt_unused(ctx, o))
-		return 1;
 	int64_t Tl;
 	moe_module *gm = load_global(ctx, o, &Tl);
 	int64_t T = gm ? shared_rows(ctx, o, Tl) : -1;
@@ -359,7 +350,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
 		bind[d] = moe_tensor_map_new(ctx);
-		st = prepare(ctx, o, N, d, T, Tl, cli_tcp_sched(o), &m[d], bind[d]);
+		st = prepare(ctx, o, N, d, T, Tl, true, &m[d], bind[d]);
 		if (!st) {
 			g[d] = moe_module_graph(m[d], 0);
 			out[d] = &outv[d];
@@ -368,7 +359,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	}
 	moe_tcp_ep_stats s;
 	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
-		.trace_path = o->trace, .legacy = !cli_tcp_sched(o), .sched_opts = o->tcp_opt};
+		.trace_path = o->trace, .sched_opts = o->tcp_opt};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;
@@ -703,8 +694,6 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		return 1;
 	if (N > MOE_TCP_EP_MAX)
 		return fail(ctx, "--ep on TCP compiles at most 64 chips%s", "");
-	if (opt_unused(ctx, o))
-		return 1;
 	bool asm_ = cli_ends_with(o->out, ".tcps");
 	if ((!asm_ && !cli_ends_with(o->out, ".tcpb")) || strlen(o->out) >= 4000)
 		return fail(ctx, "compile --ep writes TCP programs: name -o OUT.tcpb or OUT.tcps (a file, not %s)", o->out);
@@ -724,11 +713,11 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 	moe_tcp_machine *mach = o->machine ? moe_tcp_machine_load(ctx, o->machine) : NULL;
 	int st = T < 1 || (o->machine && !mach);
 	for (int d = 0; d < N && !st; d++) {
-		st = build(ctx, o, N, d, T, cli_tcp_sched(o), &m[d]);
+		st = build(ctx, o, N, d, T, true, &m[d]);
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
-	moe_tcp_run_opts ro = {.machine = mach, .legacy = !cli_tcp_sched(o), .sched_opts = o->tcp_opt};
+	moe_tcp_run_opts ro = {.machine = mach, .sched_opts = o->tcp_opt};
 	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
 	w.programs = cJSON_CreateArray();
 	cJSON_AddNumberToObject(man, "ep", (double)N);

@@ -57,8 +57,8 @@ static const cli_command commands[] = {
 		"portable C (.c), a native object file (.o) or textual LLVM IR (.ll). Without --target the\n"
 		"target follows the name of OUT; a --target that contradicts that name is an error. A TCP\n"
 		"schedule (.tsched) compiles to TCP only: it is verified, placed and selected into a program.\n"
-		"With the schedule compiler (the default emitter) the schedule is rewritten by the rows of its\n"
-		"rewrite table that predict a gain (`moec passes` lists them; docs/tcp-compiler.md 5.2), placed,\n"
+		"The schedule compiler rewrites the schedule by the rows of its rewrite table that predict a\n"
+		"gain (`moec passes` lists them; docs/tcp-compiler.md 5.2), placed,\n"
 		"and reordered by the list scheduler (the rewrite list-schedule, 5.4). --tcp-opt=-NAME switches\n"
 		"a rewrite off, +NAME runs it wherever it applies; --tcp-opt=-list-schedule keeps sched-build's\n"
 		"order, and MOEC_TCP_SCHEDULE=0 in the environment switches every rewrite off (compile, run and\n"
@@ -66,10 +66,11 @@ static const cli_command commands[] = {
 		"moec compile examples/mixtral_8x7b.moe --set T=64 -o mixtral.tcpb"},
 	{"run", C_RUN, "FILE --weights W.safetensors[,W2...] --input x.npy -o y.npy [--target=host|tcp]",
 		"run a layer on the host or on the TCP simulator",
-		"Run the layer of FILE (.moe, .moeir, JSON IR, a compiled .tcpb or a TCP schedule .tsched) on the\n"
-		"input and write its first output as f32 .npy. Every weight's shape and dtype is checked against\n"
-		"the checkpoint's headers before any tensor data is read. With --target=tcp the per-expert\n"
-		"weights are read, and packed, an expert at a time when the simulation first touches that expert.",
+		"Run the layer of FILE (.moe, .moeir, JSON IR, a compiled .tcpb, TCP assembly .tcps or a TCP\n"
+		"schedule .tsched) on the input and write its first output as f32 .npy. Every weight's shape and\n"
+		"dtype is checked against the checkpoint's headers before any tensor data is read. With\n"
+		"--target=tcp the per-expert weights are read, and packed, an expert at a time when the\n"
+		"simulation first touches that expert.",
 		"moec run mixtral.moe --weights model.safetensors --input x.npy -o y.npy --target=tcp --trace t.json"},
 	{"import-hf", C_IMPORT, "CONFIG.json|MODEL_DIR -o FILE.moe [--layer N] [--tokens T] [--block B]  |  moec import-hf --list",
 		"write the .moe of a HuggingFace MoE layer",
@@ -419,6 +420,7 @@ static unsigned input_of(cli_kind k)
 	case K_MOEIR:
 	case K_IR_JSON: return I_IR;
 	case K_TCPB:
+	case K_TCPS:
 	case K_TSCHED: return I_TCPB; /* a program's input: its sizes are fixed */
 	default: return 0; /* not a layer: the command's own input (import-hf's config) */
 	}
@@ -427,7 +429,8 @@ static unsigned input_of(cli_kind k)
 int cli_check_applies(moe_ctx *ctx, const opts *o)
 {
 	static const char *const kind_names[] = {[K_MOE] = "a .moe layer", [K_MOEIR] = "textual IR",
-		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb", [K_TSCHED] = "a TCP schedule (.tsched)"};
+		[K_IR_JSON] = "JSON IR", [K_TCPB] = "a compiled .tcpb", [K_TCPS] = "TCP assembly (.tcps)",
+		[K_TSCHED] = "a TCP schedule (.tsched)"};
 	unsigned in = o->file ? input_of(o->kind) : 0;
 	int bad = 0;
 	for (size_t i = 0; i < NOPTIONS; i++) {

@@ -256,7 +256,7 @@ int cli_compile(moe_ctx *ctx, const opts *o)
 		return 1;
 	int status = 1;
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : cli_tcp_pipeline(o)))
+	if (g && !lower(ctx, m, strcmp(t, "tcp") ? "host" : "tcp"))
 		status = emit_target(ctx, g, t, o);
 	moe_module_free(m);
 	return status;
@@ -442,11 +442,11 @@ static int write_stats(moe_ctx *ctx, const char *path, const char *json)
 /* The options of run that hold together, and the target; NULL after an error. */
 static const char *run_target(moe_ctx *ctx, const opts *o)
 {
-	int tcpb = o->kind == K_TCPB || o->kind == K_TSCHED;
+	int tcpb = o->kind == K_TCPB || o->kind == K_TCPS || o->kind == K_TSCHED;
 	const char *target = o->target ? o->target : tcpb ? "tcp" : "host";
 	if (tcpb && strcmp(target, "tcp")) {
 		moe_diag(ctx, MOE_DIAG_ERROR, floc(ctx, o->file), "a %s runs on --target=tcp only, not '%s'",
-			o->kind == K_TSCHED ? "schedule (.tsched)" : ".tcpb", target);
+			o->kind == K_TSCHED ? "schedule (.tsched)" : o->kind == K_TCPS ? "TCP assembly (.tcps)" : ".tcpb", target);
 		return NULL;
 	}
 	if (cli_check_target(ctx, o, target))
@@ -514,7 +514,7 @@ int cli_run(moe_ctx *ctx, const opts *o)
 	if (!bad && o->trace)
 		bad = !(t.trace = moe_output_set_add(set, o->trace));
 	if (!bad)
-		bad = o->kind == K_TCPB || o->kind == K_TSCHED ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
+		bad = o->kind == K_TCPB || o->kind == K_TCPS || o->kind == K_TSCHED ? cli_run_tcpb(ctx, &t) : o->ep ? cli_run_ep(ctx, &t) : run_layer(ctx, &t, target, repeat);
 	if (bad) {
 		moe_output_set_abort(set);
 		return 1;
@@ -537,7 +537,7 @@ static int run_layer(moe_ctx *ctx, const opts *o, const char *target, int64_t re
 	const char *paths[64];
 	size_t np = split_paths(wcopy, paths, 64);
 	moe_graph *g = one_layer(ctx, m, o->file);
-	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : cli_tcp_pipeline(o)))
+	if (!g || cli_serve_prepare(ctx, g, o) || lower(ctx, m, strcmp(target, "tcp") ? "host" : "tcp"))
 		goto done;
 	if (moe_graph_num_outputs(g) > 16) {
 		err(ctx, o->file, "a layer with more than 16 outputs cannot be run%s", "");

@@ -129,10 +129,8 @@ int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tc
 	if (nt != MOE_NONE) /* declared by the .moe: the tier is the layer without it (its input is left unused) */
 		moe_node_set_name(g1, nt, MOE_TOKENS_INPUT ".tier");
 	moe_run_opts ro = {.verify = 1};
-	/* the tier by the serving program's emitter, on its pipeline */
-	int sched = cli_tcp_sched(&o1);
-	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, cli_tcp_pipeline(&o1), mod, &ro) == MOE_OK
-				     ? (sched ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt) : moe_tcp_compile_legacy(ctx, g1, m))
+	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
+				     ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt)
 				     : NULL;
 	int errors = moe_error_count(ctx);
 	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;
@@ -205,9 +203,9 @@ int cli_compile_buckets(moe_ctx *ctx, const opts *o, const char *out)
 		moe_module *mod = cli_load_tcp(ctx, &ob, &autob, &pred);
 		moe_graph *g = mod && moe_module_num_graphs(mod) == 1 ? moe_module_graph(mod, 0) : NULL;
 		moe_run_opts ro = {.verify = 1};
-		/* the emitter o names, and the decode tier on it */
+		/* the bucket's program, and the decode tier on it */
 		status = !g || cli_serve_prepare(ctx, g, &ob) ||
-			 moe_run_pipeline_text(ctx, cli_tcp_pipeline(&ob), mod, &ro) != MOE_OK ||
+			 moe_run_pipeline_text(ctx, "tcp", mod, &ro) != MOE_OK ||
 			 !(p[b] = cli_tcp_program(ctx, &ob, g, m)) || cli_serve_tier(ctx, &ob, g, m, &p[b]);
 		moe_module_free(mod);
 	}

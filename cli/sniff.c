@@ -191,7 +191,7 @@ static const struct {
 	[K_IR_JSON] = {"JSON IR", "`moec check|ir|stats|compile|run`"},
 	[K_JSON] = {"JSON of no kind moec knows", "`moec --help`"},
 	[K_TCPB] = {"a compiled TCP binary (.tcpb)", "`moec check` or `moec run`"},
-	[K_TCPS] = {"TCP assembly (.tcps)", "`moec check` (it validates assembly), or `moec compile LAYER.moe -o FILE.tcpb` to run"},
+	[K_TCPS] = {"TCP assembly (.tcps)", "`moec check` or `moec run` (--target=tcp)"},
 	[K_NPY] = {"a NumPy array (.npy)", "`moec run LAYER --input FILE`"},
 	[K_SAFETENSORS] = {"a safetensors checkpoint", "`moec run LAYER --weights FILE`"},
 	[K_CK_INDEX] = {"a sharded checkpoint's index", "`moec run LAYER --weights FILE`"},
@@ -234,7 +234,7 @@ int cli_check_kind(moe_ctx *ctx, const opts *o)
 	int layer = k == K_MOE || k == K_MOEIR || k == K_IR_JSON || k == K_JSON;
 	int ok = o->cmdbit == C_IMPORT ? k == K_HF_CONFIG || k == K_JSON
 		 : o->cmdbit & (C_CHECK | C_RUN) ? layer || k == K_TCPB || (k == K_EP_MANIFEST && o->cmdbit == C_CHECK) ||
-			(k == K_TCPS && o->cmdbit == C_CHECK) || k == K_TSCHED
+			k == K_TCPS || k == K_TSCHED
 		 : o->cmdbit == C_COMPILE ? layer || k == K_TSCHED
 		 : layer;
 	struct stat st;

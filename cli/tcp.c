@@ -48,7 +48,7 @@ static bool compiles_with_b(moe_ctx *ctx, const opts *o, const moe_tcp_machine *
 {
 	moe_module *t = load_with_b(ctx, o, B);
 	moe_run_opts ro = {.verify = 1};
-	moe_tcp_program *p = t && moe_run_pipeline_text(ctx, cli_tcp_pipeline(o), t, &ro) == MOE_OK
+	moe_tcp_program *p = t && moe_run_pipeline_text(ctx, "tcp", t, &ro) == MOE_OK
 		? cli_tcp_program(ctx, o, moe_module_graph(t, 0), mach) : NULL;
 	moe_tcp_program_free(p);
 	moe_module_free(t);
@@ -150,35 +150,9 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 	return m;
 }
 
-/* The emitter: --tcp-emitter, else $MOEC_TCP_EMITTER (sched or legacy; any
- * other value is sched), else sched. --emit=tcp-sched is the schedule
- * compiler's whatever they say. */
-int cli_tcp_sched(const opts *o)
-{
-	const char *v = o->tcp_emitter ? o->tcp_emitter : getenv("MOEC_TCP_EMITTER");
-	return o->emit || !v || strcmp(v, "legacy");
-}
-
-const char *cli_tcp_pipeline(const opts *o)
-{
-	return cli_tcp_sched(o) ? "tcp" : "tcp-legacy";
-}
-
-/* --tcp-opt switches the schedule compiler's rewrites: an error for the legacy emitter */
-static int opt_unused(moe_ctx *ctx, const opts *o)
-{
-	if (!o->tcp_opt || cli_tcp_sched(o))
-		return 0;
-	moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(),
-		"--tcp-opt switches the schedule compiler's rewrites: it takes no --tcp-emitter=legacy");
-	return 1;
-}
-
 moe_tcp_program *cli_tcp_program(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m)
 {
-	if (opt_unused(ctx, o))
-		return NULL;
-	return cli_tcp_sched(o) ? moe_tcp_compile_sched(ctx, g, m, o->tcp_opt) : moe_tcp_compile_legacy(ctx, g, m);
+	return moe_tcp_compile_sched(ctx, g, m, o->tcp_opt);
 }
 
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
@@ -196,7 +170,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 	}
 	int st = 1;
 	moe_run_opts ro = {.verify = 1};
-	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, cli_tcp_pipeline(o), m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
+	moe_tcp_machine *mach = moe_run_pipeline_text(ctx, "tcp", m, &ro) == MOE_OK ? machine(ctx, o) : NULL;
 	moe_tcp_program *p = mach ? cli_tcp_program(ctx, o, moe_module_graph(m, 0), mach) : NULL;
 	if (p && cli_serve_tier(ctx, o, moe_module_graph(m, 0), mach, &p)) {
 		moe_tcp_program_free(p);
@@ -225,11 +199,6 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char *out)
 {
 	bool text = cli_ends_with(out, ".tcps"), bin = cli_ends_with(out, ".tcpb");
-	if (o->emit && o->tcp_emitter && strcmp(o->tcp_emitter, "sched")) {
-		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "--emit=tcp-sched prints the schedule compiler's schedule: "
-			"it takes no --tcp-emitter=%s", o->tcp_emitter);
-		return 1;
-	}
 	if (!o->emit && cli_ends_with(out, ".tsched")) {
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_file(ctx, out), "a .tsched output is a schedule: give --emit=tcp-sched");
 		return 1;
@@ -429,6 +398,23 @@ static moe_tcp_program *load_tsched(moe_ctx *ctx, const char *file, const moe_tc
 	return p;
 }
 
+/* The program of a .tcpb, a schedule (.tsched) or TCP assembly (.tcps, parsed
+ * and validated like a .tcpb), for m. */
+static moe_tcp_program *load_program(moe_ctx *ctx, const opts *o, const moe_tcp_machine *m)
+{
+	if (o->kind == K_TSCHED)
+		return load_tsched(ctx, o->file, m);
+	if (o->kind != K_TCPS)
+		return moe_tcp_load_binary(ctx, o->file, m);
+	char *text = NULL;
+	size_t len = 0;
+	moe_tcp_program *p = NULL;
+	if (moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) == MOE_OK)
+		p = moe_tcp_from_asm(ctx, o->file, text, len, m);
+	free(text);
+	return p;
+}
+
 int cli_compile_tsched(moe_ctx *ctx, const opts *o)
 {
 	moe_tcp_machine *m = machine(ctx, o);
@@ -464,7 +450,7 @@ int cli_run_tcpb(moe_ctx *ctx, const opts *o)
 	int status = 1;
 	bool bundle = cli_is_bundle_file(o->file);
 	moe_tcp_bundle *bun = bundle ? moe_tcp_bundle_load(ctx, o->file, m) : NULL;
-	moe_tcp_program *own = bundle ? NULL : o->kind == K_TSCHED ? load_tsched(ctx, o->file, m) : moe_tcp_load_binary(ctx, o->file, m);
+	moe_tcp_program *own = bundle ? NULL : load_program(ctx, o, m);
 	const moe_tcp_program *p = bun ? cli_bundle_pick(ctx, bun, o) : own;
 	moe_module *iface = p ? moe_tcp_interface(ctx, p) : NULL;
 	moe_tensor_map *bind = moe_tensor_map_new(ctx);
@@ -531,16 +517,7 @@ int cli_check_tcpb(moe_ctx *ctx, const opts *o)
 		moe_tcp_bundle_free(b);
 		return !b;
 	}
-	moe_tcp_program *p = NULL;
-	if (o->kind == K_TCPS) { /* assembly: parsed and validated like a .tcpb */
-		char *text = NULL;
-		size_t len = 0;
-		if (moe_read_file_max(ctx, o->file, CLI_MAX_SOURCE, &text, &len) == MOE_OK)
-			p = moe_tcp_from_asm(ctx, o->file, text, len, m);
-		free(text);
-	} else {
-		p = o->kind == K_TSCHED ? load_tsched(ctx, o->file, m) : moe_tcp_load_binary(ctx, o->file, m);
-	}
+	moe_tcp_program *p = load_program(ctx, o, m);
 	int status = !p || moe_tcp_print_summary(p, stdout) != MOE_OK;
 	moe_tcp_program_free(p);
 	moe_tcp_machine_free(ctx, m);

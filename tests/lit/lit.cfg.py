@@ -24,9 +24,6 @@ if sanitized:
 config.environment["MOEC_LLVM_STATIC_CLI"] = "1" if getattr(config, "moec_llvm_static_cli", "ON") in ("ON", "1", "TRUE") else "0"
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")
-# The CLI's default TCP emitter (docs/cli.md), so the suite can run on either.
-if os.environ.get("MOEC_TCP_EMITTER"):
-    config.environment["MOEC_TCP_EMITTER"] = os.environ["MOEC_TCP_EMITTER"]
 # `not` and `count` live beside FileCheck (Debian llvm-19-tools).
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(config.filecheck), os.environ.get("PATH", "")])
