@@ -4,8 +4,7 @@
 # bench/sim_rss.sh [T ...] (default 1): the real-size Qwen3-30B-A3B layer
 # (examples/qwen3_30b_a3b.moe, bf16, the synthetic 1.2 GB checkpoint of bench/make_checkpoint.py
 # in bench/.cache) run with its weights:
-# - on the TCP simulator at each T given (a full run; the emitter is the CLI's default, so
-#   MOEC_TCP_EMITTER=sched|legacy picks it): peak RSS and wall time, the checkpoint's size for
+# - on the TCP simulator at each T given (a full run): peak RSS and wall time, the checkpoint's size for
 #   the RSS limit (1.5x), and whether y.npy equals the run of MOEC_EAGER=path/to/an/older/moec
 #   (whose peak RSS is shown beside; else skipped);
 # - on the host (default engine) twice with an empty packed-weight cache: pack_seconds,
@@ -13,7 +12,7 @@
 #
 # bench/sim_rss.sh --timing-only [T ...] (default 4096): `moec run --target=tcp --timing-only`
 # of DeepSeek-V3 and Qwen3-30B-A3B on the routing-only checkpoints (bench/run's, made when
-# missing) under both emitters: peak RSS and wall time; with MOEC_BEFORE=path/to/an/older/moec
+# missing): peak RSS and wall time; with MOEC_BEFORE=path/to/an/older/moec
 # also its peak RSS in the same run, and whether every figure of --stats but load_seconds and
 # peak_rss_bytes is the same.
 #
@@ -32,8 +31,8 @@ if [ "${1:-}" = --timing-only ]; then
 	trap 'rm -rf "$tmp"' EXIT
 	# the simulated figures of --stats: all but the host's load time and memory
 	sim_stats() { $PY -c 'import json, sys; s = json.load(open(sys.argv[1])); [s.pop(k, None) for k in ("load_seconds", "peak_rss_bytes")]; print(json.dumps(s, sort_keys=True))' "$1"; }
-	echo "| layer | T | emitter | peak RSS (bytes) | wall (s) | MOEC_BEFORE peak RSS (bytes) | after / before | stats |"
-	echo "|---|---:|---|---:|---:|---:|---:|---|"
+	echo "| layer | T | peak RSS (bytes) | wall (s) | MOEC_BEFORE peak RSS (bytes) | after / before | stats |"
+	echo "|---|---:|---:|---:|---:|---:|---|"
 	for m in deepseek_v3 qwen3_30b_a3b; do
 		ck=$C/$m.routing.bf16.safetensors
 		[ -f "$ck" ] || $PY bench/make_checkpoint.py "$m" "$ck" --no-experts >/dev/null
@@ -41,22 +40,20 @@ if [ "${1:-}" = --timing-only ]; then
 		for T in "${@:-4096}"; do
 			x=$C/x_D${D}_T$T.npy
 			[ -f "$x" ] || $PY -c "import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(1).standard_normal(($T, $D), dtype=np.float32))" "$x"
-			for e in legacy sched; do
-				for side in after ${MOEC_BEFORE:+before}; do
-					bin=$MOEC
-					[ $side = before ] && bin=$MOEC_BEFORE
-					/usr/bin/time -v "$bin" run "examples/$m.moe" --target=tcp --tcp-emitter=$e --set T="$T" --weights "$ck" \
-						--input "$x" --timing-only --stats "$tmp/$side.json" 2>"$tmp/$side.time" >/dev/null
-				done
-				r=$(rss "$tmp/after.time")
-				rb=- ratio=- same=-
-				if [ -n "${MOEC_BEFORE:-}" ]; then
-					rb=$(rss "$tmp/before.time")
-					ratio=$(awk "BEGIN {printf \"%.3f\", $r / $rb}")
-					[ "$(sim_stats "$tmp/after.json")" = "$(sim_stats "$tmp/before.json")" ] && same=identical || same=DIFFERENT
-				fi
-				echo "| $m | $T | $e | $r | $(secs "$tmp/after.time") | $rb | $ratio | $same |"
+			for side in after ${MOEC_BEFORE:+before}; do
+				bin=$MOEC
+				[ $side = before ] && bin=$MOEC_BEFORE
+				/usr/bin/time -v "$bin" run "examples/$m.moe" --target=tcp --set T="$T" --weights "$ck" \
+					--input "$x" --timing-only --stats "$tmp/$side.json" 2>"$tmp/$side.time" >/dev/null
 			done
+			r=$(rss "$tmp/after.time")
+			rb=- ratio=- same=-
+			if [ -n "${MOEC_BEFORE:-}" ]; then
+				rb=$(rss "$tmp/before.time")
+				ratio=$(awk "BEGIN {printf \"%.3f\", $r / $rb}")
+				[ "$(sim_stats "$tmp/after.json")" = "$(sim_stats "$tmp/before.json")" ] && same=identical || same=DIFFERENT
+			fi
+			echo "| $m | $T | $r | $(secs "$tmp/after.time") | $rb | $ratio | $same |"
 		done
 	done
 	exit 0

@@ -10,8 +10,6 @@
 # usage: bench/w8a8_tcp.sh [T] [OUT.json]   MOEC=path/to/moec (default build/moec)
 # MOEC_BEFORE=path/to/another/moec adds that build's rows (bf16 and W8A8, "before"), each
 # ratio taken to the bf16 layer of its own build, so one run shows a change's effect.
-# EMITTERS="legacy sched" runs both layers with each TCP emitter (--tcp-emitter=E) in this one
-# run instead, each ratio taken to the bf16 layer of the same emitter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOEC=${MOEC:-build/moec}
@@ -57,21 +55,12 @@ if [ -n "${MOEC_BEFORE:-}" ]; then
 	run bf16.before examples/qwen3_30b_a3b.moe "$MOEC_BEFORE"
 	run w8a8.before "$Q/w8a8.moe" "$MOEC_BEFORE"
 fi
-if [ -n "${EMITTERS:-}" ]; then
-	for e in $EMITTERS; do
-		run "bf16.$e" examples/qwen3_30b_a3b.moe "$MOEC" --tcp-emitter="$e"
-		run "w8a8.$e" "$Q/w8a8.moe" "$MOEC" --tcp-emitter="$e"
-	done
-else
-	run bf16 examples/qwen3_30b_a3b.moe
-	run w8a8 "$Q/w8a8.moe"
-fi
-"$PY" - "$Q" "$T" "${2:-}" "${MOEC_BEFORE:+1}" "${EMITTERS:-}" <<'EOF2'
+run bf16 examples/qwen3_30b_a3b.moe
+run w8a8 "$Q/w8a8.moe"
+"$PY" - "$Q" "$T" "${2:-}" "${MOEC_BEFORE:+1}" <<'EOF2'
 import json, sys
-q, T, out, before, emitters = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split()
+q, T, out, before = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [("bf16", "bf16 (bf16 x bf16)"), ("w8a8", "W8A8 int8 (i8 x i8, per-token activations)")]
-if emitters:
-    rows = [(k + "." + e, "%s, %s" % (n, e)) for e in emitters for k, n in rows]
 if before:
     rows = [("bf16.before", "bf16, before"), ("w8a8.before", "W8A8 int8, before")] + rows
 st = {k: json.load(open("%s/%s.json" % (q, k))) for k, _ in rows}

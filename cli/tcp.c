@@ -42,61 +42,13 @@ int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m)
 
 static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B);
 
-/* Whether the layer of o compiles for the TCP target with --set B=B (a copy
- * loaded, lowered by the tcp pipeline and compiled, then freed). */
-static bool compiles_with_b(moe_ctx *ctx, const opts *o, const moe_tcp_machine *mach, int64_t B)
-{
-	moe_module *t = load_with_b(ctx, o, B);
-	moe_run_opts ro = {.verify = 1};
-	moe_tcp_program *p = t && moe_run_pipeline_text(ctx, "tcp", t, &ro) == MOE_OK
-		? cli_tcp_program(ctx, o, moe_module_graph(t, 0), mach) : NULL;
-	moe_tcp_program_free(p);
-	moe_module_free(t);
-	return p != NULL;
-}
-
-/* The legacy emitter's fit: block=auto compiles its B with the schedule
- * compiler, and the legacy lowering may not place it; B is halved
- * (multiples of 8, at least 8) until the legacy compile succeeds; when none
- * does, the first B stands and its compile reports the error. Runs only
- * while no diagnostic is pending, so clearing the trials' errors drops
- * nothing else. */
-static moe_module *fit_block(moe_ctx *ctx, const opts *o, moe_module *m, int64_t *chosen)
-{
-	if (moe_diag_count(ctx) != 0)
-		return m;
-	moe_tcp_machine *mach = machine(ctx, o);
-	int64_t B = *chosen;
-	while (mach && !compiles_with_b(ctx, o, mach, B)) {
-		moe_diag_clear(ctx);
-		B = B / 2 / 8 * 8;
-		if (B < 8)
-			break;
-		if (compiles_with_b(ctx, o, mach, B)) {
-			moe_module *m2 = load_with_b(ctx, o, B);
-			if (m2) {
-				moe_module_free(m);
-				m = m2;
-				*chosen = B;
-			}
-			break;
-		}
-	}
-	moe_diag_clear(ctx);
-	moe_tcp_machine_free(ctx, mach);
-	return m;
-}
-
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	*chosen = 0;
 	*pred = 0;
 	if (cli_pass_machine(ctx, o))
 		return NULL;
-	moe_module *m = load_tcp(ctx, o, chosen, pred);
-	if (m && *chosen > 0 && !cli_tcp_sched(o))
-		m = fit_block(ctx, o, m, chosen);
-	return m;
+	return load_tcp(ctx, o, chosen, pred);
 }
 
 static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)

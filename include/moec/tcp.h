@@ -46,9 +46,10 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
  * default); the program stays runnable on any machine whose capacities it
  * fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
-/* The legacy lowering (`moec --tcp-emitter=legacy`) of one graph that went
- * through the `tcp-legacy` pipeline (its block loop flattened); it runs the
- * flattened graph's passes the graph lacks itself. */
+/* The legacy lowering of one graph that went through the `tcp-legacy`
+ * pipeline (its block loop flattened); it runs the flattened graph's passes
+ * the graph lacks itself. Kept for the unit tests that compare with it until
+ * docs/tcp-compiler.md 8.1 step 10 deletes it; the CLI does not reach it. */
 MOE_API moe_tcp_program *moe_tcp_compile_legacy(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
 /* `--quant-act`: the activations' type of block-FP8 experts' contractions
  * (docs/tcp-isa.md 7.10). act "fp8" sets act="fp8" on every dequant of m
@@ -58,7 +59,7 @@ MOE_API moe_tcp_program *moe_tcp_compile_legacy(moe_ctx *ctx, const moe_graph *g
  * its quantized formats (at the first one's dequant, else at file). Call it
  * on the parsed module, before the `tcp` pipeline. */
 MOE_API moe_status moe_tcp_quant_act(moe_ctx *ctx, moe_module *m, const char *act, const char *file);
-/* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec --tcp-emitter=sched`):
+/* The schedule compiler (docs/tcp-compiler.md sections 4-5; `moec compile --target=tcp`):
  * g, after the `tcp` pipeline (its block_loop kept), built into a schedule,
  * rewritten (the rewrite table, 5.2), verified and selected into a program for
  * machine (NULL: the default). opts switches rewrites as `--tcp-opt` does:
