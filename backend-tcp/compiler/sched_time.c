@@ -80,6 +80,8 @@ typedef struct tl {
 	int nd;
 	int32_t bexp;
 	int64_t approx_ld, approx_idx;
+	int64_t *slots, nslots; /* the grid slots the caller's loads fill (slot_row) */
+	bool slots_done;
 	bool zero; /* measuring with every scalar 0 */
 	bool fail;
 } tl;
@@ -175,8 +177,33 @@ static int64_t cost_copy(tl *t, const tcp_insn *in)
 	return dma_time(t, &dc, dm2dm(t, in), 1);
 }
 
+/* Row j of an n-row list into a block grid's slots (rows = the caller's
+ * loads' grid x B, n = the slots those loads fill): the filled slots
+ * ascending, as the simulator's predict mode names them (sim/predict.c
+ * slot_row); -1 when the list is not one, or the loads are expected ones. */
+static int64_t slot_row(tl *t, int64_t rows, int64_t n, int64_t j)
+{
+	const moe_tcp_loads *l = t->given;
+	int64_t B = t->s->meta.B;
+	if (!l || !l->block_rows || B < 1 || rows != l->grid * B)
+		return -1;
+	if (!t->slots_done) {
+		t->slots_done = true;
+		int64_t filled = 0;
+		for (int64_t b = 0; b < l->nblocks; b++)
+			filled += l->block_rows[b] > 0 ? (l->block_rows[b] < B ? l->block_rows[b] : B) : 0;
+		t->slots = ctx_alloc(t->ctx, (size_t)(filled > 0 ? filled : 1) * sizeof *t->slots);
+		for (int64_t b = 0, k = 0; b < l->nblocks; b++)
+			for (int64_t r = 0; r < l->block_rows[b] && r < B; r++)
+				t->slots[k++] = b * B + r;
+		t->nslots = filled;
+	}
+	return t->nslots > 0 && n == t->nslots && j < n ? t->slots[j] : -1;
+}
+
 /* the row a gather's or scatter's position (g, j) names: the staged loads
- * where the list is one, else n valid positions spread evenly over the rows */
+ * where the list is one, the caller's loads' slots where it names a grid's
+ * slots, else n valid positions spread evenly over the rows */
 static int64_t index_row(tl *t, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt)
 {
 	const tcp_view *iv = &in->v[TCP_V_S1];
@@ -184,9 +211,11 @@ static int64_t index_row(tl *t, const tcp_insn *in, int64_t g, int64_t j, int64_
 	int32_t w;
 	if (!(in->flags & TCP_F_HBMIDX) && tcp_staged_find(t->d, t->nd, iv->t, vbase(t, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
 		return w < 0 ? 0 : w >= rows ? rows - 1 : w;
+	int64_t n = cnt > 0 ? cnt : 1, sl = slot_row(t, rows, n, j);
+	if (sl >= 0)
+		return sl;
 	if (g == 0 && j == 0)
 		t->approx_idx++;
-	int64_t n = cnt > 0 ? cnt : 1;
 	return n >= rows ? j % rows : j * rows / n;
 }
 
@@ -926,6 +955,7 @@ static void release(tl *t)
 {
 	size_t n = t->s->nop + 1;
 	ctx_free(t->ctx, t->val, 0);
+	ctx_free(t->ctx, t->slots, 0);
 	ctx_free(t->ctx, t->staged, 0);
 	ctx_free(t->ctx, t->route, 0);
 	ctx_free(t->ctx, t->dmn, 0);

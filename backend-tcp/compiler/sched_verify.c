@@ -27,6 +27,7 @@ typedef struct vs {
 	int8_t *op_loop;       /* the loop an op runs in, -1 */
 	uint32_t pos;
 	uint32_t loop_lo[2], loop_hi[2];
+	int64_t body_lo[2], body_hi[2]; /* the body's ops, inclusive (hi < lo: none) */
 } vs;
 
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...) MOE_PRINTF(4, 5);
@@ -288,7 +289,11 @@ static void walk_loop(vs *v, ts_id r, int depth)
 			verr(v, V_RG, r, "loop %u: its prologue, body and epilogue are sequence regions", li);
 			continue;
 		}
+		if (k == 1)
+			v->body_lo[li] = v->pos;
 		walk_region(v, part[k], r, depth + 1, (int)li);
+		if (k == 1)
+			v->body_hi[li] = (int64_t)v->pos - 1;
 	}
 	/* the loop's last op, inclusive (the next op's position is not the loop's) */
 	v->loop_hi[li] = v->pos > v->loop_lo[li] ? v->pos - 1 : v->loop_lo[li];
@@ -723,6 +728,14 @@ static bool live_range(vs *v, ts_id i, uint32_t *t0, uint32_t *t1)
 			verr(v, V_BUF, i, "its span's first op @%u runs after its last op @%u", b->first, b->last);
 			return false;
 		}
+		/* a span live in part of a loop and not inside its body is live
+		 * through the whole loop: a value live into or out of the body is
+		 * live across all its blocks (the DM planner's rule, dmplan.c) */
+		for (int l = 0; l < s->nloop && l < 2; l++)
+			if (*t0 <= v->loop_hi[l] && v->loop_lo[l] <= *t1 && !(*t0 >= v->body_lo[l] && *t1 <= v->body_hi[l])) {
+				*t0 = *t0 < v->loop_lo[l] ? *t0 : v->loop_lo[l];
+				*t1 = *t1 > v->loop_hi[l] ? *t1 : v->loop_hi[l];
+			}
 	} else if (b->life == TS_LIFE_LOOP || b->life == TS_LIFE_BLOCK) {
 		*t0 = v->loop_lo[0];
 		*t1 = v->loop_hi[0];

@@ -431,10 +431,20 @@ static void defer_tail(const moe_graph *g, int *level)
 	}
 }
 
-/* The chips' programs cut into phases (*phases each). */
-static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases)
+/* The chips' programs cut into phases (*phases each). The schedule
+ * compiler (sched) reads a chip's local experts as a block_loop
+ * (expert-parallel{loop=1}); the flattened form (loop=0) is the host's and
+ * legacy's, refused here rather than deep in a phase's compile. */
+static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases, bool sched)
 {
 	for (int d = 0; d < ep; d++) {
+		if (sched && !ir_graph_block_loop(g[d])) {
+			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc,
+				"chip %d: its experts are not a block_loop (expert-parallel{loop=0}, the host's form); the TCP "
+				"schedule compiler compiles chips made by expert-parallel{loop=1}",
+				d);
+			return MOE_ERR_UNSUPPORTED;
+		}
 		c[d].g = g[d];
 		c[d].level = calloc(g[d]->nnodes, sizeof *c[d].level);
 		c[d].val = calloc(g[d]->nnodes, sizeof *c[d].val);
@@ -484,7 +494,7 @@ moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g
 	chip c[MOE_TCP_EP_MAX];
 	memset(c, 0, sizeof c);
 	int phases = 0;
-	moe_status st = setup_chips(ctx, ep, g, c, &phases);
+	moe_status st = setup_chips(ctx, ep, g, c, &phases, !o.legacy);
 	for (int d = 0; st == MOE_OK && d < ep; d++)
 		for (int k = 0; st == MOE_OK && k < phases; k++) {
 			moe_id ids[PHASE_MAX_OUT];
@@ -527,7 +537,7 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	double phase_len[PH_MAX] = {0}, round_len[PH_MAX] = {0};
 	int nx[PH_MAX] = {0};
 	int phases = 0;
-	moe_status st = setup_chips(ctx, ep, g, c, &phases);
+	moe_status st = setup_chips(ctx, ep, g, c, &phases, !rom.legacy);
 	for (int k = 0; st == MOE_OK && k < phases; k++) {
 		double slow = 0, before[MOE_TCP_EP_MAX];
 		for (int d = 0; st == MOE_OK && d < ep; d++) {

@@ -13,10 +13,12 @@
  *     input and its one-element copies (dma.copy), which read the loads'
  *     n_tokens (T when none is given);
  *   - a gather's or scatter's index list reads the staged loads where it is
- *     one of them (a decode's expert list), else n valid positions of a
- *     group name n distinct rows spread evenly over the group's rows
- *     (position j: row j x rows / n), as a block's token list is spread
- *     over x.
+ *     one of them (a decode's expert list); with the caller's loads, a list
+ *     into a block grid's slots (rows = the loads' grid x B) whose n equals
+ *     the rows the loads fill names those slots (slot_row); else n valid
+ *     positions of a group name n distinct rows spread evenly over the
+ *     group's rows (position j: row j x rows / n), as a block's token list
+ *     is spread over x.
  * In a run with moe_tcp_run_opts.observed the staging's values are recorded
  * instead, so that the run can be predicted on its own loads. */
 #include <stdlib.h>
@@ -40,6 +42,9 @@ struct tcps_pred {
 		int64_t el;
 	} tok[8];
 	int ntok;
+	/* the grid slots the caller's loads fill, ascending (slot_row) */
+	int64_t *slots, nslots;
+	bool slots_done;
 };
 
 /* ---- the staging command ---- */
@@ -232,6 +237,36 @@ uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el)
 	return 0;
 }
 
+/* Row j of an n-row list into a block grid's slots: the caller's loads fill
+ * rows b x B .. b x B + rows[b] - 1 of each block b < nblocks, and the
+ * dispatch that writes them (and the combine that reads them back) names
+ * each filled slot once, so the list's rows are those slots. They are taken
+ * ascending: the run's order is the routing's, which the cost rules read
+ * only for the row conflicts of consecutive single-granule rows. -1: rows
+ * is not the loads' grid x B, or the loads fill another number of slots
+ * than n (not a dispatch list). Expected loads keep the even spread, so
+ * that compile-time predictions do not depend on this rule. */
+static int64_t slot_row(sim *s, int64_t rows, int64_t n, int64_t j)
+{
+	tcps_pred *pr = s->pr;
+	const moe_tcp_loads *l = pr->given;
+	int64_t B = s->p->moe_B;
+	if (!l || !l->block_rows || B < 1 || rows != l->grid * B)
+		return -1;
+	if (!pr->slots_done) {
+		pr->slots_done = true;
+		int64_t filled = 0;
+		for (int64_t b = 0; b < l->nblocks; b++)
+			filled += l->block_rows[b] > 0 ? (l->block_rows[b] < B ? l->block_rows[b] : B) : 0;
+		pr->slots = malloc((size_t)(filled > 0 ? filled : 1) * sizeof *pr->slots);
+		for (int64_t b = 0, k = 0; pr->slots && b < l->nblocks; b++)
+			for (int64_t r = 0; r < l->block_rows[b] && r < B; r++)
+				pr->slots[k++] = b * B + r;
+		pr->nslots = pr->slots ? filled : 0;
+	}
+	return pr->nslots > 0 && n == pr->nslots && j < n ? pr->slots[j] : -1;
+}
+
 int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt)
 {
 	const tcp_view *iv = &in->v[TCP_V_S1];
@@ -240,9 +275,11 @@ int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_
 	if (!(in->flags & TCP_F_HBMIDX) &&
 		tcp_staged_find(s->pr->d, s->pr->nd, iv->t, vbase(s, iv) + g * iv->stride[0] + j * iv->stride[1], &w))
 		return w < 0 ? 0 : w >= rows ? rows - 1 : w;
+	int64_t n = cnt > 0 ? cnt : 1, sl = slot_row(s, rows, n, j);
+	if (sl >= 0)
+		return sl;
 	if (g == 0 && j == 0)
 		s->pr->approx_idx++;
-	int64_t n = cnt > 0 ? cnt : 1;
 	return n >= rows ? j % rows : j * rows / n;
 }
 
@@ -274,6 +311,7 @@ moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp
 	moe_status rc = tcps_run_predict(ctx, p, m, &pr, &out->stats);
 	free(pr.gen_e);
 	free(pr.gen_r);
+	free(pr.slots);
 	if (pr.refused)
 		rc = MOE_ERR_UNSUPPORTED;
 	out->seconds = out->stats.simulated_seconds;

@@ -48,14 +48,13 @@ static inline moe_module *tcp_fx_qwen3_module(moe_ctx *c, int64_t T, bool servin
 	return m;
 }
 
-/* The layer for T tokens run through the tcp pipeline and compiled (legacy:
- * the tcp-legacy pipeline and the legacy lowering); its module returned in
- * *mod when mod is not NULL (else freed). */
-static inline moe_tcp_program *tcp_fx_qwen3_by(moe_ctx *c, int64_t T, bool serving, bool legacy, moe_module **mod)
+/* The layer for T tokens run through the tcp pipeline and compiled by the
+ * schedule compiler; its module returned in *mod when mod is not NULL (else
+ * freed). */
+static inline moe_tcp_program *tcp_fx_qwen3(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
 {
-	moe_module *m = tcp_fx_qwen3_module(c, T, serving, legacy ? "tcp-legacy" : "tcp");
-	moe_tcp_program *p = legacy ? moe_tcp_compile_legacy(c, moe_module_graph(m, 0), NULL)
-				    : moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
+	moe_module *m = tcp_fx_qwen3_module(c, T, serving, "tcp");
+	moe_tcp_program *p = moe_tcp_compile(c, moe_module_graph(m, 0), NULL);
 	if (!p)
 		moe_diag_print(c, stderr);
 	assert_non_null(p);
@@ -64,11 +63,6 @@ static inline moe_tcp_program *tcp_fx_qwen3_by(moe_ctx *c, int64_t T, bool servi
 	else
 		moe_module_free(m);
 	return p;
-}
-
-static inline moe_tcp_program *tcp_fx_qwen3(moe_ctx *c, int64_t T, bool serving, moe_module **mod)
-{
-	return tcp_fx_qwen3_by(c, T, serving, false, mod);
 }
 
 /* b[n_tokens] = n, a scalar i32 */

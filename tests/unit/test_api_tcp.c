@@ -973,7 +973,9 @@ static void test_ep_compile(void **st)
  * on programs with their experts a block_loop: y equals the legacy phases'
  * y on the flattened programs bit for bit; moe_tcp_ep_compile hands the sink
  * as many phases, and moe_tcp_ep_compile_ex reports a bad sched_opts with a
- * diagnostic. */
+ * diagnostic. The flattened chips (expert-parallel{loop=0}, the host's form)
+ * are refused for the schedule compiler, by run and by compile, naming the
+ * chip and the loop=1 form. */
 static void test_ep_sched(void **st)
 {
 	(void)st;
@@ -1007,6 +1009,14 @@ static void test_ep_sched(void **st)
 		assert_int_equal(outv[0][d]->nbytes, outv[1][d]->nbytes);
 		assert_memory_equal(outv[0][d]->data, outv[1][d]->data, outv[0][d]->nbytes);
 	}
+	moe_tcp_run_opts rs = {0};
+	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g[0], (const moe_tensor_map *const *)bind[0], &rs, out[0], &s),
+		MOE_ERR_UNSUPPORTED);
+	assert_diag(c, "chip 0: its experts are not a block_loop (expert-parallel{loop=0}");
+	sunk sf = {.ctx = c, .g = g[0], .stop_at = -1};
+	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[0], NULL, sink, &sf), MOE_ERR_UNSUPPORTED);
+	assert_int_equal(sf.calls, 0);
+	assert_diag(c, "expert-parallel{loop=1}");
 	sunk s0 = {.ctx = c, .g = g[0], .stop_at = -1}, s1 = {.ctx = c, .g = g[1], .stop_at = -1};
 	moe_tcp_run_opts ro = {.legacy = 1};
 	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[0], &ro, sink, &s0), MOE_OK);

@@ -171,13 +171,29 @@ static moe_module *lowered(moe_ctx *ctx, const layer *L, moe_module **orig)
 	return m;
 }
 
+/* Each string of has (NULL: none) occurs in p's assembly, none of lacks. */
+static void asm_check(moe_ctx *ctx, const moe_tcp_program *p, const char *const *has, const char *const *lacks)
+{
+	char *text = NULL;
+	size_t len = 0;
+	assert_int_equal(moe_tcp_to_asm(ctx, p, &text, &len), MOE_OK);
+	for (int want = 1; want >= 0; want--)
+		for (const char *const *k = want ? has : lacks; k && *k; k++) {
+			bool found = strstr(text, *k) != NULL;
+			if (found != want)
+				fprintf(stderr, "assembly %s '%s'\n", want ? "lacks" : "has", *k);
+			assert_true(found == want);
+		}
+	moe_free(ctx, text);
+}
+
 /* Compile L for machine mjson (NULL: the default), run it there and compare
- * with the interpreter; each of asm_has (if not NULL) must (has = true) or
- * must not occur in the assembly of the legacy lowering's program for the
- * same machine (its tiling decisions; the schedule compiler's are checked
- * by tests/lit/tcp/sched). Returns a copy of the output's bytes. */
-static void *check_against_interp_on(const layer *L, double tol, const char *mjson, const char *const *asm_has,
-	bool has)
+ * with the interpreter; each string of has (if not NULL) must occur, and
+ * each of lacks must not, in the assembly of the program (the schedule
+ * compiler's tiling and buffering decisions). Returns a copy of the
+ * output's bytes. */
+static void *check_against_interp_on(const layer *L, double tol, const char *mjson, const char *const *has,
+	const char *const *lacks)
 {
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	moe_tcp_machine *mach = NULL;
@@ -198,21 +214,7 @@ static void *check_against_interp_on(const layer *L, double tol, const char *mjs
 	if (rc != MOE_OK)
 		moe_diag_print(ctx, stderr);
 	assert_int_equal(rc, MOE_OK);
-	moe_module *lm = asm_has ? build(ctx, L) : NULL;
-	assert_true(!lm || moe_run_pipeline_text(ctx, "tcp-legacy", lm, NULL) == MOE_OK);
-	moe_tcp_program *lp = lm ? moe_tcp_compile_legacy(ctx, moe_module_graph(lm, 0), mach) : NULL;
-	assert_true(!lm || lp);
-	moe_module_free(lm);
-	for (; asm_has && *asm_has; asm_has++) {
-		char *text = NULL;
-		size_t len = 0;
-		assert_int_equal(moe_tcp_to_asm(ctx, lp, &text, &len), MOE_OK);
-		if (!strstr(text, *asm_has) == has)
-			fprintf(stderr, "assembly %s '%s'\n", has ? "lacks" : "has", *asm_has);
-		assert_true(!strstr(text, *asm_has) != has);
-		moe_free(ctx, text);
-	}
-	moe_tcp_program_free(lp);
+	asm_check(ctx, p, has, lacks);
 	moe_tcp_stats st;
 	moe_tcp_run_opts ro = {0};
 	ro.machine = mach;
@@ -254,7 +256,7 @@ static void *check_against_interp_on(const layer *L, double tol, const char *mjs
 
 static void check_against_interp(const layer *L, double tol)
 {
-	free(check_against_interp_on(L, tol, NULL, NULL, true));
+	free(check_against_interp_on(L, tol, NULL, NULL, NULL));
 }
 
 /* The default machine JSON with "key": from replaced by "key": to for each
@@ -278,14 +280,12 @@ static char *machine_json(const char *const *rep)
 	return buf;
 }
 
-/* Experts whose double-buffered weights exceed half of DM are streamed: a
- * tiny machine (2 slices of 64 KB DM, 4 KB TRF) cannot hold two whole experts
- * of [256, 64] per projection (96 KB per slice), so each contraction's TRF
- * tiles are DMA'd from HBM through a [2, tile] buffer, F split into chunks
- * (gate/up: column groups of h; down: reduction chunks accumulated in f32).
- * The result matches the interpreter, and bit for bit the same machine with
- * 1 MB of DM per slice, where whole experts are double-buffered (the
- * contraction tiling, hence the summation order, does not depend on DM). */
+/* A tiny machine (2 slices of 64 KB DM, 4 KB TRF) cannot hold two whole
+ * experts of [256, 64] per projection (96 KB per slice): the weights come
+ * from HBM in tiles through a DM ring ("wring", weights=stream), never
+ * whole. With 1 MB of DM whole experts are copied (gate and up paired,
+ * [512, 64], down [64, 256]), no ring. y matches the interpreter, and bit
+ * for bit the larger machine's (the tiling does not depend on DM). */
 static void test_streamed_expert_weights_match_interp(void **st)
 {
 	(void)st;
@@ -294,16 +294,13 @@ static void test_streamed_expert_weights_match_interp(void **st)
 	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *ms = machine_json(small), *mb = machine_json(big);
-	/* streamed: a [2, tile] wbuf (not [2, F, D]) and 2-D DMAs of weight
-	 * tiles offset by the expert register r4 (16384 elements per expert; on
-	 * the larger DM gate and up are paired, 32768, and held whole) */
-	const char *const tiled[] = {"\"wbuf\"", "+r4*16384:[64,1]", "+r4*16384:[256,1]", NULL};
-	const char *const whole[] = {"+r4*16384:[64,1]", "+r4*32768:[64,1]", "+r4*16384:[256,1]", NULL};
+	const char *const ring[] = {"\"wring\"", NULL};
+	const char *const whole[] = {"dma.copy dims=[512,64] dst=", "dma.copy dims=[64,256] dst=", NULL};
 	const layer Ls[2] = {{MOE_BF16, 5, 64, 256, 4, 2, 8, 0, 0}, {MOE_F32, 7, 64, 256, 4, 2, 8, 0, 0}};
 	for (int k = 0; k < 2; k++) {
 		double tol = Ls[k].t == MOE_F32 ? 1e-4 : 1e-2;
-		void *ys = check_against_interp_on(&Ls[k], tol, ms, tiled, true);
-		void *yb = check_against_interp_on(&Ls[k], tol, mb, whole, false);
+		void *ys = check_against_interp_on(&Ls[k], tol, ms, ring, whole);
+		void *yb = check_against_interp_on(&Ls[k], tol, mb, whole, ring);
 		size_t n = (size_t)(Ls[k].T * Ls[k].D) * moe_dtype_size(Ls[k].t);
 		assert_memory_equal(ys, yb, n);
 		free(ys);
@@ -313,11 +310,12 @@ static void test_streamed_expert_weights_match_interp(void **st)
 	free(mb);
 }
 
-/* Streamed weights with blocks of B = 32 rows holding about 24: the rows
- * past B / 2 run in guarded tiles of B / 8 (4 rows), and each block's
- * results go to their pairs (lower_pairs.c) in the next block's body (r16:
- * the pending block). The sums match the interpreter, and bit for bit the
- * program of a DM that holds whole experts (its two row tiles of 16). */
+/* Blocks of B = 32 rows holding about 24: each block's rows run in one row
+ * class, a multiple of B / 4 (8, 16, 24 or 32 rows; the contraction's first
+ * dimension), never in tiles of 4 rows, whatever the DM. A DM of 160 KB per
+ * slice double-buffers gate and up apart (two [256, 64] slots each,
+ * [512, 64]); 1 MB holds the pair packed ([2F, D] twice, [1024, 64]). The
+ * sums match the interpreter, and bit for bit across the two machines. */
 static void test_streamed_fine_row_tiles_match(void **st)
 {
 	(void)st;
@@ -326,11 +324,15 @@ static void test_streamed_fine_row_tiles_match(void **st)
 	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *mm = machine_json(mid), *mb = machine_json(big);
-	const char *const fine[] = {"tu.contract dims=[4,", "+r16*", NULL};
-	const char *const coarse[] = {"tu.contract dims=[4,", NULL};
+	const char *const apart[] = {"tu.contract dims=[8,32,64]", "tu.contract dims=[24,32,64]",
+		"dm scratch bf16 [512,64]", NULL};
+	const char *const paired[] = {"tu.contract dims=[8,32,64]", "tu.contract dims=[24,32,64]",
+		"dm scratch bf16 [1024,64]", NULL};
+	const char *const none_apart[] = {"tu.contract dims=[4,", "dm scratch bf16 [1024,64]", NULL};
+	const char *const none_paired[] = {"tu.contract dims=[4,", "dm scratch bf16 [512,64]", NULL};
 	const layer L = {MOE_BF16, 48, 64, 256, 4, 2, 32, 0, 0};
-	void *ys = check_against_interp_on(&L, 1e-2, mm, fine, true);
-	void *yb = check_against_interp_on(&L, 1e-2, mb, coarse, false);
+	void *ys = check_against_interp_on(&L, 1e-2, mm, apart, none_apart);
+	void *yb = check_against_interp_on(&L, 1e-2, mb, paired, none_paired);
 	assert_memory_equal(ys, yb, (size_t)(L.T * L.D) * moe_dtype_size(L.t));
 	free(ys);
 	free(yb);
@@ -338,10 +340,10 @@ static void test_streamed_fine_row_tiles_match(void **st)
 	free(mb);
 }
 
-/* Experts too big to double-buffer but small enough for one buffer, with two
- * blocks or more per expert on average: one [1, F, D] buffer per weight, each
- * expert fetched once, the next fetch after the current expert's last block.
- * The sums are those of the double-buffered program on a larger DM. */
+/* On a DM of 128 KB per slice gate, up and down are double-buffered apart
+ * (each expert's [256, 64] and [64, 256] copied whole into one of two
+ * slots), never paired; on 1 MB gate and up are paired, [512, 64] copies
+ * into two slots ([1024, 64]). The sums are the same on both. */
 static void test_single_buffered_expert_weights_match_interp(void **st)
 {
 	(void)st;
@@ -350,19 +352,14 @@ static void test_single_buffered_expert_weights_match_interp(void **st)
 	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *mm = machine_json(mid), *mb = machine_json(big);
-	/* gate and up side by side ([2F, D], pair_gate_up.c), down [D, F] */
-	const char *const single[] = {"[1,512,64]", "[1,64,256]", NULL};
-	const char *const dbl[] = {"[2,512,64]", "[2,64,256]", NULL};
-	/* on the larger DM the pair and down are one packed weight per expert,
-	 * 512 x 64 + 64 x 256 elements (pair_down.c), double-buffered */
-	const char *const merged[] = {"[2,49152]", NULL};
+	const char *const apart[] = {"dma.copy dims=[256,64] dst=", "dma.copy dims=[64,256] dst=",
+		"dm scratch bf16 [512,64]", "dm scratch bf16 [128,256]", NULL};
+	const char *const paired[] = {"dma.copy dims=[512,64] dst=", "dm scratch bf16 [1024,64]", NULL};
 	const layer L = {MOE_BF16, 32, 64, 256, 4, 2, 8, 0, 0}; /* T K = 64 = 2 E B */
-	void *y1 = check_against_interp_on(&L, 1e-2, mm, single, true);
-	void *y1n = check_against_interp_on(&L, 1e-2, mm, dbl, false);
-	void *y2 = check_against_interp_on(&L, 1e-2, mb, merged, true);
+	void *y1 = check_against_interp_on(&L, 1e-2, mm, apart, paired);
+	void *y2 = check_against_interp_on(&L, 1e-2, mb, paired, NULL);
 	assert_memory_equal(y1, y2, (size_t)(L.T * L.D) * moe_dtype_size(L.t));
 	free(y1);
-	free(y1n);
 	free(y2);
 	free(mm);
 	free(mb);
@@ -372,9 +369,12 @@ static void test_experts_bf16_matches_interp(void **st)
 {
 	(void)st;
 	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0, 0};
-	/* dispatch by gather: a row list, no grid of token rows in HBM */
-	static const char *const has[] = {"grid_rows", NULL};
-	free(check_against_interp_on(&L, 1e-2, NULL, has, true));
+	/* dispatch: x's rows gathered per routed pair (T K = 10 of T = 5 rows),
+	 * scattered into the block grid's slots in HBM (G B = 8 x 16 = 128),
+	 * gathered back from them for the combine */
+	static const char *const has[] = {"dma.gather dims=[1,10,48] rows=5 ",
+		"dma.scatter dims=[1,10,48] flags=scaled, rows=128 ", "rows=128 dst=", NULL};
+	free(check_against_interp_on(&L, 1e-2, NULL, has, NULL));
 }
 
 static void test_experts_f32_matches_interp(void **st)
@@ -405,20 +405,12 @@ static void test_tied_scores_route_like_host(void **st)
 	check_against_interp(&f, 1e-4);
 }
 
-/* compile_layer: the tcp-legacy pipeline and the legacy lowering */
-static bool legacy_compile;
-
 /* Compile the lowered layer; caller frees. */
 static moe_tcp_program *compile_layer(moe_ctx *ctx, const layer *L, moe_module **keep)
 {
-	const char *pipe = pipeline;
-	if (legacy_compile)
-		pipeline = "tcp-legacy";
 	moe_module *orig, *m = lowered(ctx, L, &orig);
-	pipeline = pipe;
 	moe_module_free(orig);
-	moe_tcp_program *p = legacy_compile ? moe_tcp_compile_legacy(ctx, moe_module_graph(m, 0), NULL)
-					    : moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
+	moe_tcp_program *p = moe_tcp_compile(ctx, moe_module_graph(m, 0), NULL);
 	if (!p)
 		moe_diag_print(ctx, stderr);
 	assert_non_null(p);
@@ -769,32 +761,35 @@ static void test_timing_only_same_cycles(void **st)
 	moe_ctx_free(ctx);
 }
 
-/* Decode (T = 1) is bound by the weight stream: each expert's weights
- * (3 x D x F bf16) come from HBM in one DMA per projection, at the HBM pool's
- * 1500 B per cycle. With twice the HBM bandwidth the DMA engines (and the
- * DMNs) become the limit, 8 x 256 = 16 x 128 = 2048 B per cycle, so each
- * weight byte gains 1/1500 - 1/2048 cycles (the stream 26.8% shorter, not
- * 50%). Under machine model revision 3 the sub context's TRF loads (8 B per
- * cycle) and the serial DMA setups keep part of the stream off the critical
- * path: the run is shorter by at least 90% of that gain over the bytes of the
- * experts hit (2 here; measured 93.5%, it was 99% under revision 2). The
- * legacy lowering's program: the schedule compiler's gains 83% (7.49 of
- * 8.98 us), not yet explained. */
+/* Decode (T = 1) is bound by the weight stream: each expert's weights come
+ * from HBM in two DMAs, gate and up paired ([2F, D]) and down ([D, F]), at
+ * the HBM pool's 1500 B per cycle. With twice the HBM bandwidth the DMA
+ * engines (and the DMNs) become the limit, 8 x 256 = 16 x 128 = 2048 B per
+ * cycle, so each weight byte gains 1/1500 - 1/2048 cycles. Not every byte
+ * is on the critical path: the last block's contractions start when its
+ * gate and up weights land and take longer than its down copy on both
+ * machines (10.7 us of Tensor Unit work against a 6.1 or 4.6 us copy), so
+ * that copy runs under them and its gain is not the run's. The run is
+ * shorter by at least 90% of the gain over the other bytes of the experts
+ * hit (2 here: 2 x 3 D F - D F elements; measured 100%, 7.48 us), and by no
+ * more than the gain over all their bytes (8.98 us). */
 static void test_decode_follows_hbm_bandwidth(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 1, 1024, 4096, 4, 2, 4, 0, 0};
-	legacy_compile = true;
 	tcase c = tcase_open(ctx, &L, 5);
-	legacy_compile = false;
+	asm_check(ctx, c.p, (const char *const[]){"dma.copy dims=[8192,1024] dst=", "dma.copy dims=[1024,4096] dst=", NULL},
+		NULL);
 	moe_tcp_machine *fast = variant(ctx, "hbm_bytes_per_s", "1.5e12", "3.0e12");
 	double t0 = sim_time(ctx, c.p, c.b, NULL, 1), t1 = sim_time(ctx, c.p, c.b, fast, 1);
-	double bytes = 2.0 * 3 * L.D * L.F * 2, gain = bytes * (1 / 1500.0 - 1 / 2048.0) * 1e-9;
+	double per_byte = (1 / 1500.0 - 1 / 2048.0) * 1e-9;
+	double all = 2.0 * 3 * L.D * L.F * 2 * per_byte, exposed = (2.0 * 3 - 1) * L.D * L.F * 2 * per_byte;
 	if (getenv("TCP_TEST_VERBOSE"))
-		printf("decode: %g s -> %g s (weight stream gain %g s)\n", t0, t1, gain);
-	assert_true(t0 - t1 >= 0.90 * gain);
-	assert_true(t1 < t0);
+		printf("decode: %g s -> %g s (weight stream gain %g s, without the last down copy %g s)\n", t0, t1, all,
+			exposed);
+	assert_true(t0 - t1 >= 0.90 * exposed);
+	assert_true(t0 - t1 <= all);
 	moe_tcp_machine_free(ctx, fast);
 	tcase_close(&c);
 	moe_ctx_free(ctx);
@@ -804,30 +799,38 @@ static void test_decode_follows_hbm_bandwidth(void **st)
  * DMA queue. Under machine model revision 3 every DMA command's setup
  * (dma.setup_cycles, 0.5 us, its issue included) follows the previous
  * command's transfer (dma.setup_overlaps_previous false). The expert part of
- * the run (stats: expert_seconds, 38.2 us) is the weight bytes at the HBM
- * rate (33.6 us) plus at most the setups of the 3 K weight copies (6 us) and
- * the last block's compute after its weights arrive (under 2 us). The
- * legacy lowering's program: the schedule compiler's takes 42.7 us, 1.2 us
- * over that bound, not yet explained. */
+ * the run (stats: expert_seconds) is the weight bytes at the HBM rate
+ * (33.6 us) plus the setups of the program's 2 K weight copies (gate and up
+ * paired, and down: 4 us), plus what follows the last copy: at most one
+ * block's main-context work (its gate and up contractions began when their
+ * weights landed, one copy earlier; the run's main busy cycles over the
+ * blocks, 5.0 us), plus the expert part's three other DMA commands (x's row
+ * in, the results out; each a setup and at most 64 KB at 2048 B per cycle,
+ * under 0.55 us). Measured 42.4 us against the bound's 44.2 us. */
 static void test_decode_stream_back_to_back(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	layer L = {MOE_BF16, 1, 1024, 2048, 8, 4, 8, 0, 0};
-	legacy_compile = true;
 	tcase c = tcase_open(ctx, &L, 13);
-	legacy_compile = false;
+	asm_check(ctx, c.p, (const char *const[]){"dma.copy dims=[4096,1024] dst=", "dma.copy dims=[1024,2048] dst=", NULL},
+		NULL);
 	moe_tcp_run_opts o = {0};
 	o.timing_only = 1;
 	moe_tcp_stats s;
 	assert_int_equal(moe_tcp_run(ctx, c.p, c.b, &o, NULL, &s), MOE_OK);
 	double stream = (double)L.K * 3 * (double)L.D * (double)L.F * 2 / 1.5e12;
+	double hz = (double)s.cycles / s.simulated_seconds;
+	double block_main = (double)(s.busy_cycles[MOE_TCP_ENGINE_MAIN] - s.routing_busy_cycles[MOE_TCP_ENGINE_MAIN]) /
+			    (double)s.blocks_executed / hz;
+	double bound = stream + 2.0 * L.K * 500e-9 + block_main + 3 * 0.55e-6;
 	if (getenv("TCP_TEST_VERBOSE"))
-		printf("decode stream: experts %g s, weights at the HBM rate %g s, %lld blocks\n", s.expert_seconds, stream,
-			(long long)s.blocks_executed);
+		printf("decode stream: experts %g s, weights at the HBM rate %g s, a block's main work %g s, bound %g s, "
+		       "%lld blocks\n",
+			s.expert_seconds, stream, block_main, bound, (long long)s.blocks_executed);
 	assert_int_equal(s.blocks_executed, L.K);
 	assert_true(s.expert_seconds >= stream);
-	assert_true(s.expert_seconds <= stream + 3.0 * L.K * 500e-9 + 2e-6);
+	assert_true(s.expert_seconds <= bound);
 	tcase_close(&c);
 	moe_ctx_free(ctx);
 }
