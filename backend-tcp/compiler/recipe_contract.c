@@ -25,31 +25,49 @@ static int64_t rup(int64_t x, int64_t a)
 	return cdiv(x, a) * a;
 }
 
+/* One command of contract(): `rows` rows per slice against t TRF rows of cg
+ * column groups over R row groups, the chunk of `in` at i0 of I, priced as
+ * the machine charges it (isa/cost.c, as sim_exec.c computes its load): the
+ * streamed rows, the partial sums read (acc) and the outputs written (the
+ * f32 partial, or ob bytes for the last chunk) all over the switch, which
+ * the spread operands take, and its ring; its issue; against the
+ * sub-context load of its TRF tile, which overlaps the previous command.
+ * *load: that load's cycles. */
+static int64_t chunk_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t rows, int64_t t, int64_t cg, int64_t R,
+	int64_t e, int64_t ob, int64_t i0, int64_t in, int64_t I, int64_t *load)
+{
+	int64_t S = tcp_slices(m), issue = tcp_cost_issue(cm, TCP_CTX_MAIN), db = i0 + in == I ? ob : 4, sb = i0 ? 4 : 0;
+	tcp_mm_load l = {rows, t, in, 1, TCP_MT_BF16, e == 4, e, db + sb, rows * (in * e + t * (db + sb)),
+		S < cg * R ? S : cg * R, false};
+	int64_t fp = rup(t * in * e, m->flit_bytes), run = tcp_cost_contract(cm, &l).total + issue;
+	*load = tcp_cost_sub(cm, fp, cdiv(fp, R)) + issue;
+	return run > *load ? run : *load;
+}
+
 /* The cycles of contract() for M rows with `os` TRF rows per slice and
- * reduction chunks of `it`, each command priced as the machine charges it
- * (isa/cost.c, as sim_exec.c computes its load): its rows per slice; the
- * streamed rows, the partial sums read (acc) and the outputs written (f32
- * partial, or ob bytes for the last chunk) all over the switch, the spread
- * operands taking it, and the ring once per command; its issue. The next
- * tile's sub-context load overlaps it; the first load does too in a loop
- * body (hidden: it runs while the previous block computes), not elsewhere. */
+ * reduction chunks of `it` (chunk_cycles per command; the full passes over
+ * O alike, and the chunks between the first and the last alike). The first
+ * TRF load adds its own cycles, except in a loop body (hidden: it runs
+ * while the previous block computes). */
 static int64_t plan_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t M, int64_t O, int64_t I, int64_t e,
 	int64_t ob, int64_t os, int64_t it, bool hidden)
 {
-	int64_t S = tcp_slices(m), opass = O < S * os ? O : S * os, issue = tcp_cost_issue(cm, TCP_CTX_MAIN), total = 0;
-	for (int64_t o0 = 0; o0 < O; o0 += opass) {
-		int64_t on = O - o0 < opass ? O - o0 : opass, t = os < on ? os : on, cg = cdiv(on, t);
-		int64_t R = S / cg > 0 ? S / cg : 1, rows = cdiv(M, R);
-		for (int64_t i0 = 0; i0 < I; i0 += it) {
-			int64_t in = I - i0 < it ? I - i0 : it, db = i0 + in == I ? ob : 4, sb = i0 ? 4 : 0;
-			tcp_mm_load l = {rows, t, in, 1, TCP_MT_BF16, e == 4, e, db + sb, rows * (in * e + t * (db + sb)),
-				S < cg * R ? S : cg * R, false};
-			int64_t fp = rup(t * in * e, m->flit_bytes), load = tcp_cost_sub(cm, fp, cdiv(fp, R)) + issue;
-			int64_t run = tcp_cost_contract(cm, &l).total + issue;
-			total += (run > load ? run : load) + (o0 == 0 && i0 == 0 && !hidden ? load : 0);
+	int64_t S = tcp_slices(m), opass = O < S * os ? O : S * os, nch = cdiv(I, it), total = 0, load = 0;
+	for (int part = 0; part < 2; part++) { /* the full passes, then the partial one */
+		int64_t on = part ? O % opass : opass, np = part ? on > 0 : O / opass;
+		if (np == 0)
+			continue;
+		int64_t t = os < on ? os : on, cg = cdiv(on, t), R = S / cg > 0 ? S / cg : 1, rows = cdiv(M, R), pass = 0;
+		for (int64_t k = 0; k < nch; k = k == 0 && nch > 2 ? nch - 1 : k + 1) {
+			int64_t i0 = k * it, in = I - i0 < it ? I - i0 : it, ld = 0;
+			int64_t c = chunk_cycles(m, cm, rows, t, cg, R, e, ob, i0, in, I, &ld);
+			pass += k == 0 && nch > 2 ? c + (nch - 2) * chunk_cycles(m, cm, rows, t, cg, R, e, ob, it, it, I, &ld) : c;
+			if (k == 0 && !part)
+				load = ld;
 		}
+		total += np * pass;
 	}
-	return total;
+	return total + (hidden ? 0 : load);
 }
 
 /* The tiling (docs/tcp-isa.md 6): for every number of TRF rows per slice
