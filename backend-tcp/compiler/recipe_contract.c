@@ -1,7 +1,7 @@
 /* backend-tcp/compiler/recipe_contract.c: sched-build's recipe for einsum
  * `[M, I] x [O, I] -> [M, O]` (ir_einsum_form's MATMUL_NT without batch
  * letters): the second operand stationary in two TRF tiles that alternate,
- * tiled by tcp_plan_contract; each tile loaded by sub.ldtrf, then one
+ * tiled by plan(); each tile loaded by sub.ldtrf, then one
  * tu.contract per reduction chunk, the chunks after the first continuing the
  * f32 partial sums of an f32 DM buffer (flags=acc), the last committing the
  * node's dtype. Every output element is the sum of its products in index
@@ -13,10 +13,99 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
+#include "backend-tcp/isa/cost.h"
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
 
 static int64_t rup(int64_t x, int64_t a)
 {
-	return (x + a - 1) / a * a;
+	return cdiv(x, a) * a;
+}
+
+/* One command of contract(): `rows` rows per slice against t TRF rows of cg
+ * column groups over R row groups, the chunk of `in` at i0 of I, priced as
+ * the machine charges it (isa/cost.c, as sim_exec.c computes its load): the
+ * streamed rows, the partial sums read (acc) and the outputs written (the
+ * f32 partial, or ob bytes for the last chunk) all over the switch, which
+ * the spread operands take, and its ring; its issue; against the
+ * sub-context load of its TRF tile, which overlaps the previous command.
+ * *load: that load's cycles. */
+static int64_t chunk_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t rows, int64_t t, int64_t cg, int64_t R,
+	int64_t e, int64_t ob, int64_t i0, int64_t in, int64_t I, int64_t *load)
+{
+	int64_t S = tcp_slices(m), issue = tcp_cost_issue(cm, TCP_CTX_MAIN), db = i0 + in == I ? ob : 4, sb = i0 ? 4 : 0;
+	tcp_mm_load l = {rows, t, in, 1, TCP_MT_BF16, e == 4, e, db + sb, rows * (in * e + t * (db + sb)),
+		S < cg * R ? S : cg * R, false};
+	int64_t fp = rup(t * in * e, m->flit_bytes), run = tcp_cost_contract(cm, &l).total + issue;
+	*load = tcp_cost_sub(cm, fp, cdiv(fp, R)) + issue;
+	return run > *load ? run : *load;
+}
+
+/* The cycles of contract() for M rows with `os` TRF rows per slice and
+ * reduction chunks of `it` (chunk_cycles per command; the full passes over
+ * O alike, and the chunks between the first and the last alike). The first
+ * TRF load adds its own cycles, except in a loop body (hidden: it runs
+ * while the previous block computes). */
+static int64_t plan_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t M, int64_t O, int64_t I, int64_t e,
+	int64_t ob, int64_t os, int64_t it, bool hidden)
+{
+	int64_t S = tcp_slices(m), opass = O < S * os ? O : S * os, nch = cdiv(I, it), total = 0, load = 0;
+	for (int part = 0; part < 2; part++) { /* the full passes, then the partial one */
+		int64_t on = part ? O % opass : opass, np = part ? on > 0 : O / opass;
+		if (np == 0)
+			continue;
+		int64_t t = os < on ? os : on, cg = cdiv(on, t), R = S / cg > 0 ? S / cg : 1, rows = cdiv(M, R), pass = 0;
+		for (int64_t k = 0; k < nch; k = k == 0 && nch > 2 ? nch - 1 : k + 1) {
+			int64_t i0 = k * it, in = I - i0 < it ? I - i0 : it, ld = 0;
+			int64_t c = chunk_cycles(m, cm, rows, t, cg, R, e, ob, i0, in, I, &ld);
+			pass += k == 0 && nch > 2 ? c + (nch - 2) * chunk_cycles(m, cm, rows, t, cg, R, e, ob, it, it, I, &ld) : c;
+			if (k == 0 && !part)
+				load = ld;
+		}
+		total += np * pass;
+	}
+	return total + (hidden ? 0 : load);
+}
+
+/* The tiling (docs/tcp-isa.md 6): for every number of TRF rows per slice
+ * `os`, the largest reduction chunk that fills half the TRF (the next tile
+ * loads while this one computes; when it splits I, a multiple of the
+ * elements in one HBM access granule, so a streamed tile's rows are whole
+ * requests, or of 32), or as many chunks of an even size of that unit; the
+ * tiling with the fewest cycles (plan_cycles). A chunk boundary only moves
+ * where the f32 partial sums are stored and read back, so every tiling sums
+ * each output's products in the same order. */
+static cplan plan(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t ob, bool hidden)
+{
+	cplan best = {M, O, I, 0, 0, 0};
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, ge = m->hbm_granule / e, best_t = -1;
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	for (int64_t os = 1; os <= O; os++) {
+		int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
+		if (it < 1)
+			break;
+		if (it < I)
+			it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
+		it = it < I ? it : I;
+		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
+		for (int v = 0; v < 2; v++) {
+			int64_t iv = v ? even : it;
+			if (v && (even >= it || it >= I))
+				break;
+			int64_t t = plan_cycles(m, &cm, M, O, I, e, ob, os, iv, hidden);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = iv;
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
+			}
+		}
+	}
+	return best;
 }
 
 static tcp_view vview(const sb_val *v, int64_t base, int64_t s0, int64_t s1, int64_t s2)
@@ -214,7 +303,11 @@ void sb_einsum(sb *b, moe_id id)
 	int64_t M = an->shape[0], I = an->shape[1], O = wn->shape[0];
 	c.am = c.a->stride[0], c.ai = c.a->stride[1], c.wo = c.w->stride[0], c.wi = c.w->stride[1];
 	c.dm = c.d->stride[0], c.dn = c.d->stride[1];
-	cplan pl = tcp_plan_contract(b->m, M, O, I, c.wdt, NULL);
+	/* in a loop body, priced at the mean of valid rows spread evenly over [1, M]
+	 * (row-classes runs a block at its class; most blocks hold far fewer than M) */
+	bool body = b->rows != TS_NONE;
+	cplan pl = plan(b->m, body ? (M + 1) / 2 : M, O, I, c.wdt, (int64_t)moe_dtype_size(n->dtype), body);
+	pl.M = M;
 	c.acc = TS_NONE;
 	if ((pl.I + pl.It - 1) / pl.It > 1) {
 		int64_t sh[2] = {M, O};
