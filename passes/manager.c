@@ -93,12 +93,6 @@ static const struct {
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
 	{"tcp-sched", TCP_PIPELINE},
-	/* The legacy lowering's graph (moe_tcp_compile_legacy): the block loop
-	 * flattened, the flattened graph's own passes. */
-	{"tcp-legacy", "infer-shapes,canonicalize,lower-topk,"
-		"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},flatten-blocks,lower-exchange,"
-		"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pack-gate-up,tcp-pair-gate-up,tcp-pair-down,tcp-split-weights,"
-		"tcp-row-chunks,tcp-plan-fusion"},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

@@ -52,7 +52,7 @@ static cplan plan_of(const moe_tcp_machine *m, plan_memo *pm, int64_t M, int64_t
 }
 
 /* A block of `rows` rows (at most h) runs the contraction planned for h rows
- * in the row tiles of lower_rows.c that start below `rows`: [0, first),
+ * in the row tiles (docs/tcp-isa.md 7.4) that start below `rows`: [0, first),
  * [first, 2 first), ... or, with a step, [first, first + step), ... (first
  * = 0: h whole). Its cycles. */
 static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, int64_t first, int64_t step,
@@ -74,10 +74,10 @@ static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, 
 typedef struct layer_dims {
 	int64_t T, D, F, E, K, B, nproj;
 	int xdt, wdt;
-	int acts;  /* vector passes of the activation per block (after the fusion of lower_fuse.c) */
+	int acts;  /* vector passes of the activation per block (after tcp-plan-fusion's chains) */
 	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
-	double shared; /* main cycles of a shared expert run in pieces inside the loop (lower_shared.c), or 0 */
+	double shared; /* main cycles of a shared expert run in pieces inside the loop (docs/tcp-isa.md 7.4), or 0 */
 	plan_memo *memo; /* the call's plans, or NULL */
 	moe_id ex;       /* the experts op */
 } layer_dims;
@@ -123,7 +123,7 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 /* A shared expert: contractions of a weight that neither feed the experts
  * op nor read its result. When the tail runs in row chunks (its widest
  * contraction's f32 rows past 1/8 of DM) and 64 chunks hold at least 4 rows
- * each (rowchunk.c), lower_shared.c runs it in 64 pieces of T / 64 rows
+ * each (rowchunk.c), a shared expert runs in 64 pieces of T / 64 rows
  * inside the block loop: their contraction cycles, else 0. */
 static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const layer_dims *d)
 {
@@ -164,16 +164,36 @@ static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const 
 
 /* What one block costs on the main context, by its row count: a block of
  * at most h rows (h = f, 4f, 16f, ... below B, the row classes of
- * lower_rows.c) runs the contractions planned for h rows (above f in two
+ * docs/tcp-isa.md 7.4) runs the contractions planned for h rows (above f in two
  * row tiles, the second only for more than h / 2 rows), a fuller one those
  * planned for B. Index k < ncls: class h[k]; the last entry is B. */
+/* The upper row classes of a block pass over B rows whose first tile is f
+ * rows (docs/tcp-isa.md 7.4, "Upper row classes"): with the weights held
+ * whole in DM, the rows between hl (the largest f 4^k below B) and B get a
+ * class every step rows (8, coarser for large B), each planned for its h
+ * rows; at most max of them; returns their count. */
+enum { TCP_MAX_UPPER = 32 };
+static int upper_classes(int64_t B, int64_t f, int64_t *out, int max)
+{
+	if (f < 1 || B <= f)
+		return 0;
+	int64_t hl = f;
+	while (hl * 4 < B)
+		hl *= 4;
+	int64_t s = B >= 512 ? 8 * (B / 256) : 8;
+	int n = 0;
+	for (int64_t h = hl + s; h < B && n < max; h += s)
+		out[n++] = h;
+	return n;
+}
+
 enum { MAXCLS = 8 + TCP_MAX_UPPER, NSTEP = 5 };
 typedef struct block_costs {
 	int64_t B, h[MAXCLS];
 	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
 	int ncls;    /* entries, B's included */
 	bool stream; /* weights streamed per block: a block takes the longer of its main and DMA work */
-	/* streamed weights (fine row tiles, lower_contract.c): main cycles of
+	/* streamed weights (fine row tiles, docs/tcp-isa.md 7.4): main cycles of
 	 * class k with j tiles of h / 8 past h / 2 (the last entry: a block
 	 * short of B), of a full block; DMA cycles fixed and per row moved */
 	double fine[MAXCLS][NSTEP], full, sdma, drow;
@@ -252,7 +272,7 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
 }
 
 /* Main-context cycles of a block of `rows` rows run with the plans for h
- * rows (in row tiles from `first`, lower_rows.c): its contractions and the
+ * rows (in row tiles from `first`, docs/tcp-isa.md 7.4): its contractions and the
  * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
  * each). */
 static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
@@ -275,7 +295,7 @@ static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t 
 
 /* The upper row classes pay off through a larger B (one block per expert).
  * A larger B's buffers can push the block results kept in pair order out of
- * DM (lower_pairs.c: when the T K result rows take at most half of it), and
+ * DM (docs/tcp-isa.md 7.3: when the T K result rows take at most half of it), and
  * the combine then gathers them after the loop, which this model does not
  * price; so they are priced only while those rows, the double-buffered
  * experts and B's buffers (the estimate of auto_candidates) take at most
@@ -302,10 +322,10 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	double tiles = 0, W = (double)d->nproj * (double)d->D * (double)d->F * we;
 	memset(bc, 0, sizeof *bc);
 	bc->B = B;
-	int64_t f = B / 32 < 8 ? 8 : B / 32; /* tcpl_row_tile */
+	int64_t f = B / 32 < 8 ? 8 : B / 32; /* the first row tile */
 	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
 	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
-		int64_t first = h > f ? h / 2 : 0; /* tcpl_lower_einsum's row classes */
+		int64_t first = h > f ? h / 2 : 0; /* a class above f runs in two row tiles */
 		bc->h[bc->ncls] = h;
 		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
 		bc->hi[bc->ncls] = block_main(m, d, B, h, first, 0, h, NULL);
@@ -319,7 +339,7 @@ static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_
 	int64_t up[TCP_MAX_UPPER];
 	bool plain = (d->wdt == MOE_BF16 || d->wdt == MOE_F32) &&
 		     d->wbytes >= (double)moe_dtype_size((moe_dtype)d->wdt);
-	int nu = bc->stream || !plain || !pairs_roomy(m, d, B) ? 0 : tcp_upper_classes(B, f, up, TCP_MAX_UPPER);
+	int nu = bc->stream || !plain || !pairs_roomy(m, d, B) ? 0 : upper_classes(B, f, up, TCP_MAX_UPPER);
 	for (int k = 0; k < nu; k++, bc->ncls++) {
 		bc->h[bc->ncls] = up[k];
 		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
@@ -351,7 +371,7 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
 	block_costs_of(m, d, B, &bc);
 	loop_sums s;
 	expected_blocks(d, &bc, cv, &s);
-	if (d->shared > 0 && s.nb > 0) { /* the pieces ride on the blocks (lower_shared.c) */
+	if (d->shared > 0 && s.nb > 0) { /* the pieces ride on the blocks (docs/tcp-isa.md 7.4) */
 		bc.share = d->shared / s.nb;
 		expected_blocks(d, &bc, cv, &s);
 	}

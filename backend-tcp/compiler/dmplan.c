@@ -605,7 +605,7 @@ bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)
 
 /* The reservation graph passes decide by (dmplan.h): the loop's experts
  * take one share of DM in LOOP_SHARES, double-buffered whole (two experts
- * where legacy's region held them whole, lower_region.c); the rest is split
+ * held whole); the rest is split
  * among SPAN_VALUES values live beside the loop (routing's, the tail's, a
  * block's paired value). Every decision the graph passes made by their own
  * fractions before is kept: the experts' half, each value's eighth. */

@@ -97,8 +97,8 @@ bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d);
 
 /* Grants to graph passes (docs/tcp-compiler.md 5.3, "Grants to graph
  * passes"). A graph pass that decides before any layer is built, where it
- * cannot summarise the loop as a ts_demand (the legacy emitter's flattened
- * graph, or a value beside the loop such as a W8A8 layer's dispatched rows),
+ * cannot summarise the loop as a ts_demand (a flattened graph, or a value
+ * beside the loop such as a W8A8 layer's dispatched rows),
  * asks how many bytes of DM (every slice together) one decision may take.
  * The planner's reservation: the loop's mandatory buffers first, its
  * experts double-buffered whole in a share of DM (TCP_DM_EXPERTS); what

@@ -193,7 +193,7 @@ static bool stored_bytes(const moe_graph *g, ts_meta *x)
 	return true;
 }
 
-/* The roofline dims the legacy emitter records (docs/tcp-model.md 6), from the
+/* The roofline dims a program records (docs/tcp-model.md 6), from the
  * graph: F and the projections from the block loop's per-expert operands
  * ([E, F, D] on x, [E, D, F] back; a paired [E, 2F, D] counts two; dequantized
  * ones from the body's contractions), the stored bytes of one expert's

@@ -1,6 +1,6 @@
 /* backend-tcp/compiler/plan.c: the tiling of a contraction chosen with the
- * machine's cost rules (docs/tcp-isa.md section 6), as the recipes, the
- * pairing passes, the legacy lowering and block=auto's model use it. */
+ * machine's cost rules (docs/tcp-isa.md section 6), as the W8A8 recipes, the
+ * pairing passes and block=auto's model use it. */
 #include <math.h>
 #include <string.h>
 
@@ -22,7 +22,7 @@ static int64_t rup(int64_t a, int64_t b)
  * main-context pass over each row tile of `tiles` (MACs, streamed packets,
  * commit, its latency and issue) against the sub-context TRF load, which
  * overlap, plus the first load (*load: one chunk's). `tiles` row counts
- * (NULL: one tile of M rows) are the guarded row tiles of lower_rows.c, all
+ * (NULL: one tile of M rows) are guarded row tiles (docs/tcp-isa.md 7.4), all
  * on one TRF tile. */
 int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
 	const int64_t *tiles, int ntiles)

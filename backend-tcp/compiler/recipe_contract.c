@@ -5,7 +5,7 @@
  * tu.contract per reduction chunk, the chunks after the first continuing the
  * f32 partial sums of an f32 DM buffer (flags=acc), the last committing the
  * node's dtype. Every output element is the sum of its products in index
- * order in f32, as in the legacy lowering, whatever the tiling. f32 operands
+ * order in f32, whatever the tiling. f32 operands
  * contract as bf16x3; a widened einsum (f32 of two bf16 values cast to f32,
  * the casts marked tcp_view by tcp-plan-fusion) contracts the bf16 values.
  * In a loop body a node masked by the block's rows

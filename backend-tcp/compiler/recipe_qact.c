@@ -9,8 +9,8 @@
  *   xq[m, i]   = e4m3(x[m, i] / sa[m, i / 128])          tu.vec: d.div; the commit rounds to e4m3
  *   C[m, o, c] = sa[m, c] x s[o / 128, c]                 tu.vec: f.mul
  *   y[m, o]    = sum_c C[m, o, c] x sum_{i in c} xq[m, i] q[o, i]   tu.contract flags=scaled
- * The passes and their steps are the legacy lowering's, so y's bits are its
- * bits: each output is one scaled f8 x f8 contraction over the whole
+ * The passes and their steps are those of docs/tcp-isa.md 7.10, so y's bits
+ * are fixed by them: each output is one scaled f8 x f8 contraction over the whole
  * reduction (one TRF tile holds it: the 128-wide chunks must not straddle
  * an accumulation), whatever the tiling over O. Two einsums that read the
  * same activation (gate and up) share its sa and xq (the first one makes
@@ -92,9 +92,8 @@ static bool qact_dequant(const moe_graph *g, moe_id d, const char **act)
 
 /* Whether dequant d of a loop body is contracted with quantized activations:
  * act="fp8" on block FP8 in 128 x 128 blocks dividing N and K, or act="int8"
- * on per-channel int8, read only as the weight of two-operand einsums (as
- * the legacy lowering decides: an act=fp8 dequant read otherwise is
- * dequantized in DM). */
+ * on per-channel int8, read only as the weight of two-operand einsums (an
+ * act=fp8 dequant read otherwise is dequantized in DM). */
 bool sb_qact_dequant(const sb *b, moe_id d, const char **act)
 {
 	return qact_dequant(b->g, d, act);
@@ -284,8 +283,7 @@ static int64_t cdiv(int64_t a, int64_t b)
  * the TRF rows per slice whose main-context pass is the shortest by the cost
  * rules of docs/tcp-isa.md section 10 (the MACs, the streamed rows, the
  * commit with its scales, and the switch's bytes: every slice of a row group
- * streams the group's rows), at most half the TRF; the legacy lowering's
- * choice for the same contraction. The sub context's loads of the next tile
+ * streams the group's rows), at most half the TRF. The sub context's loads of the next tile
  * overlap the pass, so they are not weighed. ob: bytes per output. */
 static cplan w8a8_plan(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
 {
@@ -399,7 +397,7 @@ static void fp8_einsum(sb *b, moe_id id)
  * blockwise-dispatch writes the reference's activation quantization on the
  * block rows xf: m = max(max_i |xf[r, i]|, 1e-10), x' = round(xf 127 / m) x
  * m / 127, and the einsum contracts x' with the dequantized int8 weight. The
- * chain is not read node by node: as the legacy lowering does, per block
+ * chain is not read node by node: per block
  *   R[r]    = c.fmin(d.div(127, r.fmax(f.abs(xf))), f32(127 / 1e-10))  (m < 1e-10 exactly when R exceeds it)
  *   v[r, i] = xf R
  *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))   (half away from zero, exact for |v| <= 127)
@@ -505,7 +503,7 @@ static moe_id first_reader(const sb *b, moe_id id)
  * x.q, whose buffers hold i8 (the quantization below stores them so), as
  * their scales [M, 1]. The contraction reads q as fetched and scales by
  *   C[r, o] = as[r] x ws[o]                              (one pass per einsum)
- * as the legacy lowering does for the layer's input (docs/semantics.md:
+ * as for the layer's input (docs/semantics.md:
  * W8A8 on TCP). *q, *as: the nodes; *qf, *mul: the chain's others. */
 static bool once_chain(const sb *b, moe_id a, moe_id *q, moe_id *as, moe_id *qf, moe_id *mul)
 {
@@ -560,7 +558,7 @@ static int64_t once_cols(const sb *b, moe_id id)
 	return cols;
 }
 
-/* Every block's C = as x ws at once (the legacy lowering's tcpl_w8a8_bulk):
+/* Every block's C = as x ws at once:
  * in the loop's prologue the block experts' channel scales are gathered
  * [G, O] (by the staged expert list, under nb), and block 0 makes C [G, M,
  * O] in one pass from the grid of the rows' scales, which the loop reads in
@@ -569,7 +567,7 @@ static int64_t once_cols(const sb *b, moe_id id)
  * pass per block. Where the rows' scales are a DM grid, the weight's scales
  * a staged table and every C made from those rows' scales with its
  * gathered scales (once_cols), at 8/3 of their bytes (the rest of the loop
- * beside them: the legacy lowering's 3/8 of DM), fit DM. *cv: C's view for
+ * beside them: 3/8 of DM), fit DM. *cv: C's view for
  * the block. */
 static bool once_bulk(sb *b, moe_id id, const sb_val *as, const sb_val *s, int64_t M, int64_t O, tcp_view *cv)
 {
@@ -764,8 +762,7 @@ static bool chain_nodes(const sb *b, moe_id u, bool *in)
  *   as[t]   = d.div(m, 127)                         [T]: x.scale
  *   v[t, i] = xf R                                  [T, D] f32
  *   xq      = i8(ftoi(v + copysign(0.5 - 2^-25, v)))  (half away from zero)
- * each the graph's node's operation, so the values are the graph's (the
- * legacy lowering's passes, lower_w8a8.c). x.q's buffers hold the integers
+ * each the graph's node's operation, so the values are the graph's. x.q's buffers hold the integers
  * as i8 (exact: |q| <= 127), a quarter of the f32 bytes; its dispatch
  * (recipe_route.c) and the loop's rows keep that type, and the body's
  * contraction reads them as fetched (once_einsum). The rows go to HBM once,

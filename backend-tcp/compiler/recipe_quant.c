@@ -6,8 +6,8 @@
  * through the fetch table (flag e2m1: mxfp4, nvfp4), int4 nibbles have 8
  * subtracted and widen to i32 (flag i4: int4, awq); the scales are a second
  * stream broadcast over their block by stride-0 loops. The passes, their
- * views and their steps are the legacy lowering's, so the weight's bits are
- * its bits; a permutation or slice after the dequant is a view of the
+ * views and their steps are those of docs/tcp-isa.md 7.10, so the weight's
+ * bits are the same whatever the schedule; a permutation or slice after the dequant is a view of the
  * buffer. A dequant outside the loop does not reach sched-build: it is
  * computed from weights only, packed (tcp-split-weights) and bound by the
  * prep graph. A dequant whose activations are quantized (act="fp8" on

@@ -2,8 +2,8 @@
  * operations of the vector engine: reductions, cumulative sums, the filter's
  * compaction, one-hot and softmax. Each is a pass whose innermost loop is the
  * node's axis (the other dimensions outside it, in order), the row op the
- * vector engine's along that loop, with the legacy lowering's steps so that
- * the values are the same: softmax as max; sub, exp, sum; sub, exp, divide
+ * vector engine's along that loop, with the steps of docs/tcp-isa.md 7 so
+ * that the values are the tests': softmax as max; sub, exp, sum; sub, exp, divide
  * (the exponential computed twice, never stored). */
 #include <string.h>
 

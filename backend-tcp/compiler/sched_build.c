@@ -35,7 +35,7 @@ static int64_t rup(int64_t x, int64_t a)
 }
 
 /* A DM buffer spread in one copy over every slice, flit by flit (the
- * layout of every tensor the legacy lowering declares), every slot. */
+ * layout of docs/tcp-isa.md 7.1), every slot. */
 void sb_spread(sb *b, ts_id id)
 {
 	ts_buf *t = &b->s->buf[id];

@@ -19,17 +19,7 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
  * row counts) on one TRF tile */
 int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
 	const int64_t *tiles, int ntiles);
-/* row_classes.c: a block pass's upper row classes between the largest
- * f 4^k below B and B (weights held whole in DM; docs/tcp-isa.md 7.4) */
-enum { TCP_MAX_UPPER = 32 };
-int64_t tcp_upper_step(int64_t B);
-int tcp_upper_classes(int64_t B, int64_t f, int64_t *out, int max);
 
-/* lowering */
-/* prep (ctx_alloc'd IR JSON, or NULL) is owned by the program, freed with it on failure too;
- * sink: g's tail was split into row chunks (rowchunk.c), emitted after the block loop */
-tcp_program *tcp_lower(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, char *prep, size_t prep_len,
-	bool sink);
 /* rowchunk.c: g with its row-wise tail computed in *nchunks row chunks that
  * fit DM, or NULL (*nchunks 0) when the tail fits (or there is none) */
 moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks);
@@ -49,12 +39,10 @@ bool tcp_weights_fit_hbm(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 /* prep.c: pack[i] (nnodes entries) for the values bound as packed weights: from
  * the tcp_pack marks, or by tcp-split-weights' rule when g carries none */
 uint32_t tcp_packed_nodes(moe_ctx *ctx, const moe_graph *g, bool *pack);
-/* gpass.c: g with every structural tcp-* graph pass run for m that g's
- * records say has not run (a clone; NULL: none needed, or an error); the
- * legacy emitter's, which plans its fusions itself */
-moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
-/* gpass.c: the same for the schedule compiler's graph (a block_loop kept):
- * the pairings and the fusion marks */
+/* gpass.c: the schedule compiler's graph (a block_loop kept) with the
+ * structural passes its records say have not run for m (the pairings), the
+ * einsums in canonical form and the fusion marks (a clone; NULL: none
+ * needed, or an error) */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st);
 /* einsum_canon.c: the tcp-einsum-canon pass on g (*changed: it rewrote g),
  * and whether g has an einsum it would rewrite */

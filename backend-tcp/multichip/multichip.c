@@ -74,8 +74,9 @@ static bool tensor_ok(const tcp_program *p, int32_t t)
 static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const moe_id *ids, uint32_t nids, double hz)
 {
 	uint8_t *in = ctx_alloc(ctx, p->nt + 1), *rv = ctx_alloc(ctx, p->nt + 1), *pk = ctx_alloc(ctx, p->ncode + 1);
-	/* legacy names output j "output<j>"; the schedule compiler names it after
-	 * its node and makes the output tensors in output order */
+	/* an output named "output<j>" (a hand-written program) is output j; the
+	 * schedule compiler names it after its node and makes the output tensors
+	 * in output order */
 	unsigned nth = 0;
 	for (uint32_t i = 0; i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];
@@ -131,12 +132,11 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
 	ctx_free(ctx, pk, p->ncode + 1);
 }
 
-/* Phase k of chip c compiled on ro's machine by ro's emitter: *mp its
- * graph, *pp its program (both NULL when the phase computes nothing),
- * ids[0..*nids-1] the source node of each output. The schedule compiler
- * reads the phase as the tcp-sched pipeline leaves a layer (its block_loop
- * kept, the loop's pairings, the packed weights marked); legacy lowers the
- * flattened phase and plans those itself. */
+/* Phase k of chip c compiled on ro's machine by the schedule compiler: *mp
+ * its graph, *pp its program (both NULL when the phase computes nothing),
+ * ids[0..*nids-1] the source node of each output. The phase is read as the
+ * tcp pipeline leaves a layer (its block_loop kept, the loop's pairings, the
+ * packed weights marked). */
 static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_run_opts *ro, moe_module **mp,
 	moe_tcp_program **pp, moe_id *ids, uint32_t *nids)
 {
@@ -156,15 +156,13 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 	}
 	/* the chip's block grid: the run's instruction and work budgets
 	 * (docs/tcp-isa.md section 9) count the phase's block loop that many
-	 * times; the legacy phases keep their grid 0 (their output unchanged) */
-	if (!ro->legacy)
-		ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
+	 * times */
+	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
 	moe_run_opts po = {.verify = 1};
-	moe_status st = moe_run_pipeline_text(ctx, !ro->legacy ? "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
-		"tcp-pair-down,tcp-split-weights,tcp-plan-fusion" : "infer-shapes,canonicalize,cse,dce", m, &po);
+	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
+		"tcp-pair-down,tcp-split-weights,tcp-plan-fusion", m, &po);
 	if (st == MOE_OK)
-		*pp = !ro->legacy ? moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts) :
-			moe_tcp_compile_legacy(ctx, g, ro->machine);
+		*pp = moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts);
 	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
 }
 
@@ -432,13 +430,13 @@ static void defer_tail(const moe_graph *g, int *level)
 }
 
 /* The chips' programs cut into phases (*phases each). The schedule
- * compiler (sched) reads a chip's local experts as a block_loop
- * (expert-parallel{loop=1}); the flattened form (loop=0) is the host's and
- * legacy's, refused here rather than deep in a phase's compile. */
-static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases, bool sched)
+ * compiler reads a chip's local experts as a block_loop
+ * (expert-parallel{loop=1}); the flattened form (loop=0) is the host's,
+ * refused here rather than deep in a phase's compile. */
+static moe_status setup_chips(moe_ctx *ctx, int ep, const moe_graph *const *g, chip *c, int *phases)
 {
 	for (int d = 0; d < ep; d++) {
-		if (sched && !ir_graph_block_loop(g[d])) {
+		if (!ir_graph_block_loop(g[d])) {
 			moe_diag(ctx, MOE_DIAG_ERROR, g[d]->loc,
 				"chip %d: its experts are not a block_loop (expert-parallel{loop=0}, the host's form); the TCP "
 				"schedule compiler compiles chips made by expert-parallel{loop=1}",
@@ -494,7 +492,7 @@ moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g
 	chip c[MOE_TCP_EP_MAX];
 	memset(c, 0, sizeof c);
 	int phases = 0;
-	moe_status st = setup_chips(ctx, ep, g, c, &phases, !o.legacy);
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
 	for (int d = 0; st == MOE_OK && d < ep; d++)
 		for (int k = 0; st == MOE_OK && k < phases; k++) {
 			moe_id ids[PHASE_MAX_OUT];
@@ -537,7 +535,7 @@ moe_status moe_tcp_ep_run(moe_ctx *ctx, int ep, const moe_graph *const *g, const
 	double phase_len[PH_MAX] = {0}, round_len[PH_MAX] = {0};
 	int nx[PH_MAX] = {0};
 	int phases = 0;
-	moe_status st = setup_chips(ctx, ep, g, c, &phases, !rom.legacy);
+	moe_status st = setup_chips(ctx, ep, g, c, &phases);
 	for (int k = 0; st == MOE_OK && k < phases; k++) {
 		double slow = 0, before[MOE_TCP_EP_MAX];
 		for (int d = 0; st == MOE_OK && d < ep; d++) {

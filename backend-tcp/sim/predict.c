@@ -4,7 +4,7 @@
  * timeline (sim_sched.c) and cost rules (isa/cost.c) as a run, but no tensor
  * has storage and no command computes. The control path's only
  * data-dependent inputs are the scalars staged into SPM before the block
- * loop (lower_region.c's staging: descriptors s0.. in the order nblocks,
+ * loop (the block loop's staging, docs/tcp-isa.md 7.4: descriptors s0.. in the order nblocks,
  * block experts, block rows; nblocks absent where the count is a
  * compile-time one, a decode grid). In predict mode that staging writes the
  * loads: the caller's, or the expected loads generated here. Every other

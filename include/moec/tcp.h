@@ -46,11 +46,6 @@ MOE_API void moe_tcp_machine_free(moe_ctx *ctx, moe_tcp_machine *m);
  * default); the program stays runnable on any machine whose capacities it
  * fits. */
 MOE_API moe_tcp_program *moe_tcp_compile(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
-/* The legacy lowering of one graph that went through the `tcp-legacy`
- * pipeline (its block loop flattened); it runs the flattened graph's passes
- * the graph lacks itself. Kept for the unit tests that compare with it until
- * docs/tcp-compiler.md 8.1 step 10 deletes it; the CLI does not reach it. */
-MOE_API moe_tcp_program *moe_tcp_compile_legacy(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine);
 /* `--quant-act`: the activations' type of block-FP8 experts' contractions
  * (docs/tcp-isa.md 7.10). act "fp8" sets act="fp8" on every dequant of m
  * that holds fp8 in 128 x 128 blocks dividing its rows and columns (the
@@ -219,13 +214,9 @@ typedef struct moe_tcp_run_opts {
 	 * (moe_tcp_loads below): the observed loads to predict the run with
 	 * (moe_tcp_predict). The caller releases them with moe_tcp_loads_free. */
 	struct moe_tcp_loads *observed;
-	/* The emitter moe_tcp_ep_run and moe_tcp_ep_compile_ex compile each
-	 * phase with: 0 the schedule compiler (moe_tcp_compile_sched with
-	 * sched_opts, of chip programs whose local experts are a block_loop:
-	 * expert-parallel{loop=1}), 1 the legacy lowering
-	 * (moe_tcp_compile_legacy, of a flattened graph; sched_opts unused).
-	 * moe_tcp_run ignores both. */
-	int legacy;
+	/* The rewrites moe_tcp_ep_run and moe_tcp_ep_compile_ex compile each
+	 * phase with (moe_tcp_compile_sched's opts; the chips' local experts a
+	 * block_loop: expert-parallel{loop=1}). moe_tcp_run ignores it. */
 	const char *sched_opts;
 } moe_tcp_run_opts;
 
@@ -300,7 +291,7 @@ typedef moe_status (*moe_tcp_ep_sink)(void *ud, int chip, int phase, const moe_t
 MOE_API moe_status moe_tcp_ep_compile(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_machine *machine,
 	moe_tcp_ep_sink sink, void *ud);
 /* The same with the machine and the emitter of opts (opts->machine,
- * opts->legacy, opts->sched_opts; the rest is unused). */
+ * opts->sched_opts; the rest is unused). */
 MOE_API moe_status moe_tcp_ep_compile_ex(moe_ctx *ctx, int ep, const moe_graph *const *g, const moe_tcp_run_opts *opts,
 	moe_tcp_ep_sink sink, void *ud);
 

@@ -102,7 +102,7 @@ class TcpStats(ctypes.Structure):
 class TcpRunOpts(ctypes.Structure):
     _fields_ = [("machine", ctypes.c_void_p), ("no_skip", ctypes.c_int), ("trace_path", ctypes.c_char_p),
                 ("timing_only", ctypes.c_int), ("progress", ctypes.c_void_p), ("progress_ud", ctypes.c_void_p),
-                ("lazy_weights", ctypes.c_void_p), ("observed", ctypes.c_void_p), ("legacy", ctypes.c_int),
+                ("lazy_weights", ctypes.c_void_p), ("observed", ctypes.c_void_p),
                 ("sched_opts", ctypes.c_char_p)]
 
 

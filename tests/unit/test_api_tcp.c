@@ -2,9 +2,8 @@
  * contracts (tcp.h, docs/api.md, docs/tcp-isa.md section 8.1,
  * docs/expert-parallel.md section 6), through the public API only: writing
  * assembly, bucketed .tcpb files, HBM figures, engine names, output counts,
- * a schedule's text compiled and run, the schedule compiler against the
- * legacy emitter, the contract's floor, and expert parallelism on simulated
- * chips. */
+ * a schedule's text compiled and run, the schedule compiler's round trip,
+ * the contract's floor, and expert parallelism on simulated chips. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -662,9 +661,8 @@ static void test_sched_rewrites(void **st)
 	moe_ctx_free(c);
 }
 
-/* The schedule compiler gives the legacy emitter's y byte for byte (the
- * tcp.emitters.bitwise contract), and its printed schedule reads back into
- * the same program. */
+/* The schedule compiler's printed schedule reads back into the same
+ * program; moe_tcp_compile gives its y; a flattened graph is refused. */
 static void test_compile_sched(void **st)
 {
 	(void)st;
@@ -672,14 +670,11 @@ static void test_compile_sched(void **st)
 	float *keep;
 	moe_checkpoint *ck = random_ck(c, &keep);
 	moe_tensor *x = random_x(c, 8);
-	moe_module *ml = layer(c, 8, 0, 0, "tcp-legacy"), *ms = layer(c, 8, 0, 0, "tcp");
-	moe_tcp_program *pl = moe_tcp_compile_legacy(c, moe_module_graph(ml, 0), NULL);
+	moe_module *ml = layer(c, 8, 0, 0, "host"), *ms = layer(c, 8, 0, 0, "tcp");
 	moe_tcp_program *ps = moe_tcp_compile_sched(c, moe_module_graph(ms, 0), NULL, NULL);
 	if (!ps)
 		moe_diag_print(c, stderr);
-	assert_non_null(pl);
 	assert_non_null(ps);
-	assert_same_y(c, pl, ps, ck, x);
 	/* the schedule printed, read back: the same program bytes */
 	char path[256];
 	tpath(path, sizeof path, "l.tsched");
@@ -699,9 +694,9 @@ static void test_compile_sched(void **st)
 	 * context did not register (the pairings, the fusion marks): the same y */
 	moe_tcp_program *pd = moe_tcp_compile(c, moe_module_graph(ms, 0), NULL);
 	assert_non_null(pd);
-	assert_same_y(c, pl, pd, ck, x);
+	assert_same_y(c, ps, pd, ck, x);
 	moe_tcp_program_free(pd);
-	/* a graph that went through the flattening `tcp-legacy` pipeline has no block loop to build:
+	/* a graph that went through the flattening `host` pipeline has no block loop to build:
 	 * refused with a diagnostic, and emit writes nothing */
 	assert_null(moe_tcp_compile_sched(c, moe_module_graph(ml, 0), NULL, NULL));
 	assert_diag(c, "the schedule compiler does not lower");
@@ -713,7 +708,6 @@ static void test_compile_sched(void **st)
 	free(b2);
 	free(text);
 	moe_tcp_program_free(pr);
-	moe_tcp_program_free(pl);
 	moe_tcp_program_free(ps);
 	moe_module_free(ml);
 	moe_module_free(ms);
@@ -969,13 +963,12 @@ static void test_ep_compile(void **st)
 	moe_ctx_free(c);
 }
 
-/* The schedule compiler's phases (the default; moe_tcp_run_opts.legacy 0)
- * on programs with their experts a block_loop: y equals the legacy phases'
- * y on the flattened programs bit for bit; moe_tcp_ep_compile hands the sink
- * as many phases, and moe_tcp_ep_compile_ex reports a bad sched_opts with a
- * diagnostic. The flattened chips (expert-parallel{loop=0}, the host's form)
- * are refused for the schedule compiler, by run and by compile, naming the
- * chip and the loop=1 form. */
+/* The schedule compiler's phases on chip programs whose experts are a
+ * block_loop (expert-parallel{loop=1}): moe_tcp_ep_compile_ex without options
+ * hands the sink as many phases as moe_tcp_ep_compile, and reports a bad
+ * sched_opts with a diagnostic. The flattened chips (expert-parallel{loop=0},
+ * the host's form) are refused, by run and by compile, naming the chip and
+ * the loop=1 form. */
 static void test_ep_sched(void **st)
 {
 	(void)st;
@@ -985,43 +978,33 @@ static void test_ep_sched(void **st)
 	moe_tensor *x = random_x(c, TALL);
 	moe_module *m[2][NCHIP];
 	const moe_graph *g[2][NCHIP];
-	moe_tensor_map *bind[2][NCHIP];
-	moe_tensor *outv[2][NCHIP] = {{0}}, **out[2][NCHIP];
+	moe_tensor_map *bind[NCHIP];
+	moe_tensor *outv[NCHIP] = {0}, **out[NCHIP];
 	moe_tcp_ep_stats s;
-	for (int e = 0; e < 2; e++) {
+	for (int e = 0; e < 2; e++)
 		for (int d = 0; d < NCHIP; d++) {
 			m[e][d] = chip_program_loop(c, d, e);
 			g[e][d] = moe_module_graph(m[e][d], 0);
-			bind[e][d] = moe_tensor_map_new(c);
-			assert_int_equal(moe_weights_load_from(c, g[e][d], ck, bind[e][d]), MOE_OK);
-			moe_tensor_map_set(bind[e][d], "x", rows(c, x, d * (TALL / NCHIP), TALL / NCHIP));
-			out[e][d] = &outv[e][d];
 		}
-		moe_tcp_run_opts ro = {.legacy = !e};
-		moe_status rc = moe_tcp_ep_run(c, NCHIP, g[e], (const moe_tensor_map *const *)bind[e], &ro, out[e], &s);
-		if (rc)
-			moe_diag_print(c, stderr);
-		assert_int_equal(rc, MOE_OK);
-	}
 	for (int d = 0; d < NCHIP; d++) {
-		assert_non_null(outv[0][d]);
-		assert_non_null(outv[1][d]);
-		assert_int_equal(outv[0][d]->nbytes, outv[1][d]->nbytes);
-		assert_memory_equal(outv[0][d]->data, outv[1][d]->data, outv[0][d]->nbytes);
+		bind[d] = moe_tensor_map_new(c);
+		assert_int_equal(moe_weights_load_from(c, g[0][d], ck, bind[d]), MOE_OK);
+		moe_tensor_map_set(bind[d], "x", rows(c, x, d * (TALL / NCHIP), TALL / NCHIP));
+		out[d] = &outv[d];
 	}
 	moe_tcp_run_opts rs = {0};
-	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g[0], (const moe_tensor_map *const *)bind[0], &rs, out[0], &s),
+	assert_int_equal(moe_tcp_ep_run(c, NCHIP, g[0], (const moe_tensor_map *const *)bind, &rs, out, &s),
 		MOE_ERR_UNSUPPORTED);
 	assert_diag(c, "chip 0: its experts are not a block_loop (expert-parallel{loop=0}");
 	sunk sf = {.ctx = c, .g = g[0], .stop_at = -1};
 	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[0], NULL, sink, &sf), MOE_ERR_UNSUPPORTED);
 	assert_int_equal(sf.calls, 0);
 	assert_diag(c, "expert-parallel{loop=1}");
-	sunk s0 = {.ctx = c, .g = g[0], .stop_at = -1}, s1 = {.ctx = c, .g = g[1], .stop_at = -1};
-	moe_tcp_run_opts ro = {.legacy = 1};
-	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[0], &ro, sink, &s0), MOE_OK);
-	ro.legacy = 0;
+	sunk s0 = {.ctx = c, .g = g[1], .stop_at = -1}, s1 = {.ctx = c, .g = g[1], .stop_at = -1};
+	moe_tcp_run_opts ro = {0};
+	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], &ro, sink, &s0), MOE_OK);
 	assert_int_equal(moe_tcp_ep_compile(c, NCHIP, g[1], NULL, sink, &s1), MOE_OK);
+	assert_true(s0.calls > 0);
 	assert_int_equal(s1.calls, s0.calls);
 	assert_int_equal(s1.bad_input, 0);
 	sunk s2 = {.ctx = c, .g = g[1], .stop_at = -1};
@@ -1030,12 +1013,12 @@ static void test_ep_sched(void **st)
 	assert_int_equal(s2.calls, 0);
 	assert_diag(c, "unknown rewrite 'nosuch'");
 	assert_int_equal(moe_tcp_ep_compile_ex(c, NCHIP, g[1], NULL, sink, &s2), MOE_ERR_INVALID);
-	for (int e = 0; e < 2; e++)
-		for (int d = 0; d < NCHIP; d++) {
-			moe_tensor_free(c, outv[e][d]);
-			moe_tensor_map_free(bind[e][d]);
+	for (int d = 0; d < NCHIP; d++) {
+		moe_tensor_free(c, outv[d]);
+		moe_tensor_map_free(bind[d]);
+		for (int e = 0; e < 2; e++)
 			moe_module_free(m[e][d]);
-		}
+	}
 	moe_tensor_free(c, x);
 	moe_checkpoint_close(ck);
 	free(keep);

@@ -479,27 +479,20 @@ static bool same(const moe_tensor *want, const moe_tensor *got, double tol, char
 	return true;
 }
 
-/* tcp: moe_tcp_compile (the schedule compiler) after the tcp pipeline;
- * tcp-legacy: moe_tcp_compile_legacy after the tcp-legacy pipeline */
-typedef enum exec { EX_LLVM, EX_C, EX_TCP, EX_TCP_LEGACY, EX_COUNT } exec;
-static const char *const exec_names[EX_COUNT] = {"host-llvm", "host-c", "tcp", "tcp-legacy"};
+/* tcp: moe_tcp_compile (the schedule compiler) after the tcp pipeline */
+typedef enum exec { EX_LLVM, EX_C, EX_TCP, EX_COUNT } exec;
+static const char *const exec_names[EX_COUNT] = {"host-llvm", "host-c", "tcp"};
 
 /* Known gaps: (op, executor, seed) must fail with a diagnostic containing msg
- * (the last row is a terminator that matches nothing). The legacy TCP emitter
- * lowers only the block loop blockwise-dispatch writes (blocks gathered or
- * scattered from the tokens); a hand-made loop is refused, not miscomputed.
- * The schedule compiler (docs/tcp-compiler.md, step 6) reads the loop itself
- * and lowers every op here (5.1 lists what it lowers). */
+ * (the last row is a terminator that matches nothing). None today: every
+ * executor runs every op (the schedule compiler's list: docs/tcp-compiler.md
+ * 5.1). */
 static const struct gap {
 	moe_op op;
 	exec ex;
 	uint64_t seed;
 	const char *msg;
 } gaps[] = {
-	{MOE_OP_BLOCK_LOOP, EX_TCP_LEGACY, 1, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
-	{MOE_OP_BLOCK_LOOP, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
-	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 1, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
-	{MOE_OP_BLOCKARG, EX_TCP_LEGACY, 2, "the TCP backend lowers only the block loop blockwise-dispatch writes"},
 	{MOE_OP_COUNT, EX_COUNT, 0, NULL},
 };
 
@@ -525,14 +518,13 @@ static bool has_diag(moe_ctx *ctx, const char *msg)
 /* Runs the layer of m (lowered by the executor's pipeline) on exec. */
 static moe_status run_on(moe_ctx *ctx, exec ex, moe_module *m, const moe_tensor_map *bind, moe_tensor **out)
 {
-	bool legacy = ex == EX_TCP_LEGACY;
-	moe_status st = moe_run_pipeline_text(ctx, ex == EX_TCP ? "tcp" : legacy ? "tcp-legacy" : "host", m, NULL);
+	moe_status st = moe_run_pipeline_text(ctx, ex == EX_TCP ? "tcp" : "host", m, NULL);
 	if (st != MOE_OK)
 		return st;
 	moe_graph *g = moe_module_graph(m, 0);
-	if (ex != EX_TCP && !legacy)
+	if (ex != EX_TCP)
 		return moe_host_run(ctx, g, bind, ex == EX_LLVM ? MOE_HOST_LLVM : MOE_HOST_C, 1, out, NULL);
-	moe_tcp_program *p = legacy ? moe_tcp_compile_legacy(ctx, g, NULL) : moe_tcp_compile(ctx, g, NULL);
+	moe_tcp_program *p = moe_tcp_compile(ctx, g, NULL);
 	if (!p)
 		return MOE_ERR_INVALID;
 	moe_tcp_stats stats;
@@ -563,7 +555,7 @@ static void check_case(moe_op op, uint64_t seed, int *failures, int *passed)
 		char why[160] = "";
 		moe_status st = run_on(ctx, (exec)ex, m, bind, got);
 		/* scatter adds in the reference's order on TCP too (backend-tcp/compiler/recipe_route.c): bitwise */
-		double tol = (ex == EX_TCP || ex == EX_TCP_LEGACY) && op != MOE_OP_SCATTER ? 2e-2 : -1;
+		double tol = ex == EX_TCP && op != MOE_OP_SCATTER ? 2e-2 : -1;
 		bool ok = st == MOE_OK && same(want[0], got[0], tol, why, sizeof why);
 		const struct gap *gp = find_gap(op, (exec)ex, seed);
 		if (gp && ok) {

@@ -5,22 +5,21 @@
  * Every rewrite of the graph that the TCP program depends on is a pass of
  * the `tcp` pipeline, shown by --print-ir-after, run in this order:
  *   tcp-w8a8-act-once  W8A8's per-token activation quantization before the dispatch (w8a8_act.c)
- *   tcp-pack-gate-up   block-FP8 gate and up fetched as one packed pair (quant_pack.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
- * (the pairings match a block_loop's body too: the tcp-sched pipeline runs them)
+ *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
- *   tcp-row-chunks     the tail computed in row chunks (rowchunk.c)
- *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c;
- *                      in the tcp pipeline before tcp-split-weights)
  *   tcp-plan-fusion    the schedule compiler's fusion groups as marks (plan_fusion.c), last
+ * Two more are registered for a flattened graph, which no pipeline makes
+ * now (docs/tcp-compiler.md 8.1 step 10): tcp-pack-gate-up (block-FP8 gate
+ * and up fetched as one pair, quant_pack.c) and tcp-row-chunks (the tail in
+ * row chunks, rowchunk.c).
  * Each structural pass records its decision as a graph attribute (the key
  * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
  * count) and the fingerprint of the machine it decided for (tcp_machine). A
  * key's presence says the pass ran, and it does not run again; a pass
  * without a key (tcp-einsum-canon) is idempotent and runs where its rewrite
- * is needed (the schedule compiler's graph only: legacy lowers einsums itself,
- * and its tcp-legacy pipeline does not name it). The lowering
+ * is needed. The lowering
  * reads the rewritten graph and the attributes; it decides none of this
  * again.
  *
@@ -30,8 +29,7 @@
  * them not, or ran before the target registered them), for its own machine;
  * a structural rewrite made for another machine is kept (it preserves
  * values), the fusion marks are planned again. One code path: the same
- * functions as the passes. The legacy emitter (tcp_graph_passes) reads no
- * fusion mark: it plans its fusions inside its lowering (legacy/lower_fuse.c). */
+ * functions as the passes. */
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
@@ -203,14 +201,6 @@ static PASS(run_gpass)
 	return s;
 }
 
-static bool pack_marked(const moe_graph *g)
-{
-	for (moe_id i = 0; i < g->nnodes; i++)
-		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK))
-			return true;
-	return false;
-}
-
 /* w (g's working clone, NULL while no pass rewrote g) with fusion's marks
  * planned again for m (marks edited after the pass are not trusted; the
  * rule is cheap and gives the pass's marks); NULL with *st set when a pass
@@ -222,32 +212,6 @@ static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, co
 		if (!w)
 			w = ir_graph_clone(g);
 		*st = plan_fusion(ctx, w, m);
-	}
-	if (*st != MOE_OK && w) {
-		ir_graph_free(w);
-		w = NULL;
-	}
-	return w;
-}
-
-/* The legacy emitter's graph passes (the flattened graph): the structural
- * ones whose records g lacks; no fusion marks (the legacy lowering plans its
- * own fusions). Deleted with the legacy emitter (docs/tcp-compiler.md 8.1
- * step 10). */
-moe_graph *tcp_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
-{
-	moe_graph *w = NULL;
-	*st = MOE_OK;
-	for (int i = 0; i < NGPASS && gpasses[i].key && *st == MOE_OK; i++) {
-		if (has_key(w ? w : g, gpasses[i].key))
-			continue;
-		if (!w)
-			w = ir_graph_clone(g);
-		/* tcp-split-weights comes before tcp-row-chunks (a packed value is a leaf) */
-		if (gpasses[i].fn == row_chunks && !pack_marked(w))
-			*st = pass_tcp_split_weights(ctx, w, NULL, NULL);
-		if (*st == MOE_OK)
-			*st = gpasses[i].fn(ctx, w, m);
 	}
 	if (*st != MOE_OK && w) {
 		ir_graph_free(w);

@@ -12,7 +12,7 @@
  * it like any weight computed from weights; assumption A13). The rewrite
  * makes the two per-block gathers one gather of that, and the pair's and
  * down's weights slices of it reshaped to their shapes, which the block
- * loop reads as views of the one per-expert buffer (lower_region.c). The
+ * loop reads as views of the one per-expert buffer. The
  * contractions read the same weights in the same order: the value is
  * unchanged. Only when the double-buffered experts fit the DM planner's
  * grant for the loop's experts (tcp_dm_grant, dmplan.h), so the weights are
@@ -114,8 +114,8 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	if (!found || p.dq < p.pq || p.wd > p.cat || p.cat > p.pq)
 		return NULL;
 	/* never streamed: two experts' weights within the planner's grant for the
-	 * loop's experts (lower_region.c's half of DM); this flat-graph path goes
-	 * with the legacy emitter (docs/tcp-compiler.md 8.1 step 10) */
+	 * loop's experts (half of DM); this flat-graph path is left from the
+	 * flattened graphs no pipeline makes now (docs/tcp-compiler.md 8.1 step 10) */
 	const ir_node *a = N(g, p.pq), *d = N(g, p.dq);
 	double per = (double)(a->shape[1] * a->shape[2] + d->shape[1] * d->shape[2]) *
 		     (double)moe_dtype_size((moe_dtype)a->dtype);

@@ -16,7 +16,7 @@
  * marked the graph; assumption A13). The rewrite makes the two per-block
  * gathers one gather of the pair, the two einsums one einsum over it, and
  * each former einsum a slice of its output along the last axis, which the
- * block loop reads as a view (lower_region.c). Every output element is the
+ * block loop reads as a view. Every output element is the
  * same dot product over the same inputs in the same order, so the layer's
  * value is unchanged. W8A8 int8 experts (per-channel int8, act="int8") pair
  * the same way: their values and their per-channel scales are each laid out
@@ -289,8 +289,8 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	/* a block's paired value and its f32 partial sums, [B, 2F] each, take at
 	 * most the planner's grant for one value (Mixtral-8x7B's F = 14336 stays
-	 * unpaired); this flat-graph path goes with the legacy emitter
-	 * (docs/tcp-compiler.md 8.1 step 10) */
+	 * unpaired); this flat-graph path is left from the flattened graphs no
+	 * pipeline makes now (docs/tcp-compiler.md 8.1 step 10) */
 	if (!found || 16.0 * (double)N(g, e1)->shape[1] * (double)N(g, e1)->shape[2] >
 			      (double)tcp_dm_grant(m, TCP_DM_VALUE))
 		return NULL;

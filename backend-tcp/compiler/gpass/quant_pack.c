@@ -10,7 +10,7 @@
  * (prep.c packs the concat like any weight computed from weights, marked
  * tcp_pack when the tcp-split-weights pass has marked the graph): the two
  * per-block gathers become one gather of the pair and two row slices of it,
- * which the lowering reads as views of the one buffer (lower_quant.c). The
+ * which the lowering reads as views of the one buffer (docs/tcp-isa.md 7.10). The
  * scales stay separate (they are staged whole in DM). The layer's value is
  * unchanged: each dequant reads the same bytes and scales as before. */
 #include <string.h>

@@ -15,12 +15,12 @@
  * by the same operations in the same order. A chunk holds at most the DM
  * planner's grant for one value per value (tcp_dm_grant, dmplan.h;
  * contractions counted with their f32 partial sums); a tail that fits is
- * left alone. This pass (tcp-row-chunks, the tcp-legacy pipeline's) goes
- * with the legacy emitter (docs/tcp-compiler.md 8.1 step 10). The lowering emits the chunks after the
+ * left alone. This pass (tcp-row-chunks) is in no pipeline: it served a
+ * flattened graph (docs/tcp-compiler.md 8.1 step 10). The lowering emits the chunks after the
  * block loop, one after another (lower.c, `sink`, read from the graph
  * attribute tcp_row_chunks); a shared expert's part of them
  * (routing-independent) runs inside the loop, one chunk of T / 64 rows
- * (at least 4) at a time (lower_shared.c). The rewrite runs on the graph
+ * (at least 4) at a time (docs/tcp-isa.md 7.4). The rewrite runs on the graph
  * before the weights are split (tcp-row-chunks follows tcp-split-weights):
  * a value bound as a packed weight counts as the leaf it becomes. */
 #include <string.h>
@@ -244,7 +244,7 @@ static moe_graph *rewrite(rc *c, const bool *is_out, const int64_t *at, uint32_t
  * rows reach only graph inputs through tail nodes, its other operands are
  * leaves) whose weights fit the DM planner's grant for held weights
  * (tcp_dm_grant: TCP_DM_EXPERTS)? The lowering then runs it
- * one chunk at a time inside the block loop (lower_shared.c), and small
+ * one chunk at a time inside the block loop (docs/tcp-isa.md 7.4), and small
  * chunks spread it over the loop's blocks. */
 static bool shared_tail(const rc *c, const moe_tcp_machine *m)
 {
@@ -302,7 +302,7 @@ moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 		int64_t at[MAXCH + 2];
 		int64_t rows = budget / widest > 0 ? budget / widest : 1;
 		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
-			rows = T / MAXCH; /* pieces of the shared expert in the loop (lower_shared.c) */
+			rows = T / MAXCH; /* pieces of the shared expert in the loop */
 		uint32_t nch = boundaries(&c, rows, at);
 		if (nch > 1) {
 			d = rewrite(&c, is_out, at, nch);

@@ -15,7 +15,7 @@
  * the grid is zero in both (x' = 0, as the quantized zero row was). Every
  * element of x' is the same f32 product of the same two values, so the
  * layer's value is unchanged; the TCP lowering then contracts the gathered
- * q rows (as i8) directly and scales by the gathered as (lower_quant.c).
+ * q rows (as i8) directly and scales by the gathered as (docs/tcp-isa.md 7.10).
  * With token-major pairs (tok = iota(T K) / K: a layer without n_tokens)
  * the TCP lowering scatters q's rows into the HBM grid straight from q in DM
  * (each row K times) and rounds x in two passes with one f32 [T, D]

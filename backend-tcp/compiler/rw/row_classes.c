@@ -40,8 +40,8 @@
  * control path's test (an li and a branch, and a jump out of the case
  * taken), which runs ahead of the engines, while a pass's time past its
  * fixed part grows with its rows; so the classes are as fine as the code
- * they copy allows: f = B / 32, at least 8 rows (the first row tile of the
- * legacy emitter), doubling while below the step max(f, B / 16), then every
+ * they copy allows: f = B / 32, at least 8 rows (the first row tile,
+ * docs/tcp-isa.md 7.4), doubling while below the step max(f, B / 16), then every
  * step, then B; a bound less than f below B is left out (at most
  * RC_MAX_BOUNDS). Returns their count (1: no class to add). */
 static uint32_t row_bounds(int64_t B, int64_t *b)

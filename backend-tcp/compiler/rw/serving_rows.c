@@ -10,8 +10,7 @@
  * bound h (taken when the previous bound < count <= h) holds a copy of every
  * op of the run, the row passes cut to h rows; the last case, bound T, holds
  * the original ops. The bounds are f, 2f, 4f, ... below T, then T, with f =
- * T / 32 and at least 8 rows (the legacy emitter's serving row tiles,
- * docs/tcp-isa.md 7.4).
+ * T / 32 and at least 8 rows (serving row tiles, docs/tcp-isa.md 7.4).
  *
  * Cut are row passes: a tu.vec or tu.contract (not scaled) under valid=$count
  * of two or more dimensions into DM whose destination steps along dim 0, no

@@ -9,8 +9,7 @@
  * commands, two of them over T K rows. The scatter alone can read src in
  * place, each row K times: dims [T, K, row], src's view [row, 0, 1] (token
  * t's row for each of its K pairs), the index list's [K, 1] (pair t K + j's
- * position) and the grid's [0, row, 1], as the legacy lowering's
- * W8A8 dispatch does. The rewrite makes that scatter; the gather goes, and
+ * position) and the grid's [0, row, 1]. The rewrite makes that scatter; the gather goes, and
  * so does the copy into HBM when the gather was its only reader, and the
  * pass making tok when nothing else reads it.
  *
