@@ -102,6 +102,7 @@ static uint8_t *file_bytes(const char *path, size_t *len)
 	uint8_t *b = malloc((size_t)n + 1);
 	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
 	fclose(f);
+	b[n] = 0; /* callers search the text with strstr */
 	*len = (size_t)n;
 	return b;
 }
