@@ -84,6 +84,18 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
 /* Whether views x and y name the same buffer, base, register (and its scale)
  * and strides over nd dimensions. */
 bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd);
+/* Whether op q writes buffer t (its destination) / reads it (a source view). */
+static inline bool ts_op_writes(const ts_op *q, int32_t t)
+{
+	return q->in.v[TCP_V_DST].t == t;
+}
+static inline bool ts_op_reads(const ts_op *q, int32_t t)
+{
+	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+		if (q->in.v[w].t == t)
+			return true;
+	return false;
+}
 
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);

@@ -35,18 +35,6 @@ typedef struct fc {
 	uint32_t nrd;
 } fc;
 
-static bool writes(const ts_op *p, ts_id b)
-{
-	return p->in.v[TCP_V_DST].t == (int32_t)b;
-}
-
-static bool reads(const ts_op *p, ts_id b)
-{
-	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
-		if (p->in.v[w].t == (int32_t)b)
-			return true;
-	return false;
-}
 
 static int dep_dist(const ts_op *p, ts_id on)
 {
@@ -109,7 +97,7 @@ static bool reader_ok(const tcp_sched *s, const fc *x, ts_id r)
 	const ts_op *c = &s->op[x->c], *p = &s->op[r];
 	const tcp_insn *ci = &c->in, *in = &p->in;
 	if (in->op != TCP_OP_TU_VEC || p->region != c->region || r <= x->c || dep_dist(p, x->c) != 0 ||
-		in->ndim != ci->ndim || writes(p, x->src))
+		in->ndim != ci->ndim || ts_op_writes(p, x->src))
 		return false;
 	for (int k = 0; k < in->ndim; k++)
 		if (in->dim[k] != ci->dim[k])
@@ -161,11 +149,11 @@ static bool copy_ok(const tcp_sched *s, ts_id c, fc *x)
 		const ts_op *p = &s->op[o];
 		if (o == c)
 			continue;
-		if (writes(p, x->d))
+		if (ts_op_writes(p, x->d))
 			return false;
-		if (writes(p, x->src) && !writer_ok(s, x, o))
+		if (ts_op_writes(p, x->src) && !writer_ok(s, x, o))
 			return false;
-		if (!reads(p, x->d))
+		if (!ts_op_reads(p, x->d))
 			continue;
 		if (x->nrd == sizeof x->rd / sizeof *x->rd || !reader_ok(s, x, o))
 			return false;

@@ -123,14 +123,6 @@ static bool feeder(const tcp_sched *s, const ts_op *o, int64_t B)
 	       view_row(in, d, d->stride[0]) >= 0;
 }
 
-/* whether op q reads buffer t */
-static bool reads(const ts_op *q, int32_t t)
-{
-	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
-		if (q->in.v[w].t == t)
-			return true;
-	return false;
-}
 
 /* whether every op but o that reads o's destination is a cut row pass or
  * (for a row pass) a dma.copy into HBM */
@@ -139,7 +131,7 @@ static bool readers_ok(const rc *c, ts_id o, bool only_passes)
 	const tcp_sched *s = c->s;
 	int32_t t = s->op[o].in.v[TCP_V_DST].t;
 	for (ts_id q = 0; q < s->nop; q++) {
-		if (q == o || !reads(&s->op[q], t))
+		if (q == o || !ts_op_reads(&s->op[q], t))
 			continue;
 		if (c->cut[q] == 1) {
 			if (!same_rows(&s->op[q], &s->op[o]))

@@ -100,13 +100,6 @@ static bool row_pass(const tcp_sched *s, ts_id count, const ts_op *o)
 	return true;
 }
 
-static bool reads(const ts_op *q, int32_t t)
-{
-	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
-		if (q->in.v[w].t == t)
-			return true;
-	return false;
-}
 
 /* whether every op but o that reads o's destination is a row pass under
  * the same count reading its rows (cut or not, it reads no row at or past
@@ -119,7 +112,7 @@ static bool readers_ok(const sr *c, ts_id o)
 		if (s->sc[i].kind == TS_SC_SPM_LD && s->sc[i].buf == (ts_id)t)
 			return false;
 	for (ts_id q = 0; q < s->nop; q++) {
-		if (q == o || !reads(&s->op[q], t))
+		if (q == o || !ts_op_reads(&s->op[q], t))
 			continue;
 		if (!row_pass(s, c->count, &s->op[q]) || !same_rows(&s->op[q], &s->op[o]))
 			return false;

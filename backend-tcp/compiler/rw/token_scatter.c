@@ -33,18 +33,6 @@ typedef struct tsc {
 	int64_t T, K, row, xbase;
 } tsc;
 
-static bool writes(const ts_op *p, ts_id b)
-{
-	return p->in.v[TCP_V_DST].t == (int32_t)b;
-}
-
-static bool reads(const ts_op *p, ts_id b)
-{
-	for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
-		if (p->in.v[w].t == (int32_t)b)
-			return true;
-	return false;
-}
 
 static bool has_dep(const ts_op *p, ts_id on, int dist)
 {
@@ -80,7 +68,7 @@ static ts_id writer(const tcp_sched *s, ts_id b)
 {
 	ts_id w = TS_NONE;
 	for (ts_id o = 0; o < s->nop; o++)
-		if (writes(&s->op[o], b)) {
+		if (ts_op_writes(&s->op[o], b)) {
 			if (w != TS_NONE)
 				return TS_NONE;
 			w = o;
@@ -156,9 +144,9 @@ static bool legal(const tcp_sched *s, tsc *x)
 		  !spm_read(s, x->x) && x->x != x->d;
 	for (ts_id o = 0; o < s->nop && ok; o++) {
 		const ts_op *p = &s->op[o];
-		if ((o != x->sc && reads(p, x->d)) || (o != x->ga && (reads(p, x->h) || writes(p, x->d))))
+		if ((o != x->sc && ts_op_reads(p, x->d)) || (o != x->ga && (ts_op_reads(p, x->h) || ts_op_writes(p, x->d))))
 			ok = false;
-		if (writes(p, x->x))
+		if (ts_op_writes(p, x->x))
 			ok &= o != x->cp && pos[o] < pos[x->cp] && has_dep(&s->op[x->cp], o, 0) && !in_loop(s, o);
 	}
 	ctx_free(s->ctx, pos, 0);
@@ -207,7 +195,7 @@ static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
 	s->op[x->sc].feature = feature;
 	bool tok_read = false;
 	for (ts_id o = 0; o < s->nop; o++)
-		tok_read |= o != x->ga && reads(&s->op[o], x->i);
+		tok_read |= o != x->ga && ts_op_reads(&s->op[o], x->i);
 	uint32_t *pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *pos);
 	ts_op_positions(s, pos);
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
