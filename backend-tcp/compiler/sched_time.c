@@ -179,8 +179,8 @@ static int64_t cost_copy(tl *t, const tcp_insn *in)
 
 /* Row j of an n-row list into a block grid's slots (rows = the caller's
  * loads' grid x B, n = the slots those loads fill): the filled slots
- * ascending, as the simulator's predict mode names them (sim/predict.c
- * slot_row); -1 when the list is not one, or the loads are expected ones. */
+ * ascending (tcp_loads_slots, isa/cost.h), as the simulator's predict mode
+ * names them; -1 when the list is not one, or the loads are expected ones. */
 static int64_t slot_row(tl *t, int64_t rows, int64_t n, int64_t j)
 {
 	const moe_tcp_loads *l = t->given;
@@ -189,14 +189,9 @@ static int64_t slot_row(tl *t, int64_t rows, int64_t n, int64_t j)
 		return -1;
 	if (!t->slots_done) {
 		t->slots_done = true;
-		int64_t filled = 0;
-		for (int64_t b = 0; b < l->nblocks; b++)
-			filled += l->block_rows[b] > 0 ? (l->block_rows[b] < B ? l->block_rows[b] : B) : 0;
+		int64_t filled = tcp_loads_slots(l, B, NULL);
 		t->slots = ctx_alloc(t->ctx, (size_t)(filled > 0 ? filled : 1) * sizeof *t->slots);
-		for (int64_t b = 0, k = 0; b < l->nblocks; b++)
-			for (int64_t r = 0; r < l->block_rows[b] && r < B; r++)
-				t->slots[k++] = b * B + r;
-		t->nslots = filled;
+		t->nslots = tcp_loads_slots(l, B, t->slots);
 	}
 	return t->nslots > 0 && n == t->nslots && j < n ? t->slots[j] : -1;
 }

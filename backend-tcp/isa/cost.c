@@ -184,3 +184,13 @@ int64_t tcp_cost_sub(const tcp_cm *cm, int64_t fp, int64_t own)
 {
 	return tcp_sub_load_cycles(cm->m, fp, own) + cm->m->fill_drain;
 }
+
+int64_t tcp_loads_slots(const moe_tcp_loads *l, int64_t B, int64_t *out)
+{
+	int64_t k = 0;
+	for (int64_t b = 0; b < l->nblocks; b++)
+		for (int64_t r = 0; r < l->block_rows[b] && r < B; r++, k++)
+			if (out)
+				out[k] = b * B + r;
+	return k;
+}

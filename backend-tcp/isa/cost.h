@@ -165,4 +165,10 @@ tcp_cost tcp_cost_contract(const tcp_cm *cm, const tcp_mm_load *l);
  * own DM (sub.ldtrf / sub.ldvrf): the load and the fill/drain. */
 int64_t tcp_cost_sub(const tcp_cm *cm, int64_t fp, int64_t own);
 
+/* The block grid's slots the loads l fill (block b's first min(rows[b], B)
+ * of its B slots, b * B + r), ascending into out (NULL: only counted);
+ * returns their count. The rule both predicted timelines (sim/predict.c,
+ * compiler/sched_time.c) name a dispatch list's rows by, given loads. */
+int64_t tcp_loads_slots(const moe_tcp_loads *l, int64_t B, int64_t *out);
+
 #endif

@@ -255,14 +255,9 @@ static int64_t slot_row(sim *s, int64_t rows, int64_t n, int64_t j)
 		return -1;
 	if (!pr->slots_done) {
 		pr->slots_done = true;
-		int64_t filled = 0;
-		for (int64_t b = 0; b < l->nblocks; b++)
-			filled += l->block_rows[b] > 0 ? (l->block_rows[b] < B ? l->block_rows[b] : B) : 0;
+		int64_t filled = tcp_loads_slots(l, B, NULL);
 		pr->slots = malloc((size_t)(filled > 0 ? filled : 1) * sizeof *pr->slots);
-		for (int64_t b = 0, k = 0; pr->slots && b < l->nblocks; b++)
-			for (int64_t r = 0; r < l->block_rows[b] && r < B; r++)
-				pr->slots[k++] = b * B + r;
-		pr->nslots = pr->slots ? filled : 0;
+		pr->nslots = pr->slots ? tcp_loads_slots(l, B, pr->slots) : 0;
 	}
 	return pr->nslots > 0 && n == pr->nslots && j < n ? pr->slots[j] : -1;
 }
