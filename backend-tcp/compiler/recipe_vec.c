@@ -9,6 +9,7 @@
  * stored), so the values are those of one pass per node. A group's last node
  * may be a reduce (recipe_reduce.c). In a loop body a node masked by the
  * block's rows commits them under valid=$rows. */
+#include <math.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
@@ -409,6 +410,104 @@ bool sb_chain_into(sb *b, moe_id r, const ir_node *shape, const int *pmap, tcp_i
 	return !b->failed;
 }
 
+/* ---- two-sided clamps ---- */
+
+/* the float immediate operand of binary node n (*imm its lane word) and the
+ * other operand; MOE_NONE when n has no such pair */
+static moe_id imm_pair(const sb *b, const ir_node *n, float *imm, uint32_t *bits)
+{
+	if (n->nargs != 2 || !moe_dtype_is_float((moe_dtype)n->dtype))
+		return MOE_NONE;
+	for (int k = 0; k < 2; k++) {
+		const sb_val *c = &b->v[n->args[k]], *o = &b->v[n->args[1 - k]];
+		if (c->kind != SV_IMM || o->kind == SV_IMM || o->kind == SV_IOTA ||
+			SBN(b, n->args[1 - k])->dtype != n->dtype)
+			continue;
+		*bits = c->imm;
+		memcpy(imm, bits, 4);
+		return n->args[1 - k];
+	}
+	return MOE_NONE;
+}
+
+/* Whether node id is max(min(a, hi), lo) of float immediates with lo < hi
+ * and lo non-zero, its min read once (by it), the max in no fusion group,
+ * the min in none or last in [a widening cast, min], both of one shape and
+ * masked alike (the max's pass commits the rows): one pass computes it,
+ * t.flt(a, lo), c.fmin(a, hi), flt.merge(lo, v) (the clip stage holds one
+ * ALU, so the two clips are two passes otherwise). The same lane word: where a < lo,
+ * min(a, hi) = a and the max is lo; elsewhere (NaN included, which the
+ * compare does not tag and both clips propagate) min(a, hi) >= lo, so the
+ * max returns it, and a tie at lo is lo itself (lo non-zero: no signed-zero
+ * tie). Neither value is rounded: the min's commit would store a value of
+ * the type it read. *x: the min, *a: its operand. */
+static bool clamp_of(const sb *b, moe_id id, moe_id *x, moe_id *a, uint32_t *lo, uint32_t *hi)
+{
+	const ir_node *n = SBN(b, id);
+	float l, h;
+	moe_id u;
+	if (n->op != MOE_OP_MAX || group_of(b, id) >= 0)
+		return false;
+	*x = imm_pair(b, n, &l, lo);
+	if (*x == MOE_NONE)
+		return false;
+	const ir_node *xn = SBN(b, *x);
+	if (xn->op != MOE_OP_MIN || readers(b, *x, &u) != 1 || u != id || xn->valid != n->valid || xn->rank != n->rank ||
+		memcmp(xn->shape, n->shape, sizeof(int64_t) * (size_t)n->rank))
+		return false;
+	*a = imm_pair(b, xn, &h, hi);
+	if (*a == MOE_NONE || SBN(b, *a)->rank != n->rank ||
+		memcmp(SBN(b, *a)->shape, n->shape, sizeof(int64_t) * (size_t)n->rank))
+		return false;
+	int64_t k = group_of(b, *x);
+	if (k >= 0) {
+		/* the min's group is [cast of a bf16 value to f32, min]: the pass
+		 * reads the bf16 value, which the fetch widens to the same word */
+		const ir_node *an = SBN(b, *a);
+		if (group_of(b, *a) != k || an->op != MOE_OP_CAST || an->dtype != MOE_F32 || an->nargs != 1 ||
+			SBN(b, an->args[0])->dtype != MOE_BF16 || group_of(b, an->args[0]) == k ||
+			readers(b, *a, &u) != 1 || u != *x || an->valid != n->valid)
+			return false;
+		*a = an->args[0];
+	} else if (group_of(b, *a) >= 0 && sb_fused_member(b, *a)) {
+		return false;
+	}
+	return isfinite(l) && isfinite(h) && l < h && l != 0.0f;
+}
+
+/* whether node id is the min of a clamp its max computes (clamp_of) */
+static bool clamp_member(const sb *b, moe_id id)
+{
+	moe_id u, x, a;
+	uint32_t lo, hi;
+	return SBN(b, id)->op == MOE_OP_MIN && readers(b, id, &u) == 1 && u != MOE_NONE &&
+	       clamp_of(b, u, &x, &a, &lo, &hi) && x == id;
+}
+
+/* The clamp's one pass (clamp_of) at its max, node id. */
+static void clamp_pass(sb *b, moe_id id, moe_id a, uint32_t lo, uint32_t hi)
+{
+	const ir_node *n = SBN(b, id);
+	int64_t one = 1;
+	int nd = n->rank ? n->rank : 1;
+	vpass vp;
+	vp_init(&vp, nd, n->rank ? n->shape : &one);
+	int map[TCP_MAXD];
+	for (int k = 0; k < nd; k++)
+		map[k] = n->rank ? k : -1;
+	vsrc s = operand(b, &vp, a, map, false);
+	step(b, &vp, TCP_V_FTLT, s, SI(lo), id);
+	step(b, &vp, TCP_V_FMIN, s, SI(hi), id);
+	step(b, &vp, TCP_V_MERGE, SI(lo), SV, id);
+	if (b->failed)
+		return;
+	vp.in.v[TCP_V_DST] = sb_mkview(elem_out(b, id), n, nd, map);
+	if (n->valid != MOE_NONE)
+		vp.in.vreg = (int32_t)sb_valid(b, id);
+	vp.in.flags |= TCP_F_ROUTE;
+	sb_emit(b, &vp.in, id);
+}
+
 void sb_elem(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id);
@@ -420,6 +519,14 @@ void sb_elem(sb *b, moe_id id)
 	}
 	if (sb_fused_member(b, id))
 		return; /* computed in its group's pass, at the group's last node */
+	moe_id cx, ca;
+	uint32_t lo, hi;
+	if (clamp_member(b, id))
+		return; /* computed in its max's pass */
+	if (clamp_of(b, id, &cx, &ca, &lo, &hi)) {
+		clamp_pass(b, id, ca, lo, hi);
+		return;
+	}
 	if (sb_widened_operand(b, id) && widened_readers(b, id))
 		return; /* the contractions read its source (recipe_contract.c) */
 	moe_id ch[TCP_MAXSTEP + 1];

@@ -13,8 +13,9 @@
  * Cut are:
  *  - row passes: a tu.vec or tu.contract (not scaled) under valid=$rows of
  *    two or more dimensions whose destination steps along dim 0, no vector
- *    step that filters or reads the dim-0 counter: its rows are independent
- *    of one another, and those past $rows it writes as zero;
+ *    step that compacts (a merge picks per element) or reads the dim-0
+ *    counter: its rows are independent of one another, and those past $rows
+ *    it writes as zero;
  *  - feeders: a dma.copy of B rows into a DM buffer that only row passes
  *    read (the block's rows copied in).
  * Rows [h, B) of what they write are left as an earlier block wrote them, so
@@ -107,7 +108,7 @@ static bool row_pass(const tcp_sched *s, const ts_loop *l, const ts_op *o)
 		return false;
 	for (int i = 0; i < in->nstep; i++) {
 		const tcp_step *st = &in->step[i];
-		if (st->op >= TCP_V_COUNT || tcp_vop_stage[st->op] == TCP_ST_FILTER ||
+		if (st->op >= TCP_V_COUNT || st->op == TCP_V_COMPACT ||
 			((st->x == TCP_SRC_CTR || st->y == TCP_SRC_CTR) && st->ctr == 0))
 			return false;
 	}
