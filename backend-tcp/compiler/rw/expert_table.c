@@ -150,7 +150,10 @@ bool ts_rw_expert_table_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, x) > 0;
 }
 
-/* moves op c from its region to the loop's parent, just before the loop */
+/* moves op c from its region to the loop's parent, just before the loop,
+ * or before the dma.spm staging the loop's controls where that is the last
+ * DMA command before it: the staging waits for routing's last pass, and
+ * the DMA queue, in order, would otherwise hold the copy behind it */
 static void hoist(tcp_sched *s, const ts_loop *l, ts_id c)
 {
 	ts_region *b = &s->rg[s->op[c].region];
@@ -165,6 +168,18 @@ static void hoist(tcp_sched *s, const ts_loop *l, ts_id c)
 	uint32_t at = 0;
 	while (at < p->nitem && p->item[at] != (TS_ITEM_RG | l->region))
 		at++;
+	for (uint32_t k = at; k-- > 0;) {
+		if (TS_ITEM_KIND(p->item[k]) == TS_ITEM_SC)
+			continue;
+		if (TS_ITEM_KIND(p->item[k]) != TS_ITEM_OP)
+			break;
+		int op = s->op[TS_ITEM_ID(p->item[k])].in.op;
+		if (tcp_op_ctx[op] != TCP_CTX_DMA)
+			continue;
+		if (op == TCP_OP_DMA_SPM)
+			at = k;
+		break;
+	}
 	memmove(p->item + at + 1, p->item + at, (p->nitem - 1 - at) * sizeof *p->item);
 	p->item[at] = TS_ITEM_OP | c;
 	s->op[c].region = parent;
