@@ -1,0 +1,146 @@
+/* backend-tcp/compiler/rw/merge_fetches.c: rewrite `merge-fetches`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * With streamed weights, each TRF tile's part of an expert is copied from
+ * HBM into the loop ring's next slot by a DMA command of its own
+ * (recipe_contract.c), and each command pays dma.setup_cycles, serially on
+ * the one in-order DMA queue that streams all the weights. The rewrite
+ * merges two consecutive fetches of one contraction (the same weight, the
+ * same expert register) whose slots are adjacent in the ring (no wrap) into
+ * one three-dimensional copy: dims [2, ...] with the two tiles' source
+ * offset as the outer source stride and the slot size as the outer
+ * destination stride. At most half the ring is written by one command, so
+ * one half fills while the other is read. The merged command waits for
+ * what either fetch waited for (the last readers of both slots), and every
+ * op that waited for the second fetch waits for the merged one. Values are
+ * unchanged: the same bytes land in the same slots before any load reads
+ * them, and no load's slot is written before that load has read it. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+
+/* whether op o is a ring fetch of loop l: a two-dimensional dma.copy from
+ * a weight row in HBM (moved by a register) into a fixed slot of a DM ring
+ * of l->ring slots, inside the body */
+static bool ring_fetch(const tcp_sched *s, const ts_loop *l, ts_id o)
+{
+	const ts_op *q = &s->op[o];
+	const tcp_insn *in = &q->in;
+	const tcp_view *d = &in->v[TCP_V_DST], *v = &in->v[TCP_V_S0];
+	if (in->op != TCP_OP_DMA_COPY || in->ndim != 2 || in->vreg >= 0 || in->flags || d->t < 0 || v->t < 0 ||
+		d->reg >= 0 || v->reg < 0 || in->v[TCP_V_S1].t >= 0 || !ts_region_within(s, q->region, l->body))
+		return false;
+	const ts_buf *r = &s->buf[d->t], *h = &s->buf[v->t];
+	return r->space == TCP_DM && r->slots == l->ring && r->life == TS_LIFE_LOOP && h->space == TCP_HBM;
+}
+
+/* whether ring fetches a and b (b the next after a) can be one command */
+static bool pair(const tcp_sched *s, ts_id a, ts_id b)
+{
+	const tcp_insn *x = &s->op[a].in, *y = &s->op[b].in;
+	const tcp_view *xd = &x->v[TCP_V_DST], *yd = &y->v[TCP_V_DST], *xs = &x->v[TCP_V_S0], *ys = &y->v[TCP_V_S0];
+	int64_t slot = ts_buf_numel(&s->buf[xd->t]);
+	if (s->op[a].region != s->op[b].region || x->dim[0] != y->dim[0] || x->dim[1] != y->dim[1] || xd->t != yd->t ||
+		xs->t != ys->t || xs->reg != ys->reg || xs->scale != ys->scale || yd->base != xd->base + slot ||
+		ys->base <= xs->base)
+		return false;
+	for (int k = 0; k < 2; k++)
+		if (xd->stride[k] != yd->stride[k] || xs->stride[k] != ys->stride[k])
+			return false;
+	return true;
+}
+
+/* The pairs: first[k] the first fetch of pair k, second[k] its next; greedy
+ * over the body's ring fetches in program order. */
+static int pairs(const tcp_sched *s, ts_id *first, ts_id *second, int cap)
+{
+	if (s->nloop != 1)
+		return 0;
+	const ts_loop *l = &s->loop[0];
+	if (l->weights != TS_W_STREAM || l->ring < 4)
+		return 0;
+	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
+	ts_op_positions(s, pos);
+	ts_id *f = ctx_alloc(s->ctx, s->nop * sizeof *f);
+	int nf = 0, np = 0;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (ring_fetch(s, l, o))
+			f[nf++] = o;
+	for (int i = 1; i < nf; i++) /* by program position */
+		for (int j = i; j > 0 && pos[f[j]] < pos[f[j - 1]]; j--) {
+			ts_id t = f[j];
+			f[j] = f[j - 1];
+			f[j - 1] = t;
+		}
+	for (int i = 0; i + 1 < nf && np < cap; i++)
+		if (pair(s, f[i], f[i + 1])) {
+			first[np] = f[i];
+			second[np++] = f[i + 1];
+			i++;
+		}
+	ctx_free(s->ctx, f, 0);
+	ctx_free(s->ctx, pos, 0);
+	return np;
+}
+
+bool ts_rw_merge_fetches_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	ts_id a, b;
+	return pairs(s, &a, &b, 1) > 0;
+}
+
+/* adds dependency (on, dist) to op o unless it has it */
+static void dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
+{
+	for (uint32_t j = 0; j < s->op[o].ndep; j++)
+		if (s->op[o].dep[j] == on && s->op[o].dist[j] == dist)
+			return;
+	ts_add_dep(s, o, on, dist);
+}
+
+moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)e;
+	ts_id *first = ctx_alloc(s->ctx, s->nop * sizeof *first), *second = ctx_alloc(s->ctx, s->nop * sizeof *second);
+	int np = pairs(s, first, second, (int)s->nop);
+	if (!np) {
+		ctx_free(s->ctx, first, 0);
+		ctx_free(s->ctx, second, 0);
+		return MOE_ERR_INVALID;
+	}
+	uint8_t *drop = ctx_alloc(s->ctx, s->nop); /* zeroed */
+	for (int k = 0; k < np; k++) {
+		ts_id a = first[k], b = second[k];
+		tcp_insn *x = &s->op[a].in;
+		const tcp_insn y = s->op[b].in;
+		int64_t slot = ts_buf_numel(&s->buf[x->v[TCP_V_DST].t]);
+		x->ndim = 3;
+		x->dim[2] = x->dim[1];
+		x->dim[1] = x->dim[0];
+		x->dim[0] = 2;
+		for (int w = TCP_V_DST; w <= TCP_V_S0; w++) {
+			tcp_view *v = &x->v[w];
+			v->stride[2] = v->stride[1];
+			v->stride[1] = v->stride[0];
+			v->stride[0] = w == TCP_V_DST ? slot : y.v[TCP_V_S0].base - v->base;
+		}
+		s->op[a].feature = feature;
+		s->op[a].cost = 0;
+		for (uint32_t j = 0; j < s->op[b].ndep; j++)
+			if (s->op[b].dep[j] != a)
+				dep_once(s, a, s->op[b].dep[j], s->op[b].dist[j]);
+		for (ts_id o = 0; o < s->nop; o++)
+			for (uint32_t j = 0; j < s->op[o].ndep && o != a; j++)
+				if (s->op[o].dep[j] == b) {
+					dep_once(s, o, a, s->op[o].dist[j]);
+					break;
+				}
+		drop[b] = 1;
+	}
+	ts_drop_ops(s, drop);
+	ctx_free(s->ctx, drop, 0);
+	ctx_free(s->ctx, first, 0);
+	ctx_free(s->ctx, second, 0);
+	return MOE_OK;
+}
