@@ -414,11 +414,12 @@ static int64_t add_cycles(const sb *b, const tcp_cm *cm, int64_t M, int64_t O, i
 }
 
 /* The tiling of an act=fp8 contraction [M, O, I]: the whole reduction in one
- * TRF tile (qa_plan), or cut into parts of whole 128-chunks, each with as many
- * TRF rows per slice as half the TRF holds, contracted into f32 partials
- * that passes then add in part order, when the predicted main-context time
- * is shorter (few TRF rows per slice leave the contraction waiting on its
- * streamed rows). A part's sum is the same chunk-ordered sum over its chunks;
+ * TRF tile (qa_plan), or cut into parts of whole 128-chunks contracted into
+ * f32 partials that passes then add in part order, with the parts and the
+ * TRF rows per slice (at most half the TRF) whose predicted main-context
+ * time is the shortest (few TRF rows per slice leave the contraction waiting
+ * on its streamed rows; rows that leave slices idle put more outputs, each
+ * with its chunks' scales, on the others). A part's sum is the same chunk-ordered sum over its chunks;
  * the parts' sums are added in order, so the cut changes y's rounding only
  * by that association. ob: the output's bytes. */
 static cplan fp8_split(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
@@ -427,21 +428,43 @@ static cplan fp8_split(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
 	tcp_cm_init(&cm, b->m);
 	cplan best = qa_plan(b, M, O, I, MOE_F8E4M3);
 	int64_t nk = I / QA_CHUNK, half = tcp_trf_bytes(b->m) / 2, best_t = part_cycles(b, &cm, &best, ob);
-	for (int64_t P = 2; P <= nk && P <= QA_MAX_PARTS; P++) {
-		int64_t It = I / P, os = half / It;
-		if (nk % P || os < 2 * best.Os)
-			continue;
-		cplan pl = best;
-		pl.It = It;
-		pl.Os = os < O ? os : O;
-		pl.Opass = O < b->S * pl.Os ? O : b->S * pl.Os;
-		int64_t t = P * part_cycles(b, &cm, &pl, 4) + (P - 1) * add_cycles(b, &cm, M, O, ob);
-		if (t < best_t) {
-			best_t = t;
-			best = pl;
+	for (int64_t P = 1; P <= nk && P <= QA_MAX_PARTS; P++) {
+		int64_t It = I / P, most = half / It < O ? half / It : O;
+		for (int64_t os = 1; os <= most && nk % P == 0; os++) {
+			cplan pl = best;
+			pl.It = It;
+			pl.Os = os;
+			pl.Opass = O < b->S * os ? O : b->S * os;
+			int64_t t = P * part_cycles(b, &cm, &pl, P > 1 ? 4 : ob) + (P - 1) * add_cycles(b, &cm, M, O, ob);
+			if (t < best_t) {
+				best_t = t;
+				best = pl;
+			}
 		}
 	}
 	return best;
+}
+
+/* Buffer t laid out in parts, slice s holding bytes [s p, (s + 1) p), when
+ * that is where a pass over all of it (which gives each slice 1/S of the
+ * elements in order) reads and writes them, so that the passes adding the
+ * partials need no switch for it; else left spread. */
+static void rows_layout(sb *b, ts_id t)
+{
+	ts_buf *tb = &b->s->buf[t];
+	int64_t bytes = ts_buf_numel(tb) * (int64_t)moe_dtype_size((moe_dtype)tb->dtype);
+	if (tb->slots == 1 && bytes % (b->S * b->m->flit_bytes) == 0) {
+		tb->layout.split = TS_SPLIT_ROWS;
+		tb->layout.slice_bytes = bytes / b->S;
+	}
+}
+
+/* An f32 [M, O] partial or running sum (rows_layout). */
+static ts_id sum_buf(sb *b, moe_id id, const char *name, const int64_t *sh)
+{
+	ts_id t = sb_dm_buf(b, id, name, MOE_F32, 2, sh);
+	rows_layout(b, t);
+	return t;
 }
 
 static void fp8_einsum(sb *b, moe_id id)
@@ -462,13 +485,15 @@ static void fp8_einsum(sb *b, moe_id id)
 	if (sa == TS_NONE || xq == TS_NONE)
 		quantize(b, id, x, M, I, &sa, &xq);
 	ts_id C = chunk_scales(b, id, sa, s, M, O, nk);
-	const sb_val *d = sb_out_val(b, id);
 	int64_t P = I / pl.It;
+	const sb_val *d = sb_out_val(b, id);
+	if (P > 1)
+		rows_layout(b, d->buf);
 	const sb_val *dst[QA_MAX_PARTS] = {0};
 	sb_val part[QA_MAX_PARTS] = {0};
 	const int64_t shp[2] = {M, O};
 	for (int64_t p = 0; p < P; p++) {
-		part[p] = P == 1 ? *d : sb_view_of(sb_dm_buf(b, id, "fp8.part", MOE_F32, 2, shp), n);
+		part[p] = P == 1 ? *d : sb_view_of(sum_buf(b, id, "fp8.part", shp), n);
 		dst[p] = &part[p];
 	}
 	ts_id trf[2];
@@ -480,7 +505,7 @@ static void fp8_einsum(sb *b, moe_id id)
 	const int64_t st[2] = {O, 1};
 	sb_val acc = part[0];
 	for (int64_t p = 1; p < P && !b->failed; p++) {
-		sb_val sum = p == P - 1 ? *d : sb_view_of(sb_dm_buf(b, id, "fp8.sum", MOE_F32, 2, shp), n);
+		sb_val sum = p == P - 1 ? *d : sb_view_of(sum_buf(b, id, "fp8.sum", shp), n);
 		tcp_insn in = pass(b, id, 2, shp);
 		in.v[TCP_V_S0] = sb_view_at(&acc, 0, 2, st);
 		in.v[TCP_V_S1] = sb_view_at(&part[p], 0, 2, st);
