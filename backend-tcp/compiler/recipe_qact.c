@@ -117,11 +117,12 @@ static int64_t scale_operand(const moe_graph *bg, moe_id d)
 }
 
 /* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8
- * dequants' scale operands of the loop take at most 1 MiB together, each is
- * copied into DM once before the loop and the body reads expert $e's row in
- * place, so no block fetches a scale (a descriptor of a few hundred bytes,
- * each paying a DMA command's setup). */
-enum { QA_STAGE_BYTES = 1 << 20 };
+ * dequants' scale operands of the loop take at most 4 MiB together (8 KiB of
+ * each slice's DM), each is copied into DM once before the loop and the body
+ * reads expert $e's row in place, so no block fetches a scale (a descriptor
+ * of a few KiB, each paying a DMA command's setup on the context that moves
+ * the experts' weights). */
+enum { QA_STAGE_BYTES = 4 << 20 };
 
 /* W8A8's per-channel scales ws [E, O, 1] staged whole as a table [2 E O]:
  * expert e's scales at e O and a slot for the block's row factors R at E O +
