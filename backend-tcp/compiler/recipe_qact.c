@@ -7,21 +7,27 @@
  * TRF and its block scales s [O/128, I/128] in place:
  *   sa[m, c]   = max_i |x[m, 128c + i]| / 448            tu.vec: f.abs, r.fmax, d.div
  *   xq[m, i]   = e4m3(x[m, i] / sa[m, i / 128])          tu.vec: d.div; the commit rounds to e4m3
- *   C[m, o, c] = sa[m, c] x s[o / 128, c]                 tu.vec: f.mul
- *   y[m, o]    = sum_c C[m, o, c] x sum_{i in c} xq[m, i] q[o, i]   tu.contract flags=scaled
- * The passes and their steps are those of docs/tcp-isa.md 7.10, so y's bits
- * are fixed by them: each output is one scaled f8 x f8 contraction over the whole
- * reduction (one TRF tile holds it: the 128-wide chunks must not straddle
- * an accumulation), whatever the tiling over O. Two einsums that read the
+ *   C[m, c, o] = sa[m, c] x s[o / 128, c]                 tu.vec: f.mul per weight block, then a copy
+ *   y[m, o]    = sum_c C[m, c, o] x sum_{i in c} xq[m, i] q[o, i]   tu.contract flags=scaled
+ * The passes and their steps are those of docs/tcp-isa.md 7.10. A scaled
+ * contraction takes no partial sum (no acc), so one command sums the chunks
+ * of its reduction in chunk order; the reduction is one command, or (where
+ * fp8_split predicts it shorter: few TRF rows per slice starve the MACs) cut
+ * into parts of whole chunks, each contracted into an f32 partial, the
+ * partials added in part order by vector passes: y's rounding then depends
+ * on that cut, not on the tiling over O. Two einsums that read the
  * same activation (gate and up) share its sa and xq (the first one makes
  * them); each makes its own C. In a loop body a node masked by the block's
  * rows computes them under valid=$rows. */
 #include <string.h>
 
 #include "backend-tcp/compiler/sched_build_int.h"
+#include "backend-tcp/isa/cost.h"
 #include "ir/quant.h"
 
-enum { QA_CHUNK = 128 };
+/* QA_MAX_PARTS: the most parts an act=fp8 contraction's reduction is cut
+ * into (fp8_split) */
+enum { QA_CHUNK = 128, QA_MAX_PARTS = 16 };
 
 static int64_t rup(int64_t x, int64_t a)
 {
@@ -111,11 +117,12 @@ static int64_t scale_operand(const moe_graph *bg, moe_id d)
 }
 
 /* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8
- * dequants' scale operands of the loop take at most 1 MiB together, each is
- * copied into DM once before the loop and the body reads expert $e's row in
- * place, so no block fetches a scale (a descriptor of a few hundred bytes,
- * each paying a DMA command's setup). */
-enum { QA_STAGE_BYTES = 1 << 20 };
+ * dequants' scale operands of the loop take at most 4 MiB together (8 KiB of
+ * each slice's DM), each is copied into DM once before the loop and the body
+ * reads expert $e's row in place, so no block fetches a scale (a descriptor
+ * of a few KiB, each paying a DMA command's setup on the context that moves
+ * the experts' weights). */
+enum { QA_STAGE_BYTES = 4 << 20 };
 
 /* W8A8's per-channel scales ws [E, O, 1] staged whole as a table [2 E O]:
  * expert e's scales at e O and a slot for the block's row factors R at E O +
@@ -243,19 +250,29 @@ static void quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts
 	sb_emit(b, &p2, id);
 }
 
-/* C[m, o, c] = sa[m, c] x s[o / 128, c] over [M, O/128, 128, nk]: one pass. */
+/* C[m, c, o] = sa[m, c] x s[o / 128, c], laid out [M, nk, O] so that the
+ * operands repeat along the innermost loop (128 outputs of one weight block):
+ * first the distinct products Cs[m, c, o / 128] (one pass over 1/128 of C),
+ * then a copy of each to its 128 outputs (a pass without ALU steps: the lane
+ * words unchanged, at the integer rate, and its one stream read once per 128
+ * outputs). C's bits are the products'. */
 static ts_id chunk_scales(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M, int64_t O, int64_t nk)
 {
-	const int64_t shc[3] = {M, O, nk}, dim[4] = {M, O / QA_CHUNK, QA_CHUNK, nk};
-	const int64_t sas[4] = {nk, 0, 0, 1}, ss[4] = {0, s->stride[0], 0, s->stride[1]};
-	const int64_t cs[4] = {O * nk, QA_CHUNK * nk, nk, 1};
-	ts_id C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
-	tcp_insn in = pass(b, id, 4, dim);
-	in.v[TCP_V_S0] = buf_view(sa, 4, sas);
-	in.v[TCP_V_S1] = sb_view_at(s, 0, 4, ss);
-	in.v[TCP_V_DST] = buf_view(C, 4, cs);
+	int64_t nb = O / QA_CHUNK;
+	const int64_t shs[3] = {M, nk, nb}, dims[3] = {M, nk, nb}, shc[3] = {M, nk, O}, dim[4] = {M, nk, nb, QA_CHUNK};
+	const int64_t sas[3] = {nk, 1, 0}, ss[3] = {0, s->stride[1], s->stride[0]}, css[3] = {nk * nb, nb, 1};
+	const int64_t cw[4] = {nk * nb, nb, 1, 0}, cs[4] = {nk * O, O, QA_CHUNK, 1};
+	ts_id Cs = sb_dm_buf(b, id, "fp8.bscale", MOE_F32, 3, shs), C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
+	tcp_insn in = pass(b, id, 3, dims);
+	in.v[TCP_V_S0] = buf_view(sa, 3, sas);
+	in.v[TCP_V_S1] = sb_view_at(s, 0, 3, ss);
+	in.v[TCP_V_DST] = buf_view(Cs, 3, css);
 	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	sb_emit(b, &in, id);
+	tcp_insn cp = pass(b, id, 4, dim);
+	cp.v[TCP_V_S0] = buf_view(Cs, 4, cw);
+	cp.v[TCP_V_DST] = buf_view(C, 4, cs);
+	sb_emit(b, &cp, id);
 	return C;
 }
 
@@ -316,7 +333,7 @@ static cplan w8a8_plan(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
  * pass), at the two halves of TRF. */
 static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 {
-	int ntile = (pl->O + pl->Opass - 1) / pl->Opass > 1 ? 2 : 1;
+	int ntile = (pl->O + pl->Opass - 1) / pl->Opass * (pl->I / pl->It) > 1 ? 2 : 1;
 	int64_t half = tcp_trf_bytes(b->m) / 2, sh[2] = {pl->Opass, pl->It};
 	int64_t fp = rup(pl->Os * pl->It, b->m->flit_bytes), share = rup((pl->Opass * pl->It + b->S - 1) / b->S,
 		b->m->flit_bytes);
@@ -330,42 +347,125 @@ static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 	}
 }
 
-/* y = xq q^T scaled by C (views over (m, o, chunk)): per pass of O a sub
- * load of q's rows and one scaled contraction. */
+/* y = xq q^T scaled by C (views over (m, o, chunk)): per part of the
+ * reduction (pl->It elements; one part unless fp8_split cut it) and per pass
+ * of O a sub load of q's rows and one scaled contraction, part p into d[p]. */
 static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, tcp_view cs,
-	const sb_val *d, bool rowdiv)
+	const sb_val *const *d, bool rowdiv)
 {
 	ts_id first[2] = {TS_NONE, TS_NONE}, last[2] = {TS_NONE, TS_NONE};
-	int64_t I = pl->I;
+	int64_t I = pl->It;
 	int k = 0;
-	for (int64_t o0 = 0; o0 < pl->O && !b->failed; o0 += pl->Opass) {
-		int64_t on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass;
-		int cur = k;
-		k = trf[1] != TS_NONE ? k ^ 1 : 0;
-		const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
-		tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st), sb_view_at(q, o0 * q->stride[0], 2, qs),
-			true);
-		ts_id lo = sb_emit(b, &ld, id);
-		if (first[cur] == TS_NONE)
-			first[cur] = lo;
-		const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d->stride[0], d->stride[1]};
-		tcp_view s2 = cs;
-		s2.base += o0 * cs.stride[1];
-		if (rowdiv) /* the row factors stay where they are */
-			s2.stride[2] -= o0 * cs.stride[1];
-		tcp_insn in = tcp_b_contract(cdim, sb_view_at(d, o0 * d->stride[1], 2, ds), xq, buf_view(trf[cur], 3, ts),
-			tcp_view_none(), pl->Os < on ? pl->Os : on);
-		in.v[TCP_V_S2] = s2;
-		in.flags = TCP_F_SCALED | TCP_F_ROUTE | (rowdiv ? TCP_F_ROWDIV : 0);
-		in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
-		last[cur] = sb_emit(b, &in, id);
-	}
+	for (int64_t i0 = 0, p = 0; i0 < pl->I && !b->failed; i0 += I, p++)
+		for (int64_t o0 = 0; o0 < pl->O && !b->failed; o0 += pl->Opass) {
+			int64_t on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass;
+			int cur = k;
+			k = trf[1] != TS_NONE ? k ^ 1 : 0;
+			const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
+			tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st),
+				sb_view_at(q, o0 * q->stride[0] + i0 * q->stride[1], 2, qs), true);
+			ts_id lo = sb_emit(b, &ld, id);
+			if (first[cur] == TS_NONE)
+				first[cur] = lo;
+			const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d[p]->stride[0], d[p]->stride[1]};
+			tcp_view s2 = cs, a = xq;
+			s2.base += o0 * cs.stride[1] + i0 / QA_CHUNK * cs.stride[2];
+			a.base += i0 * xq.stride[2];
+			if (rowdiv) /* the row factors stay where they are */
+				s2.stride[2] -= o0 * cs.stride[1];
+			tcp_insn in = tcp_b_contract(cdim, sb_view_at(d[p], o0 * d[p]->stride[1], 2, ds), a,
+				buf_view(trf[cur], 3, ts), tcp_view_none(), pl->Os < on ? pl->Os : on);
+			in.v[TCP_V_S2] = s2;
+			in.flags = TCP_F_SCALED | TCP_F_ROUTE | (rowdiv ? TCP_F_ROWDIV : 0);
+			in.vreg = SBN(b, id)->valid != MOE_NONE ? (int32_t)b->rows : -1;
+			last[cur] = sb_emit(b, &in, id);
+		}
 	for (int t = 0; t < 2; t++)
 		if (trf[t] != TS_NONE && first[t] != TS_NONE) {
 			b->s->buf[trf[t]].life = TS_LIFE_SPAN;
 			b->s->buf[trf[t]].first = first[t];
 			b->s->buf[trf[t]].last = last[t];
 		}
+}
+
+/* The main context's cycles of the scaled f8 contractions of one part of
+ * pl's reduction (pl->It elements; every operand over the switch, as the
+ * recipe's passes take them), by the cost rules of docs/tcp-isa.md 10.
+ * ob: bytes per output committed. */
+static int64_t part_cycles(const sb *b, const tcp_cm *cm, const cplan *pl, int64_t ob)
+{
+	int64_t S = b->S, total = 0, out = ob + 4 * (pl->It / QA_CHUNK);
+	for (int64_t o0 = 0; o0 < pl->O; o0 += pl->Opass) {
+		int64_t on = pl->O - o0 < pl->Opass ? pl->O - o0 : pl->Opass, t = pl->Os < on ? pl->Os : on;
+		int64_t cg = cdiv(on, t), R = S / cg > 0 ? S / cg : 1, bs = cdiv(pl->M, R);
+		tcp_mm_load l = {bs, t, pl->It, cdiv(cg, S), TCP_MT_F8, false, 1, out, bs * pl->It + bs * t * out,
+			S < cg * R ? S : cg * R, false};
+		total += tcp_cost_contract(cm, &l).total + tcp_cost_issue(cm, TCP_CTX_MAIN);
+	}
+	return total;
+}
+
+/* The cycles of one pass adding two f32 [M, O] values into ob-byte outputs. */
+static int64_t add_cycles(const sb *b, const tcp_cm *cm, int64_t M, int64_t O, int64_t ob)
+{
+	int64_t lw = b->m->flit_bytes / 4, units = cdiv(M * O, lw), used = units < b->S ? units : b->S;
+	int64_t pe = cdiv(units, used) * lw, rd = cdiv(pe * 4, b->m->fetch_bytes);
+	tcp_vec_load l = {pe, true, 1, 2 * rd, 2, cdiv(pe * ob, b->m->fetch_bytes), pe * (8 + ob), used, false};
+	return tcp_cost_vec(cm, &l).total + tcp_cost_issue(cm, TCP_CTX_MAIN);
+}
+
+/* The tiling of an act=fp8 contraction [M, O, I]: the whole reduction in one
+ * TRF tile (qa_plan), or cut into parts of whole 128-chunks contracted into
+ * f32 partials that passes then add in part order, with the parts and the
+ * TRF rows per slice (at most half the TRF) whose predicted main-context
+ * time is the shortest (few TRF rows per slice leave the contraction waiting
+ * on its streamed rows; rows that leave slices idle put more outputs, each
+ * with its chunks' scales, on the others). A part's sum is the same chunk-ordered sum over its chunks;
+ * the parts' sums are added in order, so the cut changes y's rounding only
+ * by that association. ob: the output's bytes. */
+static cplan fp8_split(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
+{
+	tcp_cm cm;
+	tcp_cm_init(&cm, b->m);
+	cplan best = qa_plan(b, M, O, I, MOE_F8E4M3);
+	int64_t nk = I / QA_CHUNK, half = tcp_trf_bytes(b->m) / 2, best_t = part_cycles(b, &cm, &best, ob);
+	for (int64_t P = 1; P <= nk && P <= QA_MAX_PARTS; P++) {
+		int64_t It = I / P, most = half / It < O ? half / It : O;
+		for (int64_t os = 1; os <= most && nk % P == 0; os++) {
+			cplan pl = best;
+			pl.It = It;
+			pl.Os = os;
+			pl.Opass = O < b->S * os ? O : b->S * os;
+			int64_t t = P * part_cycles(b, &cm, &pl, P > 1 ? 4 : ob) + (P - 1) * add_cycles(b, &cm, M, O, ob);
+			if (t < best_t) {
+				best_t = t;
+				best = pl;
+			}
+		}
+	}
+	return best;
+}
+
+/* Buffer t laid out in parts, slice s holding bytes [s p, (s + 1) p), when
+ * that is where a pass over all of it (which gives each slice 1/S of the
+ * elements in order) reads and writes them, so that the passes adding the
+ * partials need no switch for it; else left spread. */
+static void rows_layout(sb *b, ts_id t)
+{
+	ts_buf *tb = &b->s->buf[t];
+	int64_t bytes = ts_buf_numel(tb) * (int64_t)moe_dtype_size((moe_dtype)tb->dtype);
+	if (tb->slots == 1 && bytes % (b->S * b->m->flit_bytes) == 0) {
+		tb->layout.split = TS_SPLIT_ROWS;
+		tb->layout.slice_bytes = bytes / b->S;
+	}
+}
+
+/* An f32 [M, O] partial or running sum (rows_layout). */
+static ts_id sum_buf(sb *b, moe_id id, const char *name, const int64_t *sh)
+{
+	ts_id t = sb_dm_buf(b, id, name, MOE_F32, 2, sh);
+	rows_layout(b, t);
+	return t;
 }
 
 static void fp8_einsum(sb *b, moe_id id)
@@ -377,8 +477,8 @@ static void fp8_einsum(sb *b, moe_id id)
 	const sb_val *x = s ? sb_dm_val(b, n->args[0]) : NULL;
 	if (!x)
 		return;
-	cplan pl = qa_plan(b, M, O, I, MOE_F8E4M3);
-	if (pl.Os * I > tcp_trf_bytes(b->m) / 2) {
+	cplan pl = fp8_split(b, M, O, I, (int64_t)moe_dtype_size((moe_dtype)n->dtype));
+	if (pl.Os * pl.It > tcp_trf_bytes(b->m) / 2) {
 		sb_err(b, id, "act=fp8: a reduction of %lld does not fit half of TRF", (long long)I);
 		return;
 	}
@@ -386,11 +486,35 @@ static void fp8_einsum(sb *b, moe_id id)
 	if (sa == TS_NONE || xq == TS_NONE)
 		quantize(b, id, x, M, I, &sa, &xq);
 	ts_id C = chunk_scales(b, id, sa, s, M, O, nk);
+	int64_t P = I / pl.It;
 	const sb_val *d = sb_out_val(b, id);
+	if (P > 1)
+		rows_layout(b, d->buf);
+	const sb_val *dst[QA_MAX_PARTS] = {0};
+	sb_val part[QA_MAX_PARTS] = {0};
+	const int64_t shp[2] = {M, O};
+	for (int64_t p = 0; p < P; p++) {
+		part[p] = P == 1 ? *d : sb_view_of(sum_buf(b, id, "fp8.part", shp), n);
+		dst[p] = &part[p];
+	}
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_F8E4M3, trf);
-	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, nk, 1};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), d, false);
+	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, 1, O};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), dst, false);
+	/* y = ((p0 + p1) + p2) ...: each running sum in a buffer of its own, the
+	 * last into y */
+	const int64_t st[2] = {O, 1};
+	sb_val acc = part[0];
+	for (int64_t p = 1; p < P && !b->failed; p++) {
+		sb_val sum = p == P - 1 ? *d : sb_view_of(sum_buf(b, id, "fp8.sum", shp), n);
+		tcp_insn in = pass(b, id, 2, shp);
+		in.v[TCP_V_S0] = sb_view_at(&acc, 0, 2, st);
+		in.v[TCP_V_S1] = sb_view_at(&part[p], 0, 2, st);
+		in.v[TCP_V_DST] = sb_view_at(&sum, 0, 2, st);
+		step(&in, TCP_V_FADD, TCP_SRC_V, TCP_SRC_S1, 0);
+		sb_emit(b, &in, id);
+		acc = sum;
+	}
 }
 
 /* ---- W8A8 (act="int8"): int8 activations per token, i8 x i8 contractions ----
@@ -650,7 +774,7 @@ static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
 	const int64_t xs[3] = {x->stride[0], 0, x->stride[1]};
-	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), cv, d, false);
+	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), cv, &d, false);
 }
 
 static void w8a8_einsum(sb *b, moe_id id)
@@ -715,7 +839,7 @@ static void w8a8_einsum(sb *b, moe_id id)
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
 	const int64_t xs[3] = {I, 0, 1};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), cv, d, rowdiv);
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), cv, &d, rowdiv);
 }
 
 /* The chain of einsum u's W8A8 activation: in[i] for every node of (xf, a]

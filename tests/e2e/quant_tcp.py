@@ -238,6 +238,22 @@ def main():
             print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
                   "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
             failed += not good
+        # 3a. act=fp8 with a reduction cut into parts (recipe_qact.c fp8_split: D = 4096 leaves
+        # 8 TRF rows per slice for one tile of the whole reduction, so gate and up are
+        # contracted in parts of whole 128-chunks whose f32 partials are added in order):
+        # the cut is in the schedule, and y keeps the tolerance against DeepSeek's scheme
+        d = synth(tmp, "parts", 4096, 1024, T=128, seed=13)
+        moe, sch = os.path.join(tmp, "p.moe"), os.path.join(tmp, "p.tsched")
+        run([moec, "import-hf", os.path.join(d, "config.json"), "--tokens", "128", "--set", "dtype=bf16", "-o", moe])
+        run([moec, "compile", moe, "-o", sch, "--quant-act=fp8", "--emit=tcp-sched"])
+        parts = sum('"fp8.part"' in l for l in open(sch).read().splitlines())
+        y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
+                       os.path.join(d, "x.npy"), 128, extra=["--quant-act=fp8"])
+        err = rel_err(y, float_ref(d, np.load(os.path.join(d, "x.npy")), patch=fp8_patch))
+        good = parts >= 4 and err <= TOL
+        print("%-4s tcp act=fp8  synthetic D=4096 F=1024 T=128, %d partial buffers: max|err| = %.2e x max|y| "
+              "against DeepSeek's fp8 scheme" % ("ok" if good else "FAIL", parts, err))
+        failed += not good
         # 3b. act=fp8 block loop (issue #14, decode at HBM rate): the gate and up values are one packed
         # [E, 2F, D] tensor (one fetch per block), the scales are copied into DM once before the loop,
         # the activation of gate and up is quantized once; the .tcpb binds the same checkpoint and gives
