@@ -13,13 +13,6 @@
 #define IR_GK_MOE_BLOCK "moe_block"         /* B, rows per block */
 #define IR_GK_MOE_ROW_BYTES "moe_row_bytes" /* D x element size */
 #define IR_GK_GRID_BLOCKS "grid_blocks"     /* G, blocks allocated in the grid */
-/* blockwise-dispatch: the block grid's control values, as node ids (kept
- * valid by every rewrite, see ir_graph_remap_node_keys): the block region is
- * every node masked by the per-block valid rows, and the weight gathers by
- * the block experts masked by nblocks (the TCP lowering's block loop). */
-#define IR_GK_BLOCK_ROWS "block_rows"     /* [G] i32: valid rows of each block */
-#define IR_GK_NBLOCKS "nblocks"           /* scalar i32: blocks in use */
-#define IR_GK_BLOCK_EXPERT "block_expert" /* [G] i32: each block's expert */
 /* blockwise-dispatch, serving layers (an n_tokens input): T, the most real
  * tokens, for the executors' range check (runtime/tokens.c) */
 #define IR_GK_SERVING_TOKENS_MAX "serving_tokens_max"
@@ -50,19 +43,5 @@
 /* tcp-plan-fusion: the machine facts its marks were planned for (a nonzero
  * fingerprint); a backend for another machine plans again by the rule. */
 #define IR_GK_TCP_FUSION_PLAN "tcp_fusion_plan"
-
-/* The keys above whose value is a node id (-1: none). */
-extern const char *const ir_node_keys[];
-enum { IR_NNODE_KEYS = 3 };
-
-/* The node id under key in g, MOE_NONE when absent or out of range. */
-moe_id ir_graph_node_attr(const moe_graph *g, const char *key);
-/* After a rewrite of src into dst through map (src id -> dst id, MOE_NONE:
- * dropped): every node-id key dst does not hold yet gets src's node mapped
- * (-1 when that node is gone). Keys dst already holds were set by the
- * rewrite itself and stay. */
-void ir_graph_remap_node_keys(moe_graph *dst, const moe_graph *src, const moe_id *map);
-/* Remove the node-id keys from g (before a rewrite that maps them). */
-void ir_graph_drop_node_keys(moe_graph *g);
 
 #endif

@@ -422,7 +422,6 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 		}
 	}
 	moe_graph *dst = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(dst);
 	moe_id cyc = MOE_NONE;
 	bool ok = true;
 	uint32_t *next = ctx_alloc(ctx, (nn + 1) * sizeof *next);
@@ -433,7 +432,6 @@ moe_status moe_graph_compact(moe_ctx *ctx, moe_graph *g, moe_id *map)
 	if (ok) {
 		for (uint32_t i = 0; i < g->nout; i++)
 			moe_graph_add_output(dst, m[g->outputs[i]]);
-		ir_graph_remap_node_keys(dst, g, m);
 		ir_graph_take(g, dst);
 		if (map)
 			memcpy(map, m, nn * sizeof *m);

@@ -755,10 +755,6 @@ PASS(pass_blockwise_dispatch)
 			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_BLOCK, c.B);
 			ir_graph_set_attr_int(rb.dst, IR_GK_MOE_ROW_BYTES, c.D * (int64_t)moe_dtype_size(c.t));
 			ir_graph_set_attr_int(rb.dst, IR_GK_GRID_BLOCKS, c.G);
-			/* the block region, explicitly (the TCP lowering's block loop) */
-			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, c.rows);
-			ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, c.nblocks);
-			ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, c.bexp);
 			if (ntok != MOE_NONE)
 				ir_graph_set_attr_int(rb.dst, IR_GK_SERVING_TOKENS_MAX, c.T);
 		}

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ir/graph_keys.h"
 #include "ir/ir.h"
 #include "moec/passes.h"
 
@@ -120,12 +119,6 @@ moe_module *moe_ep_phase_graph(moe_ctx *ctx, const moe_graph *g, const int *leve
 			ids[*nids] = i;
 		}
 		*nids += out;
-	}
-	/* the block grid's node keys, in the phase that holds the grid */
-	for (int k2 = 0; k2 < IR_NNODE_KEYS; k2++) {
-		moe_id old = ir_graph_node_attr(g, ir_node_keys[k2]);
-		if (old != MOE_NONE && map[old] != MOE_NONE && level[old] == k)
-			ir_graph_set_attr_int(d, ir_node_keys[k2], map[old]);
 	}
 	free(map);
 	free(recv);

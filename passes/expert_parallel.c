@@ -508,10 +508,6 @@ static void rewrite(moe_graph *g, moe_id ex, ep *c, const uint8_t *m)
 		rb.map[i] = y;
 	}
 	record(rb.dst, c);
-	/* the block region, as blockwise-dispatch names it (the TCP lowering's block loop) */
-	ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_ROWS, c->rows);
-	ir_graph_set_attr_int(rb.dst, IR_GK_NBLOCKS, c->nblocks);
-	ir_graph_set_attr_int(rb.dst, IR_GK_BLOCK_EXPERT, c->bexp);
 	ir_graph_set_attr_int(rb.dst, IR_GK_MOE_BLOCK, c->B);
 	ir_graph_set_attr_int(rb.dst, IR_GK_GRID_BLOCKS, c->G);
 	rebuild_end(&rb);

@@ -99,8 +99,7 @@ static const struct {
  * that is not registered skips it, as its target's backend runs the pass
  * itself on a graph that has not been through it. */
 static const char *const target_passes[] = {
-	"tcp-w8a8-act-once", "tcp-pack-gate-up", "tcp-pair-gate-up", "tcp-pair-down", "tcp-row-chunks",
-	"tcp-einsum-canon", "tcp-plan-fusion"};
+	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-einsum-canon", "tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
 {
@@ -517,7 +516,6 @@ void rebuild_begin(rebuild *r, moe_graph *g)
 {
 	r->src = g;
 	r->dst = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(r->dst); /* mapped by rebuild_end unless the pass sets them */
 	r->map = ctx_alloc(g->ctx, ((size_t)g->nnodes + 1) * sizeof *r->map);
 	for (uint32_t i = 0; i < g->nnodes; i++)
 		r->map[i] = MOE_NONE;
@@ -538,7 +536,6 @@ void rebuild_end(rebuild *r)
 {
 	for (uint32_t i = 0; i < r->src->nout; i++)
 		moe_graph_add_output(r->dst, r->map[r->src->outputs[i]]);
-	ir_graph_remap_node_keys(r->dst, r->src, r->map);
 	ctx_free(r->src->ctx, r->map, ((size_t)r->src->nnodes + 1) * sizeof *r->map);
 	ir_graph_take(r->src, r->dst);
 }

@@ -14,9 +14,9 @@
  * executor still runs the graph; the TCP backend (backend-tcp/compiler/prep.c) reads
  * the marks and splits the graph into the device program, where each packed
  * node is a weight leaf, and the prep graph that computes them. GPTQ
- * dequants of expert weights are first rewritten to be computed from the
- * weights alone (gptq_at_bind on a flattened graph, gptq_loops_at_bind on
- * one that keeps its block loops), so they are packed too. */
+ * dequants of expert weights in a block_loop's body are first rewritten to
+ * be computed from the weights alone (gptq_loops_at_bind), so they are
+ * packed too. */
 #include <string.h>
 
 #include "passes/pass.h"
@@ -119,88 +119,6 @@ uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
 	return npack;
 }
 
-/* A GPTQ dequant of per-block gathers (blockwise-dispatch's
- * dequant(gather(q, e), gather(s, e), gather(z, e), gather(g, e))) of weights. */
-static bool gptq_of_gathers(const moe_graph *g, moe_id d)
-{
-	const ir_node *n = N(g, d);
-	if (n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "gptq") || n->nargs != 4)
-		return false;
-	const ir_node *g0 = N(g, n->args[0]);
-	for (uint32_t k = 0; k < 4; k++) {
-		const ir_node *a = N(g, n->args[k]);
-		if (a->op != MOE_OP_GATHER || a->nargs != 2 || ir_attr_int(a, "axis", 0) != 0 || a->args[1] != g0->args[1] ||
-			a->valid != g0->valid || !free_view(g, a->args[0]))
-			return false;
-	}
-	return true;
-}
-
-/* GPTQ on TCP is dequantized when the weights are bound: g_idx maps every
- * input channel to its group, so a per-block decode would need each column's
- * scale and zero point (the expanded scales alone, f32 per weight, outweigh
- * the dequantized weight's 2 bytes in bf16) or a per-expert permutation of
- * the activation's columns, which the DMA and vector engines cannot do.
- * dequant(gather(q, e), ...) becomes gather(dequant(q, s, z, g), e): the
- * dequant is then computed from weights only and packed below. */
-static moe_status gptq_at_bind(moe_ctx *ctx, moe_graph *g)
-{
-	uint32_t nn = g->nnodes;
-	bool any = false;
-	for (moe_id i = 0; i < nn && !any; i++)
-		any = gptq_of_gathers(g, i);
-	if (!any)
-		return MOE_OK;
-	bool *only = ctx_alloc(ctx, nn + 1); /* a gather read by such dequants only */
-	for (moe_id i = 0; i < nn; i++)
-		only[i] = N(g, i)->op == MOE_OP_GATHER;
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; k <= n->nargs; k++) {
-			moe_id a = k < n->nargs ? n->args[k] : n->valid;
-			if (a != MOE_NONE && !gptq_of_gathers(g, i))
-				only[a] = false;
-		}
-	}
-	for (uint32_t o = 0; o < g->nout; o++)
-		only[g->outputs[o]] = false;
-	rebuild r;
-	rebuild_begin(&r, g);
-	moe_status st = MOE_OK;
-	for (moe_id i = 0; i < nn && st == MOE_OK; i++) {
-		const ir_node *n = N(g, i);
-		if (only[i])
-			continue;
-		if (!gptq_of_gathers(g, i)) {
-			rebuild_copy(&r, i);
-			continue;
-		}
-		const ir_node *g0 = N(g, n->args[0]);
-		moe_id w[4]; /* the weights themselves */
-		for (uint32_t k = 0; k < 4; k++)
-			w[k] = r.map[N(g, n->args[k])->args[0]];
-		moe_id d = moe_node_new(r.dst, MOE_OP_DEQUANT, w, 4, n->loc);
-		for (uint32_t a = 0; a < n->nattrs; a++)
-			ir_attr_set(r.dst, N(r.dst, d), &n->attrs[a]);
-		st = ir_infer(ctx, r.dst, d);
-		moe_id x[2] = {d, r.map[g0->args[1]]};
-		moe_id ga = st == MOE_OK ? moe_node_new(r.dst, MOE_OP_GATHER, x, 2, n->loc) : MOE_NONE;
-		if (st == MOE_OK) {
-			moe_node_set_int(r.dst, ga, "axis", 0);
-			moe_node_set_valid(r.dst, ga, n->valid == MOE_NONE ? MOE_NONE : r.map[n->valid]);
-			st = ir_infer(ctx, r.dst, ga);
-		}
-		r.map[i] = ga;
-	}
-	ctx_free(ctx, only, nn + 1);
-	if (st != MOE_OK) {
-		rebuild_abort(&r);
-		return st;
-	}
-	rebuild_end(&r);
-	return MOE_OK;
-}
-
 /* The data input a body node reads when it is a blockarg of one, else -1. */
 static int in_index(const ir_node *n)
 {
@@ -215,7 +133,7 @@ static int e_input(const char *kinds, const moe_graph *body, moe_id a)
 }
 
 /* A GPTQ dequant of body node d whose four operands are `e` inputs of loop l
- * that are weights: the loop form of gptq_of_gathers. */
+ * that are weights (or free views of one). */
 static bool gptq_of_inputs(const moe_graph *g, const ir_node *l, const moe_graph *body, moe_id d)
 {
 	const ir_node *n = N(body, d);
@@ -295,8 +213,7 @@ static void gloop_body(const gloop *c, moe_graph *nb, moe_id *bmap)
 
 /* Loop l of r->src, copied with each GPTQ dequant of weights' `e` inputs in
  * its body computed outside, from the weights themselves, and read by the
- * body as an `e` input (blockwise-dispatch's loop form of what gptq_at_bind
- * does to the flat graph); inputs read by such dequants only are dropped. */
+ * body as an `e` input; inputs read by such dequants only are dropped. */
 static moe_status gptq_loop(moe_ctx *ctx, rebuild *r, moe_id l)
 {
 	const moe_graph *g = r->src;
@@ -371,9 +288,13 @@ static bool gptq_in_loop(const moe_graph *g, moe_id l)
 	return false;
 }
 
-/* GPTQ in a graph that keeps its block loops (the tcp-sched pipeline): as
- * gptq_at_bind, each such dequant of a loop body becomes an `e` input that
- * is the dequant of the weights, computed from weights only and packed. */
+/* GPTQ on TCP is dequantized when the weights are bound: g_idx maps every
+ * input channel to its group, so a per-block decode would need each column's
+ * scale and zero point (the expanded scales alone, f32 per weight, outweigh
+ * the dequantized weight's 2 bytes in bf16) or a per-expert permutation of
+ * the activation's columns, which the DMA and vector engines cannot do. Each
+ * such dequant of a loop body becomes an `e` input that is the dequant of
+ * the weights, computed from weights only and packed below. */
 static moe_status gptq_loops_at_bind(moe_ctx *ctx, moe_graph *g)
 {
 	uint32_t nn = g->nnodes;
@@ -402,9 +323,7 @@ PASS(pass_tcp_split_weights)
 {
 	(void)opts;
 	(void)ud;
-	moe_status st = gptq_at_bind(ctx, g);
-	if (st == MOE_OK)
-		st = gptq_loops_at_bind(ctx, g);
+	moe_status st = gptq_loops_at_bind(ctx, g);
 	if (st != MOE_OK)
 		return st;
 	uint32_t nn = g->nnodes;

@@ -79,7 +79,6 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		for (uint32_t o = 0; o < g->nout; o++)
 			mark(g, g->outputs[o], need, pack);
 		dev = ir_graph_clone_empty(g);
-		ir_graph_drop_node_keys(dev);
 		uint32_t k = 0;
 		for (moe_id i = 0; i < nn; i++) {
 			map[i] = MOE_NONE;
@@ -98,7 +97,6 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		}
 		for (uint32_t o = 0; o < g->nout; o++)
 			moe_graph_add_output(dev, map[g->outputs[o]]);
-		ir_graph_remap_node_keys(dev, g, map);
 		if (dev_of)
 			memcpy(dev_of, map, nn * sizeof *map);
 		/* the prep graph: the packed nodes and everything they read */
@@ -109,7 +107,6 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module *pm = moe_module_new(ctx);
 		moe_module_add_graph(pm, g->name ? g->name : "prep");
 		moe_graph *pg = ir_graph_clone_empty(g);
-		ir_graph_drop_node_keys(pg); /* the block grid is the device graph's */
 		for (uint32_t a = pg->meta.nattrs; a-- > 0;) /* the TCP passes' records (tcp_*) */
 			if (!strncmp(pg->meta.attrs[a].key, "tcp_", 4))
 				drop_key(&pg->meta, pg->meta.attrs[a].key);

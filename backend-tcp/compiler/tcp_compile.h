@@ -20,9 +20,6 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
 	const int64_t *tiles, int ntiles);
 
-/* rowchunk.c: g with its row-wise tail computed in *nchunks row chunks that
- * fit DM, or NULL (*nchunks 0) when the tail fits (or there is none) */
-moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks);
 /* rowchunk.c: g with its wide row-wise values (the schedule compiler's
  * regions, rowchunk.c) computed in nch row chunks, or NULL (*nchunks 0) when
  * it has none */
@@ -48,28 +45,22 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
  * and whether g has an einsum it would rewrite */
 moe_status tcp_einsum_canon(moe_ctx *ctx, moe_graph *g, bool *changed);
 bool tcp_einsum_canon_needed(const moe_graph *g);
-/* gpass.c: g's tail was computed in row chunks (tcp-row-chunks) */
-bool tcp_graph_row_chunked(const moe_graph *g);
 /* plan_fusion.c: the tcp-plan-fusion pass on g for machine m */
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
 /* w8a8_act.c: the graph with a W8A8 layer's per-token activation quantization
- * computed once on x before the dispatch (NULL: no such layer, or its
- * dispatched rows would take more than m's DM grant for one value, dmplan.h) */
+ * moved out of its block_loop's body, computed once on x before the dispatch
+ * (NULL: no block_loop of such a layer, or its values would not fit m's DM
+ * grants, dmplan.h) */
 moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* ... whether tok is iota(T K) / K (pair j's token j / K, token-major pairs); *K its K */
 bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
-/* quant_pack.c: the graph with a block-FP8 expert's gate and up values fetched as
- * one packed pair (act=fp8), or NULL when the layer has no such pair */
-moe_graph *tcp_pack_gate_up(moe_ctx *ctx, const moe_graph *g);
-/* pair_gate_up.c: the graph with a bf16 / f32 expert's gate and up einsums
- * contracted as one over their weights side by side (NULL: no such pair, or
- * the pair's block buffers would take more than m's DM grant for one value,
- * dmplan.h; on a graph
- * holding a block_loop: unless its loop fits DM and a block is no slower,
- * tcp_loop_fits and tcp_loop_block_cycles) */
+/* pair_gate_up.c: the graph with a bf16 / f32 (or W8A8) expert's gate and up
+ * einsums in its block_loop's body contracted as one over their weights side
+ * by side (NULL: no block_loop, no such pair, or unless the loop fits DM and
+ * a block is no slower, tcp_loop_fits and tcp_loop_block_cycles) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-/* pair_down.c: the pair and down in one packed weight per expert (one DMA descriptor);
- * on a block_loop only when it fits DM and a full block is bound by its fetch */
+/* pair_down.c: the block_loop's pair and down in one packed weight per expert (one
+ * DMA descriptor), only when it fits DM and a full block is bound by its fetch */
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`)
  * into one operand at ka: `outer` emits the merged value in dev (before the
@@ -104,8 +95,6 @@ int64_t tcp_loop_blocks(const moe_graph *g);
 /* pair_gate_up.c: the outer operand of `loop` that body blockarg v of body bg reads when v
  * reads an `e` operand given to the loop once (*k: its data operand index), else MOE_NONE */
 moe_id tcp_loop_e_arg(const moe_graph *g, const ir_node *loop, const moe_graph *bg, moe_id v, int *k);
-/* pair_gate_up.c: q is the block loop's per-expert gather of a weight read only once (quant_pack.c too). */
-bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp);
 /* pair_gate_up.c: each node's read count, (nnodes + 1) entries, outputs counted twice (ctx_free it). */
 uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
 /* pair_gate_up.c: a rewrite of g into a new graph: *dev an empty clone, the returned map
@@ -114,10 +103,5 @@ uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g);
  * (it frees the map either way). */
 moe_id *tcp_rewrite_begin(moe_ctx *ctx, const moe_graph *g, moe_graph **dev);
 moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id *map, bool ok);
-/* pair_gate_up.c: the tcp_pack mark of a new packed weight (-1: the graph is not marked). */
-int64_t tcp_next_pack_mark(const moe_graph *g);
-/* pair_gate_up.c: the concat of two block gathers' weights and its block gather, emitted in dev (MOE_NONE: it does not type). */
-moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id qa, moe_id qb, moe_id bexp,
-	moe_id nb, int64_t pack_mark, const moe_id *map);
 
 #endif

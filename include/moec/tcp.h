@@ -20,10 +20,11 @@ typedef struct moe_tcp_program moe_tcp_program;
 
 /* The built-in machine (the shipped machine.json). Free with moe_tcp_machine_free. */
 MOE_API moe_tcp_machine *moe_tcp_machine_default(moe_ctx *ctx);
-/* Registers the TCP target in ctx: its graph passes (tcp-pack-gate-up,
- * tcp-pair-gate-up, tcp-pair-down, tcp-row-chunks, tcp-plan-fusion: steps of
- * the `tcp` pipeline, skipped where they are not registered; moe_tcp_compile
- * then runs them itself) and its node attributes (tcp_pack, tcp_fuse, ...: IR
+/* Registers the TCP target in ctx: its graph passes (tcp-w8a8-act-once,
+ * tcp-pair-gate-up, tcp-pair-down, tcp-einsum-canon, tcp-plan-fusion: steps
+ * of the `tcp` pipeline, on its block_loop, skipped where they are not
+ * registered; moe_tcp_compile then runs the pairings, the einsums' canonical
+ * form and the fusion marks itself) and its node attributes (tcp_pack, tcp_fuse, ...: IR
  * carrying them reads and verifies only in a context where the target is
  * registered). Registering twice is harmless. */
 MOE_API moe_status moe_tcp_register_passes(moe_ctx *ctx);

@@ -10,22 +10,20 @@
  *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-plan-fusion    the schedule compiler's fusion groups as marks (plan_fusion.c), last
- * Two more are registered for a flattened graph, which no pipeline makes
- * now (docs/tcp-compiler.md 8.1 step 10): tcp-pack-gate-up (block-FP8 gate
- * and up fetched as one pair, quant_pack.c) and tcp-row-chunks (the tail in
- * row chunks, rowchunk.c).
+ * Every structural pass matches the block_loop blockwise-dispatch writes (its
+ * body, by structure); a graph without one (a flattened graph, which the
+ * schedule compiler does not lower) is left as it is.
  * Each structural pass records its decision as a graph attribute (the key
- * of its row in gpasses[]: 1 applied, 0 not; tcp_row_chunks: the chunk
- * count) and the fingerprint of the machine it decided for (tcp_machine). A
- * key's presence says the pass ran, and it does not run again; a pass
- * without a key (tcp-einsum-canon) is idempotent and runs where its rewrite
- * is needed. The lowering
+ * of its row in gpasses[]: 1 applied, 0 not) and the fingerprint of the
+ * machine it decided for (tcp_machine). A key's presence says the pass ran,
+ * and it does not run again; a pass without a key (tcp-einsum-canon) is
+ * idempotent and runs where its rewrite is needed. The schedule compiler
  * reads the rewritten graph and the attributes; it decides none of this
  * again.
  *
  * The machine is the one moe_tcp_set_pass_machine gave this context (the
  * CLI: --machine), else the built-in one. moe_tcp_compile runs, on a clone,
- * every pass whose record is missing (a graph from a pipeline that named
+ * the pairings whose record is missing (a graph from a pipeline that named
  * them not, or ran before the target registered them), for its own machine;
  * a structural rewrite made for another machine is kept (it preserves
  * values), the fusion marks are planned again. One code path: the same
@@ -36,10 +34,8 @@
 #include "passes/pass.h"
 
 #define GK_W8A8_ACT "tcp_w8a8_act_once"
-#define GK_PACK_GATE_UP "tcp_pack_gate_up"
 #define GK_PAIR_GATE_UP "tcp_pair_gate_up"
 #define GK_PAIR_DOWN "tcp_pair_down"
-#define GK_ROW_CHUNKS "tcp_row_chunks"
 #define GK_MACHINE "tcp_machine"
 
 typedef struct tcp_target tcp_target;
@@ -87,35 +83,18 @@ static moe_status w8a8_act_once(moe_ctx *ctx, moe_graph *g, const moe_tcp_machin
 	return MOE_OK;
 }
 
-static moe_status gate_up_packed(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
-{
-	moe_graph *r = tcp_pack_gate_up(ctx, g);
-	record(g, GK_PACK_GATE_UP, r, r != NULL, m);
-	return MOE_OK;
-}
-
-/* Not after tcp-pack-gate-up paired the layer's fp8 gate and up. */
 static moe_status gate_up_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	moe_graph *r = ir_graph_attr_int(g, GK_PACK_GATE_UP, 0) > 0 ? NULL : tcp_pair_gate_up(ctx, g, m);
+	moe_graph *r = tcp_pair_gate_up(ctx, g, m);
 	record(g, GK_PAIR_GATE_UP, r, r != NULL, m);
 	return MOE_OK;
 }
 
-/* Only after one of the two above paired gate and up. */
+/* Only after tcp-pair-gate-up paired gate and up. */
 static moe_status down_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	bool pair = ir_graph_attr_int(g, GK_PACK_GATE_UP, 0) > 0 || ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0;
-	moe_graph *r = pair ? tcp_pair_down(ctx, g, m) : NULL;
+	moe_graph *r = ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0 ? tcp_pair_down(ctx, g, m) : NULL;
 	record(g, GK_PAIR_DOWN, r, r != NULL, m);
-	return MOE_OK;
-}
-
-static moe_status row_chunks(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
-{
-	uint32_t n = 0;
-	moe_graph *r = tcp_row_chunk(ctx, g, m, &n);
-	record(g, GK_ROW_CHUNKS, r, n, m);
 	return MOE_OK;
 }
 
@@ -147,20 +126,13 @@ static const struct gpass {
 	{"tcp-w8a8-act-once", "quantize a W8A8 layer's input per token once, before the dispatch, and dispatch the "
 			      "int8 values and scales (tcp target)",
 		GK_W8A8_ACT, w8a8_act_once},
-	{"tcp-pack-gate-up", "fetch a block-FP8 expert's gate and up values as one packed pair (tcp target)",
-		GK_PACK_GATE_UP, gate_up_packed},
-	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up as one einsum of 2F rows over their weights side "
-			     "by side, when the pair's block buffers fit the DM planner's grant for one value (on a block_loop: when "
-			     "the loop's buffers fit DM "
-			     "and a block, priced on the cost model, is no slower) (tcp target)",
+	{"tcp-pair-gate-up", "contract a bf16/f32 or W8A8 int8 expert's gate and up in a block_loop as one einsum of 2F rows "
+			     "over their weights side by side, when the loop's buffers fit DM and a block, priced on the cost "
+			     "model, is no slower (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
-	{"tcp-pair-down", "lay an expert's paired gate/up and down out as one packed weight (one fetch), when two "
-			  "experts' weights fit the DM planner's grant for the loop's experts (on a block_loop: when the loop's buffers fit DM and a full block "
-			  "is bound by its fetch) (tcp target)",
+	{"tcp-pair-down", "lay a block_loop expert's paired gate/up and down out as one packed weight (one fetch), when "
+			  "the loop's buffers fit DM and a full block is bound by its fetch (tcp target)",
 		GK_PAIR_DOWN, down_paired},
-	{"tcp-row-chunks", "compute the layer's row-wise tail in row chunks when a value would take more than the DM "
-			   "planner's grant for one value (tcp target)",
-		GK_ROW_CHUNKS, row_chunks},
 	{"tcp-einsum-canon", "rewrite every einsum other than a permutation and the contraction [M, I] x [O, I] -> "
 			     "[M, O] into those, reshape, slice, concat and reduce_sum (tcp target)",
 		NULL, einsum_canon},
@@ -245,19 +217,6 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 		*st = einsum_canon(ctx, w, m);
 	}
 	return with_fusion(ctx, g, w, m, st);
-}
-
-/* The record is believed where the graph bears it out: an output joined from
- * that many row chunks (tcp_row_chunk joins every tail output so). */
-bool tcp_graph_row_chunked(const moe_graph *g)
-{
-	int64_t n = ir_graph_attr_int(g, GK_ROW_CHUNKS, 0);
-	for (uint32_t o = 0; n > 1 && o < g->nout; o++) {
-		const ir_node *c = N(g, g->outputs[o]);
-		if (c->op == MOE_OP_CONCAT && (int64_t)c->nargs == n && ir_attr_int(c, "axis", 0) == 0)
-			return true;
-	}
-	return false;
 }
 
 static tcp_target *target_of(moe_ctx *ctx)

@@ -1,5 +1,6 @@
 /* backend-tcp/compiler/gpass/pair_gate_up.c: one contraction for an expert's
- * gate and up projections (bf16 and f32 experts).
+ * gate and up projections (bf16 and f32 experts, W8A8 int8 experts), on the
+ * block_loop blockwise-dispatch writes (tcp-pair-gate-up).
  *
  * A block's gate and up einsums read the same activation rows and weights
  * of one shape. Each contraction pays, per TRF chunk, a command issue, the
@@ -12,81 +13,24 @@
  *
  * A deployment lays the two weights out side by side once, at load time:
  * concat(gate, up) along the output rows, [E, 2F, D] (prep.c packs it like
- * any weight computed from weights, marked tcp_pack when tcp-split-weights
- * marked the graph; assumption A13). The rewrite makes the two per-block
- * gathers one gather of the pair, the two einsums one einsum over it, and
- * each former einsum a slice of its output along the last axis, which the
- * block loop reads as a view. Every output element is the
- * same dot product over the same inputs in the same order, so the layer's
- * value is unchanged. W8A8 int8 experts (per-channel int8, act="int8") pair
- * the same way: their values and their per-channel scales are each laid out
- * side by side and one dequant of the pair feeds the einsum (its i8 x i8
- * contraction and its output-scale pass then run once for both); each output
- * row keeps its own values and scale, so the value is unchanged. Block-FP8
- * experts are packed by quant_pack.c. */
+ * any weight computed from weights; assumption A13). The rewrite makes the
+ * loop's two `e` operands one operand, the pair, the body's two einsums one
+ * einsum over its blockarg, and each former einsum a slice of its value
+ * along the last axis, which the schedule compiler reads as a view. Every
+ * output element is the same dot product over the same inputs in the same
+ * order, so the layer's value is unchanged. W8A8 int8 experts (per-channel
+ * int8, act="int8") pair the same way: their values and their per-channel
+ * scales are each laid out side by side and one dequant of the pair feeds
+ * the einsum (its i8 x i8 contraction and its output-scale pass then run
+ * once for both); each output row keeps its own values and scale, so the
+ * value is unchanged. A graph without a block_loop (flattened) is left as
+ * it is. */
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "backend-tcp/isa/cost.h"
-#include "ir/graph_keys.h"
 #include "ir/quant.h"
-
-/* q is the block loop's gather of one expert's rows of a weight (the block's
- * expert ids bexp, its valid count nb), read only by one user. Shared with
- * quant_pack.c. */
-bool tcp_block_weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id q, moe_id nb, moe_id bexp)
-{
-	const ir_node *qn = N(g, q);
-	return qn->op == MOE_OP_GATHER && nuse[q] == 1 && qn->valid == nb && qn->args[1] == bexp && qn->rank == 3 &&
-	       ir_attr_int(qn, "axis", 0) == 0 && N(g, qn->args[0])->op == MOE_OP_WEIGHT && qn->args[0] < q && nb < q &&
-	       bexp < q;
-}
-
-/* The per-block gather of block einsum e's weight when it is a plain bf16 or
- * f32 weight read only there; else MOE_NONE. */
-static moe_id weight_gather(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp)
-{
-	const ir_node *en = N(g, e);
-	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || strcmp(ir_attr_str(en, "eq", ""), "gbi,goi->gbo") ||
-		en->valid == MOE_NONE || en->rank != 3)
-		return MOE_NONE;
-	moe_id q = en->args[1];
-	if (!tcp_block_weight_gather(g, nuse, q, nb, bexp) || (N(g, q)->dtype != MOE_BF16 && N(g, q)->dtype != MOE_F32))
-		return MOE_NONE;
-	return q;
-}
-
-/* The W8A8 weight of block einsum e: dequant(gather(q), gather(s)) of
- * per-channel int8 (block [1, K]) contracted with int8 activations
- * (act="int8"), the dequant read only there; else MOE_NONE. *s: the scales'
- * gather. */
-static moe_id w8a8_gathers(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp, moe_id *s)
-{
-	const ir_node *en = N(g, e);
-	if (en->op != MOE_OP_EINSUM || en->nargs != 2 || strcmp(ir_attr_str(en, "eq", ""), "gbi,goi->gbo") ||
-		en->valid == MOE_NONE || en->rank != 3)
-		return MOE_NONE;
-	moe_id d = en->args[1];
-	const ir_node *dn = N(g, d);
-	qt_info qi;
-	if (dn->op != MOE_OP_DEQUANT || dn->nargs != 2 || nuse[d] != 1 || dn->valid != nb ||
-		strcmp(ir_attr_str(dn, "act", "bf16"), "int8") || !ir_dequant_info(g, dn, &qi) || qi.fmt != QT_INT8 ||
-		qi.bn != 1 || qi.bk != qi.K || !tcp_block_weight_gather(g, nuse, dn->args[0], nb, bexp) ||
-		!tcp_block_weight_gather(g, nuse, dn->args[1], nb, bexp))
-		return MOE_NONE;
-	*s = dn->args[1];
-	return dn->args[0];
-}
-
-/* The per-block gather of e's weight values (*s: its scales' gather for a
- * W8A8 weight, else MOE_NONE). */
-static moe_id pair_weight(const moe_graph *g, const uint32_t *nuse, moe_id e, moe_id nb, moe_id bexp, moe_id *s)
-{
-	*s = MOE_NONE;
-	moe_id q = weight_gather(g, nuse, e, nb, bexp);
-	return q != MOE_NONE ? q : w8a8_gathers(g, nuse, e, nb, bexp, s);
-}
 
 static bool same_type(const ir_node *wa, const ir_node *wb)
 {
@@ -118,40 +62,8 @@ static bool same_dequant(const ir_node *a, const ir_node *b)
 	return true;
 }
 
-/* The gate/up pair: two such einsums on one activation, under one mask,
- * over weights of one type and shape (W8A8: values and scales both, by
- * dequants of one kind). */
-static bool find_pair(const moe_graph *g, const uint32_t *nuse, moe_id nb, moe_id bexp, moe_id *e1, moe_id *e2)
-{
-	for (moe_id a = 0; a < g->nnodes; a++) {
-		moe_id sa, sb, qa = pair_weight(g, nuse, a, nb, bexp, &sa);
-		if (qa == MOE_NONE)
-			continue;
-		for (moe_id b = a + 1; b < g->nnodes; b++) {
-			moe_id qb = pair_weight(g, nuse, b, nb, bexp, &sb);
-			if (qb == MOE_NONE || N(g, b)->args[0] != N(g, a)->args[0] || N(g, b)->valid != N(g, a)->valid ||
-				N(g, b)->dtype != N(g, a)->dtype || (sa == MOE_NONE) != (sb == MOE_NONE))
-				continue;
-			moe_id ia = N(g, qa)->args[0], ib = N(g, qb)->args[0];
-			/* the pair is emitted at a: all it reads must come before */
-			if (ia >= a || ib >= a || N(g, a)->args[0] >= a || N(g, a)->valid >= a || nb >= a || bexp >= a)
-				continue;
-			if (!same_type(N(g, ia), N(g, ib)))
-				continue;
-			if (sa != MOE_NONE && (N(g, sa)->args[0] >= a || N(g, sb)->args[0] >= a ||
-						      !same_type(N(g, N(g, sa)->args[0]), N(g, N(g, sb)->args[0])) ||
-						      !same_dequant(N(g, N(g, a)->args[1]), N(g, N(g, b)->args[1]))))
-				continue;
-			*e1 = a;
-			*e2 = b;
-			return true;
-		}
-	}
-	return false;
-}
-
 /* How many times each node is read (outputs count twice); (nnodes + 1)
- * entries. Shared with quant_pack.c. */
+ * entries. */
 uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g)
 {
 	uint32_t nn = g->nnodes, *nuse = ctx_alloc(ctx, (nn + 1) * sizeof *nuse);
@@ -168,13 +80,9 @@ uint32_t *tcp_use_counts(moe_ctx *ctx, const moe_graph *g)
 	return nuse;
 }
 
-/* The tcp_pack mark for a new packed weight: one past the largest in g, or
- * -1 when the tcp-split-weights pass has not marked g. Shared with
- * quant_pack.c. */
 moe_id *tcp_rewrite_begin(moe_ctx *ctx, const moe_graph *g, moe_graph **dev)
 {
 	*dev = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(*dev);
 	moe_id *map = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *map);
 	for (moe_id i = 0; i <= g->nnodes; i++)
 		map[i] = MOE_NONE;
@@ -186,7 +94,6 @@ moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe
 	if (ok) {
 		for (uint32_t o = 0; o < g->nout; o++)
 			moe_graph_add_output(dev, map[g->outputs[o]]);
-		ir_graph_remap_node_keys(dev, g, map);
 	}
 	ctx_free(ctx, map, (g->nnodes + 1) * sizeof *map);
 	if (!ok) {
@@ -196,124 +103,7 @@ moe_graph *tcp_rewrite_end(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe
 	return dev;
 }
 
-int64_t tcp_next_pack_mark(const moe_graph *g)
-{
-	int64_t pack_mark = -1;
-	for (moe_id i = 0; i < g->nnodes; i++)
-		if (ir_attr_find(N(g, i), IR_NK_TCP_PACK)) {
-			int64_t k = ir_attr_int(N(g, i), IR_NK_TCP_PACK, -1);
-			pack_mark = pack_mark > k + 1 ? pack_mark : k + 1 > 0 ? k + 1 : 0;
-		}
-	return pack_mark;
-}
-
-/* In dev: the two weights of g's block gathers qa and qb side by side
- * (concat along the output rows, marked for packing when pack_mark >= 0)
- * and the block gather of that pair, under nb; MOE_NONE when it does not
- * type. Shared with quant_pack.c. */
-moe_id tcp_emit_pair_gather(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id qa, moe_id qb, moe_id bexp,
-	moe_id nb, int64_t pack_mark, const moe_id *map)
-{
-	const ir_node *q1 = N(g, qa), *q2 = N(g, qb);
-	const ir_node *w1 = N(g, q1->args[0]), *w2 = N(g, q2->args[0]);
-	moe_id parts[2] = {map[q1->args[0]], map[q2->args[0]]};
-	moe_id cat = ir_b_concat(dev, parts, 2, 1, w1->loc);
-	char name[200];
-	snprintf(name, sizeof name, "%.90s+%.90s", w1->name ? w1->name : "w", w2->name ? w2->name : "w");
-	moe_node_set_name(dev, cat, name);
-	if (pack_mark >= 0) /* the tcp-split-weights pass ran: prep.c packs only what it marked */
-		moe_node_set_int(dev, cat, IR_NK_TCP_PACK, pack_mark);
-	moe_id ga[2] = {cat, map[bexp]};
-	moe_id gq = moe_node_new(dev, MOE_OP_GATHER, ga, 2, q1->loc);
-	moe_node_set_int(dev, gq, "axis", 0);
-	if (ir_infer(ctx, dev, gq) != MOE_OK)
-		return MOE_NONE;
-	moe_node_set_valid(dev, gq, map[nb]);
-	return gq;
-}
-
-/* The paired einsum in dev at e1's place: concat of the two weights, its
- * gather, the einsum, and the two slices (map[e1], map[e2]). */
-static bool emit_pair(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_id e1, moe_id e2, moe_id bexp,
-	moe_id nb, int64_t pack_mark, moe_id *map)
-{
-	const ir_node *n1 = N(g, e1), *d1 = N(g, n1->args[1]), *d2 = N(g, N(g, e2)->args[1]);
-	bool w8a8 = d1->op == MOE_OP_DEQUANT;
-	const ir_node *w1 = N(g, w8a8 ? N(g, d1->args[0])->args[0] : d1->args[0]);
-	moe_id gq = tcp_emit_pair_gather(ctx, dev, g, w8a8 ? d1->args[0] : n1->args[1], w8a8 ? d2->args[0] : N(g, e2)->args[1],
-		bexp, nb, pack_mark, map);
-	if (gq == MOE_NONE)
-		return false;
-	if (w8a8) { /* values and per-channel scales side by side, one dequant of the pair */
-		moe_id gs = tcp_emit_pair_gather(ctx, dev, g, d1->args[1], d2->args[1], bexp, nb,
-			pack_mark >= 0 ? pack_mark + 1 : -1, map);
-		if (gs == MOE_NONE)
-			return false;
-		moe_id da[2] = {gq, gs};
-		moe_id d = moe_node_new(dev, MOE_OP_DEQUANT, da, 2, d1->loc);
-		for (uint32_t k = 0; k < d1->nattrs; k++)
-			ir_attr_set(dev, N(dev, d), &d1->attrs[k]);
-		if (ir_infer(ctx, dev, d) != MOE_OK)
-			return false;
-		moe_node_set_valid(dev, d, map[nb]);
-		gq = d;
-	}
-	moe_id ea[2] = {map[n1->args[0]], gq};
-	moe_id e = moe_node_new(dev, MOE_OP_EINSUM, ea, 2, n1->loc);
-	moe_node_set_str(dev, e, "eq", "gbi,goi->gbo");
-	if (ir_infer(ctx, dev, e) != MOE_OK)
-		return false;
-	moe_node_set_valid(dev, e, map[n1->valid]);
-	int64_t F = w1->shape[1];
-	map[e1] = ir_b_slice(dev, e, 2, 0, F, n1->loc);
-	map[e2] = ir_b_slice(dev, e, 2, F, 2 * F, n1->loc);
-	if (n1->name)
-		moe_node_set_name(dev, map[e1], n1->name);
-	if (N(g, e2)->name)
-		moe_node_set_name(dev, map[e2], N(g, e2)->name);
-	return true;
-}
-
-static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-
-moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
-{
-	if (ir_graph_has_block_loop(g))
-		return pair_loop(ctx, g, m);
-	moe_id nb = ir_graph_node_attr(g, IR_GK_NBLOCKS), bexp = ir_graph_node_attr(g, IR_GK_BLOCK_EXPERT);
-	if (nb == MOE_NONE || bexp == MOE_NONE)
-		return NULL;
-	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
-	moe_id e1 = MOE_NONE, e2 = MOE_NONE;
-	bool found = find_pair(g, nuse, nb, bexp, &e1, &e2);
-	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
-	/* a block's paired value and its f32 partial sums, [B, 2F] each, take at
-	 * most the planner's grant for one value (Mixtral-8x7B's F = 14336 stays
-	 * unpaired); this flat-graph path is left from the flattened graphs no
-	 * pipeline makes now (docs/tcp-compiler.md 8.1 step 10) */
-	if (!found || 16.0 * (double)N(g, e1)->shape[1] * (double)N(g, e1)->shape[2] >
-			      (double)tcp_dm_grant(m, TCP_DM_VALUE))
-		return NULL;
-	int64_t pack_mark = tcp_next_pack_mark(g);
-	moe_graph *dev;
-	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
-	moe_id q1 = N(g, e1)->args[1], q2 = N(g, e2)->args[1], x[4] = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
-	if (N(g, q1)->op == MOE_OP_DEQUANT) /* W8A8: the dequants' gathers */
-		for (int k = 0; k < 4; k++)
-			x[k] = N(g, k < 2 ? q1 : q2)->args[k % 2];
-	bool ok = true;
-	for (moe_id i = 0; i < nn && ok; i++) {
-		if (i == q1 || i == q2 || i == e2 || i == x[0] || i == x[1] || i == x[2] || i == x[3])
-			continue; /* read only by the pair (e2 mapped with e1) */
-		if (i == e1)
-			ok = emit_pair(ctx, dev, g, e1, e2, bexp, nb, pack_mark, map);
-		else
-			map[i] = ir_copy_node(dev, g, i, map);
-	}
-	return tcp_rewrite_end(ctx, dev, g, map, ok);
-}
-
-/* ---- the same pairings on a block_loop (the tcp-sched pipeline) ----
+/* ---- the pairing on a block_loop ----
  * In a loop body an expert projection is an einsum [M, I] x [O, I] -> [M, O]
  * (ir_einsum_form's MATMUL_NT, no batch letter) whose second operand is a
  * blockarg of an `e` operand. A merge replaces two `e` operands of the loop
@@ -900,7 +690,9 @@ static moe_graph *pair_loop_w8a8(moe_ctx *ctx, const moe_graph *g, moe_id i)
 
 /* gate/up on the first block_loop (the one the decision prices) when it has
  * such a pair and the pairing pays (pair_pays) */
-static moe_graph *pair_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+/* The first block_loop's gate and up paired (NULL: g has no loop, the loop
+ * has no such pair, or the pairing does not pay). */
+moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
 		lpair p;

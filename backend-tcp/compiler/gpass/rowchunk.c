@@ -1,31 +1,21 @@
-/* backend-tcp/compiler/gpass/rowchunk.c: the layer's tail in row chunks
- * (docs/tcp-isa.md section 7, item 7), and the schedule compiler's row
- * chunks (tcp_row_chunk_wide, below; docs/tcp-compiler.md 5.3).
+/* backend-tcp/compiler/gpass/rowchunk.c: the schedule compiler's row chunks
+ * (tcp_row_chunk_wide; docs/tcp-compiler.md 5.3), which sched_build.c asks
+ * for when a layer's values do not fit DM.
  *
  * After routing, a layer computes values with one row per token that are
  * row-wise: row t of each depends only on row t of its row-wise operands
- * (a shared expert's einsums over x, its activation, the add of the routed
- * and shared results). At T = 4096 those values, and the f32 partial sums
- * of their contractions, exceed DM. This rewrite finds the *tail*: the
- * row-wise nodes of leading dimension T that only the outputs (or other tail
- * nodes) read, and computes it once per chunk of rows, reading each chunk's
- * rows of its other operands (a slice; the matching part of a concat along
- * the rows, such as blockwise-dispatch's chunked combine), the outputs
- * joined by a concat. Nothing changes numerically: every row is computed
- * by the same operations in the same order. A chunk holds at most the DM
- * planner's grant for one value per value (tcp_dm_grant, dmplan.h;
- * contractions counted with their f32 partial sums); a tail that fits is
- * left alone. This pass (tcp-row-chunks) is in no pipeline: it served a
- * flattened graph (docs/tcp-compiler.md 8.1 step 10). The lowering emits the chunks after the
- * block loop, one after another (lower.c, `sink`, read from the graph
- * attribute tcp_row_chunks); a shared expert's part of them
- * (routing-independent) runs inside the loop, one chunk of T / 64 rows
- * (at least 4) at a time (docs/tcp-isa.md 7.4). The rewrite runs on the graph
- * before the weights are split (tcp-row-chunks follows tcp-split-weights):
- * a value bound as a packed weight counts as the leaf it becomes. */
+ * (the router's cast of x, a shared expert's einsums over x, its
+ * activation, the add of the routed and shared results). At T = 4096 those
+ * values, and the f32 partial sums of their contractions, exceed DM. The
+ * rewrite computes a set of them (a region, below) once per chunk of rows,
+ * reading each chunk's rows of its other operands (a slice; the matching
+ * part of a concat along the rows, such as blockwise-dispatch's chunked
+ * combine), the values read outside it joined by a concat. Nothing changes
+ * numerically: every row is computed by the same operations in the same
+ * order. The rewrite runs on the graph before the weights are split: a
+ * value bound as a packed weight counts as the leaf it becomes. */
 #include <string.h>
 
-#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
@@ -34,7 +24,7 @@ enum { MAXCH = 64 }; /* a concat has at most 64 operands */
 typedef struct rc {
 	const moe_graph *g;
 	int64_t T;
-	bool *tail;
+	bool *in; /* the nodes computed in chunks (one region) */
 	const bool *pack; /* bound as packed weights (tcp_pack): leaves of the device program */
 } rc;
 
@@ -96,46 +86,17 @@ static bool row_wise(const rc *c, moe_id i)
 	return true;
 }
 
-/* The tail: row-wise nodes read only by outputs and other tail nodes. */
-static void find_tail(rc *c, const bool *is_out, const uint32_t *nuse)
-{
-	const moe_graph *g = c->g;
-	uint32_t nn = g->nnodes;
-	uint32_t *by_tail = ctx_alloc(g->ctx, sizeof *by_tail * (nn + 1));
-	for (moe_id i = nn; i-- > 0;) {
-		bool used = nuse[i] > 0 || is_out[i];
-		c->tail[i] = used && by_tail[i] == nuse[i] && row_wise(c, i);
-		if (!c->tail[i])
-			continue;
-		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; k < n->nargs; k++)
-			if (row_operand(c, n, k)) /* read as rows only: a tail node has no whole value */
-				by_tail[n->args[k]]++;
-	}
-	ctx_free(g->ctx, by_tail, sizeof *by_tail * (nn + 1));
-}
-
-/* Bytes per row of a tail node while its chunk runs (a contraction's f32 partial sums too). */
-static int64_t row_bytes(const rc *c, moe_id i)
-{
-	const ir_node *n = N(c->g, i);
-	int64_t b = ir_bytes(n) / c->T;
-	if (n->op == MOE_OP_EINSUM)
-		b += ir_numel(n) / c->T * 4;
-	return b;
-}
-
 /* Chunk boundaries: at most `rows` rows each, inside the parts of a concat
- * along the rows that the tail reads (so each chunk reads one part). */
+ * along the rows that the chunked nodes read (so each chunk reads one part). */
 static uint32_t boundaries(const rc *c, int64_t rows, int64_t *at)
 {
 	const moe_graph *g = c->g;
 	const ir_node *cat = NULL;
 	for (moe_id i = 0; i < g->nnodes && !cat; i++) {
 		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; c->tail[i] && k < n->nargs; k++) {
+		for (uint32_t k = 0; c->in[i] && k < n->nargs; k++) {
 			const ir_node *a = N(g, n->args[k]);
-			if (!c->tail[n->args[k]] && a->op == MOE_OP_CONCAT && ir_attr_int(a, "axis", 0) == 0 &&
+			if (!c->in[n->args[k]] && a->op == MOE_OP_CONCAT && ir_attr_int(a, "axis", 0) == 0 &&
 				row_operand(c, n, k))
 				cat = a;
 		}
@@ -180,7 +141,7 @@ static moe_id rows_of(const rc *c, moe_graph *d, const moe_id *map, moe_id s, in
 	return ir_b_slice(d, map[s], 0, a, b, n->loc);
 }
 
-/* Tail node i over rows [a, b): operands mapped through cm (tail nodes of
+/* Chunked node i over rows [a, b): operands mapped through cm (chunked nodes of
  * this chunk) or sliced; a reshape gets its leading dimension. */
 static moe_id chunk_node(const rc *c, moe_graph *d, const moe_id *map, moe_id *cm, moe_id i, int64_t a, int64_t b)
 {
@@ -189,7 +150,7 @@ static moe_id chunk_node(const rc *c, moe_graph *d, const moe_id *map, moe_id *c
 	moe_id args[4];
 	for (uint32_t k = 0; k < n->nargs; k++) {
 		moe_id s = n->args[k];
-		args[k] = c->tail[s] ? cm[s] : row_operand(c, n, k) ? rows_of(c, d, map, s, a, b) : map[s];
+		args[k] = c->in[s] ? cm[s] : row_operand(c, n, k) ? rows_of(c, d, map, s, a, b) : map[s];
 	}
 	moe_id *tm = cm + c->g->nnodes; /* scratch map for ir_copy_node */
 	for (uint32_t k = 0; k < n->nargs; k++)
@@ -203,122 +164,6 @@ static moe_id chunk_node(const rc *c, moe_graph *d, const moe_id *map, moe_id *c
 	}
 	IR_ASSERT(ir_infer(d->ctx, d, id) == MOE_OK);
 	return id;
-}
-
-static moe_graph *rewrite(rc *c, const bool *is_out, const int64_t *at, uint32_t nch)
-{
-	const moe_graph *g = c->g;
-	uint32_t nn = g->nnodes;
-	moe_graph *d = ir_graph_clone_empty(g);
-	ir_graph_drop_node_keys(d);
-	moe_id *map = ctx_alloc(g->ctx, sizeof *map * (nn + 1));
-	moe_id *cm = ctx_alloc(g->ctx, sizeof *cm * (2 * nn + 1));
-	moe_id(*parts)[MAXCH] = ctx_alloc(g->ctx, sizeof *parts * (g->nout + 1));
-	for (moe_id i = 0; i < nn; i++)
-		map[i] = c->tail[i] ? MOE_NONE : ir_copy_node(d, g, i, map);
-	for (uint32_t ch = 0; ch < nch; ch++) {
-		for (moe_id i = 0; i < nn; i++)
-			if (c->tail[i])
-				cm[i] = chunk_node(c, d, map, cm, i, at[ch], at[ch + 1]);
-		for (uint32_t o = 0; o < g->nout; o++)
-			if (c->tail[g->outputs[o]])
-				parts[o][ch] = cm[g->outputs[o]];
-	}
-	for (uint32_t o = 0; o < g->nout; o++) {
-		moe_id s = g->outputs[o];
-		if (c->tail[s] && map[s] == MOE_NONE) {
-			map[s] = ir_b_concat(d, parts[o], nch, 0, N(g, s)->loc);
-			if (N(g, s)->name)
-				moe_node_set_name(d, map[s], N(g, s)->name);
-		}
-		moe_graph_add_output(d, map[s]);
-	}
-	ir_graph_remap_node_keys(d, g, map);
-	ctx_free(g->ctx, map, sizeof *map * (nn + 1));
-	ctx_free(g->ctx, cm, sizeof *cm * (2 * nn + 1));
-	ctx_free(g->ctx, parts, sizeof *parts * (g->nout + 1));
-	return d;
-}
-
-/* Does the tail hold a routing-independent contraction (a shared expert: its
- * rows reach only graph inputs through tail nodes, its other operands are
- * leaves) whose weights fit the DM planner's grant for held weights
- * (tcp_dm_grant: TCP_DM_EXPERTS)? The lowering then runs it
- * one chunk at a time inside the block loop (docs/tcp-isa.md 7.4), and small
- * chunks spread it over the loop's blocks. */
-static bool shared_tail(const rc *c, const moe_tcp_machine *m)
-{
-	const moe_graph *g = c->g;
-	bool *ind = ctx_alloc(g->ctx, g->nnodes + 1), any = false;
-	int64_t wb = 0;
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		const ir_node *n = N(g, i);
-		ind[i] = c->tail[i];
-		for (uint32_t k = 0; k < n->nargs && ind[i]; k++) {
-			const ir_node *a = N(g, n->args[k]);
-			ind[i] = c->tail[n->args[k]] ? ind[n->args[k]]
-				 : row_operand(c, n, k) ? a->op == MOE_OP_INPUT
-							 : dev_leaf(c, n->args[k]);
-		}
-		if (ind[i] && n->op == MOE_OP_EINSUM) {
-			any = true;
-			wb += ir_bytes(N(g, n->args[1]));
-		}
-	}
-	ctx_free(g->ctx, ind, g->nnodes + 1);
-	return any && wb <= tcp_dm_grant(m, TCP_DM_EXPERTS);
-}
-
-moe_graph *tcp_row_chunk(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, uint32_t *nchunks)
-{
-	int64_t T = ir_graph_attr_int(g, IR_GK_MOE_TOKENS, 0);
-	uint32_t nn = g->nnodes;
-	*nchunks = 0;
-	if (T < 2 || nn == 0)
-		return NULL;
-	bool *pack = ctx_alloc(ctx, nn + 1);
-	tcp_packed_nodes(ctx, g, pack);
-	rc c = {g, T, ctx_alloc(ctx, nn + 1), pack};
-	bool *is_out = ctx_alloc(ctx, nn + 1);
-	uint32_t *nuse = ctx_alloc(ctx, sizeof *nuse * (nn + 1));
-	for (uint32_t o = 0; o < g->nout; o++)
-		is_out[g->outputs[o]] = true;
-	for (moe_id i = 0; i < nn; i++) {
-		const ir_node *n = N(g, i);
-		for (uint32_t k = 0; k < n->nargs; k++)
-			if (n->args[k] != MOE_NONE)
-				nuse[n->args[k]]++;
-		if (n->valid != MOE_NONE)
-			nuse[n->valid] += 2; /* never a tail node's operand alone */
-	}
-	find_tail(&c, is_out, nuse);
-	int64_t widest = 0;
-	for (moe_id i = 0; i < nn; i++)
-		if (c.tail[i] && row_bytes(&c, i) > widest)
-			widest = row_bytes(&c, i);
-	int64_t budget = tcp_dm_grant(m, TCP_DM_VALUE);
-	moe_graph *d = NULL;
-	if (widest > 0 && T * widest > budget) {
-		int64_t at[MAXCH + 2];
-		int64_t rows = budget / widest > 0 ? budget / widest : 1;
-		if (T % MAXCH == 0 && T / MAXCH >= 4 && T / MAXCH < rows && shared_tail(&c, m))
-			rows = T / MAXCH; /* pieces of the shared expert in the loop */
-		uint32_t nch = boundaries(&c, rows, at);
-		if (nch > 1) {
-			d = rewrite(&c, is_out, at, nch);
-			*nchunks = nch;
-		}
-	}
-	ctx_free(ctx, pack, nn + 1);
-	ctx_free(ctx, c.tail, nn + 1);
-	ctx_free(ctx, is_out, nn + 1);
-	ctx_free(ctx, nuse, sizeof *nuse * (nn + 1));
-	if (d && pass_dce(ctx, d, NULL, NULL) != MOE_OK) {
-		ir_graph_free(d);
-		*nchunks = 0;
-		return NULL;
-	}
-	return d;
 }
 
 /* ---- the schedule compiler's row chunks (sched_build.c asks for them) ----
@@ -428,11 +273,11 @@ static void emit_region(rc *c, moe_graph *d, moe_id *map, moe_id *cm, const bool
 {
 	const moe_graph *g = c->g;
 	uint32_t nn = g->nnodes;
-	bool *all = c->tail, *mask = ctx_alloc(g->ctx, nn + 1);
+	bool *all = c->in, *mask = ctx_alloc(g->ctx, nn + 1);
 	for (moe_id i = 0; i < nn; i++)
 		mask[i] = in[i] && reg[i] == r;
 	int64_t at[MAXCH + 2];
-	c->tail = mask; /* this region's nodes; boundaries inside the parts of a concat it reads */
+	c->in = mask; /* this region's nodes; boundaries inside the parts of a concat it reads */
 	uint32_t nch = boundaries(c, rows, at);
 	moe_id(*parts)[MAXCH] = ctx_alloc(g->ctx, sizeof *parts * (nn + 1));
 	bool *exit = ctx_alloc(g->ctx, nn + 1);
@@ -457,7 +302,7 @@ static void emit_region(rc *c, moe_graph *d, moe_id *map, moe_id *cm, const bool
 			if (N(g, i)->name)
 				moe_node_set_name(d, map[i], N(g, i)->name);
 		}
-	c->tail = all;
+	c->in = all;
 	ctx_free(g->ctx, parts, sizeof *parts * (nn + 1));
 	ctx_free(g->ctx, exit, nn + 1);
 	ctx_free(g->ctx, mask, nn + 1);
@@ -481,7 +326,6 @@ static moe_graph *chunk_rows(moe_ctx *ctx, const moe_graph *g, int64_t T, uint32
 	moe_graph *d = NULL;
 	if (any) {
 		d = ir_graph_clone_empty(g);
-		ir_graph_drop_node_keys(d);
 		moe_id *map = ctx_alloc(ctx, sizeof *map * (nn + 1)), *cm = ctx_alloc(ctx, sizeof *cm * (2 * nn + 1));
 		int64_t rows = (T + nch - 1) / nch;
 		for (moe_id i = 0; i < nn; i++) {
@@ -491,7 +335,6 @@ static moe_graph *chunk_rows(moe_ctx *ctx, const moe_graph *g, int64_t T, uint32
 		}
 		for (uint32_t o = 0; o < g->nout; o++)
 			moe_graph_add_output(d, map[g->outputs[o]]);
-		ir_graph_remap_node_keys(d, g, map);
 		ctx_free(ctx, map, sizeof *map * (nn + 1));
 		ctx_free(ctx, cm, sizeof *cm * (2 * nn + 1));
 	}

@@ -1,32 +1,29 @@
-/* backend-tcp/w8a8_act.c: W8A8's per-token activation quantization moved
- * before the dispatch (tcp-w8a8-act-once).
+/* backend-tcp/compiler/gpass/w8a8_act.c: W8A8's per-token activation
+ * quantization moved before the dispatch (tcp-w8a8-act-once).
  *
  * blockwise-dispatch writes the reference's per-token int8 quantization of
- * a W8A8 projection's input on the block rows (passes/blockwise_dispatch.c
- * act_int8): each token's row is quantized once per block it lands in, that
- * is once per expert it visits (K times). The quantization is row-wise, so
- * it commutes with the dispatch's row gather and scatter: this rewrite
- * computes it once on the layer's input x [T, D],
+ * a W8A8 projection's input in the block_loop's body, on the block rows
+ * (passes/blockwise_dispatch.c act_int8): each token's row is quantized once
+ * per block it lands in, that is once per expert it visits (K times). The
+ * quantization is row-wise, so it commutes with the dispatch's row gather
+ * and scatter: this rewrite computes it once on the layer's input x [T, D],
  *   m = max(max_i |x[t, i]|, 1e-10), q = x * f32(127 / m) rounded half away
  *   from zero, as = f32(m / 127)
- * (the same nodes, on x instead of the block rows), dispatches q (integers
+ * (the body's nodes, on x instead of the block rows), dispatches q (integers
  * of at most 127 in magnitude, exact in x's type) and as [T, 1] to the block
- * grid the way x was, and leaves per block only x' = q * as. A padding row of
- * the grid is zero in both (x' = 0, as the quantized zero row was). Every
- * element of x' is the same f32 product of the same two values, so the
- * layer's value is unchanged; the TCP lowering then contracts the gathered
- * q rows (as i8) directly and scales by the gathered as (docs/tcp-isa.md 7.10).
- * With token-major pairs (tok = iota(T K) / K: a layer without n_tokens)
- * the TCP lowering scatters q's rows into the HBM grid straight from q in DM
- * (each row K times) and rounds x in two passes with one f32 [T, D]
- * temporary, so the rewrite applies when T D x 16 bytes fit DM (x's copy,
- * that temporary and q with room to spare; Qwen3-30B-A3B, D = 2048:
- * T <= 8192); otherwise (a serving layer) the dispatch gathers the K T rows
- * into DM first and the rewrite applies only when those take at most 1/8 of
- * DM.
- * On the tcp-sched pipeline's graph the same rewrite keeps the block_loop
- * (the loop form below): the chain moves out of the body onto x, and the
- * body reads the dispatched integers and scales as two `b` operands. */
+ * grid the way x was, as two `b` operands of the loop, and leaves in the
+ * body only x' = q * as. A padding row of the grid is zero in both (x' = 0,
+ * as the quantized zero row was). Every element of x' is the same f32
+ * product of the same two values, so the layer's value is unchanged; the
+ * schedule compiler then contracts the dispatched q rows (as i8) directly
+ * and scales by the dispatched as (docs/tcp-isa.md 7.10).
+ * The rewrite applies when its values fit DM (fits): with token-major
+ * pairs (tok = iota(T K) / K: a layer without n_tokens), T D x 16 bytes
+ * within the DM planner's grant for the layer (x's copy, an f32 [T, D]
+ * temporary of the rounding and q, with room to spare); otherwise (a
+ * serving layer, whose dispatch gathers the K T rows first) those rows
+ * within its grant for one value. A graph without a block_loop (flattened)
+ * is left as it is. */
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
@@ -102,16 +99,6 @@ static bool match_dispatch(const moe_graph *g, const uint32_t *nuse, moe_id bloc
 	r->x = ga->args[0];
 	const ir_node *x = N(g, r->x);
 	return x->op == MOE_OP_INPUT && x->rank == 2 && nuse[r->gath] == 1 && nuse[r->scat] == 1 && nuse[r->blocks] == 1;
-}
-
-static bool match(const moe_graph *g, const uint32_t *nuse, moe_id a, actq *r)
-{
-	if (!match_chain(g, a, r))
-		return false;
-	const ir_node *xf = N(g, r->xf);
-	if (!match_dispatch(g, nuse, xf->op == MOE_OP_CAST ? xf->args[0] : r->xf, r))
-		return false;
-	return (r->xf == r->blocks || nuse[r->xf] >= 1) && N(g, a)->dtype == N(g, r->x)->dtype;
 }
 
 /* inq[i]: node i is part of the quantization (depends on xf, up to a). Every
@@ -226,22 +213,6 @@ static moe_id dequant_rows(moe_ctx *ctx, moe_graph *d, moe_id bq, moe_id bs, moe
 	return ok ? out : MOE_NONE;
 }
 
-static bool emit(moe_ctx *ctx, moe_graph *d, const moe_graph *g, const actq *r, const bool *inq, moe_id *map, int64_t w)
-{
-	const ir_node *an = N(g, r->a);
-	moe_id x = map[r->x], q, s, bq, bs;
-	moe_id *m2 = ctx_alloc(ctx, (g->nnodes + 1) * sizeof *m2);
-	memcpy(m2, map, (g->nnodes + 1) * sizeof *m2);
-	moe_id xf = N(g, r->x)->dtype == MOE_F32 ? x : ir_b_cast(d, x, MOE_F32, an->loc);
-	bool ok = quant_x(ctx, d, g, r, inq, m2, xf, 1, &q, &s);
-	ctx_free(ctx, m2, (g->nnodes + 1) * sizeof *m2);
-	if (!ok || !dispatch(ctx, d, g, r, map, q, s, w, an->loc, &bq, &bs))
-		return false;
-	moe_id rows = an->valid == MOE_NONE ? MOE_NONE : map[an->valid];
-	map[r->a] = dequant_rows(ctx, d, bq, bs, rows, (moe_dtype)an->dtype, an->loc);
-	return map[r->a] != MOE_NONE;
-}
-
 /* The dispatched rows (K T of them) pass through DM once: see the file's
  * comment for the bounds. */
 static bool fits(const moe_graph *g, const actq *r, const moe_tcp_machine *m)
@@ -262,7 +233,7 @@ static moe_graph *finish(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, moe_i
 	return out;
 }
 
-/* ---- the loop form (the tcp-sched pipeline keeps the block_loop) ----
+/* ---- the rewrite of the loop ----
  * The body quantizes its `b` operand's rows xf = cast(rows) itself; the
  * rewrite moves that chain before the dispatch, onto x, as above, and the
  * loop takes two `b` operands in place of the rows: blocks.q (operand k, the
@@ -408,36 +379,12 @@ static moe_graph *act_once_loop(moe_ctx *ctx, const moe_graph *g, const lform *f
 moe_graph *tcp_w8a8_act_once(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	uint32_t nn = g->nnodes, *nuse = tcp_use_counts(ctx, g);
-	actq r = {MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE, MOE_NONE};
 	lform f;
 	memset(&f, 0, sizeof f);
-	bool found = false, loop = false;
-	for (moe_id e = 0; e < nn && !found; e++) {
-		const ir_node *en = N(g, e);
-		if (en->op == MOE_OP_BLOCK_LOOP) {
-			found = loop = match_loop(g, nuse, e, &f);
-			continue;
-		}
-		found = en->op == MOE_OP_EINSUM && en->nargs == 2 && N(g, en->args[1])->op == MOE_OP_DEQUANT &&
-			!strcmp(ir_attr_str(N(g, en->args[1]), "act", "bf16"), "int8") && match(g, nuse, en->args[0], &r);
-	}
+	bool found = false;
+	for (moe_id e = 0; e < nn && !found; e++)
+		found = N(g, e)->op == MOE_OP_BLOCK_LOOP && match_loop(g, nuse, e, &f);
 	ctx_free(ctx, nuse, (nn + 1) * sizeof *nuse);
 	int64_t w = m->hbm_granule >= 8 && m->hbm_granule <= 4096 ? m->hbm_granule / 4 : 1;
-	if (!found || !fits(g, loop ? &f.outer : &r, m))
-		return NULL;
-	if (loop)
-		return act_once_loop(ctx, g, &f, w);
-	bool *inq = ctx_alloc(ctx, (nn + 1) * sizeof *inq);
-	memset(inq, 0, (nn + 1) * sizeof *inq);
-	bool ok = chain(g, &r, inq);
-	moe_graph *dev;
-	moe_id *map = tcp_rewrite_begin(ctx, g, &dev);
-	for (moe_id i = 0; i < nn && ok; i++) {
-		if (i == r.a)
-			ok = emit(ctx, dev, g, &r, inq, map, w);
-		else if (!inq[i] && i != r.gath && i != r.scat && i != r.blocks)
-			map[i] = ir_copy_node(dev, g, i, map);
-	}
-	ctx_free(ctx, inq, (nn + 1) * sizeof *inq);
-	return finish(ctx, dev, g, map, ok);
+	return found && fits(g, &f.outer, m) ? act_once_loop(ctx, g, &f, w) : NULL;
 }
