@@ -9,8 +9,7 @@
  * in expert order: block 0's expert is the lowest expert any pair routes
  * to, expert 0 unless no token picks it. The rewrite fetches expert 0's
  * weights into slot 0 where the DMA context would otherwise wait for routing
- * (before the first DMA command that waits for routing's results: insert_at),
- * and the prologue's fetches run only when
+ * (after the DMA commands routing reads: insert_at), and the prologue's fetches run only when
  * $e0 != 0 (a guard). Values are unchanged: slot 0 holds block 0's expert
  * either way; the prologue's fetches wait for the speculative ones (both
  * write slot 0), and every op that waited for a prologue fetch waits for
@@ -108,21 +107,23 @@ bool ts_rw_spec_fetch_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-/* Where the speculative fetches go in the top region: before its first DMA
- * command that depends, directly or through other ops, on a contraction
- * (routing's results all come from the router's: the dispatch's byte
- * offsets, the experts' staging) or that stages scalars, else before its
- * first child region (the loop). The DMA commands before that point (the
- * copies of x and the router's weights and biases, const-tier's dispatch by a
- * constant list) are what routing or the dispatch read first; from there
- * the DMA context would wait for routing. */
+/* Where the speculative fetches go in the top region: right after the last
+ * DMA command that stands before the first DMA command depending, directly
+ * or through other ops, on a contraction (routing's results all come from
+ * the router's: the dispatch's byte offsets, the experts' staging) or
+ * staging scalars; at the region's start when there is none. The DMA
+ * commands before that point (the copies of x and the router's weights and
+ * biases, const-tier's dispatch by a constant list) are what routing or the
+ * dispatch read first; after them the DMA context would wait for routing,
+ * and the control processor issues the fetches as early as program order
+ * allows. */
 static uint32_t insert_at(const tcp_sched *s, moe_ctx *ctx)
 {
 	const ts_region *top = &s->rg[s->top];
 	bool *late = ctx_alloc(ctx, s->nop + 1);
 	memset(late, 0, s->nop + 1);
-	uint32_t k = 0;
-	for (; k < top->nitem; k++) {
+	uint32_t at = 0;
+	for (uint32_t k = 0; k < top->nitem; k++) {
 		uint32_t it = top->item[k];
 		if (TS_ITEM_KIND(it) == TS_ITEM_RG)
 			break;
@@ -133,11 +134,14 @@ static uint32_t insert_at(const tcp_sched *s, moe_ctx *ctx)
 		for (uint32_t j = 0; j < op->ndep; j++)
 			late[o] |= op->dep[j] < s->nop && late[op->dep[j]];
 		late[o] |= op->in.op == TCP_OP_TU_CONTRACT;
-		if (op->ctx == TCP_CTX_DMA && (late[o] || op->in.op == TCP_OP_DMA_SPM))
+		if (op->ctx != TCP_CTX_DMA)
+			continue;
+		if (late[o] || op->in.op == TCP_OP_DMA_SPM)
 			break;
+		at = k + 1;
 	}
 	ctx_free(ctx, late, 0);
-	return k;
+	return at;
 }
 
 static bool waits_on(const ts_op *q, ts_id f, int *dist)
