@@ -9,11 +9,12 @@
  * in expert order: block 0's expert is the lowest expert any pair routes
  * to, expert 0 unless no token picks it. The rewrite fetches expert 0's
  * weights into slot 0 where the DMA context would otherwise wait for routing
- * (after the DMA commands routing reads: insert_at), and the prologue's fetches run only when
- * $e0 != 0 (a guard). Values are unchanged: slot 0 holds block 0's expert
- * either way; the prologue's fetches wait for the speculative ones (both
- * write slot 0), and every op that waited for a prologue fetch waits for
- * its speculative copy too (the guard may skip the first).
+ * (after the DMA commands routing reads: insert_at), and the prologue's
+ * fetches run only when $e0 != 0 (a guard). Values are unchanged: slot 0
+ * holds block 0's expert either way; the prologue's fetches wait for the
+ * speculative ones (both write slot 0), and every op that waited for a
+ * prologue fetch waits for its speculative copy too (the guard may skip the
+ * first).
  *
  * Applies to one block loop with double weights whose prologue fetches
  * read the expert's rows at $e0 (an `ld` of the loop's expert list) from
