@@ -34,25 +34,38 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
+#include "backend-tcp/isa/tcp_int.h"
 
-#define RC_MAX_BOUNDS 20
+#define RC_MAX_BOUNDS 64
+#define RC_ALIGN 8
 
 /* The row classes of a pass over B rows. A case costs a block only the
  * control path's test (an li and a branch, and a jump out of the case
  * taken), which runs ahead of the engines, while a pass's time past its
  * fixed part grows with its rows; so the classes are as fine as the code
- * they copy allows: f = B / 32, at least 8 rows (the first row tile,
- * docs/tcp-isa.md 7.4), doubling while below the step max(f, B / 16), then every
- * step, then B; a bound less than f below B is left out (at most
- * RC_MAX_BOUNDS). Returns their count (1: no class to add). */
-static uint32_t row_bounds(int64_t B, int64_t *b)
+ * they copy allows. A contraction of R row groups is charged for
+ * ceil(rows / R) rows per slice (isa/cost.c), so a bound that is not a
+ * multiple of R pays for the rows up to the next one. Where the body's
+ * largest contraction has R = `unit` <= RC_ALIGN row groups, the bounds are
+ * every f rows, f the least multiple of R of at least 4 rows that keeps
+ * them within RC_MAX_BOUNDS; else (and without a contraction, unit 0)
+ * f = B / 32, at least 8 rows (the first row tile, docs/tcp-isa.md 7.4),
+ * doubling while below the step max(f, B / 16), then every step. Then B; a
+ * bound less than f below B is left out; at most maxn bounds. Returns their
+ * count (1: no class to add). */
+static uint32_t row_bounds(int64_t B, int64_t unit, uint32_t maxn, int64_t *b)
 {
-	int64_t f = B / 32 < 8 ? 8 : B / 32;
+	int64_t f = B / 32 < 8 ? 8 : B / 32, st = B / 16 > f ? B / 16 : f, h;
 	uint32_t n = 0;
-	int64_t st = B / 16 > f ? B / 16 : f, h = f;
-	for (; h < st && h + f <= B; h *= 2)
+	if (unit > 0 && unit <= RC_ALIGN) {
+		f = (4 + unit - 1) / unit * unit;
+		while ((B + f - 1) / f > maxn)
+			f += unit;
+		st = f;
+	}
+	for (h = f; h < st && h + f <= B; h *= 2)
 		b[n++] = h;
-	for (h = (h + st - 1) / st * st; h + f <= B && n + 1 < RC_MAX_BOUNDS; h += st)
+	for (h = (h + st - 1) / st * st; h + f <= B && n + 1 < maxn; h += st)
 		b[n++] = h;
 	b[n++] = B;
 	return n;
@@ -63,6 +76,8 @@ typedef struct rc {
 	const ts_loop *l;
 	uint8_t *cut;  /* per op: 1 row pass, 2 feeder, 0 neither */
 	int64_t B;     /* the largest row pass's rows */
+	int64_t unit;  /* the row groups of the largest cut contraction (0: none) */
+	uint32_t maxn; /* the most bounds the ops' dependency lists allow */
 	ts_id nop;     /* the ops cut covers */
 } rc;
 
@@ -147,6 +162,26 @@ static bool readers_ok(const rc *c, ts_id o, bool only_passes)
 	return true;
 }
 
+/* The row groups R of the cut contraction of the most MACs (its rows split
+ * over tcp_slices / ceil(O / tile) groups, as isa/cost.c charges it); 0
+ * without one. */
+static int64_t row_unit(const rc *c, int64_t S)
+{
+	const tcp_sched *s = c->s;
+	int64_t unit = 0, most = 0;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		if (c->cut[o] != 1 || in->op != TCP_OP_TU_CONTRACT || in->tile < 1)
+			continue;
+		int64_t macs = in->dim[0] * in->dim[1] * in->dim[2], cg = (in->dim[1] + in->tile - 1) / in->tile;
+		if (macs > most) {
+			most = macs;
+			unit = S / cg > 0 ? S / cg : 1;
+		}
+	}
+	return unit;
+}
+
 /* Marks the body's top-level ops to cut; returns how many row passes. */
 static uint32_t mark(rc *c)
 {
@@ -177,7 +212,23 @@ static uint32_t mark(rc *c)
 	return n;
 }
 
-static bool prepare(rc *c, const tcp_sched *s)
+/* The most bounds every op's dependency list allows: an op's dependency on
+ * an op of the body becomes one on each case's copy (ts_split_classes), so
+ * an op with d of them gets up to d x n (TS_MAX_DEPS in all). */
+static uint32_t dep_cap(const tcp_sched *s, const ts_loop *l)
+{
+	uint32_t cap = RC_MAX_BOUNDS;
+	for (ts_id o = 0; o < s->nop; o++) {
+		uint32_t d = 0;
+		for (uint32_t j = 0; j < s->op[o].ndep; j++)
+			d += ts_region_within(s, s->op[s->op[o].dep[j]].region, l->body);
+		if (d && (TS_MAX_DEPS - 1 - (s->op[o].ndep - d)) / d < cap)
+			cap = (TS_MAX_DEPS - 1 - (s->op[o].ndep - d)) / d;
+	}
+	return cap;
+}
+
+static bool prepare(rc *c, const tcp_sched *s, const ts_env *e)
 {
 	memset(c, 0, sizeof *c);
 	if (s->nloop < 1 || s->loop[0].rows == TS_NONE)
@@ -187,14 +238,17 @@ static bool prepare(rc *c, const tcp_sched *s)
 	c->nop = s->nop;
 	c->cut = ctx_alloc(s->ctx, s->nop + 1);
 	int64_t b[RC_MAX_BOUNDS];
-	return mark(c) > 0 && row_bounds(c->B, b) > 1;
+	if (mark(c) == 0)
+		return false;
+	c->unit = row_unit(c, tcp_slices(e->m));
+	c->maxn = dep_cap(s, c->l);
+	return row_bounds(c->B, c->unit, c->maxn, b) > 1;
 }
 
 bool ts_rw_row_classes_applies(const tcp_sched *s, const ts_env *e)
 {
-	(void)e;
 	rc c;
-	bool ok = prepare(&c, s);
+	bool ok = prepare(&c, s, e);
 	if (c.cut)
 		ctx_free(s->ctx, c.cut, 0);
 	return ok;
@@ -202,15 +256,14 @@ bool ts_rw_row_classes_applies(const tcp_sched *s, const ts_env *e)
 
 moe_status ts_rw_row_classes_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
-	(void)e;
 	rc c;
-	if (!prepare(&c, s)) {
+	if (!prepare(&c, s, e)) {
 		if (c.cut)
 			ctx_free(s->ctx, c.cut, 0);
 		return MOE_ERR_INVALID;
 	}
 	int64_t bound[RC_MAX_BOUNDS];
-	uint32_t n = row_bounds(c.B, bound);
+	uint32_t n = row_bounds(c.B, c.unit, c.maxn, bound);
 	ts_id body = c.l->body;
 	/* runs of consecutive op items holding a cut op, first to last */
 	for (uint32_t i = 0; i < s->rg[body].nitem;) {
