@@ -455,7 +455,7 @@ static moe_id e2m1_canon(moe_graph *g, moe_id x8, moe_loc loc)
 }
 
 /* Whether body input k of loop l is read, and read only, as the packed
- * values of MXFP4 dequants; mark: set tcp_e2m1_canon on them. */
+ * values of MXFP4 dequants not yet marked; mark: set tcp_e2m1_canon on them. */
 static bool e2m1_only(const moe_graph *g, const ir_node *l, int k, bool mark)
 {
 	moe_graph *body = ir_node_body(g, l);
@@ -466,7 +466,8 @@ static bool e2m1_only(const moe_graph *g, const ir_node *l, int k, bool mark)
 			moe_id v = a < n->nargs ? n->args[a] : n->valid;
 			if (v == MOE_NONE || in_index(N(body, v)) != k)
 				continue;
-			if (a || n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "mxfp4"))
+			if (a || n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "mxfp4") ||
+			    (!mark && ir_attr_int(n, "tcp_e2m1_canon", 0) == 1)) /* rewritten by an earlier run */
 				return false;
 			any = true;
 			if (mark)
