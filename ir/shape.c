@@ -699,7 +699,7 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 	for (uint32_t i = 0; i < n->nargs && !moves; i++)
 		if (n->args[i] != MOE_NONE && moe_dtype_is_storage((moe_dtype)N(g, n->args[i])->dtype))
 			return ERR(&c, "'%s': operand %u is %s, the raw bytes of a quantized weight; only dequant, gather, "
-				"reshape, slice and concat read it", oi->name, i + 1, moe_dtype_name((moe_dtype)N(g, n->args[i])->dtype));
+				"reshape, slice, concat and a cast of u8 read it", oi->name, i + 1, moe_dtype_name((moe_dtype)N(g, n->args[i])->dtype));
 	moe_status st = MOE_OK;
 	switch (oi->rule) {
 	case SHAPE_LEAF: st = r_leaf(&c); break;
