@@ -164,7 +164,9 @@ static moe_status get_dtype_attr(infer *c, moe_dtype *t)
 	int d = to ? moe_dtype_from_name(to) : -1;
 	if (d < 0)
 		return ERR(c, "'%s': unknown target type '%s'", c->op, to ? to : "(none)");
-	if (d == MOE_F8E4M3 || d == MOE_I8 || d == MOE_U8)
+	/* a cast of i32 byte values back to u8 writes raw bytes (a load-time rewrite of packed values) */
+	bool bytes = d == MOE_U8 && c->n->op == MOE_OP_CAST && c->n->nargs == 1 && arg(c, 0)->dtype == MOE_I32;
+	if ((d == MOE_F8E4M3 || d == MOE_I8 || d == MOE_U8) && !bytes)
 		return ERR(c, "'%s': type %s is storage only (quantized weights are read by dequant)", c->op, to);
 	*t = (moe_dtype)d;
 	return MOE_OK;
@@ -692,11 +694,12 @@ moe_status ir_infer(moe_ctx *ctx, moe_graph *g, moe_id id)
 	if ((g->is_body || n->op == MOE_OP_BLOCKARG) && ir_body_node_check(ctx, g, n) != MOE_OK)
 		return MOE_ERR_INVALID;
 	bool moves = n->op == MOE_OP_GATHER || n->op == MOE_OP_RESHAPE || n->op == MOE_OP_SLICE ||
-		n->op == MOE_OP_CONCAT || n->op == MOE_OP_DEQUANT || n->op == MOE_OP_BLOCK_LOOP;
+		n->op == MOE_OP_CONCAT || n->op == MOE_OP_DEQUANT || n->op == MOE_OP_BLOCK_LOOP ||
+		(n->op == MOE_OP_CAST && n->nargs == 1 && N(g, n->args[0])->dtype == MOE_U8); /* a byte's value, exact */
 	for (uint32_t i = 0; i < n->nargs && !moves; i++)
 		if (n->args[i] != MOE_NONE && moe_dtype_is_storage((moe_dtype)N(g, n->args[i])->dtype))
 			return ERR(&c, "'%s': operand %u is %s, the raw bytes of a quantized weight; only dequant, gather, "
-				"reshape, slice and concat read it", oi->name, i + 1, moe_dtype_name((moe_dtype)N(g, n->args[i])->dtype));
+				"reshape, slice, concat and a cast of u8 read it", oi->name, i + 1, moe_dtype_name((moe_dtype)N(g, n->args[i])->dtype));
 	moe_status st = MOE_OK;
 	switch (oi->rule) {
 	case SHAPE_LEAF: st = r_leaf(&c); break;

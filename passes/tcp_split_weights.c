@@ -10,13 +10,15 @@
  * weight itself): gpt-oss's and Llama 4's fused gate_up
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
- * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value, so every
- * executor still runs the graph; the TCP backend (backend-tcp/compiler/prep.c) reads
+ * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value (but the
+ * sign of a zero MXFP4 weight, mxfp4_canon_at_bind), so every executor still
+ * runs the graph; the TCP backend (backend-tcp/compiler/prep.c) reads
  * the marks and splits the graph into the device program, where each packed
  * node is a weight leaf, and the prep graph that computes them. GPTQ
  * dequants of expert weights in a block_loop's body are first rewritten to
  * be computed from the weights alone (gptq_loops_at_bind), so they are
- * packed too. */
+ * packed too; MXFP4 values a loop reads are rewritten without the E2M1 code 8
+ * (mxfp4_canon_at_bind). */
 #include <string.h>
 
 #include "passes/pass.h"
@@ -319,11 +321,123 @@ static moe_status gptq_loops_at_bind(moe_ctx *ctx, moe_graph *g)
 	return MOE_OK;
 }
 
+/* MXFP4 at bind: E2M1 has two zero codes, 0 (+0) and 8 (-0), whose f32
+ * words are 0 and 0x80000000; the TCP recipe's integer-rate decode (an
+ * exponent add on the word, zeros kept by one equality tag) is exact only
+ * when one of them never occurs. Each `e` input of a block loop that the body
+ * reads only as MXFP4 dequants' packed values, computed from weights only, is
+ * replaced by the same bytes with code 8 made code 0 in both nibbles (the
+ * same size; a -0 weight becomes +0), and those dequants get
+ * `tcp_e2m1_canon = 1`. The rewrite is in the program's prep graph, so a
+ * program whose decode relies on it never reads the raw bytes. */
+static moe_id i32_const(moe_graph *g, int64_t v, moe_loc loc)
+{
+	moe_id c = ir_emit(g, MOE_OP_CONST, MOE_I32, 0, NULL, NULL, 0, loc);
+	moe_node_set_int(g, c, "value", v);
+	return c;
+}
+
+static moe_id op_of(moe_graph *g, moe_op op, const moe_id *x, uint32_t n, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, op, x, n, loc);
+	moe_node_infer(g, id);
+	return id;
+}
+
+static moe_id bin(moe_graph *g, moe_op op, moe_id a, moe_id b, moe_loc loc)
+{
+	const moe_id x[2] = {a, b};
+	return op_of(g, op, x, 2, loc);
+}
+
+static moe_id sel(moe_graph *g, moe_id c, moe_id a, moe_id b, moe_loc loc)
+{
+	const moe_id x[3] = {c, a, b};
+	return op_of(g, MOE_OP_SELECT, x, 3, loc);
+}
+
+static moe_id cast(moe_graph *g, moe_id a, moe_dtype t, moe_loc loc)
+{
+	moe_id id = moe_node_new(g, MOE_OP_CAST, &a, 1, loc);
+	moe_node_set_str(g, id, "to", moe_dtype_name(t));
+	moe_node_infer(g, id);
+	return id;
+}
+
+/* u8 x with each nibble 8 made 0 (on the bytes' values as i32) */
+static moe_id e2m1_canon(moe_graph *g, moe_id x8, moe_loc loc)
+{
+	moe_id x = cast(g, x8, MOE_I32, loc);
+	moe_id lo = bin(g, MOE_OP_AND, x, i32_const(g, 0x0f, loc), loc);
+	moe_id hi = bin(g, MOE_OP_AND, x, i32_const(g, 0xf0, loc), loc);
+	moe_id x1 = sel(g, bin(g, MOE_OP_EQ, lo, i32_const(g, 0x08, loc), loc), hi, x, loc);
+	moe_id lo1 = bin(g, MOE_OP_AND, x1, i32_const(g, 0x0f, loc), loc);
+	return cast(g, sel(g, bin(g, MOE_OP_EQ, hi, i32_const(g, 0x80, loc), loc), lo1, x1, loc), MOE_U8, loc);
+}
+
+/* Whether body input k of loop l is read, and read only, as the packed
+ * values of MXFP4 dequants not yet marked; mark: set tcp_e2m1_canon on them. */
+static bool e2m1_only(const moe_graph *g, const ir_node *l, int k, bool mark)
+{
+	moe_graph *body = ir_node_body(g, l);
+	bool any = false;
+	for (moe_id i = 0; i < body->nnodes; i++) {
+		const ir_node *n = N(body, i);
+		for (uint32_t a = 0; a <= n->nargs; a++) {
+			moe_id v = a < n->nargs ? n->args[a] : n->valid;
+			if (v == MOE_NONE || in_index(N(body, v)) != k)
+				continue;
+			if (a || n->op != MOE_OP_DEQUANT || strcmp(ir_attr_str(n, "format", ""), "mxfp4") ||
+			    (!mark && ir_attr_int(n, "tcp_e2m1_canon", 0) == 1)) /* rewritten by an earlier run */
+				return false;
+			any = true;
+			if (mark)
+				moe_node_set_int(body, i, "tcp_e2m1_canon", 1);
+		}
+	}
+	for (uint32_t o = 0; o < body->nout; o++)
+		if (in_index(N(body, body->outputs[o])) == k)
+			return false;
+	return any;
+}
+
+static moe_status mxfp4_canon_at_bind(moe_ctx *ctx, moe_graph *g)
+{
+	uint32_t nn = g->nnodes;
+	uint8_t *cls = ctx_alloc(ctx, nn + 1);
+	moe_id *canon = ctx_alloc(ctx, (nn + 1) * sizeof *canon); /* one per value: a value read twice is fetched once */
+	classify(g, cls);
+	for (moe_id i = 0; i < nn; i++)
+		canon[i] = MOE_NONE;
+	bool any = false;
+	for (moe_id i = 0; i < nn; i++) {
+		int nk = N(g, i)->op == MOE_OP_BLOCK_LOOP ? (int)strlen(ir_attr_str(N(g, i), "kinds", "")) : 0;
+		for (int k = 0; k < nk; k++) {
+			const ir_node *l = N(g, i); /* again: the canonical bytes' nodes are appended */
+			const char *kinds = ir_attr_str(l, "kinds", "");
+			int a = ir_block_loop_arg(kinds, k);
+			moe_id x = kinds[k] == IR_BK_EXPERT ? l->args[a] : MOE_NONE;
+			if (x == MOE_NONE || cls[x] != C_WEIGHT || N(g, x)->dtype != MOE_U8 || !e2m1_only(g, l, k, false))
+				continue;
+			e2m1_only(g, l, k, true);
+			if (canon[x] == MOE_NONE)
+				canon[x] = e2m1_canon(g, x, l->loc);
+			moe_node_set_arg(g, i, (uint32_t)a, canon[x]);
+			any = true;
+		}
+	}
+	ctx_free(ctx, cls, nn + 1);
+	ctx_free(ctx, canon, (nn + 1) * sizeof *canon);
+	return any ? moe_graph_compact(ctx, g, NULL) : MOE_OK;
+}
+
 PASS(pass_tcp_split_weights)
 {
 	(void)opts;
 	(void)ud;
 	moe_status st = gptq_loops_at_bind(ctx, g);
+	if (st == MOE_OK)
+		st = mxfp4_canon_at_bind(ctx, g);
 	if (st != MOE_OK)
 		return st;
 	uint32_t nn = g->nnodes;

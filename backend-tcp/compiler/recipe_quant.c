@@ -84,7 +84,7 @@ static tcp_insn vec(int nd, const int64_t *dim, uint8_t flags)
 /* One vector pass over rows [r0, r0 + nb x bn) and columns [k0, k0 + kb x bk)
  * of the block grid (whole blocks, or the partial edge block). */
 static void dq_pass(sb *b, moe_id id, const qt_info *qi, const sb_val *q, int64_t qu, const sb_val *s,
-	const sb_val *d, int64_t r0, int64_t nb, int64_t bn, int64_t k0, int64_t kb, int64_t bk)
+	const sb_val *d, bool canon, int64_t r0, int64_t nb, int64_t bn, int64_t k0, int64_t kb, int64_t bk)
 {
 	if (nb < 1 || bn < 1 || kb < 1 || bk < 1)
 		return;
@@ -104,8 +104,15 @@ static void dq_pass(sb *b, moe_id id, const qt_info *qi, const sb_val *q, int64_
 		in.flags |= TCP_F_E2M1;
 		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 		break;
-	case QT_MXFP4: /* the E8M0 byte shifted into an f32 exponent: 2^(s - 127) */
+	case QT_MXFP4:
 		in.flags |= TCP_F_E2M1;
+		if (canon) { /* s1: (s - 127) << 23, added to the exponent; the zero word kept */
+			step(&in, TCP_V_TEQ, TCP_SRC_S0, TCP_SRC_IMM, 0);
+			step(&in, TCP_V_IADD, TCP_SRC_S0, TCP_SRC_S1, 0);
+			step(&in, TCP_V_MERGE, TCP_SRC_S0, TCP_SRC_V, 0);
+			break;
+		}
+		/* the E8M0 byte shifted into an f32 exponent: 2^(s - 127) */
 		step(&in, TCP_V_SHL, TCP_SRC_S1, TCP_SRC_IMM, 23);
 		step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S0, 0);
 		break;
@@ -116,6 +123,77 @@ static void dq_pass(sb *b, moe_id id, const qt_info *qi, const sb_val *q, int64_
 		break;
 	}
 	sb_emit(b, &in, id);
+}
+
+static bool same_val(const sb_val *a, const sb_val *b, int rank);
+
+/* MXFP4 on canonical bytes (tcp_e2m1_canon: no E2M1 code 8, the prep
+ * graph's rewrite in tcp-split-weights): the scales as i32 exponent offsets
+ * (s - 127) << 23 [N, K/32] in one integer pass, into a DM buffer named
+ * after the scales' node. The decode pass then adds one to each non-zero
+ * E2M1 word, all at the integer rate: the f32 product w x 2^(s - 127)
+ * exactly while it stays normal (E8M0 scales 2..252 for every E2M1
+ * magnitude). */
+static ts_id offsets_pass(sb *b, moe_id at, const qt_info *qi, const sb_val *s, moe_id sn)
+{
+	int64_t nr = (qi->N + qi->bn - 1) / qi->bn, nk = (qi->K + qi->bk - 1) / qi->bk;
+	const int64_t sh[2] = {nr, nk}, ss[2] = {s->stride[0], s->stride[1]}, ds[2] = {nk, 1};
+	ts_id cs = sb_dm_buf(b, sn, "mxfp4.exp", MOE_I32, 2, sh);
+	tcp_insn in = vec(2, sh, 0);
+	in.v[TCP_V_S0] = nview(s, 1, 2, ss);
+	in.v[TCP_V_DST] = plain(cs, 2, ds);
+	step(&in, TCP_V_SHL, TCP_SRC_V, TCP_SRC_IMM, 23);
+	step(&in, TCP_V_IADD, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)-(int64_t)(127u << 23));
+	sb_emit(b, &in, at);
+	return cs;
+}
+
+/* dequant d of the body on canonical MXFP4 bytes that sb_dequant decodes */
+static bool canon_mxfp4(const sb *b, moe_id d, qt_info *qi)
+{
+	const ir_node *n = SBN(b, d);
+	return n->op == MOE_OP_DEQUANT && n->rank == 2 && n->nargs == 2 && ir_attr_int(n, "tcp_e2m1_canon", 0) == 1 &&
+	       b->g->is_body && ir_dequant_info(b->g, n, qi) && qi->fmt == QT_MXFP4 && !sb_qact_dequant(b, d, NULL);
+}
+
+/* the latest offsets buffer of scales node sn, TS_NONE when none */
+static ts_id offsets_buf(const sb *b, moe_id sn)
+{
+	for (ts_id t = b->s->nbuf; t-- > 0;)
+		if (b->s->buf[t].node == sn && !strcmp(b->s->buf[t].name, "mxfp4.exp"))
+			return t;
+	return TS_NONE;
+}
+
+/* The offsets of canonical MXFP4 dequant id's scales s; *cv: their view.
+ * The body's first such dequant makes those of every later one (one pass
+ * per scales operand), so no later decode pass waits for a pass after the
+ * first decode pass (early-dequant moves them up to it). */
+static void mxfp4_offsets(sb *b, moe_id id, const qt_info *qi, const sb_val *s, sb_val *cv)
+{
+	qt_info pi;
+	bool first = true;
+	for (moe_id p = 0; p < id && first; p++)
+		first = !canon_mxfp4(b, p, &pi);
+	moe_id sn = SBN(b, id)->args[1];
+	ts_id cs = first ? TS_NONE : offsets_buf(b, sn);
+	if (cs == TS_NONE)
+		cs = offsets_pass(b, id, qi, s, sn);
+	for (moe_id p = id + 1; first && p < b->g->nnodes; p++) {
+		moe_id pn = canon_mxfp4(b, p, &pi) ? SBN(b, p)->args[1] : MOE_NONE;
+		bool seen = pn == MOE_NONE || b->v[pn].kind != SV_VIEW || b->s->buf[b->v[pn].buf].space != TCP_DM ||
+			    same_val(&b->v[pn], s, 2);
+		for (moe_id x = id + 1; !seen && x < p; x++)
+			seen = canon_mxfp4(b, x, &pi) && same_val(&b->v[SBN(b, x)->args[1]], &b->v[pn], 2);
+		if (!seen && canon_mxfp4(b, p, &pi))
+			offsets_pass(b, p, &pi, &b->v[pn], pn);
+	}
+	memset(cv, 0, sizeof *cv);
+	cv->kind = SV_VIEW;
+	cv->buf = cs;
+	cv->reg = TS_NONE;
+	cv->stride[0] = (qi->K + qi->bk - 1) / qi->bk;
+	cv->stride[1] = 1;
 }
 
 /* AWQ: q i32 [K, N/8] and z i32 [NG, N/8] packed along N (channel
@@ -253,15 +331,19 @@ void sb_dequant(sb *b, moe_id id)
 		return;
 	}
 	sb_val cv;
+	bool canon = qi.fmt == QT_MXFP4 && ir_attr_int(n, "tcp_e2m1_canon", 0) == 1;
 	if (qi.fmt == QT_NVFP4) {
 		nvfp4_scales(b, id, &qi, s, third, &cv);
+		s = &cv;
+	} else if (canon) {
+		mxfp4_offsets(b, id, &qi, s, &cv);
 		s = &cv;
 	}
 	/* 4-bit formats: the q view counts nibbles of the buffer's elements */
 	int64_t qu = qi.fmt == QT_FP8 ? 1 : 2 * (int64_t)moe_dtype_size((moe_dtype)qn->dtype);
 	int64_t fn = qi.N / qi.bn, rn = qi.N % qi.bn, fk = qi.K / qi.bk, rk = qi.K % qi.bk;
-	dq_pass(b, id, &qi, q, qu, s, d, 0, fn, qi.bn, 0, fk, qi.bk);
-	dq_pass(b, id, &qi, q, qu, s, d, 0, fn, qi.bn, fk * qi.bk, 1, rk);
-	dq_pass(b, id, &qi, q, qu, s, d, fn * qi.bn, 1, rn, 0, fk, qi.bk);
-	dq_pass(b, id, &qi, q, qu, s, d, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
+	dq_pass(b, id, &qi, q, qu, s, d, canon, 0, fn, qi.bn, 0, fk, qi.bk);
+	dq_pass(b, id, &qi, q, qu, s, d, canon, 0, fn, qi.bn, fk * qi.bk, 1, rk);
+	dq_pass(b, id, &qi, q, qu, s, d, canon, fn * qi.bn, 1, rn, 0, fk, qi.bk);
+	dq_pass(b, id, &qi, q, qu, s, d, canon, fn * qi.bn, 1, rn, fk * qi.bk, 1, rk);
 }

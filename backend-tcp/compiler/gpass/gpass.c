@@ -234,6 +234,7 @@ static moe_status register_passes(moe_ctx *ctx)
 		{"tcp_view", IR_AT_INT, 0, 0, "1: a bf16 -> f32 cast a widened einsum reads as a view of its operand (tcp-plan-fusion)"},
 		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (no pass writes it; read by none)"},
 		{"tcp_ggrid", IR_AT_INT, 0, 0, "1: a dispatch scatter lowered as a gather by block (no pass writes it; read by none)"},
+		{"tcp_e2m1_canon", IR_AT_INT, 0, 0, "1: an MXFP4 dequant whose bytes the prep graph made canonical, E2M1 code 8 (-0) as 0 (tcp-split-weights)"},
 		{"tcp_packed", IR_AT_INT, -1, OPF_LEAF, "k >= 0: a weight the program binds as packed weight k"},
 		{NULL, IR_AT_INT, 0, 0, NULL},
 	};
