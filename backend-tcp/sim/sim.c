@@ -264,9 +264,15 @@ static moe_status simulate(sim *s)
 			if (s->o->progress)
 				s->o->progress(s->o->progress_ud, "blocks", s->st->blocks_executed, s->nblocks > 0 ? s->nblocks : p->moe_G);
 		} else if (s->o->progress && !in_experts(s, pc) && tcp_op_ctx[in->op] != TCP_CTX_CTL) {
-			bool before = s->xlo < 0 || (int64_t)pc < s->xlo;
-			int64_t lo = before ? 0 : s->xhi + 1, hi = before ? (s->xlo < 0 ? (int64_t)p->ncode : s->xlo) : p->ncode;
-			s->o->progress(s->o->progress_ud, before ? "routing" : "combine", (int64_t)pc - lo, hi - lo);
+			/* by the command's phase (a schedule may place expert-phase commands,
+			 * such as a speculative first fetch, among routing's); the position
+			 * counts from the phase's first command, within [0, total] */
+			bool before = in->phase != TCP_PH_COMBINE;
+			int64_t end = s->xhi >= 0 ? s->xhi + 1 : (int64_t)p->ncode;
+			int64_t lo = before ? 0 : end, hi = before ? end : (int64_t)p->ncode;
+			int64_t done = (int64_t)pc - lo;
+			done = done < 0 ? 0 : done > hi - lo ? hi - lo : done;
+			s->o->progress(s->o->progress_ud, before ? "routing" : "combine", done, hi - lo);
 		}
 		uint32_t next = pc + 1;
 		switch ((tcp_opcode)in->op) {
@@ -444,14 +450,11 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		s.spm[i][0] = s.spm[i][1] = s.spm[i][2] = -1, s.spm[i][3] = 0;
 	if (p->moe_E > 0 && p->moe_E < ((int64_t)1 << 24))
 		s.seen = ctx_alloc(ctx, (size_t)p->moe_E); /* moe_tcp_run is guarded: a refusal is MOE_ERR_NOMEM */
-	/* the expert region: from the branch that skips the whole loop to the loop's back branch */
-	s.xlo = s.xhi = -1;
-	for (uint32_t i = 0; i < p->ncode; i++) {
-		if (p->code[i].phase == TCP_PH_EXPERT && s.xlo < 0)
-			s.xlo = i;
-		if (p->code[i].phase == TCP_PH_COMBINE && s.xhi < 0)
+	/* xhi: the last command before the combine's first (progress counts the combine from there) */
+	s.xhi = -1;
+	for (uint32_t i = 0; i < p->ncode && s.xhi < 0; i++)
+		if (p->code[i].phase == TCP_PH_COMBINE)
 			s.xhi = (int64_t)i - 1;
-	}
 	/* a full run refuses weights without values before anything is packed */
 	for (uint32_t i = 0; !pr && !o->timing_only && !o->lazy_weights && b && i < p->nt; i++) {
 		const tcp_tensor *t = &p->t[i];

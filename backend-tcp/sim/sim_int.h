@@ -94,9 +94,9 @@ typedef struct sim {
 	/* SPM: per tensor, the element range staged by dma.spm and when it
 	 * arrived (-1: none); `ld` reads only staged elements */
 	int64_t (*spm)[4]; /* [3]: the staging command (evref) */
-	/* for the progress report: the first expert instruction and the last
-	 * before the combine (-1: none) */
-	int64_t xlo, xhi;
+	/* for the progress report: the last instruction before the combine's
+	 * first (-1: none) */
+	int64_t xhi;
 	int64_t nblocks; /* the run-time block count, once loaded */
 	int64_t (*xiv)[2];
 	size_t nxiv, xivcap;

@@ -309,8 +309,10 @@ static void test_streamed_expert_weights_match_interp(void **st)
 }
 
 /* Blocks of B = 32 rows holding about 24: each block's rows run in one row
- * class, a multiple of B / 4 (8, 16, 24 or 32 rows; the contraction's first
- * dimension), never in tiles of 4 rows, whatever the DM. A DM of 160 KB per
+ * class, a multiple of the row step f (docs/tcp-compiler.md 5.2, row-classes:
+ * the smallest multiple of the contraction's row groups that is at least 4;
+ * here 4, 8, ... 32 rows as the contraction's first dimension), never a
+ * class off that step, whatever the DM. A DM of 160 KB per
  * slice double-buffers gate and up apart (two [256, 64] slots each,
  * [512, 64]); 1 MB holds the pair packed ([2F, D] twice, [1024, 64]). The
  * sums match the interpreter, and bit for bit across the two machines. */
@@ -322,12 +324,14 @@ static void test_streamed_fine_row_tiles_match(void **st)
 	const char *const big[] = {"clusters", "2", "1", "slices_per_cluster", "256", "2", "dm_bytes_per_slice",
 		"524288", "1048576", "trf_bytes_per_lane", "8192", "512", NULL};
 	char *mm = machine_json(mid), *mb = machine_json(big);
-	const char *const apart[] = {"tu.contract dims=[8,32,64]", "tu.contract dims=[24,32,64]",
+	const char *const apart[] = {"tu.contract dims=[4,32,64]", "tu.contract dims=[24,32,64]",
 		"dm scratch bf16 [512,64]", NULL};
-	const char *const paired[] = {"tu.contract dims=[8,32,64]", "tu.contract dims=[24,32,64]",
+	const char *const paired[] = {"tu.contract dims=[4,32,64]", "tu.contract dims=[24,32,64]",
 		"dm scratch bf16 [1024,64]", NULL};
-	const char *const none_apart[] = {"tu.contract dims=[4,", "dm scratch bf16 [1024,64]", NULL};
-	const char *const none_paired[] = {"tu.contract dims=[4,", "dm scratch bf16 [512,64]", NULL};
+	const char *const none_apart[] = {"tu.contract dims=[2,", "tu.contract dims=[6,", "tu.contract dims=[10,",
+		"dm scratch bf16 [1024,64]", NULL};
+	const char *const none_paired[] = {"tu.contract dims=[2,", "tu.contract dims=[6,", "tu.contract dims=[10,",
+		"dm scratch bf16 [512,64]", NULL};
 	const layer L = {MOE_BF16, 48, 64, 256, 4, 2, 32, 0, 0};
 	void *ys = check_against_interp_on(&L, 1e-2, mm, apart, none_apart);
 	void *yb = check_against_interp_on(&L, 1e-2, mb, paired, none_paired);

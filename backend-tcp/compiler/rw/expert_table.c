@@ -266,7 +266,8 @@ static int64_t priced(const tcp_sched *s, const bool *take, uint16_t feature)
 	size_t n0 = moe_diag_count(s->ctx), len = 0;
 	char *text = NULL;
 	int64_t cy = -1;
-	if (tcp_sched_print(s, &text, &len) == MOE_OK) {
+	moe_status ps = tcp_sched_print(s, &text, &len);
+	if (ps == MOE_OK) {
 		tcp_sched *c = tcp_sched_parse(s->ctx, s->m, "<expert-table trial>", text, len);
 		if (c) {
 			tables(c, take, feature);
@@ -278,6 +279,10 @@ static int64_t priced(const tcp_sched *s, const bool *take, uint16_t feature)
 	if (text)
 		ctx_free(s->ctx, text, len + 1);
 	ts_diag_truncate(s->ctx, n0);
+	/* a text the allocator refused fails the compile (as rewrites.c's trial),
+	 * so that a refusal never yields a program without the tables */
+	if (ps == MOE_ERR_NOMEM)
+		ctx_throw(s->ctx, len + 1);
 	return cy;
 }
 
