@@ -381,3 +381,36 @@ bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd)
 			return false;
 	return true;
 }
+
+int64_t ts_insn_numel(const tcp_insn *in)
+{
+	int64_t n = 1;
+	for (int k = 0; k < in->ndim; k++)
+		n *= in->dim[k];
+	return n;
+}
+
+bool ts_view_contiguous(const tcp_view *v, int nd, const int64_t *dim)
+{
+	int64_t st = 1;
+	for (int k = nd; k-- > 0;) {
+		if (dim[k] > 1 && v->stride[k] != st)
+			return false;
+		st *= dim[k];
+	}
+	return true;
+}
+
+void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
+{
+	int64_t a = v->base, b = v->base;
+	for (int k = 0; k < in->ndim; k++) {
+		int64_t d = (in->dim[k] - 1) * v->stride[k];
+		if (d < 0)
+			a += d;
+		else
+			b += d;
+	}
+	*lo = a;
+	*hi = b + 1;
+}

@@ -84,6 +84,13 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
 /* Whether views x and y name the same buffer, base, register (and its scale)
  * and strides over nd dimensions. */
 bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd);
+/* The elements of in's iteration space (the product of its dims). */
+int64_t ts_insn_numel(const tcp_insn *in);
+/* Whether view v over dims dim[0..nd) is row-major contiguous. */
+bool ts_view_contiguous(const tcp_view *v, int nd, const int64_t *dim);
+/* [lo, hi) of the elements view v of in reaches from its base (its register
+ * not counted). */
+void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi);
 /* Whether op q writes buffer t (its destination) / reads it (a source view). */
 static inline bool ts_op_writes(const ts_op *q, int32_t t)
 {

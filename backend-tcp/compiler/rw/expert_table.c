@@ -37,26 +37,6 @@ typedef struct et {
 	int64_t n, E;
 } et;
 
-static int64_t view_numel(const tcp_insn *in)
-{
-	int64_t n = 1;
-	for (int k = 0; k < in->ndim; k++)
-		n *= in->dim[k];
-	return n;
-}
-
-/* whether view v over dims dim[0..nd) is row-major contiguous */
-static bool contiguous(const tcp_view *v, int nd, const int64_t *dim)
-{
-	int64_t st = 1;
-	for (int k = nd; k-- > 0;) {
-		if (dim[k] > 1 && v->stride[k] != st)
-			return false;
-		st *= dim[k];
-	}
-	return true;
-}
-
 /* whether op o is a fetch of n elements of HBM buffer h's row (register
  * scale n, base 0) into the whole of a slot of w */
 static bool fetch(const tcp_sched *s, ts_id o, ts_id w, int64_t n, int32_t *h)
@@ -64,8 +44,8 @@ static bool fetch(const tcp_sched *s, ts_id o, ts_id w, int64_t n, int32_t *h)
 	const tcp_insn *in = &s->op[o].in;
 	const tcp_view *d = &in->v[TCP_V_DST], *v = &in->v[TCP_V_S0];
 	if (in->op != TCP_OP_DMA_COPY || in->vreg >= 0 || v->t < 0 || v->reg < 0 || v->base != 0 || v->scale != n ||
-		(in->flags & TCP_F_JOIN) || view_numel(in) != n || !contiguous(v, in->ndim, in->dim) ||
-		!contiguous(d, in->ndim, in->dim) || in->v[TCP_V_S1].t >= 0 || (ts_id)d->t != w)
+		(in->flags & TCP_F_JOIN) || ts_insn_numel(in) != n || !ts_view_contiguous(v, in->ndim, in->dim) ||
+		!ts_view_contiguous(d, in->ndim, in->dim) || in->v[TCP_V_S1].t >= 0 || (ts_id)d->t != w)
 		return false;
 	if (*h >= 0 && v->t != *h)
 		return false;

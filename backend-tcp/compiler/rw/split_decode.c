@@ -28,21 +28,6 @@ typedef struct sd {
 	int64_t n1; /* row blocks in the first part */
 } sd;
 
-/* [lo, hi) of the elements view v of in reaches (its base, no register) */
-static void span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
-{
-	int64_t a = v->base, b = v->base;
-	for (int k = 0; k < in->ndim; k++) {
-		int64_t d = (in->dim[k] - 1) * v->stride[k];
-		if (d < 0)
-			a += d;
-		else
-			b += d;
-	}
-	*lo = a;
-	*hi = b + 1;
-}
-
 /* whether op o is a decode pass (its s0 a quantized stream) */
 static bool decodes(const tcp_sched *s, ts_id o)
 {
@@ -100,7 +85,7 @@ static int64_t cut_of(const tcp_sched *s, ts_id d, const uint32_t *pos)
 	if (first == TS_NONE)
 		return 0;
 	int64_t lo, hi;
-	span(&s->op[first].in, &s->op[first].in.v[TCP_V_S0], &lo, &hi);
+	ts_view_span(&s->op[first].in, &s->op[first].in.v[TCP_V_S0], &lo, &hi);
 	if (lo < v->base)
 		return 0;
 	int64_t n1 = (hi - v->base + v->stride[0] - 1) / v->stride[0];
@@ -190,7 +175,7 @@ static void cut(tcp_sched *s, const sd *x, uint16_t feature)
 		if (dist == 0 && rv->t == t && rv->reg < 0 && q->in.v[TCP_V_DST].t != t && q->in.v[TCP_V_S1].t != t &&
 			q->in.v[TCP_V_S2].t != t) {
 			int64_t lo, hi;
-			span(&q->in, rv, &lo, &hi);
+			ts_view_span(&q->in, rv, &lo, &hi);
 			inside = hi <= end;
 		}
 		if (!inside)

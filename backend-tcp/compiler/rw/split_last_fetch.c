@@ -24,21 +24,6 @@ typedef struct sf {
 	int64_t p;             /* elements before the split */
 } sf;
 
-/* [lo, hi) of the elements of one slot that view v of in reads */
-static void span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
-{
-	int64_t a = v->base, b = v->base;
-	for (int k = 0; k < in->ndim; k++) {
-		int64_t d = (in->dim[k] - 1) * v->stride[k];
-		if (d < 0)
-			a += d;
-		else
-			b += d;
-	}
-	*lo = a;
-	*hi = b + 1;
-}
-
 /* whether op o depends on op f */
 static bool waits(const tcp_sched *s, ts_id o, ts_id f)
 {
@@ -71,7 +56,7 @@ static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
 		return 0;
 	int64_t lo[64], hi[64];
 	for (int i = 0; i < nr; i++)
-		span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[i], &hi[i]);
+		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[i], &hi[i]);
 	int64_t below = hi[0];
 	for (int k = 1; k < nr; k++) {
 		int64_t above = lo[k];
@@ -195,7 +180,7 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 			continue;
 		int64_t lo = 0, hi = n;
 		if (s->op[o].in.v[TCP_V_S0].t == w && s->op[o].in.v[TCP_V_DST].t != w)
-			span(&s->op[o].in, &s->op[o].in.v[TCP_V_S0], &lo, &hi);
+			ts_view_span(&s->op[o].in, &s->op[o].in.v[TCP_V_S0], &lo, &hi);
 		if (lo < x.p)
 			ts_add_dep(s, o, fa, dist);
 		if (hi > x.p)

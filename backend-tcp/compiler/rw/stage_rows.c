@@ -23,26 +23,6 @@
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/isa/build.h"
 
-static int64_t view_numel(const tcp_insn *in)
-{
-	int64_t n = 1;
-	for (int k = 0; k < in->ndim; k++)
-		n *= in->dim[k];
-	return n;
-}
-
-/* whether view v over dims dim[0..nd) is row-major contiguous */
-static bool contiguous(const tcp_view *v, int nd, const int64_t *dim)
-{
-	int64_t st = 1;
-	for (int k = nd; k-- > 0;) {
-		if (dim[k] > 1 && v->stride[k] != st)
-			return false;
-		st *= dim[k];
-	}
-	return true;
-}
-
 /* The body's copy of block g's rows, or TS_NONE: a top-level dma.copy of
  * the contiguous rows [g * n, (g + 1) * n) of an HBM scratch buffer that no
  * op in the loop writes and no ld reads, into the whole of a one-slot DM
@@ -64,12 +44,12 @@ static ts_id copy_of(const tcp_sched *s)
 			in->vreg >= 0 || d->base != 0 || d->t == v->t)
 			continue;
 		const ts_buf *h = &s->buf[v->t], *r = &s->buf[d->t];
-		int64_t n = view_numel(in);
+		int64_t n = ts_insn_numel(in);
 		if (h->space != TCP_HBM || h->kind != TCP_T_SCRATCH || r->space != TCP_DM || r->slots != 1 ||
 			r->layout.split != TS_SPLIT_FLIT || r->layout.copies != 1 || r->layout.slice0 != 0 ||
 			r->layout.nslices < 1 ||
 			r->kind != TCP_T_SCRATCH || r->dtype != h->dtype || ts_buf_numel(r) != n || v->scale != n ||
-			ts_buf_numel(h) % n || !contiguous(v, in->ndim, in->dim) || !contiguous(d, in->ndim, in->dim) ||
+			ts_buf_numel(h) % n || !ts_view_contiguous(v, in->ndim, in->dim) || !ts_view_contiguous(d, in->ndim, in->dim) ||
 			ts_buf_numel(h) / n < l->G)
 			continue;
 		bool ok = true;
@@ -110,7 +90,7 @@ moe_status ts_rw_stage_rows_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	ts_id body = l->body, lrg = l->region, parent = s->rg[lrg].parent, g = l->g;
 	tcp_insn in = s->op[c].in;
 	ts_id hb = (ts_id)in.v[TCP_V_S0].t, rb = (ts_id)in.v[TCP_V_DST].t;
-	int64_t n = view_numel(&in), G = l->G;
+	int64_t n = ts_insn_numel(&in), G = l->G;
 	/* the staged copy of every block's rows, block g's at element g * np */
 	const ts_buf *h = &s->buf[hb];
 	ts_layout lay = s->buf[rb].layout;
