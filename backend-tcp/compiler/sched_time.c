@@ -117,15 +117,19 @@ static void vrange(const tl *t, const tcp_view *v, int nd, const int64_t *dim, i
 }
 
 /* ---- the tensor table ---- */
+/* The buffers as tensor records, for the cost rules and the meter, which
+ * read places and sizes, never names: the records are unnamed (an empty
+ * name costs no allocation, and a compile predicts many times). */
 static tcp_program *tensors(moe_ctx *ctx, const tcp_sched *s)
 {
 	tcp_program *p = tcp_prog_new(ctx);
+	ctx_grow(ctx, (void **)&p->t, &p->tcap, s->nbuf, sizeof *p->t);
 	for (ts_id i = 0; i < s->nbuf; i++) {
 		const ts_buf *b = &s->buf[i];
 		int64_t shape[MOE_MAX_RANK];
 		memcpy(shape, b->shape, sizeof shape);
 		shape[0] *= b->slots ? b->slots : 1;
-		int32_t t = tcp_add_tensor(p, b->name, b->space, b->kind, (moe_dtype)b->dtype, b->rank, shape);
+		int32_t t = tcp_add_tensor(p, NULL, b->space, b->kind, (moe_dtype)b->dtype, b->rank, shape);
 		tcp_tensor *tt = &p->t[t];
 		tt->addr = b->offset > 0 ? b->offset : 0;
 		if (b->space == TCP_HBM)

@@ -38,14 +38,36 @@ tcp_program *tcp_prog_new(moe_ctx *ctx)
 	return p;
 }
 
+/* A tensor's name and source: an empty one is the shared no_str, never
+ * allocated (a compile's cost predictions build tensor tables of unnamed
+ * buffers, and most sources are empty); every other is the program's own
+ * copy. Neither is ever written through. */
+static char no_str[1];
+
+static char *str_dup(moe_ctx *ctx, const char *s)
+{
+	size_t n = strlen(s ? s : "");
+	if (!n)
+		return no_str;
+	char *d = ctx_alloc(ctx, n + 1);
+	memcpy(d, s, n);
+	return d;
+}
+
+static void str_free(moe_ctx *ctx, char *s)
+{
+	if (s && s != no_str)
+		ctx_free(ctx, s, strlen(s) + 1);
+}
+
 void tcp_prog_free(tcp_program *p)
 {
 	if (!p)
 		return;
 	moe_ctx *ctx = p->ctx;
 	for (uint32_t i = 0; i < p->nt; i++) {
-		ctx_free(ctx, p->t[i].name, strlen(p->t[i].name) + 1);
-		ctx_free(ctx, p->t[i].source, strlen(p->t[i].source) + 1);
+		str_free(ctx, p->t[i].name);
+		str_free(ctx, p->t[i].source);
 	}
 	ctx_free(ctx, p->prep, p->prep_len + 1);
 	ctx_free(ctx, p->t, p->tcap * sizeof *p->t);
@@ -65,10 +87,8 @@ int32_t tcp_add_tensor(tcp_program *p, const char *name, int space, int kind, mo
 	ctx_grow(p->ctx, (void **)&p->t, &p->tcap, p->nt + 1, sizeof *p->t);
 	tcp_tensor *t = &p->t[p->nt];
 	memset(t, 0, sizeof *t);
-	size_t n = strlen(name ? name : "");
-	t->name = ctx_alloc(p->ctx, n + 1);
-	memcpy(t->name, name ? name : "", n);
-	t->source = ctx_alloc(p->ctx, 1);
+	t->name = str_dup(p->ctx, name);
+	t->source = no_str;
 	t->space = (uint8_t)space;
 	t->kind = (uint8_t)kind;
 	t->dtype = (uint8_t)dt;
@@ -727,8 +747,7 @@ const char *const tcp_kind_names[TCP_NKIND] = {"scratch", "input", "weight", "ou
 void tcp_set_source(tcp_program *p, int32_t t, const char *source)
 {
 	tcp_tensor *tt = &p->t[t];
-	size_t n = strlen(source ? source : "");
-	ctx_free(p->ctx, tt->source, strlen(tt->source) + 1);
-	tt->source = ctx_alloc(p->ctx, n + 1);
-	memcpy(tt->source, source ? source : "", n);
+	str_free(p->ctx, tt->source);
+	tt->source = no_str;
+	tt->source = str_dup(p->ctx, source);
 }
