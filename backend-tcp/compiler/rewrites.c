@@ -70,37 +70,78 @@ static void unkeep(void *arg)
 	kept = ((base_trial *)arg)->outer;
 }
 
-/* The predicted cycles of a copy of s (read back from its text, the round
- * trip being exact), row applied first when row >= 0; -1 when it fails.
- * Diagnostics are dropped. A text the allocator refused is the compile's
- * failure, not the trial's: it throws (out of memory), so that a refusal
- * never yields a program without the rewrite. */
+char *ts_trial_text(const tcp_sched *s, size_t *len)
+{
+	size_t n0 = moe_diag_count(s->ctx);
+	char *text = NULL;
+	*len = 0;
+	moe_status ps = tcp_sched_print(s, &text, len);
+	if (ps == MOE_OK)
+		return text;
+	if (text)
+		ctx_free(s->ctx, text, *len + 1);
+	ts_diag_truncate(s->ctx, n0);
+	if (ps == MOE_ERR_NOMEM)
+		ctx_throw(s->ctx, *len + 1);
+	return NULL;
+}
+
+int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_trial *t)
+{
+	size_t n0 = moe_diag_count(s->ctx);
+	int64_t cy = -1;
+	tcp_sched *c = tcp_sched_parse(s->ctx, s->m, t->what, text, len);
+	if (c && (!t->fn || t->fn(c, t->arg))) {
+		if (!t->price)
+			cy = 0;
+		else if (tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
+			cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
+	}
+	tcp_sched_free(c);
+	ts_diag_truncate(s->ctx, n0);
+	return cy;
+}
+
+int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t)
+{
+	size_t len;
+	char *text = ts_trial_text(s, &len);
+	if (!text)
+		return -1;
+	int64_t cy = ts_trial_run(s, text, len, t);
+	ctx_free(s->ctx, text, len + 1);
+	return cy;
+}
+
+typedef struct row_arg {
+	const ts_env *e;
+	int row;
+} row_arg;
+
+/* row applied to the copy, which must still verify */
+static bool apply_row(tcp_sched *c, void *arg)
+{
+	const row_arg *r = arg;
+	return ts_rewrites[r->row].apply(c, r->e, (uint16_t)(r->row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
+}
+
+/* The predicted cycles of a copy of s, row applied first when row >= 0;
+ * -1 when it fails (ts_trial_run). The unchanged schedule's (row < 0) is
+ * kept for the stage (base_trial). */
 static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 {
-	size_t n0 = moe_diag_count(s->ctx), len = 0;
-	char *text = NULL;
-	tcp_sched *c = NULL;
-	int64_t cy = -1;
-	moe_status ps = tcp_sched_print(s, &text, &len);
-	if (ps != MOE_OK) {
-		if (text)
-			ctx_free(s->ctx, text, len + 1);
-		ts_diag_truncate(s->ctx, n0);
-		if (ps == MOE_ERR_NOMEM)
-			ctx_throw(s->ctx, len + 1);
+	size_t len;
+	char *text = ts_trial_text(s, &len);
+	if (!text)
 		return -1;
-	}
 	base_trial *b = row < 0 ? kept : NULL;
 	if (b && b->m == s->m && b->ctx == s->ctx && b->text && b->len == len && !memcmp(b->text, text, len)) {
 		ctx_free(s->ctx, text, len + 1);
 		return b->cycles;
 	}
-	c = tcp_sched_parse(s->ctx, s->m, "<rewrite trial>", text, len);
-	if (c && (row < 0 || (ts_rewrites[row].apply(c, e, (uint16_t)(row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK)) &&
-		tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
-		cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
-	tcp_sched_free(c);
-	ts_diag_truncate(s->ctx, n0);
+	row_arg r = {e, row};
+	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
+	int64_t cy = ts_trial_run(s, text, len, &t);
 	if (b && b->ctx == s->ctx) {
 		if (b->text)
 			ctx_free(b->ctx, b->text, b->len + 1);

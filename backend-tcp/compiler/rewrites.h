@@ -104,6 +104,27 @@ static inline bool ts_op_reads(const ts_op *q, int32_t t)
 	return false;
 }
 
+/* A trial: a copy of a schedule read back from its text (the round trip is
+ * exact), fn(copy, arg) applied when fn is set (false: the trial fails);
+ * with price, the copy placed (tcp_dm_place), verified and predicted on
+ * expected loads. Diagnostics reported by a trial are dropped. */
+typedef struct ts_trial {
+	const char *what; /* the copy's file name in diagnostics */
+	bool (*fn)(tcp_sched *c, void *arg);
+	void *arg;
+	bool price;
+} ts_trial;
+/* s's text for trials (ctx_alloc'd, *len + 1 bytes); NULL where it does not
+ * print. An allocator's refusal throws (out of memory): a refusal fails the
+ * compile and never yields a program that merely lacks a rewrite. */
+char *ts_trial_text(const tcp_sched *s, size_t *len);
+/* The trial t on text (s's, from ts_trial_text): -1 where reading, fn,
+ * placement or verification fails; else the predicted cycles with t->price,
+ * 0 without. */
+int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_trial *t);
+/* ts_trial_text and ts_trial_run in one: -1 also where s does not print. */
+int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

@@ -261,6 +261,13 @@ static bool run_prereqs(tcp_sched *s, const ts_env *e)
 	return true;
 }
 
+/* the prerequisites run on a copy, which then holds the pattern */
+static bool prereqs_found(tcp_sched *c, void *arg)
+{
+	cl x;
+	return run_prereqs(c, arg) && find(c, &x);
+}
+
 bool ts_rw_combine_in_loop_applies(const tcp_sched *s, const ts_env *e)
 {
 	cl x;
@@ -269,24 +276,8 @@ bool ts_rw_combine_in_loop_applies(const tcp_sched *s, const ts_env *e)
 	int gc = prereq(1);
 	if (gc < 0 || s->ran >> gc & 1)
 		return false;
-	/* a copy (read back from the schedule's text: exact) with the
-	 * prerequisites applied */
-	size_t n0 = moe_diag_count(s->ctx), len = 0;
-	char *text = NULL;
-	bool ok = false;
-	moe_status ps = tcp_sched_print(s, &text, &len);
-	if (ps == MOE_OK) {
-		tcp_sched *c = tcp_sched_parse(s->ctx, s->m, "<combine-in-loop trial>", text, len);
-		ok = c && run_prereqs(c, e) && find(c, &x);
-		tcp_sched_free(c);
-	}
-	if (text)
-		ctx_free(s->ctx, text, len + 1);
-	ts_diag_truncate(s->ctx, n0);
-	/* a text the allocator refused fails the compile (as rewrites.c's trial) */
-	if (ps == MOE_ERR_NOMEM)
-		ctx_throw(s->ctx, len + 1);
-	return ok;
+	/* a copy with the prerequisites applied */
+	return ts_trial_of(s, &(ts_trial){"<combine-in-loop trial>", prereqs_found, (void *)e, false}) == 0;
 }
 
 /* the accumulation of block g into dst: s + grid[g] x w[g] */

@@ -238,32 +238,25 @@ static void tables(tcp_sched *s, const bool *take, uint16_t feature)
 	ctx_free(s->ctx, drop, 0);
 }
 
-/* The predicted cycles of a copy of s (its text read back) with the tables
- * take, placed; -1 where it does not verify or place. Diagnostics are
- * dropped. */
+typedef struct take_arg {
+	const bool *take;
+	uint16_t feature;
+} take_arg;
+
+/* the tables taken, in a copy, which must still verify */
+static bool with_tables(tcp_sched *c, void *arg)
+{
+	const take_arg *a = arg;
+	tables(c, a->take, a->feature);
+	return tcp_sched_verify(c) == MOE_OK;
+}
+
+/* The predicted cycles of a copy of s with the tables take, placed; -1
+ * where it does not verify or place (ts_trial_of). */
 static int64_t priced(const tcp_sched *s, const bool *take, uint16_t feature)
 {
-	size_t n0 = moe_diag_count(s->ctx), len = 0;
-	char *text = NULL;
-	int64_t cy = -1;
-	moe_status ps = tcp_sched_print(s, &text, &len);
-	if (ps == MOE_OK) {
-		tcp_sched *c = tcp_sched_parse(s->ctx, s->m, "<expert-table trial>", text, len);
-		if (c) {
-			tables(c, take, feature);
-			if (tcp_sched_verify(c) == MOE_OK && tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
-				cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
-		}
-		tcp_sched_free(c);
-	}
-	if (text)
-		ctx_free(s->ctx, text, len + 1);
-	ts_diag_truncate(s->ctx, n0);
-	/* a text the allocator refused fails the compile (as rewrites.c's trial),
-	 * so that a refusal never yields a program without the tables */
-	if (ps == MOE_ERR_NOMEM)
-		ctx_throw(s->ctx, len + 1);
-	return cy;
+	take_arg a = {take, feature};
+	return ts_trial_of(s, &(ts_trial){"<expert-table trial>", with_tables, &a, true});
 }
 
 /* Which operands get a table: each in turn, in find()'s order, is taken
