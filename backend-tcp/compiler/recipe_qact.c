@@ -250,30 +250,65 @@ static void quantize(sb *b, moe_id id, const sb_val *x, int64_t M, int64_t I, ts
 	sb_emit(b, &p2, id);
 }
 
-/* C[m, c, o] = sa[m, c] x s[o / 128, c], laid out [M, nk, O] so that the
- * operands repeat along the innermost loop (128 outputs of one weight block):
- * first the distinct products Cs[m, c, o / 128] (one pass over 1/128 of C),
- * then a copy of each to its 128 outputs (a pass without ALU steps: the lane
- * words unchanged, at the integer rate, and its one stream read once per 128
- * outputs). C's bits are the products'. */
-static ts_id chunk_scales(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M, int64_t O, int64_t nk)
+static void rows_layout(sb *b, ts_id t);
+
+/* C[m, c, o] = sa[m, c] x s[o / 128, c] of a scaled f8 contraction, made
+ * where its parts read it: first the distinct products Cs[m, c, o / 128]
+ * for every chunk (one pass over 1/128 of C, before the contraction), then,
+ * before the first part of each group of gp parts, a copy of the group's
+ * chunks to their 128 outputs each, C_g [M, chunks, O] (a pass without ALU
+ * steps: the lane words unchanged, at the integer rate, its one stream read
+ * once per 128 outputs), so that the operands repeat along the innermost
+ * loop. Groups bound C's DM to a third of each slice's (the weights'
+ * double buffers take most of the rest at DeepSeek-V3's paired gate and
+ * up); one group is C whole. C's bits are the products'. gp = 0: v is the
+ * scales' view for every part (W8A8). */
+typedef struct qa_cs {
+	tcp_view v;
+	ts_id Cs;
+	int64_t M, O, nk, kp, gp, P;
+} qa_cs;
+
+static qa_cs chunk_products(sb *b, moe_id id, ts_id sa, const sb_val *s, int64_t M, int64_t O, int64_t nk)
 {
 	int64_t nb = O / QA_CHUNK;
-	const int64_t shs[3] = {M, nk, nb}, dims[3] = {M, nk, nb}, shc[3] = {M, nk, O}, dim[4] = {M, nk, nb, QA_CHUNK};
-	const int64_t sas[3] = {nk, 1, 0}, ss[3] = {0, s->stride[1], s->stride[0]}, css[3] = {nk * nb, nb, 1};
-	const int64_t cw[4] = {nk * nb, nb, 1, 0}, cs[4] = {nk * O, O, QA_CHUNK, 1};
-	ts_id Cs = sb_dm_buf(b, id, "fp8.bscale", MOE_F32, 3, shs), C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
-	tcp_insn in = pass(b, id, 3, dims);
+	const int64_t shs[3] = {M, nk, nb}, sas[3] = {nk, 1, 0}, ss[3] = {0, s->stride[1], s->stride[0]};
+	const int64_t css[3] = {nk * nb, nb, 1};
+	qa_cs c = {tcp_view_none(), sb_dm_buf(b, id, "fp8.bscale", MOE_F32, 3, shs), M, O, nk, nk, 1, 1};
+	/* the copies give each slice 1/S of C in order and read the products
+	 * of those outputs: both laid out in parts, they need no switch */
+	rows_layout(b, c.Cs);
+	tcp_insn in = pass(b, id, 3, shs);
 	in.v[TCP_V_S0] = buf_view(sa, 3, sas);
 	in.v[TCP_V_S1] = sb_view_at(s, 0, 3, ss);
-	in.v[TCP_V_DST] = buf_view(Cs, 3, css);
+	in.v[TCP_V_DST] = buf_view(c.Cs, 3, css);
 	step(&in, TCP_V_FMUL, TCP_SRC_V, TCP_SRC_S1, 0);
 	sb_emit(b, &in, id);
-	tcp_insn cp = pass(b, id, 4, dim);
-	cp.v[TCP_V_S0] = buf_view(Cs, 4, cw);
-	cp.v[TCP_V_DST] = buf_view(C, 4, cs);
-	sb_emit(b, &cp, id);
-	return C;
+	return c;
+}
+
+/* The scales' view [m, o, chunk] at part p's first chunk; at a group's
+ * first part, the group's copy first. */
+static tcp_view part_scales(sb *b, moe_id id, qa_cs *c, int64_t p)
+{
+	if (!c->gp)
+		return c->v;
+	int64_t nb = c->O / QA_CHUNK, g0 = p - p % c->gp, nc = (c->P - g0 < c->gp ? c->P - g0 : c->gp) * c->kp;
+	if (p == g0) {
+		const int64_t shc[3] = {c->M, nc, c->O}, dim[4] = {c->M, nc, nb, QA_CHUNK};
+		const int64_t cw[4] = {c->nk * nb, nb, 1, 0}, cs[4] = {nc * c->O, c->O, QA_CHUNK, 1}, v[3] = {nc * c->O, 1, c->O};
+		ts_id C = sb_dm_buf(b, id, "fp8.scale", MOE_F32, 3, shc);
+		rows_layout(b, C);
+		tcp_insn cp = pass(b, id, 4, dim);
+		cp.v[TCP_V_S0] = buf_view(c->Cs, 4, cw);
+		cp.v[TCP_V_S0].base = g0 * c->kp * nb;
+		cp.v[TCP_V_DST] = buf_view(C, 4, cs);
+		sb_emit(b, &cp, id);
+		c->v = buf_view(C, 3, v);
+	}
+	tcp_view r = c->v;
+	r.base += (p - g0) * c->kp * c->O;
+	return r;
 }
 
 /* The tiling of a scaled contraction: the whole reduction in one TRF tile,
@@ -350,7 +385,7 @@ static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 /* y = xq q^T scaled by C (views over (m, o, chunk)): per part of the
  * reduction (pl->It elements; one part unless fp8_split cut it) and per pass
  * of O a sub load of q's rows and one scaled contraction, part p into d[p]. */
-static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, tcp_view cs,
+static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const sb_val *q, tcp_view xq, qa_cs *cs,
 	const sb_val *const *d, bool rowdiv)
 {
 	ts_id first[2] = {TS_NONE, TS_NONE}, last[2] = {TS_NONE, TS_NONE};
@@ -364,15 +399,18 @@ static void contract(sb *b, moe_id id, const cplan *pl, const ts_id *trf, const 
 			const int64_t ld_dim[2] = {on, I}, ld_st[2] = {I, 1}, qs[2] = {q->stride[0], q->stride[1]};
 			tcp_insn ld = tcp_b_ldtrf(2, ld_dim, buf_view(trf[cur], 2, ld_st),
 				sb_view_at(q, o0 * q->stride[0] + i0 * q->stride[1], 2, qs), true);
+			tcp_view s2 = o0 ? cs->v : part_scales(b, id, cs, p), a = xq;
+			if (o0 && cs->gp)
+				s2.base += (p % cs->gp) * cs->kp * cs->O;
 			ts_id lo = sb_emit(b, &ld, id);
 			if (first[cur] == TS_NONE)
 				first[cur] = lo;
 			const int64_t cdim[3] = {pl->M, on, I}, ts[3] = {0, I, 1}, ds[2] = {d[p]->stride[0], d[p]->stride[1]};
-			tcp_view s2 = cs, a = xq;
-			s2.base += o0 * cs.stride[1] + i0 / QA_CHUNK * cs.stride[2];
+			int64_t cst = s2.stride[1];
+			s2.base += o0 * cst;
 			a.base += i0 * xq.stride[2];
 			if (rowdiv) /* the row factors stay where they are */
-				s2.stride[2] -= o0 * cs.stride[1];
+				s2.stride[2] -= o0 * cst;
 			tcp_insn in = tcp_b_contract(cdim, sb_view_at(d[p], o0 * d[p]->stride[1], 2, ds), a,
 				buf_view(trf[cur], 3, ts), tcp_view_none(), pl->Os < on ? pl->Os : on);
 			in.v[TCP_V_S2] = s2;
@@ -485,8 +523,12 @@ static void fp8_einsum(sb *b, moe_id id)
 	ts_id sa = shared_buf(b, id, "act.scale"), xq = shared_buf(b, id, "act.fp8");
 	if (sa == TS_NONE || xq == TS_NONE)
 		quantize(b, id, x, M, I, &sa, &xq);
-	ts_id C = chunk_scales(b, id, sa, s, M, O, nk);
-	int64_t P = I / pl.It;
+	qa_cs cs = chunk_products(b, id, sa, s, M, O, nk);
+	int64_t P = I / pl.It, part_bytes = M * (pl.It / QA_CHUNK) * O * 4 / b->S;
+	cs.kp = pl.It / QA_CHUNK;
+	cs.P = P;
+	cs.gp = b->m->dm_bytes_per_slice / 3 / (part_bytes > 0 ? part_bytes : 1);
+	cs.gp = cs.gp < 1 ? 1 : cs.gp > P ? P : cs.gp;
 	const sb_val *d = sb_out_val(b, id);
 	if (P > 1)
 		rows_layout(b, d->buf);
@@ -499,8 +541,8 @@ static void fp8_einsum(sb *b, moe_id id)
 	}
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_F8E4M3, trf);
-	const int64_t xs[3] = {I, 0, 1}, cs[3] = {O * nk, 1, O};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), buf_view(C, 3, cs), dst, false);
+	const int64_t xs[3] = {I, 0, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), &cs, dst, false);
 	/* y = ((p0 + p1) + p2) ...: each running sum in a buffer of its own, the
 	 * last into y */
 	const int64_t st[2] = {O, 1};
@@ -774,7 +816,8 @@ static void once_einsum(sb *b, moe_id id, moe_id qn, moe_id asn)
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
 	const int64_t xs[3] = {x->stride[0], 0, x->stride[1]};
-	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), cv, &d, false);
+	qa_cs cs = {cv, TS_NONE, 0, 0, 0, 0, 0, 1};
+	contract(b, id, &pl, trf, q, sb_view_at(x, 0, 3, xs), &cs, &d, false);
 }
 
 static void w8a8_einsum(sb *b, moe_id id)
@@ -839,7 +882,8 @@ static void w8a8_einsum(sb *b, moe_id id)
 	ts_id trf[2];
 	qa_trf(b, id, &pl, MOE_I8, trf);
 	const int64_t xs[3] = {I, 0, 1};
-	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), cv, &d, rowdiv);
+	qa_cs cs = {cv, TS_NONE, 0, 0, 0, 0, 0, 1};
+	contract(b, id, &pl, trf, q, buf_view(xq, 3, xs), &cs, &d, rowdiv);
 }
 
 /* The chain of einsum u's W8A8 activation: in[i] for every node of (xf, a]

@@ -239,8 +239,9 @@ def main():
                   "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
             failed += not good
         # 3a. act=fp8 with a reduction cut into parts (recipe_qact.c fp8_split: D = 4096 leaves
-        # 8 TRF rows per slice for one tile of the whole reduction, so gate and up are
-        # contracted in parts of whole 128-chunks whose f32 partials are added in order):
+        # 8 TRF rows per slice for one tile of the whole reduction, so gate and up, one
+        # contraction of 2F outputs (tcp-pair-gate-up), are contracted in parts of whole
+        # 128-chunks whose f32 partials are added in order):
         # the cut is in the schedule, and y keeps the tolerance against DeepSeek's scheme
         d = synth(tmp, "parts", 4096, 1024, T=128, seed=13)
         moe, sch = os.path.join(tmp, "p.moe"), os.path.join(tmp, "p.tsched")
@@ -250,7 +251,7 @@ def main():
         y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"),
                        os.path.join(d, "x.npy"), 128, extra=["--quant-act=fp8"])
         err = rel_err(y, float_ref(d, np.load(os.path.join(d, "x.npy")), patch=fp8_patch))
-        good = parts >= 4 and err <= TOL
+        good = parts >= 2 and err <= TOL
         print("%-4s tcp act=fp8  synthetic D=4096 F=1024 T=128, %d partial buffers: max|err| = %.2e x max|y| "
               "against DeepSeek's fp8 scheme" % ("ok" if good else "FAIL", parts, err))
         failed += not good
@@ -271,19 +272,22 @@ def main():
         print("%-4s tcp act=fp8 synthetic D=256 F=384: the compiled .tcpb gives the bytes of the .moe run"
               % ("ok" if good else "FAIL"))
         failed += not good
-        # the printed schedule: the three scale tensors copied
-        # into DM before the loop (read in place at row $e), the activation of gate and up
-        # quantized once in the body (two f.abs/r.fmax passes: gate+up's input, down's input)
+        # the printed schedule: gate and up paired (tcp-pair-gate-up: their values and their
+        # block scales each one packed tensor, one scaled contraction), the two scale tensors
+        # (the pair's, down's) copied into DM before the loop (read in place at row $e), the
+        # activation quantized once per projection input (two f.abs/r.fmax passes)
         sch = os.path.join(tmp, "f.tsched")
         run([moec, "compile", moe, "-o", sch, "--quant-act=fp8", "--emit=tcp-sched"])
         lines = open(sch).read().splitlines()
-        bid = {m.group(2): m.group(1) for m in (re.match(r'buf %(\d+) "([^"]+)" hbm weight ', l) for l in lines) if m}
+        bid = {m.group(2): m.group(1)
+               for m in (re.match(r'buf %(\d+) "([^"]+)" hbm (weight|packed) ', l) for l in lines) if m}
         at = next(i for i, l in enumerate(lines) if l.lstrip().startswith("loop "))
         staged = [i for i, l in enumerate(lines) if "dma.copy" in l
-                  for n in ("gate_s", "up_s", "down_s") if " s0=%%%s+0:" % bid.get(n, "?") in l]
+                  for n in ("packed.0.up_s+gate_s", "down_s") if " s0=%%%s+0:" % bid.get(n, "?") in l]
         quants = [i for i, l in enumerate(lines) if "f.abs" in l and "r.fmax" in l and i > at]
         scaled = [l for l in lines if "tu.contract" in l and "scaled" in l]
-        good = len(staged) == 3 and max(staged) < at and len(quants) == 2 and len(scaled) == 3
+        good = ("packed.1.up_q+gate_q" in bid and len(staged) == 2 and max(staged) < at and len(quants) == 2
+                and len(scaled) == 2)
         print("%-4s tcp act=fp8 schedule: scales staged at lines %s (loop at %d), activation quantizations %s, "
               "%d scaled contractions" % ("ok" if good else "FAIL", staged, at, quants, len(scaled)))
         failed += not good

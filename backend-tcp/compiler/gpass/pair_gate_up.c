@@ -1,5 +1,6 @@
 /* backend-tcp/compiler/gpass/pair_gate_up.c: one contraction for an expert's
- * gate and up projections (bf16 and f32 experts, W8A8 int8 experts), on the
+ * gate and up projections (bf16 and f32 experts, W8A8 int8 experts, block-FP8
+ * experts contracted with fp8 activations), on the
  * block_loop blockwise-dispatch writes (tcp-pair-gate-up).
  *
  * A block's gate and up einsums read the same activation rows and weights
@@ -23,7 +24,11 @@
  * scales are each laid out side by side and one dequant of the pair feeds
  * the einsum (its i8 x i8 contraction and its output-scale pass then run
  * once for both); each output row keeps its own values and scale, so the
- * value is unchanged. A graph without a block_loop (flattened) is left as
+ * value is unchanged. Block-FP8 experts with act="fp8" (128 x 128 blocks,
+ * F a multiple of 128, so no block straddles the seam) pair alike, their
+ * block scales [E, F / 128, D / 128] side by side; each output keeps its
+ * chunk sums and scales (recipe_qact.c may cut the longer contraction's
+ * reduction into other parts, which changes only their association). A graph without a block_loop (flattened) is left as
  * it is. */
 #include <string.h>
 
@@ -510,9 +515,10 @@ static int pair_body(moe_ctx *ctx, moe_graph *nb, const moe_graph *ob, moe_id j,
 	return 1;
 }
 
-/* ---- W8A8 gate/up on a loop ----
+/* ---- W8A8 (and act=fp8 block-FP8) gate/up on a loop ----
  * The projections read dequant(qa, sa) and dequant(qb, sb) of per-channel
- * int8 weights with int8 activations (act="int8"), each dequant and each
+ * int8 weights with int8 activations (act="int8") or of block-FP8 weights
+ * with fp8 activations (act="fp8"), each dequant and each
  * blockarg read once. Two merges, as the flattened form pairs its gathers:
  * first the scales, concat(sa, sb) [E, 2F, 1], each dequant reading its half
  * as a view; then the values, concat(qa, qb) [E, 2F, D], and one dequant of
@@ -533,9 +539,14 @@ static moe_id loop_w8a8(const moe_graph *g, const ir_node *ln, const moe_graph *
 	moe_id d = en->args[1];
 	const ir_node *dn = N(bg, d);
 	qt_info qi;
-	if (dn->op != MOE_OP_DEQUANT || dn->nargs != 2 || strcmp(ir_attr_str(dn, "act", "bf16"), "int8") ||
-		!ir_dequant_info(bg, dn, &qi) || qi.fmt != QT_INT8 || qi.bn != 1 || qi.bk != qi.K ||
+	if (dn->op != MOE_OP_DEQUANT || dn->nargs != 2 || !ir_dequant_info(bg, dn, &qi) ||
 		use_of(bg, dn->args[0]) != 1 || use_of(bg, dn->args[1]) != 1)
+		return MOE_NONE;
+	const char *act = ir_attr_str(dn, "act", "bf16");
+	bool i8 = !strcmp(act, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	bool f8 = !strcmp(act, "fp8") && qi.fmt == QT_FP8 && qi.bn == 128 && qi.bk == 128 && qi.N % 128 == 0 &&
+		  qi.K % 128 == 0;
+	if (!i8 && !f8)
 		return MOE_NONE;
 	*wq = tcp_loop_e_arg(g, ln, bg, dn->args[0], kq);
 	*ws = tcp_loop_e_arg(g, ln, bg, dn->args[1], ks);
@@ -549,8 +560,8 @@ typedef struct lw8a8 {
 	moe_id e1, e2, d1, d2, sb1, sb2; /* body nodes of the graph being merged */
 	moe_id wq1, wq2, ws1, ws2;
 	int kq1, kq2, ks1, ks2;
-	int64_t F;
-	moe_id qs; /* the paired scales' blockarg (values merge: in the old body) */
+	int64_t F, Fs; /* rows of each weight and of its scales */
+	moe_id qs;     /* the paired scales' blockarg (values merge: in the old body) */
 	lpair lp;  /* the merge in progress: its outer weights and new blockarg */
 } lw8a8;
 
@@ -573,7 +584,7 @@ static bool loop_w8a8_find(const moe_graph *g, moe_id loop, lw8a8 *p)
 				!same_dequant(N(bg, da), N(bg, db)) || qa > qb)
 				continue;
 			*p = (lw8a8){a, b, da, db, N(bg, da)->args[1], N(bg, db)->args[1], wqa, wqb, wsa, wsb, qa, qb, sa, sb,
-				N(g, wqa)->shape[1], MOE_NONE, {0}};
+				N(g, wqa)->shape[1], N(g, wsa)->shape[1], MOE_NONE, {0}};
 			return true;
 		}
 	}
@@ -590,8 +601,8 @@ static bool w8a8_scale_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_gr
 {
 	(void)ctx;
 	lw8a8 *p = ud;
-	bm[p->sb1] = ir_b_slice(nb, q, 0, 0, p->F, N(ob, p->sb1)->loc);
-	bm[p->sb2] = ir_b_slice(nb, q, 0, p->F, 2 * p->F, N(ob, p->sb2)->loc);
+	bm[p->sb1] = ir_b_slice(nb, q, 0, 0, p->Fs, N(ob, p->sb1)->loc);
+	bm[p->sb2] = ir_b_slice(nb, q, 0, p->Fs, 2 * p->Fs, N(ob, p->sb2)->loc);
 	return true;
 }
 
