@@ -28,6 +28,12 @@
  * attribute set, backend-tcp's moe_tcp_register_passes; ir/attrs.c). tcp-split-weights: k >= 0 on the k-th value the
  * TCP program binds as a packed weight (backend-tcp/compiler/prep.c splits there). */
 #define IR_NK_TCP_PACK "tcp_pack"
+/* tcp-split-weights: the name prefix of the node making canonical MXFP4
+ * bytes (mxfp4_canon_at_bind), followed by the name of the weight holding
+ * their E8M0 scales; binding checks those scales against the bytes
+ * (backend-tcp/sim/pack.c). A name, not an attribute: the prep graph keeps
+ * no target attribute. */
+#define MOE_TCP_E8M0_NAME "mxfp4_canon."
 /* tcp-plan-fusion (backend-tcp/compiler/gpass/plan_fusion.c, registered by the TCP target):
  * the lowering's fusion choices. tcp_fuse = k (k >= 0) on every node of
  * fusion group k, computed by one vector pass, that of the group's last node

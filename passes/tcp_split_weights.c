@@ -401,6 +401,29 @@ static bool e2m1_only(const moe_graph *g, const ir_node *l, int k, bool mark)
 	return any;
 }
 
+/* The scales of the MXFP4 dequants that read body input k of loop l: one
+ * `e` operand of l that is a weight leaf, else MOE_NONE (different ones, or
+ * one computed). The canonical bytes are named after it (MOE_TCP_E8M0_NAME
+ * and its name, kept by the prep graph), so that binding checks the scales
+ * the integer decode meets (backend-tcp/sim/pack.c). */
+static moe_id e8m0_scales(const moe_graph *g, const ir_node *l, int k)
+{
+	moe_graph *body = ir_node_body(g, l);
+	const char *kinds = ir_attr_str(l, "kinds", "");
+	moe_id w = MOE_NONE;
+	for (moe_id i = 0; i < body->nnodes; i++) {
+		const ir_node *n = N(body, i);
+		if (n->op != MOE_OP_DEQUANT || n->nargs < 2 || in_index(N(body, n->args[0])) != k)
+			continue;
+		int ks = e_input(kinds, body, n->args[1]);
+		moe_id s = ks >= 0 ? l->args[ir_block_loop_arg(kinds, ks)] : MOE_NONE;
+		if (s == MOE_NONE || N(g, s)->op != MOE_OP_WEIGHT || !N(g, s)->name || (w != MOE_NONE && w != s))
+			return MOE_NONE;
+		w = s;
+	}
+	return w;
+}
+
 static moe_status mxfp4_canon_at_bind(moe_ctx *ctx, moe_graph *g)
 {
 	uint32_t nn = g->nnodes;
@@ -419,9 +442,17 @@ static moe_status mxfp4_canon_at_bind(moe_ctx *ctx, moe_graph *g)
 			moe_id x = kinds[k] == IR_BK_EXPERT ? l->args[a] : MOE_NONE;
 			if (x == MOE_NONE || cls[x] != C_WEIGHT || N(g, x)->dtype != MOE_U8 || !e2m1_only(g, l, k, false))
 				continue;
+			moe_id sw = e8m0_scales(g, l, k);
+			const char *sn = sw != MOE_NONE ? N(g, sw)->name : NULL;
+			char name[200];
+			snprintf(name, sizeof name, "%s%s", MOE_TCP_E8M0_NAME, sn ? sn : "");
+			if (!sn || strlen(sn) > 160 || (canon[x] != MOE_NONE && strcmp(N(g, canon[x])->name, name)))
+				continue; /* scales binding cannot check: the float-rate decode */
 			e2m1_only(g, l, k, true);
-			if (canon[x] == MOE_NONE)
+			if (canon[x] == MOE_NONE) {
 				canon[x] = e2m1_canon(g, x, l->loc);
+				moe_node_set_name(g, canon[x], name);
+			}
 			moe_node_set_arg(g, i, (uint32_t)a, canon[x]);
 			any = true;
 		}

@@ -3,6 +3,8 @@
  * interpreter on the bound weights when they are bound, outside the
  * simulated time. */
 #include "backend-tcp/sim/sim_int.h"
+#include "ir/graph_keys.h"
+#include "ir/quant.h"
 
 /* Binds each packed tensor of p in table order: out[k] when given (taken),
  * else a tensor without data (shape only). */
@@ -57,6 +59,84 @@ static moe_graph *present_part(moe_ctx *ctx, const moe_graph *g, const moe_tenso
 	return r;
 }
 
+/* Whether the TCP program's integer-rate MXFP4 decode of E2M1 code c under
+ * E8M0 scale s gives the host's f32 product qt_e2m1(c) x qt_e8m0(s) bit for
+ * bit. The program (backend-tcp/compiler/recipe_quant.c, on canonical bytes)
+ * keeps a zero word and adds (s << 23) - (127 << 23) modulo 2^32 to any
+ * other: exact for s in 2..252, where no product leaves the normal range.
+ * Outside it the add wraps the exponent; it is still exact where the code is
+ * zero (s below 255), the product stays normal, the add reaches the same
+ * infinity or a NaN, or the product is subnormal and the add gives the zero
+ * of its sign, the flush every float use of the weight applies (A9). */
+static bool e8m0_exact(uint32_t s, uint32_t c)
+{
+	float v = qt_e2m1(c), h = v * qt_e8m0(s);
+	uint32_t w, hw;
+	memcpy(&w, &v, sizeof w);
+	memcpy(&hw, &h, sizeof hw);
+	if (w << 1)
+		w += (s << 23) - (127u << 23);
+	memcpy(&v, &w, sizeof v);
+	if (fpclassify(h) == FP_SUBNORMAL) /* the float ALUs' flush of it (docs/tcp-isa.md A9) */
+		hw &= 0x80000000u;
+	return w == hw || (isnan(v) && isnan(h)); /* any NaN is the semantics' NaN */
+}
+
+/* The weight holding the E8M0 scales of prep node o's canonical MXFP4
+ * bytes, named after it by tcp-split-weights; "" for any other node. */
+const char *tcp_e8m0_scales(const ir_node *o)
+{
+	size_t n = strlen(MOE_TCP_E8M0_NAME);
+	return o->name && !strncmp(o->name, MOE_TCP_E8M0_NAME, n) ? o->name + n : "";
+}
+
+/* Binding refuses scales the program decodes wrongly: packed tensor v (the
+ * canonical E2M1 bytes, u8 [.., N, K/2]) of prep node o named after its
+ * scales (tcp_e8m0_scales) against sc, those scales
+ * as bound (u8 [.., N, K/32]; v and sc may be rows e0.. of the expert
+ * axis). False, with the first bad block named in msg, when a block holds a
+ * code that e8m0_exact refuses; true when fine or not such a pair. */
+bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, char *msg, size_t n)
+{
+	const char *sn = tcp_e8m0_scales(o);
+	bool fits = *sn && sc && v && sc->data && v->data && sc->dtype == MOE_U8 && v->dtype == MOE_U8 &&
+		    sc->rank == v->rank && sc->rank >= 2 && v->shape[v->rank - 1] == 16 * sc->shape[sc->rank - 1];
+	for (int d = 0; fits && d < sc->rank - 1; d++)
+		fits = sc->shape[d] == v->shape[d];
+	if (!fits)
+		return true;
+	const uint8_t *sp = sc->data, *vp = v->data;
+	int64_t nb = sc->shape[sc->rank - 1], rows = sc->shape[sc->rank - 2], bad = 0, first = -1;
+	uint32_t fc = 0;
+	for (int64_t i = 0; i < (int64_t)sc->nbytes; i++) {
+		if (sp[i] >= 2 && sp[i] <= 252)
+			continue;
+		uint32_t c = 0;
+		for (int64_t j = 0; j < 16 && !c; j++) {
+			uint32_t b = vp[i * 16 + j];
+			c = !e8m0_exact(sp[i], b & 15u) ? (b & 15u) | 16u : !e8m0_exact(sp[i], b >> 4) ? (b >> 4) | 16u : 0;
+		}
+		if (c && !bad++)
+			first = i, fc = c & 15u;
+	}
+	if (!bad)
+		return true;
+	uint32_t sv = sp[first];
+	char what[64], at[64] = "";
+	if (sv == 255u)
+		snprintf(what, sizeof what, "255 (NaN)");
+	else
+		snprintf(what, sizeof what, "%u (2^%d) with the E2M1 value %g", sv, (int)sv - 127, (double)qt_e2m1(fc));
+	if (sc->rank > 2)
+		snprintf(at, sizeof at, " expert %lld", (long long)(e0 + first / nb / rows));
+	snprintf(msg, n,
+		"weight '%s'%s row %lld block %lld: E8M0 scale %s is outside 2..252, which the TCP program decodes "
+		"exactly (%lld such block%s%s; the host target decodes every scale)",
+		sn, at, (long long)(first / nb % rows), (long long)(first % nb), what, (long long)bad, bad == 1 ? "" : "s",
+		e0 >= 0 && sc->rank > 2 && sc->shape[0] == 1 ? " in this expert" : "");
+	return false;
+}
+
 moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
 	moe_tensor_map *packed)
 {
@@ -81,6 +161,15 @@ moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 			out[k] = none[k] || rc != MOE_OK ? NULL : o[j++];
 		if (part)
 			ctx_free(ctx, o, (no + 1) * sizeof *o);
+	}
+	for (uint32_t k = 0; rc == MOE_OK && k < no; k++) {
+		const ir_node *o = N(g, g->outputs[k]);
+		char msg[400];
+		const moe_tensor *sc = bind ? moe_tensor_map_get(bind, tcp_e8m0_scales(o)) : NULL;
+		if (out[k] && !tcp_e8m0_check(o, out[k], sc, 0, msg, sizeof msg)) {
+			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: %s", msg);
+			rc = MOE_ERR_INVALID;
+		}
 	}
 	if (rc == MOE_OK)
 		rc = bind_packed(ctx, p, out, none, packed);

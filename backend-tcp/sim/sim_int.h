@@ -358,6 +358,8 @@ moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_ma
 
 /* pack.c: evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
+const char *tcp_e8m0_scales(const ir_node *o);
+bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, char *msg, size_t n);
 moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
 	moe_tensor_map *packed);
 

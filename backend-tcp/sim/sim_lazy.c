@@ -211,6 +211,40 @@ static moe_status pack_row(sim *s, int64_t row, moe_tensor **out)
 	return rc;
 }
 
+/* Row `row` of packed output k (v) checked against row `row` of the E8M0
+ * scales its prep node names (tcp_e8m0_check), those filled first when
+ * lazy; a fault naming the block when the program would decode it wrongly. */
+static bool e8m0_row(sim *s, uint32_t pc, uint32_t k, const moe_tensor *v, int64_t row)
+{
+	const ir_node *o = N(moe_module_graph(s->lz->rowprep, 0), moe_module_graph(s->lz->rowprep, 0)->outputs[k]);
+	const char *sn = tcp_e8m0_scales(o);
+	int32_t ts = -1;
+	for (uint32_t i = 0; *sn && i < s->p->nt && ts < 0; i++)
+		if (s->p->t[i].kind == TCP_T_WEIGHT && !strcmp(s->p->t[i].name, sn))
+			ts = (int32_t)i;
+	const tcp_tensor *t = ts >= 0 ? &s->p->t[ts] : NULL;
+	if (!t || t->rank < 1 || t->shape[0] <= row)
+		return true;
+	int64_t per = t->numel / t->shape[0];
+	const lazy_t *l = &s->lz->of[ts];
+	const moe_tensor *h = moe_tensor_map_get(s->lz->b, sn);
+	moe_tensor sc = {.dtype = (moe_dtype)t->dtype, .rank = t->rank, .nbytes = (size_t)per};
+	memcpy(sc.shape, t->shape, sizeof sc.shape);
+	sc.shape[0] = 1;
+	if (l->rows) {
+		if (!tcps_fill(s, pc, ts, row * per, row * per))
+			return false;
+		sc.data = l->data + (size_t)row * l->row_bytes;
+	} else if (h && h->data && h->nbytes == (size_t)t->numel) {
+		sc.data = (uint8_t *)h->data + (size_t)row * (size_t)per;
+	}
+	char msg[400];
+	if (tcp_e8m0_check(o, v, &sc, row, msg, sizeof msg))
+		return true;
+	FAULT(s, pc, "%s", msg);
+	return false;
+}
+
 static bool fill_row(sim *s, uint32_t pc, int32_t t, int64_t row)
 {
 	tcps_lazy *z = s->lz;
@@ -226,15 +260,19 @@ static bool fill_row(sim *s, uint32_t pc, int32_t t, int64_t row)
 	}
 	moe_tensor **out = ctx_alloc(s->ctx, (z->npacked + 1) * sizeof *out);
 	moe_status rc = pack_row(s, row, out);
+	bool ok = true;
 	for (uint32_t k = 0; k < z->npacked; k++) {
 		lazy_t *o = &z->of[z->packed_t[k]];
-		if (rc == MOE_OK && out[k] && out[k]->nbytes == o->row_bytes && !o->filled[row]) {
+		ok = ok && (rc != MOE_OK || !out[k] || e8m0_row(s, pc, k, out[k], row));
+		if (ok && rc == MOE_OK && out[k] && out[k]->nbytes == o->row_bytes && !o->filled[row]) {
 			memcpy(o->data + (size_t)row * o->row_bytes, out[k]->data, o->row_bytes);
 			o->filled[row] = 1;
 		}
 		moe_tensor_free(s->ctx, out[k]);
 	}
 	ctx_free(s->ctx, out, 0);
+	if (!ok)
+		return false;
 	if (!l->filled[row]) {
 		FAULT(s, pc, "packing row %lld of weight '%s' failed", (long long)row, s->p->t[t].name);
 		return false;
@@ -325,36 +363,51 @@ static bool lazy_weights(sim *s)
 	return true;
 }
 
-/* The weights the prep graph reads, deferred ones read whole (every row),
- * the others borrowed: for a prep graph that does not run row by row. */
+/* Weight `name` into w: bound data borrowed, a deferred one read whole
+ * (every row) as node i of g (a graph that names its source; none: left
+ * out). */
+static moe_status add_whole(sim *s, moe_tensor_map *w, const char *name, const moe_graph *g, moe_id i)
+{
+	const ir_node *n = g && i != MOE_NONE ? N(g, i) : NULL;
+	const moe_tensor *h = moe_tensor_map_get(s->lz->b, name);
+	if (!h || moe_tensor_map_get(w, name) || (!h->data && !n))
+		return MOE_OK; /* the pack reports a missing one */
+	moe_tensor *t = (h->data ? moe_tensor_new_shape : moe_tensor_new)(s->ctx, h->dtype, h->rank, h->shape);
+	if (!t)
+		return MOE_ERR_NOMEM;
+	moe_status rc = MOE_OK;
+	if (h->data) {
+		t->data = h->data;
+		t->owned = 0;
+	} else {
+		size_t rb = n->rank >= 1 && n->shape[0] > 0 ? t->nbytes / (size_t)n->shape[0] : 0;
+		for (int64_t r = 0; rb && r < n->shape[0] && rc == MOE_OK; r++)
+			rc = moe_weights_load_row(s->ctx, g, i, s->lz->ck, r, (uint8_t *)t->data + (size_t)r * rb, rb);
+	}
+	if (moe_tensor_map_set(w, name, t) != MOE_OK && rc == MOE_OK)
+		rc = MOE_ERR_NOMEM;
+	return rc;
+}
+
+/* The weights the prep graph reads, and the E8M0 scales its outputs name
+ * (tcp_pack_weights checks them), for a prep graph that does not run row by
+ * row. */
 static moe_tensor_map *whole(sim *s)
 {
 	tcps_lazy *z = s->lz;
 	moe_ctx *ctx = s->ctx;
 	moe_module *m = tcp_prep_module(ctx, s->p, NULL);
 	const moe_graph *g = m ? moe_module_graph(m, 0) : NULL;
+	const moe_graph *ig = z->iface ? moe_module_graph(z->iface, 0) : NULL;
 	moe_tensor_map *w = g ? moe_tensor_map_new(ctx) : NULL;
 	moe_status rc = g ? MOE_OK : MOE_ERR_INVALID;
-	for (moe_id i = 0; g && i < g->nnodes && rc == MOE_OK; i++) {
-		const ir_node *n = N(g, i);
-		const moe_tensor *h = n->op == MOE_OP_WEIGHT ? moe_tensor_map_get(z->b, n->name) : NULL;
-		if (!h)
-			continue; /* the pack reports it */
-		moe_tensor *t = (h->data ? moe_tensor_new_shape : moe_tensor_new)(ctx, h->dtype, h->rank, h->shape);
-		if (!t) {
-			rc = MOE_ERR_NOMEM;
-			break;
-		}
-		if (h->data) {
-			t->data = h->data;
-			t->owned = 0;
-		} else {
-			size_t rb = n->rank >= 1 && n->shape[0] > 0 ? t->nbytes / (size_t)n->shape[0] : 0;
-			for (int64_t r = 0; rb && r < n->shape[0] && rc == MOE_OK; r++)
-				rc = moe_weights_load_row(ctx, g, i, z->ck, r, (uint8_t *)t->data + (size_t)r * rb, rb);
-		}
-		if (moe_tensor_map_set(w, n->name, t) != MOE_OK && rc == MOE_OK)
-			rc = MOE_ERR_NOMEM;
+	for (moe_id i = 0; g && i < g->nnodes && rc == MOE_OK; i++)
+		if (N(g, i)->op == MOE_OP_WEIGHT)
+			rc = add_whole(s, w, N(g, i)->name, g, i);
+	for (uint32_t k = 0; g && k < g->nout && rc == MOE_OK; k++) {
+		const char *sn = tcp_e8m0_scales(N(g, g->outputs[k]));
+		if (*sn)
+			rc = add_whole(s, w, sn, ig, weight_node(ig, sn));
 	}
 	moe_module_free(m);
 	if (rc != MOE_OK) {
