@@ -199,15 +199,18 @@ void sb_gather(sb *b, moe_id id)
 	}
 }
 
-/* idx (DM, ni positions) times rb bytes, as an HBM list */
+/* idx (DM, ni positions) times rb bytes, as an HBM list; iv NULL: the
+ * positions are the iota 0 .. ni - 1, the pass's counter (no pass of its
+ * own writes them into DM first) */
 static sb_val scaled_list(sb *b, moe_id id, const sb_val *iv, int64_t ni, int64_t rb)
 {
 	ts_id sd = sb_dm_buf(b, id, "index.bytes", MOE_I32, 1, &ni);
 	ts_id sh = sb_hbm_buf(b, id, "index.bytes.hbm", TCP_T_SCRATCH, MOE_I32, 1, &ni);
 	const int64_t one = 1;
 	tcp_insn v = tcp_b_vec(1, &ni, tcp_b_flat((int32_t)sd));
-	v.v[TCP_V_S0] = tcp_b_view((int32_t)iv->buf, iv->base, 1, &one);
-	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_V, TCP_SRC_IMM, (uint32_t)rb);
+	if (iv)
+		v.v[TCP_V_S0] = tcp_b_view((int32_t)iv->buf, iv->base, 1, &one);
+	tcp_b_step(&v, TCP_V_IMUL, iv ? TCP_SRC_V : TCP_SRC_CTR, TCP_SRC_IMM, (uint32_t)rb);
 	v.flags |= TCP_F_ROUTE;
 	sb_emit(b, &v, id);
 	tcp_insn c = tcp_b_dma_copy_flat((int32_t)sh, (int32_t)sd, ni);
@@ -389,17 +392,20 @@ void sb_scatter(sb *b, moe_id id)
 		tcp_insn c = tcp_b_dma_copy(1, &total, tcp_b_flat((int32_t)t), tcp_b_view((int32_t)bv->buf, bv->base, 1, &one));
 		sb_emit(b, &c, id);
 	}
-	const sb_val *iv = sb_dm_val(b, n->args[1]);
+	/* positions that are an iota along a one-dimensional list (a decode's
+	 * pairs in order) are the scaling pass's counter */
+	bool ctr = b->v[n->args[1]].kind == SV_IOTA && ix->rank == 1;
+	const sb_val *iv = ctr ? &b->v[n->args[1]] : sb_dm_val(b, n->args[1]);
 	bool spilled = sb_in_hbm(b, n->args[2]);
 	const sb_val *sv = !iv ? NULL : spilled ? &b->v[n->args[2]] : sb_dm_val(b, n->args[2]);
 	if (!sv)
 		return;
-	if (!sb_contig(iv, ix) || !sb_contig(sv, sn)) {
+	if ((!ctr && !sb_contig(iv, ix)) || !sb_contig(sv, sn)) {
 		sb_refuse(b, id, "a scatter of strided views");
 		return;
 	}
 	int64_t eb = (int64_t)moe_dtype_size(dt);
-	sb_val hl = scaled_list(b, id, iv, ni, row * eb);
+	sb_val hl = scaled_list(b, id, ctr ? NULL : iv, ni, row * eb);
 	int64_t ch = spilled ? stage_rows(b, ni, row * eb) : ni;
 	ts_id st = TS_NONE;
 	if (spilled) {
