@@ -152,6 +152,19 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 	return cy;
 }
 
+uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead)
+{
+	const ts_region *top = &s->rg[s->top];
+	uint32_t end = 0, k = 0;
+	while (end < top->nitem && TS_ITEM_KIND(top->item[end]) != TS_ITEM_RG)
+		end++;
+	while (k < end && (TS_ITEM_KIND(top->item[k]) == TS_ITEM_SC ||
+		(TS_ITEM_KIND(top->item[k]) == TS_ITEM_OP && s->op[TS_ITEM_ID(top->item[k])].ndep == 0)))
+		k++;
+	*lead = k;
+	return end;
+}
+
 double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row)
 {
 	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);

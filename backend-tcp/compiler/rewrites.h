@@ -125,6 +125,12 @@ int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_
 /* ts_trial_text and ts_trial_run in one: -1 also where s does not print. */
 int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t);
 
+/* The top region's items before its first child region (the block loop's
+ * region): returns end, with *lead past the leading scalars and
+ * dependency-free ops, so [lead, end) is the segment that routing and the
+ * dispatch occupy before the loop. */
+uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

@@ -22,27 +22,6 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 
-/* The top region's items before its first child region: [lead, end), lead
- * past the leading scalars and dependency-free ops. */
-static uint32_t seg_end(const tcp_sched *s)
-{
-	const ts_region *top = &s->rg[s->top];
-	uint32_t k = 0;
-	while (k < top->nitem && TS_ITEM_KIND(top->item[k]) != TS_ITEM_RG)
-		k++;
-	return k;
-}
-
-static uint32_t seg_lead(const tcp_sched *s, uint32_t end)
-{
-	const ts_region *top = &s->rg[s->top];
-	uint32_t k = 0;
-	while (k < end && (TS_ITEM_KIND(top->item[k]) == TS_ITEM_SC ||
-		(TS_ITEM_KIND(top->item[k]) == TS_ITEM_OP && s->op[TS_ITEM_ID(top->item[k])].ndep == 0)))
-		k++;
-	return k;
-}
-
 /* mv[op]: the scatters of [lead, end) and the ops of the segment they
  * depend on; their count */
 static uint32_t mark(const tcp_sched *s, uint32_t lead, uint32_t end, uint8_t *mv)
@@ -103,7 +82,7 @@ bool ts_rw_dispatch_first_applies(const tcp_sched *s, const ts_env *e)
 {
 	if (s->nloop < 1 || s->nop == 0)
 		return false;
-	uint32_t end = seg_end(s), lead = seg_lead(s, end);
+	uint32_t lead, end = ts_loop_segment(s, &lead);
 	if (end <= lead)
 		return false;
 	uint32_t *out = ctx_alloc(e->ctx, (end - lead + 1) * sizeof *out);
@@ -115,7 +94,7 @@ bool ts_rw_dispatch_first_applies(const tcp_sched *s, const ts_env *e)
 moe_status ts_rw_dispatch_first_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)feature; /* the rewrite adds nothing: it moves build ops */
-	uint32_t end = seg_end(s), lead = seg_lead(s, end);
+	uint32_t lead, end = ts_loop_segment(s, &lead);
 	if (end <= lead)
 		return MOE_ERR_INVALID;
 	uint32_t *out = ctx_alloc(e->ctx, (end - lead + 1) * sizeof *out);
