@@ -165,6 +165,32 @@ uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead)
 	return end;
 }
 
+uint32_t ts_segment_reorder(const tcp_sched *s, uint32_t lead, uint32_t end, const uint8_t *mv, ts_land land,
+	uint32_t *out)
+{
+	const ts_region *top = &s->rg[s->top];
+	uint32_t floor = 0, n = 0, moved = 0; /* items before floor stay before every moved op */
+	for (uint32_t k = lead; k < end; k++) {
+		uint32_t it = top->item[k], at = n;
+		if (TS_ITEM_KIND(it) == TS_ITEM_OP && mv[TS_ITEM_ID(it)]) {
+			const ts_op *op = &s->op[TS_ITEM_ID(it)];
+			at = land == TS_LAND_IN_ORDER ? floor++ : floor;
+			for (uint32_t i = floor; land == TS_LAND_AFTER_DEPS && i < n; i++)
+				for (uint32_t j = 0; j < op->ndep; j++)
+					if (TS_ITEM_KIND(out[i]) == TS_ITEM_OP && TS_ITEM_ID(out[i]) == op->dep[j])
+						at = i + 1 > at ? i + 1 : at;
+		}
+		memmove(out + at + 1, out + at, (n - at) * sizeof *out);
+		out[at] = it;
+		n++;
+		if (TS_ITEM_KIND(it) == TS_ITEM_SC)
+			floor = n;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		moved += out[k] != top->item[lead + k];
+	return moved;
+}
+
 double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row)
 {
 	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);

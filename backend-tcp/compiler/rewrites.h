@@ -131,6 +131,17 @@ int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t);
  * dispatch occupy before the loop. */
 uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead);
 
+/* Where ts_segment_reorder puts a moved op: just after the last of its
+ * dependencies, or just after the moved ops before it (their order kept). */
+typedef enum { TS_LAND_AFTER_DEPS, TS_LAND_IN_ORDER } ts_land;
+
+/* The items of [lead, end) of the top region, in out, with every op marked
+ * in mv moved earlier by the rule land, never above a scalar item before
+ * it; the others keep their order. Returns how many items stand elsewhere
+ * than before (0: out is the segment as it is). */
+uint32_t ts_segment_reorder(const tcp_sched *s, uint32_t lead, uint32_t end, const uint8_t *mv, ts_land land,
+	uint32_t *out);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

@@ -49,31 +49,9 @@ static uint32_t mark(const tcp_sched *s, uint32_t lead, uint32_t end, uint8_t *m
  * before. */
 static uint32_t plan(const tcp_sched *s, moe_ctx *ctx, uint32_t lead, uint32_t end, uint32_t *out)
 {
-	const ts_region *top = &s->rg[s->top];
 	uint8_t *mv = ctx_alloc(ctx, s->nop + 1);
 	memset(mv, 0, s->nop + 1);
-	uint32_t moved = 0, n = 0;
-	if (mark(s, lead, end, mv) > 0) {
-		uint32_t floor = 0; /* items before it stay before every moved op */
-		for (uint32_t k = lead; k < end; k++) {
-			uint32_t it = top->item[k], at = n;
-			if (TS_ITEM_KIND(it) == TS_ITEM_OP && mv[TS_ITEM_ID(it)]) {
-				const ts_op *op = &s->op[TS_ITEM_ID(it)];
-				at = floor;
-				for (uint32_t i = floor; i < n; i++)
-					for (uint32_t j = 0; j < op->ndep; j++)
-						if (TS_ITEM_KIND(out[i]) == TS_ITEM_OP && TS_ITEM_ID(out[i]) == op->dep[j])
-							at = i + 1 > at ? i + 1 : at;
-			}
-			memmove(out + at + 1, out + at, (n - at) * sizeof *out);
-			out[at] = it;
-			n++;
-			if (TS_ITEM_KIND(it) == TS_ITEM_SC)
-				floor = n;
-		}
-		for (uint32_t k = 0; k < n; k++)
-			moved += out[k] != top->item[lead + k];
-	}
+	uint32_t moved = mark(s, lead, end, mv) > 0 ? ts_segment_reorder(s, lead, end, mv, TS_LAND_AFTER_DEPS, out) : 0;
 	ctx_free(ctx, mv, 0);
 	return moved;
 }
