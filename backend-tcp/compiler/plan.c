@@ -51,45 +51,52 @@ int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, in
 
 /* The reduction chunk for `os` TRF rows per slice: the most that fills half
  * the TRF (the next tile loads while this one computes), when it splits I a
- * multiple of the HBM granule's elements, or of 32; 0 when none fits. */
-static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int wdt)
+ * multiple of `unit` elements; 0 when none fits. */
+static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, int64_t unit)
 {
-	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2;
 	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
 	if (it < 1)
 		return 0;
-	int64_t ge = m->hbm_granule / e; /* streamed tiles: whole HBM requests per row */
-	if (it < I)
-		it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
+	if (it < I && it >= unit)
+		it = it / unit * unit;
 	return it < I ? it : I;
 }
 
 /* For each number of TRF rows per slice (Os) and its reduction chunk (It),
  * estimate the contraction (tcp_contract_cycles) and take the tiling with the
  * smallest total. Few rows per slice reload TRF for little work; many starve
- * the stream. */
+ * the stream. A chunk that splits I is a multiple of the HBM granule's
+ * elements (a streamed tile's rows whole requests), or of 32; bf16 and f32
+ * weights whose rows are not whole granules also try multiples of 32, as
+ * recipe_contract.c's plan does (f8 and i8 chunks stay whole granules: the
+ * scaled contractions' 128-wide scale chunks). */
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
 {
 	cplan best = {M, O, I, 0, 0, 0};
 	int64_t S = tcp_slices(m), best_t = -1;
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
+	bool fine = e > 1 && I * e % m->hbm_granule != 0;
 	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = chunk_of(m, os, I, wdt);
-		if (it < 1)
+		int64_t fit = chunk_of(m, os, INT64_MAX, e, 1);
+		if (fit < 1)
 			break;
-		/* the largest chunk, or as many chunks of an even size (a multiple
-		 * of the same unit): the last chunk then does its share */
-		int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
-		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
-		for (int v = 0; v < 2; v++) {
-			int64_t iv = v ? even : it;
-			if (v && (even >= it || it >= I))
-				break;
-			int64_t t = tcp_contract_cycles(m, os, iv, O, I, wdt, &M, 1);
-			if (best_t < 0 || t < best_t) {
-				best_t = t;
-				best.It = iv;
-				best.Os = os;
-				best.Opass = O < S * os ? O : S * os;
+		bool gran = ge > 32 && fit >= ge;
+		for (int u = 0; u < 1 + (gran && fine); u++) {
+			/* the largest chunk, or as many chunks of an even size (a multiple
+			 * of the same unit): the last chunk then does its share */
+			int64_t unit = gran && !u ? ge : 32, it = chunk_of(m, os, I, e, unit);
+			int64_t even = rup(cdiv(I, cdiv(I, it)), unit);
+			for (int v = 0; v < 2; v++) {
+				int64_t iv = v ? even : it;
+				if (v && (even >= it || it >= I))
+					break;
+				int64_t t = tcp_contract_cycles(m, os, iv, O, I, wdt, &M, 1);
+				if (best_t < 0 || t < best_t) {
+					best_t = t;
+					best.It = iv;
+					best.Os = os;
+					best.Opass = O < S * os ? O : S * os;
+				}
 			}
 		}
 	}

@@ -72,36 +72,41 @@ static int64_t plan_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t M
 
 /* The tiling (docs/tcp-isa.md 6): for every number of TRF rows per slice
  * `os`, the largest reduction chunk that fills half the TRF (the next tile
- * loads while this one computes; when it splits I, a multiple of the
- * elements in one HBM access granule, so a streamed tile's rows are whole
- * requests, or of 32), or as many chunks of an even size of that unit; the
- * tiling with the fewest cycles (plan_cycles). A chunk boundary only moves
- * where the f32 partial sums are stored and read back, so every tiling sums
- * each output's products in the same order. */
-static cplan plan(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t ob, bool hidden)
+ * loads while this one computes) and as many chunks of an even size; when a
+ * chunk splits I it is a multiple of the elements in one HBM access granule,
+ * so a streamed tile's rows are whole requests, or of 32. Weight rows that
+ * are not whole granules (`aligned` false: their starts fall inside a
+ * granule already) also try multiples of 32, which can take one command
+ * fewer. The tiling with the fewest cycles (plan_cycles) wins. A chunk
+ * boundary only moves where the f32 partial sums are stored and read back,
+ * so every tiling sums each output's products in the same order. */
+static cplan plan(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t ob, bool hidden,
+	bool aligned)
 {
 	cplan best = {M, O, I, 0, 0, 0};
 	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, ge = m->hbm_granule / e, best_t = -1;
 	tcp_cm cm;
 	tcp_cm_init(&cm, m);
 	for (int64_t os = 1; os <= O; os++) {
-		int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
-		if (it < 1)
+		int64_t fit = tcp_trf_bytes(m) / 2 / (os * e);
+		if (fit < 1)
 			break;
-		if (it < I)
-			it = ge > 32 && it >= ge ? it / ge * ge : it >= 32 ? it / 32 * 32 : it;
-		it = it < I ? it : I;
-		int64_t unit = ge > 32 && it >= ge ? ge : 32, even = rup(cdiv(I, cdiv(I, it)), unit);
-		for (int v = 0; v < 2; v++) {
-			int64_t iv = v ? even : it;
-			if (v && (even >= it || it >= I))
-				break;
-			int64_t t = plan_cycles(m, &cm, M, O, I, e, ob, os, iv, hidden);
-			if (best_t < 0 || t < best_t) {
-				best_t = t;
-				best.It = iv;
-				best.Os = os;
-				best.Opass = O < S * os ? O : S * os;
+		bool gran = ge > 32 && fit >= ge; /* chunks of whole granules fit */
+		for (int u = 0; u < 1 + (gran && !aligned); u++) { /* the granule's multiples, then 32's */
+			int64_t unit = gran && !u ? ge : 32, it = fit < I && fit >= unit ? fit / unit * unit : fit;
+			it = it < I ? it : I;
+			int64_t even = rup(cdiv(I, cdiv(I, it)), unit);
+			for (int v = 0; v < 2; v++) {
+				int64_t iv = v ? even : it;
+				if (v && (even >= it || it >= I))
+					break;
+				int64_t t = plan_cycles(m, &cm, M, O, I, e, ob, os, iv, hidden);
+				if (best_t < 0 || t < best_t) {
+					best_t = t;
+					best.It = iv;
+					best.Os = os;
+					best.Opass = O < S * os ? O : S * os;
+				}
 			}
 		}
 	}
@@ -306,7 +311,10 @@ void sb_einsum(sb *b, moe_id id)
 	/* in a loop body, priced at the mean of valid rows spread evenly over [1, M]
 	 * (row-classes runs a block at its class; most blocks hold far fewer than M) */
 	bool body = b->rows != TS_NONE;
-	cplan pl = plan(b->m, body ? (M + 1) / 2 : M, O, I, c.wdt, (int64_t)moe_dtype_size(n->dtype), body);
+	/* weight rows that start on granule boundaries (a chunk of whole granules keeps them whole) */
+	int64_t wrow = c.wo * (c.wdt == MOE_F32 ? 4 : 2);
+	cplan pl = plan(b->m, body ? (M + 1) / 2 : M, O, I, c.wdt, (int64_t)moe_dtype_size(n->dtype), body,
+		wrow % b->m->hbm_granule == 0);
 	pl.M = M;
 	c.acc = TS_NONE;
 	if ((pl.I + pl.It - 1) / pl.It > 1) {
