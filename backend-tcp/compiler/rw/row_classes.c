@@ -11,8 +11,8 @@
  * original ops; row_bounds chooses the bounds.
  *
  * Cut are:
- *  - row passes: a tu.vec or tu.contract (not scaled i8 x i8 with rowdiv,
- *    whose s2 view reads row factors) under valid=$rows of
+ *  - row passes: a tu.vec or tu.contract (of the scaled ones, f8 x f8
+ *    only) under valid=$rows of
  *    two or more dimensions whose destination steps along dim 0, no vector
  *    step that compacts (a merge picks per element) or reads the dim-0
  *    counter: its rows are independent of one another, and those past $rows
@@ -125,8 +125,10 @@ static bool row_pass(const tcp_sched *s, const ts_loop *l, const ts_op *o)
 	if (in->vreg < 0 || (ts_id)in->vreg != l->rows || in->ndim < 2 || d->t < 0 || d->stride[0] == 0 ||
 		s->buf[d->t].space != TCP_DM || view_row(in, d, d->stride[0]) < 0)
 		return false;
-	if (in->op == TCP_OP_TU_CONTRACT)
-		return !(in->flags & TCP_F_SCALED) || !(in->flags & TCP_F_ROWDIV);
+	if (in->op == TCP_OP_TU_CONTRACT) /* of the scaled forms, f8 x f8 only */
+		return !(in->flags & TCP_F_SCALED) ||
+		       (!(in->flags & TCP_F_ROWDIV) && in->v[TCP_V_S1].t >= 0 &&
+			       s->buf[in->v[TCP_V_S1].t].dtype == MOE_F8E4M3);
 	if (in->op != TCP_OP_TU_VEC)
 		return false;
 	for (int i = 0; i < in->nstep; i++) {
