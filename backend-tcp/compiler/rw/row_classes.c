@@ -11,7 +11,8 @@
  * original ops; row_bounds chooses the bounds.
  *
  * Cut are:
- *  - row passes: a tu.vec or tu.contract (not scaled) under valid=$rows of
+ *  - row passes: a tu.vec or tu.contract (of the scaled ones, f8 x f8
+ *    only) under valid=$rows of
  *    two or more dimensions whose destination steps along dim 0, no vector
  *    step that compacts (a merge picks per element) or reads the dim-0
  *    counter: its rows are independent of one another, and those past $rows
@@ -89,8 +90,15 @@ static int64_t view_row(const tcp_insn *in, const tcp_view *v, int64_t row)
 	if (row < 1 || v->stride[0] != row || v->base < 0)
 		return -1;
 	int64_t ext = v->base % row;
-	for (int k = 1; k < in->ndim; k++)
-		ext += (in->dim[k] - 1) * (v->stride[k] < 0 ? -v->stride[k] : v->stride[k]);
+	for (int k = 1; k < in->ndim; k++) {
+		int64_t n = in->dim[k];
+		/* a scaled f8 contraction's s2 steps its last stride once per
+		 * 128-chunk of the reduction (docs/tcp-isa.md 6) */
+		if (in->op == TCP_OP_TU_CONTRACT && (in->flags & TCP_F_SCALED) && !(in->flags & TCP_F_ROWDIV) &&
+			v == &in->v[TCP_V_S2] && k == 2)
+			n = (n + 127) / 128;
+		ext += (n - 1) * (v->stride[k] < 0 ? -v->stride[k] : v->stride[k]);
+	}
 	return ext < row ? v->base / row : -1;
 }
 
@@ -117,8 +125,10 @@ static bool row_pass(const tcp_sched *s, const ts_loop *l, const ts_op *o)
 	if (in->vreg < 0 || (ts_id)in->vreg != l->rows || in->ndim < 2 || d->t < 0 || d->stride[0] == 0 ||
 		s->buf[d->t].space != TCP_DM || view_row(in, d, d->stride[0]) < 0)
 		return false;
-	if (in->op == TCP_OP_TU_CONTRACT)
-		return !(in->flags & TCP_F_SCALED);
+	if (in->op == TCP_OP_TU_CONTRACT) /* of the scaled forms, f8 x f8 only */
+		return !(in->flags & TCP_F_SCALED) ||
+		       (!(in->flags & TCP_F_ROWDIV) && in->v[TCP_V_S1].t >= 0 &&
+			       s->buf[in->v[TCP_V_S1].t].dtype == MOE_F8E4M3);
 	if (in->op != TCP_OP_TU_VEC)
 		return false;
 	for (int i = 0; i < in->nstep; i++) {
