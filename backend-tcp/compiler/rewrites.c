@@ -53,13 +53,19 @@ void ts_diag_truncate(moe_ctx *ctx, size_t n0)
 /* The unchanged schedule's trial, kept while the driver runs one stage: a
  * trial is a function of the schedule's text and its machine, and the rows
  * that do not apply leave the schedule as it was, so the next row's base
- * trial is this one. */
+ * trial is this one. Its key is a copy (ts_clone) or, where the schedule
+ * has no copy, its text. */
 typedef struct base_trial {
 	const moe_tcp_machine *m;
 	moe_ctx *ctx;
+	tcp_sched *copy;
 	char *text;
 	size_t len;
 	int64_t cycles;
+	/* the stage's schedule verified at its start (and every rewrite that
+	 * runs is verified after it): a trial's copy is ts_clone's, which reads
+	 * back as the text would */
+	bool verified;
 	struct base_trial *outer; /* the enclosing stage's, restored after this one */
 } base_trial;
 static _Thread_local base_trial *kept;
@@ -68,6 +74,15 @@ static _Thread_local base_trial *kept;
 static void unkeep(void *arg)
 {
 	kept = ((base_trial *)arg)->outer;
+}
+
+static void forget(base_trial *b)
+{
+	if (b->text)
+		ctx_free(b->ctx, b->text, b->len + 1);
+	tcp_sched_free(b->copy);
+	b->text = NULL;
+	b->copy = NULL;
 }
 
 char *ts_trial_text(const tcp_sched *s, size_t *len)
@@ -86,11 +101,11 @@ char *ts_trial_text(const tcp_sched *s, size_t *len)
 	return NULL;
 }
 
-int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_trial *t)
+/* The trial t on copy c (freed): fn, then with t->price placement,
+ * verification and the prediction. */
+static int64_t trial_on(const tcp_sched *s, tcp_sched *c, const ts_trial *t, size_t n0)
 {
-	size_t n0 = moe_diag_count(s->ctx);
 	int64_t cy = -1;
-	tcp_sched *c = tcp_sched_parse(s->ctx, s->m, t->what, text, len);
 	if (c && (!t->fn || t->fn(c, t->arg))) {
 		if (!t->price)
 			cy = 0;
@@ -102,8 +117,24 @@ int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_
 	return cy;
 }
 
+int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_trial *t)
+{
+	size_t n0 = moe_diag_count(s->ctx);
+	return trial_on(s, tcp_sched_parse(s->ctx, s->m, t->what, text, len), t, n0);
+}
+
+/* A copy of s without its text, where the stage's schedule verified; NULL:
+ * take the text. */
+static tcp_sched *copy_of(const tcp_sched *s)
+{
+	return kept && kept->verified && kept->ctx == s->ctx ? ts_clone(s) : NULL;
+}
+
 int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t)
 {
+	tcp_sched *c = copy_of(s);
+	if (c)
+		return trial_on(s, c, t, moe_diag_count(s->ctx));
 	size_t len;
 	char *text = ts_trial_text(s, &len);
 	if (!text)
@@ -125,11 +156,36 @@ static bool apply_row(tcp_sched *c, void *arg)
 	return ts_rewrites[r->row].apply(c, r->e, (uint16_t)(r->row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
 }
 
+/* trial() where s has a copy (key, ts_clone's): the kept base trial when
+ * the copies are the same */
+static int64_t trial_copy(const tcp_sched *s, const ts_env *e, int row, tcp_sched *key)
+{
+	base_trial *b = row < 0 ? kept : NULL;
+	if (b && b->m == s->m && b->ctx == s->ctx && b->copy && ts_same(b->copy, key)) {
+		tcp_sched_free(key);
+		return b->cycles;
+	}
+	row_arg r = {e, row};
+	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
+	tcp_sched *c = b ? ts_clone(s) : key;
+	int64_t cy = trial_on(s, c, &t, moe_diag_count(s->ctx));
+	if (b && b->ctx == s->ctx) {
+		forget(b);
+		b->m = s->m, b->copy = key, b->cycles = cy;
+	} else if (b) {
+		tcp_sched_free(key);
+	}
+	return cy;
+}
+
 /* The predicted cycles of a copy of s, row applied first when row >= 0;
  * -1 when it fails (ts_trial_run). The unchanged schedule's (row < 0) is
  * kept for the stage (base_trial). */
 static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 {
+	tcp_sched *key = copy_of(s);
+	if (key)
+		return trial_copy(s, e, row, key);
 	size_t len;
 	char *text = ts_trial_text(s, &len);
 	if (!text)
@@ -143,8 +199,7 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
 	int64_t cy = ts_trial_run(s, text, len, &t);
 	if (b && b->ctx == s->ctx) {
-		if (b->text)
-			ctx_free(b->ctx, b->text, b->len + 1);
+		forget(b);
 		b->m = s->m, b->text = text, b->len = len, b->cycles = cy;
 	} else {
 		ctx_free(s->ctx, text, len + 1);
@@ -280,12 +335,14 @@ moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 {
 	base_trial b = {.ctx = s->ctx, .outer = kept};
 	uint32_t h = ctx_defer(s->ctx, unkeep, &b);
+	size_t n0 = moe_diag_count(s->ctx);
+	b.verified = tcp_sched_verify(s) == MOE_OK;
+	ts_diag_truncate(s->ctx, n0);
 	kept = &b;
 	moe_status st = rewrites_run(s, e, stage);
 	ctx_undefer(s->ctx, h);
 	kept = b.outer;
-	if (b.text)
-		ctx_free(s->ctx, b.text, b.len + 1);
+	forget(&b);
 	return st;
 }
 

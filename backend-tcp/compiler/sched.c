@@ -3,6 +3,7 @@
  * per op outside it. */
 #include <string.h>
 
+#include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/sched.h"
 #include "ir/serial.h"
 
@@ -314,4 +315,443 @@ int ts_add_loop(tcp_sched *s, ts_id parent, int64_t G, ts_id nb, ts_id g)
 	l->epilogue = ts_add_region(s, TS_NONE, TS_RG_SEQ, TS_NONE);
 	s->rg[l->prologue].parent = s->rg[l->body].parent = s->rg[l->epilogue].parent = l->region;
 	return li;
+}
+
+/* ---- a copy without text (ts_clone) ----
+ * The copy is what tcp_sched_parse makes of tcp_sched_print's text: regions
+ * and scalars numbered in program order (unreachable ones dropped), ops
+ * under their ids, every field the text does not carry at the reader's
+ * default. Wherever the text would not read back (an id out of range, a
+ * name the reader refuses, a scalar used before its definition, ...) the
+ * copy gives up and the caller takes the text. */
+enum { CL_MAX_DEPTH = 60, CL_MAX_QUOTED = 4096 };
+
+typedef struct cl {
+	const tcp_sched *s;
+	tcp_sched *c;
+	ts_id *smap;     /* old scalar -> new, TS_NONE until defined */
+	ts_id *given;    /* op ids by reading order */
+	uint8_t *seen;   /* ops met */
+	bool bad;
+} cl;
+
+static bool cl_name_ok(const char *n)
+{
+	return strlen(n) <= IR_NAME_MAX && !ir_name_problem(IR_NAME_VALUE, n);
+}
+
+static bool cl_dtype_ok(uint8_t d)
+{
+	const char *n = moe_dtype_name((moe_dtype)d);
+	return n && moe_dtype_from_name(n) == (int)d;
+}
+
+/* old scalar id (defined earlier in program order) -> new; bad otherwise */
+static ts_id cl_sc(cl *x, ts_id id)
+{
+	if (id >= x->s->nsc || x->smap[id] == TS_NONE) {
+		x->bad = true;
+		return TS_NONE;
+	}
+	return x->smap[id];
+}
+
+static void cl_scalar(cl *x, ts_id rg, ts_id id)
+{
+	const ts_scalar *o = &x->s->sc[id];
+	if (x->smap[id] != TS_NONE || !cl_name_ok(o->name) || ts_find_scalar(x->c, o->name) != TS_NONE) {
+		x->bad = true;
+		return;
+	}
+	ts_id a = TS_NONE, b = TS_NONE, buf = TS_NONE;
+	int64_t imm = 0;
+	int op = 0;
+	switch (o->kind) {
+	case TS_SC_CONST: imm = o->imm; break;
+	case TS_SC_LOOPIDX:
+		imm = o->imm;
+		x->bad |= imm < 0 || imm > 1;
+		break;
+	case TS_SC_SPM_LD:
+		buf = o->buf;
+		x->bad |= buf > TS_MAX_OBJECTS;
+		if (o->a != TS_NONE)
+			a = cl_sc(x, o->a);
+		else
+			imm = o->imm;
+		break;
+	case TS_SC_ALU:
+	case TS_SC_CMP:
+		op = o->op;
+		x->bad |= op >= (o->kind == TS_SC_ALU ? TCP_S_COUNT : TCP_C_COUNT);
+		a = cl_sc(x, o->a);
+		if (o->b != TS_NONE)
+			b = cl_sc(x, o->b);
+		else
+			imm = o->imm;
+		break;
+	case TS_SC_LOOPVAR: /* b may be defined later: resolved at the end */
+		a = cl_sc(x, o->a);
+		b = o->b;
+		break;
+	default: x->bad = true; return;
+	}
+	if (x->bad)
+		return;
+	ts_id n = ts_add_scalar(x->c, rg, o->name, o->kind, op, a, b, imm);
+	x->c->sc[n].buf = buf;
+	x->smap[id] = n;
+}
+
+static bool cl_view(cl *x, tcp_view *d, const tcp_view *v)
+{
+	*d = tcp_view_none();
+	if (v->t < 0)
+		return true;
+	if (v->t > (int32_t)TS_MAX_OBJECTS)
+		return false;
+	d->t = v->t;
+	d->base = v->base;
+	if (v->reg >= 0) {
+		d->reg = (int32_t)cl_sc(x, (ts_id)v->reg);
+		d->scale = v->scale;
+	}
+	memcpy(d->stride, v->stride, sizeof d->stride);
+	return !x->bad;
+}
+
+/* The op's instruction as the reader rebuilds it from its printed fields. */
+static bool cl_insn(cl *x, tcp_insn *d, const tcp_insn *in)
+{
+	if (in->op >= TCP_OP_COUNT || tcp_op_ctx[in->op] == TCP_CTX_CTL || in->ndim > TCP_MAXD || in->nstep > TCP_MAXSTEP ||
+		in->tile < 0 || in->rows < 0)
+		return false;
+	*d = tcp_insn_init((tcp_opcode)in->op);
+	d->ndim = in->ndim;
+	for (int k = 0; k < in->ndim; k++)
+		d->dim[k] = in->dim[k];
+	d->flags = in->flags;
+	if (in->vreg >= 0)
+		d->vreg = (int32_t)cl_sc(x, (ts_id)in->vreg);
+	d->imm = in->imm;
+	d->tile = in->tile;
+	d->rows = in->rows;
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (!cl_view(x, &d->v[w], &in->v[w]))
+			return false;
+	d->nstep = in->nstep;
+	for (int k = 0; k < in->nstep; k++) {
+		const tcp_step *st = &in->step[k];
+		if (st->op >= TCP_V_COUNT || st->x > TCP_SRC_NONE || st->y > TCP_SRC_NONE)
+			return false;
+		d->step[k] = (tcp_step){st->op, st->x, st->y, st->ctr, st->flags, st->imm};
+	}
+	return !x->bad;
+}
+
+static void cl_op(cl *x, ts_id rg, ts_id id)
+{
+	const ts_op *o = &x->s->op[id];
+	tcp_insn in;
+	if (x->seen[id]++ || o->phase >= TS_NPHASE || o->cost < 0 || o->ndep > TS_MAX_DEPS || !cl_insn(x, &in, &o->in)) {
+		x->bad = true;
+		return;
+	}
+	ts_id n = ts_add_op(x->c, rg, &in, o->phase);
+	ts_op *p = &x->c->op[n];
+	p->feature = o->feature;
+	p->node = o->node;
+	p->cost = o->cost;
+	x->given[n] = id;
+	for (uint32_t k = 0; k < o->ndep; k++) {
+		x->bad |= o->dep[k] >= TS_MAX_OBJECTS;
+		ts_add_dep(x->c, n, o->dep[k], o->dist[k] ? 1 : 0);
+	}
+}
+
+static void cl_items(cl *x, ts_id from, ts_id to, int depth);
+
+static void cl_region(cl *x, ts_id to, ts_id r, int depth)
+{
+	const tcp_sched *s = x->s;
+	const ts_region *g = &s->rg[r];
+	tcp_sched *c = x->c;
+	if (depth > CL_MAX_DEPTH) {
+		x->bad = true;
+		return;
+	}
+	if (g->kind == TS_RG_CLASSES) {
+		ts_id pred = cl_sc(x, g->pred);
+		if (x->bad || g->nbound < 1 || g->nbound > TS_MAX_BOUNDS || g->nitem != g->nbound) {
+			x->bad = true;
+			return;
+		}
+		ts_id n = ts_add_region(c, to, TS_RG_CLASSES, pred);
+		ts_region_bounds(c, n, g->bound, g->nbound);
+		for (uint32_t k = 0; k < g->nitem && !x->bad; k++) {
+			uint32_t it = g->item[k];
+			if (TS_ITEM_KIND(it) != TS_ITEM_RG || TS_ITEM_ID(it) >= s->nrg) {
+				x->bad = true;
+				return;
+			}
+			cl_items(x, TS_ITEM_ID(it), ts_add_region(c, n, TS_RG_SEQ, TS_NONE), depth + 2);
+		}
+		return;
+	}
+	if (g->kind == TS_RG_LOOP) {
+		const ts_loop *l = g->loop < (uint32_t)s->nloop ? &s->loop[g->loop] : NULL;
+		if (!l || g->loop != (uint32_t)c->nloop || l->G < 1 || l->G > ((int64_t)1 << 40) || l->weights >= TS_NWEIGHTS ||
+			l->prologue >= s->nrg || l->body >= s->nrg || l->epilogue >= s->nrg) {
+			x->bad = true;
+			return;
+		}
+		int li = ts_add_loop(c, to, l->G, l->nb, l->g); /* scalars resolved at the end */
+		ts_loop *d = &c->loop[li];
+		d->expert = l->expert;
+		d->rows = l->rows;
+		d->weights = l->weights;
+		d->prefetch = l->prefetch;
+		d->ring = l->ring;
+		d->row_slots = l->row_slots;
+		cl_items(x, l->prologue, d->prologue, depth + 2);
+		cl_items(x, l->body, c->loop[li].body, depth + 2);
+		cl_items(x, l->epilogue, c->loop[li].epilogue, depth + 2);
+		return;
+	}
+	ts_id pred = TS_NONE;
+	int kind = g->kind == TS_RG_GUARD || g->kind == TS_RG_TIER ? g->kind : TS_RG_SEQ;
+	if (kind == TS_RG_GUARD)
+		pred = cl_sc(x, g->pred);
+	if (!x->bad)
+		cl_items(x, r, ts_add_region(c, to, kind, pred), depth + 1);
+}
+
+static void cl_items(cl *x, ts_id from, ts_id to, int depth)
+{
+	const tcp_sched *s = x->s;
+	for (uint32_t k = 0; k < s->rg[from].nitem && !x->bad; k++) {
+		uint32_t it = s->rg[from].item[k], id = TS_ITEM_ID(it);
+		if (TS_ITEM_KIND(it) == TS_ITEM_OP && id < s->nop)
+			cl_op(x, to, id);
+		else if (TS_ITEM_KIND(it) == TS_ITEM_SC && id < s->nsc)
+			cl_scalar(x, to, id);
+		else if (TS_ITEM_KIND(it) == TS_ITEM_RG && id < s->nrg)
+			cl_region(x, to, id, depth);
+		else
+			x->bad = true;
+	}
+}
+
+static bool cl_buf(cl *x, ts_id i)
+{
+	const ts_buf *u = &x->s->buf[i];
+	if (!cl_name_ok(u->name) || strlen(u->source) >= CL_MAX_QUOTED || u->space >= TCP_NSPACE || u->kind >= TCP_NKIND ||
+		!cl_dtype_ok(u->dtype) || u->rank > MOE_MAX_RANK || (u->slots != 1 && u->slots != 2 && u->slots != 4) ||
+		u->life >= TS_NLIFE || u->layout.split >= TS_NSPLIT || u->layout.slice_bytes < 0)
+		return false;
+	if (u->rank == 0 && (u->space != TCP_HBM || u->kind != TCP_T_INPUT))
+		return false;
+	for (int k = 0; k < u->rank; k++)
+		if (u->shape[k] < 1 || u->shape[k] > ((int64_t)1 << 40))
+			return false;
+	if (u->life == TS_LIFE_SPAN && (u->first > TS_MAX_OBJECTS || u->last > TS_MAX_OBJECTS))
+		return false;
+	ts_id b = ts_add_buf(x->c, u->name, u->space, u->kind, (moe_dtype)u->dtype, u->rank, u->shape);
+	ts_buf *d = &x->c->buf[b];
+	if (u->source[0])
+		d->source = ir_strdup(&x->c->arena, u->source);
+	d->slots = u->slots;
+	d->life = u->life;
+	if (u->life == TS_LIFE_SPAN)
+		d->first = u->first, d->last = u->last;
+	d->layout = u->layout;
+	d->feature = u->feature;
+	d->node = u->node;
+	d->offset = u->offset >= 0 ? u->offset : -1;
+	return true;
+}
+
+static bool cl_header(cl *x)
+{
+	const tcp_sched *s = x->s;
+	tcp_sched *c = x->c;
+	const ts_meta *m = &s->meta;
+	const char *mn = s->machine_name ? s->machine_name : "";
+	if (strlen(mn) > 90 || (s->m && strcmp(mn, s->m->name)) || !cl_dtype_ok(m->dtype))
+		return false;
+	const int64_t f[12] = {m->T, m->K, m->D, m->F, m->E, m->B, m->G, m->nproj, m->router_E, m->wexp, m->act, m->rmacs};
+	for (int k = 0; k < 12; k++)
+		if (f[k] < 0)
+			return false;
+	if (m->prep) {
+		size_t n = strlen(m->prep);
+		if (!n || m->prep[0] == ' ' || m->prep[0] == '\t' || m->prep[n - 1] == ' ' || m->prep[n - 1] == '\t')
+			return false;
+		for (size_t k = 0; k < n; k++)
+			if ((unsigned char)m->prep[k] < 0x20 || m->prep[k] == 0x7f)
+				return false;
+	}
+	c->machine_name = ir_strdup(&c->arena, mn);
+	c->meta = *m;
+	c->meta.prep = m->prep ? ir_strdup(&c->arena, m->prep) : NULL;
+	c->granted = s->granted;
+	c->refused = s->refused;
+	c->ran = s->ran & (ts_nrewrites < 64 ? (1ull << ts_nrewrites) - 1 : ~0ull);
+	return true;
+}
+
+/* The scalars a loop or a loopvar may name before their definition. */
+static void cl_resolve(cl *x)
+{
+	tcp_sched *c = x->c;
+	for (ts_id i = 0; i < c->nsc && !x->bad; i++)
+		if (c->sc[i].kind == TS_SC_LOOPVAR)
+			c->sc[i].b = cl_sc(x, c->sc[i].b);
+	for (int l = 0; l < c->nloop && !x->bad; l++) {
+		ts_loop *d = &c->loop[l];
+		d->nb = cl_sc(x, d->nb);
+		d->g = cl_sc(x, d->g);
+		if (d->expert != TS_NONE)
+			d->expert = cl_sc(x, d->expert);
+		if (d->rows != TS_NONE)
+			d->rows = cl_sc(x, d->rows);
+	}
+}
+
+/* Ops were appended in program order: each goes to its id, as the reader
+ * places them; every op must have been met once. */
+static void cl_place_ops(cl *x)
+{
+	tcp_sched *c = x->c;
+	uint32_t n = c->nop;
+	if (n != x->s->nop) {
+		x->bad = true;
+		return;
+	}
+	ts_op *ops = ir_alloc(&c->arena, (n ? n : 1) * sizeof *ops);
+	for (uint32_t i = 0; i < n; i++)
+		ops[x->given[i]] = c->op[i];
+	c->op = ops;
+	c->cop = n;
+	for (uint32_t r = 0; r < c->nrg; r++)
+		for (uint32_t k = 0; k < c->rg[r].nitem; k++)
+			if (TS_ITEM_KIND(c->rg[r].item[k]) == TS_ITEM_OP)
+				c->rg[r].item[k] = TS_ITEM_OP | x->given[TS_ITEM_ID(c->rg[r].item[k])];
+}
+
+tcp_sched *ts_clone(const tcp_sched *s)
+{
+	moe_ctx *ctx = s->ctx;
+	cl x = {.s = s, .c = tcp_sched_new(ctx, s->m)};
+	x.smap = ctx_alloc(ctx, (s->nsc + 1) * sizeof *x.smap);
+	x.given = ctx_alloc(ctx, (s->nop + 1) * sizeof *x.given);
+	x.seen = ctx_alloc(ctx, s->nop + 1);
+	memset(x.smap, 0xff, (s->nsc + 1) * sizeof *x.smap);
+	x.bad = s->top >= s->nrg || s->nbuf > TS_MAX_OBJECTS || !cl_header(&x);
+	for (ts_id i = 0; i < s->nbuf && !x.bad; i++)
+		x.bad = !cl_buf(&x, i);
+	if (!x.bad)
+		cl_items(&x, s->top, x.c->top, 0);
+	if (!x.bad)
+		cl_resolve(&x);
+	if (!x.bad)
+		cl_place_ops(&x);
+	ctx_free(ctx, x.smap, 0);
+	ctx_free(ctx, x.given, 0);
+	ctx_free(ctx, x.seen, 0);
+	if (x.bad) {
+		tcp_sched_free(x.c);
+		return NULL;
+	}
+	return x.c;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+static bool same_insn(const tcp_insn *a, const tcp_insn *b)
+{
+	if (a->op != b->op || a->sop != b->sop || a->ndim != b->ndim || a->nstep != b->nstep || a->flags != b->flags ||
+		a->rd != b->rd || a->ra != b->ra || a->rb != b->rb || a->phase != b->phase || a->vreg != b->vreg ||
+		a->target != b->target || a->imm != b->imm || a->tile != b->tile || a->rows != b->rows ||
+		memcmp(a->dim, b->dim, sizeof a->dim))
+		return false;
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		const tcp_view *x = &a->v[w], *y = &b->v[w];
+		if (x->t != y->t || x->reg != y->reg || x->base != y->base || x->scale != y->scale ||
+			memcmp(x->stride, y->stride, sizeof x->stride))
+			return false;
+	}
+	for (int k = 0; k < TCP_MAXSTEP; k++) {
+		const tcp_step *x = &a->step[k], *y = &b->step[k];
+		if (x->op != y->op || x->x != y->x || x->y != y->y || x->ctr != y->ctr || x->flags != y->flags || x->imm != y->imm)
+			return false;
+	}
+	return true;
+}
+
+static bool same_buf(const ts_buf *a, const ts_buf *b)
+{
+	const ts_layout *x = &a->layout, *y = &b->layout;
+	return same_str(a->name, b->name) && same_str(a->source, b->source) && a->space == b->space && a->kind == b->kind &&
+	       a->dtype == b->dtype && a->rank == b->rank && !memcmp(a->shape, b->shape, sizeof a->shape) &&
+	       a->slots == b->slots && a->life == b->life && a->first == b->first && a->last == b->last &&
+	       x->slice0 == y->slice0 && x->nslices == y->nslices && x->copies == y->copies && x->split == y->split &&
+	       x->slice_bytes == y->slice_bytes && a->feature == b->feature && a->offset == b->offset && a->node == b->node;
+}
+
+static bool same_op(const ts_op *a, const ts_op *b)
+{
+	return a->ctx == b->ctx && a->phase == b->phase && a->feature == b->feature && a->region == b->region &&
+	       a->ndep == b->ndep && a->cost == b->cost && a->node == b->node &&
+	       (!a->ndep || (!memcmp(a->dep, b->dep, a->ndep * sizeof *a->dep) && !memcmp(a->dist, b->dist, a->ndep))) &&
+	       same_insn(&a->in, &b->in);
+}
+
+static bool same_region(const ts_region *a, const ts_region *b)
+{
+	return a->kind == b->kind && a->parent == b->parent && a->pred == b->pred && a->nitem == b->nitem &&
+	       a->nbound == b->nbound && a->loop == b->loop &&
+	       (!a->nitem || !memcmp(a->item, b->item, a->nitem * sizeof *a->item)) &&
+	       (!a->nbound || !memcmp(a->bound, b->bound, a->nbound * sizeof *a->bound));
+}
+
+static bool same_loop(const ts_loop *a, const ts_loop *b)
+{
+	return a->G == b->G && a->nb == b->nb && a->expert == b->expert && a->rows == b->rows && a->g == b->g &&
+	       a->region == b->region && a->prologue == b->prologue && a->body == b->body && a->epilogue == b->epilogue &&
+	       a->weights == b->weights && a->prefetch == b->prefetch && a->ring == b->ring && a->row_slots == b->row_slots;
+}
+
+bool ts_same(const tcp_sched *a, const tcp_sched *b)
+{
+	const ts_meta *x = &a->meta, *y = &b->meta;
+	if (a->nbuf != b->nbuf || a->nop != b->nop || a->nsc != b->nsc || a->nrg != b->nrg || a->nloop != b->nloop ||
+		a->top != b->top || a->granted != b->granted || a->refused != b->refused || a->ran != b->ran ||
+		!same_str(a->machine_name, b->machine_name) || x->T != y->T || x->K != y->K || x->D != y->D || x->F != y->F ||
+		x->E != y->E || x->B != y->B || x->G != y->G || x->nproj != y->nproj || x->router_E != y->router_E ||
+		x->wexp != y->wexp || x->act != y->act || x->rmacs != y->rmacs || x->dtype != y->dtype ||
+		!same_str(x->prep, y->prep))
+		return false;
+	for (ts_id i = 0; i < a->nbuf; i++)
+		if (!same_buf(&a->buf[i], &b->buf[i]))
+			return false;
+	for (ts_id i = 0; i < a->nsc; i++) {
+		const ts_scalar *p = &a->sc[i], *q = &b->sc[i];
+		if (!same_str(p->name, q->name) || p->kind != q->kind || p->op != q->op || p->a != q->a || p->b != q->b ||
+			p->buf != q->buf || p->imm != q->imm || p->region != q->region)
+			return false;
+	}
+	for (ts_id i = 0; i < a->nrg; i++)
+		if (!same_region(&a->rg[i], &b->rg[i]))
+			return false;
+	for (int l = 0; l < a->nloop; l++)
+		if (!same_loop(&a->loop[l], &b->loop[l]))
+			return false;
+	for (ts_id i = 0; i < a->nop; i++)
+		if (!same_op(&a->op[i], &b->op[i]))
+			return false;
+	return true;
 }

@@ -161,6 +161,15 @@ void ts_op_positions(const tcp_sched *s, uint32_t *pos);
  * move). */
 void ts_renew_spans(tcp_sched *s, moe_ctx *ctx, const uint32_t *old);
 
+/* A deep copy of s in its own arena, the same as tcp_sched_parse of
+ * tcp_sched_print's text gives when s verifies: regions and scalars
+ * renumbered in program order (unreachable ones dropped), the fields the
+ * text does not carry at the reader's defaults, no source lines. NULL (no
+ * diagnostic) where the text would not read back: take the text then. */
+tcp_sched *ts_clone(const tcp_sched *s);
+/* Whether two copies made by ts_clone print the same text. */
+bool ts_same(const tcp_sched *a, const tcp_sched *b);
+
 /* ---- text form (sched_print.c, sched_parse.c; docs/tcp-compiler.md 4.2) ---- */
 /* The text, NUL-terminated, in *out (ctx_alloc'd; ctx_free it). */
 moe_status tcp_sched_print(const tcp_sched *s, char **out, size_t *len);

@@ -25,6 +25,7 @@
  * in C's loop waits for C of the previous block, a wait that moves to the
  * readers. The readers wait for what C waited for, and every op that
  * waited for C waits for its readers. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
@@ -129,8 +130,52 @@ static bool writer_ok(const tcp_sched *s, const fc *x, ts_id o)
 	return true;
 }
 
-/* whether op c is a copy the rewrite drops; fills x */
-static bool copy_ok(const tcp_sched *s, ts_id c, fc *x)
+/* The ops a view of which names buffer b, in id order, those gone left
+ * out: op[at[b]] .. op[at[b + 1] - 1]. */
+typedef struct touch {
+	uint32_t *at;
+	ts_id *op;
+} touch;
+
+static bool names_earlier(const tcp_insn *in, int w)
+{
+	for (int k = 0; k < w; k++)
+		if (in->v[k].t == in->v[w].t)
+			return true;
+	return false;
+}
+
+static void touch_build(const tcp_sched *s, const uint8_t *gone, touch *u)
+{
+	u->at = ctx_alloc(s->ctx, (s->nbuf + 2) * sizeof *u->at);
+	u->op = NULL;
+	size_t n = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (ts_id o = 0; o < s->nop; o++) {
+			const tcp_insn *in = &s->op[o].in;
+			for (int w = 0; w < TCP_NVIEW && !gone[o]; w++) {
+				int32_t b = in->v[w].t;
+				if (b < 0 || (ts_id)b >= s->nbuf || names_earlier(in, w))
+					continue;
+				if (pass)
+					u->op[u->at[b + 1]++] = o;
+				else
+					u->at[b + 2]++, n++;
+			}
+		}
+		if (pass)
+			break;
+		for (ts_id b = 0; b < s->nbuf; b++)
+			u->at[b + 2] += u->at[b + 1];
+		u->op = ctx_alloc(s->ctx, (n + 1) * sizeof *u->op);
+	}
+}
+
+/* whether op c is a copy the rewrite drops; fills x. Ops with gone set
+ * are copies folded already, dropped at the end (as if dropped now: no
+ * other op is compared with them and ids keep their order). Only the ops
+ * naming D or S can refuse the copy or read D: those of u, in id order. */
+static bool copy_ok(const tcp_sched *s, const touch *u, ts_id c, fc *x)
 {
 	const tcp_insn *in = &s->op[c].in;
 	const tcp_view *dv = &in->v[TCP_V_DST], *sv = &in->v[TCP_V_S0];
@@ -145,7 +190,11 @@ static bool copy_ok(const tcp_sched *s, ts_id c, fc *x)
 	x->d = (ts_id)dv->t;
 	x->src = (ts_id)sv->t;
 	x->nrd = 0;
-	for (ts_id o = 0; o < s->nop; o++) {
+	uint32_t i = u->at[x->d], ie = u->at[x->d + 1], j = u->at[x->src], je = u->at[x->src + 1];
+	while (i < ie || j < je) {
+		ts_id o = j >= je || (i < ie && u->op[i] < u->op[j]) ? u->op[i] : u->op[j];
+		i += i < ie && u->op[i] == o;
+		j += j < je && u->op[j] == o;
 		const ts_op *p = &s->op[o];
 		if (o == c)
 			continue;
@@ -165,12 +214,16 @@ static bool copy_ok(const tcp_sched *s, ts_id c, fc *x)
 	return x->nrd > 0;
 }
 
-static bool find(const tcp_sched *s, fc *x)
+static bool find(const tcp_sched *s, const uint8_t *gone, fc *x)
 {
-	for (ts_id c = 0; c < s->nop; c++)
-		if (copy_ok(s, c, x))
-			return true;
-	return false;
+	touch u;
+	touch_build(s, gone, &u);
+	bool found = false;
+	for (ts_id c = 0; c < s->nop && !found; c++)
+		found = !gone[c] && copy_ok(s, &u, c, x);
+	ctx_free(s->ctx, u.at, 0);
+	ctx_free(s->ctx, u.op, 0);
+	return found;
 }
 
 /* the first pair of streams (u < w) of a pass that fetch one view, or false */
@@ -194,23 +247,89 @@ bool ts_rw_fold_copies_applies(const tcp_sched *s, const ts_env *e)
 	for (ts_id o = 0; o < s->nop; o++)
 		if (twice(&s->op[o].in, &u, &w))
 			return true;
-	return find(s, &x);
+	uint8_t *gone = ctx_alloc(s->ctx, s->nop + 1);
+	bool found = find(s, gone, &x);
+	ctx_free(s->ctx, gone, 0);
+	return found;
 }
 
-static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
+/* The ops that depend on each op (some listed twice, none missed): those
+ * the apply began with, op[at[x]] .. op[at[x + 1] - 1], and those a fold
+ * added, a list from head[x] (entry + 1) through next. */
+typedef struct waiters {
+	uint32_t *at, *head, *next, *mark;
+	ts_id *op, *who, *list;
+	uint32_t nadd, cadd, nlist, clist;
+} waiters;
+
+static void waiters_build(const tcp_sched *s, waiters *w)
+{
+	memset(w, 0, sizeof *w);
+	w->at = ctx_alloc(s->ctx, (s->nop + 2) * sizeof *w->at);
+	w->head = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *w->head);
+	w->mark = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *w->mark);
+	size_t n = 0;
+	for (ts_id o = 0; o < s->nop; o++)
+		for (uint32_t k = 0; k < s->op[o].ndep; k++)
+			if (s->op[o].dep[k] < s->nop)
+				w->at[s->op[o].dep[k] + 2]++, n++;
+	for (ts_id x = 0; x < s->nop; x++)
+		w->at[x + 2] += w->at[x + 1];
+	w->op = ctx_alloc(s->ctx, (n + 1) * sizeof *w->op);
+	for (ts_id o = 0; o < s->nop; o++)
+		for (uint32_t k = 0; k < s->op[o].ndep; k++)
+			if (s->op[o].dep[k] < s->nop)
+				w->op[w->at[s->op[o].dep[k] + 1]++] = o;
+}
+
+static void waiters_free(moe_ctx *ctx, waiters *w)
+{
+	void *p[] = {w->at, w->head, w->next, w->mark, w->op, w->who, w->list};
+	for (size_t k = 0; k < sizeof p / sizeof *p; k++)
+		if (p[k])
+			ctx_free(ctx, p[k], 0);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	ts_id x = *(const ts_id *)a, y = *(const ts_id *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The ops depending on op c, each once, in id order, in w->list. */
+static uint32_t waiting_for(const tcp_sched *s, waiters *w, ts_id c, uint32_t stamp)
+{
+	w->nlist = 0;
+	uint32_t n = w->at[c + 1] - w->at[c];
+	for (uint32_t e = w->head[c]; e; e = w->next[e - 1])
+		n++;
+	ctx_grow(s->ctx, (void **)&w->list, &w->clist, n + 1, sizeof *w->list);
+	for (uint32_t i = w->at[c]; i < w->at[c + 1]; i++)
+		if (w->mark[w->op[i]] != stamp)
+			w->mark[w->op[i]] = stamp, w->list[w->nlist++] = w->op[i];
+	for (uint32_t e = w->head[c]; e; e = w->next[e - 1])
+		if (w->mark[w->who[e - 1]] != stamp)
+			w->mark[w->who[e - 1]] = stamp, w->list[w->nlist++] = w->who[e - 1];
+	qsort(w->list, w->nlist, sizeof *w->list, cmp_id);
+	return w->nlist;
+}
+
+static void add_dep_once(tcp_sched *s, waiters *w, ts_id o, ts_id on, int dist)
 {
 	if ((dist == 0 && on == o) || has_dep(&s->op[o], on, dist))
 		return;
 	ts_add_dep(s, o, on, dist);
-}
-
-/* removes op c (ts_drop_ops) */
-static void drop_op(tcp_sched *s, ts_id c)
-{
-	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
-	drop[c] = 1;
-	ts_drop_ops(s, drop);
-	ctx_free(s->ctx, drop, 0);
+	if (on >= s->nop)
+		return;
+	uint32_t need = w->nadd + 1;
+	if (need > w->cadd) {
+		uint32_t c = w->cadd;
+		ctx_grow(s->ctx, (void **)&w->next, &c, need, sizeof *w->next);
+		ctx_grow(s->ctx, (void **)&w->who, &w->cadd, need, sizeof *w->who);
+	}
+	w->who[w->nadd] = o;
+	w->next[w->nadd] = w->head[on];
+	w->head[on] = ++w->nadd;
 }
 
 /* a pass fetching one view through two streams fetches it once: the
@@ -231,7 +350,8 @@ static bool one_stream(tcp_insn *in)
 	return any;
 }
 
-static void fold(tcp_sched *s, const fc *x, uint16_t feature)
+/* folds copy x->c, which the caller marks gone */
+static void fold(tcp_sched *s, const uint8_t *gone, waiters *wt, uint32_t stamp, const fc *x, uint16_t feature)
 {
 	const ts_op *c = &s->op[x->c];
 	tcp_view sv = c->in.v[TCP_V_S0];
@@ -251,7 +371,7 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 		p->feature = feature;
 		for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
 			if (s->op[x->c].dep[k] != r)
-				add_dep_once(s, r, s->op[x->c].dep[k], s->op[x->c].dist[k]);
+				add_dep_once(s, wt, r, s->op[x->c].dep[k], s->op[x->c].dist[k]);
 		first = pos[r] < pos[first] ? r : first;
 		last = pos[r] > pos[last] ? r : last;
 	}
@@ -261,7 +381,12 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 	ts_id body = TS_NONE;
 	for (int l = 0; l < s->nloop; l++)
 		body = ts_region_within(s, c->region, s->loop[l].body) ? s->loop[l].body : body;
-	for (ts_id o = 0; o < s->nop; o++) {
+	/* only an op depending on the copy changes here, and only its own
+	 * dependencies: those ops in id order */
+	for (uint32_t j = 0, nw = waiting_for(s, wt, x->c, stamp); j < nw; j++) {
+		ts_id o = wt->list[j];
+		if (gone[o])
+			continue;
 		bool reader = false;
 		for (uint32_t i = 0; i < x->nrd; i++)
 			reader |= o == x->rd[i];
@@ -269,12 +394,12 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 			bool same = body != TS_NONE && ts_region_within(s, s->op[o].region, body);
 			for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
 				if (!s->op[x->c].dist[k] || same)
-					add_dep_once(s, o, s->op[x->c].dep[k], s->op[x->c].dist[k]);
+					add_dep_once(s, wt, o, s->op[x->c].dep[k], s->op[x->c].dist[k]);
 		}
 		if (has_dep(&s->op[o], x->c, 1))
 			for (uint32_t i = 0; i < x->nrd; i++)
 				if (o != x->rd[i])
-					add_dep_once(s, o, x->rd[i], 1);
+					add_dep_once(s, wt, o, x->rd[i], 1);
 	}
 	/* S lives up to its last reader; D, read by nothing now, only at the
 	 * first reader; a span bounded by the copy moves to its readers */
@@ -291,7 +416,6 @@ static void fold(tcp_sched *s, const fc *x, uint16_t feature)
 	db->life = TS_LIFE_SPAN;
 	db->first = db->last = first;
 	ctx_free(s->ctx, pos, 0);
-	drop_op(s, x->c);
 }
 
 moe_status ts_rw_fold_copies_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
@@ -299,8 +423,18 @@ moe_status ts_rw_fold_copies_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 	if (!ts_rw_fold_copies_applies(s, e))
 		return MOE_ERR_INVALID;
 	fc x;
-	while (find(s, &x))
-		fold(s, &x, feature);
+	uint8_t *gone = ctx_alloc(s->ctx, s->nop + 1);
+	waiters wt;
+	waiters_build(s, &wt);
+	uint32_t stamp = 0;
+	while (find(s, gone, &x)) {
+		fold(s, gone, &wt, ++stamp, &x, feature);
+		gone[x.c] = 1;
+	}
+	waiters_free(s->ctx, &wt);
+	if (stamp)
+		ts_drop_ops(s, gone);
+	ctx_free(s->ctx, gone, 0);
 	for (ts_id o = 0; o < s->nop; o++)
 		if (one_stream(&s->op[o].in))
 			s->op[o].feature = feature;

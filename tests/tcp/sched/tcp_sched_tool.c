@@ -127,6 +127,13 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 			rc = 1;
 		}
 		ctx_free(ctx, again, len2);
+		/* the copy without text is the one read back from the text */
+		tcp_sched *c = rc ? NULL : ts_clone(s);
+		if (!rc && (!c || !ts_same(c, t))) {
+			fprintf(stderr, "%s: error: ts_clone differs from print -> parse\n", path);
+			rc = 1;
+		}
+		tcp_sched_free(c);
 		tcp_sched_free(t);
 	}
 	if (!rc && fwrite(out, 1, len, stdout) != len)
