@@ -44,11 +44,26 @@ static void unmap(void *arg)
 }
 
 /* Whether node n computes each row of its leading dimension (of size R) from
- * the same row of its operands alone: then the graph runs on one row. */
+ * the same row of its operands alone: then the graph runs on one row. A
+ * scalar constant is the same for every row (MXFP4's canonical bytes: and,
+ * eq and select against scalars); an elementwise op qualifies when each
+ * operand is such a scalar or a row-wise value of its rank (an operand of
+ * lower rank would broadcast over the rows, and its leading dimension is not
+ * R). */
 static bool row_wise(const moe_graph *g, const ir_node *n, int64_t R)
 {
+	if (n->op == MOE_OP_CONST && n->rank == 0)
+		return true;
 	if (n->rank < 1 || n->shape[0] != R || n->valid != MOE_NONE)
 		return false;
+	if ((ir_ops[n->op].flags & OPF_ELEM) && n->op != MOE_OP_CAST && n->op != MOE_OP_BITCAST) {
+		bool ok = true;
+		for (uint32_t k = 0; ok && k < n->nargs; k++) {
+			const ir_node *a = N(g, n->args[k]);
+			ok = (a->op == MOE_OP_CONST && a->rank == 0) || (a->rank == n->rank && a->shape[0] == R);
+		}
+		return ok;
+	}
 	int64_t ax = ir_attr_int(n, "axis", 0);
 	ax = ax < 0 ? ax + n->rank : ax;
 	switch (n->op) {
@@ -77,6 +92,8 @@ static moe_module *one_row(moe_ctx *ctx, const tcp_program *p, int64_t R)
 		ok = row_wise(g, N(g, i), R);
 	for (moe_id i = 0; ok && i < g->nnodes; i++) {
 		ir_node *n = N(g, i);
+		if (n->rank < 1)
+			continue;
 		n->shape[0] = 1;
 		if (n->op == MOE_OP_RESHAPE)
 			ir_attr_find(n, "shape")->v.ints[0] = 1;
