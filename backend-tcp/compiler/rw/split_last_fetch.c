@@ -35,16 +35,25 @@ static bool waits(const tcp_sched *s, ts_id o, ts_id f)
 
 /* The split point: the readers of the slot that wait for the fetch, in
  * program order, divide at the first reader of another graph node whose
- * predecessors all read below where it and its successors start. */
+ * predecessors all read below where it and its successors start. A reader
+ * of the node and span of an earlier one is a copy of it in another case of
+ * a classes region (row-classes): one block runs one case, so it is left
+ * out (it reads what the earlier one reads). */
 static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
 {
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
 	ts_id rd[64];
 	int nr = 0;
-	for (ts_id o = 0; o < s->nop && nr < 64; o++)
-		if (o != f && waits(s, o, f) && s->op[o].in.v[TCP_V_S0].t == w)
+	bool full = false;
+	for (ts_id o = 0; o < s->nop && !full; o++) {
+		if (o == f || !waits(s, o, f) || s->op[o].in.v[TCP_V_S0].t != w)
+			continue;
+		if (nr == 64)
+			full = true;
+		else
 			rd[nr++] = o;
+	}
 	for (int i = 1; i < nr; i++) /* by program position */
 		for (int j = i; j > 0 && pos[rd[j]] < pos[rd[j - 1]]; j--) {
 			ts_id t = rd[j];
@@ -52,11 +61,19 @@ static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
 			rd[j - 1] = t;
 		}
 	ctx_free(s->ctx, pos, 0);
-	if (nr == 64 || nr < 2)
+	if (full || nr < 2)
 		return 0;
 	int64_t lo[64], hi[64];
-	for (int i = 0; i < nr; i++)
-		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[i], &hi[i]);
+	int m = 0;
+	for (int i = 0; i < nr; i++) {
+		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[m], &hi[m]);
+		bool copy = false;
+		for (int k = 0; k < m && !copy; k++)
+			copy = s->op[rd[k]].node == s->op[rd[i]].node && lo[k] == lo[m] && hi[k] == hi[m];
+		if (!copy)
+			rd[m++] = rd[i];
+	}
+	nr = m;
 	int64_t below = hi[0];
 	for (int k = 1; k < nr; k++) {
 		int64_t above = lo[k];
