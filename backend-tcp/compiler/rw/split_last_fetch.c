@@ -9,11 +9,16 @@
  * in two at a point P of the expert's packed weights where the body's loads
  * of the slot divide into those reading below P (the first projections')
  * and those reading from P on; each load waits for its part, so the first
- * projections' loads and contractions run while the rest arrives. Every
+ * projections' loads and contractions run while the rest arrives. With a
+ * fetch per projection, the one whose first load comes last is split; where
+ * its loads are all of one node (one matrix loaded tile by tile), at the
+ * tile boundary nearest its middle (a whole row of a two-dimensional fetch),
+ * so the first tiles load while the rest arrives. Every
  * other block keeps the one fetch (one more DMA command each would delay
  * the in-order DMA context's weight stream). Values are unchanged: the two
  * parts copy the same bytes to the same places, and every reader of the
  * slot waits for the part holding what it reads. */
+#include <stdint.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
@@ -22,6 +27,7 @@
 typedef struct sf {
 	ts_id f, gnext;        /* the body's fetch; the scalar g + 1 */
 	int64_t p;             /* elements before the split */
+	int64_t row;           /* elements per row of a two-dimensional fetch (1: one-dimensional) */
 } sf;
 
 /* whether op o depends on op f */
@@ -33,18 +39,29 @@ static bool waits(const tcp_sched *s, ts_id o, ts_id f)
 	return false;
 }
 
-/* The split point: the readers of the slot that wait for the fetch, in
- * program order, divide at the first reader of another graph node whose
- * predecessors all read below where it and its successors start. */
-static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
+/* The split point, a multiple of `row` elements: the readers of the slot
+ * that wait for the fetch, in program order, divide at the first reader of
+ * another graph node whose predecessors all read below where it and its
+ * successors start; where every reader is of one node (one matrix, loaded
+ * tile by tile), at the such division nearest the middle. A reader
+ * of the node and span of an earlier one is a copy of it in another case of
+ * a classes region (row-classes): one block runs one case, so it is left
+ * out (it reads what the earlier one reads). */
+static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row)
 {
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
 	ts_id rd[64];
 	int nr = 0;
-	for (ts_id o = 0; o < s->nop && nr < 64; o++)
-		if (o != f && waits(s, o, f) && s->op[o].in.v[TCP_V_S0].t == w)
+	bool full = false;
+	for (ts_id o = 0; o < s->nop && !full; o++) {
+		if (o == f || !waits(s, o, f) || s->op[o].in.v[TCP_V_S0].t != w)
+			continue;
+		if (nr == 64)
+			full = true;
+		else
 			rd[nr++] = o;
+	}
 	for (int i = 1; i < nr; i++) /* by program position */
 		for (int j = i; j > 0 && pos[rd[j]] < pos[rd[j - 1]]; j--) {
 			ts_id t = rd[j];
@@ -52,21 +69,33 @@ static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n)
 			rd[j - 1] = t;
 		}
 	ctx_free(s->ctx, pos, 0);
-	if (nr == 64 || nr < 2)
+	if (full || nr < 2)
 		return 0;
 	int64_t lo[64], hi[64];
-	for (int i = 0; i < nr; i++)
-		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[i], &hi[i]);
-	int64_t below = hi[0];
+	int m = 0;
+	for (int i = 0; i < nr; i++) {
+		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[m], &hi[m]);
+		bool copy = false;
+		for (int k = 0; k < m && !copy; k++)
+			copy = s->op[rd[k]].node == s->op[rd[i]].node && lo[k] == lo[m] && hi[k] == hi[m];
+		if (!copy)
+			rd[m++] = rd[i];
+	}
+	nr = m;
+	int64_t below = hi[0], mid = 0;
 	for (int k = 1; k < nr; k++) {
 		int64_t above = lo[k];
 		for (int i = k; i < nr; i++)
 			above = lo[i] < above ? lo[i] : above;
-		if (below <= above && s->op[rd[k]].node != s->op[rd[k - 1]].node && above > 0 && above < n)
-			return above;
+		if (below <= above && above > 0 && above < n && above % row == 0) {
+			if (s->op[rd[k]].node != s->op[rd[k - 1]].node)
+				return above;
+			if (!mid || (above > n / 2 ? above - n / 2 : n / 2 - above) < (mid > n / 2 ? mid - n / 2 : n / 2 - mid))
+				mid = above;
+		}
 		below = hi[k] > below ? hi[k] : below;
 	}
-	return 0;
+	return mid;
 }
 
 static bool find(const tcp_sched *s, sf *x)
@@ -75,15 +104,19 @@ static bool find(const tcp_sched *s, sf *x)
 		return false;
 	const ts_loop *l = &s->loop[0];
 	x->f = TS_NONE;
+	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos), last = 0;
+	ts_op_positions(s, pos);
 	for (ts_id o = 0; o < s->nop; o++) {
 		const tcp_insn *in = &s->op[o].in;
 		const tcp_view *d = &in->v[TCP_V_DST], *a = &in->v[TCP_V_S0];
-		if (in->op != TCP_OP_DMA_COPY || in->ndim != 1 || in->vreg >= 0 || d->t < 0 || a->t < 0 ||
-			d->reg < 0 || a->reg < 0 || d->stride[0] != 1 || a->stride[0] != 1 ||
+		int64_t row = in->ndim == 2 ? in->dim[1] : 1;
+		if (in->op != TCP_OP_DMA_COPY || in->ndim < 1 || in->ndim > 2 || in->vreg >= 0 || d->t < 0 || a->t < 0 ||
+			d->reg < 0 || a->reg < 0 || d->stride[in->ndim - 1] != 1 || a->stride[in->ndim - 1] != 1 ||
+			d->stride[0] != row || a->stride[0] != row ||
 			!ts_region_within(s, s->op[o].region, l->body) || s->op[o].region == l->body)
 			continue;
 		const ts_buf *wb = &s->buf[d->t];
-		if (wb->space != TCP_DM || wb->slots != 2 || d->base != 0 || ts_buf_numel(wb) != in->dim[0])
+		if (wb->space != TCP_DM || wb->slots != 2 || d->base != 0 || ts_buf_numel(wb) != in->dim[0] * row)
 			continue;
 		/* the source row is the expert of block g + 1 */
 		const ts_scalar *e = &s->sc[a->reg];
@@ -92,14 +125,24 @@ static bool find(const tcp_sched *s, sf *x)
 		const ts_scalar *gn = &s->sc[e->a];
 		if (gn->kind != TS_SC_ALU || gn->op != TCP_S_ADD || gn->a != l->g || gn->b != TS_NONE || gn->imm != 1)
 			continue;
-		if (x->f != TS_NONE)
-			return false; /* one fetch only */
+		/* of several fetches, the one whose first reader comes last: the
+		 * last block's compute waits for it alone at the end */
+		uint32_t first = UINT32_MAX;
+		for (ts_id q = 0; q < s->nop; q++)
+			if (q != o && waits(s, q, o) && s->op[q].in.v[TCP_V_S0].t == d->t && pos[q] < first)
+				first = pos[q];
+		if (first == UINT32_MAX || (x->f != TS_NONE && first <= last))
+			continue;
+		last = first;
 		x->f = o;
 		x->gnext = e->a;
+		x->row = row;
 	}
+	ctx_free(s->ctx, pos, 0);
 	if (x->f == TS_NONE)
 		return false;
-	x->p = split_at(s, x->f, s->op[x->f].in.v[TCP_V_DST].t, s->op[x->f].in.dim[0]);
+	const tcp_insn *in = &s->op[x->f].in;
+	x->p = split_at(s, x->f, in->v[TCP_V_DST].t, in->dim[0] * x->row, x->row);
 	return x->p > 0;
 }
 
@@ -147,10 +190,10 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 	s->op[f].region = ro;
 	/* the two parts: [0, p) and [p, n) of the slot */
 	tcp_insn in = s->op[f].in;
-	int64_t n = in.dim[0];
-	in.dim[0] = x.p;
+	int64_t n = in.dim[0] * x.row;
+	in.dim[0] = x.p / x.row;
 	ts_id fa = ts_add_op(s, rl, &in, s->op[f].phase);
-	in.dim[0] = n - x.p;
+	in.dim[0] = (n - x.p) / x.row;
 	in.v[TCP_V_DST].base += x.p;
 	in.v[TCP_V_S0].base += x.p;
 	ts_id fb = ts_add_op(s, rl, &in, s->op[f].phase);
