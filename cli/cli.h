@@ -228,6 +228,10 @@ typedef struct cli_fit {
 	/* the contract's floor on expected loads (moe_tcp_floor; floored 0: none) */
 	int floored;
 	moe_tcp_floor_terms floor;
+	/* the B block=auto chose for the layer (0: none) and its predicted
+	 * block-loop seconds, as cli_load_tcp gives them */
+	int64_t auto_b;
+	double auto_pred;
 } cli_fit;
 /* stats --target=tcp: the layer compiled as `compile` compiles it (its
  * decode tier linked), so a layer compile refuses fails here with the same
@@ -240,6 +244,9 @@ int cli_stats(moe_ctx *ctx, const moe_module *m, const opts *o, int64_t autob, d
 /* TCP target (cli/tcp.c). */
 /* block=auto for the TCP target; *chosen: the B picked (0: none). */
 moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred);
+/* The layer as cli_load_tcp loads it when block=auto chose B > 0 (without
+ * choosing again). */
+moe_module *cli_load_tcp_b(moe_ctx *ctx, const opts *o, int64_t B);
 /* --quant-act: an error (1) unless m has a block-FP8 dequant; =fp8 sets act=fp8 on
  * every one (also each chip's layer under --ep). */
 int cli_quant_act(moe_ctx *ctx, const opts *o, moe_module *m);

@@ -222,7 +222,9 @@ static int dispatch(moe_ctx *ctx, const opts *o)
 	cli_fit fit = {.total = -1};
 	if (tcp && cli_tcp_fit(ctx, o, &fit))
 		return 1; /* the error compile gives */
-	moe_module *m = tcp ? cli_load_tcp(ctx, o, &autob, &pred) : cli_load(ctx, o);
+	if (fit.auto_b > 0) /* block=auto ran in cli_tcp_fit: its choice stands */
+		autob = fit.auto_b, pred = fit.auto_pred;
+	moe_module *m = !tcp ? cli_load(ctx, o) : autob > 0 ? cli_load_tcp_b(ctx, o, autob) : cli_load_tcp(ctx, o, &autob, &pred);
 	int status = !m || cli_stats(ctx, m, o, autob, pred, tcp && fit.total >= 0 ? &fit : NULL);
 	moe_module_free(m);
 	return status;

@@ -51,6 +51,11 @@ moe_module *cli_load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *p
 	return load_tcp(ctx, o, chosen, pred);
 }
 
+moe_module *cli_load_tcp_b(moe_ctx *ctx, const opts *o, int64_t B)
+{
+	return cli_pass_machine(ctx, o) ? NULL : load_with_b(ctx, o, B);
+}
+
 static moe_module *load_tcp(moe_ctx *ctx, const opts *o, int64_t *chosen, double *pred)
 {
 	*chosen = 0;
@@ -116,6 +121,7 @@ int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
 	moe_module *m = cli_load_tcp(ctx, o, &b, &pr);
 	if (!m)
 		return 1;
+	fit->auto_b = b, fit->auto_pred = pr;
 	if (moe_module_num_graphs(m) != 1) { /* compile refuses these itself */
 		moe_module_free(m);
 		return 0;
