@@ -49,54 +49,48 @@ int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, in
 	return npass * total + load0;
 }
 
-/* The reduction chunk for `os` TRF rows per slice: the most that fills half
- * the TRF (the next tile loads while this one computes), when it splits I a
- * multiple of `unit` elements; 0 when none fits. */
-static int64_t chunk_of(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, int64_t unit)
+int tcp_chunk_tries(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, bool aligned, int64_t its[4])
 {
-	int64_t it = tcp_trf_bytes(m) / 2 / (os * e);
-	if (it < 1)
+	int64_t fit = tcp_trf_bytes(m) / 2 / (os * e), ge = m->hbm_granule / e;
+	if (fit < 1)
 		return 0;
-	if (it < I && it >= unit)
-		it = it / unit * unit;
-	return it < I ? it : I;
+	bool gran = ge > 32 && fit >= ge; /* chunks of whole granules fit */
+	int n = 0;
+	for (int u = 0; u < 1 + (gran && !aligned); u++) { /* the granule's multiples, then 32's */
+		int64_t unit = gran && !u ? ge : 32, it = fit < I && fit >= unit ? fit / unit * unit : fit;
+		it = it < I ? it : I;
+		int64_t even = rup(cdiv(I, cdiv(I, it)), unit);
+		its[n++] = it;
+		if (even < it && it < I)
+			its[n++] = even;
+	}
+	return n;
 }
 
-/* For each number of TRF rows per slice (Os) and its reduction chunk (It),
- * estimate the contraction (tcp_contract_cycles) and take the tiling with the
- * smallest total. Few rows per slice reload TRF for little work; many starve
- * the stream. A chunk that splits I is a multiple of the HBM granule's
- * elements (a streamed tile's rows whole requests), or of 32; bf16 and f32
- * weights whose rows are not whole granules also try multiples of 32, as
- * recipe_contract.c's plan does (f8 and i8 chunks stay whole granules: the
- * scaled contractions' 128-wide scale chunks). */
+/* For each number of TRF rows per slice (Os) and each reduction chunk (It)
+ * tcp_chunk_tries gives, estimate the contraction (tcp_contract_cycles) and
+ * take the tiling with the smallest total. Few rows per slice reload TRF for
+ * little work; many starve the stream. bf16 and f32 weights whose rows are
+ * not whole granules also try multiples of 32, as recipe_contract.c's plan
+ * does; f8 and i8 chunks stay whole granules (the scaled contractions'
+ * 128-wide scale chunks). */
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles)
 {
 	cplan best = {M, O, I, 0, 0, 0};
 	int64_t S = tcp_slices(m), best_t = -1;
-	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, ge = m->hbm_granule / e;
-	bool fine = e > 1 && I * e % m->hbm_granule != 0;
+	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, its[4];
+	bool aligned = e == 1 || I * e % m->hbm_granule == 0;
 	for (int64_t os = 1; os <= O; os++) {
-		int64_t fit = chunk_of(m, os, INT64_MAX, e, 1);
-		if (fit < 1)
+		int n = tcp_chunk_tries(m, os, I, e, aligned, its);
+		if (n == 0)
 			break;
-		bool gran = ge > 32 && fit >= ge;
-		for (int u = 0; u < 1 + (gran && fine); u++) {
-			/* the largest chunk, or as many chunks of an even size (a multiple
-			 * of the same unit): the last chunk then does its share */
-			int64_t unit = gran && !u ? ge : 32, it = chunk_of(m, os, I, e, unit);
-			int64_t even = rup(cdiv(I, cdiv(I, it)), unit);
-			for (int v = 0; v < 2; v++) {
-				int64_t iv = v ? even : it;
-				if (v && (even >= it || it >= I))
-					break;
-				int64_t t = tcp_contract_cycles(m, os, iv, O, I, wdt, &M, 1);
-				if (best_t < 0 || t < best_t) {
-					best_t = t;
-					best.It = iv;
-					best.Os = os;
-					best.Opass = O < S * os ? O : S * os;
-				}
+		for (int v = 0; v < n; v++) {
+			int64_t t = tcp_contract_cycles(m, os, its[v], O, I, wdt, &M, 1);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = its[v];
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
 			}
 		}
 	}

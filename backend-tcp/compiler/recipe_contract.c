@@ -71,42 +71,29 @@ static int64_t plan_cycles(const moe_tcp_machine *m, const tcp_cm *cm, int64_t M
 }
 
 /* The tiling (docs/tcp-isa.md 6): for every number of TRF rows per slice
- * `os`, the largest reduction chunk that fills half the TRF (the next tile
- * loads while this one computes) and as many chunks of an even size; when a
- * chunk splits I it is a multiple of the elements in one HBM access granule,
- * so a streamed tile's rows are whole requests, or of 32. Weight rows that
- * are not whole granules (`aligned` false: their starts fall inside a
- * granule already) also try multiples of 32, which can take one command
- * fewer. The tiling with the fewest cycles (plan_cycles) wins. A chunk
- * boundary only moves where the f32 partial sums are stored and read back,
- * so every tiling sums each output's products in the same order. */
+ * `os`, each reduction chunk tcp_chunk_tries gives (`aligned`: the weight
+ * rows are whole HBM granules); the tiling with the fewest cycles
+ * (plan_cycles) wins. A chunk boundary only moves where the f32 partial sums
+ * are stored and read back, so every tiling sums each output's products in
+ * the same order. */
 static cplan plan(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t ob, bool hidden,
 	bool aligned)
 {
 	cplan best = {M, O, I, 0, 0, 0};
-	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, ge = m->hbm_granule / e, best_t = -1;
+	int64_t S = tcp_slices(m), e = wdt == MOE_F32 ? 4 : 2, best_t = -1, its[4];
 	tcp_cm cm;
 	tcp_cm_init(&cm, m);
 	for (int64_t os = 1; os <= O; os++) {
-		int64_t fit = tcp_trf_bytes(m) / 2 / (os * e);
-		if (fit < 1)
+		int n = tcp_chunk_tries(m, os, I, e, aligned, its);
+		if (n == 0)
 			break;
-		bool gran = ge > 32 && fit >= ge; /* chunks of whole granules fit */
-		for (int u = 0; u < 1 + (gran && !aligned); u++) { /* the granule's multiples, then 32's */
-			int64_t unit = gran && !u ? ge : 32, it = fit < I && fit >= unit ? fit / unit * unit : fit;
-			it = it < I ? it : I;
-			int64_t even = rup(cdiv(I, cdiv(I, it)), unit);
-			for (int v = 0; v < 2; v++) {
-				int64_t iv = v ? even : it;
-				if (v && (even >= it || it >= I))
-					break;
-				int64_t t = plan_cycles(m, &cm, M, O, I, e, ob, os, iv, hidden);
-				if (best_t < 0 || t < best_t) {
-					best_t = t;
-					best.It = iv;
-					best.Os = os;
-					best.Opass = O < S * os ? O : S * os;
-				}
+		for (int v = 0; v < n; v++) {
+			int64_t t = plan_cycles(m, &cm, M, O, I, e, ob, os, its[v], hidden);
+			if (best_t < 0 || t < best_t) {
+				best_t = t;
+				best.It = its[v];
+				best.Os = os;
+				best.Opass = O < S * os ? O : S * os;
 			}
 		}
 	}

@@ -14,6 +14,14 @@ typedef struct cplan {
 	int64_t M, O, I, It, Os, Opass;
 } cplan;
 cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t I, int wdt, int64_t *cycles);
+/* plan.c: the reduction chunks a tiling with `os` TRF rows per slice tries,
+ * for weights of e bytes an element over I (docs/tcp-isa.md 6): the largest
+ * that fills half the TRF, then as many chunks of an even size; a chunk that
+ * splits I is a multiple of the HBM granule's elements (a streamed tile's
+ * rows whole requests) or of 32, and weight rows that are not whole granules
+ * (aligned false) also try multiples of 32. Up to 4 in its, in the order to
+ * try them; 0 when none fits (nor for any larger os). */
+int tcp_chunk_tries(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, bool aligned, int64_t its[4]);
 /* plan.c: the estimated cycles of that contraction with `os` TRF rows per
  * slice and reduction chunks of `it`, run in the row tiles `tiles` (ntiles
  * row counts) on one TRF tile */
