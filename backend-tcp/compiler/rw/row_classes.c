@@ -96,7 +96,7 @@ static int64_t view_row(const tcp_insn *in, const tcp_view *v, int64_t row)
 		 * 128-chunk of the reduction (docs/tcp-isa.md 6) */
 		if (in->op == TCP_OP_TU_CONTRACT && (in->flags & TCP_F_SCALED) && !(in->flags & TCP_F_ROWDIV) &&
 			v == &in->v[TCP_V_S2] && k == 2)
-			n = (n + 127) / 128;
+			n = (n + TCP_SCALE_CHUNK - 1) / TCP_SCALE_CHUNK;
 		ext += (n - 1) * (v->stride[k] < 0 ? -v->stride[k] : v->stride[k]);
 	}
 	return ext < row ? v->base / row : -1;
