@@ -90,13 +90,41 @@ const char *tcp_e8m0_scales(const ir_node *o)
 	return o->name && !strncmp(o->name, MOE_TCP_E8M0_NAME, n) ? o->name + n : "";
 }
 
+/* Where scales weight sn of p came from, for a diagnostic: " (checkpoint
+ * tensor 'KEY' in FILE)" with its source's {e} read as expert ex (-1: not
+ * per expert), the file where ck (may be NULL) holds that key; "" for a
+ * weight without a source. */
+static void scales_from(const tcp_program *p, moe_checkpoint *ck, const char *sn, int64_t ex, char *buf, size_t n)
+{
+	const char *src = "";
+	for (uint32_t i = 0; p && i < p->nt && !*src; i++)
+		if (p->t[i].kind == TCP_T_WEIGHT && !strcmp(p->t[i].name, sn))
+			src = p->t[i].source;
+	buf[0] = 0;
+	if (!*src)
+		return;
+	char key[256];
+	const char *e = strstr(src, "{e}");
+	if (e && ex >= 0)
+		snprintf(key, sizeof key, "%.*s%lld%s", (int)(e - src), src, (long long)ex, e + 3);
+	else
+		snprintf(key, sizeof key, "%s", src);
+	const char *file = NULL;
+	if (ck && !moe_checkpoint_find(ck, key, &file))
+		file = NULL;
+	snprintf(buf, n, " (checkpoint tensor '%s'%s%s)", key, file ? " in " : "", file ? file : "");
+}
+
 /* Binding refuses scales the program decodes wrongly: packed tensor v (the
  * canonical E2M1 bytes, u8 [.., N, K/2]) of prep node o named after its
  * scales (tcp_e8m0_scales) against sc, those scales
  * as bound (u8 [.., N, K/32]; v and sc may be rows e0.. of the expert
- * axis). False, with the first bad block named in msg, when a block holds a
- * code that e8m0_exact refuses; true when fine or not such a pair. */
-bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, char *msg, size_t n)
+ * axis). False, with the first bad block named in msg (the weight, and
+ * the checkpoint tensor and file p and ck (either may be NULL) name), when
+ * a block holds a code that e8m0_exact refuses; true when fine or not such
+ * a pair. */
+bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, const tcp_program *p,
+	moe_checkpoint *ck, char *msg, size_t n)
 {
 	const char *sn = tcp_e8m0_scales(o);
 	bool fits = *sn && sc && v && sc->data && v->data && sc->dtype == MOE_U8 && v->dtype == MOE_U8 &&
@@ -122,23 +150,25 @@ bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc,
 	if (!bad)
 		return true;
 	uint32_t sv = sp[first];
-	char what[64], at[64] = "";
+	char what[64], at[64] = "", from[400];
+	int64_t ex = sc->rank > 2 ? e0 + first / nb / rows : -1;
+	scales_from(p, ck, sn, ex, from, sizeof from);
 	if (sv == 255u)
 		snprintf(what, sizeof what, "255 (NaN)");
 	else
 		snprintf(what, sizeof what, "%u (2^%d) with the E2M1 value %g", sv, (int)sv - 127, (double)qt_e2m1(fc));
 	if (sc->rank > 2)
-		snprintf(at, sizeof at, " expert %lld", (long long)(e0 + first / nb / rows));
+		snprintf(at, sizeof at, " expert %lld", (long long)ex);
 	snprintf(msg, n,
-		"weight '%s'%s row %lld block %lld: E8M0 scale %s is outside 2..252, which the TCP program decodes "
+		"weight '%s'%s%s row %lld block %lld: E8M0 scale %s is outside 2..252, which the TCP program decodes "
 		"exactly (%lld such block%s%s; the host target decodes every scale)",
-		sn, at, (long long)(first / nb % rows), (long long)(first % nb), what, (long long)bad, bad == 1 ? "" : "s",
+		sn, from, at, (long long)(first / nb % rows), (long long)(first % nb), what, (long long)bad, bad == 1 ? "" : "s",
 		e0 >= 0 && sc->rank > 2 && sc->shape[0] == 1 ? " in this expert" : "");
 	return false;
 }
 
-moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
-	moe_tensor_map *packed)
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_checkpoint *ck,
+	bool timing_only, moe_tensor_map *packed)
 {
 	if (!p->prep_len)
 		return MOE_OK;
@@ -164,9 +194,9 @@ moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 	}
 	for (uint32_t k = 0; rc == MOE_OK && k < no; k++) {
 		const ir_node *o = N(g, g->outputs[k]);
-		char msg[400];
+		char msg[1024];
 		const moe_tensor *sc = bind ? moe_tensor_map_get(bind, tcp_e8m0_scales(o)) : NULL;
-		if (out[k] && !tcp_e8m0_check(o, out[k], sc, 0, msg, sizeof msg)) {
+		if (out[k] && !tcp_e8m0_check(o, out[k], sc, 0, p, ck, msg, sizeof msg)) {
 			moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp: %s", msg);
 			rc = MOE_ERR_INVALID;
 		}

@@ -471,7 +471,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 	/* at load time: off the simulated clock */
 	rc = pr ? MOE_OK
 		: o->lazy_weights && !o->timing_only ? tcps_lazy_setup(&s, b, packed)
-						     : tcp_pack_weights(ctx, p, b, o->timing_only != 0, packed);
+						     : tcp_pack_weights(ctx, p, b, o->lazy_weights, o->timing_only != 0, packed);
 	if (rc != MOE_OK)
 		goto out;
 	if (pr) {

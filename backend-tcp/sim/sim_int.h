@@ -14,6 +14,7 @@
 #include "backend-tcp/isa/cost.h"
 #include "backend-tcp/isa/tcp_int.h"
 #include "ir/scalar.h"
+#include "moec/io.h"
 
 #define NHAZ 64
 #define TCP_MAX_EVENTS 2000000 /* commands recorded for a trace; later ones are not */
@@ -164,7 +165,7 @@ static inline void busy(sim *s, uint32_t pc, int engine, int64_t cycles)
 
 #define FAULT(s, pc, ...)                                                                                  \
 	do {                                                                                                 \
-		char _m[400];                                                                                    \
+		char _m[1024];                                                                                   \
 		snprintf(_m, sizeof _m, __VA_ARGS__);                                                            \
 		moe_diag((s)->ctx, MOE_DIAG_ERROR, moe_loc_none(), "tcp run-time fault at instruction %u (%s): %s", \
 			(unsigned)(pc), tcp_op_names[(s)->p->code[pc].op], _m);                                       \
@@ -359,8 +360,9 @@ moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_ma
 /* pack.c: evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
 const char *tcp_e8m0_scales(const ir_node *o);
-bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, char *msg, size_t n);
-moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, bool timing_only,
-	moe_tensor_map *packed);
+bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, const tcp_program *p,
+	moe_checkpoint *ck, char *msg, size_t n);
+moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_checkpoint *ck,
+	bool timing_only, moe_tensor_map *packed);
 
 #endif

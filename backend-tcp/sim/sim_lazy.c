@@ -255,8 +255,8 @@ static bool e8m0_row(sim *s, uint32_t pc, uint32_t k, const moe_tensor *v, int64
 	} else if (h && h->data && h->nbytes == (size_t)t->numel) {
 		sc.data = (uint8_t *)h->data + (size_t)row * (size_t)per;
 	}
-	char msg[400];
-	if (tcp_e8m0_check(o, v, &sc, row, msg, sizeof msg))
+	char msg[1024];
+	if (tcp_e8m0_check(o, v, &sc, row, s->p, s->lz->ck, msg, sizeof msg))
 		return true;
 	FAULT(s, pc, "%s", msg);
 	return false;
@@ -450,7 +450,7 @@ moe_status tcps_lazy_setup(sim *s, const moe_tensor_map *b, moe_tensor_map *pack
 	if (lazy_packed(s) || moe_error_count(s->ctx) != errs)
 		return moe_error_count(s->ctx) != errs ? MOE_ERR_INVALID : MOE_OK;
 	moe_tensor_map *w = whole(s);
-	moe_status rc = w ? tcp_pack_weights(s->ctx, s->p, w, false, packed) : MOE_ERR_INVALID;
+	moe_status rc = w ? tcp_pack_weights(s->ctx, s->p, w, z->ck, false, packed) : MOE_ERR_INVALID;
 	moe_tensor_map_free(w);
 	return rc;
 }
