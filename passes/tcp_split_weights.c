@@ -7,7 +7,9 @@
  * unless it is a free view of one weight (a chain of reshape / broadcast,
  * which stays a device view) or a bf16 -> f32 cast of one that only widened
  * einsums read (pass_tcp_widened_einsum: the TCP contraction reads the bf16
- * weight itself): gpt-oss's and Llama 4's fused gate_up
+ * weight itself), or an act=fp8 block-FP8 dequant that only einsums of few
+ * rows read (fp8_act_weight: a shared expert contracted from its fp8 bytes):
+ * gpt-oss's and Llama 4's fused gate_up
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
  * `tcp_pack = k` (k = 0, 1, ... in node order). It changes no value (but the
@@ -21,6 +23,7 @@
  * (mxfp4_canon_at_bind). */
 #include <string.h>
 
+#include "ir/quant.h"
 #include "passes/pass.h"
 
 enum { C_DEV, C_CONST, C_WEIGHT };
@@ -48,6 +51,51 @@ bool pass_tcp_widened_einsum(const moe_graph *g, moe_id id)
 			return false;
 	}
 	return true;
+}
+
+/* The most activation rows for which an act=fp8 dequant outside the loop is
+ * contracted from its fp8 bytes: below it a bf16 contraction of the weight
+ * is bound by the weight's bytes (2 O I bytes at HBM rate against M O I MACs
+ * at the bf16 rate: M < 2 x 131072 / 1500 on RNGD's machine.json), so half
+ * the bytes pay; above it the main context binds, and the scaled form's
+ * chunk-scale copies (as many cycles as its f8 MACs, docs/tcp-compiler.md
+ * 5.1) cost more than the bf16 contraction (DeepSeek-V3's shared expert at
+ * T = 4096: 17.50 -> 18.28 ms). */
+enum { FP8_ACT_ROWS = 174 };
+
+/* A block-FP8 dequant with act="fp8" (128 x 128 blocks dividing both dims)
+ * that only two-operand rank-2 `md,nd->mn` einsums of at most FP8_ACT_ROWS
+ * rows read as their weight: the TCP contraction quantizes its activations
+ * and reads the stored fp8 bytes and block scales itself
+ * (backend-tcp/compiler/recipe_qact.c), so the dequant is not packed (a
+ * packed one is the bf16 copy, twice the bytes). */
+static bool fp8_act_weight(const moe_graph *g, moe_id id)
+{
+	const ir_node *n = N(g, id);
+	qt_info qi;
+	if (n->op != MOE_OP_DEQUANT || n->nargs != 2 || n->rank != 2 || strcmp(ir_attr_str(n, "act", "bf16"), "fp8") ||
+		!ir_dequant_info(g, n, &qi) || qi.fmt != QT_FP8 || qi.bn != 128 || qi.bk != 128 || qi.N % 128 ||
+		qi.K % 128)
+		return false;
+	for (uint32_t o = 0; o < g->nout; o++)
+		if (g->outputs[o] == id)
+			return false;
+	bool read = false;
+	for (moe_id u = id + 1; u < g->nnodes; u++) {
+		const ir_node *un = N(g, u);
+		int batch = 0;
+		for (uint32_t k = 0; k <= un->nargs; k++) {
+			moe_id a = k < un->nargs ? un->args[k] : un->valid;
+			if (a != id)
+				continue;
+			if (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2 || un->rank != 2 ||
+				N(g, un->args[0])->rank != 2 || N(g, un->args[0])->shape[0] > FP8_ACT_ROWS ||
+				ir_node_einsum_form(un, &batch) != IR_EIN_MATMUL_NT || batch)
+				return false;
+			read = true;
+		}
+	}
+	return read;
 }
 
 /* Each node's class: device, constant, or weight (weights and constants only). */
@@ -112,7 +160,8 @@ uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack)
 		const ir_node *n = N(g, i);
 		bool widen = n->op == MOE_OP_CAST && n->dtype == MOE_F32 && N(g, n->args[0])->dtype == MOE_BF16 &&
 			     wide_only[i] && free_view(g, n->args[0]);
-		pack[i] = cls[i] == C_WEIGHT && n->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i) && !widen;
+		pack[i] = cls[i] == C_WEIGHT && n->op != MOE_OP_WEIGHT && used_dev[i] && !free_view(g, i) && !widen &&
+			  !fp8_act_weight(g, i);
 		npack += pack[i];
 	}
 	ctx_free(ctx, wide_only, nn + 1);

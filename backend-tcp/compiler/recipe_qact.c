@@ -74,17 +74,17 @@ static bool fp8_weight(const sb *b, moe_id d, qt_info *qi)
 	return fp8_dequant(b->g, SBN(b, d), qi);
 }
 
-/* sb_qact_dequant on loop body g */
+/* sb_qact_dequant on g (act=fp8 also on the top graph: tcp-split-weights) */
 static bool qact_dequant(const moe_graph *g, moe_id d, const char **act)
 {
 	const ir_node *n = &g->nodes[d];
 	qt_info qi;
-	if (n->op != MOE_OP_DEQUANT || !g->is_body || !ir_dequant_info(g, n, &qi))
+	if (n->op != MOE_OP_DEQUANT || !ir_dequant_info(g, n, &qi))
 		return false;
 	const char *a = ir_attr_str(n, "act", "bf16");
 	if (act)
 		*act = a;
-	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K;
+	bool i8 = !strcmp(a, "int8") && qi.fmt == QT_INT8 && qi.bn == 1 && qi.bk == qi.K && g->is_body;
 	if (!i8 && !fp8_dequant(g, n, &qi))
 		return false;
 	for (moe_id u = d + 1; u < g->nnodes; u++) {
@@ -116,12 +116,10 @@ static int64_t scale_operand(const moe_graph *bg, moe_id d)
 	return ir_attr_int(s, "index", -1);
 }
 
-/* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8
- * dequants' scale operands of the loop take at most 4 MiB together (8 KiB of
- * each slice's DM), each is copied into DM once before the loop and the body
- * reads expert $e's row in place, so no block fetches a scale (a descriptor
- * of a few KiB, each paying a DMA command's setup on the context that moves
- * the experts' weights). */
+/* Block scales staged whole (docs/tcp-isa.md 7.10): when the act=fp8 dequants'
+ * scale operands of the loop take at most 4 MiB together, each is copied into
+ * DM once before the loop (at few blocks gathered: recipe_qgather.c) and read at
+ * $e, so no block fetches a scale (each fetch a DMA setup on the weights' context). */
 enum { QA_STAGE_BYTES = 4 << 20 };
 
 /* W8A8's per-channel scales ws [E, O, 1] staged whole as a table [2 E O]:
@@ -197,6 +195,8 @@ bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e,
 	}
 	if (!mine || bytes > QA_STAGE_BYTES)
 		return false;
+	if (sb_qact_gather(b, loop, ln->args[3 + k], e, out))
+		return true;
 	const sb_val *v = sb_dm_val(b, ln->args[3 + k]); /* the copy, once: later calls find it */
 	if (!v || !out)
 		return true;
@@ -1185,7 +1185,7 @@ bool sb_qact_einsum(sb *b, moe_id id)
 	const ir_node *an = SBN(b, n->args[0]);
 	int batch = 0;
 	bool i8 = !strcmp(act, "int8");
-	if (!b->g->is_body || (!i8 && !fp8_weight(b, n->args[1], &qi)) || an->rank != 2 || n->rank != 2 ||
+	if ((!b->g->is_body && i8) || (!i8 && !fp8_weight(b, n->args[1], &qi)) || an->rank != 2 || n->rank != 2 ||
 		SBN(b, n->args[1])->rank != 2 || ir_node_einsum_form(n, &batch) != IR_EIN_MATMUL_NT || batch != 0) {
 		char what[96];
 		snprintf(what, sizeof what, "quantized activations (dequant act=\"%s\") here", act);

@@ -299,12 +299,12 @@ void sb_dequant(sb *b, moe_id id)
 {
 	const ir_node *n = SBN(b, id), *qn = SBN(b, n->args[0]);
 	qt_info qi;
+	if (sb_qact_dequant(b, id, NULL))
+		return; /* its einsums read q and s themselves (recipe_qact.c) */
 	if (!b->g->is_body || n->rank != 2 || !ir_dequant_info(b->g, n, &qi)) {
 		sb_refuse(b, id, "a dequant outside the block loop's experts (one computed from weights only is packed)");
 		return;
 	}
-	if (sb_qact_dequant(b, id, NULL))
-		return; /* its einsums read q and s themselves (recipe_qact.c) */
 	if (qi.fmt == QT_GPTQ || qi.fmt == QT_INT8 || (qi.fmt == QT_AWQ && (qi.K % qi.bk || qi.N % 8))) {
 		sb_refuse(b, id, qi.fmt == QT_GPTQ ? "a GPTQ dequant inside the block loop of values other than weights"
 				 : qi.fmt == QT_INT8 ? "an int8 (W8A8) dequant"

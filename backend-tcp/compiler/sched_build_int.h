@@ -131,6 +131,9 @@ bool sb_qact_skip(sb *b, moe_id id);
  * the current region, by the first call (out NULL, before the loop); *out
  * its row $e in place. True also after an error (b->failed). */
 bool sb_qact_stage(sb *b, const moe_graph *bg, moe_id loop, uint32_t k, ts_id e, sb_val *out);
+/* recipe_qgather.c: sb_qact_stage's scales w gathered by the block list in
+ * the loop's prologue at few blocks (*out: row $g); false where not */
+bool sb_qact_gather(sb *b, moe_id loop, moe_id w, ts_id e, sb_val *out);
 /* recipe_route.c */
 /* Whether node id of the top graph is a spill the planner keeps in HBM. */
 bool sb_in_hbm(const sb *b, moe_id id);

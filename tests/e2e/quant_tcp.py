@@ -126,13 +126,13 @@ def float_ref(d, x, patch=None):
         else:  # BF16
             a = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape).copy()
         tensors[k] = torch.from_numpy(a)
-    saved = moe_ref.expert_ffn
+    saved, saved_sh = moe_ref.expert_ffn, moe_ref.swiglu
     if patch:
-        moe_ref.expert_ffn = patch(st)
+        moe_ref.expert_ffn, moe_ref.swiglu = patch(st)
     try:
         y, _ = moe_ref.run(os.path.join(d, "config.json"), tensors, x, dtype="bfloat16")
     finally:
-        moe_ref.expert_ffn = saved
+        moe_ref.expert_ffn, moe_ref.swiglu = saved, saved_sh
     return y
 
 
@@ -168,11 +168,18 @@ def fp8_linear(h, q, s):
 
 
 def fp8_patch(st):
+    """(expert_ffn, swiglu) for moe_ref: every block-FP8 linear, the routed experts' and the
+    shared expert's (moe_ref's swiglu serves only the shared expert once expert_ffn is
+    replaced), as DeepSeek's fp8_gemm runs it: --quant-act=fp8 marks every such dequant.
+    The routed experts' SwiGLU rounds once (the loop's act="swiglu"); the shared expert's is
+    the imported layer's ops, silu(g) = g * sigmoid(g) and its product with u, each rounded to
+    the compute type (docs/semantics.md): the fp8 quantization of h turns a one-ulp
+    difference there into e4m3 rounding flips, at the fixture's one 128-chunk per row."""
     import torch
 
-    def ffn(spec, W, e, h):
+    def mlp(pre, h, ops=False):
         def lin(x, p):
-            k = "model.layers.0.mlp.experts.%d.%s.weight" % (e, p)
+            k = pre + p + ".weight"
             dt, shape, data = st[k]
             q = np.frombuffer(data, np.uint8).reshape(shape)
             sdt, sshape, sdata = st[k + "_scale_inv"]
@@ -180,8 +187,20 @@ def fp8_patch(st):
             y = fp8_linear(x.float().numpy(), q, s)
             return torch.from_numpy(y).to(x.dtype)  # DeepSeek's fp8_gemm writes the compute type
         g, u = lin(h, "gate_proj"), lin(h, "up_proj")
+        if ops:
+            sg = (g.float() * torch.sigmoid(g.float()).to(h.dtype).float()).to(h.dtype)
+            return lin((sg.float() * u.float()).to(h.dtype), "down_proj")
         return lin((torch.nn.functional.silu(g.float()) * u.float()).to(h.dtype), "down_proj")
-    return ffn
+
+    def ffn(spec, W, e, h):
+        return mlp("model.layers.0.mlp.experts.%d." % e, h)
+
+    def shared(h, wg, wu, wd):
+        pre = [p for p in ("model.layers.0.mlp.shared_experts.", "model.layers.0.mlp.shared_expert.")
+               if p + "gate_proj.weight_scale_inv" in st]
+        assert pre, "a shared expert without block-FP8 weights"
+        return mlp(pre[0], h, ops=True)
+    return ffn, shared
 
 
 def main():
@@ -223,20 +242,23 @@ def main():
               % ("ok" if good else "FAIL", sq["hbm_read_bytes"], sb["hbm_read_bytes"]))
         failed += not good
         # 3. act=fp8
-        cases = [("qwen3_moe", os.path.join(FIXTURES, "qwen3_moe"), "x_float32_T5.npy"),
-                 ("deepseek_v3", os.path.join(FIXTURES, "deepseek_v3"), "x_float32_T5.npy"),
-                 ("synthetic D=256 F=384", synth(tmp, "chunks", 256, 384, seed=11), "x.npy")]
-        for name, d, xn in cases:
+        # (deepseek_v3 at T = 1: 2 blocks of 8 experts, the scales gathered by the block list,
+        # recipe_qgather.c; every case: the shared expert's scaled contractions outside the loop)
+        cases = [("qwen3_moe", os.path.join(FIXTURES, "qwen3_moe"), "x_float32_T5.npy", 5),
+                 ("deepseek_v3", os.path.join(FIXTURES, "deepseek_v3"), "x_float32_T5.npy", 5),
+                 ("deepseek_v3", os.path.join(FIXTURES, "deepseek_v3"), "x_float32_T1.npy", 1),
+                 ("synthetic D=256 F=384", synth(tmp, "chunks", 256, 384, seed=11), "x.npy", 5)]
+        for name, d, xn, T in cases:
             x = os.path.join(d, xn)
-            y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"), x, 5,
+            y, _ = tcp_run(moec, tmp, os.path.join(d, "config.json"), os.path.join(d, "model.safetensors"), x, T,
                            extra=["--quant-act=fp8"])
             ref = float_ref(d, np.load(x), patch=fp8_patch)
             err = rel_err(y, ref)
             # the activation rounding is visible: farther from the weight-only layer than from its reference
             err_wo = rel_err(y, float_ref(d, np.load(x)))
             good = err <= TOL and err < err_wo
-            print("%-4s tcp act=fp8  %-22s T=5 max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
-                  "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, err, err_wo))
+            print("%-4s tcp act=fp8  %-22s T=%d max|err| = %.2e x max|y| against DeepSeek's fp8 scheme "
+                  "(%.2e against the weight-only layer)" % ("ok" if good else "FAIL", name, T, err, err_wo))
             failed += not good
         # 3a. act=fp8 with a reduction cut into parts (recipe_qact.c fp8_split: D = 4096 leaves
         # 8 TRF rows per slice for one tile of the whole reduction, so gate and up, one
