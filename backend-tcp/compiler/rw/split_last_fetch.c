@@ -17,7 +17,11 @@
  * other block keeps the one fetch (one more DMA command each would delay
  * the in-order DMA context's weight stream). Values are unchanged: the two
  * parts copy the same bytes to the same places, and every reader of the
- * slot waits for the part holding what it reads. */
+ * slot waits for the part holding what it reads. It is a peephole row: it
+ * runs on the list scheduler's order and the placed buffers (the parts write
+ * the fetch's slot; no buffer is added), so the order its benefit is
+ * predicted on is the program's (priced before the scheduler, a split can
+ * gain there and lose on the order the scheduler then makes). */
 #include <stdint.h>
 #include <string.h>
 
