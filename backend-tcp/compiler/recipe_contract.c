@@ -123,12 +123,15 @@ static void trf_tiles(sb *b, moe_id id, const cplan *pl, int wdt, ts_id *trf)
 	int64_t sh[2] = {pl->Opass, pl->It};
 	int64_t fp = rup(pl->Os * pl->It * e, b->m->flit_bytes), share = rup((pl->Opass * pl->It * e + b->S - 1) / b->S,
 		b->m->flit_bytes);
+	/* One tile that fits a half takes the upper one: a contraction that loads two starts at the
+	 * lower, so the next one's first load does not go over this tile's bytes. */
+	int64_t foot = fp > share ? fp : share;
 	for (int k = 0; k < ntile; k++) {
 		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, (moe_dtype)wdt, 2, sh);
 		ts_buf *t = &b->s->buf[trf[k]];
 		t->node = id;
-		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, fp > share ? fp : share};
-		t->offset = k * half;
+		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, foot};
+		t->offset = ntile == 1 && foot <= half ? half : k * half;
 	}
 }
 
