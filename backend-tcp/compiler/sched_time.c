@@ -53,6 +53,7 @@ typedef struct tl {
 	tcp_program *p; /* the buffers as a tensor table (tensor i is buffer i) */
 	int64_t S;
 	int64_t tc, cfree[TCP_NCTX];
+	int64_t cprev[TCP_NCTX]; /* cfree when the current block began */
 	int64_t *val, *staged, *start, *end, *cost;
 	int64_t *prev;     /* per op: its end in the block before its last one */
 	int64_t *blk;      /* per op: the block of its last execution */
@@ -72,6 +73,9 @@ typedef struct tl {
 	ts_id *oreg;
 	uint32_t *oidx, *dfirst, *dn;
 	uint8_t *rloop; /* per region: a loop lies in it (its passes may span blocks) */
+	/* per (region, context, distance): dep_list's group of that key in
+	 * the list being built (gidx), valid where gstamp is the list's stamp */
+	uint32_t *gidx, *gstamp, stamp;
 	uint8_t *octx;  /* per op: its context */
 	ts_id *dl;
 	uint8_t *dd;
@@ -719,6 +723,49 @@ static void positions(tl *t)
  * in a region holding no loop (each of its passes lies in one block, so
  * the last run before this block is of one pass for both). */
 #define DEP_GROUPS 32
+/* A dependency's end as read is at most its context's end (cfree: the
+ * ends on one context never decrease), and one read at distance 1, of a
+ * run before the current block, at most that context's end when the block
+ * began (cprev). The list from `from` is reordered by (context, distance)
+ * behind a header each (dd DEP_HDR | context << 1 | distance, dl: the
+ * entries it heads), so that run_op skips the entries of a context whose
+ * bound does not pass the start found so far: the latest end is unchanged. */
+#define DEP_HDR 0x80u
+
+/* room for n more entries of the dependency lists */
+static void dl_reserve(tl *t, size_t n)
+{
+	if (t->dlen + n > t->dcap) {
+		size_t nc = (t->dlen + n) * 2;
+		t->dl = ctx_realloc(t->ctx, t->dl, t->dcap * sizeof *t->dl, nc * sizeof *t->dl);
+		t->dd = ctx_realloc(t->ctx, t->dd, t->dcap, nc);
+		t->dcap = nc;
+	}
+}
+
+static void group_deps(tl *t, size_t from)
+{
+	size_t n = t->dlen - from, cnt[2 * TCP_NCTX] = {0}, at[2 * TCP_NCTX], pos = from;
+	dl_reserve(t, n + 2 * TCP_NCTX);
+	ts_id *dl = t->dl + t->dlen + 2 * TCP_NCTX; /* a copy, past the grouped list's end */
+	uint8_t *dd = t->dd + t->dlen + 2 * TCP_NCTX;
+	memcpy(dl, t->dl + from, n * sizeof *dl);
+	memcpy(dd, t->dd + from, n);
+	for (size_t k = 0; k < n; k++)
+		cnt[(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + dd[k]]++;
+	for (int g = 0; g < 2 * TCP_NCTX; g++)
+		if (cnt[g]) {
+			t->dl[pos] = (ts_id)cnt[g], t->dd[pos] = (uint8_t)(DEP_HDR | (unsigned)g);
+			at[g] = pos + 1;
+			pos += cnt[g] + 1;
+		}
+	for (size_t k = 0; k < n; k++) {
+		size_t g = (size_t)(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + dd[k];
+		t->dl[at[g]] = dl[k], t->dd[at[g]++] = dd[k];
+	}
+	t->dlen = pos;
+}
+
 static void dep_list(tl *t, ts_id a)
 {
 	const tcp_sched *s = t->s;
@@ -728,15 +775,12 @@ static void dep_list(tl *t, ts_id a)
 		ts_id r, d;
 		uint8_t ctx, dist;
 	} grp[DEP_GROUPS];
-	int ng = 0, first[2][TCP_NCTX]; /* the first group of each distance and context */
-	for (int c = 0; c < TCP_NCTX; c++)
-		first[0][c] = first[1][c] = -1;
-	if (t->dlen + o->ndep > t->dcap) {
-		size_t nc = (t->dlen + o->ndep) * 2;
-		t->dl = ctx_realloc(t->ctx, t->dl, t->dcap * sizeof *t->dl, nc * sizeof *t->dl);
-		t->dd = ctx_realloc(t->ctx, t->dd, t->dcap, nc);
-		t->dcap = nc;
+	int ng = 0;
+	if (++t->stamp == 0) {
+		memset(t->gstamp, 0, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gstamp);
+		t->stamp = 1;
 	}
+	dl_reserve(t, o->ndep);
 	t->dfirst[a] = (uint32_t)t->dlen;
 	for (uint32_t k = 0; k < o->ndep; k++) {
 		ts_id d = o->dep[k], r = d < s->nop ? t->oreg[d] : TS_NONE;
@@ -746,18 +790,15 @@ static void dep_list(tl *t, ts_id a)
 			continue;
 		bool ordered = r != TS_NONE &&
 			       (dist ? !t->rloop[r] : r == t->oreg[a] && t->oidx[d] < t->oidx[a]);
-		int j = ordered ? first[dist][cd] : -1;
-		if (j >= 0 && grp[j].r != r)
-			for (j = 0; j < ng && !(grp[j].r == r && grp[j].ctx == cd && grp[j].dist == dist); j++)
-				;
-		j = j < 0 ? ng : j;
+		size_t key = ordered ? ((size_t)r * TCP_NCTX + (size_t)cd) * 2 + dist : 0;
+		int j = ordered && t->gstamp[key] == t->stamp ? (int)t->gidx[key] : ng;
 		if (ordered && j < ng) {
 			if (t->oidx[d] > t->oidx[grp[j].d])
 				grp[j].d = d;
 			continue;
 		}
 		if (ordered && ng < DEP_GROUPS) {
-			first[dist][cd] = first[dist][cd] < 0 ? ng : first[dist][cd];
+			t->gstamp[key] = t->stamp, t->gidx[key] = (uint32_t)ng;
 			grp[ng].r = r, grp[ng].d = d, grp[ng].ctx = (uint8_t)cd, grp[ng++].dist = dist;
 			continue;
 		}
@@ -766,6 +807,7 @@ static void dep_list(tl *t, ts_id a)
 	}
 	for (int j = 0; j < ng; j++)
 		t->dl[t->dlen] = grp[j].d, t->dd[t->dlen++] = grp[j].dist;
+	group_deps(t, t->dfirst[a]);
 	t->dn[a] = (uint32_t)(t->dlen - t->dfirst[a]);
 }
 
@@ -788,6 +830,12 @@ static void run_op(tl *t, ts_id id)
 	const uint8_t *dd = once ? o->dist : t->dd + t->dfirst[id];
 	t->dfirst[id] = once ? DEPS_ONCE : t->dfirst[id];
 	for (uint32_t k = 0, n = once ? o->ndep : t->dn[id]; k < n; k++) {
+		if (!once && (dd[k] & DEP_HDR)) {
+			unsigned g = dd[k] & ~DEP_HDR;
+			if ((g & 1u ? t->cprev : t->cfree)[g >> 1] <= start)
+				k += dl[k];
+			continue;
+		}
 		ts_id d = dl[k];
 		/* distance 1: the previous block's run, even where d already ran in this one */
 		int64_t e = d >= t->s->nop ? -1 : dd[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
@@ -904,6 +952,7 @@ static void run_loop(tl *t, ts_id r, int depth)
 			scalar_insn(t, TCP_OP_BR);
 			if (g < t->val[l->nb]) {
 				t->block++;
+				memcpy(t->cprev, t->cfree, sizeof t->cprev);
 				run_region(t, l->body, depth + 1);
 				for (uint32_t k = 0; k < nv; k++)
 					scalar_insn(t, TCP_OP_ALU), t->val[lv[k]] = t->val[s->sc[lv[k]].b];
@@ -960,7 +1009,7 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->dmn, 0);
 	ctx_free(t->ctx, t->prev, 0);
 	ctx_free(t->ctx, t->blk, 0);
-	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast};
+	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast, t->gidx, t->gstamp};
 	for (size_t k = 0; k < sizeof deps / sizeof *deps; k++)
 		if (deps[k])
 			ctx_free(t->ctx, deps[k], 0);
@@ -1010,6 +1059,9 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->dfirst = ctx_alloc(ctx, n * sizeof *t->dfirst);
 	t->dn = ctx_alloc(ctx, n * sizeof *t->dn);
 	t->rloop = ctx_alloc(ctx, s->nrg + 1);
+	t->gidx = ctx_alloc(ctx, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gidx);
+	t->gstamp = ctx_alloc(ctx, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gstamp);
+	memset(t->gstamp, 0, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gstamp);
 	t->octx = ctx_alloc(ctx, n);
 	t->mlast = ctx_alloc(ctx, n * sizeof *t->mlast);
 	memset(t->mlast, 0, n * sizeof *t->mlast);

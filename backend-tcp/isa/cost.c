@@ -88,6 +88,57 @@ void tcp_dma_run(const tcp_cm *cm, tcp_dma_load *c, bool hbm, int64_t a, int64_t
 	}
 }
 
+/* HBM reads of runs longer than a granule never switch rows (the rule asks
+ * for a run within one granule), so a run's charge is its granule count and
+ * channel bits, both functions of its address modulo 32 granules: over runs
+ * a + i * step they repeat with the period of step modulo that, and n runs
+ * are charged as whole periods plus the first n % period runs. The HBM
+ * bytes are then added at once, which equals adding them run by run where
+ * every partial sum is an integer a double holds exactly (below 2^52). */
+void tcp_dma_runs(const tcp_cm *cm, tcp_dma_load *c, bool hbm, int64_t a, int64_t len, int64_t step, int64_t n,
+	bool write)
+{
+	int64_t g = cm->m->hbm_granule, M = 32 * g, left = INT64_C(1) << 52, last;
+	bool fast = hbm && !write && cm->gshift && len > g && a >= 0 && step >= 0 && n > 1 && c->hbm >= 0 &&
+		    c->hbm < (double)left && c->hbm == (double)(int64_t)c->hbm &&
+		    !__builtin_mul_overflow(n - 1, step, &last) && !__builtin_add_overflow(last, a, &last) &&
+		    last <= left - len;
+	if (!fast) {
+		for (int64_t i = 0; i < n; i++)
+			tcp_dma_run(cm, c, hbm, a + i * step, len, write);
+		return;
+	}
+	int64_t r = step % M, P = M;
+	while (r) { /* P = M / gcd(step mod M, M) */
+		int64_t x = P % r;
+		P = r, r = x;
+	}
+	P = M / P;
+	P = P < n ? P : n;
+	int64_t per = 0, head = 0, rem = n % P;
+	uint32_t chan = 0;
+	for (int64_t i = 0; i < P; i++) {
+		int64_t x = a + i * step, g0 = gdiv(cm, x, g), g1 = gdiv(cm, x + len - 1, g);
+		if (g1 - g0 >= 31)
+			chan = 0xffffffffu;
+		else
+			for (int64_t k = g0; k <= g1; k++)
+				chan |= 1u << (k & 31);
+		per += g1 - g0 + 1;
+		head += i < rem ? g1 - g0 + 1 : 0;
+	}
+	int64_t total = n / P * per + head;
+	if ((double)total * (double)g >= (double)left - c->hbm) {
+		for (int64_t i = 0; i < n; i++)
+			tcp_dma_run(cm, c, hbm, a + i * step, len, write);
+		return;
+	}
+	c->chan |= chan;
+	c->hreq += total;
+	c->hbm += (double)(total * g);
+	c->last[0] = last;
+}
+
 int64_t tcp_dma_requests(const tcp_cm *cm, int64_t rb)
 {
 	const moe_tcp_machine *m = cm->m;

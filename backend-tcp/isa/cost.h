@@ -62,6 +62,10 @@ void tcp_dma_load_init(tcp_dma_load *c);
 /* Charges one contiguous run of len > 0 bytes at byte address a of an HBM
  * (hbm) or DM tensor, read or written. */
 void tcp_dma_run(const tcp_cm *cm, tcp_dma_load *c, bool hbm, int64_t a, int64_t len, bool write);
+/* n runs of len bytes at a, a + step, ..., charged as n tcp_dma_run calls
+ * in that order (the same load; HBM reads of long runs without the walk). */
+void tcp_dma_runs(const tcp_cm *cm, tcp_dma_load *c, bool hbm, int64_t a, int64_t len, int64_t step, int64_t n,
+	bool write);
 /* Requests of a run of rb bytes split into packets of at most dma.max_packet_bytes. */
 int64_t tcp_dma_requests(const tcp_cm *cm, int64_t rb);
 /* The engines of a command once its DM side is known: the DMN pairs it

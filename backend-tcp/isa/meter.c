@@ -26,6 +26,9 @@ void tcp_meter_run(tcp_meter *mt, tcp_dma_load *c, int32_t t, int64_t a, int64_t
 		*(write ? &mt->hbm_write : &mt->hbm_read) += len;
 }
 
+/* The runs in the order of the view's elements; those of the innermost
+ * dimension outside the contiguous tail, a fixed step apart, in one
+ * tcp_dma_runs. */
 int64_t tcp_meter_runs(tcp_meter *mt, tcp_dma_load *c, const tcp_view *v, int64_t base, int nd, const int64_t *dim,
 	int64_t e, bool write)
 {
@@ -33,17 +36,23 @@ int64_t tcp_meter_runs(tcp_meter *mt, tcp_dma_load *c, const tcp_view *v, int64_
 	int k = nd - 1;
 	while (k >= 0 && (v->stride[k] == run || dim[k] == 1))
 		run *= dim[k--];
-	int64_t at = mt->p->t[v->t].addr + base * e, idx[TCP_MAXD] = {0}, outer = 1;
-	for (int j = 0; j <= k; j++)
+	int64_t at = mt->p->t[v->t].addr + base * e, idx[TCP_MAXD] = {0}, outer = 1, len = run * e;
+	for (int j = 0; j < k; j++)
 		outer *= dim[j];
+	int64_t n = k >= 0 ? dim[k] : 1, step = k >= 0 ? v->stride[k] * e : 0;
+	bool hbm = mt->p->t[v->t].space == TCP_HBM;
+	if (len <= 0 || n <= 0)
+		return run;
 	for (int64_t o = 0; o < outer; o++) {
 		int64_t a = at;
-		for (int j = 0; j <= k; j++)
+		for (int j = 0; j < k; j++)
 			a += idx[j] * v->stride[j] * e;
-		tcp_meter_run(mt, c, v->t, a, run * e, write);
-		for (int j = k; j >= 0 && ++idx[j] == dim[j]; j--)
+		tcp_dma_runs(mt->cm, c, hbm, a, len, step, n, write);
+		for (int j = k - 1; j >= 0 && ++idx[j] == dim[j]; j--)
 			idx[j] = 0;
 	}
+	if (hbm)
+		*(write ? &mt->hbm_write : &mt->hbm_read) += outer * n * len;
 	return run;
 }
 
