@@ -142,6 +142,15 @@ typedef enum { TS_LAND_AFTER_DEPS, TS_LAND_IN_ORDER } ts_land;
 uint32_t ts_segment_reorder(const tcp_sched *s, uint32_t lead, uint32_t end, const uint8_t *mv, ts_land land,
 	uint32_t *out);
 
+/* early-passes and shared-first (rw/early_passes.c): the ops standing in
+ * the top region after the block loop that read no scalar and depend, at
+ * distance 0, only on ops before the loop or on ops moved with them, moved
+ * in their order to just before the loop (ahead of the scalars and the other
+ * contexts' commands right before it): tu.vec passes only, or with any ops
+ * of every context where at least one of them is a DMA command. */
+bool ts_hoist_before_loop_applies(const tcp_sched *s, const ts_env *e, bool any);
+moe_status ts_hoist_before_loop(tcp_sched *s, const ts_env *e, bool any);
+
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);
 

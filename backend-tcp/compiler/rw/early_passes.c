@@ -31,7 +31,7 @@
 typedef struct early {
 	uint32_t at;  /* the loop's item in the top region */
 	uint32_t ins; /* where P goes: before the scalars and other contexts' ops just before the loop */
-	uint32_t n;   /* passes in P */
+	uint32_t n;   /* ops in P */
 	uint8_t *in;  /* per op: in P */
 } early;
 
@@ -46,9 +46,11 @@ static bool no_scalar(const ts_op *op)
 	return true;
 }
 
-/* P of s into x (x->in allocated by the caller, nop + 1 entries); false when
- * empty or when there is no loop standing directly in the top region */
-static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x)
+/* P of s into x (x->in allocated by the caller, nop + 1 entries): tu.vec
+ * passes only, or with any ops of every context; false when empty, when
+ * there is no loop standing directly in the top region, or with any when P
+ * holds no DMA command */
+static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x, bool any)
 {
 	memset(x->in, 0, s->nop + 1);
 	x->n = 0;
@@ -72,13 +74,14 @@ static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x)
 	for (ts_id o = 0; o < s->nop; o++)
 		if (ts_region_within(s, s->op[o].region, lrg) && pos[o] < first)
 			first = pos[o];
+	bool dma = false;
 	for (uint32_t k = x->at + 1; k < top->nitem && first != UINT32_MAX; k++) {
 		uint32_t it = top->item[k];
 		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
 			continue;
 		ts_id o = TS_ITEM_ID(it);
 		const ts_op *op = &s->op[o];
-		if (op->in.op != TCP_OP_TU_VEC || !no_scalar(op))
+		if ((!any && op->in.op != TCP_OP_TU_VEC) || !no_scalar(op))
 			continue;
 		bool ok = true;
 		for (uint32_t d = 0; d < op->ndep && ok; d++)
@@ -86,27 +89,27 @@ static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x)
 		if (ok) {
 			x->in[o] = 1;
 			x->n++;
+			dma |= op->ctx == TCP_CTX_DMA;
 		}
 	}
 	ctx_free(ctx, pos, 0);
-	return x->n > 0;
+	return x->n > 0 && (!any || dma);
 }
 
-bool ts_rw_early_passes_applies(const tcp_sched *s, const ts_env *e)
+bool ts_hoist_before_loop_applies(const tcp_sched *s, const ts_env *e, bool any)
 {
 	early x;
 	x.in = ctx_alloc(e->ctx, s->nop + 1);
-	bool r = plan(s, e->ctx, &x);
+	bool r = plan(s, e->ctx, &x, any);
 	ctx_free(e->ctx, x.in, 0);
 	return r;
 }
 
-moe_status ts_rw_early_passes_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+moe_status ts_hoist_before_loop(tcp_sched *s, const ts_env *e, bool any)
 {
-	(void)feature; /* the rewrite adds nothing: it moves build ops */
 	early x;
 	x.in = ctx_alloc(e->ctx, s->nop + 1);
-	if (!plan(s, e->ctx, &x)) {
+	if (!plan(s, e->ctx, &x, any)) {
 		ctx_free(e->ctx, x.in, 0);
 		return MOE_ERR_INVALID;
 	}
@@ -127,4 +130,15 @@ moe_status ts_rw_early_passes_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	ctx_free(e->ctx, old, 0);
 	ctx_free(e->ctx, x.in, 0);
 	return MOE_OK;
+}
+
+bool ts_rw_early_passes_applies(const tcp_sched *s, const ts_env *e)
+{
+	return ts_hoist_before_loop_applies(s, e, false);
+}
+
+moe_status ts_rw_early_passes_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)feature; /* the rewrite adds nothing: it moves build ops */
+	return ts_hoist_before_loop(s, e, false);
 }
