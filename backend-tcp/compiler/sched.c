@@ -172,6 +172,30 @@ bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in)
 	return false;
 }
 
+bool ts_op_has_dep(const ts_op *p, ts_id on, int dist)
+{
+	for (uint32_t k = 0; k < p->ndep; k++)
+		if (p->dep[k] == on && p->dist[k] == dist)
+			return true;
+	return false;
+}
+
+bool ts_op_in_loop(const tcp_sched *s, ts_id o)
+{
+	for (int l = 0; l < s->nloop; l++)
+		if (ts_region_within(s, s->op[o].region, s->loop[l].region))
+			return true;
+	return false;
+}
+
+bool ts_buf_spm_read(const tcp_sched *s, ts_id b)
+{
+	for (ts_id k = 0; k < s->nsc; k++)
+		if (s->sc[k].kind == TS_SC_SPM_LD && s->sc[k].buf == b)
+			return true;
+	return false;
+}
+
 int64_t ts_buf_numel(const ts_buf *b)
 {
 	int64_t n = 1;

@@ -150,6 +150,12 @@ void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
 /* Whether region rg is region in or stands below it. */
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
+/* Whether op p depends on op `on` at distance dist. */
+bool ts_op_has_dep(const ts_op *p, ts_id on, int dist);
+/* Whether op o stands in a block loop's region. */
+bool ts_op_in_loop(const tcp_sched *s, ts_id o);
+/* Whether a scalar ld reads buffer b (SPM). */
+bool ts_buf_spm_read(const tcp_sched *s, ts_id b);
 /* Elements of one slot of a buffer. */
 int64_t ts_buf_numel(const ts_buf *b);
 /* pos[op] = the op's position in program order (loops: prologue, body,

@@ -154,19 +154,11 @@ bool ts_rw_copy_views_applies(const tcp_sched *s, const ts_env *e)
 	return o != TS_NONE;
 }
 
-static bool has_dep(const ts_op *p, ts_id on, int dist)
-{
-	for (uint32_t j = 0; j < p->ndep; j++)
-		if (p->dep[j] == on && p->dist[j] == dist)
-			return true;
-	return false;
-}
-
 /* q waits for what op o waited for */
 static void inherit(tcp_sched *s, ts_id q, ts_id o)
 {
 	for (uint32_t j = 0; j < s->op[o].ndep; j++)
-		if (!has_dep(&s->op[q], s->op[o].dep[j], s->op[o].dist[j]))
+		if (!ts_op_has_dep(&s->op[q], s->op[o].dep[j], s->op[o].dist[j]))
 			ts_add_dep(s, q, s->op[o].dep[j], s->op[o].dist[j]);
 }
 
@@ -212,7 +204,7 @@ static void drop_copy(tcp_sched *s, ts_id o, const uint32_t *pos, uint16_t featu
 			continue;
 		}
 		for (ts_id r = 0; r < s->nop; r++)
-			if (rd[r] && !has_dep(&s->op[q], r, dist))
+			if (rd[r] && !ts_op_has_dep(&s->op[q], r, dist))
 				ts_add_dep(s, q, r, dist);
 	}
 	/* the source lives to the last reader; the destination, touched by

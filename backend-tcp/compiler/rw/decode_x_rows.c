@@ -26,30 +26,6 @@ typedef struct dxr {
 	int64_t row, n, xbase;
 } dxr;
 
-static bool has_dep(const ts_op *p, ts_id on, int dist)
-{
-	for (uint32_t k = 0; k < p->ndep; k++)
-		if (p->dep[k] == on && p->dist[k] == dist)
-			return true;
-	return false;
-}
-
-static bool in_loop(const tcp_sched *s, ts_id o)
-{
-	for (int l = 0; l < s->nloop; l++)
-		if (ts_region_within(s, s->op[o].region, s->loop[l].region))
-			return true;
-	return false;
-}
-
-static bool spm_read(const tcp_sched *s, ts_id b)
-{
-	for (ts_id k = 0; k < s->nsc; k++)
-		if (s->sc[k].kind == TS_SC_SPM_LD && s->sc[k].buf == b)
-			return true;
-	return false;
-}
-
 /* the only op writing buffer b, or TS_NONE */
 static ts_id writer(const tcp_sched *s, ts_id b)
 {
@@ -65,7 +41,7 @@ static ts_id writer(const tcp_sched *s, ts_id b)
 
 static bool readers_besides(const tcp_sched *s, ts_id b, ts_id except)
 {
-	if (spm_read(s, b))
+	if (ts_buf_spm_read(s, b))
 		return true;
 	for (ts_id o = 0; o < s->nop; o++)
 		if (o != except && ts_op_reads(&s->op[o], b))
@@ -80,7 +56,7 @@ static bool offsets_pass(const tcp_sched *s, ts_id w, int64_t n, int64_t imm)
 	const tcp_view *d = &in->v[TCP_V_DST];
 	if (in->op != TCP_OP_TU_VEC || in->ndim != 1 || in->dim[0] != n || in->nstep != 1 || in->vreg >= 0 ||
 		d->reg >= 0 || d->base != 0 || d->stride[0] != 1 || in->v[TCP_V_S0].t >= 0 || in->v[TCP_V_S1].t >= 0 ||
-		in->v[TCP_V_S2].t >= 0 || in_loop(s, w))
+		in->v[TCP_V_S2].t >= 0 || ts_op_in_loop(s, w))
 		return false;
 	const tcp_step *st = &in->step[0];
 	return st->op == TCP_V_IMUL && st->x == TCP_SRC_CTR && st->ctr == 0 && st->y == TCP_SRC_IMM &&
@@ -93,7 +69,7 @@ static bool dispatch_of(const tcp_sched *s, ts_id sc, dxr *x)
 	const tcp_insn *in = &s->op[sc].in;
 	const tcp_view *sv = &in->v[TCP_V_S0], *iv = &in->v[TCP_V_S1], *dv = &in->v[TCP_V_DST];
 	if (in->op != TCP_OP_DMA_SCATTER || !(in->flags & TCP_F_HBMIDX) || in->ndim != 3 || in->dim[0] != 1 ||
-		in->vreg >= 0 || in_loop(s, sc) || sv->t < 0 || dv->t < 0 || iv->t < 0 || sv->reg >= 0 ||
+		in->vreg >= 0 || ts_op_in_loop(s, sc) || sv->t < 0 || dv->t < 0 || iv->t < 0 || sv->reg >= 0 ||
 		dv->reg >= 0 || iv->reg >= 0)
 		return false;
 	x->sc = sc;
@@ -106,11 +82,11 @@ static bool dispatch_of(const tcp_sched *s, ts_id sc, dxr *x)
 	if (in->rows != x->n || sv->base != 0 || sv->stride[1] != x->row || sv->stride[2] != 1 || dv->base != 0 ||
 		dv->stride[1] != x->row || dv->stride[2] != 1 || iv->base != 0 || iv->stride[1] != 1 ||
 		hb->space != TCP_HBM || hb->kind != TCP_T_SCRATCH || hb->slots != 1 ||
-		ts_buf_numel(hb) != x->n * x->row || writer(s, x->h) != sc || spm_read(s, x->h))
+		ts_buf_numel(hb) != x->n * x->row || writer(s, x->h) != sc || ts_buf_spm_read(s, x->h))
 		return false;
 	/* the offsets: an HBM copy of a DM list j * row bytes */
 	x->cp = writer(s, x->oh);
-	if (x->cp == TS_NONE || in_loop(s, x->cp) || !has_dep(&s->op[sc], x->cp, 0))
+	if (x->cp == TS_NONE || ts_op_in_loop(s, x->cp) || !ts_op_has_dep(&s->op[sc], x->cp, 0))
 		return false;
 	const tcp_insn *c = &s->op[x->cp].in;
 	const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
@@ -120,12 +96,12 @@ static bool dispatch_of(const tcp_sched *s, ts_id sc, dxr *x)
 		return false;
 	x->od = (ts_id)cs->t;
 	x->pp = writer(s, x->od);
-	if (x->pp == TS_NONE || !has_dep(&s->op[x->cp], x->pp, 0) ||
+	if (x->pp == TS_NONE || !ts_op_has_dep(&s->op[x->cp], x->pp, 0) ||
 		!offsets_pass(s, x->pp, x->n, x->row * (int64_t)moe_dtype_size((moe_dtype)hb->dtype)))
 		return false;
 	/* the gathered rows: every one the source's row 0 (rows=1) */
 	x->ga = writer(s, x->d);
-	if (x->ga == TS_NONE || in_loop(s, x->ga) || !has_dep(&s->op[sc], x->ga, 0) || s->buf[x->d].space != TCP_DM)
+	if (x->ga == TS_NONE || ts_op_in_loop(s, x->ga) || !ts_op_has_dep(&s->op[sc], x->ga, 0) || s->buf[x->d].space != TCP_DM)
 		return false;
 	const tcp_insn *g = &s->op[x->ga].in;
 	const tcp_view *gs = &g->v[TCP_V_S0], *gi = &g->v[TCP_V_S1], *gd = &g->v[TCP_V_DST];
@@ -200,7 +176,7 @@ static void inherit(tcp_sched *s, const uint8_t *drop, ts_id o, ts_id q, int dep
 				inherit(s, drop, o, p, depth + 1);
 			continue;
 		}
-		if (p != o && !has_dep(&s->op[o], p, s->op[q].dist[j]))
+		if (p != o && !ts_op_has_dep(&s->op[o], p, s->op[q].dist[j]))
 			ts_add_dep(s, o, p, s->op[q].dist[j]);
 	}
 }
@@ -244,7 +220,7 @@ static void rewrite(tcp_sched *s, const dxr *x, uint16_t feature)
 	drop[x->ga] = drop[x->sc] = 1;
 	drop[x->cp] = !readers_besides(s, x->oh, x->sc);
 	drop[x->pp] = drop[x->cp] && !readers_besides(s, x->od, x->cp);
-	if (x->tk != TS_NONE && !in_loop(s, x->tk))
+	if (x->tk != TS_NONE && !ts_op_in_loop(s, x->tk))
 		drop[x->tk] = !readers_besides(s, x->ix, x->ga);
 	/* the grid's readers read x's row; the first of them pins what lived
 	 * only at the dropped ops */

@@ -46,14 +46,6 @@ static int dep_dist(const ts_op *p, ts_id on)
 	return d;
 }
 
-static bool has_dep(const ts_op *p, ts_id on, int dist)
-{
-	for (uint32_t k = 0; k < p->ndep; k++)
-		if (p->dep[k] == on && p->dist[k] == dist)
-			return true;
-	return false;
-}
-
 /* whether a and b name the same elements over in's dimensions */
 static bool same_view(const tcp_insn *in, const tcp_view *a, const tcp_view *b)
 {
@@ -121,11 +113,11 @@ static bool reader_ok(const tcp_sched *s, const fc *x, ts_id r)
 /* whether op o (a writer of S) is ordered before the copy in every block */
 static bool writer_ok(const tcp_sched *s, const fc *x, ts_id o)
 {
-	if (dep_dist(&s->op[o], x->c) == 0 || !has_dep(&s->op[x->c], o, 0))
+	if (dep_dist(&s->op[o], x->c) == 0 || !ts_op_has_dep(&s->op[x->c], o, 0))
 		return false;
 	for (int l = 0; l < s->nloop; l++)
 		if (ts_region_within(s, s->op[o].region, s->loop[l].body) &&
-			!has_dep(&s->op[o], x->c, 1))
+			!ts_op_has_dep(&s->op[o], x->c, 1))
 			return false;
 	return true;
 }
@@ -316,7 +308,7 @@ static uint32_t waiting_for(const tcp_sched *s, waiters *w, ts_id c, uint32_t st
 
 static void add_dep_once(tcp_sched *s, waiters *w, ts_id o, ts_id on, int dist)
 {
-	if ((dist == 0 && on == o) || has_dep(&s->op[o], on, dist))
+	if ((dist == 0 && on == o) || ts_op_has_dep(&s->op[o], on, dist))
 		return;
 	ts_add_dep(s, o, on, dist);
 	if (on >= s->nop)
@@ -390,13 +382,13 @@ static void fold(tcp_sched *s, const uint8_t *gone, waiters *wt, uint32_t stamp,
 		bool reader = false;
 		for (uint32_t i = 0; i < x->nrd; i++)
 			reader |= o == x->rd[i];
-		if (!reader && has_dep(&s->op[o], x->c, 0)) {
+		if (!reader && ts_op_has_dep(&s->op[o], x->c, 0)) {
 			bool same = body != TS_NONE && ts_region_within(s, s->op[o].region, body);
 			for (uint32_t k = 0; k < s->op[x->c].ndep; k++)
 				if (!s->op[x->c].dist[k] || same)
 					add_dep_once(s, wt, o, s->op[x->c].dep[k], s->op[x->c].dist[k]);
 		}
-		if (has_dep(&s->op[o], x->c, 1))
+		if (ts_op_has_dep(&s->op[o], x->c, 1))
 			for (uint32_t i = 0; i < x->nrd; i++)
 				if (o != x->rd[i])
 					add_dep_once(s, wt, o, x->rd[i], 1);

@@ -34,30 +34,6 @@ typedef struct tsc {
 } tsc;
 
 
-static bool has_dep(const ts_op *p, ts_id on, int dist)
-{
-	for (uint32_t k = 0; k < p->ndep; k++)
-		if (p->dep[k] == on && p->dist[k] == dist)
-			return true;
-	return false;
-}
-
-static bool in_loop(const tcp_sched *s, ts_id o)
-{
-	for (int l = 0; l < s->nloop; l++)
-		if (ts_region_within(s, s->op[o].region, s->loop[l].region))
-			return true;
-	return false;
-}
-
-static bool spm_read(const tcp_sched *s, ts_id b)
-{
-	for (ts_id k = 0; k < s->nsc; k++)
-		if (s->sc[k].kind == TS_SC_SPM_LD && s->sc[k].buf == b)
-			return true;
-	return false;
-}
-
 static bool strides(const tcp_view *v, int64_t s0, int64_t s1, int64_t s2)
 {
 	return v->reg < 0 && v->stride[0] == s0 && v->stride[1] == s1 && v->stride[2] == s2;
@@ -100,7 +76,7 @@ static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
 	if (in->op != TCP_OP_DMA_SCATTER || in->ndim != 3 || in->dim[0] != 1 || in->vreg >= 0 || sv->t < 0 ||
 		sv->base != 0 || !strides(sv, n * row, row, 1) || in->v[TCP_V_S1].reg >= 0 ||
 		in->v[TCP_V_S1].stride[1] != 1 || in->v[TCP_V_DST].reg >= 0 || in->v[TCP_V_DST].stride[2] != 1 ||
-		in_loop(s, sc))
+		ts_op_in_loop(s, sc))
 		return false;
 	x->sc = sc;
 	x->d = (ts_id)sv->t;
@@ -112,7 +88,7 @@ static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
 	if (g->op != TCP_OP_DMA_GATHER || g->ndim != 3 || g->dim[0] != 1 || g->dim[1] != n || g->dim[2] != row ||
 		g->vreg >= 0 || (g->flags & TCP_F_HBMIDX) || gd->base != 0 || !strides(gd, n * row, row, 1) || gs->t < 0 ||
 		!strides(gs, g->rows * row, row, 1) || gi->t < 0 || gi->reg >= 0 || gi->stride[1] != 1 ||
-		s->op[x->ga].region != s->op[sc].region || !has_dep(&s->op[sc], x->ga, 0))
+		s->op[x->ga].region != s->op[sc].region || !ts_op_has_dep(&s->op[sc], x->ga, 0))
 		return false;
 	x->h = (ts_id)gs->t;
 	x->i = (ts_id)gi->t;
@@ -120,14 +96,14 @@ static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
 	x->cp = writer(s, x->h);
 	x->row = row;
 	if (x->tok == TS_NONE || !tok_pass(s, x->tok, gi, n, &x->K) || g->rows != n / x->K || x->cp == TS_NONE ||
-		!has_dep(&s->op[x->ga], x->tok, 0) || !has_dep(&s->op[x->ga], x->cp, 0) || in_loop(s, x->tok))
+		!ts_op_has_dep(&s->op[x->ga], x->tok, 0) || !ts_op_has_dep(&s->op[x->ga], x->cp, 0) || ts_op_in_loop(s, x->tok))
 		return false;
 	x->T = n / x->K;
 	const tcp_insn *c = &s->op[x->cp].in;
 	const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
 	if (c->op != TCP_OP_DMA_COPY || c->ndim != 1 || c->vreg >= 0 || cd->base != 0 || cd->reg >= 0 ||
 		cd->stride[0] != 1 || cs->t < 0 || cs->reg >= 0 || cs->stride[0] != 1 || s->buf[x->h].space != TCP_HBM ||
-		s->buf[x->h].kind != TCP_T_SCRATCH || gs->base + x->T * row > c->dim[0] || in_loop(s, x->cp))
+		s->buf[x->h].kind != TCP_T_SCRATCH || gs->base + x->T * row > c->dim[0] || ts_op_in_loop(s, x->cp))
 		return false;
 	x->x = (ts_id)cs->t;
 	x->xbase = cs->base + gs->base;
@@ -140,14 +116,14 @@ static bool legal(const tcp_sched *s, tsc *x)
 {
 	uint32_t *pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *pos);
 	ts_op_positions(s, pos);
-	bool ok = pos[x->cp] < pos[x->ga] && pos[x->ga] < pos[x->sc] && !spm_read(s, x->d) && !spm_read(s, x->h) &&
-		  !spm_read(s, x->x) && x->x != x->d;
+	bool ok = pos[x->cp] < pos[x->ga] && pos[x->ga] < pos[x->sc] && !ts_buf_spm_read(s, x->d) && !ts_buf_spm_read(s, x->h) &&
+		  !ts_buf_spm_read(s, x->x) && x->x != x->d;
 	for (ts_id o = 0; o < s->nop && ok; o++) {
 		const ts_op *p = &s->op[o];
 		if ((o != x->sc && ts_op_reads(p, x->d)) || (o != x->ga && (ts_op_reads(p, x->h) || ts_op_writes(p, x->d))))
 			ok = false;
 		if (ts_op_writes(p, x->x))
-			ok &= o != x->cp && pos[o] < pos[x->cp] && has_dep(&s->op[x->cp], o, 0) && !in_loop(s, o);
+			ok &= o != x->cp && pos[o] < pos[x->cp] && ts_op_has_dep(&s->op[x->cp], o, 0) && !ts_op_in_loop(s, o);
 	}
 	ctx_free(s->ctx, pos, 0);
 	return ok;
@@ -170,7 +146,7 @@ bool ts_rw_token_scatter_applies(const tcp_sched *s, const ts_env *e)
 
 static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
 {
-	if ((dist == 0 && on == o) || has_dep(&s->op[o], on, dist))
+	if ((dist == 0 && on == o) || ts_op_has_dep(&s->op[o], on, dist))
 		return;
 	ts_add_dep(s, o, on, dist);
 }
@@ -200,7 +176,7 @@ static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
 	ts_op_positions(s, pos);
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
 	drop[x->ga] = drop[x->cp] = 1; /* the copy's only reader was the gather */
-	drop[x->tok] = !tok_read && !spm_read(s, x->i);
+	drop[x->tok] = !tok_read && !ts_buf_spm_read(s, x->i);
 	/* the scatter waits for what the dropped ops waited for; another op
 	 * that waited for one of them waits for what it waited for, and for
 	 * the scatter when it comes after it */
@@ -212,7 +188,7 @@ static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
 			continue;
 		bool waits = false;
 		for (ts_id q = 0; q < s->nop; q++)
-			if (drop[q] && (has_dep(&s->op[o], q, 0) || has_dep(&s->op[o], q, 1))) {
+			if (drop[q] && (ts_op_has_dep(&s->op[o], q, 0) || ts_op_has_dep(&s->op[o], q, 1))) {
 				deps_to(s, o, q, TS_NONE);
 				waits = true;
 			}
