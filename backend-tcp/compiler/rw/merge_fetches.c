@@ -15,6 +15,7 @@
  * op that waited for the second fetch waits for the merged one. Values are
  * unchanged: the same bytes land in the same slots before any load reads
  * them, and no load's slot is written before that load has read it. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
@@ -50,6 +51,14 @@ static bool pair(const tcp_sched *s, ts_id a, ts_id b)
 	return true;
 }
 
+static const uint32_t *by_pos;
+
+static int pos_cmp(const void *a, const void *b)
+{
+	uint32_t x = by_pos[*(const ts_id *)a], y = by_pos[*(const ts_id *)b];
+	return (x > y) - (x < y);
+}
+
 /* The pairs: first[k] the first fetch of pair k, second[k] its next; greedy
  * over the body's ring fetches in program order. */
 static int pairs(const tcp_sched *s, ts_id *first, ts_id *second, int cap)
@@ -66,12 +75,8 @@ static int pairs(const tcp_sched *s, ts_id *first, ts_id *second, int cap)
 	for (ts_id o = 0; o < s->nop; o++)
 		if (ring_fetch(s, l, o))
 			f[nf++] = o;
-	for (int i = 1; i < nf; i++) /* by program position */
-		for (int j = i; j > 0 && pos[f[j]] < pos[f[j - 1]]; j--) {
-			ts_id t = f[j];
-			f[j] = f[j - 1];
-			f[j - 1] = t;
-		}
+	by_pos = pos; /* by program position (each op's is its own) */
+	qsort(f, (size_t)nf, sizeof *f, pos_cmp);
 	for (int i = 0; i + 1 < nf && np < cap; i++)
 		if (pair(s, f[i], f[i + 1])) {
 			first[np] = f[i];
@@ -99,6 +104,121 @@ static void dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
 	ts_add_dep(s, o, on, dist);
 }
 
+/* Per pair k: u[k] the ops depending on its second fetch, w[k] those
+ * depending on its first, each entry (op << 8 | distance) in the order the
+ * dependencies were listed (an op's first entry in u[k] is its first
+ * dependency on the second); kof/kfirst[o] the pair whose second/first o is
+ * (-1: none); stamp and mark[dist] per op, the pair last seen (k + 1). */
+typedef struct users {
+	uint64_t *e;
+	uint32_t n, cap;
+} users;
+
+typedef struct rev {
+	users *u, *w;
+	int32_t *kof, *kfirst;
+	uint32_t *stamp, *has[2], *mark[2];
+} rev;
+
+static void rev_push(const tcp_sched *s, users *u, ts_id o, uint8_t dist)
+{
+	if (u->n == u->cap) {
+		uint32_t nc = u->cap ? 2 * u->cap : 4;
+		u->e = ctx_realloc(s->ctx, u->e, u->cap * sizeof *u->e, nc * sizeof *u->e);
+		u->cap = nc;
+	}
+	u->e[u->n++] = (uint64_t)o << 8 | dist;
+}
+
+/* op o gained dependency (d, dist): listed where a pair reads it */
+static void rev_note(const tcp_sched *s, rev *r, ts_id o, ts_id d, uint8_t dist)
+{
+	if (d >= s->nop)
+		return;
+	if (r->kof[d] >= 0)
+		rev_push(s, &r->u[r->kof[d]], o, dist);
+	if (r->kfirst[d] >= 0)
+		rev_push(s, &r->w[r->kfirst[d]], o, dist);
+}
+
+static rev rev_new(const tcp_sched *s, const ts_id *first, const ts_id *second, int np)
+{
+	rev r;
+	r.u = ctx_alloc(s->ctx, ((size_t)np + 1) * sizeof *r.u); /* zeroed */
+	r.w = ctx_alloc(s->ctx, ((size_t)np + 1) * sizeof *r.w);
+	r.kof = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.kof);
+	r.kfirst = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.kfirst);
+	r.stamp = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.stamp);
+	for (int i = 0; i < 2; i++) {
+		r.has[i] = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.has[i]);
+		r.mark[i] = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.mark[i]);
+	}
+	for (ts_id o = 0; o < s->nop; o++)
+		r.kof[o] = r.kfirst[o] = -1;
+	for (int k = 0; k < np; k++)
+		r.kof[second[k]] = k, r.kfirst[first[k]] = k;
+	for (ts_id o = 0; o < s->nop; o++)
+		for (uint32_t j = 0; j < s->op[o].ndep; j++)
+			rev_note(s, &r, o, s->op[o].dep[j], s->op[o].dist[j]);
+	return r;
+}
+
+static void rev_free(const tcp_sched *s, rev *r, int np)
+{
+	for (int k = 0; k < np; k++) {
+		if (r->u[k].e)
+			ctx_free(s->ctx, r->u[k].e, 0);
+		if (r->w[k].e)
+			ctx_free(s->ctx, r->w[k].e, 0);
+	}
+	void *p[] = {r->u, r->w, r->kof, r->kfirst, r->stamp, r->has[0], r->has[1], r->mark[0], r->mark[1]};
+	for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+		ctx_free(s->ctx, p[i], 0);
+}
+
+/* Pair k's merge in the dependencies: its first a waits for what its second
+ * b waited for, and each op waiting for b waits for a, at the distance of
+ * its first dependency on b (each added unless the op has it: marks stand
+ * for the linear search, as fetches wait on thousands of slot readers). */
+static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
+{
+	uint32_t mk = (uint32_t)k + 1;
+	for (uint32_t j = 0; j < s->op[a].ndep; j++)
+		if (s->op[a].dep[j] < s->nop && s->op[a].dist[j] < 2)
+			r->has[s->op[a].dist[j]][s->op[a].dep[j]] = mk;
+	for (uint32_t j = 0; j < s->op[b].ndep; j++) {
+		ts_id d = s->op[b].dep[j];
+		uint8_t dist = s->op[b].dist[j];
+		uint32_t had = s->op[a].ndep;
+		if (d == a)
+			continue;
+		if (d < s->nop && dist < 2) {
+			if (r->has[dist][d] != mk)
+				ts_add_dep(s, a, d, dist), r->has[dist][d] = mk;
+		} else {
+			dep_once(s, a, d, dist);
+		}
+		if (s->op[a].ndep > had)
+			rev_note(s, r, a, d, dist);
+	}
+	for (uint32_t i = 0; i < r->w[k].n; i++) {
+		uint8_t dist = (uint8_t)(r->w[k].e[i] & 255);
+		if (dist < 2)
+			r->mark[dist][r->w[k].e[i] >> 8] = mk;
+	}
+	for (uint32_t i = 0; i < r->u[k].n; i++) {
+		ts_id o = (ts_id)(r->u[k].e[i] >> 8);
+		uint8_t dist = (uint8_t)(r->u[k].e[i] & 255);
+		if (o == a || r->stamp[o] == mk)
+			continue;
+		r->stamp[o] = mk;
+		if (dist >= 2)
+			dep_once(s, o, a, dist);
+		else if (r->mark[dist][o] != mk)
+			ts_add_dep(s, o, a, dist), r->mark[dist][o] = mk;
+	}
+}
+
 moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)e;
@@ -110,6 +230,7 @@ moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		return MOE_ERR_INVALID;
 	}
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop); /* zeroed */
+	rev r = rev_new(s, first, second, np);
 	for (int k = 0; k < np; k++) {
 		ts_id a = first[k], b = second[k];
 		tcp_insn *x = &s->op[a].in;
@@ -127,17 +248,10 @@ moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		}
 		s->op[a].feature = feature;
 		s->op[a].cost = 0;
-		for (uint32_t j = 0; j < s->op[b].ndep; j++)
-			if (s->op[b].dep[j] != a)
-				dep_once(s, a, s->op[b].dep[j], s->op[b].dist[j]);
-		for (ts_id o = 0; o < s->nop; o++)
-			for (uint32_t j = 0; j < s->op[o].ndep && o != a; j++)
-				if (s->op[o].dep[j] == b) {
-					dep_once(s, o, a, s->op[o].dist[j]);
-					break;
-				}
+		redirect(s, &r, k, a, b);
 		drop[b] = 1;
 	}
+	rev_free(s, &r, np);
 	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
 	ctx_free(s->ctx, first, 0);
