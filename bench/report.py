@@ -543,6 +543,16 @@ w(f"**Every figure in this section is simulated**, not measured on a device: moe
   f"(docs/tcp-model.md; {mj_path if mj else 'machine.json'} `revision` \"{mj.get('revision', '?') if mj else '?'}\"). "
   "The times are as true as that model: where it is only an assumption (its `assumed` fields) the figures are "
   "too. The revision-2 columns quote the figures of this section committed before revision 3, as they were.\n")
+w("**Known optimism: unordered reuse of shared bytes.** The simulator orders accesses per tensor (docs/tcp-isa.md "
+  "section 2), and the compiler places distinct tensors on the same TRF and DM bytes (each contraction's first "
+  "TRF tile at offset 0; the combine's gather buffers at one DM offset) without ordering their reuse by a "
+  "dependency or a token. So a program may load block g + 1's weights over TRF bytes a command of block g has "
+  "not yet read: on the simulator each tensor keeps its own bytes and y is right; on the chip it would not be, "
+  "and the time below omits the wait that ordering costs. Measured by ordering accesses of one space by "
+  "per-slice bytes across tensors (bench/sim_order_by_bytes.patch, an experiment, not applied; docs/tcp-compiler.md "
+  "5.2): Qwen3-30B-A3B T = 4096 1797.0 -> 1962.3 us with the TRF ordered (2001.7 with DM too), DeepSeek-V3 "
+  "T = 4096 20756.6 -> 21096.6, gpt-oss-20b T = 4096 3931.6 -> 4025.0, Qwen3 T = 64 894.9 -> 904.9; Mixtral "
+  "unchanged. The compiler's fix (reuse edges as dependencies, or one tensor per reused region) is open.\n")
 if tcp_ok:
     w("Every layer runs on moec's simulator with the shipped machine description, timing-only "
       "(`moec run --timing-only`: the cycle counts of the full simulation without the arithmetic of the expert "
