@@ -180,6 +180,12 @@ bool ts_op_has_dep(const ts_op *p, ts_id on, int dist)
 	return false;
 }
 
+void ts_add_dep_once(tcp_sched *s, ts_id op, ts_id on, int dist)
+{
+	if (!ts_op_has_dep(&s->op[op], on, dist))
+		ts_add_dep(s, op, on, dist);
+}
+
 bool ts_op_in_loop(const tcp_sched *s, ts_id o)
 {
 	for (int l = 0; l < s->nloop; l++)

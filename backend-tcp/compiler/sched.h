@@ -152,6 +152,8 @@ ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
 /* Whether op p depends on op `on` at distance dist. */
 bool ts_op_has_dep(const ts_op *p, ts_id on, int dist);
+/* ts_add_dep unless op already has (on, dist). */
+void ts_add_dep_once(tcp_sched *s, ts_id op, ts_id on, int dist);
 /* Whether op o stands in a block loop's region. */
 bool ts_op_in_loop(const tcp_sched *s, ts_id o);
 /* Whether a scalar ld reads buffer b (SPM). */

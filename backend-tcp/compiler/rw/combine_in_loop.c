@@ -301,14 +301,6 @@ static ts_id acc_op(tcp_sched *s, ts_id rg, const cl *x, int32_t dst, uint16_t f
 	return o;
 }
 
-static void dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
-{
-	for (uint32_t j = 0; j < s->op[o].ndep; j++)
-		if (s->op[o].dep[j] == on && s->op[o].dist[j] == dist)
-			return;
-	ts_add_dep(s, o, on, dist);
-}
-
 moe_status ts_rw_combine_in_loop_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	cl x;
@@ -341,27 +333,27 @@ moe_status ts_rw_combine_in_loop_apply(tcp_sched *s, const ts_env *e, uint16_t f
 	ts_id both[2] = {acc, fin};
 	for (int k = 0; k < (acc == fin ? 1 : 2); k++) {
 		ts_id o = both[k];
-		dep_once(s, o, init, 0);
+		ts_add_dep_once(s, o, init, 0);
 		if (o != acc)
-			dep_once(s, o, acc, 0); /* never in one block: the order of the accesses of s */
-		dep_once(s, o, acc, 1);
+			ts_add_dep_once(s, o, acc, 0); /* never in one block: the order of the accesses of s */
+		ts_add_dep_once(s, o, acc, 1);
 		if (fin != acc)
-			dep_once(s, o, fin, 1);
+			ts_add_dep_once(s, o, fin, 1);
 		for (ts_id q = 0; q < s->nop; q++)
 			if (ts_region_within(s, s->op[q].region, body) && s->op[q].in.v[TCP_V_DST].t == x.grid)
-				dep_once(s, o, q, 0);
+				ts_add_dep_once(s, o, q, 0);
 		for (uint32_t j = 0; j < s->op[x.m].ndep; j++) {
 			ts_id p = s->op[x.m].dep[j];
 			if (!ts_region_within(s, s->op[p].region, l->region))
-				dep_once(s, o, p, 0);
+				ts_add_dep_once(s, o, p, 0);
 		}
 	}
 	/* the grid's next writers wait for the block's reads */
 	for (ts_id q = 0; q < s->nop; q++)
 		if (ts_region_within(s, s->op[q].region, body) && s->op[q].in.v[TCP_V_DST].t == x.grid) {
-			dep_once(s, q, acc, 1);
+			ts_add_dep_once(s, q, acc, 1);
 			if (fin != acc)
-				dep_once(s, q, fin, 1);
+				ts_add_dep_once(s, q, fin, 1);
 		}
 	/* whatever waited for M, R or C waits for the last accumulation */
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
@@ -374,7 +366,7 @@ moe_status ts_rw_combine_in_loop_apply(tcp_sched *s, const ts_env *e, uint16_t f
 			continue;
 		for (uint32_t j = 0; j < s->op[q].ndep; j++)
 			if (drop[s->op[q].dep[j]]) {
-				dep_once(s, q, fin, 0);
+				ts_add_dep_once(s, q, fin, 0);
 				after = after == TS_NONE ? q : after;
 			}
 	}

@@ -95,15 +95,6 @@ bool ts_rw_merge_fetches_applies(const tcp_sched *s, const ts_env *e)
 	return pairs(s, &a, &b, 1) > 0;
 }
 
-/* adds dependency (on, dist) to op o unless it has it */
-static void dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
-{
-	for (uint32_t j = 0; j < s->op[o].ndep; j++)
-		if (s->op[o].dep[j] == on && s->op[o].dist[j] == dist)
-			return;
-	ts_add_dep(s, o, on, dist);
-}
-
 /* Per pair k: u[k] the ops depending on its second fetch, w[k] those
  * depending on its first, each entry (op << 8 | distance) in the order the
  * dependencies were listed (an op's first entry in u[k] is its first
@@ -196,7 +187,7 @@ static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
 			if (r->has[dist][d] != mk)
 				ts_add_dep(s, a, d, dist), r->has[dist][d] = mk;
 		} else {
-			dep_once(s, a, d, dist);
+			ts_add_dep_once(s, a, d, dist);
 		}
 		if (s->op[a].ndep > had)
 			rev_note(s, r, a, d, dist);
@@ -213,7 +204,7 @@ static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
 			continue;
 		r->stamp[o] = mk;
 		if (dist >= 2)
-			dep_once(s, o, a, dist);
+			ts_add_dep_once(s, o, a, dist);
 		else if (r->mark[dist][o] != mk)
 			ts_add_dep(s, o, a, dist), r->mark[dist][o] = mk;
 	}

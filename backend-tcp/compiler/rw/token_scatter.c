@@ -146,9 +146,8 @@ bool ts_rw_token_scatter_applies(const tcp_sched *s, const ts_env *e)
 
 static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
 {
-	if ((dist == 0 && on == o) || ts_op_has_dep(&s->op[o], on, dist))
-		return;
-	ts_add_dep(s, o, on, dist);
+	if (dist != 0 || on != o)
+		ts_add_dep_once(s, o, on, dist);
 }
 
 /* op o's dependencies, but on `skip`, added to op to */
