@@ -90,16 +90,22 @@ const char *tcp_e8m0_scales(const ir_node *o)
 	return o->name && !strncmp(o->name, MOE_TCP_E8M0_NAME, n) ? o->name + n : "";
 }
 
+int32_t tcp_weight_named(const tcp_program *p, const char *name)
+{
+	for (uint32_t i = 0; *name && i < p->nt; i++)
+		if (p->t[i].kind == TCP_T_WEIGHT && !strcmp(p->t[i].name, name))
+			return (int32_t)i;
+	return -1;
+}
+
 /* Where scales weight sn of p came from, for a diagnostic: " (checkpoint
  * tensor 'KEY' in FILE)" with its source's {e} read as expert ex (-1: not
  * per expert), the file where ck (may be NULL) holds that key; "" for a
  * weight without a source. */
 static void scales_from(const tcp_program *p, moe_checkpoint *ck, const char *sn, int64_t ex, char *buf, size_t n)
 {
-	const char *src = "";
-	for (uint32_t i = 0; p && i < p->nt && !*src; i++)
-		if (p->t[i].kind == TCP_T_WEIGHT && !strcmp(p->t[i].name, sn))
-			src = p->t[i].source;
+	int32_t t = p ? tcp_weight_named(p, sn) : -1;
+	const char *src = t >= 0 ? p->t[t].source : "";
 	buf[0] = 0;
 	if (!*src)
 		return;

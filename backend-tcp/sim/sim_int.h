@@ -360,6 +360,8 @@ moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_ma
 /* pack.c: evaluates the prep graph on the bound weights (A13). With timing_only and a
  * weight bound without data, binds every packed tensor without data instead. */
 const char *tcp_e8m0_scales(const ir_node *o);
+/* The index of p's weight tensor named name, -1 when none (or name is ""). */
+int32_t tcp_weight_named(const tcp_program *p, const char *name);
 bool tcp_e8m0_check(const ir_node *o, const moe_tensor *v, const moe_tensor *sc, int64_t e0, const tcp_program *p,
 	moe_checkpoint *ck, char *msg, size_t n);
 moe_status tcp_pack_weights(moe_ctx *ctx, const tcp_program *p, const moe_tensor_map *bind, moe_checkpoint *ck,

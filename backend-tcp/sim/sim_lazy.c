@@ -235,10 +235,7 @@ static bool e8m0_row(sim *s, uint32_t pc, uint32_t k, const moe_tensor *v, int64
 {
 	const ir_node *o = N(moe_module_graph(s->lz->rowprep, 0), moe_module_graph(s->lz->rowprep, 0)->outputs[k]);
 	const char *sn = tcp_e8m0_scales(o);
-	int32_t ts = -1;
-	for (uint32_t i = 0; *sn && i < s->p->nt && ts < 0; i++)
-		if (s->p->t[i].kind == TCP_T_WEIGHT && !strcmp(s->p->t[i].name, sn))
-			ts = (int32_t)i;
+	int32_t ts = tcp_weight_named(s->p, sn);
 	const tcp_tensor *t = ts >= 0 ? &s->p->t[ts] : NULL;
 	if (!t || t->rank < 1 || t->shape[0] <= row)
 		return true;
