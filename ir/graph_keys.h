@@ -28,6 +28,11 @@
  * attribute set, backend-tcp's moe_tcp_register_passes; ir/attrs.c). tcp-split-weights: k >= 0 on the k-th value the
  * TCP program binds as a packed weight (backend-tcp/compiler/prep.c splits there). */
 #define IR_NK_TCP_PACK "tcp_pack"
+/* tcp-fp8-act-rows (backend-tcp/compiler/gpass/fp8_rows.c): on an act=fp8
+ * block-FP8 dequant, the most rows of an einsum reading it for which the
+ * TCP program contracts it from its fp8 bytes on the machine it was planned
+ * for; tcp-split-weights reads it (no mark: none, the dequant is packed). */
+#define IR_NK_TCP_FP8_ROWS "tcp_fp8_rows"
 /* tcp-split-weights: the name prefix of the node making canonical MXFP4
  * bytes (mxfp4_canon_at_bind), followed by the name of the weight holding
  * their E8M0 scales; binding checks those scales against the bytes

@@ -81,7 +81,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 	"infer-shapes,canonicalize,lower-topk," \
 	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
 	"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-einsum-canon," \
-	"tcp-split-weights,tcp-plan-fusion"
+	"tcp-fp8-act-rows,tcp-split-weights,tcp-plan-fusion"
 
 static const struct {
 	const char *name, *text;
@@ -99,7 +99,8 @@ static const struct {
  * that is not registered skips it, as its target's backend runs the pass
  * itself on a graph that has not been through it. */
 static const char *const target_passes[] = {
-	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-einsum-canon", "tcp-plan-fusion"};
+	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-einsum-canon", "tcp-fp8-act-rows",
+	"tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
 {

@@ -23,6 +23,10 @@ PASS(pass_tcp_split_weights);
  * TCP program binds as a packed weight; returns their count. The backend
  * asks it for a graph no tcp-split-weights ran on. */
 uint32_t pass_tcp_pack_plan(moe_ctx *ctx, const moe_graph *g, bool *pack);
+/* ... whether node id is a block-FP8 dequant with act="fp8" (128 x 128
+ * blocks dividing both dims, rank 2, not an output) that a TCP contraction
+ * can read from its fp8 bytes: the nodes tcp-fp8-act-rows marks */
+bool pass_tcp_fp8_act_dequant(const moe_graph *g, moe_id id);
 
 /* An f32 einsum of two bf16 values each widened by a cast (DeepSeek-V3's
  * router): every product of the widened values is exact in f32, so a TCP

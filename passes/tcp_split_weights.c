@@ -8,7 +8,8 @@
  * which stays a device view) or a bf16 -> f32 cast of one that only widened
  * einsums read (pass_tcp_widened_einsum: the TCP contraction reads the bf16
  * weight itself), or an act=fp8 block-FP8 dequant that only einsums of few
- * rows read (fp8_act_weight: a shared expert contracted from its fp8 bytes):
+ * rows read (fp8_act_weight: a shared expert contracted from its fp8 bytes;
+ * how few, the machine's mark tcp_fp8_rows says):
  * gpt-oss's and Llama 4's fused gate_up
  * (a permuting einsum, then a strided or half slice), a transposed down, a
  * sliced bias. The pass records the choice on the graph: each packed node gets
@@ -53,23 +54,7 @@ bool pass_tcp_widened_einsum(const moe_graph *g, moe_id id)
 	return true;
 }
 
-/* The most activation rows for which an act=fp8 dequant outside the loop is
- * contracted from its fp8 bytes: below it a bf16 contraction of the weight
- * is bound by the weight's bytes (2 O I bytes at HBM rate against M O I MACs
- * at the bf16 rate: M < 2 x 131072 / 1500 on RNGD's machine.json), so half
- * the bytes pay; above it the main context binds, and the scaled form's
- * chunk-scale copies (as many cycles as its f8 MACs, docs/tcp-compiler.md
- * 5.1) cost more than the bf16 contraction (DeepSeek-V3's shared expert at
- * T = 4096: 17.50 -> 18.28 ms). */
-enum { FP8_ACT_ROWS = 174 };
-
-/* A block-FP8 dequant with act="fp8" (128 x 128 blocks dividing both dims)
- * that only two-operand rank-2 `md,nd->mn` einsums of at most FP8_ACT_ROWS
- * rows read as their weight: the TCP contraction quantizes its activations
- * and reads the stored fp8 bytes and block scales itself
- * (backend-tcp/compiler/recipe_qact.c), so the dequant is not packed (a
- * packed one is the bf16 copy, twice the bytes). */
-static bool fp8_act_weight(const moe_graph *g, moe_id id)
+bool pass_tcp_fp8_act_dequant(const moe_graph *g, moe_id id)
 {
 	const ir_node *n = N(g, id);
 	qt_info qi;
@@ -80,6 +65,22 @@ static bool fp8_act_weight(const moe_graph *g, moe_id id)
 	for (uint32_t o = 0; o < g->nout; o++)
 		if (g->outputs[o] == id)
 			return false;
+	return true;
+}
+
+/* An act=fp8 dequant (pass_tcp_fp8_act_dequant) that only two-operand rank-2
+ * `md,nd->mn` einsums of at most tcp_fp8_rows rows read as their weight
+ * (the mark the TCP target's tcp-fp8-act-rows pass writes for the machine
+ * the layer is compiled for: below it the bf16 contraction of the weight is
+ * bound by the weight's bytes; no mark: none): the TCP contraction
+ * quantizes its activations and reads the stored fp8 bytes and block scales
+ * itself (backend-tcp/compiler/recipe_qact.c), so the dequant is not packed
+ * (a packed one is the bf16 copy, twice the bytes). */
+static bool fp8_act_weight(const moe_graph *g, moe_id id)
+{
+	if (!pass_tcp_fp8_act_dequant(g, id))
+		return false;
+	int64_t rows = ir_attr_int(N(g, id), IR_NK_TCP_FP8_ROWS, -1);
 	bool read = false;
 	for (moe_id u = id + 1; u < g->nnodes; u++) {
 		const ir_node *un = N(g, u);
@@ -89,7 +90,7 @@ static bool fp8_act_weight(const moe_graph *g, moe_id id)
 			if (a != id)
 				continue;
 			if (un->op != MOE_OP_EINSUM || k != 1 || un->nargs != 2 || un->rank != 2 ||
-				N(g, un->args[0])->rank != 2 || N(g, un->args[0])->shape[0] > FP8_ACT_ROWS ||
+				N(g, un->args[0])->rank != 2 || N(g, un->args[0])->shape[0] > rows ||
 				ir_node_einsum_form(un, &batch) != IR_EIN_MATMUL_NT || batch)
 				return false;
 			read = true;

@@ -59,7 +59,8 @@ static void drop_key(ir_node *n, const char *key)
 /* The prep graph keeps no mark of the TCP passes (it is run, not split nor lowered). */
 static void drop_mark(moe_graph *g, moe_id id)
 {
-	static const char *const keys[] = {IR_NK_TCP_PACK, IR_NK_TCP_FUSE, IR_NK_TCP_VIEW, IR_NK_TCP_HBM, IR_NK_TCP_GGRID};
+	static const char *const keys[] = {
+		IR_NK_TCP_PACK, IR_NK_TCP_FP8_ROWS, IR_NK_TCP_FUSE, IR_NK_TCP_VIEW, IR_NK_TCP_HBM, IR_NK_TCP_GGRID};
 	for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
 		drop_key(N(g, id), keys[k]);
 }

@@ -53,6 +53,11 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
  * and whether g has an einsum it would rewrite */
 moe_status tcp_einsum_canon(moe_ctx *ctx, moe_graph *g, bool *changed);
 bool tcp_einsum_canon_needed(const moe_graph *g);
+/* fp8_rows.c: the tcp-fp8-act-rows pass on g for machine m (tcp_fp8_rows on
+ * every act=fp8 dequant pass_tcp_fp8_act_dequant accepts), and whether g has
+ * such a dequant without the mark */
+moe_status tcp_fp8_act_rows(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
+bool tcp_fp8_act_rows_needed(const moe_graph *g);
 /* plan_fusion.c: the tcp-plan-fusion pass on g for machine m */
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
 /* w8a8_act.c: the graph with a W8A8 layer's per-token activation quantization

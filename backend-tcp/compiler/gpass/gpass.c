@@ -8,6 +8,7 @@
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
  *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c)
+ *   tcp-fp8-act-rows   the rows an act=fp8 dequant is contracted for from its fp8 bytes (fp8_rows.c)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
  *   tcp-plan-fusion    the schedule compiler's fusion groups as marks (plan_fusion.c), last
  * Every structural pass matches the block_loop blockwise-dispatch writes (its
@@ -108,6 +109,12 @@ static moe_status einsum_canon(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine
 	return s;
 }
 
+/* Marks only, for m (idempotent, no key): read by tcp-split-weights. */
+static moe_status fp8_act_rows(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	return tcp_fp8_act_rows(ctx, g, m);
+}
+
 static moe_status plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
 	moe_status s = tcp_plan_fusion(ctx, g, m);
@@ -136,6 +143,9 @@ static const struct gpass {
 	{"tcp-einsum-canon", "rewrite every einsum other than a permutation and the contraction [M, I] x [O, I] -> "
 			     "[M, O] into those, reshape, slice, concat and reduce_sum (tcp target)",
 		NULL, einsum_canon},
+	{"tcp-fp8-act-rows", "mark each act=fp8 block-FP8 dequant with the most rows for which contracting it from its "
+			     "fp8 bytes pays, from the machine's HBM and MAC rates (tcp_fp8_rows; tcp target)",
+		NULL, fp8_act_rows},
 	{"tcp-plan-fusion", "record the schedule compiler's fusions (vector-pass chains, the casts a widened einsum "
 			    "reads as views) as marks (tcp target)",
 		NULL, plan_fusion},
@@ -194,8 +204,8 @@ static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, co
 
 /* The schedule compiler's graph passes (the `tcp` pipeline's on a
  * block_loop): the pairings whose records g lacks, the einsums' canonical
- * form where g needs it, then the fusion marks where g's were not planned
- * for m. */
+ * form where g needs it, the act=fp8 rows where g lacks them, then the
+ * fusion marks where g's were not planned for m. */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
 {
 	static const gpass_fn loop_passes[] = {gate_up_paired, down_paired};
@@ -216,6 +226,11 @@ moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp
 			w = ir_graph_clone(g);
 		*st = einsum_canon(ctx, w, m);
 	}
+	if (*st == MOE_OK && tcp_fp8_act_rows_needed(w ? w : g)) { /* read where g carries no tcp_pack */
+		if (!w)
+			w = ir_graph_clone(g);
+		*st = fp8_act_rows(ctx, w, m);
+	}
 	return with_fusion(ctx, g, w, m, st);
 }
 
@@ -230,6 +245,7 @@ static moe_status register_passes(moe_ctx *ctx)
 	/* The TCP target's node attributes (docs/ir.md "Target attributes"). */
 	static const ir_target_attr attrs[] = {
 		{"tcp_pack", IR_AT_INT, -1, 0, "k >= 0: the k-th value bound as a packed weight (tcp-split-weights)"},
+		{"tcp_fp8_rows", IR_AT_INT, -1, 0, "r >= 0: an act=fp8 dequant contracted from its fp8 bytes by einsums of at most r rows (tcp-fp8-act-rows)"},
 		{"tcp_fuse", IR_AT_INT, -1, 0, "k >= 0: a node of fusion group k (tcp-plan-fusion)"},
 		{"tcp_view", IR_AT_INT, 0, 0, "1: a bf16 -> f32 cast a widened einsum reads as a view of its operand (tcp-plan-fusion)"},
 		{"tcp_hbm", IR_AT_INT, 0, 0, "1: a gather read only by scatters, kept in HBM (no pass writes it; read by none)"},
