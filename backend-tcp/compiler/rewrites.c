@@ -50,22 +50,25 @@ void ts_diag_truncate(moe_ctx *ctx, size_t n0)
 	ctx_free(ctx, msg, 0);
 }
 
-/* The unchanged schedule's trial, kept while the driver runs one stage: a
- * trial is a function of the schedule's text and its machine, and the rows
- * that do not apply leave the schedule as it was, so the next row's base
- * trial is this one. Its key is a copy (ts_clone) or, where the schedule
- * has no copy, its text. */
-typedef struct base_trial {
-	const moe_tcp_machine *m;
-	moe_ctx *ctx;
+/* A trial's key: what the trial is a function of, with its machine. A copy
+ * of the schedule (ts_clone) where the stage's schedule verified (every
+ * rewrite that runs is verified after it, so a copy reads back as the text
+ * would), else its text. */
+typedef struct trial_key {
 	tcp_sched *copy;
 	char *text;
 	size_t len;
+} trial_key;
+
+/* The unchanged schedule's trial, kept while the driver runs one stage: the
+ * rows that do not apply leave the schedule as it was, so the next row's
+ * base trial is this one when its key is the same. */
+typedef struct base_trial {
+	const moe_tcp_machine *m;
+	moe_ctx *ctx;
+	trial_key key;
 	int64_t cycles;
-	/* the stage's schedule verified at its start (and every rewrite that
-	 * runs is verified after it): a trial's copy is ts_clone's, which reads
-	 * back as the text would */
-	bool verified;
+	bool verified;            /* the stage's schedule verified at its start */
 	struct base_trial *outer; /* the enclosing stage's, restored after this one */
 } base_trial;
 static _Thread_local base_trial *kept;
@@ -76,13 +79,17 @@ static void unkeep(void *arg)
 	kept = ((base_trial *)arg)->outer;
 }
 
+static void key_free(moe_ctx *ctx, trial_key *k)
+{
+	if (k->text)
+		ctx_free(ctx, k->text, k->len + 1);
+	tcp_sched_free(k->copy);
+	*k = (trial_key){NULL, NULL, 0};
+}
+
 static void forget(base_trial *b)
 {
-	if (b->text)
-		ctx_free(b->ctx, b->text, b->len + 1);
-	tcp_sched_free(b->copy);
-	b->text = NULL;
-	b->copy = NULL;
+	key_free(b->ctx, &b->key);
 }
 
 char *ts_trial_text(const tcp_sched *s, size_t *len)
@@ -99,6 +106,24 @@ char *ts_trial_text(const tcp_sched *s, size_t *len)
 	if (ps == MOE_ERR_NOMEM)
 		ctx_throw(s->ctx, *len + 1);
 	return NULL;
+}
+
+/* s's key (false: its text did not print) */
+static bool key_of(const tcp_sched *s, trial_key *k)
+{
+	*k = (trial_key){NULL, NULL, 0};
+	if (kept && kept->verified && kept->ctx == s->ctx)
+		k->copy = ts_clone(s);
+	if (!k->copy)
+		k->text = ts_trial_text(s, &k->len);
+	return k->copy || k->text;
+}
+
+static bool key_same(const trial_key *a, const trial_key *b)
+{
+	if (a->copy || b->copy)
+		return a->copy && b->copy && ts_same(a->copy, b->copy);
+	return a->text && b->text && a->len == b->len && !memcmp(a->text, b->text, a->len);
 }
 
 /* The trial t on copy c (freed): fn, then with t->price placement,
@@ -123,24 +148,25 @@ int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_
 	return trial_on(s, tcp_sched_parse(s->ctx, s->m, t->what, text, len), t, n0);
 }
 
-/* A copy of s without its text, where the stage's schedule verified; NULL:
- * take the text. */
-static tcp_sched *copy_of(const tcp_sched *s)
+/* The trial t on key k: on its copy (taken: k->copy becomes NULL) unless
+ * keep, then on a fresh copy of s; else on its text read back. */
+static int64_t trial_key_run(const tcp_sched *s, trial_key *k, const ts_trial *t, bool keep)
 {
-	return kept && kept->verified && kept->ctx == s->ctx ? ts_clone(s) : NULL;
+	if (!k->copy)
+		return ts_trial_run(s, k->text, k->len, t);
+	tcp_sched *c = keep ? ts_clone(s) : k->copy;
+	if (!keep)
+		k->copy = NULL;
+	return trial_on(s, c, t, moe_diag_count(s->ctx));
 }
 
 int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t)
 {
-	tcp_sched *c = copy_of(s);
-	if (c)
-		return trial_on(s, c, t, moe_diag_count(s->ctx));
-	size_t len;
-	char *text = ts_trial_text(s, &len);
-	if (!text)
+	trial_key k;
+	if (!key_of(s, &k))
 		return -1;
-	int64_t cy = ts_trial_run(s, text, len, t);
-	ctx_free(s->ctx, text, len + 1);
+	int64_t cy = trial_key_run(s, &k, t, false);
+	key_free(s->ctx, &k);
 	return cy;
 }
 
@@ -156,53 +182,27 @@ static bool apply_row(tcp_sched *c, void *arg)
 	return ts_rewrites[r->row].apply(c, r->e, (uint16_t)(r->row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
 }
 
-/* trial() where s has a copy (key, ts_clone's): the kept base trial when
- * the copies are the same */
-static int64_t trial_copy(const tcp_sched *s, const ts_env *e, int row, tcp_sched *key)
-{
-	base_trial *b = row < 0 ? kept : NULL;
-	if (b && b->m == s->m && b->ctx == s->ctx && b->copy && ts_same(b->copy, key)) {
-		tcp_sched_free(key);
-		return b->cycles;
-	}
-	row_arg r = {e, row};
-	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
-	tcp_sched *c = b ? ts_clone(s) : key;
-	int64_t cy = trial_on(s, c, &t, moe_diag_count(s->ctx));
-	if (b && b->ctx == s->ctx) {
-		forget(b);
-		b->m = s->m, b->copy = key, b->cycles = cy;
-	} else if (b) {
-		tcp_sched_free(key);
-	}
-	return cy;
-}
-
 /* The predicted cycles of a copy of s, row applied first when row >= 0;
  * -1 when it fails (ts_trial_run). The unchanged schedule's (row < 0) is
- * kept for the stage (base_trial). */
+ * kept for the stage (base_trial), with its key. */
 static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 {
-	tcp_sched *key = copy_of(s);
-	if (key)
-		return trial_copy(s, e, row, key);
-	size_t len;
-	char *text = ts_trial_text(s, &len);
-	if (!text)
+	trial_key k;
+	if (!key_of(s, &k))
 		return -1;
-	base_trial *b = row < 0 ? kept : NULL;
-	if (b && b->m == s->m && b->ctx == s->ctx && b->text && b->len == len && !memcmp(b->text, text, len)) {
-		ctx_free(s->ctx, text, len + 1);
+	base_trial *b = row < 0 && kept && kept->ctx == s->ctx ? kept : NULL;
+	if (b && b->m == s->m && key_same(&b->key, &k)) {
+		key_free(s->ctx, &k);
 		return b->cycles;
 	}
 	row_arg r = {e, row};
 	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
-	int64_t cy = ts_trial_run(s, text, len, &t);
-	if (b && b->ctx == s->ctx) {
+	int64_t cy = trial_key_run(s, &k, &t, b != NULL);
+	if (b) {
 		forget(b);
-		b->m = s->m, b->text = text, b->len = len, b->cycles = cy;
+		b->m = s->m, b->key = k, b->cycles = cy;
 	} else {
-		ctx_free(s->ctx, text, len + 1);
+		key_free(s->ctx, &k);
 	}
 	return cy;
 }
