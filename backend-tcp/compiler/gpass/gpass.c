@@ -90,10 +90,11 @@ static moe_status gate_up_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machi
 	return MOE_OK;
 }
 
-/* Only after tcp-pair-gate-up paired gate and up. */
+/* After tcp-pair-gate-up paired gate and up: the pair and down; where it
+ * did not, the projections' weights side by side (tcp_pack_experts). */
 static moe_status down_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	moe_graph *r = ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0 ? tcp_pair_down(ctx, g, m) : NULL;
+	moe_graph *r = ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0 ? tcp_pair_down(ctx, g, m) : tcp_pack_experts(ctx, g, m);
 	record(g, GK_PAIR_DOWN, r, r != NULL, m);
 	return MOE_OK;
 }
