@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
+#include "passes/pass.h"
 
 /* The loop's `e` operand concat(w1, w2) along the output rows (the pair
  * tcp-pair-gate-up made, read only by the loop) and its `e` operand wd, a
@@ -270,6 +271,28 @@ static bool pack_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_mach
 	return fg > fr;
 }
 
+/* Where tcp-split-weights marked g before this rewrite (moe_tcp_compile
+ * runs the pass on a graph a pipeline without the target passes planned),
+ * its marks name the projections, now read only by the concat: r's packed
+ * values are planned again by its rule, as the pass would mark them. */
+static void marks_again(moe_ctx *ctx, moe_graph *r)
+{
+	bool marked = false;
+	for (moe_id i = 0; i < r->nnodes && !marked; i++)
+		marked = ir_attr_find(N(r, i), IR_NK_TCP_PACK) != NULL;
+	if (!marked)
+		return;
+	bool *pack = ctx_alloc(ctx, r->nnodes + 1);
+	pass_tcp_pack_plan(ctx, r, pack);
+	int64_t k = 0;
+	for (moe_id i = 0; i < r->nnodes; i++)
+		if (pack[i])
+			moe_node_set_int(r, i, IR_NK_TCP_PACK, k++);
+		else if (ir_attr_find(N(r, i), IR_NK_TCP_PACK))
+			moe_node_set_int(r, i, IR_NK_TCP_PACK, -1);
+	ctx_free(ctx, pack, r->nnodes + 1);
+}
+
 moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
@@ -284,6 +307,8 @@ moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 			ir_graph_free(r);
 			r = NULL;
 		}
+		if (r)
+			marks_again(ctx, r);
 		return r;
 	}
 	return NULL;
