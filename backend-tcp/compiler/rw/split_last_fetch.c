@@ -13,9 +13,12 @@
  * fetch per projection, the one whose first load comes last is split; where
  * its loads are all of one node (one matrix loaded tile by tile), at the
  * tile boundary nearest its middle (a whole row of a two-dimensional fetch),
- * so the first tiles load while the rest arrives. Every
+ * so the first tiles load while the rest arrives. Where they are of
+ * several nodes (an expert's projections packed in one span), P is where
+ * the last projection's weights begin, and that part may be cut once more
+ * at its tiles' boundary (three parts; see the apply). Every
  * other block keeps the one fetch (one more DMA command each would delay
- * the in-order DMA context's weight stream). Values are unchanged: the two
+ * the in-order DMA context's weight stream). Values are unchanged: the
  * parts copy the same bytes to the same places, and every reader of the
  * slot waits for the part holding what it reads. It is a peephole row: it
  * runs on the list scheduler's order and the placed buffers (the parts write
