@@ -73,10 +73,13 @@ bool tcp_w8a8_tok_major(const moe_graph *g, moe_id tok, int64_t T, int64_t *K);
  * a block is no slower, tcp_loop_fits and tcp_loop_block_cycles) */
 moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_down.c: the block_loop's pair and down in one packed weight per expert (one
- * DMA descriptor), only when it fits DM and a full block is bound by its fetch */
+ * DMA descriptor), only when it fits DM and a full block is bound by its fetch;
+ * tcp_pack_experts: the same for a loop whose gate and up were not paired, its
+ * projections' weights (biases apart) side by side */
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
-/* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`)
- * into one operand at ka: `outer` emits the merged value in dev (before the
+moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`;
+ * tcp_loop_merge_n: the n operands ks[0] < ks[1] < ..., ka = ks[0]) into one operand at ka: `outer` emits the merged value in dev (before the
  * loop; MOE_NONE: failed), `views` runs in the new body nb when its blockarg q
  * is emitted (where the first of the two old blockargs was) and maps them in
  * bm, `body` (may be NULL) is offered every other body node j of ob first
@@ -90,6 +93,8 @@ typedef struct tcp_loop_hooks {
 	moe_id skip_outer;
 } tcp_loop_hooks;
 moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h);
+moe_graph *tcp_loop_merge_n(moe_ctx *ctx, const moe_graph *g, moe_id loop, const int *ks, int n,
+	const tcp_loop_hooks *h);
 /* pair_gate_up.c: the pairings' decision on the graph's first block_loop (docs/tcp-compiler.md
  * 3, rule 3), without compiling the layer. tcp_loop_fits: its buffers, the expert operands
  * double-buffered whole and a block's values, fit m's DM (tcp_dm_fits on their summary).

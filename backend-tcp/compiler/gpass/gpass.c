@@ -6,7 +6,7 @@
  * the `tcp` pipeline, shown by --print-ir-after, run in this order:
  *   tcp-w8a8-act-once  W8A8's per-token activation quantization before the dispatch (w8a8_act.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
- *   tcp-pair-down      the pair and down in one packed weight per expert (pair_down.c)
+ *   tcp-pair-down      the pair and down (unpaired: the projections) in one packed weight per expert (pair_down.c)
  *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c)
  *   tcp-fp8-act-rows   the rows an act=fp8 dequant is contracted for from its fp8 bytes (fp8_rows.c)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
@@ -91,10 +91,11 @@ static moe_status gate_up_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machi
 	return MOE_OK;
 }
 
-/* Only after tcp-pair-gate-up paired gate and up. */
+/* After tcp-pair-gate-up paired gate and up: the pair and down; where it
+ * did not, the projections' weights side by side (tcp_pack_experts). */
 static moe_status down_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
-	moe_graph *r = ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0 ? tcp_pair_down(ctx, g, m) : NULL;
+	moe_graph *r = ir_graph_attr_int(g, GK_PAIR_GATE_UP, 0) > 0 ? tcp_pair_down(ctx, g, m) : tcp_pack_experts(ctx, g, m);
 	record(g, GK_PAIR_DOWN, r, r != NULL, m);
 	return MOE_OK;
 }
@@ -137,8 +138,9 @@ static const struct gpass {
 			     "over their weights side by side, when the loop's buffers fit DM and a block, priced on the cost "
 			     "model, is no slower (tcp target)",
 		GK_PAIR_GATE_UP, gate_up_paired},
-	{"tcp-pair-down", "lay a block_loop expert's paired gate/up and down out as one packed weight (one fetch), when "
-			  "the loop's buffers fit DM and a full block is bound by its fetch (tcp target)",
+	{"tcp-pair-down", "lay a block_loop expert's paired gate/up and down (or, gate and up not paired, its "
+			  "projections' weights) out as one packed weight (one fetch), when the loop's buffers fit DM and a "
+			  "full block is bound by its fetch (tcp target)",
 		GK_PAIR_DOWN, down_paired},
 	{"tcp-einsum-canon", "rewrite every einsum other than a permutation and the contraction [M, I] x [O, I] -> "
 			     "[M, O] into those, reshape, slice, concat and reduce_sum (tcp target)",

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/tcp_compile.h"
+#include "passes/pass.h"
 
 /* The loop's `e` operand concat(w1, w2) along the output rows (the pair
  * tcp-pair-gate-up made, read only by the loop) and its `e` operand wd, a
@@ -154,6 +155,160 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 			ir_graph_free(r);
 			r = NULL;
 		}
+		return r;
+	}
+	return NULL;
+}
+
+/* ---- a loop whose gate and up were not paired (tcp_pack_experts) ----
+ * gpt-oss-20b: gate and up are strided slices of the fused gate_up, not
+ * weight leaves, so tcp-pair-gate-up leaves them; with down, each expert is
+ * three fetches, each paying dma.setup_cycles on the one in-order DMA
+ * queue that streams the weights. The projections' weights are laid out
+ * side by side at load time, [E, sum of O I], in the order the body
+ * contracts them (its last projection's weights last), and the body reads
+ * each as a reshaped slice of its row: one fetch per expert. The biases
+ * stay operands of their own (expert-table copies them into DM before the
+ * loop). The contractions read the same weights: the value is unchanged. */
+enum { PACK_MAX = 4 };
+
+typedef struct lpack {
+	int n, k[PACK_MAX];          /* the operands, ascending */
+	moe_id w[PACK_MAX], b[PACK_MAX]; /* in span order: outer operand, old blockarg */
+	int64_t off[PACK_MAX + 1];   /* span offsets, elements */
+} lpack;
+
+static bool pack_find(const moe_graph *g, moe_id loop, lpack *p)
+{
+	const ir_node *ln = N(g, loop);
+	const moe_graph *bg = ir_node_body(g, ln);
+	p->n = 0;
+	p->off[0] = 0;
+	if (!bg)
+		return false;
+	uint32_t *nuse = tcp_use_counts(g->ctx, g);
+	bool ok = true;
+	for (moe_id j = 0; j < bg->nnodes && ok; j++) {
+		const ir_node *en = N(bg, j);
+		int batch = 0, k;
+		if (en->op != MOE_OP_EINSUM || en->nargs != 2 || ir_node_einsum_form(en, &batch) != IR_EIN_MATMUL_NT ||
+			batch != 0)
+			continue;
+		moe_id w = tcp_loop_e_arg(g, ln, bg, en->args[1], &k);
+		if (w == MOE_NONE)
+			continue;
+		const ir_node *wn = N(g, w);
+		uint32_t uses = 0;
+		for (moe_id i = 0; i < bg->nnodes; i++)
+			for (uint32_t a = 0; a < N(bg, i)->nargs; a++)
+				uses += N(bg, i)->args[a] == en->args[1];
+		ok = p->n < PACK_MAX && uses == 1 && nuse[w] == 1 && wn->rank == 3 &&
+		     (wn->dtype == MOE_BF16 || wn->dtype == MOE_F32) && (p->n == 0 || wn->dtype == N(g, p->w[0])->dtype) &&
+		     (p->n == 0 || wn->shape[0] == N(g, p->w[0])->shape[0]);
+		if (!ok)
+			break;
+		p->w[p->n] = w, p->b[p->n] = en->args[1], p->k[p->n] = k;
+		p->off[p->n + 1] = p->off[p->n] + wn->shape[1] * wn->shape[2];
+		p->n++;
+	}
+	ctx_free(g->ctx, nuse, (g->nnodes + 1) * sizeof *nuse);
+	for (int i = 1; i < p->n; i++) /* the operand indices ascending */
+		for (int j = i; j > 0 && p->k[j] < p->k[j - 1]; j--) {
+			int t = p->k[j];
+			p->k[j] = p->k[j - 1], p->k[j - 1] = t;
+		}
+	return ok && p->n >= 2;
+}
+
+static moe_id pack_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
+{
+	(void)ctx;
+	const lpack *p = ud;
+	const ir_node *w0 = N(g, p->w[0]);
+	moe_id parts[PACK_MAX];
+	char name[240];
+	size_t at = 0;
+	name[0] = 0;
+	for (int i = 0; i < p->n; i++) {
+		const ir_node *wn = N(g, p->w[i]);
+		int64_t sh[2] = {wn->shape[0], p->off[i + 1] - p->off[i]};
+		parts[i] = ir_b_reshape(dev, map[p->w[i]], 2, sh, wn->loc);
+		at += (size_t)snprintf(name + at, sizeof name - at, "%s%.50s", i ? "+" : "", wn->name ? wn->name : "w");
+		if (at >= sizeof name)
+			at = sizeof name - 1;
+	}
+	moe_id all = ir_b_concat(dev, parts, (uint32_t)p->n, 1, w0->loc);
+	moe_node_set_name(dev, all, name);
+	return all;
+}
+
+static bool pack_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
+{
+	(void)ctx;
+	const lpack *p = ud;
+	for (int i = 0; i < p->n; i++) {
+		const ir_node *a = N(ob, p->b[i]);
+		bm[p->b[i]] = ir_b_reshape(nb, ir_b_slice(nb, q, 0, p->off[i], p->off[i + 1], a->loc), 2, a->shape, a->loc);
+	}
+	return true;
+}
+
+/* As down_pays, but the drain is not priced: split-last-fetch cuts the
+ * last block's fetch where the body's last projection's weights begin (its
+ * loads are the last of the slot's, docs/tcp-compiler.md 5.2), so after the
+ * last weight byte the same contraction runs as with separate fetches.
+ * Only when the merged loop fits DM with its experts double-buffered whole,
+ * a full block is bound by its fetch and the expected block's fetch is
+ * shorter (the setups saved). */
+static bool pack_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
+{
+	int64_t fr, lr, fg, lg, B = tcp_loop_rows(r, false), re = tcp_loop_rows(r, true);
+	int64_t full = tcp_loop_block_cycles(r, m, B, &fr, &lr);
+	if (full < 0 || full > fr || !tcp_loop_fits(r, m))
+		return false;
+	if (tcp_loop_block_cycles(r, m, re, &fr, &lr) < 0 || tcp_loop_block_cycles(g, m, re, &fg, &lg) < 0)
+		return false;
+	return fg > fr;
+}
+
+/* Where tcp-split-weights marked g before this rewrite (moe_tcp_compile
+ * runs the pass on a graph a pipeline without the target passes planned),
+ * its marks name the projections, now read only by the concat: r's packed
+ * values are planned again by its rule, as the pass would mark them. */
+static void marks_again(moe_ctx *ctx, moe_graph *r)
+{
+	bool marked = false;
+	for (moe_id i = 0; i < r->nnodes && !marked; i++)
+		marked = ir_attr_find(N(r, i), IR_NK_TCP_PACK) != NULL;
+	if (!marked)
+		return;
+	bool *pack = ctx_alloc(ctx, r->nnodes + 1);
+	pass_tcp_pack_plan(ctx, r, pack);
+	int64_t k = 0;
+	for (moe_id i = 0; i < r->nnodes; i++)
+		if (pack[i])
+			moe_node_set_int(r, i, IR_NK_TCP_PACK, k++);
+		else if (ir_attr_find(N(r, i), IR_NK_TCP_PACK))
+			moe_node_set_int(r, i, IR_NK_TCP_PACK, -1);
+	ctx_free(ctx, pack, r->nnodes + 1);
+}
+
+moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	for (moe_id i = 0; i < g->nnodes; i++) {
+		lpack p;
+		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
+			continue;
+		if (!pack_find(g, i, &p))
+			return NULL;
+		tcp_loop_hooks h = {pack_outer, pack_views, NULL, &p, MOE_NONE};
+		moe_graph *r = tcp_loop_merge_n(ctx, g, i, p.k, p.n, &h);
+		if (r && !pack_pays(g, r, m)) {
+			ir_graph_free(r);
+			r = NULL;
+		}
+		if (r)
+			marks_again(ctx, r);
 		return r;
 	}
 	return NULL;

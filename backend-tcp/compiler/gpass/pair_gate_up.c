@@ -159,8 +159,28 @@ static moe_id loop_projection(const moe_graph *g, const ir_node *loop, const moe
 	return tcp_loop_e_arg(g, loop, bg, en->args[1], k);
 }
 
+/* whether operand index idx is one of ks[0..n) and how many of them lie below it */
+static bool merged_index(const int *ks, int n, int64_t idx, int *below)
+{
+	bool in = false;
+	*below = 0;
+	for (int i = 0; i < n; i++) {
+		in |= ks[i] == idx;
+		*below += ks[i] < idx;
+	}
+	return in;
+}
+
 moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h)
 {
+	const int ks[2] = {ka, kb};
+	return tcp_loop_merge_n(ctx, g, loop, ks, 2, h);
+}
+
+moe_graph *tcp_loop_merge_n(moe_ctx *ctx, const moe_graph *g, moe_id loop, const int *ks, int n,
+	const tcp_loop_hooks *h)
+{
+	int ka = ks[0];
 	const ir_node *ln = N(g, loop);
 	const moe_graph *ob = ir_node_body(g, ln);
 	const char *kinds = ir_attr_str(ln, "kinds", "");
@@ -189,7 +209,8 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 			const ir_node *a = N(ob, j);
 			int64_t idx = a->op == MOE_OP_BLOCKARG && ir_blockarg_role_of(a) == IR_BA_IN ? ir_attr_int(a, "index", -1)
 												    : -1;
-			if (idx == ka || idx == kb) {
+			int below = 0;
+			if (merged_index(ks, n, idx, &below)) {
 				if (q == MOE_NONE) { /* the merged operand's blockarg where the first of the two was */
 					const ir_node *mn = N(dev, merged);
 					q = ir_emit(nb, MOE_OP_BLOCKARG, (moe_dtype)mn->dtype, mn->rank - 1, mn->shape + 1, NULL, 0,
@@ -205,8 +226,8 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 				ok = false;
 			else if (r == 0) {
 				bm[j] = ir_copy_node(nb, ob, j, bm);
-				if (idx > kb)
-					moe_node_set_int(nb, bm[j], "index", idx - 1);
+				if (idx > ka && below > 1)
+					moe_node_set_int(nb, bm[j], "index", idx - (below - 1));
 			}
 		}
 		moe_id y = ir_body_yield(ob);
@@ -221,13 +242,14 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 		for (uint32_t k = 0; k < IR_BL_NCTRL; k++)
 			args[na++] = map[ln->args[k]];
 		for (int k = 0; k < nin && ok && nin <= IR_BODY_MAX_INPUTS; k++) {
-			if (k == kb)
+			int below = 0;
+			if (k != ka && merged_index(ks, n, k, &below))
 				continue;
 			args[na++] = k == ka ? merged : map[ln->args[IR_BL_NCTRL + k]];
 			nk[nkk++] = kinds[k];
 		}
 		nk[nkk] = 0;
-		ok = ok && nin <= IR_BODY_MAX_INPUTS && na == ln->nargs - 1;
+		ok = ok && nin <= IR_BODY_MAX_INPUTS && na == ln->nargs - (uint32_t)(n - 1);
 		if (!ok)
 			break;
 		moe_id nl = moe_node_new(dev, MOE_OP_BLOCK_LOOP, args, na, ln->loc);

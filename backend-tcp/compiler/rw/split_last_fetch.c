@@ -13,9 +13,12 @@
  * fetch per projection, the one whose first load comes last is split; where
  * its loads are all of one node (one matrix loaded tile by tile), at the
  * tile boundary nearest its middle (a whole row of a two-dimensional fetch),
- * so the first tiles load while the rest arrives. Every
+ * so the first tiles load while the rest arrives. Where they are of
+ * several nodes (an expert's projections packed in one span), P is where
+ * the last projection's weights begin, and that part may be cut once more
+ * at its tiles' boundary (three parts; see the apply). Every
  * other block keeps the one fetch (one more DMA command each would delay
- * the in-order DMA context's weight stream). Values are unchanged: the two
+ * the in-order DMA context's weight stream). Values are unchanged: the
  * parts copy the same bytes to the same places, and every reader of the
  * slot waits for the part holding what it reads. It is a peephole row: it
  * runs on the list scheduler's order and the placed buffers (the parts write
@@ -30,7 +33,8 @@
 /* The fetch and the split. */
 typedef struct sf {
 	ts_id f, gnext;        /* the body's fetch; the scalar g + 1 */
-	int64_t p;             /* elements before the split */
+	int64_t p[2];          /* the cut points, elements, ascending */
+	int np;                /* cut points used: 1, or 2 (the last projection's weights cut too) */
 	int64_t row;           /* elements per row of a two-dimensional fetch (1: one-dimensional) */
 } sf;
 
@@ -43,16 +47,21 @@ static bool waits(const tcp_sched *s, ts_id o, ts_id f)
 	return false;
 }
 
-/* The split point, a multiple of `row` elements: the readers of the slot
- * that wait for the fetch, in program order, divide at the first reader of
+/* The split points, multiples of `row` elements: the readers of the slot
+ * that wait for the fetch, in program order, divide at the last reader of
  * another graph node whose predecessors all read below where it and its
- * successors start; where every reader is of one node (one matrix, loaded
- * tile by tile), at the such division nearest the middle. A reader
- * of the node and span of an earlier one is a copy of it in another case of
- * a classes region (row-classes): one block runs one case, so it is left
- * out (it reads what the earlier one reads). */
-static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row)
+ * successors start (p[0]: the body's last projection's weights from there
+ * on, which the last contraction reads; a packed expert of three
+ * projections, the first two before it). Where every reader is of one node
+ * (one matrix, loaded tile by tile), p[0] is the such division nearest the
+ * middle; else p[1] (0: none) is the division within the last node's
+ * readers nearest the middle of [p[0], n), so its first tiles load while
+ * the rest arrives. A reader of the node and span of an earlier one is a
+ * copy of it in another case of a classes region (row-classes): one block
+ * runs one case, so it is left out (it reads what the earlier one reads). */
+static void split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row, int64_t *p)
 {
+	p[0] = p[1] = 0;
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
 	ts_id rd[64];
@@ -74,7 +83,7 @@ static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64
 		}
 	ctx_free(s->ctx, pos, 0);
 	if (full || nr < 2)
-		return 0;
+		return;
 	int64_t lo[64], hi[64];
 	int m = 0;
 	for (int i = 0; i < nr; i++) {
@@ -86,20 +95,29 @@ static int64_t split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64
 			rd[m++] = rd[i];
 	}
 	nr = m;
-	int64_t below = hi[0], mid = 0;
+	int64_t below = hi[0], cut[64], node = 0, mid = 0, c = 0;
+	int kc[64];
 	for (int k = 1; k < nr; k++) {
 		int64_t above = lo[k];
 		for (int i = k; i < nr; i++)
 			above = lo[i] < above ? lo[i] : above;
 		if (below <= above && above > 0 && above < n && above % row == 0) {
 			if (s->op[rd[k]].node != s->op[rd[k - 1]].node)
-				return above;
-			if (!mid || (above > n / 2 ? above - n / 2 : n / 2 - above) < (mid > n / 2 ? mid - n / 2 : n / 2 - mid))
-				mid = above;
+				node = above;
+			kc[c] = k, cut[c++] = above;
 		}
 		below = hi[k] > below ? hi[k] : below;
 	}
-	return mid;
+	/* the division nearest the middle of [p[0], n), of the readers from p[0] on */
+	for (int i = 0; i < c; i++) {
+		int64_t h = (node + n) / 2;
+		if (cut[i] <= node || (node && s->op[rd[kc[i]]].node != s->op[rd[nr - 1]].node))
+			continue;
+		if (!mid || (cut[i] > h ? cut[i] - h : h - cut[i]) < (mid > h ? mid - h : h - mid))
+			mid = cut[i];
+	}
+	p[0] = node ? node : mid;
+	p[1] = node ? mid : 0;
 }
 
 static bool find(const tcp_sched *s, sf *x)
@@ -146,8 +164,9 @@ static bool find(const tcp_sched *s, sf *x)
 	if (x->f == TS_NONE)
 		return false;
 	const tcp_insn *in = &s->op[x->f].in;
-	x->p = split_at(s, x->f, in->v[TCP_V_DST].t, in->dim[0] * x->row, x->row);
-	return x->p > 0;
+	split_at(s, x->f, in->v[TCP_V_DST].t, in->dim[0] * x->row, x->row, x->p);
+	x->np = x->p[1] > 0 ? 2 : 1;
+	return x->p[0] > 0;
 }
 
 bool ts_rw_split_last_fetch_applies(const tcp_sched *s, const ts_env *e)
@@ -167,24 +186,19 @@ static void move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
 	memcpy(r->item + at, tmp, n * sizeof *tmp);
 }
 
-moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+/* the fetch x.f of s in x.np + 1 parts */
+static void split(tcp_sched *s, const sf *x, uint16_t feature)
 {
-	(void)e;
-	sf x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
 	const ts_loop *l = &s->loop[0];
-	ts_id f = x.f, rg = s->op[f].region;
+	ts_id f = x->f, rg = s->op[f].region;
 	ts_region *r = &s->rg[rg];
 	uint32_t at = 0;
 	while (at < r->nitem && r->item[at] != (TS_ITEM_OP | f))
 		at++;
-	if (at == r->nitem)
-		return MOE_ERR_INVALID;
 	memmove(r->item + at, r->item + at + 1, (r->nitem - at - 1) * sizeof *r->item);
 	r->nitem--;
 	/* g + 2 == nb: this block fetches the last block's expert */
-	ts_id g2 = ts_add_scalar(s, rg, "sfnext2", TS_SC_ALU, TCP_S_ADD, x.gnext, TS_NONE, 1);
+	ts_id g2 = ts_add_scalar(s, rg, "sfnext2", TS_SC_ALU, TCP_S_ADD, x->gnext, TS_NONE, 1);
 	ts_id last = ts_add_scalar(s, rg, "sflast", TS_SC_CMP, TCP_C_EQ, g2, l->nb, 0);
 	ts_id other = ts_add_scalar(s, rg, "sfother", TS_SC_CMP, TCP_C_NE, g2, l->nb, 0);
 	ts_id ro = ts_add_region(s, rg, TS_RG_GUARD, other);
@@ -192,35 +206,35 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 	move_tail(s, rg, at, 5);
 	ts_region_push(s, ro, TS_ITEM_OP | f);
 	s->op[f].region = ro;
-	/* the two parts: [0, p) and [p, n) of the slot */
+	/* the parts: [c[k], c[k + 1]) of the slot */
 	tcp_insn in = s->op[f].in;
-	int64_t n = in.dim[0] * x.row;
-	in.dim[0] = x.p / x.row;
-	ts_id fa = ts_add_op(s, rl, &in, s->op[f].phase);
-	in.dim[0] = (n - x.p) / x.row;
-	in.v[TCP_V_DST].base += x.p;
-	in.v[TCP_V_S0].base += x.p;
-	ts_id fb = ts_add_op(s, rl, &in, s->op[f].phase);
-	ts_id part[2] = {fa, fb};
-	for (int k = 0; k < 2; k++) {
+	int64_t n = in.dim[0] * x->row, c[4] = {0, x->p[0], x->np > 1 ? x->p[1] : n, n};
+	int np = x->np + 1;
+	ts_id part[3];
+	for (int k = 0; k < np; k++) {
+		tcp_insn pi = in;
+		pi.dim[0] = (c[k + 1] - c[k]) / x->row;
+		pi.v[TCP_V_DST].base += c[k];
+		pi.v[TCP_V_S0].base += c[k];
+		part[k] = ts_add_op(s, rl, &pi, s->op[f].phase);
 		s->op[part[k]].feature = feature;
 		s->op[part[k]].node = s->op[f].node;
 		for (uint32_t j = 0; j < s->op[f].ndep; j++)
 			ts_add_dep(s, part[k], s->op[f].dep[j], s->op[f].dist[j]);
+		/* the first part after the other guard's fetch (it never runs in
+		 * the same block: the order only tells the verifier the writes do
+		 * not overlap), each later part after the one before */
+		ts_add_dep(s, part[k], k ? part[k - 1] : f, 0);
 	}
-	/* the parts after the other guard's fetch (it never runs in the same
-	 * block: the order only tells the verifier the writes do not overlap),
-	 * the second part after the first */
-	ts_add_dep(s, fa, f, 0);
-	ts_add_dep(s, fb, fa, 0);
-	/* each waiter of the fetch waits for the part it reads (both where it
-	 * does not read the slot or reads across the split) */
+	/* each waiter of the fetch waits for the parts it reads (every part
+	 * where it does not read the slot) */
 	int32_t w = s->op[f].in.v[TCP_V_DST].t;
 	for (ts_id o = 0; o < s->nop; o++) {
-		if (o == f || o == fa || o == fb)
-			continue;
+		bool own = o == f;
+		for (int k = 0; k < np; k++)
+			own |= o == part[k];
 		int dist = -1;
-		for (uint32_t j = 0; j < s->op[o].ndep; j++)
+		for (uint32_t j = 0; !own && j < s->op[o].ndep; j++)
 			if (s->op[o].dep[j] == f)
 				dist = s->op[o].dist[j];
 		if (dist < 0)
@@ -228,10 +242,47 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 		int64_t lo = 0, hi = n;
 		if (s->op[o].in.v[TCP_V_S0].t == w && s->op[o].in.v[TCP_V_DST].t != w)
 			ts_view_span(&s->op[o].in, &s->op[o].in.v[TCP_V_S0], &lo, &hi);
-		if (lo < x.p)
-			ts_add_dep(s, o, fa, dist);
-		if (hi > x.p)
-			ts_add_dep(s, o, fb, dist);
+		for (int k = 0; k < np; k++)
+			if (lo < c[k + 1] && hi > c[k])
+				ts_add_dep(s, o, part[k], dist);
 	}
+}
+
+typedef struct split_arg {
+	int np;
+	uint16_t feature;
+} split_arg;
+
+/* the split of np cut points in a copy (found again: a copy's ids are its own) */
+static bool split_copy(tcp_sched *c, void *arg)
+{
+	const split_arg *a = arg;
+	sf x;
+	if (!find(c, &x) || x.np < a->np)
+		return false;
+	x.np = a->np;
+	split(c, &x, a->feature);
+	return tcp_sched_verify(c) == MOE_OK;
+}
+
+/* With a second cut point, the three parts are kept where the placed,
+ * predicted layer with them is faster than with two (one more DMA setup
+ * on the in-order queue against the last projection's first tiles loaded
+ * while the rest arrives). */
+moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	(void)e;
+	sf x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	if (x.np > 1) {
+		split_arg a = {2, feature};
+		int64_t three = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true});
+		a.np = 1;
+		int64_t two = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true});
+		if (three < 0 || (two >= 0 && two <= three))
+			x.np = 1;
+	}
+	split(s, &x, feature);
 	return MOE_OK;
 }
