@@ -575,23 +575,35 @@ static void check_op(vs *v, ts_id id, acc_list *L)
 static bool check_deps(vs *v, uint32_t *order)
 {
 	const tcp_sched *s = v->s;
-	bool ok = true;
-	for (ts_id i = 0; i < s->nop; i++)
-		for (uint32_t k = 0; k < s->op[i].ndep; k++) {
-			ts_id d = s->op[i].dep[k];
-			uint8_t dist = s->op[i].dist[k];
-			if (d >= s->nop || dist > 1) {
+	bool ok = true, forward = true; /* forward: every distance-0 dependency runs earlier in program order */
+	for (ts_id i = 0; i < s->nop; i++) {
+		const ts_op *o = &s->op[i];
+		uint32_t pi = v->op_pos[i];
+		for (uint32_t k = 0; k < o->ndep; k++) {
+			ts_id d = o->dep[k];
+			uint8_t dist = o->dist[k];
+			if (d < s->nop && dist == 0 && d != i) {
+				forward &= v->op_pos[d] < pi;
+			} else if (d >= s->nop || dist > 1) {
 				verr(v, V_OP, i, "dependency %u: @%u^%u (ops 0..%u, distance 0 or 1)", k, d, dist, s->nop - 1);
 				ok = false;
-			} else if (dist == 0 && d == i) {
+			} else if (dist == 0) {
 				verr(v, V_OP, i, "depends on itself");
 				ok = false;
-			} else if (dist == 1 && (v->op_loop[i] < 0 || v->op_loop[i] != v->op_loop[d])) {
+			} else if (v->op_loop[i] < 0 || v->op_loop[i] != v->op_loop[d]) {
 				verr(v, V_OP, i, "a loop-carried dependency (@%u^1) joins two ops of one loop", d);
 			}
 		}
+	}
 	if (!ok)
 		return false;
+	/* program order (a bijection onto 0..nop-1 once the walk passed) is
+	 * then a topological order: the graph is acyclic */
+	if (forward) {
+		for (ts_id i = 0; i < s->nop; i++)
+			order[v->op_pos[i]] = i;
+		return true;
+	}
 	/* Kahn's algorithm over distance-0 edges: dep -> op */
 	uint32_t *indeg = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *indeg), n = 0, head = 0;
 	for (ts_id i = 0; i < s->nop; i++)
@@ -681,6 +693,11 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 		}
 	}
 	qsort(L->a, L->n, sizeof *L->a, cmp_access);
+	/* exclusive() depends only on the two ops' regions: its answers cached
+	 * by region pair (direct-mapped; key 0 is an empty entry) */
+	enum { XCACHE = 4096 };
+	uint64_t *xkey = ctx_alloc(s->ctx, XCACHE * sizeof *xkey);
+	uint8_t *xval = ctx_alloc(s->ctx, XCACHE);
 	for (uint32_t i = 0; i < L->n && v->errors <= VMAX_ERRORS; i++)
 		for (uint32_t j = i + 1; j < L->n && L->a[j].buf == L->a[i].buf && L->a[j].lo <= L->a[i].hi; j++) {
 			const access *a = &L->a[i], *b = &L->a[j];
@@ -688,7 +705,16 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 				continue;
 			bool ab = reach[(size_t)b->op * words + a->op / 64] >> (a->op % 64) & 1;
 			bool ba = reach[(size_t)a->op * words + b->op / 64] >> (b->op % 64) & 1;
-			if (!ab && !ba && !exclusive(s, a->op, b->op))
+			if (ab || ba)
+				continue;
+			ts_id ra = s->op[a->op].region, rb = s->op[b->op].region;
+			uint64_t key = ((uint64_t)ra << 32 | rb) + 1;
+			uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 52) % XCACHE;
+			if (xkey[h] != key) {
+				xkey[h] = key;
+				xval[h] = exclusive(s, a->op, b->op);
+			}
+			if (!xval[h])
 				verr(v, V_OP, b->op,
 					"%s buffer %%%u '%s' (bytes %" PRId64 "..%" PRId64 ") that op @%u %s, with no "
 					"dependency path between them",
@@ -696,6 +722,8 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 					a->write ? "writes" : "reads");
 		}
 	ctx_free(s->ctx, reach, 0);
+	ctx_free(s->ctx, xkey, 0);
+	ctx_free(s->ctx, xval, 0);
 }
 
 /* ---- placement: placed buffers sharing bytes are never live together ---- */
