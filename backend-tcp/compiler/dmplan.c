@@ -66,12 +66,39 @@ static bool touches(const tcp_insn *in, ts_id b)
 	return false;
 }
 
+/* The program positions of the ops whose views name buffer b and of the
+ * lds reading it, min and max over all of them ({INT64_MAX, INT64_MIN}:
+ * none), for every buffer in one pass over the ops and scalars. */
+static void touched(const walk *w, life *T)
+{
+	const tcp_sched *s = w->s;
+	for (ts_id b = 0; b < s->nbuf; b++)
+		T[b] = (life){INT64_MAX, INT64_MIN};
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		int64_t p = w->op_pos[o];
+		for (int v = 0; v < TCP_NVIEW; v++)
+			if (in->v[v].t >= 0 && (ts_id)in->v[v].t < s->nbuf) {
+				life *L = &T[in->v[v].t];
+				L->lo = p < L->lo ? p : L->lo;
+				L->hi = p > L->hi ? p : L->hi;
+			}
+	}
+	for (ts_id c = 0; c < s->nsc; c++) /* an ld reads the buffer's element when it runs */
+		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf < s->nbuf) {
+			int64_t p = w->sc_pos[c];
+			life *L = &T[s->sc[c].buf];
+			L->lo = p < L->lo ? p : L->lo;
+			L->hi = p > L->hi ? p : L->hi;
+		}
+}
+
 /* The lifetime of buffer b: by its kind (docs/tcp-compiler.md 5.3; a loop or
  * block buffer: the extent of every loop), widened to every op touching it
- * and to the whole of any loop it is live in part of, unless it lies inside
- * the loop's body (a value live into or out of a body is live across all
- * its blocks). */
-static life lifetime(const walk *w, ts_id b)
+ * (T: touched()'s range) and to the whole of any loop it is live in part
+ * of, unless it lies inside the loop's body (a value live into or out of a
+ * body is live across all its blocks). */
+static life lifetime(const walk *w, ts_id b, life T)
 {
 	const tcp_sched *s = w->s;
 	const ts_buf *u = &s->buf[b];
@@ -80,19 +107,8 @@ static life lifetime(const walk *w, ts_id b)
 		L = (life){0, w->pos};
 	else if (u->life == TS_LIFE_SPAN && u->first < s->nop && u->last < s->nop)
 		L = (life){w->op_pos[u->first], w->op_pos[u->last]};
-	for (ts_id o = 0; o < s->nop; o++) {
-		if (!touches(&s->op[o].in, b))
-			continue;
-		int64_t p = w->op_pos[o];
-		L.lo = p < L.lo ? p : L.lo;
-		L.hi = p > L.hi ? p : L.hi;
-	}
-	for (ts_id c = 0; c < s->nsc; c++) /* an ld reads the buffer's element when it runs */
-		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf == b) {
-			int64_t p = w->sc_pos[c];
-			L.lo = p < L.lo ? p : L.lo;
-			L.hi = p > L.hi ? p : L.hi;
-		}
+	L.lo = T.lo < L.lo ? T.lo : L.lo;
+	L.hi = T.hi > L.hi ? T.hi : L.hi;
 	/* as the verifier has it: a loop or block buffer is live across every loop */
 	for (int k = 0; k < s->nloop && (u->life == TS_LIFE_LOOP || u->life == TS_LIFE_BLOCK); k++) {
 		L.lo = w->loop[k].lo < L.lo ? w->loop[k].lo : L.lo;
@@ -352,10 +368,13 @@ static bool planner_new(tcp_sched *s, planner *q)
 	if (s->top < s->nrg)
 		walk_region(&q->w, s->top, 0);
 	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false, false};
+	life *T = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *T);
+	touched(&q->w, T);
 	for (ts_id i = 0; i < s->nbuf; i++) {
-		q->P.L[i] = lifetime(&q->w, i);
+		q->P.L[i] = lifetime(&q->w, i, T[i]);
 		q->P.placed[i] = s->buf[i].space != TCP_HBM && s->buf[i].offset >= 0;
 	}
+	ctx_free(s->ctx, T, (s->nbuf + 1) * sizeof *T);
 	return true;
 }
 

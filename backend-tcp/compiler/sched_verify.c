@@ -28,6 +28,7 @@ typedef struct vs {
 	uint32_t pos;
 	uint32_t loop_lo[2], loop_hi[2];
 	int64_t body_lo[2], body_hi[2]; /* the body's ops, inclusive (hi < lo: none) */
+	bool reach_done; /* check_deps filled check_hazards' closure */
 } vs;
 
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...) MOE_PRINTF(4, 5);
@@ -571,10 +572,54 @@ static void check_op(vs *v, ts_id id, acc_list *L)
 	check_views(v, id, L);
 }
 
-/* ---- dependencies: in range, acyclic (distance 0); the order found ---- */
-static bool check_deps(vs *v, uint32_t *order)
+/* Program order (a bijection onto 0..nop-1 once the walk passed) as the
+ * topological order, when every dependency is in range, every distance-0
+ * one runs earlier and every distance-1 one joins two ops of one loop (no
+ * diagnostic); with reach (words per op), the distance-0 closure filled in
+ * that order on the way (check_hazards). False (order and reach to be
+ * redone) otherwise. */
+static bool deps_in_order(vs *v, uint32_t *order, uint64_t *reach, uint32_t words)
 {
 	const tcp_sched *s = v->s;
+	for (ts_id i = 0; i < s->nop; i++)
+		order[v->op_pos[i]] = i;
+	for (uint32_t k = 0; k < s->nop; k++) {
+		ts_id i = order[k];
+		const ts_op *o = &s->op[i];
+		uint64_t *r = reach ? reach + (size_t)i * words : NULL;
+		for (uint32_t j = 0; j < o->ndep; j++) {
+			ts_id d = o->dep[j];
+			if (d >= s->nop)
+				return false;
+			if (o->dist[j] == 1) {
+				if (v->op_loop[i] < 0 || v->op_loop[i] != v->op_loop[d])
+					return false;
+				continue;
+			}
+			if (o->dist[j] || v->op_pos[d] >= k)
+				return false;
+			if (r) {
+				const uint64_t *rd = reach + (size_t)d * words;
+				for (uint32_t w = 0; w < words; w++)
+					r[w] |= rd[w];
+				r[d / 64] |= 1ull << (d % 64);
+			}
+		}
+	}
+	return true;
+}
+
+/* ---- dependencies: in range, acyclic (distance 0); the order found ---- */
+static bool check_deps(vs *v, uint32_t *order, uint64_t *reach)
+{
+	const tcp_sched *s = v->s;
+	uint32_t words = (s->nop + 63) / 64;
+	if (deps_in_order(v, order, reach, words)) {
+		v->reach_done = reach != NULL;
+		return true;
+	}
+	if (reach)
+		memset(reach, 0, (size_t)s->nop * words * sizeof *reach);
 	bool ok = true;
 	for (ts_id i = 0; i < s->nop; i++)
 		for (uint32_t k = 0; k < s->op[i].ndep; k++) {
@@ -660,14 +705,13 @@ static int cmp_access(const void *x, const void *y)
 
 /* Every two accesses of overlapping bytes, one a write, by different ops,
  * ordered by a path of distance-0 dependencies (within one block). */
-static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
+static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *reach)
 {
 	const tcp_sched *s = v->s;
 	uint32_t n = s->nop, words = (n + 63) / 64;
-	if (n > VMAX_HAZARD_OPS || !L->n)
+	if (!reach)
 		return;
-	uint64_t *reach = ctx_alloc(s->ctx, (size_t)n * words * sizeof *reach);
-	for (uint32_t k = 0; k < n; k++) {
+	for (uint32_t k = 0; k < n && !v->reach_done; k++) {
 		ts_id o = order[k];
 		uint64_t *r = reach + (size_t)o * words;
 		for (uint32_t d = 0; d < s->op[o].ndep; d++) {
@@ -681,6 +725,11 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 		}
 	}
 	qsort(L->a, L->n, sizeof *L->a, cmp_access);
+	/* exclusive() depends only on the two ops' regions: its answers cached
+	 * by region pair (direct-mapped; key 0 is an empty entry) */
+	enum { XCACHE = 4096 };
+	uint64_t *xkey = ctx_alloc(s->ctx, XCACHE * sizeof *xkey);
+	uint8_t *xval = ctx_alloc(s->ctx, XCACHE);
 	for (uint32_t i = 0; i < L->n && v->errors <= VMAX_ERRORS; i++)
 		for (uint32_t j = i + 1; j < L->n && L->a[j].buf == L->a[i].buf && L->a[j].lo <= L->a[i].hi; j++) {
 			const access *a = &L->a[i], *b = &L->a[j];
@@ -688,14 +737,24 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L)
 				continue;
 			bool ab = reach[(size_t)b->op * words + a->op / 64] >> (a->op % 64) & 1;
 			bool ba = reach[(size_t)a->op * words + b->op / 64] >> (b->op % 64) & 1;
-			if (!ab && !ba && !exclusive(s, a->op, b->op))
+			if (ab || ba)
+				continue;
+			ts_id ra = s->op[a->op].region, rb = s->op[b->op].region;
+			uint64_t key = ((uint64_t)ra << 32 | rb) + 1;
+			uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 52) % XCACHE;
+			if (xkey[h] != key) {
+				xkey[h] = key;
+				xval[h] = exclusive(s, a->op, b->op);
+			}
+			if (!xval[h])
 				verr(v, V_OP, b->op,
 					"%s buffer %%%u '%s' (bytes %" PRId64 "..%" PRId64 ") that op @%u %s, with no "
 					"dependency path between them",
 					b->write ? "writes" : "reads", b->buf, s->buf[b->buf].name, b->lo, b->hi, a->op,
 					a->write ? "writes" : "reads");
 		}
-	ctx_free(s->ctx, reach, 0);
+	ctx_free(s->ctx, xkey, 0);
+	ctx_free(s->ctx, xval, 0);
 }
 
 /* ---- placement: placed buffers sharing bytes are never live together ---- */
@@ -800,11 +859,15 @@ static moe_status verify(const tcp_sched *s)
 	if (!v.errors)
 		for (ts_id i = 0; i < s->nop; i++)
 			check_op(&v, i, &L);
-	if (!v.errors && check_deps(&v, order) && !v.errors)
-		check_hazards(&v, order, &L);
+	/* the closure of distance-0 dependencies, for the hazards' check */
+	uint64_t *reach = NULL;
+	if (!v.errors && s->nop <= VMAX_HAZARD_OPS && L.n)
+		reach = ctx_alloc(s->ctx, (size_t)s->nop * ((s->nop + 63) / 64) * sizeof *reach);
+	if (!v.errors && check_deps(&v, order, reach) && !v.errors)
+		check_hazards(&v, order, &L, reach);
 	if (!v.errors)
 		check_placement(&v);
-	void *blocks[] = {v.op_seen, v.sc_seen, v.rg_seen, v.visible, v.def_stack, v.op_pos, v.op_loop, order, L.a};
+	void *blocks[] = {v.op_seen, v.sc_seen, v.rg_seen, v.visible, v.def_stack, v.op_pos, v.op_loop, order, L.a, reach};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(s->ctx, blocks[k], 0);
 	return v.errors ? MOE_ERR_INVALID : MOE_OK;
