@@ -160,7 +160,7 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
 	moe_run_opts po = {.verify = 1};
 	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
-		"tcp-pair-down,tcp-split-weights,tcp-plan-fusion", m, &po);
+		"tcp-pair-down,tcp-fp8-act-rows,tcp-split-weights,tcp-plan-fusion", m, &po);
 	if (st == MOE_OK)
 		*pp = moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts);
 	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
