@@ -113,6 +113,19 @@ static bool down_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *o
 	return true;
 }
 
+/* The expected block's fetch and drain cycles of the merged loop r (fr, lr)
+ * and of the loop as it was, g (fg, lg); false unless r fits DM with its
+ * experts double-buffered whole and a full block of r is bound by its fetch. */
+static bool merged_costs(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m, int64_t *fr, int64_t *lr,
+	int64_t *fg, int64_t *lg)
+{
+	int64_t B = tcp_loop_rows(r, false), re = tcp_loop_rows(r, true);
+	int64_t full = tcp_loop_block_cycles(r, m, B, fr, lr);
+	if (full < 0 || full > *fr || !tcp_loop_fits(r, m))
+		return false;
+	return tcp_loop_block_cycles(r, m, re, fr, lr) >= 0 && tcp_loop_block_cycles(g, m, re, fg, lg) >= 0;
+}
+
 /* Only when the merged loop fits DM with its experts double-buffered whole
  * (the merged operand is read through views, so it is never streamed tile
  * by tile), a full block (B rows) is bound by its fetch, and the DMA setups
@@ -130,13 +143,8 @@ static bool down_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *o
  * 128 rows per expert, slower on routing with full blocks). */
 static bool down_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
 {
-	int64_t fr, lr, fg, lg, B = tcp_loop_rows(r, false), re = tcp_loop_rows(r, true);
-	int64_t full = tcp_loop_block_cycles(r, m, B, &fr, &lr);
-	if (full < 0 || full > fr || !tcp_loop_fits(r, m))
-		return false;
-	if (tcp_loop_block_cycles(r, m, re, &fr, &lr) < 0 || tcp_loop_block_cycles(g, m, re, &fg, &lg) < 0)
-		return false;
-	return (fg - fr) * tcp_loop_blocks(r) > lr - lg;
+	int64_t fr, lr, fg, lg;
+	return merged_costs(g, r, m, &fr, &lr, &fg, &lg) && (fg - fr) * tcp_loop_blocks(r) > lr - lg;
 }
 
 /* The first block_loop's pair and down merged (NULL: g has no loop, the loop
@@ -262,13 +270,8 @@ static bool pack_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *o
  * shorter (the setups saved). */
 static bool pack_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m)
 {
-	int64_t fr, lr, fg, lg, B = tcp_loop_rows(r, false), re = tcp_loop_rows(r, true);
-	int64_t full = tcp_loop_block_cycles(r, m, B, &fr, &lr);
-	if (full < 0 || full > fr || !tcp_loop_fits(r, m))
-		return false;
-	if (tcp_loop_block_cycles(r, m, re, &fr, &lr) < 0 || tcp_loop_block_cycles(g, m, re, &fg, &lg) < 0)
-		return false;
-	return fg > fr;
+	int64_t fr, lr, fg, lg;
+	return merged_costs(g, r, m, &fr, &lr, &fg, &lg) && fg > fr;
 }
 
 /* Where tcp-split-weights marked g before this rewrite (moe_tcp_compile
