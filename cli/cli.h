@@ -68,6 +68,7 @@ typedef struct opts {
 	const char *no_skip;
 	const char *timing_only; /* run --timing-only */
 	const char *progress;    /* run --progress=auto|on|off (tcp) */
+	const char *sim_order;   /* run --sim-order=tensor|bytes (tcp) */
 	const char *quant_act;   /* --quant-act=bf16|fp8 (tcp) */
 	const char *list, *markdown, *ignore_quantization; /* import-hf */
 	const char *set;         /* the last --set (the table's field; all of them are in sets) */

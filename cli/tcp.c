@@ -307,7 +307,8 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	moe_checkpoint *ck, const opts *o, moe_tensor **out, char **stats_json)
 {
 	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace,
-		.timing_only = o->timing_only != NULL, .lazy_weights = ck};
+		.timing_only = o->timing_only != NULL, .lazy_weights = ck,
+		.order_bytes = o->sim_order && !strcmp(o->sim_order, "bytes")};
 	progress pr = {now_s(), 0, false};
 	if (want_progress(ctx, o)) {
 		ro.progress = show_progress;

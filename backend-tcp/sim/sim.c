@@ -442,6 +442,11 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
+	s.order_bytes = o->order_bytes != 0;
+	if (!tcps_alias_setup(&s)) {
+		rc = MOE_ERR_NOMEM;
+		goto out;
+	}
 	s.unmap_defer = ctx_defer(ctx, tcps_unmap, &s);
 	s.unmap_deferred = true;
 	if (s.ctl)
@@ -510,6 +515,7 @@ out:
 	ctx_free(ctx, s.borrowed, 0);
 	ctx_free(ctx, s.absent, 0);
 	ctx_free(ctx, s.hz, 0);
+	tcps_alias_free(&s);
 	ctx_free(ctx, s.spm, 0);
 	ctx_free(ctx, s.dmn_stamp, 0);
 	ctx_free(ctx, s.route, 0);

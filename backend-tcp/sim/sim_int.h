@@ -24,6 +24,11 @@
 typedef int32_t evref;
 typedef struct haz_rec {
 	int64_t lo, hi, end;
+	/* DM/TRF/VRF: the per-slice byte offsets [blo, bhi] the element range
+	 * [lo, hi] maps to (tcps_byte_span); seq: the command's position in
+	 * program order */
+	int64_t blo, bhi, seq;
+	uint32_t pc; /* the command's instruction */
 	bool write;
 	evref ev; /* the command that ends at `end` */
 } haz_rec;
@@ -32,6 +37,8 @@ typedef struct haz {
 	int n;
 	int64_t floor_w, floor_r; /* conservative summary of evicted records */
 	evref floor_w_ev, floor_r_ev;
+	int64_t last_end;  /* the latest end of any access noted */
+	int64_t last_wseq; /* the seq of the last write noted, -1: none */
 } haz;
 
 /* One command's run. pred: the recorded command whose end released it (the
@@ -105,6 +112,13 @@ typedef struct sim {
 	 * checked reads rows the command fills itself (a gather's source) */
 	struct tcps_lazy *lz;
 	bool no_fill;
+	/* sim_alias.c: per DM/TRF/VRF tensor t, the other tensors of its space
+	 * whose per-slice regions [addr, addr + slice_bytes) overlap its own:
+	 * al[alo[t]] .. al[alo[t + 1] - 1] (NULL: none computed); order_bytes:
+	 * commands also wait for conflicting accesses of those tensors to the
+	 * same per-slice bytes (moe_tcp_run_opts.order_bytes) */
+	int32_t *alo, *al;
+	bool order_bytes;
 	/* predict mode (predict.c): no tensor storage (data[] all NULL), no
 	 * arithmetic; ld and index lists read the loads the staging wrote */
 	struct tcps_pred *pr;
@@ -306,6 +320,21 @@ bool tcps_vbase_ok(sim *s, uint32_t pc, const tcp_view *v, int64_t *b);
 bool tcps_vrange(sim *s, uint32_t pc, const tcp_view *v, int nd, const int64_t *dim, int64_t *lo, int64_t *hi);
 /* Schedule a command of `dur` cycles in its context after its hazards. */
 void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur);
+
+/* sim_alias.c */
+/* Computes s->alo and s->al (false: out of memory, a diagnostic given). */
+bool tcps_alias_setup(sim *s);
+void tcps_alias_free(sim *s);
+/* The per-slice byte offsets [*blo, *bhi] that elements [lo, hi] of DM/TRF/VRF
+ * tensor t occupy in the slices holding them (a hull: every byte in between
+ * that some slice holds at that offset is inside). */
+void tcps_byte_span(const sim *s, int32_t t, int64_t lo, int64_t hi, int64_t *blo, int64_t *bhi);
+/* The latest end (>= start) of a conflicting access (RAW, WAR, WAW) of a
+ * tensor aliasing t to per-slice bytes [blo, bhi]; *ev its command. */
+int64_t tcps_alias_wait(const sim *s, int32_t t, int64_t blo, int64_t bhi, bool write, evref *ev, int64_t start);
+/* A read of t's per-slice bytes [blo, bhi]: faults (false) when a tensor
+ * aliasing t wrote some of them after t's last write to them. */
+bool tcps_alias_read_ok(sim *s, uint32_t pc, int32_t t, int64_t blo, int64_t bhi);
 
 /* sim_lazy.c */
 typedef struct tcps_lazy tcps_lazy;

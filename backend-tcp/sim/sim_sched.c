@@ -64,7 +64,7 @@ static int64_t haz_wait(const sim *s, int32_t t, int64_t lo, int64_t hi, bool wr
 	return w;
 }
 
-static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int64_t end, evref ev)
+static void haz_note(sim *s, int32_t t, const haz_rec *rec)
 {
 	haz *h = &s->hz[t];
 	if (h->n == NHAZ) {
@@ -79,7 +79,11 @@ static void haz_note(sim *s, int32_t t, int64_t lo, int64_t hi, bool write, int6
 			h->floor_r = h->r[k].end, h->floor_r_ev = h->r[k].ev;
 		h->r[k] = h->r[--h->n];
 	}
-	h->r[h->n++] = (haz_rec){lo, hi, end, write, ev};
+	h->r[h->n++] = *rec;
+	if (rec->end > h->last_end)
+		h->last_end = rec->end;
+	if (rec->write)
+		h->last_wseq = rec->seq;
 }
 
 /* Records a command's run; its evref (0 when not recorded). */
@@ -124,6 +128,21 @@ void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 		if (w > start)
 			start = w, pred = hv;
 	}
+	/* DM/TRF/VRF operands: their per-slice bytes, checked against the
+	 * tensors sharing them (sim_alias.c) */
+	int64_t blo[6] = {0}, bhi[6] = {0};
+	for (int i = 0; i < a->n; i++) {
+		int32_t t = a->t[i];
+		if (s->p->t[t].space == TCP_HBM)
+			continue;
+		tcps_byte_span(s, t, a->lo[i], a->hi[i], &blo[i], &bhi[i]);
+		if (s->alo[t] == s->alo[t + 1])
+			continue;
+		if (!a->w[i] && !tcps_alias_read_ok(s, pc, t, blo[i], bhi[i]))
+			return;
+		if (s->order_bytes)
+			start = tcps_alias_wait(s, t, blo[i], bhi[i], a->w[i], &pred, start);
+	}
 	dur += tcp_cost_issue(&s->cm, ctx);
 	if (dur > TCP_MAX_CYCLES - start) {
 		s->cycles_overflow = true;
@@ -140,8 +159,10 @@ void tcps_schedule(sim *s, uint32_t pc, const acc *a, int64_t dur)
 	s->cev[ctx] = me;
 	if (s->hold_main)
 		s->cfree[TCP_CTX_MAIN] = end, s->cev[TCP_CTX_MAIN] = me;
-	for (int i = 0; i < a->n; i++)
-		haz_note(s, a->t[i], a->lo[i], a->hi[i], a->w[i], end, me);
+	for (int i = 0; i < a->n; i++) {
+		haz_rec r = {a->lo[i], a->hi[i], end, blo[i], bhi[i], s->st->commands, pc, a->w[i], me};
+		haz_note(s, a->t[i], &r);
+	}
 	busy(s, pc, ctx == TCP_CTX_MAIN ? MOE_TCP_ENGINE_MAIN : ctx == TCP_CTX_SUB ? MOE_TCP_ENGINE_SUB : MOE_TCP_ENGINE_DMA,
 		dur);
 	if (in_experts(s, pc)) {

@@ -219,6 +219,11 @@ typedef struct moe_tcp_run_opts {
 	 * phase with (moe_tcp_compile_sched's opts; the chips' local experts a
 	 * block_loop: expert-parallel{loop=1}). moe_tcp_run ignores it. */
 	const char *sched_opts;
+	/* Nonzero: a command also waits for every conflicting access (RAW, WAR,
+	 * WAW) of another tensor of its space (DM, TRF, VRF) to the same
+	 * per-slice bytes (`moec run --sim-order=bytes`); 0: accesses are
+	 * ordered per tensor only (docs/tcp-isa.md section 2). */
+	int order_bytes;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and
