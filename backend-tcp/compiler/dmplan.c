@@ -394,6 +394,8 @@ static moe_status place(tcp_sched *s)
 		return MOE_ERR_INVALID;
 	bool ok = place_hbm(s) && place_chip(&q.P);
 	planner_free(&q);
+	if (ok && s->reuse == TS_REUSE_ORDERED)
+		ts_reuse_edges(s);
 	return ok ? MOE_OK : MOE_ERR_INVALID;
 }
 

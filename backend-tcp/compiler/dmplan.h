@@ -1,7 +1,7 @@
 /* backend-tcp/compiler/dmplan.h: the DM planner (docs/tcp-compiler.md 5.3),
  * the only code that knows the on-chip spaces' sizes: the placement of what
  * is not placed, the block loop's weights mode and the residence (DM or HBM)
- * of spillable buffers; no features, no reuse edges. */
+ * of spillable buffers, and the reuse edges (reuse.c); no features. */
 #ifndef MOEC_TCP_DMPLAN_H
 #define MOEC_TCP_DMPLAN_H
 
@@ -20,6 +20,15 @@
  * diagnostic when a space overflows (naming the largest buffers live at
  * the peak); needs s->m. */
 moe_status tcp_dm_place(tcp_sched *s);
+
+/* Reuse edges (reuse.c, docs/tcp-compiler.md 5.3 item 4): for every two
+ * placed DM/TRF/VRF buffers whose bytes and slices overlap, their accesses
+ * in program order form runs of one buffer; each run's first access and
+ * first write per context depend on the previous run's last access on every
+ * other context (distance 1 from the last run to the first when both
+ * buffers live inside one loop body). Existing dependencies are kept;
+ * tcp_dm_place runs it when s->reuse is TS_REUSE_ORDERED. */
+void ts_reuse_edges(tcp_sched *s);
 
 /* A spillable buffer: one that sched-build can keep in HBM instead of DM.
  * Two kinds: a gather read only by scatters (prod TS_NONE), which then

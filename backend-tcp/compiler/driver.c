@@ -290,7 +290,9 @@ static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const moe_gra
 	}
 	if (!ts_rewrites_enabled(e, TS_RW_PEEP))
 		return s;
+	s->reuse = e->reuse; /* from placement on: the verifier checks the reuse order */
 	if (!place(ctx, s, print)) {
+		s->reuse = TS_REUSE_UNORDERED;
 		if (print)
 			return s; /* printed unplaced: its compile reports the overflow */
 		tcp_sched_free(s);

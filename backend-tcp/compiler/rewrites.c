@@ -271,6 +271,12 @@ static moe_status opts(moe_ctx *ctx, const char *text, ts_env *e)
 	for (const char *p = text ? text : ""; *p;) {
 		size_t n = strcspn(p, ",");
 		char sign = *p;
+		if ((n == 13 && !strncmp(p, "reuse=ordered", n)) || (n == 15 && !strncmp(p, "reuse=unordered", n))) {
+			e->reuse = n == 13 ? TS_REUSE_ORDERED : TS_REUSE_UNORDERED;
+			p += n;
+			p += *p == ',';
+			continue;
+		}
 		int k = n > 1 && (sign == '-' || sign == '+') ? ts_rewrite_find(p + 1, n - 1) : -1;
 		if (k < 0) {
 			size_t cap = 1;
@@ -321,7 +327,10 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 			continue;
 		if (!r->applies(s, e) || (!(e->on >> k & 1) && !(r->benefit(s, e, k) > 0)))
 			continue;
-		if (r->apply(s, e, (uint16_t)(k + 1)) != MOE_OK || tcp_sched_verify(s) != MOE_OK) {
+		moe_status st = r->apply(s, e, (uint16_t)(k + 1));
+		if (st == MOE_OK && stage == TS_RW_PEEP && s->reuse == TS_REUSE_ORDERED)
+			ts_reuse_edges(s); /* the reuse order in the order the rewrite left */
+		if (st != MOE_OK || tcp_sched_verify(s) != MOE_OK) {
 			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
 				"tcp: the schedule after rewrite '%s' does not verify (a moec bug)", r->name);
 			return MOE_ERR_INVALID;

@@ -14,6 +14,7 @@ typedef struct ts_env {
 	moe_ctx *ctx;
 	const moe_tcp_machine *m;
 	uint64_t on, off; /* --tcp-opt: +name forces row k on (no benefit asked), -name off */
+	uint8_t reuse;    /* --tcp-opt's reuse=ordered|unordered: the schedule's TS_REUSE_* */
 } ts_env;
 
 typedef struct ts_rewrite {
@@ -49,7 +50,8 @@ double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row);
 /* For a rewrite that keeps only what the prediction gains itself: 1. */
 double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
 
-/* Reads a --tcp-opt list ("-name,+name", NULL or "": none) into e->on/off;
+/* Reads a --tcp-opt list ("-name,+name", NULL or "": none) into e->on/off
+ * (and an item reuse=ordered or reuse=unordered into e->reuse);
  * MOE_ERR_INVALID with a diagnostic naming an unknown name and the known
  * ones. */
 moe_status ts_rewrite_opts(moe_ctx *ctx, const char *opts, ts_env *e);

@@ -627,6 +627,7 @@ static bool cl_header(cl *x)
 	c->granted = s->granted;
 	c->refused = s->refused;
 	c->ran = s->ran & (ts_nrewrites < 64 ? (1ull << ts_nrewrites) - 1 : ~0ull);
+	c->reuse = s->reuse;
 	return true;
 }
 
@@ -759,7 +760,7 @@ bool ts_same(const tcp_sched *a, const tcp_sched *b)
 {
 	const ts_meta *x = &a->meta, *y = &b->meta;
 	if (a->nbuf != b->nbuf || a->nop != b->nop || a->nsc != b->nsc || a->nrg != b->nrg || a->nloop != b->nloop ||
-		a->top != b->top || a->granted != b->granted || a->refused != b->refused || a->ran != b->ran ||
+		a->top != b->top || a->granted != b->granted || a->refused != b->refused || a->ran != b->ran || a->reuse != b->reuse ||
 		!same_str(a->machine_name, b->machine_name) || x->T != y->T || x->K != y->K || x->D != y->D || x->F != y->F ||
 		x->E != y->E || x->B != y->B || x->G != y->G || x->nproj != y->nproj || x->router_E != y->router_E ||
 		x->wexp != y->wexp || x->act != y->act || x->rmacs != y->rmacs || x->dtype != y->dtype ||

@@ -20,6 +20,10 @@ enum ts_life { TS_LIFE_PROGRAM, TS_LIFE_SPAN, TS_LIFE_LOOP, TS_LIFE_BLOCK, TS_NL
 enum ts_split { TS_SPLIT_FLIT, TS_SPLIT_ROWS, TS_SPLIT_COLS, TS_NSPLIT };
 enum ts_weights { TS_W_DOUBLE, TS_W_SINGLE, TS_W_STREAM, TS_NWEIGHTS };
 enum ts_sc_kind { TS_SC_CONST, TS_SC_SPM_LD, TS_SC_ALU, TS_SC_CMP, TS_SC_LOOPVAR, TS_SC_LOOPIDX, TS_NSC };
+/* TS_REUSE_ORDERED: placement adds reuse edges (reuse.c) and the verifier
+ * checks that every two conflicting accesses of distinct buffers on shared
+ * bytes are ordered; printed as the header line `reuse ordered`. */
+enum ts_reuse { TS_REUSE_UNORDERED, TS_REUSE_ORDERED };
 enum ts_rg_kind { TS_RG_SEQ, TS_RG_GUARD, TS_RG_CLASSES, TS_RG_TIER, TS_RG_LOOP, TS_NRG };
 
 /* A region's item: an op, a child region or a scalar definition, by id, its
@@ -115,6 +119,7 @@ typedef struct tcp_sched {
 	ts_id top;                     /* the root SEQ region */
 	uint64_t granted, refused;     /* features, one bit per rewrite row */
 	uint64_t ran;                  /* the rewrites that ran, bit k: row k of rewrites.def */
+	uint8_t reuse;                 /* TS_REUSE_*: whether placement orders shared bytes (5.3) */
 	ts_meta meta;
 	const char *machine_name;      /* as printed; the machine's name when built */
 	uint32_t *hash, hcap;          /* scalar names (sched.c) */

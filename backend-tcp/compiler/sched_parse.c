@@ -807,7 +807,7 @@ static void parse_item(ps *p, const char *s)
 }
 
 /* ---- the whole text ---- */
-/* Header lines in order: tcpsched, machine, meta, features, [prep], bufs. */
+/* Header lines in order: tcpsched, machine, meta, features, [rewrites], [reuse], [prep], bufs. */
 static void parse_header_line(ps *p, int *stage, const char *s)
 {
 	static const char *const want[4] = {"tcpsched 1", "machine", "meta", "features"};
@@ -825,9 +825,15 @@ static void parse_header_line(ps *p, int *stage, const char *s)
 	if (*stage == 6)
 		return parse_item(p, s);
 	if (tcp_lit(&s, "rewrites ")) {
-		if (*stage != 4 || p->s->nbuf || p->s->ran)
+		if (*stage != 4 || p->s->nbuf || p->s->ran || p->s->reuse)
 			return perr(p, s - 9, "one rewrites line, after features and before prep and the buffers");
 		return parse_rewrites(p, s);
+	}
+	if (tcp_lit(&s, "reuse ")) {
+		if (*stage != 4 || p->s->nbuf || p->s->reuse || strcmp(s, "ordered"))
+			return perr(p, s - 6, "one 'reuse ordered' line, after features and rewrites, before prep and the buffers");
+		p->s->reuse = TS_REUSE_ORDERED;
+		return;
 	}
 	if (tcp_lit(&s, "prep ")) {
 		if (*stage != 4 || p->s->nbuf)

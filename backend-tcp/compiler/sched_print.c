@@ -37,6 +37,8 @@ static void print_header(tcp_sb *b, const tcp_sched *s)
 			tcp_sbf(b, "%s%s", n++ ? "," : "rewrites ", ts_rewrites[k].name);
 	if (s->ran)
 		tcp_sbf(b, "\n");
+	if (s->reuse == TS_REUSE_ORDERED)
+		tcp_sbf(b, "reuse ordered\n");
 	if (m->prep)
 		tcp_sbf(b, "prep %s\n", m->prep);
 }

@@ -5,7 +5,8 @@
  * buffers and in the spaces its command reads and writes, dependencies
  * acyclic, every pair of ops that touch the same bytes (one writing)
  * ordered by a dependency path, and no two placed buffers sharing bytes
- * while both are live. */
+ * while both are live; with reuse ordered, the accesses of two buffers on
+ * shared bytes ordered too (context order counting as a path). */
 #include <inttypes.h>
 #include <string.h>
 
@@ -29,7 +30,10 @@ typedef struct vs {
 	uint32_t loop_lo[2], loop_hi[2];
 	int64_t body_lo[2], body_hi[2]; /* the body's ops, inclusive (hi < lo: none) */
 	bool reach_done; /* check_deps filled check_hazards' closure */
+	ts_id *ctx_prev; /* reuse ordered: the op before each on its context (not exclusive with it), TS_NONE */
 } vs;
+
+static bool exclusive(const tcp_sched *s, ts_id a, ts_id b);
 
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...) MOE_PRINTF(4, 5);
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...)
@@ -605,6 +609,13 @@ static bool deps_in_order(vs *v, uint32_t *order, uint64_t *reach, uint32_t word
 				r[d / 64] |= 1ull << (d % 64);
 			}
 		}
+		ts_id p = v->ctx_prev ? v->ctx_prev[i] : TS_NONE;
+		if (r && p != TS_NONE) { /* one context runs its commands in order */
+			const uint64_t *rp = reach + (size_t)p * words;
+			for (uint32_t w = 0; w < words; w++)
+				r[w] |= rp[w];
+			r[p / 64] |= 1ull << (p % 64);
+		}
 	}
 	return true;
 }
@@ -718,6 +729,13 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *r
 			if (s->op[o].dist[d])
 				continue;
 			ts_id p = s->op[o].dep[d];
+			const uint64_t *rp = reach + (size_t)p * words;
+			for (uint32_t w = 0; w < words; w++)
+				r[w] |= rp[w];
+			r[p / 64] |= 1ull << (p % 64);
+		}
+		ts_id p = v->ctx_prev ? v->ctx_prev[o] : TS_NONE;
+		if (p != TS_NONE) {
 			const uint64_t *rp = reach + (size_t)p * words;
 			for (uint32_t w = 0; w < words; w++)
 				r[w] |= rp[w];
@@ -839,6 +857,86 @@ static void check_placement(vs *v)
 	ctx_free(s->ctx, P, 0);
 }
 
+/* ---- reuse ordered: distinct buffers on shared bytes, their accesses ordered ---- */
+/* ctx_prev[op]: the nearest earlier op (program order) on its context that
+ * is not in another case of a row-class switch. */
+static ts_id *context_order(vs *v)
+{
+	const tcp_sched *s = v->s;
+	ts_id *prev = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *prev), *order = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *order);
+	for (ts_id i = 0; i < s->nop; i++)
+		order[v->op_pos[i]] = i;
+	for (uint32_t k = 0; k < s->nop; k++) {
+		ts_id o = order[k];
+		prev[o] = TS_NONE;
+		for (uint32_t j = k, n = 0; j-- > 0 && n < 256; n++) {
+			ts_id q = order[j];
+			if (s->op[q].ctx != s->op[o].ctx || exclusive(s, q, o))
+				continue;
+			prev[o] = q;
+			break;
+		}
+	}
+	ctx_free(s->ctx, order, 0);
+	return prev;
+}
+
+static bool ordered(const vs *v, const uint64_t *reach, ts_id a, ts_id b)
+{
+	uint32_t words = (v->s->nop + 63) / 64;
+	return (reach[(size_t)b * words + a / 64] >> (a % 64) & 1) || (reach[(size_t)a * words + b / 64] >> (b % 64) & 1);
+}
+
+/* Two placed DM/TRF/VRF buffers whose bytes and slices overlap: every access
+ * of one and every access of the other, one of them a write, run on one
+ * context or are ordered by a path of distance-0 dependencies and context
+ * order (L: sorted by buffer). */
+static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
+{
+	const tcp_sched *s = v->s;
+	uint32_t *at = ctx_alloc(s->ctx, (s->nbuf + 2) * sizeof *at);
+	for (uint32_t i = 0; i < L->n; i++)
+		at[L->a[i].buf + 1]++;
+	for (ts_id b = 0; b < s->nbuf; b++)
+		at[b + 1] += at[b];
+	placed *P = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *P);
+	uint32_t n = 0;
+	for (ts_id i = 0; i < s->nbuf; i++) {
+		const ts_buf *b = &s->buf[i];
+		if (b->offset < 0 || b->space == TCP_HBM || b->space >= TCP_NSPACE || b->layout.slice_bytes < 1)
+			continue;
+		uint32_t s0 = b->layout.slice0, ns = (uint32_t)b->layout.nslices * b->layout.copies;
+		P[n++] = (placed){i, b->space, b->offset, b->offset + b->layout.slice_bytes - 1, s0, s0 + (ns ? ns : 1) - 1, 0, 0};
+	}
+	qsort(P, n, sizeof *P, cmp_placed);
+	for (uint32_t i = 0; i < n && v->errors <= VMAX_ERRORS; i++)
+		for (uint32_t j = i + 1; j < n && P[j].space == P[i].space && P[j].lo <= P[i].hi; j++) {
+			const placed *x = &P[i], *y = &P[j];
+			if (x->s1 < y->s0 || y->s1 < x->s0)
+				continue;
+			bool bad = false;
+			for (uint32_t p = at[x->buf]; p < at[x->buf + 1] && !bad; p++)
+				for (uint32_t q = at[y->buf]; q < at[y->buf + 1] && !bad; q++) {
+					const access *a = &L->a[p], *b = &L->a[q];
+					if (a->op == b->op || !(a->write || b->write) || s->op[a->op].ctx == s->op[b->op].ctx ||
+						ordered(v, reach, a->op, b->op) || exclusive(s, a->op, b->op))
+						continue;
+					bad = true;
+					if (v->op_pos[a->op] > v->op_pos[b->op]) {
+						const access *c = a;
+						a = b, b = c;
+					}
+					verr(v, V_OP, b->op,
+						"%s buffer %%%u '%s', which shares %s bytes %" PRId64 "..%" PRId64 " with buffer %%%u '%s' "
+						"that op @%u %s, with no dependency path between them (reuse ordered)",
+						b->write ? "writes" : "reads", b->buf, s->buf[b->buf].name, ts_space_names[x->space], y->lo,
+						x->hi < y->hi ? x->hi : y->hi, a->buf, s->buf[a->buf].name, a->op, a->write ? "writes" : "reads");
+				}
+		}
+	ctx_free(s->ctx, P, 0);
+	ctx_free(s->ctx, at, 0);
+}
+
 static moe_status verify(const tcp_sched *s)
 {
 	vs v = {.s = s};
@@ -863,11 +961,16 @@ static moe_status verify(const tcp_sched *s)
 	uint64_t *reach = NULL;
 	if (!v.errors && s->nop <= VMAX_HAZARD_OPS && L.n)
 		reach = ctx_alloc(s->ctx, (size_t)s->nop * ((s->nop + 63) / 64) * sizeof *reach);
+	if (reach && s->reuse == TS_REUSE_ORDERED)
+		v.ctx_prev = context_order(&v);
 	if (!v.errors && check_deps(&v, order, reach) && !v.errors)
 		check_hazards(&v, order, &L, reach);
+	if (!v.errors && reach && v.ctx_prev)
+		check_reuse(&v, &L, reach);
 	if (!v.errors)
 		check_placement(&v);
-	void *blocks[] = {v.op_seen, v.sc_seen, v.rg_seen, v.visible, v.def_stack, v.op_pos, v.op_loop, order, L.a, reach};
+	void *blocks[] = {v.op_seen, v.sc_seen, v.rg_seen, v.visible, v.def_stack, v.op_pos, v.op_loop, order, L.a, reach,
+		v.ctx_prev};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(s->ctx, blocks[k], 0);
 	return v.errors ? MOE_ERR_INVALID : MOE_OK;

@@ -1,0 +1,271 @@
+/* backend-tcp/compiler/reuse.c: reuse edges (docs/tcp-compiler.md 5.3, item
+ * 4). Two placed buffers of one on-chip space whose bytes and slices overlap
+ * take turns on those bytes; every turn is ordered by dependencies here:
+ * the accesses of the two buffers, merged in program order, form runs of one
+ * buffer each, and at each change of run the next run's first access and
+ * first write on each context depend on the previous run's last access on
+ * every other context (one context runs its commands in order, so its own
+ * accesses need none). When both buffers are used only inside one block
+ * loop's body, block g + 1's first run also depends at distance 1 on block
+ * g's last run. Ops in different cases of one row-class switch never both
+ * run: those pairs take no edge, and each case's own first and last accesses
+ * are taken. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend-tcp/compiler/dmplan.h"
+
+enum { RU_ALT = 4 }; /* per context: one op, plus ops of other row-class cases */
+
+typedef struct racc {
+	ts_id op;
+	uint32_t pos;
+	uint8_t ctx, write;
+} racc;
+
+typedef struct ru {
+	tcp_sched *s;
+	uint32_t *pos;
+	int8_t *rloop;      /* per region: the loop whose body holds it, -1 */
+	uint32_t *start;    /* per buffer: its accesses acc[start[b]..start[b + 1]), program order */
+	racc *acc;
+} ru;
+
+/* Whether ops a and b sit in different cases of one classes region. */
+static bool exclusive(const tcp_sched *s, ts_id a, ts_id b)
+{
+	ts_id up[72];
+	int n = 0;
+	for (ts_id r = s->op[a].region; r < s->nrg && n < 72; r = s->rg[r].parent)
+		up[n++] = r;
+	ts_id prev = TS_NONE, r = s->op[b].region;
+	for (int d = 0; r < s->nrg && d < 72; d++, prev = r, r = s->rg[r].parent)
+		for (int k = 0; k < n; k++)
+			if (up[k] == r)
+				return s->rg[r].kind == TS_RG_CLASSES && k > 0 && prev != TS_NONE && prev != up[k - 1];
+	return false;
+}
+
+static int8_t region_loop(ru *u, ts_id r, int depth)
+{
+	const tcp_sched *s = u->s;
+	if (r >= s->nrg || depth > 70)
+		return -1;
+	if (u->rloop[r] != -2)
+		return u->rloop[r];
+	int8_t l = -1;
+	for (int k = 0; k < s->nloop; k++)
+		if (s->loop[k].body == r)
+			l = (int8_t)k;
+	if (l < 0)
+		l = region_loop(u, s->rg[r].parent, depth + 1);
+	return u->rloop[r] = l;
+}
+
+static int cmp_racc(const void *x, const void *y)
+{
+	const racc *a = x, *b = y;
+	return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* Every op's accesses per buffer (one per op and buffer; a write when the op's
+ * destination names it), in program order. */
+static void accesses(ru *u)
+{
+	tcp_sched *s = u->s;
+	u->start = ctx_alloc(s->ctx, (s->nbuf + 2) * sizeof *u->start);
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t *fill = pass ? ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *fill) : NULL;
+		if (fill)
+			memcpy(fill, u->start, s->nbuf * sizeof *fill);
+		for (ts_id o = 0; o < s->nop; o++) {
+			const tcp_insn *in = &s->op[o].in;
+			for (int w = 0; w < TCP_NVIEW; w++) {
+				int32_t t = in->v[w].t;
+				bool dup = t < 0 || (ts_id)t >= s->nbuf;
+				for (int k = 0; k < w && !dup; k++)
+					dup = in->v[k].t == t;
+				if (dup)
+					continue;
+				bool wr = in->v[TCP_V_DST].t == t;
+				if (!pass)
+					u->start[t + 1]++;
+				else
+					u->acc[fill[t]++] = (racc){o, u->pos[o], s->op[o].ctx, wr};
+			}
+		}
+		if (!pass) {
+			for (ts_id b = 0; b < s->nbuf; b++)
+				u->start[b + 1] += u->start[b];
+			u->acc = ctx_alloc(s->ctx, (u->start[s->nbuf] + 1) * sizeof *u->acc);
+		} else
+			ctx_free(s->ctx, fill, 0);
+	}
+	for (ts_id b = 0; b < s->nbuf; b++)
+		qsort(u->acc + u->start[b], u->start[b + 1] - u->start[b], sizeof *u->acc, cmp_racc);
+}
+
+/* A run: accesses r[0..n) of one buffer. pick: on context c, the last access
+ * (last) or the first access or first write (!last), with those of other
+ * row-class cases, into out (at most RU_ALT). */
+static int pick(const tcp_sched *s, const racc *r, uint32_t n, int c, bool last, bool write, ts_id *out)
+{
+	int k = 0;
+	for (uint32_t i = 0; i < n && k < RU_ALT; i++) {
+		const racc *a = &r[last ? n - 1 - i : i];
+		if (a->ctx != c || (write && !a->write))
+			continue;
+		bool alt = true;
+		for (int j = 0; j < k && alt; j++)
+			alt = exclusive(s, a->op, out[j]);
+		if (alt)
+			out[k++] = a->op;
+	}
+	return k;
+}
+
+static bool any_write(const racc *r, uint32_t n, int c)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (r[i].ctx == c && r[i].write)
+			return true;
+	return false;
+}
+
+/* o waits for `on` (at distance dist) unless a dependency of o at that
+ * distance on a later-or-same op of on's context already implies it. */
+static void edge(ru *u, ts_id o, ts_id on, int dist)
+{
+	const tcp_sched *s = u->s;
+	if (o == on || (!dist && u->pos[on] >= u->pos[o]) || exclusive(s, o, on))
+		return;
+	const ts_op *p = &s->op[o];
+	for (uint32_t k = 0; k < p->ndep; k++) {
+		ts_id d = p->dep[k];
+		if (d < s->nop && p->dist[k] == dist && s->op[d].ctx == s->op[on].ctx && u->pos[d] >= u->pos[on] &&
+			!exclusive(s, d, on))
+			return;
+	}
+	ts_add_dep(u->s, o, on, dist);
+}
+
+/* Run b (the later) waits for run a: per context of b, its first access
+ * (when it writes or a writes on that other context) and its first write. */
+static void order_runs(ru *u, const racc *a, uint32_t na, const racc *b, uint32_t nb, int dist)
+{
+	const tcp_sched *s = u->s;
+	for (int cb = 0; cb < TCP_NCTX; cb++) {
+		ts_id first[RU_ALT], wr[RU_ALT];
+		int nf = pick(s, b, nb, cb, false, false, first), nw = pick(s, b, nb, cb, false, true, wr);
+		if (!nf)
+			continue;
+		for (int ca = 0; ca < TCP_NCTX; ca++) {
+			ts_id last[RU_ALT];
+			int nl = ca == cb ? 0 : pick(s, a, na, ca, true, false, last);
+			bool aw = nl && any_write(a, na, ca);
+			for (int i = 0; i < nl; i++) {
+				for (int j = 0; j < nf; j++) {
+					bool fw = false;
+					for (uint32_t k = 0; k < nb && !fw; k++)
+						fw = b[k].op == first[j] && b[k].write;
+					if (fw || aw)
+						edge(u, first[j], last[i], dist);
+				}
+				for (int j = 0; j < nw; j++)
+					edge(u, wr[j], last[i], dist);
+			}
+		}
+	}
+}
+
+/* Whether every access of buffer b stands in loop l's body. */
+static bool in_body(ru *u, ts_id b, int l)
+{
+	for (uint32_t i = u->start[b]; i < u->start[b + 1]; i++)
+		if (region_loop(u, u->s->op[u->acc[i].op].region, 0) != l)
+			return false;
+	return u->start[b + 1] > u->start[b];
+}
+
+/* Buffers x and y share bytes: their runs in program order, each ordered
+ * after the one before it (and the first after the last of the previous
+ * block, inside one loop body). */
+static void order_pair(ru *u, ts_id x, ts_id y)
+{
+	const racc *ax = u->acc + u->start[x], *ay = u->acc + u->start[y];
+	uint32_t nx = u->start[x + 1] - u->start[x], ny = u->start[y + 1] - u->start[y];
+	if (!nx || !ny)
+		return;
+	const racc *prev = NULL, *first = NULL;
+	uint32_t np = 0, nfirst = 0, i = 0, j = 0;
+	while (i < nx || j < ny) {
+		bool tx = j >= ny || (i < nx && ax[i].pos <= ay[j].pos);
+		const racc *r = tx ? ax + i : ay + j;
+		uint32_t n = 0, lim = tx ? nx - i : ny - j;
+		const racc *other = tx ? ay + j : ax + i;
+		bool more = tx ? j < ny : i < nx;
+		while (n < lim && (!more || r[n].pos <= other->pos))
+			n++;
+		if (prev)
+			order_runs(u, prev, np, r, n, 0);
+		else
+			first = r, nfirst = n;
+		prev = r, np = n;
+		if (tx)
+			i += n;
+		else
+			j += n;
+	}
+	if (prev == first || (prev >= ax && prev < ax + nx) == (first >= ax && first < ax + nx))
+		return;
+	for (int l = 0; l < u->s->nloop; l++)
+		if (in_body(u, x, l) && in_body(u, y, l))
+			order_runs(u, prev, np, first, nfirst, 1);
+}
+
+typedef struct rplaced {
+	ts_id buf;
+	uint8_t space;
+	int64_t lo, hi;   /* per-slice bytes, inclusive */
+	uint32_t s0, s1;  /* slices, inclusive */
+} rplaced;
+
+static int cmp_rplaced(const void *x, const void *y)
+{
+	const rplaced *a = x, *b = y;
+	if (a->space != b->space)
+		return a->space < b->space ? -1 : 1;
+	return a->lo < b->lo ? -1 : a->lo > b->lo ? 1 : (a->buf > b->buf) - (a->buf < b->buf);
+}
+
+static void reuse_edges(tcp_sched *s)
+{
+	ru u = {.s = s};
+	u.pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *u.pos);
+	ts_op_positions(s, u.pos);
+	u.rloop = ctx_alloc(s->ctx, s->nrg + 1);
+	memset(u.rloop, -2, s->nrg + 1);
+	accesses(&u);
+	rplaced *P = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *P);
+	uint32_t n = 0;
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		const ts_buf *x = &s->buf[b];
+		if (x->space == TCP_HBM || x->space >= TCP_NSPACE || x->offset < 0 || x->layout.slice_bytes <= 0)
+			continue;
+		uint32_t s0 = x->layout.slice0, ns = (uint32_t)x->layout.nslices * (x->layout.copies ? x->layout.copies : 1);
+		P[n++] = (rplaced){b, x->space, x->offset, x->offset + x->layout.slice_bytes - 1, s0, s0 + (ns ? ns : 1) - 1};
+	}
+	qsort(P, n, sizeof *P, cmp_rplaced);
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = i + 1; j < n && P[j].space == P[i].space && P[j].lo <= P[i].hi; j++)
+			if (!(P[i].s1 < P[j].s0 || P[j].s1 < P[i].s0))
+				order_pair(&u, P[i].buf, P[j].buf);
+	void *blocks[] = {u.pos, u.rloop, u.start, u.acc, P};
+	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
+		ctx_free(s->ctx, blocks[k], 0);
+}
+
+void ts_reuse_edges(tcp_sched *s)
+{
+	reuse_edges(s);
+}
