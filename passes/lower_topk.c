@@ -9,13 +9,16 @@
  *             constant computed before the compares (on TCP while x and the
  *             router weights are fetched), so the equality and the and are
  *             one vector pass, the greater-than, the or and the sum another.
- *   packed16  key = bf16 bits << 16 | (E-1-e), negatives xor 0x7fff0000; the
- *             index lives in the key, so keys are unique (needs E <= 65536).
+ *   packed16  key = bf16 bits << 16 | (E-1-e) (NaN -> +qNaN) for a clear
+ *             sign bit, else INT_MIN + (E-1-e) - (bf16 bits << 16) (the
+ *             negated magnitude in the high half: -0 keys as +0); the index
+ *             lives in the key, so keys are unique (needs E <= 65536).
  * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
  * output slot k holds the element of rank k (torch.topk(sorted=True) order),
  * found by comparing rank with k and a 0/1 product summed over the candidates
- * (one candidate matches, so the sum is its value); packed16 unpacks the index
- * from the selected key. No data-dependent control flow remains.
+ * (one candidate matches, so the sum is its value); the index is selected
+ * the same way, as the sum of e (in both modes). No data-dependent control
+ * flow remains.
  *
  * The compare matrix has rows x E x E elements (DeepSeek-V3 at T = 4096:
  * 2^28). When that exceeds the `chunk` option (default 2^25 elements), the
@@ -102,16 +105,19 @@ static moe_id packed_key(tk *c, moe_id x)
 {
 	moe_graph *d = c->d;
 	moe_id b = ir_b_cast(d, x, MOE_BF16, c->loc);
-	moe_id zero = ir_b_const(d, MOE_BF16, 0.0, c->loc);
-	moe_id z = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_EQ, b, zero, c->loc), zero, b, c->loc);
-	moe_id q = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_NE, b, b, c->loc), ir_b_const(d, MOE_BF16, NAN, c->loc), z,
+	moe_id q = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_NE, b, b, c->loc), ir_b_const(d, MOE_BF16, NAN, c->loc), b,
 		c->loc);
 	moe_id hi = ir_b_bitcast(d, ir_b_cast(d, q, MOE_F32, c->loc), MOE_I32, c->loc);
-	moe_id lo = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), iota_at(c, c->E, c->r, c->r - 1), c->loc);
+	moe_id e = iota_at(c, c->E, c->r, c->r - 1);
+	moe_id lo = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), e, c->loc);
 	moe_id packed = ir_b2(d, MOE_OP_OR, hi, lo, c->loc);
+	/* a negative hi (-0 included) keys as INT_MIN + lo - hi = lo - (magnitude
+	 * << 16): below every other key, decreasing with the magnitude, -0's equal
+	 * to +0's (0 | lo); the other lanes' wrapped differences are not taken */
+	moe_id neglo = ir_b2(d, MOE_OP_SUB, ci(c, (int64_t)INT32_MIN + c->E - 1), e, c->loc);
+	moe_id negkey = ir_b2(d, MOE_OP_SUB, neglo, hi, c->loc);
 	moe_id neg = ir_b2(d, MOE_OP_LT, packed, ci(c, 0), c->loc);
-	moe_id flipped = ir_b2(d, MOE_OP_XOR, packed, ci(c, 0x7fff0000), c->loc);
-	return ir_b3(d, MOE_OP_SELECT, neg, flipped, packed, c->loc);
+	return ir_b3(d, MOE_OP_SELECT, neg, negkey, packed, c->loc);
 }
 
 /* The values of the K slots, take_along(x, topk(x)) along the last axis, as
@@ -192,15 +198,8 @@ static moe_id lower_one(tk *c, moe_id x, bool packed, moe_id bits, moe_id *vals)
 	/* the select-sum as a 0/1 product: compare, multiply and sum are one
 	 * vector pass in TCP's stage order (a select's merge comes after the sum) */
 	moe_id isi = ir_b_cast(d, is, MOE_I32, c->loc);
-	if (packed) {
-		moe_id sel = ir_b2(d, MOE_OP_MUL, isi, unsqueeze(c, key, r), c->loc);
-		moe_id ksel = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc); /* [..., K] */
-		moe_id low = ir_b2(d, MOE_OP_AND, ksel, ci(c, 0xffff), c->loc);
-		moe_id ix = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), low, c->loc);
-		if (vals)
-			*vals = pick_values(c, ix, bits);
-		return ix;
-	}
+	/* the slot's index as the select-sum of e itself (packed16's keys hold
+	 * E-1-e too, but unpacking the selected key takes one more pass) */
 	moe_id e = iota_at(c, c->E, r + 1, r - 1);
 	moe_id sel = ir_b2(d, MOE_OP_MUL, isi, e, c->loc);
 	moe_id ix = ir_b_reduce(d, MOE_OP_REDUCE_SUM, sel, -2, false, c->loc);
