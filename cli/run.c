@@ -62,7 +62,7 @@ int cli_passes(moe_ctx *ctx)
 	for (uint32_t i = 0; moe_tcp_rewrite_info(i, &name, &summary); i++)
 		printf("  %-20s %s\n", name, summary);
 	printf("\nnamed pipelines:\n");
-	static const char *const names[] = {"tcp", "tcp-sched", "host"};
+	static const char *const names[] = {"tcp", "tcp-sched", "tcp-graph", "host"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		printf("  %-20s %s\n", names[i], moe_pipeline_named(names[i]));
 	return 0;

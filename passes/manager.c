@@ -77,11 +77,17 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 }
 #define NBUILTIN (sizeof builtin / sizeof *builtin)
 
+/* The TCP target's graph passes in their order (docs/tcp-compiler.md section
+ * 3): the tail of the tcp pipeline, and the pipeline multichip runs on each
+ * chip's phase graph. Named tcp-graph; the one list both expand. */
+#define TCP_GRAPH_PIPELINE \
+	"tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-einsum-canon,tcp-fp8-act-rows,tcp-split-weights," \
+	"tcp-plan-fusion"
+
 #define TCP_PIPELINE \
 	"infer-shapes,canonicalize,lower-topk," \
 	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
-	"grid-bound,canonicalize,cse,dce,tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-einsum-canon," \
-	"tcp-fp8-act-rows,tcp-split-weights,tcp-plan-fusion"
+	"grid-bound,canonicalize,cse,dce," TCP_GRAPH_PIPELINE
 
 static const struct {
 	const char *name, *text;
@@ -93,6 +99,9 @@ static const struct {
 	{"host", "infer-shapes,canonicalize,blockwise-dispatch,flatten-blocks,lower-exchange,grid-bound,canonicalize,cse,"
 		 "dce"},
 	{"tcp-sched", TCP_PIPELINE},
+	/* the graph passes alone, on a graph whose experts are already a
+	 * block_loop (multichip's phases) */
+	{"tcp-graph", TCP_GRAPH_PIPELINE},
 };
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one

@@ -136,7 +136,8 @@ static void measure(moe_ctx *ctx, chip *c, int k, const tcp_program *p, const mo
  * its graph, *pp its program (both NULL when the phase computes nothing),
  * ids[0..*nids-1] the source node of each output. The phase is read as the
  * tcp pipeline leaves a layer (its block_loop kept, the loop's pairings, the
- * packed weights marked). */
+ * packed weights marked): its graph passes are the named pipeline tcp-graph,
+ * the tcp pipeline's own list. */
 static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tcp_run_opts *ro, moe_module **mp,
 	moe_tcp_program **pp, moe_id *ids, uint32_t *nids)
 {
@@ -159,8 +160,7 @@ static moe_status compile_phase(moe_ctx *ctx, const chip *c, int k, const moe_tc
 	 * times */
 	ir_graph_set_attr_int(g, IR_GK_GRID_BLOCKS, ir_graph_attr_int(c->g, IR_GK_GRID_BLOCKS, 0));
 	moe_run_opts po = {.verify = 1};
-	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce,tcp-pair-gate-up,"
-		"tcp-pair-down,tcp-fp8-act-rows,tcp-split-weights,tcp-plan-fusion", m, &po);
+	moe_status st = moe_run_pipeline_text(ctx, "infer-shapes,canonicalize,cse,dce,tcp-graph", m, &po);
 	if (st == MOE_OK)
 		*pp = moe_tcp_compile_sched(ctx, g, ro->machine, ro->sched_opts);
 	return st == MOE_OK && !*pp ? MOE_ERR_INVALID : st;
