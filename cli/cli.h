@@ -79,7 +79,8 @@ typedef struct opts {
 	const char *decode_tier;  /* --decode-tier=on|off (tcp serving) */
 	const char *emit;         /* compile --emit=tcp-sched (tcp) */
 	const char *tcp_opt;      /* --tcp-opt=-NAME,+NAME (the schedule compiler's rewrites) */
-	const char *tcp_reuse;    /* --tcp-reuse=ordered|unordered (joined into tcp_opt by cli_parse) */
+	const char *tcp_reuse;    /* --tcp-reuse=ordered|unordered */
+	const char *sched_opts;   /* what the schedule compiler reads: tcp_opt, with tcp_reuse as its `reuse=` item */
 	moe_setting sets[MAX_SETS];
 	char setnames[MAX_SETS][128];
 	size_t nsets;

@@ -359,7 +359,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	}
 	moe_tcp_ep_stats s;
 	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
-		.trace_path = o->trace, .sched_opts = o->tcp_opt, .order_bytes = o->sim_order && !strcmp(o->sim_order, "bytes")};
+		.trace_path = o->trace, .sched_opts = o->sched_opts, .order_bytes = o->sim_order && !strcmp(o->sim_order, "bytes")};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;
@@ -717,7 +717,7 @@ int cli_compile_ep(moe_ctx *ctx, const opts *o)
 		if (!st)
 			g[d] = moe_module_graph(m[d], 0);
 	}
-	moe_tcp_run_opts ro = {.machine = mach, .sched_opts = o->tcp_opt};
+	moe_tcp_run_opts ro = {.machine = mach, .sched_opts = o->sched_opts};
 	cJSON *man = cJSON_CreateObject(), *ex = cJSON_CreateArray();
 	w.programs = cJSON_CreateArray();
 	cJSON_AddNumberToObject(man, "ep", (double)N);

@@ -371,11 +371,12 @@ int cli_parse(int argc, char **argv, opts *o, const cli_command *c)
 	}
 	if (o->file && (c->bit == C_PASSES || o->list))
 		return cli_fail("this takes no file ('%s')", o->file);
+	o->sched_opts = o->tcp_opt;
 	if (o->tcp_reuse) { /* the schedule compiler reads it as a --tcp-opt item */
 		static char joined[4096];
 		snprintf(joined, sizeof joined, "%s%sreuse=%s", o->tcp_opt ? o->tcp_opt : "", o->tcp_opt ? "," : "",
 			o->tcp_reuse);
-		o->tcp_opt = joined;
+		o->sched_opts = joined;
 	}
 	if (o->markdown && !o->list)
 		return cli_fail("--markdown goes with --list%s", "");

@@ -130,7 +130,7 @@ int cli_serve_tier(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tc
 		moe_node_set_name(g1, nt, MOE_TOKENS_INPUT ".tier");
 	moe_run_opts ro = {.verify = 1};
 	moe_tcp_program *d = g1 && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
-				     ? moe_tcp_compile_sched(ctx, g1, m, o1.tcp_opt)
+				     ? moe_tcp_compile_sched(ctx, g1, m, o1.sched_opts)
 				     : NULL;
 	int errors = moe_error_count(ctx);
 	moe_tcp_program *linked = d ? moe_tcp_link_tier(ctx, *p, d) : NULL;

@@ -109,7 +109,7 @@ static moe_module *load_with_b(moe_ctx *ctx, const opts *o, int64_t B)
 
 moe_tcp_program *cli_tcp_program(moe_ctx *ctx, const opts *o, const moe_graph *g, const moe_tcp_machine *m)
 {
-	return moe_tcp_compile_sched(ctx, g, m, o->tcp_opt);
+	return moe_tcp_compile_sched(ctx, g, m, o->sched_opts);
 }
 
 int cli_tcp_fit(moe_ctx *ctx, const opts *o, cli_fit *fit)
@@ -163,7 +163,7 @@ int cli_compile_tcp(moe_ctx *ctx, const moe_graph *g, const opts *o, const char 
 	}
 	if (o->emit) {
 		moe_tcp_machine *m = machine(ctx, o);
-		int st = !m || moe_tcp_emit_sched(ctx, g, m, o->tcp_opt, out) != MOE_OK;
+		int st = !m || moe_tcp_emit_sched(ctx, g, m, o->sched_opts, out) != MOE_OK;
 		moe_tcp_machine_free(ctx, m);
 		return st;
 	}
