@@ -554,8 +554,9 @@ w("**Known optimism: unordered reuse of shared bytes.** The simulator orders acc
   "docs/tcp-compiler.md 5.2): Qwen3-30B-A3B T = 4096 1797.0 -> 1889.5 us, T = 512 1003.1 -> 1019.2, T = 64 "
   "894.9 -> 904.9; DeepSeek-V3 T = 4096 20756.6 -> 21095.7, T = 1 557.4 -> 585.5; gpt-oss-20b T = 4096 "
   "3931.6 -> 4025.0; Mixtral unchanged (bench/sim_before_after.sh with OPTS_AFTER=--sim-order=bytes). The "
-  "compiler's fix (reuse edges as dependencies, or one tensor per reused region) is open; the simulator's "
-  "default becomes bytes once it is in.\n")
+  "compiler's reuse edges exist as an option (`--tcp-reuse=ordered`, docs/tcp-compiler.md 5.3) but do not "
+  "yet make the prediction see these waits, nor compile DeepSeek-V3 at T = 64; both defaults flip together "
+  "once they do.\n")
 if tcp_ok:
     w("Every layer runs on moec's simulator with the shipped machine description, timing-only "
       "(`moec run --timing-only`: the cycle counts of the full simulation without the arithmetic of the expert "
