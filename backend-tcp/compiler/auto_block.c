@@ -1,7 +1,7 @@
 /* backend-tcp/compiler/auto_block.c: block=auto, the block size B of the
- * expert grid (docs/tcp-isa.md 7.8, docs/tcp-compiler.md 6.1): candidate Bs
- * built by the schedule compiler and priced on the schedule's timeline, the
- * cost model the compile and the simulator share. */
+ * expert grid (docs/tcp-isa.md 7.8, docs/tcp-compiler.md 6.1): a model of
+ * the block loop ranks the candidate Bs, and the schedule compiler compiles
+ * and prices its pick on the schedule's timeline. */
 #include <math.h>
 #include <string.h>
 
@@ -9,15 +9,77 @@
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/compiler/schedule.h"
 #include "backend-tcp/compiler/tcp_compile.h"
+#include "backend-tcp/isa/cost.h"
 #include "moec/passes.h"
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* The plans of one block=auto call: every candidate B prices its row
+ * classes with the same (rows, O, I) several times over (tcp_plan_contract
+ * tries every TRF row count, so its result is worth keeping). An open
+ * addressing table; a full one plans afresh. */
+enum { MEMO_SLOTS = 4096 };
+typedef struct plan_memo {
+	struct {
+		int64_t M, O, I;
+		int wdt;
+		bool used;
+		cplan pl;
+	} e[MEMO_SLOTS];
+} plan_memo;
+
+/* tcp_plan_contract(m, M, O, I, wdt), kept in pm (NULL: none). */
+static cplan plan_of(const moe_tcp_machine *m, plan_memo *pm, int64_t M, int64_t O, int64_t I, int wdt)
+{
+	if (!pm)
+		return tcp_plan_contract(m, M, O, I, wdt, NULL);
+	uint64_t h = (uint64_t)M * 0x9e3779b97f4a7c15ull ^ (uint64_t)O * 0xc2b2ae3d27d4eb4full ^
+		     (uint64_t)I * 0x165667b19e3779f9ull ^ (uint64_t)wdt;
+	for (uint64_t k = 0; k < MEMO_SLOTS; k++) {
+		size_t i = (size_t)((h + k) % MEMO_SLOTS);
+		if (!pm->e[i].used) {
+			pm->e[i].M = M, pm->e[i].O = O, pm->e[i].I = I, pm->e[i].wdt = wdt, pm->e[i].used = true;
+			pm->e[i].pl = tcp_plan_contract(m, M, O, I, wdt, NULL);
+			return pm->e[i].pl;
+		}
+		if (pm->e[i].M == M && pm->e[i].O == O && pm->e[i].I == I && pm->e[i].wdt == wdt)
+			return pm->e[i].pl;
+	}
+	return tcp_plan_contract(m, M, O, I, wdt, NULL);
+}
+
+/* A block of `rows` rows (at most h) runs the contraction planned for h rows
+ * in the row tiles (docs/tcp-isa.md 7.4) that start below `rows`: [0, first),
+ * [first, 2 first), ... or, with a step, [first, first + step), ... (first
+ * = 0: h whole). Its cycles. */
+static int64_t tiled_cycles(const moe_tcp_machine *m, plan_memo *pm, int64_t h, int64_t first, int64_t step,
+	int64_t rows, int64_t O, int64_t I, int wdt)
+{
+	cplan pl = plan_of(m, pm, h, O, I, wdt);
+	int64_t tiles[64] = {0};
+	int nt = 0;
+	if (first < 1 || h <= first)
+		tiles[nt++] = h;
+	else
+		for (int64_t s = 0, len = first; s < h && s < rows && nt < 64; s += len, len = step > 0 ? step : s)
+			tiles[nt++] = h - s < len ? h - s : len;
+	return tcp_contract_cycles(m, pl.Os, pl.It, O, I, wdt, tiles, nt);
+}
 
 /* The sizes block=auto looks at: the experts op of a layer before the
  * pipeline (x [T, D], idx [T, K], up [E, F, D]). */
 typedef struct layer_dims {
 	int64_t T, D, F, E, K, B, nproj;
 	int xdt, wdt;
+	int acts;  /* vector passes of the activation per block (after tcp-plan-fusion's chains) */
+	bool pair; /* gate and up contracted as one (pair_gate_up.c) */
 	double wbytes; /* HBM bytes per weight element: the dtype's, or a quantized weight's stored bytes */
-	moe_id ex;     /* the experts op */
+	double shared; /* main cycles of a shared expert run in pieces inside the loop (docs/tcp-isa.md 7.4), or 0 */
+	plan_memo *memo; /* the call's plans, or NULL */
+	moe_id ex;       /* the experts op */
 } layer_dims;
 
 /* Stored bytes per element of a weight: a dequant's packed values and scales
@@ -46,9 +108,285 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 		*d = (layer_dims){.ex = i, .T = x->shape[0], .D = x->shape[1], .F = up->shape[1], .E = up->shape[0],
 			.K = idx->shape[1], .B = ir_attr_int(n, "block", 1), .nproj = n->args[EXP_GATE] != MOE_NONE ? 3 : 2,
 			.xdt = x->dtype, .wdt = up->dtype, .wbytes = weight_bytes(g, n->args[EXP_UP])};
+		/* swiglu's silu(g) x u is one pass; gpt-oss's clamps, biases and scaled
+		 * sigmoid take eight (measured on gpt-oss-20b); the others about two */
+		const char *act = ir_attr_str(n, "act", "swiglu");
+		d->acts = !strcmp(act, "swiglu") || !strcmp(act, "none") ? 1 : !strcmp(act, "gpt_oss") ? 8 : 2;
+		const ir_node *gt = n->args[EXP_GATE] != MOE_NONE ? N(g, n->args[EXP_GATE]) : NULL;
+		d->pair = gt && gt->op == MOE_OP_WEIGHT && up->op == MOE_OP_WEIGHT && gt->dtype == up->dtype &&
+			  (up->dtype == MOE_BF16 || up->dtype == MOE_F32) && !memcmp(gt->shape, up->shape, sizeof up->shape);
 		return d->T > 0 && d->E > 0 && d->K > 0 && d->K <= d->E;
 	}
 	return false;
+}
+
+/* A shared expert: contractions of a weight that neither feed the experts
+ * op nor read its result. When the tail runs in row chunks (its widest
+ * contraction's f32 rows past 1/8 of DM) and 64 chunks hold at least 4 rows
+ * each (rowchunk.c), a shared expert runs in 64 pieces of T / 64 rows
+ * inside the block loop: their contraction cycles, else 0. */
+static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const layer_dims *d)
+{
+	uint32_t nn = g->nnodes;
+	moe_id ex = MOE_NONE;
+	for (moe_id i = 0; i < nn && ex == MOE_NONE; i++)
+		ex = N(g, i)->op == MOE_OP_EXPERTS ? i : MOE_NONE;
+	if (ex == MOE_NONE || d->T % 64 || d->T / 64 < 4)
+		return 0;
+	bool *anc = ctx_alloc(g->ctx, nn + 1), *dep = ctx_alloc(g->ctx, nn + 1);
+	anc[ex] = true;
+	for (moe_id i = ex + 1; i-- > 0;)
+		for (uint32_t k = 0; anc[i] && k < N(g, i)->nargs; k++)
+			if (N(g, i)->args[k] != MOE_NONE)
+				anc[N(g, i)->args[k]] = true;
+	double cyc = 0, wb = 0, widest = 0, S = (double)tcp_slices(m);
+	for (moe_id i = 0; i < nn; i++) {
+		const ir_node *n = N(g, i);
+		dep[i] = i == ex;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			dep[i] |= n->args[k] != MOE_NONE && dep[n->args[k]];
+		ir_einsum e;
+		char msg[96];
+		if (anc[i] || dep[i] || n->op != MOE_OP_EINSUM || n->nargs != 2 || N(g, n->args[1])->op != MOE_OP_WEIGHT ||
+			n->rank < 1 || n->shape[0] != d->T || !ir_einsum_parse(ir_attr_str(n, "eq", ""), &e, msg, sizeof msg))
+			continue;
+		const ir_node *a = N(g, n->args[0]), *w = N(g, n->args[1]);
+		int64_t O = ir_numel(n) / d->T, I = ir_numel(a) / d->T;
+		cyc += 64.0 * (double)tiled_cycles(m, d->memo, d->T / 64, 0, 0, d->T / 64, O, I, w->dtype);
+		wb += (double)ir_bytes(w);
+		widest = fmax(widest, (double)O * (double)(moe_dtype_size((moe_dtype)n->dtype) + 4));
+	}
+	ctx_free(g->ctx, anc, nn + 1);
+	ctx_free(g->ctx, dep, nn + 1);
+	double dm = (double)m->dm_bytes_per_slice * S;
+	return wb <= dm / 2 && (double)d->T * widest > dm / 8 ? cyc : 0;
+}
+
+/* What one block costs on the main context, by its row count: a block of
+ * at most h rows (h = f, 4f, 16f, ... below B, the row classes of
+ * docs/tcp-isa.md 7.4) runs the contractions planned for h rows (above f in two
+ * row tiles, the second only for more than h / 2 rows), a fuller one those
+ * planned for B. Index k < ncls: class h[k]; the last entry is B. */
+/* The upper row classes of a block pass over B rows whose first tile is f
+ * rows (docs/tcp-isa.md 7.4, "Upper row classes"): with the weights held
+ * whole in DM, the rows between hl (the largest f 4^k below B) and B get a
+ * class every step rows (8, coarser for large B), each planned for its h
+ * rows; at most max of them; returns their count. */
+enum { TCP_MAX_UPPER = 32 };
+static int upper_classes(int64_t B, int64_t f, int64_t *out, int max)
+{
+	if (f < 1 || B <= f)
+		return 0;
+	int64_t hl = f;
+	while (hl * 4 < B)
+		hl *= 4;
+	int64_t s = B >= 512 ? 8 * (B / 256) : 8;
+	int n = 0;
+	for (int64_t h = hl + s; h < B && n < max; h += s)
+		out[n++] = h;
+	return n;
+}
+
+enum { MAXCLS = 8 + TCP_MAX_UPPER, NSTEP = 5 };
+typedef struct block_costs {
+	int64_t B, h[MAXCLS];
+	double lo[MAXCLS], hi[MAXCLS], dma, wfetch; /* lo: at most h / 2 rows; hi: more */
+	int ncls;    /* entries, B's included */
+	bool stream; /* weights streamed per block: a block takes the longer of its main and DMA work */
+	/* streamed weights (fine row tiles, docs/tcp-isa.md 7.4): main cycles of
+	 * class k with j tiles of h / 8 past h / 2 (the last entry: a block
+	 * short of B), of a full block; DMA cycles fixed and per row moved */
+	double fine[MAXCLS][NSTEP], full, sdma, drow;
+	double share; /* a shared expert's pieces, spread over the blocks: main cycles per block */
+} block_costs;
+
+/* The main-context cycles of the block at the rows of its class; with
+ * streamed weights the longer of those and its DMA work (the expert's
+ * weights, its token rows, its result's rows: h of its class). */
+static double class_cost(const block_costs *bc, int64_t rows)
+{
+	int k = 0;
+	while (k < bc->ncls - 1 && rows > bc->h[k])
+		k++;
+	int64_t h = bc->h[k];
+	if (!bc->stream)
+		return (2 * rows > h ? bc->hi[k] : bc->lo[k]) + bc->share;
+	int64_t j = k == 0 || 2 * rows <= h ? 0 : (rows - h / 2 + h / 8 - 1) / (h / 8);
+	double mm = (rows >= bc->B ? bc->full : bc->fine[k][j < NSTEP ? j : NSTEP - 1]) + bc->share;
+	double dm = bc->sdma + (double)(rows + h) * bc->drow;
+	return dm > mm ? dm : mm;
+}
+
+/* Expert loads: an expert's token count n is Binomial(T, K/E x l), where
+ * l is the expert's load relative to uniform routing: l = 1 when the router
+ * is balanced (cv = 0), else lognormal with mean 1 and coefficient of
+ * variation cv, taken at its 8 equally likely octile midpoints (assumption
+ * A15). Accumulates the expected number of experts hit, E P(n > 0), of
+ * blocks, E E[ceil(n/B)], and of the blocks' main-context cycles, each full
+ * block at B's cost and the last at its row class's (each binomial over the
+ * mass within 10 standard deviations of its mean). */
+typedef struct loop_sums {
+	double hit, nb, cyc;
+} loop_sums;
+
+static void binom_blocks(double T, double p, const block_costs *bc, loop_sums *s)
+{
+	double mu = T * p, sd = sqrt(T * p * (1 - p));
+	int64_t lo = (int64_t)fmax(0, floor(mu - 10 * sd - 1)), hi = (int64_t)fmin(T, ceil(mu + 10 * sd + 1));
+	int64_t B = bc->B;
+	double full = class_cost(bc, B);
+	for (int64_t n = lo; n <= hi; n++) {
+		double lp = lgamma(T + 1) - lgamma((double)n + 1) - lgamma(T - (double)n + 1) + (double)n * log(p) +
+			    (T - (double)n) * log1p(-p);
+		double pr = p >= 1 ? (n == (int64_t)T) : exp(lp);
+		int64_t rem = n % B;
+		s->hit += n > 0 ? pr : 0;
+		s->nb += pr * (double)((n + B - 1) / B);
+		s->cyc += pr * ((double)(n / B) * full + (rem ? class_cost(bc, rem) : 0));
+	}
+}
+
+static void expected_blocks(const layer_dims *d, const block_costs *bc, double cv, loop_sums *out)
+{
+	/* standard normal quantiles at (2i + 1) / 16 */
+	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
+	double s2 = log1p(cv * cv), p0 = (double)d->K / (double)d->E;
+	int q = cv > 0 ? 8 : 1;
+	loop_sums acc = {0, 0, 0};
+	for (int i = 0; i < q; i++) {
+		double l = cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1, p = fmin(1, p0 * l);
+		binom_blocks((double)d->T, p, bc, &acc);
+	}
+	out->hit = (double)d->E * acc.hit / q;
+	out->nb = (double)d->E * acc.nb / q;
+	out->cyc = (double)d->E * acc.cyc / q;
+}
+
+/* Cycles of one DMA of `bytes` with one HBM side (docs/tcp-isa.md 10). */
+static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
+{
+	double hbm = m->hbm_bytes_per_s / m->clock_hz, eng = (double)(m->dma_engines * m->dma_bytes_per_cycle);
+	double t = bytes / (hbm < eng ? hbm : eng);
+	double er = rows < (double)m->dma_engines ? (rows < 1 ? 1 : rows) : (double)m->dma_engines;
+	return (double)(m->dma_setup + m->issue_cycles) + t + (rows > 1 ? ceil(rows / er) * (double)m->row_overhead : 0);
+}
+
+/* Main-context cycles of a block of `rows` rows run with the plans for h
+ * rows (in row tiles from `first`, docs/tcp-isa.md 7.4): its contractions and the
+ * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
+ * each). */
+static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
+	int64_t step, int64_t rows, double *tiles)
+{
+	double S = (double)tcp_slices(m);
+	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
+	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
+	int64_t c1 = tiled_cycles(m, d->memo, h, first, step, rows, F1, d->D, d->wdt),
+		c2 = tiled_cycles(m, d->memo, h, first, step, rows, d->D, d->F, d->wdt);
+	if (tiles) {
+		cplan p1 = plan_of(m, d->memo, h, F1, d->D, d->wdt), p2 = plan_of(m, d->memo, h, d->D, d->F, d->wdt);
+		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
+			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
+	}
+	double vpass = ceil((double)h * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
+		       (double)(m->fill_drain + m->issue_cycles);
+	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
+}
+
+/* The upper row classes pay off through a larger B (one block per expert).
+ * A larger B's buffers can push the block results kept in pair order out of
+ * DM (docs/tcp-isa.md 7.3: when the T K result rows take at most half of it), and
+ * the combine then gathers them after the loop, which this model does not
+ * price; so they are priced only while those rows, the double-buffered
+ * experts and B's buffers (the estimate of auto_candidates) take at most
+ * 3/4 of DM (Qwen3-30B-A3B at B = 304: 61%; gpt-oss-20b, whose pair rows
+ * fit only at its B = 496 of main: 80% at B = 256). */
+static bool pairs_roomy(const moe_tcp_machine *m, const layer_dims *d, int64_t B)
+{
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt), dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	double pairs = (double)d->T * (double)d->K * (double)d->D * xe;
+	if (2 * pairs > dm)
+		return true; /* no pair-order results: the combine gathers anyway */
+	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
+	double w = 2 * (double)d->nproj * (double)d->D * (double)d->F * d->wbytes;
+	return pairs + w + (double)B * row <= 0.75 * dm;
+}
+
+/* The per-block costs of block size B: main work by row class, and the DMA
+ * work (its token rows, its result and, for streamed weights, its expert's
+ * tiles at one setup each; whole experts' weights are fetched once per expert
+ * hit when two experts' weights fit half of DM). */
+static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_t B, block_costs *bc)
+{
+	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
+	double tiles = 0, W = (double)d->nproj * (double)d->D * (double)d->F * we;
+	memset(bc, 0, sizeof *bc);
+	bc->B = B;
+	int64_t f = B / 32 < 8 ? 8 : B / 32; /* the first row tile */
+	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
+	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
+		int64_t first = h > f ? h / 2 : 0; /* a class above f runs in two row tiles */
+		bc->h[bc->ncls] = h;
+		bc->lo[bc->ncls] = block_main(m, d, B, h, first, 0, h / 2, NULL);
+		bc->hi[bc->ncls] = block_main(m, d, B, h, first, 0, h, NULL);
+		for (int j = 0; bc->stream && j < NSTEP; j++)
+			bc->fine[bc->ncls][j] = block_main(m, d, B, h, first, h > f ? h / 8 : 0, h / 2 + j * (h / 8), NULL);
+		bc->ncls++;
+	}
+	/* weights held in DM: the upper classes, each whole (row_classes.c); not
+	 * priced for packed low-precision experts, whose dequantized buffers this
+	 * model's DM bound does not see (a larger B would not fit) */
+	int64_t up[TCP_MAX_UPPER];
+	bool plain = (d->wdt == MOE_BF16 || d->wdt == MOE_F32) &&
+		     d->wbytes >= (double)moe_dtype_size((moe_dtype)d->wdt);
+	int nu = bc->stream || !plain || !pairs_roomy(m, d, B) ? 0 : upper_classes(B, f, up, TCP_MAX_UPPER);
+	for (int k = 0; k < nu; k++, bc->ncls++) {
+		bc->h[bc->ncls] = up[k];
+		bc->lo[bc->ncls] = bc->hi[bc->ncls] = block_main(m, d, B, up[k], 0, 0, up[k], NULL);
+	}
+	bc->h[bc->ncls] = B;
+	bc->lo[bc->ncls] = bc->hi[bc->ncls] = bc->full = block_main(m, d, B, B, 0, 0, B, &tiles);
+	for (int j = 0; bc->stream && j < NSTEP; j++) /* a block short of B (B >= 4f) */
+		bc->fine[bc->ncls][j] = B >= 4 * f ? block_main(m, d, B, B, B / 2, B / 8, B / 2 + j * (B / 8), NULL) : bc->full;
+	bc->ncls++;
+	bc->dma = dma_cycles(m, (double)B * (double)d->D * xe, (double)B) + dma_cycles(m, (double)B * (double)d->D * 4, 1);
+	for (int64_t p = 0; p < d->nproj; p++)
+		bc->wfetch += dma_cycles(m, W / (double)d->nproj, 1);
+	if (bc->stream) /* every block streams its expert, one tile per DMA, the tiles of a contraction joined */
+		bc->dma += dma_cycles(m, W, 1) + (tiles - 1) * (double)m->issue_cycles;
+	/* ... and in the loop every block's DMA list joins the one before it
+	 * (block_store.c): the setups hide; its token rows and its result's
+	 * rows by its count */
+	bc->sdma = dma_cycles(m, W, 1) + (tiles + 2) * (double)m->issue_cycles;
+	bc->drow = (double)d->D * xe / fmin(m->hbm_bytes_per_s / m->clock_hz, (double)(m->dma_engines * m->dma_bytes_per_cycle));
+}
+
+/* Predicted cycles of the block loop with block size B: the blocks each hit
+ * expert needs, each block's main-context work at its row class against
+ * the DMA work, whichever is longer, plus the guard of every skipped block
+ * of the worst-case grid. */
+static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_t B, double cv)
+{
+	block_costs bc;
+	block_costs_of(m, d, B, &bc);
+	loop_sums s;
+	expected_blocks(d, &bc, cv, &s);
+	if (d->shared > 0 && s.nb > 0) { /* the pieces ride on the blocks (docs/tcp-isa.md 7.4) */
+		bc.share = d->shared / s.nb;
+		expected_blocks(d, &bc, cv, &s);
+	}
+	int64_t gm = moe_grid_blocks_max(d->T, d->K, d->E, B);
+	double loop;
+	if (!bc.stream) {
+		double dtot = s.nb * bc.dma + s.hit * bc.wfetch;
+		loop = s.cyc > dtot ? s.cyc : dtot;
+	} else {
+		loop = s.cyc; /* each block already the longer of its main and DMA work */
+	}
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	double guard = (double)(2 * tcp_cost_scalar(&cm, TCP_OP_BR) + tcp_cost_scalar(&cm, TCP_OP_JMP)); /* a skipped block */
+	return loop + (double)(gm > s.nb ? gm - (int64_t)s.nb : 0) * guard;
 }
 
 /* Block sizes block=auto evaluates: the listed ones, and from 256 up to
@@ -79,24 +417,24 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
 }
 
 /* ---- pricing on the schedule compiler ----
- * Every B is priced by the one cost model: the layer built by the schedule
- * compiler's recipes for that B and predicted on the schedule's own timeline
- * (tcp_dm_price: placed as the compile places it, then tcp_sched_predict on
- * the expected loads, the rules the simulator runs by). A pricing build runs
- * the row-classes rewrite alone, forced where it applies: without it a
- * block of few rows costs a full block's passes, and every B above the
- * experts' row counts is priced as if its blocks were full. The other
- * rewrites and the list scheduler cost several times the build; packed
- * weights, whose rewrites (the dequant's pipelining) can reverse a ranking,
- * have their two best Bs priced again compiled in full. */
+ * The model above is a sketch: it prices bf16 and f32 contractions, not
+ * packed weights' dequantization, their scales or fp8 x fp8 contractions,
+ * nor the DM the rest of the layer takes. The B it picks is therefore built
+ * by the schedule compiler's recipes and priced on that schedule's own
+ * timeline (tcp_dm_price: placed as the compile places it, then
+ * tcp_sched_predict on the expected loads, the cost rules the simulator
+ * runs by); for packed weights smaller Bs are priced the same way. The
+ * schedules are priced before the rewrites and the list scheduler, which
+ * cost several times the build; only a B that would replace the model's
+ * pick is priced after them, against that pick. */
 
 /* The predicted seconds of layer g (before the pipeline; its experts op ex)
  * with block size B: a clone through the `tcp` pipeline, built by the
- * schedule compiler (`full`: rewritten and list-scheduled as the compile
- * does; else a pricing build), placed and predicted; -1 when it does not
- * build or place (its diagnostics dropped). */
+ * schedule compiler (with `schedule`, rewritten and list-scheduled as the
+ * compile does), placed and predicted; -1 when it does not build or place
+ * (its diagnostics dropped). */
 static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B,
-	bool full)
+	bool schedule)
 {
 	size_t n0 = moe_diag_count(ctx);
 	int errs = moe_error_count(ctx);
@@ -108,9 +446,8 @@ static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, cons
 		moe_node_set_int(w, ex, "block", B);
 		moe_graph_set_dim(w, "B", B);
 		moe_run_opts ro = {.verify = 1};
-		const moe_graph *pg = moe_module_graph(mod, 0);
 		tcp_sched *ts = moe_tcp_register_passes(ctx) == MOE_OK && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
-			? (full ? tcp_sched_compiled(ctx, pg, m, true) : tcp_sched_priced(ctx, pg, m, "+row-classes")) : NULL;
+			? tcp_sched_compiled(ctx, moe_module_graph(mod, 0), m, schedule) : NULL;
 		int64_t cy = ts && moe_error_count(ctx) == errs ? tcp_dm_price(ts) : -1;
 		s = cy > 0 ? (double)cy / m->clock_hz : -1;
 		tcp_sched_free(ts);
@@ -120,68 +457,58 @@ static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, cons
 	return s;
 }
 
-/* The search's state: the candidates (ascending) and the price of each (0:
- * not priced yet, -1: does not build or place), the best so far. */
-typedef struct search {
-	moe_ctx *ctx;
-	const moe_graph *g;
-	const moe_tcp_machine *m;
-	moe_id ex;
-	int n, best;
-	int64_t cand[NAUTO];
-	double t[NAUTO];
-} search;
-
-/* The price of candidate i (priced once); -1 when it does not compile. */
-static double price(search *s, int i)
-{
-	if (i < 0 || i >= s->n)
-		return -1;
-	if (s->t[i] == 0)
-		s->t[i] = compiled_seconds(s->ctx, s->g, s->ex, s->m, s->cand[i], false);
-	if (s->t[i] > 0 && (s->best < 0 || s->t[i] < s->t[s->best]))
-		s->best = i;
-	return s->t[i];
-}
-
-/* The candidate nearest to B (ties: the smaller). */
-static int nearest(const search *s, double B)
-{
-	int k = 0;
-	for (int i = 1; i < s->n; i++)
-		if (fabs((double)s->cand[i] - B) < fabs((double)s->cand[k] - B))
-			k = i;
-	return k;
-}
-
-/* The search. An expert's row count n is about Binomial(T, K / E); the
- * time falls as B grows until most experts' rows take one block (past
- * that, more rows per block only add guard and padding work). Seeds: the
- * candidates nearest to n's mean and to its mean plus three standard
- * deviations; then from the best, its neighbours among the candidates while
- * one of them is faster. Packed weights' time is not monotone below that
- * (an expert's rows take one more block when B drops below their count,
- * docs/tcp-compiler.md 6.1): B also halves from the best while each stays
- * within REFINE_SLACK of the best so far. */
+/* The B to compile: the model's pick b0 when it compiles, else the first
+ * compiling one of b0 halved (multiples of 8, at least 8), else b0 (whose
+ * compile reports the error). With packed weights (`refine`), b0 / 2,
+ * b0 / 4, ... are priced while each is within REFINE_SLACK of the best so
+ * far: the time is not monotone in B, since an expert's rows take one more
+ * block whenever B drops below their count (docs/tcp-compiler.md 6.1). The
+ * fastest replaces the first B only when it is faster compiled in full too.
+ * *secs: the predicted seconds of the B returned, 0 when none compiled. */
 #define REFINE_SLACK 1.10
-static void search_block(search *s, const layer_dims *d, bool packed)
+static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t b0,
+	bool refine, double *secs)
 {
-	double p = (double)d->K / (double)d->E, mu = (double)d->T * p, sd = sqrt((double)d->T * p * (1 - p));
-	price(s, nearest(s, mu));
-	price(s, nearest(s, mu + 3 * sd));
-	for (int b = -1; s->best >= 0 && s->best != b;) {
-		b = s->best;
-		price(s, b - 1);
-		price(s, b + 1);
-	}
-	for (int i = s->best; packed && i >= 0;) {
-		int j = nearest(s, (double)s->cand[i] / 2);
-		double tj = j == i ? -1 : price(s, j);
-		if (tj < 0 || tj > REFINE_SLACK * s->t[s->best])
+	int64_t best = b0, B = b0;
+	double t = compiled_seconds(ctx, g, ex, m, B, false);
+	while (t < 0 && B > 8) {
+		B = B / 2 / 8 * 8;
+		if (B < 8)
 			break;
-		i = j;
+		t = compiled_seconds(ctx, g, ex, m, B, false);
 	}
+	*secs = t > 0 ? t : 0;
+	if (t < 0)
+		return b0;
+	best = B;
+	for (int64_t b = B / 2 / 8 * 8; refine && b >= 8; b = b / 2 / 8 * 8) {
+		double tb = compiled_seconds(ctx, g, ex, m, b, false);
+		if (tb < 0 || tb > REFINE_SLACK * *secs)
+			break;
+		if (tb < *secs) {
+			best = b;
+			*secs = tb;
+		}
+	}
+	if (best == B)
+		return B;
+	/* the rewrites and the list scheduler can reverse a ranking: the two
+	 * are priced again as compiled in full, the faster kept */
+	double tB = compiled_seconds(ctx, g, ex, m, B, true), tbest = compiled_seconds(ctx, g, ex, m, best, true);
+	if (tbest < 0 || (tB > 0 && tB <= tbest)) {
+		*secs = tB > 0 ? tB : *secs;
+		return B;
+	}
+	*secs = tbest;
+	return best;
 }
+
+/* The router's balance is not known when the layer compiles: block=auto
+ * predicts every candidate B under uniform expert loads and under loads of
+ * coefficient of variation 0.5 (assumption A15), and takes the B whose
+ * worse ratio to the best B of the same load is smallest (ties: the faster
+ * under uniform loads). */
+static const double load_cv[2] = {0, 0.5};
 
 int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, double *predicted_s)
 {
@@ -194,30 +521,33 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 		return 0;
 	if (!m && !(m = def = moe_tcp_machine_default(ctx)))
 		return 0;
-	search *s = ctx_alloc(ctx, sizeof *s);
-	memset(s, 0, sizeof *s);
-	*s = (search){.ctx = ctx, .g = g, .m = m, .ex = d.ex, .best = -1};
-	s->n = auto_candidates(m, &d, s->cand);
-	/* packed weights: dequantized or int8 experts */
-	bool packed = !((d.wdt == MOE_BF16 || d.wdt == MOE_F32) && d.wbytes >= (double)moe_dtype_size((moe_dtype)d.wdt));
-	search_block(s, &d, packed);
-	int64_t B = s->best >= 0 ? s->cand[s->best] : s->cand[0]; /* none compiles: the smallest reports why */
-	double secs = s->best >= 0 ? s->t[s->best] : 0;
-	int second = -1;
-	for (int i = 0; packed && s->best >= 0 && i < s->n; i++)
-		if (i != s->best && s->t[i] > 0 && (second < 0 || s->t[i] < s->t[second]))
-			second = i;
-	if (second >= 0 && s->t[second] <= REFINE_SLACK * secs) {
-		/* the rewrites and the list scheduler can reverse a close ranking */
-		double tb = compiled_seconds(ctx, g, d.ex, m, B, true), t2 = compiled_seconds(ctx, g, d.ex, m, s->cand[second], true);
-		if (t2 > 0 && (tb < 0 || t2 < tb))
-			B = s->cand[second], secs = t2;
-		else if (tb > 0)
-			secs = tb;
+	d.memo = ctx_alloc(ctx, sizeof *d.memo);
+	memset(d.memo, 0, sizeof *d.memo);
+	d.shared = shared_cycles(m, g, &d);
+	int64_t cand[NAUTO];
+	int nc = auto_candidates(m, &d, cand);
+	double t[2][NAUTO], best[2] = {0, 0};
+	for (int l = 0; l < 2; l++)
+		for (int i = 0; i < nc; i++) {
+			t[l][i] = predict_loop(m, &d, cand[i], load_cv[l]);
+			best[l] = i == 0 || t[l][i] < best[l] ? t[l][i] : best[l];
+		}
+	int pick = 0;
+	double pr = 0;
+	for (int i = 0; i < nc; i++) {
+		double r = fmax(t[0][i] / best[0], t[1][i] / best[1]);
+		if (i == 0 || r < pr || (r == pr && t[0][i] < t[0][pick])) {
+			pick = i;
+			pr = r;
+		}
 	}
-	ctx_free(ctx, s, sizeof *s);
+	ctx_free(ctx, d.memo, sizeof *d.memo);
+	/* packed weights: the model does not price their dequantization */
+	bool plain = (d.wdt == MOE_BF16 || d.wdt == MOE_F32) && d.wbytes >= (double)moe_dtype_size((moe_dtype)d.wdt);
+	double secs = 0;
+	int64_t B = priced_block(ctx, g, d.ex, m, cand[pick], !plain, &secs);
 	if (predicted_s)
-		*predicted_s = secs;
+		*predicted_s = secs > 0 ? secs : t[0][pick] / m->clock_hz;
 	moe_tcp_machine_free(ctx, def);
 	return B;
 }

@@ -339,26 +339,6 @@ tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_ma
 	CTX_GUARDED(ctx, tcp_sched *, NULL, schedule ? compiled_opts(ctx, g, m, NULL, false) : compiled(ctx, g, m, NULL, false));
 }
 
-tcp_sched *tcp_sched_priced(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *only)
-{
-	ts_env e;
-	if (switches(ctx, m, NULL, &e) != MOE_OK)
-		return NULL;
-	e.off = ts_nrewrites < 64 ? (1ull << ts_nrewrites) - 1 : ~0ull;
-	for (const char *p = only; p && *p;) {
-		bool force = *p == '+';
-		p += force;
-		size_t len = strcspn(p, ",");
-		int k = ts_rewrite_find(p, len);
-		if (k >= 0)
-			e.off &= ~(1ull << k);
-		if (k >= 0 && force)
-			e.on |= 1ull << k;
-		p += len + (p[len] == ',');
-	}
-	CTX_GUARDED(ctx, tcp_sched *, NULL, compiled(ctx, g, m, &e, false));
-}
-
 static tcp_program *compile_opts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *opts)
 {
 	tcp_sched *s = compiled_opts(ctx, g, m, opts, false);

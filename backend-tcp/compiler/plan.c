@@ -1,6 +1,6 @@
 /* backend-tcp/compiler/plan.c: the tiling of a contraction chosen with the
  * machine's cost rules (docs/tcp-isa.md section 6), as the W8A8 recipes, the
- * pairing passes use it. */
+ * pairing passes and block=auto's model use it. */
 #include <math.h>
 #include <string.h>
 
@@ -18,12 +18,14 @@ static int64_t rup(int64_t a, int64_t b)
 }
 
 /* The cycles of a contraction of M rows with `os` TRF rows per slice and
- * reduction chunks of `it`, O x I, in its passes and chunks, by the cost
- * rules of isa/cost.h: per chunk the main-context pass over the rows (MACs,
- * streamed packets, commit, its latency and issue) against the sub-context
- * TRF load, which overlap, plus the first load. */
-static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t M, int64_t O, int64_t I,
-	int wdt)
+ * reduction chunks of `it`, O x I, in its passes and chunks: per chunk the
+ * main-context pass over each row tile of `tiles` (MACs, streamed packets,
+ * commit, its latency and issue) against the sub-context TRF load, which
+ * overlap, plus the first load (*load: one chunk's). `tiles` row counts
+ * (NULL: one tile of M rows) are guarded row tiles (docs/tcp-isa.md 7.4), all
+ * on one TRF tile. */
+int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles)
 {
 	/* f8 x f8 at the fp8 rate (act=fp8), i8 x i8 at the i8 rate (W8A8) */
 	int mt = wdt == MOE_F8E4M3 ? TCP_MT_F8 : wdt == MOE_I8 ? TCP_MT_I8 : TCP_MT_BF16;
@@ -34,10 +36,12 @@ static int64_t contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it,
 	int64_t opass = O < S * os ? O : S * os, npass = cdiv(O, opass), nch = cdiv(I, it);
 	int64_t cg = cdiv(opass, os), R = S / cg > 0 ? S / cg : 1, total = 0;
 	for (int last = 0; last < 2; last++) { /* the nch - 1 whole chunks, then the last */
-		int64_t in = last ? I - (nch - 1) * it : it;
-		/* one pass over the rows, accumulating in f32 (8 bytes committed per output) */
-		tcp_mm_load l = {cdiv(M, R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0, false};
-		int64_t main_ = tcp_cost_contract(&cm, &l).total + issue;
+		int64_t in = last ? I - (nch - 1) * it : it, main_ = 0;
+		for (int k = 0; k < ntiles; k++) {
+			/* one pass over the tile, accumulating in f32 (8 bytes committed per output) */
+			tcp_mm_load l = {cdiv(tiles[k], R), os, in, 1, mt, wdt == MOE_F32, e, 8, 0, 0, false};
+			main_ += tcp_cost_contract(&cm, &l).total + issue;
+		}
 		int64_t fp = rup(os * in * e, m->flit_bytes), load = tcp_cost_sub(&cm, fp, cdiv(fp, R)) + issue;
 		total += (last ? 1 : nch - 1) * (main_ > load ? main_ : load);
 	}
@@ -64,7 +68,7 @@ int tcp_chunk_tries(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, 
 }
 
 /* For each number of TRF rows per slice (Os) and each reduction chunk (It)
- * tcp_chunk_tries gives, estimate the contraction (contract_cycles) and
+ * tcp_chunk_tries gives, estimate the contraction (tcp_contract_cycles) and
  * take the tiling with the smallest total. Few rows per slice reload TRF for
  * little work; many starve the stream. bf16 and f32 weights whose rows are
  * not whole granules also try multiples of 32, as recipe_contract.c's plan
@@ -81,7 +85,7 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 		if (n == 0)
 			break;
 		for (int v = 0; v < n; v++) {
-			int64_t t = contract_cycles(m, os, its[v], M, O, I, wdt);
+			int64_t t = tcp_contract_cycles(m, os, its[v], O, I, wdt, &M, 1);
 			if (best_t < 0 || t < best_t) {
 				best_t = t;
 				best.It = its[v];

@@ -27,9 +27,4 @@ moe_status tcp_sched_schedule(moe_ctx *ctx, tcp_sched *s);
  * diagnostic. */
 tcp_sched *tcp_sched_compiled(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, bool schedule);
 
-/* The schedule of g built for pricing: every rewrite off but those named in
- * `only` (a comma-separated list, each run where its benefit is predicted),
- * not placed. NULL with a diagnostic. */
-tcp_sched *tcp_sched_priced(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const char *only);
-
 #endif

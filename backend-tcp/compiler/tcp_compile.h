@@ -22,6 +22,11 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
  * (aligned false) also try multiples of 32. Up to 4 in its, in the order to
  * try them; 0 when none fits (nor for any larger os). */
 int tcp_chunk_tries(const moe_tcp_machine *m, int64_t os, int64_t I, int64_t e, bool aligned, int64_t its[4]);
+/* plan.c: the estimated cycles of that contraction with `os` TRF rows per
+ * slice and reduction chunks of `it`, run in the row tiles `tiles` (ntiles
+ * row counts) on one TRF tile */
+int64_t tcp_contract_cycles(const moe_tcp_machine *m, int64_t os, int64_t it, int64_t O, int64_t I, int wdt,
+	const int64_t *tiles, int ntiles);
 
 /* rowchunk.c: g with its wide row-wise values (the schedule compiler's
  * regions, rowchunk.c) computed in nch row chunks, or NULL (*nchunks 0) when
