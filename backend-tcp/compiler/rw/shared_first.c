@@ -81,15 +81,14 @@ bool ts_rw_shared_first_applies(const tcp_sched *s, const ts_env *e)
 	return ts_hoist_before_loop_applies(s, e, true);
 }
 
-/* The candidates: P, and the prefixes of P that end just before one of its
- * DMA commands (each closed under P's dependencies), each moved as it is or
- * with its DMA commands led (hoist). Each is moved in a trial copy, placed
- * and predicted, and the fastest that places is moved (P as it is where
- * none does). A prefix keeps the values that its last ops write live across
- * the loop, but ends the spans of what only P reads (x, read again by the
- * shared expert's first projections): where P's buffers and the loop's do
- * not fit DM together (DeepSeek-V3 at T = 4096) the projections before the
- * last one's weights move and the last one stays after the loop. */
+/* The candidates: P, then the prefixes of P that end just before one of its
+ * DMA commands (each closed under P's dependencies), longest first, each
+ * moved as it is or with its DMA commands led (hoist). Each is moved in a
+ * trial copy, placed and predicted; the first length at which one places
+ * is taken, the faster of its two (P as it is where none places). A prefix
+ * keeps the values that its last ops write live across the loop, but ends
+ * the spans of what only P reads (x, read again by the shared expert's
+ * first projections), so a prefix may place where P does not. */
 moe_status ts_rw_shared_first_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)feature; /* the rewrite adds nothing: it moves build ops */
@@ -101,7 +100,7 @@ moe_status ts_rw_shared_first_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	size_t len = 0;
 	char *text = ndma > 0 ? ts_trial_text(s, &len) : NULL;
 	int64_t least = -1;
-	for (uint32_t k = n; text && k >= 1; k--) {
+	for (uint32_t k = n; text && k >= 1 && least < 0; k--) {
 		if (k < n && s->op[ops[k]].ctx != TCP_CTX_DMA)
 			continue;
 		for (int l = 0; l < 2; l++) {
