@@ -315,11 +315,22 @@ static bool place_order(plan *P, const int64_t (*order)[2], uint32_t n)
 	return ok;
 }
 
+/* The longest-lived first, then the largest: a value made before the loop
+ * and read after it takes its bytes before the tail's passes, which first
+ * fit would otherwise spread over every gap the loop leaves. */
+static int64_t span_key(const plan *P, ts_id b)
+{
+	int64_t len = P->L[b].hi - P->L[b].lo, foot = foot_of(P, b);
+	foot = foot < 0 ? 0 : foot < (1 << 24) ? foot : (1 << 24) - 1;
+	return len > (INT64_MAX >> 24) ? INT64_MAX : len << 24 | foot;
+}
+
 /* Buffer order first. When that overflows (outside a plan's trial, whose
  * verdicts stay those of buffer order), the spans largest first (a long
  * value that row chunks write part by part, made after the chunks' first
- * buffers, then finds its bytes in one piece), and when that too overflows,
- * buffer order again for the diagnostic. */
+ * buffers, then finds its bytes in one piece), then the spans longest-lived
+ * first (span_key), and when that too overflows, buffer order again for the
+ * diagnostic. */
 static bool place_chip(plan *P)
 {
 	tcp_sched *s = P->s;
@@ -333,16 +344,16 @@ static bool place_chip(plan *P)
 	}
 	P->quiet = quiet || !P->trial;
 	bool ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
-	for (int t = 0; t < 2 && !ok && !P->trial; t++) {
+	for (int t = 0; t < 3 && !ok && !P->trial; t++) {
 		for (ts_id i = 0; i < s->nbuf; i++) {
 			s->buf[i].offset = off0[i];
 			P->placed[i] = placed0[i];
-			order[i][0] = t == 0 ? foot_of(P, i) : 0;
+			order[i][0] = t == 0 ? foot_of(P, i) : t == 1 ? span_key(P, i) : 0;
 			order[i][1] = i;
 		}
-		if (t == 0)
+		if (t < 2)
 			qsort(order, s->nbuf, sizeof *order, cmp_size_desc);
-		P->quiet = t == 0 || quiet;
+		P->quiet = t < 2 || quiet;
 		ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
 	}
 	P->quiet = quiet;

@@ -152,6 +152,11 @@ uint32_t ts_segment_reorder(const tcp_sched *s, uint32_t lead, uint32_t end, con
  * of every context where at least one of them is a DMA command. */
 bool ts_hoist_before_loop_applies(const tcp_sched *s, const ts_env *e, bool any);
 moe_status ts_hoist_before_loop(tcp_sched *s, const ts_env *e, bool any);
+/* The same with only the first `limit` ops of the set (in item order) moved. */
+moe_status ts_hoist_before_loop_n(tcp_sched *s, const ts_env *e, bool any, uint32_t limit);
+/* The set's ops in item order into ops (s->nop entries); their count (0 where
+ * the rewrite does not apply). */
+uint32_t ts_hoist_before_loop_set(const tcp_sched *s, const ts_env *e, bool any, ts_id *ops);
 
 /* Drops the diagnostics reported since the first n (keeps those). */
 void ts_diag_truncate(moe_ctx *ctx, size_t n);

@@ -47,10 +47,12 @@ static bool no_scalar(const ts_op *op)
 }
 
 /* P of s into x (x->in allocated by the caller, nop + 1 entries): tu.vec
- * passes only, or with any ops of every context; false when empty, when
- * there is no loop standing directly in the top region, or with any when P
- * holds no DMA command */
-static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x, bool any)
+ * passes only, or with any ops of every context; at most its first `limit`
+ * ops in item order (a prefix of P is closed under its dependencies: each
+ * one in P stands before its reader); false when empty, when there is no
+ * loop standing directly in the top region, or with any when P holds no DMA
+ * command */
+static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x, bool any, uint32_t limit)
 {
 	memset(x->in, 0, s->nop + 1);
 	x->n = 0;
@@ -75,7 +77,7 @@ static bool plan(const tcp_sched *s, moe_ctx *ctx, early *x, bool any)
 		if (ts_region_within(s, s->op[o].region, lrg) && pos[o] < first)
 			first = pos[o];
 	bool dma = false;
-	for (uint32_t k = x->at + 1; k < top->nitem && first != UINT32_MAX; k++) {
+	for (uint32_t k = x->at + 1; k < top->nitem && first != UINT32_MAX && x->n < limit; k++) {
 		uint32_t it = top->item[k];
 		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
 			continue;
@@ -100,16 +102,36 @@ bool ts_hoist_before_loop_applies(const tcp_sched *s, const ts_env *e, bool any)
 {
 	early x;
 	x.in = ctx_alloc(e->ctx, s->nop + 1);
-	bool r = plan(s, e->ctx, &x, any);
+	bool r = plan(s, e->ctx, &x, any, UINT32_MAX);
 	ctx_free(e->ctx, x.in, 0);
 	return r;
 }
 
-moe_status ts_hoist_before_loop(tcp_sched *s, const ts_env *e, bool any)
+uint32_t ts_hoist_before_loop_set(const tcp_sched *s, const ts_env *e, bool any, ts_id *ops)
 {
 	early x;
 	x.in = ctx_alloc(e->ctx, s->nop + 1);
-	if (!plan(s, e->ctx, &x, any)) {
+	uint32_t n = 0;
+	if (plan(s, e->ctx, &x, any, UINT32_MAX)) {
+		const ts_region *top = &s->rg[s->top];
+		for (uint32_t k = x.at + 1; k < top->nitem; k++)
+			if (TS_ITEM_KIND(top->item[k]) == TS_ITEM_OP && x.in[TS_ITEM_ID(top->item[k])])
+				ops[n++] = TS_ITEM_ID(top->item[k]);
+	}
+	ctx_free(e->ctx, x.in, 0);
+	return n;
+}
+
+moe_status ts_hoist_before_loop(tcp_sched *s, const ts_env *e, bool any)
+{
+	return ts_hoist_before_loop_n(s, e, any, UINT32_MAX);
+}
+
+moe_status ts_hoist_before_loop_n(tcp_sched *s, const ts_env *e, bool any, uint32_t limit)
+{
+	early x;
+	x.in = ctx_alloc(e->ctx, s->nop + 1);
+	if (!plan(s, e->ctx, &x, any, limit)) {
 		ctx_free(e->ctx, x.in, 0);
 		return MOE_ERR_INVALID;
 	}

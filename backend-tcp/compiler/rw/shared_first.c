@@ -25,7 +25,54 @@
  * P (each lies before the loop or in P, which keeps its order), so the new
  * order keeps every value: y is the same bit for bit. Spans are renewed to
  * the new positions; the DM planner places the moved buffers before the loop. */
+#include <string.h>
+
 #include "backend-tcp/compiler/rewrites.h"
+
+/* The first `limit` ops of P moved before the loop; with lead, P's DMA
+ * commands among them then move up, in their order, to the front of the
+ * segment before the loop (right after its leading scalars and
+ * dependency-free ops: the copies of x and the router's weights), where they
+ * wait for nothing (a weight's copy into its own DM buffer), so the main
+ * context can run the shared expert's projections while the DMA context is
+ * still busy with the dispatch's gathers and scatters. */
+static moe_status hoist(tcp_sched *s, const ts_env *e, uint32_t limit, bool lead)
+{
+	ts_id *ops = ctx_alloc(e->ctx, (s->nop + 1) * sizeof *ops);
+	uint32_t n = ts_hoist_before_loop_set(s, e, true, ops);
+	moe_status st = ts_hoist_before_loop_n(s, e, true, limit);
+	if (st == MOE_OK && lead) {
+		uint8_t *mv = ctx_alloc(e->ctx, s->nop + 1);
+		memset(mv, 0, s->nop + 1);
+		for (uint32_t k = 0; k < n && k < limit; k++)
+			mv[ops[k]] = s->op[ops[k]].ctx == TCP_CTX_DMA && s->op[ops[k]].ndep == 0;
+		uint32_t at, end = ts_loop_segment(s, &at);
+		uint32_t *out = ctx_alloc(e->ctx, (end - at + 1) * sizeof *out);
+		uint32_t *old = ctx_alloc(e->ctx, (s->nop + 1) * sizeof *old);
+		ts_op_positions(s, old);
+		if (end > at && ts_segment_reorder(s, at, end, mv, TS_LAND_IN_ORDER, out) > 0) {
+			memcpy(&s->rg[s->top].item[at], out, (end - at) * sizeof *out);
+			ts_renew_spans(s, e->ctx, old);
+		}
+		ctx_free(e->ctx, old, 0);
+		ctx_free(e->ctx, out, 0);
+		ctx_free(e->ctx, mv, 0);
+	}
+	ctx_free(e->ctx, ops, 0);
+	return st;
+}
+
+typedef struct cut_arg {
+	const ts_env *e;
+	uint32_t limit;
+	bool lead;
+} cut_arg;
+
+static bool hoist_copy(tcp_sched *c, void *arg)
+{
+	const cut_arg *a = arg;
+	return hoist(c, a->e, a->limit, a->lead) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
+}
 
 /* P and its move are early-passes' (rw/early_passes.c), over ops of every
  * context and only where P holds a DMA command. */
@@ -34,8 +81,39 @@ bool ts_rw_shared_first_applies(const tcp_sched *s, const ts_env *e)
 	return ts_hoist_before_loop_applies(s, e, true);
 }
 
+/* The candidates: P, then the prefixes of P that end just before one of its
+ * DMA commands (each closed under P's dependencies), longest first, each
+ * moved as it is or with its DMA commands led (hoist). Each is moved in a
+ * trial copy, placed and predicted; the first length at which one places
+ * is taken, the faster of its two (P as it is where none places). A prefix
+ * keeps the values that its last ops write live across the loop, but ends
+ * the spans of what only P reads (x, read again by the shared expert's
+ * first projections), so a prefix may place where P does not. */
 moe_status ts_rw_shared_first_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)feature; /* the rewrite adds nothing: it moves build ops */
-	return ts_hoist_before_loop(s, e, true);
+	ts_id *ops = ctx_alloc(e->ctx, (s->nop + 1) * sizeof *ops);
+	uint32_t n = ts_hoist_before_loop_set(s, e, true, ops), ndma = 0;
+	cut_arg best = {e, n, false};
+	for (uint32_t k = 0; k < n; k++)
+		ndma += s->op[ops[k]].ctx == TCP_CTX_DMA;
+	size_t len = 0;
+	char *text = ndma > 0 ? ts_trial_text(s, &len) : NULL;
+	int64_t least = -1;
+	for (uint32_t k = n; text && k >= 1 && least < 0; k--) {
+		if (k < n && s->op[ops[k]].ctx != TCP_CTX_DMA)
+			continue;
+		for (int l = 0; l < 2; l++) {
+			cut_arg a = {e, k, l == 1};
+			int64_t c = ts_trial_run(s, text, len, &(ts_trial){"<shared-first trial>", hoist_copy, &a, true});
+			if (c >= 0 && (least < 0 || c < least)) {
+				least = c;
+				best = a;
+			}
+		}
+	}
+	if (text)
+		ctx_free(s->ctx, text, len + 1);
+	ctx_free(e->ctx, ops, 0);
+	return hoist(s, e, best.limit, best.lead);
 }
