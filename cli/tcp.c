@@ -250,7 +250,7 @@ static bool want_progress(moe_ctx *ctx, const opts *o)
  * predicted_approximated_reads; without the field when the run staged no
  * loads or more than one loop's, or the prediction failed (a warning). */
 static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *seen,
-	bool no_skip, char *js)
+	bool no_skip, int order_bytes, char *js)
 {
 	if (seen->stagings > 1 || (seen->stagings == 1 && !seen->block_expert))
 		return js;
@@ -261,7 +261,7 @@ static char *add_prediction(moe_ctx *ctx, const moe_tcp_program *p, const moe_tc
 	int errs = moe_error_count(ctx);
 	/* no staging: a run without a block loop, or a serving run stopped by
 	 * its guards before one (n_tokens 0), which the prediction repeats */
-	moe_status rc = moe_tcp_predict(ctx, p, m, seen->stagings || seen->n_tokens >= 0 ? &l : NULL, &pd);
+	moe_status rc = moe_tcp_predict_order(ctx, p, m, seen->stagings || seen->n_tokens >= 0 ? &l : NULL, order_bytes, &pd);
 	cJSON *j = rc == MOE_OK ? cJSON_Parse(js) : NULL;
 	if (rc != MOE_OK) {
 		moe_diag(ctx, MOE_DIAG_WARNING, moe_loc_none(), "no predicted_seconds in the stats: the prediction failed%s",
@@ -324,7 +324,7 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	if (rc == MOE_OK)
 		*stats_json = moe_tcp_stats_json(ctx, &st);
 	if (rc == MOE_OK && o->stats && *stats_json)
-		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, *stats_json);
+		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, ro.order_bytes, *stats_json);
 	if (rc == MOE_OK && o->stats && *stats_json)
 		*stats_json = add_floor(ctx, p, m, &seen, &st, *stats_json);
 	moe_tcp_loads_free(ctx, &seen);

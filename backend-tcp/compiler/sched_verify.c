@@ -859,24 +859,29 @@ static void check_placement(vs *v)
 
 /* ---- reuse ordered: distinct buffers on shared bytes, their accesses ordered ---- */
 /* ctx_prev[op]: the nearest earlier op (program order) on its context that
- * is not in another case of a row-class switch. */
+ * is not in another case of a row-class switch, however far back: a context
+ * runs its commands in program order, so that op runs before this one. */
 static ts_id *context_order(vs *v)
 {
 	const tcp_sched *s = v->s;
 	ts_id *prev = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *prev), *order = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *order);
+	ts_id *same = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *same), last[256];
+	for (int c = 0; c < 256; c++)
+		last[c] = TS_NONE;
 	for (ts_id i = 0; i < s->nop; i++)
 		order[v->op_pos[i]] = i;
 	for (uint32_t k = 0; k < s->nop; k++) {
 		ts_id o = order[k];
+		same[o] = last[s->op[o].ctx]; /* the op before it on its context, exclusive or not */
+		last[s->op[o].ctx] = o;
 		prev[o] = TS_NONE;
-		for (uint32_t j = k, n = 0; j-- > 0 && n < 256; n++) {
-			ts_id q = order[j];
-			if (s->op[q].ctx != s->op[o].ctx || exclusive(s, q, o))
-				continue;
-			prev[o] = q;
-			break;
-		}
+		for (ts_id q = same[o]; q != TS_NONE; q = same[q])
+			if (!exclusive(s, q, o)) {
+				prev[o] = q;
+				break;
+			}
 	}
+	ctx_free(s->ctx, same, 0);
 	ctx_free(s->ctx, order, 0);
 	return prev;
 }

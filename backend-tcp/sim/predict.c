@@ -30,6 +30,7 @@ struct tcps_pred {
 	int64_t n_tokens;           /* what an ld of the n_tokens input reads */
 	int stagings;
 	bool refused; /* caller loads staged a second time */
+	int order_bytes; /* moe_tcp_run_opts.order_bytes of the predicted run */
 	tcp_staged d[3];
 	int nd;
 	int32_t *gen_e, *gen_r; /* the expected loads' arrays (malloc'd) */
@@ -289,8 +290,19 @@ void moe_tcp_loads_free(moe_ctx *ctx, moe_tcp_loads *l)
 	l->grid = l->nblocks = 0;
 }
 
+int tcps_pred_order_bytes(const tcps_pred *pr)
+{
+	return pr->order_bytes;
+}
+
 moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *loads,
 	moe_tcp_prediction *out)
+{
+	return moe_tcp_predict_order(ctx, p, m, loads, 0, out);
+}
+
+moe_status moe_tcp_predict_order(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
+	const moe_tcp_loads *loads, int order_bytes, moe_tcp_prediction *out)
 {
 	memset(out, 0, sizeof *out);
 	if (loads && (loads->grid < 0 || loads->nblocks < 0 || loads->nblocks > loads->grid ||
@@ -302,6 +314,7 @@ moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp
 	}
 	tcps_pred pr = {0};
 	pr.given = loads;
+	pr.order_bytes = order_bytes != 0;
 	pr.n_tokens = loads && loads->n_tokens >= 0 ? loads->n_tokens : p->moe_T;
 	moe_status rc = tcps_run_predict(ctx, p, m, &pr, &out->stats);
 	free(pr.gen_e);

@@ -383,6 +383,8 @@ uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el);
  * list, cnt of the group's n positions valid; in [0, in->rows). */
 int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt);
 /* sim.c: runs p in predict mode (no binding, no packing) with pr. */
+/* the order of accesses a prediction times (moe_tcp_run_opts.order_bytes) */
+int tcps_pred_order_bytes(const tcps_pred *pr);
 moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, tcps_pred *pr,
 	moe_tcp_stats *stats);
 

@@ -336,6 +336,11 @@ typedef struct moe_tcp_prediction {
  * refused (MOE_ERR_UNSUPPORTED with a diagnostic). */
 MOE_API moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
 	const moe_tcp_loads *loads, moe_tcp_prediction *out);
+/* moe_tcp_predict timing the accesses in a run's order: order_bytes as
+ * moe_tcp_run_opts.order_bytes (nonzero: accesses of tensors sharing
+ * per-slice bytes are ordered too); moe_tcp_predict is order_bytes 0. */
+MOE_API moe_status moe_tcp_predict_order(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
+	const moe_tcp_loads *loads, int order_bytes, moe_tcp_prediction *out);
 
 /* ---- the contract's floor (docs/tcp-isa.md section 12) ----
  * A lower bound on the time of every correct program of p's layer under the

@@ -12,7 +12,8 @@
  * --schedule places the buffers, costs the ops and runs the list scheduler
  * (schedule.h) first. --predict prints, instead of the schedule, the
  * schedule's timeline (sched_time.h) and the simulator's prediction of the
- * program selected from it (moe_tcp_predict), both on the expected loads:
+ * program selected from it (moe_tcp_predict_order: its accesses ordered by
+ * bytes when the schedule's reuse is ordered), both on the expected loads:
  * `timeline C cycles, N blocks` and `simulator C cycles, N blocks`, then one
  * line per op `@ID ctx start end` of the timeline.
  * Exit 0, or 1 with `file:line:col: error:` diagnostics on stderr. */
@@ -76,7 +77,7 @@ static int predict(moe_ctx *ctx, tcp_sched *s)
 		return 1;
 	tcp_program *p = tcp_sched_isel(ctx, s);
 	moe_tcp_prediction pr;
-	int rc = !p || moe_tcp_predict(ctx, p, s->m, NULL, &pr) != MOE_OK;
+	int rc = !p || moe_tcp_predict_order(ctx, p, s->m, NULL, s->reuse == TS_REUSE_ORDERED, &pr) != MOE_OK;
 	if (!rc) {
 		printf("timeline %lld cycles, %lld blocks\n", (long long)tl.cycles, (long long)tl.nblocks);
 		printf("simulator %lld cycles, %lld blocks\n", (long long)pr.stats.cycles, (long long)pr.nblocks);
