@@ -18,14 +18,21 @@ def temporaries():
     left += [f for f in os.listdir(tmpdir) if f.startswith("moec-cc-")]
     return left
 
+cmds = [[moec, "compile", moe, "--target=obj", "-o", os.path.join(work, "m.o")],
+        [moec, "run", moe, "--weights", weights, "--input", x, "-o", os.path.join(work, "y.npy"), "--engine=c"]]
+# Kill times are drawn over each command's own duration, timed once unkilled, so
+# a slow build (sanitizers, a loaded host) is interrupted while it works too.
+span = []
+for cmd in cmds:
+    t0 = time.monotonic()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    span.append(time.monotonic() - t0)
+
 killed = with_temp = 0
 for i in range(20):
-    if i % 2:
-        cmd = [moec, "run", moe, "--weights", weights, "--input", x, "-o", os.path.join(work, "y.npy"), "--engine=c"]
-    else:
-        cmd = [moec, "compile", moe, "--target=obj", "-o", os.path.join(work, "m.o")]
+    cmd = cmds[i % 2]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(rng.uniform(0.0, 0.2))
+    time.sleep(rng.uniform(0.0, 0.9) * span[i % 2])
     with_temp += bool(temporaries())
     p.send_signal(signal.SIGTERM)
     rc = p.wait()
