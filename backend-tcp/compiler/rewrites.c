@@ -560,3 +560,40 @@ void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *h
 	*lo = a;
 	*hi = b + 1;
 }
+
+void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos)
+{
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		ts_buf *f = &s->buf[b];
+		if (f->life != TS_LIFE_SPAN)
+			continue;
+		if (f->first != TS_NONE && drop[f->first])
+			f->first = to;
+		if (f->last != TS_NONE && drop[f->last])
+			f->last = to;
+		if (f->first != TS_NONE && f->last != TS_NONE && pos[f->last] < pos[f->first])
+			f->last = f->first;
+	}
+	ts_drop_ops(s, drop);
+}
+
+void ts_op_drop_deps(ts_op *q, const uint8_t *drop)
+{
+	uint32_t keep = 0;
+	for (uint32_t j = 0; j < q->ndep; j++)
+		if (!drop[q->dep[j]]) {
+			q->dep[keep] = q->dep[j];
+			q->dist[keep++] = q->dist[j];
+		}
+	q->ndep = keep;
+}
+
+void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base)
+{
+	v->t = t;
+	v->base = base;
+	v->reg = -1;
+	v->scale = 0;
+	for (int k = 0; k + 1 < in->ndim; k++)
+		v->stride[k] = 0;
+}

@@ -82,6 +82,37 @@ void ts_split_classes(tcp_sched *s, ts_id region, uint32_t i0, uint32_t m, ts_id
  * renumbered in order, dependencies on removed ops dropped, region items and
  * span ends renumbered. A span must not start or end at a removed op. */
 void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
+/* ts_drop_ops for ops whose spans may end there: a span's end at a dropped
+ * op moves to op `to` (kept), then a span whose last op stands before its
+ * first (pos: ts_op_positions before the drop) ends at its first. */
+void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos);
+/* Removes from q the dependencies on ops with drop[op] set. */
+void ts_op_drop_deps(ts_op *q, const uint8_t *drop);
+/* Points source view v of in at buffer t from element base, one row read
+ * for every iteration (no register, every stride but the innermost 0). */
+void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base);
+
+/* A rewrite applied while it finds a site: defines ts_rw_<id>_applies and
+ * _apply from `static bool find(const tcp_sched *, T *)` and
+ * `static void fn(tcp_sched *, const T *, uint16_t feature)`. */
+#define TS_RW_EACH_SITE(id, T, fn)                                                          \
+	bool ts_rw_##id##_applies(const tcp_sched *s, const ts_env *e)                      \
+	{                                                                                   \
+		(void)e;                                                                    \
+		T x;                                                                        \
+		return find(s, &x);                                                         \
+	}                                                                                   \
+	moe_status ts_rw_##id##_apply(tcp_sched *s, const ts_env *e, uint16_t feature)      \
+	{                                                                                   \
+		(void)e;                                                                    \
+		T x;                                                                        \
+		if (!find(s, &x))                                                           \
+			return MOE_ERR_INVALID;                                             \
+		do                                                                          \
+			fn(s, &x, feature);                                                 \
+		while (find(s, &x));                                                        \
+		return MOE_OK;                                                              \
+	}
 
 /* Whether views x and y name the same buffer, base, register (and its scale)
  * and strides over nd dimensions. */

@@ -159,13 +159,6 @@ static bool find(const tcp_sched *s, dxr *x)
 	return false;
 }
 
-bool ts_rw_decode_x_rows_applies(const tcp_sched *s, const ts_env *e)
-{
-	(void)e;
-	dxr x;
-	return find(s, &x);
-}
-
 /* adds to o the dependencies of dropped op q (through other dropped ops) */
 static void inherit(tcp_sched *s, const uint8_t *drop, ts_id o, ts_id q, int depth)
 {
@@ -231,26 +224,12 @@ static void rewrite(tcp_sched *s, const dxr *x, uint16_t feature)
 		tcp_insn *in = &s->op[o].in;
 		if (!ts_op_reads(&s->op[o], x->h))
 			continue;
-		for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
-			tcp_view *v = &in->v[w];
-			if (v->t != (int32_t)x->h)
-				continue;
-			v->t = (int32_t)x->x;
-			v->base = x->xbase + v->base % x->row;
-			v->reg = -1;
-			v->scale = 0;
-			for (int k = 0; k + 1 < in->ndim; k++)
-				v->stride[k] = 0;
-		}
+		for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+			if (in->v[w].t == (int32_t)x->h)
+				ts_view_fixed_row(in, &in->v[w], (int32_t)x->x, x->xbase + in->v[w].base % x->row);
 		s->op[o].feature = feature;
 		/* its dependencies on the dispatch go: x is an input */
-		uint32_t keep = 0;
-		for (uint32_t j = 0; j < s->op[o].ndep; j++)
-			if (!drop[s->op[o].dep[j]]) {
-				s->op[o].dep[keep] = s->op[o].dep[j];
-				s->op[o].dist[keep++] = s->op[o].dist[j];
-			}
-		s->op[o].ndep = keep;
+		ts_op_drop_deps(&s->op[o], drop);
 		take_place(s, o, x, drop);
 		if (first == TS_NONE || pos[o] < pos[first])
 			first = o;
@@ -262,30 +241,9 @@ static void rewrite(tcp_sched *s, const dxr *x, uint16_t feature)
 			if (drop[s->op[o].dep[j]])
 				inherit(s, drop, o, s->op[o].dep[j], 0);
 	}
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *f = &s->buf[b];
-		if (f->life != TS_LIFE_SPAN)
-			continue;
-		if (f->first != TS_NONE && drop[f->first])
-			f->first = first;
-		if (f->last != TS_NONE && drop[f->last])
-			f->last = first;
-		if (f->first != TS_NONE && f->last != TS_NONE && pos[f->last] < pos[f->first])
-			f->last = f->first;
-	}
+	ts_drop_ops_to(s, drop, first, pos);
 	ctx_free(s->ctx, pos, 0);
-	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
 }
 
-moe_status ts_rw_decode_x_rows_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
-{
-	(void)e;
-	dxr x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
-	do
-		rewrite(s, &x, feature);
-	while (find(s, &x));
-	return MOE_OK;
-}
+TS_RW_EACH_SITE(decode_x_rows, dxr, rewrite)

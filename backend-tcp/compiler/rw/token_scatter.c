@@ -137,13 +137,6 @@ static bool find(const tcp_sched *s, tsc *x)
 	return false;
 }
 
-bool ts_rw_token_scatter_applies(const tcp_sched *s, const ts_env *e)
-{
-	(void)e;
-	tsc x;
-	return find(s, &x);
-}
-
 static void add_dep_once(tcp_sched *s, ts_id o, ts_id on, int dist)
 {
 	if (dist != 0 || on != o)
@@ -196,33 +189,14 @@ static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
 	}
 	/* src lives up to the scatter; the gathered rows, read by nothing now,
 	 * only at it; a span bounded by a dropped op moves to the scatter */
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *f = &s->buf[b];
-		if (f->life != TS_LIFE_SPAN)
-			continue;
-		if (f->first != TS_NONE && drop[f->first])
-			f->first = x->sc;
-		if (f->last != TS_NONE && drop[f->last])
-			f->last = x->sc;
-		if (b == x->x && f->last != TS_NONE && pos[f->last] < pos[x->sc])
-			f->last = x->sc;
-	}
-	ts_buf *d = &s->buf[x->d];
+	ts_buf *xb = &s->buf[x->x], *d = &s->buf[x->d];
+	if (xb->life == TS_LIFE_SPAN && xb->last != TS_NONE && pos[xb->last] < pos[x->sc])
+		xb->last = x->sc;
 	d->life = TS_LIFE_SPAN;
 	d->first = d->last = x->sc;
+	ts_drop_ops_to(s, drop, x->sc, pos);
 	ctx_free(s->ctx, pos, 0);
-	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
 }
 
-moe_status ts_rw_token_scatter_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
-{
-	(void)e;
-	tsc x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
-	do
-		fuse(s, &x, feature);
-	while (find(s, &x));
-	return MOE_OK;
-}
+TS_RW_EACH_SITE(token_scatter, tsc, fuse)

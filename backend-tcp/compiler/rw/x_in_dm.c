@@ -142,13 +142,6 @@ static bool find(const tcp_sched *s, xdm *x)
 	return false;
 }
 
-bool ts_rw_x_in_dm_applies(const tcp_sched *s, const ts_env *e)
-{
-	(void)e;
-	xdm x;
-	return find(s, &x);
-}
-
 static void rewrite(tcp_sched *s, const xdm *x, uint16_t feature)
 {
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
@@ -163,30 +156,17 @@ static void rewrite(tcp_sched *s, const xdm *x, uint16_t feature)
 		bool reads = ts_op_reads(q, x->d);
 		if (reads) {
 			tcp_insn *in = &q->in;
-			for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
-				tcp_view *v = &in->v[w];
-				if (v->t != (int32_t)x->d)
-					continue;
-				v->t = (int32_t)x->c;
-				v->base = x->sbase + (v->base - x->dbase) % x->pitch;
-				v->reg = -1;
-				v->scale = 0;
-				for (int k = 0; k + 1 < in->ndim; k++)
-					v->stride[k] = 0;
-			}
+			for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+				if (in->v[w].t == (int32_t)x->d)
+					ts_view_fixed_row(in, &in->v[w], (int32_t)x->c,
+						x->sbase + (in->v[w].base - x->dbase) % x->pitch);
 			q->feature = feature;
 			if (last == TS_NONE || pos[o] > pos[last])
 				last = o;
 		}
 		if (!ts_op_has_dep(q, x->cp, 0) && !ts_op_has_dep(q, x->cp, 1))
 			continue;
-		uint32_t keep = 0;
-		for (uint32_t j = 0; j < q->ndep; j++)
-			if (q->dep[j] != x->cp) {
-				q->dep[keep] = q->dep[j];
-				q->dist[keep++] = q->dist[j];
-			}
-		q->ndep = keep;
+		ts_op_drop_deps(q, drop);
 		if (reads) {
 			ts_add_dep_once(s, o, x->c0, 0);
 			continue;
@@ -205,30 +185,9 @@ static void rewrite(tcp_sched *s, const xdm *x, uint16_t feature)
 	ts_buf *db = &s->buf[x->d];
 	if (db->life == TS_LIFE_SPAN)
 		db->first = db->last = x->c0;
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		ts_buf *f = &s->buf[b];
-		if (f->life != TS_LIFE_SPAN)
-			continue;
-		if (f->first == x->cp)
-			f->first = x->c0;
-		if (f->last == x->cp)
-			f->last = x->c0;
-		if (f->first != TS_NONE && f->last != TS_NONE && pos[f->last] < pos[f->first])
-			f->last = f->first;
-	}
+	ts_drop_ops_to(s, drop, x->c0, pos);
 	ctx_free(s->ctx, pos, 0);
-	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
 }
 
-moe_status ts_rw_x_in_dm_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
-{
-	(void)e;
-	xdm x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
-	do
-		rewrite(s, &x, feature);
-	while (find(s, &x));
-	return MOE_OK;
-}
+TS_RW_EACH_SITE(x_in_dm, xdm, rewrite)
