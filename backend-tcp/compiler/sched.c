@@ -493,9 +493,20 @@ static void cl_op(cl *x, ts_id rg, ts_id id)
 	p->node = o->node;
 	p->cost = o->cost;
 	x->given[n] = id;
+	if (!o->ndep)
+		return;
+	/* the lists ts_add_dep would build, at the capacity it would leave:
+	 * the next power of two, at least 4 */
+	uint32_t cap = 4;
+	while (cap < o->ndep)
+		cap *= 2;
+	p->dep = ir_alloc(&x->c->arena, cap * sizeof *p->dep);
+	p->dist = ir_alloc(&x->c->arena, cap);
+	p->ndep = o->ndep;
+	memcpy(p->dep, o->dep, o->ndep * sizeof *p->dep);
 	for (uint32_t k = 0; k < o->ndep; k++) {
 		x->bad |= o->dep[k] >= TS_MAX_OBJECTS;
-		ts_add_dep(x->c, n, o->dep[k], o->dist[k] ? 1 : 0);
+		p->dist[k] = o->dist[k] ? 1 : 0;
 	}
 }
 

@@ -254,15 +254,15 @@ static int64_t cost_sub(tl *t, const tcp_insn *in, bool *holds)
 	return tcp_cost_sub(&t->cm, per, own);
 }
 
+static unsigned route_kept(tl *t, const tcp_insn *in);
+
 /* the operands some slice does not hold (bit w: view w), once per op */
 static unsigned route_mask(tl *t, ts_id id, const tcp_insn *in)
 {
 	if (!(in->flags & TCP_F_ROUTE))
 		return 0;
-	if (!t->route[id]) {
-		char why[8];
-		t->route[id] = (uint8_t)(0x80u | tcp_pass_remote(t->p, t->m, in, why, sizeof why));
-	}
+	if (!t->route[id])
+		t->route[id] = (uint8_t)(0x80u | route_kept(t, in));
 	return t->route[id] & 0x7fu;
 }
 
@@ -527,6 +527,67 @@ static uint64_t xhash(const xkey *k)
 	return h ^ (h >> 31);
 }
 
+/* the key of command in with scalar values val (NULL: every value 0) */
+static void xkey_of(const tl *t, const tcp_insn *in, const int64_t *val, xkey *k)
+{
+	memset(k, 0, sizeof *k);
+	if (val)
+		memcpy(k->val, val, sizeof k->val);
+	memcpy(&k->in, in, sizeof *in);
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0) {
+			memcpy(&k->t[w], &t->p->t[in->v[w].t], sizeof k->t[w]);
+			k->t[w].name = k->t[w].source = NULL;
+			k->in.v[w].t = 0;
+		}
+}
+
+/* A routed pass's remote operands (tcp_pass_remote) kept across predictions
+ * on a thread: they are a function of the command, its views' tensor records
+ * (names aside: they only word the reason) and the machine, never of a
+ * scalar's value (a view moved by a register is remote whatever it holds). */
+typedef struct rentry {
+	xkey k;
+	uint8_t mask;
+	bool used;
+} rentry;
+typedef struct rcache {
+	moe_tcp_machine m;
+	rentry *e;
+	size_t cap, n;
+} rcache;
+static _Thread_local rcache rc;
+#define RCACHE_CAP 1024 /* slots; the table is emptied when half full */
+
+static unsigned route_kept(tl *t, const tcp_insn *in)
+{
+	char why[8];
+	xkey k;
+	xkey_of(t, in, NULL, &k);
+	rcache *c = &rc;
+	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
+		if (!c->e)
+			c->e = malloc(RCACHE_CAP * sizeof *c->e);
+		if (!c->e)
+			return tcp_pass_remote(t->p, t->m, in, why, sizeof why);
+		c->cap = RCACHE_CAP;
+		c->n = 0;
+		memcpy(&c->m, t->m, sizeof c->m);
+		for (size_t i = 0; i < c->cap; i++)
+			c->e[i].used = false;
+	}
+	size_t i = xhash(&k) & (c->cap - 1);
+	while (c->e[i].used && memcmp(&c->e[i].k, &k, sizeof k))
+		i = (i + 1) & (c->cap - 1);
+	if (!c->e[i].used) {
+		c->e[i].mask = (uint8_t)tcp_pass_remote(t->p, t->m, in, why, sizeof why);
+		c->e[i].k = k;
+		c->e[i].used = true;
+		c->n++;
+	}
+	return c->e[i].mask;
+}
+
 /* ts_op_cycles through the thread's table; false where the command is not kept there */
 static int64_t op_cycles_kept(tl *t, ts_id id, const int64_t *val, bool *holds)
 {
@@ -534,15 +595,7 @@ static int64_t op_cycles_kept(tl *t, ts_id id, const int64_t *val, bool *holds)
 	if (in->op == TCP_OP_DMA_GATHER || in->op == TCP_OP_DMA_SCATTER)
 		return ts_op_cycles(t, id, holds);
 	xkey k;
-	memset(&k, 0, sizeof k);
-	memcpy(k.val, val, sizeof k.val);
-	memcpy(&k.in, in, sizeof *in);
-	for (int w = 0; w < TCP_NVIEW; w++)
-		if (in->v[w].t >= 0) {
-			memcpy(&k.t[w], &t->p->t[in->v[w].t], sizeof k.t[w]);
-			k.t[w].name = k.t[w].source = NULL;
-			k.in.v[w].t = 0;
-		}
+	xkey_of(t, in, val, &k);
 	xcache *c = &xc;
 	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
 		if (!c->e)

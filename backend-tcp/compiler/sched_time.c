@@ -323,6 +323,8 @@ static void run_region(tl *t, ts_id r, int depth)
 	const ts_region *g = &t->s->rg[r];
 	if (depth > 70 || t->fail)
 		return;
+	if (t->entered)
+		t->entered[r] = 1;
 	switch (g->kind) {
 	case TS_RG_SEQ: run_items(t, r, depth); break;
 	case TS_RG_GUARD:
@@ -379,10 +381,14 @@ static void release(tl *t)
 }
 
 /* Runs the timeline; t's arrays stay allocated (release). */
-static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, tl *t, ts_cost_cache *memo)
+static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, tl *t, ts_cost_cache *memo,
+	uint8_t *entered)
 {
 	memset(t, 0, sizeof *t);
 	t->ctx = ctx;
+	t->entered = entered;
+	if (entered)
+		memset(entered, 0, s->nrg + 1);
 	t->memo = memo;
 	t->own_memo = !memo;
 	t->s = s;
@@ -448,7 +454,7 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 static int64_t predict(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads, ts_timeline *out)
 {
 	tl t;
-	int64_t cycles = run(ctx, s, loads, &t, NULL);
+	int64_t cycles = run(ctx, s, loads, &t, NULL, NULL);
 	if (out) {
 		memset(out, 0, sizeof *out);
 		out->cycles = cycles;
@@ -482,10 +488,10 @@ void ts_timeline_free(moe_ctx *ctx, const tcp_sched *s, ts_timeline *t)
 }
 
 /* the op costs on the expected loads; the run's cycles, -1 on failure */
-static int64_t cost(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *memo)
+static int64_t cost(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *memo, uint8_t *entered)
 {
 	tl t;
-	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	int64_t cycles = run(ctx, s, NULL, &t, memo, entered);
 	if (cycles < 0) {
 		release(&t);
 		return -1;
@@ -501,7 +507,7 @@ static int64_t cost(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *memo)
 
 static moe_status cost_status(moe_ctx *ctx, tcp_sched *s)
 {
-	return cost(ctx, s, NULL) < 0 ? MOE_ERR_INVALID : MOE_OK;
+	return cost(ctx, s, NULL, NULL) < 0 ? MOE_ERR_INVALID : MOE_OK;
 }
 
 moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s)
@@ -509,21 +515,21 @@ moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s)
 	CTX_GUARDED(ctx, moe_status, MOE_ERR_NOMEM, cost_status(ctx, s));
 }
 
-int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c)
+int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c, uint8_t *entered)
 {
-	CTX_GUARDED(ctx, int64_t, -1, cost(ctx, s, c));
+	CTX_GUARDED(ctx, int64_t, -1, cost(ctx, s, c, entered));
 }
 
 /* ---- predictions on the expected loads with a cost cache ---- */
-static int64_t predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+static int64_t predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo, uint8_t *entered)
 {
 	tl t;
-	int64_t cycles = run(ctx, s, NULL, &t, memo);
+	int64_t cycles = run(ctx, s, NULL, &t, memo, entered);
 	release(&t);
 	return cycles;
 }
 
-int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo)
+int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *memo, uint8_t *entered)
 {
-	CTX_GUARDED(ctx, int64_t, -1, predict_cached(ctx, s, memo));
+	CTX_GUARDED(ctx, int64_t, -1, predict_cached(ctx, s, memo, entered));
 }

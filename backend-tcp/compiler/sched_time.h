@@ -41,8 +41,12 @@ moe_status tcp_sched_cost(moe_ctx *ctx, tcp_sched *s);
 typedef struct ts_cost_cache ts_cost_cache;
 ts_cost_cache *ts_cost_cache_new(moe_ctx *ctx);
 void ts_cost_cache_free(moe_ctx *ctx, ts_cost_cache *c);
-int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *c);
+/* entered (NULL, or nrg + 1 bytes): 1 for each region the walk entered, 0
+ * for the others. The prediction reads nothing of a region it does not
+ * enter (its ops never run, so their ends read as never run), so it is the
+ * same for every order of such a region's items. */
+int64_t tcp_sched_predict_cached(moe_ctx *ctx, const tcp_sched *s, ts_cost_cache *c, uint8_t *entered);
 /* tcp_sched_cost through the cache; the prediction's cycles, -1 on failure. */
-int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c);
+int64_t tcp_sched_cost_cached(moe_ctx *ctx, tcp_sched *s, ts_cost_cache *c, uint8_t *entered);
 
 #endif

@@ -52,6 +52,7 @@ typedef struct tl {
 	int64_t approx_ld, approx_idx;
 	int64_t *slots, nslots; /* the grid slots the caller's loads fill (slot_row) */
 	bool slots_done;
+	uint8_t *entered; /* per region, set to 1 when the walk enters it (NULL: not kept) */
 	bool zero; /* measuring with every scalar 0 */
 	bool fail;
 } tl;

@@ -60,8 +60,11 @@ typedef struct sch {
 	int64_t (*csum)[TCP_NCTX];
 	int64_t *nscal;
 	int64_t cycles; /* the whole schedule's prediction with the orders kept so far */
-	int evals;      /* predictions made (at most SCHED_EVALS) */
+	int evals;      /* predictions counted (at most SCHED_EVALS) */
 	ts_cost_cache *memo;
+	/* per region: that prediction's walk entered it (entered), and the last
+	 * prediction's (tried) */
+	uint8_t *entered, *tried;
 } sch;
 
 /* The whole-schedule predictions one compile may make to choose orders. */
@@ -370,12 +373,26 @@ static void list_order(sch *c, const uint32_t *items, uint32_t n, const edge *e,
 }
 
 /* the whole schedule's predicted cycles on the expected loads (the timeline
- * of sched_time.c); INT64_MAX when it cannot be predicted */
-static int64_t whole(sch *c)
+ * of sched_time.c); INT64_MAX when it cannot be predicted. A new order of
+ * region r only: where the kept orders' walk did not enter r, the
+ * prediction is c->cycles (tcp_sched_predict_cached), which it returns
+ * without a walk; either way it counts against the budget. */
+static int64_t whole(sch *c, ts_id r)
 {
 	c->evals++;
-	int64_t t = tcp_sched_predict_cached(c->ctx, c->s, c->memo);
+	if (!c->entered[r])
+		return c->cycles;
+	int64_t t = tcp_sched_predict_cached(c->ctx, c->s, c->memo, c->tried);
 	return t < 0 ? INT64_MAX : t;
+}
+
+/* the last prediction (whole) is kept: t its cycles */
+static void keep(sch *c, int64_t t)
+{
+	uint8_t *x = c->entered;
+	c->cycles = t;
+	c->entered = c->tried;
+	c->tried = x;
 }
 
 /* Moves each op before the previous op of its context in the region when no
@@ -404,9 +421,9 @@ static void improve(sch *c, ts_region *g, uint32_t *orig, const uint8_t *adj)
 		memmove(&g->item[q + 1], &g->item[q], (p - q) * sizeof *g->item);
 		memmove(&orig[q + 1], &orig[q], (p - q) * sizeof *orig);
 		g->item[q] = it, orig[q] = k;
-		int64_t t = whole(c);
+		int64_t t = whole(c, (ts_id)(g - c->s->rg));
 		if (t < c->cycles) {
-			c->cycles = t;
+			keep(c, t);
 			continue;
 		}
 		memmove(&g->item[q], &g->item[q + 1], (p - q) * sizeof *g->item);
@@ -486,9 +503,11 @@ static void schedule_region(sch *c, ts_id r)
 		list_order(c, items, n, e, first, npred, bl, v, cand);
 		for (uint32_t k = 0; k < n; k++)
 			g->item[k] = items[cand[k]];
-		int64_t t = c->evals < SCHED_EVALS ? whole(c) : INT64_MAX;
+		/* the kept order again: its prediction is c->cycles */
+		bool same = !memcmp(cand, best, n * sizeof *best);
+		int64_t t = c->evals >= SCHED_EVALS ? INT64_MAX : same ? (c->evals++, c->cycles) : whole(c, r);
 		if (t < c->cycles) {
-			c->cycles = t;
+			keep(c, t);
 			memcpy(best, cand, n * sizeof *best);
 		}
 	}
@@ -546,14 +565,17 @@ static moe_status run(moe_ctx *ctx, tcp_sched *s)
 	ts_op_positions(s, old);
 	find_aliases(&c);
 	c.memo = ts_cost_cache_new(ctx);
-	c.cycles = tcp_sched_cost_cached(ctx, s, c.memo); /* the ops' costs, and the build order's prediction */
+	c.entered = ctx_alloc(ctx, s->nrg + 1);
+	c.tried = ctx_alloc(ctx, s->nrg + 1);
+	/* the ops' costs, and the build order's prediction */
+	c.cycles = tcp_sched_cost_cached(ctx, s, c.memo, c.entered);
 	c.cycles = c.cycles < 0 ? INT64_MAX : c.cycles;
 	schedule_tree(&c, s->top, 0);
 	ts_renew_spans(s, ctx, old);
 	ts_cost_cache_free(ctx, c.memo);
 	for (ts_id b = 0; b < s->nbuf; b++)
 		ctx_free(ctx, c.alias[b], 0);
-	void *blocks[] = {c.op_rg, c.sc_rg, c.op_it, c.sc_it, old, c.alias, c.nalias, c.edges.a, c.touches.a};
+	void *blocks[] = {c.op_rg, c.sc_rg, c.op_it, c.sc_it, old, c.alias, c.nalias, c.edges.a, c.touches.a, c.entered, c.tried};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(ctx, blocks[k], 0);
 	return MOE_OK;
