@@ -269,9 +269,10 @@ static void split(tcp_sched *s, const sf *x, uint16_t feature)
  * tile's load and contraction, and the loads of that block's earlier tiles
  * run one after another on the sub context from when their part lands. The
  * four-part split cuts the slot's last load (its contraction one row of x:
- * a decode) in two, the new last tile a quarter of its rows (rounded up to
- * 64) loaded into the TRF buffer of the same node's load before it (whose
- * contraction is then done), each with its own contraction, and cuts the
+ * a block of one row, as at T = 1) in two, the new last tile a quarter of
+ * its rows (rounded up to 64) loaded into the TRF buffer of the same node's
+ * load before it (whose contraction is then done), each with its own
+ * contraction, and cuts the
  * fetch at the new tile's start and at one or two of the earlier divisions,
  * whichever the placed, predicted layer finds fastest: the last tile loads
  * while the rest of the run is short, and the earlier loads start sooner. */
