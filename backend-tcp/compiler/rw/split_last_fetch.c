@@ -33,8 +33,8 @@
 /* The fetch and the split. */
 typedef struct sf {
 	ts_id f, gnext;        /* the body's fetch; the scalar g + 1 */
-	int64_t p[2];          /* the cut points, elements, ascending */
-	int np;                /* cut points used: 1, or 2 (the last projection's weights cut too) */
+	int64_t p[3];          /* the cut points, elements, ascending */
+	int np;                /* cut points used: 1, 2 (the last projection's weights cut too) or 3 (four parts) */
 	int64_t row;           /* elements per row of a two-dimensional fetch (1: one-dimensional) */
 } sf;
 
@@ -59,12 +59,13 @@ static bool waits(const tcp_sched *s, ts_id o, ts_id f)
  * the rest arrives. A reader of the node and span of an earlier one is a
  * copy of it in another case of a classes region (row-classes): one block
  * runs one case, so it is left out (it reads what the earlier one reads). */
-static void split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row, int64_t *p)
+static int divisions(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row, ts_id *rd, int *nrd, int64_t *cut,
+	int *kc, int64_t *node)
 {
-	p[0] = p[1] = 0;
+	*node = 0;
+	*nrd = 0;
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
-	ts_id rd[64];
 	int nr = 0;
 	bool full = false;
 	for (ts_id o = 0; o < s->nop && !full; o++) {
@@ -83,7 +84,7 @@ static void split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t 
 		}
 	ctx_free(s->ctx, pos, 0);
 	if (full || nr < 2)
-		return;
+		return 0;
 	int64_t lo[64], hi[64];
 	int m = 0;
 	for (int i = 0; i < nr; i++) {
@@ -95,19 +96,30 @@ static void split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t 
 			rd[m++] = rd[i];
 	}
 	nr = m;
-	int64_t below = hi[0], cut[64], node = 0, mid = 0, c = 0;
-	int kc[64];
+	*nrd = nr;
+	int64_t below = hi[0];
+	int c = 0;
 	for (int k = 1; k < nr; k++) {
 		int64_t above = lo[k];
 		for (int i = k; i < nr; i++)
 			above = lo[i] < above ? lo[i] : above;
 		if (below <= above && above > 0 && above < n && above % row == 0) {
 			if (s->op[rd[k]].node != s->op[rd[k - 1]].node)
-				node = above;
+				*node = above;
 			kc[c] = k, cut[c++] = above;
 		}
 		below = hi[k] > below ? hi[k] : below;
 	}
+	return c;
+}
+
+static void split_at(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t row, int64_t *p)
+{
+	p[0] = p[1] = p[2] = 0;
+	ts_id rd[64];
+	int64_t cut[64], node = 0, mid = 0;
+	int kc[64], nr = 0;
+	int c = divisions(s, f, w, n, row, rd, &nr, cut, kc, &node);
 	/* the division nearest the middle of [p[0], n), of the readers from p[0] on */
 	for (int i = 0; i < c; i++) {
 		int64_t h = (node + n) / 2;
@@ -208,9 +220,12 @@ static void split(tcp_sched *s, const sf *x, uint16_t feature)
 	s->op[f].region = ro;
 	/* the parts: [c[k], c[k + 1]) of the slot */
 	tcp_insn in = s->op[f].in;
-	int64_t n = in.dim[0] * x->row, c[4] = {0, x->p[0], x->np > 1 ? x->p[1] : n, n};
+	int64_t n = in.dim[0] * x->row, c[5];
 	int np = x->np + 1;
-	ts_id part[3];
+	c[0] = 0, c[np] = n;
+	for (int k = 0; k < x->np; k++)
+		c[k + 1] = x->p[k];
+	ts_id part[4];
 	for (int k = 0; k < np; k++) {
 		tcp_insn pi = in;
 		pi.dim[0] = (c[k + 1] - c[k]) / x->row;
@@ -248,6 +263,167 @@ static void split(tcp_sched *s, const sf *x, uint16_t feature)
 	}
 }
 
+/* ---- four parts: the last tile cut in two ----
+ *
+ * At T = 1 the last block's compute after its last byte is the last TRF
+ * tile's load and contraction, and the loads of that block's earlier tiles
+ * run one after another on the sub context from when their part lands. The
+ * four-part split cuts the slot's last load (its contraction one row of x:
+ * a block of one row, as at T = 1) in two, the new last tile a quarter of
+ * its rows (rounded up to 64) loaded into the TRF buffer of the same node's
+ * load before it (whose contraction is then done), each with its own
+ * contraction, and cuts the
+ * fetch at the new tile's start and at one or two of the earlier divisions,
+ * whichever the placed, predicted layer finds fastest: the last tile loads
+ * while the rest of the run is short, and the earlier loads start sooner. */
+typedef struct lt {
+	ts_id l, c;  /* the slot's last load (by program order) and its contraction */
+	ts_id p, cp; /* the same node's load before it into another TRF buffer, and its contraction */
+	int64_t r;   /* rows of the new last tile */
+} lt;
+
+/* the one contraction reading the TRF buffer load l writes and waiting for l */
+static ts_id contraction_of(const tcp_sched *s, ts_id l)
+{
+	int32_t t = s->op[l].in.v[TCP_V_DST].t;
+	ts_id c = TS_NONE;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (o != l && ts_op_reads(&s->op[o], t)) {
+			if (c != TS_NONE || s->op[o].in.op != TCP_OP_TU_CONTRACT || s->op[o].in.v[TCP_V_S1].t != t ||
+				!waits(s, o, l))
+				return TS_NONE;
+			c = o;
+		}
+	return c;
+}
+
+static bool last_tile(const tcp_sched *s, const sf *x, lt *t)
+{
+	int32_t w = s->op[x->f].in.v[TCP_V_DST].t;
+	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
+	ts_op_positions(s, pos);
+	t->l = t->p = TS_NONE;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (o != x->f && waits(s, o, x->f) && s->op[o].in.v[TCP_V_S0].t == w && (t->l == TS_NONE || pos[o] > pos[t->l]))
+			t->l = o;
+	bool ok = t->l != TS_NONE;
+	const tcp_insn *li = ok ? &s->op[t->l].in : NULL;
+	ok = ok && li->op == TCP_OP_SUB_TRF && li->ndim == 2 && li->dim[0] >= 256 && li->v[TCP_V_DST].t >= 0 &&
+	     s->buf[li->v[TCP_V_DST].t].space == TCP_TRF;
+	t->c = ok ? contraction_of(s, t->l) : TS_NONE;
+	const tcp_insn *ci = t->c != TS_NONE ? &s->op[t->c].in : NULL;
+	ok = ok && ci && ci->ndim == 3 && ci->dim[0] == 1 && ci->dim[1] == li->dim[0] && ci->v[TCP_V_DST].t >= 0;
+	for (ts_id o = 0; ok && o < s->nop; o++) {
+		const tcp_insn *pi = &s->op[o].in;
+		if (o != t->l && pi->op == TCP_OP_SUB_TRF && s->op[o].node == s->op[t->l].node && pi->v[TCP_V_DST].t >= 0 &&
+			pi->v[TCP_V_DST].t != li->v[TCP_V_DST].t && pos[o] < pos[t->l] && (t->p == TS_NONE || pos[o] > pos[t->p]))
+			t->p = o;
+	}
+	ok = ok && t->p != TS_NONE;
+	t->cp = ok ? contraction_of(s, t->p) : TS_NONE;
+	ok = ok && t->cp != TS_NONE && pos[t->cp] < pos[t->c] && s->op[t->p].region == s->op[t->l].region;
+	if (ok) { /* the other buffer: written by p alone, read by its contraction alone, as large */
+		int32_t tp = s->op[t->p].in.v[TCP_V_DST].t;
+		ok = ts_buf_numel(&s->buf[tp]) >= ts_buf_numel(&s->buf[li->v[TCP_V_DST].t]);
+		for (ts_id o = 0; ok && o < s->nop; o++)
+			ok = o == t->p || o == t->cp || (!ts_op_reads(&s->op[o], tp) && !ts_op_writes(&s->op[o], tp));
+	}
+	ctx_free(s->ctx, pos, 0);
+	t->r = ok ? (li->dim[0] / 4 + 63) / 64 * 64 : 0;
+	return ok && t->r < li->dim[0];
+}
+
+/* op of instruction in, right after op `after` in its region */
+static ts_id insert_after(tcp_sched *s, ts_id after, const tcp_insn *in, uint16_t feature)
+{
+	ts_id rg = s->op[after].region;
+	ts_id o = ts_add_op(s, rg, in, s->op[after].phase);
+	ts_region *r = &s->rg[rg];
+	uint32_t at = 0;
+	while (at < r->nitem && r->item[at] != (TS_ITEM_OP | after))
+		at++;
+	memmove(r->item + at + 2, r->item + at + 1, (r->nitem - at - 2) * sizeof *r->item);
+	r->item[at + 1] = TS_ITEM_OP | o;
+	s->op[o].node = s->op[after].node;
+	s->op[o].feature = feature;
+	return o;
+}
+
+/* t's last tile cut in two; returns the new load */
+static ts_id retile(tcp_sched *s, const lt *t, uint16_t feature)
+{
+	ts_id l = t->l, c = t->c, n0 = s->nop;
+	int64_t keep = s->op[l].in.dim[0] - t->r;
+	int32_t tp = s->op[t->p].in.v[TCP_V_DST].t;
+	tcp_insn li = s->op[l].in, ci = s->op[c].in;
+	s->op[l].in.dim[0] = keep;
+	s->op[c].in.dim[1] = keep;
+	s->op[l].cost = s->op[c].cost = 0;
+	li.dim[0] = t->r;
+	li.v[TCP_V_S0].base += keep * li.v[TCP_V_S0].stride[0];
+	li.v[TCP_V_DST].t = tp;
+	ci.dim[1] = t->r;
+	ci.v[TCP_V_DST].base += keep * ci.v[TCP_V_DST].stride[1];
+	ci.v[TCP_V_S1].t = tp;
+	ts_id l2 = insert_after(s, l, &li, feature), c2 = insert_after(s, c, &ci, feature);
+	/* every op waiting for l or c waits for its second part too (the
+	 * slot's writers for the new load, the result's readers for the new
+	 * contraction), at the same distance */
+	for (ts_id o = 0; o < n0; o++) {
+		uint32_t nd = s->op[o].ndep;
+		for (uint32_t j = 0; j < nd; j++) {
+			ts_id d = s->op[o].dep[j];
+			int dist = s->op[o].dist[j];
+			if (d == l && o != c)
+				ts_add_dep_once(s, o, l2, dist);
+			else if (d == c)
+				ts_add_dep_once(s, o, c2, dist);
+		}
+	}
+	for (uint32_t j = 0; j < s->op[l].ndep; j++)
+		ts_add_dep_once(s, l2, s->op[l].dep[j], s->op[l].dist[j]);
+	for (uint32_t j = 0; j < s->op[c].ndep; j++)
+		if (s->op[c].dep[j] != l)
+			ts_add_dep_once(s, c2, s->op[c].dep[j], s->op[c].dist[j]);
+	ts_add_dep_once(s, l2, t->cp, 0); /* the other buffer read before it is loaded again */
+	ts_add_dep_once(s, c2, l2, 0);
+	ts_add_dep_once(s, c2, c, 0);
+	ts_add_dep_once(s, t->p, c2, 1); /* the next block's load of that buffer after the new contraction */
+	if (s->buf[tp].life == TS_LIFE_SPAN)
+		s->buf[tp].last = c2; /* its last reader now */
+	return l2;
+}
+
+typedef struct four_arg {
+	int i, j; /* the earlier cuts: divisions i and j (j < 0: none) of those below the new tile */
+	uint16_t feature;
+} four_arg;
+
+static bool four_copy(tcp_sched *c, void *arg)
+{
+	const four_arg *a = arg;
+	sf x;
+	lt t;
+	if (!find(c, &x) || !last_tile(c, &x, &t))
+		return false;
+	ts_id l2 = retile(c, &t, a->feature);
+	const tcp_insn *in = &c->op[x.f].in;
+	ts_id rd[64];
+	int64_t cut[64], node, n = in->dim[0] * x.row, lo, hi;
+	int kc[64], nr;
+	int m = divisions(c, x.f, in->v[TCP_V_DST].t, n, x.row, rd, &nr, cut, kc, &node);
+	ts_view_span(&c->op[l2].in, &c->op[l2].in.v[TCP_V_S0], &lo, &hi);
+	if (m < 2 || cut[m - 1] != lo || a->i >= m - 1 || a->j >= m - 1)
+		return false;
+	x.np = 0;
+	x.p[x.np++] = cut[a->i];
+	if (a->j >= 0)
+		x.p[x.np++] = cut[a->j];
+	x.p[x.np++] = cut[m - 1];
+	split(c, &x, a->feature);
+	return tcp_sched_verify(c) == MOE_OK;
+}
+
 typedef struct split_arg {
 	int np;
 	uint16_t feature;
@@ -275,13 +451,42 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 	sf x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	if (x.np > 1) {
-		split_arg a = {2, feature};
-		int64_t three = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true});
-		a.np = 1;
+	lt t;
+	bool four = last_tile(s, &x, &t);
+	int64_t best = -1;
+	if (x.np > 1 || four) {
+		split_arg a = {1, feature};
 		int64_t two = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true});
-		if (three < 0 || (two >= 0 && two <= three))
-			x.np = 1;
+		best = two;
+		if (x.np > 1) {
+			a.np = 2;
+			int64_t three = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true});
+			if (three < 0 || (two >= 0 && two <= three))
+				x.np = 1;
+			else
+				best = three;
+		}
+	}
+	if (four && best >= 0) {
+		ts_id rd[64];
+		int64_t cut[64], node;
+		int kc[64], nr;
+		const tcp_insn *in = &s->op[x.f].in;
+		int m = divisions(s, x.f, in->v[TCP_V_DST].t, in->dim[0] * x.row, x.row, rd, &nr, cut, kc, &node);
+		size_t len = 0;
+		char *text = ts_trial_text(s, &len);
+		four_arg win = {-1, -1, feature};
+		for (int i = 0; text && i < m; i++)
+			for (int j = i; j < m; j++) {
+				four_arg b = {i, j == i ? -1 : j, feature};
+				int64_t v = ts_trial_run(s, text, len, &(ts_trial){"<split-last-fetch trial>", four_copy, &b, true});
+				if (v >= 0 && v < best)
+					best = v, win = b;
+			}
+		if (text)
+			ctx_free(s->ctx, text, len + 1);
+		if (win.i >= 0)
+			return four_copy(s, &win) ? MOE_OK : MOE_ERR_INVALID;
 	}
 	split(s, &x, feature);
 	return MOE_OK;
