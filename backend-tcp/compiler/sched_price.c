@@ -505,8 +505,9 @@ typedef struct xkey {
 } xkey;
 typedef struct xentry {
 	xkey k;
-	int64_t total;
+	int64_t total; /* op_cycles_kept's table: the cycles and whether the command holds */
 	bool holds, used;
+	uint8_t mask;  /* route_kept's table: the remote operands */
 } xentry;
 typedef struct xcache {
 	moe_tcp_machine m;
@@ -542,21 +543,40 @@ static void xkey_of(const tl *t, const tcp_insn *in, const int64_t *val, xkey *k
 		}
 }
 
+/* The slot of key k in table c (of cap slots, for machine m): *fresh when
+ * the key was not there (the slot is then k's, its value the caller's to
+ * fill); the table is emptied first when another key would fill it past half
+ * or m is not its machine. NULL when the table cannot be allocated. */
+static xentry *xcache_slot(xcache *c, size_t cap, const moe_tcp_machine *m, const xkey *k, bool *fresh)
+{
+	if (!c->e || memcmp(&c->m, m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
+		if (!c->e)
+			c->e = malloc(cap * sizeof *c->e);
+		if (!c->e)
+			return NULL;
+		c->cap = cap;
+		c->n = 0;
+		memcpy(&c->m, m, sizeof c->m);
+		for (size_t i = 0; i < c->cap; i++)
+			c->e[i].used = false;
+	}
+	size_t i = xhash(k) & (c->cap - 1);
+	while (c->e[i].used && memcmp(&c->e[i].k, k, sizeof *k))
+		i = (i + 1) & (c->cap - 1);
+	*fresh = !c->e[i].used;
+	if (*fresh) {
+		c->e[i].k = *k;
+		c->e[i].used = true;
+		c->n++;
+	}
+	return &c->e[i];
+}
+
 /* A routed pass's remote operands (tcp_pass_remote) kept across predictions
  * on a thread: they are a function of the command, its views' tensor records
  * (names aside: they only word the reason) and the machine, never of a
  * scalar's value (a view moved by a register is remote whatever it holds). */
-typedef struct rentry {
-	xkey k;
-	uint8_t mask;
-	bool used;
-} rentry;
-typedef struct rcache {
-	moe_tcp_machine m;
-	rentry *e;
-	size_t cap, n;
-} rcache;
-static _Thread_local rcache rc;
+static _Thread_local xcache rc;
 #define RCACHE_CAP 1024 /* slots; the table is emptied when half full */
 
 static unsigned route_kept(tl *t, const tcp_insn *in)
@@ -564,28 +584,13 @@ static unsigned route_kept(tl *t, const tcp_insn *in)
 	char why[8];
 	xkey k;
 	xkey_of(t, in, NULL, &k);
-	rcache *c = &rc;
-	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
-		if (!c->e)
-			c->e = malloc(RCACHE_CAP * sizeof *c->e);
-		if (!c->e)
-			return tcp_pass_remote(t->p, t->m, in, why, sizeof why);
-		c->cap = RCACHE_CAP;
-		c->n = 0;
-		memcpy(&c->m, t->m, sizeof c->m);
-		for (size_t i = 0; i < c->cap; i++)
-			c->e[i].used = false;
-	}
-	size_t i = xhash(&k) & (c->cap - 1);
-	while (c->e[i].used && memcmp(&c->e[i].k, &k, sizeof k))
-		i = (i + 1) & (c->cap - 1);
-	if (!c->e[i].used) {
-		c->e[i].mask = (uint8_t)tcp_pass_remote(t->p, t->m, in, why, sizeof why);
-		c->e[i].k = k;
-		c->e[i].used = true;
-		c->n++;
-	}
-	return c->e[i].mask;
+	bool fresh;
+	xentry *e = xcache_slot(&rc, RCACHE_CAP, t->m, &k, &fresh);
+	if (!e)
+		return tcp_pass_remote(t->p, t->m, in, why, sizeof why);
+	if (fresh)
+		e->mask = (uint8_t)tcp_pass_remote(t->p, t->m, in, why, sizeof why);
+	return e->mask;
 }
 
 /* ts_op_cycles through the thread's table; false where the command is not kept there */
@@ -596,29 +601,14 @@ static int64_t op_cycles_kept(tl *t, ts_id id, const int64_t *val, bool *holds)
 		return ts_op_cycles(t, id, holds);
 	xkey k;
 	xkey_of(t, in, val, &k);
-	xcache *c = &xc;
-	if (!c->e || memcmp(&c->m, t->m, sizeof c->m) || 2 * (c->n + 1) > c->cap) {
-		if (!c->e)
-			c->e = malloc(XCACHE_CAP * sizeof *c->e);
-		if (!c->e)
-			return ts_op_cycles(t, id, holds);
-		c->cap = XCACHE_CAP;
-		c->n = 0;
-		memcpy(&c->m, t->m, sizeof c->m);
-		for (size_t i = 0; i < c->cap; i++)
-			c->e[i].used = false;
-	}
-	size_t i = xhash(&k) & (c->cap - 1);
-	while (c->e[i].used && memcmp(&c->e[i].k, &k, sizeof k))
-		i = (i + 1) & (c->cap - 1);
-	if (!c->e[i].used) {
-		c->e[i].total = ts_op_cycles(t, id, &c->e[i].holds);
-		c->e[i].k = k;
-		c->e[i].used = true;
-		c->n++;
-	}
-	*holds = c->e[i].holds;
-	return c->e[i].total;
+	bool fresh;
+	xentry *e = xcache_slot(&xc, XCACHE_CAP, t->m, &k, &fresh);
+	if (!e)
+		return ts_op_cycles(t, id, holds);
+	if (fresh)
+		e->total = ts_op_cycles(t, id, &e->holds);
+	*holds = e->holds;
+	return e->total;
 }
 
 /* ts_op_cycles through the cache when there is one */
