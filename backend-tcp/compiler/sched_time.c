@@ -20,6 +20,87 @@ static void scalar_insn(tl *t, int op)
 	t->tc += tcp_cost_scalar(&t->cm, op);
 }
 
+/* The slot of a two-slot buffer view w of `in` stays in, as a static
+ * test: 0 or 1 for a fixed view inside that slot, 2 for a view moved by a
+ * scalar in steps of one slot from inside slot 0, -1 otherwise. Its extent
+ * is taken over the command's dims, which every view of a copy, a TRF/VRF
+ * load or a vector pass walks and which bound a contraction's views. */
+static int slot_view(const tcp_sched *s, const tcp_insn *in, int w)
+{
+	const tcp_view *v = &in->v[w];
+	bool walks = in->op == TCP_OP_DMA_COPY || in->op == TCP_OP_SUB_TRF || in->op == TCP_OP_SUB_VRF ||
+		     in->op == TCP_OP_TU_CONTRACT || (in->op == TCP_OP_TU_VEC && !(in->flags & (TCP_F_E2M1 | TCP_F_I4)));
+	if (v->t < 0 || (uint32_t)v->t >= s->nbuf || s->buf[v->t].slots != 2 || !walks)
+		return -1;
+	int64_t S = ts_buf_numel(&s->buf[v->t]), lo = v->base, hi = v->base;
+	for (int k = 0; k < in->ndim && k < TCP_MAXD; k++) {
+		int64_t x = v->stride[k] * (in->dim[k] - 1);
+		*(x < 0 ? &lo : &hi) += x;
+	}
+	if (S <= 0 || lo < 0)
+		return -1;
+	if (v->reg >= 0)
+		return v->scale == S && hi < S ? 2 : -1;
+	return lo / S == hi / S && hi < 2 * S ? (int)(lo / S) : -1;
+}
+
+/* sbuf, sview of op i (sched_time_int.h) */
+static void slot_op(tl *t, ts_id i)
+{
+	const tcp_insn *in = &t->s->op[i].in;
+	t->sbuf[i] = TS_NONE;
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		if (slot_view(t->s, in, w) < 0)
+			continue;
+		if (t->sbuf[i] != TS_NONE) {
+			t->sbuf[i] = TS_NONE;
+			return;
+		}
+		t->sbuf[i] = (ts_id)in->v[w].t, t->sview[i] = (uint8_t)w;
+	}
+	for (int w = 0; w < TCP_NVIEW && t->sbuf[i] != TS_NONE; w++)
+		if (w != t->sview[i] && (ts_id)in->v[w].t == t->sbuf[i])
+			t->sbuf[i] = TS_NONE; /* a second view on that buffer */
+}
+
+/* The slot op i's slot view touches in this run, -1 when not 0 or 1. */
+static int run_slot(const tl *t, ts_id i)
+{
+	const tcp_view *v = &t->s->op[i].in.v[t->sview[i]];
+	int64_t S = ts_buf_numel(&t->s->buf[t->sbuf[i]]);
+	int64_t b = v->base + (v->reg >= 0 && !t->zero ? t->val[v->reg] * v->scale : 0);
+	return b < 0 || b >= 2 * S ? -1 : (int)(b / S);
+}
+
+/* Whether op a's dependency on d stands for conflicts in one two-slot
+ * buffer alone, both inside one slot each run: then a waits for d's latest
+ * run in a's slot, as the simulator's hazards on element ranges do, not
+ * for d's latest run in the other slot (a weight fetch into the next slot
+ * after a block whose expert repeats, rewrite same-expert). Distinct
+ * buffers of one on-chip space may share bytes that an ordered schedule's
+ * dependencies order: such a pair keeps the dependency whole. */
+static bool slot_only(const tl *t, ts_id a, ts_id d)
+{
+	const tcp_sched *s = t->s;
+	ts_id b = t->sbuf[a];
+	if (b == TS_NONE || d >= s->nop || t->sbuf[d] != b)
+		return false;
+	const tcp_insn *x = &s->op[a].in, *y = &s->op[d].in;
+	bool found = false;
+	for (int i = 0; i < TCP_NVIEW; i++)
+		for (int j = 0; j < TCP_NVIEW; j++) {
+			int32_t p = x->v[i].t, q = y->v[j].t;
+			if (p < 0 || q < 0 || (i != TCP_V_DST && j != TCP_V_DST))
+				continue;
+			if (p == q && (ts_id)p == b)
+				found = true;
+			else if (p == q || (s->reuse == TS_REUSE_ORDERED && s->buf[p].space == s->buf[q].space &&
+						   s->buf[p].space != TCP_HBM))
+				return false;
+		}
+	return found;
+}
+
 #define DEPS_NONE UINT32_MAX      /* dfirst: the op has not run */
 #define DEPS_ONCE (UINT32_MAX - 1) /* it has run once, its dependencies read as they are */
 
@@ -29,8 +110,11 @@ static void positions(tl *t)
 	const tcp_sched *s = t->s;
 	for (ts_id i = 0; i <= s->nop; i++)
 		t->oreg[i] = TS_NONE, t->oidx[i] = 0, t->dfirst[i] = DEPS_NONE;
-	for (ts_id i = 0; i < s->nop; i++)
+	for (ts_id i = 0; i < s->nop; i++) {
 		t->octx[i] = (uint8_t)tcp_op_ctx[s->op[i].in.op];
+		slot_op(t, i);
+		t->send[i][0] = t->send[i][1] = t->sprev[i][0] = t->sprev[i][1] = -1;
+	}
 	uint8_t *seen = ctx_alloc(t->ctx, s->nop + 1);
 	memset(seen, 0, s->nop + 1);
 	for (ts_id r = 0; r < s->nrg; r++)
@@ -84,6 +168,7 @@ static void positions(tl *t)
  * entries it heads), so that run_op skips the entries of a context whose
  * bound does not pass the start found so far: the latest end is unchanged. */
 #define DEP_HDR 0x80u
+#define DEP_SLOT 0x40u /* slot_only: the end read is of a's slot */
 
 /* room for n more entries of the dependency lists */
 static void dl_reserve(tl *t, size_t n)
@@ -105,7 +190,7 @@ static void group_deps(tl *t, size_t from)
 	memcpy(dl, t->dl + from, n * sizeof *dl);
 	memcpy(dd, t->dd + from, n);
 	for (size_t k = 0; k < n; k++)
-		cnt[(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + dd[k]]++;
+		cnt[(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + (dd[k] & 1u)]++;
 	for (int g = 0; g < 2 * TCP_NCTX; g++)
 		if (cnt[g]) {
 			t->dl[pos] = (ts_id)cnt[g], t->dd[pos] = (uint8_t)(DEP_HDR | (unsigned)g);
@@ -113,7 +198,7 @@ static void group_deps(tl *t, size_t from)
 			pos += cnt[g] + 1;
 		}
 	for (size_t k = 0; k < n; k++) {
-		size_t g = (size_t)(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + dd[k];
+		size_t g = (size_t)(dl[k] < t->s->nop ? t->octx[dl[k]] : 0) * 2 + (dd[k] & 1u);
 		t->dl[at[g]] = dl[k], t->dd[at[g]++] = dd[k];
 	}
 	t->dlen = pos;
@@ -141,6 +226,11 @@ static void dep_list(tl *t, ts_id a)
 		int cd = d < s->nop ? t->octx[d] : -1;
 		if (cd == ca)
 			continue;
+		if (slot_only(t, a, d)) {
+			t->dl[t->dlen] = d;
+			t->dd[t->dlen++] = (uint8_t)(DEP_SLOT | dist);
+			continue;
+		}
 		bool ordered = r != TS_NONE &&
 			       (dist ? !t->rloop[r] : r == t->oreg[a] && t->oidx[d] < t->oidx[a]);
 		size_t key = ordered ? ((size_t)r * TCP_NCTX + (size_t)cd) * 2 + dist : 0;
@@ -190,8 +280,14 @@ static void run_op(tl *t, ts_id id)
 			continue;
 		}
 		ts_id d = dl[k];
+		bool dist = dd[k] & 1u;
+		int sl = d >= t->s->nop ? -1 : (once ? slot_only(t, id, d) : (dd[k] & DEP_SLOT) != 0) ? run_slot(t, id) : -1;
 		/* distance 1: the previous block's run, even where d already ran in this one */
-		int64_t e = d >= t->s->nop ? -1 : dd[k] && t->blk[d] == t->block ? t->prev[d] : t->end[d];
+		bool before = dist && d < t->s->nop && t->blk[d] == t->block;
+		int64_t e = d >= t->s->nop ? -1
+			    : sl >= 0	  ? (before ? t->sprev[d][sl] : t->send[d][sl])
+			    : before	  ? t->prev[d]
+					  : t->end[d];
 		start = e > start ? e : start;
 	}
 	int64_t end = start + dur;
@@ -200,8 +296,13 @@ static void run_op(tl *t, ts_id id)
 		t->cfree[TCP_CTX_MAIN] = end;
 	if (t->start[id] < 0)
 		t->cost[id] = dur;
-	if (t->blk[id] != t->block)
+	if (t->blk[id] != t->block) {
 		t->prev[id] = t->end[id], t->blk[id] = t->block;
+		memcpy(t->sprev[id], t->send[id], sizeof t->send[id]);
+	}
+	int sl = t->sbuf[id] != TS_NONE ? run_slot(t, id) : -1;
+	if (sl >= 0)
+		t->send[id][sl] = end;
 	t->start[id] = start;
 	t->end[id] = end;
 	if (o->in.op == TCP_OP_DMA_SPM) {
@@ -364,7 +465,8 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->dmn, 0);
 	ctx_free(t->ctx, t->prev, 0);
 	ctx_free(t->ctx, t->blk, 0);
-	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast, t->gidx, t->gstamp};
+	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast, t->gidx, t->gstamp,
+		t->sbuf, t->sview, t->send, t->sprev};
 	for (size_t k = 0; k < sizeof deps / sizeof *deps; k++)
 		if (deps[k])
 			ctx_free(t->ctx, deps[k], 0);
@@ -422,6 +524,10 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->gstamp = ctx_alloc(ctx, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gstamp);
 	memset(t->gstamp, 0, (s->nrg + 1) * 2 * TCP_NCTX * sizeof *t->gstamp);
 	t->octx = ctx_alloc(ctx, n);
+	t->sbuf = ctx_alloc(ctx, n * sizeof *t->sbuf);
+	t->sview = ctx_alloc(ctx, n);
+	t->send = ctx_alloc(ctx, n * sizeof *t->send);
+	t->sprev = ctx_alloc(ctx, n * sizeof *t->sprev);
 	t->mlast = ctx_alloc(ctx, n * sizeof *t->mlast);
 	memset(t->mlast, 0, n * sizeof *t->mlast);
 	positions(t);

@@ -43,6 +43,13 @@ typedef struct tl {
 	 * the list being built (gidx), valid where gstamp is the list's stamp */
 	uint32_t *gidx, *gstamp, stamp;
 	uint8_t *octx;  /* per op: its context */
+	/* per op: the two-slot buffer one of its views reads or writes inside
+	 * one slot (TS_NONE: none, or more than one such view), that view, and
+	 * the end of its latest run in each slot: as of now (send) and as of
+	 * the block before its last run's (sprev) */
+	ts_id *sbuf;
+	uint8_t *sview;
+	int64_t (*send)[2], (*sprev)[2];
 	ts_id *dl;
 	uint8_t *dd;
 	size_t dlen, dcap;
