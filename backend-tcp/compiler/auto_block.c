@@ -428,33 +428,55 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
  * cost several times the build; only a B that would replace the model's
  * pick is priced after them, against that pick. */
 
+/* A build of layer g at block size B: a clone through the `tcp` pipeline,
+ * built by the schedule compiler (with `schedule`, rewritten and
+ * list-scheduled as the compile does). NULL when it does not build; the
+ * build's diagnostics are dropped by build_close. */
+typedef struct trial_build {
+	moe_module *mod;
+	size_t n0;
+} trial_build;
+
+static tcp_sched *build_open(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B,
+	bool schedule, trial_build *tb)
+{
+	tb->n0 = moe_diag_count(ctx);
+	int errs = moe_error_count(ctx);
+	tb->mod = moe_module_new(ctx);
+	moe_graph *w = tb->mod && moe_module_add_graph(tb->mod, moe_graph_name(g)) ? ir_graph_clone(g) : NULL;
+	if (!w)
+		return NULL;
+	ir_module_replace(tb->mod, 0, w);
+	moe_node_set_int(w, ex, "block", B);
+	moe_graph_set_dim(w, "B", B);
+	moe_run_opts ro = {.verify = 1};
+	tcp_sched *ts = moe_tcp_register_passes(ctx) == MOE_OK && moe_run_pipeline_text(ctx, "tcp", tb->mod, &ro) == MOE_OK
+		? tcp_sched_compiled(ctx, moe_module_graph(tb->mod, 0), m, schedule) : NULL;
+	if (ts && moe_error_count(ctx) != errs) {
+		tcp_sched_free(ts);
+		ts = NULL;
+	}
+	return ts;
+}
+
+static void build_close(moe_ctx *ctx, tcp_sched *ts, trial_build *tb)
+{
+	tcp_sched_free(ts);
+	moe_module_free(tb->mod);
+	ts_diag_truncate(ctx, tb->n0);
+}
+
 /* The predicted seconds of layer g (before the pipeline; its experts op ex)
- * with block size B: a clone through the `tcp` pipeline, built by the
- * schedule compiler (with `schedule`, rewritten and list-scheduled as the
- * compile does), placed and predicted; -1 when it does not build or place
- * (its diagnostics dropped). */
+ * with block size B (build_open), placed and predicted; -1 when it does not
+ * build or place. */
 static double compiled_seconds(moe_ctx *ctx, const moe_graph *g, moe_id ex, const moe_tcp_machine *m, int64_t B,
 	bool schedule)
 {
-	size_t n0 = moe_diag_count(ctx);
-	int errs = moe_error_count(ctx);
-	moe_module *mod = moe_module_new(ctx);
-	moe_graph *w = mod && moe_module_add_graph(mod, moe_graph_name(g)) ? ir_graph_clone(g) : NULL;
-	double s = -1;
-	if (w) {
-		ir_module_replace(mod, 0, w);
-		moe_node_set_int(w, ex, "block", B);
-		moe_graph_set_dim(w, "B", B);
-		moe_run_opts ro = {.verify = 1};
-		tcp_sched *ts = moe_tcp_register_passes(ctx) == MOE_OK && moe_run_pipeline_text(ctx, "tcp", mod, &ro) == MOE_OK
-			? tcp_sched_compiled(ctx, moe_module_graph(mod, 0), m, schedule) : NULL;
-		int64_t cy = ts && moe_error_count(ctx) == errs ? tcp_dm_price(ts) : -1;
-		s = cy > 0 ? (double)cy / m->clock_hz : -1;
-		tcp_sched_free(ts);
-	}
-	moe_module_free(mod);
-	ts_diag_truncate(ctx, n0);
-	return s;
+	trial_build tb;
+	tcp_sched *ts = build_open(ctx, g, ex, m, B, schedule, &tb);
+	int64_t cy = ts ? tcp_dm_price(ts) : -1;
+	build_close(ctx, ts, &tb);
+	return cy > 0 ? (double)cy / m->clock_hz : -1;
 }
 
 /* The B to compile: the model's pick b0 when it compiles, else the first
@@ -503,6 +525,79 @@ static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const m
 	return best;
 }
 
+/* Loads of assumption A15 for a grid of G blocks of B rows: expert i takes
+ * T K / E x l rows, l the lognormal (mean 1, coefficient of variation cv)
+ * at its octile midpoints in turn over the experts (1 for cv 0), rounded
+ * so that the rows sum to T K and no expert exceeds T (a routing that
+ * exists, so its blocks fit the tight grid). Arrays from ctx; false when
+ * they do not fit G. */
+static bool cv_loads(moe_ctx *ctx, const layer_dims *d, int64_t B, int64_t G, double cv, moe_tcp_loads *l)
+{
+	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
+	double s2 = log1p(cv * cv), mean = (double)d->T * (double)d->K / (double)d->E;
+	int64_t *n = ctx_alloc(ctx, (size_t)d->E * sizeof *n), left = d->T * d->K, nb = 0;
+	for (int64_t e = 0; e < d->E; e++) {
+		double x = mean * (cv > 0 ? exp(z[e % 8] * sqrt(s2) - s2 / 2) : 1);
+		n[e] = (int64_t)fmin((double)d->T, fmin((double)left, floor(x)));
+		left -= n[e];
+	}
+	for (int64_t e = 0; left > 0 && e < d->E; e = (e + 1) % d->E)
+		if (n[e] < d->T)
+			n[e]++, left--;
+	for (int64_t e = 0; e < d->E; e++)
+		nb += cdiv(n[e], B);
+	memset(l, 0, sizeof *l);
+	l->n_tokens = -1;
+	bool ok = nb <= G && G > 0;
+	if (ok) {
+		l->grid = G, l->nblocks = nb;
+		l->block_expert = ctx_alloc(ctx, (size_t)G * sizeof *l->block_expert);
+		l->block_rows = ctx_alloc(ctx, (size_t)G * sizeof *l->block_rows);
+		int64_t g = 0;
+		for (int64_t e = 0; e < d->E; e++)
+			for (int64_t r = n[e]; r > 0; r -= B, g++)
+				l->block_expert[g] = (int32_t)e, l->block_rows[g] = (int32_t)(r < B ? r : B);
+		for (; g < G; g++)
+			l->block_expert[g] = 0, l->block_rows[g] = 0;
+	}
+	ctx_free(ctx, n, (size_t)d->E * sizeof *n);
+	return ok;
+}
+
+/* The cycles of layer g (before the pipeline) with block size B compiled in
+ * full (rewrites and list scheduler), placed and predicted on the expected
+ * loads (cy[0]) and on loads of cv 0.5 (cy[1]); false when it does not
+ * build or place. */
+static bool compiled_both(moe_ctx *ctx, const layer_dims *d, const moe_graph *g, const moe_tcp_machine *m, int64_t B,
+	int64_t cy[2])
+{
+	trial_build tb;
+	tcp_sched *ts = build_open(ctx, g, d->ex, m, B, true, &tb);
+	moe_tcp_loads l;
+	bool ok = false;
+	if (ts && ts->nloop > 0 && cv_loads(ctx, d, B, ts->loop[0].G, 0.5, &l)) {
+		cy[0] = tcp_dm_price(ts);
+		cy[1] = cy[0] > 0 ? tcp_dm_price_on(ts, &l) : -1;
+		ok = cy[0] > 0 && cy[1] > 0;
+		ctx_free(ctx, l.block_expert, (size_t)l.grid * sizeof *l.block_expert);
+		ctx_free(ctx, l.block_rows, (size_t)l.grid * sizeof *l.block_rows);
+	}
+	build_close(ctx, ts, &tb);
+	return ok;
+}
+
+/* The candidate that holds an expert's rows under uniform routing in one
+ * block (mean + 2 standard deviations of Binomial(T, K / E), rounded up to
+ * a candidate), or 0. */
+static int64_t one_block_B(const layer_dims *d, const int64_t *cand, int nc)
+{
+	double p = (double)d->K / (double)d->E, mu = (double)d->T * p, want = mu + 2 * sqrt(mu * (1 - p));
+	for (int i = 0; i < nc; i++)
+		if ((double)cand[i] >= want)
+			return cand[i];
+	return 0;
+}
+
 /* The router's balance is not known when the layer compiles: block=auto
  * predicts every candidate B under uniform expert loads and under loads of
  * coefficient of variation 0.5 (assumption A15), and takes the B whose
@@ -546,6 +641,14 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	bool plain = (d.wdt == MOE_BF16 || d.wdt == MOE_F32) && d.wbytes >= (double)moe_dtype_size((moe_dtype)d.wdt);
 	double secs = 0;
 	int64_t B = priced_block(ctx, g, d.ex, m, cand[pick], !plain, &secs);
+	/* a larger B that keeps an expert's rows in one block replaces it where
+	 * the one cost model, compiled in full, finds it faster under both loads */
+	int64_t b1 = one_block_B(&d, cand, nc), c0[2], c1[2];
+	if (b1 > B && compiled_both(ctx, &d, g, m, b1, c1) && compiled_both(ctx, &d, g, m, B, c0) && c1[0] < c0[0] &&
+	    c1[1] < c0[1]) {
+		B = b1;
+		secs = (double)c1[0] / m->clock_hz;
+	}
 	if (predicted_s)
 		*predicted_s = secs > 0 ? secs : t[0][pick] / m->clock_hz;
 	moe_tcp_machine_free(ctx, def);

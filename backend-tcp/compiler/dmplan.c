@@ -582,7 +582,7 @@ uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 
 /* A quiet placement trial that leaves every offset as it was: -1 when the
  * buffers do not fit, else the predicted cycles (predict) or 0. */
-static int64_t trial(tcp_sched *s, bool predict)
+static int64_t trial_on(tcp_sched *s, bool predict, const moe_tcp_loads *loads)
 {
 	planner q;
 	if (!planner_new(s, &q))
@@ -593,11 +593,16 @@ static int64_t trial(tcp_sched *s, bool predict)
 	q.P.quiet = true;
 	bool ok = place_hbm(s) && place_chip(&q.P);
 	planner_free(&q);
-	int64_t t = !ok ? -1 : predict ? tcp_sched_predict(s->ctx, s, NULL, NULL) : 0;
+	int64_t t = !ok ? -1 : predict ? tcp_sched_predict(s->ctx, s, loads, NULL) : 0;
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
 	return t;
+}
+
+static int64_t trial(tcp_sched *s, bool predict)
+{
+	return trial_on(s, predict, NULL);
 }
 
 static int64_t price(tcp_sched *s)
@@ -618,6 +623,11 @@ bool tcp_dm_placeable(tcp_sched *s)
 int64_t tcp_dm_price(tcp_sched *s)
 {
 	CTX_GUARDED(s->ctx, int64_t, -1, price(s));
+}
+
+int64_t tcp_dm_price_on(tcp_sched *s, const moe_tcp_loads *loads)
+{
+	CTX_GUARDED(s->ctx, int64_t, -1, trial_on(s, true, loads));
 }
 
 bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)

@@ -84,6 +84,8 @@ bool tcp_dm_placeable(tcp_sched *s);
  * by tcp_dm_place, quietly; s's offsets are left as they were. -1 when it
  * does not fit or cannot be predicted. */
 int64_t tcp_dm_price(tcp_sched *s);
+/* tcp_dm_price on the given loads (NULL: the expected ones). */
+int64_t tcp_dm_price_on(tcp_sched *s, const moe_tcp_loads *loads);
 
 /* A summary of a block loop's DM demand, for a graph pass that asks whether
  * a rewrite still fits (docs/tcp-compiler.md section 3, rule 3) without
