@@ -7,9 +7,10 @@
  * every other context (one context runs its commands in order, so its own
  * accesses need none). When both buffers are used only inside one block
  * loop's body, block g + 1's first run also depends at distance 1 on block
- * g's last run. Ops in different cases of one row-class switch never both
- * run: those pairs take no edge, and each case's own first and last accesses
- * are taken. */
+ * g's last run. Ops in different cases of one row-class switch never run in
+ * one pass of it: those pairs take no edge at distance 0, but inside a loop
+ * body, whose consecutive blocks may take different cases, the edge is taken
+ * at distance 1; each case's own first and last accesses are taken. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,18 +133,59 @@ static bool any_write(const racc *r, uint32_t n, int c)
 	return false;
 }
 
-/* o waits for `on` (at distance dist) unless a dependency of o at that
- * distance on a later-or-same op of on's context already implies it. */
+/* Whether region r holds region x (or is x). */
+static bool holds(const tcp_sched *s, ts_id r, ts_id x)
+{
+	for (int depth = 0; x < s->nrg && depth < 72; depth++, x = s->rg[x].parent)
+		if (x == r)
+			return true;
+	return false;
+}
+
+/* Whether op d, in the body of loop l, runs in every pass of the body that
+ * runs op o: every region between d and the body is an unconditional
+ * sequence (not a guard, a case, a tier or a loop) or holds o. */
+static bool runs_with(ru *u, ts_id d, ts_id o, int l)
+{
+	const tcp_sched *s = u->s;
+	ts_id body = s->loop[l].body;
+	for (ts_id r = s->op[d].region; r < s->nrg && r != body; r = s->rg[r].parent) {
+		const ts_region *g = &s->rg[r];
+		bool plain = g->kind == TS_RG_SEQ && (g->parent >= s->nrg || s->rg[g->parent].kind != TS_RG_CLASSES);
+		if (!plain && !holds(s, r, s->op[o].region))
+			return false;
+	}
+	return true;
+}
+
+/* o waits for `on` (at distance dist) unless a dependency of o already
+ * implies it: one at that distance on a later-or-same op of on's context,
+ * or, at distance 1 inside a loop body, one at distance 0 on an op of on's
+ * context that runs in o's pass of the body (it starts after the previous
+ * block's commands of its context). Ops in different cases of one
+ * row-class switch run in different passes only: inside a loop body, block
+ * g + 1's o waits at distance 1 for on's last run before it (block g may
+ * have taken on's case); elsewhere they need none. */
 static void edge(ru *u, ts_id o, ts_id on, int dist)
 {
 	const tcp_sched *s = u->s;
-	if (o == on || (!dist && u->pos[on] >= u->pos[o]) || exclusive(s, o, on))
+	int l = region_loop(u, s->op[o].region, 0);
+	if (exclusive(s, o, on)) {
+		if (l < 0)
+			return;
+		dist = 1;
+	}
+	if (o == on || (!dist && u->pos[on] >= u->pos[o]))
 		return;
 	const ts_op *p = &s->op[o];
+	bool body = dist && l >= 0 && region_loop(u, s->op[on].region, 0) == l;
 	for (uint32_t k = 0; k < p->ndep; k++) {
 		ts_id d = p->dep[k];
-		if (d < s->nop && p->dist[k] == dist && s->op[d].ctx == s->op[on].ctx && u->pos[d] >= u->pos[on] &&
-			!exclusive(s, d, on))
+		if (d >= s->nop || s->op[d].ctx != s->op[on].ctx)
+			continue;
+		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !exclusive(s, d, on))
+			return;
+		if (body && !p->dist[k] && region_loop(u, s->op[d].region, 0) == l && runs_with(u, d, o, l))
 			return;
 	}
 	ts_add_dep(u->s, o, on, dist);

@@ -4,8 +4,13 @@ shared bytes (their `at=` offsets and layout footprints overlap, on
 overlapping slices), one access a write, on different contexts, that no path
 of distance-0 dependencies and context order (a context runs its commands in
 program order) orders, ops in different cases of one row-class switch
-excepted. Prints `unordered: N` and the first few such pairs. Independent of
-moec's verifier: it reads only the text."""
+excepted. Prints `unordered: N` and the first few such pairs. Then the same
+across the blocks of a loop: for two such accesses in one loop body (any
+cases: consecutive blocks may take different ones), a in block g before b in
+block g + 1 is ordered when b or an op that finishes before b in its block
+runs on a's context, or waits at distance 1 for a or for an op that a
+finishes before; prints `unordered across blocks: N` and the first few (a
+first). Independent of moec's verifier: it reads only the text."""
 import re
 import sys
 
@@ -13,7 +18,7 @@ CTX = {"tu": "main", "sub": "sub", "dma": "dma"}
 
 
 def main():
-    bufs, ops, order = {}, {}, []
+    bufs, ops, order, d1, body = {}, {}, [], {}, {}
     stack, nblock = [], 0
     for line in open(sys.argv[1]):
         t = line.strip()
@@ -32,6 +37,9 @@ def main():
             srcs = [int(x) for x in re.findall(r" s\d=%(\d+)", t)]
             deps = re.search(r"deps=\[([^\]]*)\]", t)
             d0 = [int(d[1:]) for d in deps.group(1).split(",") if "^" not in d] if deps else []
+            d1[o] = [int(d[1:-2]) for d in deps.group(1).split(",") if d.endswith("^1")] if deps else []
+            bodies = [b for b, kind in stack if kind == "body"]
+            body[o] = bodies[-1] if bodies else None
             ops[o] = (CTX[m.group(2)], int(dst.group(1)) if dst else None, srcs, d0, list(stack))
             order.append(o)
         elif t.endswith("{"):
@@ -64,7 +72,7 @@ def main():
             acc.setdefault(b, []).append((o, False))
         if dst is not None:
             acc.setdefault(dst, []).append((o, True))
-    bad = []
+    bad, cross = [], []
     ids = sorted(b for b in bufs if b in acc)
     for i, x in enumerate(ids):
         for y in ids[i + 1:]:
@@ -73,7 +81,13 @@ def main():
                 continue
             for a, aw in acc[x]:
                 for b, bw in acc[y]:
-                    if a == b or not (aw or bw) or ops[a][0] == ops[b][0] or exclusive(ops[a][4], ops[b][4]):
+                    if a == b or not (aw or bw) or ops[a][0] == ops[b][0]:
+                        continue
+                    if body[a] is not None and body[a] == body[b]:
+                        for p, q in ((a, b), (b, a)):
+                            if not crossed(p, q, ops, reach, d1, body):
+                                cross.append("%%%u/%%%u: @%u then @%u" % (x, y, p, q))
+                    if exclusive(ops[a][4], ops[b][4]):
                         continue
                     if a not in reach[b] and b not in reach[a]:
                         p, q = (a, b) if pos[a] < pos[b] else (b, a)
@@ -81,6 +95,22 @@ def main():
     print("unordered: %d" % len(bad))
     for line in bad[:4]:
         print(line)
+    print("unordered across blocks: %d" % len(cross))
+    for line in cross[:4]:
+        print(line)
+
+
+def crossed(a, b, ops, reach, d1, body):
+    """Whether a's run in block g finishes before b's in block g + 1."""
+    for b2 in [b] + sorted(reach[b]):
+        if body[b2] != body[a]:
+            continue
+        if ops[b2][0] == ops[a][0]:
+            return True
+        for c in d1[b2]:
+            if body.get(c) == body[a] and (c == a or a in reach[c]):
+                return True
+    return False
 
 
 def exclusive(pa, pb):
