@@ -12,7 +12,10 @@
  *   packed16  key = bf16 bits << 16 | (E-1-e) (NaN -> +qNaN) for a clear
  *             sign bit, else INT_MIN + (E-1-e) - (bf16 bits << 16) (the
  *             negated magnitude in the high half: -0 keys as +0); the index
- *             lives in the key, so keys are unique (needs E <= 65536).
+ *             lives in the key, so keys are unique (needs E <= 65536). Built
+ *             as two selects, each of a compare and of one more step of the
+ *             compared value (packed_key), which tcp-plan-fusion makes one
+ *             TCP vector pass each.
  * rank_i = #{j : key_j beats key_i} by an E x E compare and a reduce_sum;
  * output slot k holds the element of rank k (torch.topk(sorted=True) order),
  * found by comparing rank with k and a 0/1 product summed over the candidates
@@ -101,21 +104,26 @@ static moe_id exact_key(tk *c, moe_id x)
 	return ir_b3(d, MOE_OP_SELECT, neg, negm, bits, c->loc);
 }
 
+/* packed16's key, in two selects each of one operand's compare and of
+ * another step of that operand (one TCP vector pass each: tag, then logic
+ * and fxp steps, then the merge). hb = b's bits widened (low 16 bits 0) and
+ * lo = E-1-e < 2^16, so hb | lo = hb + lo = (hb | (E-1)) - e; a NaN keys as
+ * +qNaN | lo = 0x7fc00000 + lo. A negative packed word p = hb + lo (-0
+ * included) keys as INT_MIN + lo - hb = (INT_MIN + 2 lo) - p: below every
+ * other key, decreasing with the magnitude, -0's equal to +0's (0 | lo); the
+ * other lanes' wrapped differences are not taken. */
 static moe_id packed_key(tk *c, moe_id x)
 {
 	moe_graph *d = c->d;
 	moe_id b = ir_b_cast(d, x, MOE_BF16, c->loc);
-	moe_id q = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_NE, b, b, c->loc), ir_b_const(d, MOE_BF16, NAN, c->loc), b,
-		c->loc);
-	moe_id hi = ir_b_bitcast(d, ir_b_cast(d, q, MOE_F32, c->loc), MOE_I32, c->loc);
+	moe_id hb = ir_b_bitcast(d, ir_b_cast(d, b, MOE_F32, c->loc), MOE_I32, c->loc);
 	moe_id e = iota_at(c, c->E, c->r, c->r - 1);
-	moe_id lo = ir_b2(d, MOE_OP_SUB, ci(c, c->E - 1), e, c->loc);
-	moe_id packed = ir_b2(d, MOE_OP_OR, hi, lo, c->loc);
-	/* a negative hi (-0 included) keys as INT_MIN + lo - hi = lo - (magnitude
-	 * << 16): below every other key, decreasing with the magnitude, -0's equal
-	 * to +0's (0 | lo); the other lanes' wrapped differences are not taken */
-	moe_id neglo = ir_b2(d, MOE_OP_SUB, ci(c, (int64_t)INT32_MIN + c->E - 1), e, c->loc);
-	moe_id negkey = ir_b2(d, MOE_OP_SUB, neglo, hi, c->loc);
+	moe_id nanlo = ir_b2(d, MOE_OP_SUB, ci(c, 0x7fc00000 + c->E - 1), e, c->loc);
+	moe_id fin = ir_b2(d, MOE_OP_SUB, ir_b2(d, MOE_OP_OR, hb, ci(c, c->E - 1), c->loc), e, c->loc);
+	moe_id packed = ir_b3(d, MOE_OP_SELECT, ir_b2(d, MOE_OP_NE, b, b, c->loc), nanlo, fin, c->loc);
+	moe_id neg2 = ir_b2(d, MOE_OP_SUB, ci(c, (int64_t)INT32_MIN + 2 * (c->E - 1)),
+		ir_b2(d, MOE_OP_SHL, e, ci(c, 1), c->loc), c->loc);
+	moe_id negkey = ir_b2(d, MOE_OP_SUB, neg2, packed, c->loc);
 	moe_id neg = ir_b2(d, MOE_OP_LT, packed, ci(c, 0), c->loc);
 	return ir_b3(d, MOE_OP_SELECT, neg, negkey, packed, c->loc);
 }

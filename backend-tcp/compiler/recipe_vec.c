@@ -6,9 +6,11 @@
  * f32, i32 or bool elementwise nodes, each read once, by the next) are one
  * pass at the group's last node: each node's steps in turn, the previous
  * node's value the running value v (the lane word its own commit would have
- * stored), so the values are those of one pass per node. A group's last node
- * may be a reduce (recipe_reduce.c). In a loop body a node masked by the
- * block's rows commits them under valid=$rows. */
+ * stored), so the values are those of one pass per node; a select chained
+ * after its condition may also compute one of its values in a side chain
+ * (side_steps). A group's last node may be a reduce (recipe_reduce.c). In a
+ * loop body a node masked by the block's rows commits them under
+ * valid=$rows. */
 #include <math.h>
 #include <string.h>
 
@@ -23,6 +25,7 @@ typedef struct vsrc {
 typedef struct vpass {
 	tcp_insn in;
 	int nstream, ctr; /* ctr: the dimension the counter operand reads, -1: none yet */
+	moe_id sid[3];    /* the node each stream fetches */
 } vpass;
 
 static void vp_init(vpass *vp, int ndim, const int64_t *dim)
@@ -68,8 +71,43 @@ static vsrc operand(sb *b, vpass *vp, moe_id id, const int *map, bool force)
 		return r;
 	}
 	vp->in.v[TCP_V_S0 + vp->nstream] = sb_mkview(v, n, vp->in.ndim, map);
+	vp->sid[vp->nstream] = id;
 	r.s = (uint8_t)(TCP_SRC_S0 + vp->nstream++);
 	return r;
+}
+
+static bool view_eq(const tcp_view *a, const tcp_view *b)
+{
+	if (a->t != b->t || a->reg != b->reg || a->base != b->base || a->scale != b->scale)
+		return false;
+	for (int k = 0; k < TCP_MAXD; k++)
+		if (a->stride[k] != b->stride[k])
+			return false;
+	return true;
+}
+
+/* node id's value as an operand of vp: the stream vp already fetches whose
+ * lane words are its value (one of id's lane-word sources, tcp_lane_src, id
+ * included, fetched through the same view), else as operand() gives id, or
+ * where id has no value (a lane-word view in a side chain, no step) its
+ * first lane-word source that has one */
+static vsrc operand_shared(sb *b, vpass *vp, moe_id id, const int *map)
+{
+	moe_id root = id;
+	while (b->v[root].kind == SV_NONE && tcp_lane_src(b->g, root) != MOE_NONE)
+		root = tcp_lane_src(b->g, root);
+	for (moe_id y = id; y != MOE_NONE; y = tcp_lane_src(b->g, y))
+		for (int k = 0; k < vp->nstream; k++) {
+			if (vp->sid[k] != y || b->v[y].kind != SV_VIEW)
+				continue;
+			const sb_val *v = sb_dm_val(b, y);
+			if (!v)
+				return (vsrc){TCP_SRC_NONE, 0, 0};
+			tcp_view w = sb_mkview(v, SBN(b, y), vp->in.ndim, map);
+			if (view_eq(&w, &vp->in.v[TCP_V_S0 + k]))
+				return (vsrc){(uint8_t)(TCP_SRC_S0 + k), 0, 0};
+		}
+	return operand(b, vp, root, map, false);
 }
 
 static void step(sb *b, vpass *vp, int op, vsrc x, vsrc y, moe_id at)
@@ -299,21 +337,64 @@ static unsigned v_operands(const ir_node *u)
 	return u->nargs == 2 ? 3 : 1;
 }
 
+/* The value of select x that its group's pass computes in its side chain
+ * (tcp-plan-fusion's side_pass: the condition and one value in x's group):
+ * 1 or 2, or 0: none. */
+static int side_of(const sb *b, moe_id x)
+{
+	const ir_node *xn = SBN(b, x);
+	int64_t k = group_of(b, x);
+	if (xn->op != MOE_OP_SELECT || k < 0 || group_of(b, xn->args[0]) != k)
+		return 0;
+	bool s1 = group_of(b, xn->args[1]) == k, s2 = group_of(b, xn->args[2]) == k;
+	return s1 == s2 ? 0 : s1 ? 1 : 2;
+}
+
+static int chain_from(sb *b, moe_id r, int64_t k, const ir_node *shape, moe_id *ch, int cap);
+
 /* Group r's nodes from its first to r (ch[n - 1] = r), each link the one
- * operand of the next marked with r's group, checked: elementwise, f32, i32 or
- * bool, of the pass's shape `shape`, read once, masked as r is (unmasked, or
- * in a body by the block's rows, which r's pass commits under); 0 with a diagnostic
+ * operand of the next marked with r's group (of a select with a side chain:
+ * its condition), checked: elementwise, f32, i32 or bool, of the pass's
+ * shape `shape`, read once, masked as r is (unmasked, or in a body by the
+ * block's rows, which r's pass commits under); a select's side chain
+ * (side_of) is checked the same way, its last node too. 0 with a diagnostic
  * when the marks are not such a chain. */
 static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
 {
-	int64_t k = group_of(b, r);
+	return chain_from(b, r, group_of(b, r), shape, ch, cap);
+}
+
+/* whether p may be a node of the pass of the group (or side chain) ending
+ * at r, over shape, read by xn as its operand at (-1: any) */
+static bool member_ok(sb *b, moe_id p, moe_id r, const ir_node *shape, const ir_node *xn, int at)
+{
+	const ir_node *pn = SBN(b, p);
+	moe_id u;
+	return (ir_ops[pn->op].flags & OPF_ELEM) && !(ir_ops[pn->op].flags & OPF_LEAF) && pn->op != MOE_OP_CONST &&
+	       pn->op != MOE_OP_IOTA && chain_dtype((moe_dtype)pn->dtype) && pn->valid == SBN(b, r)->valid &&
+	       pn->rank == shape->rank && !memcmp(pn->shape, shape->shape, sizeof(int64_t) * (size_t)pn->rank) &&
+	       readers(b, p, &u) == 1 && (at < 0 || v_operands(xn) >> at & 1);
+}
+
+static int chain_from(sb *b, moe_id r, int64_t k, const ir_node *shape, moe_id *ch, int cap)
+{
 	int n = 0;
 	ch[n++] = r;
 	for (moe_id x = r; k >= 0;) {
 		const ir_node *xn = SBN(b, x);
 		moe_id p = MOE_NONE;
-		int at = -1;
-		for (uint32_t a = 0; a < xn->nargs; a++)
+		int at = -1, side = side_of(b, x);
+		if (side) {
+			moe_id sc[TCP_MAXSTEP + 1];
+			if (!member_ok(b, xn->args[side], r, shape, xn, -1) ||
+				chain_from(b, xn->args[side], k, shape, sc, TCP_MAXSTEP + 1) == 0) {
+				sb_err(b, x, "%s=%lld: not a select's side chain (elementwise nodes of the select's shape, "
+					"each read once, by the next)", IR_NK_TCP_FUSE, (long long)k);
+				return 0;
+			}
+			p = xn->args[0], at = 0;
+		}
+		for (uint32_t a = 0; a < xn->nargs && !side; a++)
 			if (group_of(b, xn->args[a]) == k) {
 				if (p != MOE_NONE) {
 					sb_err(b, x, "%s=%lld: two operands of one node in the group (a group is a chain)",
@@ -324,13 +405,7 @@ static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
 			}
 		if (p == MOE_NONE)
 			break;
-		const ir_node *pn = SBN(b, p);
-		moe_id u;
-		if (n == cap || !(ir_ops[pn->op].flags & OPF_ELEM) || (ir_ops[pn->op].flags & OPF_LEAF) ||
-			pn->op == MOE_OP_CONST || pn->op == MOE_OP_IOTA || !chain_dtype((moe_dtype)pn->dtype) ||
-			pn->valid != SBN(b, r)->valid || pn->rank != shape->rank ||
-			memcmp(pn->shape, shape->shape, sizeof(int64_t) * (size_t)pn->rank) || readers(b, p, &u) != 1 ||
-			!(v_operands(xn) >> at & 1)) {
+		if (n == cap || !member_ok(b, p, r, shape, xn, at)) {
 			sb_err(b, p, "%s=%lld: not a fusion group of this graph (one vector pass: f32, i32 or bool "
 				"elementwise nodes of one shape, each read once, by the next)", IR_NK_TCP_FUSE, (long long)k);
 			return 0;
@@ -345,12 +420,89 @@ static int chain_of(sb *b, moe_id r, const ir_node *shape, moe_id *ch, int cap)
 	return n;
 }
 
+/* operand i of c, of the chain's rank, as an operand of vp (map: its dims) */
+static void operand_map(const vpass *vp, const ir_node *c, const ir_node *o, const int *pmap, int *map)
+{
+	for (int k = 0; k < vp->in.ndim; k++) {
+		int d = pmap[k] < 0 ? -1 : pmap[k] - (c->rank - o->rank);
+		map[k] = d >= 0 ? d : -1;
+	}
+}
+
+/* whether cast or bitcast x of a stream (fused: of the running value) has
+ * no step (unary_steps: a widening cast and a bitcast copy the lane word) */
+static bool lane_view(const sb *b, moe_id x, bool fused)
+{
+	const ir_node *xn = SBN(b, x);
+	const sb_val *a = &b->v[xn->args[0]];
+	return xn->op == MOE_OP_BITCAST || xn->op == MOE_OP_CAST ? fused || (a->kind != SV_IMM && a->kind != SV_IOTA)
+								  : false;
+}
+
+/* Select s (its condition in v) with its side chain (side_of: value `side`):
+ * the condition's tag (set by the compare that made v, else by t.ne), the
+ * side chain's steps, its first reading no v (leading lane-word views with
+ * no step are none: the first node with one reads their source), then the
+ * merge of v and the other value. An operand of the side chain, or the other value, that is a
+ * stream the pass already fetches reads it (operand_shared); the plan
+ * counted it so (plan_fusion.c, side_streams). */
+static void side_steps(sb *b, vpass *vp, moe_id s, int side, const int *pmap)
+{
+	const ir_node *sn = SBN(b, s);
+	moe_dtype at = (moe_dtype)SBN(b, sn->args[0])->dtype;
+	if (!(vp->in.nstep > 0 && tcp_vop_stage[vp->in.step[vp->in.nstep - 1].op] == TCP_ST_TAG))
+		step(b, vp, at == MOE_BOOL || !moe_dtype_is_float(at) ? TCP_V_TNE : TCP_V_FTNE, SV, SI(0), s);
+	moe_id sc[TCP_MAXSTEP + 1];
+	int m = chain_from(b, sn->args[side], group_of(b, s), sn, sc, TCP_MAXSTEP + 1), t0 = 0;
+	while (t0 < m && tcp_lane_src(b->g, sc[t0]) != MOE_NONE && lane_view(b, sc[t0], t0 > 0))
+		t0++;
+	for (int t = t0; t < m && !b->failed; t++) {
+		const ir_node *c = SBN(b, sc[t]);
+		vsrc a[3] = {SN, SN, SN};
+		int map[TCP_MAXD], nstep = vp->in.nstep;
+		for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
+			if (t > t0 && c->args[i] == sc[t - 1]) {
+				a[i] = SV;
+				continue;
+			}
+			operand_map(vp, c, SBN(b, c->args[i]), pmap, map);
+			a[i] = operand_shared(b, vp, c->args[i], map);
+			for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
+				if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)
+					a[i] = operand(b, vp, c->args[i], map, true);
+		}
+		if (b->failed)
+			return;
+		moe_dtype ct = (moe_dtype)SBN(b, c->args[0])->dtype;
+		int op = binop((moe_op)c->op, moe_dtype_is_float(ct));
+		if (op >= 0)
+			step(b, vp, op, a[0], a[1], sc[t]);
+		else
+			unary_steps(b, vp, sc[t], a, ct);
+		if (t == t0 && vp->in.nstep == nstep && !b->failed)
+			sb_err(b, sc[t], "%s: a side chain's first node has no step", IR_NK_TCP_FUSE);
+	}
+	if (b->failed)
+		return;
+	int map[TCP_MAXD];
+	moe_id o = sn->args[3 - side];
+	operand_map(vp, sn, SBN(b, o), pmap, map);
+	vsrc ov = operand_shared(b, vp, o, map);
+	if (!b->failed)
+		step(b, vp, TCP_V_MERGE, side == 1 ? SV : ov, side == 2 ? SV : ov, s);
+}
+
 /* The steps of chain ch[0..n) into vp, whose iteration dimension k is dimension
  * pmap[k] of the chain's shape; v holds ch[n - 1]'s value after. */
 static void chain_steps(sb *b, vpass *vp, const moe_id *ch, int n, const int *pmap)
 {
 	for (int j = 0; j < n && !b->failed; j++) {
 		const ir_node *c = SBN(b, ch[j]);
+		int side = j > 0 ? side_of(b, ch[j]) : 0;
+		if (side) {
+			side_steps(b, vp, ch[j], side, pmap);
+			continue;
+		}
 		vsrc a[3] = {SN, SN, SN};
 		int map[TCP_MAXD];
 		for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
@@ -358,11 +510,7 @@ static void chain_steps(sb *b, vpass *vp, const moe_id *ch, int n, const int *pm
 				a[i] = SV;
 				continue;
 			}
-			const ir_node *o = SBN(b, c->args[i]);
-			for (int k = 0; k < vp->in.ndim; k++) {
-				int d = pmap[k] < 0 ? -1 : pmap[k] - (c->rank - o->rank);
-				map[k] = d >= 0 ? d : -1;
-			}
+			operand_map(vp, c, SBN(b, c->args[i]), pmap, map);
 			a[i] = operand(b, vp, c->args[i], map, false);
 			for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
 				if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)

@@ -60,6 +60,9 @@ moe_status tcp_fp8_act_rows(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m
 bool tcp_fp8_act_rows_needed(const moe_graph *g);
 /* plan_fusion.c: the tcp-plan-fusion pass on g for machine m */
 moe_status tcp_plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
+/* ... the node whose fetched lane word is node id's value (a bitcast between
+ * f32 and i32, a widening of bf16 to f32: their operand), or MOE_NONE */
+moe_id tcp_lane_src(const moe_graph *g, moe_id id);
 /* w8a8_act.c: the graph with a W8A8 layer's per-token activation quantization
  * moved out of its block_loop's body, computed once on x before the dispatch
  * (NULL: no block_loop of such a layer, or its values would not fit m's DM
