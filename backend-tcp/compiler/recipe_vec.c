@@ -439,6 +439,26 @@ static bool lane_view(const sb *b, moe_id x, bool fused)
 								  : false;
 }
 
+/* The operands of chain node c into a: SV for its argument prev (the value
+ * the chain holds), else each operand read in vp (with `shared`, a view of a
+ * stream the pass already fetches where one holds it); two immediates that
+ * differ cannot share the pass's one immediate, so the later is read. */
+static void step_operands(sb *b, vpass *vp, const ir_node *c, moe_id prev, const int *pmap, bool shared, vsrc a[3])
+{
+	int map[TCP_MAXD];
+	for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
+		if (prev != MOE_NONE && c->args[i] == prev) {
+			a[i] = SV;
+			continue;
+		}
+		operand_map(vp, c, SBN(b, c->args[i]), pmap, map);
+		a[i] = shared ? operand_shared(b, vp, c->args[i], map) : operand(b, vp, c->args[i], map, false);
+		for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
+			if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)
+				a[i] = operand(b, vp, c->args[i], map, true);
+	}
+}
+
 /* Select s (its condition in v) with its side chain (side_of: value `side`):
  * the condition's tag (set by the compare that made v, else by t.ne), the
  * side chain's steps, its first reading no v (leading lane-word views with
@@ -459,18 +479,8 @@ static void side_steps(sb *b, vpass *vp, moe_id s, int side, const int *pmap)
 	for (int t = t0; t < m && !b->failed; t++) {
 		const ir_node *c = SBN(b, sc[t]);
 		vsrc a[3] = {SN, SN, SN};
-		int map[TCP_MAXD], nstep = vp->in.nstep;
-		for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
-			if (t > t0 && c->args[i] == sc[t - 1]) {
-				a[i] = SV;
-				continue;
-			}
-			operand_map(vp, c, SBN(b, c->args[i]), pmap, map);
-			a[i] = operand_shared(b, vp, c->args[i], map);
-			for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
-				if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)
-					a[i] = operand(b, vp, c->args[i], map, true);
-		}
+		int nstep = vp->in.nstep;
+		step_operands(b, vp, c, t > t0 ? sc[t - 1] : MOE_NONE, pmap, true, a);
 		if (b->failed)
 			return;
 		moe_dtype ct = (moe_dtype)SBN(b, c->args[0])->dtype;
@@ -504,18 +514,7 @@ static void chain_steps(sb *b, vpass *vp, const moe_id *ch, int n, const int *pm
 			continue;
 		}
 		vsrc a[3] = {SN, SN, SN};
-		int map[TCP_MAXD];
-		for (uint32_t i = 0; i < c->nargs && !b->failed; i++) {
-			if (j > 0 && c->args[i] == ch[j - 1]) {
-				a[i] = SV;
-				continue;
-			}
-			operand_map(vp, c, SBN(b, c->args[i]), pmap, map);
-			a[i] = operand(b, vp, c->args[i], map, false);
-			for (uint32_t q = 0; q < i && a[i].s == TCP_SRC_IMM; q++)
-				if (a[q].s == TCP_SRC_IMM && a[q].imm != a[i].imm)
-					a[i] = operand(b, vp, c->args[i], map, true);
-		}
+		step_operands(b, vp, c, j > 0 ? ch[j - 1] : MOE_NONE, pmap, false, a);
 		if (b->failed)
 			return;
 		moe_dtype at = (moe_dtype)SBN(b, c->args[0])->dtype;
