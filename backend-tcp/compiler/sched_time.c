@@ -269,6 +269,7 @@ static void run_op(tl *t, ts_id id)
 	if (t->dfirst[id] == DEPS_ONCE)
 		dep_list(t, id);
 	bool once = t->dfirst[id] == DEPS_NONE;
+	int asl = t->sbuf[id] != TS_NONE ? run_slot(t, id) : -1; /* this run's slot */
 	const ts_id *dl = once ? o->dep : t->dl + t->dfirst[id];
 	const uint8_t *dd = once ? o->dist : t->dd + t->dfirst[id];
 	t->dfirst[id] = once ? DEPS_ONCE : t->dfirst[id];
@@ -281,7 +282,7 @@ static void run_op(tl *t, ts_id id)
 		}
 		ts_id d = dl[k];
 		bool dist = dd[k] & 1u;
-		int sl = d >= t->s->nop ? -1 : (once ? slot_only(t, id, d) : (dd[k] & DEP_SLOT) != 0) ? run_slot(t, id) : -1;
+		int sl = asl < 0 || d >= t->s->nop ? -1 : (once ? slot_only(t, id, d) : (dd[k] & DEP_SLOT) != 0) ? asl : -1;
 		/* distance 1: the previous block's run, even where d already ran in this one */
 		bool before = dist && d < t->s->nop && t->blk[d] == t->block;
 		int64_t e = d >= t->s->nop ? -1
@@ -300,9 +301,8 @@ static void run_op(tl *t, ts_id id)
 		t->prev[id] = t->end[id], t->blk[id] = t->block;
 		memcpy(t->sprev[id], t->send[id], sizeof t->send[id]);
 	}
-	int sl = t->sbuf[id] != TS_NONE ? run_slot(t, id) : -1;
-	if (sl >= 0)
-		t->send[id][sl] = end;
+	if (asl >= 0)
+		t->send[id][asl] = end;
 	t->start[id] = start;
 	t->end[id] = end;
 	if (o->in.op == TCP_OP_DMA_SPM) {
