@@ -246,15 +246,24 @@ static void binom_blocks(double T, double p, const block_costs *bc, loop_sums *s
 	}
 }
 
-static void expected_blocks(const layer_dims *d, const block_costs *bc, double cv, loop_sums *out)
+/* An expert's load relative to uniform routing at the i-th of 8 equally
+ * likely octile midpoints of the lognormal of mean 1 and coefficient of
+ * variation cv (1 for cv 0). */
+static double load_factor(double cv, int i)
 {
 	/* standard normal quantiles at (2i + 1) / 16 */
 	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
-	double s2 = log1p(cv * cv), p0 = (double)d->K / (double)d->E;
+	double s2 = log1p(cv * cv);
+	return cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1;
+}
+
+static void expected_blocks(const layer_dims *d, const block_costs *bc, double cv, loop_sums *out)
+{
+	double p0 = (double)d->K / (double)d->E;
 	int q = cv > 0 ? 8 : 1;
 	loop_sums acc = {0, 0, 0};
 	for (int i = 0; i < q; i++) {
-		double l = cv > 0 ? exp(z[i] * sqrt(s2) - s2 / 2) : 1, p = fmin(1, p0 * l);
+		double p = fmin(1, p0 * load_factor(cv, i));
 		binom_blocks((double)d->T, p, bc, &acc);
 	}
 	out->hit = (double)d->E * acc.hit / q;
@@ -533,11 +542,10 @@ static int64_t priced_block(moe_ctx *ctx, const moe_graph *g, moe_id ex, const m
  * they do not fit G. */
 static bool cv_loads(moe_ctx *ctx, const layer_dims *d, int64_t B, int64_t G, double cv, moe_tcp_loads *l)
 {
-	static const double z[8] = {-1.5341, -0.8871, -0.4888, -0.1573, 0.1573, 0.4888, 0.8871, 1.5341};
-	double s2 = log1p(cv * cv), mean = (double)d->T * (double)d->K / (double)d->E;
+	double mean = (double)d->T * (double)d->K / (double)d->E;
 	int64_t *n = ctx_alloc(ctx, (size_t)d->E * sizeof *n), left = d->T * d->K, nb = 0;
 	for (int64_t e = 0; e < d->E; e++) {
-		double x = mean * (cv > 0 ? exp(z[e % 8] * sqrt(s2) - s2 / 2) : 1);
+		double x = mean * load_factor(cv, (int)(e % 8));
 		n[e] = (int64_t)fmin((double)d->T, fmin((double)left, floor(x)));
 		left -= n[e];
 	}
@@ -576,9 +584,8 @@ static bool compiled_both(moe_ctx *ctx, const layer_dims *d, const moe_graph *g,
 	moe_tcp_loads l;
 	bool ok = false;
 	if (ts && ts->nloop > 0 && cv_loads(ctx, d, B, ts->loop[0].G, 0.5, &l)) {
-		cy[0] = tcp_dm_price(ts);
-		cy[1] = cy[0] > 0 ? tcp_dm_price_on(ts, &l) : -1;
-		ok = cy[0] > 0 && cy[1] > 0;
+		const moe_tcp_loads *ls[2] = {NULL, &l};
+		ok = tcp_dm_price_loads(ts, ls, 2, cy) > 0 && cy[1] > 0;
 		ctx_free(ctx, l.block_expert, (size_t)l.grid * sizeof *l.block_expert);
 		ctx_free(ctx, l.block_rows, (size_t)l.grid * sizeof *l.block_rows);
 	}

@@ -581,8 +581,9 @@ uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 }
 
 /* A quiet placement trial that leaves every offset as it was: -1 when the
- * buffers do not fit, else the predicted cycles (predict) or 0. */
-static int64_t trial_on(tcp_sched *s, bool predict, const moe_tcp_loads *loads)
+ * buffers do not fit, else 0; placed, it predicts the cycles on each of the
+ * n loads (NULL: the expected ones) into cy and returns the first. */
+static int64_t trial_on(tcp_sched *s, const moe_tcp_loads *const *loads, int n, int64_t *cy)
 {
 	planner q;
 	if (!planner_new(s, &q))
@@ -593,16 +594,19 @@ static int64_t trial_on(tcp_sched *s, bool predict, const moe_tcp_loads *loads)
 	q.P.quiet = true;
 	bool ok = place_hbm(s) && place_chip(&q.P);
 	planner_free(&q);
-	int64_t t = !ok ? -1 : predict ? tcp_sched_predict(s->ctx, s, loads, NULL) : 0;
+	for (int k = 0; ok && k < n; k++)
+		cy[k] = tcp_sched_predict(s->ctx, s, loads[k], NULL);
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);
-	return t;
+	return !ok ? -1 : n > 0 ? cy[0] : 0;
 }
 
 static int64_t trial(tcp_sched *s, bool predict)
 {
-	return trial_on(s, predict, NULL);
+	const moe_tcp_loads *expected = NULL;
+	int64_t cy;
+	return trial_on(s, &expected, predict ? 1 : 0, &cy);
 }
 
 static int64_t price(tcp_sched *s)
@@ -625,9 +629,9 @@ int64_t tcp_dm_price(tcp_sched *s)
 	CTX_GUARDED(s->ctx, int64_t, -1, price(s));
 }
 
-int64_t tcp_dm_price_on(tcp_sched *s, const moe_tcp_loads *loads)
+int64_t tcp_dm_price_loads(tcp_sched *s, const moe_tcp_loads *const *loads, int n, int64_t *cycles)
 {
-	CTX_GUARDED(s->ctx, int64_t, -1, trial_on(s, true, loads));
+	CTX_GUARDED(s->ctx, int64_t, -1, trial_on(s, loads, n, cycles));
 }
 
 bool tcp_dm_fits(const moe_tcp_machine *m, const ts_demand *d)

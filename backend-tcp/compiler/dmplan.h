@@ -84,8 +84,9 @@ bool tcp_dm_placeable(tcp_sched *s);
  * by tcp_dm_place, quietly; s's offsets are left as they were. -1 when it
  * does not fit or cannot be predicted. */
 int64_t tcp_dm_price(tcp_sched *s);
-/* tcp_dm_price on the given loads (NULL: the expected ones). */
-int64_t tcp_dm_price_on(tcp_sched *s, const moe_tcp_loads *loads);
+/* tcp_dm_price on each of n loads (NULL: the expected ones), placed once:
+ * cycles[k] for loads[k]; returns cycles[0], -1 when s does not fit. */
+int64_t tcp_dm_price_loads(tcp_sched *s, const moe_tcp_loads *const *loads, int n, int64_t *cycles);
 
 /* A summary of a block loop's DM demand, for a graph pass that asks whether
  * a rewrite still fits (docs/tcp-compiler.md section 3, rule 3) without
