@@ -133,15 +133,6 @@ static bool any_write(const racc *r, uint32_t n, int c)
 	return false;
 }
 
-/* Whether region r holds region x (or is x). */
-static bool holds(const tcp_sched *s, ts_id r, ts_id x)
-{
-	for (int depth = 0; x < s->nrg && depth < 72; depth++, x = s->rg[x].parent)
-		if (x == r)
-			return true;
-	return false;
-}
-
 /* Whether op d, in the body of loop l, runs in every pass of the body that
  * runs op o: every region between d and the body is an unconditional
  * sequence (not a guard, a case, a tier or a loop) or holds o. */
@@ -152,7 +143,7 @@ static bool runs_with(ru *u, ts_id d, ts_id o, int l)
 	for (ts_id r = s->op[d].region; r < s->nrg && r != body; r = s->rg[r].parent) {
 		const ts_region *g = &s->rg[r];
 		bool plain = g->kind == TS_RG_SEQ && (g->parent >= s->nrg || s->rg[g->parent].kind != TS_RG_CLASSES);
-		if (!plain && !holds(s, r, s->op[o].region))
+		if (!plain && !ts_region_within(s, s->op[o].region, r))
 			return false;
 	}
 	return true;
