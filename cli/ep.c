@@ -359,7 +359,7 @@ static int run_tcp_chips(moe_ctx *ctx, const opts *o, int64_t N)
 	}
 	moe_tcp_ep_stats s;
 	moe_tcp_run_opts ro = {.machine = mach, .no_skip = o->no_skip != NULL, .timing_only = o->timing_only != NULL,
-		.trace_path = o->trace, .sched_opts = o->sched_opts, .order_bytes = o->sim_order && !strcmp(o->sim_order, "bytes")};
+		.trace_path = o->trace, .sched_opts = o->sched_opts, .order_tensor = o->sim_order && !strcmp(o->sim_order, "tensor")};
 	if (!st)
 		st = moe_tcp_ep_run(ctx, (int)N, g, (const moe_tensor_map *const *)bind, &ro, out, &s) != MOE_OK;
 	moe_tensor *y = NULL;

@@ -308,7 +308,7 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 {
 	moe_tcp_run_opts ro = {.machine = m, .no_skip = o->no_skip != NULL, .trace_path = o->trace,
 		.timing_only = o->timing_only != NULL, .lazy_weights = ck,
-		.order_bytes = o->sim_order && !strcmp(o->sim_order, "bytes")};
+		.order_tensor = o->sim_order && !strcmp(o->sim_order, "tensor")};
 	progress pr = {now_s(), 0, false};
 	if (want_progress(ctx, o)) {
 		ro.progress = show_progress;
@@ -324,7 +324,7 @@ static int run_program(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_mac
 	if (rc == MOE_OK)
 		*stats_json = moe_tcp_stats_json(ctx, &st);
 	if (rc == MOE_OK && o->stats && *stats_json)
-		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, ro.order_bytes, *stats_json);
+		*stats_json = add_prediction(ctx, p, m, &seen, o->no_skip != NULL, !ro.order_tensor, *stats_json);
 	if (rc == MOE_OK && o->stats && *stats_json)
 		*stats_json = add_floor(ctx, p, m, &seen, &st, *stats_json);
 	moe_tcp_loads_free(ctx, &seen);

@@ -145,6 +145,9 @@ typedef struct plan {
 	life *hole;          /* per buffer: positions strictly inside are free (a spilled value); lo >= hi: none */
 	bool quiet;          /* no diagnostic on overflow */
 	bool trial;          /* a plan's trial: buffer order only (place_chip) */
+	bool spread;         /* from 0 up: next fit from the end of the last buffer so placed (place_one) */
+	int64_t cursor[TCP_NSPACE];
+	int64_t (*iv)[2];    /* place_one's scratch: one byte range per buffer */
 } plan;
 
 static bool in_hole(const plan *P, ts_id b, life x)
@@ -167,17 +170,28 @@ static int64_t foot_of(const plan *P, ts_id b)
 	return P->foot ? P->foot[b] : P->s->buf[b].layout.slice_bytes;
 }
 
-/* Whether placed buffer j conflicts with buffer b at [off, off + n). */
-static bool clash(const plan *P, ts_id b, ts_id j, int64_t off, int64_t n)
+/* Whether placed buffer j may not share bytes with buffer b: both of one
+ * space, live together, on common slices. */
+static bool rivals(const plan *P, ts_id b, ts_id j)
 {
 	const ts_buf *u = &P->s->buf[b], *v = &P->s->buf[j];
 	if (!P->placed[j] || j == b || v->space != u->space || !live_together(P, b, j))
 		return false;
 	int64_t ua = u->layout.slice0, ub = ua + (int64_t)u->layout.nslices * u->layout.copies;
 	int64_t va = v->layout.slice0, vb = va + (int64_t)v->layout.nslices * v->layout.copies;
-	if (ub <= va || vb <= ua)
-		return false;
-	return off < v->offset + foot_of(P, j) && v->offset < off + n;
+	return !(ub <= va || vb <= ua);
+}
+
+static int cmp_lo(const void *a, const void *b)
+{
+	const int64_t *x = a, *y = b;
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static int cmp_hi_desc(const void *a, const void *b)
+{
+	const int64_t *x = a, *y = b;
+	return (x[1] < y[1]) - (x[1] > y[1]);
 }
 
 static int cmp_size_desc(const void *a, const void *b)
@@ -214,7 +228,14 @@ static void overflow(const plan *P, ts_id b, int64_t cap)
 	ctx_free(s->ctx, live, (s->nbuf + 1) * sizeof *live);
 }
 
-/* First fit of buffer b: from the top down or from 0 up. */
+/* Buffer b at the first offset clear of its rivals: from the top down, or
+ * from 0 up. Two buffers on the same bytes are ordered by reuse edges
+ * (reuse.c): the later one's first writer waits for the earlier one's last
+ * reader on another context, which serializes work that could overlap. So
+ * with P->spread the search from 0 up starts where the last buffer so
+ * placed ends, wrapping to 0 (next fit): bytes freed by a buffer are taken
+ * again only after the rest of the space, by buffers far from it in
+ * program order. */
 static bool place_one(plan *P, ts_id b, bool top)
 {
 	tcp_sched *s = P->s;
@@ -225,16 +246,26 @@ static bool place_one(plan *P, ts_id b, bool top)
 			overflow(P, b, cap);
 		return false;
 	}
-	int64_t off = top ? (cap - n) / al * al : 0;
-	for (bool moved = true; moved && off >= 0 && off + n <= cap;) {
-		moved = false;
-		for (ts_id j = 0; j < s->nbuf && !moved; j++) {
-			if (!clash(P, b, j, off, n))
-				continue;
-			const ts_buf *v = &s->buf[j];
-			off = top ? v->offset - n : v->offset + foot_of(P, j);
-			off = top ? (off < 0 ? -1 : off / al * al) : (off + al - 1) / al * al;
-			moved = true;
+	/* the rivals' byte ranges, swept from 0 up (by start) or from the top
+	 * down (by end): the first aligned offset clear of all of them */
+	int64_t (*iv)[2] = P->iv;
+	uint32_t m = 0;
+	for (ts_id j = 0; j < s->nbuf; j++)
+		if (rivals(P, b, j)) {
+			iv[m][0] = s->buf[j].offset;
+			iv[m++][1] = s->buf[j].offset + foot_of(P, j);
+		}
+	qsort(iv, m, sizeof *iv, top ? cmp_hi_desc : cmp_lo);
+	int64_t from = !top && P->spread ? P->cursor[u->space] : 0, off = -1;
+	for (int pass = from > 0 ? 0 : 1; pass < 2 && (off < 0 || off + n > cap); pass++) {
+		off = top ? (cap - n) / al * al : pass ? 0 : (from + al - 1) / al * al;
+		for (uint32_t k = 0; k < m && off >= 0 && off + n <= cap; k++) {
+			if (top ? iv[k][1] <= off : iv[k][0] >= off + n)
+				break; /* this range and every later one clear of [off, off + n) */
+			if (top && iv[k][0] < off + n)
+				off = iv[k][0] - n < 0 ? -1 : (iv[k][0] - n) / al * al;
+			else if (!top && iv[k][1] > off)
+				off = (iv[k][1] + al - 1) / al * al;
 		}
 	}
 	if (off < 0 || n > cap || off + n > cap) {
@@ -244,6 +275,8 @@ static bool place_one(plan *P, ts_id b, bool top)
 	}
 	u->offset = off;
 	P->placed[b] = true;
+	if (!top)
+		P->cursor[u->space] = off + n;
 	return true;
 }
 
@@ -342,8 +375,20 @@ static bool place_chip(plan *P)
 		off0[i] = s->buf[i].offset;
 		placed0[i] = P->placed[i];
 	}
-	P->quiet = quiet || !P->trial;
-	bool ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
+	bool ok = false;
+	if (!P->trial) { /* spread first (place_one); first fit where that overflows */
+		P->quiet = true;
+		P->spread = true;
+		memset(P->cursor, 0, sizeof P->cursor);
+		ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
+		P->spread = false;
+	}
+	if (!ok) {
+		for (ts_id i = 0; i < s->nbuf; i++)
+			s->buf[i].offset = off0[i], P->placed[i] = placed0[i];
+		P->quiet = quiet || !P->trial;
+		ok = place_order(P, (const int64_t(*)[2])order, s->nbuf);
+	}
 	for (int t = 0; t < 3 && !ok && !P->trial; t++) {
 		for (ts_id i = 0; i < s->nbuf; i++) {
 			s->buf[i].offset = off0[i];
@@ -378,7 +423,8 @@ static bool planner_new(tcp_sched *s, planner *q)
 		ctx_alloc(s->ctx, (s->nsc + 1) * sizeof(int64_t)), {{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
 	if (s->top < s->nrg)
 		walk_region(&q->w, s->top, 0);
-	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false, false};
+	q->P = (plan){s, ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof(life)), ctx_alloc(s->ctx, s->nbuf + 1), NULL, NULL, false, false, false, {0},
+		ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *q->P.iv)};
 	life *T = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *T);
 	touched(&q->w, T);
 	for (ts_id i = 0; i < s->nbuf; i++) {
@@ -396,6 +442,7 @@ static void planner_free(planner *q)
 	ctx_free(s->ctx, q->w.sc_pos, (s->nsc + 1) * sizeof(int64_t));
 	ctx_free(s->ctx, q->P.L, (s->nbuf + 1) * sizeof(life));
 	ctx_free(s->ctx, q->P.placed, s->nbuf + 1);
+	ctx_free(s->ctx, q->P.iv, (s->nbuf + 1) * sizeof *q->P.iv);
 }
 
 static moe_status place(tcp_sched *s)
@@ -594,8 +641,11 @@ static int64_t trial_on(tcp_sched *s, const moe_tcp_loads *const *loads, int n, 
 	q.P.quiet = true;
 	bool ok = place_hbm(s) && place_chip(&q.P);
 	planner_free(&q);
+	uint8_t reuse = s->reuse; /* priced as the chip runs it: shared bytes taken in turn */
+	s->reuse = TS_REUSE_ORDERED;
 	for (int k = 0; ok && k < n; k++)
 		cy[k] = tcp_sched_predict(s->ctx, s, loads[k], NULL);
+	s->reuse = reuse;
 	for (ts_id i = 0; i < s->nbuf; i++)
 		s->buf[i].offset = off[i];
 	ctx_free(s->ctx, off, (s->nbuf + 1) * sizeof *off);

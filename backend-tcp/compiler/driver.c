@@ -23,6 +23,7 @@ static moe_status switches(moe_ctx *ctx, const moe_tcp_machine *m, const char *o
 	memset(e, 0, sizeof *e);
 	e->ctx = ctx;
 	e->m = m;
+	e->reuse = TS_REUSE_ORDERED;
 	const char *v = getenv("MOEC_TCP_SCHEDULE");
 	if (v && (!strcmp(v, "0") || !strcmp(v, "off")))
 		e->off = ts_nrewrites < 64 ? (1ull << ts_nrewrites) - 1 : ~0ull;

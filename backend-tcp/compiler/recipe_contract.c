@@ -114,25 +114,64 @@ typedef struct cargs {
 	int64_t nring, wtile; /* its slots and elements per slot */
 } cargs;
 
-/* the TRF tiles of plan pl (two when it loads more than one), placed at the two halves of TRF */
-static void trf_tiles(sb *b, moe_id id, const cplan *pl, int wdt, ts_id *trf)
+/* The TRF tiles of a contraction that loads nload tiles of foot bytes per
+ * slice, of dtype dt and shape sh (two tiles when it loads more than one),
+ * placed at the two halves of TRF. Loads alternate between the tiles, and
+ * the next contraction's first tile takes the half this one's last load did
+ * not, so that its first load does not wait for this one's last pass (two
+ * tiles on the same bytes are ordered by a reuse edge). A tile larger than
+ * a half takes all of TRF. */
+void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t foot, moe_dtype dt, const int64_t sh[2], ts_id *trf)
 {
-	int ntile = (pl->I + pl->It - 1) / pl->It * ((pl->O + pl->Opass - 1) / pl->Opass) > 1 ? 2 : 1;
+	int ntile = nload > 1 ? 2 : 1, first = b->trf_next & 1;
+	int64_t half = tcp_trf_bytes(b->m) / 2;
 	trf[1] = TS_NONE;
-	int64_t e = moe_dtype_size((moe_dtype)wdt), half = tcp_trf_bytes(b->m) / 2;
-	int64_t sh[2] = {pl->Opass, pl->It};
-	int64_t fp = rup(pl->Os * pl->It * e, b->m->flit_bytes), share = rup((pl->Opass * pl->It * e + b->S - 1) / b->S,
-		b->m->flit_bytes);
-	/* One tile that fits a half takes the upper one: a contraction that loads two starts at the
-	 * lower, so the next one's first load does not go over this tile's bytes. */
-	int64_t foot = fp > share ? fp : share;
 	for (int k = 0; k < ntile; k++) {
-		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, (moe_dtype)wdt, 2, sh);
+		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, dt, 2, sh);
 		ts_buf *t = &b->s->buf[trf[k]];
 		t->node = id;
 		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, foot};
-		t->offset = ntile == 1 && foot <= half ? half : k * half;
+		t->offset = foot <= half ? ((first + k) & 1) * half : k * half;
 	}
+	b->trf_last[0] = foot <= half ? trf[0] : TS_NONE;
+	b->trf_last[1] = foot <= half ? trf[1] : TS_NONE;
+	if (foot <= half) /* the last load used tile (nload - 1) % ntile */
+		b->trf_next = (uint8_t)(((first + (nload - 1) % ntile) & 1) ^ 1);
+}
+
+/* Block g + 1's first TRF load waits for block g's last reader of that
+ * half. When the body (its buffers from nbuf0 on) ends its last contraction
+ * on the half its first contraction begins with, the last contraction's
+ * tiles swap halves: its first load then shares a half with the contraction
+ * before it, whose output it reads through the body's passes, an order the
+ * data gives anyway. */
+void sb_trf_wrap(sb *b, ts_id nbuf0)
+{
+	tcp_sched *s = b->s;
+	int64_t half = tcp_trf_bytes(b->m) / 2;
+	ts_id first = TS_NONE, *t = b->trf_last;
+	for (ts_id i = nbuf0; i < s->nbuf && first == TS_NONE; i++)
+		if (s->buf[i].space == TCP_TRF)
+			first = i;
+	if (first == TS_NONE || t[0] == TS_NONE || t[0] < nbuf0 || t[0] == first ||
+		s->buf[first].layout.slice_bytes > half)
+		return;
+	int64_t last = (int64_t)((b->trf_next & 1) ^ 1) * half;
+	if (last != s->buf[first].offset)
+		return;
+	for (int k = 0; k < 2; k++)
+		if (t[k] != TS_NONE)
+			s->buf[t[k]].offset = half - s->buf[t[k]].offset;
+	b->trf_next ^= 1;
+}
+
+static void trf_tiles(sb *b, moe_id id, const cplan *pl, int wdt, ts_id *trf)
+{
+	int64_t nload = (pl->I + pl->It - 1) / pl->It * ((pl->O + pl->Opass - 1) / pl->Opass);
+	int64_t e = moe_dtype_size((moe_dtype)wdt), sh[2] = {pl->Opass, pl->It};
+	int64_t fp = rup(pl->Os * pl->It * e, b->m->flit_bytes), share = rup((pl->Opass * pl->It * e + b->S - 1) / b->S,
+		b->m->flit_bytes);
+	sb_trf_tiles(b, id, nload, fp > share ? fp : share, (moe_dtype)wdt, sh, trf);
 }
 
 /* the lifetime of buffer t: the ops [first, last] of this contraction */

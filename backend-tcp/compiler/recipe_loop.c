@@ -301,8 +301,13 @@ static bool body(sb *b, moe_id id, const moe_graph *bg, const ts_loop *l, const 
 		else if (r != IR_BA_ROWS)
 			sb_refuse(b, i, "a blockarg of role expert or index");
 	}
+	ts_id nbuf0 = b->s->nbuf;
+	b->trf_next = 0;
+	b->trf_last[0] = b->trf_last[1] = TS_NONE;
 	if (!b->failed)
 		sb_build_nodes(b);
+	if (!b->failed)
+		sb_trf_wrap(b, nbuf0);
 	moe_id y = ir_body_yield(bg);
 	const sb_val *yp = y != MOE_NONE && !b->failed ? sb_dm_val(b, y) : NULL;
 	sb_val yv = yp ? *yp : (sb_val){0};

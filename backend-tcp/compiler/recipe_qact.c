@@ -364,22 +364,13 @@ static cplan w8a8_plan(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
 	return pl;
 }
 
-/* The TRF tiles of 1-byte [Opass, I] tiles (two when there is more than one
- * pass), at the two halves of TRF. */
+/* The TRF tiles of 1-byte [Opass, I] tiles (sb_trf_tiles). */
 static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 {
-	int ntile = (pl->O + pl->Opass - 1) / pl->Opass * (pl->I / pl->It) > 1 ? 2 : 1;
-	int64_t half = tcp_trf_bytes(b->m) / 2, sh[2] = {pl->Opass, pl->It};
+	int64_t nload = (pl->O + pl->Opass - 1) / pl->Opass * (pl->I / pl->It), sh[2] = {pl->Opass, pl->It};
 	int64_t fp = rup(pl->Os * pl->It, b->m->flit_bytes), share = rup((pl->Opass * pl->It + b->S - 1) / b->S,
 		b->m->flit_bytes);
-	trf[1] = TS_NONE;
-	for (int k = 0; k < ntile; k++) {
-		trf[k] = ts_add_buf(b->s, k ? "trf.1" : "trf.0", TCP_TRF, TCP_T_SCRATCH, dt, 2, sh);
-		ts_buf *t = &b->s->buf[trf[k]];
-		t->node = id;
-		t->layout = (ts_layout){0, (uint16_t)b->S, 1, TS_SPLIT_FLIT, fp > share ? fp : share};
-		t->offset = k * half;
-	}
+	sb_trf_tiles(b, id, nload, fp > share ? fp : share, dt, sh, trf);
 }
 
 /* y = xq q^T scaled by C (views over (m, o, chunk)): per part of the

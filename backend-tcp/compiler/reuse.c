@@ -16,7 +16,7 @@
 
 #include "backend-tcp/compiler/dmplan.h"
 
-enum { RU_ALT = 4 }; /* per context: one op, plus ops of other row-class cases */
+enum { RU_ALT = 128 }; /* per context: one op, plus ops of other row-class cases (more cases than a classes region holds) */
 
 typedef struct racc {
 	ts_id op;
@@ -31,21 +31,6 @@ typedef struct ru {
 	uint32_t *start;    /* per buffer: its accesses acc[start[b]..start[b + 1]), program order */
 	racc *acc;
 } ru;
-
-/* Whether ops a and b sit in different cases of one classes region. */
-static bool exclusive(const tcp_sched *s, ts_id a, ts_id b)
-{
-	ts_id up[72];
-	int n = 0;
-	for (ts_id r = s->op[a].region; r < s->nrg && n < 72; r = s->rg[r].parent)
-		up[n++] = r;
-	ts_id prev = TS_NONE, r = s->op[b].region;
-	for (int d = 0; r < s->nrg && d < 72; d++, prev = r, r = s->rg[r].parent)
-		for (int k = 0; k < n; k++)
-			if (up[k] == r)
-				return s->rg[r].kind == TS_RG_CLASSES && k > 0 && prev != TS_NONE && prev != up[k - 1];
-	return false;
-}
 
 static int8_t region_loop(ru *u, ts_id r, int depth)
 {
@@ -118,7 +103,7 @@ static int pick(const tcp_sched *s, const racc *r, uint32_t n, int c, bool last,
 			continue;
 		bool alt = true;
 		for (int j = 0; j < k && alt; j++)
-			alt = exclusive(s, a->op, out[j]);
+			alt = ts_ops_exclusive(s, a->op, out[j]);
 		if (alt)
 			out[k++] = a->op;
 	}
@@ -161,7 +146,7 @@ static void edge(ru *u, ts_id o, ts_id on, int dist)
 {
 	const tcp_sched *s = u->s;
 	int l = region_loop(u, s->op[o].region, 0);
-	if (exclusive(s, o, on)) {
+	if (ts_ops_exclusive(s, o, on)) {
 		if (l < 0)
 			return;
 		dist = 1;
@@ -174,12 +159,13 @@ static void edge(ru *u, ts_id o, ts_id on, int dist)
 		ts_id d = p->dep[k];
 		if (d >= s->nop || s->op[d].ctx != s->op[on].ctx)
 			continue;
-		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !exclusive(s, d, on))
+		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !ts_ops_exclusive(s, d, on))
 			return;
 		if (body && !p->dist[k] && region_loop(u, s->op[d].region, 0) == l && runs_with(u, d, o, l))
 			return;
 	}
-	ts_add_dep(u->s, o, on, dist);
+	if (p->ndep < TS_MAX_DEPS - 1) /* else the verifier reports the unordered pair */
+		ts_add_dep(u->s, o, on, dist);
 }
 
 /* Run b (the later) waits for run a: per context of b, its first access

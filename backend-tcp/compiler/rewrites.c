@@ -147,8 +147,11 @@ static int64_t trial_on(const tcp_sched *s, tcp_sched *c, const ts_trial *t, siz
 	if (c && (!t->fn || t->fn(c, t->arg))) {
 		if (!t->price)
 			cy = 0;
-		else if (tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
-			cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
+		else {
+			c->reuse = c->reuse > t->reuse ? c->reuse : t->reuse;
+			if (tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
+				cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
+		}
 	}
 	tcp_sched_free(c);
 	ts_diag_truncate(s->ctx, n0);
@@ -218,7 +221,7 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 		return b->cycles;
 	}
 	row_arg r = {e, row};
-	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true};
+	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true, e->reuse};
 	int64_t cy = trial_key_run(s, &k, &t, b != NULL);
 	if (b) {
 		forget(b);

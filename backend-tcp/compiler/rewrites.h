@@ -146,6 +146,10 @@ typedef struct ts_trial {
 	bool (*fn)(tcp_sched *c, void *arg);
 	void *arg;
 	bool price;
+	/* the TS_REUSE_* the copy is placed and priced with when the schedule's
+	 * is unordered (before placement): the env's, so that a rewrite before
+	 * placement is priced with the reuse edges the compile will place */
+	uint8_t reuse;
 } ts_trial;
 /* s's text for trials (ctx_alloc'd, *len + 1 bytes); NULL where it does not
  * print. An allocator's refusal throws (out of memory): a refusal fails the

@@ -172,6 +172,33 @@ bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in)
 	return false;
 }
 
+static int region_depth(const tcp_sched *s, ts_id r)
+{
+	int d = 0;
+	for (; r < s->nrg && d < 256; r = s->rg[r].parent)
+		d++;
+	return d;
+}
+
+/* Their regions' innermost common region is a classes region, and each op
+ * stands below a case of it (cx, cy: the regions just below it). */
+bool ts_ops_exclusive(const tcp_sched *s, ts_id a, ts_id b)
+{
+	ts_id x = s->op[a].region, y = s->op[b].region, cx = TS_NONE, cy = TS_NONE;
+	if (x == y)
+		return false;
+	int dx = region_depth(s, x), dy = region_depth(s, y);
+	for (; dx > dy; dx--)
+		cx = x, x = s->rg[x].parent;
+	for (; dy > dx; dy--)
+		cy = y, y = s->rg[y].parent;
+	while (x != y && x < s->nrg && y < s->nrg) {
+		cx = x, x = s->rg[x].parent;
+		cy = y, y = s->rg[y].parent;
+	}
+	return x == y && x < s->nrg && s->rg[x].kind == TS_RG_CLASSES && cx != TS_NONE && cy != TS_NONE;
+}
+
 bool ts_op_has_dep(const ts_op *p, ts_id on, int dist)
 {
 	for (uint32_t k = 0; k < p->ndep; k++)

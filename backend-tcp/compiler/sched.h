@@ -155,6 +155,9 @@ void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
 /* Whether region rg is region in or stands below it. */
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
+/* Whether ops a and b sit in different cases of one classes region (one
+ * pass of it never runs both). */
+bool ts_ops_exclusive(const tcp_sched *s, ts_id a, ts_id b);
 /* Whether op p depends on op `on` at distance dist. */
 bool ts_op_has_dep(const ts_op *p, ts_id on, int dist);
 /* ts_add_dep unless op already has (on, dist). */

@@ -60,6 +60,8 @@ typedef struct sb {
 	ts_id wring;         /* streamed: the loop's ring of weight tiles, TS_NONE until made */
 	uint32_t wnext;      /* its next slot, counted over the body's tiles */
 	ts_id wrd[4];        /* per ring slot: the sub load that last read it */
+	uint8_t trf_next;    /* the TRF half the next contraction's first tile takes */
+	ts_id trf_last[2];   /* the last contraction's TRF tiles when they fit a half, else TS_NONE */
 	bool top_stream;     /* the top graph's contractions read their weights from HBM through rings */
 	const moe_graph *top; /* the layer's graph (g is a loop's body while it is built) */
 	const moe_id *hbm;   /* the top graph's spillable nodes kept in HBM (the planner's) */
@@ -69,6 +71,12 @@ typedef struct sb {
 } sb;
 
 #define SBN(b, id) (&(b)->g->nodes[id])
+
+/* recipe_contract.c: a contraction's TRF tiles (two when it loads more than one) */
+void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t foot, moe_dtype dt, const int64_t sh[2], ts_id *trf);
+/* after a loop body (its buffers from nbuf0 on) is built: its last contraction's tiles
+ * take the half its first does not begin with, where they can */
+void sb_trf_wrap(sb *b, ts_id nbuf0);
 
 /* sched_build.c */
 void sb_err(sb *b, moe_id at, const char *fmt, ...) MOE_PRINTF(3, 4);

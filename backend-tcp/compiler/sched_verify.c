@@ -33,7 +33,6 @@ typedef struct vs {
 	ts_id *ctx_prev; /* reuse ordered: the op before each on its context (not exclusive with it), TS_NONE */
 } vs;
 
-static bool exclusive(const tcp_sched *s, ts_id a, ts_id b);
 
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...) MOE_PRINTF(4, 5);
 static void verr(vs *v, int kind, uint32_t id, const char *fmt, ...)
@@ -692,20 +691,6 @@ static bool check_deps(vs *v, uint32_t *order, uint64_t *reach)
 
 /* Whether ops a and b sit in different cases of one classes region (never
  * both run). */
-static bool exclusive(const tcp_sched *s, ts_id a, ts_id b)
-{
-	ts_id up[VMAX_DEPTH + 2];
-	int n = 0;
-	for (ts_id r = s->op[a].region; r < s->nrg && n <= VMAX_DEPTH; r = s->rg[r].parent)
-		up[n++] = r;
-	ts_id prev = TS_NONE, r = s->op[b].region;
-	for (int d = 0; r < s->nrg && d <= VMAX_DEPTH; d++, prev = r, r = s->rg[r].parent)
-		for (int k = 0; k < n; k++)
-			if (up[k] == r)
-				return s->rg[r].kind == TS_RG_CLASSES && k > 0 && prev != TS_NONE && prev != up[k - 1];
-	return false;
-}
-
 static int cmp_access(const void *x, const void *y)
 {
 	const access *a = x, *b = y;
@@ -743,7 +728,7 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *r
 		}
 	}
 	qsort(L->a, L->n, sizeof *L->a, cmp_access);
-	/* exclusive() depends only on the two ops' regions: its answers cached
+	/* ts_ops_exclusive() depends only on the two ops' regions: its answers cached
 	 * by region pair (direct-mapped; key 0 is an empty entry) */
 	enum { XCACHE = 4096 };
 	uint64_t *xkey = ctx_alloc(s->ctx, XCACHE * sizeof *xkey);
@@ -762,7 +747,7 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *r
 			uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 52) % XCACHE;
 			if (xkey[h] != key) {
 				xkey[h] = key;
-				xval[h] = exclusive(s, a->op, b->op);
+				xval[h] = ts_ops_exclusive(s, a->op, b->op);
 			}
 			if (!xval[h])
 				verr(v, V_OP, b->op,
@@ -876,7 +861,7 @@ static ts_id *context_order(vs *v)
 		last[s->op[o].ctx] = o;
 		prev[o] = TS_NONE;
 		for (ts_id q = same[o]; q != TS_NONE; q = same[q])
-			if (!exclusive(s, q, o)) {
+			if (!ts_ops_exclusive(s, q, o)) {
 				prev[o] = q;
 				break;
 			}
@@ -924,7 +909,7 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 				for (uint32_t q = at[y->buf]; q < at[y->buf + 1] && !bad; q++) {
 					const access *a = &L->a[p], *b = &L->a[q];
 					if (a->op == b->op || !(a->write || b->write) || s->op[a->op].ctx == s->op[b->op].ctx ||
-						ordered(v, reach, a->op, b->op) || exclusive(s, a->op, b->op))
+						ordered(v, reach, a->op, b->op) || ts_ops_exclusive(s, a->op, b->op))
 						continue;
 					bad = true;
 					if (v->op_pos[a->op] > v->op_pos[b->op]) {

@@ -298,7 +298,7 @@ int tcps_pred_order_bytes(const tcps_pred *pr)
 moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m, const moe_tcp_loads *loads,
 	moe_tcp_prediction *out)
 {
-	return moe_tcp_predict_order(ctx, p, m, loads, 0, out);
+	return moe_tcp_predict_order(ctx, p, m, loads, 1, out);
 }
 
 moe_status moe_tcp_predict_order(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,

@@ -442,7 +442,7 @@ static moe_status tcp_run(moe_ctx *ctx, const moe_tcp_program *p, const moe_tens
 		rc = MOE_ERR_NOMEM;
 		goto out;
 	}
-	s.order_bytes = o->order_bytes != 0;
+	s.order_bytes = !o->order_tensor;
 	if (!tcps_alias_setup(&s)) {
 		rc = MOE_ERR_NOMEM;
 		goto out;
@@ -560,6 +560,6 @@ static moe_status tcp_run_guarded(moe_ctx *ctx, const moe_tcp_program *p, const 
 moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, tcps_pred *pr,
 	moe_tcp_stats *stats)
 {
-	moe_tcp_run_opts o = {.machine = m, .timing_only = 1, .order_bytes = tcps_pred_order_bytes(pr)};
+	moe_tcp_run_opts o = {.machine = m, .timing_only = 1, .order_tensor = !tcps_pred_order_bytes(pr)};
 	return tcp_run_guarded(ctx, p, NULL, &o, NULL, stats, NULL, NULL, pr);
 }

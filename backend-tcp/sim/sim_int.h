@@ -116,7 +116,7 @@ typedef struct sim {
 	 * whose per-slice regions [addr, addr + slice_bytes) overlap its own:
 	 * al[alo[t]] .. al[alo[t + 1] - 1] (NULL: none computed); order_bytes:
 	 * commands also wait for conflicting accesses of those tensors to the
-	 * same per-slice bytes (moe_tcp_run_opts.order_bytes) */
+	 * same per-slice bytes (moe_tcp_run_opts.order_tensor zero) */
 	int32_t *alo, *al;
 	bool order_bytes;
 	/* predict mode (predict.c): no tensor storage (data[] all NULL), no
@@ -383,7 +383,7 @@ uint32_t tcps_pred_word(sim *s, int32_t t, int64_t el);
  * list, cnt of the group's n positions valid; in [0, in->rows). */
 int64_t tcps_pred_index(sim *s, const tcp_insn *in, int64_t g, int64_t j, int64_t cnt);
 /* sim.c: runs p in predict mode (no binding, no packing) with pr. */
-/* the order of accesses a prediction times (moe_tcp_run_opts.order_bytes) */
+/* the order of accesses a prediction times (moe_tcp_run_opts.order_tensor zero) */
 int tcps_pred_order_bytes(const tcps_pred *pr);
 moe_status tcps_run_predict(moe_ctx *ctx, const tcp_program *p, const moe_tcp_machine *m, tcps_pred *pr,
 	moe_tcp_stats *stats);

@@ -219,11 +219,13 @@ typedef struct moe_tcp_run_opts {
 	 * phase with (moe_tcp_compile_sched's opts; the chips' local experts a
 	 * block_loop: expert-parallel{loop=1}). moe_tcp_run ignores it. */
 	const char *sched_opts;
-	/* Nonzero: a command also waits for every conflicting access (RAW, WAR,
-	 * WAW) of another tensor of its space (DM, TRF, VRF) to the same
-	 * per-slice bytes (`moec run --sim-order=bytes`); 0: accesses are
-	 * ordered per tensor only (docs/tcp-isa.md section 2). */
-	int order_bytes;
+	/* 0 (the default): a command waits for every conflicting access (RAW,
+	 * WAR, WAW) of its space (DM, TRF, VRF) to the same per-slice bytes,
+	 * whatever the tensor, as the chip runs it; nonzero: accesses are
+	 * ordered per tensor only (`moec run --sim-order=tensor`), optimistic
+	 * where a program reuses bytes without ordering the reuse
+	 * (docs/tcp-isa.md section 2). */
+	int order_tensor;
 } moe_tcp_run_opts;
 
 /* Bind inputs by input name and weights by weight name from bind, run, and
@@ -336,9 +338,10 @@ typedef struct moe_tcp_prediction {
  * refused (MOE_ERR_UNSUPPORTED with a diagnostic). */
 MOE_API moe_status moe_tcp_predict(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
 	const moe_tcp_loads *loads, moe_tcp_prediction *out);
-/* moe_tcp_predict timing the accesses in a run's order: order_bytes as
- * moe_tcp_run_opts.order_bytes (nonzero: accesses of tensors sharing
- * per-slice bytes are ordered too); moe_tcp_predict is order_bytes 0. */
+/* moe_tcp_predict timing the accesses in a run's order: order_bytes
+ * nonzero orders accesses of tensors sharing per-slice bytes too (a run
+ * with moe_tcp_run_opts.order_tensor 0), 0 orders them per tensor only;
+ * moe_tcp_predict is order_bytes 1. */
 MOE_API moe_status moe_tcp_predict_order(moe_ctx *ctx, const moe_tcp_program *p, const moe_tcp_machine *m,
 	const moe_tcp_loads *loads, int order_bytes, moe_tcp_prediction *out);
 

@@ -253,10 +253,10 @@ static bool with_tables(tcp_sched *c, void *arg)
 
 /* The predicted cycles of a copy of s with the tables take, placed; -1
  * where it does not verify or place (ts_trial_of). */
-static int64_t priced(const tcp_sched *s, const bool *take, uint16_t feature)
+static int64_t priced(const tcp_sched *s, const ts_env *e, const bool *take, uint16_t feature)
 {
 	take_arg a = {take, feature};
-	return ts_trial_of(s, &(ts_trial){"<expert-table trial>", with_tables, &a, true});
+	return ts_trial_of(s, &(ts_trial){"<expert-table trial>", with_tables, &a, true, e->reuse});
 }
 
 /* Which operands get a table: each in turn, in find()'s order, is taken
@@ -274,10 +274,10 @@ moe_status ts_rw_expert_table_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 		for (int k = 0; k < nx; k++)
 			take[k] = any = true;
 	} else {
-		int64_t best = priced(s, take, feature);
+		int64_t best = priced(s, e, take, feature);
 		for (int k = 0; k < nx && best >= 0; k++) {
 			take[k] = true;
-			int64_t cy = priced(s, take, feature);
+			int64_t cy = priced(s, e, take, feature);
 			if (cy >= 0 && cy < best)
 				best = cy, any = true;
 			else
