@@ -72,31 +72,57 @@ static bool disjoint(const ts_buf *a, const ts_buf *b)
 }
 
 /* x -> a -> c -> b -> y: a (@0..@1) and b (@2..@3) never live together, c
- * (@1..@2) lives with each. */
+ * (@1..@2) lives with each; a and b take 32 bytes per slice, c 64. With
+ * dm_bytes per slice of DM, places them and checks what every placement
+ * holds: c apart from a and b, on whole flits, the schedule verified. */
+static void place_chain(fx *f, int64_t dm_bytes, ts_id *a, ts_id *b, ts_id *c)
+{
+	tcp_sched *s = f->s;
+	f->m->dm_bytes_per_slice = dm_bytes;
+	ts_id x = hbm(s, "x", TCP_T_INPUT, 4096), y = hbm(s, "y", TCP_T_OUTPUT, 4096);
+	*a = dm(s, "a", 4096, 32, TS_LIFE_SPAN);
+	*c = dm(s, "c", 4096, 64, TS_LIFE_SPAN);
+	*b = dm(s, "b", 4096, 32, TS_LIFE_SPAN);
+	ts_id o0 = copy(s, s->top, *a, x, 4096), o1 = copy(s, s->top, *c, *a, 4096);
+	ts_id o2 = copy(s, s->top, *b, *c, 4096), o3 = copy(s, s->top, y, *b, 4096);
+	ts_add_dep(s, o1, o0, 0);
+	ts_add_dep(s, o2, o1, 0);
+	ts_add_dep(s, o3, o2, 0);
+	span(s, *a, o0, o1);
+	span(s, *c, o1, o2);
+	span(s, *b, o2, o3);
+	assert_int_equal(tcp_dm_place(s), MOE_OK);
+	assert_int_equal(s->buf[*a].offset, 0); /* the first from 0 */
+	assert_true(disjoint(&s->buf[*c], &s->buf[*a]));
+	assert_true(disjoint(&s->buf[*c], &s->buf[*b]));
+	assert_int_equal(s->buf[*c].offset % f->m->flit_bytes, 0);
+	assert_int_equal(tcp_sched_verify(s), MOE_OK);
+}
+
+/* Room for all three: next fit puts b after c, on bytes no buffer used. */
+static void test_spans_spread(void **state)
+{
+	(void)state;
+	fx f;
+	open_fx(&f);
+	ts_id a, b, c;
+	place_chain(&f, 524288, &a, &b, &c);
+	assert_int_equal(f.s->buf[c].offset, 32);
+	assert_int_equal(f.s->buf[b].offset, 96);
+	close_fx(&f);
+}
+
+/* 96 bytes per slice: b fits only over a's bytes (their lifetimes are
+ * disjoint), where next fit wraps to the first fit from 0. */
 static void test_spans_share_bytes(void **state)
 {
 	(void)state;
 	fx f;
 	open_fx(&f);
-	tcp_sched *s = f.s;
-	ts_id x = hbm(s, "x", TCP_T_INPUT, 4096), y = hbm(s, "y", TCP_T_OUTPUT, 4096);
-	ts_id a = dm(s, "a", 4096, 32, TS_LIFE_SPAN), c = dm(s, "c", 4096, 64, TS_LIFE_SPAN);
-	ts_id b = dm(s, "b", 4096, 32, TS_LIFE_SPAN);
-	ts_id o0 = copy(s, s->top, a, x, 4096), o1 = copy(s, s->top, c, a, 4096);
-	ts_id o2 = copy(s, s->top, b, c, 4096), o3 = copy(s, s->top, y, b, 4096);
-	ts_add_dep(s, o1, o0, 0);
-	ts_add_dep(s, o2, o1, 0);
-	ts_add_dep(s, o3, o2, 0);
-	span(s, a, o0, o1);
-	span(s, c, o1, o2);
-	span(s, b, o2, o3);
-	assert_int_equal(tcp_dm_place(s), MOE_OK);
-	assert_int_equal(s->buf[a].offset, 0); /* first fit from 0 */
-	assert_int_equal(s->buf[b].offset, s->buf[a].offset); /* disjoint lifetimes: the same bytes */
-	assert_true(disjoint(&s->buf[c], &s->buf[a]));
-	assert_true(disjoint(&s->buf[c], &s->buf[b]));
-	assert_int_equal(s->buf[c].offset % f.m->flit_bytes, 0);
-	assert_int_equal(tcp_sched_verify(s), MOE_OK);
+	ts_id a, b, c;
+	place_chain(&f, 96, &a, &b, &c);
+	assert_int_equal(f.s->buf[c].offset, 32);
+	assert_int_equal(f.s->buf[b].offset, f.s->buf[a].offset);
 	close_fx(&f);
 }
 
@@ -210,6 +236,7 @@ static void test_fits_summary(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_spans_spread),
 		cmocka_unit_test(test_spans_share_bytes),
 		cmocka_unit_test(test_loop_at_top),
 		cmocka_unit_test(test_hbm_bump),
