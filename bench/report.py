@@ -543,20 +543,12 @@ w(f"**Every figure in this section is simulated**, not measured on a device: moe
   f"(docs/tcp-model.md; {mj_path if mj else 'machine.json'} `revision` \"{mj.get('revision', '?') if mj else '?'}\"). "
   "The times are as true as that model: where it is only an assumption (its `assumed` fields) the figures are "
   "too. The revision-2 columns quote the figures of this section committed before revision 3, as they were.\n")
-w("**Known optimism: unordered reuse of shared bytes.** The simulator orders accesses per tensor by default "
-  "(docs/tcp-isa.md section 2), and the compiler places distinct tensors on the same TRF and DM bytes (each "
-  "contraction's first TRF tile at offset 0; the combine's gather buffers at one DM offset) without "
-  "ordering their reuse by a dependency or a token. So a program may load block g + 1's weights over TRF "
-  "bytes a command of block g has not yet read: on the simulator each tensor keeps its own bytes and y is "
-  "right; on the chip it would not be, and the time below omits the wait that ordering costs. `moec run "
-  "--sim-order=bytes` times the program with that order (each command also waits for conflicting accesses "
-  "of other tensors of its space to the same per-slice bytes; docs/tcp-isa.md section 2, "
-  "docs/tcp-compiler.md 5.2): Qwen3-30B-A3B T = 4096 1797.0 -> 1889.5 us, T = 512 1003.1 -> 1019.2, T = 64 "
-  "894.9 -> 904.9; DeepSeek-V3 T = 4096 20756.6 -> 21095.7, T = 1 557.4 -> 585.5; gpt-oss-20b T = 4096 "
-  "3931.6 -> 4025.0; Mixtral unchanged (bench/sim_before_after.sh with OPTS_AFTER=--sim-order=bytes). The "
-  "compiler's reuse edges exist as an option (`--tcp-reuse=ordered`, docs/tcp-compiler.md 5.3) but do not "
-  "yet make the prediction see these waits, nor compile DeepSeek-V3 at T = 64; both defaults flip together "
-  "once they do.\n")
+w("**Shared bytes taken in turn.** The compiler orders every reuse of on-chip bytes by dependencies "
+  "(reuse edges, `--tcp-reuse=ordered`, docs/tcp-compiler.md 5.3) and the simulator orders the accesses of "
+  "distinct tensors on the same per-slice bytes (`--sim-order=bytes`, docs/tcp-isa.md section 2), as the chip "
+  "would; both are the defaults since 2026-12-03. Figures of this section committed before then ordered "
+  "accesses per tensor and omitted the waits that reuse costs (up to 8% at DeepSeek-V3 T = 4096); "
+  "`--tcp-reuse=unordered --sim-order=tensor` reproduces that optimistic accounting.\n")
 if tcp_ok:
     w("Every layer runs on moec's simulator with the shipped machine description, timing-only "
       "(`moec run --timing-only`: the cycle counts of the full simulation without the arithmetic of the expert "

@@ -1,5 +1,6 @@
 /* The DM planner (dmplan.h): lifetimes by program position, loop buffers
- * from the top of their space down, the others first fit from offset 0 up,
+ * from the top of their space down, the others by next fit from offset 0 up
+ * (first fit where that overflows),
  * HBM scratch bumped after the bound tensors; the plans of the loop's
  * weights and of the spills' residence, and their price. */
 #include <inttypes.h>
