@@ -81,7 +81,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
  * 3): the tail of the tcp pipeline, and the pipeline multichip runs on each
  * chip's phase graph. Named tcp-graph; the one list both expand. */
 #define TCP_GRAPH_PIPELINE \
-	"tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-einsum-canon,tcp-fp8-act-rows,tcp-split-weights," \
+	"tcp-w8a8-act-once,tcp-pair-gate-up,tcp-pair-down,tcp-pack-bias,tcp-einsum-canon,tcp-fp8-act-rows,tcp-split-weights," \
 	"tcp-plan-fusion"
 
 #define TCP_PIPELINE \
@@ -108,7 +108,7 @@ static const struct {
  * that is not registered skips it, as its target's backend runs the pass
  * itself on a graph that has not been through it. */
 static const char *const target_passes[] = {
-	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-einsum-canon", "tcp-fp8-act-rows",
+	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-pack-bias", "tcp-einsum-canon", "tcp-fp8-act-rows",
 	"tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)

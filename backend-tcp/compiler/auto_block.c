@@ -612,6 +612,17 @@ static int64_t one_block_B(const layer_dims *d, const int64_t *cand, int nc)
  * under uniform loads). */
 static const double load_cv[2] = {0, 0.5};
 
+/* a's worse ratio, over the two loads, to the faster of a and b */
+static double regret(const int64_t a[2], const int64_t b[2])
+{
+	double r = 0;
+	for (int l = 0; l < 2; l++) {
+		int64_t lo = a[l] < b[l] ? a[l] : b[l];
+		r = fmax(r, lo > 0 ? (double)a[l] / (double)lo : 1);
+	}
+	return r;
+}
+
 int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *machine, double *predicted_s)
 {
 	moe_tcp_machine *def = NULL;
@@ -649,10 +660,11 @@ int64_t moe_tcp_auto_block(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machi
 	double secs = 0;
 	int64_t B = priced_block(ctx, g, d.ex, m, cand[pick], !plain, &secs);
 	/* a larger B that keeps an expert's rows in one block replaces it where
-	 * the one cost model, compiled in full, finds it faster under both loads */
+	 * the one cost model, compiled in full, prefers it by the rule above:
+	 * its worse ratio to the faster of the two under each load is smaller */
 	int64_t b1 = one_block_B(&d, cand, nc), c0[2], c1[2];
-	if (b1 > B && compiled_both(ctx, &d, g, m, b1, c1) && compiled_both(ctx, &d, g, m, B, c0) && c1[0] < c0[0] &&
-	    c1[1] < c0[1]) {
+	if (b1 > B && compiled_both(ctx, &d, g, m, b1, c1) && compiled_both(ctx, &d, g, m, B, c0) &&
+	    regret(c1, c0) < regret(c0, c1)) {
 		B = b1;
 		secs = (double)c1[0] / m->clock_hz;
 	}

@@ -136,10 +136,9 @@ moe_graph *tcp_split_weights(moe_ctx *ctx, const moe_graph *g, char **prep_json,
 		moe_module_free(pm);
 		ctx_free(ctx, need, nn + 1);
 		ctx_free(ctx, map, (nn + 1) * sizeof *map);
-		if (!*prep_json) {
-			moe_diag(ctx, MOE_DIAG_ERROR, g->loc, "tcp: out of memory writing the weight-packing graph");
+		if (!*prep_json) { /* out of memory: the JSON text or its copy (cJSON's memory is returned) */
 			ir_graph_free(dev);
-			dev = NULL;
+			ctx_throw(ctx, *prep_len + 1);
 		}
 	}
 	ctx_free(ctx, pack, nn + 1);

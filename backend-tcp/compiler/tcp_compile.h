@@ -81,6 +81,13 @@ moe_graph *tcp_pair_gate_up(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
  * projections' weights (biases apart) side by side */
 moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
+/* pair_down.c: where tcp-split-weights marked r before a merge, r's packed values
+ * planned again by its rule (no mark: nothing done) */
+void tcp_pack_marks_again(moe_ctx *ctx, moe_graph *r);
+/* pack_bias.c: the block_loop's vector `e` operands of one type (an expert's
+ * biases) as one operand, each expert's vectors side by side (one DMA command),
+ * only when the merged loop fits DM and the expected block's fetch is shorter */
+moe_graph *tcp_pack_bias(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m);
 /* pair_gate_up.c: a merge of block_loop `loop`'s data operands ka < kb (both `e`;
  * tcp_loop_merge_n: the n operands ks[0] < ks[1] < ..., ka = ks[0]) into one operand at ka: `outer` emits the merged value in dev (before the
  * loop; MOE_NONE: failed), `views` runs in the new body nb when its blockarg q

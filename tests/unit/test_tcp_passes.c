@@ -8,7 +8,7 @@
  * away keeps that value on the device, and a graph lowered without the pass
  * (the tcp pipeline less its last two passes) is planned by the pass's own
  * rule, so it compiles to the same program as the tcp pipeline's. The
- * pairings (tcp-pair-gate-up, tcp-pair-down) record their decisions on the
+ * pairings (tcp-pair-gate-up, tcp-pair-down) and tcp-pack-bias record their decisions on the
  * graph; moe_tcp_compile runs the ones a graph lacks, for its machine, and
  * never again the ones it has; the passes decide for the machine
  * moe_tcp_set_pass_machine gave. */
@@ -105,10 +105,12 @@ static void test_marks_and_plan_agree(void **st)
 	int64_t k;
 	assert_false(moe_node_get_int(g, node_named(g, "gu"), "tcp_pack", &k));
 	assert_false(moe_node_get_int(moe_module_graph(h, 0), node_named(moe_module_graph(h, 0), "down"), "tcp_pack", &k));
-	/* the compile's own tcp-pair-down packs the projections (its record is
-	 * missing) and plans the packed values again by the rule */
+	/* the compile's own tcp-pair-down and tcp-pack-bias pack the projections
+	 * and the biases (their records are missing) and plan the packed values
+	 * again by the rule */
 	char *a = assembly(ctx, t), *b = assembly(ctx, h);
-	assert_non_null(strstr(a, "\"packed.2.up+gate+down\""));
+	assert_non_null(strstr(a, "\"packed.0.up+gate+down\""));
+	assert_non_null(strstr(a, "\"packed.1.up_b+gate_b+down_b\""));
 	assert_null(strstr(a, "packed.4.down"));
 	assert_string_equal(a, b);
 	free(a);
@@ -119,19 +121,29 @@ static void test_marks_and_plan_agree(void **st)
 }
 
 /* The compiler follows the marks, deciding nothing itself: on the graph
- * the target's passes planned (tcp-pair-down's record present), with the
- * mark on up's bias slice taken away, up_b stays a device value (read
- * through a strided view of gate_up_b), and the program binds no packed
- * up_b. */
+ * the target's passes planned with the biases left apart (tcp-pack-bias's
+ * record set to 0 before it runs: a recorded decision is not made again),
+ * with the mark on up's bias slice taken away, up_b stays a device value
+ * (read through a strided view of gate_up_b), and the program binds no
+ * packed up_b. */
 static void test_backend_reads_marks(void **st)
 {
 	(void)st;
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	assert_int_equal(moe_tcp_register_passes(ctx), MOE_OK);
-	moe_module *t = lowered(ctx, "tcp");
+	char head[1024];
+	snprintf(head, sizeof head, "%s", moe_pipeline_named("tcp"));
+	char *cut = strstr(head, ",tcp-pack-bias,");
+	assert_non_null(cut);
+	const char *tail = moe_pipeline_named("tcp") + (cut - head) + 1;
+	*cut = 0;
+	moe_module *t = lowered(ctx, head);
 	moe_graph *g = moe_module_graph(t, 0);
+	moe_graph_set_attr_int(g, "tcp_pack_bias", 0);
+	assert_int_equal(moe_run_pipeline_text(ctx, tail, t, NULL), MOE_OK);
 	char *a = assembly(ctx, t);
 	assert_non_null(strstr(a, "\"packed.1.up_b\""));
+	assert_null(strstr(a, "up_b+gate_b"));
 	moe_node_set_int(g, node_named(g, "up_b"), "tcp_pack", -1);
 	char *b = assembly(ctx, t);
 	assert_null(strstr(b, "packed.1.up_b"));

@@ -7,6 +7,7 @@
  *   tcp-w8a8-act-once  W8A8's per-token activation quantization before the dispatch (w8a8_act.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down (unpaired: the projections) in one packed weight per expert (pair_down.c)
+ *   tcp-pack-bias      an expert's bias vectors side by side, one fetch (pack_bias.c)
  *   tcp-einsum-canon   every einsum as the one contraction and views (einsum_canon.c)
  *   tcp-fp8-act-rows   the rows an act=fp8 dequant is contracted for from its fp8 bytes (fp8_rows.c)
  *   tcp-split-weights  which weight-only values are packed at load time (passes/)
@@ -37,6 +38,7 @@
 #define GK_W8A8_ACT "tcp_w8a8_act_once"
 #define GK_PAIR_GATE_UP "tcp_pair_gate_up"
 #define GK_PAIR_DOWN "tcp_pair_down"
+#define GK_PACK_BIAS "tcp_pack_bias"
 #define GK_MACHINE "tcp_machine"
 
 typedef struct tcp_target tcp_target;
@@ -100,6 +102,13 @@ static moe_status down_paired(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine 
 	return MOE_OK;
 }
 
+static moe_status bias_packed(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	moe_graph *r = tcp_pack_bias(ctx, g, m);
+	record(g, GK_PACK_BIAS, r, r != NULL, m);
+	return MOE_OK;
+}
+
 static moe_status einsum_canon(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
 {
 	(void)m;
@@ -142,6 +151,10 @@ static const struct gpass {
 			  "projections' weights) out as one packed weight (one fetch), when the loop's buffers fit DM and a "
 			  "full block is bound by its fetch (tcp target)",
 		GK_PAIR_DOWN, down_paired},
+	{"tcp-pack-bias", "lay a block_loop expert's bias vectors (its vector `e` operands of one type) out side by "
+			  "side as one operand (one fetch), when the loop's buffers fit DM and the block's fetch is "
+			  "shorter (tcp target)",
+		GK_PACK_BIAS, bias_packed},
 	{"tcp-einsum-canon", "rewrite every einsum other than a permutation and the contraction [M, I] x [O, I] -> "
 			     "[M, O] into those, reshape, slice, concat and reduce_sum (tcp target)",
 		NULL, einsum_canon},
@@ -210,7 +223,7 @@ static moe_graph *with_fusion(moe_ctx *ctx, const moe_graph *g, moe_graph *w, co
  * fusion marks where g's were not planned for m. */
 moe_graph *tcp_loop_graph_passes(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, moe_status *st)
 {
-	static const gpass_fn loop_passes[] = {gate_up_paired, down_paired};
+	static const gpass_fn loop_passes[] = {gate_up_paired, down_paired, bias_packed};
 	moe_graph *w = NULL;
 	*st = MOE_OK;
 	for (int i = 0; i < NGPASS && *st == MOE_OK; i++) {

@@ -176,8 +176,9 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
  * side by side at load time, [E, sum of O I], in the order the body
  * contracts them (its last projection's weights last), and the body reads
  * each as a reshaped slice of its row: one fetch per expert. The biases
- * stay operands of their own (expert-table copies them into DM before the
- * loop). The contractions read the same weights: the value is unchanged. */
+ * are not contractions' operands and stay apart (tcp-pack-bias, pack_bias.c,
+ * lays them out side by side as one operand of their own). The contractions
+ * read the same weights: the value is unchanged. */
 enum { PACK_MAX = 4 };
 
 typedef struct lpack {
@@ -278,7 +279,7 @@ static bool pack_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_mach
  * runs the pass on a graph a pipeline without the target passes planned),
  * its marks name the projections, now read only by the concat: r's packed
  * values are planned again by its rule, as the pass would mark them. */
-static void marks_again(moe_ctx *ctx, moe_graph *r)
+void tcp_pack_marks_again(moe_ctx *ctx, moe_graph *r)
 {
 	bool marked = false;
 	for (moe_id i = 0; i < r->nnodes && !marked; i++)
@@ -311,7 +312,7 @@ moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 			r = NULL;
 		}
 		if (r)
-			marks_again(ctx, r);
+			tcp_pack_marks_again(ctx, r);
 		return r;
 	}
 	return NULL;
