@@ -603,6 +603,40 @@ void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t 
 	ts_drop_ops(s, drop);
 }
 
+void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand)
+{
+	uint32_t *map = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *map);
+	uint8_t *used = ctx_alloc(s->ctx, s->nbuf + 1);
+	memset(used, 0, s->nbuf + 1);
+	for (ts_id o = 0; o < s->nop; o++)
+		for (int w = 0; w < TCP_NVIEW; w++)
+			if (s->op[o].in.v[w].t >= 0)
+				used[s->op[o].in.v[w].t] = 1;
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf != TS_NONE)
+			used[s->sc[c].buf] = 1;
+	uint32_t n = 0;
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		map[b] = n;
+		if (cand[b] && !used[b])
+			continue;
+		s->buf[n] = s->buf[b];
+		if (s->buf_line)
+			s->buf_line[n] = s->buf_line[b];
+		n++;
+	}
+	for (ts_id o = 0; o < s->nop; o++)
+		for (int w = 0; w < TCP_NVIEW; w++)
+			if (s->op[o].in.v[w].t >= 0)
+				s->op[o].in.v[w].t = (int32_t)map[s->op[o].in.v[w].t];
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf != TS_NONE)
+			s->sc[c].buf = map[s->sc[c].buf];
+	s->nbuf = n;
+	ctx_free(s->ctx, used, 0);
+	ctx_free(s->ctx, map, 0);
+}
+
 void ts_op_drop_deps(ts_op *q, const uint8_t *drop)
 {
 	uint32_t keep = 0;

@@ -88,6 +88,9 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
 void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos);
 /* Removes from q the dependencies on ops with drop[op] set. */
 void ts_op_drop_deps(ts_op *q, const uint8_t *drop);
+/* Removes the buffers b with cand[b] set that no op or scalar names; the
+ * others are renumbered in every view and SPM read. */
+void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);
 /* Points source view v of in at buffer t from element base, one row read
  * for every iteration (no register, every stride but the innermost 0). */
 void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base);

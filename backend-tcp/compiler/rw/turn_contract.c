@@ -228,42 +228,6 @@ static bool in_group(const tc_group *g, ts_id o)
 	return false;
 }
 
-/* Removes the buffers no op or scalar names (those the group used alone):
- * the others renumbered in every view and SPM read. */
-static void drop_unused_bufs(tcp_sched *s, const uint8_t *cand)
-{
-	uint32_t *map = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *map);
-	uint8_t *used = ctx_alloc(s->ctx, s->nbuf + 1);
-	memset(used, 0, s->nbuf + 1);
-	for (ts_id o = 0; o < s->nop; o++)
-		for (int w = 0; w < TCP_NVIEW; w++)
-			if (s->op[o].in.v[w].t >= 0)
-				used[s->op[o].in.v[w].t] = 1;
-	for (ts_id c = 0; c < s->nsc; c++)
-		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf != TS_NONE)
-			used[s->sc[c].buf] = 1;
-	uint32_t n = 0;
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		map[b] = n;
-		if (cand[b] && !used[b])
-			continue;
-		s->buf[n] = s->buf[b];
-		if (s->buf_line)
-			s->buf_line[n] = s->buf_line[b];
-		n++;
-	}
-	for (ts_id o = 0; o < s->nop; o++)
-		for (int w = 0; w < TCP_NVIEW; w++)
-			if (s->op[o].in.v[w].t >= 0)
-				s->op[o].in.v[w].t = (int32_t)map[s->op[o].in.v[w].t];
-	for (ts_id c = 0; c < s->nsc; c++)
-		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf != TS_NONE)
-			s->sc[c].buf = map[s->sc[c].buf];
-	s->nbuf = n;
-	ctx_free(s->ctx, used, 0);
-	ctx_free(s->ctx, map, 0);
-}
-
 /* Group g turned: its first load loads x, its last contraction is the
  * turned one, the others go. */
 static void turn(tcp_sched *s, const tc_group *g, uint16_t feature, uint8_t *cand)
@@ -419,7 +383,7 @@ moe_status ts_rw_turn_contract_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 			for (int w = 0; w < TCP_NVIEW; w++)
 				s->op[o].in.v[w].t = -1;
 	ts_drop_ops(s, drop);
-	drop_unused_bufs(s, cand);
+	ts_drop_unused_bufs(s, cand);
 	ctx_free(e->ctx, drop, 0);
 	ctx_free(e->ctx, cand, 0);
 	return MOE_OK;
