@@ -114,15 +114,20 @@ typedef struct cargs {
 	int64_t nring, wtile; /* its slots and elements per slot */
 } cargs;
 
-/* The TRF tiles of a contraction that loads nload tiles of foot bytes per
- * slice, of dtype dt and shape sh (two tiles when it loads more than one),
- * placed at the two halves of TRF. Loads alternate between the tiles, and
- * the next contraction's first tile takes the half this one's last load did
- * not, so that its first load does not wait for this one's last pass (two
- * tiles on the same bytes are ordered by a reuse edge). A tile larger than
- * a half takes all of TRF. */
-void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t foot, moe_dtype dt, const int64_t sh[2], ts_id *trf)
+/* The TRF tiles of a contraction that loads nload tiles of dtype dt and
+ * shape sh = {Opass, It} with os TRF rows per slice (two tiles when it loads
+ * more than one), placed at the two halves of TRF. A tile's footprint per
+ * slice, whole flits, is the larger of its os rows of It elements and its
+ * even share of all Opass rows over the S slices. Loads alternate between
+ * the tiles, and the next contraction's first tile takes the half this
+ * one's last load did not, so that its first load does not wait for this
+ * one's last pass (two tiles on the same bytes are ordered by a reuse edge).
+ * A tile larger than a half takes all of TRF. */
+void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t os, moe_dtype dt, const int64_t sh[2], ts_id *trf)
 {
+	int64_t e = moe_dtype_size(dt), flit = b->m->flit_bytes;
+	int64_t rows = rup(os * sh[1] * e, flit), share = rup((sh[0] * sh[1] * e + b->S - 1) / b->S, flit);
+	int64_t foot = rows > share ? rows : share;
 	int ntile = nload > 1 ? 2 : 1, first = b->trf_next & 1;
 	int64_t half = tcp_trf_bytes(b->m) / 2;
 	trf[1] = TS_NONE;
@@ -168,10 +173,8 @@ void sb_trf_wrap(sb *b, ts_id nbuf0)
 static void trf_tiles(sb *b, moe_id id, const cplan *pl, int wdt, ts_id *trf)
 {
 	int64_t nload = (pl->I + pl->It - 1) / pl->It * ((pl->O + pl->Opass - 1) / pl->Opass);
-	int64_t e = moe_dtype_size((moe_dtype)wdt), sh[2] = {pl->Opass, pl->It};
-	int64_t fp = rup(pl->Os * pl->It * e, b->m->flit_bytes), share = rup((pl->Opass * pl->It * e + b->S - 1) / b->S,
-		b->m->flit_bytes);
-	sb_trf_tiles(b, id, nload, fp > share ? fp : share, (moe_dtype)wdt, sh, trf);
+	int64_t sh[2] = {pl->Opass, pl->It};
+	sb_trf_tiles(b, id, nload, pl->Os, (moe_dtype)wdt, sh, trf);
 }
 
 /* the lifetime of buffer t: the ops [first, last] of this contraction */

@@ -29,11 +29,6 @@
  * into (fp8_split) */
 enum { QA_CHUNK = 128, QA_MAX_PARTS = 16 };
 
-static int64_t rup(int64_t x, int64_t a)
-{
-	return (x + a - 1) / a * a;
-}
-
 static tcp_view buf_view(ts_id t, int nd, const int64_t *st)
 {
 	return tcp_b_view((int32_t)t, 0, nd, st);
@@ -368,9 +363,7 @@ static cplan w8a8_plan(const sb *b, int64_t M, int64_t O, int64_t I, int64_t ob)
 static void qa_trf(sb *b, moe_id id, const cplan *pl, moe_dtype dt, ts_id *trf)
 {
 	int64_t nload = (pl->O + pl->Opass - 1) / pl->Opass * (pl->I / pl->It), sh[2] = {pl->Opass, pl->It};
-	int64_t fp = rup(pl->Os * pl->It, b->m->flit_bytes), share = rup((pl->Opass * pl->It + b->S - 1) / b->S,
-		b->m->flit_bytes);
-	sb_trf_tiles(b, id, nload, fp > share ? fp : share, dt, sh, trf);
+	sb_trf_tiles(b, id, nload, pl->Os, dt, sh, trf);
 }
 
 /* y = xq q^T scaled by C (views over (m, o, chunk)): per part of the

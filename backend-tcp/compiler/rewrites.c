@@ -221,7 +221,7 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 		return b->cycles;
 	}
 	row_arg r = {e, row};
-	ts_trial t = {"<rewrite trial>", row < 0 ? NULL : apply_row, &r, true, e->reuse};
+	ts_trial t = ts_trial_for(e, "<rewrite trial>", row < 0 ? NULL : apply_row, &r, true);
 	int64_t cy = trial_key_run(s, &k, &t, b != NULL);
 	if (b) {
 		forget(b);

@@ -149,11 +149,21 @@ typedef struct ts_trial {
 	bool (*fn)(tcp_sched *c, void *arg);
 	void *arg;
 	bool price;
-	/* the TS_REUSE_* the copy is placed and priced with when the schedule's
-	 * is unordered (before placement): the env's, so that a rewrite before
-	 * placement is priced with the reuse edges the compile will place */
+	/* the TS_REUSE_* the copy is placed and priced with where the schedule's
+	 * is unordered (trial_on takes the stronger of the two); ts_trial_for
+	 * sets it */
 	uint8_t reuse;
 } ts_trial;
+/* The trial of a rewrite run with env e. Its reuse is e's at either stage:
+ * before placement (TS_RW_STRUCT) the schedule is unordered, and its copy
+ * is placed and priced with the reuse edges the compile will place; after
+ * placement (TS_RW_PEEP) the schedule carries e's mode already (the driver
+ * sets it before placing), so the copy keeps its own. */
+static inline ts_trial ts_trial_for(const ts_env *e, const char *what, bool (*fn)(tcp_sched *c, void *arg), void *arg,
+	bool price)
+{
+	return (ts_trial){what, fn, arg, price, e->reuse};
+}
 /* s's text for trials (ctx_alloc'd, *len + 1 bytes); NULL where it does not
  * print. An allocator's refusal throws (out of memory): a refusal fails the
  * compile and never yields a program that merely lacks a rewrite. */

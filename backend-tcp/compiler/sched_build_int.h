@@ -72,8 +72,9 @@ typedef struct sb {
 
 #define SBN(b, id) (&(b)->g->nodes[id])
 
-/* recipe_contract.c: a contraction's TRF tiles (two when it loads more than one) */
-void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t foot, moe_dtype dt, const int64_t sh[2], ts_id *trf);
+/* recipe_contract.c: a contraction's TRF tiles (two when it loads more than one) of
+ * shape sh = {Opass, It} with os TRF rows per slice; it sizes their footprint per slice */
+void sb_trf_tiles(sb *b, moe_id id, int64_t nload, int64_t os, moe_dtype dt, const int64_t sh[2], ts_id *trf);
 /* after a loop body (its buffers from nbuf0 on) is built: its last contraction's tiles
  * take the half its first does not begin with, where they can */
 void sb_trf_wrap(sb *b, ts_id nbuf0);

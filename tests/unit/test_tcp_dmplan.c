@@ -99,30 +99,37 @@ static void place_chain(fx *f, int64_t dm_bytes, ts_id *a, ts_id *b, ts_id *c)
 	assert_int_equal(tcp_sched_verify(s), MOE_OK);
 }
 
-/* Room for all three: next fit puts b after c, on bytes no buffer used. */
-static void test_spans_spread(void **state)
-{
-	(void)state;
-	fx f;
-	open_fx(&f);
-	ts_id a, b, c;
-	place_chain(&f, 524288, &a, &b, &c);
-	assert_int_equal(f.s->buf[c].offset, 32);
-	assert_int_equal(f.s->buf[b].offset, 96);
-	close_fx(&f);
-}
+/* place_chain at one size of DM: where c and b land. With room for all
+ * three, next fit puts b after c, on bytes no buffer used; with 96 bytes per
+ * slice, b fits only over a's bytes (their lifetimes are disjoint), where
+ * next fit wraps to the first fit from 0. */
+typedef struct spans_case {
+	const char *name;
+	int64_t dm_bytes;  /* DM bytes per slice */
+	int64_t c_offset;  /* c's offset */
+	int64_t b_offset;  /* b's offset */
+	bool b_on_a;       /* b shares a's bytes, else no buffer's */
+} spans_case;
 
-/* 96 bytes per slice: b fits only over a's bytes (their lifetimes are
- * disjoint), where next fit wraps to the first fit from 0. */
-static void test_spans_share_bytes(void **state)
+static const spans_case spans_cases[] = {
+	{"test_spans_spread", 524288, 32, 96, false},
+	{"test_spans_share_bytes", 96, 32, 0, true},
+};
+
+static void test_spans(void **state)
 {
-	(void)state;
+	const spans_case *k = *state;
 	fx f;
 	open_fx(&f);
 	ts_id a, b, c;
-	place_chain(&f, 96, &a, &b, &c);
-	assert_int_equal(f.s->buf[c].offset, 32);
-	assert_int_equal(f.s->buf[b].offset, f.s->buf[a].offset);
+	place_chain(&f, k->dm_bytes, &a, &b, &c);
+	const ts_buf *bb = &f.s->buf[b];
+	assert_int_equal(f.s->buf[c].offset, k->c_offset);
+	assert_int_equal(bb->offset, k->b_offset);
+	if (k->b_on_a)
+		assert_int_equal(bb->offset, f.s->buf[a].offset);
+	else
+		assert_true(disjoint(bb, &f.s->buf[a])); /* and c's: place_chain */
 	close_fx(&f);
 }
 
@@ -233,11 +240,15 @@ static void test_fits_summary(void **state)
 	close_fx(&f);
 }
 
+/* a spans case as a test of its own name */
+#define SPANS_CASE(i) {spans_cases[i].name, test_spans, NULL, NULL, (void *)&spans_cases[i]}
+
 int main(void)
 {
+	_Static_assert(sizeof spans_cases / sizeof *spans_cases == 2, "main runs every spans case");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_spans_spread),
-		cmocka_unit_test(test_spans_share_bytes),
+		SPANS_CASE(0),
+		SPANS_CASE(1),
 		cmocka_unit_test(test_loop_at_top),
 		cmocka_unit_test(test_hbm_bump),
 		cmocka_unit_test(test_overflow),

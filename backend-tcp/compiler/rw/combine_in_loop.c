@@ -277,7 +277,8 @@ bool ts_rw_combine_in_loop_applies(const tcp_sched *s, const ts_env *e)
 	if (gc < 0 || s->ran >> gc & 1)
 		return false;
 	/* a copy with the prerequisites applied */
-	return ts_trial_of(s, &(ts_trial){"<combine-in-loop trial>", prereqs_found, (void *)e, false, e->reuse}) == 0;
+	ts_trial t = ts_trial_for(e, "<combine-in-loop trial>", prereqs_found, (void *)e, false);
+	return ts_trial_of(s, &t) == 0;
 }
 
 /* the accumulation of block g into dst: s + grid[g] x w[g] */

@@ -256,7 +256,8 @@ static bool with_tables(tcp_sched *c, void *arg)
 static int64_t priced(const tcp_sched *s, const ts_env *e, const bool *take, uint16_t feature)
 {
 	take_arg a = {take, feature};
-	return ts_trial_of(s, &(ts_trial){"<expert-table trial>", with_tables, &a, true, e->reuse});
+	ts_trial t = ts_trial_for(e, "<expert-table trial>", with_tables, &a, true);
+	return ts_trial_of(s, &t);
 }
 
 /* Which operands get a table: each in turn, in find()'s order, is taken

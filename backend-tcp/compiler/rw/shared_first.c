@@ -105,7 +105,8 @@ moe_status ts_rw_shared_first_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 			continue;
 		for (int l = 0; l < 2; l++) {
 			cut_arg a = {e, k, l == 1};
-			int64_t c = ts_trial_run(s, text, len, &(ts_trial){"<shared-first trial>", hoist_copy, &a, true, TS_REUSE_UNORDERED});
+			ts_trial t = ts_trial_for(e, "<shared-first trial>", hoist_copy, &a, true);
+			int64_t c = ts_trial_run(s, text, len, &t);
 			if (c >= 0 && (least < 0 || c < least)) {
 				least = c;
 				best = a;

@@ -447,7 +447,6 @@ static bool split_copy(tcp_sched *c, void *arg)
  * while the rest arrives). */
 moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
-	(void)e;
 	sf x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
@@ -456,11 +455,12 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 	int64_t best = -1;
 	if (x.np > 1 || four) {
 		split_arg a = {1, feature};
-		int64_t two = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true, TS_REUSE_UNORDERED});
+		ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", split_copy, &a, true);
+		int64_t two = ts_trial_of(s, &tr);
 		best = two;
 		if (x.np > 1) {
 			a.np = 2;
-			int64_t three = ts_trial_of(s, &(ts_trial){"<split-last-fetch trial>", split_copy, &a, true, TS_REUSE_UNORDERED});
+			int64_t three = ts_trial_of(s, &tr);
 			if (three < 0 || (two >= 0 && two <= three))
 				x.np = 1;
 			else
@@ -479,7 +479,8 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 		for (int i = 0; text && i < m; i++)
 			for (int j = i; j < m; j++) {
 				four_arg b = {i, j == i ? -1 : j, feature};
-				int64_t v = ts_trial_run(s, text, len, &(ts_trial){"<split-last-fetch trial>", four_copy, &b, true, TS_REUSE_UNORDERED});
+				ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", four_copy, &b, true);
+				int64_t v = ts_trial_run(s, text, len, &tr);
 				if (v >= 0 && v < best)
 					best = v, win = b;
 			}
