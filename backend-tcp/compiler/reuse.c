@@ -30,7 +30,45 @@ typedef struct ru {
 	int8_t *rloop;      /* per region: the loop whose body holds it, -1 */
 	uint32_t *start;    /* per buffer: its accesses acc[start[b]..start[b + 1]), program order */
 	racc *acc;
+	uint8_t *excl;      /* per region pair (nrg x nrg): whether ops of the two are exclusive; NULL: ask */
+	ts_id *rg;          /* per op: its region */
+	uint8_t *ctx;       /* per op: its context */
+	int8_t *oloop;      /* per op: region_loop of its region */
 } ru;
+
+/* ts_ops_exclusive(a, b), which depends only on the two ops' regions */
+static inline bool exclusive(const ru *u, ts_id a, ts_id b)
+{
+	const tcp_sched *s = u->s;
+	ts_id x = u->rg[a], y = u->rg[b];
+	if (!u->excl || x >= s->nrg || y >= s->nrg)
+		return ts_ops_exclusive(s, a, b);
+	return u->excl[(size_t)x * s->nrg + y];
+}
+
+/* u->excl for every region pair, where there are few enough regions:
+ * ts_ops_exclusive asked of one op of each region (a region without ops
+ * is never asked about) */
+static void exclusive_table(ru *u)
+{
+	const tcp_sched *s = u->s;
+	if (!s->nrg || s->nrg > 4096)
+		return;
+	ts_id *rep = ctx_alloc(s->ctx, (s->nrg + 1) * sizeof *rep);
+	for (ts_id r = 0; r < s->nrg; r++)
+		rep[r] = TS_NONE;
+	for (ts_id o = s->nop; o-- > 0;)
+		if (s->op[o].region < s->nrg)
+			rep[s->op[o].region] = o;
+	size_t n = (size_t)s->nrg * s->nrg;
+	u->excl = ctx_alloc(s->ctx, n + 1);
+	memset(u->excl, 0, n + 1);
+	for (ts_id x = 0; x < s->nrg; x++)
+		for (ts_id y = 0; y < s->nrg && rep[x] != TS_NONE; y++)
+			if (rep[y] != TS_NONE)
+				u->excl[(size_t)x * s->nrg + y] = ts_ops_exclusive(s, rep[x], rep[y]);
+	ctx_free(s->ctx, rep, 0);
+}
 
 static int8_t region_loop(ru *u, ts_id r, int depth)
 {
@@ -94,7 +132,7 @@ static void accesses(ru *u)
 /* A run: accesses r[0..n) of one buffer. pick: on context c, the last access
  * (last) or the first access or first write (!last), with those of other
  * row-class cases, into out (at most RU_ALT). */
-static int pick(const tcp_sched *s, const racc *r, uint32_t n, int c, bool last, bool write, ts_id *out)
+static int pick(ru *u, const racc *r, uint32_t n, int c, bool last, bool write, ts_id *out)
 {
 	int k = 0;
 	for (uint32_t i = 0; i < n && k < RU_ALT; i++) {
@@ -103,7 +141,7 @@ static int pick(const tcp_sched *s, const racc *r, uint32_t n, int c, bool last,
 			continue;
 		bool alt = true;
 		for (int j = 0; j < k && alt; j++)
-			alt = ts_ops_exclusive(s, a->op, out[j]);
+			alt = exclusive(u, a->op, out[j]);
 		if (alt)
 			out[k++] = a->op;
 	}
@@ -145,8 +183,8 @@ static bool runs_with(ru *u, ts_id d, ts_id o, int l)
 static void edge(ru *u, ts_id o, ts_id on, int dist)
 {
 	const tcp_sched *s = u->s;
-	int l = region_loop(u, s->op[o].region, 0);
-	if (ts_ops_exclusive(s, o, on)) {
+	int l = u->oloop[o];
+	if (exclusive(u, o, on)) {
 		if (l < 0)
 			return;
 		dist = 1;
@@ -154,14 +192,15 @@ static void edge(ru *u, ts_id o, ts_id on, int dist)
 	if (o == on || (!dist && u->pos[on] >= u->pos[o]))
 		return;
 	const ts_op *p = &s->op[o];
-	bool body = dist && l >= 0 && region_loop(u, s->op[on].region, 0) == l;
+	bool body = dist && l >= 0 && u->oloop[on] == l;
+	uint8_t c = u->ctx[on];
 	for (uint32_t k = 0; k < p->ndep; k++) {
 		ts_id d = p->dep[k];
-		if (d >= s->nop || s->op[d].ctx != s->op[on].ctx)
+		if (d >= s->nop || u->ctx[d] != c)
 			continue;
-		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !ts_ops_exclusive(s, d, on))
+		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !exclusive(u, d, on))
 			return;
-		if (body && !p->dist[k] && region_loop(u, s->op[d].region, 0) == l && runs_with(u, d, o, l))
+		if (body && !p->dist[k] && u->oloop[d] == l && runs_with(u, d, o, l))
 			return;
 	}
 	if (p->ndep < TS_MAX_DEPS - 1) /* else the verifier reports the unordered pair */
@@ -172,15 +211,14 @@ static void edge(ru *u, ts_id o, ts_id on, int dist)
  * (when it writes or a writes on that other context) and its first write. */
 static void order_runs(ru *u, const racc *a, uint32_t na, const racc *b, uint32_t nb, int dist)
 {
-	const tcp_sched *s = u->s;
 	for (int cb = 0; cb < TCP_NCTX; cb++) {
 		ts_id first[RU_ALT], wr[RU_ALT];
-		int nf = pick(s, b, nb, cb, false, false, first), nw = pick(s, b, nb, cb, false, true, wr);
+		int nf = pick(u, b, nb, cb, false, false, first), nw = pick(u, b, nb, cb, false, true, wr);
 		if (!nf)
 			continue;
 		for (int ca = 0; ca < TCP_NCTX; ca++) {
 			ts_id last[RU_ALT];
-			int nl = ca == cb ? 0 : pick(s, a, na, ca, true, false, last);
+			int nl = ca == cb ? 0 : pick(u, a, na, ca, true, false, last);
 			bool aw = nl && any_write(a, na, ca);
 			for (int i = 0; i < nl; i++) {
 				for (int j = 0; j < nf; j++) {
@@ -201,7 +239,7 @@ static void order_runs(ru *u, const racc *a, uint32_t na, const racc *b, uint32_
 static bool in_body(ru *u, ts_id b, int l)
 {
 	for (uint32_t i = u->start[b]; i < u->start[b + 1]; i++)
-		if (region_loop(u, u->s->op[u->acc[i].op].region, 0) != l)
+		if (u->oloop[u->acc[i].op] != l)
 			return false;
 	return u->start[b + 1] > u->start[b];
 }
@@ -264,6 +302,15 @@ static void reuse_edges(tcp_sched *s)
 	ts_op_positions(s, u.pos);
 	u.rloop = ctx_alloc(s->ctx, s->nrg + 1);
 	memset(u.rloop, -2, s->nrg + 1);
+	u.rg = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *u.rg);
+	u.ctx = ctx_alloc(s->ctx, s->nop + 1);
+	u.oloop = ctx_alloc(s->ctx, s->nop + 1);
+	for (ts_id o = 0; o < s->nop; o++) {
+		u.rg[o] = s->op[o].region;
+		u.ctx[o] = s->op[o].ctx;
+		u.oloop[o] = region_loop(&u, s->op[o].region, 0);
+	}
+	exclusive_table(&u);
 	accesses(&u);
 	rplaced *P = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *P);
 	uint32_t n = 0;
@@ -279,7 +326,7 @@ static void reuse_edges(tcp_sched *s)
 		for (uint32_t j = i + 1; j < n && P[j].space == P[i].space && P[j].lo <= P[i].hi; j++)
 			if (!(P[i].s1 < P[j].s0 || P[j].s1 < P[i].s0))
 				order_pair(&u, P[i].buf, P[j].buf);
-	void *blocks[] = {u.pos, u.rloop, u.start, u.acc, P};
+	void *blocks[] = {u.pos, u.rloop, u.start, u.acc, P, u.excl, u.rg, u.ctx, u.oloop};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(s->ctx, blocks[k], 0);
 }
