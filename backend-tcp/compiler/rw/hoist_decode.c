@@ -197,32 +197,6 @@ static void remap_deps(tcp_sched *s, const hd *x, ts_id o)
 	q->ndep = keep;
 }
 
-/* Removes the buffers with gone[b] set (no view names them): the others
- * renumbered in order, in every view and every scalar read of SPM. */
-static void drop_bufs(tcp_sched *s, const uint8_t *gone)
-{
-	uint32_t *map = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *map);
-	uint32_t n = 0;
-	for (ts_id b = 0; b < s->nbuf; b++) {
-		map[b] = n;
-		if (gone[b])
-			continue;
-		s->buf[n] = s->buf[b];
-		if (s->buf_line)
-			s->buf_line[n] = s->buf_line[b];
-		n++;
-	}
-	for (ts_id o = 0; o < s->nop; o++)
-		for (int w = 0; w < TCP_NVIEW; w++)
-			if (s->op[o].in.v[w].t >= 0)
-				s->op[o].in.v[w].t = (int32_t)map[s->op[o].in.v[w].t];
-	for (ts_id c = 0; c < s->nsc; c++)
-		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf != TS_NONE)
-			s->sc[c].buf = map[s->sc[c].buf];
-	s->nbuf = n;
-	ctx_free(s->ctx, map, 0);
-}
-
 /* The index in region rg of the item standing for op o (o or a region
  * holding it); -1 when o is not below rg. */
 static int64_t item_index(const tcp_sched *s, ts_id rg, ts_id o)
@@ -395,7 +369,7 @@ moe_status ts_rw_hoist_decode_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 			s->buf[b].first = first_op(&x, s->buf[b].first);
 			s->buf[b].last = first_op(&x, s->buf[b].last);
 		}
-	drop_bufs(s, gone);
+	ts_drop_unused_bufs(s, gone);
 	ts_drop_ops(s, drop);
 	ctx_free(e->ctx, gone, 0);
 	ctx_free(e->ctx, drop, 0);
