@@ -3,8 +3,9 @@
  * range, regions a tree holding every op and scalar once, scalars defined
  * before use, buffers and layouts consistent, each op's views inside their
  * buffers and in the spaces its command reads and writes, dependencies
- * acyclic, every pair of ops that touch the same bytes (one writing)
- * ordered by a dependency path, and no two placed buffers sharing bytes
+ * acyclic and each distance-0 one on an earlier op in program order, every
+ * pair of ops that touch the same bytes (one writing) ordered by a
+ * dependency path, and no two placed buffers sharing bytes
  * while both are live; with reuse ordered, the accesses of two buffers on
  * shared bytes ordered too (context order counting as a path). */
 #include <inttypes.h>
@@ -682,11 +683,22 @@ static bool check_deps(vs *v, uint32_t *order, uint64_t *reach)
 			c++;
 		verr(v, V_OP, c, "is on a dependency cycle (%u op(s) wait on one another)", s->nop - n);
 	}
+	/* the control processor issues in program order and the machine orders
+	 * by hazards in that order: a distance-0 dependency on a later op is
+	 * never what runs */
+	bool forward = false;
+	for (ts_id i = 0; i < s->nop && n == s->nop; i++)
+		for (uint32_t k = 0; k < s->op[i].ndep; k++)
+			if (s->op[i].dist[k] == 0 && v->op_pos[s->op[i].dep[k]] > v->op_pos[i]) {
+				verr(v, V_OP, i, "waits (distance 0) for op @%u, which stands after it in program order",
+					s->op[i].dep[k]);
+				forward = true;
+			}
 	ctx_free(s->ctx, indeg, 0);
 	ctx_free(s->ctx, start, 0);
 	ctx_free(s->ctx, succ, 0);
 	ctx_free(s->ctx, fill, 0);
-	return n == s->nop;
+	return n == s->nop && !forward;
 }
 
 /* Whether ops a and b sit in different cases of one classes region (never

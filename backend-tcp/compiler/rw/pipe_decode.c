@@ -187,14 +187,39 @@ static uint32_t body_index(const tcp_sched *s, ts_id body, ts_id o)
 	return 0;
 }
 
+/* Whether op y touches elements of view w of `in` (w's buffer, element
+ * hulls overlapping: the simulator's hazard test within one tensor); a view
+ * moved by a register or a 4-bit stream counts as its whole buffer. */
+static bool overlaps(const tcp_sched *s, ts_id y, const tcp_insn *in, int w)
+{
+	const tcp_view *v = &in->v[w];
+	const tcp_insn *q = &s->op[y].in;
+	int64_t lo, hi, a, b;
+	ts_view_span(in, v, &lo, &hi);
+	for (int k = 0; k < TCP_NVIEW; k++) {
+		const tcp_view *u = &q->v[k];
+		if (u->t != v->t)
+			continue;
+		bool nib = q->op == TCP_OP_TU_VEC && k == TCP_V_S0 && (q->flags & (TCP_F_E2M1 | TCP_F_I4));
+		if (v->reg >= 0 || u->reg >= 0 || nib)
+			return true;
+		ts_view_span(q, u, &a, &b);
+		if (a < hi && lo < b)
+			return true;
+	}
+	return false;
+}
+
 /* Run op o's dependencies for block g + 1 issued in block g: its
  * distance-1 ones kept, those on the run kept, those on the loop prologue
  * replaced by the body's writers of its slotted sources, and every other
- * body op touching its destination added (distance 0). */
-static void next_block_deps(tcp_sched *s, const pd *x, ts_id o, const uint8_t *copy)
+ * body op touching elements of its destination added (distance 0). Returns
+ * the body index past the last body op touching its destination's buffer,
+ * overlapping or not: the run stands after all of them. */
+static uint32_t next_block_deps(tcp_sched *s, const pd *x, ts_id o, const uint8_t *copy)
 {
 	ts_op *q = &s->op[o];
-	uint32_t keep = 0;
+	uint32_t keep = 0, at = 0;
 	for (uint32_t j = 0; j < q->ndep; j++)
 		if (q->dist[j] == 1 || in_run(x, q->dep[j]) || !ts_region_within(s, s->op[q->dep[j]].region, s->loop[0].prologue)) {
 			q->dep[keep] = q->dep[j];
@@ -205,12 +230,17 @@ static void next_block_deps(tcp_sched *s, const pd *x, ts_id o, const uint8_t *c
 	for (ts_id y = 0; y < s->nop; y++) {
 		if (y == o || in_run(x, y) || copy[y] || !in_body(s, x, y))
 			continue;
-		bool dep = touches(s, y, in.v[TCP_V_DST].t);
+		if (touches(s, y, in.v[TCP_V_DST].t)) {
+			uint32_t k = body_index(s, x->body, y) + 1;
+			at = k > at ? k : at;
+		}
+		bool dep = overlaps(s, y, &in, TCP_V_DST);
 		for (int w = TCP_V_S0; w < TCP_NVIEW && !dep; w++)
 			dep = w != TCP_V_DST && in.v[w].t >= 0 && in.v[w].reg >= 0 && ts_op_writes(&s->op[y], in.v[w].t);
 		if (dep)
 			ts_add_dep(s, o, y, 0);
 	}
+	return at;
 }
 
 /* the slot block g + 1 reads, defined in guard region gd; *pe: its expert */
@@ -308,15 +338,16 @@ moe_status ts_rw_pipe_decode_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 	 * destinations */
 	for (uint32_t i = 0; i < x.n; i++)
 		unlink_item(s, x.body, TS_ITEM_OP | x.run[i]);
+	uint32_t at = 0;
 	for (uint32_t i = 0; i < x.n; i++) {
-		next_block_deps(s, &x, x.run[i], copy);
+		uint32_t k = next_block_deps(s, &x, x.run[i], copy);
+		at = k > at ? k : at;
 		/* ordered with block 0's copies both ways (a guard skips one side) */
 		for (uint32_t k = 0; k < x.n; k++) {
 			ts_add_dep(s, x.run[i], cp[k], 0);
 			ts_add_dep(s, cp[k], x.run[i], 1);
 		}
 	}
-	uint32_t at = 0;
 	for (uint32_t i = 0; i < x.n; i++) {
 		const ts_op *q = &s->op[x.run[i]];
 		for (uint32_t j = 0; j < q->ndep; j++)

@@ -154,6 +154,77 @@ static bool fits(const tcp_sched *s, const tc_group *g)
 	return g->M * g->I * 2 <= trf;
 }
 
+static bool in_group(const tc_group *g, ts_id o)
+{
+	for (uint32_t k = 0; k < g->nct; k++)
+		if (o == g->ct[k] || o == g->ld[k])
+			return true;
+	return false;
+}
+
+/* The index in region rg of the item standing for what sits in region r
+ * (item `it` itself when r is rg, else the child region of rg holding r);
+ * -1 when r is not below rg. */
+static int64_t item_index(const tcp_sched *s, ts_id rg, ts_id r, uint32_t it)
+{
+	for (int d = 0; r != rg && r < s->nrg && d < 256; d++) {
+		it = TS_ITEM_RG | r;
+		r = s->rg[r].parent;
+	}
+	if (r != rg)
+		return -1;
+	for (uint32_t k = 0; k < s->rg[rg].nitem; k++)
+		if (s->rg[rg].item[k] == it)
+			return k;
+	return -1;
+}
+
+static int64_t op_index(const tcp_sched *s, ts_id rg, ts_id o)
+{
+	return item_index(s, rg, s->op[o].region, TS_ITEM_OP | o);
+}
+
+static void after_scalar(const tcp_sched *s, ts_id rg, const tcp_view *v, int64_t *lo)
+{
+	if (v->t < 0 || v->reg < 0 || (ts_id)v->reg >= s->nsc)
+		return;
+	int64_t k = item_index(s, rg, s->sc[v->reg].region, TS_ITEM_SC | (ts_id)v->reg);
+	*lo = k > *lo ? k : *lo;
+}
+
+/* The index of group g's region before which the turned pair (x's load,
+ * then the contraction) stands, counted with every group op still in
+ * place; -1 when none is legal. The pair stands where the contraction
+ * stood unless an op waiting (distance 0) on a group op stands before that
+ * (a writer of W after its last tile load: the turned contraction reads W
+ * itself, so that writer must follow it): then just before the first such
+ * waiter, which must follow every item the group's ops wait for and every
+ * scalar the turned views name. */
+static int64_t turn_index(const tcp_sched *s, const tc_group *g)
+{
+	int64_t at = op_index(s, g->rg, g->out), lo = -1;
+	if (at < 0)
+		return -1;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const ts_op *p = &s->op[o];
+		bool mine = in_group(g, o);
+		for (uint32_t d = 0; d < p->ndep; d++) {
+			ts_id on = p->dep[d];
+			if (p->dist[d] || on >= s->nop || mine == in_group(g, on))
+				continue;
+			int64_t k = op_index(s, g->rg, mine ? on : o);
+			if (mine)
+				lo = k > lo ? k : lo;
+			else if (k >= 0 && k < at)
+				at = k;
+		}
+	}
+	after_scalar(s, g->rg, &g->w, &lo);
+	after_scalar(s, g->rg, &g->x, &lo);
+	after_scalar(s, g->rg, &g->d, &lo);
+	return lo < at ? at : -1;
+}
+
 /* The next group of region rg from item *at on (by the node of its first
  * contraction); false when none is left. */
 static bool next_group(const tcp_sched *s, ts_id rg, int64_t M, uint32_t *at, tc_group *g)
@@ -182,7 +253,8 @@ static bool next_group(const tcp_sched *s, ts_id rg, int64_t M, uint32_t *at, tc
 				ok = false;
 		}
 		(*at)++;
-		if (ok && shaped(s, g) && fits(s, g) && decoded(s, g) && readers_valid(s, g) && loader(s, g, s->op[g->ct[0]].in.v[TCP_V_S1].t) == g->ld[0])
+		if (ok && shaped(s, g) && fits(s, g) && decoded(s, g) && readers_valid(s, g) &&
+			loader(s, g, s->op[g->ct[0]].in.v[TCP_V_S1].t) == g->ld[0] && turn_index(s, g) >= 0)
 			return true;
 	}
 	return false;
@@ -220,20 +292,13 @@ bool ts_rw_turn_contract_applies(const tcp_sched *s, const ts_env *e)
 	return find_any(s, &g);
 }
 
-static bool in_group(const tc_group *g, ts_id o)
-{
-	for (uint32_t k = 0; k < g->nct; k++)
-		if (o == g->ct[k] || o == g->ld[k])
-			return true;
-	return false;
-}
-
 /* Group g turned: its first load loads x, its last contraction is the
  * turned one, the others go. */
 static void turn(tcp_sched *s, const tc_group *g, uint16_t feature, uint8_t *cand)
 {
 	ts_id ld = g->ld[0], ct = g->out;
 	int32_t tile = s->op[ld].in.v[TCP_V_DST].t;
+	int64_t at = turn_index(s, g);
 	for (uint32_t k = 0; k < g->nct; k++) {
 		cand[s->op[g->ld[k]].in.v[TCP_V_DST].t] = 1;
 		cand[s->op[g->ct[k]].in.v[TCP_V_DST].t] = 1;
@@ -309,18 +374,19 @@ static void turn(tcp_sched *s, const tc_group *g, uint16_t feature, uint8_t *can
 		ctx_free(s->ctx, dep, 0);
 	}
 	ts_add_dep(s, ct, ld, 0);
-	/* the load of x stands just before the contraction: every dependency
-	 * of the group stands before that */
+	/* the pair at index `at` (turn_index), the load of x just before the
+	 * contraction */
 	ts_region *r = &s->rg[g->rg];
-	uint32_t k = 0;
-	while (k < r->nitem && r->item[k] != (TS_ITEM_OP | ld))
-		k++;
-	memmove(r->item + k, r->item + k + 1, (r->nitem - k - 1) * sizeof *r->item);
-	r->nitem--;
-	k = 0;
-	while (k < r->nitem && r->item[k] != (TS_ITEM_OP | ct))
-		k++;
-	ts_region_insert(s, g->rg, k, TS_ITEM_OP | ld);
+	for (int q = 0; q < 2; q++) {
+		uint32_t k = 0;
+		while (k < r->nitem && r->item[k] != (TS_ITEM_OP | keep[q]))
+			k++;
+		at -= k < at;
+		memmove(r->item + k, r->item + k + 1, (r->nitem - k - 1) * sizeof *r->item);
+		r->nitem--;
+	}
+	ts_region_insert(s, g->rg, (uint32_t)at, TS_ITEM_OP | ct);
+	ts_region_insert(s, g->rg, (uint32_t)at, TS_ITEM_OP | ld);
 	/* waiters of a group op wait for the turned contraction (it reads W
 	 * and writes the dst now), once */
 	for (ts_id o = 0; o < s->nop; o++) {
