@@ -30,44 +30,35 @@ typedef struct ru {
 	int8_t *rloop;      /* per region: the loop whose body holds it, -1 */
 	uint32_t *start;    /* per buffer: its accesses acc[start[b]..start[b + 1]), program order */
 	racc *acc;
-	uint8_t *excl;      /* per region pair (nrg x nrg): whether ops of the two are exclusive; NULL: ask */
+	uint8_t *excl;      /* per region pair (nrg x nrg): 0 not asked, else 1 + ts_ops_exclusive; NULL: ask */
 	ts_id *rg;          /* per op: its region */
 	uint8_t *ctx;       /* per op: its context */
 	int8_t *oloop;      /* per op: region_loop of its region */
 } ru;
 
-/* ts_ops_exclusive(a, b), which depends only on the two ops' regions */
-static inline bool exclusive(const ru *u, ts_id a, ts_id b)
+/* ts_ops_exclusive(a, b), which depends only on the two ops' regions:
+ * asked once per region pair */
+static inline bool exclusive(ru *u, ts_id a, ts_id b)
 {
 	const tcp_sched *s = u->s;
 	ts_id x = u->rg[a], y = u->rg[b];
 	if (!u->excl || x >= s->nrg || y >= s->nrg)
 		return ts_ops_exclusive(s, a, b);
-	return u->excl[(size_t)x * s->nrg + y];
+	uint8_t *e = &u->excl[(size_t)x * s->nrg + y];
+	if (!*e)
+		*e = (uint8_t)(1 + ts_ops_exclusive(s, a, b));
+	return *e == 2;
 }
 
-/* u->excl for every region pair, where there are few enough regions:
- * ts_ops_exclusive asked of one op of each region (a region without ops
- * is never asked about) */
+/* u->excl where there are few enough regions: 0 (not asked yet) for every pair */
 static void exclusive_table(ru *u)
 {
 	const tcp_sched *s = u->s;
 	if (!s->nrg || s->nrg > 4096)
 		return;
-	ts_id *rep = ctx_alloc(s->ctx, (s->nrg + 1) * sizeof *rep);
-	for (ts_id r = 0; r < s->nrg; r++)
-		rep[r] = TS_NONE;
-	for (ts_id o = s->nop; o-- > 0;)
-		if (s->op[o].region < s->nrg)
-			rep[s->op[o].region] = o;
 	size_t n = (size_t)s->nrg * s->nrg;
 	u->excl = ctx_alloc(s->ctx, n + 1);
 	memset(u->excl, 0, n + 1);
-	for (ts_id x = 0; x < s->nrg; x++)
-		for (ts_id y = 0; y < s->nrg && rep[x] != TS_NONE; y++)
-			if (rep[y] != TS_NONE)
-				u->excl[(size_t)x * s->nrg + y] = ts_ops_exclusive(s, rep[x], rep[y]);
-	ctx_free(s->ctx, rep, 0);
 }
 
 static int8_t region_loop(ru *u, ts_id r, int depth)
@@ -216,19 +207,31 @@ static void order_runs(ru *u, const racc *a, uint32_t na, const racc *b, uint32_
 		int nf = pick(u, b, nb, cb, false, false, first), nw = pick(u, b, nb, cb, false, true, wr);
 		if (!nf)
 			continue;
+		/* fw[j]: first[j] writes (its edge is taken whatever a does); a
+		 * first write that is some case's first access already has it */
+		bool fw[RU_ALT];
+		for (int j = 0; j < nf; j++) {
+			fw[j] = false;
+			for (uint32_t k = 0; k < nb && !fw[j]; k++)
+				fw[j] = b[k].op == first[j] && b[k].write;
+		}
+		int nw2 = 0;
+		for (int j = 0; j < nw; j++) {
+			bool seen = false;
+			for (int f = 0; f < nf && !seen; f++)
+				seen = first[f] == wr[j];
+			if (!seen)
+				wr[nw2++] = wr[j];
+		}
 		for (int ca = 0; ca < TCP_NCTX; ca++) {
 			ts_id last[RU_ALT];
 			int nl = ca == cb ? 0 : pick(u, a, na, ca, true, false, last);
 			bool aw = nl && any_write(a, na, ca);
 			for (int i = 0; i < nl; i++) {
-				for (int j = 0; j < nf; j++) {
-					bool fw = false;
-					for (uint32_t k = 0; k < nb && !fw; k++)
-						fw = b[k].op == first[j] && b[k].write;
-					if (fw || aw)
+				for (int j = 0; j < nf; j++)
+					if (fw[j] || aw)
 						edge(u, first[j], last[i], dist);
-				}
-				for (int j = 0; j < nw; j++)
+				for (int j = 0; j < nw2; j++)
 					edge(u, wr[j], last[i], dist);
 			}
 		}
