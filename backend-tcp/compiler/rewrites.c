@@ -637,6 +637,25 @@ void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand)
 	ctx_free(s->ctx, map, 0);
 }
 
+int64_t ts_item_index(const tcp_sched *s, ts_id rg, ts_id r, uint32_t it)
+{
+	for (int d = 0; r != rg && r < s->nrg && d < 256; d++) {
+		it = TS_ITEM_RG | r;
+		r = s->rg[r].parent;
+	}
+	if (r != rg)
+		return -1;
+	for (uint32_t k = 0; k < s->rg[rg].nitem; k++)
+		if (s->rg[rg].item[k] == it)
+			return k;
+	return -1;
+}
+
+int64_t ts_op_index(const tcp_sched *s, ts_id rg, ts_id o)
+{
+	return ts_item_index(s, rg, s->op[o].region, TS_ITEM_OP | o);
+}
+
 void ts_op_drop_deps(ts_op *q, const uint8_t *drop)
 {
 	uint32_t keep = 0;

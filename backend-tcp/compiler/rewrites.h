@@ -88,6 +88,11 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
 void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos);
 /* Removes from q the dependencies on ops with drop[op] set. */
 void ts_op_drop_deps(ts_op *q, const uint8_t *drop);
+/* The index in region rg of the item standing for what sits in region r
+ * (item `it` itself when r is rg, else the child region of rg holding r);
+ * -1 when r is not below rg. ts_op_index: that of op o. */
+int64_t ts_item_index(const tcp_sched *s, ts_id rg, ts_id r, uint32_t it);
+int64_t ts_op_index(const tcp_sched *s, ts_id rg, ts_id o);
 /* Removes the buffers b with cand[b] set that no op or scalar names; the
  * others are renumbered in every view and SPM read. */
 void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);

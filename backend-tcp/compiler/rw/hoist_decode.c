@@ -197,24 +197,6 @@ static void remap_deps(tcp_sched *s, const hd *x, ts_id o)
 	q->ndep = keep;
 }
 
-/* The index in region rg of the item standing for op o (o or a region
- * holding it); -1 when o is not below rg. */
-static int64_t item_index(const tcp_sched *s, ts_id rg, ts_id o)
-{
-	ts_id r = s->op[o].region;
-	uint32_t it = TS_ITEM_OP | o;
-	while (r != rg && r != TS_NONE) {
-		it = TS_ITEM_RG | r;
-		r = s->rg[r].parent;
-	}
-	if (r != rg)
-		return -1;
-	for (uint32_t k = 0; k < s->rg[rg].nitem; k++)
-		if (s->rg[rg].item[k] == it)
-			return k;
-	return -1;
-}
-
 /* Guard region nx (pipe-decode's next-block run, after the classes region)
  * copied into every case of classes region cls, just after the case's last
  * item touching the run's destinations and the contractions right after it
@@ -241,7 +223,7 @@ static void into_cases(tcp_sched *s, const ts_env *e, ts_id cls, ts_id nx)
 				continue;
 			int32_t t = s->op[TS_ITEM_ID(items[k])].in.v[TCP_V_DST].t;
 			for (ts_id o = 0; o < nop0; o++) {
-				int64_t i = (ts_op_writes(&s->op[o], t) || ts_op_reads(&s->op[o], t)) ? item_index(s, cr, o) : -1;
+				int64_t i = (ts_op_writes(&s->op[o], t) || ts_op_reads(&s->op[o], t)) ? ts_op_index(s, cr, o) : -1;
 				at = i > at ? i : at;
 			}
 		}

@@ -162,33 +162,11 @@ static bool in_group(const tc_group *g, ts_id o)
 	return false;
 }
 
-/* The index in region rg of the item standing for what sits in region r
- * (item `it` itself when r is rg, else the child region of rg holding r);
- * -1 when r is not below rg. */
-static int64_t item_index(const tcp_sched *s, ts_id rg, ts_id r, uint32_t it)
-{
-	for (int d = 0; r != rg && r < s->nrg && d < 256; d++) {
-		it = TS_ITEM_RG | r;
-		r = s->rg[r].parent;
-	}
-	if (r != rg)
-		return -1;
-	for (uint32_t k = 0; k < s->rg[rg].nitem; k++)
-		if (s->rg[rg].item[k] == it)
-			return k;
-	return -1;
-}
-
-static int64_t op_index(const tcp_sched *s, ts_id rg, ts_id o)
-{
-	return item_index(s, rg, s->op[o].region, TS_ITEM_OP | o);
-}
-
 static void after_scalar(const tcp_sched *s, ts_id rg, const tcp_view *v, int64_t *lo)
 {
 	if (v->t < 0 || v->reg < 0 || (ts_id)v->reg >= s->nsc)
 		return;
-	int64_t k = item_index(s, rg, s->sc[v->reg].region, TS_ITEM_SC | (ts_id)v->reg);
+	int64_t k = ts_item_index(s, rg, s->sc[v->reg].region, TS_ITEM_SC | (ts_id)v->reg);
 	*lo = k > *lo ? k : *lo;
 }
 
@@ -202,7 +180,7 @@ static void after_scalar(const tcp_sched *s, ts_id rg, const tcp_view *v, int64_
  * scalar the turned views name. */
 static int64_t turn_index(const tcp_sched *s, const tc_group *g)
 {
-	int64_t at = op_index(s, g->rg, g->out), lo = -1;
+	int64_t at = ts_op_index(s, g->rg, g->out), lo = -1;
 	if (at < 0)
 		return -1;
 	for (ts_id o = 0; o < s->nop; o++) {
@@ -212,7 +190,7 @@ static int64_t turn_index(const tcp_sched *s, const tc_group *g)
 			ts_id on = p->dep[d];
 			if (p->dist[d] || on >= s->nop || mine == in_group(g, on))
 				continue;
-			int64_t k = op_index(s, g->rg, mine ? on : o);
+			int64_t k = ts_op_index(s, g->rg, mine ? on : o);
 			if (mine)
 				lo = k > lo ? k : lo;
 			else if (k >= 0 && k < at)
