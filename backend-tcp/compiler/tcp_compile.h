@@ -105,6 +105,17 @@ typedef struct tcp_loop_hooks {
 moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka, int kb, const tcp_loop_hooks *h);
 moe_graph *tcp_loop_merge_n(moe_ctx *ctx, const moe_graph *g, moe_id loop, const int *ks, int n,
 	const tcp_loop_hooks *h);
+/* pair_down.c: the step of tcp_pack_experts and tcp_pack_bias. The first
+ * block_loop of g with the operands `find` chooses (filling h.ud; the
+ * indices ks[0..n), ascending) merged by tcp_loop_merge_n with h, kept
+ * where `pays` finds the merged graph worth it, its pack marks planned
+ * again (tcp_pack_marks_again); NULL where find or pays declines. */
+typedef struct tcp_pack_rule {
+	bool (*find)(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n);
+	bool (*pays)(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m);
+	tcp_loop_hooks h;
+} tcp_pack_rule;
+moe_graph *tcp_pack_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const tcp_pack_rule *rule);
 /* pair_gate_up.c: the pairings' decision on the graph's first block_loop (docs/tcp-compiler.md
  * 3, rule 3), without compiling the layer. tcp_loop_fits: its buffers, the expert operands
  * double-buffered whole and a block's values, fit m's DM (tcp_dm_fits on their summary).

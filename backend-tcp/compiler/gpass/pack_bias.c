@@ -145,23 +145,19 @@ static bool bias_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_mach
 	       tcp_loop_block_cycles(g, m, re, &fg, &lg) >= 0 && fr < fg;
 }
 
+static bool bias_rule_find(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n)
+{
+	lbias *p = ud;
+	if (!bias_find(g, loop, p))
+		return false;
+	*ks = p->k;
+	*n = p->n;
+	return true;
+}
+
 moe_graph *tcp_pack_bias(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	for (moe_id i = 0; i < g->nnodes; i++) {
-		lbias p;
-		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
-			continue;
-		if (!bias_find(g, i, &p))
-			return NULL;
-		tcp_loop_hooks h = {bias_outer, bias_views, NULL, &p, MOE_NONE};
-		moe_graph *r = tcp_loop_merge_n(ctx, g, i, p.k, p.n, &h);
-		if (r && !bias_pays(g, r, m)) {
-			ir_graph_free(r);
-			r = NULL;
-		}
-		if (r)
-			tcp_pack_marks_again(ctx, r);
-		return r;
-	}
-	return NULL;
+	lbias p;
+	const tcp_pack_rule rule = {bias_rule_find, bias_pays, {bias_outer, bias_views, NULL, &p, MOE_NONE}};
+	return tcp_pack_loop(ctx, g, m, &rule);
 }

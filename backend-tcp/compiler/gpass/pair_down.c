@@ -297,17 +297,17 @@ void tcp_pack_marks_again(moe_ctx *ctx, moe_graph *r)
 	ctx_free(ctx, pack, r->nnodes + 1);
 }
 
-moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+moe_graph *tcp_pack_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const tcp_pack_rule *rule)
 {
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		lpack p;
+		const int *ks;
+		int n;
 		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
 			continue;
-		if (!pack_find(g, i, &p))
+		if (!rule->find(g, i, rule->h.ud, &ks, &n))
 			return NULL;
-		tcp_loop_hooks h = {pack_outer, pack_views, NULL, &p, MOE_NONE};
-		moe_graph *r = tcp_loop_merge_n(ctx, g, i, p.k, p.n, &h);
-		if (r && !pack_pays(g, r, m)) {
+		moe_graph *r = tcp_loop_merge_n(ctx, g, i, ks, n, &rule->h);
+		if (r && !rule->pays(g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
 		}
@@ -316,4 +316,21 @@ moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_mach
 		return r;
 	}
 	return NULL;
+}
+
+static bool pack_rule_find(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n)
+{
+	lpack *p = ud;
+	if (!pack_find(g, loop, p))
+		return false;
+	*ks = p->k;
+	*n = p->n;
+	return true;
+}
+
+moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
+{
+	lpack p;
+	const tcp_pack_rule rule = {pack_rule_find, pack_pays, {pack_outer, pack_views, NULL, &p, MOE_NONE}};
+	return tcp_pack_loop(ctx, g, m, &rule);
 }
