@@ -233,8 +233,8 @@ static bool match(const tcp_sched *s, dg *d)
 	if (!s->m || s->nloop != 1 || s->loop[0].rows == TS_NONE)
 		return false;
 	const ts_loop *l = &s->loop[0];
-	uint32_t nw = 0, nr = 0;
-	ts_id w, r;
+	uint32_t nw = 0, nr = 0, xw = 0, xr = 0;
+	ts_id w, r, xo = TS_NONE, xl = TS_NONE;
 	bool whole = false;
 	for (ts_id o = 0; o < s->nop; o++) {
 		const tcp_insn *in = &s->op[o].in;
@@ -261,8 +261,6 @@ static bool match(const tcp_sched *s, dg *d)
 		d->B = d->GB / l->G;
 		/* the T K rows whole in DM (gathered by the grid's one writer), or
 		 * one chunk's staging (copied from HBM) */
-		uint32_t xw, xr;
-		ts_id xo, xl;
 		uses(s, d->grid, &nw, &nr, &w, &r);
 		uses(s, d->x, &xw, &xr, &xo, &xl);
 		whole = nw == 1 && !iv->base && ts_buf_numel(xb) == d->TK * d->D && xw == 1 &&
@@ -275,8 +273,7 @@ static bool match(const tcp_sched *s, dg *d)
 		s->buf[d->ibh].kind != TCP_T_SCRATCH || staged(s, d->ibh))
 		return false;
 	if (whole) { /* the rows gathered by one gather, read by the scatter alone */
-		uses(s, d->x, &nw, &nr, &w, &r);
-		if (nw != 1 || nr != 1 || r != d->sc || staged(s, d->x) || !row_gather(s, d, w, d->x, 0, d->TK))
+		if (xr != 1 || xl != d->sc || staged(s, d->x) || !row_gather(s, d, xo, d->x, 0, d->TK))
 			return false;
 	} else if (!match_staged(s, d))
 		return false;
