@@ -30,35 +30,19 @@ typedef struct ru {
 	int8_t *rloop;      /* per region: the loop whose body holds it, -1 */
 	uint32_t *start;    /* per buffer: its accesses acc[start[b]..start[b + 1]), program order */
 	racc *acc;
-	uint8_t *excl;      /* per region pair (nrg x nrg): 0 not asked, else 1 + ts_ops_exclusive; NULL: ask */
-	ts_id *rg;          /* per op: its region */
+	ts_excl excl;
 	uint8_t *ctx;       /* per op: its context */
 	int8_t *oloop;      /* per op: region_loop of its region */
+	ts_id *acc_buf;     /* per access: its buffer */
+	struct rpicks *picks; /* per buffer: its picks as one run, found when first asked */
+	int8_t *bdep;       /* per op and context: body_dep, -1 not asked */
+	struct rdeps *deps; /* per op: op_deps */
+	uint32_t *mark, *mat, stamp; /* op_deps' index of one op's entries */
 } ru;
 
-/* ts_ops_exclusive(a, b), which depends only on the two ops' regions:
- * asked once per region pair */
 static inline bool exclusive(ru *u, ts_id a, ts_id b)
 {
-	const tcp_sched *s = u->s;
-	ts_id x = u->rg[a], y = u->rg[b];
-	if (!u->excl || x >= s->nrg || y >= s->nrg)
-		return ts_ops_exclusive(s, a, b);
-	uint8_t *e = &u->excl[(size_t)x * s->nrg + y];
-	if (!*e)
-		*e = (uint8_t)(1 + ts_ops_exclusive(s, a, b));
-	return *e == 2;
-}
-
-/* u->excl where there are few enough regions: 0 (not asked yet) for every pair */
-static void exclusive_table(ru *u)
-{
-	const tcp_sched *s = u->s;
-	if (!s->nrg || s->nrg > 4096)
-		return;
-	size_t n = (size_t)s->nrg * s->nrg;
-	u->excl = ctx_alloc(s->ctx, n + 1);
-	memset(u->excl, 0, n + 1);
+	return ts_excl_ops(&u->excl, a, b);
 }
 
 static int8_t region_loop(ru *u, ts_id r, int depth)
@@ -113,6 +97,10 @@ static void accesses(ru *u)
 			for (ts_id b = 0; b < s->nbuf; b++)
 				u->start[b + 1] += u->start[b];
 			u->acc = ctx_alloc(s->ctx, (u->start[s->nbuf] + 1) * sizeof *u->acc);
+			u->acc_buf = ctx_alloc(s->ctx, (u->start[s->nbuf] + 1) * sizeof *u->acc_buf);
+			for (ts_id b = 0; b < s->nbuf; b++)
+				for (uint32_t i = u->start[b]; i < u->start[b + 1]; i++)
+					u->acc_buf[i] = b;
 		} else
 			ctx_free(s->ctx, fill, 0);
 	}
@@ -120,9 +108,16 @@ static void accesses(ru *u)
 		qsort(u->acc + u->start[b], u->start[b + 1] - u->start[b], sizeof *u->acc, cmp_racc);
 }
 
-/* A run: accesses r[0..n) of one buffer. pick: on context c, the last access
+/* A run: accesses r[0..n) of one buffer; buf, when the run is all of that
+ * buffer's accesses (else TS_NONE). pick: on context c, the last access
  * (last) or the first access or first write (!last), with those of other
  * row-class cases, into out (at most RU_ALT). */
+typedef struct rrun {
+	const racc *r;
+	uint32_t n;
+	ts_id buf;
+} rrun;
+
 static int pick(ru *u, const racc *r, uint32_t n, int c, bool last, bool write, ts_id *out)
 {
 	int k = 0;
@@ -139,12 +134,59 @@ static int pick(ru *u, const racc *r, uint32_t n, int c, bool last, bool write, 
 	return k;
 }
 
-static bool any_write(const racc *r, uint32_t n, int c)
+/* The contexts run r accesses (bit c) and those it writes on. */
+static void run_ctxs(const racc *r, uint32_t n, unsigned *any, unsigned *wr)
 {
-	for (uint32_t i = 0; i < n; i++)
-		if (r[i].ctx == c && r[i].write)
-			return true;
-	return false;
+	unsigned a = 0, w = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		a |= 1u << r[i].ctx;
+		w |= (unsigned)r[i].write << r[i].ctx;
+	}
+	*any = a, *wr = w;
+}
+
+enum { RU_FIRST, RU_WRITE, RU_LAST, RU_NPICK };
+
+/* A whole buffer's picks, found once: ids[at[k][c]..at[k][c] + n[k][c]). */
+typedef struct rpicks {
+	ts_id *ids;
+	uint32_t at[RU_NPICK][TCP_NCTX];
+	uint8_t n[RU_NPICK][TCP_NCTX];
+	unsigned any, wr;
+} rpicks;
+
+static const rpicks *buf_picks(ru *u, ts_id b)
+{
+	rpicks *p = &u->picks[b];
+	if (p->ids)
+		return p;
+	const racc *r = u->acc + u->start[b];
+	uint32_t n = u->start[b + 1] - u->start[b], m = 0;
+	ts_id tmp[RU_NPICK * TCP_NCTX * RU_ALT];
+	run_ctxs(r, n, &p->any, &p->wr);
+	for (int k = 0; k < RU_NPICK; k++)
+		for (int c = 0; c < TCP_NCTX; c++) {
+			bool want = k == RU_WRITE ? p->wr >> c & 1 : p->any >> c & 1;
+			int got = want ? pick(u, r, n, c, k == RU_LAST, k == RU_WRITE, tmp + m) : 0;
+			p->at[k][c] = m, p->n[k][c] = (uint8_t)got;
+			m += (uint32_t)got;
+		}
+	p->ids = ctx_alloc(u->s->ctx, (m + 1) * sizeof *p->ids);
+	memcpy(p->ids, tmp, m * sizeof *tmp);
+	return p;
+}
+
+/* Run v's picks of kind k on context c: a pointer to them (out, or the
+ * buffer's picks when v is a whole buffer) and their count in *n. */
+static const ts_id *run_pick(ru *u, const rrun *v, int k, int c, ts_id *out, int *n)
+{
+	if (v->buf != TS_NONE) {
+		const rpicks *p = buf_picks(u, v->buf);
+		*n = p->n[k][c];
+		return p->ids + p->at[k][c];
+	}
+	*n = pick(u, v->r, v->n, c, k == RU_LAST, k == RU_WRITE, out);
+	return out;
 }
 
 /* Whether op d, in the body of loop l, runs in every pass of the body that
@@ -161,6 +203,78 @@ static bool runs_with(ru *u, ts_id d, ts_id o, int l)
 			return false;
 	}
 	return true;
+}
+
+/* Op o's dependencies by the context of the op depended on, one entry per
+ * region and distance holding the latest position among them (whether one
+ * implies an edge reads only that and the region): built when first asked,
+ * kept current as edges are added. */
+typedef struct rdep {
+	uint32_t pos;
+	ts_id op, rg; /* op: one of the region's ops (exclusivity reads only its region) */
+	uint8_t dist;
+} rdep;
+
+typedef struct rdeps {
+	rdep *e[TCP_NCTX];
+	uint32_t n[TCP_NCTX], cap[TCP_NCTX];
+	bool built;
+} rdeps;
+
+/* Entry `at` of o's list c raised to d's position, or (at == UINT32_MAX) a
+ * new entry for d. */
+static void dep_put(ru *u, rdeps *q, int c, ts_id d, int dist, uint32_t at)
+{
+	uint32_t pos = u->pos[d];
+	if (at != UINT32_MAX) {
+		rdep *x = &q->e[c][at];
+		x->pos = pos > x->pos ? pos : x->pos;
+		return;
+	}
+	ctx_grow(u->s->ctx, (void **)&q->e[c], &q->cap[c], q->n[c] + 1, sizeof *q->e[c]);
+	q->e[c][q->n[c]++] = (rdep){pos, d, u->s->op[d].region, (uint8_t)dist};
+}
+
+static const rdeps *op_deps(ru *u, ts_id o)
+{
+	rdeps *q = &u->deps[o];
+	if (q->built)
+		return q;
+	const tcp_sched *s = u->s;
+	const ts_op *p = &s->op[o];
+	q->built = true;
+	u->stamp++;
+	for (uint32_t k = 0; k < p->ndep; k++) {
+		ts_id d = p->dep[k], rg = d < s->nop ? s->op[d].region : TS_NONE;
+		uint8_t c = d < s->nop ? u->ctx[d] : TCP_NCTX;
+		if (c >= TCP_NCTX)
+			continue;
+		/* mark[key]: the stamp of the build that listed (region, distance, context) at mat[key] */
+		size_t key = ((size_t)rg * 2 + p->dist[k]) * TCP_NCTX + c;
+		bool keyed = rg < s->nrg && p->dist[k] <= 1;
+		uint32_t at = keyed && u->mark[key] == u->stamp ? u->mat[key] : UINT32_MAX;
+		if (keyed && at == UINT32_MAX)
+			u->mark[key] = u->stamp, u->mat[key] = q->n[c];
+		dep_put(u, q, c, d, p->dist[k], at);
+	}
+	return q;
+}
+
+/* Whether op o, in the body of loop l, has a distance-0 dependency on an op
+ * of context c that runs in o's pass of the body; asked once per op and
+ * context, then kept current as edges are added. */
+static bool body_dep(ru *u, ts_id o, int c, int l)
+{
+	int8_t *k = &u->bdep[(size_t)o * TCP_NCTX + c];
+	if (*k < 0) {
+		const ts_op *p = &u->s->op[o];
+		*k = 0;
+		for (uint32_t i = 0; i < p->ndep && !*k; i++) {
+			ts_id d = p->dep[i];
+			*k = d < u->s->nop && !p->dist[i] && u->ctx[d] == c && u->oloop[d] == l && runs_with(u, d, o, l);
+		}
+	}
+	return *k;
 }
 
 /* o waits for `on` (at distance dist) unless a dependency of o already
@@ -183,50 +297,76 @@ static void edge(ru *u, ts_id o, ts_id on, int dist)
 	if (o == on || (!dist && u->pos[on] >= u->pos[o]))
 		return;
 	const ts_op *p = &s->op[o];
-	bool body = dist && l >= 0 && u->oloop[on] == l;
 	uint8_t c = u->ctx[on];
-	for (uint32_t k = 0; k < p->ndep; k++) {
-		ts_id d = p->dep[k];
-		if (d >= s->nop || u->ctx[d] != c)
+	if (dist && l >= 0 && u->oloop[on] == l && body_dep(u, o, c, l))
+		return;
+	const rdeps *q = op_deps(u, o);
+	uint32_t at = u->pos[on];
+	ts_id ron = s->op[on].region;
+	uint32_t same = UINT32_MAX; /* the entry of on's region and dist */
+	for (uint32_t k = 0; k < q->n[c]; k++) {
+		const rdep *x = &q->e[c][k];
+		if (x->dist != dist)
 			continue;
-		if (p->dist[k] == dist && u->pos[d] >= u->pos[on] && !exclusive(u, d, on))
-			return;
-		if (body && !p->dist[k] && u->oloop[d] == l && runs_with(u, d, o, l))
+		if (x->rg == ron)
+			same = k;
+		if (x->pos >= at && !ts_excl_regions(&u->excl, x->rg, ron, x->op, on))
 			return;
 	}
-	if (p->ndep < TS_MAX_DEPS - 1) /* else the verifier reports the unordered pair */
-		ts_add_dep(u->s, o, on, dist);
+	if (p->ndep >= TS_MAX_DEPS - 1) /* the verifier reports the unordered pair */
+		return;
+	ts_add_dep(u->s, o, on, dist);
+	dep_put(u, &u->deps[o], c, on, dist, same);
+	int8_t *k = &u->bdep[(size_t)o * TCP_NCTX + c];
+	if (!dist && *k == 0 && l >= 0 && u->oloop[on] == l && runs_with(u, on, o, l))
+		*k = 1;
 }
 
 /* Run b (the later) waits for run a: per context of b, its first access
  * (when it writes or a writes on that other context) and its first write. */
-static void order_runs(ru *u, const racc *a, uint32_t na, const racc *b, uint32_t nb, int dist)
+static void order_runs(ru *u, const rrun *a, const rrun *b, int dist)
 {
+	unsigned aany, awr, bany, bwr;
+	if (a->buf != TS_NONE) {
+		const rpicks *p = buf_picks(u, a->buf);
+		aany = p->any, awr = p->wr;
+	} else
+		run_ctxs(a->r, a->n, &aany, &awr);
+	if (b->buf != TS_NONE) {
+		const rpicks *p = buf_picks(u, b->buf);
+		bany = p->any, bwr = p->wr;
+	} else
+		run_ctxs(b->r, b->n, &bany, &bwr);
 	for (int cb = 0; cb < TCP_NCTX; cb++) {
-		ts_id first[RU_ALT], wr[RU_ALT];
-		int nf = pick(u, b, nb, cb, false, false, first), nw = pick(u, b, nb, cb, false, true, wr);
-		if (!nf)
+		if (!(bany >> cb & 1) || !(aany & ~(1u << cb)))
 			continue;
+		ts_id fbuf[RU_ALT], wbuf[RU_ALT], wr[RU_ALT];
+		int nf, nw = 0;
+		const ts_id *first = run_pick(u, b, RU_FIRST, cb, fbuf, &nf);
+		const ts_id *w = bwr >> cb & 1 ? run_pick(u, b, RU_WRITE, cb, wbuf, &nw) : wbuf;
 		/* fw[j]: first[j] writes (its edge is taken whatever a does); a
 		 * first write that is some case's first access already has it */
 		bool fw[RU_ALT];
 		for (int j = 0; j < nf; j++) {
 			fw[j] = false;
-			for (uint32_t k = 0; k < nb && !fw[j]; k++)
-				fw[j] = b[k].op == first[j] && b[k].write;
+			for (uint32_t k = 0; k < b->n && !fw[j]; k++)
+				fw[j] = b->r[k].op == first[j] && b->r[k].write;
 		}
 		int nw2 = 0;
 		for (int j = 0; j < nw; j++) {
 			bool seen = false;
 			for (int f = 0; f < nf && !seen; f++)
-				seen = first[f] == wr[j];
+				seen = first[f] == w[j];
 			if (!seen)
-				wr[nw2++] = wr[j];
+				wr[nw2++] = w[j];
 		}
 		for (int ca = 0; ca < TCP_NCTX; ca++) {
-			ts_id last[RU_ALT];
-			int nl = ca == cb ? 0 : pick(u, a, na, ca, true, false, last);
-			bool aw = nl && any_write(a, na, ca);
+			if (ca == cb || !(aany >> ca & 1))
+				continue;
+			ts_id lbuf[RU_ALT];
+			int nl;
+			const ts_id *last = run_pick(u, a, RU_LAST, ca, lbuf, &nl);
+			bool aw = awr >> ca & 1;
 			for (int i = 0; i < nl; i++) {
 				for (int j = 0; j < nf; j++)
 					if (fw[j] || aw)
@@ -245,6 +385,13 @@ static bool in_body(ru *u, ts_id b, int l)
 		if (u->oloop[u->acc[i].op] != l)
 			return false;
 	return u->start[b + 1] > u->start[b];
+}
+
+/* The buffer whose accesses are exactly r[0..n), else TS_NONE. */
+static ts_id whole(ru *u, const racc *r, uint32_t n)
+{
+	ts_id b = n ? u->acc_buf[r - u->acc] : TS_NONE;
+	return b != TS_NONE && u->start[b] == (uint32_t)(r - u->acc) && u->start[b + 1] - u->start[b] == n ? b : TS_NONE;
 }
 
 /* Buffers x and y share bytes: their runs in program order, each ordered
@@ -267,7 +414,7 @@ static void order_pair(ru *u, ts_id x, ts_id y)
 		while (n < lim && (!more || r[n].pos <= other->pos))
 			n++;
 		if (prev)
-			order_runs(u, prev, np, r, n, 0);
+			order_runs(u, &(rrun){prev, np, whole(u, prev, np)}, &(rrun){r, n, whole(u, r, n)}, 0);
 		else
 			first = r, nfirst = n;
 		prev = r, np = n;
@@ -280,7 +427,7 @@ static void order_pair(ru *u, ts_id x, ts_id y)
 		return;
 	for (int l = 0; l < u->s->nloop; l++)
 		if (in_body(u, x, l) && in_body(u, y, l))
-			order_runs(u, prev, np, first, nfirst, 1);
+			order_runs(u, &(rrun){prev, np, whole(u, prev, np)}, &(rrun){first, nfirst, whole(u, first, nfirst)}, 1);
 }
 
 typedef struct rplaced {
@@ -305,15 +452,19 @@ static void reuse_edges(tcp_sched *s)
 	ts_op_positions(s, u.pos);
 	u.rloop = ctx_alloc(s->ctx, s->nrg + 1);
 	memset(u.rloop, -2, s->nrg + 1);
-	u.rg = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *u.rg);
 	u.ctx = ctx_alloc(s->ctx, s->nop + 1);
 	u.oloop = ctx_alloc(s->ctx, s->nop + 1);
 	for (ts_id o = 0; o < s->nop; o++) {
-		u.rg[o] = s->op[o].region;
 		u.ctx[o] = s->op[o].ctx;
 		u.oloop[o] = region_loop(&u, s->op[o].region, 0);
 	}
-	exclusive_table(&u);
+	ts_excl_init(&u.excl, s);
+	u.bdep = ctx_alloc(s->ctx, (size_t)(s->nop + 1) * TCP_NCTX);
+	memset(u.bdep, -1, (size_t)(s->nop + 1) * TCP_NCTX);
+	u.deps = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *u.deps);
+	memset(u.deps, 0, (s->nop + 1) * sizeof *u.deps);
+	u.mark = ctx_alloc(s->ctx, ((size_t)s->nrg + 1) * 2 * TCP_NCTX * sizeof *u.mark);
+	u.mat = ctx_alloc(s->ctx, ((size_t)s->nrg + 1) * 2 * TCP_NCTX * sizeof *u.mat);
 	accesses(&u);
 	rplaced *P = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *P);
 	uint32_t n = 0;
@@ -325,13 +476,23 @@ static void reuse_edges(tcp_sched *s)
 		P[n++] = (rplaced){b, x->space, x->offset, x->offset + x->layout.slice_bytes - 1, s0, s0 + (ns ? ns : 1) - 1};
 	}
 	qsort(P, n, sizeof *P, cmp_rplaced);
+	u.picks = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *u.picks);
+	memset(u.picks, 0, (s->nbuf + 1) * sizeof *u.picks);
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t j = i + 1; j < n && P[j].space == P[i].space && P[j].lo <= P[i].hi; j++)
 			if (!(P[i].s1 < P[j].s0 || P[j].s1 < P[i].s0))
 				order_pair(&u, P[i].buf, P[j].buf);
-	void *blocks[] = {u.pos, u.rloop, u.start, u.acc, P, u.excl, u.rg, u.ctx, u.oloop};
+	for (ts_id o = 0; o < s->nop; o++)
+		for (int c = 0; c < TCP_NCTX; c++)
+			if (u.deps[o].e[c])
+				ctx_free(s->ctx, u.deps[o].e[c], 0);
+	for (ts_id b = 0; b < s->nbuf; b++)
+		if (u.picks[b].ids)
+			ctx_free(s->ctx, u.picks[b].ids, 0);
+	void *blocks[] = {u.pos, u.rloop, u.start, u.acc, P, u.ctx, u.oloop, u.acc_buf, u.picks, u.bdep, u.deps, u.mark, u.mat};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(s->ctx, blocks[k], 0);
+	ts_excl_free(&u.excl);
 }
 
 void ts_reuse_edges(tcp_sched *s)

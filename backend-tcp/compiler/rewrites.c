@@ -71,6 +71,10 @@ typedef struct base_trial {
 	 * and a copy of its schedule, which reads back as that text would */
 	trial_key printed;
 	int64_t cycles;
+	/* the last priced trial's row applied to an equal copy of the schedule
+	 * (before placement): the stage takes it when it runs that row */
+	tcp_sched *applied;
+	int applied_row;
 	bool verified;            /* the stage's schedule verified at its start */
 	struct base_trial *outer; /* the enclosing stage's, restored after this one */
 } base_trial;
@@ -93,6 +97,13 @@ static void key_free(moe_ctx *ctx, trial_key *k)
 static void forget(base_trial *b)
 {
 	key_free(b->ctx, &b->key);
+}
+
+static void forget_applied(base_trial *b)
+{
+	tcp_sched_free(b->applied);
+	b->applied = NULL;
+	b->applied_row = -1;
 }
 
 char *ts_trial_text(const tcp_sched *s, size_t *len)
@@ -195,13 +206,17 @@ int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t)
 typedef struct row_arg {
 	const ts_env *e;
 	int row;
+	tcp_sched **keep; /* a copy of the result, when not NULL */
 } row_arg;
 
 /* row applied to the copy, which must still verify */
 static bool apply_row(tcp_sched *c, void *arg)
 {
 	const row_arg *r = arg;
-	return ts_rewrites[r->row].apply(c, r->e, (uint16_t)(r->row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
+	bool ok = ts_rewrites[r->row].apply(c, r->e, (uint16_t)(r->row + 1)) == MOE_OK && tcp_sched_verify(c) == MOE_OK;
+	if (ok && r->keep)
+		*r->keep = ts_clone(c);
+	return ok;
 }
 
 /* The predicted cycles of a copy of s, row applied first when row >= 0;
@@ -220,9 +235,17 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 		key_free(s->ctx, &k);
 		return b->cycles;
 	}
-	row_arg r = {e, row};
+	/* the result is kept for the stage where the trial runs on a copy equal
+	 * to s field for field (so the row applied to s gives the same) */
+	tcp_sched *applied = NULL;
+	bool keep = row >= 0 && kept && kept->ctx == s->ctx && k.copy && ts_same(k.copy, s);
+	row_arg r = {e, row, keep ? &applied : NULL};
 	ts_trial t = ts_trial_for(e, "<rewrite trial>", row < 0 ? NULL : apply_row, &r, true);
 	int64_t cy = trial_key_run(s, &k, &t, b != NULL);
+	if (keep) {
+		forget_applied(kept);
+		kept->applied = applied, kept->applied_row = row;
+	}
 	if (b) {
 		forget(b);
 		b->m = s->m, b->key = k, b->cycles = cy;
@@ -350,12 +373,22 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 		int need = r->needs ? ts_rewrite_find(r->needs, strlen(r->needs)) : -1;
 		if (r->stage != stage || e->off >> k & 1 || (r->needs && (need < 0 || !(s->ran >> need & 1))))
 			continue;
+		forget_applied(kept);
 		if (!r->applies(s, e) || (!(e->on >> k & 1) && !(r->benefit(s, e, k) > 0)))
 			continue;
-		moe_status st = r->apply(s, e, (uint16_t)(k + 1));
-		if (st == MOE_OK && stage == TS_RW_PEEP && s->reuse == TS_REUSE_ORDERED)
+		moe_status st = MOE_OK;
+		/* the trial's result (s unchanged since), which verified */
+		bool verified = kept->applied && kept->applied_row == k;
+		if (verified)
+			ts_swap(s, kept->applied);
+		else
+			st = r->apply(s, e, (uint16_t)(k + 1));
+		forget_applied(kept);
+		if (st == MOE_OK && stage == TS_RW_PEEP && s->reuse == TS_REUSE_ORDERED) {
 			ts_reuse_edges(s); /* the reuse order in the order the rewrite left */
-		if (st != MOE_OK || tcp_sched_verify(s) != MOE_OK) {
+			verified = false;
+		}
+		if (st != MOE_OK || (!verified && tcp_sched_verify(s) != MOE_OK)) {
 			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
 				"tcp: the schedule after rewrite '%s' does not verify (a moec bug)", r->name);
 			return MOE_ERR_INVALID;
@@ -367,7 +400,7 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 
 moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 {
-	base_trial b = {.ctx = s->ctx, .outer = kept};
+	base_trial b = {.ctx = s->ctx, .outer = kept, .applied_row = -1};
 	uint32_t h = ctx_defer(s->ctx, unkeep, &b);
 	size_t n0 = moe_diag_count(s->ctx);
 	b.verified = tcp_sched_verify(s) == MOE_OK;
@@ -377,6 +410,7 @@ moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 	ctx_undefer(s->ctx, h);
 	kept = b.outer;
 	forget(&b);
+	forget_applied(&b);
 	key_free(s->ctx, &b.printed);
 	return st;
 }

@@ -199,6 +199,23 @@ bool ts_ops_exclusive(const tcp_sched *s, ts_id a, ts_id b)
 	return x == y && x < s->nrg && s->rg[x].kind == TS_RG_CLASSES && cx != TS_NONE && cy != TS_NONE;
 }
 
+void ts_excl_init(ts_excl *x, const tcp_sched *s)
+{
+	*x = (ts_excl){s, NULL};
+	if (!s->nrg || s->nrg > 2048)
+		return;
+	size_t n = (size_t)s->nrg * s->nrg;
+	x->t = ctx_alloc(s->ctx, n);
+	memset(x->t, 0, n);
+}
+
+void ts_excl_free(ts_excl *x)
+{
+	if (x->t)
+		ctx_free(x->s->ctx, x->t, 0);
+	x->t = NULL;
+}
+
 bool ts_op_has_dep(const ts_op *p, ts_id on, int dist)
 {
 	for (uint32_t k = 0; k < p->ndep; k++)
@@ -733,6 +750,13 @@ tcp_sched *ts_clone(const tcp_sched *s)
 		return NULL;
 	}
 	return x.c;
+}
+
+void ts_swap(tcp_sched *a, tcp_sched *b)
+{
+	tcp_sched t = *a;
+	*a = *b;
+	*b = t;
 }
 
 static bool same_str(const char *a, const char *b)

@@ -158,6 +158,32 @@ bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
 /* Whether ops a and b sit in different cases of one classes region (one
  * pass of it never runs both). */
 bool ts_ops_exclusive(const tcp_sched *s, ts_id a, ts_id b);
+/* ts_ops_exclusive answered by region pair (it reads only the two ops'
+ * regions), each pair asked once; valid while no region and no op's region
+ * changes. ts_excl_init allocates from s->ctx (it may throw). */
+typedef struct ts_excl {
+	const tcp_sched *s;
+	uint8_t *t; /* nrg x nrg: 0 not asked, else 1 + the answer; NULL: ask every time */
+} ts_excl;
+void ts_excl_init(ts_excl *x, const tcp_sched *s);
+void ts_excl_free(ts_excl *x);
+/* ts_excl_ops(x, a, b) where ra and rb are a's and b's regions */
+static inline bool ts_excl_regions(ts_excl *x, ts_id ra, ts_id rb, ts_id a, ts_id b)
+{
+	const tcp_sched *s = x->s;
+	if (ra == rb)
+		return false;
+	if (!x->t || ra >= s->nrg || rb >= s->nrg)
+		return ts_ops_exclusive(s, a, b);
+	uint8_t *e = &x->t[(size_t)ra * s->nrg + rb];
+	if (!*e)
+		*e = (uint8_t)(1 + ts_ops_exclusive(s, a, b));
+	return *e == 2;
+}
+static inline bool ts_excl_ops(ts_excl *x, ts_id a, ts_id b)
+{
+	return ts_excl_regions(x, x->s->op[a].region, x->s->op[b].region, a, b);
+}
 /* Whether op p depends on op `on` at distance dist. */
 bool ts_op_has_dep(const ts_op *p, ts_id on, int dist);
 /* ts_add_dep unless op already has (on, dist). */
@@ -183,6 +209,8 @@ void ts_renew_spans(tcp_sched *s, moe_ctx *ctx, const uint32_t *old);
  * text does not carry at the reader's defaults, no source lines. NULL (no
  * diagnostic) where the text would not read back: take the text then. */
 tcp_sched *ts_clone(const tcp_sched *s);
+/* Exchange the contents of a and b (of one context). */
+void ts_swap(tcp_sched *a, tcp_sched *b);
 /* Whether two copies made by ts_clone print the same text. */
 bool ts_same(const tcp_sched *a, const tcp_sched *b);
 

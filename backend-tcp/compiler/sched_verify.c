@@ -32,6 +32,7 @@ typedef struct vs {
 	int64_t body_lo[2], body_hi[2]; /* the body's ops, inclusive (hi < lo: none) */
 	bool reach_done; /* check_deps filled check_hazards' closure */
 	ts_id *ctx_prev; /* reuse ordered: the op before each on its context (not exclusive with it), TS_NONE */
+	ts_excl excl;    /* ts_ops_exclusive by region pair, once the structure checks passed */
 } vs;
 
 
@@ -378,6 +379,8 @@ typedef struct access {
 	ts_id op, buf;
 	int64_t lo, hi;        /* bytes of the buffer (every slot), inclusive */
 	bool write;
+	uint8_t ctx;           /* the op's context and region */
+	ts_id rg;
 } access;
 
 typedef struct acc_list {
@@ -539,7 +542,7 @@ static void check_views(vs *v, ts_id id, acc_list *L)
 		}
 		int64_t lo, hi;
 		if (view_bytes(v, id, w, &lo, &hi))
-			add_access(v, L, (access){id, (ts_id)vw->t, lo, hi, w == TCP_V_DST});
+			add_access(v, L, (access){id, (ts_id)vw->t, lo, hi, w == TCP_V_DST, v->s->op[id].ctx, v->s->op[id].region});
 	}
 }
 
@@ -740,36 +743,20 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *r
 		}
 	}
 	qsort(L->a, L->n, sizeof *L->a, cmp_access);
-	/* ts_ops_exclusive() depends only on the two ops' regions: its answers cached
-	 * by region pair (direct-mapped; key 0 is an empty entry) */
-	enum { XCACHE = 4096 };
-	uint64_t *xkey = ctx_alloc(s->ctx, XCACHE * sizeof *xkey);
-	uint8_t *xval = ctx_alloc(s->ctx, XCACHE);
 	for (uint32_t i = 0; i < L->n && v->errors <= VMAX_ERRORS; i++)
 		for (uint32_t j = i + 1; j < L->n && L->a[j].buf == L->a[i].buf && L->a[j].lo <= L->a[i].hi; j++) {
 			const access *a = &L->a[i], *b = &L->a[j];
-			if (a->op == b->op || !(a->write || b->write))
+			if (a->op == b->op || !(a->write || b->write) || ts_excl_regions(&v->excl, a->rg, b->rg, a->op, b->op))
 				continue;
 			bool ab = reach[(size_t)b->op * words + a->op / 64] >> (a->op % 64) & 1;
 			bool ba = reach[(size_t)a->op * words + b->op / 64] >> (b->op % 64) & 1;
-			if (ab || ba)
-				continue;
-			ts_id ra = s->op[a->op].region, rb = s->op[b->op].region;
-			uint64_t key = ((uint64_t)ra << 32 | rb) + 1;
-			uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 52) % XCACHE;
-			if (xkey[h] != key) {
-				xkey[h] = key;
-				xval[h] = ts_ops_exclusive(s, a->op, b->op);
-			}
-			if (!xval[h])
+			if (!ab && !ba)
 				verr(v, V_OP, b->op,
 					"%s buffer %%%u '%s' (bytes %" PRId64 "..%" PRId64 ") that op @%u %s, with no "
 					"dependency path between them",
 					b->write ? "writes" : "reads", b->buf, s->buf[b->buf].name, b->lo, b->hi, a->op,
 					a->write ? "writes" : "reads");
 		}
-	ctx_free(s->ctx, xkey, 0);
-	ctx_free(s->ctx, xval, 0);
 }
 
 /* ---- placement: placed buffers sharing bytes are never live together ---- */
@@ -873,7 +860,7 @@ static ts_id *context_order(vs *v)
 		last[s->op[o].ctx] = o;
 		prev[o] = TS_NONE;
 		for (ts_id q = same[o]; q != TS_NONE; q = same[q])
-			if (!ts_ops_exclusive(s, q, o)) {
+			if (!ts_excl_ops(&v->excl, q, o)) {
 				prev[o] = q;
 				break;
 			}
@@ -901,6 +888,14 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 		at[L->a[i].buf + 1]++;
 	for (ts_id b = 0; b < s->nbuf; b++)
 		at[b + 1] += at[b];
+	/* one[b]: the region of every access of b, TS_NONE where they differ */
+	ts_id *one = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *one);
+	for (ts_id b = 0; b < s->nbuf; b++) {
+		one[b] = at[b] < at[b + 1] ? L->a[at[b]].rg : TS_NONE;
+		for (uint32_t p = at[b]; p < at[b + 1] && one[b] != TS_NONE; p++)
+			if (L->a[p].rg != one[b])
+				one[b] = TS_NONE;
+	}
 	placed *P = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *P);
 	uint32_t n = 0;
 	for (ts_id i = 0; i < s->nbuf; i++) {
@@ -916,12 +911,16 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 			const placed *x = &P[i], *y = &P[j];
 			if (x->s1 < y->s0 || y->s1 < x->s0)
 				continue;
+			if (one[x->buf] != TS_NONE && one[y->buf] != TS_NONE && at[x->buf] < at[x->buf + 1] &&
+				at[y->buf] < at[y->buf + 1] &&
+				ts_excl_regions(&v->excl, one[x->buf], one[y->buf], L->a[at[x->buf]].op, L->a[at[y->buf]].op))
+				continue; /* every access pair exclusive */
 			bool bad = false;
 			for (uint32_t p = at[x->buf]; p < at[x->buf + 1] && !bad; p++)
 				for (uint32_t q = at[y->buf]; q < at[y->buf + 1] && !bad; q++) {
 					const access *a = &L->a[p], *b = &L->a[q];
-					if (a->op == b->op || !(a->write || b->write) || s->op[a->op].ctx == s->op[b->op].ctx ||
-						ordered(v, reach, a->op, b->op) || ts_ops_exclusive(s, a->op, b->op))
+					if (a->op == b->op || !(a->write || b->write) || a->ctx == b->ctx ||
+						ts_excl_regions(&v->excl, a->rg, b->rg, a->op, b->op) || ordered(v, reach, a->op, b->op))
 						continue;
 					bad = true;
 					if (v->op_pos[a->op] > v->op_pos[b->op]) {
@@ -936,6 +935,7 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 				}
 		}
 	ctx_free(s->ctx, P, 0);
+	ctx_free(s->ctx, one, 0);
 	ctx_free(s->ctx, at, 0);
 }
 
@@ -963,6 +963,8 @@ static moe_status verify(const tcp_sched *s)
 	uint64_t *reach = NULL;
 	if (!v.errors && s->nop <= VMAX_HAZARD_OPS && L.n)
 		reach = ctx_alloc(s->ctx, (size_t)s->nop * ((s->nop + 63) / 64) * sizeof *reach);
+	if (!v.errors)
+		ts_excl_init(&v.excl, s);
 	if (reach && s->reuse == TS_REUSE_ORDERED)
 		v.ctx_prev = context_order(&v);
 	if (!v.errors && check_deps(&v, order, reach) && !v.errors)
@@ -975,6 +977,7 @@ static moe_status verify(const tcp_sched *s)
 		v.ctx_prev};
 	for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++)
 		ctx_free(s->ctx, blocks[k], 0);
+	ts_excl_free(&v.excl);
 	return v.errors ? MOE_ERR_INVALID : MOE_OK;
 }
 

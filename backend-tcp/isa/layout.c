@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend-tcp/isa/tcp_int.h"
 
@@ -64,6 +65,18 @@ typedef struct {
 	int n;
 } seen_rows;
 
+/* An empty set (NULL when out of memory: every row is walked); only the
+ * used marks are cleared, keys are written before they are read. */
+static seen_rows *seen_new(void)
+{
+	seen_rows *h = malloc(sizeof *h);
+	if (h) {
+		memset(h->used, 0, sizeof h->used);
+		h->n = 0;
+	}
+	return h;
+}
+
 static bool seen_add(seen_rows *h, int64_t a, int64_t b)
 {
 	uint64_t x = (uint64_t)a * 0x9E3779B97F4A7C15ull ^ (uint64_t)b * 0xC2B2AE3D27D4EB4Full;
@@ -99,7 +112,7 @@ bool tcp_load_local(const tcp_program *p, const moe_tcp_machine *m, const tcp_in
 		outer *= in->dim[k];
 	bool unit = dv->stride[nd - 1] == 1 && sv->stride[nd - 1] == 1;
 	int64_t span = row_span(inner, walk_period(Rd, dv->stride[nd - 1], ed), walk_period(Rs, sv->stride[nd - 1], es));
-	seen_rows *seen = outer > 1 ? calloc(1, sizeof *seen) : NULL;
+	seen_rows *seen = outer > 1 ? seen_new() : NULL;
 	bool ok = true;
 	for (int64_t o = 0; o < outer && ok; o++) {
 		int64_t da = dv->base, sa = sv->base;
@@ -219,7 +232,7 @@ static bool pw_view(const tcp_program *p, const moe_tcp_machine *m, const pwalk 
 			(long long)(v->base * num / den), (long long)fan, T->copies);
 		return false;
 	}
-	seen_rows *seen = outer > 1 ? calloc(1, sizeof *seen) : NULL;
+	seen_rows *seen = outer > 1 ? seen_new() : NULL;
 	bool ok = true;
 	for (int64_t r = 0; r < outer && ok; r++) {
 		int64_t a = v->base;

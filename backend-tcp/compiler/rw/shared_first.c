@@ -97,24 +97,20 @@ moe_status ts_rw_shared_first_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	cut_arg best = {e, n, false};
 	for (uint32_t k = 0; k < n; k++)
 		ndma += s->op[ops[k]].ctx == TCP_CTX_DMA;
-	size_t len = 0;
-	char *text = ndma > 0 ? ts_trial_text(s, &len) : NULL;
 	int64_t least = -1;
-	for (uint32_t k = n; text && k >= 1 && least < 0; k--) {
+	for (uint32_t k = n; ndma > 0 && k >= 1 && least < 0; k--) {
 		if (k < n && s->op[ops[k]].ctx != TCP_CTX_DMA)
 			continue;
 		for (int l = 0; l < 2; l++) {
 			cut_arg a = {e, k, l == 1};
 			ts_trial t = ts_trial_for(e, "<shared-first trial>", hoist_copy, &a, true);
-			int64_t c = ts_trial_run(s, text, len, &t);
+			int64_t c = ts_trial_of(s, &t);
 			if (c >= 0 && (least < 0 || c < least)) {
 				least = c;
 				best = a;
 			}
 		}
 	}
-	if (text)
-		ctx_free(s->ctx, text, len + 1);
 	ctx_free(e->ctx, ops, 0);
 	return hoist(s, e, best.limit, best.lead);
 }
