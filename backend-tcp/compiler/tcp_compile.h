@@ -106,14 +106,22 @@ moe_graph *tcp_loop_merge(moe_ctx *ctx, const moe_graph *g, moe_id loop, int ka,
 moe_graph *tcp_loop_merge_n(moe_ctx *ctx, const moe_graph *g, moe_id loop, const int *ks, int n,
 	const tcp_loop_hooks *h);
 /* pair_down.c: the step of tcp_pack_experts and tcp_pack_bias. The first
- * block_loop of g with the operands `find` chooses (filling h.ud; the
- * indices ks[0..n), ascending) merged by tcp_loop_merge_n with h, kept
+ * block_loop of g with the operands `find` chooses (into a tcp_packed, which
+ * the hooks h read as their ud) merged by tcp_loop_merge_n with h, kept
  * where `pays` finds the merged graph worth it, its pack marks planned
  * again (tcp_pack_marks_again); NULL where find or pays declines. */
+enum { TCP_PACK_MAX = 8 };
+typedef struct tcp_packed {
+	int n, k[TCP_PACK_MAX];                  /* the loop operands, ascending */
+	moe_id w[TCP_PACK_MAX], b[TCP_PACK_MAX]; /* in span order: outer operand, old blockarg */
+	int64_t off[TCP_PACK_MAX + 1];           /* span offsets, elements */
+} tcp_packed;
+/* Operand n of p: outer w, blockarg b, loop operand k, len elements. */
+void tcp_packed_add(tcp_packed *p, moe_id w, moe_id b, int k, int64_t len);
 typedef struct tcp_pack_rule {
-	bool (*find)(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n);
+	bool (*find)(const moe_graph *g, moe_id loop, tcp_packed *p);
 	bool (*pays)(const moe_graph *g, const moe_graph *r, const moe_tcp_machine *m);
-	tcp_loop_hooks h;
+	tcp_loop_hooks h; /* h.ud is set to the tcp_packed */
 } tcp_pack_rule;
 moe_graph *tcp_pack_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const tcp_pack_rule *rule);
 /* pair_gate_up.c: the pairings' decision on the graph's first block_loop (docs/tcp-compiler.md

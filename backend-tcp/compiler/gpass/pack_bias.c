@@ -18,14 +18,6 @@
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
-enum { BIAS_MAX = 8 };
-
-typedef struct lbias {
-	int n, k[BIAS_MAX];              /* the operands, ascending */
-	moe_id w[BIAS_MAX], b[BIAS_MAX]; /* in span order: outer operand, old blockarg */
-	int64_t off[BIAS_MAX + 1];       /* span offsets, elements */
-} lbias;
-
 /* whether every value node v depends on is a weight (no input, no loop) */
 static bool weight_only(const moe_graph *g, moe_id v, int depth)
 {
@@ -73,7 +65,7 @@ static bool read_whole(const moe_graph *bg, moe_id v)
 /* The loop's vector `e` operands: a body blockarg [n] read whole, of an
  * operand given to the loop once, read by nothing else, weight-only, of
  * the first one's type and E; in the body's order. */
-static bool bias_find(const moe_graph *g, moe_id loop, lbias *p)
+static bool bias_find(const moe_graph *g, moe_id loop, tcp_packed *p)
 {
 	const ir_node *ln = N(g, loop);
 	const moe_graph *bg = ir_node_body(g, ln);
@@ -81,7 +73,7 @@ static bool bias_find(const moe_graph *g, moe_id loop, lbias *p)
 	p->off[0] = 0;
 	if (!bg)
 		return false;
-	for (moe_id j = 0; j < bg->nnodes && p->n < BIAS_MAX; j++) {
+	for (moe_id j = 0; j < bg->nnodes && p->n < TCP_PACK_MAX; j++) {
 		const ir_node *a = N(bg, j);
 		int k;
 		if (a->op != MOE_OP_BLOCKARG || a->rank != 1 || !read_whole(bg, j))
@@ -93,23 +85,16 @@ static bool bias_find(const moe_graph *g, moe_id loop, lbias *p)
 		if (wn->rank != 2 || wn->shape[1] != a->shape[0] || wn->dtype != w0->dtype ||
 			wn->shape[0] != w0->shape[0] || uses(g, w) != 1 || !weight_only(g, w, 16))
 			continue;
-		p->w[p->n] = w, p->b[p->n] = j, p->k[p->n] = k;
-		p->off[p->n + 1] = p->off[p->n] + wn->shape[1];
-		p->n++;
+		tcp_packed_add(p, w, j, k, wn->shape[1]);
 	}
-	for (int i = 1; i < p->n; i++) /* the operand indices ascending */
-		for (int j = i; j > 0 && p->k[j] < p->k[j - 1]; j--) {
-			int t = p->k[j];
-			p->k[j] = p->k[j - 1], p->k[j - 1] = t;
-		}
 	return p->n >= 2;
 }
 
 static moe_id bias_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
 {
 	(void)ctx;
-	const lbias *p = ud;
-	moe_id parts[BIAS_MAX];
+	const tcp_packed *p = ud;
+	moe_id parts[TCP_PACK_MAX];
 	char name[240];
 	size_t at = 0;
 	name[0] = 0;
@@ -128,7 +113,7 @@ static moe_id bias_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void 
 static bool bias_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
 {
 	(void)ctx;
-	const lbias *p = ud;
+	const tcp_packed *p = ud;
 	for (int i = 0; i < p->n; i++)
 		bm[p->b[i]] = ir_b_slice(nb, q, 0, p->off[i], p->off[i + 1], N(ob, p->b[i])->loc);
 	return true;
@@ -145,19 +130,8 @@ static bool bias_pays(const moe_graph *g, const moe_graph *r, const moe_tcp_mach
 	       tcp_loop_block_cycles(g, m, re, &fg, &lg) >= 0 && fr < fg;
 }
 
-static bool bias_rule_find(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n)
-{
-	lbias *p = ud;
-	if (!bias_find(g, loop, p))
-		return false;
-	*ks = p->k;
-	*n = p->n;
-	return true;
-}
-
 moe_graph *tcp_pack_bias(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	lbias p;
-	const tcp_pack_rule rule = {bias_rule_find, bias_pays, {bias_outer, bias_views, NULL, &p, MOE_NONE}};
+	const tcp_pack_rule rule = {bias_find, bias_pays, {bias_outer, bias_views, NULL, NULL, MOE_NONE}};
 	return tcp_pack_loop(ctx, g, m, &rule);
 }

@@ -181,13 +181,7 @@ moe_graph *tcp_pair_down(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
  * read the same weights: the value is unchanged. */
 enum { PACK_MAX = 4 };
 
-typedef struct lpack {
-	int n, k[PACK_MAX];          /* the operands, ascending */
-	moe_id w[PACK_MAX], b[PACK_MAX]; /* in span order: outer operand, old blockarg */
-	int64_t off[PACK_MAX + 1];   /* span offsets, elements */
-} lpack;
-
-static bool pack_find(const moe_graph *g, moe_id loop, lpack *p)
+static bool pack_find(const moe_graph *g, moe_id loop, tcp_packed *p)
 {
 	const ir_node *ln = N(g, loop);
 	const moe_graph *bg = ir_node_body(g, ln);
@@ -216,23 +210,16 @@ static bool pack_find(const moe_graph *g, moe_id loop, lpack *p)
 		     (p->n == 0 || wn->shape[0] == N(g, p->w[0])->shape[0]);
 		if (!ok)
 			break;
-		p->w[p->n] = w, p->b[p->n] = en->args[1], p->k[p->n] = k;
-		p->off[p->n + 1] = p->off[p->n] + wn->shape[1] * wn->shape[2];
-		p->n++;
+		tcp_packed_add(p, w, en->args[1], k, wn->shape[1] * wn->shape[2]);
 	}
 	ctx_free(g->ctx, nuse, (g->nnodes + 1) * sizeof *nuse);
-	for (int i = 1; i < p->n; i++) /* the operand indices ascending */
-		for (int j = i; j > 0 && p->k[j] < p->k[j - 1]; j--) {
-			int t = p->k[j];
-			p->k[j] = p->k[j - 1], p->k[j - 1] = t;
-		}
 	return ok && p->n >= 2;
 }
 
 static moe_id pack_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void *ud, const moe_id *map)
 {
 	(void)ctx;
-	const lpack *p = ud;
+	const tcp_packed *p = ud;
 	const ir_node *w0 = N(g, p->w[0]);
 	moe_id parts[PACK_MAX];
 	char name[240];
@@ -254,7 +241,7 @@ static moe_id pack_outer(moe_ctx *ctx, moe_graph *dev, const moe_graph *g, void 
 static bool pack_views(moe_ctx *ctx, moe_graph *nb, moe_id q, const moe_graph *ob, moe_id *bm, void *ud)
 {
 	(void)ctx;
-	const lpack *p = ud;
+	const tcp_packed *p = ud;
 	for (int i = 0; i < p->n; i++) {
 		const ir_node *a = N(ob, p->b[i]);
 		bm[p->b[i]] = ir_b_reshape(nb, ir_b_slice(nb, q, 0, p->off[i], p->off[i + 1], a->loc), 2, a->shape, a->loc);
@@ -297,16 +284,30 @@ void tcp_pack_marks_again(moe_ctx *ctx, moe_graph *r)
 	ctx_free(ctx, pack, r->nnodes + 1);
 }
 
+void tcp_packed_add(tcp_packed *p, moe_id w, moe_id b, int k, int64_t len)
+{
+	if (p->n >= TCP_PACK_MAX)
+		return;
+	p->w[p->n] = w, p->b[p->n] = b;
+	p->off[p->n + 1] = p->off[p->n] + len;
+	int j = p->n++;
+	for (; j > 0 && p->k[j - 1] > k; j--) /* the operand indices ascending */
+		p->k[j] = p->k[j - 1];
+	p->k[j] = k;
+}
+
 moe_graph *tcp_pack_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m, const tcp_pack_rule *rule)
 {
+	tcp_packed p;
+	tcp_loop_hooks h = rule->h;
+	h.ud = &p;
 	for (moe_id i = 0; i < g->nnodes; i++) {
-		const int *ks;
-		int n;
 		if (N(g, i)->op != MOE_OP_BLOCK_LOOP)
 			continue;
-		if (!rule->find(g, i, rule->h.ud, &ks, &n))
+		p = (tcp_packed){0};
+		if (!rule->find(g, i, &p))
 			return NULL;
-		moe_graph *r = tcp_loop_merge_n(ctx, g, i, ks, n, &rule->h);
+		moe_graph *r = tcp_loop_merge_n(ctx, g, i, p.k, p.n, &h);
 		if (r && !rule->pays(g, r, m)) {
 			ir_graph_free(r);
 			r = NULL;
@@ -318,19 +319,8 @@ moe_graph *tcp_pack_loop(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine
 	return NULL;
 }
 
-static bool pack_rule_find(const moe_graph *g, moe_id loop, void *ud, const int **ks, int *n)
-{
-	lpack *p = ud;
-	if (!pack_find(g, loop, p))
-		return false;
-	*ks = p->k;
-	*n = p->n;
-	return true;
-}
-
 moe_graph *tcp_pack_experts(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine *m)
 {
-	lpack p;
-	const tcp_pack_rule rule = {pack_rule_find, pack_pays, {pack_outer, pack_views, NULL, &p, MOE_NONE}};
+	const tcp_pack_rule rule = {pack_find, pack_pays, {pack_outer, pack_views, NULL, NULL, MOE_NONE}};
 	return tcp_pack_loop(ctx, g, m, &rule);
 }
