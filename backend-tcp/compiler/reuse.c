@@ -462,7 +462,6 @@ static void reuse_edges(tcp_sched *s)
 	u.bdep = ctx_alloc(s->ctx, (size_t)(s->nop + 1) * TCP_NCTX);
 	memset(u.bdep, -1, (size_t)(s->nop + 1) * TCP_NCTX);
 	u.deps = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *u.deps);
-	memset(u.deps, 0, (s->nop + 1) * sizeof *u.deps);
 	u.mark = ctx_alloc(s->ctx, ((size_t)s->nrg + 1) * 2 * TCP_NCTX * sizeof *u.mark);
 	u.mat = ctx_alloc(s->ctx, ((size_t)s->nrg + 1) * 2 * TCP_NCTX * sizeof *u.mat);
 	accesses(&u);
@@ -477,7 +476,6 @@ static void reuse_edges(tcp_sched *s)
 	}
 	qsort(P, n, sizeof *P, cmp_rplaced);
 	u.picks = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *u.picks);
-	memset(u.picks, 0, (s->nbuf + 1) * sizeof *u.picks);
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t j = i + 1; j < n && P[j].space == P[i].space && P[j].lo <= P[i].hi; j++)
 			if (!(P[i].s1 < P[j].s0 || P[j].s1 < P[i].s0))

@@ -204,9 +204,7 @@ void ts_excl_init(ts_excl *x, const tcp_sched *s)
 	*x = (ts_excl){s, NULL};
 	if (!s->nrg || s->nrg > 2048)
 		return;
-	size_t n = (size_t)s->nrg * s->nrg;
-	x->t = ctx_alloc(s->ctx, n);
-	memset(x->t, 0, n);
+	x->t = ctx_alloc(s->ctx, (size_t)s->nrg * s->nrg); /* zeroed: nothing asked */
 }
 
 void ts_excl_free(ts_excl *x)

@@ -888,7 +888,7 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 		at[L->a[i].buf + 1]++;
 	for (ts_id b = 0; b < s->nbuf; b++)
 		at[b + 1] += at[b];
-	/* one[b]: the region of every access of b, TS_NONE where they differ */
+	/* one[b]: the region of every access of b, TS_NONE where they differ or b has none */
 	ts_id *one = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *one);
 	for (ts_id b = 0; b < s->nbuf; b++) {
 		one[b] = at[b] < at[b + 1] ? L->a[at[b]].rg : TS_NONE;
@@ -911,8 +911,7 @@ static void check_reuse(vs *v, const acc_list *L, const uint64_t *reach)
 			const placed *x = &P[i], *y = &P[j];
 			if (x->s1 < y->s0 || y->s1 < x->s0)
 				continue;
-			if (one[x->buf] != TS_NONE && one[y->buf] != TS_NONE && at[x->buf] < at[x->buf + 1] &&
-				at[y->buf] < at[y->buf + 1] &&
+			if (one[x->buf] != TS_NONE && one[y->buf] != TS_NONE &&
 				ts_excl_regions(&v->excl, one[x->buf], one[y->buf], L->a[at[x->buf]].op, L->a[at[y->buf]].op))
 				continue; /* every access pair exclusive */
 			bool bad = false;
