@@ -16,6 +16,11 @@
 /* blockwise-dispatch, serving layers (an n_tokens input): T, the most real
  * tokens, for the executors' range check (runtime/tokens.c) */
 #define IR_GK_SERVING_TOKENS_MAX "serving_tokens_max"
+/* a target's bound on one combine chunk, in gathered 2-byte elements:
+ * blockwise-dispatch's `chunk` default is lowered to it where it is less,
+ * and the pass removes it (the TCP target's tcp-combine-chunk writes it from
+ * the machine's DM) */
+#define IR_GK_COMBINE_CHUNK "combine_chunk"
 /* grid-bound: worst-case block counts and block-buffer sizes */
 #define IR_GK_GRID_BLOCKS_MAX "grid_blocks_max"
 #define IR_GK_GRID_BLOCKS_SEED "grid_blocks_seed"

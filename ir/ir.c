@@ -233,6 +233,17 @@ int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def)
 	return ir_attr_int(&g->meta, key, def);
 }
 
+void ir_graph_drop_attr(moe_graph *g, const char *key)
+{
+	ir_node *n = &g->meta;
+	for (uint32_t i = 0; i < n->nattrs; i++)
+		if (!strcmp(n->attrs[i].key, key)) {
+			memmove(&n->attrs[i], &n->attrs[i + 1], (n->nattrs - i - 1) * sizeof *n->attrs);
+			n->nattrs--;
+			return;
+		}
+}
+
 /* ---- nodes ---- */
 moe_id ir_emit(moe_graph *g, moe_op op, moe_dtype t, int rank, const int64_t *shape,
 	const moe_id *args, uint32_t nargs, moe_loc loc)

@@ -230,6 +230,8 @@ ir_act ir_node_act(const ir_node *n); /* IR_ACT_COUNT for an unknown name */
 void ir_attr_set(moe_graph *g, ir_node *n, const ir_attr *a); /* copies strings/lists */
 void ir_graph_set_attr_int(moe_graph *g, const char *key, int64_t v);
 int64_t ir_graph_attr_int(const moe_graph *g, const char *key, int64_t def);
+/* Removes graph attribute key (none: nothing), the others kept in order. */
+void ir_graph_drop_attr(moe_graph *g, const char *key);
 
 int64_t ir_numel(const ir_node *n);      /* shapes are verified not to overflow */
 int64_t ir_bytes(const ir_node *n);      /* numel * element size */

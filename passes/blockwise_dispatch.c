@@ -672,7 +672,11 @@ PASS(pass_blockwise_dispatch)
 		return MOE_ERR_INVALID;
 	}
 	int64_t limit; /* gathered elements per combine chunk */
-	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", (int64_t)1 << 25, &limit))
+	int64_t climit = (int64_t)1 << 25, cap = ir_graph_attr_int(g, IR_GK_COMBINE_CHUNK, 0);
+	ir_graph_drop_attr(g, IR_GK_COMBINE_CHUNK); /* an input of this pass only */
+	if (cap > 0 && cap < climit)
+		climit = cap; /* a target's bound lowers the default */
+	if (!pass_opt_count(ctx, opts, "blockwise-dispatch", "chunk", climit, &limit))
 		return MOE_ERR_INVALID;
 	const char *comb = moe_pass_opt(opts, "combine");
 	if (comb && strcmp(comb, "reduce") && strcmp(comb, "chain")) {

@@ -18,7 +18,8 @@ static const moe_pass_option topk_opts[] = {
 };
 static const moe_pass_option dispatch_opts[] = {
 	{"grid", MOE_PASS_OPT_ENUM, "tight|seed|vllm", "tight", "the worst-case block grid bound (docs/semantics.md)"},
-	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements"},
+	{"chunk", MOE_PASS_OPT_COUNT, NULL, "33554432", "combine in token chunks of at most N gathered elements (default: "
+		"33554432, or the graph's combine_chunk where that is less: a target's bound, such as tcp-combine-chunk's)"},
 	{"combine", MOE_PASS_OPT_ENUM, "reduce|chain", "reduce", "chain: a combine chunk of at least 2^17 row elements sums "
 		"over K by K adds in slot order (the same sums; TCP fetches each slot's rows contiguously)"},
 	{"counts", MOE_PASS_OPT_ENUM, "reduce|scan", "reduce", "scan: tokens per expert = the last row of the pairs' "
@@ -85,7 +86,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 	"tcp-plan-fusion"
 
 #define TCP_PIPELINE \
-	"infer-shapes,canonicalize,lower-topk," \
+	"infer-shapes,canonicalize,lower-topk,tcp-combine-chunk," \
 	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
 	"grid-bound,canonicalize,cse,dce," TCP_GRAPH_PIPELINE
 

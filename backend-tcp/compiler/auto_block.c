@@ -122,9 +122,10 @@ static bool find_experts(const moe_graph *g, layer_dims *d)
 
 /* A shared expert: contractions of a weight that neither feed the experts
  * op nor read its result. When the tail runs in row chunks (its widest
- * contraction's f32 rows past 1/8 of DM) and 64 chunks hold at least 4 rows
- * each (rowchunk.c), a shared expert runs in 64 pieces of T / 64 rows
- * inside the block loop: their contraction cycles, else 0. */
+ * contraction's f32 rows past one value's grant of DM, TCP_DM_VALUE) and 64
+ * chunks hold at least 4 rows each (rowchunk.c), a shared expert runs in 64
+ * pieces of T / 64 rows inside the block loop, its weights held in the
+ * experts' share: their contraction cycles, else 0. */
 static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const layer_dims *d)
 {
 	uint32_t nn = g->nnodes;
@@ -139,7 +140,7 @@ static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const 
 		for (uint32_t k = 0; anc[i] && k < N(g, i)->nargs; k++)
 			if (N(g, i)->args[k] != MOE_NONE)
 				anc[N(g, i)->args[k]] = true;
-	double cyc = 0, wb = 0, widest = 0, S = (double)tcp_slices(m);
+	double cyc = 0, wb = 0, widest = 0;
 	for (moe_id i = 0; i < nn; i++) {
 		const ir_node *n = N(g, i);
 		dep[i] = i == ex;
@@ -158,8 +159,9 @@ static double shared_cycles(const moe_tcp_machine *m, const moe_graph *g, const 
 	}
 	ctx_free(g->ctx, anc, nn + 1);
 	ctx_free(g->ctx, dep, nn + 1);
-	double dm = (double)m->dm_bytes_per_slice * S;
-	return wb <= dm / 2 && (double)d->T * widest > dm / 8 ? cyc : 0;
+	return wb <= (double)tcp_dm_grant(m, TCP_DM_EXPERTS) && (double)d->T * widest > (double)tcp_dm_grant(m, TCP_DM_VALUE)
+		? cyc
+		: 0;
 }
 
 /* What one block costs on the main context, by its row count: a block of
@@ -271,7 +273,11 @@ static void expected_blocks(const layer_dims *d, const block_costs *bc, double c
 	out->cyc = (double)d->E * acc.cyc / q;
 }
 
-/* Cycles of one DMA of `bytes` with one HBM side (docs/tcp-isa.md 10). */
+/* Cycles of one DMA of `bytes` with one HBM side, as the block loop's sketch
+ * counts it: a setup and a command issue, the bytes at the slower of the HBM
+ * pool and the engines, the row overhead of a gather of `rows` rows. Not the
+ * cost module's rule (tcp_cost_dma): it ranks the candidates, and the pick
+ * is priced on the schedule (docs/tcp-compiler.md 6.1, "As built"). */
 static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
 {
 	double hbm = m->hbm_bytes_per_s / m->clock_hz, eng = (double)(m->dma_engines * m->dma_bytes_per_cycle);
@@ -282,13 +288,14 @@ static double dma_cycles(const moe_tcp_machine *m, double bytes, double rows)
 
 /* Main-context cycles of a block of `rows` rows run with the plans for h
  * rows (in row tiles from `first`, docs/tcp-isa.md 7.4): its contractions and the
- * activation passes; *tiles: the TRF tiles streamed weights take (one DMA
- * each). */
+ * activation passes (the contractions and the passes priced by the cost
+ * module); *tiles: the TRF tiles streamed weights take (one DMA each). */
 static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t B, int64_t h, int64_t first,
 	int64_t step, int64_t rows, double *tiles)
 {
 	double S = (double)tcp_slices(m);
-	bool pair = d->pair && 128.0 * (double)B * (double)d->F <= (double)m->dm_bytes_per_slice * S; /* tcp_pair_gate_up */
+	/* tcp-pair-gate-up: the paired [B, 2F] f32 value and its partials within one value's grant */
+	bool pair = d->pair && 16.0 * (double)B * (double)d->F <= (double)tcp_dm_grant(m, TCP_DM_VALUE);
 	int64_t np1 = pair ? 1 : d->nproj - 1, F1 = pair ? 2 * d->F : d->F; /* the projections on x */
 	int64_t c1 = tiled_cycles(m, d->memo, h, first, step, rows, F1, d->D, d->wdt),
 		c2 = tiled_cycles(m, d->memo, h, first, step, rows, d->D, d->F, d->wdt);
@@ -297,42 +304,49 @@ static double block_main(const moe_tcp_machine *m, const layer_dims *d, int64_t 
 		*tiles = (double)np1 * (double)(cdiv(p1.O, p1.Opass) * cdiv(p1.I, p1.It)) +
 			 (double)(cdiv(p2.O, p2.Opass) * cdiv(p2.I, p2.It));
 	}
-	double vpass = ceil((double)h * (double)d->F / (S * (double)m->vec_float_rate)) + 6 +
-		       (double)(m->fill_drain + m->issue_cycles);
+	/* an activation pass: six float steps over a block's [h, F] values, two
+	 * f32 streams read and one bf16 result committed per element */
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	int64_t pe = cdiv(h * d->F, (int64_t)S);
+	tcp_vec_load vl = {.pe = pe, .fl = true, .nstep = 6, .fetch = 2 * cdiv(4 * pe, m->fetch_bytes), .streams = 2,
+		.commit = cdiv(2 * pe, m->fetch_bytes)};
+	double vpass = (double)(tcp_cost_vec(&cm, &vl).total + tcp_cost_issue(&cm, TCP_CTX_MAIN));
 	return (double)np1 * (double)c1 + (double)c2 + (double)d->acts * vpass;
 }
 
 /* The upper row classes pay off through a larger B (one block per expert).
  * A larger B's buffers can push the block results kept in pair order out of
- * DM (docs/tcp-isa.md 7.3: when the T K result rows take at most half of it), and
- * the combine then gathers them after the loop, which this model does not
- * price; so they are priced only while those rows, the double-buffered
- * experts and B's buffers (the estimate of auto_candidates) take at most
- * 3/4 of DM (Qwen3-30B-A3B at B = 304: 61%; gpt-oss-20b, whose pair rows
- * fit only at its B = 496 of main: 80% at B = 256). */
+ * DM (docs/tcp-isa.md 7.3: when the T K result rows take at most the experts'
+ * share of it), and the combine then gathers them after the loop, which this
+ * model does not price; so they are priced only while those rows, the
+ * double-buffered experts and B's buffers (the estimate of auto_candidates)
+ * fit the planner's TCP_DM_ROOMY (Qwen3-30B-A3B at B = 304: 61% of DM;
+ * gpt-oss-20b, whose pair rows fit only at its B = 496 of main: 80% at
+ * B = 256, not roomy). */
 static bool pairs_roomy(const moe_tcp_machine *m, const layer_dims *d, int64_t B)
 {
-	double xe = (double)moe_dtype_size((moe_dtype)d->xdt), dm = (double)m->dm_bytes_per_slice * (double)tcp_slices(m);
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
 	double pairs = (double)d->T * (double)d->K * (double)d->D * xe;
-	if (2 * pairs > dm)
+	if (pairs > (double)tcp_dm_grant(m, TCP_DM_EXPERTS))
 		return true; /* no pair-order results: the combine gathers anyway */
 	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
 	double w = 2 * (double)d->nproj * (double)d->D * (double)d->F * d->wbytes;
-	return pairs + w + (double)B * row <= 0.75 * dm;
+	return pairs + w + (double)B * row <= (double)tcp_dm_grant(m, TCP_DM_ROOMY);
 }
 
 /* The per-block costs of block size B: main work by row class, and the DMA
  * work (its token rows, its result and, for streamed weights, its expert's
  * tiles at one setup each; whole experts' weights are fetched once per expert
- * hit when two experts' weights fit half of DM). */
+ * hit when two experts' weights fit the experts' share of DM). */
 static void block_costs_of(const moe_tcp_machine *m, const layer_dims *d, int64_t B, block_costs *bc)
 {
-	double S = (double)tcp_slices(m), xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
+	double xe = (double)moe_dtype_size((moe_dtype)d->xdt), we = d->wbytes;
 	double tiles = 0, W = (double)d->nproj * (double)d->D * (double)d->F * we;
 	memset(bc, 0, sizeof *bc);
 	bc->B = B;
 	int64_t f = B / 32 < 8 ? 8 : B / 32; /* the first row tile */
-	bc->stream = !(2 * W / S <= (double)m->dm_bytes_per_slice / 2);
+	bc->stream = !(2 * W <= (double)tcp_dm_grant(m, TCP_DM_EXPERTS));
 	for (int64_t h = f; h < B && bc->ncls < 8; h *= 4) {
 		int64_t first = h > f ? h / 2 : 0; /* a class above f runs in two row tiles */
 		bc->h[bc->ncls] = h;
@@ -402,8 +416,9 @@ static double predict_loop(const moe_tcp_machine *m, const layer_dims *d, int64_
  * 1024 every multiple of 16 (an expert of a prefill takes one block of
  * about its token count instead of a full block and a nearly empty one),
  * while one block's buffers (token rows in and out, double-buffered, and
- * the f32 values of its projections) take at most half of DM (a quarter
- * above 256); the smallest is always a candidate. */
+ * the f32 values of its projections) fit the planner's grant for a block
+ * (TCP_DM_BLOCK; above 256 rows TCP_DM_WIDE_BLOCK); the smallest is always
+ * a candidate. */
 static const int64_t auto_small[] = {8, 16, 32, 48, 64, 96, 128, 192};
 #define NSMALL (sizeof auto_small / sizeof *auto_small)
 enum { AUTO_STEP = 16, AUTO_MAX = 1024, NAUTO = NSMALL + (AUTO_MAX - 256) / AUTO_STEP + 2 };
@@ -413,14 +428,14 @@ static int auto_candidates(const moe_tcp_machine *m, const layer_dims *d, int64_
 	int n = 0;
 	double xe = (double)moe_dtype_size((moe_dtype)d->xdt);
 	double row = 4 * (double)d->D * xe + 4 * (double)d->D + 4 * (double)(d->nproj + 1) * (double)d->F;
-	double cap = (double)m->dm_bytes_per_slice * (double)tcp_slices(m) / 4;
+	double blk = (double)tcp_dm_grant(m, TCP_DM_BLOCK), wide = (double)tcp_dm_grant(m, TCP_DM_WIDE_BLOCK);
 	if (d->T >= 1 && d->T < auto_small[0]) /* no expert gets more than T rows: a decode's B = 1 */
 		out[n++] = d->T;
 	for (size_t i = 0; i < NSMALL; i++)
-		if ((i == 0 && n == 0) || (double)auto_small[i] * row <= 2 * cap) /* on a small DM: those whose buffers fit half */
+		if ((i == 0 && n == 0) || (double)auto_small[i] * row <= blk) /* on a small DM: those whose buffers fit */
 			out[n++] = auto_small[i];
 	for (int64_t B = 256; B <= AUTO_MAX; B += AUTO_STEP)
-		if ((double)B * row <= (B == 256 ? 2 : 1) * cap && (B == 256 || B < d->T * d->K))
+		if ((double)B * row <= (B == 256 ? blk : wide) && (B == 256 || B < d->T * d->K))
 			out[n++] = B;
 	return n;
 }

@@ -711,11 +711,22 @@ enum { LOOP_SHARES = 2, SPAN_VALUES = 4 };
 int64_t tcp_dm_grant(const moe_tcp_machine *m, tcp_dm_ask ask)
 {
 	int64_t dm = cap_of(m, TCP_DM) * tcp_slices(m), share = dm / LOOP_SHARES;
+	int64_t value = share * (LOOP_SHARES - 1) / SPAN_VALUES;
 	switch (ask) {
 	case TCP_DM_EXPERTS: return share;
-	case TCP_DM_VALUE: return share * (LOOP_SHARES - 1) / SPAN_VALUES;
+	case TCP_DM_VALUE: return value;
+	case TCP_DM_BLOCK:
+	case TCP_DM_COMBINE: return dm - share;
+	case TCP_DM_WIDE_BLOCK: return 2 * value;
+	case TCP_DM_ROOMY: return share + 2 * value;
+	case TCP_DM_PARTIALS: return dm / 3;
 	default: return dm;
 	}
+}
+
+int64_t tcp_space_bytes(const moe_tcp_machine *m, int sp)
+{
+	return cap_of(m, sp);
 }
 
 void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c)
@@ -725,4 +736,18 @@ void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c)
 	c->pairs = m->clusters * ((dpc + 1) / 2); /* a cluster's DMNs pair up, an odd last one alone */
 	for (int s = 0; s < 2; s++)
 		c->clo[s] = 0, c->chi[s] = m->clusters - 1;
+}
+
+int64_t tcp_dm_spread_dma(const tcp_cm *cm, int64_t run, int64_t n, bool to_dm, bool indexed)
+{
+	tcp_dma_load c;
+	tcp_dma_load_init(&c);
+	c.bytes = run * n;
+	c.requests = n * tcp_dma_requests(cm, run);
+	tcp_dma_runs(cm, &c, true, 0, run, run, n, !to_dm);
+	tcp_dma_runs(cm, &c, false, 0, run, run, n, to_dm);
+	tcp_dm_spread_side(cm->m, &c);
+	tcp_dma_engines(cm, &c, false);
+	bool over = false;
+	return tcp_cost_dma(cm, &c, false, indexed ? n : 0, &over);
 }

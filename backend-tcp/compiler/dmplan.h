@@ -122,12 +122,37 @@ typedef enum tcp_dm_ask {
 	TCP_DM_LAYER,
 	TCP_DM_EXPERTS,
 	TCP_DM_VALUE,
+	/* block=auto's questions before the layer is built (auto_block.c):
+	 * TCP_DM_BLOCK, the buffers of one block of at most 256 rows (its token
+	 * rows in and out, double-buffered, and its projections' f32 values):
+	 * the share beside the experts; TCP_DM_WIDE_BLOCK, those of a larger
+	 * block, which shares that room with the layer's pair-order results:
+	 * two values' grants; TCP_DM_ROOMY, the double-buffered experts, a
+	 * block's buffers and the T K result rows in pair order together,
+	 * leaving the layer's other two values theirs */
+	TCP_DM_BLOCK,
+	TCP_DM_WIDE_BLOCK,
+	TCP_DM_ROOMY,
+	/* the f32 partial sums of a contraction reduced in parts (recipe_qact.c)
+	 * held at once: a third of DM */
+	TCP_DM_PARTIALS,
+	/* the rows one combine chunk gathers (tcp-combine-chunk, ahead of
+	 * blockwise-dispatch), live after the loop: the share beside the
+	 * experts */
+	TCP_DM_COMBINE,
 } tcp_dm_ask;
 int64_t tcp_dm_grant(const moe_tcp_machine *m, tcp_dm_ask ask);
+/* The bytes per slice of space sp (TCP_DM, TCP_TRF, TCP_VRF) on m. */
+int64_t tcp_space_bytes(const moe_tcp_machine *m, int sp);
 
 /* The DM side of a DMA command whose DM buffer is spread over every slice
  * (as sched-build spreads a DM buffer): every DMN, each DMN pair and both
  * ends' clusters, as isa/meter.c counts them, set in c. */
 void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c);
+/* The cycles (tcp_cost_dma) of one DMA command between HBM and a DM buffer
+ * spread over every slice: n runs of `run` bytes, consecutive on both
+ * sides, from HBM into DM (to_dm) or back; `indexed`: a gather or scatter
+ * of the n runs by an index list (the row overhead of each). */
+int64_t tcp_dm_spread_dma(const tcp_cm *cm, int64_t run, int64_t n, bool to_dm, bool indexed);
 
 #endif

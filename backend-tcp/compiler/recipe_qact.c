@@ -511,7 +511,7 @@ static void fp8_einsum(sb *b, moe_id id)
 	int64_t P = I / pl.It, part_bytes = M * (pl.It / QA_CHUNK) * O * 4 / b->S;
 	cs.kp = pl.It / QA_CHUNK;
 	cs.P = P;
-	cs.gp = b->m->dm_bytes_per_slice / 3 / (part_bytes > 0 ? part_bytes : 1);
+	cs.gp = tcp_dm_grant(b->m, TCP_DM_PARTIALS) / b->S / (part_bytes > 0 ? part_bytes : 1);
 	cs.gp = cs.gp < 1 ? 1 : cs.gp > P ? P : cs.gp;
 	const sb_val *d = sb_out_val(b, id);
 	if (P > 1)

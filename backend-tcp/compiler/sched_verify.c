@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/sched.h"
 
 enum { V_BUF, V_OP, V_SC, V_RG, V_NONE };
@@ -117,9 +118,7 @@ static void check_layout(vs *v, ts_id i)
 	if (m->flit_bytes > 0 && l->slice_bytes % m->flit_bytes)
 		verr(v, V_BUF, i, "a slice's share of %" PRId64 " bytes is not whole %" PRId64 "-byte flits", l->slice_bytes,
 			m->flit_bytes);
-	int64_t cap = b->space == TCP_DM    ? m->dm_bytes_per_slice
-		      : b->space == TCP_TRF ? tcp_trf_bytes(m)
-					    : m->vrf_bytes_per_slice;
+	int64_t cap = tcp_space_bytes(m, b->space);
 	int64_t end;
 	if (b->offset >= 0 && (add_ovf(b->offset, l->slice_bytes, &end) || end > cap))
 		verr(v, V_BUF, i, "placed at %" PRId64 " with %" PRId64 " bytes per slice, past the %" PRId64 " bytes of %s",

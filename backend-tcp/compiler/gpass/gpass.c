@@ -4,6 +4,7 @@
  *
  * Every rewrite of the graph that the TCP program depends on is a pass of
  * the `tcp` pipeline, shown by --print-ir-after, run in this order:
+ *   tcp-combine-chunk  the combine's chunk bound from the machine's DM, before blockwise-dispatch (below)
  *   tcp-w8a8-act-once  W8A8's per-token activation quantization before the dispatch (w8a8_act.c)
  *   tcp-pair-gate-up   bf16 / f32 gate and up as one einsum of 2F rows (pair_gate_up.c)
  *   tcp-pair-down      the pair and down (unpaired: the projections) in one packed weight per expert (pair_down.c)
@@ -32,6 +33,7 @@
  * functions as the passes. */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/tcp_compile.h"
 #include "passes/pass.h"
 
@@ -48,7 +50,7 @@ typedef struct tcp_target tcp_target;
 static int64_t machine_fp(const moe_tcp_machine *m)
 {
 	uint64_t h = 1469598103934665603ull;
-	const int64_t f[3] = {m->dm_bytes_per_slice, tcp_slices(m), m->float_alus};
+	const int64_t f[3] = {tcp_space_bytes(m, TCP_DM), tcp_slices(m), m->float_alus};
 	for (int i = 0; i < 3; i++)
 		for (int b = 0; b < 8; b++) {
 			h ^= (uint64_t)f[i] >> (8 * b) & 0xff;
@@ -133,6 +135,18 @@ static moe_status plan_fusion(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine 
 	return s;
 }
 
+/* The most 2-byte elements one combine chunk gathers into DM, the planner's
+ * grant (TCP_DM_COMBINE), as the graph's bound for blockwise-dispatch (which
+ * lowers its `chunk` default to it where it is less; an explicit option
+ * wins). */
+static moe_status combine_chunk(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	(void)ctx;
+	int64_t n = tcp_dm_grant(m, TCP_DM_COMBINE) / 2;
+	ir_graph_set_attr_int(g, IR_GK_COMBINE_CHUNK, n > 0 ? n : 1);
+	return MOE_OK;
+}
+
 typedef moe_status (*gpass_fn)(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
 
 /* The target passes in pipeline order; key: the record of a structural one. */
@@ -140,6 +154,9 @@ static const struct gpass {
 	const char *name, *summary, *key;
 	gpass_fn fn;
 } gpasses[] = {
+	{"tcp-combine-chunk", "bound the combine's token chunks (blockwise-dispatch's `chunk` default, the graph's "
+			      "combine_chunk) by the DM the planner grants them on the machine (tcp target)",
+		NULL, combine_chunk},
 	{"tcp-w8a8-act-once", "quantize a W8A8 layer's input per token once, before the dispatch, and dispatch the "
 			      "int8 values and scales (tcp target)",
 		GK_W8A8_ACT, w8a8_act_once},
