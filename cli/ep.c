@@ -119,7 +119,9 @@ static int64_t shared_rows(moe_ctx *ctx, const opts *o, int64_t T)
 
 /* The pipeline of rank `rank` (-1: the text every rank shares, for the
  * ranks' check) over G rows; sched: for TCP chips compiled by the schedule
- * compiler, which reads the local experts as a block_loop (loop=1). */
+ * compiler, which reads the local experts as a block_loop (loop=1), the
+ * combine's chunks bounded by the chip's DM (tcp-combine-chunk, on the
+ * machine cli_pass_machine set). */
 static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, bool sched, char *pipe, size_t cap)
 {
 	char pl[512] = "", rk[16] = "*";
@@ -132,8 +134,9 @@ static void ep_pipeline(const opts *o, int64_t N, int rank, int64_t G, bool sche
 	if (rank >= 0)
 		snprintf(rk, sizeof rk, "%d", rank);
 	snprintf(pipe, cap,
-		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s%s},blockwise-dispatch,"
-		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl, sched ? ",loop=1" : "");
+		"infer-shapes,canonicalize,lower-topk,expert-parallel{ep=%lld,rank=%s,tokens=%lld%s%s},%sblockwise-dispatch,"
+		"grid-bound,canonicalize,cse,dce", (long long)N, rk, (long long)G, pl, sched ? ",loop=1" : "",
+		sched ? "tcp-combine-chunk," : "");
 }
 
 /* Rows [first, first + n) of the input x (or one zero row when n = 0); x
@@ -183,6 +186,8 @@ static int build(moe_ctx *ctx, const opts *o, int64_t N, int rank, int64_t T, bo
 		return fail(ctx, "--ep runs a file with one layer%s", "");
 	char pipe[1024];
 	ep_pipeline(o, N, rank, T, sched, pipe, sizeof pipe);
+	if (sched && cli_pass_machine(ctx, o))
+		return 1;
 	moe_run_opts ro = {.verify = 1};
 	return moe_run_pipeline_text(ctx, pipe, m, &ro) != MOE_OK;
 }

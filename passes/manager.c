@@ -107,9 +107,11 @@ static const struct {
 
 /* Passes a target registers (moe_tcp_register_passes): a pipeline naming one
  * that is not registered skips it, as its target's backend runs the pass
- * itself on a graph that has not been through it. */
+ * itself on a graph that has not been through it (tcp-combine-chunk, which
+ * only bounds blockwise-dispatch, excepted: skipped, the generic bound
+ * stands). */
 static const char *const target_passes[] = {
-	"tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-pack-bias", "tcp-einsum-canon", "tcp-fp8-act-rows",
+	"tcp-combine-chunk", "tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-pack-bias", "tcp-einsum-canon", "tcp-fp8-act-rows",
 	"tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)
