@@ -172,10 +172,11 @@ def main():
         p, t = run(mpirun_cmd(2) + kill + tiny + ["--ep", "2"], to, expect_ok=False)
         check("a rank killed at start", p.returncode != 0, "status %d after %.1f s" % (p.returncode, t))
         # killed while running: rank 1 is stopped and killed 0.5 s into a run of the big layer
-        # at T = 64 on the interpreter (about 1 s with mpirun's start; the default engine, its
-        # kernels in the host code cache, can finish before the kill), while rank 0 computes
-        # or waits for it
-        moe64, _, x64, _ = make_layer(tmp, "big64", 64, T=64, weights=False)
+        # at T = 256 on the interpreter (4.2-4.4 s with mpirun's start on the two-core host,
+        # T = 64 2.2 s, both while a build ran: a margin of about 8x where T = 64 left 2x on an
+        # idle host; the default engine, its kernels in the host code cache, can finish before
+        # the kill), while rank 0 computes or waits for it
+        moe64, _, x64, _ = make_layer(tmp, "big256", 64, T=256, weights=False)
         later = ['sh', '-c', 'if [ "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" = 1 ]; then "$0" "$@" & p=$!; sleep 0.5; '
                  'kill -9 $p; wait $p; exit $?; fi; exec "$0" "$@"']
         p, t = run(mpirun_cmd(2) + later + [moec, "run", moe64, "--weights", w, "--input", x64, "--ep", "2",
