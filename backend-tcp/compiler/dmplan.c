@@ -737,17 +737,3 @@ void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c)
 	for (int s = 0; s < 2; s++)
 		c->clo[s] = 0, c->chi[s] = m->clusters - 1;
 }
-
-int64_t tcp_dm_spread_dma(const tcp_cm *cm, int64_t run, int64_t n, bool to_dm, bool indexed)
-{
-	tcp_dma_load c;
-	tcp_dma_load_init(&c);
-	c.bytes = run * n;
-	c.requests = n * tcp_dma_requests(cm, run);
-	tcp_dma_runs(cm, &c, true, 0, run, run, n, !to_dm);
-	tcp_dma_runs(cm, &c, false, 0, run, run, n, to_dm);
-	tcp_dm_spread_side(cm->m, &c);
-	tcp_dma_engines(cm, &c, false);
-	bool over = false;
-	return tcp_cost_dma(cm, &c, false, indexed ? n : 0, &over);
-}

@@ -149,10 +149,5 @@ int64_t tcp_space_bytes(const moe_tcp_machine *m, int sp);
  * (as sched-build spreads a DM buffer): every DMN, each DMN pair and both
  * ends' clusters, as isa/meter.c counts them, set in c. */
 void tcp_dm_spread_side(const moe_tcp_machine *m, tcp_dma_load *c);
-/* The cycles (tcp_cost_dma) of one DMA command between HBM and a DM buffer
- * spread over every slice: n runs of `run` bytes, consecutive on both
- * sides, from HBM into DM (to_dm) or back; `indexed`: a gather or scatter
- * of the n runs by an index list (the row overhead of each). */
-int64_t tcp_dm_spread_dma(const tcp_cm *cm, int64_t run, int64_t n, bool to_dm, bool indexed);
 
 #endif

@@ -366,6 +366,22 @@ int64_t tcp_loop_blocks(const moe_graph *g)
 	return n < G ? n : G;
 }
 
+/* one dma.copy of `bytes` contiguous HBM bytes into a buffer spread over
+ * every slice */
+static int64_t fetch_cycles(const tcp_cm *cm, int64_t bytes)
+{
+	tcp_dma_load c;
+	tcp_dma_load_init(&c);
+	c.bytes = bytes;
+	c.requests = tcp_dma_requests(cm, bytes);
+	tcp_dma_run(cm, &c, true, 0, bytes, false);
+	tcp_dma_run(cm, &c, false, 0, bytes, true);
+	tcp_dm_spread_side(cm->m, &c);
+	tcp_dma_engines(cm, &c, false);
+	bool over = false;
+	return tcp_cost_dma(cm, &c, false, 0, &over);
+}
+
 /* the data operand index a body value reads, through views of a blockarg; -1: none */
 static int64_t operand_of(const moe_graph *bg, moe_id v)
 {
@@ -394,7 +410,7 @@ int64_t tcp_loop_block_cycles(const moe_graph *g, const moe_tcp_machine *m, int6
 	int64_t lastk = -1;
 	for (int k = 0; kinds[k] && IR_BL_NCTRL + (uint32_t)k < ln->nargs; k++)
 		if (kinds[k] == IR_BK_EXPERT && !e_repeat(ln, kinds, k)) {
-			*fetch += tcp_dm_spread_dma(&cm, row_bytes(N(g, ln->args[IR_BL_NCTRL + k])), 1, true, false);
+			*fetch += fetch_cycles(&cm, row_bytes(N(g, ln->args[IR_BL_NCTRL + k])));
 			lastk = k;
 		}
 	int64_t compute = 0;
