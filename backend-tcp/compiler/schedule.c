@@ -274,7 +274,8 @@ static void touch_edges(sch *c)
 {
 	touch *t = c->touches.a;
 	size_t n = c->touches.n;
-	qsort(t, n, sizeof *t, cmp_touch);
+	if (n > 1) /* none: the list may be unallocated */
+		qsort(t, n, sizeof *t, cmp_touch);
 	for (size_t i = 0; i < n;) {
 		size_t j = i;
 		while (j < n && t[j].buf == t[i].buf)
