@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "moec/moec.h"
 
@@ -567,6 +570,13 @@ static void test_read_npy(void **st)
 
 int main(void)
 {
+#ifdef __GLIBC__
+	/* Each refusal frees a compile's whole heap; glibc would give the top of
+	 * it back to the kernel and take it again for the next k (most of the
+	 * sweep's time, in the kernel). Keep it. */
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+	mallopt(M_TOP_PAD, 64 << 20);
+#endif
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_import_hf),
 		cmocka_unit_test(test_load_weights_npy_run),
