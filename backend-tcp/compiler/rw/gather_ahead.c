@@ -26,14 +26,13 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 
-/* The top region's first item after the block loop's region; nitem if none. */
+/* The top region's first item after the block loop's region; nitem if the
+ * loop does not stand in the top region. */
 static uint32_t after_loop(const tcp_sched *s)
 {
-	const ts_region *top = &s->rg[s->top];
-	for (uint32_t k = 0; k < top->nitem; k++)
-		if (TS_ITEM_KIND(top->item[k]) == TS_ITEM_RG && s->rg[TS_ITEM_ID(top->item[k])].kind == TS_RG_LOOP)
-			return k + 1;
-	return top->nitem;
+	ts_id lrg = s->loop[0].region;
+	int64_t at = ts_item_index(s, s->top, lrg, TS_ITEM_RG | lrg);
+	return at < 0 ? s->rg[s->top].nitem : (uint32_t)at + 1;
 }
 
 static bool combine_gather(const tcp_sched *s, uint32_t item)
@@ -75,21 +74,25 @@ static bool find(const tcp_sched *s, site *x)
 		a = k;
 		if (ta == tg)
 			continue;
-		/* R: the first reader of A's buffer after A; none of the ops from R
-		 * up to G may touch G's buffer, and no other op may write either */
+		/* R: the first reader of A's buffer after A; no other op may write
+		 * either buffer, and none from R up to G may read G's: the last
+		 * reader of G's buffer before G (lastg) must stand before R */
 		ts_id R = TS_NONE;
-		bool ok = true;
+		uint32_t lastg = 0;
+		bool ok = true, anyg = false;
 		for (ts_id o = 0; o < s->nop && ok; o++) {
 			const ts_op *q = &s->op[o];
 			if ((o != A && ts_op_writes(q, ta)) || (o != G && ts_op_writes(q, tg)))
 				ok = false;
 			else if (pos[o] > pos[A] && pos[o] < pos[G] && ts_op_reads(q, ta) && (R == TS_NONE || pos[o] < pos[R]))
 				R = o;
+			if (pos[o] < pos[G] && ts_op_reads(q, tg) && (!anyg || pos[o] > lastg)) {
+				lastg = pos[o];
+				anyg = true;
+			}
 		}
-		if (!ok || R == TS_NONE)
+		if (!ok || R == TS_NONE || (anyg && lastg >= pos[R]))
 			continue;
-		for (ts_id o = 0; o < s->nop && ok; o++)
-			ok = !(pos[o] >= pos[R] && pos[o] < pos[G] && ts_op_reads(&s->op[o], tg));
 		for (uint32_t j = 0; j < s->op[G].ndep && ok; j++)
 			ok = s->op[G].dep[j] < s->nop && pos[s->op[G].dep[j]] < pos[R];
 		int64_t at = ts_op_index(s, s->top, R);
