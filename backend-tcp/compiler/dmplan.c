@@ -4,7 +4,6 @@
  * HBM scratch bumped after the bound tensors; the plans of the loop's
  * weights and of the spills' residence, and their price. */
 #include <inttypes.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
@@ -577,9 +576,9 @@ static void residences(planner *q, const ts_wdemand *d, ts_wplan *w, int64_t *fo
 	}
 }
 
-static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
+static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[TS_MAX_PLANS])
 {
-	memset(out, 0, 4 * sizeof *out);
+	memset(out, 0, TS_MAX_PLANS * sizeof *out);
 	planner q;
 	if (!planner_new(s, &q)) {
 		out[0].mode = TS_W_DOUBLE;
@@ -589,13 +588,14 @@ static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 	for (uint32_t k = 0; k < d->n; k++)
 		any |= d->stream[k];
 	int64_t *foot = ctx_alloc(s->ctx, (s->nbuf + 1) * sizeof *foot);
-	static const int order[4][2] = {{TS_W_DOUBLE, 0}, {TS_W_SINGLE, 0}, {TS_W_STREAM, 4}, {TS_W_STREAM, 2}};
+	static const int order[5][2] = {{TS_W_DOUBLE, 0}, {TS_W_SINGLE, 0}, {TS_W_STREAM, TS_MAX_RING},
+		{TS_W_STREAM, 4}, {TS_W_STREAM, 2}};
 	uint32_t n = 0;
-	bool whole = false, ringed = false; /* a plan with whole experts, with a ring */
-	for (int k = 0; k < 4; k++) {
+	bool whole = false, ring4 = false; /* a plan with whole experts, with a ring of at least four */
+	for (int k = 0; k < 5; k++) {
 		if (order[k][0] == TS_W_STREAM && !(any && d->tile_bytes > 0))
 			continue;
-		if (order[k][0] == TS_W_STREAM ? ringed : whole)
+		if (order[k][0] == TS_W_STREAM ? order[k][1] == 2 && ring4 : whole)
 			continue; /* single only when double does not fit, ring 2 only when ring 4 does not */
 		if (!d->n && k > 0)
 			break; /* no loop weights: one plan */
@@ -610,7 +610,7 @@ static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 		residences(&q, d, &w, foot);
 		out[n++] = w;
 		whole |= w.mode != TS_W_STREAM;
-		ringed |= w.mode == TS_W_STREAM;
+		ring4 |= w.mode == TS_W_STREAM && w.ring >= 4;
 	}
 	if (!n) {
 		for (uint32_t j = 0; j < d->nspill && j < TS_MAX_SPILLS; j++)
@@ -623,7 +623,7 @@ static uint32_t plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
 	return n;
 }
 
-uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4])
+uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[TS_MAX_PLANS])
 {
 	CTX_GUARDED(s->ctx, uint32_t, 0, plans(s, d, out));
 }

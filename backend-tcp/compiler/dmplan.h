@@ -58,23 +58,26 @@ typedef struct ts_wdemand {
 	uint32_t nspill;
 } ts_wdemand;
 
-/* One plan of the loop's weights and the spills' residence. */
+/* One plan of the loop's weights and the spills' residence; tcp_dm_plans
+ * lists at most TS_MAX_PLANS. */
+enum { TS_MAX_PLANS = 8 };
 typedef struct ts_wplan {
-	uint8_t mode, ring;          /* TS_W_*; 4 or 2 when streamed, else 0 */
+	uint8_t mode, ring;          /* TS_W_*; TS_MAX_RING, 4 or 2 when streamed, else 0 */
 	bool hbm[TS_MAX_SPILLS];     /* per d->spill: kept in HBM */
 } ts_wplan;
 
 /* The plans whose buffers all fit beside every other buffer of s (placed as
- * tcp_dm_place would, without diagnostics), at most two: the first of
- * double, single and the first of stream with a ring of four, of two
- * (docs/tcp-compiler.md 5.3 step 1), to be priced against each other; in
+ * tcp_dm_place would, without diagnostics), at most three: the first of
+ * double, single; stream with a ring of TS_MAX_RING and with a ring of
+ * four, else of two (docs/tcp-compiler.md 5.3 step 1), to be priced
+ * against each other; in
  * each, the spills are placed in DM in order of predicted benefit (the
  * cycles their HBM round trip would cost at the machine's HBM rate; ties
  * by build order) while they fit, the rest kept in HBM. Returns how many
- * (at most 2) are in out; 0 when none fits: out[0] is then the last resort
+ * (at most 3) are in out; 0 when none fits: out[0] is then the last resort
  * (every spill in HBM, streamed with a ring of two when anything streams,
  * else single), whose placement reports the overflow. s is left as it was. */
-uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[4]);
+uint32_t tcp_dm_plans(tcp_sched *s, const ts_wdemand *d, ts_wplan out[TS_MAX_PLANS]);
 
 /* Whether tcp_dm_place would place s (quietly; s's offsets are left as
  * they were). */

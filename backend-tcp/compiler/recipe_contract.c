@@ -248,9 +248,9 @@ static void contract(sb *b, moe_id id, const cplan *pl, const cargs *c, ts_id sp
 static void top_streamed(sb *b, moe_id id, const cplan *pl, cargs *c, ts_id sp[2][2])
 {
 	uint32_t wnext = b->wnext;
-	ts_id wrd[4];
+	ts_id wrd[TS_MAX_RING];
 	memcpy(wrd, b->wrd, sizeof wrd);
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < TS_MAX_RING; k++)
 		b->wrd[k] = TS_NONE;
 	b->wnext = 0;
 	c->ring = sb_dm_buf(b, id, "wbuf", (moe_dtype)c->wdt, 1, &c->wtile);

@@ -629,7 +629,7 @@ static bool cl_buf(cl *x, ts_id i)
 {
 	const ts_buf *u = &x->s->buf[i];
 	if (!cl_name_ok(u->name) || strlen(u->source) >= CL_MAX_QUOTED || u->space >= TCP_NSPACE || u->kind >= TCP_NKIND ||
-		!cl_dtype_ok(u->dtype) || u->rank > MOE_MAX_RANK || (u->slots != 1 && u->slots != 2 && u->slots != 4) ||
+		!cl_dtype_ok(u->dtype) || u->rank > MOE_MAX_RANK || !ts_slots_ok(u->slots) ||
 		u->life >= TS_NLIFE || u->layout.split >= TS_NSPLIT || u->layout.slice_bytes < 0)
 		return false;
 	if (u->rank == 0 && (u->space != TCP_HBM || u->kind != TCP_T_INPUT))

@@ -57,7 +57,7 @@ typedef struct ts_buf {
 	uint8_t space, kind, dtype, rank;  /* TCP_HBM.., TCP_T_*, moe_dtype */
 	int64_t shape[MOE_MAX_RANK];   /* one slot's logical shape */
 	ts_layout layout;
-	uint8_t slots, life;           /* 1, 2 (double buffer), 4 (ring); ts_life */
+	uint8_t slots, life;           /* 1, 2 (double buffer), 4 or 8 (ring): ts_slots_ok; ts_life */
 	ts_id first, last;             /* SPAN: first writer and last reader (op ids); else TS_NONE */
 	uint16_t feature;              /* the rewrite that owns it; 0: mandatory */
 	int64_t offset;                /* per-slice offset (HBM: address); -1 until placed */
@@ -168,6 +168,14 @@ typedef struct ts_excl {
 void ts_excl_init(ts_excl *x, const tcp_sched *s);
 void ts_excl_free(ts_excl *x);
 /* ts_excl_ops(x, a, b) where ra and rb are a's and b's regions */
+/* The slot counts a buffer may have: one, a double buffer, a ring of 4 or
+ * TS_MAX_RING. */
+enum { TS_MAX_RING = 8 };
+static inline bool ts_slots_ok(unsigned n)
+{
+	return n == 1 || n == 2 || n == 4 || n == TS_MAX_RING;
+}
+
 static inline bool ts_excl_regions(ts_excl *x, ts_id ra, ts_id rb, ts_id a, ts_id b)
 {
 	const tcp_sched *s = x->s;

@@ -475,7 +475,7 @@ static tcp_sched *build(moe_ctx *ctx, const moe_graph *g, const moe_tcp_machine 
 	b.hbm = hbm;
 	b.nhbm = nhbm;
 	b.top_stream = top_stream;
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < TS_MAX_RING; k++)
 		b.wrd[k] = TS_NONE;
 	size_t vn = (size_t)(g->nnodes ? g->nnodes : 1) * sizeof(sb_val);
 	b.v = ctx_alloc(ctx, vn);
@@ -533,7 +533,7 @@ static tcp_sched *build_planned(moe_ctx *ctx, const moe_graph *g, const moe_tcp_
 		*fits = tcp_dm_placeable(s);
 	if (!s || !m || (!(s->nloop && wd.n) && !wd.nspill))
 		return s;
-	ts_wplan w[4];
+	ts_wplan w[TS_MAX_PLANS];
 	uint32_t n = tcp_dm_plans(s, &wd, w);
 	*fits = n > 0;
 	bool asbuilt = n == 1 && w[0].mode == TS_W_DOUBLE;

@@ -59,7 +59,7 @@ typedef struct sb {
 	int64_t tile_bytes;  /* streamed: the ring slot's bytes (the planner's demand) */
 	ts_id wring;         /* streamed: the loop's ring of weight tiles, TS_NONE until made */
 	uint32_t wnext;      /* its next slot, counted over the body's tiles */
-	ts_id wrd[4];        /* per ring slot: the sub load that last read it */
+	ts_id wrd[TS_MAX_RING]; /* per ring slot: the sub load that last read it */
 	uint8_t trf_next;    /* the TRF half the next contraction's first tile takes */
 	ts_id trf_last[2];   /* the last contraction's TRF tiles when they fit a half, else TS_NONE */
 	bool top_stream;     /* the top graph's contractions read their weights from HBM through rings */

@@ -311,8 +311,8 @@ static bool buf_field(ps *p, ts_buf *u, const char **sp)
 			return false;
 		u->source = ir_strdup(&p->s->arena, src);
 	} else if (tcp_lit(&s, "slots=")) {
-		if (!prange(&s, &v, 1, 4) || v == 3)
-			return perr(p, at, "slots must be 1, 2 or 4"), false;
+		if (!prange(&s, &v, 1, 8) || !ts_slots_ok((unsigned)v))
+			return perr(p, at, "slots must be 1, 2, 4 or 8"), false;
 		u->slots = (uint8_t)v;
 	} else if (tcp_lit(&s, "life=@")) {
 		int64_t a, b;

@@ -144,8 +144,8 @@ static void check_bufs(vs *v)
 			verr(v, V_BUF, i, "%s buffers live in HBM, not %s", tcp_kind_names[b->kind], ts_space_names[b->space]);
 		if (b->kind != TCP_T_WEIGHT && b->kind != TCP_T_PACKED && b->source[0])
 			verr(v, V_BUF, i, "only a weight has a checkpoint source");
-		if (b->slots != 1 && b->slots != 2 && b->slots != 4)
-			verr(v, V_BUF, i, "slots must be 1, 2 or 4, not %u", b->slots);
+		if (!ts_slots_ok(b->slots))
+			verr(v, V_BUF, i, "slots must be 1, 2, 4 or 8, not %u", b->slots);
 		if (b->life >= TS_NLIFE)
 			verr(v, V_BUF, i, "bad lifetime %u", b->life);
 		else if (b->life == TS_LIFE_SPAN && (b->first >= s->nop || b->last >= s->nop))
@@ -281,8 +281,8 @@ static void walk_loop(vs *v, ts_id r, int depth)
 		verr(v, V_RG, r, "loop %u: expert or rows names no scalar", li);
 	if (l->weights >= TS_NWEIGHTS)
 		verr(v, V_RG, r, "loop %u: bad weights mode %u", li, l->weights);
-	else if ((l->weights == TS_W_STREAM) != (l->ring == 2 || l->ring == 4) || (l->weights != TS_W_STREAM && l->ring))
-		verr(v, V_RG, r, "loop %u: ring=%u with weights=%s (streamed weights have a ring of 2 or 4 tiles, others none)",
+	else if ((l->weights == TS_W_STREAM) != (l->ring == 2 || l->ring == 4 || l->ring == TS_MAX_RING) || (l->weights != TS_W_STREAM && l->ring))
+		verr(v, V_RG, r, "loop %u: ring=%u with weights=%s (streamed weights have a ring of 2, 4 or 8 tiles, others none)",
 			li, l->ring, ts_weights_names[l->weights]);
 	else if (l->prefetch > 1 || (l->prefetch && l->weights != TS_W_DOUBLE))
 		verr(v, V_RG, r, "loop %u: prefetch=%u with weights=%s (only double-buffered weights are prefetched, one block ahead)",

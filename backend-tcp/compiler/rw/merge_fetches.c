@@ -5,14 +5,16 @@
  * HBM into the loop ring's next slot by a DMA command of its own
  * (recipe_contract.c), and each command pays dma.setup_cycles, serially on
  * the one in-order DMA queue that streams all the weights. The rewrite
- * merges two consecutive fetches of one contraction (the same weight, the
- * same expert register) whose slots are adjacent in the ring (no wrap) into
- * one three-dimensional copy: dims [2, ...] with the two tiles' source
- * offset as the outer source stride and the slot size as the outer
- * destination stride. At most half the ring is written by one command, so
- * one half fills while the other is read. The merged command waits for
- * what either fetch waited for (the last readers of both slots), and every
- * op that waited for the second fetch waits for the merged one. Values are
+ * merges a run of consecutive fetches of one contraction (the same weight,
+ * the same expert register, one source step from each to the next) whose
+ * slots follow each other in the ring (no wrap) into one three-dimensional
+ * copy: dims [n, ...] with the source step as the outer source stride and
+ * the slot size as the outer destination stride. At most half the ring is
+ * written by one command (runs of two in a ring of four, four in a ring of
+ * eight), so one half fills while the other is read. The merged command
+ * waits for what any fetch of the run waited for (the last readers of its
+ * slots), and every op that waited for a later fetch of the run waits for
+ * the merged one. Values are
  * unchanged: the same bytes land in the same slots before any load reads
  * them, and no load's slot is written before that load has read it. */
 #include <stdlib.h>
@@ -35,8 +37,10 @@ static bool ring_fetch(const tcp_sched *s, const ts_loop *l, ts_id o)
 	return r->space == TCP_DM && r->slots == l->ring && r->life == TS_LIFE_LOOP && h->space == TCP_HBM;
 }
 
-/* whether ring fetches a and b (b the next after a) can be one command */
-static bool pair(const tcp_sched *s, ts_id a, ts_id b)
+/* whether ring fetch b, the next after a, continues a's run: the same
+ * shapes, buffers and register, b's slot the next after a's and its source
+ * further on by step (*step: b's source offset less a's) */
+static bool follows(const tcp_sched *s, ts_id a, ts_id b, int64_t *step)
 {
 	const tcp_insn *x = &s->op[a].in, *y = &s->op[b].in;
 	const tcp_view *xd = &x->v[TCP_V_DST], *yd = &y->v[TCP_V_DST], *xs = &x->v[TCP_V_S0], *ys = &y->v[TCP_V_S0];
@@ -48,6 +52,7 @@ static bool pair(const tcp_sched *s, ts_id a, ts_id b)
 	for (int k = 0; k < 2; k++)
 		if (xd->stride[k] != yd->stride[k] || xs->stride[k] != ys->stride[k])
 			return false;
+	*step = ys->base - xs->base;
 	return true;
 }
 
@@ -59,9 +64,11 @@ static int pos_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The pairs: first[k] the first fetch of pair k, second[k] its next; greedy
- * over the body's ring fetches in program order. */
-static int pairs(const tcp_sched *s, ts_id *first, ts_id *second, int cap)
+/* The runs: run k is the fetches memb[at[k]] .. memb[at[k + 1] - 1], the
+ * first its head, at most len long (at most half the ring); greedy over the
+ * body's ring fetches in program order. Returns how many runs (at most
+ * cap). */
+static int runs(const tcp_sched *s, ts_id *memb, uint32_t *at, int cap, int len)
 {
 	if (s->nloop != 1)
 		return 0;
@@ -71,35 +78,48 @@ static int pairs(const tcp_sched *s, ts_id *first, ts_id *second, int cap)
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
 	ts_id *f = ctx_alloc(s->ctx, s->nop * sizeof *f);
-	int nf = 0, np = 0;
+	int nf = 0, nr = 0;
+	uint32_t nm = 0;
 	for (ts_id o = 0; o < s->nop; o++)
 		if (ring_fetch(s, l, o))
 			f[nf++] = o;
 	by_pos = pos; /* by program position (each op's is its own) */
 	qsort(f, (size_t)nf, sizeof *f, pos_cmp);
-	for (int i = 0; i + 1 < nf && np < cap; i++)
-		if (pair(s, f[i], f[i + 1])) {
-			first[np] = f[i];
-			second[np++] = f[i + 1];
-			i++;
+	for (int i = 0; i + 1 < nf && nr < cap;) {
+		int64_t step = 0, st;
+		int n = 1;
+		while (i + n < nf && n < len && n < l->ring / 2 && follows(s, f[i + n - 1], f[i + n], &st) && (n == 1 || st == step))
+			step = st, n++;
+		if (n > 1) {
+			at[nr++] = nm;
+			for (int j = 0; j < n; j++)
+				memb[nm++] = f[i + j];
 		}
+		i += n;
+	}
+	at[nr] = nm;
 	ctx_free(s->ctx, f, 0);
 	ctx_free(s->ctx, pos, 0);
-	return np;
+	return nr;
 }
 
 bool ts_rw_merge_fetches_applies(const tcp_sched *s, const ts_env *e)
 {
 	(void)e;
-	ts_id a, b;
-	return pairs(s, &a, &b, 1) > 0;
+	ts_id *memb = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *memb);
+	uint32_t *at = ctx_alloc(s->ctx, (s->nop + 2) * sizeof *at);
+	int nr = runs(s, memb, at, 1, 2);
+	ctx_free(s->ctx, memb, 0);
+	ctx_free(s->ctx, at, 0);
+	return nr > 0;
 }
 
-/* Per pair k: u[k] the ops depending on its second fetch, w[k] those
- * depending on its first, each entry (op << 8 | distance) in the order the
- * dependencies were listed (an op's first entry in u[k] is its first
- * dependency on the second); kof/kfirst[o] the pair whose second/first o is
- * (-1: none); stamp and mark[dist] per op, the pair last seen (k + 1). */
+/* Per run k: u[k] the ops depending on a fetch of it after its head, w[k]
+ * those depending on its head, each entry (op << 8 | distance) in the order
+ * the dependencies were listed (an op's first entry in u[k] is its first
+ * dependency on such a fetch); kof/kfirst[o] the run o is a later fetch /
+ * the head of (-1: none); stamp and mark[dist] per op, the run last seen
+ * (k + 1). */
 typedef struct users {
 	uint64_t *e;
 	uint32_t n, cap;
@@ -132,11 +152,11 @@ static void rev_note(const tcp_sched *s, rev *r, ts_id o, ts_id d, uint8_t dist)
 		rev_push(s, &r->w[r->kfirst[d]], o, dist);
 }
 
-static rev rev_new(const tcp_sched *s, const ts_id *first, const ts_id *second, int np)
+static rev rev_new(const tcp_sched *s, const ts_id *memb, const uint32_t *at, int nr)
 {
 	rev r;
-	r.u = ctx_alloc(s->ctx, ((size_t)np + 1) * sizeof *r.u); /* zeroed */
-	r.w = ctx_alloc(s->ctx, ((size_t)np + 1) * sizeof *r.w);
+	r.u = ctx_alloc(s->ctx, ((size_t)nr + 1) * sizeof *r.u); /* zeroed */
+	r.w = ctx_alloc(s->ctx, ((size_t)nr + 1) * sizeof *r.w);
 	r.kof = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.kof);
 	r.kfirst = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.kfirst);
 	r.stamp = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *r.stamp);
@@ -146,8 +166,11 @@ static rev rev_new(const tcp_sched *s, const ts_id *first, const ts_id *second, 
 	}
 	for (ts_id o = 0; o < s->nop; o++)
 		r.kof[o] = r.kfirst[o] = -1;
-	for (int k = 0; k < np; k++)
-		r.kof[second[k]] = k, r.kfirst[first[k]] = k;
+	for (int k = 0; k < nr; k++) {
+		r.kfirst[memb[at[k]]] = k;
+		for (uint32_t j = at[k] + 1; j < at[k + 1]; j++)
+			r.kof[memb[j]] = k;
+	}
 	for (ts_id o = 0; o < s->nop; o++)
 		for (uint32_t j = 0; j < s->op[o].ndep; j++)
 			rev_note(s, &r, o, s->op[o].dep[j], s->op[o].dist[j]);
@@ -167,31 +190,33 @@ static void rev_free(const tcp_sched *s, rev *r, int np)
 		ctx_free(s->ctx, p[i], 0);
 }
 
-/* Pair k's merge in the dependencies: its first a waits for what its second
- * b waited for, and each op waiting for b waits for a, at the distance of
- * its first dependency on b (each added unless the op has it: marks stand
- * for the linear search, as fetches wait on thousands of slot readers). */
-static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
+/* Run k's merge in the dependencies: its head a waits for what its later
+ * fetches b[0..nb) waited for, and each op waiting for one of them waits
+ * for a, at the distance of its first dependency on them (each added unless
+ * the op has it: marks stand for the linear search, as fetches wait on
+ * thousands of slot readers). */
+static void redirect(tcp_sched *s, rev *r, int k, ts_id a, const ts_id *b, uint32_t nb)
 {
 	uint32_t mk = (uint32_t)k + 1;
 	for (uint32_t j = 0; j < s->op[a].ndep; j++)
 		if (s->op[a].dep[j] < s->nop && s->op[a].dist[j] < 2)
 			r->has[s->op[a].dist[j]][s->op[a].dep[j]] = mk;
-	for (uint32_t j = 0; j < s->op[b].ndep; j++) {
-		ts_id d = s->op[b].dep[j];
-		uint8_t dist = s->op[b].dist[j];
-		uint32_t had = s->op[a].ndep;
-		if (d == a)
-			continue;
-		if (d < s->nop && dist < 2) {
-			if (r->has[dist][d] != mk)
-				ts_add_dep(s, a, d, dist), r->has[dist][d] = mk;
-		} else {
-			ts_add_dep_once(s, a, d, dist);
+	for (uint32_t m = 0; m < nb; m++)
+		for (uint32_t j = 0; j < s->op[b[m]].ndep; j++) {
+			ts_id d = s->op[b[m]].dep[j];
+			uint8_t dist = s->op[b[m]].dist[j];
+			uint32_t had = s->op[a].ndep;
+			if (d == a || (d < s->nop && r->kof[d] == k))
+				continue;
+			if (d < s->nop && dist < 2) {
+				if (r->has[dist][d] != mk)
+					ts_add_dep(s, a, d, dist), r->has[dist][d] = mk;
+			} else {
+				ts_add_dep_once(s, a, d, dist);
+			}
+			if (s->op[a].ndep > had)
+				rev_note(s, r, a, d, dist);
 		}
-		if (s->op[a].ndep > had)
-			rev_note(s, r, a, d, dist);
-	}
 	for (uint32_t i = 0; i < r->w[k].n; i++) {
 		uint8_t dist = (uint8_t)(r->w[k].e[i] & 255);
 		if (dist < 2)
@@ -200,7 +225,7 @@ static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
 	for (uint32_t i = 0; i < r->u[k].n; i++) {
 		ts_id o = (ts_id)(r->u[k].e[i] >> 8);
 		uint8_t dist = (uint8_t)(r->u[k].e[i] & 255);
-		if (o == a || r->stamp[o] == mk)
+		if (o == a || r->kof[o] == k || r->stamp[o] == mk)
 			continue;
 		r->stamp[o] = mk;
 		if (dist >= 2)
@@ -210,27 +235,29 @@ static void redirect(tcp_sched *s, rev *r, int k, ts_id a, ts_id b)
 	}
 }
 
-moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+/* The runs of at most len fetches each merged; false where none is. */
+static bool merge(tcp_sched *s, uint16_t feature, int len)
 {
-	(void)e;
-	ts_id *first = ctx_alloc(s->ctx, s->nop * sizeof *first), *second = ctx_alloc(s->ctx, s->nop * sizeof *second);
-	int np = pairs(s, first, second, (int)s->nop);
-	if (!np) {
-		ctx_free(s->ctx, first, 0);
-		ctx_free(s->ctx, second, 0);
-		return MOE_ERR_INVALID;
+	ts_id *memb = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *memb);
+	uint32_t *at = ctx_alloc(s->ctx, (s->nop + 2) * sizeof *at);
+	int nr = runs(s, memb, at, (int)s->nop, len);
+	if (!nr) {
+		ctx_free(s->ctx, memb, 0);
+		ctx_free(s->ctx, at, 0);
+		return false;
 	}
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop); /* zeroed */
-	rev r = rev_new(s, first, second, np);
-	for (int k = 0; k < np; k++) {
-		ts_id a = first[k], b = second[k];
+	rev r = rev_new(s, memb, at, nr);
+	for (int k = 0; k < nr; k++) {
+		ts_id a = memb[at[k]];
+		uint32_t n = at[k + 1] - at[k];
 		tcp_insn *x = &s->op[a].in;
-		const tcp_insn y = s->op[b].in;
+		const tcp_insn y = s->op[memb[at[k] + 1]].in;
 		int64_t slot = ts_buf_numel(&s->buf[x->v[TCP_V_DST].t]);
 		x->ndim = 3;
 		x->dim[2] = x->dim[1];
 		x->dim[1] = x->dim[0];
-		x->dim[0] = 2;
+		x->dim[0] = (int64_t)n;
 		for (int w = TCP_V_DST; w <= TCP_V_S0; w++) {
 			tcp_view *v = &x->v[w];
 			v->stride[2] = v->stride[1];
@@ -239,13 +266,47 @@ moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		}
 		s->op[a].feature = feature;
 		s->op[a].cost = 0;
-		redirect(s, &r, k, a, b);
-		drop[b] = 1;
+		redirect(s, &r, k, a, &memb[at[k] + 1], n - 1);
+		for (uint32_t j = at[k] + 1; j < at[k + 1]; j++)
+			drop[memb[j]] = 1;
 	}
-	rev_free(s, &r, np);
+	rev_free(s, &r, nr);
 	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
-	ctx_free(s->ctx, first, 0);
-	ctx_free(s->ctx, second, 0);
-	return MOE_OK;
+	ctx_free(s->ctx, memb, 0);
+	ctx_free(s->ctx, at, 0);
+	return true;
+}
+
+typedef struct merge_arg {
+	uint16_t feature;
+	int len;
+} merge_arg;
+
+static bool merge_copy(tcp_sched *c, void *arg)
+{
+	const merge_arg *a = arg;
+	return merge(c, a->feature, a->len);
+}
+
+/* The run length: half the ring where that is two; else each length from
+ * half the ring down to two (halving) merged in a trial copy, placed and
+ * predicted, the fastest taken (ties: the longer, fewer commands). Longer
+ * runs pay fewer setups but a run's first tile waits for the whole run, so
+ * where the contractions, not the DMA queue, bound the block the shorter
+ * runs win. */
+moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	int half = s->nloop == 1 ? s->loop[0].ring / 2 : 2, best = 2;
+	int64_t least = -1;
+	for (int len = half; half > 2 && len >= 2; len--) {
+		merge_arg a = {feature, len};
+		ts_trial t = ts_trial_for(e, "<merge-fetches trial>", merge_copy, &a, true);
+		int64_t c = ts_trial_of(s, &t);
+		if (c >= 0 && (least < 0 || c < least)) {
+			least = c;
+			best = len;
+		}
+	}
+	return merge(s, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }

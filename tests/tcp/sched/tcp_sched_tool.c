@@ -2,10 +2,11 @@
  * docs/tcp-compiler.md 4.2), verifies it and prints it on stdout; the lit
  * tests of tests/lit/tcp/sched drive it. A test tool, not installed.
  *
- *   tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE
+ *   tcp_sched_tool [--no-machine | --machine M.json] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE
  *
  * --no-machine reads without a machine (no capacity checks, any machine
- * line); otherwise the built-in machine. --roundtrip also parses the printed
+ * line); --machine reads the machine description M.json (as `moec
+ * --machine`); otherwise the built-in machine. --roundtrip also parses the printed
  * text again and fails unless printing it gives the same bytes. --tcpb and
  * --asm select the program (tcp_sched_isel, which places what is not placed)
  * and write it as a .tcpb / print its assembly instead of the schedule.
@@ -147,10 +148,12 @@ static int run(moe_ctx *ctx, const moe_tcp_machine *m, const char *path, bool ro
 int main(int argc, char **argv)
 {
 	bool machine = true, roundtrip = false, asm_ = false, sched = false, pred = false;
-	const char *path = NULL, *tcpb = NULL;
+	const char *path = NULL, *tcpb = NULL, *mpath = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--no-machine"))
 			machine = false;
+		else if (!strcmp(argv[i], "--machine") && i + 1 < argc)
+			mpath = argv[++i];
 		else if (!strcmp(argv[i], "--roundtrip"))
 			roundtrip = true;
 		else if (!strcmp(argv[i], "--asm"))
@@ -164,19 +167,24 @@ int main(int argc, char **argv)
 		else if (!path && argv[i][0] != '-')
 			path = argv[i];
 		else {
-			fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
+			fprintf(stderr, "usage: tcp_sched_tool [--no-machine | --machine M.json] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
 			return 2;
 		}
 	}
 	if (!path) {
-		fprintf(stderr, "usage: tcp_sched_tool [--no-machine] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
+		fprintf(stderr, "usage: tcp_sched_tool [--no-machine | --machine M.json] [--roundtrip] [--schedule] [--predict] [--tcpb OUT.tcpb] [--asm] FILE\n");
 		return 2;
 	}
 	moe_ctx *ctx = moe_ctx_new(NULL, NULL);
 	if (!ctx)
 		return 1;
 	moe_ctx_set_diag_prefix(ctx, "tcp_sched_tool");
-	moe_tcp_machine *m = machine ? moe_tcp_machine_default(ctx) : NULL;
+	if (mpath && !machine) {
+		fprintf(stderr, "tcp_sched_tool: --machine and --no-machine exclude each other\n");
+		moe_ctx_free(ctx);
+		return 2;
+	}
+	moe_tcp_machine *m = !machine ? NULL : mpath ? moe_tcp_machine_load(ctx, mpath) : moe_tcp_machine_default(ctx);
 	if ((tcpb || asm_ || sched || pred) && !machine) {
 		fprintf(stderr, "tcp_sched_tool: --tcpb, --asm, --schedule and --predict need the machine (not --no-machine)\n");
 		return 2;
