@@ -358,11 +358,11 @@ static moe_checkpoint *random_ck(moe_ctx *c, float **keep)
 	t[n++] = (moe_st_tensor){.name = "r", .dtype = MOE_ST_F32, .rank = 2, .shape = {4, 32}, .data = all,
 		.nbytes = 4 * 32 * 4};
 	at = 4 * 32;
-	static char names[12][16];
+	static char names[12][32];
 	for (int e = 0; e < 4; e++)
 		for (int k = 0; k < 3; k++) {
 			char *nm = names[e * 3 + k];
-			snprintf(nm, 16, "e.%d.w%d", e, k == 0 ? 1 : k == 1 ? 3 : 2);
+			snprintf(nm, sizeof names[0], "e.%d.w%d", e, k == 0 ? 1 : k == 1 ? 3 : 2);
 			t[n++] = (moe_st_tensor){.name = nm, .dtype = MOE_ST_F32, .rank = 2, .shape = {32, 32},
 				.data = all + at, .nbytes = 32 * 32 * 4};
 			at += 32 * 32;

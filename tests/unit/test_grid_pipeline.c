@@ -184,7 +184,7 @@ static void test_external_pass(void **st)
 	assert_int_equal(calls, 4);
 	/* a parsed pipeline stays valid while more passes are registered */
 	moe_pipeline *p = moe_pipeline_parse(c, "count-me");
-	char names[40][16];
+	char names[40][24];
 	for (int i = 0; i < 40; i++) {
 		snprintf(names[i], sizeof names[i], "extra-%d", i);
 		moe_pass_info more = {names[i], "more", NULL, noop, &calls};
