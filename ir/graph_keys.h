@@ -21,6 +21,7 @@
  * and the pass removes it (the TCP target's tcp-combine-chunk writes it from
  * the machine's DM) */
 #define IR_GK_COMBINE_CHUNK "combine_chunk"
+#define IR_GK_BLOCK_BALANCE "block_balance"
 /* grid-bound: worst-case block counts and block-buffer sizes */
 #define IR_GK_GRID_BLOCKS_MAX "grid_blocks_max"
 #define IR_GK_GRID_BLOCKS_SEED "grid_blocks_seed"

@@ -9,6 +9,13 @@
  *   owner = boff <= g < boff + nb               [G, E]
  *   bexp  = filter(owner, e)[:, 0]              [G]      expert of block g
  *   rows  = sum_e owner * min(B, cnt - (g - boff) B)  [G] valid rows
+ * Option balance=1 spreads each expert's rows evenly over its nb blocks:
+ *   be    = ceil(cnt / max(nb, 1))             [E]      rows per block
+ *   pos   = (off + rank / be) * B + rank mod be, off = sum_e oh * boff
+ *   rows  = sum_e owner * min(be, cnt - (g - boff) be)
+ * (nb, boff and G unchanged): a block of an expert's last few rows, which
+ * a backend that streams the expert's weights again for every block pays
+ * in full, becomes rows spread over the expert's other blocks.
  * Tokens are scattered into a [G*B, D] grid, each block multiplies with its
  * expert's weights (gathered per block), and the results are gathered back
  * per pair and summed with the routing weights. G is the tight worst case of
@@ -46,6 +53,7 @@ typedef struct dp {
 	bool chain;  /* option combine=chain: combine_chain for large chunks */
 	bool scan_counts; /* option counts=scan: tokens per expert from the pairs' scan */
 	bool tok_rank;    /* option rank=tokens: each pair's row within its expert from a scan over tokens */
+	bool balance;     /* option balance=1: an expert's blocks share its rows evenly (index_grid) */
 	/* building a block_loop body: d is the body, rows its rows blockarg,
 	 * outer the graph holding the loop, whose data operands lop[] of kinds[]
 	 * each blockarg of role in reads */
@@ -438,7 +446,25 @@ static moe_id index_grid(dp *c, moe_id idx)
 		rank = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, before, oh), 1, false, c->loc);
 	moe_id boffr = reshape(c, boff, 2, 1, E, 0), bendr = reshape(c, bend, 2, 1, E, 0);
 	moe_id off = ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, oh, boffr), 1, false, c->loc);
-	moe_id pos = b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, off, ci(c, B)), rank);
+	moe_id pos, per = MOE_NONE; /* balance: rows per block of each expert, [1, E] */
+	if (c->balance) {
+		/* nb blocks of be = ceil(cnt / nb) rows each, the last fewer: with
+		 * b = B, ceil(cnt / be) = nb (be <= B gives >=, be >= cnt / nb
+		 * gives <=), so nb, boff and the grid bound stand; a pair's block
+		 * is off + rank / be, its row rank mod be */
+		moe_id nb1 = b2(c, MOE_OP_MAX, nb, ci(c, 1));
+		moe_id be = b2(c, MOE_OP_DIV, b2(c, MOE_OP_ADD, cnt, b2(c, MOE_OP_SUB, nb1, ci(c, 1))), nb1);
+		moe_node_set_name(d, be, "block_share");
+		per = reshape(c, be, 2, 1, E, 0);
+		/* at least 1: a serving pair past n has no expert (a zero one-hot row) */
+		moe_id bp = b2(c, MOE_OP_MAX, ir_b_reduce(d, MOE_OP_REDUCE_SUM, b2(c, MOE_OP_MUL, oh, per), 1, false, c->loc),
+			ci(c, 1));
+		moe_id q = b2(c, MOE_OP_DIV, rank, bp);
+		pos = b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, b2(c, MOE_OP_ADD, off, q), ci(c, B)),
+			b2(c, MOE_OP_SUB, rank, b2(c, MOE_OP_MUL, q, bp)));
+	} else {
+		pos = b2(c, MOE_OP_ADD, b2(c, MOE_OP_MUL, off, ci(c, B)), rank);
+	}
 	moe_node_set_name(d, pos, "pos");
 	/* blocks: owner expert and valid rows */
 	int64_t ge[2] = {G, E};
@@ -450,8 +476,9 @@ static moe_id index_grid(dp *c, moe_id idx)
 	c->bexp = ir_b_reshape(d, sl, 1, &G, c->loc);
 	moe_node_set_name(d, c->bexp, "block_expert");
 	moe_id rem = b2(c, MOE_OP_SUB, reshape(c, cnt, 2, 1, E, 0),
-		b2(c, MOE_OP_MUL, b2(c, MOE_OP_SUB, gi, boffr), ci(c, B)));
-	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, ci(c, B)), ci(c, 0), c->loc);
+		b2(c, MOE_OP_MUL, b2(c, MOE_OP_SUB, gi, boffr), per != MOE_NONE ? per : ci(c, B)));
+	moe_id rr = ir_b3(d, MOE_OP_SELECT, owner, b2(c, MOE_OP_MIN, rem, per != MOE_NONE ? per : ci(c, B)), ci(c, 0),
+		c->loc);
 	c->rows = ir_b_reduce(d, MOE_OP_REDUCE_SUM, rr, 1, false, c->loc);
 	moe_node_set_name(d, c->rows, "block_rows");
 	return pos;
@@ -703,6 +730,13 @@ PASS(pass_blockwise_dispatch)
 		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: decode must be 0 or 1, got '%s'", dec);
 		return MOE_ERR_INVALID;
 	}
+	const char *bal = moe_pass_opt(opts, "balance");
+	if (bal && strcmp(bal, "0") && strcmp(bal, "1")) {
+		moe_diag(ctx, MOE_DIAG_ERROR, moe_loc_none(), "blockwise-dispatch: balance must be 0 or 1, got '%s'", bal);
+		return MOE_ERR_INVALID;
+	}
+	bool balance = bal ? *bal == '1' : ir_graph_attr_int(g, IR_GK_BLOCK_BALANCE, 0) > 0;
+	ir_graph_drop_attr(g, IR_GK_BLOCK_BALANCE); /* an input of this pass only */
 	moe_id ntok = token_count_input(g);
 	srv *sv = NULL;
 	if (ntok != MOE_NONE && !(sv = serving_rows(ctx, g, ntok)))
@@ -728,7 +762,7 @@ PASS(pass_blockwise_dispatch)
 		ir_node *x = N(g, n->args[EXP_X]), *up = N(g, n->args[EXP_UP]);
 		dp c = {.d = rb.dst, .loc = n->loc, .t = (moe_dtype)x->dtype, .chunk = limit, .decode = dec && *dec == '1',
 			.chain = comb && !strcmp(comb, "chain"), .scan_counts = cnts && !strcmp(cnts, "scan"),
-			.tok_rank = rk && !strcmp(rk, "tokens"), .tail = tail,
+			.tok_rank = rk && !strcmp(rk, "tokens"), .tail = tail, .balance = balance,
 			.ntok = ntok == MOE_NONE ? MOE_NONE : rb.map[ntok]};
 		c.T = x->shape[0];
 		c.D = x->shape[1];

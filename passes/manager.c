@@ -30,6 +30,9 @@ static const moe_pass_option dispatch_opts[] = {
 		"the T tokens' expert counts [T, E] instead of the T K pairs' one-hot [T K, E] (the same rows)"},
 	{"tail", MOE_PASS_OPT_COUNT, NULL, NULL, "N: of two or more combine chunks, the last one's last 1/N tokens are a "
 		"chunk of their own (a small output part after the last sums)"},
+	{"balance", MOE_PASS_OPT_ENUM, "0|1", "0", "1: each expert's rows are spread evenly over its ceil(count / B) "
+		"blocks (ceil(count / blocks) rows each, the last fewer) instead of full blocks and a remainder (default: 0, "
+		"or the graph's block_balance: a target's choice, such as tcp-block-balance's)"},
 	{NULL, 0, NULL, NULL, NULL},
 };
 
@@ -86,7 +89,7 @@ const moe_pass_option *moe_pass_options(const moe_pass_info *p)
 	"tcp-plan-fusion"
 
 #define TCP_PIPELINE \
-	"infer-shapes,canonicalize,lower-topk,tcp-combine-chunk," \
+	"infer-shapes,canonicalize,lower-topk,tcp-combine-chunk,tcp-block-balance," \
 	"blockwise-dispatch{decode=1,combine=chain,counts=scan,rank=tokens,tail=4},lower-exchange," \
 	"grid-bound,canonicalize,cse,dce," TCP_GRAPH_PIPELINE
 
@@ -111,7 +114,7 @@ static const struct {
  * only bounds blockwise-dispatch, excepted: skipped, the generic bound
  * stands). */
 static const char *const target_passes[] = {
-	"tcp-combine-chunk", "tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-pack-bias", "tcp-einsum-canon", "tcp-fp8-act-rows",
+	"tcp-combine-chunk", "tcp-block-balance", "tcp-w8a8-act-once", "tcp-pair-gate-up", "tcp-pair-down", "tcp-pack-bias", "tcp-einsum-canon", "tcp-fp8-act-rows",
 	"tcp-plan-fusion"};
 
 static bool is_target_pass(const char *name)

@@ -83,10 +83,10 @@ static void test_pass_options(void **st)
 	moe_ctx *c = moe_ctx_new(NULL, NULL);
 	static const struct {
 		const char *pass;
-		const char *keys[8];
+		const char *keys[9];
 	} want[] = {
 		{"lower-topk", {"mode", "chunk", "select"}},
-		{"blockwise-dispatch", {"grid", "chunk", "combine", "counts", "decode", "rank", "tail"}},
+		{"blockwise-dispatch", {"grid", "chunk", "combine", "counts", "decode", "rank", "tail", "balance"}},
 		{"expert-parallel", {"ep", "rank", "tokens", "placement", "loop"}},
 	};
 	for (size_t w = 0; w < sizeof want / sizeof *want; w++) {

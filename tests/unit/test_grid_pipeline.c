@@ -121,7 +121,7 @@ static void test_pipeline_roundtrip(void **st)
 	moe_pipeline *p = moe_pipeline_parse(c, "tcp");
 	char *s = moe_pipeline_print(p);
 	static const char *const target[] = {
-		",tcp-combine-chunk", ",tcp-w8a8-act-once", ",tcp-pair-gate-up", ",tcp-pair-down", ",tcp-pack-bias", ",tcp-einsum-canon",
+		",tcp-combine-chunk", ",tcp-block-balance", ",tcp-w8a8-act-once", ",tcp-pair-gate-up", ",tcp-pair-down", ",tcp-pack-bias", ",tcp-einsum-canon",
 		",tcp-fp8-act-rows", ",tcp-plan-fusion"};
 	char want[1024];
 	snprintf(want, sizeof want, "%s", moe_pipeline_named("tcp"));

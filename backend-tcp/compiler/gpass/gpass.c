@@ -31,6 +31,7 @@
  * a structural rewrite made for another machine is kept (it preserves
  * values), the fusion marks are planned again. One code path: the same
  * functions as the passes. */
+#include <math.h>
 #include <string.h>
 
 #include "backend-tcp/compiler/dmplan.h"
@@ -147,6 +148,49 @@ static moe_status combine_chunk(moe_ctx *ctx, moe_graph *g, const moe_tcp_machin
 	return MOE_OK;
 }
 
+/* Whether blockwise-dispatch spreads an expert's rows evenly over its blocks
+ * (its `balance` default, the graph's block_balance): where the block loop
+ * streams its weights (two experts' weights do not fit the planner's
+ * TCP_DM_EXPERTS share, as block=auto's model has it), every block of an
+ * expert fetches them again, so a block holding an expert's last few rows
+ * costs a whole fetch for little compute, while even shares cost no more
+ * fetches and leave every block compute to hide its fetch; and where an
+ * expert is expected to need more than one block under uniform routing (its
+ * tokens' mean plus three standard deviations, T K / E and T (K / E)
+ * (1 - K / E), above B). Elsewhere the shares' index arithmetic is routing
+ * time for nothing. One expert's weights: its gate, up and down operands as
+ * the experts() node reads them. */
+static moe_status block_balance(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m)
+{
+	(void)ctx;
+	bool on = false;
+	for (moe_id i = 0; i < g->nnodes && !on; i++) {
+		const ir_node *n = N(g, i);
+		if (n->op != MOE_OP_EXPERTS || n->args[EXP_X] == MOE_NONE || n->args[EXP_IDX] == MOE_NONE)
+			continue;
+		const ir_node *x = N(g, n->args[EXP_X]), *idx = N(g, n->args[EXP_IDX]);
+		double W = 0, E = 0;
+		for (int k = EXP_GATE; k <= EXP_DOWN; k++) {
+			if (n->args[k] == MOE_NONE)
+				continue;
+			const ir_node *w = N(g, n->args[k]);
+			double el = 1;
+			for (int a = 1; a < w->rank; a++)
+				el *= (double)w->shape[a];
+			W += el * (double)moe_dtype_size((moe_dtype)w->dtype);
+			E = (double)w->shape[0];
+		}
+		double T = (double)x->shape[0], K = idx->rank > 1 ? (double)idx->shape[1] : 1, B = (double)ir_attr_int(n, "block", 1);
+		if (E < 1 || K > E)
+			continue;
+		double p = K / E, mean = T * p, sd = sqrt(T * p * (1 - p));
+		on = 2 * W > (double)tcp_dm_grant(m, TCP_DM_EXPERTS) && mean + 3 * sd > B;
+	}
+	if (on)
+		ir_graph_set_attr_int(g, IR_GK_BLOCK_BALANCE, 1);
+	return MOE_OK;
+}
+
 typedef moe_status (*gpass_fn)(moe_ctx *ctx, moe_graph *g, const moe_tcp_machine *m);
 
 /* The target passes in pipeline order; key: the record of a structural one. */
@@ -157,6 +201,10 @@ static const struct gpass {
 	{"tcp-combine-chunk", "bound the combine's token chunks (blockwise-dispatch's `chunk` default, the graph's "
 			      "combine_chunk) by the DM the planner grants them on the machine (tcp target)",
 		NULL, combine_chunk},
+	{"tcp-block-balance", "spread each expert's rows evenly over its blocks (blockwise-dispatch's `balance` default, "
+			      "the graph's block_balance) where the block loop streams its weights and an expert is "
+			      "expected to span more than one block (tcp target)",
+		NULL, block_balance},
 	{"tcp-w8a8-act-once", "quantize a W8A8 layer's input per token once, before the dispatch, and dispatch the "
 			      "int8 values and scales (tcp target)",
 		GK_W8A8_ACT, w8a8_act_once},
