@@ -154,6 +154,64 @@ static void name_insert(tcp_sched *s, ts_id id)
 	s->hash[k] = id + 1;
 }
 
+void ts_drop_scalars(tcp_sched *s, const uint8_t *drop)
+{
+	ts_id *map = ctx_alloc(s->ctx, (s->nsc + 1) * sizeof *map);
+	ts_id n = 0;
+	for (ts_id i = 0; i < s->nsc; i++)
+		map[i] = drop[i] ? TS_NONE : n++;
+#define SC_MAP(x) ((x) = (x) == TS_NONE || (x) >= s->nsc ? (x) : map[x])
+	for (ts_id i = 0; i < s->nsc; i++) {
+		if (map[i] == TS_NONE)
+			continue;
+		ts_scalar c = s->sc[i];
+		SC_MAP(c.a);
+		SC_MAP(c.b);
+		if (s->sc_line)
+			s->sc_line[map[i]] = s->sc_line[i];
+		s->sc[map[i]] = c;
+	}
+	for (ts_id r = 0; r < s->nrg; r++) {
+		ts_region *g = &s->rg[r];
+		if (g->kind == TS_RG_GUARD || g->kind == TS_RG_CLASSES)
+			SC_MAP(g->pred);
+		uint32_t keep = 0;
+		for (uint32_t k = 0; k < g->nitem; k++) {
+			uint32_t it = g->item[k];
+			if (TS_ITEM_KIND(it) == TS_ITEM_SC) {
+				if (map[TS_ITEM_ID(it)] == TS_NONE)
+					continue;
+				it = TS_ITEM_SC | map[TS_ITEM_ID(it)];
+			}
+			g->item[keep++] = it;
+		}
+		g->nitem = keep;
+	}
+	for (int k = 0; k < s->nloop; k++) {
+		ts_loop *l = &s->loop[k];
+		SC_MAP(l->nb);
+		SC_MAP(l->expert);
+		SC_MAP(l->rows);
+		SC_MAP(l->g);
+	}
+	for (ts_id o = 0; o < s->nop; o++) {
+		tcp_insn *in = &s->op[o].in;
+		if (in->vreg >= 0)
+			in->vreg = (int32_t)map[in->vreg];
+		for (int w = 0; w < TCP_NVIEW; w++)
+			if (in->v[w].t >= 0 && in->v[w].reg >= 0)
+				in->v[w].reg = (int32_t)map[in->v[w].reg];
+	}
+#undef SC_MAP
+	s->nsc = n;
+	if (s->hcap) {
+		memset(s->hash, 0, s->hcap * sizeof *s->hash);
+		for (ts_id i = 0; i < n; i++)
+			name_insert(s, i);
+	}
+	ctx_free(s->ctx, map, 0);
+}
+
 ts_id ts_find_scalar(const tcp_sched *s, const char *name)
 {
 	if (!s->hcap)
@@ -250,6 +308,32 @@ int64_t ts_buf_numel(const ts_buf *b)
 	for (int k = 0; k < b->rank; k++)
 		n *= b->shape[k];
 	return n;
+}
+
+static bool pow2(int64_t n)
+{
+	return n > 0 && !(n & (n - 1));
+}
+
+/* scalar reg as `alu.OP $x, imm` (b absent), or NULL */
+static const ts_scalar *alu_imm(const tcp_sched *s, int32_t reg, int op)
+{
+	const ts_scalar *c = reg >= 0 && (uint32_t)reg < s->nsc ? &s->sc[reg] : NULL;
+	return c && c->kind == TS_SC_ALU && c->op == op && c->b == TS_NONE && c->a < s->nsc ? c : NULL;
+}
+
+bool ts_group_slot(const tcp_sched *s, int32_t reg, int64_t n)
+{
+	const ts_scalar *c = alu_imm(s, reg, TCP_S_AND);
+	return c && n >= 4 && pow2(n) && c->imm == n - 1 && s->sc[c->a].kind == TS_SC_LOOPIDX;
+}
+
+bool ts_group_half(const tcp_sched *s, int32_t reg)
+{
+	const ts_scalar *m = alu_imm(s, reg, TCP_S_MIN);
+	const ts_scalar *a = m && m->imm == 1 ? alu_imm(s, (int32_t)m->a, TCP_S_AND) : NULL;
+	const ts_scalar *g = a && a->imm >= 2 && pow2(a->imm) ? alu_imm(s, (int32_t)a->a, TCP_S_ADD) : NULL;
+	return g && g->imm == a->imm && s->sc[g->a].kind == TS_SC_LOOPIDX;
 }
 
 static void positions(const tcp_sched *s, ts_id r, uint32_t *pos, uint32_t *n, int depth)

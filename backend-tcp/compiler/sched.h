@@ -153,6 +153,10 @@ void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item);
 /* Inserts an item at position at (<= the item count) of a region's items. */
 void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */
+/* Removes the scalars with drop[id] set, which nothing may read (no scalar,
+ * predicate, loop field or view names them): the others renumbered in order
+ * everywhere, their region items kept in place. */
+void ts_drop_scalars(tcp_sched *s, const uint8_t *drop);
 /* Whether region rg is region in or stands below it. */
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
 /* Whether ops a and b sit in different cases of one classes region (one
@@ -200,6 +204,13 @@ void ts_add_dep_once(tcp_sched *s, ts_id op, ts_id on, int dist);
 bool ts_op_in_loop(const tcp_sched *s, ts_id o);
 /* Whether a scalar ld reads buffer b (SPM). */
 bool ts_buf_spm_read(const tcp_sched *s, ts_id b);
+/* Group slots of a two-slot buffer (rewrite group-fetch): whether scalar
+ * reg is `alu.and $g, n - 1` of a loop index, n >= 4 a power of two (block
+ * g's entry of a buffer of n entries, two halves of n / 2), or
+ * ts_group_half: `alu.min (alu.and (alu.add $g, k), k), 1` (the half of the
+ * group from block g + k, k >= 2 a power of two). */
+bool ts_group_slot(const tcp_sched *s, int32_t reg, int64_t n);
+bool ts_group_half(const tcp_sched *s, int32_t reg);
 /* Elements of one slot of a buffer. */
 int64_t ts_buf_numel(const ts_buf *b);
 /* pos[op] = the op's position in program order (loops: prologue, body,

@@ -29,7 +29,8 @@ static int slot_view(const tcp_sched *s, const tcp_insn *in, int w)
 {
 	const tcp_view *v = &in->v[w];
 	bool walks = in->op == TCP_OP_DMA_COPY || in->op == TCP_OP_SUB_TRF || in->op == TCP_OP_SUB_VRF ||
-		     in->op == TCP_OP_TU_CONTRACT || (in->op == TCP_OP_TU_VEC && !(in->flags & (TCP_F_E2M1 | TCP_F_I4)));
+		     in->op == TCP_OP_TU_CONTRACT || (in->op == TCP_OP_TU_VEC && !(in->flags & (TCP_F_E2M1 | TCP_F_I4))) ||
+		     (in->op == TCP_OP_DMA_GATHER && w == TCP_V_DST && ts_group_half(s, v->reg));
 	if (v->t < 0 || (uint32_t)v->t >= s->nbuf || s->buf[v->t].slots != 2 || !walks)
 		return -1;
 	int64_t S = ts_buf_numel(&s->buf[v->t]), lo = v->base, hi = v->base;
@@ -40,7 +41,9 @@ static int slot_view(const tcp_sched *s, const tcp_insn *in, int w)
 	if (S <= 0 || lo < 0)
 		return -1;
 	if (v->reg >= 0)
-		return v->scale == S && hi < S ? 2 : -1;
+		return (v->scale == S && hi < S) || (v->scale > 0 && S % v->scale == 0 && hi < v->scale && ts_group_slot(s, v->reg, 2 * S / v->scale))
+			       ? 2
+			       : -1;
 	return lo / S == hi / S && hi < 2 * S ? (int)(lo / S) : -1;
 }
 

@@ -495,7 +495,14 @@ static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 			       vn[w], a, z, vw->t, b->name, units),
 		       false;
 	int slot = b->slots == 2 && vw->reg >= 0 ? slot_of(v->s, vw->reg) : -1;
-	if (slot >= 0 && vw->scale * 2 == units && a >= 0 && z < vw->scale) {
+	if (b->slots == 2 && vw->reg >= 0 && ts_group_half(v->s, vw->reg))
+		slot = 1; /* the next group's half (group-fetch) */
+	if (b->slots == 2 && vw->reg >= 0 && !nib && vw->scale > 0 && units % (2 * vw->scale) == 0 && a >= 0 &&
+		z < vw->scale && ts_group_slot(v->s, vw->reg, units / vw->scale)) {
+		/* an entry of the block's own group: its half, numbered 0 */
+		*lo = 0;
+		*hi = units / 2 * es - 1;
+	} else if (slot >= 0 && vw->scale * 2 == units && a >= 0 && z < vw->scale) {
 		*lo = nib ? (slot * vw->scale + a) / 2 : (slot * vw->scale + a) * es;
 		*hi = nib ? (slot * vw->scale + z) / 2 : (slot * vw->scale + z) * es + es - 1;
 	} else if (vw->reg >= 0) {

@@ -135,11 +135,14 @@ static bool find(const tcp_sched *s, sx *x)
 	return !used_elsewhere(s, x->slot, x->gd, true) && !used_elsewhere(s, x->nslot, x->gd, false);
 }
 
+/* Where every block holds its own expert (B >= T: an expert's count is at
+ * most T, so it fills one block), no block repeats its predecessor's and
+ * the carried slot would only cost control cycles. */
 bool ts_rw_same_expert_applies(const tcp_sched *s, const ts_env *e)
 {
 	(void)e;
 	sx x;
-	return find(s, &x) && s->loop[0].G > 1;
+	return find(s, &x) && s->loop[0].G > 1 && !(s->meta.T >= 1 && s->meta.B >= s->meta.T);
 }
 
 /* Moves the last n items of region rg to position at. */

@@ -1,0 +1,438 @@
+/* backend-tcp/compiler/rw/group_fetch.c: rewrite `group-fetch`
+ * (rewrites.def, docs/tcp-compiler.md 5.2).
+ *
+ * With double weights every block fetches its expert's weights with one DMA
+ * command per packed operand, and the DMA context pays dma.setup_cycles for
+ * each, serially: 0.5 us per expert, about 8% of a 9.4 MB expert's fetch.
+ * Where every block holds a distinct expert (B >= T: an expert's count is at
+ * most T, so it fits one block; SEMANTICS section 5), the block list itself
+ * names the experts in fetch order, and one `dma.gather` by that list moves k
+ * experts' rows for one setup. The rewrite makes each slot of the two-slot
+ * buffer hold a group of k experts (k a power of two, picked by trials):
+ *   - the prologue gathers blocks 0..k-1's experts into half 0 (valid
+ *     min(k, nb) indices: later rows are not moved);
+ *   - block g reads entry g & (2k - 1) ($slot, which was g & 1; its scale
+ *     one expert's rows), in half (g / k) & 1;
+ *   - the prefetch, once per group (g & (k - 1) == 0), gathers blocks
+ *     g + k .. g + 2k - 1's experts into the other half under g + k < nb
+ *     (valid min(k, nb - g - k)); its guard's next block index is g + k,
+ *     and the next block's expert and slot, read by the copies alone, go
+ *     (and block 0's expert where the prologue's copies alone read it).
+ * The block list is padded by k entries so the gather's index view (k
+ * entries from g + k) stays inside it; the entries past nb are never used.
+ * Values are unchanged: each block reads its expert's rows, written by the
+ * gather of its group, which waits for the previous group's reads of that
+ * half (its distance-1 dependencies on the previous block's reads) and
+ * which those reads wait for (theirs on the prefetch, and on the prologue's
+ * gather). A group's first block waits for the whole group (k fetches), and
+ * after the last gather the last group's blocks compute while the DMA
+ * context idles, so larger k saves setups and lengthens the tail: the
+ * trials (placed and predicted) pick k, and a buffer that no longer fits DM
+ * fails its trial.
+ *
+ * Applies to one block loop with double weights, prefetch 1 and the
+ * experts read from a staged list, after the other structural rewrites:
+ * its operands each fetched whole (a row of a packed HBM buffer into a
+ * rank-1 slot) by a prologue copy at the list's first entry and by a
+ * prefetch copy at the next block's, the slot register used only by views
+ * inside one slot of those buffers. */
+#include <string.h>
+
+#include "backend-tcp/compiler/rewrites.h"
+#include "backend-tcp/isa/build.h"
+
+enum { GF_MAX = 4, GF_KMAX = 16 };
+
+typedef struct gf {
+	ts_id gd;            /* the prefetch guard */
+	ts_id gnext, more;   /* its next block index and predicate */
+	ts_id slot, e0, list;
+	ts_id enext, nslot;  /* the prefetch copies' source and destination registers */
+	uint32_t n;
+	ts_id w[GF_MAX], h[GF_MAX], pro[GF_MAX], pf[GF_MAX];
+	int64_t numel[GF_MAX], rows[GF_MAX];
+} gf;
+
+static bool is_next(const tcp_sched *s, ts_id x, ts_id g)
+{
+	const ts_scalar *c = x < s->nsc ? &s->sc[x] : NULL;
+	return c && c->kind == TS_SC_ALU && c->op == TCP_S_ADD && c->a == g && c->b == TS_NONE && c->imm == 1;
+}
+
+/* Whether op o copies a whole n-element slot of w from row `reg` of an HBM
+ * buffer (*h: that buffer, fixed by the first call), with dst register dreg
+ * (TS_NONE: a fixed view of slot 0). */
+static bool whole_fetch(const tcp_sched *s, ts_id o, ts_id w, int64_t n, ts_id reg, ts_id dreg, ts_id *h)
+{
+	const tcp_insn *in = &s->op[o].in;
+	const tcp_view *d = &in->v[TCP_V_DST], *v = &in->v[TCP_V_S0];
+	if (in->op != TCP_OP_DMA_COPY || in->vreg >= 0 || (in->flags & TCP_F_JOIN) || in->v[TCP_V_S1].t >= 0 ||
+		d->t < 0 || (ts_id)d->t != w || d->base != 0 || v->t < 0 || v->base != 0 || v->reg < 0 ||
+		(ts_id)v->reg != reg || v->scale != n || ts_insn_numel(in) != n ||
+		!ts_view_contiguous(d, in->ndim, in->dim) || !ts_view_contiguous(v, in->ndim, in->dim))
+		return false;
+	if (dreg == TS_NONE ? d->reg >= 0 : d->reg < 0 || (ts_id)d->reg != dreg || d->scale != n)
+		return false;
+	const ts_buf *hb = &s->buf[v->t];
+	if (hb->space != TCP_HBM || (*h != TS_NONE && (ts_id)v->t != *h))
+		return false;
+	*h = (ts_id)v->t;
+	return true;
+}
+
+/* The prefetch copies standing in guard gd into two-slot DM buffers from
+ * the list's next entry, one source and one destination register for all;
+ * false on any other op or a region. */
+static bool prefetches(const tcp_sched *s, ts_id gd, ts_id enext_buf, gf *x)
+{
+	const ts_region *r = &s->rg[gd];
+	for (uint32_t k = 0; k < r->nitem; k++) {
+		uint32_t it = r->item[k];
+		ts_id id = TS_ITEM_ID(it);
+		if (TS_ITEM_KIND(it) == TS_ITEM_RG)
+			return false;
+		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
+			continue;
+		const tcp_insn *in = &s->op[id].in;
+		const tcp_view *d = &in->v[TCP_V_DST], *v = &in->v[TCP_V_S0];
+		if (x->n == GF_MAX || in->op != TCP_OP_DMA_COPY || d->t < 0 || d->reg < 0 || v->reg < 0)
+			return false;
+		const ts_scalar *en = &s->sc[v->reg];
+		const ts_buf *b = &s->buf[d->t];
+		if (en->kind != TS_SC_SPM_LD || en->buf != enext_buf || !is_next(s, en->a, s->loop[0].g) ||
+			b->space != TCP_DM || b->slots != 2 || b->rank != 1 || b->life != TS_LIFE_LOOP)
+			return false;
+		ts_id h = TS_NONE;
+		if (!whole_fetch(s, id, (ts_id)d->t, ts_buf_numel(b), (ts_id)v->reg, (ts_id)d->reg, &h) ||
+			(x->n && (x->enext != (ts_id)v->reg || x->nslot != (ts_id)d->reg)))
+			return false;
+		x->enext = (ts_id)v->reg, x->nslot = (ts_id)d->reg;
+		for (uint32_t j = 0; j < x->n; j++)
+			if (x->w[j] == (ts_id)d->t)
+				return false;
+		x->w[x->n] = (ts_id)d->t;
+		x->h[x->n] = h;
+		x->pf[x->n] = id;
+		x->numel[x->n] = ts_buf_numel(b);
+		x->rows[x->n++] = ts_buf_numel(&s->buf[h]) / ts_buf_numel(b);
+	}
+	return true;
+}
+
+/* Whether a scalar, a predicate, a loop field or (with ops) an op other
+ * than the prefetch copies of ops reads scalar id. */
+static bool reads_scalar(const tcp_sched *s, ts_id id, const struct gf *ops)
+{
+	for (ts_id c = 0; c < s->nsc; c++) {
+		const ts_scalar *y = &s->sc[c];
+		bool two = y->kind == TS_SC_ALU || y->kind == TS_SC_CMP || y->kind == TS_SC_LOOPVAR;
+		if ((two && (y->a == id || y->b == id)) || (y->kind == TS_SC_SPM_LD && y->a == id))
+			return true;
+	}
+	for (ts_id r = 0; r < s->nrg; r++)
+		if ((s->rg[r].kind == TS_RG_GUARD || s->rg[r].kind == TS_RG_CLASSES) && s->rg[r].pred == id)
+			return true;
+	const ts_loop *l = &s->loop[0];
+	if (l->nb == id || l->expert == id || l->rows == id || l->g == id)
+		return true;
+	for (ts_id o = 0; ops && o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		bool pf = false;
+		for (uint32_t j = 0; j < ops->n; j++)
+			pf |= o == ops->pf[j];
+		if (pf)
+			continue;
+		if (in->vreg >= 0 && (ts_id)in->vreg == id)
+			return true;
+		for (int w = 0; w < TCP_NVIEW; w++)
+			if (in->v[w].t >= 0 && in->v[w].reg >= 0 && (ts_id)in->v[w].reg == id)
+				return true;
+	}
+	return false;
+}
+
+/* Whether every other use of the operands' buffers is a view moved by the
+ * slot register inside one slot, and the slot register moves nothing else. */
+static bool reads_ok(const tcp_sched *s, const gf *x)
+{
+	for (ts_id o = 0; o < s->nop; o++) {
+		bool fetch = false;
+		for (uint32_t j = 0; j < x->n; j++)
+			fetch |= o == x->pro[j] || o == x->pf[j];
+		const tcp_insn *in = &s->op[o].in;
+		if (in->vreg >= 0 && (ts_id)in->vreg == x->slot)
+			return false;
+		for (int w = 0; w < TCP_NVIEW; w++) {
+			const tcp_view *v = &in->v[w];
+			if (v->t < 0)
+				continue;
+			int j = -1;
+			for (uint32_t q = 0; q < x->n; q++)
+				if ((ts_id)v->t == x->w[q])
+					j = (int)q;
+			bool by_slot = v->reg >= 0 && (ts_id)v->reg == x->slot;
+			if (fetch && j >= 0 && w == TCP_V_DST)
+				continue;
+			if (j < 0 ? by_slot : (!by_slot || w == TCP_V_DST || v->scale != x->numel[j]))
+				return false;
+			if (j >= 0) {
+				int64_t lo, hi;
+				ts_view_span(in, v, &lo, &hi);
+				if (lo < 0 || hi > x->numel[j])
+					return false;
+			}
+		}
+	}
+	return !reads_scalar(s, x->slot, NULL) && !reads_scalar(s, x->enext, x) && !reads_scalar(s, x->nslot, x);
+}
+
+/* Whether scalar id is read only by $more, by what stands in the prefetch
+ * guard gd and as gd's predicate (more): the guard's index can move. */
+static bool only_in(const tcp_sched *s, ts_id id, ts_id gd, ts_id more)
+{
+	for (ts_id c = 0; c < s->nsc; c++) {
+		const ts_scalar *y = &s->sc[c];
+		bool two = y->kind == TS_SC_ALU || y->kind == TS_SC_CMP || y->kind == TS_SC_LOOPVAR;
+		bool uses = (two && (y->a == id || y->b == id)) || (y->kind == TS_SC_SPM_LD && y->a == id);
+		if (uses && c != more && !ts_region_within(s, y->region, gd))
+			return false;
+	}
+	for (ts_id r = 0; r < s->nrg; r++)
+		if ((s->rg[r].kind == TS_RG_GUARD || s->rg[r].kind == TS_RG_CLASSES) && s->rg[r].pred == id &&
+			!(r == gd && id == more) && !ts_region_within(s, r, gd))
+			return false;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		bool uses = in->vreg >= 0 && (ts_id)in->vreg == id;
+		for (int w = 0; w < TCP_NVIEW; w++)
+			uses |= in->v[w].t >= 0 && in->v[w].reg >= 0 && (ts_id)in->v[w].reg == id;
+		if (uses && !ts_region_within(s, s->op[o].region, gd))
+			return false;
+	}
+	const ts_loop *l = &s->loop[0];
+	return l->nb != id && l->expert != id && l->rows != id && l->g != id;
+}
+
+static bool find(const tcp_sched *s, gf *x)
+{
+	memset(x, 0, sizeof *x);
+	if (s->nloop != 1 || s->meta.T < 1 || s->meta.B < s->meta.T || !s->m)
+		return false;
+	const ts_loop *l = &s->loop[0];
+	if (l->weights != TS_W_DOUBLE || l->prefetch != 1 || l->expert == TS_NONE || l->G < 2 ||
+		s->sc[l->expert].kind != TS_SC_SPM_LD || s->sc[l->expert].a != l->g || s->sc[l->expert].imm != 0)
+		return false;
+	x->list = s->sc[l->expert].buf;
+	const ts_buf *lb = x->list < s->nbuf ? &s->buf[x->list] : NULL;
+	if (!lb || lb->space != TCP_DM || ts_buf_numel(lb) < l->G || lb->shape[lb->rank - 1] != ts_buf_numel(lb) ||
+		lb->dtype != MOE_I32 || lb->slots != 1 || lb->life != TS_LIFE_PROGRAM)
+		return false;
+	/* the prefetch guard: g + 1 < nb, a direct item of the body */
+	const ts_region *b = &s->rg[l->body];
+	x->gd = TS_NONE;
+	for (uint32_t k = 0; k < b->nitem && x->gd == TS_NONE; k++) {
+		uint32_t it = b->item[k];
+		const ts_region *g = &s->rg[TS_ITEM_ID(it)];
+		if (TS_ITEM_KIND(it) != TS_ITEM_RG || g->kind != TS_RG_GUARD)
+			continue;
+		const ts_scalar *p = &s->sc[g->pred];
+		if (p->kind == TS_SC_CMP && p->op == TCP_C_LT && p->b == l->nb && is_next(s, p->a, l->g) &&
+			s->sc[p->a].region == l->body && p->region == l->body)
+			x->gd = TS_ITEM_ID(it), x->gnext = p->a, x->more = g->pred;
+	}
+	if (x->gd == TS_NONE || !prefetches(s, x->gd, x->list, x) || !x->n || !only_in(s, x->gnext, x->gd, x->more) ||
+		!only_in(s, x->more, x->gd, x->more))
+		return false;
+	/* the prologue's copies at the list's first entry */
+	const ts_region *pro = &s->rg[l->prologue];
+	x->e0 = TS_NONE;
+	for (uint32_t j = 0; j < x->n; j++) {
+		x->pro[j] = TS_NONE;
+		for (uint32_t k = 0; k < pro->nitem; k++) {
+			uint32_t it = pro->item[k];
+			ts_id o = TS_ITEM_ID(it), h = x->h[j];
+			if (TS_ITEM_KIND(it) != TS_ITEM_OP || s->op[o].in.v[TCP_V_S0].reg < 0)
+				continue;
+			ts_id e0 = (ts_id)s->op[o].in.v[TCP_V_S0].reg;
+			const ts_scalar *c = &s->sc[e0];
+			if (c->kind == TS_SC_SPM_LD && c->buf == x->list && c->a == TS_NONE && c->imm == 0 &&
+				(x->e0 == TS_NONE || x->e0 == e0) && whole_fetch(s, o, x->w[j], x->numel[j], e0, TS_NONE, &h))
+				x->pro[j] = o, x->e0 = e0;
+		}
+		if (x->pro[j] == TS_NONE)
+			return false;
+	}
+	/* the slot register: the one the first operand's readers use */
+	x->slot = TS_NONE;
+	for (ts_id o = 0; o < s->nop && x->slot == TS_NONE; o++)
+		for (int w = TCP_V_S0; w < TCP_NVIEW; w++)
+			if (s->op[o].in.v[w].t >= 0 && (ts_id)s->op[o].in.v[w].t == x->w[0] && s->op[o].in.v[w].reg >= 0)
+				x->slot = (ts_id)s->op[o].in.v[w].reg;
+	const ts_scalar *sl = x->slot != TS_NONE ? &s->sc[x->slot] : NULL;
+	if (!sl || sl->region != l->body || sl->kind != TS_SC_ALU || sl->op != TCP_S_AND || sl->a != l->g ||
+		sl->b != TS_NONE || sl->imm != 1 || s->sc[x->enext].region != x->gd || s->sc[x->nslot].region != x->gd)
+		return false;
+	return reads_ok(s, x);
+}
+
+bool ts_rw_group_fetch_applies(const tcp_sched *s, const ts_env *e)
+{
+	(void)e;
+	gf x;
+	return find(s, &x);
+}
+
+/* Inserts item `it` just before item `before` of region rg. */
+static void insert_before(tcp_sched *s, ts_id rg, uint32_t before, uint32_t it)
+{
+	const ts_region *r = &s->rg[rg];
+	uint32_t at = 0;
+	while (at < r->nitem && r->item[at] != before)
+		at++;
+	ts_region_insert(s, rg, at, it);
+}
+
+/* The last item of region rg (just appended) moved before item `before`. */
+static void last_before(tcp_sched *s, ts_id rg, uint32_t before)
+{
+	ts_region *r = &s->rg[rg];
+	uint32_t it = r->item[--r->nitem];
+	insert_before(s, rg, before, it);
+}
+
+/* Op o (a whole-slot copy) turned into the gather of k rows of x's operand j
+ * by the list from index register ix (TS_NONE: from 0), into the half that
+ * register half selects (TS_NONE: half 0), valid count register v. */
+static void to_gather(tcp_sched *s, const gf *x, uint32_t j, ts_id o, int64_t k, ts_id ix, ts_id half, ts_id v,
+	uint16_t feature)
+{
+	int64_t n = x->numel[j], dim[3] = {1, k, n};
+	tcp_view d = tcp_view_none(), h = tcp_view_none(), i = tcp_view_none();
+	d.t = (int32_t)x->w[j];
+	d.stride[0] = k * n, d.stride[1] = n, d.stride[2] = 1;
+	if (half != TS_NONE)
+		d.reg = (int32_t)half, d.scale = k * n;
+	h.t = (int32_t)x->h[j];
+	h.stride[0] = x->rows[j] * n, h.stride[1] = n, h.stride[2] = 1;
+	i.t = (int32_t)x->list;
+	i.stride[1] = 1;
+	if (ix != TS_NONE)
+		i.reg = (int32_t)ix, i.scale = 1;
+	for (ts_id q = 0; q < s->nop; q++)
+		if (q != o && ts_op_writes(&s->op[q], (int32_t)x->list) && !ts_op_in_loop(s, q))
+			ts_add_dep_once(s, o, q, 0);
+	ts_op *op = &s->op[o];
+	tcp_insn in = tcp_b_dma_gather(3, dim, d, h, i, x->rows[j]);
+	in.vreg = (int32_t)v;
+	in.phase = op->in.phase;
+	op->in = in;
+	op->cost = 0;
+	op->feature = feature;
+}
+
+static void group(tcp_sched *s, const gf *x, int64_t k, uint16_t feature)
+{
+	const ts_loop *l = &s->loop[0];
+	ts_id body = l->body, pro = l->prologue, g = l->g, nb = l->nb;
+	/* each slot a group of k experts; the list padded for the last group's view */
+	for (uint32_t j = 0; j < x->n; j++) {
+		ts_buf *w = &s->buf[x->w[j]];
+		int64_t es = (int64_t)moe_dtype_size((moe_dtype)w->dtype);
+		w->shape[0] = k * x->numel[j];
+		w->layout.slice_bytes = 2 * k * x->numel[j] * es / w->layout.nslices;
+	}
+	ts_buf *lb = &s->buf[x->list];
+	lb->shape[lb->rank - 1] += k;
+	int64_t cap = lb->layout.slice_bytes * lb->layout.nslices, need = ts_buf_numel(lb) * 4;
+	if (need > cap)
+		lb->layout.slice_bytes = (need + lb->layout.nslices - 1) / lb->layout.nslices;
+	/* the prologue: blocks 0..k-1's experts into half 0 */
+	ts_id v0 = ts_add_scalar(s, pro, "gfv0", TS_SC_ALU, TCP_S_MIN, nb, TS_NONE, k);
+	last_before(s, pro, TS_ITEM_OP | x->pro[0]);
+	for (uint32_t j = 0; j < x->n; j++)
+		to_gather(s, x, j, x->pro[j], k, TS_NONE, TS_NONE, v0, feature);
+	/* block g's entry: g & (2k - 1), in half (g / k) & 1 */
+	s->sc[x->slot].imm = 2 * k - 1;
+	/* the prefetch once per group, of the next group (its first block g + k) */
+	ts_id m = ts_add_scalar(s, body, "gfpos", TS_SC_ALU, TCP_S_AND, g, TS_NONE, k - 1);
+	last_before(s, body, TS_ITEM_RG | x->gd);
+	ts_id first = ts_add_scalar(s, body, "gffirst", TS_SC_CMP, TCP_C_EQ, m, TS_NONE, 0);
+	last_before(s, body, TS_ITEM_RG | x->gd);
+	ts_id fg = ts_add_region(s, body, TS_RG_GUARD, first);
+	ts_region *br = &s->rg[body];
+	br->nitem--;
+	for (uint32_t k2 = 0; k2 < br->nitem; k2++)
+		if (br->item[k2] == (TS_ITEM_RG | x->gd))
+			br->item[k2] = TS_ITEM_RG | fg;
+	/* $gnext and $more move into the group guard with the prefetch guard */
+	for (uint32_t k2 = 0; k2 < br->nitem; k2++)
+		if (br->item[k2] == (TS_ITEM_SC | x->gnext) || br->item[k2] == (TS_ITEM_SC | x->more)) {
+			memmove(br->item + k2, br->item + k2 + 1, (br->nitem - k2 - 1) * sizeof *br->item);
+			br->nitem--, k2--;
+		}
+	ts_region_push(s, fg, TS_ITEM_SC | x->gnext);
+	ts_region_push(s, fg, TS_ITEM_SC | x->more);
+	ts_region_push(s, fg, TS_ITEM_RG | x->gd);
+	s->sc[x->gnext].region = fg;
+	s->sc[x->more].region = fg;
+	s->rg[x->gd].parent = fg;
+	s->sc[x->gnext].imm = k;
+	/* in the prefetch guard: the next group's half and its count */
+	ts_id gd = x->gd;
+	ts_id a = ts_add_scalar(s, gd, "gfbit", TS_SC_ALU, TCP_S_AND, x->gnext, TS_NONE, k);
+	ts_id half = ts_add_scalar(s, gd, "gfhalf", TS_SC_ALU, TCP_S_MIN, a, TS_NONE, 1);
+	ts_id left = ts_add_scalar(s, gd, "gfleft", TS_SC_ALU, TCP_S_SUB, nb, x->gnext, 0);
+	ts_id v = ts_add_scalar(s, gd, "gfv", TS_SC_ALU, TCP_S_MIN, left, TS_NONE, k);
+	ts_region *gr = &s->rg[gd];
+	uint32_t add[4];
+	memcpy(add, gr->item + gr->nitem - 4, sizeof add);
+	memmove(gr->item + 4, gr->item, (gr->nitem - 4) * sizeof *gr->item);
+	memcpy(gr->item, add, sizeof add);
+	for (uint32_t j = 0; j < x->n; j++)
+		to_gather(s, x, j, x->pf[j], k, x->gnext, half, v, feature);
+	/* the next block's expert and slot, read by the copies alone, and block
+	 * 0's expert where the prologue's copies alone read it */
+	uint8_t *drop = ctx_alloc(s->ctx, s->nsc); /* zeroed */
+	const gf every = {.n = 0};
+	drop[x->enext] = drop[x->nslot] = 1;
+	drop[x->e0] = !reads_scalar(s, x->e0, &every);
+	ts_drop_scalars(s, drop);
+	ctx_free(s->ctx, drop, 0);
+}
+
+typedef struct gf_arg {
+	uint16_t feature;
+	int64_t k;
+} gf_arg;
+
+static bool group_copy(tcp_sched *c, void *arg)
+{
+	const gf_arg *a = arg;
+	gf x;
+	if (!find(c, &x))
+		return false;
+	group(c, &x, a->k, a->feature);
+	return true;
+}
+
+/* k: each power of two from 2 while a group holds fewer than the grid's
+ * blocks, up to GF_KMAX, grouped in a trial copy, placed and predicted; the
+ * fastest taken (ties: the smaller group, the shorter tail). */
+moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	gf x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	int64_t best = 0, least = -1;
+	for (int64_t k = 2; k <= GF_KMAX && k / 2 < s->loop[0].G; k *= 2) {
+		gf_arg a = {feature, k};
+		ts_trial t = ts_trial_for(e, "<group-fetch trial>", group_copy, &a, true);
+		int64_t c = ts_trial_of(s, &t);
+		if (c >= 0 && (least < 0 || c < least))
+			least = c, best = k;
+	}
+	if (!best)
+		return MOE_ERR_INVALID;
+	group(s, &x, best, feature);
+	return MOE_OK;
+}
