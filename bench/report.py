@@ -634,7 +634,8 @@ w(f"- *DMA setups on the critical path*: the DMA commands on the run's critical 
 w("- *routing before the first expert command*: `expert_start_seconds` of the stats JSON (when the first block's "
   "weight fetch starts) less the launch: router, top-k, index generation and dispatch that nothing hides;")
 w("- *gathers/scatters on the critical path*: the cycles the `dma.gather` and `dma.scatter` commands on the "
-  "critical path add to it (exposed, not hidden under other work).\n")
+  "critical path add to it (exposed, not hidden under other work; where `group-fetch` applies, the experts' "
+  "weight fetches are gathers too, so a weight-bound run shows them here).\n")
 w("**Floor**: the contract's floor for the run (`floor_seconds` of the stats JSON, `moe_tcp_floor`: a lower bound "
   "on every correct program of the layer for the tokens and experts the run hit, derived in docs/tcp-isa.md "
   "section 12) and the simulated time's ratio to it (issue 31: each row within 1.05x; `-` where the run's stats "
