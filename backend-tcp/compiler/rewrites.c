@@ -384,6 +384,8 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 		else
 			st = r->apply(s, e, (uint16_t)(k + 1));
 		forget_applied(kept);
+		if (st == MOE_ERR_UNSUPPORTED)
+			continue; /* declined, s unchanged */
 		if (st == MOE_OK && stage == TS_RW_PEEP && s->reuse == TS_REUSE_ORDERED) {
 			ts_reuse_edges(s); /* the reuse order in the order the rewrite left */
 			verified = false;

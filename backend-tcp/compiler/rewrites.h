@@ -23,6 +23,9 @@ typedef struct ts_rewrite {
 	const char *needs;      /* a row that must have run first, or NULL */
 	bool (*applies)(const tcp_sched *s, const ts_env *e);
 	double (*benefit)(const tcp_sched *s, const ts_env *e, int row); /* predicted cycles saved */
+	/* MOE_OK: applied; MOE_ERR_UNSUPPORTED: declined, s unchanged (none of
+	 * the rewrite's own choices places: a forced row is then skipped, with
+	 * the rewrite's note); anything else: a moec bug */
 	moe_status (*apply)(tcp_sched *s, const ts_env *e, uint16_t feature);
 } ts_rewrite;
 

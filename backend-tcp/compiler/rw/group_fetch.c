@@ -431,8 +431,11 @@ moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 		if (c >= 0 && (least < 0 || c < least))
 			least = c, best = k;
 	}
-	if (!best)
-		return MOE_ERR_INVALID;
+	if (!best) {
+		moe_diag(s->ctx, MOE_DIAG_NOTE, moe_loc_none(),
+			"tcp: group-fetch: no group of two or more experts per weight slot places in DM; each expert keeps its own fetch");
+		return MOE_ERR_UNSUPPORTED;
+	}
 	group(s, &x, best, feature);
 	return MOE_OK;
 }
