@@ -3,6 +3,7 @@
  * verifier, the structural rewrites (rewrites.def), placement (dmplan.c), the
  * peephole rewrites (the list scheduler among them), the verifier again, then
  * instruction selection. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,6 +268,26 @@ static bool place(moe_ctx *ctx, tcp_sched *s, bool keep)
 	return ok;
 }
 
+/* After a failed placement: the rows forced on (--tcp-opt=+NAME) that ran,
+ * since a forced row adds its buffers whatever they cost in DM. */
+static void note_forced(moe_ctx *ctx, const tcp_sched *s, const ts_env *e)
+{
+	char names[512];
+	size_t n = 0;
+	names[0] = 0;
+	for (int k = 0; k < ts_nrewrites && k < 64; k++)
+		if (e->on >> k & 1 && s->ran >> k & 1) {
+			int w = snprintf(names + n, sizeof names - n, "%s+%s", n ? "," : "", ts_rewrites[k].name);
+			if (w < 0 || (size_t)w >= sizeof names - n)
+				break;
+			n += (size_t)w;
+		}
+	if (n)
+		moe_diag(ctx, MOE_DIAG_NOTE, moe_loc_none(),
+			"tcp: --tcp-opt forced on %s; a forced rewrite adds its buffers whatever they cost in DM (without it the "
+			"compiler takes it only where it places)", names);
+}
+
 /* The schedule of g, carrying the prep graph `prep`: built, verified, then
  * (with e) the structural rewrites, placement when a peephole rewrite may
  * run, the peephole rewrites and the verifier. */
@@ -296,6 +317,7 @@ static tcp_sched *compiled_graph(moe_ctx *ctx, const moe_graph *g, const moe_gra
 		s->reuse = TS_REUSE_UNORDERED;
 		if (print)
 			return s; /* printed unplaced: its compile reports the overflow */
+		note_forced(ctx, s, e);
 		tcp_sched_free(s);
 		return NULL;
 	}
