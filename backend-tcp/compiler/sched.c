@@ -212,6 +212,27 @@ void ts_drop_scalars(tcp_sched *s, const uint8_t *drop)
 	ctx_free(s->ctx, map, 0);
 }
 
+bool ts_scalar_reads(const ts_scalar *y, ts_id id)
+{
+	bool two = y->kind == TS_SC_ALU || y->kind == TS_SC_CMP || y->kind == TS_SC_LOOPVAR;
+	return (two && (y->a == id || y->b == id)) || (y->kind == TS_SC_SPM_LD && y->a == id);
+}
+
+bool ts_region_reads(const ts_region *r, ts_id id)
+{
+	return (r->kind == TS_RG_GUARD || r->kind == TS_RG_CLASSES) && r->pred == id;
+}
+
+bool ts_insn_reads(const tcp_insn *in, ts_id id)
+{
+	if (in->vreg >= 0 && (ts_id)in->vreg == id)
+		return true;
+	for (int w = 0; w < TCP_NVIEW; w++)
+		if (in->v[w].t >= 0 && in->v[w].reg >= 0 && (ts_id)in->v[w].reg == id)
+			return true;
+	return false;
+}
+
 ts_id ts_find_scalar(const tcp_sched *s, const char *name)
 {
 	if (!s->hcap)

@@ -157,6 +157,12 @@ ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent
  * predicate, loop field or view names them): the others renumbered in order
  * everywhere, their region items kept in place. */
 void ts_drop_scalars(tcp_sched *s, const uint8_t *drop);
+/* Readers of scalar id (a valid id): scalar y (an operand, or an SPM load's
+ * index), region r (a guard's or a row-class switch's predicate), command in
+ * (its count register or a view's register). */
+bool ts_scalar_reads(const ts_scalar *y, ts_id id);
+bool ts_region_reads(const ts_region *r, ts_id id);
+bool ts_insn_reads(const tcp_insn *in, ts_id id);
 /* Whether region rg is region in or stands below it. */
 bool ts_region_within(const tcp_sched *s, ts_id rg, ts_id in);
 /* Whether ops a and b sit in different cases of one classes region (one

@@ -123,30 +123,21 @@ static bool prefetches(const tcp_sched *s, ts_id gd, ts_id enext_buf, gf *x)
  * than the prefetch copies of ops reads scalar id. */
 static bool reads_scalar(const tcp_sched *s, ts_id id, const struct gf *ops)
 {
-	for (ts_id c = 0; c < s->nsc; c++) {
-		const ts_scalar *y = &s->sc[c];
-		bool two = y->kind == TS_SC_ALU || y->kind == TS_SC_CMP || y->kind == TS_SC_LOOPVAR;
-		if ((two && (y->a == id || y->b == id)) || (y->kind == TS_SC_SPM_LD && y->a == id))
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (ts_scalar_reads(&s->sc[c], id))
 			return true;
-	}
 	for (ts_id r = 0; r < s->nrg; r++)
-		if ((s->rg[r].kind == TS_RG_GUARD || s->rg[r].kind == TS_RG_CLASSES) && s->rg[r].pred == id)
+		if (ts_region_reads(&s->rg[r], id))
 			return true;
 	const ts_loop *l = &s->loop[0];
 	if (l->nb == id || l->expert == id || l->rows == id || l->g == id)
 		return true;
 	for (ts_id o = 0; ops && o < s->nop; o++) {
-		const tcp_insn *in = &s->op[o].in;
 		bool pf = false;
 		for (uint32_t j = 0; j < ops->n; j++)
 			pf |= o == ops->pf[j];
-		if (pf)
-			continue;
-		if (in->vreg >= 0 && (ts_id)in->vreg == id)
+		if (!pf && ts_insn_reads(&s->op[o].in, id))
 			return true;
-		for (int w = 0; w < TCP_NVIEW; w++)
-			if (in->v[w].t >= 0 && in->v[w].reg >= 0 && (ts_id)in->v[w].reg == id)
-				return true;
 	}
 	return false;
 }
@@ -190,25 +181,15 @@ static bool reads_ok(const tcp_sched *s, const gf *x)
  * guard gd and as gd's predicate (more): the guard's index can move. */
 static bool only_in(const tcp_sched *s, ts_id id, ts_id gd, ts_id more)
 {
-	for (ts_id c = 0; c < s->nsc; c++) {
-		const ts_scalar *y = &s->sc[c];
-		bool two = y->kind == TS_SC_ALU || y->kind == TS_SC_CMP || y->kind == TS_SC_LOOPVAR;
-		bool uses = (two && (y->a == id || y->b == id)) || (y->kind == TS_SC_SPM_LD && y->a == id);
-		if (uses && c != more && !ts_region_within(s, y->region, gd))
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (ts_scalar_reads(&s->sc[c], id) && c != more && !ts_region_within(s, s->sc[c].region, gd))
 			return false;
-	}
 	for (ts_id r = 0; r < s->nrg; r++)
-		if ((s->rg[r].kind == TS_RG_GUARD || s->rg[r].kind == TS_RG_CLASSES) && s->rg[r].pred == id &&
-			!(r == gd && id == more) && !ts_region_within(s, r, gd))
+		if (ts_region_reads(&s->rg[r], id) && !(r == gd && id == more) && !ts_region_within(s, r, gd))
 			return false;
-	for (ts_id o = 0; o < s->nop; o++) {
-		const tcp_insn *in = &s->op[o].in;
-		bool uses = in->vreg >= 0 && (ts_id)in->vreg == id;
-		for (int w = 0; w < TCP_NVIEW; w++)
-			uses |= in->v[w].t >= 0 && in->v[w].reg >= 0 && (ts_id)in->v[w].reg == id;
-		if (uses && !ts_region_within(s, s->op[o].region, gd))
+	for (ts_id o = 0; o < s->nop; o++)
+		if (ts_insn_reads(&s->op[o].in, id) && !ts_region_within(s, s->op[o].region, gd))
 			return false;
-	}
 	const ts_loop *l = &s->loop[0];
 	return l->nb != id && l->expert != id && l->rows != id && l->g != id;
 }

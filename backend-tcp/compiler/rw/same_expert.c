@@ -40,14 +40,11 @@ static bool is_and1(const ts_scalar *c, ts_id a)
  * destinations only. */
 static bool used_elsewhere(const tcp_sched *s, ts_id id, ts_id gd, bool reads_only)
 {
-	for (ts_id c = 0; c < s->nsc; c++) {
-		const ts_scalar *x = &s->sc[c];
-		bool two = x->kind == TS_SC_ALU || x->kind == TS_SC_CMP || x->kind == TS_SC_LOOPVAR;
-		if ((two && (x->a == id || x->b == id)) || (x->kind == TS_SC_SPM_LD && x->a == id))
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (ts_scalar_reads(&s->sc[c], id))
 			return true;
-	}
 	for (ts_id r = 0; r < s->nrg; r++)
-		if ((s->rg[r].kind == TS_RG_GUARD || s->rg[r].kind == TS_RG_CLASSES) && s->rg[r].pred == id)
+		if (ts_region_reads(&s->rg[r], id))
 			return true;
 	for (int k = 0; k < s->nloop; k++)
 		if (s->loop[k].nb == id || s->loop[k].expert == id || s->loop[k].rows == id)
