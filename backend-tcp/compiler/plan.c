@@ -80,7 +80,16 @@ cplan tcp_plan_contract(const moe_tcp_machine *m, int64_t M, int64_t O, int64_t 
 	int64_t S = tcp_slices(m), best_t = -1;
 	int64_t e = wdt == MOE_F32 ? 4 : wdt == MOE_F8E4M3 || wdt == MOE_I8 ? 1 : 2, its[4];
 	bool aligned = e == 1 || I * e % m->hbm_granule == 0;
+	tcp_cm cm;
+	tcp_cm_init(&cm, m);
+	int64_t issue = tcp_cost_issue(&cm, TCP_CTX_MAIN);
 	for (int64_t os = 1; os <= O; os++) {
+		/* every chunk os tries is at most fit, so it takes at least
+		 * cdiv(I, fit) chunks, each one main-context pass paying its issue
+		 * (tcp_contract_cycles): a bound that only grows with os */
+		int64_t fit = tcp_trf_bytes(m) / 2 / (os * e);
+		if (best_t >= 0 && fit >= 1 && cdiv(I, fit < I ? fit : I) * issue >= best_t)
+			break;
 		int n = tcp_chunk_tries(m, os, I, e, aligned, its);
 		if (n == 0)
 			break;
