@@ -75,6 +75,10 @@ typedef struct base_trial {
 	 * (before placement): the stage takes it when it runs that row */
 	tcp_sched *applied;
 	int applied_row;
+	/* the last row trial's row and prediction: the stage's schedule, where
+	 * it takes that row, reads back as that trial's copy did */
+	int tried_row;
+	int64_t tried_cycles;
 	bool verified;            /* the stage's schedule verified at its start */
 	struct base_trial *outer; /* the enclosing stage's, restored after this one */
 } base_trial;
@@ -97,6 +101,15 @@ static void key_free(moe_ctx *ctx, trial_key *k)
 static void forget(base_trial *b)
 {
 	key_free(b->ctx, &b->key);
+}
+
+/* s, predicted at cycles, as b's unchanged schedule */
+static void keep_base(base_trial *b, const tcp_sched *s, int64_t cycles)
+{
+	forget(b);
+	b->m = s->m;
+	b->key.copy = ts_clone(s);
+	b->cycles = cycles;
 }
 
 static void forget_applied(base_trial *b)
@@ -160,8 +173,11 @@ static int64_t trial_on(const tcp_sched *s, tcp_sched *c, const ts_trial *t, siz
 			cy = 0;
 		else {
 			c->reuse = c->reuse > t->reuse ? c->reuse : t->reuse;
-			if (tcp_dm_place(c) == MOE_OK && tcp_sched_verify(c) == MOE_OK)
+			bool late = t->verify_at >= 0;
+			if (tcp_dm_place(c) == MOE_OK && (late || tcp_sched_verify(c) == MOE_OK))
 				cy = tcp_sched_predict(s->ctx, c, NULL, NULL);
+			if (late && cy >= 0 && cy <= t->verify_at && tcp_sched_verify(c) != MOE_OK)
+				cy = -1;
 		}
 	}
 	tcp_sched_free(c);
@@ -222,7 +238,7 @@ static bool apply_row(tcp_sched *c, void *arg)
 /* The predicted cycles of a copy of s, row applied first when row >= 0;
  * -1 when it fails (ts_trial_run). The unchanged schedule's (row < 0) is
  * kept for the stage (base_trial), with its key. */
-static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
+static int64_t trial(const tcp_sched *s, const ts_env *e, int row, int64_t verify_at)
 {
 	base_trial *b = row < 0 && kept && kept->ctx == s->ctx ? kept : NULL;
 	/* s equal to the kept copy field for field: so would its copy be */
@@ -241,11 +257,14 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row)
 	bool keep = row >= 0 && kept && kept->ctx == s->ctx && k.copy && ts_same(k.copy, s);
 	row_arg r = {e, row, keep ? &applied : NULL};
 	ts_trial t = ts_trial_for(e, "<rewrite trial>", row < 0 ? NULL : apply_row, &r, true);
+	t.verify_at = row < 0 ? -1 : verify_at;
 	int64_t cy = trial_key_run(s, &k, &t, b != NULL);
 	if (keep) {
 		forget_applied(kept);
 		kept->applied = applied, kept->applied_row = row;
 	}
+	if (row >= 0 && kept && kept->ctx == s->ctx)
+		kept->tried_row = row, kept->tried_cycles = cy;
 	if (b) {
 		forget(b);
 		b->m = s->m, b->key = k, b->cycles = cy;
@@ -294,15 +313,18 @@ uint32_t ts_segment_reorder(const tcp_sched *s, uint32_t lead, uint32_t end, con
 	return moved;
 }
 
+/* The row's trial verifies its placed copy only where the row would be
+ * taken (with < base, or with <= base where equal counts): otherwise a copy
+ * that fails verification and one that is slower give the same answer. */
 double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row)
 {
-	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);
+	int64_t base = trial(s, e, -1, -1), with = base < 0 ? -1 : trial(s, e, row, base - 1);
 	return base < 0 || with < 0 ? 0.0 : (double)(base - with);
 }
 
 double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row)
 {
-	int64_t base = trial(s, e, -1), with = base < 0 ? -1 : trial(s, e, row);
+	int64_t base = trial(s, e, -1, -1), with = base < 0 ? -1 : trial(s, e, row, base);
 	if (base < 0 || with < 0)
 		return 0.0;
 	return base == with ? 0.5 : (double)(base - with);
@@ -374,11 +396,13 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 		if (r->stage != stage || e->off >> k & 1 || (r->needs && (need < 0 || !(s->ran >> need & 1))))
 			continue;
 		forget_applied(kept);
+		kept->tried_row = -1;
 		if (!r->applies(s, e) || (!(e->on >> k & 1) && !(r->benefit(s, e, k) > 0)))
 			continue;
 		moe_status st = MOE_OK;
 		/* the trial's result (s unchanged since), which verified */
 		bool verified = kept->applied && kept->applied_row == k;
+		int64_t cycles = kept->tried_row == k ? kept->tried_cycles : -1;
 		if (verified)
 			ts_swap(s, kept->applied);
 		else
@@ -389,6 +413,7 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 		if (st == MOE_OK && stage == TS_RW_PEEP && s->reuse == TS_REUSE_ORDERED) {
 			ts_reuse_edges(s); /* the reuse order in the order the rewrite left */
 			verified = false;
+			cycles = -1;
 		}
 		if (st != MOE_OK || (!verified && tcp_sched_verify(s) != MOE_OK)) {
 			moe_diag(s->ctx, MOE_DIAG_ERROR, moe_loc_none(),
@@ -396,13 +421,17 @@ static moe_status rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 			return MOE_ERR_INVALID;
 		}
 		s->ran |= 1ull << k;
+		/* s is the copy that trial placed and predicted: the next row's
+		 * base trial is that one */
+		if (cycles >= 0 && kept->verified)
+			keep_base(kept, s, cycles);
 	}
 	return MOE_OK;
 }
 
 moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 {
-	base_trial b = {.ctx = s->ctx, .outer = kept, .applied_row = -1};
+	base_trial b = {.ctx = s->ctx, .outer = kept, .applied_row = -1, .tried_row = -1};
 	uint32_t h = ctx_defer(s->ctx, unkeep, &b);
 	size_t n0 = moe_diag_count(s->ctx);
 	b.verified = tcp_sched_verify(s) == MOE_OK;

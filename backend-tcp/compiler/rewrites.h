@@ -161,6 +161,11 @@ typedef struct ts_trial {
 	 * is unordered (trial_on takes the stronger of the two); ts_trial_for
 	 * sets it */
 	uint8_t reuse;
+	/* -1: the placed copy is verified before it is predicted; else it is
+	 * verified only where its prediction is at most verify_at (a copy
+	 * predicted slower is not taken whether or not it verifies, and the
+	 * trial returns its unverified cycles) */
+	int64_t verify_at;
 } ts_trial;
 /* The trial of a rewrite run with env e. Its reuse is e's at either stage:
  * before placement (TS_RW_STRUCT) the schedule is unordered, and its copy
@@ -170,15 +175,15 @@ typedef struct ts_trial {
 static inline ts_trial ts_trial_for(const ts_env *e, const char *what, bool (*fn)(tcp_sched *c, void *arg), void *arg,
 	bool price)
 {
-	return (ts_trial){what, fn, arg, price, e->reuse};
+	return (ts_trial){what, fn, arg, price, e->reuse, -1};
 }
 /* s's text for trials (ctx_alloc'd, *len + 1 bytes); NULL where it does not
  * print. An allocator's refusal throws (out of memory): a refusal fails the
  * compile and never yields a program that merely lacks a rewrite. */
 char *ts_trial_text(const tcp_sched *s, size_t *len);
 /* The trial t on text (s's, from ts_trial_text): -1 where reading, fn,
- * placement or verification fails; else the predicted cycles with t->price,
- * 0 without. */
+ * placement or verification (t->verify_at) fails; else the predicted
+ * cycles with t->price, 0 without. */
 int64_t ts_trial_run(const tcp_sched *s, const char *text, size_t len, const ts_trial *t);
 /* ts_trial_text and ts_trial_run in one: -1 also where s does not print. */
 int64_t ts_trial_of(const tcp_sched *s, const ts_trial *t);
