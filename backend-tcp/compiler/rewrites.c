@@ -436,6 +436,16 @@ moe_status ts_rewrites_run(tcp_sched *s, const ts_env *e, int stage)
 	size_t n0 = moe_diag_count(s->ctx);
 	b.verified = tcp_sched_verify(s) == MOE_OK;
 	ts_diag_truncate(s->ctx, n0);
+	/* the stage runs on s as it reads back (ts_clone names and numbers its
+	 * scalars in walk order): a trial's copy is then s field for field, so
+	 * a priced row's applied copy is what the row applied to s gives */
+	if (b.verified) {
+		tcp_sched *c = ts_clone(s);
+		if (c) {
+			ts_swap(s, c);
+			tcp_sched_free(c);
+		}
+	}
 	kept = &b;
 	moe_status st = rewrites_run(s, e, stage);
 	ctx_undefer(s->ctx, h);
