@@ -4,7 +4,8 @@
  * broken rule that the text form cannot even express (regions not a tree,
  * an op in no region or in two, a command with a register, a wrong
  * context), naming the object. Every prefix of a printed schedule is read
- * without a crash: accepted, or refused with an error. */
+ * without a crash: accepted, or refused with an error. A copy of a copy is
+ * that copy field for field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -220,6 +221,51 @@ static void test_ids_kept_out_of_order(void **st)
 	done(&f);
 }
 
+/* A copy (ts_clone) prints as the schedule does, and a copy of a copy is
+ * that copy field for field: the rewrite driver starts a stage from a copy
+ * so that every trial's copy of it is the schedule itself (ts_same) and a
+ * priced row's copy can stand for the row applied again. Checked on the
+ * built schedule and on one whose program order differs from id order. */
+static void clone_fixed_point(fx *f)
+{
+	assert_int_equal(tcp_sched_verify(f->s), MOE_OK);
+	tcp_sched *c1 = ts_clone(f->s), *c2 = c1 ? ts_clone(c1) : NULL;
+	assert_non_null(c2);
+	assert_true(ts_same(c1, c2));
+	size_t n0, n1;
+	char *t0 = NULL, *t1 = NULL;
+	print(f->s, &t0, &n0);
+	print(c1, &t1, &n1);
+	assert_int_equal(n0, n1);
+	assert_memory_equal(t0, t1, n0);
+	ctx_free(f->ctx, t0, n0);
+	ctx_free(f->ctx, t1, n1);
+	tcp_sched_free(c2);
+	tcp_sched_free(c1);
+}
+
+static void test_clone_fixed_point(void **st)
+{
+	(void)st;
+	fx f;
+	build(&f);
+	clone_fixed_point(&f);
+	tcp_sched *s = f.s;
+	tcp_insn ai = copy(f.yd, 0, f.x, 0, 64), bi = copy(f.x, 0, f.xd, 0, 64);
+	ts_id a = ts_add_op(s, TS_NONE, &ai, TS_PH_COMBINE);
+	ts_id b = ts_add_op(s, TS_NONE, &bi, TS_PH_COMBINE);
+	s->op[a].region = s->op[b].region = s->top;
+	ts_region_push(s, s->top, TS_ITEM_OP | b);
+	ts_region_push(s, s->top, TS_ITEM_OP | a);
+	for (ts_id o = 0; o < a; o++)
+		ts_add_dep(s, b, o, 0);
+	ts_add_dep(s, a, b, 0);
+	ts_add_dep(s, a, 5, 0);
+	s->buf[f.x].kind = TCP_T_SCRATCH;
+	clone_fixed_point(&f);
+	done(&f);
+}
+
 static void test_scalar_names_unique(void **st)
 {
 	(void)st;
@@ -399,6 +445,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_ids_kept_out_of_order),
+		cmocka_unit_test(test_clone_fixed_point),
 		cmocka_unit_test(test_scalar_names_unique),
 		cmocka_unit_test(test_verifier_rejects),
 		cmocka_unit_test(test_prefixes_and_bytes),

@@ -15,7 +15,9 @@
  *   observed it equals the run's cycles and moe_tcp_predict's on the same
  *   loads (the dispatch's slot lists name the slots those loads fill, as in
  *   moe_tcp_predict; the other index lists here, x's rows by token, name
- *   each row K times whatever their order). */
+ *   each row K times whatever their order);
+ * - that layer built and compiled in full: a copy (ts_clone) prints as the
+ *   schedule, and a copy of a copy is the copy field for field (ts_same). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,6 +163,39 @@ static void test_halves(void **st)
 	moe_ctx_free(c);
 }
 
+/* The rewrite driver starts a stage from a copy of the schedule (ts_clone)
+ * so that each trial's copy is that schedule field for field: on the
+ * fixture layer, built and compiled in full, a copy prints as the schedule
+ * and a copy of a copy is the copy (ts_same). */
+static void test_layer_clone(void **st)
+{
+	(void)st;
+	moe_ctx *c = moe_ctx_new(NULL, NULL);
+	moe_tcp_machine *mach = moe_tcp_machine_default(c);
+	moe_module *m = tcp_fx_qwen3_module(c, 16, false, "tcp-sched");
+	for (int full = 0; full < 2; full++) {
+		tcp_sched *s = tcp_sched_compiled(c, moe_module_graph(m, 0), mach, full);
+		assert_non_null(s);
+		tcp_sched *c1 = ts_clone(s), *c2 = c1 ? ts_clone(c1) : NULL;
+		assert_non_null(c2);
+		assert_true(ts_same(c1, c2));
+		char *t0 = NULL, *t1 = NULL;
+		size_t n0 = 0, n1 = 0;
+		assert_int_equal(tcp_sched_print(s, &t0, &n0), MOE_OK);
+		assert_int_equal(tcp_sched_print(c1, &t1, &n1), MOE_OK);
+		assert_int_equal(n0, n1);
+		assert_memory_equal(t0, t1, n0);
+		ctx_free(c, t0, n0);
+		ctx_free(c, t1, n1);
+		tcp_sched_free(c2);
+		tcp_sched_free(c1);
+		tcp_sched_free(s);
+	}
+	moe_module_free(m);
+	moe_tcp_machine_free(c, mach);
+	moe_ctx_free(c);
+}
+
 static void test_layer(void **st)
 {
 	(void)st;
@@ -211,6 +246,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_halves),
 		cmocka_unit_test(test_layer),
+		cmocka_unit_test(test_layer_clone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
