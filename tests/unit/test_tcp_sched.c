@@ -182,6 +182,24 @@ static void test_roundtrip(void **st)
 	done(&f);
 }
 
+/* Two combine copies whose program order differs from their id order (as
+ * after scheduling): *b (y's bytes into x) stands before *a (x into y). */
+static void out_of_order(fx *f, ts_id *a, ts_id *b)
+{
+	tcp_sched *s = f->s;
+	tcp_insn ai = copy(f->yd, 0, f->x, 0, 64), bi = copy(f->x, 0, f->xd, 0, 64);
+	*a = ts_add_op(s, TS_NONE, &ai, TS_PH_COMBINE);
+	*b = ts_add_op(s, TS_NONE, &bi, TS_PH_COMBINE);
+	s->op[*a].region = s->op[*b].region = s->top;
+	ts_region_push(s, s->top, TS_ITEM_OP | *b);
+	ts_region_push(s, s->top, TS_ITEM_OP | *a);
+	for (ts_id o = 0; o < *a; o++)
+		ts_add_dep(s, *b, o, 0);
+	ts_add_dep(s, *a, *b, 0);
+	ts_add_dep(s, *a, 5, 0);
+	s->buf[f->x].kind = TCP_T_SCRATCH; /* written by op b */
+}
+
 /* Program order differs from id order (as after scheduling): ids survive. */
 static void test_ids_kept_out_of_order(void **st)
 {
@@ -189,17 +207,8 @@ static void test_ids_kept_out_of_order(void **st)
 	fx f;
 	build(&f);
 	tcp_sched *s = f.s;
-	tcp_insn ai = copy(f.yd, 0, f.x, 0, 64), bi = copy(f.x, 0, f.xd, 0, 64);
-	ts_id a = ts_add_op(s, TS_NONE, &ai, TS_PH_COMBINE);
-	ts_id b = ts_add_op(s, TS_NONE, &bi, TS_PH_COMBINE);
-	s->op[a].region = s->op[b].region = s->top;
-	ts_region_push(s, s->top, TS_ITEM_OP | b);
-	ts_region_push(s, s->top, TS_ITEM_OP | a);
-	for (ts_id o = 0; o < a; o++)
-		ts_add_dep(s, b, o, 0);
-	ts_add_dep(s, a, b, 0);
-	ts_add_dep(s, a, 5, 0);
-	s->buf[f.x].kind = TCP_T_SCRATCH; /* written by op b */
+	ts_id a, b;
+	out_of_order(&f, &a, &b);
 	assert_int_equal(tcp_sched_verify(s), MOE_OK);
 	size_t n1, n2;
 	char *t1 = NULL;
@@ -250,18 +259,8 @@ static void test_clone_fixed_point(void **st)
 	fx f;
 	build(&f);
 	clone_fixed_point(&f);
-	tcp_sched *s = f.s;
-	tcp_insn ai = copy(f.yd, 0, f.x, 0, 64), bi = copy(f.x, 0, f.xd, 0, 64);
-	ts_id a = ts_add_op(s, TS_NONE, &ai, TS_PH_COMBINE);
-	ts_id b = ts_add_op(s, TS_NONE, &bi, TS_PH_COMBINE);
-	s->op[a].region = s->op[b].region = s->top;
-	ts_region_push(s, s->top, TS_ITEM_OP | b);
-	ts_region_push(s, s->top, TS_ITEM_OP | a);
-	for (ts_id o = 0; o < a; o++)
-		ts_add_dep(s, b, o, 0);
-	ts_add_dep(s, a, b, 0);
-	ts_add_dep(s, a, 5, 0);
-	s->buf[f.x].kind = TCP_T_SCRATCH;
+	ts_id a, b;
+	out_of_order(&f, &a, &b);
 	clone_fixed_point(&f);
 	done(&f);
 }
