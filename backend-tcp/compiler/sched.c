@@ -343,10 +343,22 @@ static const ts_scalar *alu_imm(const tcp_sched *s, int32_t reg, int op)
 	return c && c->kind == TS_SC_ALU && c->op == op && c->b == TS_NONE && c->a < s->nsc ? c : NULL;
 }
 
+/* Whether scalar x numbers the blocks' groups: the loop index, or a run
+ * index (rewrite group-runs): `alu.add $v, $c` where loop variable $v
+ * steps to x itself. */
+static bool group_index(const tcp_sched *s, ts_id x)
+{
+	const ts_scalar *c = x < s->nsc ? &s->sc[x] : NULL;
+	if (c && c->kind == TS_SC_LOOPIDX)
+		return true;
+	const ts_scalar *v = c && c->kind == TS_SC_ALU && c->op == TCP_S_ADD && c->b != TS_NONE && c->a < s->nsc ? &s->sc[c->a] : NULL;
+	return v && v->kind == TS_SC_LOOPVAR && v->b == x;
+}
+
 bool ts_group_slot(const tcp_sched *s, int32_t reg, int64_t n)
 {
 	const ts_scalar *c = alu_imm(s, reg, TCP_S_AND);
-	return c && n >= 4 && pow2(n) && c->imm == n - 1 && s->sc[c->a].kind == TS_SC_LOOPIDX;
+	return c && n >= 4 && pow2(n) && c->imm == n - 1 && group_index(s, c->a);
 }
 
 bool ts_group_half(const tcp_sched *s, int32_t reg)
@@ -354,7 +366,7 @@ bool ts_group_half(const tcp_sched *s, int32_t reg)
 	const ts_scalar *m = alu_imm(s, reg, TCP_S_MIN);
 	const ts_scalar *a = m && m->imm == 1 ? alu_imm(s, (int32_t)m->a, TCP_S_AND) : NULL;
 	const ts_scalar *g = a && a->imm >= 2 && pow2(a->imm) ? alu_imm(s, (int32_t)a->a, TCP_S_ADD) : NULL;
-	return g && g->imm == a->imm && s->sc[g->a].kind == TS_SC_LOOPIDX;
+	return g && g->imm == a->imm && group_index(s, g->a);
 }
 
 static void positions(const tcp_sched *s, ts_id r, uint32_t *pos, uint32_t *n, int depth)

@@ -210,11 +210,12 @@ void ts_add_dep_once(tcp_sched *s, ts_id op, ts_id on, int dist);
 bool ts_op_in_loop(const tcp_sched *s, ts_id o);
 /* Whether a scalar ld reads buffer b (SPM). */
 bool ts_buf_spm_read(const tcp_sched *s, ts_id b);
-/* Group slots of a two-slot buffer (rewrite group-fetch): whether scalar
- * reg is `alu.and $g, n - 1` of a loop index, n >= 4 a power of two (block
+/* Group slots of a two-slot buffer (rewrites group-fetch, group-runs):
+ * whether scalar reg is `alu.and $g, n - 1`, n >= 4 a power of two (block
  * g's entry of a buffer of n entries, two halves of n / 2), or
  * ts_group_half: `alu.min (alu.and (alu.add $g, k), k), 1` (the half of the
- * group from block g + k, k >= 2 a power of two). */
+ * group from g + k, k >= 2 a power of two); $g the loop index or a run
+ * index (`alu.add $v, $c`, loop variable $v stepped to it). */
 bool ts_group_slot(const tcp_sched *s, int32_t reg, int64_t n);
 bool ts_group_half(const tcp_sched *s, int32_t reg);
 /* Elements of one slot of a buffer. */

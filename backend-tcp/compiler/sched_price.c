@@ -453,7 +453,7 @@ void ts_stage(tl *t, const tcp_insn *in)
 	t->nd = 0;
 	if (!decode) {
 		const tcp_view *v = &in->v[be - 1];
-		t->d[t->nd++] = (tcp_staged){v->t, vbase(t, v), 0, 1, NULL, (int32_t)nb};
+		t->d[t->nd++] = tcp_staged_counts(v->t, vbase(t, v), v, nb, ve, t->nbr);
 	}
 	t->d[t->nd++] = (tcp_staged){in->v[be].t, vbase(t, &in->v[be]), in->v[be].stride[0], G, ve, 0};
 	if (rw >= 0)

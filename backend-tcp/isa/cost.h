@@ -128,6 +128,12 @@ typedef struct tcp_staged {
 } tcp_staged;
 /* Whether element el of tensor t is one of the nd descriptors' values (*w). */
 bool tcp_staged_find(const tcp_staged *d, int nd, int32_t t, int64_t el, int32_t *w);
+/* The descriptor of a block loop staging's block count, view v of tensor t
+ * from element base: one element, nb; or, where the view walks elements
+ * (a stride), two: nb and the loads' runs, the number of distinct experts
+ * among block experts ve[0..nb) in block order (docs/tcp-isa.md 7.4). The
+ * two values are kept in nbr, which must outlive the descriptor. */
+tcp_staged tcp_staged_counts(int32_t t, int64_t base, const tcp_view *v, int64_t nb, const int32_t *ve, int32_t nbr[2]);
 
 /* ---- the switch ---- */
 /* Cycles to route `bytes` per slice over a ring of `used` slices: one flit

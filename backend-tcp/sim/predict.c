@@ -33,6 +33,7 @@ struct tcps_pred {
 	int order_bytes; /* moe_tcp_run_opts.order_bytes of the predicted run */
 	tcp_staged d[3];
 	int nd;
+	int32_t nbr[2]; /* the block count's descriptor's values (tcp_staged_counts) */
 	int32_t *gen_e, *gen_r; /* the expected loads' arrays (malloc'd) */
 	int64_t gen_nblocks;
 	int64_t approx_ld, approx_idx;
@@ -149,7 +150,7 @@ static void stage_loads(sim *s, uint32_t pc, const tcp_insn *in, int be)
 	pr->nd = 0;
 	if (!decode) {
 		const tcp_view *v = &in->v[be - 1];
-		pr->d[pr->nd++] = (tcp_staged){v->t, vbase(s, v), 0, 1, NULL, (int32_t)nb};
+		pr->d[pr->nd++] = tcp_staged_counts(v->t, vbase(s, v), v, nb, ve, pr->nbr);
 	}
 	pr->d[pr->nd++] = (tcp_staged){in->v[be].t, vbase(s, &in->v[be]), in->v[be].stride[0], G, ve, 0};
 	if (rw >= 0)
