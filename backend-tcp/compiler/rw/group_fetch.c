@@ -38,6 +38,7 @@
  * inside one slot of those buffers. */
 #include <string.h>
 
+#include "backend-tcp/compiler/dmplan.h"
 #include "backend-tcp/compiler/rewrites.h"
 #include "backend-tcp/isa/build.h"
 
@@ -362,7 +363,7 @@ static void group_slots(tcp_sched *s, const gf *x, int64_t k)
 static bool groups_fit(const tcp_sched *s, const gf *x, int64_t k)
 {
 	const moe_tcp_machine *m = s->m;
-	int64_t dm = m->clusters * m->slices_per_cluster * m->dm_bytes_per_slice, need = 0;
+	int64_t dm = m->clusters * m->slices_per_cluster * tcp_space_bytes(m, TCP_DM), need = 0;
 	for (uint32_t j = 0; j < x->n; j++)
 		need += 2 * k * x->numel[j] * (int64_t)moe_dtype_size((moe_dtype)s->buf[x->w[j]].dtype);
 	return need <= dm;
