@@ -434,43 +434,20 @@ static void group(tcp_sched *s, const gf *x, int64_t k, uint16_t feature)
 	ctx_free(s->ctx, drop, 0);
 }
 
-typedef struct gf_arg {
-	uint16_t feature;
-	int64_t k;
-} gf_arg;
+typedef struct gr gr;
+static bool find_runs(const tcp_sched *s, struct gr *x);
+static void group_runs(tcp_sched *s, const struct gr *xr, int64_t k, uint16_t feature);
+static int64_t pick_k(const tcp_sched *s, const ts_env *e, const gf *x, int64_t n, bool runs, uint16_t feature);
 
-static bool group_copy(tcp_sched *c, void *arg)
-{
-	const gf_arg *a = arg;
-	gf x;
-	if (!find(c, &x))
-		return false;
-	group(c, &x, a->k, a->feature);
-	return true;
-}
-
-/* k: each power of two from 2 while a group holds fewer than the grid's
- * blocks, up to GF_KMAX, grouped in a trial copy, placed and predicted; the
- * fastest taken (ties: the smaller group, the shorter tail). */
 moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	gf x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	int64_t best = 0, least = -1;
-	for (int64_t k = 2; k <= GF_KMAX && k / 2 < s->loop[0].G && groups_fit(s, &x, k); k *= 2) {
-		gf_arg a = {feature, k};
-		ts_trial t = ts_trial_for(e, "<group-fetch trial>", group_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
-		if (c >= 0 && (least < 0 || c < least))
-			least = c, best = k;
-	}
-	if (!best) {
-		moe_diag(s->ctx, MOE_DIAG_NOTE, moe_loc_none(),
-			"tcp: group-fetch: no group of two or more experts per weight slot places in DM; each expert keeps its own fetch");
+	int64_t k = pick_k(s, e, &x, s->loop[0].G, false, feature);
+	if (!k)
 		return MOE_ERR_UNSUPPORTED;
-	}
-	group(s, &x, best, feature);
+	group(s, &x, k, feature);
 	return MOE_OK;
 }
 
@@ -501,13 +478,13 @@ moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featu
  * last block of the group before, which read the half it overwrites) and
  * the reads wait for it, as the per-expert copies did. */
 
-typedef struct gr {
+struct gr {
 	gf f;
 	ts_id sd, sxdiff, sxnsum;     /* the guard `$enext != $e` in the prefetch guard, its predicate, $slot + 1 */
 	ts_id chg, sum, wprev;        /* same-expert's change flag, run index, its loop variable */
 	ts_id nbop, P, NB, spm;       /* nb's pass, the block counts it sums, nb's buffer and staging */
 	int nbv;                      /* the staging's view of nb */
-} gr;
+};
 
 static const ts_scalar *sc_at(const tcp_sched *s, ts_id id)
 {
@@ -757,41 +734,59 @@ static void group_runs(tcp_sched *s, const gr *xr, int64_t k, uint16_t feature)
 	ctx_free(s->ctx, drop, 0);
 }
 
-typedef struct gr_arg {
+typedef struct gf_arg {
 	uint16_t feature;
+	bool runs; /* group-runs, else group-fetch */
 	int64_t k;
-} gr_arg;
+} gf_arg;
 
-static bool runs_copy(tcp_sched *c, void *arg)
+static bool group_copy(tcp_sched *c, void *arg)
 {
-	const gr_arg *a = arg;
-	gr x;
-	if (!find_runs(c, &x))
-		return false;
-	group_runs(c, &x, a->k, a->feature);
+	const gf_arg *a = arg;
+	if (a->runs) {
+		gr x;
+		if (!find_runs(c, &x))
+			return false;
+		group_runs(c, &x, a->k, a->feature);
+	} else {
+		gf x;
+		if (!find(c, &x))
+			return false;
+		group(c, &x, a->k, a->feature);
+	}
 	return true;
 }
 
-/* k as group-fetch picks it: each power of two up to GF_KMAX whose two
- * slots can fit DM, in a trial copy placed and predicted; the fastest. */
+/* k: each power of two from 2 while a group holds fewer than n (the grid's
+ * blocks; with runs, the experts) and two slots of k experts can fit DM, up
+ * to GF_KMAX, grouped in a trial copy, placed and predicted; the fastest
+ * taken (ties: the smaller group, the shorter tail). 0, with a note, where
+ * no group places. */
+static int64_t pick_k(const tcp_sched *s, const ts_env *e, const gf *x, int64_t n, bool runs, uint16_t feature)
+{
+	int64_t best = 0, least = -1;
+	for (int64_t k = 2; k <= GF_KMAX && k / 2 < n && groups_fit(s, x, k); k *= 2) {
+		gf_arg a = {feature, runs, k};
+		ts_trial t = ts_trial_for(e, runs ? "<group-runs trial>" : "<group-fetch trial>", group_copy, &a, true);
+		int64_t c = ts_trial_of(s, &t);
+		if (c >= 0 && (least < 0 || c < least))
+			least = c, best = k;
+	}
+	if (!best)
+		moe_diag(s->ctx, MOE_DIAG_NOTE, moe_loc_none(),
+			"tcp: %s: no group of two or more experts per weight slot places in DM; each expert keeps its own fetch",
+			runs ? "group-runs" : "group-fetch");
+	return best;
+}
+
 moe_status ts_rw_group_runs_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	gr x;
 	if (!find_runs(s, &x))
 		return MOE_ERR_INVALID;
-	int64_t best = 0, least = -1;
-	for (int64_t k = 2; k <= GF_KMAX && k / 2 < s->meta.E && groups_fit(s, &x.f, k); k *= 2) {
-		gr_arg a = {feature, k};
-		ts_trial t = ts_trial_for(e, "<group-runs trial>", runs_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
-		if (c >= 0 && (least < 0 || c < least))
-			least = c, best = k;
-	}
-	if (!best) {
-		moe_diag(s->ctx, MOE_DIAG_NOTE, moe_loc_none(),
-			"tcp: group-runs: no group of two or more experts per weight slot places in DM; each expert keeps its own fetch");
+	int64_t k = pick_k(s, e, &x.f, s->meta.E, true, feature);
+	if (!k)
 		return MOE_ERR_UNSUPPORTED;
-	}
-	group_runs(s, &x, best, feature);
+	group_runs(s, &x, k, feature);
 	return MOE_OK;
 }
