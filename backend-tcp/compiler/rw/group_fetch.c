@@ -464,8 +464,9 @@ moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featu
  * experts whose block count is not zero, ascending. The rewrite
  *   - adds two passes beside the pass that sums the per-expert block counts
  *     into nb: the hit list (`t.ne`, `flt.compact` of the expert index:
- *     experts with blocks to the front in order) and its length, staged by
- *     a second `dma.spm` and loaded as $gfnhit;
+ *     experts with blocks to the front in order) and its length, written
+ *     beside nb (element 1 of nb's buffer, which the loop's staging then
+ *     walks: the length reaches SPM with nb) and loaded as $gfnhit;
  *   - makes each slot a group of k experts: run r's weights are entry
  *     r & (2k - 1) ($slot), in half (r / k) & 1; $sxwprev becomes the run
  *     index itself (from -1);
@@ -596,7 +597,7 @@ static bool find_runs(const tcp_sched *s, gr *x)
 	const ts_scalar *wp = sc_at(s, x->wprev), *chg = sc_at(s, x->chg);
 	if (!wp || !chg || wp->kind != TS_SC_LOOPVAR || wp->b != f->slot || wp->region != l->prologue ||
 		chg->region != l->body || chg->kind != TS_SC_CMP || chg->op != TCP_C_NE || chg->a != l->expert ||
-		chg->b == TS_NONE || sc_at(s, chg->b)->kind != TS_SC_LOOPVAR || reads_but(s, x->sum, NULL, f->slot, TS_NONE) ||
+		!sc_at(s, chg->b) || sc_at(s, chg->b)->kind != TS_SC_LOOPVAR || reads_but(s, x->sum, NULL, f->slot, TS_NONE) ||
 		reads_but(s, x->sxnsum, NULL, f->nslot, TS_NONE))
 		return false;
 	/* $sxdiff is read as sd's predicate alone */
@@ -617,7 +618,7 @@ bool ts_rw_group_runs_applies(const tcp_sched *s, const ts_env *e)
 	return find_runs(s, &x);
 }
 
-/* Op `it`'s item (just appended to region rg) moved to stand after item
+/* The last item of region rg (just appended) moved to stand after item
  * `after` of rg. */
 static void last_after(tcp_sched *s, ts_id rg, uint32_t after)
 {
@@ -653,7 +654,7 @@ static void group_runs(tcp_sched *s, const gr *xr, int64_t k, uint16_t feature)
 	gr x = *xr;
 	gf *f = &x.f;
 	const ts_loop *l = &s->loop[0];
-	ts_id body = l->body, pro = l->prologue, top = s->op[x.nbop].region;
+	ts_id pro = l->prologue, top = s->op[x.nbop].region;
 	int64_t E = s->meta.E;
 	group_slots(s, f, k);
 	/* the hit list (E entries and k of padding for the last group's index
@@ -723,7 +724,6 @@ static void group_runs(tcp_sched *s, const gr *xr, int64_t k, uint16_t feature)
 		ts_region_push(s, x.sd, TS_ITEM_OP | f->pf[j]);
 		to_gather(s, f, j, f->pf[j], k, nx, half, v, feature);
 	}
-	(void)body;
 	/* what only the per-expert copies read goes */
 	uint8_t *drop = ctx_alloc(s->ctx, s->nsc); /* zeroed */
 	const gf every = {.n = 0};
