@@ -256,12 +256,7 @@ static void meta(is *c)
 {
 	const ts_meta *x = &c->s->meta;
 	tcp_program *p = c->p;
-	p->moe_T = x->T, p->moe_K = x->K, p->moe_D = x->D, p->moe_F = x->F, p->moe_E = x->E;
-	p->moe_B = x->B, p->moe_G = x->G, p->nproj = x->nproj, p->router_E = x->router_E;
-	p->dtype = x->dtype;
-	p->weight_bytes_per_expert = x->wexp;
-	p->act_bytes = x->act;
-	p->router_macs = x->rmacs;
+	ts_meta_dims(x, p);
 	if (x->prep) {
 		size_t n = strlen(x->prep);
 		p->prep = ctx_alloc(c->ctx, n + 1);

@@ -963,3 +963,13 @@ bool ts_same(const tcp_sched *a, const tcp_sched *b)
 			return false;
 	return true;
 }
+
+void ts_meta_dims(const ts_meta *x, tcp_program *p)
+{
+	p->moe_T = x->T, p->moe_K = x->K, p->moe_D = x->D, p->moe_F = x->F, p->moe_E = x->E;
+	p->moe_B = x->B, p->moe_G = x->G, p->nproj = x->nproj, p->router_E = x->router_E;
+	p->dtype = x->dtype;
+	p->weight_bytes_per_expert = x->wexp;
+	p->act_bytes = x->act;
+	p->router_macs = x->rmacs;
+}

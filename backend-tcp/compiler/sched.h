@@ -109,6 +109,9 @@ typedef struct ts_meta {
 	const char *prep;              /* the weight-packing graph (IR JSON, one line) or NULL */
 } ts_meta;
 
+/* The roofline dims of x into program p's fields (moe_T .. router_macs, dtype). */
+void ts_meta_dims(const ts_meta *x, tcp_program *p);
+
 typedef struct tcp_sched {
 	moe_ctx *ctx; const moe_tcp_machine *m;   /* m may be NULL: no capacity checks */
 	ir_arena arena;
