@@ -751,3 +751,24 @@ void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base)
 	for (int k = 0; k + 1 < in->ndim; k++)
 		v->stride[k] = 0;
 }
+
+bool ts_buf_gathered_only(const tcp_sched *s, int32_t t)
+{
+	for (ts_id o = 0; o < s->nop; o++)
+		if (ts_op_reads(&s->op[o], t) && s->op[o].in.op != TCP_OP_DMA_GATHER)
+			return false;
+	for (ts_id c = 0; c < s->nsc; c++)
+		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf == (ts_id)t)
+			return false;
+	return true;
+}
+
+uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b)
+{
+	int64_t step = (n + parts - 1) / parts;
+	uint32_t k = 0;
+	for (int64_t h = step; h < n; h += step)
+		b[k++] = h;
+	b[k++] = n;
+	return k;
+}

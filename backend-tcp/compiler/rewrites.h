@@ -99,6 +99,11 @@ int64_t ts_op_index(const tcp_sched *s, ts_id rg, ts_id o);
 /* Removes the buffers b with cand[b] set that no op or scalar names; the
  * others are renumbered in every view and SPM read. */
 void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);
+/* Class bounds over [1, n]: every ceil(n / parts), then n, into b (at most
+ * parts + 1 entries); their count. */
+uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b);
+/* Whether every op reading buffer t is a dma.gather and no ld reads it. */
+bool ts_buf_gathered_only(const tcp_sched *s, int32_t t);
 /* Points source view v of in at buffer t from element base, one row read
  * for every iteration (no register, every stride but the innermost 0). */
 void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base);

@@ -36,18 +36,6 @@ static bool minus1(const tcp_sched *s, ts_id r, ts_id x)
 	return c && c->kind == TS_SC_ALU && c->op == TCP_S_SUB && c->a == x && c->b == TS_NONE && c->imm == 1;
 }
 
-/* whether every op reading buffer t is a dma.gather and no ld reads it */
-static bool gathered_only(const tcp_sched *s, int32_t t)
-{
-	for (ts_id o = 0; o < s->nop; o++)
-		if (ts_op_reads(&s->op[o], t) && s->op[o].in.op != TCP_OP_DMA_GATHER)
-			return false;
-	for (ts_id c = 0; c < s->nsc; c++)
-		if (s->sc[c].kind == TS_SC_SPM_LD && s->sc[c].buf == (ts_id)t)
-			return false;
-	return true;
-}
-
 /* whether scalar x is defined at the top level of region r */
 static bool defined_in(const tcp_sched *s, ts_id x, ts_id r)
 {
@@ -75,7 +63,7 @@ static bool find(const tcp_sched *s, sr *x)
 			continue;
 		const ts_buf *db = &s->buf[d->t], *yb = &s->buf[y->t];
 		if (db->space != TCP_HBM || yb->space != TCP_DM || yb->slots > 1 || yb->rank != 2 || yb->shape[0] < 2 ||
-			in->dim[0] != yb->shape[0] * yb->shape[1] || d->scale != in->dim[0] || !gathered_only(s, d->t))
+			in->dim[0] != yb->shape[0] * yb->shape[1] || d->scale != in->dim[0] || !ts_buf_gathered_only(s, d->t))
 			continue;
 		ts_id r = (ts_id)d->reg;
 		bool body = ts_region_within(s, p->region, l->body), epi = ts_region_within(s, p->region, l->epilogue);
@@ -92,22 +80,12 @@ static bool find(const tcp_sched *s, sr *x)
 	return x->n > 0;
 }
 
-static uint32_t bounds(int64_t B, int64_t *b)
-{
-	int64_t step = (B + SR_CLASSES - 1) / SR_CLASSES;
-	uint32_t n = 0;
-	for (int64_t h = step; h < B; h += step)
-		b[n++] = h;
-	b[n++] = B;
-	return n;
-}
-
 bool ts_rw_store_rows_applies(const tcp_sched *s, const ts_env *e)
 {
 	(void)e;
 	sr x;
 	int64_t b[SR_CLASSES + 1];
-	return find(s, &x) && bounds(x.B, b) > 1;
+	return find(s, &x) && ts_even_bounds(x.B, SR_CLASSES, b) > 1;
 }
 
 moe_status ts_rw_store_rows_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
@@ -117,7 +95,7 @@ moe_status ts_rw_store_rows_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	int64_t bound[SR_CLASSES + 1];
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	uint32_t n = bounds(x.B, bound);
+	uint32_t n = ts_even_bounds(x.B, SR_CLASSES, bound);
 	ts_loop *l = &s->loop[0];
 	ts_id prev = TS_NONE;
 	for (uint32_t k = 0; k < x.n; k++)
