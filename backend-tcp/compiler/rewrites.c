@@ -772,3 +772,40 @@ uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b)
 	b[k++] = n;
 	return k;
 }
+
+/* Where the speculative fetches go in the top region: right after the last
+ * DMA command that stands before the first DMA command depending, directly
+ * or through other ops, on a contraction (routing's results all come from
+ * the router's: the dispatch's byte offsets, the experts' staging) or
+ * staging scalars; at the region's start when there is none. The DMA
+ * commands before that point (the copies of x and the router's weights and
+ * biases, const-tier's dispatch by a constant list) are what routing or the
+ * dispatch read first; after them the DMA context would wait for routing,
+ * and the control processor issues the fetches as early as program order
+ * allows. */
+uint32_t ts_spec_insert_at(const tcp_sched *s, moe_ctx *ctx)
+{
+	const ts_region *top = &s->rg[s->top];
+	bool *late = ctx_alloc(ctx, s->nop + 1);
+	memset(late, 0, s->nop + 1);
+	uint32_t at = 0;
+	for (uint32_t k = 0; k < top->nitem; k++) {
+		uint32_t it = top->item[k];
+		if (TS_ITEM_KIND(it) == TS_ITEM_RG)
+			break;
+		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
+			continue;
+		ts_id o = TS_ITEM_ID(it);
+		const ts_op *op = &s->op[o];
+		for (uint32_t j = 0; j < op->ndep; j++)
+			late[o] |= op->dep[j] < s->nop && late[op->dep[j]];
+		late[o] |= op->in.op == TCP_OP_TU_CONTRACT;
+		if (op->ctx != TCP_CTX_DMA)
+			continue;
+		if (late[o] || op->in.op == TCP_OP_DMA_SPM)
+			break;
+		at = k + 1;
+	}
+	ctx_free(ctx, late, 0);
+	return at;
+}

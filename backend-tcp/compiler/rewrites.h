@@ -99,6 +99,11 @@ int64_t ts_op_index(const tcp_sched *s, ts_id rg, ts_id o);
 /* Removes the buffers b with cand[b] set that no op or scalar names; the
  * others are renumbered in every view and SPM read. */
 void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);
+/* Where speculative fetches go in the top region (spec-fetch, spec-group):
+ * right after the last DMA command that stands before the first DMA
+ * command depending, directly or through other ops, on a contraction or on
+ * staging scalars; 0 when there is none. */
+uint32_t ts_spec_insert_at(const tcp_sched *s, moe_ctx *ctx);
 /* Class bounds over [1, n]: every ceil(n / parts), then n, into b (at most
  * parts + 1 entries); their count. */
 uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b);

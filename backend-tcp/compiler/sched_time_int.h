@@ -55,7 +55,7 @@ typedef struct tl {
 	size_t dlen, dcap;
 	tcp_staged d[3];
 	int nd;
-	int32_t nbr[2]; /* the block count's descriptor's values (tcp_staged_counts) */
+	int32_t nbr[3]; /* the block count's descriptor's values (tcp_staged_counts) */
 	int32_t bexp;
 	int64_t approx_ld, approx_idx;
 	int64_t *slots, nslots; /* the grid slots the caller's loads fill (slot_row) */

@@ -130,10 +130,13 @@ typedef struct tcp_staged {
 bool tcp_staged_find(const tcp_staged *d, int nd, int32_t t, int64_t el, int32_t *w);
 /* The descriptor of a block loop staging's block count, view v of tensor t
  * from element base: one element, nb; or, where the view walks elements
- * (a stride), two: nb and the loads' runs, the number of distinct experts
- * among block experts ve[0..nb) in block order (docs/tcp-isa.md 7.4). The
- * two values are kept in nbr, which must outlive the descriptor. */
-tcp_staged tcp_staged_counts(int32_t t, int64_t base, const tcp_view *v, int64_t nb, const int32_t *ve, int32_t nbr[2]);
+ * (a stride), three: nb, the loads' runs (the number of distinct experts
+ * among block experts ve[0..nb) in block order) and the first expert index
+ * that no block names, counted up the distinct experts from 0 (the runs
+ * where they are 0, 1, ... runs - 1; rewrite spec-group's pass computes it
+ * from the per-expert block counts, docs/tcp-isa.md 7.4). The values are
+ * kept in nbr, which must outlive the descriptor. */
+tcp_staged tcp_staged_counts(int32_t t, int64_t base, const tcp_view *v, int64_t nb, const int32_t *ve, int32_t nbr[3]);
 
 /* ---- the switch ---- */
 /* Cycles to route `bytes` per slice over a ring of `used` slices: one flit

@@ -131,15 +131,19 @@ int64_t tcp_meter_read_size(const moe_tcp_machine *m, const tcp_view *v, int nd,
 	return rs;
 }
 
-tcp_staged tcp_staged_counts(int32_t t, int64_t base, const tcp_view *v, int64_t nb, const int32_t *ve, int32_t nbr[2])
+tcp_staged tcp_staged_counts(int32_t t, int64_t base, const tcp_view *v, int64_t nb, const int32_t *ve, int32_t nbr[3])
 {
 	if (v->stride[0] == 0)
 		return (tcp_staged){t, base, 0, 1, NULL, (int32_t)nb};
-	int32_t runs = 0;
+	int32_t runs = 0, gap = -1;
 	for (int64_t g = 0; g < nb; g++)
-		runs += g == 0 || ve[g] != ve[g - 1];
-	nbr[0] = (int32_t)nb, nbr[1] = runs;
-	return (tcp_staged){t, base, v->stride[0], 2, nbr, 0};
+		if (g == 0 || ve[g] != ve[g - 1]) {
+			if (gap < 0 && ve[g] != runs)
+				gap = runs;
+			runs++;
+		}
+	nbr[0] = (int32_t)nb, nbr[1] = runs, nbr[2] = gap < 0 ? runs : gap;
+	return (tcp_staged){t, base, v->stride[0], 3, nbr, 0};
 }
 
 bool tcp_staged_find(const tcp_staged *d, int nd, int32_t t, int64_t el, int32_t *w)

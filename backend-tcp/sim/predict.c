@@ -33,7 +33,7 @@ struct tcps_pred {
 	int order_bytes; /* moe_tcp_run_opts.order_bytes of the predicted run */
 	tcp_staged d[3];
 	int nd;
-	int32_t nbr[2]; /* the block count's descriptor's values (tcp_staged_counts) */
+	int32_t nbr[3]; /* the block count's descriptor's values (tcp_staged_counts) */
 	int32_t *gen_e, *gen_r; /* the expected loads' arrays (malloc'd) */
 	int64_t gen_nblocks;
 	int64_t approx_ld, approx_idx;

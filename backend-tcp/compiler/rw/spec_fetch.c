@@ -9,7 +9,7 @@
  * in expert order: block 0's expert is the lowest expert any pair routes
  * to, expert 0 unless no token picks it. The rewrite fetches expert 0's
  * weights into slot 0 where the DMA context would otherwise wait for routing
- * (after the DMA commands routing reads: insert_at), and the prologue's
+ * (after the DMA commands routing reads: ts_spec_insert_at), and the prologue's
  * fetches run only when $e0 != 0 (a guard). Values are unchanged: slot 0
  * holds block 0's expert either way; the prologue's fetches wait for the
  * speculative ones (both write slot 0), and every op that waited for a
@@ -108,43 +108,6 @@ bool ts_rw_spec_fetch_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-/* Where the speculative fetches go in the top region: right after the last
- * DMA command that stands before the first DMA command depending, directly
- * or through other ops, on a contraction (routing's results all come from
- * the router's: the dispatch's byte offsets, the experts' staging) or
- * staging scalars; at the region's start when there is none. The DMA
- * commands before that point (the copies of x and the router's weights and
- * biases, const-tier's dispatch by a constant list) are what routing or the
- * dispatch read first; after them the DMA context would wait for routing,
- * and the control processor issues the fetches as early as program order
- * allows. */
-static uint32_t insert_at(const tcp_sched *s, moe_ctx *ctx)
-{
-	const ts_region *top = &s->rg[s->top];
-	bool *late = ctx_alloc(ctx, s->nop + 1);
-	memset(late, 0, s->nop + 1);
-	uint32_t at = 0;
-	for (uint32_t k = 0; k < top->nitem; k++) {
-		uint32_t it = top->item[k];
-		if (TS_ITEM_KIND(it) == TS_ITEM_RG)
-			break;
-		if (TS_ITEM_KIND(it) != TS_ITEM_OP)
-			continue;
-		ts_id o = TS_ITEM_ID(it);
-		const ts_op *op = &s->op[o];
-		for (uint32_t j = 0; j < op->ndep; j++)
-			late[o] |= op->dep[j] < s->nop && late[op->dep[j]];
-		late[o] |= op->in.op == TCP_OP_TU_CONTRACT;
-		if (op->ctx != TCP_CTX_DMA)
-			continue;
-		if (late[o] || op->in.op == TCP_OP_DMA_SPM)
-			break;
-		at = k + 1;
-	}
-	ctx_free(ctx, late, 0);
-	return at;
-}
-
 static bool waits_on(const ts_op *q, ts_id f, int *dist)
 {
 	for (uint32_t j = 0; j < q->ndep; j++)
@@ -162,7 +125,7 @@ moe_status ts_rw_spec_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		return MOE_ERR_INVALID;
 	const ts_loop *l = &s->loop[0];
 	ts_id pro = l->prologue;
-	uint32_t at = insert_at(s, e->ctx), nop0 = s->nop;
+	uint32_t at = ts_spec_insert_at(s, e->ctx), nop0 = s->nop;
 	ts_id sp[SF_MAX];
 	for (uint32_t i = 0; i < x.n; i++) {
 		tcp_insn in = s->op[x.f[i]].in;
