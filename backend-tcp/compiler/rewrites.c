@@ -809,3 +809,36 @@ uint32_t ts_spec_insert_at(const tcp_sched *s, moe_ctx *ctx)
 	ctx_free(ctx, late, 0);
 	return at;
 }
+
+uint32_t ts_spec_guard(tcp_sched *s, ts_id rg, ts_id gd, const ts_id *ops, const ts_id *sp, uint32_t n)
+{
+	ts_region *r = &s->rg[rg];
+	uint32_t keep = 0, gat = UINT32_MAX;
+	for (uint32_t k = 0; k < r->nitem; k++) {
+		uint32_t it = r->item[k];
+		bool mv = false;
+		for (uint32_t i = 0; i < n && TS_ITEM_KIND(it) == TS_ITEM_OP; i++)
+			mv |= TS_ITEM_ID(it) == ops[i];
+		if (mv) {
+			if (gat == UINT32_MAX)
+				gat = keep;
+			continue;
+		}
+		r->item[keep++] = it;
+	}
+	r->nitem = keep;
+	for (uint32_t i = 0; i < n; i++) {
+		ts_region_push(s, gd, TS_ITEM_OP | ops[i]);
+		s->op[ops[i]].region = gd;
+	}
+	/* the slots are live from the speculative copy on */
+	for (uint32_t i = 0; i < n; i++) {
+		ts_buf *b = &s->buf[s->op[ops[i]].in.v[TCP_V_DST].t];
+		if (b->life == TS_LIFE_LOOP || b->life == TS_LIFE_BLOCK) {
+			b->life = TS_LIFE_SPAN;
+			b->first = sp[i];
+			b->last = ops[i];
+		}
+	}
+	return gat;
+}

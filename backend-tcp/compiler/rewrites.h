@@ -104,6 +104,12 @@ void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);
  * command depending, directly or through other ops, on a contraction or on
  * staging scalars; 0 when there is none. */
 uint32_t ts_spec_insert_at(const tcp_sched *s, moe_ctx *ctx);
+/* spec-fetch, spec-group: the loop prologue's fetches ops[0..n) (items of
+ * region rg) moved into guard gd, in order; each one's destination buffer,
+ * where it lives for the loop or a block, becomes a span from its
+ * speculative copy sp[i] on. Returns the position in rg's items where the
+ * first of them stood (after the removal), UINT32_MAX where none was there. */
+uint32_t ts_spec_guard(tcp_sched *s, ts_id rg, ts_id gd, const ts_id *ops, const ts_id *sp, uint32_t n);
 /* Class bounds over [1, n]: every ceil(n / parts), then n, into b (at most
  * parts + 1 entries); their count. */
 uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b);

@@ -150,40 +150,14 @@ moe_status ts_rw_spec_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	/* the prologue's fetches only when block 0's expert is not 0 */
 	ts_id nz = ts_add_scalar(s, pro, "spnz", TS_SC_CMP, TCP_C_NE, x.e0, TS_NONE, 0);
 	ts_id gd = ts_add_region(s, pro, TS_RG_GUARD, nz);
-	ts_region *r = &s->rg[pro];
-	uint32_t keep = 0, gat = UINT32_MAX;
-	for (uint32_t k = 0; k < r->nitem; k++) {
-		uint32_t it = r->item[k];
-		bool mv = false;
-		for (uint32_t i = 0; i < x.n && TS_ITEM_KIND(it) == TS_ITEM_OP; i++)
-			mv |= TS_ITEM_ID(it) == x.f[i];
-		if (mv) {
-			if (gat == UINT32_MAX)
-				gat = keep;
-			continue;
-		}
-		r->item[keep++] = it;
-	}
-	r->nitem = keep;
+	uint32_t gat = ts_spec_guard(s, pro, gd, x.f, sp, x.n);
 	/* the scalar and the guard (appended last) stand where the first fetch stood */
+	ts_region *r = &s->rg[pro];
 	if (gat != UINT32_MAX && gat + 2 <= r->nitem) {
 		uint32_t t0 = r->item[r->nitem - 2], t1 = r->item[r->nitem - 1];
 		memmove(r->item + gat + 2, r->item + gat, (r->nitem - 2 - gat) * sizeof *r->item);
 		r->item[gat] = t0;
 		r->item[gat + 1] = t1;
-	}
-	for (uint32_t i = 0; i < x.n; i++) {
-		ts_region_push(s, gd, TS_ITEM_OP | x.f[i]);
-		s->op[x.f[i]].region = gd;
-	}
-	/* the slots are live from the speculative fetch on */
-	for (uint32_t i = 0; i < x.n; i++) {
-		ts_buf *b = &s->buf[s->op[x.f[i]].in.v[TCP_V_DST].t];
-		if (b->life == TS_LIFE_LOOP || b->life == TS_LIFE_BLOCK) {
-			b->life = TS_LIFE_SPAN;
-			b->first = sp[i];
-			b->last = x.f[i];
-		}
 	}
 	return MOE_OK;
 }

@@ -228,29 +228,6 @@ moe_status ts_rw_spec_group_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	last_to(s, pro, (uint32_t)first + 1);
 	ts_id gd = ts_add_region(s, pro, TS_RG_GUARD, miss);
 	last_to(s, pro, (uint32_t)first + 2);
-	ts_region *r = &s->rg[pro];
-	uint32_t keep = 0;
-	for (uint32_t k = 0; k < r->nitem; k++) {
-		uint32_t it = r->item[k];
-		bool mv = false;
-		for (uint32_t i = 0; i < x.n && TS_ITEM_KIND(it) == TS_ITEM_OP; i++)
-			mv |= TS_ITEM_ID(it) == x.g[i];
-		if (!mv)
-			r->item[keep++] = it;
-	}
-	r->nitem = keep;
-	for (uint32_t i = 0; i < x.n; i++) {
-		ts_region_push(s, gd, TS_ITEM_OP | x.g[i]);
-		s->op[x.g[i]].region = gd;
-	}
-	/* the slots are live from the speculative copy on */
-	for (uint32_t i = 0; i < x.n; i++) {
-		ts_buf *b = &s->buf[s->op[x.g[i]].in.v[TCP_V_DST].t];
-		if (b->life == TS_LIFE_LOOP || b->life == TS_LIFE_BLOCK) {
-			b->life = TS_LIFE_SPAN;
-			b->first = sp[i];
-			b->last = x.g[i];
-		}
-	}
+	ts_spec_guard(s, pro, gd, x.g, sp, x.n);
 	return MOE_OK;
 }
