@@ -842,3 +842,22 @@ uint32_t ts_spec_guard(tcp_sched *s, ts_id rg, ts_id gd, const ts_id *ops, const
 	}
 	return gat;
 }
+
+bool ts_buf_touched_outside(const tcp_sched *s, ts_id b, ts_id loop_rg)
+{
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (ts_region_within(s, s->op[o].region, loop_rg))
+			continue;
+		if (ts_op_writes(&s->op[o], (int32_t)b) || ts_op_reads(&s->op[o], (int32_t)b))
+			return true;
+	}
+	return false;
+}
+
+bool ts_buf_written(const tcp_sched *s, ts_id b)
+{
+	for (ts_id o = 0; o < s->nop; o++)
+		if (ts_op_writes(&s->op[o], (int32_t)b))
+			return true;
+	return false;
+}

@@ -113,6 +113,10 @@ uint32_t ts_spec_guard(tcp_sched *s, ts_id rg, ts_id gd, const ts_id *ops, const
 /* Class bounds over [1, n]: every ceil(n / parts), then n, into b (at most
  * parts + 1 entries); their count. */
 uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b);
+/* Whether some op outside region rg (and the regions below it) reads or
+ * writes buffer b; whether some op writes b. */
+bool ts_buf_touched_outside(const tcp_sched *s, ts_id b, ts_id rg);
+bool ts_buf_written(const tcp_sched *s, ts_id b);
 /* Whether every op reading buffer t is a dma.gather and no ld reads it. */
 bool ts_buf_gathered_only(const tcp_sched *s, int32_t t);
 /* Points source view v of in at buffer t from element base, one row read

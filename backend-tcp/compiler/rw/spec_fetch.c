@@ -37,25 +37,6 @@ typedef struct spec {
 	uint32_t n;
 } spec;
 
-static bool touched_outside(const tcp_sched *s, ts_id b, ts_id loop_rg)
-{
-	for (ts_id o = 0; o < s->nop; o++) {
-		if (ts_region_within(s, s->op[o].region, loop_rg))
-			continue;
-		if (ts_op_writes(&s->op[o], (int32_t)b) || ts_op_reads(&s->op[o], (int32_t)b))
-			return true;
-	}
-	return false;
-}
-
-static bool written(const tcp_sched *s, ts_id b)
-{
-	for (ts_id o = 0; o < s->nop; o++)
-		if (ts_op_writes(&s->op[o], (int32_t)b))
-			return true;
-	return false;
-}
-
 /* Whether prologue op o is a fetch of expert $e0's rows into slot 0. */
 static bool fetch(const tcp_sched *s, ts_id o, ts_id e0)
 {
@@ -67,7 +48,7 @@ static bool fetch(const tcp_sched *s, ts_id o, ts_id e0)
 		return false;
 	const ts_buf *db = &s->buf[d->t], *sb = &s->buf[a->t];
 	return db->space == TCP_DM && db->slots == 2 && db->kind == TCP_T_SCRATCH && sb->space == TCP_HBM &&
-	       !written(s, (ts_id)a->t) && !touched_outside(s, (ts_id)d->t, s->loop[0].region);
+	       !ts_buf_written(s, (ts_id)a->t) && !ts_buf_touched_outside(s, (ts_id)d->t, s->loop[0].region);
 }
 
 static bool find(const tcp_sched *s, spec *x)

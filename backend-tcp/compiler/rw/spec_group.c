@@ -66,14 +66,7 @@ static bool gather_ok(const tcp_sched *s, const sg *x, ts_id o)
 	if (db->space != TCP_DM || db->slots != 2 || db->kind != TCP_T_SCRATCH || wb->space != TCP_HBM ||
 		ts_buf_numel(db) < x->k * in->dim[2] || ts_buf_numel(wb) < x->k * in->dim[2])
 		return false;
-	for (ts_id q = 0; q < s->nop; q++) {
-		if (ts_op_writes(&s->op[q], w->t))
-			return false;
-		bool in_loop = ts_region_within(s, s->op[q].region, s->loop[0].region);
-		if (!in_loop && (ts_op_writes(&s->op[q], d->t) || ts_op_reads(&s->op[q], d->t)))
-			return false;
-	}
-	return true;
+	return !ts_buf_written(s, (ts_id)w->t) && !ts_buf_touched_outside(s, (ts_id)d->t, s->loop[0].region);
 }
 
 static bool find(const tcp_sched *s, sg *x)
