@@ -861,3 +861,22 @@ bool ts_buf_written(const tcp_sched *s, ts_id b)
 			return true;
 	return false;
 }
+
+ts_id ts_spec_copy(tcp_sched *s, const tcp_insn *in, ts_id like, uint32_t at, uint16_t feature)
+{
+	ts_id o = ts_add_op(s, TS_NONE, in, s->op[like].phase);
+	s->op[o].region = s->top;
+	s->op[o].feature = feature;
+	s->op[o].node = s->op[like].node;
+	ts_region_insert(s, s->top, at, TS_ITEM_OP | o);
+	return o;
+}
+
+void ts_spec_waiters(tcp_sched *s, const ts_id *ops, const ts_id *sp, uint32_t n, ts_id nop0)
+{
+	for (ts_id o = 0; o < nop0; o++)
+		for (uint32_t i = 0; i < n; i++)
+			if (o == ops[i] || ts_op_has_dep(&s->op[o], ops[i], 0) || ts_op_has_dep(&s->op[o], ops[i], 1) ||
+				ts_op_writes(&s->op[o], s->op[ops[i]].in.v[TCP_V_DST].t))
+				ts_add_dep(s, o, sp[i], 0);
+}

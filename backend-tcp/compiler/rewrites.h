@@ -104,6 +104,13 @@ void ts_drop_unused_bufs(tcp_sched *s, const uint8_t *cand);
  * command depending, directly or through other ops, on a contraction or on
  * staging scalars; 0 when there is none. */
 uint32_t ts_spec_insert_at(const tcp_sched *s, moe_ctx *ctx);
+/* spec-fetch, spec-group: a speculative copy `in` in the top region at item
+ * position at, with op like's phase and node, carrying feature. */
+ts_id ts_spec_copy(tcp_sched *s, const tcp_insn *in, ts_id like, uint32_t at, uint16_t feature);
+/* Every op below nop0 that waits for prologue fetch ops[i] (at either
+ * distance), writes its destination, or is that fetch, waits for its
+ * speculative copy sp[i] (distance 0). */
+void ts_spec_waiters(tcp_sched *s, const ts_id *ops, const ts_id *sp, uint32_t n, ts_id nop0);
 /* spec-fetch, spec-group: the loop prologue's fetches ops[0..n) (items of
  * region rg) moved into guard gd, in order; each one's destination buffer,
  * where it lives for the loop or a block, becomes a span from its

@@ -89,16 +89,6 @@ bool ts_rw_spec_fetch_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-static bool waits_on(const ts_op *q, ts_id f, int *dist)
-{
-	for (uint32_t j = 0; j < q->ndep; j++)
-		if (q->dep[j] == f) {
-			*dist = q->dist[j];
-			return true;
-		}
-	return false;
-}
-
 moe_status ts_rw_spec_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	spec x;
@@ -112,22 +102,9 @@ moe_status ts_rw_spec_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		tcp_insn in = s->op[x.f[i]].in;
 		in.v[TCP_V_S0].reg = -1; /* expert 0: the rows at the view's base */
 		in.v[TCP_V_S0].scale = 0;
-		sp[i] = ts_add_op(s, TS_NONE, &in, s->op[x.f[i]].phase);
-		s->op[sp[i]].region = s->top;
-		s->op[sp[i]].feature = feature;
-		s->op[sp[i]].node = s->op[x.f[i]].node;
-		ts_region_insert(s, s->top, at + i, TS_ITEM_OP | sp[i]);
+		sp[i] = ts_spec_copy(s, &in, x.f[i], at + i, feature);
 	}
-	/* every waiter of a prologue fetch (or writer of its slot) waits for its
-	 * speculative copy, the fetch itself included */
-	for (ts_id o = 0; o < nop0; o++)
-		for (uint32_t i = 0; i < x.n; i++) {
-			int dist = 0;
-			bool w = o == x.f[i] || waits_on(&s->op[o], x.f[i], &dist) ||
-				 ts_op_writes(&s->op[o], s->op[x.f[i]].in.v[TCP_V_DST].t);
-			if (w)
-				ts_add_dep(s, o, sp[i], 0);
-		}
+	ts_spec_waiters(s, x.f, sp, x.n, nop0);
 	/* the prologue's fetches only when block 0's expert is not 0 */
 	ts_id nz = ts_add_scalar(s, pro, "spnz", TS_SC_CMP, TCP_C_NE, x.e0, TS_NONE, 0);
 	ts_id gd = ts_add_region(s, pro, TS_RG_GUARD, nz);

@@ -199,19 +199,9 @@ moe_status ts_rw_spec_group_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		c.v[TCP_V_S0] = tcp_view_none();
 		c.v[TCP_V_S0].t = g->v[TCP_V_S0].t;
 		c.v[TCP_V_S0].stride[0] = 1;
-		sp[i] = ts_add_op(s, TS_NONE, &c, s->op[x.g[i]].phase);
-		s->op[sp[i]].region = s->top;
-		s->op[sp[i]].feature = feature;
-		s->op[sp[i]].node = s->op[x.g[i]].node;
-		ts_region_insert(s, s->top, at + i, TS_ITEM_OP | sp[i]);
+		sp[i] = ts_spec_copy(s, &c, x.g[i], at + i, feature);
 	}
-	/* every waiter of a prologue gather (or writer of its half) waits for
-	 * its copy, the gather itself included */
-	for (ts_id o = 0; o < nop0; o++)
-		for (uint32_t i = 0; i < x.n; i++)
-			if (o == x.g[i] || ts_op_has_dep(&s->op[o], x.g[i], 0) || ts_op_has_dep(&s->op[o], x.g[i], 1) ||
-				ts_op_writes(&s->op[o], s->op[x.g[i]].in.v[TCP_V_DST].t))
-				ts_add_dep_once(s, o, sp[i], 0);
+	ts_spec_waiters(s, x.g, sp, x.n, nop0);
 	/* the prologue's gathers only when experts 0..k-1 are not all hit */
 	int64_t first = ts_op_index(s, pro, x.g[0]);
 	ts_id ld = ts_add_scalar(s, pro, "sgk", TS_SC_SPM_LD, 0, TS_NONE, TS_NONE, 2);
