@@ -247,7 +247,8 @@ static void prefetch(sb *b, lctx *L)
 }
 
 /* distance-1 dependencies: each write in the body on the previous block's
- * accesses of its buffer (ops [first, last) are the body's) */
+ * accesses of its elements (ops [first, last) are the body's; a view moved
+ * by a register may reach any of its buffer's) */
 static void carried(sb *b, ts_id first, ts_id last, const lctx *L)
 {
 	for (ts_id op = first; op < last; op++) {
@@ -259,10 +260,10 @@ static void carried(sb *b, ts_id first, ts_id last, const lctx *L)
 			continue;
 		for (ts_id q = op; q < last; q++) {
 			const tcp_insn *in = &b->s->op[q].in;
+			const ts_op *o = &b->s->op[op];
 			bool hit = false;
 			for (int w = 0; w < TCP_NVIEW; w++)
-				hit |= in->v[w].t == t;
-			const ts_op *o = &b->s->op[op];
+				hit |= in->v[w].t == t && ts_views_may_meet(&o->in, &o->in.v[TCP_V_DST], in, &in->v[w]);
 			for (uint32_t d = 0; d < o->ndep && hit; d++)
 				hit = !(o->dep[d] == q && o->dist[d] == 1);
 			if (hit && q != op)

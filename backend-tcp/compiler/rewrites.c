@@ -648,20 +648,6 @@ bool ts_view_contiguous(const tcp_view *v, int nd, const int64_t *dim)
 	return true;
 }
 
-void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
-{
-	int64_t a = v->base, b = v->base;
-	for (int k = 0; k < in->ndim; k++) {
-		int64_t d = (in->dim[k] - 1) * v->stride[k];
-		if (d < 0)
-			a += d;
-		else
-			b += d;
-	}
-	*lo = a;
-	*hi = b + 1;
-}
-
 void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos)
 {
 	for (ts_id b = 0; b < s->nbuf; b++) {

@@ -159,9 +159,6 @@ bool ts_same_view(const tcp_view *x, const tcp_view *y, int nd);
 int64_t ts_insn_numel(const tcp_insn *in);
 /* Whether view v over dims dim[0..nd) is row-major contiguous. */
 bool ts_view_contiguous(const tcp_view *v, int nd, const int64_t *dim);
-/* [lo, hi) of the elements view v of in reaches from its base (its register
- * not counted). */
-void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi);
 /* Whether op q writes buffer t (its destination) / reads it (a source view). */
 static inline bool ts_op_writes(const ts_op *q, int32_t t)
 {

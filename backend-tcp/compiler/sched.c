@@ -331,6 +331,30 @@ int64_t ts_buf_numel(const ts_buf *b)
 	return n;
 }
 
+void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi)
+{
+	int64_t a = v->base, b = v->base;
+	for (int k = 0; k < in->ndim; k++) {
+		int64_t d = (in->dim[k] - 1) * v->stride[k];
+		if (d < 0)
+			a += d;
+		else
+			b += d;
+	}
+	*lo = a;
+	*hi = b + 1;
+}
+
+bool ts_views_may_meet(const tcp_insn *a, const tcp_view *va, const tcp_insn *b, const tcp_view *vb)
+{
+	if (va->reg >= 0 || vb->reg >= 0)
+		return true;
+	int64_t alo, ahi, blo, bhi;
+	ts_view_span(a, va, &alo, &ahi);
+	ts_view_span(b, vb, &blo, &bhi);
+	return alo < bhi && blo < ahi;
+}
+
 static bool pow2(int64_t n)
 {
 	return n > 0 && !(n & (n - 1));

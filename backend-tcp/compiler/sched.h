@@ -223,6 +223,12 @@ bool ts_group_slot(const tcp_sched *s, int32_t reg, int64_t n);
 bool ts_group_half(const tcp_sched *s, int32_t reg);
 /* Elements of one slot of a buffer. */
 int64_t ts_buf_numel(const ts_buf *b);
+/* [lo, hi) of the elements view v of in reaches from its base (its register
+ * not counted). */
+void ts_view_span(const tcp_insn *in, const tcp_view *v, int64_t *lo, int64_t *hi);
+/* Whether two views of one buffer, of ops a and b, may reach a common
+ * element: a view moved by a register may reach any. */
+bool ts_views_may_meet(const tcp_insn *a, const tcp_view *va, const tcp_insn *b, const tcp_view *vb);
 /* pos[op] = the op's position in program order (loops: prologue, body,
  * epilogue); pos holds nop entries. */
 void ts_op_positions(const tcp_sched *s, uint32_t *pos);
