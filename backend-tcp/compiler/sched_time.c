@@ -66,13 +66,33 @@ static void slot_op(tl *t, ts_id i)
 			t->sbuf[i] = TS_NONE; /* a second view on that buffer */
 }
 
-/* The slot op i's slot view touches in this run, -1 when not 0 or 1. */
-static int run_slot(const tl *t, ts_id i)
+/* The units [*lo, *hi] of its buffer that op i's slot view touches in this
+ * run; false when they leave the buffer's two slots. */
+static bool run_units(const tl *t, ts_id i, int *lo, int *hi)
 {
-	const tcp_view *v = &t->s->op[i].in.v[t->sview[i]];
-	int64_t S = ts_buf_numel(&t->s->buf[t->sbuf[i]]);
-	int64_t b = v->base + (v->reg >= 0 && !t->zero ? t->val[v->reg] * v->scale : 0);
-	return b < 0 || b >= 2 * S ? -1 : (int)(b / S);
+	const tcp_insn *in = &t->s->op[i].in;
+	const tcp_view *v = &in->v[t->sview[i]];
+	int64_t S = ts_buf_numel(&t->s->buf[t->sbuf[i]]), U = t->uel[t->sbuf[i]];
+	int64_t a = v->base + (v->reg >= 0 && !t->zero ? t->val[v->reg] * v->scale : 0), z = a;
+	for (int k = 0; k < in->ndim && k < TCP_MAXD; k++) {
+		int64_t x = v->stride[k] * (in->dim[k] - 1);
+		*(x < 0 ? &a : &z) += x;
+	}
+	if (a < 0 || z >= 2 * S)
+		return false;
+	*lo = (int)(a / U), *hi = (int)(z / U);
+	return true;
+}
+
+/* The latest end of op d's runs (as of now, or of the block before) in
+ * units [lo, hi] of its slot buffer. */
+static int64_t units_end(const tl *t, ts_id d, int lo, int hi, bool before)
+{
+	const int64_t *u = (before ? t->sprev : t->send) + t->uofs[d];
+	int64_t e = -1;
+	for (int j = lo; j <= hi && j < t->nunit[d]; j++)
+		e = u[j] > e ? u[j] : e;
+	return e;
 }
 
 /* Whether op a's dependency on d stands for conflicts in one two-slot
@@ -107,6 +127,37 @@ static bool slot_only(const tl *t, ts_id a, ts_id d)
 #define DEPS_NONE UINT32_MAX      /* dfirst: the op has not run */
 #define DEPS_ONCE (UINT32_MAX - 1) /* it has run once, its dependencies read as they are */
 
+/* Each two-slot buffer's unit: a slot, or where group-fetch reads one
+ * entry of a slot per block (a view moved by the group's slot scalar in
+ * steps of one entry), the entry, so a reader waits for the run that wrote
+ * its own entry; each slot op's ends per unit (uofs, nunit, send, sprev). */
+static void units(tl *t)
+{
+	const tcp_sched *s = t->s;
+	for (ts_id b = 0; b < s->nbuf; b++)
+		t->uel[b] = s->buf[b].slots == 2 ? ts_buf_numel(&s->buf[b]) : 1;
+	for (ts_id i = 0; i < s->nop; i++)
+		for (int w = 0; w < TCP_NVIEW; w++) {
+			const tcp_view *v = &s->op[i].in.v[w];
+			if (v->t < 0 || (uint32_t)v->t >= s->nbuf || s->buf[v->t].slots != 2 || v->reg < 0 || v->scale <= 0)
+				continue;
+			int64_t S = ts_buf_numel(&s->buf[v->t]);
+			if (S % v->scale == 0 && 2 * S / v->scale <= TS_MAX_UNITS && v->scale < t->uel[v->t] &&
+				ts_group_slot(s, v->reg, 2 * S / v->scale))
+				t->uel[v->t] = v->scale;
+		}
+	uint32_t n = 0;
+	for (ts_id i = 0; i < s->nop; i++) {
+		t->uofs[i] = n;
+		t->nunit[i] = t->sbuf[i] == TS_NONE ? 0 : (uint8_t)(2 * ts_buf_numel(&s->buf[t->sbuf[i]]) / t->uel[t->sbuf[i]]);
+		n += t->nunit[i];
+	}
+	t->send = ctx_alloc(t->ctx, ((size_t)n + 1) * sizeof *t->send);
+	t->sprev = ctx_alloc(t->ctx, ((size_t)n + 1) * sizeof *t->sprev);
+	for (uint32_t j = 0; j < n; j++)
+		t->send[j] = t->sprev[j] = -1;
+}
+
 /* Where each op stands in the regions' current orders. */
 static void positions(tl *t)
 {
@@ -116,8 +167,8 @@ static void positions(tl *t)
 	for (ts_id i = 0; i < s->nop; i++) {
 		t->octx[i] = (uint8_t)tcp_op_ctx[s->op[i].in.op];
 		slot_op(t, i);
-		t->send[i][0] = t->send[i][1] = t->sprev[i][0] = t->sprev[i][1] = -1;
 	}
+	units(t);
 	uint8_t *seen = ctx_alloc(t->ctx, s->nop + 1);
 	memset(seen, 0, s->nop + 1);
 	for (ts_id r = 0; r < s->nrg; r++)
@@ -272,7 +323,8 @@ static void run_op(tl *t, ts_id id)
 	if (t->dfirst[id] == DEPS_ONCE)
 		dep_list(t, id);
 	bool once = t->dfirst[id] == DEPS_NONE;
-	int asl = t->sbuf[id] != TS_NONE ? run_slot(t, id) : -1; /* this run's slot */
+	int alo = 0, ahi = 0; /* the units this run touches */
+	bool aslot = t->sbuf[id] != TS_NONE && run_units(t, id, &alo, &ahi);
 	const ts_id *dl = once ? o->dep : t->dl + t->dfirst[id];
 	const uint8_t *dd = once ? o->dist : t->dd + t->dfirst[id];
 	t->dfirst[id] = once ? DEPS_ONCE : t->dfirst[id];
@@ -285,11 +337,11 @@ static void run_op(tl *t, ts_id id)
 		}
 		ts_id d = dl[k];
 		bool dist = dd[k] & 1u;
-		int sl = asl < 0 || d >= t->s->nop ? -1 : (once ? slot_only(t, id, d) : (dd[k] & DEP_SLOT) != 0) ? asl : -1;
+		bool sl = aslot && d < t->s->nop && (once ? slot_only(t, id, d) : (dd[k] & DEP_SLOT) != 0);
 		/* distance 1: the previous block's run, even where d already ran in this one */
 		bool before = dist && d < t->s->nop && t->blk[d] == t->block;
 		int64_t e = d >= t->s->nop ? -1
-			    : sl >= 0	  ? (before ? t->sprev[d][sl] : t->send[d][sl])
+			    : sl	  ? units_end(t, d, alo, ahi, before)
 			    : before	  ? t->prev[d]
 					  : t->end[d];
 		start = e > start ? e : start;
@@ -302,10 +354,10 @@ static void run_op(tl *t, ts_id id)
 		t->cost[id] = dur;
 	if (t->blk[id] != t->block) {
 		t->prev[id] = t->end[id], t->blk[id] = t->block;
-		memcpy(t->sprev[id], t->send[id], sizeof t->send[id]);
+		memcpy(t->sprev + t->uofs[id], t->send + t->uofs[id], t->nunit[id] * sizeof *t->send);
 	}
-	if (asl >= 0)
-		t->send[id][asl] = end;
+	for (int j = alo; aslot && j <= ahi && j < t->nunit[id]; j++)
+		t->send[t->uofs[id] + j] = end;
 	t->start[id] = start;
 	t->end[id] = end;
 	if (o->in.op == TCP_OP_DMA_SPM) {
@@ -469,7 +521,7 @@ static void release(tl *t)
 	ctx_free(t->ctx, t->prev, 0);
 	ctx_free(t->ctx, t->blk, 0);
 	void *deps[] = {t->oreg, t->oidx, t->dfirst, t->dn, t->dl, t->dd, t->rloop, t->octx, t->mlast, t->gidx, t->gstamp,
-		t->sbuf, t->sview, t->send, t->sprev};
+		t->sbuf, t->sview, t->send, t->sprev, t->uofs, t->nunit, t->uel};
 	for (size_t k = 0; k < sizeof deps / sizeof *deps; k++)
 		if (deps[k])
 			ctx_free(t->ctx, deps[k], 0);
@@ -529,8 +581,9 @@ static int64_t run(moe_ctx *ctx, const tcp_sched *s, const moe_tcp_loads *loads,
 	t->octx = ctx_alloc(ctx, n);
 	t->sbuf = ctx_alloc(ctx, n * sizeof *t->sbuf);
 	t->sview = ctx_alloc(ctx, n);
-	t->send = ctx_alloc(ctx, n * sizeof *t->send);
-	t->sprev = ctx_alloc(ctx, n * sizeof *t->sprev);
+	t->uofs = ctx_alloc(ctx, n * sizeof *t->uofs);
+	t->nunit = ctx_alloc(ctx, n);
+	t->uel = ctx_alloc(ctx, (s->nbuf + 1) * sizeof *t->uel);
 	t->mlast = ctx_alloc(ctx, n * sizeof *t->mlast);
 	memset(t->mlast, 0, n * sizeof *t->mlast);
 	positions(t);

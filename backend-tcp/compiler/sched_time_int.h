@@ -10,6 +10,8 @@
 #include "backend-tcp/isa/cost.h"
 
 
+enum { TS_MAX_UNITS = 64 }; /* units of one two-slot buffer the timeline tells apart */
+
 typedef struct tl {
 	moe_ctx *ctx;
 	ts_cost_cache *memo;
@@ -45,11 +47,14 @@ typedef struct tl {
 	uint8_t *octx;  /* per op: its context */
 	/* per op: the two-slot buffer one of its views reads or writes inside
 	 * one slot (TS_NONE: none, or more than one such view), that view, and
-	 * the end of its latest run in each slot: as of now (send) and as of
-	 * the block before its last run's (sprev) */
+	 * the end of its latest run in each unit of that buffer (uel[b]
+	 * elements: a slot, or a group's entry; sched_time.c units), as of now
+	 * (send) and as of the block before its last run's (sprev): nunit[op]
+	 * entries from uofs[op] */
 	ts_id *sbuf;
-	uint8_t *sview;
-	int64_t (*send)[2], (*sprev)[2];
+	uint8_t *sview, *nunit;
+	uint32_t *uofs;
+	int64_t *send, *sprev, *uel;
 	ts_id *dl;
 	uint8_t *dd;
 	size_t dlen, dcap;
