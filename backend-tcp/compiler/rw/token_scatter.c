@@ -21,7 +21,15 @@
  * the copy waits for and comes before it, so the copy's bytes are src's
  * when the scatter runs; src then lives up to the scatter. The scatter
  * waits for what the gather and the copy waited for (the writers of src and
- * of the index list), and every op that waited for either waits for it. */
+ * of the index list), and every op that waited for either waits for it.
+ *
+ * The same holds where src is the layer's input x in HBM (bf16 layers: the
+ * gather reads x's rows pair by pair) and routing keeps a whole copy of x in
+ * DM for the router: one dma.copy of all of x into a DM buffer that nothing
+ * else writes. The scatter reads that copy; the copy stays (the router
+ * reads it), the scatter waits for it and it lives up to the scatter. Not
+ * at T = 1, where every pair reads x's one row and decode-x-rows drops the
+ * gather and the scatter both. */
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
@@ -31,6 +39,7 @@ typedef struct tsc {
 	ts_id sc, ga, cp, tok; /* the scatter, the gather, the HBM copy, tok's pass */
 	ts_id d, h, x, i;      /* the gathered rows (DM), src in HBM, src in DM, tok */
 	int64_t T, K, row, xbase;
+	bool input; /* src is an input in HBM with a whole DM copy (cp, kept) */
 } tsc;
 
 
@@ -67,6 +76,30 @@ static bool tok_pass(const tcp_sched *s, ts_id w, const tcp_view *iv, int64_t n,
 	       n % *K == 0;
 }
 
+/* src an input in HBM (x->h, read at gs) and routing's whole copy of it in
+ * DM, the copy's only writer (x->cp, x->x) */
+static bool input_copy(const tcp_sched *s, tsc *x, const tcp_view *gs)
+{
+	const ts_buf *h = &s->buf[x->h];
+	if (h->space != TCP_HBM || (h->kind != TCP_T_INPUT && h->kind != TCP_T_CONST) || gs->base != 0 ||
+		ts_buf_numel(h) != x->T * x->row)
+		return false;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *c = &s->op[o].in;
+		const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
+		if (c->op != TCP_OP_DMA_COPY || cs->t != (int32_t)x->h || cd->t < 0 || c->vreg >= 0 || ts_op_in_loop(s, o) ||
+			cs->base != 0 || cs->reg >= 0 || cd->base != 0 || cd->reg >= 0 || ts_insn_numel(c) != x->T * x->row ||
+			!ts_view_contiguous(cd, c->ndim, c->dim) || !ts_view_contiguous(cs, c->ndim, c->dim) ||
+			s->buf[cd->t].space != TCP_DM || s->buf[cd->t].slots != 1 || s->buf[cd->t].dtype != h->dtype ||
+			s->buf[cd->t].dtype != s->buf[x->d].dtype || ts_buf_numel(&s->buf[cd->t]) != x->T * x->row ||
+			writer(s, (ts_id)cd->t) != o)
+			continue;
+		x->cp = o, x->x = (ts_id)cd->t, x->xbase = 0;
+		return true;
+	}
+	return false;
+}
+
 /* the gather feeding scatter sc, its source's copy and tok's pass */
 static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
 {
@@ -95,10 +128,15 @@ static bool gather_of(const tcp_sched *s, ts_id sc, tsc *x)
 	x->tok = writer(s, x->i);
 	x->cp = writer(s, x->h);
 	x->row = row;
-	if (x->tok == TS_NONE || !tok_pass(s, x->tok, gi, n, &x->K) || g->rows != n / x->K || x->cp == TS_NONE ||
-		!ts_op_has_dep(&s->op[x->ga], x->tok, 0) || !ts_op_has_dep(&s->op[x->ga], x->cp, 0) || ts_op_in_loop(s, x->tok))
+	x->input = x->cp == TS_NONE;
+	if (x->tok == TS_NONE || !tok_pass(s, x->tok, gi, n, &x->K) || g->rows != n / x->K ||
+		!ts_op_has_dep(&s->op[x->ga], x->tok, 0) || ts_op_in_loop(s, x->tok))
 		return false;
 	x->T = n / x->K;
+	if (x->input) /* at T = 1 decode-x-rows drops the dispatch instead */
+		return x->T > 1 && input_copy(s, x, gs);
+	if (!ts_op_has_dep(&s->op[x->ga], x->cp, 0))
+		return false;
 	const tcp_insn *c = &s->op[x->cp].in;
 	const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
 	if (c->op != TCP_OP_DMA_COPY || c->ndim != 1 || c->vreg >= 0 || cd->base != 0 || cd->reg >= 0 ||
@@ -120,9 +158,10 @@ static bool legal(const tcp_sched *s, tsc *x)
 		  !ts_buf_spm_read(s, x->x) && x->x != x->d;
 	for (ts_id o = 0; o < s->nop && ok; o++) {
 		const ts_op *p = &s->op[o];
-		if ((o != x->sc && ts_op_reads(p, x->d)) || (o != x->ga && (ts_op_reads(p, x->h) || ts_op_writes(p, x->d))))
+		if ((o != x->sc && ts_op_reads(p, x->d)) ||
+			(o != x->ga && ((!x->input && ts_op_reads(p, x->h)) || ts_op_writes(p, x->d))))
 			ok = false;
-		if (ts_op_writes(p, x->x))
+		if (ts_op_writes(p, x->x) && !(x->input && o == x->cp))
 			ok &= o != x->cp && pos[o] < pos[x->cp] && ts_op_has_dep(&s->op[x->cp], o, 0) && !ts_op_in_loop(s, o);
 	}
 	ctx_free(s->ctx, pos, 0);
@@ -167,7 +206,10 @@ static void fuse(tcp_sched *s, const tsc *x, uint16_t feature)
 	uint32_t *pos = ctx_alloc(s->ctx, (s->nop + 1) * sizeof *pos);
 	ts_op_positions(s, pos);
 	uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
-	drop[x->ga] = drop[x->cp] = 1; /* the copy's only reader was the gather */
+	drop[x->ga] = 1;
+	drop[x->cp] = !x->input; /* the copy into HBM: its only reader was the gather */
+	if (x->input)
+		add_dep_once(s, x->sc, x->cp, 0);
 	drop[x->tok] = !tok_read && !ts_buf_spm_read(s, x->i);
 	/* the scatter waits for what the dropped ops waited for; another op
 	 * that waited for one of them waits for what it waited for, and for
