@@ -367,10 +367,9 @@ static void test_experts_bf16_matches_interp(void **st)
 {
 	(void)st;
 	layer L = {MOE_BF16, 5, 48, 96, 8, 2, 16, 0, 0};
-	/* dispatch: x's rows scattered from routing's DM copy of x, each K = 2
-	 * times (token-scatter: groups of T = 5 tokens), into the block grid's
-	 * slots in HBM (G B = 8 x 16 = 128), gathered back from them for the
-	 * combine; no gather of x's rows per routed pair */
+	/* dispatch: routing's DM copy of x scattered, each row K = 2 times, into
+	 * the block grid's slots in HBM (G B = 8 x 16 = 128), gathered back from
+	 * them for the combine; no gather of x's rows per pair (token-scatter) */
 	static const char *const has[] = {"dma.scatter dims=[5,2,48] flags=scaled, rows=128 ", "rows=128 dst=", NULL};
 	static const char *const lacks[] = {"dma.gather dims=[1,10,48] rows=5 ", NULL};
 	free(check_against_interp_on(&L, 1e-2, NULL, has, lacks));
