@@ -866,3 +866,17 @@ void ts_spec_waiters(tcp_sched *s, const ts_id *ops, const ts_id *sp, uint32_t n
 				ts_op_writes(&s->op[o], s->op[ops[i]].in.v[TCP_V_DST].t))
 				ts_add_dep(s, o, sp[i], 0);
 }
+
+uint32_t ts_deps_union(const tcp_sched *s, const ts_id *ops, uint32_t n, uint8_t *mark)
+{
+	uint32_t u = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t j = 0; j < n; j++)
+			for (uint32_t k = 0; k < s->op[ops[j]].ndep; k++) {
+				ts_id d = s->op[ops[j]].dep[k];
+				size_t m = (size_t)(d < s->nop ? d : s->nop) * 2 + (s->op[ops[j]].dist[k] != 0);
+				u += !pass && !mark[m];
+				mark[m] = (uint8_t)!pass;
+			}
+	return u;
+}

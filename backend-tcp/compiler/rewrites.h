@@ -124,6 +124,10 @@ uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b);
  * writes buffer b; whether some op writes b. */
 bool ts_buf_touched_outside(const tcp_sched *s, ts_id b, ts_id rg);
 bool ts_buf_written(const tcp_sched *s, ts_id b);
+/* The number of distinct (op, distance) dependencies of ops[0..n) together:
+ * what one op standing for them all would wait for. mark: 2 x (nop + 1)
+ * bytes, zero on entry and on return. */
+uint32_t ts_deps_union(const tcp_sched *s, const ts_id *ops, uint32_t n, uint8_t *mark);
 /* Whether every op reading buffer t is a dma.gather and no ld reads it. */
 bool ts_buf_gathered_only(const tcp_sched *s, int32_t t);
 /* Points source view v of in at buffer t from element base, one row read

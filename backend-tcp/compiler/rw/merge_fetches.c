@@ -58,6 +58,7 @@ static bool follows(const tcp_sched *s, ts_id a, ts_id b, int64_t *step)
 
 static const uint32_t *by_pos;
 
+
 static int pos_cmp(const void *a, const void *b)
 {
 	uint32_t x = by_pos[*(const ts_id *)a], y = by_pos[*(const ts_id *)b];
@@ -85,10 +86,16 @@ static int runs(const tcp_sched *s, ts_id *memb, uint32_t *at, int cap, int len)
 			f[nf++] = o;
 	by_pos = pos; /* by program position (each op's is its own) */
 	qsort(f, (size_t)nf, sizeof *f, pos_cmp);
+	uint8_t *mark = ctx_alloc(s->ctx, 2 * ((size_t)s->nop + 1));
+	memset(mark, 0, 2 * ((size_t)s->nop + 1));
 	for (int i = 0; i + 1 < nf && nr < cap;) {
 		int64_t step = 0, st;
 		int n = 1;
-		while (i + n < nf && n < len && n < l->ring / 2 && follows(s, f[i + n - 1], f[i + n], &st) && (n == 1 || st == step))
+		/* a run's head waits for what every fetch of it waited for: no run
+		 * whose head would hold more than half the dependency cap (later
+		 * rewrites add to the lists) */
+		while (i + n < nf && n < len && n < l->ring / 2 && follows(s, f[i + n - 1], f[i + n], &st) && (n == 1 || st == step) &&
+			ts_deps_union(s, f + i, (uint32_t)n + 1, mark) <= TS_MAX_DEPS / 2)
 			step = st, n++;
 		if (n > 1) {
 			at[nr++] = nm;
@@ -98,6 +105,7 @@ static int runs(const tcp_sched *s, ts_id *memb, uint32_t *at, int cap, int len)
 		i += n;
 	}
 	at[nr] = nm;
+	ctx_free(s->ctx, mark, 0);
 	ctx_free(s->ctx, f, 0);
 	ctx_free(s->ctx, pos, 0);
 	return nr;

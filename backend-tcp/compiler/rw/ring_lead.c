@@ -157,6 +157,23 @@ moe_status ts_rw_ring_lead_apply(tcp_sched *s, const ts_env *e, uint16_t feature
 	ts_id body = s->loop[0].body, *all = ctx_alloc(s->ctx, (size_t)nc * n * sizeof *all);
 	for (uint32_t c = 0; c < nc; c++)
 		leads(s, TS_ITEM_ID(rb->item[c]), ring, all + (size_t)c * n, n);
+	/* each hoisted copy waits for what every case's copy waited for: none
+	 * past half the dependency cap (later rewrites add to the lists) */
+	uint8_t *mark = ctx_alloc(s->ctx, 2 * ((size_t)s->nop + 1));
+	memset(mark, 0, 2 * ((size_t)s->nop + 1));
+	ts_id *one = ctx_alloc(s->ctx, (size_t)nc * sizeof *one);
+	bool fits = true;
+	for (uint32_t i = 0; i < n && fits; i++) {
+		for (uint32_t c = 0; c < nc; c++)
+			one[c] = all[(size_t)c * n + i];
+		fits = ts_deps_union(s, one, nc, mark) <= TS_MAX_DEPS / 2;
+	}
+	ctx_free(s->ctx, one, 0);
+	ctx_free(s->ctx, mark, 0);
+	if (!fits) {
+		ctx_free(s->ctx, all, 0);
+		return MOE_ERR_UNSUPPORTED;
+	}
 	ts_id nop0 = s->nop;
 	uint8_t *drop = ctx_alloc(s->ctx, nop0 + 1);
 	memset(drop, 0, nop0 + 1);
