@@ -203,26 +203,17 @@ moe_status ts_rw_ring_lead_apply(tcp_sched *s, const ts_env *e, uint16_t feature
 		s->op[h].region = body;
 		ts_region_insert(s, body, (uint32_t)(at + 1 + i), TS_ITEM_OP | h);
 	}
-	/* every waiter of a case's copy waits for the hoisted one */
+	/* every waiter of a case's copy waits for the hoisted one (ts_drop_ops
+	 * then drops its dependencies on the dropped copies) */
 	for (ts_id q = 0; q < nop0; q++) {
 		if (drop[q])
 			continue;
-		ts_op *p = &s->op[q];
-		for (uint32_t j = 0; j < p->ndep; j++)
-			if (p->dep[j] < nop0 && map[p->dep[j]] != TS_NONE && map[p->dep[j]] != q)
-				p->dep[j] = map[p->dep[j]];
-		/* duplicates (two cases' copies now the same op) */
-		uint32_t keep = 0;
-		for (uint32_t j = 0; j < p->ndep; j++) {
-			bool dup = false;
-			for (uint32_t k = 0; k < keep && !dup; k++)
-				dup = p->dep[k] == p->dep[j] && p->dist[k] == p->dist[j];
-			if (!dup && !(p->dep[j] == q && p->dist[j] == 0)) {
-				p->dep[keep] = p->dep[j];
-				p->dist[keep++] = p->dist[j];
-			}
+		for (uint32_t j = 0, nd = s->op[q].ndep; j < nd; j++) {
+			ts_id d = s->op[q].dep[j];
+			uint8_t dist = s->op[q].dist[j];
+			if (d < nop0 && drop[d] && (map[d] != q || dist != 0))
+				ts_add_dep_once(s, q, map[d], dist);
 		}
-		p->ndep = keep;
 	}
 	ts_drop_ops(s, drop);
 	ctx_free(s->ctx, drop, 0);
