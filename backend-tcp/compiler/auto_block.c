@@ -608,16 +608,20 @@ static bool compiled_both(moe_ctx *ctx, const layer_dims *d, const moe_graph *g,
 	return ok;
 }
 
-/* The candidate that holds an expert's rows under uniform routing in one
- * block (mean + 2 standard deviations of Binomial(T, K / E), rounded up to
- * a candidate), or 0. */
+/* The block size that holds an expert's rows under uniform routing in one
+ * block (mean + 2 standard deviations of Binomial(T, K / E)), rounded up to
+ * a candidate; past the candidates (whose DM estimate leaves out a B the
+ * planner may still place, and which stop at AUTO_MAX), to a multiple of
+ * AUTO_STEP, at most T. Whether it places is the full compile's to say
+ * (compiled_both). 0 when it would exceed T. */
 static int64_t one_block_B(const layer_dims *d, const int64_t *cand, int nc)
 {
 	double p = (double)d->K / (double)d->E, mu = (double)d->T * p, want = mu + 2 * sqrt(mu * (1 - p));
 	for (int i = 0; i < nc; i++)
 		if ((double)cand[i] >= want)
 			return cand[i];
-	return 0;
+	int64_t b = cdiv((int64_t)ceil(want), AUTO_STEP) * AUTO_STEP;
+	return b <= d->T ? b : 0;
 }
 
 /* The router's balance is not known when the layer compiles: block=auto
