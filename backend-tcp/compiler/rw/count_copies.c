@@ -3,7 +3,8 @@
  *
  * dm-results keeps the loop's results in a DM grid of G blocks and copies the
  * whole grid into the HBM result after the loop: one [G, P] dma.copy (G the
- * worst-case grid, P a block's elements). A run executes only nb <= G blocks,
+ * worst-case grid, P a block's elements; the DM grid's block stride may be
+ * larger, each block starting a new round of DM's layout). A run executes only nb <= G blocks,
  * and the HBM result is read only by gathers of the pairs' grid positions,
  * each a row below its block's count (docs/tcp-isa.md 7.4), so the rows of
  * blocks nb .. G - 1 are never read. The rewrite turns each such copy (in the
@@ -51,7 +52,7 @@ static bool find(const tcp_sched *s, cc *x)
 		const tcp_view *d = &in->v[TCP_V_DST], *y = &in->v[TCP_V_S0];
 		if (in->op != TCP_OP_DMA_COPY || in->ndim != 2 || in->dim[0] != l->G || in->vreg >= 0 || d->t < 0 ||
 			y->t < 0 || d->reg >= 0 || y->reg >= 0 || d->base != 0 || y->base != 0 ||
-			d->stride[0] != in->dim[1] || d->stride[1] != 1 || y->stride[0] != in->dim[1] || y->stride[1] != 1 ||
+			d->stride[0] != in->dim[1] || d->stride[1] != 1 || y->stride[0] < in->dim[1] || y->stride[1] != 1 ||
 			ts_buf_numel(&s->buf[d->t]) < l->G * in->dim[1] || under_classes(s, p->region, l->nb))
 			continue;
 		bool top = p->region == s->top, epi = ts_region_within(s, p->region, l->epilogue);
