@@ -749,6 +749,67 @@ bool ts_buf_gathered_only(const tcp_sched *s, int32_t t)
 	return true;
 }
 
+void ts_buf_uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r)
+{
+	*nw = *nr = 0;
+	*w = *r = TS_NONE;
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (ts_op_writes(&s->op[o], (int32_t)b))
+			++*nw, *w = o;
+		if (ts_op_reads(&s->op[o], (int32_t)b))
+			++*nr, *r = o;
+	}
+}
+
+bool ts_buf_read_per_block(const tcp_sched *s, const ts_loop *l, int32_t t, int64_t p, const uint8_t *skip)
+{
+	if (ts_buf_spm_read(s, (ts_id)t))
+		return false;
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (skip && skip[o])
+			continue;
+		const tcp_insn *in = &s->op[o].in;
+		if (in->v[TCP_V_DST].t == t)
+			return false;
+		for (int k = TCP_V_S0; k < TCP_NVIEW; k++) {
+			const tcp_view *v = &in->v[k];
+			if (v->t != t)
+				continue;
+			if (!ts_region_within(s, s->op[o].region, l->body) || v->reg < 0 || (ts_id)v->reg != l->g ||
+				v->scale != p)
+				return false;
+			int64_t lo, hi;
+			ts_view_span(in, v, &lo, &hi);
+			if (lo < 0 || hi > p)
+				return false;
+		}
+	}
+	return true;
+}
+
+bool ts_view_strides(const tcp_view *v, int n, const int64_t *st)
+{
+	for (int k = 0; k < n; k++)
+		if (v->stride[k] != st[k])
+			return false;
+	return true;
+}
+
+int64_t ts_granule_words(const tcp_sched *s)
+{
+	int64_t w = s->m->hbm_granule / 4;
+	return w < 1 ? 1 : w;
+}
+
+ts_layout ts_layout_spread(const tcp_sched *s, ts_layout lay, int64_t n)
+{
+	int64_t per = lay.nslices * (int64_t)lay.copies, f = s->m->flit_bytes;
+	lay.slice_bytes = ((n + per - 1) / per + f - 1) / f * f;
+	if (!lay.slice_bytes)
+		lay.slice_bytes = f;
+	return lay;
+}
+
 uint32_t ts_even_bounds(int64_t n, int64_t parts, int64_t *b)
 {
 	int64_t step = (n + parts - 1) / parts;

@@ -130,6 +130,21 @@ bool ts_buf_written(const tcp_sched *s, ts_id b);
 uint32_t ts_deps_union(const tcp_sched *s, const ts_id *ops, uint32_t n, uint8_t *mark);
 /* Whether every op reading buffer t is a dma.gather and no ld reads it. */
 bool ts_buf_gathered_only(const tcp_sched *s, int32_t t);
+/* Writers and readers of buffer b among all ops (an op both reading and
+ * writing it counts as both); the last of each in *w / *r (TS_NONE: none). */
+void ts_buf_uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r);
+/* Whether every op touching buffer t, but those with skip[op] set, reads it
+ * in loop l's body through a view moved by $g one block stride p per block,
+ * within that block, and no ld reads t. */
+bool ts_buf_read_per_block(const tcp_sched *s, const ts_loop *l, int32_t t, int64_t p, const uint8_t *skip);
+/* Whether view v's first n strides are st[0..n). */
+bool ts_view_strides(const tcp_view *v, int n, const int64_t *st);
+/* The i32 words of one HBM access granule (at least 1): a scattered row of
+ * a whole granule is written without a read-modify-write. */
+int64_t ts_granule_words(const tcp_sched *s);
+/* Layout lay, its slices and copies kept, resized to hold n bytes (whole
+ * flits per slice, at least one). */
+ts_layout ts_layout_spread(const tcp_sched *s, ts_layout lay, int64_t n);
 /* Points source view v of in at buffer t from element base, one row read
  * for every iteration (no register, every stride but the innermost 0). */
 void ts_view_fixed_row(const tcp_insn *in, tcp_view *v, int32_t t, int64_t base);

@@ -30,35 +30,6 @@ typedef struct cs {
 	uint32_t ld;    /* $nb's item index in the top region */
 } cs;
 
-/* Whether every op but c touching buffer t reads it in the loop body
- * through a view moved by $g one block (p elements, its DM block stride) per
- * block, within that block's elements, and no ld reads it. */
-static bool read_by_block(const tcp_sched *s, const ts_loop *l, int32_t t, ts_id c, int64_t p)
-{
-	if (ts_buf_spm_read(s, t))
-		return false;
-	for (ts_id o = 0; o < s->nop; o++) {
-		if (o == c)
-			continue;
-		const tcp_insn *in = &s->op[o].in;
-		if (in->v[TCP_V_DST].t == t)
-			return false;
-		for (int k = TCP_V_S0; k < TCP_NVIEW; k++) {
-			const tcp_view *v = &in->v[k];
-			if (v->t != t)
-				continue;
-			if (!ts_region_within(s, s->op[o].region, l->body) || v->reg < 0 || (ts_id)v->reg != l->g ||
-				v->scale != p)
-				return false;
-			int64_t lo, hi;
-			ts_view_span(in, v, &lo, &hi);
-			if (lo < 0 || hi > p)
-				return false;
-		}
-	}
-	return true;
-}
-
 static bool find(const tcp_sched *s, cs *x)
 {
 	memset(x, 0, sizeof *x);
@@ -85,7 +56,12 @@ static bool find(const tcp_sched *s, cs *x)
 			s->buf[d->t].slots != 1 || ts_buf_numel(&s->buf[d->t]) != l->G * d->stride[0])
 			continue;
 		int64_t at = ts_op_index(s, s->top, o);
-		if (at < 0 || at > lp || !read_by_block(s, l, d->t, o, d->stride[0]))
+		uint8_t *skip = ctx_alloc(s->ctx, s->nop + 1);
+		memset(skip, 0, s->nop + 1);
+		skip[o] = 1;
+		bool per_block = at >= 0 && at <= lp && ts_buf_read_per_block(s, l, d->t, d->stride[0], skip);
+		ctx_free(s->ctx, skip, 0);
+		if (!per_block)
 			continue;
 		/* $nb's ld may stand before the copy only after the dma.spm staging
 		 * what it reads */

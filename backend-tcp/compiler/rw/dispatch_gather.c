@@ -40,46 +40,12 @@ typedef struct dg {
 	ts_id h, st2;                /* staged: the gathered rows in HBM and the scatter's staging; else TS_NONE */
 } dg;
 
-/* writers and readers of buffer b among all ops (an op both reading and
- * writing it counts as both); the last of each in *w / *r */
-static void uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r)
-{
-	*nw = *nr = 0;
-	*w = *r = TS_NONE;
-	for (ts_id o = 0; o < s->nop; o++) {
-		const tcp_insn *in = &s->op[o].in;
-		if (in->v[TCP_V_DST].t >= 0 && (ts_id)in->v[TCP_V_DST].t == b)
-			++*nw, *w = o;
-		for (int k = TCP_V_S0; k < TCP_NVIEW; k++)
-			if (in->v[k].t >= 0 && (ts_id)in->v[k].t == b) {
-				++*nr, *r = o;
-				break;
-			}
-	}
-}
-
 static bool staged(const tcp_sched *s, ts_id b)
 {
 	for (ts_id q = 0; q < s->nsc; q++)
 		if (s->sc[q].kind == TS_SC_SPM_LD && s->sc[q].buf == b)
 			return true;
 	return false;
-}
-
-static bool strides(const tcp_view *v, int n, const int64_t *st)
-{
-	for (int k = 0; k < n; k++)
-		if (v->stride[k] != st[k])
-			return false;
-	return true;
-}
-
-/* i32 words per list row: one HBM granule, so that each row the scatter
- * writes is whole granules (a part of one is a read-modify-write) */
-static int64_t entry(const tcp_sched *s)
-{
-	int64_t w = s->m->hbm_granule / 4;
-	return w < 1 ? 1 : w;
 }
 
 /* Whether op c is a body copy of block g's rows of the grid into DM rows. */
@@ -94,8 +60,8 @@ static bool body_copy(const tcp_sched *s, const dg *d, ts_id c)
 		return false;
 	const int64_t st[2] = {d->D, 1};
 	return in->ndim == 2 && in->dim[0] >= 1 && in->dim[0] <= d->B && in->dim[1] == d->D && sv->base == 0 &&
-	       sv->reg >= 0 && (ts_id)sv->reg == l->g && sv->scale == d->B * d->D && strides(sv, 2, st) &&
-	       strides(dv, 2, st);
+	       sv->reg >= 0 && (ts_id)sv->reg == l->g && sv->scale == d->B * d->D && ts_view_strides(sv, 2, st) &&
+	       ts_view_strides(dv, 2, st);
 }
 
 /* Whether op o is a dma.gather of c of x's rows by the token list at r
@@ -107,7 +73,7 @@ static bool row_gather(const tcp_sched *s, dg *d, ts_id o, ts_id st, int64_t r, 
 	const tcp_view *gd = &g->v[TCP_V_DST], *gx = &g->v[TCP_V_S0], *gt = &g->v[TCP_V_S1];
 	if (g->op != TCP_OP_DMA_GATHER || g->flags || g->vreg >= 0 || g->ndim != 3 || g->dim[0] != 1 ||
 		g->dim[1] != c || g->dim[2] != d->D || gd->t < 0 || (ts_id)gd->t != st || gd->base || gd->reg >= 0 ||
-		!strides(gd, 3, (const int64_t[]){c * d->D, d->D, 1}) || gx->t < 0 || gx->reg >= 0 || gt->t < 0 ||
+		!ts_view_strides(gd, 3, (const int64_t[]){c * d->D, d->D, 1}) || gx->t < 0 || gx->reg >= 0 || gt->t < 0 ||
 		gt->reg >= 0 || gx->stride[1] != d->D || gx->stride[2] != 1 || gt->stride[1] != 1 ||
 		ts_region_within(s, s->op[o].region, s->loop[0].region))
 		return false;
@@ -181,8 +147,8 @@ static bool match_staged(const tcp_sched *s, dg *d)
 		int64_t c = in->dim[1], at = iv->base;
 		ok = in->op == TCP_OP_DMA_SCATTER && in->flags == TCP_F_SCALED && in->vreg < 0 && in->ndim == 3 &&
 		     in->dim[0] == 1 && in->dim[2] == d->D && in->rows == d->GB && dv->base == 0 && dv->reg < 0 &&
-		     strides(dv, 3, (const int64_t[]){d->GB * d->D, d->D, 1}) && sv->t == (int32_t)st2 && !sv->base &&
-		     sv->reg < 0 && strides(sv, 3, (const int64_t[]){c * d->D, d->D, 1}) && iv->t == (int32_t)d->ibh &&
+		     ts_view_strides(dv, 3, (const int64_t[]){d->GB * d->D, d->D, 1}) && sv->t == (int32_t)st2 && !sv->base &&
+		     sv->reg < 0 && ts_view_strides(sv, 3, (const int64_t[]){c * d->D, d->D, 1}) && iv->t == (int32_t)d->ibh &&
 		     iv->reg < 0 && iv->stride[1] == 1 && c > 0 && at >= 0 && at + c <= TK;
 		for (int64_t k = at; ok && k < at + c; k++)
 			ok = !cov[k]++;
@@ -214,7 +180,7 @@ static bool match_staged(const tcp_sched *s, dg *d)
 		return false;
 	const ts_id bufs[3] = {st1, h, st2};
 	for (int k = 0; k < 3; k++) {
-		uses(s, bufs[k], &nw, &nr, &w, &r);
+		ts_buf_uses(s, bufs[k], &nw, &nr, &w, &r);
 		if (nw != n || nr != n || staged(s, bufs[k]))
 			return false;
 	}
@@ -252,8 +218,8 @@ static bool match(const tcp_sched *s, dg *d)
 		if (gb->space != TCP_HBM || gb->kind != TCP_T_SCRATCH || xb->space != TCP_DM || xb->kind != TCP_T_SCRATCH ||
 			xb->slots != 1 || xb->layout.split != TS_SPLIT_FLIT || gb->dtype != xb->dtype ||
 			ts_buf_numel(gb) != d->GB * d->D || d->GB % l->G ||
-			!strides(dv, 3, (const int64_t[]){d->GB * d->D, d->D, 1}) ||
-			!strides(sv, 3, (const int64_t[]){d->TK * d->D, d->D, 1}) || iv->stride[1] != 1)
+			!ts_view_strides(dv, 3, (const int64_t[]){d->GB * d->D, d->D, 1}) ||
+			!ts_view_strides(sv, 3, (const int64_t[]){d->TK * d->D, d->D, 1}) || iv->stride[1] != 1)
 			continue;
 		d->grid = (ts_id)dv->t;
 		d->x = (ts_id)sv->t;
@@ -261,8 +227,8 @@ static bool match(const tcp_sched *s, dg *d)
 		d->B = d->GB / l->G;
 		/* the T K rows whole in DM (gathered by the grid's one writer), or
 		 * one chunk's staging (copied from HBM) */
-		uses(s, d->grid, &nw, &nr, &w, &r);
-		uses(s, d->x, &xw, &xr, &xo, &xl);
+		ts_buf_uses(s, d->grid, &nw, &nr, &w, &r);
+		ts_buf_uses(s, d->x, &xw, &xr, &xo, &xl);
 		whole = nw == 1 && !iv->base && ts_buf_numel(xb) == d->TK * d->D && xw == 1 &&
 			s->op[xo].in.op == TCP_OP_DMA_GATHER;
 		if (whole)
@@ -289,14 +255,14 @@ static bool match(const tcp_sched *s, dg *d)
 	const ts_buf *xs = &s->buf[d->xv.t], *ts = &s->buf[d->tv.t];
 	if (xs->space != TCP_HBM || xs->dtype != s->buf[d->x].dtype || ts->space != TCP_DM || ts->dtype != MOE_I32)
 		return false;
-	uses(s, (ts_id)d->xv.t, &nw, &nr, &w, &r);
+	ts_buf_uses(s, (ts_id)d->xv.t, &nw, &nr, &w, &r);
 	if (nw)
 		return false;
 	d->tok = (ts_id)d->tv.t;
 	/* the byte offsets: pos x row bytes (one multiply pass), copied to HBM,
 	 * read by the scatter (or the staged scatters) alone */
 	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[d->x].dtype);
-	uses(s, d->ibh, &nw, &nr, &w, &r);
+	ts_buf_uses(s, d->ibh, &nw, &nr, &w, &r);
 	if (nw != 1 || (whole && (nr != 1 || r != d->sc)))
 		return false;
 	for (ts_id o = 0; o < s->nop && !whole; o++)
@@ -307,14 +273,14 @@ static bool match(const tcp_sched *s, dg *d)
 	if (c->op != TCP_OP_DMA_COPY || c->v[TCP_V_S0].t < 0)
 		return false;
 	d->ib = (ts_id)c->v[TCP_V_S0].t;
-	uses(s, d->ib, &nw, &nr, &w, &r);
+	ts_buf_uses(s, d->ib, &nw, &nr, &w, &r);
 	if (nw != 1 || nr != 1 || r != d->cp || staged(s, d->ib))
 		return false;
 	d->vb = w;
 	const tcp_insn *v = &s->op[d->vb].in;
 	return v->op == TCP_OP_TU_VEC && v->nstep == 1 && v->step[0].op == TCP_V_IMUL && v->step[0].x == TCP_SRC_V &&
 	       v->step[0].y == TCP_SRC_IMM && (int64_t)v->step[0].imm == d->D * es && v->ndim == 1 &&
-	       v->dim[0] == d->TK && d->T * d->D * es <= INT32_MAX && d->GB * entry(s) * 4 <= INT32_MAX;
+	       v->dim[0] == d->TK && d->T * d->D * es <= INT32_MAX && d->GB * ts_granule_words(s) * 4 <= INT32_MAX;
 }
 
 bool ts_rw_dispatch_gather_applies(const tcp_sched *s, const ts_env *e)
@@ -322,16 +288,6 @@ bool ts_rw_dispatch_gather_applies(const tcp_sched *s, const ts_env *e)
 	(void)e;
 	dg d;
 	return match(s, &d);
-}
-
-/* the flit-spread layout of lay's slices for n bytes */
-static ts_layout spread(const tcp_sched *s, ts_layout lay, int64_t n)
-{
-	int64_t per = lay.nslices * (int64_t)lay.copies, f = s->m->flit_bytes;
-	lay.slice_bytes = ((n + per - 1) / per + f - 1) / f * f;
-	if (!lay.slice_bytes)
-		lay.slice_bytes = f;
-	return lay;
 }
 
 static void retype(tcp_sched *s, ts_id b, const char *suffix, int64_t n)
@@ -345,7 +301,7 @@ static void retype(tcp_sched *s, ts_id b, const char *suffix, int64_t n)
 	memset(t->shape, 0, sizeof t->shape);
 	t->shape[0] = n;
 	if (t->space != TCP_HBM)
-		t->layout = spread(s, t->layout, n * 4);
+		t->layout = ts_layout_spread(s, t->layout, n * 4);
 }
 
 static void set_op(tcp_sched *s, ts_id o, const tcp_insn *in, uint16_t feature)
@@ -426,7 +382,7 @@ moe_status ts_rw_dispatch_gather_apply(tcp_sched *s, const ts_env *e, uint16_t f
 		return MOE_ERR_INVALID;
 	const ts_loop *l = &s->loop[0];
 	ts_id g = l->g, nrows = l->rows;
-	int64_t W = entry(s), es = (int64_t)moe_dtype_size((moe_dtype)s->buf[d.x].dtype);
+	int64_t W = ts_granule_words(s), es = (int64_t)moe_dtype_size((moe_dtype)s->buf[d.x].dtype);
 	/* each pair's token as a byte offset into x, the first word of a row of
 	 * W words (the gather's op) */
 	retype(s, d.x, "tokens", W * d.TK);

@@ -104,16 +104,6 @@ static void to_half(tcp_insn *in, tcp_view *v, int32_t t, int64_t K, int64_t D, 
 			v->stride[m] = v->stride[m] / tok * n * D;
 }
 
-/* The flit-spread layout of lay's slices for n bytes */
-static ts_layout spread(const tcp_sched *s, ts_layout lay, int64_t n)
-{
-	int64_t per = lay.nslices * (int64_t)lay.copies, f = s->m->flit_bytes;
-	lay.slice_bytes = ((n + per - 1) / per + f - 1) / f * f;
-	if (!lay.slice_bytes)
-		lay.slice_bytes = f;
-	return lay;
-}
-
 moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)e;
@@ -125,13 +115,13 @@ moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 	/* columns [h, K) in a buffer of their own */
 	ts_id hi = ts_add_buf(s, "gather.hi", TCP_DM, TCP_T_SCRATCH, (moe_dtype)s->buf[x.buf].dtype, 1, &nb);
 	ts_buf *lo = &s->buf[x.buf], *hb = &s->buf[hi];
-	hb->layout = spread(s, lo->layout, nb * es);
+	hb->layout = ts_layout_spread(s, lo->layout, nb * es);
 	hb->feature = feature;
 	hb->node = lo->node;
 	lo->rank = 1;
 	memset(lo->shape, 0, sizeof lo->shape);
 	lo->shape[0] = na;
-	lo->layout = spread(s, lo->layout, na * es);
+	lo->layout = ts_layout_spread(s, lo->layout, na * es);
 	tcp_insn *a = &s->op[x.ga].in;
 	a->dim[0] = x.T;
 	a->dim[1] = h;

@@ -47,62 +47,6 @@ typedef struct sg {
 	int64_t T, K, D, GB, B, p; /* p: the staged grid's block stride */
 } sg;
 
-static bool strides(const tcp_view *v, int n, const int64_t *st)
-{
-	for (int k = 0; k < n; k++)
-		if (v->stride[k] != st[k])
-			return false;
-	return true;
-}
-
-/* writers and readers of buffer b; the last of each */
-static void uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r)
-{
-	*nw = *nr = 0;
-	*w = *r = TS_NONE;
-	for (ts_id o = 0; o < s->nop; o++) {
-		if (ts_op_writes(&s->op[o], (int32_t)b))
-			++*nw, *w = o;
-		if (ts_op_reads(&s->op[o], (int32_t)b))
-			++*nr, *r = o;
-	}
-}
-
-static int64_t entry(const tcp_sched *s)
-{
-	int64_t w = s->m->hbm_granule / 4;
-	return w < 1 ? 1 : w;
-}
-
-/* Whether every op touching buffer t but those reading buffer c (the staged
- * copies) reads it in the loop body through a view moved by $g one block
- * stride p per block, within that block, and no ld reads it. */
-static bool read_by_block(const tcp_sched *s, const ts_loop *l, int32_t t, ts_id c, int64_t p)
-{
-	if (ts_buf_spm_read(s, t))
-		return false;
-	for (ts_id o = 0; o < s->nop; o++) {
-		if (ts_op_reads(&s->op[o], (int32_t)c))
-			continue;
-		const tcp_insn *in = &s->op[o].in;
-		if (in->v[TCP_V_DST].t == t)
-			return false;
-		for (int k = TCP_V_S0; k < TCP_NVIEW; k++) {
-			const tcp_view *v = &in->v[k];
-			if (v->t != t)
-				continue;
-			if (!ts_region_within(s, s->op[o].region, l->body) || v->reg < 0 || (ts_id)v->reg != l->g ||
-				v->scale != p)
-				return false;
-			int64_t lo, hi;
-			ts_view_span(in, v, &lo, &hi);
-			if (lo < 0 || hi > p)
-				return false;
-		}
-	}
-	return true;
-}
-
 /* The scatter of x's DM copy into the grid (dims [T, K, D]); fills the
  * dispatch's sizes and buffers. */
 static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
@@ -114,8 +58,8 @@ static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
 		iv->reg >= 0 || dv->base || sv->base || iv->base)
 		return false;
 	int64_t T = in->dim[0], K = in->dim[1], D = in->dim[2];
-	if (!strides(dv, 3, (const int64_t[]){0, D, 1}) || !strides(sv, 3, (const int64_t[]){D, 0, 1}) ||
-		!strides(iv, 2, (const int64_t[]){K, 1}))
+	if (!ts_view_strides(dv, 3, (const int64_t[]){0, D, 1}) || !ts_view_strides(sv, 3, (const int64_t[]){D, 0, 1}) ||
+		!ts_view_strides(iv, 2, (const int64_t[]){K, 1}))
 		return false;
 	const ts_buf *gb = &s->buf[dv->t], *xb = &s->buf[sv->t], *ib = &s->buf[iv->t];
 	if (gb->space != TCP_HBM || gb->kind != TCP_T_SCRATCH || xb->space != TCP_DM || gb->dtype != xb->dtype ||
@@ -128,24 +72,24 @@ static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
 	/* x's DM copy: one whole copy of an HBM input [T, D] */
 	uint32_t nw, nr;
 	ts_id w, r;
-	uses(s, (ts_id)sv->t, &nw, &nr, &w, &r);
+	ts_buf_uses(s, (ts_id)sv->t, &nw, &nr, &w, &r);
 	if (nw != 1)
 		return false;
 	const tcp_insn *c = &s->op[w].in;
 	const tcp_view *cd = &c->v[TCP_V_DST], *cs = &c->v[TCP_V_S0];
 	if (c->op != TCP_OP_DMA_COPY || c->flags || c->vreg >= 0 || c->ndim != 2 || c->dim[0] != T || c->dim[1] != D ||
 		cd->base || cs->base || cd->reg >= 0 || cs->reg >= 0 || cs->t < 0 ||
-		!strides(cd, 2, (const int64_t[]){D, 1}) || !strides(cs, 2, (const int64_t[]){D, 1}) ||
+		!ts_view_strides(cd, 2, (const int64_t[]){D, 1}) || !ts_view_strides(cs, 2, (const int64_t[]){D, 1}) ||
 		s->buf[cs->t].space != TCP_HBM || s->buf[cs->t].kind != TCP_T_INPUT || s->buf[cs->t].dtype != gb->dtype ||
 		ts_buf_numel(&s->buf[cs->t]) != T * D)
 		return false;
 	x->x = (ts_id)cs->t;
-	uses(s, x->x, &nw, &nr, &w, &r);
+	ts_buf_uses(s, x->x, &nw, &nr, &w, &r);
 	if (nw)
 		return false;
 	/* the byte offsets: pos x row bytes, one multiply pass copied to HBM,
 	 * each read once */
-	uses(s, (ts_id)iv->t, &nw, &nr, &w, &r);
+	ts_buf_uses(s, (ts_id)iv->t, &nw, &nr, &w, &r);
 	if (nw != 1 || nr != 1 || r != o)
 		return false;
 	x->cp = w;
@@ -153,7 +97,7 @@ static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
 	if (cp->op != TCP_OP_DMA_COPY || cp->v[TCP_V_S0].t < 0)
 		return false;
 	x->ib = (ts_id)cp->v[TCP_V_S0].t;
-	uses(s, x->ib, &nw, &nr, &w, &r);
+	ts_buf_uses(s, x->ib, &nw, &nr, &w, &r);
 	if (nw != 1 || nr != 1 || r != x->cp || ts_buf_spm_read(s, x->ib))
 		return false;
 	x->vb = w;
@@ -162,7 +106,7 @@ static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
 	return v->op == TCP_OP_TU_VEC && v->nstep == 1 && v->step[0].op == TCP_V_IMUL && v->step[0].x == TCP_SRC_V &&
 	       v->step[0].y == TCP_SRC_IMM && (int64_t)v->step[0].imm == D * es && v->ndim == 1 && v->dim[0] == T * K &&
 	       s->buf[x->ib].layout.split == TS_SPLIT_FLIT && T * D * es <= INT32_MAX &&
-	       x->GB * entry(s) * 4 <= INT32_MAX;
+	       x->GB * ts_granule_words(s) * 4 <= INT32_MAX;
 }
 
 /* Whether op o is a copy of the first h <= G blocks of the grid into the
@@ -208,13 +152,20 @@ static bool find(const tcp_sched *s, sg *x)
 	/* the grid: written by the scatter, read by the staged copies alone */
 	uint32_t nw, nr;
 	ts_id w, r;
-	uses(s, x->grid, &nw, &nr, &w, &r);
+	ts_buf_uses(s, x->grid, &nw, &nr, &w, &r);
 	if (nw != 1 || !nr || ts_buf_spm_read(s, x->grid))
 		return false;
 	for (ts_id o = 0; o < s->nop; o++)
 		if (ts_op_reads(&s->op[o], (int32_t)x->grid) && !staged_copy(s, o, x))
 			return false;
-	return x->stg != TS_NONE && read_by_block(s, l, (int32_t)x->stg, x->grid, x->p);
+	if (x->stg == TS_NONE)
+		return false;
+	uint8_t *skip = ctx_alloc(s->ctx, s->nop + 1);
+	for (ts_id o = 0; o < s->nop; o++)
+		skip[o] = ts_op_reads(&s->op[o], (int32_t)x->grid);
+	bool ok = ts_buf_read_per_block(s, l, (int32_t)x->stg, x->p, skip);
+	ctx_free(s->ctx, skip, 0);
+	return ok;
 }
 
 bool ts_rw_stage_gather_applies(const tcp_sched *s, const ts_env *e)
@@ -241,14 +192,13 @@ moe_status ts_rw_stage_gather_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	sg x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	int64_t W = entry(s), TK = x.T * x.K, n = TK * W, es = (int64_t)moe_dtype_size((moe_dtype)s->buf[x.x].dtype);
+	int64_t W = ts_granule_words(s), TK = x.T * x.K, n = TK * W;
+	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[x.x].dtype);
 	/* the pairs' tokens as byte offsets into x, the first word of rows of W
 	 * words, laid out as the offsets' DM buffer is */
 	ts_id tok = ts_add_buf(s, "tokens", TCP_DM, TCP_T_SCRATCH, MOE_I32, 1, &n);
 	ts_buf *tb = &s->buf[tok];
-	tb->layout = s->buf[x.ib].layout;
-	int64_t per = tb->layout.nslices * (int64_t)tb->layout.copies, f = s->m->flit_bytes;
-	tb->layout.slice_bytes = ((n * 4 + per - 1) / per + f - 1) / f * f;
+	tb->layout = ts_layout_spread(s, s->buf[x.ib].layout, n * 4);
 	tb->feature = feature;
 	tb->node = s->buf[x.ib].node;
 	tcp_insn v = tcp_b_vec(2, (const int64_t[]){x.T, x.K}, tcp_b_view((int32_t)tok, 0, 2, (const int64_t[]){x.K * W, W}));
