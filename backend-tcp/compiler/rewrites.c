@@ -749,6 +749,18 @@ bool ts_buf_gathered_only(const tcp_sched *s, int32_t t)
 	return true;
 }
 
+void ts_split_on_nb(tcp_sched *s, ts_id rg, uint32_t at, ts_id o, uint16_t feature)
+{
+	enum { NB_CLASSES = 32 };
+	int64_t bound[NB_CLASSES + 1];
+	uint32_t n = ts_even_bounds(s->loop[0].G, NB_CLASSES, bound);
+	uint8_t *cut = ctx_alloc(s->ctx, s->nop + 1);
+	memset(cut, 0, s->nop + 1);
+	cut[o] = 1;
+	ts_split_classes(s, rg, at, 1, s->loop[0].nb, bound, n, cut, false, feature);
+	ctx_free(s->ctx, cut, 0);
+}
+
 void ts_buf_uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r)
 {
 	*nw = *nr = 0;

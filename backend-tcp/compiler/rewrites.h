@@ -81,6 +81,12 @@ bool ts_rewrites_enabled(const ts_env *e, int stage);
 void ts_split_classes(tcp_sched *s, ts_id region, uint32_t i0, uint32_t m, ts_id count, const int64_t *bound,
 	uint32_t n, const uint8_t *cut, bool case_bufs, uint16_t feature);
 
+/* Op o, item `at` of region rg, whose dimension 0 runs over the loop's G
+ * blocks, into a classes region keyed on $nb (ts_split_classes): case h
+ * copies the first h blocks, the bounds every ceil(G / 32) blocks, then G.
+ * The copies carry feature. */
+void ts_split_on_nb(tcp_sched *s, ts_id rg, uint32_t at, ts_id o, uint16_t feature);
+
 /* Removes the ops with drop[op] set: the others
  * renumbered in order, dependencies on removed ops dropped, region items and
  * span ends renumbered. A span must not start or end at a removed op. */

@@ -9,7 +9,7 @@
  * each a row below its block's count (docs/tcp-isa.md 7.4), so the rows of
  * blocks nb .. G - 1 are never read. The rewrite turns each such copy (in the
  * epilogue or after the loop) into a classes region keyed on $nb
- * (ts_split_classes): case h copies the first h blocks' rows, the bounds every
+ * (ts_split_on_nb): case h copies the first h blocks' rows, the bounds every
  * ceil(G / 32) blocks, then G. Values are unchanged: every row a gather reads
  * is copied.
  *
@@ -22,7 +22,7 @@
 
 #include "backend-tcp/compiler/rewrites.h"
 
-enum { CC_MAX = 8, CC_CLASSES = 32 };
+enum { CC_MAX = 8 };
 
 typedef struct cc {
 	ts_id op[CC_MAX];
@@ -80,18 +80,13 @@ moe_status ts_rw_count_copies_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	cc x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	int64_t bound[CC_CLASSES + 1];
-	uint32_t n = ts_even_bounds(s->loop[0].G, CC_CLASSES, bound), done = 0;
+	uint32_t done = 0;
 	for (uint32_t k = 0; k < x.n; k++) {
 		ts_id o = x.op[k], rg = s->op[o].region;
 		int64_t at = ts_op_index(s, rg, o);
 		if (at < 0)
 			continue;
-		uint8_t *cut = ctx_alloc(s->ctx, s->nop + 1);
-		memset(cut, 0, s->nop + 1);
-		cut[o] = 1;
-		ts_split_classes(s, rg, (uint32_t)at, 1, s->loop[0].nb, bound, n, cut, false, feature);
-		ctx_free(s->ctx, cut, 0);
+		ts_split_on_nb(s, rg, (uint32_t)at, o, feature);
 		done++;
 	}
 	return done ? MOE_OK : MOE_ERR_UNSUPPORTED;

@@ -8,7 +8,7 @@
  * run executes nb <= G blocks, and block g's readers in the body read only
  * block g's rows of the DM copy, so the rows of blocks nb .. G - 1 are never
  * read. The rewrite turns that copy into a classes region keyed on $nb
- * (ts_split_classes): case h copies the first h blocks, the bounds every
+ * (ts_split_on_nb): case h copies the first h blocks, the bounds every
  * ceil(G / 32) blocks, then G, as count-copies does for the copy of the
  * results after the loop. The copy now reads $nb, so $nb's ld moves up to
  * stand right before it: the ld waits for the block list's dma.spm, which
@@ -21,8 +21,6 @@
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
-
-enum { CS_CLASSES = 32 };
 
 typedef struct cs {
 	ts_id op;       /* the staged copy */
@@ -105,12 +103,6 @@ moe_status ts_rw_count_stage_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 		top->item[x.at] = it;
 		at = x.at + 1;
 	}
-	int64_t bound[CS_CLASSES + 1];
-	uint32_t n = ts_even_bounds(s->loop[0].G, CS_CLASSES, bound);
-	uint8_t *cut = ctx_alloc(s->ctx, s->nop + 1);
-	memset(cut, 0, s->nop + 1);
-	cut[x.op] = 1;
-	ts_split_classes(s, s->top, at, 1, s->loop[0].nb, bound, n, cut, false, feature);
-	ctx_free(s->ctx, cut, 0);
+	ts_split_on_nb(s, s->top, at, x.op, feature);
 	return MOE_OK;
 }
