@@ -813,6 +813,18 @@ int64_t ts_granule_words(const tcp_sched *s)
 	return w < 1 ? 1 : w;
 }
 
+void ts_set_insn(tcp_sched *s, ts_id o, const tcp_insn *in, uint16_t feature)
+{
+	ts_op *p = &s->op[o];
+	in = in ? in : &p->in;
+	uint8_t ph = p->in.phase;
+	p->in = *in;
+	p->in.phase = ph;
+	p->ctx = tcp_op_ctx[p->in.op];
+	p->cost = 0;
+	p->feature = feature;
+}
+
 ts_layout ts_layout_spread(const tcp_sched *s, ts_layout lay, int64_t n)
 {
 	int64_t per = lay.nslices * (int64_t)lay.copies, f = s->m->flit_bytes;

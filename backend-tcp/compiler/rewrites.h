@@ -148,6 +148,10 @@ bool ts_view_strides(const tcp_view *v, int n, const int64_t *st);
 /* The i32 words of one HBM access granule (at least 1): a scattered row of
  * a whole granule is written without a read-modify-write. */
 int64_t ts_granule_words(const tcp_sched *s);
+/* Op o's instruction becomes in (NULL: its own, changed in place): its
+ * phase kept, its context taken from the opcode, its cost to be priced
+ * again, feature set. */
+void ts_set_insn(tcp_sched *s, ts_id o, const tcp_insn *in, uint16_t feature);
 /* Layout lay, its slices and copies kept, resized to hold n bytes (whole
  * flits per slice, at least one). */
 ts_layout ts_layout_spread(const tcp_sched *s, ts_layout lay, int64_t n);

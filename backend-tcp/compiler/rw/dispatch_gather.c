@@ -304,18 +304,6 @@ static void retype(tcp_sched *s, ts_id b, const char *suffix, int64_t n)
 		t->layout = ts_layout_spread(s, t->layout, n * 4);
 }
 
-static void set_op(tcp_sched *s, ts_id o, const tcp_insn *in, uint16_t feature)
-{
-	ts_op *p = &s->op[o];
-	in = in ? in : &p->in;
-	uint8_t ph = p->in.phase;
-	p->in = *in;
-	p->in.phase = ph;
-	p->ctx = tcp_op_ctx[p->in.op];
-	p->cost = 0;
-	p->feature = feature;
-}
-
 /* The staged form's other chunks go: the first chunk's gather (now the
  * token pass) and scatter (now of all T K list rows) do the whole work.
  * An op that waited for a dropped gather or copy into h waits for the
@@ -391,10 +379,10 @@ moe_status ts_rw_dispatch_gather_apply(tcp_sched *s, const ts_env *e, uint16_t f
 	v.v[TCP_V_S0] = tcp_b_view(d.tv.t, d.tv.base, 1, &one);
 	tcp_b_step(&v, TCP_V_IMUL, TCP_SRC_S0, TCP_SRC_IMM, (uint32_t)(d.D * es));
 	v.flags |= TCP_F_ROUTE;
-	set_op(s, d.ga, &v, feature);
+	ts_set_insn(s, d.ga, &v, feature);
 	/* the rows' byte offsets in the list: pos x W x 4 */
 	s->op[d.vb].in.step[0].imm = (uint32_t)(W * 4);
-	set_op(s, d.vb, NULL, feature);
+	ts_set_insn(s, d.vb, NULL, feature);
 	/* scattered into the grid, now the list of G B such rows */
 	retype(s, d.grid, "tokens", W * d.GB);
 	tcp_insn *sc = &s->op[d.sc].in;
@@ -402,7 +390,7 @@ moe_status ts_rw_dispatch_gather_apply(tcp_sched *s, const ts_env *e, uint16_t f
 	sc->dim[2] = W;
 	sc->v[TCP_V_DST] = tcp_b_view((int32_t)d.grid, 0, 3, (const int64_t[]){W * d.GB, W, 1});
 	sc->v[TCP_V_S0] = tcp_b_view((int32_t)d.x, 0, 3, (const int64_t[]){W * d.TK, W, 1});
-	set_op(s, d.sc, NULL, feature);
+	ts_set_insn(s, d.sc, NULL, feature);
 	/* each body copy of block g's rows becomes a gather of x's rows by
 	 * block g's rows of the list */
 	for (ts_id o = 0; o < s->nop; o++) {
@@ -420,7 +408,7 @@ moe_status ts_rw_dispatch_gather_apply(tcp_sched *s, const ts_env *e, uint16_t f
 		tcp_insn gin = tcp_b_dma_gather(3, dim, dst, src, idx, d.T);
 		gin.flags |= TCP_F_HBMIDX;
 		gin.vreg = (int32_t)nrows;
-		set_op(s, o, &gin, feature);
+		ts_set_insn(s, o, &gin, feature);
 	}
 	if (d.h != TS_NONE)
 		unstage(s, &d);

@@ -175,17 +175,6 @@ bool ts_rw_stage_gather_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-static void set_op(tcp_sched *s, ts_id o, const tcp_insn *in, uint16_t feature)
-{
-	ts_op *p = &s->op[o];
-	uint8_t ph = p->in.phase;
-	p->in = *in;
-	p->in.phase = ph;
-	p->ctx = tcp_op_ctx[p->in.op];
-	p->cost = 0;
-	p->feature = feature;
-}
-
 moe_status ts_rw_stage_gather_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	(void)e;
@@ -247,7 +236,7 @@ moe_status ts_rw_stage_gather_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 		tcp_view idx = tcp_b_view((int32_t)x.grid, 0, 3, (const int64_t[]){x.B * W, W, 0});
 		tcp_insn g = tcp_b_dma_gather(3, (const int64_t[]){h, x.B, x.D}, dst, src, idx, x.T);
 		g.flags |= TCP_F_HBMIDX;
-		set_op(s, o, &g, feature);
+		ts_set_insn(s, o, &g, feature);
 	}
 	return MOE_OK;
 }
