@@ -773,6 +773,27 @@ void ts_buf_uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id 
 	}
 }
 
+bool ts_offsets_pass(const tcp_sched *s, ts_id ibh, int64_t row_bytes, int64_t n, ts_id *cp, ts_id *ib, ts_id *vb)
+{
+	uint32_t nw, nr;
+	ts_id w, r;
+	ts_buf_uses(s, ibh, &nw, &nr, &w, &r);
+	if (nw != 1)
+		return false;
+	const tcp_insn *c = &s->op[w].in;
+	if (c->op != TCP_OP_DMA_COPY || c->v[TCP_V_S0].t < 0)
+		return false;
+	*cp = w;
+	*ib = (ts_id)c->v[TCP_V_S0].t;
+	ts_buf_uses(s, *ib, &nw, &nr, &w, &r);
+	if (nw != 1 || nr != 1 || r != *cp || ts_buf_spm_read(s, *ib))
+		return false;
+	*vb = w;
+	const tcp_insn *v = &s->op[w].in;
+	return v->op == TCP_OP_TU_VEC && v->nstep == 1 && v->step[0].op == TCP_V_IMUL && v->step[0].x == TCP_SRC_V &&
+	       v->step[0].y == TCP_SRC_IMM && (int64_t)v->step[0].imm == row_bytes && v->ndim == 1 && v->dim[0] == n;
+}
+
 bool ts_buf_read_per_block(const tcp_sched *s, const ts_loop *l, int32_t t, int64_t p, const uint8_t *skip)
 {
 	if (ts_buf_spm_read(s, (ts_id)t))

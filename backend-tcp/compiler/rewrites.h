@@ -139,6 +139,10 @@ bool ts_buf_gathered_only(const tcp_sched *s, int32_t t);
 /* Writers and readers of buffer b among all ops (an op both reading and
  * writing it counts as both); the last of each in *w / *r (TS_NONE: none). */
 void ts_buf_uses(const tcp_sched *s, ts_id b, uint32_t *nw, uint32_t *nr, ts_id *w, ts_id *r);
+/* The dispatch's byte offsets into HBM list ibh: its one writer a dma.copy
+ * (*cp) from a DM buffer (*ib) that no ld reads, written once by a tu.vec
+ * (*vb) multiplying n positions by row_bytes, and read by the copy alone. */
+bool ts_offsets_pass(const tcp_sched *s, ts_id ibh, int64_t row_bytes, int64_t n, ts_id *cp, ts_id *ib, ts_id *vb);
 /* Whether every op touching buffer t, but those with skip[op] set, reads it
  * in loop l's body through a view moved by $g one block stride p per block,
  * within that block, and no ld reads t. */

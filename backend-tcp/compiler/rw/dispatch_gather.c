@@ -40,14 +40,6 @@ typedef struct dg {
 	ts_id h, st2;                /* staged: the gathered rows in HBM and the scatter's staging; else TS_NONE */
 } dg;
 
-static bool staged(const tcp_sched *s, ts_id b)
-{
-	for (ts_id q = 0; q < s->nsc; q++)
-		if (s->sc[q].kind == TS_SC_SPM_LD && s->sc[q].buf == b)
-			return true;
-	return false;
-}
-
 /* Whether op c is a body copy of block g's rows of the grid into DM rows. */
 static bool body_copy(const tcp_sched *s, const dg *d, ts_id c)
 {
@@ -181,7 +173,7 @@ static bool match_staged(const tcp_sched *s, dg *d)
 	const ts_id bufs[3] = {st1, h, st2};
 	for (int k = 0; k < 3; k++) {
 		ts_buf_uses(s, bufs[k], &nw, &nr, &w, &r);
-		if (nw != n || nr != n || staged(s, bufs[k]))
+		if (nw != n || nr != n || ts_buf_spm_read(s, bufs[k]))
 			return false;
 	}
 	d->TK = TK;
@@ -235,11 +227,11 @@ static bool match(const tcp_sched *s, dg *d)
 			d->sc = o;
 		break;
 	}
-	if (!d->D || !nr || staged(s, d->grid) || s->buf[d->ibh].space != TCP_HBM ||
-		s->buf[d->ibh].kind != TCP_T_SCRATCH || staged(s, d->ibh))
+	if (!d->D || !nr || ts_buf_spm_read(s, d->grid) || s->buf[d->ibh].space != TCP_HBM ||
+		s->buf[d->ibh].kind != TCP_T_SCRATCH || ts_buf_spm_read(s, d->ibh))
 		return false;
 	if (whole) { /* the rows gathered by one gather, read by the scatter alone */
-		if (xr != 1 || xl != d->sc || staged(s, d->x) || !row_gather(s, d, xo, d->x, 0, d->TK))
+		if (xr != 1 || xl != d->sc || ts_buf_spm_read(s, d->x) || !row_gather(s, d, xo, d->x, 0, d->TK))
 			return false;
 	} else if (!match_staged(s, d))
 		return false;
@@ -268,19 +260,8 @@ static bool match(const tcp_sched *s, dg *d)
 	for (ts_id o = 0; o < s->nop && !whole; o++)
 		if (ts_op_reads(&s->op[o], (int32_t)d->ibh) && !ts_op_writes(&s->op[o], (int32_t)d->grid))
 			return false;
-	d->cp = w;
-	const tcp_insn *c = &s->op[d->cp].in;
-	if (c->op != TCP_OP_DMA_COPY || c->v[TCP_V_S0].t < 0)
-		return false;
-	d->ib = (ts_id)c->v[TCP_V_S0].t;
-	ts_buf_uses(s, d->ib, &nw, &nr, &w, &r);
-	if (nw != 1 || nr != 1 || r != d->cp || staged(s, d->ib))
-		return false;
-	d->vb = w;
-	const tcp_insn *v = &s->op[d->vb].in;
-	return v->op == TCP_OP_TU_VEC && v->nstep == 1 && v->step[0].op == TCP_V_IMUL && v->step[0].x == TCP_SRC_V &&
-	       v->step[0].y == TCP_SRC_IMM && (int64_t)v->step[0].imm == d->D * es && v->ndim == 1 &&
-	       v->dim[0] == d->TK && d->T * d->D * es <= INT32_MAX && d->GB * ts_granule_words(s) * 4 <= INT32_MAX;
+	return ts_offsets_pass(s, d->ibh, d->D * es, d->TK, &d->cp, &d->ib, &d->vb) && d->T * d->D * es <= INT32_MAX &&
+	       d->GB * ts_granule_words(s) * 4 <= INT32_MAX;
 }
 
 bool ts_rw_dispatch_gather_applies(const tcp_sched *s, const ts_env *e)

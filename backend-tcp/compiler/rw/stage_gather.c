@@ -90,21 +90,8 @@ static bool scatter_of(const tcp_sched *s, ts_id o, sg *x)
 	/* the byte offsets: pos x row bytes, one multiply pass copied to HBM,
 	 * each read once */
 	ts_buf_uses(s, (ts_id)iv->t, &nw, &nr, &w, &r);
-	if (nw != 1 || nr != 1 || r != o)
-		return false;
-	x->cp = w;
-	const tcp_insn *cp = &s->op[w].in;
-	if (cp->op != TCP_OP_DMA_COPY || cp->v[TCP_V_S0].t < 0)
-		return false;
-	x->ib = (ts_id)cp->v[TCP_V_S0].t;
-	ts_buf_uses(s, x->ib, &nw, &nr, &w, &r);
-	if (nw != 1 || nr != 1 || r != x->cp || ts_buf_spm_read(s, x->ib))
-		return false;
-	x->vb = w;
-	const tcp_insn *v = &s->op[w].in;
 	int64_t es = (int64_t)moe_dtype_size((moe_dtype)gb->dtype);
-	return v->op == TCP_OP_TU_VEC && v->nstep == 1 && v->step[0].op == TCP_V_IMUL && v->step[0].x == TCP_SRC_V &&
-	       v->step[0].y == TCP_SRC_IMM && (int64_t)v->step[0].imm == D * es && v->ndim == 1 && v->dim[0] == T * K &&
+	return nw == 1 && nr == 1 && r == o && ts_offsets_pass(s, (ts_id)iv->t, D * es, T * K, &x->cp, &x->ib, &x->vb) &&
 	       s->buf[x->ib].layout.split == TS_SPLIT_FLIT && T * D * es <= INT32_MAX &&
 	       x->GB * ts_granule_words(s) * 4 <= INT32_MAX;
 }
