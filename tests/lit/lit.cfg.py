@@ -21,6 +21,11 @@ config.environment["MOEC_TEST_SANITIZED"] = "1" if sanitized else "0"
 # `UNSUPPORTED: sanitized` marks a real-size test whose paths a smaller test covers.
 if sanitized:
     config.available_features.add("sanitized")
+# The host engine that gives a TCP test its reference y (compared within a
+# tolerance): the interpreter, or under the sanitizers the LLVM engine, whose
+# generated code runs uninstrumented (the instrumented interpreter takes minutes
+# on the real-size layers; the plain build compares with the interpreter itself).
+config.substitutions.append(("%ref_engine", "--engine=llvm" if sanitized else "--engine=interp"))
 config.environment["MOEC_LLVM_STATIC_CLI"] = "1" if getattr(config, "moec_llvm_static_cli", "ON") in ("ON", "1", "TRUE") else "0"
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")

@@ -1,6 +1,8 @@
-"""litio.py: .npy and .safetensors reading and writing in plain Python (lit's
-Python has no numpy), shared by the lit tests' input writers and checkers.
-Payloads are bytes, little-endian, as the files store them."""
+"""litio.py: .npy and .safetensors reading and writing, shared by the lit tests'
+input writers and checkers. Payloads are bytes, little-endian, as the files
+store them. The readers and writers are plain Python; random_layer draws its
+values with numpy (a test dependency, README's install), whose generator makes
+the large layers of the schedule-rewrite tests in a fraction of a second."""
 import json
 import struct
 
@@ -52,14 +54,17 @@ def random_layer(moec, moe, sets, rng):
     """Seeded random f32 weights under a layer's checkpoint names (read from
     `moec ir --format=json` with the --set arguments sets), of scale
     0.3 / sqrt(last dim) (0.1 for vectors), then its input x of scale 1, all
-    drawn from rng in that order: ([(name, "F32", shape, payload)], x_shape,
-    x_payload)."""
+    drawn in that order from a numpy generator seeded by rng:
+    ([(name, "F32", shape, payload)], x_shape, x_payload)."""
     import math
     import subprocess
 
+    import numpy as np
+
+    gen = np.random.default_rng(rng.getrandbits(64))
+
     def gauss(shape, scale):
-        n = math.prod(shape)
-        return struct.pack("<%df" % n, *(rng.gauss(0.0, 1.0) * scale for _ in range(n)))
+        return (gen.standard_normal(math.prod(shape)) * scale).astype("<f4").tobytes()
 
     ir = json.loads(subprocess.run([moec, "ir", moe, "--format=json"] + sets, check=True, capture_output=True,
                                    text=True).stdout)

@@ -2,8 +2,8 @@
 layer's checkpoint names (from `moec ir --format=json` with SETS) and a random
 input, each program run on the TCP simulator; exits 1 unless every y is
 byte-identical to the first, finite and not all zero, and within the TCP
-tolerance of the reference interpreter's y for the same layer, weights and
-input (2e-2 x max|y| + 1e-6, tests/unit/test_op_matrix.c's: the simulator
+tolerance of the reference interpreter's y (under the sanitizers the host LLVM
+engine's) for the same layer, weights and input (2e-2 x max|y| + 1e-6, tests/unit/test_op_matrix.c's: the simulator
 stores bf16 operands of its matrix engine and sums in its own order). Used by
 the schedule-rewrite lit tests: a rewrite must not change values, and the
 values must be the layer's."""
@@ -17,6 +17,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
 from litio import random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
+# the reference y: the interpreter, or under the sanitizers the LLVM engine
+# (lit.cfg.py, %ref_engine)
+REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
+
 
 def main():
     moec, moe, sets, progs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
@@ -28,7 +32,7 @@ def main():
         write_npy(x, "<f4", x_shape, xb)
         ref = os.path.join(tmp, "ref.npy")
         subprocess.run([moec, "run", moe] + sets + ["--weights", w, "--input", x, "-o", ref, "--target=host",
-                                                   "--engine=interp"], check=True)
+                                                   REF_ENGINE], check=True)
         yr = read_npy_f32(ref)[1]
         ys = []
         for k, p in enumerate(progs):

@@ -6,8 +6,8 @@ once with the router's row of expert 0 set to -0.1 and x made positive
 token and no pair routes to it (the speculation misses, the guarded prologue
 fetch runs). Each time every program's y must be byte-identical to the first,
 finite and not all zero, and within the TCP tolerance (2e-2 x max|y| + 1e-6)
-of the reference interpreter's y for the same weights and input. Exits 1
-otherwise."""
+of the reference interpreter's y (under the sanitizers the host LLVM engine's)
+for the same weights and input. Exits 1 otherwise."""
 import math
 import os
 import random
@@ -19,6 +19,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
 from litio import random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
+# the reference y: the interpreter, or under the sanitizers the LLVM engine
+# (lit.cfg.py, %ref_engine)
+REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
+
 
 def check(moec, moe, sets, progs, tensors, x_shape, xb, tmp, tag):
     w, x = os.path.join(tmp, tag + "w.safetensors"), os.path.join(tmp, tag + "x.npy")
@@ -26,7 +30,7 @@ def check(moec, moe, sets, progs, tensors, x_shape, xb, tmp, tag):
     write_npy(x, "<f4", x_shape, xb)
     ref = os.path.join(tmp, tag + "ref.npy")
     subprocess.run([moec, "run", moe] + sets + ["--weights", w, "--input", x, "-o", ref, "--target=host",
-                                               "--engine=interp"], check=True)
+                                               REF_ENGINE], check=True)
     yr = read_npy_f32(ref)[1]
     ys = []
     for k, p in enumerate(progs):
