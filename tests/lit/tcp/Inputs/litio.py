@@ -4,7 +4,12 @@ store them. The readers and writers are plain Python; random_layer draws its
 values with numpy (a test dependency, README's install), whose generator makes
 the large layers of the schedule-rewrite tests in a fraction of a second."""
 import json
+import os
 import struct
+
+# The host engine that gives a TCP test its reference y: the interpreter, or
+# under the sanitizers the LLVM engine (lit.cfg.py's %ref_engine, the same rule).
+REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
 
 
 def write_npy(path, descr, shape, payload):

@@ -3,8 +3,9 @@ layer's checkpoint names (from `moec ir --format=json` with SETS) and a random
 input, each program run on the TCP simulator; exits 1 unless every y is
 byte-identical to the first, finite and not all zero, and within the TCP
 tolerance of the reference interpreter's y (under the sanitizers the host LLVM
-engine's) for the same layer, weights and input (2e-2 x max|y| + 1e-6, tests/unit/test_op_matrix.c's: the simulator
-stores bf16 operands of its matrix engine and sums in its own order). Used by
+engine's) for the same layer, weights and input (2e-2 x max|y| + 1e-6,
+tests/unit/test_op_matrix.c's: the simulator stores bf16 operands of its matrix
+engine and sums in its own order). Used by
 the schedule-rewrite lit tests: a rewrite must not change values, and the
 values must be the layer's."""
 import math
@@ -15,11 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
-from litio import random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
-
-# the reference y: the interpreter, or under the sanitizers the LLVM engine
-# (lit.cfg.py, %ref_engine)
-REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
+from litio import REF_ENGINE, random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
 
 def main():

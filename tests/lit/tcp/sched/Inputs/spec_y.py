@@ -17,11 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
-from litio import random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
-
-# the reference y: the interpreter, or under the sanitizers the LLVM engine
-# (lit.cfg.py, %ref_engine)
-REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
+from litio import REF_ENGINE, random_layer, read_npy_f32, write_npy, write_safetensors  # noqa: E402
 
 
 def check(moec, moe, sets, progs, tensors, x_shape, xb, tmp, tag):
