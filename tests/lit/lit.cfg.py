@@ -25,7 +25,10 @@ if sanitized:
 # tolerance): the interpreter, or under the sanitizers the LLVM engine, whose
 # generated code runs uninstrumented (the instrumented interpreter takes minutes
 # on the real-size layers; the plain build compares with the interpreter itself).
-config.substitutions.append(("%ref_engine", "--engine=llvm" if sanitized else "--engine=interp"))
+# The Python checkers read it from MOEC_TEST_REF_ENGINE (tests/lit/tcp/Inputs/litio.py).
+ref_engine = "--engine=llvm" if sanitized else "--engine=interp"
+config.substitutions.append(("%ref_engine", ref_engine))
+config.environment["MOEC_TEST_REF_ENGINE"] = ref_engine
 config.environment["MOEC_LLVM_STATIC_CLI"] = "1" if getattr(config, "moec_llvm_static_cli", "ON") in ("ON", "1", "TRUE") else "0"
 config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "")
 config.environment["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", "")

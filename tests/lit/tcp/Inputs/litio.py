@@ -7,9 +7,9 @@ import json
 import os
 import struct
 
-# The host engine that gives a TCP test its reference y: the interpreter, or
-# under the sanitizers the LLVM engine (lit.cfg.py's %ref_engine, the same rule).
-REF_ENGINE = "--engine=llvm" if os.environ.get("MOEC_TEST_SANITIZED") == "1" else "--engine=interp"
+# The host engine that gives a TCP test its reference y, as lit.cfg.py chose it
+# for %ref_engine (the interpreter outside lit).
+REF_ENGINE = os.environ.get("MOEC_TEST_REF_ENGINE", "--engine=interp")
 
 
 def write_npy(path, descr, shape, payload):

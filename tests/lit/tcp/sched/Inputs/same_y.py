@@ -5,9 +5,8 @@ byte-identical to the first, finite and not all zero, and within the TCP
 tolerance of the reference interpreter's y (under the sanitizers the host LLVM
 engine's) for the same layer, weights and input (2e-2 x max|y| + 1e-6,
 tests/unit/test_op_matrix.c's: the simulator stores bf16 operands of its matrix
-engine and sums in its own order). Used by
-the schedule-rewrite lit tests: a rewrite must not change values, and the
-values must be the layer's."""
+engine and sums in its own order). Used by the schedule-rewrite lit tests: a
+rewrite must not change values, and the values must be the layer's."""
 import math
 import os
 import random
