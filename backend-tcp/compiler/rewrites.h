@@ -52,6 +52,9 @@ double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row);
 double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row);
 /* For a rewrite that keeps only what the prediction gains itself: 1. */
 double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
+/* group-fetch's (rw/group_fetch.c): each choice priced with the row that
+ * finishes it, as ts_benefit_by_prediction otherwise. */
+double ts_rw_group_fetch_benefit(const tcp_sched *s, const ts_env *e, int row);
 
 /* Reads a --tcp-opt list ("-name,+name", NULL or "": none) into e->on/off
  * (and an item reuse=ordered or reuse=unordered into e->reuse);

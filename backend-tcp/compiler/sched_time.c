@@ -14,6 +14,15 @@
 
 #include "backend-tcp/compiler/sched_time_int.h"
 
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t r = a % b;
+		a = b, b = r;
+	}
+	return a;
+}
+
 /* ---- the walk ---- */
 static void scalar_insn(tl *t, int op)
 {
@@ -146,6 +155,22 @@ static void units(tl *t)
 				ts_group_slot(s, v->reg, 2 * S / v->scale))
 				t->uel[v->t] = v->scale;
 		}
+	/* an entry's unit cut where a slot op's view starts or ends inside it
+	 * (one projection's weights of a packed expert, a gather of part of
+	 * each entry), while the units stay within TS_MAX_UNITS; a view that
+	 * still cuts a unit touches all of it (run_units), a later wait */
+	for (ts_id i = 0; i < s->nop; i++) {
+		ts_id b = t->sbuf[i];
+		if (b == TS_NONE)
+			continue;
+		int64_t S = ts_buf_numel(&s->buf[b]), U = t->uel[b], lo, hi;
+		if (U >= S)
+			continue;
+		ts_view_span(&s->op[i].in, &s->op[i].in.v[t->sview[i]], &lo, &hi);
+		int64_t g = gcd64(gcd64(U, lo % U), hi % U);
+		if (g < U && S % g == 0 && 2 * S / g <= TS_MAX_UNITS)
+			t->uel[b] = g;
+	}
 	uint32_t n = 0;
 	for (ts_id i = 0; i < s->nop; i++) {
 		t->uofs[i] = n;

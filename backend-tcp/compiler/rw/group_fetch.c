@@ -439,6 +439,53 @@ static bool find_runs(const tcp_sched *s, struct gr *x);
 static void group_runs(tcp_sched *s, const struct gr *xr, int64_t k, uint16_t feature);
 static int64_t pick_k(const tcp_sched *s, const ts_env *e, const gf *x, int64_t n, bool runs, uint16_t feature);
 
+/* Row `name` applied to trial copy c where it is switched on and applies:
+ * a later row that finishes what this one starts (split-last-group shortens
+ * the last group's tail), or the one that finishes the per-expert copies
+ * instead (split-last-fetch), so a trial prices each choice finished.
+ * False where it applies and fails. */
+static bool finish(tcp_sched *c, const ts_env *e, const char *name)
+{
+	int r = ts_rewrite_find(name, strlen(name));
+	if (r < 0 || e->off >> r & 1 || !ts_rewrites[r].applies(c, e))
+		return true;
+	return ts_rewrites[r].apply(c, e, (uint16_t)(r + 1)) == MOE_OK;
+}
+
+typedef struct fin_arg {
+	const ts_env *e;
+	int row; /* group-fetch's row, or -1: the copy as it is */
+	bool fin;
+} fin_arg;
+
+static bool finished_copy(tcp_sched *c, void *arg)
+{
+	const fin_arg *a = arg;
+	if (a->row < 0)
+		return !a->fin || (finish(c, a->e, "split-last-fetch") && tcp_sched_verify(c) == MOE_OK);
+	return ts_rewrites[a->row].apply(c, a->e, (uint16_t)(a->row + 1)) == MOE_OK &&
+	       finish(c, a->e, "split-last-group") && tcp_sched_verify(c) == MOE_OK;
+}
+
+/* group-fetch's benefit: both choices priced finished (finish), the groups
+ * with split-last-group, the per-expert copies with split-last-fetch (as
+ * they are where that copy fails); the cycles saved, 0 where a trial
+ * fails. */
+double ts_rw_group_fetch_benefit(const tcp_sched *s, const ts_env *e, int row)
+{
+	int64_t cy[2];
+	for (int k = 0; k < 2; k++) {
+		fin_arg a = {e, k ? row : -1, true};
+		ts_trial t = ts_trial_for(e, k ? "<group-fetch trial>" : "<group-fetch base>", finished_copy, &a, true);
+		cy[k] = ts_trial_of(s, &t);
+		if (cy[k] < 0 && !k) {
+			a.fin = false;
+			cy[k] = ts_trial_of(s, &t);
+		}
+	}
+	return cy[0] < 0 || cy[1] < 0 ? 0.0 : (double)(cy[0] - cy[1]);
+}
+
 moe_status ts_rw_group_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	gf x;
@@ -735,6 +782,7 @@ static void group_runs(tcp_sched *s, const gr *xr, int64_t k, uint16_t feature)
 }
 
 typedef struct gf_arg {
+	const ts_env *e;
 	uint16_t feature;
 	bool runs; /* group-runs, else group-fetch */
 	int64_t k;
@@ -754,7 +802,7 @@ static bool group_copy(tcp_sched *c, void *arg)
 			return false;
 		group(c, &x, a->k, a->feature);
 	}
-	return true;
+	return finish(c, a->e, "split-last-group");
 }
 
 /* k: each power of two from 2 while a group holds fewer than n (the grid's
@@ -766,7 +814,7 @@ static int64_t pick_k(const tcp_sched *s, const ts_env *e, const gf *x, int64_t 
 {
 	int64_t best = 0, least = -1;
 	for (int64_t k = 2; k <= GF_KMAX && k / 2 < n && groups_fit(s, x, k); k *= 2) {
-		gf_arg a = {feature, runs, k};
+		gf_arg a = {e, feature, runs, k};
 		ts_trial t = ts_trial_for(e, runs ? "<group-runs trial>" : "<group-fetch trial>", group_copy, &a, true);
 		int64_t c = ts_trial_of(s, &t);
 		if (c >= 0 && (least < 0 || c < least))

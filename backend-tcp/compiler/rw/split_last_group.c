@@ -19,6 +19,16 @@
  * expert, as the simulator's hazards on element ranges do. Values are
  * unchanged: the parts move the same rows to the same entries.
  *
+ * The last part (the one part where at most k / 2 entries are left, the
+ * second of two) may be cut once more, by columns: where the body's loads
+ * of an entry divide at a point P (the first projections' weights of a
+ * packed expert below P, the last projection's from P on), the part moves
+ * columns [0, P) of its entries, then [P, n), so the last blocks' first
+ * projections load and contract while their last projection's weights
+ * arrive (the timeline tells those columns apart: sched_time.c, units).
+ * A trial decides the cut (one more command on the DMA queue): taken where
+ * the placed copy is predicted faster.
+ *
  * Applies to a body gather into a two-slot DM buffer's half (its
  * destination moved by group-fetch's half register) of k >= 2 rows (k
  * even), valid count min(left, k) with left = the list's length less the
@@ -104,7 +114,73 @@ static ts_id part(tcp_sched *s, ts_id o, ts_id rg, int64_t from, int64_t h, ts_i
 	return p;
 }
 
-static void split(tcp_sched *s, ts_id o, uint16_t feature)
+/* Where the loads of buffer b's entries of n elements divide: the largest
+ * P in (0, n) at which some reader's columns start and no reader's columns
+ * straddle; 0 where none does. Readers are the ops reading b (every view
+ * but the destination), their columns taken modulo n. */
+static int64_t columns_cut(const tcp_sched *s, ts_id b, int64_t n)
+{
+	int64_t best = 0;
+	for (ts_id o = 0; o < s->nop; o++) {
+		const tcp_insn *in = &s->op[o].in;
+		for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
+			if (in->v[w].t < 0 || (ts_id)in->v[w].t != b)
+				continue;
+			int64_t lo, hi;
+			ts_view_span(in, &in->v[w], &lo, &hi);
+			int64_t c = lo % n;
+			if (c <= best || hi - lo > n - c)
+				continue;
+			bool straddled = false;
+			for (ts_id q = 0; q < s->nop && !straddled; q++) {
+				const tcp_insn *qi = &s->op[q].in;
+				for (int x = TCP_V_S0; x < TCP_NVIEW && !straddled; x++) {
+					if (qi->v[x].t < 0 || (ts_id)qi->v[x].t != b)
+						continue;
+					int64_t a, z;
+					ts_view_span(qi, &qi->v[x], &a, &z);
+					int64_t ca = a % n, cz = ca + (z - a);
+					straddled = z - a > n || (ca < c && cz > c) || (ca < c + n && cz > c + n);
+				}
+			}
+			if (!straddled)
+				best = c;
+		}
+	}
+	return best;
+}
+
+/* Part p cut at column c of its entries: p moves [0, c), a new op after it
+ * in its region [c, n), which waits for p and what p waits for, is
+ * ordered both ways with the loop's other writers of the buffer w[0..nw)
+ * (dist 1), and which every waiter of p waits for. */
+static void cut_columns(tcp_sched *s, ts_id p, int64_t c, const ts_id *w, int nw, uint16_t feature)
+{
+	tcp_insn in = s->op[p].in;
+	int64_t n = in.dim[2];
+	s->op[p].in.dim[2] = c;
+	in.dim[2] = n - c;
+	in.v[TCP_V_DST].base += c;
+	in.v[TCP_V_S0].base += c;
+	ts_id q = ts_add_op(s, s->op[p].region, &in, s->op[p].phase);
+	s->op[q].node = s->op[p].node;
+	s->op[q].feature = feature;
+	for (uint32_t j = 0; j < s->op[p].ndep; j++)
+		ts_add_dep(s, q, s->op[p].dep[j], s->op[p].dist[j]);
+	ts_add_dep(s, q, p, 0); /* spans of several entries meet: after p, as the in-order queue runs them */
+	for (int i = 0; i < nw; i++)
+		if (w[i] != p)
+			ts_add_dep_once(s, q, w[i], 1), ts_add_dep_once(s, w[i], q, 1);
+	for (ts_id o = 0; o < s->nop; o++) {
+		if (o == q || o == p)
+			continue;
+		for (uint32_t j = 0, nd = s->op[o].ndep; j < nd; j++)
+			if (s->op[o].dep[j] == p)
+				ts_add_dep_once(s, o, q, s->op[o].dist[j]);
+	}
+}
+
+static void split(tcp_sched *s, ts_id o, uint16_t feature, bool cols)
 {
 	const tcp_insn *in = &s->op[o].in;
 	int64_t k = in->dim[1], h = k / 2, cap = ts_buf_numel(&s->buf[in->v[TCP_V_S1].t]);
@@ -142,15 +218,43 @@ static void split(tcp_sched *s, ts_id o, uint16_t feature)
 				for (int i = 0; i < 3; i++)
 					ts_add_dep_once(s, q, p[i], s->op[q].dist[j]);
 	}
+	int64_t col = cols ? columns_cut(s, (ts_id)s->op[o].in.v[TCP_V_DST].t, s->op[o].in.dim[2]) : 0;
+	if (col > 0) { /* the last parts: the one part, the second of two */
+		ts_id w[4] = {o, p[0], p[1], p[2]};
+		cut_columns(s, p[0], col, w, 4, feature);
+		cut_columns(s, p[2], col, w, 4, feature);
+	}
+}
+
+static bool split_all(tcp_sched *s, uint16_t feature, bool cols)
+{
+	sg x;
+	if (!find(s, &x))
+		return false;
+	for (uint32_t i = 0; i < x.n; i++)
+		split(s, x.g[i], feature, cols);
+	return true;
+}
+
+typedef struct cut_arg {
+	uint16_t feature;
+	bool cols;
+} cut_arg;
+
+static bool split_copy(tcp_sched *c, void *arg)
+{
+	const cut_arg *a = arg;
+	return split_all(c, a->feature, a->cols);
 }
 
 moe_status ts_rw_split_last_group_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
-	(void)e;
-	sg x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
-	for (uint32_t i = 0; i < x.n; i++)
-		split(s, x.g[i], feature);
-	return MOE_OK;
+	/* the columns cut where its trial is predicted faster than the halves alone */
+	int64_t cy[2];
+	for (int k = 0; k < 2; k++) {
+		cut_arg a = {feature, k == 1};
+		ts_trial t = ts_trial_for(e, "<split-last-group trial>", split_copy, &a, true);
+		cy[k] = ts_trial_of(s, &t);
+	}
+	return split_all(s, feature, cy[1] >= 0 && (cy[0] < 0 || cy[1] < cy[0])) ? MOE_OK : MOE_ERR_INVALID;
 }
