@@ -1,9 +1,9 @@
 """spec_y.py MOEC LAYER.moe "SETS" A.tcpb B.tcpb ...: same_y.py's check twice,
-for the rewrite `spec-fetch` (a speculative fetch of expert 0): once on
+for the rewrites `spec-fetch` and `spec-ring` (a speculative fetch of expert 0): once on
 same_y.py's random layer and input (expert 0 routed: the speculation hits),
 once with the router's row of expert 0 set to -0.1 and x made positive
 (|x| + 0.5), so that expert 0's logit is below every other expert's for every
-token and no pair routes to it (the speculation misses, the guarded prologue
+token and no pair routes to it (the speculation misses, the guarded
 fetch runs). Each time every program's y must be byte-identical to the first,
 finite and not all zero, and within the TCP tolerance (2e-2 x max|y| + 1e-6)
 of the reference interpreter's y (under the sanitizers the host LLVM engine's)
@@ -59,20 +59,20 @@ def main():
         # expert 0 never routed: its router row -0.1, x positive
         miss, found = [], False
         for name, dt, shape, payload in tensors:
-            if len(shape) == 2 and name.endswith("mlp.gate.weight"):
+            if len(shape) == 2 and name.endswith(".gate.weight"):
                 v = list(struct.unpack("<%df" % (len(payload) // 4), payload))
                 v[:shape[1]] = [-0.1] * shape[1]
                 payload, found = struct.pack("<%df" % len(v), *v), True
             miss.append((name, dt, shape, payload))
         if not found:
-            print("no router weight [E, D] named *mlp.gate.weight")
+            print("no router weight [E, D] named *.gate.weight")
             return 1
         xs = struct.unpack("<%df" % (len(xb) // 4), xb)
         xa = [abs(a) + 0.5 for a in xs]
         xm = struct.pack("<%df" % len(xa), *xa)
         # the premise, checked here: expert 0's logit is every token's lowest
         r = [(name, shape, struct.unpack("<%df" % (len(p) // 4), p)) for name, _, shape, p in miss
-             if len(shape) == 2 and name.endswith("mlp.gate.weight")][0]
+             if len(shape) == 2 and name.endswith(".gate.weight")][0]
         E, D = r[1]
         for t in range(len(xa) // D):
             lg = [sum(r[2][e * D + i] * xa[t * D + i] for i in range(D)) for e in range(E)]
