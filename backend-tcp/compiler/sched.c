@@ -92,6 +92,16 @@ void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item)
 	r->item[at] = item;
 }
 
+void ts_region_move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
+{
+	ts_region *r = &s->rg[rg];
+	IR_ASSERT(rg < s->nrg && n <= 8 && at + n <= r->nitem);
+	uint32_t tail[8];
+	memcpy(tail, r->item + r->nitem - n, n * sizeof *tail);
+	memmove(r->item + at + n, r->item + at, (r->nitem - n - at) * sizeof *r->item);
+	memcpy(r->item + at, tail, n * sizeof *tail);
+}
+
 ts_id ts_add_op(tcp_sched *s, ts_id rg, const tcp_insn *in, int phase)
 {
 	grow(s, (void **)&s->op, s->nop, &s->cop, sizeof *s->op);

@@ -142,16 +142,6 @@ bool ts_rw_same_expert_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x) && s->loop[0].G > 1 && !(s->meta.T >= 1 && s->meta.B >= s->meta.T);
 }
 
-/* Moves the last n items of region rg to position at. */
-static void move_last(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
-{
-	ts_region *r = &s->rg[rg];
-	uint32_t tail[4];
-	memcpy(tail, r->item + r->nitem - n, n * sizeof *tail);
-	memmove(r->item + at + n, r->item + at, (r->nitem - n - at) * sizeof *r->item);
-	memcpy(r->item + at, tail, n * sizeof *tail);
-}
-
 static uint32_t item_at(const tcp_sched *s, ts_id rg, uint32_t item)
 {
 	const ts_region *r = &s->rg[rg];
@@ -178,12 +168,12 @@ moe_status ts_rw_same_expert_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 	/* block g's slot: the previous block's, flipped when the expert changes */
 	ts_id chg = ts_add_scalar(s, body, "sxchg", TS_SC_CMP, TCP_C_NE, ex, ep, 0);
 	ts_id sum = ts_add_scalar(s, body, "sxsum", TS_SC_ALU, TCP_S_ADD, wp, chg, 0);
-	move_last(s, body, item_at(s, body, TS_ITEM_SC | x.slot), 2);
+	ts_region_move_tail(s, body, item_at(s, body, TS_ITEM_SC | x.slot), 2);
 	s->sc[x.slot].a = sum;
 	/* the prefetch: into the other slot, only for another expert */
 	ts_id gd = x.gd;
 	ts_id ns = ts_add_scalar(s, gd, "sxnsum", TS_SC_ALU, TCP_S_ADD, x.slot, TS_NONE, 1);
-	move_last(s, gd, item_at(s, gd, TS_ITEM_SC | x.nslot), 1);
+	ts_region_move_tail(s, gd, item_at(s, gd, TS_ITEM_SC | x.nslot), 1);
 	s->sc[x.nslot].a = ns;
 	ts_id diff = ts_add_scalar(s, gd, "sxdiff", TS_SC_CMP, TCP_C_NE, x.enext, ex, 0);
 	ts_id in = ts_add_region(s, gd, TS_RG_GUARD, diff);

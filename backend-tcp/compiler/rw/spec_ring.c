@@ -147,18 +147,6 @@ bool ts_rw_spec_ring_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-/* The last n items of region rg moved to position at, in order. */
-static void move_last(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
-{
-	ts_region *r = &s->rg[rg];
-	uint32_t t[4];
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = r->item[r->nitem - n + i];
-	memmove(r->item + at + n, r->item + at, (r->nitem - n - at) * sizeof *r->item);
-	for (uint32_t i = 0; i < n; i++)
-		r->item[at + i] = t[i];
-}
-
 /* Copy o, an item of region rg, moved into a new guard on pred standing
  * where it stood. */
 static void guard_op(tcp_sched *s, ts_id o, ts_id pred)
@@ -173,7 +161,7 @@ static void guard_op(tcp_sched *s, ts_id o, ts_id pred)
 	ts_id gd = ts_add_region(s, rg, TS_RG_GUARD, pred);
 	ts_region_push(s, gd, TS_ITEM_OP | o);
 	s->op[o].region = gd;
-	move_last(s, rg, at, 1);
+	ts_region_move_tail(s, rg, at, 1);
 }
 
 moe_status ts_rw_spec_ring_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
@@ -196,7 +184,7 @@ moe_status ts_rw_spec_ring_apply(tcp_sched *s, const ts_env *e, uint16_t feature
 	ts_id sum = ts_add_scalar(s, body, "srge", TS_SC_ALU, TCP_S_ADD, g, ex, 0);
 	ts_id nz = ts_add_scalar(s, body, "srnz", TS_SC_CMP, TCP_C_NE, sum, TS_NONE, 0);
 	(void)nz;
-	move_last(s, body, x.at, 2);
+	ts_region_move_tail(s, body, x.at, 2);
 	for (uint32_t i = 0; i < x.n; i++)
 		guard_op(s, x.f[i], nz);
 	/* the ring is live from the speculative copy on */

@@ -188,16 +188,6 @@ bool ts_rw_split_last_fetch_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-/* moves the last n items of region rg to position at */
-static void move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
-{
-	ts_region *r = &s->rg[rg];
-	uint32_t tmp[8];
-	memcpy(tmp, r->item + r->nitem - n, n * sizeof *tmp);
-	memmove(r->item + at + n, r->item + at, (r->nitem - n - at) * sizeof *r->item);
-	memcpy(r->item + at, tmp, n * sizeof *tmp);
-}
-
 /* the fetch x.f of s in x.np + 1 parts */
 static void split(tcp_sched *s, const sf *x, uint16_t feature)
 {
@@ -215,7 +205,7 @@ static void split(tcp_sched *s, const sf *x, uint16_t feature)
 	ts_id other = ts_add_scalar(s, rg, "sfother", TS_SC_CMP, TCP_C_NE, g2, l->nb, 0);
 	ts_id ro = ts_add_region(s, rg, TS_RG_GUARD, other);
 	ts_id rl = ts_add_region(s, rg, TS_RG_GUARD, last);
-	move_tail(s, rg, at, 5);
+	ts_region_move_tail(s, rg, at, 5);
 	ts_region_push(s, ro, TS_ITEM_OP | f);
 	s->op[f].region = ro;
 	/* the parts: [c[k], c[k + 1]) of the slot */
