@@ -92,6 +92,19 @@ void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item)
 	r->item[at] = item;
 }
 
+uint32_t ts_region_unlink(tcp_sched *s, ts_id rg, uint32_t item)
+{
+	ts_region *r = &s->rg[rg];
+	uint32_t k = 0;
+	while (k < r->nitem && r->item[k] != item)
+		k++;
+	if (k == r->nitem)
+		return UINT32_MAX;
+	memmove(r->item + k, r->item + k + 1, (r->nitem - k - 1) * sizeof *r->item);
+	r->nitem--;
+	return k;
+}
+
 void ts_region_move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n)
 {
 	ts_region *r = &s->rg[rg];

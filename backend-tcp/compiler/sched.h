@@ -155,6 +155,8 @@ int ts_add_loop(tcp_sched *s, ts_id parent, int64_t G, ts_id nb, ts_id g);
 void ts_region_push(tcp_sched *s, ts_id rg, uint32_t item);
 /* Inserts an item at position at (<= the item count) of a region's items. */
 void ts_region_insert(tcp_sched *s, ts_id rg, uint32_t at, uint32_t item);
+/* Item `item` removed from region rg: its former index, UINT32_MAX where absent. */
+uint32_t ts_region_unlink(tcp_sched *s, ts_id rg, uint32_t item);
 /* The last n (at most 8) items of region rg moved to position at, in order. */
 void ts_region_move_tail(tcp_sched *s, ts_id rg, uint32_t at, uint32_t n);
 ts_id ts_find_scalar(const tcp_sched *s, const char *name); /* TS_NONE if absent */

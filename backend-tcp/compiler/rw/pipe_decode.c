@@ -143,19 +143,6 @@ bool ts_rw_pipe_decode_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-/* removes item it from region rg */
-static void unlink_item(tcp_sched *s, ts_id rg, uint32_t it)
-{
-	ts_region *r = &s->rg[rg];
-	uint32_t k = 0;
-	while (k < r->nitem && r->item[k] != it)
-		k++;
-	if (k < r->nitem) {
-		memmove(r->item + k, r->item + k + 1, (r->nitem - k - 1) * sizeof *r->item);
-		r->nitem--;
-	}
-}
-
 /* appends a new item of region rg (ts_add_*), then moves it to index at */
 static void place_last(tcp_sched *s, ts_id rg, uint32_t at)
 {
@@ -274,7 +261,7 @@ static void scales_first(tcp_sched *s, const pd *x, uint8_t *moved)
 		if (!scale)
 			continue;
 		ts_id rg = q->region;
-		unlink_item(s, rg, TS_ITEM_OP | y);
+		ts_region_unlink(s, rg, TS_ITEM_OP | y);
 		const ts_region *r = &s->rg[rg];
 		uint32_t at = 0;
 		while (at < r->nitem && TS_ITEM_KIND(r->item[at]) == TS_ITEM_SC)
@@ -337,7 +324,7 @@ moe_status ts_rw_pipe_decode_apply(tcp_sched *s, const ts_env *e, uint16_t featu
 	/* block g + 1's run in block g, after every op of block g touching its
 	 * destinations */
 	for (uint32_t i = 0; i < x.n; i++)
-		unlink_item(s, x.body, TS_ITEM_OP | x.run[i]);
+		ts_region_unlink(s, x.body, TS_ITEM_OP | x.run[i]);
 	uint32_t at = 0;
 	for (uint32_t i = 0; i < x.n; i++) {
 		uint32_t k = next_block_deps(s, &x, x.run[i], copy);

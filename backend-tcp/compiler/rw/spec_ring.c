@@ -152,12 +152,8 @@ bool ts_rw_spec_ring_applies(const tcp_sched *s, const ts_env *e)
 static void guard_op(tcp_sched *s, ts_id o, ts_id pred)
 {
 	ts_id rg = s->op[o].region;
-	ts_region *r = &s->rg[rg];
-	uint32_t at = 0;
-	while (at < r->nitem && r->item[at] != (TS_ITEM_OP | o))
-		at++;
-	memmove(r->item + at, r->item + at + 1, (r->nitem - at - 1) * sizeof *r->item);
-	r->nitem--;
+	uint32_t at = ts_region_unlink(s, rg, TS_ITEM_OP | o);
+	IR_ASSERT(at != UINT32_MAX);
 	ts_id gd = ts_add_region(s, rg, TS_RG_GUARD, pred);
 	ts_region_push(s, gd, TS_ITEM_OP | o);
 	s->op[o].region = gd;

@@ -120,7 +120,9 @@ static ts_id part(tcp_sched *s, ts_id o, ts_id rg, int64_t from, int64_t h, ts_i
  * but the destination), their columns taken modulo n. */
 static int64_t columns_cut(const tcp_sched *s, ts_id b, int64_t n)
 {
-	int64_t best = 0;
+	/* the readers' columns, [ca, cz) modulo n (cz - ca beyond n: more than an entry) */
+	int64_t (*col)[2] = ctx_alloc(s->ctx, ((size_t)s->nop * TCP_NVIEW + 1) * sizeof *col), best = 0;
+	uint32_t nc = 0;
 	for (ts_id o = 0; o < s->nop; o++) {
 		const tcp_insn *in = &s->op[o].in;
 		for (int w = TCP_V_S0; w < TCP_NVIEW; w++) {
@@ -128,25 +130,22 @@ static int64_t columns_cut(const tcp_sched *s, ts_id b, int64_t n)
 				continue;
 			int64_t lo, hi;
 			ts_view_span(in, &in->v[w], &lo, &hi);
-			int64_t c = lo % n;
-			if (c <= best || hi - lo > n - c)
-				continue;
-			bool straddled = false;
-			for (ts_id q = 0; q < s->nop && !straddled; q++) {
-				const tcp_insn *qi = &s->op[q].in;
-				for (int x = TCP_V_S0; x < TCP_NVIEW && !straddled; x++) {
-					if (qi->v[x].t < 0 || (ts_id)qi->v[x].t != b)
-						continue;
-					int64_t a, z;
-					ts_view_span(qi, &qi->v[x], &a, &z);
-					int64_t ca = a % n, cz = ca + (z - a);
-					straddled = z - a > n || (ca < c && cz > c) || (ca < c + n && cz > c + n);
-				}
-			}
-			if (!straddled)
-				best = c;
+			col[nc][0] = lo % n, col[nc][1] = lo % n + (hi - lo), nc++;
 		}
 	}
+	for (uint32_t i = 0; i < nc; i++) {
+		int64_t c = col[i][0];
+		if (c <= best || col[i][1] > n)
+			continue;
+		bool straddled = false;
+		for (uint32_t j = 0; j < nc && !straddled; j++) {
+			int64_t ca = col[j][0], cz = col[j][1];
+			straddled = cz - ca > n || (ca < c && cz > c) || (ca < c + n && cz > c + n);
+		}
+		if (!straddled)
+			best = c;
+	}
+	ctx_free(s->ctx, col, 0);
 	return best;
 }
 
