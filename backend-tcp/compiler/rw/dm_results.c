@@ -16,11 +16,10 @@
  * whatever the grid's DM held where before they held zeros; the combine
  * reads only the rows of routed pairs. Where defer-stores moved the store
  * (block g + 1 stores row g under a guard, the epilogue stores row nb - 1
- * under nb != 0), both of its copies go to the epilogue's guard: the first
- * copies the whole grid, the second its last row again (the same bytes; a
- * split at another row would let the simulator start the first part before
- * the last block's writes, which the timeline's dependency on the last
- * execution cannot say); the body's guard is left empty. Where the grid does not fit DM the prediction's trial fails and
+ * under nb != 0), the body's copy goes to the epilogue's guard and copies
+ * the whole grid there, and the epilogue's copy of the last row goes (the
+ * whole grid holds that row; whatever waited for it waits for the grid's
+ * copy); the body's guard is left empty. Where the grid does not fit DM the prediction's trial fails and
  * the row is not applied. */
 #include <stdio.h>
 #include <string.h>
@@ -182,7 +181,7 @@ moe_status ts_rw_dm_results_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		s->op[st].region = parent;
 		grid_copy(s, st, gb, rb, 0, G, n, np, feature);
 		out = st;
-	} else { /* both stores into the epilogue's guard: the whole grid, then its last row again */
+	} else { /* the body's store into the epilogue's guard, copying the whole grid; the last row's goes */
 		ts_id eg = s->op[fin].region;
 		drop_item(s, s->op[st].region, TS_ITEM_OP | st);
 		ts_region_push(s, eg, TS_ITEM_OP | st);
@@ -191,7 +190,14 @@ moe_status ts_rw_dm_results_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 		r->item[0] = TS_ITEM_OP | st;
 		s->op[st].region = eg;
 		grid_copy(s, st, gb, rb, 0, G, n, np, feature);
-		grid_copy(s, fin, gb, rb, G - 1, 1, n, np, feature);
+		for (uint32_t j = 0; j < s->op[fin].ndep; j++)
+			if (s->op[fin].dep[j] != st)
+				ts_add_dep_once(s, st, s->op[fin].dep[j], s->op[fin].dist[j]);
+		for (ts_id q = 0; q < s->nop; q++)
+			for (uint32_t j = 0; q != st && q != fin && j < s->op[q].ndep; j++)
+				if (s->op[q].dep[j] == fin)
+					ts_add_dep_once(s, q, st, s->op[q].dist[j]);
+		out = st;
 	}
 	/* the body writes and reads row g of the grid; nothing in it waits for a store */
 	for (ts_id q = 0; q < s->nop; q++) {
@@ -227,5 +233,12 @@ moe_status ts_rw_dm_results_apply(tcp_sched *s, const ts_env *e, uint16_t featur
 	gr->last = out;
 	if (gr->first == TS_NONE)
 		gr->first = st;
+	if (fin != TS_NONE) {
+		uint8_t *drop = ctx_alloc(s->ctx, s->nop + 1);
+		memset(drop, 0, s->nop + 1);
+		drop[fin] = 1;
+		ts_drop_ops(s, drop);
+		ctx_free(s->ctx, drop, 0);
+	}
 	return MOE_OK;
 }
