@@ -26,6 +26,14 @@ int ts_rewrite_find(const char *name, size_t len)
 	return -1;
 }
 
+bool ts_rw_finish(tcp_sched *c, const ts_env *e, const char *name)
+{
+	int r = ts_rewrite_find(name, strlen(name));
+	if (r < 0 || e->off >> r & 1 || !ts_rewrites[r].applies(c, e))
+		return true;
+	return ts_rewrites[r].apply(c, e, (uint16_t)(r + 1)) == MOE_OK;
+}
+
 void ts_diag_truncate(moe_ctx *ctx, size_t n0)
 {
 	size_t n = moe_diag_count(ctx);

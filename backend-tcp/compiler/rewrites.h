@@ -40,6 +40,10 @@ extern const int ts_nrewrites;
 
 /* the row named name[0..len), or -1 */
 int ts_rewrite_find(const char *name, size_t len);
+/* Row `name` applied to trial copy c where it is switched on and applies: a
+ * later row that finishes what an earlier one starts, so that the earlier
+ * row's trials price each choice finished. False where it applies and fails. */
+bool ts_rw_finish(tcp_sched *c, const ts_env *e, const char *name);
 
 /* The default benefit: row applied to a copy of s (read back from its text),
  * the copy and the unchanged one placed (tcp_dm_place) and predicted on

@@ -439,19 +439,6 @@ static bool find_runs(const tcp_sched *s, struct gr *x);
 static void group_runs(tcp_sched *s, const struct gr *xr, int64_t k, uint16_t feature);
 static int64_t pick_k(const tcp_sched *s, const ts_env *e, const gf *x, int64_t n, bool runs, uint16_t feature);
 
-/* Row `name` applied to trial copy c where it is switched on and applies:
- * a later row that finishes what this one starts (split-last-group shortens
- * the last group's tail), or the one that finishes the per-expert copies
- * instead (split-last-fetch), so a trial prices each choice finished.
- * False where it applies and fails. */
-static bool finish(tcp_sched *c, const ts_env *e, const char *name)
-{
-	int r = ts_rewrite_find(name, strlen(name));
-	if (r < 0 || e->off >> r & 1 || !ts_rewrites[r].applies(c, e))
-		return true;
-	return ts_rewrites[r].apply(c, e, (uint16_t)(r + 1)) == MOE_OK;
-}
-
 typedef struct fin_arg {
 	const ts_env *e;
 	int row; /* group-fetch's row, or -1: the copy as it is */
@@ -462,12 +449,12 @@ static bool finished_copy(tcp_sched *c, void *arg)
 {
 	const fin_arg *a = arg;
 	if (a->row < 0)
-		return !a->fin || (finish(c, a->e, "split-last-fetch") && tcp_sched_verify(c) == MOE_OK);
+		return !a->fin || (ts_rw_finish(c, a->e, "split-last-fetch") && tcp_sched_verify(c) == MOE_OK);
 	return ts_rewrites[a->row].apply(c, a->e, (uint16_t)(a->row + 1)) == MOE_OK &&
-	       finish(c, a->e, "split-last-group") && tcp_sched_verify(c) == MOE_OK;
+	       ts_rw_finish(c, a->e, "split-last-group") && tcp_sched_verify(c) == MOE_OK;
 }
 
-/* group-fetch's benefit: both choices priced finished (finish), the groups
+/* group-fetch's benefit: both choices priced finished (ts_rw_finish), the groups
  * with split-last-group, the per-expert copies with split-last-fetch (as
  * they are where that copy fails); the cycles saved, 0 where a trial
  * fails. */
@@ -802,7 +789,7 @@ static bool group_copy(tcp_sched *c, void *arg)
 			return false;
 		group(c, &x, a->k, a->feature);
 	}
-	return finish(c, a->e, "split-last-group");
+	return ts_rw_finish(c, a->e, "split-last-group");
 }
 
 /* k: each power of two from 2 while a group holds fewer than n (the grid's

@@ -287,34 +287,43 @@ static bool merge(tcp_sched *s, uint16_t feature, int len)
 }
 
 typedef struct merge_arg {
+	const ts_env *e;
 	uint16_t feature;
 	int len;
+	bool lead; /* ring-lead applied after the merge */
 } merge_arg;
 
 static bool merge_copy(tcp_sched *c, void *arg)
 {
 	const merge_arg *a = arg;
-	return merge(c, a->feature, a->len);
+	return merge(c, a->feature, a->len) && (!a->lead || ts_rw_finish(c, a->e, "ring-lead"));
 }
 
 /* The run length: half the ring where that is two; else each length from
- * half the ring down to two (halving) merged in a trial copy, placed and
- * predicted, the fastest taken (ties: the longer, fewer commands). Longer
- * runs pay fewer setups but a run's first tile waits for the whole run, so
- * where the contractions, not the DMA queue, bound the block the shorter
- * runs win. */
+ * half the ring down to two merged in a trial copy, placed and predicted,
+ * the fastest taken (ties: the longer, fewer commands). Longer runs pay
+ * fewer setups but a run's first tile waits for the whole run, so where the
+ * contractions, not the DMA queue, bound the block the shorter runs win.
+ * Each length is priced as merged and, where ring-lead is switched on, also
+ * finished by it (a later row, which hoists each block's first copies ahead
+ * of the previous block's store and so changes which length waits least:
+ * Mixtral-8x7B T = 512 predicts runs of two fastest without it and three
+ * with it); a length's price is the lower of the two. */
 moe_status ts_rw_merge_fetches_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	int half = s->nloop == 1 ? s->loop[0].ring / 2 : 2, best = 2;
 	int64_t least = -1;
-	for (int len = half; half > 2 && len >= 2; len--) {
-		merge_arg a = {feature, len};
-		ts_trial t = ts_trial_for(e, "<merge-fetches trial>", merge_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
-		if (c >= 0 && (least < 0 || c < least)) {
-			least = c;
-			best = len;
+	int rl = ts_rewrite_find("ring-lead", strlen("ring-lead"));
+	bool lead = rl >= 0 && !(e->off >> rl & 1);
+	for (int len = half; half > 2 && len >= 2; len--)
+		for (int f = 0; f < 1 + lead; f++) {
+			merge_arg a = {e, feature, len, f == 1};
+			ts_trial t = ts_trial_for(e, "<merge-fetches trial>", merge_copy, &a, true);
+			int64_t c = ts_trial_of(s, &t);
+			if (c >= 0 && (least < 0 || c < least)) {
+				least = c;
+				best = len;
+			}
 		}
-	}
 	return merge(s, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }
