@@ -8,9 +8,10 @@
  * the last run's n tiles load and contract one after the other (Mixtral-8x7B
  * T = 512, three down tiles: about 15k cycles). The rewrite puts each of the
  * body's last runs (the last ring copy of its region, of each case where
- * row classes copied the body) in a classes region on $slcase = ($g + 1 ==
- * $nb) + 1, bounds [1, 2]: case 1 (every block but the last) the run as it
- * was, case 2 (the last block) one copy per tile, each with the run's
+ * row classes copied the body) in a classes region on $slcase = $g - ($nb -
+ * 3) (2 in the last block, at most 1 in the others), bounds [1, 2]: case 1
+ * (every block but the last) the run as it was, case 2 (the last block) one
+ * copy per tile, each with the run's
  * dependencies, and each op that waited for the run and reads the ring
  * through a view no scalar moves waits for the copies of the tiles it reads
  * (any other waiter for all of them). So in the last block the first tiles
@@ -204,21 +205,26 @@ moe_status ts_rw_split_last_run_apply(tcp_sched *s, const ts_env *e, uint16_t fe
 	if (!n)
 		return MOE_ERR_INVALID;
 	const ts_loop *l = &s->loop[0];
-	ts_id body = l->body, g = l->g, nb = l->nb;
-	ts_id nx = ts_add_scalar(s, body, "slnext", TS_SC_ALU, TCP_S_ADD, g, TS_NONE, 1);
-	ts_id last = ts_add_scalar(s, body, "sllast", TS_SC_CMP, TCP_C_EQ, nx, nb, 0);
-	ts_id key = ts_add_scalar(s, body, "slcase", TS_SC_ALU, TCP_S_ADD, last, TS_NONE, 1);
-	ts_region_move_tail(s, body, 0, 3);
+	ts_id body = l->body, g = l->g, nb = l->nb, lrg = l->region, parent = s->rg[lrg].parent;
+	/* $slbase = $nb - 3 once before the loop; $slcase = $g - $slbase in the
+	 * body: 2 in the last block, at most 1 in the others */
+	int64_t at = ts_item_index(s, parent, parent, TS_ITEM_RG | lrg);
+	if (at < 0)
+		return MOE_ERR_INVALID;
+	ts_id base = ts_add_scalar(s, parent, "slbase", TS_SC_ALU, TCP_S_SUB, nb, TS_NONE, 3);
+	ts_region_move_tail(s, parent, (uint32_t)at, 1);
+	ts_id key = ts_add_scalar(s, body, "slcase", TS_SC_ALU, TCP_S_SUB, g, base, 0);
+	ts_region_move_tail(s, body, 0, 1);
 	static const int64_t bound[2] = {1, 2};
 	uint8_t *cut = ctx_alloc(s->ctx, s->nop + 1);
 	memset(cut, 0, s->nop + 1);
 	for (uint32_t k = 0; k < n; k++) {
 		ts_id rg = s->op[run[k]].region;
-		int64_t at = ts_op_index(s, rg, run[k]);
-		if (at < 0)
+		int64_t i = ts_op_index(s, rg, run[k]);
+		if (i < 0)
 			continue;
 		/* case 1 a copy of the run, case 2 the run itself */
-		ts_split_classes(s, rg, (uint32_t)at, 1, key, bound, 2, cut, false, feature);
+		ts_split_classes(s, rg, (uint32_t)i, 1, key, bound, 2, cut, false, feature);
 		per_tile(s, run[k], feature);
 	}
 	ctx_free(s->ctx, cut, 0);
