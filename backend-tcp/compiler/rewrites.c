@@ -34,6 +34,19 @@ bool ts_rw_finish(tcp_sched *c, const ts_env *e, const char *name)
 	return ts_rewrites[r].apply(c, e, (uint16_t)(r + 1)) == MOE_OK;
 }
 
+ts_id ts_op_sibling(tcp_sched *s, ts_id like, const tcp_insn *in, uint32_t at, ts_id skip, uint16_t feature)
+{
+	ts_id rg = s->op[like].region, p = ts_add_op(s, TS_NONE, in, s->op[like].phase);
+	s->op[p].region = rg;
+	s->op[p].node = s->op[like].node;
+	s->op[p].feature = feature;
+	ts_region_insert(s, rg, at, TS_ITEM_OP | p);
+	for (uint32_t j = 0; j < s->op[like].ndep; j++)
+		if (s->op[like].dep[j] != skip)
+			ts_add_dep(s, p, s->op[like].dep[j], s->op[like].dist[j]);
+	return p;
+}
+
 void ts_diag_truncate(moe_ctx *ctx, size_t n0)
 {
 	size_t n = moe_diag_count(ctx);

@@ -102,6 +102,10 @@ void ts_drop_ops(tcp_sched *s, const uint8_t *drop);
  * op moves to op `to` (kept), then a span whose last op stands before its
  * first (pos: ts_op_positions before the drop) ends at its first. */
 void ts_drop_ops_to(tcp_sched *s, const uint8_t *drop, ts_id to, const uint32_t *pos);
+/* A new op `in` standing at item `at` of op like's region, with like's
+ * phase, node and dependencies (but those on op skip; TS_NONE: every one),
+ * carrying feature: a piece of like, cut by a rewrite. */
+ts_id ts_op_sibling(tcp_sched *s, ts_id like, const tcp_insn *in, uint32_t at, ts_id skip, uint16_t feature);
 /* Removes from q the dependencies on ops with drop[op] set. */
 void ts_op_drop_deps(ts_op *q, const uint8_t *drop);
 /* The index in region rg of the item standing for what sits in region r

@@ -14,15 +14,6 @@
 
 #include "backend-tcp/compiler/sched_time_int.h"
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-	while (b) {
-		int64_t r = a % b;
-		a = b, b = r;
-	}
-	return a;
-}
-
 /* ---- the walk ---- */
 static void scalar_insn(tl *t, int op)
 {
@@ -167,7 +158,7 @@ static void units(tl *t)
 		if (U >= S)
 			continue;
 		ts_view_span(&s->op[i].in, &s->op[i].in.v[t->sview[i]], &lo, &hi);
-		int64_t g = gcd64(gcd64(U, lo % U), hi % U);
+		int64_t g = tcp_gcd(tcp_gcd(U, lo % U), hi % U);
 		if (g < U && S % g == 0 && 2 * S / g <= TS_MAX_UNITS)
 			t->uel[b] = g;
 	}

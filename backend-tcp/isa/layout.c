@@ -26,16 +26,6 @@ static bool parts_agree(const moe_tcp_machine *m, const tcp_tensor *D, const tcp
 
 enum { WALK_CAP = 1 << 22, SEEN_CAP = 1 << 12 };
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-	while (b) {
-		int64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
 /* The number of consecutive elements after which a walk with element stride
  * st (bytes per element e) meets the same unit of a layout with period R
  * bytes again: R / gcd(R, |st| e). */
@@ -43,14 +33,14 @@ static int64_t walk_period(int64_t R, int64_t st, int64_t e)
 {
 	int64_t b = st * e;
 	b = b < 0 ? -b : b;
-	return b == 0 ? 1 : R / gcd64(R, b);
+	return b == 0 ? 1 : R / tcp_gcd(R, b);
 }
 
 /* The elements of a row worth walking: past lcm(pi, qi) (the periods of its
  * two sides, in elements) the row repeats the pairs of units it met. */
 static int64_t row_span(int64_t inner, int64_t pi, int64_t qi)
 {
-	int64_t g = gcd64(pi, qi);
+	int64_t g = tcp_gcd(pi, qi);
 	return pi / g <= INT64_MAX / qi && pi / g * qi < inner ? pi / g * qi : inner;
 }
 

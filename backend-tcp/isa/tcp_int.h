@@ -371,4 +371,15 @@ moe_status tcp_tokens_check(moe_ctx *ctx, const tcp_program *p, const moe_tensor
 #define TCP_MAX_BUCKETS 16
 bool tcp_is_bundle(const uint8_t *buf, size_t len);
 
+/* The greatest common divisor of a and b (a when b is 0). */
+static inline int64_t tcp_gcd(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t r = a % b;
+		a = b;
+		b = r;
+	}
+	return a;
+}
+
 #endif

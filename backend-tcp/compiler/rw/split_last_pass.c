@@ -35,21 +35,11 @@ typedef struct slp {
 	int64_t q;    /* pieces start at multiples of q rows */
 } slp;
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-	while (b) {
-		int64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
 /* the fewest rows of n elements of es bytes filling k units of `unit` bytes */
 static int64_t rows_for(int64_t n, int64_t es, int64_t unit)
 {
 	int64_t b = n * es;
-	return unit / gcd64(b, unit);
+	return unit / tcp_gcd(b, unit);
 }
 
 static bool row_major(const tcp_insn *in, const tcp_view *v, int64_t N, int64_t n)
@@ -105,7 +95,7 @@ static bool find(const tcp_sched *s, slp *x)
 		int64_t es = (int64_t)moe_dtype_size((moe_dtype)ab->dtype);
 		int64_t round = (int64_t)ab->layout.nslices * s->m->flit_bytes, q1 = rows_for(n, es, round);
 		int64_t q2 = rows_for(n, (int64_t)moe_dtype_size((moe_dtype)db->dtype), s->m->hbm_granule);
-		int64_t q = q1 / gcd64(q1, q2) * q2;
+		int64_t q = q1 / tcp_gcd(q1, q2) * q2;
 		if (ab->layout.nslices < 1 || q < 1 || N < 2 * q)
 			continue;
 		*x = (slp){w, c, N, n, q};
@@ -141,13 +131,13 @@ static tcp_insn rows_of(const tcp_insn *in, int64_t r0, int64_t nr)
 	return c;
 }
 
-/* n pieces: new ops for pieces 0..n-2 standing before o (each with o's
- * dependencies but `skip`), o itself the last; each op that waited for o
- * waits for every piece (but the ops of `own`, n of them, the i-th waiting
- * for piece i alone) */
+/* o cut into n pieces of rows (bounds b): new ops for pieces 0..n-2
+ * standing before o (each with o's dependencies but `skip`), o itself the
+ * last; each op that waited for o waits for every piece (the caller narrows
+ * the copies' to their own piece) */
 static void cut(tcp_sched *s, ts_id o, const int64_t *b, uint32_t n, ts_id skip, ts_id *piece, uint16_t feature)
 {
-	ts_id rg = s->op[o].region, nold = s->nop;
+	ts_id nold = s->nop;
 	uint32_t at = item_at(s, o);
 	tcp_insn whole = s->op[o].in;
 	for (uint32_t i = 0; i < n; i++) {
@@ -160,15 +150,7 @@ static void cut(tcp_sched *s, ts_id o, const int64_t *b, uint32_t n, ts_id skip,
 			s->op[o].cost = 0;
 			break;
 		}
-		ts_id p = ts_add_op(s, TS_NONE, &in, s->op[o].phase);
-		s->op[p].region = rg;
-		s->op[p].node = s->op[o].node;
-		s->op[p].feature = feature;
-		ts_region_insert(s, rg, at++, TS_ITEM_OP | p);
-		for (uint32_t j = 0; j < s->op[o].ndep; j++)
-			if (s->op[o].dep[j] != skip)
-				ts_add_dep(s, p, s->op[o].dep[j], s->op[o].dist[j]);
-		piece[i] = p;
+		piece[i] = ts_op_sibling(s, o, &in, at++, skip, feature);
 	}
 	for (ts_id q = 0; q < nold; q++) {
 		if (q == o)

@@ -144,14 +144,7 @@ static void per_tile(tcp_sched *s, ts_id o, uint16_t feature)
 			t[0] = o;
 			continue;
 		}
-		ts_id p = ts_add_op(s, TS_NONE, &in, s->op[o].phase);
-		s->op[p].region = rg;
-		s->op[p].node = s->op[o].node;
-		s->op[p].feature = feature;
-		ts_region_insert(s, rg, at++, TS_ITEM_OP | p);
-		for (uint32_t j = 0; j < s->op[o].ndep; j++)
-			ts_add_dep(s, p, s->op[o].dep[j], s->op[o].dist[j]);
-		t[i] = p;
+		t[i] = ts_op_sibling(s, o, &in, at++, TS_NONE, feature);
 	}
 	int64_t base = whole.v[TCP_V_DST].base;
 	for (ts_id q = 0; q < nold; q++) {
