@@ -12,8 +12,8 @@
  * each copy placed and predicted, the fastest kept).
  *
  * Applies to a dma.copy outside the loop of the whole of a one-slot DM
- * buffer (rows of n elements, contiguous) into the same rows of an HBM
- * buffer, where the DM buffer has one writer besides and no other reader:
+ * buffer spread over the slices by flits in one copy (rows of n elements,
+ * contiguous) into the same rows of an HBM buffer, where the DM buffer has one writer besides and no other reader:
  * a tu.vec over [N, n] writing it row-major from element 0, in the copy's
  * region and before it, that reads no scalar (no register view, no valid
  * count), no iteration counter and reduces nothing (each output row reads
@@ -78,7 +78,9 @@ static bool find(const tcp_sched *s, slp *x)
 		if (!row_major(in, d, N, n) || !row_major(in, a, N, n))
 			continue;
 		const ts_buf *db = &s->buf[d->t], *ab = &s->buf[a->t];
-		if (db->space != TCP_HBM || ab->space != TCP_DM || ab->slots != 1 || ts_buf_numel(ab) != N * n)
+		if (db->space != TCP_HBM || ab->space != TCP_DM || ab->slots != 1 || ts_buf_numel(ab) != N * n ||
+			ab->layout.split != TS_SPLIT_FLIT || ab->layout.copies != 1 || ab->layout.nslices < 1 ||
+			s->m->hbm_granule < 1)
 			continue;
 		uint32_t nw, nr;
 		ts_id w, r;
@@ -96,7 +98,7 @@ static bool find(const tcp_sched *s, slp *x)
 		int64_t round = (int64_t)ab->layout.nslices * s->m->flit_bytes, q1 = rows_for(n, es, round);
 		int64_t q2 = rows_for(n, (int64_t)moe_dtype_size((moe_dtype)db->dtype), s->m->hbm_granule);
 		int64_t q = q1 / tcp_gcd(q1, q2) * q2;
-		if (ab->layout.nslices < 1 || q < 1 || N < 2 * q)
+		if (q < 1 || N < 2 * q)
 			continue;
 		*x = (slp){w, c, N, n, q};
 		ctx_free(s->ctx, pos, 0);
@@ -225,5 +227,7 @@ moe_status ts_rw_split_last_pass_apply(tcp_sched *s, const ts_env *e, uint16_t f
 			best = tries[k];
 		}
 	}
-	return best && split(s, best, feature) ? MOE_OK : MOE_ERR_INVALID;
+	if (!best)
+		return MOE_ERR_UNSUPPORTED; /* no trial placed and verified: declined */
+	return split(s, best, feature) ? MOE_OK : MOE_ERR_INVALID;
 }
