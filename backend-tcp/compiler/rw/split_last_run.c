@@ -25,13 +25,14 @@
 enum { SLR_MAX = 256 };
 
 /* whether op o copies a run of ring tiles of loop l: a dma.copy of dims
- * [n, r, c], n >= 2, from a weight in HBM (moved by a register) into
+ * [n, r, c], 2 <= n <= the ring's slots, from a weight in HBM (moved by a register) into
  * consecutive slots of a DM buffer of l->ring slots, inside the body */
 static bool ring_run(const tcp_sched *s, const ts_loop *l, ts_id o)
 {
 	const tcp_insn *in = &s->op[o].in;
 	const tcp_view *d = &in->v[TCP_V_DST], *v = &in->v[TCP_V_S0];
-	if (in->op != TCP_OP_DMA_COPY || in->ndim != 3 || in->dim[0] < 2 || in->vreg >= 0 || in->flags || d->t < 0 ||
+	if (in->op != TCP_OP_DMA_COPY || in->ndim != 3 || in->dim[0] < 2 || in->dim[0] > l->ring || in->vreg >= 0 ||
+		in->flags || d->t < 0 ||
 		v->t < 0 || d->reg >= 0 || v->reg < 0 || in->v[TCP_V_S1].t >= 0 ||
 		!ts_region_within(s, s->op[o].region, l->body))
 		return false;
@@ -119,9 +120,9 @@ bool ts_rw_split_last_run_applies(const tcp_sched *s, const ts_env *e)
  * first, the others after it; its waiters re-pointed */
 static void per_tile(tcp_sched *s, ts_id o, uint16_t feature)
 {
-	ts_id rg = s->op[o].region, nold = s->nop, t[64];
+	ts_id rg = s->op[o].region, nold = s->nop, t[256];
 	const tcp_insn whole = s->op[o].in;
-	int64_t n = whole.dim[0] < 64 ? whole.dim[0] : 64, slot = whole.v[TCP_V_DST].stride[0];
+	int64_t n = whole.dim[0], slot = whole.v[TCP_V_DST].stride[0]; /* n <= the ring's slots, < 256 */
 	int32_t ring = whole.v[TCP_V_DST].t;
 	uint32_t at = (uint32_t)ts_op_index(s, rg, o) + 1;
 	for (int64_t i = 0; i < n; i++) {
