@@ -19,6 +19,14 @@
  * routing's buffers do not share its bytes, and where DM cannot hold both
  * the trial fails.
  *
+ * The ring copies standing right after the first-tile copies in the body
+ * (ring-lead's, each a run of tiles into fixed slots, waiting only for the
+ * previous blocks' readers of those slots) may be speculated too, in order:
+ * each one copies expert 0's tiles into its slots before the loop, after
+ * the speculative first tile, and stands in the body in the same guard. How
+ * many is priced by trials (ts_rw_spec_ring_apply): they fill the time the
+ * DMA context would wait after the first tile for routing's vector passes.
+ *
  * Applies to one block loop with streamed weights whose body's first ring
  * fetches (the first op writing the ring in the body, or in each case of a
  * classes region standing directly in the body) all copy the same rows of
@@ -37,6 +45,8 @@ typedef struct sr {
 	ts_id f[SR_MAX];     /* the body's first-tile copies, one per case */
 	uint32_t n;
 	uint32_t at;         /* the body item holding them (the copy, or its classes region) */
+	ts_id nx[SR_MAX];    /* the ring fetches standing right after it in the body */
+	uint32_t nnx;
 } sr;
 
 /* whether op o copies rows of an HBM weight moved by the loop's expert
@@ -51,6 +61,25 @@ static bool first_tile(const tcp_sched *s, const ts_loop *l, ts_id o)
 	const ts_buf *r = &s->buf[d->t], *h = &s->buf[a->t];
 	return r->space == TCP_DM && r->slots == l->ring && r->life == TS_LIFE_LOOP && h->space == TCP_HBM &&
 	       !ts_buf_written(s, (ts_id)a->t);
+}
+
+/* whether op o, an item of the body, is a ring fetch that block 0 may issue
+ * before the loop: a copy of an HBM weight no op writes, moved by the loop's
+ * expert scalar, into a fixed place of ring r, waiting only for earlier
+ * blocks (each dependency a loop-carried one) */
+static bool next_fetch(const tcp_sched *s, const ts_loop *l, ts_id r, ts_id o)
+{
+	const ts_op *q = &s->op[o];
+	const tcp_insn *in = &q->in;
+	const tcp_view *d = &in->v[TCP_V_DST], *a = &in->v[TCP_V_S0];
+	if (q->region != l->body || in->op != TCP_OP_DMA_COPY || in->flags || in->vreg >= 0 || d->t != (int32_t)r ||
+		d->reg >= 0 || a->t < 0 || a->reg < 0 || (ts_id)a->reg != l->expert || in->v[TCP_V_S1].t >= 0 ||
+		s->buf[a->t].space != TCP_HBM || ts_buf_written(s, (ts_id)a->t))
+		return false;
+	for (uint32_t j = 0; j < q->ndep; j++)
+		if (!q->dist[j])
+			return false;
+	return true;
 }
 
 /* The first op of region rg writing buffer b (items in order, nested
@@ -90,6 +119,18 @@ static bool same_copy(const tcp_insn *a, const tcp_insn *b)
 	return true;
 }
 
+/* x's next fetches: the body's items after x->at while each is one */
+static void next_fetches(const tcp_sched *s, const ts_loop *l, sr *x)
+{
+	const ts_region *body = &s->rg[l->body];
+	for (uint32_t k = x->at + 1; k < body->nitem && x->nnx < SR_MAX; k++) {
+		uint32_t it = body->item[k];
+		if (TS_ITEM_KIND(it) != TS_ITEM_OP || !next_fetch(s, l, x->ring, TS_ITEM_ID(it)))
+			break;
+		x->nx[x->nnx++] = TS_ITEM_ID(it);
+	}
+}
+
 static bool find(const tcp_sched *s, sr *x)
 {
 	memset(x, 0, sizeof *x);
@@ -113,6 +154,7 @@ static bool find(const tcp_sched *s, sr *x)
 			if (!first_tile(s, l, o))
 				return false;
 			x->ring = (ts_id)d->t, x->f[x->n++] = o, x->at = k;
+			next_fetches(s, l, x);
 			return true;
 		}
 		if (TS_ITEM_KIND(it) != TS_ITEM_RG)
@@ -135,6 +177,7 @@ static bool find(const tcp_sched *s, sr *x)
 			return false;
 		x->ring = (ts_id)s->op[x->f[0]].in.v[TCP_V_DST].t;
 		x->at = k;
+		next_fetches(s, l, x);
 		return true;
 	}
 	return false;
@@ -160,33 +203,78 @@ static void guard_op(tcp_sched *s, ts_id o, ts_id pred)
 	ts_region_move_tail(s, rg, at, 1);
 }
 
+/* The rewrite with the first `depth` of x's next fetches speculated too. */
+static bool spec(tcp_sched *s, const ts_env *e, uint16_t feature, uint32_t depth)
+{
+	sr x;
+	if (!find(s, &x) || depth > x.nnx)
+		return false;
+	const ts_loop *l = &s->loop[0];
+	ts_id body = l->body, ex = l->expert, g = l->g;
+	uint32_t at = ts_spec_insert_at(s, e->ctx), nop0 = s->nop;
+	ts_id sp[SR_MAX];
+	for (uint32_t i = 0; i <= depth; i++) {
+		/* expert 0: the rows at the view's base */
+		tcp_insn in = s->op[i ? x.nx[i - 1] : x.f[0]].in;
+		in.v[TCP_V_S0].reg = -1;
+		in.v[TCP_V_S0].scale = 0;
+		sp[i] = ts_spec_copy(s, &in, i ? x.nx[i - 1] : x.f[0], at + i, feature);
+	}
+	ts_id sps[SR_MAX];
+	for (uint32_t i = 0; i < x.n; i++)
+		sps[i] = sp[0];
+	ts_spec_waiters(s, x.f, sps, x.n, nop0);
+	ts_spec_waiters(s, x.nx, sp + 1, depth, nop0);
+	/* the body's copies only where the block is not block 0 of expert 0 */
+	ts_id sum = ts_add_scalar(s, body, "srge", TS_SC_ALU, TCP_S_ADD, g, ex, 0);
+	ts_id nz = ts_add_scalar(s, body, "srnz", TS_SC_CMP, TCP_C_NE, sum, TS_NONE, 0);
+	ts_region_move_tail(s, body, x.at, 2);
+	for (uint32_t i = 0; i < x.n; i++)
+		guard_op(s, x.f[i], nz);
+	for (uint32_t i = 0; i < depth; i++)
+		guard_op(s, x.nx[i], nz);
+	/* the ring is live from the speculative copies on */
+	ts_buf *b = &s->buf[x.ring];
+	b->life = TS_LIFE_SPAN;
+	b->first = sp[0];
+	b->last = x.f[0];
+	return true;
+}
+
+typedef struct spec_arg {
+	const ts_env *e;
+	uint16_t feature;
+	uint32_t depth;
+} spec_arg;
+
+static bool spec_copy(tcp_sched *c, void *arg)
+{
+	const spec_arg *a = arg;
+	return spec(c, a->e, a->feature, a->depth);
+}
+
+/* The depth: none of the next fetches, then the first 1, 2, ... of them,
+ * each speculated in a trial copy, placed and predicted, until one is no
+ * faster than the fastest before it; the fastest taken (ties: the fewer).
+ * Each one more moves the block list's staging and block 0's row gather
+ * later on the DMA context by its copy: it gains while routing would leave
+ * that context idle, and once it does not, a deeper one delays them more. */
 moe_status ts_rw_spec_ring_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	sr x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	const ts_loop *l = &s->loop[0];
-	ts_id body = l->body, ex = l->expert, g = l->g;
-	uint32_t at = ts_spec_insert_at(s, e->ctx), nop0 = s->nop;
-	tcp_insn in = s->op[x.f[0]].in;
-	in.v[TCP_V_S0].reg = -1; /* expert 0: the rows at the view's base */
-	in.v[TCP_V_S0].scale = 0;
-	ts_id sp = ts_spec_copy(s, &in, x.f[0], at, feature);
-	ts_id sps[SR_MAX];
-	for (uint32_t i = 0; i < x.n; i++)
-		sps[i] = sp;
-	ts_spec_waiters(s, x.f, sps, x.n, nop0);
-	/* the body's copies only where the block is not block 0 of expert 0 */
-	ts_id sum = ts_add_scalar(s, body, "srge", TS_SC_ALU, TCP_S_ADD, g, ex, 0);
-	ts_id nz = ts_add_scalar(s, body, "srnz", TS_SC_CMP, TCP_C_NE, sum, TS_NONE, 0);
-	(void)nz;
-	ts_region_move_tail(s, body, x.at, 2);
-	for (uint32_t i = 0; i < x.n; i++)
-		guard_op(s, x.f[i], nz);
-	/* the ring is live from the speculative copy on */
-	ts_buf *b = &s->buf[x.ring];
-	b->life = TS_LIFE_SPAN;
-	b->first = sp;
-	b->last = x.f[0];
-	return MOE_OK;
+	uint32_t best = 0;
+	int64_t least = -1;
+	for (uint32_t d = 0; x.nnx && d <= x.nnx; d++) {
+		spec_arg a = {e, feature, d};
+		ts_trial t = ts_trial_for(e, "<spec-ring trial>", spec_copy, &a, true);
+		int64_t c = ts_trial_of(s, &t);
+		if (c >= 0 && (least < 0 || c < least)) {
+			least = c;
+			best = d;
+		} else if (c >= 0)
+			break;
+	}
+	return spec(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }
