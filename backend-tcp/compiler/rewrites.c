@@ -991,7 +991,7 @@ void ts_spec_waiters(tcp_sched *s, const ts_id *ops, const ts_id *sp, uint32_t n
 		for (uint32_t i = 0; i < n; i++)
 			if (o == ops[i] || ts_op_has_dep(&s->op[o], ops[i], 0) || ts_op_has_dep(&s->op[o], ops[i], 1) ||
 				ts_op_writes(&s->op[o], s->op[ops[i]].in.v[TCP_V_DST].t))
-				ts_add_dep(s, o, sp[i], 0);
+				ts_add_dep_once(s, o, sp[i], 0);
 }
 
 uint32_t ts_deps_union(const tcp_sched *s, const ts_id *ops, uint32_t n, uint8_t *mark)
