@@ -16,7 +16,9 @@
  * so the first tiles load while the rest arrives. Where they are of
  * several nodes (an expert's projections packed in one span), P is where
  * the last projection's weights begin, and that part may be cut once more
- * at its tiles' boundary (three parts; see the apply). Every
+ * at its tiles' boundary (three parts; see the apply); trials may add one
+ * cut below P as well, where the last block's compute outlasts its fetch
+ * (cut_below). Every
  * other block keeps the one fetch (one more DMA command each would delay
  * the in-order DMA context's weight stream). Values are unchanged: the
  * parts copy the same bytes to the same places, and every reader of the
@@ -66,36 +68,38 @@ static int divisions(const tcp_sched *s, ts_id f, int32_t w, int64_t n, int64_t 
 	*nrd = 0;
 	uint32_t *pos = ctx_alloc(s->ctx, s->nop * sizeof *pos);
 	ts_op_positions(s, pos);
+	ts_id *all = ctx_alloc(s->ctx, s->nop * sizeof *all);
+	uint32_t na = 0;
+	for (ts_id o = 0; o < s->nop; o++)
+		if (o != f && waits(s, o, f) && s->op[o].in.v[TCP_V_S0].t == w)
+			all[na++] = o;
+	for (uint32_t i = 1; i < na; i++) /* by program position */
+		for (uint32_t j = i; j > 0 && pos[all[j]] < pos[all[j - 1]]; j--) {
+			ts_id t = all[j];
+			all[j] = all[j - 1];
+			all[j - 1] = t;
+		}
+	ctx_free(s->ctx, pos, 0);
+	/* the distinct readers, copies in later cases left out; at most 64 */
+	int64_t lo[64], hi[64];
 	int nr = 0;
 	bool full = false;
-	for (ts_id o = 0; o < s->nop && !full; o++) {
-		if (o == f || !waits(s, o, f) || s->op[o].in.v[TCP_V_S0].t != w)
+	for (uint32_t i = 0; i < na && !full; i++) {
+		int64_t a, b;
+		ts_view_span(&s->op[all[i]].in, &s->op[all[i]].in.v[TCP_V_S0], &a, &b);
+		bool copy = false;
+		for (int k = 0; k < nr && !copy; k++)
+			copy = s->op[rd[k]].node == s->op[all[i]].node && lo[k] == a && hi[k] == b;
+		if (copy)
 			continue;
 		if (nr == 64)
 			full = true;
 		else
-			rd[nr++] = o;
+			lo[nr] = a, hi[nr] = b, rd[nr++] = all[i];
 	}
-	for (int i = 1; i < nr; i++) /* by program position */
-		for (int j = i; j > 0 && pos[rd[j]] < pos[rd[j - 1]]; j--) {
-			ts_id t = rd[j];
-			rd[j] = rd[j - 1];
-			rd[j - 1] = t;
-		}
-	ctx_free(s->ctx, pos, 0);
+	ctx_free(s->ctx, all, 0);
 	if (full || nr < 2)
 		return 0;
-	int64_t lo[64], hi[64];
-	int m = 0;
-	for (int i = 0; i < nr; i++) {
-		ts_view_span(&s->op[rd[i]].in, &s->op[rd[i]].in.v[TCP_V_S0], &lo[m], &hi[m]);
-		bool copy = false;
-		for (int k = 0; k < m && !copy; k++)
-			copy = s->op[rd[k]].node == s->op[rd[i]].node && lo[k] == lo[m] && hi[k] == hi[m];
-		if (!copy)
-			rd[m++] = rd[i];
-	}
-	nr = m;
 	*nrd = nr;
 	int64_t below = hi[0];
 	int c = 0;
@@ -431,6 +435,54 @@ static bool split_copy(tcp_sched *c, void *arg)
 	return tcp_sched_verify(c) == MOE_OK;
 }
 
+typedef struct cuts_arg {
+	int np;
+	int64_t p[3];
+	uint16_t feature;
+} cuts_arg;
+
+/* the split at the given cut points in a copy */
+static bool cuts_copy(tcp_sched *c, void *arg)
+{
+	const cuts_arg *a = arg;
+	sf x;
+	if (!find(c, &x))
+		return false;
+	x.np = a->np;
+	memcpy(x.p, a->p, sizeof x.p);
+	split(c, &x, a->feature);
+	return tcp_sched_verify(c) == MOE_OK;
+}
+
+/* One more cut below x's first, at one of the divisions there, where the
+ * placed, predicted layer is faster than `best` with it: the first
+ * projections' first loads then wait for a shorter part (where the last
+ * block's compute, not its fetch, is the longer, it starts sooner). x
+ * gets the cuts; returns the cycles (best where none is faster). */
+static int64_t cut_below(tcp_sched *s, const ts_env *e, sf *x, int64_t best, uint16_t feature)
+{
+	ts_id rd[64];
+	int64_t cut[64], node;
+	int kc[64], nr;
+	const tcp_insn *in = &s->op[x->f].in;
+	int m = divisions(s, x->f, in->v[TCP_V_DST].t, in->dim[0] * x->row, x->row, rd, &nr, cut, kc, &node);
+	cuts_arg win = {0, {0, 0, 0}, feature};
+	for (int i = 0; i < m && x->np < 3; i++) {
+		if (cut[i] >= x->p[0])
+			continue;
+		cuts_arg a = {x->np + 1, {cut[i], x->p[0], x->p[1]}, feature};
+		ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", cuts_copy, &a, true);
+		int64_t v = ts_trial_of(s, &tr);
+		if (v >= 0 && v < best)
+			best = v, win = a;
+	}
+	if (win.np) {
+		x->np = win.np;
+		memcpy(x->p, win.p, sizeof x->p);
+	}
+	return best;
+}
+
 /* With a second cut point, the three parts are kept where the placed,
  * predicted layer with them is faster than with two (one more DMA setup
  * on the in-order queue against the last projection's first tiles loaded
@@ -457,7 +509,13 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 				best = three;
 		}
 	}
-	if (four && best >= 0) {
+	if (best < 0) {
+		split_arg a = {x.np, feature};
+		ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", split_copy, &a, true);
+		best = ts_trial_of(s, &tr);
+	}
+	int64_t below = best >= 0 ? cut_below(s, e, &x, best, feature) : best;
+	if (four && best >= 0 && below == best) {
 		ts_id rd[64];
 		int64_t cut[64], node;
 		int kc[64], nr;
