@@ -418,30 +418,14 @@ static bool four_copy(tcp_sched *c, void *arg)
 	return tcp_sched_verify(c) == MOE_OK;
 }
 
-typedef struct split_arg {
-	int np;
-	uint16_t feature;
-} split_arg;
-
-/* the split of np cut points in a copy (found again: a copy's ids are its own) */
-static bool split_copy(tcp_sched *c, void *arg)
-{
-	const split_arg *a = arg;
-	sf x;
-	if (!find(c, &x) || x.np < a->np)
-		return false;
-	x.np = a->np;
-	split(c, &x, a->feature);
-	return tcp_sched_verify(c) == MOE_OK;
-}
-
 typedef struct cuts_arg {
 	int np;
 	int64_t p[3];
 	uint16_t feature;
 } cuts_arg;
 
-/* the split at the given cut points in a copy */
+/* the split at the given cut points in a copy (found again: a copy's ids
+ * are its own) */
 static bool cuts_copy(tcp_sched *c, void *arg)
 {
 	const cuts_arg *a = arg;
@@ -494,25 +478,16 @@ moe_status ts_rw_split_last_fetch_apply(tcp_sched *s, const ts_env *e, uint16_t 
 		return MOE_ERR_INVALID;
 	lt t;
 	bool four = last_tile(s, &x, &t);
-	int64_t best = -1;
-	if (x.np > 1 || four) {
-		split_arg a = {1, feature};
-		ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", split_copy, &a, true);
-		int64_t two = ts_trial_of(s, &tr);
-		best = two;
-		if (x.np > 1) {
-			a.np = 2;
-			int64_t three = ts_trial_of(s, &tr);
-			if (three < 0 || (two >= 0 && two <= three))
-				x.np = 1;
-			else
-				best = three;
-		}
-	}
-	if (best < 0) {
-		split_arg a = {x.np, feature};
-		ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", split_copy, &a, true);
-		best = ts_trial_of(s, &tr);
+	cuts_arg a = {1, {x.p[0], x.p[1], 0}, feature};
+	ts_trial tr = ts_trial_for(e, "<split-last-fetch trial>", cuts_copy, &a, true);
+	int64_t best = ts_trial_of(s, &tr), two = best;
+	if (x.np > 1) {
+		a.np = 2;
+		int64_t three = ts_trial_of(s, &tr);
+		if (three < 0 || (two >= 0 && two <= three))
+			x.np = 1;
+		else
+			best = three;
 	}
 	int64_t below = best >= 0 ? cut_below(s, e, &x, best, feature) : best;
 	if (four && best >= 0 && below == best) {
