@@ -380,6 +380,8 @@ typedef struct access {
 	bool write;
 	uint8_t ctx;           /* the op's context and region */
 	ts_id rg;
+	int64_t blk, blo, bhi; /* blk > 0: a view moved by loop 0's $g in steps of blk bytes,
+	                        * within one step: bytes g blk + [blo, bhi] (lo, hi: all) */
 } access;
 
 typedef struct acc_list {
@@ -521,6 +523,83 @@ static void add_access(vs *v, acc_list *L, access a)
 	L->a[L->n++] = a;
 }
 
+/* A view of a one-slot buffer moved by loop 0's index $g (scale elements
+ * per block) whose extent stays within one step: a->blk, blo, bhi. */
+static void block_view(vs *v, ts_id id, int w, access *a)
+{
+	const tcp_sched *s = v->s;
+	const tcp_insn *in = &s->op[id].in;
+	const tcp_view *vw = &in->v[w];
+	if (!s->nloop || vw->reg < 0 || (ts_id)vw->reg != s->loop[0].g || vw->scale <= 0 ||
+		s->buf[vw->t].slots != 1 || (in->op == TCP_OP_TU_VEC && w == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4))))
+		return;
+	int64_t d[TCP_MAXD], lo = vw->base, hi = vw->base;
+	int nd = view_space(in, w, d);
+	for (int k = 0; k < nd; k++) {
+		int64_t t = vw->stride[k] * (d[k] - 1);
+		if (t < 0)
+			lo += t;
+		else
+			hi += t;
+	}
+	if (lo < 0 || hi >= vw->scale)
+		return;
+	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[vw->t].dtype);
+	a->blk = vw->scale * es;
+	a->blo = lo * es;
+	a->bhi = hi * es + es - 1;
+}
+
+/* The least $g of loop 0 under which op o runs, from the classes regions
+ * above it keyed on $g + d (`alu.add $g, d`, `alu.sub $g, -d`, or $g): a case
+ * past the first runs only where the key exceeds the bound before it. */
+static int64_t g_least(const tcp_sched *s, ts_id o)
+{
+	int64_t least = 0;
+	ts_id r = s->op[o].region;
+	for (int depth = 0; r < s->nrg && depth < VMAX_DEPTH; depth++) {
+		ts_id up = s->rg[r].parent;
+		if (up >= s->nrg)
+			break;
+		const ts_region *c = &s->rg[up];
+		if (c->kind == TS_RG_CLASSES && c->pred < s->nsc) {
+			const ts_scalar *k = &s->sc[c->pred];
+			bool keyed = c->pred == s->loop[0].g;
+			int64_t off = 0; /* key = $g + off */
+			if (!keyed && k->kind == TS_SC_ALU && (k->op == TCP_S_ADD || k->op == TCP_S_SUB) &&
+				k->a == s->loop[0].g && k->b == TS_NONE && k->imm > -(1ll << 40) && k->imm < (1ll << 40)) {
+				keyed = true;
+				off = k->op == TCP_S_ADD ? k->imm : -k->imm;
+			}
+			uint32_t i = 0;
+			while (i < c->nitem && c->item[i] != (TS_ITEM_RG | r))
+				i++;
+			if (keyed && i > 0 && i < c->nitem && i <= c->nbound && c->bound[i - 1] - off + 1 > least)
+				least = c->bound[i - 1] - off + 1;
+		}
+		r = up;
+	}
+	return least;
+}
+
+/* Whether accesses a and b of one buffer, both in loop 0's body, never meet
+ * in one block: one moved by $g (block_view), the other a fixed range below
+ * block g's bytes for every g the two run under. */
+static bool below_block(const vs *v, const access *a, const access *b)
+{
+	const tcp_sched *s = v->s;
+	if (!s->nloop || (a->blk > 0) == (b->blk > 0))
+		return false;
+	const access *m = a->blk > 0 ? a : b, *f = a->blk > 0 ? b : a;
+	ts_id body = s->loop[0].body;
+	if (!ts_region_within(s, m->rg, body) || !ts_region_within(s, f->rg, body))
+		return false;
+	int64_t g = g_least(s, m->op), gf = g_least(s, f->op);
+	if (gf > g)
+		g = gf;
+	return f->hi < g * m->blk + m->blo;
+}
+
 static void check_views(vs *v, ts_id id, acc_list *L)
 {
 	static const char *const vn[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
@@ -547,8 +626,11 @@ static void check_views(vs *v, ts_id id, acc_list *L)
 			continue;
 		}
 		int64_t lo, hi;
-		if (view_bytes(v, id, w, &lo, &hi))
-			add_access(v, L, (access){id, (ts_id)vw->t, lo, hi, w == TCP_V_DST, v->s->op[id].ctx, v->s->op[id].region});
+		if (view_bytes(v, id, w, &lo, &hi)) {
+			access a = {id, (ts_id)vw->t, lo, hi, w == TCP_V_DST, v->s->op[id].ctx, v->s->op[id].region, 0, 0, 0};
+			block_view(v, id, w, &a);
+			add_access(v, L, a);
+		}
 	}
 }
 
@@ -752,7 +834,8 @@ static void check_hazards(vs *v, const uint32_t *order, acc_list *L, uint64_t *r
 	for (uint32_t i = 0; i < L->n && v->errors <= VMAX_ERRORS; i++)
 		for (uint32_t j = i + 1; j < L->n && L->a[j].buf == L->a[i].buf && L->a[j].lo <= L->a[i].hi; j++) {
 			const access *a = &L->a[i], *b = &L->a[j];
-			if (a->op == b->op || !(a->write || b->write) || ts_excl_regions(&v->excl, a->rg, b->rg, a->op, b->op))
+			if (a->op == b->op || !(a->write || b->write) || ts_excl_regions(&v->excl, a->rg, b->rg, a->op, b->op) ||
+				below_block(v, a, b))
 				continue;
 			bool ab = reach[(size_t)b->op * words + a->op / 64] >> (a->op % 64) & 1;
 			bool ba = reach[(size_t)a->op * words + b->op / 64] >> (b->op % 64) & 1;
