@@ -1,37 +1,39 @@
 /* backend-tcp/compiler/rw/early_results.c: rewrite `early-results`
  * (rewrites.def, docs/tcp-compiler.md 5.2).
  *
- * After count-copies the epilogue copies the DM result grid R into the HBM
- * result H by a classes region on $nb: case h_k copies blocks [0, h_k).
+ * After count-copies the epilogue (or the top region after the loop) copies
+ * the DM result grid R into the HBM result H by a classes region on $nb:
+ * case h_k copies blocks [0, h_k).
  * Those copies wait for the last block, yet every block but the last was
  * done long before; in a weight-bound loop the DMA context idles while the
  * last block computes, and then copies the whole grid alone.
  *
- * The rewrite moves the earlier blocks' rows into the last block. The body
- * gains, before the item holding R's first writer, a guard on $g + 1 == $nb
- * holding a classes region on $ernext = $g + 1, bounds 1, 2, ..., G: case
- * c + 1 copies blocks [0, c) (case 1 nothing), so the last block g copies
- * exactly the blocks before it. Each epilogue case h_k then copies only
- * blocks [h_{k-1}, h_k) (h_{-1} = 0): where nb lies in (h_{k-1}, h_k], the
- * last block nb - 1 is among them. Every block below nb reaches H, the last
- * block's rows after it wrote them (a block of the epilogue's range the last
- * block already copied is copied again, the same bytes).
+ * The rewrite moves the earlier blocks' rows into a late block, block
+ * nb - 1 - lead (lead 0, 1 or 2, by trials). The body gains, before the
+ * item holding R's first writer, a guard on $g + 1 + lead == $nb holding a
+ * classes region on $ernext = $g + 1, bounds 1, 2, ..., G: case c + 1 copies
+ * blocks [0, c) (case 1 nothing), so that block g copies exactly the blocks
+ * before it. Each epilogue case h_k then copies only blocks
+ * [max(h_{k-1} - lead, 0), h_k) (h_{-1} = 0): where nb lies in
+ * (h_{k-1}, h_k], blocks nb - 1 - lead .. nb - 1 are among them. Every block
+ * below nb reaches H, the late blocks' rows after they wrote them (a block
+ * of the epilogue's range copied early is copied again, the same bytes).
  *
  * Dependencies: each early copy waits for every writer of R in the previous
  * block (distance 1: block g - 1 is the last it reads, and each block's
- * writers run after the block before's). The writers of R in the last block
- * need not wait for the copies: they write block g through a view moved by
+ * writers run after the block before's). The writers of R in its block need
+ * not wait for the copies: they write block g through a view moved by
  * $g, the copies read blocks below g, which the verifier sees from the
  * classes bound (docs/tcp-compiler.md 5.6). Each epilogue copy waits for the
  * early copies whose blocks meet its own (both write H), and every reader of
  * H waits for all of them. Values are unchanged: the same rows land in H
- * before the gathers read them. The cases' compares run in the last block
- * alone, so G is capped (ER_MAX_G). */
+ * before the gathers read them. The cases' compares run in one block alone,
+ * so G is capped (ER_MAX_G). */
 #include <string.h>
 
 #include "backend-tcp/compiler/rewrites.h"
 
-enum { ER_MAX = 64, ER_MAX_G = 256 };
+enum { ER_MAX = 64, ER_MAX_G = 256, ER_MAX_LEAD = 4 };
 
 typedef struct er {
 	ts_id cls;            /* count-copies' classes region on $nb in the epilogue */
@@ -61,17 +63,18 @@ static bool grid_copy(const tcp_sched *s, ts_id o, int64_t h, er *x)
 	return in->dim[1] == x->P && y->stride[0] == x->SS && y->t == x->R && d->t == x->H;
 }
 
-/* the classes region on $nb in the epilogue whose every case holds one grid copy */
-static bool find_cls(const tcp_sched *s, const ts_loop *l, ts_id rg, er *x, int depth)
+/* the classes region on $nb in region rg (from item k0; nested guards and
+ * sequences searched) whose every case holds one grid copy */
+static bool find_cls(const tcp_sched *s, const ts_loop *l, ts_id rg, uint32_t k0, er *x, int depth)
 {
 	const ts_region *r = &s->rg[rg];
-	for (uint32_t k = 0; k < r->nitem && depth < 8; k++) {
+	for (uint32_t k = k0; k < r->nitem && depth < 8; k++) {
 		if (TS_ITEM_KIND(r->item[k]) == TS_ITEM_OP)
 			continue;
 		ts_id c = TS_ITEM_ID(r->item[k]);
 		const ts_region *q = &s->rg[c];
 		if (q->kind != TS_RG_CLASSES || q->pred != l->nb) {
-			if ((q->kind == TS_RG_SEQ || q->kind == TS_RG_GUARD) && find_cls(s, l, c, x, depth + 1))
+			if ((q->kind == TS_RG_SEQ || q->kind == TS_RG_GUARD) && find_cls(s, l, c, 0, x, depth + 1))
 				return true;
 			continue;
 		}
@@ -108,7 +111,11 @@ static bool find(const tcp_sched *s, er *x)
 	if (s->nloop != 1 || !s->m)
 		return false;
 	const ts_loop *l = &s->loop[0];
-	if (l->nb == TS_NONE || l->g == TS_NONE || l->G < 2 || l->G > ER_MAX_G || !find_cls(s, l, l->epilogue, x, 0))
+	if (l->nb == TS_NONE || l->g == TS_NONE || l->G < 2 || l->G > ER_MAX_G)
+		return false;
+	int64_t after = ts_item_index(s, s->top, s->top, TS_ITEM_RG | l->region);
+	if (!find_cls(s, l, l->epilogue, 0, x, 0) &&
+		(after < 0 || !find_cls(s, l, s->top, (uint32_t)after + 1, x, 0)))
 		return false;
 	const ts_buf *R = &s->buf[x->R], *H = &s->buf[x->H];
 	if (R->space != TCP_DM || H->space != TCP_HBM || R->slots != 1 || !ts_buf_gathered_only(s, x->H) ||
@@ -144,22 +151,23 @@ bool ts_rw_early_results_applies(const tcp_sched *s, const ts_env *e)
 	return find(s, &x);
 }
 
-moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+/* The rewrite with the early copies in block nb - 1 - lead: the guard
+ * $g + 1 + lead == $nb, each epilogue case from max(h_{k-1} - lead, 0). */
+static bool early(tcp_sched *s, uint16_t feature, int64_t lead)
 {
-	(void)e;
 	er x;
 	if (!find(s, &x))
-		return MOE_ERR_INVALID;
+		return false;
 	const ts_loop *l = &s->loop[0];
 	ts_id body = l->body, g = l->g, nb = l->nb;
 	int64_t G = l->G;
 	ts_id nold = s->nop;
 
-	/* the epilogue's cases: case k copies blocks [h_{k-1}, h_k) */
+	/* the epilogue's cases: case k copies blocks [max(h_{k-1} - lead, 0), h_k) */
 	const ts_region *q = &s->rg[x.cls];
 	int64_t lo[ER_MAX];
 	for (uint32_t k = 0; k < x.n; k++) {
-		lo[k] = k ? q->bound[k - 1] : 0;
+		lo[k] = k && q->bound[k - 1] > lead ? q->bound[k - 1] - lead : 0;
 		tcp_insn in = s->op[x.copy[k]].in;
 		in.dim[0] = q->bound[k] - lo[k];
 		in.v[TCP_V_DST].base = lo[k] * x.P;
@@ -167,11 +175,12 @@ moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		ts_set_insn(s, x.copy[k], &in, feature);
 	}
 
-	/* the body: guard $g + 1 == $nb { classes $g + 1 [1, 2, ..., G] } */
+	/* the body: guard $g + 1 + lead == $nb { classes $g + 1 [1, 2, ..., G] } */
 	ts_id nx = ts_add_scalar(s, body, "ernext", TS_SC_ALU, TCP_S_ADD, g, TS_NONE, 1);
-	ts_id last = ts_add_scalar(s, body, "erlast", TS_SC_CMP, TCP_C_EQ, nx, nb, 0);
+	ts_id end = lead ? ts_add_scalar(s, body, "erend", TS_SC_ALU, TCP_S_ADD, g, TS_NONE, 1 + lead) : nx;
+	ts_id last = ts_add_scalar(s, body, "erlast", TS_SC_CMP, TCP_C_EQ, end, nb, 0);
 	ts_id gd = ts_add_region(s, body, TS_RG_GUARD, last);
-	ts_region_move_tail(s, body, x.at, 3);
+	ts_region_move_tail(s, body, x.at, lead ? 4 : 3);
 	int64_t bound[ER_MAX_G];
 	uint32_t nbound = 0;
 	for (int64_t c = 0; c < G; c++)
@@ -206,5 +215,41 @@ moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		for (uint32_t i = 0; i < ne; i++)
 			if (bound[i + 1] - 1 > lo[k])
 				ts_add_dep(s, x.copy[k], early[i], 0);
-	return MOE_OK;
+	return true;
+}
+
+typedef struct er_arg {
+	uint16_t feature;
+	int64_t lead;
+} er_arg;
+
+static bool early_copy(tcp_sched *c, void *arg)
+{
+	const er_arg *a = arg;
+	return early(c, a->feature, a->lead);
+}
+
+/* The lead: the last block (0), then 1, 2, ... blocks before it (at most
+ * ER_MAX_LEAD), each in a trial copy, placed and predicted, until one is no
+ * faster than the fastest before it; the fastest taken (ties: the later
+ * block). A block before the last copies while the DMA context would wait
+ * for the last blocks' writers; the epilogue then copies the blocks after
+ * it, once the last block is done. */
+moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	er x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	int64_t best = 0, least = -1;
+	for (int64_t lead = 0; lead <= ER_MAX_LEAD && lead + 1 < s->loop[0].G; lead++) {
+		er_arg a = {feature, lead};
+		ts_trial t = ts_trial_for(e, "<early-results trial>", early_copy, &a, true);
+		int64_t c = ts_trial_of(s, &t);
+		if (c >= 0 && (least < 0 || c < least)) {
+			least = c;
+			best = lead;
+		} else if (c >= 0)
+			break;
+	}
+	return early(s, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }
