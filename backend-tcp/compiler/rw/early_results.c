@@ -97,6 +97,24 @@ static bool find_cls(const tcp_sched *s, const ts_loop *l, ts_id rg, uint32_t k0
 	return false;
 }
 
+/* whether in writes R only through a view moved by $g one block stride SS
+ * per block and staying within that block */
+static bool own_block(const ts_loop *l, const tcp_insn *in, const er *x)
+{
+	for (int w = 0; w < TCP_NVIEW; w++) {
+		const tcp_view *v = &in->v[w];
+		if (v->t != x->R)
+			continue;
+		if (w != TCP_V_DST)
+			continue; /* a read of R: the block's own partial, under the same view */
+		int64_t lo, hi;
+		ts_view_span(in, v, &lo, &hi);
+		if (v->reg < 0 || (ts_id)v->reg != l->g || v->scale != x->SS || lo < 0 || hi > x->SS)
+			return false;
+	}
+	return true;
+}
+
 static bool is_copy(const er *x, ts_id o)
 {
 	for (uint32_t i = 0; i < x->n; i++)
@@ -121,8 +139,9 @@ static bool find(const tcp_sched *s, er *x)
 	if (R->space != TCP_DM || H->space != TCP_HBM || R->slots != 1 || !ts_buf_gathered_only(s, x->H) ||
 		ts_buf_numel(R) < l->G * x->SS || ts_buf_numel(H) < l->G * x->P)
 		return false;
-	/* R: written in the body only, read outside it by the copies alone or
-	 * after the loop; H: written by the copies alone */
+	/* R: written in the body only, each block its own rows; read outside
+	 * it by the copies alone or after the loop; H: written by the copies
+	 * alone */
 	uint32_t first = UINT32_MAX;
 	for (ts_id o = 0; o < s->nop; o++) {
 		const ts_op *p = &s->op[o];
@@ -130,7 +149,7 @@ static bool find(const tcp_sched *s, er *x)
 		if (ts_op_writes(p, x->H) && !copy)
 			return false;
 		if (ts_op_writes(p, x->R)) {
-			if (!body)
+			if (!body || !own_block(l, &p->in, x))
 				return false;
 			int64_t i = ts_item_index(s, l->body, p->region, TS_ITEM_OP | o);
 			if (i >= 0 && (uint32_t)i < first)
