@@ -9,10 +9,11 @@
  * run. The rewrite gathers the pairs in two commands, columns [0, K/2) into
  * the buffer (now [T, K/2, D]) then [K/2, K) into a buffer of their own
  * (dims [T, n, D]: group t, the index list's row t read from its column 0 or
- * K/2), each pass reads its column where it now lies and waits for the
- * command that brings it: the first half's passes run while the second half
- * arrives, for one more DMA setup. Each pass reads the same values: y is
- * unchanged.
+ * K/2), or, where its trial is faster and K >= 4, in four commands of K/4
+ * columns each (rounded); each pass reads its column where it now lies and
+ * waits for the command that brings it: the earlier parts' passes run while
+ * the later parts arrive, for one more DMA setup a part. Each pass reads the
+ * same values: y is unchanged.
  *
  * Applies to a dma.gather of [1, T K, D] after the loop into the whole of a
  * DM buffer (rows contiguous) by a contiguous list, whose every other
@@ -94,7 +95,7 @@ bool ts_rw_split_combine_applies(const tcp_sched *s, const ts_env *e)
 
 /* View v of column k of the pair-order buffer (K columns a token) moved to
  * a buffer t of n columns a token, its column k - off. */
-static void to_half(tcp_insn *in, tcp_view *v, int32_t t, int64_t K, int64_t D, int64_t n, int64_t off)
+static void to_part(tcp_insn *in, tcp_view *v, int32_t t, int64_t K, int64_t D, int64_t n, int64_t off)
 {
 	int64_t tok = K * D, t0 = v->base / tok, k = (v->base % tok) / D, r = v->base % D;
 	v->t = t;
@@ -104,81 +105,139 @@ static void to_half(tcp_insn *in, tcp_view *v, int32_t t, int64_t K, int64_t D, 
 			v->stride[m] = v->stride[m] / tok * n * D;
 }
 
-moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+enum { SC_MAX_PARTS = 8 };
+
+/* The gather in `parts` commands, part j the columns [c_j, c_{j+1}),
+ * c_j = j K / parts; part 0 in the gather's buffer, each other in one of
+ * its own. */
+static bool split(tcp_sched *s, uint32_t parts, uint16_t feature)
 {
-	(void)e;
 	sc x;
-	if (!find(s, &x))
-		return MOE_ERR_INVALID;
-	int64_t h = x.K / 2, h2 = x.K - h, ib = s->op[x.ga].in.v[TCP_V_S1].base;
-	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[x.buf].dtype), na = x.T * h * x.D, nb = x.T * h2 * x.D;
-	/* columns [h, K) in a buffer of their own */
-	ts_id hi = ts_add_buf(s, "gather.hi", TCP_DM, TCP_T_SCRATCH, (moe_dtype)s->buf[x.buf].dtype, 1, &nb);
-	ts_buf *lo = &s->buf[x.buf], *hb = &s->buf[hi];
-	hb->layout = ts_layout_spread(s, lo->layout, nb * es);
-	hb->feature = feature;
-	hb->node = lo->node;
+	if (!find(s, &x) || parts < 2 || parts > SC_MAX_PARTS || (int64_t)parts > x.K)
+		return false;
+	int64_t c[SC_MAX_PARTS + 1], ib = s->op[x.ga].in.v[TCP_V_S1].base;
+	for (uint32_t j = 0; j <= parts; j++)
+		c[j] = (int64_t)j * x.K / parts;
+	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[x.buf].dtype);
+	ts_id buf[SC_MAX_PARTS], ga[SC_MAX_PARTS];
+	buf[0] = x.buf;
+	ga[0] = x.ga;
+	const tcp_insn whole = s->op[x.ga].in;
+	uint32_t at = (uint32_t)ts_op_index(s, s->top, x.ga) + 1;
+	for (uint32_t j = 0; j < parts; j++) {
+		int64_t w = c[j + 1] - c[j], n = x.T * w * x.D;
+		if (j) {
+			buf[j] = ts_add_buf(s, "gather.hi", TCP_DM, TCP_T_SCRATCH, (moe_dtype)s->buf[x.buf].dtype, 1, &n);
+			ts_buf *lo = &s->buf[x.buf], *hb = &s->buf[buf[j]];
+			hb->layout = ts_layout_spread(s, lo->layout, n * es);
+			hb->feature = feature;
+			hb->node = lo->node;
+		}
+		tcp_insn in = whole;
+		in.dim[0] = x.T;
+		in.dim[1] = w;
+		in.v[TCP_V_DST].t = (int32_t)buf[j];
+		in.v[TCP_V_DST].stride[0] = w * x.D;
+		in.v[TCP_V_S0].stride[0] = 0;
+		in.v[TCP_V_S1].stride[0] = x.K;
+		in.v[TCP_V_S1].base = ib + c[j];
+		if (!j) {
+			s->op[x.ga].in = in;
+			s->op[x.ga].feature = feature;
+			s->op[x.ga].cost = 0;
+			continue;
+		}
+		ts_id b = ts_add_op(s, TS_NONE, &in, s->op[x.ga].phase);
+		ts_op *bo = &s->op[b];
+		bo->region = s->top;
+		bo->feature = feature;
+		bo->node = s->op[x.ga].node;
+		for (uint32_t d = 0; d < s->op[x.ga].ndep; d++)
+			ts_add_dep(s, b, s->op[x.ga].dep[d], s->op[x.ga].dist[d]);
+		ts_region_insert(s, s->top, at++, TS_ITEM_OP | b);
+		ga[j] = b;
+	}
+	ts_buf *lo = &s->buf[x.buf];
+	int64_t n0 = x.T * c[1] * x.D;
 	lo->rank = 1;
 	memset(lo->shape, 0, sizeof lo->shape);
-	lo->shape[0] = na;
-	lo->layout = ts_layout_spread(s, lo->layout, na * es);
-	tcp_insn *a = &s->op[x.ga].in;
-	a->dim[0] = x.T;
-	a->dim[1] = h;
-	a->v[TCP_V_DST].stride[0] = h * x.D;
-	a->v[TCP_V_S0].stride[0] = 0;
-	a->v[TCP_V_S1].stride[0] = x.K;
-	s->op[x.ga].feature = feature;
-	s->op[x.ga].cost = 0;
-	tcp_insn bi = *a;
-	bi.dim[1] = h2;
-	bi.v[TCP_V_DST].t = (int32_t)hi;
-	bi.v[TCP_V_DST].stride[0] = h2 * x.D;
-	bi.v[TCP_V_S1].base = ib + h;
-	ts_id b = ts_add_op(s, TS_NONE, &bi, s->op[x.ga].phase);
-	ts_op *bo = &s->op[b];
-	bo->region = s->top;
-	bo->feature = feature;
-	bo->node = s->op[x.ga].node;
-	for (uint32_t j = 0; j < s->op[x.ga].ndep; j++)
-		ts_add_dep(s, b, s->op[x.ga].dep[j], s->op[x.ga].dist[j]);
-	ts_region_insert(s, s->top, (uint32_t)ts_op_index(s, s->top, x.ga) + 1, TS_ITEM_OP | b);
-	/* each reader reads its column in its half; the second half's wait for
-	 * the second command */
+	lo->shape[0] = n0;
+	lo->layout = ts_layout_spread(s, lo->layout, n0 * es);
+	/* each reader reads its columns in their parts and waits for the
+	 * commands that bring them */
 	for (ts_id q = 0; q < s->nop; q++) {
-		if (q == x.ga || q == b || !ts_op_reads(&s->op[q], (int32_t)x.buf))
+		bool gather = false;
+		for (uint32_t j = 0; j < parts; j++)
+			gather |= q == ga[j];
+		if (gather || !ts_op_reads(&s->op[q], (int32_t)x.buf))
 			continue;
 		tcp_insn *r = &s->op[q].in;
-		bool first = false, second = false;
+		bool reads[SC_MAX_PARTS] = {false};
 		for (int k = TCP_V_S0; k < TCP_NVIEW; k++) {
 			if (r->v[k].t != (int32_t)x.buf)
 				continue;
-			int64_t c = column(r, &r->v[k], x.K, x.D);
-			first |= c < h;
-			second |= c >= h;
-			if (c < h)
-				to_half(r, &r->v[k], (int32_t)x.buf, x.K, x.D, h, 0);
-			else
-				to_half(r, &r->v[k], (int32_t)hi, x.K, x.D, h2, h);
+			int64_t col = column(r, &r->v[k], x.K, x.D);
+			uint32_t j = 0;
+			while (j + 1 < parts && col >= c[j + 1])
+				j++;
+			reads[j] = true;
+			to_part(r, &r->v[k], (int32_t)buf[j], x.K, x.D, c[j + 1] - c[j], c[j]);
 		}
 		s->op[q].cost = 0;
-		if (!second)
-			continue;
+		/* the entry on the gather stands for the first part read */
+		uint32_t first = 0;
+		while (first < parts && !reads[first])
+			first++;
 		ts_op *p = &s->op[q];
-		for (uint32_t j = 0; j < p->ndep && !first; j++)
-			if (p->dep[j] == x.ga && !p->dist[j])
-				p->dep[j] = b;
-		if (first)
-			ts_add_dep_once(s, q, b, 0);
+		for (uint32_t d = 0; d < p->ndep && first < parts; d++)
+			if (p->dep[d] == x.ga && !p->dist[d])
+				p->dep[d] = ga[first];
+		for (uint32_t j = first + 1; j < parts; j++)
+			if (reads[j])
+				ts_add_dep_once(s, q, ga[j], 0);
 	}
-	/* spans: the second half's from its command to the first half's end; a
-	 * span ending at the gather ends at the second command */
-	hb = &s->buf[hi];
-	hb->life = TS_LIFE_SPAN;
-	hb->first = b;
-	hb->last = s->buf[x.buf].life == TS_LIFE_SPAN ? s->buf[x.buf].last : b;
+	/* spans: each part's buffer from its command to the first part's end;
+	 * a span ending at the gather ends at the last command */
+	for (uint32_t j = 1; j < parts; j++) {
+		ts_buf *hb = &s->buf[buf[j]];
+		hb->life = TS_LIFE_SPAN;
+		hb->first = ga[j];
+		hb->last = s->buf[x.buf].life == TS_LIFE_SPAN ? s->buf[x.buf].last : ga[j];
+	}
 	for (ts_id t = 0; t < s->nbuf; t++)
 		if (s->buf[t].life == TS_LIFE_SPAN && s->buf[t].last == x.ga)
-			s->buf[t].last = b;
-	return MOE_OK;
+			s->buf[t].last = ga[parts - 1];
+	return true;
+}
+
+typedef struct sc_arg {
+	uint32_t parts;
+	uint16_t feature;
+} sc_arg;
+
+static bool split_copy(tcp_sched *c, void *arg)
+{
+	const sc_arg *a = arg;
+	return split(c, a->parts, a->feature);
+}
+
+/* The parts: two, then four (where K has four columns or more), each in a
+ * trial copy, placed and predicted; the fastest taken (ties: fewer). */
+moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
+{
+	sc x;
+	if (!find(s, &x))
+		return MOE_ERR_INVALID;
+	uint32_t best = 2;
+	if (x.K >= 4) {
+		int64_t cy[2];
+		for (uint32_t k = 0; k < 2; k++) {
+			sc_arg a = {2u << k, feature};
+			ts_trial t = ts_trial_for(e, "<split-combine trial>", split_copy, &a, true);
+			cy[k] = ts_trial_of(s, &t);
+		}
+		if (cy[1] >= 0 && (cy[0] < 0 || cy[1] < cy[0]))
+			best = 4;
+	}
+	return split(s, best, feature) ? MOE_OK : MOE_ERR_INVALID;
 }
