@@ -470,9 +470,9 @@ static int slot_of(const tcp_sched *s, int32_t reg)
  * an offset scalar moves it, except a view inside one slot of a two-slot
  * buffer moved by a slot scalar (slot_of): that slot, numbered as one block
  * sees it (the block's own slot 0, the next block's 1; a static view of
- * slot 0 is block 0's, which the prologue fills). False (with a diagnostic)
- * when out of bounds. */
-static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
+ * slot 0 is block 0's, which the prologue fills); [*ea, *ez] its elements
+ * before any offset scalar. False (with a diagnostic) when out of bounds. */
+static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi, int64_t *ea, int64_t *ez)
 {
 	static const char *const vn[TCP_NVIEW] = {"dst", "s0", "s1", "s2"};
 	const tcp_insn *in = &v->s->op[id].in;
@@ -483,6 +483,8 @@ static bool view_bytes(vs *v, ts_id id, int w, int64_t *lo, int64_t *hi)
 	for (int k = 0; k < nd; k++)
 		if (d[k] < 1 || mul_ovf(vw->stride[k], d[k] - 1, &t) || (t < 0 ? add_ovf(a, t, &a) : add_ovf(z, t, &z)))
 			return verr(v, V_OP, id, "view %s: its extent overflows", vn[w]), false;
+	*ea = a;
+	*ez = z;
 	int64_t es = (int64_t)moe_dtype_size((moe_dtype)b->dtype), bytes = buf_bytes(b);
 	bool nib = in->op == TCP_OP_TU_VEC && w == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4));
 	int64_t units = nib ? bytes * 2 : bytes / es; /* elements of every slot */
@@ -524,25 +526,16 @@ static void add_access(vs *v, acc_list *L, access a)
 }
 
 /* A view of a one-slot buffer moved by loop 0's index $g (scale elements
- * per block) whose extent stays within one step: a->blk, blo, bhi. */
-static void block_view(vs *v, ts_id id, int w, access *a)
+ * per block) whose element extent [lo, hi] (view_bytes') stays within one
+ * step: a->blk, blo, bhi. */
+static void block_view(vs *v, ts_id id, int w, int64_t lo, int64_t hi, access *a)
 {
 	const tcp_sched *s = v->s;
 	const tcp_insn *in = &s->op[id].in;
 	const tcp_view *vw = &in->v[w];
 	if (!s->nloop || vw->reg < 0 || (ts_id)vw->reg != s->loop[0].g || vw->scale <= 0 ||
-		s->buf[vw->t].slots != 1 || (in->op == TCP_OP_TU_VEC && w == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4))))
-		return;
-	int64_t d[TCP_MAXD], lo = vw->base, hi = vw->base;
-	int nd = view_space(in, w, d);
-	for (int k = 0; k < nd; k++) {
-		int64_t t = vw->stride[k] * (d[k] - 1);
-		if (t < 0)
-			lo += t;
-		else
-			hi += t;
-	}
-	if (lo < 0 || hi >= vw->scale)
+		s->buf[vw->t].slots != 1 || (in->op == TCP_OP_TU_VEC && w == TCP_V_S0 && (in->flags & (TCP_F_E2M1 | TCP_F_I4))) ||
+		lo < 0 || hi >= vw->scale)
 		return;
 	int64_t es = (int64_t)moe_dtype_size((moe_dtype)s->buf[vw->t].dtype);
 	a->blk = vw->scale * es;
@@ -625,10 +618,10 @@ static void check_views(vs *v, ts_id id, acc_list *L)
 				sp ? "cannot use the" : "has no such view; it names the", ts_space_names[b->space], vw->t, b->name);
 			continue;
 		}
-		int64_t lo, hi;
-		if (view_bytes(v, id, w, &lo, &hi)) {
+		int64_t lo, hi, ea, ez;
+		if (view_bytes(v, id, w, &lo, &hi, &ea, &ez)) {
 			access a = {id, (ts_id)vw->t, lo, hi, w == TCP_V_DST, v->s->op[id].ctx, v->s->op[id].region, 0, 0, 0};
-			block_view(v, id, w, &a);
+			block_view(v, id, w, ea, ez, &a);
 			add_access(v, L, a);
 		}
 	}
