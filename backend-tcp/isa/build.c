@@ -138,14 +138,24 @@ tcp_insn tcp_b_dma_spm(int ndim, const int64_t *dim, tcp_view s0, tcp_view s1, t
 	return in;
 }
 
-tcp_insn tcp_b_ldtrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice)
+static tcp_insn sub_load(int op, int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice)
 {
-	tcp_insn in = shaped(TCP_OP_SUB_TRF, ndim, dim);
+	tcp_insn in = shaped(op, ndim, dim);
 	in.v[TCP_V_DST] = dst;
 	in.v[TCP_V_S0] = src;
 	if (xslice)
 		in.flags |= TCP_F_XSLICE;
 	return in;
+}
+
+tcp_insn tcp_b_ldtrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice)
+{
+	return sub_load(TCP_OP_SUB_TRF, ndim, dim, dst, src, xslice);
+}
+
+tcp_insn tcp_b_ldvrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice)
+{
+	return sub_load(TCP_OP_SUB_VRF, ndim, dim, dst, src, xslice);
 }
 
 tcp_insn tcp_b_contract(const int64_t dim[3], tcp_view dst, tcp_view s0, tcp_view s1, tcp_view s2, int64_t tile)

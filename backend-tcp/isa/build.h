@@ -47,6 +47,8 @@ tcp_insn tcp_b_dma_spm(int ndim, const int64_t *dim, tcp_view s0, tcp_view s1, t
 /* sub.ldtrf over dims[0..ndim) from DM view src into TRF view dst; xslice:
  * the bytes a slice does not hold arrive over the switch. */
 tcp_insn tcp_b_ldtrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice);
+/* sub.ldvrf likewise, into VRF view dst. */
+tcp_insn tcp_b_ldvrf(int ndim, const int64_t *dim, tcp_view dst, tcp_view src, bool xslice);
 /* tu.contract dims=[M, O, I]: dst[m, o] = (s2 if its t >= 0: flags=acc) +
  * sum_i s0[m, i] s1[o, i], s1 in TRF, tile TRF rows per slice. */
 tcp_insn tcp_b_contract(const int64_t dim[3], tcp_view dst, tcp_view s0, tcp_view s1, tcp_view s2, int64_t tile);
