@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend-tcp/isa/tcp_int.h"
@@ -134,20 +133,6 @@ static void perr(ap *a, const char *fmt, ...)
 static bool pint(const char **s, int64_t *v)
 {
 	return tcp_pint(s, v);
-}
-
-/* A decimal integer: a layout's part bytes precede an `x`, so "0x512"
- * (spread, 512 copies) must not read as hexadecimal. */
-static bool pdec(const char **s, int64_t *v)
-{
-	char *e;
-	errno = 0;
-	long long x = strtoll(*s, &e, 10);
-	if (e == *s || errno)
-		return false;
-	*v = x;
-	*s = e;
-	return true;
 }
 
 static bool preg(const char **s, int *r)
@@ -411,7 +396,7 @@ static void parse_tensor(ap *a, tcp_program *p, const char *s)
 		!tcp_lit(&s, " const=") || !pint(&s, &co) || !tcp_lit(&s, " "))
 		return perr(a, "malformed tensor fields");
 	int64_t part = 0, copies = 1;
-	if (tcp_lit(&s, "layout=") && (!pdec(&s, &part) || !tcp_lit(&s, "x") || !pdec(&s, &copies) || !tcp_lit(&s, " ") ||
+	if (tcp_lit(&s, "layout=") && (!tcp_pdec(&s, &part) || !tcp_lit(&s, "x") || !tcp_pdec(&s, &copies) || !tcp_lit(&s, " ") ||
 					  part < 0 || copies < 1 || copies > 65536))
 		return perr(a, "malformed layout (layout=PARTxCOPIES: part bytes, 0 for spread, and 1..65536 copies)");
 	char name[4097], source[4097] = "";

@@ -99,16 +99,26 @@ void tcp_sb_insn_tail(tcp_sb *b, const tcp_insn *in, const char *const *reg_name
 	}
 }
 
-bool tcp_pint(const char **s, int64_t *v)
+static bool pint_base(const char **s, int64_t *v, int base)
 {
 	char *e;
 	errno = 0;
-	long long x = strtoll(*s, &e, 0);
+	long long x = strtoll(*s, &e, base);
 	if (e == *s || errno)
 		return false;
 	*v = x;
 	*s = e;
 	return true;
+}
+
+bool tcp_pint(const char **s, int64_t *v)
+{
+	return pint_base(s, v, 0);
+}
+
+bool tcp_pdec(const char **s, int64_t *v)
+{
+	return pint_base(s, v, 10);
 }
 
 bool tcp_lit(const char **s, const char *l)

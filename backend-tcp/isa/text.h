@@ -44,6 +44,9 @@ void tcp_sb_insn_tail(tcp_sb *b, const tcp_insn *in, const char *const *reg_name
 
 /* A strtoll number (base 0) at *s: false, *s unchanged, when none or out of range. */
 bool tcp_pint(const char **s, int64_t *v);
+/* A decimal integer only: where an `x` follows (a layout's PARTxCOPIES),
+ * "0x512" must read as 0, then x, then 512. */
+bool tcp_pdec(const char **s, int64_t *v);
 /* The literal l at *s: advances *s past it when present, else leaves it. */
 bool tcp_lit(const char **s, const char *l);
 
