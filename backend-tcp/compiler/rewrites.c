@@ -295,6 +295,11 @@ static int64_t trial(const tcp_sched *s, const ts_env *e, int row, int64_t verif
 	return cy;
 }
 
+int64_t ts_rw_base_cycles(const tcp_sched *s, const ts_env *e)
+{
+	return trial(s, e, -1, -1);
+}
+
 uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead)
 {
 	const ts_region *top = &s->rg[s->top];

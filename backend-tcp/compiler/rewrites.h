@@ -56,6 +56,10 @@ double ts_benefit_by_prediction(const tcp_sched *s, const ts_env *e, int row);
 double ts_benefit_not_slower(const tcp_sched *s, const ts_env *e, int row);
 /* For a rewrite that keeps only what the prediction gains itself: 1. */
 double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
+/* The predicted cycles of s as it stands, placed on a copy (-1 where that
+ * fails): the stage's kept base trial where s has not changed since it was
+ * priced, so a row that prices its own choices need not place s again. */
+int64_t ts_rw_base_cycles(const tcp_sched *s, const ts_env *e);
 /* group-fetch's (rw/group_fetch.c): each choice priced with the row that
  * finishes it, as ts_benefit_by_prediction otherwise. */
 double ts_rw_group_fetch_benefit(const tcp_sched *s, const ts_env *e, int row);

@@ -164,8 +164,7 @@ moe_status ts_rw_vrf_operands_apply(tcp_sched *s, const ts_env *e, uint16_t feat
 	site x;
 	if (!s->m || !find_from(s, 0, &x))
 		return MOE_ERR_INVALID;
-	ts_trial bt = ts_trial_for(e, "<vrf-operands base>", NULL, NULL, true);
-	int64_t base = ts_trial_of(s, &bt);
+	int64_t base = ts_rw_base_cycles(s, e);
 	bool any = false;
 	for (ts_id from = 0; base >= 0 && find_from(s, from, &x); from = x.op + 1) {
 		vo_arg a = {x, feature};
