@@ -300,6 +300,27 @@ int64_t ts_rw_base_cycles(const tcp_sched *s, const ts_env *e)
 	return trial(s, e, -1, -1);
 }
 
+typedef struct param_arg {
+	ts_param_fn fn;
+	const ts_env *e;
+	uint16_t feature;
+	int64_t param;
+} param_arg;
+
+static bool param_copy(tcp_sched *c, void *arg)
+{
+	const param_arg *a = arg;
+	return a->fn(c, a->e, a->feature, a->param);
+}
+
+int64_t ts_price_param(const tcp_sched *s, const ts_env *e, const char *what, ts_param_fn fn, uint16_t feature,
+	int64_t param)
+{
+	param_arg a = {fn, e, feature, param};
+	ts_trial t = ts_trial_for(e, what, param_copy, &a, true);
+	return ts_trial_of(s, &t);
+}
+
 uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead)
 {
 	const ts_region *top = &s->rg[s->top];

@@ -60,6 +60,15 @@ double ts_benefit_self(const tcp_sched *s, const ts_env *e, int row);
  * fails): the stage's kept base trial where s has not changed since it was
  * priced, so a row that prices its own choices need not place s again. */
 int64_t ts_rw_base_cycles(const tcp_sched *s, const ts_env *e);
+/* A rewrite applied with one chosen parameter (a part count, a depth, a
+ * lead, a flag) to schedule c; false where it cannot be. */
+typedef bool (*ts_param_fn)(tcp_sched *c, const ts_env *e, uint16_t feature, int64_t param);
+/* The predicted cycles of a copy of s with fn(copy, e, feature, param)
+ * applied (a priced trial, ts_trial_for): -1 where fn, placement or
+ * verification fails. A row choosing its parameter by trials calls it once
+ * per candidate and keeps its own stop and tie rule. */
+int64_t ts_price_param(const tcp_sched *s, const ts_env *e, const char *what, ts_param_fn fn, uint16_t feature,
+	int64_t param);
 /* group-fetch's (rw/group_fetch.c): each choice priced with the row that
  * finishes it, as ts_benefit_by_prediction otherwise. */
 double ts_rw_group_fetch_benefit(const tcp_sched *s, const ts_env *e, int row);

@@ -172,8 +172,9 @@ bool ts_rw_early_results_applies(const tcp_sched *s, const ts_env *e)
 
 /* The rewrite with the early copies in block nb - 1 - lead: the guard
  * $g + 1 + lead == $nb, each epilogue case from max(h_{k-1} - lead, 0). */
-static bool early(tcp_sched *s, uint16_t feature, int64_t lead)
+static bool early(tcp_sched *s, const ts_env *e, uint16_t feature, int64_t lead)
 {
+	(void)e;
 	er x;
 	if (!find(s, &x))
 		return false;
@@ -237,17 +238,6 @@ static bool early(tcp_sched *s, uint16_t feature, int64_t lead)
 	return true;
 }
 
-typedef struct er_arg {
-	uint16_t feature;
-	int64_t lead;
-} er_arg;
-
-static bool early_copy(tcp_sched *c, void *arg)
-{
-	const er_arg *a = arg;
-	return early(c, a->feature, a->lead);
-}
-
 /* The lead: the last block (0), then 1, 2, ... blocks before it (at most
  * ER_MAX_LEAD), each in a trial copy, placed and predicted, until one is no
  * faster than the fastest before it; the fastest taken (ties: the later
@@ -261,14 +251,12 @@ moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 		return MOE_ERR_INVALID;
 	int64_t best = 0, least = -1;
 	for (int64_t lead = 0; lead <= ER_MAX_LEAD && lead + 1 < s->loop[0].G; lead++) {
-		er_arg a = {feature, lead};
-		ts_trial t = ts_trial_for(e, "<early-results trial>", early_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
+		int64_t c = ts_price_param(s, e, "<early-results trial>", early, feature, lead);
 		if (c >= 0 && (least < 0 || c < least)) {
 			least = c;
 			best = lead;
 		} else if (c >= 0)
 			break;
 	}
-	return early(s, feature, best) ? MOE_OK : MOE_ERR_INVALID;
+	return early(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }

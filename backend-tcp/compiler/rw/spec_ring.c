@@ -204,7 +204,7 @@ static void guard_op(tcp_sched *s, ts_id o, ts_id pred)
 }
 
 /* The rewrite with the first `depth` of x's next fetches speculated too. */
-static bool spec(tcp_sched *s, const ts_env *e, uint16_t feature, uint32_t depth)
+static bool spec(tcp_sched *s, const ts_env *e, uint16_t feature, int64_t depth)
 {
 	sr x;
 	if (!find(s, &x) || depth > x.nnx)
@@ -241,18 +241,6 @@ static bool spec(tcp_sched *s, const ts_env *e, uint16_t feature, uint32_t depth
 	return true;
 }
 
-typedef struct spec_arg {
-	const ts_env *e;
-	uint16_t feature;
-	uint32_t depth;
-} spec_arg;
-
-static bool spec_copy(tcp_sched *c, void *arg)
-{
-	const spec_arg *a = arg;
-	return spec(c, a->e, a->feature, a->depth);
-}
-
 /* The depth: none of the next fetches, then the first 1, 2, ... of them,
  * each speculated in a trial copy, placed and predicted, until one is no
  * faster than the fastest before it; the fastest taken (ties: the fewer).
@@ -267,9 +255,7 @@ moe_status ts_rw_spec_ring_apply(tcp_sched *s, const ts_env *e, uint16_t feature
 	uint32_t best = 0;
 	int64_t least = -1;
 	for (uint32_t d = 0; x.nnx && d <= x.nnx; d++) {
-		spec_arg a = {e, feature, d};
-		ts_trial t = ts_trial_for(e, "<spec-ring trial>", spec_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
+		int64_t c = ts_price_param(s, e, "<spec-ring trial>", spec, feature, d);
 		if (c >= 0 && (least < 0 || c < least)) {
 			least = c;
 			best = d;

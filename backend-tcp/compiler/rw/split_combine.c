@@ -110,8 +110,10 @@ enum { SC_MAX_PARTS = 8 };
 /* The gather in `parts` commands, part j the columns [c_j, c_{j+1}),
  * c_j = j K / parts; part 0 in the gather's buffer, each other in one of
  * its own. */
-static bool split(tcp_sched *s, uint32_t parts, uint16_t feature)
+static bool split(tcp_sched *s, const ts_env *e, uint16_t feature, int64_t nparts)
 {
+	(void)e;
+	uint32_t parts = (uint32_t)nparts;
 	sc x;
 	if (!find(s, &x) || parts < 2 || parts > SC_MAX_PARTS || (int64_t)parts > x.K)
 		return false;
@@ -210,17 +212,6 @@ static bool split(tcp_sched *s, uint32_t parts, uint16_t feature)
 	return true;
 }
 
-typedef struct sc_arg {
-	uint32_t parts;
-	uint16_t feature;
-} sc_arg;
-
-static bool split_copy(tcp_sched *c, void *arg)
-{
-	const sc_arg *a = arg;
-	return split(c, a->parts, a->feature);
-}
-
 /* The parts: two, then four (where K has four columns or more), each in a
  * trial copy, placed and predicted; the fastest taken (ties: fewer). */
 moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
@@ -231,13 +222,10 @@ moe_status ts_rw_split_combine_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 	uint32_t best = 2;
 	if (x.K >= 4) {
 		int64_t cy[2];
-		for (uint32_t k = 0; k < 2; k++) {
-			sc_arg a = {2u << k, feature};
-			ts_trial t = ts_trial_for(e, "<split-combine trial>", split_copy, &a, true);
-			cy[k] = ts_trial_of(s, &t);
-		}
+		for (uint32_t k = 0; k < 2; k++)
+			cy[k] = ts_price_param(s, e, "<split-combine trial>", split, feature, 2 << k);
 		if (cy[1] >= 0 && (cy[0] < 0 || cy[1] < cy[0]))
 			best = 4;
 	}
-	return split(s, best, feature) ? MOE_OK : MOE_ERR_INVALID;
+	return split(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }

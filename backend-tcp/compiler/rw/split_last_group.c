@@ -225,8 +225,9 @@ static void split(tcp_sched *s, ts_id o, uint16_t feature, bool cols)
 	}
 }
 
-static bool split_all(tcp_sched *s, uint16_t feature, bool cols)
+static bool split_all(tcp_sched *s, const ts_env *e, uint16_t feature, int64_t cols)
 {
+	(void)e;
 	sg x;
 	if (!find(s, &x))
 		return false;
@@ -235,25 +236,11 @@ static bool split_all(tcp_sched *s, uint16_t feature, bool cols)
 	return true;
 }
 
-typedef struct cut_arg {
-	uint16_t feature;
-	bool cols;
-} cut_arg;
-
-static bool split_copy(tcp_sched *c, void *arg)
-{
-	const cut_arg *a = arg;
-	return split_all(c, a->feature, a->cols);
-}
-
 moe_status ts_rw_split_last_group_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	/* the columns cut where its trial is predicted faster than the halves alone */
 	int64_t cy[2];
-	for (int k = 0; k < 2; k++) {
-		cut_arg a = {feature, k == 1};
-		ts_trial t = ts_trial_for(e, "<split-last-group trial>", split_copy, &a, true);
-		cy[k] = ts_trial_of(s, &t);
-	}
-	return split_all(s, feature, cy[1] >= 0 && (cy[0] < 0 || cy[1] < cy[0])) ? MOE_OK : MOE_ERR_INVALID;
+	for (int k = 0; k < 2; k++)
+		cy[k] = ts_price_param(s, e, "<split-last-group trial>", split_all, feature, k);
+	return split_all(s, e, feature, cy[1] >= 0 && (cy[0] < 0 || cy[1] < cy[0])) ? MOE_OK : MOE_ERR_INVALID;
 }

@@ -170,8 +170,10 @@ static void cut(tcp_sched *s, ts_id o, const int64_t *b, uint32_t n, ts_id skip,
 			s->buf[k].first = piece[0];
 }
 
-static bool split(tcp_sched *s, uint32_t parts, uint16_t feature)
+static bool split(tcp_sched *s, const ts_env *e, uint16_t feature, int64_t nparts)
 {
+	(void)e;
+	uint32_t parts = (uint32_t)nparts;
 	slp x;
 	if (!find(s, &x) || parts < 2 || parts > SP_MAX)
 		return false;
@@ -202,26 +204,13 @@ static bool split(tcp_sched *s, uint32_t parts, uint16_t feature)
 	return true;
 }
 
-typedef struct sp_arg {
-	uint32_t parts;
-	uint16_t feature;
-} sp_arg;
-
-static bool split_copy(tcp_sched *c, void *arg)
-{
-	const sp_arg *a = arg;
-	return split(c, a->parts, a->feature);
-}
-
 moe_status ts_rw_split_last_pass_apply(tcp_sched *s, const ts_env *e, uint16_t feature)
 {
 	static const uint32_t tries[] = {2, 4, 8};
 	uint32_t best = 0;
 	int64_t least = -1;
 	for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
-		sp_arg a = {tries[k], feature};
-		ts_trial t = ts_trial_for(e, "<split-last-pass trial>", split_copy, &a, true);
-		int64_t c = ts_trial_of(s, &t);
+		int64_t c = ts_price_param(s, e, "<split-last-pass trial>", split, feature, tries[k]);
 		if (c >= 0 && (least < 0 || c < least)) {
 			least = c;
 			best = tries[k];
@@ -229,5 +218,5 @@ moe_status ts_rw_split_last_pass_apply(tcp_sched *s, const ts_env *e, uint16_t f
 	}
 	if (!best)
 		return MOE_ERR_UNSUPPORTED; /* no trial placed and verified: declined */
-	return split(s, best, feature) ? MOE_OK : MOE_ERR_INVALID;
+	return split(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }
