@@ -321,6 +321,21 @@ int64_t ts_price_param(const tcp_sched *s, const ts_env *e, const char *what, ts
 	return ts_trial_of(s, &t);
 }
 
+int64_t ts_price_ascending(const tcp_sched *s, const ts_env *e, const char *what, ts_param_fn fn, uint16_t feature,
+	int64_t lo, int64_t hi)
+{
+	int64_t best = lo, least = -1;
+	for (int64_t p = lo; p <= hi; p++) {
+		int64_t c = ts_price_param(s, e, what, fn, feature, p);
+		if (c >= 0 && (least < 0 || c < least)) {
+			least = c;
+			best = p;
+		} else if (c >= 0)
+			break;
+	}
+	return best;
+}
+
 uint32_t ts_loop_segment(const tcp_sched *s, uint32_t *lead)
 {
 	const ts_region *top = &s->rg[s->top];

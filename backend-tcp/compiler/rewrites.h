@@ -69,6 +69,11 @@ typedef bool (*ts_param_fn)(tcp_sched *c, const ts_env *e, uint16_t feature, int
  * per candidate and keeps its own stop and tie rule. */
 int64_t ts_price_param(const tcp_sched *s, const ts_env *e, const char *what, ts_param_fn fn, uint16_t feature,
 	int64_t param);
+/* The parameter lo, lo + 1, ... hi priced in turn (ts_price_param) until one
+ * that places is no faster than the fastest before it: the fastest (ties:
+ * the smaller), lo where none places or hi < lo. */
+int64_t ts_price_ascending(const tcp_sched *s, const ts_env *e, const char *what, ts_param_fn fn, uint16_t feature,
+	int64_t lo, int64_t hi);
 /* group-fetch's (rw/group_fetch.c): each choice priced with the row that
  * finishes it, as ts_benefit_by_prediction otherwise. */
 double ts_rw_group_fetch_benefit(const tcp_sched *s, const ts_env *e, int row);

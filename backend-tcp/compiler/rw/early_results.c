@@ -249,14 +249,7 @@ moe_status ts_rw_early_results_apply(tcp_sched *s, const ts_env *e, uint16_t fea
 	er x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	int64_t best = 0, least = -1;
-	for (int64_t lead = 0; lead <= ER_MAX_LEAD && lead + 1 < s->loop[0].G; lead++) {
-		int64_t c = ts_price_param(s, e, "<early-results trial>", early, feature, lead);
-		if (c >= 0 && (least < 0 || c < least)) {
-			least = c;
-			best = lead;
-		} else if (c >= 0)
-			break;
-	}
+	int64_t hi = s->loop[0].G - 2 < ER_MAX_LEAD ? s->loop[0].G - 2 : ER_MAX_LEAD;
+	int64_t best = ts_price_ascending(s, e, "<early-results trial>", early, feature, 0, hi);
 	return early(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }

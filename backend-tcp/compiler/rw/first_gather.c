@@ -64,8 +64,9 @@ static bool find(const tcp_sched *s, fg *x)
 		ts_id w = top_writer(s, list);
 		if (!outside || w == TS_NONE)
 			continue;
-		/* the count scalar read by this gather alone */
-		bool alone = true;
+		/* the count scalar read by this gather alone (ts_drop_scalars drops it) */
+		bool alone = l->nb != (ts_id)in->vreg && l->expert != (ts_id)in->vreg && l->rows != (ts_id)in->vreg &&
+			     l->g != (ts_id)in->vreg;
 		for (ts_id p = 0; p < s->nop && alone; p++)
 			alone = p == o || !ts_insn_reads(&s->op[p].in, (ts_id)in->vreg);
 		for (ts_id c = 0; c < s->nsc && alone; c++)

@@ -252,15 +252,6 @@ moe_status ts_rw_spec_ring_apply(tcp_sched *s, const ts_env *e, uint16_t feature
 	sr x;
 	if (!find(s, &x))
 		return MOE_ERR_INVALID;
-	uint32_t best = 0;
-	int64_t least = -1;
-	for (uint32_t d = 0; x.nnx && d <= x.nnx; d++) {
-		int64_t c = ts_price_param(s, e, "<spec-ring trial>", spec, feature, d);
-		if (c >= 0 && (least < 0 || c < least)) {
-			least = c;
-			best = d;
-		} else if (c >= 0)
-			break;
-	}
+	int64_t best = ts_price_ascending(s, e, "<spec-ring trial>", spec, feature, 0, x.nnx ? (int64_t)x.nnx : -1);
 	return spec(s, e, feature, best) ? MOE_OK : MOE_ERR_INVALID;
 }
